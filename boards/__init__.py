@@ -1,0 +1,1 @@
+"""KR260 board support: platform, Vivado block design and build flow."""

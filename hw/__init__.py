@@ -1,0 +1,1 @@
+"""Amaranth RTL of one MCF node: board-independent and parameterised."""

@@ -1,0 +1,48 @@
+"""Amaranth views of the one wire-format definition in ``mcf.spec``.
+
+Nothing here defines a field: layouts and enums are built from ``mcf.spec`` tables, so the
+RTL, the runtime and the reference page cannot disagree.
+"""
+from __future__ import annotations
+
+import enum
+import types
+
+from amaranth.lib import data
+from amaranth.lib import enum as aenum
+
+from mcf import spec
+from mcf.spec.bits import BitLayout
+
+
+def amaranth_enum(py_enum: type[enum.IntEnum], width: int) -> type[aenum.Enum]:
+    """An Amaranth enum with the members of a spec ``IntEnum`` and an explicit width."""
+    def body(ns):
+        for member in py_enum:
+            ns[member.name] = member.value
+    return types.new_class(py_enum.__name__, (aenum.Enum,), {"shape": width}, body)
+
+
+def struct_layout(layout: BitLayout) -> data.StructLayout:
+    """The ``StructLayout`` of a spec ``BitLayout`` (same order, same widths, LSB first)."""
+    members = {}
+    for f in layout.fields:
+        members[f.name] = amaranth_enum(f.enum, f.width) if f.enum else f.width
+    result = data.StructLayout(members)
+    assert result.size == layout.total_bits
+    return result
+
+
+Stage = amaranth_enum(spec.Stage, spec.META["stage"].width)
+Op = amaranth_enum(spec.Op, spec.META["op"].width)
+Collective = amaranth_enum(spec.Collective, spec.META["collective"].width)
+ReduceOp = amaranth_enum(spec.ReduceOp, spec.META["reduce_op"].width)
+
+MetaLayout = data.StructLayout({
+    f.name: {"stage": Stage, "op": Op, "collective": Collective, "reduce_op": ReduceOp}.get(f.name, f.width)
+    for f in spec.META.fields
+})
+assert MetaLayout.size == spec.HEADER_BITS
+
+RouteEntryLayout = struct_layout(spec.ROUTE_ENTRY)
+DmaDescriptorLayout = struct_layout(spec.DMA_DESCRIPTOR)

@@ -1,0 +1,1 @@
+"""Packet framing: header serializer/deserializer and the packetizer."""

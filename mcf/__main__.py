@@ -1,0 +1,3 @@
+from mcf.sw.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Creates or updates the project virtualenv (.venv) with the pinned requirements and an
+# editable install of mcf.  Run by `make`; a second run with unchanged requirements is a no-op
+# (the Makefile's stamp file skips it).
+set -euo pipefail
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "mcf: error: $PYTHON is not Python >= 3.11" >&2
+  exit 1
+fi
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' 2>/dev/null; then
+  echo "mcf: creating $VENV" >&2
+  rm -rf "$VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+echo "mcf: installing pinned requirements into $VENV" >&2
+pip install -r requirements/dev.txt
+pip install --no-deps -e .
+"$VENV/bin/python" -c 'import mcf.sw.cli, amaranth, cocotb, cocotbext.axi' || {
+  echo "mcf: error: the virtualenv is incomplete after installing; see the pip output above" >&2
+  exit 1
+}

@@ -1,0 +1,1 @@
+"""Simulation: cocotb benches of the RTL and the cluster performance model."""

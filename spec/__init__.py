@@ -1,0 +1,19 @@
+"""The one definition of MCF's wire format and register map.
+
+Pure Python, no hardware or runtime imports: ``mcf.hw`` builds Amaranth layouts from it,
+the runtime encodes and decodes with it, ``mcf docs`` renders ``docs/reference.md`` from it.
+"""
+from .bits import BitLayout, Field, SpecError
+from .packet import (HEADER_BITS, HEADER_BYTES, MAX_NODES, MAX_PAYLOAD_BYTES, META, META_FIELDS,
+                     ROUTE_TABLE_ENTRIES, SPEC_VERSION, Collective, Meta, Op, Packet, ReduceOp,
+                     Stage, header_beats, to_beats)
+
+__all__ = ["BitLayout", "Field", "SpecError", "HEADER_BITS", "HEADER_BYTES", "MAX_NODES",
+           "MAX_PAYLOAD_BYTES", "META", "META_FIELDS", "ROUTE_TABLE_ENTRIES", "SPEC_VERSION",
+           "Collective", "Meta", "Op", "Packet", "ReduceOp", "Stage", "header_beats", "to_beats"]
+
+from .regmap import (DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, Access, DmaDir, ErrorCause, Irq,
+                     Register, RegisterMap)
+
+__all__ += ["DMA_DESCRIPTOR", "REGISTERS", "ROUTE_ENTRY", "Access", "DmaDir", "ErrorCause", "Irq",
+            "Register", "RegisterMap"]

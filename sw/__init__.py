@@ -1,0 +1,1 @@
+"""Software: golden model, MARS planner, runtime, driver and the mcf command."""

@@ -1,0 +1,1 @@
+"""Subcommands of ``mcf``: one module each, discovered by ``mcf.sw.cli``."""
