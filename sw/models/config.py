@@ -1,0 +1,125 @@
+"""Decoder model configuration: the shape facts every part of MCF needs.
+
+Presets live beside this file as ``<name>.yaml``; ``load_model`` also accepts a path to a
+YAML file or a Hugging Face checkpoint directory (its ``config.json``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import yaml
+
+from mcf.sw.errors import UserError
+
+PRESET_DIR = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    #: Bytes per KV element as stored (INT4 = 0.5): the ``b`` of MCF eq. (1).
+    kv_bytes_per_element: float = 0.5
+    #: Bytes per weight as stored (INT4 = 0.5, scales excluded).
+    weight_bytes_per_element: float = 0.5
+
+    def __post_init__(self):
+        for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                  "intermediate_size", "vocab_size"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or v < 1:
+                raise UserError(f"model {self.name}: {f}={v!r} must be a positive integer")
+        if self.num_heads % self.num_kv_heads:
+            raise UserError(f"model {self.name}: num_heads={self.num_heads} is not a multiple of "
+                            f"num_kv_heads={self.num_kv_heads}")
+
+    @property
+    def kv_token_bytes(self) -> float:
+        """M_token = 2 * L * H_kv * d * b (MCF eq. 1)."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_bytes_per_element
+
+    @property
+    def params_per_layer(self) -> int:
+        h, d = self.hidden_size, self.head_dim
+        attn = h * self.num_heads * d + 2 * h * self.num_kv_heads * d + self.num_heads * d * h
+        mlp = 3 * h * self.intermediate_size
+        return attn + mlp
+
+    @property
+    def num_params(self) -> int:
+        emb = self.vocab_size * self.hidden_size
+        head = 0 if self.tie_word_embeddings else emb
+        return self.num_layers * self.params_per_layer + emb + head
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, name: str | None = None) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise UserError(f"model config: unknown key(s) {', '.join(sorted(unknown))}")
+        d = dict(d)
+        if name is not None:
+            d.setdefault("name", name)
+        return cls(**d)
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict, name: str = "checkpoint") -> "ModelConfig":
+        """From a Hugging Face Qwen2 ``config.json`` (``rope_theta`` at the top level or in
+        ``rope_parameters``)."""
+        archs = cfg.get("architectures") or [cfg.get("model_type", "?")]
+        if cfg.get("model_type") not in ("qwen2",) and "Qwen2ForCausalLM" not in archs:
+            raise UserError(f"unsupported architecture {archs[0]!r}: only Qwen2 (model_type qwen2) is supported")
+        rope = cfg.get("rope_theta")
+        if rope is None:
+            rope = (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+        heads = cfg["num_attention_heads"]
+        return cls(
+            name=name,
+            num_layers=cfg["num_hidden_layers"],
+            hidden_size=cfg["hidden_size"],
+            num_heads=heads,
+            num_kv_heads=cfg.get("num_key_value_heads", heads),
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+            intermediate_size=cfg["intermediate_size"],
+            vocab_size=cfg["vocab_size"],
+            rope_theta=float(rope),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        )
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_model(spec: str | Path) -> ModelConfig:
+    """A preset name, a YAML file, or a Hugging Face checkpoint directory."""
+    p = Path(spec)
+    if p.is_dir():
+        cfg_file = p / "config.json"
+        if not cfg_file.is_file():
+            raise UserError(f"{p}: no config.json (not a Hugging Face checkpoint directory)")
+        return ModelConfig.from_hf_config(json.loads(cfg_file.read_text()), name=p.name)
+    if p.suffix in (".yaml", ".yml"):
+        if not p.is_file():
+            raise UserError(f"model file {p} does not exist")
+        return ModelConfig.from_dict(yaml.safe_load(p.read_text()), name=p.stem)
+    preset = PRESET_DIR / f"{spec}.yaml"
+    if not preset.is_file():
+        raise UserError(f"unknown model {str(spec)!r}; presets: {', '.join(preset_names())} "
+                        "(or give a .yaml file or a checkpoint directory)")
+    return ModelConfig.from_dict(yaml.safe_load(preset.read_text()), name=str(spec))
