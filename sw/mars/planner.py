@@ -317,6 +317,13 @@ class Plan:
 # --------------------------------------------------------------------------------------------
 # Evaluation of one (B, schedule) candidate
 # --------------------------------------------------------------------------------------------
+class BudgetError(UserError):
+    def __init__(self, budget: int, need: int, chunk: int, what: str):
+        self.budget, self.need, self.chunk, self.what = budget, need, chunk, what
+        super().__init__(f"budget={budget}: below what {what} needs "
+                         f"({need} bytes on the fullest node with chunk {chunk})")
+
+
 class _Instance:
     """Everything that depends on (request, B) but not on the replica schedule."""
 
@@ -382,10 +389,7 @@ class _Instance:
             self._owner_need = self.memory(ones)[0].max(axis=1)
         need = self._owner_need
         if need.max() > budget:
-            t = int(need.argmax())
-            raise UserError(f"budget={budget}: below what the owner-only layout needs "
-                            f"({int(need.max())} bytes on one node at step {t}; "
-                            f"scheme {self.req.scheme}, chunk {self.B})")
+            raise BudgetError(budget, int(need.max()), self.B, "the owner-only layout")
 
         def peak(hist_r, new_r):
             h = self.mem_hist(hist_r)
@@ -530,8 +534,7 @@ def schedule_for(inst: _Instance, alpha) -> np.ndarray:
         r[-1] = 1
         need = inst.memory(r)[0].max()
         if need > inst.req.budget_bytes:
-            raise UserError(f"budget={inst.req.budget_bytes}: full replication needs "
-                            f"{int(need)} bytes per node (chunk {inst.B})")
+            raise BudgetError(inst.req.budget_bytes, int(need), inst.B, "full replication")
         return r
     r = np.ones(C + 1, dtype=np.int64)                  # owner-only streaming baselines, pd
     inst.fit(r)                                         # budget check
@@ -627,10 +630,12 @@ def plan(req: PlanRequest) -> Plan:
                 score = (round(ttft, 6), comm, peak, -B)
                 if best is None or score < best[0]:
                     best = (score, inst, ev)
-        except UserError as e:
-            errors.append(str(e))
+        except BudgetError as e:
+            errors.append(e)
     if best is None:
-        raise UserError(errors[0] if errors else "no feasible chunk size")
+        if not errors:
+            raise UserError("no feasible chunk size")
+        raise min(errors, key=lambda e: e.need)     # the bound the user can actually meet
     _, inst, ev = best
     beq8 = b_eq8(req, topo, cands)
     reason = (f"B*={inst.B} minimises the modelled TTFT over {len(rows)} candidate(s) "
