@@ -232,14 +232,17 @@ class Plan:
         return h[np.argmin(d, axis=0)]
 
     def fetches(self, step: int):
-        """(block, src, [dst...], bytes) for every history block some node lacks in ``step``."""
+        """(block, src, [dst...], bytes) for every history block some node lacks in ``step``, in
+        the order they are sent.  A source holds the block or received it earlier in the list."""
         if self.scheme in ("ring", "zigzag", "passq"):
-            ring = self.compute_nodes
+            # pass-KV: the block walks the ring of compute nodes from its owner, hop by hop; each
+            # node receives it from its predecessor and forwards it (in this order)
+            ring = [int(n) for n in self.compute_nodes]
             for b in range(step):
-                o = int(self.holder_owner[b])
-                dsts = [int(n) for n in ring if n != o]
-                if dsts:
-                    yield b, o, dsts, int(self.block_bytes[b])
+                i = ring.index(int(self.holder_owner[b]))
+                walk = ring[i:] + ring[:i]
+                for x, y in zip(walk, walk[1:]):
+                    yield b, x, [y], int(self.block_bytes[b])
             return
         for b in range(step):
             src = self.fetch_sources(b, step)
@@ -437,6 +440,8 @@ def _evaluate(inst: _Instance, r_step: np.ndarray, alpha, path_req: str) -> dict
 
     # compute roofline of the busiest node ----------------------------------------------------
     rows = -(-inst.tok // Nc)
+    # the engine works on mac_rows query rows at a time: a partial tile costs a whole one
+    rows = -(-rows // prof.mac_rows) * prof.mac_rows
     L = m.num_layers
     dense = 2.0 * m.params_per_layer * L * rows
     attn = 4.0 * L * m.num_heads * m.head_dim * rows * (inst.tok_hist[:-1] + inst.tok)   # eq. 6
@@ -483,9 +488,12 @@ def _evaluate(inst: _Instance, r_step: np.ndarray, alpha, path_req: str) -> dict
     if N == 1:
         t_comm = np.zeros(C)
     # PS: Meta descriptors for the blocks the node sends, DMA descriptors for the blocks it loads
-    sends = np.ceil(inst.tok_hist[:-1] / np.maximum(inst.tok.max(), 1) / Nc) + 2
-    loads = np.arange(C) + 1
-    t_ps = L * (sends * prof.meta_push_s + loads * prof.desc_push_s)
+    # (per layer, as lower() emits them: a Meta + a DMA load per block sent, a DMA store per block
+    # received, a few DMA loads for the local history runs and the staging area, one store)
+    blk = float(inst.bytes.max())
+    sent = np.ceil(out_fetch / blk) + (rn > 1)
+    recv = np.ceil(in_fetch / blk)
+    t_ps = L * (sent * prof.meta_push_s + (sent + recv + 3) * prof.desc_push_s)
     t_sync = np.full(C, topo.diameter * tau + prof.nic_cycles_per_packet / prof.pl_clock_hz)
 
     # pd: hand the KV from the prefill group to the decode group after prefill --------------
