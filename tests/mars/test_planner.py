@@ -159,3 +159,25 @@ def test_deterministic():
     a = plan(PlanRequest(QWEN, 8192, 8, KR260, budget_bytes=20_000_000)).to_json()
     b = plan(PlanRequest(QWEN, 8192, 8, KR260, budget_bytes=20_000_000)).to_json()
     assert a == b
+
+
+@pytest.mark.parametrize("nodes, S, budget, topo", [(4, 96, 4000, "switch"), (4, 128, 5000, "ring"),
+                                                    (6, 96, 3500, "mesh"), (5, 112, 4200, "ring")])
+def test_search_near_exhaustive_optimum_over_all_schedules(nodes, S, budget, topo):
+    """On a link slow enough that communication shows, the alpha-family search lands within 1 % of
+    the best of *every* non-increasing schedule that fits the budget (enumerated)."""
+    import itertools
+
+    from mcf.sw.mars.planner import _evaluate, _ttft
+    slow = MESHY.with_(link_bandwidth_bps=2e6)
+    req = PlanRequest(TINY, S, nodes, slow, budget_bytes=budget, chunk_size=16, topology=topo)
+    found = plan(req)
+    inst = _Instance(req.resolved(), 16, Topology(topo, nodes))
+    best = math.inf
+    for seq in itertools.combinations_with_replacement(range(nodes, 0, -1), inst.C - 1):
+        r = np.array([seq[0], *seq, 1], dtype=np.int64)
+        if inst.memory(r)[0].max() <= budget:
+            best = min(best, _ttft(_evaluate(inst, r, None, "auto")))
+    assert found.ttft_s >= best * (1 - 1e-9)          # nothing beats the exhaustive optimum
+    assert found.ttft_s <= best * 1.01
+    assert found.r_step.max() > 1                     # and replication does pay off here
