@@ -181,3 +181,21 @@ def test_search_near_exhaustive_optimum_over_all_schedules(nodes, S, budget, top
     assert found.ttft_s >= best * (1 - 1e-9)          # nothing beats the exhaustive optimum
     assert found.ttft_s <= best * 1.01
     assert found.r_step.max() > 1                     # and replication does pay off here
+
+
+def test_profile_validation_and_yaml(tmp_path):
+    from mcf.sw.mars.profile import PROFILE_DIR, HardwareProfile
+    with pytest.raises(UserError, match="link_efficiency"):
+        KR260.with_(link_efficiency=1.5)
+    with pytest.raises(UserError, match="pl_clock_hz"):
+        KR260.with_(pl_clock_hz=-1.0)
+    with pytest.raises(UserError, match="unknown field"):
+        HardwareProfile.from_dict({**KR260.to_dict(), "warp_drive": 1})
+    f = tmp_path / "mine.yaml"
+    f.write_text("\n".join(f"{k}: {v}" for k, v in {**KR260.to_dict(), "net_ports": 4}.items()))
+    assert load_profile(str(f)).net_ports == 4
+    # every number in the shipped profile has its source beside it (same line or the comment above)
+    lines = (PROFILE_DIR / "kr260.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line and not line.startswith("#") and ":" in line and not line.startswith("name"):
+            assert "#" in line or lines[i - 1].startswith("#"), line
