@@ -212,6 +212,14 @@ class Plan:
         return int(self.fetch_bytes.sum() + self.prop_bytes.sum() + self.handoff_bytes)
 
     @property
+    def staging_bytes(self) -> np.ndarray:
+        """[C] bytes of fetched history per layer at the busiest compute node in each step."""
+        new = (self.topology.rank[self.holder_owner] < self.r_step[1:, None]) * self.block_bytes[:, None]
+        held_hist = (self.memory[:-1] - new)[:, self.compute_nodes]
+        hist = np.concatenate([[0], np.cumsum(self.block_bytes)[:-1]])
+        return (hist[:, None] - held_hist).max(axis=1) / self.request.model.num_layers
+
+    @property
     def comm_hop_bytes(self) -> int:
         return int(self.hop_bytes.sum())
 
@@ -306,6 +314,7 @@ class Plan:
             "sharding": req.sharding,
             "chunk_size": self.chunk_size,
             "num_chunks": C,
+            # null: no reuse bound (mars with alpha = inf) or a baseline without one
             "alpha": None if self.alpha is None or math.isinf(self.alpha) else self.alpha,
             "gamma": req.gamma,
             "budget_bytes": req.budget_bytes,
@@ -328,6 +337,9 @@ class Plan:
                                  "handoff": self.t_handoff, "lm_head": self.t_head,
                                  "exposed_comm": float((np.maximum(self.t_comm, self.t_comp) - self.t_comp).sum())},
             "decode_token_s": self.decode_token_s,
+            # fetched history one layer needs, per step (busiest node): what the M_buf staging
+            # area must hold (x2 for ping-pong); reported, not enforced by the planner
+            "staging_bytes_per_layer_max": int(self.staging_bytes.max(initial=0)),
             "search": self.search,
         }
         if events:
