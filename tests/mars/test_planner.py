@@ -199,3 +199,25 @@ def test_profile_validation_and_yaml(tmp_path):
     for i, line in enumerate(lines):
         if line and not line.startswith("#") and ":" in line and not line.startswith("name"):
             assert "#" in line or lines[i - 1].startswith("#"), line
+
+
+def test_cli_compare_mode(capsys):
+    import json
+
+    from mcf.sw import cli
+    assert cli.main(["plan", "--model", "tiny", "--seq", "512", "--nodes", "2,4", "--scheme", "all",
+                     "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {(r["scheme"], r["nodes"]) for r in rows} == {(s, n) for s in
+                                                         ("mars", "ring", "zigzag", "full", "pd", "passq")
+                                                         for n in (2, 4)}
+    assert cli.main(["plan", "--seq", "512", "--nodes", "2,4", "--plot", "x.png"]) == 2
+    assert "--plot and --programs" in capsys.readouterr().err
+
+
+def test_cli_plot(tmp_path, capsys):
+    from mcf.sw import cli
+    out = tmp_path / "fig4.png"
+    assert cli.main(["plan", "--model", "tiny", "--seq", "1024", "--nodes", "4", "--budget", "40000",
+                     "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
