@@ -57,6 +57,11 @@ class NodeProgram:
     routes: dict[int, dict] = field(default_factory=dict)
     #: (stage, step, Meta | Dma) in push order; decode steps are a template (seq = token index)
     ops: list[tuple[Stage, int, object]] = field(default_factory=list)
+    #: DDR map: the pool spans [KV_POOL_BASE, staging_base), the staging area follows it; the
+    #: runtime sets DMA_WINDOW_BASE/SIZE to cover [KV_POOL_BASE, KV_POOL_BASE + window_bytes)
+    pool_layer_bytes: int = 0
+    staging_base: int = 0
+    window_bytes: int = 0
 
     @property
     def metas(self) -> list[Meta]:
@@ -72,7 +77,7 @@ class NodeProgram:
 
     def summary(self) -> dict:
         return {"node": self.node, "metas": len(self.metas), "dmas": len(self.dmas),
-                "routes": len(self.routes)}
+                "routes": len(self.routes), "window_bytes": self.window_bytes}
 
 
 class _Routes:
@@ -199,6 +204,10 @@ def lower(plan: Plan) -> list[NodeProgram]:
         frees_at.append(freed)
     pool_layer = [max(1, p.high) * stride for p in pools]
     staging = [KV_POOL_BASE + L * pool_layer[n] for n in range(N)]
+    for n in range(N):
+        progs[n].pool_layer_bytes = pool_layer[n]
+        progs[n].staging_base = staging[n]
+        progs[n].window_bytes = staging[n] + 2 * C * stride - KV_POOL_BASE
 
     def addr(n, slot, layer):
         return KV_POOL_BASE + layer * pool_layer[n] + slot * stride

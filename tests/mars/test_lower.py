@@ -116,3 +116,26 @@ def test_lowering_is_deterministic():
     a = [(pr.routes, pr.ops) for pr in lower(plan(req))]
     b = [(pr.routes, pr.ops) for pr in lower(plan(req))]
     assert a == b
+
+
+@pytest.mark.parametrize("topo", ["switch", "mesh"])
+def test_pool_slots_never_overlap_live_blocks(topo):
+    """A block's pool stores never hit the range of another block the node still holds, and
+    every DMA stays inside the node's window."""
+    from mcf.sw.mars.lower import KV_POOL_BASE
+    p = plan(PlanRequest(TINY, 400, 5, PROFILE, topology=topo, budget_bytes=9000, chunk_size=16,
+                         alpha=math.inf))
+    for prog in lower(p):
+        live = {}                                  # block -> [(addr, length)] of its pool copy
+        for stage, step, op in prog.ops:
+            if isinstance(op, Meta):
+                if op.op == Op.KV_INVALIDATE:
+                    live.pop(op.kv_id)
+                continue
+            assert KV_POOL_BASE <= op.addr and op.addr + op.length <= KV_POOL_BASE + prog.window_bytes
+            if stage == Stage.PREFILL and op.dir == DmaDir.STORE and op.addr < prog.staging_base:
+                for b, ranges in live.items():
+                    if b != step:
+                        for a, n in ranges:
+                            assert op.addr + op.length <= a or a + n <= op.addr, (prog.node, step, b)
+                live.setdefault(step, []).append((op.addr, op.length))
