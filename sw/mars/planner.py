@@ -538,12 +538,14 @@ def _evaluate(inst: _Instance, r_step: np.ndarray, alpha, path_req: str) -> dict
     # pd: hand the KV from the prefill group to the decode group after prefill --------------
     handoff_bytes, t_handoff = 0, 0.0
     if req.scheme == "pd":
+        mem = mem.copy()                    # (the cached prefill memory stays untouched)
         mem[-1] = np.bincount(inst.owner, weights=inst.bytes, minlength=N)   # decode group's layout
         handoff_bytes = int(inst.bytes.sum())
         links = min(Nc, N - Nc)
         t_handoff = handoff_bytes / (links * bw) + topo.diameter * tau
 
-    return dict(r_step=r_step, memory=mem, flops=flops, ddr_bytes=ddr, t_comp=t_comp, t_comm=t_comm, t_ps=t_ps, t_sync=t_sync,
+    return dict(r_step=r_step, memory=mem, flops=flops, ddr_bytes=ddr, t_comp=t_comp,
+                t_comm=t_comm, t_ps=t_ps, t_sync=t_sync,
                 fetch_bytes=fetch_bytes, prop_bytes=prop_bytes, hop_bytes=hop_f + hop_p,
                 handoff_bytes=handoff_bytes, t_handoff=t_handoff, t_head=t_head, path=path,
                 alpha=alpha)
