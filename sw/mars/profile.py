@@ -1,0 +1,148 @@
+"""Hardware profile of one MCF node and the cluster's network: the numbers every model needs.
+
+Presets live in ``profiles/<name>.yaml`` beside this file (the source of each number is written
+next to it).  The planner, the SimPy cluster model and the RTL benchmarks all read the same
+``HardwareProfile``; calibration constants (per-operation costs) live here and nowhere else.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import yaml
+
+from mcf.spec.regmap import DESC_WORDS, META_WORDS
+from mcf.sw.errors import UserError
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+TOPOLOGIES = ("switch", "ring", "mesh")
+#: Network ports a node needs for each topology (a ring of two nodes needs one link).
+PORTS_NEEDED = {"switch": 1, "ring": 2, "mesh": 4}
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """One node + the network.  Units: Hz, bytes, bytes/s (``_Bps``), bits/s (``_bps``), s."""
+    name: str
+    pl_clock_hz: float
+    mac_rows: int
+    mac_cols: int
+    ops_per_mac: int
+    compute_efficiency: float
+    ddr_bandwidth_Bps: float
+    ddr_efficiency: float
+    ddr_capacity_bytes: int
+    kv_budget_bytes: int
+    kv_buffer_bytes: int
+    net_ports: int
+    link_bandwidth_bps: float
+    link_efficiency: float
+    link_latency_s: float
+    topology: str
+    axi_lite_write_s: float
+    nic_cycles_per_packet: int
+    dma_setup_cycles: int
+    gamma: float = 1.0
+
+    def __post_init__(self):
+        positive = ("pl_clock_hz", "mac_rows", "mac_cols", "ops_per_mac", "ddr_bandwidth_Bps",
+                    "ddr_capacity_bytes", "kv_budget_bytes", "kv_buffer_bytes", "net_ports",
+                    "link_bandwidth_bps", "gamma")
+        for f in positive:
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise UserError(f"profile {self.name}: {f}={v!r} must be a positive number")
+        for f in ("link_latency_s", "axi_lite_write_s", "nic_cycles_per_packet", "dma_setup_cycles"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise UserError(f"profile {self.name}: {f}={v!r} must be a number >= 0")
+        for f in ("compute_efficiency", "ddr_efficiency", "link_efficiency"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise UserError(f"profile {self.name}: {f}={v!r} must be in (0, 1]")
+        if self.topology not in TOPOLOGIES:
+            raise UserError(f"profile {self.name}: unknown topology {self.topology!r}; "
+                            f"one of {', '.join(TOPOLOGIES)}")
+        if self.net_ports > 16:
+            raise UserError(f"profile {self.name}: net_ports={self.net_ports} exceeds the 16 "
+                            "ports a route entry's port_mask can name")
+
+    # --- derived figures (one definition each) ---------------------------------------------------
+    @property
+    def peak_ops_per_s(self) -> float:
+        """Peak engine throughput: MACs/cycle x ops/MAC x clock."""
+        return self.mac_rows * self.mac_cols * self.ops_per_mac * self.pl_clock_hz
+
+    @property
+    def p_node(self) -> float:
+        """P_node of eq. 6: sustained ops/s of one node's engine."""
+        return self.peak_ops_per_s * self.compute_efficiency
+
+    @property
+    def ddr_Bps(self) -> float:
+        """Sustained DDR bandwidth in bytes/s."""
+        return self.ddr_bandwidth_Bps * self.ddr_efficiency
+
+    @property
+    def bw_eff(self) -> float:
+        """BW_eff of eq. 7: sustained payload bytes/s of one network port, one direction."""
+        return self.link_bandwidth_bps / 8 * self.link_efficiency
+
+    @property
+    def meta_push_s(self) -> float:
+        """PS time to push one Meta descriptor (its words + the push strobe) over AXI-Lite."""
+        return (META_WORDS + 1) * self.axi_lite_write_s
+
+    @property
+    def desc_push_s(self) -> float:
+        """PS time to push one DMA descriptor."""
+        return (DESC_WORDS + 1) * self.axi_lite_write_s
+
+    def with_(self, **changes) -> "HardwareProfile":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, name: str | None = None) -> "HardwareProfile":
+        if not isinstance(d, dict):
+            raise UserError(f"profile {name}: expected a mapping of fields")
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise UserError(f"profile {name}: unknown field(s) {', '.join(sorted(unknown))}")
+        d = dict(d)
+        if name is not None:
+            d.setdefault("name", name)
+        missing = {f.name for f in fields(cls) if f.default is f.default_factory} - set(d)
+        missing = {m for m in missing if m not in ("gamma",)}
+        if missing:
+            raise UserError(f"profile {d.get('name')}: missing field(s) {', '.join(sorted(missing))}")
+        # PyYAML reads "200.0e6" (no exponent sign) as a string: coerce by the declared type.
+        for f in fields(cls):
+            v = d.get(f.name)
+            if f.type == "float" and isinstance(v, (str, int)) and not isinstance(v, bool):
+                try:
+                    d[f.name] = float(v)
+                except ValueError:
+                    raise UserError(f"profile {d.get('name')}: {f.name}={v!r} is not a number") from None
+        return cls(**d)
+
+
+def profile_names() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def load_profile(spec: str | Path = "kr260") -> HardwareProfile:
+    """A preset name (``kr260``) or a path to a YAML file."""
+    p = Path(spec)
+    if p.suffix in (".yaml", ".yml"):
+        if not p.is_file():
+            raise UserError(f"profile file {p} does not exist")
+        return HardwareProfile.from_dict(yaml.safe_load(p.read_text()), name=p.stem)
+    preset = PROFILE_DIR / f"{spec}.yaml"
+    if not preset.is_file():
+        raise UserError(f"unknown hardware profile {str(spec)!r}; presets: "
+                        f"{', '.join(profile_names())} (or give a .yaml file)")
+    return HardwareProfile.from_dict(yaml.safe_load(preset.read_text()), name=str(spec))
