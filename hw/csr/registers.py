@@ -141,9 +141,12 @@ class ControlRegisters(wiring.Component):
         ]
 
         # --- error counters ------------------------------------------------------------------
-        strobe = Signal(len(ErrorCause))    # events raised here, ORed with the errors port
+        # Events raised here, ORed with the errors port.  One whole signal per cause (a
+        # partially driven vector becomes a sensitivity-less ``always @*`` in Verilog that
+        # Icarus never runs, leaving the undriven bits X).
+        strobe = {c: Signal(name=f"strobe_{c.name.lower()}") for c in ErrorCause}
         events = Signal(len(ErrorCause))
-        m.d.comb += events.eq(self.errors | strobe)
+        m.d.comb += events.eq(self.errors | Cat(*strobe.values()))
         clear_counters = fld("CONTROL", "clear_counters")
         counters = {c: Signal(DATA_BITS, name=f"err_{c.name.lower()}") for c in ErrorCause}
         for c, cnt in counters.items():

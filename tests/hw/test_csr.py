@@ -4,6 +4,7 @@ from amaranth.sim import Simulator
 
 from mcf import spec
 from mcf.hw.csr import ControlRegisters
+from mcf.sim.runner import run_cocotb
 from mcf.spec import REGISTERS, ErrorCause
 
 
@@ -87,3 +88,14 @@ def test_amaranth_sim_basic():
         assert ctx.get(dut.meta.valid) and ctx.get(dut.meta.payload.as_value()) == 0x00BB00DD
 
     _axil_sim(dut, body)
+
+
+CSR_PARAMS = {"meta_queue_depth": 4, "desc_queue_depth": 4, "data_bytes": 8, "net_ports": 2,
+              "dma_bus_bytes": 16, "dma_buffers": 2, "dma_buffer_bytes": 1024}
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("case", ["registers", "route", "queues", "bad_descriptors", "errors_and_irq"])
+def test_csr_cocotb(case, build_dir):
+    run_cocotb(ControlRegisters(**CSR_PARAMS), "mcf.sim.csr.test_csr", build_dir, testcase=case,
+               params=CSR_PARAMS)
