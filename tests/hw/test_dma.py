@@ -59,3 +59,13 @@ def test_loader_cocotb(case, build_dir):
 def test_writer_cocotb(case, build_dir):
     run_cocotb(DmaWriter(64), "mcf.sim.dma.test_dma", build_dir, testcase=case,
                params={"data_width": 64, "descriptors": 10, "max_length": 2000})
+
+
+SYSTEM = {"data_width": 64, "buffer_bytes": 512, "buffers": 2, "meta_queue_depth": 4, "desc_queue_depth": 4}
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("case", ["bad_input", "program"])
+def test_csr_dma_cocotb(case, build_dir):
+    from mcf.hw.dma import ControlAndDma
+    run_cocotb(ControlAndDma(**SYSTEM), "mcf.sim.dma.test_system", build_dir, testcase=case, params=SYSTEM)
