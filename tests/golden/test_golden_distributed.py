@@ -58,13 +58,13 @@ def test_ring_layouts(fixed_inputs, float_inputs, n, layout):
 
 
 @pytest.mark.parametrize("n", NODES)
-@pytest.mark.parametrize("chunk", [1, 4, 7, T])
+@pytest.mark.parametrize("chunk", [2, 5, 8, T])
 def test_chunked_prefill_any_placement(fixed_inputs, float_inputs, n, chunk):
     rng = np.random.default_rng(100 * n + chunk)
     n_chunks = -(-T // chunk)
     attn, ref = fixed_inputs
     fattn, fref = float_inputs
-    for _ in range(2):
+    for _ in range(2 if chunk >= 5 else 1):
         placement = D.random_placement(n_chunks, n, rng)
         assert all(placement.owner[b] in placement.holders(b, c) for c in range(n_chunks) for b in range(c))
         assert np.array_equal(D.chunked_prefill_attention(attn, chunk, placement, rng), ref)
