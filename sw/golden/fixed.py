@@ -74,11 +74,9 @@ def rshr(x, s):
         if s > 0:
             return (x + (1 << (s - 1))) >> s
         return x << (-s)
-    right = np.clip(s, 0, 62)
-    half = np.where(right > 0, np.left_shift(np.int64(1), np.maximum(right - 1, 0)), 0)
-    out = (x + half) >> right
-    out = np.where(s > 62, 0, out)
-    return out << np.clip(-s, 0, 62)
+    # (x + 2^(s-1)) >> s == ((x >> (s-1)) + 1) >> 1 for s >= 1 (no wide intermediate)
+    down = ((x >> np.clip(s - 1, 0, 62)) + 1) >> 1
+    return np.where(s > 0, down, x << np.clip(-s, 0, 62))
 
 
 def bitlen(x):
@@ -441,12 +439,23 @@ def causal_mask(q_pos, k_pos) -> np.ndarray:
     return np.asarray(k_pos)[None, :] <= np.asarray(q_pos)[:, None]
 
 
-def attention(q, k, v, q_pos, k_pos, group: int) -> np.ndarray:
+def attention(q, k, v, q_pos, k_pos, group: int, block: int = 256) -> np.ndarray:
     """Single-node causal attention, the canonical definition: one state per query row over
-    all its visible keys (m = the row maximum), then ``finalize``.  X32 [T, Hq, d]."""
-    s = scores(q, *k, group)
-    valid = np.broadcast_to(causal_mask(q_pos, k_pos)[None], s.shape)
-    return finalize(partial_state(s, valid, *v, group))
+    all its visible keys (m = the row maximum), then ``finalize``.  X32 [T, Hq, d].
+
+    Rows are independent, so they are computed in blocks of ``block`` queries, each against
+    only the keys some row of the block can see (same bits, half the work under the mask)."""
+    q_pos, k_pos = np.asarray(q_pos), np.asarray(k_pos)
+    outs = []
+    for t0 in range(0, len(q_pos), block):
+        rows = slice(t0, t0 + block)
+        keys = np.flatnonzero(k_pos <= q_pos[rows].max())
+        qb = (q[0][rows], q[1][rows])
+        kb, vb = tuple(a[keys] for a in k), tuple(a[keys] for a in v)
+        s = scores(qb, *kb, group)
+        valid = np.broadcast_to(causal_mask(q_pos[rows], k_pos[keys])[None], s.shape)
+        outs.append(finalize(partial_state(s, valid, *vb, group)))
+    return np.concatenate(outs)
 
 
 # --- the (m, l, o) wire format and the NIC reductions ----------------------------------------
