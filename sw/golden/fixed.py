@@ -384,7 +384,7 @@ def scores(q, kq, ka, ke, group: int):
     hkv = kq.shape[1]
     qg = qm.reshape(t, hkv, group, d).transpose(1, 2, 0, 3).reshape(hkv, group * t, d)
     bound = float(d) * (1 << (MANT_BITS - 1)) * (1 << (W_BITS - 1))
-    dot = np.stack([_exact_matmul(qg[h], kq[:, h, :].T, bound) for h in range(hkv)])
+    dot = _exact_matmul(qg, kq.transpose(1, 2, 0), bound)          # batched over KV heads
     dot = dot.reshape(hkv, group, t, -1).reshape(hq, t, -1)     # head h = kvh * group + g
     kv_of = np.arange(hq) // group
     raw = dot * ka.T[kv_of][:, None, :]
@@ -417,7 +417,7 @@ def partial_state(s, valid, vq, va, ve, group: int, m_ref=None) -> State:
     bound = float(s.shape[-1]) * (1 << 31) * (1 << (W_BITS - 1))
     t = s.shape[1]
     wg = w.reshape(hkv, group * t, -1)
-    o = np.stack([_exact_matmul(wg[h], vq[:, h, :], bound) for h in range(hkv)])
+    o = _exact_matmul(wg, vq.transpose(1, 0, 2), bound)              # batched over KV heads
     o = sat(o.reshape(hq, t, -1), 32)
     return State(m, l, o)
 
