@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Makes sure the HDL simulators the tests need are installed: Icarus Verilog (>= 11, runs the
-# cocotb benches) and Verilator (lint only; Debian's 5.006 is enough for --lint-only).
+# Makes sure the HDL tools the tests need are installed: Icarus Verilog (>= 11, runs the
+# cocotb benches), Verilator (lint only; Debian's 5.006 is enough for --lint-only) and tclsh
+# (runs the KR260 build script against a mock of Vivado).
 # Installs missing ones with apt-get (directly as root, with sudo otherwise).
 set -euo pipefail
 
 missing=()
 command -v iverilog >/dev/null 2>&1 || missing+=(iverilog)
 command -v verilator >/dev/null 2>&1 || missing+=(verilator)
+command -v tclsh >/dev/null 2>&1 || missing+=(tcl)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

@@ -112,7 +112,9 @@ class HeaderDeserializer(wiring.Component):
 
     The parsed header is offered on ``meta`` before any payload beat leaves, so a consumer
     can decide where the payload goes.  A packet whose TLAST comes before the header is
-    complete is reported with ``truncated`` set, never parsed as a header.
+    complete (or whose header beats lack bytes, per TKEEP) is reported with ``truncated``
+    set, never parsed as a header; beats after a short header still pass on ``o`` (with
+    ``has_payload``) so that the consumer can drain and drop them.
     """
 
     def __init__(self, data_width: int = 64):
@@ -130,6 +132,7 @@ class HeaderDeserializer(wiring.Component):
         shift = Signal(self.beats * w)
         beat = Signal(range(self.beats + 1))
         pending = Signal()       # meta.valid
+        seen_short = Signal()    # an earlier header beat of this packet lacked bytes
         in_payload = Signal()
 
         word = Signal(HEADER_BITS)
@@ -144,12 +147,16 @@ class HeaderDeserializer(wiring.Component):
             self.meta.valid.eq(pending),
             self.meta.payload.meta.eq(Cat(word)),
             self.meta.payload.truncated.eq(truncated),
-            self.meta.payload.has_payload.eq(has_payload & ~truncated),
+            self.meta.payload.has_payload.eq(has_payload),
             self.meta.payload.malformed.eq(
                 (parsed.magic != MAGIC) | (parsed.reserved != 0) | (check != 0)),
         ]
         with m.If(self.meta.valid & self.meta.ready):
             m.d.sync += pending.eq(0)
+
+        # Header bytes a beat must carry (all of them below 128 bits, the low 16 above).
+        need_keep = (1 << min(w, HEADER_BITS) // 8) - 1
+        keep_ok = (self.i.tkeep & need_keep) == need_keep
 
         with m.If(~in_payload):
             # Collect header beats (while no parsed header waits to be taken).
@@ -160,17 +167,16 @@ class HeaderDeserializer(wiring.Component):
                 else:
                     m.d.sync += shift.eq(Cat(shift[w:], self.i.tdata))
                 last = beat == self.beats - 1
+                # A header beat with missing bytes makes the header short, like an early TLAST.
+                short = Signal()
+                m.d.comb += short.eq(~keep_ok | seen_short)
                 with m.If(last | self.i.tlast):
-                    m.d.sync += [pending.eq(1), beat.eq(0),
-                                 truncated.eq(~last),
+                    m.d.sync += [pending.eq(1), beat.eq(0), seen_short.eq(0),
+                                 truncated.eq(~last | short),
                                  has_payload.eq(last & ~self.i.tlast),
                                  in_payload.eq(last & ~self.i.tlast)]
-                    if self.beats > 1:
-                        # A short header: align what arrived so that no stale bits remain.
-                        with m.If(~last):
-                            m.d.sync += shift.eq(0)
                 with m.Else():
-                    m.d.sync += beat.eq(beat + 1)
+                    m.d.sync += [beat.eq(beat + 1), seen_short.eq(short)]
         with m.Else():
             # Payload beats pass through once the header has been taken.
             m.d.comb += [

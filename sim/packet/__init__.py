@@ -1,0 +1,1 @@
+"""cocotb benches of the packet framing blocks (hw/packet)."""

@@ -1,0 +1,44 @@
+"""The register map: no overlaps, every error cause has a counter, layouts fit their registers."""
+import pytest
+
+from mcf import spec
+from mcf.spec import REGISTERS, Access, ErrorCause, SpecError
+from mcf.spec.regmap import ERROR_COUNTER_BASE, Register, RegisterMap
+
+
+def test_offsets_unique_and_aligned():
+    offsets = [r.offset for r in REGISTERS]
+    assert len(offsets) == len(set(offsets))
+    assert all(o % 4 == 0 for o in offsets)
+
+
+def test_every_error_cause_has_a_counter():
+    for cause in ErrorCause:
+        r = REGISTERS[f"ERR_{cause.name}"]
+        assert r.offset == ERROR_COUNTER_BASE + 4 * cause and r.access is Access.RO
+
+
+def test_staging_registers_cover_meta_and_descriptor():
+    meta_words = [r for r in REGISTERS if r.name.startswith("META_W")]
+    assert len(meta_words) * 32 == spec.HEADER_BITS
+    desc_words = [r for r in REGISTERS if r.name.startswith("DESC_W")]
+    assert len(desc_words) * 32 >= spec.DMA_DESCRIPTOR.total_bits
+
+
+def test_route_entry_fits_one_register():
+    assert spec.ROUTE_ENTRY.total_bits == 32
+    data = REGISTERS["ROUTE_DATA"]
+    assert data.field("valid").lsb == 31 and data.field("port_mask").width == 16
+
+
+def test_overlap_is_refused():
+    with pytest.raises(SpecError, match="overlaps"):
+        RegisterMap([Register("A", 0, Access.RO, ""), Register("B", 0, Access.RO, "")])
+
+
+def test_dma_descriptor_round_trip():
+    d = {"addr": 0x8_0000_1000, "length": 4096, "buffer": 1, "dir": spec.DmaDir.LOAD, "tag": 5}
+    word = spec.DMA_DESCRIPTOR.pack(d)
+    assert spec.DMA_DESCRIPTOR.unpack(word) == {k: int(v) for k, v in d.items()}
+    with pytest.raises(SpecError, match="length"):
+        spec.DMA_DESCRIPTOR.pack({**d, "length": 1 << 32})
