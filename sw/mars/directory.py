@@ -1,0 +1,94 @@
+"""The replica directory: which node holds which KV block, in which lifecycle state.
+
+VALID -> DRAINING (still readable by chunks in flight, excluded from new decisions) -> INVALID
+(buffer freed).  Owner copies are VALID from the moment they are written and never leave.
+Every transition is an ``Event`` of the plan; ``replay`` applies them in order and checks the
+lifecycle, so the plan and the runtime (which keeps one of these per node) agree by construction.
+"""
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from .planner import Event, Plan
+
+
+class State(enum.IntEnum):
+    INVALID = 0
+    VALID = 1
+    DRAINING = 2
+
+
+class LifecycleError(AssertionError):
+    """An event that breaks the lifecycle (a bug in the planner, never a user error)."""
+
+
+class ReplicaDirectory:
+    def __init__(self, nodes: int, block_bytes):
+        self.nodes = nodes
+        self.block_bytes = np.asarray(block_bytes)
+        self.state: dict[tuple[int, int], State] = {}
+        self.owner: dict[int, int] = {}
+        self.memory = np.zeros(nodes)
+
+    def get(self, block: int, node: int) -> State:
+        return self.state.get((block, node), State.INVALID)
+
+    def readable(self, block: int, node: int) -> bool:
+        return self.get(block, node) in (State.VALID, State.DRAINING)
+
+    def schedulable(self, block: int, node: int) -> bool:
+        """May a new decision use this copy?  (DRAINING copies may not.)"""
+        return self.get(block, node) == State.VALID
+
+    def apply(self, e: Event) -> None:
+        for n in e.nodes:
+            key, cur = (e.block, n), self.get(e.block, n)
+            if e.kind in ("OWNER", "HANDOFF"):
+                if cur != State.INVALID:
+                    raise LifecycleError(f"{e}: block {e.block} already on node {n} ({cur.name})")
+                if e.kind == "OWNER" and e.block in self.owner and e.kind != "HANDOFF":
+                    raise LifecycleError(f"{e}: block {e.block} has owner {self.owner[e.block]}")
+                self.owner[e.block] = n
+                self.state[key] = State.VALID
+                self.memory[n] += self.block_bytes[e.block]
+            elif e.kind == "REPLICATE":
+                if cur != State.INVALID:
+                    raise LifecycleError(f"{e}: node {n} already holds block {e.block} ({cur.name})")
+                self.state[key] = State.VALID
+                self.memory[n] += self.block_bytes[e.block]
+            elif e.kind == "DRAIN":
+                if cur != State.VALID:
+                    raise LifecycleError(f"{e}: drain of a {cur.name} copy on node {n}")
+                if self.owner.get(e.block) == n:
+                    raise LifecycleError(f"{e}: the owner copy of block {e.block} may not drain")
+                self.state[key] = State.DRAINING
+            elif e.kind == "INVALIDATE":
+                if cur != State.DRAINING:
+                    raise LifecycleError(f"{e}: invalidate of a {cur.name} copy on node {n}")
+                del self.state[key]
+                self.memory[n] -= self.block_bytes[e.block]
+            else:
+                raise LifecycleError(f"unknown event kind {e.kind}")
+
+    def holders(self, block: int) -> list[int]:
+        return sorted(n for (b, n), s in self.state.items() if b == block and s != State.INVALID)
+
+
+def replay(plan: Plan, check=None) -> ReplicaDirectory:
+    """Apply the plan's events in order.  ``check(step, phase, directory)`` runs after the 'start'
+    events of each step (the state chunk ``step`` computes against) and after its 'end' events."""
+    d = ReplicaDirectory(plan.nodes, plan.block_bytes)
+    events = plan.events
+    i = 0
+    for t in range(plan.num_chunks):
+        for phase in ("start", "end"):
+            while i < len(events) and events[i].step == t and events[i].phase == phase:
+                d.apply(events[i])
+                i += 1
+            if check:
+                check(t, phase, d)
+    if i != len(events):
+        raise LifecycleError(f"event {events[i]} out of order")
+    return d
