@@ -167,7 +167,7 @@ class PrefillSim:
         self.staged = np.zeros((C, N))
         self.sends_from = defaultdict(list)                    # (node, block) -> [Msg]
         self.msgs: list[Msg] = []
-        self.local_keys = np.zeros((C, N), dtype=np.int64)
+        self.local_keys = np.zeros((C, N))
         self.replica_at_end = [set() for _ in range(C)]
         self.ring_groups = [dict() for _ in range(C)]
 
@@ -181,7 +181,7 @@ class PrefillSim:
                 kvx = {}
                 for n in comp:
                     others = tuple(d for d in comp if d != n)
-                    kvx[n] = self._msg(t, "kvx", n, others, self.rows[t][n] * mt, self.rows[t][n], ())
+                    kvx[n] = self._msg(t, "kvx", n, others, self.rows[t][n] * mt, 0, ())  # keys counted in own (causal)
                     for d in others:
                         self.expect[t, d] += 1
                 o = int(p.holder_owner[t])
@@ -211,10 +211,11 @@ class PrefillSim:
                 for d in dsts:
                     self.expect[t, d] += 1
                     fetched[d] += ntok
-            own = int(tok[t]) if self.chunk_kv == "plan" else 0
+            # causal mask inside the chunk: a row attends to the rows before it, (B + 1) / 2 keys
+            # on average (the engine skips masked tiles; the planner counts all B)
+            own = (int(tok[t]) + 1) / 2
             for n in comp:
-                self.local_keys[t, n] = int(hist[t]) - fetched[n] + own + (
-                    self.rows[t][n] if self.chunk_kv == "allgather" else 0)
+                self.local_keys[t, n] = int(hist[t]) - fetched[n] + own
 
         # pd hand-off ------------------------------------------------------------------------
         self.handoff = []
@@ -331,7 +332,7 @@ class PrefillSim:
                 node.alloc(float(p.block_bytes[t]))
                 self.produced[t].succeed()
             if is_comp:
-                keys = int(self.local_keys[t, n])
+                keys = float(self.local_keys[t, n])
                 yield from node.op(costs.attn_flops(m, rows, keys), keys * mt)
                 if self.ring:
                     # groups arrive at known times (see _ring_step_proc); the engine, idle while
