@@ -350,14 +350,17 @@ class PrefillSim:
                         vt = node.reserve(costs.attn_flops(m, rows, ntok), nbytes, start=vt)
                     if vt > env.now:
                         yield env.timeout(vt - env.now)
+                    if self.staged[t, n]:
+                        node.free(self.staged[t, n], staging=True)
+                        self.staged[t, n] = 0
                 else:
                     box = self.inbox[t][n]
                     for _ in range(int(self.expect[t, n])):
                         nbytes, ntok = yield box.get()
                         yield from node.op(costs.attn_flops(m, rows, ntok), nbytes)
+                        node.free(nbytes, staging=True)     # consumed: the staging slot is free
+                        self.staged[t, n] -= nbytes
             self.mem_step[t, n] = node.pool
-            if self.staged[t, n]:
-                node.free(self.staged[t, n], staging=True)
             if n in self.replica_at_end[t]:
                 node.alloc(float(p.block_bytes[t]))   # the all-gathered block stays as a replica
             self.t_end[t] = max(self.t_end[t], env.now)
