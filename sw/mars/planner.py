@@ -166,6 +166,8 @@ class Plan:
     compute_nodes: np.ndarray      # nodes that compute prefill (pd: the prefill group)
     r_step: np.ndarray             # [C+1] replica factor of history blocks during step t; r_step[C]=1
     memory: np.ndarray             # [C+1, N] KV bytes per node during each step, then the final layout
+    flops: np.ndarray              # [C] engine ops of the busiest compute node in step t
+    ddr_bytes: np.ndarray          # [C] DDR bytes it moves (weights, KV reads and writes)
     t_comp: np.ndarray             # [C] seconds
     t_comm: np.ndarray
     t_ps: np.ndarray
@@ -210,6 +212,14 @@ class Plan:
         return int(self.fetch_bytes.sum() + self.prop_bytes.sum() + self.handoff_bytes)
 
     @property
+    def staging_bytes(self) -> np.ndarray:
+        """[C] bytes of fetched history per layer at the busiest compute node in each step."""
+        new = (self.topology.rank[self.holder_owner] < self.r_step[1:, None]) * self.block_bytes[:, None]
+        held_hist = (self.memory[:-1] - new)[:, self.compute_nodes]
+        hist = np.concatenate([[0], np.cumsum(self.block_bytes)[:-1]])
+        return (hist[:, None] - held_hist).max(axis=1) / self.request.model.num_layers
+
+    @property
     def comm_hop_bytes(self) -> int:
         return int(self.hop_bytes.sum())
 
@@ -232,14 +242,17 @@ class Plan:
         return h[np.argmin(d, axis=0)]
 
     def fetches(self, step: int):
-        """(block, src, [dst...], bytes) for every history block some node lacks in ``step``."""
+        """(block, src, [dst...], bytes) for every history block some node lacks in ``step``, in
+        the order they are sent.  A source holds the block or received it earlier in the list."""
         if self.scheme in ("ring", "zigzag", "passq"):
-            ring = self.compute_nodes
+            # pass-KV: the block walks the ring of compute nodes from its owner, hop by hop; each
+            # node receives it from its predecessor and forwards it (in this order)
+            ring = [int(n) for n in self.compute_nodes]
             for b in range(step):
-                o = int(self.holder_owner[b])
-                dsts = [int(n) for n in ring if n != o]
-                if dsts:
-                    yield b, o, dsts, int(self.block_bytes[b])
+                i = ring.index(int(self.holder_owner[b]))
+                walk = ring[i:] + ring[:i]
+                for x, y in zip(walk, walk[1:]):
+                    yield b, x, [y], int(self.block_bytes[b])
             return
         for b in range(step):
             src = self.fetch_sources(b, step)
@@ -247,6 +260,22 @@ class Plan:
             need = need[np.isin(need, self.compute_nodes)]
             for s in np.unique(src[need]):
                 yield b, int(s), [int(n) for n in need[src[need] == s]], int(self.block_bytes[b])
+
+    def step_view(self, t: int) -> dict:
+        """What happens in prefill step t, for an executor (the SimPy cluster model): the compute
+        nodes and their per-node work, block t's replication, the history fetches (in send order)
+        and the directory events, with the modelled times of the step."""
+        holders = [int(n) for n in self.holders(t, t)]
+        return {
+            "step": t, "tokens": int(self.chunk_tokens[t]),
+            "compute_nodes": [int(n) for n in self.compute_nodes],
+            "flops_per_node": float(self.flops[t]), "ddr_bytes_per_node": float(self.ddr_bytes[t]),
+            "owner": holders[0], "replicate_to": holders[1:], "block_bytes": int(self.block_bytes[t]),
+            "fetches": [{"block": b, "src": s, "dsts": d, "bytes": n} for b, s, d, n in self.fetches(t)],
+            "events": [e for e in self._events() if e.step == t],
+            "t_comp": float(self.t_comp[t]), "t_comm": float(self.t_comm[t]),
+            "t_ps": float(self.t_ps[t]), "t_sync": float(self.t_sync[t]),
+        }
 
     @property
     def events(self) -> list[Event]:
@@ -285,6 +314,7 @@ class Plan:
             "sharding": req.sharding,
             "chunk_size": self.chunk_size,
             "num_chunks": C,
+            # null: no reuse bound (mars with alpha = inf) or a baseline without one
             "alpha": None if self.alpha is None or math.isinf(self.alpha) else self.alpha,
             "gamma": req.gamma,
             "budget_bytes": req.budget_bytes,
@@ -307,6 +337,9 @@ class Plan:
                                  "handoff": self.t_handoff, "lm_head": self.t_head,
                                  "exposed_comm": float((np.maximum(self.t_comm, self.t_comp) - self.t_comp).sum())},
             "decode_token_s": self.decode_token_s,
+            # fetched history one layer needs, per step (busiest node): what the M_buf staging
+            # area must hold (x2 for ping-pong); reported, not enforced by the planner
+            "staging_bytes_per_layer_max": int(self.staging_bytes.max(initial=0)),
             "search": self.search,
         }
         if events:
@@ -356,6 +389,8 @@ class _Instance:
         self.P = P
         self.own_rank_new = topo.rank[self.holder_owner]          # [C, N] rank of n for block t
         self._owner_need = None
+        self._mem_cache: dict[bytes, tuple] = {}
+        self._fit_cache: dict[bytes, np.ndarray] = {}
 
     # memory --------------------------------------------------------------------------------
     def mem_hist(self, r_hist: np.ndarray) -> np.ndarray:
@@ -374,10 +409,16 @@ class _Instance:
         return out
 
     def memory(self, r_step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        hist = self.mem_hist(r_step)
-        mem = hist.copy()
-        mem[:-1] += self.bytes[:, None] * (self.own_rank_new < r_step[1:, None])
-        return mem, hist
+        """([C+1, N] bytes per node during each step, [C+1, N] history part), cached per schedule
+        (row 0 holds no history, so r_step[0] does not matter)."""
+        key = np.asarray(r_step[1:], dtype=np.int64).tobytes()
+        hit = self._mem_cache.get(key)
+        if hit is None:
+            hist = self.mem_hist(r_step)
+            mem = hist.copy()
+            mem[:-1] += self.bytes[:, None] * (self.own_rank_new < r_step[1:, None])
+            hit = self._mem_cache[key] = (mem, hist)
+        return hit
 
     def fit(self, r_target: np.ndarray) -> np.ndarray:
         """Largest non-increasing schedule <= r_target whose exact per-node memory fits S_node."""
@@ -396,7 +437,7 @@ class _Instance:
             h[:-1] += self.bytes[:, None] * (self.own_rank_new < new_r[:, None])
             return h.max(axis=1)
 
-        if (peak(r, r[1:]) <= budget).all():
+        if (self.memory(r)[0].max(axis=1) <= budget).all():
             return r
         lo, hi = ones.copy(), r.copy()          # lo feasible, hi maybe not
         while (hi > lo).any():
@@ -437,12 +478,15 @@ def _evaluate(inst: _Instance, r_step: np.ndarray, alpha, path_req: str) -> dict
 
     # compute roofline of the busiest node ----------------------------------------------------
     rows = -(-inst.tok // Nc)
+    # the engine works on mac_rows query rows at a time: a partial tile costs a whole one
+    rows = -(-rows // prof.mac_rows) * prof.mac_rows
     L = m.num_layers
     dense = 2.0 * m.params_per_layer * L * rows
     attn = 4.0 * L * m.num_heads * m.head_dim * rows * (inst.tok_hist[:-1] + inst.tok)   # eq. 6
     weights = m.params_per_layer * L * m.weight_bytes_per_element
     ddr = weights + inst.H[:-1] + inst.bytes * 2          # weights, history KV, write + read new KV
-    t_comp = np.maximum((dense + attn) / prof.p_node, ddr / prof.ddr_Bps)
+    flops = dense + attn
+    t_comp = np.maximum(flops / prof.p_node, ddr / prof.ddr_Bps)
     t_head = max(2.0 * m.vocab_size * m.hidden_size / prof.p_node,
                  m.vocab_size * m.hidden_size * m.weight_bytes_per_element / prof.ddr_Bps)
 
@@ -483,20 +527,25 @@ def _evaluate(inst: _Instance, r_step: np.ndarray, alpha, path_req: str) -> dict
     if N == 1:
         t_comm = np.zeros(C)
     # PS: Meta descriptors for the blocks the node sends, DMA descriptors for the blocks it loads
-    sends = np.ceil(inst.tok_hist[:-1] / np.maximum(inst.tok.max(), 1) / Nc) + 2
-    loads = np.arange(C) + 1
-    t_ps = L * (sends * prof.meta_push_s + loads * prof.desc_push_s)
+    # (per layer, as lower() emits them: a Meta + a DMA load per block sent, a DMA store per block
+    # received, a few DMA loads for the local history runs and the staging area, one store)
+    blk = float(inst.bytes.max())
+    sent = np.ceil(out_fetch / blk) + (rn > 1)
+    recv = np.ceil(in_fetch / blk)
+    t_ps = L * (sent * prof.meta_push_s + (sent + recv + 3) * prof.desc_push_s)
     t_sync = np.full(C, topo.diameter * tau + prof.nic_cycles_per_packet / prof.pl_clock_hz)
 
     # pd: hand the KV from the prefill group to the decode group after prefill --------------
     handoff_bytes, t_handoff = 0, 0.0
     if req.scheme == "pd":
+        mem = mem.copy()                    # (the cached prefill memory stays untouched)
         mem[-1] = np.bincount(inst.owner, weights=inst.bytes, minlength=N)   # decode group's layout
         handoff_bytes = int(inst.bytes.sum())
         links = min(Nc, N - Nc)
         t_handoff = handoff_bytes / (links * bw) + topo.diameter * tau
 
-    return dict(r_step=r_step, memory=mem, t_comp=t_comp, t_comm=t_comm, t_ps=t_ps, t_sync=t_sync,
+    return dict(r_step=r_step, memory=mem, flops=flops, ddr_bytes=ddr, t_comp=t_comp,
+                t_comm=t_comm, t_ps=t_ps, t_sync=t_sync,
                 fetch_bytes=fetch_bytes, prop_bytes=prop_bytes, hop_bytes=hop_f + hop_p,
                 handoff_bytes=handoff_bytes, t_handoff=t_handoff, t_head=t_head, path=path,
                 alpha=alpha)
@@ -528,7 +577,13 @@ def schedule_for(inst: _Instance, alpha) -> np.ndarray:
     """The replica schedule r_step[0..C] of the instance's scheme."""
     s, C, N = inst.req.scheme, inst.C, inst.req.nodes
     if s == "mars":
-        return inst.fit(mars_target(inst, alpha))
+        target = mars_target(inst, alpha)
+        key = target.tobytes()
+        if key not in inst._fit_cache:          # alphas that give the same target: fit once
+            r = inst.fit(target)
+            r[0] = r[1] if len(r) > 1 else r[0]  # step 0 has no history: its factor is moot
+            inst._fit_cache[key] = r
+        return inst._fit_cache[key].copy()
     if s == "full":
         r = np.full(C + 1, N, dtype=np.int64)
         r[-1] = 1
@@ -618,7 +673,6 @@ def plan(req: PlanRequest) -> Plan:
             scheds = {}
             for a in alphas:
                 r = schedule_for(inst, a)
-                r[0] = r[1] if len(r) > 1 else r[0]   # step 0 has no history: its factor is moot
                 key = tuple(r)
                 if key in scheds:          # same schedule as a smaller alpha: same plan
                     continue
@@ -646,7 +700,8 @@ def plan(req: PlanRequest) -> Plan:
     return Plan(request=req, scheme=req.scheme, chunk_size=inst.B, alpha=ev["alpha"], topology=topo,
                 chunk_tokens=inst.tok, block_bytes=inst.bytes, owner=inst.owner,
                 holder_owner=inst.holder_owner, compute_nodes=inst.compute_nodes,
-                r_step=ev["r_step"], memory=ev["memory"], t_comp=ev["t_comp"], t_comm=ev["t_comm"],
+                r_step=ev["r_step"], memory=ev["memory"], flops=ev["flops"], ddr_bytes=ev["ddr_bytes"],
+                t_comp=ev["t_comp"], t_comm=ev["t_comm"],
                 t_ps=ev["t_ps"], t_sync=ev["t_sync"], fetch_bytes=ev["fetch_bytes"],
                 prop_bytes=ev["prop_bytes"], hop_bytes=ev["hop_bytes"],
                 handoff_bytes=ev["handoff_bytes"], t_handoff=ev["t_handoff"], t_head=ev["t_head"],

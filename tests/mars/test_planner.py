@@ -159,3 +159,65 @@ def test_deterministic():
     a = plan(PlanRequest(QWEN, 8192, 8, KR260, budget_bytes=20_000_000)).to_json()
     b = plan(PlanRequest(QWEN, 8192, 8, KR260, budget_bytes=20_000_000)).to_json()
     assert a == b
+
+
+@pytest.mark.parametrize("nodes, S, budget, topo", [(4, 96, 4000, "switch"), (4, 128, 5000, "ring"),
+                                                    (6, 96, 3500, "mesh"), (5, 112, 4200, "ring")])
+def test_search_near_exhaustive_optimum_over_all_schedules(nodes, S, budget, topo):
+    """On a link slow enough that communication shows, the alpha-family search lands within 1 % of
+    the best of *every* non-increasing schedule that fits the budget (enumerated)."""
+    import itertools
+
+    from mcf.sw.mars.planner import _evaluate, _ttft
+    slow = MESHY.with_(link_bandwidth_bps=2e6)
+    req = PlanRequest(TINY, S, nodes, slow, budget_bytes=budget, chunk_size=16, topology=topo)
+    found = plan(req)
+    inst = _Instance(req.resolved(), 16, Topology(topo, nodes))
+    best = math.inf
+    for seq in itertools.combinations_with_replacement(range(nodes, 0, -1), inst.C - 1):
+        r = np.array([seq[0], *seq, 1], dtype=np.int64)
+        if inst.memory(r)[0].max() <= budget:
+            best = min(best, _ttft(_evaluate(inst, r, None, "auto")))
+    assert found.ttft_s >= best * (1 - 1e-9)          # nothing beats the exhaustive optimum
+    assert found.ttft_s <= best * 1.01
+    assert found.r_step.max() > 1                     # and replication does pay off here
+
+
+def test_profile_validation_and_yaml(tmp_path):
+    from mcf.sw.mars.profile import PROFILE_DIR, HardwareProfile
+    with pytest.raises(UserError, match="link_efficiency"):
+        KR260.with_(link_efficiency=1.5)
+    with pytest.raises(UserError, match="pl_clock_hz"):
+        KR260.with_(pl_clock_hz=-1.0)
+    with pytest.raises(UserError, match="unknown field"):
+        HardwareProfile.from_dict({**KR260.to_dict(), "warp_drive": 1})
+    f = tmp_path / "mine.yaml"
+    f.write_text("\n".join(f"{k}: {v}" for k, v in {**KR260.to_dict(), "net_ports": 4}.items()))
+    assert load_profile(str(f)).net_ports == 4
+    # every number in the shipped profile has its source beside it (same line or the comment above)
+    lines = (PROFILE_DIR / "kr260.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line and not line.startswith("#") and ":" in line and not line.startswith("name"):
+            assert "#" in line or lines[i - 1].startswith("#"), line
+
+
+def test_cli_compare_mode(capsys):
+    import json
+
+    from mcf.sw import cli
+    assert cli.main(["plan", "--model", "tiny", "--seq", "512", "--nodes", "2,4", "--scheme", "all",
+                     "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {(r["scheme"], r["nodes"]) for r in rows} == {(s, n) for s in
+                                                         ("mars", "ring", "zigzag", "full", "pd", "passq")
+                                                         for n in (2, 4)}
+    assert cli.main(["plan", "--seq", "512", "--nodes", "2,4", "--plot", "x.png"]) == 2
+    assert "--plot and --programs" in capsys.readouterr().err
+
+
+def test_cli_plot(tmp_path, capsys):
+    from mcf.sw import cli
+    out = tmp_path / "fig4.png"
+    assert cli.main(["plan", "--model", "tiny", "--seq", "1024", "--nodes", "4", "--budget", "40000",
+                     "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
