@@ -51,6 +51,7 @@ class SimRun:
     wall_s: float
     chunk_kv: str
     lookahead: int
+    source: str = "plan"
 
     def to_json(self) -> dict:
         p, r = self.plan, self.prefill
@@ -68,6 +69,7 @@ class SimRun:
             "num_chunks": p.num_chunks,
             "lookahead": self.lookahead,
             "chunk_kv": self.chunk_kv,
+            "executed": self.source,
             "ttft_s": r.ttft_s,
             "ttft_plan_model_s": p.ttft_s,
             "comm_bytes": int(round(r.comm_bytes)),
@@ -107,12 +109,21 @@ def run(model, seq: int, nodes: int, scheme: str = "mars", profile="kr260", *,
         chunk: int | None = None, budget: int | None = None, topology: str | None = None,
         link_gbps: float | None = None, alpha: float | None = None,
         packet_payload: int = costs.DEFAULT_PACKET_PAYLOAD, lookahead: int | None = None,
-        chunk_kv: str = "plan", decode: str | None = "kv-stationary", plan=None) -> SimRun:
+        chunk_kv: str = "plan", decode: str | None = "kv-stationary", plan=None,
+        programs: bool = False) -> SimRun:
+    """Plan (unless ``plan`` is given) and simulate.  ``programs=True`` executes the lowered
+    per-node programs (``mcf.sw.mars.lower.lower``: the Meta descriptors each node pushes)
+    instead of walking the plan's steps; the compute of each step comes from the plan either way."""
     t0 = time.perf_counter()
     if plan is None:
         plan = make_plan(model, seq, nodes, scheme, profile, chunk=chunk, budget=budget,
                          topology=topology, link_gbps=link_gbps, alpha=alpha)
-    sim = PrefillSim(plan, packet_payload=packet_payload, lookahead=lookahead, chunk_kv=chunk_kv)
+    progs = None
+    if programs:
+        from mcf.sw.mars.lower import lower
+        progs = lower(plan)
+    sim = PrefillSim(plan, packet_payload=packet_payload, lookahead=lookahead, chunk_kv=chunk_kv,
+                     programs=progs)
     res = sim.run()
     dec = None
     if decode:
@@ -120,7 +131,8 @@ def run(model, seq: int, nodes: int, scheme: str = "mars", profile="kr260", *,
         req = plan.request
         dec = simulate_decode(req.model, req.profile, plan.topology, decode_layout_tokens(plan),
                               variant=variant, packet_payload=packet_payload)
-    return SimRun(plan, res, dec, time.perf_counter() - t0, chunk_kv, sim.lookahead)
+    return SimRun(plan, res, dec, time.perf_counter() - t0, chunk_kv, sim.lookahead,
+                  "programs" if programs else "plan")
 
 
 def simulate(*args, **kw) -> dict:

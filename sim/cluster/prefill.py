@@ -91,8 +91,8 @@ def _rows(tokens: int, k: int) -> np.ndarray:
 def fetch_groups(plan, step: int) -> list:
     """``plan.fetches(step)`` aggregated into messages: [(src, dsts, bytes, tokens, blocks)].
 
-    Ring schemes: one group per owner (its history blocks walk the logical ring of compute
-    nodes).  Others: blocks read by the same destinations from the same source share one
+    Ring schemes: one group per owner, destinations in walk order (its history blocks walk the
+    logical ring of compute nodes hop by hop, as ``plan.fetches`` lists them).  Others: blocks read by the same destinations from the same source share one
     (multicast) message.  Every history block of a step has the same replica factor
     (``r_step[step]``), so its sources are those of any block with the same holder of the owner
     copy: ``plan.fetch_sources`` is asked once per holder, not once per block (the plan's own
@@ -105,9 +105,10 @@ def fetch_groups(plan, step: int) -> list:
     if plan.scheme in RING_SCHEMES:
         for o in np.unique(ho):
             blocks = np.flatnonzero(ho == o)
-            dsts = tuple(n for n in comp if n != o)
-            if dsts:
-                groups[(int(o), dsts)] = [float(bb[blocks].sum()), int(tk[blocks].sum()), tuple(blocks.tolist())]
+            i = comp.index(int(o))
+            walk = tuple(comp[i + 1:] + comp[:i])      # the hops, in order, after the owner
+            if walk:
+                groups[(int(o), walk)] = [float(bb[blocks].sum()), int(tk[blocks].sum()), tuple(blocks.tolist())]
         return [(s, d, *v) for (s, d), v in groups.items()]
     is_comp = np.zeros(plan.nodes, dtype=bool)
     is_comp[comp] = True
@@ -127,7 +128,12 @@ def fetch_groups(plan, step: int) -> list:
 
 class PrefillSim:
     def __init__(self, plan, packet_payload: int = costs.DEFAULT_PACKET_PAYLOAD,
-                 lookahead: int | None = None, chunk_kv: str = "plan", profile=None):
+                 lookahead: int | None = None, chunk_kv: str = "plan", profile=None,
+                 programs=None):
+        if programs is not None and chunk_kv != "plan":
+            raise UserError("chunk_kv=allgather cannot be combined with lowered programs "
+                            "(the programs carry only the plan's transfers)")
+        self.programs = programs
         if chunk_kv not in ("plan", "allgather"):
             raise UserError(f"chunk_kv={chunk_kv!r}: one of plan, allgather")
         self.plan = plan
@@ -138,7 +144,9 @@ class PrefillSim:
         if self.lookahead < 0:
             raise UserError(f"lookahead={self.lookahead}: must be >= 0")
         self.chunk_kv = chunk_kv
-        self.ring = plan.scheme in RING_SCHEMES
+        # lowered programs say exactly how each block moves (the runtime's ring fetch is a
+        # multicast from the owner); without them, ring schemes pass KV around the ring
+        self.ring = plan.scheme in RING_SCHEMES and programs is None
         self.env = simpy.Environment()
         self.topo = plan.topology
         self.N = plan.nodes
@@ -170,9 +178,14 @@ class PrefillSim:
         self.local_keys = np.zeros((C, N))
         self.replica_at_end = [set() for _ in range(C)]
         self.ring_groups = [dict() for _ in range(C)]
+        self.recv = {}                                         # (step, block, node) -> event
 
         for b in range(C):
             self.avail[(b, int(p.holder_owner[b]))] = self.produced[b]
+
+        if self.programs is not None:
+            self._build_from_programs(tok, hist)
+            return
 
         # block t: replication (plan) or the chunk all-gather ------------------------------
         for t in range(C):
@@ -219,12 +232,70 @@ class PrefillSim:
 
         # pd hand-off ------------------------------------------------------------------------
         self.handoff = []
+        self._handoff_from_plan(tok)
+
+    def _handoff_from_plan(self, tok):
+        p, C = self.plan, self.C
         if p.handoff_bytes:
             for b in range(C):
                 src, dst = int(p.holder_owner[b]), int(p.owner[b])
                 if src != dst:
                     self.handoff.append(self._msg(C - 1, "handoff", src, (dst,),
                                                   float(p.block_bytes[b]), int(tok[b]), (b,)))
+
+    def _build_from_programs(self, tok, hist):
+        """Messages from the lowered per-node programs (``mcf.sw.mars.lower``): every prefill
+        KV_REPLICA / KV_FETCH Meta a node pushes, summed over the layers of a step per
+        (source, route): the route's destinations are the nodes whose route-table entry for it
+        delivers locally.  A KV_FETCH whose destinations compute nothing is the pd hand-off."""
+        from mcf.spec import Meta, Op, Stage
+        p, mt, C = self.plan, self.model.kv_token_bytes, self.C
+        L = self.model.num_layers
+        progs = self.programs
+        ring_prog = p.scheme in RING_SCHEMES
+        dst_of: dict = {}
+        acc: dict = {}
+        for prog in progs:
+            for stage, t, op in prog.ops:
+                if stage != Stage.PREFILL or not isinstance(op, Meta) or op.op not in (Op.KV_FETCH, Op.KV_REPLICA):
+                    continue
+                d = dst_of.get(op.route_id)
+                if d is None:
+                    d = dst_of[op.route_id] = tuple(x for x in range(self.N)
+                                                    if progs[x].routes.get(op.route_id, {}).get("local"))
+                if op.op == Op.KV_REPLICA:
+                    kind = "prop"
+                else:
+                    kind = "fetch" if set(d) & self.comp_set else "handoff"
+                # a ring forwarder's hops are kept apart by the block's origin: aggregating
+                # blocks of different origins on one ring edge would make the edge wait for itself
+                origin = int(p.holder_owner[op.kv_id // L]) if ring_prog else -1
+                a = acc.setdefault((t, kind, op.src, d, origin), [0, set()])
+                a[0] += op.length
+                a[1].add(op.kv_id // L)
+        fetched = np.zeros((C, self.N))
+        self.handoff = []
+        for (t, kind, src, d, _), (nbytes, blocks) in sorted(acc.items(), key=lambda x: x[0][:3]):
+            blocks = tuple(sorted(blocks))
+            if kind == "prop":
+                msg = self._msg(t, "prop", src, d, nbytes, int(tok[blocks[0]]), blocks)
+                for x in msg.dsts:
+                    self.avail[(blocks[0], x)] = msg.arrive[x]
+            elif kind == "handoff":
+                self.handoff.append(self._msg(C - 1, "handoff", src, d, nbytes, int(round(nbytes / mt)), blocks))
+            else:
+                ntok = int(round(nbytes / mt))
+                msg = self._msg(t, "fetch", src, d, nbytes, ntok, blocks)
+                for b in blocks:
+                    for x in d:
+                        self.recv[(t, b, x)] = msg.arrive[x]
+                for x in d:
+                    self.expect[t, x] += 1
+                    fetched[t, x] += ntok
+        for t in range(C):
+            own = (int(tok[t]) + 1) / 2
+            for n in self.comp:
+                self.local_keys[t, n] = int(hist[t]) - fetched[t, n] + own
 
     def _msg(self, t, kind, src, dsts, nbytes, ntok, blocks) -> Msg:
         msg = Msg(t, kind, int(src), tuple(int(d) for d in dsts), float(nbytes), int(ntok), tuple(blocks))
@@ -251,7 +322,8 @@ class PrefillSim:
         env, la = self.env, self.lookahead
         waits = []
         if msg.kind == "fetch":
-            waits += [self.avail[(b, msg.src)] for b in msg.blocks]
+            # the source holds the block, or (a ring forwarder) receives it earlier in the step
+            waits += [self.avail.get((b, msg.src)) or self.recv[(msg.step, b, msg.src)] for b in msg.blocks]
             if msg.step - la >= 0:
                 waits += [self.step_start[msg.step - la][d] for d in msg.dsts]
         elif msg.kind in ("prop", "kvx"):

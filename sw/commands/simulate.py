@@ -26,6 +26,8 @@ def register(sub) -> None:
                    help="steps a history fetch may run ahead of use (default: mars/full/pd 1, ring/zigzag 0)")
     p.add_argument("--chunk-kv", default="plan", choices=("plan", "allgather"),
                    help="'allgather': also move the chunk's own KV among the compute nodes (not in the plan)")
+    p.add_argument("--programs", action="store_true",
+                   help="execute the lowered per-node programs (Meta descriptors) instead of the plan's steps")
     p.add_argument("--decode", default="kv-stationary",
                    help="decode variant: kv-stationary | tensor-parallel | pass-q | none")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
@@ -43,7 +45,8 @@ def run(args) -> int:
     r = sim_run(args.model, args.seq, args.nodes, args.scheme, args.profile, chunk=args.chunk,
                 budget=args.budget, topology=args.topology, link_gbps=args.link_gbps,
                 packet_payload=args.packet_payload, lookahead=args.lookahead,
-                chunk_kv=args.chunk_kv, decode=None if args.decode == "none" else args.decode)
+                chunk_kv=args.chunk_kv, decode=None if args.decode == "none" else args.decode,
+                programs=args.programs)
     out = r.to_json()
     if args.json:
         sys.stdout.write(json.dumps(out, default=float) + "\n")
