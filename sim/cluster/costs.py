@@ -92,6 +92,14 @@ def hidden_bytes(model) -> float:
 
 
 # --- hardware: seconds from the profile -------------------------------------------------------
+def tile_rows(profile, rows: float) -> float:
+    """Query rows the engine actually processes: it works on ``mac_rows`` rows at a time, so a
+    partial tile costs a whole one (the MARS planner's rule too).  Prefill only; decode's
+    single-token GEMVs are DDR-bound and not rounded."""
+    return math.ceil(rows / profile.mac_rows) * profile.mac_rows if rows > 0 else 0
+
+
+
 def engine_times(profile, flops: float, ddr_bytes: float) -> tuple[float, float, float]:
     """(compute s, DDR s, fixed s) of one engine operation; the op takes the max of the first
     two (roofline: the ping-pong loader overlaps DDR streaming with the MAC array) plus the

@@ -397,8 +397,8 @@ class PrefillSim:
             self.start_time[t, n] = env.now
             self.step_start[t][n].succeed()
             if is_comp:
-                rows = self.rows[t][n]
-                yield from node.op(costs.dense_flops(m, rows), wbytes + rows * mt)
+                rows = costs.tile_rows(self.profile, self.rows[t][n])   # whole engine tiles
+                yield from node.op(costs.dense_flops(m, rows), wbytes + self.rows[t][n] * mt)
             self.dense_done[t][n].succeed()
             if int(p.holder_owner[t]) == n:
                 node.alloc(float(p.block_bytes[t]))
