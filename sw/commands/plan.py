@@ -125,6 +125,10 @@ def _gib(x) -> str:
     return f"{x / 2**30:.3f} GiB"
 
 
+def _mib(x) -> str:
+    return f"{x / 2**20:.2f} MiB"
+
+
 def _print_text(pl, programs) -> None:
     import numpy as np
     j = pl.to_json(events=False)
@@ -139,14 +143,14 @@ def _print_text(pl, programs) -> None:
     print(f"replica factor schedule: {sched}")
     mem = pl.memory
     owner_only = np.bincount(pl.owner, weights=pl.block_bytes, minlength=pl.nodes)
-    print(f"memory per node (max over nodes): peak {_gib(mem.max())} at step {int(mem.max(axis=1).argmax())}, "
-          f"final {_gib(mem[-1].max())} (owner-only layout {_gib(owner_only.max())}), "
-          f"budget {_gib(pl.request.budget_bytes)}")
+    print(f"memory per node (max over nodes): peak {_mib(mem.max())} at step {int(mem.max(axis=1).argmax())}, "
+          f"final {_mib(mem[-1].max())} (owner-only layout {_mib(owner_only.max())}), "
+          f"budget {_mib(pl.request.budget_bytes)}")
     C = pl.num_chunks
     picks = sorted(set(np.linspace(0, C, min(C + 1, 9)).astype(int)))
     for t in picks:
         label = "final" if t == C else f"step {t}"
-        print(f"  {label:>10}: max {_gib(mem[t].max())}  mean {_gib(mem[t].mean())}  min {_gib(mem[t].min())}")
+        print(f"  {label:>10}: max {_mib(mem[t].max())}  mean {_mib(mem[t].mean())}  min {_mib(mem[t].min())}")
     stage = j["staging_bytes_per_layer_max"]
     print(f"staging: up to {stage / 2**20:.2f} MiB of fetched history per layer "
           f"(M_buf = {pl.request.buffer_bytes / 2**20:.2f} MiB holds two layers' worth when >= "
