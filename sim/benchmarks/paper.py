@@ -103,13 +103,16 @@ def run(args) -> dict:
     # ---- what-if: an engine fast enough for the paper's 16-node MARS TTFT ---------------------
     b16 = bounds.prefill_bounds(model, prof, 16384, 16)
     scale = max(1, math.ceil(b16["flops"] / 16 / 0.62 / prof.p_node))
-    fast = prof.with_(mac_rows=prof.mac_rows * scale)
+    fast = prof.with_(mac_cols=prof.mac_cols * scale)
     wi: dict = {}
     for n in nodes_t1:
         for s in ("mars", "ring", "zigzag"):
             _progress(f"what-if (engine x{scale}): {s} N={n}")
             wi[(s, n)] = _sim(fast, seq_t1, n, s, chunk=CHUNK_T1, decode=None).to_json()
             figures[f"whatif_{s}_n{n}_ttft_s"] = round(wi[(s, n)]["ttft_s"], 4)
+        wi[("ring-ct", n)] = _sim(fast, seq_t1, n, "ring", chunk=CHUNK_T1, decode=None,
+                                  ring_forward="cut-through").to_json()
+        figures[f"whatif_ring_cut_through_n{n}_ttft_s"] = round(wi[("ring-ct", n)]["ttft_s"], 4)
     figures["whatif_engine_scale"] = scale
 
     # ---- Fig. 3 ---------------------------------------------------------------------------
@@ -371,18 +374,23 @@ def _report(model, prof, S, nodes, t1, lengths, f3, f4, f5, f5_lengths, dec, b1,
 
 def _whatif(wi, scale, fast, nodes, quick):
     md = ["## What-if: engines fast enough for the paper's TTFT", "",
-          f"Hypothetical profile: the MAC array {scale}x larger (P_node {fast.p_node / 1e12:.2f} TOPS, the least "
+          f"Hypothetical profile: the MAC array {scale}x wider (mac_cols; tiles keep {fast.mac_rows} query rows) (P_node {fast.p_node / 1e12:.2f} TOPS, the least "
           "integer multiple that puts the 16-node compute bound at or below the paper's 0.62 s), everything else "
           "(DDR, 10GbE, tau) unchanged.  Not the KR260: it shows what the paper's Table 1 implies once compute "
           "stops hiding communication.", "",
-          "| N | paper MARS | model MARS | paper Ring | model Ring | paper Zigzag | model Zigzag | paper MARS/Ring | "
-          "model MARS/Ring | model comm MARS / Ring (GiB) |", "|---|---|---|---|---|---|---|---|---|---|"]
+          "Ring forwards each KV group after all of it has arrived (store and forward, the planner's pass-KV); "
+          "*Ring c-t* forwards from the first packet on (cut-through, what a NIC forwarding in the data plane "
+          "can do).", "",
+          "| N | paper MARS | model MARS | paper Ring | model Ring | model Ring c-t | paper Zigzag | model Zigzag | "
+          "paper MARS/Ring | model MARS/Ring | model MARS/Ring c-t | model comm MARS / Ring (GiB) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for n in nodes:
         pm, pr, pz = (PAPER_TABLE1[s].get(n) for s in ("mars", "ring", "zigzag")) if not quick else (None,) * 3
-        m, r, z = wi[("mars", n)], wi[("ring", n)], wi[("zigzag", n)]
+        m, r, z, rc = wi[("mars", n)], wi[("ring", n)], wi[("zigzag", n)], wi[("ring-ct", n)]
         md.append(f"| {n} | {pm[0] if pm else '-'} | {m['ttft_s']:.3f} | {pr[0] if pr else '-'} | {r['ttft_s']:.3f} | "
-                  f"{pz[0] if pz else '-'} | {z['ttft_s']:.3f} | {(pm[0] / pr[0]) if pm else math.nan:.3f} | "
-                  f"{m['ttft_s'] / r['ttft_s']:.3f} | {m['comm_bytes'] / GiB:.2f} / {r['comm_bytes'] / GiB:.2f} |")
+                  f"{rc['ttft_s']:.3f} | {pz[0] if pz else '-'} | {z['ttft_s']:.3f} | "
+                  f"{(pm[0] / pr[0]) if pm else math.nan:.3f} | {m['ttft_s'] / r['ttft_s']:.3f} | "
+                  f"{m['ttft_s'] / rc['ttft_s']:.3f} | {m['comm_bytes'] / GiB:.2f} / {r['comm_bytes'] / GiB:.2f} |")
     if not quick:
         md += ["", "The paper's MARS TTFT falls only 2.7x from 2 to 16 nodes (1.68 s to 0.62 s) while compute per "
                "node falls 8x; at N = 2 its 1.68 s would need 6.6e13 FLOPs / 2 / 1.68 s = "

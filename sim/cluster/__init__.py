@@ -110,7 +110,7 @@ def run(model, seq: int, nodes: int, scheme: str = "mars", profile="kr260", *,
         link_gbps: float | None = None, alpha: float | None = None,
         packet_payload: int = costs.DEFAULT_PACKET_PAYLOAD, lookahead: int | None = None,
         chunk_kv: str = "plan", decode: str | None = "kv-stationary", plan=None,
-        programs: bool = False) -> SimRun:
+        programs: bool = False, ring_forward: str = "store") -> SimRun:
     """Plan (unless ``plan`` is given) and simulate.  ``programs=True`` executes the lowered
     per-node programs (``mcf.sw.mars.lower.lower``: the Meta descriptors each node pushes)
     instead of walking the plan's steps; the compute of each step comes from the plan either way."""
@@ -123,7 +123,7 @@ def run(model, seq: int, nodes: int, scheme: str = "mars", profile="kr260", *,
         from mcf.sw.mars.lower import lower
         progs = lower(plan)
     sim = PrefillSim(plan, packet_payload=packet_payload, lookahead=lookahead, chunk_kv=chunk_kv,
-                     programs=progs)
+                     programs=progs, ring_forward=ring_forward)
     res = sim.run()
     dec = None
     if decode:

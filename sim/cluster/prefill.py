@@ -129,7 +129,10 @@ def fetch_groups(plan, step: int) -> list:
 class PrefillSim:
     def __init__(self, plan, packet_payload: int = costs.DEFAULT_PACKET_PAYLOAD,
                  lookahead: int | None = None, chunk_kv: str = "plan", profile=None,
-                 programs=None):
+                 programs=None, ring_forward: str = "store"):
+        if ring_forward not in ("store", "cut-through"):
+            raise UserError(f"ring_forward={ring_forward!r}: one of store, cut-through")
+        self.ring_forward = ring_forward
         if programs is not None and chunk_kv != "plan":
             raise UserError("chunk_kv=allgather cannot be combined with lowered programs "
                             "(the programs carry only the plan's transfers)")
@@ -368,6 +371,9 @@ class PrefillSim:
             yield simpy.AllOf(env, waits)
         ts = max(t - self.lookahead, 0)
         start = {n: self.start_time[ts, n] for n in comp}
+        pp = self.net.packet_payload
+        pkt = costs.serialization_time(self.profile, pp, pp)
+        ser = {g[0]: costs.serialization_time(self.profile, g[0], pp) for g in groups.values()}
         arr = {}
         sched = self.ring_sched[t]
         for j in range(k - 1):
@@ -377,7 +383,12 @@ class PrefillSim:
                 if g is None:
                     continue
                 i, nxt = comp[pos], comp[(pos + 1) % k]
-                ready = start[i] if j == 0 else arr[(o, i)]
+                if j == 0:                                # its own blocks, once written
+                    ready = max(start[i], max(self.prod_time[b] for b in g[2]))
+                elif self.ring_forward == "store":
+                    ready = arr[(o, i)]                  # the whole group has arrived
+                else:                                     # forward from the first packet on
+                    ready = arr[(o, i)] - ser[g[0]] + pkt
                 ready = max(ready, start[nxt]) if self.lookahead == 0 else ready
                 nbytes, ntok, _ = g
                 self._stage(t, nxt, nbytes)
@@ -402,6 +413,7 @@ class PrefillSim:
             self.dense_done[t][n].succeed()
             if int(p.holder_owner[t]) == n:
                 node.alloc(float(p.block_bytes[t]))
+                self.prod_time[t] = env.now
                 self.produced[t].succeed()
             if is_comp:
                 keys = float(self.local_keys[t, n])
@@ -457,6 +469,7 @@ class PrefillSim:
         self.mem_step = np.zeros((self.C + 1, self.N))
         self.t_end = np.zeros(self.C)
         self.start_time = np.zeros((self.C, self.N))
+        self.prod_time = np.zeros(self.C)
         if self.ring:
             self.ring_sched = [defaultdict(list) for _ in range(self.C)]
             self.ring_ready = [env.event() for _ in range(self.C)]

@@ -26,6 +26,9 @@ def register(sub) -> None:
                    help="steps a history fetch may run ahead of use (default: mars/full/pd 1, ring/zigzag 0)")
     p.add_argument("--chunk-kv", default="plan", choices=("plan", "allgather"),
                    help="'allgather': also move the chunk's own KV among the compute nodes (not in the plan)")
+    p.add_argument("--ring-forward", default="store", choices=("store", "cut-through"),
+                   help="ring/zigzag pass-KV: forward a group after all of it arrived (store, default) "
+                        "or from its first packet on (cut-through)")
     p.add_argument("--programs", action="store_true",
                    help="execute the lowered per-node programs (Meta descriptors) instead of the plan's steps")
     p.add_argument("--decode", default="kv-stationary",
@@ -46,7 +49,7 @@ def run(args) -> int:
                 budget=args.budget, topology=args.topology, link_gbps=args.link_gbps,
                 packet_payload=args.packet_payload, lookahead=args.lookahead,
                 chunk_kv=args.chunk_kv, decode=None if args.decode == "none" else args.decode,
-                programs=args.programs)
+                programs=args.programs, ring_forward=args.ring_forward)
     out = r.to_json()
     if args.json:
         sys.stdout.write(json.dumps(out, default=float) + "\n")
