@@ -635,8 +635,10 @@ def decode_token_s(req: PlanRequest, topo: Topology) -> float:
     the query and running state around the ring instead; full keeps all KV on the root."""
     m, p = req.model, req.profile
     L = m.num_layers
-    dense = max(2.0 * m.params_per_layer * L / p.p_node,
-                m.params_per_layer * L * m.weight_bytes_per_element / p.ddr_Bps)
+    # Dense layers plus the LM head (vocab x hidden: a tied embedding is still read once per
+    # token): one token is weight-bandwidth bound, so this is the DDR cap of one node.
+    dense_params = m.params_per_layer * L + m.vocab_size * m.hidden_size
+    dense = max(2.0 * dense_params / p.p_node, dense_params * m.weight_bytes_per_element / p.ddr_Bps)
     holders = req.nodes - max(1, req.nodes // 2) if req.scheme == "pd" else req.nodes
     if req.scheme == "full":
         holders = 1
