@@ -12,8 +12,8 @@ __all__ = ["BitLayout", "Field", "SpecError", "HEADER_BITS", "HEADER_BYTES", "MA
            "MAX_PAYLOAD_BYTES", "META", "META_FIELDS", "ROUTE_TABLE_ENTRIES", "SPEC_VERSION",
            "Collective", "Meta", "Op", "Packet", "ReduceOp", "Stage", "header_beats", "to_beats"]
 
-from .regmap import (DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, Access, DmaDir, ErrorCause, Irq,
-                     Register, RegisterMap)
+from .regmap import (DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, Access, DmaDescriptor, DmaDir, ErrorCause,
+                     Irq, Register, RegisterMap)
 
-__all__ += ["DMA_DESCRIPTOR", "REGISTERS", "ROUTE_ENTRY", "Access", "DmaDir", "ErrorCause", "Irq",
+__all__ += ["DMA_DESCRIPTOR", "REGISTERS", "ROUTE_ENTRY", "Access", "DmaDescriptor", "DmaDir", "ErrorCause", "Irq",
             "Register", "RegisterMap"]

@@ -76,6 +76,26 @@ DMA_DESCRIPTOR = BitLayout("DmaDescriptor", [
     Field("tag", 11, "Free tag, returned in DESC_DONE_TAG when the transfer completes."),
 ], doc="DMA descriptor, 96 bits.")
 
+@dataclass(frozen=True)
+class DmaDescriptor:
+    """One DMA transfer as the runtime writes it (DMA_DESCRIPTOR layout, via DESC_W*)."""
+    addr: int
+    length: int
+    buffer: int = 0
+    dir: DmaDir = DmaDir.LOAD
+    tag: int = 0
+
+    def pack(self) -> int:
+        """The descriptor word; a field out of range raises ValueError naming it."""
+        return DMA_DESCRIPTOR.pack({"addr": self.addr, "length": self.length, "buffer": self.buffer,
+                                    "dir": int(self.dir), "tag": self.tag})
+
+    @classmethod
+    def unpack(cls, word: int) -> "DmaDescriptor":
+        f = DMA_DESCRIPTOR.unpack(word)
+        return cls(f["addr"], f["length"], f["buffer"], DmaDir(f["dir"]), f["tag"])
+
+
 #: One route table entry (written through ROUTE_INDEX / ROUTE_DATA).
 ROUTE_ENTRY = BitLayout("RouteEntry", [
     Field("port_mask", 16, "Network output ports the packet leaves on (bit p = port p)."),

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass
 
-from mcf.spec import DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, DmaDir, ErrorCause, Meta
+from mcf.spec import DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, DmaDescriptor, ErrorCause, Meta
 from mcf.spec.regmap import DATA_BITS, DESC_WORDS, ID_VALUE, META_WORDS, Register
 
 _WORD = (1 << DATA_BITS) - 1
@@ -33,18 +32,8 @@ class DriverTimeout(DriverError, TimeoutError):
     """A bounded wait ran out."""
 
 
-@dataclass(frozen=True)
-class Descriptor:
-    """One DMA transfer (``mcf.spec.DMA_DESCRIPTOR``)."""
-    addr: int
-    length: int
-    buffer: int = 0
-    dir: DmaDir = DmaDir.LOAD
-    tag: int = 0
-
-    def pack(self) -> int:
-        return DMA_DESCRIPTOR.pack({"addr": self.addr, "length": self.length, "buffer": self.buffer,
-                                    "dir": int(self.dir), "tag": self.tag})
+#: One DMA transfer: the spec's descriptor (the one definition), under the driver's name.
+Descriptor = DmaDescriptor
 
 
 def _reg(name: str) -> Register:

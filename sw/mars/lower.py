@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mcf.spec import DMA_DESCRIPTOR, ROUTE_ENTRY, ROUTE_TABLE_ENTRIES, Collective, Meta, Op, ReduceOp, Stage
-from mcf.spec.regmap import DmaDir
+from mcf.spec import ROUTE_ENTRY, ROUTE_TABLE_ENTRIES, Collective, Meta, Op, ReduceOp, Stage
+from mcf.spec.regmap import DmaDescriptor, DmaDir
 from mcf.sw.errors import UserError
 from .directory import replay
 from .planner import QUERY_ELEM_BYTES, STATE_ELEM_BYTES, Plan
@@ -36,26 +36,12 @@ ROUTE_INVALID, ROUTE_LOCAL, ROUTE_UNICAST_BASE = 0, 1, 2
 DECODE_ROOT = 0
 
 
-@dataclass(frozen=True)
-class Dma:
-    """One DMA descriptor (fields of mcf.spec.regmap.DMA_DESCRIPTOR)."""
-    addr: int
-    length: int
-    buffer: int
-    dir: DmaDir
-    tag: int
-
-    def word(self) -> int:
-        return DMA_DESCRIPTOR.pack({"addr": self.addr, "length": self.length, "buffer": self.buffer,
-                                    "dir": int(self.dir), "tag": self.tag})
-
-
 @dataclass
 class NodeProgram:
     node: int
     #: route_id -> RouteEntry fields at this node
     routes: dict[int, dict] = field(default_factory=dict)
-    #: (stage, step, Meta | Dma) in push order; decode steps are a template (seq = token index)
+    #: (stage, step, Meta | DmaDescriptor) in push order; decode steps are a template (seq = token index)
     ops: list[tuple[Stage, int, object]] = field(default_factory=list)
     #: DDR map: the pool spans [KV_POOL_BASE, staging_base), the staging area follows it; the
     #: runtime sets DMA_WINDOW_BASE/SIZE to cover [KV_POOL_BASE, KV_POOL_BASE + window_bytes)
@@ -68,8 +54,8 @@ class NodeProgram:
         return [o for _, _, o in self.ops if isinstance(o, Meta)]
 
     @property
-    def dmas(self) -> list[Dma]:
-        return [o for _, _, o in self.ops if isinstance(o, Dma)]
+    def dmas(self) -> list[DmaDescriptor]:
+        return [o for _, _, o in self.ops if isinstance(o, DmaDescriptor)]
 
     def route_words(self) -> dict[int, int]:
         """route_id -> 32-bit ROUTE_DATA word."""
@@ -215,7 +201,7 @@ def lower(plan: Plan) -> list[NodeProgram]:
     def dma(n, t, a, length, direction, stage=Stage.PREFILL):
         tag = int(tags[n] % (1 << 11))
         tags[n] += 1
-        progs[n].ops.append((stage, t, Dma(a, length, tag & 1, direction, tag)))
+        progs[n].ops.append((stage, t, DmaDescriptor(a, length, tag & 1, direction, tag)))
 
     def meta(n, t, **kw):
         kw.setdefault("stage", Stage.PREFILL)
