@@ -27,10 +27,21 @@ class SimulationError(AssertionError):
     pass
 
 
+# Yosys wakes every ``always @*`` block once at time 0 through a dummy register initialised
+# in its declaration.  Icarus performs declaration initialisers before the always blocks
+# wait, so a block whose inputs never change (e.g. outputs fed by registers that keep their
+# reset value) stays X.  Initialising the dummy after a #0 delay wakes them reliably.
+_WAKE = re.compile(r"reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;")
+
+
+def _icarus_time0_fix(text: str) -> str:
+    return _WAKE.sub(lambda mo: f"reg {mo.group(1)};\n  initial #0 {mo.group(1)} = 0;", text)
+
+
 def write_verilog(component, toplevel: str, build_dir: Path) -> Path:
     build_dir.mkdir(parents=True, exist_ok=True)
     path = build_dir / f"{toplevel}.v"
-    path.write_text(verilog.convert(component, name=toplevel))
+    path.write_text(_icarus_time0_fix(verilog.convert(component, name=toplevel)))
     return path
 
 
