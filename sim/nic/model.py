@@ -1,0 +1,113 @@
+"""Python reference of the NIC's per-packet decision, written from ``mcf.spec`` and
+docs/nic.md (not from the RTL): drop with a cause, or the set of outputs a packet goes to.
+
+Outputs are named like the NIC numbers them: ``0..P-1`` network ports, ``"local"``, and
+``"reduce"`` (the reduction engine).  Also the element-wise MAX / SUM of 32-bit words.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from mcf import spec
+from mcf.spec import Collective, ErrorCause, Op, ReduceOp, Stage
+from mcf.spec.packet import HEADER_BYTES, MAGIC, header_beats, header_check
+
+
+@dataclass(frozen=True)
+class RouteEntry:
+    port_mask: int = 0
+    local: int = 0
+    fan_in: int = 0
+    valid: int = 1
+
+    def word(self) -> int:
+        return spec.ROUTE_ENTRY.pack({"port_mask": self.port_mask, "local": self.local,
+                                      "fan_in": self.fan_in, "valid": self.valid})
+
+
+INVALID = RouteEntry(valid=0)
+
+
+def raw_header(**fields) -> bytes:
+    """A header with any field values (also undefined enum values), magic and a correct
+    check byte unless given."""
+    f = {"magic": MAGIC, "reserved": 0, "check": None, "seq": 0, **fields}
+    word = 0
+    for field in spec.META.fields:
+        if field.name == "check":
+            continue
+        word |= (int(f[field.name]) & field.max) << spec.META.offsets[field.name]
+    check = header_check(word) if f["check"] is None else f["check"]
+    word |= check << spec.META.offsets["check"]
+    return word.to_bytes(HEADER_BYTES, "little")
+
+
+@dataclass(frozen=True)
+class Decision:
+    cause: ErrorCause | None = None
+    outputs: frozenset = frozenset()
+
+    @property
+    def dropped(self) -> bool:
+        return self.cause is not None
+
+
+def decide(wire: bytes, table: dict[int, RouteEntry], *, data_width: int, net_ports: int,
+           from_local: bool, num_nodes: int, buffer_depth: int, reduce_beats: int,
+           route_entries: int = spec.ROUTE_TABLE_ENTRIES) -> Decision:
+    nb = data_width // 8
+    hdr_len = header_beats(data_width) * nb
+    if len(wire) < hdr_len:
+        return Decision(ErrorCause.SHORT_PACKET)
+    word = int.from_bytes(wire[:HEADER_BYTES], "little")
+    f = spec.META.unpack(word, check=False)
+    if f["magic"] != MAGIC or f["reserved"] != 0 or header_check(word) != 0:
+        return Decision(ErrorCause.BAD_HEADER)
+    enums = [(Stage, "stage"), (Op, "op"), (Collective, "collective"), (ReduceOp, "reduce_op")]
+    if any(f[name] not in {int(e) for e in en} for en, name in enums):
+        return Decision(ErrorCause.UNKNOWN_OP)
+    coll, rop = Collective(f["collective"]), ReduceOp(f["reduce_op"])
+    reducing = coll in (Collective.REDUCE, Collective.ALL_REDUCE)
+    if reducing and rop not in (ReduceOp.MAX, ReduceOp.SUM):
+        return Decision(ErrorCause.UNKNOWN_OP)     # NONE, or SOFTMAX_MERGE (not built yet)
+    if not reducing and rop != ReduceOp.NONE:
+        return Decision(ErrorCause.UNKNOWN_OP)
+    entry = table.get(f["route_id"], INVALID) if f["route_id"] < route_entries else INVALID
+    if not entry.valid:
+        return Decision(ErrorCause.BAD_ROUTE)
+    ports = {p for p in range(net_ports) if entry.port_mask >> p & 1}
+    to_reduce = reducing and entry.fan_in >= 2 and f["op"] != Op.REDUCE_RESULT
+    if to_reduce:
+        outputs = {"reduce"} | (ports if from_local else set())
+    else:
+        outputs = ports | ({"local"} if entry.local else set())
+    if not outputs:
+        return Decision(ErrorCause.BAD_ROUTE)
+    if coll in (Collective.UNICAST, Collective.ALL_TO_ALL, Collective.REDUCE) and f["dst"] >= num_nodes:
+        return Decision(ErrorCause.BAD_DST)
+    beats = -(-f["length"] // nb)
+    if beats > buffer_depth or (to_reduce and beats > reduce_beats):
+        return Decision(ErrorCause.LONG_PACKET)
+    payload = wire[hdr_len:]
+    if len(payload) < f["length"]:
+        return Decision(ErrorCause.SHORT_PACKET)
+    if len(payload) > f["length"]:
+        return Decision(ErrorCause.LONG_PACKET)
+    return Decision(None, frozenset(outputs))
+
+
+def reduce_words(op: ReduceOp, payloads: list[bytes]) -> bytes:
+    """Element-wise MAX (signed) or SUM (wrapping) of little-endian int32 words; a partial
+    last word is zero-padded, the result cut back to the payload length."""
+    length = len(payloads[0])
+    pad = (-length) % 4
+    arrays = [struct.unpack(f"<{(length + pad) // 4}i", p + bytes(pad)) for p in payloads]
+    out = []
+    for words in zip(*arrays):
+        if op == ReduceOp.MAX:
+            out.append(max(words))
+        else:
+            s = sum(words) & 0xFFFFFFFF
+            out.append(s - (1 << 32) if s >= 1 << 31 else s)
+    return struct.pack(f"<{len(out)}i", *out)[:length]

@@ -1,0 +1,28 @@
+"""NIC: construction, the Python routing model, cocotb benches (one NIC; four NICs in a mesh)."""
+import pytest
+
+from mcf.hw.nic.nic import Nic
+from mcf.sim.runner import run_cocotb
+
+SMALL = dict(buffer_depth=64, desc_depth=8, route_entries=256, reduce_slots=4, reduce_beats=32)
+
+
+def test_construction():
+    nic = Nic(64, net_ports=3, **SMALL)
+    assert len(nic.rx) == len(nic.tx) == 3 and len(nic.errors) == 12
+    assert len(Nic(128, net_ports=2, **SMALL).local_out.tdata) == 128
+
+
+@pytest.mark.parametrize("kw", [dict(buffer_depth=100), dict(net_ports=0), dict(net_ports=17),
+                                dict(route_entries=5000), dict(reduce_beats=3)])
+def test_bad_params(kw):
+    with pytest.raises(ValueError):
+        Nic(64, **kw)
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("width", [64, 128])
+def test_nic_traffic_cocotb(width, build_dir):
+    params = dict(data_width=width, net_ports=3, packets=250, reductions=8, **SMALL)
+    nic = Nic(width, net_ports=3, **SMALL)
+    run_cocotb(nic, "mcf.sim.nic.test_nic", build_dir, testcase="traffic", params=params)
