@@ -27,21 +27,10 @@ class SimulationError(AssertionError):
     pass
 
 
-# Yosys wakes every ``always @*`` block once at time 0 through a dummy register initialised
-# in its declaration.  Icarus performs declaration initialisers before the always blocks
-# wait, so a block whose inputs never change (e.g. outputs fed by registers that keep their
-# reset value) stays X.  Initialising the dummy after a #0 delay wakes them reliably.
-_WAKE = re.compile(r"reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;")
-
-
-def _icarus_time0_fix(text: str) -> str:
-    return _WAKE.sub(lambda mo: f"reg {mo.group(1)};\n  initial #0 {mo.group(1)} = 0;", text)
-
-
 def write_verilog(component, toplevel: str, build_dir: Path) -> Path:
     build_dir.mkdir(parents=True, exist_ok=True)
     path = build_dir / f"{toplevel}.v"
-    path.write_text(_icarus_time0_fix(verilog.convert(component, name=toplevel)))
+    path.write_text(verilog.convert(component, name=toplevel))
     return path
 
 
@@ -56,8 +45,13 @@ def run_cocotb(component, test_module: str, build_dir, *, toplevel: str = "dut",
     if sim == "icarus" and shutil.which("iverilog") is None:
         raise SimulationError("iverilog not found: run `make setup` (installs Icarus Verilog)")
     runner = get_runner(sim)
+    # Icarus: Verilog-2005 semantics, so the declaration initialiser that Yosys's Verilog uses
+    # to run every ``always @*`` once at time 0 is an event (under -g2012 it is not, and
+    # combinational outputs of an FSM or ``m.Switch`` stay X until an input changes).
+    build_args = ["-g2005"] if sim == "icarus" else []
     runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir, always=True,
-                 timescale=("1ns", "1ps"), waves=waves, log_file=build_dir / "build.log")
+                 timescale=("1ns", "1ps"), waves=waves, log_file=build_dir / "build.log",
+                 build_args=build_args)
     results_xml = build_dir / "results.xml"
     results_xml.unlink(missing_ok=True)
     env = {"MCF_PARAMS": json.dumps(params or {}),
