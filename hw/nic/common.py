@@ -12,22 +12,6 @@ from mcf.hw.layouts import MetaLayout, RouteEntryLayout
 ROUTE_WORD_BITS = spec.ROUTE_ENTRY.total_bits
 
 
-class RouteTableSignature(wiring.Signature):
-    """The route table's PS-side port, seen from the register block (the initiator).
-
-    The NIC owns the table memory: ``w_en`` stores ``w_data`` at ``addr``; ``r_en`` reads
-    ``addr`` and ``r_data`` is valid the cycle after."""
-
-    def __init__(self):
-        super().__init__({
-            "addr": Out(wire.ROUTE_ID_BITS),
-            "w_data": Out(ROUTE_WORD_BITS),
-            "w_en": Out(1),
-            "r_en": Out(1),
-            "r_data": In(ROUTE_WORD_BITS),
-        })
-
-
 class RouteLookupSignature(wiring.Signature):
     """A read port of the route table, seen from the block that looks routes up
     (``entry`` is valid the cycle after ``addr``; ``addr`` held -> ``entry`` held)."""

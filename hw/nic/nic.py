@@ -18,7 +18,8 @@ from amaranth.lib.wiring import In, Out
 from mcf import spec
 from mcf.spec import packet as wire
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.nic.common import ROUTE_WORD_BITS, RouteTableSignature
+from mcf.hw.csr.ports import RouteTablePort
+from mcf.hw.nic.common import ROUTE_WORD_BITS
 from mcf.hw.nic.egress import EgressPort, PacketArbiter
 from mcf.hw.nic.ingress import N_CAUSES, IngressPort
 from mcf.hw.nic.reduce import ReduceEngine, same_key
@@ -62,7 +63,7 @@ class Nic(wiring.Component):
             "tx": Out(axis).array(net_ports),
             "local_in": In(axis),
             "local_out": Out(axis),
-            "route": In(RouteTableSignature()),
+            "route": In(RouteTablePort()),
             "errors": Out(N_CAUSES),
             "node_id": In(wire.NODE_BITS),
             "num_nodes": In(wire.NODE_BITS + 1),

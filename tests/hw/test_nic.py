@@ -2,6 +2,7 @@
 import pytest
 
 from mcf.hw.nic.nic import Nic
+from mcf.spec import ErrorCause
 from mcf.sim.runner import run_cocotb
 
 SMALL = dict(buffer_depth=64, desc_depth=8, route_entries=256, reduce_slots=4, reduce_beats=32)
@@ -9,7 +10,7 @@ SMALL = dict(buffer_depth=64, desc_depth=8, route_entries=256, reduce_slots=4, r
 
 def test_construction():
     nic = Nic(64, net_ports=3, **SMALL)
-    assert len(nic.rx) == len(nic.tx) == 3 and len(nic.errors) == 12
+    assert len(nic.rx) == len(nic.tx) == 3 and len(nic.errors) == len(ErrorCause)
     assert len(Nic(128, net_ports=2, **SMALL).local_out.tdata) == 128
 
 
@@ -26,3 +27,15 @@ def test_nic_traffic_cocotb(width, build_dir):
     params = dict(data_width=width, net_ports=3, packets=250, reductions=8, **SMALL)
     nic = Nic(width, net_ports=3, **SMALL)
     run_cocotb(nic, "mcf.sim.nic.test_nic", build_dir, testcase="traffic", params=params)
+
+
+MESH = dict(buffer_depth=64, desc_depth=8, route_entries=256, reduce_slots=4, reduce_beats=32)
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("width", [64])
+def test_mesh_cocotb(width, build_dir):
+    from mcf.hw.nic.top import NicMesh
+    params = dict(nodes=4, data_width=width, packets_per_node=40, reductions=4, **MESH)
+    mesh = NicMesh(4, width, meta_queue_depth=8, payload_depth=64, **MESH)
+    run_cocotb(mesh, "mcf.sim.nic.test_mesh", build_dir, testcase="mesh", params=params)

@@ -1,0 +1,214 @@
+"""A 4-node (any n) traffic plan for a full mesh of NICs, and where every packet must end up.
+
+Route ids (the same id means a different entry on every node, as MARS programs them):
+  unicast / all-to-all s -> d : 1 + s * n + d      (s: port to d; d: local)
+  multicast s -> set D        : 32 + s * 2^n + bitmap(D)  (s: ports to D; each d: local)
+  reduce to root r            : 160 + r           (others: port to r; r: local, fan_in n)
+  all-reduce                  : 200               (every node: all ports + local, fan_in n)
+(n <= 4 keeps every id below 256, the route table size the benches build.)
+Expected deliveries are computed hop by hop with the Python model (``model.decide``).
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field
+
+from mcf import spec
+from mcf.sim.nic.model import RouteEntry, decide, raw_header, reduce_words
+from mcf.sim.nic.traffic import pad_header
+from mcf.spec import Collective, ErrorCause, Op, ReduceOp, Stage
+
+ALL_REDUCE_ROUTE = 200
+REDUCE_ROUTE = 160
+
+
+def peer(a: int, p: int, n: int) -> int:
+    return (a + p + 1) % n
+
+
+def port_to(a: int, b: int, n: int) -> int:
+    return (b - a - 1) % n
+
+
+@dataclass
+class Item:
+    """One packet a node's program emits: a header (Meta, or raw words for bad ones) and
+    the payload the compute side pushes (may disagree with Meta.length on purpose)."""
+    header: bytes
+    payload: bytes
+    kind: str = "good"               # "good", "reduce" or an ErrorCause name
+    reduction: int | None = None
+    meta: spec.Meta | None = None
+
+
+@dataclass
+class MeshPlan:
+    nodes: int = 4
+    data_width: int = 64
+    seed: int = 1
+    buffer_depth: int = 64
+    reduce_beats: int = 32
+    max_len: int = 160
+    tables: list = field(default_factory=list)
+    programs: list = field(default_factory=list)
+    reductions: list = field(default_factory=list)   # (op, key, {src: payload}, reducers)
+
+    def __post_init__(self):
+        n = self.nodes
+        self.rng = random.Random(self.seed)
+        self.kv = 0
+        self.tables = [dict() for _ in range(n)]
+        self.programs = [[] for _ in range(n)]
+        for s, d in itertools.permutations(range(n), 2):
+            rid = self.unicast_route(s, d)
+            self.tables[s][rid] = RouteEntry(port_mask=1 << port_to(s, d, n))
+            self.tables[d][rid] = RouteEntry(local=1)
+        for s in range(n):
+            others = [d for d in range(n) if d != s]
+            for k in range(2, len(others) + 1):
+                for group in itertools.combinations(others, k):
+                    rid = self.multicast_route(s, group)
+                    self.tables[s][rid] = RouteEntry(port_mask=sum(1 << port_to(s, d, n) for d in group))
+                    for d in group:
+                        self.tables[d][rid] = RouteEntry(local=1)
+        for r in range(n):
+            for a in range(n):
+                self.tables[a][REDUCE_ROUTE + r] = (RouteEntry(local=1, fan_in=n) if a == r
+                                            else RouteEntry(port_mask=1 << port_to(a, r, n)))
+        for a in range(n):
+            self.tables[a][ALL_REDUCE_ROUTE] = RouteEntry(port_mask=(1 << (n - 1)) - 1, local=1, fan_in=n)
+
+    def unicast_route(self, s, d):
+        return 1 + s * self.nodes + d
+
+    def multicast_route(self, s, group):
+        return 32 + s * (1 << self.nodes) + sum(1 << d for d in group)
+
+    # --- packets -------------------------------------------------------------------------
+    def _meta(self, s, **kw):
+        self.kv += 1
+        d = dict(stage=self.rng.choice([Stage.PREFILL, Stage.DECODE]), op=Op.KV_REPLICA,
+                 collective=Collective.UNICAST, reduce_op=ReduceOp.NONE, src=s, dst=0,
+                 route_id=0, kv_id=self.kv, length=0, seq=self.rng.randrange(1 << 16))
+        d.update(kw)
+        return spec.Meta(**d)
+
+    def _length(self):
+        rng = self.rng
+        return rng.choice([0, 8, 16, 24, rng.randrange(1, self.max_len)])
+
+    def good(self, s):
+        rng, n = self.rng, self.nodes
+        kind = rng.choice(["unicast", "all_to_all", "multicast"])
+        length = self._length()
+        others = [d for d in range(n) if d != s]
+        if kind == "multicast":
+            group = tuple(sorted(rng.sample(others, rng.randrange(2, len(others) + 1))))
+            meta = self._meta(s, collective=Collective.MULTICAST, op=Op.KV_REPLICA, dst=sum(1 << d for d in group),
+                              route_id=self.multicast_route(s, group), length=length)
+        else:
+            d = rng.choice(others)
+            meta = self._meta(s, collective=Collective.UNICAST if kind == "unicast" else Collective.ALL_TO_ALL,
+                              op=rng.choice([Op.KV_FETCH, Op.TENSOR, Op.QUERY]), dst=d,
+                              route_id=self.unicast_route(s, d), length=length)
+        return Item(meta.encode(), rng.randbytes(length), "good", meta=meta)
+
+    def bad(self, s, cause):
+        rng, n = self.rng, self.nodes
+        d = rng.choice([x for x in range(n) if x != s])
+        length = rng.randrange(1, 40)
+        meta = self._meta(s, dst=d, route_id=self.unicast_route(s, d), length=length,
+                          op=Op.TENSOR)
+        payload = rng.randbytes(length)
+        if cause == ErrorCause.BAD_ROUTE:
+            meta = meta.replace(route_id=rng.choice([0, 250, 4095]))
+        elif cause == ErrorCause.BAD_DST:
+            meta = meta.replace(dst=rng.randrange(n, 256))
+        elif cause == ErrorCause.UNKNOWN_OP:
+            fields = meta.as_dict()
+            fields["op"] = rng.choice([0, 9, 15])
+            return Item(raw_header(**fields), payload, cause.name)
+        elif cause == ErrorCause.SHORT_PACKET:
+            # TLAST early (the compute side cannot push an empty payload: keep >= 1 byte).
+            meta = meta.replace(length=length + 1)
+            payload = payload[:rng.randrange(1, length + 1)]
+        elif cause == ErrorCause.LONG_PACKET:
+            payload += rng.randbytes(rng.randrange(1, 20))
+        return Item(meta.encode(), payload, cause.name, meta=meta)
+
+    def reduction(self):
+        rng, n = self.rng, self.nodes
+        index = len(self.reductions)
+        length = rng.choice([4, 8, 32, 36, 64, 100])
+        op = rng.choice([ReduceOp.MAX, ReduceOp.SUM])
+        if rng.random() < 0.5:
+            root = rng.randrange(n)
+            coll, rid, reducers = Collective.REDUCE, REDUCE_ROUTE + root, [root]
+        else:
+            root, coll, rid, reducers = 0, Collective.ALL_REDUCE, ALL_REDUCE_ROUTE, list(range(n))
+        self.kv += 1
+        key = spec.Meta(stage=Stage.DECODE, op=Op.PARTIAL_STATE, collective=coll, reduce_op=op,
+                        src=0, dst=root, route_id=rid, kv_id=self.kv, length=length, seq=index & 0xFFFF)
+        contributions = {}
+        for s in range(n):
+            payload = rng.randbytes(length)
+            contributions[s] = payload
+            m = key.replace(src=s)
+            self.programs[s].append(Item(m.encode(), payload, "reduce", reduction=index, meta=m))
+        self.reductions.append((op, key, contributions, reducers))
+
+    def build(self, packets_per_node: int, error_rate: float = 0.1, reductions: int = 4):
+        rng = self.rng
+        causes = [ErrorCause.BAD_ROUTE, ErrorCause.BAD_DST, ErrorCause.UNKNOWN_OP,
+                  ErrorCause.SHORT_PACKET, ErrorCause.LONG_PACKET]
+        total = packets_per_node * self.nodes
+        red_at = sorted(rng.sample(range(total), min(reductions, total)))
+        for k in range(total):
+            while red_at and red_at[0] == k:
+                red_at.pop(0)
+                self.reduction()
+            s = k % self.nodes
+            if rng.random() < error_rate:
+                self.programs[s].append(self.bad(s, rng.choice(causes)))
+            else:
+                self.programs[s].append(self.good(s))
+        return self
+
+    # --- expectations ------------------------------------------------------------------------
+    def expected(self):
+        """(deliveries per node: [wire bytes], errors per node: [count per ErrorCause])."""
+        n, w = self.nodes, self.data_width
+        kw = dict(data_width=w, net_ports=n - 1, num_nodes=n, buffer_depth=self.buffer_depth,
+                  reduce_beats=self.reduce_beats)
+        deliveries = [[] for _ in range(n)]
+        errors = [[0] * len(ErrorCause) for _ in range(n)]
+        reduced = {}     # (reduction, node) -> contributions seen
+        for s in range(n):
+            for item in self.programs[s]:
+                wire = pad_header(item.header, w) + item.payload
+                todo = [(s, True)]
+                hops = 0
+                while todo:
+                    node, from_local = todo.pop()
+                    hops += 1
+                    assert hops < 64, "routing loop in the plan"
+                    dcs = decide(wire, self.tables[node], from_local=from_local, **kw)
+                    if dcs.dropped:
+                        errors[node][dcs.cause] += 1
+                        continue
+                    for o in dcs.outputs:
+                        if o == "local":
+                            deliveries[node].append(wire)
+                        elif o == "reduce":
+                            reduced.setdefault((item.reduction, node), []).append(s)
+                        else:
+                            todo.append((peer(node, o, n), False))
+        for index, (op, key, contribs, reducers) in enumerate(self.reductions):
+            for r in reducers:
+                assert sorted(reduced.get((index, r), [])) == list(range(n)), (index, r)
+                result = key.replace(src=r, op=Op.REDUCE_RESULT)
+                payload = reduce_words(op, [contribs[x] for x in sorted(contribs)])
+                deliveries[r].append(pad_header(result.encode(), w) + payload)
+        return deliveries, errors
+
