@@ -142,7 +142,12 @@ class IngressPort(wiring.Component):
         space = Signal(range(depth + 1))
         m.d.comb += space.eq(depth - used)
 
-        m.d.comb += [self.err.payload.eq(cause), descs.w_data.eq(desc)]
+        # The descriptor of the packet being decided (LOOK) and of the one being stored.
+        desc_now = Signal(self.desc_layout)
+        m.d.comb += [desc_now.meta.eq(mv), desc_now.mask.eq(mask), desc_now.nbeats.eq(nbeats),
+                     desc_now.start.eq(wr[:abits])]
+        wdesc = Signal(self.desc_layout)
+        m.d.comb += [self.err.payload.eq(cause), wdesc.eq(desc), descs.w_data.eq(wdesc)]
         beat = deser.o
         exp_keep = Signal(w // 8)
         m.d.comb += exp_keep.eq(last_keep(desc.meta.length, w))
@@ -154,26 +159,24 @@ class IngressPort(wiring.Component):
                 with m.If(deser.meta.valid):
                     m.next = "LOOK"     # the route table answers next cycle
             with m.State("LOOK"):
-                m.d.comb += deser.meta.ready.eq(1)
-                m.d.sync += [has_payload.eq(hm.has_payload), k.eq(0), bad_keep.eq(0)]
+                # Decide, and for a good packet wait (holding the header) until the whole
+                # payload and a descriptor fit: the buffer never overflows mid-packet.
+                m.d.sync += [has_payload.eq(hm.has_payload), k.eq(0), bad_keep.eq(0),
+                             desc.eq(desc_now)]
                 with m.If(bad_now):
+                    m.d.comb += deser.meta.ready.eq(1)
                     m.d.sync += [cause.eq(cause_now), drain_after.eq(hm.has_payload)]
                     m.next = "ERR"
-                with m.Else():
-                    m.d.sync += [desc.meta.eq(mv), desc.mask.eq(mask), desc.nbeats.eq(nbeats),
-                                 desc.start.eq(wr[:abits])]
-                    m.next = "SPACE"
-            with m.State("SPACE"):
-                # Wait for room for the whole payload and a descriptor (never overflows).
-                with m.If((space >= desc.nbeats) & descs.w_rdy):
-                    with m.If(desc.nbeats == 0):
-                        with m.If(has_payload):
+                with m.Elif((space >= nbeats) & descs.w_rdy):
+                    m.d.comb += deser.meta.ready.eq(1)
+                    with m.If(nbeats == 0):
+                        with m.If(hm.has_payload):
                             m.d.sync += [cause.eq(ErrorCause.LONG_PACKET), drain_after.eq(1)]
                             m.next = "ERR"
                         with m.Else():
-                            m.d.comb += descs.w_en.eq(1)
+                            m.d.comb += [wdesc.eq(desc_now), descs.w_en.eq(1)]
                             m.next = "IDLE"
-                    with m.Elif(~has_payload):
+                    with m.Elif(~hm.has_payload):
                         m.d.sync += [cause.eq(ErrorCause.SHORT_PACKET), drain_after.eq(0)]
                         m.next = "ERR"
                     with m.Else():
