@@ -39,7 +39,7 @@ class IngressPort(wiring.Component):
 
     def __init__(self, data_width: int, net_ports: int, depth: int = 256, desc_depth: int = 16,
                  route_entries: int = spec.ROUTE_TABLE_ENTRIES, reduce_beats: int = 64,
-                 is_local: bool = False):
+                 is_local: bool = False, softmax_fan_in: int = 0):
         if depth < 2 or depth & (depth - 1):
             raise ValueError(f"buffer depth={depth}: must be a power of two >= 2")
         if not 1 <= net_ports <= spec.ROUTE_ENTRY["port_mask"].width:
@@ -52,6 +52,7 @@ class IngressPort(wiring.Component):
         self.route_entries = route_entries
         self.reduce_beats = reduce_beats
         self.is_local = is_local
+        self.softmax_fan_in = softmax_fan_in
         self.desc_layout = desc_layout(self.n_out, depth)
         super().__init__({
             "i": In(AXIStreamSignature(data_width)),
@@ -93,9 +94,12 @@ class IngressPort(wiring.Component):
         reducing = (coll == Collective.REDUCE) | (coll == Collective.ALL_REDUCE)
         enums_ok = ((stage <= max(Stage)) & (op >= min(Op)) & (op <= max(Op))
                     & (coll <= max(Collective)) & (rop <= max(ReduceOp)))
-        # reduce_op must be NONE unless the collective reduces (spec); SOFTMAX_MERGE is not
-        # implemented by this engine yet, so it is refused like an unknown operator.
-        rop_ok = Mux(reducing, (rop == ReduceOp.MAX) | (rop == ReduceOp.SUM), rop == ReduceOp.NONE)
+        # reduce_op must be NONE unless the collective reduces (spec); a NIC built without
+        # the softmax merge refuses SOFTMAX_MERGE like an unknown operator.
+        rop_defined = (rop == ReduceOp.MAX) | (rop == ReduceOp.SUM)
+        if self.softmax_fan_in:
+            rop_defined = rop_defined | (rop == ReduceOp.SOFTMAX_MERGE)
+        rop_ok = Mux(reducing, rop_defined, rop == ReduceOp.NONE)
         route_ok = entry.valid & (mv.route_id < self.route_entries)
         # dst names a node for UNICAST / ALL_TO_ALL / REDUCE; for MULTICAST / ALL_REDUCE it is
         # a group tag (spec), so only the former are checked against NUM_NODES.
@@ -120,7 +124,11 @@ class IngressPort(wiring.Component):
             m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.BAD_HEADER)]
         with m.Elif(~enums_ok | ~rop_ok):
             m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.UNKNOWN_OP)]
-        with m.Elif(~route_ok | (mask == 0)):
+        # The softmax merge stores every contribution: a route with more than it can hold
+        # is refused.
+        too_many = (to_reduce & (rop == ReduceOp.SOFTMAX_MERGE)
+                    & (entry.fan_in > self.softmax_fan_in)) if self.softmax_fan_in else 0
+        with m.Elif(~route_ok | (mask == 0) | too_many):
             m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.BAD_ROUTE)]
         with m.Elif(~dst_ok):
             m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.BAD_DST)]

@@ -33,12 +33,15 @@ class Nic(wiring.Component):
     Parameters: ``data_width`` (bits), ``net_ports`` (P), ``buffer_depth`` (beats buffered
     per input; also the longest payload accepted), ``desc_depth`` (packets buffered per
     input), ``route_entries`` (route table size), ``reduce_slots`` (reductions in progress
-    at once), ``reduce_beats`` (longest reduction payload, in beats).
+    at once), ``reduce_beats`` (longest reduction payload, in beats), ``softmax_fan_in``
+    (most contributions of one SOFTMAX_MERGE; 0 builds no softmax merge), ``state_words``
+    (words per (m, l, o) row: head_dim + 2; 130 for Qwen2.5-1.5B).
     """
 
     def __init__(self, data_width: int = 64, net_ports: int = 3, buffer_depth: int = 256,
                  desc_depth: int = 16, route_entries: int = spec.ROUTE_TABLE_ENTRIES,
-                 reduce_slots: int = 4, reduce_beats: int = 64):
+                 reduce_slots: int = 4, reduce_beats: int = 64, softmax_fan_in: int = 4,
+                 state_words: int = 130):
         if not 1 <= route_entries <= spec.ROUTE_TABLE_ENTRIES or route_entries & (route_entries - 1):
             raise ValueError(f"route_entries={route_entries}: a power of two <= {spec.ROUTE_TABLE_ENTRIES}")
         self.data_width = data_width
@@ -48,11 +51,15 @@ class Nic(wiring.Component):
         self.route_entries = route_entries
         self.reduce_slots = reduce_slots
         self.reduce_beats = reduce_beats
+        self.softmax_fan_in = softmax_fan_in
+        self.state_words = state_words
         for name, v in (("buffer_depth", buffer_depth), ("reduce_beats", reduce_beats)):
             if v < 2 or v & (v - 1):
                 raise ValueError(f"{name}={v}: must be a power of two >= 2")
         if not 1 <= net_ports <= spec.ROUTE_ENTRY["port_mask"].width:
             raise ValueError(f"net_ports={net_ports}: 1..{spec.ROUTE_ENTRY['port_mask'].width}")
+        if softmax_fan_in and (softmax_fan_in < 2 or softmax_fan_in & (softmax_fan_in - 1)):
+            raise ValueError(f"softmax_fan_in={softmax_fan_in}: 0 (off) or a power of two >= 2")
         if reduce_slots < 1 or desc_depth < 2:
             raise ValueError("reduce_slots must be >= 1 and desc_depth >= 2")
         if data_width % wire.REDUCE_WORD_BITS:
@@ -96,7 +103,8 @@ class Nic(wiring.Component):
         sources = list(self.rx) + [self.local_in]
         for i in range(n_in):
             port = IngressPort(w, P, self.buffer_depth, self.desc_depth, self.route_entries,
-                               self.reduce_beats, is_local=(i == LOCAL))
+                               self.reduce_beats, is_local=(i == LOCAL),
+                               softmax_fan_in=self.softmax_fan_in)
             m.submodules[f"ingress{i}"] = port
             ing.append(port)
             src = sources[i]
@@ -127,7 +135,8 @@ class Nic(wiring.Component):
 
         # --- reduction engine --------------------------------------------------------------
         m.submodules.reduce_deser = rdes = HeaderDeserializer(w)
-        m.submodules.reduce = red = ReduceEngine(w, self.reduce_slots, self.reduce_beats)
+        m.submodules.reduce = red = ReduceEngine(w, self.reduce_slots, self.reduce_beats,
+                                                      self.softmax_fan_in, self.state_words)
         wiring.connect(m, egs[REDUCE].o, rdes.i)
         wiring.connect(m, rdes.meta, red.meta)
         wiring.connect(m, rdes.o, red.payload)
@@ -166,6 +175,7 @@ class Nic(wiring.Component):
 
 @block("nic", "metadata-driven NIC: P network ports + local port, route table, multicast, reduction",
        variants=({"data_width": 128},), data_width=64, net_ports=3, buffer_depth=256,
-       desc_depth=16, route_entries=spec.ROUTE_TABLE_ENTRIES, reduce_slots=4, reduce_beats=64)
+       desc_depth=16, route_entries=spec.ROUTE_TABLE_ENTRIES, reduce_slots=4, reduce_beats=64,
+       softmax_fan_in=4, state_words=130)
 def _nic(**params):
     return Nic(**params)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from mcf import spec
 from mcf.sim.nic.model import RouteEntry, decide, raw_header, reduce_words
-from mcf.sim.nic.traffic import pad_header
+from mcf.sim.nic.traffic import pad_header, random_states
 from mcf.spec import Collective, ErrorCause, Op, ReduceOp, Stage
 
 ALL_REDUCE_ROUTE = 200
@@ -50,6 +50,8 @@ class MeshPlan:
     buffer_depth: int = 64
     reduce_beats: int = 32
     max_len: int = 160
+    softmax_fan_in: int = 0
+    state_words: int = 6
     tables: list = field(default_factory=list)
     programs: list = field(default_factory=list)
     reductions: list = field(default_factory=list)   # (op, key, {src: payload}, reducers)
@@ -141,7 +143,9 @@ class MeshPlan:
         rng, n = self.rng, self.nodes
         index = len(self.reductions)
         length = rng.choice([4, 8, 32, 36, 64, 100])
-        op = rng.choice([ReduceOp.MAX, ReduceOp.SUM])
+        op = rng.choice([ReduceOp.MAX, ReduceOp.SUM] + ([ReduceOp.SOFTMAX_MERGE] * 2 if self.softmax_fan_in else []))
+        if op == ReduceOp.SOFTMAX_MERGE:
+            length = 4 * self.state_words * rng.randrange(1, 4)
         if rng.random() < 0.5:
             root = rng.randrange(n)
             coll, rid, reducers = Collective.REDUCE, REDUCE_ROUTE + root, [root]
@@ -152,7 +156,8 @@ class MeshPlan:
                         src=0, dst=root, route_id=rid, kv_id=self.kv, length=length, seq=index & 0xFFFF)
         contributions = {}
         for s in range(n):
-            payload = rng.randbytes(length)
+            payload = (random_states(rng, length // (4 * self.state_words), self.state_words)
+                       if op == ReduceOp.SOFTMAX_MERGE else rng.randbytes(length))
             contributions[s] = payload
             m = key.replace(src=s)
             self.programs[s].append(Item(m.encode(), payload, "reduce", reduction=index, meta=m))
@@ -180,7 +185,7 @@ class MeshPlan:
         """(deliveries per node: [wire bytes], errors per node: [count per ErrorCause])."""
         n, w = self.nodes, self.data_width
         kw = dict(data_width=w, net_ports=n - 1, num_nodes=n, buffer_depth=self.buffer_depth,
-                  reduce_beats=self.reduce_beats)
+                  reduce_beats=self.reduce_beats, softmax_fan_in=self.softmax_fan_in)
         deliveries = [[] for _ in range(n)]
         errors = [[0] * len(ErrorCause) for _ in range(n)]
         reduced = {}     # (reduction, node) -> contributions seen
@@ -208,7 +213,7 @@ class MeshPlan:
             for r in reducers:
                 assert sorted(reduced.get((index, r), [])) == list(range(n)), (index, r)
                 result = key.replace(src=r, op=Op.REDUCE_RESULT)
-                payload = reduce_words(op, [contribs[x] for x in sorted(contribs)])
+                payload = reduce_words(op, [contribs[x] for x in sorted(contribs)], self.state_words)
                 deliveries[r].append(pad_header(result.encode(), w) + payload)
         return deliveries, errors
 

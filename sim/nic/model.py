@@ -6,7 +6,6 @@ Outputs are named like the NIC numbers them: ``0..P-1`` network ports, ``"local"
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from mcf import spec
@@ -55,7 +54,7 @@ class Decision:
 
 def decide(wire: bytes, table: dict[int, RouteEntry], *, data_width: int, net_ports: int,
            from_local: bool, num_nodes: int, buffer_depth: int, reduce_beats: int,
-           route_entries: int = spec.ROUTE_TABLE_ENTRIES) -> Decision:
+           route_entries: int = spec.ROUTE_TABLE_ENTRIES, softmax_fan_in: int = 0) -> Decision:
     nb = data_width // 8
     hdr_len = header_beats(data_width) * nb
     if len(wire) < hdr_len:
@@ -69,8 +68,9 @@ def decide(wire: bytes, table: dict[int, RouteEntry], *, data_width: int, net_po
         return Decision(ErrorCause.UNKNOWN_OP)
     coll, rop = Collective(f["collective"]), ReduceOp(f["reduce_op"])
     reducing = coll in (Collective.REDUCE, Collective.ALL_REDUCE)
-    if reducing and rop not in (ReduceOp.MAX, ReduceOp.SUM):
-        return Decision(ErrorCause.UNKNOWN_OP)     # NONE, or SOFTMAX_MERGE (not built yet)
+    defined = {ReduceOp.MAX, ReduceOp.SUM} | ({ReduceOp.SOFTMAX_MERGE} if softmax_fan_in else set())
+    if reducing and rop not in defined:
+        return Decision(ErrorCause.UNKNOWN_OP)     # NONE, or SOFTMAX_MERGE on a NIC without it
     if not reducing and rop != ReduceOp.NONE:
         return Decision(ErrorCause.UNKNOWN_OP)
     entry = table.get(f["route_id"], INVALID) if f["route_id"] < route_entries else INVALID
@@ -82,7 +82,7 @@ def decide(wire: bytes, table: dict[int, RouteEntry], *, data_width: int, net_po
         outputs = {"reduce"} | (ports if from_local else set())
     else:
         outputs = ports | ({"local"} if entry.local else set())
-    if not outputs:
+    if not outputs or (to_reduce and rop == ReduceOp.SOFTMAX_MERGE and entry.fan_in > softmax_fan_in):
         return Decision(ErrorCause.BAD_ROUTE)
     if coll in (Collective.UNICAST, Collective.ALL_TO_ALL, Collective.REDUCE) and f["dst"] >= num_nodes:
         return Decision(ErrorCause.BAD_DST)
@@ -97,17 +97,22 @@ def decide(wire: bytes, table: dict[int, RouteEntry], *, data_width: int, net_po
     return Decision(None, frozenset(outputs))
 
 
-def reduce_words(op: ReduceOp, payloads: list[bytes]) -> bytes:
-    """Element-wise MAX (signed) or SUM (wrapping) of little-endian int32 words; a partial
-    last word is zero-padded, the result cut back to the payload length."""
+def reduce_words(op: ReduceOp, payloads: list[bytes], state_words: int | None = None) -> bytes:
+    """The golden model's reductions (``mcf.sw.golden.fixed``) on payload bytes: MAX / SUM
+    of little-endian int32 words (a partial last word zero-padded, the result cut back to
+    the payload length); SOFTMAX_MERGE folds (m, l, o) rows of ``state_words`` words in the
+    order given (callers pass increasing src)."""
     length = len(payloads[0])
+    if op == ReduceOp.SOFTMAX_MERGE:
+        import numpy as np
+
+        from mcf.sw.golden.fixed import fold_states
+        rows = [np.frombuffer(p, dtype="<i4").reshape(-1, state_words) for p in payloads]
+        return fold_states(rows).astype("<i4").tobytes()
+    import numpy as np
+
+    from mcf.sw.golden.fixed import reduce_max, reduce_sum
     pad = (-length) % 4
-    arrays = [struct.unpack(f"<{(length + pad) // 4}i", p + bytes(pad)) for p in payloads]
-    out = []
-    for words in zip(*arrays):
-        if op == ReduceOp.MAX:
-            out.append(max(words))
-        else:
-            s = sum(words) & 0xFFFFFFFF
-            out.append(s - (1 << 32) if s >= 1 << 31 else s)
-    return struct.pack(f"<{len(out)}i", *out)[:length]
+    words = [np.frombuffer(p + bytes(pad), dtype="<i4") for p in payloads]
+    out = reduce_max(words) if op == ReduceOp.MAX else reduce_sum(words)
+    return np.asarray(out, dtype="<i4").tobytes()[:length]

@@ -63,7 +63,8 @@ async def traffic(dut):
     p = params()
     w, P, seed = p["data_width"], p["net_ports"], p.get("seed", 1)
     depth, rbeats, slots = p["buffer_depth"], p["reduce_beats"], p["reduce_slots"]
-    t = SingleNicTraffic(w, P, node_id=0, num_nodes=4, seed=seed)
+    sw = p.get("state_words", 0) if p.get("softmax_fan_in", 0) else 0
+    t = SingleNicTraffic(w, P, node_id=0, num_nodes=4, seed=seed, state_words=sw)
     t.build(p.get("packets", 200), error_rate=p.get("error_rate", 0.15),
             reductions=p.get("reductions", 10))
 
@@ -92,7 +93,7 @@ async def traffic(dut):
 
     # Expected deliveries per output (multiset of wire bytes + per-input order).
     kw = dict(data_width=w, net_ports=P, num_nodes=t.num_nodes, buffer_depth=depth,
-              reduce_beats=rbeats)
+              reduce_beats=rbeats, softmax_fan_in=p.get("softmax_fan_in", 0))
     expected = {o: [] for o in range(P + 1)}     # output -> [(input, wire)]
     want_errors = [0] * len(ErrorCause)
     for i, sent in enumerate(t.inputs):
@@ -109,7 +110,7 @@ async def traffic(dut):
                     expected[P if o == "local" else o].append((i, s.wire))
     for index, (op, key, contribs) in enumerate(t.reductions):
         result = key.replace(src=t.node_id, op=Op.REDUCE_RESULT)
-        payload = reduce_words(op, [contribs[s] for s in sorted(contribs)])
+        payload = reduce_words(op, [contribs[s] for s in sorted(contribs)], sw)
         expected[P].append(("reduce", pad_header(result.encode(), w) + payload))
 
     # Drive: an input waits before a reduction that would need more than ``slots`` open

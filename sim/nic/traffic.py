@@ -6,6 +6,7 @@ counts up) so that a delivery can be matched to the packet it came from.
 from __future__ import annotations
 
 import random
+import struct
 from dataclasses import dataclass, field
 
 from mcf import spec
@@ -16,6 +17,20 @@ from mcf.spec.packet import HEADER_BYTES, header_beats
 
 def pad_header(meta_bytes: bytes, data_width: int) -> bytes:
     return meta_bytes + bytes(header_beats(data_width) * data_width // 8 - HEADER_BYTES)
+
+
+def random_states(rng: random.Random, rows: int, state_words: int) -> bytes:
+    """(m, l, o) rows as the compute engine emits them (golden ``encode_state`` layout), with
+    close and far maxima, empty states (m = INT32_MIN) and values that saturate."""
+    words = []
+    for _ in range(rows):
+        r = rng.random()
+        m = -(1 << 31) if r < 0.1 else rng.randrange(-(1 << 31), 1 << 31) if r < 0.2 else rng.randrange(-3000, 3000)
+        words.append(m)
+        words.append(rng.choice([0, rng.randrange(1 << 15, 1 << 22), (1 << 31) - 1]))
+        for _ in range(state_words - 2):
+            words.append(rng.choice([rng.randrange(-(1 << 20), 1 << 20), rng.randrange(-(1 << 31), 1 << 31)]))
+    return struct.pack(f"<{len(words)}i", *words)
 
 
 @dataclass
@@ -36,6 +51,7 @@ class SingleNicTraffic:
     num_nodes: int = 4
     seed: int = 1
     max_len: int = 200
+    state_words: int = 0     # > 0: also SOFTMAX_MERGE reductions, rows of this many words
     table: dict = field(default_factory=dict)
     inputs: list = field(default_factory=list)       # per input (P network + local): [Sent]
     reductions: list = field(default_factory=list)   # (op, key meta, {src: payload})
@@ -125,7 +141,9 @@ class SingleNicTraffic:
         """One reduction: a contribution on every input (network port p from node p + 1)."""
         rng = self.rng
         length = rng.choice([4, 8, 32, 36, 100]) if length is None else length
-        op = rng.choice([ReduceOp.MAX, ReduceOp.SUM])
+        op = rng.choice([ReduceOp.MAX, ReduceOp.SUM] + ([ReduceOp.SOFTMAX_MERGE] * 2 if self.state_words else []))
+        if op == ReduceOp.SOFTMAX_MERGE:
+            length = 4 * self.state_words * rng.randrange(1, 4)
         self.kv += 1
         key = spec.Meta(stage=Stage.DECODE, op=Op.PARTIAL_STATE,
                         collective=rng.choice([Collective.REDUCE, Collective.ALL_REDUCE]),
@@ -135,7 +153,8 @@ class SingleNicTraffic:
         contributions = {}
         for i in range(self.net_ports + 1):
             src = self.node_id if i == self.net_ports else (self.node_id + 1 + i) % 256
-            payload = rng.randbytes(length)
+            payload = (random_states(rng, length // (4 * self.state_words), self.state_words)
+                       if op == ReduceOp.SOFTMAX_MERGE else rng.randbytes(length))
             meta = key.replace(src=src)
             contributions[src] = payload
             self.inputs[i].append(Sent(pad_header(meta.encode(), self.data_width) + payload,

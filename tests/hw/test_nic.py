@@ -5,7 +5,8 @@ from mcf.hw.nic.nic import Nic
 from mcf.spec import ErrorCause
 from mcf.sim.runner import run_cocotb
 
-SMALL = dict(buffer_depth=64, desc_depth=8, route_entries=256, reduce_slots=4, reduce_beats=32)
+SMALL = dict(buffer_depth=64, desc_depth=8, route_entries=256, reduce_slots=4, reduce_beats=32,
+             softmax_fan_in=4, state_words=6)
 
 
 def test_construction():
@@ -24,12 +25,12 @@ def test_bad_params(kw):
 @pytest.mark.cocotb
 @pytest.mark.parametrize("width", [64, 128])
 def test_nic_traffic_cocotb(width, build_dir):
-    params = dict(data_width=width, net_ports=3, packets=250, reductions=8, **SMALL)
+    params = dict(data_width=width, net_ports=3, packets=250, reductions=12, **SMALL)
     nic = Nic(width, net_ports=3, **SMALL)
     run_cocotb(nic, "mcf.sim.nic.test_nic", build_dir, testcase="traffic", params=params)
 
 
-MESH = dict(buffer_depth=64, desc_depth=8, route_entries=256, reduce_slots=4, reduce_beats=32)
+MESH = SMALL
 
 
 @pytest.mark.cocotb
