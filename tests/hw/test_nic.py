@@ -40,3 +40,25 @@ def test_mesh_cocotb(width, build_dir):
     params = dict(nodes=4, data_width=width, packets_per_node=40, reductions=4, **MESH)
     mesh = NicMesh(4, width, meta_queue_depth=8, payload_depth=64, **MESH)
     run_cocotb(mesh, "mcf.sim.nic.test_mesh", build_dir, testcase="mesh", params=params)
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+@pytest.mark.parametrize("width", [64, 128])
+def test_nic_traffic_large(width, build_dir):
+    """Thousands of packets through one NIC (two seeds)."""
+    nic = Nic(width, net_ports=3, **SMALL)
+    for seed in (21, 22):
+        params = dict(data_width=width, net_ports=3, packets=1500, reductions=100, seed=seed, **SMALL)
+        run_cocotb(nic, "mcf.sim.nic.test_nic", build_dir / str(seed), testcase="traffic", params=params)
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+@pytest.mark.parametrize("width", [64, 128])
+def test_mesh_large(width, build_dir):
+    """A thousand packets of a 4-node plan through four NICs."""
+    from mcf.hw.nic.top import NicMesh
+    params = dict(nodes=4, data_width=width, packets_per_node=250, reductions=30, seed=5, **MESH)
+    mesh = NicMesh(4, width, meta_queue_depth=8, payload_depth=64, **MESH)
+    run_cocotb(mesh, "mcf.sim.nic.test_mesh", build_dir, testcase="mesh", params=params)
