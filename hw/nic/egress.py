@@ -118,7 +118,7 @@ class EgressPort(wiring.Component):
 
         rdata = self.rd[0].data
         for i in range(1, n):
-            rdata = Mux_(s_sel == i, self.rd[i].data, rdata)
+            rdata = _mux_view(s_sel == i, self.rd[i].data, rdata)
         m.d.comb += [
             self.o.tvalid.eq(sv),
             self.o.tlast.eq(s_last),
@@ -128,7 +128,7 @@ class EgressPort(wiring.Component):
         return m
 
 
-def Mux_(sel, a, b):
+def _mux_view(sel, a, b):
     """Mux of two layout views (as raw bits, re-viewed)."""
     from amaranth.lib import data
     return data.View(a.shape(), Mux(sel, a.as_value(), b.as_value()))
