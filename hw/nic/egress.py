@@ -4,9 +4,6 @@ The egress picks (round robin) an input whose head packet still has to go out he
 its header (rebuilt from the stored descriptor) and then its payload straight from that
 input's buffer through its own read port, and pulses ``done`` for that input.  Outputs never
 wait for each other, so a multicast copy blocked on one port does not hold the others.
-
-``PacketArbiter`` merges whole AXI-Stream packets from several sources (round robin, locked
-until TLAST).
 """
 from __future__ import annotations
 
@@ -132,42 +129,3 @@ def _mux_view(sel, a, b):
     """Mux of two layout views (as raw bits, re-viewed)."""
     from amaranth.lib import data
     return data.View(a.shape(), Mux(sel, a.as_value(), b.as_value()))
-
-
-class PacketArbiter(wiring.Component):
-    """Whole packets from ``n`` AXI-Stream sources onto one (round robin, no bubble)."""
-
-    def __init__(self, data_width: int, n: int):
-        self.data_width = data_width
-        self.n = n
-        super().__init__({
-            "i": In(AXIStreamSignature(data_width)).array(n),
-            "o": Out(AXIStreamSignature(data_width)),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        n = self.n
-        busy = Signal()
-        sel = Signal(range(n))
-        last = Signal(range(n), init=n - 1)
-        req = Signal(n)
-        m.d.comb += req.eq(Cat(s.tvalid for s in self.i))
-        grant, found = round_robin(m, req, last, n)
-        cur = Signal(range(n))
-        m.d.comb += cur.eq(Mux(busy, sel, grant))
-        active = busy | found
-        for k in range(n):
-            with m.If(active & (cur == k)):
-                m.d.comb += [
-                    self.o.tvalid.eq(self.i[k].tvalid), self.o.tdata.eq(self.i[k].tdata),
-                    self.o.tkeep.eq(self.i[k].tkeep), self.o.tlast.eq(self.i[k].tlast),
-                    self.i[k].tready.eq(self.o.tready),
-                ]
-        with m.If(self.o.tvalid & self.o.tready):
-            with m.If(self.o.tlast):
-                m.d.sync += busy.eq(0)
-            with m.Else():
-                m.d.sync += [busy.eq(1), sel.eq(cur)]
-            m.d.sync += last.eq(cur)
-        return m

@@ -34,12 +34,16 @@ class IngressPort(wiring.Component):
     """One NIC input.  Outputs are numbered: network ports ``0..P-1``, local ``P``,
     reduction engine ``P+1``.
 
-    ``is_local``: this is the local (packetizer) input; a node's own reduction contribution
-    is then also sent on the route's port mask (see docs/nic.md)."""
+    ``role``: ``"net"`` (a network port), ``"local"`` (the packetizer: a node's own ALL_REDUCE
+    contribution is also sent on the route's port mask) or ``"result"`` (reduction results:
+    never reduced again here; REDUCE results leave per the route, ALL_REDUCE results locally).
+    See docs/nic.md."""
 
     def __init__(self, data_width: int, net_ports: int, depth: int = 256, desc_depth: int = 16,
                  route_entries: int = spec.ROUTE_TABLE_ENTRIES, reduce_beats: int = 64,
-                 is_local: bool = False, softmax_fan_in: int = 0):
+                 role: str = "net", softmax_fan_in: int = 0):
+        if role not in ("net", "local", "result"):
+            raise ValueError(f"role={role!r}: net, local or result")
         if depth < 2 or depth & (depth - 1):
             raise ValueError(f"buffer depth={depth}: must be a power of two >= 2")
         if not 1 <= net_ports <= spec.ROUTE_ENTRY["port_mask"].width:
@@ -51,7 +55,7 @@ class IngressPort(wiring.Component):
         self.desc_depth = desc_depth
         self.route_entries = route_entries
         self.reduce_beats = reduce_beats
-        self.is_local = is_local
+        self.role = role
         self.softmax_fan_in = softmax_fan_in
         self.desc_layout = desc_layout(self.n_out, depth)
         super().__init__({
@@ -105,11 +109,20 @@ class IngressPort(wiring.Component):
         # a group tag (spec), so only the former are checked against NUM_NODES.
         dst_node = (coll == Collective.UNICAST) | (coll == Collective.ALL_TO_ALL) | (coll == Collective.REDUCE)
         dst_ok = ~dst_node | (mv.dst < self.num_nodes)
-        to_reduce = reducing & (entry.fan_in >= 2) & (op != Op.REDUCE_RESULT)
+        # This NIC is the route's reduction point when fan_in >= 2 (results of a reduction
+        # tree come back in as contributions of the next level).
+        to_reduce = Signal()
+        if self.role != "result":
+            m.d.comb += to_reduce.eq(reducing & (entry.fan_in >= 2))
+        all_reduce = coll == Collective.ALL_REDUCE
         port_mask = entry.port_mask[:P]
         mask = Signal(self.n_out)
         with m.If(to_reduce):
-            m.d.comb += mask.eq(Cat(port_mask if self.is_local else Const(0, P), Const(0b10, 2)))
+            own = port_mask if self.role == "local" else Const(0, P)
+            m.d.comb += mask.eq(Cat(Mux(all_reduce, own, 0), Const(0b10, 2)))
+        if self.role == "result":
+            with m.Elif(all_reduce):     # every member reduced it itself: local only
+                m.d.comb += mask.eq(Cat(Const(0, P), Const(0b01, 2)))
         with m.Else():
             m.d.comb += mask.eq(Cat(port_mask, entry.local, Const(0, 1)))
         nbeats = Signal(wire.LENGTH_BITS)

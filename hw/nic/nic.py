@@ -1,8 +1,10 @@
 """The metadata-driven compute-NIC of one node (MCF section 5; design notes in docs/nic.md).
 
     rx[0..P-1], local_in ──► IngressPort ×(P+1) ─┬─► EgressPort ×P ──► tx[0..P-1]
-      (parse, decode, route, check, buffer)      ├─► EgressPort ──────────────┐
-                                                 └─► EgressPort ─► ReduceEngine ─► PacketArbiter ─► local_out
+      (parse, decode, route, check, buffer)      ├─► EgressPort ──────► local_out
+                      ┌─► IngressPort (results) ─┤
+                      │                          └─► EgressPort ─► ReduceEngine ─┐
+                      └──────────────────────────────────────────────────────────┘
 
 Every packet is routed by ``route_id`` through the route table the NIC owns (the register
 block writes and reads it through ``route``).  Errors are strobes on ``errors`` (bit i = one
@@ -20,7 +22,7 @@ from mcf.spec import packet as wire
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.csr.ports import RouteTablePort
 from mcf.hw.nic.common import ROUTE_WORD_BITS
-from mcf.hw.nic.egress import EgressPort, PacketArbiter
+from mcf.hw.nic.egress import EgressPort
 from mcf.hw.nic.ingress import N_CAUSES, IngressPort
 from mcf.hw.nic.reduce import ReduceEngine, same_key
 from mcf.hw.packet.header import HeaderDeserializer
@@ -58,6 +60,9 @@ class Nic(wiring.Component):
                 raise ValueError(f"{name}={v}: must be a power of two >= 2")
         if not 1 <= net_ports <= spec.ROUTE_ENTRY["port_mask"].width:
             raise ValueError(f"net_ports={net_ports}: 1..{spec.ROUTE_ENTRY['port_mask'].width}")
+        if reduce_beats > buffer_depth:
+            raise ValueError(f"reduce_beats={reduce_beats} > buffer_depth={buffer_depth}: a result "
+                             "must fit the buffer it leaves from")
         if softmax_fan_in and (softmax_fan_in < 2 or softmax_fan_in & (softmax_fan_in - 1)):
             raise ValueError(f"softmax_fan_in={softmax_fan_in}: 0 (off) or a power of two >= 2")
         if reduce_slots < 1 or desc_depth < 2:
@@ -80,8 +85,9 @@ class Nic(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w, P = self.data_width, self.net_ports
-        n_in, n_out = P + 1, P + 2
-        LOCAL, REDUCE = P, P + 1
+        n_in, n_out = P + 2, P + 2
+        LOCAL, REDUCE = P, P + 1      # outputs
+        RESULT = P + 1                # input: reduction results
 
         # --- route table: written/read by the register block, read by every ingress ----
         m.submodules.routes = routes = Memory(shape=ROUTE_WORD_BITS, depth=self.route_entries, init=[])
@@ -100,20 +106,20 @@ class Nic(wiring.Component):
 
         # --- ingress -------------------------------------------------------------------
         ing = []
-        sources = list(self.rx) + [self.local_in]
         for i in range(n_in):
+            role = "local" if i == LOCAL else "result" if i == RESULT else "net"
             port = IngressPort(w, P, self.buffer_depth, self.desc_depth, self.route_entries,
-                               self.reduce_beats, is_local=(i == LOCAL),
-                               softmax_fan_in=self.softmax_fan_in)
+                               self.reduce_beats, role=role, softmax_fan_in=self.softmax_fan_in)
             m.submodules[f"ingress{i}"] = port
             ing.append(port)
-            src = sources[i]
+            m.d.comb += [port.node_id.eq(self.node_id), port.num_nodes.eq(self.num_nodes)]
+            lookup_port(port.lookup)
+        for i, src in enumerate(list(self.rx) + [self.local_in]):
             # While disabled the NIC accepts nothing (CONTROL.enable).
+            port = ing[i]
             m.d.comb += [port.i.tdata.eq(src.tdata), port.i.tkeep.eq(src.tkeep),
                          port.i.tlast.eq(src.tlast), port.i.tvalid.eq(src.tvalid & self.enable),
-                         src.tready.eq(port.i.tready & self.enable),
-                         port.node_id.eq(self.node_id), port.num_nodes.eq(self.num_nodes)]
-            lookup_port(port.lookup)
+                         src.tready.eq(port.i.tready & self.enable)]
 
         # --- egress: one per output ------------------------------------------------------
         egs = []
@@ -132,6 +138,7 @@ class Nic(wiring.Component):
                 m.d.comb += egs[j].pending.eq(Cat(ing[i].pending[j] for i in range(n_in)))
         for p in range(P):
             wiring.connect(m, egs[p].o, wiring.flipped(self.tx[p]))
+        wiring.connect(m, egs[LOCAL].o, wiring.flipped(self.local_out))
 
         # --- reduction engine --------------------------------------------------------------
         m.submodules.reduce_deser = rdes = HeaderDeserializer(w)
@@ -157,10 +164,9 @@ class Nic(wiring.Component):
             m.d.comb += egs[REDUCE].pending[i].eq(ing[i].pending[REDUCE] & ~inflight
                                                   & (has_slot | free_slot))
 
-        m.submodules.local_arb = arb = PacketArbiter(w, 2)
-        wiring.connect(m, egs[LOCAL].o, arb.i[0])
-        wiring.connect(m, red.o, arb.i[1])
-        wiring.connect(m, arb.o, wiring.flipped(self.local_out))
+        # Results re-enter like packets (a REDUCE result leaves per its route, e.g. towards
+        # the next level of a reduction tree; an ALL_REDUCE result is delivered locally).
+        wiring.connect(m, red.o, ing[RESULT].i)
 
         # --- error strobes: one event per cause per cycle; lower inputs first ------------
         for i in range(n_in):

@@ -188,32 +188,47 @@ class MeshPlan:
                   reduce_beats=self.reduce_beats, softmax_fan_in=self.softmax_fan_in)
         deliveries = [[] for _ in range(n)]
         errors = [[0] * len(ErrorCause) for _ in range(n)]
-        reduced = {}     # (reduction, node) -> contributions seen
+        parts = {}       # (reduction, node) -> {src: payload} that reached its engine
+
+        def route(wire, start, from_local, from_reduce, reduction):
+            todo = [(start, from_local, from_reduce)]
+            hops = 0
+            while todo:
+                node, loc, red = todo.pop()
+                hops += 1
+                assert hops < 64, "routing loop in the plan"
+                dcs = decide(wire, self.tables[node], from_local=loc, from_reduce=red, **kw)
+                if dcs.dropped:
+                    errors[node][dcs.cause] += 1
+                    continue
+                for o in dcs.outputs:
+                    if o == "local":
+                        deliveries[node].append(wire)
+                    elif o == "reduce":
+                        src = int.from_bytes(wire[:16], "little") >> spec.META.offsets["src"] & 0xFF
+                        parts.setdefault((reduction, node), {})[src] = wire[hdr:]
+                    else:
+                        todo.append((peer(node, o, n), False, False))
+
+        hdr = len(pad_header(bytes(16), w))
         for s in range(n):
             for item in self.programs[s]:
-                wire = pad_header(item.header, w) + item.payload
-                todo = [(s, True)]
-                hops = 0
-                while todo:
-                    node, from_local = todo.pop()
-                    hops += 1
-                    assert hops < 64, "routing loop in the plan"
-                    dcs = decide(wire, self.tables[node], from_local=from_local, **kw)
-                    if dcs.dropped:
-                        errors[node][dcs.cause] += 1
-                        continue
-                    for o in dcs.outputs:
-                        if o == "local":
-                            deliveries[node].append(wire)
-                        elif o == "reduce":
-                            reduced.setdefault((item.reduction, node), []).append(s)
-                        else:
-                            todo.append((peer(node, o, n), False))
-        for index, (op, key, contribs, reducers) in enumerate(self.reductions):
-            for r in reducers:
-                assert sorted(reduced.get((index, r), [])) == list(range(n)), (index, r)
-                result = key.replace(src=r, op=Op.REDUCE_RESULT)
-                payload = reduce_words(op, [contribs[x] for x in sorted(contribs)], self.state_words)
-                deliveries[r].append(pad_header(result.encode(), w) + payload)
+                route(pad_header(item.header, w) + item.payload, s, True, False, item.reduction)
+        # Reductions complete where fan_in contributions met; results route on (tree levels).
+        done = set()
+        changed = True
+        while changed:
+            changed = False
+            for (index, node), got in list(parts.items()):
+                op, key, _, _ = self.reductions[index]
+                if (index, node) in done or len(got) < self.tables[node][key.route_id].fan_in:
+                    continue
+                done.add((index, node))
+                changed = True
+                result = key.replace(src=node, op=Op.REDUCE_RESULT)
+                payload = reduce_words(op, [got[x] for x in sorted(got)], self.state_words)
+                route(pad_header(result.encode(), w) + payload, node, False, True, index)
+        for index, (_, key, _, reducers) in enumerate(self.reductions):
+            assert {nd for (i, nd) in done if i == index} == set(reducers), f"reduction {index} incomplete"
         return deliveries, errors
 

@@ -53,7 +53,7 @@ class Decision:
 
 
 def decide(wire: bytes, table: dict[int, RouteEntry], *, data_width: int, net_ports: int,
-           from_local: bool, num_nodes: int, buffer_depth: int, reduce_beats: int,
+           from_local: bool, num_nodes: int, from_reduce: bool = False, buffer_depth: int, reduce_beats: int,
            route_entries: int = spec.ROUTE_TABLE_ENTRIES, softmax_fan_in: int = 0) -> Decision:
     nb = data_width // 8
     hdr_len = header_beats(data_width) * nb
@@ -77,9 +77,14 @@ def decide(wire: bytes, table: dict[int, RouteEntry], *, data_width: int, net_po
     if not entry.valid:
         return Decision(ErrorCause.BAD_ROUTE)
     ports = {p for p in range(net_ports) if entry.port_mask >> p & 1}
-    to_reduce = reducing and entry.fan_in >= 2 and f["op"] != Op.REDUCE_RESULT
+    # fan_in >= 2: this NIC is the route's reduction point (a result of a lower tree level
+    # arriving from the network is a contribution too); results leave from the engine.
+    to_reduce = reducing and entry.fan_in >= 2 and not from_reduce
     if to_reduce:
-        outputs = {"reduce"} | (ports if from_local else set())
+        own = from_local and coll == Collective.ALL_REDUCE     # own ALL_REDUCE part: to the others
+        outputs = {"reduce"} | (ports if own else set())
+    elif from_reduce and coll == Collective.ALL_REDUCE:
+        outputs = {"local"}                                    # every member reduced it itself
     else:
         outputs = ports | ({"local"} if entry.local else set())
     if not outputs or (to_reduce and rop == ReduceOp.SOFTMAX_MERGE and entry.fan_in > softmax_fan_in):

@@ -111,7 +111,11 @@ async def traffic(dut):
     for index, (op, key, contribs) in enumerate(t.reductions):
         result = key.replace(src=t.node_id, op=Op.REDUCE_RESULT)
         payload = reduce_words(op, [contribs[s] for s in sorted(contribs)], sw)
-        expected[P].append(("reduce", pad_header(result.encode(), w) + payload))
+        wire = pad_header(result.encode(), w) + payload
+        d = decide(wire, t.table, from_local=False, from_reduce=True, **kw)
+        assert not d.dropped and "local" in d.outputs
+        for o in d.outputs:
+            expected[P if o == "local" else o].append(("reduce", wire))
 
     # Drive: an input waits before a reduction that would need more than ``slots`` open
     # reductions (the planner's lockstep decode steps; see docs/nic.md).

@@ -156,6 +156,8 @@ class SingleNicTraffic:
             payload = (random_states(rng, length // (4 * self.state_words), self.state_words)
                        if op == ReduceOp.SOFTMAX_MERGE else rng.randbytes(length))
             meta = key.replace(src=src)
+            if i < self.net_ports and rng.random() < 0.3:
+                meta = meta.replace(op=Op.REDUCE_RESULT)   # a lower tree level's result
             contributions[src] = payload
             self.inputs[i].append(Sent(pad_header(meta.encode(), self.data_width) + payload,
                                        "reduce", reduction=index, meta=meta))
