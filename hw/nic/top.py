@@ -71,14 +71,27 @@ class NicNode(wiring.Component):
         return m
 
 
-class NicMesh(wiring.Component):
-    """``nodes`` NicNodes, fully connected (a switchless mesh): node a's port p is wired to
-    node (a + p + 1) % nodes, whose port back to a is (a - b - 1) % nodes."""
+def neighbours(topology: str, a: int, nodes: int) -> list[int]:
+    """The node each port of node ``a`` leads to.
 
-    def __init__(self, nodes: int = 4, data_width: int = 64, **node_params):
-        if nodes < 2:
-            raise ValueError("a mesh needs at least 2 nodes")
+    ``full``: a switchless full mesh, port p -> (a + p + 1) mod n.
+    ``ring``: port 0 -> a + 1, port 1 -> a - 1 (mod n), MARS's ring numbering."""
+    if topology == "full":
+        return [(a + p + 1) % nodes for p in range(nodes - 1)]
+    if topology == "ring":
+        return [(a + 1) % nodes, (a - 1) % nodes]
+    raise ValueError(f"topology={topology!r}: full or ring")
+
+
+class NicMesh(wiring.Component):
+    """``nodes`` NicNodes wired port to port (``topology``: see ``neighbours``)."""
+
+    def __init__(self, nodes: int = 4, data_width: int = 64, topology: str = "full", **node_params):
+        if nodes < 3:
+            raise ValueError("nodes must be >= 3")
+        neighbours(topology, 0, nodes)
         self.nodes = nodes
+        self.topology = topology
         self.data_width = data_width
         self.node_params = node_params
         axis = AXIStreamSignature(data_width)
@@ -88,29 +101,21 @@ class NicMesh(wiring.Component):
             "local_out": Out(axis).array(nodes),
         })
 
-    @staticmethod
-    def peer(a: int, p: int, nodes: int) -> int:
-        return (a + p + 1) % nodes
-
-    @staticmethod
-    def port_to(a: int, b: int, nodes: int) -> int:
-        return (b - a - 1) % nodes
-
     def elaborate(self, platform):
         m = Module()
         n = self.nodes
+        peers = [neighbours(self.topology, a, n) for a in range(n)]
         nodes = []
         for a in range(n):
-            node = NicNode(self.data_width, n - 1, **self.node_params)
+            node = NicNode(self.data_width, len(peers[a]), **self.node_params)
             m.submodules[f"node{a}"] = node
             nodes.append(node)
             wiring.connect(m, wiring.flipped(self.axil[a]), node.s_axil)
             wiring.connect(m, wiring.flipped(self.payload[a]), node.payload)
             wiring.connect(m, node.local_out, wiring.flipped(self.local_out[a]))
         for a in range(n):
-            for p in range(n - 1):
-                b = self.peer(a, p, n)
-                wiring.connect(m, nodes[a].tx[p], nodes[b].rx[self.port_to(b, a, n)])
+            for p, b in enumerate(peers[a]):
+                wiring.connect(m, nodes[a].tx[p], nodes[b].rx[peers[b].index(a)])
         return m
 
 

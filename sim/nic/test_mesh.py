@@ -38,7 +38,8 @@ async def mesh(dut):
     p = params()
     n, w, seed, slots = p["nodes"], p["data_width"], p.get("seed", 1), p["reduce_slots"]
     plan = MeshPlan(n, w, seed=seed, buffer_depth=p["buffer_depth"], reduce_beats=p["reduce_beats"],
-                    softmax_fan_in=p.get("softmax_fan_in", 0), state_words=p.get("state_words", 6))
+                    softmax_fan_in=p.get("softmax_fan_in", 0), state_words=p.get("state_words", 6),
+                    topology=p.get("topology", "full"))
     plan.build(p.get("packets_per_node", 40), error_rate=p.get("error_rate", 0.1),
                reductions=p.get("reductions", 4))
     want_delivered, want_errors = plan.expected()

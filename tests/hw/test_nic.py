@@ -16,7 +16,8 @@ def test_construction():
 
 
 @pytest.mark.parametrize("kw", [dict(buffer_depth=100), dict(net_ports=0), dict(net_ports=17),
-                                dict(route_entries=5000), dict(reduce_beats=3)])
+                                dict(route_entries=5000), dict(reduce_beats=3),
+                                dict(buffer_depth=32, reduce_beats=64), dict(softmax_fan_in=3)])
 def test_bad_params(kw):
     with pytest.raises(ValueError):
         Nic(64, **kw)
@@ -34,11 +35,13 @@ MESH = SMALL
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("width", [64])
-def test_mesh_cocotb(width, build_dir):
+@pytest.mark.parametrize("topology", ["full", "ring"])
+def test_mesh_cocotb(topology, build_dir):
+    """Four nodes: full mesh (one hop, ALL_REDUCE by every member) and ring (two hops,
+    reduction trees that reduce on the way)."""
     from mcf.hw.nic.top import NicMesh
-    params = dict(nodes=4, data_width=width, packets_per_node=40, reductions=4, **MESH)
-    mesh = NicMesh(4, width, meta_queue_depth=8, payload_depth=64, **MESH)
+    params = dict(nodes=4, data_width=64, packets_per_node=40, reductions=6, topology=topology, **MESH)
+    mesh = NicMesh(4, 64, topology=topology, meta_queue_depth=8, payload_depth=64, **MESH)
     run_cocotb(mesh, "mcf.sim.nic.test_mesh", build_dir, testcase="mesh", params=params)
 
 
@@ -55,10 +58,11 @@ def test_nic_traffic_large(width, build_dir):
 
 @pytest.mark.slow
 @pytest.mark.cocotb
-@pytest.mark.parametrize("width", [64, 128])
-def test_mesh_large(width, build_dir):
+@pytest.mark.parametrize("width,topology", [(64, "ring"), (128, "full")])
+def test_mesh_large(width, topology, build_dir):
     """A thousand packets of a 4-node plan through four NICs."""
     from mcf.hw.nic.top import NicMesh
-    params = dict(nodes=4, data_width=width, packets_per_node=250, reductions=30, seed=5, **MESH)
-    mesh = NicMesh(4, width, meta_queue_depth=8, payload_depth=64, **MESH)
+    params = dict(nodes=4, data_width=width, packets_per_node=250, reductions=30, seed=5,
+                  topology=topology, **MESH)
+    mesh = NicMesh(4, width, topology=topology, meta_queue_depth=8, payload_depth=64, **MESH)
     run_cocotb(mesh, "mcf.sim.nic.test_mesh", build_dir, testcase="mesh", params=params)
