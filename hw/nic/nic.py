@@ -149,13 +149,14 @@ class Nic(wiring.Component):
         wiring.connect(m, rdes.o, red.payload)
         m.d.comb += red.node_id.eq(self.node_id)
         lookup_port(red.lookup)
-        # One contribution in flight at a time, and only one that has a slot (an open one
-        # with its key, or a free one): the engine never holds the egress waiting for a
-        # slot, so contributions of other reductions keep moving.
+        # Only a contribution that has a slot (an open one with its key, or a free one) is
+        # sent, and no other until it is placed: the engine never holds the egress waiting
+        # for a slot, so contributions of other reductions keep moving.  (Once placed, the
+        # slot state is current; the next one streams in while this one is folded.)
         inflight = Signal()
         with m.If(egs[REDUCE].start):
             m.d.sync += inflight.eq(1)
-        with m.Elif(red.taken):
+        with m.Elif(red.placed):
             m.d.sync += inflight.eq(0)
         free_slot = ~red.slot_valid.all()
         for i in range(n_in):

@@ -125,7 +125,7 @@ class ReduceEngine(wiring.Component):
             # Slot state, so that the NIC only sends contributions that have a slot.
             "slot_valid": Out(slots),
             "slot_meta": Out(MetaLayout).array(slots),
-            "taken": Out(1),        # one contribution fully consumed (pulse)
+            "placed": Out(1),       # a contribution got its slot (pulse)
         })
 
     def elaborate(self, platform):
@@ -266,7 +266,7 @@ class ReduceEngine(wiring.Component):
                     m.next = "LOOK"
             with m.State("LOOK"):
                 with m.If((match | free).any()):
-                    m.d.comb += self.meta.ready.eq(1)
+                    m.d.comb += [self.meta.ready.eq(1), self.placed.eq(1)]
                     m.d.sync += [cur.eq(pick), k.eq(0)]
                     for i in range(S):
                         with m.If((pick == i) & ~match.any()):
@@ -291,7 +291,6 @@ class ReduceEngine(wiring.Component):
                     with m.If(self.payload.tlast):
                         m.next = "FIN"
             with m.State("FIN"):
-                m.d.comb += self.taken.eq(1)
                 for i in range(S):
                     with m.If(cur == i):
                         m.d.sync += s_count[i].eq(s_count[i] + 1)
