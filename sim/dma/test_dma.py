@@ -98,6 +98,17 @@ class BusMonitor:
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
 
+def count_overlap(dut, counter: list):
+    """Cycles in which the loader both fills (R beat) and drains (``o`` beat): the ping-pong."""
+    async def run():
+        while True:
+            await FallingEdge(dut.clk)
+            if (dut.m_axi__rvalid.value and dut.m_axi__rready.value
+                    and dut.o__tvalid.value and dut.o__tready.value):
+                counter[0] += 1
+    return cocotb.start_soon(run())
+
+
 def collect_done(dut, out: list):
     async def run():
         while True:
@@ -131,8 +142,9 @@ async def load(dut):
     ram.write(0, rng.randbytes(RAM_BYTES))
     mon = BusMonitor(dut, "ar", nbytes)
     cocotb.start_soon(mon.run())
-    done = []
+    done, overlap = [], [0]
     collect_done(dut, done)
+    count_overlap(dut, overlap)
     dut.desc__valid.value = 0
     await start(dut)
 
@@ -164,9 +176,13 @@ async def load(dut):
     cycles = mon.last_cycle - mon.first_cycle + 1
     report(p, {"bytes": total, "cycles": cycles, "bytes_per_cycle": total / cycles,
                "peak_bytes_per_cycle": nbytes, "utilization": total / cycles / nbytes,
-               "max_reads_in_flight": mon.max_in_flight, "bursts": len(mon.bursts)})
+               "max_reads_in_flight": mon.max_in_flight, "bursts": len(mon.bursts),
+               "fill_drain_overlap_cycles": overlap[0]})
     if not bp:
         assert mon.max_in_flight >= 2, f"only {mon.max_in_flight} read burst(s) in flight"
+    if p.get("long"):
+        # Whole-buffer loads alternating buffers: each drain overlaps the next fill.
+        assert overlap[0] >= (len(descs) - 1) * (bufsz // nbytes) // 2, f"overlap {overlap[0]} cycles"
 
 
 async def ClockCyclesFalling(dut, n):
