@@ -42,7 +42,7 @@ class Nic(wiring.Component):
 
     def __init__(self, data_width: int = 64, net_ports: int = 3, buffer_depth: int = 256,
                  desc_depth: int = 16, route_entries: int = spec.ROUTE_TABLE_ENTRIES,
-                 reduce_slots: int = 4, reduce_beats: int = 64, softmax_fan_in: int = 4,
+                 reduce_slots: int = 4, reduce_beats: int = 128, softmax_fan_in: int = 4,
                  state_words: int = 130):
         if not 1 <= route_entries <= spec.ROUTE_TABLE_ENTRIES or route_entries & (route_entries - 1):
             raise ValueError(f"route_entries={route_entries}: a power of two <= {spec.ROUTE_TABLE_ENTRIES}")
@@ -182,7 +182,7 @@ class Nic(wiring.Component):
 
 @block("nic", "metadata-driven NIC: P network ports + local port, route table, multicast, reduction",
        variants=({"data_width": 128},), data_width=64, net_ports=3, buffer_depth=256,
-       desc_depth=16, route_entries=spec.ROUTE_TABLE_ENTRIES, reduce_slots=4, reduce_beats=64,
+       desc_depth=16, route_entries=spec.ROUTE_TABLE_ENTRIES, reduce_slots=4, reduce_beats=128,
        softmax_fan_in=4, state_words=130)
 def _nic(**params):
     return Nic(**params)
