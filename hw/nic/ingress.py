@@ -1,0 +1,258 @@
+"""NIC ingress: parser + metadata decoder + store-and-forward packet buffer for one input.
+
+Per packet: the header deserializer splits the header off, the route table is read at
+``route_id``, the decoder checks the header and picks the outputs (a bit mask), and the
+payload is written into this input's buffer.  Only a packet that arrived whole and exactly
+``Meta.length`` bytes long is committed (its descriptor pushed); any other is drained and
+reported once on ``err``.  Store-and-forward is what makes "a short packet never reaches an
+output" possible: a cut-through switch would already have sent its head.
+
+The buffer is one block RAM with one read port per output (``rd[k]``): every output that a
+packet goes to reads it at its own pace (independent backpressure, no multicast lockstep);
+the head descriptor is popped and its space freed when all of them are ``done``.
+"""
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from mcf import spec
+from mcf.spec import packet as wire
+from mcf.hw.axis import AXIStreamSignature
+from mcf.hw.layouts import MetaLayout
+from mcf.hw.nic.common import (BufferReadSignature, RouteLookupSignature, beat_layout,
+                               desc_layout, last_keep, payload_beats, raw)
+from mcf.hw.packet.header import HeaderDeserializer
+from mcf.spec import Collective, ErrorCause, Op, ReduceOp, Stage
+
+N_CAUSES = len(ErrorCause)
+
+
+class IngressPort(wiring.Component):
+    """One NIC input.  Outputs are numbered: network ports ``0..P-1``, local ``P``,
+    reduction engine ``P+1``.
+
+    ``role``: ``"net"`` (a network port), ``"local"`` (the packetizer: a node's own ALL_REDUCE
+    contribution is also sent on the route's port mask) or ``"result"`` (reduction results:
+    never reduced again here; REDUCE results leave per the route, ALL_REDUCE results locally).
+    See docs/nic.md."""
+
+    def __init__(self, data_width: int, net_ports: int, depth: int = 256, desc_depth: int = 16,
+                 route_entries: int = spec.ROUTE_TABLE_ENTRIES, reduce_beats: int = 64,
+                 role: str = "net", softmax_fan_in: int = 0):
+        if role not in ("net", "local", "result"):
+            raise ValueError(f"role={role!r}: net, local or result")
+        if depth < 2 or depth & (depth - 1):
+            raise ValueError(f"buffer depth={depth}: must be a power of two >= 2")
+        if not 1 <= net_ports <= spec.ROUTE_ENTRY["port_mask"].width:
+            raise ValueError(f"net_ports={net_ports}: 1..{spec.ROUTE_ENTRY['port_mask'].width}")
+        self.data_width = data_width
+        self.net_ports = net_ports
+        self.n_out = net_ports + 2
+        self.depth = depth
+        self.desc_depth = desc_depth
+        self.route_entries = route_entries
+        self.reduce_beats = reduce_beats
+        self.role = role
+        self.softmax_fan_in = softmax_fan_in
+        self.desc_layout = desc_layout(self.n_out, depth)
+        super().__init__({
+            "i": In(AXIStreamSignature(data_width)),
+            "lookup": Out(RouteLookupSignature()),
+            "node_id": In(wire.NODE_BITS),
+            "num_nodes": In(wire.NODE_BITS + 1),
+            "err": Out(stream.Signature(range(N_CAUSES))),
+            "head": Out(self.desc_layout),
+            "head_valid": Out(1),
+            # Outputs that still have to send the head packet; they pulse done[k] when sent.
+            "pending": Out(self.n_out),
+            "done": In(self.n_out),
+            "rd": In(BufferReadSignature(data_width, depth)).array(self.n_out),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w, depth, P = self.data_width, self.depth, self.net_ports
+        abits = (depth - 1).bit_length()
+
+        m.submodules.deser = deser = HeaderDeserializer(w)
+        wiring.connect(m, wiring.flipped(self.i), deser.i)
+        m.submodules.mem = mem = Memory(shape=beat_layout(w), depth=depth, init=[])
+        wp = mem.write_port()
+        for k in range(self.n_out):
+            rp = mem.read_port()
+            m.d.comb += [rp.addr.eq(self.rd[k].addr), rp.en.eq(self.rd[k].en),
+                         self.rd[k].data.eq(rp.data)]
+        m.submodules.descs = descs = fifo.SyncFIFOBuffered(
+            width=self.desc_layout.size, depth=self.desc_depth)
+
+        # --- decode the parsed header (combinational, read while LOOK holds it) ---------
+        hm = deser.meta.payload
+        mv = Signal(MetaLayout)
+        m.d.comb += mv.eq(hm.meta)
+        entry = self.lookup.entry
+        m.d.comb += self.lookup.addr.eq(mv.route_id)
+        stage, op, coll, rop = raw(mv.stage), raw(mv.op), raw(mv.collective), raw(mv.reduce_op)
+        reducing = (coll == Collective.REDUCE) | (coll == Collective.ALL_REDUCE)
+        enums_ok = ((stage <= max(Stage)) & (op >= min(Op)) & (op <= max(Op))
+                    & (coll <= max(Collective)) & (rop <= max(ReduceOp)))
+        # reduce_op must be NONE unless the collective reduces (spec); a NIC built without
+        # the softmax merge refuses SOFTMAX_MERGE like an unknown operator.
+        rop_defined = (rop == ReduceOp.MAX) | (rop == ReduceOp.SUM)
+        if self.softmax_fan_in:
+            rop_defined = rop_defined | (rop == ReduceOp.SOFTMAX_MERGE)
+        rop_ok = Mux(reducing, rop_defined, rop == ReduceOp.NONE)
+        route_ok = entry.valid & (mv.route_id < self.route_entries)
+        # dst names a node for UNICAST / ALL_TO_ALL / REDUCE; for MULTICAST / ALL_REDUCE it is
+        # a group tag (spec), so only the former are checked against NUM_NODES.
+        dst_node = (coll == Collective.UNICAST) | (coll == Collective.ALL_TO_ALL) | (coll == Collective.REDUCE)
+        dst_ok = ~dst_node | (mv.dst < self.num_nodes)
+        # This NIC is the route's reduction point when fan_in >= 2 (results of a reduction
+        # tree come back in as contributions of the next level).
+        to_reduce = Signal()
+        if self.role != "result":
+            m.d.comb += to_reduce.eq(reducing & (entry.fan_in >= 2))
+        all_reduce = coll == Collective.ALL_REDUCE
+        port_mask = entry.port_mask[:P]
+        mask = Signal(self.n_out)
+        with m.If(to_reduce):
+            own = port_mask if self.role == "local" else Const(0, P)
+            m.d.comb += mask.eq(Cat(Mux(all_reduce, own, 0), Const(0b10, 2)))
+        if self.role == "result":
+            with m.Elif(all_reduce):     # every member reduced it itself: local only
+                m.d.comb += mask.eq(Cat(Const(0, P), Const(0b01, 2)))
+        with m.Else():
+            m.d.comb += mask.eq(Cat(port_mask, entry.local, Const(0, 1)))
+        nbeats = Signal(wire.LENGTH_BITS)
+        m.d.comb += nbeats.eq(payload_beats(mv.length, w))
+        fits = (nbeats <= depth) & (~to_reduce | (nbeats <= self.reduce_beats))
+
+        cause_now = Signal(range(N_CAUSES))
+        bad_now = Signal()
+        with m.If(hm.truncated):
+            m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.SHORT_PACKET)]
+        with m.Elif(hm.malformed):
+            m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.BAD_HEADER)]
+        with m.Elif(~enums_ok | ~rop_ok):
+            m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.UNKNOWN_OP)]
+        # The softmax merge stores every contribution: a route with more than it can hold
+        # is refused.
+        too_many = (to_reduce & (rop == ReduceOp.SOFTMAX_MERGE)
+                    & (entry.fan_in > self.softmax_fan_in)) if self.softmax_fan_in else 0
+        with m.Elif(~route_ok | (mask == 0) | too_many):
+            m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.BAD_ROUTE)]
+        with m.Elif(~dst_ok):
+            m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.BAD_DST)]
+        with m.Elif(~fits):
+            # More payload than this NIC can buffer or reduce: refused as overlong.
+            m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.LONG_PACKET)]
+
+        # --- latched packet state ------------------------------------------------------
+        desc = Signal(self.desc_layout)
+        has_payload = Signal()
+        cause = Signal(range(N_CAUSES))
+        drain_after = Signal()
+        k = Signal(range(depth + 1))
+        bad_keep = Signal()
+        wr = Signal(abits + 1)        # next free slot (commit point)
+        rd_free = Signal(abits + 1)   # oldest slot still in use
+        used = Signal(abits + 1)
+        m.d.comb += used.eq(wr - rd_free)
+        space = Signal(range(depth + 1))
+        m.d.comb += space.eq(depth - used)
+
+        # The descriptor of the packet being decided (LOOK) and of the one being stored.
+        desc_now = Signal(self.desc_layout)
+        m.d.comb += [desc_now.meta.eq(mv), desc_now.mask.eq(mask), desc_now.nbeats.eq(nbeats),
+                     desc_now.start.eq(wr[:abits])]
+        wdesc = Signal(self.desc_layout)
+        m.d.comb += [self.err.payload.eq(cause), wdesc.eq(desc), descs.w_data.eq(wdesc)]
+        beat = deser.o
+        exp_keep = Signal(w // 8)
+        m.d.comb += exp_keep.eq(last_keep(desc.meta.length, w))
+        m.d.comb += [wp.addr.eq((wr + k)[:abits]),
+                     wp.data.eq(Cat(beat.tdata, beat.tkeep, beat.tlast))]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(deser.meta.valid):
+                    m.next = "LOOK"     # the route table answers next cycle
+            with m.State("LOOK"):
+                # Decide, and for a good packet wait (holding the header) until the whole
+                # payload and a descriptor fit: the buffer never overflows mid-packet.
+                m.d.sync += [has_payload.eq(hm.has_payload), k.eq(0), bad_keep.eq(0),
+                             desc.eq(desc_now)]
+                with m.If(bad_now):
+                    m.d.comb += deser.meta.ready.eq(1)
+                    m.d.sync += [cause.eq(cause_now), drain_after.eq(hm.has_payload)]
+                    m.next = "ERR"
+                with m.Elif((space >= nbeats) & descs.w_rdy):
+                    m.d.comb += deser.meta.ready.eq(1)
+                    with m.If(nbeats == 0):
+                        with m.If(hm.has_payload):
+                            m.d.sync += [cause.eq(ErrorCause.LONG_PACKET), drain_after.eq(1)]
+                            m.next = "ERR"
+                        with m.Else():
+                            m.d.comb += [wdesc.eq(desc_now), descs.w_en.eq(1)]
+                            m.next = "IDLE"
+                    with m.Elif(~hm.has_payload):
+                        m.d.sync += [cause.eq(ErrorCause.SHORT_PACKET), drain_after.eq(0)]
+                        m.next = "ERR"
+                    with m.Else():
+                        m.next = "STORE"
+            with m.State("STORE"):
+                m.d.comb += beat.tready.eq(1)
+                with m.If(beat.tvalid):
+                    m.d.comb += wp.en.eq(1)
+                    m.d.sync += k.eq(k + 1)
+                    end = k == desc.nbeats - 1
+                    with m.If(beat.tlast & ~end):
+                        m.d.sync += [cause.eq(ErrorCause.SHORT_PACKET), drain_after.eq(0)]
+                        m.next = "ERR"
+                    with m.Elif(end & ~beat.tlast):
+                        m.d.sync += [cause.eq(ErrorCause.LONG_PACKET), drain_after.eq(1)]
+                        m.next = "ERR"
+                    with m.Elif(end):
+                        with m.If((beat.tkeep & ~exp_keep) != 0):
+                            m.d.sync += [cause.eq(ErrorCause.LONG_PACKET), drain_after.eq(0)]
+                            m.next = "ERR"
+                        with m.Elif((beat.tkeep != exp_keep) | bad_keep):
+                            m.d.sync += [cause.eq(ErrorCause.SHORT_PACKET), drain_after.eq(0)]
+                            m.next = "ERR"
+                        with m.Else():
+                            # Commit: the packet is whole and exactly Meta.length long.
+                            m.d.comb += descs.w_en.eq(1)
+                            m.d.sync += wr.eq(wr + desc.nbeats)
+                            m.next = "IDLE"
+                    with m.Else():
+                        with m.If(beat.tkeep != (1 << w // 8) - 1):
+                            m.d.sync += bad_keep.eq(1)   # a hole in the payload: short
+            with m.State("ERR"):
+                # Report once (one cycle or more, while other inputs report the same cause).
+                m.d.comb += self.err.valid.eq(1)
+                with m.If(self.err.ready):
+                    with m.If(drain_after):
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.next = "IDLE"
+            with m.State("DRAIN"):
+                m.d.comb += beat.tready.eq(1)
+                with m.If(beat.tvalid & beat.tlast):
+                    m.next = "IDLE"
+
+        # --- head of the buffer: served by every output in its mask, then freed ----------
+        head = Signal(self.desc_layout)
+        served = Signal(self.n_out)
+        m.d.comb += [head.eq(descs.r_data), self.head.eq(head), self.head_valid.eq(descs.r_rdy)]
+        with m.If(descs.r_rdy):
+            m.d.comb += self.pending.eq(head.mask & ~served)
+        now = served | self.done
+        with m.If(descs.r_rdy & ((now & head.mask) == head.mask)):
+            m.d.comb += descs.r_en.eq(1)
+            m.d.sync += [served.eq(0), rd_free.eq(rd_free + head.nbeats)]
+        with m.Else():
+            m.d.sync += served.eq(now)
+        return m
+

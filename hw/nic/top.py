@@ -1,0 +1,126 @@
+"""The communication half of a node: register block + packetizer + NIC.
+
+    PS ─AXI-Lite─► ControlRegisters ─meta─► Packetizer ◄─payload─ (compute engine)
+                     │route  ▲errors          │
+                     ▼       │                ▼ local_in
+                    Nic ◄────┘ rx/tx (network ports) ─► local_out (to the node)
+
+This is what the multi-node benches wire port to port: the route table is written and the
+per-cause counters read over AXI-Lite, metadata goes through the CSR metadata queue.  The
+DMA descriptor queue is not used here (held).
+"""
+from __future__ import annotations
+
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from mcf.hw.axi.lite import AXI4LiteSignature
+from mcf.hw.axis import AXIStreamSignature
+from mcf.hw.csr.registers import ControlRegisters
+from mcf.hw.nic.nic import Nic
+from mcf.hw.packet.packetizer import Packetizer
+from mcf.hw.registry import block
+from mcf.spec.regmap import ADDR_BITS, DATA_BITS
+
+
+class NicNode(wiring.Component):
+    def __init__(self, data_width: int = 64, net_ports: int = 3, meta_queue_depth: int = 16,
+                 payload_depth: int = 512, **nic_params):
+        self.data_width = data_width
+        self.net_ports = net_ports
+        self.meta_queue_depth = meta_queue_depth
+        self.payload_depth = payload_depth
+        self.nic_params = nic_params
+        axis = AXIStreamSignature(data_width)
+        super().__init__({
+            "s_axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)),
+            "payload": In(axis),
+            "rx": In(axis).array(net_ports),
+            "tx": Out(axis).array(net_ports),
+            "local_out": Out(axis),
+            "irq": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w = self.data_width
+        m.submodules.csr = csr = ControlRegisters(
+            meta_queue_depth=self.meta_queue_depth, data_bytes=w // 8, net_ports=self.net_ports)
+        m.submodules.packetizer = pk = Packetizer(w, self.payload_depth, self.meta_queue_depth)
+        m.submodules.nic = nic = Nic(w, self.net_ports, **self.nic_params)
+
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
+        wiring.connect(m, csr.meta, pk.meta)
+        wiring.connect(m, wiring.flipped(self.payload), pk.payload)
+        wiring.connect(m, pk.o, nic.local_in)
+        wiring.connect(m, csr.route, nic.route)
+        for p in range(self.net_ports):
+            wiring.connect(m, wiring.flipped(self.rx[p]), nic.rx[p])
+            wiring.connect(m, nic.tx[p], wiring.flipped(self.tx[p]))
+        wiring.connect(m, nic.local_out, wiring.flipped(self.local_out))
+        delivered = self.local_out.tvalid & self.local_out.tready & self.local_out.tlast
+        m.d.comb += [
+            csr.errors.eq(nic.errors),
+            nic.node_id.eq(csr.node_id), nic.num_nodes.eq(csr.num_nodes), nic.enable.eq(csr.enable),
+            csr.busy.eq((pk.meta_level != 0) | (pk.payload_level != 0)),
+            csr.rx_packet.eq(delivered),
+            csr.desc.ready.eq(0), csr.desc_done.eq(0), csr.desc_done_tag.eq(0),
+            self.irq.eq(csr.irq),
+        ]
+        return m
+
+
+def neighbours(topology: str, a: int, nodes: int) -> list[int]:
+    """The node each port of node ``a`` leads to.
+
+    ``full``: a switchless full mesh, port p -> (a + p + 1) mod n.
+    ``ring``: port 0 -> a + 1, port 1 -> a - 1 (mod n), MARS's ring numbering."""
+    if topology == "full":
+        return [(a + p + 1) % nodes for p in range(nodes - 1)]
+    if topology == "ring":
+        return [(a + 1) % nodes, (a - 1) % nodes]
+    raise ValueError(f"topology={topology!r}: full or ring")
+
+
+class NicMesh(wiring.Component):
+    """``nodes`` NicNodes wired port to port (``topology``: see ``neighbours``)."""
+
+    def __init__(self, nodes: int = 4, data_width: int = 64, topology: str = "full", **node_params):
+        if nodes < 3:
+            raise ValueError("nodes must be >= 3")
+        neighbours(topology, 0, nodes)
+        self.nodes = nodes
+        self.topology = topology
+        self.data_width = data_width
+        self.node_params = node_params
+        axis = AXIStreamSignature(data_width)
+        super().__init__({
+            "axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)).array(nodes),
+            "payload": In(axis).array(nodes),
+            "local_out": Out(axis).array(nodes),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.nodes
+        peers = [neighbours(self.topology, a, n) for a in range(n)]
+        nodes = []
+        for a in range(n):
+            node = NicNode(self.data_width, len(peers[a]), **self.node_params)
+            m.submodules[f"node{a}"] = node
+            nodes.append(node)
+            wiring.connect(m, wiring.flipped(self.axil[a]), node.s_axil)
+            wiring.connect(m, wiring.flipped(self.payload[a]), node.payload)
+            wiring.connect(m, node.local_out, wiring.flipped(self.local_out[a]))
+        for a in range(n):
+            for p, b in enumerate(peers[a]):
+                wiring.connect(m, nodes[a].tx[p], nodes[b].rx[peers[b].index(a)])
+        return m
+
+
+@block("nic_node", "register block + packetizer + NIC (the communication half of a node)",
+       variants=({"data_width": 128},), data_width=64, net_ports=3)
+def _nic_node(data_width, net_ports):
+    return NicNode(data_width, net_ports)
+
