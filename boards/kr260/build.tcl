@@ -78,19 +78,20 @@ if {$mcf_has_irq} { connect_bd_net [get_bd_pins node/irq] [get_bd_pins ps/pl_ps_
 # subsystem (free IP).  MCF packets ride as frame payload on direct-attach links; the sfp
 # mode has not yet run on hardware.
 set first 1
-foreach p $mcf_net_ports {
+foreach link $mcf_net_links {
+  lassign $link tx rx
   if {$mcf_network eq "sfp" && $first} {
-    mcf_step "port $p on SFP+ (10GBASE-R)"
+    mcf_step "network port $tx/$rx on SFP+ (10GBASE-R)"
     set mac [create_bd_cell -type ip -vlnv xilinx.com:ip:xxv_ethernet mac]
     set_property -dict [list CONFIG.LINE_RATE {10} CONFIG.NUM_OF_CORES {1} \
       CONFIG.DATA_PATH_INTERFACE {AXI Stream} CONFIG.BASE_R_KR {BASE-R} \
       CONFIG.GT_REF_CLK_FREQ {156.25} CONFIG.GT_DRP_CLK {100}] $mac
     set tx_cdc [create_bd_cell -type ip -vlnv xilinx.com:ip:axis_clock_converter tx_cdc]
     set rx_cdc [create_bd_cell -type ip -vlnv xilinx.com:ip:axis_clock_converter rx_cdc]
-    connect_bd_intf_net [get_bd_intf_pins node/${p}_tx] [get_bd_intf_pins tx_cdc/S_AXIS]
+    connect_bd_intf_net [get_bd_intf_pins node/$tx] [get_bd_intf_pins tx_cdc/S_AXIS]
     connect_bd_intf_net [get_bd_intf_pins tx_cdc/M_AXIS] [get_bd_intf_pins mac/axis_tx_0]
     connect_bd_intf_net [get_bd_intf_pins mac/axis_rx_0] [get_bd_intf_pins rx_cdc/S_AXIS]
-    connect_bd_intf_net [get_bd_intf_pins rx_cdc/M_AXIS] [get_bd_intf_pins node/${p}_rx]
+    connect_bd_intf_net [get_bd_intf_pins rx_cdc/M_AXIS] [get_bd_intf_pins node/$rx]
     # Board-level ports, named as kr260_sfp.xdc constrains them.
     create_bd_intf_port -mode Slave -vlnv xilinx.com:interface:diff_clock_rtl:1.0 sfp_refclk
     create_bd_intf_port -mode Master -vlnv xilinx.com:interface:gt_rtl:1.0 sfp0
@@ -101,7 +102,7 @@ foreach p $mcf_net_ports {
     create_bd_port -dir O sfp0_tx_disable
     connect_bd_net [get_bd_pins tx_on/dout] [get_bd_ports sfp0_tx_disable]
   } else {
-    connect_bd_intf_net [get_bd_intf_pins node/${p}_tx] [get_bd_intf_pins node/${p}_rx]
+    connect_bd_intf_net [get_bd_intf_pins node/$tx] [get_bd_intf_pins node/$rx]
   }
   set first 0
 }

@@ -53,7 +53,9 @@ def ports_of(component: wiring.Component) -> list[Port]:
     for path, member, value in component.signature.flatten(component):
         name = "__".join(str(p) for p in path)
         direction = "input" if member.flow == wiring.In else "output"
-        bus, signal = (path[0], str(path[-1])) if len(path) > 1 else (None, str(path[0]))
+        # Arrays flatten to rx__0__tdata: the interface is "rx_0", the signal "tdata".
+        bus = "_".join(str(x) for x in path[:-1]) if len(path) > 1 else None
+        signal = str(path[-1])
         kind = None
         if bus is not None and signal in _AXIMM:
             kind = "aximm"
@@ -119,7 +121,10 @@ def write_project(component: wiring.Component, options: BuildOptions) -> dict[st
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     ports = ports_of(component)
-    net_ports = sorted({p.bus for p in ports if p.kind == "axis" and p.bus.endswith("_tx")})
+    # Network links: every AXI-Stream transmit interface with its receive twin (tx_0/rx_0).
+    axis_buses = {p.bus for p in ports if p.kind == "axis"}
+    links = [(tx, tx.replace("tx", "rx")) for tx in sorted(axis_buses)
+             if "tx" in tx and tx.replace("tx", "rx") in axis_buses]
     files = {
         "node": out / "mcf_node.v",
         "wrapper": out / "mcf_node_top.v",
@@ -136,7 +141,7 @@ def write_project(component: wiring.Component, options: BuildOptions) -> dict[st
         f"set mcf_pl_clock_mhz {options.pl_clock_hz / 1e6:g}",
         f"set mcf_jobs {options.jobs}",
         f"set mcf_network {options.network}",
-        f"set mcf_net_ports {{{' '.join(p[:-3] for p in net_ports)}}}",
+        "set mcf_net_links {" + " ".join(f"{{{tx} {rx}}}" for tx, rx in links) + "}",
         f"set mcf_axi_masters {{{' '.join(axi_masters)}}}",
         f"set mcf_has_irq {int(any(p.signal == 'irq' for p in ports))}",
         ""]))

@@ -123,3 +123,36 @@ def test_build_tcl_refuses_without_board_files(tmp_path):
 def test_bad_options(tmp_path, kw, msg):
     with pytest.raises(ValueError, match=msg):
         vivado.write_project(FakeNode(), vivado.BuildOptions(out=tmp_path, **kw))
+
+
+def test_board_build_dry_run_with_the_real_node(tmp_path):
+    """`mcf board build --dry-run` on the registered node: Vivado inputs that compile, and
+    build.tcl (mock Vivado) loops every network port and connects the DMA master to HP0."""
+    from mcf.sw.cli import main
+    out = tmp_path / "kr260"
+    assert main(["board", "build", "--dry-run", "--out", str(out), "-p", "data_width=64",
+                 "-p", "net_ports=2"]) == 0
+    r = subprocess.run(["iverilog", "-g2005", "-s", "mcf_node_top", "-o", str(tmp_path / "a.out"),
+                        str(out / "mcf_node.v"), str(out / "mcf_node_top.v")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    params = (out / "params.tcl").read_text()
+    assert "set mcf_net_links {{tx_0 rx_0} {tx_1 rx_1}}" in params and "set mcf_axi_masters {m_axi}" in params
+    if shutil.which("tclsh"):
+        shutil.copy(HERE / "mock_vivado.tcl", out)
+        (out / "vivado/mcf_kr260.runs/impl_1").mkdir(parents=True)
+        (out / "vivado/mcf_kr260.runs/impl_1/mcf_wrapper.bit").write_bytes(b"bit")
+        (out / "vivado/mcf_kr260.gen/sources_1/bd/mcf/hw_handoff").mkdir(parents=True)
+        (out / "vivado/mcf_kr260.gen/sources_1/bd/mcf/hw_handoff/mcf.hwh").write_text("<hwh/>")
+        r = subprocess.run(["tclsh", "mock_vivado.tcl"], cwd=out, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        calls = (out / "calls.log").read_text()
+        assert "connect_bd_intf_net intf:node/tx_1 intf:node/rx_1" in calls
+        assert "connect_bd_intf_net intf:node/m_axi intf:mem_ic/S00_AXI" in calls
+
+
+def test_board_build_without_vivado_is_one_line(tmp_path, capsys, monkeypatch):
+    from mcf.sw.cli import main
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert main(["board", "build", "--out", str(tmp_path), "-p", "data_width=64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "vivado not found" in err and "\n" not in err

@@ -1,0 +1,1 @@
+"""cocotb benches of the node top (hw/node.py)."""
