@@ -23,7 +23,76 @@ def register(sub) -> None:
     b.add_argument("--vivado", help="path to the vivado executable (default: from PATH)")
     b.add_argument("--dry-run", action="store_true", help="write the project files, do not run Vivado")
     b.set_defaults(func=run_build)
+    i = bsub.add_parser("info", help="on the board: read the node's ID, status and error counters",
+                        description="Read ID, VERSION, CAPS, STATUS and every error counter of the "
+                                    "node through the driver (/dev/mem mmap or PYNQ MMIO).")
+    i.add_argument("--base", type=lambda v: int(v, 0), default=DEFAULT_BASE,
+                   help="physical address of the node's registers (default: %(default)#x, "
+                        "M_AXI_HPM0_FPD as build.tcl assigns it)")
+    i.add_argument("--backend", choices=["devmem", "pynq"], default="devmem", help="register access")
+    i.add_argument("--dev", default="/dev/mem", help="memory device for --backend devmem")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
+    i.set_defaults(func=run_info)
+
+    ld = bsub.add_parser("load", help="on the board: program the PL with mcf.bit (PYNQ or fpgautil)",
+                         description="Load a bitstream: pynq.Overlay when PYNQ is installed (needs "
+                                     "the .hwh beside the .bit), else fpgautil with the .bit.bin.")
+    ld.add_argument("bitstream", help="path to mcf.bit (mcf.hwh / mcf.bit.bin beside it)")
+    ld.set_defaults(func=run_load)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+#: Where Vivado's assign_bd_address puts the first slave on M_AXI_HPM0_FPD.
+DEFAULT_BASE = 0xA000_0000
+
+
+def run_info(args) -> int:
+    import json
+
+    from mcf.sw.driver import MmapBackend, SyncDriver
+    if args.backend == "pynq":
+        from mcf.sw.driver import PynqBackend
+        backend = PynqBackend(args.base)
+    else:
+        backend = MmapBackend(args.base, path=args.dev)
+    drv = SyncDriver(backend)
+    drv.check_id()
+    info = {"base": args.base, "version": drv.read32("VERSION"), "caps": drv.read_fields("CAPS"),
+            "status": drv.read_fields("STATUS"),
+            "errors": {c.name: v for c, v in drv.read_errors().items()}}
+    if args.json:
+        print(json.dumps(info))
+    else:
+        print(f"MCF node at {args.base:#x}: spec version {info['version']}")
+        for key in ("caps", "status", "errors"):
+            print(f"  {key}: " + ", ".join(f"{k}={v}" for k, v in info[key].items()))
+    return 0
+
+
+def run_load(args) -> int:
+    import shutil
+    import subprocess
+    bit = Path(args.bitstream)
+    if not bit.is_file():
+        raise OSError(f"{bit}: no such bitstream")
+    try:
+        from pynq import Overlay   # PYNQ on the board
+    except ImportError:
+        Overlay = None
+    if Overlay is not None:
+        if not bit.with_suffix(".hwh").is_file():
+            raise OSError(f"{bit.with_suffix('.hwh')} missing: PYNQ needs the .hwh beside the .bit")
+        Overlay(str(bit))
+        print(f"loaded {bit} with PYNQ")
+        return 0
+    binfile = bit.with_name(bit.name + ".bin")
+    if shutil.which("fpgautil") is None:
+        raise OSError("neither PYNQ nor fpgautil is available: run this on the KR260")
+    if not binfile.is_file():
+        raise OSError(f"{binfile} missing (build.tcl writes it with bootgen)")
+    subprocess.run(["fpgautil", "-b", str(binfile)], check=True, timeout=120)
+    print(f"loaded {binfile} with fpgautil")
+    return 0
 
 
 def run_build(args) -> int:

@@ -20,8 +20,9 @@ from mcf.spec.regmap import DATA_BITS, DESC_WORDS, ID_VALUE, META_WORDS, Registe
 _WORD = (1 << DATA_BITS) - 1
 
 
-class DriverError(Exception):
-    """The node did not do what the driver asked."""
+class DriverError(OSError):
+    """The node did not do what the driver asked (an I/O error: the mcf command prints it as
+    one line)."""
 
 
 class BusError(DriverError):

@@ -156,3 +156,34 @@ def test_board_build_without_vivado_is_one_line(tmp_path, capsys, monkeypatch):
     assert main(["board", "build", "--out", str(tmp_path), "-p", "data_width=64"]) == 2
     err = capsys.readouterr().err.strip()
     assert "vivado not found" in err and "\n" not in err
+
+
+def test_board_info_reads_a_node(tmp_path, capsys):
+    """`mcf board info` through the /dev/mem backend, on a file that stands in for the node."""
+    import json
+
+    from mcf.spec import REGISTERS, ErrorCause
+    from mcf.spec.regmap import ID_VALUE
+    from mcf.sw.cli import main
+    regs = bytearray(1 << 16)
+    def put(name, value):
+        off = REGISTERS[name].offset
+        regs[off:off + 4] = value.to_bytes(4, "little")
+    put("ID", ID_VALUE)
+    put("VERSION", 1)
+    put(f"ERR_{ErrorCause.BAD_ROUTE.name}", 7)
+    dev = tmp_path / "mem"
+    dev.write_bytes(bytes(regs))
+    assert main(["board", "info", "--base", "0", "--dev", str(dev), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["version"] == 1 and info["errors"]["BAD_ROUTE"] == 7 and info["errors"]["BAD_DST"] == 0
+    put("ID", 0x12345678)
+    dev.write_bytes(bytes(regs))
+    assert main(["board", "info", "--base", "0", "--dev", str(dev)]) == 2
+    assert "no MCF node here" in capsys.readouterr().err
+
+
+def test_board_load_missing_file_is_one_line(tmp_path, capsys):
+    from mcf.sw.cli import main
+    assert main(["board", "load", str(tmp_path / "nope.bit")]) == 2
+    assert "no such bitstream" in capsys.readouterr().err
