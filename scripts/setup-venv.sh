@@ -18,6 +18,8 @@ fi
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
 echo "mcf: installing pinned requirements into $VENV" >&2
 pip install -r requirements/dev.txt
+# torch + transformers: test-only (golden-model cross-check); torch first so nothing pulls a CUDA build.
+pip install -r requirements/golden-test.txt
 pip install --no-deps -e .
 "$VENV/bin/python" -c 'import mcf.sw.cli, amaranth, cocotb, cocotbext.axi' || {
   echo "mcf: error: the virtualenv is incomplete after installing; see the pip output above" >&2

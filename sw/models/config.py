@@ -86,6 +86,15 @@ class ModelConfig:
         rope = cfg.get("rope_theta")
         if rope is None:
             rope = (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+        rope_type = (cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}).get("rope_type", "default")
+        if rope_type != "default":
+            raise UserError(f"unsupported RoPE type {rope_type!r}: only the default RoPE is supported")
+        if cfg.get("use_sliding_window"):
+            raise UserError("unsupported attention: sliding-window attention (use_sliding_window) is not supported")
+        for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+                    "vocab_size"):
+            if key not in cfg:
+                raise UserError(f"config.json: missing key {key}")
         heads = cfg["num_attention_heads"]
         return cls(
             name=name,

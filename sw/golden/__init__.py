@@ -1,0 +1,1 @@
+"""Golden model (placeholder docstring, completed below)."""
