@@ -1,0 +1,111 @@
+"""Fixed-point model of the decoder: the hardware's arithmetic (``fixed``) end to end.
+
+``FixedModel(cfg, weights, group_size=128)`` quantises float weights offline (INT4 W4, int16
+gains, X32 biases) and runs prefill / decode with an INT4 KV cache.  ``forward_x32`` returns
+the X32 logits the hardware produces; ``forward`` the same as floats.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mcf.sw.errors import UserError
+from mcf.sw.models import ModelConfig
+
+from . import fixed as fx
+from .weights import check_weights, lm_head
+
+
+@dataclass
+class FixedKVCache:
+    """Per layer: K and V as KV4 triples (q [S, Hkv, d], A [S, Hkv], E [S, Hkv])."""
+    k: list = field(default_factory=list)
+    v: list = field(default_factory=list)
+    length: int = 0
+
+    def append(self, layer, k, v):
+        if layer == len(self.k):
+            self.k.append(k)
+            self.v.append(v)
+        else:
+            self.k[layer] = tuple(np.concatenate([a, b]) for a, b in zip(self.k[layer], k))
+            self.v[layer] = tuple(np.concatenate([a, b]) for a, b in zip(self.v[layer], v))
+        return self.k[layer], self.v[layer]
+
+
+class FixedModel:
+    def __init__(self, cfg: ModelConfig, weights: dict, group_size: int = 128):
+        check_weights(cfg, weights)
+        for n in (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim):
+            if n % group_size:
+                raise UserError(f"group size {group_size} does not divide {n} (model {cfg.name})")
+        self.cfg, self.group_size = cfg, group_size
+        self.layers = []
+        for li in range(cfg.num_layers):
+            p = f"model.layers.{li}."
+            L = {}
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                L[name] = fx.quantize_weight(weights[p + f"self_attn.{name}.weight"], group_size)
+            for name in ("q_proj", "k_proj", "v_proj"):
+                L[name + ".bias"] = fx.quantize_x32(weights[p + f"self_attn.{name}.bias"])
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                L[name] = fx.quantize_weight(weights[p + f"mlp.{name}.weight"], group_size)
+            L["ln1"] = fx.quantize_gain(weights[p + "input_layernorm.weight"])
+            L["ln2"] = fx.quantize_gain(weights[p + "post_attention_layernorm.weight"])
+            self.layers.append(L)
+        self.embed = fx.quantize_weight(weights["model.embed_tokens.weight"], group_size)
+        self.head = self.embed if cfg.tie_word_embeddings else fx.quantize_weight(lm_head(cfg, weights), group_size)
+        self.norm = fx.quantize_gain(weights["model.norm.weight"])
+
+    def new_cache(self) -> FixedKVCache:
+        return FixedKVCache()
+
+    def attention_inputs(self, li: int, x: np.ndarray, pos: np.ndarray):
+        """X32 residual rows -> (q BFP16 prescaled, K4, V4) of layer ``li``."""
+        cfg, L = self.cfg, self.layers[li]
+        t, d = x.shape[0], cfg.head_dim
+        h = fx.rmsnorm(x, *L["ln1"], cfg.rms_norm_eps)
+        q = fx.linear(h, L["q_proj"], L["q_proj.bias"]).reshape(t, cfg.num_heads, d)
+        k = fx.linear(h, L["k_proj"], L["k_proj.bias"]).reshape(t, cfg.num_kv_heads, d)
+        v = fx.linear(h, L["v_proj"], L["v_proj.bias"]).reshape(t, cfg.num_kv_heads, d)
+        cos, sin = fx.rope_table(d, cfg.rope_theta, pos)
+        q = fx.prescale_query(fx.rope(fx.x32_to_bfp(q), cos, sin), d)
+        k = fx.quantize_kv(fx.rope(fx.x32_to_bfp(k), cos, sin))
+        v = fx.quantize_kv(fx.x32_to_bfp(v))
+        return q, k, v
+
+    def _layer(self, li, x, pos, cache):
+        cfg, L = self.cfg, self.layers[li]
+        t = x.shape[0]
+        q, k, v = self.attention_inputs(li, x, pos)
+        k_all, v_all = cache.append(li, k, v)
+        g = cfg.num_heads // cfg.num_kv_heads
+        att = fx.attention(q, k_all, v_all, pos, np.arange(k_all[0].shape[0]), g)
+        x = fx.sat(x + fx.linear(fx.x32_to_bfp(att.reshape(t, -1)), L["o_proj"]), 32)
+        h = fx.rmsnorm(x, *L["ln2"], cfg.rms_norm_eps)
+        gate = fx.silu(fx.linear(h, L["gate_proj"]))
+        up = fx.linear(h, L["up_proj"])
+        act = fx.bfp_mul(fx.x32_to_bfp(gate), fx.x32_to_bfp(up))
+        return fx.sat(x + fx.linear(act, L["down_proj"]), 32)
+
+    def forward_x32(self, tokens, cache: FixedKVCache | None = None, logits: str = "all") -> np.ndarray:
+        """X32 logits [T, vocab] (``logits="last"``: [1, vocab]) for the new tokens."""
+        cfg = self.cfg
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if tokens.size == 0:
+            raise UserError("no tokens given")
+        if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
+            raise UserError(f"token ids must be in [0, {cfg.vocab_size})")
+        cache = cache if cache is not None else self.new_cache()
+        pos = np.arange(cache.length, cache.length + tokens.size)
+        x = fx.embed(self.embed, tokens)
+        for li in range(cfg.num_layers):
+            x = self._layer(li, x, pos, cache)
+        cache.length += tokens.size
+        if logits == "last":
+            x = x[-1:]
+        return fx.linear(fx.rmsnorm(x, *self.norm, cfg.rms_norm_eps), self.head)
+
+    def forward(self, tokens, cache: FixedKVCache | None = None, logits: str = "all") -> np.ndarray:
+        return self.forward_x32(tokens, cache, logits) * 2.0 ** -fx.X_FRAC
