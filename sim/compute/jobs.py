@@ -1,0 +1,83 @@
+"""Random jobs for the compute-unit benches: inputs packed the way the RTL ports take them,
+expected outputs from the golden fixed-point model (``mcf.sw.golden.fixed``), never from
+a model of the RTL."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mcf.sw.golden import fixed as fx
+
+
+def pack(values, bits: int) -> int:
+    """Little-endian packing of signed/unsigned ints into one integer (element 0 lowest)."""
+    out, mask = 0, (1 << bits) - 1
+    for i, v in enumerate(np.asarray(values).reshape(-1)):
+        out |= (int(v) & mask) << (i * bits)
+    return out
+
+
+def unpack(word: int, bits: int, count: int, signed: bool = True) -> list[int]:
+    out = []
+    for i in range(count):
+        v = (word >> (i * bits)) & ((1 << bits) - 1)
+        if signed and v >> (bits - 1):
+            v -= 1 << bits
+        out.append(v)
+    return out
+
+
+@dataclass
+class LinearJob:
+    """One ``fixed.linear`` call as matrix-unit traffic."""
+    cmd: dict
+    act: list = field(default_factory=list)      # (addr, data)
+    exp: list = field(default_factory=list)      # (addr, data)
+    w: list = field(default_factory=list)        # weight beats (ints)
+    scale: list = field(default_factory=list)
+    bias: list = field(default_factory=list)
+    expected: list = field(default_factory=list)  # output beats (ints), one per (tile, token)
+    macs: int = 0
+
+
+def random_bfp_rows(rng: np.random.Generator, t: int, n: int):
+    """BFP16 rows over a wide range of magnitudes (exercises left and right requant shifts)."""
+    mag = 2.0 ** rng.integers(-6, 12, size=(t, 1))
+    x = fx.quantize_x32(rng.standard_normal((t, n)) * mag)
+    return fx.x32_to_bfp(x)
+
+
+def linear_job(rng, rows, lanes, max_tokens, t, n, out, group, bias=True, w_scale=None) -> LinearJob:
+    m, e = random_bfp_rows(rng, t, n)
+    w = rng.standard_normal((out, n)) * (w_scale if w_scale is not None else 2.0 ** rng.integers(-8, 3))
+    qw = fx.quantize_weight(w, group)
+    b = fx.quantize_x32(rng.standard_normal(out) * 4) if bias else None
+    y = fx.linear((m, e), qw, b)
+    return pack_linear(m, e, qw, b, y, rows, lanes, max_tokens)
+
+
+def pack_linear(m, e, qw, b, y, rows, lanes, max_tokens) -> LinearJob:
+    t, n = m.shape
+    out = qw.shape[0]
+    group = qw.group
+    assert out % rows == 0 and group % lanes == 0 and n % group == 0 and t <= max_tokens
+    job = LinearJob(cmd=dict(tokens=t, group_beats=group // lanes, groups=n // group,
+                             tiles=out // rows, w_exp=qw.exp, bias=int(b is not None)))
+    for beat in range(n // lanes):
+        for tok in range(t):
+            job.act.append((beat * max_tokens + tok, pack(m[tok, beat * lanes:(beat + 1) * lanes], 16)))
+    job.exp = [(tok, int(e[tok]) & 0xFF) for tok in range(t)]
+    for tile in range(out // rows):
+        r = slice(tile * rows, (tile + 1) * rows)
+        for gi in range(n // group):
+            for jb in range(group // lanes):
+                c0 = gi * group + jb * lanes
+                job.w.append(pack(qw.q[r, c0:c0 + lanes], 4))
+            job.scale.append(pack(qw.scale[r, gi], 16))
+        if b is not None:
+            job.bias.append(pack(b[r], 32))
+        for tok in range(t):
+            job.expected.append(pack(y[tok, r], 32))
+    job.macs = t * n * out
+    return job
