@@ -65,3 +65,22 @@ def test_linear_amaranth_sim(t):
     dut = MatrixUnit(rows=2, lanes=4, max_tokens=4, max_inputs=32, max_tiles=4)
     job = linear_job(rng, 2, 4, 4, t=t, n=32, out=4, group=8)
     assert run_amaranth(dut, job) == job.expected
+
+
+PARAMS = dict(rows=2, lanes=4, max_tokens=4, max_inputs=32, max_tiles=4)
+
+
+@pytest.mark.cocotb
+def test_linear_cocotb(build_dir):
+    run_cocotb(MatrixUnit(**PARAMS), "mcf.sim.compute.test_matrix", build_dir,
+               testcase="linear", params={**PARAMS, "jobs": 5})
+
+
+@pytest.mark.cocotb
+def test_utilization_cocotb(build_dir, tmp_path):
+    import json
+    report = tmp_path / "util.json"
+    run_cocotb(MatrixUnit(**PARAMS), "mcf.sim.compute.test_matrix", build_dir, testcase="utilization",
+               params={**PARAMS, "tokens": 1, "tiles": 4, "group": 8, "report": str(report)})
+    figures = json.loads(report.read_text())
+    assert figures["mac_utilization"] >= 0.9, figures
