@@ -81,3 +81,31 @@ def pack_linear(m, e, qw, b, y, rows, lanes, max_tokens) -> LinearJob:
             job.expected.append(pack(y[tok, r], 32))
     job.macs = t * n * out
     return job
+
+
+def random_kv_rows(rng, count: int, d: int):
+    """BFP16 rows like RoPE'd K / V rows, plus corner cases: zero rows, -32768, tiny rows."""
+    m, e = random_bfp_rows(rng, count, d)
+    m = m.copy()
+    if count > 2:
+        m[0] = 0                          # all-zero block: A = E = 0
+        m[1, :] = rng.integers(-3, 4, d)  # tiny mantissas
+        m[2, 0] = -32768
+    return m, e
+
+
+def kv_blocks(rng, count: int, d: int, lanes: int):
+    """(input beats, expected output beats) for the KV writer, as packed ints
+    (layouts ``kv_in_layout`` / ``kv_out_layout``: fields LSB first)."""
+    m, e = random_kv_rows(rng, count, d)
+    q, a, big_e = fx.quantize_kv((m, e))
+    nb = d // lanes
+    beats_in, beats_out = [], []
+    for r in range(count):
+        for b in range(nb):
+            last = int(b == nb - 1)
+            sl = slice(b * lanes, (b + 1) * lanes)
+            beats_in.append(pack(m[r, sl], 16) | ((int(e[r]) & 0xFF) << (16 * lanes)) | (last << (16 * lanes + 8)))
+            beats_out.append(pack(q[r, sl], 4) | (int(a[r]) << (4 * lanes))
+                             | ((int(big_e[r]) & 0xFF) << (4 * lanes + 8)) | (last << (4 * lanes + 16)))
+    return beats_in, beats_out
