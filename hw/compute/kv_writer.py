@@ -84,32 +84,32 @@ class KVWriter(wiring.Component):
             m.d.comb += prod.eq(mk * rd.data)
             qs.append(sat(m, rshr_pos(m, prod, ep_r + 8, 36), 4))
 
-        with m.FSM():
-            with m.State("COLLECT"):
-                m.d.comb += self.i.ready.eq(1)
-                with m.If(self.i.valid):
-                    m.d.sync += [buf[idx].eq(self.i.payload.mant), amax.eq(beat_max),
-                                 exp.eq(self.i.payload.exp), idx.eq(idx + 1)]
-                    with m.If(self.i.payload.last | (idx == NB - 1)):
-                        m.d.sync += idx.eq(0)
-                        m.next = "SCALE"
-            with m.State("SCALE"):      # the LUT read (addressed by A) lands next cycle
-                m.d.sync += [a_r.eq(a), ep_r.eq(ep.as_unsigned()[:5]), zero.eq(amax == 0),
-                             e_r.eq(ep - 16 + exp)]
-                m.next = "EMIT"
-            with m.State("EMIT"):
-                m.d.comb += [
-                    self.o.valid.eq(1),
-                    self.o.payload.q.eq(Mux(zero, 0, Cat(*[q[:4] for q in qs]))),
-                    self.o.payload.a.eq(Mux(zero, 0, a_r)),
-                    self.o.payload.e.eq(Mux(zero, 0, e_r)),
-                    self.o.payload.last.eq(idx == NB - 1),
-                ]
-                with m.If(self.o.ready):
-                    m.d.sync += idx.eq(idx + 1)
-                    with m.If(idx == NB - 1):
-                        m.d.sync += [idx.eq(0), amax.eq(0)]
-                        m.next = "COLLECT"
+        # Explicit state register (not m.FSM): outputs are plain comb functions of it, which
+        # Icarus evaluates from time 0.
+        collect, scale, emit = 0, 1, 2
+        state = Signal(2)
+        in_collect, in_emit = Signal(), Signal()
+        m.d.comb += [in_collect.eq(state == collect), in_emit.eq(state == emit)]
+        m.d.comb += [
+            self.i.ready.eq(in_collect),
+            self.o.valid.eq(in_emit),
+            self.o.payload.q.eq(Mux(zero, 0, Cat(*[q[:4] for q in qs]))),
+            self.o.payload.a.eq(Mux(zero, 0, a_r)),
+            self.o.payload.e.eq(Mux(zero, 0, e_r)),
+            self.o.payload.last.eq(idx == NB - 1),
+        ]
+        with m.If(in_collect & self.i.valid):
+            m.d.sync += [buf[idx].eq(self.i.payload.mant), amax.eq(beat_max),
+                         exp.eq(self.i.payload.exp), idx.eq(idx + 1)]
+            with m.If(self.i.payload.last | (idx == NB - 1)):
+                m.d.sync += [idx.eq(0), state.eq(scale)]
+        with m.If(state == scale):      # the LUT read (addressed by A) lands next cycle
+            m.d.sync += [a_r.eq(a), ep_r.eq(ep.as_unsigned()[:5]), zero.eq(amax == 0),
+                         e_r.eq(ep - 16 + exp), state.eq(emit)]
+        with m.If(in_emit & self.o.ready):
+            m.d.sync += idx.eq(idx + 1)
+            with m.If(idx == NB - 1):
+                m.d.sync += [idx.eq(0), amax.eq(0), state.eq(collect)]
         return m
 
 
