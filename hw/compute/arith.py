@@ -3,7 +3,7 @@
 into a module and return the result value."""
 from __future__ import annotations
 
-from amaranth import Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Mux, Signal, signed, unsigned
 from amaranth.hdl import Value
 
 
@@ -11,7 +11,7 @@ def sat(m, x: Value, bits: int) -> Signal:
     """Clamp signed ``x`` to ``bits`` bits (golden ``sat``)."""
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     out = Signal(signed(bits))
-    x = x.as_signed() if not x.shape().signed else x
+    x = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
     m.d.comb += out.eq(Mux(x > hi, hi, Mux(x < lo, lo, x)))
     return out
 
@@ -22,7 +22,7 @@ def rshr_pos(m, x: Value, s: Value, width: int) -> Signal:
     Written as ((x >> (s-1)) + 1) >> 1, which equals it for s >= 1 and needs neither a
     variable left shift nor a wide adder; shifts past the width of x give 0 or -1 + 1 >> 1 = 0,
     as the golden model's ``rshr`` does for shifts beyond 62."""
-    xs = x if x.shape().signed else x.as_signed()
+    xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
     out = Signal(signed(width))
     cap = len(xs) + 1
     sc = Signal(range(cap + 1))
@@ -39,7 +39,7 @@ def rshr(m, x: Value, s: Value, max_left: int) -> Signal:
     """Golden ``rshr`` with a signed shift ``s``: rounding right shift for s > 0, left shift
     by -s otherwise.  ``max_left`` bounds the left shift: callers saturate the result to
     fewer bits than that, so a longer shift of a non-zero value saturates all the same."""
-    xs = x if x.shape().signed else x.as_signed()
+    xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
     right = Signal(unsigned(max(len(s) - 1, 1)))
     left = Signal(range(max_left + 1))
     neg = Signal()

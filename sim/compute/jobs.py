@@ -109,3 +109,51 @@ def kv_blocks(rng, count: int, d: int, lanes: int):
             beats_out.append(pack(q[r, sl], 4) | (int(a[r]) << (4 * lanes))
                              | ((int(big_e[r]) & 0xFF) << (4 * lanes + 8)) | (last << (4 * lanes + 16)))
     return beats_in, beats_out
+
+
+@dataclass
+class AttentionJob:
+    rows: int
+    cmd: dict
+    q: list            # (row, packed q_layout)
+    k: list            # packed k_layout beats
+    v: list            # packed v_layout beats
+    directory: list    # (block id, state)
+    expected: list     # 32-bit output words (unsigned ints)
+
+
+def attention_job(rng, d, group, tokens, keys, block_size=4, final=True, block_bits=8,
+                  states=(0, 1, 2)) -> AttentionJob:
+    """``group`` query heads of one KV head x ``tokens`` rows against ``keys`` INT4 keys;
+    row r = (token r // group, head r % group).  Expected words from ``fixed.scores``,
+    ``fixed.partial_state`` and ``fixed.finalize`` / ``fixed.encode_state``."""
+    R = group * tokens
+    qm, qe = random_bfp_rows(rng, R, d)
+    q = fx.prescale_query((qm.reshape(tokens, group, d), qe.reshape(tokens, group)), d)
+    kq, ka, ke = fx.quantize_kv(random_kv_rows(rng, keys, d))
+    vq, va, ve = fx.quantize_kv(random_kv_rows(rng, keys, d))
+    kq, ka, ke, vq, va, ve = kq[:, None], ka[:, None], ke[:, None], vq[:, None], va[:, None], ve[:, None]
+    q_pos = rng.integers(0, keys + 2, size=tokens)
+    k_pos = np.arange(keys)
+    blocks = k_pos // block_size
+    dir_states = {int(b): int(rng.choice(states)) for b in np.unique(blocks)}
+    ok_block = np.array([dir_states[int(b)] in (1, 2) for b in blocks])
+    valid = fx.causal_mask(q_pos, k_pos)[None] & ok_block[None, None, :]
+    valid = np.broadcast_to(valid, (group, tokens, keys))
+    s = fx.scores(q, kq, ka, ke, group)
+    st = fx.partial_state(s, valid, vq, va, ve, group)
+    if final:
+        out = fx.finalize(st)                         # [T, Hq, d]
+        rows_words = [out[r // group, r % group] for r in range(R)]
+    else:
+        words = fx.encode_state(st)                   # [Hq, T, d + 2]
+        rows_words = [words[r % group, r // group] for r in range(R)]
+    expected = [int(w) & 0xFFFFFFFF for row in rows_words for w in row]
+    qmr, qer = q[0].reshape(R, d), q[1].reshape(R)
+    qw = [(r, pack(qmr[r], 16) | ((int(qer[r]) & 0xFF) << (16 * d)) | (int(q_pos[r // group]) << (16 * d + 8)))
+          for r in range(R)]
+    kb = [pack(kq[j, 0], 4) | (int(ka[j, 0]) << (4 * d)) | ((int(ke[j, 0]) & 0xFF) << (4 * d + 8))
+          | (int(k_pos[j]) << (4 * d + 16)) | (int(blocks[j]) << (4 * d + 32)) for j in range(keys)]
+    vb = [pack(vq[j, 0], 4) | (int(va[j, 0]) << (4 * d)) | ((int(ve[j, 0]) & 0xFF) << (4 * d + 8))
+          for j in range(keys)]
+    return AttentionJob(R, dict(keys=keys, final=int(final)), qw, kb, vb, sorted(dir_states.items()), expected)
