@@ -57,3 +57,24 @@ def load_checkpoint(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray
     weights = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
     check_weights(cfg, weights)
     return cfg, weights
+
+
+def hf_config_dict(cfg: ModelConfig) -> dict:
+    """A Qwen2 ``config.json`` for ``cfg`` (rope_theta at the top level, as Qwen2.5 ships it)."""
+    return {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+            "num_hidden_layers": cfg.num_layers, "hidden_size": cfg.hidden_size,
+            "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads,
+            "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size,
+            "vocab_size": cfg.vocab_size, "rope_theta": cfg.rope_theta,
+            "rms_norm_eps": cfg.rms_norm_eps, "tie_word_embeddings": cfg.tie_word_embeddings,
+            "hidden_act": "silu", "torch_dtype": "float32"}
+
+
+def write_checkpoint(path: str | Path, cfg: ModelConfig, weights: dict, dtype: str = "F32") -> None:
+    """Write ``config.json`` + ``model.safetensors`` (F32, F16 or BF16)."""
+    d = Path(path)
+    d.mkdir(parents=True, exist_ok=True)
+    check_weights(cfg, weights)
+    (d / "config.json").write_text(json.dumps(hf_config_dict(cfg), indent=2) + "\n")
+    safetensors.save_file({k: weights[k] for k in expected_shapes(cfg)}, d / "model.safetensors", dtype,
+                          metadata={"format": "pt"})

@@ -58,6 +58,21 @@ class FixedModel:
         self.head = self.embed if cfg.tie_word_embeddings else fx.quantize_weight(lm_head(cfg, weights), group_size)
         self.norm = fx.quantize_gain(weights["model.norm.weight"])
 
+    def dequantized_weights(self, weights: dict) -> dict:
+        """``weights`` with every INT4 matrix replaced by its dequantised value: running the
+        float model on these isolates the datapath error from the weight-quantisation error."""
+        out = dict(weights)
+        for li, L in enumerate(self.layers):
+            p = f"model.layers.{li}."
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                out[p + f"self_attn.{name}.weight"] = L[name].dequant().astype(np.float32)
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                out[p + f"mlp.{name}.weight"] = L[name].dequant().astype(np.float32)
+        out["model.embed_tokens.weight"] = self.embed.dequant().astype(np.float32)
+        if not self.cfg.tie_word_embeddings:
+            out["lm_head.weight"] = self.head.dequant().astype(np.float32)
+        return out
+
     def new_cache(self) -> FixedKVCache:
         return FixedKVCache()
 
