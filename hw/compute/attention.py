@@ -17,6 +17,11 @@ then ``o`` emits 32-bit words, per row: ``cmd.final`` = 0, the (m, l, o) state w
 [m, l, o_0 .. o_d-1] (``encode_state``, for the NIC's SOFTMAX_MERGE); 1, the finalized row
 o / l as X32 (``finalize``).  TLAST on the last word of the job.
 
+``cmd.phase`` runs the decode protocol of docs/fixed-point.md section 7.4: FULL = both passes
+with the local maximum; MAX = pass 1 only, emitting one word per row (the local maximum, for
+ReduceOp.MAX); APPLY = pass 2 only, over the scores kept from the MAX job, with the global M
+written through ``mref`` (``partial_state(..., m_ref=M)``).
+
 One key per cycle in each pass (rows x head_dim INT4 x int16 products in pass 1, rows x
 head_dim int32 x INT4 in pass 2), then rows x (head_dim + 2) output cycles.
 """
@@ -51,8 +56,11 @@ def v_layout(head_dim):
     return data.StructLayout({"q": head_dim * 4, "a": 8, "e": signed(8)})
 
 
+FULL, MAX, APPLY = 0, 1, 2     # cmd.phase
+
+
 def cmd_layout(max_keys):
-    return data.StructLayout({"keys": range(1, max_keys + 1), "final": 1})
+    return data.StructLayout({"keys": range(1, max_keys + 1), "final": 1, "phase": 2})
 
 
 class AttentionUnit(wiring.Component):
@@ -68,6 +76,8 @@ class AttentionUnit(wiring.Component):
             "o": Out(AXIStreamSignature(32)),
             # the runtime's write port into the local replica directory
             "dir_en": In(1), "dir_block": In(block_bits), "dir_state": In(2),
+            # the global row maximum M (after a ReduceOp.MAX round), for an APPLY job
+            "mref_en": In(1), "mref_row": In(max(ceil_log2(rows), 1)), "mref": In(signed(32)),
             "busy": Out(1),
         })
 
@@ -85,13 +95,16 @@ class AttentionUnit(wiring.Component):
         # States: idle -> keys (pass 1) -> drain1 -> values (pass 2) -> drain2 -> out
         IDLE, KEYS, VALS, OUT = 0, 1, 2, 3
         state = Signal(2)
-        final = Signal()
+        final, max_only = Signal(), Signal()
         keys = Signal(range(S + 1))
         j = Signal(range(S + 1))
         m.d.comb += [self.busy.eq(state != IDLE), self.cmd.ready.eq(state == IDLE)]
-        with m.If(self.cmd.valid & self.cmd.ready):
+        start = Signal()
+        m.d.comb += start.eq(self.cmd.valid & self.cmd.ready)
+        with m.If(start):
             m.d.sync += [keys.eq(self.cmd.payload.keys), final.eq(self.cmd.payload.final),
-                         j.eq(0), state.eq(KEYS)]
+                         max_only.eq(self.cmd.payload.phase == MAX), j.eq(0),
+                         state.eq(Mux(self.cmd.payload.phase == APPLY, VALS, KEYS))]
 
         score_w = R * 33        # per row: 32-bit score + valid
         m.submodules.sbuf = sbuf = memory.Memory(shape=score_w, depth=S, init=[])
@@ -120,6 +133,10 @@ class AttentionUnit(wiring.Component):
         mrow = [Signal(signed(32), name=f"m{r}", init=INT32_MIN) for r in range(R)]
         words = []
         for r in range(R):
+            with m.If(start & (self.cmd.payload.phase != APPLY)):
+                m.d.sync += mrow[r].eq(INT32_MIN)
+            with m.If(self.mref_en & (self.mref_row == r)):
+                m.d.sync += mrow[r].eq(self.mref)
             raw = dot1[r] * k1.a
             sh = Signal(signed(10), name=f"ssh{r}")
             m.d.comb += sh.eq(-(qrows[r].exp + k1.e + fx.S_FRAC))
@@ -160,6 +177,9 @@ class AttentionUnit(wiring.Component):
             wsh = Signal(signed(10), name=f"wsh{r}")
             m.d.comb += wsh.eq(fx.P_FRAC - fx.O_FRAC - v2.e)
             w = sat(m, rshr(m, p * v2.a, wsh, max_left=33), 32)
+            with m.If(start):
+                m.d.sync += lacc[r].eq(0)
+                m.d.sync += [oacc[r][i].eq(0) for i in range(D)]
             with m.If(v2v):
                 m.d.sync += lacc[r].eq(lacc[r] + p)
                 for i in range(D):
@@ -170,7 +190,7 @@ class AttentionUnit(wiring.Component):
         with m.Switch(state):
             with m.Case(KEYS):
                 with m.If((j == keys) & ~k1v):
-                    m.d.sync += [state.eq(VALS), j.eq(0)]
+                    m.d.sync += [state.eq(Mux(max_only, OUT, VALS)), j.eq(0)]
             with m.Case(VALS):
                 with m.If(j == keys):
                     m.d.sync += drain.eq(drain + 1)
@@ -201,7 +221,9 @@ class AttentionUnit(wiring.Component):
         ocur = osat[row][oidx]
         fin = sat(m, rshr(m, ocur * rcur, fsh, max_left=33), 32)
         out_word = Signal(32)
-        with m.If(final):
+        with m.If(max_only):
+            m.d.comb += out_word.eq(msel)
+        with m.Elif(final):
             m.d.comb += out_word.eq(fin)
         with m.Elif(word == 0):
             m.d.comb += out_word.eq(msel)
@@ -209,12 +231,12 @@ class AttentionUnit(wiring.Component):
             m.d.comb += out_word.eq(lcur)
         with m.Else():
             m.d.comb += out_word.eq(ocur)
-        last_word = Mux(final, word == D - 1, word == D + 1)
+        last_word = Mux(max_only, 1, Mux(final, word == D - 1, word == D + 1))
         emitting = Signal()
-        m.d.comb += emitting.eq((state == OUT) & (~final | phase))
+        m.d.comb += emitting.eq((state == OUT) & (~final | max_only | phase))
         m.d.comb += [self.o.tvalid.eq(emitting), self.o.tdata.eq(out_word), self.o.tkeep.eq(0xF),
                      self.o.tlast.eq(last_word & (row == R - 1))]
-        with m.If((state == OUT) & final & ~phase):
+        with m.If((state == OUT) & final & ~max_only & ~phase):
             m.d.sync += phase.eq(1)
         with m.If(emitting & self.o.tready):
             m.d.sync += word.eq(word + 1)
@@ -222,9 +244,6 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += [word.eq(0), row.eq(row + 1), phase.eq(0)]
                 with m.If(row == R - 1):
                     m.d.sync += [row.eq(0), state.eq(IDLE)]
-                    for r in range(R):       # ready for the next job
-                        m.d.sync += [mrow[r].eq(INT32_MIN), lacc[r].eq(0)]
-                        m.d.sync += [oacc[r][i].eq(0) for i in range(D)]
         return m
 
 

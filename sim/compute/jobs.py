@@ -120,10 +120,12 @@ class AttentionJob:
     v: list            # packed v_layout beats
     directory: list    # (block id, state)
     expected: list     # 32-bit output words (unsigned ints)
+    max_words: list = field(default_factory=list)   # decode protocol: MAX job output
+    mref: list = field(default_factory=list)        # (row, global M) written before APPLY
 
 
 def attention_job(rng, d, group, tokens, keys, block_size=4, final=True, block_bits=8,
-                  states=(0, 1, 2)) -> AttentionJob:
+                  states=(0, 1, 2), protocol=False) -> AttentionJob:
     """``group`` query heads of one KV head x ``tokens`` rows against ``keys`` INT4 keys;
     row r = (token r // group, head r % group).  Expected words from ``fixed.scores``,
     ``fixed.partial_state`` and ``fixed.finalize`` / ``fixed.encode_state``."""
@@ -141,7 +143,16 @@ def attention_job(rng, d, group, tokens, keys, block_size=4, final=True, block_b
     valid = fx.causal_mask(q_pos, k_pos)[None] & ok_block[None, None, :]
     valid = np.broadcast_to(valid, (group, tokens, keys))
     s = fx.scores(q, kq, ka, ke, group)
-    st = fx.partial_state(s, valid, vq, va, ve, group)
+    m_ref = None
+    if protocol:
+        # Decode protocol: our local max goes to ReduceOp.MAX with another node's; the state
+        # is then built with the global M (docs/fixed-point.md section 7.4).
+        local = fx.partial_state(s, valid, vq, va, ve, group).m             # [Hq, T]
+        other = np.where(rng.random(local.shape) < 0.3, fx.M_EMPTY,
+                         local + rng.integers(-4000, 4000, size=local.shape))
+        other = np.where(local == fx.M_EMPTY, rng.integers(-20000, 0, size=local.shape), other)
+        m_ref = np.maximum(local, np.clip(other, fx.INT32_MIN, fx.INT32_MAX))
+    st = fx.partial_state(s, valid, vq, va, ve, group, m_ref=m_ref)
     if final:
         out = fx.finalize(st)                         # [T, Hq, d]
         rows_words = [out[r // group, r % group] for r in range(R)]
@@ -156,4 +167,9 @@ def attention_job(rng, d, group, tokens, keys, block_size=4, final=True, block_b
           | (int(k_pos[j]) << (4 * d + 16)) | (int(blocks[j]) << (4 * d + 32)) for j in range(keys)]
     vb = [pack(vq[j, 0], 4) | (int(va[j, 0]) << (4 * d)) | ((int(ve[j, 0]) & 0xFF) << (4 * d + 8))
           for j in range(keys)]
-    return AttentionJob(R, dict(keys=keys, final=int(final)), qw, kb, vb, sorted(dir_states.items()), expected)
+    job = AttentionJob(R, dict(keys=keys, final=int(final), phase=0), qw, kb, vb,
+                       sorted(dir_states.items()), expected)
+    if protocol:
+        job.max_words = [int(local[r % group, r // group]) & 0xFFFFFFFF for r in range(R)]
+        job.mref = [(r, int(m_ref[r % group, r // group])) for r in range(R)]
+    return job
