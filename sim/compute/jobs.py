@@ -173,3 +173,60 @@ def attention_job(rng, d, group, tokens, keys, block_size=4, final=True, block_b
         job.max_words = [int(local[r % group, r // group]) & 0xFFFFFFFF for r in range(R)]
         job.mref = [(r, int(m_ref[r % group, r // group])) for r in range(R)]
     return job
+
+
+@dataclass
+class VectorJob:
+    cmd: dict
+    a: list          # (x, exp)
+    b: list          # (x, y, exp)
+    expected: list   # (x, exp, last); exp 0 for X32 results
+
+
+def vector_job(rng, op: str, n: int) -> VectorJob:
+    """One row (RoPE: one head of n = d) of a vector-unit op, expected from the golden op."""
+    from mcf.hw.compute.vector import VecOp
+    cmd = dict(op=int(VecOp[op]), n=n, gain_exp=0, eps=0, cm=0, ce=0)
+    x = fx.quantize_x32(rng.standard_normal(n) * 2.0 ** rng.integers(-8, 10))
+    zeros = [(0, 0, 0)] * n
+
+    def bfp_out(mant, e):
+        return [(int(v), int(e), int(i == n - 1)) for i, v in enumerate(mant)]
+
+    if op == "TO_BFP":
+        mant, e = fx.x32_to_bfp(x[None])
+        return VectorJob(cmd, [(int(v), 0) for v in x], zeros, bfp_out(mant[0], e[0]))
+    if op == "RMSNORM":
+        gamma = rng.standard_normal(n) * 0.5 + 1.0
+        gain, gexp = fx.quantize_gain(gamma)
+        eps = 1e-6
+        cmd.update(gain_exp=gexp, eps=fx.eps_constant(n, eps))
+        mant, e = fx.rmsnorm(x[None], gain, gexp, eps)
+        return VectorJob(cmd, [(int(v), 0) for v in x], [(int(g), 0, 0) for g in gain], bfp_out(mant[0], e[0]))
+    if op == "SILU":
+        y = fx.silu(x)
+        return VectorJob(cmd, [(int(v), 0) for v in x], zeros, [(int(v), 0, int(i == n - 1)) for i, v in enumerate(y)])
+    if op == "RESIDUAL":
+        r = fx.quantize_x32(rng.standard_normal(n) * 2.0 ** rng.integers(-8, 16))
+        y = fx.sat(x + r, 32)
+        return VectorJob(cmd, [(int(v), 0) for v in x], [(int(v), 0, 0) for v in r],
+                         [(int(v), 0, int(i == n - 1)) for i, v in enumerate(y)])
+    am, ae = fx.x32_to_bfp(x[None])
+    if op == "MUL":
+        bm, be = fx.x32_to_bfp(fx.quantize_x32(rng.standard_normal(n) * 2.0 ** rng.integers(-8, 10))[None])
+        mant, e = fx.bfp_mul((am, ae), (bm, be))
+        return VectorJob(cmd, [(int(v), int(ae[0])) for v in am[0]], [(int(v), 0, int(be[0])) for v in bm[0]],
+                         bfp_out(mant[0], e[0]))
+    if op == "ROPE":
+        pos = int(rng.integers(0, 4096))
+        cos, sin = fx.rope_table(n, 1e6, [pos])
+        mant, e = fx.rope((am[None], ae[None]), cos, sin)        # [T=1, H=1, d]
+        half = n // 2
+        b = [(int(cos[0, i % half]), int(sin[0, i % half]), 0) for i in range(n)]
+        return VectorJob(cmd, [(int(v), int(ae[0])) for v in am[0]], b, bfp_out(mant[0, 0], e[0, 0]))
+    if op == "PRESCALE":
+        cm, ce = fx.score_constant(n)
+        cmd.update(cm=cm, ce=ce)
+        mant, e = fx.prescale_query((am, ae), n)
+        return VectorJob(cmd, [(int(v), int(ae[0])) for v in am[0]], zeros, bfp_out(mant[0], e[0]))
+    raise ValueError(op)

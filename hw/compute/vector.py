@@ -1,0 +1,237 @@
+"""Vector unit: the row-wise operations of a decoder layer, bit-exact with ``mcf.sw.golden.fixed``.
+
+One element per cycle over a row of ``cmd.n`` elements (``max_n`` at most), in passes over
+two row buffers (the operands) and one of wide products:
+
+  op          golden                  operands (a, b)                      result
+  TO_BFP      x32_to_bfp              a = X32                              BFP16 row
+  RMSNORM     rmsnorm                 a = X32, b.x = gain                  BFP16 row
+  SILU        silu                    a = X32                              X32
+  MUL         bfp_mul                 a, b = BFP16 mantissas (+ exp)       BFP16 row
+  ROPE        rope (one head)         a = BFP16 head, b = (cos, sin)[i mod d/2]  BFP16 head
+  PRESCALE    prescale_query          a = BFP16, cmd.cm / cmd.ce           BFP16 row
+  RESIDUAL    sat32(x + y)            a, b = X32                           X32
+
+Every BFP16 result goes through the same ``normalize`` stage (row max |p|, shift
+sh = max(0, bitlen - 15), mant = sat16(rshr(p, sh)), exp = e + sh), which needs the whole
+row before the first output: load (n cycles), product pass (n), emit (n); RMSNORM adds the
+sum-of-squares pass and the rsqrt LUT.  Exponents travel with the data (``exp`` of the first
+element of a row).  The buffers are read combinationally (distributed RAM); for rows of
+thousands of elements they would be block RAM with a one-cycle read pipeline.
+"""
+from __future__ import annotations
+
+import enum
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from mcf.hw.compute.arith import abs_, bitlen, rshr, rshr_pos, sat
+from mcf.hw.registry import block
+from mcf.sw.golden import fixed as fx
+
+P_BITS = 36      # widest product before normalize: rmsnorm's rshr(m r, 14) * gain
+
+
+class VecOp(enum.IntEnum):
+    TO_BFP = 0
+    RMSNORM = 1
+    SILU = 2
+    MUL = 3
+    ROPE = 4
+    PRESCALE = 5
+    RESIDUAL = 6
+
+
+def cmd_layout(max_n):
+    return data.StructLayout({
+        "op": 3, "n": range(1, max_n + 1),
+        "gain_exp": signed(8),        # RMSNORM: gain exponent
+        "eps": 32,                    # RMSNORM: eps_constant(n, eps)
+        "cm": 16, "ce": signed(8),    # PRESCALE: score_constant(d)
+    })
+
+
+A_LAYOUT = data.StructLayout({"x": signed(32), "exp": signed(8)})
+B_LAYOUT = data.StructLayout({"x": signed(32), "y": signed(16), "exp": signed(8)})
+O_LAYOUT = data.StructLayout({"x": signed(32), "exp": signed(8), "last": 1})
+
+
+class VectorUnit(wiring.Component):
+    def __init__(self, max_n: int = 128):
+        self.max_n = max_n
+        super().__init__({
+            "cmd": In(stream.Signature(cmd_layout(max_n))),
+            "a": In(stream.Signature(A_LAYOUT)),
+            "b": In(stream.Signature(B_LAYOUT)),
+            "o": Out(stream.Signature(O_LAYOUT)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        N = self.max_n
+        cfg = Signal(cmd_layout(N))
+        op = cfg.op
+        uses_b = Signal()
+        m.d.comb += uses_b.eq((op == VecOp.RMSNORM) | (op == VecOp.MUL) | (op == VecOp.ROPE)
+                              | (op == VecOp.RESIDUAL))
+
+        m.submodules.abuf = abuf = memory.Memory(shape=signed(32), depth=N, init=[])
+        m.submodules.bbuf = bbuf = memory.Memory(shape=B_LAYOUT, depth=N, init=[])
+        m.submodules.pbuf = pbuf = memory.Memory(shape=signed(P_BITS), depth=N, init=[])
+        aw, bw, pw = abuf.write_port(), bbuf.write_port(), pbuf.write_port()
+        ar = abuf.read_port(domain="comb")
+        ar2 = abuf.read_port(domain="comb")       # RoPE: the partner element
+        br = bbuf.read_port(domain="comb")
+        pr = pbuf.read_port(domain="comb")
+
+        IDLE, LOAD, SQ, RSQ, PROD, EMIT_N, EMIT_D = range(7)
+        state = Signal(3)
+        i = Signal(range(N + 1))
+        last_i = Signal()
+        m.d.comb += [last_i.eq(i == cfg.n - 1), self.busy.eq(state != IDLE)]
+        ea, eb = Signal(signed(8)), Signal(signed(8))
+        amax_a = Signal(32)
+        amax_p = Signal(P_BITS)
+        e_out = Signal(signed(10))
+
+        m.d.comb += self.cmd.ready.eq(state == IDLE)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [cfg.eq(self.cmd.payload), state.eq(LOAD), i.eq(0), amax_a.eq(0), amax_p.eq(0)]
+
+        # --- LOAD: both operands into the buffers; row max |a| ------------------------------
+        load_ok = Signal()
+        m.d.comb += load_ok.eq((state == LOAD) & self.a.valid & (~uses_b | self.b.valid))
+        m.d.comb += [self.a.ready.eq(load_ok), self.b.ready.eq(load_ok & uses_b),
+                     aw.en.eq(load_ok), aw.addr.eq(i), aw.data.eq(self.a.payload.x),
+                     bw.en.eq(load_ok), bw.addr.eq(i), bw.data.eq(self.b.payload)]
+        mag_a = abs_(m, Cat(self.a.payload.x, self.a.payload.x[31]).as_signed())
+        with m.If(load_ok):
+            m.d.sync += i.eq(i + 1)
+            with m.If(mag_a > amax_a):
+                m.d.sync += amax_a.eq(mag_a)
+            with m.If(i == 0):
+                m.d.sync += [ea.eq(self.a.payload.exp), eb.eq(self.b.payload.exp)]
+            with m.If(last_i):
+                m.d.sync += i.eq(0)
+                with m.Switch(op):
+                    with m.Case(VecOp.SILU, VecOp.RESIDUAL):
+                        m.d.sync += state.eq(EMIT_D)
+                    with m.Case(VecOp.RMSNORM):
+                        m.d.sync += state.eq(SQ)
+                    with m.Default():
+                        m.d.sync += state.eq(PROD)
+
+        # --- RMSNORM: s = max(0, bitlen(amax) - 15); m_i = sat16(rshr(x_i, s)); ss = sum m_i^2 --
+        s_sh = Signal(range(33))
+        bl_a = bitlen(m, amax_a)
+        m.d.comb += s_sh.eq(Mux(bl_a > 15, bl_a - 15, 0))
+        m.d.comb += [ar.addr.eq(i), br.addr.eq(i), pr.addr.eq(i)]
+        mant_i = sat(m, rshr_pos(m, ar.data, s_sh, 33), 16)
+        ss = Signal(48)
+        with m.If(state == LOAD):
+            m.d.sync += ss.eq(0)
+        with m.If(state == SQ):
+            m.d.sync += [ss.eq(ss + mant_i * mant_i), i.eq(i + 1)]
+            with m.If(last_i):
+                m.d.sync += [i.eq(0), state.eq(RSQ)]
+
+        # rsqrt(v): c = bitlen(v) rounded up to even, idx = rshr(v, c - 10), r = LUT[idx - 256]
+        v = Signal(49)
+        eps_sh = rshr_pos(m, cfg.eps, s_sh * 2, 34)
+        m.d.comb += v.eq(ss + eps_sh)
+        bv = bitlen(m, v)
+        c = Signal(range(52))
+        m.d.comb += c.eq(bv + bv[0])
+        idx = rshr(m, v, c - fx.RSQRT_IDX_BITS, max_left=10)
+        m.submodules.rsqrt = rs_rom = memory.Memory(shape=16, depth=len(fx.RSQRT_LUT),
+                                                    init=[int(x) for x in fx.RSQRT_LUT])
+        rs = rs_rom.read_port(domain="comb")
+        m.d.comb += rs.addr.eq(idx - (1 << (fx.RSQRT_IDX_BITS - 2)))
+        r_q, k_q = Signal(17), Signal(range(32))
+        with m.If(state == RSQ):
+            m.d.sync += [r_q.eq(Mux(v > 0, rs.data, 0)), k_q.eq(c >> 1), state.eq(PROD)]
+
+        # --- PROD: wide products p_i into pbuf; row max |p| --------------------------------------
+        half = Signal(range(N + 1))
+        m.d.comb += half.eq(cfg.n >> 1)
+        upper = Signal()
+        m.d.comb += [upper.eq(i >= half), ar2.addr.eq(Mux(upper, i - half, i + half))]
+        bx, by = Signal(signed(32)), Signal(signed(16))
+        m.d.comb += [bx.eq(br.data.x), by.eq(br.data.y)]
+        p = Signal(signed(P_BITS))
+        rope_t = Signal(signed(40))
+        m.d.comb += rope_t.eq(Mux(upper, ar.data * bx + ar2.data * by, ar.data * bx - ar2.data * by))
+        rms_p = rshr_pos(m, mant_i * r_q, Const(fx.RSQRT_FRAC, 4), 40) * bx[:16].as_signed()
+        rope_p = rshr_pos(m, rope_t, Const(fx.ROPE_FRAC, 4), 41)
+        with m.Switch(op):
+            with m.Case(VecOp.TO_BFP):
+                m.d.comb += p.eq(ar.data)
+            with m.Case(VecOp.RMSNORM):
+                m.d.comb += p.eq(rms_p)
+            with m.Case(VecOp.MUL):
+                m.d.comb += p.eq(ar.data * bx)
+            with m.Case(VecOp.ROPE):
+                m.d.comb += p.eq(rope_p)
+            with m.Case(VecOp.PRESCALE):
+                m.d.comb += p.eq(ar.data * cfg.cm)
+        mag_p = abs_(m, Cat(p, p[-1]).as_signed())
+        m.d.comb += [pw.en.eq(state == PROD), pw.addr.eq(i), pw.data.eq(p)]
+        with m.If(state == PROD):
+            m.d.sync += i.eq(i + 1)
+            with m.If(mag_p > amax_p):
+                m.d.sync += amax_p.eq(mag_p)
+            with m.If(last_i):
+                m.d.sync += [i.eq(0), state.eq(EMIT_N)]
+                with m.Switch(op):
+                    with m.Case(VecOp.TO_BFP):
+                        m.d.sync += e_out.eq(-fx.X_FRAC)
+                    with m.Case(VecOp.RMSNORM):
+                        m.d.sync += e_out.eq(-cfg.gain_exp - k_q)
+                    with m.Case(VecOp.MUL):
+                        m.d.sync += e_out.eq(ea + eb)
+                    with m.Case(VecOp.ROPE):
+                        m.d.sync += e_out.eq(ea)
+                    with m.Case(VecOp.PRESCALE):
+                        m.d.sync += e_out.eq(ea - cfg.ce)
+
+        # --- EMIT_N: normalize (sh = max(0, bitlen(amax p) - 15)) -------------------------------
+        bl_p = bitlen(m, amax_p)
+        sh_p = Signal(range(P_BITS + 1))
+        m.d.comb += sh_p.eq(Mux(bl_p > 15, bl_p - 15, 0))
+        mant_o = sat(m, rshr_pos(m, pr.data, sh_p, P_BITS + 1), 16)
+
+        # --- EMIT_D: SILU and RESIDUAL straight from the operand buffers ------------------------
+        sidx = rshr_pos(m, ar.data, Const(fx.X_FRAC - fx.SIGMOID_STEP_BITS, 4), 33)
+        nsig = fx.SIGMOID_RANGE << fx.SIGMOID_STEP_BITS
+        m.submodules.sigmoid = sg_rom = memory.Memory(shape=16, depth=2 * nsig,
+                                                      init=[int(x) for x in fx.SIGMOID_LUT])
+        sg = sg_rom.read_port(domain="comb")
+        m.d.comb += sg.addr.eq(sidx + nsig)
+        sig = Signal(17)
+        m.d.comb += sig.eq(Mux(sidx >= nsig, 1 << fx.P_FRAC, Mux(sidx < -nsig, 0, sg.data)))
+        silu = sat(m, rshr_pos(m, ar.data * sig, Const(fx.P_FRAC, 4), 50), 32)
+        resid = sat(m, ar.data + bx, 32)
+
+        emitting = Signal()
+        m.d.comb += emitting.eq((state == EMIT_N) | (state == EMIT_D))
+        m.d.comb += [self.o.valid.eq(emitting), self.o.payload.last.eq(last_i)]
+        with m.If(state == EMIT_N):
+            m.d.comb += [self.o.payload.x.eq(mant_o), self.o.payload.exp.eq(e_out + sh_p)]
+        with m.Elif(op == VecOp.SILU):
+            m.d.comb += self.o.payload.x.eq(silu)
+        with m.Else():
+            m.d.comb += self.o.payload.x.eq(resid)
+        with m.If(emitting & self.o.ready):
+            m.d.sync += i.eq(i + 1)
+            with m.If(last_i):
+                m.d.sync += [i.eq(0), state.eq(IDLE)]
+        return m
+
+
+@block("compute_vector", "RMSNorm, RoPE, SiLU, BFP multiply / normalize, residual (row-serial)",
+       max_n=128)
+def _vector(max_n):
+    return VectorUnit(max_n)
