@@ -64,3 +64,14 @@ def abs_(m, x: Value) -> Signal:
     out = Signal(unsigned(len(x)))
     m.d.comb += out.eq(Mux(x < 0, -x, x))
     return out
+
+
+def write_indexed(m, signals, index, value, enable=None):
+    """``signals[index] <= value`` (sync), one comparator per element: an Array on the left
+    would give case statements without a default, which the lint rejects."""
+    for i, s in enumerate(signals):
+        cond = index == i
+        if enable is not None:
+            cond = cond & enable
+        with m.If(cond):
+            m.d.sync += s.eq(value)

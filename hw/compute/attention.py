@@ -187,15 +187,14 @@ class AttentionUnit(wiring.Component):
 
         # --- sequencing of the passes ---------------------------------------------------------
         drain = Signal(range(4))
-        with m.Switch(state):
-            with m.Case(KEYS):
-                with m.If((j == keys) & ~k1v):
-                    m.d.sync += [state.eq(Mux(max_only, OUT, VALS)), j.eq(0)]
-            with m.Case(VALS):
-                with m.If(j == keys):
-                    m.d.sync += drain.eq(drain + 1)
-                    with m.If(drain == 3):          # v1 -> v2 -> accumulators
-                        m.d.sync += [drain.eq(0), state.eq(OUT)]
+        with m.If(state == KEYS):
+            with m.If((j == keys) & ~k1v):
+                m.d.sync += [state.eq(Mux(max_only, OUT, VALS)), j.eq(0)]
+        with m.Elif(state == VALS):
+            with m.If(j == keys):
+                m.d.sync += drain.eq(drain + 1)
+                with m.If(drain == 3):          # v1 -> v2 -> accumulators
+                    m.d.sync += [drain.eq(0), state.eq(OUT)]
 
         # --- output: per row [m, l, o...] or finalize(o / l) ------------------------------------
         row = Signal(range(R))
@@ -216,7 +215,7 @@ class AttentionUnit(wiring.Component):
         fsh = Signal(signed(8))
         m.d.comb += fsh.eq(b + fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC)
         rcur = Mux(lcur > 0, rr.data, 0)
-        oidx = Signal(range(D + 2))
+        oidx = Signal(range(D))
         m.d.comb += oidx.eq(Mux(final, word, word - 2))
         ocur = osat[row][oidx]
         fin = sat(m, rshr(m, ocur * rcur, fsh, max_left=33), 32)

@@ -21,7 +21,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.compute.arith import abs_, bitlen, rshr_pos, sat
+from mcf.hw.compute.arith import abs_, bitlen, rshr_pos, sat, write_indexed
 from mcf.hw.registry import block
 from mcf.sw.golden import fixed as fx
 
@@ -48,7 +48,8 @@ class KVWriter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         L, NB = self.lanes, self.beats
-        buf = Array(Signal(L * 16, name=f"buf{i}") for i in range(NB))
+        buf_regs = [Signal(L * 16, name=f"buf{i}") for i in range(NB)]
+        buf = Array(buf_regs)
         idx = Signal(range(NB))
         amax = Signal(17)
         exp = Signal(signed(8))
@@ -99,7 +100,8 @@ class KVWriter(wiring.Component):
             self.o.payload.last.eq(idx == NB - 1),
         ]
         with m.If(in_collect & self.i.valid):
-            m.d.sync += [buf[idx].eq(self.i.payload.mant), amax.eq(beat_max),
+            write_indexed(m, buf_regs, idx, self.i.payload.mant)
+            m.d.sync += [amax.eq(beat_max),
                          exp.eq(self.i.payload.exp), idx.eq(idx + 1)]
             with m.If(self.i.payload.last | (idx == NB - 1)):
                 m.d.sync += [idx.eq(0), state.eq(scale)]

@@ -36,7 +36,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.compute.arith import rshr, sat
+from mcf.hw.compute.arith import rshr, sat, write_indexed
 from mcf.hw.registry import block
 
 MANT_BITS, W_BITS, SCALE_BITS, X_FRAC = 16, 4, 16, 16
@@ -99,9 +99,9 @@ class MatrixUnit(wiring.Component):
         wr = abuf.write_port()
         rd = abuf.read_port()
         m.d.comb += [wr.en.eq(self.act.en), wr.addr.eq(self.act.addr), wr.data.eq(self.act.data)]
-        exps = Array(Signal(signed(EXP_BITS), name=f"exp{t}") for t in range(TM))
-        with m.If(self.exp.en):
-            m.d.sync += exps[self.exp.addr].eq(self.exp.data)
+        exp_regs = [Signal(signed(EXP_BITS), name=f"exp{t}") for t in range(TM)]
+        exps = Array(exp_regs)
+        write_indexed(m, exp_regs, self.exp.addr, self.exp.data, self.exp.en)
 
         # --- command and loop counters (issue stage) -----------------------------------------
         cfg = Signal(self.cmd_layout)
@@ -185,12 +185,12 @@ class MatrixUnit(wiring.Component):
         scale3, bias3 = Signal.like(scale1), Signal.like(bias1)
         ps3 = [Signal(signed(self.partial_width), name=f"ps{p}") for p in range(P)]
         for p in range(P):
-            part = Array(Signal(signed(self.partial_width), name=f"part{p}_{i}") for i in range(TM))
-            ps = Mux(s2.first_j, 0, part[s2.t]) + dots[p]
+            regs = [Signal(signed(self.partial_width), name=f"part{p}_{i}") for i in range(TM)]
+            ps = Signal(signed(self.partial_width), name=f"psum{p}")
+            m.d.comb += ps.eq(Mux(s2.first_j, 0, Array(regs)[s2.t]) + dots[p])
             with m.If(adv):
                 m.d.sync += ps3[p].eq(ps)
-                with m.If(s2.v):
-                    m.d.sync += part[s2.t].eq(ps)
+            write_indexed(m, regs, s2.t, ps, adv & s2.v)
         with m.If(adv):
             m.d.sync += [s3.eq(s2), s3.v.eq(s2.v & s2.last_j), scale3.eq(scale2), bias3.eq(bias2)]
 
@@ -209,12 +209,12 @@ class MatrixUnit(wiring.Component):
         bias5 = Signal.like(bias1)
         acc5 = [Signal(signed(self.acc_width), name=f"accout{p}") for p in range(P)]
         for p in range(P):
-            accs = Array(Signal(signed(self.acc_width), name=f"acc{p}_{i}") for i in range(TM))
-            total = Mux(s4.first_g, 0, accs[s4.t]) + prod4[p]
+            regs = [Signal(signed(self.acc_width), name=f"acc{p}_{i}") for i in range(TM)]
+            total = Signal(signed(self.acc_width), name=f"atot{p}")
+            m.d.comb += total.eq(Mux(s4.first_g, 0, Array(regs)[s4.t]) + prod4[p])
             with m.If(adv):
                 m.d.sync += acc5[p].eq(total)
-                with m.If(s4.v):
-                    m.d.sync += accs[s4.t].eq(total)
+            write_indexed(m, regs, s4.t, total, adv & s4.v)
         with m.If(adv):
             m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), bias5.eq(bias4)]
 

@@ -166,17 +166,16 @@ class VectorUnit(wiring.Component):
         m.d.comb += rope_t.eq(Mux(upper, ar.data * bx + ar2.data * by, ar.data * bx - ar2.data * by))
         rms_p = rshr_pos(m, mant_i * r_q, Const(fx.RSQRT_FRAC, 4), 40) * bx[:16].as_signed()
         rope_p = rshr_pos(m, rope_t, Const(fx.ROPE_FRAC, 4), 41)
-        with m.Switch(op):
-            with m.Case(VecOp.TO_BFP):
-                m.d.comb += p.eq(ar.data)
-            with m.Case(VecOp.RMSNORM):
-                m.d.comb += p.eq(rms_p)
-            with m.Case(VecOp.MUL):
-                m.d.comb += p.eq(ar.data * bx)
-            with m.Case(VecOp.ROPE):
-                m.d.comb += p.eq(rope_p)
-            with m.Case(VecOp.PRESCALE):
-                m.d.comb += p.eq(ar.data * cfg.cm)
+        with m.If(op == VecOp.TO_BFP):
+            m.d.comb += p.eq(ar.data)
+        with m.Elif(op == VecOp.RMSNORM):
+            m.d.comb += p.eq(rms_p)
+        with m.Elif(op == VecOp.MUL):
+            m.d.comb += p.eq(ar.data * bx)
+        with m.Elif(op == VecOp.ROPE):
+            m.d.comb += p.eq(rope_p)
+        with m.Elif(op == VecOp.PRESCALE):
+            m.d.comb += p.eq(ar.data * cfg.cm)
         mag_p = abs_(m, Cat(p, p[-1]).as_signed())
         m.d.comb += [pw.en.eq(state == PROD), pw.addr.eq(i), pw.data.eq(p)]
         with m.If(state == PROD):
@@ -185,17 +184,16 @@ class VectorUnit(wiring.Component):
                 m.d.sync += amax_p.eq(mag_p)
             with m.If(last_i):
                 m.d.sync += [i.eq(0), state.eq(EMIT_N)]
-                with m.Switch(op):
-                    with m.Case(VecOp.TO_BFP):
-                        m.d.sync += e_out.eq(-fx.X_FRAC)
-                    with m.Case(VecOp.RMSNORM):
-                        m.d.sync += e_out.eq(-cfg.gain_exp - k_q)
-                    with m.Case(VecOp.MUL):
-                        m.d.sync += e_out.eq(ea + eb)
-                    with m.Case(VecOp.ROPE):
-                        m.d.sync += e_out.eq(ea)
-                    with m.Case(VecOp.PRESCALE):
-                        m.d.sync += e_out.eq(ea - cfg.ce)
+                with m.If(op == VecOp.TO_BFP):
+                    m.d.sync += e_out.eq(-fx.X_FRAC)
+                with m.Elif(op == VecOp.RMSNORM):
+                    m.d.sync += e_out.eq(-cfg.gain_exp - k_q)
+                with m.Elif(op == VecOp.MUL):
+                    m.d.sync += e_out.eq(ea + eb)
+                with m.Elif(op == VecOp.ROPE):
+                    m.d.sync += e_out.eq(ea)
+                with m.Elif(op == VecOp.PRESCALE):
+                    m.d.sync += e_out.eq(ea - cfg.ce)
 
         # --- EMIT_N: normalize (sh = max(0, bitlen(amax p) - 15)) -------------------------------
         bl_p = bitlen(m, amax_p)
