@@ -161,14 +161,9 @@ def attention_job(rng, d, group, tokens, keys, block_size=4, final=True, block_b
         rows_words = [words[r % group, r // group] for r in range(R)]
     expected = [int(w) & 0xFFFFFFFF for row in rows_words for w in row]
     qmr, qer = q[0].reshape(R, d), q[1].reshape(R)
-    qw = [(r, pack(qmr[r], 16) | ((int(qer[r]) & 0xFF) << (16 * d)) | (int(q_pos[r // group]) << (16 * d + 8)))
-          for r in range(R)]
-    kb = [pack(kq[j, 0], 4) | (int(ka[j, 0]) << (4 * d)) | ((int(ke[j, 0]) & 0xFF) << (4 * d + 8))
-          | (int(k_pos[j]) << (4 * d + 16)) | (int(blocks[j]) << (4 * d + 32)) for j in range(keys)]
-    vb = [pack(vq[j, 0], 4) | (int(va[j, 0]) << (4 * d)) | ((int(ve[j, 0]) & 0xFF) << (4 * d + 8))
-          for j in range(keys)]
-    job = AttentionJob(R, dict(keys=keys, final=int(final), phase=0), qw, kb, vb,
-                       sorted(dir_states.items()), expected)
+    job = pack_attention(qmr, qer, np.repeat(q_pos, group), kq[:, 0], ka[:, 0], ke[:, 0], k_pos, blocks,
+                         vq[:, 0], va[:, 0], ve[:, 0], dir_states, final)
+    job.expected = expected
     if protocol:
         job.max_words = [int(local[r % group, r // group]) & 0xFFFFFFFF for r in range(R)]
         job.mref = [(r, int(m_ref[r % group, r // group])) for r in range(R)]
@@ -230,3 +225,17 @@ def vector_job(rng, op: str, n: int) -> VectorJob:
         mant, e = fx.prescale_query((am, ae), n)
         return VectorJob(cmd, [(int(v), int(ae[0])) for v in am[0]], zeros, bfp_out(mant[0], e[0]))
     raise ValueError(op)
+
+
+def pack_attention(qm, qe, qpos, kq, ka, ke, kpos, blocks, vq, va, ve, dir_states: dict,
+                   final: bool) -> AttentionJob:
+    """Attention-unit traffic for rows (qm [R, d], qe [R], qpos [R]) over keys [S]."""
+    R, d = qm.shape
+    qw = [(r, pack(qm[r], 16) | ((int(qe[r]) & 0xFF) << (16 * d)) | (int(qpos[r]) << (16 * d + 8)))
+          for r in range(R)]
+    kb = [pack(kq[j], 4) | (int(ka[j]) << (4 * d)) | ((int(ke[j]) & 0xFF) << (4 * d + 8))
+          | (int(kpos[j]) << (4 * d + 16)) | (int(blocks[j]) << (4 * d + 32)) for j in range(len(kq))]
+    vb = [pack(vq[j], 4) | (int(va[j]) << (4 * d)) | ((int(ve[j]) & 0xFF) << (4 * d + 8))
+          for j in range(len(vq))]
+    return AttentionJob(R, dict(keys=len(kq), final=int(final), phase=0), qw, kb, vb,
+                        sorted(dir_states.items()), [])
