@@ -63,16 +63,20 @@ class MemWriteSignature(wiring.Signature):
 
 class MatrixUnit(wiring.Component):
     def __init__(self, rows: int = 4, lanes: int = 8, max_tokens: int = 8, max_inputs: int = 256,
-                 max_tiles: int = 64):
+                 max_tiles: int = 64, max_group: int = 128):
         if lanes & (lanes - 1) or max_tokens & (max_tokens - 1) or max_inputs % lanes:
             raise ValueError("lanes and max_tokens must be powers of two, lanes must divide max_inputs")
         self.rows, self.lanes, self.max_tokens = rows, lanes, max_tokens
         self.max_inputs, self.max_tiles = max_inputs, max_tiles
+        self.max_group = min(max_group, max_inputs)        # group size G (inputs per scale)
         self.depth = max_inputs // lanes                      # beats per row
+        # Exact widths: |partial| <= G 2^15 8, |acc| <= (n / G) (2^16 - 1) max|partial|.
         self.dot_width = MANT_BITS + W_BITS + ceil_log2(lanes)
-        self.partial_width = MANT_BITS + W_BITS + ceil_log2(max_inputs)
-        self.acc_width = self.partial_width + SCALE_BITS + 1 + ceil_log2(self.depth)
+        self.partial_width = MANT_BITS + W_BITS + ceil_log2(self.max_group)
+        self.acc_width = max(ceil_log2(max_inputs) + 35, self.partial_width + SCALE_BITS + 1)
         self.cmd_layout = cmd_layout(max_tokens, self.depth, max_tiles)
+        if self.max_group % lanes:
+            raise ValueError("lanes must divide max_group")
         super().__init__({
             "cmd": In(stream.Signature(self.cmd_layout)),
             "act": In(MemWriteSignature(ceil_log2(self.depth * max_tokens), lanes * MANT_BITS)),

@@ -11,7 +11,8 @@ from mcf.sim.runner import run_cocotb
 def test_construction():
     mu = MatrixUnit(rows=4, lanes=8, max_tokens=8, max_inputs=256)
     assert mu.macs_per_cycle == 32 and len(mu.w.tdata) == 128 and len(mu.o.tdata) == 128
-    assert mu.acc_width >= 20 + 8 + 16 + 5   # exact: n * 2^15 * 8 * (2^16 - 1) fits
+    assert (256 * 2 ** 15 * 8 * (2 ** 16 - 1)).bit_length() + 1 <= mu.acc_width   # exact accumulator
+    assert MatrixUnit(16, 16, 16, 8960, 9496).acc_width == 49      # Qwen2.5-1.5B down_proj
 
 
 def test_bad_params():
@@ -84,3 +85,22 @@ def test_utilization_cocotb(build_dir, tmp_path):
                params={**PARAMS, "tokens": 1, "tiles": 4, "group": 8, "report": str(report)})
     figures = json.loads(report.read_text())
     assert figures["mac_utilization"] >= 0.9, figures
+
+
+@pytest.mark.parametrize("w_exp,e", [(0, -10), (60, -16), (20, -16)])
+def test_extremes_amaranth_sim(w_exp, e):
+    """Largest products and scales, left shifts that saturate and right shifts past the width.
+    (Not much larger left shifts: golden rshr shifts int64 left unchecked, so acc << 26 wraps.)"""
+    from mcf.sim.compute.jobs import pack_linear
+    from mcf.sw.golden import fixed as fx
+    t, n, out, g = 2, 32, 4, 8
+    m = np.full((t, n), -32768, dtype=np.int64)
+    m[1, ::2] = 32767
+    qw = fx.QLinear(np.full((out, n), -8, dtype=np.int8), np.full((out, n // g), 65535, dtype=np.uint16), w_exp, g)
+    qw.q[1] = 7
+    ex = np.full(t, e, dtype=np.int64)
+    b = np.array([fx.INT32_MAX, fx.INT32_MIN, 5, -5])
+    y = fx.linear((m, ex), qw, b)
+    job = pack_linear(m, ex, qw, b, y, 2, 4, 4)
+    dut = MatrixUnit(rows=2, lanes=4, max_tokens=4, max_inputs=32, max_tiles=4)
+    assert run_amaranth(dut, job) == job.expected
