@@ -45,8 +45,13 @@ def run_cocotb(component, test_module: str, build_dir, *, toplevel: str = "dut",
     if sim == "icarus" and shutil.which("iverilog") is None:
         raise SimulationError("iverilog not found: run `make setup` (installs Icarus Verilog)")
     runner = get_runner(sim)
+    # Icarus: Verilog-2005 semantics, so the declaration initialiser that Yosys's Verilog uses
+    # to run every ``always @*`` once at time 0 is an event (under -g2012 it is not, and
+    # combinational outputs of an FSM or ``m.Switch`` stay X until an input changes).
+    build_args = ["-g2005"] if sim == "icarus" else []
     runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir, always=True,
-                 timescale=("1ns", "1ps"), waves=waves, log_file=build_dir / "build.log")
+                 timescale=("1ns", "1ps"), waves=waves, log_file=build_dir / "build.log",
+                 build_args=build_args)
     results_xml = build_dir / "results.xml"
     results_xml.unlink(missing_ok=True)
     env = {"MCF_PARAMS": json.dumps(params or {}),

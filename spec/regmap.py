@@ -2,7 +2,15 @@
 
 The PS runtime (``mcf.sw.driver``), the RTL register block and ``docs/reference.md`` all
 read this table.  Unmapped addresses answer SLVERR; writes to read-only registers are
-ignored and answer SLVERR too.
+ignored and answer SLVERR too.  Writes honour WSTRB (byte lanes not strobed keep their value).
+
+DMA descriptors are validated when DESC_PUSH is written: a descriptor with length 0, a
+buffer index the node does not have, an address range outside DMA_WINDOW, an address that is
+not a multiple of the DMA bus width (DMA_CAPS.bus_bytes_log2), or a LOAD longer than one
+ping-pong buffer (DMA_CAPS.buffer_bytes_log2) is refused: its ERR_* counter counts it (one
+cause per refused descriptor, in ErrorCause order) and nothing reaches the DMA engines.
+Lengths need not be a multiple of the bus width: the last beat is partial (TKEEP on the
+loader's stream, WSTRB on the writer's bursts).
 
 Access kinds: RO read-only, RW read/write, WO write-only (reads return 0), W1C write one
 to clear, W1P write one to pulse (self-clearing strobe).
@@ -42,6 +50,8 @@ class ErrorCause(enum.IntEnum):
     DESC_OUT_OF_WINDOW = 9  # DMA address range outside the allowed window
     DESC_BAD_BUFFER = 10    # DMA descriptor names a buffer that does not exist
     AXI_RESP_ERROR = 11     # DDR answered SLVERR/DECERR
+    DESC_UNALIGNED = 12     # DMA address not a multiple of the DMA bus width
+    DESC_TOO_LONG = 13      # DMA LOAD longer than one ping-pong buffer
 
 
 class Irq(enum.IntEnum):
@@ -136,6 +146,7 @@ def _f(name, lsb, width, doc):
 
 
 ERROR_COUNTER_BASE = 0x0100
+DMA_ADDR_BITS = DMA_DESCRIPTOR["addr"].width
 META_WORDS = HEADER_BITS // DATA_BITS
 DESC_WORDS = (DMA_DESCRIPTOR.total_bits + DATA_BITS - 1) // DATA_BITS
 
@@ -147,6 +158,11 @@ _regs = [
         _f("net_ports", 8, 4, "Number of network ports."),
         _f("meta_queue_log2", 12, 4, "log2 of the metadata queue depth."),
         _f("desc_queue_log2", 16, 4, "log2 of the DMA descriptor queue depth."),
+    )),
+    Register("DMA_CAPS", 0x000C, Access.RO, "Build parameters of the DMA engines.", (
+        _f("bus_bytes_log2", 0, 4, "log2 of the AXI4 data width in bytes (addresses align to it)."),
+        _f("buffers", 4, 4, "Number of ping-pong buffers (valid DmaDescriptor.buffer values)."),
+        _f("buffer_bytes_log2", 8, 5, "log2 of one ping-pong buffer's size in bytes (LOAD limit)."),
     )),
     Register("CONTROL", 0x0010, Access.RW, "Datapath control.", (
         _f("enable", 0, 1, "Run the datapath; while 0, queues hold and the NIC accepts nothing."),
@@ -188,9 +204,12 @@ _regs = [
         _f("count", 0, 16, "Completion count (wraps)."),
         _f("tag", 16, 11, "Tag of the last completed descriptor."),)),
     Register("DMA_WINDOW_BASE_LO", 0x0080, Access.RW, "Lowest DDR address DMA may touch, bits 31:0."),
-    Register("DMA_WINDOW_BASE_HI", 0x0084, Access.RW, "Lowest DDR address DMA may touch, bits 47:32."),
-    Register("DMA_WINDOW_SIZE_LO", 0x0088, Access.RW, "Size of the DMA window in bytes, bits 31:0."),
-    Register("DMA_WINDOW_SIZE_HI", 0x008C, Access.RW, "Size of the DMA window in bytes, bits 47:32."),
+    Register("DMA_WINDOW_BASE_HI", 0x0084, Access.RW, "Lowest DDR address DMA may touch, bits 47:32.",
+             (_f("base_hi", 0, DMA_ADDR_BITS - 32, "Address bits 47:32."),)),
+    Register("DMA_WINDOW_SIZE_LO", 0x0088, Access.RW, "Size of the DMA window in bytes, bits 31:0 "
+             "(reset 0: every descriptor is refused until the PS opens a window)."),
+    Register("DMA_WINDOW_SIZE_HI", 0x008C, Access.RW, "Size of the DMA window in bytes, bits 47:32.",
+             (_f("size_hi", 0, DMA_ADDR_BITS - 32, "Size bits 47:32."),)),
     *(Register(f"ERR_{c.name}", ERROR_COUNTER_BASE + 4 * int(c), Access.RO,
                f"Error counter: {c.name} (saturating).") for c in ErrorCause),
     Register("ROUTE_INDEX", 0x0200, Access.RW, "Route table entry selected for ROUTE_DATA.", (

@@ -1,0 +1,1 @@
+"""AXI4 and AXI4-Lite memory-mapped interfaces (signatures only; no logic)."""

@@ -1,0 +1,335 @@
+"""AXI4-Lite register block generated from ``mcf.spec.REGISTERS`` (MCF section 5: the PS
+writes metadata and DMA descriptors to the PL over AXI-Lite).
+
+Every register of the spec table is decoded by a loop over the table; what a register *does*
+is chosen by its access kind (RW storage, RO source, W1C, W1P) and, for the few with side
+effects, by its name.  An RO register without a source is an elaboration error, so the
+table and the hardware cannot drift apart.
+
+Protocol: one write and one read in flight (AW and W are accepted in either order and held
+until the response is taken).  Addresses decode on 32-bit words (AWADDR/ARADDR bits 1:0 are
+ignored).  Unmapped addresses and writes to RO registers answer SLVERR (the write has no
+effect); reads of W1P/WO registers return 0.  Writes honour WSTRB, except ROUTE_DATA, which
+stores the whole word in the NIC's route table.
+"""
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from mcf.hw.axi.lite import AXI4LiteSignature, Resp
+from mcf.hw.csr.ports import RouteTablePort
+from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
+from mcf.hw.registry import block
+from mcf.spec import DMA_DESCRIPTOR, REGISTERS, Access, DmaDir, ErrorCause, Irq
+from mcf.spec.packet import HEADER_BITS, NODE_BITS
+from mcf.spec.regmap import ADDR_BITS, DATA_BITS, DESC_WORDS, META_WORDS, Register
+
+#: Fields that read back as 0 and act for one cycle when written with 1.
+SELF_CLEARING = {"CONTROL": ("clear_counters",)}
+
+_TAG_BITS = DMA_DESCRIPTOR["tag"].width
+
+
+def _log2(value: int, what: str) -> int:
+    if value < 1 or value & (value - 1):
+        raise ValueError(f"{what}={value}: must be a power of two")
+    return value.bit_length() - 1
+
+
+def _mask(reg: Register) -> int:
+    """Bits a register implements (all 32 when the spec lists no fields)."""
+    if not reg.fields:
+        return (1 << DATA_BITS) - 1
+    m = 0
+    for f in reg.fields:
+        m |= ((1 << f.width) - 1) << f.lsb
+    return m
+
+
+def _const(reg: Register, **values) -> int:
+    """A register word from field values (build-time constants, e.g. CAPS)."""
+    word = 0
+    for name, value in values.items():
+        f = reg.field(name)
+        if not 0 <= value < (1 << f.width):
+            raise ValueError(f"{reg.name}.{name}={value} does not fit in {f.width} bits")
+        word |= value << f.lsb
+    return word
+
+
+def _compose(reg: Register, **values):
+    """A register word from field signals (RO status words)."""
+    word = Signal(DATA_BITS, name=f"{reg.name.lower()}_word")
+    parts = []
+    for name, value in values.items():
+        f = reg.field(name)
+        parts.append(word[f.lsb:f.lsb + f.width].eq(value))
+    return word, parts
+
+
+class ControlRegisters(wiring.Component):
+    """The node's control/status registers, route-table access, metadata and DMA queues.
+
+    Ports (see ``mcf.hw.csr`` for the contract the NIC and DMA code against):
+
+    * ``s_axil`` — AXI4-Lite slave, ``mcf.spec.regmap`` layout.
+    * ``route`` — the NIC's route table (ROUTE_INDEX / ROUTE_DATA).
+    * ``errors`` — one increment strobe per ``ErrorCause`` (bit i = one event of cause i).
+    * ``meta`` — Meta headers pushed through META_W0..3 + META_PUSH (to the packetizer).
+    * ``desc`` — DMA descriptors that passed validation (to the DMA engines).
+    * ``node_id``, ``num_nodes``, ``enable``, ``irq`` — configuration and the interrupt line.
+    * ``busy``, ``desc_done`` + ``desc_done_tag``, ``rx_packet`` — status inputs.
+
+    Both queues hold their entries while CONTROL.enable is 0.
+    """
+
+    def __init__(self, meta_queue_depth: int = 16, desc_queue_depth: int = 16, data_bytes: int = 8,
+                 net_ports: int = 2, dma_bus_bytes: int = 16, dma_buffers: int = 2,
+                 dma_buffer_bytes: int = 4096):
+        self.meta_queue_log2 = _log2(meta_queue_depth, "meta_queue_depth")
+        self.desc_queue_log2 = _log2(desc_queue_depth, "desc_queue_depth")
+        self.dma_bus_log2 = _log2(dma_bus_bytes, "dma_bus_bytes")
+        self.dma_buffer_log2 = _log2(dma_buffer_bytes, "dma_buffer_bytes")
+        self.meta_queue_depth, self.desc_queue_depth = meta_queue_depth, desc_queue_depth
+        self.dma_buffers = dma_buffers
+        self.caps = _const(REGISTERS["CAPS"], data_bytes=data_bytes, net_ports=net_ports,
+                           meta_queue_log2=self.meta_queue_log2, desc_queue_log2=self.desc_queue_log2)
+        self.dma_caps = _const(REGISTERS["DMA_CAPS"], bus_bytes_log2=self.dma_bus_log2,
+                               buffers=dma_buffers, buffer_bytes_log2=self.dma_buffer_log2)
+        super().__init__({
+            "s_axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)),
+            "route": Out(RouteTablePort()),
+            "errors": In(len(ErrorCause)),
+            "meta": Out(stream.Signature(MetaLayout)),
+            "desc": Out(stream.Signature(DmaDescriptorLayout)),
+            "node_id": Out(NODE_BITS),
+            "num_nodes": Out(NODE_BITS + 1),
+            "enable": Out(1),
+            "irq": Out(1),
+            "busy": In(1),
+            "desc_done": In(1),
+            "desc_done_tag": In(_TAG_BITS),
+            "rx_packet": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.s_axil
+        word_bits = ADDR_BITS - 2
+
+        # --- storage: RW and W1C registers --------------------------------------------------
+        store = {r.name: Signal(DATA_BITS, init=r.reset, name=f"r_{r.name.lower()}")
+                 for r in REGISTERS if r.access in (Access.RW, Access.W1C) and r.name != "ROUTE_DATA"}
+
+        def fld(reg_name, field_name):
+            f = REGISTERS[reg_name].field(field_name)
+            return store[reg_name][f.lsb:f.lsb + f.width]
+
+        # --- queues ----------------------------------------------------------------------------
+        m.submodules.meta_q = meta_q = fifo.SyncFIFOBuffered(width=HEADER_BITS, depth=self.meta_queue_depth)
+        m.submodules.desc_q = desc_q = fifo.SyncFIFOBuffered(width=DMA_DESCRIPTOR.total_bits,
+                                                             depth=self.desc_queue_depth)
+        enable = fld("CONTROL", "enable")
+        m.d.comb += [
+            self.meta.valid.eq(meta_q.r_rdy & enable), meta_q.r_en.eq(self.meta.ready & enable),
+            self.meta.payload.eq(meta_q.r_data),
+            self.desc.valid.eq(desc_q.r_rdy & enable), desc_q.r_en.eq(self.desc.ready & enable),
+            self.desc.payload.eq(desc_q.r_data),
+            meta_q.w_data.eq(Cat(*(store[f"META_W{i}"] for i in range(META_WORDS)))),
+        ]
+
+        # --- error counters ------------------------------------------------------------------
+        # Events raised here, ORed with the errors port.  One whole signal per cause (a
+        # partially driven vector becomes a sensitivity-less ``always @*`` in Verilog that
+        # Icarus never runs, leaving the undriven bits X).
+        strobe = {c: Signal(name=f"strobe_{c.name.lower()}") for c in ErrorCause}
+        events = Signal(len(ErrorCause))
+        m.d.comb += events.eq(self.errors | Cat(*strobe.values()))
+        clear_counters = fld("CONTROL", "clear_counters")
+        counters = {c: Signal(DATA_BITS, name=f"err_{c.name.lower()}") for c in ErrorCause}
+        for c, cnt in counters.items():
+            with m.If(clear_counters):
+                m.d.sync += cnt.eq(0)
+            with m.Elif(events[c] & (cnt != (1 << DATA_BITS) - 1)):   # saturate
+                m.d.sync += cnt.eq(cnt + 1)
+        any_error = Signal()
+        m.d.comb += any_error.eq(Cat(*(cnt != 0 for cnt in counters.values())).any())
+
+        # --- descriptor validation (combinational on the staged words) ------------------------
+        staged = Signal(DmaDescriptorLayout)
+        m.d.comb += staged.eq(Cat(*(store[f"DESC_W{i}"] for i in range(DESC_WORDS)))[:DMA_DESCRIPTOR.total_bits])
+        base = Cat(store["DMA_WINDOW_BASE_LO"], fld("DMA_WINDOW_BASE_HI", "base_hi"))
+        size = Cat(store["DMA_WINDOW_SIZE_LO"], fld("DMA_WINDOW_SIZE_HI", "size_hi"))
+        # Ordered as ErrorCause: the first failing check is the one counted.
+        checks = {
+            ErrorCause.DESC_ZERO_LENGTH: staged.length == 0,
+            ErrorCause.DESC_OUT_OF_WINDOW: (staged.addr < base) | (staged.addr + staged.length > base + size),
+            ErrorCause.DESC_BAD_BUFFER: staged.buffer >= self.dma_buffers,
+            ErrorCause.DESC_UNALIGNED: (staged.addr[:self.dma_bus_log2] != 0) if self.dma_bus_log2 else Const(0),
+            ErrorCause.DESC_TOO_LONG: (staged.dir.as_value() == int(DmaDir.LOAD)) & (staged.length > (1 << self.dma_buffer_log2)),
+        }
+        m.d.comb += desc_q.w_data.eq(staged.as_value())
+
+        # --- write channel ---------------------------------------------------------------------
+        aw_held, w_held = Signal(), Signal()
+        aw_addr = Signal(ADDR_BITS)
+        w_data, w_strb = Signal(DATA_BITS), Signal(DATA_BITS // 8)
+        bvalid, bresp = Signal(), Signal(2)
+        m.d.comb += [bus.awready.eq(~aw_held), bus.wready.eq(~w_held),
+                     bus.bvalid.eq(bvalid), bus.bresp.eq(bresp)]
+        with m.If(bus.awvalid & bus.awready):
+            m.d.sync += [aw_held.eq(1), aw_addr.eq(bus.awaddr)]
+        with m.If(bus.wvalid & bus.wready):
+            m.d.sync += [w_held.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
+        with m.If(bus.bvalid & bus.bready):
+            m.d.sync += bvalid.eq(0)
+
+        do_write = Signal()
+        m.d.comb += do_write.eq(aw_held & w_held & ~bvalid)
+        byte_mask = Signal(DATA_BITS)
+        m.d.comb += byte_mask.eq(Cat(*(w_strb[i].replicate(8) for i in range(DATA_BITS // 8))))
+        written = Signal(DATA_BITS)   # the strobed bits of the write data
+        m.d.comb += written.eq(w_data & byte_mask)
+        pulse = {r.name: Signal(DATA_BITS, name=f"p_{r.name.lower()}")
+                 for r in REGISTERS if r.access in (Access.W1P, Access.WO)}
+
+        # Self-clearing fields drop after one cycle (the write below overrides this).
+        for reg_name, names in SELF_CLEARING.items():
+            for n in names:
+                m.d.sync += fld(reg_name, n).eq(0)
+
+        w_ok = Signal()
+        with m.If(do_write):
+            m.d.sync += [aw_held.eq(0), w_held.eq(0), bvalid.eq(1),
+                         bresp.eq(Mux(w_ok, Resp.OKAY, Resp.SLVERR))]
+            with m.Switch(aw_addr[2:]):
+                for r in REGISTERS:
+                    with m.Case(r.offset >> 2):
+                        if r.access is Access.RO:
+                            pass
+                        elif r.name == "ROUTE_DATA":
+                            m.d.comb += [w_ok.eq(1), self.route.w_en.eq(1)]
+                        elif r.access is Access.RW:
+                            s = store[r.name]
+                            m.d.comb += w_ok.eq(1)
+                            m.d.sync += s.eq(((s & ~byte_mask) | written) & _mask(r))
+                        elif r.access is Access.W1C:
+                            m.d.comb += w_ok.eq(1)   # the clear itself is applied with the sets below
+                        else:
+                            m.d.comb += [w_ok.eq(1), pulse[r.name].eq(written & _mask(r))]
+        m.d.comb += [self.route.addr.eq(fld("ROUTE_INDEX", "index")), self.route.w_data.eq(w_data)]
+
+        w1c_clear = {r.name: Signal(DATA_BITS, name=f"c_{r.name.lower()}")
+                     for r in REGISTERS if r.access is Access.W1C}
+        for name, clr in w1c_clear.items():
+            with m.If(do_write & (aw_addr[2:] == REGISTERS[name].offset >> 2)):
+                m.d.comb += clr.eq(written)
+
+        # --- queue pushes ----------------------------------------------------------------------
+        with m.If(pulse["META_PUSH"][0]):
+            with m.If(meta_q.w_rdy):
+                m.d.comb += meta_q.w_en.eq(1)
+            with m.Else():
+                m.d.comb += strobe[ErrorCause.META_QUEUE_FULL].eq(1)
+        with m.If(pulse["DESC_PUSH"][0]):
+            refused = Const(0)
+            for cause, bad in checks.items():
+                with m.If(bad & ~refused):
+                    m.d.comb += strobe[cause].eq(1)
+                refused = refused | bad
+            with m.If(~refused):
+                with m.If(desc_q.w_rdy):
+                    m.d.comb += desc_q.w_en.eq(1)
+                with m.Else():
+                    m.d.comb += strobe[ErrorCause.DESC_QUEUE_FULL].eq(1)
+
+        # --- interrupts: events set IRQ_STATUS bits (a set wins over a same-cycle clear) ------
+        meta_empty = meta_q.level == 0
+        was_empty = Signal(init=1)
+        m.d.sync += was_empty.eq(meta_empty)
+        irq_set = Signal(len(Irq))
+        m.d.comb += [
+            irq_set[Irq.DESC_DONE].eq(self.desc_done),
+            irq_set[Irq.META_QUEUE_EMPTY].eq(meta_empty & ~was_empty),
+            irq_set[Irq.ERROR].eq(events.any()),
+            irq_set[Irq.RX_PACKET].eq(self.rx_packet),
+        ]
+        irq_status = store["IRQ_STATUS"]
+        m.d.sync += irq_status.eq(((irq_status & ~w1c_clear["IRQ_STATUS"]) | irq_set) & _mask(REGISTERS["IRQ_STATUS"]))
+        m.d.sync += self.irq.eq((irq_status & store["IRQ_ENABLE"]).any())
+
+        done_count = Signal(REGISTERS["DESC_DONE"].field("count").width)
+        done_tag = Signal(_TAG_BITS)
+        with m.If(self.desc_done):
+            m.d.sync += [done_count.eq(done_count + 1), done_tag.eq(self.desc_done_tag)]
+
+        # --- read sources of the RO registers ----------------------------------------------
+        status, status_parts = _compose(
+            REGISTERS["STATUS"], busy=self.busy, meta_queue_empty=meta_empty, meta_queue_full=~meta_q.w_rdy,
+            desc_queue_empty=desc_q.level == 0, desc_queue_full=~desc_q.w_rdy, error=any_error)
+        meta_level, p1 = _compose(REGISTERS["META_LEVEL"], level=meta_q.level)
+        desc_level, p2 = _compose(REGISTERS["DESC_LEVEL"], level=desc_q.level)
+        desc_done, p3 = _compose(REGISTERS["DESC_DONE"], count=done_count, tag=done_tag)
+        m.d.comb += status_parts + p1 + p2 + p3
+        ro = {
+            "ID": Const(REGISTERS["ID"].reset, DATA_BITS),
+            "VERSION": Const(REGISTERS["VERSION"].reset, DATA_BITS),
+            "CAPS": Const(self.caps, DATA_BITS),
+            "DMA_CAPS": Const(self.dma_caps, DATA_BITS),
+            "STATUS": status, "META_LEVEL": meta_level, "DESC_LEVEL": desc_level, "DESC_DONE": desc_done,
+            **{f"ERR_{c.name}": cnt for c, cnt in counters.items()},
+        }
+        for r in REGISTERS:
+            if r.access is Access.RO and r.name not in ro:
+                raise NotImplementedError(f"register {r.name} (RO) has no source in ControlRegisters")
+
+        # --- read channel: decode one cycle after AR, ROUTE_DATA waits for the table -------------
+        ar_addr = Signal(word_bits)
+        rvalid, rdata, rresp = Signal(), Signal(DATA_BITS), Signal(2)
+        m.d.comb += [bus.rvalid.eq(rvalid), bus.rdata.eq(rdata), bus.rresp.eq(rresp)]
+        with m.FSM(name="read"):
+            with m.State("IDLE"):
+                m.d.comb += bus.arready.eq(1)
+                with m.If(bus.arvalid):
+                    m.d.sync += ar_addr.eq(bus.araddr[2:])
+                    m.next = "DECODE"
+            with m.State("DECODE"):
+                m.d.sync += [rvalid.eq(1), rresp.eq(Resp.SLVERR), rdata.eq(0)]
+                m.next = "RESP"
+                with m.Switch(ar_addr):
+                    for r in REGISTERS:
+                        with m.Case(r.offset >> 2):
+                            if r.name == "ROUTE_DATA":
+                                m.d.comb += self.route.r_en.eq(1)
+                                m.d.sync += rvalid.eq(0)
+                                m.next = "ROUTE"
+                            elif r.access is Access.RO:
+                                m.d.sync += [rresp.eq(Resp.OKAY), rdata.eq(ro[r.name])]
+                            elif r.name in store:
+                                m.d.sync += [rresp.eq(Resp.OKAY), rdata.eq(store[r.name])]
+                            else:   # W1P / WO read as 0
+                                m.d.sync += rresp.eq(Resp.OKAY)
+            with m.State("ROUTE"):
+                m.d.sync += [rvalid.eq(1), rresp.eq(Resp.OKAY), rdata.eq(self.route.r_data)]
+                m.next = "RESP"
+            with m.State("RESP"):
+                with m.If(bus.rready):
+                    m.d.sync += rvalid.eq(0)
+                    m.next = "IDLE"
+
+        m.d.comb += [
+            self.enable.eq(enable),
+            self.node_id.eq(fld("NODE_ID", "node_id")),
+            self.num_nodes.eq(fld("NUM_NODES", "num_nodes")),
+        ]
+        return m
+
+
+@block("csr", "AXI4-Lite control/status registers, route-table port, metadata and DMA queues",
+       variants=({"meta_queue_depth": 4, "desc_queue_depth": 4, "dma_bus_bytes": 8},),
+       meta_queue_depth=16, desc_queue_depth=16, data_bytes=8, net_ports=2, dma_bus_bytes=16,
+       dma_buffers=2, dma_buffer_bytes=4096)
+def _csr(**params):
+    return ControlRegisters(**params)

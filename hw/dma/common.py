@@ -1,0 +1,59 @@
+"""Pieces the DMA loader and writer share: burst splitting and descriptor arithmetic.
+
+Addressing rules (the CSR enforces them before a descriptor reaches a DMA engine):
+addresses are multiples of the bus width in bytes (DESC_UNALIGNED otherwise); lengths are any
+number of bytes > 0 — the transfer covers ``ceil(length / bus_bytes)`` beats and only the last
+beat is partial (TKEEP on the loader's stream, WSTRB on the writer's bursts).  Bursts are
+INCR, at most 256 beats and never cross a 4 KiB boundary.
+"""
+from __future__ import annotations
+
+from amaranth import Const, Module, Mux, Signal
+
+from mcf.hw.axi.full import BOUNDARY_BYTES, MAX_BURST_BEATS
+
+#: AxCACHE for DDR: normal, non-cacheable, bufferable (what Xilinx's DMA IPs emit).
+AXCACHE = 0b0011
+
+
+def log2_exact(value: int, what: str) -> int:
+    if value < 1 or value & (value - 1):
+        raise ValueError(f"{what}={value}: must be a power of two")
+    return value.bit_length() - 1
+
+
+def burst_beats(m: Module, addr, remaining, bus_log2: int) -> Signal:
+    """Beats of the next burst: min(remaining, 256, beats left before the 4 KiB boundary)."""
+    page_beats = BOUNDARY_BYTES >> bus_log2
+    to_boundary = Signal(range(page_beats + 1))
+    m.d.comb += to_boundary.eq(page_beats - addr[bus_log2:12])
+    cap = Signal(range(MAX_BURST_BEATS + 1))
+    if page_beats > MAX_BURST_BEATS:
+        m.d.comb += cap.eq(Mux(to_boundary < MAX_BURST_BEATS, to_boundary, MAX_BURST_BEATS))
+    else:
+        m.d.comb += cap.eq(to_boundary)
+    n = Signal(range(MAX_BURST_BEATS + 1))
+    m.d.comb += n.eq(Mux(remaining < cap, remaining, cap))
+    return n
+
+
+def beats_and_keep(m: Module, length, bus_log2: int):
+    """``ceil(length / bus_bytes)`` and the byte mask of the last beat."""
+    nbytes = 1 << bus_log2
+    beats = Signal(len(length) - bus_log2 + 1)
+    keep = Signal(nbytes)
+    if bus_log2 == 0:
+        m.d.comb += [beats.eq(length), keep.eq(1)]
+        return beats, keep
+    tail = length[:bus_log2]
+    m.d.comb += beats.eq(length[bus_log2:] + (tail != 0))
+    # Bytes 0..tail-1 of the last beat are valid (all of them when tail == 0).
+    m.d.comb += keep.eq(Mux(tail == 0, all_ones(nbytes), (Const(1, nbytes + 1) << tail) - 1))
+    return beats, keep
+
+
+def all_ones(width: int) -> Const:
+    return Const((1 << width) - 1, width)
+
+
+__all__ = ["AXCACHE", "log2_exact", "burst_beats", "beats_and_keep", "all_ones"]

@@ -1,0 +1,179 @@
+"""Ping-pong DMA loader: DDR -> two on-chip buffers -> AXI-Stream (MCF section 5).
+
+A LOAD descriptor names a buffer.  The *issuer* claims that buffer (waiting while it still
+holds undrained data) and sends INCR read bursts for the whole descriptor, several in
+flight; the *receiver* writes the R beats into the buffer in order (one AXI ID: R data
+returns in AR order) and, after the last beat, hands the buffer to the *drainer*, which
+streams it out on ``o`` (TLAST on the descriptor's last beat, TKEEP marking the valid bytes
+of a partial last beat) and then frees it.  So while the consumer drains one buffer, the
+next descriptor fills the other.
+
+The loader trusts its descriptors: the CSR has already refused zero lengths, addresses
+outside the DMA window or not bus aligned, buffer indices >= ``buffers`` and LOADs longer
+than ``buffer_bytes`` (``mcf.spec.ErrorCause``).  An R beat with RRESP != OKAY is stored
+anyway and reported once per descriptor on ``resp_error``.
+"""
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from mcf.hw.axi.full import BURST_INCR, AXI4Signature
+from mcf.hw.axi.lite import Resp
+from mcf.hw.axis import AXIStreamSignature
+from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, burst_beats, log2_exact
+from mcf.hw.layouts import DmaDescriptorLayout
+from mcf.hw.registry import block
+from mcf.spec import DMA_DESCRIPTOR
+
+TAG_BITS = DMA_DESCRIPTOR["tag"].width
+
+
+class DmaLoader(wiring.Component):
+    """Ports: ``desc`` (LOAD descriptors in), ``m_axi`` (AXI4 read channels), ``o`` (buffer
+    contents out, one packet per descriptor), ``done`` + ``done_tag`` (a descriptor's data is
+    in its buffer), ``resp_error`` (its read answered SLVERR/DECERR), ``busy``."""
+
+    def __init__(self, data_width: int = 128, addr_width: int = 40, buffer_bytes: int = 4096,
+                 buffers: int = 2, max_outstanding: int = 4, id_width: int = 1):
+        self.bus_log2 = log2_exact(data_width // 8, "data_width / 8")
+        log2_exact(buffer_bytes, "buffer_bytes")
+        if buffer_bytes < data_width // 8:
+            raise ValueError(f"buffer_bytes={buffer_bytes} is smaller than one {data_width}-bit beat")
+        if not 2 <= buffers <= 16:
+            raise ValueError(f"buffers={buffers}: must be 2..16")
+        if max_outstanding < 1:
+            raise ValueError(f"max_outstanding={max_outstanding}: must be >= 1")
+        self.data_width, self.buffer_bytes, self.buffers = data_width, buffer_bytes, buffers
+        self.buffer_beats = buffer_bytes >> self.bus_log2
+        self.max_outstanding = max_outstanding
+        super().__init__({
+            "desc": In(stream.Signature(DmaDescriptorLayout)),
+            "m_axi": Out(AXI4Signature(addr_width, data_width, id_width, write=False)),
+            "o": Out(AXIStreamSignature(data_width)),
+            "done": Out(1),
+            "done_tag": Out(TAG_BITS),
+            "resp_error": Out(1),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        axi, nbuf, nbytes = self.m_axi, self.buffers, self.data_width // 8
+        buf_beats = self.buffer_beats
+
+        job_layout = data.StructLayout({
+            "buffer": range(nbuf), "beats": range(buf_beats + 1), "keep": nbytes, "tag": TAG_BITS})
+        # Issuer -> receiver (descriptors whose bursts are out) and receiver -> drainer
+        # (filled buffers, in fill order).  At most ``nbuf`` buffers are claimed at once.
+        m.submodules.jobs = jobs = fifo.SyncFIFO(width=job_layout.size, depth=nbuf)
+        m.submodules.filled = filled = fifo.SyncFIFO(width=job_layout.size, depth=nbuf)
+
+        claimed = Signal(nbuf)     # buffer owned from issue until drained
+        claim = Signal(nbuf)
+        release = Signal(nbuf)
+        m.d.sync += claimed.eq((claimed & ~release) | claim)
+
+        # --- issuer: descriptors -> AR bursts --------------------------------------------
+        d = self.desc.payload
+        d_beats, d_keep = beats_and_keep(m, d.length, self.bus_log2)
+        d_buf = Signal(range(nbuf))
+        m.d.comb += d_buf.eq(d.buffer)
+        addr = Signal(len(axi.araddr))
+        remaining = Signal(len(d_beats))
+        issuing = Signal()
+        outstanding = Signal(range(self.max_outstanding + 1))
+        n = burst_beats(m, addr, remaining, self.bus_log2)
+
+        new_job = Signal(job_layout)
+        m.d.comb += [new_job.buffer.eq(d_buf), new_job.beats.eq(d_beats), new_job.keep.eq(d_keep),
+                     new_job.tag.eq(d.tag), jobs.w_data.eq(new_job)]
+        with m.If(~issuing & jobs.w_rdy & ~claimed.bit_select(d_buf, 1)):
+            m.d.comb += self.desc.ready.eq(1)
+            with m.If(self.desc.valid):
+                m.d.comb += [jobs.w_en.eq(1), claim.eq(1 << d_buf)]
+                m.d.sync += [addr.eq(d.addr), remaining.eq(d_beats), issuing.eq(1)]
+
+        ar_fire = Signal()
+        r_last_fire = Signal()
+        m.d.comb += [
+            axi.arvalid.eq(issuing & (outstanding < self.max_outstanding)),
+            axi.araddr.eq(addr), axi.arlen.eq(n - 1), axi.arsize.eq(self.bus_log2),
+            axi.arburst.eq(BURST_INCR), axi.arcache.eq(AXCACHE), axi.arid.eq(0),
+            ar_fire.eq(axi.arvalid & axi.arready),
+            r_last_fire.eq(axi.rvalid & axi.rready & axi.rlast),
+        ]
+        with m.If(ar_fire):
+            m.d.sync += [addr.eq(addr + (n << self.bus_log2)), remaining.eq(remaining - n)]
+            with m.If(remaining == n):
+                m.d.sync += issuing.eq(0)
+        m.d.sync += outstanding.eq(outstanding + ar_fire - r_last_fire)
+
+        # --- receiver: R beats -> the job's buffer ---------------------------------------------
+        job = Signal(job_layout)
+        m.d.comb += job.eq(jobs.r_data)
+        wptr = Signal(range(buf_beats))
+        bad = Signal()             # an error response in this job so far
+        mems = [Memory(shape=self.data_width, depth=buf_beats, init=[]) for _ in range(nbuf)]
+        wports = [mem.write_port() for mem in mems]
+        rports = [mem.read_port(transparent_for=()) for mem in mems]
+        for i, mem in enumerate(mems):
+            m.submodules[f"buffer{i}"] = mem
+        r_fire = Signal()
+        m.d.comb += [axi.rready.eq(jobs.r_rdy), r_fire.eq(axi.rvalid & axi.rready)]
+        for i, wp in enumerate(wports):
+            m.d.comb += [wp.addr.eq(wptr), wp.data.eq(axi.rdata), wp.en.eq(r_fire & (job.buffer == i))]
+        m.d.sync += [self.done.eq(0), self.resp_error.eq(0)]
+        with m.If(r_fire):
+            last = wptr == job.beats - 1
+            err = bad | (axi.rresp != Resp.OKAY)
+            m.d.sync += [wptr.eq(wptr + 1), bad.eq(err)]
+            with m.If(last):
+                # The filled FIFO cannot be full: it holds at most the claimed buffers.
+                m.d.comb += [jobs.r_en.eq(1), filled.w_en.eq(1)]
+                m.d.sync += [wptr.eq(0), bad.eq(0), self.done.eq(1), self.done_tag.eq(job.tag),
+                             self.resp_error.eq(err)]
+        m.d.comb += filled.w_data.eq(jobs.r_data)
+
+        # --- drainer: a filled buffer -> o (synchronous read, one output register) ------------
+        cur = Signal(job_layout)
+        draining = Signal()
+        rptr = Signal(range(buf_beats))
+        out_valid, out_last = Signal(), Signal()
+        out_keep = Signal(nbytes)
+        out_buf = Signal(range(nbuf))
+        advance = Signal()
+        m.d.comb += advance.eq(~out_valid | self.o.tready)
+        for rp in rports:
+            m.d.comb += [rp.addr.eq(rptr), rp.en.eq(advance)]
+        with m.If(advance):
+            with m.If(draining):
+                is_last = rptr == cur.beats - 1
+                m.d.sync += [out_valid.eq(1), out_last.eq(is_last), out_buf.eq(cur.buffer),
+                             out_keep.eq(all_ones(nbytes)), rptr.eq(rptr + 1)]
+                with m.If(is_last):
+                    # The read port has its address; the buffer may refill from next cycle.
+                    m.d.sync += [out_keep.eq(cur.keep), draining.eq(0), rptr.eq(0)]
+                    m.d.comb += release.eq(1 << cur.buffer)
+            with m.Else():
+                m.d.sync += out_valid.eq(0)
+        with m.If(~draining & filled.r_rdy):
+            m.d.comb += filled.r_en.eq(1)
+            m.d.sync += [cur.eq(filled.r_data), draining.eq(1), rptr.eq(0)]
+
+        rdata = rports[0].data
+        for i in range(1, nbuf):
+            rdata = Mux(out_buf == i, rports[i].data, rdata)
+        m.d.comb += [self.o.tvalid.eq(out_valid), self.o.tdata.eq(rdata),
+                     self.o.tkeep.eq(out_keep), self.o.tlast.eq(out_last)]
+        m.d.comb += self.busy.eq(issuing | claimed.any() | (outstanding != 0) | out_valid)
+        return m
+
+
+@block("dma_loader", "Ping-pong DMA loader: AXI4 read bursts -> two buffers -> AXI-Stream",
+       variants=({"data_width": 64, "buffer_bytes": 1024},),
+       data_width=128, addr_width=40, buffer_bytes=4096, buffers=2, max_outstanding=4)
+def _loader(**params):
+    return DmaLoader(**params)

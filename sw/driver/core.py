@@ -1,0 +1,229 @@
+"""The one register-access interface of an MCF node (``mcf.spec.REGISTERS`` by name).
+
+``Driver`` methods are coroutines over a *backend* that moves 32-bit words
+(``read32(offset)``, ``write32(offset, value)``, ``pause()``).  In cocotb the backend awaits
+the simulator; on a board the backends never suspend, and ``SyncDriver`` runs the very same
+coroutines to completion without an event loop.  So the code the cocotb benches exercise is
+the code that runs on the board.
+
+Every wait is a bounded poll (``max_polls`` x ``backend.pause()``) that raises
+``DriverTimeout``; nothing here can hang.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+
+from mcf.spec import DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, DmaDir, ErrorCause, Meta
+from mcf.spec.regmap import DATA_BITS, DESC_WORDS, ID_VALUE, META_WORDS, Register
+
+_WORD = (1 << DATA_BITS) - 1
+
+
+class DriverError(Exception):
+    """The node did not do what the driver asked."""
+
+
+class BusError(DriverError):
+    """The register block answered SLVERR/DECERR."""
+
+
+class DriverTimeout(DriverError, TimeoutError):
+    """A bounded wait ran out."""
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """One DMA transfer (``mcf.spec.DMA_DESCRIPTOR``)."""
+    addr: int
+    length: int
+    buffer: int = 0
+    dir: DmaDir = DmaDir.LOAD
+    tag: int = 0
+
+    def pack(self) -> int:
+        return DMA_DESCRIPTOR.pack({"addr": self.addr, "length": self.length, "buffer": self.buffer,
+                                    "dir": int(self.dir), "tag": self.tag})
+
+
+def _reg(name: str) -> Register:
+    return REGISTERS[name]
+
+
+def encode_fields(name: str, **fields) -> int:
+    """A register word from field values (unnamed fields 0); range-checked."""
+    reg = _reg(name)
+    word = 0
+    for fname, value in fields.items():
+        f = reg.field(fname)
+        value = int(value)
+        if not 0 <= value < (1 << f.width):
+            raise ValueError(f"{name}.{fname}={value} does not fit in {f.width} bits")
+        word |= value << f.lsb
+    return word
+
+
+def decode_fields(name: str, word: int) -> dict[str, int]:
+    return {f.name: (word >> f.lsb) & ((1 << f.width) - 1) for f in _reg(name).fields}
+
+
+class Driver:
+    """Asynchronous driver: ``await drv.write32("NODE_ID", 3)``."""
+
+    def __init__(self, backend, max_polls: int = 10_000):
+        self.backend = backend
+        self.max_polls = max_polls
+
+    # --- words and fields ----------------------------------------------------------------
+    async def read32(self, name: str) -> int:
+        return await self.backend.read32(_reg(name).offset)
+
+    async def write32(self, name: str, value: int) -> None:
+        if not 0 <= value <= _WORD:
+            raise ValueError(f"{name}: {value:#x} is not a 32-bit word")
+        await self.backend.write32(_reg(name).offset, value)
+
+    async def read_fields(self, name: str) -> dict[str, int]:
+        return decode_fields(name, await self.read32(name))
+
+    async def write_fields(self, name: str, **fields) -> None:
+        """Write a whole register from its fields (the others 0)."""
+        await self.write32(name, encode_fields(name, **fields))
+
+    async def update_fields(self, name: str, **fields) -> None:
+        """Read-modify-write of some fields."""
+        current = decode_fields(name, await self.read32(name))
+        current.update(fields)
+        await self.write_fields(name, **current)
+
+    async def wait_until(self, what: str, predicate, name: str) -> int:
+        """Poll register ``name`` until ``predicate(word)``; bounded by ``max_polls``."""
+        for _ in range(self.max_polls):
+            word = await self.read32(name)
+            if predicate(word):
+                return word
+            await self.backend.pause()
+        raise DriverTimeout(f"timed out after {self.max_polls} polls waiting for {what}")
+
+    # --- node set-up -------------------------------------------------------------------------
+    async def check_id(self) -> None:
+        got = await self.read32("ID")
+        if got != ID_VALUE:
+            raise DriverError(f"no MCF node here: ID reads {got:#010x}, expected {ID_VALUE:#010x}")
+
+    async def configure(self, node_id: int, num_nodes: int, window_base: int, window_size: int,
+                        irq_enable: int = 0) -> None:
+        await self.write_fields("NODE_ID", node_id=node_id)
+        await self.write_fields("NUM_NODES", num_nodes=num_nodes)
+        await self.set_window(window_base, window_size)
+        await self.write32("IRQ_ENABLE", irq_enable)
+
+    async def set_window(self, base: int, size: int) -> None:
+        top = 1 << DMA_DESCRIPTOR["addr"].width
+        if not (0 <= base < top and 0 <= size <= top - base):
+            raise ValueError(f"DMA window {base:#x}+{size:#x} exceeds the {top:#x} address space")
+        await self.write32("DMA_WINDOW_BASE_LO", base & _WORD)
+        await self.write_fields("DMA_WINDOW_BASE_HI", base_hi=base >> DATA_BITS)
+        await self.write32("DMA_WINDOW_SIZE_LO", size & _WORD)
+        await self.write_fields("DMA_WINDOW_SIZE_HI", size_hi=size >> DATA_BITS)
+
+    async def enable(self, on: bool = True) -> None:
+        await self.update_fields("CONTROL", enable=int(on), clear_counters=0)
+
+    async def status(self) -> dict[str, int]:
+        return await self.read_fields("STATUS")
+
+    # --- queues ------------------------------------------------------------------------------
+    async def push_meta(self, meta: Meta, wait: bool = True) -> None:
+        """Stage ``meta`` in META_W0..3 and push it; waits (bounded) for queue space unless
+        ``wait=False`` (then a full queue refuses it and counts META_QUEUE_FULL)."""
+        word = meta.to_int()
+        for i in range(META_WORDS):
+            await self.write32(f"META_W{i}", (word >> (DATA_BITS * i)) & _WORD)
+        if wait:
+            await self.wait_until("space in the metadata queue",
+                                  lambda w: not decode_fields("STATUS", w)["meta_queue_full"], "STATUS")
+        await self.write_fields("META_PUSH", push=1)
+
+    async def push_descriptor(self, desc: Descriptor, wait: bool = True) -> None:
+        """Stage and push a DMA descriptor (the hardware validates it: see ErrorCause)."""
+        word = desc.pack()
+        for i in range(DESC_WORDS):
+            await self.write32(f"DESC_W{i}", (word >> (DATA_BITS * i)) & _WORD)
+        if wait:
+            await self.wait_until("space in the descriptor queue",
+                                  lambda w: not decode_fields("STATUS", w)["desc_queue_full"], "STATUS")
+        await self.write_fields("DESC_PUSH", push=1)
+
+    async def wait_desc_done(self, count: int) -> dict[str, int]:
+        """Wait until DESC_DONE.count reaches ``count`` (mod 2^16); returns the fields."""
+        width = _reg("DESC_DONE").field("count").width
+        target = count % (1 << width)
+        word = await self.wait_until(f"{count} completed descriptors",
+                                     lambda w: decode_fields("DESC_DONE", w)["count"] == target, "DESC_DONE")
+        return decode_fields("DESC_DONE", word)
+
+    # --- route table -------------------------------------------------------------------------
+    async def write_route(self, route_id: int, entry: dict) -> None:
+        word = ROUTE_ENTRY.pack({"reserved": 0, **entry})
+        await self.write_fields("ROUTE_INDEX", index=route_id)
+        await self.write32("ROUTE_DATA", word)
+
+    async def read_route(self, route_id: int) -> dict[str, int]:
+        await self.write_fields("ROUTE_INDEX", index=route_id)
+        return ROUTE_ENTRY.unpack(await self.read32("ROUTE_DATA"))
+
+    # --- errors and interrupts -----------------------------------------------------------
+    async def read_errors(self) -> dict[ErrorCause, int]:
+        return {c: await self.read32(f"ERR_{c.name}") for c in ErrorCause}
+
+    async def clear_errors(self) -> None:
+        await self.update_fields("CONTROL", clear_counters=1)
+
+    async def irq_pending(self) -> dict[str, int]:
+        return await self.read_fields("IRQ_STATUS")
+
+    async def irq_clear(self, mask: int) -> None:
+        await self.write32("IRQ_STATUS", mask)
+
+    # --- programs ------------------------------------------------------------------------
+    async def execute(self, program) -> None:
+        """Run a node program: ``Meta`` items go to the metadata queue, ``Descriptor``
+        items to the DMA queue, ``(route_id, entry)`` pairs to the route table."""
+        for op in program:
+            if isinstance(op, Meta):
+                await self.push_meta(op)
+            elif isinstance(op, Descriptor):
+                await self.push_descriptor(op)
+            elif isinstance(op, tuple) and len(op) == 2:
+                await self.write_route(*op)
+            else:
+                raise ValueError(f"unknown program item {op!r}")
+
+
+def run_sync(coro):
+    """Run a coroutine that never suspends (a synchronous backend) to completion."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("the backend suspended: use Driver (async) with an asynchronous backend")
+
+
+class SyncDriver:
+    """``Driver`` for a synchronous backend: the same methods, called without ``await``."""
+
+    def __init__(self, backend, max_polls: int = 10_000):
+        self._driver = Driver(backend, max_polls)
+        self.backend = backend
+
+    def __getattr__(self, name):
+        attr = getattr(self._driver, name)
+        if inspect.iscoroutinefunction(attr):
+            @functools.wraps(attr)
+            def call(*args, **kwargs):
+                return run_sync(attr(*args, **kwargs))
+            return call
+        return attr
