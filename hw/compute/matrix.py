@@ -22,11 +22,12 @@ Pipeline: issue (buffer read) -> products -> partial (read-modify-write per toke
 multiply -> accumulate -> requantize -> ``o``.  Only ``o`` can stall it; ``mac`` is high on
 every cycle that issues a weight beat x token (a performance-counter strobe).
 
-DSP48E2 packing (planned; the RTL writes plain products): the ``rows`` products of one
-activation element share the 16-bit operand, so two INT4 weights fit one 27x18 multiplier
-as A = w1 * 2^22 + w0 (pre-adder), B = x; P = w1 x 2^22 + w0 x with |w0 x| < 2^19, the low
-product is recovered with a sign correction.  Today each INT4 x 16 product is its own
-multiply (yosys maps it to LUTs or one DSP), see docs/compute.md.
+DSP48E2 packing (``packed``, the default): the ``rows`` products of one activation element
+share the 16-bit operand, so two INT4 weights of adjacent rows fit one 27x18 multiplier:
+(w_hi * 2^22 + w_lo) * a = w_hi a 2^22 + w_lo a with |w_lo a| <= 2^18.  Sums of 4 lanes
+stay within the low 22 bits; the low field is read as signed and the high field gets the
+borrow back.  rows x lanes / 2 multipliers; ``packed=False`` writes one per product.
+See docs/compute.md.
 """
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ from mcf.hw.registry import block
 
 MANT_BITS, W_BITS, SCALE_BITS, X_FRAC = 16, 4, 16, 16
 EXP_BITS = 8        # BFP row exponent and E_w (signed)
+PACK_SHIFT = 22     # packed products: the high row's weight sits 22 bits up
+CHAIN = 4           # lanes summed before the two fields are split
 
 
 def cmd_layout(max_tokens, max_beats, max_tiles):
@@ -63,10 +66,12 @@ class MemWriteSignature(wiring.Signature):
 
 class MatrixUnit(wiring.Component):
     def __init__(self, rows: int = 4, lanes: int = 8, max_tokens: int = 8, max_inputs: int = 256,
-                 max_tiles: int = 64, max_group: int = 128):
+                 max_tiles: int = 64, max_group: int = 128, packed: bool = True):
         if lanes & (lanes - 1) or max_tokens & (max_tokens - 1) or max_inputs % lanes:
             raise ValueError("lanes and max_tokens must be powers of two, lanes must divide max_inputs")
-        self.rows, self.lanes, self.max_tokens = rows, lanes, max_tokens
+        if packed and rows % 2:
+            raise ValueError("packed products need an even number of rows")
+        self.rows, self.lanes, self.max_tokens, self.packed = rows, lanes, max_tokens, bool(packed)
         self.max_inputs, self.max_tiles = max_inputs, max_tiles
         self.max_group = min(max_group, max_inputs)        # group size G (inputs per scale)
         self.depth = max_inputs // lanes                      # beats per row
@@ -170,17 +175,42 @@ class MatrixUnit(wiring.Component):
         s2 = Signal(ctl)
         scale2, bias2 = Signal.like(scale1), Signal.like(bias1)
         dots = [Signal(signed(self.dot_width), name=f"dot{p}") for p in range(P)]
-        for p in range(P):
-            terms = []
-            for k in range(K):
-                wq = w1[(p * K + k) * W_BITS:(p * K + k + 1) * W_BITS].as_signed()
-                a = rd.data[k * MANT_BITS:(k + 1) * MANT_BITS].as_signed()
-                terms.append(wq * a)
+
+        def wq(p, k):
+            return w1[(p * K + k) * W_BITS:(p * K + k + 1) * W_BITS].as_signed()
+
+        def act(k):
+            return rd.data[k * MANT_BITS:(k + 1) * MANT_BITS].as_signed()
+
+        def tree(terms):
             total = terms[0]
             for term in terms[1:]:
                 total = total + term
-            with m.If(adv):
-                m.d.sync += dots[p].eq(total)
+            return total
+
+        if self.packed:
+            # Two rows per multiplier: (w_hi 2^22 + w_lo) * a, 27 x 16 bits (one DSP48E2);
+            # chains of CHAIN lanes keep |sum w_lo a| <= 4 * 2^18 inside the low 22 bits.
+            for p in range(0, P, 2):
+                lo_sum, hi_sum = [], []
+                for c0 in range(0, K, CHAIN):
+                    prods = []
+                    for k in range(c0, min(c0 + CHAIN, K)):
+                        w = Signal(signed(27), name=f"wpair{p}_{k}")
+                        m.d.comb += w.eq(wq(p + 1, k) * (1 << PACK_SHIFT) + wq(p, k))
+                        prods.append(w * act(k))
+                    chain = Signal(signed(48), name=f"chain{p}_{c0}")
+                    m.d.comb += chain.eq(tree(prods))
+                    lo = chain[:PACK_SHIFT].as_signed()
+                    hi = (chain >> PACK_SHIFT) + chain[PACK_SHIFT - 1]   # borrow from a negative lo
+                    lo_sum.append(lo)
+                    hi_sum.append(hi)
+                with m.If(adv):
+                    m.d.sync += [dots[p].eq(tree(lo_sum)), dots[p + 1].eq(tree(hi_sum))]
+        else:
+            for p in range(P):
+                with m.If(adv):
+                    m.d.sync += dots[p].eq(tree([wq(p, k) * act(k) for k in range(K)]))
         with m.If(adv):
             m.d.sync += [s2.eq(s1), scale2.eq(scale1), bias2.eq(bias1)]
 
@@ -239,7 +269,7 @@ class MatrixUnit(wiring.Component):
 
 
 @block("compute_matrix", "INT4 x BFP16 GEMM (MAC array rows x lanes) -> X32",
-       variants=({"rows": 8, "lanes": 16},), rows=4, lanes=8, max_tokens=8, max_inputs=256,
-       max_tiles=64)
-def _matrix(rows, lanes, max_tokens, max_inputs, max_tiles):
-    return MatrixUnit(rows, lanes, max_tokens, max_inputs, max_tiles)
+       variants=({"rows": 8, "lanes": 16}, {"packed": 0}), rows=4, lanes=8, max_tokens=8,
+       max_inputs=256, max_tiles=64, packed=1)
+def _matrix(rows, lanes, max_tokens, max_inputs, max_tiles, packed):
+    return MatrixUnit(rows, lanes, max_tokens, max_inputs, max_tiles, packed=bool(packed))

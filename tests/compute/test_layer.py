@@ -5,15 +5,17 @@ import numpy as np
 import pytest
 
 from mcf.sim.compute import layer as rtl
-from mcf.sw.golden import FixedModel, random_weights
+from mcf.sw.golden import FixedModel, load_checkpoint, random_weights, write_checkpoint
 from mcf.sw.golden import fixed as fx
 from mcf.sw.models import load_model
 
 
 @pytest.mark.slow
-def test_tiny_layer_prefill_then_decode():
-    cfg = load_model("tiny")
-    model = FixedModel(cfg, random_weights(cfg, seed=3), group_size=32)
+def test_tiny_layer_prefill_then_decode(tmp_path):
+    # A small random-weight Qwen2 checkpoint, through the safetensors writer and reader.
+    write_checkpoint(tmp_path / "ckpt", load_model("tiny"), random_weights(load_model("tiny"), seed=3), "F32")
+    cfg, weights = load_checkpoint(tmp_path / "ckpt")
+    model = FixedModel(cfg, weights, group_size=32)
     units = rtl.Units(cfg, max_tokens=8)
     gcache, rcache = model.new_cache(), rtl.RtlCache()
     rng = np.random.default_rng(0)

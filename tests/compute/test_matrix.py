@@ -18,6 +18,8 @@ def test_construction():
 def test_bad_params():
     with pytest.raises(ValueError):
         MatrixUnit(lanes=6)
+    with pytest.raises(ValueError):
+        MatrixUnit(rows=3)
 
 
 def run_amaranth(dut, job):
@@ -60,11 +62,11 @@ def run_amaranth(dut, job):
     return got
 
 
-@pytest.mark.parametrize("t", [1, 3])
-def test_linear_amaranth_sim(t):
+@pytest.mark.parametrize("t,packed,lanes", [(1, True, 4), (3, True, 8), (3, False, 4)])
+def test_linear_amaranth_sim(t, packed, lanes):
     rng = np.random.default_rng(t)
-    dut = MatrixUnit(rows=2, lanes=4, max_tokens=4, max_inputs=32, max_tiles=4)
-    job = linear_job(rng, 2, 4, 4, t=t, n=32, out=4, group=8)
+    dut = MatrixUnit(rows=2, lanes=lanes, max_tokens=4, max_inputs=32, max_tiles=4, packed=packed)
+    job = linear_job(rng, 2, lanes, 4, t=t, n=32, out=4, group=8)
     assert run_amaranth(dut, job) == job.expected
 
 
@@ -87,8 +89,8 @@ def test_utilization_cocotb(build_dir, tmp_path):
     assert figures["mac_utilization"] >= 0.9, figures
 
 
-@pytest.mark.parametrize("w_exp,e", [(0, -10), (60, -16), (20, -16)])
-def test_extremes_amaranth_sim(w_exp, e):
+@pytest.mark.parametrize("w_exp,e,packed", [(0, -10, True), (60, -16, True), (20, -16, True), (20, -16, False)])
+def test_extremes_amaranth_sim(w_exp, e, packed):
     """Largest products and scales, left shifts that saturate and right shifts past the width.
     (Not much larger left shifts: golden rshr shifts int64 left unchecked, so acc << 26 wraps.)"""
     from mcf.sim.compute.jobs import pack_linear
@@ -102,5 +104,5 @@ def test_extremes_amaranth_sim(w_exp, e):
     b = np.array([fx.INT32_MAX, fx.INT32_MIN, 5, -5])
     y = fx.linear((m, ex), qw, b)
     job = pack_linear(m, ex, qw, b, y, 2, 4, 4)
-    dut = MatrixUnit(rows=2, lanes=4, max_tokens=4, max_inputs=32, max_tiles=4)
+    dut = MatrixUnit(rows=2, lanes=4, max_tokens=4, max_inputs=32, max_tiles=4, packed=packed)
     assert run_amaranth(dut, job) == job.expected
