@@ -66,8 +66,8 @@ def test_attention_amaranth_sim(final):
 @pytest.mark.cocotb
 def test_attention_cocotb(build_dir):
     p = dict(head_dim=8, rows=4, max_keys=16)
-    run_cocotb(AttentionUnit(**p), "mcf.sim.compute.test_attention", build_dir, testcase="attention",
-               params={**p, "group": 2, "jobs": 4})
+    run_cocotb(AttentionUnit(**p), "mcf.sim.compute.test_attention", build_dir,
+               testcase=["attention", "protocol"], params={**p, "group": 2, "jobs": 4})
 
 
 def run_protocol(dut, job):
