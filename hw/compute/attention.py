@@ -22,6 +22,11 @@ with the local maximum; MAX = pass 1 only, emitting one word per row (the local 
 ReduceOp.MAX); APPLY = pass 2 only, over the scores kept from the MAX job, with the global M
 written through ``mref`` (``partial_state(..., m_ref=M)``).
 
+``score_buffer=False`` drops the score buffer (``max_keys`` x rows x 33 bits, which at tens of
+thousands of local keys would not fit the K26's block RAM): pass 2 then takes K again, beside V,
+and recomputes each score with the same datapath (K read twice instead of a buffer; ``max_keys``
+only sizes the counters).  APPLY then also takes K and V.
+
 One key per cycle in each pass (rows x head_dim INT4 x int16 products in pass 1, rows x
 head_dim int32 x INT4 in pass 2), then rows x (head_dim + 2) output cycles.
 """
@@ -64,10 +69,12 @@ def cmd_layout(max_keys):
 
 
 class AttentionUnit(wiring.Component):
-    def __init__(self, head_dim: int = 16, rows: int = 2, max_keys: int = 64, block_bits: int = 8):
+    def __init__(self, head_dim: int = 16, rows: int = 2, max_keys: int = 64, block_bits: int = 8,
+                 score_buffer: bool = True):
         if max_keys & (max_keys - 1):
             raise ValueError("max_keys must be a power of two")
         self.head_dim, self.rows, self.max_keys, self.block_bits = head_dim, rows, max_keys, block_bits
+        self.score_buffer = bool(score_buffer)
         super().__init__({
             "q": In(MemWriteSignature(max(ceil_log2(rows), 1), q_layout(head_dim).size)),
             "cmd": In(stream.Signature(cmd_layout(max_keys))),
@@ -106,20 +113,27 @@ class AttentionUnit(wiring.Component):
                          max_only.eq(self.cmd.payload.phase == MAX), j.eq(0),
                          state.eq(Mux(self.cmd.payload.phase == APPLY, VALS, KEYS))]
 
-        score_w = R * 33        # per row: 32-bit score + valid
-        m.submodules.sbuf = sbuf = memory.Memory(shape=score_w, depth=S, init=[])
-        swr = sbuf.write_port()
-        srd = sbuf.read_port()
+        if self.score_buffer:
+            score_w = R * 33        # per row: 32-bit score + valid
+            m.submodules.sbuf = sbuf = memory.Memory(shape=score_w, depth=S, init=[])
+            swr = sbuf.write_port()
+            srd = sbuf.read_port()
 
         # --- pass 1: scores --------------------------------------------------------------------
-        k_fire = Signal()
-        m.d.comb += [self.k.ready.eq((state == KEYS) & (j < keys)), k_fire.eq(self.k.valid & self.k.ready)]
+        # Without a score buffer, pass 2 takes K again beside V and recomputes the scores.
+        k_fire, joint = Signal(), Signal()
+        if self.score_buffer:
+            m.d.comb += self.k.ready.eq((state == KEYS) & (j < keys))
+        else:
+            m.d.comb += joint.eq((state == VALS) & (j < keys) & self.k.valid & self.v.valid)
+            m.d.comb += self.k.ready.eq(((state == KEYS) & (j < keys)) | joint)
+        m.d.comb += k_fire.eq(self.k.valid & self.k.ready)
         m.d.comb += [dr.lookup_en.eq(1), dr.lookup_block.eq(self.k.payload.block)]
-        k1v = Signal()
+        k1v, k1pass1 = Signal(), Signal()
         k1 = Signal(k_layout(D, self.block_bits))
         j1 = Signal(range(S))
         dot1 = [Signal(signed(21 + ceil_log2(D)), name=f"dot{r}") for r in range(R)]
-        m.d.sync += [k1v.eq(k_fire), k1.eq(self.k.payload), j1.eq(j)]
+        m.d.sync += [k1v.eq(k_fire), k1pass1.eq(k_fire & (state == KEYS)), k1.eq(self.k.payload), j1.eq(j)]
         for r in range(R):
             terms = [self.k.payload.q[4 * i:4 * i + 4].as_signed() * qrows[r].mant[16 * i:16 * i + 16].as_signed()
                      for i in range(D)]
@@ -144,14 +158,20 @@ class AttentionUnit(wiring.Component):
             ok = Signal(name=f"ok{r}")
             m.d.comb += ok.eq(dr.readable & (k1.pos <= qrows[r].pos))
             words.append(Cat(s, ok))
-            with m.If(k1v & ok & (s > mrow[r])):
+            with m.If(k1pass1 & ok & (s > mrow[r])):
                 m.d.sync += mrow[r].eq(s)
-        m.d.comb += [swr.en.eq(k1v), swr.addr.eq(j1), swr.data.eq(Cat(*words))]
+        if self.score_buffer:
+            m.d.comb += [swr.en.eq(k1pass1), swr.addr.eq(j1), swr.data.eq(Cat(*words))]
 
         # --- pass 2: exp2, l, o ----------------------------------------------------------------
         v_fire = Signal()
-        m.d.comb += [self.v.ready.eq((state == VALS) & (j < keys)), v_fire.eq(self.v.valid & self.v.ready)]
-        m.d.comb += [srd.en.eq(1), srd.addr.eq(j)]
+        if self.score_buffer:
+            m.d.comb += [self.v.ready.eq((state == VALS) & (j < keys)), srd.en.eq(1), srd.addr.eq(j)]
+            scores1 = srd.data
+        else:
+            m.d.comb += self.v.ready.eq(joint)
+            scores1 = Cat(*words)
+        m.d.comb += v_fire.eq(self.v.valid & self.v.ready)
         with m.If(v_fire):
             m.d.sync += j.eq(j + 1)
         v1v, v2v = Signal(), Signal()
@@ -161,7 +181,7 @@ class AttentionUnit(wiring.Component):
         lacc = [Signal(signed(17 + ceil_log2(S) + 1), name=f"l{r}") for r in range(R)]
         oacc = [[Signal(signed(37 + ceil_log2(S) + 1), name=f"o{r}_{i}") for i in range(D)] for r in range(R)]
         for r in range(R):
-            sword = srd.data[33 * r:33 * r + 33]
+            sword = scores1[33 * r:33 * r + 33]
             s_r, ok_r = sword[:32].as_signed(), sword[32]
             neg = Signal(unsigned(34), name=f"negd{r}")     # m - s >= 0
             m.d.comb += neg.eq(mrow[r] - s_r)
@@ -247,6 +267,7 @@ class AttentionUnit(wiring.Component):
 
 
 @block("compute_attention", "Q.K^T, exp2 softmax state, P.V over local KV blocks -> (m, l, o) or rows",
-       head_dim=16, rows=2, max_keys=64, block_bits=8)
-def _attention(head_dim, rows, max_keys, block_bits):
-    return AttentionUnit(head_dim, rows, max_keys, block_bits)
+       variants=({"score_buffer": 0, "max_keys": 65536},), head_dim=16, rows=2, max_keys=64,
+       block_bits=8, score_buffer=1)
+def _attention(head_dim, rows, max_keys, block_bits, score_buffer):
+    return AttentionUnit(head_dim, rows, max_keys, block_bits, bool(score_buffer))

@@ -137,9 +137,10 @@ def run_attention(dut, jobs) -> list[list[int]]:
             await ctx.tick()
             ctx.set(dut.cmd.valid, 0)
             nk = len(job.k)
+            ks = job.k if dut.score_buffer else job.k + job.k     # no buffer: K again in pass 2
             ki = vi = 0
             for _ in range(4 * nk + 4 * len(job.q) * 40 + 100):
-                ctx.set(dut.k.valid, ki < nk); ctx.set(dut.k.payload.as_value(), job.k[min(ki, nk - 1)])
+                ctx.set(dut.k.valid, ki < len(ks)); ctx.set(dut.k.payload.as_value(), ks[min(ki, len(ks) - 1)])
                 ctx.set(dut.v.valid, vi < nk); ctx.set(dut.v.payload.as_value(), job.v[min(vi, nk - 1)])
                 await ctx.delay(1e-9)
                 kr, vr = ctx.get(dut.k.ready), ctx.get(dut.v.ready)
@@ -148,7 +149,7 @@ def run_attention(dut, jobs) -> list[list[int]]:
                     got.append(ctx.get(dut.o.tdata))
                     done = bool(ctx.get(dut.o.tlast))
                 await ctx.tick()
-                ki += kr and ki < nk; vi += vr and vi < nk
+                ki += kr and ki < len(ks); vi += vr and vi < nk
                 if done:
                     break
             ctx.set(dut.k.valid, 0); ctx.set(dut.v.valid, 0)

@@ -38,7 +38,8 @@ async def attention(dut):
         dut.dir_en.value = 0
         await write_port(dut, "q", dut.clk, job.q)
         await cmd.send([layout.const(job.cmd).as_value().value])
-        cocotb.start_soon(ksrc.send(job.k))
+        again = [] if p.get("score_buffer", True) else job.k      # no buffer: K again in pass 2
+        cocotb.start_soon(ksrc.send(job.k + again))
         cocotb.start_soon(vsrc.send(job.v))
         frame = await bounded(sink.recv(), 200 * (keys + len(job.expected)) + 10_000, f"job {n}")
         data = bytes(frame.tdata)
@@ -88,6 +89,8 @@ async def protocol(dut):
             await RisingEdge(dut.clk)
         dut.mref_en.value = 0
         await cmd.send([layout.const({**job.cmd, "phase": APPLY}).as_value().value])
+        if not p.get("score_buffer", True):
+            cocotb.start_soon(ksrc.send(job.k))
         cocotb.start_soon(vsrc.send(job.v))
         got = await words(f"job {n} states", len(job.expected))
         assert got == job.expected, f"job {n}: states/rows differ"

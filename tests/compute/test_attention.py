@@ -35,16 +35,17 @@ def run_amaranth(dut, job):
         await ctx.tick()
         ctx.set(dut.cmd.valid, 0)
         ki = vi = 0
+        ks = job.k if dut.score_buffer else job.k + job.k     # no buffer: K again in pass 2
         ctx.set(dut.o.tready, 1)
         for _ in range(10 * len(job.k) + 10 * len(job.expected) + 100):
-            ctx.set(dut.k.valid, ki < len(job.k)); ctx.set(dut.k.payload.as_value(), job.k[min(ki, len(job.k) - 1)])
+            ctx.set(dut.k.valid, ki < len(ks)); ctx.set(dut.k.payload.as_value(), ks[min(ki, len(ks) - 1)])
             ctx.set(dut.v.valid, vi < len(job.v)); ctx.set(dut.v.payload.as_value(), job.v[min(vi, len(job.v) - 1)])
             await ctx.delay(1e-9)
             kr, vr = ctx.get(dut.k.ready), ctx.get(dut.v.ready)
             if ctx.get(dut.o.tvalid):
                 got.append(ctx.get(dut.o.tdata))
             await ctx.tick()
-            ki += kr and ki < len(job.k); vi += vr and vi < len(job.v)
+            ki += kr and ki < len(ks); vi += vr and vi < len(job.v)
             if len(got) == len(job.expected):
                 break
 
@@ -55,19 +56,21 @@ def run_amaranth(dut, job):
     return got
 
 
-@pytest.mark.parametrize("final", [False, True])
-def test_attention_amaranth_sim(final):
+@pytest.mark.parametrize("final,buffer", [(False, True), (True, True), (False, False), (True, False)])
+def test_attention_amaranth_sim(final, buffer):
     rng = np.random.default_rng(5 + final)
-    dut = AttentionUnit(head_dim=8, rows=4, max_keys=16)
+    dut = AttentionUnit(head_dim=8, rows=4, max_keys=16, score_buffer=buffer)
     job = attention_job(rng, d=8, group=2, tokens=2, keys=11, final=final)
     assert run_amaranth(dut, job) == job.expected
 
 
 @pytest.mark.cocotb
-def test_attention_cocotb(build_dir):
+@pytest.mark.parametrize("buffer", [True, False])
+def test_attention_cocotb(build_dir, buffer):
     p = dict(head_dim=8, rows=4, max_keys=16)
-    run_cocotb(AttentionUnit(**p), "mcf.sim.compute.test_attention", build_dir,
-               testcase=["attention", "protocol"], params={**p, "group": 2, "jobs": 4})
+    run_cocotb(AttentionUnit(**p, score_buffer=buffer), "mcf.sim.compute.test_attention", build_dir,
+               testcase=["attention", "protocol"],
+               params={**p, "group": 2, "jobs": 4, "score_buffer": buffer})
 
 
 def run_protocol(dut, job):
@@ -94,20 +97,21 @@ def run_protocol(dut, job):
             await ctx.tick()
             ctx.set(dut.cmd.valid, 0)
             want = len(job.max_words) if phase == 1 else len(job.expected)
-            beats = job.k if phase == 1 else job.v
-            port = dut.k if phase == 1 else dut.v
-            i = 0
-            for _ in range(10 * len(beats) + 10 * want + 100):
-                ctx.set(port.valid, i < len(beats)); ctx.set(port.payload.as_value(), beats[min(i, len(beats) - 1)])
+            feeds = [(dut.k, job.k)] if phase == 1 else [(dut.v, job.v)] + ([] if dut.score_buffer else [(dut.k, job.k)])
+            idx = [0] * len(feeds)
+            for _ in range(10 * len(job.k) + 10 * want + 100):
+                for (port, beats), i in zip(feeds, idx):
+                    ctx.set(port.valid, i < len(beats)); ctx.set(port.payload.as_value(), beats[min(i, len(beats) - 1)])
                 await ctx.delay(1e-9)
-                rdy = ctx.get(port.ready)
+                rdy = [ctx.get(port.ready) for port, _ in feeds]
                 if ctx.get(dut.o.tvalid):
                     out.append(ctx.get(dut.o.tdata))
                 await ctx.tick()
-                i += rdy and i < len(beats)
+                idx = [i + (r and i < len(b)) for i, r, (_, b) in zip(idx, rdy, feeds)]
                 if len(out) == want:
                     break
-            ctx.set(port.valid, 0)
+            for port, _ in feeds:
+                ctx.set(port.valid, 0)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -116,11 +120,11 @@ def run_protocol(dut, job):
     return got_max, got
 
 
-@pytest.mark.parametrize("final", [False, True])
-def test_decode_protocol_amaranth_sim(final):
+@pytest.mark.parametrize("final,buffer", [(False, True), (True, True), (True, False)])
+def test_decode_protocol_amaranth_sim(final, buffer):
     """Local max (ReduceOp.MAX input), then the state with the global M: partial_state(m_ref=M)."""
     rng = np.random.default_rng(11 + final)
-    dut = AttentionUnit(head_dim=8, rows=4, max_keys=16)
+    dut = AttentionUnit(head_dim=8, rows=4, max_keys=16, score_buffer=buffer)
     job = attention_job(rng, d=8, group=2, tokens=2, keys=12, final=final, protocol=True)
     got_max, got = run_protocol(dut, job)
     assert got_max == job.max_words
