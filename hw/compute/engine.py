@@ -21,10 +21,10 @@ from mcf.hw.registry import block
 
 class ComputeEngine(wiring.Component):
     def __init__(self, rows=4, lanes=8, max_tokens=8, max_inputs=128, max_tiles=32,
-                 head_dim=16, att_rows=4, max_keys=64, kv_lanes=4, vector_n=128):
+                 head_dim=16, att_rows=4, max_keys=64, kv_lanes=4, vector_n=128, vec_lanes=8):
         self.units = {
             "matrix": MatrixUnit(rows, lanes, max_tokens, max_inputs, max_tiles),
-            "vector": VectorUnit(vector_n),
+            "vector": VectorUnit(vector_n, vec_lanes),
             "attention": AttentionUnit(head_dim, att_rows, max_keys),
             "kv": KVWriter(head_dim, kv_lanes),
         }
@@ -40,7 +40,8 @@ class ComputeEngine(wiring.Component):
 
 @block("compute", "compute engine: matrix (rows x lanes MACs), vector, attention + directory, KV writer",
        variants=({"rows": 16, "lanes": 16},), rows=4, lanes=8, max_tokens=8, max_inputs=128,
-       max_tiles=32, head_dim=16, att_rows=4, max_keys=64, kv_lanes=4, vector_n=128)
-def _engine(rows, lanes, max_tokens, max_inputs, max_tiles, head_dim, att_rows, max_keys, kv_lanes, vector_n):
+       max_tiles=32, head_dim=16, att_rows=4, max_keys=64, kv_lanes=4, vector_n=128, vec_lanes=8)
+def _engine(rows, lanes, max_tokens, max_inputs, max_tiles, head_dim, att_rows, max_keys, kv_lanes, vector_n,
+            vec_lanes):
     return ComputeEngine(rows, lanes, max_tokens, max_inputs, max_tiles, head_dim, att_rows, max_keys,
-                         kv_lanes, vector_n)
+                         kv_lanes, vector_n, vec_lanes)

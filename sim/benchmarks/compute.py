@@ -22,6 +22,7 @@ def add_arguments(p) -> None:
     p.add_argument("--tokens", type=int, default=4, help="tokens sharing each weight beat in the measured tile (default: %(default)s)")
     p.add_argument("--inputs", type=int, default=256, help="GEMM input width of the measured tile (default: %(default)s)")
     p.add_argument("--tiles", type=int, default=8, help="row tiles in the measured GEMM (default: %(default)s)")
+    p.add_argument("--vec-lanes", type=int, default=16, help="vector unit lanes for cycles_per_layer (default: %(default)s)")
     p.add_argument("--model", default="tiny", help="model preset for cycles_per_layer (default: %(default)s)")
     p.add_argument("--chunk", type=int, default=8, help="prefill chunk (tokens) for cycles_per_layer (default: %(default)s)")
     p.add_argument("--context", type=int, default=4096, help="decode context (keys) for the Qwen2.5-1.5B figure (default: %(default)s)")
@@ -33,9 +34,9 @@ def run(args) -> dict:
     from mcf.sim.runner import run_cocotb
     from mcf.sw.models import load_model
 
-    for name in ("rows", "lanes", "tokens", "inputs", "tiles", "chunk", "context"):
+    for name in ("rows", "lanes", "tokens", "inputs", "tiles", "chunk", "context", "vec_lanes"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be >= 1")
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     if args.lanes & (args.lanes - 1) or args.inputs % args.lanes or (args.rows * args.lanes * 4) & (args.rows * args.lanes * 4 - 1):
         raise ValueError("--lanes and --rows must be powers of two, --lanes must divide --inputs")
     tm = 1 << (args.tokens - 1).bit_length()
@@ -50,7 +51,8 @@ def run(args) -> dict:
                            "report": str(report)})
         sim = json.loads(report.read_text())
     util = sim["mac_utilization"]
-    arr = cost.Array(rows=args.rows, lanes=args.lanes, max_tokens=tm, mac_utilization=util)
+    arr = cost.Array(rows=args.rows, lanes=args.lanes, max_tokens=tm, mac_utilization=util,
+                     vec_lanes=args.vec_lanes)
     model = load_model(args.model)
     prefill = cost.layer_cycles(model, tokens=args.chunk, context=args.chunk, arr=arr)
     decode = cost.layer_cycles(model, tokens=1, context=args.chunk + 1, arr=arr)
@@ -62,6 +64,7 @@ def run(args) -> dict:
         "macs_per_cycle": round(sim["macs_per_cycle"], 2),
         "peak_macs_per_cycle": args.rows * args.lanes,
         "array": f"{args.rows}x{args.lanes}",
+        "vector_lanes": args.vec_lanes,
         "tile": {"tokens": args.tokens, "inputs": args.inputs, "outputs": args.rows * args.tiles,
                  "issue_cycles": sim["mac_cycles"], "span_cycles": sim["span_cycles"]},
         "model": model.name,

@@ -23,6 +23,7 @@ class Array:
     max_tokens: int = 16
     att_rows: int = 8          # query rows of the attention unit (group heads x tokens)
     kv_lanes: int = 16         # KV writer lanes
+    vec_lanes: int = 16        # vector unit lanes
     mac_utilization: float = 1.0   # measured steady-state issue rate (mcf bench compute)
 
     @property
@@ -40,13 +41,14 @@ def matrix_cycles(arr: Array, tokens: int, n: int, out: int) -> float:
     return issue / arr.mac_utilization + passes * MATRIX_LATENCY
 
 
-def vector_cycles(op: str, n: int) -> int:
-    """cmd + load (n) [+ sum of squares (n) + rsqrt (1)] [+ product pass (n)] + emit (n)."""
+def vector_cycles(op: str, n: int, lanes: int = 1) -> int:
+    """cmd + load [+ sum of squares + rsqrt (1)] [+ product pass] + emit, n / lanes beats each."""
+    b = math.ceil(n / lanes)
     if op in ("SILU", "RESIDUAL"):
-        return 1 + 2 * n
+        return 1 + 2 * b
     if op == "RMSNORM":
-        return 2 + 4 * n
-    return 1 + 3 * n
+        return 2 + 4 * b
+    return 1 + 3 * b
 
 
 def kv_writer_cycles(d: int, lanes: int) -> int:
@@ -69,11 +71,15 @@ def layer_cycles(cfg, tokens: int, context: int, arr: Array = Array()) -> dict:
     gemm = (matrix_cycles(arr, T, h, hq * d) + 2 * matrix_cycles(arr, T, h, hkv * d)
             + matrix_cycles(arr, T, hq * d, h) + 2 * matrix_cycles(arr, T, h, inter)
             + matrix_cycles(arr, T, inter, h))
-    vec = T * (2 * vector_cycles("RMSNORM", h) + 2 * vector_cycles("RESIDUAL", h)
-               + (hq + 2 * hkv) * vector_cycles("TO_BFP", d) + (hq + hkv) * vector_cycles("ROPE", d)
-               + hq * vector_cycles("PRESCALE", d) + vector_cycles("TO_BFP", hq * d)
-               + vector_cycles("SILU", inter) + 2 * vector_cycles("TO_BFP", inter)
-               + vector_cycles("MUL", inter))
+    L = arr.vec_lanes
+
+    def vc(op, n):
+        return vector_cycles(op, n, L)
+
+    vec = T * (2 * vc("RMSNORM", h) + 2 * vc("RESIDUAL", h)
+               + (hq + 2 * hkv) * vc("TO_BFP", d) + (hq + hkv) * vc("ROPE", d)
+               + hq * vc("PRESCALE", d) + vc("TO_BFP", hq * d)
+               + vc("SILU", inter) + 2 * vc("TO_BFP", inter) + vc("MUL", inter))
     kv = T * 2 * hkv * kv_writer_cycles(d, arr.kv_lanes)
     tok_per_job = max(1, arr.att_rows // group)
     jobs = hkv * math.ceil(T / tok_per_job)
@@ -84,7 +90,7 @@ def layer_cycles(cfg, tokens: int, context: int, arr: Array = Array()) -> dict:
 
 
 FORMULA = ("cycles/layer ~= T * P_layer / (rows * lanes * util)  [GEMM, P_layer = weights per layer]"
-           " + T * (10 h + 7 inter + (4 Hq + 3 Hkv) * 3 d + 3 Hq d)  [vector, row-serial]"
+           " + T * (10 h + 7 inter + (4 Hq + 3 Hkv) * 3 d + 3 Hq d) / vec_lanes  [vector]"
            " + 2 T Hkv (2 d / kv_lanes + 1)  [KV writer]"
            " + Hkv * ceil(T / (att_rows / group)) * (2 S + att_rows (d + 1) + 7)  [attention]")
 

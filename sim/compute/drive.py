@@ -59,14 +59,17 @@ def run_matrix(dut, jobs) -> list[list[int]]:
 
 
 def run_vector(dut, jobs) -> list[list[tuple[int, int, int]]]:
-    """Each ``VectorJob`` -> its output elements (x, exp, last)."""
+    """Each ``VectorJob`` -> its output elements (x, exp, last), ``dut.lanes`` per beat."""
+    from mcf.sim.compute.jobs import vector_beats, vector_elements
     results = []
+    L = dut.lanes
 
     async def bench(ctx):
         ctx.set(dut.o.ready, 1)
         for job in jobs:
             got = []
-            n = len(job.a)
+            a, b = vector_beats(job, L)
+            n = len(a)
             ctx.set(dut.cmd.payload, job.cmd); ctx.set(dut.cmd.valid, 1)
             await ctx.tick()
             ctx.set(dut.cmd.valid, 0)
@@ -74,8 +77,8 @@ def run_vector(dut, jobs) -> list[list[tuple[int, int, int]]]:
             for _ in range(8 * n + 20):
                 ctx.set(dut.a.valid, i < n); ctx.set(dut.b.valid, i < n)
                 if i < n:
-                    ctx.set(dut.a.payload, dict(zip(("x", "exp"), job.a[i])))
-                    ctx.set(dut.b.payload, dict(zip(("x", "y", "exp"), job.b[i])))
+                    ctx.set(dut.a.payload, a[i])
+                    ctx.set(dut.b.payload, b[i])
                 await ctx.delay(1e-9)
                 took = ctx.get(dut.a.ready)
                 if ctx.get(dut.o.valid):
@@ -86,7 +89,7 @@ def run_vector(dut, jobs) -> list[list[tuple[int, int, int]]]:
                 if got and got[-1][2]:
                     break
             ctx.set(dut.a.valid, 0); ctx.set(dut.b.valid, 0)
-            results.append(got)
+            results.append(vector_elements(got, L))
 
     _run(dut, bench)
     return results

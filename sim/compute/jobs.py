@@ -239,3 +239,25 @@ def pack_attention(qm, qe, qpos, kq, ka, ke, kpos, blocks, vq, va, ve, dir_state
           for j in range(len(vq))]
     return AttentionJob(R, dict(keys=len(kq), final=int(final), phase=0), qw, kb, vb,
                         sorted(dir_states.items()), [])
+
+
+def vector_beats(job: VectorJob, lanes: int):
+    """A job's per-element operands as beats of ``lanes`` elements (payload dicts)."""
+    n = len(job.a)
+    assert n % lanes == 0
+    a, b = [], []
+    for t in range(0, n, lanes):
+        a.append({"x": pack([x for x, _ in job.a[t:t + lanes]], 32), "exp": job.a[t][1]})
+        b.append({"x": pack([x for x, _, _ in job.b[t:t + lanes]], 32),
+                  "y": pack([y for _, y, _ in job.b[t:t + lanes]], 16), "exp": job.b[t][2]})
+    return a, b
+
+
+def vector_elements(beats, lanes: int):
+    """Output beats (x, exp, last) -> per-element (x, exp, last), last on the final element."""
+    out = []
+    for x, e, last in beats:
+        vals = unpack(x, 32, lanes)
+        for k, v in enumerate(vals):
+            out.append((v, e, int(bool(last) and k == lanes - 1)))
+    return out

@@ -27,6 +27,7 @@ class Units:
     rows: int = 4
     lanes: int = 8
     kv_lanes: int = 4
+    vec_lanes: int = 8
     max_keys: int = 16
 
     def __post_init__(self):
@@ -35,7 +36,7 @@ class Units:
         out_max = max(c.intermediate_size, c.hidden_size, c.num_heads * c.head_dim)
         self.group = c.num_heads // c.num_kv_heads
         self.matrix = MatrixUnit(self.rows, self.lanes, self.max_tokens, n_max, -(-out_max // self.rows))
-        self.vector = VectorUnit(max_n=n_max)
+        self.vector = VectorUnit(max_n=n_max, lanes=self.vec_lanes)
         self.kv = KVWriter(c.head_dim, self.kv_lanes)
         self.attention = AttentionUnit(c.head_dim, self.group * self.max_tokens, self.max_keys)
         self.cycles = {}

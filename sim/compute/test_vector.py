@@ -5,9 +5,9 @@ from __future__ import annotations
 import cocotb
 import numpy as np
 
-from mcf.hw.compute.vector import A_LAYOUT, B_LAYOUT, O_LAYOUT, VecOp, cmd_layout
+from mcf.hw.compute.vector import VecOp, a_layout, b_layout, cmd_layout
 from mcf.sim.cocotb_util import bounded, params, pauses, start
-from mcf.sim.compute.jobs import vector_job
+from mcf.sim.compute.jobs import unpack, vector_beats, vector_elements, vector_job
 from mcf.sim.compute.streams import StreamSink, StreamSource
 
 
@@ -19,6 +19,7 @@ def const(layout, values: dict) -> int:
 async def ops(dut):
     p = params()
     seed = p.get("seed", 1)
+    L = p.get("lanes", 1)
     rng = np.random.default_rng(seed)
     cmd = StreamSource(dut, "cmd", dut.clk)
     a = StreamSource(dut, "a", dut.clk, pauses(seed + 1))
@@ -32,16 +33,15 @@ async def ops(dut):
         n = int(rng.choice([8, 16, p["max_n"]]))
         job = vector_job(rng, op, n)
         uses_b = VecOp[op] in (VecOp.RMSNORM, VecOp.MUL, VecOp.ROPE, VecOp.RESIDUAL)
+        abeats, bbeats = vector_beats(job, L)
         await cmd.send([const(layout, job.cmd)])
-        cocotb.start_soon(a.send([const(A_LAYOUT, {"x": x, "exp": e}) for x, e in job.a]))
+        cocotb.start_soon(a.send([const(a_layout(L), x) for x in abeats]))
         if uses_b:
-            cocotb.start_soon(b.send([const(B_LAYOUT, {"x": x, "y": y, "exp": e}) for x, y, e in job.b]))
-        words = await bounded(sink.recv(n), 100 * n * 10 + 5000, f"{op} row")
+            cocotb.start_soon(b.send([const(b_layout(L), x) for x in bbeats]))
+        words = await bounded(sink.recv(n // L), 100 * n * 10 + 5000, f"{op} row")
+        beats = [(w & ((1 << 32 * L) - 1), unpack(w >> 32 * L, 8, 1)[0], (w >> (32 * L + 8)) & 1) for w in words]
+        got = vector_elements(beats, L)
         x32 = VecOp[op] in (VecOp.SILU, VecOp.RESIDUAL)
-        for i, (w, (ex, ee, el)) in enumerate(zip(words, job.expected)):
-            gx = w & 0xFFFFFFFF
-            gx -= (gx >> 31) << 32
-            ge = (w >> 32) & 0xFF
-            ge -= (ge >> 7) << 8
-            gl = (w >> 40) & 1
-            assert (gx, 0 if x32 else ge, gl) == (ex, ee, el), f"{op} n={n} element {i}: got {(gx, ge, gl)} expected {(ex, ee, el)}"
+        for i, ((gx, ge, gl), (ex, ee, el)) in enumerate(zip(got, job.expected)):
+            assert (gx, 0 if x32 else ge, gl) == (ex, ee, el), \
+                f"{op} n={n} element {i}: got {(gx, ge, gl)} expected {(ex, ee, el)}"

@@ -11,10 +11,13 @@ from mcf.sim.compute.jobs import attention_job, kv_blocks, vector_job
 from mcf.sw.models import load_model
 
 
-def cycles_vector(op, n):
+def cycles_vector(op, n, lanes):
+    from mcf.sim.compute.jobs import vector_beats
     rng = np.random.default_rng(1)
     job = vector_job(rng, op, n)
-    dut = VectorUnit(max_n=n)
+    dut = VectorUnit(max_n=n, lanes=lanes)
+    a, b = vector_beats(job, lanes)
+    n = len(a)
     out = {}
 
     async def bench(ctx):
@@ -26,8 +29,8 @@ def cycles_vector(op, n):
         while True:
             ctx.set(dut.a.valid, i < n); ctx.set(dut.b.valid, i < n)
             if i < n:
-                ctx.set(dut.a.payload, dict(zip(("x", "exp"), job.a[i])))
-                ctx.set(dut.b.payload, dict(zip(("x", "y", "exp"), job.b[i])))
+                ctx.set(dut.a.payload, a[i])
+                ctx.set(dut.b.payload, b[i])
             await ctx.delay(1e-9)
             took = ctx.get(dut.a.ready)
             done = ctx.get(dut.o.valid) and ctx.get(dut.o.payload.last)
@@ -46,8 +49,9 @@ def cycles_vector(op, n):
 
 
 @pytest.mark.parametrize("op", ["RMSNORM", "SILU", "MUL"])
-def test_vector_cycles(op):
-    assert cycles_vector(op, 16) == cost.vector_cycles(op, 16)
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_vector_cycles(op, lanes):
+    assert cycles_vector(op, 16, lanes) == cost.vector_cycles(op, 16, lanes)
 
 
 def test_attention_cycles():
