@@ -22,7 +22,7 @@ def add_arguments(p) -> None:
     p.add_argument("--tokens", type=int, default=4, help="tokens sharing each weight beat in the measured tile (default: %(default)s)")
     p.add_argument("--inputs", type=int, default=256, help="GEMM input width of the measured tile (default: %(default)s)")
     p.add_argument("--tiles", type=int, default=8, help="row tiles in the measured GEMM (default: %(default)s)")
-    p.add_argument("--vec-lanes", type=int, default=16, help="vector unit lanes for cycles_per_layer (default: %(default)s)")
+    p.add_argument("--vec-lanes", type=int, default=8, help="vector unit lanes for cycles_per_layer (default: %(default)s)")
     p.add_argument("--model", default="tiny", help="model preset for cycles_per_layer (default: %(default)s)")
     p.add_argument("--chunk", type=int, default=8, help="prefill chunk (tokens) for cycles_per_layer (default: %(default)s)")
     p.add_argument("--context", type=int, default=4096, help="decode context (keys) for the Qwen2.5-1.5B figure (default: %(default)s)")
