@@ -9,6 +9,7 @@ timed separately and excluded from the prefill figure.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import numpy as np
@@ -43,11 +44,15 @@ def run(args) -> dict:
         figures["fixed_quantize_seconds"] = round(time.perf_counter() - t0, 3)
     for name, model in models:
         cache = model.new_cache()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         model.forward(tokens[:-1], cache, logits="last")
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         model.forward(tokens[-1:], cache)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         figures[f"{name}_prefill_seconds"] = round(t1 - t0, 3)
         figures[f"{name}_decode_step_seconds"] = round(t2 - t1, 3)
+        # CPU seconds of all threads: on a shared machine wall time also counts other jobs
+        figures[f"{name}_prefill_cpu_seconds"] = round(c1 - c0, 3)
+        figures[f"{name}_decode_step_cpu_seconds"] = round(c2 - c1, 3)
+    figures["load_average_1min"] = round(os.getloadavg()[0], 2)
     return figures

@@ -29,9 +29,12 @@ Fixed-point operations: module ``mcf.sw.golden.fixed`` (``rshr``, ``sat``, ``nor
   ``reduce_sum(list)``     ReduceOp.SUM: int32 addition wrapping modulo 2^32
   ``exp2(x)``              the exp2 LUT unit used by the merge (x <= 0, SCORE units)
 
-Distributed-attention references: module ``mcf.sw.golden.distributed`` (ring pass-KV,
-zigzag, chunked prefill over MARS-style placements with temporary replicas, KV-stationary
-decode), bit-exact against ``fixed.attention`` in fixed point.
+Distributed-attention references: module ``mcf.sw.golden.distributed`` (``ring_attention``,
+``zigzag_attention``, ``chunked_prefill_attention`` over a ``Placement`` with temporary
+replicas, ``plan_prefill_attention`` for a MARS plan (duck-typed: ``compute_nodes``,
+``holders``, ``fetch_sources``), ``decode_attention`` (KV-stationary, MAX round then
+SOFTMAX_MERGE), ``decode_one_pass``), each bit-exact against ``fixed.attention`` in fixed
+point (``FixedAttn``) and within 1e-5 in float (``FloatAttn``).
 """
 from .checkpoint import load_checkpoint, write_checkpoint
 from .fixed import (State, attention, decode_state, encode_state, exp2, fold_states, merge_states,

@@ -185,6 +185,7 @@ class Placement:
     owner: list[int]
     replicas: list[list[tuple[int, int, int]]]
     compute: list[int]
+    n_nodes: int = 0
 
     def holders(self, b: int, c: int) -> list[int]:
         if b == c:
@@ -192,6 +193,16 @@ class Placement:
         nodes = {self.owner[b]}
         nodes.update(node for node, first, last in self.replicas[b] if first <= c <= last)
         return sorted(nodes)
+
+    # The duck type ``plan_prefill_attention`` reads (mcf.sw.mars.Plan has the same names).
+    @property
+    def compute_nodes(self) -> np.ndarray:
+        return np.arange(self.n_nodes)
+
+    def fetch_sources(self, b: int, c: int) -> np.ndarray:
+        """Per node: itself if it holds block b in step c, else the lowest-id holder."""
+        h = self.holders(b, c)
+        return np.array([n if n in h else h[0] for n in range(self.n_nodes)])
 
 
 def random_placement(n_chunks: int, n_nodes: int, rng: np.random.Generator) -> Placement:
@@ -207,7 +218,7 @@ def random_placement(n_chunks: int, n_nodes: int, rng: np.random.Generator) -> P
                 last = int(rng.integers(first, n_chunks + 1))
                 reps.append((node, first, last))
         replicas.append(reps)
-    return Placement(owner, replicas, compute)
+    return Placement(owner, replicas, compute, n_nodes)
 
 
 def chunked_prefill_attention(attn, chunk: int, placement: Placement,
@@ -235,6 +246,47 @@ def chunked_prefill_attention(attn, chunk: int, placement: Placement,
         if out is None:
             out = np.zeros((t,) + rows.shape[1:], dtype=rows.dtype)
         out[qi] = rows
+    return out
+
+
+def plan_prefill_attention(attn, plan, chunk_tokens) -> np.ndarray:
+    """The MARS execution model: in step c the chunk's query rows are split evenly over
+    ``plan.compute_nodes``; each node reads every block b <= c from
+    ``plan.fetch_sources(b, c)[node]`` (itself when it holds a copy), which must be one of
+    ``plan.holders(b, c)`` (checked: a plan that reads from a node without a copy is an error).
+    The node's engine produces one partial state per block; they are combined with the shared
+    row maximum (MAX over the blocks) and merged in block order.  ``plan`` may be a
+    ``Placement`` or an mcf.sw.mars ``Plan`` (same method names)."""
+    t = _tokens(attn)
+    bounds = np.concatenate([[0], np.cumsum(chunk_tokens)])
+    if bounds[-1] != t:
+        raise ValueError(f"chunks cover {bounds[-1]} tokens, the sequence has {t}")
+    chunks = [np.arange(bounds[c], bounds[c + 1]) for c in range(len(chunk_tokens))]
+    nodes = [int(n) for n in plan.compute_nodes]
+    out = None
+    for c, rows in enumerate(chunks):
+        blocks = chunks[:c + 1]
+        for b in range(c + 1):
+            held = {int(h) for h in plan.holders(b, c)}
+            src = plan.fetch_sources(b, c)
+            bad = [n for n in nodes if int(src[n]) not in held]
+            if bad:
+                raise ValueError(f"plan: step {c}: node {bad[0]} reads block {b} from node "
+                                 f"{int(src[bad[0]])}, which holds no copy")
+        for qi in np.array_split(rows, len(nodes)):
+            if qi.size == 0:
+                continue
+            if isinstance(attn, FixedAttn):
+                m = fx.reduce_max([attn.local_max(qi, kb) for kb in blocks])
+                res = attn.finalize(fx.fold_states([attn.state(qi, kb, m) for kb in blocks]))
+            else:
+                acc = attn.state(qi, blocks[0])
+                for kb in blocks[1:]:
+                    acc = attn.merge(acc, attn.state(qi, kb))
+                res = attn.finalize(acc)
+            if out is None:
+                out = np.zeros((t,) + res.shape[1:], dtype=res.dtype)
+            out[qi] = res
     return out
 
 

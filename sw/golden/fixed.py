@@ -74,11 +74,9 @@ def rshr(x, s):
         if s > 0:
             return (x + (1 << (s - 1))) >> s
         return x << (-s)
-    right = np.clip(s, 0, 62)
-    half = np.where(right > 0, np.left_shift(np.int64(1), np.maximum(right - 1, 0)), 0)
-    out = (x + half) >> right
-    out = np.where(s > 62, 0, out)
-    return out << np.clip(-s, 0, 62)
+    # (x + 2^(s-1)) >> s == ((x >> (s-1)) + 1) >> 1 for s >= 1 (no wide intermediate)
+    down = ((x >> np.clip(s - 1, 0, 62)) + 1) >> 1
+    return np.where(s > 0, down, x << np.clip(-s, 0, 62))
 
 
 def bitlen(x):
@@ -95,7 +93,7 @@ def bitlen(x):
 def _exact_matmul(a: np.ndarray, b: np.ndarray, bound: float) -> np.ndarray:
     """Integer matmul via float64 BLAS; ``bound`` >= max |partial sum| must be < 2^53."""
     assert bound < 2.0 ** 53, "float64 matmul would not be exact"
-    return np.rint(a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
+    return (a.astype(np.float64, copy=False) @ b.astype(np.float64, copy=False)).astype(np.int64)
 
 
 def _rnd(x) -> np.ndarray:
@@ -248,6 +246,9 @@ def prescale_query(q, head_dim: int):
 
 
 # --- INT4 weights ----------------------------------------------------------------------------
+CACHE_ELEMENTS = 1 << 25      # float64 copies of matrices up to 256 MB are cached
+
+
 @dataclass
 class QLinear:
     """W = q * S * 2^-E_w; q int8 [out, in] in [-8, 7], S uint16 [out, in / G]."""
@@ -268,25 +269,40 @@ class QLinear:
         """q * S per element (|.| < 2^19), the integer matrix the accumulator sees."""
         return self.q[rows].astype(np.int64) * np.repeat(self.scale[rows].astype(np.int64), self.group, axis=1)
 
+    def dense_t(self, rows=slice(None)) -> np.ndarray:
+        """(q * S)^T as float64 (exact): the operand of the fast exact matmul.  Matrices up to
+        CACHE_ELEMENTS are converted once and kept (a speed cache, not part of the spec)."""
+        if self.q.size <= CACHE_ELEMENTS:
+            if getattr(self, "_dense_t", None) is None:
+                self._dense_t = np.ascontiguousarray(self._dense_f64(slice(None)).T)
+            return self._dense_t[:, rows]
+        return self._dense_f64(rows).T
+
+    def _dense_f64(self, rows) -> np.ndarray:
+        return self.q[rows].astype(np.float64) * np.repeat(self.scale[rows].astype(np.float64), self.group, axis=1)
+
 
 def quantize_weight(w: np.ndarray, group: int) -> QLinear:
     """Offline INT4 quantiser (float maths is fine here: it runs on the host, once).
 
     Per output row and group of ``group`` inputs: scale s = amax / 7; one exponent per matrix
     E_w = floor(log2((2^16 - 1) / max s)); S = round(s * 2^E_w); q = clip(round(w / (S 2^-E_w)))."""
-    w = np.asarray(w, dtype=np.float64)
     out, n = w.shape
     if n % group:
         raise ValueError(f"group size {group} does not divide the input width {n}")
-    wg = w.reshape(out, n // group, group)
-    s = np.abs(wg).max(axis=-1) / 7.0
+    block = max(1, (1 << 22) // n)            # rows per pass: bounds the float64 temporaries
+    s = np.concatenate([np.abs(np.asarray(w[r:r + block], np.float64)).reshape(-1, n // group, group).max(-1)
+                        for r in range(0, out, block)]) / 7.0
     smax = s.max()
     e = int(math.floor(math.log2(((1 << SCALE_BITS) - 1) / smax))) if smax > 0 else 0
     S = np.clip(_rnd(s * 2.0 ** e), 0, (1 << SCALE_BITS) - 1)
-    step = (S * 2.0 ** -e)[..., None]
-    q = np.where(step > 0, _rnd(wg / np.where(step > 0, step, 1.0)), 0)
-    q = np.clip(q, -(1 << (W_BITS - 1)), (1 << (W_BITS - 1)) - 1)
-    return QLinear(q.reshape(out, n).astype(np.int8), S.astype(np.uint16), e, group)
+    q = np.empty((out, n), dtype=np.int8)
+    for r in range(0, out, block):
+        wg = np.asarray(w[r:r + block], np.float64).reshape(-1, n // group, group)
+        step = (S[r:r + block] * 2.0 ** -e)[..., None]
+        qb = np.where(step > 0, _rnd(wg / np.where(step > 0, step, 1.0)), 0)
+        q[r:r + block] = np.clip(qb, -(1 << (W_BITS - 1)), (1 << (W_BITS - 1)) - 1).reshape(-1, n)
+    return QLinear(q, S.astype(np.uint16), e, group)
 
 
 def quantize_gain(gamma: np.ndarray) -> tuple[np.ndarray, int]:
@@ -311,9 +327,10 @@ def linear(x, w: QLinear, bias=None, row_block: int = 8192):
     t, n = m.shape
     bound = float(n) * (1 << (MANT_BITS - 1)) * (1 << (W_BITS - 1)) * ((1 << SCALE_BITS) - 1)
     out = np.empty((t, w.shape[0]), dtype=np.int64)
+    mf = m.astype(np.float64)
     for r0 in range(0, w.shape[0], row_block):      # blocks of output rows bound the memory
         rows = slice(r0, r0 + row_block)
-        out[:, rows] = _exact_matmul(m, w.dense_int(rows).T, bound)
+        out[:, rows] = _exact_matmul(mf, w.dense_t(rows), bound)
     y = sat(rshr(out, (w.exp - e - X_FRAC)[:, None]), 32)
     if bias is not None:
         y = sat(y + bias, 32)
@@ -367,7 +384,7 @@ def scores(q, kq, ka, ke, group: int):
     hkv = kq.shape[1]
     qg = qm.reshape(t, hkv, group, d).transpose(1, 2, 0, 3).reshape(hkv, group * t, d)
     bound = float(d) * (1 << (MANT_BITS - 1)) * (1 << (W_BITS - 1))
-    dot = np.stack([_exact_matmul(qg[h], kq[:, h, :].T, bound) for h in range(hkv)])
+    dot = _exact_matmul(qg, kq.transpose(1, 2, 0), bound)          # batched over KV heads
     dot = dot.reshape(hkv, group, t, -1).reshape(hq, t, -1)     # head h = kvh * group + g
     kv_of = np.arange(hq) // group
     raw = dot * ka.T[kv_of][:, None, :]
@@ -400,7 +417,7 @@ def partial_state(s, valid, vq, va, ve, group: int, m_ref=None) -> State:
     bound = float(s.shape[-1]) * (1 << 31) * (1 << (W_BITS - 1))
     t = s.shape[1]
     wg = w.reshape(hkv, group * t, -1)
-    o = np.stack([_exact_matmul(wg[h], vq[:, h, :], bound) for h in range(hkv)])
+    o = _exact_matmul(wg, vq.transpose(1, 0, 2), bound)              # batched over KV heads
     o = sat(o.reshape(hq, t, -1), 32)
     return State(m, l, o)
 
@@ -422,12 +439,23 @@ def causal_mask(q_pos, k_pos) -> np.ndarray:
     return np.asarray(k_pos)[None, :] <= np.asarray(q_pos)[:, None]
 
 
-def attention(q, k, v, q_pos, k_pos, group: int) -> np.ndarray:
+def attention(q, k, v, q_pos, k_pos, group: int, block: int = 256) -> np.ndarray:
     """Single-node causal attention, the canonical definition: one state per query row over
-    all its visible keys (m = the row maximum), then ``finalize``.  X32 [T, Hq, d]."""
-    s = scores(q, *k, group)
-    valid = np.broadcast_to(causal_mask(q_pos, k_pos)[None], s.shape)
-    return finalize(partial_state(s, valid, *v, group))
+    all its visible keys (m = the row maximum), then ``finalize``.  X32 [T, Hq, d].
+
+    Rows are independent, so they are computed in blocks of ``block`` queries, each against
+    only the keys some row of the block can see (same bits, half the work under the mask)."""
+    q_pos, k_pos = np.asarray(q_pos), np.asarray(k_pos)
+    outs = []
+    for t0 in range(0, len(q_pos), block):
+        rows = slice(t0, t0 + block)
+        keys = np.flatnonzero(k_pos <= q_pos[rows].max())
+        qb = (q[0][rows], q[1][rows])
+        kb, vb = tuple(a[keys] for a in k), tuple(a[keys] for a in v)
+        s = scores(qb, *kb, group)
+        valid = np.broadcast_to(causal_mask(q_pos[rows], k_pos[keys])[None], s.shape)
+        outs.append(finalize(partial_state(s, valid, *vb, group)))
+    return np.concatenate(outs)
 
 
 # --- the (m, l, o) wire format and the NIC reductions ----------------------------------------

@@ -90,22 +90,34 @@ class FixedModel:
         v = fx.quantize_kv(fx.x32_to_bfp(v))
         return q, k, v
 
-    def _layer(self, li, x, pos, cache):
+    def _layer(self, li, x, pos, cache, trace=None):
         cfg, L = self.cfg, self.layers[li]
         t = x.shape[0]
         q, k, v = self.attention_inputs(li, x, pos)
         k_all, v_all = cache.append(li, k, v)
         g = cfg.num_heads // cfg.num_kv_heads
         att = fx.attention(q, k_all, v_all, pos, np.arange(k_all[0].shape[0]), g)
-        x = fx.sat(x + fx.linear(fx.x32_to_bfp(att.reshape(t, -1)), L["o_proj"]), 32)
-        h = fx.rmsnorm(x, *L["ln2"], cfg.rms_norm_eps)
+        o = fx.linear(fx.x32_to_bfp(att.reshape(t, -1)), L["o_proj"])
+        x_mid = fx.sat(x + o, 32)
+        h = fx.rmsnorm(x_mid, *L["ln2"], cfg.rms_norm_eps)
         gate = fx.silu(fx.linear(h, L["gate_proj"]))
         up = fx.linear(h, L["up_proj"])
         act = fx.bfp_mul(fx.x32_to_bfp(gate), fx.x32_to_bfp(up))
-        return fx.sat(x + fx.linear(act, L["down_proj"]), 32)
+        down = fx.linear(act, L["down_proj"])
+        out = fx.sat(x_mid + down, 32)
+        if trace is not None:
+            trace[li] = {"x_in": x, "q": q, "k": k, "v": v, "attn": att, "o_proj": o, "x_mid": x_mid,
+                         "ln2": h, "silu_gate": gate, "up": up, "act": act, "down": down, "x_out": out}
+        return out
 
-    def forward_x32(self, tokens, cache: FixedKVCache | None = None, logits: str = "all") -> np.ndarray:
-        """X32 logits [T, vocab] (``logits="last"``: [1, vocab]) for the new tokens."""
+    def forward_x32(self, tokens, cache: FixedKVCache | None = None, logits: str = "all",
+                    trace: dict | None = None) -> np.ndarray:
+        """X32 logits [T, vocab] (``logits="last"``: [1, vocab]) for the new tokens.
+
+        ``trace``, if a dict, receives every intermediate integer tensor per layer (keys
+        x_in, q (BFP16, prescaled), k, v (KV4), attn, o_proj, x_mid, ln2, silu_gate, up, act,
+        down, x_out) and "embed", "final_norm": the stimuli and expected values of block-level
+        RTL benches."""
         cfg = self.cfg
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if tokens.size == 0:
@@ -115,12 +127,17 @@ class FixedModel:
         cache = cache if cache is not None else self.new_cache()
         pos = np.arange(cache.length, cache.length + tokens.size)
         x = fx.embed(self.embed, tokens)
+        if trace is not None:
+            trace["embed"] = x
         for li in range(cfg.num_layers):
-            x = self._layer(li, x, pos, cache)
+            x = self._layer(li, x, pos, cache, trace)
         cache.length += tokens.size
         if logits == "last":
             x = x[-1:]
-        return fx.linear(fx.rmsnorm(x, *self.norm, cfg.rms_norm_eps), self.head)
+        h = fx.rmsnorm(x, *self.norm, cfg.rms_norm_eps)
+        if trace is not None:
+            trace["final_norm"] = h
+        return fx.linear(h, self.head)
 
     def forward(self, tokens, cache: FixedKVCache | None = None, logits: str = "all") -> np.ndarray:
         return self.forward_x32(tokens, cache, logits) * 2.0 ** -fx.X_FRAC

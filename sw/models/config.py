@@ -86,7 +86,8 @@ class ModelConfig:
         rope = cfg.get("rope_theta")
         if rope is None:
             rope = (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
-        rope_type = (cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}).get("rope_type", "default")
+        scaling = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
         if rope_type != "default":
             raise UserError(f"unsupported RoPE type {rope_type!r}: only the default RoPE is supported")
         if cfg.get("use_sliding_window"):

@@ -105,3 +105,13 @@ def test_truncated_file(tmp_path):
     (tmp_path / "a.safetensors").write_bytes(data[:-10])
     with pytest.raises(UserError, match="truncated"):
         st.load_file(tmp_path / "a.safetensors")
+
+
+def test_rope_scaling_is_rejected(tmp_path, small_config):
+    cfg = small_config()
+    write_checkpoint(tmp_path, cfg, random_weights(cfg, 0))
+    d = json.loads((tmp_path / "config.json").read_text())
+    d["rope_scaling"] = {"type": "yarn", "factor": 4.0}
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    with pytest.raises(UserError, match="yarn"):
+        load_checkpoint(tmp_path)

@@ -51,3 +51,18 @@ def test_bad_group_size(small_config):
     cfg = small_config()
     with pytest.raises(UserError, match="group size 48"):
         FixedModel(cfg, random_weights(cfg, 0), 48)
+
+
+def test_trace_exposes_block_values(small_config):
+    """The per-layer trace is what block benches consume: check its values chain up."""
+    from mcf.sw.golden import fixed as fx
+    cfg = small_config(num_layers=1)
+    model = FixedModel(cfg, random_weights(cfg, 9), 16)
+    trace = {}
+    logits = model.forward_x32([4, 8, 15, 16], trace=trace)
+    t0 = trace[0]
+    assert np.array_equal(t0["x_in"], trace["embed"])
+    assert np.array_equal(t0["x_mid"], fx.sat(t0["x_in"] + t0["o_proj"], 32))
+    assert np.array_equal(t0["x_out"], fx.sat(t0["x_mid"] + t0["down"], 32))
+    assert np.array_equal(fx.linear(trace["final_norm"], model.head), logits)
+    assert t0["k"][0].dtype == np.int8 and t0["q"][0].shape == (4, cfg.num_heads, cfg.head_dim)

@@ -46,42 +46,50 @@ def hf_logits(model, tokens):
         return model(torch.tensor([tokens])).logits[0].numpy()
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_prefill_and_decode_match(tmp_path, shape):
-    hf = make_checkpoint(tmp_path, shape)
-    cfg, weights = load_checkpoint(tmp_path)
+def check_prefill_and_decode(path, shape):
+    hf = make_checkpoint(path, shape)
+    cfg, weights = load_checkpoint(path)
     ours = FloatModel(cfg, weights)
     tokens = list(np.random.default_rng(1).integers(0, cfg.vocab_size, 12))
     ref = hf_logits(hf, tokens)
-    assert np.abs(ours.forward(tokens) - ref).max() <= 1e-4
+    assert np.abs(ours.forward(tokens) - ref).max() <= 1e-4, shape
 
     # prefill 7 tokens, then decode one at a time with both caches
     cache = ours.new_cache()
     with torch.no_grad():
         out = hf(torch.tensor([tokens[:7]]), use_cache=True)
-        assert np.abs(ours.forward(tokens[:7], cache) - out.logits[0].numpy()).max() <= 1e-4
+        assert np.abs(ours.forward(tokens[:7], cache) - out.logits[0].numpy()).max() <= 1e-4, shape
         past = out.past_key_values
         for tok in tokens[7:]:
             out = hf(torch.tensor([[tok]]), cache=past, use_cache=True)
             past = out.past_key_values
             step = ours.forward([tok], cache)
             assert step.shape == (1, cfg.vocab_size)
-            assert np.abs(step - out.logits[0].numpy()).max() <= 1e-4
+            assert np.abs(step - out.logits[0].numpy()).max() <= 1e-4, (shape, "decode")
     assert cache.length == len(tokens)
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_half_precision_checkpoints(tmp_path, dtype):
-    hf = make_checkpoint(tmp_path, "gqa-tied", dtype=getattr(torch, dtype), seed=3)
-    cfg, weights = load_checkpoint(tmp_path)
+def check_half_precision(path, dtype):
+    hf = make_checkpoint(path, "gqa-tied", dtype=getattr(torch, dtype), seed=3)
+    cfg, weights = load_checkpoint(path)
     tokens = [3, 1, 4, 1, 5, 9, 2, 6]
-    assert np.abs(FloatModel(cfg, weights).forward(tokens) - hf_logits(hf, tokens)).max() <= 1e-4
+    assert np.abs(FloatModel(cfg, weights).forward(tokens) - hf_logits(hf, tokens)).max() <= 1e-4, dtype
 
 
-def test_sharded_checkpoint(tmp_path):
-    hf = make_checkpoint(tmp_path, "mha-untied", seed=5, max_shard_size="20KB")
-    assert (tmp_path / "model.safetensors.index.json").is_file()
-    assert len(list(tmp_path.glob("*.safetensors"))) > 1
-    cfg, weights = load_checkpoint(tmp_path)
+def check_sharded(path):
+    hf = make_checkpoint(path, "mha-untied", seed=5, max_shard_size="20KB")
+    assert (path / "model.safetensors.index.json").is_file()
+    assert len(list(path.glob("*.safetensors"))) > 1
+    cfg, weights = load_checkpoint(path)
     tokens = [7, 0, 199, 42]
     assert np.abs(FloatModel(cfg, weights).forward(tokens) - hf_logits(hf, tokens)).max() <= 1e-4
+
+
+def test_matches_transformers(tmp_path):
+    """One test on purpose: importing torch + transformers costs ~9 CPU seconds per pytest-xdist
+    worker, so all cross-checks run where it was paid once."""
+    for shape in sorted(SHAPES):                       # fp32 checkpoints, prefill + decode
+        check_prefill_and_decode(tmp_path / shape, shape)
+    for dtype in ("bfloat16", "float16"):              # half-precision checkpoints
+        check_half_precision(tmp_path / dtype, dtype)
+    check_sharded(tmp_path / "sharded")                # index.json + several shards
