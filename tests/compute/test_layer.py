@@ -11,6 +11,7 @@ from mcf.sw.models import load_model
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)      # ~80 s alone; far longer on a loaded machine
 def test_tiny_layer_prefill_then_decode(tmp_path):
     # A small random-weight Qwen2 checkpoint, through the safetensors writer and reader.
     write_checkpoint(tmp_path / "ckpt", load_model("tiny"), random_weights(load_model("tiny"), seed=3), "F32")
