@@ -1,0 +1,278 @@
+"""Vector unit: the row-wise operations of a decoder layer, bit-exact with ``mcf.sw.golden.fixed``.
+
+``lanes`` elements per cycle over a row of ``cmd.n`` elements (``max_n`` at most), in passes
+over two row buffers (the operands) and one of wide products:
+
+  op          golden                  operands (a, b)                      result
+  TO_BFP      x32_to_bfp              a = X32                              BFP16 row
+  RMSNORM     rmsnorm                 a = X32, b.x = gain                  BFP16 row
+  SILU        silu                    a = X32                              X32
+  MUL         bfp_mul                 a, b = BFP16 mantissas (+ exp)       BFP16 row
+  ROPE        rope (one head)         a = BFP16 head, b = (cos, sin)[i mod d/2]  BFP16 head
+  PRESCALE    prescale_query          a = BFP16, cmd.cm / cmd.ce           BFP16 row
+  RESIDUAL    sat32(x + y)            a, b = X32                           X32
+
+Every BFP16 result goes through the same ``normalize`` stage (row max |p|, shift
+sh = max(0, bitlen - 15), mant = sat16(rshr(p, sh)), exp = e + sh), which needs the whole
+row before the first output: load (n / lanes cycles), product pass (n / lanes), emit
+(n / lanes); RMSNORM adds the sum-of-squares pass and the rsqrt LUT.  Exponents travel with the data (``exp`` of the first
+element of a row).  The buffers are read combinationally (distributed RAM); for rows of
+thousands of elements they would be block RAM with a one-cycle read pipeline.
+"""
+from __future__ import annotations
+
+import enum
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from mcf.hw.compute.arith import abs_, bitlen, rshr, rshr_pos, sat
+from mcf.hw.registry import block
+from mcf.sw.golden import fixed as fx
+
+P_BITS = 36      # widest product before normalize: rmsnorm's rshr(m r, 14) * gain
+
+
+class VecOp(enum.IntEnum):
+    TO_BFP = 0
+    RMSNORM = 1
+    SILU = 2
+    MUL = 3
+    ROPE = 4
+    PRESCALE = 5
+    RESIDUAL = 6
+
+
+def cmd_layout(max_n):
+    return data.StructLayout({
+        "op": 3, "n": range(1, max_n + 1),
+        "gain_exp": signed(8),        # RMSNORM: gain exponent
+        "eps": 32,                    # RMSNORM: eps_constant(n, eps)
+        "cm": 16, "ce": signed(8),    # PRESCALE: score_constant(d)
+    })
+
+
+def a_layout(lanes=1):
+    return data.StructLayout({"x": 32 * lanes, "exp": signed(8)})          # lanes x int32
+
+
+def b_layout(lanes=1):
+    return data.StructLayout({"x": 32 * lanes, "y": 16 * lanes, "exp": signed(8)})
+
+
+def o_layout(lanes=1):
+    return data.StructLayout({"x": 32 * lanes, "exp": signed(8), "last": 1})
+
+
+class VectorUnit(wiring.Component):
+    """``lanes`` elements per beat and per cycle on every pass (row lengths, and half a RoPE
+    head, must be multiples of ``lanes``); element k of a beat is bits [32k +: 32] of ``x``."""
+
+    def __init__(self, max_n: int = 128, lanes: int = 1):
+        if lanes & (lanes - 1) or max_n % lanes:
+            raise ValueError("lanes must be a power of two dividing max_n")
+        self.max_n, self.lanes = max_n, lanes
+        super().__init__({
+            "cmd": In(stream.Signature(cmd_layout(max_n))),
+            "a": In(stream.Signature(a_layout(lanes))),
+            "b": In(stream.Signature(b_layout(lanes))),
+            "o": Out(stream.Signature(o_layout(lanes))),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        N, L = self.max_n, self.lanes
+        NB = N // L
+        lb = L.bit_length() - 1
+        cfg = Signal(cmd_layout(N))
+        op = cfg.op
+        uses_b = Signal()
+        m.d.comb += uses_b.eq((op == VecOp.RMSNORM) | (op == VecOp.MUL) | (op == VecOp.ROPE)
+                              | (op == VecOp.RESIDUAL))
+
+        m.submodules.abuf = abuf = memory.Memory(shape=32 * L, depth=NB, init=[])
+        m.submodules.bbuf = bbuf = memory.Memory(shape=48 * L, depth=NB, init=[])
+        m.submodules.pbuf = pbuf = memory.Memory(shape=P_BITS * L, depth=NB, init=[])
+        aw, bw, pw = abuf.write_port(), bbuf.write_port(), pbuf.write_port()
+        ar = abuf.read_port(domain="comb")
+        ar2 = abuf.read_port(domain="comb")       # RoPE: the partner beat
+        br = bbuf.read_port(domain="comb")
+        pr = pbuf.read_port(domain="comb")
+
+        def lane(word, k, bits=32):
+            return word[k * bits:(k + 1) * bits].as_signed()
+
+        def tree(values, op2):
+            values = list(values)
+            while len(values) > 1:
+                values = [op2(values[i], values[i + 1]) if i + 1 < len(values) else values[i]
+                          for i in range(0, len(values), 2)]
+            return values[0]
+
+        def vmax(a, b):
+            return Mux(a > b, a, b)
+
+        IDLE, LOAD, SQ, RSQ, PROD, EMIT_N, EMIT_D = range(7)
+        state = Signal(3)
+        i = Signal(range(NB + 1))
+        nb = Signal(range(NB + 1))
+        last_i = Signal()
+        m.d.comb += [nb.eq(cfg.n >> lb), last_i.eq(i == nb - 1), self.busy.eq(state != IDLE)]
+        ea, eb = Signal(signed(8)), Signal(signed(8))
+        amax_a = Signal(32)
+        amax_p = Signal(P_BITS)
+        e_out = Signal(signed(10))
+
+        m.d.comb += self.cmd.ready.eq(state == IDLE)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [cfg.eq(self.cmd.payload), state.eq(LOAD), i.eq(0), amax_a.eq(0), amax_p.eq(0)]
+
+        # --- LOAD: both operands into the buffers; row max |a| ------------------------------
+        load_ok = Signal()
+        m.d.comb += load_ok.eq((state == LOAD) & self.a.valid & (~uses_b | self.b.valid))
+        m.d.comb += [self.a.ready.eq(load_ok), self.b.ready.eq(load_ok & uses_b),
+                     aw.en.eq(load_ok), aw.addr.eq(i), aw.data.eq(self.a.payload.x),
+                     bw.en.eq(load_ok), bw.addr.eq(i), bw.data.eq(Cat(self.b.payload.x, self.b.payload.y))]
+        mags = []
+        for k in range(L):
+            xk = lane(self.a.payload.x, k)
+            mags.append(abs_(m, Cat(xk, xk[31]).as_signed()))
+        mag_a = Signal(32)
+        m.d.comb += mag_a.eq(tree(mags, vmax))
+        with m.If(load_ok):
+            m.d.sync += i.eq(i + 1)
+            with m.If(mag_a > amax_a):
+                m.d.sync += amax_a.eq(mag_a)
+            with m.If(i == 0):
+                m.d.sync += [ea.eq(self.a.payload.exp), eb.eq(self.b.payload.exp)]
+            with m.If(last_i):
+                m.d.sync += i.eq(0)
+                with m.If((op == VecOp.SILU) | (op == VecOp.RESIDUAL)):
+                    m.d.sync += state.eq(EMIT_D)
+                with m.Elif(op == VecOp.RMSNORM):
+                    m.d.sync += state.eq(SQ)
+                with m.Else():
+                    m.d.sync += state.eq(PROD)
+
+        # --- RMSNORM: s = max(0, bitlen(amax) - 15); m_i = sat16(rshr(x_i, s)); ss = sum m_i^2 --
+        s_sh = Signal(range(33))
+        bl_a = bitlen(m, amax_a)
+        m.d.comb += s_sh.eq(Mux(bl_a > 15, bl_a - 15, 0))
+        m.d.comb += [ar.addr.eq(i), br.addr.eq(i), pr.addr.eq(i)]
+        mants = [sat(m, rshr_pos(m, lane(ar.data, k), s_sh, 33), 16) for k in range(L)]
+        sq = Signal(33 + lb)
+        m.d.comb += sq.eq(tree([mk * mk for mk in mants], lambda a, b: a + b))
+        ss = Signal(48)
+        with m.If(state == LOAD):
+            m.d.sync += ss.eq(0)
+        with m.If(state == SQ):
+            m.d.sync += [ss.eq(ss + sq), i.eq(i + 1)]
+            with m.If(last_i):
+                m.d.sync += [i.eq(0), state.eq(RSQ)]
+
+        # rsqrt(v): c = bitlen(v) rounded up to even, idx = rshr(v, c - 10), r = LUT[idx - 256]
+        v = Signal(49)
+        eps_sh = rshr_pos(m, cfg.eps, s_sh * 2, 34)
+        m.d.comb += v.eq(ss + eps_sh)
+        bv = bitlen(m, v)
+        c = Signal(range(52))
+        m.d.comb += c.eq(bv + bv[0])
+        idx = rshr(m, v, c - fx.RSQRT_IDX_BITS, max_left=10)
+        m.submodules.rsqrt = rs_rom = memory.Memory(shape=16, depth=len(fx.RSQRT_LUT),
+                                                    init=[int(x) for x in fx.RSQRT_LUT])
+        rs = rs_rom.read_port(domain="comb")
+        m.d.comb += rs.addr.eq(idx - (1 << (fx.RSQRT_IDX_BITS - 2)))
+        r_q, k_q = Signal(17), Signal(range(32))
+        with m.If(state == RSQ):
+            m.d.sync += [r_q.eq(Mux(v > 0, rs.data, 0)), k_q.eq(c >> 1), state.eq(PROD)]
+
+        # --- PROD: wide products p_i into pbuf; row max |p| --------------------------------------
+        half = Signal(range(NB + 1))            # half a RoPE head, in beats
+        m.d.comb += half.eq(cfg.n >> (lb + 1))
+        upper = Signal()
+        m.d.comb += [upper.eq(i >= half), ar2.addr.eq(Mux(upper, i - half, i + half))]
+        ps, pmags = [], []
+        for k in range(L):
+            ak, a2k = lane(ar.data, k), lane(ar2.data, k)
+            bx, by = lane(br.data, k), lane(br.data[32 * L:], k, 16)
+            rope_t = Signal(signed(40), name=f"rope_t{k}")
+            m.d.comb += rope_t.eq(Mux(upper, ak * bx + a2k * by, ak * bx - a2k * by))
+            rms_p = rshr_pos(m, mants[k] * r_q, Const(fx.RSQRT_FRAC, 4), 40) * bx[:16].as_signed()
+            rope_p = rshr_pos(m, rope_t, Const(fx.ROPE_FRAC, 4), 41)
+            p = Signal(signed(P_BITS), name=f"p{k}")
+            with m.If(op == VecOp.TO_BFP):
+                m.d.comb += p.eq(ak)
+            with m.Elif(op == VecOp.RMSNORM):
+                m.d.comb += p.eq(rms_p)
+            with m.Elif(op == VecOp.MUL):
+                m.d.comb += p.eq(ak * bx)
+            with m.Elif(op == VecOp.ROPE):
+                m.d.comb += p.eq(rope_p)
+            with m.Elif(op == VecOp.PRESCALE):
+                m.d.comb += p.eq(ak * cfg.cm)
+            ps.append(p)
+            pmags.append(abs_(m, Cat(p, p[-1]).as_signed()))
+        mag_p = Signal(P_BITS)
+        m.d.comb += mag_p.eq(tree(pmags, vmax))
+        m.d.comb += [pw.en.eq(state == PROD), pw.addr.eq(i), pw.data.eq(Cat(*ps))]
+        with m.If(state == PROD):
+            m.d.sync += i.eq(i + 1)
+            with m.If(mag_p > amax_p):
+                m.d.sync += amax_p.eq(mag_p)
+            with m.If(last_i):
+                m.d.sync += [i.eq(0), state.eq(EMIT_N)]
+                with m.If(op == VecOp.TO_BFP):
+                    m.d.sync += e_out.eq(-fx.X_FRAC)
+                with m.Elif(op == VecOp.RMSNORM):
+                    m.d.sync += e_out.eq(-cfg.gain_exp - k_q)
+                with m.Elif(op == VecOp.MUL):
+                    m.d.sync += e_out.eq(ea + eb)
+                with m.Elif(op == VecOp.ROPE):
+                    m.d.sync += e_out.eq(ea)
+                with m.Elif(op == VecOp.PRESCALE):
+                    m.d.sync += e_out.eq(ea - cfg.ce)
+
+        # --- EMIT_N: normalize (sh = max(0, bitlen(amax p) - 15)) -------------------------------
+        bl_p = bitlen(m, amax_p)
+        sh_p = Signal(range(P_BITS + 1))
+        m.d.comb += sh_p.eq(Mux(bl_p > 15, bl_p - 15, 0))
+        mant_o = [sat(m, rshr_pos(m, lane(pr.data, k, P_BITS), sh_p, P_BITS + 1), 16) for k in range(L)]
+
+        # --- EMIT_D: SILU and RESIDUAL straight from the operand buffers ------------------------
+        nsig = fx.SIGMOID_RANGE << fx.SIGMOID_STEP_BITS
+        m.submodules.sigmoid = sg_rom = memory.Memory(shape=16, depth=2 * nsig,
+                                                      init=[int(x) for x in fx.SIGMOID_LUT])
+        silus, resids = [], []
+        for k in range(L):
+            ak = lane(ar.data, k)
+            sidx = rshr_pos(m, ak, Const(fx.X_FRAC - fx.SIGMOID_STEP_BITS, 4), 33)
+            sg = sg_rom.read_port(domain="comb")
+            m.d.comb += sg.addr.eq(sidx + nsig)
+            sig = Signal(17, name=f"sig{k}")
+            m.d.comb += sig.eq(Mux(sidx >= nsig, 1 << fx.P_FRAC, Mux(sidx < -nsig, 0, sg.data)))
+            silus.append(sat(m, rshr_pos(m, ak * sig, Const(fx.P_FRAC, 4), 50), 32))
+            resids.append(sat(m, ak + lane(br.data, k), 32))
+
+        emitting = Signal()
+        m.d.comb += emitting.eq((state == EMIT_N) | (state == EMIT_D))
+        m.d.comb += [self.o.valid.eq(emitting), self.o.payload.last.eq(last_i)]
+        with m.If(state == EMIT_N):
+            m.d.comb += [self.o.payload.x.eq(Cat(*[Cat(mk, mk[15].replicate(16)) for mk in mant_o])),
+                         self.o.payload.exp.eq(e_out + sh_p)]
+        with m.Elif(op == VecOp.SILU):
+            m.d.comb += self.o.payload.x.eq(Cat(*silus))
+        with m.Else():
+            m.d.comb += self.o.payload.x.eq(Cat(*resids))
+        with m.If(emitting & self.o.ready):
+            m.d.sync += i.eq(i + 1)
+            with m.If(last_i):
+                m.d.sync += [i.eq(0), state.eq(IDLE)]
+        return m
+
+
+@block("compute_vector", "RMSNorm, RoPE, SiLU, BFP multiply / normalize, residual (lanes per cycle)",
+       variants=({"lanes": 8},), max_n=128, lanes=1)
+def _vector(max_n, lanes):
+    return VectorUnit(max_n, lanes)

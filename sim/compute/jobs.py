@@ -1,0 +1,263 @@
+"""Random jobs for the compute-unit benches: inputs packed the way the RTL ports take them,
+expected outputs from the golden fixed-point model (``mcf.sw.golden.fixed``), never from
+a model of the RTL."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mcf.sw.golden import fixed as fx
+
+
+def pack(values, bits: int) -> int:
+    """Little-endian packing of signed/unsigned ints into one integer (element 0 lowest)."""
+    out, mask = 0, (1 << bits) - 1
+    for i, v in enumerate(np.asarray(values).reshape(-1)):
+        out |= (int(v) & mask) << (i * bits)
+    return out
+
+
+def unpack(word: int, bits: int, count: int, signed: bool = True) -> list[int]:
+    out = []
+    for i in range(count):
+        v = (word >> (i * bits)) & ((1 << bits) - 1)
+        if signed and v >> (bits - 1):
+            v -= 1 << bits
+        out.append(v)
+    return out
+
+
+@dataclass
+class LinearJob:
+    """One ``fixed.linear`` call as matrix-unit traffic."""
+    cmd: dict
+    act: list = field(default_factory=list)      # (addr, data)
+    exp: list = field(default_factory=list)      # (addr, data)
+    w: list = field(default_factory=list)        # weight beats (ints)
+    scale: list = field(default_factory=list)
+    bias: list = field(default_factory=list)
+    expected: list = field(default_factory=list)  # output beats (ints), one per (tile, token)
+    macs: int = 0
+
+
+def random_bfp_rows(rng: np.random.Generator, t: int, n: int):
+    """BFP16 rows over a wide range of magnitudes (exercises left and right requant shifts)."""
+    mag = 2.0 ** rng.integers(-6, 12, size=(t, 1))
+    x = fx.quantize_x32(rng.standard_normal((t, n)) * mag)
+    return fx.x32_to_bfp(x)
+
+
+def linear_job(rng, rows, lanes, max_tokens, t, n, out, group, bias=True, w_scale=None) -> LinearJob:
+    m, e = random_bfp_rows(rng, t, n)
+    w = rng.standard_normal((out, n)) * (w_scale if w_scale is not None else 2.0 ** rng.integers(-8, 3))
+    qw = fx.quantize_weight(w, group)
+    b = fx.quantize_x32(rng.standard_normal(out) * 4) if bias else None
+    y = fx.linear((m, e), qw, b)
+    return pack_linear(m, e, qw, b, y, rows, lanes, max_tokens)
+
+
+def pack_linear(m, e, qw, b, y, rows, lanes, max_tokens) -> LinearJob:
+    t, n = m.shape
+    out = qw.shape[0]
+    group = qw.group
+    assert out % rows == 0 and group % lanes == 0 and n % group == 0 and t <= max_tokens
+    job = LinearJob(cmd=dict(tokens=t, group_beats=group // lanes, groups=n // group,
+                             tiles=out // rows, w_exp=qw.exp, bias=int(b is not None)))
+    for beat in range(n // lanes):
+        for tok in range(t):
+            job.act.append((beat * max_tokens + tok, pack(m[tok, beat * lanes:(beat + 1) * lanes], 16)))
+    job.exp = [(tok, int(e[tok]) & 0xFF) for tok in range(t)]
+    for tile in range(out // rows):
+        r = slice(tile * rows, (tile + 1) * rows)
+        for gi in range(n // group):
+            for jb in range(group // lanes):
+                c0 = gi * group + jb * lanes
+                job.w.append(pack(qw.q[r, c0:c0 + lanes], 4))
+            job.scale.append(pack(qw.scale[r, gi], 16))
+        if b is not None:
+            job.bias.append(pack(b[r], 32))
+        for tok in range(t):
+            job.expected.append(pack(y[tok, r], 32))
+    job.macs = t * n * out
+    return job
+
+
+def random_kv_rows(rng, count: int, d: int):
+    """BFP16 rows like RoPE'd K / V rows, plus corner cases: zero rows, -32768, tiny rows."""
+    m, e = random_bfp_rows(rng, count, d)
+    m = m.copy()
+    if count > 2:
+        m[0] = 0                          # all-zero block: A = E = 0
+        m[1, :] = rng.integers(-3, 4, d)  # tiny mantissas
+        m[2, 0] = -32768
+    return m, e
+
+
+def kv_blocks(rng, count: int, d: int, lanes: int):
+    """(input beats, expected output beats) for the KV writer, as packed ints
+    (layouts ``kv_in_layout`` / ``kv_out_layout``: fields LSB first)."""
+    m, e = random_kv_rows(rng, count, d)
+    q, a, big_e = fx.quantize_kv((m, e))
+    nb = d // lanes
+    beats_in, beats_out = [], []
+    for r in range(count):
+        for b in range(nb):
+            last = int(b == nb - 1)
+            sl = slice(b * lanes, (b + 1) * lanes)
+            beats_in.append(pack(m[r, sl], 16) | ((int(e[r]) & 0xFF) << (16 * lanes)) | (last << (16 * lanes + 8)))
+            beats_out.append(pack(q[r, sl], 4) | (int(a[r]) << (4 * lanes))
+                             | ((int(big_e[r]) & 0xFF) << (4 * lanes + 8)) | (last << (4 * lanes + 16)))
+    return beats_in, beats_out
+
+
+@dataclass
+class AttentionJob:
+    rows: int
+    cmd: dict
+    q: list            # (row, packed q_layout)
+    k: list            # packed k_layout beats
+    v: list            # packed v_layout beats
+    directory: list    # (block id, state)
+    expected: list     # 32-bit output words (unsigned ints)
+    max_words: list = field(default_factory=list)   # decode protocol: MAX job output
+    mref: list = field(default_factory=list)        # (row, global M) written before APPLY
+
+
+def attention_job(rng, d, group, tokens, keys, block_size=4, final=True, block_bits=8,
+                  states=(0, 1, 2), protocol=False) -> AttentionJob:
+    """``group`` query heads of one KV head x ``tokens`` rows against ``keys`` INT4 keys;
+    row r = (token r // group, head r % group).  Expected words from ``fixed.scores``,
+    ``fixed.partial_state`` and ``fixed.finalize`` / ``fixed.encode_state``."""
+    R = group * tokens
+    qm, qe = random_bfp_rows(rng, R, d)
+    q = fx.prescale_query((qm.reshape(tokens, group, d), qe.reshape(tokens, group)), d)
+    kq, ka, ke = fx.quantize_kv(random_kv_rows(rng, keys, d))
+    vq, va, ve = fx.quantize_kv(random_kv_rows(rng, keys, d))
+    kq, ka, ke, vq, va, ve = kq[:, None], ka[:, None], ke[:, None], vq[:, None], va[:, None], ve[:, None]
+    q_pos = rng.integers(0, keys + 2, size=tokens)
+    k_pos = np.arange(keys)
+    blocks = k_pos // block_size
+    dir_states = {int(b): int(rng.choice(states)) for b in np.unique(blocks)}
+    ok_block = np.array([dir_states[int(b)] in (1, 2) for b in blocks])
+    valid = fx.causal_mask(q_pos, k_pos)[None] & ok_block[None, None, :]
+    valid = np.broadcast_to(valid, (group, tokens, keys))
+    s = fx.scores(q, kq, ka, ke, group)
+    m_ref = None
+    if protocol:
+        # Decode protocol: our local max goes to ReduceOp.MAX with another node's; the state
+        # is then built with the global M (docs/fixed-point.md section 7.4).
+        local = fx.partial_state(s, valid, vq, va, ve, group).m             # [Hq, T]
+        other = np.where(rng.random(local.shape) < 0.3, fx.M_EMPTY,
+                         local + rng.integers(-4000, 4000, size=local.shape))
+        other = np.where(local == fx.M_EMPTY, rng.integers(-20000, 0, size=local.shape), other)
+        m_ref = np.maximum(local, np.clip(other, fx.INT32_MIN, fx.INT32_MAX))
+    st = fx.partial_state(s, valid, vq, va, ve, group, m_ref=m_ref)
+    if final:
+        out = fx.finalize(st)                         # [T, Hq, d]
+        rows_words = [out[r // group, r % group] for r in range(R)]
+    else:
+        words = fx.encode_state(st)                   # [Hq, T, d + 2]
+        rows_words = [words[r % group, r // group] for r in range(R)]
+    expected = [int(w) & 0xFFFFFFFF for row in rows_words for w in row]
+    qmr, qer = q[0].reshape(R, d), q[1].reshape(R)
+    job = pack_attention(qmr, qer, np.repeat(q_pos, group), kq[:, 0], ka[:, 0], ke[:, 0], k_pos, blocks,
+                         vq[:, 0], va[:, 0], ve[:, 0], dir_states, final)
+    job.expected = expected
+    if protocol:
+        job.max_words = [int(local[r % group, r // group]) & 0xFFFFFFFF for r in range(R)]
+        job.mref = [(r, int(m_ref[r % group, r // group])) for r in range(R)]
+    return job
+
+
+@dataclass
+class VectorJob:
+    cmd: dict
+    a: list          # (x, exp)
+    b: list          # (x, y, exp)
+    expected: list   # (x, exp, last); exp 0 for X32 results
+
+
+def vector_job(rng, op: str, n: int) -> VectorJob:
+    """One row (RoPE: one head of n = d) of a vector-unit op, expected from the golden op."""
+    from mcf.hw.compute.vector import VecOp
+    cmd = dict(op=int(VecOp[op]), n=n, gain_exp=0, eps=0, cm=0, ce=0)
+    x = fx.quantize_x32(rng.standard_normal(n) * 2.0 ** rng.integers(-8, 10))
+    zeros = [(0, 0, 0)] * n
+
+    def bfp_out(mant, e):
+        return [(int(v), int(e), int(i == n - 1)) for i, v in enumerate(mant)]
+
+    if op == "TO_BFP":
+        mant, e = fx.x32_to_bfp(x[None])
+        return VectorJob(cmd, [(int(v), 0) for v in x], zeros, bfp_out(mant[0], e[0]))
+    if op == "RMSNORM":
+        gamma = rng.standard_normal(n) * 0.5 + 1.0
+        gain, gexp = fx.quantize_gain(gamma)
+        eps = 1e-6
+        cmd.update(gain_exp=gexp, eps=fx.eps_constant(n, eps))
+        mant, e = fx.rmsnorm(x[None], gain, gexp, eps)
+        return VectorJob(cmd, [(int(v), 0) for v in x], [(int(g), 0, 0) for g in gain], bfp_out(mant[0], e[0]))
+    if op == "SILU":
+        y = fx.silu(x)
+        return VectorJob(cmd, [(int(v), 0) for v in x], zeros, [(int(v), 0, int(i == n - 1)) for i, v in enumerate(y)])
+    if op == "RESIDUAL":
+        r = fx.quantize_x32(rng.standard_normal(n) * 2.0 ** rng.integers(-8, 16))
+        y = fx.sat(x + r, 32)
+        return VectorJob(cmd, [(int(v), 0) for v in x], [(int(v), 0, 0) for v in r],
+                         [(int(v), 0, int(i == n - 1)) for i, v in enumerate(y)])
+    am, ae = fx.x32_to_bfp(x[None])
+    if op == "MUL":
+        bm, be = fx.x32_to_bfp(fx.quantize_x32(rng.standard_normal(n) * 2.0 ** rng.integers(-8, 10))[None])
+        mant, e = fx.bfp_mul((am, ae), (bm, be))
+        return VectorJob(cmd, [(int(v), int(ae[0])) for v in am[0]], [(int(v), 0, int(be[0])) for v in bm[0]],
+                         bfp_out(mant[0], e[0]))
+    if op == "ROPE":
+        pos = int(rng.integers(0, 4096))
+        cos, sin = fx.rope_table(n, 1e6, [pos])
+        mant, e = fx.rope((am[None], ae[None]), cos, sin)        # [T=1, H=1, d]
+        half = n // 2
+        b = [(int(cos[0, i % half]), int(sin[0, i % half]), 0) for i in range(n)]
+        return VectorJob(cmd, [(int(v), int(ae[0])) for v in am[0]], b, bfp_out(mant[0, 0], e[0, 0]))
+    if op == "PRESCALE":
+        cm, ce = fx.score_constant(n)
+        cmd.update(cm=cm, ce=ce)
+        mant, e = fx.prescale_query((am, ae), n)
+        return VectorJob(cmd, [(int(v), int(ae[0])) for v in am[0]], zeros, bfp_out(mant[0], e[0]))
+    raise ValueError(op)
+
+
+def pack_attention(qm, qe, qpos, kq, ka, ke, kpos, blocks, vq, va, ve, dir_states: dict,
+                   final: bool) -> AttentionJob:
+    """Attention-unit traffic for rows (qm [R, d], qe [R], qpos [R]) over keys [S]."""
+    R, d = qm.shape
+    qw = [(r, pack(qm[r], 16) | ((int(qe[r]) & 0xFF) << (16 * d)) | (int(qpos[r]) << (16 * d + 8)))
+          for r in range(R)]
+    kb = [pack(kq[j], 4) | (int(ka[j]) << (4 * d)) | ((int(ke[j]) & 0xFF) << (4 * d + 8))
+          | (int(kpos[j]) << (4 * d + 16)) | (int(blocks[j]) << (4 * d + 32)) for j in range(len(kq))]
+    vb = [pack(vq[j], 4) | (int(va[j]) << (4 * d)) | ((int(ve[j]) & 0xFF) << (4 * d + 8))
+          for j in range(len(vq))]
+    return AttentionJob(R, dict(keys=len(kq), final=int(final), phase=0), qw, kb, vb,
+                        sorted(dir_states.items()), [])
+
+
+def vector_beats(job: VectorJob, lanes: int):
+    """A job's per-element operands as beats of ``lanes`` elements (payload dicts)."""
+    n = len(job.a)
+    assert n % lanes == 0
+    a, b = [], []
+    for t in range(0, n, lanes):
+        a.append({"x": pack([x for x, _ in job.a[t:t + lanes]], 32), "exp": job.a[t][1]})
+        b.append({"x": pack([x for x, _, _ in job.b[t:t + lanes]], 32),
+                  "y": pack([y for _, y, _ in job.b[t:t + lanes]], 16), "exp": job.b[t][2]})
+    return a, b
+
+
+def vector_elements(beats, lanes: int):
+    """Output beats (x, exp, last) -> per-element (x, exp, last), last on the final element."""
+    out = []
+    for x, e, last in beats:
+        vals = unpack(x, 32, lanes)
+        for k, v in enumerate(vals):
+            out.append((v, e, int(bool(last) and k == lanes - 1)))
+    return out
