@@ -42,7 +42,7 @@ from mcf.hw.compute.arith import bitlen, rshr, rshr_pos, sat
 from mcf.hw.compute.directory import ReplicaDirectory
 from mcf.hw.compute.matrix import MemWriteSignature
 from mcf.hw.registry import block
-from mcf.sw.golden import fixed as fx
+from mcf.spec import fixed as fx
 
 POS_BITS = 16
 INT32_MIN = -(1 << 31)

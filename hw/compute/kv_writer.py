@@ -23,7 +23,7 @@ from amaranth.utils import ceil_log2
 
 from mcf.hw.compute.arith import abs_, bitlen, rshr_pos, sat, write_indexed
 from mcf.hw.registry import block
-from mcf.sw.golden import fixed as fx
+from mcf.spec import fixed as fx
 
 
 def kv_in_layout(lanes):

@@ -29,7 +29,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.compute.arith import abs_, bitlen, rshr, rshr_pos, sat
 from mcf.hw.registry import block
-from mcf.sw.golden import fixed as fx
+from mcf.spec import fixed as fx
 
 P_BITS = 36      # widest product before normalize: rmsnorm's rshr(m r, 14) * gain
 

@@ -36,7 +36,7 @@ from mcf.hw.packet.header import HeaderSerializer, ParsedHeaderLayout
 from mcf.spec import ReduceOp
 from mcf.spec.packet import REDUCE_WORD_BITS
 # The softmax merge's constants and exp2 table: the golden model's (one definition).
-from mcf.sw.golden.fixed import EXP2_LUT, EXP_LUT_BITS, P_FRAC, S_FRAC
+from mcf.spec.fixed import EXP2_LUT, EXP_LUT_BITS, P_FRAC, S_FRAC
 
 WORD = REDUCE_WORD_BITS
 

@@ -1,8 +1,8 @@
 """Fixed-point arithmetic of the MCF hardware, bit for bit (spec: docs/fixed-point.md).
 
 Everything here is integer arithmetic on int64 NumPy arrays; every value that crosses a
-hardware boundary fits the width named in the spec.  Tables (LUTs) are built once, with
-float64 maths, by the functions at the bottom of the "tables" section; the hardware stores
+hardware boundary fits the width named in the spec.  The format constants and the tables
+(LUTs) live in ``mcf.spec.fixed`` (built once with float64 maths); the hardware stores
 the same integers in ROM.  Where a wide dot product is evaluated with a float64 matmul
 (for speed) every product and partial sum is an integer below 2^53, so the result is exact
 whatever the summation order (asserted by ``_exact_matmul``).
@@ -28,30 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mcf.spec.packet import REDUCE_WORD_BITS
-
-# --- format constants ---------------------------------------------------------------------
-X_FRAC = 16            # X32 fraction bits
-MANT_BITS = 16         # BFP16 mantissa width (signed)
-W_BITS = 4             # weight / KV element width (signed)
-SCALE_BITS = 16        # weight group scale width (unsigned)
-GAIN_BITS = 16         # RMSNorm gain width (signed)
-RSQRT_IDX_BITS = 10    # rsqrt LUT index: v normalised to [256, 1024] (even exponent)
-RSQRT_FRAC = 14        # rsqrt LUT values Q.14 (<= 2.0)
-ROPE_FRAC = 14         # cos/sin table Q.14
-SIGMOID_STEP_BITS = 6  # sigmoid LUT step 1/64 over [-8, 8)
-SIGMOID_RANGE = 8
-P_FRAC = 15            # softmax weight p, and sigmoid / exp2 LUT values, Q.15
-S_FRAC = 12            # score fraction bits (log2 units)
-EXP_LUT_BITS = 8       # exp2 LUT: 256 entries over one octave
-O_FRAC = 12            # fraction bits of o in the (m, l, o) state
-RCP_IDX_BITS = 10      # reciprocal LUT index: l normalised to [512, 1024]
-RCP_FRAC = 24          # reciprocal LUT: round(2^24 / i)
-KV_A_BITS = 8          # KV scale mantissa A in [128, 255]
-RCP7 = 9362            # round(2^16 / 7): amax / 7 without a divider
-WORD_BITS = REDUCE_WORD_BITS
-INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-M_EMPTY = INT32_MIN    # m of a state that has seen no key
+# Formats and ROM tables: the one definition is mcf.spec.fixed (the RTL reads it too).
+from mcf.spec.fixed import (  # noqa: F401  (re-exported as fixed.NAME)
+    X_FRAC, MANT_BITS, W_BITS, SCALE_BITS, GAIN_BITS, RSQRT_IDX_BITS, RSQRT_FRAC, ROPE_FRAC,
+    SIGMOID_STEP_BITS, SIGMOID_RANGE, P_FRAC, S_FRAC, EXP_LUT_BITS, O_FRAC, RCP_IDX_BITS,
+    RCP_FRAC, KV_A_BITS, RCP7, WORD_BITS, INT32_MIN, INT32_MAX, M_EMPTY, rsqrt_lut, exp2_lut,
+    rcp_lut, sigmoid_lut, kv_rcp_lut, RSQRT_LUT, EXP2_LUT, RCP_LUT, SIGMOID_LUT, KV_RCP_LUT,
+    round_half_up as _rnd)
 
 
 # --- integer primitives -------------------------------------------------------------------
@@ -96,48 +79,6 @@ def _exact_matmul(a: np.ndarray, b: np.ndarray, bound: float) -> np.ndarray:
     return (a.astype(np.float64, copy=False) @ b.astype(np.float64, copy=False)).astype(np.int64)
 
 
-def _rnd(x) -> np.ndarray:
-    """Round half up of float64 values to int64 (table and offline-quantiser rounding)."""
-    return np.floor(np.asarray(x, dtype=np.float64) + 0.5).astype(np.int64)
-
-
-# --- tables (ROM contents) -----------------------------------------------------------------
-def rsqrt_lut() -> np.ndarray:
-    """[i - 256] = round(2^14 / sqrt(i / 1024)) for i in [256, 1024]: 769 entries, <= 32768."""
-    i = np.arange(1 << (RSQRT_IDX_BITS - 2), (1 << RSQRT_IDX_BITS) + 1, dtype=np.float64)
-    return _rnd((1 << RSQRT_FRAC) / np.sqrt(i / (1 << RSQRT_IDX_BITS)))
-
-
-def exp2_lut() -> np.ndarray:
-    """[f] = round(2^15 * 2^(-f/256)), f in [0, 255]: 32768 ... 16428."""
-    f = np.arange(1 << EXP_LUT_BITS, dtype=np.float64)
-    return _rnd((1 << P_FRAC) * np.exp2(-f / (1 << EXP_LUT_BITS)))
-
-
-def rcp_lut() -> np.ndarray:
-    """[i - 512] = round(2^24 / i) for i in [512, 1024]: 513 entries, 32768 ... 16384."""
-    i = np.arange(1 << (RCP_IDX_BITS - 1), (1 << RCP_IDX_BITS) + 1, dtype=np.float64)
-    return _rnd((1 << RCP_FRAC) / i)
-
-
-def sigmoid_lut() -> np.ndarray:
-    """[i + 512] = round(2^15 * sigmoid(i / 64)) for i in [-512, 511]."""
-    n = SIGMOID_RANGE << SIGMOID_STEP_BITS
-    x = np.arange(-n, n, dtype=np.float64) / (1 << SIGMOID_STEP_BITS)
-    return _rnd((1 << P_FRAC) / (1.0 + np.exp(-x)))
-
-
-def kv_rcp_lut() -> np.ndarray:
-    """[A - 128] = round(2^24 / A) for A in [128, 255] (KV quantiser)."""
-    a = np.arange(128, 256, dtype=np.float64)
-    return _rnd((1 << 24) / a)
-
-
-RSQRT_LUT = rsqrt_lut()
-EXP2_LUT = exp2_lut()
-RCP_LUT = rcp_lut()
-SIGMOID_LUT = sigmoid_lut()
-KV_RCP_LUT = kv_rcp_lut()
 
 
 def score_constant(head_dim: int) -> tuple[int, int]:
