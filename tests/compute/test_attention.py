@@ -8,6 +8,7 @@ from amaranth.sim import Simulator
 from mcf.hw.compute.attention import AttentionUnit
 from mcf.hw.compute.directory import ReplicaDirectory
 from mcf.sim.compute.jobs import attention_job
+from mcf.sim.compute.drive import run_attention
 from mcf.sim.runner import run_cocotb
 
 
@@ -20,40 +21,8 @@ def test_construction():
 
 
 def run_amaranth(dut, job):
-    got = []
-
-    async def bench(ctx):
-        for blk, st in job.directory:
-            ctx.set(dut.dir_en, 1); ctx.set(dut.dir_block, blk); ctx.set(dut.dir_state, st)
-            await ctx.tick()
-        ctx.set(dut.dir_en, 0)
-        for r, w in job.q:
-            ctx.set(dut.q.en, 1); ctx.set(dut.q.addr, r); ctx.set(dut.q.data, w)
-            await ctx.tick()
-        ctx.set(dut.q.en, 0)
-        ctx.set(dut.cmd.payload, job.cmd); ctx.set(dut.cmd.valid, 1)
-        await ctx.tick()
-        ctx.set(dut.cmd.valid, 0)
-        ki = vi = 0
-        ks = job.k if dut.score_buffer else job.k + job.k     # no buffer: K again in pass 2
-        ctx.set(dut.o.tready, 1)
-        for _ in range(10 * len(job.k) + 10 * len(job.expected) + 100):
-            ctx.set(dut.k.valid, ki < len(ks)); ctx.set(dut.k.payload.as_value(), ks[min(ki, len(ks) - 1)])
-            ctx.set(dut.v.valid, vi < len(job.v)); ctx.set(dut.v.payload.as_value(), job.v[min(vi, len(job.v) - 1)])
-            await ctx.delay(1e-9)
-            kr, vr = ctx.get(dut.k.ready), ctx.get(dut.v.ready)
-            if ctx.get(dut.o.tvalid):
-                got.append(ctx.get(dut.o.tdata))
-            await ctx.tick()
-            ki += kr and ki < len(ks); vi += vr and vi < len(job.v)
-            if len(got) == len(job.expected):
-                break
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    return got
+    """One job through the shared Amaranth-simulator driver (mcf.sim.compute.drive)."""
+    return run_attention(dut, [job])[0]
 
 
 @pytest.mark.parametrize("final,buffer", [(False, True), (True, True), (False, False), (True, False)])

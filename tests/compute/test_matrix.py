@@ -1,10 +1,10 @@
 """Matrix unit: construction, Amaranth-simulator unit test and cocotb bench vs ``fixed.linear``."""
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from mcf.hw.compute.matrix import MatrixUnit
 from mcf.sim.compute.jobs import linear_job
+from mcf.sim.compute.drive import run_matrix
 from mcf.sim.runner import run_cocotb
 
 
@@ -23,43 +23,8 @@ def test_bad_params():
 
 
 def run_amaranth(dut, job):
-    """Drive one job with always-valid streams and an always-ready output."""
-    got = []
-
-    async def bench(ctx):
-        for a, d in job.act:
-            ctx.set(dut.act.en, 1); ctx.set(dut.act.addr, a); ctx.set(dut.act.data, d)
-            await ctx.tick()
-        ctx.set(dut.act.en, 0)
-        for a, d in job.exp:
-            ctx.set(dut.exp.en, 1); ctx.set(dut.exp.addr, a); ctx.set(dut.exp.data, d)
-            await ctx.tick()
-        ctx.set(dut.exp.en, 0)
-        ctx.set(dut.cmd.payload, job.cmd)
-        ctx.set(dut.cmd.valid, 1)
-        await ctx.tick()
-        ctx.set(dut.cmd.valid, 0)
-        wi = si = bi = 0
-        ctx.set(dut.o.tready, 1)
-        for _ in range(20 * len(job.w) * job.cmd["tokens"] + 50):
-            ctx.set(dut.w.tvalid, wi < len(job.w)); ctx.set(dut.w.tdata, job.w[min(wi, len(job.w) - 1)])
-            ctx.set(dut.scale.valid, si < len(job.scale)); ctx.set(dut.scale.payload, job.scale[min(si, len(job.scale) - 1)])
-            if job.bias:
-                ctx.set(dut.bias.valid, bi < len(job.bias)); ctx.set(dut.bias.payload, job.bias[min(bi, len(job.bias) - 1)])
-            await ctx.delay(1e-9)
-            wr, sr, br = ctx.get(dut.w.tready), ctx.get(dut.scale.ready), ctx.get(dut.bias.ready)
-            if ctx.get(dut.o.tvalid):
-                got.append(ctx.get(dut.o.tdata))
-            await ctx.tick()
-            wi += wr; si += sr; bi += br
-            if len(got) == len(job.expected):
-                break
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    return got
+    """One job through the shared Amaranth-simulator driver (mcf.sim.compute.drive)."""
+    return run_matrix(dut, [job])[0]
 
 
 @pytest.mark.parametrize("t,packed,lanes", [(1, True, 4), (3, True, 8), (3, False, 4)])
