@@ -137,6 +137,19 @@ def _two_phase(attn: FixedAttn, qi, contributions) -> np.ndarray:
     return attn.finalize(fx.fold_states(words))
 
 
+def _combine(attn, qi, key_sets) -> np.ndarray:
+    """Output rows of queries ``qi`` over ``key_sets`` combined in list order by one node:
+    fixed point takes the shared row maximum (MAX) and folds the states in order; float
+    merges online."""
+    if isinstance(attn, FixedAttn):
+        m = fx.reduce_max([attn.local_max(qi, kj) for kj in key_sets])
+        return attn.finalize(fx.fold_states([attn.state(qi, kj, m) for kj in key_sets]))
+    acc = attn.state(qi, key_sets[0])
+    for kj in key_sets[1:]:
+        acc = attn.merge(acc, attn.state(qi, kj))
+    return attn.finalize(acc)
+
+
 # --- (a), (b): ring pass-KV over a layout ----------------------------------------------------
 def ring_attention(attn, shards: list[np.ndarray]) -> np.ndarray:
     """Pass-KV ring: node i keeps its query rows shards[i]; at step s it holds the KV of
@@ -147,18 +160,8 @@ def ring_attention(attn, shards: list[np.ndarray]) -> np.ndarray:
     for i in range(n):
         qi = shards[i]
         arrivals = [shards[(i - s) % n] for s in range(n)]       # KV visiting node i, in order
-        if isinstance(attn, FixedAttn):
-            # Phase 1: the running max travels with the ring; phase 2: states relative to it.
-            m = fx.reduce_max([attn.local_max(qi, kj) for kj in arrivals])
-            acc = attn.state(qi, arrivals[0], m)
-            for kj in arrivals[1:]:
-                acc = fx.merge_states(acc, attn.state(qi, kj, m))
-            rows = attn.finalize(acc)
-        else:
-            acc = attn.state(qi, arrivals[0])
-            for kj in arrivals[1:]:
-                acc = attn.merge(acc, attn.state(qi, kj))
-            rows = attn.finalize(acc)
+        # Fixed point: the running max travels with the ring, then states relative to it.
+        rows = _combine(attn, qi, arrivals)
         if out is None:
             out = np.zeros((t,) + rows.shape[1:], dtype=rows.dtype)
         out[qi] = rows
@@ -239,10 +242,7 @@ def chunked_prefill_attention(attn, chunk: int, placement: Placement,
         if isinstance(attn, FixedAttn):
             rows = _two_phase(attn, qi, contributions)
         else:
-            acc = attn.state(qi, contributions[0][1])
-            for _, kj in contributions[1:]:
-                acc = attn.merge(acc, attn.state(qi, kj))
-            rows = attn.finalize(acc)
+            rows = _combine(attn, qi, [kj for _, kj in contributions])
         if out is None:
             out = np.zeros((t,) + rows.shape[1:], dtype=rows.dtype)
         out[qi] = rows
@@ -276,14 +276,7 @@ def plan_prefill_attention(attn, plan, chunk_tokens) -> np.ndarray:
         for qi in np.array_split(rows, len(nodes)):
             if qi.size == 0:
                 continue
-            if isinstance(attn, FixedAttn):
-                m = fx.reduce_max([attn.local_max(qi, kb) for kb in blocks])
-                res = attn.finalize(fx.fold_states([attn.state(qi, kb, m) for kb in blocks]))
-            else:
-                acc = attn.state(qi, blocks[0])
-                for kb in blocks[1:]:
-                    acc = attn.merge(acc, attn.state(qi, kb))
-                res = attn.finalize(acc)
+            res = _combine(attn, qi, blocks)
             if out is None:
                 out = np.zeros((t,) + res.shape[1:], dtype=res.dtype)
             out[qi] = res
