@@ -120,6 +120,18 @@ def run_kv_writer(dut, beats_in: list[int], blocks: int) -> list[int]:
     return got
 
 
+async def load_attention_job(ctx, dut, job) -> None:
+    """Write a job's replica-directory entries and query rows into the attention unit."""
+    for blk, st in job.directory:
+        ctx.set(dut.dir_en, 1); ctx.set(dut.dir_block, blk); ctx.set(dut.dir_state, st)
+        await ctx.tick()
+    ctx.set(dut.dir_en, 0)
+    for r, w in job.q:
+        ctx.set(dut.q.en, 1); ctx.set(dut.q.addr, r); ctx.set(dut.q.data, w)
+        await ctx.tick()
+    ctx.set(dut.q.en, 0)
+
+
 def run_attention(dut, jobs) -> list[list[int]]:
     """Each ``AttentionJob`` (phase FULL) -> its 32-bit output words."""
     results = []
@@ -128,14 +140,7 @@ def run_attention(dut, jobs) -> list[list[int]]:
         ctx.set(dut.o.tready, 1)
         for job in jobs:
             got = []
-            for blk, st in job.directory:
-                ctx.set(dut.dir_en, 1); ctx.set(dut.dir_block, blk); ctx.set(dut.dir_state, st)
-                await ctx.tick()
-            ctx.set(dut.dir_en, 0)
-            for r, w in job.q:
-                ctx.set(dut.q.en, 1); ctx.set(dut.q.addr, r); ctx.set(dut.q.data, w)
-                await ctx.tick()
-            ctx.set(dut.q.en, 0)
+            await load_attention_job(ctx, dut, job)
             ctx.set(dut.cmd.payload, job.cmd); ctx.set(dut.cmd.valid, 1)
             await ctx.tick()
             ctx.set(dut.cmd.valid, 0)

@@ -8,7 +8,7 @@ from amaranth.sim import Simulator
 from mcf.hw.compute.attention import AttentionUnit
 from mcf.hw.compute.directory import ReplicaDirectory
 from mcf.sim.compute.jobs import attention_job
-from mcf.sim.compute.drive import run_attention
+from mcf.sim.compute.drive import load_attention_job, run_attention
 from mcf.sim.runner import run_cocotb
 
 
@@ -47,14 +47,7 @@ def run_protocol(dut, job):
     got_max, got = [], []
 
     async def bench(ctx):
-        for blk, st in job.directory:
-            ctx.set(dut.dir_en, 1); ctx.set(dut.dir_block, blk); ctx.set(dut.dir_state, st)
-            await ctx.tick()
-        ctx.set(dut.dir_en, 0)
-        for r, w in job.q:
-            ctx.set(dut.q.en, 1); ctx.set(dut.q.addr, r); ctx.set(dut.q.data, w)
-            await ctx.tick()
-        ctx.set(dut.q.en, 0)
+        await load_attention_job(ctx, dut, job)
         ctx.set(dut.o.tready, 1)
         for phase, out, streams in ((1, got_max, ("k",)), (2, got, ("v",))):
             if phase == 2:
