@@ -12,6 +12,9 @@ import json
 import tempfile
 from pathlib import Path
 
+#: The matrix unit's steady-state bench (module, coroutine), beside the unit's tests.
+UTILIZATION_BENCH = ("tests.hw.compute.test_matrix", "run_utilization")
+
 NAME = "compute"
 HELP = "compute engine: MAC utilization (RTL sim), MACs/cycle, cycles per decoder layer"
 
@@ -44,8 +47,8 @@ def run(args) -> dict:
               "max_tiles": args.tiles}
     with tempfile.TemporaryDirectory(prefix="mcf-bench-compute-") as tmp:
         report = Path(tmp) / "util.json"
-        run_cocotb(MatrixUnit(**params), "mcf.sim.compute.test_matrix", Path(tmp) / "build",
-                   testcase="utilization",
+        run_cocotb(MatrixUnit(**params), UTILIZATION_BENCH[0], Path(tmp) / "build",
+                   testcase=UTILIZATION_BENCH[1],
                    params={**params, "tokens": args.tokens, "tiles": args.tiles,
                            "group": min(args.inputs, 128) // args.lanes * args.lanes or args.lanes,
                            "report": str(report)})

@@ -17,9 +17,10 @@ import random
 from dataclasses import dataclass, field
 
 from mcf import spec
-from mcf.sim.nic.model import RouteEntry, decide, raw_header, reduce_words
-from mcf.sim.nic.traffic import pad_header, random_states
+from mcf.sim.nic.traffic import random_states
 from mcf.spec import Collective, ErrorCause, Op, ReduceOp, Stage
+from mcf.spec.packet import pad_header
+from mcf.sw.golden.nic import RouteEntry, decide, raw_header, reduce_words
 
 ALL_REDUCE_ROUTE = 200
 REDUCE_ROUTE = 160

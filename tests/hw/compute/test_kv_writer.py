@@ -1,11 +1,29 @@
-"""KV block writer: construction, Amaranth-simulator and cocotb benches vs ``fixed.quantize_kv``."""
+"""KV block writer (hw/compute/kv_writer.py): construction, an Amaranth-simulator test and the
+cocotb bench with its pytest runner, against ``fixed.quantize_kv`` (random pauses on both
+streams)."""
+import cocotb
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
 from mcf.hw.compute.kv_writer import KVWriter
+from mcf.sim.cocotb_util import StreamSink, StreamSource, bounded, params, pauses, start
 from mcf.sim.compute.jobs import kv_blocks
 from mcf.sim.runner import run_cocotb
+
+
+@cocotb.test()
+async def run_quantize(dut):
+    p = params()
+    seed = p.get("seed", 1)
+    beats_in, expected = kv_blocks(np.random.default_rng(seed), p["blocks"], p["head_dim"], p["lanes"])
+    src = StreamSource(dut, "i", dut.clk, pauses(seed + 1))
+    sink = StreamSink(dut, "o", dut.clk, pauses(seed + 2))
+    await start(dut)
+    cocotb.start_soon(src.send(beats_in))
+    got = await bounded(sink.recv(len(expected)), 40 * len(expected) * 10 + 5000, "KV blocks")
+    for i, (a, b) in enumerate(zip(got, expected)):
+        assert a == b, f"beat {i}: got {a:#x} expected {b:#x}"
 
 
 def test_construction():
@@ -49,5 +67,5 @@ def test_quantize_amaranth_sim():
 @pytest.mark.cocotb
 @pytest.mark.parametrize("head_dim,lanes", [(16, 4), (16, 16)])
 def test_quantize_cocotb(build_dir, head_dim, lanes):
-    run_cocotb(KVWriter(head_dim, lanes), "mcf.sim.compute.test_kv_writer", build_dir,
-               testcase="quantize", params={"head_dim": head_dim, "lanes": lanes, "blocks": 40})
+    run_cocotb(KVWriter(head_dim, lanes), __name__, build_dir,
+               testcase="run_quantize", params={"head_dim": head_dim, "lanes": lanes, "blocks": 40})

@@ -1,24 +1,29 @@
-"""cocotb bench: four nodes (register block + packetizer + NIC) wired port to port.
+"""NicNode and NicMesh (hw/nic/top.py): four nodes (register block + packetizer + NIC) wired
+port to port, a cocotb bench with its pytest runners.
 
 Everything goes the way the runtime drives a node: route tables written and error counters
 read over AXI-Lite (``mcf.sw.driver`` over cocotbext-axi ``AxiLiteMaster``), headers pushed
 into the metadata queue, payloads pushed into the packetizer (random pauses), deliveries
 taken from every node's local port (random pauses).  Expectations: ``MeshPlan.expected``
-(the Python model, hop by hop) and ``reduce_words`` for reductions.
+(the Python reference, hop by hop) and ``reduce_words`` for reductions.
 """
-from __future__ import annotations
-
 import cocotb
+import pytest
 from cocotb.triggers import ClockCycles, Event, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from mcf import spec
+from mcf.hw.nic.top import NicMesh, NicNode
 from mcf.sim.cocotb_util import bounded, params, pauses, start
 from mcf.sim.nic.mesh_plan import MeshPlan
+from mcf.sim.runner import run_cocotb
 from mcf.spec import ErrorCause, Op
 from mcf.spec.regmap import DATA_BITS, META_WORDS
 from mcf.sw.driver import CocotbBackend, Driver, decode_fields
 
+#: NIC parameters of every node (the bench reads them back through ``params()``).
+SMALL = dict(buffer_depth=64, desc_depth=8, route_entries=256, reduce_slots=4, reduce_beats=32,
+             softmax_fan_in=4, state_words=6)
 OP_AT = spec.META.offsets["op"]
 KV_AT = spec.META.offsets["kv_id"]
 
@@ -34,7 +39,7 @@ async def push_raw_meta(drv: Driver, header: bytes):
 
 
 @cocotb.test()
-async def mesh(dut):
+async def run_cluster(dut):
     p = params()
     n, w, seed, slots = p["nodes"], p["data_width"], p.get("seed", 1), p["reduce_slots"]
     plan = MeshPlan(n, w, seed=seed, buffer_depth=p["buffer_depth"], reduce_beats=p["reduce_beats"],
@@ -138,3 +143,31 @@ async def mesh(dut):
         assert got_err == want_errors[a], f"node {a}: error counters {got_err}, expected {want_errors[a]}"
     dut._log.info("mesh: %d deliveries, %d errors, %d reductions", total,
                   sum(map(sum, want_errors)), len(plan.reductions))
+
+
+def test_construction():
+    node = NicNode(64, 3, meta_queue_depth=8, payload_depth=64, **SMALL)
+    assert len(node.rx) == len(node.tx) == 3 and len(node.payload.tdata) == 64
+    mesh = NicMesh(4, 64, topology="ring", **SMALL)
+    assert len(mesh.axil) == len(mesh.payload) == len(mesh.local_out) == 4
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("topology", ["full", "ring"])
+def test_mesh_cocotb(topology, build_dir):
+    """Four nodes: full mesh (one hop, ALL_REDUCE by every member) and ring (two hops,
+    reduction trees that reduce on the way)."""
+    params = dict(nodes=4, data_width=64, packets_per_node=40, reductions=6, topology=topology, **SMALL)
+    mesh = NicMesh(4, 64, topology=topology, meta_queue_depth=8, payload_depth=64, **SMALL)
+    run_cocotb(mesh, __name__, build_dir, testcase="run_cluster", params=params)
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+@pytest.mark.parametrize("width,topology", [(64, "ring"), (128, "full")])
+def test_mesh_large(width, topology, build_dir):
+    """A thousand packets of a 4-node plan through four NICs."""
+    params = dict(nodes=4, data_width=width, packets_per_node=250, reductions=30, seed=5,
+                  topology=topology, **SMALL)
+    mesh = NicMesh(4, width, topology=topology, meta_queue_depth=8, payload_depth=64, **SMALL)
+    run_cocotb(mesh, __name__, build_dir, testcase="run_cluster", params=params)
