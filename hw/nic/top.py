@@ -22,6 +22,7 @@ from mcf.hw.nic.nic import Nic
 from mcf.hw.packet.packetizer import Packetizer
 from mcf.hw.registry import block
 from mcf.spec.regmap import ADDR_BITS, DATA_BITS
+from mcf.spec.topology import Topology
 
 
 class NicNode(wiring.Component):
@@ -71,25 +72,20 @@ class NicNode(wiring.Component):
         return m
 
 
-def neighbours(topology: str, a: int, nodes: int) -> list[int]:
-    """The node each port of node ``a`` leads to.
-
-    ``full``: a switchless full mesh, port p -> (a + p + 1) mod n.
-    ``ring``: port 0 -> a + 1, port 1 -> a - 1 (mod n), MARS's ring numbering."""
-    if topology == "full":
-        return [(a + p + 1) % nodes for p in range(nodes - 1)]
-    if topology == "ring":
-        return [(a + 1) % nodes, (a - 1) % nodes]
-    raise ValueError(f"topology={topology!r}: full or ring")
+#: Topologies a cluster of NICs can be wired in without a switch model.
+WIRED_TOPOLOGIES = ("full_mesh", "ring")
 
 
-class NicMesh(wiring.Component):
-    """``nodes`` NicNodes wired port to port (``topology``: see ``neighbours``)."""
+class NicCluster(wiring.Component):
+    """``nodes`` NicNodes wired port to port by ``mcf.spec.topology.Topology(topology, nodes)``
+    (``full_mesh`` or ``ring``: every port leads to a peer)."""
 
-    def __init__(self, nodes: int = 4, data_width: int = 64, topology: str = "full", **node_params):
+    def __init__(self, nodes: int = 4, data_width: int = 64, topology: str = "full_mesh", **node_params):
         if nodes < 3:
-            raise ValueError("nodes must be >= 3")
-        neighbours(topology, 0, nodes)
+            raise ValueError(f"nodes={nodes}: must be >= 3")
+        if topology not in WIRED_TOPOLOGIES:
+            raise ValueError(f"topology={topology!r}: one of {', '.join(WIRED_TOPOLOGIES)}")
+        self.topo = Topology(topology, nodes)
         self.nodes = nodes
         self.topology = topology
         self.data_width = data_width
@@ -104,7 +100,7 @@ class NicMesh(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.nodes
-        peers = [neighbours(self.topology, a, n) for a in range(n)]
+        peers = [self.topo.peers(a) for a in range(n)]
         nodes = []
         for a in range(n):
             node = NicNode(self.data_width, len(peers[a]), **self.node_params)

@@ -22,7 +22,6 @@ from .directory import ReplicaDirectory, State, replay
 from .lower import NodeProgram, lower
 from .planner import SCHEMES, Event, Plan, PlanRequest, plan
 from .profile import HardwareProfile, load_profile
-from .topology import Topology
 
 __all__ = ["Event", "HardwareProfile", "NodeProgram", "Plan", "PlanRequest", "ReplicaDirectory",
-           "SCHEMES", "State", "Topology", "load_profile", "lower", "plan", "replay"]
+           "SCHEMES", "State", "load_profile", "lower", "plan", "replay"]

@@ -31,7 +31,8 @@ import numpy as np
 from mcf.sw.errors import UserError
 from mcf.sw.models.config import ModelConfig
 from .profile import HardwareProfile
-from .topology import Topology
+from mcf.spec.bits import SpecError
+from mcf.spec.topology import Topology
 
 SCHEMES = ("mars", "ring", "zigzag", "full", "pd", "passq")
 SHARDINGS = ("contiguous", "zigzag", "round-robin")
@@ -95,7 +96,10 @@ class PlanRequest:
             raise UserError(f"gamma={r.gamma}: must be > 0")
         if r.scheme == "pd" and r.nodes < 2:
             raise UserError(f"nodes={r.nodes}: scheme pd needs >= 2 (prefill and decode nodes)")
-        topo = Topology(r.topology, r.nodes)
+        try:
+            topo = Topology(r.topology, r.nodes)
+        except SpecError as exc:
+            raise UserError(str(exc)) from None
         if topo.ports_needed > p.net_ports:
             raise UserError(f"topology={r.topology}: needs {topo.ports_needed} network ports per "
                             f"node, profile {p.name} has net_ports={p.net_ports}")
@@ -498,7 +502,7 @@ def _evaluate(inst: _Instance, r_step: np.ndarray, alpha, path_req: str) -> dict
     hsum, hmax = topo.nearest_holder_stats
     if ring_mode:
         # pass-KV: every block walks the (logical) ring of compute nodes; each hop forwards it.
-        # (a logical ring over a switch or a mesh: one hop per ring edge, a snake through the grid)
+        # (a logical ring over a switch or a grid: one hop per ring edge, a snake through the grid)
         out_fetch = in_fetch
         fetch_bytes = Hh * (Nc - 1)
         hop_f = fetch_bytes

@@ -12,12 +12,10 @@ from pathlib import Path
 import yaml
 
 from mcf.spec.regmap import DESC_WORDS, META_WORDS
+from mcf.spec.topology import TOPOLOGIES
 from mcf.sw.errors import UserError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
-TOPOLOGIES = ("switch", "ring", "mesh")
-#: Network ports a node needs for each topology (a ring of two nodes needs one link).
-PORTS_NEEDED = {"switch": 1, "ring": 2, "mesh": 4}
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
-"""NicNode and NicMesh (hw/nic/top.py): four nodes (register block + packetizer + NIC) wired
+"""NicNode and NicCluster (hw/nic/top.py): four nodes (register block + packetizer + NIC) wired
 port to port, a cocotb bench with its pytest runners.
 
 Everything goes the way the runtime drives a node: route tables written and error counters
 read over AXI-Lite (``mcf.sw.driver`` over cocotbext-axi ``AxiLiteMaster``), headers pushed
 into the metadata queue, payloads pushed into the packetizer (random pauses), deliveries
-taken from every node's local port (random pauses).  Expectations: ``MeshPlan.expected``
+taken from every node's local port (random pauses).  Expectations: ``ClusterPlan.expected``
 (the Python reference, hop by hop) and ``reduce_words`` for reductions.
 """
 import cocotb
@@ -13,9 +13,9 @@ from cocotb.triggers import ClockCycles, Event, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from mcf import spec
-from mcf.hw.nic.top import NicMesh, NicNode
+from mcf.hw.nic.top import NicCluster, NicNode
 from mcf.sim.cocotb_util import bounded, params, pauses, start
-from mcf.sim.nic.mesh_plan import MeshPlan
+from mcf.sim.nic.cluster_plan import ClusterPlan
 from mcf.sim.runner import run_cocotb
 from mcf.spec import ErrorCause, Op
 from mcf.spec.regmap import DATA_BITS, META_WORDS
@@ -42,9 +42,9 @@ async def push_raw_meta(drv: Driver, header: bytes):
 async def run_cluster(dut):
     p = params()
     n, w, seed, slots = p["nodes"], p["data_width"], p.get("seed", 1), p["reduce_slots"]
-    plan = MeshPlan(n, w, seed=seed, buffer_depth=p["buffer_depth"], reduce_beats=p["reduce_beats"],
+    plan = ClusterPlan(n, w, seed=seed, buffer_depth=p["buffer_depth"], reduce_beats=p["reduce_beats"],
                     softmax_fan_in=p.get("softmax_fan_in", 0), state_words=p.get("state_words", 6),
-                    topology=p.get("topology", "full"))
+                    topology=p.get("topology", "full_mesh"))
     plan.build(p.get("packets_per_node", 40), error_rate=p.get("error_rate", 0.1),
                reductions=p.get("reductions", 4))
     want_delivered, want_errors = plan.expected()
@@ -141,33 +141,37 @@ async def run_cluster(dut):
         counters = await drivers[a].read_errors()
         got_err = [counters[c] for c in ErrorCause]
         assert got_err == want_errors[a], f"node {a}: error counters {got_err}, expected {want_errors[a]}"
-    dut._log.info("mesh: %d deliveries, %d errors, %d reductions", total,
+    dut._log.info("cluster: %d deliveries, %d errors, %d reductions", total,
                   sum(map(sum, want_errors)), len(plan.reductions))
 
 
 def test_construction():
     node = NicNode(64, 3, meta_queue_depth=8, payload_depth=64, **SMALL)
     assert len(node.rx) == len(node.tx) == 3 and len(node.payload.tdata) == 64
-    mesh = NicMesh(4, 64, topology="ring", **SMALL)
-    assert len(mesh.axil) == len(mesh.payload) == len(mesh.local_out) == 4
+    cluster = NicCluster(4, 64, topology="ring", **SMALL)
+    assert len(cluster.axil) == len(cluster.payload) == len(cluster.local_out) == 4
+    with pytest.raises(ValueError, match=r"^topology='grid': one of full_mesh, ring$"):
+        NicCluster(4, 64, topology="grid")
+    with pytest.raises(ValueError, match=r"^nodes=2: must be >= 3$"):
+        NicCluster(2, 64)
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("topology", ["full", "ring"])
-def test_mesh_cocotb(topology, build_dir):
+@pytest.mark.parametrize("topology", ["full_mesh", "ring"])
+def test_cluster_cocotb(topology, build_dir):
     """Four nodes: full mesh (one hop, ALL_REDUCE by every member) and ring (two hops,
     reduction trees that reduce on the way)."""
     params = dict(nodes=4, data_width=64, packets_per_node=40, reductions=6, topology=topology, **SMALL)
-    mesh = NicMesh(4, 64, topology=topology, meta_queue_depth=8, payload_depth=64, **SMALL)
-    run_cocotb(mesh, __name__, build_dir, testcase="run_cluster", params=params)
+    cluster = NicCluster(4, 64, topology=topology, meta_queue_depth=8, payload_depth=64, **SMALL)
+    run_cocotb(cluster, __name__, build_dir, testcase="run_cluster", params=params)
 
 
 @pytest.mark.slow
 @pytest.mark.cocotb
-@pytest.mark.parametrize("width,topology", [(64, "ring"), (128, "full")])
-def test_mesh_large(width, topology, build_dir):
+@pytest.mark.parametrize("width,topology", [(64, "ring"), (128, "full_mesh")])
+def test_cluster_large(width, topology, build_dir):
     """A thousand packets of a 4-node plan through four NICs."""
     params = dict(nodes=4, data_width=width, packets_per_node=250, reductions=30, seed=5,
                   topology=topology, **SMALL)
-    mesh = NicMesh(4, width, topology=topology, meta_queue_depth=8, payload_depth=64, **SMALL)
-    run_cocotb(mesh, __name__, build_dir, testcase="run_cluster", params=params)
+    cluster = NicCluster(4, width, topology=topology, meta_queue_depth=8, payload_depth=64, **SMALL)
+    run_cocotb(cluster, __name__, build_dir, testcase="run_cluster", params=params)

@@ -10,7 +10,7 @@ from mcf.sim.cluster import make_plan, run
 from mcf.sim.cluster.decode import simulate_decode
 from mcf.sim.cluster.prefill import fetch_groups
 from mcf.sw.mars.profile import load_profile
-from mcf.sw.mars.topology import Topology
+from mcf.spec.topology import Topology
 from mcf.sw.models import load_model
 
 M = "qwen2.5-1.5b"
@@ -116,7 +116,7 @@ def test_decode_variants_on_four_nodes():
 
 
 def test_lookahead_and_topologies_run():
-    for topo in ("ring", "mesh"):
+    for topo in ("ring", "grid"):
         prof = load_profile("kr260").with_(net_ports=4)
         p = make_plan(M, 2048, 4, "mars", prof, chunk=256, topology=topo, budget=2 * 2048 * MT // 4)
         r = run(M, 2048, 4, plan=p, decode="kv-stationary", lookahead=0)

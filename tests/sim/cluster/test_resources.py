@@ -9,7 +9,7 @@ import simpy
 
 from mcf.sim.cluster.resources import Network, Node
 from mcf.sw.mars.profile import load_profile
-from mcf.sw.mars.topology import Topology
+from mcf.spec.topology import Topology
 
 PROF = load_profile("kr260")
 BW = 10e9 / 8 * 0.95            # payload bytes/s per port and direction
@@ -34,7 +34,7 @@ def test_profile_is_the_published_kr260():
 
 
 @pytest.mark.parametrize("kind,n,src,dst,hops", [("switch", 4, 0, 3, 1), ("ring", 8, 0, 3, 3),
-                                                  ("ring", 8, 0, 6, 2), ("mesh", 16, 0, 15, 6)])
+                                                  ("ring", 8, 0, 6, 2), ("grid", 16, 0, 15, 6)])
 def test_single_transfer_on_idle_links(kind, n, src, dst, hops):
     env, net = _net(kind, n)
     arr = net.transmit(src, [dst], PAYLOAD)

@@ -23,7 +23,7 @@ def requests(draw):
     S = draw(st.integers(1, 400))
     B = draw(st.sampled_from([16, 32, 64]))
     sharding = draw(st.sampled_from(["contiguous", "zigzag", "round-robin"]))
-    topology = draw(st.sampled_from(["switch", "ring", "mesh"]))
+    topology = draw(st.sampled_from(["switch", "ring", "grid"]))
     C = -(-S // B)
     tok = np.full(C, B)
     tok[-1] = S - B * (C - 1)

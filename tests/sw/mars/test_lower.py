@@ -7,7 +7,8 @@ import pytest
 
 from mcf.spec import ROUTE_ENTRY, ROUTE_TABLE_ENTRIES, Collective, Meta, Op, Stage
 from mcf.spec.regmap import DMA_DESCRIPTOR, DmaDir
-from mcf.sw.mars.lower import DECODE_ROOT, ROUTE_LOCAL, lower
+from mcf.spec.routes import ROUTE_LOCAL, RouteIds
+from mcf.sw.mars.lower import DECODE_ROOT, lower
 from mcf.sw.mars.planner import PlanRequest, plan
 from mcf.sw.mars.profile import load_profile
 from mcf.sw.models.config import load_model
@@ -53,7 +54,7 @@ def deliver(progs, topo, src, rid):
 
 
 CASES = [(scheme, topo) for scheme in ("mars", "ring", "full", "pd", "passq")
-         for topo in ("switch", "ring", "mesh")]
+         for topo in ("switch", "ring", "grid")]
 
 
 @pytest.mark.parametrize("scheme, topo", CASES)
@@ -104,10 +105,9 @@ def test_programs_route_and_encode(scheme, topo):
 
 
 def test_reduce_tree_fan_in_counts_every_contribution():
-    p = plan(PlanRequest(TINY, 128, 8, PROFILE, topology="mesh", chunk_size=16))
+    p = plan(PlanRequest(TINY, 128, 8, PROFILE, topology="grid", chunk_size=16))
     progs = lower(p)
-    from mcf.sw.mars.lower import _Routes
-    rid = _Routes(p).reduce
+    rid = RouteIds(8).reduce(DECODE_ROOT)
     assert sum(pr.routes[rid]["fan_in"] for pr in progs) == 2 * 8 - 1    # N own + (N - 1) children
 
 
@@ -118,7 +118,7 @@ def test_lowering_is_deterministic():
     assert a == b
 
 
-@pytest.mark.parametrize("topo", ["switch", "mesh"])
+@pytest.mark.parametrize("topo", ["switch", "grid"])
 def test_pool_slots_never_overlap_live_blocks(topo):
     """A block's pool stores never hit the range of another block the node still holds, and
     every DMA stays inside the node's window."""

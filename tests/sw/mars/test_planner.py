@@ -8,13 +8,13 @@ from mcf.sw.errors import UserError
 from mcf.sw.mars.planner import (ALPHA_GRID, PlanRequest, _Instance, chunk_candidates, mars_target,
                                  owners_for, plan)
 from mcf.sw.mars.profile import load_profile
-from mcf.sw.mars.topology import Topology
+from mcf.spec.topology import Topology
 from mcf.sw.models.config import load_model
 
 QWEN = load_model("qwen2.5-1.5b")
 TINY = load_model("tiny")          # M_token = 2 * 2 layers * 2 kv heads * 16 * 0.5 B = 64 B
 KR260 = load_profile("kr260")
-MESHY = KR260.with_(net_ports=4)   # a hypothetical 4-port node for ring / mesh topologies
+FOUR_PORTS = KR260.with_(net_ports=4)   # a hypothetical 4-port node for ring / grid topologies
 
 
 def test_kv_token_bytes_eq1():
@@ -78,14 +78,14 @@ def test_compute_roofline_single_node_by_hand():
 
 def test_search_equals_brute_force_over_its_space():
     for nodes, S, budget, topo in [(4, 200, 5000, "switch"), (6, 333, 10_000, "ring"),
-                                   (8, 500, 6000, "mesh"), (3, 100, 10**9, "switch")]:
-        req = PlanRequest(TINY, S, nodes, MESHY, budget_bytes=budget, topology=topo)
+                                   (8, 500, 6000, "grid"), (3, 100, 10**9, "switch")]:
+        req = PlanRequest(TINY, S, nodes, FOUR_PORTS, budget_bytes=budget, topology=topo)
         best = plan(req)
         brute = []
         for B in chunk_candidates(req.resolved()):
             for a in ALPHA_GRID:
                 try:
-                    brute.append(plan(PlanRequest(TINY, S, nodes, MESHY, budget_bytes=budget,
+                    brute.append(plan(PlanRequest(TINY, S, nodes, FOUR_PORTS, budget_bytes=budget,
                                                   topology=topo, chunk_size=B, alpha=a)).ttft_s)
                 except UserError:
                     pass
@@ -95,8 +95,8 @@ def test_search_equals_brute_force_over_its_space():
 def test_fit_memory_matches_brute_force_holder_sets():
     """plan.memory against an independent count: every block held by order[owner][:r]."""
     for sharding in ("contiguous", "round-robin", "zigzag"):
-        for topo in ("switch", "ring", "mesh"):
-            p = plan(PlanRequest(TINY, 300, 6, MESHY, budget_bytes=6000, chunk_size=16,
+        for topo in ("switch", "ring", "grid"):
+            p = plan(PlanRequest(TINY, 300, 6, FOUR_PORTS, budget_bytes=6000, chunk_size=16,
                                  sharding=sharding, topology=topo, alpha=math.inf))
             t_order = Topology(topo, 6).order
             C = p.num_chunks
@@ -130,7 +130,7 @@ def test_eq8_b_star_is_smallest_hiding_chunk():
     (dict(topology="torus"), "torus"),
     (dict(scheme="ulysses"), "scheme="),
     (dict(chunk_size=10**6), "chunk=1000000"),
-    (dict(topology="mesh"), "net_ports=1"),
+    (dict(topology="grid"), "net_ports=1"),
     (dict(scheme="full", budget_bytes=20_000_000), "full replication"),
 ])
 def test_bad_parameters_name_the_bound(kw, needle):
@@ -162,14 +162,14 @@ def test_deterministic():
 
 
 @pytest.mark.parametrize("nodes, S, budget, topo", [(4, 96, 4000, "switch"), (4, 128, 5000, "ring"),
-                                                    (6, 96, 3500, "mesh"), (5, 112, 4200, "ring")])
+                                                    (6, 96, 3500, "grid"), (5, 112, 4200, "ring")])
 def test_search_near_exhaustive_optimum_over_all_schedules(nodes, S, budget, topo):
     """On a link slow enough that communication shows, the alpha-family search lands within 1 % of
     the best of *every* non-increasing schedule that fits the budget (enumerated)."""
     import itertools
 
     from mcf.sw.mars.planner import _evaluate, _ttft
-    slow = MESHY.with_(link_bandwidth_bps=2e6)
+    slow = FOUR_PORTS.with_(link_bandwidth_bps=2e6)
     req = PlanRequest(TINY, S, nodes, slow, budget_bytes=budget, chunk_size=16, topology=topo)
     found = plan(req)
     inst = _Instance(req.resolved(), 16, Topology(topo, nodes))

@@ -1,13 +1,20 @@
-"""Cluster topologies: hop distances, port numbering, shortest-path routing, placement order.
+"""How the nodes of a cluster are wired: hop distances, port numbering, shortest-path routing,
+placement order.  The one topology model: MARS plans and lowers with it, the route tables are
+filled from it, and the multi-node RTL benches wire their NICs port to port by it.
 
 * ``switch``: every node has one port (port 0) to a 10GbE switch; any two nodes are one hop
   apart and the switch replicates multicast frames (its multicast groups are configured
-  outside MCF).
+  outside MCF).  A KR260 has one SFP+ cage, so this is the boards' topology.
 * ``ring``: port 0 goes to node n+1, port 1 to node n-1 (mod N).  Packets take the shorter way
   (ties go clockwise).
-* ``mesh``: an R x K grid (R the largest divisor of N not above sqrt(N); no wrap-around),
+* ``grid``: an R x K 2-D grid (R the largest divisor of N not above sqrt(N); no wrap-around),
   node = row * K + col; ports 0 east (+col), 1 west, 2 south (+row), 3 north.  Dimension-order
   routing: columns first, then rows, so the paths from one source form a tree.
+* ``full_mesh``: switchless, every pair of nodes directly linked; node a's port p goes to
+  node (a + p + 1) mod N (N - 1 ports); every destination is one hop.
+
+(A "full mesh" is this last wiring; "full" alone is the full-replication scheme, never a
+topology.)
 """
 from __future__ import annotations
 
@@ -15,19 +22,23 @@ from functools import cached_property
 
 import numpy as np
 
-from mcf.sw.errors import UserError
-from .profile import PORTS_NEEDED, TOPOLOGIES
+from .bits import SpecError
+
+TOPOLOGIES = ("switch", "ring", "grid", "full_mesh")
+#: Network ports a node needs for each topology (a ring of two nodes needs one link; a full
+#: mesh of N nodes N - 1).
+PORTS_NEEDED = {"switch": 1, "ring": 2, "grid": 4}
 
 
 class Topology:
     def __init__(self, kind: str, nodes: int):
         if kind not in TOPOLOGIES:
-            raise UserError(f"unknown topology {kind!r}; one of {', '.join(TOPOLOGIES)}")
+            raise SpecError(f"unknown topology {kind!r}; one of {', '.join(TOPOLOGIES)}")
         if nodes < 1:
-            raise UserError(f"nodes={nodes}: must be >= 1")
+            raise SpecError(f"nodes={nodes}: must be >= 1")
         self.kind = kind
         self.n = nodes
-        if kind == "mesh":
+        if kind == "grid":
             rows = max(r for r in range(1, int(nodes ** 0.5) + 1) if nodes % r == 0)
             self.shape = (rows, nodes // rows)
         else:
@@ -38,13 +49,29 @@ class Topology:
 
     @property
     def ports_needed(self) -> int:
+        if self.kind == "full_mesh":
+            return max(1, self.n - 1)
         return 1 if self.kind == "ring" and self.n <= 2 else PORTS_NEEDED[self.kind]
+
+    def peers(self, node: int) -> list[int | None]:
+        """The node each port of ``node`` leads to (``None``: no link on that port; a switch
+        port leads to the switch, so a switch has no peers)."""
+        if self.kind == "switch":
+            raise SpecError("a switch port leads to the switch, not to a peer node")
+        if self.kind == "full_mesh":
+            return [(node + p + 1) % self.n for p in range(self.n - 1)]
+        if self.kind == "ring":
+            return [(node + 1) % self.n, (node - 1) % self.n]
+        rows, k = self.shape
+        r, c = divmod(node, k)
+        return [node + 1 if c + 1 < k else None, node - 1 if c > 0 else None,
+                node + k if r + 1 < rows else None, node - k if r > 0 else None]
 
     @cached_property
     def dist(self) -> np.ndarray:
         """Hop distance matrix (N x N, int32)."""
         idx = np.arange(self.n)
-        if self.kind == "switch":
+        if self.kind in ("switch", "full_mesh"):
             return (idx[:, None] != idx[None, :]).astype(np.int32)
         if self.kind == "ring":
             d = np.abs(idx[:, None] - idx[None, :])
@@ -64,6 +91,8 @@ class Topology:
             return 0
         if self.kind == "switch":
             return 2 * self.n
+        if self.kind == "full_mesh":
+            return self.n * (self.n - 1)
         if self.kind == "ring":
             return 2 if self.n == 2 else 2 * self.n
         rows, k = self.shape
@@ -76,6 +105,8 @@ class Topology:
             return 1
         if self.kind == "switch" or (self.kind == "ring" and self.n == 2):
             return 1
+        if self.kind == "full_mesh":
+            return self.n - 1
         return 2 if self.kind == "ring" or min(self.shape) == 1 else 4
 
     @cached_property
@@ -102,6 +133,8 @@ class Topology:
         """(port, neighbour) of the first hop from src towards dst (src != dst)."""
         if self.kind == "switch":
             return 0, dst
+        if self.kind == "full_mesh":
+            return (dst - src - 1) % self.n, dst
         if self.kind == "ring":
             fwd = (dst - src) % self.n
             if fwd <= self.n - fwd:
@@ -158,7 +191,7 @@ class Topology:
         """For r = 1..N replicas placed by ``order``: (sum over nodes of the hop distance to the
         nearest holder, max of it), averaged over owners.  Index r - 1.
 
-        Exact for the translation-invariant switch and ring; the mesh averages over up to 16
+        Exact for the translation-invariant switch, ring and full mesh; the grid averages over up to 16
         owners spread over the grid (an N^3 computation for every owner would be too slow)."""
         owners = np.arange(self.n) if self.n <= 64 else np.unique(np.linspace(0, self.n - 1, 16).astype(int))
         hsum = np.zeros(self.n)

@@ -1,14 +1,12 @@
-"""A 4-node (any n) traffic plan for NICs wired as a full mesh or a ring, and where every
-packet must end up.
+"""A traffic plan for N NICs wired as a full mesh or a ring (``mcf.hw.nic.top.NicCluster``), and
+where every packet must end up.
 
-Route ids (the same id means a different entry on every node, as MARS programs them):
-  unicast / all-to-all s -> d : 1 + s * n + d      (every hop: port onwards; d: local)
-  multicast s -> set D        : 32 + s * 2^n + bitmap(D)  (the union of the paths)
-  reduce to root r            : 160 + r           (tree of next hops; a node with children
-                                                   reduces, fan_in = 1 + children)
-  all-reduce (full mesh only) : 200               (every node: all ports + local, fan_in n)
-(n <= 4 keeps every id below 256, the route table size the benches build.)
-Expected deliveries are computed hop by hop with the Python model (``model.decide``).
+Route ids and route tables are the ones MARS programs (``mcf.spec.routes.RouteIds``,
+``mcf.sw.mars.lower.RouteTables`` over ``mcf.spec.topology.Topology``): unicast and
+all-to-all packets take the unicast route of their destination, multicasts the group route
+of (source, destination set), reductions the tree towards a root or (full mesh) the
+all-reduce.  Expected deliveries are computed hop by hop with the Python reference
+(``mcf.sw.golden.nic.decide``).
 """
 from __future__ import annotations
 
@@ -20,29 +18,9 @@ from mcf import spec
 from mcf.sim.nic.traffic import random_states
 from mcf.spec import Collective, ErrorCause, Op, ReduceOp, Stage
 from mcf.spec.packet import pad_header
+from mcf.spec.topology import Topology
 from mcf.sw.golden.nic import RouteEntry, decide, raw_header, reduce_words
-
-ALL_REDUCE_ROUTE = 200
-REDUCE_ROUTE = 160
-
-
-def links(topology: str, a: int, n: int) -> list[int]:
-    """Peer of each port of node a (full mesh: port p -> a + p + 1; ring: 0 -> a + 1, 1 -> a - 1)."""
-    if topology == "full":
-        return [(a + p + 1) % n for p in range(n - 1)]
-    return [(a + 1) % n, (a - 1) % n]
-
-
-def path(topology: str, s: int, d: int, n: int) -> list[int]:
-    """Nodes from s to d: one hop on the full mesh; the shorter way round the ring (ties: +1)."""
-    if topology == "full" or s == d:
-        return [s, d] if s != d else [s]
-    fwd = (d - s) % n
-    step = 1 if fwd <= n - fwd else -1
-    out = [s]
-    while out[-1] != d:
-        out.append((out[-1] + step) % n)
-    return out
+from mcf.sw.mars.lower import RouteTables
 
 
 @dataclass
@@ -57,14 +35,14 @@ class Item:
 
 
 @dataclass
-class MeshPlan:
+class ClusterPlan:
     nodes: int = 4
     data_width: int = 64
     seed: int = 1
     buffer_depth: int = 64
     reduce_beats: int = 32
     max_len: int = 160
-    topology: str = "full"
+    topology: str = "full_mesh"
     softmax_fan_in: int = 0
     state_words: int = 6
     tables: list = field(default_factory=list)
@@ -75,44 +53,26 @@ class MeshPlan:
         n = self.nodes
         self.rng = random.Random(self.seed)
         self.kv = 0
-        self.tables = [dict() for _ in range(n)]
+        self.topo = Topology(self.topology, n)
+        self.ports = [self.topo.peers(a) for a in range(n)]
+        self.routes = RouteTables(self.topo)
         self.programs = [[] for _ in range(n)]
-        self.ports = [links(self.topology, a, n) for a in range(n)]
-
-        def add(rid, nodes_path, deliver):
-            for x, y in zip(nodes_path, nodes_path[1:]):
-                e = self.tables[x].get(rid, RouteEntry())
-                self.tables[x][rid] = RouteEntry(e.port_mask | 1 << self.ports[x].index(y), e.local)
-            if deliver:
-                d = nodes_path[-1]
-                e = self.tables[d].get(rid, RouteEntry())
-                self.tables[d][rid] = RouteEntry(e.port_mask, 1)
-
-        for s, d in itertools.permutations(range(n), 2):
-            add(self.unicast_route(s, d), path(self.topology, s, d, n), True)
         for s in range(n):
             others = [d for d in range(n) if d != s]
             for k in range(2, len(others) + 1):
                 for group in itertools.combinations(others, k):
-                    for d in group:
-                        add(self.multicast_route(s, group), path(self.topology, s, d, n), True)
-        # Reduction trees: every node's parent is its next hop to the root; a node with
-        # children reduces (fan_in = 1 + children) and sends the result to its parent.
+                    self.routes.multicast(s, group)
         for r in range(n):
-            parent = {x: path(self.topology, x, r, n)[1] for x in range(n) if x != r}
-            for x in range(n):
-                fan_in = 1 + sum(1 for c, p in parent.items() if p == x)
-                mask = 0 if x == r else 1 << self.ports[x].index(parent[x])
-                self.tables[x][REDUCE_ROUTE + r] = RouteEntry(mask, int(x == r), fan_in if fan_in >= 2 else 0)
-        if self.topology == "full":
-            for a in range(n):
-                self.tables[a][ALL_REDUCE_ROUTE] = RouteEntry(port_mask=(1 << (n - 1)) - 1, local=1, fan_in=n)
+            self.routes.reduce(r)
+        if self.topology == "full_mesh":
+            self.routes.all_reduce()
+        self.tables = [{rid: RouteEntry(**e) for rid, e in t.items()} for t in self.routes.tables]
 
     def unicast_route(self, s, d):
-        return 1 + s * self.nodes + d
+        return self.routes.unicast(d)
 
     def multicast_route(self, s, group):
-        return 32 + s * (1 << self.nodes) + sum(1 << d for d in group)
+        return self.routes.multicast(s, group)
 
     # --- packets -------------------------------------------------------------------------
     def _meta(self, s, **kw):
@@ -173,12 +133,12 @@ class MeshPlan:
         op = rng.choice([ReduceOp.MAX, ReduceOp.SUM] + ([ReduceOp.SOFTMAX_MERGE] * 2 if self.softmax_fan_in else []))
         if op == ReduceOp.SOFTMAX_MERGE:
             length = 4 * self.state_words * rng.randrange(1, 4)
-        if rng.random() < 0.5 or self.topology != "full":
+        if rng.random() < 0.5 or self.topology != "full_mesh":
             root = rng.randrange(n)
-            coll, rid = Collective.REDUCE, REDUCE_ROUTE + root
+            coll, rid = Collective.REDUCE, self.routes.reduce(root)
             reducers = [root]      # where the result is delivered (a ring reduces on the way)
         else:
-            root, coll, rid, reducers = 0, Collective.ALL_REDUCE, ALL_REDUCE_ROUTE, list(range(n))
+            root, coll, rid, reducers = 0, Collective.ALL_REDUCE, self.routes.ids.all_reduce, list(range(n))
         self.kv += 1
         key = spec.Meta(stage=Stage.DECODE, op=Op.PARTIAL_STATE, collective=coll, reduce_op=op,
                         src=0, dst=root, route_id=rid, kv_id=self.kv, length=length, seq=index & 0xFFFF)
