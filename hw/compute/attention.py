@@ -43,6 +43,7 @@ from mcf.hw.compute.directory import ReplicaDirectory
 from mcf.hw.compute.matrix import MemWriteSignature
 from mcf.hw.registry import block
 from mcf.spec import fixed as fx
+from mcf.spec.plan import REPLICA_STATE_BITS
 
 POS_BITS = 16
 INT32_MIN = -(1 << 31)
@@ -82,7 +83,7 @@ class AttentionUnit(wiring.Component):
             "v": In(stream.Signature(v_layout(head_dim))),
             "o": Out(AXIStreamSignature(32)),
             # the runtime's write port into the local replica directory
-            "dir_en": In(1), "dir_block": In(block_bits), "dir_state": In(2),
+            "dir_en": In(1), "dir_block": In(block_bits), "dir_state": In(REPLICA_STATE_BITS),
             # the global row maximum M (after a ReduceOp.MAX round), for an APPLY job
             "mref_en": In(1), "mref_row": In(max(ceil_log2(rows), 1)), "mref": In(signed(32)),
             "busy": Out(1),

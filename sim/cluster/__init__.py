@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mcf.spec.plan import SCHEMES
 from mcf.sw.errors import UserError
 from . import bounds, costs
 from .decode import VARIANTS as DECODE_VARIANTS, simulate_decode
 from .prefill import PrefillResult, PrefillSim
 
-SCHEMES = ("mars", "ring", "zigzag", "full", "pd", "passq")
 
 
 def load_inputs(model, profile="kr260", link_gbps: float | None = None):

@@ -60,7 +60,8 @@ def _request(args, scheme, nodes):
 
 def run(args) -> int:
     from mcf.sw.errors import UserError
-    from mcf.sw.mars.planner import SCHEMES, plan
+    from mcf.spec.plan import SCHEMES
+    from mcf.sw.mars.planner import plan
 
     if args.scheme == "all" or len(args.nodes) > 1:
         if args.plot or args.programs:

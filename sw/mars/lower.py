@@ -22,6 +22,7 @@ import numpy as np
 
 from mcf.spec import ROUTE_ENTRY, ROUTE_TABLE_ENTRIES, Collective, Meta, Op, ReduceOp, Stage
 from mcf.spec.bits import SpecError
+from mcf.spec.plan import EventKind, EventPhase
 from mcf.spec.regmap import DmaDescriptor, DmaDir
 from mcf.spec.routes import ROUTE_LOCAL, RouteIds
 from mcf.spec.topology import Topology
@@ -189,11 +190,11 @@ def lower(plan: Plan) -> list[NodeProgram]:
     for t in range(C):
         created, freed = {}, []
         for e in ev_by_step.get(t, []):
-            if e.kind in ("OWNER", "REPLICATE", "HANDOFF"):
+            if e.kind in (EventKind.OWNER, EventKind.REPLICATE, EventKind.HANDOFF):
                 for n in e.nodes:
                     created[(e.block, n)] = pools[n].alloc(e.block)
         for e in ev_by_step.get(t, []):
-            if e.kind == "INVALIDATE":
+            if e.kind == EventKind.INVALIDATE:
                 for n in e.nodes:
                     freed.append((e.block, n, pools[n].slot[e.block]))
                     pools[n].release(e.block)
@@ -224,7 +225,7 @@ def lower(plan: Plan) -> list[NodeProgram]:
     for t in range(C):
         evs = ev_by_step.get(t, [])
         for e in evs:
-            if e.phase == "start" and e.kind == "DRAIN":
+            if e.phase == EventPhase.START and e.kind == EventKind.DRAIN:
                 for n in e.nodes:
                     meta(n, t, op=Op.KV_DRAIN, collective=Collective.UNICAST, dst=n,
                          route_id=ROUTE_LOCAL, kv_id=e.block, length=0)
@@ -271,9 +272,9 @@ def lower(plan: Plan) -> list[NodeProgram]:
         if plan.handoff_bytes and t == C - 1:
             _lower_handoff(plan, progs, routes, dma, meta, slot_of, addr, layer_tok)
         for e in evs:
-            if e.phase == "end" and e.kind in ("DRAIN", "INVALIDATE"):
+            if e.phase == EventPhase.END and e.kind in (EventKind.DRAIN, EventKind.INVALIDATE):
                 for n in e.nodes:
-                    meta(n, t, op=Op.KV_DRAIN if e.kind == "DRAIN" else Op.KV_INVALIDATE,
+                    meta(n, t, op=Op.KV_DRAIN if e.kind == EventKind.DRAIN else Op.KV_INVALIDATE,
                          collective=Collective.UNICAST, dst=n, route_id=ROUTE_LOCAL,
                          kv_id=e.block, length=0)
         for b, n, _ in frees_at[t]:

@@ -32,9 +32,9 @@ from mcf.sw.errors import UserError
 from mcf.sw.models.config import ModelConfig
 from .profile import HardwareProfile
 from mcf.spec.bits import SpecError
+from mcf.spec.plan import SCHEMES, EventKind, EventPhase
 from mcf.spec.topology import Topology
 
-SCHEMES = ("mars", "ring", "zigzag", "full", "pd", "passq")
 SHARDINGS = ("contiguous", "zigzag", "round-robin")
 PATHS = ("auto", "multicast", "ring", "tree", "doubling")
 #: alpha (eq. 15) values the search tries when none is given; inf = no reuse bound.
@@ -140,8 +140,8 @@ class Event:
     DRAIN (VALID -> DRAINING), INVALIDATE (DRAINING -> INVALID, buffer freed), HANDOFF (pd only:
     the owner copy arrives from the prefill node after prefill)."""
     step: int
-    phase: str
-    kind: str
+    phase: EventPhase
+    kind: EventKind
     block: int
     nodes: tuple[int, ...]
 
@@ -292,19 +292,19 @@ class Plan:
             lo, hi = r[t + 1], r[t]
             if hi > lo:
                 for b in range(t):
-                    yield Event(t, "start", "DRAIN", b, tuple(int(n) for n in order[ho[b], lo:hi]))
-            yield Event(t, "end", "OWNER", t, (int(ho[t]),))
+                    yield Event(t, EventPhase.START, EventKind.DRAIN, b, tuple(int(n) for n in order[ho[b], lo:hi]))
+            yield Event(t, EventPhase.END, EventKind.OWNER, t, (int(ho[t]),))
             if r[t + 1] > 1:
-                yield Event(t, "end", "REPLICATE", t, tuple(int(n) for n in order[ho[t], 1:r[t + 1]]))
+                yield Event(t, EventPhase.END, EventKind.REPLICATE, t, tuple(int(n) for n in order[ho[t], 1:r[t + 1]]))
             if hi > lo:
                 for b in range(t):
-                    yield Event(t, "end", "INVALIDATE", b, tuple(int(n) for n in order[ho[b], lo:hi]))
+                    yield Event(t, EventPhase.END, EventKind.INVALIDATE, b, tuple(int(n) for n in order[ho[b], lo:hi]))
         if self.handoff_bytes:
             for b in range(C):
-                yield Event(C - 1, "end", "HANDOFF", b, (int(self.owner[b]),))
+                yield Event(C - 1, EventPhase.END, EventKind.HANDOFF, b, (int(self.owner[b]),))
             for b in range(C):
-                yield Event(C - 1, "end", "DRAIN", b, (int(ho[b]),))
-                yield Event(C - 1, "end", "INVALIDATE", b, (int(ho[b]),))
+                yield Event(C - 1, EventPhase.END, EventKind.DRAIN, b, (int(ho[b]),))
+                yield Event(C - 1, EventPhase.END, EventKind.INVALIDATE, b, (int(ho[b]),))
 
     def to_json(self, events: bool = True) -> dict:
         req = self.request

@@ -8,7 +8,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcf.sw.mars.directory import LifecycleError, ReplicaDirectory, State, replay
+from mcf.spec.plan import EventKind, EventPhase, ReplicaState
+from mcf.sw.mars.directory import LifecycleError, ReplicaDirectory, replay
 from mcf.sw.mars.planner import Event, PlanRequest, owners_for, plan
 from mcf.sw.mars.profile import load_profile
 from mcf.sw.models.config import load_model
@@ -47,7 +48,7 @@ def check_plan(p):
     drained_at: dict[tuple[int, int], int] = {}
 
     def check(t, phase, d: ReplicaDirectory):
-        if phase == "start":
+        if phase == EventPhase.START:
             # the memory the plan reports for step t = what the directory holds + block t's copies
             mem = d.memory.copy()
             for n in p.holders(t, t):
@@ -68,21 +69,21 @@ def check_plan(p):
             if t + 1 < C:
                 for b in range(t):
                     for n in p.holders(b, t + 1):
-                        assert d.get(b, n) == State.VALID
+                        assert d.get(b, n) == ReplicaState.VALID
         else:
             for (b, n), s in d.state.items():
-                if s == State.DRAINING:
+                if s == ReplicaState.DRAINING:
                     drained_at.setdefault((b, n), t)
 
     orig_apply = ReplicaDirectory.apply
 
     def apply(self, e: Event):
-        if e.kind == "INVALIDATE":
+        if e.kind == EventKind.INVALIDATE:
             for n in e.nodes:
                 invalidated.append((e.step, e.block, n))
-        if e.kind == "OWNER":
+        if e.kind == EventKind.OWNER:
             assert e.nodes == (int(p.owner[e.block]),)     # written where it stays: no migration
-        assert e.kind != "HANDOFF"
+        assert e.kind != EventKind.HANDOFF
         orig_apply(self, e)
 
     ReplicaDirectory.apply = apply
@@ -124,7 +125,7 @@ def test_pd_hands_off_at_the_boundary():
     """pd is the one scheme that migrates KV after prefill (and the invariant catches it)."""
     p = plan(PlanRequest(TINY, 256, 4, PROFILE, scheme="pd", chunk_size=16))
     kinds = {e.kind for e in p.events}
-    assert "HANDOFF" in kinds and p.handoff_bytes == 256 * TINY.kv_token_bytes
+    assert EventKind.HANDOFF in kinds and p.handoff_bytes == 256 * TINY.kv_token_bytes
     d = replay(p)
     for b in range(p.num_chunks):
         assert d.holders(b) == [int(p.owner[b])] and p.owner[b] >= 2   # decode nodes 2, 3
@@ -132,17 +133,17 @@ def test_pd_hands_off_at_the_boundary():
 
 def test_lifecycle_rejects_illegal_transitions():
     d = ReplicaDirectory(2, [10, 10])
-    d.apply(Event(0, "end", "OWNER", 0, (0,)))
-    d.apply(Event(0, "end", "REPLICATE", 0, (1,)))
-    for bad in (Event(1, "start", "DRAIN", 0, (0,)),          # owner copies never leave
-                Event(1, "end", "INVALIDATE", 0, (1,)),       # VALID -> INVALID skips DRAINING
-                Event(1, "end", "REPLICATE", 0, (1,))):       # already held
+    d.apply(Event(0, EventPhase.END, EventKind.OWNER, 0, (0,)))
+    d.apply(Event(0, EventPhase.END, EventKind.REPLICATE, 0, (1,)))
+    for bad in (Event(1, EventPhase.START, EventKind.DRAIN, 0, (0,)),          # owner copies never leave
+                Event(1, EventPhase.END, EventKind.INVALIDATE, 0, (1,)),       # VALID -> INVALID skips DRAINING
+                Event(1, EventPhase.END, EventKind.REPLICATE, 0, (1,))):       # already held
         try:
             d.apply(bad)
         except LifecycleError:
             continue
         raise AssertionError(f"accepted {bad}")
-    d.apply(Event(1, "start", "DRAIN", 0, (1,)))
+    d.apply(Event(1, EventPhase.START, EventKind.DRAIN, 0, (1,)))
     assert d.readable(0, 1) and not d.schedulable(0, 1)
-    d.apply(Event(1, "end", "INVALIDATE", 0, (1,)))
+    d.apply(Event(1, EventPhase.END, EventKind.INVALIDATE, 0, (1,)))
     assert d.holders(0) == [0] and d.memory.tolist() == [10, 0]
