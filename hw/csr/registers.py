@@ -38,27 +38,6 @@ def _log2(value: int, what: str) -> int:
     return value.bit_length() - 1
 
 
-def _mask(reg: Register) -> int:
-    """Bits a register implements (all 32 when the spec lists no fields)."""
-    if not reg.fields:
-        return (1 << DATA_BITS) - 1
-    m = 0
-    for f in reg.fields:
-        m |= ((1 << f.width) - 1) << f.lsb
-    return m
-
-
-def _const(reg: Register, **values) -> int:
-    """A register word from field values (build-time constants, e.g. CAPS)."""
-    word = 0
-    for name, value in values.items():
-        f = reg.field(name)
-        if not 0 <= value < (1 << f.width):
-            raise ValueError(f"{reg.name}.{name}={value} does not fit in {f.width} bits")
-        word |= value << f.lsb
-    return word
-
-
 def _compose(reg: Register, **values):
     """A register word from field signals (RO status words)."""
     word = Signal(DATA_BITS, name=f"{reg.name.lower()}_word")
@@ -94,9 +73,9 @@ class ControlRegisters(wiring.Component):
         self.dma_buffer_log2 = _log2(dma_buffer_bytes, "dma_buffer_bytes")
         self.meta_queue_depth, self.desc_queue_depth = meta_queue_depth, desc_queue_depth
         self.dma_buffers = dma_buffers
-        self.caps = _const(REGISTERS["CAPS"], data_bytes=data_bytes, net_ports=net_ports,
+        self.caps = REGISTERS["CAPS"].encode(data_bytes=data_bytes, net_ports=net_ports,
                            meta_queue_log2=self.meta_queue_log2, desc_queue_log2=self.desc_queue_log2)
-        self.dma_caps = _const(REGISTERS["DMA_CAPS"], bus_bytes_log2=self.dma_bus_log2,
+        self.dma_caps = REGISTERS["DMA_CAPS"].encode(bus_bytes_log2=self.dma_bus_log2,
                                buffers=dma_buffers, buffer_bytes_log2=self.dma_buffer_log2)
         super().__init__({
             "s_axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)),
@@ -214,11 +193,11 @@ class ControlRegisters(wiring.Component):
                         elif r.access is Access.RW:
                             s = store[r.name]
                             m.d.comb += w_ok.eq(1)
-                            m.d.sync += s.eq(((s & ~byte_mask) | written) & _mask(r))
+                            m.d.sync += s.eq(((s & ~byte_mask) | written) & r.mask)
                         elif r.access is Access.W1C:
                             m.d.comb += w_ok.eq(1)   # the clear itself is applied with the sets below
                         else:
-                            m.d.comb += [w_ok.eq(1), pulse[r.name].eq(written & _mask(r))]
+                            m.d.comb += [w_ok.eq(1), pulse[r.name].eq(written & r.mask)]
         m.d.comb += [self.route.addr.eq(fld("ROUTE_INDEX", "index")), self.route.w_data.eq(w_data)]
 
         w1c_clear = {r.name: Signal(DATA_BITS, name=f"c_{r.name.lower()}")
@@ -257,7 +236,7 @@ class ControlRegisters(wiring.Component):
             irq_set[Irq.RX_PACKET].eq(self.rx_packet),
         ]
         irq_status = store["IRQ_STATUS"]
-        m.d.sync += irq_status.eq(((irq_status & ~w1c_clear["IRQ_STATUS"]) | irq_set) & _mask(REGISTERS["IRQ_STATUS"]))
+        m.d.sync += irq_status.eq(((irq_status & ~w1c_clear["IRQ_STATUS"]) | irq_set) & REGISTERS["IRQ_STATUS"].mask)
         m.d.sync += self.irq.eq((irq_status & store["IRQ_ENABLE"]).any())
 
         done_count = Signal(REGISTERS["DESC_DONE"].field("count").width)

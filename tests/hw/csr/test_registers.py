@@ -21,19 +21,10 @@ from mcf.sim.cocotb_util import bounded, params, pauses, start
 from mcf.sim.runner import run_cocotb
 from mcf.spec import REGISTERS, Access, DmaDir, ErrorCause, Irq
 from mcf.spec.regmap import ID_VALUE
-from mcf.sw.driver import BusError, CocotbBackend, Descriptor, Driver, DriverTimeout, decode_fields
+from mcf.sw.driver import BusError, CocotbBackend, Descriptor, Driver, DriverTimeout
 
 ROUTE_GARBAGE = 0xDEADBEEF
 TIMEOUT_NS = 2_000_000
-
-
-def field_mask(reg) -> int:
-    if not reg.fields:
-        return 0xFFFF_FFFF
-    m = 0
-    for f in reg.fields:
-        m |= ((1 << f.width) - 1) << f.lsb
-    return m
 
 
 async def setup(dut, seed: int, max_polls: int = 1000):
@@ -107,7 +98,7 @@ async def run_registers(dut):
     for r in rw:
         v = rng.getrandbits(32)
         await drv.write32(r.name, v)
-        expect[r.name] = v & field_mask(r)
+        expect[r.name] = v & r.mask
     for r in rng.sample(rw, len(rw)):
         got = await drv.read32(r.name)
         assert got == expect[r.name], f"{r.name}: read {got:#x}, expected {expect[r.name]:#x}"
@@ -225,8 +216,8 @@ async def run_queues(dut):
     await ClockCycles(dut.clk, 20)
     assert not got_m and not got_d, "queues drained while CONTROL.enable = 0"
     await drv.enable()
-    await bounded(drv.wait_until("empty queues", lambda w: decode_fields("STATUS", w)["meta_queue_empty"]
-                                 and decode_fields("STATUS", w)["desc_queue_empty"], "STATUS"),
+    await bounded(drv.wait_until("empty queues", lambda w: REGISTERS["STATUS"].decode(w)["meta_queue_empty"]
+                                 and REGISTERS["STATUS"].decode(w)["desc_queue_empty"], "STATUS"),
                   TIMEOUT_NS, "queues to drain")
     await ClockCycles(dut.clk, 5)
     assert got_m == [m.to_int() for m in metas[:depth_m]]
@@ -367,10 +358,8 @@ async def run_concurrent(dut):
 
 def test_construction_and_caps():
     dut = ControlRegisters(meta_queue_depth=8, desc_queue_depth=4, data_bytes=16, net_ports=3)
-    caps = REGISTERS["CAPS"]
-    assert (dut.caps >> caps.field("data_bytes").lsb) & 0xFF == 16
-    assert (dut.caps >> caps.field("meta_queue_log2").lsb) & 0xF == 3
-    assert (dut.caps >> caps.field("desc_queue_log2").lsb) & 0xF == 2
+    assert REGISTERS["CAPS"].decode(dut.caps) == {"data_bytes": 16, "net_ports": 3, "meta_queue_log2": 3,
+                                                  "desc_queue_log2": 2}
     assert len(dut.errors) == len(ErrorCause)
     assert len(dut.meta.payload.as_value()) == spec.HEADER_BITS
 

@@ -17,9 +17,9 @@ from mcf.hw.nic.top import NicCluster, NicNode
 from mcf.sim.cocotb_util import bounded, params, pauses, start
 from mcf.sim.nic.cluster_plan import ClusterPlan
 from mcf.sim.runner import run_cocotb
-from mcf.spec import ErrorCause, Op
+from mcf.spec import REGISTERS, ErrorCause, Op
 from mcf.spec.regmap import DATA_BITS, META_WORDS
-from mcf.sw.driver import CocotbBackend, Driver, decode_fields
+from mcf.sw.driver import CocotbBackend, Driver
 
 #: NIC parameters of every node (the bench reads them back through ``params()``).
 SMALL = dict(buffer_depth=64, desc_depth=8, route_entries=256, reduce_slots=4, reduce_beats=32,
@@ -34,7 +34,7 @@ async def push_raw_meta(drv: Driver, header: bytes):
     for i in range(META_WORDS):
         await drv.write32(f"META_W{i}", (word >> (DATA_BITS * i)) & 0xFFFF_FFFF)
     await drv.wait_until("space in the metadata queue",
-                         lambda w: not decode_fields("STATUS", w)["meta_queue_full"], "STATUS")
+                         lambda w: not REGISTERS["STATUS"].decode(w)["meta_queue_full"], "STATUS")
     await drv.write_fields("META_PUSH", push=1)
 
 

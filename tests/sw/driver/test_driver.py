@@ -7,8 +7,7 @@ import pytest
 
 from mcf import spec
 from mcf.spec import DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, DmaDir, ErrorCause
-from mcf.sw.driver import (Descriptor, Driver, DriverTimeout, MmapBackend, SyncDriver, decode_fields,
-                           encode_fields)
+from mcf.sw.driver import (Descriptor, Driver, DriverTimeout, MmapBackend, SyncDriver)
 
 WINDOW = 1 << 16
 
@@ -61,7 +60,7 @@ def test_words_land_at_spec_offsets(regfile):
 def test_read_errors_and_fields(regfile):
     for c in ErrorCause:
         poke(regfile, f"ERR_{c.name}", 10 + c)
-    poke(regfile, "STATUS", encode_fields("STATUS", busy=1, desc_queue_full=1))
+    poke(regfile, "STATUS", REGISTERS["STATUS"].encode(busy=1, desc_queue_full=1))
     with MmapBackend(mmap.PAGESIZE, WINDOW, path=str(regfile)) as backend:
         drv = SyncDriver(backend)
         assert drv.read_errors() == {c: 10 + c for c in ErrorCause}
@@ -70,7 +69,7 @@ def test_read_errors_and_fields(regfile):
 
 
 def test_full_queue_wait_is_bounded(regfile):
-    poke(regfile, "STATUS", encode_fields("STATUS", meta_queue_full=1))
+    poke(regfile, "STATUS", REGISTERS["STATUS"].encode(meta_queue_full=1))
     with MmapBackend(mmap.PAGESIZE, WINDOW, path=str(regfile), poll_seconds=0) as backend:
         drv = SyncDriver(backend, max_polls=50)
         with pytest.raises(DriverTimeout, match="metadata queue"):
@@ -106,10 +105,10 @@ def test_sync_driver_refuses_a_suspending_backend():
 
 def test_async_driver_with_asyncio(regfile):
     """The same Driver also runs under an event loop (as in cocotb)."""
-    poke(regfile, "DESC_DONE", encode_fields("DESC_DONE", count=3, tag=42))
+    poke(regfile, "DESC_DONE", REGISTERS["DESC_DONE"].encode(count=3, tag=42))
     with MmapBackend(mmap.PAGESIZE, WINDOW, path=str(regfile)) as backend:
         got = asyncio.run(Driver(backend).wait_desc_done(3))
-    assert got == {"count": 3, "tag": 42} == decode_fields("DESC_DONE", encode_fields("DESC_DONE", count=3, tag=42))
+    assert got == {"count": 3, "tag": 42} == REGISTERS["DESC_DONE"].decode(REGISTERS["DESC_DONE"].encode(count=3, tag=42))
 
 
 def test_pynq_backend_needs_pynq_only_when_built():
