@@ -200,6 +200,8 @@ def _f(name, lsb, width, doc):
 
 ERROR_COUNTER_BASE = 0x0100
 DMA_ADDR_BITS = DMA_DESCRIPTOR["addr"].width
+#: Width of a DMA descriptor's tag (DESC_DONE_TAG, the engines' completion tags).
+DMA_TAG_BITS = DMA_DESCRIPTOR["tag"].width
 META_WORDS = HEADER_BITS // DATA_BITS
 DESC_WORDS = (DMA_DESCRIPTOR.total_bits + DATA_BITS - 1) // DATA_BITS
 

@@ -18,25 +18,17 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from mcf.hw.arith import log2_exact
 from mcf.hw.axi.lite import AXI4LiteSignature, Resp
 from mcf.hw.csr.ports import RouteTablePort
 from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
 from mcf.hw.registry import block
 from mcf.spec import DMA_DESCRIPTOR, REGISTERS, Access, DmaDir, ErrorCause, Irq
 from mcf.spec.packet import HEADER_BITS, NODE_BITS
-from mcf.spec.regmap import ADDR_BITS, DATA_BITS, DESC_WORDS, META_WORDS, Register
+from mcf.spec.regmap import ADDR_BITS, DATA_BITS, DESC_WORDS, DMA_TAG_BITS, META_WORDS
 
 #: Fields that read back as 0 and act for one cycle when written with 1.
 SELF_CLEARING = {"CONTROL": ("clear_counters",)}
-
-_TAG_BITS = DMA_DESCRIPTOR["tag"].width
-
-
-def _log2(value: int, what: str) -> int:
-    if value < 1 or value & (value - 1):
-        raise ValueError(f"{what}={value}: must be a power of two")
-    return value.bit_length() - 1
-
 
 def _compose(reg: Register, **values):
     """A register word from field signals (RO status words)."""
@@ -67,10 +59,10 @@ class ControlRegisters(wiring.Component):
     def __init__(self, meta_queue_depth: int = 16, desc_queue_depth: int = 16, data_bytes: int = 8,
                  net_ports: int = 2, dma_bus_bytes: int = 16, dma_buffers: int = 2,
                  dma_buffer_bytes: int = 4096):
-        self.meta_queue_log2 = _log2(meta_queue_depth, "meta_queue_depth")
-        self.desc_queue_log2 = _log2(desc_queue_depth, "desc_queue_depth")
-        self.dma_bus_log2 = _log2(dma_bus_bytes, "dma_bus_bytes")
-        self.dma_buffer_log2 = _log2(dma_buffer_bytes, "dma_buffer_bytes")
+        self.meta_queue_log2 = log2_exact(meta_queue_depth, "meta_queue_depth")
+        self.desc_queue_log2 = log2_exact(desc_queue_depth, "desc_queue_depth")
+        self.dma_bus_log2 = log2_exact(dma_bus_bytes, "dma_bus_bytes")
+        self.dma_buffer_log2 = log2_exact(dma_buffer_bytes, "dma_buffer_bytes")
         self.meta_queue_depth, self.desc_queue_depth = meta_queue_depth, desc_queue_depth
         self.dma_buffers = dma_buffers
         self.caps = REGISTERS["CAPS"].encode(data_bytes=data_bytes, net_ports=net_ports,
@@ -89,7 +81,7 @@ class ControlRegisters(wiring.Component):
             "irq": Out(1),
             "busy": In(1),
             "desc_done": In(1),
-            "desc_done_tag": In(_TAG_BITS),
+            "desc_done_tag": In(DMA_TAG_BITS),
             "rx_packet": In(1),
         })
 
@@ -240,7 +232,7 @@ class ControlRegisters(wiring.Component):
         m.d.sync += self.irq.eq((irq_status & store["IRQ_ENABLE"]).any())
 
         done_count = Signal(REGISTERS["DESC_DONE"].field("count").width)
-        done_tag = Signal(_TAG_BITS)
+        done_tag = Signal(DMA_TAG_BITS)
         with m.If(self.desc_done):
             m.d.sync += [done_count.eq(done_count + 1), done_tag.eq(self.desc_done_tag)]
 

@@ -482,8 +482,8 @@ def _evaluate(inst: _Instance, r_step: np.ndarray, alpha, path_req: str) -> dict
 
     # compute roofline of the busiest node ----------------------------------------------------
     rows = -(-inst.tok // Nc)
-    # the engine works on mac_rows query rows at a time: a partial tile costs a whole one
-    rows = -(-rows // prof.mac_rows) * prof.mac_rows
+    # the engine works on max_tokens query rows at a time: a partial tile costs a whole one
+    rows = -(-rows // prof.max_tokens) * prof.max_tokens
     L = m.num_layers
     dense = 2.0 * m.params_per_layer * L * rows
     attn = 4.0 * L * m.num_heads * m.head_dim * rows * (inst.tok_hist[:-1] + inst.tok)   # eq. 6

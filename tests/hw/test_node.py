@@ -20,6 +20,7 @@ from mcf.hw.node import Node, NodePair
 from mcf.sim.cocotb_util import bounded, params, start
 from mcf.sim.runner import run_cocotb
 from mcf.spec import DmaDescriptor, DmaDir, ErrorCause, Op, Stage
+from mcf.spec.node import NodeConfig
 from mcf.sw.driver import CocotbBackend, Driver
 from mcf.sw.mars.lower import lower
 from mcf.sw.mars.planner import PlanRequest, plan
@@ -115,17 +116,18 @@ async def run_mars_kv_moves(dut):
                   ", ".join(f"node {n}: {len(expect[n])} in" for n in range(2)))
 
 
-SMALL = dict(buffer_bytes=512, buffer_depth=64, reduce_beats=32, softmax_fan_in=0, reduce_slots=1,
-             route_entries=16, desc_depth=4, payload_depth=64, meta_queue_depth=16, desc_queue_depth=16)
+#: The two nodes of the bench: the tiny model's node (small buffers, a 16-entry route table).
+CONFIG = NodeConfig.tiny()
 
 
 def test_construction():
-    node = Node(64, 2, **SMALL)
+    node = Node(CONFIG.replace(net_ports=2))
     assert len(node.tx) == len(node.rx) == 2 and len(node.m_axi.rdata) == 64
+    with pytest.raises(ValueError, match=r"^hp_ports=2: this node has one AXI4 master into the DDR$"):
+        Node(CONFIG.replace(hp_ports=2))
 
 
 @pytest.mark.cocotb
 def test_mars_kv_moves_between_two_nodes(build_dir):
-    run_cocotb(NodePair(data_width=64, **SMALL), __name__, build_dir,
-               testcase="run_mars_kv_moves",
-               params={"seq": 16, "chunk": 4, "budget_tokens": 12, "desc_queue_depth": SMALL["desc_queue_depth"]})
+    run_cocotb(NodePair(CONFIG), __name__, build_dir, testcase="run_mars_kv_moves",
+               params={**CONFIG.as_dict(), "seq": 16, "chunk": 4, "budget_tokens": 12})

@@ -13,7 +13,7 @@ from amaranth.sim import Simulator
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamSink
 
-from mcf.hw.compute.attention import APPLY, AttentionUnit, MAX, cmd_layout
+from mcf.hw.compute.attention import AttentionUnit, Phase, cmd_layout
 from mcf.hw.compute.directory import ReplicaDirectory
 from mcf.sim.cocotb_util import StreamSource, bounded, params, pauses, start, write_port
 from mcf.sim.compute.drive import load_attention_job, run_attention
@@ -88,14 +88,14 @@ async def run_decode_protocol(dut):
             await RisingEdge(dut.clk)
         dut.dir_en.value = 0
         await write_port(dut, "q", dut.clk, job.q)
-        await cmd.send([layout.const({**job.cmd, "phase": MAX}).as_value().value])
+        await cmd.send([layout.const({**job.cmd, "phase": Phase.MAX}).as_value().value])
         cocotb.start_soon(ksrc.send(job.k))
         assert await words(f"job {n} maxima", len(job.max_words)) == job.max_words, f"job {n}: maxima"
         for r, mv in job.mref:
             dut.mref_row.value, dut.mref.value, dut.mref_en.value = r, mv, 1
             await RisingEdge(dut.clk)
         dut.mref_en.value = 0
-        await cmd.send([layout.const({**job.cmd, "phase": APPLY}).as_value().value])
+        await cmd.send([layout.const({**job.cmd, "phase": Phase.APPLY}).as_value().value])
         if not p.get("score_buffer", True):
             cocotb.start_soon(ksrc.send(job.k))
         cocotb.start_soon(vsrc.send(job.v))
@@ -140,8 +140,8 @@ def amaranth_protocol(dut, job):
     async def bench(ctx):
         await load_attention_job(ctx, dut, job)
         ctx.set(dut.o.tready, 1)
-        for phase, out, streams in ((1, got_max, ("k",)), (2, got, ("v",))):
-            if phase == 2:
+        for phase, out, streams in ((Phase.MAX, got_max, ("k",)), (Phase.APPLY, got, ("v",))):
+            if phase == Phase.APPLY:
                 for r, mv in job.mref:
                     ctx.set(dut.mref_en, 1); ctx.set(dut.mref_row, r); ctx.set(dut.mref, mv)
                     await ctx.tick()
@@ -149,8 +149,8 @@ def amaranth_protocol(dut, job):
             ctx.set(dut.cmd.payload, {**job.cmd, "phase": phase}); ctx.set(dut.cmd.valid, 1)
             await ctx.tick()
             ctx.set(dut.cmd.valid, 0)
-            want = len(job.max_words) if phase == 1 else len(job.expected)
-            feeds = [(dut.k, job.k)] if phase == 1 else [(dut.v, job.v)] + ([] if dut.score_buffer else [(dut.k, job.k)])
+            want = len(job.max_words) if phase == Phase.MAX else len(job.expected)
+            feeds = [(dut.k, job.k)] if phase == Phase.MAX else [(dut.v, job.v)] + ([] if dut.score_buffer else [(dut.k, job.k)])
             idx = [0] * len(feeds)
             for _ in range(10 * len(job.k) + 10 * want + 100):
                 for (port, beats), i in zip(feeds, idx):

@@ -5,6 +5,7 @@ benches with their pytest runners, against ``fixed.linear``.
 tile with every stream ready and reports the MAC utilization (``mcf bench compute`` runs it).
 """
 import json
+import re
 
 import cocotb
 import numpy as np
@@ -35,16 +36,16 @@ def open_ports(dut, p, stall: bool):
 
 
 async def drive_job(dut, p, job, w, o, scale, bias, cmd):
-    layout = cmd_layout(p["max_tokens"], p["max_inputs"] // p["lanes"], p["max_tiles"])
+    layout = cmd_layout(p["max_tokens"], p["max_inputs"] // p["mac_lanes"], p["max_tiles"])
     await write_port(dut, "act", dut.clk, job.act)
     await write_port(dut, "exp", dut.clk, job.exp)
     await cmd.send([layout.const(job.cmd).as_value().value])
     cocotb.start_soon(scale.send(job.scale))
     cocotb.start_soon(bias.send(job.bias))
-    nbytes = p["rows"] * p["lanes"] // 2
+    nbytes = p["mac_rows"] * p["mac_lanes"] // 2
     await w.send(AxiStreamFrame(b"".join(x.to_bytes(nbytes, "little") for x in job.w)))
     frame = await bounded(o.recv(), 50 * len(job.w) * job.cmd["tokens"] * 10 + 10_000, "output frame")
-    nb = p["rows"] * 4
+    nb = p["mac_rows"] * 4
     got = [int.from_bytes(bytes(frame.tdata)[i:i + nb], "little") for i in range(0, len(frame.tdata), nb)]
     assert len(got) == len(job.expected), f"{len(got)} output beats, expected {len(job.expected)}"
     for i, (a, b) in enumerate(zip(got, job.expected)):
@@ -58,7 +59,7 @@ async def run_linear(dut):
     rng = np.random.default_rng(p.get("seed", 1))
     ports = open_ports(dut, p, stall=True)
     await start(dut)
-    R, K, TM = p["rows"], p["lanes"], p["max_tokens"]
+    R, K, TM = p["mac_rows"], p["mac_lanes"], p["max_tokens"]
     for _ in range(p.get("jobs", 4)):
         group = K * int(rng.choice([1, 2]))
         n = group * int(rng.integers(1, p["max_inputs"] // group + 1))
@@ -75,7 +76,7 @@ async def run_utilization(dut):
     rng = np.random.default_rng(p.get("seed", 1))
     ports = open_ports(dut, p, stall=False)
     await start(dut)
-    R, K, TM = p["rows"], p["lanes"], p["max_tokens"]
+    R, K, TM = p["mac_rows"], p["mac_lanes"], p["max_tokens"]
     job = linear_job(rng, R, K, TM, p["tokens"], p["max_inputs"], R * p["tiles"], p["group"])
     counts = {"mac": 0, "cycles": 0, "first": None, "last": None}
 
@@ -103,17 +104,22 @@ async def run_utilization(dut):
 
 
 def test_construction():
-    mu = MatrixUnit(rows=4, lanes=8, max_tokens=8, max_inputs=256)
+    mu = MatrixUnit(mac_rows=4, mac_lanes=8, max_tokens=8, max_inputs=256)
     assert mu.macs_per_cycle == 32 and len(mu.w.tdata) == 128 and len(mu.o.tdata) == 128
     assert (256 * 2 ** 15 * 8 * (2 ** 16 - 1)).bit_length() + 1 <= mu.acc_width   # exact accumulator
     assert MatrixUnit(16, 16, 16, 8960, 9496).acc_width == 49      # Qwen2.5-1.5B down_proj
 
 
-def test_bad_params():
-    with pytest.raises(ValueError):
-        MatrixUnit(lanes=6)
-    with pytest.raises(ValueError):
-        MatrixUnit(rows=3)
+@pytest.mark.parametrize("kw,message", [
+    (dict(mac_lanes=6), "mac_lanes=6: must be a power of two"),
+    (dict(max_tokens=3), "max_tokens=3: must be a power of two"),
+    (dict(mac_rows=3), "mac_rows=3: packed products need an even number of rows"),
+    (dict(mac_rows=0), "mac_rows=0: must be >= 1"),
+    (dict(mac_lanes=8, max_inputs=100), "mac_lanes=8 does not divide max_inputs=100"),
+])
+def test_bad_params(kw, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        MatrixUnit(**kw)
 
 
 def amaranth_run(dut, job):
@@ -124,12 +130,12 @@ def amaranth_run(dut, job):
 @pytest.mark.parametrize("t,packed,lanes", [(1, True, 4), (3, True, 8), (3, False, 4)])
 def test_linear_amaranth_sim(t, packed, lanes):
     rng = np.random.default_rng(t)
-    dut = MatrixUnit(rows=2, lanes=lanes, max_tokens=4, max_inputs=32, max_tiles=4, packed=packed)
+    dut = MatrixUnit(mac_rows=2, mac_lanes=lanes, max_tokens=4, max_inputs=32, max_tiles=4, packed=packed)
     job = linear_job(rng, 2, lanes, 4, t=t, n=32, out=4, group=8)
     assert amaranth_run(dut, job) == job.expected
 
 
-PARAMS = dict(rows=2, lanes=4, max_tokens=4, max_inputs=32, max_tiles=4)
+PARAMS = dict(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=32, max_tiles=4)
 
 
 @pytest.mark.cocotb
@@ -163,5 +169,5 @@ def test_extremes_amaranth_sim(w_exp, e, packed):
     b = np.array([fx.INT32_MAX, fx.INT32_MIN, 5, -5])
     y = fx.linear((m, ex), qw, b)
     job = pack_linear(m, ex, qw, b, y, 2, 4, 4)
-    dut = MatrixUnit(rows=2, lanes=4, max_tokens=4, max_inputs=32, max_tiles=4, packed=packed)
+    dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=32, max_tiles=4, packed=packed)
     assert amaranth_run(dut, job) == job.expected

@@ -17,10 +17,11 @@ from mcf.hw.dma import ControlAndDma, DmaEngine
 from mcf.sim.cocotb_util import bounded, params, pauses, start
 from mcf.sim.runner import run_cocotb
 from mcf.spec import DmaDir, ErrorCause, Irq
+from mcf.spec.node import NodeConfig
 from mcf.sw.driver import CocotbBackend, Descriptor, Driver, DriverTimeout
 
 #: The system the pytest runner builds; the bench reads the same numbers through ``params()``.
-SYSTEM = {"data_width": 64, "buffer_bytes": 512, "buffers": 2, "meta_queue_depth": 4, "desc_queue_depth": 4}
+CONFIG = NodeConfig(data_width=64, buffer_bytes=512, buffers=2, meta_queue_depth=4, desc_queue_depth=4)
 RAM_BYTES = 1 << 16
 TIMEOUT_NS = 5_000_000
 
@@ -176,4 +177,4 @@ def test_construction():
 @pytest.mark.cocotb
 @pytest.mark.parametrize("case", ["bad_input", "program"])
 def test_csr_dma_cocotb(case, build_dir):
-    run_cocotb(ControlAndDma(**SYSTEM), __name__, build_dir, testcase=f"run_{case}", params=SYSTEM)
+    run_cocotb(ControlAndDma(CONFIG), __name__, build_dir, testcase=f"run_{case}", params=CONFIG.as_dict())

@@ -8,7 +8,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from mcf.hw.nic.reduce import EXP2_LUT, ReduceEngine, _exp2, _rshr15_sat_sum
+from mcf.hw.nic.reduce import ReduceEngine, _exp2, _rshr15_sat_sum
 from mcf.sw.golden.fixed import INT32_MAX, INT32_MIN, M_EMPTY, merge_states
 
 
@@ -27,8 +27,8 @@ class MergeRow(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         mx = Mux(self.ma.as_signed() >= self.mb.as_signed(), self.ma, self.mb)
-        fa = _exp2(m, self.ma.as_signed() - mx.as_signed(), EXP2_LUT)
-        fb = _exp2(m, self.mb.as_signed() - mx.as_signed(), EXP2_LUT)
+        fa = _exp2(m, self.ma.as_signed() - mx.as_signed())
+        fb = _exp2(m, self.mb.as_signed() - mx.as_signed())
         m.d.comb += [self.m.eq(mx), self.l.eq(_rshr15_sat_sum(m, self.la, fa, self.lb, fb)),
                      self.o.eq(_rshr15_sat_sum(m, self.oa, fa, self.ob, fb))]
         return m

@@ -18,12 +18,19 @@ from mcf.sim.cocotb_util import bounded, params, pauses, start
 from mcf.sim.nic.cluster_plan import ClusterPlan
 from mcf.sim.runner import run_cocotb
 from mcf.spec import REGISTERS, ErrorCause, Op
+from mcf.spec.node import NodeConfig
 from mcf.spec.regmap import DATA_BITS, META_WORDS
 from mcf.sw.driver import CocotbBackend, Driver
 
-#: NIC parameters of every node (the bench reads them back through ``params()``).
-SMALL = dict(buffer_depth=64, desc_depth=8, route_entries=256, reduce_slots=4, reduce_beats=32,
-             softmax_fan_in=4, state_words=6)
+#: Every node of the cluster (small buffers so that queues fill; (m, l, o) rows of 6 words); the
+#: bench reads the same numbers back through ``params()``.
+CONFIG = NodeConfig(data_width=64, meta_queue_depth=8, payload_depth=64, nic_buffer_depth=64,
+                    nic_desc_depth=8, route_entries=256, reduce_slots=4, reduce_beats=32, softmax_fan_in=4,
+                    head_dim=4)
+
+
+def bench_params(config: NodeConfig, **extra) -> dict:
+    return {**config.as_dict(), "state_words": config.state_words, **extra}
 OP_AT = spec.META.offsets["op"]
 KV_AT = spec.META.offsets["kv_id"]
 
@@ -42,9 +49,9 @@ async def push_raw_meta(drv: Driver, header: bytes):
 async def run_cluster(dut):
     p = params()
     n, w, seed, slots = p["nodes"], p["data_width"], p.get("seed", 1), p["reduce_slots"]
-    plan = ClusterPlan(n, w, seed=seed, buffer_depth=p["buffer_depth"], reduce_beats=p["reduce_beats"],
-                    softmax_fan_in=p.get("softmax_fan_in", 0), state_words=p.get("state_words", 6),
-                    topology=p.get("topology", "full_mesh"))
+    plan = ClusterPlan(n, w, seed=seed, buffer_depth=p["nic_buffer_depth"], reduce_beats=p["reduce_beats"],
+                       softmax_fan_in=p["softmax_fan_in"], state_words=p["state_words"],
+                       topology=p["topology"])
     plan.build(p.get("packets_per_node", 40), error_rate=p.get("error_rate", 0.1),
                reductions=p.get("reductions", 4))
     want_delivered, want_errors = plan.expected()
@@ -146,14 +153,14 @@ async def run_cluster(dut):
 
 
 def test_construction():
-    node = NicNode(64, 3, meta_queue_depth=8, payload_depth=64, **SMALL)
+    node = NicNode(CONFIG.replace(net_ports=3))
     assert len(node.rx) == len(node.tx) == 3 and len(node.payload.tdata) == 64
-    cluster = NicCluster(4, 64, topology="ring", **SMALL)
+    cluster = NicCluster(4, CONFIG, topology="ring")
     assert len(cluster.axil) == len(cluster.payload) == len(cluster.local_out) == 4
     with pytest.raises(ValueError, match=r"^topology='grid': one of full_mesh, ring$"):
-        NicCluster(4, 64, topology="grid")
+        NicCluster(4, CONFIG, topology="grid")
     with pytest.raises(ValueError, match=r"^nodes=2: must be >= 3$"):
-        NicCluster(2, 64)
+        NicCluster(2, CONFIG)
 
 
 @pytest.mark.cocotb
@@ -161,9 +168,8 @@ def test_construction():
 def test_cluster_cocotb(topology, build_dir):
     """Four nodes: full mesh (one hop, ALL_REDUCE by every member) and ring (two hops,
     reduction trees that reduce on the way)."""
-    params = dict(nodes=4, data_width=64, packets_per_node=40, reductions=6, topology=topology, **SMALL)
-    cluster = NicCluster(4, 64, topology=topology, meta_queue_depth=8, payload_depth=64, **SMALL)
-    run_cocotb(cluster, __name__, build_dir, testcase="run_cluster", params=params)
+    run_cocotb(NicCluster(4, CONFIG, topology), __name__, build_dir, testcase="run_cluster",
+               params=bench_params(CONFIG, nodes=4, packets_per_node=40, reductions=6, topology=topology))
 
 
 @pytest.mark.slow
@@ -171,7 +177,7 @@ def test_cluster_cocotb(topology, build_dir):
 @pytest.mark.parametrize("width,topology", [(64, "ring"), (128, "full_mesh")])
 def test_cluster_large(width, topology, build_dir):
     """A thousand packets of a 4-node plan through four NICs."""
-    params = dict(nodes=4, data_width=width, packets_per_node=250, reductions=30, seed=5,
-                  topology=topology, **SMALL)
-    cluster = NicCluster(4, width, topology=topology, meta_queue_depth=8, payload_depth=64, **SMALL)
-    run_cocotb(cluster, __name__, build_dir, testcase="run_cluster", params=params)
+    config = CONFIG.replace(data_width=width)
+    run_cocotb(NicCluster(4, config, topology), __name__, build_dir, testcase="run_cluster",
+               params=bench_params(config, nodes=4, packets_per_node=250, reductions=30, seed=5,
+                                   topology=topology))

@@ -8,8 +8,8 @@ import pytest
 
 @pytest.mark.cocotb
 def test_bench_compute_json():
-    out = subprocess.run([sys.executable, "-m", "mcf", "bench", "compute", "--json", "--rows", "2",
-                          "--lanes", "8", "--inputs", "64", "--tiles", "4", "--tokens", "2"],
+    out = subprocess.run([sys.executable, "-m", "mcf", "bench", "compute", "--json", "--mac-rows", "2",
+                          "--mac-lanes", "8", "--inputs", "64", "--tiles", "4", "--tokens", "2"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     figures = json.loads(out.stdout)
@@ -21,6 +21,6 @@ def test_bench_compute_json():
 
 
 def test_bench_compute_bad_args():
-    out = subprocess.run([sys.executable, "-m", "mcf", "bench", "compute", "--lanes", "6"],
+    out = subprocess.run([sys.executable, "-m", "mcf", "bench", "compute", "--mac-lanes", "6"],
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "lanes" in out.stderr
+    assert out.returncode == 2 and "--mac-lanes" in out.stderr

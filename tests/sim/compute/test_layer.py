@@ -17,7 +17,7 @@ def test_tiny_layer_prefill_then_decode(tmp_path):
     write_checkpoint(tmp_path / "ckpt", load_model("tiny"), random_weights(load_model("tiny"), seed=3), "F32")
     cfg, weights = load_checkpoint(tmp_path / "ckpt")
     model = FixedModel(cfg, weights, group_size=32)
-    units = rtl.Units(cfg, max_tokens=8)
+    units = rtl.Units(cfg)
     gcache, rcache = model.new_cache(), rtl.RtlCache()
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, cfg.vocab_size, size=8 + 2)

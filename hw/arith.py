@@ -1,10 +1,28 @@
-"""Fixed-point helpers shared by the compute units, each the RTL twin of a primitive of
-``mcf.sw.golden.fixed`` (``sat``, ``rshr``, ``bitlen``).  They build combinational logic
-into a module and return the result value."""
+"""Helpers every block shares: the build-time ``log2_exact`` that checks a size, the exp2 ROM
+(the NIC's softmax merge and the attention unit read the same table), and the fixed-point
+primitives of the compute units, each the RTL twin of one of ``mcf.sw.golden.fixed``
+(``sat``, ``rshr``, ``bitlen``), which build combinational logic into a module and return
+the result value."""
 from __future__ import annotations
 
 from amaranth import Cat, Const, Mux, Signal, signed, unsigned
 from amaranth.hdl import Value
+from amaranth.lib import memory
+
+from mcf.spec.fixed import EXP2_LUT, EXP_LUT_BITS, P_FRAC
+
+
+def log2_exact(value: int, what: str) -> int:
+    """log2 of a power of two; ``ValueError("<what>=<value>: must be a power of two")`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
+        raise ValueError(f"{what}={value}: must be a power of two")
+    return value.bit_length() - 1
+
+
+def exp2_rom() -> memory.Memory:
+    """The exp2 table (``mcf.spec.fixed.EXP2_LUT``: 2^(-f/256) in Q.15, f = 0..255) as a ROM;
+    take a ``read_port()`` (registered) or ``read_port(domain="comb")`` (asynchronous)."""
+    return memory.Memory(shape=P_FRAC + 1, depth=1 << EXP_LUT_BITS, init=[int(x) for x in EXP2_LUT])
 
 
 def sat(m, x: Value, bits: int) -> Signal:
