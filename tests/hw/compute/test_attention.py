@@ -9,13 +9,13 @@ through ``mref``, APPLY job).
 import cocotb
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamSink
 
 from mcf.hw.compute.attention import AttentionUnit, Phase, cmd_layout
 from mcf.hw.compute.directory import ReplicaDirectory
 from mcf.sim.cocotb_util import StreamSource, bounded, params, pauses, start, write_port
+from mcf.sim.amaranth_util import Feed, drive, send_command, simulate
 from mcf.sim.compute.drive import load_attention_job, run_attention
 from mcf.sim.compute.jobs import attention_job
 from mcf.sim.runner import run_cocotb
@@ -140,36 +140,25 @@ def amaranth_protocol(dut, job):
     async def bench(ctx):
         await load_attention_job(ctx, dut, job)
         ctx.set(dut.o.tready, 1)
-        for phase, out, streams in ((Phase.MAX, got_max, ("k",)), (Phase.APPLY, got, ("v",))):
+        for phase, out in ((Phase.MAX, got_max), (Phase.APPLY, got)):
             if phase == Phase.APPLY:
                 for r, mv in job.mref:
                     ctx.set(dut.mref_en, 1); ctx.set(dut.mref_row, r); ctx.set(dut.mref, mv)
                     await ctx.tick()
                 ctx.set(dut.mref_en, 0)
-            ctx.set(dut.cmd.payload, {**job.cmd, "phase": phase}); ctx.set(dut.cmd.valid, 1)
-            await ctx.tick()
-            ctx.set(dut.cmd.valid, 0)
+            await send_command(ctx, dut.cmd, {**job.cmd, "phase": phase})
             want = len(job.max_words) if phase == Phase.MAX else len(job.expected)
-            feeds = [(dut.k, job.k)] if phase == Phase.MAX else [(dut.v, job.v)] + ([] if dut.score_buffer else [(dut.k, job.k)])
-            idx = [0] * len(feeds)
-            for _ in range(10 * len(job.k) + 10 * want + 100):
-                for (port, beats), i in zip(feeds, idx):
-                    ctx.set(port.valid, i < len(beats)); ctx.set(port.payload.as_value(), beats[min(i, len(beats) - 1)])
-                await ctx.delay(1e-9)
-                rdy = [ctx.get(port.ready) for port, _ in feeds]
+            feeds = ([Feed.of(dut.k, job.k, raw=True)] if phase == Phase.MAX else
+                     [Feed.of(dut.v, job.v, raw=True)] + ([] if dut.score_buffer else [Feed.of(dut.k, job.k, raw=True)]))
+
+            def sample(ctx, out=out, want=want):
                 if ctx.get(dut.o.tvalid):
                     out.append(ctx.get(dut.o.tdata))
-                await ctx.tick()
-                idx = [i + (r and i < len(b)) for i, r, (_, b) in zip(idx, rdy, feeds)]
-                if len(out) == want:
-                    break
-            for port, _ in feeds:
-                ctx.set(port.valid, 0)
+                return len(out) == want
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+            await drive(ctx, feeds, sample, 10 * len(job.k) + 10 * want + 100)
+
+    simulate(dut, bench)
     return got_max, got
 
 

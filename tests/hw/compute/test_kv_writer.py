@@ -4,10 +4,10 @@ streams)."""
 import cocotb
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from mcf.hw.compute.kv_writer import KVWriter
 from mcf.sim.cocotb_util import StreamSink, StreamSource, bounded, params, pauses, start
+from mcf.sim.compute.drive import run_kv_writer
 from mcf.sim.compute.jobs import kv_blocks
 from mcf.sim.runner import run_cocotb
 
@@ -37,31 +37,7 @@ def test_quantize_amaranth_sim():
     rng = np.random.default_rng(3)
     dut = KVWriter(head_dim=16, lanes=4)
     beats_in, expected = kv_blocks(rng, 6, 16, 4)
-    got = []
-
-    async def bench(ctx):
-        ctx.set(dut.o.ready, 1)
-        i = 0
-        for _ in range(200):
-            if i < len(beats_in):
-                ctx.set(dut.i.valid, 1)
-                ctx.set(dut.i.payload.as_value(), beats_in[i])
-            else:
-                ctx.set(dut.i.valid, 0)
-            await ctx.delay(1e-9)
-            took = ctx.get(dut.i.ready) and i < len(beats_in)
-            if ctx.get(dut.o.valid):
-                got.append(ctx.get(dut.o.payload.as_value()))
-            await ctx.tick()
-            i += bool(took)
-            if len(got) == len(expected):
-                break
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    assert got == expected
+    assert run_kv_writer(dut, beats_in, 6) == expected
 
 
 @pytest.mark.cocotb

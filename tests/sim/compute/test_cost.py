@@ -1,51 +1,33 @@
 """The cycle formulas of mcf.sim.compute.cost against cycle counts in the Amaranth simulator."""
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from mcf.hw.compute.attention import AttentionUnit
 from mcf.hw.compute.kv_writer import KVWriter
 from mcf.hw.compute.vector import VectorUnit
+from mcf.sim.amaranth_util import Feed, drive, send_command, simulate, write_port
 from mcf.sim.compute import cost
+from mcf.sim.compute.drive import vector_feed
 from mcf.sim.compute.jobs import attention_job, kv_blocks, vector_job
 from mcf.spec.node import NodeConfig
 from mcf.sw.models import load_model
 
 
 def cycles_vector(op, n, lanes):
-    from mcf.sim.compute.jobs import vector_beats
+    """Cycles from the command to the last output element, always-valid operands."""
     rng = np.random.default_rng(1)
     job = vector_job(rng, op, n)
     dut = VectorUnit(max_n=n, lanes=lanes)
-    a, b = vector_beats(job, lanes)
-    n = len(a)
     out = {}
 
     async def bench(ctx):
         ctx.set(dut.o.ready, 1)
-        ctx.set(dut.cmd.payload, job.cmd); ctx.set(dut.cmd.valid, 1)
-        await ctx.tick()
-        ctx.set(dut.cmd.valid, 0)
-        cyc, i = 1, 0
-        while True:
-            ctx.set(dut.a.valid, i < n); ctx.set(dut.b.valid, i < n)
-            if i < n:
-                ctx.set(dut.a.payload, a[i])
-                ctx.set(dut.b.payload, b[i])
-            await ctx.delay(1e-9)
-            took = ctx.get(dut.a.ready)
-            done = ctx.get(dut.o.valid) and ctx.get(dut.o.payload.last)
-            await ctx.tick()
-            cyc += 1
-            i += bool(took) and i < n
-            if done:
-                out["cycles"] = cyc
-                return
+        await send_command(ctx, dut.cmd, job.cmd)
+        out["cycles"] = 1 + await drive(ctx, [vector_feed(dut, job, lanes)],
+                                        lambda ctx: bool(ctx.get(dut.o.valid) and ctx.get(dut.o.payload.last)),
+                                        10_000)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     return out["cycles"]
 
 
@@ -62,32 +44,15 @@ def test_attention_cycles():
     out = {}
 
     async def bench(ctx):
-        for r, w in job.q:
-            ctx.set(dut.q.en, 1); ctx.set(dut.q.addr, r); ctx.set(dut.q.data, w)
-            await ctx.tick()
-        ctx.set(dut.q.en, 0)
+        await write_port(ctx, dut.q, job.q)
         ctx.set(dut.o.tready, 1)
-        ctx.set(dut.cmd.payload, job.cmd); ctx.set(dut.cmd.valid, 1)
-        await ctx.tick()
-        ctx.set(dut.cmd.valid, 0)
-        cyc, ki, vi = 1, 0, 0
-        while True:
-            ctx.set(dut.k.valid, ki < 10); ctx.set(dut.k.payload.as_value(), job.k[min(ki, 9)])
-            ctx.set(dut.v.valid, vi < 10); ctx.set(dut.v.payload.as_value(), job.v[min(vi, 9)])
-            await ctx.delay(1e-9)
-            kr, vr = ctx.get(dut.k.ready), ctx.get(dut.v.ready)
-            done = ctx.get(dut.o.tvalid) and ctx.get(dut.o.tlast)
-            await ctx.tick()
-            cyc += 1
-            ki += kr and ki < 10; vi += vr and vi < 10
-            if done:
-                out["cycles"] = cyc
-                return
+        await send_command(ctx, dut.cmd, job.cmd)
+        feeds = [Feed.of(dut.k, job.k, raw=True), Feed.of(dut.v, job.v, raw=True)]
+        out["cycles"] = 1 + await drive(ctx, feeds,
+                                        lambda ctx: bool(ctx.get(dut.o.tvalid) and ctx.get(dut.o.tlast)),
+                                        10_000)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     assert out["cycles"] == cost.attention_cycles(10, 4, 8, final=True)
 
 
