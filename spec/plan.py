@@ -11,9 +11,10 @@ import enum
 
 
 class _Name(str, enum.Enum):
-    """A str-valued enum that prints as its value."""
+    """A str-valued enum that prints, hashes and compares as its value."""
     __str__ = str.__str__
     __format__ = str.__format__
+    __hash__ = str.__hash__
 
 
 class Scheme(_Name):

@@ -49,7 +49,7 @@ from .resources import Network, Node
 RING_SCHEMES = (Scheme.RING, Scheme.ZIGZAG, Scheme.PASSQ)
 #: Default fetch lookahead (steps): MARS schedules remote KV ahead of use (paper 6.2); ring and
 #: zigzag stream history KV during the step that reads it (paper 2.5).
-DEFAULT_LOOKAHEAD = {"mars": 1, "full": 1, "pd": 1, "ring": 0, "zigzag": 0, "passq": 0}
+DEFAULT_LOOKAHEAD = {Scheme.MARS: 1, Scheme.FULL: 1, Scheme.PD: 1, Scheme.RING: 0, Scheme.ZIGZAG: 0, Scheme.PASSQ: 0}
 
 
 @dataclass

@@ -22,7 +22,7 @@ import numpy as np
 
 from mcf.spec import ROUTE_ENTRY, ROUTE_TABLE_ENTRIES, Collective, Meta, Op, ReduceOp, Stage
 from mcf.spec.bits import SpecError
-from mcf.spec.plan import EventKind, EventPhase
+from mcf.spec.plan import EventKind, EventPhase, Scheme
 from mcf.spec.regmap import DmaDescriptor, DmaDir
 from mcf.spec.routes import ROUTE_LOCAL, RouteIds
 from mcf.spec.topology import Topology
@@ -313,7 +313,7 @@ def _lower_decode(plan, progs, routes, dma, meta, slot_of, addr, stride):
                 dma(n, step, addr(n, first, layer), count * stride, DmaDir.LOAD, Stage.DECODE)
         if N == 1:
             continue
-        if plan.scheme == "passq":
+        if plan.scheme == Scheme.PASSQ:
             ring = holders if DECODE_ROOT in holders else [DECODE_ROOT] + holders
             for i, n in enumerate(ring):
                 nxt = ring[(i + 1) % len(ring)]
