@@ -21,7 +21,7 @@ from .shard import cluster_prefix, contiguous_hits, owned
 class Lookup:
     count: int                       # chunks the prompt could be served (full chunks)
     hits: list                       # a_r per rank
-    status: list                     # per rank: ok | timeout | unavailable
+    status: list                     # per rank: ok | timeout | unavailable | down
     seconds: float
 
     @property
@@ -39,12 +39,21 @@ class RankFetch:
     l2_chunks: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    from_l1: set = field(default_factory=set)     # chunks served by L1
 
 
 class ShardedStore:
+    """``cooldown_s``: after a timeout or an unreachable server, rank r skips its server (status
+    ``down``, counted) for that long by ``clock`` -- a stopped server then costs one timeout, not
+    one per request.  ``clock`` defaults to ``time.monotonic`` (the replay passes its virtual
+    clock)."""
+
     def __init__(self, clients: list[RankClient], identity: TierIdentity, value_bytes: int,
-                 l1_bytes: int = 0):
+                 l1_bytes: int = 0, cooldown_s: float = 1.0, clock=time.monotonic):
         self.clients = list(clients)
+        self.cooldown_s = float(cooldown_s)
+        self.clock = clock
+        self.down_until = [float("-inf")] * len(self.clients)
         self.identity = identity
         self.chunk = identity.chunk
         self.value_bytes = int(value_bytes)
@@ -61,6 +70,15 @@ class ShardedStore:
         with self._lock:
             self.counters.update(kw)
 
+    def _server_ok(self, r: int) -> bool:
+        if self.clock() < self.down_until[r]:
+            self.count(skipped_down=1)
+            return False
+        return True
+
+    def _failed(self, r: int) -> None:
+        self.down_until[r] = self.clock() + self.cooldown_s
+
     def keys(self, tokens) -> list[bytes]:
         return chunk_keys(tokens, self.identity)
 
@@ -75,14 +93,18 @@ class ShardedStore:
         present = [keys[c] in self.l1[r] for c in mine]
         ask = [i for i, ok in enumerate(present) if not ok]
         status = "ok"
-        if ask:
+        if ask and not self._server_ok(r):
+            status, present = "down", [False] * len(mine)
+        elif ask:
             try:
                 for i, ok in zip(ask, self.clients[r].exists_many([keys[mine[i]] for i in ask])):
                     present[i] = ok
             except TierTimeout:
                 status, present = "timeout", [False] * len(mine)
+                self._failed(r)
             except TierError:
                 status, present = "unavailable", [False] * len(mine)
+                self._failed(r)
         if status != "ok":
             self.count(**{f"lookup_{status}": 1})
         return contiguous_hits(r, self.ranks, count, present), status
@@ -103,15 +125,19 @@ class ShardedStore:
         vals = [self.l1[r].get(keys[c]) for c in mine]
         from_l1 = [v is not None for v in vals]
         ask = [i for i, v in enumerate(vals) if v is None]
-        if ask:
+        if ask and not self._server_ok(r):
+            out.status = "down"
+        elif ask:
             try:
                 got = self.clients[r].get_many([keys[mine[i]] for i in ask])
                 for i, v in zip(ask, got):
                     vals[i] = v
             except TierTimeout:
                 out.status = "timeout"
+                self._failed(r)
             except TierError:
                 out.status = "unavailable"
+                self._failed(r)
         if out.status != "ok":
             self.count(**{f"load_{out.status}": 1})
             vals = [v if l1 else None for v, l1 in zip(vals, from_l1)]
@@ -130,6 +156,7 @@ class ShardedStore:
             out.bytes += len(v)
             if from_l1[i]:
                 out.l1_chunks += 1
+                out.from_l1.add(c)
             else:
                 out.l2_chunks += 1
                 self.l1[r].put(keys[c], v)
@@ -144,15 +171,19 @@ class ShardedStore:
         """Rank r stores (key, value) pairs it owns: L1 and its server.  -> status."""
         for k, v in items:
             self.l1[r].put(k, v)
+        if not self._server_ok(r):
+            return "down"
         try:
             n = self.clients[r].set_many(items)
             self.count(stored_chunks=len(items), stored_bytes=n)
             return "ok"
         except TierTimeout:
             self.count(store_timeout=1)
+            self._failed(r)
             return "timeout"
         except TierError:
             self.count(store_unavailable=1)
+            self._failed(r)
             return "unavailable"
 
     def store(self, keys: list, values: dict) -> list[str]:

@@ -9,8 +9,8 @@ from mcf.sw.kvtier.store import ShardedStore
 VALUE = 192
 
 
-def make_store(urls, clients, l1_bytes=0, chunk=4):
-    return ShardedStore(clients(urls), TierIdentity("m", "w", 16, chunk), VALUE, l1_bytes)
+def make_store(urls, clients, l1_bytes=0, chunk=4, **kw):
+    return ShardedStore(clients(urls), TierIdentity("m", "w", 16, chunk), VALUE, l1_bytes, **kw)
 
 
 def value(c):
@@ -56,15 +56,21 @@ def test_l1_serves_what_the_server_lost(servers, clients):
 
 def test_dead_rank_reports_no_hits_and_is_counted(servers, clients):
     srv = servers(3)
-    st = make_store(srv.urls, clients)
+    now = [0.0]
+    st = make_store(srv.urls, clients, cooldown_s=5.0, clock=lambda: now[0])
     try:
         keys = st.keys(np.arange(41))
         st.store(keys, {c: value(c) for c in range(10)})
         srv.kill(2)
         look = st.lookup(keys)
         assert look.hits[2] == 2 and look.prefix == 2 and look.status[2] == "unavailable"
+        # rank 2 is skipped for the cooldown (one failure, not one per request), then tried again
+        assert st.store(keys, {5: value(5)}) == ["ok", "ok", "down"]
+        assert st.lookup(keys).status == ["ok", "ok", "down"]
+        now[0] = 5.0
         assert st.store(keys, {5: value(5)}) == ["ok", "ok", "unavailable"]
         assert st.counters["lookup_unavailable"] == 1 and st.counters["store_unavailable"] == 1
+        assert st.counters["skipped_down"] == 2
         with pytest.raises(ValueError):
             st.store(keys, {0: b"short"})
     finally:
