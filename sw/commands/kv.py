@@ -61,6 +61,10 @@ def register(sub) -> None:
                    help="virtual seconds a load may take before its request recomputes (default 5)")
     r.add_argument("--cooldown", type=float, default=10.0,
                    help="virtual seconds a rank skips a server that failed (default 10)")
+    r.add_argument("--link-gbps", type=float,
+                   help="model each rank's path to its server at this rate (e.g. 1 for a KR260's PS "
+                        "GbE); a server operation then takes at least its bytes over the link "
+                        "(default: the loopback as measured)")
     r.add_argument("--l1-mb", type=int, default=0,
                    help="L1 LRU per rank, MiB (default 0 = off, every hit from the servers as after "
                         "a restart; an L1 hit costs a dictionary lookup here, a DMA on the board)")
@@ -200,8 +204,10 @@ def _reset(store, flush: bool) -> None:
     store.down_until = [float("-inf")] * store.ranks
 
 
-def calibrate(store, cfg, chunk: int, curve, t0: float | None = None, fit_chunks: int | None = None):
-    """CostModel with B measured per rank now and T0 fitted now (or given)."""
+def calibrate(store, cfg, chunk: int, curve, t0: float | None = None, fit_chunks: int | None = None,
+              link_Bps: float | None = None):
+    """CostModel with B measured per rank now (capped by a link model if given) and T0 fitted
+    now (or given)."""
     from mcf.sw.kvtier.calibrate import fit_on, measure_bandwidth
     from mcf.sw.kvtier.costmodel import CostModel, bytes_per_token
     B = measure_bandwidth(store, chunks=8, repeats=5)
@@ -216,6 +222,10 @@ def calibrate(store, cfg, chunk: int, curve, t0: float | None = None, fit_chunks
     else:
         sources["T0"] = "given (--t0)"
     cm.t0 = float(t0)
+    if link_Bps:
+        cm.bandwidth = tuple(min(b, link_Bps) for b in B)
+        sources["B"] = (f"min(measured server rate, link model {link_Bps * 8 / 1e9:g} Gb/s per rank); "
+                        + sources["B"])
     return cm
 
 
@@ -237,6 +247,9 @@ def cmd_replay(args) -> int:
         raise UserError("--fault cannot be combined with --compare (a killed server stays down)")
     if args.l1_mb < 0:
         raise UserError(f"l1-mb={args.l1_mb}: must be >= 0")
+    if args.link_gbps is not None and not (args.link_gbps > 0 and math.isfinite(args.link_gbps)):
+        raise UserError(f"link-gbps={args.link_gbps}: must be > 0")
+    link = args.link_gbps * 1e9 / 8 if args.link_gbps else None
     if args.synthetic is not None:
         lines = synthetic_lines(args.synthetic, rate=args.arrival_rate, prefixes=args.prefixes,
                                 prefix_tokens=_range(args.prefix_tokens, "prefix-tokens"),
@@ -257,7 +270,7 @@ def cmd_replay(args) -> int:
     results = []
     with open_tier(cfg, W, args.chunk, args.url, args.server_mb, args.io_timeout, args.l1_mb,
                    args.cooldown) as (store, servers):
-        cost = calibrate(store, cfg, args.chunk, curve, args.t0)
+        cost = calibrate(store, cfg, args.chunk, curve, args.t0, link_Bps=link)
         for label, policy, mode in arms:
             _reset(store, flush=args.url is None)
             if args.prime and policy != "never":
@@ -265,7 +278,7 @@ def cmd_replay(args) -> int:
                     keys = store.keys(req.tokens)
                     store.store(keys, {c: filler(keys[c], store.value_bytes) for c in range(len(keys))})
                 _reset(store, flush=False)              # L1 empty, as after an engine restart
-            rcfg = ReplayConfig(mode=mode, policy=policy, deadline_s=args.deadline, faults=faults)
+            rcfg = ReplayConfig(mode=mode, policy=policy, deadline_s=args.deadline, faults=faults, link_Bps=link)
             res = Replay(requests, store if policy != "never" else None, cost, curve, rcfg, servers).run()
             results.append((label, res))
     out = {"source": source, "model": cfg.name, "ranks": W, "chunk": args.chunk, "profile": args.profile,

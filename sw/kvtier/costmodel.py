@@ -12,9 +12,9 @@ Terms (docs/kvtier.md, "Cost model"):
   one configuration (``fit_t0``) and validated on others.
 
 A hit of p chunks (n = p * chunk tokens) is loaded iff the prefill it saves takes longer than the
-load: ``T(n) > T0 + max_r (backlog_r + bytes_r) / B_r``, where rank r moves its owned chunks'
-bytes_r in parallel with the others, and backlog_r is what the rank's server still has to send
-for loads already issued.  With one rank, no backlog and a constant R this is the paper's
+load: ``T(n) > T0 + max_r (backlog_r + bytes_r / B_r)``, where rank r moves its owned chunks'
+bytes_r in parallel with the others, and backlog_r is the predicted time of the operations the
+rank has already queued on its server.  ``observe`` keeps B_r tracking what fetches achieve.  With one rank, no backlog and a constant R this is the paper's
 ``n / R > T0 + n * s / B``; ignoring T0 a hit pays iff ``B > B* = s * R``.
 """
 from __future__ import annotations
@@ -117,25 +117,39 @@ class CostModel:
     def total_bandwidth(self) -> float:
         return float(sum(self.bandwidth))
 
+    def observe(self, rank: int, nbytes: int, seconds: float, weight: float = 0.2) -> None:
+        """Track rank's bandwidth online: blend in what a fetch of ``nbytes`` that took
+        ``seconds`` achieved beyond T0 (fetches shorter than two T0 carry no bandwidth signal)."""
+        if nbytes >= self.value_bytes and seconds > 2 * self.t0 and seconds > 0:
+            b = list(self.bandwidth)
+            b[rank] = (1 - weight) * b[rank] + weight * nbytes / (seconds - self.t0)
+            self.bandwidth = tuple(b)
+
+    def op_s(self, rank: int, nbytes: int) -> float:
+        """Predicted seconds of one server operation moving ``nbytes`` on rank."""
+        return self.t0 + nbytes / self.bandwidth[rank]
+
     def rank_bytes(self, chunks: int) -> list[int]:
         """Bytes rank r loads for a hit of ``chunks`` chunks (its owned ones)."""
         return [len(owned(r, self.ranks, chunks)) * self.value_bytes for r in range(self.ranks)]
 
-    def transfer_s(self, chunks: int, backlog_bytes=None) -> float:
-        back = backlog_bytes or [0] * self.ranks
-        return max((b + x) / bw for b, x, bw in zip(back, self.rank_bytes(chunks), self.bandwidth))
+    def transfer_s(self, chunks: int, backlog_s=None) -> float:
+        back = backlog_s or [0.0] * self.ranks
+        return max(b + x / bw for b, x, bw in zip(back, self.rank_bytes(chunks), self.bandwidth))
 
-    def load_s(self, chunks: int, backlog_bytes=None) -> float:
-        return self.t0 + self.transfer_s(chunks, backlog_bytes)
+    def load_s(self, chunks: int, backlog_s=None) -> float:
+        """T0 + the slowest rank's transfer, after ``backlog_s[r]`` seconds of work already
+        queued on rank r's server."""
+        return self.t0 + self.transfer_s(chunks, backlog_s)
 
     def recompute_s(self, chunks: int) -> float:
         """Prefill time a hit of ``chunks`` chunks saves."""
         return self.prefill.steps_s(chunks * self.chunk)
 
-    def choose(self, chunks: int, backlog_bytes=None) -> str:
+    def choose(self, chunks: int, backlog_s=None) -> str:
         if chunks <= 0:
             return "recompute"
-        return "load" if self.recompute_s(chunks) > self.load_s(chunks, backlog_bytes) else "recompute"
+        return "load" if self.recompute_s(chunks) > self.load_s(chunks, backlog_s) else "recompute"
 
     def b_star(self, n) -> float:
         """Break-even bandwidth ignoring T0: s * R(n)."""

@@ -30,6 +30,7 @@ deadline.  Every request completes: a failed or late load falls back to recomput
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -102,6 +103,7 @@ class ReplayConfig:
     policy: str = "model"
     deadline_s: float = 5.0          # virtual seconds a load may take before its request recomputes
     faults: list = field(default_factory=list)
+    link_Bps: float | None = None    # model of each rank's path to its server (None: loopback as measured)
 
 
 class Replay:
@@ -114,6 +116,8 @@ class Replay:
             raise UserError(f"policy {cfg.policy!r}: one of {', '.join(POLICIES)}")
         if not cfg.deadline_s > 0:
             raise UserError(f"load deadline {cfg.deadline_s}: must be > 0 s")
+        if cfg.link_Bps is not None and not (cfg.link_Bps > 0 and math.isfinite(cfg.link_Bps)):
+            raise UserError(f"link {cfg.link_Bps} bytes/s: must be > 0")
         if cfg.faults and servers is None:
             raise UserError("faults need the embedded servers (the replay starts and kills them; no --url)")
         if curve.chunk != cost.chunk:
@@ -122,6 +126,8 @@ class Replay:
         if longest > curve.max_tokens:
             raise UserError(f"the prefill curve covers {curve.max_tokens} tokens, a prompt has {longest}")
         self.simpy = simpy
+        # a copy: the replay's fetches update B (``CostModel.observe``) for this run only
+        cost = dataclasses.replace(cost, sources=dict(cost.sources))
         self.requests, self.store, self.cost, self.curve, self.cfg = requests, store, cost, curve, cfg
         self.servers = servers
         self.env = simpy.Environment()
@@ -132,7 +138,7 @@ class Replay:
                 raise UserError(f"{store.ranks} servers for a cost model of {self.W} ranks")
         self.rank_server = [simpy.Resource(self.env, 1) for _ in range(self.W)]
         self.cluster = simpy.Resource(self.env, 1)
-        self.backlog = [0.0] * self.W            # bytes queued or in service per rank server
+        self.backlog = [0.0] * self.W            # predicted seconds queued or in service per rank server
         self.server_busy = [0.0] * self.W
         self.cluster_busy = 0.0
         self.lost = set()                        # ranks whose completions are lost
@@ -141,10 +147,13 @@ class Replay:
                          "bad_values": 0, "lost_completions": 0}
 
     # --- tier operations in virtual time ---------------------------------------------------------
-    def _server_op(self, r: int, nbytes: float, fn, uses_server: bool = True):
-        """Run ``fn()`` (real I/O) when rank r's server is free; charge its wall time."""
+    def _server_op(self, r: int, nbytes: float, fn, uses_server: bool = True, moved=None):
+        """Run ``fn()`` (real I/O) when rank r's server is free; charge its wall time -- or, with
+        a link model, at least the time the bytes it moved (``moved(result)``) take on the link.
+        While queued or in service it counts in rank r's backlog with its predicted time."""
         import time
-        self.backlog[r] += nbytes
+        pred = self.cost.op_s(r, nbytes) if uses_server else 0.0
+        self.backlog[r] += pred
         try:
             if not uses_server:
                 t0 = time.perf_counter()
@@ -156,11 +165,13 @@ class Replay:
                 t0 = time.perf_counter()
                 out = fn()
                 d = time.perf_counter() - t0
+                if self.cfg.link_Bps and moved is not None:
+                    d = max(d, moved(out) / self.cfg.link_Bps)
                 self.server_busy[r] += d
                 yield self.env.timeout(d)
                 return out
         finally:
-            self.backlog[r] -= nbytes
+            self.backlog[r] -= pred
 
     def _lookup(self, keys):
         st = self.store
@@ -188,18 +199,27 @@ class Replay:
         t0 = self.env.now
         self.counters["loads"] += 1
         done = {}
+        completion = [self.env.event() for _ in range(self.W)]
 
         def one(r):
             nbytes = len(owned(r, self.W, count)) * self.cost.value_bytes
+            server = self._needs_server(r, keys, count)
             f = yield from self._server_op(r, nbytes, lambda: self._fetch_rank(r, keys, count),
-                                           uses_server=self._needs_server(r, keys, count))
+                                           uses_server=server, moved=lambda f: f.l2_chunks * self.cost.value_bytes)
+            if server and f.status == "ok" and f.l2_chunks:
+                # what the fetch achieved once it had the server (queueing excluded)
+                service = f.seconds if not self.cfg.link_Bps else max(
+                    f.seconds, f.l2_chunks * self.cost.value_bytes / self.cfg.link_Bps)
+                self.cost.observe(r, f.l2_chunks * self.cost.value_bytes, service)
             if r in self.lost:
                 self.counters["lost_completions"] += 1
                 return                                  # nobody is told
             done[r] = f
-        procs = [self.env.process(one(r)) for r in range(self.W)]
-        all_done = self.env.all_of(procs)
-        yield all_done | self.env.timeout(self.cfg.deadline_s)
+            completion[r].succeed()
+        for r in range(self.W):
+            self.env.process(one(r))
+        yield self.env.all_of(completion) | self.env.timeout(self.cfg.deadline_s)
+        done = {r: f for r, f in done.items() if completion[r].processed or completion[r].triggered}
         hits = []
         for r in range(self.W):
             if r in done:
@@ -234,8 +254,9 @@ class Replay:
             if not mine:
                 continue
             items = [(keys[c], filler(keys[c], st.value_bytes)) for c in mine]
-            self.env.process(self._server_op(r, len(items) * st.value_bytes,
-                                             lambda r=r, items=items: st.store_rank(r, items)))
+            nbytes = len(items) * st.value_bytes
+            self.env.process(self._server_op(r, nbytes, lambda r=r, items=items: st.store_rank(r, items),
+                                             moved=lambda status, n=nbytes: n if status == "ok" else 0))
 
     def _request(self, req):
         env = self.env

@@ -52,7 +52,11 @@ def test_ranks_load_their_own_chunks_in_parallel():
     fast = CostModel(s=10.0, chunk=16, value_bytes=160, bandwidth=(1e6,) * 4, t0=0.01,
                      prefill=PrefillCurve.constant(100.0, 16, 16 * 64, "given"))
     assert fast.choose(10) == "load"
-    assert fast.choose(10, backlog_bytes=[0, 0, 2e6, 0]) == "recompute"   # a queued server
+    assert fast.choose(10, backlog_s=[0, 0, 2.0, 0]) == "recompute"   # a queued server
+    fast.observe(2, 1600, 0.01 + 1600 / 1e5)           # rank 2 delivers 100 kB/s: B follows
+    assert 1e5 < fast.bandwidth[2] < 1e6 and fast.bandwidth[1] == 1e6
+    fast.observe(1, 1600, 0.015)                      # shorter than 2 T0: no bandwidth signal
+    assert fast.bandwidth[1] == 1e6
     assert math.isinf(fast.breakeven_bandwidth(0.5))
 
 
