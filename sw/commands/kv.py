@@ -320,8 +320,10 @@ def _print_replay(out: dict) -> None:
     print(f"  s  = {cm['s_bytes_per_token']:.0f} B/token ({src['s']})")
     print(f"  R  = {cm['prefill_rate_tokens_per_s_at_max']:.4g} tokens/s at the longest prompt ({src['R']})")
     print(f"  B  = {', '.join(f'{b / 1e9:.3g}' for b in cm['bandwidth_Bps_per_rank'])} GB/s per rank ({src['B']})")
+    below = (f"below {cm['min_hit_tokens']:.0f} tokens recompute always wins" if math.isfinite(cm["min_hit_tokens"])
+             else "recompute wins at every length here (R T0 exceeds the longest prompt)")
     print(f"  T0 = {cm['t0_s'] * 1e3:.3g} ms ({src['T0']});  B* = s R = {cm['b_star_Bps_at_max'] / 1e6:.3g} MB/s; "
-          f"below {cm['min_hit_tokens']:.0f} tokens recompute always wins")
+          f"{below}")
     hdr = ("arm", "p50 TTFT s", "p99 TTFT s", "hit ratio", "from store", "loads", "recomputes",
            "fallbacks", "timeouts", "rho")
     rows = [(s["label"], f"{s['ttft_p50_s']:.4g}", f"{s['ttft_p99_s']:.4g}", f"{s['hit_ratio']:.3f}",

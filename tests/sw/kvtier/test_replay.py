@@ -81,7 +81,7 @@ def test_hit_slower_than_miss_chooses_recompute(tier):
     assert always["loads"] == 20 and always["tokens_from_store"] == 20 * 8 * CHUNK
     # measured: every forced load took longer than the prefill it saved, and TTFT suffered
     assert all(r.load_s > 10 * curve.steps_s(8 * CHUNK) for r in forced.records)
-    assert always["ttft_p50_s"] > 2 * model["ttft_p50_s"]
+    assert always["ttft_p50_s"] > model["ttft_p50_s"]
 
 
 def test_sync_under_hit_heavy_load_vs_async_bounded(tier):
