@@ -231,6 +231,26 @@ def calibrate(store, cfg, chunk: int, curve, t0: float | None = None, fit_chunks
 
 # --- replay ----------------------------------------------------------------------------------------
 def cmd_replay(args) -> int:
+    out = replay_figures(args)
+    for s in out["arms"]:
+        if s["policy"] != "never" and math.isfinite(s["rho"]) and s["rho"] > 1:
+            print(f"mcf kv: warning: {s['label']}: rho = lambda n s / B = {s['rho']:.2f} > 1: the servers "
+                  f"cannot sustain this hit rate (synchronous loading has no steady state)", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(json.dumps(out, default=float) + "\n")
+    else:
+        _print_replay(out)
+    if args.plot:
+        print(f"wrote {args.plot}", file=sys.stderr)
+    incomplete = [s for s in out["arms"] if s["completed"] != s["requests"]]
+    if incomplete:
+        raise UserError(f"{incomplete[0]['label']}: {incomplete[0]['requests'] - incomplete[0]['completed']} "
+                        f"requests did not complete")
+    return 0
+
+
+def replay_figures(args) -> dict:
+    """The replay behind ``mcf kv replay`` (and ``mcf bench kvtier``): -> the JSON object."""
     from mcf.sw.kvtier.calibrate import filler
     from mcf.sw.kvtier.replay import Replay, ReplayConfig, parse_fault
     from mcf.sw.kvtier.shard import check_ranks
@@ -294,21 +314,7 @@ def cmd_replay(args) -> int:
         plot_replay(results, cost, args.plot,
                     f"{cfg.name} on {W} ranks, chunk {args.chunk}; R: {curve.source.split(' (')[0]}; "
                     f"{source.split(':')[0]}")
-    for s in out["arms"]:
-        if s["policy"] != "never" and math.isfinite(s["rho"]) and s["rho"] > 1:
-            print(f"mcf kv: warning: {s['label']}: rho = lambda n s / B = {s['rho']:.2f} > 1: the servers "
-                  f"cannot sustain this hit rate (synchronous loading has no steady state)", file=sys.stderr)
-    if args.json:
-        sys.stdout.write(json.dumps(out, default=float) + "\n")
-    else:
-        _print_replay(out)
-    if args.plot:
-        print(f"wrote {args.plot}", file=sys.stderr)
-    incomplete = [s for s in out["arms"] if s["completed"] != s["requests"]]
-    if incomplete:
-        raise UserError(f"{incomplete[0]['label']}: {incomplete[0]['requests'] - incomplete[0]['completed']} "
-                        f"requests did not complete")
-    return 0
+    return out
 
 
 def _print_replay(out: dict) -> None:
@@ -341,6 +347,29 @@ def _print_replay(out: dict) -> None:
 
 # --- fit -------------------------------------------------------------------------------------------
 def cmd_fit(args) -> int:
+    out = fit_figures(args)
+    if args.json:
+        sys.stdout.write(json.dumps(out, default=float) + "\n")
+        return 0
+    t0, fw, fk = out["t0_s"], out["fit_on"]["ranks"], out["fit_on"]["hit_chunks"]
+    print(f"T0 = {t0 * 1e3:.3g} ms, fitted on {fw} ranks x {fk} chunks ({out['servers']} servers, "
+          f"{out['model']}, chunk {out['chunk']}: {out['chunk_value_bytes']} B per chunk value)")
+    print(f"  {'ranks':>5} {'chunks':>6} {'MB':>8} {'B/rank GB/s (measured)':>24} {'load p50 ms (measured)':>23} "
+          f"{'T0 + transfer ms (model)':>25} {'error':>7}")
+    for c in out["configs"]:
+        mark = "  <- fit" if c["fitted_here"] else ""
+        bs = ",".join(f"{b / 1e9:.2f}" for b in c["bandwidth_Bps_per_rank"])
+        print(f"  {c['ranks']:>5} {c['hit_chunks']:>6} {c['hit_bytes'] / 1e6:>8.2f} {bs:>24} "
+              f"{c['load_measured_p50_s'] * 1e3:>23.3f} {c['load_model_s'] * 1e3:>25.3f} {c['error']:>+7.1%}{mark}")
+    if out["validation_max_abs_error"] is not None:
+        n = sum(not c["fitted_here"] for c in out["configs"])
+        print(f"  validation on {n} configurations not used for the fit: median |error| "
+              f"{out['validation_median_abs_error']:.1%}, max {out['validation_max_abs_error']:.1%}")
+    return 0
+
+
+def fit_figures(args) -> dict:
+    """The measurement behind ``mcf kv fit``: -> the JSON object."""
     import numpy as np
     from mcf.sw.kvtier.calibrate import load_samples, measure_bandwidth
     from mcf.sw.kvtier.costmodel import CostModel, PrefillCurve, bytes_per_token, chunk_value_bytes, fit_t0
@@ -385,22 +414,7 @@ def cmd_fit(args) -> int:
            "t0_s": t0, "fit_on": {"ranks": fw, "hit_chunks": fk},
            "validation_max_abs_error": max(val) if val else None,
            "validation_median_abs_error": float(np.median(val)) if val else None, "configs": configs}
-    if args.json:
-        sys.stdout.write(json.dumps(out, default=float) + "\n")
-        return 0
-    print(f"T0 = {t0 * 1e3:.3g} ms, fitted on {fw} ranks x {fk} chunks ({out['servers']} servers, "
-          f"{cfg.name}, chunk {args.chunk}: {kv_bytes} B per chunk value)")
-    print(f"  {'ranks':>5} {'chunks':>6} {'MB':>8} {'B/rank GB/s (measured)':>24} {'load p50 ms (measured)':>23} "
-          f"{'T0 + transfer ms (model)':>25} {'error':>7}")
-    for c in configs:
-        mark = "  <- fit" if c["fitted_here"] else ""
-        bs = ",".join(f"{b / 1e9:.2f}" for b in c["bandwidth_Bps_per_rank"])
-        print(f"  {c['ranks']:>5} {c['hit_chunks']:>6} {c['hit_bytes'] / 1e6:>8.2f} {bs:>24} "
-              f"{c['load_measured_p50_s'] * 1e3:>23.3f} {c['load_model_s'] * 1e3:>25.3f} {c['error']:>+7.1%}{mark}")
-    if val:
-        print(f"  validation on {len(val)} configurations not used for the fit: median |error| "
-              f"{out['validation_median_abs_error']:.1%}, max {out['validation_max_abs_error']:.1%}")
-    return 0
+    return out
 
 
 # --- info ------------------------------------------------------------------------------------------

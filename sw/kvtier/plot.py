@@ -76,7 +76,7 @@ def plot_replay(arms, cost, path, title: str) -> Path:
         if ok.any():
             b.plot(xs[ok], be[ok], "k--", label=f"break-even with T0 = {cost.t0 * 1e3:.3g} ms")
         b.axhline(cost.total_bandwidth, color="C2", lw=1.2,
-                  label=f"B, {cost.ranks} ranks (measured) = {cost.total_bandwidth / 1e9:.3g} GB/s")
+                  label=f"B of the cost model, {cost.ranks} ranks = {cost.total_bandwidth / 1e9:.3g} GB/s")
         drawn = set()
         for label, res in arms:
             for r in res.records:
@@ -110,9 +110,17 @@ def plot_replay(arms, cost, path, title: str) -> Path:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110, format="png")
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         plt.close(fig)
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _umask() -> int:
+    """The process umask (mkstemp creates 0600; a written output gets the usual mode)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -113,6 +113,7 @@ def write_trace(path: str, lines: list[dict]) -> None:
         with os.fdopen(fd, "w") as f:
             for obj in lines:
                 f.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -150,3 +151,10 @@ def synthetic_lines(n: int, *, rate: float, prefixes: int, prefix_tokens: tuple,
 def synthetic(n: int, vocab: int, **kw) -> list[Request]:
     return [parse_request(obj, vocab, f"synthetic request {i}")
             for i, obj in enumerate(synthetic_lines(n, **kw))]
+
+
+def _umask() -> int:
+    """The process umask (mkstemp creates 0600; a written output gets the usual mode)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
