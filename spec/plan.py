@@ -31,10 +31,10 @@ SCHEMES = tuple(s.value for s in Scheme)
 
 
 class ReplicaState(enum.IntEnum):
-    """State of one KV block's copy on one node (2 bits in the RTL replica directory).
-
-    VALID -> DRAINING (still readable by chunks in flight, excluded from new decisions) ->
-    INVALID (buffer freed).  Owner copies are VALID from the moment they are written."""
+    """Replica directory states of a KV block's copy on a node: VALID -> DRAINING -> INVALID
+    (owner shards and live replicas are readable)."""
+    # DRAINING copies stay readable by chunks in flight but are excluded from new decisions;
+    # INVALID frees the buffer.  Owner copies are VALID from the moment they are written.
     INVALID = 0
     VALID = 1
     DRAINING = 2

@@ -1,7 +1,8 @@
 """Data flows one way (README, "Layout"): spec imports nothing of ours but spec; hw imports
 spec (never the golden model, the runtime or the simulation); the golden model, MARS and the
-driver import neither hw nor each other's internals; and no code of the package imports the
-tests (benches and the demo name a test module as a string, for the simulator to import)."""
+driver import neither hw nor each other's internals; the prefix KV tier (PS code) imports
+neither the simulators nor the golden model; and no code of the package imports the tests
+(benches and the demo name a test module as a string, for the simulator to import)."""
 import ast
 from pathlib import Path
 
@@ -16,6 +17,10 @@ RULES = {                       # folder -> modules it must not import
     "sw/mars": ("mcf.hw", "mcf.sim", "mcf.boards", "mcf.sw.golden", "mcf.sw.driver"),
     "sw/driver": ("mcf.hw", "mcf.sim", "mcf.boards", "mcf.sw.golden", "mcf.sw.mars", "mcf.sw.commands"),
     "sw/models": ("mcf.hw", "mcf.sim", "mcf.boards", "mcf.sw.golden", "mcf.sw.mars", "mcf.sw.driver"),
+    # the prefix KV tier runs on the PS: spec, models and errors only (the cluster model and the
+    # golden cache reach it through arguments: a PrefillCurve, a KVSink)
+    "sw/kvtier": ("mcf.hw", "mcf.sim", "mcf.boards", "mcf.sw.golden", "mcf.sw.driver", "mcf.sw.mars",
+                  "mcf.sw.commands"),
     "sim": ("mcf.boards",),
 }
 for _folder in PACKAGE:          # no package code imports the tests

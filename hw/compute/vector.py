@@ -21,8 +21,6 @@ thousands of elements they would be block RAM with a one-cycle read pipeline.
 """
 from __future__ import annotations
 
-import enum
-
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -32,18 +30,9 @@ from mcf.hw.compute.common import VectorState
 from mcf.hw.registry import block
 from mcf.spec import fixed as fx
 from mcf.spec.fixed import EXP_BITS
+from mcf.spec.isa import VecOp   # the VEC operations: one definition, the instruction set's
 
 P_BITS = 36      # widest product before normalize: rmsnorm's rshr(m r, 14) * gain
-
-
-class VecOp(enum.IntEnum):
-    TO_BFP = 0
-    RMSNORM = 1
-    SILU = 2
-    MUL = 3
-    ROPE = 4
-    PRESCALE = 5
-    RESIDUAL = 6
 
 
 def cmd_layout(max_n):
