@@ -29,10 +29,13 @@ def test_missing_simulator_without_privileges_is_one_clear_error(tmp_path):
     for tool in ("bash", "id", "sed", "head"):
         (bin_dir / tool).symlink_to(shutil.which(tool))
     tmp_path.chmod(0o755)
-    r = subprocess.run([shutil.which("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups",
-                        str(bin_dir / "bash"), str(ENSURE)],
-                       capture_output=True, text=True, timeout=60,
-                       env={"PATH": str(bin_dir)})
+    # The script comes on stdin: the checkout may sit in a 0700 folder (a fresh clone under
+    # `mktemp -d`) that user nobody cannot read.
+    with open(ENSURE) as script:
+        r = subprocess.run([shutil.which("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups",
+                            str(bin_dir / "bash"), "-s"],
+                           stdin=script, capture_output=True, text=True, timeout=60,
+                           env={"PATH": str(bin_dir)})
     assert r.returncode == 1
     lines = [l for l in r.stderr.splitlines() if l.startswith("mcf: error")]
     assert len(lines) == 1 and "iverilog" in lines[0] and "sudo apt-get install" in lines[0]
