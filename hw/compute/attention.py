@@ -44,6 +44,7 @@ from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
 from mcf.hw.compute.directory import ReplicaDirectory
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 from mcf.spec import fixed as fx
 from mcf.spec.fixed import EXP_BITS, INT32_MIN, KV_A_BITS, MANT_BITS, POS_BITS, W_BITS
 from mcf.spec.plan import REPLICA_STATE_BITS
@@ -274,6 +275,8 @@ class AttentionUnit(wiring.Component):
 
 @block("compute_attention", "Q.K^T, exp2 softmax state, P.V over local KV blocks -> (m, l, o) or rows",
        variants=({"score_buffer": 0, "max_keys": 65536},), head_dim=16, rows=2, max_keys=64,
-       block_bits=8, score_buffer=1)
+       block_bits=8, score_buffer=1,
+       ranges={"head_dim": Range(1, 256), "rows": Range(1, 64), "max_keys": Range(1, 1 << 20, pow2=True),
+               "block_bits": Range(1, 16), "score_buffer": Range(0, 1)})
 def _attention(head_dim, rows, max_keys, block_bits, score_buffer):
     return AttentionUnit(head_dim, rows, max_keys, block_bits, bool(score_buffer))

@@ -99,7 +99,8 @@ def run_build(args) -> int:
     from mcf.boards.kr260 import vivado
     from mcf.hw import registry
 
-    component = registry.get(args.block).build(**registry.parse_params(args.param))
+    info = registry.get(args.block)
+    component = info.build(**registry.parse_params(args.param, info))
     files = vivado.write_project(component, vivado.BuildOptions(out=Path(args.out), network=args.network,
                                                                 jobs=args.jobs))
     print(f"wrote the Vivado project inputs to {args.out}/ ({', '.join(f.name for f in files.values())})")
