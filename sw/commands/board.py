@@ -18,7 +18,8 @@ def register(sub) -> None:
     b.add_argument("--block", default="node", help="registered top block (default: %(default)s)")
     b.add_argument("-p", "--param", action="append", metavar="KEY=VALUE", help="block parameter override")
     b.add_argument("--network", choices=["loopback", "sfp"], default="loopback",
-                   help="network ports looped back (bring-up) or port 0 on the SFP+ 10G MAC")
+                   help="network ports looped back (bring-up) or port 0 on the SFP+ cage "
+                        "(needs issue 16's open 10GBASE-R PCS/MAC)")
     b.add_argument("--jobs", type=int, default=4, help="Vivado jobs (default: %(default)s)")
     b.add_argument("--vivado", help="path to the vivado executable (default: from PATH)")
     b.add_argument("--dry-run", action="store_true", help="write the project files, do not run Vivado")
@@ -99,19 +100,22 @@ def run_build(args) -> int:
     from mcf.boards.kr260 import vivado
     from mcf.hw import registry
 
+    exe = None
+    if not args.dry_run:
+        exe = vivado.find_vivado(args.vivado)
+        if exe is None:
+            raise OSError("vivado not found on PATH (or --vivado); `mcf board build --dry-run` writes the "
+                          "project for a machine with Vivado, see docs/board.md")
     component = registry.get(args.block).build(**registry.parse_params(args.param))
     files = vivado.write_project(component, vivado.BuildOptions(out=Path(args.out), network=args.network,
                                                                 jobs=args.jobs))
-    print(f"wrote the Vivado project inputs to {args.out}/ ({', '.join(f.name for f in files.values())})")
+    print(f"wrote the Vivado project inputs and the overlay to {args.out}/ "
+          f"({', '.join(f.name for f in files.values())})")
     if args.dry_run:
         return 0
-    exe = vivado.find_vivado(args.vivado)
-    if exe is None:
-        raise OSError(f"vivado not found on PATH; the project is in {args.out}/: run "
-                      f"`cd {args.out} && vivado -mode batch -source build.tcl` on a machine with Vivado")
     print(f"running {exe} (progress below; full log in {args.out}/vivado.log)", file=sys.stderr)
     rc = vivado.run_vivado(Path(args.out), exe)
     if rc:
         raise OSError(f"vivado failed (exit {rc}); see {args.out}/vivado.log")
-    print(f"built {args.out}/mcf.bit, mcf.bit.bin, mcf.hwh")
+    print(f"built {args.out}/mcf.bit, mcf.hwh (PYNQ), mcf.bit.bin + mcf.dtbo + shell.json (xmutil), mcf.xsa")
     return 0
