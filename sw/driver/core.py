@@ -127,6 +127,15 @@ class Driver:
         await self.write32("DMA_WINDOW_SIZE_LO", size & _WORD)
         await self.write_fields("DMA_WINDOW_SIZE_HI", size_hi=size >> DATA_BITS)
 
+    async def cycles(self) -> int:
+        """The node's free-running 64-bit cycle counter (HI, LO, HI: a torn read retries)."""
+        for _ in range(4):
+            hi = await self.read32("CYCLES_HI")
+            lo = await self.read32("CYCLES_LO")
+            if await self.read32("CYCLES_HI") == hi:
+                return (hi << DATA_BITS) | lo
+        raise DriverError("CYCLES_HI changed on every read: the counter is not a counter")
+
     async def enable(self, on: bool = True) -> None:
         await self.update_fields("CONTROL", enable=int(on), clear_counters=0)
 
