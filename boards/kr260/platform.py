@@ -1,4 +1,5 @@
-"""The KR260 as the bitstream flow sees it: the part, the PL clock the PS makes, and one pin table.
+"""The KR260 as the bitstream flow sees it: the part and one pin table (the PL clock and the
+other facts the PS side needs are in ``ps.py``, which runs on the board without Amaranth).
 
 Pin facts: K26 SOM (XCK26-SFVC784-2LV-C) on the KR260 carrier, per the carrier's schematic
 (XTP743) and the SOM240 connector pinout, cross-checked against public KR260 constraint files.
@@ -9,10 +10,6 @@ ports a build creates, ``KR260Platform`` (Amaranth) takes its resources from it,
 Bank voltages matter: the HD banks 43, 44 and 45 (the SFP+ sideband, the fan) run at 3.3 V on
 the KR260 carrier, so their pins are LVCMOS33; the HP bank 66 (LEDs, the 25 MHz clock) at
 1.8 V, LVCMOS18.
-
-The PL clock comes from the PS: pl_clk0 = IOPLL (1500 MHz) / n, so only 1500/n MHz exists
-(n = 5 gives 300 MHz, n = 6 gives 250 MHz, n = 8 gives 187.5 MHz; "200 MHz" would be 187.5).
-``ps_clock_divisor`` refuses every other rate with a one-line error.
 """
 from __future__ import annotations
 
@@ -21,35 +18,10 @@ from dataclasses import dataclass
 from amaranth.build import Attrs, Clock, Pins, Resource
 from amaranth.vendor import XilinxPlatform
 
+from .ps import PL_CLOCK_HZ, PS_PLL_HZ, ps_clock_divisor  # noqa: F401  (re-exported)
+
 #: The SoC part, as Vivado spells it.
 PART = "xck26-sfvc784-2LV-c"
-#: The PS PLL that feeds the PL clocks (IOPLL), in Hz.
-PS_PLL_HZ = 1_500_000_000
-#: The PL clock of the node (pl_clk0): 1500 MHz / 6.  One constant: the wrapper's FREQ_HZ, the
-#: block design, the overlay's clocking node and docs/board.md all read it from here.
-PL_CLOCK_HZ = 250_000_000
-#: Fastest pl_clk the PS can drive into the PL (Zynq UltraScale+ data sheet, -2 speed grade).
-PL_CLOCK_MAX_HZ = 333_333_333
-#: The PL reference clock dividers (PL0_REF_CTRL DIVISOR0/1) are 6 bits each.
-_DIV_MAX = 63
-
-
-def ps_clock_divisor(hz: int) -> tuple[int, int]:
-    """(DIVISOR0, DIVISOR1) that make ``hz`` from the PS PLL; ValueError (one line) otherwise."""
-    hz = int(hz)
-    if hz > PL_CLOCK_MAX_HZ:
-        raise ValueError(f"PL clock {hz / 1e6:g} MHz: above the PS's {PL_CLOCK_MAX_HZ / 1e6:.0f} MHz "
-                         f"limit for pl_clk0 (use n >= 5: {PS_PLL_HZ / 5 / 1e6:g} MHz)")
-    if hz <= 0 or PS_PLL_HZ % hz:
-        n = max(1, PS_PLL_HZ // max(hz, 1))
-        lo, hi = PS_PLL_HZ / (n + 1) / 1e6, PS_PLL_HZ / n / 1e6
-        raise ValueError(f"PL clock {hz / 1e6:g} MHz: the PS makes only {PS_PLL_HZ / 1e6:g}/n MHz; "
-                         f"nearest {lo:g} MHz (n={n + 1}) or {hi:g} MHz (n={n})")
-    n = PS_PLL_HZ // hz
-    for d0 in range(1, _DIV_MAX + 1):
-        if n % d0 == 0 and n // d0 <= _DIV_MAX:
-            return d0, n // d0
-    raise ValueError(f"PL clock {hz / 1e6:g} MHz: divisor {n} is not a product of two 6-bit dividers")
 
 
 @dataclass(frozen=True)

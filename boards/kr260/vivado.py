@@ -37,10 +37,9 @@ from pathlib import Path
 from amaranth.back import verilog
 from amaranth.lib import wiring
 
-from mcf.spec.regmap import ADDR_BITS
-
 from . import platform
-from .platform import PART, PL_CLOCK_HZ, ps_clock_divisor
+from .platform import PART
+from .ps import DESIGN, IRQ_SPI, PL_CLOCK_HZ, REGS_BASE, REGS_SIZE, ps_clock_divisor
 
 HERE = Path(__file__).parent
 
@@ -114,17 +113,10 @@ def wrapper_verilog(component: wiring.Component, inner: str = "mcf_node",
         f"module {top} (", *decls, ");", f"  {inner} node (", *conns, "  );", "endmodule", ""])
 
 
-#: Where Vivado's assign_bd_address puts the node's registers (first slave on M_AXI_HPM0_FPD).
-REGS_BASE = 0xA000_0000
-REGS_SIZE = 1 << ADDR_BITS
-#: The node's interrupt: pl_ps_irq0[0] is GIC SPI 89 on Zynq UltraScale+.
-IRQ_SPI = 89
 #: Data width of the PS's M_AXI_HPM0_FPD (the register path: narrow is enough).
 HPM0_DATA_WIDTH = 32
 #: The module that provides the SFP+ port (issue 16): ``write(out, tx, rx) -> list[Path]``.
 ETH_PROVIDER = "mcf.boards.kr260.eth"
-#: Name of the design on the board (xmutil app name, file stem).
-DESIGN = "mcf"
 
 
 @dataclass
