@@ -378,3 +378,21 @@ def test_make_bitstream_without_vivado_stops_with_one_line(tmp_path):
     assert r.returncode != 0
     ours = [l for l in r.stderr.splitlines() if not l.startswith("make")]
     assert len(ours) == 1 and ours[0].startswith("mcf board: error: vivado not found"), r.stderr
+
+
+def test_docs_pin_table_and_clock_match_the_code():
+    """docs/board.md repeats the pin table for readers: it must say what platform.PINS says, and
+    name the PL clock the flow uses."""
+    text = (ROOT / "docs" / "board.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] not in ("port", "---") and not cells[0].startswith("-"):
+            names, pins = cells[0].split(" / "), cells[1].split(" / ")
+            if len(names) == 2:
+                names[1] = names[0].rsplit("_", 1)[0] + names[1]
+            for n, p in zip(names, pins):
+                rows[n] = (p, "" if cells[2] == "(GT)" else cells[2])
+    assert rows == {p.port: (p.site, p.iostandard) for p in platform.PINS}
+    assert f"The PL clock is {PL_CLOCK_HZ / 1e6:g} MHz" in text and "200 MHz" not in text.replace(
+        "PL clock 200 MHz: the PS makes only", "")
