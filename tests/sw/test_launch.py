@@ -3,7 +3,6 @@ model backend, in one process and under `mpirun -n 4` (which must match it), wit
 that make a wrong program fail and the bounds that end a run whose rank died or hangs."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
