@@ -130,6 +130,13 @@ assign_bd_address -offset $mcf_regs_base -range $mcf_regs_size \
   -target_address_space [get_bd_addr_spaces ps/Data] [get_bd_addr_segs node/s_axil/reg0] -force
 if {[llength $mcf_axi_masters] > 0} { assign_bd_address }
 validate_bd_design
+# The node's clock rate as the block design propagated it from pl_clk0 (the wrapper states none:
+# the PS's IOPLL/n is 1499.985/n MHz, not a round number).  It must be the flow's PL clock.
+set node_hz [get_property CONFIG.FREQ_HZ [get_bd_pins node/aclk]]
+if {abs($node_hz - $mcf_pl_clock_hz) > 1e-3 * $mcf_pl_clock_hz} {
+  error "MCF: the node's clock is $node_hz Hz, not $mcf_pl_clock_hz Hz"
+}
+mcf_step "node clock $node_hz Hz (pl_clk0 = IOPLL / [expr {[lindex $mcf_pl_clock_divisors 0] * [lindex $mcf_pl_clock_divisors 1]}])"
 save_bd_design
 
 # --- implementation and the timing gate --------------------------------------------------------

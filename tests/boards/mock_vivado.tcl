@@ -9,13 +9,14 @@
 # * Nets: one driver per net; interface nets join a master and a slave of the same kind.
 # * validate_bd_design: every enabled clock and reset input of every cell driven, every enabled
 #   interface and every board port connected, addresses assigned, and each clock net's
-#   FREQ_HZ consistent (pl_clk0 = IOPLL 1500 MHz / n against the node's FREQ_HZ).
+#   FREQ_HZ consistent: pl_clk0 = IOPLL / n (the Kria preset's IOPLL is 1499.985 MHz) is
+#   propagated to pins that state no FREQ_HZ, and must equal, to the Hz, any pin that does.
 # * launch_runs: every board port constrained (PACKAGE_PIN + an IOSTANDARD the bank allows),
 #   no constraint on a port that does not exist; write_bitstream only after the script read
 #   the routed design's setup and hold slack.  MOCK_WNS / MOCK_WHS set that slack.
 #
 # Every call is logged to calls.log (one line each).  Other knobs: MOCK_NO_BOARD_FILES,
-# MOCK_NO_CARRIER (board store empty), MOCK_PS_PLL_MHZ (the preset's IOPLL, default 1500).
+# MOCK_NO_CARRIER (board store empty), MOCK_PS_PLL_MHZ (the preset's IOPLL, default 1499.985).
 set mock_log [open calls.log w]
 proc mock {args} { global mock_log; puts $mock_log [join $args " "]; flush $mock_log }
 proc fail {msg} { mock FAIL $msg; error "ERROR: $msg" }
@@ -132,7 +133,7 @@ proc intf_info {cell intf} {
 }
 proc ps_act_mhz {cell} {
   set ::cur_cell $cell
-  set pll [env_or MOCK_PS_PLL_MHZ 1500.0]
+  set pll [env_or MOCK_PS_PLL_MHZ 1499.985]
   set f [cfg PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ]
   set n [expr {max(1, round($pll / $f))}]
   return [expr {double($pll) / $n}]
@@ -290,6 +291,17 @@ proc get_property {prop obj} {
     if {$name eq "PSU__CRL_APB__PL0_REF_CTRL__ACT_FREQMHZ"} { return [ps_act_mhz $cell] }
     if {![dict exists $::config $cell $name]} { fail "cell $cell has no property $prop" }
     return [dict get $::config $cell $name]
+  }
+  if {[string match pin:* $obj] && $prop eq "CONFIG.FREQ_HZ"} {
+    lassign [split [string range $obj 4 end] /] cell pin
+    set info [pin_info $cell $pin]
+    if {[lindex $info 1] ne "clk"} { fail "$obj is not a clock pin" }
+    if {[llength $info] > 3 && [lindex $info 3] ne ""} { return [lindex $info 3] }
+    if {![dict exists $::net_of $obj] || [lsearch [dict get $::nets [dict get $::net_of $obj]] pin:ps/pl_clk0] < 0} {
+      fail "FREQ_HZ of $obj: not driven by a clock the design knows"
+    }
+    if {!$::validated} { fail "FREQ_HZ of $obj read before validate_bd_design propagated it" }
+    return [expr {round([ps_act_mhz ps] * 1e6)}]
   }
   if {$obj eq "impl_1"} {
     switch -- $prop {

@@ -99,7 +99,7 @@ def test_wrapper_names_and_attributes():
     assert "input wire [15:0] s_axil_awaddr" in text and ".s_axil__awaddr(s_axil_awaddr)" in text
     assert '"xilinx.com:interface:axis:1.0 net0_tx TDATA"' in text
     assert "ASSOCIATED_BUSIF m_axi:net0_rx:net0_tx:net1_rx:net1_tx:s_axil" in text
-    assert f"FREQ_HZ {PL_CLOCK_HZ}" in text
+    assert "FREQ_HZ" not in text          # propagated from the PS: see wrapper_verilog
     assert ".rst(~aresetn)" in text and "LEVEL_HIGH" in text
 
 
@@ -131,8 +131,7 @@ def test_overlay_compiles_and_carries_the_clock(tmp_path):
     assert "config-afi = <0x04 0x00 0x05 0x00 0x0e 0x200>" in back
     assert "reg = <0x00 0xa0000000 0x00 0x10000>" in back and "interrupts = <0x00 0x59 0x04>" in back
     assert (tmp_path / "shell.json").read_text().count("XRNR") == 1
-    # the same FREQ_HZ everywhere: wrapper, params (block design), overlay
-    assert f"FREQ_HZ {PL_CLOCK_HZ}" in files["wrapper"].read_text()
+    # one clock: the block design's request and check (params) and the overlay
     assert f"set mcf_pl_clock_hz {PL_CLOCK_HZ}" in files["params"].read_text()
 
 
@@ -203,8 +202,10 @@ def test_build_tcl_refuses(tmp_path, env, msg):
 
 
 @pytest.mark.parametrize("edit,msg", [
-    # the bug the issue found: a wrapper FREQ_HZ the PS cannot make
-    (None, "FREQ_HZ does not match between /node/aclk(200000000) and /ps/pl_clk0(187500000)"),
+    # the bug the issue found: a wrapper FREQ_HZ the PS cannot make ...
+    ("FREQ_HZ 200000000", "FREQ_HZ does not match between /node/aclk(200000000) and /ps/pl_clk0(187498125)"),
+    # ... and why the wrapper states none: 250 MHz is IOPLL/6 = 249.9975 MHz to Vivado
+    ("FREQ_HZ 250000000", "FREQ_HZ does not match between /node/aclk(250000000) and /ps/pl_clk0(249997500)"),
     (("xilinx.com:ip:proc_sys_reset", "xilinx.com:ip:xxv_ethernet"), "IP definition not found for VLNV: xilinx.com:ip:xxv_ethernet"),
     (("CONFIG.PSU__USE__M_AXI_GP1 {0} \\\n", ""), "clk pin /ps/maxihpm1_fpd_aclk is not connected"),
     (("[get_bd_pins ctl_ic/aclk]", ""), "clk pin /ctl_ic/aclk is not connected"),
@@ -223,11 +224,13 @@ def test_strict_mock_catches_what_vivado_would(tmp_path, edit, msg):
     """Each edit breaks build.tcl (or its inputs) the way the issue's review found or a typo would;
     the mock must refuse it.  The last one removes the timing gate's reading of the slack."""
     out = _project(tmp_path)
-    if edit is None:
+    if isinstance(edit, str):           # a FREQ_HZ in the wrapper (and, for 200 MHz, the PS asked for 187.5)
         wrapper = out / "mcf_node_top.v"
-        wrapper.write_text(wrapper.read_text().replace(f"FREQ_HZ {PL_CLOCK_HZ}", "FREQ_HZ 200000000"))
-        (out / "params.tcl").write_text((out / "params.tcl").read_text().replace(
-            "set mcf_pl_clock_mhz 250", "set mcf_pl_clock_mhz 187.5"))
+        wrapper.write_text(wrapper.read_text().replace("ASSOCIATED_RESET aresetn", f"ASSOCIATED_RESET aresetn, {edit}"))
+        if "200" in edit:
+            (out / "params.tcl").write_text((out / "params.tcl").read_text().replace(
+                "set mcf_pl_clock_mhz 250", "set mcf_pl_clock_mhz 187.5"))
+        edit = None
     if msg is None:     # gate removed: the bitstream must still wait for the slack to be read
         edit = ("set wns [get_property STATS.WNS $run]", "set wns 0")
         msg = "write_bitstream without reading STATS.WNS"
@@ -261,7 +264,7 @@ _ETH_STUB_V = """\
 // Test stand-in for issue 16's PCS/MAC + GTH: the SFP+ ports and a stream loop.
 module eth_stub (
   (* X_INTERFACE_INFO = "xilinx.com:signal:clock:1.0 aclk CLK" *)
-  (* X_INTERFACE_PARAMETER = "ASSOCIATED_BUSIF s_axis:m_axis, FREQ_HZ 250000000" *)
+  (* X_INTERFACE_PARAMETER = "ASSOCIATED_BUSIF s_axis:m_axis" *)
   input wire aclk,
   (* X_INTERFACE_INFO = "xilinx.com:signal:reset:1.0 aresetn RST" *)
   input wire aresetn,
