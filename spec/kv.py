@@ -145,3 +145,26 @@ def unpack_block_layer(data: bytes, n: int, head_dim: int, kv_heads: int):
                  for h in range(kv_heads)]
         out.append(tuple(np.stack([p[i] for p in parts], axis=1) for i in range(3)))
     return out[0], out[1]
+
+
+def pack_chunk_value(k_layers, v_layers) -> bytes:
+    """A chunk value: the chunk's block layers for layers 0 .. L-1, concatenated.  ``k_layers[l]``,
+    ``v_layers[l]`` are layer l's KV4 triples of the chunk's n tokens (as ``pack_block_layer``)."""
+    if len(k_layers) != len(v_layers) or not len(k_layers):
+        raise SpecError(f"KV chunk value: {len(k_layers)} K layers and {len(v_layers)} V layers "
+                        f"(need the same positive count)")
+    return b"".join(pack_block_layer(k, v) for k, v in zip(k_layers, v_layers))
+
+
+def unpack_chunk_value(data: bytes, n: int, head_dim: int, kv_heads: int, layers: int):
+    """Inverse of ``pack_chunk_value``: -> [(k, v)] per layer, KV4 triples [n, H_kv, ...].
+    Checks the length (SpecError naming both sizes) and every segment's padding."""
+    if isinstance(layers, bool) or not isinstance(layers, (int, np.integer)) or layers < 1:
+        raise SpecError(f"KV chunk value: layers={layers!r} must be a positive integer")
+    size = block_layer_bytes(n, head_dim, kv_heads)
+    if len(data) != layers * size:
+        raise SpecError(f"KV chunk value: {len(data)} bytes, {layers} layers of {n} tokens take "
+                        f"{layers * size}")
+    view = memoryview(data)
+    return [unpack_block_layer(bytes(view[i * size:(i + 1) * size]), n, head_dim, kv_heads)
+            for i in range(layers)]

@@ -1,5 +1,6 @@
 """Data flows one way (ARCHITECTURE.md): spec imports nothing of ours but spec; hw imports
-spec (never the golden model or the runtime); the golden model imports nothing from hw."""
+spec (never the golden model or the runtime); the golden model imports nothing from hw; the
+prefix KV tier (PS code) imports neither the simulators nor the golden model."""
 import ast
 from pathlib import Path
 
@@ -15,6 +16,10 @@ RULES = {                       # folder -> mcf packages it must not import
     "sw/driver": ("mcf.hw", "mcf.sim", "mcf.sw.golden", "mcf.sw.launch", "amaranth"),   # cocotb_backend: lazily, in benches
     "sw/launch": ("mcf.hw", "mcf.sim", "amaranth", "cocotb"),
     "boards/kr260/ps.py": ("mcf.hw", "mcf.sim", "mcf.sw", "amaranth"),
+    # the prefix KV tier runs on the PS: spec, models and errors only (the cluster model and the
+    # golden cache reach it through arguments: a PrefillCurve, a KVSink)
+    "sw/kvtier": ("mcf.hw", "mcf.sim", "mcf.boards", "mcf.sw.golden", "mcf.sw.driver", "mcf.sw.mars",
+                  "mcf.sw.commands"),
 }
 
 

@@ -50,3 +50,23 @@ def test_round_trip_block_layer():
 def test_refused(bad):
     with pytest.raises(SpecError):
         bad()
+
+
+def test_chunk_value_is_block_layers_concatenated():
+    rng = np.random.default_rng(2)
+    n, h, d, layers = 3, 2, 16, 3
+    kl = [(rng.integers(-8, 8, (n, h, d)), rng.integers(0, 256, (n, h)), rng.integers(-128, 128, (n, h)))
+          for _ in range(layers)]
+    vl = [(rng.integers(-8, 8, (n, h, d)), rng.integers(0, 256, (n, h)), rng.integers(-128, 128, (n, h)))
+          for _ in range(layers)]
+    data = kv.pack_chunk_value(kl, vl)
+    assert len(data) == kv.chunk_value_bytes(n, d, h, layers)
+    assert data == b"".join(kv.pack_block_layer(k, v) for k, v in zip(kl, vl))
+    back = kv.unpack_chunk_value(data, n, d, h, layers)
+    for (k, v), (k2, v2) in zip(zip(kl, vl), back):
+        for a, b in zip(k + v, k2 + v2):
+            assert np.array_equal(a, b)
+    with pytest.raises(SpecError, match="bytes"):
+        kv.unpack_chunk_value(data[:-64], n, d, h, layers)
+    with pytest.raises(SpecError):
+        kv.pack_chunk_value(kl, vl[:2])
