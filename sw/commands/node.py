@@ -131,8 +131,9 @@ def _run_local(request, backend, nodes, timeout, fault):
             if fault and fault.startswith("hang:") and int(fault.split(":")[1]) == r:
                 return          # this node never takes part: the others must time out
             out[r] = run_rank(worlds[r], request if r == 0 else None, backend)
-        except Exception as exc:     # reported below, with the rank
+        except Exception as exc:     # reported below, with the rank; the others stop now
             errors.append((r, exc))
+            worlds[r].abort(2)
 
     threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(nodes)]
     for t in threads:
@@ -140,7 +141,9 @@ def _run_local(request, backend, nodes, timeout, fault):
     for t in threads:
         t.join(timeout * 8 + 60)
     if errors:
-        r, exc = min(errors, key=lambda e: e[0])
+        from mcf.sw.launch.world import LaunchAborted
+        first = [e for e in errors if not isinstance(e[1], LaunchAborted)] or errors
+        r, exc = first[0]
         if isinstance(exc, (OSError, ValueError, KeyError)):
             raise (OSError if isinstance(exc, OSError) else ValueError)(f"rank {r}: {exc}") from None
         raise exc

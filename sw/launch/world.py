@@ -23,6 +23,10 @@ class LaunchTimeout(TimeoutError):
     """A bounded wait of the launcher ran out (an OSError: the command prints one line)."""
 
 
+class LaunchAborted(OSError):
+    """Another rank failed and ended the run (a local run's MPI_Abort)."""
+
+
 def launched_by_mpi() -> bool:
     return any(name in os.environ for name in MPI_ENV)
 
@@ -155,6 +159,7 @@ class _Fabric:
         self.boxes: list[dict] = [dict() for _ in range(size)]
         self.barrier = threading.Barrier(size)
         self.slots: dict = {}
+        self.aborted: int | None = None
 
 
 class LocalWorld(World):
@@ -172,6 +177,8 @@ class LocalWorld(World):
         end = self._deadline()
         with self.f.cond:
             while not pred():
+                if self.f.aborted is not None:
+                    raise LaunchAborted(f"rank {self.f.aborted} failed and ended the run")
                 left = end - time.monotonic()
                 if left <= 0:
                     raise self._late(what)
@@ -192,7 +199,17 @@ class LocalWorld(World):
         try:
             self.f.barrier.wait(self.timeout)
         except threading.BrokenBarrierError:
+            if self.f.aborted is not None:
+                raise LaunchAborted(f"rank {self.f.aborted} failed and ended the run") from None
             raise self._late("the barrier") from None
+
+    def abort(self, code: int) -> None:
+        """Wake every other rank of this process with LaunchAborted (MPI_Abort's counterpart)."""
+        with self.f.cond:
+            if self.f.aborted is None:
+                self.f.aborted = self.rank
+            self.f.cond.notify_all()
+        self.f.barrier.abort()
 
     def bcast(self, obj, root: int = 0):
         key = ("bcast", root)
