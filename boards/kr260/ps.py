@@ -1,6 +1,7 @@
 """What the PS side needs to know about the KR260 design, in pure Python (no Amaranth: this
-module runs on the board, Python 3.10): the PL clock the PS makes, where the node's registers
-and interrupt are, where the FPGA manager and the firmware live.
+module runs on the board, Python 3.10): the PL clock the PS makes (``NodeConfig``'s clock, the
+one constant ``mcf.spec.node.PL_CLOCK_HZ``, and its PS divisor), where the node's registers and
+interrupt are.
 
 The PL clock comes from the PS: pl_clk0 = IOPLL (1500 MHz) / n, so only 1500/n MHz exists
 (n = 5 gives 300 MHz, n = 6 gives 250 MHz, n = 8 gives 187.5 MHz; "200 MHz" would be 187.5).
@@ -8,13 +9,12 @@ The PL clock comes from the PS: pl_clk0 = IOPLL (1500 MHz) / n, so only 1500/n M
 """
 from __future__ import annotations
 
+from mcf.spec.node import PL_CLOCK_HZ  # noqa: F401  (the one constant: NodeConfig's clock)
 from mcf.spec.regmap import ADDR_BITS
+from mcf.sw.driver.fpga import DESIGN, FIRMWARE_DIR, FPGA_MANAGER  # noqa: F401  (re-exported)
 
-#: The PS PLL that feeds the PL clocks (IOPLL), in Hz.
+#: The PS PLL that feeds the PL clocks (IOPLL), nominally; the Kria preset runs it at 1499.985 MHz.
 PS_PLL_HZ = 1_500_000_000
-#: The PL clock of the node (pl_clk0): 1500 MHz / 6.  One constant: the wrapper's FREQ_HZ, the
-#: block design, the overlay's clocking node, `mcf board doctor` and docs/board.md read it here.
-PL_CLOCK_HZ = 250_000_000
 #: Fastest pl_clk the PS can drive into the PL (Zynq UltraScale+ data sheet, -2 speed grade).
 PL_CLOCK_MAX_HZ = 333_333_333
 #: The PL reference clock dividers (PL0_REF_CTRL DIVISOR0/1) are 6 bits each.
@@ -25,12 +25,6 @@ REGS_BASE = 0xA000_0000
 REGS_SIZE = 1 << ADDR_BITS
 #: The node's interrupt: pl_ps_irq0[0] is GIC SPI 89 on Zynq UltraScale+.
 IRQ_SPI = 89
-#: Name of the design on the board: file stem and xmutil app name.
-DESIGN = "mcf"
-#: Where Linux's FPGA manager reports whether the PL is programmed, and where xmutil
-#: (dfx-mgr) looks for app folders (<dir>/<app>/{<app>.bit.bin, <app>.dtbo, shell.json}).
-FPGA_MANAGER = "/sys/class/fpga_manager"
-FIRMWARE_DIR = "/lib/firmware/xilinx"
 
 
 def ps_clock_divisor(hz: int) -> tuple[int, int]:

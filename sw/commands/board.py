@@ -96,7 +96,7 @@ def run_doctor(args) -> int:
     import json
     import time
 
-    from mcf.boards.kr260.ps import PL_CLOCK_HZ
+    from mcf.spec.node import PL_CLOCK_HZ
     from mcf.spec import SPEC_VERSION
     from mcf.spec.regmap import ID_VALUE
     from mcf.sw.driver import DriverError

@@ -14,9 +14,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from mcf.boards.kr260.ps import DESIGN, FIRMWARE_DIR, FPGA_MANAGER
-
 from .core import DriverError
+
+#: Name of the design on the board: file stem and xmutil app name.
+DESIGN = "mcf"
+#: Where Linux's FPGA manager reports whether the PL is programmed, and where xmutil
+#: (dfx-mgr) looks for app folders (<dir>/<app>/{<app>.bit.bin, <app>.dtbo, shell.json}).
+FPGA_MANAGER = "/sys/class/fpga_manager"
+FIRMWARE_DIR = "/lib/firmware/xilinx"
 
 
 def fpga_state(manager: str = FPGA_MANAGER) -> str:

@@ -32,7 +32,7 @@ from mcf.spec import Meta, Op, Stage
 from mcf.spec.regmap import DmaDescriptor, DmaDir
 from mcf.sw.driver.memory import HostMemory
 from mcf.sw.errors import UserError
-from mcf.sw.mars.directory import State
+from mcf.spec.plan import ReplicaState as State
 from mcf.sw.mars.lower import DECODE_ROOT, KV_POOL_BASE
 
 
