@@ -33,11 +33,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mcf.spec.bits import SpecError
+from mcf.spec.isa import POS_BITS
+from mcf.spec.packet import MAX_NODES
 from mcf.spec.params import Range, parse_int
 
 from .errors import UserError
 
 INT64_MAX = (1 << 63) - 1
+#: The longest prompt: the token positions the instruction set can address (spec.isa.POS_BITS).
+MAX_SEQ = 1 << POS_BITS
+#: Most nodes of a cluster: 8-bit node ids in Meta (spec.packet).
+MAX_NODES = MAX_NODES
+#: Bytes of a budget / buffer option: up to 1 PiB.
+MAX_BYTES = 1 << 50
 
 
 # --- typed options -----------------------------------------------------------------------------
