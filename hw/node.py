@@ -21,23 +21,28 @@ from amaranth.lib.wiring import In, Out
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axi.lite import AXI4LiteSignature
 from mcf.hw.axis import AXIStreamSignature
+from mcf.hw.csr import EthControlPort
 from mcf.hw.dma.engine import ControlAndDma
 from mcf.hw.nic.nic import Nic
 from mcf.hw.packet.header import HeaderDeserializer
 from mcf.hw.packet.packetizer import Packetizer
 from mcf.hw.registry import block
-from mcf.spec.regmap import ADDR_BITS, DATA_BITS
+from mcf.spec.regmap import ADDR_BITS, DATA_BITS, ErrorCause
 
 
 class Node(wiring.Component):
     """Parameters: ``data_width`` (DDR and stream width), ``net_ports``, ``addr_width`` (DDR
     address bits), ``buffer_bytes`` (each ping-pong buffer; the longest LOAD), the queue
-    depths, ``payload_depth`` (packetizer beats) and ``nic`` (extra ``Nic`` parameters)."""
+    depths, ``payload_depth`` (packetizer beats) and ``nic`` (extra ``Nic`` parameters).
+
+    ``eth=True`` adds the ports a 10GBASE-R port (``mcf.hw.eth``) needs from the register
+    block: ``eth`` (MAC table writes, link status, sequence gaps) and ``eth_errors`` (its
+    error events); ``mcf.hw.eth.eth_node.EthNode`` wires them."""
 
     def __init__(self, data_width: int = 128, net_ports: int = 1, addr_width: int = 40,
                  buffer_bytes: int = 4096, meta_queue_depth: int = 16, desc_queue_depth: int = 16,
-                 payload_depth: int = 512, **nic):
-        self.data_width, self.net_ports = data_width, net_ports
+                 payload_depth: int = 512, eth: bool = False, **nic):
+        self.data_width, self.net_ports, self.has_eth = data_width, net_ports, eth
         self.ctl = ControlAndDma(data_width, addr_width, buffer_bytes, 2, meta_queue_depth,
                                  desc_queue_depth, data_width // 8, net_ports)
         self.packetizer = Packetizer(data_width, payload_depth, meta_queue_depth)
@@ -49,6 +54,7 @@ class Node(wiring.Component):
             "rx": In(axis).array(net_ports),
             "tx": Out(axis).array(net_ports),
             "irq": Out(1),
+            **({"eth": Out(EthControlPort()), "eth_errors": In(len(ErrorCause))} if eth else {}),
         })
 
     def elaborate(self, platform):
@@ -64,6 +70,8 @@ class Node(wiring.Component):
         wiring.connect(m, ctl.o, pk.payload)
         wiring.connect(m, pk.o, nic.local_in)
         wiring.connect(m, ctl.route, nic.route)
+        if self.has_eth:
+            wiring.connect(m, wiring.flipped(self.eth), ctl.eth)
         for p in range(self.net_ports):
             wiring.connect(m, wiring.flipped(self.rx[p]), nic.rx[p])
             wiring.connect(m, nic.tx[p], wiring.flipped(self.tx[p]))
@@ -74,7 +82,7 @@ class Node(wiring.Component):
         m.d.comb += [
             rxh.meta.ready.eq(1),
             ctl.rx_packet.eq(rxh.meta.valid),
-            ctl.net_errors.eq(nic.errors),
+            ctl.net_errors.eq(nic.errors | (self.eth_errors if self.has_eth else 0)),
             nic.node_id.eq(ctl.node_id), nic.num_nodes.eq(ctl.num_nodes), nic.enable.eq(ctl.enable),
             self.irq.eq(ctl.irq),
         ]

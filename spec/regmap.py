@@ -13,7 +13,12 @@ Lengths need not be a multiple of the bus width: the last beat is partial (TKEEP
 loader's stream, WSTRB on the writer's bursts).
 
 Access kinds: RO read-only, RW read/write, WO write-only (reads return 0), W1C write one
-to clear, W1P write one to pulse (self-clearing strobe).
+to clear, W1P write one to pulse (self-clearing strobe), RSUB a counter that a write
+decrements by the value written (saturating at 0): writing back the value just read clears
+exactly the events that were seen, none that arrived in between.
+
+The ``ETH_*`` registers belong to the node's 10GBASE-R port (``mcf.spec.eth``); a node
+built without one reads 0 there and ignores writes to the MAC table.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import enum
 from dataclasses import dataclass, field
 
 from .bits import BitLayout, Field, SpecError
+from .eth import MAC_BITS, MAC_TABLE_ENTRIES, SEQ_BITS as LINK_SEQ_BITS
 from .packet import HEADER_BITS, NODE_BITS, ROUTE_ID_BITS, SPEC_VERSION
 
 DATA_BITS = 32
@@ -34,6 +40,7 @@ class Access(enum.Enum):
     WO = "WO"
     W1C = "W1C"
     W1P = "W1P"
+    RSUB = "RSUB"
 
 
 class ErrorCause(enum.IntEnum):
@@ -52,6 +59,15 @@ class ErrorCause(enum.IntEnum):
     AXI_RESP_ERROR = 11     # DDR answered SLVERR/DECERR
     DESC_UNALIGNED = 12     # DMA address not a multiple of the DMA bus width
     DESC_TOO_LONG = 13      # DMA LOAD longer than one ping-pong buffer
+    ETH_BAD_FCS = 14        # received frame with a wrong FCS, a bad preamble/SFD or an error character
+    ETH_RUNT = 15           # received frame shorter than 64 bytes (FCS included)
+    ETH_OVERSIZE = 16       # received frame longer than the port's maximum frame
+    ETH_RX_OVERFLOW = 17    # received frame dropped: the RX frame FIFO was full
+    ETH_TX_OVERSIZE = 18    # packet too long for one frame (or the TX FIFO): dropped before the MAC
+    ETH_NOT_MCF = 19        # received frame of another EtherType (dropped)
+    ETH_SEQ_GAP = 20        # link sequence number skipped (frames lost; ETH_SEQ_GAPS counts them)
+    ETH_BLOCK_LOCK_LOSS = 21  # the PCS lost 64b/66b block lock
+    ETH_HI_BER = 22         # the PCS BER monitor saw >= 16 bad sync headers in 125 us
 
 
 class Irq(enum.IntEnum):
@@ -60,6 +76,17 @@ class Irq(enum.IntEnum):
     META_QUEUE_EMPTY = 1
     ERROR = 2
     RX_PACKET = 3
+
+
+class LinkStatus(enum.IntEnum):
+    """Bits of ETH_STATUS (the SFP+ module pins and the 10GBASE-R receiver, synchronised to
+    the node clock)."""
+    MODULE_ABSENT = 0   # SFP+ MOD_ABS pin: no module in the cage
+    RX_LOS = 1          # SFP+ RX_LOS pin: the module sees no light / signal
+    TX_FAULT = 2        # SFP+ TX_FAULT pin: the module's transmitter failed
+    BLOCK_LOCK = 3      # the PCS has 64b/66b block lock
+    HI_BER = 4          # the PCS BER monitor reports a high bit error rate
+    LINK_UP = 5         # block lock, no high BER, a module present and a signal received
 
 
 class DmaDir(enum.IntEnum):
@@ -165,6 +192,18 @@ def _f(name, lsb, width, doc):
     return RegField(name, lsb, width, doc)
 
 
+_LINK_DOC = {
+    LinkStatus.MODULE_ABSENT: "No SFP+ module in the cage (MOD_ABS pin).",
+    LinkStatus.RX_LOS: "Receiver loss of signal (RX_LOS pin).",
+    LinkStatus.TX_FAULT: "Transmitter fault (TX_FAULT pin).",
+    LinkStatus.BLOCK_LOCK: "64b/66b block lock (IEEE 802.3 49.2.13.2.2).",
+    LinkStatus.HI_BER: "High bit error rate (49.2.13.2.4).",
+    LinkStatus.LINK_UP: "Block lock, no high BER, a module present, a signal received.",
+}
+assert set(_LINK_DOC) == set(LinkStatus)
+#: The link sequence number that ETH_SEQ_GAPS gaps are measured in.
+LINK_SEQ_MODULUS = 1 << LINK_SEQ_BITS
+
 ERROR_COUNTER_BASE = 0x0100
 DMA_ADDR_BITS = DMA_DESCRIPTOR["addr"].width
 META_WORDS = HEADER_BITS // DATA_BITS
@@ -232,6 +271,22 @@ _regs = [
              (_f("size_hi", 0, DMA_ADDR_BITS - 32, "Size bits 47:32."),)),
     *(Register(f"ERR_{c.name}", ERROR_COUNTER_BASE + 4 * int(c), Access.RO,
                f"Error counter: {c.name} (saturating).") for c in ErrorCause),
+    # 10GBASE-R port (mcf.spec.eth).
+    Register("ETH_STATUS", 0x0300, Access.RO, "Link status of the 10GBASE-R port, one bit per LinkStatus.", (
+        *(_f(s.name.lower(), int(s), 1, _LINK_DOC[s]) for s in LinkStatus),)),
+    Register("ETH_MAC_INDEX", 0x0304, Access.RW, "MAC table entry that ETH_MAC_WRITE stores to "
+             "(a node id or a destination-group tag, as in Meta.dst).", (
+        _f("index", 0, (MAC_TABLE_ENTRIES - 1).bit_length(), "Table index."),)),
+    Register("ETH_MAC_LO", 0x0308, Access.RW, "Staged MAC address bits 31:0 (the last four bytes "
+             "on the wire: 02:4D:43:46:00:01 has LO 0x46000001)."),
+    Register("ETH_MAC_HI", 0x030C, Access.RW, "Staged MAC address bits 47:32 (the first two bytes).", (
+        _f("mac_hi", 0, MAC_BITS - 32, "Address bits 47:32."),)),
+    Register("ETH_MAC_WRITE", 0x0310, Access.W1P, "Write 1: store the staged address at ETH_MAC_INDEX. "
+             "Frames leave with source = entry NODE_ID and destination = entry Meta.dst.", (
+        _f("write", 0, 1, "Write strobe."),)),
+    Register("ETH_SEQ_GAPS", 0x0314, Access.RSUB, "Frames missing on the receive link, from gaps "
+             "in the link sequence number (saturating; write back the value read to clear it).", (
+        _f("missing", 0, DATA_BITS, "Frames lost."),)),
     Register("ROUTE_INDEX", 0x0200, Access.RW, "Route table entry selected for ROUTE_DATA.", (
         _f("index", 0, ROUTE_ID_BITS, "Route id."),)),
     Register("ROUTE_DATA", 0x0204, Access.RW,

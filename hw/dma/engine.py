@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.csr import ControlRegisters, RouteTablePort
+from mcf.hw.csr import ControlRegisters, EthControlPort, RouteTablePort
 from mcf.hw.dma.loader import TAG_BITS, DmaLoader
 from mcf.hw.dma.writer import DmaWriter
 from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
@@ -94,7 +94,8 @@ class DmaEngine(wiring.Component):
 class ControlAndDma(wiring.Component):
     """``ControlRegisters`` + ``DmaEngine``: the PS writes descriptors over ``s_axil``; the
     engine moves data over ``m_axi``.  The NIC-facing ports of the register block (route
-    table, metadata queue, its error strobes and ``rx_packet``) pass through."""
+    table, metadata queue, its error strobes and ``rx_packet``) and its 10GBASE-R port
+    interface (``eth``) pass through."""
 
     def __init__(self, data_width: int = 128, addr_width: int = 40, buffer_bytes: int = 4096,
                  buffers: int = 2, meta_queue_depth: int = 16, desc_queue_depth: int = 16,
@@ -110,6 +111,7 @@ class ControlAndDma(wiring.Component):
             "o": Out(AXIStreamSignature(data_width)),
             "i": In(AXIStreamSignature(data_width)),
             "route": Out(RouteTablePort()),
+            "eth": Out(EthControlPort()),
             "meta": Out(stream.Signature(MetaLayout)),
             "net_errors": In(len(ErrorCause)),
             "rx_packet": In(1),
@@ -128,6 +130,7 @@ class ControlAndDma(wiring.Component):
         wiring.connect(m, wiring.flipped(self.o), dma.o)
         wiring.connect(m, wiring.flipped(self.i), dma.i)
         wiring.connect(m, wiring.flipped(self.route), csr.route)
+        wiring.connect(m, wiring.flipped(self.eth), csr.eth)
         wiring.connect(m, wiring.flipped(self.meta), csr.meta)
         wiring.connect(m, csr.desc, dma.desc)
         m.d.comb += [

@@ -96,7 +96,7 @@ CSR_PARAMS = {"meta_queue_depth": 4, "desc_queue_depth": 4, "data_bytes": 8, "ne
 
 @pytest.mark.cocotb
 @pytest.mark.parametrize("case", ["registers", "route", "queues", "bad_descriptors", "errors_and_irq",
-                                  "concurrent"])
+                                  "concurrent", "eth"])
 def test_csr_cocotb(case, build_dir):
     run_cocotb(ControlRegisters(**CSR_PARAMS), "mcf.sim.csr.test_csr", build_dir, testcase=case,
                params=CSR_PARAMS)
