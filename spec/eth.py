@@ -20,7 +20,9 @@ payload of an Ethernet II frame::
   (which tags chunks and decode steps end to end and must not change on a hop), and its two
   bytes make the link header 16 bytes long, so the Meta starts on a 64- or 128-bit beat
   boundary and the datapath never shifts bytes.  The receiver counts a gap (``ETH_SEQ_GAP``
-  per event, ``ETH_SEQ_GAPS`` frames missing) and re-synchronises after link loss.
+  per event, ``ETH_SEQ_GAPS`` frames missing), frames lost while the link was down
+  included; CONTROL.clear_counters makes the next frame's number the new reference (the
+  runtime clears after bringing links up, so a peer that restarted its count is no gap).
 * The receiver takes the packet length from ``Meta.length`` (16 + length bytes), not from
   the padded frame; the FCS (CRC-32, IEEE 802.3 clause 3.2.9) is checked and stripped by the
   MAC.

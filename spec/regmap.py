@@ -225,7 +225,8 @@ _regs = [
     )),
     Register("CONTROL", 0x0010, Access.RW, "Datapath control.", (
         _f("enable", 0, 1, "Run the datapath; while 0, queues hold and the NIC accepts nothing."),
-        _f("clear_counters", 1, 1, "Write 1: zero every error counter (self-clearing)."),
+        _f("clear_counters", 1, 1, "Write 1: zero every error counter and ETH_SEQ_GAPS, and take the next "
+           "received frame's link sequence number as the new reference (self-clearing)."),
     )),
     Register("STATUS", 0x0014, Access.RO, "Datapath status.", (
         _f("busy", 0, 1, "A DMA transfer or packet is in flight."),

@@ -43,7 +43,8 @@ class EthControlPort(wiring.Signature):
     A ``mac_w_en`` pulse stores ``mac_data`` (48-bit address, first byte on the wire in bits
     47:40) at ``mac_index`` of the port's MAC table.  ``status`` holds the ``LinkStatus`` bits;
     ``seq_missing`` is the number of frames a link sequence gap just skipped (0 on other
-    cycles), added to ETH_SEQ_GAPS.  Error events reach the register block on its ``errors``
+    cycles), added to ETH_SEQ_GAPS; ``resync`` (CONTROL.clear_counters) makes the next
+    received frame's link sequence number the new reference.  Error events reach the register block on its ``errors``
     input like every other cause.
     """
 
@@ -52,6 +53,7 @@ class EthControlPort(wiring.Signature):
             "mac_w_en": Out(1),
             "mac_index": Out(range(MAC_TABLE_ENTRIES)),
             "mac_data": Out(MAC_BITS),
+            "resync": Out(1),
             "status": In(len(LinkStatus)),
             "seq_missing": In(SEQ_BITS),
         })

@@ -292,6 +292,7 @@ class ControlRegisters(wiring.Component):
             self.eth.mac_w_en.eq(pulse["ETH_MAC_WRITE"][0]),
             self.eth.mac_index.eq(fld("ETH_MAC_INDEX", "index")),
             self.eth.mac_data.eq(Cat(store["ETH_MAC_LO"], fld("ETH_MAC_HI", "mac_hi"))),
+            self.eth.resync.eq(clear_counters),
         ]
 
         # --- read sources of the RO registers ----------------------------------------------

@@ -6,8 +6,9 @@ table[Meta.dst], source MAC = table[NODE_ID], EtherType 0x88B5, the link sequenc
 
 ``Deframer``: a good frame (FCS already checked) loses its link header; a frame of another
 EtherType is dropped (``not_mcf``).  The link sequence number is checked: a gap pulses
-``seq_gap`` with ``seq_missing`` = the frames skipped (``resync``, while the link is down,
-makes the next frame's number the new reference).  The packet leaves with the length its
+``seq_gap`` with ``seq_missing`` = the frames skipped, frames lost while the link was down
+included (``resync``, CONTROL.clear_counters, makes the next frame's number the new
+reference: after a peer restarted its count).  The packet leaves with the length its
 Meta gives (16 + Meta.length bytes): the padding is cut off.  A packet whose header check
 fails, or that is shorter than its Meta says, leaves as received, and the NIC counts it
 (BAD_HEADER / SHORT_PACKET).

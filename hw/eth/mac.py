@@ -101,12 +101,13 @@ class MacTx(wiring.Component):
             with m.If(short):
                 m.d.comb += [nbytes.eq(Mux(left > LANES, LANES, left)), last.eq(left <= LANES)]
             m.d.comb += i.tready.eq(load & self.en)
+        crc_start, crc_next = Signal(32), Signal(32)
+        m.d.comb += [crc_start.eq(Mux(first, PRESET, crc)), crc_next.eq(crc_step_keep(crc_start, word, nbytes))]
         with m.If(load):
             m.d.sync += s1_valid.eq(have)
             with m.If(have):
-                start = Mux(first, PRESET, crc)
                 m.d.sync += [s1_data.eq(word), s1_bytes.eq(nbytes), s1_last.eq(last),
-                             crc.eq(crc_step_keep(start, word, nbytes)),
+                             crc.eq(crc_next),
                              first.eq(last),
                              count.eq(Mux(last, 0, Mux(count + nbytes > MIN_DATA_BYTES, MIN_DATA_BYTES,
                                                       count + nbytes))),
@@ -257,23 +258,31 @@ class MacRx(wiring.Component):
         def emit_hold():
             m.d.sync += [o_valid.eq(1), o_data.eq(hold), o_keep.eq(ALL_CTRL), o_last.eq(0), o_bad.eq(0)]
 
+        nb = Signal(range(LANES + 1))               # data bytes in this word (FCS included)
+        crc_next = Signal(32)
+        m.d.comb += [nb.eq(first_ctrl), crc_next.eq(crc_step_keep(crc, a_d, nb))]
+
+        def begin():
+            m.d.sync += [crc.eq(PRESET), count.eq(0), hold_valid.eq(0), flush_error.eq(0)]
+            with m.If(preamble_ok):
+                m.next = RxState.DATA
+            with m.Else():      # a bad preamble/SFD: counted as a bad frame, nothing emitted
+                m.d.sync += ev_fcs.eq(1)
+                m.next = RxState.DROP
+
         with m.FSM(name="rx"):
             with m.State(RxState.IDLE):
                 with m.If(is_start):
-                    m.d.sync += [crc.eq(PRESET), count.eq(0), hold_valid.eq(0), flush_error.eq(0)]
-                    with m.If(preamble_ok):
-                        m.next = RxState.DATA
-                    with m.Else():      # a bad preamble/SFD: counted as a bad frame, nothing emitted
-                        m.d.sync += ev_fcs.eq(1)
-                        m.next = RxState.DROP
+                    begin()
             with m.State(RxState.DATA):
-                nb = Mux(first_ctrl == LANES, LANES, first_ctrl)
-                m.d.sync += [crc.eq(crc_step_keep(crc, a_d, nb)), count.eq(count + nb)]
+                m.d.sync += [crc.eq(crc_next), count.eq(count + nb)]
                 with m.If(count + nb > self.max_frame):
                     # too long: end the frame here (bad), drop the rest until a control char
                     m.d.sync += [o_valid.eq(1), o_data.eq(hold), o_keep.eq(ALL_CTRL), o_last.eq(1),
                                  o_bad.eq(1), ev_over.eq(1), hold_valid.eq(0)]
                     m.next = RxState.DROP
+                    with m.If(first_ctrl != LANES):     # it ended in this word anyway
+                        m.next = RxState.IDLE
                 with m.Elif(first_ctrl == LANES):
                     with m.If(hold_valid):
                         emit_hold()
@@ -291,7 +300,9 @@ class MacRx(wiring.Component):
                         m.d.sync += flush_bytes.eq(first_ctrl + 4)
                     m.next = RxState.IDLE
             with m.State(RxState.DROP):
-                with m.If(a_c.any()):
+                with m.If(is_start):          # the next frame may follow at once
+                    begin()
+                with m.Elif(a_c.any()):
                     m.next = RxState.IDLE
 
         m.d.comb += [

@@ -1,0 +1,145 @@
+"""One 10GBASE-R port of a node: between the NIC's network port (node clock, ``sync``) and a
+GT's 64-bit raw user interface (``eth_tx`` / ``eth_rx``, 161.13 MHz; the receive clock is
+the GT's recovered clock).
+
+    tx ─► Framer ─► Downsizer ─► AsyncFrameFifo ═╪═► MacTx ─► PcsTx ─► gt_tx
+         (sync: node clock, data_width)  (wait)  │   (eth_tx)
+    rx ◄─ Deframer ◄─ Upsizer ◄─ AsyncFrameFifo ═╪═◄ MacRx ◄─ PcsRx ◄─ gt_rx
+                                        (drop)   │   (eth_rx)
+
+The register block's side arrives on ``ctl`` (``EthControlPort``): MAC table writes, link
+status, sequence gaps.  ``errors`` carries one strobe per ``ErrorCause`` (node clock) for the
+register block's counters.  The SFP+ status pins are asynchronous and synchronised here;
+``sfp_tx_disable`` is driven low (transmitter on).
+"""
+from __future__ import annotations
+
+from amaranth import Cat, Module, Signal
+from amaranth.hdl import DomainRenamer
+from amaranth.lib import wiring
+from amaranth.lib.cdc import FFSynchronizer
+from amaranth.lib.wiring import In, Out
+
+from mcf.hw.axis import AXIStreamSignature
+from mcf.hw.csr.ports import EthControlPort
+from mcf.hw.eth.cdc import AsyncFrameFifo, EventSync
+from mcf.hw.eth.framer import Deframer, Framer
+from mcf.hw.eth.mac import MacRx, MacTx
+from mcf.hw.eth.pcs import PcsRx, PcsTx
+from mcf.hw.eth.width import Downsizer, Upsizer
+from mcf.hw.registry import block
+from mcf.spec import eth
+from mcf.spec.packet import NODE_BITS
+from mcf.spec.regmap import ErrorCause, LinkStatus
+
+
+def fifo_depth(max_frame: int) -> int:
+    """Words a store-and-forward FIFO needs for two of the longest frames (power of two)."""
+    words = -(-max_frame // 8)
+    depth = 2
+    while depth < 2 * words:
+        depth *= 2
+    return depth
+
+
+class EthPort(wiring.Component):
+    """Parameters: ``data_width`` (the node's stream width, 64 or 128), ``max_frame`` (bytes,
+    FCS included: longer frames are dropped at RX; at TX a packet longer than ``max_packet``
+    bytes, which keeps the frame within whole 64-bit words under ``max_frame``, is dropped and
+    counted as ETH_TX_OVERSIZE), ``bit_reverse``
+    (GT bit order), ``ber_window`` (BER monitor window in blocks; 125 us by default)."""
+
+    def __init__(self, data_width: int = 128, max_frame: int = eth.MAX_FRAME_BYTES,
+                 bit_reverse: bool = False, ber_window: int = eth.BER_WINDOW_BLOCKS):
+        if not eth.MIN_FRAME_BYTES <= max_frame <= eth.MAX_FRAME_BYTES:
+            raise ValueError(f"max_frame={max_frame}: {eth.MIN_FRAME_BYTES}..{eth.MAX_FRAME_BYTES} bytes")
+        self.data_width, self.max_frame = data_width, max_frame
+        self.bit_reverse, self.ber_window = bit_reverse, ber_window
+        self.depth = fifo_depth(max_frame)
+        #: Words of the longest frame the TX FIFO takes (FCS excluded, whole 64-bit words, so
+        #: that no frame it passes exceeds ``max_frame`` at the receiver).
+        self.max_words = (max_frame - eth.FCS_BYTES) // 8
+        #: The longest MCF packet (Meta + payload) one frame carries.
+        self.max_packet = 8 * self.max_words - eth.LINK_HEADER_BYTES
+        axis = AXIStreamSignature(data_width)
+        super().__init__({
+            "tx": In(axis), "rx": Out(axis),
+            "ctl": In(EthControlPort()), "node_id": In(NODE_BITS), "errors": Out(len(ErrorCause)),
+            "gt_tx": Out(eth.GT_DATA_BITS), "gt_rx": In(eth.GT_DATA_BITS),
+            "sfp_mod_abs": In(1), "sfp_rx_los": In(1), "sfp_tx_fault": In(1), "sfp_tx_disable": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w = self.data_width
+        max_words = self.max_words
+        tx_d, rx_d = DomainRenamer("eth_tx"), DomainRenamer("eth_rx")
+
+        # --- transmit -------------------------------------------------------------------------
+        m.submodules.framer = framer = Framer(w)
+        m.submodules.tx_fifo = tx_fifo = AsyncFrameFifo(self.depth, max_words, "wait", "sync", "eth_tx")
+        m.submodules.mac_tx = mac_tx = tx_d(MacTx())
+        m.submodules.pcs_tx = pcs_tx = tx_d(PcsTx(self.bit_reverse))
+        wiring.connect(m, wiring.flipped(self.tx), framer.i)
+        if w == 64:
+            wiring.connect(m, framer.o, tx_fifo.w)
+        else:
+            m.submodules.down = down = Downsizer(w, 64)
+            wiring.connect(m, framer.o, down.i)
+            wiring.connect(m, down.o, tx_fifo.w)
+        wiring.connect(m, tx_fifo.r, mac_tx.i)
+        wiring.connect(m, mac_tx.o, pcs_tx.xgmii)
+        m.d.comb += [
+            framer.node_id.eq(self.node_id), framer.mac_w_en.eq(self.ctl.mac_w_en),
+            framer.mac_index.eq(self.ctl.mac_index), framer.mac_data.eq(self.ctl.mac_data),
+            mac_tx.en.eq(pcs_tx.en), self.gt_tx.eq(pcs_tx.gt_data), self.sfp_tx_disable.eq(0),
+        ]
+
+        # --- receive --------------------------------------------------------------------------
+        m.submodules.pcs_rx = pcs_rx = rx_d(PcsRx(self.bit_reverse, self.ber_window))
+        m.submodules.mac_rx = mac_rx = rx_d(MacRx(self.max_frame))
+        m.submodules.rx_fifo = rx_fifo = AsyncFrameFifo(self.depth, max_words, "drop", "eth_rx", "sync")
+        m.submodules.deframer = deframer = Deframer(w)
+        m.d.comb += [pcs_rx.gt_data.eq(self.gt_rx), mac_rx.en.eq(pcs_rx.en)]
+        wiring.connect(m, pcs_rx.xgmii, mac_rx.i)
+        m.d.comb += [rx_fifo.w.tdata.eq(mac_rx.o.tdata), rx_fifo.w.tkeep.eq(mac_rx.o.tkeep),
+                     rx_fifo.w.tlast.eq(mac_rx.o.tlast), rx_fifo.w.tvalid.eq(mac_rx.o.tvalid),
+                     rx_fifo.w_bad.eq(mac_rx.tuser)]
+        if w == 64:
+            wiring.connect(m, rx_fifo.r, deframer.i)
+        else:
+            m.submodules.up = up = Upsizer(64, w)
+            wiring.connect(m, rx_fifo.r, up.i)
+            wiring.connect(m, up.o, deframer.i)
+        wiring.connect(m, deframer.o, wiring.flipped(self.rx))
+
+        # --- status and events into the node clock ------------------------------------------------
+        rx_events = [ErrorCause.ETH_BAD_FCS, ErrorCause.ETH_RUNT, ErrorCause.ETH_OVERSIZE,
+                     ErrorCause.ETH_RX_OVERFLOW, ErrorCause.ETH_BLOCK_LOCK_LOSS, ErrorCause.ETH_HI_BER]
+        m.submodules.rx_events = ev = EventSync(len(rx_events), "eth_rx", "sync")
+        m.d.comb += ev.i.eq(Cat(mac_rx.bad_fcs, mac_rx.runt, mac_rx.oversize, rx_fifo.overflow,
+                                 pcs_rx.lock_lost, pcs_rx.hi_ber_rising))
+        errors = {c: Signal(name=f"ev_{c.name.lower()}") for c in ErrorCause}
+        for k, c in enumerate(rx_events):
+            m.d.comb += errors[c].eq(ev.o[k])
+        m.d.comb += [errors[ErrorCause.ETH_TX_OVERSIZE].eq(tx_fifo.too_long),
+                     errors[ErrorCause.ETH_NOT_MCF].eq(deframer.not_mcf),
+                     errors[ErrorCause.ETH_SEQ_GAP].eq(deframer.seq_gap),
+                     self.errors.eq(Cat(*errors.values()))]
+        lock, hi_ber, mod_abs, los, fault = (Signal(name=n) for n in ("lock", "hi_ber", "mod_abs", "rx_los", "tx_fault"))
+        for src, dst in ((pcs_rx.lock, lock), (pcs_rx.hi_ber, hi_ber), (self.sfp_mod_abs, mod_abs),
+                         (self.sfp_rx_los, los), (self.sfp_tx_fault, fault)):
+            m.submodules[f"sync_{dst.name}"] = FFSynchronizer(src, dst)
+        link_up = lock & ~hi_ber & ~los & ~mod_abs
+        status = {LinkStatus.MODULE_ABSENT: mod_abs, LinkStatus.RX_LOS: los, LinkStatus.TX_FAULT: fault,
+                  LinkStatus.BLOCK_LOCK: lock, LinkStatus.HI_BER: hi_ber, LinkStatus.LINK_UP: link_up}
+        m.d.comb += [self.ctl.status.eq(Cat(*(status[s] for s in LinkStatus))),
+                     self.ctl.seq_missing.eq(deframer.seq_missing),
+                     deframer.resync.eq(self.ctl.resync)]
+        return m
+
+
+@block("eth_port", "10GBASE-R port: framer, CDC FIFOs, MAC, PCS, gearboxes (node side 128 bits)",
+       variants=({"data_width": 64, "max_frame": 1518},), data_width=128, max_frame=eth.MAX_FRAME_BYTES)
+def _port(data_width, max_frame):
+    return EthPort(data_width, max_frame)
