@@ -5,7 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf.spec.eth import MAC_BITS, MAC_TABLE_ENTRIES, SEQ_BITS
-from mcf.spec.packet import ROUTE_ID_BITS
+from mcf.spec.packet import NODE_BITS, ROUTE_ID_BITS
 from mcf.spec.regmap import DATA_BITS, LinkStatus
 
 
@@ -41,7 +41,8 @@ class EthControlPort(wiring.Signature):
     clock domain.
 
     A ``mac_w_en`` pulse stores ``mac_data`` (48-bit address, first byte on the wire in bits
-    47:40) at ``mac_index`` of the port's MAC table.  ``status`` holds the ``LinkStatus`` bits;
+    47:40) at ``mac_index`` of the port's MAC table; ``node_id`` (NODE_ID) picks the source
+    address.  ``status`` holds the ``LinkStatus`` bits;
     ``seq_missing`` is the number of frames a link sequence gap just skipped (0 on other
     cycles), added to ETH_SEQ_GAPS; ``resync`` (CONTROL.clear_counters) makes the next
     received frame's link sequence number the new reference.  Error events reach the register block on its ``errors``
@@ -54,6 +55,7 @@ class EthControlPort(wiring.Signature):
             "mac_index": Out(range(MAC_TABLE_ENTRIES)),
             "mac_data": Out(MAC_BITS),
             "resync": Out(1),
+            "node_id": Out(NODE_BITS),
             "status": In(len(LinkStatus)),
             "seq_missing": In(SEQ_BITS),
         })

@@ -293,6 +293,7 @@ class ControlRegisters(wiring.Component):
             self.eth.mac_index.eq(fld("ETH_MAC_INDEX", "index")),
             self.eth.mac_data.eq(Cat(store["ETH_MAC_LO"], fld("ETH_MAC_HI", "mac_hi"))),
             self.eth.resync.eq(clear_counters),
+            self.eth.node_id.eq(fld("NODE_ID", "node_id")),
         ]
 
         # --- read sources of the RO registers ----------------------------------------------

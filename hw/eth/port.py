@@ -29,7 +29,6 @@ from mcf.hw.eth.pcs import PcsRx, PcsTx
 from mcf.hw.eth.width import Downsizer, Upsizer
 from mcf.hw.registry import block
 from mcf.spec import eth
-from mcf.spec.packet import NODE_BITS
 from mcf.spec.regmap import ErrorCause, LinkStatus
 
 
@@ -64,7 +63,7 @@ class EthPort(wiring.Component):
         axis = AXIStreamSignature(data_width)
         super().__init__({
             "tx": In(axis), "rx": Out(axis),
-            "ctl": In(EthControlPort()), "node_id": In(NODE_BITS), "errors": Out(len(ErrorCause)),
+            "ctl": In(EthControlPort()), "errors": Out(len(ErrorCause)),
             "gt_tx": Out(eth.GT_DATA_BITS), "gt_rx": In(eth.GT_DATA_BITS),
             "sfp_mod_abs": In(1), "sfp_rx_los": In(1), "sfp_tx_fault": In(1), "sfp_tx_disable": Out(1),
         })
@@ -90,7 +89,7 @@ class EthPort(wiring.Component):
         wiring.connect(m, tx_fifo.r, mac_tx.i)
         wiring.connect(m, mac_tx.o, pcs_tx.xgmii)
         m.d.comb += [
-            framer.node_id.eq(self.node_id), framer.mac_w_en.eq(self.ctl.mac_w_en),
+            framer.node_id.eq(self.ctl.node_id), framer.mac_w_en.eq(self.ctl.mac_w_en),
             framer.mac_index.eq(self.ctl.mac_index), framer.mac_data.eq(self.ctl.mac_data),
             mac_tx.en.eq(pcs_tx.en), self.gt_tx.eq(pcs_tx.gt_data), self.sfp_tx_disable.eq(0),
         ]

@@ -38,7 +38,7 @@ class PortLoop(wiring.Component):
         from mcf.spec.regmap import ErrorCause as EC
         self.args = (data_width, max_frame, ber_window)
         axis = AXIStreamSignature(data_width)
-        super().__init__({"tx": In(axis), "rx": Out(axis), "ctl": In(EthControlPort()), "node_id": In(8),
+        super().__init__({"tx": In(axis), "rx": Out(axis), "ctl": In(EthControlPort()),
                           "errors": Out(len(EC)), "slip": In(1), "flip": In(64), "cut": In(1),
                           "sfp_mod_abs": In(1), "sfp_rx_los": In(1), "sfp_tx_fault": In(1),
                           "sfp_tx_disable": Out(1)})
@@ -56,7 +56,7 @@ class PortLoop(wiring.Component):
         wiring.connect(m, port.rx, wiring.flipped(self.rx))
         wiring.connect(m, wiring.flipped(self.ctl), port.ctl)
         m.d.comb += [link.tx.eq(port.gt_tx), port.gt_rx.eq(link.rx), link.slip.eq(self.slip),
-                     link.flip.eq(self.flip), link.cut.eq(self.cut), port.node_id.eq(self.node_id),
+                     link.flip.eq(self.flip), link.cut.eq(self.cut),
                      self.errors.eq(port.errors), port.sfp_mod_abs.eq(self.sfp_mod_abs),
                      port.sfp_rx_los.eq(self.sfp_rx_los), port.sfp_tx_fault.eq(self.sfp_tx_fault),
                      self.sfp_tx_disable.eq(port.sfp_tx_disable)]
@@ -94,7 +94,7 @@ async def setup(dut):
     for name in ("tx__tvalid", "rx__tready", "ctl__mac_w_en", "ctl__resync", "slip", "flip", "cut", "sfp_mod_abs",
                  "sfp_rx_los", "sfp_tx_fault"):
         getattr(dut, name).value = 0
-    dut.node_id.value = 0
+    dut.ctl__node_id.value = 0
     cocotb.start_soon(Clock(dut.clk, NODE_NS, unit="ns").start())
     cocotb.start_soon(Clock(dut.eth_tx_clk, ETH_NS, unit="ns").start())
     dut.rst.value = dut.eth_tx_rst.value = 1
