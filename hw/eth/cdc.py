@@ -8,9 +8,9 @@ good frames (store and forward):
   only frames it has seen committed) or, when the frame is marked bad (``w_bad``), rolls the
   pointer back: the frame vanishes;
 * ``mode="wait"`` (transmit): ``w.tready`` falls while the FIFO is full; a frame longer than
-  ``max_words`` could never fit and is dropped (``too_long``);
+  ``max_bytes`` is dropped (``too_long``): it could never fit, or it is too long to send;
 * ``mode="drop"`` (receive, which cannot be paused): ``w.tready`` is always 1; a frame that
-  meets a full FIFO is dropped whole (``overflow``), as is one longer than ``max_words``.
+  meets a full FIFO is dropped whole (``overflow``), as is one longer than ``max_bytes``.
 
 A dropped frame raises one event: none if it was marked bad anyway (its producer counted
 it), else ``overflow`` or ``too_long``.
@@ -64,13 +64,14 @@ WordLayout = data.StructLayout({"data": W, "nbytes": range(LANES + 1)})
 
 
 class AsyncFrameFifo(wiring.Component):
-    def __init__(self, depth: int, max_words: int | None = None, mode: str = "wait",
+    def __init__(self, depth: int, max_bytes: int | None = None, mode: str = "wait",
                  w_domain: str = "sync", r_domain: str = "sync"):
         self.abits = _log2(depth, "depth")
         self.depth = depth
-        self.max_words = depth if max_words is None else max_words
+        self.max_bytes = LANES * depth if max_bytes is None else max_bytes
+        self.max_words = -(-self.max_bytes // LANES)
         if not 1 <= self.max_words <= depth:
-            raise ValueError(f"max_words={max_words}: 1..depth ({depth})")
+            raise ValueError(f"max_bytes={max_bytes}: 1..{LANES * depth} (depth {depth} words)")
         if mode not in ("wait", "drop"):
             raise ValueError(f"mode={mode!r}: 'wait' or 'drop'")
         self.mode, self.w_domain, self.r_domain = mode, w_domain, r_domain
@@ -137,6 +138,8 @@ class AsyncFrameFifo(wiring.Component):
                     wd += length.eq(0)
                     with m.If(self.w_bad):
                         wd += [wr_ptr.eq(start), self.dropped_bad.eq(1)]
+                    with m.Elif(length * LANES + nbytes > self.max_bytes):
+                        wd += [wr_ptr.eq(start), self.too_long.eq(1)]
                     with m.Else():
                         wd += [wr_ptr.eq(wr_ptr + 1), start.eq(wr_ptr + 1), w_frames.eq(w_frames + 1),
                                w_frames_gray.eq(gray(w_frames + 1))]

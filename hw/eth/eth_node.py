@@ -59,6 +59,6 @@ class EthNode(wiring.Component):
 
 
 @block("eth_node", "one node with a 10GBASE-R port on its network port (the --network sfp top)",
-       variants=({"data_width": 64, "max_frame": 1518},), data_width=128, max_frame=eth.MAX_FRAME_BYTES)
+       data_width=128, max_frame=eth.MAX_FRAME_BYTES)
 def _eth_node(data_width, max_frame):
     return EthNode(data_width, max_frame=max_frame)

@@ -44,8 +44,7 @@ def fifo_depth(max_frame: int) -> int:
 class EthPort(wiring.Component):
     """Parameters: ``data_width`` (the node's stream width, 64 or 128), ``max_frame`` (bytes,
     FCS included: longer frames are dropped at RX; at TX a packet longer than ``max_packet``
-    bytes, which keeps the frame within whole 64-bit words under ``max_frame``, is dropped and
-    counted as ETH_TX_OVERSIZE), ``bit_reverse``
+    bytes is dropped and counted as ETH_TX_OVERSIZE), ``bit_reverse``
     (GT bit order), ``ber_window`` (BER monitor window in blocks; 125 us by default)."""
 
     def __init__(self, data_width: int = 128, max_frame: int = eth.MAX_FRAME_BYTES,
@@ -55,11 +54,8 @@ class EthPort(wiring.Component):
         self.data_width, self.max_frame = data_width, max_frame
         self.bit_reverse, self.ber_window = bit_reverse, ber_window
         self.depth = fifo_depth(max_frame)
-        #: Words of the longest frame the TX FIFO takes (FCS excluded, whole 64-bit words, so
-        #: that no frame it passes exceeds ``max_frame`` at the receiver).
-        self.max_words = (max_frame - eth.FCS_BYTES) // 8
         #: The longest MCF packet (Meta + payload) one frame carries.
-        self.max_packet = 8 * self.max_words - eth.LINK_HEADER_BYTES
+        self.max_packet = max_frame - eth.FCS_BYTES - eth.LINK_HEADER_BYTES
         axis = AXIStreamSignature(data_width)
         super().__init__({
             "tx": In(axis), "rx": Out(axis),
@@ -71,12 +67,12 @@ class EthPort(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w = self.data_width
-        max_words = self.max_words
+        max_bytes = self.max_frame - eth.FCS_BYTES     # a frame as the FIFOs hold it
         tx_d, rx_d = DomainRenamer("eth_tx"), DomainRenamer("eth_rx")
 
         # --- transmit -------------------------------------------------------------------------
         m.submodules.framer = framer = Framer(w)
-        m.submodules.tx_fifo = tx_fifo = AsyncFrameFifo(self.depth, max_words, "wait", "sync", "eth_tx")
+        m.submodules.tx_fifo = tx_fifo = AsyncFrameFifo(self.depth, max_bytes, "wait", "sync", "eth_tx")
         m.submodules.mac_tx = mac_tx = tx_d(MacTx())
         m.submodules.pcs_tx = pcs_tx = tx_d(PcsTx(self.bit_reverse))
         wiring.connect(m, wiring.flipped(self.tx), framer.i)
@@ -97,7 +93,7 @@ class EthPort(wiring.Component):
         # --- receive --------------------------------------------------------------------------
         m.submodules.pcs_rx = pcs_rx = rx_d(PcsRx(self.bit_reverse, self.ber_window))
         m.submodules.mac_rx = mac_rx = rx_d(MacRx(self.max_frame))
-        m.submodules.rx_fifo = rx_fifo = AsyncFrameFifo(self.depth, max_words, "drop", "eth_rx", "sync")
+        m.submodules.rx_fifo = rx_fifo = AsyncFrameFifo(self.depth, max_bytes, "drop", "eth_rx", "sync")
         m.submodules.deframer = deframer = Deframer(w)
         m.d.comb += [pcs_rx.gt_data.eq(self.gt_rx), mac_rx.en.eq(pcs_rx.en)]
         wiring.connect(m, pcs_rx.xgmii, mac_rx.i)

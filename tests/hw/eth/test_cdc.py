@@ -36,8 +36,8 @@ class CdcTop(wiring.Component):
     def elaborate(self, platform):
         from mcf.hw.eth.cdc import AsyncFrameFifo, EventSync
         m = Module()
-        m.submodules.drop = d = AsyncFrameFifo(self.depth, self.max_words, "drop", "sync", "rd")
-        m.submodules.wait = w = AsyncFrameFifo(self.depth, self.max_words, "wait", "sync", "rd")
+        m.submodules.drop = d = AsyncFrameFifo(self.depth, 8 * self.max_words, "drop", "sync", "rd")
+        m.submodules.wait = w = AsyncFrameFifo(self.depth, 8 * self.max_words - 3, "wait", "sync", "rd")
         m.submodules.ev = ev = EventSync(self.events, "sync", "rd")
         wiring.connect(m, wiring.flipped(self.dw), d.w)
         wiring.connect(m, d.r, wiring.flipped(self.dr))
@@ -162,7 +162,7 @@ async def run_wait_mode(dut):
     long_ = Counter(dut.clk, dut.w_too_long)
     await bounded(write_frames(dut, "ww", frames, rng), 5_000_000, "writes")
     await Timer(20, "us")
-    want = [d for d, _ in frames if len(d) <= 8 * p["max_words"]]
+    want = [d for d, _ in frames if len(d) <= 8 * p["max_words"] - 3]     # byte-exact limit
     assert out == want
     assert long_.counts[0] == len(frames) - len(want) > 0
 

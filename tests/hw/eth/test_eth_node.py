@@ -146,4 +146,4 @@ def test_mars_over_ethernet(build_dir):
 def test_construction():
     from mcf.hw.eth.eth_node import EthNode
     node = EthNode(64, max_frame=1518, **SMALL)
-    assert len(node.gt_tx) == 64 and node.port.max_packet == 8 * ((1518 - 4) // 8) - 16
+    assert len(node.gt_tx) == 64 and node.port.max_packet == 1518 - 4 - 16

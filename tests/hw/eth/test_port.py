@@ -13,54 +13,16 @@ import random
 
 import cocotb
 import pytest
-from amaranth import ClockDomain, ClockSignal, Module, ResetSignal
-from amaranth.hdl import DomainRenamer
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Edge, FallingEdge, RisingEdge, Timer
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from mcf.sim.cocotb_util import bounded, params, pauses
+from mcf.sim.eth.link import PortLoop
 from mcf.spec import Collective, ErrorCause, LinkStatus, Meta, Op, ReduceOp, Stage
 
 PARAMS = {"seed": 61, "packets": 24, "data_width": 128, "max_frame": 600, "ber_window": 512}
 NODE_NS, ETH_NS = 5.0, 6.206        # 200 MHz node clock; 10.3125 GHz / 64
-
-
-class PortLoop(wiring.Component):
-    """EthPort whose GT output returns to its own GT input through ``SerialLink`` (the receive
-    clock is the transmit clock, as a recovered clock would be)."""
-
-    def __init__(self, data_width, max_frame, ber_window):
-        from mcf.hw.axis import AXIStreamSignature
-        from mcf.hw.csr.ports import EthControlPort
-        from mcf.spec.regmap import ErrorCause as EC
-        self.args = (data_width, max_frame, ber_window)
-        axis = AXIStreamSignature(data_width)
-        super().__init__({"tx": In(axis), "rx": Out(axis), "ctl": In(EthControlPort()),
-                          "errors": Out(len(EC)), "slip": In(1), "flip": In(64), "cut": In(1),
-                          "sfp_mod_abs": In(1), "sfp_rx_los": In(1), "sfp_tx_fault": In(1),
-                          "sfp_tx_disable": Out(1)})
-
-    def elaborate(self, platform):
-        from mcf.hw.eth.port import EthPort
-        from mcf.sim.eth.link import SerialLink
-        m = Module()
-        w, max_frame, ber_window = self.args
-        m.domains.eth_rx = cd = ClockDomain("eth_rx")
-        m.d.comb += [cd.clk.eq(ClockSignal("eth_tx")), cd.rst.eq(ResetSignal("eth_tx"))]
-        m.submodules.port = port = EthPort(w, max_frame, ber_window=ber_window)
-        m.submodules.link = link = DomainRenamer("eth_tx")(SerialLink())
-        wiring.connect(m, wiring.flipped(self.tx), port.tx)
-        wiring.connect(m, port.rx, wiring.flipped(self.rx))
-        wiring.connect(m, wiring.flipped(self.ctl), port.ctl)
-        m.d.comb += [link.tx.eq(port.gt_tx), port.gt_rx.eq(link.rx), link.slip.eq(self.slip),
-                     link.flip.eq(self.flip), link.cut.eq(self.cut),
-                     self.errors.eq(port.errors), port.sfp_mod_abs.eq(self.sfp_mod_abs),
-                     port.sfp_rx_los.eq(self.sfp_rx_los), port.sfp_tx_fault.eq(self.sfp_tx_fault),
-                     self.sfp_tx_disable.eq(port.sfp_tx_disable)]
-        return m
 
 
 def packet(rng, length, dst=1):
