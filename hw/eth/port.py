@@ -41,6 +41,43 @@ def fifo_depth(max_frame: int) -> int:
     return depth
 
 
+class MacPcs(wiring.Component):
+    """MAC + PCS of both directions: frames (64-bit AXI-Stream, no FCS) <-> GT words.  The
+    transmit half runs in ``eth_tx``, the receive half in ``eth_rx``; ``rx`` words are valid
+    once each (``rx_bad`` on a bad frame's last word).  Events: ``bad_fcs``, ``runt``,
+    ``oversize``, ``lock_lost``, ``hi_ber_rising`` (``eth_rx``)."""
+
+    def __init__(self, max_frame: int = eth.MAX_FRAME_BYTES, bit_reverse: bool = False,
+                 ber_window: int = eth.BER_WINDOW_BLOCKS):
+        self.max_frame, self.bit_reverse, self.ber_window = max_frame, bit_reverse, ber_window
+        super().__init__({
+            "tx": In(AXIStreamSignature(64)), "rx": Out(AXIStreamSignature(64)), "rx_bad": Out(1),
+            "gt_tx": Out(eth.GT_DATA_BITS), "gt_rx": In(eth.GT_DATA_BITS),
+            "lock": Out(1), "hi_ber": Out(1),
+            "bad_fcs": Out(1), "runt": Out(1), "oversize": Out(1), "lock_lost": Out(1), "hi_ber_rising": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        tx_d, rx_d = DomainRenamer("eth_tx"), DomainRenamer("eth_rx")
+        m.submodules.mac_tx = mac_tx = tx_d(MacTx())
+        m.submodules.pcs_tx = pcs_tx = tx_d(PcsTx(self.bit_reverse))
+        m.submodules.pcs_rx = pcs_rx = rx_d(PcsRx(self.bit_reverse, self.ber_window))
+        m.submodules.mac_rx = mac_rx = rx_d(MacRx(self.max_frame))
+        wiring.connect(m, wiring.flipped(self.tx), mac_tx.i)
+        wiring.connect(m, mac_tx.o, pcs_tx.xgmii)
+        wiring.connect(m, pcs_rx.xgmii, mac_rx.i)
+        wiring.connect(m, mac_rx.o, wiring.flipped(self.rx))
+        m.d.comb += [
+            mac_tx.en.eq(pcs_tx.en), self.gt_tx.eq(pcs_tx.gt_data),
+            pcs_rx.gt_data.eq(self.gt_rx), mac_rx.en.eq(pcs_rx.en), self.rx_bad.eq(mac_rx.tuser),
+            self.lock.eq(pcs_rx.lock), self.hi_ber.eq(pcs_rx.hi_ber),
+            self.bad_fcs.eq(mac_rx.bad_fcs), self.runt.eq(mac_rx.runt), self.oversize.eq(mac_rx.oversize),
+            self.lock_lost.eq(pcs_rx.lock_lost), self.hi_ber_rising.eq(pcs_rx.hi_ber_rising),
+        ]
+        return m
+
+
 class EthPort(wiring.Component):
     """Parameters: ``data_width`` (the node's stream width, 64 or 128), ``max_frame`` (bytes,
     FCS included: longer frames are dropped at RX; at TX a packet longer than ``max_packet``
@@ -68,13 +105,11 @@ class EthPort(wiring.Component):
         m = Module()
         w = self.data_width
         max_bytes = self.max_frame - eth.FCS_BYTES     # a frame as the FIFOs hold it
-        tx_d, rx_d = DomainRenamer("eth_tx"), DomainRenamer("eth_rx")
 
         # --- transmit -------------------------------------------------------------------------
         m.submodules.framer = framer = Framer(w)
         m.submodules.tx_fifo = tx_fifo = AsyncFrameFifo(self.depth, max_bytes, "wait", "sync", "eth_tx")
-        m.submodules.mac_tx = mac_tx = tx_d(MacTx())
-        m.submodules.pcs_tx = pcs_tx = tx_d(PcsTx(self.bit_reverse))
+        m.submodules.mac_pcs = mp = MacPcs(self.max_frame, self.bit_reverse, self.ber_window)
         wiring.connect(m, wiring.flipped(self.tx), framer.i)
         if w == 64:
             wiring.connect(m, framer.o, tx_fifo.w)
@@ -82,24 +117,20 @@ class EthPort(wiring.Component):
             m.submodules.down = down = Downsizer(w, 64)
             wiring.connect(m, framer.o, down.i)
             wiring.connect(m, down.o, tx_fifo.w)
-        wiring.connect(m, tx_fifo.r, mac_tx.i)
-        wiring.connect(m, mac_tx.o, pcs_tx.xgmii)
+        wiring.connect(m, tx_fifo.r, mp.tx)
         m.d.comb += [
             framer.node_id.eq(self.ctl.node_id), framer.mac_w_en.eq(self.ctl.mac_w_en),
             framer.mac_index.eq(self.ctl.mac_index), framer.mac_data.eq(self.ctl.mac_data),
-            mac_tx.en.eq(pcs_tx.en), self.gt_tx.eq(pcs_tx.gt_data), self.sfp_tx_disable.eq(0),
+            self.gt_tx.eq(mp.gt_tx), self.sfp_tx_disable.eq(0),
         ]
 
         # --- receive --------------------------------------------------------------------------
-        m.submodules.pcs_rx = pcs_rx = rx_d(PcsRx(self.bit_reverse, self.ber_window))
-        m.submodules.mac_rx = mac_rx = rx_d(MacRx(self.max_frame))
         m.submodules.rx_fifo = rx_fifo = AsyncFrameFifo(self.depth, max_bytes, "drop", "eth_rx", "sync")
         m.submodules.deframer = deframer = Deframer(w)
-        m.d.comb += [pcs_rx.gt_data.eq(self.gt_rx), mac_rx.en.eq(pcs_rx.en)]
-        wiring.connect(m, pcs_rx.xgmii, mac_rx.i)
-        m.d.comb += [rx_fifo.w.tdata.eq(mac_rx.o.tdata), rx_fifo.w.tkeep.eq(mac_rx.o.tkeep),
-                     rx_fifo.w.tlast.eq(mac_rx.o.tlast), rx_fifo.w.tvalid.eq(mac_rx.o.tvalid),
-                     rx_fifo.w_bad.eq(mac_rx.tuser)]
+        m.d.comb += mp.gt_rx.eq(self.gt_rx)
+        m.d.comb += [rx_fifo.w.tdata.eq(mp.rx.tdata), rx_fifo.w.tkeep.eq(mp.rx.tkeep),
+                     rx_fifo.w.tlast.eq(mp.rx.tlast), rx_fifo.w.tvalid.eq(mp.rx.tvalid),
+                     rx_fifo.w_bad.eq(mp.rx_bad)]
         if w == 64:
             wiring.connect(m, rx_fifo.r, deframer.i)
         else:
@@ -112,8 +143,8 @@ class EthPort(wiring.Component):
         rx_events = [ErrorCause.ETH_BAD_FCS, ErrorCause.ETH_RUNT, ErrorCause.ETH_OVERSIZE,
                      ErrorCause.ETH_RX_OVERFLOW, ErrorCause.ETH_BLOCK_LOCK_LOSS, ErrorCause.ETH_HI_BER]
         m.submodules.rx_events = ev = EventSync(len(rx_events), "eth_rx", "sync")
-        m.d.comb += ev.i.eq(Cat(mac_rx.bad_fcs, mac_rx.runt, mac_rx.oversize, rx_fifo.overflow,
-                                 pcs_rx.lock_lost, pcs_rx.hi_ber_rising))
+        m.d.comb += ev.i.eq(Cat(mp.bad_fcs, mp.runt, mp.oversize, rx_fifo.overflow, mp.lock_lost,
+                                mp.hi_ber_rising))
         errors = {c: Signal(name=f"ev_{c.name.lower()}") for c in ErrorCause}
         for k, c in enumerate(rx_events):
             m.d.comb += errors[c].eq(ev.o[k])
@@ -122,7 +153,7 @@ class EthPort(wiring.Component):
                      errors[ErrorCause.ETH_SEQ_GAP].eq(deframer.seq_gap),
                      self.errors.eq(Cat(*errors.values()))]
         lock, hi_ber, mod_abs, los, fault = (Signal(name=n) for n in ("lock", "hi_ber", "mod_abs", "rx_los", "tx_fault"))
-        for src, dst in ((pcs_rx.lock, lock), (pcs_rx.hi_ber, hi_ber), (self.sfp_mod_abs, mod_abs),
+        for src, dst in ((mp.lock, lock), (mp.hi_ber, hi_ber), (self.sfp_mod_abs, mod_abs),
                          (self.sfp_rx_los, los), (self.sfp_tx_fault, fault)):
             m.submodules[f"sync_{dst.name}"] = FFSynchronizer(src, dst)
         link_up = lock & ~hi_ber & ~los & ~mod_abs
@@ -138,3 +169,9 @@ class EthPort(wiring.Component):
        variants=({"data_width": 64, "max_frame": 1518},), data_width=128, max_frame=eth.MAX_FRAME_BYTES)
 def _port(data_width, max_frame):
     return EthPort(data_width, max_frame)
+
+
+@block("eth_mac_pcs", "10G MAC + 10GBASE-R PCS, both directions (frames <-> GT words)",
+       max_frame=eth.MAX_FRAME_BYTES)
+def _mac_pcs(max_frame):
+    return MacPcs(max_frame)

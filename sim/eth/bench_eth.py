@@ -41,7 +41,7 @@ class FrameEnds:
         cocotb.start_soon(self._run(dut))
 
     async def _run(self, dut):
-        mac = dut.port.mac_rx
+        mac = dut.port.mac_pcs.mac_rx
         cycle, in_frame = 0, False
         while True:
             await RisingEdge(dut.eth_tx_clk)
@@ -58,7 +58,7 @@ class FrameEnds:
 
 async def mac_tx_start(dut):
     """Simulated time of the clock edge that takes the next /S/ from the transmitting MAC."""
-    data, ctrl = dut.port.mac_tx.o__data, dut.port.mac_tx.o__ctrl
+    data, ctrl = dut.port.mac_pcs.mac_tx.o__data, dut.port.mac_pcs.mac_tx.o__ctrl
     while True:
         await RisingEdge(dut.eth_tx_clk)
         d, c = int(data.value), int(ctrl.value)

@@ -110,7 +110,7 @@ async def run_loopback(dut):
     src.set_pause_generator(None)
     sink.set_pause_generator(None)
     await src.send(AxiStreamFrame(packet(rng, 400)))
-    ctrl = dut.port.mac_tx.o__ctrl                     # leaving the MAC: wait for frame data
+    ctrl = dut.port.mac_pcs.mac_tx.o__ctrl                     # leaving the MAC: wait for frame data
     while int(ctrl.value) == 0xFF:
         await FallingEdge(dut.eth_tx_clk)
     await ClockCycles(dut.eth_tx_clk, 20, rising=False)
