@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the HDL tools the tests need are installed: Icarus Verilog (>= 11, runs the
 # cocotb benches), Verilator (lint only; Debian's 5.006 is enough for --lint-only) and tclsh
-# (runs the KR260 build script against a mock of Vivado).
+# (runs the KR260 build script against a mock of Vivado); and Debian's redis-server (the
+# RESP server the prefix KV tier's tests and `mcf kv replay` start on loopback ports).
 # Installs missing ones with apt-get (directly as root, with sudo otherwise).
 set -euo pipefail
 
@@ -9,6 +10,7 @@ missing=()
 command -v iverilog >/dev/null 2>&1 || missing+=(iverilog)
 command -v verilator >/dev/null 2>&1 || missing+=(verilator)
 command -v tclsh >/dev/null 2>&1 || missing+=(tcl)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

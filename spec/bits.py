@@ -26,6 +26,9 @@ class Field:
     const: int | None = None
     #: Reserved fields must be zero on the wire.
     reserved: bool = False
+    #: Two's-complement field: values in [-2^(w-1), 2^(w-1) - 1]; ``pack`` stores the low
+    #: ``width`` bits, ``unpack`` sign-extends.
+    signed: bool = False
 
     def check(self, value: int, what: str = "") -> int:
         where = f"{what}.{self.name}" if what else self.name
@@ -38,6 +41,11 @@ class Field:
                                 f"(one of {names})") from None
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(f"{where} must be an integer, got {type(value).__name__}")
+        if self.signed:
+            lo, hi = -(1 << (self.width - 1)), (1 << (self.width - 1)) - 1
+            if not lo <= value <= hi:
+                raise SpecError(f"{where}={value} out of range [{lo}, {hi}] ({self.width}-bit signed)")
+            return value
         if not 0 <= value < (1 << self.width):
             raise SpecError(f"{where}={value} out of range [0, {(1 << self.width) - 1}] "
                             f"({self.width} bits)")
@@ -99,7 +107,7 @@ class BitLayout:
             else:
                 if f.name not in values:
                     raise SpecError(f"{self.name}: missing field {f.name}")
-                v = f.check(values[f.name], self.name)
+                v = f.check(values[f.name], self.name) & f.max
             word |= v << self.offsets[f.name]
         return word
 
@@ -109,6 +117,8 @@ class BitLayout:
         out = {}
         for f in self.fields:
             v = (word >> self.offsets[f.name]) & f.max
+            if f.signed and v >> (f.width - 1):
+                v -= 1 << f.width
             if check:
                 if f.const is not None and v != f.const:
                     raise SpecError(f"malformed {self.name}: {f.name}={v:#x}, expected {f.const:#x}")

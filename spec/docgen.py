@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 
-from . import packet, regmap
+from . import isa, kv, packet, regmap
 from .bits import BitLayout
 
 
@@ -17,6 +17,8 @@ def _layout_table(layout: BitLayout) -> list[str]:
             meaning += " See `" + f.enum.__name__ + "`."
         if f.const is not None:
             meaning += f" Value `{f.const:#x}`."
+        if f.signed:
+            meaning += " Signed."
         lines.append(f"| {hi}:{lo} | `{f.name}` | {f.width} | {meaning} |")
     return lines
 
@@ -78,4 +80,17 @@ def render() -> str:
         out += [f"### {layout.name} ({layout.total_bits} bits)", "", layout.doc, "",
                 *_layout_table(layout), ""]
     out += _enum_table(regmap.ErrorCause) + _enum_table(regmap.Irq) + _enum_table(regmap.DmaDir)
+    out += ["## Instruction set", "", (isa.__doc__ or "").strip(), "",
+            f"Instructions are {isa.INSTR_BITS} bits ({isa.INSTR_BYTES} bytes, little-endian); every one "
+            f"starts with the same header fields.  {isa.NUM_SEMS} semaphores.", ""]
+    for op, layout in isa.LAYOUTS.items():
+        queue = isa.QUEUE_OF[op].name if op in isa.QUEUE_OF else "named by `on`"
+        out += [f"### {op.name} ({op.value}) — queue {queue}", "", layout.doc, "", *_layout_table(layout), ""]
+    for e in (isa.Opcode, isa.Queue, isa.VecOp, isa.AttnLoad, isa.AttnPass, isa.EmitMode, isa.DirState,
+              isa.SeqFault, isa.PerfCounter):
+        out += _enum_table(e)
+    out += ["### DDR formats", "", "**GEMM blob**: " + " ".join((isa.BlobLayout.__doc__ or "").split()), "",
+            "**Embedding row**: " + " ".join((isa.embed_row_bytes.__doc__ or "").split()), "",
+            "**ROPE word**: " + " ".join((isa.rope_word.__doc__ or "").split()), "",
+            "## KV in DDR", "", (kv.__doc__ or "").strip(), ""]
     return "\n".join(out).rstrip() + "\n"

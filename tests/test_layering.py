@@ -1,5 +1,6 @@
 """Data flows one way (ARCHITECTURE.md): spec imports nothing of ours but spec; hw imports
-spec (never the golden model or the runtime); the golden model imports nothing from hw."""
+spec (never the golden model or the runtime); the golden model imports nothing from hw; the
+prefix KV tier (PS code) imports neither the simulators nor the golden model."""
 import ast
 from pathlib import Path
 
@@ -11,6 +12,10 @@ RULES = {                       # folder -> mcf packages it must not import
     "hw": ("mcf.sw", "mcf.sim", "mcf.boards"),
     "sw/golden": ("mcf.hw", "mcf.sim", "mcf.boards", "mcf.sw.mars", "mcf.sw.driver"),
     "sw/mars": ("mcf.hw", "mcf.sim", "mcf.boards", "mcf.sw.golden", "mcf.sw.driver"),
+    # the prefix KV tier runs on the PS: spec, models and errors only (the cluster model and the
+    # golden cache reach it through arguments: a PrefillCurve, a KVSink)
+    "sw/kvtier": ("mcf.hw", "mcf.sim", "mcf.boards", "mcf.sw.golden", "mcf.sw.driver", "mcf.sw.mars",
+                  "mcf.sw.commands"),
 }
 
 
