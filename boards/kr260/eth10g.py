@@ -94,13 +94,12 @@ endmodule
 
 
 def node_gt_pins(top) -> list[str]:
-    """The GT-facing pins ``mcf_eth10g_connect`` uses, checked against ``top``'s Verilog
-    ports (an ``EthNode``; its extra clock domains become ``<domain>_clk``/``<domain>_rst``)."""
-    from amaranth.back import verilog
-    text = verilog.convert(top, name="mcf_node")
-    header = text[text.index("module mcf_node("):text.index(");")]
-    ports = {p.strip() for p in header[len("module mcf_node("):].split(",")}
-    missing = [p for p in NODE_GT_PINS if p not in ports]
+    """The GT-facing pins ``mcf_eth10g_connect`` uses, checked against ``top``'s ports (an
+    ``EthNode``: its signature, and ``<domain>_clk``/``<domain>_rst`` for the two GT clock
+    domains, as Amaranth's Verilog names a domain it does not define)."""
+    names = {"__".join(str(p) for p in path) for path, _, _ in top.signature.flatten(top)}
+    names |= {f"{d}_{s}" for d in getattr(top, "DOMAINS", ()) for s in ("clk", "rst")}
+    missing = [p for p in NODE_GT_PINS if p not in names]
     if missing:
         raise ValueError(f"the node top lacks the GT-facing ports {', '.join(missing)}: "
                          f"--network sfp needs an EthNode (hw/eth/eth_node.py)")

@@ -28,6 +28,9 @@ class EthNode(wiring.Component):
     """Parameters: ``data_width``, ``addr_width``, ``max_frame``, ``bit_reverse``,
     ``ber_window`` (see ``EthPort``) and ``node`` (further ``Node`` parameters)."""
 
+    #: Clock domains besides ``sync`` (each becomes ``<name>_clk`` / ``<name>_rst`` ports).
+    DOMAINS = ("eth_tx", "eth_rx")
+
     def __init__(self, data_width: int = 128, addr_width: int = 40, max_frame: int = eth.MAX_FRAME_BYTES,
                  bit_reverse: bool = False, ber_window: int = eth.BER_WINDOW_BLOCKS, **node):
         self.node = Node(data_width, 1, addr_width, eth=True, **node)

@@ -166,7 +166,7 @@ class EthPort(wiring.Component):
 
 
 @block("eth_port", "10GBASE-R port: framer, CDC FIFOs, MAC, PCS, gearboxes (node side 128 bits)",
-       variants=({"data_width": 64, "max_frame": 1518},), data_width=128, max_frame=eth.MAX_FRAME_BYTES)
+       data_width=128, max_frame=eth.MAX_FRAME_BYTES)
 def _port(data_width, max_frame):
     return EthPort(data_width, max_frame)
 

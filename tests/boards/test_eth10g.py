@@ -1,5 +1,6 @@
 """The SFP+ GTH Tcl (boards/kr260/eth10g.tcl + eth10g.py) without Vivado: tclsh runs the procs
-against a recorder; every node pin they wire is a port of the EthNode top, every gt pin a
+against a recorder; every node pin they wire is a port of the EthNode top (its domain clock
+ports are what the port benches drive, e.g. tests/hw/eth/test_port.py), every gt pin a
 port of the generated wrapper, every board port is created and connected, and the wizard is
 configured for 10GBASE-R in raw mode; the wrapper compiles against stand-ins of the wizard
 core and IBUFDS_GTE4 with the ports it uses."""
