@@ -27,32 +27,32 @@ from mcf.hw.nic.nic import Nic
 from mcf.hw.packet.header import HeaderDeserializer
 from mcf.hw.packet.packetizer import Packetizer
 from mcf.hw.registry import block
+from mcf.spec.node import NodeConfig
 from mcf.spec.regmap import ADDR_BITS, DATA_BITS, ErrorCause
 
 
 class Node(wiring.Component):
-    """Parameters: ``data_width`` (DDR and stream width), ``net_ports``, ``addr_width`` (DDR
-    address bits), ``buffer_bytes`` (each ping-pong buffer; the longest LOAD), the queue
-    depths, ``payload_depth`` (packetizer beats) and ``nic`` (extra ``Nic`` parameters).
+    """One node, built from a ``mcf.spec.node.NodeConfig`` (data width, network ports, DDR
+    address bits, ping-pong buffers, queue depths, packetizer depth, the NIC's sizes).
 
     ``eth=True`` adds the ports a 10GBASE-R port (``mcf.hw.eth``) needs from the register
     block: ``eth`` (MAC table writes, link status, sequence gaps) and ``eth_errors`` (its
     error events); ``mcf.hw.eth.eth_node.EthNode`` wires them."""
 
-    def __init__(self, data_width: int = 128, net_ports: int = 1, addr_width: int = 40,
-                 buffer_bytes: int = 4096, meta_queue_depth: int = 16, desc_queue_depth: int = 16,
-                 payload_depth: int = 512, eth: bool = False, **nic):
-        self.data_width, self.net_ports, self.has_eth = data_width, net_ports, eth
-        self.ctl = ControlAndDma(data_width, addr_width, buffer_bytes, 2, meta_queue_depth,
-                                 desc_queue_depth, data_width // 8, net_ports)
-        self.packetizer = Packetizer(data_width, payload_depth, meta_queue_depth)
-        self.nic = Nic(data_width, net_ports, **nic)
-        axis = AXIStreamSignature(data_width)
+    def __init__(self, config: NodeConfig = NodeConfig(), *, eth: bool = False):
+        if config.hp_ports != 1:
+            raise ValueError(f"hp_ports={config.hp_ports}: this node has one AXI4 master into the DDR")
+        self.config, self.has_eth = config, eth
+        self.data_width, self.net_ports = config.data_width, config.net_ports
+        self.ctl = ControlAndDma(config)
+        self.packetizer = Packetizer(config.data_width, config.payload_depth, config.meta_queue_depth)
+        self.nic = Nic(config.data_width, config.net_ports, **config.nic_params())
+        axis = AXIStreamSignature(config.data_width)
         super().__init__({
             "s_axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)),
-            "m_axi": Out(AXI4Signature(addr_width, data_width, 1)),
-            "rx": In(axis).array(net_ports),
-            "tx": Out(axis).array(net_ports),
+            "m_axi": Out(AXI4Signature(config.ddr_addr_bits, config.data_width, 1)),
+            "rx": In(axis).array(config.net_ports),
+            "tx": Out(axis).array(config.net_ports),
             "irq": Out(1),
             **({"eth": Out(EthControlPort()), "eth_errors": In(len(ErrorCause))} if eth else {}),
         })
@@ -90,19 +90,19 @@ class Node(wiring.Component):
 
 
 class NodePair(wiring.Component):
-    """Two nodes with one network port each, wired to each other (the smallest cluster)."""
+    """Two nodes of ``config`` with one network port each, wired to each other (the smallest
+    cluster)."""
 
-    def __init__(self, data_width: int = 64, addr_width: int = 40, **node_params):
-        self.node_params = {**node_params, "data_width": data_width, "addr_width": addr_width,
-                            "net_ports": 1}
+    def __init__(self, config: NodeConfig = NodeConfig.tiny()):
+        self.config = config.replace(net_ports=1)
         super().__init__({
             "axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)).array(2),
-            "m_axi": Out(AXI4Signature(addr_width, data_width, 1)).array(2),
+            "m_axi": Out(AXI4Signature(config.ddr_addr_bits, config.data_width, 1)).array(2),
         })
 
     def elaborate(self, platform):
         m = Module()
-        nodes = [Node(**self.node_params) for _ in range(2)]
+        nodes = [Node(self.config) for _ in range(2)]
         for i, node in enumerate(nodes):
             m.submodules[f"node{i}"] = node
             wiring.connect(m, wiring.flipped(self.axil[i]), node.s_axil)
@@ -113,6 +113,6 @@ class NodePair(wiring.Component):
 
 
 @block("node", "one node's PL datapath: registers, DMA, packetizer, NIC (Vivado top)",
-       variants=({"data_width": 64, "net_ports": 2},), data_width=128, net_ports=1)
-def _node(data_width, net_ports):
-    return Node(data_width, net_ports)
+       variants=({"data_width": 64, "net_ports": 2},), **NodeConfig().fields_of("data_width", "net_ports"))
+def _node(**fields):
+    return Node(NodeConfig(**fields))

@@ -1,30 +1,57 @@
 """Run a cocotb test module against an Amaranth component, in a few lines.
 
-    run_cocotb(HeaderSerializer(64), "mcf.sim.header.test_header", tmp_path,
-               testcase="serialize", params={"data_width": 64})
+A block's bench lives in its test module (``tests/hw/packet/test_header.py``): the cocotb
+coroutines (``@cocotb.test()``, named ``run_*`` so that pytest does not collect them) beside
+the pytest functions that run them::
+
+    run_cocotb(HeaderSerializer(64), __name__, build_dir,
+               testcase="run_serialize", params={"data_width": 64})
 
 The component is converted to Verilog, built with Icarus (timescale 1ns/1ps: Amaranth's
-Verilog carries none) and the named cocotb test module runs against it.  ``params`` reach
-the test module as JSON in ``MCF_PARAMS`` (read them with ``mcf.sim.cocotb_util.params()``).
+Verilog carries none) and the named cocotb test module runs against it; the repository root
+is on the simulator's Python path, so ``tests.hw.packet.test_header`` imports there as it
+does under pytest.  ``params`` reach the test module as JSON in ``MCF_PARAMS`` (read them
+with ``mcf.sim.cocotb_util.params()``).
 The call raises ``AssertionError`` unless at least one test ran and none failed.  Waits
 inside a bench are bounded in simulated time (``mcf.sim.cocotb_util.bounded``); the test
 suite bounds wall-clock time per test (pytest-timeout).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from amaranth.back import verilog
 
 
+#: The repository root (``sim/`` is one of its folders): test modules import from here.
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
 class SimulationError(AssertionError):
     pass
+
+
+@contextlib.contextmanager
+def _repo_on_path():
+    """cocotb's runner hands the simulator ``PYTHONPATH = sys.path`` of this process: make
+    sure the repository root is on it (``mcf bench`` and ``mcf demo`` run from any folder)."""
+    root = str(REPO_ROOT)
+    added = root not in sys.path
+    if added:
+        sys.path.append(root)
+    try:
+        yield
+    finally:
+        if added:
+            sys.path.remove(root)
 
 
 def write_verilog(component, toplevel: str, build_dir: Path) -> Path:
@@ -62,9 +89,10 @@ def run_cocotb(component, test_module: str, build_dir, *, toplevel: str = "dut",
     names = [testcase] if isinstance(testcase, str) else testcase
     test_filter = rf"\.({'|'.join(re.escape(n) for n in names)})$" if names else None
     try:
-        runner.test(test_module=test_module, hdl_toplevel=toplevel, test_filter=test_filter,
-                    seed=seed, build_dir=build_dir, test_dir=build_dir, extra_env=env,
-                    results_xml=str(results_xml), waves=waves, log_file=log_file)
+        with _repo_on_path():
+            runner.test(test_module=test_module, hdl_toplevel=toplevel, test_filter=test_filter,
+                        seed=seed, build_dir=build_dir, test_dir=build_dir, extra_env=env,
+                        results_xml=str(results_xml), waves=waves, log_file=log_file)
     except SystemExit:
         pass  # under pytest the runner exits on failures; the results file says which
     except subprocess.CalledProcessError as exc:  # the simulator itself crashed

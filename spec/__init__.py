@@ -1,4 +1,7 @@
-"""The one definition of MCF's wire format and register map.
+"""The one definition of MCF's formats: the wire format (``packet``), the register map
+(``regmap``), the node configuration (``node``), fixed-point formats (``fixed``), KV blocks in
+DDR (``kv``), topologies (``topology``), route ids (``routes``) and the plan vocabulary
+(``plan``).
 
 Pure Python, no hardware or runtime imports: ``mcf.hw`` builds Amaranth layouts from it,
 the runtime encodes and decodes with it, ``mcf docs`` renders ``docs/reference.md`` from it.

@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 
 from . import eth, isa, kv, packet, regmap
+from .plan import ReplicaState
 from .bits import BitLayout
 
 
@@ -24,7 +25,7 @@ def _layout_table(layout: BitLayout) -> list[str]:
 
 
 def _enum_table(e: type[enum.IntEnum]) -> list[str]:
-    lines = [f"**{e.__name__}** — {(e.__doc__ or '').strip()}", "", "| value | name |", "|---|---|"]
+    lines = [f"**{e.__name__}** — {' '.join((e.__doc__ or '').split())}", "", "| value | name |", "|---|---|"]
     lines += [f"| {m.value} | `{m.name}` |" for m in e]
     return lines + [""]
 
@@ -96,7 +97,7 @@ def render() -> str:
     for op, layout in isa.LAYOUTS.items():
         queue = isa.QUEUE_OF[op].name if op in isa.QUEUE_OF else "named by `on`"
         out += [f"### {op.name} ({op.value}) — queue {queue}", "", layout.doc, "", *_layout_table(layout), ""]
-    for e in (isa.Opcode, isa.Queue, isa.VecOp, isa.AttnLoad, isa.AttnPass, isa.EmitMode, isa.DirState,
+    for e in (isa.Opcode, isa.Queue, isa.VecOp, isa.AttnLoad, isa.AttnPass, isa.EmitMode, ReplicaState,
               isa.SeqFault, isa.PerfCounter):
         out += _enum_table(e)
     out += ["### DDR formats", "", "**GEMM blob**: " + " ".join((isa.BlobLayout.__doc__ or "").split()), "",

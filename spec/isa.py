@@ -55,6 +55,7 @@ from typing import ClassVar
 from .bits import BitLayout, Field, SpecError
 from .kv import KV_ALIGN
 from .packet import KV_ID_BITS, NODE_BITS, ROUTE_ID_BITS, SEQ_BITS, Collective, Op, ReduceOp, Stage
+from .plan import REPLICA_STATE_BITS, ReplicaState
 
 INSTR_BITS = 256
 INSTR_BYTES = INSTR_BITS // 8
@@ -132,13 +133,6 @@ class EmitMode(enum.IntEnum):
     FINAL = 0      # per row: d X32 words, finalize(m, l, o) [fixed.finalize]
     STATE = 1      # per row: d + 2 words [m, sat32(l), sat32(o_0) ..] [fixed.encode_state]
     MAX = 2        # per row: 1 word, m
-
-
-class DirState(enum.IntEnum):
-    """Replica directory states (owner shards and live replicas are readable)."""
-    INVALID = 0
-    VALID = 1
-    DRAINING = 2
 
 
 class SeqFault(enum.IntEnum):
@@ -325,7 +319,7 @@ _reg(Opcode.DIR, "directory[block + i stride] = state for i < count.", [
     Field("block", 16, "First block id."),
     Field("count", 16, "Entries (> 0)."),
     Field("stride", 8, "Ids between entries."),
-    Field("state", 2, "New state.", enum=DirState),
+    Field("state", REPLICA_STATE_BITS, "New state.", enum=ReplicaState),
 ])
 _reg(Opcode.SEND, "Send length bytes at ddr as packets (see the module text); completes when the "
                   "last byte has entered the packetizer.", [

@@ -190,6 +190,11 @@ def check_data_width(data_width: int) -> int:
     return data_width
 
 
+def pad_header(header: bytes, data_width: int) -> bytes:
+    """The header as it travels on a bus of ``data_width`` bits: zero padded to whole beats."""
+    return bytes(header) + bytes(header_beats(data_width) * data_width // 8 - len(header))
+
+
 def to_beats(packet: Packet | bytes, data_width: int) -> list[tuple[int, int, bool]]:
     """Split an encoded packet into AXI-Stream beats ``(tdata, tkeep, tlast)``.
 
@@ -200,7 +205,7 @@ def to_beats(packet: Packet | bytes, data_width: int) -> list[tuple[int, int, bo
         hdr, payload = packet.meta.encode(), packet.payload
     else:
         hdr, payload = bytes(packet[:HEADER_BYTES]), bytes(packet[HEADER_BYTES:])
-    hdr = hdr + bytes(header_beats(data_width) * nb - len(hdr))
+    hdr = pad_header(hdr, data_width)
     chunks = [hdr[i:i + nb] for i in range(0, len(hdr), nb)]
     chunks += [payload[i:i + nb] for i in range(0, len(payload), nb)]
     beats = []

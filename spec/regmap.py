@@ -140,9 +140,16 @@ class RegField:
     width: int
     doc: str
 
+    @property
+    def mask(self) -> int:
+        """The field's bits in the register word."""
+        return ((1 << self.width) - 1) << self.lsb
+
 
 @dataclass(frozen=True)
 class Register:
+    """One 32-bit register; its fields encode and decode like a ``BitLayout``'s (a register
+    without fields is one 32-bit value)."""
     name: str
     offset: int
     access: Access
@@ -155,6 +162,33 @@ class Register:
             if f.name == name:
                 return f
         raise KeyError(f"{self.name} has no field {name}")
+
+    @property
+    def mask(self) -> int:
+        """Bits the register implements (all 32 when it has no fields)."""
+        if not self.fields:
+            return (1 << DATA_BITS) - 1
+        m = 0
+        for f in self.fields:
+            m |= f.mask
+        return m
+
+    def encode(self, **values: int) -> int:
+        """A register word from field values (fields not named are 0); a value that does not
+        fit its field raises ``SpecError`` naming it."""
+        word = 0
+        for name, value in values.items():
+            f = self.field(name)
+            if isinstance(value, bool):
+                value = int(value)
+            if not isinstance(value, int) or not 0 <= value < (1 << f.width):
+                raise SpecError(f"{self.name}.{name}={value!r} does not fit in {f.width} bits")
+            word |= value << f.lsb
+        return word
+
+    def decode(self, word: int) -> dict[str, int]:
+        """Field values of a register word (bits outside the fields are ignored)."""
+        return {f.name: (word >> f.lsb) & ((1 << f.width) - 1) for f in self.fields}
 
 
 @dataclass
@@ -171,10 +205,9 @@ class RegisterMap:
             seen[r.offset] = r.name
             used = 0
             for f in r.fields:
-                mask = ((1 << f.width) - 1) << f.lsb
-                if f.lsb + f.width > DATA_BITS or used & mask:
+                if f.lsb + f.width > DATA_BITS or used & f.mask:
                     raise SpecError(f"register {r.name}: field {f.name} overlaps or overflows")
-                used |= mask
+                used |= f.mask
         self.by_name = {r.name: r for r in self.registers}
         self.by_offset = {r.offset: r for r in self.registers}
 
@@ -206,6 +239,8 @@ LINK_SEQ_MODULUS = 1 << LINK_SEQ_BITS
 
 ERROR_COUNTER_BASE = 0x0100
 DMA_ADDR_BITS = DMA_DESCRIPTOR["addr"].width
+#: Width of a DMA descriptor's tag (DESC_DONE_TAG, the engines' completion tags).
+DMA_TAG_BITS = DMA_DESCRIPTOR["tag"].width
 META_WORDS = HEADER_BITS // DATA_BITS
 DESC_WORDS = (DMA_DESCRIPTOR.total_bits + DATA_BITS - 1) // DATA_BITS
 

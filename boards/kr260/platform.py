@@ -11,10 +11,10 @@ from __future__ import annotations
 from amaranth.build import Attrs, Clock, Pins, Resource
 from amaranth.vendor import XilinxPlatform
 
+from mcf.spec.node import PL_CLOCK_HZ   # the node's PL clock (pl_clk0), defined once in the spec
+
 #: The SoC part, as Vivado spells it.
 PART = "xck26-sfvc784-2LV-c"
-#: PL clock the paper's node runs at (MCF section 6: 200 MHz), from the PS's pl_clk0.
-PL_CLOCK_HZ = 200_000_000
 
 
 class KR260Platform(XilinxPlatform):

@@ -32,36 +32,41 @@ head_dim int32 x INT4 in pass 2), then rows x (head_dim + 2) output cycles.
 """
 from __future__ import annotations
 
+import enum
+
 from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from mcf.hw.arith import bitlen, exp2_rom, log2_exact, rshr, rshr_pos, sat
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.compute.arith import bitlen, rshr, rshr_pos, sat
+from mcf.hw.compute.common import AttentionState, MemWriteSignature
 from mcf.hw.compute.directory import ReplicaDirectory
-from mcf.hw.compute.matrix import MemWriteSignature
 from mcf.hw.registry import block
 from mcf.spec import fixed as fx
-
-POS_BITS = 16
-INT32_MIN = -(1 << 31)
+from mcf.spec.fixed import EXP_BITS, INT32_MIN, KV_A_BITS, MANT_BITS, POS_BITS, W_BITS
+from mcf.spec.plan import REPLICA_STATE_BITS
 
 
 def q_layout(head_dim):
-    return data.StructLayout({"mant": head_dim * 16, "exp": signed(8), "pos": POS_BITS})
+    return data.StructLayout({"mant": head_dim * MANT_BITS, "exp": signed(EXP_BITS), "pos": POS_BITS})
 
 
 def k_layout(head_dim, block_bits):
-    return data.StructLayout({"q": head_dim * 4, "a": 8, "e": signed(8), "pos": POS_BITS,
+    return data.StructLayout({"q": head_dim * W_BITS, "a": KV_A_BITS, "e": signed(EXP_BITS), "pos": POS_BITS,
                               "block": block_bits})
 
 
 def v_layout(head_dim):
-    return data.StructLayout({"q": head_dim * 4, "a": 8, "e": signed(8)})
+    return data.StructLayout({"q": head_dim * W_BITS, "a": KV_A_BITS, "e": signed(EXP_BITS)})
 
 
-FULL, MAX, APPLY = 0, 1, 2     # cmd.phase
+class Phase(enum.IntEnum):
+    """``cmd.phase``: both passes, or the decode protocol's two halves (docs/fixed-point.md 7.4)."""
+    FULL = 0        # scores, softmax state and P.V in one job
+    MAX = 1         # pass 1 only: the rows' local maxima (the input of a ReduceOp.MAX round)
+    APPLY = 2       # pass 2 only, against the global M written through ``mref``
 
 
 def cmd_layout(max_keys):
@@ -71,8 +76,9 @@ def cmd_layout(max_keys):
 class AttentionUnit(wiring.Component):
     def __init__(self, head_dim: int = 16, rows: int = 2, max_keys: int = 64, block_bits: int = 8,
                  score_buffer: bool = True):
-        if max_keys & (max_keys - 1):
-            raise ValueError("max_keys must be a power of two")
+        log2_exact(max_keys, "max_keys")
+        if rows < 1 or head_dim < 1:
+            raise ValueError(f"rows={rows}, head_dim={head_dim}: must be >= 1")
         self.head_dim, self.rows, self.max_keys, self.block_bits = head_dim, rows, max_keys, block_bits
         self.score_buffer = bool(score_buffer)
         super().__init__({
@@ -82,7 +88,7 @@ class AttentionUnit(wiring.Component):
             "v": In(stream.Signature(v_layout(head_dim))),
             "o": Out(AXIStreamSignature(32)),
             # the runtime's write port into the local replica directory
-            "dir_en": In(1), "dir_block": In(block_bits), "dir_state": In(2),
+            "dir_en": In(1), "dir_block": In(block_bits), "dir_state": In(REPLICA_STATE_BITS),
             # the global row maximum M (after a ReduceOp.MAX round), for an APPLY job
             "mref_en": In(1), "mref_row": In(max(ceil_log2(rows), 1)), "mref": In(signed(32)),
             "busy": Out(1),
@@ -100,8 +106,8 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += qrows[r].eq(self.q.data)
 
         # States: idle -> keys (pass 1) -> drain1 -> values (pass 2) -> drain2 -> out
-        IDLE, KEYS, VALS, OUT = 0, 1, 2, 3
-        state = Signal(2)
+        IDLE, KEYS, VALS, OUT = AttentionState
+        state = Signal(AttentionState)
         final, max_only = Signal(), Signal()
         keys = Signal(range(S + 1))
         j = Signal(range(S + 1))
@@ -110,8 +116,8 @@ class AttentionUnit(wiring.Component):
         m.d.comb += start.eq(self.cmd.valid & self.cmd.ready)
         with m.If(start):
             m.d.sync += [keys.eq(self.cmd.payload.keys), final.eq(self.cmd.payload.final),
-                         max_only.eq(self.cmd.payload.phase == MAX), j.eq(0),
-                         state.eq(Mux(self.cmd.payload.phase == APPLY, VALS, KEYS))]
+                         max_only.eq(self.cmd.payload.phase == Phase.MAX), j.eq(0),
+                         state.eq(Mux(self.cmd.payload.phase == Phase.APPLY, VALS, KEYS))]
 
         if self.score_buffer:
             score_w = R * 33        # per row: 32-bit score + valid
@@ -147,7 +153,7 @@ class AttentionUnit(wiring.Component):
         mrow = [Signal(signed(32), name=f"m{r}", init=INT32_MIN) for r in range(R)]
         words = []
         for r in range(R):
-            with m.If(start & (self.cmd.payload.phase != APPLY)):
+            with m.If(start & (self.cmd.payload.phase != Phase.APPLY)):
                 m.d.sync += mrow[r].eq(INT32_MIN)
             with m.If(self.mref_en & (self.mref_row == r)):
                 m.d.sync += mrow[r].eq(self.mref)
@@ -177,7 +183,7 @@ class AttentionUnit(wiring.Component):
         v1v, v2v = Signal(), Signal()
         v1, v2 = Signal(v_layout(D)), Signal(v_layout(D))
         m.d.sync += [v1v.eq(v_fire), v1.eq(self.v.payload), v2v.eq(v1v), v2.eq(v1)]
-        m.submodules.exp2 = exp2 = memory.Memory(shape=16, depth=256, init=[int(x) for x in fx.EXP2_LUT])
+        m.submodules.exp2 = exp2 = exp2_rom()
         lacc = [Signal(signed(17 + ceil_log2(S) + 1), name=f"l{r}") for r in range(R)]
         oacc = [[Signal(signed(37 + ceil_log2(S) + 1), name=f"o{r}_{i}") for i in range(D)] for r in range(R)]
         for r in range(R):

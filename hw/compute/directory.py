@@ -1,29 +1,18 @@
 """Local replica directory: which KV block ids may be read on this node (MCF section 5).
 
-The runtime (PS, through the CSR block) writes one 2-bit state per block id: an owner shard or
+The runtime (PS, through the CSR block) writes one ``mcf.spec.plan.ReplicaState`` per block id: an owner shard or
 a live replica is VALID, a replica MARS has told to drain (``Op.KV_DRAIN``) stays readable
 as DRAINING until the invalidation frees it; anything else is INVALID.  The attention unit
 looks every key's block id up and masks keys of unreadable blocks out of the softmax.
 """
 from __future__ import annotations
 
-import enum
-
-from amaranth import Module, Signal
+from amaranth import Module
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.registry import block
-
-
-class ReplicaState(enum.IntEnum):
-    INVALID = 0
-    VALID = 1
-    DRAINING = 2
-
-
-def readable(state) -> bool:
-    return state in (ReplicaState.VALID, ReplicaState.DRAINING)
+from mcf.spec.plan import REPLICA_STATE_BITS, ReplicaState
 
 
 class ReplicaDirectory(wiring.Component):
@@ -32,14 +21,14 @@ class ReplicaDirectory(wiring.Component):
     def __init__(self, block_bits: int = 8):
         self.block_bits = block_bits
         super().__init__({
-            "wr_en": In(1), "wr_block": In(block_bits), "wr_state": In(2),
+            "wr_en": In(1), "wr_block": In(block_bits), "wr_state": In(REPLICA_STATE_BITS),
             "lookup_en": In(1), "lookup_block": In(block_bits),
-            "readable": Out(1), "state": Out(2),
+            "readable": Out(1), "state": Out(REPLICA_STATE_BITS),
         })
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.table = table = memory.Memory(shape=2, depth=1 << self.block_bits, init=[])
+        m.submodules.table = table = memory.Memory(shape=REPLICA_STATE_BITS, depth=1 << self.block_bits, init=[])
         wr = table.write_port()
         rd = table.read_port()
         m.d.comb += [

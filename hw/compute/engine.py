@@ -3,9 +3,10 @@ its local replica directory) and KV block writer side by side, each with its own
 (``matrix__*``, ``vector__*``, ``attention__*``, ``kv__*``).  The sequencing between them
 (which the RTL decoder-layer run, ``mcf.sim.compute.layer``, does from Python today) is the
 descriptor-driven controller still to be written; this block exists so that ``mcf synth
-compute`` and the lint see the whole engine at a given array size.  The defaults are the
-engine of the ``tiny`` model (head_dim 16, GQA group 2); the matrix array is the parameter
-that scales (``-p rows=16 -p lanes=16``)."""
+compute`` and the lint see the whole engine at a given array size.  The sizes come from a
+``mcf.spec.node.NodeConfig`` (MAC array, tokens per pass, lanes, attention rows and keys,
+head_dim); the registry builds the engine of ``NodeConfig.tiny()`` (head_dim 16, GQA group 2),
+and the matrix array is the parameter that scales (``-p mac_rows=16 -p mac_lanes=16``)."""
 from __future__ import annotations
 
 from amaranth import Module
@@ -17,16 +18,27 @@ from mcf.hw.compute.kv_writer import KVWriter
 from mcf.hw.compute.matrix import MatrixUnit
 from mcf.hw.compute.vector import VectorUnit
 from mcf.hw.registry import block
+from mcf.spec.node import NodeConfig
 
 
 class ComputeEngine(wiring.Component):
-    def __init__(self, rows=4, lanes=8, max_tokens=8, max_inputs=128, max_tiles=32,
-                 head_dim=16, att_rows=4, max_keys=64, kv_lanes=4, vector_n=128, vec_lanes=8):
+    """The units of ``config``'s engine; ``max_inputs`` / ``max_tiles`` / ``vector_n`` (GEMM
+    input width, output tiles, vector row length) default to what the config's model shapes
+    need."""
+
+    def __init__(self, config: NodeConfig = NodeConfig.tiny(), max_inputs: int | None = None,
+                 max_tiles: int | None = None, vector_n: int | None = None):
+        c = config
+        widest = max(c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim)
+        max_inputs = widest if max_inputs is None else max_inputs
+        max_tiles = -(-widest // c.mac_rows) if max_tiles is None else max_tiles
+        vector_n = widest if vector_n is None else vector_n
+        self.config = config
         self.units = {
-            "matrix": MatrixUnit(rows, lanes, max_tokens, max_inputs, max_tiles),
-            "vector": VectorUnit(vector_n, vec_lanes),
-            "attention": AttentionUnit(head_dim, att_rows, max_keys),
-            "kv": KVWriter(head_dim, kv_lanes),
+            "matrix": MatrixUnit(c.mac_rows, c.mac_lanes, c.max_tokens, max_inputs, max_tiles),
+            "vector": VectorUnit(vector_n, c.vec_lanes),
+            "attention": AttentionUnit(c.head_dim, c.att_rows, c.max_keys),
+            "kv": KVWriter(c.head_dim, c.kv_lanes),
         }
         super().__init__({name: Out(unit.signature) for name, unit in self.units.items()})
 
@@ -38,10 +50,10 @@ class ComputeEngine(wiring.Component):
         return m
 
 
-@block("compute", "compute engine: matrix (rows x lanes MACs), vector, attention + directory, KV writer",
-       variants=({"rows": 16, "lanes": 16},), rows=4, lanes=8, max_tokens=8, max_inputs=128,
-       max_tiles=32, head_dim=16, att_rows=4, max_keys=64, kv_lanes=4, vector_n=128, vec_lanes=8)
-def _engine(rows, lanes, max_tokens, max_inputs, max_tiles, head_dim, att_rows, max_keys, kv_lanes, vector_n,
-            vec_lanes):
-    return ComputeEngine(rows, lanes, max_tokens, max_inputs, max_tiles, head_dim, att_rows, max_keys,
-                         kv_lanes, vector_n, vec_lanes)
+@block("compute", "compute engine: matrix (mac_rows x mac_lanes MACs), vector, attention + directory, KV writer",
+       variants=({"mac_rows": 16, "mac_lanes": 16},),
+       **NodeConfig.tiny().fields_of("mac_rows", "mac_lanes", "max_tokens", "head_dim", "att_rows", "max_keys",
+                                     "kv_lanes", "vec_lanes"),
+       max_inputs=128, max_tiles=32, vector_n=128)
+def _engine(max_inputs, max_tiles, vector_n, **fields):
+    return ComputeEngine(NodeConfig.tiny(**fields), max_inputs, max_tiles, vector_n)

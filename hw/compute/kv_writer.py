@@ -21,23 +21,25 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.compute.arith import abs_, bitlen, rshr_pos, sat, write_indexed
+from mcf.hw.arith import abs_, bitlen, rshr_pos, sat, write_indexed
+from mcf.hw.compute.common import KVWriterState
 from mcf.hw.registry import block
 from mcf.spec import fixed as fx
+from mcf.spec.fixed import EXP_BITS, KV_A_BITS, MANT_BITS, W_BITS
 
 
 def kv_in_layout(lanes):
-    return data.StructLayout({"mant": lanes * 16, "exp": signed(8), "last": 1})
+    return data.StructLayout({"mant": lanes * MANT_BITS, "exp": signed(EXP_BITS), "last": 1})
 
 
 def kv_out_layout(lanes):
-    return data.StructLayout({"q": lanes * 4, "a": 8, "e": signed(8), "last": 1})
+    return data.StructLayout({"q": lanes * W_BITS, "a": KV_A_BITS, "e": signed(EXP_BITS), "last": 1})
 
 
 class KVWriter(wiring.Component):
     def __init__(self, head_dim: int = 16, lanes: int = 4):
-        if head_dim % lanes:
-            raise ValueError("lanes must divide head_dim")
+        if lanes < 1 or head_dim % lanes:
+            raise ValueError(f"lanes={lanes} does not divide head_dim={head_dim}")
         self.head_dim, self.lanes = head_dim, lanes
         self.beats = head_dim // lanes
         super().__init__({
@@ -87,8 +89,8 @@ class KVWriter(wiring.Component):
 
         # Explicit state register (not m.FSM): outputs are plain comb functions of it, which
         # Icarus evaluates from time 0.
-        collect, scale, emit = 0, 1, 2
-        state = Signal(2)
+        collect, scale, emit = KVWriterState
+        state = Signal(KVWriterState)
         in_collect, in_emit = Signal(), Signal()
         m.d.comb += [in_collect.eq(state == collect), in_emit.eq(state == emit)]
         m.d.comb += [

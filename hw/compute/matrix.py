@@ -1,7 +1,8 @@
 """Matrix unit: BFP16 activations x INT4 group-scaled weights -> X32 (golden ``fixed.linear``).
 
-A ``rows`` x ``lanes`` MAC array.  Each weight beat carries ``lanes`` consecutive inputs of
-``rows`` output rows (INT4, row-major: bits [(p*lanes + k)*4 +: 4] = q[row p, input k]) and
+A ``mac_rows`` x ``mac_lanes`` MAC array (``rows`` x ``lanes`` below).  Each weight beat carries
+``lanes`` consecutive inputs of ``rows`` output rows (INT4, row-major: bits [(p*lanes + k)*4 +: 4]
+= q[row p, input k]) and
 is held for ``T`` cycles while the activation buffer supplies the same ``lanes`` inputs of
 token 0 .. T-1: a weight is fetched once per tile, whatever the number of tokens (prefill
 reuses it T times; decode, T = 1, needs a beat per cycle).
@@ -36,12 +37,12 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from mcf.hw.arith import log2_exact, rshr, sat, write_indexed
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.compute.arith import rshr, sat, write_indexed
+from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.registry import block
+from mcf.spec.fixed import EXP_BITS, MANT_BITS, SCALE_BITS, W_BITS, X_FRAC
 
-MANT_BITS, W_BITS, SCALE_BITS, X_FRAC = 16, 4, 16, 16
-EXP_BITS = 8        # BFP row exponent and E_w (signed)
 PACK_SHIFT = 22     # packed products: the high row's weight sits 22 bits up
 CHAIN = 4           # lanes summed before the two fields are split
 
@@ -57,21 +58,19 @@ def cmd_layout(max_tokens, max_beats, max_tiles):
     })
 
 
-class MemWriteSignature(wiring.Signature):
-    """A plain synchronous write port (the producer drives all three)."""
-
-    def __init__(self, addr_width, data_width):
-        super().__init__({"en": Out(1), "addr": Out(addr_width), "data": Out(data_width)})
-
-
 class MatrixUnit(wiring.Component):
-    def __init__(self, rows: int = 4, lanes: int = 8, max_tokens: int = 8, max_inputs: int = 256,
+    def __init__(self, mac_rows: int = 4, mac_lanes: int = 8, max_tokens: int = 8, max_inputs: int = 256,
                  max_tiles: int = 64, max_group: int = 128, packed: bool = True):
-        if lanes & (lanes - 1) or max_tokens & (max_tokens - 1) or max_inputs % lanes:
-            raise ValueError("lanes and max_tokens must be powers of two, lanes must divide max_inputs")
+        rows, lanes = mac_rows, mac_lanes
+        log2_exact(lanes, "mac_lanes")
+        log2_exact(max_tokens, "max_tokens")
+        if rows < 1:
+            raise ValueError(f"mac_rows={rows}: must be >= 1")
+        if max_inputs % lanes:
+            raise ValueError(f"mac_lanes={lanes} does not divide max_inputs={max_inputs}")
         if packed and rows % 2:
-            raise ValueError("packed products need an even number of rows")
-        self.rows, self.lanes, self.max_tokens, self.packed = rows, lanes, max_tokens, bool(packed)
+            raise ValueError(f"mac_rows={rows}: packed products need an even number of rows")
+        self.mac_rows, self.mac_lanes, self.max_tokens, self.packed = rows, lanes, max_tokens, bool(packed)
         self.max_inputs, self.max_tiles = max_inputs, max_tiles
         self.max_group = min(max_group, max_inputs)        # group size G (inputs per scale)
         self.depth = max_inputs // lanes                      # beats per row
@@ -81,7 +80,7 @@ class MatrixUnit(wiring.Component):
         self.acc_width = max(ceil_log2(max_inputs) + 35, self.partial_width + SCALE_BITS + 1)
         self.cmd_layout = cmd_layout(max_tokens, self.depth, max_tiles)
         if self.max_group % lanes:
-            raise ValueError("lanes must divide max_group")
+            raise ValueError(f"mac_lanes={lanes} does not divide max_group={self.max_group}")
         super().__init__({
             "cmd": In(stream.Signature(self.cmd_layout)),
             "act": In(MemWriteSignature(ceil_log2(self.depth * max_tokens), lanes * MANT_BITS)),
@@ -96,11 +95,11 @@ class MatrixUnit(wiring.Component):
 
     @property
     def macs_per_cycle(self):
-        return self.rows * self.lanes
+        return self.mac_rows * self.mac_lanes
 
     def elaborate(self, platform):
         m = Module()
-        P, K, TM = self.rows, self.lanes, self.max_tokens
+        P, K, TM = self.mac_rows, self.mac_lanes, self.max_tokens
         tb = max(ceil_log2(TM), 1)
 
         # --- activation buffer and row exponents -------------------------------------------
@@ -268,8 +267,8 @@ class MatrixUnit(wiring.Component):
         return m
 
 
-@block("compute_matrix", "INT4 x BFP16 GEMM (MAC array rows x lanes) -> X32",
-       variants=({"rows": 8, "lanes": 16}, {"packed": 0}), rows=4, lanes=8, max_tokens=8,
+@block("compute_matrix", "INT4 x BFP16 GEMM (MAC array mac_rows x mac_lanes) -> X32",
+       variants=({"mac_rows": 8, "mac_lanes": 16}, {"packed": 0}), mac_rows=4, mac_lanes=8, max_tokens=8,
        max_inputs=256, max_tiles=64, packed=1)
-def _matrix(rows, lanes, max_tokens, max_inputs, max_tiles, packed):
-    return MatrixUnit(rows, lanes, max_tokens, max_inputs, max_tiles, packed=bool(packed))
+def _matrix(mac_rows, mac_lanes, max_tokens, max_inputs, max_tiles, packed):
+    return MatrixUnit(mac_rows, mac_lanes, max_tokens, max_inputs, max_tiles, packed=bool(packed))

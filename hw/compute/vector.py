@@ -21,27 +21,18 @@ thousands of elements they would be block RAM with a one-cycle read pipeline.
 """
 from __future__ import annotations
 
-import enum
-
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from mcf.hw.compute.arith import abs_, bitlen, rshr, rshr_pos, sat
+from mcf.hw.arith import abs_, bitlen, log2_exact, rshr, rshr_pos, sat
+from mcf.hw.compute.common import VectorState
 from mcf.hw.registry import block
 from mcf.spec import fixed as fx
+from mcf.spec.fixed import EXP_BITS
+from mcf.spec.isa import VecOp   # the VEC operations: one definition, the instruction set's
 
 P_BITS = 36      # widest product before normalize: rmsnorm's rshr(m r, 14) * gain
-
-
-class VecOp(enum.IntEnum):
-    TO_BFP = 0
-    RMSNORM = 1
-    SILU = 2
-    MUL = 3
-    ROPE = 4
-    PRESCALE = 5
-    RESIDUAL = 6
 
 
 def cmd_layout(max_n):
@@ -54,15 +45,15 @@ def cmd_layout(max_n):
 
 
 def a_layout(lanes=1):
-    return data.StructLayout({"x": 32 * lanes, "exp": signed(8)})          # lanes x int32
+    return data.StructLayout({"x": 32 * lanes, "exp": signed(EXP_BITS)})          # lanes x int32
 
 
 def b_layout(lanes=1):
-    return data.StructLayout({"x": 32 * lanes, "y": 16 * lanes, "exp": signed(8)})
+    return data.StructLayout({"x": 32 * lanes, "y": 16 * lanes, "exp": signed(EXP_BITS)})
 
 
 def o_layout(lanes=1):
-    return data.StructLayout({"x": 32 * lanes, "exp": signed(8), "last": 1})
+    return data.StructLayout({"x": 32 * lanes, "exp": signed(EXP_BITS), "last": 1})
 
 
 class VectorUnit(wiring.Component):
@@ -70,8 +61,9 @@ class VectorUnit(wiring.Component):
     head, must be multiples of ``lanes``); element k of a beat is bits [32k +: 32] of ``x``."""
 
     def __init__(self, max_n: int = 128, lanes: int = 1):
-        if lanes & (lanes - 1) or max_n % lanes:
-            raise ValueError("lanes must be a power of two dividing max_n")
+        log2_exact(lanes, "lanes")
+        if max_n % lanes:
+            raise ValueError(f"lanes={lanes} does not divide max_n={max_n}")
         self.max_n, self.lanes = max_n, lanes
         super().__init__({
             "cmd": In(stream.Signature(cmd_layout(max_n))),
@@ -114,8 +106,8 @@ class VectorUnit(wiring.Component):
         def vmax(a, b):
             return Mux(a > b, a, b)
 
-        IDLE, LOAD, SQ, RSQ, PROD, EMIT_N, EMIT_D = range(7)
-        state = Signal(3)
+        IDLE, LOAD, SQ, RSQ, PROD, EMIT_N, EMIT_D = VectorState
+        state = Signal(VectorState)
         i = Signal(range(NB + 1))
         nb = Signal(range(NB + 1))
         last_i = Signal()

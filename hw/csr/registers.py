@@ -21,46 +21,17 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from mcf.hw.arith import log2_exact
 from mcf.hw.axi.lite import AXI4LiteSignature, Resp
 from mcf.hw.csr.ports import EthControlPort, RouteTablePort
 from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
 from mcf.hw.registry import block
 from mcf.spec import DMA_DESCRIPTOR, REGISTERS, Access, DmaDir, ErrorCause, Irq
 from mcf.spec.packet import HEADER_BITS, NODE_BITS
-from mcf.spec.regmap import ADDR_BITS, DATA_BITS, DESC_WORDS, META_WORDS, Register
+from mcf.spec.regmap import ADDR_BITS, DATA_BITS, DESC_WORDS, DMA_TAG_BITS, META_WORDS
 
 #: Fields that read back as 0 and act for one cycle when written with 1.
 SELF_CLEARING = {"CONTROL": ("clear_counters",)}
-
-_TAG_BITS = DMA_DESCRIPTOR["tag"].width
-
-
-def _log2(value: int, what: str) -> int:
-    if value < 1 or value & (value - 1):
-        raise ValueError(f"{what}={value}: must be a power of two")
-    return value.bit_length() - 1
-
-
-def _mask(reg: Register) -> int:
-    """Bits a register implements (all 32 when the spec lists no fields)."""
-    if not reg.fields:
-        return (1 << DATA_BITS) - 1
-    m = 0
-    for f in reg.fields:
-        m |= ((1 << f.width) - 1) << f.lsb
-    return m
-
-
-def _const(reg: Register, **values) -> int:
-    """A register word from field values (build-time constants, e.g. CAPS)."""
-    word = 0
-    for name, value in values.items():
-        f = reg.field(name)
-        if not 0 <= value < (1 << f.width):
-            raise ValueError(f"{reg.name}.{name}={value} does not fit in {f.width} bits")
-        word |= value << f.lsb
-    return word
-
 
 def _compose(reg: Register, **values):
     """A register word from field signals (RO status words)."""
@@ -92,15 +63,15 @@ class ControlRegisters(wiring.Component):
     def __init__(self, meta_queue_depth: int = 16, desc_queue_depth: int = 16, data_bytes: int = 8,
                  net_ports: int = 2, dma_bus_bytes: int = 16, dma_buffers: int = 2,
                  dma_buffer_bytes: int = 4096):
-        self.meta_queue_log2 = _log2(meta_queue_depth, "meta_queue_depth")
-        self.desc_queue_log2 = _log2(desc_queue_depth, "desc_queue_depth")
-        self.dma_bus_log2 = _log2(dma_bus_bytes, "dma_bus_bytes")
-        self.dma_buffer_log2 = _log2(dma_buffer_bytes, "dma_buffer_bytes")
+        self.meta_queue_log2 = log2_exact(meta_queue_depth, "meta_queue_depth")
+        self.desc_queue_log2 = log2_exact(desc_queue_depth, "desc_queue_depth")
+        self.dma_bus_log2 = log2_exact(dma_bus_bytes, "dma_bus_bytes")
+        self.dma_buffer_log2 = log2_exact(dma_buffer_bytes, "dma_buffer_bytes")
         self.meta_queue_depth, self.desc_queue_depth = meta_queue_depth, desc_queue_depth
         self.dma_buffers = dma_buffers
-        self.caps = _const(REGISTERS["CAPS"], data_bytes=data_bytes, net_ports=net_ports,
+        self.caps = REGISTERS["CAPS"].encode(data_bytes=data_bytes, net_ports=net_ports,
                            meta_queue_log2=self.meta_queue_log2, desc_queue_log2=self.desc_queue_log2)
-        self.dma_caps = _const(REGISTERS["DMA_CAPS"], bus_bytes_log2=self.dma_bus_log2,
+        self.dma_caps = REGISTERS["DMA_CAPS"].encode(bus_bytes_log2=self.dma_bus_log2,
                                buffers=dma_buffers, buffer_bytes_log2=self.dma_buffer_log2)
         super().__init__({
             "s_axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)),
@@ -115,7 +86,7 @@ class ControlRegisters(wiring.Component):
             "irq": Out(1),
             "busy": In(1),
             "desc_done": In(1),
-            "desc_done_tag": In(_TAG_BITS),
+            "desc_done_tag": In(DMA_TAG_BITS),
             "rx_packet": In(1),
         })
 
@@ -221,13 +192,13 @@ class ControlRegisters(wiring.Component):
                         elif r.access is Access.RW:
                             s = store[r.name]
                             m.d.comb += w_ok.eq(1)
-                            m.d.sync += s.eq(((s & ~byte_mask) | written) & _mask(r))
+                            m.d.sync += s.eq(((s & ~byte_mask) | written) & r.mask)
                         elif r.access is Access.W1C:
                             m.d.comb += w_ok.eq(1)   # the clear itself is applied with the sets below
                         elif r.access is Access.RSUB:
                             m.d.comb += [w_ok.eq(1), subtract[r.name].eq(written)]
                         else:
-                            m.d.comb += [w_ok.eq(1), pulse[r.name].eq(written & _mask(r))]
+                            m.d.comb += [w_ok.eq(1), pulse[r.name].eq(written & r.mask)]
         m.d.comb += [self.route.addr.eq(fld("ROUTE_INDEX", "index")), self.route.w_data.eq(w_data)]
 
         w1c_clear = {r.name: Signal(DATA_BITS, name=f"c_{r.name.lower()}")
@@ -266,11 +237,11 @@ class ControlRegisters(wiring.Component):
             irq_set[Irq.RX_PACKET].eq(self.rx_packet),
         ]
         irq_status = store["IRQ_STATUS"]
-        m.d.sync += irq_status.eq(((irq_status & ~w1c_clear["IRQ_STATUS"]) | irq_set) & _mask(REGISTERS["IRQ_STATUS"]))
+        m.d.sync += irq_status.eq(((irq_status & ~w1c_clear["IRQ_STATUS"]) | irq_set) & REGISTERS["IRQ_STATUS"].mask)
         m.d.sync += self.irq.eq((irq_status & store["IRQ_ENABLE"]).any())
 
         done_count = Signal(REGISTERS["DESC_DONE"].field("count").width)
-        done_tag = Signal(_TAG_BITS)
+        done_tag = Signal(DMA_TAG_BITS)
         with m.If(self.desc_done):
             m.d.sync += [done_count.eq(done_count + 1), done_tag.eq(self.desc_done_tag)]
 

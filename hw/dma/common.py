@@ -16,12 +16,6 @@ from mcf.hw.axi.full import BOUNDARY_BYTES, MAX_BURST_BEATS
 AXCACHE = 0b0011
 
 
-def log2_exact(value: int, what: str) -> int:
-    if value < 1 or value & (value - 1):
-        raise ValueError(f"{what}={value}: must be a power of two")
-    return value.bit_length() - 1
-
-
 def burst_beats(m: Module, addr, remaining, bus_log2: int) -> Signal:
     """Beats of the next burst: min(remaining, 256, beats left before the 4 KiB boundary)."""
     page_beats = BOUNDARY_BYTES >> bus_log2
@@ -56,4 +50,4 @@ def all_ones(width: int) -> Const:
     return Const((1 << width) - 1, width)
 
 
-__all__ = ["AXCACHE", "log2_exact", "burst_beats", "beats_and_keep", "all_ones"]
+__all__ = ["AXCACHE", "burst_beats", "beats_and_keep", "all_ones"]

@@ -10,12 +10,14 @@ from amaranth.lib.wiring import In, Out
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.csr import ControlRegisters, EthControlPort, RouteTablePort
-from mcf.hw.dma.loader import TAG_BITS, DmaLoader
+from mcf.hw.dma.loader import DmaLoader
 from mcf.hw.dma.writer import DmaWriter
 from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
 from mcf.hw.registry import block
 from mcf.spec import DmaDir, ErrorCause
+from mcf.spec.node import NodeConfig
 from mcf.spec.packet import NODE_BITS
+from mcf.spec.regmap import DMA_TAG_BITS
 
 
 class DmaEngine(wiring.Component):
@@ -40,7 +42,7 @@ class DmaEngine(wiring.Component):
             "o": Out(AXIStreamSignature(data_width)),
             "i": In(AXIStreamSignature(data_width)),
             "desc_done": Out(1),
-            "desc_done_tag": Out(TAG_BITS),
+            "desc_done_tag": Out(DMA_TAG_BITS),
             "errors": Out(len(ErrorCause)),
             "busy": Out(1),
         })
@@ -72,7 +74,7 @@ class DmaEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i), wr.i)
 
         # Completions: the loader's directly, the writer's through a small queue.
-        event = data.StructLayout({"tag": TAG_BITS, "error": 1})
+        event = data.StructLayout({"tag": DMA_TAG_BITS, "error": 1})
         m.submodules.wdone = wdone = fifo.SyncFIFOBuffered(width=event.size, depth=4)
         w_event, out = Signal(event), Signal(event)
         m.d.comb += [w_event.tag.eq(wr.done_tag), w_event.error.eq(wr.resp_error),
@@ -92,18 +94,18 @@ class DmaEngine(wiring.Component):
 
 
 class ControlAndDma(wiring.Component):
-    """``ControlRegisters`` + ``DmaEngine``: the PS writes descriptors over ``s_axil``; the
+    """``ControlRegisters`` + ``DmaEngine`` of a ``NodeConfig``: the PS writes descriptors over ``s_axil``; the
     engine moves data over ``m_axi``.  The NIC-facing ports of the register block (route
     table, metadata queue, its error strobes and ``rx_packet``) and its 10GBASE-R port
     interface (``eth``) pass through."""
 
-    def __init__(self, data_width: int = 128, addr_width: int = 40, buffer_bytes: int = 4096,
-                 buffers: int = 2, meta_queue_depth: int = 16, desc_queue_depth: int = 16,
-                 stream_bytes: int = 8, net_ports: int = 2):
-        self.csr = ControlRegisters(meta_queue_depth, desc_queue_depth, stream_bytes, net_ports,
-                                    dma_bus_bytes=data_width // 8, dma_buffers=buffers,
-                                    dma_buffer_bytes=buffer_bytes)
-        self.dma = DmaEngine(data_width, addr_width, buffer_bytes, buffers)
+    def __init__(self, config: NodeConfig = NodeConfig()):
+        self.config = config
+        data_width, addr_width = config.data_width, config.ddr_addr_bits
+        self.csr = ControlRegisters(config.meta_queue_depth, config.desc_queue_depth, config.data_bytes,
+                                    config.net_ports, dma_bus_bytes=config.data_bytes,
+                                    dma_buffers=config.buffers, dma_buffer_bytes=config.buffer_bytes)
+        self.dma = DmaEngine(data_width, addr_width, config.buffer_bytes, config.buffers)
         csr_sig = self.csr.signature.members
         super().__init__({
             "s_axil": csr_sig["s_axil"],
@@ -151,6 +153,6 @@ def _engine(**params):
 
 
 @block("csr_dma", "Register block + DMA engine (what the PS driver programs)",
-       data_width=128, addr_width=40, buffer_bytes=4096, buffers=2)
-def _csr_dma(**params):
-    return ControlAndDma(**params)
+       **NodeConfig().fields_of("data_width", "ddr_addr_bits", "buffer_bytes", "buffers"))
+def _csr_dma(**fields):
+    return ControlAndDma(NodeConfig(**fields))

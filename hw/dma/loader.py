@@ -20,15 +20,15 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from mcf.hw.arith import log2_exact
 from mcf.hw.axi.full import BURST_INCR, AXI4Signature
 from mcf.hw.axi.lite import Resp
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, burst_beats, log2_exact
+from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, burst_beats
 from mcf.hw.layouts import DmaDescriptorLayout
 from mcf.hw.registry import block
-from mcf.spec import DMA_DESCRIPTOR
+from mcf.spec.regmap import DMA_TAG_BITS
 
-TAG_BITS = DMA_DESCRIPTOR["tag"].width
 
 
 class DmaLoader(wiring.Component):
@@ -54,7 +54,7 @@ class DmaLoader(wiring.Component):
             "m_axi": Out(AXI4Signature(addr_width, data_width, id_width, write=False)),
             "o": Out(AXIStreamSignature(data_width)),
             "done": Out(1),
-            "done_tag": Out(TAG_BITS),
+            "done_tag": Out(DMA_TAG_BITS),
             "resp_error": Out(1),
             "busy": Out(1),
         })
@@ -65,7 +65,7 @@ class DmaLoader(wiring.Component):
         buf_beats = self.buffer_beats
 
         job_layout = data.StructLayout({
-            "buffer": range(nbuf), "beats": range(buf_beats + 1), "keep": nbytes, "tag": TAG_BITS})
+            "buffer": range(nbuf), "beats": range(buf_beats + 1), "keep": nbytes, "tag": DMA_TAG_BITS})
         # Issuer -> receiver (descriptors whose bursts are out) and receiver -> drainer
         # (filled buffers, in fill order).  At most ``nbuf`` buffers are claimed at once.
         m.submodules.jobs = jobs = fifo.SyncFIFO(width=job_layout.size, depth=nbuf)

@@ -16,15 +16,15 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from mcf.hw.arith import log2_exact
 from mcf.hw.axi.full import BURST_INCR, MAX_BURST_BEATS, AXI4Signature
 from mcf.hw.axi.lite import Resp
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, burst_beats, log2_exact
+from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, burst_beats
 from mcf.hw.layouts import DmaDescriptorLayout
 from mcf.hw.registry import block
-from mcf.spec import DMA_DESCRIPTOR
+from mcf.spec.regmap import DMA_TAG_BITS
 
-TAG_BITS = DMA_DESCRIPTOR["tag"].width
 
 
 class DmaWriter(wiring.Component):
@@ -42,7 +42,7 @@ class DmaWriter(wiring.Component):
             "i": In(AXIStreamSignature(data_width)),
             "m_axi": Out(AXI4Signature(addr_width, data_width, id_width, read=False)),
             "done": Out(1),
-            "done_tag": Out(TAG_BITS),
+            "done_tag": Out(DMA_TAG_BITS),
             "resp_error": Out(1),
             "busy": Out(1),
         })
@@ -53,7 +53,7 @@ class DmaWriter(wiring.Component):
         depth = self.max_outstanding
 
         burst_layout = data.StructLayout({"beats": range(MAX_BURST_BEATS + 1), "last": 1, "keep": nbytes})
-        resp_layout = data.StructLayout({"last": 1, "tag": TAG_BITS})
+        resp_layout = data.StructLayout({"last": 1, "tag": DMA_TAG_BITS})
         m.submodules.w_q = w_q = fifo.SyncFIFOBuffered(width=burst_layout.size, depth=depth)
         m.submodules.b_q = b_q = fifo.SyncFIFOBuffered(width=resp_layout.size, depth=depth)
 
@@ -63,7 +63,7 @@ class DmaWriter(wiring.Component):
         addr = Signal(len(axi.awaddr))
         remaining = Signal(len(d_beats))
         keep = Signal(nbytes)
-        tag = Signal(TAG_BITS)
+        tag = Signal(DMA_TAG_BITS)
         issuing = Signal()
         outstanding = Signal(range(depth + 1))
         n = burst_beats(m, addr, remaining, self.bus_log2)

@@ -21,23 +21,28 @@ from mcf.hw.eth.port import EthPort
 from mcf.hw.node import Node
 from mcf.hw.registry import block
 from mcf.spec import eth
+from mcf.spec.node import NodeConfig
 from mcf.spec.regmap import ADDR_BITS, DATA_BITS
 
 
 class EthNode(wiring.Component):
-    """Parameters: ``data_width``, ``addr_width``, ``max_frame``, ``bit_reverse``,
-    ``ber_window`` (see ``EthPort``) and ``node`` (further ``Node`` parameters)."""
+    """The node of ``config`` (which has one network port: the KR260's one SFP+ cage) with
+    ``Node(config, eth=True)``'s port 0 on an ``EthPort``; ``max_frame``, ``bit_reverse`` and
+    ``ber_window`` are the port's (see ``EthPort``)."""
 
     #: Clock domains besides ``sync`` (each becomes ``<name>_clk`` / ``<name>_rst`` ports).
     DOMAINS = ("eth_tx", "eth_rx")
 
-    def __init__(self, data_width: int = 128, addr_width: int = 40, max_frame: int = eth.MAX_FRAME_BYTES,
-                 bit_reverse: bool = False, ber_window: int = eth.BER_WINDOW_BLOCKS, **node):
-        self.node = Node(data_width, 1, addr_width, eth=True, **node)
-        self.port = EthPort(data_width, max_frame, bit_reverse, ber_window)
+    def __init__(self, config: NodeConfig = NodeConfig(), *, max_frame: int = eth.MAX_FRAME_BYTES,
+                 bit_reverse: bool = False, ber_window: int = eth.BER_WINDOW_BLOCKS):
+        if config.net_ports != 1:
+            raise ValueError(f"net_ports={config.net_ports}: an EthNode has one network port (the SFP+ cage)")
+        self.config = config
+        self.node = Node(config, eth=True)
+        self.port = EthPort(config.data_width, max_frame, bit_reverse, ber_window)
         super().__init__({
             "s_axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)),
-            "m_axi": Out(AXI4Signature(addr_width, data_width, 1)),
+            "m_axi": Out(AXI4Signature(config.ddr_addr_bits, config.data_width, 1)),
             "irq": Out(1),
             "gt_tx": Out(eth.GT_DATA_BITS), "gt_rx": In(eth.GT_DATA_BITS),
             "sfp_mod_abs": In(1), "sfp_rx_los": In(1), "sfp_tx_fault": In(1), "sfp_tx_disable": Out(1),
@@ -62,6 +67,6 @@ class EthNode(wiring.Component):
 
 
 @block("eth_node", "one node with a 10GBASE-R port on its network port (the --network sfp top)",
-       data_width=128, max_frame=eth.MAX_FRAME_BYTES)
+       **NodeConfig().fields_of("data_width"), max_frame=eth.MAX_FRAME_BYTES)
 def _eth_node(data_width, max_frame):
-    return EthNode(data_width, max_frame=max_frame)
+    return EthNode(NodeConfig(data_width=data_width), max_frame=max_frame)

@@ -28,6 +28,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf import spec
 from mcf.spec import packet as wire
+from mcf.hw.arith import exp2_rom
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.layouts import MetaLayout
 from mcf.hw.layouts import Op as HwOp
@@ -36,7 +37,7 @@ from mcf.hw.packet.header import HeaderSerializer, ParsedHeaderLayout
 from mcf.spec import ReduceOp
 from mcf.spec.packet import REDUCE_WORD_BITS
 # The softmax merge's constants and exp2 table: the golden model's (one definition).
-from mcf.spec.fixed import EXP2_LUT, EXP_LUT_BITS, P_FRAC, S_FRAC
+from mcf.spec.fixed import EXP_LUT_BITS, P_FRAC, S_FRAC
 
 WORD = REDUCE_WORD_BITS
 
@@ -65,17 +66,18 @@ def _rshr15_sat_sum(m: Module, a, fa, b, fb):
     return out
 
 
-def _exp2(m: Module, d, lut):
-    """exp2(d) for d <= 0 (SCORE units): the golden ``exp2`` with the LUT in a ROM."""
+def _exp2(m: Module, d):
+    """exp2(d) for d <= 0 (SCORE units): the golden ``exp2``, the table in an exp2 ROM
+    (``mcf.hw.arith.exp2_rom``) read asynchronously."""
     y = Signal(WORD + 2)
     m.d.comb += y.eq((-d + (1 << (S_FRAC - EXP_LUT_BITS - 1))) >> (S_FRAC - EXP_LUT_BITS))
     n = y[EXP_LUT_BITS:]
     f = y[:EXP_LUT_BITS]
+    rom = exp2_rom()
+    m.submodules += rom
+    rd = rom.read_port(domain="comb")
     val = Signal(P_FRAC + 1)
-    with m.Switch(f):
-        for i, v in enumerate(lut):
-            with m.Case(i):
-                m.d.comb += val.eq(int(v))
+    m.d.comb += [rd.addr.eq(f), val.eq(rd.data)]
     out = Signal(P_FRAC + 1)
     with m.If(n > P_FRAC):
         m.d.comb += out.eq(0)
@@ -240,8 +242,8 @@ class ReduceEngine(wiring.Component):
             a_word = a_beat.word_select(lane, WORD) if lbits else a_beat
             b_word = st_rb.data.word_select(lane, WORD) if lbits else st_rb.data
             mx = Mux(a_word.as_signed() >= b_word.as_signed(), a_word, b_word)
-            new_fa = _exp2(m, a_word.as_signed() - mx.as_signed(), EXP2_LUT)
-            new_fb = _exp2(m, b_word.as_signed() - mx.as_signed(), EXP2_LUT)
+            new_fa = _exp2(m, a_word.as_signed() - mx.as_signed())
+            new_fb = _exp2(m, b_word.as_signed() - mx.as_signed())
             merged = _rshr15_sat_sum(m, a_word, fa, b_word, fb)
             with m.If(f_v):
                 m.d.comb += [wp.addr.eq(Cat(f_j[lbits:][:kbits], cur)),

@@ -21,34 +21,38 @@ from mcf.hw.csr.registers import ControlRegisters
 from mcf.hw.nic.nic import Nic
 from mcf.hw.packet.packetizer import Packetizer
 from mcf.hw.registry import block
+from mcf.spec.node import NodeConfig
 from mcf.spec.regmap import ADDR_BITS, DATA_BITS
+from mcf.spec.topology import Topology
 
 
 class NicNode(wiring.Component):
-    def __init__(self, data_width: int = 64, net_ports: int = 3, meta_queue_depth: int = 16,
-                 payload_depth: int = 512, **nic_params):
-        self.data_width = data_width
-        self.net_ports = net_ports
-        self.meta_queue_depth = meta_queue_depth
-        self.payload_depth = payload_depth
-        self.nic_params = nic_params
-        axis = AXIStreamSignature(data_width)
+    """The communication half of a node of ``config`` (its data width, network ports, metadata
+    queue and packetizer depths, NIC sizes)."""
+
+    def __init__(self, config: NodeConfig = NodeConfig()):
+        self.config = config
+        self.data_width = config.data_width
+        self.net_ports = config.net_ports
+        axis = AXIStreamSignature(config.data_width)
         super().__init__({
             "s_axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)),
             "payload": In(axis),
-            "rx": In(axis).array(net_ports),
-            "tx": Out(axis).array(net_ports),
+            "rx": In(axis).array(config.net_ports),
+            "tx": Out(axis).array(config.net_ports),
             "local_out": Out(axis),
             "irq": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        w = self.data_width
+        cfg = self.config
+        w = cfg.data_width
         m.submodules.csr = csr = ControlRegisters(
-            meta_queue_depth=self.meta_queue_depth, data_bytes=w // 8, net_ports=self.net_ports)
-        m.submodules.packetizer = pk = Packetizer(w, self.payload_depth, self.meta_queue_depth)
-        m.submodules.nic = nic = Nic(w, self.net_ports, **self.nic_params)
+            meta_queue_depth=cfg.meta_queue_depth, desc_queue_depth=cfg.desc_queue_depth,
+            data_bytes=cfg.data_bytes, net_ports=cfg.net_ports)
+        m.submodules.packetizer = pk = Packetizer(w, cfg.payload_depth, cfg.meta_queue_depth)
+        m.submodules.nic = nic = Nic(w, cfg.net_ports, **cfg.nic_params())
 
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
         wiring.connect(m, csr.meta, pk.meta)
@@ -71,30 +75,25 @@ class NicNode(wiring.Component):
         return m
 
 
-def neighbours(topology: str, a: int, nodes: int) -> list[int]:
-    """The node each port of node ``a`` leads to.
-
-    ``full``: a switchless full mesh, port p -> (a + p + 1) mod n.
-    ``ring``: port 0 -> a + 1, port 1 -> a - 1 (mod n), MARS's ring numbering."""
-    if topology == "full":
-        return [(a + p + 1) % nodes for p in range(nodes - 1)]
-    if topology == "ring":
-        return [(a + 1) % nodes, (a - 1) % nodes]
-    raise ValueError(f"topology={topology!r}: full or ring")
+#: Topologies a cluster of NICs can be wired in without a switch model.
+WIRED_TOPOLOGIES = ("full_mesh", "ring")
 
 
-class NicMesh(wiring.Component):
-    """``nodes`` NicNodes wired port to port (``topology``: see ``neighbours``)."""
+class NicCluster(wiring.Component):
+    """``nodes`` NicNodes of ``config`` wired port to port by
+    ``mcf.spec.topology.Topology(topology, nodes)`` (``full_mesh`` or ``ring``: every port leads
+    to a peer; each node gets the ports its topology needs)."""
 
-    def __init__(self, nodes: int = 4, data_width: int = 64, topology: str = "full", **node_params):
+    def __init__(self, nodes: int = 4, config: NodeConfig = NodeConfig(), topology: str = "full_mesh"):
         if nodes < 3:
-            raise ValueError("nodes must be >= 3")
-        neighbours(topology, 0, nodes)
+            raise ValueError(f"nodes={nodes}: must be >= 3")
+        if topology not in WIRED_TOPOLOGIES:
+            raise ValueError(f"topology={topology!r}: one of {', '.join(WIRED_TOPOLOGIES)}")
+        self.topo = Topology(topology, nodes)
         self.nodes = nodes
         self.topology = topology
-        self.data_width = data_width
-        self.node_params = node_params
-        axis = AXIStreamSignature(data_width)
+        self.config = config
+        axis = AXIStreamSignature(config.data_width)
         super().__init__({
             "axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)).array(nodes),
             "payload": In(axis).array(nodes),
@@ -104,10 +103,10 @@ class NicMesh(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.nodes
-        peers = [neighbours(self.topology, a, n) for a in range(n)]
+        peers = [self.topo.peers(a) for a in range(n)]
         nodes = []
         for a in range(n):
-            node = NicNode(self.data_width, len(peers[a]), **self.node_params)
+            node = NicNode(self.config.replace(net_ports=len(peers[a])))
             m.submodules[f"node{a}"] = node
             nodes.append(node)
             wiring.connect(m, wiring.flipped(self.axil[a]), node.s_axil)
@@ -121,6 +120,6 @@ class NicMesh(wiring.Component):
 
 @block("nic_node", "register block + packetizer + NIC (the communication half of a node)",
        variants=({"data_width": 128},), data_width=64, net_ports=3)
-def _nic_node(data_width, net_ports):
-    return NicNode(data_width, net_ports)
+def _nic_node(**fields):
+    return NicNode(NodeConfig(**fields))
 

@@ -12,17 +12,26 @@ import json
 import tempfile
 from pathlib import Path
 
+from mcf.spec.node import NodeConfig
+
+#: The matrix unit's steady-state bench (module, coroutine), beside the unit's tests.
+UTILIZATION_BENCH = ("tests.hw.compute.test_matrix", "run_utilization")
+
 NAME = "compute"
 HELP = "compute engine: MAC utilization (RTL sim), MACs/cycle, cycles per decoder layer"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--rows", type=int, default=16, help="MAC array rows (output rows) (default: %(default)s)")
-    p.add_argument("--lanes", type=int, default=16, help="MAC array lanes (inputs per row) (default: %(default)s)")
+    node = NodeConfig()
+    p.add_argument("--mac-rows", type=int, default=node.mac_rows,
+                   help="MAC array rows (output rows) (default: the node's, %(default)s)")
+    p.add_argument("--mac-lanes", type=int, default=node.mac_lanes,
+                   help="MAC array lanes (inputs per row) (default: the node's, %(default)s)")
     p.add_argument("--tokens", type=int, default=4, help="tokens sharing each weight beat in the measured tile (default: %(default)s)")
     p.add_argument("--inputs", type=int, default=256, help="GEMM input width of the measured tile (default: %(default)s)")
     p.add_argument("--tiles", type=int, default=8, help="row tiles in the measured GEMM (default: %(default)s)")
-    p.add_argument("--vec-lanes", type=int, default=8, help="vector unit lanes for cycles_per_layer (default: %(default)s)")
+    p.add_argument("--vec-lanes", type=int, default=node.vec_lanes,
+                   help="vector unit lanes for cycles_per_layer (default: the node's, %(default)s)")
     p.add_argument("--model", default="tiny", help="model preset for cycles_per_layer (default: %(default)s)")
     p.add_argument("--chunk", type=int, default=8, help="prefill chunk (tokens) for cycles_per_layer (default: %(default)s)")
     p.add_argument("--context", type=int, default=4096, help="decode context (keys) for the Qwen2.5-1.5B figure (default: %(default)s)")
@@ -34,38 +43,38 @@ def run(args) -> dict:
     from mcf.sim.runner import run_cocotb
     from mcf.sw.models import load_model
 
-    for name in ("rows", "lanes", "tokens", "inputs", "tiles", "chunk", "context", "vec_lanes"):
+    for name in ("mac_rows", "mac_lanes", "tokens", "inputs", "tiles", "chunk", "context", "vec_lanes"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-    if args.lanes & (args.lanes - 1) or args.inputs % args.lanes or (args.rows * args.lanes * 4) & (args.rows * args.lanes * 4 - 1):
-        raise ValueError("--lanes and --rows must be powers of two, --lanes must divide --inputs")
+    rows, lanes = args.mac_rows, args.mac_lanes
+    if lanes & (lanes - 1) or args.inputs % lanes or (rows * lanes * 4) & (rows * lanes * 4 - 1):
+        raise ValueError("--mac-lanes and --mac-rows must be powers of two, --mac-lanes must divide --inputs")
     tm = 1 << (args.tokens - 1).bit_length()
-    params = {"rows": args.rows, "lanes": args.lanes, "max_tokens": tm, "max_inputs": args.inputs,
+    params = {"mac_rows": rows, "mac_lanes": lanes, "max_tokens": tm, "max_inputs": args.inputs,
               "max_tiles": args.tiles}
     with tempfile.TemporaryDirectory(prefix="mcf-bench-compute-") as tmp:
         report = Path(tmp) / "util.json"
-        run_cocotb(MatrixUnit(**params), "mcf.sim.compute.test_matrix", Path(tmp) / "build",
-                   testcase="utilization",
+        run_cocotb(MatrixUnit(**params), UTILIZATION_BENCH[0], Path(tmp) / "build",
+                   testcase=UTILIZATION_BENCH[1],
                    params={**params, "tokens": args.tokens, "tiles": args.tiles,
-                           "group": min(args.inputs, 128) // args.lanes * args.lanes or args.lanes,
+                           "group": min(args.inputs, 128) // lanes * lanes or lanes,
                            "report": str(report)})
         sim = json.loads(report.read_text())
     util = sim["mac_utilization"]
-    arr = cost.Array(rows=args.rows, lanes=args.lanes, max_tokens=tm, mac_utilization=util,
-                     vec_lanes=args.vec_lanes)
+    node = NodeConfig(mac_rows=rows, mac_lanes=lanes, max_tokens=tm, vec_lanes=args.vec_lanes)
     model = load_model(args.model)
-    prefill = cost.layer_cycles(model, tokens=args.chunk, context=args.chunk, arr=arr)
-    decode = cost.layer_cycles(model, tokens=1, context=args.chunk + 1, arr=arr)
+    prefill = cost.layer_cycles(model, tokens=args.chunk, context=args.chunk, node=node, mac_utilization=util)
+    decode = cost.layer_cycles(model, tokens=1, context=args.chunk + 1, node=node, mac_utilization=util)
     qwen = load_model("qwen2.5-1.5b")
-    q_prefill = cost.layer_cycles(qwen, tokens=args.chunk, context=args.chunk, arr=arr)
-    q_decode = cost.layer_cycles(qwen, tokens=1, context=args.context, arr=arr)
+    q_prefill = cost.layer_cycles(qwen, tokens=args.chunk, context=args.chunk, node=node, mac_utilization=util)
+    q_decode = cost.layer_cycles(qwen, tokens=1, context=args.context, node=node, mac_utilization=util)
     return {
         "mac_utilization": round(util, 4),
         "macs_per_cycle": round(sim["macs_per_cycle"], 2),
-        "peak_macs_per_cycle": args.rows * args.lanes,
-        "array": f"{args.rows}x{args.lanes}",
+        "peak_macs_per_cycle": rows * lanes,
+        "array": f"{rows}x{lanes}",
         "vector_lanes": args.vec_lanes,
-        "tile": {"tokens": args.tokens, "inputs": args.inputs, "outputs": args.rows * args.tiles,
+        "tile": {"tokens": args.tokens, "inputs": args.inputs, "outputs": rows * args.tiles,
                  "issue_cycles": sim["mac_cycles"], "span_cycles": sim["span_cycles"]},
         "model": model.name,
         "cycles_per_layer": prefill["total"],
@@ -76,5 +85,5 @@ def run(args) -> dict:
                          "decode_detail": q_decode},
         "formula": cost.FORMULA,
         # what the cluster model's profile (sw/mars/profiles/kr260.yaml) should take
-        "calibration": {"mac_rows": args.rows, "mac_cols": args.lanes, "compute_efficiency": round(util, 4)},
+        "calibration": {"mac_rows": rows, "mac_lanes": lanes, "compute_efficiency": round(util, 4)},
     }

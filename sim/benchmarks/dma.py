@@ -11,6 +11,11 @@ import json
 import tempfile
 from pathlib import Path
 
+#: The loader's and the writer's bench (module, coroutine), run here without backpressure:
+#: the scenario and its checks are written once, beside the blocks' tests.
+LOADER_BENCH = ("tests.hw.dma.test_loader", "run_load")
+WRITER_BENCH = ("tests.hw.dma.test_writer", "run_store")
+
 NAME = "dma"
 HELP = "DMA loader and writer throughput (bytes/cycle vs. the AXI4 peak) in simulation"
 
@@ -31,13 +36,13 @@ def run(args) -> dict:
     out = {}
     with tempfile.TemporaryDirectory(prefix="mcf-bench-dma-") as tmp:
         tmp = Path(tmp)
-        for name, dut, testcase, extra in (
-            ("loader", DmaLoader(args.data_width, buffer_bytes=args.buffer_bytes), "load",
+        for name, dut, bench, extra in (
+            ("loader", DmaLoader(args.data_width, buffer_bytes=args.buffer_bytes), LOADER_BENCH,
              {"buffer_bytes": args.buffer_bytes, "buffers": 2}),
-            ("writer", DmaWriter(args.data_width), "store", {"max_length": args.store_bytes}),
+            ("writer", DmaWriter(args.data_width), WRITER_BENCH, {"max_length": args.store_bytes}),
         ):
             report = tmp / f"{name}.json"
-            run_cocotb(dut, "mcf.sim.dma.test_dma", tmp / name, testcase=testcase,
+            run_cocotb(dut, bench[0], tmp / name, testcase=bench[1],
                        params={"data_width": args.data_width, "descriptors": args.descriptors,
                                "backpressure": False, "long": True, "report": str(report), **extra})
             figures = json.loads(report.read_text())

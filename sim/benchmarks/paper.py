@@ -103,7 +103,7 @@ def run(args) -> dict:
     # ---- what-if: an engine fast enough for the paper's 16-node MARS TTFT ---------------------
     b16 = bounds.prefill_bounds(model, prof, 16384, 16)
     scale = max(1, math.ceil(b16["flops"] / 16 / 0.62 / prof.p_node))
-    fast = prof.with_(mac_cols=prof.mac_cols * scale)
+    fast = prof.with_(mac_lanes=prof.mac_lanes * scale)
     wi: dict = {}
     for n in nodes_t1:
         for s in ("mars", "ring", "zigzag"):
@@ -252,7 +252,7 @@ def _ratio(a, b):
 def _report(model, prof, S, nodes, t1, lengths, f3, f4, f5, f5_lengths, dec, b1, b4, bounds, quick):
     md = ["# MCF paper evaluation on the cluster model", "",
           f"Model {model.name} (INT4 weights and KV, M_token = {model.kv_token_bytes:.0f} B), hardware "
-          f"profile `{prof.name}`: {prof.pl_clock_hz / 1e6:.0f} MHz PL, {prof.mac_rows}x{prof.mac_cols} MACs "
+          f"profile `{prof.name}`: {prof.pl_clock_hz / 1e6:.0f} MHz PL, {prof.mac_rows}x{prof.mac_lanes} MACs "
           f"x {prof.ops_per_mac} ops x {prof.compute_efficiency} efficiency = P_node "
           f"{prof.p_node / 1e9:.1f} GOPS; DDR {prof.ddr_bandwidth_Bps / 1e9:.1f} GB/s x {prof.ddr_efficiency} = "
           f"{prof.ddr_Bps / 1e9:.2f} GB/s; {prof.net_ports} x {prof.link_bandwidth_bps / 1e9:g} Gb/s port "
@@ -392,7 +392,7 @@ def _report(model, prof, S, nodes, t1, lengths, f3, f4, f5, f5_lengths, dec, b1,
 
 def _whatif(wi, scale, fast, nodes, quick):
     md = ["## What-if: engines fast enough for the paper's TTFT", "",
-          f"Hypothetical profile: the MAC array {scale}x wider (mac_cols; tiles keep {fast.mac_rows} query rows) (P_node {fast.p_node / 1e12:.2f} TOPS, the least "
+          f"Hypothetical profile: the MAC array {scale}x wider (mac_lanes; tiles keep {fast.max_tokens} query rows) (P_node {fast.p_node / 1e12:.2f} TOPS, the least "
           "integer multiple that puts the 16-node compute bound at or below the paper's 0.62 s), everything else "
           "(DDR, 10GbE, tau) unchanged.  Not the KR260: it shows what the paper's Table 1 implies once compute "
           "stops hiding communication.", "",

@@ -2,7 +2,7 @@
 
 Four sweeps (MARS and Ring Attention, same chunk size, same profile): node count up to 256,
 context up to 128K tokens, link rate 1/10/25/100 Gb/s (with a small and a large chunk), and a
-what-if engine speed-up (the MAC array widened (mac_cols) x1, x10, x100) that shows how fast the engines must
+what-if engine speed-up (the MAC array widened (mac_lanes) x1, x10, x100) that shows how fast the engines must
 be before communication, and so MARS, matters on 10GbE.  For each point: simulated TTFT of both,
 MARS/Ring, and the step overlap ratio (ring streaming time / attention time of one step, see
 ``mcf.sim.cluster.bounds.overlap_ratio``): MARS can only win where the ring cannot hide its
@@ -67,7 +67,7 @@ def run(args) -> dict:
     sweeps["link"] = [pair("link", 16384, 16, B, prof.with_(link_bandwidth_bps=g * 1e9))
                       for B in ((2048,) if q else (256, 2048)) for g in rates]
     scales = (1, 10) if q else (1, 10, 100)
-    sweeps["engine"] = [pair("engine", 16384, 16, B, prof.with_(mac_cols=prof.mac_cols * k))
+    sweeps["engine"] = [pair("engine", 16384, 16, B, prof.with_(mac_lanes=prof.mac_lanes * k))
                         for B in ((2048,) if q else (256, 2048)) for k in scales]
 
     fig, ax = plt.subplots(2, 2, figsize=(11, 8))

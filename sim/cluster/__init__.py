@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mcf.spec.plan import SCHEMES, Scheme
 from mcf.sw.errors import UserError
 from . import bounds, costs
 from .decode import VARIANTS as DECODE_VARIANTS, simulate_decode
 from .prefill import PrefillResult, PrefillSim
 
-SCHEMES = ("mars", "ring", "zigzag", "full", "pd", "passq")
 
 
 def load_inputs(model, profile="kr260", link_gbps: float | None = None):
@@ -127,7 +127,7 @@ def run(model, seq: int, nodes: int, scheme: str = "mars", profile="kr260", *,
     res = sim.run()
     dec = None
     if decode:
-        variant = "pass-q" if plan.scheme == "passq" and decode == "kv-stationary" else decode
+        variant = "pass-q" if plan.scheme == Scheme.PASSQ and decode == "kv-stationary" else decode
         req = plan.request
         dec = simulate_decode(req.model, req.profile, plan.topology, decode_layout_tokens(plan),
                               variant=variant, packet_payload=packet_payload)

@@ -93,10 +93,10 @@ def hidden_bytes(model) -> float:
 
 # --- hardware: seconds from the profile -------------------------------------------------------
 def tile_rows(profile, rows: float) -> float:
-    """Query rows the engine actually processes: it works on ``mac_rows`` rows at a time, so a
-    partial tile costs a whole one (the MARS planner's rule too).  Prefill only; decode's
-    single-token GEMVs are DDR-bound and not rounded."""
-    return math.ceil(rows / profile.mac_rows) * profile.mac_rows if rows > 0 else 0
+    """Query rows the engine actually processes: it works on ``max_tokens`` rows at a time (one
+    weight pass), so a partial tile costs a whole one (the MARS planner's rule too).  Prefill
+    only; decode's single-token GEMVs are DDR-bound and not rounded."""
+    return math.ceil(rows / profile.max_tokens) * profile.max_tokens if rows > 0 else 0
 
 
 

@@ -17,7 +17,7 @@ Variants (``variant=``):
 
 The KV layout comes from the plan (``plan.memory[-1]``: bytes per node after prefill), so decode
 starts from whatever the plan leaves (MARS: owner-only; pd: the decode group).  Collectives on a
-switch are all-to-all multicasts (every node's piece goes to every other node); on a ring or mesh
+switch are all-to-all multicasts (every node's piece goes to every other node); on a ring or grid
 the reduction follows ``Topology.reduce_tree``.
 """
 from __future__ import annotations

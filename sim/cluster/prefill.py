@@ -41,14 +41,15 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from mcf.spec.plan import EventKind, Scheme
 from mcf.sw.errors import UserError
 from . import costs
 from .resources import Network, Node
 
-RING_SCHEMES = ("ring", "zigzag", "passq")
+RING_SCHEMES = (Scheme.RING, Scheme.ZIGZAG, Scheme.PASSQ)
 #: Default fetch lookahead (steps): MARS schedules remote KV ahead of use (paper 6.2); ring and
 #: zigzag stream history KV during the step that reads it (paper 2.5).
-DEFAULT_LOOKAHEAD = {"mars": 1, "full": 1, "pd": 1, "ring": 0, "zigzag": 0, "passq": 0}
+DEFAULT_LOOKAHEAD = {Scheme.MARS: 1, Scheme.FULL: 1, Scheme.PD: 1, Scheme.RING: 0, Scheme.ZIGZAG: 0, Scheme.PASSQ: 0}
 
 
 @dataclass
@@ -480,7 +481,7 @@ class PrefillSim:
         for n in range(self.N):
             env.process(self._node_proc(n))
         for e in p.events:
-            if e.kind == "INVALIDATE":
+            if e.kind == EventKind.INVALIDATE:
                 for n in e.nodes:
                     env.process(self._invalidate_proc(e.step, e.block, int(n), float(p.block_bytes[e.block])))
         fin = env.process(self._finish_proc())

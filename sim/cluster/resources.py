@@ -8,7 +8,7 @@ the serialization ends (cut-through).  Packet headers are counted as bytes, not 
 
 Links: on a ``switch`` every node has an uplink (node -> switch) and a downlink (switch -> node);
 one hop is node -> switch -> node (the profile's tau covers both NICs and the switch), and the
-switch copies multicast frames onto each destination's downlink.  On a ``ring`` or a ``mesh`` a
+switch copies multicast frames onto each destination's downlink.  On a ``ring``, a ``grid`` or a ``full_mesh`` a
 link is one output port of one node (``(node, port)``); a multicast reserves each link of the
 routing tree once (the NIC replicates at branch points).
 """

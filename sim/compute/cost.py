@@ -1,5 +1,7 @@
 """Cycle costs of the compute units, read off the RTL (and checked against simulation by
-tests/compute/test_cost.py), and the cost of one decoder layer built from them.
+tests/sim/compute/test_cost.py), and the cost of one decoder layer built from them, for the
+engine of a ``mcf.spec.node.NodeConfig`` (MAC array ``mac_rows`` x ``mac_lanes``, tokens per
+weight pass, vector / KV-writer lanes, attention rows).
 
 Every unit here runs one job at a time and the layer schedule below runs the units one after
 another (no overlap between units): an upper bound, as the real engine would overlap the
@@ -8,37 +10,21 @@ vector work of one row with the GEMM of the next.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 from mcf.hw.compute.matrix import MatrixUnit
+from mcf.spec.node import NodeConfig
 
 MATRIX_LATENCY = 7     # issue -> products -> partial -> scale -> accumulate -> requant -> o
 
 
-@dataclass(frozen=True)
-class Array:
-    """The engine's shape: MAC array rows x lanes, tokens per weight pass, attention rows."""
-    rows: int = 16
-    lanes: int = 16
-    max_tokens: int = 16
-    att_rows: int = 8          # query rows of the attention unit (group heads x tokens)
-    kv_lanes: int = 16         # KV writer lanes
-    vec_lanes: int = 16        # vector unit lanes
-    mac_utilization: float = 1.0   # measured steady-state issue rate (mcf bench compute)
-
-    @property
-    def macs_per_cycle(self) -> int:
-        return self.rows * self.lanes
-
-
-def matrix_cycles(arr: Array, tokens: int, n: int, out: int) -> float:
-    """One linear layer: every weight beat is held for min(T, max_tokens) cycles."""
-    passes = math.ceil(tokens / arr.max_tokens)
+def matrix_cycles(node: NodeConfig, tokens: int, n: int, out: int, mac_utilization: float = 1.0) -> float:
+    """One linear layer: every weight beat is held for min(T, max_tokens) cycles;
+    ``mac_utilization`` is the measured steady-state issue rate (``mcf bench compute``)."""
+    passes = math.ceil(tokens / node.max_tokens)
     issue = 0
     for p in range(passes):
-        t = min(arr.max_tokens, tokens - p * arr.max_tokens)
-        issue += math.ceil(out / arr.rows) * math.ceil(n / arr.lanes) * t
-    return issue / arr.mac_utilization + passes * MATRIX_LATENCY
+        t = min(node.max_tokens, tokens - p * node.max_tokens)
+        issue += math.ceil(out / node.mac_rows) * math.ceil(n / node.mac_lanes) * t
+    return issue / mac_utilization + passes * MATRIX_LATENCY
 
 
 def vector_cycles(op: str, n: int, lanes: int = 1) -> int:
@@ -61,17 +47,20 @@ def attention_cycles(keys: int, rows: int, d: int, final: bool = True) -> int:
     return 1 + (keys + 2) + (keys + 4) + rows * (d + 1 if final else d + 2)
 
 
-def layer_cycles(cfg, tokens: int, context: int, arr: Array = Array()) -> dict:
-    """Cycles of one decoder layer for ``tokens`` new tokens attending over ``context`` keys
-    (prefill chunk: tokens = chunk, context = past + chunk; decode: tokens = 1)."""
+def layer_cycles(cfg, tokens: int, context: int, node: NodeConfig = NodeConfig(),
+                 mac_utilization: float = 1.0) -> dict:
+    """Cycles of one decoder layer of model ``cfg`` on the engine of ``node``, for ``tokens`` new
+    tokens attending over ``context`` keys (prefill chunk: tokens = chunk, context = past +
+    chunk; decode: tokens = 1)."""
     h, d, hq, hkv, inter = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads,
                             cfg.intermediate_size)
     T = tokens
     group = hq // hkv
-    gemm = (matrix_cycles(arr, T, h, hq * d) + 2 * matrix_cycles(arr, T, h, hkv * d)
-            + matrix_cycles(arr, T, hq * d, h) + 2 * matrix_cycles(arr, T, h, inter)
-            + matrix_cycles(arr, T, inter, h))
-    L = arr.vec_lanes
+    def mc(n, out):
+        return matrix_cycles(node, T, n, out, mac_utilization)
+
+    gemm = mc(h, hq * d) + 2 * mc(h, hkv * d) + mc(hq * d, h) + 2 * mc(h, inter) + mc(inter, h)
+    L = node.vec_lanes
 
     def vc(op, n):
         return vector_cycles(op, n, L)
@@ -80,20 +69,20 @@ def layer_cycles(cfg, tokens: int, context: int, arr: Array = Array()) -> dict:
                + (hq + 2 * hkv) * vc("TO_BFP", d) + (hq + hkv) * vc("ROPE", d)
                + hq * vc("PRESCALE", d) + vc("TO_BFP", hq * d)
                + vc("SILU", inter) + 2 * vc("TO_BFP", inter) + vc("MUL", inter))
-    kv = T * 2 * hkv * kv_writer_cycles(d, arr.kv_lanes)
-    tok_per_job = max(1, arr.att_rows // group)
+    kv = T * 2 * hkv * kv_writer_cycles(d, node.kv_lanes)
+    tok_per_job = max(1, node.att_rows // group)
     jobs = hkv * math.ceil(T / tok_per_job)
-    att = jobs * attention_cycles(context, min(arr.att_rows, group * T), d)
+    att = jobs * attention_cycles(context, min(node.att_rows, group * T), d)
     total = gemm + vec + kv + att
     return {"gemm": round(gemm), "vector": vec, "kv_writer": kv, "attention": att,
             "total": round(total)}
 
 
-FORMULA = ("cycles/layer ~= T * P_layer / (rows * lanes * util)  [GEMM, P_layer = weights per layer]"
+FORMULA = ("cycles/layer ~= T * P_layer / (mac_rows * mac_lanes * util)  [GEMM, P_layer = weights per layer]"
            " + T * (10 h + 7 inter + (4 Hq + 3 Hkv) * 3 d + 3 Hq d) / vec_lanes  [vector]"
            " + 2 T Hkv (2 d / kv_lanes + 1)  [KV writer]"
            " + Hkv * ceil(T / (att_rows / group)) * (2 S + att_rows (d + 1) + 7)  [attention]")
 
 
-def matrix_for(arr: Array, max_inputs: int = 256, max_tiles: int = 64) -> MatrixUnit:
-    return MatrixUnit(arr.rows, arr.lanes, arr.max_tokens, max_inputs, max_tiles)
+def matrix_for(node: NodeConfig, max_inputs: int = 256, max_tiles: int = 64) -> MatrixUnit:
+    return MatrixUnit(node.mac_rows, node.mac_lanes, node.max_tokens, max_inputs, max_tiles)

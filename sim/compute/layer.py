@@ -15,6 +15,7 @@ from mcf.hw.compute.matrix import MatrixUnit
 from mcf.hw.compute.vector import VecOp, VectorUnit
 from mcf.sim.compute.drive import run_attention, run_kv_writer, run_matrix, run_vector
 from mcf.sim.compute.jobs import VectorJob, pack, pack_attention, pack_linear, unpack
+from mcf.spec.node import MODEL_SHAPES, NodeConfig
 from mcf.sw.golden import fixed as fx
 
 BLOCK_TOKENS = 4     # keys per KV block id (replica-directory granularity in this run)
@@ -22,23 +23,24 @@ BLOCK_TOKENS = 4     # keys per KV block id (replica-directory granularity in th
 
 @dataclass
 class Units:
+    """The units of ``node``'s engine, elaborated for model ``cfg``'s shapes.  The attention
+    unit takes a whole chunk's rows at once (GQA group x ``max_tokens``)."""
     cfg: object
-    max_tokens: int = 8
-    rows: int = 4
-    lanes: int = 8
-    kv_lanes: int = 4
-    vec_lanes: int = 8
-    max_keys: int = 16
+    node: NodeConfig = NodeConfig.tiny(max_keys=16)
 
     def __post_init__(self):
-        c = self.cfg
+        c, node = self.cfg, NodeConfig.for_model(self.cfg, **{
+            k: v for k, v in self.node.as_dict().items() if k not in MODEL_SHAPES})
+        self.node = node
+        self.rows, self.lanes, self.max_tokens = node.mac_rows, node.mac_lanes, node.max_tokens
+        self.kv_lanes = node.kv_lanes
         n_max = max(c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim)
         out_max = max(c.intermediate_size, c.hidden_size, c.num_heads * c.head_dim)
-        self.group = c.num_heads // c.num_kv_heads
-        self.matrix = MatrixUnit(self.rows, self.lanes, self.max_tokens, n_max, -(-out_max // self.rows))
-        self.vector = VectorUnit(max_n=n_max, lanes=self.vec_lanes)
-        self.kv = KVWriter(c.head_dim, self.kv_lanes)
-        self.attention = AttentionUnit(c.head_dim, self.group * self.max_tokens, self.max_keys)
+        self.group = node.group
+        self.matrix = MatrixUnit(node.mac_rows, node.mac_lanes, node.max_tokens, n_max, -(-out_max // node.mac_rows))
+        self.vector = VectorUnit(max_n=n_max, lanes=node.vec_lanes)
+        self.kv = KVWriter(c.head_dim, node.kv_lanes)
+        self.attention = AttentionUnit(c.head_dim, self.group * node.max_tokens, node.max_keys)
         self.cycles = {}
 
 

@@ -1,4 +1,5 @@
-"""Random traffic for NIC benches: route tables, good packets, bad packets, reductions.
+"""Random traffic for the packet and NIC benches: headers, route tables, good packets, bad
+packets, reductions.
 
 Pure Python (runs inside cocotb and in pytest).  Every good packet is unique (``kv_id``
 counts up) so that a delivery can be matched to the packet it came from.
@@ -10,13 +11,20 @@ import struct
 from dataclasses import dataclass, field
 
 from mcf import spec
-from mcf.sim.nic.model import RouteEntry, raw_header
+from mcf.sw.golden.nic import RouteEntry, raw_header
 from mcf.spec import Collective, ErrorCause, Op, ReduceOp, Stage
-from mcf.spec.packet import HEADER_BYTES, header_beats
+from mcf.spec.packet import HEADER_BYTES, pad_header
 
 
-def pad_header(meta_bytes: bytes, data_width: int) -> bytes:
-    return meta_bytes + bytes(header_beats(data_width) * data_width // 8 - HEADER_BYTES)
+def random_meta(rng: random.Random, length: int) -> spec.Meta:
+    """A valid Meta with every field random (the packet benches' headers)."""
+    f = spec.META
+    return spec.Meta(
+        stage=rng.choice(list(spec.Stage)), op=rng.choice(list(spec.Op)),
+        collective=rng.choice(list(spec.Collective)), reduce_op=rng.choice(list(spec.ReduceOp)),
+        src=rng.randrange(f["src"].max + 1), dst=rng.randrange(f["dst"].max + 1),
+        route_id=rng.randrange(f["route_id"].max + 1), kv_id=rng.randrange(f["kv_id"].max + 1),
+        length=length, seq=rng.randrange(f["seq"].max + 1))
 
 
 def random_states(rng: random.Random, rows: int, state_words: int) -> bytes:

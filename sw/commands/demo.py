@@ -2,7 +2,8 @@
 
 Steps: Verilog for every registered block, a cocotb simulation of the packet framing
 against the spec's encoder, the PS driver programming the register block and DMA against
-cocotbext-axi's AxiRam (more steps join as the system grows).
+cocotbext-axi's AxiRam (more steps join as the system grows).  The RTL steps run the blocks'
+cocotb benches from ``tests/`` (the demo runs from a repository checkout: ``make demo``).
 """
 from __future__ import annotations
 
@@ -36,10 +37,10 @@ def step_header_sim(out: Path) -> str:
     from mcf.sim.runner import run_cocotb
     checked = []
     for width in (64, 128):
-        run_cocotb(HeaderSerializer(width), "mcf.sim.packet.test_header", out / f"sim_ser{width}",
-                   testcase="serialize", params={"data_width": width, "packets": 200})
-        run_cocotb(HeaderDeserializer(width), "mcf.sim.packet.test_header", out / f"sim_des{width}",
-                   testcase="deserialize", params={"data_width": width, "packets": 200})
+        run_cocotb(HeaderSerializer(width), "tests.hw.packet.test_header", out / f"sim_ser{width}",
+                   testcase="run_serialize", params={"data_width": width, "packets": 200})
+        run_cocotb(HeaderDeserializer(width), "tests.hw.packet.test_header", out / f"sim_des{width}",
+                   testcase="run_deserialize", params={"data_width": width, "packets": 200})
         checked.append(str(width))
     return ("header serializer/deserializer (Icarus, random backpressure): 200 packets each at "
             f"{' and '.join(checked)} bits equal mcf.spec's encoder byte for byte; "
@@ -52,10 +53,10 @@ def step_csr_dma(out: Path) -> str:
     from mcf.hw.dma import ControlAndDma
     from mcf.sim.benchmarks import dma as dma_bench
     from mcf.sim.runner import run_cocotb
-    cfg = {"data_width": 64, "buffer_bytes": 512, "buffers": 2, "meta_queue_depth": 4,
-           "desc_queue_depth": 4, "descriptors": 16}
-    run_cocotb(ControlAndDma(**{k: v for k, v in cfg.items() if k != "descriptors"}),
-               "mcf.sim.dma.test_system", out / "sim_csr_dma", testcase=["bad_input", "program"], params=cfg)
+    from mcf.spec.node import NodeConfig
+    cfg = NodeConfig(data_width=64, buffer_bytes=512, buffers=2, meta_queue_depth=4, desc_queue_depth=4)
+    run_cocotb(ControlAndDma(cfg), "tests.hw.dma.test_dma_engine", out / "sim_csr_dma",
+               testcase=["run_bad_input", "run_program"], params={**cfg.as_dict(), "descriptors": 16})
     fig = dma_bench.run(Namespace(data_width=128, buffer_bytes=4096, descriptors=4, store_bytes=8192))
     return ("PS driver (cocotb backend) -> AXI-Lite registers -> DMA vs AxiRam: a 16-descriptor "
             "LOAD/STORE program under random backpressure matches the RAM; zero-length, "
@@ -115,8 +116,8 @@ def step_nic(out: Path) -> str:
     from mcf.sim.runner import run_cocotb
     small = dict(buffer_depth=64, desc_depth=8, route_entries=256, reduce_slots=4, reduce_beats=32,
                  softmax_fan_in=4, state_words=6)
-    run_cocotb(Nic(64, net_ports=3, **small), "mcf.sim.nic.test_nic", out / "sim_nic",
-               testcase="traffic", params=dict(data_width=64, net_ports=3, packets=250, reductions=12, **small))
+    run_cocotb(Nic(64, net_ports=3, **small), "tests.hw.nic.test_nic", out / "sim_nic",
+               testcase="run_traffic", params=dict(data_width=64, net_ports=3, packets=250, reductions=12, **small))
     return ("NIC (3 ports + local, 64-bit, random pauses on every port): 250 packets forwarded / "
             "multicast exactly once to the right ports; MAX, SUM and SOFTMAX_MERGE reductions equal "
             "the golden model; every error cause injected is dropped and counted")
@@ -126,11 +127,10 @@ def step_node_pair(out: Path) -> str:
     """mars -> programs -> driver -> hardware: a plan's KV movement between two RTL nodes."""
     from mcf.hw.node import NodePair
     from mcf.sim.runner import run_cocotb
-    small = dict(buffer_bytes=512, buffer_depth=64, reduce_beats=32, softmax_fan_in=0, reduce_slots=1,
-                 route_entries=16, desc_depth=4, payload_depth=64, meta_queue_depth=16, desc_queue_depth=16)
-    run_cocotb(NodePair(data_width=64, **small), "mcf.sim.node.test_node", out / "sim_node_pair",
-               testcase="mars_kv_moves", params={"seq": 16, "chunk": 4, "budget_tokens": 12,
-                                                 "desc_queue_depth": 16})
+    from mcf.spec.node import NodeConfig
+    cfg = NodeConfig.tiny()
+    run_cocotb(NodePair(cfg), "tests.hw.test_node", out / "sim_node_pair", testcase="run_mars_kv_moves",
+               params={**cfg.as_dict(), "seq": 16, "chunk": 4, "budget_tokens": 12})
     return ("two RTL nodes (registers + DMA + packetizer + NIC, AxiRam as DDR): a MARS plan's "
             "route tables and KV_REPLICA / KV_FETCH / directory Metas written by the PS driver; "
             "every received block lands in the receiver's DDR byte for byte, no error counted")
@@ -146,7 +146,7 @@ def step_compute(out: Path) -> str:
     from mcf.sim.compute.jobs import attention_job, linear_job
     rng = np.random.default_rng(7)
     lin = [linear_job(rng, 2, 4, 4, t=3, n=32, out=4, group=8) for _ in range(3)]
-    got = run_matrix(MatrixUnit(rows=2, lanes=4, max_tokens=4, max_inputs=32, max_tiles=4), lin)
+    got = run_matrix(MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=32, max_tiles=4), lin)
     if got != [j.expected for j in lin]:
         raise ValueError("matrix unit differs from golden fixed.linear")
     att = [attention_job(rng, d=8, group=2, tokens=2, keys=11, final=f) for f in (False, True)]

@@ -29,7 +29,7 @@ def register(sub) -> None:
     p.add_argument("--alpha", type=float, help="reuse aggressiveness of eq. 15 (default: searched)")
     p.add_argument("--gamma", type=float, help="overlap safety factor of eq. 8 (default: profile)")
     p.add_argument("--sharding", help="final owner layout: contiguous | zigzag | round-robin")
-    p.add_argument("--topology", help="switch | ring | mesh (default: profile)")
+    p.add_argument("--topology", help="switch | ring | grid | full_mesh (default: profile)")
     p.add_argument("--path", default="auto", help="replica propagation: auto | multicast | ring | tree | doubling")
     p.add_argument("--profile", default="kr260", help="hardware profile preset or YAML file")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
@@ -60,7 +60,8 @@ def _request(args, scheme, nodes):
 
 def run(args) -> int:
     from mcf.sw.errors import UserError
-    from mcf.sw.mars.planner import SCHEMES, plan
+    from mcf.spec.plan import SCHEMES
+    from mcf.sw.mars.planner import plan
 
     if args.scheme == "all" or len(args.nodes) > 1:
         if args.plot or args.programs:

@@ -18,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--scheme", default="mars", help="mars | ring | zigzag | full | pd | passq")
     p.add_argument("--chunk", type=int, help="chunk size B (default: the planner's B*)")
     p.add_argument("--budget", type=int, help="per-node KV budget S_node in bytes (default: profile)")
-    p.add_argument("--topology", help="switch | ring | mesh (default: profile)")
+    p.add_argument("--topology", help="switch | ring | grid | full_mesh (default: profile)")
     p.add_argument("--profile", default="kr260", help="hardware profile preset or YAML file")
     p.add_argument("--link-gbps", type=float, help="override the profile's link rate (Gb/s)")
     p.add_argument("--packet-payload", type=int, default=1024, help="payload bytes per packet (default 1024)")

@@ -7,12 +7,11 @@
 Backends live in their own modules and import their dependencies (cocotb, pynq) only when
 constructed, so nothing else needs them.
 """
-from .core import (BusError, Descriptor, Driver, DriverError, DriverTimeout, SyncDriver,
-                   decode_fields, encode_fields, run_sync)
+from .core import BusError, Descriptor, Driver, DriverError, DriverTimeout, SyncDriver, run_sync
 from .mmio import MmapBackend
 
 __all__ = ["BusError", "Descriptor", "Driver", "DriverError", "DriverTimeout", "SyncDriver",
-           "decode_fields", "encode_fields", "run_sync", "MmapBackend", "CocotbBackend", "PynqBackend"]
+           "run_sync", "MmapBackend", "CocotbBackend", "PynqBackend"]
 
 
 def __getattr__(name):

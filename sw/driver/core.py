@@ -42,23 +42,6 @@ def _reg(name: str) -> Register:
     return REGISTERS[name]
 
 
-def encode_fields(name: str, **fields) -> int:
-    """A register word from field values (unnamed fields 0); range-checked."""
-    reg = _reg(name)
-    word = 0
-    for fname, value in fields.items():
-        f = reg.field(fname)
-        value = int(value)
-        if not 0 <= value < (1 << f.width):
-            raise ValueError(f"{name}.{fname}={value} does not fit in {f.width} bits")
-        word |= value << f.lsb
-    return word
-
-
-def decode_fields(name: str, word: int) -> dict[str, int]:
-    return {f.name: (word >> f.lsb) & ((1 << f.width) - 1) for f in _reg(name).fields}
-
-
 class Driver:
     """Asynchronous driver: ``await drv.write32("NODE_ID", 3)``."""
 
@@ -76,15 +59,15 @@ class Driver:
         await self.backend.write32(_reg(name).offset, value)
 
     async def read_fields(self, name: str) -> dict[str, int]:
-        return decode_fields(name, await self.read32(name))
+        return _reg(name).decode(await self.read32(name))
 
     async def write_fields(self, name: str, **fields) -> None:
-        """Write a whole register from its fields (the others 0)."""
-        await self.write32(name, encode_fields(name, **fields))
+        """Write a whole register from its fields (the others 0; ``Register.encode``)."""
+        await self.write32(name, _reg(name).encode(**{k: int(v) for k, v in fields.items()}))
 
     async def update_fields(self, name: str, **fields) -> None:
         """Read-modify-write of some fields."""
-        current = decode_fields(name, await self.read32(name))
+        current = _reg(name).decode(await self.read32(name))
         current.update(fields)
         await self.write_fields(name, **current)
 
@@ -134,7 +117,7 @@ class Driver:
             await self.write32(f"META_W{i}", (word >> (DATA_BITS * i)) & _WORD)
         if wait:
             await self.wait_until("space in the metadata queue",
-                                  lambda w: not decode_fields("STATUS", w)["meta_queue_full"], "STATUS")
+                                  lambda w: not _reg("STATUS").decode(w)["meta_queue_full"], "STATUS")
         await self.write_fields("META_PUSH", push=1)
 
     async def push_descriptor(self, desc: Descriptor, wait: bool = True) -> None:
@@ -144,7 +127,7 @@ class Driver:
             await self.write32(f"DESC_W{i}", (word >> (DATA_BITS * i)) & _WORD)
         if wait:
             await self.wait_until("space in the descriptor queue",
-                                  lambda w: not decode_fields("STATUS", w)["desc_queue_full"], "STATUS")
+                                  lambda w: not _reg("STATUS").decode(w)["desc_queue_full"], "STATUS")
         await self.write_fields("DESC_PUSH", push=1)
 
     async def wait_desc_done(self, count: int) -> dict[str, int]:
@@ -152,8 +135,8 @@ class Driver:
         width = _reg("DESC_DONE").field("count").width
         target = count % (1 << width)
         word = await self.wait_until(f"{count} completed descriptors",
-                                     lambda w: decode_fields("DESC_DONE", w)["count"] == target, "DESC_DONE")
-        return decode_fields("DESC_DONE", word)
+                                     lambda w: _reg("DESC_DONE").decode(w)["count"] == target, "DESC_DONE")
+        return _reg("DESC_DONE").decode(word)
 
     # --- route table -------------------------------------------------------------------------
     async def write_route(self, route_id: int, entry: dict) -> None:

@@ -29,6 +29,9 @@ Fixed-point operations: module ``mcf.sw.golden.fixed`` (``rshr``, ``sat``, ``nor
   ``reduce_sum(list)``     ReduceOp.SUM: int32 addition wrapping modulo 2^32
   ``exp2(x)``              the exp2 LUT unit used by the merge (x <= 0, SCORE units)
 
+The NIC's per-packet decisions and reductions (what the RTL NIC must do, written from the
+spec): module ``mcf.sw.golden.nic`` (``decide``, ``reduce_words``, ``RouteEntry``).
+
 Distributed-attention references: module ``mcf.sw.golden.distributed`` (``ring_attention``,
 ``zigzag_attention``, ``chunked_prefill_attention`` over a ``Placement`` with temporary
 replicas, ``plan_prefill_attention`` for a MARS plan (duck-typed: ``compute_nodes``,

@@ -18,11 +18,11 @@ An executor (the SimPy cluster model, the RTL co-simulation, the boards) walks i
 
 ``ReplicaDirectory`` / ``replay`` apply the plan's VALID -> DRAINING -> INVALID events.
 """
-from .directory import ReplicaDirectory, State, replay
+from mcf.spec.plan import SCHEMES, EventKind, EventPhase, ReplicaState, Scheme
+from .directory import ReplicaDirectory, replay
 from .lower import NodeProgram, lower
-from .planner import SCHEMES, Event, Plan, PlanRequest, plan
+from .planner import Event, Plan, PlanRequest, plan
 from .profile import HardwareProfile, load_profile
-from .topology import Topology
 
-__all__ = ["Event", "HardwareProfile", "NodeProgram", "Plan", "PlanRequest", "ReplicaDirectory",
-           "SCHEMES", "State", "Topology", "load_profile", "lower", "plan", "replay"]
+__all__ = ["Event", "EventKind", "EventPhase", "HardwareProfile", "NodeProgram", "Plan", "PlanRequest",
+           "ReplicaDirectory", "ReplicaState", "SCHEMES", "Scheme", "load_profile", "lower", "plan", "replay"]

@@ -1,23 +1,16 @@
 """The replica directory: which node holds which KV block, in which lifecycle state.
 
-VALID -> DRAINING (still readable by chunks in flight, excluded from new decisions) -> INVALID
-(buffer freed).  Owner copies are VALID from the moment they are written and never leave.
+The states are ``mcf.spec.plan.ReplicaState`` (VALID -> DRAINING -> INVALID, the encoding the
+RTL directory stores).  Owner copies are VALID from the moment they are written and never leave.
 Every transition is an ``Event`` of the plan; ``replay`` applies them in order and checks the
 lifecycle, so the plan and the runtime (which keeps one of these per node) agree by construction.
 """
 from __future__ import annotations
 
-import enum
-
 import numpy as np
 
+from mcf.spec.plan import EventKind, EventPhase, ReplicaState
 from .planner import Event, Plan
-
-
-class State(enum.IntEnum):
-    INVALID = 0
-    VALID = 1
-    DRAINING = 2
 
 
 class LifecycleError(AssertionError):
@@ -28,44 +21,44 @@ class ReplicaDirectory:
     def __init__(self, nodes: int, block_bytes):
         self.nodes = nodes
         self.block_bytes = np.asarray(block_bytes)
-        self.state: dict[tuple[int, int], State] = {}
+        self.state: dict[tuple[int, int], ReplicaState] = {}
         self.owner: dict[int, int] = {}
         self.memory = np.zeros(nodes)
 
-    def get(self, block: int, node: int) -> State:
-        return self.state.get((block, node), State.INVALID)
+    def get(self, block: int, node: int) -> ReplicaState:
+        return self.state.get((block, node), ReplicaState.INVALID)
 
     def readable(self, block: int, node: int) -> bool:
-        return self.get(block, node) in (State.VALID, State.DRAINING)
+        return self.get(block, node).readable
 
     def schedulable(self, block: int, node: int) -> bool:
         """May a new decision use this copy?  (DRAINING copies may not.)"""
-        return self.get(block, node) == State.VALID
+        return self.get(block, node) == ReplicaState.VALID
 
     def apply(self, e: Event) -> None:
         for n in e.nodes:
             key, cur = (e.block, n), self.get(e.block, n)
-            if e.kind in ("OWNER", "HANDOFF"):
-                if cur != State.INVALID:
+            if e.kind in (EventKind.OWNER, EventKind.HANDOFF):
+                if cur != ReplicaState.INVALID:
                     raise LifecycleError(f"{e}: block {e.block} already on node {n} ({cur.name})")
-                if e.kind == "OWNER" and e.block in self.owner and e.kind != "HANDOFF":
+                if e.kind == EventKind.OWNER and e.block in self.owner:
                     raise LifecycleError(f"{e}: block {e.block} has owner {self.owner[e.block]}")
                 self.owner[e.block] = n
-                self.state[key] = State.VALID
+                self.state[key] = ReplicaState.VALID
                 self.memory[n] += self.block_bytes[e.block]
-            elif e.kind == "REPLICATE":
-                if cur != State.INVALID:
+            elif e.kind == EventKind.REPLICATE:
+                if cur != ReplicaState.INVALID:
                     raise LifecycleError(f"{e}: node {n} already holds block {e.block} ({cur.name})")
-                self.state[key] = State.VALID
+                self.state[key] = ReplicaState.VALID
                 self.memory[n] += self.block_bytes[e.block]
-            elif e.kind == "DRAIN":
-                if cur != State.VALID:
+            elif e.kind == EventKind.DRAIN:
+                if cur != ReplicaState.VALID:
                     raise LifecycleError(f"{e}: drain of a {cur.name} copy on node {n}")
                 if self.owner.get(e.block) == n:
                     raise LifecycleError(f"{e}: the owner copy of block {e.block} may not drain")
-                self.state[key] = State.DRAINING
-            elif e.kind == "INVALIDATE":
-                if cur != State.DRAINING:
+                self.state[key] = ReplicaState.DRAINING
+            elif e.kind == EventKind.INVALIDATE:
+                if cur != ReplicaState.DRAINING:
                     raise LifecycleError(f"{e}: invalidate of a {cur.name} copy on node {n}")
                 del self.state[key]
                 self.memory[n] -= self.block_bytes[e.block]
@@ -73,7 +66,7 @@ class ReplicaDirectory:
                 raise LifecycleError(f"unknown event kind {e.kind}")
 
     def holders(self, block: int) -> list[int]:
-        return sorted(n for (b, n), s in self.state.items() if b == block and s != State.INVALID)
+        return sorted(n for (b, n), s in self.state.items() if b == block and s != ReplicaState.INVALID)
 
 
 def replay(plan: Plan, check=None) -> ReplicaDirectory:
@@ -83,7 +76,7 @@ def replay(plan: Plan, check=None) -> ReplicaDirectory:
     events = plan.events
     i = 0
     for t in range(plan.num_chunks):
-        for phase in ("start", "end"):
+        for phase in EventPhase:
             while i < len(events) and events[i].step == t and events[i].phase == phase:
                 d.apply(events[i])
                 i += 1

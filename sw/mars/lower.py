@@ -5,13 +5,10 @@ its PS pushes, for every prefill step and for one KV-stationary decode step.
 Every node can run ``lower(plan)`` itself: the programs are a pure function of the plan, which is
 a pure function of the request, so no coordinator is needed.
 
-Route ids are global (the same id names the same logical route on every NIC); each node's table
-holds that route's entry *at that node* (computed from the topology):
-
-* 0 is never valid (an all-zero header dies on BAD_ROUTE), 1 = deliver locally (directory
-  updates a node issues to itself), 2 + d = unicast to node d, 2 + N = decode query broadcast from
-  the root, 3 + N = decode partial-state reduction towards the root; then one id per multicast
-  group (source, destination set) in order of first use.
+Route ids are global (the same id names the same logical route on every NIC) and numbered by
+``mcf.spec.routes.RouteIds``; each node's table holds that route's entry *at that node*
+(``RouteTables``, computed from the topology).  The decode query is the root's broadcast, the
+partial states reduce towards the root.
 
 DDR layout of a node's KV pool (layer-major, so the history a layer needs is a few contiguous
 runs): ``KV_POOL_BASE + layer * pool_layer_bytes + slot * block_layer_bytes``; fetched blocks land
@@ -24,7 +21,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mcf.spec import ROUTE_ENTRY, ROUTE_TABLE_ENTRIES, Collective, Meta, Op, ReduceOp, Stage
+from mcf.spec.bits import SpecError
+from mcf.spec.plan import EventKind, EventPhase, Scheme
 from mcf.spec.regmap import DmaDescriptor, DmaDir
+from mcf.spec.routes import ROUTE_LOCAL, RouteIds
+from mcf.spec.topology import Topology
 from mcf.sw.errors import UserError
 from .directory import replay
 from .planner import QUERY_ELEM_BYTES, STATE_ELEM_BYTES, Plan
@@ -32,7 +33,6 @@ from .planner import QUERY_ELEM_BYTES, STATE_ELEM_BYTES, Plan
 #: Start of the KV pool in each node's DDR (inside the DMA window the runtime programs).
 #: Assumption: the first 256 MiB stay with Linux, weights follow the pool's end.
 KV_POOL_BASE = 0x1000_0000
-ROUTE_INVALID, ROUTE_LOCAL, ROUTE_UNICAST_BASE = 0, 1, 2
 DECODE_ROOT = 0
 
 
@@ -66,49 +66,59 @@ class NodeProgram:
                 "routes": len(self.routes), "window_bytes": self.window_bytes}
 
 
-class _Routes:
-    """Allocates global route ids and fills every node's table."""
+class RouteTables:
+    """Every node's route table for the route ids of ``mcf.spec.routes.RouteIds``, filled from
+    the topology (``mcf.spec.topology``): local delivery, unicast to every node, and, when
+    first asked for, broadcasts, reduction trees, the all-reduce and multicast groups."""
 
-    def __init__(self, plan: Plan):
-        self.topo = plan.topology
-        N = self.topo.n
-        self.tables = [dict() for _ in range(N)]
-        self.groups: dict[tuple[int, frozenset], int] = {}
+    def __init__(self, topology: Topology, entries: int = ROUTE_TABLE_ENTRIES):
+        self.topo = topology
+        N = topology.n
+        self.ids = RouteIds(N, entries)
+        self.tables: list[dict[int, dict]] = [dict() for _ in range(N)]
         for x in range(N):
             self.tables[x][ROUTE_LOCAL] = _entry(0, True)
         for d in range(N):
+            rid = self.ids.unicast(d)
             for x in range(N):
-                if x == d:
-                    self.tables[x][self.unicast(d)] = _entry(0, True)
-                else:
-                    self.tables[x][self.unicast(d)] = _entry(1 << self.topo.next_hop(x, d)[0], False)
-        self.bcast = ROUTE_UNICAST_BASE + N
-        self.reduce = ROUTE_UNICAST_BASE + N + 1
-        self._fill(self.bcast, DECODE_ROOT, [n for n in range(N) if n != DECODE_ROOT])
-        parent, fan_in = self.topo.reduce_tree(DECODE_ROOT)
-        for x in range(N):
-            mask = 0 if x == DECODE_ROOT else (
-                1 if self.topo.kind == "switch" else 1 << self.topo.next_hop(x, DECODE_ROOT)[0])
-            self.tables[x][self.reduce] = _entry(mask, x == DECODE_ROOT, int(fan_in[x]))
-        self.next_id = self.reduce + 1
+                self.tables[x][rid] = _entry(0, True) if x == d else _entry(1 << topology.next_hop(x, d)[0], False)
 
-    @staticmethod
-    def unicast(d: int) -> int:
-        return ROUTE_UNICAST_BASE + d
+    def unicast(self, d: int) -> int:
+        return self.ids.unicast(d)
+
+    def broadcast(self, src: int) -> int:
+        rid = self.ids.broadcast(src)
+        if rid not in self.tables[src]:
+            self._fill(rid, src, [n for n in range(self.topo.n) if n != src])
+        return rid
+
+    def reduce(self, root: int) -> int:
+        """The reduction tree towards ``root``: each node's parent is its next hop."""
+        rid = self.ids.reduce(root)
+        if rid not in self.tables[root]:
+            parent, fan_in = self.topo.reduce_tree(root)
+            for x in range(self.topo.n):
+                mask = 0 if x == root else (
+                    1 if self.topo.kind == "switch" else 1 << self.topo.next_hop(x, root)[0])
+                self.tables[x][rid] = _entry(mask, x == root, int(fan_in[x]))
+        return rid
+
+    def all_reduce(self) -> int:
+        """Every node contributes to and receives the result on every port (full mesh only)."""
+        if self.topo.kind != "full_mesh":
+            raise UserError(f"an all-reduce route needs a full mesh, not a {self.topo.kind}")
+        rid = self.ids.all_reduce
+        for x in range(self.topo.n):
+            self.tables[x][rid] = _entry((1 << (self.topo.n - 1)) - 1, True, self.topo.n)
+        return rid
 
     def multicast(self, src: int, dsts) -> int:
-        dsts = frozenset(int(d) for d in dsts)
-        if len(dsts) == 1:
-            return self.unicast(next(iter(dsts)))
-        key = (src, dsts)
-        rid = self.groups.get(key)
-        if rid is None:
-            rid = self.next_id
-            if rid >= ROUTE_TABLE_ENTRIES:
-                raise UserError(f"the plan needs more than {ROUTE_TABLE_ENTRIES} route ids "
-                                f"(multicast groups); use fewer nodes or a larger chunk")
-            self.next_id += 1
-            self.groups[key] = rid
+        fresh = len(self.ids.groups)
+        try:
+            rid = self.ids.multicast(src, dsts)
+        except SpecError as exc:
+            raise UserError(str(exc)) from None
+        if len(self.ids.groups) > fresh:
             self._fill(rid, src, dsts)
         return rid
 
@@ -163,7 +173,9 @@ def lower(plan: Plan) -> list[NodeProgram]:
     if layer_tok * L != m.kv_token_bytes:
         raise UserError(f"model {m.name}: per-layer KV bytes per token are not whole bytes")
     stride = int(plan.chunk_size * layer_tok)         # one block's bytes in one layer
-    routes = _Routes(plan)
+    routes = RouteTables(plan.topology)
+    routes.broadcast(DECODE_ROOT)         # the decode query and the partial-state reduction
+    routes.reduce(DECODE_ROOT)
     progs = [NodeProgram(n, routes.tables[n]) for n in range(N)]
     tags = np.zeros(N, dtype=np.int64)
 
@@ -178,11 +190,11 @@ def lower(plan: Plan) -> list[NodeProgram]:
     for t in range(C):
         created, freed = {}, []
         for e in ev_by_step.get(t, []):
-            if e.kind in ("OWNER", "REPLICATE", "HANDOFF"):
+            if e.kind in (EventKind.OWNER, EventKind.REPLICATE, EventKind.HANDOFF):
                 for n in e.nodes:
                     created[(e.block, n)] = pools[n].alloc(e.block)
         for e in ev_by_step.get(t, []):
-            if e.kind == "INVALIDATE":
+            if e.kind == EventKind.INVALIDATE:
                 for n in e.nodes:
                     freed.append((e.block, n, pools[n].slot[e.block]))
                     pools[n].release(e.block)
@@ -213,7 +225,7 @@ def lower(plan: Plan) -> list[NodeProgram]:
     for t in range(C):
         evs = ev_by_step.get(t, [])
         for e in evs:
-            if e.phase == "start" and e.kind == "DRAIN":
+            if e.phase == EventPhase.START and e.kind == EventKind.DRAIN:
                 for n in e.nodes:
                     meta(n, t, op=Op.KV_DRAIN, collective=Collective.UNICAST, dst=n,
                          route_id=ROUTE_LOCAL, kv_id=e.block, length=0)
@@ -260,9 +272,9 @@ def lower(plan: Plan) -> list[NodeProgram]:
         if plan.handoff_bytes and t == C - 1:
             _lower_handoff(plan, progs, routes, dma, meta, slot_of, addr, layer_tok)
         for e in evs:
-            if e.phase == "end" and e.kind in ("DRAIN", "INVALIDATE"):
+            if e.phase == EventPhase.END and e.kind in (EventKind.DRAIN, EventKind.INVALIDATE):
                 for n in e.nodes:
-                    meta(n, t, op=Op.KV_DRAIN if e.kind == "DRAIN" else Op.KV_INVALIDATE,
+                    meta(n, t, op=Op.KV_DRAIN if e.kind == EventKind.DRAIN else Op.KV_INVALIDATE,
                          collective=Collective.UNICAST, dst=n, route_id=ROUTE_LOCAL,
                          kv_id=e.block, length=0)
         for b, n, _ in frees_at[t]:
@@ -301,7 +313,7 @@ def _lower_decode(plan, progs, routes, dma, meta, slot_of, addr, stride):
                 dma(n, step, addr(n, first, layer), count * stride, DmaDir.LOAD, Stage.DECODE)
         if N == 1:
             continue
-        if plan.scheme == "passq":
+        if plan.scheme == Scheme.PASSQ:
             ring = holders if DECODE_ROOT in holders else [DECODE_ROOT] + holders
             for i, n in enumerate(ring):
                 nxt = ring[(i + 1) % len(ring)]
@@ -312,8 +324,8 @@ def _lower_decode(plan, progs, routes, dma, meta, slot_of, addr, stride):
                      kv_id=layer, length=q_len + (0 if i == 0 else s_len))
             continue
         meta(DECODE_ROOT, step, stage=Stage.DECODE, op=Op.QUERY, collective=Collective.MULTICAST,
-             dst=DECODE_ROOT, route_id=routes.bcast, kv_id=layer, length=q_len)   # tag: root's group
+             dst=DECODE_ROOT, route_id=routes.broadcast(DECODE_ROOT), kv_id=layer, length=q_len)   # tag: root's group
         for n in range(N):
             meta(n, step, stage=Stage.DECODE, op=Op.PARTIAL_STATE, collective=Collective.REDUCE,
-                 reduce_op=ReduceOp.SOFTMAX_MERGE, dst=DECODE_ROOT, route_id=routes.reduce,
+                 reduce_op=ReduceOp.SOFTMAX_MERGE, dst=DECODE_ROOT, route_id=routes.reduce(DECODE_ROOT),
                  kv_id=layer, length=s_len)

@@ -31,9 +31,10 @@ import numpy as np
 from mcf.sw.errors import UserError
 from mcf.sw.models.config import ModelConfig
 from .profile import HardwareProfile
-from .topology import Topology
+from mcf.spec.bits import SpecError
+from mcf.spec.plan import SCHEMES, EventKind, EventPhase, Scheme
+from mcf.spec.topology import Topology
 
-SCHEMES = ("mars", "ring", "zigzag", "full", "pd", "passq")
 SHARDINGS = ("contiguous", "zigzag", "round-robin")
 PATHS = ("auto", "multicast", "ring", "tree", "doubling")
 #: alpha (eq. 15) values the search tries when none is given; inf = no reuse bound.
@@ -44,8 +45,8 @@ MIN_CHUNK = 16
 QUERY_ELEM_BYTES = 2
 STATE_ELEM_BYTES = 4
 
-DEFAULT_SHARDING = {"mars": "round-robin", "ring": "contiguous", "zigzag": "zigzag",
-                    "full": "contiguous", "pd": "contiguous", "passq": "contiguous"}
+DEFAULT_SHARDING = {Scheme.MARS: "round-robin", Scheme.RING: "contiguous", Scheme.ZIGZAG: "zigzag",
+                    Scheme.FULL: "contiguous", Scheme.PD: "contiguous", Scheme.PASSQ: "contiguous"}
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,12 @@ class PlanRequest:
             raise UserError(f"alpha={r.alpha}: must be >= 0")
         if not (r.gamma > 0):
             raise UserError(f"gamma={r.gamma}: must be > 0")
-        if r.scheme == "pd" and r.nodes < 2:
+        if r.scheme == Scheme.PD and r.nodes < 2:
             raise UserError(f"nodes={r.nodes}: scheme pd needs >= 2 (prefill and decode nodes)")
-        topo = Topology(r.topology, r.nodes)
+        try:
+            topo = Topology(r.topology, r.nodes)
+        except SpecError as exc:
+            raise UserError(str(exc)) from None
         if topo.ports_needed > p.net_ports:
             raise UserError(f"topology={r.topology}: needs {topo.ports_needed} network ports per "
                             f"node, profile {p.name} has net_ports={p.net_ports}")
@@ -136,8 +140,8 @@ class Event:
     DRAIN (VALID -> DRAINING), INVALIDATE (DRAINING -> INVALID, buffer freed), HANDOFF (pd only:
     the owner copy arrives from the prefill node after prefill)."""
     step: int
-    phase: str
-    kind: str
+    phase: EventPhase
+    kind: EventKind
     block: int
     nodes: tuple[int, ...]
 
@@ -244,7 +248,7 @@ class Plan:
     def fetches(self, step: int):
         """(block, src, [dst...], bytes) for every history block some node lacks in ``step``, in
         the order they are sent.  A source holds the block or received it earlier in the list."""
-        if self.scheme in ("ring", "zigzag", "passq"):
+        if self.scheme in (Scheme.RING, Scheme.ZIGZAG, Scheme.PASSQ):
             # pass-KV: the block walks the ring of compute nodes from its owner, hop by hop; each
             # node receives it from its predecessor and forwards it (in this order)
             ring = [int(n) for n in self.compute_nodes]
@@ -288,19 +292,19 @@ class Plan:
             lo, hi = r[t + 1], r[t]
             if hi > lo:
                 for b in range(t):
-                    yield Event(t, "start", "DRAIN", b, tuple(int(n) for n in order[ho[b], lo:hi]))
-            yield Event(t, "end", "OWNER", t, (int(ho[t]),))
+                    yield Event(t, EventPhase.START, EventKind.DRAIN, b, tuple(int(n) for n in order[ho[b], lo:hi]))
+            yield Event(t, EventPhase.END, EventKind.OWNER, t, (int(ho[t]),))
             if r[t + 1] > 1:
-                yield Event(t, "end", "REPLICATE", t, tuple(int(n) for n in order[ho[t], 1:r[t + 1]]))
+                yield Event(t, EventPhase.END, EventKind.REPLICATE, t, tuple(int(n) for n in order[ho[t], 1:r[t + 1]]))
             if hi > lo:
                 for b in range(t):
-                    yield Event(t, "end", "INVALIDATE", b, tuple(int(n) for n in order[ho[b], lo:hi]))
+                    yield Event(t, EventPhase.END, EventKind.INVALIDATE, b, tuple(int(n) for n in order[ho[b], lo:hi]))
         if self.handoff_bytes:
             for b in range(C):
-                yield Event(C - 1, "end", "HANDOFF", b, (int(self.owner[b]),))
+                yield Event(C - 1, EventPhase.END, EventKind.HANDOFF, b, (int(self.owner[b]),))
             for b in range(C):
-                yield Event(C - 1, "end", "DRAIN", b, (int(ho[b]),))
-                yield Event(C - 1, "end", "INVALIDATE", b, (int(ho[b]),))
+                yield Event(C - 1, EventPhase.END, EventKind.DRAIN, b, (int(ho[b]),))
+                yield Event(C - 1, EventPhase.END, EventKind.INVALIDATE, b, (int(ho[b]),))
 
     def to_json(self, events: bool = True) -> dict:
         req = self.request
@@ -374,7 +378,7 @@ class _Instance:
         self.tok_hist = np.concatenate([[0], np.cumsum(tok)])    # tokens before step t
         self.H = self.tok_hist * mt                              # history bytes before step t
         self.owner = owners_for(req.sharding, C, N)
-        if req.scheme == "pd":
+        if req.scheme == Scheme.PD:
             self.compute_nodes = np.arange(max(1, N // 2), dtype=np.int32)
             self.holder_owner = owners_for("contiguous", C, len(self.compute_nodes))
             # decode nodes own the final layout
@@ -474,12 +478,12 @@ def _evaluate(inst: _Instance, r_step: np.ndarray, alpha, path_req: str) -> dict
     rh = r_step[:-1]                 # history factor per step
     rn = r_step[1:]                  # factor of the new block per step
     bw, tau = prof.bw_eff, prof.link_latency_s
-    ring_mode = req.scheme in ("ring", "zigzag", "passq")
+    ring_mode = req.scheme in (Scheme.RING, Scheme.ZIGZAG, Scheme.PASSQ)
 
     # compute roofline of the busiest node ----------------------------------------------------
     rows = -(-inst.tok // Nc)
-    # the engine works on mac_rows query rows at a time: a partial tile costs a whole one
-    rows = -(-rows // prof.mac_rows) * prof.mac_rows
+    # the engine works on max_tokens query rows at a time: a partial tile costs a whole one
+    rows = -(-rows // prof.max_tokens) * prof.max_tokens
     L = m.num_layers
     dense = 2.0 * m.params_per_layer * L * rows
     attn = 4.0 * L * m.num_heads * m.head_dim * rows * (inst.tok_hist[:-1] + inst.tok)   # eq. 6
@@ -498,7 +502,7 @@ def _evaluate(inst: _Instance, r_step: np.ndarray, alpha, path_req: str) -> dict
     hsum, hmax = topo.nearest_holder_stats
     if ring_mode:
         # pass-KV: every block walks the (logical) ring of compute nodes; each hop forwards it.
-        # (a logical ring over a switch or a mesh: one hop per ring edge, a snake through the grid)
+        # (a logical ring over a switch or a grid: one hop per ring edge, a snake through the grid)
         out_fetch = in_fetch
         fetch_bytes = Hh * (Nc - 1)
         hop_f = fetch_bytes
@@ -537,7 +541,7 @@ def _evaluate(inst: _Instance, r_step: np.ndarray, alpha, path_req: str) -> dict
 
     # pd: hand the KV from the prefill group to the decode group after prefill --------------
     handoff_bytes, t_handoff = 0, 0.0
-    if req.scheme == "pd":
+    if req.scheme == Scheme.PD:
         mem = mem.copy()                    # (the cached prefill memory stays untouched)
         mem[-1] = np.bincount(inst.owner, weights=inst.bytes, minlength=N)   # decode group's layout
         handoff_bytes = int(inst.bytes.sum())
@@ -576,7 +580,7 @@ def mars_target(inst: _Instance, alpha: float) -> np.ndarray:
 def schedule_for(inst: _Instance, alpha) -> np.ndarray:
     """The replica schedule r_step[0..C] of the instance's scheme."""
     s, C, N = inst.req.scheme, inst.C, inst.req.nodes
-    if s == "mars":
+    if s == Scheme.MARS:
         target = mars_target(inst, alpha)
         key = target.tobytes()
         if key not in inst._fit_cache:          # alphas that give the same target: fit once
@@ -584,7 +588,7 @@ def schedule_for(inst: _Instance, alpha) -> np.ndarray:
             r[0] = r[1] if len(r) > 1 else r[0]  # step 0 has no history: its factor is moot
             inst._fit_cache[key] = r
         return inst._fit_cache[key].copy()
-    if s == "full":
+    if s == Scheme.FULL:
         r = np.full(C + 1, N, dtype=np.int64)
         r[-1] = 1
         need = inst.memory(r)[0].max()
@@ -639,8 +643,8 @@ def decode_token_s(req: PlanRequest, topo: Topology) -> float:
     # token): one token is weight-bandwidth bound, so this is the DDR cap of one node.
     dense_params = m.params_per_layer * L + m.vocab_size * m.hidden_size
     dense = max(2.0 * dense_params / p.p_node, dense_params * m.weight_bytes_per_element / p.ddr_Bps)
-    holders = req.nodes - max(1, req.nodes // 2) if req.scheme == "pd" else req.nodes
-    if req.scheme == "full":
+    holders = req.nodes - max(1, req.nodes // 2) if req.scheme == Scheme.PD else req.nodes
+    if req.scheme == Scheme.FULL:
         holders = 1
     kv_layer = req.seq_len * m.kv_token_bytes / L
     attn_local = (kv_layer / holders) / p.ddr_Bps
@@ -650,7 +654,7 @@ def decode_token_s(req: PlanRequest, topo: Topology) -> float:
     nic = p.nic_cycles_per_packet / p.pl_clock_hz
     if holders == 1:
         per_layer = attn_local
-    elif req.scheme == "passq":
+    elif req.scheme == Scheme.PASSQ:
         per_layer = holders * attn_local + (holders - 1) * (tau + nic + (q_bytes + s_bytes) / bw)
     else:
         depth = topo.diameter if topo.kind != "switch" else 1
@@ -667,7 +671,7 @@ def plan(req: PlanRequest) -> Plan:
     req = req.resolved()
     topo = Topology(req.topology, req.nodes)
     cands = chunk_candidates(req)
-    alphas = ([req.alpha] if req.alpha is not None else list(ALPHA_GRID)) if req.scheme == "mars" else [None]
+    alphas = ([req.alpha] if req.alpha is not None else list(ALPHA_GRID)) if req.scheme == Scheme.MARS else [None]
     rows, best, errors = [], None, []
     for B in cands:
         try:
@@ -696,7 +700,7 @@ def plan(req: PlanRequest) -> Plan:
     beq8 = b_eq8(req, topo, cands)
     reason = (f"B*={inst.B} minimises the modelled TTFT over {len(rows)} candidate(s) "
               f"(B in {cands}" + (f", alpha in {[('inf' if math.isinf(a) else a) for a in alphas]}"
-                                  if req.scheme == "mars" and req.alpha is None else "") +
+                                  if req.scheme == Scheme.MARS and req.alpha is None else "") +
               f"); eq. 8 alone (smallest B hiding propagation, gamma={req.gamma}) gives "
               f"{beq8 if beq8 is not None else 'no feasible B'}")
     return Plan(request=req, scheme=req.scheme, chunk_size=inst.B, alpha=ev["alpha"], topology=topo,

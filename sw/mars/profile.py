@@ -3,6 +3,8 @@
 Presets live in ``profiles/<name>.yaml`` beside this file (the source of each number is written
 next to it).  The planner, the SimPy cluster model and the RTL benchmarks all read the same
 ``HardwareProfile``; calibration constants (per-operation costs) live here and nowhere else.
+What the node is built with (clock, MAC array, tokens per weight pass, network ports) comes
+from ``mcf.spec.node.NodeConfig`` (``NODE_FIELDS``), not from the YAML.
 """
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ from pathlib import Path
 
 import yaml
 
+from mcf.spec.node import NodeConfig
 from mcf.spec.regmap import DESC_WORDS, META_WORDS
+from mcf.spec.topology import TOPOLOGIES
 from mcf.sw.errors import UserError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
-TOPOLOGIES = ("switch", "ring", "mesh")
-#: Network ports a node needs for each topology (a ring of two nodes needs one link).
-PORTS_NEEDED = {"switch": 1, "ring": 2, "mesh": 4}
+#: Profile fields that are the node's build parameters: profile field -> NodeConfig field.
+NODE_FIELDS = {"pl_clock_hz": "clock_hz", "mac_rows": "mac_rows", "mac_lanes": "mac_lanes",
+               "max_tokens": "max_tokens", "net_ports": "net_ports"}
 
 
 @dataclass(frozen=True)
@@ -25,8 +29,9 @@ class HardwareProfile:
     """One node + the network.  Units: Hz, bytes, bytes/s (``_Bps``), bits/s (``_bps``), s."""
     name: str
     pl_clock_hz: float
-    mac_rows: int
-    mac_cols: int
+    mac_rows: int           # MAC array rows x lanes: rows x lanes MACs per cycle
+    mac_lanes: int
+    max_tokens: int         # query rows the engine takes per weight pass (a prefill tile)
     ops_per_mac: int
     compute_efficiency: float
     ddr_bandwidth_Bps: float
@@ -45,7 +50,7 @@ class HardwareProfile:
     gamma: float = 1.0
 
     def __post_init__(self):
-        positive = ("pl_clock_hz", "mac_rows", "mac_cols", "ops_per_mac", "ddr_bandwidth_Bps",
+        positive = ("pl_clock_hz", "mac_rows", "mac_lanes", "max_tokens", "ops_per_mac", "ddr_bandwidth_Bps",
                     "ddr_capacity_bytes", "kv_budget_bytes", "kv_buffer_bytes", "net_ports",
                     "link_bandwidth_bps", "gamma")
         for f in positive:
@@ -71,7 +76,7 @@ class HardwareProfile:
     @property
     def peak_ops_per_s(self) -> float:
         """Peak engine throughput: MACs/cycle x ops/MAC x clock."""
-        return self.mac_rows * self.mac_cols * self.ops_per_mac * self.pl_clock_hz
+        return self.mac_rows * self.mac_lanes * self.ops_per_mac * self.pl_clock_hz
 
     @property
     def p_node(self) -> float:
@@ -105,7 +110,8 @@ class HardwareProfile:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict, name: str | None = None) -> "HardwareProfile":
+    def from_dict(cls, d: dict, name: str | None = None, node: NodeConfig = NodeConfig()) -> "HardwareProfile":
+        """The profile of a YAML mapping; ``NODE_FIELDS`` it leaves out come from ``node``."""
         if not isinstance(d, dict):
             raise UserError(f"profile {name}: expected a mapping of fields")
         known = {f.name for f in fields(cls)}
@@ -115,6 +121,8 @@ class HardwareProfile:
         d = dict(d)
         if name is not None:
             d.setdefault("name", name)
+        for field, node_field in NODE_FIELDS.items():
+            d.setdefault(field, getattr(node, node_field))
         missing = {f.name for f in fields(cls) if f.default is f.default_factory} - set(d)
         missing = {m for m in missing if m not in ("gamma",)}
         if missing:

@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from mcf.boards.kr260 import eth10g
+from mcf.spec.node import NodeConfig
 
 RECORDER = r"""
 proc rec {args} { puts [join $args " "] }
@@ -27,8 +28,7 @@ mcf_eth10g_ip X0Y2 156.25 200
 mcf_eth10g_connect node ps/pl_clk0 rst/peripheral_aresetn
 """
 
-SMALL = dict(buffer_bytes=512, buffer_depth=64, reduce_beats=32, softmax_fan_in=0, reduce_slots=1,
-             route_entries=16, desc_depth=4, payload_depth=64, meta_queue_depth=16, desc_queue_depth=16)
+SMALL = NodeConfig.tiny()
 
 
 def module_ports(text, name):
@@ -46,7 +46,7 @@ def test_eth10g_tcl_wires_real_pins(tmp_path):
     r = subprocess.run(["tclsh", "run.tcl"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     calls = r.stdout.splitlines()
-    node_pins = set(eth10g.node_gt_pins(EthNode(64, max_frame=1518, **SMALL)))
+    node_pins = set(eth10g.node_gt_pins(EthNode(SMALL, max_frame=1518)))
     gt_pins = module_ports(eth10g.GT_WRAPPER_V, "mcf_eth10g_gt")
     used_node = set(re.findall(r"pin:node/(\w+)", r.stdout))
     used_gt = set(re.findall(r"pin:gt/(\w+)", r.stdout))
@@ -86,4 +86,4 @@ def test_gt_wrapper_compiles(tmp_path):
 def test_node_without_gt_ports_is_refused():
     from mcf.hw.node import Node
     with pytest.raises(ValueError, match="EthNode"):
-        eth10g.node_gt_pins(Node(64, 1, **SMALL))
+        eth10g.node_gt_pins(Node(SMALL))

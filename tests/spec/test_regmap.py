@@ -42,3 +42,18 @@ def test_dma_descriptor_round_trip():
     assert spec.DMA_DESCRIPTOR.unpack(word) == {k: int(v) for k, v in d.items()}
     with pytest.raises(SpecError, match="length"):
         spec.DMA_DESCRIPTOR.pack({**d, "length": 1 << 32})
+
+
+def test_register_codec():
+    """encode / decode / mask, like BitLayout's: fields by name, range-checked, others 0."""
+    caps = REGISTERS["CAPS"]
+    word = caps.encode(data_bytes=16, net_ports=3, desc_queue_log2=2)
+    assert word == 16 | 3 << 8 | 2 << 16
+    assert caps.decode(word | 0xFFF0_0000) == {"data_bytes": 16, "net_ports": 3, "meta_queue_log2": 0,
+                                               "desc_queue_log2": 2}
+    assert caps.mask == 0x000F_FFFF and REGISTERS["DMA_WINDOW_BASE_LO"].mask == 0xFFFF_FFFF
+    assert REGISTERS["DESC_DONE"].field("tag").mask == 0x07FF_0000
+    with pytest.raises(SpecError, match=r"^CAPS\.net_ports=16 does not fit in 4 bits$"):
+        caps.encode(net_ports=16)
+    with pytest.raises(KeyError, match="CAPS has no field bogus"):
+        caps.encode(bogus=1)

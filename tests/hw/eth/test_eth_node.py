@@ -19,11 +19,12 @@ from cocotb.triggers import ClockCycles, Timer
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from mcf.sim.cocotb_util import bounded, params
+from mcf.spec.node import NodeConfig
 
-SMALL = dict(buffer_bytes=512, buffer_depth=64, reduce_beats=32, softmax_fan_in=0, reduce_slots=1,
-             route_entries=16, desc_depth=4, payload_depth=64, meta_queue_depth=16, desc_queue_depth=16)
-PARAMS = {"data_width": 64, "max_frame": 600, "ber_window": 512, "seq": 16, "chunk": 4, "budget_tokens": 12,
-          "desc_queue_depth": SMALL["desc_queue_depth"]}
+#: The two nodes of the bench: the tiny model's node, as in tests/hw/test_node.py.
+CONFIG = NodeConfig.tiny()
+PARAMS = {"max_frame": 600, "ber_window": 512, "seq": 16, "chunk": 4, "budget_tokens": 12,
+          "desc_queue_depth": CONFIG.desc_queue_depth}
 NODE_NS = 5.0
 LINK_NS = (6.206, 6.21)          # the two transmit clocks differ by ~600 ppm
 
@@ -31,20 +32,21 @@ LINK_NS = (6.206, 6.21)          # the two transmit clocks differ by ~600 ppm
 class EthNodePair(wiring.Component):
     """Node 0 transmits in domain ``lnk0`` (node 1 receives in it), node 1 in ``lnk1``."""
 
-    def __init__(self, data_width, max_frame, ber_window, **node):
+    def __init__(self, config: NodeConfig, max_frame: int, ber_window: int):
         from mcf.hw.axi.full import AXI4Signature
         from mcf.hw.axi.lite import AXI4LiteSignature
         from mcf.spec.regmap import ADDR_BITS, DATA_BITS
-        self.args = dict(data_width=data_width, max_frame=max_frame, ber_window=ber_window, **node)
+        self.config, self.port_args = config, dict(max_frame=max_frame, ber_window=ber_window)
         super().__init__({"axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)).array(2),
-                          "m_axi": Out(AXI4Signature(40, data_width, 1)).array(2)})
+                          "m_axi": Out(AXI4Signature(config.ddr_addr_bits, config.data_width, 1)).array(2)})
 
     def elaborate(self, platform):
         from mcf.hw.eth.eth_node import EthNode
         from mcf.sim.eth.link import SerialLink
         m = Module()
         for n in range(2):
-            node = DomainRenamer({"eth_tx": f"lnk{n}", "eth_rx": f"lnk{1 - n}"})(EthNode(**self.args))
+            node = EthNode(self.config, **self.port_args)
+            node = DomainRenamer({"eth_tx": f"lnk{n}", "eth_rx": f"lnk{1 - n}"})(node)
             m.submodules[f"node{n}"] = node
             wiring.connect(m, wiring.flipped(self.axil[n]), node.s_axil)
             wiring.connect(m, wiring.flipped(self.m_axi[n]), node.m_axi)
@@ -58,7 +60,6 @@ class EthNodePair(wiring.Component):
 
 @cocotb.test()
 async def run_mars_over_ethernet(dut):
-    from mcf.sim.node.test_node import DST_BASE, RAM_BYTES, SLOT, SRC_BASE, block_bytes, transfers
     from mcf.spec import DmaDescriptor, DmaDir, LinkStatus
     from mcf.spec.eth import node_mac
     from mcf.sw.driver import CocotbBackend, Driver
@@ -66,6 +67,7 @@ async def run_mars_over_ethernet(dut):
     from mcf.sw.mars.planner import PlanRequest, plan
     from mcf.sw.mars.profile import load_profile
     from mcf.sw.models import load_model
+    from tests.hw.test_node import DST_BASE, RAM_BYTES, SLOT, SRC_BASE, block_bytes, transfers
     p = params()
     pl = plan(PlanRequest(model=load_model("tiny"), seq_len=p["seq"], nodes=2, profile=load_profile("kr260"),
                           scheme="mars", chunk_size=p["chunk"], budget_bytes=p["budget_tokens"] * 64))
@@ -139,11 +141,14 @@ async def run_mars_over_ethernet(dut):
 def test_mars_over_ethernet(build_dir):
     from mcf.sim.runner import run_cocotb
     p = PARAMS
-    run_cocotb(EthNodePair(p["data_width"], p["max_frame"], p["ber_window"], **SMALL), __name__, build_dir,
+    run_cocotb(EthNodePair(CONFIG, p["max_frame"], p["ber_window"]), __name__, build_dir,
                testcase="run_mars_over_ethernet", params=p)
 
 
 def test_construction():
     from mcf.hw.eth.eth_node import EthNode
-    node = EthNode(64, max_frame=1518, **SMALL)
+    node = EthNode(CONFIG, max_frame=1518)
     assert len(node.gt_tx) == 64 and node.port.max_packet == 1518 - 4 - 16
+    assert len(node.m_axi.rdata) == CONFIG.data_width
+    with pytest.raises(ValueError, match=r"^net_ports=2: an EthNode has one network port"):
+        EthNode(CONFIG.replace(net_ports=2))

@@ -1,0 +1,95 @@
+"""Helpers every block shares: the build-time ``log2_exact`` that checks a size, the exp2 ROM
+(the NIC's softmax merge and the attention unit read the same table), and the fixed-point
+primitives of the compute units, each the RTL twin of one of ``mcf.sw.golden.fixed``
+(``sat``, ``rshr``, ``bitlen``), which build combinational logic into a module and return
+the result value."""
+from __future__ import annotations
+
+from amaranth import Cat, Const, Mux, Signal, signed, unsigned
+from amaranth.hdl import Value
+from amaranth.lib import memory
+
+from mcf.spec.fixed import EXP2_LUT, EXP_LUT_BITS, P_FRAC
+
+
+def log2_exact(value: int, what: str) -> int:
+    """log2 of a power of two; ``ValueError("<what>=<value>: must be a power of two")`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
+        raise ValueError(f"{what}={value}: must be a power of two")
+    return value.bit_length() - 1
+
+
+def exp2_rom() -> memory.Memory:
+    """The exp2 table (``mcf.spec.fixed.EXP2_LUT``: 2^(-f/256) in Q.15, f = 0..255) as a ROM;
+    take a ``read_port()`` (registered) or ``read_port(domain="comb")`` (asynchronous)."""
+    return memory.Memory(shape=P_FRAC + 1, depth=1 << EXP_LUT_BITS, init=[int(x) for x in EXP2_LUT])
+
+
+def sat(m, x: Value, bits: int) -> Signal:
+    """Clamp signed ``x`` to ``bits`` bits (golden ``sat``)."""
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    out = Signal(signed(bits))
+    x = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
+    m.d.comb += out.eq(Mux(x > hi, hi, Mux(x < lo, lo, x)))
+    return out
+
+
+def rshr_pos(m, x: Value, s: Value, width: int) -> Signal:
+    """Round-half-up right shift by a non-negative ``s``: (x + 2^(s-1)) >> s, x for s = 0.
+
+    Written as ((x >> (s-1)) + 1) >> 1, which equals it for s >= 1 and needs neither a
+    variable left shift nor a wide adder; shifts past the width of x give 0 or -1 + 1 >> 1 = 0,
+    as the golden model's ``rshr`` does for shifts beyond 62."""
+    xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
+    out = Signal(signed(width))
+    cap = len(xs) + 1
+    sc = Signal(range(cap + 1))
+    m.d.comb += sc.eq(Mux(s > cap, cap, s))
+    sc1 = Signal(range(cap + 1))
+    m.d.comb += sc1.eq(sc - 1)                  # wraps at s = 0, where it is unused
+    pre = Signal(signed(len(xs) + 1))
+    m.d.comb += pre.eq((xs >> sc1) + 1)
+    m.d.comb += out.eq(Mux(sc == 0, xs, pre >> 1))
+    return out
+
+
+def rshr(m, x: Value, s: Value, max_left: int) -> Signal:
+    """Golden ``rshr`` with a signed shift ``s``: rounding right shift for s > 0, left shift
+    by -s otherwise.  ``max_left`` bounds the left shift: callers saturate the result to
+    fewer bits than that, so a longer shift of a non-zero value saturates all the same."""
+    xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
+    right = Signal(unsigned(max(len(s) - 1, 1)))
+    left = Signal(range(max_left + 1))
+    neg = Signal()
+    m.d.comb += [neg.eq(s < 0), right.eq(Mux(neg, 0, s))]
+    m.d.comb += left.eq(Mux(neg, Mux(-s > max_left, max_left, -s), 0))
+    r = rshr_pos(m, xs, right, len(xs))
+    out = Signal(signed(len(xs) + max_left + 1))
+    m.d.comb += out.eq(Mux(neg, xs << left, r))
+    return out
+
+
+def bitlen(m, x: Value) -> Signal:
+    """Bits of a non-negative integer (0 -> 0): a priority encoder (golden ``bitlen``)."""
+    n = Signal(range(len(x) + 1))
+    for i in range(len(x)):          # later (higher) bits win
+        with m.If(x[i]):
+            m.d.comb += n.eq(i + 1)
+    return n
+
+
+def abs_(m, x: Value) -> Signal:
+    out = Signal(unsigned(len(x)))
+    m.d.comb += out.eq(Mux(x < 0, -x, x))
+    return out
+
+
+def write_indexed(m, signals, index, value, enable=None):
+    """``signals[index] <= value`` (sync), one comparator per element: an Array on the left
+    would give case statements without a default, which the lint rejects."""
+    for i, s in enumerate(signals):
+        cond = index == i
+        if enable is not None:
+            cond = cond & enable
+        with m.If(cond):
+            m.d.sync += s.eq(value)

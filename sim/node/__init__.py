@@ -1,1 +1,0 @@
-"""cocotb benches of the node top (hw/node.py)."""

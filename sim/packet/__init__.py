@@ -1,1 +1,0 @@
-"""cocotb benches of the packet framing blocks (hw/packet)."""

@@ -1,0 +1,156 @@
+"""The configuration of one MCF node: every size the hardware is elaborated with, in one place.
+
+``Node`` (``mcf.hw.node``), the other tops (``ControlAndDma``, ``NicNode``), the block
+registry's variants, the cluster model's hardware profile (``mcf.sw.mars.profile``) and the
+benches derive their parameters from a ``NodeConfig``; nothing else writes a default.
+
+    cfg = NodeConfig()                            # the KR260 node, Qwen2.5-1.5B shapes
+    cfg = NodeConfig.tiny()                       # the tiny model's node, small buffers (tests)
+    cfg = NodeConfig.for_model(model_config)      # the shapes of any Qwen2-family model
+    cfg.replace(data_width=64, net_ports=2)       # a variant
+
+Pure Python: ``for_model`` reads the shape attributes of whatever model object it is given
+(``hidden_size``, ``intermediate_size``, ``num_heads``, ``num_kv_heads``, ``head_dim``), so
+the spec imports nothing of the runtime.  A new unit adds its fields here (with defaults) and
+a check in ``check``; ``replace`` and the presets keep working.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+from .bits import SpecError
+from .packet import ROUTE_TABLE_ENTRIES, check_data_width
+
+#: The PL clock a node is built for: the MCF paper's 200 MHz (Table 2).  The KR260's PS PLL
+#: makes pl_clk0 = 1500 MHz / n (187.5 or 214.3 MHz near 200), so the board flow will change
+#: this number; it is written here and nowhere else.
+PL_CLOCK_HZ = 200_000_000
+
+
+def _pow2(value: int) -> bool:
+    return value >= 1 and not value & (value - 1)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """One node's build parameters.  Widths in bits, sizes in bytes, depths in entries."""
+    # --- datapath, DDR and network ----------------------------------------------------------------
+    data_width: int = 128            # AXI4 (DDR) and AXI-Stream width of the datapath
+    hp_ports: int = 1                # AXI4 masters into the PS DDR (S_AXI_HP*)
+    net_ports: int = 1               # network ports (a KR260 has one SFP+ cage)
+    ddr_addr_bits: int = 40          # DDR address bits (the PS physical address space)
+    buffer_bytes: int = 4096         # each ping-pong buffer of the DMA loader (the longest LOAD)
+    buffers: int = 2                 # ping-pong buffers
+    meta_queue_depth: int = 16       # metadata queue (Meta headers the PS pushed)
+    desc_queue_depth: int = 16       # DMA descriptor queue
+    payload_depth: int = 512         # packetizer payload FIFO, beats
+    # --- NIC ---------------------------------------------------------------------------------------
+    nic_buffer_depth: int = 256      # beats buffered per NIC input (the longest payload)
+    nic_desc_depth: int = 16         # packets buffered per NIC input
+    route_entries: int = ROUTE_TABLE_ENTRIES
+    reduce_slots: int = 4            # reductions in progress at once
+    reduce_beats: int = 128          # longest reduction payload, beats
+    softmax_fan_in: int = 4          # most contributions of one SOFTMAX_MERGE (0: none built)
+    # --- compute engine ----------------------------------------------------------------------------
+    mac_rows: int = 16               # matrix unit: MAC array rows (output rows per weight beat)
+    mac_lanes: int = 16              # matrix unit: MAC array lanes (inputs per row per cycle)
+    max_tokens: int = 16             # tokens sharing each weight beat (query rows per pass)
+    vec_lanes: int = 8               # vector unit lanes
+    att_rows: int = 8                # attention unit query rows (GQA group heads x tokens)
+    max_keys: int = 4096             # attention unit keys per job
+    kv_lanes: int = 16               # KV block writer lanes
+    clock_hz: int = PL_CLOCK_HZ
+    # --- model shapes the engine is elaborated for (default: Qwen2.5-1.5B) ------------------------
+    hidden_size: int = 1536
+    intermediate_size: int = 8960
+    num_heads: int = 12
+    num_kv_heads: int = 2
+    head_dim: int = 128
+
+    def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """Refuse sizes the hardware cannot be built with (``SpecError`` naming the field)."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise SpecError(f"NodeConfig.{f.name}={v!r}: must be an integer")
+            if v < (0 if f.name == "softmax_fan_in" else 1):
+                raise SpecError(f"NodeConfig.{f.name}={v}: must be >= {0 if f.name == 'softmax_fan_in' else 1}")
+        check_data_width(self.data_width)
+        for name in ("buffer_bytes", "meta_queue_depth", "desc_queue_depth", "payload_depth",
+                     "nic_buffer_depth", "route_entries", "reduce_beats", "mac_lanes", "max_tokens",
+                     "vec_lanes", "max_keys"):
+            if not _pow2(getattr(self, name)):
+                raise SpecError(f"NodeConfig.{name}={getattr(self, name)}: must be a power of two")
+        if self.num_heads % self.num_kv_heads:
+            raise SpecError(f"NodeConfig: num_heads={self.num_heads} is not a multiple of "
+                            f"num_kv_heads={self.num_kv_heads}")
+
+    # --- derived sizes ------------------------------------------------------------------------------
+    @property
+    def data_bytes(self) -> int:
+        return self.data_width // 8
+
+    @property
+    def state_words(self) -> int:
+        """32-bit words of one (m, l, o) softmax-state row: head_dim + 2."""
+        return self.head_dim + 2
+
+    @property
+    def group(self) -> int:
+        """GQA group: query heads per KV head."""
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.mac_rows * self.mac_lanes
+
+    def nic_params(self) -> dict:
+        """Keyword arguments of ``mcf.hw.nic.nic.Nic`` (besides data width and ports)."""
+        return {"buffer_depth": self.nic_buffer_depth, "desc_depth": self.nic_desc_depth,
+                "route_entries": self.route_entries, "reduce_slots": self.reduce_slots,
+                "reduce_beats": self.reduce_beats, "softmax_fan_in": self.softmax_fan_in,
+                "state_words": self.state_words}
+
+    # --- construction -------------------------------------------------------------------------------
+    def replace(self, **changes) -> "NodeConfig":
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise SpecError(f"NodeConfig has no field(s) {', '.join(sorted(unknown))}")
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def fields_of(self, *names: str) -> dict:
+        """Some fields by name (a block's registry parameters)."""
+        return {name: getattr(self, name) for name in names}
+
+    @classmethod
+    def for_model(cls, model, **changes) -> "NodeConfig":
+        """The node elaborated for ``model``'s shapes (any object with ``hidden_size``,
+        ``intermediate_size``, ``num_heads``, ``num_kv_heads``, ``head_dim``)."""
+        shapes = {name: getattr(model, name) for name in MODEL_SHAPES}
+        return cls(**{**shapes, **changes})
+
+    @classmethod
+    def tiny(cls, **changes) -> "NodeConfig":
+        """The tiny model's node (``sw/models/tiny.yaml``) with small buffers and a small
+        engine, as the unit and two-node benches build it."""
+        base = dict(data_width=64, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
+                    nic_desc_depth=4, route_entries=16, reduce_slots=1, reduce_beats=32, softmax_fan_in=0,
+                    mac_rows=4, mac_lanes=8, max_tokens=8, vec_lanes=8, att_rows=4, max_keys=64, kv_lanes=4,
+                    hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16)
+        return cls(**{**base, **changes})
+
+    @classmethod
+    def qwen2_5_1_5b(cls, **changes) -> "NodeConfig":
+        """Qwen2.5-1.5B's shapes (``sw/models/qwen2.5-1.5b.yaml``) on the KR260 node: the
+        defaults."""
+        return cls(**changes)
+
+
+#: The model attributes a node is elaborated for.
+MODEL_SHAPES = ("hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim")

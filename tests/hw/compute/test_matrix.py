@@ -1,0 +1,173 @@
+"""Matrix unit (hw/compute/matrix.py): construction, Amaranth-simulator tests, and the cocotb
+benches with their pytest runners, against ``fixed.linear``.
+
+``run_linear`` puts random backpressure on every stream; ``run_utilization`` runs a steady-state
+tile with every stream ready and reports the MAC utilization (``mcf bench compute`` runs it).
+"""
+import json
+import re
+
+import cocotb
+import numpy as np
+import pytest
+from cocotb.triggers import ReadOnly, RisingEdge
+from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+
+from mcf.hw.compute.matrix import MatrixUnit, cmd_layout
+from mcf.sim.cocotb_util import StreamSource, bounded, params, pauses, start, write_port
+from mcf.sim.compute.drive import run_matrix
+from mcf.sim.compute.jobs import linear_job
+from mcf.sim.runner import run_cocotb
+
+
+def open_ports(dut, p, stall: bool):
+    seed = p.get("seed", 1)
+    w = AxiStreamSource(AxiStreamBus.from_prefix(dut, "w", bus_separator="__"), dut.clk, dut.rst)
+    o = AxiStreamSink(AxiStreamBus.from_prefix(dut, "o", bus_separator="__"), dut.clk, dut.rst)
+    if stall:
+        w.set_pause_generator(pauses(seed + 1))
+        o.set_pause_generator(pauses(seed + 2))
+    scale = StreamSource(dut, "scale", dut.clk, pauses(seed + 3, 0.2) if stall else None)
+    bias = StreamSource(dut, "bias", dut.clk, pauses(seed + 4, 0.2) if stall else None)
+    cmd = StreamSource(dut, "cmd", dut.clk)
+    dut.act__en.value = 0
+    dut.exp__en.value = 0
+    return w, o, scale, bias, cmd
+
+
+async def drive_job(dut, p, job, w, o, scale, bias, cmd):
+    layout = cmd_layout(p["max_tokens"], p["max_inputs"] // p["mac_lanes"], p["max_tiles"])
+    await write_port(dut, "act", dut.clk, job.act)
+    await write_port(dut, "exp", dut.clk, job.exp)
+    await cmd.send([layout.const(job.cmd).as_value().value])
+    cocotb.start_soon(scale.send(job.scale))
+    cocotb.start_soon(bias.send(job.bias))
+    nbytes = p["mac_rows"] * p["mac_lanes"] // 2
+    await w.send(AxiStreamFrame(b"".join(x.to_bytes(nbytes, "little") for x in job.w)))
+    frame = await bounded(o.recv(), 50 * len(job.w) * job.cmd["tokens"] * 10 + 10_000, "output frame")
+    nb = p["mac_rows"] * 4
+    got = [int.from_bytes(bytes(frame.tdata)[i:i + nb], "little") for i in range(0, len(frame.tdata), nb)]
+    assert len(got) == len(job.expected), f"{len(got)} output beats, expected {len(job.expected)}"
+    for i, (a, b) in enumerate(zip(got, job.expected)):
+        assert a == b, f"beat {i}: got {a:#x} expected {b:#x}"
+
+
+@cocotb.test()
+async def run_linear(dut):
+    """Random shapes, token counts, group sizes, with and without bias, under backpressure."""
+    p = params()
+    rng = np.random.default_rng(p.get("seed", 1))
+    ports = open_ports(dut, p, stall=True)
+    await start(dut)
+    R, K, TM = p["mac_rows"], p["mac_lanes"], p["max_tokens"]
+    for _ in range(p.get("jobs", 4)):
+        group = K * int(rng.choice([1, 2]))
+        n = group * int(rng.integers(1, p["max_inputs"] // group + 1))
+        out = R * int(rng.integers(1, 4))
+        t = int(rng.integers(1, TM + 1))
+        job = linear_job(rng, R, K, TM, t, n, out, group, bias=bool(rng.integers(0, 2)))
+        await drive_job(dut, p, job, *ports)
+
+
+@cocotb.test()
+async def run_utilization(dut):
+    """A steady-state GEMM (every stream ready): MAC strobes / cycles from first to last issue."""
+    p = params()
+    rng = np.random.default_rng(p.get("seed", 1))
+    ports = open_ports(dut, p, stall=False)
+    await start(dut)
+    R, K, TM = p["mac_rows"], p["mac_lanes"], p["max_tokens"]
+    job = linear_job(rng, R, K, TM, p["tokens"], p["max_inputs"], R * p["tiles"], p["group"])
+    counts = {"mac": 0, "cycles": 0, "first": None, "last": None}
+
+    async def count():
+        cyc = 0
+        while True:
+            await ReadOnly()
+            if dut.mac.value:
+                counts["mac"] += 1
+                counts["first"] = cyc if counts["first"] is None else counts["first"]
+                counts["last"] = cyc
+            await RisingEdge(dut.clk)
+            cyc += 1
+
+    cocotb.start_soon(count())
+    await drive_job(dut, p, job, *ports)
+    span = counts["last"] - counts["first"] + 1
+    report = {"mac_cycles": counts["mac"], "span_cycles": span,
+              "mac_utilization": counts["mac"] / span, "macs": job.macs,
+              "macs_per_cycle": job.macs / span}
+    assert counts["mac"] * R * K == job.macs
+    if p.get("report"):
+        with open(p["report"], "w") as f:
+            json.dump(report, f)
+
+
+def test_construction():
+    mu = MatrixUnit(mac_rows=4, mac_lanes=8, max_tokens=8, max_inputs=256)
+    assert mu.macs_per_cycle == 32 and len(mu.w.tdata) == 128 and len(mu.o.tdata) == 128
+    assert (256 * 2 ** 15 * 8 * (2 ** 16 - 1)).bit_length() + 1 <= mu.acc_width   # exact accumulator
+    assert MatrixUnit(16, 16, 16, 8960, 9496).acc_width == 49      # Qwen2.5-1.5B down_proj
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(mac_lanes=6), "mac_lanes=6: must be a power of two"),
+    (dict(max_tokens=3), "max_tokens=3: must be a power of two"),
+    (dict(mac_rows=3), "mac_rows=3: packed products need an even number of rows"),
+    (dict(mac_rows=0), "mac_rows=0: must be >= 1"),
+    (dict(mac_lanes=8, max_inputs=100), "mac_lanes=8 does not divide max_inputs=100"),
+])
+def test_bad_params(kw, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        MatrixUnit(**kw)
+
+
+def amaranth_run(dut, job):
+    """One job through the shared Amaranth-simulator driver (mcf.sim.compute.drive)."""
+    return run_matrix(dut, [job])[0]
+
+
+@pytest.mark.parametrize("t,packed,lanes", [(1, True, 4), (3, True, 8), (3, False, 4)])
+def test_linear_amaranth_sim(t, packed, lanes):
+    rng = np.random.default_rng(t)
+    dut = MatrixUnit(mac_rows=2, mac_lanes=lanes, max_tokens=4, max_inputs=32, max_tiles=4, packed=packed)
+    job = linear_job(rng, 2, lanes, 4, t=t, n=32, out=4, group=8)
+    assert amaranth_run(dut, job) == job.expected
+
+
+PARAMS = dict(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=32, max_tiles=4)
+
+
+@pytest.mark.cocotb
+def test_linear_cocotb(build_dir):
+    run_cocotb(MatrixUnit(**PARAMS), __name__, build_dir,
+               testcase="run_linear", params={**PARAMS, "jobs": 5})
+
+
+@pytest.mark.cocotb
+def test_utilization_cocotb(build_dir, tmp_path):
+    import json
+    report = tmp_path / "util.json"
+    run_cocotb(MatrixUnit(**PARAMS), __name__, build_dir, testcase="run_utilization",
+               params={**PARAMS, "tokens": 1, "tiles": 4, "group": 8, "report": str(report)})
+    figures = json.loads(report.read_text())
+    assert figures["mac_utilization"] >= 0.9, figures
+
+
+@pytest.mark.parametrize("w_exp,e,packed", [(0, -10, True), (60, -16, True), (20, -16, True), (20, -16, False)])
+def test_extremes_amaranth_sim(w_exp, e, packed):
+    """Largest products and scales, left shifts that saturate and right shifts past the width.
+    (Not much larger left shifts: golden rshr shifts int64 left unchecked, so acc << 26 wraps.)"""
+    from mcf.sim.compute.jobs import pack_linear
+    from mcf.sw.golden import fixed as fx
+    t, n, out, g = 2, 32, 4, 8
+    m = np.full((t, n), -32768, dtype=np.int64)
+    m[1, ::2] = 32767
+    qw = fx.QLinear(np.full((out, n), -8, dtype=np.int8), np.full((out, n // g), 65535, dtype=np.uint16), w_exp, g)
+    qw.q[1] = 7
+    ex = np.full(t, e, dtype=np.int64)
+    b = np.array([fx.INT32_MAX, fx.INT32_MIN, 5, -5])
+    y = fx.linear((m, ex), qw, b)
+    job = pack_linear(m, ex, qw, b, y, 2, 4, 4)
+    dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=32, max_tiles=4, packed=packed)
+    assert amaranth_run(dut, job) == job.expected

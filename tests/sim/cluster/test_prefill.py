@@ -1,0 +1,137 @@
+"""Prefill and decode of the cluster model against hand-derived numbers (Qwen2.5-1.5B INT4, KR260).
+
+Hand figures: M_token = 2 x 28 layers x 2 KV heads x 128 x 0.5 B = 7168 B; params per layer =
+2 x 1536^2 (Q, O) + 2 x 1536 x 256 (K, V) + 3 x 1536 x 8960 (MLP) = 46,792,704.
+"""
+import numpy as np
+import pytest
+
+from mcf.sim.cluster import make_plan, run
+from mcf.sim.cluster.decode import simulate_decode
+from mcf.sim.cluster.prefill import fetch_groups
+from mcf.sw.mars.profile import load_profile
+from mcf.spec.topology import Topology
+from mcf.sw.models import load_model
+
+M = "qwen2.5-1.5b"
+MT = 7168
+LAYER_PARAMS = 46_792_704
+L = 28
+P_NODE = 16 * 16 * 2 * 200e6 * 0.90   # compute_efficiency measured by `mcf bench compute`
+DDR = 19.2e9 * 0.7
+SETUP = 32 / 200e6
+
+
+def test_model_figures_are_the_hand_ones():
+    m = load_model(M)
+    assert m.kv_token_bytes == MT and m.params_per_layer == LAYER_PARAMS
+
+
+def test_mars_prefill_ends_in_the_owner_only_layout():
+    # 4096 tokens, B = 256 -> 16 blocks, round-robin owners on 4 nodes: 4 blocks each
+    S, B, N = 4096, 256, 4
+    share = 4 * B * MT
+    r = run(M, S, N, "mars", chunk=B, budget=2 * share, decode=None)
+    assert r.plan.r_step[0] > 1                            # it did replicate early on
+    assert r.prefill.memory_per_step.max() > share         # ... so memory rose above the share
+    assert list(r.prefill.memory_per_step[-1]) == [share] * N
+    # the simulated KV pool follows the plan's memory step by step and stays within the budget
+    assert np.array_equal(r.prefill.memory_per_step, r.plan.memory)
+    assert r.prefill.memory_per_step.max() <= 2 * share
+
+
+@pytest.mark.parametrize("chunk_kv,blocks_per_pair", [("plan", lambda C: C * (C - 1) // 2),
+                                                      ("allgather", lambda C: C * (C + 1) // 2)])
+def test_ring_volume_is_eq21(chunk_kv, blocks_per_pair):
+    # eq. 21 with r = 1, h_ring = 1: M_chunk (N - 1) C (C + 1) / 2.  The plan moves only history
+    # blocks (chunk c reads c - 1 earlier blocks); the chunk all-gather adds the c-th.
+    S, B, N = 2048, 256, 4
+    C = S // B
+    r = run(M, S, N, "ring", chunk=B, decode=None, chunk_kv=chunk_kv)
+    assert r.prefill.comm_bytes == B * MT * (N - 1) * blocks_per_pair(C)
+    assert list(r.prefill.memory_per_step[-1]) == [2 * B * MT] * N     # contiguous, 2 blocks each
+
+
+@pytest.mark.parametrize("scheme,budget", [("mars", 2 * 4096 * MT // 4), ("pd", None), ("ring", None),
+                                           ("zigzag", None), ("full", None)])
+def test_fetch_groups_carry_exactly_the_plans_fetches(scheme, budget):
+    p = make_plan(M, 4096, 4, scheme, chunk=256, budget=budget)
+    for t in range(p.num_chunks):
+        want, got = {}, {}
+        for b, s, dsts, nb in p.fetches(t):
+            assert scheme not in ("ring", "zigzag") or len(dsts) == 1
+            for d in dsts:
+                want[(s, d)] = want.get((s, d), 0) + nb
+        for s, dsts, nb, ntok, blocks in fetch_groups(p, t):
+            assert ntok * MT == nb
+            hops = zip((s,) + dsts, dsts) if scheme in ("ring", "zigzag") else ((s, d) for d in dsts)
+            for a, d in hops:                           # ring: the block walks hop by hop
+                got[(a, d)] = got.get((a, d), 0) + nb
+        assert got == want, t
+
+
+def test_simulated_comm_equals_the_plans_for_every_scheme():
+    for scheme in ("mars", "ring", "zigzag", "full", "pd"):
+        r = run(M, 2048, 4, scheme, chunk=256, decode=None)
+        assert r.prefill.comm_bytes == r.plan.comm_bytes, scheme
+
+
+def test_single_chunk_prefill_is_compute_bound():
+    # N = 2, one chunk of 1024 tokens: each node does 512 rows of dense layers and attends over
+    # (1024 + 1) / 2 causal keys; then the LM head of the first token streams its weights (DDR).
+    rows = 512
+    dense = 2 * LAYER_PARAMS * L * rows
+    attn = 4 * L * 12 * 128 * rows * 512.5
+    head_ddr = 151936 * 1536 * 0.5 / DDR
+    r = run(M, 1024, 2, "mars", chunk=1024, decode=None)
+    assert r.prefill.ttft_s == pytest.approx((dense + attn) / P_NODE + head_ddr + 3 * SETUP, rel=1e-9)
+
+
+def test_pd_hands_the_kv_to_the_decode_group():
+    r = run(M, 2048, 4, "pd", chunk=256, decode=None)
+    assert list(r.prefill.memory_per_step[-1]) == [0, 0, 1024 * MT, 1024 * MT]
+    assert r.prefill.comm_by_kind["handoff"] == 2048 * MT
+
+
+def test_decode_one_node_is_capped_by_weight_streaming():
+    prof, m = load_profile("kr260"), load_model(M)
+    d = simulate_decode(m, prof, Topology("switch", 1), [0.0])
+    weights = (LAYER_PARAMS * L + 151936 * 1536) * 0.5
+    assert d.token_s == pytest.approx(weights / DDR, rel=1e-3)
+    assert d.tokens_per_s == pytest.approx(DDR / weights, rel=1e-3)     # ~17.4 tokens/s
+
+
+def test_decode_variants_on_four_nodes():
+    prof, m = load_profile("kr260"), load_model(M)
+    topo = Topology("switch", 4)
+    kv = [4096.0] * 4
+    kvs = simulate_decode(m, prof, topo, kv, "kv-stationary")
+    tp = simulate_decode(m, prof, topo, kv, "tensor-parallel")
+    pq = simulate_decode(m, prof, topo, kv, "pass-q")
+    weights = (LAYER_PARAMS * L + 151936 * 1536) * 0.5
+    assert kvs.tokens_per_s < DDR / weights                 # root streams all the weights
+    assert DDR / weights < tp.tokens_per_s < 4 * DDR / weights
+    assert pq.tokens_per_s < kvs.tokens_per_s               # the query walks the ring serially
+    assert kvs.comm_bytes_per_token > 0
+
+
+def test_lookahead_and_topologies_run():
+    for topo in ("ring", "grid"):
+        prof = load_profile("kr260").with_(net_ports=4)
+        p = make_plan(M, 2048, 4, "mars", prof, chunk=256, topology=topo, budget=2 * 2048 * MT // 4)
+        r = run(M, 2048, 4, plan=p, decode="kv-stationary", lookahead=0)
+        assert r.prefill.comm_bytes == p.comm_bytes
+        assert np.isfinite(r.prefill.ttft_s) and r.decode.tokens_per_s > 0
+
+
+@pytest.mark.parametrize("scheme,budget", [("mars", 2 * 4096 * MT // 4), ("pd", None), ("ring", None),
+                                           ("full", None)])
+def test_executing_the_lowered_programs_moves_what_the_plan_says(scheme, budget):
+    """The per-node programs (Meta descriptors from mcf.sw.mars.lower) and the plan agree on
+    every byte and every memory step; timing may differ only by message grouping."""
+    a = run(M, 4096, 4, scheme, chunk=256, budget=budget, decode=None)
+    b = run(M, 4096, 4, scheme, chunk=256, budget=budget, decode=None, programs=True)
+    assert b.prefill.comm_bytes == a.prefill.comm_bytes == a.plan.comm_bytes
+    assert b.prefill.comm_by_kind == a.prefill.comm_by_kind
+    assert np.array_equal(b.prefill.memory_per_step, a.prefill.memory_per_step)
+    assert b.prefill.ttft_s == pytest.approx(a.prefill.ttft_s, rel=0.02)

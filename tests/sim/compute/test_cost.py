@@ -1,0 +1,65 @@
+"""The cycle formulas of mcf.sim.compute.cost against cycle counts in the Amaranth simulator."""
+import numpy as np
+import pytest
+
+from mcf.hw.compute.attention import AttentionUnit
+from mcf.hw.compute.kv_writer import KVWriter
+from mcf.hw.compute.vector import VectorUnit
+from mcf.sim.amaranth_util import Feed, drive, send_command, simulate, write_port
+from mcf.sim.compute import cost
+from mcf.sim.compute.drive import vector_feed
+from mcf.sim.compute.jobs import attention_job, kv_blocks, vector_job
+from mcf.spec.node import NodeConfig
+from mcf.sw.models import load_model
+
+
+def cycles_vector(op, n, lanes):
+    """Cycles from the command to the last output element, always-valid operands."""
+    rng = np.random.default_rng(1)
+    job = vector_job(rng, op, n)
+    dut = VectorUnit(max_n=n, lanes=lanes)
+    out = {}
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+        await send_command(ctx, dut.cmd, job.cmd)
+        out["cycles"] = 1 + await drive(ctx, [vector_feed(dut, job, lanes)],
+                                        lambda ctx: bool(ctx.get(dut.o.valid) and ctx.get(dut.o.payload.last)),
+                                        10_000)
+
+    simulate(dut, bench)
+    return out["cycles"]
+
+
+@pytest.mark.parametrize("op", ["RMSNORM", "SILU", "MUL"])
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_vector_cycles(op, lanes):
+    assert cycles_vector(op, 16, lanes) == cost.vector_cycles(op, 16, lanes)
+
+
+def test_attention_cycles():
+    rng = np.random.default_rng(2)
+    job = attention_job(rng, d=8, group=2, tokens=2, keys=10, final=True)
+    dut = AttentionUnit(head_dim=8, rows=4, max_keys=16)
+    out = {}
+
+    async def bench(ctx):
+        await write_port(ctx, dut.q, job.q)
+        ctx.set(dut.o.tready, 1)
+        await send_command(ctx, dut.cmd, job.cmd)
+        feeds = [Feed.of(dut.k, job.k, raw=True), Feed.of(dut.v, job.v, raw=True)]
+        out["cycles"] = 1 + await drive(ctx, feeds,
+                                        lambda ctx: bool(ctx.get(dut.o.tvalid) and ctx.get(dut.o.tlast)),
+                                        10_000)
+
+    simulate(dut, bench)
+    assert out["cycles"] == cost.attention_cycles(10, 4, 8, final=True)
+
+
+def test_layer_cycles_tiny_and_qwen():
+    tiny = load_model("tiny")
+    c = cost.layer_cycles(tiny, tokens=8, context=8)
+    assert c["total"] == c["gemm"] + c["vector"] + c["kv_writer"] + c["attention"]
+    q = cost.layer_cycles(load_model("qwen2.5-1.5b"), tokens=1, context=4096)
+    # decode is GEMM-bound: one weight beat per cycle for every weight of the layer
+    assert q["gemm"] >= load_model("qwen2.5-1.5b").params_per_layer / NodeConfig().macs_per_cycle

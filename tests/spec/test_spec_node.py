@@ -1,0 +1,64 @@
+"""NodeConfig (spec/node.py): presets agree with the model files, bad sizes are refused by name,
+and the tops, the registry and the cluster profile take their sizes from it."""
+import pytest
+
+from mcf.spec import SpecError
+from mcf.spec.node import MODEL_SHAPES, PL_CLOCK_HZ, NodeConfig
+from mcf.sw.mars.profile import NODE_FIELDS, load_profile
+from mcf.sw.models import load_model
+
+
+@pytest.mark.parametrize("preset,model", [(NodeConfig.tiny, "tiny"), (NodeConfig.qwen2_5_1_5b, "qwen2.5-1.5b")])
+def test_presets_have_the_model_files_shapes(preset, model):
+    cfg = load_model(model)
+    node = preset()
+    assert {k: getattr(node, k) for k in MODEL_SHAPES} == {k: getattr(cfg, k) for k in MODEL_SHAPES}
+    assert NodeConfig.for_model(cfg) == NodeConfig().replace(**{k: getattr(cfg, k) for k in MODEL_SHAPES})
+    assert node.state_words == cfg.head_dim + 2 and node.group == cfg.num_heads // cfg.num_kv_heads
+
+
+def test_derived_sizes_and_nic_params():
+    node = NodeConfig(data_width=64, head_dim=4, nic_buffer_depth=64)
+    assert node.data_bytes == 8 and node.macs_per_cycle == 256 and node.clock_hz == PL_CLOCK_HZ
+    assert node.nic_params() == {"buffer_depth": 64, "desc_depth": 16, "route_entries": 4096,
+                                 "reduce_slots": 4, "reduce_beats": 128, "softmax_fan_in": 4, "state_words": 6}
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(buffer_bytes=1000), "NodeConfig.buffer_bytes=1000: must be a power of two"),
+    (dict(mac_lanes=6), "NodeConfig.mac_lanes=6: must be a power of two"),
+    (dict(net_ports=0), "NodeConfig.net_ports=0: must be >= 1"),
+    (dict(data_width=48), "data_width=48: must be a power of two >= 32"),
+    (dict(num_heads=3, num_kv_heads=2), "NodeConfig: num_heads=3 is not a multiple of num_kv_heads=2"),
+    (dict(clock_hz=2e8), "NodeConfig.clock_hz=200000000.0: must be an integer"),
+])
+def test_bad_sizes_are_refused_by_name(kw, message):
+    with pytest.raises(SpecError, match=f"^{message.replace('.', '[.]').replace('(', '[(]')}$"):
+        NodeConfig(**kw)
+
+
+def test_replace_refuses_unknown_fields():
+    with pytest.raises(SpecError, match="^NodeConfig has no field[(]s[)] warp$"):
+        NodeConfig().replace(warp=1)
+
+
+def test_profile_takes_the_node_build_parameters():
+    """The cluster profile's clock, MAC array, tile and ports are the node's (not the YAML's)."""
+    prof, node = load_profile("kr260"), NodeConfig()
+    assert {f: getattr(prof, f) for f in NODE_FIELDS} == {f: getattr(node, n) for f, n in NODE_FIELDS.items()}
+
+
+def test_tops_and_registry_derive_from_the_config():
+    from mcf.hw import registry
+    from mcf.hw.dma import ControlAndDma
+    from mcf.hw.nic.top import NicNode
+    from mcf.hw.node import Node
+    cfg = NodeConfig.tiny(net_ports=2)
+    node = Node(cfg)
+    assert node.nic.net_ports == 2 and node.nic.buffer_depth == cfg.nic_buffer_depth
+    assert node.ctl.csr.dma_buffers == cfg.buffers and node.packetizer is not None
+    assert ControlAndDma(cfg).csr.desc_queue_depth == cfg.desc_queue_depth
+    assert len(NicNode(cfg).tx) == cfg.net_ports and NicNode(cfg).config is cfg
+    default = NodeConfig()
+    assert registry.get("node").params == {"data_width": default.data_width, "net_ports": default.net_ports}
+    assert registry.get("compute").build().config.mac_rows == NodeConfig.tiny().mac_rows
