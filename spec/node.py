@@ -57,8 +57,12 @@ class NodeConfig:
     max_tokens: int = 16             # tokens sharing each weight beat (query rows per pass)
     vec_lanes: int = 8               # vector unit lanes
     att_rows: int = 8                # attention unit query rows (GQA group heads x tokens)
-    max_keys: int = 4096             # attention unit keys per job
+    max_keys: int = 65536            # attention unit: most keys summed into one (m, l, o) state
     kv_lanes: int = 16               # KV block writer lanes
+    # --- execute unit (hw/compute/exec) --------------------------------------------------------------
+    spad_beats: int = 32768          # scratchpad: beats of vec_lanes 32-bit words + one exponent
+    kv_block_keys: int = 2048        # most tokens in one KV segment that ATTN_KV / KVW take
+    dir_entries: int = 4096          # replica directory entries (KV block ids)
     clock_hz: int = PL_CLOCK_HZ
     # --- model shapes the engine is elaborated for (default: Qwen2.5-1.5B) ------------------------
     hidden_size: int = 1536
@@ -81,7 +85,7 @@ class NodeConfig:
         check_data_width(self.data_width)
         for name in ("buffer_bytes", "meta_queue_depth", "desc_queue_depth", "payload_depth",
                      "nic_buffer_depth", "route_entries", "reduce_beats", "mac_lanes", "max_tokens",
-                     "vec_lanes", "max_keys"):
+                     "vec_lanes", "max_keys", "spad_beats", "kv_block_keys", "dir_entries"):
             if not _pow2(getattr(self, name)):
                 raise SpecError(f"NodeConfig.{name}={getattr(self, name)}: must be a power of two")
         if self.num_heads % self.num_kv_heads:
@@ -142,6 +146,7 @@ class NodeConfig:
         base = dict(data_width=64, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
                     nic_desc_depth=4, route_entries=16, reduce_slots=1, reduce_beats=32, softmax_fan_in=0,
                     mac_rows=4, mac_lanes=8, max_tokens=8, vec_lanes=8, att_rows=4, max_keys=64, kv_lanes=4,
+                    spad_beats=2048, kv_block_keys=64, dir_entries=256,
                     hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16)
         return cls(**{**base, **changes})
 
