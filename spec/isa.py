@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 from .bits import BitLayout, Field, SpecError
+from .fixed import POS_BITS
 from .kv import KV_ALIGN
 from .packet import KV_ID_BITS, NODE_BITS, ROUTE_ID_BITS, SEQ_BITS, Collective, Op, ReduceOp, Stage
 from .plan import REPLICA_STATE_BITS, ReplicaState
@@ -68,7 +69,6 @@ SEM_BITS = 5
 NUM_SEMS = 1 << SEM_BITS
 SEM_MAX = (1 << 16) - 1
 SPAD_BITS = 20
-POS_BITS = 20
 TAG_BITS = KV_ID_BITS
 
 
