@@ -57,13 +57,18 @@ class NodeConfig:
     max_tokens: int = 16             # tokens sharing each weight beat (query rows per pass)
     vec_lanes: int = 8               # vector unit lanes
     att_rows: int = 8                # attention unit query rows (GQA group heads x tokens)
-    max_keys: int = 65536            # attention unit: most keys summed into one (m, l, o) state
+    max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes
-    # --- execute unit (hw/compute/exec) --------------------------------------------------------------
-    spad_beats: int = 32768          # scratchpad: beats of vec_lanes 32-bit words + one exponent
-    kv_block_keys: int = 2048        # most tokens in one KV segment that ATTN_KV / KVW take
-    dir_entries: int = 4096          # replica directory entries (KV block ids)
     clock_hz: int = PL_CLOCK_HZ
+    # --- sequencer and execute unit (spec/isa.py) ---------------------------------------------------
+    spad_beats: int = 32768          # scratchpad: beats of vec_lanes 32-bit words (+ an exponent each)
+    kv_block_keys: int = 2048        # most tokens in one KV segment an ATTN_KV reads (its scale table)
+    ex_queue_depth: int = 16         # instruction FIFOs between dispatch and the EX / TX / RX queues
+    tx_queue_depth: int = 16
+    rx_queue_depth: int = 16
+    rx_slots: int = 16               # receive table entries (RECVs posted at once)
+    dir_entries: int = 4096          # replica directory entries (block ids)
+    max_context: int = 32768         # positions (RoPE table rows, attention positions)
     # --- model shapes the engine is elaborated for (default: Qwen2.5-1.5B) ------------------------
     hidden_size: int = 1536
     intermediate_size: int = 8960
@@ -88,6 +93,8 @@ class NodeConfig:
                      "vec_lanes", "max_keys", "spad_beats", "kv_block_keys", "dir_entries"):
             if not _pow2(getattr(self, name)):
                 raise SpecError(f"NodeConfig.{name}={getattr(self, name)}: must be a power of two")
+        if self.max_context > 1 << 20:
+            raise SpecError(f"NodeConfig.max_context={self.max_context}: at most 2^20 positions (ISA position fields)")
         if self.num_heads % self.num_kv_heads:
             raise SpecError(f"NodeConfig: num_heads={self.num_heads} is not a multiple of "
                             f"num_kv_heads={self.num_kv_heads}")
@@ -106,6 +113,16 @@ class NodeConfig:
     def group(self) -> int:
         """GQA group: query heads per KV head."""
         return self.num_heads // self.num_kv_heads
+
+    @property
+    def max_payload(self) -> int:
+        """Bytes per packet a SEND cuts its message into: the longest payload the NIC buffers."""
+        return self.nic_buffer_depth * self.data_bytes
+
+    @property
+    def reduce_payload(self) -> int:
+        """The longest payload the NIC's reduction engine combines."""
+        return self.reduce_beats * self.data_bytes
 
     @property
     def macs_per_cycle(self) -> int:
@@ -146,7 +163,8 @@ class NodeConfig:
         base = dict(data_width=64, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
                     nic_desc_depth=4, route_entries=16, reduce_slots=1, reduce_beats=32, softmax_fan_in=0,
                     mac_rows=4, mac_lanes=8, max_tokens=8, vec_lanes=8, att_rows=4, max_keys=64, kv_lanes=4,
-                    spad_beats=2048, kv_block_keys=64, dir_entries=256,
+                    spad_beats=2048, kv_block_keys=64, ex_queue_depth=8, tx_queue_depth=8, rx_queue_depth=8,
+                    rx_slots=8, dir_entries=256, max_context=256,
                     hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16)
         return cls(**{**base, **changes})
 

@@ -84,7 +84,7 @@ class Geometry:
     kv_lanes: int
     max_n: int            # widest row (matrix inputs, vector unit, embedding)
     max_group: int        # largest weight group G
-    max_keys: int
+    max_keys: int         # keys summed into one attention state (the longest context)
     kv_block_keys: int
     dir_entries: int
     buffer_bytes: int     # each ping-pong buffer of the weight loader
@@ -96,7 +96,8 @@ class Geometry:
         max_n = max(c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim)
         return cls(vl=c.vec_lanes, data_width=c.data_width, spad_beats=c.spad_beats, rows=c.mac_rows,
                    lanes=c.mac_lanes, tokens=c.max_tokens, att_rows=c.att_rows, head_dim=c.head_dim,
-                   kv_lanes=c.kv_lanes, max_n=max_n, max_group=max_group, max_keys=c.max_keys,
+                   kv_lanes=c.kv_lanes, max_n=max_n, max_group=max_group,
+                   max_keys=1 << ceil_log2(max(c.max_keys, c.max_context)),
                    kv_block_keys=c.kv_block_keys, dir_entries=c.dir_entries, buffer_bytes=c.buffer_bytes,
                    buffers=c.buffers, fifo_depth=max(32, 2 * c.buffer_bytes // c.data_bytes))
 
