@@ -5,9 +5,10 @@ way the instruction set's ATTN_Q / ATTN_KV / ATTN_EMIT say (``spec/isa.py``).
 The unit holds ``rows`` query rows (the GQA group's heads x some tokens: K and V are read once
 per group) and, per row, a softmax state (m, l, o[head_dim]):
 
-* **loads** (no command): ``q`` writes a query row (mantissas, exponent, position); ``st``
-  writes one state word of a row, word 0 = m, 1 = l, 2 + c = o[c] (ATTN_Q MREF writes word 0
-  of each row, ATTN_Q STATE every word).
+* **loads** (no command): ``q`` writes a query row (mantissas, exponent, position); ``clear``
+  empties every row's state (m = M_EMPTY, l = o = 0: ATTN_Q QUERY does); ``st`` writes one
+  state word of a row, word 0 = m, 1 = l, 2 + c = o[c] (ATTN_Q MREF writes word 0 of each row,
+  ATTN_Q STATE every word).
 * a **pass** (``cmd.emit = 0``) over a stream of keys that ends with ``k.last``.  A key is
   *visible* to row r iff its position <= the row's.  ``AttnPass.MAX`` takes ``k`` alone:
   s = sat32(rshr(dot(q, kq) A_k, -(e_q + E_k + S_FRAC))), m[r] = max(m[r], visible s)
@@ -95,6 +96,7 @@ class AttentionUnit(wiring.Component):
         super().__init__({
             "q": In(MemWriteSignature(max(ceil_log2(rows), 1), q_layout(head_dim).size)),
             "st": In(StateWriteSignature(rows, head_dim)),
+            "clear": In(1),
             "cmd": In(stream.Signature(cmd_layout(rows))),
             "k": In(stream.Signature(k_layout(head_dim))),
             "v": In(stream.Signature(v_layout(head_dim))),
@@ -192,9 +194,9 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += oacc[r][i].eq(oacc[r][i] + w * v2.q[W_BITS * i:W_BITS * (i + 1)].as_signed())
 
             # resets by a pass's ``first`` and the state loads (never during a pass)
-            with m.If(reset_m):
+            with m.If(reset_m | self.clear):
                 m.d.sync += mrow[r].eq(INT32_MIN)
-            with m.If(reset_lo):
+            with m.If(reset_lo | self.clear):
                 m.d.sync += [lacc[r].eq(0)] + [oacc[r][i].eq(0) for i in range(D)]
             with m.If(self.st.en & (self.st.row == r)):
                 with m.Switch(self.st.word):

@@ -289,8 +289,10 @@ class DirMover(Mover):
         left = Signal(16)
         run = Signal()
         last = Signal(25)
-        m.d.comb += [last.eq(ins.block + (ins.count - 1) * ins.stride), self.busy.eq(run)]
-        with m.If(self.start):
+        check = Signal()
+        m.d.comb += [last.eq(ins.block + (ins.count - 1) * ins.stride), self.busy.eq(run | check)]
+        m.d.sync += check.eq(self.start)
+        with m.If(check):
             with m.If((ins.count == 0) | (last >= g.dir_entries)):
                 self.refuse(m)
             with m.Else():
@@ -1223,6 +1225,7 @@ class AttnMover(Mover):
                 m.d.sync += state.eq(S.IDLE)
             with m.Elif(is_q):
                 m.d.sync += state.eq(Mux(what == isa.AttnLoad.QUERY, S.QUERY, S.WORDS))
+                m.d.comb += au.clear.eq(what == isa.AttnLoad.QUERY)       # QUERY empties every state
             with m.Elif(is_emit):
                 with m.If(au.cmd.ready):
                     m.d.comb += [au.cmd.valid.eq(1), au.cmd.payload.emit.eq(1), au.cmd.payload.mode.eq(mode),

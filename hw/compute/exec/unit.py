@@ -71,10 +71,14 @@ class DirReadSignature(wiring.Signature):
         super().__init__({"en": Out(1), "block": Out(block_bits), "state": In(REPLICA_STATE_BITS)})
 
 
-def perf_layout(data_width: int) -> data.StructLayout:
-    nbytes = data_width // 8
-    return data.StructLayout({**{name: 1 for name in PERF_BITS},
-                              "ddr_rd_bytes": range(nbytes + 1), "ddr_wr_bytes": range(nbytes + 1)})
+class PerfSignature(wiring.Signature):
+    """The performance strobes (the unit's view): ``PERF_BITS`` one bit each, and the DDR bytes
+    moved this cycle."""
+
+    def __init__(self, data_width: int):
+        nbytes = data_width // 8
+        super().__init__({**{name: Out(1) for name in PERF_BITS},
+                          "ddr_rd_bytes": Out(range(nbytes + 1)), "ddr_wr_bytes": Out(range(nbytes + 1))})
 
 
 class UnitState(enum.Enum, shape=3):
@@ -106,7 +110,7 @@ class ExecUnit(wiring.Component):
             "m_axi": Out(AXI4Signature(ADDR_BITS, g.data_width, ID_WIDTH)),
             "dir_wr": In(DirWriteSignature(g.dir_bits)),
             "dir_rd": In(DirReadSignature(g.dir_bits)),
-            "perf": Out(perf_layout(g.data_width)),
+            "perf": Out(PerfSignature(g.data_width)),
             "busy": Out(1),
         })
 
@@ -238,7 +242,7 @@ class ExecUnit(wiring.Component):
             m.d.comb += [getattr(la, name).eq(getattr(axi, name)), getattr(ra, name).eq(getattr(axi, name))]
         m.d.comb += [la.rid.eq(0), ra.rid.eq(axi.rid),
                      la.rvalid.eq(axi.rvalid & to_loader), ra.rvalid.eq(axi.rvalid & ~to_loader),
-                     axi.rready.eq(Mux(to_loader, la.rready, ra.rready))]
+                     axi.rready.eq(~axi.rvalid | Mux(to_loader, la.rready, ra.rready))]
         wa = wr.m_axi
         for name in ("awaddr", "awlen", "awsize", "awburst", "awlock", "awcache", "awprot", "awqos", "awvalid",
                      "wdata", "wstrb", "wlast", "wvalid", "bready"):
@@ -258,9 +262,9 @@ class ExecUnit(wiring.Component):
 
 
 @block("exec", "execute unit: SPAD + movers around matrix / vector / attention / KV writer, one AXI4 master",
-       variants=({"model": "qwen2.5-1.5b"},), model="tiny")
-def _exec(model):
-    from mcf.sw.models import load_model
-    if model == "tiny":
-        return ExecUnit(NodeConfig.tiny())
-    return ExecUnit(NodeConfig.for_model(load_model(model)))
+       variants=({"preset": "qwen2.5-1.5b"},), preset="tiny")
+def _exec(preset):
+    presets = {"tiny": NodeConfig.tiny, "qwen2.5-1.5b": NodeConfig.qwen2_5_1_5b}
+    if preset not in presets:
+        raise ValueError(f"exec: preset {preset!r}; known: {', '.join(presets)}")
+    return ExecUnit(presets[preset]())

@@ -148,7 +148,7 @@ def test_attention_amaranth_sim(final, runs, protocol):
 
 
 def test_first_resets_only_its_pass():
-    """APPLY with ``first`` clears l and o but keeps m; MAX with ``first`` resets m only."""
+    """APPLY with ``first`` clears l and o but keeps m; ``clear`` empties the whole state."""
     dut = AttentionUnit(head_dim=4, rows=1, max_keys=16)
     got = []
 
@@ -174,8 +174,18 @@ def test_first_resets_only_its_pass():
                 got.append(ctx.get(dut.o.tdata))
             await ctx.tick()
 
+        # clear (ATTN_Q QUERY) empties the state
+        ctx.set(dut.clear, 1)
+        await ctx.tick()
+        ctx.set(dut.clear, 0)
+        await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": EmitMode.STATE, "rows": 1})
+        for _ in range(12):
+            if ctx.get(dut.o.tvalid):
+                got.append(ctx.get(dut.o.tdata))
+            await ctx.tick()
+
     simulate(dut, bench)
-    assert got == [1234, 0, 0, 0, 0, 0]
+    assert got == [1234, 0, 0, 0, 0, 0] + [fx.INT32_MIN & 0xFFFFFFFF, 0, 0, 0, 0, 0]
 
 
 @pytest.mark.cocotb
