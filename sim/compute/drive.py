@@ -1,7 +1,7 @@
 """Drive the compute units in the Amaranth simulator: jobs in, output words out (no expected
-values here: callers compare with the golden model).  Used by the unit tests and by the
-decoder-layer run (``mcf.sim.compute.layer``), where one unit's output feeds the next.  The
-per-cycle loop is ``mcf.sim.amaranth_util.drive``."""
+values here: callers compare with the golden model).  Used by the unit tests, the cost
+checks and the demo; the decoder layer runs on the execute unit (``mcf.sim.compute.exec_layer``).
+The per-cycle loop is ``mcf.sim.amaranth_util.drive``."""
 from __future__ import annotations
 
 from mcf.sim.amaranth_util import Feed, drive, send_command, simulate, write_port
