@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -50,6 +50,7 @@ from mcf.spec.fixed import EXP_BITS, MANT_BITS, W_BITS, X_FRAC
 from mcf.spec.kv import KV_ALIGN
 from mcf.spec.node import NodeConfig
 from mcf.spec.plan import REPLICA_STATE_BITS
+from mcf.spec.regmap import DMA_DESCRIPTOR
 
 ADDR_BITS = isa.DDR_ADDR_BITS
 ALIGN_LOG2 = isa.DDR_ALIGN.bit_length() - 1
@@ -202,6 +203,14 @@ def ddr_addr(field) -> Signal:
 def pad_up(x, log2: int = ALIGN_LOG2):
     """x rounded up to a multiple of 2^log2 (a Value, one bit wider)."""
     return ((x + ((1 << log2) - 1)) >> log2) << log2
+
+
+def descriptor(addr, length, buffer=0):
+    """A whole DMA descriptor (``DmaDescriptorLayout``: LOAD direction, tag 0) as one value, so
+    that no bit of the payload is left to a constant driver."""
+    f = {x.name: x.width for x in DMA_DESCRIPTOR.fields}
+    return Cat(addr[:f["addr"]], Value.cast(length)[:f["length"]], Value.cast(buffer)[:f["buffer"]],
+               Const(0, f["dir"] + f["tag"]))
 
 
 def ceil_beats(nbytes, bus_log2: int):
@@ -379,7 +388,7 @@ class LoadStoreMover(Mover):
         m.d.comb += [
             b.req0.payload.addr.eq(ddr_addr(ins.ddr)), b.req0.payload.beats.eq(bus_beats),
             up.cmd.payload.count.eq(items),
-            b.wdesc.payload.addr.eq(ddr_addr(ins.ddr)), b.wdesc.payload.length.eq(nbytes),
+            b.wdesc.payload.eq(descriptor(ddr_addr(ins.ddr), nbytes)),
             pk.cmd.payload.count.eq(items), pk.cmd.payload.beats.eq(bus_beats),
         ]
         wr = b.spad_wr
@@ -692,9 +701,9 @@ class GemmMover(Mover):
         wd_addr = Signal(ADDR_BITS)
         wd_left = Signal(COUNT_BITS)
         wd_buf = Signal(range(g.buffers))
-        m.d.comb += [b.ldesc.valid.eq(wd_left != 0), b.ldesc.payload.addr.eq(wd_addr),
-                     b.ldesc.payload.length.eq(Mux(wd_left > g.buffer_bytes, g.buffer_bytes, wd_left)),
-                     b.ldesc.payload.buffer.eq(wd_buf), b.ldesc.payload.dir.eq(0)]
+        m.d.comb += [b.ldesc.valid.eq(wd_left != 0),
+                     b.ldesc.payload.eq(descriptor(wd_addr, Mux(wd_left > g.buffer_bytes, g.buffer_bytes, wd_left),
+                                                   wd_buf))]
         with m.If(b.ldesc.valid & b.ldesc.ready):
             m.d.sync += [wd_addr.eq(wd_addr + g.buffer_bytes),
                          wd_left.eq(Mux(wd_left > g.buffer_bytes, wd_left - g.buffer_bytes, 0)),
@@ -991,8 +1000,8 @@ class KvwMover(Mover):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
             with m.Elif(b.wdesc.ready & pq.cmd.ready):
-                m.d.comb += [b.wdesc.valid.eq(1), b.wdesc.payload.addr.eq(seg + scale_bytes),
-                             b.wdesc.payload.length.eq(rows_bytes), pq.cmd.valid.eq(1)]
+                m.d.comb += [b.wdesc.valid.eq(1), b.wdesc.payload.eq(descriptor(seg + scale_bytes, rows_bytes)),
+                             pq.cmd.valid.eq(1)]
                 m.d.sync += [state.eq(S.ROWS), wdone.eq(0)]
 
         # SPAD rows -> the writer, one frame per row
@@ -1045,7 +1054,7 @@ class KvwMover(Mover):
         # the scale region once the rows have left
         si = Signal(range(g.tokens + 1))
         with m.If(rowing & (to == ins.rows) & ~pq.busy & b.wdesc.ready & ps.cmd.ready):
-            m.d.comb += [b.wdesc.valid.eq(1), b.wdesc.payload.addr.eq(seg), b.wdesc.payload.length.eq(scale_bytes),
+            m.d.comb += [b.wdesc.valid.eq(1), b.wdesc.payload.eq(descriptor(seg, scale_bytes)),
                          ps.cmd.valid.eq(1)]
             m.d.sync += [state.eq(S.SCALES), si.eq(0)]
         m.d.comb += [ps.i.valid.eq((state == S.SCALES) & (si != ins.rows)), ps.i.payload.eq(Array(scales)[si])]

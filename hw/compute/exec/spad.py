@@ -67,6 +67,6 @@ class Scratchpad(wiring.Component):
 
 
 @block("exec_spad", "execute unit scratchpad: beats x (lanes 32-bit words + exponent), 1R1W",
-       variants=({"beats": 32768},), beats=2048, lanes=8)
+       beats=2048, lanes=8)
 def _spad(beats, lanes):
     return Scratchpad(beats, lanes)
