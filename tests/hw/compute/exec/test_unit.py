@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from mcf.hw.compute.exec.unit import ExecUnit
+from mcf.sim.benchmarks.compute import layer_figures
 from mcf.sim.cocotb_util import params
 from mcf.sim.compute import ddr
 from mcf.sim.compute.exec_driver import ExecDriver
@@ -56,6 +57,8 @@ async def run_layer(dut):
         drv.ram.write(plan.addr["ids"], ddr.words_bytes(ids))
         for ins in plan.chunk(p0, count):
             out = await drv.must(ins)
+            if ins.OPCODE == isa.Opcode.GEMM:      # the MAC strobe: one per weight beat x token
+                assert out.perf["mac_beats"] == ins.tiles * (ins.n // CFG.mac_lanes) * ins.tokens, ins
             st = stats[f"{'prefill' if count > 1 else 'decode'}:{isa.Opcode(ins.OPCODE).name}"]
             st["count"] += 1
             st["cycles"] += out.cycles
@@ -124,4 +127,10 @@ def test_qwen_shapes_elaborate():
 
 @pytest.mark.cocotb
 def test_unit_cocotb(build_dir):
-    run_cocotb(ExecUnit(CFG), __name__, build_dir, testcase=["run_layer", "run_axi_errors"], params={"seed": 3})
+    report = build_dir.parent / "layer.json"
+    run_cocotb(ExecUnit(CFG), __name__, build_dir, testcase=["run_layer", "run_axi_errors"],
+               params={"seed": 3, "report": str(report)})
+    fig = layer_figures(json.loads(report.read_text()), CFG)       # what `mcf bench compute` prints
+    assert fig["prefill"]["instructions"] > 50 and fig["decode"]["cycles"] < fig["prefill"]["cycles"]
+    assert 0 < fig["decode"]["mac_utilization"] < fig["prefill"]["mac_utilization"] <= 1
+    assert fig["prefill"]["gemm_mac_utilization"] >= fig["prefill"]["mac_utilization"]
