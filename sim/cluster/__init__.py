@@ -120,7 +120,7 @@ def run(model, seq: int, nodes: int, scheme: str = "mars", profile="kr260", *,
                          topology=topology, link_gbps=link_gbps, alpha=alpha)
     progs = None
     if programs:
-        from mcf.sw.mars.lower import lower
+        from mcf.sw.mars.metaprog import lower
         progs = lower(plan)
     sim = PrefillSim(plan, packet_payload=packet_payload, lookahead=lookahead, chunk_kv=chunk_kv,
                      programs=progs, ring_forward=ring_forward)

@@ -22,7 +22,7 @@ from mcf.sim.runner import run_cocotb
 from mcf.spec import DmaDescriptor, DmaDir, ErrorCause, Op, Stage
 from mcf.spec.node import NodeConfig
 from mcf.sw.driver import CocotbBackend, Driver
-from mcf.sw.mars.lower import lower
+from mcf.sw.mars.metaprog import lower
 from mcf.sw.mars.planner import PlanRequest, plan
 from mcf.sw.mars.profile import load_profile
 from mcf.sw.models import load_model

@@ -8,7 +8,7 @@ import pytest
 from mcf.spec import ROUTE_ENTRY, ROUTE_TABLE_ENTRIES, Collective, Meta, Op, Stage
 from mcf.spec.regmap import DMA_DESCRIPTOR, DmaDir
 from mcf.spec.routes import ROUTE_LOCAL, RouteIds
-from mcf.sw.mars.lower import DECODE_ROOT, lower
+from mcf.sw.mars.metaprog import DECODE_ROOT, lower
 from mcf.sw.mars.planner import PlanRequest, plan
 from mcf.sw.mars.profile import load_profile
 from mcf.sw.models.config import load_model
@@ -122,7 +122,7 @@ def test_lowering_is_deterministic():
 def test_pool_slots_never_overlap_live_blocks(topo):
     """A block's pool stores never hit the range of another block the node still holds, and
     every DMA stays inside the node's window."""
-    from mcf.sw.mars.lower import KV_POOL_BASE
+    from mcf.sw.mars.metaprog import KV_POOL_BASE
     p = plan(PlanRequest(TINY, 400, 5, PROFILE, topology=topo, budget_bytes=9000, chunk_size=16,
                          alpha=math.inf))
     for prog in lower(p):
