@@ -11,7 +11,7 @@ always issue: everything before it completed, its queue holds nothing older, and
 for things before it.  Receive slots are held only between a RECV and its SEND, which follow
 one another, so they cannot fill up with receives whose senders come later.
 
-Semaphores (per node, ``NUM_SEMS`` = 32), each consumed by exactly one queue so that waits
+Semaphores (per node, at most ``NUM_SEMS`` = 32), each consumed by exactly one queue so that waits
 consume signals in program order, and each signalled in a known order:
 
 * ``DONE[x]``: a RECV of data sent by node x completed (consumed by EX).  Messages from x
@@ -39,16 +39,16 @@ _PAIRS = [(Queue.EX, Queue.TX), (Queue.EX, Queue.RX), (Queue.TX, Queue.EX), (Que
           (Queue.RX, Queue.TX)]
 
 
-def max_nodes() -> int:
-    """The most nodes the semaphore map fits: 2 N + len(pairs) + 1 <= NUM_SEMS."""
-    return (NUM_SEMS - len(_PAIRS) - 1) // 2
+def max_nodes(num_sems: int = NUM_SEMS) -> int:
+    """The most nodes the semaphore map fits: 2 N + len(pairs) + 1 <= num_sems."""
+    return (num_sems - len(_PAIRS) - 1) // 2
 
 
 class SemMap:
-    def __init__(self, nodes: int):
-        if nodes > max_nodes():
+    def __init__(self, nodes: int, num_sems: int = NUM_SEMS):
+        if nodes > max_nodes(num_sems):
             raise UserError(f"nodes={nodes}: the node programs use 2 semaphores per node; at most "
-                            f"{max_nodes()} nodes fit the {NUM_SEMS} semaphores")
+                            f"{max_nodes(num_sems)} nodes fit the node's {num_sems} semaphores")
         self.done = list(range(nodes))
         self.credit = list(range(nodes, 2 * nodes))
         self.pair = {p: 2 * nodes + i for i, p in enumerate(_PAIRS)}
@@ -101,9 +101,9 @@ class Message:
 
 
 class Builder:
-    def __init__(self, nodes: int, first_tag: int = 1):
+    def __init__(self, nodes: int, num_sems: int = NUM_SEMS, first_tag: int = 1):
         self.n = nodes
-        self.sems = SemMap(nodes)
+        self.sems = SemMap(nodes, num_sems)
         self.nodes = [_Node() for _ in range(nodes)]
         self._tag = first_tag
         self.credits = {}                  # (sender, receiver) -> credits the receiver sent so far

@@ -399,7 +399,7 @@ class _Lowerer:
         self.lw, self.sh, self.map, self.sp = lw, lw.shapes, lw.map, lw.spad.beats
         self.plan, self.consts, self.rgroups = lw.plan, lw.consts, lw.rgroups
         self.N = lw.nodes
-        self.b = Builder(self.N)
+        self.b = Builder(self.N, lw.node.num_sems)
         self.routes = RouteTables(lw.topology, lw.node.route_entries)
         self.bufs: dict = {}
 

@@ -87,7 +87,7 @@ class Network:
                      route_entries=cfg.route_entries, softmax_fan_in=cfg.softmax_fan_in)
         if dec.dropped:
             m = pkt.meta
-            n.count_nic_error(dec.cause, f"{m.op.name} tag {m.kv_id} route {m.route_id} from node {m.src}")
+            n.count_error(dec.cause, f"{m.op.name} tag {m.kv_id} route {m.route_id} from node {m.src}")
             return
         for out in sorted(dec.outputs, key=str):
             if out == "local":

@@ -23,19 +23,15 @@ import numpy as np
 
 from mcf.spec import isa, kv
 from mcf.spec.bits import SpecError
-from mcf.spec.isa import (DDR_ALIGN, INSTR_BYTES, NUM_SEMS, SEM_MAX, AttnLoad, AttnPass, EmitMode, Opcode,
+from mcf.spec.isa import (DDR_ALIGN, INSTR_BYTES, SEM_MAX, AttnLoad, AttnPass, EmitMode, Opcode,
                           PerfCounter, Queue, SeqFault, VecOp)
 from mcf.spec.node import NodeConfig
 from mcf.spec.packet import Collective, Meta, Op, Packet, ReduceOp, Stage
 from mcf.spec.plan import ReplicaState
-from mcf.spec.regmap import ErrorCause
+from mcf.spec.regmap import NETWORK_FAULTS, RX_WAIT_RESET, WATCHDOG_RESET, ErrorCause
 
 from .. import fixed as fx
 from ..nic import RouteEntry
-
-#: Receive-side errors of the node (besides the NIC's ErrorCause counters).
-RX_ERRORS = ("RX_UNEXPECTED", "RX_OVERFLOW", "RX_BAD_CONTROL")
-
 
 class Fault(Exception):
     """The node stops: ``cause`` (SeqFault) and a one-line reason."""
@@ -103,16 +99,15 @@ class NodeSim:
         self.window_base, self.window_size = 0, 0
         self.spad = np.zeros((cfg.spad_beats, self.vl), dtype=np.int64)
         self.spad_exp = np.zeros(cfg.spad_beats, dtype=np.int64)
-        self.sems = np.zeros(NUM_SEMS, dtype=np.int64)
+        self.sems = np.zeros(cfg.num_sems, dtype=np.int64)
         self.directory = np.zeros(cfg.dir_entries, dtype=np.int64)
         self.attn = AttnUnit()
         self.routes: dict[int, RouteEntry] = {}
         self.prog_base, self.prog_count = 0, 0
-        self.fault_mask = (1 << len(ErrorCause)) - 1
-        self.rx_wait = 1 << 16
-        self.watchdog = 0
+        self.fault_mask = sum(1 << int(c) for c in NETWORK_FAULTS)
+        self.rx_wait = RX_WAIT_RESET
+        self.watchdog = WATCHDOG_RESET
         self.errors = {c: 0 for c in ErrorCause}
-        self.rx_errors = {name: 0 for name in RX_ERRORS}
         self.perf = np.zeros(len(PerfCounter), dtype=np.int64)
         self.state = "idle"
         self.fault_cause, self.fault_detail = SeqFault.NONE, ""
@@ -216,8 +211,7 @@ class NodeSim:
 
     # --- dispatch ---------------------------------------------------------------------------
     def depth(self, q: Queue) -> int:
-        return {Queue.EX: self.cfg.ex_queue_depth, Queue.TX: self.cfg.tx_queue_depth,
-                Queue.RX: self.cfg.rx_queue_depth}[q]
+        return self.cfg.seq_queue_depth
 
     def fetch_next(self) -> isa.Instr:
         if self.pc >= self.prog_count:
@@ -291,6 +285,10 @@ class NodeSim:
             self.perf[stall] += now - since
         ex = Exec(q, index, ins, start=now)
         try:
+            sems = [ins.wait_sem if ins.wait_cnt else 0, ins.sig_sem if ins.sig else 0]
+            sems += [getattr(ins, f) for f in ("done_sem",) if hasattr(ins, f)]
+            if max(sems) >= len(self.sems):
+                raise Fault(SeqFault.ILLEGAL_INSTRUCTION, f"semaphore {max(sems)} (the node has {len(self.sems)})")
             getattr(self, "_x_" + ins.OPCODE.name.lower())(ins, ex)
         except Fault as f:
             self.fail(Fault(f.cause, f"#{index} {ins.OPCODE.name}: {f.detail}"))
@@ -619,17 +617,13 @@ class NodeSim:
         ex.work = {"packets": len(ex.packets)}
 
     # --- arrivals ----------------------------------------------------------------------------
-    def count_error(self, name: str, detail: str) -> None:
-        """A receive-side drop (no RECV posted in time, a payload beyond the posted buffer, a
-        control packet naming no semaphore or block): counted, and the node faults."""
-        self.rx_errors[name] += 1
-        if self.running:
-            self.fail(Fault(SeqFault.NETWORK, f"{name}: {detail}"))
-
-    def count_nic_error(self, cause: ErrorCause, detail: str) -> None:
-        self.errors[cause] += 1
+    def count_error(self, cause: ErrorCause, detail: str) -> None:
+        """A dropped packet (the NIC's causes; no RECV posted in time, a payload beyond the
+        posted buffer, a control packet naming no semaphore or block): counted; a running node
+        faults NETWORK when FAULT_MASK enables the cause."""
+        self.errors[cause] = min(self.errors[cause] + 1, (1 << 32) - 1)
         if self.running and self.fault_mask >> int(cause) & 1:
-            self.fail(Fault(SeqFault.NETWORK, f"NIC dropped a packet ({cause.name}): {detail}"))
+            self.fail(Fault(SeqFault.NETWORK, f"{cause.name}: {detail}"))
 
     def deliver(self, pkt: Packet) -> None:
         """A packet the NIC delivers locally joins the receive input (processed in order)."""
@@ -643,16 +637,18 @@ class NodeSim:
             pkt = self.rx_in[0]
             m = pkt.meta
             if m.op == Op.CREDIT:
-                if m.kv_id >= NUM_SEMS:
-                    self.count_error("RX_BAD_CONTROL", f"CREDIT for sem {m.kv_id} from node {m.src}")
+                if m.kv_id >= len(self.sems) or m.length:
+                    self.count_error(ErrorCause.RX_BAD_CONTROL, f"CREDIT for sem {m.kv_id} from node {m.src}")
                 else:
                     self.signal(m.kv_id, m.seq)
             elif m.op in (Op.KV_DRAIN, Op.KV_INVALIDATE):
-                if m.kv_id >= self.cfg.dir_entries:
-                    self.count_error("RX_BAD_CONTROL", f"{m.op.name} of block {m.kv_id} from node {m.src}")
+                if m.kv_id >= self.cfg.dir_entries or m.length:
+                    self.count_error(ErrorCause.RX_BAD_CONTROL, f"{m.op.name} of block {m.kv_id} from node {m.src}")
                 else:
                     self.directory[m.kv_id] = int(ReplicaState.DRAINING if m.op == Op.KV_DRAIN
                                                   else ReplicaState.INVALID)
+            elif m.length == 0:
+                self.count_error(ErrorCause.RX_BAD_CONTROL, f"header-only {m.op.name} packet from node {m.src}")
             else:
                 post = next((p for p in self.rx_table if p.tag == m.kv_id), None)
                 if post is None:
@@ -660,10 +656,10 @@ class NodeSim:
                         self.rx_head_since = now
                     if now - self.rx_head_since < self.rx_wait:
                         return moved
-                    self.count_error("RX_UNEXPECTED", f"packet tag {m.kv_id} ({m.op.name}) from node "
+                    self.count_error(ErrorCause.RX_UNEXPECTED, f"packet tag {m.kv_id} ({m.op.name}) from node "
                                                       f"{m.src}: no RECV posted within {self.rx_wait} cycles")
                 elif post.got + m.length > post.length:
-                    self.count_error("RX_OVERFLOW", f"packet tag {m.kv_id} from node {m.src}: {m.length} bytes "
+                    self.count_error(ErrorCause.RX_OVERFLOW, f"packet tag {m.kv_id} from node {m.src}: {m.length} bytes "
                                                     f"after {post.got} of {post.length}")
                 else:
                     self.ddr.device_write(post.addr + post.got, pkt.payload)
