@@ -317,6 +317,7 @@ class Lowered:
     consts: dict
     topology: Topology
     rgroups: list = field(default_factory=list)      # decode row groups (kv head, first row, rows)
+    route_ids_used: int = 0
     _decode_cache: dict = field(default_factory=dict)
 
     @property
@@ -450,6 +451,14 @@ class _Lowerer:
         rows_part = max(rows_part, 1)
         rgroups = [(kvh, j0, min(rows_part, sh.gqa - j0)) for kvh in range(sh.hkv)
                    for j0 in range(0, sh.gqa, rows_part)]
+        if N > 1:
+            fan = int(plan.topology.reduce_tree(DECODE_ROOT)[1].max())
+            if node.softmax_fan_in < fan:
+                raise LoweringError(f"decode merges {fan} softmax states at a NIC; the node's softmax_fan_in is "
+                                    f"{node.softmax_fan_in}")
+            if node.reduce_slots < len(rgroups):
+                raise LoweringError(f"decode keeps {len(rgroups)} reductions open at once; the node's NIC has "
+                                    f"reduce_slots={node.reduce_slots}")
         sp = spad_map(sh, rows_part, len(rgroups))
         m = DdrMap()
         a = _Alloc(isa.DDR_ALIGN)
@@ -781,6 +790,7 @@ class _Lowerer:
                 raise LoweringError(f"plan: after prefill node {n} still holds a replica of block {blk}")
         self.lw.prefill = b.programs()
         self.lw.routes = self.routes.tables
+        self.lw.route_ids_used = self.routes.used
         self._check_routes()
         longest = max(len(p) for p in self.lw.prefill)
         if self.lw.decode_steps:

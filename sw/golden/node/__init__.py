@@ -9,6 +9,7 @@ simulator as it drives the RTL or a board.
 from .cluster import ClusterSim, JitterCosts, RunResult, UnitCosts
 from .ddr import SimDdr
 from .node import Exec, Fault, NodeSim, SimError
+from .regs import NodeRegisters, RegisterError
 
-__all__ = ["ClusterSim", "Exec", "Fault", "JitterCosts", "NodeSim", "RunResult", "SimDdr", "SimError",
-           "UnitCosts"]
+__all__ = ["ClusterSim", "Exec", "Fault", "JitterCosts", "NodeRegisters", "NodeSim", "RegisterError", "RunResult",
+           "SimDdr", "SimError", "UnitCosts"]

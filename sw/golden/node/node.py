@@ -109,8 +109,9 @@ class NodeSim:
         self.watchdog = WATCHDOG_RESET
         self.errors = {c: 0 for c in ErrorCause}
         self.perf = np.zeros(len(PerfCounter), dtype=np.int64)
+        self.dir_log: list = []          # (cluster cycle, block, ReplicaState) of every directory write
         self.state = "idle"
-        self.fault_cause, self.fault_detail = SeqFault.NONE, ""
+        self.fault_cause, self.fault_detail, self.fault_pc = SeqFault.NONE, "", 0
         self._reset_run()
 
     # --- run control -------------------------------------------------------------------------
@@ -141,9 +142,11 @@ class NodeSim:
         if self.state == "running":
             self.fail(Fault(SeqFault.ABORTED, "the PS wrote SEQ_CONTROL.abort"))
 
-    def fail(self, fault: Fault) -> None:
+    def fail(self, fault: Fault, pc: int | None = None) -> None:
+        """Stop with ``fault``; ``pc``: the instruction that faulted (else the next to dispatch)."""
         self.state = "fault"
         self.fault_cause, self.fault_detail = fault.cause, fault.detail
+        self.fault_pc = self.pc if pc is None else pc
 
     @property
     def running(self) -> bool:
@@ -291,7 +294,7 @@ class NodeSim:
                 raise Fault(SeqFault.ILLEGAL_INSTRUCTION, f"semaphore {max(sems)} (the node has {len(self.sems)})")
             getattr(self, "_x_" + ins.OPCODE.name.lower())(ins, ex)
         except Fault as f:
-            self.fail(Fault(f.cause, f"#{index} {ins.OPCODE.name}: {f.detail}"))
+            self.fail(Fault(f.cause, f"#{index} {ins.OPCODE.name}: {f.detail}"), index)
             return None
         self.busy[q] = ex
         return ex
@@ -315,6 +318,9 @@ class NodeSim:
             self.perf[busy] += max(1, now - ex.start)
         self.perf[{Queue.EX: PerfCounter.RETIRED_EX, Queue.TX: PerfCounter.RETIRED_TX,
                    Queue.RX: PerfCounter.RETIRED_RX}[q]] += 1
+        if ex.instr.OPCODE == Opcode.DIR:
+            ins = ex.instr
+            self.dir_log += [(now, ins.block + i * ins.stride, ins.state) for i in range(ins.count)]
         if ex.instr.sig:
             self.signal(ex.instr.sig_sem, 1)
         if ex.instr.OPCODE == Opcode.END and self.running:
@@ -645,8 +651,9 @@ class NodeSim:
                 if m.kv_id >= self.cfg.dir_entries or m.length:
                     self.count_error(ErrorCause.RX_BAD_CONTROL, f"{m.op.name} of block {m.kv_id} from node {m.src}")
                 else:
-                    self.directory[m.kv_id] = int(ReplicaState.DRAINING if m.op == Op.KV_DRAIN
-                                                  else ReplicaState.INVALID)
+                    st = ReplicaState.DRAINING if m.op == Op.KV_DRAIN else ReplicaState.INVALID
+                    self.directory[m.kv_id] = int(st)
+                    self.dir_log.append((now, m.kv_id, st))
             elif m.length == 0:
                 self.count_error(ErrorCause.RX_BAD_CONTROL, f"header-only {m.op.name} packet from node {m.src}")
             else:
