@@ -32,7 +32,7 @@ from mcf.spec.regmap import NETWORK_FAULTS
 from mcf.spec.topology import Topology
 from mcf.sw.driver import DriverTimeout, NodeFault
 from mcf.sw.errors import UserError
-from mcf.sw.golden.fixed_model import FixedModel
+from mcf.sw.golden.fixed_model import FixedModel, default_group
 from mcf.sw.mars.lower import DECODE_ROOT, lower
 from mcf.sw.mars.planner import PlanRequest, plan
 from mcf.sw.mars.profile import load_profile
@@ -142,11 +142,8 @@ class Session:
             raise UserError(f"timeout={timeout_s}: must be > 0 seconds")
         self.model, self.prompt, self.decode, self.timeout_s = model, prompt, decode, timeout_s
         cfg = node_config(model, nodes, node)
-        if group is None:                    # the largest power of two <= 128 the shapes allow
-            group = 128
-            while group > cfg.mac_lanes and (model.hidden_size % group or model.intermediate_size % group
-                                             or (model.num_heads * model.head_dim) % group):
-                group //= 2
+        if group is None:
+            group = default_group(model)
         self.fm = fixed if fixed is not None else FixedModel(model, weights, group)
         if self.fm.group_size != group:
             raise UserError(f"the fixed model has group size {self.fm.group_size}, not {group}")
