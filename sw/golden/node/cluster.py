@@ -93,6 +93,8 @@ class ClusterSim:
     def start(self, nodes=None) -> None:
         for i in (range(len(self.nodes)) if nodes is None else nodes):
             self.nodes[i].start(self.now)
+            if i in self.faults:
+                self.faults.remove(i)
 
     @property
     def running(self) -> bool:

@@ -29,6 +29,7 @@ class Network:
         self.reduce_slots = [dict() for _ in nodes]     # per node: key -> [(src, packet)]
         self.reduce_wait = [list() for _ in nodes]       # contributions waiting for a slot
         self.in_flight = 0
+        self.nic_free: dict = {}            # node -> cycle its NIC took the last local packet
 
     # --- links --------------------------------------------------------------------------------
     def _send_on(self, key, pkt: Packet, now: int, then) -> None:
@@ -74,7 +75,9 @@ class Network:
             self.nic(node, pkt, self._now(), from_local=True)
             if done:
                 done()
-        self.schedule(now + self.costs.nic_cycles(), enter)
+        t = max(now + self.costs.nic_cycles(), self.nic_free.get(node, 0))    # the NIC takes them in order
+        self.nic_free[node] = t
+        self.schedule(t, enter)
 
     def nic(self, node: int, pkt: Packet, now: int, from_local: bool, from_reduce: bool = False,
             port=None) -> None:

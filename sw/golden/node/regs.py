@@ -33,7 +33,7 @@ class NodeRegisters:
     """The register backend of node ``node`` of ``cluster``."""
 
     def __init__(self, cluster: ClusterSim, node: int, poll_cycles: int = 4096):
-        self.cluster, self.poll_cycles = cluster, poll_cycles
+        self.cluster, self.poll_cycles, self.index = cluster, poll_cycles, node
         self.node = cluster.nodes[node]
         self.words = {r.name: r.reset for r in REGISTERS}
         self.irq_status = 0
@@ -217,7 +217,7 @@ class NodeRegisters:
             if f["abort"]:
                 n.abort()
             if f["start"] and not n.running:
-                n.start(self.cluster.now)
+                self.cluster.start([self.index])
                 self._seen = n.state
             self.words[name] = 0
         elif name == "FAULT_MASK":

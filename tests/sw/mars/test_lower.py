@@ -1,0 +1,151 @@
+"""The ISA lowering (sw/mars/lower.py, builder.py): what it refuses (a plan that sends a block
+from a node without a copy or reads a drained replica, shapes and sizes the node cannot run),
+and what every program it emits satisfies: semaphores consumed by one queue, every wait met by
+signals emitted before it in the global order, every SEND preceded by its receivers' RECVs."""
+import numpy as np
+import pytest
+
+from mcf.spec import isa
+from mcf.spec.isa import Opcode, Queue
+from mcf.spec.node import NodeConfig
+from mcf.spec.plan import EventKind, EventPhase
+from mcf.sw.golden.fixed_model import FixedModel
+from mcf.sw.golden.weights import random_weights
+from mcf.sw.mars.builder import Builder, max_nodes
+from mcf.sw.mars.lower import LoweringError, check_model, const_keys, lower
+from mcf.sw.mars.planner import Event, PlanRequest, plan
+from mcf.sw.mars.profile import load_profile
+from mcf.sw.errors import UserError
+from mcf.sw.models import ModelConfig, load_model
+from mcf.sw.runtime import pack
+from mcf.sw.runtime.runtime import node_config
+
+TINY = load_model("tiny")
+CONSTS = pack.consts_of(FixedModel(TINY, random_weights(TINY, 0), 16))
+NODE = node_config(TINY, 4).replace(route_entries=256, reduce_slots=4)
+
+
+def tiny_plan(nodes=4, scheme="mars", seq=16, chunk=2, budget_tokens=6):
+    budget = budget_tokens * int(TINY.kv_token_bytes) if scheme == "mars" else None
+    return plan(PlanRequest(model=TINY, seq_len=seq, nodes=nodes, profile=load_profile("kr260"), scheme=scheme,
+                            chunk_size=chunk, budget_bytes=budget))
+
+
+class Tampered:
+    """A plan with some of its answers replaced (a wrong plan)."""
+
+    def __init__(self, plan, **over):
+        self._plan, self._over = plan, over
+
+    def __getattr__(self, name):
+        return self._over[name] if name in self._over else getattr(self._plan, name)
+
+
+def test_consts_are_named_and_checked():
+    assert set(const_keys(TINY)) == set(CONSTS)
+    with pytest.raises(LoweringError, match="consts: missing"):
+        lower(tiny_plan(), NODE, 16, {}, [0] * 4)
+
+
+def test_a_fetch_from_a_node_without_a_copy_is_refused():
+    p = tiny_plan()
+    c, b, dsts, nobody = next((t, b, d, x) for t in range(p.num_chunks) for b, _, d, _ in p.owner_fetches(t)
+                              for x in range(p.nodes) if x not in p.holders(b, t) and x not in d)
+
+    def wrong(t):
+        return [(b_, nobody if (t, b_) == (c, b) else s, d, nb) for b_, s, d, nb in p.owner_fetches(t)]
+    with pytest.raises(LoweringError, match=rf"step {c}: node \d sends block \d+, of which it holds no copy"):
+        lower(Tampered(p, owner_fetches=wrong), NODE, 16, CONSTS, [0] * 4)
+
+
+def test_a_replica_drained_before_its_holder_reads_it_is_refused():
+    p = tiny_plan()
+    reads = [(p.compute_node(c), b, c) for c in range(p.num_chunks) for b in range(c - 1)
+             if p.compute_node(c) in p.holders(b, c)[1:]]
+    n, b, c = reads[-1]
+    events = []
+    for e in p.events:
+        if e.block == b and n in e.nodes and e.kind in (EventKind.DRAIN, EventKind.INVALIDATE):
+            rest = tuple(x for x in e.nodes if x != n)
+            if not rest:
+                continue
+            e = Event(e.step, e.phase, e.kind, e.block, rest)
+        events.append(e)
+    early = [Event(b + 1, EventPhase.START, EventKind.DRAIN, b, (n,)),
+             Event(b + 1, EventPhase.END, EventKind.INVALIDATE, b, (n,))]
+    events = sorted(events + early, key=lambda e: (e.step, e.phase == EventPhase.END))
+    with pytest.raises(LoweringError, match=rf"node {n} computes chunk \d+ without a copy of block {b}"):
+        lower(Tampered(p, events=events), NODE, 16, CONSTS, [0] * 4)
+
+
+@pytest.mark.parametrize("change,node,group,message", [
+    (dict(head_dim=24), {}, 16, "head_dim=24 must be a multiple of 16"),
+    (dict(num_heads=8, num_kv_heads=1, hidden_size=128), {}, 16, "GQA group 8 exceeds the attention unit's att_rows=4"),
+    (dict(intermediate_size=144), dict(mac_rows=32), 16, "intermediate_size=144 must be a multiple of mac_rows=32"),
+    ({}, {}, 4, "group size 4 must be a power of two and a multiple of mac_lanes=8"),
+    (dict(intermediate_size=136), {}, 16, "group size 16 does not divide intermediate_size=136"),
+])
+def test_unsupported_shapes_are_refused_in_one_line(change, node, group, message):
+    cfg = ModelConfig(**{**TINY.to_dict(), **change})
+    with pytest.raises(LoweringError, match=message):
+        check_model(cfg, NodeConfig.tiny(head_dim=cfg.head_dim, **node), group)
+
+
+def test_sizes_beyond_the_node_are_refused():
+    with pytest.raises(LoweringError, match="at most max_tokens=8"):
+        lower(tiny_plan(chunk=16, seq=16, nodes=1, scheme="ring"), NODE, 16, CONSTS, [0])
+    with pytest.raises(LoweringError, match="SPAD"):
+        lower(tiny_plan(nodes=1, scheme="ring"), NODE.replace(spad_beats=128), 16, CONSTS, [0])
+    with pytest.raises(LoweringError, match="softmax_fan_in"):
+        lower(tiny_plan(), NODE.replace(softmax_fan_in=2), 16, CONSTS, [0] * 4)
+    with pytest.raises(UserError, match="route ids"):
+        lower(tiny_plan(), NODE.replace(route_entries=16), 16, CONSTS, [0] * 4)
+    assert max_nodes() == 13
+
+
+def check_programs(programs, nodes):
+    """Replay the global-order rules on the encoded programs: per node, a semaphore is waited on by
+    one queue only; RECV credits go to a semaphore that only TX waits on."""
+    for n, prog in enumerate(programs):
+        waiters = {}
+        for ins in prog:
+            assert ins.OPCODE != 0
+            if ins.wait_cnt:
+                waiters.setdefault(ins.wait_sem, set()).add(ins.queue)
+        assert all(len(q) == 1 for q in waiters.values()), (n, waiters)
+        assert prog[-1].OPCODE == Opcode.END
+    for n, prog in enumerate(programs):
+        for ins in prog:
+            if ins.OPCODE == Opcode.RECV and ins.credit:
+                sem_queues = {i.queue for i in programs[ins.credit_dst] if i.wait_cnt and i.wait_sem == ins.credit_sem}
+                assert sem_queues <= {Queue.TX}
+
+
+@pytest.mark.parametrize("scheme", ["mars", "ring", "zigzag", "pd"])
+def test_programs_keep_the_semaphore_rules(scheme):
+    p = tiny_plan(scheme=scheme)
+    lw = lower(p, NODE, 16, CONSTS, [0x1000_0000] * 4, decode_steps=2)
+    check_programs(lw.prefill, 4)
+    check_programs(lw.decode_programs(1), 4)
+    assert isa.decode_program(isa.encode_program(lw.prefill[0])) == lw.prefill[0]
+    assert lw.route_ids_used <= NODE.route_entries
+
+
+def test_the_builder_turns_dependencies_into_waits():
+    b = Builder(2)
+    sems = b.sems
+    k = b.ex(0, isa.Sync, on=Queue.EX)
+    a = b.recv(1, 0, 5, 0x40, 64, credit_route=2)
+    s = b.send(0, [1], [k], ddr=0, length=64, stage=0, mop=8, collective=0, reduce_op=0, dst=1, route_id=3,
+               tag=5, seq=0)
+    b.ex(1, isa.Sync, [a], on=Queue.EX)
+    p0, p1 = b.programs()
+    # node 0: the EX SYNC signals EX2TX; the SEND waits for node 1's credit (its CR sem), via a SYNC
+    assert p0[0].sig and p0[0].sig_sem == sems.pair[(Queue.EX, Queue.TX)]
+    waits = {(i.wait_sem, i.wait_cnt) for i in p0 if i.queue == Queue.TX and i.wait_cnt}
+    assert waits == {(sems.pair[(Queue.EX, Queue.TX)], 1), (sems.credit[1], 1)}
+    assert p1[0].OPCODE == Opcode.RECV and p1[0].credit_sem == sems.credit[1] and p1[0].done_sem == sems.done[0]
+    assert (p1[1].wait_sem, p1[1].wait_cnt) == (sems.done[0], 1)
+    assert s.queue == Queue.TX
+    with pytest.raises(ValueError, match="posted no receive"):
+        b.send(1, [0], ddr=0, length=1, stage=0, mop=8, collective=0, reduce_op=0, dst=0, route_id=2, tag=6, seq=0)
