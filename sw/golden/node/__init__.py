@@ -8,7 +8,7 @@ simulator as it drives the RTL or a board.
 """
 from .cluster import ClusterSim, JitterCosts, RunResult, UnitCosts
 from .ddr import SimDdr
-from .node import Exec, Fault, NodeSim, SimError
+from .nodesim import Exec, Fault, NodeSim, SimError
 from .regs import NodeRegisters, RegisterError
 
 __all__ = ["ClusterSim", "Exec", "Fault", "JitterCosts", "NodeRegisters", "NodeSim", "RegisterError", "RunResult",

@@ -23,7 +23,7 @@ from mcf.spec.topology import Topology
 
 from .ddr import SimDdr
 from .network import Network
-from .node import Exec, Fault, NodeSim
+from .nodesim import Exec, Fault, NodeSim
 
 
 class UnitCosts:

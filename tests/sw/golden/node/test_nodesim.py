@@ -1,4 +1,4 @@
-"""The ISA simulator's node, instruction by instruction (sw/golden/node/node.py): every effect
+"""The ISA simulator's node, instruction by instruction (sw/golden/node/nodesim.py): every effect
 against hand-built words or the golden function it must equal, and every fault cause."""
 import numpy as np
 import pytest
