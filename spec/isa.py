@@ -179,6 +179,18 @@ class PerfCounter(enum.IntEnum):
     NET_TX_BYTES = 19     # payload bytes handed to the NIC
     NET_RX_BYTES = 20     # payload bytes delivered to posted receives
     STALL_FETCH = 21      # cycles dispatch waits for instruction words
+    HP0_RD_BYTES = 22     # bytes read / written on each AXI4 master into the DDR (HP port p)
+    HP0_WR_BYTES = 23
+    HP1_RD_BYTES = 24
+    HP1_WR_BYTES = 25
+    HP2_RD_BYTES = 26
+    HP2_WR_BYTES = 27
+    HP3_RD_BYTES = 28
+    HP3_WR_BYTES = 29
+
+
+#: Most AXI4 masters a node has into the DDR (the KR260's PS has four HP ports).
+MAX_HP_PORTS = 4
 
 
 # --- the layouts ------------------------------------------------------------------------------
