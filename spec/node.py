@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 from .bits import SpecError
-from .packet import ROUTE_TABLE_ENTRIES, check_data_width
+from .isa import MAX_HP_PORTS, NUM_SEMS
+from .packet import MAX_PAYLOAD_BYTES, ROUTE_TABLE_ENTRIES, check_data_width
 
 #: The PL clock a node is built for: 250 MHz, what the engine targets (issue 14) and a rate the
 #: KR260's PS makes (pl_clk0 = IOPLL 1500 MHz / n, n = 6; the paper's 200 MHz is not one: it would
@@ -52,6 +53,11 @@ class NodeConfig:
     reduce_slots: int = 4            # reductions in progress at once
     reduce_beats: int = 128          # longest reduction payload, beats
     softmax_fan_in: int = 4          # most contributions of one SOFTMAX_MERGE (0: none built)
+    # --- sequencer (hw/seq) ------------------------------------------------------------------------
+    num_sems: int = NUM_SEMS         # semaphores (16-bit counters; at most spec.isa.NUM_SEMS)
+    seq_queue_depth: int = 8         # instructions each of the EX / TX / RX queues holds
+    fetch_depth: int = 8             # instructions the fetch unit prefetches
+    rx_slots: int = 16               # receive-table entries (RECVs posted at once)
     # --- compute engine ----------------------------------------------------------------------------
     mac_rows: int = 16               # matrix unit: MAC array rows (output rows per weight beat)
     mac_lanes: int = 16              # matrix unit: MAC array lanes (inputs per row per cycle)
@@ -61,6 +67,11 @@ class NodeConfig:
     max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes
     clock_hz: int = PL_CLOCK_HZ
+    # --- execute unit (spec/isa.py) --------------------------------------------------------------
+    spad_beats: int = 32768          # scratchpad: beats of vec_lanes 32-bit words (+ an exponent each)
+    kv_block_keys: int = 2048        # most tokens in one KV segment an ATTN_KV reads (its scale table)
+    dir_entries: int = 4096          # replica directory entries (block ids)
+    max_context: int = 32768         # positions (RoPE table rows, attention positions)
     # --- model shapes the engine is elaborated for (default: Qwen2.5-1.5B) ------------------------
     hidden_size: int = 1536
     intermediate_size: int = 8960
@@ -82,9 +93,20 @@ class NodeConfig:
         check_data_width(self.data_width)
         for name in ("buffer_bytes", "meta_queue_depth", "desc_queue_depth", "payload_depth",
                      "nic_buffer_depth", "route_entries", "reduce_beats", "mac_lanes", "max_tokens",
-                     "vec_lanes", "max_keys"):
+                     "vec_lanes", "max_keys", "spad_beats", "kv_block_keys", "dir_entries"):
             if not _pow2(getattr(self, name)):
                 raise SpecError(f"NodeConfig.{name}={getattr(self, name)}: must be a power of two")
+        if self.max_context > 1 << 20:
+            raise SpecError(f"NodeConfig.max_context={self.max_context}: at most 2^20 positions (ISA position fields)")
+        if self.hp_ports > MAX_HP_PORTS:
+            raise SpecError(f"NodeConfig.hp_ports={self.hp_ports}: at most {MAX_HP_PORTS}")
+        if self.num_sems > NUM_SEMS:
+            raise SpecError(f"NodeConfig.num_sems={self.num_sems}: at most NUM_SEMS = {NUM_SEMS}")
+        if self.rx_slots > 63:
+            raise SpecError(f"NodeConfig.rx_slots={self.rx_slots}: at most 63")
+        for name in ("seq_queue_depth", "fetch_depth"):
+            if getattr(self, name) < 2 or not _pow2(getattr(self, name)):
+                raise SpecError(f"NodeConfig.{name}={getattr(self, name)}: must be a power of two >= 2")
         if self.num_heads % self.num_kv_heads:
             raise SpecError(f"NodeConfig: num_heads={self.num_heads} is not a multiple of "
                             f"num_kv_heads={self.num_kv_heads}")
@@ -103,6 +125,17 @@ class NodeConfig:
     def group(self) -> int:
         """GQA group: query heads per KV head."""
         return self.num_heads // self.num_kv_heads
+
+    @property
+    def max_payload(self) -> int:
+        """Bytes of the largest packet payload a SEND emits: what one DMA loader buffer holds
+        and the NIC buffers per input (a power of two)."""
+        return min(self.buffer_bytes, self.nic_buffer_depth * self.data_bytes, 1 << (MAX_PAYLOAD_BYTES.bit_length() - 1))
+
+    @property
+    def reduce_payload(self) -> int:
+        """The longest payload the NIC's reduction engine combines."""
+        return self.reduce_beats * self.data_bytes
 
     @property
     def macs_per_cycle(self) -> int:
@@ -141,8 +174,10 @@ class NodeConfig:
         """The tiny model's node (``sw/models/tiny.yaml``) with small buffers and a small
         engine, as the unit and two-node benches build it."""
         base = dict(data_width=64, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
+                    seq_queue_depth=4, fetch_depth=4, rx_slots=4,
                     nic_desc_depth=4, route_entries=16, reduce_slots=1, reduce_beats=32, softmax_fan_in=0,
                     mac_rows=4, mac_lanes=8, max_tokens=8, vec_lanes=8, att_rows=4, max_keys=64, kv_lanes=4,
+                    spad_beats=2048, kv_block_keys=64, dir_entries=256, max_context=256,
                     hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16)
         return cls(**{**base, **changes})
 

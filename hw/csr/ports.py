@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.spec.eth import MAC_BITS, MAC_TABLE_ENTRIES, SEQ_BITS
 from mcf.spec.packet import NODE_BITS, ROUTE_ID_BITS
-from mcf.spec.regmap import DATA_BITS, LinkStatus
+from mcf.spec.regmap import ADDR_BITS, DATA_BITS, LinkStatus
 
 
 class RouteTablePort(wiring.Signature):
@@ -68,3 +68,31 @@ class EthControlPort(wiring.Signature):
 
     def __repr__(self):
         return "EthControlPort()"
+
+
+class RegisterBusSignature(wiring.Signature):
+    """Registers that another block implements (the sequencer's window), from the register
+    block's side (``Out``).  ``addr`` is the register's word index (byte offset / 4).  A
+    ``w_en`` pulse writes ``w_data`` under the byte mask ``w_strb``; an ``r_en`` pulse asks for
+    a read, answered by one ``r_valid`` pulse with ``r_data`` one or more cycles later."""
+
+    def __init__(self):
+        super().__init__({
+            "w_addr": Out(ADDR_BITS - 2),
+            "w_en": Out(1),
+            "w_data": Out(DATA_BITS),
+            "w_strb": Out(DATA_BITS // 8),
+            "r_addr": Out(ADDR_BITS - 2),
+            "r_en": Out(1),
+            "r_valid": In(1),
+            "r_data": In(DATA_BITS),
+        })
+
+    def __eq__(self, other):
+        return isinstance(other, RegisterBusSignature)
+
+    def __hash__(self):
+        return hash(type(self))
+
+    def __repr__(self):
+        return "RegisterBusSignature()"

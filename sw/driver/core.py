@@ -18,6 +18,8 @@ from mcf.spec import DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, DmaDescriptor, DmaD
 from mcf.spec.eth import MAC_BITS, MAC_TABLE_ENTRIES
 from mcf.spec.regmap import DATA_BITS, DESC_WORDS, ID_VALUE, META_WORDS, Register
 
+from .sequencer import SequencerMethods
+
 _WORD = (1 << DATA_BITS) - 1
 
 
@@ -34,6 +36,15 @@ class DriverTimeout(DriverError, TimeoutError):
     """A bounded wait ran out."""
 
 
+class NodeFault(DriverError):
+    """The node's sequencer stopped on a fault (``cause``: ``SeqFault``, ``pc``: the
+    instruction)."""
+
+    def __init__(self, message: str, cause, pc: int):
+        super().__init__(message)
+        self.cause, self.pc = cause, pc
+
+
 #: One DMA transfer: the spec's descriptor (the one definition), under the driver's name.
 Descriptor = DmaDescriptor
 
@@ -42,8 +53,9 @@ def _reg(name: str) -> Register:
     return REGISTERS[name]
 
 
-class Driver:
-    """Asynchronous driver: ``await drv.write32("NODE_ID", 3)``."""
+class Driver(SequencerMethods):
+    """Asynchronous driver: ``await drv.write32("NODE_ID", 3)``.  The sequencer's methods
+    (``load_program``, ``start``, ``wait_done``, ``read_perf`` ...) are ``SequencerMethods``'."""
 
     def __init__(self, backend, max_polls: int = 10_000):
         self.backend = backend

@@ -31,6 +31,10 @@ def test_derived_sizes_and_nic_params():
     (dict(data_width=48), "data_width=48: must be a power of two >= 32"),
     (dict(num_heads=3, num_kv_heads=2), "NodeConfig: num_heads=3 is not a multiple of num_kv_heads=2"),
     (dict(clock_hz=2e8), "NodeConfig.clock_hz=200000000.0: must be an integer"),
+    (dict(hp_ports=5), "NodeConfig.hp_ports=5: at most 4"),
+    (dict(num_sems=33), "NodeConfig.num_sems=33: at most NUM_SEMS = 32"),
+    (dict(rx_slots=64), "NodeConfig.rx_slots=64: at most 63"),
+    (dict(seq_queue_depth=3), "NodeConfig.seq_queue_depth=3: must be a power of two >= 2"),
 ])
 def test_bad_sizes_are_refused_by_name(kw, message):
     with pytest.raises(SpecError, match=f"^{message.replace('.', '[.]').replace('(', '[(]')}$"):
@@ -62,3 +66,10 @@ def test_tops_and_registry_derive_from_the_config():
     default = NodeConfig()
     assert registry.get("node").params == {"data_width": default.data_width, "net_ports": default.net_ports}
     assert registry.get("compute").build().config.mac_rows == NodeConfig.tiny().mac_rows
+
+
+def test_max_payload_is_what_a_loader_buffer_and_a_nic_input_hold():
+    assert NodeConfig().max_payload == 4096
+    assert NodeConfig.tiny().max_payload == 512
+    assert NodeConfig.tiny(nic_buffer_depth=16).max_payload == 16 * 8
+    assert NodeConfig.tiny(buffer_bytes=256).max_payload == 256
