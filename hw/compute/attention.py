@@ -43,6 +43,7 @@ from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
 from mcf.hw.layouts import amaranth_enum
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 from mcf.spec import fixed as fx
 from mcf.spec import isa
 from mcf.spec.fixed import EXP_BITS, INT32_MIN, KV_A_BITS, MANT_BITS, POS_BITS, W_BITS
@@ -263,6 +264,7 @@ class AttentionUnit(wiring.Component):
 
 
 @block("compute_attention", "Q.K^T, exp2 softmax state, P.V over streamed KV -> (m, l, o), maxima or rows",
-       variants=({"max_keys": 65536},), head_dim=16, rows=2, max_keys=64)
+       variants=({"max_keys": 65536},), head_dim=16, rows=2, max_keys=64,
+       ranges={"head_dim": Range(1, 256), "rows": Range(1, 64), "max_keys": Range(1, 1 << 20, pow2=True)})
 def _attention(head_dim, rows, max_keys):
     return AttentionUnit(head_dim, rows, max_keys)

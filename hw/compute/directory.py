@@ -14,6 +14,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 from mcf.spec.plan import REPLICA_STATE_BITS, ReplicaState
 
 
@@ -47,6 +48,7 @@ class ReplicaDirectory(wiring.Component):
         return m
 
 
-@block("compute_replica_directory", "KV block id -> INVALID / VALID / DRAINING", block_bits=8)
+@block("compute_replica_directory", "KV block id -> INVALID / VALID / DRAINING", block_bits=8,
+       ranges={"block_bits": Range(1, 16)})
 def _directory(block_bits):
     return ReplicaDirectory(block_bits)

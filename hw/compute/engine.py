@@ -18,6 +18,7 @@ from mcf.hw.compute.matrix import MatrixUnit
 from mcf.hw.compute.vector import VectorUnit
 from mcf.hw.registry import block
 from mcf.spec.node import NodeConfig
+from mcf.spec.params import Range
 
 
 class ComputeEngine(wiring.Component):
@@ -53,6 +54,7 @@ class ComputeEngine(wiring.Component):
        variants=({"mac_rows": 16, "mac_lanes": 16},),
        **NodeConfig.tiny().fields_of("mac_rows", "mac_lanes", "max_tokens", "head_dim", "att_rows", "max_keys",
                                      "kv_lanes", "vec_lanes"),
-       max_inputs=128, max_tiles=32, vector_n=128)
+       max_inputs=128, max_tiles=32, vector_n=128,
+       ranges={"head_dim": Range(1, 256), "max_inputs": Range(1, 1 << 16), "max_tiles": Range(1, 1 << 16), "vector_n": Range(1, 1 << 16)})
 def _engine(max_inputs, max_tiles, vector_n, **fields):
     return ComputeEngine(NodeConfig.tiny(**fields), max_inputs, max_tiles, vector_n)

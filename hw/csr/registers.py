@@ -26,6 +26,8 @@ from mcf.hw.axi.lite import AXI4LiteSignature, Resp
 from mcf.hw.csr.ports import EthControlPort, RegisterBusSignature, RouteTablePort
 from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
 from mcf.hw.registry import block
+from mcf.spec.node import RANGES as NODE_RANGES
+from mcf.spec.params import Range
 from mcf.spec import DMA_DESCRIPTOR, REGISTERS, Access, DmaDir, ErrorCause, Irq
 from mcf.spec.packet import HEADER_BITS, NODE_BITS
 from mcf.spec.regmap import (ADDR_BITS, DATA_BITS, DESC_WORDS, DMA_ADDR_BITS, DMA_TAG_BITS, META_WORDS,
@@ -372,6 +374,8 @@ class ControlRegisters(wiring.Component):
 @block("csr", "AXI4-Lite control/status registers, route-table port, metadata and DMA queues",
        variants=({"meta_queue_depth": 4, "desc_queue_depth": 4, "dma_bus_bytes": 8},),
        meta_queue_depth=16, desc_queue_depth=16, data_bytes=8, net_ports=2, dma_bus_bytes=16,
-       dma_buffers=2, dma_buffer_bytes=4096)
+       dma_buffers=2, dma_buffer_bytes=4096,
+       ranges={"data_bytes": Range(4, 128, pow2=True), "dma_bus_bytes": Range(4, 128, pow2=True),
+               "dma_buffers": NODE_RANGES["buffers"], "dma_buffer_bytes": NODE_RANGES["buffer_bytes"]})
 def _csr(**params):
     return ControlRegisters(**params)

@@ -13,7 +13,7 @@ from mcf.hw.csr import ControlRegisters, EthControlPort, RouteTablePort
 from mcf.hw.dma.loader import DmaLoader
 from mcf.hw.dma.writer import DmaWriter
 from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
-from mcf.hw.registry import block
+from mcf.hw.registry import ADDR_WIDTH, block
 from mcf.spec import DmaDir, ErrorCause
 from mcf.spec.node import NodeConfig
 from mcf.spec.packet import NODE_BITS
@@ -147,7 +147,7 @@ class ControlAndDma(wiring.Component):
 
 @block("dma", "DMA engine: ping-pong loader + writer on one AXI4 master",
        variants=({"data_width": 64, "buffer_bytes": 1024},),
-       data_width=128, addr_width=40, buffer_bytes=4096, buffers=2)
+       data_width=128, addr_width=40, buffer_bytes=4096, buffers=2, ranges={"addr_width": ADDR_WIDTH})
 def _engine(**params):
     return DmaEngine(**params)
 

@@ -17,7 +17,7 @@ from cocotbext.axi.constants import AxiResp
 
 from mcf import spec
 from mcf.hw.csr import ControlRegisters
-from mcf.sim.cocotb_util import bounded, params, pauses, start
+from mcf.sim.cocotb_util import bounded, params, pauses, refused, start
 from mcf.sim.runner import run_cocotb
 from mcf.spec import REGISTERS, Access, DmaDir, ErrorCause, Irq, LinkStatus
 from mcf.spec.regmap import ID_VALUE, SEQ_WINDOW
@@ -209,9 +209,9 @@ async def run_queues(dut):
             pass
         else:
             raise AssertionError(f"push to the full {what} queue did not time out")
-    await drv.push_meta(metas[-1], wait=False)
-    await drv.push_descriptor(descs[-1], wait=False)
-    await drv.push_descriptor(descs[-1], wait=False)
+    await refused(drv.push_meta(metas[-1], wait=False), ErrorCause.META_QUEUE_FULL)
+    await refused(drv.push_descriptor(descs[-1], wait=False), ErrorCause.DESC_QUEUE_FULL)
+    await drv.push_descriptor(descs[-1], wait=False, check=False)      # unchecked: counted all the same
     errs = await drv.read_errors()
     assert errs[ErrorCause.META_QUEUE_FULL] == 1 and errs[ErrorCause.DESC_QUEUE_FULL] == 2, errs
     assert sum(errs.values()) == 3, errs
@@ -264,7 +264,7 @@ async def run_bad_descriptors(dut):
     ]
     expected = {c: 0 for c in ErrorCause}
     for cause, d in rng.sample(cases, len(cases)):
-        await drv.push_descriptor(d)
+        await refused(drv.push_descriptor(d), cause)
         expected[cause] += 1
         errs = await drv.read_errors()
         assert errs == expected, (d, errs, expected)
