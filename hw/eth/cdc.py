@@ -34,6 +34,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.registry import block
+from mcf.spec.params import Choice, Range
 
 W = 64
 LANES = W // 8
@@ -204,6 +205,7 @@ class EventSync(wiring.Component):
 
 
 @block("eth_frame_fifo", "asynchronous store-and-forward frame FIFO (64-bit words)",
-       variants=({"depth": 64, "mode": "drop"},), depth=2048, mode="wait")
+       variants=({"depth": 64, "mode": "drop"},), depth=2048, mode="wait",
+       ranges={"depth": Range(2, 1 << 16, pow2=True), "mode": Choice(("wait", "drop"))})
 def _fifo(depth, mode):
     return AsyncFrameFifo(depth, mode=mode, w_domain="sync", r_domain="sync")

@@ -20,6 +20,7 @@ from mcf.hw.axi.lite import AXI4LiteSignature
 from mcf.hw.eth.port import EthPort
 from mcf.hw.node import Node
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 from mcf.spec import eth
 from mcf.spec.node import NodeConfig
 from mcf.spec.regmap import ADDR_BITS, DATA_BITS
@@ -67,6 +68,7 @@ class EthNode(wiring.Component):
 
 
 @block("eth_node", "one node with a 10GBASE-R port on its network port (the --network sfp top)",
-       **NodeConfig().fields_of("data_width"), max_frame=eth.MAX_FRAME_BYTES)
+       **NodeConfig().fields_of("data_width"), max_frame=eth.MAX_FRAME_BYTES,
+       ranges={"max_frame": Range(eth.MIN_FRAME_BYTES, eth.MAX_FRAME_BYTES)})
 def _eth_node(data_width, max_frame):
     return EthNode(NodeConfig(data_width=data_width), max_frame=max_frame)

@@ -28,6 +28,7 @@ from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.eth.common import LANES, XgmiiSignature, enabled
 from mcf.hw.eth.crc import PRESET, RESIDUE, crc_step_keep
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 from mcf.spec.eth import IFG_BYTES, MAX_FRAME_BYTES, MIN_DATA_BYTES, MIN_FRAME_BYTES, PREAMBLE, Xgmii
 
 IDLE_WORD = Cat(*[Const(int(Xgmii.IDLE), 8)] * LANES)
@@ -320,6 +321,6 @@ def _mac_tx():
 
 
 @block("eth_mac_rx", "10G Ethernet MAC receive: FCS check and strip, runt/oversize drop",
-       max_frame=MAX_FRAME_BYTES)
+       max_frame=MAX_FRAME_BYTES, ranges={"max_frame": Range(MIN_FRAME_BYTES, MAX_FRAME_BYTES)})
 def _mac_rx(max_frame):
     return MacRx(max_frame)

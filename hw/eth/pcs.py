@@ -23,6 +23,7 @@ from mcf.hw.eth.common import LANES, BlockSignature, XgmiiSignature, enabled
 from mcf.hw.eth.gearbox import RxGearbox, TxGearbox
 from mcf.hw.eth.scrambler import Descrambler, Scrambler
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 from mcf.spec.eth import (BER_BAD_HEADERS, BER_WINDOW_BLOCKS, LOCK_BAD_HEADERS, LOCK_GOOD_HEADERS,
                           O_CODE_SEQUENCE, SYNC_CTRL, SYNC_DATA, TERMINATE_TYPES, BlockType, ControlCode,
                           Xgmii)
@@ -326,6 +327,6 @@ def _pcs_tx():
 
 
 @block("eth_pcs_rx", "10GBASE-R PCS receive: 64:66 gearbox, block lock, BER monitor, descrambler, decoder",
-       ber_window=BER_WINDOW_BLOCKS)
+       ber_window=BER_WINDOW_BLOCKS, ranges={"ber_window": Range(2, 1 << 20)})
 def _pcs_rx(ber_window):
     return PcsRx(ber_window=ber_window)

@@ -28,6 +28,7 @@ from mcf.hw.eth.mac import MacRx, MacTx
 from mcf.hw.eth.pcs import PcsRx, PcsTx
 from mcf.hw.eth.width import Downsizer, Upsizer
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 from mcf.spec import eth
 from mcf.spec.regmap import ErrorCause, LinkStatus
 
@@ -166,12 +167,13 @@ class EthPort(wiring.Component):
 
 
 @block("eth_port", "10GBASE-R port: framer, CDC FIFOs, MAC, PCS, gearboxes (node side 128 bits)",
-       data_width=128, max_frame=eth.MAX_FRAME_BYTES)
+       data_width=128, max_frame=eth.MAX_FRAME_BYTES,
+       ranges={"max_frame": Range(eth.MIN_FRAME_BYTES, eth.MAX_FRAME_BYTES)})
 def _port(data_width, max_frame):
     return EthPort(data_width, max_frame)
 
 
 @block("eth_mac_pcs", "10G MAC + 10GBASE-R PCS, both directions (frames <-> GT words)",
-       max_frame=eth.MAX_FRAME_BYTES)
+       max_frame=eth.MAX_FRAME_BYTES, ranges={"max_frame": Range(eth.MIN_FRAME_BYTES, eth.MAX_FRAME_BYTES)})
 def _mac_pcs(max_frame):
     return MacPcs(max_frame)

@@ -56,6 +56,7 @@ def node_config(model: ModelConfig, nodes: int, base: NodeConfig | None = None) 
         base = base.replace(**shapes)
     if nodes > 1:
         fan = int(Topology("switch", nodes).reduce_tree(DECODE_ROOT)[1].max())
+        fan = 1 << max(fan - 1, 1).bit_length()      # the NIC merges up to a power of two
         base = base.replace(softmax_fan_in=max(base.softmax_fan_in, fan))
     return base
 

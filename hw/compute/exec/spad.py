@@ -16,6 +16,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS
 
 WORD_BITS = 32
@@ -67,6 +68,6 @@ class Scratchpad(wiring.Component):
 
 
 @block("exec_spad", "execute unit scratchpad: beats x (lanes 32-bit words + exponent), 1R1W",
-       beats=2048, lanes=8)
+       beats=2048, lanes=8, ranges={"beats": Range(2, 1 << 20), "lanes": Range(1, 256)})
 def _spad(beats, lanes):
     return Scratchpad(beats, lanes)

@@ -32,6 +32,7 @@ from mcf.hw.axi.full import BURST_INCR, MAX_BURST_BEATS, AXI4Signature
 from mcf.hw.axi.lite import Resp
 from mcf.hw.dma.common import AXCACHE, burst_beats
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 
 #: Items in one frame / beats in one request (a GEMM's weight stream of a 65 535-tile matrix).
 COUNT_BITS = 32
@@ -277,6 +278,8 @@ class ReadStreams(wiring.Component):
 
 
 @block("exec_read_streams", "execute unit: read streams on one AXI4 read master (credit-based bursts)",
-       variants=({"data_width": 64},), streams=2, data_width=128, addr_width=48, depth=64, max_burst=16)
+       variants=({"data_width": 64},), streams=2, data_width=128, addr_width=48, depth=64, max_burst=16,
+       ranges={"streams": Range(1, 16), "addr_width": Range(12, 64), "depth": Range(2, 1 << 12, pow2=True),
+               "max_burst": Range(1, 256)})
 def _read_streams(**params):
     return ReadStreams(**params)

@@ -46,6 +46,7 @@ from mcf.hw.compute.exec.streams import ReadStreams
 from mcf.hw.dma.loader import DmaLoader
 from mcf.hw.dma.writer import DmaWriter
 from mcf.hw.registry import block
+from mcf.spec.params import Choice, Range
 from mcf.spec import isa
 from mcf.spec.node import NodeConfig
 from mcf.spec.plan import REPLICA_STATE_BITS
@@ -262,7 +263,8 @@ class ExecUnit(wiring.Component):
 
 
 @block("exec", "execute unit: SPAD + movers around matrix / vector / attention / KV writer, one AXI4 master",
-       variants=({"preset": "qwen2.5-1.5b"},), preset="tiny")
+       variants=({"preset": "qwen2.5-1.5b"},), preset="tiny",
+       ranges={"preset": Choice(("tiny", "qwen2.5-1.5b"))})
 def _exec(preset):
     presets = {"tiny": NodeConfig.tiny, "qwen2.5-1.5b": NodeConfig.qwen2_5_1_5b}
     if preset not in presets:

@@ -24,5 +24,5 @@ def test_bench_eth_bad_arguments():
     for args in (["--sizes", "30"], ["--sizes", "x"], ["--frames", "1"], ["--data-width", "256"]):
         out = subprocess.run([sys.executable, "-m", "mcf", "bench", "eth", *args],
                              capture_output=True, text=True, timeout=120)
-        assert out.returncode == 2 and out.stderr.startswith("mcf bench: error:"), (args, out.stderr)
+        assert out.returncode == 2 and out.stderr.startswith("mcf: error:"), (args, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1

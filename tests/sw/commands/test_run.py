@@ -61,4 +61,4 @@ def test_bad_input_is_one_line(checkpoint, capsys, argv, message):
     capsys.readouterr()
     assert cli.main(["run", "--checkpoint", str(checkpoint)] + flat) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("mcf run: error:") and message in err and len(err.splitlines()) == 1
+    assert err.startswith("mcf: error:") and message in err and len(err.splitlines()) == 1
