@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 from .bits import SpecError
-from .packet import ROUTE_TABLE_ENTRIES
+from .isa import MAX_HP_PORTS, NUM_SEMS
+from .packet import MAX_PAYLOAD_BYTES, ROUTE_TABLE_ENTRIES
 from .params import Range
 from .regmap import REGISTERS
 
@@ -50,6 +51,11 @@ class NodeConfig:
     reduce_slots: int = 4            # reductions in progress at once
     reduce_beats: int = 128          # longest reduction payload, beats
     softmax_fan_in: int = 4          # most contributions of one SOFTMAX_MERGE (0: none built)
+    # --- sequencer (hw/seq) ------------------------------------------------------------------------
+    num_sems: int = NUM_SEMS         # semaphores (16-bit counters; at most spec.isa.NUM_SEMS)
+    seq_queue_depth: int = 8         # instructions each of the EX / TX / RX queues holds
+    fetch_depth: int = 8             # instructions the fetch unit prefetches
+    rx_slots: int = 16               # receive-table entries (RECVs posted at once)
     # --- compute engine ----------------------------------------------------------------------------
     mac_rows: int = 16               # matrix unit: MAC array rows (output rows per weight beat)
     mac_lanes: int = 16              # matrix unit: MAC array lanes (inputs per row per cycle)
@@ -59,6 +65,11 @@ class NodeConfig:
     max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes
     clock_hz: int = PL_CLOCK_HZ
+    # --- execute unit (spec/isa.py) --------------------------------------------------------------
+    spad_beats: int = 32768          # scratchpad: beats of vec_lanes 32-bit words (+ an exponent each)
+    kv_block_keys: int = 2048        # most tokens in one KV segment an ATTN_KV reads (its scale table)
+    dir_entries: int = 4096          # replica directory entries (block ids)
+    max_context: int = 32768         # positions (RoPE table rows, attention positions)
     # --- model shapes the engine is elaborated for (default: Qwen2.5-1.5B) ------------------------
     hidden_size: int = 1536
     intermediate_size: int = 8960
@@ -98,6 +109,17 @@ class NodeConfig:
         return self.num_heads // self.num_kv_heads
 
     @property
+    def max_payload(self) -> int:
+        """Bytes of the largest packet payload a SEND emits: what one DMA loader buffer holds
+        and the NIC buffers per input (a power of two)."""
+        return min(self.buffer_bytes, self.nic_buffer_depth * self.data_bytes, 1 << (MAX_PAYLOAD_BYTES.bit_length() - 1))
+
+    @property
+    def reduce_payload(self) -> int:
+        """The longest payload the NIC's reduction engine combines."""
+        return self.reduce_beats * self.data_bytes
+
+    @property
     def macs_per_cycle(self) -> int:
         return self.mac_rows * self.mac_lanes
 
@@ -134,8 +156,10 @@ class NodeConfig:
         """The tiny model's node (``sw/models/tiny.yaml``) with small buffers and a small
         engine, as the unit and two-node benches build it."""
         base = dict(data_width=64, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
+                    seq_queue_depth=4, fetch_depth=4, rx_slots=4,
                     nic_desc_depth=4, route_entries=16, reduce_slots=1, reduce_beats=32, softmax_fan_in=0,
                     mac_rows=4, mac_lanes=8, max_tokens=8, vec_lanes=8, att_rows=4, max_keys=64, kv_lanes=4,
+                    spad_beats=2048, kv_block_keys=64, dir_entries=256, max_context=256,
                     hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16)
         return cls(**{**base, **changes})
 
@@ -156,7 +180,7 @@ def _log2_field_max(register: str, field: str) -> int:
 #: elaboration, and the capability registers can report every value they admit.
 RANGES: dict[str, Range] = {
     "data_width": Range(32, 1024, pow2=True, doc="AXI4 / AXI-Stream width, bits"),
-    "hp_ports": Range(1, 4, doc="AXI4 masters into the PS DDR (S_AXI_HP0..3)"),
+    "hp_ports": Range(1, MAX_HP_PORTS, doc="AXI4 masters into the PS DDR (S_AXI_HP0..3)"),
     "net_ports": Range(1, (1 << REGISTERS["CAPS"].field("net_ports").width) - 1, doc="network ports"),
     "ddr_addr_bits": Range(12, 64, doc="DDR address bits"),
     "buffer_bytes": Range(16, 1 << 20, pow2=True, doc="one ping-pong buffer, bytes"),
@@ -177,6 +201,14 @@ RANGES: dict[str, Range] = {
     "att_rows": Range(1, 256, doc="attention unit query rows"),
     "max_keys": Range(1, 1 << 20, pow2=True, doc="keys per attention state"),
     "kv_lanes": Range(1, 256, doc="KV writer lanes"),
+    "num_sems": Range(1, NUM_SEMS, doc="semaphores (spec.isa.NUM_SEMS at most)"),
+    "seq_queue_depth": Range(2, 1 << 10, pow2=True, doc="instructions per EX / TX / RX queue"),
+    "fetch_depth": Range(2, 1 << 10, pow2=True, doc="instructions prefetched"),
+    "rx_slots": Range(1, 63, doc="receive-table entries"),
+    "spad_beats": Range(16, 1 << 20, pow2=True, doc="scratchpad beats"),
+    "kv_block_keys": Range(1, 1 << 16, pow2=True, doc="tokens in one KV segment an ATTN_KV reads"),
+    "dir_entries": Range(1, 1 << 16, pow2=True, doc="replica directory entries"),
+    "max_context": Range(1, 1 << 20, doc="positions (ISA position fields are 20 bits)"),
     "clock_hz": Range(1_000_000, 1_000_000_000, doc="PL clock, Hz"),
     "hidden_size": Range(1, 1 << 16),
     "intermediate_size": Range(1, 1 << 18),

@@ -96,3 +96,24 @@ def divisors(n: int, limit: int | None = None) -> list[int]:
     small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
     out = sorted(set(small + [n // d for d in small]))
     return [d for d in out if limit is None or d <= limit]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a few named values (a mode, a preset): the text parameters' ``Range``."""
+    values: tuple
+    doc: str = ""
+
+    def __contains__(self, value) -> bool:
+        return value in self.values
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(str(v) for v in self.values)
+
+    def fits(self, limit: int = 6) -> str:
+        return ", ".join(str(v) for v in self.values)
+
+    def check(self, name: str, value) -> str:
+        if value not in self.values:
+            raise SpecError(f"{name}={value!r}: must be {self.describe()}")
+        return value

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.csr import ControlRegisters, RouteTablePort
+from mcf.hw.csr import ControlRegisters, EthControlPort, RouteTablePort
 from mcf.hw.dma.loader import DmaLoader
 from mcf.hw.dma.writer import DmaWriter
 from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
@@ -96,7 +96,8 @@ class DmaEngine(wiring.Component):
 class ControlAndDma(wiring.Component):
     """``ControlRegisters`` + ``DmaEngine`` of a ``NodeConfig``: the PS writes descriptors over ``s_axil``; the
     engine moves data over ``m_axi``.  The NIC-facing ports of the register block (route
-    table, metadata queue, its error strobes and ``rx_packet``) pass through."""
+    table, metadata queue, its error strobes and ``rx_packet``) and its 10GBASE-R port
+    interface (``eth``) pass through."""
 
     def __init__(self, config: NodeConfig = NodeConfig()):
         self.config = config
@@ -112,6 +113,7 @@ class ControlAndDma(wiring.Component):
             "o": Out(AXIStreamSignature(data_width)),
             "i": In(AXIStreamSignature(data_width)),
             "route": Out(RouteTablePort()),
+            "eth": Out(EthControlPort()),
             "meta": Out(stream.Signature(MetaLayout)),
             "net_errors": In(len(ErrorCause)),
             "rx_packet": In(1),
@@ -130,6 +132,7 @@ class ControlAndDma(wiring.Component):
         wiring.connect(m, wiring.flipped(self.o), dma.o)
         wiring.connect(m, wiring.flipped(self.i), dma.i)
         wiring.connect(m, wiring.flipped(self.route), csr.route)
+        wiring.connect(m, wiring.flipped(self.eth), csr.eth)
         wiring.connect(m, wiring.flipped(self.meta), csr.meta)
         wiring.connect(m, csr.desc, dma.desc)
         m.d.comb += [

@@ -28,8 +28,12 @@ import functools
 import inspect
 import time
 
-from mcf.spec import DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, SPEC_VERSION, DmaDescriptor, DmaDir, ErrorCause, Meta
+from mcf.spec import (DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, SPEC_VERSION, DmaDescriptor, DmaDir, ErrorCause,
+                      LinkStatus, Meta)
+from mcf.spec.eth import MAC_BITS, MAC_TABLE_ENTRIES
 from mcf.spec.regmap import DATA_BITS, DESC_WORDS, ID_VALUE, META_WORDS, Register
+
+from .sequencer import SequencerMethods
 
 _WORD = (1 << DATA_BITS) - 1
 
@@ -64,6 +68,15 @@ META_CAUSES = (ErrorCause.META_QUEUE_FULL,)
 DEFAULT_TIMEOUT_S = 1.0
 
 
+class NodeFault(DriverError):
+    """The node's sequencer stopped on a fault (``cause``: ``SeqFault``, ``pc``: the
+    instruction)."""
+
+    def __init__(self, message: str, cause, pc: int):
+        super().__init__(message)
+        self.cause, self.pc = cause, pc
+
+
 #: One DMA transfer: the spec's descriptor (the one definition), under the driver's name.
 Descriptor = DmaDescriptor
 
@@ -72,8 +85,9 @@ def _reg(name: str) -> Register:
     return REGISTERS[name]
 
 
-class Driver:
-    """Asynchronous driver: ``await drv.write32("NODE_ID", 3)``.
+class Driver(SequencerMethods):
+    """Asynchronous driver: ``await drv.write32("NODE_ID", 3)``.  The sequencer's methods
+    (``load_program``, ``start``, ``wait_done``, ``read_perf`` ...) are ``SequencerMethods``'.
 
     ``timeout_s``: how long a wait may go without progress, in seconds of the backend's clock
     (``backend.now()``; default ``backend.default_timeout_s`` or 1 s); ``max_polls``: an
@@ -331,6 +345,42 @@ class Driver:
     async def read_route(self, route_id: int) -> dict[str, int]:
         await self.write_fields("ROUTE_INDEX", index=route_id)
         return ROUTE_ENTRY.unpack(await self.read32("ROUTE_DATA"))
+
+    # --- 10GBASE-R port ------------------------------------------------------------------------
+    async def write_mac(self, index: int, mac: int) -> None:
+        """Store MAC address ``mac`` (48-bit, first byte on the wire most significant) at
+        entry ``index`` of the port's MAC table (a node id or a destination-group tag)."""
+        if not 0 <= index < MAC_TABLE_ENTRIES:
+            raise ValueError(f"MAC table index {index} out of range [0, {MAC_TABLE_ENTRIES - 1}]")
+        if not 0 <= mac < (1 << MAC_BITS):
+            raise ValueError(f"MAC address {mac:#x} is not 48 bits")
+        await self.write_fields("ETH_MAC_INDEX", index=index)
+        await self.write32("ETH_MAC_LO", mac & _WORD)
+        await self.write_fields("ETH_MAC_HI", mac_hi=mac >> DATA_BITS)
+        await self.write_fields("ETH_MAC_WRITE", write=1)
+
+    async def link_status(self) -> dict[LinkStatus, bool]:
+        word = await self.read32("ETH_STATUS")
+        return {s: bool((word >> s) & 1) for s in LinkStatus}
+
+    async def wait_link_up(self) -> dict[LinkStatus, bool]:
+        """Wait (bounded) until ETH_STATUS.link_up; the timeout names what is missing."""
+        try:
+            await self.wait_until("the 10GBASE-R link", lambda w: (w >> LinkStatus.LINK_UP) & 1, "ETH_STATUS")
+        except DriverTimeout:
+            status = await self.link_status()
+            raise DriverTimeout("timed out waiting for the 10GBASE-R link: " + ", ".join(
+                f"{s.name.lower()}={int(v)}" for s, v in status.items())) from None
+        return await self.link_status()
+
+    async def read_seq_gaps(self, clear: bool = False) -> int:
+        """Frames lost on the receive link (gaps in the link sequence number).  ``clear``
+        subtracts exactly the value read (ETH_SEQ_GAPS is RSUB), so a gap that arrives
+        between the read and the write is kept, never lost."""
+        missing = await self.read32("ETH_SEQ_GAPS")
+        if clear and missing:
+            await self.write32("ETH_SEQ_GAPS", missing)
+        return missing
 
     # --- errors and interrupts -----------------------------------------------------------
     async def read_errors(self) -> dict[ErrorCause, int]:

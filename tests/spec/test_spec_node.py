@@ -39,6 +39,10 @@ def test_derived_sizes_and_nic_params():
     (dict(num_heads=3, num_kv_heads=2), "NodeConfig: num_heads=3 is not a multiple of num_kv_heads=2"),
     (dict(clock_hz=2e8), "NodeConfig.clock_hz=200000000.0: must be an integer in [1000000, 1000000000]"),
     (dict(hp_ports=True), "NodeConfig.hp_ports=True: must be an integer in [1, 4]"),
+    (dict(num_sems=33), "NodeConfig.num_sems=33: must be an integer in [1, 32] (fits: 1, 2, 3, ..., 32)"),
+    (dict(rx_slots=64), "NodeConfig.rx_slots=64: must be an integer in [1, 63] (fits: 1, 2, 3, ..., 63)"),
+    (dict(seq_queue_depth=3), "NodeConfig.seq_queue_depth=3: must be a power of two in [2, 1024] "
+                                "(fits: 2, 4, 8, ..., 1024)"),
 ])
 def test_bad_sizes_are_refused_by_name(kw, message):
     with pytest.raises(SpecError, match=f"^{re.escape(message)}$"):
@@ -78,3 +82,10 @@ def test_tops_and_registry_derive_from_the_config():
     default = NodeConfig()
     assert registry.get("node").params == {"data_width": default.data_width, "net_ports": default.net_ports}
     assert registry.get("compute").build().config.mac_rows == NodeConfig.tiny().mac_rows
+
+
+def test_max_payload_is_what_a_loader_buffer_and_a_nic_input_hold():
+    assert NodeConfig().max_payload == 4096
+    assert NodeConfig.tiny().max_payload == 512
+    assert NodeConfig.tiny(nic_buffer_depth=16).max_payload == 16 * 8
+    assert NodeConfig.tiny(buffer_bytes=256).max_payload == 256
