@@ -30,7 +30,7 @@ from mcf.spec.node import NodeConfig
 from mcf.spec.plan import ReplicaState
 from mcf.spec.regmap import NETWORK_FAULTS
 from mcf.spec.topology import Topology
-from mcf.sw.driver import DriverTimeout, NodeFault
+from mcf.sw.driver import NodeFault
 from mcf.sw.errors import UserError
 from mcf.sw.golden.fixed_model import FixedModel, default_group
 from mcf.sw.mars.lower import DECODE_ROOT, lower
@@ -202,10 +202,11 @@ class Session:
 
     async def wait_all(self) -> None:
         """Until every node is done; the first fault (a cause other than a stall the fault of
-        another node caused) or running out of time raises one line."""
+        another node caused) or ``timeout_s`` without progress on any node (the driver's one
+        bounded wait, ``Driver.wait_for``) raises one line."""
         drivers = self.backend.drivers
-        deadline = time.monotonic() + self.timeout_s
-        while True:
+
+        async def poll():
             states = [await d.seq_status() for d in drivers]
             faulted = [i for i, st in enumerate(states) if st["fault"]]
             if faulted:
@@ -214,12 +215,14 @@ class Session:
                 others = [j for j in faulted if j != i]
                 more = f" (also stopped: nodes {others})" if others else ""
                 raise NodeFault(await drivers[i].describe(states[i]) + more, states[i]["fault_cause"], 0)
-            if all(st["done"] and not st["running"] for st in states):
-                return
-            if time.monotonic() >= deadline:
-                waiting = [await drivers[i].describe(st) for i, st in enumerate(states) if not st["done"]]
-                raise DriverTimeout(f"timed out after {self.timeout_s:g} s: " + " | ".join(waiting))
-            await drivers[0].backend.pause()
+            done = all(st["done"] and not st["running"] for st in states)
+            pcs = None if done else tuple([(await d.read_fields("SEQ_PC"))["pc"] for d in drivers])
+            return done, (states, pcs)
+
+        async def describe(value):
+            return " | ".join([await drivers[i].describe(st) for i, st in enumerate(value[0]) if not st["done"]])
+        await drivers[0].wait_for(f"{len(drivers)} node(s) to finish", poll, timeout_s=self.timeout_s,
+                                  progress=lambda v: v[1], describe=describe)
 
     async def main(self) -> RunReport:
         lw, N = self.lw, self.lw.nodes
