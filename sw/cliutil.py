@@ -106,6 +106,31 @@ def check_int(name: str, value, lo: int, hi: int = INT64_MAX, **kw) -> int:
         raise UserError(str(e)) from None
 
 
+def memory_bytes() -> int:
+    """Memory this process may use: physical memory, or a smaller cgroup limit."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 1 << 40
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(f).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def check_memory(need_bytes: float, what: str) -> None:
+    """Refuse, before allocating, work whose arrays (an analytic count, ``need_bytes``) would
+    not fit in this machine's memory: a one-line error instead of an out-of-memory kill."""
+    have = memory_bytes()
+    if need_bytes > have:
+        raise UserError(f"{what}: needs about {need_bytes / 2**30:.3g} GiB of arrays, more than this "
+                        f"machine's {have / 2**30:.3g} GiB")
+
+
 # --- strict JSON -------------------------------------------------------------------------------
 def _plain(obj):
     """JSON-ready copy: numpy scalars and arrays as Python values, non-finite floats as None,
