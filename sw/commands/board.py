@@ -56,7 +56,8 @@ def register(sub) -> None:
 
 def _board_args(parser) -> None:
     from mcf.boards.kr260.ps import FPGA_MANAGER, REGS_BASE
-    parser.add_argument("--base", type=lambda v: int(v, 0), default=REGS_BASE,
+    from mcf.sw.cliutil import integer
+    parser.add_argument("--base", type=integer(0, (1 << 40) - 1, step=4), default=REGS_BASE,
                         help="physical address of the node's registers (default: %(default)#x, "
                              "M_AXI_HPM0_FPD as build.tcl assigns it)")
     parser.add_argument("--backend", choices=["devmem", "pynq"], default="devmem", help="register access")
