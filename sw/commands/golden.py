@@ -22,7 +22,8 @@ def register(sub) -> None:
                     help="Hugging Face Qwen2 checkpoint directory (config.json + *.safetensors)")
     lp.add_argument("--tokens", required=True, help="comma-separated token ids, e.g. 1,2,3")
     lp.add_argument("--fixed", action="store_true", help="use the fixed-point model (INT4 weights and KV)")
-    lp.add_argument("--group-size", type=group, default=128, help="INT4 weight group size (--fixed; default 128)")
+    lp.add_argument("--group-size", type=group, help="INT4 weight group size (--fixed; default: the largest "
+                                                    "power of two <= 128 dividing the widths, as mcf run)")
     lp.add_argument("--json", action="store_true", help="print JSON")
     lp.set_defaults(func=run_logits)
 
@@ -86,12 +87,13 @@ def parse_tokens(text: str, max_len: int | None = None) -> list[int]:
 
 def run_logits(args) -> int:
     from mcf.sw.golden.checkpoint import load_checkpoint
-    from mcf.sw.golden.fixed_model import FixedModel
+    from mcf.sw.golden.fixed_model import FixedModel, default_group
     from mcf.sw.golden.float_model import FloatModel
     tokens = parse_tokens(args.tokens)
     cfg, weights = load_checkpoint(args.checkpoint)
     check_golden_memory(cfg, len(tokens), len(tokens), logits=len(tokens))
-    model = FixedModel(cfg, weights, args.group_size) if args.fixed else FloatModel(cfg, weights)
+    model = FixedModel(cfg, weights, args.group_size or default_group(cfg)) if args.fixed \
+        else FloatModel(cfg, weights)
     logits = model.forward(tokens)
     if args.json:
         from mcf.sw.cliutil import dumps
