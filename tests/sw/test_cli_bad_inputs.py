@@ -148,3 +148,21 @@ def test_closed_pipe_ends_quietly(work):
     r = subprocess.run(f"'{sys.executable}' -m mcf plan --seq 65536 --nodes 16 --json | head -c 100", shell=True,
                        cwd=work, env=env, capture_output=True, text=True, timeout=120)   # ~170 kB > a pipe
     assert len(r.stdout) == 100 and r.stderr == ""
+
+
+def test_a_bench_whose_simulator_fails_is_one_line(monkeypatch, capsys):
+    """A bench's own simulator failing (SimulationError, with the log's tail) is one line that
+    names the failure and the log, exit 2; --debug shows the traceback."""
+    from mcf.sim import runner
+    from mcf.sim.benchmarks import nic
+    from mcf.sw import cli
+
+    def fails(args):
+        raise runner.SimulationError("tests.hw.nic.test_nic: 1 of 2 cocotb tests failed:\n  run_x: boom\n"
+                                     "log: /tmp/sim.log\nlast log line")
+    monkeypatch.setattr(nic, "run", fails)
+    assert cli.main(["bench", "nic"]) == 2
+    err = capsys.readouterr().err
+    assert err == "mcf: error: tests.hw.nic.test_nic: 1 of 2 cocotb tests failed: (log: /tmp/sim.log)\n"
+    with pytest.raises(runner.SimulationError):
+        cli.main(["bench", "nic", "--debug"])
