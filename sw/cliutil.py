@@ -227,6 +227,14 @@ def write_bytes(path, data: bytes, *, force: bool = True, what: str = "output") 
     return Path(path)
 
 
+def save_figure(fig, path, *, force: bool = True, what: str = "plot", **kwargs) -> Path:
+    """``fig.savefig`` atomically (PNG unless the name says otherwise; dpi 110 by default)."""
+    kwargs.setdefault("dpi", 110)
+    with atomic_output(path, force=force, what=what) as tmp:
+        fig.savefig(tmp, **kwargs)
+    return Path(path)
+
+
 @contextmanager
 def atomic_directory(path, *, force: bool = False, what: str = "output folder"):
     """Yield a temporary folder beside ``path``; on success it replaces ``path`` (an existing

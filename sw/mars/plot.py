@@ -38,6 +38,7 @@ def plot_plan(plan: Plan, path: str | Path) -> Path:
     fig.suptitle(f"{plan.scheme}: {plan.request.model.name}, S={plan.request.seq_len}, "
                  f"N={plan.nodes}, B={plan.chunk_size}, TTFT {plan.ttft_s:.3g} s (model)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from mcf.sw.cliutil import save_figure
+    save_figure(fig, path, what="--plot")
     plt.close(fig)
     return path
