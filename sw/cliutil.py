@@ -228,7 +228,10 @@ def write_bytes(path, data: bytes, *, force: bool = True, what: str = "output") 
 
 
 def save_figure(fig, path, *, force: bool = True, what: str = "plot", **kwargs) -> Path:
-    """``fig.savefig`` atomically (PNG unless the name says otherwise; dpi 110 by default)."""
+    """``fig.savefig`` atomically (PNG unless the name says otherwise; dpi 110 by default),
+    after the project's plot rules (``mcf.sw.plotstyle.tidy``)."""
+    from .plotstyle import tidy
+    tidy(fig)
     kwargs.setdefault("dpi", 110)
     with atomic_output(path, force=force, what=what) as tmp:
         fig.savefig(tmp, **kwargs)
