@@ -77,14 +77,13 @@ def _driver(args):
 
 
 def run_info(args) -> int:
-    import json
     drv = _driver(args)
     drv.check_id()
     info = {"base": args.base, "version": drv.read32("VERSION"), "caps": drv.read_fields("CAPS"),
             "status": drv.read_fields("STATUS"),
             "errors": {c.name: v for c, v in drv.read_errors().items()}}
     if args.json:
-        print(json.dumps(info))
+        print(_dumps(info))
     else:
         print(f"MCF node at {args.base:#x}: spec version {info['version']}")
         for key in ("caps", "status", "errors"):
@@ -94,7 +93,6 @@ def run_info(args) -> int:
 
 def run_doctor(args) -> int:
     """Each check prints one line; the first failure that makes the rest meaningless stops."""
-    import json
     import time
 
     from mcf.spec.node import PL_CLOCK_HZ
@@ -115,7 +113,7 @@ def run_doctor(args) -> int:
 
     def finish():
         if args.json:
-            print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}))
+            print(_dumps({"ok": all(c["ok"] for c in checks), "checks": checks}))
         failed = [c["check"] for c in checks if not c["ok"]]
         if failed:
             raise OSError(f"doctor: {len(failed)} check(s) failed: {', '.join(failed)}")
@@ -183,3 +181,9 @@ def run_build(args) -> int:
         raise OSError(f"vivado failed (exit {rc}); see {args.out}/vivado.log")
     print(f"built {args.out}/mcf.bit, mcf.hwh (PYNQ), mcf.bit.bin + mcf.dtbo + shell.json (xmutil), mcf.xsa")
     return 0
+
+
+def _dumps(obj, **kwargs) -> str:
+    """Strict JSON (``mcf.sw.cliutil.dumps``: NaN/Infinity become null)."""
+    from mcf.sw.cliutil import dumps
+    return dumps(obj, **kwargs)

@@ -3,7 +3,6 @@ nodes (SimPy cluster model, ``mcf.sim.cluster``) and print TTFT, communication, 
 decode tokens/s."""
 from __future__ import annotations
 
-import json
 import sys
 
 
@@ -52,7 +51,7 @@ def run(args) -> int:
                 programs=args.programs, ring_forward=args.ring_forward)
     out = r.to_json()
     if args.json:
-        sys.stdout.write(json.dumps(out, default=float) + "\n")
+        sys.stdout.write(_dumps(out) + "\n")
         return 0
     gib = 2 ** 30
     b = out["bounds_s"]
@@ -74,3 +73,9 @@ def run(args) -> int:
               f"(bound {out['decode_bound_tokens_per_s']:.2f})")
     print(f"  simulated in {out['sim_wall_s']:.2f} s", file=sys.stderr)
     return 0
+
+
+def _dumps(obj, **kwargs) -> str:
+    """Strict JSON (``mcf.sw.cliutil.dumps``: NaN/Infinity become null)."""
+    from mcf.sw.cliutil import dumps
+    return dumps(obj, **kwargs)

@@ -88,7 +88,7 @@ def run(args) -> int:
             cells = synthesize(info.name, text, Path(tmp), args.timeout)
     figures = count(cells)
     if args.json:
-        print(json.dumps({"block": info.name, "params": {**info.params, **params}, "resources": figures,
+        print(_dumps({"block": info.name, "params": {**info.params, **params}, "resources": figures,
                           "k26": K26, "cells": cells}, sort_keys=True))
         return 0
     print(f"{info.name} ({', '.join(f'{k}={v}' for k, v in {**info.params, **params}.items())}) "
@@ -99,3 +99,9 @@ def run(args) -> int:
                   if key == "LUT" else "")
         print(f"  {key:<7}{used:>10g} / {total:<8} {100 * used / total:6.2f} %{detail}")
     return 0
+
+
+def _dumps(obj, **kwargs) -> str:
+    """Strict JSON (``mcf.sw.cliutil.dumps``: NaN/Infinity become null)."""
+    from mcf.sw.cliutil import dumps
+    return dumps(obj, **kwargs)
