@@ -23,8 +23,12 @@ def plain_log_axis(axis) -> None:
     """Ticks labelled plainly (``20``, ``0.5``): the powers of ten, and when the axis spans
     few decades some minor ticks too (matplotlib's own thresholds), so no axis goes bare."""
     from matplotlib.ticker import LogFormatter
-    axis.set_major_formatter(LogFormatter(labelOnlyBase=False))
-    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+    class Plain(LogFormatter):
+        def _num_to_string(self, x, vmin, vmax):     # 0.6, 20, 2e+06: never 6e-01 or 10^k
+            return f"{x:g}"
+    axis.set_major_formatter(Plain(labelOnlyBase=False))
+    axis.set_minor_formatter(Plain(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
 #: A linear axis spans at least this fraction of its largest value: differences below it (a
