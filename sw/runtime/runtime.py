@@ -160,6 +160,9 @@ class Session:
                       group, self.consts, [0] * nodes, decode)
         entries = 1 << max(0, probe.route_ids_used - 1).bit_length()
         self.node = cfg.replace(route_entries=max(entries, 2), reduce_slots=max(cfg.reduce_slots, len(probe.rgroups)))
+        from mcf.sw.cliutil import check_memory      # before the backend allocates its DDR models
+        check_memory(2 * nodes * probe.map.size, f"{nodes} node(s) x {probe.map.size / 2**20:.0f} MiB of DDR image "
+                     "(CPU and device views)")
         self.backend = factory(nodes, self.node, probe.map.size, topology)
         self.lw = lower(self.plan, self.node, group, self.consts, [m.phys_base for m in self.backend.memories],
                         decode)
