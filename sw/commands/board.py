@@ -15,11 +15,12 @@ def register(sub) -> None:
                         description="Write build/kr260/{mcf_node.v, mcf_node_top.v, params.tcl, "
                                     "build.tcl} and run `vivado -mode batch -source build.tcl`.")
     b.add_argument("--out", default="build/kr260", help="output folder (default: %(default)s)")
-    b.add_argument("--block", default="node", help="registered top block (default: %(default)s)")
+    b.add_argument("--block", default=None,
+                   help="registered top block (default: node, or eth_node with --network sfp)")
     b.add_argument("-p", "--param", action="append", metavar="KEY=VALUE", help="block parameter override")
     b.add_argument("--network", choices=["loopback", "sfp"], default="loopback",
-                   help="network ports looped back (bring-up) or port 0 on the SFP+ cage "
-                        "(needs issue 16's open 10GBASE-R PCS/MAC)")
+                   help="network ports looped back (bring-up), or the node's 10GBASE-R port "
+                        "(eth_node: our PCS/MAC + the GTH transceiver wizard) on the SFP+ cage")
     b.add_argument("--jobs", type=int, default=4, help="Vivado jobs (default: %(default)s)")
     b.add_argument("--vivado", help="path to the vivado executable (default: from PATH)")
     b.add_argument("--dry-run", action="store_true", help="write the project files, do not run Vivado")
@@ -168,7 +169,8 @@ def run_build(args) -> int:
         if exe is None:
             raise OSError("vivado not found on PATH (or --vivado); `mcf board build --dry-run` writes the "
                           "project for a machine with Vivado, see docs/board.md")
-    info = registry.get(args.block)
+    block = args.block or ("eth_node" if args.network == "sfp" else "node")
+    info = registry.get(block)
     component = info.build(**registry.parse_params(args.param, info))
     files = vivado.write_project(component, vivado.BuildOptions(out=Path(args.out), network=args.network,
                                                                 jobs=args.jobs))
