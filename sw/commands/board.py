@@ -41,6 +41,9 @@ def register(sub) -> None:
     _board_args(d)
     d.add_argument("--interval", type=float, default=0.5,
                    help="seconds to count clock cycles over (default: %(default)s)")
+    d.add_argument("--sfp", action="store_true",
+                   help="the design was built with --network sfp: also check the 10GBASE-R link "
+                        "(ETH_STATUS: module present, signal, no TX fault, block lock, link up)")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=run_doctor)
 
@@ -146,8 +149,15 @@ def run_doctor(args) -> int:
     caps = drv.read_fields("CAPS")
     errors = {c.name: v for c, v in drv.read_errors().items() if v}
     report("links", not errors, f"{caps['net_ports']} network port(s), "
-           + (f"errors counted: {errors}" if errors else "no error counted")
-           + "; SFP+ link status arrives with the 10GBASE-R port (issue 16)")
+           + (f"errors counted: {errors}" if errors else "no error counted"))
+    if args.sfp:
+        from mcf.spec.regmap import LinkStatus
+        status = drv.link_status()
+        flags = [s.name.lower() for s in LinkStatus if status[s]]
+        report("sfp", status[LinkStatus.LINK_UP],
+               "ETH_STATUS: " + (", ".join(flags) if flags else "nothing set (no block lock)")
+               + ("" if status[LinkStatus.LINK_UP] else
+                  ": check the module, the fibre/cable and the peer (docs/eth.md)"))
     return finish()
 
 
