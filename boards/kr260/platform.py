@@ -111,7 +111,11 @@ def xdc(network: str) -> str:
     if "sfp_refclk_p" in ports:
         lines += ["", f"# SFP+ reference clock ({SFP_REFCLK_HZ / 1e6:g} MHz) and the GTH lane of the cage.",
                   f"create_clock -period {1e9 / SFP_REFCLK_HZ:.3f} -name sfp_refclk [get_ports sfp_refclk_p]",
-                  f"set_property LOC {SFP_GT_CHANNEL} [get_cells -hierarchical -filter {{REF_NAME == GTHE4_CHANNEL}}]"]
+                  f"set_property LOC {SFP_GT_CHANNEL} [get_cells -hierarchical -filter {{REF_NAME == GTHE4_CHANNEL}}]",
+                  "", "# The GT's user clocks (TX, and RX recovered from the peer) derive from sfp_refclk and are",
+                  "# unrelated to the node clock (the PS's pl_clk0): the 10GBASE-R port crosses between them only",
+                  "# through gray-coded pointers and two-flop synchronizers (hw/eth/cdc.py; ASYNC_REG in mcf_node.v).",
+                  "set_clock_groups -asynchronous -group [get_clocks -include_generated_clocks sfp_refclk]"]
     return "\n".join(lines) + "\n"
 
 

@@ -700,6 +700,7 @@ proc check_ip_instances {} {
 # --- implementation ---------------------------------------------------------------------------
 set ::bank_voltage {C3 1.8 F8 1.8 E8 1.8 A12 3.3 A10 3.3 J12 3.3 W10 3.3 Y10 3.3 Y9 3.3 AB11 3.3 AC11 3.3}
 proc check_constraints {} {
+  set ::clocks {clk_pl_0}
   set ::gt_pins [concat {*}[dict values $::k26_gth] {*}[dict values $::k26_gth_refclk]]
   set constrained [dict create]
   set locs {}
@@ -711,6 +712,10 @@ proc check_constraints {} {
       if {[regexp {set_property LOC (GTHE4_CHANNEL_(\w+)) .*REF_NAME == GTHE4_CHANNEL} $line -> loc site]} {
         if {![dict exists $::k26_gth $site]} { fail "\[Vivado 12-1411\] $f: $loc is not a site of the K26" }
         lappend locs $site
+      }
+      if {[regexp {create_clock .*-name (\w+)} $line -> clk]} { lappend ::clocks $clk }
+      foreach {- clk} [regexp -all -inline {get_clocks (?:-include_generated_clocks )?(\w+)} $line] {
+        if {$clk ni $::clocks} { fail "\[Vivado 12-584\] $f: no clock matched '$clk'" }
       }
       foreach {- names} [regexp -all -inline {get_ports \{?([\w\s\[\]]+?)\}?\]} $line] {
         foreach p $names {

@@ -78,6 +78,8 @@ def test_sfp_flow_end_to_end(project):
                        ("sfp_tx_fault", "A10")):
         assert f"PACKAGE_PIN {site} IOSTANDARD LVCMOS33" in xdc and f"[get_ports {port}]" in xdc, port
     assert "create_clock -period 6.400 -name sfp_refclk [get_ports sfp_refclk_p]" in xdc
+    assert "set_clock_groups -asynchronous -group [get_clocks -include_generated_clocks sfp_refclk]" in xdc
+    assert (project / "mcf_node.v").read_text().count("ASYNC_REG") >= 10     # the port's synchronizers
 
 
 @pytest.mark.parametrize("env,msg", [({"MOCK_WNS": "-0.412"}, "WNS -0.412 ns"), ({"MOCK_WHS": "-0.02"}, "WHS -0.02 ns")])
@@ -121,11 +123,15 @@ def test_strict_mock_catches_gt_mistakes(project, file, old, new, msg):
     assert r.returncode != 0 and msg in r.stderr, r.stderr[-800:]
 
 
-def test_strict_mock_checks_gt_pins(project):
+def test_strict_mock_checks_gt_pins_and_clocks(project):
     xdc = project / "kr260.xdc"
-    xdc.write_text(xdc.read_text().replace("PACKAGE_PIN T2}", "PACKAGE_PIN V2}"))
+    good = xdc.read_text()
+    xdc.write_text(good.replace("PACKAGE_PIN T2}", "PACKAGE_PIN V2}"))
     r = _run_mock(project)
     assert r.returncode != 0 and "port sfp_rx_p on transceiver pin V2: not a pin of the wizard's channel(s) X0Y6" in r.stderr
+    xdc.write_text(good.replace("-include_generated_clocks sfp_refclk", "-include_generated_clocks sfp_ref"))
+    r = _run_mock(project)
+    assert r.returncode != 0 and "no clock matched 'sfp_ref'" in r.stderr
 
 
 def test_generated_verilog_compiles_with_the_wizard_ports(sfp_build, tmp_path):
