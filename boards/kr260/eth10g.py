@@ -74,11 +74,14 @@ module mcf_eth10g_gt (
   IBUFDS_GTE4 #(.REFCLK_HROW_CK_SEL(2'b00)) refclk_buf (
     .I(refclk_p), .IB(refclk_n), .CEB(1'b0), .O(refclk), .ODIV2());
   wire tx_done, rx_done, tx_active, rx_active;
+  // the user-clock helpers (BUFG_GT) stay in reset until the channel's PMA has come out of
+  // reset and TXOUTCLK / RXOUTCLK run, as in the wizard's example design
+  wire tx_pma_done, rx_pma_done;
   mcf_gth_10g gth (
-    .gtwiz_userclk_tx_reset_in(~reset_n),
+    .gtwiz_userclk_tx_reset_in(~tx_pma_done),
     .gtwiz_userclk_tx_srcclk_out(), .gtwiz_userclk_tx_usrclk_out(),
     .gtwiz_userclk_tx_usrclk2_out(gt_tx_usrclk2), .gtwiz_userclk_tx_active_out(tx_active),
-    .gtwiz_userclk_rx_reset_in(~reset_n),
+    .gtwiz_userclk_rx_reset_in(~rx_pma_done),
     .gtwiz_userclk_rx_srcclk_out(), .gtwiz_userclk_rx_usrclk_out(),
     .gtwiz_userclk_rx_usrclk2_out(gt_rx_usrclk2), .gtwiz_userclk_rx_active_out(rx_active),
     .gtwiz_reset_clk_freerun_in(freerun_clk),
@@ -90,7 +93,7 @@ module mcf_eth10g_gt (
     .gtwiz_userdata_tx_in(tx_data), .gtwiz_userdata_rx_out(rx_data),
     .gtrefclk00_in(refclk), .qpll0outclk_out(), .qpll0outrefclk_out(),
     .gthrxn_in(rx_n), .gthrxp_in(rx_p), .gthtxn_out(tx_n), .gthtxp_out(tx_p),
-    .gtpowergood_out(), .rxpmaresetdone_out(), .txpmaresetdone_out());
+    .gtpowergood_out(), .rxpmaresetdone_out(rx_pma_done), .txpmaresetdone_out(tx_pma_done));
   (* ASYNC_REG = "TRUE" *) reg [1:0] tx_sync = 2'b11;
   (* ASYNC_REG = "TRUE" *) reg [1:0] rx_sync = 2'b11;
   always @(posedge gt_tx_usrclk2 or negedge tx_active)
