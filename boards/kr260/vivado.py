@@ -21,8 +21,9 @@ bitstream when the routed design misses timing (WNS or WHS < 0; ``timing.rpt``).
 
 ``--network sfp`` puts the node's network link on the SFP+ cage through the module
 ``ETH_PROVIDER`` (``write(out, tx, rx) -> [files]`` writing ``eth.tcl``, which build.tcl
-sources and whose ``mcf_eth_connect tx rx`` wires the link; an optional ``check(tx, rx)`` refuses
-a link before anything is written).  The provider is ``eth10g`` (issue 16): the top is an
+sources and whose ``mcf_eth_connect tx rx`` wires the link in the block design, and whose optional
+``mcf_eth_top wrapper`` returns an RTL device top around the block design; an optional
+``check(tx, rx)`` refuses a link before anything is written).  The provider is ``eth10g`` (issue 16): the top is an
 ``EthNode`` (our 10GBASE-R PCS/MAC inside the node, behind its registers), its link the GT-facing
 data ``gt_tx``/``gt_rx``, and ``gtwizard_ultrascale`` the transceiver.  The wrapper passes the
 top's extra clock domains (``DOMAINS``: the GT's TX and RX user clocks) through as clock and

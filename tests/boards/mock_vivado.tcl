@@ -17,12 +17,16 @@
 #
 # * create_ip (IP cores instantiated in RTL, here the transceiver wizard gtwizard_ultrascale):
 #   its CONFIG properties and their values (names from public scripts and the wizard's example
-#   designs), the ports of the generated core under that configuration; every instance of the
+#   designs), the ports of the generated core under that configuration (it may not sit in a
+#   block-design module reference: UG994); every instance of the
 #   core in an added Verilog file names only ports the core has and drives every input; the
 #   K26's GTH sites (one quad, bank 224: X0Y4..X0Y7) with their package pins, so the channel
 #   the wizard is configured for, the XDC's LOC and the PACKAGE_PINs of the GT ports must agree.
-# * Clock and reset nets: a clock input is driven by a clock output (stated FREQ_HZ equal on
-#   both ends), a reset input by a reset output of the same polarity.
+# * Clock and reset nets: a clock input is driven by a clock output or clock port (stated
+#   FREQ_HZ equal on both ends), a reset input by a reset output or port of the same polarity.
+# * The device top: the block design's wrapper (written with the board ports as its ports), or
+#   an RTL top that instantiates it; its instances name existing ports and drive every input;
+#   its ports are what the XDC must place.
 # Every call is logged to calls.log (one line each).  Other knobs: MOCK_NO_BOARD_FILES,
 # MOCK_NO_CARRIER (board store empty), MOCK_PS_PLL_MHZ (the preset's IOPLL, default 1499.985).
 set mock_log [open calls.log w]
@@ -51,6 +55,7 @@ set ::top {}
 set ::routed 0
 set ::slack_read [dict create]
 set ::bitstream 0
+set ::port_info [dict create]  ;# board port -> dict {type clk/rst/data width N props {...}}
 set ::ips [dict create]        ;# create_ip module name -> dict {name ... config {...} generated 0/1}
 
 # --- IP definitions ----------------------------------------------------------------------------
@@ -229,6 +234,7 @@ proc set_property {args} {
     set pairs [lrange $args 0 1]; set obj [lindex $args 2]
   }
   if {[string match ip:* $obj]} { ip_set_property [string range $obj 3 end] $pairs; return }
+  if {[string match port:* $obj]} { port_set_property [string range $obj 5 end] $pairs; return }
   if {[string match cell:* $obj]} {
     set cell [string range $obj 5 end]
     set d [cell_def $cell]
@@ -303,6 +309,14 @@ proc create_bd_cell {args} {
   } elseif {$type eq "module"} {
     set ref [lindex $args [expr {[lsearch $args -reference] + 1}]]
     if {![dict exists $::modules $ref]} { fail "module reference $ref: no such module among the added sources" }
+    # UG994 (XCI inferencing): a module reference may hold IP that supports it; the transceiver
+    # wizard does not ("gtwizard" is on the list of cores that cannot be inferred in one).
+    set text [source_text $ref]
+    dict for {mod ip} $::ips {
+      if {[regexp "\\m$mod\\s+\\w+\\s*\\(" $text]} {
+        fail "\[filemgmt 56-181\] Reference '$ref' contains sub-design file '$mod.xci'. This sub-design is not allowed in the reference due to following reason(s): The xilinx.com:ip:[dict get $ip name] core does not support module reference."
+      }
+    }
     dict set ::cells $name module:$ref
     dict set ::config $name {}
   } else { fail "create_bd_cell -type $type" }
@@ -366,7 +380,37 @@ proc create_bd_port {args} {
   set dir [lindex $args [expr {[lsearch $args -dir] + 1}]]
   if {$dir ni {I O IO}} { fail "create_bd_port -dir $dir" }
   if {[dict exists $::ports $name]} { fail "port $name exists" }
+  set type data; set width 1
+  if {[lsearch $args -type] >= 0} {
+    set type [lindex $args [expr {[lsearch $args -type] + 1}]]
+    if {$type ni {clk rst data intr ce undef}} { fail "create_bd_port -type $type" }
+  }
+  if {[lsearch $args -from] >= 0} {
+    set width [expr {[lindex $args [expr {[lsearch $args -from] + 1}]] - [lindex $args [expr {[lsearch $args -to] + 1}]] + 1}]
+  }
   dict set ::ports $name $dir
+  dict set ::port_info $name [dict create type $type width $width props [dict create]]
+}
+# Properties a board port of each type takes (as the block design's clock and reset checks read them).
+set ::port_props {clk {FREQ_HZ ASSOCIATED_RESET ASSOCIATED_BUSIF PHASE} rst {POLARITY}}
+proc port_set_property {port pairs} {
+  set type [dict get $::port_info $port type]
+  foreach {k v} $pairs {
+    set name [string range $k 7 end]
+    if {![string match CONFIG.* $k] || ![dict exists $::port_props $type] || $name ni [dict get $::port_props $type]} {
+      fail "set_property $k on board port $port (type $type): no such property"
+    }
+    if {$name eq "FREQ_HZ" && ![string is integer -strict $v]} { fail "CONFIG.FREQ_HZ = $v of $port: a whole number of Hz" }
+    if {$name eq "POLARITY" && $v ni {ACTIVE_LOW ACTIVE_HIGH}} { fail "CONFIG.POLARITY = $v of $port" }
+    if {$name eq "ASSOCIATED_RESET" && (![dict exists $::port_info $v] || [dict get $::port_info $v type] ne "rst")} {
+      fail "CONFIG.ASSOCIATED_RESET of $port: $v is not a reset port"
+    }
+    dict set ::port_info $port props $name $v
+  }
+}
+proc port_prop {port name default} {
+  if {[dict exists $::port_info $port props $name]} { return [dict get $::port_info $port props $name] }
+  return $default
 }
 proc create_bd_intf_port {args} {
   mock create_bd_intf_port {*}$args
@@ -477,11 +521,30 @@ proc validate_bd_design {} {
   dict for {id members} $::nets {
     set drv {}
     foreach ep $members { if {[endpoint_dir $ep] eq "drv"} { set drv $ep } }
-    if {![string match pin:* $drv]} continue
-    lassign [split [string range $drv 4 end] /] dcell dpin
-    set dinfo [pin_info $dcell $dpin]
+    # the driver as {name dir type enable freq polarity}: a cell pin, or an input board port
+    if {[string match pin:* $drv]} {
+      lassign [split [string range $drv 4 end] /] dcell dpin
+      set dinfo [pin_info $dcell $dpin]
+      set dpol [pin_polarity $dcell $dpin]
+    } else {
+      set dcell port; set dpin [string range $drv 5 end]
+      set dinfo [list I [dict get $::port_info $dpin type] 1 [port_prop $dpin FREQ_HZ ""]]
+      set dpol [port_prop $dpin POLARITY ACTIVE_LOW]
+    }
     foreach ep $members {
-      if {$ep eq $drv || ![string match pin:* $ep]} continue
+      if {$ep eq $drv} continue
+      if {[string match port:* $ep]} {
+        # an output board port of type clk / rst must be driven by one
+        set pname [string range $ep 5 end]
+        set ptype [dict get $::port_info $pname type]
+        if {$ptype in {clk rst} && [lindex $dinfo 1] ne $ptype} {
+          fail "board port $pname (type $ptype) is driven by /$dcell/$dpin, which is not a [expr {$ptype eq "clk" ? "clock" : "reset"}]"
+        }
+        if {$ptype eq "rst" && $dpol ne [port_prop $pname POLARITY ACTIVE_LOW]} {
+          fail "board port $pname ([port_prop $pname POLARITY ACTIVE_LOW]) is driven by /$dcell/$dpin ($dpol): polarity differs"
+        }
+        continue
+      }
       lassign [split [string range $ep 4 end] /] cell pin
       set info [pin_info $cell $pin]
       set type [lindex $info 1]
@@ -494,7 +557,7 @@ proc validate_bd_design {} {
       }
       if {$type eq "rst"} {
         if {[lindex $dinfo 1] ne "rst"} { fail "reset pin /$cell/$pin is driven by /$dcell/$dpin, which is not a reset" }
-        set a [pin_polarity $cell $pin]; set b [pin_polarity $dcell $dpin]
+        set a [pin_polarity $cell $pin]; set b $dpol
         if {$a ne "" && $b ne "" && $a ne $b} { fail "reset pin /$cell/$pin ($a) is driven by /$dcell/$dpin ($b): polarity differs" }
       }
     }
@@ -518,7 +581,14 @@ proc make_wrapper {args} {
   mock make_wrapper {*}$args
   if {!$::validated} { fail "make_wrapper before validate_bd_design" }
   set ::wrapper ${::bd}_wrapper.v
-  set fh [open $::wrapper w]; puts $fh "module ${::bd}_wrapper (); endmodule"; close $fh
+  # the wrapper's ports are the block design's board ports, as Vivado's make_wrapper writes them
+  set decls {}
+  dict for {port dir} $::ports {
+    if {[string match intf:* $dir]} continue
+    set w [dict get $::port_info $port width]
+    lappend decls "  [expr {$dir eq "I" ? "input" : "output"}] wire [expr {$w > 1 ? "\[[expr {$w - 1}]:0\] " : ""}]$port"
+  }
+  set fh [open $::wrapper w]; puts $fh "module ${::bd}_wrapper (\n[join $decls ",\n"]\n);\nendmodule"; close $fh
   return $::wrapper
 }
 
@@ -719,15 +789,14 @@ proc check_constraints {} {
       }
       foreach {- names} [regexp -all -inline {get_ports \{?([\w\s\[\]]+?)\}?\]} $line] {
         foreach p $names {
-          if {![dict exists $::ports $p]} { fail "\[Vivado 12-584\] $f: no port matched '$p'" }
+          if {![dict exists $::dev_ports $p]} { fail "\[Vivado 12-584\] $f: no port matched '$p'" }
           if {[regexp {PACKAGE_PIN (\w+)} $line -> pin]} { dict set constrained $p pin $pin }
           if {[regexp {IOSTANDARD (\w+)} $line -> std]} { dict set constrained $p std $std }
         }
       }
     }
   }
-  dict for {port dir} $::ports {
-    if {[string match intf:* $dir]} continue
+  dict for {port dir} $::dev_ports {
     if {![dict exists $constrained $port pin]} { fail "\[DRC UCIO-1\] port $port has no PACKAGE_PIN" }
     set pin [dict get $constrained $port pin]
     if {$pin in $::gt_pins} continue
@@ -765,9 +834,54 @@ proc check_gt_constraints {constrained locs} {
     }
   }
 }
+# Ports of a Verilog-2001 module: name -> {dir width}.
+proc verilog_ports {text name} {
+  if {![regexp "module\\s+$name\\s*\\((.*?)\\);" $text -> header]} { return {} }
+  set ports [dict create]
+  foreach line [split $header \n] {
+    if {[regexp {^\s*(input|output)\s+wire\s+(?:\[(\d+):0\]\s*)?(\w+)} $line -> dir hi port]} {
+      dict set ports $port [list [expr {$dir eq "input" ? "I" : "O"}] [expr {$hi eq "" ? 1 : $hi + 1}]]
+    }
+  }
+  return $ports
+}
+proc source_text {name} {
+  foreach f $::sources {
+    if {[file extension $f] ne ".v"} continue
+    set fh [open $f]; set text [read $fh]; close $fh
+    if {[regexp "module\\s+$name\\s*\\(" $text]} { return $text }
+  }
+  fail "\[Synth 8-439\] module '$name' not found among the added sources"
+}
+# The device top: the block design's wrapper, or an RTL module that instantiates it (and other
+# modules of the sources) naming only ports they have and driving all their inputs.  ::dev_ports
+# are the device's ports, which the constraints must place.
+proc check_top {} {
+  if {$::wrapper ni $::sources} { fail "the block design wrapper is not among the sources" }
+  set wtext [source_text ${::bd}_wrapper]
+  if {$::top eq "${::bd}_wrapper"} { set ::dev_ports [verilog_ports $wtext ${::bd}_wrapper]; return }
+  set text [source_text $::top]
+  set ::dev_ports [verilog_ports $text $::top]
+  if {![regexp "\\m${::bd}_wrapper\\s+\\w+\\s*\\(" $text]} { fail "top $::top does not instantiate the block design (${::bd}_wrapper)" }
+  foreach {- mod inst body} [regexp -all -inline {\m(\w+)\s+(\w+)\s*\((\s*\.[^;]*?)\);} $text] {
+    if {$mod in {module input output wire}} continue
+    set mports [verilog_ports [source_text $mod] $mod]
+    set conn [dict create]
+    foreach {- port expr} [regexp -all -inline {\.(\w+)\s*\(([^()]*)\)} $body] {
+      if {![dict exists $mports $port]} { fail "\[Synth 8-448\] named port connection '$port' does not exist for instance '$inst' of module '$mod' ($::top)" }
+      dict set conn $port [string trim $expr]
+    }
+    dict for {port info} $mports {
+      if {[lindex $info 0] eq "I" && (![dict exists $conn $port] || [dict get $conn $port] eq "")} {
+        fail "input $port of $inst ($mod) is not driven in $::top"
+      }
+      if {[lindex $info 0] eq "O" && ![dict exists $conn $port]} { fail "output $port of $inst ($mod) is left open in $::top" }
+    }
+  }
+}
 proc launch_runs {args} {
   mock launch_runs {*}$args
-  if {$::top ne "${::bd}_wrapper" || $::wrapper ni $::sources} { fail "top is not the block design wrapper" }
+  check_top
   if {[lsearch $args write_bitstream] >= 0} {
     if {!$::routed} { fail "write_bitstream before implementation" }
     foreach s {STATS.WNS STATS.WHS} {

@@ -42,7 +42,7 @@ def test_sfp_flow_end_to_end(project):
     calls = (project / "calls.log").read_text()
     assert calls.strip().endswith("finished") and "FAIL" not in calls
     for name in ("mcf.bit", "mcf.bit.bin", "mcf.hwh", "mcf.xsa", "mcf.dtbo", "shell.json", "timing.rpt",
-                 "eth.tcl", "eth10g.tcl", "mcf_eth10g_gt.v"):
+                 "eth.tcl", "eth10g.tcl", "mcf_eth10g_gt.v", "mcf_top.v"):
         assert (project / name).is_file(), name
     assert "MCF: network port gt_tx/gt_rx on the SFP+ cage (10GBASE-R)" in r.stdout
     assert "MCF: timing at 250 MHz" in r.stdout and "MCF: done" in r.stdout
@@ -56,14 +56,22 @@ def test_sfp_flow_end_to_end(project):
                     "CONFIG.FREERUN_FREQUENCY 250"):
         assert setting in config, setting
     assert "generate_target all ip:mcf_gth_10g" in calls
-    # the node top's GT link, its two GT clock domains and the SFP+ sideband are wired
-    for net in ("pin:gt/gt_tx_usrclk2 pin:node/eth_tx_clk", "pin:gt/gt_tx_reset pin:node/eth_tx_rst",
-                "pin:gt/gt_rx_usrclk2 pin:node/eth_rx_clk", "pin:gt/gt_rx_reset pin:node/eth_rx_rst",
-                "pin:gt/rx_data pin:node/gt_rx", "pin:node/gt_tx pin:gt/tx_data",
+    # the block design exports the node's GT link, its two GT clock domains, a free-running clock
+    # and reset for the wizard, and the SFP+ sideband; the RTL top joins them to the GT module
+    for net in ("port:eth_tx_clk pin:node/eth_tx_clk", "port:eth_tx_rst pin:node/eth_tx_rst",
+                "port:eth_rx_clk pin:node/eth_rx_clk", "port:eth_rx_rst pin:node/eth_rx_rst",
+                "port:gt_rx pin:node/gt_rx", "pin:node/gt_tx port:gt_tx",
                 "port:sfp_mod_abs pin:node/sfp_mod_abs", "port:sfp_rx_los pin:node/sfp_rx_los",
                 "port:sfp_tx_fault pin:node/sfp_tx_fault", "pin:node/sfp_tx_disable port:sfp_tx_disable",
-                "pin:ps/pl_clk0 pin:gt/freerun_clk", "pin:rst/peripheral_aresetn pin:gt/reset_n"):
+                "pin:ps/pl_clk0 port:gt_freerun_clk", "pin:rst/peripheral_aresetn port:gt_reset_n"):
         assert f"connect_bd_net {net}" in calls, net
+    assert "set_property top mcf_top" in calls and "add_files -norecurse mcf_eth10g_gt.v mcf_top.v" in calls
+    assert "create_bd_cell -type module -reference mcf_eth10g_gt" not in calls     # not in the block design
+    top = (project / "mcf_top.v").read_text()
+    for conn in (".tx_data(gt_tx)", ".rx_data(gt_rx)", ".gt_tx_usrclk2(eth_tx_clk)", ".gt_rx_reset(eth_rx_rst)",
+                 ".refclk_p(sfp_refclk_p)", ".rx_p(sfp_rx_p)", ".tx_n(sfp_tx_n)", ".freerun_clk(gt_freerun_clk)",
+                 ".sfp_tx_disable(sfp_tx_disable)"):
+        assert conn in top, conn
     # no licensed MAC anywhere in what the flow wrote
     for f in project.iterdir():
         if f.suffix in (".tcl", ".v", ".xdc", ".log"):
@@ -102,17 +110,27 @@ def test_sfp_flow_keeps_the_timing_gate(project, env, msg):
     ("eth.tcl", "mcf_eth10g_ip X0Y6 clk0", "mcf_eth10g_ip X1Y12 clk0", "X1Y12 is not a GTH channel of the K26"),
     # the wizard on another lane than the cage's pins and the XDC's LOC
     ("eth.tcl", "mcf_eth10g_ip X0Y6 clk0", "mcf_eth10g_ip X0Y5 clk0", "LOC GTHE4_CHANNEL_X0Y6: the transceiver wizard"),
-    # unconnected clock / reset pins of the GT module and of the node's GT domains
-    ("eth10g.tcl", "connect_bd_net [get_bd_pins $freerun_clk] [get_bd_pins gt/freerun_clk]", "",
-     "clk pin /gt/freerun_clk is not connected"),
-    ("eth10g.tcl", "connect_bd_net [get_bd_pins $reset_n] [get_bd_pins gt/reset_n]", "",
-     "rst pin /gt/reset_n is not connected"),
-    ("eth10g.tcl", "gt_tx_usrclk2 eth_tx_clk ", "", "clk pin /node/eth_tx_clk is not connected"),
-    # miswired: a data pin as a reset, the active-high GT reset into an active-low one
-    ("eth10g.tcl", "gt_rx_reset eth_rx_rst rx_data", "rx_data eth_rx_rst gt_rx_reset",
-     "reset pin /node/eth_rx_rst is driven by /gt/rx_data, which is not a reset"),
+    # unconnected clock / reset of the GT module (RTL top) and of the node's GT domains (block design)
+    ("mcf_top.v", "    .freerun_clk(gt_freerun_clk),\n", "", "input freerun_clk of gt (mcf_eth10g_gt) is not driven in mcf_top"),
+    ("mcf_top.v", "    .reset_n(gt_reset_n)\n", "", "input reset_n of gt (mcf_eth10g_gt) is not driven in mcf_top"),
+    ("mcf_top.v", "    .gt_tx_reset(eth_tx_rst),\n", "", "output gt_tx_reset of gt (mcf_eth10g_gt) is left open"),
+    ("eth10g.tcl", "    connect_bd_net [get_bd_ports eth_${d}_clk] [get_bd_pins $node/eth_${d}_clk]\n", "",
+     "clk pin /node/eth_tx_clk is not connected"),
+    ("eth10g.tcl", "    connect_bd_net [get_bd_ports eth_${d}_rst] [get_bd_pins $node/eth_${d}_rst]\n", "",
+     "rst pin /node/eth_tx_rst is not connected"),
+    # miswired: a data pin as a reset, the wrong polarity, a clock port without its reset
     ("eth.tcl", "ps/pl_clk0 rst/peripheral_aresetn", "ps/pl_clk0 rst/peripheral_reset",
-     "reset pin /gt/reset_n is driven by /rst/peripheral_reset, which is not a reset"),
+     "board port gt_reset_n (type rst) is driven by /rst/peripheral_reset, which is not a reset"),
+    ("eth10g.tcl", "CONFIG.POLARITY {ACTIVE_HIGH}", "CONFIG.POLARITY {ACTIVE_LOW}",
+     "reset pin /node/eth_tx_rst (ACTIVE_HIGH) is driven by /port/eth_tx_rst (ACTIVE_LOW): polarity differs"),
+    ("eth10g.tcl", "CONFIG.POLARITY {ACTIVE_HIGH}", "CONFIG.POLARITY_X {ACTIVE_HIGH}",
+     "set_property CONFIG.POLARITY_X on board port eth_tx_rst (type rst): no such property"),
+    # the wizard inside a block-design module reference, which Vivado refuses (UG994)
+    ("eth10g.tcl", "  create_bd_port -dir O -from 63 -to 0 gt_tx\n",
+     "  add_files -norecurse mcf_eth10g_gt.v\n  create_bd_cell -type module -reference mcf_eth10g_gt gt\n",
+     "core does not support module reference"),
+    # the top without the block design
+    ("mcf_top.v", "  mcf_wrapper bd (", "  mcf_wrapperx bd (", "top mcf_top does not instantiate the block design (mcf_wrapper)"),
 ])
 def test_strict_mock_catches_gt_mistakes(project, file, old, new, msg):
     path = project / file
@@ -135,8 +153,9 @@ def test_strict_mock_checks_gt_pins_and_clocks(project):
 
 
 def test_generated_verilog_compiles_with_the_wizard_ports(sfp_build, tmp_path):
-    """mcf_node.v + mcf_node_top.v + mcf_eth10g_gt.v compile together with stand-ins of the wizard
-    core (exactly the ports the connected instance names) and IBUFDS_GTE4."""
+    """mcf_top.v + mcf_eth10g_gt.v + mcf_node_top.v + mcf_node.v compile together with stand-ins of
+    the wizard core (exactly the ports the connected instance names), IBUFDS_GTE4 and the block
+    design's wrapper (holding the node as the block design does)."""
     if shutil.which("iverilog") is None:
         pytest.fail("iverilog not found: run `make setup`")
     used = re.findall(r"\.(\w+)\(", re.search(r"mcf_gth_10g gth \((.*?)\);", eth10g.GT_WRAPPER_V, re.S).group(1))
@@ -145,17 +164,21 @@ def test_generated_verilog_compiles_with_the_wizard_ports(sfp_build, tmp_path):
             "module mcf_gth_10g (" + ", ".join(
                 f"{'input' if p.endswith('_in') else 'output'} {'[63:0] ' if 'userdata' in p else ''}{p}"
                 for p in used) + "); endmodule",
-            "module sfp_top (input refclk_p, refclk_n, rx_p, rx_n, freerun_clk, reset_n, output tx_p, tx_n);",
-            "  wire c1, r1, c2, r2; wire [63:0] d1, d2;",
-            "  mcf_eth10g_gt gt (.freerun_clk(freerun_clk), .reset_n(reset_n), .refclk_p(refclk_p), "
-            ".refclk_n(refclk_n), .rx_p(rx_p), .rx_n(rx_n), .tx_p(tx_p), .tx_n(tx_n), .gt_tx_usrclk2(c1), "
-            ".gt_tx_reset(r1), .gt_rx_usrclk2(c2), .gt_rx_reset(r2), .tx_data(d1), .rx_data(d2));",
-            "  mcf_node_top node (.aclk(freerun_clk), .aresetn(reset_n), .eth_tx_clk(c1), .eth_tx_rst(r1), "
-            ".eth_rx_clk(c2), .eth_rx_rst(r2), .gt_tx(d1), .gt_rx(d2));",
+            # the block design's wrapper as the mock's make_wrapper writes it: the node behind it
+            "module mcf_wrapper (output led0, led1, fan_en_b, sfp_tx_disable, input sfp_mod_abs, sfp_rx_los, "
+            "sfp_tx_fault, output [63:0] gt_tx, input [63:0] gt_rx, input eth_tx_clk, eth_tx_rst, eth_rx_clk, "
+            "eth_rx_rst, output gt_freerun_clk, gt_reset_n);",
+            "  reg clk = 0, rstn = 0;",
+            "  assign gt_freerun_clk = clk, gt_reset_n = rstn, led0 = rstn, led1 = 0, fan_en_b = 0;",
+            "  mcf_node_top node (.aclk(clk), .aresetn(rstn), .eth_tx_clk(eth_tx_clk), .eth_tx_rst(eth_tx_rst), "
+            ".eth_rx_clk(eth_rx_clk), .eth_rx_rst(eth_rx_rst), .gt_tx(gt_tx), .gt_rx(gt_rx), "
+            ".sfp_mod_abs(sfp_mod_abs), .sfp_rx_los(sfp_rx_los), .sfp_tx_fault(sfp_tx_fault), "
+            ".sfp_tx_disable(sfp_tx_disable));",
             "endmodule"]
     (tmp_path / "stub.v").write_text("\n".join(stub) + "\n")
-    files = [sfp_build / n for n in ("mcf_node.v", "mcf_node_top.v", "mcf_eth10g_gt.v")] + [tmp_path / "stub.v"]
-    r = subprocess.run(["iverilog", "-g2005", "-s", "sfp_top", "-o", str(tmp_path / "a.out"), *map(str, files)],
+    files = [sfp_build / n for n in ("mcf_node.v", "mcf_node_top.v", "mcf_eth10g_gt.v", "mcf_top.v")]
+    files.append(tmp_path / "stub.v")
+    r = subprocess.run(["iverilog", "-g2005", "-s", "mcf_top", "-o", str(tmp_path / "a.out"), *map(str, files)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
 
