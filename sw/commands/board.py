@@ -13,7 +13,9 @@ def register(sub) -> None:
 
     b = bsub.add_parser("build", help="generate the Vivado project and build mcf.bit / .hwh",
                         description="Write build/kr260/{mcf_node.v, mcf_node_top.v, params.tcl, "
-                                    "build.tcl} and run `vivado -mode batch -source build.tcl`.")
+                                    "build.tcl, kr260.xdc, the overlay} (with --network sfp also eth.tcl, "
+                                    "eth10g.tcl, mcf_eth10g_gt.v, mcf_top.v) and run "
+                                    "`vivado -mode batch -source build.tcl`.")
     b.add_argument("--out", default="build/kr260", help="output folder (default: %(default)s)")
     b.add_argument("--block", default=None,
                    help="registered top block (default: node, or eth_node with --network sfp)")
