@@ -27,14 +27,15 @@ node's own clients, further ones spread over the other HP ports).  This is the t
 """
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axi.lite import AXI4LiteSignature
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.csr import ControlRegisters
+from mcf.hw.compute.exec.unit import PERF_BITS, ExecUnit
+from mcf.hw.csr import ControlRegisters, EthControlPort
 from mcf.hw.dma.loader import DmaLoader
 from mcf.hw.dma.writer import DmaWriter
 from mcf.hw.layouts import DmaDescriptorLayout
@@ -45,14 +46,15 @@ from mcf.hw.packet.packetizer import Packetizer
 from mcf.hw.registry import block
 from mcf.hw.seq.interconnect import AxiInterconnect, Client
 from mcf.hw.seq.perf import PerfCounters
-from mcf.hw.seq.placeholder import ExecPlaceholder
 from mcf.hw.seq.regs import SeqRegisters
 from mcf.hw.seq.rx import RxEngine
 from mcf.hw.seq.sequencer import Sequencer
 from mcf.hw.seq.tx import PacketMux, TxEngine
 from mcf.spec import DmaDir, ErrorCause, Irq
 from mcf.spec.isa import PerfCounter, Queue, SeqFault
+from mcf.spec.node import RANGES as NODE_RANGES
 from mcf.spec.node import NodeConfig
+from mcf.spec.params import Choice
 from mcf.spec.regmap import ADDR_BITS, DATA_BITS, DMA_TAG_BITS
 
 #: The node's own DDR clients, on HP port 0 (the execute unit's follow).
@@ -66,16 +68,20 @@ def axi_members(component) -> list[str]:
 
 
 class Node(wiring.Component):
-    """One node, built from a ``mcf.spec.node.NodeConfig``."""
+    """One node, built from a ``mcf.spec.node.NodeConfig``.
 
-    def __init__(self, config: NodeConfig = NodeConfig(), exec_unit=None):
-        self.config = config
+    ``eth=True`` adds the ports a 10GBASE-R port (``mcf.hw.eth``) needs from the register
+    block: ``eth`` (MAC table writes, link status, sequence gaps) and ``eth_errors`` (its
+    error events); ``mcf.hw.eth.eth_node.EthNode`` wires them.  ``exec_unit``: a factory of
+    the execute unit from the NodeConfig (default ``ExecUnit``)."""
+
+    def __init__(self, config: NodeConfig = NodeConfig(), exec_unit=None, *, eth: bool = False):
+        self.config, self.has_eth = config, eth
         self.data_width, self.net_ports = config.data_width, config.net_ports
         self.csr = ControlRegisters(config.meta_queue_depth, config.desc_queue_depth, config.data_bytes,
                                     config.net_ports, dma_bus_bytes=config.data_bytes,
                                     dma_buffers=config.buffers, dma_buffer_bytes=config.buffer_bytes, seq=True)
-        self.exec = (exec_unit or ExecPlaceholder)(config)
-        self.has_exec = not isinstance(self.exec, ExecPlaceholder)
+        self.exec = (exec_unit or ExecUnit)(config)
         self.seq = Sequencer(config)
         self.loader = DmaLoader(config.data_width, config.ddr_addr_bits, config.buffer_bytes, config.buffers)
         self.writer = DmaWriter(config.data_width, config.ddr_addr_bits)
@@ -86,7 +92,7 @@ class Node(wiring.Component):
         for k, name in enumerate(self.exec_ports):
             sig = getattr(self.exec.signature.members[name], "signature")
             clients.append(Client(f"ex_{name}", read=sig.read, write=sig.write, id_width=sig.id_width,
-                                  port=(k + 1) % config.hp_ports))
+                                  port=(k + 1) % config.hp_ports, addr_width=sig.addr_width))
         self.ic = AxiInterconnect(clients, config.hp_ports, config.ddr_addr_bits, config.data_width)
         axis = AXIStreamSignature(config.data_width)
         members = {
@@ -94,6 +100,7 @@ class Node(wiring.Component):
             "rx": In(axis).array(config.net_ports),
             "tx": Out(axis).array(config.net_ports),
             "irq": Out(1),
+            **({"eth": Out(EthControlPort()), "eth_errors": In(len(ErrorCause))} if eth else {}),
         }
         hp_sig = AXI4Signature(config.ddr_addr_bits, config.data_width, max(self.ic.port_id_width))
         for p in range(config.hp_ports):
@@ -107,7 +114,7 @@ class Node(wiring.Component):
         m = Module()
         cfg = self.config
         m.submodules.csr = csr = self.csr
-        m.submodules.seqregs = sr = SeqRegisters(cfg, self.has_exec)
+        m.submodules.seqregs = sr = SeqRegisters(cfg)
         m.submodules.seq = seq = self.seq
         m.submodules.exec = ex = self.exec
         m.submodules.loader = ld = self.loader
@@ -125,6 +132,8 @@ class Node(wiring.Component):
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
         wiring.connect(m, csr.seq_regs, sr.bus)
         wiring.connect(m, csr.route, nic.route)
+        if self.has_eth:
+            wiring.connect(m, wiring.flipped(self.eth), csr.eth)
         m.d.comb += [
             nic.node_id.eq(csr.node_id), nic.num_nodes.eq(csr.num_nodes), nic.enable.eq(csr.enable),
             self.irq.eq(csr.irq),
@@ -140,8 +149,10 @@ class Node(wiring.Component):
         wiring.connect(m, seq.rx, rxe.instr)
         wiring.connect(m, rxe.done_inc, seq.rx_done_inc)
         wiring.connect(m, rxe.credit_inc, seq.rx_credit_inc)
-        wiring.connect(m, rxe.dir_wr, ex.dir_wr)
-        wiring.connect(m, sr.dir_rd, ex.dir_rd)
+        m.d.comb += [ex.dir_wr.en.eq(rxe.dir_wr.en), ex.dir_wr.block.eq(rxe.dir_wr.block),
+                     ex.dir_wr.state.eq(rxe.dir_wr.state),
+                     ex.dir_rd.en.eq(sr.dir_rd.en), ex.dir_rd.block.eq(sr.dir_rd.block),
+                     sr.dir_rd.state.eq(ex.dir_rd.state)]
         m.d.comb += [
             txe.node_id.eq(csr.node_id), txe.running.eq(running),
             rxe.node_id.eq(csr.node_id), rxe.running.eq(running), rxe.rx_wait.eq(sr.rx_wait),
@@ -231,7 +242,8 @@ class Node(wiring.Component):
 
         # --- errors, idle, activity, interrupts -----------------------------------------------------
         errors = Signal(len(ErrorCause))
-        m.d.comb += errors.eq(nic.errors | rxe.errors | (ic.resp_err << ErrorCause.AXI_RESP_ERROR))
+        m.d.comb += errors.eq(nic.errors | rxe.errors | (ic.resp_err << ErrorCause.AXI_RESP_ERROR)
+                              | (self.eth_errors if self.has_eth else 0))
         m.d.comb += [csr.errors.eq(errors), seq.net_errors.eq(errors)]
         pk_empty = (pk.meta_level == 0) & (pk.payload_level == 0)
         engines_idle = ~txe.busy & ~rxe.busy & (rxe.posted == 0) & pk_empty & ~cser.o.tvalid
@@ -267,10 +279,8 @@ class Node(wiring.Component):
         for p in range(cfg.hp_ports):
             inc[PerfCounter[f"HP{p}_RD_BYTES"]] = rd[p]
             inc[PerfCounter[f"HP{p}_WR_BYTES"]] = wrb[p]
-        if "perf" in ex.signature.members:
-            for c in PerfCounter:
-                if hasattr(ex.perf, c.name.lower()):
-                    inc[c] = Cat(getattr(ex.perf, c.name.lower()))
+        for name in PERF_BITS:         # the execute unit's strobes (its DDR bytes are counted above)
+            inc[PerfCounter[name.upper()]] = getattr(ex.perf, name)
         for c in PerfCounter:
             m.d.comb += perf.inc[c].eq(inc[c])
         return m
@@ -308,7 +318,9 @@ PRESETS = {"tiny": NodeConfig.tiny, "qwen2.5-1.5b": NodeConfig.qwen2_5_1_5b}
 
 @block("node", "one node: registers, sequencer, execute unit, DMA, packetizer, NIC, DDR firewall (Vivado top)",
        variants=({"model": "tiny"}, {"model": "tiny", "net_ports": 2, "hp_ports": 2}),
-       model="qwen2.5-1.5b", net_ports=1, hp_ports=1)
+       model="qwen2.5-1.5b", net_ports=1, hp_ports=1,
+       ranges={"model": Choice(tuple(PRESETS)), "net_ports": NODE_RANGES["net_ports"],
+               "hp_ports": NODE_RANGES["hp_ports"]})
 def _node(model, net_ports, hp_ports):
     if model not in PRESETS:
         raise ValueError(f"model={model!r}: one of {', '.join(PRESETS)}")

@@ -25,7 +25,12 @@ descriptor's address; a packet longer than the descriptor is dropped as RX_OVERF
 that finds no STORE within RX_WAIT cycles is dropped as RX_UNEXPECTED).
 
 Access kinds: RO read-only, RW read/write, WO write-only (reads return 0), W1C write one
-to clear, W1P write one to pulse (self-clearing strobe).
+to clear, W1P write one to pulse (self-clearing strobe), RSUB a counter that a write
+decrements by the value written (saturating at 0): writing back the value just read clears
+exactly the events that were seen, none that arrived in between.
+
+The ``ETH_*`` registers belong to the node's 10GBASE-R port (``mcf.spec.eth``); a node
+built without one reads 0 there and ignores writes to the MAC table.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ import enum
 from dataclasses import dataclass, field
 
 from .bits import BitLayout, Field, SpecError
+from .eth import MAC_BITS, MAC_TABLE_ENTRIES, SEQ_BITS as LINK_SEQ_BITS
 from .isa import DDR_ALIGN, PerfCounter, SEM_BITS, SEM_MAX, SeqFault
 from .packet import HEADER_BITS, NODE_BITS, ROUTE_ID_BITS, SPEC_VERSION
 from .plan import REPLICA_STATE_BITS
@@ -48,6 +54,7 @@ class Access(enum.Enum):
     WO = "WO"
     W1C = "W1C"
     W1P = "W1P"
+    RSUB = "RSUB"
 
 
 class ErrorCause(enum.IntEnum):
@@ -66,9 +73,18 @@ class ErrorCause(enum.IntEnum):
     AXI_RESP_ERROR = 11     # DDR answered SLVERR/DECERR
     DESC_UNALIGNED = 12     # DMA address not a multiple of the DMA bus width
     DESC_TOO_LONG = 13      # DMA LOAD longer than one ping-pong buffer
-    RX_UNEXPECTED = 14      # data packet whose tag matched no posted RECV within RX_WAIT cycles (dropped)
-    RX_OVERFLOW = 15        # data packet longer than what its RECV still expects (dropped)
-    RX_BAD_CONTROL = 16     # control packet with a payload or a semaphore out of range, or a
+    ETH_BAD_FCS = 14        # received frame with a wrong FCS, a bad preamble/SFD or an error character
+    ETH_RUNT = 15           # received frame shorter than 64 bytes (FCS included)
+    ETH_OVERSIZE = 16       # received frame longer than the port's maximum frame
+    ETH_RX_OVERFLOW = 17    # received frame dropped: the RX frame FIFO was full
+    ETH_TX_OVERSIZE = 18    # packet too long for one frame (or the TX FIFO): dropped before the MAC
+    ETH_NOT_MCF = 19        # received frame of another EtherType (dropped)
+    ETH_SEQ_GAP = 20        # link sequence number skipped (frames lost; ETH_SEQ_GAPS counts them)
+    ETH_BLOCK_LOCK_LOSS = 21  # the PCS lost 64b/66b block lock
+    ETH_HI_BER = 22         # the PCS BER monitor saw >= 16 bad sync headers in 125 us
+    RX_UNEXPECTED = 23      # data packet whose tag matched no posted RECV within RX_WAIT cycles (dropped)
+    RX_OVERFLOW = 24        # data packet longer than what its RECV still expects (dropped)
+    RX_BAD_CONTROL = 25     # control packet with a payload or a semaphore out of range, or a
                             # header-only packet that is not a control op (dropped)
 
 
@@ -80,6 +96,17 @@ class Irq(enum.IntEnum):
     RX_PACKET = 3
     SEQ_DONE = 4        # the sequencer completed END
     SEQ_FAULT = 5       # the sequencer stopped on a fault (SEQ_STATUS.fault_cause)
+
+
+class LinkStatus(enum.IntEnum):
+    """Bits of ETH_STATUS (the SFP+ module pins and the 10GBASE-R receiver, synchronised to
+    the node clock)."""
+    MODULE_ABSENT = 0   # SFP+ MOD_ABS pin: no module in the cage
+    RX_LOS = 1          # SFP+ RX_LOS pin: the module sees no light / signal
+    TX_FAULT = 2        # SFP+ TX_FAULT pin: the module's transmitter failed
+    BLOCK_LOCK = 3      # the PCS has 64b/66b block lock
+    HI_BER = 4          # the PCS BER monitor reports a high bit error rate
+    LINK_UP = 5         # block lock, no high BER, a module present and a signal received
 
 
 class DmaDir(enum.IntEnum):
@@ -218,6 +245,18 @@ def _f(name, lsb, width, doc):
     return RegField(name, lsb, width, doc)
 
 
+_LINK_DOC = {
+    LinkStatus.MODULE_ABSENT: "No SFP+ module in the cage (MOD_ABS pin).",
+    LinkStatus.RX_LOS: "Receiver loss of signal (RX_LOS pin).",
+    LinkStatus.TX_FAULT: "Transmitter fault (TX_FAULT pin).",
+    LinkStatus.BLOCK_LOCK: "64b/66b block lock (IEEE 802.3 49.2.13.2.2).",
+    LinkStatus.HI_BER: "High bit error rate (49.2.13.2.4).",
+    LinkStatus.LINK_UP: "Block lock, no high BER, a module present, a signal received.",
+}
+assert set(_LINK_DOC) == set(LinkStatus)
+#: The link sequence number that ETH_SEQ_GAPS gaps are measured in.
+LINK_SEQ_MODULUS = 1 << LINK_SEQ_BITS
+
 ERROR_COUNTER_BASE = 0x0100
 DMA_ADDR_BITS = DMA_DESCRIPTOR["addr"].width
 #: Width of a DMA descriptor's tag (DESC_DONE_TAG, the engines' completion tags).
@@ -332,7 +371,8 @@ _regs = [
     )),
     Register("CONTROL", 0x0010, Access.RW, "Datapath control.", (
         _f("enable", 0, 1, "Run the datapath; while 0, queues hold and the NIC accepts nothing."),
-        _f("clear_counters", 1, 1, "Write 1: zero every error counter (self-clearing)."),
+        _f("clear_counters", 1, 1, "Write 1: zero every error counter and ETH_SEQ_GAPS, and take the next "
+           "received frame's link sequence number as the new reference (self-clearing)."),
     )),
     Register("STATUS", 0x0014, Access.RO, "Datapath status.", (
         _f("busy", 0, 1, "A DMA transfer or packet is in flight."),
@@ -376,8 +416,27 @@ _regs = [
              "(reset 0: every descriptor is refused until the PS opens a window)."),
     Register("DMA_WINDOW_SIZE_HI", 0x008C, Access.RW, "Size of the DMA window in bytes, bits 47:32.",
              (_f("size_hi", 0, DMA_ADDR_BITS - 32, "Size bits 47:32."),)),
+    Register("CYCLES_LO", 0x0090, Access.RO, "Free-running count of node clock cycles since reset, "
+             "bits 31:0 (the runtime measures the PL clock with it: read HI, LO, HI until HI repeats)."),
+    Register("CYCLES_HI", 0x0094, Access.RO, "Free-running count of node clock cycles since reset, bits 63:32."),
     *(Register(f"ERR_{c.name}", ERROR_COUNTER_BASE + 4 * int(c), Access.RO,
                f"Error counter: {c.name} (saturating).") for c in ErrorCause),
+    # 10GBASE-R port (mcf.spec.eth).
+    Register("ETH_STATUS", 0x0300, Access.RO, "Link status of the 10GBASE-R port, one bit per LinkStatus.", (
+        *(_f(s.name.lower(), int(s), 1, _LINK_DOC[s]) for s in LinkStatus),)),
+    Register("ETH_MAC_INDEX", 0x0304, Access.RW, "MAC table entry that ETH_MAC_WRITE stores to "
+             "(a node id or a destination-group tag, as in Meta.dst).", (
+        _f("index", 0, (MAC_TABLE_ENTRIES - 1).bit_length(), "Table index."),)),
+    Register("ETH_MAC_LO", 0x0308, Access.RW, "Staged MAC address bits 31:0 (the last four bytes "
+             "on the wire: 02:4D:43:46:00:01 has LO 0x46000001)."),
+    Register("ETH_MAC_HI", 0x030C, Access.RW, "Staged MAC address bits 47:32 (the first two bytes).", (
+        _f("mac_hi", 0, MAC_BITS - 32, "Address bits 47:32."),)),
+    Register("ETH_MAC_WRITE", 0x0310, Access.W1P, "Write 1: store the staged address at ETH_MAC_INDEX. "
+             "Frames leave with source = entry NODE_ID and destination = entry Meta.dst.", (
+        _f("write", 0, 1, "Write strobe."),)),
+    Register("ETH_SEQ_GAPS", 0x0314, Access.RSUB, "Frames missing on the receive link, from gaps "
+             "in the link sequence number (saturating; write back the value read to clear it).", (
+        _f("missing", 0, DATA_BITS, "Frames lost."),)),
     Register("ROUTE_INDEX", 0x0200, Access.RW, "Route table entry selected for ROUTE_DATA.", (
         _f("index", 0, ROUTE_ID_BITS, "Route id."),)),
     Register("ROUTE_DATA", 0x0204, Access.RW,

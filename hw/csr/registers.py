@@ -6,6 +6,9 @@ is chosen by its access kind (RW storage, RO source, W1C, W1P) and, for the few 
 effects, by its name.  An RO register without a source is an elaboration error, so the
 table and the hardware cannot drift apart.
 
+The ETH_* registers face a 10GBASE-R port through ``eth`` (``EthControlPort``): the MAC
+table writes leave on it, the link status and sequence gaps come in.
+
 Protocol: one write and one read in flight (AW and W are accepted in either order and held
 until the response is taken).  Addresses decode on 32-bit words (AWADDR/ARADDR bits 1:0 are
 ignored).  Unmapped addresses and writes to RO registers answer SLVERR (the write has no
@@ -20,9 +23,11 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.arith import log2_exact
 from mcf.hw.axi.lite import AXI4LiteSignature, Resp
-from mcf.hw.csr.ports import RegisterBusSignature, RouteTablePort
+from mcf.hw.csr.ports import EthControlPort, RegisterBusSignature, RouteTablePort
 from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
 from mcf.hw.registry import block
+from mcf.spec.node import RANGES as NODE_RANGES
+from mcf.spec.params import Range
 from mcf.spec import DMA_DESCRIPTOR, REGISTERS, Access, DmaDir, ErrorCause, Irq
 from mcf.spec.packet import HEADER_BITS, NODE_BITS
 from mcf.spec.regmap import (ADDR_BITS, DATA_BITS, DESC_WORDS, DMA_ADDR_BITS, DMA_TAG_BITS, META_WORDS,
@@ -48,6 +53,7 @@ class ControlRegisters(wiring.Component):
 
     * ``s_axil`` — AXI4-Lite slave, ``mcf.spec.regmap`` layout.
     * ``route`` — the NIC's route table (ROUTE_INDEX / ROUTE_DATA).
+    * ``eth`` — the 10GBASE-R port: MAC table writes out, link status and sequence gaps in.
     * ``errors`` — one increment strobe per ``ErrorCause`` (bit i = one event of cause i).
     * ``meta`` — Meta headers pushed through META_W0..3 + META_PUSH (to the packetizer).
     * ``desc`` — DMA descriptors that passed validation (to the DMA engines).
@@ -79,6 +85,7 @@ class ControlRegisters(wiring.Component):
         super().__init__({
             "s_axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)),
             "route": Out(RouteTablePort()),
+            "eth": Out(EthControlPort()),
             "errors": In(len(ErrorCause)),
             "meta": Out(stream.Signature(MetaLayout)),
             "desc": Out(stream.Signature(DmaDescriptorLayout)),
@@ -182,6 +189,8 @@ class ControlRegisters(wiring.Component):
         m.d.comb += written.eq(w_data & byte_mask)
         pulse = {r.name: Signal(DATA_BITS, name=f"p_{r.name.lower()}")
                  for r in regs if r.access in (Access.W1P, Access.WO) and r.name not in external}
+        subtract = {r.name: Signal(DATA_BITS, name=f"sub_{r.name.lower()}")
+                    for r in regs if r.access is Access.RSUB and r.name not in external}
 
         # Self-clearing fields drop after one cycle (the write below overrides this).
         for reg_name, names in SELF_CLEARING.items():
@@ -207,6 +216,8 @@ class ControlRegisters(wiring.Component):
                             m.d.sync += s.eq(((s & ~byte_mask) | written) & r.mask)
                         elif r.access is Access.W1C:
                             m.d.comb += w_ok.eq(1)   # the clear itself is applied with the sets below
+                        elif r.access is Access.RSUB:
+                            m.d.comb += [w_ok.eq(1), subtract[r.name].eq(written)]
                         else:
                             m.d.comb += [w_ok.eq(1), pulse[r.name].eq(written & r.mask)]
         m.d.comb += [self.route.addr.eq(fld("ROUTE_INDEX", "index")), self.route.w_data.eq(w_data)]
@@ -258,6 +269,28 @@ class ControlRegisters(wiring.Component):
         with m.If(self.desc_done):
             m.d.sync += [done_count.eq(done_count + 1), done_tag.eq(self.desc_done_tag)]
 
+        # --- RSUB counters: add events, subtract what the PS writes (both saturating) ---------
+        rsub_events = {"ETH_SEQ_GAPS": self.eth.seq_missing}
+        rsub = {}
+        for name, sub in subtract.items():
+            cnt = rsub[name] = Signal(DATA_BITS, name=f"cnt_{name.lower()}")
+            left = Signal(DATA_BITS, name=f"left_{name.lower()}")
+            total = Signal(DATA_BITS + 1, name=f"total_{name.lower()}")
+            m.d.comb += [left.eq(Mux(sub > cnt, 0, cnt - sub)), total.eq(left + rsub_events[name])]
+            with m.If(clear_counters):
+                m.d.sync += cnt.eq(0)
+            with m.Else():
+                m.d.sync += cnt.eq(Mux(total[DATA_BITS], (1 << DATA_BITS) - 1, total[:DATA_BITS]))
+
+        # --- 10GBASE-R port: MAC table writes --------------------------------------------------
+        m.d.comb += [
+            self.eth.mac_w_en.eq(pulse["ETH_MAC_WRITE"][0]),
+            self.eth.mac_index.eq(fld("ETH_MAC_INDEX", "index")),
+            self.eth.mac_data.eq(Cat(store["ETH_MAC_LO"], fld("ETH_MAC_HI", "mac_hi"))),
+            self.eth.resync.eq(clear_counters),
+            self.eth.node_id.eq(fld("NODE_ID", "node_id")),
+        ]
+
         # --- read sources of the RO registers ----------------------------------------------
         status, status_parts = _compose(
             REGISTERS["STATUS"], busy=self.busy, meta_queue_empty=meta_empty, meta_queue_full=~meta_q.w_rdy,
@@ -266,12 +299,16 @@ class ControlRegisters(wiring.Component):
         desc_level, p2 = _compose(REGISTERS["DESC_LEVEL"], level=desc_q.level)
         desc_done, p3 = _compose(REGISTERS["DESC_DONE"], count=done_count, tag=done_tag)
         m.d.comb += status_parts + p1 + p2 + p3
+        cycles = Signal(2 * DATA_BITS)          # free-running: CYCLES_LO/HI measure the clock
+        m.d.sync += cycles.eq(cycles + 1)
         ro = {
             "ID": Const(REGISTERS["ID"].reset, DATA_BITS),
+            "CYCLES_LO": cycles[:DATA_BITS], "CYCLES_HI": cycles[DATA_BITS:],
             "VERSION": Const(REGISTERS["VERSION"].reset, DATA_BITS),
             "CAPS": Const(self.caps, DATA_BITS),
             "DMA_CAPS": Const(self.dma_caps, DATA_BITS),
             "STATUS": status, "META_LEVEL": meta_level, "DESC_LEVEL": desc_level, "DESC_DONE": desc_done,
+            "ETH_STATUS": self.eth.status,
             **{f"ERR_{c.name}": cnt for c, cnt in counters.items()},
         }
         for r in regs:
@@ -304,6 +341,8 @@ class ControlRegisters(wiring.Component):
                                 m.next = "ROUTE"
                             elif r.access is Access.RO:
                                 m.d.sync += [rresp.eq(Resp.OKAY), rdata.eq(ro[r.name])]
+                            elif r.access is Access.RSUB:
+                                m.d.sync += [rresp.eq(Resp.OKAY), rdata.eq(rsub[r.name])]
                             elif r.name in store:
                                 m.d.sync += [rresp.eq(Resp.OKAY), rdata.eq(store[r.name])]
                             else:   # W1P / WO read as 0
@@ -335,6 +374,8 @@ class ControlRegisters(wiring.Component):
 @block("csr", "AXI4-Lite control/status registers, route-table port, metadata and DMA queues",
        variants=({"meta_queue_depth": 4, "desc_queue_depth": 4, "dma_bus_bytes": 8},),
        meta_queue_depth=16, desc_queue_depth=16, data_bytes=8, net_ports=2, dma_bus_bytes=16,
-       dma_buffers=2, dma_buffer_bytes=4096)
+       dma_buffers=2, dma_buffer_bytes=4096,
+       ranges={"data_bytes": Range(4, 128, pow2=True), "dma_bus_bytes": Range(4, 128, pow2=True),
+               "dma_buffers": NODE_RANGES["buffers"], "dma_buffer_bytes": NODE_RANGES["buffer_bytes"]})
 def _csr(**params):
     return ControlRegisters(**params)

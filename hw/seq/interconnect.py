@@ -42,9 +42,12 @@ class Client:
     write: bool = True
     id_width: int = 1
     port: int = 0
+    #: The client's address width (``None``: the HP ports'); a wider one is checked whole.
+    addr_width: int | None = None
 
     def signature(self, addr_width: int, data_width: int) -> AXI4Signature:
-        return AXI4Signature(addr_width, data_width, self.id_width, read=self.read, write=self.write)
+        return AXI4Signature(self.addr_width or addr_width, data_width, self.id_width, read=self.read,
+                             write=self.write)
 
 
 def _bits(n: int) -> int:
@@ -90,6 +93,8 @@ class AxiInterconnect(wiring.Component):
         self.clients, self.hp_ports = list(clients), hp_ports
         self.addr_width, self.data_width, self.max_writes = addr_width, data_width, max_writes
         self.bus_log2 = (data_width // 8).bit_length() - 1
+        #: Addresses are held and checked at the widest client's width, issued at ``addr_width``.
+        self.check_width = max([addr_width] + [c.addr_width or addr_width for c in clients])
         self.on_port = [[i for i, c in enumerate(clients) if c.port == p] for p in range(hp_ports)]
         self.max_id = max(c.id_width for c in clients)
         self.port_id_width = [self.max_id + _bits(len(cs)) for cs in self.on_port]
@@ -146,9 +151,10 @@ class AxiInterconnect(wiring.Component):
         def in_window(addr, length, size):
             nbytes_burst = Signal(range((256 << 7) + 1), name=f"p{p}_burst_bytes")
             m.d.comb += nbytes_burst.eq((length + 1) << size)
-            last = Signal(DMA_ADDR_BITS + 1, name=f"p{p}_burst_end")
+            last = Signal(max(DMA_ADDR_BITS, self.check_width) + 1, name=f"p{p}_burst_end")
             m.d.comb += last.eq(addr + nbytes_burst)
-            return (addr >= base) & (last <= end)
+            # inside the window and addressable on the HP port (no wrap-around when narrowed)
+            return (addr >= base) & (last <= end) & (last <= (1 << self.addr_width))
 
         oow, oow_client = Signal(name=f"p{p}_oow"), Signal(range(len(self.clients)), name=f"p{p}_oow_client")
         err, err_client = Signal(name=f"p{p}_err"), Signal(range(len(self.clients)), name=f"p{p}_err_client")
@@ -158,7 +164,7 @@ class AxiInterconnect(wiring.Component):
 
         # ---------------------------------------------------------------- reads
         if readers:
-            ar_layout = data.StructLayout({"addr": self.addr_width, "len": 8, "size": 3, "burst": 2,
+            ar_layout = data.StructLayout({"addr": self.check_width, "len": 8, "size": 3, "burst": 2,
                                            "lock": 1, "cache": 4, "prot": 3, "qos": 4, "id": cid,
                                            "slot": range(max(n, 2))})
             hold = Signal(ar_layout, name=f"p{p}_ar")
@@ -238,7 +244,7 @@ class AxiInterconnect(wiring.Component):
 
         # ---------------------------------------------------------------- writes
         if writers:
-            aw_layout = data.StructLayout({"addr": self.addr_width, "len": 8, "size": 3, "burst": 2,
+            aw_layout = data.StructLayout({"addr": self.check_width, "len": 8, "size": 3, "burst": 2,
                                            "lock": 1, "cache": 4, "prot": 3, "qos": 4, "id": cid,
                                            "slot": range(max(n, 2))})
             hold = Signal(aw_layout, name=f"p{p}_aw")

@@ -17,6 +17,7 @@ from amaranth.lib.wiring import In, Out
 from cocotb.triggers import ClockCycles, FallingEdge, Timer
 
 from mcf.hw.axi.lite import AXI4LiteSignature
+from mcf.hw.compute.exec.unit import ExecUnit
 from mcf.hw.node import Node, NodePair
 from mcf.sim.cocotb_util import bounded, params, start
 from mcf.sim.node_harness import start_nodes
@@ -280,7 +281,7 @@ def block_bytes(node: int, kv_id: int, length: int) -> bytes:
 async def run_mars_kv_moves(dut):
     """The PS's queues (no program running): LOAD descriptors + Metas send every block the
     MARS plan moves; the receivers' STORE descriptors land them; no error counter moves."""
-    from mcf.sw.mars.lower import lower
+    from mcf.sw.mars.metaprog import lower
     from mcf.sw.mars.planner import PlanRequest, plan
     from mcf.sw.mars.profile import load_profile
     from mcf.sw.models import load_model
@@ -300,6 +301,8 @@ async def run_mars_kv_moves(dut):
 
     async def run_node(n: int):
         drv, done = nodes[n].driver, 0
+        for rid, entry in sorted({p.node: p for p in programs}[n].routes.items()):   # the plan's routes
+            await drv.write_route(rid, entry)
         for k, data in enumerate(expect[n]):
             await drv.push_descriptor(DmaDescriptor(DST + k * SLOT, len(data), 0, DmaDir.STORE, k))
         for i, meta in enumerate(sends[n]):
@@ -323,7 +326,8 @@ async def run_mars_kv_moves(dut):
 def test_construction():
     node = Node(CONFIG.replace(net_ports=2, hp_ports=2))
     assert len(node.tx) == len(node.rx) == 2 and len(node.m_axi.rdata) == 64 and len(node.m_axi1.rdata) == 64
-    assert not node.has_exec
+    assert isinstance(node.exec, ExecUnit) and node.exec_ports == ["m_axi"]
+    assert node.ic.clients[-1].port == 1          # the execute unit's master on the second HP port
     assert len(NodePair(CONFIG).m_axi) == 2
 
 

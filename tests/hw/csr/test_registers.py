@@ -17,9 +17,9 @@ from cocotbext.axi.constants import AxiResp
 
 from mcf import spec
 from mcf.hw.csr import ControlRegisters
-from mcf.sim.cocotb_util import bounded, params, pauses, start
+from mcf.sim.cocotb_util import bounded, params, pauses, refused, start
 from mcf.sim.runner import run_cocotb
-from mcf.spec import REGISTERS, Access, DmaDir, ErrorCause, Irq
+from mcf.spec import REGISTERS, Access, DmaDir, ErrorCause, Irq, LinkStatus
 from mcf.spec.regmap import ID_VALUE, SEQ_WINDOW
 from mcf.sw.driver import BusError, CocotbBackend, Descriptor, Driver, DriverTimeout
 
@@ -45,6 +45,8 @@ async def setup(dut, seed: int, max_polls: int = 1000):
     dut.meta__ready.value = 0
     dut.desc__ready.value = 0
     dut.route__r_data.value = ROUTE_GARBAGE
+    dut.eth__status.value = 0
+    dut.eth__seq_missing.value = 0
     await start(dut)
     return master, Driver(CocotbBackend(master, dut.clk), max_polls=max_polls)
 
@@ -86,6 +88,11 @@ async def run_registers(dut):
     master, drv = await setup(dut, p.get("seed", 1))
     await drv.check_id()
     assert await drv.read32("VERSION") == spec.SPEC_VERSION
+    # CYCLES counts clock cycles: reads 1000 cycles apart differ by 1000 + a few reads' latency
+    c0 = await drv.cycles()
+    await ClockCycles(dut.clk, 1000)
+    c1 = await drv.cycles()
+    assert 1000 < c1 - c0 < 1060, (c0, c1)
     caps = await drv.read_fields("CAPS")
     assert caps == {"data_bytes": p["data_bytes"], "net_ports": p["net_ports"],
                     "meta_queue_log2": p["meta_queue_depth"].bit_length() - 1,
@@ -202,9 +209,9 @@ async def run_queues(dut):
             pass
         else:
             raise AssertionError(f"push to the full {what} queue did not time out")
-    await drv.push_meta(metas[-1], wait=False)
-    await drv.push_descriptor(descs[-1], wait=False)
-    await drv.push_descriptor(descs[-1], wait=False)
+    await refused(drv.push_meta(metas[-1], wait=False), ErrorCause.META_QUEUE_FULL)
+    await refused(drv.push_descriptor(descs[-1], wait=False), ErrorCause.DESC_QUEUE_FULL)
+    await drv.push_descriptor(descs[-1], wait=False, check=False)      # unchecked: counted all the same
     errs = await drv.read_errors()
     assert errs[ErrorCause.META_QUEUE_FULL] == 1 and errs[ErrorCause.DESC_QUEUE_FULL] == 2, errs
     assert sum(errs.values()) == 3, errs
@@ -257,7 +264,7 @@ async def run_bad_descriptors(dut):
     ]
     expected = {c: 0 for c in ErrorCause}
     for cause, d in rng.sample(cases, len(cases)):
-        await drv.push_descriptor(d)
+        await refused(drv.push_descriptor(d), cause)
         expected[cause] += 1
         errs = await drv.read_errors()
         assert errs == expected, (d, errs, expected)
@@ -358,6 +365,62 @@ async def run_concurrent(dut):
         assert await drv.read32(name) == v, name
 
 
+@cocotb.test()
+async def run_eth(dut):
+    """The 10GBASE-R port's registers: MAC table writes leave on ``eth`` (one pulse, the staged
+    address at the staged index), ETH_STATUS shows the port's status bits, ETH_SEQ_GAPS adds
+    the missing-frame counts and a write subtracts (saturating at 0), so a read-then-clear
+    keeps gaps that arrive in between."""
+    p = params()
+    rng = random.Random(p.get("seed", 7))
+    _, drv = await setup(dut, p.get("seed", 7) + 60)
+    writes = []
+
+    async def table_model():
+        while True:
+            await FallingEdge(dut.clk)
+            if dut.eth__mac_w_en.value:
+                writes.append((int(dut.eth__mac_index.value), int(dut.eth__mac_data.value)))
+    cocotb.start_soon(table_model())
+    want = []
+    for _ in range(6):
+        index, mac = rng.randrange(256), rng.getrandbits(48)
+        await drv.write_mac(index, mac)
+        want.append((index, mac))
+    await ClockCycles(dut.clk, 2)
+    assert writes == want, (writes, want)
+
+    for _ in range(8):
+        bits = rng.getrandbits(len(LinkStatus))
+        dut.eth__status.value = bits
+        assert await drv.link_status() == {s: bool((bits >> s) & 1) for s in LinkStatus}
+
+    async def gaps(counts):
+        for n in counts:
+            await FallingEdge(dut.clk)
+            dut.eth__seq_missing.value = n
+        await FallingEdge(dut.clk)
+        dut.eth__seq_missing.value = 0
+
+    counts = [rng.randrange(1, 1 << 16) for _ in range(5)]
+    await gaps(counts)
+    assert await drv.read_seq_gaps() == sum(counts)
+    assert await drv.read_seq_gaps(clear=True) == sum(counts)
+    assert await drv.read_seq_gaps() == 0
+    # events during the read-and-clear are kept
+    task = cocotb.start_soon(gaps([3] * 40))
+    first = await drv.read_seq_gaps(clear=True)
+    await task
+    assert first + await drv.read_seq_gaps() == 120, first
+    await drv.read_seq_gaps(clear=True)
+    await gaps([5])
+    await drv.write32("ETH_SEQ_GAPS", 9)        # more than is there: 0, not a wrap
+    assert await drv.read_seq_gaps() == 0
+    await gaps([4])
+    await drv.clear_errors()                    # CONTROL.clear_counters clears it too
+    assert await drv.read_seq_gaps() == 0
+
+
 def test_construction_and_caps():
     dut = ControlRegisters(meta_queue_depth=8, desc_queue_depth=4, data_bytes=16, net_ports=3)
     assert REGISTERS["CAPS"].decode(dut.caps) == {"data_bytes": 16, "net_ports": 3, "meta_queue_log2": 3,
@@ -444,7 +507,7 @@ CSR_PARAMS = {"meta_queue_depth": 4, "desc_queue_depth": 4, "data_bytes": 8, "ne
 
 @pytest.mark.cocotb
 @pytest.mark.parametrize("case", ["registers", "route", "queues", "bad_descriptors", "errors_and_irq",
-                                  "concurrent"])
+                                  "concurrent", "eth"])
 def test_csr_cocotb(case, build_dir):
     run_cocotb(ControlRegisters(**CSR_PARAMS), __name__, build_dir, testcase=f"run_{case}",
                params=CSR_PARAMS)
