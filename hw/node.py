@@ -20,9 +20,11 @@ writer and the packetizer.  While none runs, the PS's metadata and descriptor qu
 debug path of earlier nodes): LOAD descriptors stream DDR blocks into the packetizer behind
 the next Meta, and delivered data packets take STORE descriptors (see ``mcf.spec.regmap``).
 
-The execute unit is a constructor argument (``exec_unit``: a factory taking the NodeConfig);
-its AXI4 master ports join the interconnect as clients (port ``m_axi`` on HP port 0 with the
-node's own clients, further ones spread over the other HP ports).  This is the top that
+The execute unit (``mcf.hw.compute.exec.unit.ExecUnit``; ``exec_unit``: another factory taking
+the NodeConfig) has its AXI4 master port(s) on the interconnect as clients: its k-th on HP port
+(k + 1) mod ``hp_ports`` (with one HP port everything shares ``m_axi``; with more, the node's own
+fetch / loader / writer keep HP port 0 and the execute unit's weight and KV streams go to the
+others).  ``eth=True`` adds ``eth`` and ``eth_errors`` for a 10GBASE-R port (``EthNode``).  This is the top that
 ``mcf board build`` wraps for Vivado; HP port 0 is ``m_axi``, HP port p > 0 ``m_axi<p>``.
 """
 from __future__ import annotations

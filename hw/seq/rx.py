@@ -154,7 +154,10 @@ class RxEngine(wiring.Component):
         m.d.comb += self.cur_pc.eq(cur_pc)
         assign = Signal()            # a packet's bytes were assigned to slot `slot`
 
-        m.d.comb += [self.store.payload.eq(store_d), outs.w_data.eq(Cat(slot, store_d.length, store_ps, store_tag))]
+        out_entry = Signal(out_layout)
+        m.d.comb += [out_entry.slot.eq(slot), out_entry.length.eq(store_d.length), out_entry.ps.eq(store_ps),
+                     out_entry.tag.eq(store_tag)]
+        m.d.comb += [self.store.payload.eq(store_d), outs.w_data.eq(out_entry)]
         ps = self.ps_store.payload
         with m.FSM(name="packet") as fsm:
             with m.State("HEADER"):
