@@ -39,6 +39,9 @@ class BlockInfo:
     variants: tuple = ()
     #: The range of each parameter (declared with the block, else the NodeConfig field's).
     ranges: dict = field(default_factory=dict)
+    #: Whether the registry lint (tests/hw/test_registry.py) checks the default parameters
+    #: too; off for a top whose default only repeats another block's lint at a larger size.
+    lint_default: bool = True
 
     def range_of(self, name: str) -> Range | None:
         return self.ranges.get(name) or NODE_RANGES.get(name)
@@ -68,13 +71,14 @@ class BlockInfo:
 _BLOCKS: dict[str, BlockInfo] = {}
 
 
-def block(name: str, doc: str, variants: tuple = (), ranges: dict | None = None, **params):
+def block(name: str, doc: str, variants: tuple = (), ranges: dict | None = None, lint_default: bool = True,
+          **params):
     """Decorator registering a component factory under ``name`` with its default ``params``
-    and the ``ranges`` they may take."""
+    and the ``ranges`` they may take (``lint_default``: see ``BlockInfo``)."""
     def register(factory):
         if name in _BLOCKS and _BLOCKS[name].factory is not factory:
             raise RuntimeError(f"block {name} registered twice")
-        _BLOCKS[name] = BlockInfo(name, doc, factory, params, variants, dict(ranges or {}))
+        _BLOCKS[name] = BlockInfo(name, doc, factory, params, variants, dict(ranges or {}), lint_default)
         return factory
     return register
 

@@ -17,9 +17,9 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.lite import AXI4LiteSignature
 from mcf.hw.eth.port import EthPort
-from mcf.hw.node import Node
+from mcf.hw.node import PRESETS, Node
 from mcf.hw.registry import block
-from mcf.spec.params import Range
+from mcf.spec.params import Choice, Range
 from mcf.spec import eth
 from mcf.spec.node import NodeConfig
 from mcf.spec.regmap import ADDR_BITS, DATA_BITS
@@ -69,7 +69,9 @@ class EthNode(wiring.Component):
 
 
 @block("eth_node", "one node with a 10GBASE-R port on its network port (the --network sfp top)",
-       **NodeConfig().fields_of("data_width"), max_frame=eth.MAX_FRAME_BYTES,
-       ranges={"max_frame": Range(eth.MIN_FRAME_BYTES, eth.MAX_FRAME_BYTES)})
-def _eth_node(data_width, max_frame):
-    return EthNode(NodeConfig(data_width=data_width), max_frame=max_frame)
+       variants=({"model": "tiny", "data_width": 64},), lint_default=False,
+       model="qwen2.5-1.5b", **NodeConfig().fields_of("data_width"), max_frame=eth.MAX_FRAME_BYTES,
+       ranges={"model": Choice(tuple(PRESETS)), "max_frame": Range(eth.MIN_FRAME_BYTES, eth.MAX_FRAME_BYTES)})
+def _eth_node(model, data_width, max_frame):
+    # Linted as the tiny variant only: the Qwen-sized node inside is the node block's own lint.
+    return EthNode(PRESETS[model](data_width=data_width), max_frame=max_frame)

@@ -25,7 +25,7 @@ def sfp_build(tmp_path_factory):
     from mcf.sw.cli import main
     out = tmp_path_factory.mktemp("sfp") / "kr260"
     assert main(["board", "build", "--dry-run", "--network", "sfp", "--out", str(out),
-                 "-p", "data_width=64"]) == 0
+                 "-p", "data_width=64", "-p", "model=tiny"]) == 0
     return out
 
 

@@ -263,7 +263,7 @@ class ExecUnit(wiring.Component):
 
 
 @block("exec", "execute unit: SPAD + movers around matrix / vector / attention / KV writer, one AXI4 master",
-       variants=({"preset": "qwen2.5-1.5b"},), preset="tiny",
+       preset="tiny",  # linted at Qwen2.5-1.5B shapes inside the node block (its default)
        ranges={"preset": Choice(("tiny", "qwen2.5-1.5b"))})
 def _exec(preset):
     presets = {"tiny": NodeConfig.tiny, "qwen2.5-1.5b": NodeConfig.qwen2_5_1_5b}
