@@ -158,6 +158,10 @@ class Nic(wiring.Component):
             m.d.sync += inflight.eq(1)
         with m.Elif(red.placed):
             m.d.sync += inflight.eq(0)
+        # The egress's grant is a cycle old: ``hold`` keeps it from starting a second
+        # contribution in the cycle after one started.
+        for j in range(n_out):
+            m.d.comb += egs[j].hold.eq(inflight if j == REDUCE else 0)
         free_slot = ~red.slot_valid.all()
         for i in range(n_in):
             has_slot = Cat(red.slot_valid[s] & same_key(red.slot_meta[s], ing[i].head.meta)
