@@ -88,11 +88,13 @@ class EgressPort(wiring.Component):
         done = Signal(n)              # registered: the ingress sees it the cycle after
         m.d.sync += done.eq(0)
         m.d.comb += self.done.eq(done)
+        # ``at_last`` (idx == last_idx) and ``is_hdr`` (idx < hb) are kept as registers,
+        # updated with ``idx``: no compare between the counter and the start of a packet.
+        at_last = Signal()
+        is_hdr = Signal()
         with m.If(busy & advance):
-            is_hdr = idx < hb
-            at_last = idx == last_idx
             m.d.sync += [sv.eq(1), s_hdr.eq(is_hdr), s_sel.eq(sel), s_last.eq(at_last),
-                         idx.eq(idx + 1)]
+                         idx.eq(idx + 1), at_last.eq(idx + 1 == last_idx), is_hdr.eq(idx + 1 < hb)]
             if hb > 1:
                 m.d.sync += s_word.eq(hdr.word_select(idx[:(hb - 1).bit_length()], w))
             else:
@@ -112,22 +114,29 @@ class EgressPort(wiring.Component):
             m.d.sync += sv.eq(0)
 
         # Arbitration, registered: ``grant_q`` is the pick among last cycle's requests.  Masked
-        # from the requests: the input in service, the one starting now and the one whose
-        # ``done`` is on its way (its request falls the cycle after ``done``).
+        # from the requests: the input in service and the one whose ``done`` is on its way
+        # (its request falls the cycle after ``done``).  The one grant a cycle old that may
+        # be stale is the input started last cycle (its request was not masked yet): refused
+        # at the start (only a header-only packet ends the cycle after it started).
         grant_q = Signal(range(n))
         found_q = Signal()
+        started = Signal()
         start = Signal()
-        m.d.comb += [start.eq((~busy | issue_last) & found_q & ~self.hold), self.start.eq(start)]
+        m.d.comb += [start.eq((~busy | issue_last) & found_q & ~self.hold & ~(started & (grant_q == sel))),
+                     self.start.eq(start)]
+        m.d.sync += started.eq(start)
         req = Signal(n)
-        m.d.comb += req.eq(self.pending & ~Mux(busy, 1 << sel, 0) & ~Mux(start, 1 << grant_q, 0) & ~done)
+        m.d.comb += req.eq(self.pending & ~Mux(busy, 1 << sel, 0) & ~done)
         grant, found = round_robin(m, req, last_sel, n)
         m.d.sync += [grant_q.eq(grant), found_q.eq(found)]
         with m.If(start):
-            m.d.sync += [busy.eq(1), sel.eq(grant_q), last_sel.eq(grant_q), idx.eq(0)]
+            m.d.sync += [busy.eq(1), sel.eq(grant_q), last_sel.eq(grant_q), idx.eq(0),
+                         is_hdr.eq(hb > 0)]
             for i in range(n):
                 with m.If(grant_q == i):
                     h = self.heads[i]
                     m.d.sync += [ptr.eq(h.start), last_idx.eq(hb - 1 + h.nbeats),
+                                 at_last.eq(hb - 1 + h.nbeats == 0),
                                  hdr.eq(Cat(h.meta.as_value(), Const(0, hb * w - HEADER_BITS)))]
 
         rdata = self.rd[0].data

@@ -66,6 +66,7 @@ class IngressPort(wiring.Component):
             "err": Out(stream.Signature(range(N_CAUSES))),
             "head": Out(self.desc_layout),
             "head_valid": Out(1),
+            "head_pop": Out(1),                   # the head leaves (another follows next cycle)
             # Outputs that still have to send the head packet; they pulse done[k] when sent.
             "pending": Out(self.n_out),
             "done": In(self.n_out),
@@ -133,6 +134,8 @@ class IngressPort(wiring.Component):
                      p.fits_buffer.eq(nbeats_now <= depth), p.fits_reduce.eq(nbeats_now <= self.reduce_beats),
                      p.nbeats.eq(nbeats_now)]
 
+        desc = Signal(self.desc_layout)
+
         # LOOK: the route entry's part.  This NIC is the route's reduction point when
         # fan_in >= 2 (results of a reduction tree come back in as contributions of the next level).
         route_ok = entry.valid & p.in_table
@@ -151,28 +154,30 @@ class IngressPort(wiring.Component):
             m.d.comb += mask.eq(Cat(port_mask, entry.local, Const(0, 1)))
         fits = p.fits_buffer & (~to_reduce | p.fits_reduce)
 
-        cause_now = Signal(range(N_CAUSES))
-        bad_now = Signal()
         # The softmax merge stores every contribution: a route with more than it can hold
         # is refused.
         too_many = (to_reduce & p.softmax & (entry.fan_in > self.softmax_fan_in)) if self.softmax_fan_in else 0
+        route_bad_q = Signal()        # registered in LOOK with the descriptor (its mask)
+        fit_bad_q = Signal()
+        m.d.sync += [route_bad_q.eq(~route_ok | too_many), fit_bad_q.eq(~fits)]
+
+        # DECIDE: the decision from registered parts.
+        cause_now = Signal(range(N_CAUSES))
+        bad_now = Signal()
         with m.If(p.early_bad):
             m.d.comb += [bad_now.eq(1), cause_now.eq(p.early_cause)]
-        with m.Elif(~route_ok | (mask == 0) | too_many):
+        with m.Elif(route_bad_q | (desc.mask == 0)):
             m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.BAD_ROUTE)]
         with m.Elif(~p.dst_ok):
             m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.BAD_DST)]
-        with m.Elif(~fits):
+        with m.Elif(fit_bad_q):
             # More payload than this NIC can buffer or reduce: refused as overlong.
             m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.LONG_PACKET)]
 
         # --- latched packet state ------------------------------------------------------
-        desc = Signal(self.desc_layout)
         has_payload = Signal()
         cause = Signal(range(N_CAUSES))
         drain_after = Signal()
-        dec_bad = Signal()            # LOOK's decision, acted on in DECIDE
-        dec_cause = Signal(range(N_CAUSES))
         k = Signal(range(depth + 1))
         last_k = Signal(range(depth + 1))     # desc.nbeats - 1
         bad_keep = Signal()
@@ -190,8 +195,11 @@ class IngressPort(wiring.Component):
         wdesc = Signal(self.desc_layout)
         m.d.comb += [self.err.payload.eq(cause), wdesc.eq(desc), descs.w_data.eq(wdesc)]
         beat = deser.o
-        exp_keep = Signal(w // 8)
-        m.d.comb += exp_keep.eq(last_keep(desc.meta.length, w))
+        exp_keep = Signal(w // 8)     # the last beat's tkeep, registered in LOOK
+        at_end = Signal()             # k == last_k, registered with k
+        push = Signal()               # push ``desc`` (registered: the cycle after the decision)
+        m.d.sync += push.eq(0)
+        m.d.comb += descs.w_en.eq(push)
         m.d.comb += [wp.addr.eq((wr + k)[:abits]),
                      wp.data.eq(Cat(beat.tdata, beat.tkeep, beat.tlast))]
 
@@ -201,15 +209,15 @@ class IngressPort(wiring.Component):
                     m.next = "LOOK"     # the route table answers next cycle
             with m.State("LOOK"):
                 m.d.sync += [has_payload.eq(hm.has_payload), k.eq(0), bad_keep.eq(0),
-                             desc.eq(desc_now), last_k.eq(p.nbeats - 1),
-                             dec_bad.eq(bad_now), dec_cause.eq(cause_now)]
+                             desc.eq(desc_now), last_k.eq(p.nbeats - 1), at_end.eq(p.nbeats == 1),
+                             exp_keep.eq(last_keep(mv.length, w))]
                 m.next = "DECIDE"
             with m.State("DECIDE"):
                 # For a good packet wait (holding the header) until the whole payload and a
                 # descriptor fit: the buffer never overflows mid-packet.
-                with m.If(dec_bad):
+                with m.If(bad_now):
                     m.d.comb += deser.meta.ready.eq(1)
-                    m.d.sync += [cause.eq(dec_cause), drain_after.eq(has_payload)]
+                    m.d.sync += [cause.eq(cause_now), drain_after.eq(has_payload)]
                     m.next = "ERR"
                 with m.Elif((space >= desc.nbeats) & descs.w_rdy):
                     m.d.comb += deser.meta.ready.eq(1)
@@ -218,7 +226,7 @@ class IngressPort(wiring.Component):
                             m.d.sync += [cause.eq(ErrorCause.LONG_PACKET), drain_after.eq(1)]
                             m.next = "ERR"
                         with m.Else():
-                            m.d.comb += descs.w_en.eq(1)
+                            m.d.sync += push.eq(1)
                             m.next = "IDLE"
                     with m.Elif(~has_payload):
                         m.d.sync += [cause.eq(ErrorCause.SHORT_PACKET), drain_after.eq(0)]
@@ -229,8 +237,8 @@ class IngressPort(wiring.Component):
                 m.d.comb += beat.tready.eq(1)
                 with m.If(beat.tvalid):
                     m.d.comb += wp.en.eq(1)
-                    m.d.sync += k.eq(k + 1)
-                    end = k == last_k
+                    m.d.sync += [k.eq(k + 1), at_end.eq(k + 1 == last_k)]
+                    end = at_end
                     with m.If(beat.tlast & ~end):
                         m.d.sync += [cause.eq(ErrorCause.SHORT_PACKET), drain_after.eq(0)]
                         m.next = "ERR"
@@ -246,8 +254,7 @@ class IngressPort(wiring.Component):
                             m.next = "ERR"
                         with m.Else():
                             # Commit: the packet is whole and exactly Meta.length long.
-                            m.d.comb += descs.w_en.eq(1)
-                            m.d.sync += wr.eq(wr + desc.nbeats)
+                            m.d.sync += [push.eq(1), wr.eq(wr + desc.nbeats)]
                             m.next = "IDLE"
                     with m.Else():
                         with m.If(beat.tkeep != (1 << w // 8) - 1):
@@ -268,7 +275,8 @@ class IngressPort(wiring.Component):
         # --- head of the buffer: served by every output in its mask, then freed ----------
         head = Signal(self.desc_layout)
         served = Signal(self.n_out)
-        m.d.comb += [head.eq(descs.r_data), self.head.eq(head), self.head_valid.eq(descs.r_rdy)]
+        m.d.comb += [head.eq(descs.r_data), self.head.eq(head), self.head_valid.eq(descs.r_rdy),
+                     self.head_pop.eq(descs.r_en)]
         with m.If(descs.r_rdy):
             m.d.comb += self.pending.eq(head.mask & ~served)
         now = served | self.done

@@ -92,14 +92,18 @@ def _exp2_index(m: Module, nd):
     return n, f, zero
 
 
-def _exp2_value(m: Module, n, f, zero):
-    """Second half: rshr(EXP2_LUT[f], n), 0 when ``zero`` (the table in an exp2 ROM,
-    ``mcf.hw.arith.exp2_rom``, read asynchronously)."""
+def _exp2_lookup(m: Module, f):
+    """EXP2_LUT[f]: the table in an exp2 ROM (``mcf.hw.arith.exp2_rom``) read asynchronously."""
     rom = exp2_rom()
     m.submodules += rom
     rd = rom.read_port(domain="comb")
     val = Signal(P_FRAC + 1)
     m.d.comb += [rd.addr.eq(f), val.eq(rd.data)]
+    return val
+
+
+def _exp2_shift(m: Module, val, n, zero):
+    """rshr(val, n), 0 when ``zero``."""
     out = Signal(P_FRAC + 1)
     with m.If(zero):
         m.d.comb += out.eq(0)
@@ -110,6 +114,11 @@ def _exp2_value(m: Module, n, f, zero):
         m.d.comb += [sh.eq(n - 1),
                      out.eq((val + (Const(1, P_FRAC + 1) << sh)) >> n)]
     return out
+
+
+def _exp2_value(m: Module, n, f, zero):
+    """Second half: rshr(EXP2_LUT[f], n), 0 when ``zero``."""
+    return _exp2_shift(m, _exp2_lookup(m, f), n, zero)
 
 
 def _exp2(m: Module, d):
@@ -220,8 +229,7 @@ class ReduceEngine(wiring.Component):
             # order[r] = the arrival index with rank r (rank = arrivals with a lower src),
             # registered in RANK.
             order = [Signal(range(F), name=f"order{r}") for r in range(F)]
-            arrivals = Signal(8)
-            m.d.comb += arrivals.eq(count + 1)
+            arrivals = Signal(8)          # count + 1, registered in FIN
             for a in range(F):
                 rank = sum(((csrc[b] < csrc[a]) | ((csrc[b] == csrc[a]) & (b < a))) & (b < arrivals)
                            for b in range(F) if b != a)
@@ -296,15 +304,19 @@ class ReduceEngine(wiring.Component):
             m.d.sync += [a3.eq(a2), b3.eq(b2), mx3.eq(Mux(a_ge, a2, b2)),
                          nda3.eq(Mux(a_ge, 0, ba2)), ndb3.eq(Mux(a_ge, ab2, 0))]
             a4, b4, mx4 = Signal(signed(WORD)), Signal(signed(WORD)), Signal(WORD)
-            xa4, xb4 = [Signal(4 + EXP_LUT_BITS + 1, name=f"x{c}4") for c in "ab"]
+            xa4, xb4 = [Signal(4 + P_FRAC + 1 + 1, name=f"x{c}4") for c in "ab"]
+
+            def index_and_table(nd):
+                n, f, zero = _exp2_index(m, nd)
+                return Cat(n, _exp2_lookup(m, f), zero)
             m.d.sync += [a4.eq(a3), b4.eq(b3), mx4.eq(mx3),
-                         xa4.eq(Cat(*_exp2_index(m, nda3))), xb4.eq(Cat(*_exp2_index(m, ndb3)))]
+                         xa4.eq(index_and_table(nda3)), xb4.eq(index_and_table(ndb3))]
             # Stage 5: the row's first word sets the factors; every word takes the products
             # with the factors of its row (set by the row's first word one cycle earlier).
-            def unpack(x):
-                return x[:4], x[4:4 + EXP_LUT_BITS], x[4 + EXP_LUT_BITS]
+            def shifted(x):
+                return _exp2_shift(m, x[4:4 + P_FRAC + 1], x[:4], x[4 + P_FRAC + 1])
             with m.If(stage[4]["v"] & stage[4]["first"]):
-                m.d.sync += [fa.eq(_exp2_value(m, *unpack(xa4))), fb.eq(_exp2_value(m, *unpack(xb4)))]
+                m.d.sync += [fa.eq(shifted(xa4)), fb.eq(shifted(xb4))]
             mx5 = Signal(WORD)
             pa5, pb5 = Signal(signed(WORD + P_FRAC + 2)), Signal(signed(WORD + P_FRAC + 2))
             m.d.sync += [mx5.eq(mx4), pa5.eq(a4 * fa), pb5.eq(b4 * fb)]
@@ -368,6 +380,8 @@ class ReduceEngine(wiring.Component):
                         m.d.sync += s_count[i].eq(s_count[i] + 1)
                         if F:
                             m.d.sync += [csrc[a].eq(s_src[i][a]) for a in range(F)]
+                if F:
+                    m.d.sync += arrivals.eq(count + 1)
                 m.d.sync += [fpass.eq(1), j.eq(0), jr.eq(0)]
                 with m.If(count + 1 >= fanin):
                     if F:
@@ -395,7 +409,7 @@ class ReduceEngine(wiring.Component):
                     with m.Elif(~fold_busy):
                         # Pass done (its last word written): next contribution, or emit.
                         m.d.sync += [j.eq(0), jr.eq(0), fpass.eq(fpass + 1)]
-                        with m.If(fpass + 1 >= count + 1):
+                        with m.If(fpass + 1 >= arrivals):
                             m.next = "HEADER"
             with m.State("HEADER"):
                 m.d.comb += ser.meta.valid.eq(1)
