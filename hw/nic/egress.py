@@ -85,9 +85,6 @@ class EgressPort(wiring.Component):
         m.d.comb += advance.eq(~sv | self.o.tready)
 
         issue_last = Signal()
-        done = Signal(n)              # registered: the ingress sees it the cycle after
-        m.d.sync += done.eq(0)
-        m.d.comb += self.done.eq(done)
         # ``at_last`` (idx == last_idx) and ``is_hdr`` (idx < hb) are kept as registers,
         # updated with ``idx``: no compare between the counter and the start of a packet.
         at_last = Signal()
@@ -109,13 +106,13 @@ class EgressPort(wiring.Component):
                 m.d.sync += busy.eq(0)
                 for i in range(n):
                     with m.If(sel == i):
-                        m.d.sync += done[i].eq(1)
+                        m.d.comb += self.done[i].eq(1)
         with m.Elif(advance):
             m.d.sync += sv.eq(0)
 
         # Arbitration, registered: ``grant_q`` is the pick among last cycle's requests.  Masked
-        # from the requests: the input in service and the one whose ``done`` is on its way
-        # (its request falls the cycle after ``done``).  The one grant a cycle old that may
+        # from the requests: the input in service (its request falls the cycle after its
+        # ``done``, when this egress is no longer busy with it).  The one grant a cycle old that may
         # be stale is the input started last cycle (its request was not masked yet): refused
         # at the start (only a header-only packet ends the cycle after it started).
         grant_q = Signal(range(n))
@@ -126,7 +123,7 @@ class EgressPort(wiring.Component):
                      self.start.eq(start)]
         m.d.sync += started.eq(start)
         req = Signal(n)
-        m.d.comb += req.eq(self.pending & ~Mux(busy, 1 << sel, 0) & ~done)
+        m.d.comb += req.eq(self.pending & ~Mux(busy, 1 << sel, 0))
         grant, found = round_robin(m, req, last_sel, n)
         m.d.sync += [grant_q.eq(grant), found_q.eq(found)]
         with m.If(start):

@@ -279,11 +279,17 @@ class IngressPort(wiring.Component):
                      self.head_pop.eq(descs.r_en)]
         with m.If(descs.r_rdy):
             m.d.comb += self.pending.eq(head.mask & ~served)
+        # The pop is registered: decided the cycle every output is done (``served`` then
+        # holds them all, so nothing is pending), done the next.
         now = served | self.done
-        with m.If(descs.r_rdy & ((now & head.mask) == head.mask)):
+        pop = Signal()
+        m.d.sync += pop.eq(0)
+        with m.If(pop):
             m.d.comb += descs.r_en.eq(1)
             m.d.sync += [served.eq(0), rd_free.eq(rd_free + head.nbeats)]
         with m.Else():
             m.d.sync += served.eq(now)
+            with m.If(descs.r_rdy & ((now & head.mask) == head.mask)):
+                m.d.sync += pop.eq(1)
         return m
 

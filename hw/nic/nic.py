@@ -183,7 +183,13 @@ class Nic(wiring.Component):
 
         # Results re-enter like packets (a REDUCE result leaves per its route, e.g. towards
         # the next level of a reduction tree; an ALL_REDUCE result is delivered locally).
-        wiring.connect(m, red.o, ing[RESULT].i)
+        # Through a register stage: the result's last-beat keep comes from the reduction's
+        # header (its length), which the ingress would otherwise check in the same cycle.
+        r = ing[RESULT].i
+        with m.If(~r.tvalid | r.tready):
+            m.d.sync += [r.tvalid.eq(red.o.tvalid), r.tdata.eq(red.o.tdata), r.tkeep.eq(red.o.tkeep),
+                         r.tlast.eq(red.o.tlast)]
+        m.d.comb += red.o.tready.eq(~r.tvalid | r.tready)
 
         # --- error strobes: one event per cause per cycle; lower inputs first ------------
         for i in range(n_in):

@@ -82,11 +82,16 @@ def _rshr15_sat_sum(m: Module, a, fa, b, fb):
     return _sat32_sum(m, _rshr15(m, a, fa), _rshr15(m, b, fb))
 
 
-def _exp2_index(m: Module, nd):
+#: The rounding constant of the exp2 index: rshr(nd, S_FRAC - 8) = (nd + EXP2_ROUND) >> (S_FRAC - 8).
+EXP2_ROUND = 1 << (S_FRAC - EXP_LUT_BITS - 1)
+
+
+def _exp2_index(m: Module, nd, rounded: bool = False):
     """First half of exp2(-nd) for nd >= 0 (SCORE units): y = rshr(nd, S_FRAC - 8), its octave
-    n (clamped to 4 bits) and fraction f, and whether n > 15 (the result is then 0)."""
+    n (clamped to 4 bits) and fraction f, and whether n > 15 (the result is then 0).
+    ``rounded``: ``nd`` already holds nd + EXP2_ROUND."""
     y = Signal(WORD + 2)
-    m.d.comb += y.eq((nd + (1 << (S_FRAC - EXP_LUT_BITS - 1))) >> (S_FRAC - EXP_LUT_BITS))
+    m.d.comb += y.eq((nd if rounded else nd + EXP2_ROUND) >> (S_FRAC - EXP_LUT_BITS))
     n, f, zero = Signal(4), Signal(EXP_LUT_BITS), Signal()
     m.d.comb += [f.eq(y[:EXP_LUT_BITS]), n.eq(y[EXP_LUT_BITS:]), zero.eq(y[EXP_LUT_BITS:] > P_FRAC)]
     return n, f, zero
@@ -110,9 +115,11 @@ def _exp2_shift(m: Module, val, n, zero):
     with m.Elif(n == 0):
         m.d.comb += out.eq(val)
     with m.Else():
+        # (val + 2^(n-1)) >> n == ((val >> (n-1)) + 1) >> 1: the shift before the add.
         sh = Signal(4)
-        m.d.comb += [sh.eq(n - 1),
-                     out.eq((val + (Const(1, P_FRAC + 1) << sh)) >> n)]
+        part = Signal(P_FRAC + 1)
+        inc = Signal(P_FRAC + 2)
+        m.d.comb += [sh.eq(n - 1), part.eq(val >> sh), inc.eq(part + 1), out.eq(inc >> 1)]
     return out
 
 
@@ -299,15 +306,17 @@ class ReduceEngine(wiring.Component):
             ab2, ba2 = Signal(signed(WORD + 1)), Signal(signed(WORD + 1))
             m.d.sync += [a2.eq(a1), b2.eq(b1), ab2.eq(a1 - b1), ba2.eq(b1 - a1)]
             a3, b3, mx3 = Signal(signed(WORD)), Signal(signed(WORD)), Signal(WORD)
-            nda3, ndb3 = Signal(WORD + 1), Signal(WORD + 1)     # -(a - m), -(b - m) >= 0
+            # -(a - m), -(b - m) >= 0, plus the exp2 index's rounding constant
+            nda3, ndb3 = Signal(WORD + 2), Signal(WORD + 2)
             a_ge = ab2 >= 0
             m.d.sync += [a3.eq(a2), b3.eq(b2), mx3.eq(Mux(a_ge, a2, b2)),
-                         nda3.eq(Mux(a_ge, 0, ba2)), ndb3.eq(Mux(a_ge, ab2, 0))]
+                         nda3.eq(Mux(a_ge, 0, ba2[:WORD + 1]) + EXP2_ROUND),
+                         ndb3.eq(Mux(a_ge, ab2[:WORD + 1], 0) + EXP2_ROUND)]
             a4, b4, mx4 = Signal(signed(WORD)), Signal(signed(WORD)), Signal(WORD)
             xa4, xb4 = [Signal(4 + P_FRAC + 1 + 1, name=f"x{c}4") for c in "ab"]
 
             def index_and_table(nd):
-                n, f, zero = _exp2_index(m, nd)
+                n, f, zero = _exp2_index(m, nd, rounded=True)
                 return Cat(n, _exp2_lookup(m, f), zero)
             m.d.sync += [a4.eq(a3), b4.eq(b3), mx4.eq(mx3),
                          xa4.eq(index_and_table(nda3)), xb4.eq(index_and_table(ndb3))]
