@@ -123,6 +123,21 @@ def _exp2_shift(m: Module, val, n, zero):
     return out
 
 
+def _exp2_shift_pre(m: Module, val, sh, zero, n0):
+    """``_exp2_shift`` with sh = n - 1 and n0 = (n == 0) computed a stage earlier."""
+    out = Signal(P_FRAC + 1)
+    part = Signal(P_FRAC + 1)
+    inc = Signal(P_FRAC + 2)
+    m.d.comb += [part.eq(val >> sh), inc.eq(part + 1)]
+    with m.If(zero):
+        m.d.comb += out.eq(0)
+    with m.Elif(n0):
+        m.d.comb += out.eq(val)
+    with m.Else():
+        m.d.comb += out.eq(inc >> 1)
+    return out
+
+
 def _exp2_value(m: Module, n, f, zero):
     """Second half: rshr(EXP2_LUT[f], n), 0 when ``zero``."""
     return _exp2_shift(m, _exp2_lookup(m, f), n, zero)
@@ -313,26 +328,33 @@ class ReduceEngine(wiring.Component):
                          nda3.eq(Mux(a_ge, 0, ba2[:WORD + 1]) + EXP2_ROUND),
                          ndb3.eq(Mux(a_ge, ab2[:WORD + 1], 0) + EXP2_ROUND)]
             a4, b4, mx4 = Signal(signed(WORD)), Signal(signed(WORD)), Signal(WORD)
-            xa4, xb4 = [Signal(4 + P_FRAC + 1 + 1, name=f"x{c}4") for c in "ab"]
+            # exp2's shift n - 1, the table value, whether the result is 0, whether n == 0
+            xa4, xb4 = [Signal(4 + P_FRAC + 1 + 2, name=f"x{c}4") for c in "ab"]
 
             def index_and_table(nd):
                 n, f, zero = _exp2_index(m, nd, rounded=True)
-                return Cat(n, _exp2_lookup(m, f), zero)
+                return Cat((n - 1)[:4], _exp2_lookup(m, f), zero, n == 0)
             m.d.sync += [a4.eq(a3), b4.eq(b3), mx4.eq(mx3),
                          xa4.eq(index_and_table(nda3)), xb4.eq(index_and_table(ndb3))]
             # Stage 5: the row's first word sets the factors; every word takes the products
             # with the factors of its row (set by the row's first word one cycle earlier).
             def shifted(x):
-                return _exp2_shift(m, x[4:4 + P_FRAC + 1], x[:4], x[4 + P_FRAC + 1])
+                return _exp2_shift_pre(m, x[4:4 + P_FRAC + 1], x[:4], x[4 + P_FRAC + 1], x[4 + P_FRAC + 2])
             with m.If(stage[4]["v"] & stage[4]["first"]):
                 m.d.sync += [fa.eq(shifted(xa4)), fb.eq(shifted(xb4))]
+            # The 32 x 16-bit products as two partial products (a DSP each: low 17 bits
+            # unsigned, high 15 bits signed), added with the rounding in stage 6.
             mx5 = Signal(WORD)
-            pa5, pb5 = Signal(signed(WORD + P_FRAC + 2)), Signal(signed(WORD + P_FRAC + 2))
-            m.d.sync += [mx5.eq(mx4), pa5.eq(a4 * fa), pb5.eq(b4 * fb)]
+            LO = 17
+            pal5, pbl5 = Signal(LO + P_FRAC + 1), Signal(LO + P_FRAC + 1)
+            pah5, pbh5 = Signal(signed(WORD - LO + P_FRAC + 2)), Signal(signed(WORD - LO + P_FRAC + 2))
+            m.d.sync += [mx5.eq(mx4), pal5.eq(a4[:LO] * fa), pah5.eq(a4[LO:].as_signed() * fa),
+                         pbl5.eq(b4[:LO] * fb), pbh5.eq(b4[LO:].as_signed() * fb)]
             mx6 = Signal(WORD)
             ra6, rb6 = Signal(signed(WORD + 2)), Signal(signed(WORD + 2))
             half = 1 << (P_FRAC - 1)
-            m.d.sync += [mx6.eq(mx5), ra6.eq((pa5 + half) >> P_FRAC), rb6.eq((pb5 + half) >> P_FRAC)]
+            m.d.sync += [mx6.eq(mx5), ra6.eq(((pah5 << LO) + pal5 + half) >> P_FRAC),
+                         rb6.eq(((pbh5 << LO) + pbl5 + half) >> P_FRAC)]
             last = stage[FOLD_LATENCY - 1]
             lane = last["j"][:lbits] if lbits else Const(0, 1)
             with m.If(last["v"]):
