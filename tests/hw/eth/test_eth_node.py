@@ -63,7 +63,7 @@ async def run_mars_over_ethernet(dut):
     from mcf.spec import DmaDescriptor, DmaDir, LinkStatus
     from mcf.spec.eth import node_mac
     from mcf.sw.driver import CocotbBackend, Driver
-    from mcf.sw.mars.lower import lower
+    from mcf.sw.mars.metaprog import lower
     from mcf.sw.mars.planner import PlanRequest, plan
     from mcf.sw.mars.profile import load_profile
     from mcf.sw.models import load_model
