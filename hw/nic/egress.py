@@ -70,7 +70,7 @@ class EgressPort(wiring.Component):
         sel = Signal(range(n))
         last_sel = Signal(range(n), init=n - 1)
         idx = Signal(range(hb + self.depth + 1))
-        last_idx = Signal(range(hb + self.depth + 1))     # hb + nbeats - 1
+        pre_last = Signal(range(hb + self.depth + 1))     # hb + nbeats - 2: the beat before the last
         ptr = Signal(abits)
         hdr = Signal(hb * w)
 
@@ -85,13 +85,13 @@ class EgressPort(wiring.Component):
         m.d.comb += advance.eq(~sv | self.o.tready)
 
         issue_last = Signal()
-        # ``at_last`` (idx == last_idx) and ``is_hdr`` (idx < hb) are kept as registers,
+        # ``at_last`` (idx == hb + nbeats - 1) and ``is_hdr`` (idx < hb) are kept as registers,
         # updated with ``idx``: no compare between the counter and the start of a packet.
         at_last = Signal()
         is_hdr = Signal()
         with m.If(busy & advance):
             m.d.sync += [sv.eq(1), s_hdr.eq(is_hdr), s_sel.eq(sel), s_last.eq(at_last),
-                         idx.eq(idx + 1), at_last.eq(idx + 1 == last_idx), is_hdr.eq(idx + 1 < hb)]
+                         idx.eq(idx + 1), at_last.eq(idx == pre_last), is_hdr.eq(idx < hb - 1)]
             if hb > 1:
                 m.d.sync += s_word.eq(hdr.word_select(idx[:(hb - 1).bit_length()], w))
             else:
@@ -132,7 +132,7 @@ class EgressPort(wiring.Component):
             for i in range(n):
                 with m.If(grant_q == i):
                     h = self.heads[i]
-                    m.d.sync += [ptr.eq(h.start), last_idx.eq(hb - 1 + h.nbeats),
+                    m.d.sync += [ptr.eq(h.start), pre_last.eq(hb - 2 + h.nbeats),
                                  at_last.eq(hb - 1 + h.nbeats == 0),
                                  hdr.eq(Cat(h.meta.as_value(), Const(0, hb * w - HEADER_BITS)))]
 
