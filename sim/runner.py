@@ -36,7 +36,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 class SimulationError(AssertionError):
-    pass
+    """A simulation did not pass (an AssertionError: pytest shows it as a failure).  The ``mcf``
+    command prints its first line and the log's path as one ``mcf: error:`` line (exit 2)."""
+    user_error = True
 
 
 @contextlib.contextmanager

@@ -115,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:               # a bug: still one line, the traceback on request
         if debug:
             raise
+        if getattr(exc, "user_error", False):   # e.g. a bench's own simulator failed: say where its log is
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or ["(no message)"]
+            log = next((line for line in lines[1:] if line.startswith("log:")), None)
+            print(f"mcf: error: {lines[0]}" + (f" ({log})" if log else ""), file=sys.stderr)
+            return 2
         print(f"mcf: internal error: {type(exc).__name__}: {one_line(exc)} "
               f"(a bug in mcf; rerun with --debug for the traceback)", file=sys.stderr)
         return 1

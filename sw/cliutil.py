@@ -33,11 +33,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mcf.spec.bits import SpecError
+from mcf.spec.isa import POS_BITS
+from mcf.spec.packet import MAX_NODES
 from mcf.spec.params import Range, parse_int
 
 from .errors import UserError
 
 INT64_MAX = (1 << 63) - 1
+#: The longest prompt: the token positions the instruction set can address (spec.isa.POS_BITS).
+MAX_SEQ = 1 << POS_BITS
+#: Most nodes of a cluster: 8-bit node ids in Meta (spec.packet).
+MAX_NODES = MAX_NODES
+#: Bytes of a budget / buffer option: up to 1 PiB.
+MAX_BYTES = 1 << 50
 
 
 # --- typed options -----------------------------------------------------------------------------
@@ -96,6 +104,31 @@ def check_int(name: str, value, lo: int, hi: int = INT64_MAX, **kw) -> int:
         return Range(lo, hi, **kw).check(name, value)
     except SpecError as e:
         raise UserError(str(e)) from None
+
+
+def memory_bytes() -> int:
+    """Memory this process may use: physical memory, or a smaller cgroup limit."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 1 << 40
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(f).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def check_memory(need_bytes: float, what: str) -> None:
+    """Refuse, before allocating, work whose arrays (an analytic count, ``need_bytes``) would
+    not fit in this machine's memory: a one-line error instead of an out-of-memory kill."""
+    have = memory_bytes()
+    if need_bytes > have:
+        raise UserError(f"{what}: needs about {need_bytes / 2**30:.3g} GiB of arrays, more than this "
+                        f"machine's {have / 2**30:.3g} GiB")
 
 
 # --- strict JSON -------------------------------------------------------------------------------
@@ -191,6 +224,17 @@ def write_text(path, text: str, *, force: bool = True, what: str = "output") -> 
 def write_bytes(path, data: bytes, *, force: bool = True, what: str = "output") -> Path:
     with atomic_output(path, force=force, what=what) as tmp:
         tmp.write_bytes(data)
+    return Path(path)
+
+
+def save_figure(fig, path, *, force: bool = True, what: str = "plot", **kwargs) -> Path:
+    """``fig.savefig`` atomically (PNG unless the name says otherwise; dpi 110 by default),
+    after the project's plot rules (``mcf.sw.plotstyle.tidy``)."""
+    from .plotstyle import tidy
+    tidy(fig)
+    kwargs.setdefault("dpi", 110)
+    with atomic_output(path, force=force, what=what) as tmp:
+        fig.savefig(tmp, **kwargs)
     return Path(path)
 
 

@@ -19,16 +19,17 @@ x int32, only when ``cmd.bias``).  Activations are written into the buffer befor
 ``act`` (address = beat * max_tokens + token; beat = input index / lanes) and ``exp`` (row
 exponents).  ``o`` carries one beat of ``rows`` X32 words per (tile, token), TLAST on the last.
 
-Pipeline: issue (buffer read) -> products -> partial (read-modify-write per token) -> scale
-multiply -> accumulate -> requantize -> ``o``.  Only ``o`` can stall it; ``mac`` is high on
+Pipeline: issue (buffer read) -> products (``DotArray.latency`` stages) -> partial
+(read-modify-write per token) -> scale multiply -> accumulate -> requantize -> ``o``.  Only ``o`` can stall it; ``mac`` is high on
 every cycle that issues a weight beat x token (a performance-counter strobe).
 
-DSP48E2 packing (``packed``, the default): the ``rows`` products of one activation element
-share the 16-bit operand, so two INT4 weights of adjacent rows fit one 27x18 multiplier:
-(w_hi * 2^22 + w_lo) * a = w_hi a 2^22 + w_lo a with |w_lo a| <= 2^18.  Sums of 4 lanes
-stay within the low 22 bits; the low field is read as signed and the high field gets the
-borrow back.  rows x lanes / 2 multipliers; ``packed=False`` writes one per product.
-See docs/compute.md.
+DSP48E2 packing (``packed``, the default): the products are ``dot_array.DotArray``; the ``rows``
+products of one activation element share the 16-bit operand, so two INT4 weights of adjacent
+rows share one 27 x 18 multiplier, ``(w_hi 2^22 + w_lo) a = w_hi a 2^22 + w_lo a``; the products
+of 4 lanes are summed in a systolic DSP chain before the two fields are split (the low one read
+as signed, the high one given its borrow back): rows x lanes / 2 multipliers, ``packed=False``
+one per product.  The per-token partial sums and accumulators are LUT RAM (one word of rows x
+width bits per token).  See docs/compute.md.
 """
 from __future__ import annotations
 
@@ -40,12 +41,12 @@ from amaranth.utils import ceil_log2
 from mcf.hw.arith import log2_exact, rshr, sat, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
+from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, SCALE_BITS, W_BITS, X_FRAC
 
-PACK_SHIFT = 22     # packed products: the high row's weight sits 22 bits up
-CHAIN = 4           # lanes summed before the two fields are split
+__all__ = ["MatrixUnit", "cmd_layout", "PACK_SHIFT", "CHAIN"]
 
 
 def cmd_layout(max_tokens, max_beats, max_tiles):
@@ -174,60 +175,44 @@ class MatrixUnit(wiring.Component):
                 bias1.eq(Mux(cfg.bias, self.bias.payload, 0)),
             ]
 
-        # --- stage 2: rows x lanes products and their per-row sums --------------------------
-        s2 = Signal(ctl)
-        scale2, bias2 = Signal.like(scale1), Signal.like(bias1)
-        dots = [Signal(signed(self.dot_width), name=f"dot{p}") for p in range(P)]
-
-        def wq(p, k):
-            return w1[(p * K + k) * W_BITS:(p * K + k + 1) * W_BITS].as_signed()
-
-        def act(k):
-            return rd.data[k * MANT_BITS:(k + 1) * MANT_BITS].as_signed()
-
-        def tree(terms):
-            total = terms[0]
-            for term in terms[1:]:
-                total = total + term
-            return total
-
-        if self.packed:
-            # Two rows per multiplier: (w_hi 2^22 + w_lo) * a, 27 x 16 bits (one DSP48E2);
-            # chains of CHAIN lanes keep |sum w_lo a| <= 4 * 2^18 inside the low 22 bits.
-            for p in range(0, P, 2):
-                lo_sum, hi_sum = [], []
-                for c0 in range(0, K, CHAIN):
-                    prods = []
-                    for k in range(c0, min(c0 + CHAIN, K)):
-                        w = Signal(signed(27), name=f"wpair{p}_{k}")
-                        m.d.comb += w.eq(wq(p + 1, k) * (1 << PACK_SHIFT) + wq(p, k))
-                        prods.append(w * act(k))
-                    chain = Signal(signed(48), name=f"chain{p}_{c0}")
-                    m.d.comb += chain.eq(tree(prods))
-                    lo = chain[:PACK_SHIFT].as_signed()
-                    hi = (chain >> PACK_SHIFT) + chain[PACK_SHIFT - 1]   # borrow from a negative lo
-                    lo_sum.append(lo)
-                    hi_sum.append(hi)
-                with m.If(adv):
-                    m.d.sync += [dots[p].eq(tree(lo_sum)), dots[p + 1].eq(tree(hi_sum))]
-        else:
+        def token_file(name, width, index, first, terms, we):
+            """Per-token running sums of every row, read-modify-write: ``first ? 0 : file[index]``
+            plus the row's term, written back when ``we``.  One word of rows x width bits per
+            token in a memory with a combinational read port (LUT RAM, not rows x tokens
+            registers and their multiplexers)."""
+            mem = memory.Memory(shape=data.ArrayLayout(signed(width), P), depth=max(TM, 2), init=[])
+            m.submodules[f"{name}_file"] = mem
+            rp, wp = mem.read_port(domain="comb"), mem.write_port()
+            m.d.comb += [rp.addr.eq(index), wp.addr.eq(index), wp.en.eq(we)]
+            totals = []
             for p in range(P):
-                with m.If(adv):
-                    m.d.sync += dots[p].eq(tree([wq(p, k) * act(k) for k in range(K)]))
-        with m.If(adv):
-            m.d.sync += [s2.eq(s1), scale2.eq(scale1), bias2.eq(bias1)]
+                total = Signal(signed(width), name=f"{name}_sum{p}")
+                m.d.comb += [total.eq(Mux(first, 0, rp.data[p]) + terms[p]), wp.data[p].eq(total)]
+                totals.append(total)
+            return totals
+
+        # --- stage 2: rows x lanes products and their per-row sums (hw/compute/dot_array.py) ---------
+        # The dot products appear ``latency`` enabled cycles after stage 1; the control, scale
+        # and bias go down the same number of (reset-less, shift-register friendly) stages.
+        m.submodules.dot = dot = DotArray(P, K, packed=self.packed)
+        m.d.comb += [dot.en.eq(adv), dot.w.eq(w1), dot.a.eq(rd.data)]
+        dots = [dot.dots[p] for p in range(P)]
+        s2, scale2, bias2 = s1, scale1, bias1
+        for i in range(dot.latency):
+            ns = Signal(ctl, name=f"s2_{i}")
+            nscale = Signal.like(scale1, name=f"scale2_{i}", reset_less=True)
+            nbias = Signal.like(bias1, name=f"bias2_{i}", reset_less=True)
+            with m.If(adv):
+                m.d.sync += [ns.eq(s2), nscale.eq(scale2), nbias.eq(bias2)]
+            s2, scale2, bias2 = ns, nscale, nbias
 
         # --- stage 3: group partial sums (read-modify-write per token) ----------------------
         s3 = Signal(ctl)
         scale3, bias3 = Signal.like(scale1), Signal.like(bias1)
         ps3 = [Signal(signed(self.partial_width), name=f"ps{p}") for p in range(P)]
-        for p in range(P):
-            regs = [Signal(signed(self.partial_width), name=f"part{p}_{i}") for i in range(TM)]
-            ps = Signal(signed(self.partial_width), name=f"psum{p}")
-            m.d.comb += ps.eq(Mux(s2.first_j, 0, Array(regs)[s2.t]) + dots[p])
+        for p, ps in enumerate(token_file("part", self.partial_width, s2.t, s2.first_j, dots, adv & s2.v)):
             with m.If(adv):
                 m.d.sync += ps3[p].eq(ps)
-            write_indexed(m, regs, s2.t, ps, adv & s2.v)
         with m.If(adv):
             m.d.sync += [s3.eq(s2), s3.v.eq(s2.v & s2.last_j), scale3.eq(scale2), bias3.eq(bias2)]
 
@@ -245,13 +230,9 @@ class MatrixUnit(wiring.Component):
         s5 = Signal(ctl)
         bias5 = Signal.like(bias1)
         acc5 = [Signal(signed(self.acc_width), name=f"accout{p}") for p in range(P)]
-        for p in range(P):
-            regs = [Signal(signed(self.acc_width), name=f"acc{p}_{i}") for i in range(TM)]
-            total = Signal(signed(self.acc_width), name=f"atot{p}")
-            m.d.comb += total.eq(Mux(s4.first_g, 0, Array(regs)[s4.t]) + prod4[p])
+        for p, total in enumerate(token_file("acc", self.acc_width, s4.t, s4.first_g, prod4, adv & s4.v)):
             with m.If(adv):
                 m.d.sync += acc5[p].eq(total)
-            write_indexed(m, regs, s4.t, total, adv & s4.v)
         with m.If(adv):
             m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), bias5.eq(bias4)]
 

@@ -130,7 +130,13 @@ def run(args) -> dict:
                          "decode_context": args.context, "cycles_per_layer_decode": q_decode["total"],
                          "decode_detail": q_decode},
         "formula": cost.FORMULA,
-        # what the cluster model's profile (sw/mars/profiles/kr260.yaml) should take
-        "calibration": {"mac_rows": rows, "mac_lanes": lanes, "compute_efficiency": round(util, 4)},
+        # what the cluster model's profile (sw/mars/profiles/kr260.yaml) takes: a MODEL, the cost
+        # formula's GEMM share of a Qwen2.5-1.5B prefill layer with the measured tile utilization
+        # (no whole Qwen2.5-1.5B layer runs on the RTL; exec_layer measures the tiny model's)
+        "calibration": {"mac_rows": rows, "mac_lanes": lanes,
+                        "compute_efficiency": round(q_prefill["gemm"] / q_prefill["total"], 4),
+                        "compute_efficiency_is": "model: sim/compute/cost.py layer_cycles, Qwen2.5-1.5B "
+                                                 f"prefill chunk {args.chunk}, GEMM cycles / layer cycles "
+                                                 "with the measured tile mac_utilization"},
         **({"exec_layer": run_layer()} if args.layer else {}),
     }

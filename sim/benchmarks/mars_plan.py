@@ -12,9 +12,10 @@ HELP = "time the MARS planner (whole `mcf plan --json` process and in-process CP
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--seq", type=int, default=131072)
-    p.add_argument("--nodes", type=int, default=256)
-    p.add_argument("--repeat", type=int, default=3)
+    from mcf.sw.cliutil import MAX_NODES, MAX_SEQ, integer
+    p.add_argument("--seq", type=integer(1, MAX_SEQ), default=131072, help="prompt length (default 131072)")
+    p.add_argument("--nodes", type=integer(1, MAX_NODES), default=256, help="node count (default 256)")
+    p.add_argument("--repeat", type=integer(1, 100), default=3, help="timed processes (default 3)")
 
 
 def run(args) -> dict:
@@ -22,8 +23,12 @@ def run(args) -> dict:
     walls = []
     for _ in range(args.repeat):
         t = time.perf_counter()
-        out = subprocess.run(cmd, capture_output=True, check=True)
+        out = subprocess.run(cmd, capture_output=True)
         walls.append(time.perf_counter() - t)
+        if out.returncode:
+            from mcf.sw.errors import UserError
+            lines = out.stderr.decode(errors="replace").strip().splitlines() or ["(no message)"]
+            raise UserError(f"the timed `mcf plan` exited {out.returncode}: {lines[-1]}")
     from mcf.sw.mars.planner import PlanRequest, plan
     from mcf.sw.mars.profile import load_profile
     from mcf.sw.models.config import load_model

@@ -26,11 +26,12 @@ HELP = "NIC beats/cycle/port (forward, multicast), latency in cycles, reduction 
 
 
 def add_arguments(p):
+    from mcf.sw.cliutil import integer
     p.add_argument("--data-width", type=int, default=64, help="AXI-Stream data width in bits")
     p.add_argument("--ports", type=int, default=3, help="network ports")
-    p.add_argument("--packet-beats", type=int, default=64, help="payload beats per long packet")
-    p.add_argument("--packets", type=int, default=16, help="packets per input and phase")
-    p.add_argument("--reduce-beats", type=int, default=32, help="payload beats per reduction")
+    p.add_argument("--packet-beats", type=integer(1, 1024), default=64, help="payload beats per long packet")
+    p.add_argument("--packets", type=integer(1, 4096), default=16, help="packets per input and phase")
+    p.add_argument("--reduce-beats", type=integer(1, 1024), default=32, help="payload beats per reduction")
 
 
 def run(args) -> dict:

@@ -72,13 +72,15 @@ def run(args) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from mcf.sw.cliutil import check_output, save_figure, write_text
+
     from mcf.sim.cluster import bounds, load_inputs
     from mcf.sim.cluster.decode import simulate_decode
     from mcf.sim.cluster import decode_layout_tokens
 
     t0 = time.perf_counter()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    check_output(out / "report.md", what="--out")     # before the work; each file is written atomically
     quick = getattr(args, "quick", False)
     profile = args.profile
     model, prof = load_inputs(MODEL, profile)
@@ -135,7 +137,7 @@ def run(args) -> dict:
         a.legend()
         a.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "fig3_ttft_vs_length.png", dpi=110)
+    save_figure(fig, out / "fig3_ttft_vs_length.png")
     plt.close(fig)
 
     # ---- Fig. 4 ---------------------------------------------------------------------------
@@ -177,7 +179,7 @@ def run(args) -> dict:
         a.legend(fontsize=8)
         a.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "fig4_memory.png", dpi=110)
+    save_figure(fig, out / "fig4_memory.png")
     plt.close(fig)
 
     # ---- Fig. 5 ---------------------------------------------------------------------------
@@ -197,7 +199,7 @@ def run(args) -> dict:
         a.legend()
         a.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "fig5_chunk_size.png", dpi=110)
+    save_figure(fig, out / "fig5_chunk_size.png")
     plt.close(fig)
 
     # ---- Table 2 (decode) -------------------------------------------------------------------
@@ -231,14 +233,14 @@ def run(args) -> dict:
         a.legend(fontsize=7)
         a.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "table1.png", dpi=110)
+    save_figure(fig, out / "table1.png")
     plt.close(fig)
 
     # ---- report -----------------------------------------------------------------------------
     md += _report(model, prof, seq_t1, nodes_t1, t1, lengths, f3, f4, f5, f5_lengths, dec, b1, b4,
                   bounds, quick)
     md += _whatif(wi, scale, fast, nodes_t1, quick)
-    (out / "report.md").write_text("\n".join(md) + "\n")
+    write_text(out / "report.md", "\n".join(md) + "\n")
     figures["wall_s"] = round(time.perf_counter() - t0, 2)
     figures["report"] = str(out / "report.md")
     _progress(f"wrote {out / 'report.md'} and 4 PNGs in {figures['wall_s']} s")
@@ -253,7 +255,7 @@ def _report(model, prof, S, nodes, t1, lengths, f3, f4, f5, f5_lengths, dec, b1,
     md = ["# MCF paper evaluation on the cluster model", "",
           f"Model {model.name} (INT4 weights and KV, M_token = {model.kv_token_bytes:.0f} B), hardware "
           f"profile `{prof.name}`: {prof.pl_clock_hz / 1e6:.0f} MHz PL, {prof.mac_rows}x{prof.mac_lanes} MACs "
-          f"x {prof.ops_per_mac} ops x {prof.compute_efficiency} efficiency = P_node "
+          f"x {prof.ops_per_mac} ops x {prof.compute_efficiency} efficiency (modelled) = P_node "
           f"{prof.p_node / 1e9:.1f} GOPS; DDR {prof.ddr_bandwidth_Bps / 1e9:.1f} GB/s x {prof.ddr_efficiency} = "
           f"{prof.ddr_Bps / 1e9:.2f} GB/s; {prof.net_ports} x {prof.link_bandwidth_bps / 1e9:g} Gb/s port "
           f"(BW_eff {prof.bw_eff / 1e9:.3f} GB/s), tau {prof.link_latency_s * 1e6:g} us, topology "

@@ -36,11 +36,13 @@ def run(args) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from mcf.sw.cliutil import check_output, save_figure, write_text
+
     from mcf.sim.cluster import bounds, load_inputs, run as sim_run
 
     t0 = time.perf_counter()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    check_output(out / "sweep.md", what="--out")     # before the work; each file is written atomically
     model, prof = load_inputs(MODEL, args.profile)
     q = getattr(args, "quick", False)
 
@@ -94,7 +96,7 @@ def run(args) -> dict:
         a.axhline(1.0, color="k", lw=0.8)
         a.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "sweep.png", dpi=110)
+    save_figure(fig, out / "sweep.png")
     plt.close(fig)
 
     md = ["# MARS vs Ring beyond the paper (cluster model)", "",
@@ -116,7 +118,7 @@ def run(args) -> dict:
                       f"{r['mars_comm_gib']:.3f} | {r['ring_comm_gib']:.3f} | {r['overlap_ratio']:.3f} | "
                       f"{r['lower_bound_s']:.3f} |")
         md.append("")
-    (out / "sweep.md").write_text("\n".join(md) + "\n")
+    write_text(out / "sweep.md", "\n".join(md) + "\n")
     figures = {f"{name}_{i}_mars_over_ring": round(r["mars_over_ring"], 4)
                for name, rows in sweeps.items() for i, r in enumerate(rows)}
     figures["wall_s"] = round(time.perf_counter() - t0, 2)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 import pkgutil
 
 from mcf.sim import benchmarks
@@ -53,9 +52,15 @@ def register(sub) -> None:
 def _run(module, args) -> int:
     figures = module.run(args)
     if args.json:
-        print(json.dumps(figures, indent=None, sort_keys=True))
+        print(_dumps(figures, indent=None, sort_keys=True))
     else:
         width = max((len(k) for k in figures), default=0)
         for key, value in figures.items():
             print(f"{key:<{width}}  {value}")
     return 0
+
+
+def _dumps(obj, **kwargs) -> str:
+    """Strict JSON (``mcf.sw.cliutil.dumps``: NaN/Infinity become null)."""
+    from mcf.sw.cliutil import dumps
+    return dumps(obj, **kwargs)

@@ -13,13 +13,16 @@ def register(sub) -> None:
 
     b = bsub.add_parser("build", help="generate the Vivado project and build mcf.bit / .hwh",
                         description="Write build/kr260/{mcf_node.v, mcf_node_top.v, params.tcl, "
-                                    "build.tcl} and run `vivado -mode batch -source build.tcl`.")
+                                    "build.tcl, kr260.xdc, the overlay} (with --network sfp also eth.tcl, "
+                                    "eth10g.tcl, mcf_eth10g_gt.v, mcf_top.v) and run "
+                                    "`vivado -mode batch -source build.tcl`.")
     b.add_argument("--out", default="build/kr260", help="output folder (default: %(default)s)")
-    b.add_argument("--block", default="node", help="registered top block (default: %(default)s)")
+    b.add_argument("--block", default=None,
+                   help="registered top block (default: node, or eth_node with --network sfp)")
     b.add_argument("-p", "--param", action="append", metavar="KEY=VALUE", help="block parameter override")
     b.add_argument("--network", choices=["loopback", "sfp"], default="loopback",
-                   help="network ports looped back (bring-up) or port 0 on the SFP+ cage "
-                        "(needs issue 16's open 10GBASE-R PCS/MAC)")
+                   help="network ports looped back (bring-up), or the node's 10GBASE-R port "
+                        "(eth_node: our PCS/MAC + the GTH transceiver wizard) on the SFP+ cage")
     b.add_argument("--jobs", type=int, default=4, help="Vivado jobs (default: %(default)s)")
     b.add_argument("--vivado", help="path to the vivado executable (default: from PATH)")
     b.add_argument("--dry-run", action="store_true", help="write the project files, do not run Vivado")
@@ -40,6 +43,9 @@ def register(sub) -> None:
     _board_args(d)
     d.add_argument("--interval", type=float, default=0.5,
                    help="seconds to count clock cycles over (default: %(default)s)")
+    d.add_argument("--sfp", action="store_true",
+                   help="the design was built with --network sfp: also check the 10GBASE-R link "
+                        "(ETH_STATUS: module present, signal, no TX fault, block lock, link up)")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=run_doctor)
 
@@ -56,7 +62,8 @@ def register(sub) -> None:
 
 def _board_args(parser) -> None:
     from mcf.boards.kr260.ps import FPGA_MANAGER, REGS_BASE
-    parser.add_argument("--base", type=lambda v: int(v, 0), default=REGS_BASE,
+    from mcf.sw.cliutil import integer
+    parser.add_argument("--base", type=integer(0, (1 << 40) - 1, step=4), default=REGS_BASE,
                         help="physical address of the node's registers (default: %(default)#x, "
                              "M_AXI_HPM0_FPD as build.tcl assigns it)")
     parser.add_argument("--backend", choices=["devmem", "pynq"], default="devmem", help="register access")
@@ -76,14 +83,13 @@ def _driver(args):
 
 
 def run_info(args) -> int:
-    import json
     drv = _driver(args)
     drv.check_id()
     info = {"base": args.base, "version": drv.read32("VERSION"), "caps": drv.read_fields("CAPS"),
             "status": drv.read_fields("STATUS"),
             "errors": {c.name: v for c, v in drv.read_errors().items()}}
     if args.json:
-        print(json.dumps(info))
+        print(_dumps(info))
     else:
         print(f"MCF node at {args.base:#x}: spec version {info['version']}")
         for key in ("caps", "status", "errors"):
@@ -93,7 +99,6 @@ def run_info(args) -> int:
 
 def run_doctor(args) -> int:
     """Each check prints one line; the first failure that makes the rest meaningless stops."""
-    import json
     import time
 
     from mcf.spec.node import PL_CLOCK_HZ
@@ -114,7 +119,7 @@ def run_doctor(args) -> int:
 
     def finish():
         if args.json:
-            print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}))
+            print(_dumps({"ok": all(c["ok"] for c in checks), "checks": checks}))
         failed = [c["check"] for c in checks if not c["ok"]]
         if failed:
             raise OSError(f"doctor: {len(failed)} check(s) failed: {', '.join(failed)}")
@@ -145,8 +150,15 @@ def run_doctor(args) -> int:
     caps = drv.read_fields("CAPS")
     errors = {c.name: v for c, v in drv.read_errors().items() if v}
     report("links", not errors, f"{caps['net_ports']} network port(s), "
-           + (f"errors counted: {errors}" if errors else "no error counted")
-           + "; SFP+ link status arrives with the 10GBASE-R port (issue 16)")
+           + (f"errors counted: {errors}" if errors else "no error counted"))
+    if args.sfp:
+        from mcf.spec.regmap import LinkStatus
+        status = drv.link_status()
+        flags = [s.name.lower() for s in LinkStatus if status[s]]
+        report("sfp", status[LinkStatus.LINK_UP],
+               "ETH_STATUS: " + (", ".join(flags) if flags else "nothing set (no block lock)")
+               + ("" if status[LinkStatus.LINK_UP] else
+                  ": check the module, the fibre/cable and the peer (docs/eth.md)"))
     return finish()
 
 
@@ -168,7 +180,8 @@ def run_build(args) -> int:
         if exe is None:
             raise OSError("vivado not found on PATH (or --vivado); `mcf board build --dry-run` writes the "
                           "project for a machine with Vivado, see docs/board.md")
-    info = registry.get(args.block)
+    block = args.block or ("eth_node" if args.network == "sfp" else "node")
+    info = registry.get(block)
     component = info.build(**registry.parse_params(args.param, info))
     files = vivado.write_project(component, vivado.BuildOptions(out=Path(args.out), network=args.network,
                                                                 jobs=args.jobs))
@@ -182,3 +195,9 @@ def run_build(args) -> int:
         raise OSError(f"vivado failed (exit {rc}); see {args.out}/vivado.log")
     print(f"built {args.out}/mcf.bit, mcf.hwh (PYNQ), mcf.bit.bin + mcf.dtbo + shell.json (xmutil), mcf.xsa")
     return 0
+
+
+def _dumps(obj, **kwargs) -> str:
+    """Strict JSON (``mcf.sw.cliutil.dumps``: NaN/Infinity become null)."""
+    from mcf.sw.cliutil import dumps
+    return dumps(obj, **kwargs)

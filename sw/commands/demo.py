@@ -32,19 +32,26 @@ def step_verilog(out: Path) -> str:
     return f"generated Verilog for {written} block configurations in {folder}/"
 
 
+def _passed(results: list[dict]) -> str:
+    """What the simulator reported: cocotb tests run and failed (run_cocotb raises on a failure)."""
+    tests = sum(r["tests"] for r in results)
+    failed = sum(r["failed"] for r in results)
+    return f"{tests - failed} of {tests} cocotb test(s) passed"
+
+
 def step_header_sim(out: Path) -> str:
     from mcf.hw.packet.header import HeaderDeserializer, HeaderSerializer
     from mcf.sim.runner import run_cocotb
-    checked = []
+    results, checked = [], []
     for width in (64, 128):
-        run_cocotb(HeaderSerializer(width), "tests.hw.packet.test_header", out / f"sim_ser{width}",
-                   testcase="run_serialize", params={"data_width": width, "packets": 200})
-        run_cocotb(HeaderDeserializer(width), "tests.hw.packet.test_header", out / f"sim_des{width}",
-                   testcase="run_deserialize", params={"data_width": width, "packets": 200})
+        results.append(run_cocotb(HeaderSerializer(width), "tests.hw.packet.test_header", out / f"sim_ser{width}",
+                                  testcase="run_serialize", params={"data_width": width, "packets": 200}))
+        results.append(run_cocotb(HeaderDeserializer(width), "tests.hw.packet.test_header", out / f"sim_des{width}",
+                                  testcase="run_deserialize", params={"data_width": width, "packets": 200}))
         checked.append(str(width))
-    return ("header serializer/deserializer (Icarus, random backpressure): 200 packets each at "
-            f"{' and '.join(checked)} bits equal mcf.spec's encoder byte for byte; "
-            "truncated and corrupted headers flagged")
+    return (f"header serializer/deserializer (Icarus, random backpressure) at {' and '.join(checked)} bits: "
+            f"{_passed(results)} (each: 200 packets against mcf.spec's encoder, truncated and corrupted "
+            "headers expected flagged)")
 
 
 def step_csr_dma(out: Path) -> str:
@@ -55,14 +62,14 @@ def step_csr_dma(out: Path) -> str:
     from mcf.sim.runner import run_cocotb
     from mcf.spec.node import NodeConfig
     cfg = NodeConfig(data_width=64, buffer_bytes=512, buffers=2, meta_queue_depth=4, desc_queue_depth=4)
-    run_cocotb(ControlAndDma(cfg), "tests.hw.dma.test_dma_engine", out / "sim_csr_dma",
-               testcase=["run_bad_input", "run_program"], params={**cfg.as_dict(), "descriptors": 16})
+    r = run_cocotb(ControlAndDma(cfg), "tests.hw.dma.test_dma_engine", out / "sim_csr_dma",
+                   testcase=["run_bad_input", "run_program"], params={**cfg.as_dict(), "descriptors": 16})
     fig = dma_bench.run(Namespace(data_width=128, buffer_bytes=4096, descriptors=4, store_bytes=8192))
-    return ("PS driver (cocotb backend) -> AXI-Lite registers -> DMA vs AxiRam: a 16-descriptor "
-            "LOAD/STORE program under random backpressure matches the RAM; zero-length, "
-            "out-of-window, bad-buffer, unaligned, too-long and queue-full descriptors are counted "
-            "and issue no AXI transaction; 128-bit throughput: loader "
-            f"{fig['loader']['utilization']:.1%}, writer {fig['writer']['utilization']:.1%} of peak")
+    return ("PS driver (cocotb backend) -> AXI-Lite registers -> DMA vs AxiRam: "
+            f"{_passed([r])} (run_program: a 16-descriptor LOAD/STORE program under random backpressure "
+            "against the RAM; run_bad_input: each refused descriptor kind counted, no AXI transaction); "
+            f"128-bit throughput measured: loader {fig['loader']['utilization']:.1%}, writer "
+            f"{fig['writer']['utilization']:.1%} of peak")
 
 
 def step_golden(out: Path) -> str:
@@ -116,11 +123,11 @@ def step_nic(out: Path) -> str:
     from mcf.sim.runner import run_cocotb
     small = dict(buffer_depth=64, desc_depth=8, route_entries=256, reduce_slots=4, reduce_beats=32,
                  softmax_fan_in=4, state_words=6)
-    run_cocotb(Nic(64, net_ports=3, **small), "tests.hw.nic.test_nic", out / "sim_nic",
-               testcase="run_traffic", params=dict(data_width=64, net_ports=3, packets=250, reductions=12, **small))
-    return ("NIC (3 ports + local, 64-bit, random pauses on every port): 250 packets forwarded / "
-            "multicast exactly once to the right ports; MAX, SUM and SOFTMAX_MERGE reductions equal "
-            "the golden model; every error cause injected is dropped and counted")
+    r = run_cocotb(Nic(64, net_ports=3, **small), "tests.hw.nic.test_nic", out / "sim_nic",
+                   testcase="run_traffic", params=dict(data_width=64, net_ports=3, packets=250, reductions=12, **small))
+    return (f"NIC (3 ports + local, 64-bit, random pauses on every port): {_passed([r])} (run_traffic: "
+            "250 packets forwarded / multicast against the golden NIC, 12 reductions against the golden "
+            "model, injected errors expected dropped and counted)")
 
 
 def step_node_pair(out: Path) -> str:
@@ -129,11 +136,11 @@ def step_node_pair(out: Path) -> str:
     from mcf.sim.runner import run_cocotb
     from mcf.spec.node import NodeConfig
     cfg = NodeConfig.tiny()
-    run_cocotb(NodePair(cfg), "tests.hw.test_node", out / "sim_node_pair", testcase="run_mars_kv_moves",
-               params={**cfg.as_dict(), "seq": 16, "chunk": 4, "budget_tokens": 12})
-    return ("two RTL nodes (registers + DMA + packetizer + NIC, AxiRam as DDR): a MARS plan's "
-            "route tables and KV_REPLICA / KV_FETCH / directory Metas written by the PS driver; "
-            "every received block lands in the receiver's DDR byte for byte, no error counted")
+    r = run_cocotb(NodePair(cfg), "tests.hw.test_node", out / "sim_node_pair", testcase="run_mars_kv_moves",
+                   params={**cfg.as_dict(), "seq": 16, "chunk": 4, "budget_tokens": 12})
+    return ("two RTL nodes (registers + DMA + packetizer + NIC, AxiRam as DDR), a MARS plan of 16 tokens "
+            f"in chunks of 4 driven by the PS driver: {_passed([r])} (run_mars_kv_moves: every received "
+            "block against the sender's DDR, error counters expected 0)")
 
 
 def step_compute(out: Path) -> str:

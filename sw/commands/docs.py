@@ -24,7 +24,7 @@ def run(args) -> int:
             return 1
         print(f"{path} is up to date")
         return 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    from mcf.sw.cliutil import write_text
+    write_text(path, text)
     print(f"wrote {path}")
     return 0

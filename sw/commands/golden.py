@@ -8,6 +8,8 @@ from mcf.sw.errors import UserError
 
 
 def register(sub) -> None:
+    from mcf.sw.cliutil import MAX_SEQ, integer
+    group = integer(1, 1 << 16)
     p = sub.add_parser("golden", help="run the golden model: logits, fixed-point accuracy, checkpoints",
                        description="The NumPy golden model of the Qwen2 decoder (float reference and "
                                    "the bit-exact fixed-point model of the hardware).")
@@ -20,7 +22,8 @@ def register(sub) -> None:
                     help="Hugging Face Qwen2 checkpoint directory (config.json + *.safetensors)")
     lp.add_argument("--tokens", required=True, help="comma-separated token ids, e.g. 1,2,3")
     lp.add_argument("--fixed", action="store_true", help="use the fixed-point model (INT4 weights and KV)")
-    lp.add_argument("--group-size", type=int, default=128, help="INT4 weight group size (--fixed; default 128)")
+    lp.add_argument("--group-size", type=group, help="INT4 weight group size (--fixed; default: the largest "
+                                                    "power of two <= 128 dividing the widths, as mcf run)")
     lp.add_argument("--json", action="store_true", help="print JSON")
     lp.set_defaults(func=run_logits)
 
@@ -31,10 +34,11 @@ def register(sub) -> None:
     gp.add_argument("--checkpoint", required=True, metavar="DIR",
                     help="Hugging Face Qwen2 checkpoint directory (config.json + *.safetensors)")
     gp.add_argument("--tokens", required=True, help="comma-separated prompt token ids, e.g. 1,2,3")
-    gp.add_argument("--decode", type=int, default=0, metavar="K", help="decode steps (default 0)")
+    gp.add_argument("--decode", type=integer(0, MAX_SEQ), default=0, metavar="K",
+                    help=f"decode steps (default 0; prompt + K <= {MAX_SEQ})")
     gp.add_argument("--fixed", action="store_true", help="the fixed-point model (INT4 weights and KV): "
                                                           "what the nodes compute")
-    gp.add_argument("--group-size", type=int, help="INT4 weight group size (--fixed; default: the largest "
+    gp.add_argument("--group-size", type=group, help="INT4 weight group size (--fixed; default: the largest "
                                                    "power of two <= 128 dividing the widths, as mcf run)")
     gp.add_argument("--json", action="store_true", help='print {"tokens": [...]}')
     gp.set_defaults(func=run_generate)
@@ -43,9 +47,9 @@ def register(sub) -> None:
                          description="Compare the fixed-point model with the float reference on "
                                      "random-weight models: logit cosine, top-1 agreement.")
     ap.add_argument("--model", default="small", help="preset, YAML file or checkpoint dir (default small)")
-    ap.add_argument("--group-size", type=int, default=128, help="INT4 weight group size (default 128)")
-    ap.add_argument("--tokens", type=int, default=64, help="sequence length (default 64)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--group-size", type=group, default=128, help="INT4 weight group size (default 128)")
+    ap.add_argument("--tokens", type=integer(1, MAX_SEQ), default=64, help="sequence length (default 64)")
+    ap.add_argument("--seed", type=integer(0, (1 << 63) - 1), default=0)
     ap.add_argument("--json", action="store_true", help="print JSON")
     ap.set_defaults(func=run_accuracy)
 
@@ -53,34 +57,47 @@ def register(sub) -> None:
                          description="Write config.json + model.safetensors with random weights "
                                      "(for demos and tests; no download).")
     cp.add_argument("--model", default="tiny", help="preset or YAML file (default tiny)")
-    cp.add_argument("--out", required=True, metavar="DIR")
-    cp.add_argument("--seed", type=int, default=0)
+    cp.add_argument("--out", required=True, metavar="DIR", help="checkpoint folder to write (not an existing "
+                                                                 "one unless --force)")
+    cp.add_argument("--seed", type=integer(0, (1 << 63) - 1), default=0)
     cp.add_argument("--dtype", choices=["F32", "F16", "BF16"], default="F32")
+    cp.add_argument("--force", action="store_true", help="replace an existing --out folder")
     cp.set_defaults(func=run_random_checkpoint)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
-def parse_tokens(text: str) -> list[int]:
+def parse_tokens(text: str, max_len: int | None = None) -> list[int]:
+    """Comma-separated token ids, each in [0, 2^31) (the nodes carry them as int32), at most
+    ``max_len`` of them (default: the positions the instruction set addresses)."""
+    from mcf.sw.cliutil import MAX_SEQ
+    max_len = MAX_SEQ if max_len is None else max_len
     try:
         tokens = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
     except ValueError:
-        raise UserError(f"--tokens {text!r}: expected comma-separated integers, e.g. 1,2,3") from None
+        raise UserError(f"--tokens {text[:40]!r}: expected comma-separated integers, e.g. 1,2,3") from None
     if not tokens:
         raise UserError("--tokens: no token ids given")
+    bad = [t for t in tokens if not 0 <= t < 1 << 31]
+    if bad:
+        raise UserError(f"--tokens: token id {bad[0]} is out of range [0, 2^31)")
+    if len(tokens) > max_len:
+        raise UserError(f"--tokens: {len(tokens)} ids, more than the {max_len} positions supported")
     return tokens
 
 
 def run_logits(args) -> int:
     from mcf.sw.golden.checkpoint import load_checkpoint
-    from mcf.sw.golden.fixed_model import FixedModel
+    from mcf.sw.golden.fixed_model import FixedModel, default_group
     from mcf.sw.golden.float_model import FloatModel
     tokens = parse_tokens(args.tokens)
     cfg, weights = load_checkpoint(args.checkpoint)
-    model = FixedModel(cfg, weights, args.group_size) if args.fixed else FloatModel(cfg, weights)
+    check_golden_memory(cfg, len(tokens), len(tokens), logits=len(tokens))
+    model = FixedModel(cfg, weights, args.group_size or default_group(cfg)) if args.fixed \
+        else FloatModel(cfg, weights)
     logits = model.forward(tokens)
     if args.json:
-        json.dump({"logits": [[float(x) for x in row] for row in logits]}, sys.stdout)
-        sys.stdout.write("\n")
+        from mcf.sw.cliutil import dumps
+        sys.stdout.write(dumps({"logits": [[float(x) for x in row] for row in logits]}) + "\n")
     else:
         for row in logits:
             print(" ".join(f"{float(x):.7g}" for x in row))
@@ -94,11 +111,11 @@ def run_generate(args) -> int:
     from mcf.sw.golden.fixed_model import FixedModel, default_group
     from mcf.sw.golden.float_model import FloatModel
     tokens = parse_tokens(args.tokens)
-    if args.decode < 0:
-        raise UserError(f"--decode={args.decode}: must be >= 0")
-    if args.group_size is not None and args.group_size < 1:
-        raise UserError(f"--group-size={args.group_size}: must be >= 1")
+    from mcf.sw.cliutil import MAX_SEQ
+    if len(tokens) + args.decode > MAX_SEQ:
+        raise UserError(f"--tokens + --decode = {len(tokens) + args.decode} positions: more than {MAX_SEQ}")
     cfg, weights = load_checkpoint(args.checkpoint)
+    check_golden_memory(cfg, len(tokens) + args.decode, len(tokens))
     if args.fixed:
         model = FixedModel(cfg, weights, args.group_size or default_group(cfg))
     else:
@@ -117,12 +134,12 @@ def run_generate(args) -> int:
 def run_accuracy(args) -> int:
     from mcf.sw.golden.accuracy import report
     from mcf.sw.models import load_model
-    if args.tokens < 1:
-        raise UserError("--tokens must be >= 1")
     cfg = load_model(args.model)
+    check_golden_memory(cfg, args.tokens, args.tokens, logits=args.tokens, weights=True)
     figures = report(cfg, args.group_size, args.tokens, args.seed)
     if args.json:
-        print(json.dumps({"model": cfg.name, "group_size": args.group_size, "tokens": args.tokens,
+        from mcf.sw.cliutil import dumps
+        print(dumps({"model": cfg.name, "group_size": args.group_size, "tokens": args.tokens,
                           "cases": figures}, sort_keys=True))
         return 0
     print(f"model {cfg.name}, INT4 group size {args.group_size}, {args.tokens} tokens, seed {args.seed}")
@@ -140,7 +157,25 @@ def run_random_checkpoint(args) -> int:
     from mcf.sw.golden.checkpoint import write_checkpoint
     from mcf.sw.golden.weights import random_weights
     from mcf.sw.models import load_model
+    from mcf.sw.cliutil import atomic_directory
     cfg = load_model(args.model)
-    write_checkpoint(Path(args.out), cfg, random_weights(cfg, args.seed), args.dtype)
+    check_golden_memory(cfg, 0, 0, weights=True)
+    with atomic_directory(Path(args.out), force=args.force, what="--out") as tmp:
+        write_checkpoint(tmp, cfg, random_weights(cfg, args.seed), args.dtype)
     print(f"wrote {args.out} ({cfg.name}, {cfg.num_params} parameters, {args.dtype})", file=sys.stderr)
     return 0
+
+
+def check_golden_memory(cfg, positions: int, prefill: int, *, logits: int = 1, weights: bool = False) -> None:
+    """Refuse, before allocating, a golden-model run whose arrays would not fit in this
+    machine's memory: float32 weights (``weights``: not loaded yet), the KV cache of
+    ``positions`` tokens, the ``prefill`` chunk's attention scores and MLP activations, and
+    ``logits`` rows of logits (an analytic bound, not a measurement)."""
+    from mcf.sw.cliutil import check_memory
+    f32 = 4
+    need = (cfg.num_params * f32 if weights else 0) \
+        + 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * positions * f32 \
+        + cfg.num_heads * prefill * positions * f32 \
+        + 3 * prefill * max(cfg.intermediate_size, cfg.hidden_size) * f32 \
+        + logits * cfg.vocab_size * f32
+    check_memory(need, f"model {cfg.name}" + (f", {positions} positions" if positions else ""))

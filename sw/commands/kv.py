@@ -3,7 +3,6 @@ tier, fit the cost model's T0 against live servers, print the tier's figures for
 See docs/kvtier.md."""
 from __future__ import annotations
 
-import json
 import math
 import sys
 from contextlib import contextmanager
@@ -237,7 +236,7 @@ def cmd_replay(args) -> int:
             print(f"mcf kv: warning: {s['label']}: rho = lambda n s / B = {s['rho']:.2f} > 1: the servers "
                   f"cannot sustain this hit rate (synchronous loading has no steady state)", file=sys.stderr)
     if args.json:
-        sys.stdout.write(json.dumps(out, default=float) + "\n")
+        sys.stdout.write(_dumps(out) + "\n")
     else:
         _print_replay(out)
     if args.plot:
@@ -349,7 +348,7 @@ def _print_replay(out: dict) -> None:
 def cmd_fit(args) -> int:
     out = fit_figures(args)
     if args.json:
-        sys.stdout.write(json.dumps(out, default=float) + "\n")
+        sys.stdout.write(_dumps(out) + "\n")
         return 0
     t0, fw, fk = out["t0_s"], out["fit_on"]["ranks"], out["fit_on"]["hit_chunks"]
     print(f"T0 = {t0 * 1e3:.3g} ms, fitted on {fw} ranks x {fk} chunks ({out['servers']} servers, "
@@ -438,7 +437,7 @@ def cmd_info(args) -> int:
            "b_star_Bps": s * R, "prefill_source": curve.source,
            "layout": f"MARS (round-robin) places chunk c on node c mod {W}: the tier's owner map"}
     if args.json:
-        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.write(_dumps(out) + "\n")
         return 0
     print(f"{cfg.name}, chunk {args.chunk} tokens, {W} ranks ({args.profile})")
     print(f"  chunk value  {out['chunk_value_bytes']} bytes = {cfg.num_layers} layers x {2 * cfg.num_kv_heads} "
@@ -448,3 +447,9 @@ def cmd_info(args) -> int:
     print(f"  B* = s R     {s * R / 1e6:.4g} MB/s")
     print(f"  layout       {out['layout']}")
     return 0
+
+
+def _dumps(obj, **kwargs) -> str:
+    """Strict JSON (``mcf.sw.cliutil.dumps``: NaN/Infinity become null)."""
+    from mcf.sw.cliutil import dumps
+    return dumps(obj, **kwargs)

@@ -10,7 +10,6 @@ bounded by --timeout; a rank that times out ends the whole MPI job (MPI_Abort).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -19,24 +18,25 @@ BACKENDS = ("model", "rtl", "board")
 
 
 def register(sub) -> None:
+    from mcf.sw.cliutil import MAX_SEQ, integer, number
     p = sub.add_parser("node", help="run one node of an N-node job (under mpirun, or --world local)",
                        description=__doc__.split("\n\n", 1)[1], formatter_class=_raw())
     p.add_argument("--model", default="tiny", help="model config (default: %(default)s)")
-    p.add_argument("--seq", type=int, default=256, help="prompt tokens (default: %(default)s)")
-    p.add_argument("--chunk", type=int, default=None, help="chunk size B (default: the planner's choice)")
+    p.add_argument("--seq", type=integer(1, MAX_SEQ), default=256, help="prompt tokens (default: %(default)s)")
+    p.add_argument("--chunk", type=integer(1, MAX_SEQ), default=None, help="chunk size B (default: the planner's choice)")
     p.add_argument("--scheme", default="mars", help="mars, ring, zigzag, full, pd, passq (default: %(default)s)")
-    p.add_argument("--budget-tokens", type=int, default=None,
+    p.add_argument("--budget-tokens", type=integer(1, MAX_SEQ), default=None,
                    help="KV budget per node, in tokens (default: unlimited)")
     p.add_argument("--topology", default=None, help="switch, ring, mesh (default: the profile's)")
-    p.add_argument("--decode", type=int, default=1, help="decode steps after prefill (default: %(default)s)")
+    p.add_argument("--decode", type=integer(0, MAX_SEQ), default=1, help="decode steps after prefill (default: %(default)s)")
     p.add_argument("--backend", choices=BACKENDS, default="model",
                    help="what runs a node's program: model (DDR model, packets over MPI); rtl and board "
                         "arrive with issue 13's program executor")
     p.add_argument("--world", choices=["auto", "mpi", "local"], default="auto",
                    help="mpi: one rank per node (under mpirun); local: every node in this process; "
                         "auto: mpi when started by mpirun (default)")
-    p.add_argument("--nodes", type=int, default=None, help="nodes of a --world local run (under MPI: the ranks)")
-    p.add_argument("--timeout", type=float, default=60.0, help="bound on every wait, seconds (default: %(default)s)")
+    p.add_argument("--nodes", type=integer(1, 64), default=None, help="nodes of a --world local run (under MPI: the ranks)")
+    p.add_argument("--timeout", type=number(0, 24 * 3600, open_lo=True), default=60.0, help="bound on every wait, seconds (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print rank 0's report as one JSON object")
     p.add_argument("--fault", default=None, help=argparse_suppress())
     p.set_defaults(func=run)
@@ -84,6 +84,7 @@ def run(args) -> int:
         raise ValueError(f"--decode {args.decode}: must be >= 0")
     backend = backend_for(args.backend)
     kind = args.world if args.world != "auto" else ("mpi" if launched_by_mpi() else "local")
+    _check_fits(args, kind)
     request = {"model": args.model, "seq": args.seq, "chunk": args.chunk, "scheme": args.scheme,
                "budget_tokens": args.budget_tokens, "topology": args.topology, "decode": args.decode}
     start = time.monotonic()
@@ -97,7 +98,7 @@ def run(args) -> int:
             report = run_rank(world, request if world.rank == 0 else None, backend)
         except (OSError, ValueError, KeyError) as exc:
             # one line from the rank that failed, then end every rank: nobody waits forever
-            print(f"mcf node: error: rank {world.rank}: {exc}", file=sys.stderr, flush=True)
+            print(f"mcf: error: rank {world.rank}: {exc}", file=sys.stderr, flush=True)
             world.abort(2)
             return 2
     else:
@@ -111,10 +112,23 @@ def run(args) -> int:
         return 0
     report["seconds"] = round(time.monotonic() - start, 3)
     if args.json:
-        print(json.dumps(report))
+        from mcf.sw.cliutil import dumps
+        print(dumps(report))
     else:
         _print(report)
     return 0
+
+
+def _check_fits(args, kind: str) -> None:
+    """Before any rank starts: the model is readable, and the KV windows the nodes of this
+    process hold (a node's DDR model holds up to the whole prompt's KV, M_token x S bytes)
+    fit in this machine's memory (decided analytically, not by an out-of-memory kill)."""
+    from mcf.sw.cliutil import check_memory
+    from mcf.sw.models import load_model
+    cfg = load_model(args.model)
+    here = (args.nodes or 1) if kind == "local" else 1
+    check_memory(here * args.seq * cfg.kv_token_bytes,
+                 f"--seq {args.seq} of model {cfg.name} on {here} node(s) in this process")
 
 
 def _run_local(request, backend, nodes, timeout, fault):

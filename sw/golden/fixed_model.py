@@ -6,6 +6,8 @@ the X32 logits the hardware produces; ``forward`` the same as floats.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,8 +49,11 @@ class FixedModel:
     def __init__(self, cfg: ModelConfig, weights: dict, group_size: int = 128):
         check_weights(cfg, weights)
         for n in (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim):
-            if n % group_size:
-                raise UserError(f"group size {group_size} does not divide {n} (model {cfg.name})")
+            if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or n % group_size:
+                g = math.gcd(cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim)
+                fits = [d for d in (1 << k for k in range(17)) if g % d == 0 and d <= 4096]
+                raise UserError(f"group size {group_size} does not divide {n} (model {cfg.name}; "
+                                f"sizes that fit: {', '.join(map(str, fits))}, or any divisor of {g})")
         self.cfg, self.group_size = cfg, group_size
         self.layers = []
         for li in range(cfg.num_layers):

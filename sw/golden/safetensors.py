@@ -33,6 +33,8 @@ def read_header(path: str | Path) -> tuple[dict, int]:
             table = json.loads(f.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise UserError(f"{path}: bad safetensors header ({exc})") from None
+    if not isinstance(table, dict) or not all(isinstance(v, dict) for k, v in table.items() if k != "__metadata__"):
+        raise UserError(f"{path}: bad safetensors header (not an object of tensor entries)")
     table.pop("__metadata__", None)
     return table, 8 + n
 

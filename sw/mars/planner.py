@@ -50,6 +50,11 @@ PATHS = ("auto", "multicast", "ring", "tree", "doubling")
 ALPHA_GRID = (0.0, 1 / 64, 1 / 16, 1 / 4, 1.0, 4.0, math.inf)
 #: Smallest chunk the search tries (one engine tile of query rows).
 MIN_CHUNK = 16
+#: Most (chunk x node) cells one plan holds.  The planner's arrays are O(chunks x nodes), about
+#: 200 bytes a cell (measured: 16 384 chunks x 64 nodes, 250 MB), so 2^20 cells keep a plan
+#: under ~300 MB; chunk sizes with more cells are left out of the search, a given one is refused,
+#: before anything is allocated.
+MAX_PLAN_CELLS = 1 << 20
 #: Bytes of one decode query element and of one partial-state element (fp16 query, fp32 state).
 QUERY_ELEM_BYTES = 2
 STATE_ELEM_BYTES = 4
@@ -119,7 +124,22 @@ class PlanRequest:
         if r.chunk_size is not None and r.chunk_size * m_token > r.buffer_bytes:
             raise UserError(f"chunk={r.chunk_size}: B * M_token = {r.chunk_size * m_token:.0f} "
                             f"bytes exceeds buffer={r.buffer_bytes} (eq. 5)")
+        if r.chunk_size is not None and not fits_plan(r.seq_len, r.chunk_size, r.nodes):
+            raise UserError(f"seq={r.seq_len}, chunk={r.chunk_size}, nodes={r.nodes}: "
+                            f"{-(-r.seq_len // r.chunk_size)} chunks x {r.nodes} nodes is more than the "
+                            f"planner holds ({MAX_PLAN_CELLS} cells); use chunk >= {min_chunk(r.seq_len, r.nodes)}")
         return r
+
+
+def fits_plan(seq_len: int, chunk: int, nodes: int) -> bool:
+    """Whether a plan of ``seq_len`` tokens in chunks of ``chunk`` on ``nodes`` stays within
+    ``MAX_PLAN_CELLS`` (decided before allocating anything)."""
+    return -(-seq_len // chunk) * (nodes + 1) <= MAX_PLAN_CELLS
+
+
+def min_chunk(seq_len: int, nodes: int) -> int:
+    """The smallest chunk size ``fits_plan`` admits."""
+    return max(1, -(-seq_len * (nodes + 1) // MAX_PLAN_CELLS))
 
 
 def _check_int(name, v, lo):
@@ -649,6 +669,12 @@ def chunk_candidates(req: PlanRequest) -> list[int]:
         out.append(req.seq_len)
     if not out:
         out = [min(bmax, req.seq_len)]
+    out = [b for b in out if fits_plan(req.seq_len, b, req.nodes)]
+    if not out:
+        raise UserError(f"seq={req.seq_len}, nodes={req.nodes}: every chunk size the buffer allows "
+                        f"(<= {bmax} tokens, eq. 5) makes more chunks x nodes than the planner holds "
+                        f"({MAX_PLAN_CELLS} cells; chunk >= {min_chunk(req.seq_len, req.nodes)} would fit): "
+                        "raise --buffer or shorten --seq")
     # fewer query rows than compute nodes leaves nodes idle; keep such chunks only if nothing else
     wide = [b for b in out if b >= req.nodes]
     return wide or out

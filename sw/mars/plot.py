@@ -35,9 +35,12 @@ def plot_plan(plan: Plan, path: str | Path) -> Path:
     b.set_xlabel("prefill step")
     b.set_ylabel("active replica factor r")
     b.set_ylim(0, plan.nodes + 1)
+    a.set_title("KV memory per node")
+    b.set_title("replica factor")
     fig.suptitle(f"{plan.scheme}: {plan.request.model.name}, S={plan.request.seq_len}, "
                  f"N={plan.nodes}, B={plan.chunk_size}, TTFT {plan.ttft_s:.3g} s (model)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from mcf.sw.cliutil import save_figure
+    save_figure(fig, path, what="--plot")
     plt.close(fig)
     return path

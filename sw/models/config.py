@@ -6,7 +6,8 @@ YAML file or a Hugging Face checkpoint directory (its ``config.json``).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+import math
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
 import yaml
@@ -14,6 +15,9 @@ import yaml
 from mcf.sw.errors import UserError
 
 PRESET_DIR = Path(__file__).parent
+#: Largest width / count a model config may give (2^24: beyond any released model, small
+#: enough that the products the tools allocate are decided before they are attempted).
+MAX_DIM = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,8 @@ class ModelConfig:
         for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                   "intermediate_size", "vocab_size"):
             v = getattr(self, f)
-            if not isinstance(v, int) or v < 1:
-                raise UserError(f"model {self.name}: {f}={v!r} must be a positive integer")
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_DIM:
+                raise UserError(f"model {self.name}: {f}={v!r} must be an integer in [1, {MAX_DIM}]")
         if self.num_heads % self.num_kv_heads:
             raise UserError(f"model {self.name}: num_heads={self.num_heads} is not a multiple of "
                             f"num_kv_heads={self.num_kv_heads}")
@@ -67,26 +71,48 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict, name: str | None = None) -> "ModelConfig":
+        where = f"model {name}" if name else "model config"
+        if not isinstance(d, dict):
+            raise UserError(f"{where}: expected a mapping of keys (num_layers: ..., hidden_size: ...), "
+                            f"got {type(d).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise UserError(f"model config: unknown key(s) {', '.join(sorted(unknown))}")
+            raise UserError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
         d = dict(d)
         if name is not None:
             d.setdefault("name", name)
+        required = [f.name for f in fields(cls) if f.default is MISSING]
+        missing = [k for k in required if k not in d]
+        if missing:
+            raise UserError(f"{where}: missing key(s) {', '.join(missing)}")
+        for f in ("rope_theta", "rms_norm_eps", "kv_bytes_per_element", "weight_bytes_per_element"):
+            if f in d:
+                d[f] = _positive(where, f, d[f])
+        if not isinstance(d.get("tie_word_embeddings", True), bool):
+            raise UserError(f"{where}: tie_word_embeddings={d['tie_word_embeddings']!r} must be true or false")
         return cls(**d)
 
     @classmethod
     def from_hf_config(cls, cfg: dict, name: str = "checkpoint") -> "ModelConfig":
         """From a Hugging Face Qwen2 ``config.json`` (``rope_theta`` at the top level or in
         ``rope_parameters``)."""
+        if not isinstance(cfg, dict):
+            raise UserError(f"config.json of {name}: expected a JSON object, got {type(cfg).__name__}")
         archs = cfg.get("architectures") or [cfg.get("model_type", "?")]
+        if not isinstance(archs, list) or not archs:
+            archs = [str(archs)]
         if cfg.get("model_type") not in ("qwen2",) and "Qwen2ForCausalLM" not in archs:
             raise UserError(f"unsupported architecture {archs[0]!r}: only Qwen2 (model_type qwen2) is supported")
         rope = cfg.get("rope_theta")
         if rope is None:
             rope = (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
         scaling = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        if not isinstance(scaling, dict):
+            raise UserError(f"config.json of {name}: rope_scaling must be an object")
+        act = cfg.get("hidden_act", "silu")
+        if act != "silu":
+            raise UserError(f"unsupported hidden_act {act!r}: only silu (SwiGLU, as Qwen2) is supported")
         rope_type = scaling.get("rope_type", scaling.get("type", "default"))
         if rope_type != "default":
             raise UserError(f"unsupported RoPE type {rope_type!r}: only the default RoPE is supported")
@@ -97,6 +123,8 @@ class ModelConfig:
             if key not in cfg:
                 raise UserError(f"config.json: missing key {key}")
         heads = cfg["num_attention_heads"]
+        if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+            raise UserError(f"config.json of {name}: num_attention_heads={heads!r} must be a positive integer")
         return cls(
             name=name,
             num_layers=cfg["num_hidden_layers"],
@@ -106,10 +134,32 @@ class ModelConfig:
             head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
             intermediate_size=cfg["intermediate_size"],
             vocab_size=cfg["vocab_size"],
-            rope_theta=float(rope),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rope_theta=_positive(f"config.json of {name}", "rope_theta", rope),
+            rms_norm_eps=_positive(f"config.json of {name}", "rms_norm_eps", cfg.get("rms_norm_eps", 1e-6)),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         )
+
+
+def _positive(where: str, key: str, value) -> float:
+    """A finite positive number of a config (one-line error otherwise)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if isinstance(value, bool) or not (math.isfinite(v) and v > 0):
+        raise UserError(f"{where}: {key}={value!r} must be a finite number > 0")
+    return v
+
+
+def _read(path: Path, parse, what: str):
+    """Parsed text of a config file; unreadable or broken files are one-line errors."""
+    try:
+        return parse(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: cannot read {what} ({e.strerror if isinstance(e, OSError) else e})") from None
+    except (ValueError, yaml.YAMLError) as e:      # json.JSONDecodeError is a ValueError
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"{path}: not valid {what} ({first})") from None
 
 
 def preset_names() -> list[str]:
@@ -123,11 +173,11 @@ def load_model(spec: str | Path) -> ModelConfig:
         cfg_file = p / "config.json"
         if not cfg_file.is_file():
             raise UserError(f"{p}: no config.json (not a Hugging Face checkpoint directory)")
-        return ModelConfig.from_hf_config(json.loads(cfg_file.read_text()), name=p.name)
+        return ModelConfig.from_hf_config(_read(cfg_file, json.loads, "JSON"), name=p.name)
     if p.suffix in (".yaml", ".yml"):
         if not p.is_file():
             raise UserError(f"model file {p} does not exist")
-        return ModelConfig.from_dict(yaml.safe_load(p.read_text()), name=p.stem)
+        return ModelConfig.from_dict(_read(p, yaml.safe_load, "YAML"), name=p.stem)
     preset = PRESET_DIR / f"{spec}.yaml"
     if not preset.is_file():
         raise UserError(f"unknown model {str(spec)!r}; presets: {', '.join(preset_names())} "

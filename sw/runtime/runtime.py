@@ -30,7 +30,7 @@ from mcf.spec.node import NodeConfig
 from mcf.spec.plan import ReplicaState
 from mcf.spec.regmap import NETWORK_FAULTS
 from mcf.spec.topology import Topology
-from mcf.sw.driver import DriverTimeout, NodeFault
+from mcf.sw.driver import NodeFault
 from mcf.sw.errors import UserError
 from mcf.sw.golden.fixed_model import FixedModel, default_group
 from mcf.sw.mars.lower import DECODE_ROOT, lower
@@ -160,6 +160,9 @@ class Session:
                       group, self.consts, [0] * nodes, decode)
         entries = 1 << max(0, probe.route_ids_used - 1).bit_length()
         self.node = cfg.replace(route_entries=max(entries, 2), reduce_slots=max(cfg.reduce_slots, len(probe.rgroups)))
+        from mcf.sw.cliutil import check_memory      # before the backend allocates its DDR models
+        check_memory(2 * nodes * probe.map.size, f"{nodes} node(s) x {probe.map.size / 2**20:.0f} MiB of DDR image "
+                     "(CPU and device views)")
         self.backend = factory(nodes, self.node, probe.map.size, topology)
         self.lw = lower(self.plan, self.node, group, self.consts, [m.phys_base for m in self.backend.memories],
                         decode)
@@ -202,10 +205,11 @@ class Session:
 
     async def wait_all(self) -> None:
         """Until every node is done; the first fault (a cause other than a stall the fault of
-        another node caused) or running out of time raises one line."""
+        another node caused) or ``timeout_s`` without progress on any node (the driver's one
+        bounded wait, ``Driver.wait_for``) raises one line."""
         drivers = self.backend.drivers
-        deadline = time.monotonic() + self.timeout_s
-        while True:
+
+        async def poll():
             states = [await d.seq_status() for d in drivers]
             faulted = [i for i, st in enumerate(states) if st["fault"]]
             if faulted:
@@ -214,12 +218,14 @@ class Session:
                 others = [j for j in faulted if j != i]
                 more = f" (also stopped: nodes {others})" if others else ""
                 raise NodeFault(await drivers[i].describe(states[i]) + more, states[i]["fault_cause"], 0)
-            if all(st["done"] and not st["running"] for st in states):
-                return
-            if time.monotonic() >= deadline:
-                waiting = [await drivers[i].describe(st) for i, st in enumerate(states) if not st["done"]]
-                raise DriverTimeout(f"timed out after {self.timeout_s:g} s: " + " | ".join(waiting))
-            await drivers[0].backend.pause()
+            done = all(st["done"] and not st["running"] for st in states)
+            pcs = None if done else tuple([(await d.read_fields("SEQ_PC"))["pc"] for d in drivers])
+            return done, (states, pcs)
+
+        async def describe(value):
+            return " | ".join([await drivers[i].describe(st) for i, st in enumerate(value[0]) if not st["done"]])
+        await drivers[0].wait_for(f"{len(drivers)} node(s) to finish", poll, timeout_s=self.timeout_s,
+                                  progress=lambda v: v[1], describe=describe)
 
     async def main(self) -> RunReport:
         lw, N = self.lw, self.lw.nodes

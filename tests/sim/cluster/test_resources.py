@@ -16,7 +16,7 @@ BW = 10e9 / 8 * 0.95            # payload bytes/s per port and direction
 TAU = 2e-6
 PAYLOAD = 1 << 20               # 1 MiB = 1024 packets of 1024 B
 WIRE = PAYLOAD + 1024 * 16      # one 16-byte Meta header per packet
-P_NODE = 16 * 16 * 2 * 250e6 * 0.90   # compute_efficiency measured by `mcf bench compute`
+P_NODE = 16 * 16 * 2 * 250e6 * 0.90   # compute_efficiency: the profile's modelled 0.90
 DDR = 19.2e9 * 0.7
 SETUP = 32 / 250e6
 

@@ -29,7 +29,7 @@ def test_simulate_text(capsys):
     (["--seq", "1024", "--nodes", "0"], "nodes"),
     (["--seq", "1024", "--nodes", "4", "--scheme", "nope"], "scheme"),
     (["--seq", "1024", "--nodes", "4", "--decode", "nope"], "decode"),
-    (["--seq", "1024", "--nodes", "4", "--link-gbps", "0"], "link_gbps"),
+    (["--seq", "1024", "--nodes", "4", "--link-gbps", "0"], "link-gbps"),
     (["--seq", "1024", "--nodes", "4", "--packet-payload", "0"], "packet-payload"),
     (["--seq", "1024", "--nodes", "4", "--lookahead", "-1"], "lookahead"),
     (["--seq", "1024", "--nodes", "4", "--budget", "10"], "budget"),

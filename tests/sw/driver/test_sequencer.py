@@ -129,8 +129,34 @@ def test_wait_done_times_out_in_seconds(node):
     with pytest.raises(DriverTimeout) as info:
         drv.wait_done(timeout_s=0.01)
     assert "\n" not in str(info.value)
-    assert str(info.value).startswith("timed out after 0.01 s waiting for the program: node 0: running; "
-                                      "0 dispatched; waiting: EX on sem 0 (= 0)")
+    msg = str(info.value)
+    assert msg.startswith("timed out waiting for the program: ") and "no progress for the last" in msg
+    assert "; node 0: running; 0 dispatched; waiting: EX on sem 0 (= 0); STATUS " in msg
+
+
+def test_wait_done_deadline_restarts_while_instructions_dispatch(node):
+    """The one bounded wait (Driver.wait_for) on the backend's clock: a program that keeps
+    dispatching runs past timeout_s, one whose PC stands still times out."""
+    class Clocked(type(node)):
+        t = 0.0
+
+        def now(self):
+            return self.t
+
+        async def pause(self):
+            self.t += 1.0
+            if self.t < 70:                  # dispatches one instruction a second for 70 s
+                self.set("SEQ_PC", int(self.t))
+    clocked = Clocked()
+    clocked.status_script = [status(running=1)] * 60 + [status(done=1, idle=1)]
+    assert SyncDriver(clocked).wait_done(timeout_s=5)["done"] == 1      # 60 s > 5 s, but moving
+    assert clocked.t == 60
+    stuck = Clocked()
+    stuck.t = 100.0                          # past the dispatching phase: the PC stands still
+    stuck.status_script = [status(running=1)]
+    with pytest.raises(DriverTimeout, match="no progress for the last 5 s"):
+        SyncDriver(stuck).wait_done(timeout_s=5)
+    assert stuck.t == 105
 
 
 def test_indexed_state(node):

@@ -42,8 +42,30 @@ def test_float_single_node_matches_model_attention(float_inputs):
 
 
 def test_fixed_single_node_is_the_model_attention(fixed_inputs):
+    """The fixed-point single-node attention (the reference every distributed layout is held
+    to, bit for bit) is causal softmax attention: against float attention of its own
+    dequantized inputs (q prescaled into log2 units, K4/V4 as stored) it agrees to within the
+    INT4/BFP rounding, and a shifted mask (the next key visible) is far off."""
     attn, ref = fixed_inputs
-    assert ref.shape == (T, 4, 16) and ref.dtype == np.int64 and np.abs(ref).max() > 1000
+    assert ref.shape == (T, 4, 16) and ref.dtype == np.int64
+    (qm, qe), k4, v4 = attn.q, attn.k, attn.v
+    q = qm * np.exp2(qe.astype(np.float64))[..., None]              # already x log2(e)/sqrt(d)
+    k, v = fx.dequantize_kv(*k4), fx.dequantize_kv(*v4)
+    kv_of = np.arange(4) // 2
+
+    def float_attention(visible):
+        s = np.einsum("thd,shd->hts", q, k[:, kv_of])                 # log2 units
+        s = np.where(visible[None], s, -np.inf)
+        p = np.exp2(s - s.max(-1, keepdims=True))
+        return np.einsum("hts,shd->thd", p / p.sum(-1, keepdims=True), v[:, kv_of]) * 2.0 ** fx.X_FRAC
+    t = np.arange(T)
+    want = float_attention(t[None, :] <= t[:, None])
+    scale = np.abs(want).max()
+    assert scale > 1000
+    err = np.abs(ref - want).max() / scale
+    assert err < 0.02, err
+    off = np.abs(ref - float_attention(t[None, :] <= t[:, None] + 1)).max() / scale
+    assert off > 10 * err, (off, err)
 
 
 @pytest.mark.parametrize("n", NODES)

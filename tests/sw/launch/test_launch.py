@@ -175,7 +175,7 @@ def test_an_unfreed_replica_is_caught():
     (["--backend", "rtl", "--nodes", "2"], "arrives with issue 13"),
     (["--nodes", "4", "--scheme", "passq", "--decode", "1"], "passq is not modelled"),
     (["--world", "local"], "needs --nodes"),
-    (["--nodes", "2", "--timeout", "0"], "--timeout 0"),
+    (["--nodes", "2", "--timeout", "0"], "argument --timeout: 0 is out of range"),
     (["--nodes", "2", "--topology", "grid"], "net_ports=1"),
 ])
 def test_bad_requests_are_one_line(args, msg, capsys):

@@ -13,6 +13,7 @@ import cocotb
 import numpy as np
 import pytest
 
+from mcf.hw.compute.dot_array import DotArray
 from mcf.hw.compute.exec.unit import ExecUnit
 from mcf.sim.benchmarks.compute import layer_figures
 from mcf.sim.cocotb_util import params
@@ -122,7 +123,10 @@ def test_construction():
 def test_qwen_shapes_elaborate():
     """The unit of the Qwen2.5-1.5B node builds (the lint test converts and lints it)."""
     unit = ExecUnit(NodeConfig.qwen2_5_1_5b())
-    assert unit.g.max_n == 8960 and unit.movers["gemm"].matrix.macs_per_cycle == 256
+    matrix = unit.movers["gemm"].matrix
+    assert unit.g.max_n == 8960 and matrix.macs_per_cycle == 256 and matrix.packed
+    # issue 14's array (64 x 32: >= 1000 DSP48E2 for products, two INT4 x 16-bit products each)
+    assert DotArray(64, 32).multipliers == 1024
 
 
 @pytest.mark.cocotb

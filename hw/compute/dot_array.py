@@ -1,0 +1,164 @@
+"""The matrix unit's products: ``rows`` dot products of ``lanes`` INT4 weights x 16-bit activations
+per cycle, laid out for DSP48E2 slices (two INT4 x 16-bit products per slice when ``packed``).
+
+    dots[p] = sum_k q[p, k] * a[k]         (exact, MANT_BITS + W_BITS + log2(lanes) bits)
+
+``w`` carries q[p, k] at bits [(p*lanes + k)*4 +: 4] (the matrix unit's weight beat), ``a`` the
+activation mantissas a[k] at bits [k*16 +: 16].  ``en`` is the clock enable of every register
+(the matrix pipeline's ``adv``); ``dots`` appear ``latency`` enabled cycles after their inputs.
+
+Packing (docs/compute.md, "DSP48E2 packing"): rows 2i and 2i+1 share one 27 x 18 multiplier,
+
+    W = q[2i+1, k] * 2^22 + q[2i, k]        (27-bit signed: -2^25 - 8 .. 2^25 - 2^22 + 7)
+    W * a[k] = q[2i+1, k] a[k] 2^22 + q[2i, k] a[k],   |q[2i, k] a[k]| <= 2^18
+
+and the products of ``CHAIN`` = 4 consecutive lanes are summed in a systolic chain (the form Yosys
+maps onto DSP48E2 slices with A/B and P registers and the P -> PCIN cascade): lane c of a chain
+gets its operands c cycles late, ``P_c = W_c a_c + P_{c-1}``.  The low field of the chain's sum
+stays within +-2^20, inside a signed 22-bit field, so
+
+    lo = P[21:0] (signed),   hi = (P >> 22) + P[21]   (the borrow a negative low field took)
+
+are the two rows' exact partial dot products; the chains of a row are then summed in LUTs.
+``packed=False`` builds the same pipeline with one 4 x 16-bit product per slice.
+"""
+from __future__ import annotations
+
+from amaranth import Cat, Module, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from mcf.hw.registry import block
+from mcf.spec.fixed import MANT_BITS, W_BITS
+from mcf.spec.params import Range
+
+#: The high row's weight sits PACK_SHIFT bits up in the packed multiplier operand.
+PACK_SHIFT = 22
+#: Lanes summed in one DSP cascade before the packed fields are split (4 x 2^18 < 2^21).
+CHAIN = 4
+#: Widths of the DSP48E2 multiplier inputs and of its P register.
+DSP_A_BITS, DSP_B_BITS, DSP_P_BITS = 27, 18, 48
+
+
+def pack_pair(w_lo: int, w_hi: int) -> int:
+    """The packed multiplier operand of two INT4 weights (what the RTL forms), as an integer."""
+    return w_hi * (1 << PACK_SHIFT) + w_lo
+
+
+def split_pair(p: int) -> tuple[int, int]:
+    """The two exact sums inside a chain's P (an integer): (low row, high row)."""
+    mask = (1 << PACK_SHIFT) - 1
+    lo = p & mask
+    if lo >> (PACK_SHIFT - 1):
+        lo -= 1 << PACK_SHIFT
+    return lo, (p - lo) >> PACK_SHIFT
+
+
+class DotArray(wiring.Component):
+    """``rows`` x ``lanes`` INT4 x 16-bit products summed per row; see the module docstring."""
+
+    def __init__(self, rows: int, lanes: int, packed: bool = True):
+        if rows < 1 or lanes < 1:
+            raise ValueError(f"rows={rows}, lanes={lanes}: must be >= 1")
+        if packed and rows % 2:
+            raise ValueError(f"mac_rows={rows}: packed products need an even number of rows")
+        self.rows, self.lanes, self.packed = rows, lanes, bool(packed)
+        self.chain = min(CHAIN, lanes)
+        if lanes % self.chain:
+            raise ValueError(f"mac_lanes={lanes}: must be a multiple of {self.chain} (the DSP chain)")
+        self.chains = -(-lanes // CHAIN)
+        self.dot_width = MANT_BITS + W_BITS + ceil_log2(lanes)
+        #: enabled cycles from ``w``/``a`` to ``dots``: the last lane's skew (chain - 1), A/B,
+        #: its P register, the sum over chains.
+        self.latency = self.chain + 2
+        super().__init__({
+            "en": In(1),
+            "w": In(rows * lanes * W_BITS),
+            "a": In(lanes * MANT_BITS),
+            "dots": Out(data.ArrayLayout(signed(self.dot_width), rows)),
+        })
+
+    @property
+    def multipliers(self) -> int:
+        """DSP48E2 slices of the products."""
+        return (self.rows // 2 if self.packed else self.rows) * self.lanes
+
+    def elaborate(self, platform):
+        m = Module()
+        P, K, C = self.rows, self.lanes, self.chain
+        en = self.en
+
+        def delayed(value, n, name):
+            """``value`` after ``n`` enabled registers (reset-less: shift-register friendly)."""
+            for i in range(n):
+                r = Signal.like(value, name=f"{name}_d{i}", reset_less=True)
+                with m.If(en):
+                    m.d.sync += r.eq(value)
+                value = r
+            return value
+
+        def q(p, k):
+            return self.w[(p * K + k) * W_BITS:(p * K + k + 1) * W_BITS]
+
+        # Activations: lane k (chain position c = k % C) c cycles late, then the B register
+        # (shared by every multiplier of the lane).
+        acts = []
+        for k in range(K):
+            a = delayed(self.a[k * MANT_BITS:(k + 1) * MANT_BITS], k % C + 1, f"a{k}")
+            acts.append(a.as_signed())
+
+        if self.packed:
+            columns = [(p, (p, p + 1)) for p in range(0, P, 2)]     # (name, rows sharing a slice)
+        else:
+            columns = [(p, (p,)) for p in range(P)]
+
+        for col, rows in columns:
+            fields = [[] for _ in rows]          # per row: one exact partial sum per chain
+            for c0 in range(0, K, C):
+                prev = None
+                for k in range(c0, min(c0 + C, K)):
+                    c = k - c0
+                    raw = delayed(Cat(*[q(r, k) for r in rows]), c, f"w{col}_{k}")
+                    lo = raw[:W_BITS].as_signed()
+                    # A register: the multiplier operand (27-bit packed pair, or one weight).
+                    wa = Signal(signed(DSP_A_BITS if self.packed else W_BITS), name=f"wa{col}_{k}",
+                                reset_less=True)
+                    if self.packed:
+                        hi = raw[W_BITS:].as_signed()
+                        value = hi * (1 << PACK_SHIFT) + lo
+                    else:
+                        value = lo
+                    with m.If(en):
+                        m.d.sync += wa.eq(value)
+                    # The chain's P register: the product plus the previous lane's P (the
+                    # DSP's post-adder on PCIN; no M register, the form Yosys cascades).
+                    # (Every width the P register's: the mapper packs a multiply and an add of
+                    # the same width into one slice.)
+                    pr = Signal(signed(DSP_P_BITS), name=f"p{col}_{k}", reset_less=True)
+                    product = Signal(signed(DSP_P_BITS), name=f"prod{col}_{k}")
+                    m.d.comb += product.eq(wa * acts[k])
+                    with m.If(en):
+                        m.d.sync += pr.eq(product if prev is None else product + prev)
+                    prev = pr
+                if self.packed:
+                    lo_f = prev[:PACK_SHIFT].as_signed()
+                    hi_f = (prev >> PACK_SHIFT) + prev[PACK_SHIFT - 1]
+                    fields[0].append(lo_f)
+                    fields[1].append(hi_f)
+                else:
+                    fields[0].append(prev)
+            for r, terms in zip(rows, fields):
+                total = terms[0]
+                for t in terms[1:]:
+                    total = total + t
+                with m.If(en):
+                    m.d.sync += self.dots[r].eq(total)
+        return m
+
+
+@block("compute_dot_array", "MAC array products: rows x lanes INT4 x 16-bit, two per DSP48E2 when packed",
+       variants=({"packed": 0},), rows=2, lanes=4, packed=1,
+       ranges={"rows": Range(1, 256), "lanes": Range(1, 256), "packed": Range(0, 1)})
+def _dot_array(rows, lanes, packed):
+    return DotArray(rows, lanes, packed=bool(packed))
