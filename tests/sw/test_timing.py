@@ -1,0 +1,79 @@
+"""The logic-depth walk (``mcf.sw.timing``) on hand-made mapped netlists: every cost of the
+model counted as docs/timing.md says, names and groups readable, bad netlists refused."""
+import pytest
+
+from mcf.sw import timing
+from mcf.sw.timing import BRAM_START_LEVELS, BUDGET_LEVELS, CARRY4_HOP, NetlistError, analyze
+
+
+def cell(ctype, conns, dirs=None, **params):
+    dirs = dirs or {p: ("output" if p in ("Q", "O", "O5", "O6", "CO", "DOUTBDOUT") else "input") for p in conns}
+    return {"type": ctype, "connections": conns, "port_directions": dirs, "parameters": params}
+
+
+def module(cells, netnames=None, ports=None):
+    nets = {name: {"bits": bits} for name, bits in (netnames or {}).items()}
+    return {"modules": {"top": {"attributes": {"top": "00000000000000000000000000000001"},
+                                "ports": ports or {}, "cells": cells, "netnames": nets}}}
+
+
+def chain(n_luts):
+    """a (flip-flop) -> n LUTs -> b (flip-flop); nets numbered from 10."""
+    cells = {"ff_a": cell("FDRE", {"C": [2], "D": [3], "Q": [10]})}
+    for i in range(n_luts):
+        cells[f"lut{i}"] = cell("LUT2", {"I0": [10 + i], "I1": [4], "O": [11 + i]})
+    cells["ff_b"] = cell("FDRE", {"C": [2], "D": [10 + n_luts], "Q": [5]})
+    return cells
+
+
+def test_lut_levels_between_two_registers():
+    d = analyze(module(chain(3), {"a": [10], "b": [5]}))
+    assert d.max_levels == 3
+    worst = d.paths[0]
+    assert (worst.levels, worst.luts, worst.carries, worst.start, worst.end) == (3, 3, 0, "a", "b")
+    assert d.histogram[3] == 1
+
+
+def test_carry_chain_costs_one_level_and_a_hop_per_further_carry4():
+    cells = {"ff_a": cell("FDRE", {"C": [2], "D": [3], "Q": [10]}),
+             "lut": cell("LUT1", {"I0": [10], "O": [11]}),
+             "c0": cell("CARRY4", {"S": [11, 1, 1, 1], "DI": [1, 1, 1, 1], "CI": [1], "O": [20, 21, 22, 23],
+                                    "CO": [24, 25, 26, 27]}),
+             "c1": cell("CARRY4", {"S": [1, 1, 1, 1], "DI": [1, 1, 1, 1], "CI": [27], "O": [30, 31, 32, 33],
+                                    "CO": [34, 35, 36, 37]}),
+             "ff_b": cell("FDRE", {"C": [2], "D": [33], "Q": [5]})}
+    d = analyze(module(cells, {"a": [10], "sum": [5]}))
+    assert d.max_levels == pytest.approx(2 + CARRY4_HOP)
+    assert (d.paths[0].luts, d.paths[0].carries) == (1, 1)
+
+
+def test_block_ram_without_output_register_starts_late():
+    def bram(reg):
+        return {"ram": cell("RAMB36E2", {"CLKBWRCLK": [2], "ADDRBWRADDR": [3], "DOUTBDOUT": [10]},
+                            DOB_REG=reg),
+                "lut": cell("LUT1", {"I0": [10], "O": [11]}),
+                "ff": cell("FDRE", {"C": [2], "D": [11], "Q": [5]})}
+    assert analyze(module(bram(0))).max_levels == pytest.approx(BRAM_START_LEVELS + 1)
+    assert analyze(module(bram(1))).max_levels == 1
+
+
+def test_ports_are_start_and_end_points():
+    cells = {"lut": cell("LUT2", {"I0": [3], "I1": [4], "O": [6]})}
+    ports = {"x": {"direction": "input", "bits": [3, 4]}, "y": {"direction": "output", "bits": [6]}}
+    d = analyze(module(cells, ports=ports))
+    assert d.max_levels == 1 and d.paths[0].start.startswith("port x") and d.paths[0].end == "port y"
+
+
+def test_budget_is_the_250_mhz_period_in_levels():
+    assert BUDGET_LEVELS == int((4.0 - timing.OVERHEAD_NS) / timing.LEVEL_NS) == 8
+    d = analyze(module(chain(BUDGET_LEVELS + 1)))
+    assert d.as_dict()["endpoints_over_budget"] == 1 and len(d.over()) == 1
+
+
+def test_combinational_loop_and_unknown_cells_are_refused():
+    loop = {"l0": cell("LUT1", {"I0": [11], "O": [10]}), "l1": cell("LUT1", {"I0": [10], "O": [11]}),
+            "ff": cell("FDRE", {"C": [2], "D": [10], "Q": [5]})}
+    with pytest.raises(NetlistError, match="loop"):
+        analyze(module(loop))
+    with pytest.raises(NetlistError, match="not in the timing model"):
+        analyze(module({"x": cell("MYSTERY", {"I": [3], "O": [4]})}))
