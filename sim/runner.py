@@ -66,9 +66,14 @@ def _repo_on_path():
 
 
 def write_verilog(component, toplevel: str, build_dir: Path) -> Path:
+    """``component``'s Verilog in ``build_dir/<toplevel>.v`` (a component with a ``verilog(toplevel)``
+    method writes its own, e.g. several modules in one file)."""
     build_dir.mkdir(parents=True, exist_ok=True)
     path = build_dir / f"{toplevel}.v"
-    path.write_text(verilog.convert(component, name=toplevel))
+    if hasattr(component, "verilog"):
+        path.write_text(component.verilog(toplevel))
+    else:
+        path.write_text(verilog.convert(component, name=toplevel))
     return path
 
 
@@ -118,6 +123,10 @@ def _verilator_runner():
     class _Verilator(Verilator):
         def _build_command(self):
             cmds = super()._build_command()
+            # Only the top's own signals are public (cocotb drives its ports): every signal
+            # public (cocotb's --public-flat-rw) makes the C++ several times larger and slower.
+            cmds[0] = ["--public-depth" if a == "--public-flat-rw" else a for a in cmds[0]]
+            cmds[0].insert(cmds[0].index("--public-depth") + 1, "1")
             cmds[-1] = list(cmds[-1]) + _verilator_make_overrides()   # the make step
             return cmds
 
