@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure the HDL tools the tests need are installed: Icarus Verilog (>= 11, runs the
-# cocotb benches), Verilator (lint only; Debian's 5.006 is enough for --lint-only) and tclsh
-# (runs the KR260 build script against a mock of Vivado); and Debian's redis-server (the
-# RESP server the prefix KV tier's tests and `mcf kv replay` start on loopback ports).
+# cocotb benches), Verilator (lint only; Debian's 5.006 is enough for --lint-only), tclsh
+# (runs the KR260 build script against a mock of Vivado), dtc (compiles the KR260 overlay);
+# and Debian's redis-server (the RESP server the prefix KV tier's tests and `mcf kv replay`
+# start on loopback ports).
 # Installs missing ones with apt-get (directly as root, with sudo otherwise).
 set -euo pipefail
 
@@ -10,6 +11,7 @@ missing=()
 command -v iverilog >/dev/null 2>&1 || missing+=(iverilog)
 command -v verilator >/dev/null 2>&1 || missing+=(verilator)
 command -v tclsh >/dev/null 2>&1 || missing+=(tcl)
+command -v dtc >/dev/null 2>&1 || missing+=(device-tree-compiler)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

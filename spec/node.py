@@ -21,10 +21,11 @@ from dataclasses import asdict, dataclass, fields, replace
 from .bits import SpecError
 from .packet import ROUTE_TABLE_ENTRIES, check_data_width
 
-#: The PL clock a node is built for: the MCF paper's 200 MHz (Table 2).  The KR260's PS PLL
-#: makes pl_clk0 = 1500 MHz / n (187.5 or 214.3 MHz near 200), so the board flow will change
-#: this number; it is written here and nowhere else.
-PL_CLOCK_HZ = 200_000_000
+#: The PL clock a node is built for: 250 MHz, what the engine targets (issue 14) and a rate the
+#: KR260's PS makes (pl_clk0 = IOPLL 1500 MHz / n, n = 6; the paper's 200 MHz is not one: it would
+#: be 187.5).  The board flow derives the PS divisor from it (``mcf.boards.kr260.ps``) and refuses
+#: a rate the PS cannot make; it is written here and nowhere else.
+PL_CLOCK_HZ = 250_000_000
 
 
 def _pow2(value: int) -> bool:

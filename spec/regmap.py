@@ -265,6 +265,9 @@ _regs = [
              "(reset 0: every descriptor is refused until the PS opens a window)."),
     Register("DMA_WINDOW_SIZE_HI", 0x008C, Access.RW, "Size of the DMA window in bytes, bits 47:32.",
              (_f("size_hi", 0, DMA_ADDR_BITS - 32, "Size bits 47:32."),)),
+    Register("CYCLES_LO", 0x0090, Access.RO, "Free-running count of node clock cycles since reset, "
+             "bits 31:0 (the runtime measures the PL clock with it: read HI, LO, HI until HI repeats)."),
+    Register("CYCLES_HI", 0x0094, Access.RO, "Free-running count of node clock cycles since reset, bits 63:32."),
     *(Register(f"ERR_{c.name}", ERROR_COUNTER_BASE + 4 * int(c), Access.RO,
                f"Error counter: {c.name} (saturating).") for c in ErrorCause),
     Register("ROUTE_INDEX", 0x0200, Access.RW, "Route table entry selected for ROUTE_DATA.", (

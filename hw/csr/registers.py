@@ -244,8 +244,11 @@ class ControlRegisters(wiring.Component):
         desc_level, p2 = _compose(REGISTERS["DESC_LEVEL"], level=desc_q.level)
         desc_done, p3 = _compose(REGISTERS["DESC_DONE"], count=done_count, tag=done_tag)
         m.d.comb += status_parts + p1 + p2 + p3
+        cycles = Signal(2 * DATA_BITS)          # free-running: CYCLES_LO/HI measure the clock
+        m.d.sync += cycles.eq(cycles + 1)
         ro = {
             "ID": Const(REGISTERS["ID"].reset, DATA_BITS),
+            "CYCLES_LO": cycles[:DATA_BITS], "CYCLES_HI": cycles[DATA_BITS:],
             "VERSION": Const(REGISTERS["VERSION"].reset, DATA_BITS),
             "CAPS": Const(self.caps, DATA_BITS),
             "DMA_CAPS": Const(self.dma_caps, DATA_BITS),

@@ -8,10 +8,31 @@ import pkgutil
 from mcf.sim import benchmarks
 
 
+class _Unavailable:
+    """A benchmark whose module needs a package this machine lacks (a board has no cocotb): the
+    ``mcf`` command still starts, and running it says what is missing in one line."""
+
+    def __init__(self, name: str, error: ImportError):
+        self.NAME, self.HELP = name.replace("_", "-"), f"(unavailable here: {error})"
+        self._error = error
+
+    def add_arguments(self, parser) -> None:
+        pass
+
+    def run(self, args):
+        raise OSError(f"benchmark {self.NAME} needs {self._error.name or 'a package'}, "
+                      f"which is not installed here: {self._error}")
+
+
 def discover() -> dict:
     found = {}
     for info in pkgutil.iter_modules(benchmarks.__path__):
-        module = importlib.import_module(f"{benchmarks.__name__}.{info.name}")
+        try:
+            module = importlib.import_module(f"{benchmarks.__name__}.{info.name}")
+        except ImportError as e:
+            if e.name is not None and e.name.startswith("mcf"):
+                raise               # our own import bug, not a missing package
+            module = _Unavailable(info.name, e)
         if hasattr(module, "NAME"):
             found[module.NAME] = module
     return dict(sorted(found.items()))

@@ -4,14 +4,20 @@
     drv = SyncDriver(PynqBackend(0xA000_0000))          # a board with PYNQ
     drv = Driver(CocotbBackend(axil_master, dut.clk))   # a cocotb bench (await every call)
 
+DMA memory (``memory.DmaMemory``: ``PynqMemory``, ``UdmabufMemory``, ``ReservedMemory``,
+``HostMemory``) is what the node's DMA window covers; ``Driver.configure(..., memory=m)``,
+``load_from`` and ``store_to`` keep the non-coherent HP port's cache upkeep in one place.
+
 Backends live in their own modules and import their dependencies (cocotb, pynq) only when
 constructed, so nothing else needs them.
 """
 from .core import BusError, Descriptor, Driver, DriverError, DriverTimeout, SyncDriver, run_sync
+from .memory import DmaMemory, HostMemory, PynqMemory, ReservedMemory, UdmabufMemory
 from .mmio import MmapBackend
 
 __all__ = ["BusError", "Descriptor", "Driver", "DriverError", "DriverTimeout", "SyncDriver",
-           "run_sync", "MmapBackend", "CocotbBackend", "PynqBackend"]
+           "run_sync", "MmapBackend", "CocotbBackend", "PynqBackend",
+           "DmaMemory", "HostMemory", "PynqMemory", "ReservedMemory", "UdmabufMemory"]
 
 
 def __getattr__(name):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-from mcf.spec import DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, DmaDescriptor, ErrorCause, Meta
+from mcf.spec import DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, DmaDescriptor, DmaDir, ErrorCause, Meta
 from mcf.spec.regmap import DATA_BITS, DESC_WORDS, ID_VALUE, META_WORDS, Register
 
 _WORD = (1 << DATA_BITS) - 1
@@ -85,8 +85,17 @@ class Driver:
         if got != ID_VALUE:
             raise DriverError(f"no MCF node here: ID reads {got:#010x}, expected {ID_VALUE:#010x}")
 
-    async def configure(self, node_id: int, num_nodes: int, window_base: int, window_size: int,
-                        irq_enable: int = 0) -> None:
+    async def configure(self, node_id: int, num_nodes: int, window_base: int | None = None,
+                        window_size: int | None = None, irq_enable: int = 0, memory=None) -> None:
+        """Node id, cluster size, interrupts and the DMA window: from ``memory`` (a
+        ``DmaMemory``: the window is exactly its region) or from ``window_base``/``window_size``
+        (simulation, where DDR is a bus model)."""
+        if memory is not None:
+            if window_base is not None or window_size is not None:
+                raise ValueError("configure: give memory= or window_base/window_size, not both")
+            window_base, window_size = memory.phys_base, memory.size
+        elif window_base is None or window_size is None:
+            raise ValueError("configure: the DMA window needs memory= or window_base and window_size")
         await self.write_fields("NODE_ID", node_id=node_id)
         await self.write_fields("NUM_NODES", num_nodes=num_nodes)
         await self.set_window(window_base, window_size)
@@ -100,6 +109,15 @@ class Driver:
         await self.write_fields("DMA_WINDOW_BASE_HI", base_hi=base >> DATA_BITS)
         await self.write32("DMA_WINDOW_SIZE_LO", size & _WORD)
         await self.write_fields("DMA_WINDOW_SIZE_HI", size_hi=size >> DATA_BITS)
+
+    async def cycles(self) -> int:
+        """The node's free-running 64-bit cycle counter (HI, LO, HI: a torn read retries)."""
+        for _ in range(4):
+            hi = await self.read32("CYCLES_HI")
+            lo = await self.read32("CYCLES_LO")
+            if await self.read32("CYCLES_HI") == hi:
+                return (hi << DATA_BITS) | lo
+        raise DriverError("CYCLES_HI changed on every read: the counter is not a counter")
 
     async def enable(self, on: bool = True) -> None:
         await self.update_fields("CONTROL", enable=int(on), clear_counters=0)
@@ -128,6 +146,19 @@ class Driver:
             await self.wait_until("space in the descriptor queue",
                                   lambda w: not _reg("STATUS").decode(w)["desc_queue_full"], "STATUS")
         await self.write_fields("DESC_PUSH", push=1)
+
+    async def load_from(self, memory, offset: int, length: int, buffer: int = 0, tag: int = 0,
+                        wait: bool = True) -> None:
+        """LOAD ``length`` bytes at ``offset`` of ``memory`` (a ``DmaMemory``) into ping-pong
+        ``buffer``: the range is flushed first, so the PL reads what the CPU wrote."""
+        memory.flush(offset, length)
+        await self.push_descriptor(Descriptor(memory.phys(offset), length, buffer, DmaDir.LOAD, tag), wait)
+
+    async def store_to(self, memory, offset: int, length: int, tag: int = 0, wait: bool = True) -> None:
+        """STORE the next ``length`` bytes the node delivers to ``offset`` of ``memory``.  When
+        DESC_DONE says it completed, read it with ``memory.fetch`` (invalidate, then read)."""
+        memory.invalidate(offset, length)      # no dirty line of the range may be written back over it
+        await self.push_descriptor(Descriptor(memory.phys(offset), length, 0, DmaDir.STORE, tag), wait)
 
     async def wait_desc_done(self, count: int) -> dict[str, int]:
         """Wait until DESC_DONE.count reaches ``count`` (mod 2^16); returns the fields."""

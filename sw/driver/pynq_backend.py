@@ -20,11 +20,3 @@ class PynqBackend:
 
     async def pause(self) -> None:
         time.sleep(self.poll_seconds)
-
-    @staticmethod
-    def allocate(nbytes: int):
-        """A physically contiguous DDR buffer for DMA (``.physical_address`` goes into a
-        Descriptor; call ``.flush()`` / ``.invalidate()`` around transfers)."""
-        from pynq import allocate
-        import numpy as np
-        return allocate(shape=(nbytes,), dtype=np.uint8)

@@ -43,6 +43,10 @@ class NodeProgram:
     routes: dict[int, dict] = field(default_factory=dict)
     #: (stage, step, Meta | DmaDescriptor) in push order; decode steps are a template (seq = token index)
     ops: list[tuple[Stage, int, object]] = field(default_factory=list)
+    #: Where each STORE's bytes come from, by index into ``ops``: (source node, Op, kv_id).  The
+    #: source is this node for a block its engine computed (the KV writer), another node for a
+    #: payload the NIC delivers (that node's KV_FETCH / KV_REPLICA Meta with this kv_id).
+    sources: dict[int, tuple[int, Op, int]] = field(default_factory=dict)
     #: DDR map: the pool spans [KV_POOL_BASE, staging_base), the staging area follows it; the
     #: runtime sets DMA_WINDOW_BASE/SIZE to cover [KV_POOL_BASE, KV_POOL_BASE + window_bytes)
     pool_layer_bytes: int = 0
@@ -210,9 +214,11 @@ def lower(plan: Plan) -> list[NodeProgram]:
     def addr(n, slot, layer):
         return KV_POOL_BASE + layer * pool_layer[n] + slot * stride
 
-    def dma(n, t, a, length, direction, stage=Stage.PREFILL):
+    def dma(n, t, a, length, direction, stage=Stage.PREFILL, source=None):
         tag = int(tags[n] % (1 << 11))
         tags[n] += 1
+        if source is not None:
+            progs[n].sources[len(progs[n].ops)] = source
         progs[n].ops.append((stage, t, DmaDescriptor(a, length, tag & 1, direction, tag)))
 
     def meta(n, t, **kw):
@@ -248,7 +254,7 @@ def lower(plan: Plan) -> list[NodeProgram]:
                      kv_id=b * L + layer, length=ln)
                 for d in dsts:
                     staged[(d, b)] = staging[d] + half + int(recv_off[d])
-                    dma(d, t, staged[(d, b)], ln, DmaDir.STORE)
+                    dma(d, t, staged[(d, b)], ln, DmaDir.STORE, source=(src, Op.KV_FETCH, b * L + layer))
                     recv_off[d] += stride
             for n in plan.compute_nodes:
                 held = [s for b, s in slot_of[n].items() if b < t]
@@ -260,7 +266,7 @@ def lower(plan: Plan) -> list[NodeProgram]:
             ln = int(plan.chunk_tokens[t]) * layer_tok
             holders = [int(x) for x in plan.holders(t, t)]
             o = holders[0]
-            dma(o, t, addr(o, slot_of[o][t], layer), ln, DmaDir.STORE)
+            dma(o, t, addr(o, slot_of[o][t], layer), ln, DmaDir.STORE, source=(o, Op.KV_REPLICA, t * L + layer))
             if len(holders) > 1:
                 reps = holders[1:]
                 meta(o, t, op=Op.KV_REPLICA,
@@ -268,7 +274,8 @@ def lower(plan: Plan) -> list[NodeProgram]:
                      dst=min(reps), route_id=routes.multicast(o, reps),
                      kv_id=t * L + layer, length=ln)
                 for n in reps:
-                    dma(n, t, addr(n, slot_of[n][t], layer), ln, DmaDir.STORE)
+                    dma(n, t, addr(n, slot_of[n][t], layer), ln, DmaDir.STORE,
+                        source=(o, Op.KV_REPLICA, t * L + layer))
         if plan.handoff_bytes and t == C - 1:
             _lower_handoff(plan, progs, routes, dma, meta, slot_of, addr, layer_tok)
         for e in evs:
@@ -293,7 +300,7 @@ def _lower_handoff(plan, progs, routes, dma, meta, slot_of, addr, layer_tok):
             dma(src, t, addr(src, slot_of[src][b], layer), ln, DmaDir.LOAD)
             meta(src, t, op=Op.KV_FETCH, collective=Collective.UNICAST, dst=dst,
                  route_id=routes.unicast(dst), kv_id=b * L + layer, length=ln)
-            dma(dst, t, addr(dst, slot_of[dst][b], layer), ln, DmaDir.STORE)
+            dma(dst, t, addr(dst, slot_of[dst][b], layer), ln, DmaDir.STORE, source=(src, Op.KV_FETCH, b * L + layer))
 
 
 def _lower_decode(plan, progs, routes, dma, meta, slot_of, addr, stride):

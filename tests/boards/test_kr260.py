@@ -1,8 +1,11 @@
-"""The KR260 flow without Vivado: platform facts, the Vivado wrapper, and build.tcl run by
-tclsh against a mock of Vivado's commands."""
+"""The KR260 flow without Vivado: the pin table and clock, the Vivado wrapper, the overlay
+(compiled with dtc), and build.tcl run by tclsh against a strict mock of Vivado's commands
+and IPs (tests/boards/mock_vivado.tcl)."""
 import os
+import re
 import shutil
 import subprocess
+import types
 from pathlib import Path
 
 import pytest
@@ -10,11 +13,12 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from mcf.boards.kr260 import vivado
-from mcf.boards.kr260.platform import PART, KR260Platform
+from mcf.boards.kr260 import platform, vivado
+from mcf.boards.kr260.platform import PART, PIN, PL_CLOCK_HZ, KR260Platform, ps_clock_divisor
 from mcf.hw.axis import AXIStreamSignature
 
 HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
 
 
 def _lite():
@@ -44,12 +48,50 @@ class FakeNode(wiring.Component):
         return m
 
 
-def test_platform_part():
+# --- platform facts -------------------------------------------------------------------------------
+def test_platform_part_and_pin_table():
     p = KR260Platform()
     assert (p.device, p.package, p.speed) == ("xck26", "sfvc784", "2LV-c")
     assert PART == "xck26-sfvc784-2LV-c"
+    # SFP+ TX disable sits in HD bank 43, powered at 3.3 V on the KR260 carrier
+    assert (PIN["sfp_tx_disable"].site, PIN["sfp_tx_disable"].iostandard) == ("Y10", "LVCMOS33")
+    assert {PIN[n].site for n in ("sfp_refclk_p", "sfp_rx_p", "sfp_tx_p")} == {"Y6", "T2", "R4"}
+    assert platform.SFP_GT_CHANNEL == "GTHE4_CHANNEL_X1Y12"
+    for pin in platform.PINS:
+        bank = re.search(r"bank (\d+)", pin.signal)
+        if pin.kind == "io":
+            assert bank, pin
+            assert pin.iostandard == ("LVCMOS33" if int(bank[1]) in (43, 44, 45) else "LVCMOS18"), pin
+        else:
+            assert pin.iostandard == "", pin
+    assert len({p.site for p in platform.PINS}) == len(platform.PINS)
 
 
+@pytest.mark.parametrize("network", ["loopback", "sfp"])
+def test_xdc_constrains_exactly_the_ports_of_a_build(network):
+    text = platform.xdc(network)
+    placed = dict(re.findall(r"PACKAGE_PIN (\w+).*\[get_ports (\w+)\]", text))
+    assert set(placed.values()) == set(platform.PORTS[network])
+    for site, port in placed.items():
+        assert PIN[port].site == site
+    if network == "sfp":
+        assert "create_clock -period 6.400 -name sfp_refclk [get_ports sfp_refclk_p]" in text
+        assert "set_property LOC GTHE4_CHANNEL_X1Y12" in text
+    else:
+        assert "sfp" not in text.split("\n", 3)[-1]
+
+
+def test_pl_clock_is_one_the_ps_makes():
+    assert PL_CLOCK_HZ == 250_000_000 and ps_clock_divisor(PL_CLOCK_HZ) == (1, 6)
+    assert ps_clock_divisor(300_000_000) == (1, 5) and ps_clock_divisor(187_500_000) == (1, 8)
+    for hz, msg in [(200_000_000, "nearest 187.5 MHz (n=8) or 214.286 MHz (n=7)"),
+                    (375_000_000, "above the PS's 333 MHz")]:
+        with pytest.raises(ValueError, match=re.escape(msg)) as e:
+            ps_clock_divisor(hz)
+        assert "\n" not in str(e.value)
+
+
+# --- wrapper and overlay -------------------------------------------------------------------------
 def test_wrapper_names_and_attributes():
     text = vivado.wrapper_verilog(FakeNode())
     assert "module mcf_node_top (" in text and "mcf_node node (" in text
@@ -57,6 +99,7 @@ def test_wrapper_names_and_attributes():
     assert "input wire [15:0] s_axil_awaddr" in text and ".s_axil__awaddr(s_axil_awaddr)" in text
     assert '"xilinx.com:interface:axis:1.0 net0_tx TDATA"' in text
     assert "ASSOCIATED_BUSIF m_axi:net0_rx:net0_tx:net1_rx:net1_tx:s_axil" in text
+    assert "FREQ_HZ" not in text          # propagated from the PS: see wrapper_verilog
     assert ".rst(~aresetn)" in text and "LEVEL_HIGH" in text
 
 
@@ -70,64 +113,231 @@ def test_wrapper_elaborates_with_icarus(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def _run_mock(tmp_path, network, env_extra=None):
+def _dtc():
+    exe = shutil.which("dtc")
+    if exe is None:
+        pytest.fail("dtc missing: run `make setup` (scripts/ensure-simulators.sh installs it)")
+    return exe
+
+
+def test_overlay_compiles_and_carries_the_clock(tmp_path):
+    files = vivado.write_project(FakeNode(), vivado.BuildOptions(out=tmp_path))
+    assert files["dtbo"].read_bytes()[:4] == bytes.fromhex("d00dfeed")      # FDT magic
+    back = subprocess.run([_dtc(), "-q", "-I", "dtb", "-O", "dts", str(files["dtbo"])],
+                          capture_output=True, text=True, check=True).stdout
+    assert f"assigned-clock-rates = <{PL_CLOCK_HZ:#x}>" in back
+    assert 'firmware-name = "mcf.bit.bin"' in back
+    # HP0 carries the node's 128-bit master (AFI code 0), HPM0 is 32 bits wide (code 2 << 8)
+    assert "config-afi = <0x04 0x00 0x05 0x00 0x0e 0x200>" in back
+    assert "reg = <0x00 0xa0000000 0x00 0x10000>" in back and "interrupts = <0x00 0x59 0x04>" in back
+    assert (tmp_path / "shell.json").read_text().count("XRNR") == 1
+    # one clock: the block design's request and check (params) and the overlay
+    assert f"set mcf_pl_clock_hz {PL_CLOCK_HZ}" in files["params"].read_text()
+
+
+def test_overlay_without_dtc_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(OSError, match="dtc not found"):
+        vivado.write_project(FakeNode(), vivado.BuildOptions(out=tmp_path))
+
+
+# --- build.tcl against the strict mock -------------------------------------------------------
+def _run_mock(out: Path, env_extra=None, edit=None):
     if shutil.which("tclsh") is None:
-        pytest.skip("tclsh not installed")
-    vivado.write_project(FakeNode(), vivado.BuildOptions(out=tmp_path, network=network, jobs=2))
-    shutil.copy(HERE / "mock_vivado.tcl", tmp_path)
-    # What a finished implementation leaves behind, for build.tcl to copy.
-    (tmp_path / "vivado/mcf_kr260.runs/impl_1").mkdir(parents=True)
-    (tmp_path / "vivado/mcf_kr260.runs/impl_1/mcf_wrapper.bit").write_bytes(b"bit")
-    (tmp_path / "vivado/mcf_kr260.gen/sources_1/bd/mcf/hw_handoff").mkdir(parents=True)
-    (tmp_path / "vivado/mcf_kr260.gen/sources_1/bd/mcf/hw_handoff/mcf.hwh").write_text("<hwh/>")
+        pytest.fail("tclsh missing: run `make setup`")
+    shutil.copy(HERE / "mock_vivado.tcl", out)
+    if edit:
+        build = out / "build.tcl"
+        text = build.read_text()
+        old, new = edit
+        assert old in text, f"build.tcl no longer contains {old!r}"
+        build.write_text(text.replace(old, new))
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.run(["tclsh", "mock_vivado.tcl"], cwd=tmp_path, capture_output=True,
+    return subprocess.run(["tclsh", "mock_vivado.tcl"], cwd=out, capture_output=True,
                           text=True, timeout=60, env=env)
 
 
+def _project(tmp_path, network="loopback", **kw):
+    vivado.write_project(FakeNode(), vivado.BuildOptions(out=tmp_path, network=network, jobs=2), **kw)
+    return tmp_path
+
+
 def test_build_tcl_loopback(tmp_path):
-    r = _run_mock(tmp_path, "loopback")
+    r = _run_mock(_project(tmp_path))
     assert r.returncode == 0, r.stderr
     calls = (tmp_path / "calls.log").read_text()
     assert f"create_project -force mcf_kr260 ./vivado -part {PART}" in calls
+    assert ("som240_1_connector xilinx.com:kr260_carrier:som240_1_connector:1.1 "
+            "som240_2_connector xilinx.com:kr260_carrier:som240_2_connector:1.1") in calls
     assert "create_bd_cell -type module -reference mcf_node_top node" in calls
-    assert "CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ 200" in calls
+    assert "CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ 250" in calls
     assert "connect_bd_intf_net intf:ctl_ic/M00_AXI intf:node/s_axil" in calls
     assert "connect_bd_intf_net intf:node/m_axi intf:mem_ic/S00_AXI" in calls
     for p in ("net0", "net1"):
         assert f"connect_bd_intf_net intf:node/{p}_tx intf:node/{p}_rx" in calls
     assert "connect_bd_net pin:node/irq pin:ps/pl_ps_irq0" in calls
+    assert "assign_bd_address -offset 0xa0000000 -range 0x10000" in calls
     assert "exec bootgen -image mcf.bif -arch zynqmp -process_bitstream bin -w on" in calls
-    assert calls.strip().endswith("finished")
-    assert (tmp_path / "mcf.bit").read_bytes() == b"bit" and (tmp_path / "mcf.hwh").exists()
-    assert "destination_device = pl" in (tmp_path / "mcf.bif").read_text()
-    assert "MCF: done" in r.stdout
+    assert calls.strip().endswith("finished") and "FAIL" not in calls
+    for name in ("mcf.bit", "mcf.bit.bin", "mcf.hwh", "mcf.xsa", "mcf.dtbo", "shell.json", "timing.rpt"):
+        assert (tmp_path / name).is_file(), name
+    assert "MCF: timing at 250 MHz: WNS 0.215 ns" in r.stdout and "MCF: done" in r.stdout
 
 
-def test_build_tcl_sfp(tmp_path):
-    r = _run_mock(tmp_path, "sfp")
+@pytest.mark.parametrize("env,msg", [({"MOCK_WNS": "-0.312"}, "WNS -0.312 ns"),
+                                     ({"MOCK_WHS": "-0.004"}, "WHS -0.004 ns")])
+def test_build_tcl_stops_on_failing_timing(tmp_path, env, msg):
+    r = _run_mock(_project(tmp_path), env)
+    assert r.returncode != 0 and "timing not met at 250 MHz" in r.stderr and msg in r.stderr
+    assert (tmp_path / "timing.rpt").is_file()            # the summary is written first
+    assert not (tmp_path / "mcf.bit").exists() and not (tmp_path / "vivado/mcf_kr260.runs/impl_1/mcf_wrapper.bit").exists()
+
+
+@pytest.mark.parametrize("env,msg", [({"MOCK_NO_BOARD_FILES": "1"}, "KR260 board files not installed"),
+                                     ({"MOCK_NO_CARRIER": "1"}, "carrier board files not installed"),
+                                     ({"MOCK_PS_PLL_MHZ": "1600"}, "the PS makes pl_clk0 = 266.66")])
+def test_build_tcl_refuses(tmp_path, env, msg):
+    r = _run_mock(_project(tmp_path), env)
+    assert r.returncode != 0 and msg in r.stderr
+
+
+@pytest.mark.parametrize("edit,msg", [
+    # the bug the issue found: a wrapper FREQ_HZ the PS cannot make ...
+    ("FREQ_HZ 200000000", "FREQ_HZ does not match between /node/aclk(200000000) and /ps/pl_clk0(187498125)"),
+    # ... and why the wrapper states none: 250 MHz is IOPLL/6 = 249.9975 MHz to Vivado
+    ("FREQ_HZ 250000000", "FREQ_HZ does not match between /node/aclk(250000000) and /ps/pl_clk0(249997500)"),
+    (("xilinx.com:ip:proc_sys_reset", "xilinx.com:ip:xxv_ethernet"), "IP definition not found for VLNV: xilinx.com:ip:xxv_ethernet"),
+    (("CONFIG.PSU__USE__M_AXI_GP1 {0} \\\n", ""), "clk pin /ps/maxihpm1_fpd_aclk is not connected"),
+    (("[get_bd_pins ctl_ic/aclk]", ""), "clk pin /ctl_ic/aclk is not connected"),
+    (("[get_bd_pins node/aresetn] [get_bd_pins ctl_ic/aresetn]", "[get_bd_pins ctl_ic/aresetn]"),
+     "rst pin /node/aresetn is not connected"),
+    (("CONFIG.NUM_SI {1}", "CONFIG.NUM_SLAVES {1}"), "has no property CONFIG.NUM_SLAVES"),
+    (("[get_bd_pins ps/pl_resetn0] [get_bd_pins rst/ext_reset_in]", "[get_bd_pins ps/pl_resetn0] [get_bd_pins node/irq]"),
+     "has 2 drivers"),
+    (("create_bd_port -dir O fan_en_b", "create_bd_port -dir O fan_en_b\ncreate_bd_port -dir O led2"),
+     "board port led2 not connected"),
+    (("[get_bd_intf_pins ctl_ic/M00_AXI] [get_bd_intf_pins node/s_axil]", "[get_bd_intf_pins node/s_axil] [get_bd_intf_pins mem_ic/S00_AXI]"),
+     "no cell named mem_ic"),
+    (("if {$wns < 0 || $whs < 0}", "set wns 0; set whs 0\nif {0}"), None),
+])
+def test_strict_mock_catches_what_vivado_would(tmp_path, edit, msg):
+    """Each edit breaks build.tcl (or its inputs) the way the issue's review found or a typo would;
+    the mock must refuse it.  The last one removes the timing gate's reading of the slack."""
+    out = _project(tmp_path)
+    if isinstance(edit, str):           # a FREQ_HZ in the wrapper (and, for 200 MHz, the PS asked for 187.5)
+        wrapper = out / "mcf_node_top.v"
+        wrapper.write_text(wrapper.read_text().replace("ASSOCIATED_RESET aresetn", f"ASSOCIATED_RESET aresetn, {edit}"))
+        if "200" in edit:
+            (out / "params.tcl").write_text((out / "params.tcl").read_text().replace(
+                "set mcf_pl_clock_mhz 250", "set mcf_pl_clock_mhz 187.5"))
+        edit = None
+    if msg is None:     # gate removed: the bitstream must still wait for the slack to be read
+        edit = ("set wns [get_property STATS.WNS $run]", "set wns 0")
+        msg = "write_bitstream without reading STATS.WNS"
+    r = _run_mock(out, edit=edit)
+    assert r.returncode != 0 and msg in r.stderr, r.stderr[-800:]
+
+
+def test_strict_mock_checks_constraints(tmp_path):
+    out = _project(tmp_path)
+    xdc = out / "kr260.xdc"
+    good = xdc.read_text()
+    xdc.write_text(good.replace("IOSTANDARD LVCMOS33", "IOSTANDARD LVCMOS18"))
+    r = _run_mock(out)
+    assert r.returncode != 0 and "LVCMOS18 in a 3.3 V bank" in r.stderr
+    xdc.write_text(good + "set_property PACKAGE_PIN W10 [get_ports sfp_mod_abs]\n")
+    r = _run_mock(out)
+    assert r.returncode != 0 and "no port matched 'sfp_mod_abs'" in r.stderr
+    xdc.write_text("\n".join(l for l in good.splitlines() if "led1" not in l or "false_path" in l))
+    r = _run_mock(out)
+    assert r.returncode != 0 and "port led1 has no PACKAGE_PIN" in r.stderr
+
+
+# --- --network sfp: the plug-in point for issue 16 -----------------------------------------------
+def test_sfp_without_the_eth_piece_is_one_line(tmp_path):
+    with pytest.raises(ValueError) as e:
+        vivado.write_project(FakeNode(), vivado.BuildOptions(out=tmp_path, network="sfp"))
+    assert "issue 16" in str(e.value) and vivado.ETH_PROVIDER in str(e.value) and "\n" not in str(e.value)
+
+
+_ETH_STUB_V = """\
+// Test stand-in for issue 16's PCS/MAC + GTH: the SFP+ ports and a stream loop.
+module eth_stub (
+  (* X_INTERFACE_INFO = "xilinx.com:signal:clock:1.0 aclk CLK" *)
+  (* X_INTERFACE_PARAMETER = "ASSOCIATED_BUSIF s_axis:m_axis" *)
+  input wire aclk,
+  (* X_INTERFACE_INFO = "xilinx.com:signal:reset:1.0 aresetn RST" *)
+  input wire aresetn,
+  (* X_INTERFACE_INFO = "xilinx.com:interface:axis:1.0 s_axis TDATA" *)
+  input wire [63:0] s_axis_tdata,
+  (* X_INTERFACE_INFO = "xilinx.com:interface:axis:1.0 m_axis TDATA" *)
+  output wire [63:0] m_axis_tdata,
+  input wire refclk_p,
+  input wire refclk_n,
+  input wire rx_p,
+  input wire rx_n,
+  output wire tx_p,
+  output wire tx_n,
+  output wire tx_disable,
+  input wire mod_abs,
+  input wire rx_los,
+  input wire tx_fault
+);
+endmodule
+"""
+_ETH_TCL = """\
+proc mcf_eth_connect {tx rx} {
+  add_files -norecurse eth_stub.v
+  create_bd_cell -type module -reference eth_stub eth
+  connect_bd_net [get_bd_pins ps/pl_clk0] [get_bd_pins eth/aclk]
+  connect_bd_net [get_bd_pins rst/peripheral_aresetn] [get_bd_pins eth/aresetn]
+  connect_bd_intf_net [get_bd_intf_pins node/$tx] [get_bd_intf_pins eth/s_axis]
+  connect_bd_intf_net [get_bd_intf_pins eth/m_axis] [get_bd_intf_pins node/$rx]
+  foreach {port pin} {sfp_refclk_p refclk_p sfp_refclk_n refclk_n sfp_rx_p rx_p sfp_rx_n rx_n
+                      sfp_mod_abs mod_abs sfp_rx_los rx_los sfp_tx_fault tx_fault} {
+    create_bd_port -dir I $port
+    connect_bd_net [get_bd_ports $port] [get_bd_pins eth/$pin]
+  }
+  foreach {port pin} {sfp_tx_p tx_p sfp_tx_n tx_n sfp_tx_disable tx_disable} {
+    create_bd_port -dir O $port
+    connect_bd_net [get_bd_pins eth/$pin] [get_bd_ports $port]
+  }
+}
+"""
+
+
+def _fake_eth():
+    def write(out, tx, rx):
+        (Path(out) / "eth_stub.v").write_text(_ETH_STUB_V)
+        (Path(out) / "eth.tcl").write_text(_ETH_TCL)
+        return [Path(out) / "eth_stub.v", Path(out) / "eth.tcl"]
+    return types.SimpleNamespace(write=write)
+
+
+def test_build_tcl_sfp_with_an_eth_provider(tmp_path):
+    out = _project(tmp_path, "sfp", eth_provider=_fake_eth())
+    r = _run_mock(out)
     assert r.returncode == 0, r.stderr
-    calls = (tmp_path / "calls.log").read_text()
-    assert "xilinx.com:ip:xxv_ethernet" in calls and "add_files -fileset constrs_1 -norecurse kr260_sfp.xdc" in calls
-    assert "connect_bd_intf_net intf:node/net0_tx intf:tx_cdc/S_AXIS" in calls
+    calls = (out / "calls.log").read_text()
+    assert "xxv_ethernet" not in calls and "add_files -fileset constrs_1 -norecurse kr260.xdc" in calls
+    assert "connect_bd_intf_net intf:node/net0_tx intf:eth/s_axis" in calls
     assert "connect_bd_intf_net intf:node/net1_tx intf:node/net1_rx" in calls  # only port 0 on SFP
-
-
-def test_build_tcl_refuses_without_board_files(tmp_path):
-    r = _run_mock(tmp_path, "loopback", {"MOCK_NO_BOARD_FILES": "1"})
-    assert r.returncode != 0 and "board files not installed" in r.stderr
+    assert "MCF: network port net0_tx/net0_rx on the SFP+ cage" in r.stdout
+    assert "PACKAGE_PIN Y10 IOSTANDARD LVCMOS33" in (out / "kr260.xdc").read_text()
 
 
 @pytest.mark.parametrize("kw,msg", [({"network": "wifi"}, "network"), ({"jobs": 0}, "jobs"),
-                                    ({"pl_clock_hz": 1e9}, "pl_clock_hz")])
+                                    ({"pl_clock_hz": 200_000_000}, "1500/n MHz"),
+                                    ({"pl_clock_hz": 1e9}, "above the PS")])
 def test_bad_options(tmp_path, kw, msg):
     with pytest.raises(ValueError, match=msg):
         vivado.write_project(FakeNode(), vivado.BuildOptions(out=tmp_path, **kw))
 
 
+# --- the command --------------------------------------------------------------------------------
 def test_board_build_dry_run_with_the_real_node(tmp_path):
     """`mcf board build --dry-run` on the registered node: Vivado inputs that compile, and
-    build.tcl (mock Vivado) loops every network port and connects the DMA master to HP0."""
+    build.tcl passes the strict mock (every network port looped, DMA master on HP0)."""
     from mcf.sw.cli import main
     out = tmp_path / "kr260"
     assert main(["board", "build", "--dry-run", "--out", str(out), "-p", "data_width=64",
@@ -137,17 +347,21 @@ def test_board_build_dry_run_with_the_real_node(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     params = (out / "params.tcl").read_text()
     assert "set mcf_net_links {{tx_0 rx_0} {tx_1 rx_1}}" in params and "set mcf_axi_masters {m_axi}" in params
-    if shutil.which("tclsh"):
-        shutil.copy(HERE / "mock_vivado.tcl", out)
-        (out / "vivado/mcf_kr260.runs/impl_1").mkdir(parents=True)
-        (out / "vivado/mcf_kr260.runs/impl_1/mcf_wrapper.bit").write_bytes(b"bit")
-        (out / "vivado/mcf_kr260.gen/sources_1/bd/mcf/hw_handoff").mkdir(parents=True)
-        (out / "vivado/mcf_kr260.gen/sources_1/bd/mcf/hw_handoff/mcf.hwh").write_text("<hwh/>")
-        r = subprocess.run(["tclsh", "mock_vivado.tcl"], cwd=out, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        calls = (out / "calls.log").read_text()
-        assert "connect_bd_intf_net intf:node/tx_1 intf:node/rx_1" in calls
-        assert "connect_bd_intf_net intf:node/m_axi intf:mem_ic/S00_AXI" in calls
+    assert "set mcf_hp_data_width 64" in params
+    r = _run_mock(out)
+    assert r.returncode == 0, r.stderr
+    calls = (out / "calls.log").read_text()
+    assert "connect_bd_intf_net intf:node/tx_1 intf:node/rx_1" in calls
+    assert "connect_bd_intf_net intf:node/m_axi intf:mem_ic/S00_AXI" in calls
+    assert "CONFIG.PSU__SAXIGP2__DATA_WIDTH 64" in calls
+
+
+def test_board_build_sfp_dry_run_is_one_line(tmp_path, capsys):
+    from mcf.sw.cli import main
+    assert main(["board", "build", "--dry-run", "--network", "sfp", "--out", str(tmp_path),
+                 "-p", "data_width=64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "issue 16" in err and "\n" not in err
 
 
 def test_board_build_without_vivado_is_one_line(tmp_path, capsys, monkeypatch):
@@ -156,34 +370,32 @@ def test_board_build_without_vivado_is_one_line(tmp_path, capsys, monkeypatch):
     assert main(["board", "build", "--out", str(tmp_path), "-p", "data_width=64"]) == 2
     err = capsys.readouterr().err.strip()
     assert "vivado not found" in err and "\n" not in err
+    assert not list(tmp_path.iterdir())          # stopped before writing anything
 
 
-def test_board_info_reads_a_node(tmp_path, capsys):
-    """`mcf board info` through the /dev/mem backend, on a file that stands in for the node."""
-    import json
-
-    from mcf.spec import REGISTERS, ErrorCause
-    from mcf.spec.regmap import ID_VALUE
-    from mcf.sw.cli import main
-    regs = bytearray(1 << 16)
-    def put(name, value):
-        off = REGISTERS[name].offset
-        regs[off:off + 4] = value.to_bytes(4, "little")
-    put("ID", ID_VALUE)
-    put("VERSION", 1)
-    put(f"ERR_{ErrorCause.BAD_ROUTE.name}", 7)
-    dev = tmp_path / "mem"
-    dev.write_bytes(bytes(regs))
-    assert main(["board", "info", "--base", "0", "--dev", str(dev), "--json"]) == 0
-    info = json.loads(capsys.readouterr().out)
-    assert info["version"] == 1 and info["errors"]["BAD_ROUTE"] == 7 and info["errors"]["BAD_DST"] == 0
-    put("ID", 0x12345678)
-    dev.write_bytes(bytes(regs))
-    assert main(["board", "info", "--base", "0", "--dev", str(dev)]) == 2
-    assert "no MCF node here" in capsys.readouterr().err
+def test_make_bitstream_without_vivado_stops_with_one_line(tmp_path):
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                           if not (Path(p) / "vivado").exists())
+    r = subprocess.run(["make", "-s", "--no-print-directory", "bitstream"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PATH": path})
+    assert r.returncode != 0
+    ours = [l for l in r.stderr.splitlines() if not l.startswith("make")]
+    assert len(ours) == 1 and ours[0].startswith("mcf board: error: vivado not found"), r.stderr
 
 
-def test_board_load_missing_file_is_one_line(tmp_path, capsys):
-    from mcf.sw.cli import main
-    assert main(["board", "load", str(tmp_path / "nope.bit")]) == 2
-    assert "no such bitstream" in capsys.readouterr().err
+def test_docs_pin_table_and_clock_match_the_code():
+    """docs/board.md repeats the pin table for readers: it must say what platform.PINS says, and
+    name the PL clock the flow uses."""
+    text = (ROOT / "docs" / "board.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0] not in ("port", "---") and not cells[0].startswith("-"):
+            names, pins = cells[0].split(" / "), cells[1].split(" / ")
+            if len(names) == 2:
+                names[1] = names[0].rsplit("_", 1)[0] + names[1]
+            for n, p in zip(names, pins):
+                rows[n] = (p, "" if cells[2] == "(GT)" else cells[2])
+    assert rows == {p.port: (p.site, p.iostandard) for p in platform.PINS}
+    assert f"The PL clock is {PL_CLOCK_HZ / 1e6:g} MHz" in text and "200 MHz" not in text.replace(
+        "PL clock 200 MHz: the PS makes only", "")

@@ -84,6 +84,11 @@ async def run_registers(dut):
     master, drv = await setup(dut, p.get("seed", 1))
     await drv.check_id()
     assert await drv.read32("VERSION") == spec.SPEC_VERSION
+    # CYCLES counts clock cycles: reads 1000 cycles apart differ by 1000 + a few reads' latency
+    c0 = await drv.cycles()
+    await ClockCycles(dut.clk, 1000)
+    c1 = await drv.cycles()
+    assert 1000 < c1 - c0 < 1060, (c0, c1)
     caps = await drv.read_fields("CAPS")
     assert caps == {"data_bytes": p["data_bytes"], "net_ports": p["net_ports"],
                     "meta_queue_log2": p["meta_queue_depth"].bit_length() - 1,

@@ -17,9 +17,9 @@ M = "qwen2.5-1.5b"
 MT = 7168
 LAYER_PARAMS = 46_792_704
 L = 28
-P_NODE = 16 * 16 * 2 * 200e6 * 0.90   # compute_efficiency measured by `mcf bench compute`
+P_NODE = 16 * 16 * 2 * 250e6 * 0.90   # compute_efficiency measured by `mcf bench compute`
 DDR = 19.2e9 * 0.7
-SETUP = 32 / 200e6
+SETUP = 32 / 250e6
 
 
 def test_model_figures_are_the_hand_ones():

@@ -139,3 +139,29 @@ def test_pool_slots_never_overlap_live_blocks(topo):
                         for a, n in ranges:
                             assert op.addr + op.length <= a or a + n <= op.addr, (prog.node, step, b)
                 live.setdefault(step, []).append((op.addr, op.length))
+
+
+@pytest.mark.parametrize("scheme,topo", [("mars", "switch"), ("mars", "ring"), ("ring", "switch"), ("pd", "switch")])
+def test_every_store_names_its_source(scheme, topo):
+    """``NodeProgram.sources``: each STORE is the node's own KV writer (its KV_REPLICA block) or a
+    packet that the named node sends, in the same step, on a route that the hop-by-hop tables
+    deliver to this node."""
+    p = plan(PlanRequest(TINY, 300, 4, PROFILE, scheme=scheme, topology=topo, chunk_size=16,
+                         budget_bytes=6000 if scheme == "mars" else None))
+    progs = lower(p)
+    sent = {}
+    for prog in progs:
+        for stage, step, op in prog.ops:
+            if isinstance(op, Meta) and op.op in (Op.KV_FETCH, Op.KV_REPLICA):
+                sent.setdefault((prog.node, step, op.op, op.kv_id), set()).update(
+                    deliver(progs, p.topology, prog.node, op.route_id))
+    for prog in progs:
+        stores = [i for i, (st, _, op) in enumerate(prog.ops) if not isinstance(op, Meta) and op.dir == DmaDir.STORE]
+        assert sorted(prog.sources) == stores
+        for i in stores:
+            src, op, kv_id = prog.sources[i]
+            step = prog.ops[i][1]
+            if src == prog.node and op == Op.KV_REPLICA:
+                assert kv_id // TINY.num_layers == step          # the block this step computes
+            else:
+                assert prog.node in sent[(src, step, op, kv_id)], (prog.node, src, step, op, kv_id)

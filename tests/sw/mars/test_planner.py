@@ -23,7 +23,7 @@ def test_kv_token_bytes_eq1():
 
 
 def test_profile_derived_figures():
-    assert KR260.p_node == pytest.approx(16 * 16 * 2 * 200e6 * 0.90)     # 92.16 GOPS
+    assert KR260.p_node == pytest.approx(16 * 16 * 2 * 250e6 * 0.90)     # 115.2 GOPS
     assert KR260.bw_eff == pytest.approx(10e9 / 8 * 0.95)                # 1.1875 GB/s
     assert KR260.ddr_bandwidth_Bps == 8 * 2.4e9                          # 64-bit x 2400 MT/s
     assert KR260.net_ports == 1 and KR260.topology == "switch"
@@ -66,13 +66,13 @@ def test_ring_and_full_volume_closed_forms_eq21_22():
 def test_compute_roofline_single_node_by_hand():
     # tiny: params per layer = 64*64 + 2*64*32 + 64*64 + 3*64*128 = 36864, L = 2.
     # One 16-token chunk on one node: dense 2 * 36864 * 2 * 16 = 2359296 ops, attention
-    # 4 * 2 * 4 * 16 * 16 * 16 = 131072 ops -> 2490368 / 92.16e9 s; the DDR side (36864 B of
+    # 4 * 2 * 4 * 16 * 16 * 16 = 131072 ops -> 2490368 / 115.2e9 s; the DDR side (36864 B of
     # weights + 2048 B of KV) takes 2.9 us, so compute bounds it.
     p = plan(PlanRequest(TINY, 16, 1, KR260, chunk_size=16))
-    assert p.t_comp[0] == pytest.approx(2490368 / 92.16e9)
+    assert p.t_comp[0] == pytest.approx(2490368 / 115.2e9)
     head = 256 * 64 * 0.5 / (19.2e9 * 0.7)         # LM head: weight-read bound
-    sync = 8 / 200e6                               # one NIC packet time, no hops on one node
-    assert p.ttft_s == pytest.approx(2490368 / 92.16e9 + head + sync)
+    sync = 8 / 250e6                               # one NIC packet time, no hops on one node
+    assert p.ttft_s == pytest.approx(2490368 / 115.2e9 + head + sync)
     assert p.comm_bytes == 0
 
 
