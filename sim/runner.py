@@ -65,16 +65,40 @@ def _repo_on_path():
             sys.path.remove(root)
 
 
-def write_verilog(component, toplevel: str, build_dir: Path) -> Path:
+def write_verilog(component, toplevel: str, build_dir: Path, cache_dir=None) -> Path:
     """``component``'s Verilog in ``build_dir/<toplevel>.v`` (a component with a ``verilog(toplevel)``
-    method writes its own, e.g. several modules in one file)."""
+    method writes its own, e.g. several modules in one file).  A component with a
+    ``verilog_key()`` (a digest of everything its Verilog depends on) has its text kept in
+    ``cache_dir`` and converted only once per key."""
     build_dir.mkdir(parents=True, exist_ok=True)
     path = build_dir / f"{toplevel}.v"
-    if hasattr(component, "verilog"):
-        path.write_text(component.verilog(toplevel))
-    else:
-        path.write_text(verilog.convert(component, name=toplevel))
+    cached = None
+    if cache_dir is not None and hasattr(component, "verilog_key"):
+        key = hashlib.sha256(f"{component.verilog_key()}\0{toplevel}".encode()).hexdigest()[:24]
+        cached = Path(cache_dir) / "verilog" / f"{key}.v"
+        if cached.is_file():
+            shutil.copyfile(cached, path)
+            return path
+    text = component.verilog(toplevel) if hasattr(component, "verilog") else verilog.convert(component, name=toplevel)
+    path.write_text(text)
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, cached)                 # atomic: a concurrent reader sees all or nothing
     return path
+
+
+def source_digest(*folders: str) -> str:
+    """A digest of the Python sources under ``folders`` of the repository (and the Amaranth
+    version): what a component's Verilog depends on besides its parameters."""
+    import amaranth
+    h = hashlib.sha256(amaranth.__version__.encode())
+    for folder in folders:
+        for path in sorted((REPO_ROOT / folder).rglob("*.py")):
+            h.update(str(path.relative_to(REPO_ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 #: The simulation time unit and precision of every build (Amaranth's Verilog carries none).
@@ -174,8 +198,20 @@ def build_key(verilog_text: str, toplevel: str, build_args, waves: bool) -> str:
     return h.hexdigest()
 
 
-def _build_verilator(runner, source: Path, toplevel: str, sim_dir: Path, waves: bool) -> bool:
-    """Build ``source`` into ``sim_dir`` unless the build there has the same key; True if built."""
+#: Verilator's run-time library objects: the same for every design (a quarter of a small
+#: design's compile), so a cache directory keeps one copy per toolchain and options.
+RUNTIME_OBJECTS = ("verilated.o", "verilated_vpi.o", "verilated_threads.o")
+
+
+def _runtime_dir(cache_root: Path, waves: bool) -> Path:
+    key = hashlib.sha256(json.dumps([verilator_version(), _verilator_make_overrides(), waves]).encode())
+    return cache_root / f"runtime-{key.hexdigest()[:16]}"
+
+
+def _build_verilator(runner, source: Path, toplevel: str, sim_dir: Path, waves: bool,
+                     cache_root: Path | None = None) -> bool:
+    """Build ``source`` into ``sim_dir`` unless the build there has the same key; True if built.
+    With ``cache_root``, the run-time library objects come from (and go to) its cache."""
     key = build_key(source.read_text(), toplevel, VERILATOR_ARGS, waves)
     stamp = sim_dir / ".mcf-build-key"
     with _locked(sim_dir.parent / f".{sim_dir.name}.lock"):
@@ -186,6 +222,10 @@ def _build_verilator(runner, source: Path, toplevel: str, sim_dir: Path, waves: 
         built_source = sim_dir / source.name
         if built_source != source:
             shutil.copyfile(source, built_source)
+        runtime = _runtime_dir(cache_root, waves) if cache_root is not None else None
+        if runtime is not None and all((runtime / o).is_file() for o in RUNTIME_OBJECTS):
+            for o in RUNTIME_OBJECTS:            # newer than their sources: make keeps them
+                shutil.copyfile(runtime / o, sim_dir / o)
         try:
             runner.build(sources=[built_source], hdl_toplevel=toplevel, build_dir=sim_dir, always=True,
                          timescale=TIMESCALE, waves=waves, log_file=sim_dir / "build.log",
@@ -193,6 +233,16 @@ def _build_verilator(runner, source: Path, toplevel: str, sim_dir: Path, waves: 
         except (SystemExit, RuntimeError, subprocess.CalledProcessError) as exc:
             raise SimulationError(f"verilator build failed ({exc}); log: {sim_dir / 'build.log'}\n"
                                   f"{_tail(sim_dir / 'build.log')}") from None
+        if (runtime is not None and not runtime.is_dir()
+                and all((sim_dir / o).is_file() for o in RUNTIME_OBJECTS)):
+            tmp = runtime.with_name(f"{runtime.name}.{os.getpid()}.tmp")
+            tmp.mkdir(parents=True, exist_ok=True)
+            for o in RUNTIME_OBJECTS:
+                shutil.copyfile(sim_dir / o, tmp / o)
+            try:
+                os.rename(tmp, runtime)          # atomic; another build may have won the race
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)
         stamp.write_text(key)
         return True
 
@@ -212,7 +262,7 @@ def run_cocotb(component, test_module: str, build_dir, *, toplevel: str = "dut",
     if isinstance(component, (str, Path)):
         source = Path(component).resolve()
     else:
-        source = write_verilog(component, toplevel, build_dir)
+        source = write_verilog(component, toplevel, build_dir, cache_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     env_changes = verilator_env() if sim == "verilator" else {}
     if sim == "icarus" and shutil.which("iverilog") is None:
@@ -221,11 +271,11 @@ def run_cocotb(component, test_module: str, build_dir, *, toplevel: str = "dut",
         runner = _verilator_runner() if sim == "verilator" else get_runner(sim)
         if sim == "verilator":
             if cache_dir is None:
-                sim_dir = build_dir
+                sim_dir, cache_root = build_dir, None
             else:
-                key = build_key(source.read_text(), toplevel, VERILATOR_ARGS, waves)
-                sim_dir = Path(cache_dir).resolve() / key[:20]
-            built = _build_verilator(runner, source, toplevel, sim_dir, waves)
+                cache_root = Path(cache_dir).resolve()
+                sim_dir = cache_root / build_key(source.read_text(), toplevel, VERILATOR_ARGS, waves)[:20]
+            built = _build_verilator(runner, source, toplevel, sim_dir, waves, cache_root)
         else:
             # Icarus: Verilog-2005 semantics, so the declaration initialiser that Yosys's Verilog
             # uses to run every ``always @*`` once at time 0 is an event (under -g2012 it is not,

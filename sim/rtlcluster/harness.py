@@ -34,6 +34,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 from mcf.spec.node import NodeConfig
 from mcf.sw.driver import Driver
 from mcf.sw.driver.cocotb_backend import CocotbBackend
+from mcf.sw.driver.memory import DmaMemory
 
 from .switch import forwarding_table
 
@@ -73,34 +74,16 @@ class PhysicalDdr:
         self.ddr[a:b] = data
 
 
-class SimDmaMemory:
-    """The runtime's DMA memory over a ``PhysicalDdr`` (the ``DmaMemory`` interface of
-    ``mcf.sw.driver``): a CPU view apart from DDR, joined by ``flush`` and ``invalidate``."""
+class SimDmaMemory(DmaMemory):
+    """The runtime's DMA memory over a ``PhysicalDdr`` (``mcf.sw.driver.memory.DmaMemory``): a CPU
+    view apart from DDR, joined by ``flush`` (CPU -> DDR) and ``invalidate`` (DDR -> CPU), as
+    ``HostMemory`` models the board's non-coherent HP port."""
 
     def __init__(self, ddr: PhysicalDdr):
         self._ddr = ddr
         self.phys_base, self.size = ddr.phys_base, ddr.size
         self._cpu = bytearray(ddr.size)
         self.flushes = self.invalidates = 0
-
-    def _range(self, offset: int, n: int) -> tuple[int, int]:
-        offset, n = int(offset), int(n)
-        if n < 0 or offset < 0 or offset + n > self.size:
-            raise ValueError(f"range {offset:#x}+{n:#x} outside the {self.size:#x}-byte DMA memory "
-                             f"at {self.phys_base:#x}")
-        return offset, n
-
-    def _whole(self, offset: int, n: int | None) -> tuple[int, int]:
-        return self._range(offset, self.size - offset if n is None else n)
-
-    def phys(self, offset: int = 0) -> int:
-        self._range(offset, 0)
-        return self.phys_base + int(offset)
-
-    def offset_of(self, phys_addr: int) -> int:
-        off = int(phys_addr) - self.phys_base
-        self._range(off, 0)
-        return off
 
     def write(self, offset: int, data: bytes) -> None:
         o, n = self._range(offset, len(data))
@@ -119,20 +102,6 @@ class SimDmaMemory:
         o, n = self._whole(offset, n)
         self._cpu[o:o + n] = self._ddr.ddr[o:o + n]
         self.invalidates += 1
-
-    def put(self, offset: int, data: bytes) -> None:
-        self.write(offset, data)
-        self.flush(offset, len(data))
-
-    def fetch(self, offset: int, n: int) -> bytes:
-        self.invalidate(offset, n)
-        return self.read(offset, n)
-
-    def close(self) -> None:
-        pass
-
-    def __repr__(self):
-        return f"SimDmaMemory(phys_base={self.phys_base:#x}, size={self.size:#x})"
 
 
 def _exists(dut, name: str) -> bool:

@@ -18,6 +18,8 @@ stay the size of one node whatever N.
 """
 from __future__ import annotations
 
+import json
+
 from amaranth import ClockSignal, Instance, Module, ResetSignal
 from amaranth.back import verilog as amaranth_verilog
 from amaranth.lib import wiring
@@ -59,6 +61,7 @@ class ClusterTop(wiring.Component):
             raise ValueError(f"nodes={nodes}: the RTL cluster has 1..16 nodes")
         self.n, self.timing = nodes, timing
         self.config = config.replace(net_ports=1)
+        self.node_class = node_class
         self.node = node_class(self.config)          # converted once, instantiated N times
         self.switch = Switch.for_config(nodes, self.config, timing)
         members, self._node_members = {}, {}
@@ -90,6 +93,13 @@ class ClusterTop(wiring.Component):
             if name not in ("i", "o"):
                 _join(m, getattr(self, f"switch_{name}"), getattr(sw, name), member)
         return m
+
+    def verilog_key(self) -> str:
+        """What the Verilog depends on: the sizes, the switch, the node class, the sources."""
+        from mcf.sim.runner import source_digest
+        return json.dumps({"nodes": self.n, "config": self.config.as_dict(), "timing": self.timing.as_dict(),
+                           "node": f"{self.node_class.__module__}.{self.node_class.__qualname__}",
+                           "sources": source_digest("hw", "spec", "sim/rtlcluster")}, sort_keys=True)
 
     def verilog(self, toplevel: str = "dut") -> str:
         """The whole cluster: the node module, then the top (switch + N node instances)."""

@@ -78,7 +78,7 @@ async def _setup(h: ClusterHarness, route_tables):
     async def node(k):
         drv, mem = h.nodes[k].driver, h.nodes[k].memory
         await drv.check_id()
-        await drv.configure(node_id=k, num_nodes=h.n, window_base=mem.phys_base, window_size=mem.size)
+        await drv.configure(node_id=k, num_nodes=h.n, memory=mem)
         for rid, entry in sorted(route_tables[k].items()):
             await drv.write_route(rid, entry)
         await drv.enable()
