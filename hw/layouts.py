@@ -12,6 +12,7 @@ from amaranth.lib import data
 from amaranth.lib import enum as aenum
 
 from mcf import spec
+from mcf.spec import isa
 from mcf.spec.bits import BitLayout
 
 
@@ -46,3 +47,10 @@ assert MetaLayout.size == spec.HEADER_BITS
 
 RouteEntryLayout = struct_layout(spec.ROUTE_ENTRY)
 DmaDescriptorLayout = struct_layout(spec.DMA_DESCRIPTOR)
+
+# --- the instruction set (spec/isa.py) --------------------------------------------------------------
+Opcode = amaranth_enum(isa.Opcode, isa.HEADER_FIELDS[0].width)
+#: The header every instruction starts with (op, wait_sem, wait_cnt, sig_sem, sig, hres).
+InstrHeaderLayout = data.StructLayout({f.name: f.width for f in isa.HEADER_FIELDS})
+#: Each opcode's 256-bit instruction word as a ``StructLayout`` (view the word with it).
+InstrLayouts = {op: struct_layout(layout) for op, layout in isa.LAYOUTS.items()}

@@ -21,23 +21,28 @@ from amaranth.lib.wiring import In, Out
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axi.lite import AXI4LiteSignature
 from mcf.hw.axis import AXIStreamSignature
+from mcf.hw.csr import EthControlPort
 from mcf.hw.dma.engine import ControlAndDma
 from mcf.hw.nic.nic import Nic
 from mcf.hw.packet.header import HeaderDeserializer
 from mcf.hw.packet.packetizer import Packetizer
 from mcf.hw.registry import block
 from mcf.spec.node import NodeConfig
-from mcf.spec.regmap import ADDR_BITS, DATA_BITS
+from mcf.spec.regmap import ADDR_BITS, DATA_BITS, ErrorCause
 
 
 class Node(wiring.Component):
     """One node, built from a ``mcf.spec.node.NodeConfig`` (data width, network ports, DDR
-    address bits, ping-pong buffers, queue depths, packetizer depth, the NIC's sizes)."""
+    address bits, ping-pong buffers, queue depths, packetizer depth, the NIC's sizes).
 
-    def __init__(self, config: NodeConfig = NodeConfig()):
+    ``eth=True`` adds the ports a 10GBASE-R port (``mcf.hw.eth``) needs from the register
+    block: ``eth`` (MAC table writes, link status, sequence gaps) and ``eth_errors`` (its
+    error events); ``mcf.hw.eth.eth_node.EthNode`` wires them."""
+
+    def __init__(self, config: NodeConfig = NodeConfig(), *, eth: bool = False):
         if config.hp_ports != 1:
             raise ValueError(f"hp_ports={config.hp_ports}: this node has one AXI4 master into the DDR")
-        self.config = config
+        self.config, self.has_eth = config, eth
         self.data_width, self.net_ports = config.data_width, config.net_ports
         self.ctl = ControlAndDma(config)
         self.packetizer = Packetizer(config.data_width, config.payload_depth, config.meta_queue_depth)
@@ -49,6 +54,7 @@ class Node(wiring.Component):
             "rx": In(axis).array(config.net_ports),
             "tx": Out(axis).array(config.net_ports),
             "irq": Out(1),
+            **({"eth": Out(EthControlPort()), "eth_errors": In(len(ErrorCause))} if eth else {}),
         })
 
     def elaborate(self, platform):
@@ -64,6 +70,8 @@ class Node(wiring.Component):
         wiring.connect(m, ctl.o, pk.payload)
         wiring.connect(m, pk.o, nic.local_in)
         wiring.connect(m, ctl.route, nic.route)
+        if self.has_eth:
+            wiring.connect(m, wiring.flipped(self.eth), ctl.eth)
         for p in range(self.net_ports):
             wiring.connect(m, wiring.flipped(self.rx[p]), nic.rx[p])
             wiring.connect(m, nic.tx[p], wiring.flipped(self.tx[p]))
@@ -74,7 +82,7 @@ class Node(wiring.Component):
         m.d.comb += [
             rxh.meta.ready.eq(1),
             ctl.rx_packet.eq(rxh.meta.valid),
-            ctl.net_errors.eq(nic.errors),
+            ctl.net_errors.eq(nic.errors | (self.eth_errors if self.has_eth else 0)),
             nic.node_id.eq(ctl.node_id), nic.num_nodes.eq(ctl.num_nodes), nic.enable.eq(ctl.enable),
             self.irq.eq(ctl.irq),
         ]

@@ -21,7 +21,7 @@ pip install -r requirements/dev.txt
 # torch + transformers: test-only (golden-model cross-check); torch first so nothing pulls a CUDA build.
 pip install -r requirements/golden-test.txt
 pip install --no-deps -e .
-"$VENV/bin/python" -c 'import mcf.sw.cli, amaranth, cocotb, cocotbext.axi, redis, torch, transformers, mpi4py' || {
+"$VENV/bin/python" -c 'import mcf.sw.cli, amaranth, cocotb, cocotbext.axi, cocotbext.eth, scapy, redis, torch, transformers, mpi4py' || {
   echo "mcf: error: the virtualenv is incomplete after installing; see the pip output above" >&2
   exit 1
 }

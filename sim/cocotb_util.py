@@ -45,6 +45,18 @@ async def bounded(coro, cycles_ns: float, what: str):
         raise AssertionError(f"timed out after {cycles_ns} ns waiting for {what}") from None
 
 
+async def refused(push, cause: ErrorCause):
+    """Await the driver push ``push``, which the node must refuse with ``cause``: the driver
+    reports it (``PushRefused``), it does not pass silently."""
+    from mcf.sw.driver import PushRefused
+    try:
+        await push
+    except PushRefused as e:
+        assert e.cause == cause, f"refused as {e.cause.name}, expected {cause.name}: {e}"
+        return e
+    raise AssertionError(f"the driver did not report a push refused as {cause.name}")
+
+
 # --- amaranth.lib.stream ports ---------------------------------------------------------------
 class StreamSource:
     def __init__(self, dut, name, clk, pause=None):

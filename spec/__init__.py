@@ -16,7 +16,7 @@ __all__ = ["BitLayout", "Field", "SpecError", "HEADER_BITS", "HEADER_BYTES", "MA
            "Collective", "Meta", "Op", "Packet", "ReduceOp", "Stage", "header_beats", "to_beats"]
 
 from .regmap import (DMA_DESCRIPTOR, REGISTERS, ROUTE_ENTRY, Access, DmaDescriptor, DmaDir, ErrorCause,
-                     Irq, Register, RegisterMap)
+                     Irq, LinkStatus, Register, RegisterMap)
 
 __all__ += ["DMA_DESCRIPTOR", "REGISTERS", "ROUTE_ENTRY", "Access", "DmaDescriptor", "DmaDir", "ErrorCause", "Irq",
-            "Register", "RegisterMap"]
+            "LinkStatus", "Register", "RegisterMap"]

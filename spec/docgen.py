@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 
-from . import isa, kv, packet, regmap
+from . import eth, isa, kv, packet, regmap
 from .plan import ReplicaState
 from .bits import BitLayout
 
@@ -80,7 +80,17 @@ def render() -> str:
     for layout in (regmap.ROUTE_ENTRY, regmap.DMA_DESCRIPTOR):
         out += [f"### {layout.name} ({layout.total_bits} bits)", "", layout.doc, "",
                 *_layout_table(layout), ""]
-    out += _enum_table(regmap.ErrorCause) + _enum_table(regmap.Irq) + _enum_table(regmap.DmaDir)
+    out += (_enum_table(regmap.ErrorCause) + _enum_table(regmap.Irq) + _enum_table(regmap.DmaDir)
+            + _enum_table(regmap.LinkStatus))
+    out += ["## MCF over Ethernet (10GBASE-R)", "", (eth.__doc__ or "").strip(), "",
+            f"EtherType `{eth.ETHERTYPE:#06x}`; link header {eth.LINK_HEADER_BYTES} bytes; frames "
+            f"{eth.MIN_FRAME_BYTES}..{eth.MAX_FRAME_BYTES} bytes (FCS included); MAC table of "
+            f"{eth.MAC_TABLE_ENTRIES} entries.  Line {eth.LINE_RATE_BPS / 1e9:g} Gb/s from a "
+            f"{eth.REFCLK_HZ / 1e6:g} MHz reference; 64b/66b blocks, scrambler taps {eth.SCRAMBLER_TAPS}; "
+            f"GT user interface {eth.GT_DATA_BITS} bits at {eth.GT_USRCLK_HZ / 1e6:g} MHz.  Block lock: "
+            f"{eth.LOCK_GOOD_HEADERS} good sync headers; {eth.LOCK_BAD_HEADERS} bad in {eth.LOCK_GOOD_HEADERS} "
+            f"slip.  High BER: {eth.BER_BAD_HEADERS} bad sync headers within {eth.BER_WINDOW_S * 1e6:g} us.", ""]
+    out += _enum_table(eth.Xgmii) + _enum_table(eth.BlockType) + _enum_table(eth.ControlCode)
     out += ["## Instruction set", "", (isa.__doc__ or "").strip(), "",
             f"Instructions are {isa.INSTR_BITS} bits ({isa.INSTR_BYTES} bytes, little-endian); every one "
             f"starts with the same header fields.  {isa.NUM_SEMS} semaphores.", ""]

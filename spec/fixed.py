@@ -15,7 +15,7 @@ from .packet import REDUCE_WORD_BITS
 X_FRAC = 16            # X32 fraction bits
 MANT_BITS = 16         # BFP16 mantissa width (signed)
 EXP_BITS = 8           # BFP row exponent, weight matrix exponent E_w, KV block exponent (signed)
-POS_BITS = 16          # token positions on the attention unit's query and key ports
+POS_BITS = 20          # token positions (the instruction set's position fields, the attention unit's ports)
 W_BITS = 4             # weight / KV element width (signed)
 SCALE_BITS = 16        # weight group scale width (unsigned)
 GAIN_BITS = 16         # RMSNorm gain width (signed)

@@ -23,7 +23,9 @@ node faults.  The *scratchpad* (SPAD) is the node's on-chip activation memory: `
 ``VL`` 32-bit words (VL = the node's vector lanes, NodeConfig) plus one signed 8-bit
 exponent per beat.  SPAD addresses count beats.  A *row* of n elements is n / VL consecutive
 beats.  X32 rows hold int32 values (exponent 0); BFP16 rows hold int16 mantissas
-sign-extended to 32 bits, and every beat of the row carries the row exponent.  The formats
+sign-extended to 32 bits, and every beat of the row carries the row exponent (a BFP16 read
+takes the low 16 bits of each word and the exponent of the row's first beat).  An instruction
+reads all its operands before it writes, so a destination may be its source.  The formats
 and arithmetic are docs/fixed-point.md's (golden model ``mcf.sw.golden.fixed``), bit for bit.
 
 **Network.**  SEND reads ``length`` bytes at ``ddr`` and sends them as packets of at most the
@@ -53,6 +55,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 from .bits import BitLayout, Field, SpecError
+from .fixed import POS_BITS
 from .kv import KV_ALIGN
 from .packet import KV_ID_BITS, NODE_BITS, ROUTE_ID_BITS, SEQ_BITS, Collective, Op, ReduceOp, Stage
 from .plan import REPLICA_STATE_BITS, ReplicaState
@@ -68,13 +71,12 @@ SEM_BITS = 5
 NUM_SEMS = 1 << SEM_BITS
 SEM_MAX = (1 << 16) - 1
 SPAD_BITS = 20
-POS_BITS = 20
 TAG_BITS = KV_ID_BITS
 
 
 class Opcode(enum.IntEnum):
     """Instruction opcodes.  0 is not an opcode: zeroed memory faults instead of running."""
-    END = 1        # EX: the program ends once every queue has drained
+    END = 1        # EX: the program ends once every queue has drained (no SEND in flight, no RECV outstanding)
     SYNC = 2       # any queue: wait and/or signal only
     LOAD = 3       # EX: DDR -> SPAD
     STORE = 4      # EX: SPAD -> DDR
@@ -110,14 +112,16 @@ class VecOp(enum.IntEnum):
     RMSNORM = 1    # X32 a, gains b (int16 words) -> BFP16  [rmsnorm]; imm0 = EPS_N, imm1 = gain exponent
     SILU = 2       # X32 a -> X32                           [silu]
     MUL = 3        # BFP16 a, BFP16 b -> BFP16               [bfp_mul]
-    ROPE = 4       # BFP16 head a, b = (cos | sin << 16) words -> BFP16 head [rope]; b_pair = 1
+    ROPE = 4       # BFP16 head a, b = (cos | sin << 16) words -> BFP16 head [rope]; b_pair = 1;
+                   # b word i rotates element i (the table repeats the d/2 pairs)
     PRESCALE = 5   # BFP16 a -> BFP16 (x C_M 2^-C_E)         [prescale_query]; imm0 = C_M, imm1 = C_E
     RESIDUAL = 6   # X32 a, X32 b -> sat32(a + b)
 
 
 class AttnLoad(enum.IntEnum):
     """What ATTN_Q loads into the attention unit, which holds R query rows and per row m, l, o[d]."""
-    QUERY = 0      # R = tokens x heads query rows (BFP16, prescaled) and their positions
+    QUERY = 0      # R = tokens x heads query rows (BFP16, prescaled) and their positions; empties every
+                   # row's state (m = M_EMPTY, l = o = 0)
     MREF = 1       # m[r] = SPAD word r (a global maximum after a MAX reduction)
     STATE = 2      # (m, l, o) of every row <- STATE words (a merged state, to finalize)
 
@@ -127,6 +131,7 @@ class AttnPass(enum.IntEnum):
     <= the row's position and (not gated or its directory block is readable)."""
     MAX = 0        # m[r] = max(m[r], visible scores); first = 1 resets m to INT32_MIN first
     APPLY = 1      # p = exp2(s - m[r]) on visible keys: l[r] += p, o[r] += w v; first = 1 zeroes l, o
+                   # (l and o accumulate exactly over passes; ATTN_EMIT saturates them to int32)
 
 
 class EmitMode(enum.IntEnum):
@@ -174,6 +179,18 @@ class PerfCounter(enum.IntEnum):
     NET_TX_BYTES = 19     # payload bytes handed to the NIC
     NET_RX_BYTES = 20     # payload bytes delivered to posted receives
     STALL_FETCH = 21      # cycles dispatch waits for instruction words
+    HP0_RD_BYTES = 22     # bytes read / written on each AXI4 master into the DDR (HP port p)
+    HP0_WR_BYTES = 23
+    HP1_RD_BYTES = 24
+    HP1_WR_BYTES = 25
+    HP2_RD_BYTES = 26
+    HP2_WR_BYTES = 27
+    HP3_RD_BYTES = 28
+    HP3_WR_BYTES = 29
+
+
+#: Most AXI4 masters a node has into the DDR (the KR260's PS has four HP ports).
+MAX_HP_PORTS = 4
 
 
 # --- the layouts ------------------------------------------------------------------------------
@@ -217,10 +234,12 @@ _LDST = [
     _spad("spad", "First SPAD beat"),
     Field("beats", 20, "SPAD beats moved (> 0)."),
     Field("row_beats", 12, "0: plain words. > 0: BFP rows of row_beats beats, each followed in DDR "
-                           "by one beat whose word 0 is the row exponent (beats % row_beats == 0)."),
+                           "by one beat whose word 0 is the row exponent, the others zero "
+                           "(beats % row_beats == 0)."),
 ]
 _reg(Opcode.LOAD, "DDR -> SPAD.  Plain: word k of beat i from ddr + 4 (i VL + k), exponent 0.  "
-                  "BFP rows: each row's beats get the exponent word that follows it (int8 range).",
+                  "BFP rows: each row's beats get the exponent word that follows it (its low 8 bits, "
+                  "two's complement).",
      _LDST)
 _reg(Opcode.STORE, "SPAD -> DDR, the layout of LOAD (BFP rows: the exponent of the row's first beat).",
      _LDST)

@@ -19,17 +19,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 from .bits import SpecError
-from .packet import ROUTE_TABLE_ENTRIES, check_data_width
+from .isa import MAX_HP_PORTS, NUM_SEMS
+from .packet import MAX_PAYLOAD_BYTES, ROUTE_TABLE_ENTRIES
+from .params import Range
+from .regmap import REGISTERS
 
 #: The PL clock a node is built for: 250 MHz, what the engine targets (issue 14) and a rate the
 #: KR260's PS makes (pl_clk0 = IOPLL 1500 MHz / n, n = 6; the paper's 200 MHz is not one: it would
 #: be 187.5).  The board flow derives the PS divisor from it (``mcf.boards.kr260.ps``) and refuses
 #: a rate the PS cannot make; it is written here and nowhere else.
 PL_CLOCK_HZ = 250_000_000
-
-
-def _pow2(value: int) -> bool:
-    return value >= 1 and not value & (value - 1)
 
 
 @dataclass(frozen=True)
@@ -52,6 +51,11 @@ class NodeConfig:
     reduce_slots: int = 4            # reductions in progress at once
     reduce_beats: int = 128          # longest reduction payload, beats
     softmax_fan_in: int = 4          # most contributions of one SOFTMAX_MERGE (0: none built)
+    # --- sequencer (hw/seq) ------------------------------------------------------------------------
+    num_sems: int = NUM_SEMS         # semaphores (16-bit counters; at most spec.isa.NUM_SEMS)
+    seq_queue_depth: int = 8         # instructions each of the EX / TX / RX queues holds
+    fetch_depth: int = 8             # instructions the fetch unit prefetches
+    rx_slots: int = 16               # receive-table entries (RECVs posted at once)
     # --- compute engine ----------------------------------------------------------------------------
     mac_rows: int = 16               # matrix unit: MAC array rows (output rows per weight beat)
     mac_lanes: int = 16              # matrix unit: MAC array lanes (inputs per row per cycle)
@@ -61,6 +65,11 @@ class NodeConfig:
     max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes
     clock_hz: int = PL_CLOCK_HZ
+    # --- execute unit (spec/isa.py) --------------------------------------------------------------
+    spad_beats: int = 32768          # scratchpad: beats of vec_lanes 32-bit words (+ an exponent each)
+    kv_block_keys: int = 2048        # most tokens in one KV segment an ATTN_KV reads (its scale table)
+    dir_entries: int = 4096          # replica directory entries (block ids)
+    max_context: int = 32768         # positions (RoPE table rows, attention positions)
     # --- model shapes the engine is elaborated for (default: Qwen2.5-1.5B) ------------------------
     hidden_size: int = 1536
     intermediate_size: int = 8960
@@ -72,19 +81,14 @@ class NodeConfig:
         self.check()
 
     def check(self) -> None:
-        """Refuse sizes the hardware cannot be built with (``SpecError`` naming the field)."""
+        """Refuse sizes the hardware cannot be built with (``SpecError`` naming the field and
+        the values that fit: ``RANGES``)."""
         for f in fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise SpecError(f"NodeConfig.{f.name}={v!r}: must be an integer")
-            if v < (0 if f.name == "softmax_fan_in" else 1):
-                raise SpecError(f"NodeConfig.{f.name}={v}: must be >= {0 if f.name == 'softmax_fan_in' else 1}")
-        check_data_width(self.data_width)
-        for name in ("buffer_bytes", "meta_queue_depth", "desc_queue_depth", "payload_depth",
-                     "nic_buffer_depth", "route_entries", "reduce_beats", "mac_lanes", "max_tokens",
-                     "vec_lanes", "max_keys"):
-            if not _pow2(getattr(self, name)):
-                raise SpecError(f"NodeConfig.{name}={getattr(self, name)}: must be a power of two")
+            r = RANGES.get(f.name)
+            if r is None:                 # a field without a declared range: a positive integer
+                r = Range(1, 1 << 62)
+            r.check(f"NodeConfig.{f.name}", v)
         if self.num_heads % self.num_kv_heads:
             raise SpecError(f"NodeConfig: num_heads={self.num_heads} is not a multiple of "
                             f"num_kv_heads={self.num_kv_heads}")
@@ -103,6 +107,17 @@ class NodeConfig:
     def group(self) -> int:
         """GQA group: query heads per KV head."""
         return self.num_heads // self.num_kv_heads
+
+    @property
+    def max_payload(self) -> int:
+        """Bytes of the largest packet payload a SEND emits: what one DMA loader buffer holds
+        and the NIC buffers per input (a power of two)."""
+        return min(self.buffer_bytes, self.nic_buffer_depth * self.data_bytes, 1 << (MAX_PAYLOAD_BYTES.bit_length() - 1))
+
+    @property
+    def reduce_payload(self) -> int:
+        """The longest payload the NIC's reduction engine combines."""
+        return self.reduce_beats * self.data_bytes
 
     @property
     def macs_per_cycle(self) -> int:
@@ -141,8 +156,10 @@ class NodeConfig:
         """The tiny model's node (``sw/models/tiny.yaml``) with small buffers and a small
         engine, as the unit and two-node benches build it."""
         base = dict(data_width=64, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
+                    seq_queue_depth=4, fetch_depth=4, rx_slots=4,
                     nic_desc_depth=4, route_entries=16, reduce_slots=1, reduce_beats=32, softmax_fan_in=0,
                     mac_rows=4, mac_lanes=8, max_tokens=8, vec_lanes=8, att_rows=4, max_keys=64, kv_lanes=4,
+                    spad_beats=2048, kv_block_keys=64, dir_entries=256, max_context=256,
                     hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16)
         return cls(**{**base, **changes})
 
@@ -151,6 +168,54 @@ class NodeConfig:
         """Qwen2.5-1.5B's shapes (``sw/models/qwen2.5-1.5b.yaml``) on the KR260 node: the
         defaults."""
         return cls(**changes)
+
+
+def _log2_field_max(register: str, field: str) -> int:
+    """The deepest power of two a ``log2`` field of a capability register can report."""
+    return 1 << ((1 << REGISTERS[register].field(field).width) - 1)
+
+
+#: What each field may be: the one place the node's sizes are bounded.  ``NodeConfig`` checks
+#: them, the block registry checks ``-p KEY=VALUE`` of a node block against them before
+#: elaboration, and the capability registers can report every value they admit.
+RANGES: dict[str, Range] = {
+    "data_width": Range(32, 1024, pow2=True, doc="AXI4 / AXI-Stream width, bits"),
+    "hp_ports": Range(1, MAX_HP_PORTS, doc="AXI4 masters into the PS DDR (S_AXI_HP0..3)"),
+    "net_ports": Range(1, (1 << REGISTERS["CAPS"].field("net_ports").width) - 1, doc="network ports"),
+    "ddr_addr_bits": Range(12, 64, doc="DDR address bits"),
+    "buffer_bytes": Range(16, 1 << 20, pow2=True, doc="one ping-pong buffer, bytes"),
+    "buffers": Range(2, (1 << REGISTERS["DMA_CAPS"].field("buffers").width) - 1, doc="ping-pong buffers"),
+    "meta_queue_depth": Range(2, _log2_field_max("CAPS", "meta_queue_log2"), pow2=True),
+    "desc_queue_depth": Range(2, _log2_field_max("CAPS", "desc_queue_log2"), pow2=True),
+    "payload_depth": Range(2, 1 << 16, pow2=True, doc="packetizer payload FIFO, beats"),
+    "nic_buffer_depth": Range(2, 1 << 16, pow2=True, doc="NIC input buffer, beats"),
+    "nic_desc_depth": Range(2, 1024, doc="packets buffered per NIC input"),
+    "route_entries": Range(1, ROUTE_TABLE_ENTRIES, pow2=True, doc="route table entries"),
+    "reduce_slots": Range(1, 64, doc="reductions in progress at once"),
+    "reduce_beats": Range(2, 1 << 16, pow2=True, doc="longest reduction payload, beats"),
+    "softmax_fan_in": Range(2, 16, pow2=True, zero=True, doc="contributions of one SOFTMAX_MERGE"),
+    "mac_rows": Range(1, 256, doc="MAC array rows"),
+    "mac_lanes": Range(1, 256, pow2=True, doc="MAC array lanes"),
+    "max_tokens": Range(1, 256, pow2=True, doc="tokens per weight pass"),
+    "vec_lanes": Range(1, 256, pow2=True, doc="vector unit lanes"),
+    "att_rows": Range(1, 256, doc="attention unit query rows"),
+    "max_keys": Range(1, 1 << 20, pow2=True, doc="keys per attention state"),
+    "kv_lanes": Range(1, 256, doc="KV writer lanes"),
+    "num_sems": Range(1, NUM_SEMS, doc="semaphores (spec.isa.NUM_SEMS at most)"),
+    "seq_queue_depth": Range(2, 1 << 10, pow2=True, doc="instructions per EX / TX / RX queue"),
+    "fetch_depth": Range(2, 1 << 10, pow2=True, doc="instructions prefetched"),
+    "rx_slots": Range(1, 63, doc="receive-table entries"),
+    "spad_beats": Range(16, 1 << 20, pow2=True, doc="scratchpad beats"),
+    "kv_block_keys": Range(1, 1 << 16, pow2=True, doc="tokens in one KV segment an ATTN_KV reads"),
+    "dir_entries": Range(1, 1 << 16, pow2=True, doc="replica directory entries"),
+    "max_context": Range(1, 1 << 20, doc="positions (ISA position fields are 20 bits)"),
+    "clock_hz": Range(1_000_000, 1_000_000_000, doc="PL clock, Hz"),
+    "hidden_size": Range(1, 1 << 16),
+    "intermediate_size": Range(1, 1 << 18),
+    "num_heads": Range(1, 256),
+    "num_kv_heads": Range(1, 256),
+    "head_dim": Range(1, 1024),
+}
 
 
 #: The model attributes a node is elaborated for.

@@ -57,6 +57,7 @@ class Op(enum.IntEnum):
     PARTIAL_STATE = 6   # decode partial softmax state (m, l, o)
     REDUCE_RESULT = 7   # result of a reduction
     TENSOR = 8          # generic activation tensor (all-to-all, forwarding)
+    CREDIT = 9          # control: sem[kv_id] += seq at the destination node (no payload; spec/isa.py)
 
 
 class Collective(enum.IntEnum):

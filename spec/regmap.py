@@ -12,8 +12,25 @@ cause per refused descriptor, in ErrorCause order) and nothing reaches the DMA e
 Lengths need not be a multiple of the bus width: the last beat is partial (TKEEP on the
 loader's stream, WSTRB on the writer's bursts).
 
+The ``SEQ_*`` and following registers (from ``SEQ_BASE``) belong to the sequencer
+(``mcf.spec.isa``): PROG_BASE / PROG_COUNT name the program, SEQ_CONTROL starts and aborts it,
+SEQ_STATUS / SEQ_PC / SEQ_WAIT tell how it is doing, SEM_* / DIR_* / PERF_* read semaphores,
+the replica directory and the performance counters through an index register.  A block
+built without a sequencer answers SLVERR there.  While a program runs, the sequencer's
+engines own the DMA loader, the DMA writer and the packetizer: the metadata and descriptor
+queues above hold their entries until it stops (done or fault), and a start waits until
+they are empty and no transfer is in flight (SEQ_STATUS.idle).  While no program runs, a
+delivered data packet takes the next STORE descriptor (its payload is written at the
+descriptor's address; a packet longer than the descriptor is dropped as RX_OVERFLOW; one
+that finds no STORE within RX_WAIT cycles is dropped as RX_UNEXPECTED).
+
 Access kinds: RO read-only, RW read/write, WO write-only (reads return 0), W1C write one
-to clear, W1P write one to pulse (self-clearing strobe).
+to clear, W1P write one to pulse (self-clearing strobe), RSUB a counter that a write
+decrements by the value written (saturating at 0): writing back the value just read clears
+exactly the events that were seen, none that arrived in between.
+
+The ``ETH_*`` registers belong to the node's 10GBASE-R port (``mcf.spec.eth``); a node
+built without one reads 0 there and ignores writes to the MAC table.
 """
 from __future__ import annotations
 
@@ -21,7 +38,10 @@ import enum
 from dataclasses import dataclass, field
 
 from .bits import BitLayout, Field, SpecError
+from .eth import MAC_BITS, MAC_TABLE_ENTRIES, SEQ_BITS as LINK_SEQ_BITS
+from .isa import DDR_ALIGN, PerfCounter, SEM_BITS, SEM_MAX, SeqFault
 from .packet import HEADER_BITS, NODE_BITS, ROUTE_ID_BITS, SPEC_VERSION
+from .plan import REPLICA_STATE_BITS
 
 DATA_BITS = 32
 ADDR_BITS = 16          # a 64 KiB AXI-Lite window per node
@@ -34,6 +54,7 @@ class Access(enum.Enum):
     WO = "WO"
     W1C = "W1C"
     W1P = "W1P"
+    RSUB = "RSUB"
 
 
 class ErrorCause(enum.IntEnum):
@@ -52,6 +73,19 @@ class ErrorCause(enum.IntEnum):
     AXI_RESP_ERROR = 11     # DDR answered SLVERR/DECERR
     DESC_UNALIGNED = 12     # DMA address not a multiple of the DMA bus width
     DESC_TOO_LONG = 13      # DMA LOAD longer than one ping-pong buffer
+    ETH_BAD_FCS = 14        # received frame with a wrong FCS, a bad preamble/SFD or an error character
+    ETH_RUNT = 15           # received frame shorter than 64 bytes (FCS included)
+    ETH_OVERSIZE = 16       # received frame longer than the port's maximum frame
+    ETH_RX_OVERFLOW = 17    # received frame dropped: the RX frame FIFO was full
+    ETH_TX_OVERSIZE = 18    # packet too long for one frame (or the TX FIFO): dropped before the MAC
+    ETH_NOT_MCF = 19        # received frame of another EtherType (dropped)
+    ETH_SEQ_GAP = 20        # link sequence number skipped (frames lost; ETH_SEQ_GAPS counts them)
+    ETH_BLOCK_LOCK_LOSS = 21  # the PCS lost 64b/66b block lock
+    ETH_HI_BER = 22         # the PCS BER monitor saw >= 16 bad sync headers in 125 us
+    RX_UNEXPECTED = 23      # data packet whose tag matched no posted RECV within RX_WAIT cycles (dropped)
+    RX_OVERFLOW = 24        # data packet longer than what its RECV still expects (dropped)
+    RX_BAD_CONTROL = 25     # control packet with a payload or a semaphore out of range, or a
+                            # header-only packet that is not a control op (dropped)
 
 
 class Irq(enum.IntEnum):
@@ -60,6 +94,19 @@ class Irq(enum.IntEnum):
     META_QUEUE_EMPTY = 1
     ERROR = 2
     RX_PACKET = 3
+    SEQ_DONE = 4        # the sequencer completed END
+    SEQ_FAULT = 5       # the sequencer stopped on a fault (SEQ_STATUS.fault_cause)
+
+
+class LinkStatus(enum.IntEnum):
+    """Bits of ETH_STATUS (the SFP+ module pins and the 10GBASE-R receiver, synchronised to
+    the node clock)."""
+    MODULE_ABSENT = 0   # SFP+ MOD_ABS pin: no module in the cage
+    RX_LOS = 1          # SFP+ RX_LOS pin: the module sees no light / signal
+    TX_FAULT = 2        # SFP+ TX_FAULT pin: the module's transmitter failed
+    BLOCK_LOCK = 3      # the PCS has 64b/66b block lock
+    HI_BER = 4          # the PCS BER monitor reports a high bit error rate
+    LINK_UP = 5         # block lock, no high BER, a module present and a signal received
 
 
 class DmaDir(enum.IntEnum):
@@ -198,12 +245,115 @@ def _f(name, lsb, width, doc):
     return RegField(name, lsb, width, doc)
 
 
+_LINK_DOC = {
+    LinkStatus.MODULE_ABSENT: "No SFP+ module in the cage (MOD_ABS pin).",
+    LinkStatus.RX_LOS: "Receiver loss of signal (RX_LOS pin).",
+    LinkStatus.TX_FAULT: "Transmitter fault (TX_FAULT pin).",
+    LinkStatus.BLOCK_LOCK: "64b/66b block lock (IEEE 802.3 49.2.13.2.2).",
+    LinkStatus.HI_BER: "High bit error rate (49.2.13.2.4).",
+    LinkStatus.LINK_UP: "Block lock, no high BER, a module present, a signal received.",
+}
+assert set(_LINK_DOC) == set(LinkStatus)
+#: The link sequence number that ETH_SEQ_GAPS gaps are measured in.
+LINK_SEQ_MODULUS = 1 << LINK_SEQ_BITS
+
 ERROR_COUNTER_BASE = 0x0100
 DMA_ADDR_BITS = DMA_DESCRIPTOR["addr"].width
 #: Width of a DMA descriptor's tag (DESC_DONE_TAG, the engines' completion tags).
 DMA_TAG_BITS = DMA_DESCRIPTOR["tag"].width
 META_WORDS = HEADER_BITS // DATA_BITS
 DESC_WORDS = (DMA_DESCRIPTOR.total_bits + DATA_BITS - 1) // DATA_BITS
+
+#: The sequencer's registers (spec/isa.py, docs/node.md) live in their own window, which the
+#: register block forwards to the sequencer.
+SEQ_BASE = 0x0400
+SEQ_WINDOW = range(SEQ_BASE, SEQ_BASE + 0x100)
+#: Network errors that stop a running node by default (FAULT_MASK reset value).
+NETWORK_FAULTS = (ErrorCause.BAD_HEADER, ErrorCause.UNKNOWN_OP, ErrorCause.BAD_ROUTE, ErrorCause.BAD_DST,
+                  ErrorCause.SHORT_PACKET, ErrorCause.LONG_PACKET, ErrorCause.RX_UNEXPECTED,
+                  ErrorCause.RX_OVERFLOW, ErrorCause.RX_BAD_CONTROL)
+#: Instruction indices (SEQ_PC, SEQ_FAULT_PC) and PROG_COUNT are this wide.
+PC_BITS = 24
+WATCHDOG_RESET = 1 << 24
+RX_WAIT_RESET = 1 << 16
+
+
+def _wait_fields(q: str, lsb: int):
+    return (_f(f"{q}_sem_wait", lsb, 1, f"The {q.upper()} queue's head waits on its semaphore."),
+            _f(f"{q}_sem", lsb + 1, SEM_BITS, f"The semaphore the {q.upper()} queue's head waits on."))
+
+
+_SEQ_REGS = [
+    Register("SEQ_CAPS", SEQ_BASE + 0x00, Access.RO, "Build parameters of the sequencer.", (
+        _f("num_sems", 0, SEM_BITS + 1, "Semaphores (an instruction naming one beyond is illegal)."),
+        _f("rx_slots", 6, 6, "Receive-table entries (RECVs posted at once)."),
+        _f("queue_log2", 12, 4, "log2 of the EX / TX / RX queue depth."),
+        _f("hp_ports", 16, 3, "AXI4 masters into the DDR."),
+        _f("max_payload_log2", 19, 5, "log2 of the largest packet payload a SEND emits, in bytes."),
+        _f("exec", 24, 1, "1: an execute unit is built (0: every EX instruction faults)."),
+    )),
+    Register("PROG_BASE_LO", SEQ_BASE + 0x04, Access.RW, "Program address (bytes), bits 31:0; a multiple "
+             f"of {DDR_ALIGN} (the low bits are not stored).", (
+        _f("addr", DDR_ALIGN.bit_length() - 1, 33 - DDR_ALIGN.bit_length(),
+           f"Address bits 31:{DDR_ALIGN.bit_length() - 1}."),)),
+    Register("PROG_BASE_HI", SEQ_BASE + 0x08, Access.RW, "Program address, bits 47:32.",
+             (_f("addr_hi", 0, DMA_ADDR_BITS - 32, "Address bits 47:32."),)),
+    Register("PROG_COUNT", SEQ_BASE + 0x0C, Access.RW, "Instructions in the program; fetching beyond "
+             "them without reaching END faults PROGRAM_OVERRUN.", (
+        _f("count", 0, PC_BITS, "Instruction count."),)),
+    Register("SEQ_CONTROL", SEQ_BASE + 0x10, Access.W1P, "Sequencer control strobes.", (
+        _f("start", 0, 1, "Write 1: clear semaphores, queues, receive table and performance counters and "
+                          "run the program at PROG_BASE (taken once SEQ_STATUS.idle; ignored while running)."),
+        _f("abort", 1, 1, "Write 1: stop a running program (fault ABORTED)."),
+    )),
+    Register("SEQ_STATUS", SEQ_BASE + 0x14, Access.RO, "Sequencer status.", (
+        _f("running", 0, 1, "A program is running."),
+        _f("done", 1, 1, "The last program completed END (until the next start)."),
+        _f("fault", 2, 1, "The last program stopped on a fault (until the next start)."),
+        _f("idle", 3, 1, "No DMA transfer, packet or DDR transaction of the engines is in flight."),
+        _f("start_pending", 4, 1, "A start was written and waits for idle."),
+        _f("fault_cause", 8, 8, "Why the program stopped (SeqFault)."),
+    )),
+    Register("SEQ_PC", SEQ_BASE + 0x18, Access.RO, "Instructions dispatched since start (the index of the "
+             "next one).", (_f("pc", 0, PC_BITS, "Instruction index."),)),
+    Register("SEQ_FAULT_PC", SEQ_BASE + 0x1C, Access.RO, "Index of the instruction that faulted (illegal, "
+             "out of window, execute-unit fault; for a RECV's writes the RECV); for a network error, "
+             "watchdog or abort the next instruction to dispatch.", (_f("pc", 0, PC_BITS, "Instruction index."),)),
+    Register("SEQ_WAIT", SEQ_BASE + 0x20, Access.RO, "What the queues wait on (a stalled program's reason).", (
+        *_wait_fields("ex", 0), *_wait_fields("tx", 8), *_wait_fields("rx", 16),
+        _f("rx_slot", 24, 1, "A RECV waits for a free receive-table entry."),
+        _f("ex_busy", 25, 1, "An EX instruction is executing."),
+        _f("tx_busy", 26, 1, "A SEND or CREDIT is being sent."),
+        _f("end", 27, 1, "END waits for the queues, sends and posted receives to drain."),
+        _f("fetch", 28, 1, "Dispatch waits for instruction words from DDR."),
+    )),
+    Register("SEQ_LEVELS", SEQ_BASE + 0x24, Access.RO, "Queue fill levels.", (
+        _f("ex", 0, 8, "EX queue entries."), _f("tx", 8, 8, "TX queue entries."),
+        _f("rx", 16, 8, "RX queue entries."), _f("posted", 24, 8, "Receive-table entries in use."),
+    )),
+    Register("FAULT_MASK", SEQ_BASE + 0x28, Access.RW, "One bit per ErrorCause: an error of an enabled "
+             "cause while a program runs stops it (fault NETWORK).",
+             reset=sum(1 << int(c) for c in NETWORK_FAULTS)),
+    Register("WATCHDOG", SEQ_BASE + 0x2C, Access.RW, "Cycles without a retired instruction and without "
+             "any DDR or network beat after which a running program faults WATCHDOG (0: never).",
+             reset=WATCHDOG_RESET),
+    Register("RX_WAIT", SEQ_BASE + 0x30, Access.RW, "Cycles a delivered data packet waits for a matching "
+             "RECV before it is dropped (RX_UNEXPECTED).", reset=RX_WAIT_RESET),
+    Register("SEM_INDEX", SEQ_BASE + 0x34, Access.RW, "Semaphore selected for SEM_DATA.", (
+        _f("index", 0, SEM_BITS, "Semaphore."),)),
+    Register("SEM_DATA", SEQ_BASE + 0x38, Access.RO, "Value of the semaphore at SEM_INDEX.", (
+        _f("value", 0, SEM_MAX.bit_length(), "Semaphore value."),)),
+    Register("DIR_INDEX", SEQ_BASE + 0x3C, Access.RW, "Replica-directory entry selected for DIR_DATA.", (
+        _f("index", 0, 16, "KV block id."),)),
+    Register("DIR_DATA", SEQ_BASE + 0x40, Access.RO, "Replica-directory entry at DIR_INDEX.", (
+        _f("state", 0, REPLICA_STATE_BITS, "ReplicaState."),)),
+    Register("PERF_INDEX", SEQ_BASE + 0x44, Access.RW, "Performance counter selected for PERF_LO / PERF_HI.", (
+        _f("index", 0, 8, "PerfCounter."),)),
+    Register("PERF_LO", SEQ_BASE + 0x48, Access.RO, "Counter at PERF_INDEX, bits 31:0; the read also "
+             "snapshots bits 63:32 for PERF_HI."),
+    Register("PERF_HI", SEQ_BASE + 0x4C, Access.RO, "Bits 63:32 of the counter snapshot taken by the last "
+             "PERF_LO read."),
+]
 
 _regs = [
     Register("ID", 0x0000, Access.RO, "Identifies an MCF node (ASCII 'MCF1').", reset=ID_VALUE),
@@ -221,7 +371,8 @@ _regs = [
     )),
     Register("CONTROL", 0x0010, Access.RW, "Datapath control.", (
         _f("enable", 0, 1, "Run the datapath; while 0, queues hold and the NIC accepts nothing."),
-        _f("clear_counters", 1, 1, "Write 1: zero every error counter (self-clearing)."),
+        _f("clear_counters", 1, 1, "Write 1: zero every error counter and ETH_SEQ_GAPS, and take the next "
+           "received frame's link sequence number as the new reference (self-clearing)."),
     )),
     Register("STATUS", 0x0014, Access.RO, "Datapath status.", (
         _f("busy", 0, 1, "A DMA transfer or packet is in flight."),
@@ -270,12 +421,29 @@ _regs = [
     Register("CYCLES_HI", 0x0094, Access.RO, "Free-running count of node clock cycles since reset, bits 63:32."),
     *(Register(f"ERR_{c.name}", ERROR_COUNTER_BASE + 4 * int(c), Access.RO,
                f"Error counter: {c.name} (saturating).") for c in ErrorCause),
+    # 10GBASE-R port (mcf.spec.eth).
+    Register("ETH_STATUS", 0x0300, Access.RO, "Link status of the 10GBASE-R port, one bit per LinkStatus.", (
+        *(_f(s.name.lower(), int(s), 1, _LINK_DOC[s]) for s in LinkStatus),)),
+    Register("ETH_MAC_INDEX", 0x0304, Access.RW, "MAC table entry that ETH_MAC_WRITE stores to "
+             "(a node id or a destination-group tag, as in Meta.dst).", (
+        _f("index", 0, (MAC_TABLE_ENTRIES - 1).bit_length(), "Table index."),)),
+    Register("ETH_MAC_LO", 0x0308, Access.RW, "Staged MAC address bits 31:0 (the last four bytes "
+             "on the wire: 02:4D:43:46:00:01 has LO 0x46000001)."),
+    Register("ETH_MAC_HI", 0x030C, Access.RW, "Staged MAC address bits 47:32 (the first two bytes).", (
+        _f("mac_hi", 0, MAC_BITS - 32, "Address bits 47:32."),)),
+    Register("ETH_MAC_WRITE", 0x0310, Access.W1P, "Write 1: store the staged address at ETH_MAC_INDEX. "
+             "Frames leave with source = entry NODE_ID and destination = entry Meta.dst.", (
+        _f("write", 0, 1, "Write strobe."),)),
+    Register("ETH_SEQ_GAPS", 0x0314, Access.RSUB, "Frames missing on the receive link, from gaps "
+             "in the link sequence number (saturating; write back the value read to clear it).", (
+        _f("missing", 0, DATA_BITS, "Frames lost."),)),
     Register("ROUTE_INDEX", 0x0200, Access.RW, "Route table entry selected for ROUTE_DATA.", (
         _f("index", 0, ROUTE_ID_BITS, "Route id."),)),
     Register("ROUTE_DATA", 0x0204, Access.RW,
              "Route table entry at ROUTE_INDEX (RouteEntry layout); a write stores it.", (
         *(_f(f.name, ROUTE_ENTRY.offsets[f.name], f.width, f.doc) for f in ROUTE_ENTRY.fields
           if not f.reserved),)),
+    *_SEQ_REGS,
 ]
 
 REGISTERS = RegisterMap(_regs)

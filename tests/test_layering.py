@@ -24,6 +24,8 @@ RULES = {                       # folder -> modules it must not import
     # golden cache reach it through arguments: a PrefillCurve, a KVSink)
     "sw/kvtier": ("mcf.hw", "mcf.sim", "mcf.boards", "mcf.sw.golden", "mcf.sw.driver", "mcf.sw.mars",
                   "mcf.sw.commands"),
+    # the PS runtime: golden model (quantization), MARS, driver; backends come in as factories
+    "sw/runtime": ("mcf.hw", "mcf.sim", "mcf.boards", "mcf.sw.commands"),
     "sim": ("mcf.boards",),
 }
 for _folder in PACKAGE:          # no package code imports the tests

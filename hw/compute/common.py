@@ -15,10 +15,10 @@ class MemWriteSignature(wiring.Signature):
 
 
 class AttentionState(enum.Enum, shape=2):
-    """The attention unit: idle -> keys (pass 1) -> values (pass 2) -> output rows."""
+    """The attention unit: idle -> a pass over keys -> its pipeline drains; or idle -> output rows."""
     IDLE = 0
-    KEYS = 1
-    VALS = 2
+    PASS = 1
+    DRAIN = 2
     OUT = 3
 
 

@@ -1,9 +1,8 @@
-"""The compute engine of one node as one block: matrix unit, vector unit, attention unit (with
-its local replica directory) and KV block writer side by side, each with its own ports
-(``matrix__*``, ``vector__*``, ``attention__*``, ``kv__*``).  The sequencing between them
-(which the RTL decoder-layer run, ``mcf.sim.compute.layer``, does from Python today) is the
-descriptor-driven controller still to be written; this block exists so that ``mcf synth
-compute`` and the lint see the whole engine at a given array size.  The sizes come from a
+"""The compute units of one node as one block: matrix unit, vector unit, attention unit and KV
+block writer side by side, each with its own ports (``matrix__*``, ``vector__*``,
+``attention__*``, ``kv__*``), so that ``mcf synth compute`` and the lint see the units alone at a
+given array size.  The node runs them inside the execute unit (``mcf.hw.compute.exec``: SPAD,
+movers, one instruction at a time).  The sizes come from a
 ``mcf.spec.node.NodeConfig`` (MAC array, tokens per pass, lanes, attention rows and keys,
 head_dim); the registry builds the engine of ``NodeConfig.tiny()`` (head_dim 16, GQA group 2),
 and the matrix array is the parameter that scales (``-p mac_rows=16 -p mac_lanes=16``)."""
@@ -19,6 +18,7 @@ from mcf.hw.compute.matrix import MatrixUnit
 from mcf.hw.compute.vector import VectorUnit
 from mcf.hw.registry import block
 from mcf.spec.node import NodeConfig
+from mcf.spec.params import Range
 
 
 class ComputeEngine(wiring.Component):
@@ -54,6 +54,7 @@ class ComputeEngine(wiring.Component):
        variants=({"mac_rows": 16, "mac_lanes": 16},),
        **NodeConfig.tiny().fields_of("mac_rows", "mac_lanes", "max_tokens", "head_dim", "att_rows", "max_keys",
                                      "kv_lanes", "vec_lanes"),
-       max_inputs=128, max_tiles=32, vector_n=128)
+       max_inputs=128, max_tiles=32, vector_n=128,
+       ranges={"head_dim": Range(1, 256), "max_inputs": Range(1, 1 << 16), "max_tiles": Range(1, 1 << 16), "vector_n": Range(1, 1 << 16)})
 def _engine(max_inputs, max_tiles, vector_n, **fields):
     return ComputeEngine(NodeConfig.tiny(**fields), max_inputs, max_tiles, vector_n)

@@ -24,6 +24,7 @@ from amaranth.utils import ceil_log2
 from mcf.hw.arith import abs_, bitlen, rshr_pos, sat, write_indexed
 from mcf.hw.compute.common import KVWriterState
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 from mcf.spec import fixed as fx
 from mcf.spec.fixed import EXP_BITS, KV_A_BITS, MANT_BITS, W_BITS
 
@@ -118,6 +119,7 @@ class KVWriter(wiring.Component):
 
 
 @block("compute_kv_writer", "BFP16 K/V rows -> INT4 KV blocks with per-block scale",
-       variants=({"head_dim": 128, "lanes": 16},), head_dim=16, lanes=4)
+       variants=({"head_dim": 128, "lanes": 16},), head_dim=16, lanes=4,
+       ranges={"head_dim": Range(1, 1024), "lanes": Range(1, 256)})
 def _kv_writer(head_dim, lanes):
     return KVWriter(head_dim, lanes)

@@ -41,6 +41,7 @@ from mcf.hw.arith import log2_exact, rshr, sat, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, SCALE_BITS, W_BITS, X_FRAC
 
 PACK_SHIFT = 22     # packed products: the high row's weight sits 22 bits up
@@ -68,6 +69,9 @@ class MatrixUnit(wiring.Component):
             raise ValueError(f"mac_rows={rows}: must be >= 1")
         if max_inputs % lanes:
             raise ValueError(f"mac_lanes={lanes} does not divide max_inputs={max_inputs}")
+        if rows * lanes * W_BITS < 32:
+            raise ValueError(f"mac_rows x mac_lanes = {rows} x {lanes}: the weight stream "
+                             f"({rows * lanes * W_BITS} bits) must be at least 32 bits wide")
         if packed and rows % 2:
             raise ValueError(f"mac_rows={rows}: packed products need an even number of rows")
         self.mac_rows, self.mac_lanes, self.max_tokens, self.packed = rows, lanes, max_tokens, bool(packed)
@@ -269,6 +273,9 @@ class MatrixUnit(wiring.Component):
 
 @block("compute_matrix", "INT4 x BFP16 GEMM (MAC array mac_rows x mac_lanes) -> X32",
        variants=({"mac_rows": 8, "mac_lanes": 16}, {"packed": 0}), mac_rows=4, mac_lanes=8, max_tokens=8,
-       max_inputs=256, max_tiles=64, packed=1)
+       max_inputs=256, max_tiles=64, packed=1,
+       ranges={"mac_rows": Range(1, 256), "mac_lanes": Range(1, 256, pow2=True),
+               "max_tokens": Range(1, 256, pow2=True), "max_inputs": Range(1, 1 << 16),
+               "max_tiles": Range(1, 1 << 16), "packed": Range(0, 1)})
 def _matrix(mac_rows, mac_lanes, max_tokens, max_inputs, max_tiles, packed):
     return MatrixUnit(mac_rows, mac_lanes, max_tokens, max_inputs, max_tiles, packed=bool(packed))

@@ -28,6 +28,7 @@ from amaranth.lib.wiring import In, Out
 from mcf.hw.arith import abs_, bitlen, log2_exact, rshr, rshr_pos, sat
 from mcf.hw.compute.common import VectorState
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 from mcf.spec import fixed as fx
 from mcf.spec.fixed import EXP_BITS
 from mcf.spec.isa import VecOp   # the VEC operations: one definition, the instruction set's
@@ -265,6 +266,7 @@ class VectorUnit(wiring.Component):
 
 
 @block("compute_vector", "RMSNorm, RoPE, SiLU, BFP multiply / normalize, residual (lanes per cycle)",
-       variants=({"lanes": 8},), max_n=128, lanes=1)
+       variants=({"lanes": 8},), max_n=128, lanes=1,
+       ranges={"max_n": Range(1, 1 << 16), "lanes": Range(1, 256, pow2=True)})
 def _vector(max_n, lanes):
     return VectorUnit(max_n, lanes)

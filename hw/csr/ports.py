@@ -4,8 +4,9 @@ from __future__ import annotations
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from mcf.spec.packet import ROUTE_ID_BITS
-from mcf.spec.regmap import DATA_BITS
+from mcf.spec.eth import MAC_BITS, MAC_TABLE_ENTRIES, SEQ_BITS
+from mcf.spec.packet import NODE_BITS, ROUTE_ID_BITS
+from mcf.spec.regmap import ADDR_BITS, DATA_BITS, LinkStatus
 
 
 class RouteTablePort(wiring.Signature):
@@ -33,3 +34,65 @@ class RouteTablePort(wiring.Signature):
 
     def __repr__(self):
         return "RouteTablePort()"
+
+
+class EthControlPort(wiring.Signature):
+    """The register block's side (``Out``) of a 10GBASE-R port (``mcf.hw.eth``), in the node's
+    clock domain.
+
+    A ``mac_w_en`` pulse stores ``mac_data`` (48-bit address, first byte on the wire in bits
+    47:40) at ``mac_index`` of the port's MAC table; ``node_id`` (NODE_ID) picks the source
+    address.  ``status`` holds the ``LinkStatus`` bits;
+    ``seq_missing`` is the number of frames a link sequence gap just skipped (0 on other
+    cycles), added to ETH_SEQ_GAPS; ``resync`` (CONTROL.clear_counters) makes the next
+    received frame's link sequence number the new reference.  Error events reach the register block on its ``errors``
+    input like every other cause.
+    """
+
+    def __init__(self):
+        super().__init__({
+            "mac_w_en": Out(1),
+            "mac_index": Out(range(MAC_TABLE_ENTRIES)),
+            "mac_data": Out(MAC_BITS),
+            "resync": Out(1),
+            "node_id": Out(NODE_BITS),
+            "status": In(len(LinkStatus)),
+            "seq_missing": In(SEQ_BITS),
+        })
+
+    def __eq__(self, other):
+        return isinstance(other, EthControlPort)
+
+    def __hash__(self):
+        return hash(type(self))
+
+    def __repr__(self):
+        return "EthControlPort()"
+
+
+class RegisterBusSignature(wiring.Signature):
+    """Registers that another block implements (the sequencer's window), from the register
+    block's side (``Out``).  ``addr`` is the register's word index (byte offset / 4).  A
+    ``w_en`` pulse writes ``w_data`` under the byte mask ``w_strb``; an ``r_en`` pulse asks for
+    a read, answered by one ``r_valid`` pulse with ``r_data`` one or more cycles later."""
+
+    def __init__(self):
+        super().__init__({
+            "w_addr": Out(ADDR_BITS - 2),
+            "w_en": Out(1),
+            "w_data": Out(DATA_BITS),
+            "w_strb": Out(DATA_BITS // 8),
+            "r_addr": Out(ADDR_BITS - 2),
+            "r_en": Out(1),
+            "r_valid": In(1),
+            "r_data": In(DATA_BITS),
+        })
+
+    def __eq__(self, other):
+        return isinstance(other, RegisterBusSignature)
+
+    def __hash__(self):
+        return hash(type(self))
+
+    def __repr__(self):
+        return "RegisterBusSignature()"

@@ -6,6 +6,9 @@ is chosen by its access kind (RW storage, RO source, W1C, W1P) and, for the few 
 effects, by its name.  An RO register without a source is an elaboration error, so the
 table and the hardware cannot drift apart.
 
+The ETH_* registers face a 10GBASE-R port through ``eth`` (``EthControlPort``): the MAC
+table writes leave on it, the link status and sequence gaps come in.
+
 Protocol: one write and one read in flight (AW and W are accepted in either order and held
 until the response is taken).  Addresses decode on 32-bit words (AWADDR/ARADDR bits 1:0 are
 ignored).  Unmapped addresses and writes to RO registers answer SLVERR (the write has no
@@ -20,12 +23,15 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.arith import log2_exact
 from mcf.hw.axi.lite import AXI4LiteSignature, Resp
-from mcf.hw.csr.ports import RouteTablePort
+from mcf.hw.csr.ports import EthControlPort, RegisterBusSignature, RouteTablePort
 from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
 from mcf.hw.registry import block
+from mcf.spec.node import RANGES as NODE_RANGES
+from mcf.spec.params import Range
 from mcf.spec import DMA_DESCRIPTOR, REGISTERS, Access, DmaDir, ErrorCause, Irq
 from mcf.spec.packet import HEADER_BITS, NODE_BITS
-from mcf.spec.regmap import ADDR_BITS, DATA_BITS, DESC_WORDS, DMA_TAG_BITS, META_WORDS
+from mcf.spec.regmap import (ADDR_BITS, DATA_BITS, DESC_WORDS, DMA_ADDR_BITS, DMA_TAG_BITS, META_WORDS,
+                             SEQ_WINDOW)
 
 #: Fields that read back as 0 and act for one cycle when written with 1.
 SELF_CLEARING = {"CONTROL": ("clear_counters",)}
@@ -47,18 +53,25 @@ class ControlRegisters(wiring.Component):
 
     * ``s_axil`` — AXI4-Lite slave, ``mcf.spec.regmap`` layout.
     * ``route`` — the NIC's route table (ROUTE_INDEX / ROUTE_DATA).
+    * ``eth`` — the 10GBASE-R port: MAC table writes out, link status and sequence gaps in.
     * ``errors`` — one increment strobe per ``ErrorCause`` (bit i = one event of cause i).
     * ``meta`` — Meta headers pushed through META_W0..3 + META_PUSH (to the packetizer).
     * ``desc`` — DMA descriptors that passed validation (to the DMA engines).
     * ``node_id``, ``num_nodes``, ``enable``, ``irq`` — configuration and the interrupt line.
     * ``busy``, ``desc_done`` + ``desc_done_tag``, ``rx_packet`` — status inputs.
 
+    * ``window_base``, ``window_size`` — the DMA window (the interconnect's firewall).
+    * with ``seq=True``: ``seq_regs`` — the registers of the sequencer's window
+      (``SEQ_WINDOW``), implemented by the sequencer; ``irq_events`` — further interrupt
+      events (bit i sets IRQ_STATUS bit i).  Without, that window answers SLVERR.
+
     Both queues hold their entries while CONTROL.enable is 0.
     """
 
     def __init__(self, meta_queue_depth: int = 16, desc_queue_depth: int = 16, data_bytes: int = 8,
                  net_ports: int = 2, dma_bus_bytes: int = 16, dma_buffers: int = 2,
-                 dma_buffer_bytes: int = 4096):
+                 dma_buffer_bytes: int = 4096, seq: bool = False):
+        self.seq = seq
         self.meta_queue_log2 = log2_exact(meta_queue_depth, "meta_queue_depth")
         self.desc_queue_log2 = log2_exact(desc_queue_depth, "desc_queue_depth")
         self.dma_bus_log2 = log2_exact(dma_bus_bytes, "dma_bus_bytes")
@@ -72,6 +85,7 @@ class ControlRegisters(wiring.Component):
         super().__init__({
             "s_axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)),
             "route": Out(RouteTablePort()),
+            "eth": Out(EthControlPort()),
             "errors": In(len(ErrorCause)),
             "meta": Out(stream.Signature(MetaLayout)),
             "desc": Out(stream.Signature(DmaDescriptorLayout)),
@@ -83,7 +97,14 @@ class ControlRegisters(wiring.Component):
             "desc_done": In(1),
             "desc_done_tag": In(DMA_TAG_BITS),
             "rx_packet": In(1),
+            "window_base": Out(DMA_ADDR_BITS),
+            "window_size": Out(DMA_ADDR_BITS),
+            **({"seq_regs": Out(RegisterBusSignature()), "irq_events": In(len(Irq))} if seq else {}),
         })
+
+    def registers(self):
+        """The registers this block decodes (the sequencer's window only with ``seq``)."""
+        return [r for r in REGISTERS if self.seq or r.offset not in SEQ_WINDOW]
 
     def elaborate(self, platform):
         m = Module()
@@ -91,8 +112,11 @@ class ControlRegisters(wiring.Component):
         word_bits = ADDR_BITS - 2
 
         # --- storage: RW and W1C registers --------------------------------------------------
+        regs = self.registers()
+        external = {r.name for r in regs if r.offset in SEQ_WINDOW}
         store = {r.name: Signal(DATA_BITS, init=r.reset, name=f"r_{r.name.lower()}")
-                 for r in REGISTERS if r.access in (Access.RW, Access.W1C) and r.name != "ROUTE_DATA"}
+                 for r in regs if r.access in (Access.RW, Access.W1C) and r.name != "ROUTE_DATA"
+                 and r.name not in external}
 
         def fld(reg_name, field_name):
             f = REGISTERS[reg_name].field(field_name)
@@ -164,7 +188,9 @@ class ControlRegisters(wiring.Component):
         written = Signal(DATA_BITS)   # the strobed bits of the write data
         m.d.comb += written.eq(w_data & byte_mask)
         pulse = {r.name: Signal(DATA_BITS, name=f"p_{r.name.lower()}")
-                 for r in REGISTERS if r.access in (Access.W1P, Access.WO)}
+                 for r in regs if r.access in (Access.W1P, Access.WO) and r.name not in external}
+        subtract = {r.name: Signal(DATA_BITS, name=f"sub_{r.name.lower()}")
+                    for r in regs if r.access is Access.RSUB and r.name not in external}
 
         # Self-clearing fields drop after one cycle (the write below overrides this).
         for reg_name, names in SELF_CLEARING.items():
@@ -176,10 +202,12 @@ class ControlRegisters(wiring.Component):
             m.d.sync += [aw_held.eq(0), w_held.eq(0), bvalid.eq(1),
                          bresp.eq(Mux(w_ok, Resp.OKAY, Resp.SLVERR))]
             with m.Switch(aw_addr[2:]):
-                for r in REGISTERS:
+                for r in regs:
                     with m.Case(r.offset >> 2):
                         if r.access is Access.RO:
                             pass
+                        elif r.name in external:
+                            m.d.comb += [w_ok.eq(1), self.seq_regs.w_en.eq(1)]
                         elif r.name == "ROUTE_DATA":
                             m.d.comb += [w_ok.eq(1), self.route.w_en.eq(1)]
                         elif r.access is Access.RW:
@@ -188,9 +216,13 @@ class ControlRegisters(wiring.Component):
                             m.d.sync += s.eq(((s & ~byte_mask) | written) & r.mask)
                         elif r.access is Access.W1C:
                             m.d.comb += w_ok.eq(1)   # the clear itself is applied with the sets below
+                        elif r.access is Access.RSUB:
+                            m.d.comb += [w_ok.eq(1), subtract[r.name].eq(written)]
                         else:
                             m.d.comb += [w_ok.eq(1), pulse[r.name].eq(written & r.mask)]
         m.d.comb += [self.route.addr.eq(fld("ROUTE_INDEX", "index")), self.route.w_data.eq(w_data)]
+        if self.seq:
+            m.d.comb += [self.seq_regs.w_data.eq(w_data), self.seq_regs.w_strb.eq(w_strb)]
 
         w1c_clear = {r.name: Signal(DATA_BITS, name=f"c_{r.name.lower()}")
                      for r in REGISTERS if r.access is Access.W1C}
@@ -227,14 +259,37 @@ class ControlRegisters(wiring.Component):
             irq_set[Irq.ERROR].eq(events.any()),
             irq_set[Irq.RX_PACKET].eq(self.rx_packet),
         ]
+        irq_any = irq_set | (self.irq_events if self.seq else 0)
         irq_status = store["IRQ_STATUS"]
-        m.d.sync += irq_status.eq(((irq_status & ~w1c_clear["IRQ_STATUS"]) | irq_set) & REGISTERS["IRQ_STATUS"].mask)
+        m.d.sync += irq_status.eq(((irq_status & ~w1c_clear["IRQ_STATUS"]) | irq_any) & REGISTERS["IRQ_STATUS"].mask)
         m.d.sync += self.irq.eq((irq_status & store["IRQ_ENABLE"]).any())
 
         done_count = Signal(REGISTERS["DESC_DONE"].field("count").width)
         done_tag = Signal(DMA_TAG_BITS)
         with m.If(self.desc_done):
             m.d.sync += [done_count.eq(done_count + 1), done_tag.eq(self.desc_done_tag)]
+
+        # --- RSUB counters: add events, subtract what the PS writes (both saturating) ---------
+        rsub_events = {"ETH_SEQ_GAPS": self.eth.seq_missing}
+        rsub = {}
+        for name, sub in subtract.items():
+            cnt = rsub[name] = Signal(DATA_BITS, name=f"cnt_{name.lower()}")
+            left = Signal(DATA_BITS, name=f"left_{name.lower()}")
+            total = Signal(DATA_BITS + 1, name=f"total_{name.lower()}")
+            m.d.comb += [left.eq(Mux(sub > cnt, 0, cnt - sub)), total.eq(left + rsub_events[name])]
+            with m.If(clear_counters):
+                m.d.sync += cnt.eq(0)
+            with m.Else():
+                m.d.sync += cnt.eq(Mux(total[DATA_BITS], (1 << DATA_BITS) - 1, total[:DATA_BITS]))
+
+        # --- 10GBASE-R port: MAC table writes --------------------------------------------------
+        m.d.comb += [
+            self.eth.mac_w_en.eq(pulse["ETH_MAC_WRITE"][0]),
+            self.eth.mac_index.eq(fld("ETH_MAC_INDEX", "index")),
+            self.eth.mac_data.eq(Cat(store["ETH_MAC_LO"], fld("ETH_MAC_HI", "mac_hi"))),
+            self.eth.resync.eq(clear_counters),
+            self.eth.node_id.eq(fld("NODE_ID", "node_id")),
+        ]
 
         # --- read sources of the RO registers ----------------------------------------------
         status, status_parts = _compose(
@@ -253,10 +308,11 @@ class ControlRegisters(wiring.Component):
             "CAPS": Const(self.caps, DATA_BITS),
             "DMA_CAPS": Const(self.dma_caps, DATA_BITS),
             "STATUS": status, "META_LEVEL": meta_level, "DESC_LEVEL": desc_level, "DESC_DONE": desc_done,
+            "ETH_STATUS": self.eth.status,
             **{f"ERR_{c.name}": cnt for c, cnt in counters.items()},
         }
-        for r in REGISTERS:
-            if r.access is Access.RO and r.name not in ro:
+        for r in regs:
+            if r.access is Access.RO and r.name not in ro and r.name not in external:
                 raise NotImplementedError(f"register {r.name} (RO) has no source in ControlRegisters")
 
         # --- read channel: decode one cycle after AR, ROUTE_DATA waits for the table -------------
@@ -273,14 +329,20 @@ class ControlRegisters(wiring.Component):
                 m.d.sync += [rvalid.eq(1), rresp.eq(Resp.SLVERR), rdata.eq(0)]
                 m.next = "RESP"
                 with m.Switch(ar_addr):
-                    for r in REGISTERS:
+                    for r in regs:
                         with m.Case(r.offset >> 2):
-                            if r.name == "ROUTE_DATA":
+                            if r.name in external:
+                                m.d.comb += self.seq_regs.r_en.eq(1)
+                                m.d.sync += rvalid.eq(0)
+                                m.next = "EXTERNAL"
+                            elif r.name == "ROUTE_DATA":
                                 m.d.comb += self.route.r_en.eq(1)
                                 m.d.sync += rvalid.eq(0)
                                 m.next = "ROUTE"
                             elif r.access is Access.RO:
                                 m.d.sync += [rresp.eq(Resp.OKAY), rdata.eq(ro[r.name])]
+                            elif r.access is Access.RSUB:
+                                m.d.sync += [rresp.eq(Resp.OKAY), rdata.eq(rsub[r.name])]
                             elif r.name in store:
                                 m.d.sync += [rresp.eq(Resp.OKAY), rdata.eq(store[r.name])]
                             else:   # W1P / WO read as 0
@@ -288,12 +350,20 @@ class ControlRegisters(wiring.Component):
             with m.State("ROUTE"):
                 m.d.sync += [rvalid.eq(1), rresp.eq(Resp.OKAY), rdata.eq(self.route.r_data)]
                 m.next = "RESP"
+            if self.seq:
+                with m.State("EXTERNAL"):
+                    with m.If(self.seq_regs.r_valid):
+                        m.d.sync += [rvalid.eq(1), rresp.eq(Resp.OKAY), rdata.eq(self.seq_regs.r_data)]
+                        m.next = "RESP"
             with m.State("RESP"):
                 with m.If(bus.rready):
                     m.d.sync += rvalid.eq(0)
                     m.next = "IDLE"
 
+        if self.seq:
+            m.d.comb += [self.seq_regs.w_addr.eq(aw_addr[2:]), self.seq_regs.r_addr.eq(ar_addr)]
         m.d.comb += [
+            self.window_base.eq(base), self.window_size.eq(size),
             self.enable.eq(enable),
             self.node_id.eq(fld("NODE_ID", "node_id")),
             self.num_nodes.eq(fld("NUM_NODES", "num_nodes")),
@@ -304,6 +374,8 @@ class ControlRegisters(wiring.Component):
 @block("csr", "AXI4-Lite control/status registers, route-table port, metadata and DMA queues",
        variants=({"meta_queue_depth": 4, "desc_queue_depth": 4, "dma_bus_bytes": 8},),
        meta_queue_depth=16, desc_queue_depth=16, data_bytes=8, net_ports=2, dma_bus_bytes=16,
-       dma_buffers=2, dma_buffer_bytes=4096)
+       dma_buffers=2, dma_buffer_bytes=4096,
+       ranges={"data_bytes": Range(4, 128, pow2=True), "dma_bus_bytes": Range(4, 128, pow2=True),
+               "dma_buffers": NODE_RANGES["buffers"], "dma_buffer_bytes": NODE_RANGES["buffer_bytes"]})
 def _csr(**params):
     return ControlRegisters(**params)

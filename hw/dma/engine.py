@@ -9,11 +9,11 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.csr import ControlRegisters, RouteTablePort
+from mcf.hw.csr import ControlRegisters, EthControlPort, RouteTablePort
 from mcf.hw.dma.loader import DmaLoader
 from mcf.hw.dma.writer import DmaWriter
 from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
-from mcf.hw.registry import block
+from mcf.hw.registry import ADDR_WIDTH, block
 from mcf.spec import DmaDir, ErrorCause
 from mcf.spec.node import NodeConfig
 from mcf.spec.packet import NODE_BITS
@@ -96,7 +96,8 @@ class DmaEngine(wiring.Component):
 class ControlAndDma(wiring.Component):
     """``ControlRegisters`` + ``DmaEngine`` of a ``NodeConfig``: the PS writes descriptors over ``s_axil``; the
     engine moves data over ``m_axi``.  The NIC-facing ports of the register block (route
-    table, metadata queue, its error strobes and ``rx_packet``) pass through."""
+    table, metadata queue, its error strobes and ``rx_packet``) and its 10GBASE-R port
+    interface (``eth``) pass through."""
 
     def __init__(self, config: NodeConfig = NodeConfig()):
         self.config = config
@@ -112,6 +113,7 @@ class ControlAndDma(wiring.Component):
             "o": Out(AXIStreamSignature(data_width)),
             "i": In(AXIStreamSignature(data_width)),
             "route": Out(RouteTablePort()),
+            "eth": Out(EthControlPort()),
             "meta": Out(stream.Signature(MetaLayout)),
             "net_errors": In(len(ErrorCause)),
             "rx_packet": In(1),
@@ -130,6 +132,7 @@ class ControlAndDma(wiring.Component):
         wiring.connect(m, wiring.flipped(self.o), dma.o)
         wiring.connect(m, wiring.flipped(self.i), dma.i)
         wiring.connect(m, wiring.flipped(self.route), csr.route)
+        wiring.connect(m, wiring.flipped(self.eth), csr.eth)
         wiring.connect(m, wiring.flipped(self.meta), csr.meta)
         wiring.connect(m, csr.desc, dma.desc)
         m.d.comb += [
@@ -144,7 +147,7 @@ class ControlAndDma(wiring.Component):
 
 @block("dma", "DMA engine: ping-pong loader + writer on one AXI4 master",
        variants=({"data_width": 64, "buffer_bytes": 1024},),
-       data_width=128, addr_width=40, buffer_bytes=4096, buffers=2)
+       data_width=128, addr_width=40, buffer_bytes=4096, buffers=2, ranges={"addr_width": ADDR_WIDTH})
 def _engine(**params):
     return DmaEngine(**params)
 

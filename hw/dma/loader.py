@@ -26,7 +26,7 @@ from mcf.hw.axi.lite import Resp
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, burst_beats
 from mcf.hw.layouts import DmaDescriptorLayout
-from mcf.hw.registry import block
+from mcf.hw.registry import ADDR_WIDTH, OUTSTANDING, block
 from mcf.spec.regmap import DMA_TAG_BITS
 
 
@@ -174,6 +174,7 @@ class DmaLoader(wiring.Component):
 
 @block("dma_loader", "Ping-pong DMA loader: AXI4 read bursts -> two buffers -> AXI-Stream",
        variants=({"data_width": 64, "buffer_bytes": 1024},),
-       data_width=128, addr_width=40, buffer_bytes=4096, buffers=2, max_outstanding=4)
+       data_width=128, addr_width=40, buffer_bytes=4096, buffers=2, max_outstanding=4,
+       ranges={"addr_width": ADDR_WIDTH, "max_outstanding": OUTSTANDING})
 def _loader(**params):
     return DmaLoader(**params)

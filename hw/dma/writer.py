@@ -22,7 +22,7 @@ from mcf.hw.axi.lite import Resp
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, burst_beats
 from mcf.hw.layouts import DmaDescriptorLayout
-from mcf.hw.registry import block
+from mcf.hw.registry import ADDR_WIDTH, OUTSTANDING, block
 from mcf.spec.regmap import DMA_TAG_BITS
 
 
@@ -130,6 +130,7 @@ class DmaWriter(wiring.Component):
 
 
 @block("dma_writer", "DMA writer: AXI-Stream -> AXI4 write bursts with WSTRB",
-       variants=({"data_width": 64},), data_width=128, addr_width=40, max_outstanding=4)
+       variants=({"data_width": 64},), data_width=128, addr_width=40, max_outstanding=4,
+       ranges={"addr_width": ADDR_WIDTH, "max_outstanding": OUTSTANDING})
 def _writer(**params):
     return DmaWriter(**params)

@@ -27,6 +27,8 @@ from mcf.hw.nic.ingress import N_CAUSES, IngressPort
 from mcf.hw.nic.reduce import ReduceEngine, same_key
 from mcf.hw.packet.header import HeaderDeserializer
 from mcf.hw.registry import block
+from mcf.spec.node import RANGES as NODE_RANGES
+from mcf.spec.params import Range
 
 
 class Nic(wiring.Component):
@@ -183,6 +185,8 @@ class Nic(wiring.Component):
 @block("nic", "metadata-driven NIC: P network ports + local port, route table, multicast, reduction",
        variants=({"data_width": 128},), data_width=64, net_ports=3, buffer_depth=256,
        desc_depth=16, route_entries=spec.ROUTE_TABLE_ENTRIES, reduce_slots=4, reduce_beats=128,
-       softmax_fan_in=4, state_words=130)
+       softmax_fan_in=4, state_words=130,
+       ranges={"net_ports": Range(1, spec.ROUTE_ENTRY["port_mask"].width), "buffer_depth": NODE_RANGES["nic_buffer_depth"],
+               "desc_depth": NODE_RANGES["nic_desc_depth"], "state_words": Range(3, 1026)})
 def _nic(**params):
     return Nic(**params)

@@ -15,6 +15,7 @@ from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.layouts import MetaLayout
 from mcf.hw.packet.header import HeaderSerializer
 from mcf.hw.registry import block
+from mcf.spec.params import Range
 
 
 class Packetizer(wiring.Component):
@@ -73,6 +74,7 @@ class Packetizer(wiring.Component):
 
 
 @block("packetizer", "payload FIFO + metadata FIFO -> {Meta, Payload} AXI-Stream packets",
-       variants=({"data_width": 128},), data_width=64, payload_depth=512, meta_depth=16)
+       variants=({"data_width": 128},), data_width=64, payload_depth=512, meta_depth=16,
+       ranges={"meta_depth": Range(2, 4096, pow2=True)})
 def _packetizer(data_width, payload_depth, meta_depth):
     return Packetizer(data_width, payload_depth, meta_depth)

@@ -3,11 +3,19 @@ simulation, every stream always ready), and cycles per decoder layer from the un
 costs (``mcf.sim.compute.cost``, each checked against simulation) for the tiny model and
 scaled to Qwen2.5-1.5B.
 
+``exec_layer`` (skip with ``--no-layer``): one decoder layer of the tiny model run as an EX
+program on the execute unit of the tiny node (RTL, cocotb + Icarus, AxiRam as DDR without
+pauses; the bench of ``tests/hw/compute/exec/test_unit.py``): a prefill chunk of 8 tokens, then
+one decode token.  Measured from the unit's strobes: cycles per instruction kind, MAC beats
+(MACs = beats x rows x lanes), MAC utilization = MAC beats / cycles of the whole layer (and
+of its GEMMs alone), cycles the running mover waited for DDR data.
+
 Utilization = cycles issuing a weight beat x token / cycles from the first issue to the last;
 peak is rows x lanes MACs per cycle.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 from pathlib import Path
@@ -16,6 +24,8 @@ from mcf.spec.node import NodeConfig
 
 #: The matrix unit's steady-state bench (module, coroutine), beside the unit's tests.
 UTILIZATION_BENCH = ("tests.hw.compute.test_matrix", "run_utilization")
+#: The execute unit's decoder-layer bench (module, coroutine).
+LAYER_BENCH = ("tests.hw.compute.exec.test_unit", "run_layer")
 
 NAME = "compute"
 HELP = "compute engine: MAC utilization (RTL sim), MACs/cycle, cycles per decoder layer"
@@ -35,6 +45,42 @@ def add_arguments(p) -> None:
     p.add_argument("--model", default="tiny", help="model preset for cycles_per_layer (default: %(default)s)")
     p.add_argument("--chunk", type=int, default=8, help="prefill chunk (tokens) for cycles_per_layer (default: %(default)s)")
     p.add_argument("--context", type=int, default=4096, help="decode context (keys) for the Qwen2.5-1.5B figure (default: %(default)s)")
+    p.add_argument("--layer", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run one tiny-model decoder layer on the execute unit (RTL, ~1-2 min) (default: on)")
+
+
+def layer_figures(report: dict, node: NodeConfig) -> dict:
+    """The execute unit's layer run (``run_layer``'s report: per "prefill:OP" / "decode:OP"
+    counts, cycles and strobe counts) -> figures per phase."""
+    out = {"array": f"{node.mac_rows}x{node.mac_lanes}", "vec_lanes": node.vec_lanes, "data_width": node.data_width}
+    for phase in ("prefill", "decode"):
+        kinds = {k.split(":", 1)[1]: v for k, v in report["per_kind"].items() if k.startswith(phase + ":")}
+        cycles = sum(v["cycles"] for v in kinds.values())
+        macs = sum(v["mac_beats"] for v in kinds.values())
+        gemm = kinds.get("GEMM", {}).get("busy_gemm", 0)
+        out[phase] = {
+            "cycles": cycles,
+            "instructions": sum(v["count"] for v in kinds.values()),
+            "mac_beats": macs,
+            "mac_utilization": round(macs / cycles, 4) if cycles else 0.0,
+            "gemm_mac_utilization": round(macs / gemm, 4) if gemm else 0.0,
+            "stall_ex_ddr_cycles": sum(v["stall_ex_ddr"] for v in kinds.values()),
+            "cycles_per_instruction": {op: round(v["cycles"] / v["count"], 1) for op, v in sorted(kinds.items())},
+            "cycles_by_kind": {op: v["cycles"] for op, v in sorted(kinds.items())},
+        }
+    return out
+
+
+def run_layer(node: NodeConfig | None = None, pause: float = 0.0, seed: int = 1) -> dict:
+    """One tiny-model layer on the execute unit (RTL) -> ``layer_figures``."""
+    from mcf.hw.compute.exec.unit import ExecUnit
+    from mcf.sim.runner import run_cocotb
+    node = node if node is not None else NodeConfig.tiny()
+    with tempfile.TemporaryDirectory(prefix="mcf-bench-exec-") as tmp:
+        report = Path(tmp) / "layer.json"
+        run_cocotb(ExecUnit(node), LAYER_BENCH[0], Path(tmp) / "build", testcase=LAYER_BENCH[1],
+                   params={"seed": seed, "pause": pause, "report": str(report)})
+        return layer_figures(json.loads(report.read_text()), node)
 
 
 def run(args) -> dict:
@@ -86,4 +132,5 @@ def run(args) -> dict:
         "formula": cost.FORMULA,
         # what the cluster model's profile (sw/mars/profiles/kr260.yaml) should take
         "calibration": {"mac_rows": rows, "mac_lanes": lanes, "compute_efficiency": round(util, 4)},
+        **({"exec_layer": run_layer()} if args.layer else {}),
     }

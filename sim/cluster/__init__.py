@@ -112,7 +112,7 @@ def run(model, seq: int, nodes: int, scheme: str = "mars", profile="kr260", *,
         chunk_kv: str = "plan", decode: str | None = "kv-stationary", plan=None,
         programs: bool = False, ring_forward: str = "store") -> SimRun:
     """Plan (unless ``plan`` is given) and simulate.  ``programs=True`` executes the lowered
-    per-node programs (``mcf.sw.mars.lower.lower``: the Meta descriptors each node pushes)
+    per-node programs (``mcf.sw.mars.metaprog.lower``: the Meta descriptors each node pushes)
     instead of walking the plan's steps; the compute of each step comes from the plan either way."""
     t0 = time.perf_counter()
     if plan is None:
@@ -120,7 +120,7 @@ def run(model, seq: int, nodes: int, scheme: str = "mars", profile="kr260", *,
                          topology=topology, link_gbps=link_gbps, alpha=alpha)
     progs = None
     if programs:
-        from mcf.sw.mars.lower import lower
+        from mcf.sw.mars.metaprog import lower
         progs = lower(plan)
     sim = PrefillSim(plan, packet_payload=packet_payload, lookahead=lookahead, chunk_kv=chunk_kv,
                      programs=progs, ring_forward=ring_forward)

@@ -248,7 +248,7 @@ class PrefillSim:
                                                   float(p.block_bytes[b]), int(tok[b]), (b,)))
 
     def _build_from_programs(self, tok, hist):
-        """Messages from the lowered per-node programs (``mcf.sw.mars.lower``): every prefill
+        """Messages from the lowered per-node Meta/DMA programs (``mcf.sw.mars.metaprog``): every prefill
         KV_REPLICA / KV_FETCH Meta a node pushes, summed over the layers of a step per
         (source, route): the route's destinations are the nodes whose route-table entry for it
         delivers locally.  A KV_FETCH whose destinations compute nothing is the pd hand-off."""

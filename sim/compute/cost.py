@@ -43,8 +43,9 @@ def kv_writer_cycles(d: int, lanes: int) -> int:
 
 
 def attention_cycles(keys: int, rows: int, d: int, final: bool = True) -> int:
-    """cmd + pass 1 (keys + 2) + pass 2 (keys + 4) + output (rows x (d + 1) final, d + 2 state)."""
-    return 1 + (keys + 2) + (keys + 4) + rows * (d + 1 if final else d + 2)
+    """MAX pass and APPLY pass (cmd + keys + 4 until idle again, each) + emit (cmd + rows x
+    (d + 1) final, d + 2 state)."""
+    return 2 * (keys + 5) + 1 + rows * (d + 1 if final else d + 2)
 
 
 def layer_cycles(cfg, tokens: int, context: int, node: NodeConfig = NodeConfig(),
@@ -81,7 +82,7 @@ def layer_cycles(cfg, tokens: int, context: int, node: NodeConfig = NodeConfig()
 FORMULA = ("cycles/layer ~= T * P_layer / (mac_rows * mac_lanes * util)  [GEMM, P_layer = weights per layer]"
            " + T * (10 h + 7 inter + (4 Hq + 3 Hkv) * 3 d + 3 Hq d) / vec_lanes  [vector]"
            " + 2 T Hkv (2 d / kv_lanes + 1)  [KV writer]"
-           " + Hkv * ceil(T / (att_rows / group)) * (2 S + att_rows (d + 1) + 7)  [attention]")
+           " + Hkv * ceil(T / (att_rows / group)) * (2 S + att_rows (d + 1) + 11)  [attention]")
 
 
 def matrix_for(node: NodeConfig, max_inputs: int = 256, max_tiles: int = 64) -> MatrixUnit:

@@ -1,11 +1,11 @@
 """Drive the compute units in the Amaranth simulator: jobs in, output words out (no expected
-values here: callers compare with the golden model).  Used by the unit tests and by the
-decoder-layer run (``mcf.sim.compute.layer``), where one unit's output feeds the next.  The
-per-cycle loop is ``mcf.sim.amaranth_util.drive``."""
+values here: callers compare with the golden model).  Used by the unit tests, the cost
+checks and the demo; the decoder layer runs on the execute unit (``mcf.sim.compute.exec_layer``).
+The per-cycle loop is ``mcf.sim.amaranth_util.drive``."""
 from __future__ import annotations
 
 from mcf.sim.amaranth_util import Feed, drive, send_command, simulate, write_port
-from mcf.sim.compute.jobs import unpack, vector_beats, vector_elements
+from mcf.sim.compute.jobs import k_run, unpack, vector_beats, vector_elements
 
 
 def run_matrix(dut, jobs) -> list[list[int]]:
@@ -86,36 +86,64 @@ def run_kv_writer(dut, beats_in: list[int], blocks: int) -> list[int]:
     return got
 
 
-async def load_attention_job(ctx, dut, job) -> None:
-    """Write a job's replica-directory entries and query rows into the attention unit."""
-    for blk, st in job.directory:
-        ctx.set(dut.dir_en, 1); ctx.set(dut.dir_block, blk); ctx.set(dut.dir_state, st)
-        await ctx.tick()
-    ctx.set(dut.dir_en, 0)
+async def load_queries(ctx, dut, job) -> None:
+    """Write a job's query rows into the attention unit."""
     await write_port(ctx, dut.q, job.q)
 
 
-def run_attention(dut, jobs) -> list[list[int]]:
-    """Each ``AttentionJob`` (phase FULL) -> its 32-bit output words."""
+async def attention_sequence(ctx, dut, job) -> tuple[list[int], list[int]]:
+    """One job the way ATTN_* instructions run it: load the queries; a MAX pass per run (the
+    first with ``first``); emit the maxima (EmitMode.MAX); for the decode protocol load the
+    global maxima (``job.mref``, state word 0); an APPLY pass per run; emit every row in
+    ``job.mode``.  Returns (maxima words, final words)."""
+    from mcf.spec.isa import AttnPass, EmitMode
+    d = dut.head_dim
+    await load_queries(ctx, dut, job)
+    ctx.set(dut.o.tready, 1)
+    outs = []
+
+    async def collect(want):
+        got = []
+
+        def sample(ctx):
+            if ctx.get(dut.o.tvalid):
+                got.append(ctx.get(dut.o.tdata))
+                return bool(ctx.get(dut.o.tlast))
+            return False
+        await drive(ctx, [], sample, 4 * want + 20)
+        return got
+
+    for phase in (AttnPass.MAX, AttnPass.APPLY):
+        if phase == AttnPass.APPLY:
+            await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": EmitMode.MAX,
+                                              "rows": job.rows})
+            outs.append(await collect(job.rows))
+            for r, mv in job.mref:
+                ctx.set(dut.st.en, 1); ctx.set(dut.st.row, r); ctx.set(dut.st.word, 0)
+                ctx.set(dut.st.data, mv & 0xFFFFFFFF)
+                await ctx.tick()
+            ctx.set(dut.st.en, 0)
+        for i, run in enumerate(job.runs):
+            await send_command(ctx, dut.cmd, {"emit": 0, "phase": phase, "first": int(i == 0), "mode": 0,
+                                              "rows": 1})
+            feeds = [Feed.of(dut.k, k_run(job, run, d), raw=True)]
+            if phase == AttnPass.APPLY:
+                feeds.append(Feed.of(dut.v, job.v[run[0]:run[1]], raw=True))
+            await drive(ctx, feeds, lambda ctx: not any(f.pending for f in feeds), 4 * (run[1] - run[0]) + 20)
+            while ctx.get(dut.busy):
+                await ctx.tick()
+    await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": job.mode, "rows": job.rows})
+    outs.append(await collect(job.rows * (d + 2)))
+    return outs[0], outs[1]
+
+
+def run_attention(dut, jobs) -> list[tuple[list[int], list[int]]]:
+    """Each ``AttentionJob`` -> (its maxima words, its final words), every stream always valid."""
     results = []
 
     async def bench(ctx):
-        ctx.set(dut.o.tready, 1)
         for job in jobs:
-            got = []
-            await load_attention_job(ctx, dut, job)
-            await send_command(ctx, dut.cmd, job.cmd)
-            ks = job.k if dut.score_buffer else job.k + job.k     # no buffer: K again in pass 2
-            feeds = [Feed.of(dut.k, ks, raw=True), Feed.of(dut.v, job.v, raw=True)]
-
-            def sample(ctx):
-                if ctx.get(dut.o.tvalid):
-                    got.append(ctx.get(dut.o.tdata))
-                    return bool(ctx.get(dut.o.tlast))
-                return False
-
-            await drive(ctx, feeds, sample, 4 * len(job.k) + 4 * len(job.q) * 40 + 100)
-            results.append(got)
+            results.append(await attention_sequence(ctx, dut, job))
 
     simulate(dut, bench)
     return results

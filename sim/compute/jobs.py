@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mcf.spec import isa
+from mcf.spec.fixed import POS_BITS, W_BITS
 from mcf.sw.golden import fixed as fx
 
 
@@ -113,22 +115,33 @@ def kv_blocks(rng, count: int, d: int, lanes: int):
 
 @dataclass
 class AttentionJob:
+    """Attention-unit traffic for ``rows`` query rows over keys split in ``runs`` (each run one
+    pass, ``last`` on its final key): MAX over every run (the first with ``first``), then APPLY
+    over every run, then one emit of every row in ``mode`` (``spec.isa.EmitMode``)."""
     rows: int
-    cmd: dict
     q: list            # (row, packed q_layout)
-    k: list            # packed k_layout beats
+    k: list            # packed k_layout beats, without ``last`` (``k_run`` adds it)
     v: list            # packed v_layout beats
-    directory: list    # (block id, state)
-    expected: list     # 32-bit output words (unsigned ints)
-    max_words: list = field(default_factory=list)   # decode protocol: MAX job output
-    mref: list = field(default_factory=list)        # (row, global M) written before APPLY
+    runs: list         # (start, stop) key ranges, one pass each
+    mode: int          # EmitMode of the final emit
+    expected: list     # its 32-bit output words (unsigned ints)
+    max_words: list = field(default_factory=list)   # decode protocol: the MAX emit (local maxima)
+    mref: list = field(default_factory=list)        # decode protocol: (row, global M) loaded before APPLY
 
 
-def attention_job(rng, d, group, tokens, keys, block_size=4, final=True, block_bits=8,
-                  states=(0, 1, 2), protocol=False) -> AttentionJob:
-    """``group`` query heads of one KV head x ``tokens`` rows against ``keys`` INT4 keys;
-    row r = (token r // group, head r % group).  Expected words from ``fixed.scores``,
-    ``fixed.partial_state`` and ``fixed.finalize`` / ``fixed.encode_state``."""
+def k_run(job: AttentionJob, run: tuple, head_dim: int) -> list:
+    """The K beats of one run, ``last`` set on its final key."""
+    a, b = run
+    beats = list(job.k[a:b])
+    beats[-1] |= 1 << (W_BITS * head_dim + 8 + 8 + POS_BITS)
+    return beats
+
+
+def attention_job(rng, d, group, tokens, keys, final=True, protocol=False, runs=1) -> AttentionJob:
+    """``group`` query heads of one KV head x ``tokens`` rows against ``keys`` INT4 keys split
+    into ``runs`` runs; row r = (token r // group, head r % group).  Expected words from
+    ``fixed.scores``, ``fixed.partial_state`` and ``fixed.finalize`` / ``fixed.encode_state``
+    over all the keys at once (one state, whatever the runs)."""
     R = group * tokens
     qm, qe = random_bfp_rows(rng, R, d)
     q = fx.prescale_query((qm.reshape(tokens, group, d), qe.reshape(tokens, group)), d)
@@ -137,17 +150,13 @@ def attention_job(rng, d, group, tokens, keys, block_size=4, final=True, block_b
     kq, ka, ke, vq, va, ve = kq[:, None], ka[:, None], ke[:, None], vq[:, None], va[:, None], ve[:, None]
     q_pos = rng.integers(0, keys + 2, size=tokens)
     k_pos = np.arange(keys)
-    blocks = k_pos // block_size
-    dir_states = {int(b): int(rng.choice(states)) for b in np.unique(blocks)}
-    ok_block = np.array([dir_states[int(b)] in (1, 2) for b in blocks])
-    valid = fx.causal_mask(q_pos, k_pos)[None] & ok_block[None, None, :]
-    valid = np.broadcast_to(valid, (group, tokens, keys))
+    valid = np.broadcast_to(fx.causal_mask(q_pos, k_pos)[None], (group, tokens, keys))
     s = fx.scores(q, kq, ka, ke, group)
     m_ref = None
+    local = fx.partial_state(s, valid, vq, va, ve, group).m             # [Hq, T]
     if protocol:
         # Decode protocol: our local max goes to ReduceOp.MAX with another node's; the state
         # is then built with the global M (docs/fixed-point.md section 7.4).
-        local = fx.partial_state(s, valid, vq, va, ve, group).m             # [Hq, T]
         other = np.where(rng.random(local.shape) < 0.3, fx.M_EMPTY,
                          local + rng.integers(-4000, 4000, size=local.shape))
         other = np.where(local == fx.M_EMPTY, rng.integers(-20000, 0, size=local.shape), other)
@@ -159,13 +168,16 @@ def attention_job(rng, d, group, tokens, keys, block_size=4, final=True, block_b
     else:
         words = fx.encode_state(st)                   # [Hq, T, d + 2]
         rows_words = [words[r % group, r // group] for r in range(R)]
-    expected = [int(w) & 0xFFFFFFFF for row in rows_words for w in row]
+    cuts = sorted(rng.choice(np.arange(1, keys), size=min(runs, keys) - 1, replace=False)) if runs > 1 else []
+    bounds = [0, *[int(c) for c in cuts], keys]
     qmr, qer = q[0].reshape(R, d), q[1].reshape(R)
-    job = pack_attention(qmr, qer, np.repeat(q_pos, group), kq[:, 0], ka[:, 0], ke[:, 0], k_pos, blocks,
-                         vq[:, 0], va[:, 0], ve[:, 0], dir_states, final)
-    job.expected = expected
+    job = pack_attention(qmr, qer, np.repeat(q_pos, group), kq[:, 0], ka[:, 0], ke[:, 0], k_pos,
+                         vq[:, 0], va[:, 0], ve[:, 0])
+    job.runs = list(zip(bounds[:-1], bounds[1:]))
+    job.mode = int(isa.EmitMode.FINAL if final else isa.EmitMode.STATE)
+    job.expected = [int(w) & 0xFFFFFFFF for row in rows_words for w in row]
+    job.max_words = [int(local[r % group, r // group]) & 0xFFFFFFFF for r in range(R)]
     if protocol:
-        job.max_words = [int(local[r % group, r // group]) & 0xFFFFFFFF for r in range(R)]
         job.mref = [(r, int(m_ref[r % group, r // group])) for r in range(R)]
     return job
 
@@ -227,18 +239,16 @@ def vector_job(rng, op: str, n: int) -> VectorJob:
     raise ValueError(op)
 
 
-def pack_attention(qm, qe, qpos, kq, ka, ke, kpos, blocks, vq, va, ve, dir_states: dict,
-                   final: bool) -> AttentionJob:
-    """Attention-unit traffic for rows (qm [R, d], qe [R], qpos [R]) over keys [S]."""
+def pack_attention(qm, qe, qpos, kq, ka, ke, kpos, vq, va, ve) -> AttentionJob:
+    """Attention-unit traffic for rows (qm [R, d], qe [R], qpos [R]) over keys [S] (one run)."""
     R, d = qm.shape
     qw = [(r, pack(qm[r], 16) | ((int(qe[r]) & 0xFF) << (16 * d)) | (int(qpos[r]) << (16 * d + 8)))
           for r in range(R)]
     kb = [pack(kq[j], 4) | (int(ka[j]) << (4 * d)) | ((int(ke[j]) & 0xFF) << (4 * d + 8))
-          | (int(kpos[j]) << (4 * d + 16)) | (int(blocks[j]) << (4 * d + 32)) for j in range(len(kq))]
+          | (int(kpos[j]) << (4 * d + 16)) for j in range(len(kq))]
     vb = [pack(vq[j], 4) | (int(va[j]) << (4 * d)) | ((int(ve[j]) & 0xFF) << (4 * d + 8))
           for j in range(len(vq))]
-    return AttentionJob(R, dict(keys=len(kq), final=int(final), phase=0), qw, kb, vb,
-                        sorted(dir_states.items()), [])
+    return AttentionJob(R, qw, kb, vb, [(0, len(kb))], int(isa.EmitMode.FINAL), [])
 
 
 def vector_beats(job: VectorJob, lanes: int):

@@ -116,7 +116,7 @@ class ClusterPlan:
             meta = meta.replace(dst=rng.randrange(n, 256))
         elif cause == ErrorCause.UNKNOWN_OP:
             fields = meta.as_dict()
-            fields["op"] = rng.choice([0, 9, 15])
+            fields["op"] = rng.choice([0, max(Op) + 1, 15])
             return Item(raw_header(**fields), payload, cause.name)
         elif cause == ErrorCause.SHORT_PACKET:
             # TLAST early (the compute side cannot push an empty payload: keep >= 1 byte).

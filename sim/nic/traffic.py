@@ -124,7 +124,7 @@ class SingleNicTraffic:
             if which == "op0":
                 fields["op"] = 0
             elif which == "op":
-                fields["op"] = rng.randrange(9, 16)
+                fields["op"] = rng.randrange(max(Op) + 1, 16)
             elif which == "stage":
                 fields["stage"] = 3
             elif which == "collective":

@@ -168,7 +168,8 @@ def run_build(args) -> int:
         if exe is None:
             raise OSError("vivado not found on PATH (or --vivado); `mcf board build --dry-run` writes the "
                           "project for a machine with Vivado, see docs/board.md")
-    component = registry.get(args.block).build(**registry.parse_params(args.param))
+    info = registry.get(args.block)
+    component = info.build(**registry.parse_params(args.param, info))
     files = vivado.write_project(component, vivado.BuildOptions(out=Path(args.out), network=args.network,
                                                                 jobs=args.jobs))
     print(f"wrote the Vivado project inputs and the overlay to {args.out}/ "

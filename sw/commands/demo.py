@@ -151,7 +151,7 @@ def step_compute(out: Path) -> str:
         raise ValueError("matrix unit differs from golden fixed.linear")
     att = [attention_job(rng, d=8, group=2, tokens=2, keys=11, final=f) for f in (False, True)]
     got = run_attention(AttentionUnit(head_dim=8, rows=4, max_keys=16), att)
-    if got != [j.expected for j in att]:
+    if got != [(j.max_words, j.expected) for j in att]:
         raise ValueError("attention unit differs from golden partial_state / finalize")
     return ("INT4 matrix unit (3 random GEMMs, packed DSP products) and attention unit ((m, l, o) "
             "states and final rows, GQA) equal golden fixed.linear / partial_state / finalize word "

@@ -24,6 +24,21 @@ def register(sub) -> None:
     lp.add_argument("--json", action="store_true", help="print JSON")
     lp.set_defaults(func=run_logits)
 
+    gp = gsub.add_parser("generate", help="greedy token ids of the golden model (prefill, then decode)",
+                         description="Prefill TOKENS and decode K tokens greedily with the golden model; "
+                                     "prints the K + 1 generated token ids (the first from the prompt's last "
+                                     "logits), the reference for mcf run.")
+    gp.add_argument("--checkpoint", required=True, metavar="DIR",
+                    help="Hugging Face Qwen2 checkpoint directory (config.json + *.safetensors)")
+    gp.add_argument("--tokens", required=True, help="comma-separated prompt token ids, e.g. 1,2,3")
+    gp.add_argument("--decode", type=int, default=0, metavar="K", help="decode steps (default 0)")
+    gp.add_argument("--fixed", action="store_true", help="the fixed-point model (INT4 weights and KV): "
+                                                          "what the nodes compute")
+    gp.add_argument("--group-size", type=int, help="INT4 weight group size (--fixed; default: the largest "
+                                                   "power of two <= 128 dividing the widths, as mcf run)")
+    gp.add_argument("--json", action="store_true", help='print {"tokens": [...]}')
+    gp.set_defaults(func=run_generate)
+
     ap = gsub.add_parser("accuracy", help="fixed-point vs float accuracy figures (docs/fixed-point.md)",
                          description="Compare the fixed-point model with the float reference on "
                                      "random-weight models: logit cosine, top-1 agreement.")
@@ -69,6 +84,33 @@ def run_logits(args) -> int:
     else:
         for row in logits:
             print(" ".join(f"{float(x):.7g}" for x in row))
+    return 0
+
+
+def run_generate(args) -> int:
+    import numpy as np
+
+    from mcf.sw.golden.checkpoint import load_checkpoint
+    from mcf.sw.golden.fixed_model import FixedModel, default_group
+    from mcf.sw.golden.float_model import FloatModel
+    tokens = parse_tokens(args.tokens)
+    if args.decode < 0:
+        raise UserError(f"--decode={args.decode}: must be >= 0")
+    if args.group_size is not None and args.group_size < 1:
+        raise UserError(f"--group-size={args.group_size}: must be >= 1")
+    cfg, weights = load_checkpoint(args.checkpoint)
+    if args.fixed:
+        model = FixedModel(cfg, weights, args.group_size or default_group(cfg))
+    else:
+        model = FloatModel(cfg, weights)
+    cache = model.new_cache()
+    out = [int(np.argmax(model.forward(tokens, cache, logits="last")[-1]))]
+    for _ in range(args.decode):
+        out.append(int(np.argmax(model.forward([out[-1]], cache, logits="last")[-1])))
+    if args.json:
+        print(json.dumps({"tokens": out, "prompt": tokens, "fixed": bool(args.fixed)}))
+    else:
+        print(",".join(str(t) for t in out))
     return 0
 
 

@@ -70,7 +70,7 @@ def run(args) -> int:
     pl = plan(_request(args, args.scheme, args.nodes[0]))
     programs = None
     if args.programs:
-        from mcf.sw.mars.lower import lower
+        from mcf.sw.mars.metaprog import lower
         programs = lower(pl)
     if args.plot:
         from mcf.sw.mars.plot import plot_plan

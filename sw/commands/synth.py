@@ -79,7 +79,7 @@ def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) ->
 def run(args) -> int:
     from mcf.hw import registry
     info = registry.get(args.block)
-    params = registry.parse_params(args.param)
+    params = registry.parse_params(args.param, info)
     text = info.verilog(**params)
     if args.keep:
         cells = synthesize(info.name, text, Path(args.keep), args.timeout)

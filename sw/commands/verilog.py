@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 
 def register(sub) -> None:
@@ -24,11 +23,14 @@ def run(args) -> int:
             params = ", ".join(f"{k}={v}" for k, v in info.params.items())
             print(f"{info.name:<24} {info.doc}  [{params}]")
         return 0 if args.list else 2
+    from mcf.sw.cliutil import check_output, write_text
     info = registry.get(args.block)
-    text = info.verilog(**registry.parse_params(args.param))
+    params = registry.parse_params(args.param, info)
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text)
+        check_output(args.output)
+    text = info.verilog(**params)
+    if args.output:
+        write_text(args.output, text)
         print(f"wrote {args.output} ({len(text.splitlines())} lines)", file=sys.stderr)
     else:
         sys.stdout.write(text)

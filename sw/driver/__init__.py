@@ -11,11 +11,13 @@ DMA memory (``memory.DmaMemory``: ``PynqMemory``, ``UdmabufMemory``, ``ReservedM
 Backends live in their own modules and import their dependencies (cocotb, pynq) only when
 constructed, so nothing else needs them.
 """
-from .core import BusError, Descriptor, Driver, DriverError, DriverTimeout, SyncDriver, run_sync
+from .core import (BusError, Descriptor, Driver, DriverError, DriverTimeout, NodeFault, PushRefused, SyncDriver,
+                   run_sync)
 from .memory import DmaMemory, HostMemory, PynqMemory, ReservedMemory, UdmabufMemory
 from .mmio import MmapBackend
 
-__all__ = ["BusError", "Descriptor", "Driver", "DriverError", "DriverTimeout", "SyncDriver",
+__all__ = ["BusError", "Descriptor", "Driver", "DriverError", "DriverTimeout", "NodeFault", "PushRefused",
+           "SyncDriver",
            "run_sync", "MmapBackend", "CocotbBackend", "PynqBackend",
            "DmaMemory", "HostMemory", "PynqMemory", "ReservedMemory", "UdmabufMemory"]
 

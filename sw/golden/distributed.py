@@ -198,14 +198,43 @@ class Placement:
         return sorted(nodes)
 
     # The duck type ``plan_prefill_attention`` reads (mcf.sw.mars.Plan has the same names).
-    @property
-    def compute_nodes(self) -> np.ndarray:
-        return np.arange(self.n_nodes)
+    def compute_node(self, c: int) -> int:
+        return self.compute[c]
 
-    def fetch_sources(self, b: int, c: int) -> np.ndarray:
-        """Per node: itself if it holds block b in step c, else the lowest-id holder."""
-        h = self.holders(b, c)
-        return np.array([n if n in h else h[0] for n in range(self.n_nodes)])
+    def owner_fetches(self, c: int):
+        """(block, src, [dst], bytes): the lowest-id holder sends what the compute node lacks."""
+        o = self.compute[c]
+        for b in range(c):
+            h = self.holders(b, c)
+            if o not in h:
+                yield b, h[0], [o], 0
+
+    @property
+    def events(self) -> list[PlacementEvent]:
+        """Owner copies VALID after their step; a replica (node, first, last) VALID after its
+        block's step, DRAINING from the start of step ``last``, INVALID after it."""
+        out = []
+        n = len(self.owner)
+        for c in range(n):
+            out.append(PlacementEvent(c, "end", "OWNER", c, (self.owner[c],)))
+            if self.replicas[c]:
+                out.append(PlacementEvent(c, "end", "REPLICATE", c, tuple(r[0] for r in self.replicas[c])))
+        for b in range(n):
+            for node, _, last in self.replicas[b]:
+                if last < n:
+                    out += [PlacementEvent(last, "start", "DRAIN", b, (node,)),
+                            PlacementEvent(last, "end", "INVALIDATE", b, (node,))]
+        order = {"start": 0, "end": 1}
+        return sorted(out, key=lambda e: (e.step, order[e.phase], e.kind != "OWNER"))
+
+
+@dataclass(frozen=True)
+class PlacementEvent:
+    step: int
+    phase: str
+    kind: str
+    block: int
+    nodes: tuple
 
 
 def random_placement(n_chunks: int, n_nodes: int, rng: np.random.Generator) -> Placement:
@@ -250,36 +279,64 @@ def chunked_prefill_attention(attn, chunk: int, placement: Placement,
 
 
 def plan_prefill_attention(attn, plan, chunk_tokens) -> np.ndarray:
-    """The MARS execution model: in step c the chunk's query rows are split evenly over
-    ``plan.compute_nodes``; each node reads every block b <= c from
-    ``plan.fetch_sources(b, c)[node]`` (itself when it holds a copy), which must be one of
-    ``plan.holders(b, c)`` (checked: a plan that reads from a node without a copy is an error).
-    The node's engine produces one partial state per block; they are combined with the shared
-    row maximum (MAX over the blocks) and merged in block order.  ``plan`` may be a
-    ``Placement`` or an mcf.sw.mars ``Plan`` (same method names)."""
+    """The machine's execution model (docs/node.md), following the plan: chunk c is computed by
+    ``plan.compute_node(c)``; the plan's directory ``events`` say which node holds a readable
+    copy of which block when (owner copies and replicas: VALID -> DRAINING -> INVALID); in
+    step c the hops of ``plan.owner_fetches(c)`` copy blocks into staging, each from a node that
+    holds a copy (or received it earlier in the step); the compute node must then hold every
+    block b < c, and attends over them with the shared row maximum (MAX over all its keys, then
+    the states folded in block order), exactly as the node's two-pass attention does.
+
+    A plan that sends a block from a node without a copy, reads a block the computing node
+    neither holds nor fetched (a replica drained too early), or breaks the VALID -> DRAINING ->
+    INVALID lifecycle raises ValueError naming the step, the node and the block.  ``plan`` may be
+    a ``Placement`` or an mcf.sw.mars ``Plan`` (same names)."""
     t = _tokens(attn)
     bounds = np.concatenate([[0], np.cumsum(chunk_tokens)])
     if bounds[-1] != t:
         raise ValueError(f"chunks cover {bounds[-1]} tokens, the sequence has {t}")
     chunks = [np.arange(bounds[c], bounds[c + 1]) for c in range(len(chunk_tokens))]
-    nodes = [int(n) for n in plan.compute_nodes]
+    state: dict[tuple[int, int], str] = {}            # (block, node) -> VALID / DRAINING
+    by_step: dict = {}
+    for e in plan.events:
+        by_step.setdefault((int(e.step), str(e.phase)), []).append(e)
+
+    def apply(step, phase):
+        for e in by_step.get((step, phase), []):
+            kind = str(e.kind)
+            for n in (int(x) for x in e.nodes):
+                cur = state.get((int(e.block), n))
+                if kind in ("OWNER", "REPLICATE", "HANDOFF"):
+                    if cur is not None:
+                        raise ValueError(f"plan: step {step}: block {e.block} written on node {n}, which holds it")
+                    state[(int(e.block), n)] = "VALID"
+                elif kind == "DRAIN":
+                    if cur != "VALID":
+                        raise ValueError(f"plan: step {step}: drain of block {e.block} on node {n} ({cur})")
+                    state[(int(e.block), n)] = "DRAINING"
+                elif kind == "INVALIDATE":
+                    if cur != "DRAINING":
+                        raise ValueError(f"plan: step {step}: invalidate of block {e.block} on node {n} ({cur})")
+                    del state[(int(e.block), n)]
+
     out = None
     for c, rows in enumerate(chunks):
-        blocks = chunks[:c + 1]
-        for b in range(c + 1):
-            held = {int(h) for h in plan.holders(b, c)}
-            src = plan.fetch_sources(b, c)
-            bad = [n for n in nodes if int(src[n]) not in held]
-            if bad:
-                raise ValueError(f"plan: step {c}: node {bad[0]} reads block {b} from node "
-                                 f"{int(src[bad[0]])}, which holds no copy")
-        for qi in np.array_split(rows, len(nodes)):
-            if qi.size == 0:
-                continue
-            res = _combine(attn, qi, blocks)
-            if out is None:
-                out = np.zeros((t,) + res.shape[1:], dtype=res.dtype)
-            out[qi] = res
+        apply(c, "start")
+        o = int(plan.compute_node(c))
+        staged: set[tuple[int, int]] = set()
+        for b, src, dsts, _ in plan.owner_fetches(c):
+            if (int(b), int(src)) not in state and (int(b), int(src)) not in staged:
+                raise ValueError(f"plan: step {c}: node {src} sends block {b}, of which it holds no copy")
+            staged.update((int(b), int(d)) for d in dsts)
+        for b in range(c):
+            if (b, o) not in state and (b, o) not in staged:
+                raise ValueError(f"plan: step {c}: node {o} computes chunk {c} without a copy of block {b} "
+                                 f"(not held, not fetched)")
+        res = _combine(attn, rows, chunks[:c + 1])
+        if out is None:
+            out = np.zeros((t,) + res.shape[1:], dtype=res.dtype)
+        out[rows] = res
+        apply(c, "end")
     return out
 
 

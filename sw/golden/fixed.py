@@ -136,12 +136,18 @@ def rmsnorm(x, gain: np.ndarray, gain_exp: int, eps: float):
 
     ``gain`` = int16 round(gamma * sqrt(n) * 2^gain_exp) (sqrt(n) folded in offline)."""
     x = np.asarray(x, dtype=np.int64)
-    n = x.shape[-1]
+    return rmsnorm_eps_n(x, gain, gain_exp, eps_constant(x.shape[-1], eps))
+
+
+def rmsnorm_eps_n(x, gain: np.ndarray, gain_exp: int, eps_n: int):
+    """``rmsnorm`` with eps given as the integer EPS_N = ``eps_constant(n, eps)`` (what the
+    node's VEC RMSNORM takes as an immediate)."""
+    x = np.asarray(x, dtype=np.int64)
     amax = np.abs(x).max(axis=-1)
     s = np.maximum(bitlen(amax) - (MANT_BITS - 1), 0)
     m = sat(rshr(x, s[..., None]), MANT_BITS)
     ss = (m * m).sum(axis=-1)
-    v = ss + rshr(eps_constant(n, eps), 2 * s)
+    v = ss + rshr(int(eps_n), 2 * s)
     r, k = rsqrt(v)
     prod = rshr(m * r[..., None], RSQRT_FRAC) * gain
     return normalize(prod, -gain_exp - k)
@@ -169,21 +175,30 @@ def bfp_mul(a, b):
 
 
 def rope(x, cos, sin):
-    """BFP16 [T, H, d] (exp [T, H]) rotated with Q.14 tables [T, d/2] (rotate-half) -> BFP16."""
+    """BFP16 [T, H, d] (exp [T, H]) rotated with Q.14 tables [T, d/2] (rotate-half) -> BFP16.
+
+    Tables of d columns give every element its own (cos, sin) (element i and i + d/2 of the
+    d/2-column form share column i): the node's per-lane ROPE words."""
     m, e = x
     half = m.shape[-1] // 2
     x1, x2 = m[..., :half], m[..., half:]
-    c, s = cos[:, None, :], sin[:, None, :]
-    y1 = rshr(x1 * c - x2 * s, ROPE_FRAC)
-    y2 = rshr(x2 * c + x1 * s, ROPE_FRAC)
+    c, s = np.asarray(cos)[:, None, :], np.asarray(sin)[:, None, :]
+    (c1, c2), (s1, s2) = ((c, c), (s, s)) if c.shape[-1] == half else \
+        ((c[..., :half], c[..., half:]), (s[..., :half], s[..., half:]))
+    y1 = rshr(x1 * c1 - x2 * s1, ROPE_FRAC)
+    y2 = rshr(x2 * c2 + x1 * s2, ROPE_FRAC)
     return normalize(np.concatenate([y1, y2], axis=-1), e)
+
+
+def prescale(q, cm: int, ce: int):
+    """BFP16 times C_M 2^-C_E -> BFP16 (the node's VEC PRESCALE)."""
+    m, e = q
+    return normalize(np.asarray(m, dtype=np.int64) * int(cm), np.asarray(e, dtype=np.int64) - int(ce))
 
 
 def prescale_query(q, head_dim: int):
     """Multiply a BFP16 query by log2(e)/sqrt(d) so scores come out in log2 units."""
-    cm, ce = score_constant(head_dim)
-    m, e = q
-    return normalize(m * cm, e - ce)
+    return prescale(q, *score_constant(head_dim))
 
 
 # --- INT4 weights ----------------------------------------------------------------------------
@@ -347,20 +362,27 @@ def partial_state(s, valid, vq, va, ve, group: int, m_ref=None) -> State:
     m = max valid score (M_EMPTY if none) unless ``m_ref`` (a shared, larger-or-equal max) is
     given; p = exp2(s - m) on valid keys; l = sat32(sum p); w = sat32(rshr(p * A_v, 15 - O_FRAC
     - E_v)); o = sat32(sum_j w_j vq_j)."""
-    hq = s.shape[0]
-    hkv = vq.shape[1]
     m_loc = np.where(valid.any(axis=-1), np.where(valid, s, INT32_MIN).max(axis=-1), M_EMPTY)
     m = m_loc if m_ref is None else np.asarray(m_ref, dtype=np.int64)
-    p = np.where(valid, exp2(s - m[..., None]), 0)
-    l = sat(p.sum(axis=-1), 32)
+    l, o = state_sums(s, valid, vq, va, ve, group, m)
+    return State(m, sat(l, 32), sat(o, 32))
+
+
+def state_sums(s, valid, vq, va, ve, group: int, m):
+    """The unsaturated sums of a state with row maximum ``m`` [Hq, T]: l = sum p, o = sum_j w_j
+    vq_j (``partial_state`` saturates them to int32; the node's attention unit accumulates them
+    over several KV runs and saturates when it emits)."""
+    hq = s.shape[0]
+    hkv = vq.shape[1]
+    p = np.where(valid, exp2(s - np.asarray(m, dtype=np.int64)[..., None]), 0)
+    l = p.sum(axis=-1)
     kv_of = np.arange(hq) // group
     w = sat(rshr(p * va.T[kv_of][:, None, :], P_FRAC - O_FRAC - ve.T[kv_of][:, None, :]), 32)
     bound = float(s.shape[-1]) * (1 << 31) * (1 << (W_BITS - 1))
     t = s.shape[1]
     wg = w.reshape(hkv, group * t, -1)
     o = _exact_matmul(wg, vq.transpose(1, 0, 2), bound)              # batched over KV heads
-    o = sat(o.reshape(hq, t, -1), 32)
-    return State(m, l, o)
+    return l, o.reshape(hq, t, -1)
 
 
 def finalize(st: State) -> np.ndarray:

@@ -34,6 +34,15 @@ class FixedKVCache:
         return self.k[layer], self.v[layer]
 
 
+def default_group(cfg: ModelConfig, largest: int = 128) -> int:
+    """The INT4 group size the runtime and ``mcf golden generate`` use unless told: the largest
+    power of two <= ``largest`` that divides hidden_size, intermediate_size and num_heads x head_dim."""
+    g = largest
+    while g > 1 and (cfg.hidden_size % g or cfg.intermediate_size % g or (cfg.num_heads * cfg.head_dim) % g):
+        g //= 2
+    return g
+
+
 class FixedModel:
     def __init__(self, cfg: ModelConfig, weights: dict, group_size: int = 128):
         check_weights(cfg, weights)

@@ -35,7 +35,7 @@ class Job:
 
     @staticmethod
     def from_request(request: dict) -> "Job":
-        from mcf.sw.mars.lower import lower
+        from mcf.sw.mars.metaprog import lower
         from mcf.sw.mars.planner import PlanRequest, plan
         from mcf.sw.mars.profile import load_profile
         from mcf.sw.models import load_model

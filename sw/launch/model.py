@@ -1,7 +1,7 @@
 """The ``model`` backend: a node's lowered Meta/DMA program executed against an in-process
 model of its DDR, with the KV packets exchanged between ranks.
 
-What a node does with each item of its program (``mcf.sw.mars.lower``), as the node's datapath
+What a node does with each item of its program (``mcf.sw.mars.metaprog``), as the node's datapath
 does it:
 
 * LOAD: the DMA reads DDR.  If the next item is a KV_FETCH Meta of the same length, the bytes
@@ -33,7 +33,7 @@ from mcf.spec.regmap import DmaDescriptor, DmaDir
 from mcf.sw.driver.memory import HostMemory
 from mcf.sw.errors import UserError
 from mcf.spec.plan import ReplicaState as State
-from mcf.sw.mars.lower import DECODE_ROOT, KV_POOL_BASE
+from mcf.sw.mars.metaprog import DECODE_ROOT, KV_POOL_BASE
 
 
 class ExecutionError(UserError):

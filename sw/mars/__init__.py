@@ -14,15 +14,15 @@ An executor (the SimPy cluster model, the RTL co-simulation, the boards) walks i
     for t in range(p.num_chunks):
         v = p.step_view(t)      # compute work per node, block t's owner and replicas,
                                 # history fetches in send order, directory events of the step
-    programs = lower(p)         # or run the per-node programs: route table + Meta/DMA lists
+    lw = lower(p, node_config, group, consts, bases)   # the per-node ISA programs, DDR map, routes
 
 ``ReplicaDirectory`` / ``replay`` apply the plan's VALID -> DRAINING -> INVALID events.
 """
 from mcf.spec.plan import SCHEMES, EventKind, EventPhase, ReplicaState, Scheme
 from .directory import ReplicaDirectory, replay
-from .lower import NodeProgram, lower
+from .lower import Lowered, LoweringError, lower
 from .planner import Event, Plan, PlanRequest, plan
 from .profile import HardwareProfile, load_profile
 
-__all__ = ["Event", "EventKind", "EventPhase", "HardwareProfile", "NodeProgram", "Plan", "PlanRequest",
+__all__ = ["Event", "EventKind", "EventPhase", "HardwareProfile", "Lowered", "LoweringError", "Plan", "PlanRequest",
            "ReplicaDirectory", "ReplicaState", "SCHEMES", "Scheme", "load_profile", "lower", "plan", "replay"]

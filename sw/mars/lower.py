@@ -1,73 +1,61 @@
-"""Lowering: a ``Plan`` becomes one program per node: its route table and the ordered list of Meta
-descriptors (mcf.spec.Meta, the one wire-format definition) and DMA descriptors (DMA_DESCRIPTOR)
-its PS pushes, for every prefill step and for one KV-stationary decode step.
+"""Lowering: a MARS plan becomes one program per node in the node's instruction set
+(``mcf.spec.isa``), plus the node's DDR map and route table: what the nodes execute
+(docs/node.md).
 
-Every node can run ``lower(plan)`` itself: the programs are a pure function of the plan, which is
-a pure function of the request, so no coordinator is needed.
+* **Prefill** (chunk-owner model): chunk c is computed by ``plan.compute_node(c)`` through every
+  layer: EMBED, then per layer RMSNORM, the Q/K/V GEMMs, RoPE, the query prescale, the KV
+  writer into the node's KV pool (the owner copy), a multicast of the block layer to its replica
+  holders, two-pass attention over every block it holds (``ATTN_KV`` over runs of pool slots,
+  gated by the replica directory) and every block it lacks (``plan.owner_fetches``: received into
+  staging; on ring schemes forwarded node by node), the o-projection, residual and MLP; the node
+  of the last chunk then runs the final norm and the LM head of the last token and stores the
+  logits.  Every node's directory follows the plan's events with DIR instructions (owner copies
+  VALID when written, replicas VALID after their step, DRAINING and INVALID as the plan drains
+  them, after the node's last send of them), so at the end it holds exactly its owned blocks.
+* **Decode** (``decode_programs``, KV-stationary, one program per node per token): the root
+  (node 0) runs the dense layers and writes the new token's KV into its decode region
+  (one-token blocks); per layer it multicasts the query rows, every node computes the maxima of
+  its keys (``ATTN_EMIT`` MAX), the NICs reduce them (ReduceOp.MAX) towards the root, which
+  multicasts the result M; every node computes its (m, l, o) state with m = M and the NICs merge
+  the states (SOFTMAX_MERGE, folded in node order) towards the root, which finalizes them.  With
+  one node all of this is the local two-pass attention.
 
-Route ids are global (the same id names the same logical route on every NIC) and numbered by
-``mcf.spec.routes.RouteIds``; each node's table holds that route's entry *at that node*
-(``RouteTables``, computed from the topology).  The decode query is the root's broadcast, the
-partial states reduce towards the root.
+The semaphores, waits, signals and RECV credits come from ``mcf.sw.mars.builder`` (the programs
+run in any timing and never deadlock: see there).  Values that come from the quantized
+checkpoint (matrix and gain exponents, the RMSNorm epsilon constant, the score constant) are
+given as ``consts`` (``const_keys`` lists them), so this module never touches weights.
 
-DDR layout of a node's KV pool (layer-major, so the history a layer needs is a few contiguous
-runs): ``KV_POOL_BASE + layer * pool_layer_bytes + slot * block_layer_bytes``; fetched blocks land
-in a staging area after the pool (two halves, alternating by layer: ping-pong).
+Route ids are global (``mcf.spec.routes.RouteIds``): the same id names the same logical route on
+every NIC; ``RouteTables`` fills each node's table from the topology.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from mcf.spec import ROUTE_ENTRY, ROUTE_TABLE_ENTRIES, Collective, Meta, Op, ReduceOp, Stage
+from mcf.spec import isa, kv
 from mcf.spec.bits import SpecError
-from mcf.spec.plan import EventKind, EventPhase, Scheme
-from mcf.spec.regmap import DmaDescriptor, DmaDir
+from mcf.spec.isa import AttnLoad, AttnPass, Queue, VecOp
+from mcf.spec.node import NodeConfig
+from mcf.spec.packet import ROUTE_TABLE_ENTRIES, Collective, Op, ReduceOp, Stage
+from mcf.spec.plan import EventKind, EventPhase, ReplicaState, Scheme
 from mcf.spec.routes import ROUTE_LOCAL, RouteIds
 from mcf.spec.topology import Topology
 from mcf.sw.errors import UserError
-from .directory import replay
-from .planner import QUERY_ELEM_BYTES, STATE_ELEM_BYTES, Plan
+from mcf.sw.models.config import ModelConfig
+from .builder import Arrival, Builder, Local
+from .planner import Plan
 
-#: Start of the KV pool in each node's DDR (inside the DMA window the runtime programs).
-#: Assumption: the first 256 MiB stay with Linux, weights follow the pool's end.
-KV_POOL_BASE = 0x1000_0000
 DECODE_ROOT = 0
+#: Schemes the node programs implement (pass-Q decode has no lowering).
+LOWERED_SCHEMES = (Scheme.MARS, Scheme.RING, Scheme.ZIGZAG, Scheme.FULL, Scheme.PD)
+MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-@dataclass
-class NodeProgram:
-    node: int
-    #: route_id -> RouteEntry fields at this node
-    routes: dict[int, dict] = field(default_factory=dict)
-    #: (stage, step, Meta | DmaDescriptor) in push order; decode steps are a template (seq = token index)
-    ops: list[tuple[Stage, int, object]] = field(default_factory=list)
-    #: Where each STORE's bytes come from, by index into ``ops``: (source node, Op, kv_id).  The
-    #: source is this node for a block its engine computed (the KV writer), another node for a
-    #: payload the NIC delivers (that node's KV_FETCH / KV_REPLICA Meta with this kv_id).
-    sources: dict[int, tuple[int, Op, int]] = field(default_factory=dict)
-    #: DDR map: the pool spans [KV_POOL_BASE, staging_base), the staging area follows it; the
-    #: runtime sets DMA_WINDOW_BASE/SIZE to cover [KV_POOL_BASE, KV_POOL_BASE + window_bytes)
-    pool_layer_bytes: int = 0
-    staging_base: int = 0
-    window_bytes: int = 0
-
-    @property
-    def metas(self) -> list[Meta]:
-        return [o for _, _, o in self.ops if isinstance(o, Meta)]
-
-    @property
-    def dmas(self) -> list[DmaDescriptor]:
-        return [o for _, _, o in self.ops if isinstance(o, DmaDescriptor)]
-
-    def route_words(self) -> dict[int, int]:
-        """route_id -> 32-bit ROUTE_DATA word."""
-        return {rid: ROUTE_ENTRY.pack({**e, "reserved": 0}) for rid, e in sorted(self.routes.items())}
-
-    def summary(self) -> dict:
-        return {"node": self.node, "metas": len(self.metas), "dmas": len(self.dmas),
-                "routes": len(self.routes), "window_bytes": self.window_bytes}
+class LoweringError(UserError):
+    """A plan, model or node configuration the node programs cannot express (one line)."""
 
 
 class RouteTables:
@@ -132,207 +120,885 @@ class RouteTables:
             if x in masks:
                 self.tables[x][rid] = _entry(masks[x][0], masks[x][1])
 
+    @property
+    def used(self) -> int:
+        """Route table entries the cluster needs (the highest id + 1)."""
+        return max(max(t) for t in self.tables) + 1
+
 
 def _entry(port_mask: int, local: bool, fan_in: int = 0) -> dict:
     return {"port_mask": port_mask, "local": int(local), "fan_in": fan_in, "valid": 1}
 
 
-class _Pool:
-    """Slot allocator of one node's KV pool (lowest free slot first)."""
+# --------------------------------------------------------------------------------------------
+# What the node can run
+# --------------------------------------------------------------------------------------------
+def const_keys(model: ModelConfig) -> list[str]:
+    """The checkpoint-derived scalars the programs need (``consts`` of ``lower``)."""
+    keys = ["embed.w_exp", "head.w_exp", "norm.g_exp", "eps_n", "score.cm", "score.ce"]
+    for li in range(model.num_layers):
+        keys += [f"layers.{li}.{m}.w_exp" for m in MATRICES]
+        keys += [f"layers.{li}.ln1.g_exp", f"layers.{li}.ln2.g_exp"]
+    return keys
+
+
+SUPPORTED = ("head_dim = the node's head_dim and a multiple of 16 and of 2 x vec_lanes (ROPE lanes, "
+             "64-byte RoPE rows); the INT4 group size G a power of two, a multiple of mac_lanes, dividing "
+             "hidden_size, num_heads x head_dim and intermediate_size; hidden_size, num_heads x head_dim, "
+             "num_kv_heads x head_dim and intermediate_size multiples of mac_rows and vec_lanes (whole "
+             "tiles and beats); the GQA group (num_heads / num_kv_heads) at most att_rows; vocab_size < 2^20; "
+             "chunk <= max_tokens; prompt + decode tokens <= max_context; a chunk's activations within "
+             "spad_beats")
+
+
+def check_model(model: ModelConfig, node: NodeConfig, group: int) -> None:
+    """Refuse (``LoweringError``, one line naming the rule) a model the node cannot run."""
+    h, d, hq, hkv, inter = (model.hidden_size, model.head_dim, model.num_heads, model.num_kv_heads,
+                            model.intermediate_size)
+    vl, P, K = node.vec_lanes, node.mac_rows, node.mac_lanes
+    name = f"model {model.name}"
+    if d != node.head_dim:
+        raise LoweringError(f"{name}: head_dim={d}, the node's attention unit is built for {node.head_dim}")
+    if d % 16 or d % (2 * vl):
+        raise LoweringError(f"{name}: head_dim={d} must be a multiple of 16 and of 2 x vec_lanes={2 * vl}")
+    if group < 1 or group & (group - 1) or group % K:
+        raise LoweringError(f"{name}: group size {group} must be a power of two and a multiple of "
+                            f"mac_lanes={K}")
+    for what, n in (("hidden_size", h), ("num_heads x head_dim", hq * d), ("intermediate_size", inter)):
+        if n % group:
+            raise LoweringError(f"{name}: group size {group} does not divide {what}={n}")
+    for what, n in (("hidden_size", h), ("num_heads x head_dim", hq * d),
+                    ("num_kv_heads x head_dim", hkv * d), ("intermediate_size", inter)):
+        if n % P or n % vl:
+            raise LoweringError(f"{name}: {what}={n} must be a multiple of mac_rows={P} and vec_lanes={vl}")
+        if n >= 1 << 16:
+            raise LoweringError(f"{name}: {what}={n} does not fit the instructions' 16-bit widths")
+    if hq // hkv > node.att_rows:
+        raise LoweringError(f"{name}: GQA group {hq // hkv} exceeds the attention unit's att_rows={node.att_rows}")
+    if model.vocab_size >= 1 << 20:
+        raise LoweringError(f"{name}: vocab_size={model.vocab_size} does not fit EMBED's 20-bit vocab")
+
+
+# --------------------------------------------------------------------------------------------
+# Memories
+# --------------------------------------------------------------------------------------------
+def _pad(n: int, a: int = isa.DDR_ALIGN) -> int:
+    return -(-int(n) // a) * a
+
+
+class _Alloc:
+    def __init__(self, align: int):
+        self.top, self.align, self.regions = 0, align, {}
+
+    def __call__(self, name: str, size: int) -> int:
+        off = self.top
+        self.regions[name] = (off, int(size))
+        self.top = _pad(off + max(int(size), 1), self.align)
+        return off
+
+
+@dataclass
+class Shapes:
+    model: ModelConfig
+    node: NodeConfig
+    group: int            # INT4 group size G
+    chunk: int            # tokens per chunk (B)
+
+    def __post_init__(self):
+        m, n = self.model, self.node
+        self.h, self.d, self.hq, self.hkv = m.hidden_size, m.head_dim, m.num_heads, m.num_kv_heads
+        self.inter, self.vocab, self.L = m.intermediate_size, m.vocab_size, m.num_layers
+        self.vl, self.P, self.K = n.vec_lanes, n.mac_rows, n.mac_lanes
+        self.gqa = self.hq // self.hkv
+        self.hb, self.qb, self.kb = self.h // self.vl, self.hq * self.d // self.vl, self.hkv * self.d // self.vl
+        self.ib, self.db = self.inter // self.vl, self.d // self.vl
+        self.glog = self.group.bit_length() - 1
+
+    def out_dims(self) -> dict:
+        return {"q_proj": (self.hq * self.d, self.h), "k_proj": (self.hkv * self.d, self.h),
+                "v_proj": (self.hkv * self.d, self.h), "o_proj": (self.h, self.hq * self.d),
+                "gate_proj": (self.inter, self.h), "up_proj": (self.inter, self.h),
+                "down_proj": (self.h, self.inter)}
+
+    def blob(self, out: int, n: int) -> isa.BlobLayout:
+        return isa.BlobLayout(n=n, tiles=-(-out // self.P), rows=self.P, lanes=self.K, group=self.group)
+
+    def block_bytes(self, tokens: int) -> int:
+        return kv.block_layer_bytes(tokens, self.d, self.hkv)
+
+    def seg(self, tokens: int, v: bool, head: int) -> int:
+        return kv.segment_offset(tokens, self.d, self.hkv, v, head)
+
+
+@dataclass
+class DdrMap:
+    """Byte offsets (from the node's DDR base) of everything a node's programs touch; the same on
+    every node of a cluster.  ``regions`` names each (offset, size)."""
+    regions: dict = field(default_factory=dict)
+    blobs: dict = field(default_factory=dict)        # name -> (offset, BlobLayout)
+    gains: dict = field(default_factory=dict)        # name -> offset (int32 words)
+    size: int = 0
+    slot_bytes: int = 0
+    pool_layer: int = 0
+    pool_slots: int = 0
+    dec_block: int = 0
+    dec_layer: int = 0
+    dec_tokens: int = 0
+    stage_group: int = 0
+    ids_slot: int = 0
+    net: dict = field(default_factory=dict)
+    head_tiles: int = 0
+
+    def off(self, name: str) -> int:
+        return self.regions[name][0]
+
+
+@dataclass
+class SpadMap:
+    beats: dict
+    total: int
+    head_part: int          # LM head tiles per GEMM
+
+
+def _lm_unit(sh: Shapes) -> int:
+    """Smallest tile count whose blob regions, SPAD beats and logits offsets stay aligned."""
+    lay = sh.blob(sh.vocab, sh.h)
+    u = 1
+    for per in (lay.w_tile, lay.s_tile, 4 * sh.P):
+        u = math.lcm(u, isa.DDR_ALIGN // math.gcd(per, isa.DDR_ALIGN))
+    return math.lcm(u, sh.vl // math.gcd(sh.P, sh.vl))
+
+
+def spad_map(sh: Shapes, rows_part: int, groups: int) -> SpadMap:
+    T, n = sh.chunk, sh.node
+    b = {}
+    top = 0
+    mb = -(-rows_part // sh.vl)
+    sb = _pad(-(-rows_part * (sh.d + 2) // sh.vl), max(1, isa.DDR_ALIGN // (4 * sh.vl)))
+    for name, size in (("X", T * sh.hb), ("H", T * sh.hb), ("O", T * sh.hb), ("Q", T * sh.qb),
+                       ("A", T * sh.qb), ("K", T * sh.kb), ("V", T * sh.kb), ("G", T * sh.ib),
+                       ("U", T * sh.ib), ("GAIN", sh.hb), ("ROPE", T * sh.db),
+                       ("MLOC", groups * mb), ("MGLOB", groups * mb), ("SLOC", groups * sb),
+                       ("SGLOB", groups * sb)):
+        b[name] = top
+        top += size
+    b["mb"], b["sb"] = mb, sb
+    unit = _lm_unit(sh)
+    total_tiles = -(-sh.vocab // sh.P)
+    room = (n.spad_beats - top) * sh.vl // sh.P
+    part = min(-(-total_tiles // unit) * unit, room // unit * unit)
+    if part < unit:
+        need = top + unit * sh.P // sh.vl
+        raise LoweringError(f"the node's SPAD ({n.spad_beats} beats of {sh.vl} words) cannot hold a chunk of "
+                            f"{T} tokens of model {sh.model.name} (needs {need} beats): use a smaller chunk "
+                            f"or a node with more spad_beats")
+    b["LOGP"] = top
+    return SpadMap(b, top + part * sh.P // sh.vl, part)
+
+
+# --------------------------------------------------------------------------------------------
+# The programs
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Lowered:
+    """What the runtime needs: per node its DDR base, the (shared) DDR map, its route table and
+    its prefill program; ``decode_programs(k)`` gives decode step k's programs."""
+    plan: Plan
+    node: NodeConfig
+    shapes: Shapes
+    map: DdrMap
+    spad: SpadMap
+    bases: list
+    routes: list                        # per node: route id -> RouteEntry fields
+    prefill: list                       # per node: [isa.Instr]
+    logits_node: int
+    owned: list                         # per node after prefill: [(block, slot)]
+    decode_steps: int
+    consts: dict
+    topology: Topology
+    rgroups: list = field(default_factory=list)      # decode row groups (kv head, first row, rows)
+    route_ids_used: int = 0
+    _decode_cache: dict = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.bases)
+
+    def kv_addr(self, node: int, slot: int, layer: int) -> int:
+        return self.bases[node] + self.map.off("pool") + layer * self.map.pool_layer + slot * self.map.slot_bytes
+
+    def decode_programs(self, step: int) -> list:
+        if not 0 <= step < self.decode_steps:
+            raise LoweringError(f"decode step {step}: the DDR map holds {self.decode_steps} decode tokens")
+        if step not in self._decode_cache:
+            self._decode_cache = {step: _Lowerer(self).decode(step)}
+        return self._decode_cache[step]
+
+    def ids_addr(self, node: int, chunk: int | None) -> int:
+        """Where chunk ``chunk``'s token ids (int32) go; None: the decode token's."""
+        slot = self.plan.num_chunks if chunk is None else chunk
+        return self.bases[node] + self.map.off("ids") + slot * self.map.ids_slot
+
+    def logits_addr(self, node: int) -> int:
+        return self.bases[node] + self.map.off("logits")
+
+    def program_addr(self, node: int) -> int:
+        return self.bases[node] + self.map.off("program")
+
+
+class _Buf:
+    """Hazards on one memory region: readers wait for the writer, a writer for the readers."""
 
     def __init__(self):
-        self.slot: dict[int, int] = {}
-        self.free: list[int] = []
-        self.high = 0
+        self.w = None
+        self.r: list = []
 
-    def alloc(self, block: int) -> int:
-        if self.free:
-            s = min(self.free)
-            self.free.remove(s)
-        else:
-            s, self.high = self.high, self.high + 1
-        self.slot[block] = s
-        return s
+    def write_deps(self) -> list:
+        return [self.w] + self.r
 
-    def release(self, block: int) -> None:
-        self.free.append(self.slot.pop(block))
+    def wrote(self, h) -> None:
+        self.w, self.r = h, []
+
+    def read(self, h) -> None:
+        self.r.append(h)
 
 
-def _runs(slots: list[int]) -> list[tuple[int, int]]:
-    """Sorted slots -> (first slot, count) runs of consecutive slots."""
-    out = []
-    for s in sorted(slots):
-        if out and out[-1][0] + out[-1][1] == s:
-            out[-1] = (out[-1][0], out[-1][1] + 1)
-        else:
-            out.append((s, 1))
-    return out
+def lower(plan: Plan, node: NodeConfig, group: int, consts: dict, bases, decode_steps: int = 0) -> Lowered:
+    """The programs, DDR map and route tables of ``plan`` on nodes built as ``node``, for a model
+    quantized with INT4 group size ``group`` (``consts``: ``const_keys``), each node's DDR at
+    ``bases[n]``, with room for ``decode_steps`` decode tokens."""
+    model = plan.request.model
+    if plan.scheme not in LOWERED_SCHEMES:
+        raise LoweringError(f"scheme {plan.scheme}: no node programs (lowered: "
+                            f"{', '.join(str(s) for s in LOWERED_SCHEMES)})")
+    if len(bases) != plan.nodes:
+        raise LoweringError(f"{len(bases)} DDR bases for {plan.nodes} nodes")
+    missing = [k for k in const_keys(model) if k not in consts]
+    if missing:
+        raise LoweringError(f"consts: missing {missing[0]}")
+    check_model(model, node, group)
+    chunk = int(plan.chunk_tokens.max())
+    if chunk > node.max_tokens:
+        raise LoweringError(f"chunk of {chunk} tokens: the node computes at most max_tokens="
+                            f"{node.max_tokens} tokens at once (use a smaller chunk)")
+    if plan.request.seq_len + decode_steps > node.max_context:
+        raise LoweringError(f"{plan.request.seq_len} + {decode_steps} tokens exceed the node's "
+                            f"max_context={node.max_context}")
+    if plan.num_chunks > node.dir_entries:
+        raise LoweringError(f"{plan.num_chunks} chunks exceed the directory's {node.dir_entries} entries")
+    if not 0 <= int(consts["eps_n"]) < 1 << 32:
+        raise LoweringError(f"model {model.name}: the RMSNorm epsilon constant {consts['eps_n']} does not fit 32 bits")
+    sh = Shapes(model, node, group, chunk)
+    low = _Lowerer.prepare(plan, sh, consts, list(bases), decode_steps)
+    return low.prefill()
 
 
-def lower(plan: Plan) -> list[NodeProgram]:
-    N, C = plan.nodes, plan.num_chunks
-    m = plan.request.model
-    L = m.num_layers
-    layer_tok = int(m.kv_token_bytes // L)            # KV bytes of one token in one layer
-    if layer_tok * L != m.kv_token_bytes:
-        raise UserError(f"model {m.name}: per-layer KV bytes per token are not whole bytes")
-    stride = int(plan.chunk_size * layer_tok)         # one block's bytes in one layer
-    routes = RouteTables(plan.topology)
-    routes.broadcast(DECODE_ROOT)         # the decode query and the partial-state reduction
-    routes.reduce(DECODE_ROOT)
-    progs = [NodeProgram(n, routes.tables[n]) for n in range(N)]
-    tags = np.zeros(N, dtype=np.int64)
+class _Lowerer:
+    """One pass of emission (prefill, or one decode step) over a ``Builder``."""
 
-    # pool slots: replay the directory to learn each node's high-water mark first
-    pools = [_Pool() for _ in range(N)]
-    slots_at: list[dict] = []           # per step: {(block, node): slot} of copies created then
-    frees_at: list[list] = []
-    events = plan.events
-    ev_by_step: dict[int, list] = {}
-    for e in events:
-        ev_by_step.setdefault(e.step, []).append(e)
-    for t in range(C):
-        created, freed = {}, []
-        for e in ev_by_step.get(t, []):
-            if e.kind in (EventKind.OWNER, EventKind.REPLICATE, EventKind.HANDOFF):
+    def __init__(self, lw: Lowered):
+        self.lw, self.sh, self.map, self.sp = lw, lw.shapes, lw.map, lw.spad.beats
+        self.plan, self.consts, self.rgroups = lw.plan, lw.consts, lw.rgroups
+        self.N = lw.nodes
+        self.b = Builder(self.N, lw.node.num_sems)
+        self.routes = RouteTables(lw.topology, lw.node.route_entries)
+        self.bufs: dict = {}
+
+    # --- preparation: slots, DDR map ------------------------------------------------------------
+    @classmethod
+    def prepare(cls, plan: Plan, sh: Shapes, consts, bases, decode_steps) -> "_Lowerer":
+        N, C = plan.nodes, plan.num_chunks
+        slot_of, frees, live = {}, {}, [dict() for _ in range(N)]
+        free = [[] for _ in range(N)]
+        high = [0] * N
+        for t in range(C):
+            for e in plan.events:
+                if e.step == t and e.kind in (EventKind.OWNER, EventKind.REPLICATE, EventKind.HANDOFF):
+                    for n in e.nodes:
+                        if (n, e.block) in slot_of:
+                            raise LoweringError(f"plan: node {n} receives block {e.block} twice")
+                        s = min(free[n]) if free[n] else high[n]
+                        if free[n]:
+                            free[n].remove(s)
+                        else:
+                            high[n] += 1
+                        slot_of[(n, e.block)] = s
+                        live[n][e.block] = s
+            for e in plan.events:
+                if e.step == t and e.kind == EventKind.INVALIDATE:
+                    for n in e.nodes:
+                        s = live[n].pop(e.block, None)
+                        if s is None:
+                            raise LoweringError(f"plan: step {t}: node {n} frees block {e.block}, which it holds not")
+                        free[n].append(s)
+        owned = [sorted(live[n].items()) for n in range(N)]
+        # staging: blocks one step brings straight into its compute node
+        stage_max, forwards = 0, False
+        fetches = {}
+        for t in range(C):
+            hops = list(plan.owner_fetches(t))
+            fetches[t] = hops
+            o = plan.compute_node(t)
+            stage_max = max(stage_max, sum(1 for _, _, dsts, _ in hops if dsts[0] == o))
+            forwards |= any(dsts[0] != o for _, _, dsts, _ in hops)
+        # NIC limits of the decode reductions
+        node = sh.node
+        row_bytes = (sh.d + 2) * 4
+        rows_part = min(sh.gqa, node.att_rows, node.reduce_payload // row_bytes, node.max_payload // row_bytes)
+        if N > 1 and rows_part < 1:
+            raise LoweringError(f"a softmax state row ({row_bytes} bytes) exceeds the NIC's reduction payload "
+                                f"({node.reduce_payload} bytes)")
+        rows_part = max(rows_part, 1)
+        rgroups = [(kvh, j0, min(rows_part, sh.gqa - j0)) for kvh in range(sh.hkv)
+                   for j0 in range(0, sh.gqa, rows_part)]
+        if N > 1:
+            fan = int(plan.topology.reduce_tree(DECODE_ROOT)[1].max())
+            if node.softmax_fan_in < fan:
+                raise LoweringError(f"decode merges {fan} softmax states at a NIC; the node's softmax_fan_in is "
+                                    f"{node.softmax_fan_in}")
+            if node.reduce_slots < len(rgroups):
+                raise LoweringError(f"decode keeps {len(rgroups)} reductions open at once; the node's NIC has "
+                                    f"reduce_slots={node.reduce_slots}")
+        sp = spad_map(sh, rows_part, len(rgroups))
+        m = DdrMap()
+        a = _Alloc(isa.DDR_ALIGN)
+        m.slot_bytes = _pad(sh.block_bytes(sh.chunk))
+        m.pool_slots = max(1, max(high))
+        m.pool_layer = m.pool_slots * m.slot_bytes
+        m.dec_block = sh.block_bytes(1)
+        m.dec_tokens = max(1, decode_steps)
+        m.dec_layer = m.dec_tokens * m.dec_block
+        m.stage_group = max(1, stage_max) * m.slot_bytes
+        m.ids_slot = _pad(4 * sh.node.max_tokens)
+        m.head_tiles = -(-sh.vocab // sh.P)
+        a("ids", (C + 1) * m.ids_slot)
+        for li in range(sh.L):
+            for name, (out, n) in sh.out_dims().items():
+                lay = sh.blob(out, n)
+                m.blobs[f"layers.{li}.{name}"] = (a(f"layers.{li}.{name}", lay.total_bytes), lay)
+            for g in ("ln1", "ln2"):
+                m.gains[f"layers.{li}.{g}"] = a(f"layers.{li}.{g}", 4 * sh.h)
+        m.gains["norm"] = a("norm", 4 * sh.h)
+        a("embed", sh.vocab * isa.embed_row_bytes(sh.h, sh.group))
+        lay = sh.blob(sh.vocab, sh.h)
+        m.blobs["head"] = (a("head", lay.total_bytes), lay)
+        a("rope", (plan.request.seq_len + m.dec_tokens) * sh.d * 4)
+        a("pool", sh.L * m.pool_layer)
+        a("decode_kv", sh.L * m.dec_layer)
+        a("staging", 2 * m.stage_group)
+        a("forward", 2 * m.slot_bytes if forwards else 0)
+        mb, sbk = sp.beats["mb"], sp.beats["sb"]
+        m.net = {"q": _pad(sh.hq * (sh.db + 1) * sh.vl * 4), "max": len(rgroups) * mb * sh.vl * 4,
+                 "state": len(rgroups) * sbk * sh.vl * 4}
+        a("net.q", m.net["q"])
+        a("net.max", _pad(m.net["max"]))
+        a("net.mres", _pad(m.net["max"]))
+        a("net.state", _pad(m.net["state"]))
+        a("net.sres", _pad(m.net["state"]))
+        a("logits", m.head_tiles * sh.P * 4 + 4 * sh.vl)
+        m.regions = a.regions
+        m.size = a.top
+        topo = plan.topology
+        lw = Lowered(plan=plan, node=sh.node, shapes=sh, map=m, spad=sp, bases=bases, routes=[],
+                     prefill=[], logits_node=plan.compute_node(C - 1), owned=owned,
+                     decode_steps=decode_steps, consts=dict(consts), topology=topo)
+        lw.rgroups = rgroups
+        self = cls(lw)
+        self.slot_of, self.fetches = slot_of, fetches
+        return self
+
+    # --- addresses -------------------------------------------------------------------------------
+    def base(self, n: int) -> int:
+        return self.lw.bases[n]
+
+    def region(self, n: int, name: str) -> int:
+        return self.base(n) + self.map.off(name)
+
+    def pool(self, n: int, slot: int, layer: int) -> int:
+        return self.lw.kv_addr(n, slot, layer)
+
+    def buf(self, *key) -> _Buf:
+        b = self.bufs.get(key)
+        if b is None:
+            b = self.bufs[key] = _Buf()
+        return b
+
+    def k(self, name: str) -> int:
+        return int(self.consts[name])
+
+    # --- EX sequences ------------------------------------------------------------------------------
+    def embed(self, n: int, ids: int, T: int, pos0: int) -> None:
+        sh, sp = self.sh, self.sp
+        self.b.ex(n, isa.Embed, ids=ids, count=T, table=self.region(n, "embed"), vocab=sh.vocab, n=sh.h,
+                  group_log2=sh.glog, w_exp=self.k("embed.w_exp"), dst=sp["X"], dst_stride=sh.hb)
+        self.b.ex(n, isa.Load, ddr=self.region(n, "rope") + pos0 * sh.d * 4, spad=sp["ROPE"], beats=T * sh.db,
+                  row_beats=0)
+
+    def vec(self, n, vop, nel, rows, a, a_stride, dst, dst_stride, b=0, b_stride=0, b_rep=1, b_pair=0,
+            imm0=0, imm1=0, deps=()):
+        return self.b.ex(n, isa.Vec, deps, vop=vop, n=nel, rows=rows, a=a, a_stride=a_stride, b=b,
+                         b_stride=b_stride, b_rep=b_rep, b_pair=b_pair, dst=dst, dst_stride=dst_stride,
+                         imm0=imm0, imm1=imm1)
+
+    def gemm(self, n, name, blob_name, T, src, src_stride, dst, dst_stride, bias, tile0=0, tiles=None, w_exp=None):
+        off, lay = self.map.blobs[blob_name]
+        return self.b.ex(n, isa.Gemm, blob=self.base(n) + off, n=lay.n, total_tiles=lay.tiles, tile0=tile0,
+                         tiles=lay.tiles if tiles is None else tiles, tokens=T, group_log2=self.sh.glog,
+                         w_exp=self.k(f"{name}.w_exp") if w_exp is None else w_exp, bias=int(bias), src=src,
+                         src_stride=src_stride, dst=dst, dst_stride=dst_stride)
+
+    def norm(self, n, gain_name, g_exp_key, rows, a):
+        sh, sp = self.sh, self.sp
+        self.b.ex(n, isa.Load, ddr=self.base(n) + self.map.gains[gain_name], spad=sp["GAIN"], beats=sh.hb,
+                  row_beats=0)
+        self.vec(n, VecOp.RMSNORM, sh.h, rows, a, sh.hb, sp["H"], sh.hb, b=sp["GAIN"],
+                 imm0=self.k("eps_n"), imm1=self.k(g_exp_key))
+
+    def front(self, n: int, li: int, T: int, seg_base: int, deps=()) -> Local:
+        """RMSNorm, Q/K/V, RoPE, prescale, and the KV writer of the T tokens into the block layer at
+        ``seg_base``; returns the last KVW."""
+        sh, sp = self.sh, self.sp
+        p = f"layers.{li}"
+        self.norm(n, f"{p}.ln1", f"{p}.ln1.g_exp", T, sp["X"])
+        for name, dst, width in (("q_proj", "Q", sh.qb), ("k_proj", "K", sh.kb), ("v_proj", "V", sh.kb)):
+            self.gemm(n, f"{p}.{name}", f"{p}.{name}", T, sp["H"], sh.hb, sp[dst], width, bias=True)
+        d, db = sh.d, sh.db
+        self.vec(n, VecOp.TO_BFP, d, T * sh.hq, sp["Q"], db, sp["Q"], db)
+        self.vec(n, VecOp.ROPE, d, T * sh.hq, sp["Q"], db, sp["Q"], db, b=sp["ROPE"], b_stride=db,
+                 b_rep=sh.hq, b_pair=1)
+        self.vec(n, VecOp.PRESCALE, d, T * sh.hq, sp["Q"], db, sp["Q"], db, imm0=self.k("score.cm"),
+                 imm1=self.k("score.ce"))
+        self.vec(n, VecOp.TO_BFP, d, T * sh.hkv, sp["K"], db, sp["K"], db)
+        self.vec(n, VecOp.ROPE, d, T * sh.hkv, sp["K"], db, sp["K"], db, b=sp["ROPE"], b_stride=db,
+                 b_rep=sh.hkv, b_pair=1)
+        self.vec(n, VecOp.TO_BFP, d, T * sh.hkv, sp["V"], db, sp["V"], db)
+        last = None
+        for v, buf in ((False, "K"), (True, "V")):
+            for kvh in range(sh.hkv):
+                last = self.b.ex(n, isa.Kvw, deps, src=sp[buf] + kvh * db, rows=T, row_stride=sh.kb,
+                                 seg=seg_base + sh.seg(T, v, kvh))
+                deps = ()
+        return last
+
+    def back(self, n: int, li: int, T: int) -> None:
+        sh, sp = self.sh, self.sp
+        p = f"layers.{li}"
+        self.vec(n, VecOp.TO_BFP, sh.hq * sh.d, T, sp["A"], sh.qb, sp["A"], sh.qb)
+        self.gemm(n, f"{p}.o_proj", f"{p}.o_proj", T, sp["A"], sh.qb, sp["O"], sh.hb, bias=False)
+        self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
+        self.norm(n, f"{p}.ln2", f"{p}.ln2.g_exp", T, sp["X"])
+        self.gemm(n, f"{p}.gate_proj", f"{p}.gate_proj", T, sp["H"], sh.hb, sp["G"], sh.ib, bias=False)
+        self.gemm(n, f"{p}.up_proj", f"{p}.up_proj", T, sp["H"], sh.hb, sp["U"], sh.ib, bias=False)
+        self.vec(n, VecOp.SILU, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib)
+        self.vec(n, VecOp.TO_BFP, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib)
+        self.vec(n, VecOp.TO_BFP, sh.inter, T, sp["U"], sh.ib, sp["U"], sh.ib)
+        self.vec(n, VecOp.MUL, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib, b=sp["U"], b_stride=sh.ib)
+        self.gemm(n, f"{p}.down_proj", f"{p}.down_proj", T, sp["G"], sh.ib, sp["O"], sh.hb, bias=False)
+        self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
+
+    def head(self, n: int, row: int) -> Local:
+        """Final norm of X row ``row``, the LM head in parts, logits stored to DDR."""
+        sh, sp = self.sh, self.sp
+        self.norm(n, "norm", "norm.g_exp", 1, sp["X"] + row * sh.hb)
+        part, total = self.lw.spad.head_part, self.map.head_tiles
+        last = None
+        for t0 in range(0, total, part):
+            tiles = min(part, total - t0)
+            self.gemm(n, "head", "head", 1, sp["H"], sh.hb, sp["LOGP"], 0, bias=False, tile0=t0, tiles=tiles)
+            last = self.b.ex(n, isa.Store, ddr=self.region(n, "logits") + t0 * sh.P * 4, spad=sp["LOGP"],
+                             beats=-(-tiles * sh.P // sh.vl), row_beats=0)
+        return last
+
+    def runs_for(self, blocks, addr_of, gated: bool, n_of) -> list[dict]:
+        """Runs of blocks laid out at evenly spaced addresses: blocks = [(block, index)] sorted by
+        index; ``addr_of(index)`` the block layer's address; one ATTN_KV each."""
+        runs = []
+        for b, i in blocks:
+            nt = n_of(b)
+            pos = int(self.starts[b])
+            r = runs[-1] if runs else None
+            if (r is not None and r["n"] == nt and i == r["last_i"] + 1 and
+                    (r["blocks"] == 1 or (b - r["last_b"] == r["bstride"] and pos - r["last_pos"] == r["pstride"]))
+                    and 0 < b - r["last_b"] < 256):
+                if r["blocks"] == 1:
+                    r["bstride"], r["pstride"] = b - r["last_b"], pos - r["last_pos"]
+                r["blocks"] += 1
+                r["last_i"], r["last_b"], r["last_pos"] = i, b, pos
+                continue
+            runs.append({"addr": addr_of(i), "stride": self.map.slot_bytes, "n": nt, "blocks": 1, "first_b": b,
+                         "kpos0": pos, "bstride": 0, "pstride": 0, "last_i": i, "last_b": b, "last_pos": pos,
+                         "gated": gated})
+        return runs
+
+    def attention(self, n: int, T: int, pos0: int, runs, deps=()) -> Local:
+        """Two-pass attention of T query rows (Q) over ``runs`` -> A."""
+        sh, sp, d = self.sh, self.sp, self.sh.d
+        tpp = max(1, self.lw.node.att_rows // sh.gqa)
+        last = None
+        for kvh in range(sh.hkv):
+            for t0 in range(0, T, tpp):
+                tp = min(tpp, T - t0)
+                rows = dict(tokens=tp, heads=sh.gqa, tok_stride=sh.qb, head_stride=sh.db)
+                off = t0 * sh.qb + kvh * sh.gqa * sh.db
+                self.b.ex(n, isa.AttnQ, deps, what=AttnLoad.QUERY, spad=sp["Q"] + off, qpos0=pos0 + t0, **rows)
+                deps = ()
+                for phase in (AttnPass.MAX, AttnPass.APPLY):
+                    for i, r in enumerate(runs):
+                        self.attn_kv(n, r, kvh, phase, i == 0)
+                last = self.b.ex(n, isa.AttnEmit, mode=isa.EmitMode.FINAL, spad=sp["A"] + off, **rows)
+        return last
+
+    def attn_kv(self, n, r, kvh, phase, first):
+        sh = self.sh
+        seg = kv.segment_bytes(r["n"], sh.d)
+        return self.b.ex(n, isa.AttnKV, phase=phase, seg=r["addr"] + kvh * seg, v_off=sh.hkv * seg // isa.DDR_ALIGN,
+                         seg_stride=r["stride"] // isa.DDR_ALIGN, blocks=r["blocks"], keys=r["n"],
+                         kpos0=r["kpos0"], pos_stride=r["pstride"], block0=r["first_b"] if r["gated"] else 0,
+                         block_stride=r["bstride"] if r["gated"] else 0, gated=int(r["gated"]), first=int(first))
+
+    # --- prefill ---------------------------------------------------------------------------------
+    def prefill(self) -> Lowered:
+        plan, sh, b = self.plan, self.sh, self.b
+        C, L = plan.num_chunks, sh.L
+        tok = [int(x) for x in plan.chunk_tokens]
+        self.starts = np.concatenate([[0], np.cumsum(tok)]).astype(np.int64)
+        n_of = lambda blk: tok[blk]                                           # noqa: E731
+        state: dict[tuple[int, int], ReplicaState] = {}
+        by_step: dict = {}
+        for e in plan.events:
+            by_step.setdefault((e.step, e.phase), []).append(e)
+        if self.N > 1:                   # the decode routes are in the tables from the start
+            self.routes.broadcast(DECODE_ROOT)
+            self.routes.reduce(DECODE_ROOT)
+        kvw: dict = {}                   # (block, layer) -> the owner's last KVW
+        arrived: dict = {}               # (node, block, layer) -> Arrival of a received copy
+        tx_uses: dict = {}               # (node, block) -> SENDs from its pool copy
+        stage_turn = [0] * self.N
+        fwd_turn = [0] * self.N
+
+        def dir_(n, blk, st, deps=()):
+            return b.ex(n, isa.Dir, deps, block=blk, count=1, stride=0, state=st)
+
+        for c in range(C):
+            o = plan.compute_node(c)
+            T, pos0 = tok[c], int(self.starts[c])
+            for e in by_step.get((c, EventPhase.START), []):
                 for n in e.nodes:
-                    created[(e.block, n)] = pools[n].alloc(e.block)
-        for e in ev_by_step.get(t, []):
-            if e.kind == EventKind.INVALIDATE:
-                for n in e.nodes:
-                    freed.append((e.block, n, pools[n].slot[e.block]))
-                    pools[n].release(e.block)
-        slots_at.append(created)
-        frees_at.append(freed)
-    pool_layer = [max(1, p.high) * stride for p in pools]
-    staging = [KV_POOL_BASE + L * pool_layer[n] for n in range(N)]
-    for n in range(N):
-        progs[n].pool_layer_bytes = pool_layer[n]
-        progs[n].staging_base = staging[n]
-        progs[n].window_bytes = staging[n] + 2 * C * stride - KV_POOL_BASE
+                    self._lifecycle(state, c, e.kind, e.block, n)
+                    dir_(n, e.block, ReplicaState.DRAINING)
+            state[(c, o)] = ReplicaState.VALID
+            dir_(o, c, ReplicaState.VALID)
+            if (o, c) not in self.slot_of:
+                raise LoweringError(f"plan: step {c}: node {o} computes chunk {c} but the events give it no copy")
+            so = self.slot_of[(o, c)]
+            self.embed(o, self.lw.ids_addr(o, c), T, pos0)
+            hops = self.fetches[c]
+            direct = [blk for blk, _, dsts, _ in hops if dsts[0] == o]
+            for li in range(L):
+                # the chunk's own block layer
+                pb = self.buf("pool", o, so, li)
+                kvw[(c, li)] = self.front(o, li, T, self.pool(o, so, li), deps=pb.write_deps())
+                pb.wrote(kvw[(c, li)])
+                nbytes = sh.block_bytes(T)
+                reps = [int(x) for x in plan.holders(c, c)][1:]
+                if reps:
+                    tag = b.new_tag()
+                    for n in reps:
+                        s = self.slot_of[(n, c)]
+                        rb = self.buf("pool", n, s, li)
+                        arrived[(n, c, li)] = b.recv(n, o, tag, self.pool(n, s, li), nbytes, rb.write_deps(),
+                                                     credit_route=self.routes.unicast(o))
+                        rb.wrote(arrived[(n, c, li)])
+                    snd = b.send(o, reps, [kvw[(c, li)]], ddr=self.pool(o, so, li), length=nbytes,
+                                 stage=Stage.PREFILL, mop=Op.KV_REPLICA,
+                                 collective=Collective.MULTICAST if len(reps) > 1 else Collective.UNICAST,
+                                 reduce_op=ReduceOp.NONE, dst=min(reps), route_id=self.routes.multicast(o, reps),
+                                 tag=tag, seq=c & 0xFFFF)
+                    pb.read(snd)
+                    tx_uses.setdefault((o, c), []).append(snd)
+                # history the compute node lacks
+                turn = stage_turn[o] % 2
+                if direct:
+                    stage_turn[o] += 1
+                sbuf = self.buf("stage", o, turn)
+                staged, stage_deps, fwd_at = [], [], {}
+                for blk, src, dsts, _ in hops:
+                    y = dsts[0]
+                    nb = sh.block_bytes(tok[blk])
+                    tag = b.new_tag()
+                    if y == o:
+                        addr = self.region(o, "staging") + turn * self.map.stage_group + len(staged) * self.map.slot_bytes
+                        arr = b.recv(o, src, tag, addr, nb, sbuf.write_deps() if not staged else (),
+                                     credit_route=self.routes.unicast(src))
+                        staged.append((blk, len(staged)))
+                        stage_deps.append(arr)
+                    else:
+                        f = fwd_turn[y] % 2
+                        fwd_turn[y] += 1
+                        fb = self.buf("fwd", y, f)
+                        addr = self.region(y, "forward") + f * self.map.slot_bytes
+                        arr = b.recv(y, src, tag, addr, nb, fb.write_deps(), credit_route=self.routes.unicast(src),
+                                     forward=True)
+                        fb.wrote(arr)
+                    # where the sender reads it
+                    from_pool = (blk, src) not in fwd_at
+                    if not from_pool:
+                        f_src = fwd_at.pop((blk, src))
+                        src_addr = self.region(src, "forward") + f_src * self.map.slot_bytes
+                        sb = self.buf("fwd", src, f_src)
+                    else:
+                        if state.get((blk, src)) is None:
+                            raise LoweringError(f"plan: step {c}: node {src} sends block {blk}, of which it holds "
+                                                f"no copy")
+                        s = self.slot_of[(src, blk)]
+                        src_addr = self.pool(src, s, li)
+                        sb = self.buf("pool", src, s, li)
+                    snd = b.send(src, [y], [sb.w], ddr=src_addr, length=nb, stage=Stage.PREFILL, mop=Op.KV_FETCH,
+                                 collective=Collective.UNICAST, reduce_op=ReduceOp.NONE, dst=y,
+                                 route_id=self.routes.unicast(y), tag=tag, seq=c & 0xFFFF)
+                    sb.read(snd)
+                    if from_pool:
+                        tx_uses.setdefault((src, blk), []).append(snd)
+                    if y != o:
+                        fwd_at[(blk, y)] = f
+                # attention of the chunk over what o holds and what it received
+                held = sorted((self.slot_of[(o, blk)], blk) for blk in range(c + 1)
+                              if state.get((blk, o)) is not None)
+                got = {blk for blk, _ in staged} | {blk for _, blk in held}
+                missing = [blk for blk in range(c) if blk not in got]
+                if missing:
+                    raise LoweringError(f"plan: step {c}: node {o} computes chunk {c} without a copy of block "
+                                        f"{missing[0]} (not held, not fetched)")
+                deps = list(stage_deps) + [arrived[(o, blk, li)] for _, blk in held if (o, blk, li) in arrived]
+                runs = self.runs_for([(blk, s) for s, blk in held],
+                                     lambda s, li=li: self.pool(o, s, li), True, n_of)
+                runs += self.runs_for(staged, lambda i, t=turn: (self.region(o, "staging") + t * self.map.stage_group
+                                                                 + i * self.map.slot_bytes), False, n_of)
+                last = self.attention(o, T, pos0, runs, deps)
+                if staged:
+                    sbuf.r = [last]
+                for s, blk in held:
+                    self.buf("pool", o, s, li).read(last)
+                self.back(o, li, T)
+            if c == C - 1:
+                self.head(o, T - 1)
+            for e in by_step.get((c, EventPhase.END), []):
+                self._end_event(c, e, state, tx_uses, arrived, kvw, tok)
+        # the decode-ready layout: every node holds exactly its owned blocks
+        for (blk, n), st in state.items():
+            if int(plan.owner[blk]) != n:
+                raise LoweringError(f"plan: after prefill node {n} still holds a replica of block {blk}")
+        self.lw.prefill = b.programs()
+        self.lw.routes = self.routes.tables
+        self.lw.route_ids_used = self.routes.used
+        self._check_routes()
+        longest = max(len(p) for p in self.lw.prefill)
+        if self.lw.decode_steps:
+            longest = max(longest, max(len(p) for p in self.lw.decode_programs(0)))
+        self.map.regions["program"] = (self.map.size, longest * isa.INSTR_BYTES)
+        self.map.size = _pad(self.map.size + longest * isa.INSTR_BYTES, 4096)
+        return self.lw
 
-    def addr(n, slot, layer):
-        return KV_POOL_BASE + layer * pool_layer[n] + slot * stride
+    def _lifecycle(self, state, step, kind, blk, n):
+        cur = state.get((blk, n))
+        if kind == EventKind.DRAIN and cur != ReplicaState.VALID:
+            raise LoweringError(f"plan: step {step}: drain of block {blk} on node {n} "
+                                f"({'INVALID' if cur is None else cur.name})")
+        if kind == EventKind.DRAIN and int(self.plan.owner[blk]) == n and self.plan.scheme != Scheme.PD:
+            raise LoweringError(f"plan: step {step}: the owner copy of block {blk} may not drain")
+        if kind == EventKind.INVALIDATE and cur != ReplicaState.DRAINING:
+            raise LoweringError(f"plan: step {step}: invalidate of block {blk} on node {n} "
+                                f"({'INVALID' if cur is None else cur.name})")
+        if kind == EventKind.DRAIN:
+            state[(blk, n)] = ReplicaState.DRAINING
+        elif kind == EventKind.INVALIDATE:
+            del state[(blk, n)]
 
-    def dma(n, t, a, length, direction, stage=Stage.PREFILL, source=None):
-        tag = int(tags[n] % (1 << 11))
-        tags[n] += 1
-        if source is not None:
-            progs[n].sources[len(progs[n].ops)] = source
-        progs[n].ops.append((stage, t, DmaDescriptor(a, length, tag & 1, direction, tag)))
+    def _end_event(self, c, e, state, tx_uses, arrived, kvw, tok):
+        b, sh = self.b, self.sh
+        for n in e.nodes:
+            if e.kind == EventKind.OWNER:
+                if state.get((e.block, n)) != ReplicaState.VALID:
+                    raise LoweringError(f"plan: step {c}: owner copy of block {e.block} on node {n}, which did "
+                                        f"not compute it")
+            elif e.kind == EventKind.REPLICATE:
+                state[(e.block, n)] = ReplicaState.VALID
+                b.ex(n, isa.Dir, block=e.block, count=1, stride=0, state=ReplicaState.VALID)
+            elif e.kind == EventKind.HANDOFF:
+                src = int(self.plan.holder_owner[e.block])
+                nb = sh.block_bytes(tok[e.block])
+                s_src, s_dst = self.slot_of[(src, e.block)], self.slot_of[(n, e.block)]
+                for li in range(sh.L):
+                    tag = b.new_tag()
+                    db_ = self.buf("pool", n, s_dst, li)
+                    arr = b.recv(n, src, tag, self.pool(n, s_dst, li), nb, db_.write_deps(),
+                                 credit_route=self.routes.unicast(src))
+                    db_.wrote(arr)
+                    sb = self.buf("pool", src, s_src, li)
+                    snd = b.send(src, [n], [sb.w], ddr=self.pool(src, s_src, li), length=nb, stage=Stage.PREFILL,
+                                 mop=Op.KV_FETCH, collective=Collective.UNICAST, reduce_op=ReduceOp.NONE, dst=n,
+                                 route_id=self.routes.unicast(n), tag=tag, seq=c & 0xFFFF)
+                    sb.read(snd)
+                    tx_uses.setdefault((src, e.block), []).append(snd)
+                    arrived[(n, e.block, li)] = arr
+                b.ex(n, isa.Dir, [arrived[(n, e.block, li)] for li in range(sh.L)], block=e.block, count=1,
+                     stride=0, state=ReplicaState.VALID)
+                state[(e.block, n)] = ReplicaState.VALID
+            elif e.kind in (EventKind.DRAIN, EventKind.INVALIDATE):
+                self._lifecycle(state, c, e.kind, e.block, n)
+                new = ReplicaState.DRAINING if e.kind == EventKind.DRAIN else ReplicaState.INVALID
+                d = b.ex(n, isa.Dir, tx_uses.get((n, e.block), []) if new == ReplicaState.INVALID else (),
+                         block=e.block, count=1, stride=0, state=new)
+                if new == ReplicaState.INVALID:
+                    s = self.slot_of[(n, e.block)]
+                    for li in range(sh.L):
+                        self.buf("pool", n, s, li).read(d)
 
-    def meta(n, t, **kw):
-        kw.setdefault("stage", Stage.PREFILL)
-        kw.setdefault("reduce_op", ReduceOp.NONE)
-        kw.setdefault("seq", t & 0xFFFF)
-        progs[n].ops.append((kw["stage"], t, Meta(src=n, **kw)))
+    def _check_routes(self):
+        need = self.routes.used
+        if need > self.lw.node.route_entries:
+            raise LoweringError(f"the programs use {need} route ids; the node's route table has "
+                                f"route_entries={self.lw.node.route_entries}")
 
-    slot_of = [dict() for _ in range(N)]   # live (block -> slot) per node while lowering
-    for t in range(C):
-        evs = ev_by_step.get(t, [])
-        for e in evs:
-            if e.phase == EventPhase.START and e.kind == EventKind.DRAIN:
-                for n in e.nodes:
-                    meta(n, t, op=Op.KV_DRAIN, collective=Collective.UNICAST, dst=n,
-                         route_id=ROUTE_LOCAL, kv_id=e.block, length=0)
-        for (b, n), s in slots_at[t].items():
-            slot_of[n][b] = s
-        fetches = list(plan.fetches(t))
-        for layer in range(L):
-            half = (layer & 1) * (C * stride)       # ping-pong staging halves
-            recv_off = np.zeros(N, dtype=np.int64)
-            staged = {}                               # (node, block) -> staging address
-            for b, src, dsts, nbytes in fetches:
-                ln = int(plan.chunk_tokens[b]) * layer_tok
-                # a holder sends from its pool; a ring forwarder from where it just received it
-                a = addr(src, slot_of[src][b], layer) if b in slot_of[src] else staged[(src, b)]
-                dma(src, t, a, ln, DmaDir.LOAD)
-                rid = routes.multicast(src, dsts)
-                meta(src, t, op=Op.KV_FETCH,
-                     collective=Collective.MULTICAST if len(dsts) > 1 else Collective.UNICAST,
-                     dst=min(dsts), route_id=rid,
-                     kv_id=b * L + layer, length=ln)
-                for d in dsts:
-                    staged[(d, b)] = staging[d] + half + int(recv_off[d])
-                    dma(d, t, staged[(d, b)], ln, DmaDir.STORE, source=(src, Op.KV_FETCH, b * L + layer))
-                    recv_off[d] += stride
-            for n in plan.compute_nodes:
-                held = [s for b, s in slot_of[n].items() if b < t]
-                for first, count in _runs(held):
-                    dma(n, t, addr(n, first, layer), count * stride, DmaDir.LOAD)
-                if recv_off[n]:
-                    dma(n, t, staging[n] + half, int(recv_off[n]), DmaDir.LOAD)
-            # block t: its owner writes it, multicasts it to the replicas, which store it
-            ln = int(plan.chunk_tokens[t]) * layer_tok
-            holders = [int(x) for x in plan.holders(t, t)]
-            o = holders[0]
-            dma(o, t, addr(o, slot_of[o][t], layer), ln, DmaDir.STORE, source=(o, Op.KV_REPLICA, t * L + layer))
-            if len(holders) > 1:
-                reps = holders[1:]
-                meta(o, t, op=Op.KV_REPLICA,
-                     collective=Collective.MULTICAST if len(reps) > 1 else Collective.UNICAST,
-                     dst=min(reps), route_id=routes.multicast(o, reps),
-                     kv_id=t * L + layer, length=ln)
-                for n in reps:
-                    dma(n, t, addr(n, slot_of[n][t], layer), ln, DmaDir.STORE,
-                        source=(o, Op.KV_REPLICA, t * L + layer))
-        if plan.handoff_bytes and t == C - 1:
-            _lower_handoff(plan, progs, routes, dma, meta, slot_of, addr, layer_tok)
-        for e in evs:
-            if e.phase == EventPhase.END and e.kind in (EventKind.DRAIN, EventKind.INVALIDATE):
-                for n in e.nodes:
-                    meta(n, t, op=Op.KV_DRAIN if e.kind == EventKind.DRAIN else Op.KV_INVALIDATE,
-                         collective=Collective.UNICAST, dst=n, route_id=ROUTE_LOCAL,
-                         kv_id=e.block, length=0)
-        for b, n, _ in frees_at[t]:
-            slot_of[n].pop(b, None)
-    _lower_decode(plan, progs, routes, dma, meta, slot_of, addr, stride)
-    return progs
+    # --- decode ----------------------------------------------------------------------------------
+    def decode(self, step: int) -> list:
+        """Decode step ``step`` (the token at position seq_len + step) on every node."""
+        lw, sh, sp, b = self.lw, self.sh, self.sp, self.b
+        plan = self.plan
+        tok = [int(x) for x in plan.chunk_tokens]
+        self.starts = np.concatenate([[0], np.cumsum(tok)]).astype(np.int64)
+        S = int(self.starts[-1])
+        pos = S + step
+        root, N = DECODE_ROOT, self.N
+        n_of = lambda blk: tok[blk]                                        # noqa: E731
 
+        def runs(n, li):
+            r = self.runs_for([(blk, s) for blk, s in sorted(lw.owned[n], key=lambda x: x[1])],
+                              lambda s: self.pool(n, s, li), True, n_of)
+            if n == root:
+                r.append({"addr": self.region(n, "decode_kv") + li * self.map.dec_layer, "stride": self.map.dec_block,
+                          "n": 1, "blocks": step + 1, "first_b": 0, "kpos0": S, "bstride": 0, "pstride": 1,
+                          "gated": False})
+            return r
 
-def _lower_handoff(plan, progs, routes, dma, meta, slot_of, addr, layer_tok):
-    """pd: after prefill every block travels from its prefill node to its decode owner."""
-    L, t = plan.request.model.num_layers, plan.num_chunks - 1
-    for b in range(plan.num_chunks):
-        src, dst = int(plan.holder_owner[b]), int(plan.owner[b])
-        ln = int(plan.chunk_tokens[b]) * layer_tok
-        for layer in range(L):
-            dma(src, t, addr(src, slot_of[src][b], layer), ln, DmaDir.LOAD)
-            meta(src, t, op=Op.KV_FETCH, collective=Collective.UNICAST, dst=dst,
-                 route_id=routes.unicast(dst), kv_id=b * L + layer, length=ln)
-            dma(dst, t, addr(dst, slot_of[dst][b], layer), ln, DmaDir.STORE, source=(src, Op.KV_FETCH, b * L + layer))
-
-
-def _lower_decode(plan, progs, routes, dma, meta, slot_of, addr, stride):
-    """One decode step (token 0 after the prompt); later tokens repeat it with seq = token index.
-    KV-stationary: the root multicasts the query, every holder attends over its shard and the NIC
-    reduces the (m, l, o) states on the tree towards the root.  pass-Q: the query and running
-    state walk the ring instead."""
-    m = plan.request.model
-    L, N = m.num_layers, plan.nodes
-    q_len = m.num_heads * m.head_dim * QUERY_ELEM_BYTES
-    s_len = m.num_heads * (m.head_dim + 2) * STATE_ELEM_BYTES
-    holders = sorted({int(o) for o in plan.owner})
-    step = 0
-    for layer in range(L):
-        for n in holders:
-            for first, count in _runs(list(slot_of[n].values())):
-                dma(n, step, addr(n, first, layer), count * stride, DmaDir.LOAD, Stage.DECODE)
-        if N == 1:
-            continue
-        if plan.scheme == Scheme.PASSQ:
-            ring = holders if DECODE_ROOT in holders else [DECODE_ROOT] + holders
-            for i, n in enumerate(ring):
-                nxt = ring[(i + 1) % len(ring)]
-                if nxt == n:
-                    continue
-                meta(n, step, stage=Stage.DECODE, op=Op.QUERY if i == 0 else Op.PARTIAL_STATE,
-                     collective=Collective.UNICAST, dst=nxt, route_id=routes.unicast(nxt),
-                     kv_id=layer, length=q_len + (0 if i == 0 else s_len))
-            continue
-        meta(DECODE_ROOT, step, stage=Stage.DECODE, op=Op.QUERY, collective=Collective.MULTICAST,
-             dst=DECODE_ROOT, route_id=routes.broadcast(DECODE_ROOT), kv_id=layer, length=q_len)   # tag: root's group
-        for n in range(N):
-            meta(n, step, stage=Stage.DECODE, op=Op.PARTIAL_STATE, collective=Collective.REDUCE,
-                 reduce_op=ReduceOp.SOFTMAX_MERGE, dst=DECODE_ROOT, route_id=routes.reduce(DECODE_ROOT),
-                 kv_id=layer, length=s_len)
+        self.embed(root, lw.ids_addr(root, None), 1, pos)
+        mb, sbk = sp["mb"], sp["sb"]
+        qbytes = sh.hq * (sh.db + 1) * sh.vl * 4
+        others = [n for n in range(N) if n != root]
+        for li in range(sh.L):
+            self.front(root, li, 1, self.region(root, "decode_kv") + li * self.map.dec_layer + step * self.map.dec_block)
+            if N == 1:
+                self.attention(root, 1, pos, runs(root, li))
+                self.back(root, li, 1)
+                continue
+            route_b, route_r = self.routes.broadcast(root), self.routes.reduce(root)
+            seq = step & 0xFFFF
+            qb_ = self.buf("q", root)
+            st = b.ex(root, isa.Store, qb_.write_deps(), ddr=self.region(root, "net.q"), spad=sp["Q"],
+                      beats=sh.hq * sh.db, row_beats=sh.db)
+            qb_.wrote(st)
+            tag = b.new_tag()
+            arr_q = {}
+            for n in others:
+                nb_ = self.buf("q", n)
+                arr_q[n] = b.recv(n, root, tag, self.region(n, "net.q"), qbytes, nb_.write_deps(),
+                                  credit_route=self.routes.unicast(root))
+                nb_.wrote(arr_q[n])
+            qb_.read(b.send(root, others, [st], ddr=self.region(root, "net.q"), length=qbytes, stage=Stage.DECODE,
+                            mop=Op.QUERY, collective=Collective.MULTICAST, reduce_op=ReduceOp.NONE, dst=root,
+                            route_id=route_b, tag=tag, seq=seq))
+            # maxima: every node, the root's contribution last
+            tag_m = b.new_tag()
+            maxlen = self.map.net["max"]
+            st_max = {}
+            for n in others + [root]:
+                if n != root:
+                    self.buf("q", n).read(b.ex(n, isa.Load, [arr_q[n]], ddr=self.region(n, "net.q"), spad=sp["Q"],
+                                               beats=sh.hq * sh.db, row_beats=sh.db))
+                rn = runs(n, li)
+                for i, (kvh, j0, rows) in enumerate(self.rgroups):
+                    rr = dict(tokens=1, heads=rows, tok_stride=sh.qb, head_stride=sh.db)
+                    b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["Q"] + (kvh * sh.gqa + j0) * sh.db, qpos0=pos, **rr)
+                    for k, r in enumerate(rn):
+                        self.attn_kv(n, r, kvh, AttnPass.MAX, k == 0)
+                    b.ex(n, isa.AttnEmit, mode=isa.EmitMode.MAX, spad=sp["MLOC"] + i * mb, **rr)
+                mbuf = self.buf("max", n)
+                st_max[n] = b.ex(n, isa.Store, mbuf.write_deps(), ddr=self.region(n, "net.max"), spad=sp["MLOC"],
+                                 beats=len(self.rgroups) * mb, row_beats=0)
+                mbuf.wrote(st_max[n])
+                if n != root:
+                    mbuf.read(b.send(n, [root], [st_max[n]], credits=False, ddr=self.region(n, "net.max"),
+                                     length=maxlen, stage=Stage.DECODE, mop=Op.PARTIAL_STATE,
+                                     collective=Collective.REDUCE, reduce_op=ReduceOp.MAX, dst=root,
+                                     route_id=route_r, tag=tag_m, seq=seq))
+            rb = self.buf("mres", root)
+            arr_m = b.recv(root, root, tag_m, self.region(root, "net.mres"), maxlen, rb.write_deps(),
+                           credit_route=None, result_of_reduce=True)
+            rb.wrote(arr_m)
+            self.buf("max", root).read(b.send(root, [root], [st_max[root], b.posted(arr_m)], credits=False,
+                                              ddr=self.region(root, "net.max"), length=maxlen, stage=Stage.DECODE,
+                                              mop=Op.PARTIAL_STATE, collective=Collective.REDUCE,
+                                              reduce_op=ReduceOp.MAX, dst=root, route_id=route_r, tag=tag_m,
+                                              seq=seq))
+            tag = b.new_tag()
+            arr_b = {root: arr_m}
+            for n in others:
+                nb_ = self.buf("mres", n)
+                arr_b[n] = b.recv(n, root, tag, self.region(n, "net.mres"), maxlen, nb_.write_deps(),
+                                  credit_route=self.routes.unicast(root))
+                nb_.wrote(arr_b[n])
+            rb.read(b.send(root, others, [arr_m], ddr=self.region(root, "net.mres"), length=maxlen,
+                           stage=Stage.DECODE, mop=Op.TENSOR, collective=Collective.MULTICAST,
+                           reduce_op=ReduceOp.NONE, dst=root, route_id=route_b, tag=tag, seq=seq))
+            # states with m = M, merged towards the root
+            tags_s = [b.new_tag() for _ in self.rgroups]
+            st_s = {}
+            for n in others + [root]:
+                self.buf("mres", n).read(b.ex(n, isa.Load, [arr_b[n]], ddr=self.region(n, "net.mres"),
+                                              spad=sp["MGLOB"], beats=len(self.rgroups) * mb, row_beats=0))
+                rn = runs(n, li)
+                for i, (kvh, j0, rows) in enumerate(self.rgroups):
+                    rr = dict(tokens=1, heads=rows, tok_stride=sh.qb, head_stride=sh.db)
+                    b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["Q"] + (kvh * sh.gqa + j0) * sh.db, qpos0=pos, **rr)
+                    b.ex(n, isa.AttnQ, what=AttnLoad.MREF, spad=sp["MGLOB"] + i * mb, qpos0=0, **rr)
+                    for k, r in enumerate(rn):
+                        self.attn_kv(n, r, kvh, AttnPass.APPLY, k == 0)
+                    b.ex(n, isa.AttnEmit, mode=isa.EmitMode.STATE, spad=sp["SLOC"] + i * sbk, **rr)
+                sbuf = self.buf("state", n)
+                st_s[n] = b.ex(n, isa.Store, sbuf.write_deps(), ddr=self.region(n, "net.state"), spad=sp["SLOC"],
+                               beats=len(self.rgroups) * sbk, row_beats=0)
+                sbuf.wrote(st_s[n])
+                if n != root:
+                    for i, (kvh, j0, rows) in enumerate(self.rgroups):
+                        sbuf.read(b.send(n, [root], [st_s[n]], credits=False,
+                                         ddr=self.region(n, "net.state") + i * sbk * sh.vl * 4,
+                                         length=rows * (sh.d + 2) * 4, stage=Stage.DECODE, mop=Op.PARTIAL_STATE,
+                                         collective=Collective.REDUCE, reduce_op=ReduceOp.SOFTMAX_MERGE, dst=root,
+                                         route_id=route_r, tag=tags_s[i], seq=seq))
+            srb = self.buf("sres", root)
+            arr_s = []
+            for i, (kvh, j0, rows) in enumerate(self.rgroups):
+                a = b.recv(root, root, tags_s[i], self.region(root, "net.sres") + i * sbk * sh.vl * 4,
+                           rows * (sh.d + 2) * 4, srb.write_deps() if i == 0 else (), credit_route=None,
+                           result_of_reduce=True)
+                arr_s.append(a)
+                self.buf("state", root).read(b.send(root, [root], [st_s[root], b.posted(a)], credits=False,
+                                                    ddr=self.region(root, "net.state") + i * sbk * sh.vl * 4,
+                                                    length=rows * (sh.d + 2) * 4, stage=Stage.DECODE,
+                                                    mop=Op.PARTIAL_STATE, collective=Collective.REDUCE,
+                                                    reduce_op=ReduceOp.SOFTMAX_MERGE, dst=root, route_id=route_r,
+                                                    tag=tags_s[i], seq=seq))
+            ld = b.ex(root, isa.Load, arr_s, ddr=self.region(root, "net.sres"), spad=sp["SGLOB"],
+                      beats=len(self.rgroups) * sbk, row_beats=0)
+            srb.wrote(arr_s[-1])
+            srb.read(ld)
+            for i, (kvh, j0, rows) in enumerate(self.rgroups):
+                rr = dict(tokens=1, heads=rows, tok_stride=sh.qb, head_stride=sh.db)
+                off = (kvh * sh.gqa + j0) * sh.db
+                b.ex(root, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["Q"] + off, qpos0=pos, **rr)
+                b.ex(root, isa.AttnQ, what=AttnLoad.STATE, spad=sp["SGLOB"] + i * sbk, qpos0=0, **rr)
+                b.ex(root, isa.AttnEmit, mode=isa.EmitMode.FINAL, spad=sp["A"] + off, **rr)
+            self.back(root, li, 1)
+        self.head(root, 0)
+        self._check_routes()
+        return b.programs()

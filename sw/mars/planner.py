@@ -1,6 +1,15 @@
 """The MARS planner (MCF paper section 4, eqs. 1-29) and the baselines, behind one interface.
 
-Execution model (what the cost terms assume; the SimPy cluster model executes the same thing):
+Two execution models read a plan.  The *machine's* (docs/node.md, what the node programs of
+``mcf.sw.mars.lower`` execute): chunk c is computed through every layer by one node,
+``compute_node(c)`` (its block's owner), which reads every history block it holds (owner copy
+or live replica: ``holders``, ``events``) and receives the others into staging
+(``owner_fetches``).  The *paper's* (the cost terms below and the SimPy cluster model,
+``mcf.sim.cluster``, keep it for the paper's figures): every compute node takes part of every
+chunk (``fetches``, ``step_view``).  The replica schedule, the events and the memory per node are
+the same in both.
+
+Execution model of the cost terms (the SimPy cluster model executes the same thing):
 
 * Prefill runs the C = ceil(S / B) chunks in order, one *step* per chunk (eq. 23).  In step t
   the chunk's B query rows are split evenly over the compute nodes (eq. 6 divides by N); every
@@ -264,6 +273,33 @@ class Plan:
             need = need[np.isin(need, self.compute_nodes)]
             for s in np.unique(src[need]):
                 yield b, int(s), [int(n) for n in need[src[need] == s]], int(self.block_bytes[b])
+
+    # --- the machine's execution model (docs/node.md): chunk c computed by its owner ----------
+    def compute_node(self, step: int) -> int:
+        """The node that computes chunk ``step`` through every layer: the block's owner during
+        prefill (pd: its prefill node)."""
+        return int(self.holder_owner[step])
+
+    def owner_fetches(self, step: int):
+        """(block, src, [dst], bytes) hops that bring every history block the computing node of
+        ``step`` holds no copy of into its staging area, in send order (a transient copy, used
+        for that chunk only).  mars / full / pd: one hop from the holder nearest to it (the owner
+        on ties); ring / zigzag: the block walks the ring of compute nodes from its owner, each
+        node on the way forwarding it to the next."""
+        o = self.compute_node(step)
+        ring = [int(n) for n in self.compute_nodes]
+        for b in range(step):
+            h = [int(x) for x in self.holders(b, step)]
+            if o in h:
+                continue
+            if self.scheme in (Scheme.RING, Scheme.ZIGZAG, Scheme.PASSQ):
+                i, j = ring.index(int(self.holder_owner[b])), ring.index(o)
+                walk = [ring[(i + k) % len(ring)] for k in range((j - i) % len(ring) + 1)]
+                for x, y in zip(walk, walk[1:]):
+                    yield b, x, [y], int(self.block_bytes[b])
+            else:
+                src = h[int(np.argmin(self.topology.dist[h, o]))]
+                yield b, src, [o], int(self.block_bytes[b])
 
     def step_view(self, t: int) -> dict:
         """What happens in prefill step t, for an executor (the SimPy cluster model): the compute

@@ -380,7 +380,7 @@ def test_make_bitstream_without_vivado_stops_with_one_line(tmp_path):
                        text=True, timeout=300, env={**os.environ, "PATH": path})
     assert r.returncode != 0
     ours = [l for l in r.stderr.splitlines() if not l.startswith("make")]
-    assert len(ours) == 1 and ours[0].startswith("mcf board: error: vivado not found"), r.stderr
+    assert len(ours) == 1 and ours[0].startswith("mcf: error: vivado not found"), r.stderr
 
 
 def test_docs_pin_table_and_clock_match_the_code():

@@ -23,3 +23,15 @@ def test_enums_match_spec():
 def test_route_and_descriptor_layouts():
     for hw, sp in [(layouts.RouteEntryLayout, spec.ROUTE_ENTRY), (layouts.DmaDescriptorLayout, spec.DMA_DESCRIPTOR)]:
         assert _offsets(hw) == {f.name: (sp.offsets[f.name], f.width) for f in sp.fields}
+
+
+def test_instruction_layouts_match_spec():
+    from mcf.spec import isa
+    assert {m.name: m.value for m in layouts.Opcode} == {m.name: m.value for m in isa.Opcode}
+    assert set(layouts.InstrLayouts) == set(isa.Opcode)
+    for op, layout in isa.LAYOUTS.items():
+        assert layouts.InstrLayouts[op].size == isa.INSTR_BITS
+        assert _offsets(layouts.InstrLayouts[op]) == {f.name: (layout.offsets[f.name], f.width)
+                                                      for f in layout.fields}
+    header = {f.name: (isa.LAYOUTS[isa.Opcode.END].offsets[f.name], f.width) for f in isa.HEADER_FIELDS}
+    assert _offsets(layouts.InstrHeaderLayout) == header

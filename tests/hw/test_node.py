@@ -2,7 +2,7 @@
 through the PS driver (a cocotb bench with its pytest runner).
 
 mars -> programs -> driver -> hardware: the MARS planner plans a tiny prefill on 2 nodes and
-lowers it (``mcf.sw.mars.lower``); each node's route table and every KV_REPLICA / KV_FETCH
+lowers it (``mcf.sw.mars.metaprog``); each node's route table and every KV_REPLICA / KV_FETCH
 / directory Meta of its program are written through ``mcf.sw.driver.Driver`` (cocotb
 backend, AXI-Lite), with a LOAD descriptor that streams the block from the sender's DDR
 (AxiRam) into the packetizer.  The receiver posts one STORE per packet it expects.  At the
@@ -22,7 +22,7 @@ from mcf.sim.runner import run_cocotb
 from mcf.spec import DmaDescriptor, DmaDir, ErrorCause, Op, Stage
 from mcf.spec.node import NodeConfig
 from mcf.sw.driver import CocotbBackend, Driver
-from mcf.sw.mars.lower import lower
+from mcf.sw.mars.metaprog import lower
 from mcf.sw.mars.planner import PlanRequest, plan
 from mcf.sw.mars.profile import load_profile
 from mcf.sw.models import load_model

@@ -57,3 +57,15 @@ def test_register_codec():
         caps.encode(net_ports=16)
     with pytest.raises(KeyError, match="CAPS has no field bogus"):
         caps.encode(bogus=1)
+
+
+def test_sequencer_registers_live_in_their_window():
+    from mcf.spec.regmap import NETWORK_FAULTS, SEQ_BASE, SEQ_WINDOW
+    seq = [r for r in REGISTERS if r.offset in SEQ_WINDOW]
+    assert seq[0].name == "SEQ_CAPS" and seq[0].offset == SEQ_BASE
+    assert {"PROG_BASE_LO", "PROG_BASE_HI", "PROG_COUNT", "SEQ_CONTROL", "SEQ_STATUS", "SEQ_PC", "SEQ_WAIT",
+            "FAULT_MASK", "WATCHDOG", "RX_WAIT", "SEM_INDEX", "SEM_DATA", "DIR_INDEX", "DIR_DATA",
+            "PERF_INDEX", "PERF_LO", "PERF_HI"} <= {r.name for r in seq}
+    assert REGISTERS["FAULT_MASK"].reset == sum(1 << int(c) for c in NETWORK_FAULTS)
+    # PROG_BASE stores only DDR_ALIGN multiples
+    assert REGISTERS["PROG_BASE_LO"].mask == 0xFFFF_FFC0

@@ -1,5 +1,8 @@
 """NodeConfig (spec/node.py): presets agree with the model files, bad sizes are refused by name,
 and the tops, the registry and the cluster profile take their sizes from it."""
+import re
+from dataclasses import fields
+
 import pytest
 
 from mcf.spec import SpecError
@@ -25,16 +28,33 @@ def test_derived_sizes_and_nic_params():
 
 
 @pytest.mark.parametrize("kw,message", [
-    (dict(buffer_bytes=1000), "NodeConfig.buffer_bytes=1000: must be a power of two"),
-    (dict(mac_lanes=6), "NodeConfig.mac_lanes=6: must be a power of two"),
-    (dict(net_ports=0), "NodeConfig.net_ports=0: must be >= 1"),
-    (dict(data_width=48), "data_width=48: must be a power of two >= 32"),
+    (dict(buffer_bytes=1000), "NodeConfig.buffer_bytes=1000: must be a power of two in [16, 1048576] "
+                              "(fits: 16, 32, 64, ..., 1048576)"),
+    (dict(mac_lanes=6), "NodeConfig.mac_lanes=6: must be a power of two in [1, 256] (fits: 1, 2, 4, ..., 256)"),
+    (dict(net_ports=0), "NodeConfig.net_ports=0: must be an integer in [1, 15] (fits: 1, 2, 3, ..., 15)"),
+    (dict(data_width=48), "NodeConfig.data_width=48: must be a power of two in [32, 1024] "
+                          "(fits: 32, 64, 128, 256, 512, 1024)"),
+    (dict(softmax_fan_in=3), "NodeConfig.softmax_fan_in=3: must be 0 or a power of two in [2, 16] "
+                             "(fits: 0, 2, 4, 8, 16)"),
     (dict(num_heads=3, num_kv_heads=2), "NodeConfig: num_heads=3 is not a multiple of num_kv_heads=2"),
-    (dict(clock_hz=2e8), "NodeConfig.clock_hz=200000000.0: must be an integer"),
+    (dict(clock_hz=2e8), "NodeConfig.clock_hz=200000000.0: must be an integer in [1000000, 1000000000]"),
+    (dict(hp_ports=True), "NodeConfig.hp_ports=True: must be an integer in [1, 4]"),
+    (dict(num_sems=33), "NodeConfig.num_sems=33: must be an integer in [1, 32] (fits: 1, 2, 3, ..., 32)"),
+    (dict(rx_slots=64), "NodeConfig.rx_slots=64: must be an integer in [1, 63] (fits: 1, 2, 3, ..., 63)"),
+    (dict(seq_queue_depth=3), "NodeConfig.seq_queue_depth=3: must be a power of two in [2, 1024] "
+                                "(fits: 2, 4, 8, ..., 1024)"),
 ])
 def test_bad_sizes_are_refused_by_name(kw, message):
-    with pytest.raises(SpecError, match=f"^{message.replace('.', '[.]').replace('(', '[(]')}$"):
+    with pytest.raises(SpecError, match=f"^{re.escape(message)}$"):
         NodeConfig(**kw)
+
+
+def test_every_field_has_a_range_its_presets_fit():
+    from mcf.spec.node import RANGES
+    assert set(RANGES) == {f.name for f in fields(NodeConfig)}
+    for cfg in (NodeConfig(), NodeConfig.tiny()):
+        for name, r in RANGES.items():
+            assert getattr(cfg, name) in r, name
 
 
 def test_replace_refuses_unknown_fields():
@@ -62,3 +82,10 @@ def test_tops_and_registry_derive_from_the_config():
     default = NodeConfig()
     assert registry.get("node").params == {"data_width": default.data_width, "net_ports": default.net_ports}
     assert registry.get("compute").build().config.mac_rows == NodeConfig.tiny().mac_rows
+
+
+def test_max_payload_is_what_a_loader_buffer_and_a_nic_input_hold():
+    assert NodeConfig().max_payload == 4096
+    assert NodeConfig.tiny().max_payload == 512
+    assert NodeConfig.tiny(nic_buffer_depth=16).max_payload == 16 * 8
+    assert NodeConfig.tiny(buffer_bytes=256).max_payload == 256

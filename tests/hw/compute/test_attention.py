@@ -1,10 +1,12 @@
-"""Attention unit + replica directory (hw/compute/attention.py): Amaranth-simulator tests and
-the cocotb benches with their pytest runner, against the golden ``fixed.scores`` /
-``partial_state`` / ``finalize`` / ``encode_state`` (GQA rows, causal and directory masks).
+"""Attention unit (hw/compute/attention.py): Amaranth-simulator tests and the cocotb bench with
+its pytest runner, against the golden ``fixed.scores`` / ``partial_state`` / ``finalize`` /
+``encode_state`` (GQA rows, causal mask).
 
-The benches put random pauses on K, V and the output and run several jobs back to back (final
-rows and (m, l, o) state words); ``run_decode_protocol`` runs the decode protocol (MAX job, global M
-through ``mref``, APPLY job).
+Every job runs the way the ATTN_* instructions drive the unit: query rows loaded, a MAX pass per
+run of keys, the maxima emitted, (decode protocol: the global maxima loaded as state word 0), an
+APPLY pass per run, then every row emitted as final X32 rows or (m, l, o) state words.  Keys
+split over several runs must give the single golden state.  The bench puts random pauses on K,
+V and the output; ``run_state_load`` loads whole (m, l, o) states and finalizes them.
 """
 import cocotb
 import numpy as np
@@ -12,162 +14,182 @@ import pytest
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamSink
 
-from mcf.hw.compute.attention import AttentionUnit, Phase, cmd_layout
-from mcf.hw.compute.directory import ReplicaDirectory
+from mcf.hw.compute.attention import AttentionUnit, cmd_layout
+from mcf.sim.amaranth_util import send_command, simulate
 from mcf.sim.cocotb_util import StreamSource, bounded, params, pauses, start, write_port
-from mcf.sim.amaranth_util import Feed, drive, send_command, simulate
-from mcf.sim.compute.drive import load_attention_job, run_attention
-from mcf.sim.compute.jobs import attention_job
+from mcf.sim.compute.drive import run_attention
+from mcf.sim.compute.jobs import attention_job, k_run
 from mcf.sim.runner import run_cocotb
+from mcf.spec.isa import AttnPass, EmitMode
+from mcf.sw.golden import fixed as fx
 
 
-@cocotb.test()
-async def run_jobs(dut):
-    p = params()
-    seed = p.get("seed", 1)
-    rng = np.random.default_rng(seed)
-    d, group, tokens = p["head_dim"], p["group"], p["rows"] // p["group"]
-    ksrc = StreamSource(dut, "k", dut.clk, pauses(seed + 1))
-    vsrc = StreamSource(dut, "v", dut.clk, pauses(seed + 2))
-    cmd = StreamSource(dut, "cmd", dut.clk)
-    sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "o", bus_separator="__"), dut.clk, dut.rst)
-    sink.set_pause_generator(pauses(seed + 3))
-    dut.q__en.value = 0
-    dut.dir_en.value = 0
-    await start(dut)
-    layout = cmd_layout(p["max_keys"])
-    for n in range(p.get("jobs", 4)):
-        keys = int(rng.integers(1, p["max_keys"] + 1))
-        job = attention_job(rng, d, group, tokens, keys, final=bool(n % 2))
-        for blk, st in job.directory:
-            dut.dir_block.value, dut.dir_state.value, dut.dir_en.value = blk, st, 1
-            await cocotb.triggers.RisingEdge(dut.clk)
-        dut.dir_en.value = 0
-        await write_port(dut, "q", dut.clk, job.q)
-        await cmd.send([layout.const(job.cmd).as_value().value])
-        again = [] if p.get("score_buffer", True) else job.k      # no buffer: K again in pass 2
-        cocotb.start_soon(ksrc.send(job.k + again))
-        cocotb.start_soon(vsrc.send(job.v))
-        frame = await bounded(sink.recv(), 200 * (keys + len(job.expected)) + 10_000, f"job {n}")
+def _cmd(layout, **kw):
+    return layout.const({"emit": 0, "phase": 0, "first": 0, "mode": 0, "rows": 1, **kw}).as_value().value
+
+
+class Bench:
+    def __init__(self, dut, p):
+        seed = p.get("seed", 1)
+        self.dut, self.p = dut, p
+        self.ksrc = StreamSource(dut, "k", dut.clk, pauses(seed + 1))
+        self.vsrc = StreamSource(dut, "v", dut.clk, pauses(seed + 2))
+        self.cmd = StreamSource(dut, "cmd", dut.clk)
+        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "o", bus_separator="__"), dut.clk, dut.rst)
+        self.sink.set_pause_generator(pauses(seed + 3))
+        self.layout = cmd_layout(p["rows"])
+        dut.q__en.value = 0
+        dut.st__en.value = 0
+
+    async def words(self, what, n):
+        frame = await bounded(self.sink.recv(), 200 * n + 10_000, what)
         data = bytes(frame.tdata)
-        got = [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
+        return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
+
+    async def idle(self):
+        await RisingEdge(self.dut.clk)
+        for _ in range(1000):
+            if not self.dut.busy.value:
+                return
+            await RisingEdge(self.dut.clk)
+        raise AssertionError("unit still busy")
+
+    async def write_state(self, writes):
+        d = self.dut
+        for row, word, value in writes:
+            d.st__row.value, d.st__word.value, d.st__data.value, d.st__en.value = row, word, value & 0xFFFFFFFF, 1
+            await RisingEdge(d.clk)
+        d.st__en.value = 0
+
+    async def run_job(self, job, n):
+        d = self.p["head_dim"]
+        await write_port(self.dut, "q", self.dut.clk, job.q)
+        got_max = None
+        for phase in (AttnPass.MAX, AttnPass.APPLY):
+            if phase == AttnPass.APPLY:
+                await self.cmd.send([_cmd(self.layout, emit=1, mode=EmitMode.MAX, rows=job.rows)])
+                got_max = await self.words(f"job {n} maxima", job.rows)
+                await self.write_state([(r, 0, mv) for r, mv in job.mref])
+            for i, run in enumerate(job.runs):
+                await self.cmd.send([_cmd(self.layout, phase=phase, first=int(i == 0))])
+                sends = [cocotb.start_soon(self.ksrc.send(k_run(job, run, d)))]
+                if phase == AttnPass.APPLY:
+                    sends.append(cocotb.start_soon(self.vsrc.send(job.v[run[0]:run[1]])))
+                for s in sends:
+                    await s
+                await self.idle()
+        await self.cmd.send([_cmd(self.layout, emit=1, mode=job.mode, rows=job.rows)])
+        got = await self.words(f"job {n} rows", len(job.expected))
+        assert got_max == job.max_words, f"job {n}: maxima differ"
         assert len(got) == len(job.expected), f"job {n}: {len(got)} words, expected {len(job.expected)}"
         for i, (a, b) in enumerate(zip(got, job.expected)):
             assert a == b, f"job {n} word {i}: got {a:#x} expected {b:#x}"
 
 
 @cocotb.test()
-async def run_decode_protocol(dut):
-    """Decode protocol under backpressure: MAX job (local maxima), global M through ``mref``,
-    APPLY job over the kept scores == ``partial_state(..., m_ref=M)``."""
+async def run_jobs(dut):
+    """Jobs back to back under backpressure: FINAL and STATE emits, one or several runs, the
+    decode protocol (global maxima loaded before APPLY)."""
     p = params()
-    seed = p.get("seed", 1)
-    rng = np.random.default_rng(seed + 100)
-    d, group, tokens = p["head_dim"], p["group"], p["rows"] // p["group"]
-    ksrc = StreamSource(dut, "k", dut.clk, pauses(seed + 1))
-    vsrc = StreamSource(dut, "v", dut.clk, pauses(seed + 2))
-    cmd = StreamSource(dut, "cmd", dut.clk)
-    sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "o", bus_separator="__"), dut.clk, dut.rst)
-    sink.set_pause_generator(pauses(seed + 3))
-    dut.q__en.value = 0
-    dut.dir_en.value = 0
-    dut.mref_en.value = 0
+    rng = np.random.default_rng(p.get("seed", 1))
+    group, tokens = p["group"], p["rows"] // p["group"]
+    bench = Bench(dut, p)
     await start(dut)
-    layout = cmd_layout(p["max_keys"])
+    for n in range(p.get("jobs", 4)):
+        keys = int(rng.integers(2, p["max_keys"] // 2 + 1))
+        job = attention_job(rng, p["head_dim"], group, tokens, keys, final=bool(n % 2), protocol=n % 3 == 2,
+                            runs=1 + n % 3)
+        await bench.run_job(job, n)
 
-    async def words(what, n):
-        frame = await bounded(sink.recv(), 200 * (p["max_keys"] + n) + 10_000, what)
-        data = bytes(frame.tdata)
-        return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
 
-    for n in range(p.get("jobs", 2)):
-        keys = int(rng.integers(1, p["max_keys"] + 1))
-        job = attention_job(rng, d, group, tokens, keys, final=bool(n % 2), protocol=True)
-        for blk, st in job.directory:
-            dut.dir_block.value, dut.dir_state.value, dut.dir_en.value = blk, st, 1
-            await RisingEdge(dut.clk)
-        dut.dir_en.value = 0
-        await write_port(dut, "q", dut.clk, job.q)
-        await cmd.send([layout.const({**job.cmd, "phase": Phase.MAX}).as_value().value])
-        cocotb.start_soon(ksrc.send(job.k))
-        assert await words(f"job {n} maxima", len(job.max_words)) == job.max_words, f"job {n}: maxima"
-        for r, mv in job.mref:
-            dut.mref_row.value, dut.mref.value, dut.mref_en.value = r, mv, 1
-            await RisingEdge(dut.clk)
-        dut.mref_en.value = 0
-        await cmd.send([layout.const({**job.cmd, "phase": Phase.APPLY}).as_value().value])
-        if not p.get("score_buffer", True):
-            cocotb.start_soon(ksrc.send(job.k))
-        cocotb.start_soon(vsrc.send(job.v))
-        got = await words(f"job {n} states", len(job.expected))
-        assert got == job.expected, f"job {n}: states/rows differ"
+@cocotb.test()
+async def run_state_load(dut):
+    """(m, l, o) states loaded word by word (ATTN_Q STATE), then emitted as FINAL (the merged
+    state finalized) and as STATE (read back unchanged); an EMIT of fewer rows."""
+    p = params()
+    rng = np.random.default_rng(p.get("seed", 1) + 7)
+    R, d = p["rows"], p["head_dim"]
+    bench = Bench(dut, p)
+    await start(dut)
+    m = rng.integers(-2**20, 2**20, size=R)
+    l = rng.integers(1, 2**31 - 1, size=R)
+    l[0] = 0
+    o = rng.integers(-2**31, 2**31, size=(R, d))
+    words = fx.encode_state(fx.State(m, l, o))                       # [R, d + 2]
+    await bench.write_state([(r, w, int(words[r, w])) for r in range(R) for w in range(d + 2)])
+    await bench.cmd.send([_cmd(bench.layout, emit=1, mode=EmitMode.FINAL, rows=R)])
+    got = await bench.words("final rows", R * d)
+    want = fx.finalize(fx.State(m[None], l[None], o[None]))[:, 0]     # [R, d]
+    assert got == [int(w) & 0xFFFFFFFF for w in want.reshape(-1)]
+    rows = max(1, R - 1)
+    await bench.cmd.send([_cmd(bench.layout, emit=1, mode=EmitMode.STATE, rows=rows)])
+    got = await bench.words("state words", rows * (d + 2))
+    assert got == [int(w) & 0xFFFFFFFF for w in words[:rows].reshape(-1)]
 
 
 def test_construction():
     a = AttentionUnit(head_dim=16, rows=2, max_keys=64)
-    assert len(a.o.tdata) == 32
-    with pytest.raises(ValueError):
+    assert len(a.o.tdata) == 32 and a.l_width == 34 and a.o_width == 44
+    with pytest.raises(ValueError, match="^max_keys=48: must be a power of two$"):
         AttentionUnit(max_keys=48)
-    assert ReplicaDirectory(10).block_bits == 10
+    with pytest.raises(ValueError, match="^rows=0, head_dim=16: must be >= 1$"):
+        AttentionUnit(rows=0)
 
 
-def amaranth_run(dut, job):
-    """One job through the shared Amaranth-simulator driver (mcf.sim.compute.drive)."""
-    return run_attention(dut, [job])[0]
+@pytest.mark.parametrize("final,runs,protocol", [(False, 1, False), (True, 3, False), (True, 2, True),
+                                                 (False, 1, True)])
+def test_attention_amaranth_sim(final, runs, protocol):
+    rng = np.random.default_rng(5 + final + 3 * runs)
+    dut = AttentionUnit(head_dim=8, rows=4, max_keys=16)
+    job = attention_job(rng, d=8, group=2, tokens=2, keys=11, final=final, runs=runs, protocol=protocol)
+    got_max, got = run_attention(dut, [job])[0]
+    assert got_max == job.max_words
+    assert got == job.expected
 
 
-@pytest.mark.parametrize("final,buffer", [(False, True), (True, True), (False, False), (True, False)])
-def test_attention_amaranth_sim(final, buffer):
-    rng = np.random.default_rng(5 + final)
-    dut = AttentionUnit(head_dim=8, rows=4, max_keys=16, score_buffer=buffer)
-    job = attention_job(rng, d=8, group=2, tokens=2, keys=11, final=final)
-    assert amaranth_run(dut, job) == job.expected
+def test_first_resets_only_its_pass():
+    """APPLY with ``first`` clears l and o but keeps m; ``clear`` empties the whole state."""
+    dut = AttentionUnit(head_dim=4, rows=1, max_keys=16)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.o.tready, 1)
+        for word, value in ((0, 1234), (1, 77), (2, -5), (3, 6), (4, 7), (5, 8)):
+            ctx.set(dut.st.en, 1); ctx.set(dut.st.row, 0); ctx.set(dut.st.word, word)
+            ctx.set(dut.st.data, value & 0xFFFFFFFF)
+            await ctx.tick()
+        ctx.set(dut.st.en, 0)
+        # an APPLY pass with first over one invisible key (position beyond the row's): l = o = 0
+        ctx.set(dut.k.payload.pos, 5)
+        ctx.set(dut.k.payload.last, 1)
+        await send_command(ctx, dut.cmd, {"emit": 0, "phase": AttnPass.APPLY, "first": 1, "mode": 0, "rows": 1})
+        ctx.set(dut.k.valid, 1); ctx.set(dut.v.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.k.valid, 0); ctx.set(dut.v.valid, 0)
+        for _ in range(5):
+            await ctx.tick()
+        await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": EmitMode.STATE, "rows": 1})
+        for _ in range(12):
+            if ctx.get(dut.o.tvalid):
+                got.append(ctx.get(dut.o.tdata))
+            await ctx.tick()
+
+        # clear (ATTN_Q QUERY) empties the state
+        ctx.set(dut.clear, 1)
+        await ctx.tick()
+        ctx.set(dut.clear, 0)
+        await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": EmitMode.STATE, "rows": 1})
+        for _ in range(12):
+            if ctx.get(dut.o.tvalid):
+                got.append(ctx.get(dut.o.tdata))
+            await ctx.tick()
+
+    simulate(dut, bench)
+    assert got == [1234, 0, 0, 0, 0, 0] + [fx.INT32_MIN & 0xFFFFFFFF, 0, 0, 0, 0, 0]
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("buffer", [True, False])
-def test_attention_cocotb(build_dir, buffer):
-    p = dict(head_dim=8, rows=4, max_keys=16)
-    run_cocotb(AttentionUnit(**p, score_buffer=buffer), __name__, build_dir,
-               testcase=["run_jobs", "run_decode_protocol"],
-               params={**p, "group": 2, "jobs": 4, "score_buffer": buffer})
-
-
-def amaranth_protocol(dut, job):
-    """MAX job (local maxima out), global M written through mref, then APPLY (pass 2 only)."""
-    got_max, got = [], []
-
-    async def bench(ctx):
-        await load_attention_job(ctx, dut, job)
-        ctx.set(dut.o.tready, 1)
-        for phase, out in ((Phase.MAX, got_max), (Phase.APPLY, got)):
-            if phase == Phase.APPLY:
-                for r, mv in job.mref:
-                    ctx.set(dut.mref_en, 1); ctx.set(dut.mref_row, r); ctx.set(dut.mref, mv)
-                    await ctx.tick()
-                ctx.set(dut.mref_en, 0)
-            await send_command(ctx, dut.cmd, {**job.cmd, "phase": phase})
-            want = len(job.max_words) if phase == Phase.MAX else len(job.expected)
-            feeds = ([Feed.of(dut.k, job.k, raw=True)] if phase == Phase.MAX else
-                     [Feed.of(dut.v, job.v, raw=True)] + ([] if dut.score_buffer else [Feed.of(dut.k, job.k, raw=True)]))
-
-            def sample(ctx, out=out, want=want):
-                if ctx.get(dut.o.tvalid):
-                    out.append(ctx.get(dut.o.tdata))
-                return len(out) == want
-
-            await drive(ctx, feeds, sample, 10 * len(job.k) + 10 * want + 100)
-
-    simulate(dut, bench)
-    return got_max, got
-
-
-@pytest.mark.parametrize("final,buffer", [(False, True), (True, True), (True, False)])
-def test_decode_protocol_amaranth_sim(final, buffer):
-    """Local max (ReduceOp.MAX input), then the state with the global M: partial_state(m_ref=M)."""
-    rng = np.random.default_rng(11 + final)
-    dut = AttentionUnit(head_dim=8, rows=4, max_keys=16, score_buffer=buffer)
-    job = attention_job(rng, d=8, group=2, tokens=2, keys=12, final=final, protocol=True)
-    got_max, got = amaranth_protocol(dut, job)
-    assert got_max == job.max_words
-    assert got == job.expected
+def test_attention_cocotb(build_dir):
+    p = dict(head_dim=8, rows=4, max_keys=32)
+    run_cocotb(AttentionUnit(**p), __name__, build_dir, testcase=["run_jobs", "run_state_load"],
+               params={**p, "group": 2, "jobs": 6})

@@ -25,6 +25,12 @@ def test_write_then_lookup():
             want = table.get(b, ReplicaState.INVALID)
             assert ctx.get(dut.state) == want, b
             assert ctx.get(dut.readable) == want.readable, b
+        ctx.set(dut.lookup_en, 0)
+        ctx.set(dut.rd_en, 1)
+        for b in range(64):             # the registers' port reads the same table
+            ctx.set(dut.rd_block, b)
+            await ctx.tick()
+            assert ctx.get(dut.rd_state) == table.get(b, ReplicaState.INVALID), b
 
     simulate(dut, bench)
     assert ReplicaDirectory(10).block_bits == 10

@@ -14,7 +14,7 @@ from cocotbext.axi import (AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam, AxiStreamB
                            AxiStreamSink, AxiStreamSource)
 
 from mcf.hw.dma import ControlAndDma, DmaEngine
-from mcf.sim.cocotb_util import bounded, params, pauses, start
+from mcf.sim.cocotb_util import bounded, params, pauses, refused, start
 from mcf.sim.runner import run_cocotb
 from mcf.spec import DmaDir, ErrorCause, Irq
 from mcf.spec.node import NodeConfig
@@ -82,7 +82,7 @@ async def run_bad_input(dut):
     ]
     expected = {c: 0 for c in ErrorCause}
     for cause, d in bad:
-        await drv.push_descriptor(d)
+        await refused(drv.push_descriptor(d), cause)
         expected[cause] += 1
         assert await drv.read_errors() == expected, d
     await ClockCycles(dut.clk, 20)
@@ -103,7 +103,7 @@ async def run_bad_input(dut):
         pass
     else:
         raise AssertionError("push to a full descriptor queue did not time out")
-    await drv.push_descriptor(extra, wait=False)
+    await refused(drv.push_descriptor(extra, wait=False), ErrorCause.DESC_QUEUE_FULL)
     expected[ErrorCause.DESC_QUEUE_FULL] += 1
     assert await drv.read_errors() == expected
     assert s.activity == 0, "the DMA ran while CONTROL.enable = 0"

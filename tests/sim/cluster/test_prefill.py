@@ -127,7 +127,7 @@ def test_lookahead_and_topologies_run():
 @pytest.mark.parametrize("scheme,budget", [("mars", 2 * 4096 * MT // 4), ("pd", None), ("ring", None),
                                            ("full", None)])
 def test_executing_the_lowered_programs_moves_what_the_plan_says(scheme, budget):
-    """The per-node programs (Meta descriptors from mcf.sw.mars.lower) and the plan agree on
+    """The per-node programs (Meta descriptors from mcf.sw.mars.metaprog) and the plan agree on
     every byte and every memory step; timing may differ only by message grouping."""
     a = run(M, 4096, 4, scheme, chunk=256, budget=budget, decode=None)
     b = run(M, 4096, 4, scheme, chunk=256, budget=budget, decode=None, programs=True)

@@ -8,7 +8,7 @@ from mcf.hw.compute.vector import VectorUnit
 from mcf.sim.amaranth_util import Feed, drive, send_command, simulate, write_port
 from mcf.sim.compute import cost
 from mcf.sim.compute.drive import vector_feed
-from mcf.sim.compute.jobs import attention_job, kv_blocks, vector_job
+from mcf.sim.compute.jobs import attention_job, k_run, kv_blocks, vector_job
 from mcf.spec.node import NodeConfig
 from mcf.sw.models import load_model
 
@@ -38,6 +38,8 @@ def test_vector_cycles(op, lanes):
 
 
 def test_attention_cycles():
+    """MAX pass + APPLY pass over every key (always valid) + FINAL emit, commands back to back."""
+    from mcf.spec.isa import AttnPass, EmitMode
     rng = np.random.default_rng(2)
     job = attention_job(rng, d=8, group=2, tokens=2, keys=10, final=True)
     dut = AttentionUnit(head_dim=8, rows=4, max_keys=16)
@@ -46,11 +48,14 @@ def test_attention_cycles():
     async def bench(ctx):
         await write_port(ctx, dut.q, job.q)
         ctx.set(dut.o.tready, 1)
-        await send_command(ctx, dut.cmd, job.cmd)
-        feeds = [Feed.of(dut.k, job.k, raw=True), Feed.of(dut.v, job.v, raw=True)]
-        out["cycles"] = 1 + await drive(ctx, feeds,
-                                        lambda ctx: bool(ctx.get(dut.o.tvalid) and ctx.get(dut.o.tlast)),
-                                        10_000)
+        cycles = 0
+        for phase in (AttnPass.MAX, AttnPass.APPLY):
+            await send_command(ctx, dut.cmd, {"emit": 0, "phase": phase, "first": 1, "mode": 0, "rows": 1})
+            feeds = [Feed.of(dut.k, k_run(job, job.runs[0], 8), raw=True), Feed.of(dut.v, job.v, raw=True)]
+            cycles += 1 + await drive(ctx, feeds, lambda ctx: not ctx.get(dut.busy), 10_000)
+        await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": EmitMode.FINAL, "rows": 4})
+        cycles += 1 + await drive(ctx, [], lambda ctx: bool(ctx.get(dut.o.tvalid) and ctx.get(dut.o.tlast)), 10_000)
+        out["cycles"] = cycles
 
     simulate(dut, bench)
     assert out["cycles"] == cost.attention_cycles(10, 4, 8, final=True)

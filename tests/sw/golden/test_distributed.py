@@ -114,7 +114,7 @@ def test_decode_states_survive_the_wire(fixed_inputs):
 @pytest.mark.parametrize("n", NODES)
 @pytest.mark.parametrize("chunk", [3, 8, T])
 def test_mars_execution_model(fixed_inputs, float_inputs, n, chunk):
-    """Rows of each chunk split over the compute nodes, history read from the plan's sources."""
+    """Each chunk computed by its node over the copies the placement gives it (held or fetched)."""
     rng = np.random.default_rng(7 * n + chunk)
     sizes = [chunk] * (T // chunk) + ([T % chunk] if T % chunk else [])
     placement = D.random_placement(len(sizes), n, rng)
@@ -129,12 +129,20 @@ def test_plan_reading_from_a_non_holder_is_an_error(fixed_inputs):
     placement = D.Placement(owner=[0, 1], replicas=[[], []], compute=[0, 1], n_nodes=2)
 
     class Broken:
-        compute_nodes = placement.compute_nodes
-        holders = staticmethod(placement.holders)
+        compute_node = staticmethod(placement.compute_node)
+        events = placement.events
 
         @staticmethod
-        def fetch_sources(b, c):
-            return np.array([1, 1])              # node 0 claims to read block 0 from node 1
+        def owner_fetches(c):                    # node 1 needs block 0 and claims node 1 sends it
+            return [(0, 1, [1], 0)] if c == 1 else []
 
-    with pytest.raises(ValueError, match="holds no copy"):
+    with pytest.raises(ValueError, match="node 1 sends block 0, of which it holds no copy"):
         D.plan_prefill_attention(attn, Broken, [15, 14])
+
+    class Forgetful(Broken):                     # node 1 computes chunk 1 without block 0
+        @staticmethod
+        def owner_fetches(c):
+            return []
+
+    with pytest.raises(ValueError, match="node 1 computes chunk 1 without a copy of block 0"):
+        D.plan_prefill_attention(attn, Forgetful, [15, 14])

@@ -84,7 +84,7 @@ def test_info(capsys):
 def test_errors_are_one_line(capsys, argv, match):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("mcf kv: error:") and match in err[0], err
+    assert len(err) == 1 and err[0].startswith("mcf: error:") and match in err[0], err
 
 
 def test_help(capsys):

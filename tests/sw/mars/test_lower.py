@@ -1,167 +1,151 @@
-"""Lowering: every Meta is a valid wire header, every route id delivers exactly to the nodes the
-plan names when the per-node route tables are followed hop by hop, and the programs are a pure
-function of the request (any node can compute them)."""
-import math
-
+"""The ISA lowering (sw/mars/lower.py, builder.py): what it refuses (a plan that sends a block
+from a node without a copy or reads a drained replica, shapes and sizes the node cannot run),
+and what every program it emits satisfies: semaphores consumed by one queue, every wait met by
+signals emitted before it in the global order, every SEND preceded by its receivers' RECVs."""
+import numpy as np
 import pytest
 
-from mcf.spec import ROUTE_ENTRY, ROUTE_TABLE_ENTRIES, Collective, Meta, Op, Stage
-from mcf.spec.regmap import DMA_DESCRIPTOR, DmaDir
-from mcf.spec.routes import ROUTE_LOCAL, RouteIds
-from mcf.sw.mars.lower import DECODE_ROOT, lower
-from mcf.sw.mars.planner import PlanRequest, plan
+from mcf.spec import isa
+from mcf.spec.isa import Opcode, Queue
+from mcf.spec.node import NodeConfig
+from mcf.spec.plan import EventKind, EventPhase
+from mcf.sw.golden.fixed_model import FixedModel
+from mcf.sw.golden.weights import random_weights
+from mcf.sw.mars.builder import Builder, max_nodes
+from mcf.sw.mars.lower import LoweringError, check_model, const_keys, lower
+from mcf.sw.mars.planner import Event, PlanRequest, plan
 from mcf.sw.mars.profile import load_profile
-from mcf.sw.models.config import load_model
+from mcf.sw.errors import UserError
+from mcf.sw.models import ModelConfig, load_model
+from mcf.sw.runtime import pack
+from mcf.sw.runtime.runtime import node_config
 
 TINY = load_model("tiny")
-PROFILE = load_profile("kr260").with_(net_ports=4)
+CONSTS = pack.consts_of(FixedModel(TINY, random_weights(TINY, 0), 16))
+NODE = node_config(TINY, 4).replace(route_entries=256, reduce_slots=4)
 
 
-def neighbour(topo, node, port):
-    if topo.kind == "ring":
-        return (node + (1 if port == 0 else -1)) % topo.n
-    k = topo.shape[1]
-    return node + {0: 1, 1: -1, 2: k, 3: -k}[port]
+def tiny_plan(nodes=4, scheme="mars", seq=16, chunk=2, budget_tokens=6):
+    budget = budget_tokens * int(TINY.kv_token_bytes) if scheme == "mars" else None
+    return plan(PlanRequest(model=TINY, seq_len=seq, nodes=nodes, profile=load_profile("kr260"), scheme=scheme,
+                            chunk_size=chunk, budget_bytes=budget))
 
 
-def deliver(progs, topo, src, rid):
-    """Follow the route tables from src; return the set of nodes that deliver locally."""
-    tables = [p.routes for p in progs]
-    got, seen, todo = set(), {src}, [src]
-    first = True
-    while todo:
-        x = todo.pop()
-        e = tables[x].get(rid)
-        assert e and e["valid"], f"route {rid} missing at node {x}"
-        if e["local"] and not (first and x == src and rid != ROUTE_LOCAL):
-            got.add(x)
-        first = False
-        if topo.kind == "switch":
-            if e["port_mask"]:
-                assert x == src or rid >= 0
-                # the switch copies the frame to every member of the group
-                for y in range(topo.n):
-                    if y != x and tables[y].get(rid, {}).get("local"):
-                        got.add(y)
-            continue
-        for port in range(16):
-            if e["port_mask"] >> port & 1:
-                y = neighbour(topo, x, port)
-                assert y not in seen, f"route {rid} loops at {y}"
-                seen.add(y)
-                todo.append(y)
-    return got
+class Tampered:
+    """A plan with some of its answers replaced (a wrong plan)."""
+
+    def __init__(self, plan, **over):
+        self._plan, self._over = plan, over
+
+    def __getattr__(self, name):
+        return self._over[name] if name in self._over else getattr(self._plan, name)
 
 
-CASES = [(scheme, topo) for scheme in ("mars", "ring", "full", "pd", "passq")
-         for topo in ("switch", "ring", "grid")]
+def test_consts_are_named_and_checked():
+    assert set(const_keys(TINY)) == set(CONSTS)
+    with pytest.raises(LoweringError, match="consts: missing"):
+        lower(tiny_plan(), NODE, 16, {}, [0] * 4)
 
 
-@pytest.mark.parametrize("scheme, topo", CASES)
-def test_programs_route_and_encode(scheme, topo):
-    nodes = 6
-    p = plan(PlanRequest(TINY, 200, nodes, PROFILE, scheme=scheme, topology=topo, chunk_size=16,
-                         budget_bytes=5000 if scheme == "mars" else 10**8,
-                         alpha=math.inf if scheme == "mars" else None))
-    progs = lower(p)
-    t = p.topology
-    L = TINY.num_layers
-    expected_fetch = {}
-    for step in range(p.num_chunks):
-        for b, src, dsts, _ in p.fetches(step):
-            for layer in range(L):
-                expected_fetch.setdefault((step, b * L + layer, src), set()).update(dsts)
-    seen_fetch = {}
-    for prog in progs:
-        for rid, word in prog.route_words().items():
-            assert 0 < rid < ROUTE_TABLE_ENTRIES and word == ROUTE_ENTRY.pack({**prog.routes[rid], "reserved": 0})
-        for stage, step, op in prog.ops:
-            if isinstance(op, Meta):
-                assert Meta.decode(op.encode()) == op and op.src == prog.node
-                if op.route_id == ROUTE_LOCAL:
-                    assert op.op in (Op.KV_DRAIN, Op.KV_INVALIDATE) and op.length == 0
-                    continue
-                got = deliver(progs, t, op.src, op.route_id)
-                if op.op == Op.KV_FETCH and p.handoff_bytes and op.dst not in p.compute_nodes:
-                    assert got == {int(p.owner[op.kv_id // L])}        # pd hand-off to the decode owner
-                elif op.op == Op.KV_FETCH:
-                    seen_fetch.setdefault((step, op.kv_id, op.src), set()).update(got)
-                elif op.op == Op.KV_REPLICA:
-                    b = op.kv_id // L
-                    assert got == set(p.replicas(b)) and op.collective in (Collective.MULTICAST, Collective.UNICAST)
-                elif op.op == Op.QUERY and scheme != "passq":
-                    assert got == set(range(nodes)) - {DECODE_ROOT}
-                elif op.op == Op.PARTIAL_STATE and scheme != "passq":
-                    assert op.collective == Collective.REDUCE
-                    if op.src == DECODE_ROOT:      # the root's own share goes into its local merge
-                        assert progs[DECODE_ROOT].routes[op.route_id]["local"] and got == set()
-                    else:
-                        assert got == {DECODE_ROOT}
-            else:
-                assert op.length > 0 and op.dir in (DmaDir.LOAD, DmaDir.STORE)
-                DMA_DESCRIPTOR.pack({"addr": op.addr, "length": op.length, "buffer": op.buffer,
-                                     "dir": int(op.dir), "tag": op.tag})
-    assert seen_fetch == expected_fetch
+def test_a_fetch_from_a_node_without_a_copy_is_refused():
+    p = tiny_plan()
+    c, b, dsts, nobody = next((t, b, d, x) for t in range(p.num_chunks) for b, _, d, _ in p.owner_fetches(t)
+                              for x in range(p.nodes) if x not in p.holders(b, t) and x not in d)
+
+    def wrong(t):
+        return [(b_, nobody if (t, b_) == (c, b) else s, d, nb) for b_, s, d, nb in p.owner_fetches(t)]
+    with pytest.raises(LoweringError, match=rf"step {c}: node \d sends block \d+, of which it holds no copy"):
+        lower(Tampered(p, owner_fetches=wrong), NODE, 16, CONSTS, [0] * 4)
 
 
-def test_reduce_tree_fan_in_counts_every_contribution():
-    p = plan(PlanRequest(TINY, 128, 8, PROFILE, topology="grid", chunk_size=16))
-    progs = lower(p)
-    rid = RouteIds(8).reduce(DECODE_ROOT)
-    assert sum(pr.routes[rid]["fan_in"] for pr in progs) == 2 * 8 - 1    # N own + (N - 1) children
-
-
-def test_lowering_is_deterministic():
-    req = PlanRequest(TINY, 300, 5, PROFILE, topology="ring", budget_bytes=6000)
-    a = [(pr.routes, pr.ops) for pr in lower(plan(req))]
-    b = [(pr.routes, pr.ops) for pr in lower(plan(req))]
-    assert a == b
-
-
-@pytest.mark.parametrize("topo", ["switch", "grid"])
-def test_pool_slots_never_overlap_live_blocks(topo):
-    """A block's pool stores never hit the range of another block the node still holds, and
-    every DMA stays inside the node's window."""
-    from mcf.sw.mars.lower import KV_POOL_BASE
-    p = plan(PlanRequest(TINY, 400, 5, PROFILE, topology=topo, budget_bytes=9000, chunk_size=16,
-                         alpha=math.inf))
-    for prog in lower(p):
-        live = {}                                  # block -> [(addr, length)] of its pool copy
-        for stage, step, op in prog.ops:
-            if isinstance(op, Meta):
-                if op.op == Op.KV_INVALIDATE:
-                    live.pop(op.kv_id)
+def test_a_replica_drained_before_its_holder_reads_it_is_refused():
+    p = tiny_plan()
+    reads = [(p.compute_node(c), b, c) for c in range(p.num_chunks) for b in range(c - 1)
+             if p.compute_node(c) in p.holders(b, c)[1:]]
+    n, b, c = reads[-1]
+    events = []
+    for e in p.events:
+        if e.block == b and n in e.nodes and e.kind in (EventKind.DRAIN, EventKind.INVALIDATE):
+            rest = tuple(x for x in e.nodes if x != n)
+            if not rest:
                 continue
-            assert KV_POOL_BASE <= op.addr and op.addr + op.length <= KV_POOL_BASE + prog.window_bytes
-            if stage == Stage.PREFILL and op.dir == DmaDir.STORE and op.addr < prog.staging_base:
-                for b, ranges in live.items():
-                    if b != step:
-                        for a, n in ranges:
-                            assert op.addr + op.length <= a or a + n <= op.addr, (prog.node, step, b)
-                live.setdefault(step, []).append((op.addr, op.length))
+            e = Event(e.step, e.phase, e.kind, e.block, rest)
+        events.append(e)
+    early = [Event(b + 1, EventPhase.START, EventKind.DRAIN, b, (n,)),
+             Event(b + 1, EventPhase.END, EventKind.INVALIDATE, b, (n,))]
+    events = sorted(events + early, key=lambda e: (e.step, e.phase == EventPhase.END))
+    with pytest.raises(LoweringError, match=rf"node {n} computes chunk \d+ without a copy of block {b}"):
+        lower(Tampered(p, events=events), NODE, 16, CONSTS, [0] * 4)
 
 
-@pytest.mark.parametrize("scheme,topo", [("mars", "switch"), ("mars", "ring"), ("ring", "switch"), ("pd", "switch")])
-def test_every_store_names_its_source(scheme, topo):
-    """``NodeProgram.sources``: each STORE is the node's own KV writer (its KV_REPLICA block) or a
-    packet that the named node sends, in the same step, on a route that the hop-by-hop tables
-    deliver to this node."""
-    p = plan(PlanRequest(TINY, 300, 4, PROFILE, scheme=scheme, topology=topo, chunk_size=16,
-                         budget_bytes=6000 if scheme == "mars" else None))
-    progs = lower(p)
-    sent = {}
-    for prog in progs:
-        for stage, step, op in prog.ops:
-            if isinstance(op, Meta) and op.op in (Op.KV_FETCH, Op.KV_REPLICA):
-                sent.setdefault((prog.node, step, op.op, op.kv_id), set()).update(
-                    deliver(progs, p.topology, prog.node, op.route_id))
-    for prog in progs:
-        stores = [i for i, (st, _, op) in enumerate(prog.ops) if not isinstance(op, Meta) and op.dir == DmaDir.STORE]
-        assert sorted(prog.sources) == stores
-        for i in stores:
-            src, op, kv_id = prog.sources[i]
-            step = prog.ops[i][1]
-            if src == prog.node and op == Op.KV_REPLICA:
-                assert kv_id // TINY.num_layers == step          # the block this step computes
-            else:
-                assert prog.node in sent[(src, step, op, kv_id)], (prog.node, src, step, op, kv_id)
+@pytest.mark.parametrize("change,node,group,message", [
+    (dict(head_dim=24), {}, 16, "head_dim=24 must be a multiple of 16"),
+    (dict(num_heads=8, num_kv_heads=1, hidden_size=128), {}, 16, "GQA group 8 exceeds the attention unit's att_rows=4"),
+    (dict(intermediate_size=144), dict(mac_rows=32), 16, "intermediate_size=144 must be a multiple of mac_rows=32"),
+    ({}, {}, 4, "group size 4 must be a power of two and a multiple of mac_lanes=8"),
+    (dict(intermediate_size=136), {}, 16, "group size 16 does not divide intermediate_size=136"),
+])
+def test_unsupported_shapes_are_refused_in_one_line(change, node, group, message):
+    cfg = ModelConfig(**{**TINY.to_dict(), **change})
+    with pytest.raises(LoweringError, match=message):
+        check_model(cfg, NodeConfig.tiny(head_dim=cfg.head_dim, **node), group)
+
+
+def test_sizes_beyond_the_node_are_refused():
+    with pytest.raises(LoweringError, match="at most max_tokens=8"):
+        lower(tiny_plan(chunk=16, seq=16, nodes=1, scheme="ring"), NODE, 16, CONSTS, [0])
+    with pytest.raises(LoweringError, match="SPAD"):
+        lower(tiny_plan(nodes=1, scheme="ring"), NODE.replace(spad_beats=128), 16, CONSTS, [0])
+    with pytest.raises(LoweringError, match="softmax_fan_in"):
+        lower(tiny_plan(), NODE.replace(softmax_fan_in=2), 16, CONSTS, [0] * 4)
+    with pytest.raises(UserError, match="route ids"):
+        lower(tiny_plan(), NODE.replace(route_entries=16), 16, CONSTS, [0] * 4)
+    assert max_nodes() == 13
+
+
+def check_programs(programs, nodes):
+    """Replay the global-order rules on the encoded programs: per node, a semaphore is waited on by
+    one queue only; RECV credits go to a semaphore that only TX waits on."""
+    for n, prog in enumerate(programs):
+        waiters = {}
+        for ins in prog:
+            assert ins.OPCODE != 0
+            if ins.wait_cnt:
+                waiters.setdefault(ins.wait_sem, set()).add(ins.queue)
+        assert all(len(q) == 1 for q in waiters.values()), (n, waiters)
+        assert prog[-1].OPCODE == Opcode.END
+    for n, prog in enumerate(programs):
+        for ins in prog:
+            if ins.OPCODE == Opcode.RECV and ins.credit:
+                sem_queues = {i.queue for i in programs[ins.credit_dst] if i.wait_cnt and i.wait_sem == ins.credit_sem}
+                assert sem_queues <= {Queue.TX}
+
+
+@pytest.mark.parametrize("scheme", ["mars", "ring", "zigzag", "pd"])
+def test_programs_keep_the_semaphore_rules(scheme):
+    p = tiny_plan(scheme=scheme)
+    lw = lower(p, NODE, 16, CONSTS, [0x1000_0000] * 4, decode_steps=2)
+    check_programs(lw.prefill, 4)
+    check_programs(lw.decode_programs(1), 4)
+    assert isa.decode_program(isa.encode_program(lw.prefill[0])) == lw.prefill[0]
+    assert lw.route_ids_used <= NODE.route_entries
+
+
+def test_the_builder_turns_dependencies_into_waits():
+    b = Builder(2)
+    sems = b.sems
+    k = b.ex(0, isa.Sync, on=Queue.EX)
+    a = b.recv(1, 0, 5, 0x40, 64, credit_route=2)
+    s = b.send(0, [1], [k], ddr=0, length=64, stage=0, mop=8, collective=0, reduce_op=0, dst=1, route_id=3,
+               tag=5, seq=0)
+    b.ex(1, isa.Sync, [a], on=Queue.EX)
+    p0, p1 = b.programs()
+    # node 0: the EX SYNC signals EX2TX; the SEND waits for node 1's credit (its CR sem), via a SYNC
+    assert p0[0].sig and p0[0].sig_sem == sems.pair[(Queue.EX, Queue.TX)]
+    waits = {(i.wait_sem, i.wait_cnt) for i in p0 if i.queue == Queue.TX and i.wait_cnt}
+    assert waits == {(sems.pair[(Queue.EX, Queue.TX)], 1), (sems.credit[1], 1)}
+    assert p1[0].OPCODE == Opcode.RECV and p1[0].credit_sem == sems.credit[1] and p1[0].done_sem == sems.done[0]
+    assert (p1[1].wait_sem, p1[1].wait_cnt) == (sems.done[0], 1)
+    assert s.queue == Queue.TX
+    with pytest.raises(ValueError, match="posted no receive"):
+        b.send(1, [0], ddr=0, length=1, stage=0, mop=8, collective=0, reduce_op=0, dst=0, route_id=2, tag=6, seq=0)

@@ -1,0 +1,1 @@
+"""The execute unit of a node (EX queue): SPAD and movers around the compute units."""

@@ -1,0 +1,1408 @@
+"""The execute unit's movers: one component per kind of EX instruction (``spec/isa.py``), each
+moving words between the scratchpad, DDR and one compute unit.
+
+Every mover has the same ports: ``start`` (a strobe: run the instruction ``instr``, whose
+opcode is one of the mover's), ``done`` / ``fault`` + ``cause`` (a strobe when it finished or
+refused it) and ``bus``, its view of the resources the execute unit lends the running mover
+(``MoverBus``): the SPAD read and write ports, two read streams (``req0``/``in0``,
+``req1``/``in1``), the weight loader (``ldesc``/``ldata``), the DDR writer
+(``wdesc``/``wdata``/``wdone``), the replica directory, and performance strobes.  A mover
+that refuses an instruction (a field out of range for this build: ILLEGAL_INSTRUCTION; an
+embedding id >= vocab: ILLEGAL_TOKEN; a gated ATTN_KV over an unreadable block:
+UNREADABLE_BLOCK) does so before it moves anything, so nothing is left in flight.
+
+Movers (``Geometry`` holds the sizes, from a ``NodeConfig``):
+
+* ``DirMover`` (DIR): directory writes, one per cycle when the receive engine does not write.
+* ``LoadStoreMover`` (LOAD, STORE): DDR <-> SPAD beats, plain or BFP rows (the exponent beat
+  after each row in DDR).
+* ``EmbedMover`` (EMBED): token ids, then per token the table row's scales and nibbles ->
+  X32 rows.
+* ``GemmMover`` (GEMM): activation rows -> the matrix unit's buffer; weights through the
+  ping-pong loader, scales and bias on the read streams; output beats -> SPAD words (lane
+  enables when a tile is narrower than VL).
+* ``VecMover`` (VEC): a and b rows -> the vector unit -> SPAD, row after row.
+* ``KvwMover`` (KVW): BFP16 rows -> the KV writer -> one KV4 segment in DDR, rows region and
+  then the scale region, padding included.
+* ``AttnMover`` (ATTN_Q, ATTN_KV, ATTN_EMIT): owns the attention unit (its rows and states
+  live across instructions); K and V segments parsed by ``SegmentReader``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, enum, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from mcf.hw.arith import rshr, sat
+from mcf.hw.axis import AXIStreamSignature
+from mcf.hw.compute.attention import AttentionUnit, k_layout, v_layout
+from mcf.hw.compute.exec.spad import SpadReadSignature, SpadWriteSignature
+from mcf.hw.compute.exec.streams import COUNT_BITS, Packer, Unpacker, request_layout
+from mcf.hw.compute.kv_writer import KVWriter
+from mcf.hw.compute.matrix import MatrixUnit
+from mcf.hw.compute.vector import VectorUnit
+from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
+from mcf.spec import isa
+from mcf.spec.fixed import EXP_BITS, MANT_BITS, W_BITS, X_FRAC
+from mcf.spec.kv import KV_ALIGN
+from mcf.spec.node import NodeConfig
+from mcf.spec.plan import REPLICA_STATE_BITS
+from mcf.spec.regmap import DMA_DESCRIPTOR
+
+ADDR_BITS = isa.DDR_ADDR_BITS
+ALIGN_LOG2 = isa.DDR_ALIGN.bit_length() - 1
+FaultCause = amaranth_enum(isa.SeqFault, 4)
+#: Every instruction's fields as an Amaranth layout (generated from spec.isa.LAYOUTS).
+LAYOUT = {op: struct_layout(isa.LAYOUTS[op]) for op in isa.Opcode}
+
+
+def _log2(v: int) -> int:
+    return v.bit_length() - 1
+
+
+def _pow2(v: int) -> bool:
+    return v >= 1 and not v & (v - 1)
+
+
+def _divides(a: int, b: int) -> bool:
+    return a >= 1 and b >= 1 and (max(a, b) % min(a, b) == 0)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The sizes the execute unit is built with (from a ``NodeConfig``)."""
+    vl: int               # SPAD words per beat (the ISA's VL = vec_lanes)
+    data_width: int       # DDR bus bits
+    spad_beats: int
+    rows: int             # P: MAC array rows
+    lanes: int            # K: MAC array lanes
+    tokens: int           # max tokens (GEMM rows, EMBED ids, KVW rows)
+    att_rows: int         # attention unit rows
+    head_dim: int
+    kv_lanes: int
+    max_n: int            # widest row (matrix inputs, vector unit, embedding)
+    max_group: int        # largest weight group G
+    max_keys: int         # keys summed into one attention state (the longest context)
+    kv_block_keys: int
+    dir_entries: int
+    buffer_bytes: int     # each ping-pong buffer of the weight loader
+    buffers: int
+    fifo_depth: int       # beats of each read stream's FIFO
+
+    @classmethod
+    def from_config(cls, c: NodeConfig, max_group: int = 128) -> "Geometry":
+        max_n = max(c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim)
+        return cls(vl=c.vec_lanes, data_width=c.data_width, spad_beats=c.spad_beats, rows=c.mac_rows,
+                   lanes=c.mac_lanes, tokens=c.max_tokens, att_rows=c.att_rows, head_dim=c.head_dim,
+                   kv_lanes=c.kv_lanes, max_n=max_n, max_group=max_group,
+                   max_keys=1 << ceil_log2(max(c.max_keys, c.max_context)),
+                   kv_block_keys=c.kv_block_keys, dir_entries=c.dir_entries, buffer_bytes=c.buffer_bytes,
+                   buffers=c.buffers, fifo_depth=max(32, 2 * c.buffer_bytes // c.data_bytes))
+
+    def __post_init__(self):
+        bus = self.data_width // 8
+        rules = [
+            (_pow2(self.vl), f"vec_lanes={self.vl} must be a power of two"),
+            (_pow2(self.rows), f"mac_rows={self.rows} must be a power of two"),
+            (_pow2(self.lanes), f"mac_lanes={self.lanes} must be a power of two"),
+            (_pow2(self.kv_lanes), f"kv_lanes={self.kv_lanes} must be a power of two"),
+            (_pow2(self.tokens), f"max_tokens={self.tokens} must be a power of two"),
+            (_pow2(self.max_group) and self.max_group >= self.lanes,
+             f"max_group={self.max_group} must be a power of two >= mac_lanes"),
+            (bus <= KV_ALIGN, f"data_width={self.data_width}: at most {8 * KV_ALIGN} bits"),
+            (self.head_dim % self.vl == 0, f"head_dim={self.head_dim} must be a multiple of vec_lanes={self.vl}"),
+            (self.head_dim % self.kv_lanes == 0, f"head_dim={self.head_dim} must be a multiple of kv_lanes"),
+            (_pow2(self.head_dim), f"head_dim={self.head_dim} must be a power of two"),
+            (self.max_n % self.vl == 0 and self.max_n % self.lanes == 0,
+             f"row width {self.max_n} must be a multiple of vec_lanes and mac_lanes"),
+            (_pow2(self.spad_beats), f"spad_beats={self.spad_beats} must be a power of two"),
+            (_pow2(self.dir_entries), f"dir_entries={self.dir_entries} must be a power of two"),
+        ]
+        for ok, message in rules:
+            if not ok:
+                raise ValueError(f"execute unit: {message}")
+
+    @property
+    def bus_bytes(self) -> int:
+        return self.data_width // 8
+
+    @property
+    def bus_log2(self) -> int:
+        return _log2(self.bus_bytes)
+
+    @property
+    def beat_bits(self) -> int:
+        return self.vl * 32
+
+    @property
+    def spad_bits(self) -> int:
+        return ceil_log2(self.spad_beats)
+
+    @property
+    def dir_bits(self) -> int:
+        return ceil_log2(self.dir_entries)
+
+
+class MoverBus(wiring.Signature):
+    """The resources the execute unit lends the running mover (the mover's view)."""
+
+    def __init__(self, g: Geometry):
+        self.g = g
+        super().__init__({
+            "spad_rd": Out(SpadReadSignature(g.spad_beats, g.vl)),
+            "spad_wr": Out(SpadWriteSignature(g.spad_beats, g.vl)),
+            "req0": Out(stream.Signature(request_layout(ADDR_BITS))),
+            "in0": In(stream.Signature(g.data_width)),
+            "req1": Out(stream.Signature(request_layout(ADDR_BITS))),
+            "in1": In(stream.Signature(g.data_width)),
+            "ldesc": Out(stream.Signature(DmaDescriptorLayout)),
+            "ldata": In(AXIStreamSignature(g.data_width)),
+            "wdesc": Out(stream.Signature(DmaDescriptorLayout)),
+            "wdata": Out(AXIStreamSignature(g.data_width)),
+            "wdone": In(1),
+            "dir_wr_en": Out(1), "dir_wr_block": Out(g.dir_bits), "dir_wr_state": Out(REPLICA_STATE_BITS),
+            "dir_wr_ready": In(1),
+            "dir_lookup_en": Out(1), "dir_lookup_block": Out(g.dir_bits), "dir_readable": In(1),
+            "mac": Out(1),
+            "starved": Out(1),
+        })
+
+
+class Mover(wiring.Component):
+    OPS: tuple = ()
+
+    def __init__(self, g: Geometry):
+        self.g = g
+        super().__init__({
+            "start": In(1),
+            "instr": In(isa.INSTR_BITS),
+            "done": Out(1),
+            "fault": Out(1),
+            "cause": Out(FaultCause),
+            "busy": Out(1),
+            "bus": Out(MoverBus(g)),
+        })
+
+    def view(self, op: isa.Opcode) -> data.View:
+        return data.View(LAYOUT[op], self.instr)
+
+    def refuse(self, m, cause=isa.SeqFault.ILLEGAL_INSTRUCTION):
+        """Comb statements: the fault strobe with ``cause``."""
+        m.d.comb += [self.fault.eq(1), self.cause.eq(cause)]
+
+
+# --- helpers ------------------------------------------------------------------------------------
+def ddr_addr(field) -> Signal:
+    """An instruction's DDR field (address / 64) as a byte address."""
+    return Cat(Const(0, ALIGN_LOG2), field)
+
+
+def pad_up(x, log2: int = ALIGN_LOG2):
+    """x rounded up to a multiple of 2^log2 (a Value, one bit wider)."""
+    return ((x + ((1 << log2) - 1)) >> log2) << log2
+
+
+def descriptor(addr, length, buffer=0):
+    """A whole DMA descriptor (``DmaDescriptorLayout``: LOAD direction, tag 0) as one value, so
+    that no bit of the payload is left to a constant driver."""
+    f = {x.name: x.width for x in DMA_DESCRIPTOR.fields}
+    return Cat(addr[:f["addr"]], Value.cast(length)[:f["length"]], Value.cast(buffer)[:f["buffer"]],
+               Const(0, f["dir"] + f["tag"]))
+
+
+def ceil_beats(nbytes, bus_log2: int):
+    """Bus beats that carry ``nbytes`` bytes."""
+    return (nbytes + ((1 << bus_log2) - 1)) >> bus_log2
+
+
+class ReadQueue:
+    """SPAD reads into a small FIFO (one cycle of read latency): the mover sets ``addr`` and
+    ``issue`` (only when ``room``); the beats come out at ``valid``/``words``/``exp`` and leave
+    on ``take``."""
+
+    def __init__(self, m: Module, port, g: Geometry, name: str, depth: int = 4):
+        self.fifo = q = fifo.SyncFIFOBuffered(width=g.beat_bits + EXP_BITS, depth=depth)
+        m.submodules[name] = q
+        self.issue = Signal(name=f"{name}_issue")
+        self.addr = Signal(g.spad_bits, name=f"{name}_addr")
+        self.room = Signal(name=f"{name}_room")
+        inflight = Signal(name=f"{name}_inflight")
+        m.d.comb += [self.room.eq(q.level + inflight < depth), port.en.eq(self.issue), port.addr.eq(self.addr),
+                     q.w_en.eq(inflight), q.w_data.eq(Cat(port.data, port.exp))]
+        m.d.sync += inflight.eq(self.issue)
+        self.valid, self.take = q.r_rdy, q.r_en
+        self.words = q.r_data[:g.beat_bits]
+        self.exp = q.r_data[g.beat_bits:].as_signed()
+        self.busy = Signal(name=f"{name}_busy")
+        m.d.comb += self.busy.eq(inflight | q.r_rdy)
+
+
+def mantissas(words, count: int):
+    """The low 16 bits of ``count`` 32-bit words (BFP16 mantissas, sign-extended in SPAD)."""
+    return Cat(*[words[32 * k:32 * k + MANT_BITS] for k in range(count)])
+
+
+def sext16(values, count: int):
+    """``count`` 16-bit fields -> ``count`` sign-extended 32-bit words."""
+    return Cat(*[Cat(values[MANT_BITS * k:MANT_BITS * (k + 1)], values[MANT_BITS * (k + 1) - 1].replicate(16))
+                 for k in range(count)])
+
+
+class SerialDivider(wiring.Component):
+    """Unsigned ``a`` // ``b`` and ``a`` % ``b`` by restoring division, one bit per cycle
+    (``a_bits`` cycles from ``start`` to ``done``; b = 0 gives q = all ones, r = a)."""
+
+    def __init__(self, a_bits: int, b_bits: int):
+        self.a_bits, self.b_bits = a_bits, b_bits
+        super().__init__({"start": In(1), "a": In(a_bits), "b": In(b_bits), "q": Out(a_bits),
+                          "r": Out(b_bits + 1), "done": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.a_bits
+        busy = Signal()
+        i = Signal(range(n + 1))
+        rem = Signal(self.b_bits + 1)
+        quo = Signal(n)
+        num = Signal(n)
+        den = Signal(self.b_bits)
+        m.d.sync += self.done.eq(0)
+        with m.If(self.start):
+            m.d.sync += [busy.eq(1), i.eq(0), rem.eq(0), quo.eq(0), num.eq(self.a), den.eq(self.b)]
+        with m.Elif(busy):
+            trial = Signal(self.b_bits + 2)
+            m.d.comb += trial.eq(Cat(num[n - 1], rem))
+            ge = trial >= den
+            m.d.sync += [num.eq(num << 1), rem.eq(Mux(ge, trial - den, trial)), quo.eq(Cat(ge, quo)),
+                         i.eq(i + 1)]
+            with m.If(i == n - 1):
+                m.d.sync += [busy.eq(0), self.done.eq(1)]
+        m.d.comb += [self.q.eq(quo), self.r.eq(rem)]
+        return m
+
+
+# --- DIR ---------------------------------------------------------------------------------------------
+class DirMover(Mover):
+    """directory[block + i stride] = state for i < count; a write waits while the receive
+    engine writes (``dir_wr_ready``)."""
+    OPS = (isa.Opcode.DIR,)
+
+    def elaborate(self, platform):
+        m = Module()
+        g, b = self.g, self.bus
+        ins = self.view(isa.Opcode.DIR)
+        cur = Signal(16)
+        left = Signal(16)
+        run = Signal()
+        last = Signal(25)
+        check = Signal()
+        m.d.comb += [last.eq(ins.block + (ins.count - 1) * ins.stride), self.busy.eq(run | check)]
+        m.d.sync += check.eq(self.start)
+        with m.If(check):
+            with m.If((ins.count == 0) | (last >= g.dir_entries)):
+                self.refuse(m)
+            with m.Else():
+                m.d.sync += [cur.eq(ins.block), left.eq(ins.count), run.eq(1)]
+        m.d.comb += [b.dir_wr_en.eq(run), b.dir_wr_block.eq(cur), b.dir_wr_state.eq(ins.state)]
+        with m.If(run & b.dir_wr_ready):
+            m.d.sync += [cur.eq(cur + ins.stride), left.eq(left - 1)]
+            with m.If(left == 1):
+                m.d.sync += run.eq(0)
+                m.d.comb += self.done.eq(1)
+        return m
+
+
+# --- LOAD / STORE ------------------------------------------------------------------------------------
+class LdStState(enum.Enum, shape=3):
+    IDLE = 0
+    DIVIDE = 1      # rows = beats / row_beats (BFP rows)
+    CHECK = 2
+    MOVE = 3        # LOAD: words in; STORE: words out
+    EXP = 4         # LOAD, BFP rows: the row's exponent into its beats
+    WAIT = 5        # STORE: the writer's acknowledgement
+
+
+class LoadStoreMover(Mover):
+    """LOAD: DDR -> SPAD (plain: exponent 0; BFP rows: each row's beats take the exponent
+    word that follows the row in DDR).  STORE: SPAD -> DDR, the same layout (BFP rows: word 0
+    of the beat after each row is the exponent of its first beat, sign-extended; the other
+    words 0).  One request (one descriptor) for the whole range."""
+    OPS = (isa.Opcode.LOAD, isa.Opcode.STORE)
+
+    def elaborate(self, platform):
+        m = Module()
+        g, b = self.g, self.bus
+        ins = self.view(isa.Opcode.LOAD)          # STORE has the same fields
+        op = self.instr[:6]
+        store = Signal()
+        m.d.comb += store.eq(op == isa.Opcode.STORE)
+        bfp = ins.row_beats != 0
+        m.submodules.div = div = SerialDivider(20, 12)
+        m.d.comb += [div.a.eq(ins.beats), div.b.eq(ins.row_beats)]
+
+        S = LdStState
+        state = Signal(S)
+        m.d.comb += self.busy.eq(state != S.IDLE)
+        rows = Signal(20)
+        items = Signal(21)                       # SPAD-beat-sized items in DDR
+        m.d.comb += items.eq(ins.beats + rows)
+        nbytes = Signal(COUNT_BITS)
+        m.d.comb += nbytes.eq(items << _log2(4 * g.vl))
+        bus_beats = ceil_beats(nbytes, g.bus_log2)
+
+        with m.If(self.start):
+            m.d.sync += rows.eq(0)
+            with m.If(bfp):
+                m.d.comb += div.start.eq(1)
+                m.d.sync += state.eq(S.DIVIDE)
+            with m.Else():
+                m.d.sync += state.eq(S.CHECK)
+        with m.If((state == S.DIVIDE) & div.done):
+            m.d.sync += [rows.eq(div.q), state.eq(S.CHECK)]
+            with m.If(div.r != 0):
+                self.refuse(m)
+                m.d.sync += state.eq(S.IDLE)
+
+        # --- LOAD: bus beats -> SPAD beats ---------------------------------------------------------
+        m.submodules.unpack = up = Unpacker(g.data_width, g.beat_bits)
+        m.submodules.pack = pk = Packer(g.beat_bits, g.data_width)
+        cur = Signal(g.spad_bits + 1)          # next SPAD beat
+        row0 = Signal(g.spad_bits + 1)         # first beat of the current row
+        rb = Signal(12)                        # beats of the current row so far
+        moved = Signal(21)                     # SPAD beats written / read
+        exp_hold = Signal(signed(EXP_BITS))
+        k = Signal(12)
+        with m.If(state == S.CHECK):
+            with m.If((ins.beats == 0) | (ins.spad + ins.beats > g.spad_beats)):
+                self.refuse(m)
+                m.d.sync += state.eq(S.IDLE)
+            with m.Elif(Mux(store, b.wdesc.ready & pk.cmd.ready, b.req0.ready & up.cmd.ready)):
+                m.d.sync += [cur.eq(ins.spad), row0.eq(ins.spad), rb.eq(0), moved.eq(0), state.eq(S.MOVE)]
+                with m.If(store):
+                    m.d.comb += [b.wdesc.valid.eq(1), pk.cmd.valid.eq(1)]
+                with m.Else():
+                    m.d.comb += [b.req0.valid.eq(1), up.cmd.valid.eq(1)]
+        m.d.comb += [
+            b.req0.payload.addr.eq(ddr_addr(ins.ddr)), b.req0.payload.beats.eq(bus_beats),
+            up.cmd.payload.count.eq(items),
+            b.wdesc.payload.eq(descriptor(ddr_addr(ins.ddr), nbytes)),
+            pk.cmd.payload.count.eq(items), pk.cmd.payload.beats.eq(bus_beats),
+        ]
+        wr = b.spad_wr
+        all_lanes = (1 << g.vl) - 1
+        m.d.comb += [up.i.valid.eq(b.in0.valid), up.i.payload.eq(b.in0.payload), b.in0.ready.eq(up.i.ready)]
+        loading = (state == S.MOVE) & ~store
+        m.d.comb += b.starved.eq(loading & ~up.o.valid)
+        with m.If(loading):
+            m.d.comb += [up.o.ready.eq(1), wr.addr.eq(cur), wr.data.eq(up.o.payload), wr.exp.eq(0)]
+            with m.If(up.o.valid):
+                with m.If(bfp & (rb == ins.row_beats)):
+                    # the exponent beat of the row: word 0 (int8 range)
+                    m.d.sync += [exp_hold.eq(up.o.payload[:EXP_BITS]), k.eq(0), state.eq(S.EXP)]
+                with m.Else():
+                    m.d.comb += [wr.lanes.eq(all_lanes), wr.exp_en.eq(~bfp)]
+                    m.d.sync += [cur.eq(cur + 1), rb.eq(rb + 1), moved.eq(moved + 1)]
+                    with m.If(~bfp & (moved == ins.beats - 1)):
+                        m.d.comb += self.done.eq(1)
+                        m.d.sync += state.eq(S.IDLE)
+        with m.If(state == S.EXP):
+            m.d.comb += [wr.addr.eq(row0 + k), wr.exp_en.eq(1), wr.exp.eq(exp_hold)]
+            m.d.sync += k.eq(k + 1)
+            with m.If(k == ins.row_beats - 1):
+                m.d.sync += [row0.eq(cur), rb.eq(0), state.eq(S.MOVE)]
+                with m.If(moved == ins.beats):
+                    m.d.comb += self.done.eq(1)
+                    m.d.sync += state.eq(S.IDLE)
+
+        # --- STORE: SPAD beats (+ exponent beats) -> bus beats -> the writer ------------------------
+        rq = ReadQueue(m, b.spad_rd, g, "rq")
+        issued = Signal(21)
+        storing = (state == S.MOVE) & store
+        with m.If(state == S.CHECK):
+            m.d.sync += issued.eq(0)
+        m.d.comb += [rq.addr.eq(ins.spad + issued), rq.issue.eq(storing & rq.room & (issued != ins.beats))]
+        with m.If(rq.issue):
+            m.d.sync += issued.eq(issued + 1)
+        first_exp = Signal(signed(EXP_BITS))
+        exp_word = Signal(signed(32))
+        m.d.comb += exp_word.eq(first_exp)
+        inject = Signal()                      # the row's exponent beat goes next
+        with m.If(inject):
+            m.d.comb += [pk.i.valid.eq(1), pk.i.payload.eq(Cat(exp_word, Const(0, g.beat_bits - 32)))]
+            with m.If(pk.i.ready):
+                m.d.sync += [inject.eq(0), rb.eq(0)]
+        with m.Else():
+            m.d.comb += [pk.i.valid.eq(storing & rq.valid), pk.i.payload.eq(rq.words), rq.take.eq(storing & pk.i.ready)]
+            with m.If(rq.valid & rq.take):
+                m.d.sync += [moved.eq(moved + 1), rb.eq(rb + 1)]
+                with m.If(rb == 0):
+                    m.d.sync += first_exp.eq(rq.exp)
+                with m.If(bfp & (rb == ins.row_beats - 1)):
+                    m.d.sync += inject.eq(1)
+        m.d.comb += [b.wdata.tvalid.eq(pk.o.valid), b.wdata.tdata.eq(pk.o.payload), pk.o.ready.eq(b.wdata.tready),
+                     b.wdata.tkeep.eq(-1)]
+        with m.If(storing & (moved == ins.beats) & ~inject & ~pk.busy):
+            m.d.sync += state.eq(S.WAIT)
+        with m.If((state == S.WAIT) | storing):
+            with m.If(b.wdone):
+                m.d.sync += state.eq(S.IDLE)
+                m.d.comb += self.done.eq(1)
+        return m
+
+
+# --- EMBED -------------------------------------------------------------------------------------------
+class EmbedState(enum.Enum, shape=3):
+    IDLE = 0
+    CHECK = 1
+    IDS = 2         # token ids in
+    VERIFY = 3      # every id < vocab?
+    ROWS = 4        # per token: the row's scales, then its nibbles -> X32 beats
+    FINISH = 5      # the last beat written
+
+
+class EmbedMover(Mover):
+    """EMBED: ids from DDR (read stream 1), checked against ``vocab`` before any table read;
+    then per token its table row (read stream 0): the scale region first (n / G uint16), then
+    the nibbles, VL at a time -> sat32(rshr(q S, w_exp - 16)) -> SPAD (exponent 0).  Needs
+    G >= VL (one scale per beat)."""
+    OPS = (isa.Opcode.EMBED,)
+
+    def elaborate(self, platform):
+        m = Module()
+        g, b = self.g, self.bus
+        ins = self.view(isa.Opcode.EMBED)
+        vl_log2 = _log2(g.vl)
+        sdepth = g.max_n // g.vl                 # most groups in a row (G = VL)
+        S = EmbedState
+        state = Signal(S)
+        m.d.comb += self.busy.eq(state != S.IDLE)
+        with m.If(self.start):
+            m.d.sync += state.eq(S.CHECK)
+
+        groups = Signal(16)
+        m.d.comb += groups.eq(ins.n >> ins.group_log2)
+        gmask = Signal(16)
+        m.d.comb += gmask.eq((Const(1, 17) << ins.group_log2) - 1)
+        beats = Signal(16)
+        m.d.comb += beats.eq(ins.n >> vl_log2)
+        spad_end = Signal(40)
+        m.d.comb += spad_end.eq(ins.dst + (ins.count - 1) * ins.dst_stride + beats)
+        bad = Signal()
+        m.d.comb += bad.eq((ins.count == 0) | (ins.count > g.tokens) | (ins.n == 0)
+                           | (ins.n[:vl_log2] != 0) | (ins.n > g.max_n) | (ins.group_log2 < vl_log2)
+                           | ((ins.n & gmask) != 0) | (groups > sdepth) | (spad_end > g.spad_beats))
+        row_bytes = Signal(24)
+        m.d.comb += row_bytes.eq(pad_up(ins.n >> 1) + pad_up(groups << 1))
+
+        # --- ids ----------------------------------------------------------------------------------
+        m.submodules.uid = uid = Unpacker(g.data_width, 32)
+        ids = [Signal(32, name=f"id{t}") for t in range(g.tokens)]
+        t = Signal(range(g.tokens + 1))
+        badid = Signal()
+        m.d.comb += [b.req1.payload.addr.eq(ddr_addr(ins.ids)),
+                     b.req1.payload.beats.eq(ceil_beats(ins.count << 2, g.bus_log2)),
+                     uid.cmd.payload.count.eq(ins.count),
+                     uid.i.valid.eq(b.in1.valid), uid.i.payload.eq(b.in1.payload), b.in1.ready.eq(uid.i.ready)]
+        with m.If(state == S.CHECK):
+            with m.If(bad):
+                self.refuse(m)
+                m.d.sync += state.eq(S.IDLE)
+            with m.Elif(b.req1.ready & uid.cmd.ready):
+                m.d.comb += [b.req1.valid.eq(1), uid.cmd.valid.eq(1)]
+                m.d.sync += [state.eq(S.IDS), t.eq(0), badid.eq(0)]
+        m.d.comb += uid.o.ready.eq(state == S.IDS)
+        with m.If((state == S.IDS) & uid.o.valid):
+            for x in range(g.tokens):
+                with m.If(t == x):
+                    m.d.sync += ids[x].eq(uid.o.payload)
+            with m.If(uid.o.payload >= ins.vocab):
+                m.d.sync += badid.eq(1)
+            m.d.sync += t.eq(t + 1)
+            with m.If(t == ins.count - 1):
+                m.d.sync += state.eq(S.VERIFY)
+        with m.If(state == S.VERIFY):
+            with m.If(badid):
+                self.refuse(m, isa.SeqFault.ILLEGAL_TOKEN)
+                m.d.sync += state.eq(S.IDLE)
+            with m.Else():
+                m.d.sync += state.eq(S.ROWS)
+
+        # --- requests: per token the scale region, then the nibbles ---------------------------------
+        treq = Signal(range(g.tokens + 1))
+        rphase = Signal()
+        row_addr = Signal(ADDR_BITS)
+        cur_id = Signal(20)
+        m.d.comb += [cur_id.eq(Array(ids)[treq]), row_addr.eq(ddr_addr(ins.table) + cur_id * row_bytes)]
+        with m.If(state == S.VERIFY):
+            m.d.sync += [treq.eq(0), rphase.eq(0)]
+        m.d.comb += [
+            b.req0.valid.eq((state == S.ROWS) & (treq != ins.count)),
+            b.req0.payload.addr.eq(Mux(rphase, row_addr, row_addr + pad_up(ins.n >> 1))),
+            b.req0.payload.beats.eq(Mux(rphase, ceil_beats(ins.n >> 1, g.bus_log2),
+                                        ceil_beats(groups << 1, g.bus_log2))),
+        ]
+        with m.If(b.req0.valid & b.req0.ready):
+            m.d.sync += rphase.eq(~rphase)
+            with m.If(rphase):
+                m.d.sync += treq.eq(treq + 1)
+
+        # --- consumer: scales into a small table, nibbles -> X32 beats --------------------------------
+        m.submodules.us = us = Unpacker(g.data_width, 16)
+        m.submodules.uq = uq = Unpacker(g.data_width, 4 * g.vl)
+        m.submodules.smem = smem = memory.Memory(shape=16, depth=sdepth, init=[])
+        sw, sr = smem.write_port(), smem.read_port(domain="comb")
+        cphase = Signal(range(4))        # 0: arm scales, 1: scales, 2: arm nibbles, 3: nibbles
+        tc = Signal(range(g.tokens + 1))
+        gi = Signal(16)
+        i = Signal(16)
+        row = Signal(g.spad_bits + 16)
+        with m.If(state == S.VERIFY):
+            m.d.sync += [cphase.eq(0), tc.eq(0), row.eq(ins.dst)]
+        rows = state == S.ROWS
+        m.d.comb += [us.cmd.payload.count.eq(groups), uq.cmd.payload.count.eq(beats)]
+        with m.If(rows & (cphase == 0) & us.cmd.ready):
+            m.d.comb += us.cmd.valid.eq(1)
+            m.d.sync += [cphase.eq(1), gi.eq(0)]
+        with m.If(rows & (cphase == 2) & uq.cmd.ready):
+            m.d.comb += uq.cmd.valid.eq(1)
+            m.d.sync += [cphase.eq(3), i.eq(0)]
+        with m.If(rows & (cphase == 1)):
+            m.d.comb += [us.i.valid.eq(b.in0.valid), us.i.payload.eq(b.in0.payload), b.in0.ready.eq(us.i.ready)]
+        with m.If(rows & (cphase == 3)):
+            m.d.comb += [uq.i.valid.eq(b.in0.valid), uq.i.payload.eq(b.in0.payload), b.in0.ready.eq(uq.i.ready)]
+        m.d.comb += [us.o.ready.eq(rows & (cphase == 1)), sw.en.eq(us.o.valid & us.o.ready), sw.addr.eq(gi),
+                     sw.data.eq(us.o.payload)]
+        with m.If(sw.en):
+            m.d.sync += gi.eq(gi + 1)
+            with m.If(gi == groups - 1):
+                m.d.sync += cphase.eq(2)
+        # the scale of beat i: group (i VL) >> log2 G
+        gshift = Signal(4)
+        m.d.comb += [gshift.eq(ins.group_log2 - vl_log2), sr.addr.eq(i >> gshift)]
+        sh = Signal(signed(10))
+        m.d.comb += sh.eq(ins.w_exp - X_FRAC)
+        xs = []
+        for k in range(g.vl):
+            q = uq.o.payload[W_BITS * k:W_BITS * (k + 1)].as_signed()
+            prod = Signal(signed(W_BITS + 17), name=f"eprod{k}")
+            m.d.comb += prod.eq(q * sr.data)
+            xs.append(sat(m, rshr(m, prod, sh, max_left=33), 32))
+        wv = Signal()
+        waddr = Signal(g.spad_bits)
+        wdata = Signal(g.beat_bits)
+        m.d.comb += uq.o.ready.eq(rows & (cphase == 3))
+        m.d.sync += wv.eq(uq.o.valid & uq.o.ready)
+        with m.If(uq.o.valid & uq.o.ready):
+            m.d.sync += [waddr.eq(row + i), wdata.eq(Cat(*xs)), i.eq(i + 1)]
+            with m.If(i == beats - 1):
+                m.d.sync += [tc.eq(tc + 1), row.eq(row + ins.dst_stride), cphase.eq(0)]
+                with m.If(tc == ins.count - 1):
+                    m.d.sync += state.eq(S.FINISH)
+        wr = b.spad_wr
+        m.d.comb += [wr.lanes.eq(Mux(wv, (1 << g.vl) - 1, 0)), wr.exp_en.eq(wv), wr.addr.eq(waddr),
+                     wr.data.eq(wdata), wr.exp.eq(0)]
+        m.d.comb += b.starved.eq(rows & (((cphase == 1) & ~us.o.valid) | ((cphase == 3) & ~uq.o.valid)))
+        with m.If(state == S.FINISH):
+            m.d.comb += self.done.eq(1)
+            m.d.sync += state.eq(S.IDLE)
+        return m
+
+
+
+# --- GEMM --------------------------------------------------------------------------------------------
+class GemmState(enum.Enum, shape=3):
+    IDLE = 0
+    SETUP = 1       # products of the fields (registered)
+    CHECK = 2       # ranges, alignment; start the weight, scale and bias streams
+    ACT = 3         # activation rows -> the matrix unit's buffer
+    RUN = 4         # the matrix unit streams; output beats -> SPAD
+    FINISH = 5
+
+
+class GemmMover(Mover):
+    """GEMM (golden ``linear``) on the matrix unit.  Regions of the blob (``spec.isa.BlobLayout``)
+    from tile0 on: weights through the ping-pong loader (descriptors of ``buffer_bytes``),
+    scales on read stream 0, bias on read stream 1; they start streaming while the activation
+    rows load.  Output beat (tile, t) -> words (tile - tile0) P .. + P - 1 of row t."""
+    OPS = (isa.Opcode.GEMM,)
+
+    def __init__(self, g: Geometry):
+        super().__init__(g)
+        self.matrix = MatrixUnit(g.rows, g.lanes, g.tokens, g.max_n, (1 << 16) - 1, max_group=g.max_group)
+
+    def elaborate(self, platform):
+        m = Module()
+        g, b = self.g, self.bus
+        P, K, VL, TM = g.rows, g.lanes, g.vl, g.tokens
+        p_log2, k_log2, vl_log2 = _log2(P), _log2(K), _log2(VL)
+        m.submodules.matrix = mx = self.matrix
+        ins = self.view(isa.Opcode.GEMM)
+        S = GemmState
+        state = Signal(S)
+        m.d.comb += self.busy.eq(state != S.IDLE)
+        with m.If(self.start):
+            m.d.sync += state.eq(S.SETUP)
+
+        npg = Signal(16)                               # groups per row, n / G
+        m.d.comb += npg.eq(ins.n >> ins.group_log2)
+        gmask = Signal(16)
+        m.d.comb += gmask.eq((Const(1, 17) << ins.group_log2) - 1)
+        t0n, ttn, tn = Signal(32), Signal(32), Signal(32)
+        t0g, ttg, tg = Signal(32), Signal(32), Signal(32)
+        src_end, dst_end = Signal(40), Signal(40)
+        out_beats = Signal(17)                         # SPAD beats of one output row
+        m.d.comb += out_beats.eq(((ins.tiles << p_log2) + VL - 1) >> vl_log2)
+        with m.If(state == S.SETUP):
+            m.d.sync += [t0n.eq(ins.tile0 * ins.n), ttn.eq(ins.total_tiles * ins.n), tn.eq(ins.tiles * ins.n),
+                         t0g.eq(ins.tile0 * npg), ttg.eq(ins.total_tiles * npg), tg.eq(ins.tiles * npg),
+                         src_end.eq(ins.src + (ins.tokens - 1) * ins.src_stride + (ins.n >> vl_log2)),
+                         dst_end.eq(ins.dst + (ins.tokens - 1) * ins.dst_stride + out_beats),
+                         state.eq(S.CHECK)]
+
+        def w_bytes(x):      # x * n * P / 2
+            return (x << p_log2) >> 1
+
+        w0, wt, ttw = w_bytes(t0n), w_bytes(tn), w_bytes(ttn)
+        s0, st, tts = t0g << (p_log2 + 1), tg << (p_log2 + 1), ttg << (p_log2 + 1)
+        b0, bt = ins.tile0 << (p_log2 + 2), ins.tiles << (p_log2 + 2)
+        blob = ddr_addr(ins.blob)
+        w_addr, s_addr, b_addr = Signal(ADDR_BITS), Signal(ADDR_BITS), Signal(ADDR_BITS)
+        m.d.comb += [w_addr.eq(blob + w0), s_addr.eq(blob + pad_up(ttw) + s0),
+                     b_addr.eq(blob + pad_up(ttw) + pad_up(tts) + b0)]
+        low = (1 << ALIGN_LOG2) - 1
+        bad = Signal()
+        m.d.comb += bad.eq((ins.tokens == 0) | (ins.tokens > TM) | (ins.tiles == 0)
+                           | (ins.tile0 + ins.tiles > ins.total_tiles) | (ins.n == 0) | (ins.n > g.max_n)
+                           | (ins.n[:vl_log2] != 0) | (ins.group_log2 < k_log2)
+                           | (ins.group_log2 > _log2(g.max_group)) | ((ins.n & gmask) != 0)
+                           | ((w0 & low) != 0) | ((s0 & low) != 0) | (ins.bias & ((b0 & low) != 0))
+                           | (src_end > g.spad_beats) | (dst_end > g.spad_beats))
+
+        # --- the streams: weights (loader), scales (stream 0), bias (stream 1) ----------------------
+        m.submodules.uw = uw = Unpacker(g.data_width, P * K * W_BITS)
+        m.submodules.us = us = Unpacker(g.data_width, P * 16)
+        m.submodules.ub = ub = Unpacker(g.data_width, P * 32)
+        m.d.comb += [
+            b.req0.payload.addr.eq(s_addr), b.req0.payload.beats.eq(ceil_beats(st, g.bus_log2)),
+            b.req1.payload.addr.eq(b_addr), b.req1.payload.beats.eq(ceil_beats(bt, g.bus_log2)),
+            uw.cmd.payload.count.eq(tn >> k_log2), us.cmd.payload.count.eq(tg), ub.cmd.payload.count.eq(ins.tiles),
+            uw.i.valid.eq(b.ldata.tvalid), uw.i.payload.eq(b.ldata.tdata), b.ldata.tready.eq(uw.i.ready),
+            us.i.valid.eq(b.in0.valid), us.i.payload.eq(b.in0.payload), b.in0.ready.eq(us.i.ready),
+            ub.i.valid.eq(b.in1.valid), ub.i.payload.eq(b.in1.payload), b.in1.ready.eq(ub.i.ready),
+            mx.w.tvalid.eq(uw.o.valid), mx.w.tdata.eq(uw.o.payload), uw.o.ready.eq(mx.w.tready),
+            mx.w.tkeep.eq(-1), mx.w.tlast.eq(0),
+            mx.scale.valid.eq(us.o.valid), mx.scale.payload.eq(us.o.payload), us.o.ready.eq(mx.scale.ready),
+            mx.bias.valid.eq(ub.o.valid), mx.bias.payload.eq(ub.o.payload), ub.o.ready.eq(mx.bias.ready),
+        ]
+        # weight descriptors: buffer_bytes at a time, alternating buffers
+        wd_addr = Signal(ADDR_BITS)
+        wd_left = Signal(COUNT_BITS)
+        wd_buf = Signal(range(g.buffers))
+        m.d.comb += [b.ldesc.valid.eq(wd_left != 0),
+                     b.ldesc.payload.eq(descriptor(wd_addr, Mux(wd_left > g.buffer_bytes, g.buffer_bytes, wd_left),
+                                                   wd_buf))]
+        with m.If(b.ldesc.valid & b.ldesc.ready):
+            m.d.sync += [wd_addr.eq(wd_addr + g.buffer_bytes),
+                         wd_left.eq(Mux(wd_left > g.buffer_bytes, wd_left - g.buffer_bytes, 0)),
+                         wd_buf.eq(Mux(wd_buf == g.buffers - 1, 0, wd_buf + 1))]
+
+        go = Signal()
+        m.d.comb += go.eq(b.req0.ready & b.req1.ready & uw.cmd.ready & us.cmd.ready & ub.cmd.ready
+                          & (wd_left == 0))
+        with m.If(state == S.CHECK):
+            with m.If(bad):
+                self.refuse(m)
+                m.d.sync += state.eq(S.IDLE)
+            with m.Elif(go):
+                m.d.comb += [b.req0.valid.eq(1), us.cmd.valid.eq(1), uw.cmd.valid.eq(1),
+                             b.req1.valid.eq(ins.bias), ub.cmd.valid.eq(ins.bias)]
+                m.d.sync += [wd_addr.eq(w_addr), wd_left.eq(wt), state.eq(S.ACT)]
+
+        # --- activations: tokens x n / VL SPAD beats -> K-lane buffer words -------------------------
+        rq = ReadQueue(m, b.spad_rd, g, "rq")
+        nb = Signal(16)
+        m.d.comb += nb.eq(ins.n >> vl_log2)
+        ti, bi = Signal(range(TM + 1)), Signal(16)          # issue side
+        rowa = Signal(g.spad_bits + 16)
+        tc, bc = Signal(range(TM + 1)), Signal(16)          # consume side
+        with m.If(state == S.CHECK):
+            m.d.sync += [ti.eq(0), bi.eq(0), rowa.eq(ins.src), tc.eq(0), bc.eq(0)]
+        acting = state == S.ACT
+        m.d.comb += [rq.addr.eq(rowa + bi), rq.issue.eq(acting & rq.room & (ti != ins.tokens))]
+        with m.If(rq.issue):
+            m.d.sync += bi.eq(bi + 1)
+            with m.If(bi == nb - 1):
+                m.d.sync += [bi.eq(0), ti.eq(ti + 1), rowa.eq(rowa + ins.src_stride)]
+        mants = mantissas(rq.words, VL)
+        tb = max(ceil_log2(TM), 1)
+        consumed = Signal()
+        if K == VL:
+            m.d.comb += [mx.act.en.eq(acting & rq.valid), mx.act.addr.eq(Cat(tc[:tb], bc) if TM > 1 else bc),
+                         mx.act.data.eq(mants), consumed.eq(acting & rq.valid)]
+        elif K > VL:
+            r = K // VL
+            held = [Signal(VL * MANT_BITS, name=f"act_held{x}") for x in range(r - 1)]
+            j = bc[:_log2(r)]
+            with m.If(acting & rq.valid):
+                for x in range(r - 1):
+                    with m.If(j == x):
+                        m.d.sync += held[x].eq(mants)
+            m.d.comb += [mx.act.en.eq(acting & rq.valid & (j == r - 1)),
+                         mx.act.addr.eq(Cat(tc[:tb], bc >> _log2(r)) if TM > 1 else bc >> _log2(r)),
+                         mx.act.data.eq(Cat(*held, mants)), consumed.eq(acting & rq.valid)]
+        else:
+            r = VL // K
+            part = Signal(range(r))
+            pieces = Array(mants[x * K * MANT_BITS:(x + 1) * K * MANT_BITS] for x in range(r))
+            addr = Cat(part, bc)
+            m.d.comb += [mx.act.en.eq(acting & rq.valid), mx.act.addr.eq(Cat(tc[:tb], addr) if TM > 1 else addr),
+                         mx.act.data.eq(pieces[part]), consumed.eq(acting & rq.valid & (part == r - 1))]
+            with m.If(acting & rq.valid):
+                m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
+        m.d.comb += [rq.take.eq(consumed), mx.exp.en.eq(consumed & (bc == 0)), mx.exp.addr.eq(tc),
+                     mx.exp.data.eq(rq.exp)]
+        with m.If(consumed):
+            m.d.sync += bc.eq(bc + 1)
+            with m.If(bc == nb - 1):
+                m.d.sync += [bc.eq(0), tc.eq(tc + 1)]
+                with m.If(tc == ins.tokens - 1):
+                    m.d.sync += state.eq(S.RUN)
+
+        # --- the command, then output beats -> SPAD ---------------------------------------------------
+        sent = Signal()
+        m.d.comb += [mx.cmd.payload.tokens.eq(ins.tokens), mx.cmd.payload.group_beats.eq((Const(1, 17) << ins.group_log2) >> k_log2),
+                     mx.cmd.payload.groups.eq(npg), mx.cmd.payload.tiles.eq(ins.tiles),
+                     mx.cmd.payload.w_exp.eq(ins.w_exp), mx.cmd.payload.bias.eq(ins.bias)]
+        with m.If(state == S.CHECK):
+            m.d.sync += sent.eq(0)
+        with m.If((state == S.RUN) & ~sent):
+            m.d.comb += mx.cmd.valid.eq(1)
+            with m.If(mx.cmd.ready):
+                m.d.sync += sent.eq(1)
+        ot = Signal(16)                  # output tile (from tile0)
+        otok = Signal(range(TM + 1))
+        orow = Signal(g.spad_bits + 16)  # dst + otok dst_stride
+        with m.If(state == S.CHECK):
+            m.d.sync += [ot.eq(0), otok.eq(0), orow.eq(ins.dst)]
+        wr = b.spad_wr
+        o_take = Signal()
+        if P <= VL:
+            r = VL // P
+            sub = ot[:_log2(r)] if r > 1 else Const(0, 1)
+            m.d.comb += [wr.addr.eq(orow + (ot >> _log2(r))), wr.data.eq(Cat(*[mx.o.tdata] * r)),
+                         wr.lanes.eq(Mux(mx.o.tvalid, Const((1 << P) - 1, VL) << (sub * P), 0)),
+                         o_take.eq(mx.o.tvalid)]
+        else:
+            r = P // VL
+            part = Signal(range(r))
+            pieces = Array(mx.o.tdata[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
+            m.d.comb += [wr.addr.eq(orow + Cat(part, ot)), wr.data.eq(pieces[part]),
+                         wr.lanes.eq(Mux(mx.o.tvalid, (1 << VL) - 1, 0)), o_take.eq(mx.o.tvalid & (part == r - 1))]
+            with m.If(mx.o.tvalid):
+                m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
+        m.d.comb += [wr.exp_en.eq(mx.o.tvalid), wr.exp.eq(0), mx.o.tready.eq(o_take)]
+        with m.If(o_take):
+            m.d.sync += [otok.eq(otok + 1), orow.eq(orow + ins.dst_stride)]
+            with m.If(otok == ins.tokens - 1):
+                m.d.sync += [otok.eq(0), orow.eq(ins.dst), ot.eq(ot + 1)]
+            with m.If(mx.o.tlast):
+                m.d.sync += state.eq(S.FINISH)
+        with m.If(state == S.FINISH):
+            m.d.comb += self.done.eq(1)
+            m.d.sync += state.eq(S.IDLE)
+        m.d.comb += [b.mac.eq(mx.mac),
+                     b.starved.eq((state == S.RUN) & mx.busy & ~mx.mac & (~uw.o.valid | ~us.o.valid))]
+        return m
+
+
+# --- VEC ---------------------------------------------------------------------------------------------
+class VecState(enum.Enum, shape=3):
+    IDLE = 0
+    DIVIDE = 1      # (rows - 1) // b_rep: the last b row, for the range check
+    CHECK = 2
+    ROW = 3         # one row through the vector unit
+    FINISH = 4
+
+
+class VecMover(Mover):
+    """VEC on the vector unit, one row at a time: the a beat and (for RMSNORM, MUL, ROPE,
+    RESIDUAL) the b beat are read in turn from SPAD, the output beats go to the dst row with
+    their exponent (0 for X32 results).  b_pair splits each b word into the unit's x (low int16,
+    sign-extended) and y (high int16)."""
+    OPS = (isa.Opcode.VEC,)
+
+    def __init__(self, g: Geometry):
+        super().__init__(g)
+        self.vector = VectorUnit(g.max_n, g.vl)
+
+    def elaborate(self, platform):
+        m = Module()
+        g, b = self.g, self.bus
+        VL, vl_log2 = g.vl, _log2(g.vl)
+        m.submodules.vector = vu = self.vector
+        ins = self.view(isa.Opcode.VEC)
+        V = isa.VecOp
+        vop = ins.vop.as_value()
+        uses_b = Signal()
+        m.d.comb += uses_b.eq((vop == V.RMSNORM) | (vop == V.MUL) | (vop == V.ROPE) | (vop == V.RESIDUAL))
+        m.submodules.div = div = SerialDivider(16, 8)
+        m.d.comb += [div.a.eq(ins.rows - 1), div.b.eq(ins.b_rep)]
+        S = VecState
+        state = Signal(S)
+        m.d.comb += self.busy.eq(state != S.IDLE)
+        with m.If(self.start):
+            m.d.comb += div.start.eq(1)
+            m.d.sync += state.eq(S.DIVIDE)
+        with m.If((state == S.DIVIDE) & div.done):
+            m.d.sync += state.eq(S.CHECK)
+        nb = Signal(16)
+        m.d.comb += nb.eq(ins.n >> vl_log2)
+        a_end, b_end, d_end = Signal(40), Signal(40), Signal(40)
+        m.d.comb += [a_end.eq(ins.a + (ins.rows - 1) * ins.a_stride + nb),
+                     b_end.eq(ins.b + div.q * ins.b_stride + nb),
+                     d_end.eq(ins.dst + (ins.rows - 1) * ins.dst_stride + nb)]
+        bad = Signal()
+        m.d.comb += bad.eq((ins.rows == 0) | (ins.n == 0) | (ins.n[:vl_log2] != 0) | (ins.n > g.max_n)
+                           | (vop > V.RESIDUAL) | (ins.b_rep == 0)
+                           | ((vop == V.ROPE) & (ins.n[:vl_log2 + 1] != 0))
+                           | (a_end > g.spad_beats) | (d_end > g.spad_beats) | (uses_b & (b_end > g.spad_beats)))
+
+        r = Signal(16)                     # row
+        arow, brow, drow = Signal(40), Signal(40), Signal(40)
+        rep = Signal(8)                    # rows since the b row last moved
+        sent = Signal()                    # this row's command is in the unit
+        with m.If(state == S.CHECK):
+            with m.If(bad):
+                self.refuse(m)
+                m.d.sync += state.eq(S.IDLE)
+            with m.Else():
+                m.d.sync += [r.eq(0), arow.eq(ins.a), brow.eq(ins.b), drow.eq(ins.dst), rep.eq(0), sent.eq(0),
+                             state.eq(S.ROW)]
+        m.d.comb += [vu.cmd.payload.op.eq(vop), vu.cmd.payload.n.eq(ins.n), vu.cmd.payload.gain_exp.eq(ins.imm1),
+                     vu.cmd.payload.eps.eq(ins.imm0), vu.cmd.payload.cm.eq(ins.imm0), vu.cmd.payload.ce.eq(ins.imm1)]
+        in_row = state == S.ROW
+        with m.If(in_row & ~sent):
+            m.d.comb += vu.cmd.valid.eq(1)
+            with m.If(vu.cmd.ready):
+                m.d.sync += sent.eq(1)
+
+        # --- reads: a[i] (and b[i]) in turn ---------------------------------------------------------
+        rq = ReadQueue(m, b.spad_rd, g, "rq")
+        ia = Signal(16)                    # next beat to read
+        which = Signal()                   # 0: a next, 1: b next
+        with m.If(state == S.CHECK):
+            m.d.sync += [ia.eq(0), which.eq(0)]
+        m.d.comb += [rq.addr.eq(Mux(which, brow, arow) + ia), rq.issue.eq(in_row & rq.room & (ia != nb))]
+        with m.If(rq.issue):
+            with m.If(uses_b & ~which):
+                m.d.sync += which.eq(1)
+            with m.Else():
+                m.d.sync += [which.eq(0), ia.eq(ia + 1)]
+        # the a beat waits in a holding register while its b beat arrives
+        a_held = Signal()
+        a_words = Signal(g.beat_bits)
+        a_exp = Signal(signed(EXP_BITS))
+        pair = Signal()
+        m.d.comb += pair.eq(uses_b & a_held & rq.valid)
+        with m.If(uses_b):
+            with m.If(~a_held):
+                m.d.comb += rq.take.eq(rq.valid)
+                with m.If(rq.valid):
+                    m.d.sync += [a_held.eq(1), a_words.eq(rq.words), a_exp.eq(rq.exp)]
+            with m.Else():
+                m.d.comb += [vu.a.valid.eq(rq.valid), rq.take.eq(rq.valid & vu.a.ready)]
+                with m.If(rq.valid & vu.a.ready):
+                    m.d.sync += a_held.eq(0)
+            m.d.comb += [vu.a.payload.x.eq(a_words), vu.a.payload.exp.eq(a_exp)]
+        with m.Else():
+            m.d.comb += [vu.a.valid.eq(rq.valid), rq.take.eq(rq.valid & vu.a.ready),
+                         vu.a.payload.x.eq(rq.words), vu.a.payload.exp.eq(rq.exp)]
+        lo16 = Cat(*[rq.words[32 * k:32 * k + 16] for k in range(VL)])
+        hi16 = Cat(*[rq.words[32 * k + 16:32 * k + 32] for k in range(VL)])
+        m.d.comb += [vu.b.valid.eq(pair), vu.b.payload.exp.eq(rq.exp),
+                     vu.b.payload.x.eq(Mux(ins.b_pair, sext16(lo16, VL), rq.words)),
+                     vu.b.payload.y.eq(Mux(ins.b_pair, hi16, 0))]
+
+        # --- output beats -> the dst row; the next row --------------------------------------------------
+        io = Signal(16)
+        wr = b.spad_wr
+        m.d.comb += [vu.o.ready.eq(in_row), wr.addr.eq(drow + io), wr.data.eq(vu.o.payload.x),
+                     wr.exp.eq(vu.o.payload.exp), wr.lanes.eq(Mux(vu.o.valid & in_row, (1 << VL) - 1, 0)),
+                     wr.exp_en.eq(vu.o.valid & in_row)]
+        with m.If(state == S.CHECK):
+            m.d.sync += io.eq(0)
+        with m.If(vu.o.valid & vu.o.ready):
+            m.d.sync += io.eq(io + 1)
+            with m.If(vu.o.payload.last):
+                m.d.sync += [io.eq(0), ia.eq(0), which.eq(0), sent.eq(0), r.eq(r + 1),
+                             arow.eq(arow + ins.a_stride), drow.eq(drow + ins.dst_stride), rep.eq(rep + 1)]
+                with m.If(rep == ins.b_rep - 1):
+                    m.d.sync += [rep.eq(0), brow.eq(brow + ins.b_stride)]
+                with m.If(r == ins.rows - 1):
+                    m.d.sync += state.eq(S.FINISH)
+        with m.If(state == S.FINISH):
+            m.d.comb += self.done.eq(1)
+            m.d.sync += state.eq(S.IDLE)
+        return m
+
+
+# --- KVW ---------------------------------------------------------------------------------------------
+class KvwState(enum.Enum, shape=3):
+    IDLE = 0
+    CHECK = 1
+    ROWS = 2        # rows -> KV writer -> the segment's rows region
+    SCALES = 3      # the (A, E) pairs -> the scale region
+    WAIT = 4        # both writes acknowledged
+
+
+class KvwMover(Mover):
+    """KVW: ``rows`` BFP16 rows of head_dim mantissas -> the KV writer (golden ``quantize_kv``)
+    -> one KV4 segment (``spec/kv.py``) at ``seg``: the rows region is written first (its
+    nibbles, then zeros to the 64-byte boundary), then the scale region (A, E per row, zeros
+    after), so the scales are known when they are written."""
+    OPS = (isa.Opcode.KVW,)
+
+    def __init__(self, g: Geometry):
+        super().__init__(g)
+        self.kv = KVWriter(g.head_dim, g.kv_lanes)
+
+    def elaborate(self, platform):
+        m = Module()
+        g, b = self.g, self.bus
+        D, VL, L = g.head_dim, g.vl, g.kv_lanes
+        m.submodules.kv = kv = self.kv
+        ins = self.view(isa.Opcode.KVW)
+        S = KvwState
+        state = Signal(S)
+        m.d.comb += self.busy.eq(state != S.IDLE)
+        with m.If(self.start):
+            m.d.sync += state.eq(S.CHECK)
+        rb = D // VL                                   # SPAD beats per row
+        end = Signal(40)
+        m.d.comb += end.eq(ins.src + (ins.rows - 1) * ins.row_stride + rb)
+        rows_bytes = Signal(24)
+        m.d.comb += rows_bytes.eq(pad_up(ins.rows * (D // 2)))
+        scale_bytes = Signal(16)
+        m.d.comb += scale_bytes.eq(pad_up(ins.rows << 1))
+        seg = ddr_addr(ins.seg)
+
+        m.submodules.conv = conv = Unpacker(VL * MANT_BITS, L * MANT_BITS)     # SPAD mantissas -> writer lanes
+        m.submodules.pq = pq = Packer(L * W_BITS, g.data_width)               # nibbles -> bus beats
+        m.submodules.ps = ps = Packer(16, g.data_width)                       # (A, E) -> bus beats
+        m.d.comb += [pq.cmd.payload.count.eq(ins.rows * (D // L)), pq.cmd.payload.beats.eq(rows_bytes >> g.bus_log2),
+                     ps.cmd.payload.count.eq(ins.rows), ps.cmd.payload.beats.eq(scale_bytes >> g.bus_log2)]
+        wdone = Signal(2)
+        with m.If(state == S.CHECK):
+            with m.If((ins.rows == 0) | (ins.rows > g.tokens) | (end > g.spad_beats)):
+                self.refuse(m)
+                m.d.sync += state.eq(S.IDLE)
+            with m.Elif(b.wdesc.ready & pq.cmd.ready):
+                m.d.comb += [b.wdesc.valid.eq(1), b.wdesc.payload.eq(descriptor(seg + scale_bytes, rows_bytes)),
+                             pq.cmd.valid.eq(1)]
+                m.d.sync += [state.eq(S.ROWS), wdone.eq(0)]
+
+        # SPAD rows -> the writer, one frame per row
+        rq = ReadQueue(m, b.spad_rd, g, "rq")
+        ti, bi = Signal(range(g.tokens + 1)), Signal(range(rb + 1))
+        rowa = Signal(g.spad_bits + 16)
+        with m.If(state == S.CHECK):
+            m.d.sync += [ti.eq(0), bi.eq(0), rowa.eq(ins.src)]
+        rowing = state == S.ROWS
+        m.d.comb += [rq.addr.eq(rowa + bi), rq.issue.eq(rowing & rq.room & (ti != ins.rows))]
+        with m.If(rq.issue):
+            m.d.sync += bi.eq(bi + 1)
+            with m.If(bi == rb - 1):
+                m.d.sync += [bi.eq(0), ti.eq(ti + 1), rowa.eq(rowa + ins.row_stride)]
+        tc, bc = Signal(range(g.tokens + 1)), Signal(range(rb + 1))
+        with m.If(state == S.CHECK):
+            m.d.sync += [tc.eq(0), bc.eq(0)]
+        row_exp = Signal(signed(EXP_BITS))
+        armed = Signal()                                # conv has this row's frame
+        m.d.comb += conv.cmd.payload.count.eq(D // L)
+        with m.If(rowing & ~armed & (tc != ins.rows) & conv.cmd.ready & rq.valid):
+            m.d.comb += conv.cmd.valid.eq(1)
+            m.d.sync += [armed.eq(1), row_exp.eq(rq.exp)]
+        m.d.comb += [conv.i.valid.eq(armed & rq.valid), conv.i.payload.eq(mantissas(rq.words, VL)),
+                     rq.take.eq(armed & rq.valid & conv.i.ready)]
+        with m.If(rq.take):
+            m.d.sync += bc.eq(bc + 1)
+            with m.If(bc == rb - 1):
+                m.d.sync += [bc.eq(0), tc.eq(tc + 1), armed.eq(0)]
+        lane_beat = Signal(range(D // L + 1))
+        with m.If(state == S.CHECK):
+            m.d.sync += lane_beat.eq(0)
+        m.d.comb += [kv.i.valid.eq(conv.o.valid), kv.i.payload.mant.eq(conv.o.payload),
+                     kv.i.payload.exp.eq(row_exp), kv.i.payload.last.eq(lane_beat == D // L - 1),
+                     conv.o.ready.eq(kv.i.ready)]
+        with m.If(kv.i.valid & kv.i.ready):
+            m.d.sync += lane_beat.eq(Mux(lane_beat == D // L - 1, 0, lane_beat + 1))
+        # the writer's beats: nibbles -> the rows packer; each row's (A, E) kept
+        scales = [Signal(16, name=f"ae{x}") for x in range(g.tokens)]
+        to = Signal(range(g.tokens + 1))
+        with m.If(state == S.CHECK):
+            m.d.sync += to.eq(0)
+        m.d.comb += [pq.i.valid.eq(kv.o.valid), pq.i.payload.eq(kv.o.payload.q), kv.o.ready.eq(pq.i.ready)]
+        with m.If(kv.o.valid & kv.o.ready & kv.o.payload.last):
+            for x in range(g.tokens):
+                with m.If(to == x):
+                    m.d.sync += scales[x].eq(Cat(kv.o.payload.a, kv.o.payload.e))
+            m.d.sync += to.eq(to + 1)
+
+        # the scale region once the rows have left
+        si = Signal(range(g.tokens + 1))
+        with m.If(rowing & (to == ins.rows) & ~pq.busy & b.wdesc.ready & ps.cmd.ready):
+            m.d.comb += [b.wdesc.valid.eq(1), b.wdesc.payload.eq(descriptor(seg, scale_bytes)),
+                         ps.cmd.valid.eq(1)]
+            m.d.sync += [state.eq(S.SCALES), si.eq(0)]
+        m.d.comb += [ps.i.valid.eq((state == S.SCALES) & (si != ins.rows)), ps.i.payload.eq(Array(scales)[si])]
+        with m.If(ps.i.valid & ps.i.ready):
+            m.d.sync += si.eq(si + 1)
+        with m.If((state == S.SCALES) & (si == ins.rows) & ~ps.busy):
+            m.d.sync += state.eq(S.WAIT)
+        with m.If(state == S.ROWS):
+            m.d.comb += [b.wdata.tvalid.eq(pq.o.valid), b.wdata.tdata.eq(pq.o.payload), pq.o.ready.eq(b.wdata.tready)]
+        with m.Else():
+            m.d.comb += [b.wdata.tvalid.eq(ps.o.valid), b.wdata.tdata.eq(ps.o.payload), ps.o.ready.eq(b.wdata.tready)]
+        m.d.comb += b.wdata.tkeep.eq(-1)
+        with m.If(b.wdone):
+            m.d.sync += wdone.eq(wdone + 1)
+        with m.If((state == S.WAIT) & (wdone + b.wdone == 2)):
+            m.d.comb += self.done.eq(1)
+            m.d.sync += state.eq(S.IDLE)
+        return m
+
+
+# --- ATTN ---------------------------------------------------------------------------------------------
+class SegState(enum.Enum, shape=3):
+    IDLE = 0
+    ARM_S = 1
+    SCALES = 2
+    ARM_R = 3
+    ROWS = 4
+
+
+def run_layout():
+    return data.StructLayout({"keys": 16, "blocks": 16, "kpos0": isa.POS_BITS, "pos_stride": isa.POS_BITS})
+
+
+class SegmentReader(wiring.Component):
+    """KV4 segments (``spec/kv.py``) arriving as bus beats, ``cmd.blocks`` segments of
+    ``cmd.keys`` tokens each (per segment: the scale region, read to the end of its last
+    (A, E) pair, then the rows region) -> one key per ``o`` beat: q, A, E, its position
+    (kpos0 + block pos_stride + j) and ``last`` on the run's final key.  The scales wait in a
+    table of ``kv_block_keys`` entries until their rows pass."""
+
+    def __init__(self, g: Geometry):
+        self.g = g
+        super().__init__({
+            "cmd": In(stream.Signature(run_layout())),
+            "i": In(stream.Signature(g.data_width)),
+            "o": Out(stream.Signature(k_layout(g.head_dim))),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        g = self.g
+        D = g.head_dim
+        m.submodules.us = us = Unpacker(g.data_width, 16)
+        m.submodules.ur = ur = Unpacker(g.data_width, D * W_BITS)
+        m.submodules.table = table = memory.Memory(shape=16, depth=g.kv_block_keys, init=[])
+        tw, tr = table.write_port(), table.read_port()
+        cfg = Signal(run_layout())
+        S = SegState
+        state = Signal(S)
+        blk = Signal(16)
+        j = Signal(16)
+        pos, bpos = Signal(isa.POS_BITS), Signal(isa.POS_BITS)
+        sv = Signal()                              # the output stage holds a key
+        m.d.comb += [self.cmd.ready.eq(state == S.IDLE), self.busy.eq((state != S.IDLE) | sv)]
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [cfg.eq(self.cmd.payload), blk.eq(0), pos.eq(self.cmd.payload.kpos0),
+                         bpos.eq(self.cmd.payload.kpos0), state.eq(S.ARM_S)]
+        m.d.comb += [us.cmd.payload.count.eq(cfg.keys), ur.cmd.payload.count.eq(cfg.keys)]
+        with m.If((state == S.ARM_S) & us.cmd.ready):
+            m.d.comb += us.cmd.valid.eq(1)
+            m.d.sync += [state.eq(S.SCALES), j.eq(0)]
+        with m.If((state == S.ARM_R) & ur.cmd.ready):
+            m.d.comb += ur.cmd.valid.eq(1)
+            m.d.sync += [state.eq(S.ROWS), j.eq(0)]
+        with m.If(state == S.SCALES):
+            m.d.comb += [us.i.valid.eq(self.i.valid), us.i.payload.eq(self.i.payload), self.i.ready.eq(us.i.ready)]
+        with m.If(state == S.ROWS):
+            m.d.comb += [ur.i.valid.eq(self.i.valid), ur.i.payload.eq(self.i.payload), self.i.ready.eq(ur.i.ready)]
+        m.d.comb += [us.o.ready.eq(state == S.SCALES), tw.en.eq(us.o.valid & us.o.ready), tw.addr.eq(j),
+                     tw.data.eq(us.o.payload)]
+        with m.If(tw.en):
+            m.d.sync += j.eq(j + 1)
+            with m.If(j == cfg.keys - 1):
+                m.d.sync += state.eq(S.ARM_R)
+        # rows: one stage that also reads the row's (A, E)
+        adv = Signal()
+        m.d.comb += adv.eq(~sv | self.o.ready)
+        take = Signal()
+        m.d.comb += [take.eq((state == S.ROWS) & ur.o.valid & adv), ur.o.ready.eq(take),
+                     tr.en.eq(adv), tr.addr.eq(j)]
+        s_q = Signal(D * W_BITS)
+        s_pos = Signal(isa.POS_BITS)
+        s_last = Signal()
+        last_key = (j == cfg.keys - 1)
+        with m.If(adv):
+            m.d.sync += [sv.eq(take), s_q.eq(ur.o.payload), s_pos.eq(pos),
+                         s_last.eq(last_key & (blk == cfg.blocks - 1))]
+        with m.If(take):
+            m.d.sync += [j.eq(j + 1), pos.eq(pos + 1)]
+            with m.If(last_key):
+                m.d.sync += [blk.eq(blk + 1), bpos.eq(bpos + cfg.pos_stride), pos.eq(bpos + cfg.pos_stride),
+                             state.eq(Mux(blk == cfg.blocks - 1, S.IDLE, S.ARM_S))]
+        m.d.comb += [self.o.valid.eq(sv), self.o.payload.q.eq(s_q), self.o.payload.a.eq(tr.data[:8]),
+                     self.o.payload.e.eq(tr.data[8:]), self.o.payload.pos.eq(s_pos), self.o.payload.last.eq(s_last)]
+        return m
+
+
+class AttnState(enum.Enum, shape=4):
+    IDLE = 0
+    CHECK = 1
+    QUERY = 2       # ATTN_Q QUERY: rows gathered from SPAD
+    WORDS = 3       # ATTN_Q MREF / STATE: words from SPAD -> state words
+    GATE = 4        # ATTN_KV gated: every block of the run readable?
+    KV = 5          # ATTN_KV: the pass
+    EMIT = 6        # ATTN_EMIT: words -> SPAD
+    FINISH = 7
+
+
+class AttnMover(Mover):
+    """ATTN_Q / ATTN_KV / ATTN_EMIT on the attention unit, whose query rows and states stay
+    between instructions.  Rows (t, j) are row t heads + j of the unit.  ATTN_KV streams each
+    block's K segment on read stream 0 and (APPLY) its V segment on read stream 1, each one
+    request for its scale region and one for its rows; a gated run is checked against the
+    directory, block by block, before anything is read."""
+    OPS = (isa.Opcode.ATTN_Q, isa.Opcode.ATTN_KV, isa.Opcode.ATTN_EMIT)
+
+    def __init__(self, g: Geometry):
+        super().__init__(g)
+        self.unit = AttentionUnit(g.head_dim, g.att_rows, g.max_keys)
+
+    def elaborate(self, platform):
+        m = Module()
+        g, b = self.g, self.bus
+        D, VL, R = g.head_dim, g.vl, g.att_rows
+        vl_log2, rb = _log2(VL), g.head_dim // g.vl
+        m.submodules.unit = au = self.unit
+        m.submodules.kseg = ks = SegmentReader(g)
+        m.submodules.vseg = vs = SegmentReader(g)
+        op = self.instr[:6]
+        q_ins, kv_ins, e_ins = self.view(isa.Opcode.ATTN_Q), self.view(isa.Opcode.ATTN_KV), self.view(isa.Opcode.ATTN_EMIT)
+        is_q, is_kv, is_emit = op == isa.Opcode.ATTN_Q, op == isa.Opcode.ATTN_KV, op == isa.Opcode.ATTN_EMIT
+        what = q_ins.what.as_value()
+        mode = e_ins.mode.as_value()
+        # ATTN_Q and ATTN_EMIT share spad, tokens, heads, tok_stride, head_stride (same offsets)
+        rowsf = Signal(18)
+        m.d.comb += rowsf.eq(q_ins.tokens * q_ins.heads)
+        S = AttnState
+        state = Signal(S)
+        m.d.comb += self.busy.eq(state != S.IDLE)
+        with m.If(self.start):
+            m.d.sync += state.eq(S.CHECK)
+
+        # --- ranges ---------------------------------------------------------------------------------
+        row_end = Signal(48)        # last row's beats end (QUERY, FINAL)
+        m.d.comb += row_end.eq(q_ins.spad + (q_ins.tokens - 1) * q_ins.tok_stride
+                               + (q_ins.heads - 1) * q_ins.head_stride + rb)
+        nwords = Signal(24)         # MREF / STATE / emitted STATE / MAX words
+        per_row = Signal(range(D + 3))
+        load_state = is_q & (what == isa.AttnLoad.STATE)
+        emit_state = is_emit & (mode == isa.EmitMode.STATE)
+        m.d.comb += [per_row.eq(Mux(load_state | emit_state, D + 2, 1)), nwords.eq(rowsf * per_row)]
+        word_end = Signal(48)
+        m.d.comb += word_end.eq(q_ins.spad + ((nwords + VL - 1) >> vl_log2))
+        rowwise = (is_q & (what == isa.AttnLoad.QUERY)) | (is_emit & (mode == isa.EmitMode.FINAL))
+        bad_rows = (q_ins.tokens == 0) | (q_ins.heads == 0) | (rowsf > R)
+        bad_q = bad_rows | (what > isa.AttnLoad.STATE) | Mux(rowwise, row_end > g.spad_beats, word_end > g.spad_beats)
+        bad_e = bad_rows | (mode > isa.EmitMode.MAX) | Mux(rowwise, row_end > g.spad_beats, word_end > g.spad_beats)
+        last_blk = Signal(32)
+        m.d.comb += last_blk.eq(kv_ins.block0 + (kv_ins.blocks - 1) * kv_ins.block_stride)
+        bad_kv = ((kv_ins.blocks == 0) | (kv_ins.keys == 0) | (kv_ins.keys > g.kv_block_keys)
+                  | (kv_ins.gated & (last_blk >= g.dir_entries)))
+        go_kv = Signal()
+        with m.If(state == S.CHECK):
+            with m.If(Mux(is_q, bad_q, Mux(is_emit, bad_e, bad_kv))):
+                self.refuse(m)
+                m.d.sync += state.eq(S.IDLE)
+            with m.Elif(is_q):
+                m.d.sync += state.eq(Mux(what == isa.AttnLoad.QUERY, S.QUERY, S.WORDS))
+                m.d.comb += au.clear.eq(what == isa.AttnLoad.QUERY)       # QUERY empties every state
+            with m.Elif(is_emit):
+                with m.If(au.cmd.ready):
+                    m.d.comb += [au.cmd.valid.eq(1), au.cmd.payload.emit.eq(1), au.cmd.payload.mode.eq(mode),
+                                 au.cmd.payload.rows.eq(rowsf)]
+                    m.d.sync += state.eq(S.EMIT)
+            with m.Else():
+                m.d.sync += state.eq(Mux(kv_ins.gated, S.GATE, S.KV))
+                m.d.comb += go_kv.eq(~kv_ins.gated)
+
+        # --- SPAD reads (QUERY, MREF / STATE) -----------------------------------------------------------
+        rq = ReadQueue(m, b.spad_rd, g, "rq")
+        t_i, h_i, i_i = Signal(range(R + 1)), Signal(range(R + 1)), Signal(range(rb + 1))
+        w_i = Signal(24)                                 # word reads: beats issued
+        base = Signal(g.spad_bits + 20)                  # (t, j) row base
+        tbase = Signal(g.spad_bits + 20)                 # token t's base
+        with m.If(state == S.CHECK):
+            m.d.sync += [t_i.eq(0), h_i.eq(0), i_i.eq(0), w_i.eq(0), base.eq(q_ins.spad), tbase.eq(q_ins.spad)]
+        querying, wording = state == S.QUERY, state == S.WORDS
+        nbeats = (nwords + VL - 1) >> vl_log2
+        with m.If(querying):
+            m.d.comb += [rq.addr.eq(base + i_i), rq.issue.eq(rq.room & (t_i != q_ins.tokens))]
+            with m.If(rq.issue):
+                m.d.sync += i_i.eq(i_i + 1)
+                with m.If(i_i == rb - 1):
+                    m.d.sync += [i_i.eq(0), h_i.eq(h_i + 1), base.eq(base + q_ins.head_stride)]
+                    with m.If(h_i == q_ins.heads - 1):
+                        m.d.sync += [h_i.eq(0), t_i.eq(t_i + 1), base.eq(tbase + q_ins.tok_stride),
+                                     tbase.eq(tbase + q_ins.tok_stride)]
+        with m.If(wording):
+            m.d.comb += [rq.addr.eq(q_ins.spad + w_i), rq.issue.eq(rq.room & (w_i != nbeats))]
+            with m.If(rq.issue):
+                m.d.sync += w_i.eq(w_i + 1)
+
+        # QUERY: gather head_dim mantissas per row -> the unit's query row
+        qr = Signal(range(R + 1))                        # row being gathered
+        qt, qh = Signal(range(R + 1)), Signal(range(R + 1))
+        qb = Signal(range(rb + 1))
+        held = [Signal(VL * MANT_BITS, name=f"qheld{x}") for x in range(rb - 1)]
+        qexp = Signal(signed(EXP_BITS))
+        with m.If(state == S.CHECK):
+            m.d.sync += [qr.eq(0), qt.eq(0), qh.eq(0), qb.eq(0)]
+        with m.If(querying):
+            m.d.comb += rq.take.eq(rq.valid)
+            with m.If(rq.valid):
+                m.d.sync += qb.eq(qb + 1)
+                for x in range(rb - 1):
+                    with m.If(qb == x):
+                        m.d.sync += held[x].eq(mantissas(rq.words, VL))
+                with m.If(qb == 0):
+                    m.d.sync += qexp.eq(rq.exp)
+                with m.If(qb == rb - 1):
+                    m.d.comb += [au.q.en.eq(1), au.q.addr.eq(qr)]
+                    m.d.sync += [qb.eq(0), qr.eq(qr + 1), qh.eq(qh + 1)]
+                    with m.If(qh == q_ins.heads - 1):
+                        m.d.sync += [qh.eq(0), qt.eq(qt + 1)]
+                    with m.If(qr == rowsf - 1):
+                        m.d.sync += state.eq(S.FINISH)
+        qdata = Signal(au.q.data.shape())
+        m.d.comb += [qdata.eq(Cat(*held, mantissas(rq.words, VL), Mux(rb == 1, rq.exp, qexp),
+                                  q_ins.qpos0 + qt)), au.q.data.eq(qdata)]
+
+        # MREF / STATE: words, VL per beat, -> state word (row, word)
+        wk = Signal(range(VL))
+        wrow, wword = Signal(range(R + 1)), Signal(range(D + 2))
+        wcount = Signal(24)
+        with m.If(state == S.CHECK):
+            m.d.sync += [wk.eq(0), wrow.eq(0), wword.eq(0), wcount.eq(0)]
+        words = Array(rq.words[32 * x:32 * (x + 1)] for x in range(VL))
+        with m.If(wording & rq.valid):
+            m.d.comb += [au.st.en.eq(1), au.st.row.eq(wrow), au.st.word.eq(wword), au.st.data.eq(words[wk]),
+                         rq.take.eq((wk == VL - 1) | (wcount == nwords - 1))]
+            m.d.sync += [wk.eq(wk + 1), wcount.eq(wcount + 1), wword.eq(wword + 1)]
+            with m.If(wword == per_row - 1):
+                m.d.sync += [wword.eq(0), wrow.eq(wrow + 1)]
+            with m.If(wcount == nwords - 1):
+                m.d.sync += state.eq(S.FINISH)
+
+        # --- ATTN_EMIT: words -> beats -> SPAD ---------------------------------------------------------
+        ek = Signal(range(VL))
+        ebeat = Signal(g.spad_bits + 20)                  # next beat (STATE / MAX)
+        ebase, etbase = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
+        eb, eh = Signal(range(rb + 1)), Signal(range(R + 1))
+        eheld = [Signal(32, name=f"eheld{x}") for x in range(VL - 1)]
+        with m.If(state == S.CHECK):
+            m.d.sync += [ek.eq(0), ebeat.eq(e_ins.spad), ebase.eq(e_ins.spad), etbase.eq(e_ins.spad), eb.eq(0),
+                         eh.eq(0)]
+        emitting = state == S.EMIT
+        m.d.comb += au.o.tready.eq(emitting)
+        wr = b.spad_wr
+        beat_words = Cat(*[Mux(ek == x, au.o.tdata, eheld[x]) for x in range(VL - 1)], au.o.tdata)
+        closes = (ek == VL - 1) | au.o.tlast
+        final = mode == isa.EmitMode.FINAL
+        m.d.comb += [wr.addr.eq(Mux(final, ebase + eb, ebeat)), wr.data.eq(beat_words), wr.exp.eq(0)]
+        with m.If(emitting & au.o.tvalid):
+            m.d.sync += ek.eq(ek + 1)
+            for x in range(VL - 1):
+                with m.If(ek == x):
+                    m.d.sync += eheld[x].eq(au.o.tdata)
+            with m.If(closes):
+                lanes = Signal(VL)
+                m.d.comb += [lanes.eq((Const(2, VL + 1) << ek) - 1), wr.lanes.eq(lanes), wr.exp_en.eq(1)]
+                m.d.sync += [ek.eq(0), ebeat.eq(ebeat + 1), eb.eq(eb + 1)]
+                with m.If(eb == rb - 1):
+                    m.d.sync += [eb.eq(0), eh.eq(eh + 1), ebase.eq(ebase + e_ins.head_stride)]
+                    with m.If(eh == e_ins.heads - 1):
+                        m.d.sync += [eh.eq(0), ebase.eq(etbase + e_ins.tok_stride), etbase.eq(etbase + e_ins.tok_stride)]
+            with m.If(au.o.tlast):
+                m.d.sync += state.eq(S.FINISH)
+
+        # --- ATTN_KV: the gate, then K (and V) segments -> the unit -----------------------------------------
+        gi, gk = Signal(17), Signal(17)                  # lookups issued / checked
+        gblk = Signal(32)
+        with m.If(state == S.CHECK):
+            m.d.sync += [gi.eq(0), gk.eq(0), gblk.eq(kv_ins.block0)]
+        gating = state == S.GATE
+        m.d.comb += [b.dir_lookup_en.eq(gating & (gi != kv_ins.blocks)), b.dir_lookup_block.eq(gblk)]
+        looked = Signal()
+        m.d.sync += looked.eq(b.dir_lookup_en)
+        with m.If(b.dir_lookup_en):
+            m.d.sync += [gi.eq(gi + 1), gblk.eq(gblk + kv_ins.block_stride)]
+        with m.If(gating & looked):
+            m.d.sync += gk.eq(gk + 1)
+            with m.If(~b.dir_readable):
+                self.refuse(m, isa.SeqFault.UNREADABLE_BLOCK)
+                m.d.sync += state.eq(S.IDLE)
+            with m.Elif(gk == kv_ins.blocks - 1):
+                m.d.sync += state.eq(S.KV)
+                m.d.comb += go_kv.eq(1)
+        apply = kv_ins.phase.as_value() == isa.AttnPass.APPLY
+        # go_kv: the pass command and both segment readers' runs (the unit and readers are idle)
+        for sr in (ks, vs):
+            m.d.comb += [sr.cmd.payload.keys.eq(kv_ins.keys), sr.cmd.payload.blocks.eq(kv_ins.blocks),
+                         sr.cmd.payload.kpos0.eq(kv_ins.kpos0), sr.cmd.payload.pos_stride.eq(kv_ins.pos_stride)]
+        m.d.comb += [au.cmd.payload.phase.eq(kv_ins.phase), au.cmd.payload.first.eq(kv_ins.first)]
+        with m.If(go_kv):
+            m.d.comb += [au.cmd.valid.eq(1), ks.cmd.valid.eq(1), vs.cmd.valid.eq(apply)]
+        # requests: per block, the K segment's scale region then its rows region (and V's)
+        scale_b = Signal(20)
+        m.d.comb += scale_b.eq(pad_up(kv_ins.keys << 1))
+        kseg = Signal(ADDR_BITS)
+        rblk = Signal(17)
+        rphase = Signal()
+        with m.If(go_kv):
+            m.d.sync += [kseg.eq(ddr_addr(kv_ins.seg)), rblk.eq(0), rphase.eq(0)]
+        vseg = kseg + Cat(Const(0, ALIGN_LOG2), kv_ins.v_off)
+        s_beats = ceil_beats(kv_ins.keys << 1, g.bus_log2)
+        r_beats = ceil_beats(kv_ins.keys * (D // 2), g.bus_log2)
+        requesting = (state == S.KV) & (rblk != kv_ins.blocks)
+        m.d.comb += [b.req0.payload.addr.eq(Mux(rphase, kseg + scale_b, kseg)),
+                     b.req0.payload.beats.eq(Mux(rphase, r_beats, s_beats)),
+                     b.req1.payload.addr.eq(Mux(rphase, vseg + scale_b, vseg)),
+                     b.req1.payload.beats.eq(Mux(rphase, r_beats, s_beats))]
+        with m.If(requesting & b.req0.ready & (~apply | b.req1.ready)):
+            m.d.comb += [b.req0.valid.eq(1), b.req1.valid.eq(apply)]
+            m.d.sync += rphase.eq(~rphase)
+            with m.If(rphase):
+                m.d.sync += [rblk.eq(rblk + 1), kseg.eq(kseg + Cat(Const(0, ALIGN_LOG2), kv_ins.seg_stride))]
+        m.d.comb += [ks.i.valid.eq(b.in0.valid), ks.i.payload.eq(b.in0.payload), b.in0.ready.eq(ks.i.ready),
+                     vs.i.valid.eq(b.in1.valid), vs.i.payload.eq(b.in1.payload), b.in1.ready.eq(vs.i.ready),
+                     au.k.valid.eq(ks.o.valid), au.k.payload.eq(ks.o.payload), ks.o.ready.eq(au.k.ready),
+                     au.v.valid.eq(vs.o.valid), au.v.payload.q.eq(vs.o.payload.q), au.v.payload.a.eq(vs.o.payload.a),
+                     au.v.payload.e.eq(vs.o.payload.e), vs.o.ready.eq(au.v.ready)]
+        kv_started = Signal()
+        m.d.sync += kv_started.eq(go_kv)
+        with m.If((state == S.KV) & ~kv_started & ~au.busy & ~ks.busy & ~vs.busy & (rblk == kv_ins.blocks)):
+            m.d.sync += state.eq(S.FINISH)
+        m.d.comb += b.starved.eq((state == S.KV) & au.busy & ~ks.o.valid)
+        with m.If(state == S.FINISH):
+            m.d.comb += self.done.eq(1)
+            m.d.sync += state.eq(S.IDLE)
+        return m

@@ -1,0 +1,272 @@
+"""The execute unit (EX queue of ``spec/isa.py``): one EX instruction at a time, bit-exact with
+the golden model (``mcf.sw.golden.fixed``).
+
+    instr (256-bit words whose semaphore wait is met) -> decode -> one mover -> done / fault
+                   SPAD (scratchpad)          read streams 0, 1 ─┐
+    movers: DIR · LOAD/STORE · EMBED · GEMM (matrix) · VEC (vector) · ATTN (attention) · KVW (KV writer)
+                   weight loader (ping-pong) ─┤      DDR writer ─┤
+                                               m_axi (one AXI4 master)
+
+Ports (the sequencer's side, ``docs/node.md``):
+
+* ``instr``: ``lib.stream`` of instruction words, ready only while the unit is idle.  END and
+  SYNC complete at once; an opcode of another queue, reserved bits set or a field out of
+  range for this build fault ILLEGAL_INSTRUCTION.
+* ``done``: one-cycle strobe, the instruction completed (SPAD written, DDR writes
+  acknowledged).  ``fault`` + ``fault_cause`` (``spec.isa.SeqFault``): one-cycle strobe, it was
+  refused (ILLEGAL_INSTRUCTION, ILLEGAL_TOKEN, UNREADABLE_BLOCK, before anything moved) or DDR
+  answered an error (AXI_ERROR, after the instruction's transfers ended).
+* ``m_axi``: one AXI4 master (``DDR_ADDR_BITS`` = 48-bit addresses: the interconnect checks the
+  DMA window on the whole address and narrows it).  Reads: ARID 0 = the weight loader (GEMM
+  weights, ping-pong buffers), ARID 1 = read stream 0 (GEMM scales, LOAD data, EMBED table rows,
+  ATTN K segments), ARID 2 = read stream 1 (GEMM bias, EMBED ids, ATTN V segments); R beats of
+  different IDs may interleave.  Writes (AWID 0): STORE, KVW.  The unit waits for every
+  response it asked for: an interconnect that refuses a transaction must still answer it (or
+  reset the unit).
+* ``dir_wr``: the receive engine's directory writes (KV_DRAIN / KV_INVALIDATE): they take the
+  write port first, DIR instructions wait.  ``dir_rd``: the registers' read port (state one
+  cycle after ``en``).
+* ``perf``: strobes named after ``spec.isa.PerfCounter`` (``busy_gemm`` ... ``busy_ldst``,
+  ``mac_beats``: a matrix issue cycle, ``stall_ex_ddr``: the running mover waits for DDR data,
+  ``ddr_rd_bytes`` / ``ddr_wr_bytes``: bytes moved on ``m_axi`` this cycle).
+"""
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from mcf.hw.axi.full import AXI4Signature
+from mcf.hw.compute.directory import ReplicaDirectory
+from mcf.hw.compute.exec.movers import (ADDR_BITS, LAYOUT, AttnMover, DirMover, EmbedMover, FaultCause, GemmMover,
+                                        Geometry, KvwMover, LoadStoreMover, MoverBus, VecMover)
+from mcf.hw.compute.exec.spad import Scratchpad
+from mcf.hw.compute.exec.streams import ReadStreams
+from mcf.hw.dma.loader import DmaLoader
+from mcf.hw.dma.writer import DmaWriter
+from mcf.hw.registry import block
+from mcf.spec.params import Choice, Range
+from mcf.spec import isa
+from mcf.spec.node import NodeConfig
+from mcf.spec.plan import REPLICA_STATE_BITS
+
+#: AXI IDs on ``m_axi``.
+WEIGHT_ID, STREAM_ID_BASE = 0, 1
+ID_WIDTH = 2
+#: The perf strobes that are single bits (``spec.isa.PerfCounter`` names, lower case).
+PERF_BITS = ("busy_gemm", "busy_vec", "busy_attn", "busy_kvw", "busy_embed", "busy_ldst", "mac_beats", "stall_ex_ddr")
+
+
+class DirWriteSignature(wiring.Signature):
+    """A directory write (the writer's view)."""
+
+    def __init__(self, block_bits: int):
+        super().__init__({"en": Out(1), "block": Out(block_bits), "state": Out(REPLICA_STATE_BITS)})
+
+
+class DirReadSignature(wiring.Signature):
+    """A directory read (the reader's view): ``state`` one cycle after ``en``."""
+
+    def __init__(self, block_bits: int):
+        super().__init__({"en": Out(1), "block": Out(block_bits), "state": In(REPLICA_STATE_BITS)})
+
+
+class PerfSignature(wiring.Signature):
+    """The performance strobes (the unit's view): ``PERF_BITS`` one bit each, and the DDR bytes
+    moved this cycle."""
+
+    def __init__(self, data_width: int):
+        nbytes = data_width // 8
+        super().__init__({**{name: Out(1) for name in PERF_BITS},
+                          "ddr_rd_bytes": Out(range(nbytes + 1)), "ddr_wr_bytes": Out(range(nbytes + 1))})
+
+
+class UnitState(enum.Enum, shape=3):
+    IDLE = 0
+    DECODE = 1
+    RUN = 2
+
+
+#: The movers and the opcodes they run; END and SYNC need none.
+MOVERS = {"dir": DirMover, "ldst": LoadStoreMover, "embed": EmbedMover, "gemm": GemmMover, "vec": VecMover,
+          "attn": AttnMover, "kvw": KvwMover}
+BUSY_OF = {"gemm": "busy_gemm", "vec": "busy_vec", "attn": "busy_attn", "kvw": "busy_kvw", "embed": "busy_embed",
+           "ldst": "busy_ldst"}
+
+
+class ExecUnit(wiring.Component):
+    """The execute unit of ``config``'s node (``max_group``: the largest weight group G it
+    takes)."""
+
+    def __init__(self, config: NodeConfig | None = None, max_group: int = 128):
+        self.config = config if config is not None else NodeConfig.tiny()
+        self.g = g = Geometry.from_config(self.config, max_group)
+        self.movers = {name: cls(g) for name, cls in MOVERS.items()}
+        super().__init__({
+            "instr": In(stream.Signature(isa.INSTR_BITS)),
+            "done": Out(1),
+            "fault": Out(1),
+            "fault_cause": Out(FaultCause),
+            "m_axi": Out(AXI4Signature(ADDR_BITS, g.data_width, ID_WIDTH)),
+            "dir_wr": In(DirWriteSignature(g.dir_bits)),
+            "dir_rd": In(DirReadSignature(g.dir_bits)),
+            "perf": Out(PerfSignature(g.data_width)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        g = self.g
+        axi = self.m_axi
+        m.submodules.spad = spad = Scratchpad(g.spad_beats, g.vl)
+        m.submodules.reader = rd = ReadStreams(2, g.data_width, ADDR_BITS, g.fifo_depth, min(16, g.fifo_depth),
+                                               id_base=STREAM_ID_BASE, id_width=ID_WIDTH)
+        m.submodules.loader = ld = DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers)
+        m.submodules.writer = wr = DmaWriter(g.data_width, ADDR_BITS)
+        m.submodules.directory = dr = ReplicaDirectory(g.dir_bits)
+        names = list(self.movers)
+        for name, mv in self.movers.items():
+            m.submodules[name] = mv
+
+        # --- dispatch ------------------------------------------------------------------------------
+        S = UnitState
+        state = Signal(S)
+        word = Signal(isa.INSTR_BITS)
+        active = Signal(range(len(names)))
+        axi_err = Signal()
+        op = word[:6]
+        m.d.comb += [self.instr.ready.eq(state == S.IDLE), self.busy.eq(state != S.IDLE)]
+        m.d.sync += [self.done.eq(0), self.fault.eq(0)]
+        with m.If(self.instr.valid & self.instr.ready):
+            m.d.sync += [word.eq(self.instr.payload), state.eq(S.DECODE)]
+        for mv in self.movers.values():
+            m.d.comb += mv.instr.eq(word)
+
+        def reserved_clear(o: isa.Opcode):
+            v = data.View(LAYOUT[o], word)
+            return Cat(*[Value.cast(getattr(v, f.name)) for f in isa.LAYOUTS[o].fields if f.reserved]) == 0
+
+        with m.If(state == S.DECODE):
+            m.d.sync += axi_err.eq(0)
+            with m.Switch(op):
+                for o in (isa.Opcode.END, isa.Opcode.SYNC):
+                    with m.Case(int(o)):
+                        with m.If(reserved_clear(o)):
+                            m.d.sync += [self.done.eq(1), state.eq(S.IDLE)]
+                        with m.Else():
+                            m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.ILLEGAL_INSTRUCTION),
+                                         state.eq(S.IDLE)]
+                for i, name in enumerate(names):
+                    for o in self.movers[name].OPS:
+                        with m.Case(int(o)):
+                            with m.If(reserved_clear(o)):
+                                m.d.comb += self.movers[name].start.eq(1)
+                                m.d.sync += [active.eq(i), state.eq(S.RUN)]
+                            with m.Else():
+                                m.d.sync += [self.fault.eq(1),
+                                             self.fault_cause.eq(isa.SeqFault.ILLEGAL_INSTRUCTION), state.eq(S.IDLE)]
+                with m.Default():
+                    m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.ILLEGAL_INSTRUCTION),
+                                 state.eq(S.IDLE)]
+        with m.If(ld.resp_error | rd.resp_error | wr.resp_error):
+            m.d.sync += axi_err.eq(1)
+        for i, name in enumerate(names):
+            mv = self.movers[name]
+            with m.If((state == S.RUN) & (active == i)):
+                with m.If(mv.fault):
+                    m.d.sync += [self.fault.eq(1), self.fault_cause.eq(mv.cause), state.eq(S.IDLE)]
+                with m.Elif(mv.done):
+                    m.d.sync += state.eq(S.IDLE)
+                    with m.If(axi_err | ld.resp_error | rd.resp_error | wr.resp_error):
+                        m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.AXI_ERROR)]
+                    with m.Else():
+                        m.d.sync += self.done.eq(1)
+
+        # --- the running mover takes the shared resources ----------------------------------------------
+        bus = MoverBus(g).create(path=("bus",))
+        for i, name in enumerate(names):
+            local = self.movers[name].bus
+            with m.If((state == S.RUN) & (active == i)):
+                for path, member, value in local.signature.flatten(local):
+                    shared = bus
+                    for p in path:
+                        shared = getattr(shared, p) if isinstance(p, str) else shared[p]
+                    if member.flow == Out:
+                        m.d.comb += shared.eq(value)
+                    else:
+                        m.d.comb += value.eq(shared)
+
+        m.d.comb += [
+            spad.rd.en.eq(bus.spad_rd.en), spad.rd.addr.eq(bus.spad_rd.addr),
+            bus.spad_rd.data.eq(spad.rd.data), bus.spad_rd.exp.eq(spad.rd.exp),
+            spad.wr.lanes.eq(bus.spad_wr.lanes), spad.wr.exp_en.eq(bus.spad_wr.exp_en),
+            spad.wr.addr.eq(bus.spad_wr.addr), spad.wr.data.eq(bus.spad_wr.data), spad.wr.exp.eq(bus.spad_wr.exp),
+        ]
+        for s in range(2):
+            req, inp = getattr(bus, f"req{s}"), getattr(bus, f"in{s}")
+            m.d.comb += [rd.req(s).valid.eq(req.valid), rd.req(s).payload.eq(req.payload), req.ready.eq(rd.req(s).ready),
+                         inp.valid.eq(rd.o(s).valid), inp.payload.eq(rd.o(s).payload), rd.o(s).ready.eq(inp.ready)]
+        m.d.comb += [
+            ld.desc.valid.eq(bus.ldesc.valid), ld.desc.payload.eq(bus.ldesc.payload), bus.ldesc.ready.eq(ld.desc.ready),
+            bus.ldata.tvalid.eq(ld.o.tvalid), bus.ldata.tdata.eq(ld.o.tdata), bus.ldata.tkeep.eq(ld.o.tkeep),
+            bus.ldata.tlast.eq(ld.o.tlast), ld.o.tready.eq(bus.ldata.tready),
+            wr.desc.valid.eq(bus.wdesc.valid), wr.desc.payload.eq(bus.wdesc.payload), bus.wdesc.ready.eq(wr.desc.ready),
+            wr.i.tvalid.eq(bus.wdata.tvalid), wr.i.tdata.eq(bus.wdata.tdata), wr.i.tkeep.eq(bus.wdata.tkeep),
+            wr.i.tlast.eq(bus.wdata.tlast), bus.wdata.tready.eq(wr.i.tready),
+            bus.wdone.eq(wr.done),
+        ]
+        # the directory: the receive engine's writes first
+        with m.If(self.dir_wr.en):
+            m.d.comb += [dr.wr_en.eq(1), dr.wr_block.eq(self.dir_wr.block), dr.wr_state.eq(self.dir_wr.state)]
+        with m.Else():
+            m.d.comb += [dr.wr_en.eq(bus.dir_wr_en), dr.wr_block.eq(bus.dir_wr_block), dr.wr_state.eq(bus.dir_wr_state),
+                         bus.dir_wr_ready.eq(1)]
+        m.d.comb += [dr.lookup_en.eq(bus.dir_lookup_en), dr.lookup_block.eq(bus.dir_lookup_block),
+                     bus.dir_readable.eq(dr.readable),
+                     dr.rd_en.eq(self.dir_rd.en), dr.rd_block.eq(self.dir_rd.block), self.dir_rd.state.eq(dr.rd_state)]
+
+        # --- one AXI4 master: reads of the loader (ID 0) and the streams (IDs 1, 2); the writer ---------
+        la, ra = ld.m_axi, rd.m_axi
+        grant = Signal()            # 0: loader, 1: streams
+        held = Signal()             # an AR is waiting for ARREADY: keep the grant
+        pick = Signal()
+        m.d.comb += pick.eq(Mux(held, grant, Mux(la.arvalid, Mux(ra.arvalid, ~grant, 0), 1)))
+        m.d.sync += [grant.eq(pick), held.eq(axi.arvalid & ~axi.arready)]
+        for name in ("addr", "len", "size", "burst", "lock", "cache", "prot", "qos"):
+            m.d.comb += getattr(axi, f"ar{name}").eq(Mux(pick, getattr(ra, f"ar{name}"), getattr(la, f"ar{name}")))
+        m.d.comb += [axi.arid.eq(Mux(pick, ra.arid, WEIGHT_ID)),
+                     axi.arvalid.eq(Mux(pick, ra.arvalid, la.arvalid)),
+                     la.arready.eq(~pick & axi.arready), ra.arready.eq(pick & axi.arready)]
+        to_loader = axi.rid == WEIGHT_ID
+        for name in ("rdata", "rresp", "rlast"):
+            m.d.comb += [getattr(la, name).eq(getattr(axi, name)), getattr(ra, name).eq(getattr(axi, name))]
+        m.d.comb += [la.rid.eq(0), ra.rid.eq(axi.rid),
+                     la.rvalid.eq(axi.rvalid & to_loader), ra.rvalid.eq(axi.rvalid & ~to_loader),
+                     axi.rready.eq(~axi.rvalid | Mux(to_loader, la.rready, ra.rready))]
+        wa = wr.m_axi
+        for name in ("awaddr", "awlen", "awsize", "awburst", "awlock", "awcache", "awprot", "awqos", "awvalid",
+                     "wdata", "wstrb", "wlast", "wvalid", "bready"):
+            m.d.comb += getattr(axi, name).eq(getattr(wa, name))
+        m.d.comb += [axi.awid.eq(0), wa.awready.eq(axi.awready), wa.wready.eq(axi.wready), wa.bid.eq(0),
+                     wa.bresp.eq(axi.bresp), wa.bvalid.eq(axi.bvalid)]
+
+        # --- performance strobes ------------------------------------------------------------------------
+        running = state == S.RUN
+        for i, name in enumerate(names):
+            if name in BUSY_OF:
+                m.d.comb += getattr(self.perf, BUSY_OF[name]).eq(running & (active == i))
+        m.d.comb += [self.perf.mac_beats.eq(bus.mac), self.perf.stall_ex_ddr.eq(running & bus.starved),
+                     self.perf.ddr_rd_bytes.eq(Mux(axi.rvalid & axi.rready, g.bus_bytes, 0)),
+                     self.perf.ddr_wr_bytes.eq(Mux(axi.wvalid & axi.wready, g.bus_bytes, 0))]
+        return m
+
+
+@block("exec", "execute unit: SPAD + movers around matrix / vector / attention / KV writer, one AXI4 master",
+       variants=({"preset": "qwen2.5-1.5b"},), preset="tiny",
+       ranges={"preset": Choice(("tiny", "qwen2.5-1.5b"))})
+def _exec(preset):
+    presets = {"tiny": NodeConfig.tiny, "qwen2.5-1.5b": NodeConfig.qwen2_5_1_5b}
+    if preset not in presets:
+        raise ValueError(f"exec: preset {preset!r}; known: {', '.join(presets)}")
+    return ExecUnit(presets[preset]())

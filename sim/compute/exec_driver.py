@@ -1,0 +1,98 @@
+"""A cocotb driver for the execute unit (``mcf.hw.compute.exec.unit.ExecUnit``): cocotbext-axi
+``AxiRam`` as DDR on ``m_axi`` with random pauses on every channel, instruction words fed
+through ``instr`` one at a time (as the sequencer's EX queue does), and the ``done`` /
+``fault`` strobes, the performance strobes and the cycles per instruction recorded."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import cocotb
+from cocotb.triggers import ReadOnly, RisingEdge
+from cocotbext.axi import AxiBus, AxiRam
+
+from mcf.sim.cocotb_util import StreamSource, bounded, pauses, reset_first, start
+from mcf.spec import isa
+
+
+@dataclass
+class Outcome:
+    """What one instruction did: ``fault`` None (done) or the SeqFault; cycles from the
+    instruction's acceptance to the strobe; perf strobe counts over those cycles."""
+    fault: isa.SeqFault | None
+    cycles: int
+    perf: dict = field(default_factory=dict)
+
+
+class ExecDriver:
+    PERF = ("busy_gemm", "busy_vec", "busy_attn", "busy_kvw", "busy_embed", "busy_ldst", "mac_beats", "stall_ex_ddr")
+
+    def __init__(self, dut, ram_bytes: int = 1 << 20, seed: int = 1, pause: float = 0.3):
+        self.dut = dut
+        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=ram_bytes)
+        if pause:
+            for i, ch in enumerate((self.ram.write_if.aw_channel, self.ram.write_if.w_channel,
+                                    self.ram.write_if.b_channel, self.ram.read_if.ar_channel,
+                                    self.ram.read_if.r_channel)):
+                ch.set_pause_generator(pauses(seed * 10 + i, pause))
+        self.src = StreamSource(dut, "instr", dut.clk)
+        dut.dir_wr__en.value = 0
+        dut.dir_rd__en.value = 0
+        self.events: list[tuple[str, int]] = []
+        self.counts = {name: 0 for name in self.PERF}
+        self.cycle = 0
+
+    async def start(self):
+        await reset_first(self.dut)
+        cocotb.start_soon(self._monitor())
+        await start(self.dut)
+
+    async def _monitor(self):
+        d = self.dut
+        while True:
+            await RisingEdge(d.clk)
+            await ReadOnly()
+            self.cycle += 1
+            if d.done.value:
+                self.events.append(("done", 0))
+            if d.fault.value:
+                self.events.append(("fault", int(d.fault_cause.value)))
+            for name in self.PERF:
+                if getattr(d, f"perf__{name}").value:
+                    self.counts[name] += 1
+
+    async def run(self, ins: isa.Instr, max_cycles: int = 200_000) -> Outcome:
+        """Feed one instruction, wait (bounded) for its done or fault strobe."""
+        before = dict(self.counts)
+        self.events.clear()
+        await self.src.send([ins.encode()])
+        c0 = self.cycle
+
+        async def wait():
+            while not self.events:
+                await RisingEdge(self.dut.clk)
+            return self.events.pop(0)
+
+        kind, cause = await bounded(wait(), 10 * max_cycles, f"{type(ins).__name__} to complete")
+        perf = {k: self.counts[k] - before[k] for k in self.counts}
+        return Outcome(None if kind == "done" else isa.SeqFault(cause), self.cycle - c0, perf)
+
+    async def must(self, ins: isa.Instr, max_cycles: int = 200_000) -> Outcome:
+        out = await self.run(ins, max_cycles)
+        assert out.fault is None, f"{ins}: fault {out.fault.name}"
+        return out
+
+    async def dir_write(self, block: int, state: int):
+        d = self.dut
+        d.dir_wr__block.value, d.dir_wr__state.value, d.dir_wr__en.value = block, state, 1
+        await RisingEdge(d.clk)
+        d.dir_wr__en.value = 0
+
+    async def dir_read(self, block: int) -> int:
+        d = self.dut
+        d.dir_rd__block.value, d.dir_rd__en.value = block, 1
+        await RisingEdge(d.clk)
+        d.dir_rd__en.value = 0
+        await ReadOnly()
+        value = int(d.dir_rd__state.value)
+        await RisingEdge(d.clk)
+        return value

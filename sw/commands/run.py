@@ -1,0 +1,98 @@
+"""``mcf run``: a checkpoint's prompt through the nodes' programs on a cluster backend: prefill
+(MARS, Ring, Zigzag, full replication or PD) and greedy KV-stationary decode, with the tokens,
+TTFT, decode cycles per token, link bytes and the KV each node holds."""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+#: Backends of the runtime: name -> "module:factory" (``mcf.sw.runtime.backend``).
+BACKENDS = {
+    "model": ("mcf.sim.cluster.isa_model:model_backend",
+              "ISA simulator + timing model (bit-exact tokens, modelled cycles)"),
+    "isa": ("mcf.sw.runtime.backend:isa_backend", "ISA simulator, one cycle per instruction (functional)"),
+    "rtl": ("mcf.sim.rtlcluster.backend:rtl_backend", "N RTL nodes under Verilator (measured cycles)"),
+}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run a checkpoint's prompt on N nodes: prefill + greedy decode",
+                       description="Quantize a Qwen2 checkpoint, plan and lower its prefill to the nodes' "
+                                   "programs, run prefill and greedy decode on a cluster backend and print "
+                                   "the generated tokens, TTFT, decode cycles per token, link bytes and peak "
+                                   "KV bytes per node.  Backends: " +
+                                   "; ".join(f"{k}: {v[1]}" for k, v in BACKENDS.items()) + ".")
+    p.add_argument("--backend", default="model", help=f"{' | '.join(BACKENDS)} (default model)")
+    p.add_argument("--nodes", type=int, required=True, help="node count N")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="Hugging Face Qwen2 checkpoint directory")
+    p.add_argument("--tokens", required=True, help="prompt token ids, comma-separated (e.g. 1,2,3)")
+    p.add_argument("--decode", type=int, default=0, metavar="K", help="decode steps after prefill (default 0)")
+    p.add_argument("--scheme", default="mars", help="mars | ring | zigzag | full | pd (default mars)")
+    p.add_argument("--chunk", type=int, help="chunk size B in tokens (default: the node's max tokens)")
+    p.add_argument("--budget", type=int, help="per-node KV budget in bytes (MARS drains replicas to fit)")
+    p.add_argument("--topology", default="switch", help="switch | ring | grid | full_mesh (default switch)")
+    p.add_argument("--group-size", type=int, help="INT4 weight group size (default: the largest power of "
+                                                  "two <= 128 dividing the widths)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds each step may take (default 600)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def factory_of(name: str):
+    from mcf.sw.errors import UserError
+    if name not in BACKENDS:
+        raise UserError(f"--backend {name!r}: one of {', '.join(BACKENDS)}")
+    mod, fn = BACKENDS[name][0].split(":")
+    try:
+        return getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError):
+        raise UserError(f"--backend {name}: not available in this build ({mod}.{fn} is missing)") from None
+
+
+def run(args) -> int:
+    from mcf.sw.commands.golden import parse_tokens
+    from mcf.sw.errors import UserError
+    from mcf.sw.golden.checkpoint import load_checkpoint
+    from mcf.sw.runtime.runtime import generate
+
+    if args.scheme not in ("mars", "ring", "zigzag", "full", "pd"):
+        raise UserError(f"--scheme {args.scheme!r}: one of mars, ring, zigzag, full, pd")
+    for name in ("nodes", "chunk", "budget", "group_size"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise UserError(f"--{name.replace('_', '-')}={v}: must be >= 1")
+    if args.decode < 0:
+        raise UserError(f"--decode={args.decode}: must be >= 0")
+    if not args.timeout > 0:
+        raise UserError(f"--timeout={args.timeout}: must be > 0 seconds")
+    factory = factory_of(args.backend)
+    tokens = parse_tokens(args.tokens)
+    cfg, weights = load_checkpoint(args.checkpoint)
+    report = generate(cfg, weights, tokens, decode=args.decode, nodes=args.nodes, scheme=args.scheme,
+                      chunk=args.chunk, budget=args.budget, topology=args.topology, group=args.group_size,
+                      factory=factory, timeout_s=args.timeout)
+    out = report.to_json()
+    out["backend"] = args.backend
+    if args.json:
+        sys.stdout.write(json.dumps(out, allow_nan=False) + "\n")
+        return 0
+    clk = out["clock_hz"]
+    print(f"{out['scheme']} on {out['nodes']} node(s), backend {args.backend}, model {out['model']}, "
+          f"chunk {out['chunk']}, {len(tokens)} prompt tokens")
+    print(f"tokens: {','.join(str(t) for t in out['tokens'])}")
+    print(f"TTFT: {out['ttft_cycles']} cycles = {out['ttft_s'] * 1e3:.4g} ms at {clk / 1e6:g} MHz")
+    if out["decode_cycles_per_token"] is not None:
+        print(f"decode: {out['decode_cycles_per_token']:.1f} cycles/token = "
+              f"{out['decode_s_per_token'] * 1e3:.4g} ms/token")
+    if out["link_bytes"] is not None:
+        links = ", ".join(f"{k} {v}" for k, v in out["link_bytes"].items())
+        print(f"link bytes (wire, headers included): {out['link_bytes_total']} ({links})")
+    print(f"peak KV bytes per node ({out['kv_bytes_source']}): {out['peak_kv_bytes_per_node']}")
+    print(f"replica factor per step (plan): {out['replica_factor_per_step']}")
+    print(f"directory after prefill (VALID blocks per node): {out['directory_after_prefill']}")
+    mac = [s["counters"] for s in out["steps"][:1]][0]
+    print("prefill counters per node: " + "; ".join(
+        f"node {i}: {c['RETIRED_EX']} EX, {c['MAC_BEATS']} MAC beats, {c['NET_TX_BYTES']} B sent"
+        for i, c in enumerate(mac)))
+    return 0

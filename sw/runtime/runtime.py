@@ -1,0 +1,283 @@
+"""The PS runtime: a checkpoint, a prompt and a cluster of nodes in, tokens out.
+
+    report = generate(cfg, weights, prompt, decode=4, nodes=4, scheme="mars", factory=isa_backend)
+
+What it does, on any backend (``mcf.sw.runtime.backend``): quantizes the checkpoint with the
+golden model (``FixedModel``), plans the prefill (``mcf.sw.mars.plan``), lowers the plan to the
+nodes' programs, DDR map and route tables (``mcf.sw.mars.lower``), then drives every node only
+through its ``Driver``: identity check, node id, cluster size and DMA window, route table,
+fault mask, watchdog; writes weights, tables, token ids and programs into each node's DDR (a
+DMA-memory object: ``put`` flushes, ``fetch`` invalidates), starts all nodes, waits for all of
+them (bounded, in seconds; a fault or a timeout on any node is one line naming the node, its
+fault cause, what its queues wait on and its error counters), reads the logits of the last
+token, takes the argmax (greedy), writes the next token id and the next decode step's programs,
+and starts again.
+
+It reports the tokens, every step's logits, TTFT and decode cycles (the nodes' CYCLES counters:
+start to done), per-node performance counters, link bytes and the KV each node holds over the
+run (when the backend measures them), and the plan's replica factor per step.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mcf.spec import isa
+from mcf.spec.isa import PerfCounter, SeqFault
+from mcf.spec.node import NodeConfig
+from mcf.spec.plan import ReplicaState
+from mcf.spec.regmap import NETWORK_FAULTS
+from mcf.spec.topology import Topology
+from mcf.sw.driver import DriverTimeout, NodeFault
+from mcf.sw.errors import UserError
+from mcf.sw.golden.fixed_model import FixedModel, default_group
+from mcf.sw.mars.lower import DECODE_ROOT, lower
+from mcf.sw.mars.planner import PlanRequest, plan
+from mcf.sw.mars.profile import load_profile
+from mcf.sw.models import ModelConfig
+
+from . import pack
+
+#: Models up to this hidden size run on the tiny node's engine and buffers (NodeConfig.tiny).
+SMALL_HIDDEN = 256
+
+
+def node_config(model: ModelConfig, nodes: int, base: NodeConfig | None = None) -> NodeConfig:
+    """The node the runtime runs ``model`` on: ``base`` (default: the tiny node's engine and
+    buffers for small models, the KR260 node's otherwise) with the model's shapes, and the NIC
+    sizes decode needs on ``nodes`` nodes (a softmax merge of every contribution)."""
+    shapes = dict(hidden_size=model.hidden_size, intermediate_size=model.intermediate_size,
+                  num_heads=model.num_heads, num_kv_heads=model.num_kv_heads, head_dim=model.head_dim)
+    if base is None:
+        base = NodeConfig.tiny(**shapes) if model.hidden_size <= SMALL_HIDDEN else NodeConfig.for_model(model)
+    else:
+        base = base.replace(**shapes)
+    if nodes > 1:
+        fan = int(Topology("switch", nodes).reduce_tree(DECODE_ROOT)[1].max())
+        fan = 1 << max(fan - 1, 1).bit_length()      # the NIC merges up to a power of two
+        base = base.replace(softmax_fan_in=max(base.softmax_fan_in, fan))
+    return base
+
+
+@dataclass
+class StepReport:
+    kind: str                    # "prefill" or "decode"
+    cycles: int                  # the slowest node's CYCLES (start to done)
+    logits: np.ndarray           # X32 logits of the last token
+    token: int                   # argmax
+    counters: list               # per node {PerfCounter name: value}
+    ps_seconds: float            # host time of the step (writes, start, wait, read)
+
+
+@dataclass
+class RunReport:
+    backend: str
+    model: str
+    scheme: str
+    nodes: int
+    chunk: int
+    prompt: list
+    tokens: list
+    steps: list
+    clock_hz: int
+    replica_factor_per_step: list
+    kv_bytes_course: list | None         # per node [(cycle, bytes)] over the run (None: not measured)
+    kv_bytes_plan: list                  # per prefill step and node, the plan's KV bytes
+    link_bytes: dict | None
+    directory_after_prefill: list        # per node: blocks VALID after prefill
+    lowered: object = field(repr=False, default=None)
+
+    @property
+    def ttft_cycles(self) -> int:
+        return self.steps[0].cycles
+
+    @property
+    def decode_cycles_per_token(self) -> float | None:
+        dec = [s.cycles for s in self.steps[1:]]
+        return float(np.mean(dec)) if dec else None
+
+    def peak_kv_bytes_per_node(self) -> list:
+        if self.kv_bytes_course is not None:
+            return [max([b for _, b in c] or [0]) for c in self.kv_bytes_course]
+        return [int(x) for x in np.asarray(self.kv_bytes_plan).max(axis=0)]
+
+    def to_json(self) -> dict:
+        dec = self.decode_cycles_per_token
+        return {
+            "backend": self.backend, "model": self.model, "scheme": self.scheme, "nodes": self.nodes,
+            "chunk": self.chunk, "prompt": self.prompt, "tokens": self.tokens,
+            "ttft_cycles": self.ttft_cycles, "ttft_s": self.ttft_cycles / self.clock_hz,
+            "decode_cycles_per_token": dec,
+            "decode_s_per_token": None if dec is None else dec / self.clock_hz,
+            "clock_hz": self.clock_hz,
+            "link_bytes": self.link_bytes,
+            "link_bytes_total": None if self.link_bytes is None else int(sum(self.link_bytes.values())),
+            "peak_kv_bytes_per_node": self.peak_kv_bytes_per_node(),
+            "kv_bytes_course": self.kv_bytes_course,
+            "kv_bytes_source": "directory" if self.kv_bytes_course is not None else "plan",
+            "kv_bytes_plan_per_step": [[int(x) for x in row] for row in self.kv_bytes_plan],
+            "replica_factor_per_step": self.replica_factor_per_step,
+            "directory_after_prefill": self.directory_after_prefill,
+            "steps": [{"kind": s.kind, "cycles": s.cycles, "token": s.token, "ps_seconds": s.ps_seconds,
+                       "counters": s.counters} for s in self.steps],
+        }
+
+
+class Session:
+    """One model on one cluster: plan, lowering, backend, and the coroutine that drives it."""
+
+    def __init__(self, model: ModelConfig, weights: dict, prompt, *, nodes: int, factory, scheme: str = "mars",
+                 chunk: int | None = None, budget: int | None = None, topology: str = "switch", decode: int = 0,
+                 group: int | None = None, node: NodeConfig | None = None, timeout_s: float = 60.0,
+                 fixed: FixedModel | None = None):
+        prompt = [int(t) for t in prompt]
+        if not prompt:
+            raise UserError("no prompt tokens")
+        if min(prompt) < 0 or max(prompt) >= model.vocab_size:
+            raise UserError(f"token ids must be in [0, {model.vocab_size})")
+        if decode < 0:
+            raise UserError(f"decode={decode}: must be >= 0")
+        if not timeout_s > 0:
+            raise UserError(f"timeout={timeout_s}: must be > 0 seconds")
+        self.model, self.prompt, self.decode, self.timeout_s = model, prompt, decode, timeout_s
+        cfg = node_config(model, nodes, node)
+        if group is None:
+            group = default_group(model)
+        self.fm = fixed if fixed is not None else FixedModel(model, weights, group)
+        if self.fm.group_size != group:
+            raise UserError(f"the fixed model has group size {self.fm.group_size}, not {group}")
+        self.consts = pack.consts_of(self.fm)
+        if chunk is None:
+            chunk = min(cfg.max_tokens, len(prompt))
+        self.plan = plan(PlanRequest(model=model, seq_len=len(prompt), nodes=nodes, profile=load_profile("kr260"),
+                                     scheme=scheme, chunk_size=chunk, budget_bytes=budget, topology=topology))
+        # size the route table and the reduction slots from a first lowering, then lower for the
+        # backend's DDR
+        probe = lower(self.plan, cfg.replace(route_entries=isa.LAYOUTS[isa.Opcode.SEND]["route_id"].max + 1,
+                                             reduce_slots=max(cfg.reduce_slots, 64)),
+                      group, self.consts, [0] * nodes, decode)
+        entries = 1 << max(0, probe.route_ids_used - 1).bit_length()
+        self.node = cfg.replace(route_entries=max(entries, 2), reduce_slots=max(cfg.reduce_slots, len(probe.rgroups)))
+        self.backend = factory(nodes, self.node, probe.map.size, topology)
+        self.lw = lower(self.plan, self.node, group, self.consts, [m.phys_base for m in self.backend.memories],
+                        decode)
+        self.group = group
+
+    # --- driving the nodes ---------------------------------------------------------------------------
+    async def configure(self) -> None:
+        lw, N = self.lw, self.lw.nodes
+        image = pack.weight_image(self.fm, lw.map, self.plan.request.seq_len + lw.map.dec_tokens)
+        for i in range(N):
+            drv, mem = self.backend.drivers[i], self.backend.memories[i]
+            await drv.check_id()
+            await drv.configure(node_id=i, num_nodes=N, memory=mem)
+            for rid, e in sorted(lw.routes[i].items()):
+                await drv.write_route(rid, e)
+            await drv.set_fault_mask(NETWORK_FAULTS)
+            await drv.set_watchdog(1 << 24)
+            for off, data in image:
+                mem.put(off, data)
+
+    async def run_step(self, kind: str, programs, logits_node: int) -> StepReport:
+        t0 = time.perf_counter()
+        lw = self.lw
+        for i, prog in enumerate(programs):
+            mem = self.backend.memories[i]
+            mem.put(lw.map.off("program"), isa.encode_program(prog))
+            await self.backend.drivers[i].load_program(lw.program_addr(i), len(prog))
+        for drv in self.backend.drivers:
+            await drv.start()
+        await self.wait_all()
+        mem = self.backend.memories[logits_node]
+        raw = mem.fetch(lw.map.off("logits"), 4 * self.model.vocab_size)
+        logits = np.frombuffer(raw, dtype="<i4").astype(np.int64)
+        counters = []
+        for drv in self.backend.drivers:
+            perf = await drv.read_perf()
+            counters.append({c.name: int(v) for c, v in perf.items()})
+        cycles = max(c["CYCLES"] for c in counters)
+        return StepReport(kind, cycles, logits, int(np.argmax(logits)), counters, time.perf_counter() - t0)
+
+    async def wait_all(self) -> None:
+        """Until every node is done; the first fault (a cause other than a stall the fault of
+        another node caused) or running out of time raises one line."""
+        drivers = self.backend.drivers
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            states = [await d.seq_status() for d in drivers]
+            faulted = [i for i, st in enumerate(states) if st["fault"]]
+            if faulted:
+                primary = [i for i in faulted if states[i]["fault_cause"] not in (SeqFault.WATCHDOG, SeqFault.ABORTED)]
+                i = (primary or faulted)[0]
+                others = [j for j in faulted if j != i]
+                more = f" (also stopped: nodes {others})" if others else ""
+                raise NodeFault(await drivers[i].describe(states[i]) + more, states[i]["fault_cause"], 0)
+            if all(st["done"] and not st["running"] for st in states):
+                return
+            if time.monotonic() >= deadline:
+                waiting = [await drivers[i].describe(st) for i, st in enumerate(states) if not st["done"]]
+                raise DriverTimeout(f"timed out after {self.timeout_s:g} s: " + " | ".join(waiting))
+            await drivers[0].backend.pause()
+
+    async def main(self) -> RunReport:
+        lw, N = self.lw, self.lw.nodes
+        await self.configure()
+        starts = np.concatenate([[0], np.cumsum(self.plan.chunk_tokens)])
+        for c in range(self.plan.num_chunks):
+            ids = np.asarray(self.prompt[starts[c]:starts[c + 1]], dtype="<i4").tobytes()
+            o = self.plan.compute_node(c)
+            self.backend.memories[o].put(lw.ids_addr(o, c) - lw.bases[o], ids)
+        steps = [await self.run_step("prefill", lw.prefill, lw.logits_node)]
+        directory = []
+        for i, drv in enumerate(self.backend.drivers):
+            d = await drv.read_directory(self.plan.num_chunks)
+            directory.append([b for b, st in d.items() if st == ReplicaState.VALID])
+        tokens = [steps[0].token]
+        for k in range(self.decode):
+            mem = self.backend.memories[DECODE_ROOT]
+            mem.put(lw.ids_addr(DECODE_ROOT, None) - lw.bases[DECODE_ROOT], np.array([tokens[-1]], "<i4").tobytes())
+            steps.append(await self.run_step("decode", lw.decode_programs(k), DECODE_ROOT))
+            tokens.append(steps[-1].token)
+        return self._report(steps, tokens, directory)
+
+    def _report(self, steps, tokens, directory) -> RunReport:
+        lw, pl = self.lw, self.plan
+        course = self.backend.kv_course()
+        if course is not None:
+            tok = [int(x) for x in pl.chunk_tokens]
+            per_block = [self.model.num_layers * lw.shapes.block_bytes(t) for t in tok]
+            out = []
+            for log in course:
+                held, series = {}, []
+                for cyc, blk, st in log:
+                    if st == ReplicaState.INVALID:
+                        held.pop(blk, None)
+                    elif blk < len(per_block):
+                        held[blk] = per_block[blk]
+                    series.append((int(cyc), int(sum(held.values()))))
+                out.append(series)
+            course = out
+        return RunReport(
+            backend=self.backend.name, model=self.model.name, scheme=str(pl.scheme), nodes=lw.nodes,
+            chunk=int(pl.chunk_size), prompt=self.prompt, tokens=[int(t) for t in tokens], steps=steps,
+            clock_hz=self.backend.clock_hz, replica_factor_per_step=[int(x) for x in pl.r_step],
+            kv_bytes_course=course, kv_bytes_plan=[[int(x) for x in row] for row in pl.memory],
+            link_bytes=self.backend.link_bytes(), directory_after_prefill=directory, lowered=lw)
+
+    def run(self) -> RunReport:
+        try:
+            return self.backend.run(self.main())
+        finally:
+            self.backend.close()
+
+
+def generate(model: ModelConfig, weights: dict, prompt, **kw) -> RunReport:
+    """Prefill ``prompt`` and decode ``decode`` tokens greedily on a cluster (``Session``)."""
+    return Session(model, weights, prompt, **kw).run()
+
+
+def step_counter(report: RunReport, counter: PerfCounter) -> list:
+    """One counter of every node in every step."""
+    return [[c[counter.name] for c in s.counters] for s in report.steps]

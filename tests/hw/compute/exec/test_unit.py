@@ -1,0 +1,136 @@
+"""The execute unit (hw/compute/exec/unit.py) as a whole, cocotb + Icarus, AxiRam as DDR with
+random pauses: ONE DECODER LAYER of the tiny model as an EX program (``mcf.sim.compute.exec_layer``:
+EMBED, RMSNORM, GEMMs, RoPE, KVW into a KV pool in DDR, gated two-pass attention over every block
+so far, MLP, residuals, STORE) for a prefill chunk of 8 tokens and then one decode token, equal
+to ``FixedModel._layer`` bit for bit, the pool's blocks equal to the golden KV cache's bytes;
+the unit's cycles and strobes per instruction kind (``mcf bench compute`` runs the same coroutine
+without pauses and reports them).  ``run_axi_errors``: a DDR error response ends the instruction
+with AXI_ERROR, after its transfers; the unit keeps working."""
+import json
+from collections import defaultdict
+
+import cocotb
+import numpy as np
+import pytest
+
+from mcf.hw.compute.exec.unit import ExecUnit
+from mcf.sim.benchmarks.compute import layer_figures
+from mcf.sim.cocotb_util import params
+from mcf.sim.compute import ddr
+from mcf.sim.compute.exec_driver import ExecDriver
+from mcf.sim.compute.exec_layer import SLOT, LayerProgram
+from mcf.sim.runner import run_cocotb
+from mcf.spec import isa
+from mcf.spec.isa import SeqFault
+from mcf.spec.kv import pack_block_layer
+from mcf.spec.node import NodeConfig
+from mcf.sw.golden import FixedModel, random_weights
+from mcf.sw.golden import fixed as fx
+from mcf.sw.models import load_model
+
+CFG = NodeConfig.tiny()
+
+#: Instruction kinds as the performance counters group them.
+KIND = {isa.Opcode.GEMM: "gemm", isa.Opcode.VEC: "vec", isa.Opcode.ATTN_Q: "attn", isa.Opcode.ATTN_KV: "attn",
+        isa.Opcode.ATTN_EMIT: "attn", isa.Opcode.KVW: "kvw", isa.Opcode.EMBED: "embed", isa.Opcode.LOAD: "ldst",
+        isa.Opcode.STORE: "ldst", isa.Opcode.DIR: "dir"}
+
+
+@cocotb.test()
+async def run_layer(dut):
+    p = params()
+    rng = np.random.default_rng(p.get("seed", 1))
+    cfg = load_model("tiny")
+    model = FixedModel(cfg, random_weights(cfg, seed=p.get("seed", 1)), group_size=32)
+    plan = LayerProgram(model, CFG)
+    drv = ExecDriver(dut, ram_bytes=1 << (plan.ddr_bytes - 1).bit_length(), seed=p.get("seed", 1),
+                     pause=p.get("pause", 0.2))
+    for addr, data in plan.image.items():
+        drv.ram.write(addr, data)
+    await drv.start()
+    tokens = rng.integers(0, cfg.vocab_size, size=9)
+    gcache = model.new_cache()
+    stats = defaultdict(lambda: defaultdict(int))
+    total = defaultdict(int)
+    for block, (p0, count) in enumerate(((0, 8), (8, 1))):
+        ids = tokens[p0:p0 + count]
+        drv.ram.write(plan.addr["ids"], ddr.words_bytes(ids))
+        for ins in plan.chunk(p0, count):
+            out = await drv.must(ins)
+            if ins.OPCODE == isa.Opcode.GEMM:      # the MAC strobe: one per weight beat x token
+                assert out.perf["mac_beats"] == ins.tiles * (ins.n // CFG.mac_lanes) * ins.tokens, ins
+            st = stats[f"{'prefill' if count > 1 else 'decode'}:{isa.Opcode(ins.OPCODE).name}"]
+            st["count"] += 1
+            st["cycles"] += out.cycles
+            for k, v in out.perf.items():
+                st[k] += v
+                total[k] += v
+            total["cycles"] += out.cycles
+        x = fx.embed(model.embed, ids)
+        pos = np.arange(p0, p0 + count)
+        _, k, v = model.attention_inputs(0, x, pos)
+        want = model._layer(0, x, pos, gcache)
+        got = np.frombuffer(drv.ram.read(plan.addr["out"], count * cfg.hidden_size * 4), dtype="<i4").reshape(count, -1)
+        assert np.array_equal(got, want), f"chunk at {p0}: layer output differs"
+        kv_bytes = drv.ram.read(plan.addr["kv"] + block * SLOT, plan.block_bytes(block))
+        assert kv_bytes == pack_block_layer(k, v), f"chunk at {p0}: KV block differs from the golden cache"
+    if p.get("report"):
+        with open(p["report"], "w") as f:
+            json.dump({"per_kind": {k: dict(v) for k, v in stats.items()}, "total": dict(total)}, f)
+
+
+@cocotb.test()
+async def run_axi_errors(dut):
+    """SLVERR on reads (LOAD) and writes (STORE, KVW): the instruction completes its transfers
+    and faults AXI_ERROR; then the unit runs the next instruction normally."""
+    drv = ExecDriver(dut, seed=5)
+    await drv.start()
+    poison = range(0x8000, 0x9000)
+    read_if, write_if = drv.ram.read_if, drv.ram.write_if
+    real_read, real_write = read_if._read, write_if._write
+
+    async def bad_read(address, length):
+        if address in poison:
+            raise OSError("poisoned")
+        return await real_read(address, length)
+
+    async def bad_write(address, data):
+        if address in poison:
+            raise OSError("poisoned")
+        return await real_write(address, data)
+
+    read_if._read, write_if._write = bad_read, bad_write
+    drv.ram.write(0x1000, bytes(range(256)))
+    assert (await drv.run(isa.Load(ddr=0x8000, spad=0, beats=4, row_beats=0))).fault == SeqFault.AXI_ERROR
+    assert (await drv.run(isa.Store(ddr=0x8000, spad=0, beats=4, row_beats=0))).fault == SeqFault.AXI_ERROR
+    assert (await drv.run(isa.Kvw(src=0, rows=2, row_stride=2, seg=0x8000))).fault == SeqFault.AXI_ERROR
+    await drv.must(isa.Load(ddr=0x1000, spad=0, beats=8, row_beats=0))
+    await drv.must(isa.Store(ddr=0x2000, spad=0, beats=8, row_beats=0))
+    assert drv.ram.read(0x2000, 256) == bytes(range(256))
+
+
+def test_construction():
+    unit = ExecUnit(CFG)
+    assert unit.g.vl == CFG.vec_lanes and len(unit.m_axi.arid) == 2 and len(unit.m_axi.araddr) == isa.DDR_ADDR_BITS
+    assert set(unit.movers) == {"dir", "ldst", "embed", "gemm", "vec", "attn", "kvw"}
+    with pytest.raises(ValueError, match="^execute unit: mac_rows=6 must be a power of two$"):
+        ExecUnit(CFG.replace(mac_rows=6))
+    with pytest.raises(ValueError, match="^execute unit: head_dim=24 must be a power of two$"):
+        ExecUnit(CFG.replace(head_dim=24))
+
+
+def test_qwen_shapes_elaborate():
+    """The unit of the Qwen2.5-1.5B node builds (the lint test converts and lints it)."""
+    unit = ExecUnit(NodeConfig.qwen2_5_1_5b())
+    assert unit.g.max_n == 8960 and unit.movers["gemm"].matrix.macs_per_cycle == 256
+
+
+@pytest.mark.cocotb
+def test_unit_cocotb(build_dir):
+    report = build_dir.parent / "layer.json"
+    run_cocotb(ExecUnit(CFG), __name__, build_dir, testcase=["run_layer", "run_axi_errors"],
+               params={"seed": 3, "report": str(report)})
+    fig = layer_figures(json.loads(report.read_text()), CFG)       # what `mcf bench compute` prints
+    assert fig["prefill"]["instructions"] > 50 and fig["decode"]["cycles"] < fig["prefill"]["cycles"]
+    assert 0 < fig["decode"]["mac_utilization"] < fig["prefill"]["mac_utilization"] <= 1
+    assert fig["prefill"]["gemm_mac_utilization"] >= fig["prefill"]["mac_utilization"]
