@@ -2,8 +2,8 @@
 
 Per node k:
 
-* **DDR**: cocotbext-axi ``AxiRam`` on every AXI4 master of the node (``m_axi__k`` or
-  ``m_axi__k__p`` for several HP ports), all sharing one ``PhysicalDdr``: the node's DMA window
+* **DDR**: cocotbext-axi ``AxiRam`` on every AXI4 master of the node (``m_axi__k``, and
+  ``m_axi1__k``, ... for further HP ports), all sharing one ``PhysicalDdr``: the node's DMA window
   ``[phys_base, phys_base + size)`` of its physical address space.  An access outside it reaches
   no memory: the AXI slave answers SLVERR and ``PhysicalDdr.violations`` records it (the node's
   own firewall should never let one through; the harness checks).
@@ -113,9 +113,12 @@ def _exists(dut, name: str) -> bool:
 
 
 def hp_prefixes(dut, node: int) -> list[str]:
-    """The AXI4 master prefixes of ``node`` in the top: ``m_axi__k`` or ``m_axi__k__p``."""
+    """The AXI4 master prefixes of ``node`` in the top, HP port 0 first: ``m_axi__k`` then
+    ``m_axi1__k``, ``m_axi2__k``, ... (a Node with ports ``m_axi``, ``m_axi1``, ...), or
+    ``m_axi__k__p`` (a Node with an array ``m_axi``)."""
     if _exists(dut, f"m_axi__{node}__arvalid"):
-        return [f"m_axi__{node}"]
+        return [f"m_axi__{node}"] + [f"m_axi{p}__{node}" for p in itertools.takewhile(
+            lambda p: _exists(dut, f"m_axi{p}__{node}__arvalid"), itertools.count(1))]
     found = [f"m_axi__{node}__{p}" for p in itertools.takewhile(
         lambda p: _exists(dut, f"m_axi__{node}__{p}__arvalid"), itertools.count())]
     if not found:

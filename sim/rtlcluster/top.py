@@ -52,6 +52,14 @@ def _join(m, outer, inner, member):
             wiring.connect(m, wiring.flipped(mine), theirs)
 
 
+def _name(factory) -> str:
+    """A node class or factory (``functools.partial``) by name, for the Verilog cache key."""
+    if hasattr(factory, "func"):
+        kw = ",".join(f"{k}={_name(v)}" for k, v in sorted(factory.keywords.items()))
+        return f"{_name(factory.func)}({kw})"
+    return f"{getattr(factory, '__module__', '')}.{getattr(factory, '__qualname__', repr(factory))}"
+
+
 class ClusterTop(wiring.Component):
     """``nodes`` nodes of ``config`` (one network port each) on one switch of ``timing``."""
 
@@ -98,7 +106,7 @@ class ClusterTop(wiring.Component):
         """What the Verilog depends on: the sizes, the switch, the node class, the sources."""
         from mcf.sim.runner import source_digest
         return json.dumps({"nodes": self.n, "config": self.config.as_dict(), "timing": self.timing.as_dict(),
-                           "node": f"{self.node_class.__module__}.{self.node_class.__qualname__}",
+                           "node": _name(self.node_class),
                            "sources": source_digest("hw", "spec", "sim/rtlcluster")}, sort_keys=True)
 
     def verilog(self, toplevel: str = "dut") -> str:

@@ -268,7 +268,7 @@ class Session:
 
     def run(self) -> RunReport:
         try:
-            return self.backend.run(self.main())
+            return self.backend.run_session(self)
         finally:
             self.backend.close()
 

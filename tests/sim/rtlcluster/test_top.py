@@ -3,7 +3,7 @@ packetizer + NIC) on the switch model move a MARS plan's KV through the PS drive
 
 mars -> programs -> driver -> hardware, as ``tests/hw/test_node.py`` does for two nodes back to
 back, now for N nodes meeting at a switch: the MARS planner plans a tiny prefill on N nodes and
-lowers it (``mcf.sw.mars.lower``); each node's route table and every KV_REPLICA / KV_FETCH /
+lowers it (``mcf.sw.mars.metaprog``); each node's route table and every KV_REPLICA / KV_FETCH /
 directory Meta of its program go through ``mcf.sw.driver.Driver`` (cocotb backend, AXI-Lite),
 with a LOAD descriptor that streams the block from the sender's DDR (AxiRam) into the
 packetizer; the switch's forwarding table comes from the same route tables.  A receiver posts a
@@ -30,7 +30,7 @@ from mcf.sim.runner import run_cocotb
 from mcf.spec import Collective, DmaDescriptor, DmaDir, Meta, Op, ReduceOp, Stage
 from mcf.spec.node import NodeConfig
 from mcf.spec.packet import HEADER_BYTES, pad_header
-from mcf.sw.mars.lower import lower
+from mcf.sw.mars.metaprog import lower
 from mcf.sw.mars.planner import PlanRequest, plan
 from mcf.sw.mars.profile import load_profile
 from mcf.sw.models import load_model
