@@ -17,6 +17,9 @@ build folder): the runtime runs inside the simulator as a coroutine on the cocot
 harness's contract says, and nothing of it is re-implemented here.  After the run, ``memories``
 hold each node's final DDR (so a test reads the KV the RTL wrote, as on the ISA backend).
 
+Faults can be injected in the switch (``drop_at`` / ``corrupt_at``: ``{node: k}``, the k-th
+packet node sends, 1-based) and random pauses on the DDR channels (``pause_probability``).
+
 A failure inside the simulation (a node fault, a bounded wait that ran out, a driver error) is
 raised again here as the runtime's own exception: the ``mcf`` command prints it as one line.
 
@@ -31,6 +34,7 @@ import os
 import pickle
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -45,6 +49,19 @@ from mcf.sw.runtime.backend import Backend
 PHYS_BASE = 0x1000_0000
 #: Wall-clock bound of a whole simulation, beyond the runtime's per-step bound (seconds).
 DEFAULT_WALL_S = 3600.0
+#: One Verilator build serves every run of up to this many nodes (a smaller run leaves the
+#: other node slots idle): the build (minutes) is shared, the simulation (seconds) pays.
+MIN_SLOTS = 4
+#: Capacities the built nodes have at least (a run's lowering sizes them to what it uses, so
+#: each run would otherwise build its own cluster): route table entries, reductions in
+#: progress, SOFTMAX_MERGE fan-in.  Larger tables than a program uses change nothing it does.
+BUILD_FLOOR = {"route_entries": 32, "reduce_slots": 2, "softmax_fan_in": 4}
+
+
+def build_config(node: NodeConfig) -> NodeConfig:
+    """The node the cluster is built with for a run lowered for ``node``: its capacities
+    raised to ``BUILD_FLOOR`` (so runs of different sizes and schemes share one build)."""
+    return node.replace(**{k: max(getattr(node, k), v) for k, v in BUILD_FLOOR.items()})
 
 
 def _cache_dir() -> Path:
@@ -81,7 +98,8 @@ class RtlBackend(Backend):
 
     def __init__(self, nodes: int, node: NodeConfig, ddr_bytes: int, *, pause_probability: float = 0.0,
                  seed: int = 1, cache_dir=None, work_dir=None, wall_s: float = DEFAULT_WALL_S,
-                 progress=None, node_class=None, require_exec: bool = True):
+                 progress=None, node_class=None, require_exec: bool = True, drop_at: dict | None = None,
+                 corrupt_at: dict | None = None):
         from .top import ClusterTop
         if not 1 <= nodes <= 16:
             raise UserError(f"--backend rtl: --nodes={nodes}: the RTL cluster has 1..16 nodes")
@@ -89,13 +107,16 @@ class RtlBackend(Backend):
         if PHYS_BASE + window > 1 << node.ddr_addr_bits:
             raise UserError(f"--backend rtl: the DDR map needs {window:#x} bytes, more than the node's "
                             f"{node.ddr_addr_bits}-bit DDR address space holds above {PHYS_BASE:#x}")
-        self.top = ClusterTop(nodes, node, node_class=node_class or node_factory())
+        self.hw_config = build_config(node)
+        self.slots = max(nodes, MIN_SLOTS)
+        self.top = ClusterTop(self.slots, self.hw_config, node_class=node_class or node_factory())
         if require_exec:                        # False only for tests of the plumbing itself
             check_node(self.top.node)
         super().__init__("rtl", [None] * nodes, [HostMemory(window, PHYS_BASE) for _ in range(nodes)],
                          node.clock_hz)
         self.n, self.node_cfg, self.window = nodes, node, window
         self.pause_probability, self.seed, self.wall_s = pause_probability, seed, wall_s
+        self.drop_at, self.corrupt_at = dict(drop_at or {}), dict(corrupt_at or {})   # faults the switch injects
         self.cache_dir = Path(cache_dir) if cache_dir is not None else _cache_dir()
         self.work_dir = work_dir
         self.progress = progress if progress is not None else (lambda msg: None)
@@ -121,13 +142,26 @@ class RtlBackend(Backend):
             finally:
                 session.backend = backend
             out = work / "result.pkl"
-            self.progress(f"rtl: {self.n} node(s) under Verilator (build cached in {self.cache_dir})")
+            self.progress(f"rtl: {self.n} node(s) on a {self.slots}-node RTL cluster under Verilator "
+                          f"(build cached in {self.cache_dir})")
             t0 = time.monotonic()
-            run_cocotb(self.top, "mcf.sim.rtlcluster.session", work / "sim", sim="verilator",
-                       testcase="run_session", cache_dir=self.cache_dir,
-                       params={"session": str(work / "session.pkl"), "out": str(out), "nodes": self.n,
-                               "phys_base": PHYS_BASE, "window": self.window,
-                               "pauses": self.pause_probability, "seed": self.seed, "wall_s": self.wall_s})
+            progress = work / "progress.txt"
+            progress.unlink(missing_ok=True)
+            stop = threading.Event()
+            tail = threading.Thread(target=_tail, args=(progress, stop, self.progress), daemon=True)
+            tail.start()
+            try:
+                run_cocotb(self.top, "mcf.sim.rtlcluster.session", work / "sim", sim="verilator",
+                           testcase="run_session", cache_dir=self.cache_dir,
+                           params={"session": str(work / "session.pkl"), "out": str(out), "nodes": self.n,
+                                   "config": self.top.config.as_dict(), "phys_base": PHYS_BASE,
+                                   "window": self.window, "pauses": self.pause_probability, "seed": self.seed,
+                                   "wall_s": self.wall_s, "progress": str(progress),
+                                   "drop_at": sorted(self.drop_at.items()),
+                                   "corrupt_at": sorted(self.corrupt_at.items())})
+            finally:
+                stop.set()
+                tail.join(timeout=5)
             self.sim_seconds = time.monotonic() - t0
             if not out.is_file():
                 raise DriverError(f"--backend rtl: the simulation left no result (log: {work / 'sim' / 'sim.log'})")
@@ -150,6 +184,19 @@ class RtlBackend(Backend):
 
     def link_bytes(self) -> dict | None:
         return self._link_bytes
+
+
+def _tail(path: Path, stop: threading.Event, show) -> None:
+    """Show the simulation's progress lines as they come."""
+    seen = 0
+    while not stop.wait(2.0):
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines[seen:]:
+            show(f"rtl: {line}")
+        seen = len(lines)
 
 
 def _error(err: dict) -> Exception:

@@ -16,7 +16,9 @@ Per node k:
 
 And the switch: its forwarding table (``configure_switch``), fault injection (``inject``), its
 counters and per-link byte counts (``link_bytes``).  Random pauses on the DDR channels are
-optional (``pause_probability``).  ``watchdog`` bounds the wall-clock time of a run.
+optional (``pause_probability``).  ``watchdog`` bounds the wall-clock time of a run.  The top
+may have more node slots than the run uses (one build serves runs of several sizes): the idle
+slots get no PS and no DDR, their inputs held at 0.
 """
 from __future__ import annotations
 
@@ -159,9 +161,19 @@ class ClusterHarness:
                         obj.log.setLevel(logging.WARNING)
             driver = Driver(CocotbBackend(master, dut.clk), max_polls=max_polls)
             self.nodes.append(NodePort(k, driver, SimDmaMemory(ddr), ddr, rams))
-        for k in range(nodes):
+        self.slots = sum(1 for _ in itertools.takewhile(lambda k: _exists(dut, f"s_axil__{k}__awvalid"),
+                                                           itertools.count()))
+        if not 1 <= nodes <= self.slots:
+            raise ValueError(f"nodes={nodes}: the top has {self.slots} node slots")
+        for k in range(self.slots):
             getattr(dut, f"switch_drop_at__{k}").value = 0
             getattr(dut, f"switch_corrupt_at__{k}").value = 0
+        for k in range(nodes, self.slots):       # idle slots: no PS, DDR answers nothing
+            for name in ("awvalid", "wvalid", "arvalid", "bready", "rready"):
+                getattr(dut, f"s_axil__{k}__{name}").value = 0
+            for prefix in hp_prefixes(dut, k):
+                for name in ("awready", "wready", "bvalid", "arready", "rvalid"):
+                    getattr(dut, f"{prefix}__{name}").value = 0
         dut.switch_table__en.value = 0
 
     # --- time ---------------------------------------------------------------------------------

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 import traceback
 
 import cocotb
+from cocotb.triggers import ClockCycles
 
 from mcf.sim.cocotb_util import params
+from mcf.spec.node import NodeConfig
 from mcf.sw.runtime.backend import Backend
 
 from .harness import ClusterHarness
@@ -40,17 +43,33 @@ def _dump(path: str, obj) -> None:
     os.replace(tmp, path)                       # atomic: the mcf process reads all or nothing
 
 
+async def _progress(h: ClusterHarness, path: str | None, every: int) -> None:
+    """Every ``every`` cycles a line (cycle, wall-clock seconds, each node's SEQ_PC) appended to
+    ``path``: the mcf process shows it.  Single register reads only, which the runtime's own
+    index/data register pairs do not mind."""
+    if not path:
+        return
+    t0 = time.monotonic()
+    while True:
+        await ClockCycles(h.dut.clk, every)
+        pcs = [await n.driver.read32("SEQ_PC") for n in h.nodes]
+        with open(path, "a") as f:
+            f.write(f"cycle {h.cycle()}, {time.monotonic() - t0:.0f} s: SEQ_PC {pcs}\n")
+
+
 @cocotb.test()
 async def run_session(dut):
     p = params()
     with open(p["session"], "rb") as f:
         session = pickle.load(f)
-    cfg = session.node
+    cfg = NodeConfig(**p["config"])             # the built node (capacities >= the session's)
     h = ClusterHarness(dut, p["nodes"], cfg, phys_base=p["phys_base"], window_bytes=p["window"],
                        pause_probability=p["pauses"], seed=p["seed"])
     await h.start()
     watchdog = h.watchdog(p["wall_s"], "the rtl session")
+    ticker = cocotb.start_soon(_progress(h, p.get("progress"), p.get("progress_cycles", 100_000)))
     await h.configure_switch(session.lw.routes)
+    h.inject(drop_at=dict(p.get("drop_at", [])), corrupt_at=dict(p.get("corrupt_at", [])))
     session.backend = _SimBoards(h)
     report, error = None, None
     try:
@@ -65,6 +84,7 @@ async def run_session(dut):
         error = {"type": type(exc).__name__, "message": str(exc), "pickled": pickled,
                  "traceback": traceback.format_exc()}
     watchdog.cancel()
+    ticker.cancel()
     _dump(p["out"], {
         "report": report, "error": error, "link_bytes": h.link_bytes(), "switch": h.switch_counters(),
         "violations": h.violations(), "cycles": h.cycle(),

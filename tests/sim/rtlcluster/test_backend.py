@@ -38,3 +38,4 @@ def test_cli_refusals_are_one_line(checkpoint, capsys, monkeypatch):
     assert "switch" in _one_line(capsys, base + ["--nodes", "2", "--topology", "ring"])
     monkeypatch.setattr(rtl, "node_factory", lambda: Node)     # a Node top without execute unit
     assert "cannot run the runtime's programs" in _one_line(capsys, base + ["--nodes", "2"])
+
