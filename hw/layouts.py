@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import types
 
+from amaranth import Cat, Const, Value
 from amaranth.lib import data
 from amaranth.lib import enum as aenum
 
@@ -54,3 +55,21 @@ Opcode = amaranth_enum(isa.Opcode, isa.HEADER_FIELDS[0].width)
 InstrHeaderLayout = data.StructLayout({f.name: f.width for f in isa.HEADER_FIELDS})
 #: Each opcode's 256-bit instruction word as a ``StructLayout`` (view the word with it).
 InstrLayouts = {op: struct_layout(layout) for op, layout in isa.LAYOUTS.items()}
+
+
+# --- registers ---------------------------------------------------------------------------------------
+def register_word(reg, **values):
+    """A register word (``Register`` fields from ``values``, other bits 0) as one ``Cat``: a
+    vector driven in pieces becomes an `always @*` block that Icarus never runs."""
+    parts, pos = [], 0
+    for f in sorted(reg.fields, key=lambda f: f.lsb):
+        if f.lsb > pos:
+            parts.append(Const(0, f.lsb - pos))
+        v = Value.cast(values.pop(f.name, 0))
+        parts.append(v[:f.width] if len(v) >= f.width else Cat(v, Const(0, f.width - len(v))))
+        pos = f.lsb + f.width
+    if values:
+        raise ValueError(f"{reg.name} has no field(s) {', '.join(values)}")
+    if pos < spec.regmap.DATA_BITS:
+        parts.append(Const(0, spec.regmap.DATA_BITS - pos))
+    return Cat(*parts)

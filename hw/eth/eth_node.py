@@ -15,7 +15,6 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axi.lite import AXI4LiteSignature
 from mcf.hw.eth.port import EthPort
 from mcf.hw.node import Node
@@ -38,12 +37,14 @@ class EthNode(wiring.Component):
                  bit_reverse: bool = False, ber_window: int = eth.BER_WINDOW_BLOCKS):
         if config.net_ports != 1:
             raise ValueError(f"net_ports={config.net_ports}: an EthNode has one network port (the SFP+ cage)")
+        if config.hp_ports != 1:
+            raise ValueError(f"hp_ports={config.hp_ports}: an EthNode forwards one AXI4 master into the DDR")
         self.config = config
         self.node = Node(config, eth=True)
         self.port = EthPort(config.data_width, max_frame, bit_reverse, ber_window)
         super().__init__({
             "s_axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)),
-            "m_axi": Out(AXI4Signature(config.ddr_addr_bits, config.data_width, 1)),
+            "m_axi": Out(self.node.m_axi.signature),
             "irq": Out(1),
             "gt_tx": Out(eth.GT_DATA_BITS), "gt_rx": In(eth.GT_DATA_BITS),
             "sfp_mod_abs": In(1), "sfp_rx_los": In(1), "sfp_tx_fault": In(1), "sfp_tx_disable": Out(1),

@@ -155,7 +155,7 @@ class ReduceEngine(wiring.Component):
         for i in range(S):
             m.d.comb += self.slot_meta[i].eq(s_meta[i])
 
-        cur = Signal(range(S))
+        cur = Signal(range(max(S, 2)))      # (a 1-bit index even for one slot: no 0-width wire)
         cmeta = Signal(MetaLayout)
         count = Signal(8)
         fanin = Signal(8)
@@ -175,7 +175,7 @@ class ReduceEngine(wiring.Component):
         free = Signal(S)
         m.d.comb += [match.eq(Cat(s_valid[i] & same_key(s_meta[i], inm) for i in range(S))),
                      free.eq(~s_valid)]
-        pick = Signal(range(S))
+        pick = Signal(range(max(S, 2)))
         for i in reversed(range(S)):
             with m.If(Mux(match.any(), match[i], free[i])):
                 m.d.comb += pick.eq(i)
@@ -228,7 +228,7 @@ class ReduceEngine(wiring.Component):
         nwords = Signal(wire.LENGTH_BITS)
         m.d.comb += nwords.eq((cmeta.length + 3) >> 2)
         fpass = Signal(range(max(F, 2)))       # fold pass r (1 .. fan_in - 1)
-        j = Signal(range(S * F * self.max_beats * L + 1))
+        j = Signal(range(max(S * F * self.max_beats * L + 1, 2)))
         jr = Signal(range(self.state_words))   # word index within the (m, l, o) row
         f_v = Signal()
         f_j = Signal.like(j)

@@ -1,50 +1,271 @@
-"""The node top (hw/node.py): construction, and a MARS plan's KV movement on two RTL nodes
-through the PS driver (a cocotb bench with its pytest runner).
+"""The node top (hw/node.py): construction, instruction programs on two RTL nodes back to back,
+fault cases, and the PS debug path (a MARS plan's KV movement pushed as Metas + descriptors).
 
-mars -> programs -> driver -> hardware: the MARS planner plans a tiny prefill on 2 nodes and
-lowers it (``mcf.sw.mars.metaprog``); each node's route table and every KV_REPLICA / KV_FETCH
-/ directory Meta of its program are written through ``mcf.sw.driver.Driver`` (cocotb
-backend, AXI-Lite), with a LOAD descriptor that streams the block from the sender's DDR
-(AxiRam) into the packetizer.  The receiver posts one STORE per packet it expects.  At the
-end every receiver's DDR holds, slot by slot, the bytes of the blocks the plan sent it, and
-no error counter moved.
+Cocotb benches with their pytest runners.  Every node has a cocotbext-axi ``AxiRam`` as DDR
+(random pauses on all five channels) and its PS is ``mcf.sw.driver.Driver`` over an AXI-Lite
+master.  Programs are typed ``spec.isa`` instructions; the expectations come from the
+programs and the bytes the bench wrote (what lands where, how many instructions of each
+queue retire, which semaphores end at zero), never from the RTL.
 """
 import random
 
 import cocotb
 import pytest
-from cocotb.triggers import Timer
-from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from cocotb.triggers import ClockCycles, FallingEdge, Timer
 
+from mcf.hw.axi.lite import AXI4LiteSignature
+from mcf.hw.compute.exec.unit import ExecUnit
 from mcf.hw.node import Node, NodePair
 from mcf.sim.cocotb_util import bounded, params, start
+from mcf.sim.node_harness import start_nodes
 from mcf.sim.runner import run_cocotb
-from mcf.spec import DmaDescriptor, DmaDir, ErrorCause, Op, Stage
+from mcf.spec import Collective, DmaDescriptor, DmaDir, ErrorCause, Op, ReduceOp, Stage
+from mcf.spec.isa import (INSTR_BYTES, Credit, End, Gemm, PerfCounter, Queue, Recv, Send, SeqFault, Sync,
+                          encode_program)
 from mcf.spec.node import NodeConfig
-from mcf.sw.driver import CocotbBackend, Driver
-from mcf.sw.mars.metaprog import lower
-from mcf.sw.mars.planner import PlanRequest, plan
-from mcf.sw.mars.profile import load_profile
-from mcf.sw.models import load_model
+from mcf.spec.plan import ReplicaState
+from mcf.spec.regmap import ADDR_BITS, DATA_BITS
+from mcf.sw.driver import NodeFault
 
+#: The two nodes of the benches: the tiny model's node (small buffers, a 16-entry route table).
+CONFIG = NodeConfig.tiny()
 RAM_BYTES = 1 << 16
-SRC_BASE = 0x0000      # each node's blocks, one slot of SLOT bytes per kv_id
-DST_BASE = 0x8000      # where received payloads land, in arrival order
-SLOT = 512
+PROG = 0x0000
+#: Routes: 1 = node 0 -> node 1, 2 = node 1 -> node 0 (each node: forward on port 0 or deliver).
+ROUTES = [{1: {"port_mask": 1}, 2: {"local": 1}}, {1: {"local": 1}, 2: {"port_mask": 1}}]
 
 
-def block_bytes(node: int, kv_id: int, length: int) -> bytes:
-    """The (deterministic) contents of a block as its sender stores it."""
-    return random.Random(node * 1_000_003 + kv_id).randbytes(length)
+class LinkedPair(wiring.Component):
+    """Two nodes joined port 0 to port 0; ``flip`` inverts bit 0 of every beat node 0 sends
+    while it is high (a corrupted link)."""
+
+    def __init__(self, config: NodeConfig = CONFIG):
+        self.config = config.replace(net_ports=1)
+        self.nodes = [Node(self.config) for _ in range(2)]
+        super().__init__({
+            "axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)).array(2),
+            "m_axi": Out(self.nodes[0].m_axi.signature).array(2),
+            "irq": Out(1).array(2),
+            "flip": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b = self.nodes
+        for i, node in enumerate(self.nodes):
+            m.submodules[f"node{i}"] = node
+            wiring.connect(m, wiring.flipped(self.axil[i]), node.s_axil)
+            wiring.connect(m, wiring.flipped(self.m_axi[i]), node.m_axi)
+            m.d.comb += self.irq[i].eq(node.irq)
+        wiring.connect(m, b.tx[0], a.rx[0])
+        m.d.comb += [b.rx[0].tdata.eq(a.tx[0].tdata ^ self.flip), b.rx[0].tkeep.eq(a.tx[0].tkeep),
+                     b.rx[0].tlast.eq(a.tx[0].tlast), b.rx[0].tvalid.eq(a.tx[0].tvalid),
+                     a.tx[0].tready.eq(b.rx[0].tready)]
+        return m
 
 
+def loaded_bytes(length: int) -> int:
+    """DDR bytes a SEND of ``length`` reads: whole bus beats of each packet."""
+    mp, nb = CONFIG.max_payload, CONFIG.data_bytes
+    sizes = [min(mp, length - k) for k in range(0, length, mp)]
+    return sum(-(-s // nb) * nb for s in sizes)
+
+
+def payload(seed: int, n: int) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+def retired(program) -> dict:
+    """Instructions per queue a completed program retires (every one, END included)."""
+    out = {q: 0 for q in Queue}
+    for ins in program:
+        out[ins.queue] += 1
+    return out
+
+
+async def setup(dut, seed=1):
+    dut.flip.value = 0
+    nodes = await start_nodes(dut, [(f"axil__{i}", f"m_axi__{i}") for i in range(2)], RAM_BYTES, seed=seed)
+    for n in nodes:
+        await n.configure(2, RAM_BYTES, ROUTES[n.index])
+    return nodes
+
+
+async def run_all(nodes, programs, timeout_s=120.0):
+    """Load every node's program, start them all, wait for all (bounded)."""
+    for n, prog in zip(nodes, programs):
+        await n.load(prog, PROG)
+    for n in nodes:
+        await n.driver.start()
+    return [await n.driver.wait_done(timeout_s) for n in nodes]
+
+
+async def expect_fault(node, cause: SeqFault, pc: int | None = None, timeout_s: float = 120.0) -> str:
+    try:
+        await node.driver.wait_done(timeout_s)
+    except NodeFault as exc:
+        assert exc.cause is cause, f"node {node.index}: fault {exc.cause!r}, expected {cause!r}: {exc}"
+        if pc is not None:
+            assert exc.pc == pc, f"node {node.index}: fault at {exc.pc}, expected {pc}: {exc}"
+        assert "\n" not in str(exc)
+        return str(exc)
+    raise AssertionError(f"node {node.index} completed; expected fault {cause.name}")
+
+
+def send(**kw):
+    base = dict(stage=Stage.PREFILL, mop=Op.KV_FETCH, collective=Collective.UNICAST, reduce_op=ReduceOp.NONE,
+                dst=1, route_id=1, seq=0)
+    return Send(**{**base, **kw})
+
+
+@cocotb.test()
+async def run_send_recv(dut):
+    """RECV with rendezvous credits, multi-packet SENDs, CREDIT instructions, a KV_DRAIN control
+    packet, semaphores across the queues and the nodes; DDR, directory, counters checked."""
+    nodes = await setup(dut, params().get("seed", 1))
+    mp = CONFIG.max_payload
+    L1, L2 = 3 * mp + 100, 64
+    SRC1, SRC2, DST1, DST2 = 0x2000, 0x3000, 0x8000, 0x9000
+    nodes[0].ram.write(SRC1, payload(1, L1))
+    nodes[0].ram.write(SRC2, payload(2, L2))
+    receiver = [
+        Recv(tag=7, ddr=DST1, length=L1, done_sem=1, credit=1, credit_dst=0, credit_route=2, credit_sem=0),
+        Recv(tag=8, ddr=DST2, length=L2, done_sem=2, credit=0, credit_dst=0, credit_route=0, credit_sem=0,
+             sig=1, sig_sem=3),
+        Credit(dst=0, route_id=2, sem=1, count=1, wait_sem=3, wait_cnt=1),
+        Sync(on=Queue.EX, wait_sem=1, wait_cnt=1),
+        Sync(on=Queue.EX, wait_sem=2, wait_cnt=1),
+        Sync(on=Queue.EX, wait_sem=4, wait_cnt=2),
+        End(),
+    ]
+    sender = [
+        send(ddr=SRC1, length=L1, tag=7, wait_sem=0, wait_cnt=1),
+        send(ddr=SRC2, length=L2, tag=8, wait_sem=1, wait_cnt=1, mop=Op.KV_REPLICA),
+        send(ddr=0, length=0, tag=5, mop=Op.KV_DRAIN, stage=Stage.CONTROL),
+        Credit(dst=1, route_id=1, sem=4, count=2),
+        End(),
+    ]
+    await run_all(nodes, [sender, receiver])
+    assert nodes[1].ram.read(DST1, L1) == payload(1, L1)
+    assert nodes[1].ram.read(DST2, L2) == payload(2, L2)
+    assert (await nodes[1].driver.read_directory([5, 6])) == {5: ReplicaState.DRAINING, 6: ReplicaState.INVALID}
+    for n, prog in zip(nodes, [sender, receiver]):
+        drv = n.driver
+        assert await drv.read_sems() == [0] * CONFIG.num_sems, f"node {n.index}: semaphores left over"
+        errors = {c: v for c, v in (await drv.read_errors()).items() if v}
+        assert not errors, f"node {n.index}: {errors}"
+        perf = await drv.read_perf()
+        want = retired(prog)
+        assert (perf[PerfCounter.RETIRED_EX], perf[PerfCounter.RETIRED_TX], perf[PerfCounter.RETIRED_RX]) == \
+            (want[Queue.EX], want[Queue.TX], want[Queue.RX]), f"node {n.index}: {perf}"
+        assert perf[PerfCounter.CYCLES] > 0
+        assert perf[PerfCounter.DDR_RD_BYTES] == perf[PerfCounter.HP0_RD_BYTES] >= len(prog) * INSTR_BYTES
+    p0, p1 = await nodes[0].driver.read_perf(), await nodes[1].driver.read_perf()
+    assert p0[PerfCounter.NET_TX_BYTES] == L1 + L2 and p1[PerfCounter.NET_RX_BYTES] == L1 + L2
+    assert p1[PerfCounter.DDR_WR_BYTES] == L1 + L2
+    assert p0[PerfCounter.DDR_RD_BYTES] == len(sender) * INSTR_BYTES + loaded_bytes(L1) + loaded_bytes(L2)
+    st = await nodes[1].driver.seq_status()
+    assert st["done"] and not st["fault"] and st["idle"]
+
+
+@cocotb.test()
+async def run_faults(dut):
+    """Each fault stops the node with its cause and instruction, counted where it is an error,
+    reported in one line by the driver; the node then runs a good program again."""
+    nodes = await setup(dut, params().get("seed", 2))
+    n0, n1 = nodes
+    # 1. An illegal instruction: a reserved bit set in the second word.
+    words = encode_program([Sync(on=Queue.TX), End()])
+    bad = bytearray(words)
+    bad[INSTR_BYTES + INSTR_BYTES - 1] |= 0x80
+    n0.ram.write(PROG, bytes(bad))
+    await n0.driver.load_program(PROG, 2)
+    await n0.driver.start()
+    await expect_fault(n0, SeqFault.ILLEGAL_INSTRUCTION, pc=1)
+    # 2. An EX instruction this build cannot run (tokens beyond its maximum).
+    gemm = Gemm(blob=0x1000, n=64, total_tiles=1, tile0=0, tiles=1, tokens=CONFIG.max_tokens + 1, group_log2=5,
+                w_exp=0, bias=0, src=0, src_stride=8, dst=64, dst_stride=8)
+    await n0.load([Sync(on=Queue.RX), gemm, End()], PROG)
+    await n0.driver.start()
+    await expect_fault(n0, SeqFault.ILLEGAL_INSTRUCTION, pc=1)
+    # 3. A program without END.
+    await n0.load([Sync(on=Queue.EX), Sync(on=Queue.TX)], PROG)
+    await n0.driver.start()
+    await expect_fault(n0, SeqFault.PROGRAM_OVERRUN, pc=2)
+    # 4. A SEND outside the DMA window: never issued, nothing reaches node 1.
+    await n0.driver.set_window(0, 0x8000)
+    await n0.load([Sync(on=Queue.EX), send(ddr=0x9000, length=600, tag=3), End()], PROG)
+    await n0.driver.start()
+    await expect_fault(n0, SeqFault.OUT_OF_WINDOW, pc=1)
+    await n0.driver.set_window(0, RAM_BYTES)
+    # 5. The watchdog: a wait nothing will satisfy.
+    await n0.driver.set_watchdog(300)
+    await n0.load([Sync(on=Queue.EX, wait_sem=3, wait_cnt=1), End()], PROG)
+    await n0.driver.start()
+    msg = await expect_fault(n0, SeqFault.WATCHDOG, pc=2)       # (the next one to dispatch)
+    assert "waiting: EX on sem 3 (= 0)" in msg, msg
+    # 6. Abort.
+    await n0.driver.set_watchdog(0)
+    await n0.load([Sync(on=Queue.TX, wait_sem=2, wait_cnt=1), End()], PROG)
+    await n0.driver.start()
+    await ClockCycles(dut.clk, 50)
+    assert (await n0.driver.seq_status())["running"]
+    await n0.driver.abort()
+    await expect_fault(n0, SeqFault.ABORTED)
+    # 7. An unexpected packet at node 1: dropped after RX_WAIT, counted, node 1 stops (NETWORK).
+    await n1.driver.set_rx_wait(200)
+    await n1.load([Sync(on=Queue.EX, wait_sem=9, wait_cnt=1), End()], PROG)
+    await n1.driver.start()
+    n0.ram.write(0x2000, payload(3, 100))
+    await n0.load([send(ddr=0x2000, length=100, tag=99), End()], PROG)
+    await n0.driver.start()
+    await n0.driver.wait_done(60)
+    msg = await expect_fault(n1, SeqFault.NETWORK)
+    assert "errors: RX_UNEXPECTED=1" in msg, msg
+    await n1.driver.clear_errors()
+    # 8. A semaphore overflow at node 1: two CREDIT packets of 65535.
+    await n1.load([Sync(on=Queue.EX, wait_sem=9, wait_cnt=1), End()], PROG)
+    await n1.driver.start()
+    over = send(ddr=0, length=0, tag=6, mop=Op.CREDIT, stage=Stage.CONTROL, seq=0xFFFF)
+    await n0.load([over, over, End()], PROG)
+    await n0.driver.start()
+    await n0.driver.wait_done(60)
+    await expect_fault(n1, SeqFault.SEM_OVERFLOW)
+    # 9. A corrupted header on the link: dropped and counted by node 1's NIC, node 1 stops.
+    await n1.load([Sync(on=Queue.EX, wait_sem=9, wait_cnt=1), End()], PROG)
+    await n1.driver.start()
+    await n0.load([send(ddr=0x2000, length=100, tag=1), End()], PROG)
+    dut.flip.value = 1
+    await n0.driver.start()
+    await n0.driver.wait_done(60)
+    msg = await expect_fault(n1, SeqFault.NETWORK)
+    dut.flip.value = 0
+    assert "BAD_HEADER=1" in msg, msg
+    # After all that, both nodes run a transfer again.
+    for n in nodes:
+        await n.driver.clear_errors()
+    n0.ram.write(0x2000, payload(4, 300))
+    await run_all(nodes, [
+        [send(ddr=0x2000, length=300, tag=4, wait_sem=0, wait_cnt=1), End()],
+        [Recv(tag=4, ddr=0xA000, length=300, done_sem=1, credit=1, credit_dst=0, credit_route=2, credit_sem=0),
+         Sync(on=Queue.EX, wait_sem=1, wait_cnt=1), End()]])
+    assert n1.ram.read(0xA000, 300) == payload(4, 300)
+    for n in nodes:
+        assert not {c: v for c, v in (await n.driver.read_errors()).items() if v}
+
+
+# --- the PS debug path: a MARS plan's KV movement as Metas and descriptors ----------------------
 def transfers(programs):
     """Per sender, in program order: the Metas it pushes; per receiver: the payloads it gets."""
+    from mcf.spec import Stage as St
     sends = {p.node: [] for p in programs}
     expect = {p.node: [] for p in programs}
     for prog in programs:
         for stage, _, op in prog.ops:
-            if stage != Stage.PREFILL or not hasattr(op, "route_id"):
+            if stage != St.PREFILL or not hasattr(op, "route_id"):
                 continue
             sends[prog.node].append(op)
             if op.op in (Op.KV_REPLICA, Op.KV_FETCH) and op.length:
@@ -52,82 +273,66 @@ def transfers(programs):
     return sends, expect
 
 
+def block_bytes(node: int, kv_id: int, length: int) -> bytes:
+    return random.Random(node * 1_000_003 + kv_id).randbytes(length)
+
+
 @cocotb.test()
 async def run_mars_kv_moves(dut):
+    """The PS's queues (no program running): LOAD descriptors + Metas send every block the
+    MARS plan moves; the receivers' STORE descriptors land them; no error counter moves."""
+    from mcf.sw.mars.metaprog import lower
+    from mcf.sw.mars.planner import PlanRequest, plan
+    from mcf.sw.mars.profile import load_profile
+    from mcf.sw.models import load_model
     p = params()
-    cfg = load_model("tiny")
-    pl = plan(PlanRequest(model=cfg, seq_len=p["seq"], nodes=2, profile=load_profile("kr260"),
+    pl = plan(PlanRequest(model=load_model("tiny"), seq_len=p["seq"], nodes=2, profile=load_profile("kr260"),
                           scheme="mars", chunk_size=p["chunk"], budget_bytes=p["budget_tokens"] * 64))
     programs = lower(pl)
     sends, expect = transfers(programs)
     assert sum(len(v) for v in expect.values()) > 0, "the plan moves no KV: a bench that checks nothing"
+    SRC, DST, SLOT = 0x0000, 0x8000, 512
+    nodes = await setup(dut, 3)
     for n in range(2):
-        assert len(expect[n]) <= p["desc_queue_depth"], "receiver STOREs must fit the queue up front"
-
-    for n in range(2):
-        getattr(dut, f"m_axi__{n}__awvalid")  # the ports exist
-    dut.rst.value = 1
-    await Timer(1, "ns")
-    rams, drivers = [], []
-    for n in range(2):
-        master = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"axil__{n}", bus_separator="__"), dut.clk, dut.rst)
-        rams.append(AxiRam(AxiBus.from_prefix(dut, f"m_axi__{n}", bus_separator="__"), dut.clk, dut.rst,
-                           size=RAM_BYTES))
-        drivers.append(Driver(CocotbBackend(master, dut.clk), max_polls=5000))
-    await start(dut)
-
-    # Every block a node sends sits in its DDR at SRC_BASE + kv_id * SLOT.
-    for n in range(2):
-        for m in sends[n]:
-            if m.length:
-                rams[n].write(SRC_BASE + m.kv_id * SLOT, block_bytes(n, m.kv_id, m.length))
+        assert len(expect[n]) <= CONFIG.desc_queue_depth, "receiver STOREs must fit the queue up front"
+        for meta in sends[n]:
+            if meta.length:
+                nodes[n].ram.write(SRC + meta.kv_id * SLOT, block_bytes(n, meta.kv_id, meta.length))
 
     async def run_node(n: int):
-        drv, prog = drivers[n], programs[n]
-        await drv.check_id()
-        await drv.configure(node_id=n, num_nodes=2, window_base=0, window_size=RAM_BYTES)
-        for rid, entry in sorted(prog.routes.items()):
+        drv, done = nodes[n].driver, 0
+        for rid, entry in sorted({p.node: p for p in programs}[n].routes.items()):   # the plan's routes
             await drv.write_route(rid, entry)
-        await drv.enable()
-        done = 0
-        # Receive side first: one STORE per expected payload, in arrival order.
         for k, data in enumerate(expect[n]):
-            await drv.push_descriptor(DmaDescriptor(DST_BASE + k * SLOT, len(data), 0, DmaDir.STORE, k))
-        # Send side: program order; a payload-carrying Meta gets its block from a LOAD.
-        for i, m in enumerate(sends[n]):
-            if m.length:
-                await drv.push_descriptor(DmaDescriptor(SRC_BASE + m.kv_id * SLOT, m.length, i & 1,
+            await drv.push_descriptor(DmaDescriptor(DST + k * SLOT, len(data), 0, DmaDir.STORE, k))
+        for i, meta in enumerate(sends[n]):
+            if meta.length:
+                await drv.push_descriptor(DmaDescriptor(SRC + meta.kv_id * SLOT, meta.length, i & 1,
                                                         DmaDir.LOAD, 1024 + i))
                 done += 1
-            await drv.push_meta(m)
+            await drv.push_meta(meta)
         return done + len(expect[n])
 
     tasks = [cocotb.start_soon(run_node(n)) for n in range(2)]
-    totals = [await bounded(t, 20_000_000, f"node {n}'s program") for n, t in enumerate(tasks)]
+    totals = [await bounded(t, 20_000_000, f"node {n}'s pushes") for n, t in enumerate(tasks)]
     for n in range(2):
-        await drivers[n].wait_desc_done(totals[n])
-    for n in range(2):
+        await nodes[n].driver.wait_desc_done(totals[n])
         for k, data in enumerate(expect[n]):
-            got = rams[n].read(DST_BASE + k * SLOT, len(data))
-            assert got == data, f"node {n}, received payload {k}: DDR differs from the sent block"
-        errors = {c: v for c, v in (await drivers[n].read_errors()).items() if v}
+            assert nodes[n].ram.read(DST + k * SLOT, len(data)) == data, f"node {n}, payload {k}"
+        errors = {c: v for c, v in (await nodes[n].driver.read_errors()).items() if v}
         assert not errors, f"node {n}: error counters moved: {errors}"
-    dut._log.info("moved %d KV payloads (%s)", sum(map(len, expect.values())),
-                  ", ".join(f"node {n}: {len(expect[n])} in" for n in range(2)))
-
-
-#: The two nodes of the bench: the tiny model's node (small buffers, a 16-entry route table).
-CONFIG = NodeConfig.tiny()
 
 
 def test_construction():
-    node = Node(CONFIG.replace(net_ports=2))
-    assert len(node.tx) == len(node.rx) == 2 and len(node.m_axi.rdata) == 64
-    with pytest.raises(ValueError, match=r"^hp_ports=2: this node has one AXI4 master into the DDR$"):
-        Node(CONFIG.replace(hp_ports=2))
+    node = Node(CONFIG.replace(net_ports=2, hp_ports=2))
+    assert len(node.tx) == len(node.rx) == 2 and len(node.m_axi.rdata) == 64 and len(node.m_axi1.rdata) == 64
+    assert isinstance(node.exec, ExecUnit) and node.exec_ports == ["m_axi"]
+    assert node.ic.clients[-1].port == 1          # the execute unit's master on the second HP port
+    assert len(NodePair(CONFIG).m_axi) == 2
 
 
 @pytest.mark.cocotb
-def test_mars_kv_moves_between_two_nodes(build_dir):
-    run_cocotb(NodePair(CONFIG), __name__, build_dir, testcase="run_mars_kv_moves",
-               params={**CONFIG.as_dict(), "seq": 16, "chunk": 4, "budget_tokens": 12})
+def test_two_nodes_run_programs(build_dir):
+    run_cocotb(LinkedPair(CONFIG), __name__, build_dir,
+               testcase=["run_send_recv", "run_faults", "run_mars_kv_moves"],
+               params={"seq": 16, "chunk": 4, "budget_tokens": 12})

@@ -76,11 +76,12 @@ def test_tops_and_registry_derive_from_the_config():
     cfg = NodeConfig.tiny(net_ports=2)
     node = Node(cfg)
     assert node.nic.net_ports == 2 and node.nic.buffer_depth == cfg.nic_buffer_depth
-    assert node.ctl.csr.dma_buffers == cfg.buffers and node.packetizer is not None
+    assert node.csr.dma_buffers == cfg.buffers and node.packetizer is not None
+    assert node.exec.config is cfg and node.seq is not None
     assert ControlAndDma(cfg).csr.desc_queue_depth == cfg.desc_queue_depth
     assert len(NicNode(cfg).tx) == cfg.net_ports and NicNode(cfg).config is cfg
     default = NodeConfig()
-    assert registry.get("node").params == {"data_width": default.data_width, "net_ports": default.net_ports}
+    assert registry.get("node").params == {"model": "qwen2.5-1.5b", "net_ports": default.net_ports, "hp_ports": 1}
     assert registry.get("compute").build().config.mac_rows == NodeConfig.tiny().mac_rows
 
 

@@ -1,0 +1,79 @@
+"""Instruction decode: which queue an instruction goes to, and whether this node may run it.
+
+The word is viewed with each opcode's layout from ``spec/isa.py`` (``mcf.hw.layouts``); an
+instruction is *illegal* (fault ILLEGAL_INSTRUCTION) if its opcode is unknown, a reserved field
+is not zero, an enumerated field holds no defined value, a semaphore it names on this node is
+beyond the build's ``num_sems``, a DDR address field lies beyond the node's address space, or
+(TX / RX) a count that must be positive is zero: CREDIT.count, RECV.length.  The execute
+unit checks the operand ranges of EX instructions against its own build (SPAD size, tokens,
+...) and faults ILLEGAL_INSTRUCTION itself.  Combinational.
+"""
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Signal, Value
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from mcf.hw.layouts import InstrHeaderLayout, InstrLayouts
+from mcf.spec.isa import DDR_ALIGN, INSTR_BITS, LAYOUTS, NUM_SEMS, QUEUE_OF, Opcode, Queue
+
+#: Fields of each opcode that name a semaphore of this node (CREDIT.sem and RECV.credit_sem
+#: name the remote node's).
+LOCAL_SEM_FIELDS = ("wait_sem", "sig_sem", "done_sem")
+#: Fields holding DDR addresses / DDR_ALIGN.
+DDR_FIELDS = ("ddr", "ids", "table", "blob", "seg")
+#: Fields that must not be zero, by opcode (TX / RX; EX operands are the execute unit's).
+NONZERO = {Opcode.CREDIT: ("count",), Opcode.RECV: ("length",)}
+
+
+class Decoder(wiring.Component):
+    """``word`` in; ``queue`` (``spec.isa.Queue``), ``end``, ``sync`` and ``illegal`` out, and
+    the ``header`` fields."""
+
+    def __init__(self, num_sems: int = NUM_SEMS, ddr_addr_bits: int = 40):
+        self.num_sems, self.ddr_addr_bits = num_sems, ddr_addr_bits
+        super().__init__({
+            "word": In(INSTR_BITS),
+            "header": Out(InstrHeaderLayout),
+            "queue": Out(2),
+            "end": Out(1),
+            "sync": Out(1),
+            "illegal": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.header.eq(self.word[:InstrHeaderLayout.size])
+        op = self.header.op
+        ddr_field_limit = self.ddr_addr_bits - (DDR_ALIGN.bit_length() - 1)
+        legal = Signal()
+        with m.Switch(op):
+            for code, layout in LAYOUTS.items():
+                with m.Case(int(code)):
+                    view = InstrLayouts[code](self.word)
+                    checks = []
+                    for f in layout.fields:
+                        value = getattr(view, f.name)
+                        raw = Value.cast(value)
+                        if f.reserved:
+                            checks.append(raw == 0)
+                        elif f.enum is not None and f.name != "op":
+                            checks.append(Cat(*(raw == int(v) for v in f.enum)).any())
+                        if f.name in LOCAL_SEM_FIELDS and self.num_sems < (1 << f.width):
+                            checks.append(raw < self.num_sems)
+                        if f.name in DDR_FIELDS and ddr_field_limit < f.width:
+                            checks.append(raw[ddr_field_limit:] == 0)
+                        if f.name in NONZERO.get(code, ()):
+                            checks.append(raw != 0)
+                    m.d.comb += legal.eq(Cat(*checks).all() if checks else Const(1))
+                    if code == Opcode.SYNC:
+                        m.d.comb += [self.queue.eq(Value.cast(view.on)), self.sync.eq(1)]
+                    else:
+                        m.d.comb += self.queue.eq(int(QUEUE_OF[code]))
+                    if code == Opcode.END:
+                        m.d.comb += self.end.eq(1)
+        m.d.comb += self.illegal.eq(~legal)
+        return m
+
+
+__all__ = ["Decoder", "Queue"]

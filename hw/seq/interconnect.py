@@ -1,0 +1,343 @@
+"""AXI4 interconnect and DDR firewall of a node: every DDR client -> the node's HP ports.
+
+    client 0 ─┐   per HP port: AR / AW arbiters (round robin) ─► window check ─► HP AR / AW
+    client 1 ─┼─►              R by ID back to its client, W burst-locked in AW order,
+      ...    ─┘                B by ID back to its client
+
+Each client (the sequencer's fetch unit, the DMA loader of the TX engine, the DMA writer of
+the RX engine, the execute unit's ports) is an AXI4 master with its own ID space; it is
+statically assigned to one HP port.  On that port its transactions carry the ID
+``{client slot, client ID}``, so read data and write responses go back to the client that
+asked (different clients' read bursts may interleave beat by beat; one client's come back in
+order, as AXI4 requires per ID).  Writes are burst-locked: W beats follow the accepted AW
+bursts in order, each burst's beats from its own client.
+
+**Firewall**: every burst is checked against the DMA window (``window_base`` ..
+``window_base + window_size``) before it is issued.  A burst outside it never reaches the
+HP port: the port stops taking new bursts, waits until its earlier ones have completed, and
+answers the bad one itself with DECERR (read: ``len + 1`` zero beats; write: the client's W
+beats are taken and dropped, then one B) so that the client finishes; ``oow`` strobes once
+with the client's index.  An error response from the DDR (SLVERR / DECERR) strobes
+``resp_err`` once per burst.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from mcf.hw.axi.full import AXI4Signature
+from mcf.hw.axi.lite import Resp
+from mcf.spec.regmap import DMA_ADDR_BITS
+
+
+@dataclass(frozen=True)
+class Client:
+    """One AXI4 master of the node: ``name`` (its port is ``c_<name>``), which channels it
+    has, its ID width and the HP port it uses."""
+    name: str
+    read: bool = True
+    write: bool = True
+    id_width: int = 1
+    port: int = 0
+    #: The client's address width (``None``: the HP ports'); a wider one is checked whole.
+    addr_width: int | None = None
+
+    def signature(self, addr_width: int, data_width: int) -> AXI4Signature:
+        return AXI4Signature(self.addr_width or addr_width, data_width, self.id_width, read=self.read,
+                             write=self.write)
+
+
+def _bits(n: int) -> int:
+    return max(1, (n - 1).bit_length())
+
+
+def _rr_pick(m: Module, requests: list, last) -> tuple[Signal, Signal]:
+    """Round robin: the first requester after ``last`` (wrapping); returns (any, index)."""
+    n = len(requests)
+    pick = Signal(range(max(n, 2)))
+    anyreq = Signal()
+    m.d.comb += anyreq.eq(Cat(*requests).any())
+    # Scan candidates in priority order: those after `last` first, then the rest.
+    for start in range(n):
+        with m.If(last == start):
+            order = [(start + 1 + k) % n for k in range(n)]
+            chosen = Const(order[-1], pick.shape())
+            for i in reversed(order):
+                chosen = Mux(requests[i], i, chosen)
+            m.d.comb += pick.eq(chosen)
+    return anyreq, pick
+
+
+class AxiInterconnect(wiring.Component):
+    """``clients``: list of ``Client``; ``hp_ports``: AXI4 masters to the DDR
+    (``m_axi[p]``); ``max_writes``: write bursts in flight per port.
+
+    Outputs: ``oow`` + ``oow_client`` (a burst outside the window was refused),
+    ``resp_err`` + ``resp_err_client`` (the DDR answered an error), ``idle`` (no burst in
+    flight on any port), ``rd_bytes[p]`` / ``wr_bytes[p]`` (bytes moved this cycle per port)
+    and ``activity`` (some beat moved)."""
+
+    def __init__(self, clients: list[Client], hp_ports: int = 1, addr_width: int = 40,
+                 data_width: int = 128, max_writes: int = 8):
+        if not clients:
+            raise ValueError("an interconnect needs at least one client")
+        names = [c.name for c in clients]
+        if len(set(names)) != len(names):
+            raise ValueError(f"client names must be unique: {names}")
+        for c in clients:
+            if not 0 <= c.port < hp_ports:
+                raise ValueError(f"client {c.name}: port {c.port} is not one of the {hp_ports} HP ports")
+        self.clients, self.hp_ports = list(clients), hp_ports
+        self.addr_width, self.data_width, self.max_writes = addr_width, data_width, max_writes
+        self.bus_log2 = (data_width // 8).bit_length() - 1
+        #: Addresses are held and checked at the widest client's width, issued at ``addr_width``.
+        self.check_width = max([addr_width] + [c.addr_width or addr_width for c in clients])
+        self.on_port = [[i for i, c in enumerate(clients) if c.port == p] for p in range(hp_ports)]
+        self.max_id = max(c.id_width for c in clients)
+        self.port_id_width = [self.max_id + _bits(len(cs)) for cs in self.on_port]
+        members = {f"c_{c.name}": In(c.signature(addr_width, data_width)) for c in clients}
+        members.update({
+            "m_axi": Out(AXI4Signature(addr_width, data_width, max(self.port_id_width))).array(hp_ports),
+            "window_base": In(DMA_ADDR_BITS),
+            "window_size": In(DMA_ADDR_BITS),
+            "oow": Out(1), "oow_client": Out(range(len(clients))),
+            "resp_err": Out(1), "resp_err_client": Out(range(len(clients))),
+            "idle": Out(1),
+            "rd_bytes": Out(range(data_width // 8 + 1)).array(hp_ports),
+            "wr_bytes": Out(range(data_width // 8 + 1)).array(hp_ports),
+            "activity": Out(1),
+        })
+        super().__init__(members)
+
+    def client_port(self, index: int):
+        return getattr(self, f"c_{self.clients[index].name}")
+
+    def elaborate(self, platform):
+        m = Module()
+        oow_ev, err_ev, idles, acts = [], [], [], []
+        for p in range(self.hp_ports):
+            o, e, idle, act = self._port(m, p)
+            oow_ev.append(o)
+            err_ev.append(e)
+            idles.append(idle)
+            acts.append(act)
+        # One event per cycle is reported (ports rarely fault together; the node stops at the first).
+        for events, strobe, who in ((oow_ev, self.oow, self.oow_client),
+                                    (err_ev, self.resp_err, self.resp_err_client)):
+            for valid, client in reversed(events):
+                with m.If(valid):
+                    m.d.comb += [strobe.eq(1), who.eq(client)]
+        m.d.comb += [self.idle.eq(Cat(*idles).all()), self.activity.eq(Cat(*acts).any())]
+        return m
+
+    # --- one HP port -------------------------------------------------------------------------------
+    def _port(self, m: Module, p: int):
+        hp = self.m_axi[p]
+        idx = self.on_port[p]                      # global client indices on this port
+        ports = [self.client_port(i) for i in idx]
+        n = len(idx)
+        sbits = _bits(n)
+        cid = self.max_id
+        nbytes = self.data_width // 8
+        readers = [k for k, i in enumerate(idx) if self.clients[i].read]
+        writers = [k for k, i in enumerate(idx) if self.clients[i].write]
+        base = self.window_base
+        end = Signal(DMA_ADDR_BITS + 1)
+        m.d.comb += end.eq(base + self.window_size)
+
+        def in_window(addr, length, size):
+            nbytes_burst = Signal(range((256 << 7) + 1), name=f"p{p}_burst_bytes")
+            m.d.comb += nbytes_burst.eq((length + 1) << size)
+            last = Signal(max(DMA_ADDR_BITS, self.check_width) + 1, name=f"p{p}_burst_end")
+            m.d.comb += last.eq(addr + nbytes_burst)
+            # inside the window and addressable on the HP port (no wrap-around when narrowed)
+            return (addr >= base) & (last <= end) & (last <= (1 << self.addr_width))
+
+        oow, oow_client = Signal(name=f"p{p}_oow"), Signal(range(len(self.clients)), name=f"p{p}_oow_client")
+        err, err_client = Signal(name=f"p{p}_err"), Signal(range(len(self.clients)), name=f"p{p}_err_client")
+        rd_out = Signal(range(256 * 8 + 1), name=f"p{p}_rd_out")     # read bursts in flight
+        wr_out = Signal(range(256 * 8 + 1), name=f"p{p}_wr_out")     # write bursts in flight
+        busy_parts = []
+
+        # ---------------------------------------------------------------- reads
+        if readers:
+            ar_layout = data.StructLayout({"addr": self.check_width, "len": 8, "size": 3, "burst": 2,
+                                           "lock": 1, "cache": 4, "prot": 3, "qos": 4, "id": cid,
+                                           "slot": range(max(n, 2))})
+            hold = Signal(ar_layout, name=f"p{p}_ar")
+            held = Signal(name=f"p{p}_ar_held")
+            checked = Signal(name=f"p{p}_ar_checked")    # the window check result is registered
+            ok = Signal(name=f"p{p}_ar_ok")
+            last = Signal(range(max(n, 2)), name=f"p{p}_ar_last")
+            reqs = [ports[k].arvalid if k in readers else Const(0) for k in range(n)]
+            anyreq, pick = _rr_pick(m, reqs, last)
+            with m.If(~held & anyreq):
+                m.d.sync += [held.eq(1), checked.eq(0), last.eq(pick), hold.slot.eq(pick)]
+                for k in readers:
+                    with m.If(pick == k):
+                        c = ports[k]
+                        m.d.comb += c.arready.eq(1)
+                        m.d.sync += [hold.addr.eq(c.araddr), hold.len.eq(c.arlen), hold.size.eq(c.arsize),
+                                     hold.burst.eq(c.arburst), hold.lock.eq(c.arlock), hold.cache.eq(c.arcache),
+                                     hold.prot.eq(c.arprot), hold.qos.eq(c.arqos), hold.id.eq(c.arid)]
+            with m.If(held & ~checked):
+                m.d.sync += [checked.eq(1), ok.eq(in_window(hold.addr, hold.len, hold.size))]
+            # Issue a good burst.
+            ar_fire = Signal(name=f"p{p}_ar_fire")
+            m.d.comb += [
+                hp.arvalid.eq(held & checked & ok),
+                hp.araddr.eq(hold.addr), hp.arlen.eq(hold.len), hp.arsize.eq(hold.size),
+                hp.arburst.eq(hold.burst), hp.arlock.eq(hold.lock), hp.arcache.eq(hold.cache),
+                hp.arprot.eq(hold.prot), hp.arqos.eq(hold.qos),
+                hp.arid.eq(Cat(hold.id, hold.slot[:sbits])),
+                ar_fire.eq(hp.arvalid & hp.arready),
+            ]
+            with m.If(ar_fire):
+                m.d.sync += held.eq(0)
+            # A bad burst: answered here once the port's earlier reads have completed.
+            resp_beat = Signal(9, name=f"p{p}_rresp_beat")
+            responding = Signal(name=f"p{p}_rresp_active")
+            with m.If(held & checked & ~ok & ~responding & (rd_out == 0)):
+                m.d.sync += [responding.eq(1), resp_beat.eq(0)]
+                m.d.comb += oow.eq(1)
+                for k in range(n):
+                    with m.If(hold.slot == k):
+                        m.d.comb += oow_client.eq(idx[k])
+
+            # R: from the HP port by ID, or from the responder.
+            r_slot = Signal(range(max(n, 2)), name=f"p{p}_r_slot")
+            r_fire = Signal(name=f"p{p}_r_fire")
+            m.d.comb += r_slot.eq(hp.rid[cid:cid + sbits] if n > 1 else 0)
+            bad_seen = Signal(n, name=f"p{p}_r_bad")
+            for k in readers:
+                c = ports[k]
+                with m.If(responding):
+                    m.d.comb += [c.rvalid.eq(hold.slot == k), c.rdata.eq(0), c.rresp.eq(Resp.DECERR),
+                                 c.rid.eq(hold.id), c.rlast.eq(resp_beat == hold.len)]
+                with m.Else():
+                    m.d.comb += [c.rvalid.eq(hp.rvalid & (r_slot == k)), c.rdata.eq(hp.rdata),
+                                 c.rresp.eq(hp.rresp), c.rlast.eq(hp.rlast), c.rid.eq(hp.rid[:cid])]
+                    with m.If(r_slot == k):
+                        m.d.comb += hp.rready.eq(c.rready)
+                with m.If(responding & (hold.slot == k) & c.rready):
+                    m.d.sync += resp_beat.eq(resp_beat + 1)
+                    with m.If(resp_beat == hold.len):
+                        m.d.sync += [responding.eq(0), held.eq(0)]
+            m.d.comb += r_fire.eq(hp.rvalid & hp.rready)
+            beat_bad = hp.rresp != Resp.OKAY
+            for k in readers:
+                with m.If(r_fire & (r_slot == k)):
+                    with m.If(hp.rlast):
+                        m.d.sync += bad_seen[k].eq(0)
+                        with m.If(bad_seen[k] | beat_bad):
+                            m.d.comb += [err.eq(1), err_client.eq(idx[k])]
+                    with m.Else():
+                        m.d.sync += bad_seen[k].eq(bad_seen[k] | beat_bad)
+            m.d.sync += rd_out.eq(rd_out + ar_fire - (r_fire & hp.rlast))
+            m.d.comb += self.rd_bytes[p].eq(Mux(r_fire, nbytes, 0))
+            busy_parts += [held, rd_out != 0]
+        else:
+            r_fire = Const(0)
+
+        # ---------------------------------------------------------------- writes
+        if writers:
+            aw_layout = data.StructLayout({"addr": self.check_width, "len": 8, "size": 3, "burst": 2,
+                                           "lock": 1, "cache": 4, "prot": 3, "qos": 4, "id": cid,
+                                           "slot": range(max(n, 2))})
+            hold = Signal(aw_layout, name=f"p{p}_aw")
+            held = Signal(name=f"p{p}_aw_held")
+            checked = Signal(name=f"p{p}_aw_checked")
+            ok = Signal(name=f"p{p}_aw_ok")
+            last = Signal(range(max(n, 2)), name=f"p{p}_aw_last")
+            # W order: the slot of every accepted burst (good ones only; a bad one is handled alone).
+            m.submodules[f"p{p}_w_order"] = w_order = fifo.SyncFIFOBuffered(width=max(sbits, 1),
+                                                                            depth=self.max_writes)
+            reqs = [ports[k].awvalid if k in writers else Const(0) for k in range(n)]
+            anyreq, pick = _rr_pick(m, reqs, last)
+            with m.If(~held & anyreq):
+                m.d.sync += [held.eq(1), checked.eq(0), last.eq(pick), hold.slot.eq(pick)]
+                for k in writers:
+                    with m.If(pick == k):
+                        c = ports[k]
+                        m.d.comb += c.awready.eq(1)
+                        m.d.sync += [hold.addr.eq(c.awaddr), hold.len.eq(c.awlen), hold.size.eq(c.awsize),
+                                     hold.burst.eq(c.awburst), hold.lock.eq(c.awlock), hold.cache.eq(c.awcache),
+                                     hold.prot.eq(c.awprot), hold.qos.eq(c.awqos), hold.id.eq(c.awid)]
+            with m.If(held & ~checked):
+                m.d.sync += [checked.eq(1), ok.eq(in_window(hold.addr, hold.len, hold.size))]
+            aw_fire = Signal(name=f"p{p}_aw_fire")
+            m.d.comb += [
+                hp.awvalid.eq(held & checked & ok & w_order.w_rdy),
+                hp.awaddr.eq(hold.addr), hp.awlen.eq(hold.len), hp.awsize.eq(hold.size),
+                hp.awburst.eq(hold.burst), hp.awlock.eq(hold.lock), hp.awcache.eq(hold.cache),
+                hp.awprot.eq(hold.prot), hp.awqos.eq(hold.qos),
+                hp.awid.eq(Cat(hold.id, hold.slot[:sbits])),
+                aw_fire.eq(hp.awvalid & hp.awready),
+                w_order.w_data.eq(hold.slot), w_order.w_en.eq(aw_fire),
+            ]
+            with m.If(aw_fire):
+                m.d.sync += held.eq(0)
+
+            # A bad burst: once every earlier burst has its data and response, take and drop
+            # its W beats, then answer one DECERR B.
+            dropping = Signal(name=f"p{p}_w_drop")
+            b_pending = Signal(name=f"p{p}_b_pending")
+            with m.If(held & checked & ~ok & ~dropping & ~b_pending & (wr_out == 0) & ~w_order.r_rdy):
+                m.d.sync += dropping.eq(1)
+                for k in range(n):
+                    with m.If(hold.slot == k):
+                        m.d.comb += [oow.eq(1), oow_client.eq(idx[k])]
+
+            # W: from the client at the head of the order FIFO (or the one being dropped).
+            w_slot = Signal(range(max(n, 2)), name=f"p{p}_w_slot")
+            m.d.comb += w_slot.eq(w_order.r_data)
+            w_fire = Signal(name=f"p{p}_w_fire")
+            for k in writers:
+                c = ports[k]
+                with m.If(dropping):
+                    with m.If(hold.slot == k):
+                        m.d.comb += c.wready.eq(1)
+                        with m.If(c.wvalid & c.wlast):
+                            m.d.sync += [dropping.eq(0), b_pending.eq(1)]
+                with m.Elif(w_order.r_rdy & (w_slot == k)):
+                    m.d.comb += [hp.wvalid.eq(c.wvalid), hp.wdata.eq(c.wdata), hp.wstrb.eq(c.wstrb),
+                                 hp.wlast.eq(c.wlast), c.wready.eq(hp.wready)]
+            m.d.comb += w_fire.eq(hp.wvalid & hp.wready)
+            with m.If(w_fire & hp.wlast):
+                m.d.comb += w_order.r_en.eq(1)
+
+            # B: by ID, or the responder's.
+            b_slot = Signal(range(max(n, 2)), name=f"p{p}_b_slot")
+            m.d.comb += b_slot.eq(hp.bid[cid:cid + sbits] if n > 1 else 0)
+            b_fire = Signal(name=f"p{p}_b_fire")
+            for k in writers:
+                c = ports[k]
+                with m.If(b_pending):
+                    m.d.comb += [c.bvalid.eq(hold.slot == k), c.bresp.eq(Resp.DECERR), c.bid.eq(hold.id)]
+                    with m.If((hold.slot == k) & c.bready):
+                        m.d.sync += [b_pending.eq(0), held.eq(0)]
+                with m.Else():
+                    m.d.comb += [c.bvalid.eq(hp.bvalid & (b_slot == k)), c.bresp.eq(hp.bresp),
+                                 c.bid.eq(hp.bid[:cid])]
+                    with m.If(b_slot == k):
+                        m.d.comb += hp.bready.eq(c.bready)
+            m.d.comb += b_fire.eq(hp.bvalid & hp.bready)
+            for k in writers:
+                with m.If(b_fire & (b_slot == k) & (hp.bresp != Resp.OKAY)):
+                    m.d.comb += [err.eq(1), err_client.eq(idx[k])]
+            m.d.sync += wr_out.eq(wr_out + aw_fire - b_fire)
+            strobes = Signal(range(nbytes + 1), name=f"p{p}_wstrb_bytes")
+            m.d.comb += strobes.eq(sum(hp.wstrb[i] for i in range(nbytes)))
+            m.d.comb += self.wr_bytes[p].eq(Mux(w_fire, strobes, 0))
+            busy_parts += [held, wr_out != 0, w_order.r_rdy]
+        else:
+            w_fire = Const(0)
+
+        idle = Signal(name=f"p{p}_idle")
+        m.d.comb += idle.eq(~Cat(*busy_parts).any())
+        act = Signal(name=f"p{p}_act")
+        m.d.comb += act.eq(r_fire | w_fire)
+        return (oow, oow_client), (err, err_client), idle, act

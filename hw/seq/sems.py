@@ -1,0 +1,92 @@
+"""The node's counting semaphores (``spec/isa.py``): ``num_sems`` 16-bit counters.
+
+Increments come from several places in the same cycle (instruction completions of the three
+queues, RECV arrivals, CREDIT packets) and are summed; decrements come from the queues'
+issue (each takes ``wait_cnt`` from the semaphore it waited on; the sequencer never lets two
+queues take from one semaphore in one cycle).  A sum above ``SEM_MAX`` strobes ``overflow``
+(the sequencer faults SEM_OVERFLOW).
+
+Increments are pipelined (registered events, then a registered per-semaphore sum), so one
+becomes visible three cycles after its strobe; decrements act at the next clock edge, so a
+value the issue logic reads is never more than it may take.
+"""
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from mcf.spec.isa import SEM_BITS, SEM_MAX
+
+SEM_WIDTH = SEM_MAX.bit_length()
+
+
+class SemEventSignature(wiring.Signature):
+    """One semaphore event, from its source's side: ``valid``, ``sem``, ``amount``."""
+
+    def __init__(self, amount_bits: int):
+        self.amount_bits = amount_bits
+        super().__init__({"valid": Out(1), "sem": Out(SEM_BITS), "amount": Out(amount_bits)})
+
+    def __eq__(self, other):
+        return isinstance(other, SemEventSignature) and other.amount_bits == self.amount_bits
+
+    def __hash__(self):
+        return hash((type(self), self.amount_bits))
+
+    def __repr__(self):
+        return f"SemEventSignature({self.amount_bits})"
+
+
+class Semaphores(wiring.Component):
+    """``inc[k]`` (``inc_bits[k]``-bit amounts) and ``dec[k]`` (6-bit amounts) events in;
+    ``values[i]`` out; ``clear`` zeroes everything; ``overflow`` strobes."""
+
+    def __init__(self, num_sems: int, inc_bits: list[int], n_dec: int, dec_bits: int = 6):
+        self.num_sems, self.inc_bits, self.n_dec = num_sems, list(inc_bits), n_dec
+        super().__init__({
+            **{f"inc{k}": In(SemEventSignature(b)) for k, b in enumerate(inc_bits)},
+            **{f"dec{k}": In(SemEventSignature(dec_bits)) for k in range(n_dec)},
+            "values": Out(SEM_WIDTH).array(num_sems),
+            "clear": In(1),
+            "overflow": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.num_sems
+        incs = [getattr(self, f"inc{k}") for k in range(len(self.inc_bits))]
+        decs = [getattr(self, f"dec{k}") for k in range(self.n_dec)]
+        # stage 1: registered events
+        reg = []
+        for k, ev in enumerate(incs):
+            v, s, a = Signal(name=f"inc{k}_v"), Signal(SEM_BITS, name=f"inc{k}_s"), \
+                Signal(self.inc_bits[k], name=f"inc{k}_a")
+            m.d.sync += [v.eq(ev.valid & ~self.clear), s.eq(ev.sem), a.eq(ev.amount)]
+            reg.append((v, s, a))
+        # stage 2: per-semaphore sums, registered
+        sum_bits = max(self.inc_bits) + len(self.inc_bits).bit_length()
+        sums = [Signal(sum_bits, name=f"sum{i}") for i in range(n)]
+        for i in range(n):
+            terms = [Mux(v & (s == i), a, 0) for v, s, a in reg]
+            total = terms[0]
+            for t in terms[1:]:
+                total = total + t
+            m.d.sync += sums[i].eq(Mux(self.clear, 0, total))
+        # stage 3: apply sums and decrements
+        over = Signal()
+        for i in range(n):
+            dec = 0
+            for d in decs:
+                dec = dec + Mux(d.valid & (d.sem == i), d.amount, 0)
+            nxt = Signal(SEM_WIDTH + sum_bits + 1, name=f"sem{i}_next")
+            m.d.comb += nxt.eq(self.values[i] + sums[i] - dec)
+            with m.If(self.clear):
+                m.d.sync += self.values[i].eq(0)
+            with m.Elif(nxt > SEM_MAX):
+                m.d.sync += self.values[i].eq(SEM_MAX)
+            with m.Else():
+                m.d.sync += self.values[i].eq(nxt)
+            over = over | (nxt > SEM_MAX)
+        m.d.comb += self.overflow.eq(over & ~self.clear)
+        return m

@@ -1,0 +1,312 @@
+"""The sequencer (``spec/isa.py``, docs/node.md section 2): fetch, decode, in-order dispatch
+into the EX / TX / RX queues, per-queue issue on semaphores, END, faults and the watchdog.
+
+    fetch FIFO ─► decode (register) ─► EX queue ─► issue ─► ex  (execute unit)
+                                   ├─► TX queue ─► issue ─► tx  (TX engine: SEND, CREDIT)
+                                   └─► RX queue ─► issue ─► rx  (RX engine: RECV)
+
+*Dispatch* takes instructions in program order and puts each into its queue (SYNC into the
+one its ``on`` names); an illegal one faults ILLEGAL_INSTRUCTION; after END nothing more is
+dispatched; running out of PROG_COUNT without END faults PROGRAM_OVERRUN.
+
+*Issue*: each queue runs one instruction at a time.  Its head issues once the previous one
+of the queue has completed and its wait is met (``wait_cnt == 0`` or ``sem[wait_sem] >=
+wait_cnt``, which is then taken); two queues never take from one semaphore in one cycle (EX
+before TX before RX).  Completion: the execute unit's ``ex_done``, the TX engine's
+``tx_done``, a RECV when the RX engine has posted it, a SYNC at once; then ``sig`` adds one
+to ``sem[sig_sem]``.  END completes when the TX and RX queues are empty and the engines are
+idle (every send has left, every posted RECV has completed, every DDR write is
+acknowledged): ``done``.
+
+*Faults* stop the program (``running`` falls; engines finish what they have in flight and
+take no more): an illegal instruction, PROGRAM_OVERRUN, an execute-unit fault, a DDR fault
+(out of window, error response), a semaphore overflow, an error counted under a cause
+enabled in ``fault_mask`` (NETWORK), the watchdog (``watchdog`` cycles with nothing retired
+or dispatched and no ``activity``), or ``abort`` (ABORTED).
+
+*Start*: ``start`` waits (``start_pending``) until the datapath is idle, pulses ``clear``
+(this unit's fetch, queues and semaphores and, in the node, the engines are reset) and runs
+the program at ``prog_base``.
+"""
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, ResetInserter, Signal
+from amaranth.lib import enum, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from mcf.hw.layouts import InstrHeaderLayout, register_word
+from mcf.hw.seq.decode import Decoder
+from mcf.hw.seq.fetch import Fetch, FetchedLayout
+from mcf.hw.seq.sems import SEM_WIDTH, SemEventSignature, Semaphores
+from mcf.spec import ErrorCause
+from mcf.spec.isa import INSTR_BITS, SEM_BITS, Opcode, Queue, SeqFault
+from mcf.spec.node import NodeConfig
+from mcf.spec.regmap import DMA_ADDR_BITS, PC_BITS, REGISTERS
+
+#: Width of a fault cause on the node's internal ports (SEQ_STATUS.fault_cause).
+FAULT_BITS = REGISTERS["SEQ_STATUS"].field("fault_cause").width
+#: What the TX and RX engines receive: the instruction word and its index.
+IssueLayout = FetchedLayout
+
+
+class Slot(enum.Enum, shape=2):
+    """A queue's instruction in flight."""
+    EMPTY = 0
+    OFFER = 1     # offered to the engine
+    BUSY = 2      # taken by the engine, not completed
+    END = 3       # END waiting for the node to drain
+
+
+class Sequencer(wiring.Component):
+    def __init__(self, config: NodeConfig = NodeConfig()):
+        self.config = config
+        self.fetch = Fetch(config.data_width, config.ddr_addr_bits, config.fetch_depth)
+        super().__init__({
+            "m_axi": Out(self.fetch.m_axi.signature),
+            # engines
+            "ex": Out(stream.Signature(INSTR_BITS)),
+            "ex_done": In(1), "ex_fault": In(1), "ex_fault_cause": In(FAULT_BITS),
+            "tx": Out(stream.Signature(IssueLayout)),
+            "tx_done": In(1),
+            "rx": Out(stream.Signature(IssueLayout)),
+            "rx_done_inc": In(SemEventSignature(1)),
+            "rx_credit_inc": In(SemEventSignature(16)),
+            "engines_idle": In(1),       # TX / RX engines and the execute unit have nothing in flight
+            "datapath_idle": In(1),      # ... and no DMA transfer, packet or DDR burst: a start may go
+            "ddr_fault": In(1), "ddr_fault_cause": In(FAULT_BITS), "ddr_fault_pc": In(PC_BITS),
+            "net_errors": In(len(ErrorCause)),
+            "activity": In(1),
+            "rx_slot_wait": In(1),
+            "rx_posted": In(8),
+            # control
+            "start": In(1), "abort": In(1),
+            "prog_base": In(DMA_ADDR_BITS), "prog_count": In(PC_BITS),
+            "fault_mask": In(32), "watchdog": In(32),
+            # status
+            "running": Out(1), "done": Out(1), "fault": Out(1), "start_pending": Out(1),
+            "fault_cause": Out(FAULT_BITS), "pc": Out(PC_BITS), "fault_pc": Out(PC_BITS),
+            "wait": Out(32), "levels": Out(32),
+            "clear": Out(1),
+            "irq_done": Out(1), "irq_fault": Out(1),
+            "sem_index": In(SEM_BITS), "sem_value": Out(SEM_WIDTH),
+            "fetch_pc": Out(PC_BITS), "fetch_busy": Out(1),
+            "ex_pc": Out(PC_BITS), "tx_pc": Out(PC_BITS),   # the EX / TX instruction in flight
+            # performance events (one cycle each)
+            "retired": Out(3),           # per Queue
+            "stall_sem": Out(3),         # per Queue: the head waits on its semaphore
+            "stall_fetch": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        clear = Signal()
+        m.submodules.fetch = fetch = ResetInserter(clear)(self.fetch)
+        m.submodules.decoder = dec = Decoder(cfg.num_sems, cfg.ddr_addr_bits)
+        m.submodules.sems = sems = Semaphores(cfg.num_sems, [1, 1, 1, 1, 16], n_dec=3)
+        queues = []
+        for q in Queue:
+            f = ResetInserter(clear)(fifo.SyncFIFOBuffered(width=IssueLayout.size, depth=cfg.seq_queue_depth))
+            m.submodules[f"q_{q.name.lower()}"] = f
+            queues.append(f)
+        wiring.connect(m, wiring.flipped(self.m_axi), fetch.m_axi)
+        m.d.comb += [sems.clear.eq(clear), self.clear.eq(clear)]
+
+        running, done, fault, pending = Signal(), Signal(), Signal(), Signal()
+        cause, fault_pc = Signal(FAULT_BITS), Signal(PC_BITS)
+        ended = Signal()
+        dispatched = Signal(PC_BITS)
+        count = Signal(PC_BITS)
+        m.d.comb += [self.running.eq(running), self.done.eq(done), self.fault.eq(fault),
+                     self.start_pending.eq(pending), self.fault_cause.eq(cause), self.fault_pc.eq(fault_pc),
+                     self.pc.eq(dispatched), self.fetch_pc.eq(fetch.pc), self.fetch_busy.eq(fetch.busy)]
+
+        # --- start / abort ------------------------------------------------------------------------
+        launch = Signal()
+        with m.If(self.start & ~running):
+            m.d.sync += pending.eq(1)
+        with m.If(self.abort & ~running):
+            m.d.sync += pending.eq(0)
+        with m.FSM(name="boot"):
+            with m.State("IDLE"):
+                with m.If(pending & ~running & self.datapath_idle & ~self.abort):
+                    m.next = "CLEAR"
+            with m.State("CLEAR"):
+                m.d.comb += clear.eq(1)
+                m.next = "LAUNCH"
+            with m.State("LAUNCH"):
+                m.d.comb += [launch.eq(1), fetch.start.eq(1)]
+                m.d.sync += [running.eq(1), done.eq(0), fault.eq(0), cause.eq(SeqFault.NONE), fault_pc.eq(0),
+                             pending.eq(0), ended.eq(0), dispatched.eq(0), count.eq(self.prog_count)]
+                m.next = "IDLE"
+        m.d.comb += [fetch.base.eq(self.prog_base), fetch.count.eq(self.prog_count),
+                     fetch.stop.eq(ended | ~running)]
+
+        # --- faults (the first wins) --------------------------------------------------------------
+        raise_fault = Signal()
+        new_cause = Signal(FAULT_BITS)
+        new_pc = Signal(PC_BITS)
+
+        sources = []          # (condition, cause, pc), highest priority first
+
+        # --- decode stage -------------------------------------------------------------------------
+        dq = Signal(IssueLayout)
+        dq_valid, dq_queue, dq_illegal, dq_end = Signal(), Signal(2), Signal(), Signal()
+        dq_take = Signal()
+        m.d.comb += [dec.word.eq(fetch.o.payload.word),
+                     fetch.o.ready.eq(running & ~ended & (~dq_valid | dq_take))]
+        with m.If(fetch.o.valid & fetch.o.ready):
+            m.d.sync += [dq_valid.eq(1), dq.eq(fetch.o.payload), dq_queue.eq(dec.queue),
+                         dq_illegal.eq(dec.illegal), dq_end.eq(dec.end)]
+        with m.Elif(dq_take):
+            m.d.sync += dq_valid.eq(0)
+        with m.If(clear):
+            m.d.sync += dq_valid.eq(0)
+
+        # --- dispatch ---------------------------------------------------------------------------
+        for q, f in zip(Queue, queues):
+            m.d.comb += f.w_data.eq(dq)
+        space = Signal()
+        m.d.comb += space.eq(Cat(*(f.w_rdy & (dq_queue == int(q)) for q, f in zip(Queue, queues))).any())
+        with m.If(running & dq_valid & ~dq_illegal & space):
+            m.d.comb += dq_take.eq(1)
+            for q, f in zip(Queue, queues):
+                m.d.comb += f.w_en.eq(dq_queue == int(q))
+            m.d.sync += dispatched.eq(dq.pc + 1)
+            with m.If(dq_end):
+                m.d.sync += ended.eq(1)
+        sources.append((running & dq_valid & dq_illegal, SeqFault.ILLEGAL_INSTRUCTION, dq.pc))
+        starved = Signal()
+        m.d.comb += starved.eq(running & ~ended & ~dq_valid & ~fetch.o.valid)
+        sources.append((starved & (dispatched == count) & ~fetch.busy, SeqFault.PROGRAM_OVERRUN, count))
+        m.d.comb += self.stall_fetch.eq(starved & (dispatched != count))
+
+        # --- issue ---------------------------------------------------------------------------------
+        slot = [Signal(Slot, name=f"slot_{q.name.lower()}") for q in Queue]
+        slot_pc = [Signal(PC_BITS, name=f"slot_pc_{q.name.lower()}") for q in Queue]
+        slot_word = [Signal(INSTR_BITS, name=f"slot_word_{q.name.lower()}") for q in Queue]
+        slot_sig = [Signal(name=f"slot_sig_{q.name.lower()}") for q in Queue]
+        slot_sem = [Signal(SEM_BITS, name=f"slot_sem_{q.name.lower()}") for q in Queue]
+        complete = [Signal(name=f"complete_{q.name.lower()}") for q in Queue]
+        commit = [Signal(name=f"commit_{q.name.lower()}") for q in Queue]
+        taking = []            # (commit, wait_sem) of higher-priority queues this cycle
+        sem_value = Signal(SEM_WIDTH)
+        waiting = []
+        for qi, (q, f) in enumerate(zip(Queue, queues)):
+            head = Signal(IssueLayout, name=f"head_{q.name.lower()}")
+            hdr = Signal(InstrHeaderLayout, name=f"hdr_{q.name.lower()}")
+            m.d.comb += [head.eq(f.r_data), hdr.eq(head.word[:InstrHeaderLayout.size])]
+            cur = Signal(SEM_WIDTH, name=f"cur_{q.name.lower()}")
+            m.d.comb += cur.eq(self._pick(sems.values, hdr.wait_sem))
+            wait_ok = (hdr.wait_cnt == 0) | (cur >= hdr.wait_cnt)
+            blocked = Const(0)
+            for c, s in taking:
+                blocked = blocked | (c & (s == hdr.wait_sem) & (hdr.wait_cnt != 0))
+            ready = f.r_rdy & (slot[qi] == Slot.EMPTY) & running
+            m.d.comb += commit[qi].eq(ready & wait_ok & ~blocked)
+            # (what the head waits on stays visible after the node stopped: SEQ_WAIT explains a fault)
+            waiting.append((f.r_rdy & (slot[qi] == Slot.EMPTY) & ~wait_ok, hdr.wait_sem))
+            taking.append((commit[qi], hdr.wait_sem))
+            dec_port = getattr(sems, f"dec{qi}")
+            m.d.comb += [dec_port.valid.eq(commit[qi] & (hdr.wait_cnt != 0)), dec_port.sem.eq(hdr.wait_sem),
+                         dec_port.amount.eq(hdr.wait_cnt), f.r_en.eq(commit[qi])]
+            is_sync = hdr.op == int(Opcode.SYNC)
+            is_end = hdr.op == int(Opcode.END)
+            with m.If(commit[qi]):
+                m.d.sync += [slot_pc[qi].eq(head.pc), slot_word[qi].eq(head.word), slot_sig[qi].eq(hdr.sig),
+                             slot_sem[qi].eq(hdr.sig_sem)]
+                with m.If(is_sync):
+                    m.d.sync += slot[qi].eq(Slot.BUSY)       # completes next cycle
+                with m.Elif(is_end):                         # (END is only ever in the EX queue)
+                    m.d.sync += slot[qi].eq(Slot.END)
+                with m.Else():
+                    m.d.sync += slot[qi].eq(Slot.OFFER)
+            m.d.comb += self.stall_sem[qi].eq(ready & ~wait_ok)
+            inc = getattr(sems, f"inc{qi}")
+            m.d.comb += [inc.valid.eq(complete[qi] & slot_sig[qi]), inc.sem.eq(slot_sem[qi]), inc.amount.eq(1),
+                         self.retired[qi].eq(complete[qi])]
+            with m.If(complete[qi]):
+                m.d.sync += slot[qi].eq(Slot.EMPTY)
+            with m.If(clear):
+                m.d.sync += slot[qi].eq(Slot.EMPTY)
+        m.d.comb += [self.sem_value.eq(self._pick(sems.values, self.sem_index)),
+                     self.ex_pc.eq(slot_pc[int(Queue.EX)]), self.tx_pc.eq(slot_pc[int(Queue.TX)])]
+
+        # SYNC: the slot is BUSY with a SYNC word -> complete at once.
+        def slot_is(qi, op):
+            return slot_word[qi][:6] == int(op)
+
+        ex, tx, rx = int(Queue.EX), int(Queue.TX), int(Queue.RX)
+        # EX
+        m.d.comb += [self.ex.valid.eq(slot[ex] == Slot.OFFER), self.ex.payload.eq(slot_word[ex])]
+        with m.If(self.ex.valid & self.ex.ready):
+            m.d.sync += slot[ex].eq(Slot.BUSY)
+        ex_sync = (slot[ex] == Slot.BUSY) & slot_is(ex, Opcode.SYNC)
+        drained = Signal()
+        m.d.comb += drained.eq(~queues[tx].r_rdy & (slot[tx] == Slot.EMPTY) & ~queues[rx].r_rdy
+                               & (slot[rx] == Slot.EMPTY) & self.engines_idle)
+        end_done = Signal()
+        m.d.comb += end_done.eq(running & (slot[ex] == Slot.END) & drained)
+        m.d.comb += complete[ex].eq(ex_sync | ((slot[ex] == Slot.BUSY) & self.ex_done) | end_done)
+        sources.append((running & self.ex_fault, self.ex_fault_cause, slot_pc[ex]))
+        # TX
+        m.d.comb += [self.tx.valid.eq(slot[tx] == Slot.OFFER), self.tx.payload.word.eq(slot_word[tx]),
+                     self.tx.payload.pc.eq(slot_pc[tx])]
+        with m.If(self.tx.valid & self.tx.ready):
+            m.d.sync += slot[tx].eq(Slot.BUSY)
+        tx_sync = (slot[tx] == Slot.BUSY) & slot_is(tx, Opcode.SYNC)
+        m.d.comb += complete[tx].eq(tx_sync | ((slot[tx] == Slot.BUSY) & self.tx_done))
+        # RX: posted = completed
+        m.d.comb += [self.rx.valid.eq(slot[rx] == Slot.OFFER), self.rx.payload.word.eq(slot_word[rx]),
+                     self.rx.payload.pc.eq(slot_pc[rx])]
+        rx_sync = (slot[rx] == Slot.BUSY) & slot_is(rx, Opcode.SYNC)
+        m.d.comb += complete[rx].eq(rx_sync | (self.rx.valid & self.rx.ready))
+        # RECV arrivals and CREDIT packets
+        wiring.connect(m, wiring.flipped(self.rx_done_inc), sems.inc3)
+        wiring.connect(m, wiring.flipped(self.rx_credit_inc), sems.inc4)
+
+        with m.If(end_done):
+            m.d.sync += [running.eq(0), done.eq(1)]
+        m.d.comb += self.irq_done.eq(end_done)
+
+        # --- other faults -------------------------------------------------------------------------
+        sources.append((running & self.ddr_fault, self.ddr_fault_cause, self.ddr_fault_pc))
+        sources.append((running & sems.overflow, SeqFault.SEM_OVERFLOW, dispatched))
+        sources.append((running & (self.net_errors & self.fault_mask[:len(ErrorCause)]).any(),
+                                SeqFault.NETWORK, dispatched))
+        idle_cycles = Signal(32)
+        progress = Cat(*complete).any() | dq_take | self.activity
+        with m.If(~running | progress):
+            m.d.sync += idle_cycles.eq(0)
+        with m.Else():
+            m.d.sync += idle_cycles.eq(idle_cycles + 1)
+        sources.append((running & (self.watchdog != 0) & (idle_cycles >= self.watchdog),
+                                SeqFault.WATCHDOG, dispatched))
+        sources.append((running & self.abort, SeqFault.ABORTED, dispatched))
+        for cond, c, pc in reversed(sources):
+            with m.If(cond):
+                m.d.comb += [raise_fault.eq(1), new_cause.eq(c), new_pc.eq(pc)]
+        with m.If(raise_fault & ~end_done):
+            m.d.sync += [running.eq(0), fault.eq(1), cause.eq(new_cause), fault_pc.eq(new_pc)]
+        m.d.comb += self.irq_fault.eq(raise_fault & ~end_done)
+
+        # --- SEQ_WAIT and SEQ_LEVELS words ----------------------------------------------------------
+        wreg = REGISTERS["SEQ_WAIT"]
+        parts = {}
+        for (w, s), q in zip(waiting, Queue):
+            parts[f"{q.name.lower()}_sem_wait"] = w
+            parts[f"{q.name.lower()}_sem"] = Mux(w, s, 0)    # (an empty queue's head is undefined)
+        parts.update(rx_slot=self.rx_slot_wait, ex_busy=(slot[ex] == Slot.OFFER) | (slot[ex] == Slot.BUSY),
+                     tx_busy=(slot[tx] == Slot.OFFER) | (slot[tx] == Slot.BUSY), end=slot[ex] == Slot.END,
+                     fetch=starved)
+        m.d.comb += [self.wait.eq(register_word(wreg, **parts)),
+                     self.levels.eq(register_word(REGISTERS["SEQ_LEVELS"], ex=queues[ex].level, tx=queues[tx].level,
+                                                  rx=queues[rx].level, posted=self.rx_posted))]
+        return m
+
+    @staticmethod
+    def _pick(values, index):
+        """values[index] (a balanced multiplexer; 0 beyond the array)."""
+        width = len(values[0])
+        return Cat(*values, Const(0, width)).word_select(
+            Mux(index < len(values), index, len(values)), width)
