@@ -23,8 +23,8 @@ packet node sends, 1-based) and random pauses on the DDR channels (``pause_proba
 A failure inside the simulation (a node fault, a bounded wait that ran out, a driver error) is
 raised again here as the runtime's own exception: the ``mcf`` command prints it as one line.
 
-The node the cluster instantiates is ``mcf.hw.node.Node`` with the execute unit
-(``mcf.hw.compute.exec``); a Node top that cannot run programs (no sequencer or no execute unit)
+The node the cluster instantiates is ``mcf.hw.node.Node`` (sequencer + execute unit
+``mcf.hw.compute.exec.unit.ExecUnit``); a Node top that cannot run programs (no sequencer or no execute unit)
 is refused up front with one line saying what is missing, never simulated into fake results.
 """
 from __future__ import annotations
@@ -39,7 +39,8 @@ import time
 from pathlib import Path
 
 from mcf.spec.node import NodeConfig
-from mcf.sw.driver import DriverError
+from mcf.spec.isa import SeqFault
+from mcf.sw.driver import DriverError, DriverTimeout, NodeFault
 from mcf.sw.driver.memory import HostMemory
 from mcf.sw.errors import UserError
 from mcf.sw.runtime.backend import Backend
@@ -73,24 +74,31 @@ def _cache_dir() -> Path:
 
 
 def node_factory():
-    """The RTL node that runs programs: ``mcf.hw.node.Node`` with the execute unit.  UserError
-    (one line) naming what is missing when the Node top of this build cannot run programs."""
+    """The RTL node that runs programs: ``mcf.hw.node.Node`` (sequencer + execute unit).
+    UserError (one line) naming what is missing when the Node top of this build cannot."""
     from mcf.hw import node as hw_node
-    params = inspect.signature(hw_node.Node.__init__).parameters
-    if "exec_unit" not in params:
+    if "exec_unit" not in inspect.signature(hw_node.Node.__init__).parameters:
         raise UserError("--backend rtl: the RTL Node top (mcf.hw.node.Node) has no sequencer and execute "
-                        "unit in this build (issue 13: registers + DMA + packetizer + NIC only), so it "
-                        "cannot run the runtime's programs")
-    from mcf.hw.compute.exec.unit import ExecUnit
-    import functools
-    return functools.partial(hw_node.Node, exec_unit=ExecUnit)
+                        "unit in this build, so it cannot run the runtime's programs")
+    return hw_node.Node
 
 
 def check_node(node) -> None:
-    """Refuse an elaborated node that cannot run programs."""
-    if not getattr(node, "has_exec", False):
+    """Refuse an elaborated node that cannot run programs (no sequencer, or no execute unit)."""
+    from mcf.hw.compute.exec.unit import ExecUnit
+    missing = [what for what, ok in (("sequencer", hasattr(node, "seq")),
+                                     ("execute unit", isinstance(getattr(node, "exec", None), ExecUnit))) if not ok]
+    if missing:
         raise UserError(f"--backend rtl: the RTL Node top ({type(node).__module__}.{type(node).__qualname__}) "
-                        f"has no execute unit, so it cannot run the runtime's programs")
+                        f"has no {' and no '.join(missing)}, so it cannot run the runtime's programs")
+
+
+def tiny_cluster_config() -> NodeConfig:
+    """The node of the tiny model's runs on up to ``MIN_SLOTS`` nodes, as built (the benches of
+    ``tests/sim/rtlcluster`` use it too, so make test builds one cluster)."""
+    from mcf.sw.models import load_model
+    from mcf.sw.runtime.runtime import node_config
+    return build_config(node_config(load_model("tiny"), MIN_SLOTS))
 
 
 class RtlBackend(Backend):
@@ -209,6 +217,10 @@ def _error(err: dict) -> Exception:
             exc = None
     if isinstance(exc, Exception):
         return exc
+    if err["type"] == "NodeFault":             # its constructor takes the cause and the pc
+        return NodeFault(err["message"], SeqFault(err["cause"]), err["pc"])
+    if err["type"] == "DriverTimeout":
+        return DriverTimeout(err["message"])
     return DriverError(f"{err['type']}: {err['message']}")
 
 

@@ -82,6 +82,7 @@ async def run_session(dut):
         except Exception:
             pickled = None
         error = {"type": type(exc).__name__, "message": str(exc), "pickled": pickled,
+                 "cause": getattr(exc, "cause", None), "pc": getattr(exc, "pc", None),
                  "traceback": traceback.format_exc()}
     watchdog.cancel()
     ticker.cancel()
