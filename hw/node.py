@@ -20,14 +20,16 @@ writer and the packetizer.  While none runs, the PS's metadata and descriptor qu
 debug path of earlier nodes): LOAD descriptors stream DDR blocks into the packetizer behind
 the next Meta, and delivered data packets take STORE descriptors (see ``mcf.spec.regmap``).
 
-The execute unit is a constructor argument (``exec_unit``: a factory taking the NodeConfig);
-its AXI4 master ports join the interconnect as clients (port ``m_axi`` on HP port 0 with the
-node's own clients, further ones spread over the other HP ports).  This is the top that
+The execute unit (``mcf.hw.compute.exec.unit.ExecUnit``; ``exec_unit``: another factory taking
+the NodeConfig) has its AXI4 master port(s) on the interconnect as clients: its k-th on HP port
+(k + 1) mod ``hp_ports`` (with one HP port everything shares ``m_axi``; with more, the node's own
+fetch / loader / writer keep HP port 0 and the execute unit's weight and KV streams go to the
+others).  ``eth=True`` adds ``eth`` and ``eth_errors`` for a 10GBASE-R port (``EthNode``).  This is the top that
 ``mcf board build`` wraps for Vivado; HP port 0 is ``m_axi``, HP port p > 0 ``m_axi<p>``.
 """
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,27 +38,613 @@ from mcf.hw.axi.lite import AXI4LiteSignature
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.exec.unit import PERF_BITS, ExecUnit
 from mcf.hw.csr import ControlRegisters, EthControlPort
+from mcf.hw.csr.ports import RegisterBusSignature
 from mcf.hw.dma.loader import DmaLoader
 from mcf.hw.dma.writer import DmaWriter
-from mcf.hw.layouts import DmaDescriptorLayout
+from mcf.hw.layouts import DmaDescriptorLayout, InstrLayouts, MetaLayout, register_word
 from mcf.hw.nic.common import raw
 from mcf.hw.nic.nic import Nic
-from mcf.hw.packet.header import HeaderSerializer
+from mcf.hw.packet.header import HeaderDeserializer, HeaderSerializer
 from mcf.hw.packet.packetizer import Packetizer
 from mcf.hw.registry import block
 from mcf.hw.seq.interconnect import AxiInterconnect, Client
-from mcf.hw.seq.perf import PerfCounters
-from mcf.hw.seq.regs import SeqRegisters
-from mcf.hw.seq.rx import RxEngine
-from mcf.hw.seq.sequencer import Sequencer
-from mcf.hw.seq.tx import PacketMux, TxEngine
-from mcf.spec import DmaDir, ErrorCause, Irq
-from mcf.spec.isa import PerfCounter, Queue, SeqFault
-from mcf.spec.node import RANGES as NODE_RANGES
+from mcf.hw.seq.perf import COUNTER_BITS, PerfCounters
+from mcf.hw.seq.sems import SemEventSignature
+from mcf.hw.seq.sequencer import FAULT_BITS, IssueLayout, Sequencer
+from mcf.spec import REGISTERS, Access, Collective, DmaDir, ErrorCause, Irq, Op, ReduceOp, Stage
+from mcf.spec.isa import DDR_ALIGN, INSTR_BITS, LAYOUTS, SEM_BITS, Opcode, PerfCounter, Queue, SeqFault
 from mcf.spec.node import NodeConfig
+from mcf.spec.packet import KV_ID_BITS, LENGTH_BITS, META, NODE_BITS
 from mcf.spec.params import Choice
-from mcf.spec.regmap import ADDR_BITS, DATA_BITS, DMA_TAG_BITS
+from mcf.spec.plan import REPLICA_STATE_BITS, ReplicaState
+from mcf.spec.regmap import ADDR_BITS, DATA_BITS, DMA_ADDR_BITS, DMA_TAG_BITS, PC_BITS, SEQ_WINDOW
+from mcf.spec.node import RANGES as NODE_RANGES
 
+
+# === TX engine =================================================================================
+# TX engine: SEND and CREDIT instructions -> packets through the packetizer (docs/node.md).
+#
+# SEND reads ``length`` bytes at ``ddr`` through the DMA loader, one LOAD descriptor per
+# packet of at most ``max_payload`` bytes (the ping-pong buffers overlap the next read with
+# the current packet), and pushes each packet's Meta into the packetizer once its LOAD is
+# complete (so a packet, once started, never waits for DDR): ``src`` = this node, ``kv_id`` =
+# the tag, ``length`` = the packet's bytes, the other fields from the instruction.  ``length =
+# 0`` sends one header-only packet.  SEND completes when its last payload beat has entered the
+# packetizer.  CREDIT pushes one header-only Op.CREDIT packet (stage CONTROL, UNICAST,
+# ``kv_id`` = the semaphore, ``seq`` = the count).
+#
+# When the node stops (``running`` falls) the engine issues no further LOAD and pushes no
+# further Meta; the payload of LOADs already issued is taken from the loader and dropped, so
+# the packetizer never holds a payload without its header.  ``busy`` until then.
+#
+# The loader's output passes through ``payload_in`` -> ``payload_out``; while the engine has
+# nothing in flight and the node is not running, it passes every packet (the PS's own LOAD
+# descriptors, the debug path).
+
+def meta_word(**values):
+    """A Meta header word (``MetaLayout``) from field values, as one ``Cat`` (fields not named
+    are 0: magic, reserved and check are the serializer's)."""
+    parts = []
+    for f in META.fields:
+        v = Value.cast(values.pop(f.name, 0))
+        parts.append(v[:f.width] if len(v) >= f.width else Cat(v, Const(0, f.width - len(v))))
+    if values:
+        raise ValueError(f"Meta has no field(s) {', '.join(values)}")
+    return Cat(*parts)
+
+
+class TxEngine(wiring.Component):
+    """Ports: ``instr`` (SEND / CREDIT with their index), ``done`` (strobe: the instruction
+    completed), ``load`` (LOAD descriptors to the DMA loader) + ``load_done``, ``payload_in``
+    (the loader's output) -> ``payload_out`` (the packetizer's payload input), ``meta`` (the
+    packetizer's metadata input), ``node_id``, ``running``, ``busy``, ``stall`` (blocked by the
+    loader or the packetizer this cycle), ``bytes`` (payload bytes of the Meta pushed this
+    cycle)."""
+
+    def __init__(self, config: NodeConfig = NodeConfig()):
+        self.config = config
+        self.max_payload = config.max_payload
+        self.depth = 2 * config.buffers
+        super().__init__({
+            "instr": In(stream.Signature(IssueLayout)),
+            "done": Out(1),
+            "load": Out(stream.Signature(DmaDescriptorLayout)),
+            "load_done": In(1),
+            "payload_in": In(AXIStreamSignature(config.data_width)),
+            "payload_out": Out(AXIStreamSignature(config.data_width)),
+            "meta": Out(stream.Signature(MetaLayout)),
+            "node_id": In(NODE_BITS),
+            "running": In(1),
+            "busy": Out(1),
+            "stall": Out(1),
+            "bytes": Out(LENGTH_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        # lengths of issued LOADs whose Meta is not decided yet; send/drop marks of loaded packets
+        m.submodules.lens = lens = fifo.SyncFIFOBuffered(width=LENGTH_BITS, depth=self.depth)
+        m.submodules.marks = marks = fifo.SyncFIFOBuffered(width=1, depth=self.depth)
+
+        word = Signal(INSTR_BITS)
+        send = InstrLayouts[Opcode.SEND](word)
+        credit = InstrLayouts[Opcode.CREDIT](word)
+        active = Signal()            # an instruction is being worked on
+        is_send = Signal()
+        addr = Signal(len(self.load.payload.addr))
+        remaining = Signal(LENGTH_BITS)
+        header_only_sent = Signal()
+        buf = Signal(range(max(cfg.buffers, 2)))
+        loaded = Signal(range(self.depth + 1))   # LOADs complete, Meta not yet decided
+
+        m.d.comb += self.instr.ready.eq(~active & self.running)
+        with m.If(self.instr.valid & self.instr.ready):
+            ins = self.instr.payload.word
+            is_s = ins[:6] == int(Opcode.SEND)
+            m.d.sync += [active.eq(1), word.eq(ins), is_send.eq(is_s), header_only_sent.eq(0),
+                         addr.eq(InstrLayouts[Opcode.SEND](ins).ddr * DDR_ALIGN),
+                         remaining.eq(Mux(is_s, InstrLayouts[Opcode.SEND](ins).length, 0))]
+
+        # --- LOAD descriptors: one per packet -------------------------------------------------------
+        n = Signal(LENGTH_BITS)
+        m.d.comb += n.eq(Mux(remaining > self.max_payload, self.max_payload, remaining))
+        d = self.load.payload
+        m.d.comb += [d.addr.eq(addr), d.length.eq(n), d.buffer.eq(buf), raw(d.dir).eq(DmaDir.LOAD), d.tag.eq(0),
+                     lens.w_data.eq(n)]
+        m.d.comb += self.load.valid.eq(active & is_send & (remaining != 0) & self.running & lens.w_rdy)
+        with m.If(self.load.valid & self.load.ready):
+            m.d.comb += lens.w_en.eq(1)
+            m.d.sync += [addr.eq(addr + n), remaining.eq(remaining - n),
+                         buf.eq(Mux(buf == cfg.buffers - 1, 0, buf + 1))]
+
+        # --- Meta for a loaded packet (or a header-only one), or a drop mark after a stop ---------
+        # Driven by one assignment (partly driven vectors become `always @*` blocks Icarus never runs).
+        m.d.comb += self.meta.payload.eq(meta_word(
+            stage=Mux(is_send, raw(send.stage), Stage.CONTROL), op=Mux(is_send, raw(send.mop), Op.CREDIT),
+            collective=Mux(is_send, raw(send.collective), Collective.UNICAST),
+            reduce_op=Mux(is_send, raw(send.reduce_op), ReduceOp.NONE), src=self.node_id,
+            dst=Mux(is_send, send.dst, credit.dst), route_id=Mux(is_send, send.route_id, credit.route_id),
+            kv_id=Mux(is_send, send.tag, credit.sem), length=Mux(is_send & (send.length != 0), lens.r_data, 0),
+            seq=Mux(is_send, send.seq, credit.count)))
+        header_only = active & (~is_send | (send.length == 0)) & ~header_only_sent
+        with_payload = loaded != 0
+        m.d.comb += self.meta.valid.eq(self.running & (header_only | with_payload))
+        m.d.comb += marks.w_data.eq(1)
+        loaded_dec = Signal()
+        with m.If(self.meta.valid & self.meta.ready):
+            with m.If(header_only):
+                m.d.sync += header_only_sent.eq(1)
+            with m.Else():
+                m.d.comb += [lens.r_en.eq(1), marks.w_en.eq(1), loaded_dec.eq(1), self.bytes.eq(lens.r_data)]
+        with m.If(~self.running & with_payload):
+            m.d.comb += [lens.r_en.eq(1), marks.w_data.eq(0), marks.w_en.eq(1), loaded_dec.eq(1)]
+        m.d.sync += loaded.eq(loaded + self.load_done - loaded_dec)
+
+        # --- payload: pass (or drop) each loaded packet per its mark; anything while idle ----------
+        own = (lens.level != 0) | (marks.level != 0) | active
+        pass_all = ~own & ~self.running
+        i, o = self.payload_in, self.payload_out
+        go = marks.r_rdy | pass_all
+        keep = Mux(marks.r_rdy, marks.r_data[0], 1)
+        m.d.comb += [o.tdata.eq(i.tdata), o.tkeep.eq(i.tkeep), o.tlast.eq(i.tlast),
+                     o.tvalid.eq(i.tvalid & go & keep),
+                     i.tready.eq(go & (o.tready | ~keep))]
+        with m.If(i.tvalid & i.tready & i.tlast & marks.r_rdy):
+            m.d.comb += marks.r_en.eq(1)
+
+        # --- completion -------------------------------------------------------------------------
+        finished = active & self.running & (remaining == 0) & (loaded == 0) & (lens.level == 0) & \
+            (marks.level == 0) & Mux(is_send & (send.length != 0), 1, header_only_sent)
+        with m.If(finished):
+            m.d.comb += self.done.eq(1)
+            m.d.sync += active.eq(0)
+        with m.If(~self.running & (lens.level == 0) & (marks.level == 0) & (loaded == 0)):
+            m.d.sync += active.eq(0)
+        m.d.comb += [
+            self.busy.eq(own | (loaded != 0)),
+            self.stall.eq(active & ((self.load.valid & ~self.load.ready) | (self.meta.valid & ~self.meta.ready))),
+        ]
+        return m
+
+
+class PacketMux(wiring.Component):
+    """Two AXI-Stream packet sources -> one output, switching only between packets; ``a``
+    (the RX engine's credits) goes first when both have a packet waiting, so a credit waits
+    for at most the packet that is already leaving ``b`` (the packetizer)."""
+
+    def __init__(self, data_width: int):
+        axis = AXIStreamSignature(data_width)
+        super().__init__({"a": In(axis), "b": In(axis), "o": Out(axis)})
+
+    def elaborate(self, platform):
+        m = Module()
+        locked, sel_b = Signal(), Signal()
+        cur_b = Signal()
+        m.d.comb += cur_b.eq(Mux(locked, sel_b, ~self.a.tvalid))
+        src_valid = Mux(cur_b, self.b.tvalid, self.a.tvalid)
+        m.d.comb += [
+            self.o.tvalid.eq(src_valid),
+            self.o.tdata.eq(Mux(cur_b, self.b.tdata, self.a.tdata)),
+            self.o.tkeep.eq(Mux(cur_b, self.b.tkeep, self.a.tkeep)),
+            self.o.tlast.eq(Mux(cur_b, self.b.tlast, self.a.tlast)),
+            self.a.tready.eq(~cur_b & self.o.tready),
+            self.b.tready.eq(cur_b & self.o.tready),
+        ]
+        # Hold the choice from the first cycle a packet is offered until its last beat is taken.
+        with m.If(self.o.tvalid):
+            with m.If(self.o.tready & self.o.tlast):
+                m.d.sync += locked.eq(0)
+            with m.Else():
+                m.d.sync += [locked.eq(1), sel_b.eq(cur_b)]
+        return m
+
+
+# === RX engine =================================================================================
+# RX engine: RECV posting, the receive table, and the packets the NIC delivers to this node.
+#
+# *Posting*: a RECV takes a free receive-table entry {tag, address, length, done semaphore}
+# (none free: it waits, ``slot_wait``) and, with ``credit``, queues a CREDIT packet for the
+# sender on its own path to the NIC (``credit``: it never waits behind a SEND's data).
+#
+# *Delivered packets* (``i``: the NIC's local output, header first), one at a time:
+#
+# * control ops: CREDIT adds ``seq`` to ``sem[kv_id]`` (``credit_inc``); KV_DRAIN /
+#   KV_INVALIDATE set directory entry ``kv_id`` to DRAINING / INVALID (``dir_wr``).  A control
+#   packet with a payload or an id out of range, and a header-only packet of any other op, is
+#   dropped and counted (RX_BAD_CONTROL).
+# * data, while a program runs: matched by ``kv_id`` against the posted tags; the payload is
+#   written by the DMA writer at the entry's address + the bytes already assigned
+#   (``store`` descriptor, beats on ``o``); when the writer has acknowledged ``length`` bytes
+#   the entry is freed and ``sem[done_sem]`` incremented (``done_inc``).  More bytes than the
+#   entry still expects: dropped, RX_OVERFLOW.  No matching entry: the packet waits (a RECV
+#   may be posted meanwhile) for ``rx_wait`` cycles, then it is dropped, RX_UNEXPECTED.
+# * data, while no program runs (the PS's debug path): the packet takes the next STORE
+#   descriptor of ``ps_store`` (its completion leaves on ``ps_done`` + ``ps_done_tag``); one
+#   longer than the descriptor is dropped (RX_OVERFLOW), one that finds none within
+#   ``rx_wait`` cycles is dropped (RX_UNEXPECTED).
+#
+# ``clear`` (a program starts) empties the receive table.
+
+#: Directory ids the DIR instruction and the control packets can name.
+DIR_BLOCK_BITS = LAYOUTS[Opcode.DIR]["block"].width
+
+
+class DirWriteSignature(wiring.Signature):
+    """A replica-directory write, from the writer's side: ``en``, ``block``, ``state``."""
+
+    def __init__(self):
+        super().__init__({"en": Out(1), "block": Out(DIR_BLOCK_BITS), "state": Out(REPLICA_STATE_BITS)})
+
+    def __eq__(self, other):
+        return isinstance(other, DirWriteSignature)
+
+    def __hash__(self):
+        return hash(type(self))
+
+    def __repr__(self):
+        return "DirWriteSignature()"
+
+
+class RxEngine(wiring.Component):
+    """See the module text.  Other ports: ``errors`` (strobes per ErrorCause), ``busy`` (a
+    packet or a DDR write in flight, or a credit queued), ``posted`` (table entries in use),
+    ``bytes`` (payload bytes acknowledged this cycle), ``rx_packet`` (a header arrived),
+    ``cur_pc`` (the RECV whose payload is being written), ``running``, ``rx_wait``,
+    ``node_id``, ``clear``."""
+
+    def __init__(self, config: NodeConfig = NodeConfig(), outstanding: int = 4):
+        self.config, self.slots, self.outstanding = config, config.rx_slots, outstanding
+        super().__init__({
+            "instr": In(stream.Signature(IssueLayout)),
+            "i": In(AXIStreamSignature(config.data_width)),
+            "store": Out(stream.Signature(DmaDescriptorLayout)),
+            "o": Out(AXIStreamSignature(config.data_width)),
+            "store_done": In(1),
+            "ps_store": In(stream.Signature(DmaDescriptorLayout)),
+            "ps_done": Out(1), "ps_done_tag": Out(DMA_TAG_BITS),
+            "credit": Out(stream.Signature(MetaLayout)),
+            "done_inc": Out(SemEventSignature(1)),
+            "credit_inc": Out(SemEventSignature(16)),
+            "dir_wr": Out(DirWriteSignature()),
+            "errors": Out(len(ErrorCause)),
+            "running": In(1), "rx_wait": In(32), "node_id": In(NODE_BITS), "clear": In(1),
+            "busy": Out(1), "posted": Out(8), "slot_wait": Out(1), "bytes": Out(LENGTH_BITS),
+            "rx_packet": Out(1), "cur_pc": Out(PC_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, S = self.config, self.slots
+        m.submodules.deser = deser = HeaderDeserializer(cfg.data_width)
+        wiring.connect(m, wiring.flipped(self.i), deser.i)
+
+        # --- the receive table ------------------------------------------------------------------
+        entry = data.StructLayout({"tag": KV_ID_BITS, "base": DMA_ADDR_BITS, "length": LENGTH_BITS,
+                                   "issued": LENGTH_BITS, "acked": LENGTH_BITS, "done_sem": 5, "pc": PC_BITS})
+        table = [Signal(entry, name=f"entry{i}") for i in range(S)]
+        valid = Signal(S)
+        m.d.comb += self.posted.eq(sum(valid[i] for i in range(S)))
+
+        # --- posting ----------------------------------------------------------------------------
+        m.submodules.credits = credits = fifo.SyncFIFOBuffered(width=MetaLayout.size, depth=4)
+        free = ~valid
+        free_any = free.any()
+        free_idx = Signal(range(max(S, 2)))
+        for i in reversed(range(S)):
+            with m.If(free[i]):
+                m.d.comb += free_idx.eq(i)
+        recv = InstrLayouts[Opcode.RECV](self.instr.payload.word)
+        wants_credit = recv.credit
+        m.d.comb += self.instr.ready.eq(self.running & free_any & (~wants_credit | credits.w_rdy))
+        m.d.comb += self.slot_wait.eq(self.instr.valid & self.running & ~free_any)
+        post = Signal()
+        m.d.comb += post.eq(self.instr.valid & self.instr.ready)
+        m.d.comb += [credits.w_data.eq(meta_word(stage=Stage.CONTROL, op=Op.CREDIT, collective=Collective.UNICAST,
+                                                 reduce_op=ReduceOp.NONE, src=self.node_id, dst=recv.credit_dst,
+                                                 route_id=recv.credit_route, kv_id=recv.credit_sem, seq=1)),
+                     credits.w_en.eq(post & wants_credit)]
+        m.d.comb += [self.credit.valid.eq(credits.r_rdy), self.credit.payload.eq(credits.r_data),
+                     credits.r_en.eq(self.credit.ready)]
+
+        # --- outstanding DMA writes: {slot, length, ps, tag}, in order -----------------------------
+        out_layout = data.StructLayout({"slot": range(max(S, 2)), "length": LENGTH_BITS, "ps": 1,
+                                        "tag": DMA_TAG_BITS})
+        m.submodules.outs = outs = fifo.SyncFIFOBuffered(width=out_layout.size, depth=self.outstanding)
+        head = Signal(out_layout)
+        m.d.comb += head.eq(outs.r_data)
+
+        # --- packets ------------------------------------------------------------------------------
+        hm = Signal(MetaLayout)
+        has_payload, bad = Signal(), Signal()
+        match = Signal(S)
+        timer = Signal(32)
+        slot = Signal(range(max(S, 2)))
+        sel = Signal(entry)
+        for i in range(S):
+            with m.If(slot == i):
+                m.d.comb += sel.eq(table[i])
+        store_d = Signal(DmaDescriptorLayout)
+        store_ps, store_tag = Signal(), Signal(DMA_TAG_BITS)
+        # One whole signal per cause (a partly driven vector becomes an `always @*` Icarus never runs).
+        strobe = {c: Signal(name=f"err_{c.name.lower()}")
+                  for c in (ErrorCause.RX_BAD_CONTROL, ErrorCause.RX_OVERFLOW, ErrorCause.RX_UNEXPECTED)}
+        m.d.comb += self.errors.eq(sum(sig << int(c) for c, sig in strobe.items()))
+        err = strobe
+        op = raw(hm.op)
+        is_control = (op == Op.CREDIT) | (op == Op.KV_DRAIN) | (op == Op.KV_INVALIDATE)
+        cur_pc = Signal(PC_BITS)
+        m.d.comb += self.cur_pc.eq(cur_pc)
+        assign = Signal()            # a packet's bytes were assigned to slot `slot`
+
+        out_entry = Signal(out_layout)
+        m.d.comb += [out_entry.slot.eq(slot), out_entry.length.eq(store_d.length), out_entry.ps.eq(store_ps),
+                     out_entry.tag.eq(store_tag)]
+        m.d.comb += [self.store.payload.eq(store_d), outs.w_data.eq(out_entry)]
+        ps = self.ps_store.payload
+        with m.FSM(name="packet") as fsm:
+            with m.State("HEADER"):
+                m.d.comb += deser.meta.ready.eq(1)
+                with m.If(deser.meta.valid):
+                    p = deser.meta.payload
+                    m.d.comb += self.rx_packet.eq(1)
+                    m.d.sync += [hm.eq(p.meta), has_payload.eq(p.has_payload), bad.eq(p.truncated | p.malformed),
+                                 timer.eq(0)]
+                    m.next = "LOOKUP"
+            with m.State("LOOKUP"):
+                m.d.sync += [match.eq(Cat(*(valid[i] & (table[i].tag == hm.kv_id) for i in range(S)))),
+                             timer.eq(timer + 1)]
+                m.next = "DECIDE"
+            with m.State("DECIDE"):
+                first = Signal(range(max(S, 2)))
+                for i in reversed(range(S)):
+                    with m.If(match[i]):
+                        m.d.comb += first.eq(i)
+                drop = Signal()
+                with m.If(bad):
+                    m.d.comb += drop.eq(1)
+                with m.Elif(is_control):
+                    with m.If(has_payload | (hm.length != 0)):
+                        m.d.comb += [err[ErrorCause.RX_BAD_CONTROL].eq(1), drop.eq(1)]
+                    with m.Elif(op == Op.CREDIT):
+                        with m.If(hm.kv_id < cfg.num_sems):
+                            m.d.comb += [self.credit_inc.valid.eq(1), self.credit_inc.sem.eq(hm.kv_id),
+                                         self.credit_inc.amount.eq(hm.seq)]
+                        with m.Else():
+                            m.d.comb += err[ErrorCause.RX_BAD_CONTROL].eq(1)
+                    with m.Else():
+                        with m.If(hm.kv_id < (1 << DIR_BLOCK_BITS)):
+                            m.d.comb += [self.dir_wr.en.eq(1), self.dir_wr.block.eq(hm.kv_id),
+                                         self.dir_wr.state.eq(Mux(op == Op.KV_DRAIN, int(ReplicaState.DRAINING),
+                                                                  int(ReplicaState.INVALID)))]
+                        with m.Else():
+                            m.d.comb += err[ErrorCause.RX_BAD_CONTROL].eq(1)
+                    m.next = "HEADER"
+                with m.Elif(~has_payload):
+                    m.d.comb += [err[ErrorCause.RX_BAD_CONTROL].eq(1), drop.eq(1)]
+                with m.Elif(~outs.w_rdy):
+                    m.next = "LOOKUP"              # wait for room to track the write
+                with m.Elif(self.running):
+                    with m.If(match.any()):
+                        m.d.sync += slot.eq(first)
+                        m.next = "CHECK"
+                    with m.Elif(timer >= self.rx_wait):
+                        m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
+                    with m.Else():
+                        m.next = "LOOKUP"
+                with m.Else():
+                    with m.If(self.ps_store.valid):
+                        with m.If(hm.length > ps.length):
+                            m.d.comb += [err[ErrorCause.RX_OVERFLOW].eq(1), drop.eq(1)]
+                        with m.Else():
+                            m.d.comb += self.ps_store.ready.eq(1)
+                            m.d.sync += [store_d.addr.eq(ps.addr), store_d.length.eq(hm.length),
+                                         raw(store_d.dir).eq(DmaDir.STORE), store_d.buffer.eq(0),
+                                         store_d.tag.eq(ps.tag), store_tag.eq(ps.tag), store_ps.eq(1)]
+                            m.next = "STORE"
+                    with m.Elif(timer >= self.rx_wait):
+                        m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
+                    with m.Else():
+                        m.next = "LOOKUP"
+                with m.If(drop):
+                    with m.If(has_payload):
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.next = "HEADER"
+            with m.State("CHECK"):
+                # the matched entry: does the packet fit what it still expects?
+                with m.If(sel.issued + hm.length > sel.length):
+                    m.d.comb += err[ErrorCause.RX_OVERFLOW].eq(1)
+                    m.next = "DRAIN"
+                with m.Else():
+                    m.d.comb += assign.eq(1)
+                    m.d.sync += [store_d.addr.eq(sel.base + sel.issued), store_d.length.eq(hm.length),
+                                 raw(store_d.dir).eq(DmaDir.STORE), store_d.buffer.eq(0), store_d.tag.eq(0),
+                                 store_tag.eq(0), store_ps.eq(0), cur_pc.eq(sel.pc)]
+                    m.next = "STORE"
+            with m.State("STORE"):
+                m.d.comb += self.store.valid.eq(1)
+                with m.If(self.store.ready):
+                    m.d.comb += outs.w_en.eq(1)
+                    m.next = "FORWARD"
+            with m.State("FORWARD"):
+                b = deser.o
+                m.d.comb += [self.o.tdata.eq(b.tdata), self.o.tkeep.eq(b.tkeep), self.o.tlast.eq(b.tlast),
+                             self.o.tvalid.eq(b.tvalid), b.tready.eq(self.o.tready)]
+                with m.If(b.tvalid & b.tready & b.tlast):
+                    m.next = "HEADER"
+            with m.State("DRAIN"):
+                m.d.comb += deser.o.tready.eq(1)
+                with m.If(deser.o.tvalid & deser.o.tlast):
+                    m.next = "HEADER"
+
+        # --- completions of the writer, in order ---------------------------------------------------
+        complete = Signal()
+        m.d.comb += [outs.r_en.eq(self.store_done)]
+        with m.If(self.store_done & head.ps):
+            m.d.comb += [self.ps_done.eq(1), self.ps_done_tag.eq(head.tag)]
+        with m.If(self.store_done & ~head.ps):
+            m.d.comb += [complete.eq(1), self.bytes.eq(head.length)]
+
+        # --- table updates (post, assign, acknowledge) ---------------------------------------------
+        done_sem = Signal(5)
+        for i in range(S):
+            e = table[i]
+            with m.If(post & (free_idx == i)):
+                m.d.sync += [valid[i].eq(1), e.tag.eq(recv.tag), e.base.eq(recv.ddr * DDR_ALIGN),
+                             e.length.eq(recv.length), e.issued.eq(0), e.acked.eq(0), e.done_sem.eq(recv.done_sem),
+                             e.pc.eq(self.instr.payload.pc)]
+            with m.If(assign & (slot == i)):
+                m.d.sync += e.issued.eq(e.issued + hm.length)
+            with m.If(complete & (head.slot == i)):
+                acked = e.acked + head.length
+                m.d.sync += e.acked.eq(acked)
+                with m.If(acked == e.length):
+                    m.d.sync += valid[i].eq(0)
+                    m.d.comb += [self.done_inc.valid.eq(1), done_sem.eq(e.done_sem)]
+        m.d.comb += [self.done_inc.sem.eq(done_sem), self.done_inc.amount.eq(1)]
+        with m.If(self.clear):
+            m.d.sync += valid.eq(0)
+
+        in_packet = Signal()
+        m.d.comb += in_packet.eq(~fsm.ongoing("HEADER") | deser.meta.valid)
+        m.d.comb += self.busy.eq(in_packet | outs.r_rdy | (outs.level != 0) | (credits.level != 0))
+        return m
+
+
+# === sequencer registers =======================================================================
+# The sequencer's registers (the ``SEQ_WINDOW`` of ``mcf.spec.regmap``), behind the register
+# block's ``RegisterBusSignature`` port.
+#
+# Like ``ControlRegisters`` the table is walked, not written out: RW registers are storage
+# (masked by their fields, byte strobes honoured), SEQ_CONTROL's fields are one-cycle pulses,
+# and every RO register has a source below (a missing one is an elaboration error).  Reads
+# answer one cycle after ``r_en``; SEM_DATA, DIR_DATA and PERF_LO / PERF_HI read what their
+# index register selects (DIR_DATA through the execute unit's directory read port; PERF_LO
+# snapshots the high half for PERF_HI).
+
+class DirReadSignature(wiring.Signature):
+    """A replica-directory read, from the reader's side: ``en`` + ``block``, ``state`` the
+    cycle after."""
+
+    def __init__(self, block_bits: int = 16):
+        self.block_bits = block_bits
+        super().__init__({"en": Out(1), "block": Out(block_bits), "state": In(REPLICA_STATE_BITS)})
+
+    def __eq__(self, other):
+        return isinstance(other, DirReadSignature) and other.block_bits == self.block_bits
+
+    def __hash__(self):
+        return hash((type(self), self.block_bits))
+
+    def __repr__(self):
+        return f"DirReadSignature({self.block_bits})"
+
+
+def seq_registers():
+    return [r for r in REGISTERS if r.offset in SEQ_WINDOW]
+
+
+class SeqRegisters(wiring.Component):
+    def __init__(self, config: NodeConfig = NodeConfig(), has_exec: bool = True):
+        self.config = config
+        self.caps = REGISTERS["SEQ_CAPS"].encode(
+            num_sems=config.num_sems, rx_slots=config.rx_slots,
+            queue_log2=config.seq_queue_depth.bit_length() - 1, hp_ports=config.hp_ports,
+            max_payload_log2=config.max_payload.bit_length() - 1, exec=int(has_exec))
+        super().__init__({
+            "bus": In(RegisterBusSignature()),
+            # configuration out
+            "prog_base": Out(DMA_ADDR_BITS), "prog_count": Out(PC_BITS),
+            "fault_mask": Out(32), "watchdog": Out(32), "rx_wait": Out(32),
+            "start": Out(1), "abort": Out(1),
+            "sem_index": Out(SEM_BITS), "perf_index": Out(8),
+            "dir_rd": Out(DirReadSignature()),
+            # status in
+            "running": In(1), "done": In(1), "fault": In(1), "idle": In(1), "start_pending": In(1),
+            "fault_cause": In(FAULT_BITS), "pc": In(PC_BITS), "fault_pc": In(PC_BITS),
+            "wait": In(32), "levels": In(32), "sem_value": In(16), "perf_value": In(COUNTER_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+        regs = seq_registers()
+        store = {r.name: Signal(DATA_BITS, init=r.reset, name=f"r_{r.name.lower()}")
+                 for r in regs if r.access is Access.RW}
+
+        def fld(name, field):
+            f = REGISTERS[name].field(field)
+            return store[name][f.lsb:f.lsb + f.width]
+
+        # --- writes -----------------------------------------------------------------------------
+        mask = Signal(DATA_BITS)
+        m.d.comb += mask.eq(Cat(*(bus.w_strb[i].replicate(8) for i in range(DATA_BITS // 8))))
+        with m.If(bus.w_en):
+            with m.Switch(bus.w_addr):
+                for r in regs:
+                    with m.Case(r.offset >> 2):
+                        if r.access is Access.RW:
+                            s = store[r.name]
+                            m.d.sync += s.eq(((s & ~mask) | (bus.w_data & mask)) & r.mask)
+                        elif r.name == "SEQ_CONTROL":
+                            c = REGISTERS["SEQ_CONTROL"]
+                            m.d.comb += [self.start.eq(bus.w_data[c.field("start").lsb]),
+                                         self.abort.eq(bus.w_data[c.field("abort").lsb])]
+                        elif r.access is not Access.RO:
+                            raise NotImplementedError(f"register {r.name} ({r.access.value}) has no action")
+        m.d.comb += [
+            self.prog_base.eq(Cat(store["PROG_BASE_LO"], fld("PROG_BASE_HI", "addr_hi"))),
+            self.prog_count.eq(fld("PROG_COUNT", "count")),
+            self.fault_mask.eq(store["FAULT_MASK"]), self.watchdog.eq(store["WATCHDOG"]),
+            self.rx_wait.eq(store["RX_WAIT"]),
+            self.sem_index.eq(fld("SEM_INDEX", "index")), self.perf_index.eq(fld("PERF_INDEX", "index")),
+            self.dir_rd.block.eq(fld("DIR_INDEX", "index")),
+        ]
+
+        # --- read sources -------------------------------------------------------------------------
+        def compose(name, **values):
+            word = Signal(DATA_BITS, name=f"{name.lower()}_word")
+            m.d.comb += word.eq(register_word(REGISTERS[name], **values))
+            return word
+
+        hi = Signal(32)
+        ro = {
+            "SEQ_CAPS": Const(self.caps, DATA_BITS),
+            "SEQ_STATUS": compose("SEQ_STATUS", running=self.running, done=self.done, fault=self.fault,
+                                  idle=self.idle, start_pending=self.start_pending, fault_cause=self.fault_cause),
+            "SEQ_PC": compose("SEQ_PC", pc=self.pc),
+            "SEQ_FAULT_PC": compose("SEQ_FAULT_PC", pc=self.fault_pc),
+            "SEQ_WAIT": self.wait, "SEQ_LEVELS": self.levels,
+            "SEM_DATA": compose("SEM_DATA", value=self.sem_value),
+            "DIR_DATA": compose("DIR_DATA", state=self.dir_rd.state),
+            "PERF_LO": self.perf_value[:32], "PERF_HI": hi,
+        }
+        for r in regs:
+            if r.access is Access.RO and r.name not in ro:
+                raise NotImplementedError(f"register {r.name} (RO) has no source in SeqRegisters")
+
+        # DIR_DATA: the directory answers the cycle after en.
+        m.d.comb += self.dir_rd.en.eq(bus.r_en)
+        r_pending = Signal()
+        r_addr = Signal(len(bus.r_addr))
+        m.d.sync += r_pending.eq(bus.r_en)
+        with m.If(bus.r_en):
+            m.d.sync += r_addr.eq(bus.r_addr)
+        m.d.comb += bus.r_valid.eq(r_pending)
+        with m.Switch(r_addr):
+            for r in regs:
+                with m.Case(r.offset >> 2):
+                    if r.access is Access.RO:
+                        m.d.comb += bus.r_data.eq(ro[r.name])
+                    elif r.name in store:
+                        m.d.comb += bus.r_data.eq(store[r.name])
+        with m.If(r_pending & (r_addr == REGISTERS["PERF_LO"].offset >> 2)):
+            m.d.sync += hi.eq(self.perf_value[32:])
+        return m
+
+
+# === the node ====================================================================================
 #: The node's own DDR clients, on HP port 0 (the execute unit's follow).
 FETCH, LOADER, WRITER = 0, 1, 2
 

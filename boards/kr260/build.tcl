@@ -109,9 +109,10 @@ set_property -dict [list CONFIG.CONST_VAL {0} CONFIG.CONST_WIDTH {1}] $fan_on
 connect_bd_net [get_bd_pins fan_on/dout] [get_bd_ports fan_en_b]
 
 # Network ports: looped back (single-board bring-up: every packet a node sends on port p comes
-# back on port p) or, for port 0, the SFP+ cage through eth.tcl (issue 16's open PCS/MAC and
-# the GTH wizard; `mcf board build --network sfp` writes it).  eth.tcl defines
-# mcf_eth_connect {tx rx}, which wires node/$tx and node/$rx to the cage.
+# back on port p) or, for port 0, the SFP+ cage through eth.tcl (issue 16: an EthNode's GT link
+# and the GTH wizard; `mcf board build --network sfp` writes it).  eth.tcl defines
+# mcf_eth_connect {tx rx}, which wires node/$tx and node/$rx towards the cage, and may define
+# mcf_eth_top {wrapper}, which adds an RTL top around the block design and returns its name.
 set first 1
 foreach link $mcf_net_links {
   lassign $link tx rx
@@ -142,7 +143,12 @@ save_bd_design
 # --- implementation and the timing gate --------------------------------------------------------
 set wrapper [make_wrapper -files [get_files $bd.bd] -top]
 add_files -norecurse $wrapper
-set_property top ${bd}_wrapper [current_fileset]
+# The device top is the block design's wrapper, unless eth.tcl puts RTL around it (the SFP+ cage's
+# transceiver cannot live inside the block design: mcf_eth_top returns an RTL top that holds the
+# wrapper and the GT).
+set top ${bd}_wrapper
+if {[llength [info procs mcf_eth_top]]} { set top [mcf_eth_top $top] }
+set_property top $top [current_fileset]
 update_compile_order -fileset sources_1
 
 mcf_step "synthesis, placement and routing ($mcf_jobs jobs)"

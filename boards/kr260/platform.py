@@ -49,9 +49,11 @@ PINS: tuple[Pin, ...] = (
     Pin("sfp_refclk_p", "Y6", "", "in", "som240_2_c3", "MGTREFCLK0P_224, 156.25 MHz from U90",
         kind="gt_refclk"),
     Pin("sfp_refclk_n", "Y5", "", "in", "som240_2_c4", "MGTREFCLK0N_224", kind="gt_refclk"),
-    Pin("sfp_rx_p", "T2", "", "in", "som240_2_b1", "MGTHRXP2_224 (GTH_DP2_C2M_P)", kind="gt_channel"),
+    Pin("sfp_rx_p", "T2", "", "in", "som240_2_b1", "MGTHRXP2_224 (GTH_DP2_C2M_P), GTHE4_CHANNEL_X0Y6",
+        kind="gt_channel"),
     Pin("sfp_rx_n", "T1", "", "in", "som240_2_b2", "MGTHRXN2_224", kind="gt_channel"),
-    Pin("sfp_tx_p", "R4", "", "out", "som240_2_b5", "MGTHTXP2_224 (GTH_DP2_M2C_P)", kind="gt_channel"),
+    Pin("sfp_tx_p", "R4", "", "out", "som240_2_b5", "MGTHTXP2_224 (GTH_DP2_M2C_P), GTHE4_CHANNEL_X0Y6",
+        kind="gt_channel"),
     Pin("sfp_tx_n", "R3", "", "out", "som240_2_b6", "MGTHTXN2_224", kind="gt_channel"),
     Pin("sfp_tx_disable", "Y10", "LVCMOS33", "out", "som240_2_a47", "HDB19, SFP+ TX_DISABLE, bank 43",
         note="driven low: transmitter on"),
@@ -63,9 +65,17 @@ PINS: tuple[Pin, ...] = (
     Pin("sfp_i2c_sda", "AC11", "LVCMOS33", "inout", "som240_2_b50", "HDB17, SFP+ module I2C SDA, bank 43"),
 )
 PIN = {p.port: p for p in PINS}
-#: The GTH channel wired to the SFP+ cage (quad 224, lane 2) and its reference clock.
-SFP_GT_CHANNEL = "GTHE4_CHANNEL_X1Y12"
-SFP_GT_COMMON = "GTHE4_COMMON_X1Y3"
+#: The GTH channel wired to the SFP+ cage and its reference clock.  The K26 (SFVC784) has one
+#: GTH quad, bank 224 = GTHE4_COMMON_X0Y1 with channels X0Y4..X0Y7 (RX P pins Y2/V2/T2/P2, TX P
+#: pins W4/U4/R4/N4 for lanes 0..3, per the part's BSDL package mapping); the cage's T2/R4 pair is
+#: lane 2, GTHE4_CHANNEL_X0Y6, and its 156.25 MHz reference MGTREFCLK0 of the same quad (Y6/Y5).
+#: Public KR260 designs that use the cage's lane agree (a KR260 White Rabbit reference design
+#: configures the transceiver wizard with CHANNEL_ENABLE X0Y6).  The earlier X1Y12 (quad
+#: numbering of a larger part) does not exist on the K26.
+SFP_GT_SITE = "X0Y6"                       # the transceiver wizard's name for the channel
+SFP_GT_CHANNEL = f"GTHE4_CHANNEL_{SFP_GT_SITE}"
+SFP_GT_COMMON = "GTHE4_COMMON_X0Y1"
+SFP_GT_REFCLK = "clk0"                     # MGTREFCLK0 of quad 224 (the wizard's REFCLK_SOURCE)
 SFP_REFCLK_HZ = 156_250_000
 
 #: Board-level ports each network mode creates (the XDC constrains exactly these).
@@ -101,7 +111,11 @@ def xdc(network: str) -> str:
     if "sfp_refclk_p" in ports:
         lines += ["", f"# SFP+ reference clock ({SFP_REFCLK_HZ / 1e6:g} MHz) and the GTH lane of the cage.",
                   f"create_clock -period {1e9 / SFP_REFCLK_HZ:.3f} -name sfp_refclk [get_ports sfp_refclk_p]",
-                  f"set_property LOC {SFP_GT_CHANNEL} [get_cells -hierarchical -filter {{REF_NAME == GTHE4_CHANNEL}}]"]
+                  f"set_property LOC {SFP_GT_CHANNEL} [get_cells -hierarchical -filter {{REF_NAME == GTHE4_CHANNEL}}]",
+                  "", "# The GT's user clocks (TX, and RX recovered from the peer) derive from sfp_refclk and are",
+                  "# unrelated to the node clock (the PS's pl_clk0): the 10GBASE-R port crosses between them only",
+                  "# through gray-coded pointers and two-flop synchronizers (hw/eth/cdc.py; ASYNC_REG in mcf_node.v).",
+                  "set_clock_groups -asynchronous -group [get_clocks -include_generated_clocks sfp_refclk]"]
     return "\n".join(lines) + "\n"
 
 

@@ -19,10 +19,15 @@ do not depend on Vivado's result:
 ``mcf.hwh`` (PYNQ), ``mcf.bit.bin`` (xmutil / fpgautil) and ``mcf.xsa``, and stops without a
 bitstream when the routed design misses timing (WNS or WHS < 0; ``timing.rpt``).
 
-``--network sfp`` puts network port 0 on the SFP+ cage through the open 10GBASE-R PCS/MAC and
-``gtwizard_ultrascale`` of issue 16: that piece plugs in as the module ``ETH_PROVIDER``
-(``write(out, tx, rx) -> [files]`` writing ``eth.tcl``, which build.tcl sources).  Until it
-exists, ``--network sfp`` stops with a one-line error naming it.
+``--network sfp`` puts the node's network link on the SFP+ cage through the module
+``ETH_PROVIDER`` (``write(out, tx, rx) -> [files]`` writing ``eth.tcl``, which build.tcl
+sources and whose ``mcf_eth_connect tx rx`` wires the link in the block design, and whose optional
+``mcf_eth_top wrapper`` returns an RTL device top around the block design; an optional
+``check(tx, rx)`` refuses a link before anything is written).  The provider is ``eth10g`` (issue 16): the top is an
+``EthNode`` (our 10GBASE-R PCS/MAC inside the node, behind its registers), its link the GT-facing
+data ``gt_tx``/``gt_rx``, and ``gtwizard_ultrascale`` the transceiver.  The wrapper passes the
+top's extra clock domains (``DOMAINS``: the GT's TX and RX user clocks) through as clock and
+reset pins, so the block design must drive them.
 """
 from __future__ import annotations
 
@@ -102,6 +107,18 @@ def wrapper_verilog(component: wiring.Component, inner: str = "mcf_node",
         "  input wire aresetn,",
     ]
     conns = ["    .clk(aclk),", "    .rst(~aresetn),"]
+    # Further clock domains of the top (an EthNode's eth_tx / eth_rx: the GT's user clocks),
+    # passed through as a clock and an active-high reset each (Amaranth names them <d>_clk/_rst).
+    for d in getattr(component, "DOMAINS", ()):
+        decls += [
+            f'  (* X_INTERFACE_INFO = "xilinx.com:signal:clock:1.0 {d}_clk CLK" *)',
+            f'  (* X_INTERFACE_PARAMETER = "ASSOCIATED_RESET {d}_rst" *)',
+            f"  input wire {d}_clk,",
+            f'  (* X_INTERFACE_INFO = "xilinx.com:signal:reset:1.0 {d}_rst RST" *)',
+            '  (* X_INTERFACE_PARAMETER = "POLARITY ACTIVE_HIGH" *)',
+            f"  input wire {d}_rst,",
+        ]
+        conns += [f"    .{d}_clk({d}_clk),", f"    .{d}_rst({d}_rst),"]
     for p in ports:
         outer = f"{p.bus}_{p.signal}" if p.bus else p.signal
         rng = f"[{p.width - 1}:0] " if p.width > 1 else ""
@@ -124,7 +141,9 @@ def wrapper_verilog(component: wiring.Component, inner: str = "mcf_node",
 #: Data width of the PS's M_AXI_HPM0_FPD (the register path: narrow is enough).
 HPM0_DATA_WIDTH = 32
 #: The module that provides the SFP+ port (issue 16): ``write(out, tx, rx) -> list[Path]``.
-ETH_PROVIDER = "mcf.boards.kr260.eth"
+ETH_PROVIDER = "mcf.boards.kr260.eth10g"
+#: A top's GT-facing network link (an EthNode: raw 64-bit transceiver data, no AXI-Stream).
+GT_LINK = ("gt_tx", "gt_rx")
 
 
 @dataclass
@@ -203,9 +222,8 @@ def _eth_provider(provider):
     try:
         return importlib.import_module(ETH_PROVIDER)
     except ImportError:
-        raise ValueError(f"--network sfp needs the open 10GBASE-R PCS/MAC and GTH wiring of issue 16 "
-                         f"(module {ETH_PROVIDER}), which this tree does not have yet; "
-                         f"build with --network loopback") from None
+        raise ValueError(f"--network sfp needs the 10GBASE-R provider module {ETH_PROVIDER}, "
+                         f"which this installation lacks; build with --network loopback") from None
 
 
 def write_project(component: wiring.Component, options: BuildOptions, eth_provider=None) -> dict[str, Path]:
@@ -215,14 +233,22 @@ def write_project(component: wiring.Component, options: BuildOptions, eth_provid
     options.check()
     provider = _eth_provider(eth_provider) if options.network == "sfp" else None
     out = Path(options.out)
-    out.mkdir(parents=True, exist_ok=True)
     ports = ports_of(component)
     # Network links: every AXI-Stream transmit interface with its receive twin (tx_0/rx_0).
     axis_buses = {p.bus for p in ports if p.kind == "axis"}
     links = [(tx, tx.replace("tx", "rx")) for tx in sorted(axis_buses)
              if "tx" in tx and tx.replace("tx", "rx") in axis_buses]
+    names = {p.name: p.direction for p in ports}
+    if names.get(GT_LINK[0]) == "output" and names.get(GT_LINK[1]) == "input":
+        if options.network != "sfp":
+            raise ValueError(f"the top's network port is a GT link ({'/'.join(GT_LINK)}: an EthNode), which "
+                             f"only the SFP+ cage can carry: build it with --network sfp")
+        links.insert(0, GT_LINK)
     if options.network == "sfp" and not links:
-        raise ValueError("--network sfp: the node has no network port (tx_*/rx_*) to put on the SFP+ cage")
+        raise ValueError("--network sfp: the node has no network port (tx_*/rx_* or gt_tx/gt_rx) "
+                         "to put on the SFP+ cage")
+    if provider is not None and hasattr(provider, "check"):
+        provider.check(*links[0])
     axi_masters = sorted({p.bus for p in ports if p.kind == "aximm" and p.bus.startswith("m_")})
     widths = {p.width for p in ports if p.kind == "aximm" and p.bus in axi_masters and p.signal == "wdata"}
     widths |= {p.width for p in ports if p.kind == "aximm" and p.bus in axi_masters and p.signal == "rdata"}
@@ -231,6 +257,7 @@ def write_project(component: wiring.Component, options: BuildOptions, eth_provid
     hp_width = widths.pop() if widths else 128
     _afi_width_code(hp_width)
     has_irq = any(p.signal == "irq" for p in ports)
+    out.mkdir(parents=True, exist_ok=True)
     clock_hz = int(options.pl_clock_hz)
     div0, div1 = ps_clock_divisor(clock_hz)
     files = {
@@ -243,7 +270,9 @@ def write_project(component: wiring.Component, options: BuildOptions, eth_provid
         "dtbo": out / f"{DESIGN}.dtbo",
         "shell": out / "shell.json",
     }
-    files["node"].write_text(verilog.convert(component, name="mcf_node"))
+    # With the platform, Amaranth's synchronizers carry ASYNC_REG (and mark their first stage),
+    # as Vivado needs for the clock-domain crossings of an EthNode.
+    files["node"].write_text(verilog.convert(component, name="mcf_node", platform=platform.KR260Platform()))
     files["wrapper"].write_text(wrapper_verilog(component))
     files["params"].write_text("\n".join([
         "# Generated by `mcf board build`: parameters of build.tcl.",

@@ -13,13 +13,16 @@ def register(sub) -> None:
 
     b = bsub.add_parser("build", help="generate the Vivado project and build mcf.bit / .hwh",
                         description="Write build/kr260/{mcf_node.v, mcf_node_top.v, params.tcl, "
-                                    "build.tcl} and run `vivado -mode batch -source build.tcl`.")
+                                    "build.tcl, kr260.xdc, the overlay} (with --network sfp also eth.tcl, "
+                                    "eth10g.tcl, mcf_eth10g_gt.v, mcf_top.v) and run "
+                                    "`vivado -mode batch -source build.tcl`.")
     b.add_argument("--out", default="build/kr260", help="output folder (default: %(default)s)")
-    b.add_argument("--block", default="node", help="registered top block (default: %(default)s)")
+    b.add_argument("--block", default=None,
+                   help="registered top block (default: node, or eth_node with --network sfp)")
     b.add_argument("-p", "--param", action="append", metavar="KEY=VALUE", help="block parameter override")
     b.add_argument("--network", choices=["loopback", "sfp"], default="loopback",
-                   help="network ports looped back (bring-up) or port 0 on the SFP+ cage "
-                        "(needs issue 16's open 10GBASE-R PCS/MAC)")
+                   help="network ports looped back (bring-up), or the node's 10GBASE-R port "
+                        "(eth_node: our PCS/MAC + the GTH transceiver wizard) on the SFP+ cage")
     b.add_argument("--jobs", type=int, default=4, help="Vivado jobs (default: %(default)s)")
     b.add_argument("--vivado", help="path to the vivado executable (default: from PATH)")
     b.add_argument("--dry-run", action="store_true", help="write the project files, do not run Vivado")
@@ -40,6 +43,9 @@ def register(sub) -> None:
     _board_args(d)
     d.add_argument("--interval", type=float, default=0.5,
                    help="seconds to count clock cycles over (default: %(default)s)")
+    d.add_argument("--sfp", action="store_true",
+                   help="the design was built with --network sfp: also check the 10GBASE-R link "
+                        "(ETH_STATUS: module present, signal, no TX fault, block lock, link up)")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=run_doctor)
 
@@ -145,8 +151,15 @@ def run_doctor(args) -> int:
     caps = drv.read_fields("CAPS")
     errors = {c.name: v for c, v in drv.read_errors().items() if v}
     report("links", not errors, f"{caps['net_ports']} network port(s), "
-           + (f"errors counted: {errors}" if errors else "no error counted")
-           + "; SFP+ link status arrives with the 10GBASE-R port (issue 16)")
+           + (f"errors counted: {errors}" if errors else "no error counted"))
+    if args.sfp:
+        from mcf.spec.regmap import LinkStatus
+        status = drv.link_status()
+        flags = [s.name.lower() for s in LinkStatus if status[s]]
+        report("sfp", status[LinkStatus.LINK_UP],
+               "ETH_STATUS: " + (", ".join(flags) if flags else "nothing set (no block lock)")
+               + ("" if status[LinkStatus.LINK_UP] else
+                  ": check the module, the fibre/cable and the peer (docs/eth.md)"))
     return finish()
 
 
@@ -168,7 +181,8 @@ def run_build(args) -> int:
         if exe is None:
             raise OSError("vivado not found on PATH (or --vivado); `mcf board build --dry-run` writes the "
                           "project for a machine with Vivado, see docs/board.md")
-    info = registry.get(args.block)
+    block = args.block or ("eth_node" if args.network == "sfp" else "node")
+    info = registry.get(block)
     component = info.build(**registry.parse_params(args.param, info))
     files = vivado.write_project(component, vivado.BuildOptions(out=Path(args.out), network=args.network,
                                                                 jobs=args.jobs))

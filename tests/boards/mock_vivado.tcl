@@ -15,6 +15,18 @@
 #   no constraint on a port that does not exist; write_bitstream only after the script read
 #   the routed design's setup and hold slack.  MOCK_WNS / MOCK_WHS set that slack.
 #
+# * create_ip (IP cores instantiated in RTL, here the transceiver wizard gtwizard_ultrascale):
+#   its CONFIG properties and their values (names from public scripts and the wizard's example
+#   designs), the ports of the generated core under that configuration (it may not sit in a
+#   block-design module reference: UG994); every instance of the
+#   core in an added Verilog file names only ports the core has and drives every input; the
+#   K26's GTH sites (one quad, bank 224: X0Y4..X0Y7) with their package pins, so the channel
+#   the wizard is configured for, the XDC's LOC and the PACKAGE_PINs of the GT ports must agree.
+# * Clock and reset nets: a clock input is driven by a clock output or clock port (stated
+#   FREQ_HZ equal on both ends), a reset input by a reset output or port of the same polarity.
+# * The device top: the block design's wrapper (written with the board ports as its ports), or
+#   an RTL top that instantiates it; its instances name existing ports and drive every input;
+#   its ports are what the XDC must place.
 # Every call is logged to calls.log (one line each).  Other knobs: MOCK_NO_BOARD_FILES,
 # MOCK_NO_CARRIER (board store empty), MOCK_PS_PLL_MHZ (the preset's IOPLL, default 1499.985).
 set mock_log [open calls.log w]
@@ -43,6 +55,8 @@ set ::top {}
 set ::routed 0
 set ::slack_read [dict create]
 set ::bitstream 0
+set ::port_info [dict create]  ;# board port -> dict {type clk/rst/data width N props {...}}
+set ::ips [dict create]        ;# create_ip module name -> dict {name ... config {...} generated 0/1}
 
 # --- IP definitions ----------------------------------------------------------------------------
 # pins: name {dir type enable}; type clk / rst / data; enable is an expression over [cfg NAME].
@@ -112,6 +126,23 @@ dict set ::ipdb xilinx.com:ip:xlconstant {
   readonly {}
 }
 
+# Reset polarity of the IP pins that make or take resets (modules state theirs in the Verilog).
+set ::ip_polarity {
+  xilinx.com:ip:zynq_ultra_ps_e/pl_resetn0 ACTIVE_LOW
+  xilinx.com:ip:proc_sys_reset/ext_reset_in ACTIVE_LOW
+  xilinx.com:ip:proc_sys_reset/peripheral_aresetn ACTIVE_LOW
+  xilinx.com:ip:smartconnect/aresetn ACTIVE_LOW
+}
+proc pin_polarity {cell pin} {
+  set v [dict get $::cells $cell]
+  if {[string match module:* $v]} {
+    set info [pin_info $cell $pin]
+    return [expr {[llength $info] > 4 ? [lindex $info 4] : ""}]
+  }
+  if {[dict exists $::ip_polarity $v/$pin]} { return [dict get $::ip_polarity $v/$pin] }
+  return ""
+}
+
 proc cfg {name} { return [dict get $::config $::cur_cell $name] }
 proc cell_def {cell} {
   set v [dict get $::cells $cell]
@@ -149,7 +180,7 @@ proc read_module {file} {
       set info [list $cls $kind $bus $sig]; continue
     }
     if {[regexp {X_INTERFACE_PARAMETER = "([^"]*)"} $line -> p]} { set param $p; continue }
-    if {[regexp {^\s*(input|output) wire (\[\d+:0\] )?(\w+)} $line -> dir rng port]} {
+    if {[regexp {^\s*(input|output)\s+wire\s+(\[\d+:0\]\s*)?(\w+)} $line -> dir rng port]} {
       set d [expr {$dir eq "input" ? "I" : "O"}]
       if {$info ne "" && [lindex $info 0] eq "interface"} {
         lassign $info cls kind bus sig
@@ -163,7 +194,9 @@ proc read_module {file} {
         regexp {FREQ_HZ (\d+)} $param -> freq
         dict set pins $port [list $d clk 1 $freq]
       } elseif {$info ne "" && [lindex $info 1] eq "reset"} {
-        dict set pins $port [list $d rst 1]
+        set pol ACTIVE_LOW
+        regexp {POLARITY (\w+)} $param -> pol
+        dict set pins $port [list $d rst 1 {} $pol]
       } else {
         dict set pins $port [list $d data 1]
       }
@@ -200,6 +233,8 @@ proc set_property {args} {
   } else {
     set pairs [lrange $args 0 1]; set obj [lindex $args 2]
   }
+  if {[string match ip:* $obj]} { ip_set_property [string range $obj 3 end] $pairs; return }
+  if {[string match port:* $obj]} { port_set_property [string range $obj 5 end] $pairs; return }
   if {[string match cell:* $obj]} {
     set cell [string range $obj 5 end]
     set d [cell_def $cell]
@@ -274,6 +309,14 @@ proc create_bd_cell {args} {
   } elseif {$type eq "module"} {
     set ref [lindex $args [expr {[lsearch $args -reference] + 1}]]
     if {![dict exists $::modules $ref]} { fail "module reference $ref: no such module among the added sources" }
+    # UG994 (XCI inferencing): a module reference may hold IP that supports it; the transceiver
+    # wizard does not ("gtwizard" is on the list of cores that cannot be inferred in one).
+    set text [source_text $ref]
+    dict for {mod ip} $::ips {
+      if {[regexp "\\m$mod\\s+\\w+\\s*\\(" $text]} {
+        fail "\[filemgmt 56-181\] Reference '$ref' contains sub-design file '$mod.xci'. This sub-design is not allowed in the reference due to following reason(s): The xilinx.com:ip:[dict get $ip name] core does not support module reference."
+      }
+    }
     dict set ::cells $name module:$ref
     dict set ::config $name {}
   } else { fail "create_bd_cell -type $type" }
@@ -337,7 +380,37 @@ proc create_bd_port {args} {
   set dir [lindex $args [expr {[lsearch $args -dir] + 1}]]
   if {$dir ni {I O IO}} { fail "create_bd_port -dir $dir" }
   if {[dict exists $::ports $name]} { fail "port $name exists" }
+  set type data; set width 1
+  if {[lsearch $args -type] >= 0} {
+    set type [lindex $args [expr {[lsearch $args -type] + 1}]]
+    if {$type ni {clk rst data intr ce undef}} { fail "create_bd_port -type $type" }
+  }
+  if {[lsearch $args -from] >= 0} {
+    set width [expr {[lindex $args [expr {[lsearch $args -from] + 1}]] - [lindex $args [expr {[lsearch $args -to] + 1}]] + 1}]
+  }
   dict set ::ports $name $dir
+  dict set ::port_info $name [dict create type $type width $width props [dict create]]
+}
+# Properties a board port of each type takes (as the block design's clock and reset checks read them).
+set ::port_props {clk {FREQ_HZ ASSOCIATED_RESET ASSOCIATED_BUSIF PHASE} rst {POLARITY}}
+proc port_set_property {port pairs} {
+  set type [dict get $::port_info $port type]
+  foreach {k v} $pairs {
+    set name [string range $k 7 end]
+    if {![string match CONFIG.* $k] || ![dict exists $::port_props $type] || $name ni [dict get $::port_props $type]} {
+      fail "set_property $k on board port $port (type $type): no such property"
+    }
+    if {$name eq "FREQ_HZ" && ![string is integer -strict $v]} { fail "CONFIG.FREQ_HZ = $v of $port: a whole number of Hz" }
+    if {$name eq "POLARITY" && $v ni {ACTIVE_LOW ACTIVE_HIGH}} { fail "CONFIG.POLARITY = $v of $port" }
+    if {$name eq "ASSOCIATED_RESET" && (![dict exists $::port_info $v] || [dict get $::port_info $v type] ne "rst")} {
+      fail "CONFIG.ASSOCIATED_RESET of $port: $v is not a reset port"
+    }
+    dict set ::port_info $port props $name $v
+  }
+}
+proc port_prop {port name default} {
+  if {[dict exists $::port_info $port props $name]} { return [dict get $::port_info $port props $name] }
+  return $default
 }
 proc create_bd_intf_port {args} {
   mock create_bd_intf_port {*}$args
@@ -443,6 +516,52 @@ proc validate_bd_design {} {
       if {![dict exists $::intf_peer intfport:$port]} { fail "board interface port $port not connected" }
     } elseif {![dict exists $::net_of port:$port]} { fail "board port $port not connected" }
   }
+  # Clock and reset nets: a clock input hangs on a clock output (FREQ_HZ equal where both state
+  # one), a reset input on a reset output of the same polarity.
+  dict for {id members} $::nets {
+    set drv {}
+    foreach ep $members { if {[endpoint_dir $ep] eq "drv"} { set drv $ep } }
+    # the driver as {name dir type enable freq polarity}: a cell pin, or an input board port
+    if {[string match pin:* $drv]} {
+      lassign [split [string range $drv 4 end] /] dcell dpin
+      set dinfo [pin_info $dcell $dpin]
+      set dpol [pin_polarity $dcell $dpin]
+    } else {
+      set dcell port; set dpin [string range $drv 5 end]
+      set dinfo [list I [dict get $::port_info $dpin type] 1 [port_prop $dpin FREQ_HZ ""]]
+      set dpol [port_prop $dpin POLARITY ACTIVE_LOW]
+    }
+    foreach ep $members {
+      if {$ep eq $drv} continue
+      if {[string match port:* $ep]} {
+        # an output board port of type clk / rst must be driven by one
+        set pname [string range $ep 5 end]
+        set ptype [dict get $::port_info $pname type]
+        if {$ptype in {clk rst} && [lindex $dinfo 1] ne $ptype} {
+          fail "board port $pname (type $ptype) is driven by /$dcell/$dpin, which is not a [expr {$ptype eq "clk" ? "clock" : "reset"}]"
+        }
+        if {$ptype eq "rst" && $dpol ne [port_prop $pname POLARITY ACTIVE_LOW]} {
+          fail "board port $pname ([port_prop $pname POLARITY ACTIVE_LOW]) is driven by /$dcell/$dpin ($dpol): polarity differs"
+        }
+        continue
+      }
+      lassign [split [string range $ep 4 end] /] cell pin
+      set info [pin_info $cell $pin]
+      set type [lindex $info 1]
+      if {$type eq "clk" && [lindex $dinfo 1] ne "clk"} {
+        fail "\[BD 41-759\] clock pin /$cell/$pin is driven by /$dcell/$dpin, which is not a clock"
+      }
+      if {$type eq "clk" && [llength $info] > 3 && [llength $dinfo] > 3 && [lindex $info 3] ne "" && [lindex $dinfo 3] ne ""
+          && abs([lindex $info 3] - [lindex $dinfo 3]) > 1} {
+        fail "\[BD 41-238\] Port/Pin property FREQ_HZ does not match between /$cell/${pin}([lindex $info 3]) and /$dcell/${dpin}([lindex $dinfo 3])"
+      }
+      if {$type eq "rst"} {
+        if {[lindex $dinfo 1] ne "rst"} { fail "reset pin /$cell/$pin is driven by /$dcell/$dpin, which is not a reset" }
+        set a [pin_polarity $cell $pin]; set b $dpol
+        if {$a ne "" && $b ne "" && $a ne $b} { fail "reset pin /$cell/$pin ($a) is driven by /$dcell/$dpin ($b): polarity differs" }
+      }
+    }
+  }
   # Clock frequencies: every net driven by pl_clk0 runs at the PS's actual rate.
   if {[dict exists $::net_of pin:ps/pl_clk0]} {
     set hz [expr {round([ps_act_mhz ps] * 1e6)}]
@@ -462,31 +581,222 @@ proc make_wrapper {args} {
   mock make_wrapper {*}$args
   if {!$::validated} { fail "make_wrapper before validate_bd_design" }
   set ::wrapper ${::bd}_wrapper.v
-  set fh [open $::wrapper w]; puts $fh "module ${::bd}_wrapper (); endmodule"; close $fh
+  # the wrapper's ports are the block design's board ports, as Vivado's make_wrapper writes them
+  set decls {}
+  dict for {port dir} $::ports {
+    if {[string match intf:* $dir]} continue
+    set w [dict get $::port_info $port width]
+    lappend decls "  [expr {$dir eq "I" ? "input" : "output"}] wire [expr {$w > 1 ? "\[[expr {$w - 1}]:0\] " : ""}]$port"
+  }
+  set fh [open $::wrapper w]; puts $fh "module ${::bd}_wrapper (\n[join $decls ",\n"]\n);\nendmodule"; close $fh
   return $::wrapper
+}
+
+# --- IP cores created with create_ip and instantiated in RTL -----------------------------------
+# The K26's GTH channels (one quad, bank 224 = GTHE4_COMMON_X0Y1) and their package pins
+# {RXP RXN TXP TXN}, from the part's package mapping; MGTREFCLK0 of the quad is Y6/Y5.
+set ::k26_gth {X0Y4 {Y2 Y1 W4 W3} X0Y5 {V2 V1 U4 U3} X0Y6 {T2 T1 R4 R3} X0Y7 {P2 P1 N4 N3}}
+set ::k26_gth_refclk {clk0 {Y6 Y5}}
+# gtwizard_ultrascale: CONFIG property -> check (an enumeration, a number range, or a rule below).
+set ::gtwiz_props {
+  PRESET {enum {GTH-10GBASE-R GTH-10GBASE-KR GTH-Gigabit_Ethernet GTH-Aurora_8B10B GTH-Aurora_64B66B}}
+  GT_TYPE {enum GTH}
+  CHANNEL_ENABLE {sites}
+  TX_MASTER_CHANNEL {site} RX_MASTER_CHANNEL {site}
+  TX_LINE_RATE {range 0.5 16.375} RX_LINE_RATE {range 0.5 16.375}
+  TX_PLL_TYPE {enum {CPLL QPLL0 QPLL1}} RX_PLL_TYPE {enum {CPLL QPLL0 QPLL1}}
+  TX_REFCLK_FREQUENCY {range 60 820} RX_REFCLK_FREQUENCY {range 60 820}
+  TX_REFCLK_SOURCE {refclks} RX_REFCLK_SOURCE {refclks}
+  TX_DATA_ENCODING {enum {RAW 8B10B 64B66B 64B66B_ASYNC 64B67B 64B67B_ASYNC 128B130B}}
+  RX_DATA_DECODING {enum {RAW 8B10B 64B66B 64B66B_ASYNC 64B67B 64B67B_ASYNC 128B130B}}
+  TX_USER_DATA_WIDTH {enum {16 20 32 40 64 80 128 160}} RX_USER_DATA_WIDTH {enum {16 20 32 40 64 80 128 160}}
+  TX_INT_DATA_WIDTH {enum {16 20 32 40 64 80}} RX_INT_DATA_WIDTH {enum {16 20 32 40 64 80}}
+  TX_BUFFER_MODE {enum {0 1}} RX_BUFFER_MODE {enum {0 1}}
+  FREERUN_FREQUENCY {range 1 500}
+  LOCATE_TX_USER_CLOCKING {enum {CORE EXAMPLE_DESIGN}} LOCATE_RX_USER_CLOCKING {enum {CORE EXAMPLE_DESIGN}}
+  LOCATE_RESET_CONTROLLER {enum {CORE EXAMPLE_DESIGN}} LOCATE_COMMON {enum {CORE EXAMPLE_DESIGN}}
+  ENABLE_OPTIONAL_PORTS {optional}
+}
+set ::gtwiz_optional {rxpolarity_in txpolarity_in loopback_in qpll0lock_out rxgearboxslip_in}
+set ::gtwiz_defaults {
+  PRESET {} GT_TYPE GTH CHANNEL_ENABLE X0Y4 TX_MASTER_CHANNEL X0Y4 RX_MASTER_CHANNEL X0Y4
+  TX_LINE_RATE 10.3125 RX_LINE_RATE 10.3125 TX_PLL_TYPE QPLL0 RX_PLL_TYPE QPLL0
+  TX_REFCLK_FREQUENCY 156.25 RX_REFCLK_FREQUENCY 156.25 TX_REFCLK_SOURCE {} RX_REFCLK_SOURCE {}
+  TX_DATA_ENCODING RAW RX_DATA_DECODING RAW TX_USER_DATA_WIDTH 32 RX_USER_DATA_WIDTH 32
+  TX_INT_DATA_WIDTH 32 RX_INT_DATA_WIDTH 32 TX_BUFFER_MODE 1 RX_BUFFER_MODE 1 FREERUN_FREQUENCY 125
+  LOCATE_TX_USER_CLOCKING CORE LOCATE_RX_USER_CLOCKING CORE LOCATE_RESET_CONTROLLER CORE
+  LOCATE_COMMON CORE ENABLE_OPTIONAL_PORTS {}
+}
+
+proc create_ip {args} {
+  mock create_ip {*}$args
+  set name [lindex $args [expr {[lsearch $args -name] + 1}]]
+  set mod [lindex $args [expr {[lsearch $args -module_name] + 1}]]
+  if {$name ne "gtwizard_ultrascale"} { fail "create_ip -name $name: no IP definition this flow knows" }
+  if {[lsearch $args -vendor] < 0 || [lindex $args [expr {[lsearch $args -vendor] + 1}]] ne "xilinx.com"} {
+    fail "create_ip $name: vendor must be xilinx.com"
+  }
+  if {[dict exists $::ips $mod]} { fail "create_ip: module $mod exists" }
+  dict set ::ips $mod [dict create name $name config $::gtwiz_defaults generated 0]
+}
+proc get_ips {name} {
+  if {![dict exists $::ips $name]} { fail "get_ips $name: no such IP in the project" }
+  return ip:$name
+}
+proc gtwiz_check {mod name v} {
+  if {![dict exists $::gtwiz_props $name]} { fail "IP $mod (gtwizard_ultrascale) has no property CONFIG.$name" }
+  lassign [dict get $::gtwiz_props $name] kind a b
+  switch -- $kind {
+    enum { if {$v ni $a} { fail "CONFIG.$name = $v of $mod: one of $a" } }
+    range {
+      if {![string is double -strict $v] || $v < $a || $v > $b} { fail "CONFIG.$name = $v of $mod: a number in \[$a, $b\]" }
+    }
+    sites {
+      if {[llength $v] == 0} { fail "CONFIG.$name of $mod: no channel" }
+      foreach site $v { if {![dict exists $::k26_gth $site]} { fail "CONFIG.$name = $v of $mod: $site is not a GTH channel of the K26 ([dict keys $::k26_gth])" } }
+    }
+    site { if {![dict exists $::k26_gth $v]} { fail "CONFIG.$name = $v of $mod: not a GTH channel of the K26" } }
+    refclks {
+      foreach {site clk} $v {
+        if {![dict exists $::k26_gth $site] || $clk ni {clk0 clk1}} { fail "CONFIG.$name = $v of $mod: pairs of channel and clk0/clk1" }
+      }
+    }
+    optional { foreach p $v { if {$p ni $::gtwiz_optional} { fail "CONFIG.$name of $mod: no optional port $p" } } }
+  }
+}
+proc ip_set_property {mod pairs} {
+  foreach {k v} $pairs {
+    if {![string match -nocase CONFIG.* $k]} { fail "set_property $k on IP $mod: only CONFIG.* properties here" }
+    set name [string toupper [string range $k 7 end]]
+    gtwiz_check $mod $name $v
+    dict set ::ips $mod config $name $v
+    dict set ::ips $mod generated 0
+  }
+}
+proc ipcfg {mod name} { return [dict get $::ips $mod config $name] }
+proc generate_target {what ip} {
+  mock generate_target $what $ip
+  if {![string match ip:* $ip]} { fail "generate_target $what $ip: not an IP" }
+  set mod [string range $ip 3 end]
+  set c [dict get $::ips $mod config]
+  set sites [dict get $c CHANNEL_ENABLE]
+  foreach d {TX RX} {
+    if {[dict get $c ${d}_MASTER_CHANNEL] ni $sites} { fail "$mod: ${d}_MASTER_CHANNEL [dict get $c ${d}_MASTER_CHANNEL] is not an enabled channel ($sites)" }
+    set src [dict get $c ${d}_REFCLK_SOURCE]
+    foreach site $sites {
+      if {[lsearch -exact [dict keys $src] $site] < 0} { fail "$mod: ${d}_REFCLK_SOURCE names no reference clock for channel $site" }
+    }
+    set u [dict get $c ${d}_USER_DATA_WIDTH]; set i [dict get $c ${d}_INT_DATA_WIDTH]
+    if {$u != $i && $u != 2 * $i} { fail "$mod: ${d}_USER_DATA_WIDTH $u with ${d}_INT_DATA_WIDTH $i (user = internal or twice it)" }
+  }
+  dict set ::ips $mod generated 1
+}
+# The ports of the generated core: name -> {dir type width}.
+proc gtwiz_ports {mod} {
+  set c [dict get $::ips $mod config]
+  set n [llength [dict get $c CHANNEL_ENABLE]]
+  set p [dict create \
+    gtwiz_userdata_tx_in [list I data [expr {[dict get $c TX_USER_DATA_WIDTH] * $n}]] \
+    gtwiz_userdata_rx_out [list O data [expr {[dict get $c RX_USER_DATA_WIDTH] * $n}]] \
+    gthrxn_in [list I data $n] gthrxp_in [list I data $n] gthtxn_out [list O data $n] gthtxp_out [list O data $n] \
+    gtpowergood_out [list O data $n] rxpmaresetdone_out [list O data $n] txpmaresetdone_out [list O data $n]]
+  set plls [lsort -unique [list [dict get $c TX_PLL_TYPE] [dict get $c RX_PLL_TYPE]]]
+  foreach pll $plls {
+    if {$pll eq "CPLL"} { dict set p gtrefclk0_in [list I clk $n]; continue }
+    set q [string index $pll end]
+    if {[dict get $c LOCATE_COMMON] eq "CORE"} {
+      dict set p gtrefclk${q}0_in [list I clk 1]
+      dict set p qpll${q}outclk_out [list O data 1]
+      dict set p qpll${q}outrefclk_out [list O data 1]
+    } else {
+      dict set p qpll${q}clk_in [list I clk $n]
+      dict set p qpll${q}refclk_in [list I clk $n]
+    }
+  }
+  foreach d {tx rx} D {TX RX} {
+    if {[dict get $c LOCATE_${D}_USER_CLOCKING] eq "CORE"} {
+      dict set p gtwiz_userclk_${d}_reset_in [list I rst 1]
+      foreach o {srcclk usrclk usrclk2} { dict set p gtwiz_userclk_${d}_${o}_out [list O clk 1] }
+      dict set p gtwiz_userclk_${d}_active_out [list O data 1]
+    } else {
+      dict set p gtwiz_userclk_${d}_active_in [list I data 1]
+      dict set p ${d}usrclk_in [list I clk $n]
+      dict set p ${d}usrclk2_in [list I clk $n]
+      dict set p ${d}outclk_out [list O clk $n]
+    }
+  }
+  if {[dict get $c LOCATE_RESET_CONTROLLER] eq "CORE"} {
+    dict set p gtwiz_reset_clk_freerun_in [list I clk 1]
+    foreach r {all tx_pll_and_datapath tx_datapath rx_pll_and_datapath rx_datapath} { dict set p gtwiz_reset_${r}_in [list I rst 1] }
+    foreach o {rx_cdr_stable tx_done rx_done} { dict set p gtwiz_reset_${o}_out [list O data 1] }
+  } else {
+    foreach r {gttxreset gtrxreset txuserrdy rxuserrdy} { dict set p ${r}_in [list I rst $n] }
+    foreach o {txresetdone rxresetdone} { dict set p ${o}_out [list O data $n] }
+  }
+  foreach o [dict get $c ENABLE_OPTIONAL_PORTS] {
+    dict set p $o [list [expr {[string match *_in $o] ? "I" : "O"}] data $n]
+  }
+  return $p
+}
+# Every instance of a created IP core in the added Verilog: known ports only, every input driven
+# (clocks by a signal, not a constant).
+proc check_ip_instances {} {
+  set used [dict create]
+  foreach f $::sources {
+    if {[file extension $f] ne ".v"} continue
+    set fh [open $f]; set text [read $fh]; close $fh
+    dict for {mod ip} $::ips {
+      foreach {- inst body} [regexp -all -inline "\\m$mod\\s+(\\w+)\\s*\\((.*?)\\);" $text] {
+        dict set used $mod 1
+        if {![dict get $ip generated]} { fail "IP $mod is instantiated in $f but its output products were not generated (generate_target)" }
+        set ports [gtwiz_ports $mod]
+        set conn [dict create]
+        foreach {- port expr} [regexp -all -inline {\.(\w+)\s*\(([^()]*)\)} $body] {
+          if {![dict exists $ports $port]} { fail "\[Synth 8-448\] named port connection '$port' does not exist for instance '$inst' of module '$mod' ($f)" }
+          dict set conn $port [string trim $expr]
+        }
+        dict for {port info} $ports {
+          lassign $info dir type width
+          if {$dir ne "I"} continue
+          if {![dict exists $conn $port] || [dict get $conn $port] eq ""} { fail "input $port of $inst ($mod) is not driven ($f)" }
+          if {$type eq "clk" && [regexp {^\d*'[bhd]} [dict get $conn $port]]} { fail "clock input $port of $inst ($mod) tied to a constant ($f)" }
+        }
+      }
+    }
+  }
+  dict for {mod ip} $::ips { if {![dict exists $used $mod]} { fail "IP $mod is created but no added source instantiates it" } }
 }
 
 # --- implementation ---------------------------------------------------------------------------
 set ::bank_voltage {C3 1.8 F8 1.8 E8 1.8 A12 3.3 A10 3.3 J12 3.3 W10 3.3 Y10 3.3 Y9 3.3 AB11 3.3 AC11 3.3}
-set ::gt_pins {Y6 Y5 T2 T1 R4 R3}
 proc check_constraints {} {
+  set ::clocks {clk_pl_0}
+  set ::gt_pins [concat {*}[dict values $::k26_gth] {*}[dict values $::k26_gth_refclk]]
   set constrained [dict create]
+  set locs {}
   foreach f $::xdcs {
     set fh [open $f]; set text [read $fh]; close $fh
     foreach line [split $text \n] {
       set line [string trim [lindex [split $line ";"] 0]]
       if {$line eq "" || [string index $line 0] eq "#"} continue
+      if {[regexp {set_property LOC (GTHE4_CHANNEL_(\w+)) .*REF_NAME == GTHE4_CHANNEL} $line -> loc site]} {
+        if {![dict exists $::k26_gth $site]} { fail "\[Vivado 12-1411\] $f: $loc is not a site of the K26" }
+        lappend locs $site
+      }
+      if {[regexp {create_clock .*-name (\w+)} $line -> clk]} { lappend ::clocks $clk }
+      foreach {- clk} [regexp -all -inline {get_clocks (?:-include_generated_clocks )?(\w+)} $line] {
+        if {$clk ni $::clocks} { fail "\[Vivado 12-584\] $f: no clock matched '$clk'" }
+      }
       foreach {- names} [regexp -all -inline {get_ports \{?([\w\s\[\]]+?)\}?\]} $line] {
         foreach p $names {
-          if {![dict exists $::ports $p]} { fail "\[Vivado 12-584\] $f: no port matched '$p'" }
+          if {![dict exists $::dev_ports $p]} { fail "\[Vivado 12-584\] $f: no port matched '$p'" }
           if {[regexp {PACKAGE_PIN (\w+)} $line -> pin]} { dict set constrained $p pin $pin }
           if {[regexp {IOSTANDARD (\w+)} $line -> std]} { dict set constrained $p std $std }
         }
       }
     }
   }
-  dict for {port dir} $::ports {
-    if {[string match intf:* $dir]} continue
+  dict for {port dir} $::dev_ports {
     if {![dict exists $constrained $port pin]} { fail "\[DRC UCIO-1\] port $port has no PACKAGE_PIN" }
     set pin [dict get $constrained $port pin]
     if {$pin in $::gt_pins} continue
@@ -498,10 +808,80 @@ proc check_constraints {} {
       fail "\[DRC BIVC-1\] port $port on $pin: $std in a $v V bank"
     }
   }
+  check_gt_constraints $constrained $locs
+}
+proc check_gt_constraints {constrained locs} {
+  # The transceiver wizard's channels, the XDC's channel LOC and the GT ports' package pins agree.
+  set sites {}; set refs {}
+  dict for {mod ip} $::ips {
+    lappend sites {*}[dict get $ip config CHANNEL_ENABLE]
+    foreach d {TX RX} { foreach {site clk} [dict get $ip config ${d}_REFCLK_SOURCE] { lappend refs $clk } }
+  }
+  foreach site $locs {
+    if {$site ni $sites} { fail "\[Place 30-140\] LOC GTHE4_CHANNEL_$site: the transceiver wizard places its channel on [join $sites { }]" }
+  }
+  set allowed {}
+  foreach site $sites { lappend allowed {*}[dict get $::k26_gth $site] }
+  foreach clk [lsort -unique $refs] {
+    if {![dict exists $::k26_gth_refclk $clk]} { fail "reference clock $clk of quad 224: not one this mock knows (clk0 = Y6/Y5)" }
+    lappend allowed {*}[dict get $::k26_gth_refclk $clk]
+  }
+  dict for {port c} $constrained {
+    if {![dict exists $c pin]} continue
+    set pin [dict get $c pin]
+    if {$pin in $::gt_pins && $pin ni $allowed} {
+      fail "\[DRC\] port $port on transceiver pin $pin: not a pin of the wizard's channel(s) [join $sites { }] or their reference clock"
+    }
+  }
+}
+# Ports of a Verilog-2001 module: name -> {dir width}.
+proc verilog_ports {text name} {
+  if {![regexp "module\\s+$name\\s*\\((.*?)\\);" $text -> header]} { return {} }
+  set ports [dict create]
+  foreach line [split $header \n] {
+    if {[regexp {^\s*(input|output)\s+wire\s+(?:\[(\d+):0\]\s*)?(\w+)} $line -> dir hi port]} {
+      dict set ports $port [list [expr {$dir eq "input" ? "I" : "O"}] [expr {$hi eq "" ? 1 : $hi + 1}]]
+    }
+  }
+  return $ports
+}
+proc source_text {name} {
+  foreach f $::sources {
+    if {[file extension $f] ne ".v"} continue
+    set fh [open $f]; set text [read $fh]; close $fh
+    if {[regexp "module\\s+$name\\s*\\(" $text]} { return $text }
+  }
+  fail "\[Synth 8-439\] module '$name' not found among the added sources"
+}
+# The device top: the block design's wrapper, or an RTL module that instantiates it (and other
+# modules of the sources) naming only ports they have and driving all their inputs.  ::dev_ports
+# are the device's ports, which the constraints must place.
+proc check_top {} {
+  if {$::wrapper ni $::sources} { fail "the block design wrapper is not among the sources" }
+  set wtext [source_text ${::bd}_wrapper]
+  if {$::top eq "${::bd}_wrapper"} { set ::dev_ports [verilog_ports $wtext ${::bd}_wrapper]; return }
+  set text [source_text $::top]
+  set ::dev_ports [verilog_ports $text $::top]
+  if {![regexp "\\m${::bd}_wrapper\\s+\\w+\\s*\\(" $text]} { fail "top $::top does not instantiate the block design (${::bd}_wrapper)" }
+  foreach {- mod inst body} [regexp -all -inline {\m(\w+)\s+(\w+)\s*\((\s*\.[^;]*?)\);} $text] {
+    if {$mod in {module input output wire}} continue
+    set mports [verilog_ports [source_text $mod] $mod]
+    set conn [dict create]
+    foreach {- port expr} [regexp -all -inline {\.(\w+)\s*\(([^()]*)\)} $body] {
+      if {![dict exists $mports $port]} { fail "\[Synth 8-448\] named port connection '$port' does not exist for instance '$inst' of module '$mod' ($::top)" }
+      dict set conn $port [string trim $expr]
+    }
+    dict for {port info} $mports {
+      if {[lindex $info 0] eq "I" && (![dict exists $conn $port] || [dict get $conn $port] eq "")} {
+        fail "input $port of $inst ($mod) is not driven in $::top"
+      }
+      if {[lindex $info 0] eq "O" && ![dict exists $conn $port]} { fail "output $port of $inst ($mod) is left open in $::top" }
+    }
+  }
 }
 proc launch_runs {args} {
   mock launch_runs {*}$args
-  if {$::top ne "${::bd}_wrapper" || $::wrapper ni $::sources} { fail "top is not the block design wrapper" }
+  check_top
   if {[lsearch $args write_bitstream] >= 0} {
     if {!$::routed} { fail "write_bitstream before implementation" }
     foreach s {STATS.WNS STATS.WHS} {
@@ -512,6 +892,7 @@ proc launch_runs {args} {
     set ::bitstream 1
   } else {
     check_constraints
+    check_ip_instances
     file mkdir vivado/mcf_kr260.gen/sources_1/bd/$::bd/hw_handoff
     set fh [open vivado/mcf_kr260.gen/sources_1/bd/$::bd/hw_handoff/$::bd.hwh w]; puts $fh "<hwh/>"; close $fh
     set ::routed 1

@@ -56,7 +56,7 @@ def test_platform_part_and_pin_table():
     # SFP+ TX disable sits in HD bank 43, powered at 3.3 V on the KR260 carrier
     assert (PIN["sfp_tx_disable"].site, PIN["sfp_tx_disable"].iostandard) == ("Y10", "LVCMOS33")
     assert {PIN[n].site for n in ("sfp_refclk_p", "sfp_rx_p", "sfp_tx_p")} == {"Y6", "T2", "R4"}
-    assert platform.SFP_GT_CHANNEL == "GTHE4_CHANNEL_X1Y12"
+    assert (platform.SFP_GT_CHANNEL, platform.SFP_GT_COMMON) == ("GTHE4_CHANNEL_X0Y6", "GTHE4_COMMON_X0Y1")
     for pin in platform.PINS:
         bank = re.search(r"bank (\d+)", pin.signal)
         if pin.kind == "io":
@@ -76,7 +76,7 @@ def test_xdc_constrains_exactly_the_ports_of_a_build(network):
         assert PIN[port].site == site
     if network == "sfp":
         assert "create_clock -period 6.400 -name sfp_refclk [get_ports sfp_refclk_p]" in text
-        assert "set_property LOC GTHE4_CHANNEL_X1Y12" in text
+        assert "set_property LOC GTHE4_CHANNEL_X0Y6" in text
     else:
         assert "sfp" not in text.split("\n", 3)[-1]
 
@@ -253,77 +253,32 @@ def test_strict_mock_checks_constraints(tmp_path):
     assert r.returncode != 0 and "port led1 has no PACKAGE_PIN" in r.stderr
 
 
-# --- --network sfp: the plug-in point for issue 16 -----------------------------------------------
-def test_sfp_without_the_eth_piece_is_one_line(tmp_path):
+# --- --network sfp: the plug-in point (the real provider: tests/boards/test_eth10g.py) ------------
+def test_sfp_without_a_provider_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(vivado, "ETH_PROVIDER", "mcf.boards.kr260.no_such_provider")
     with pytest.raises(ValueError) as e:
         vivado.write_project(FakeNode(), vivado.BuildOptions(out=tmp_path, network="sfp"))
-    assert "issue 16" in str(e.value) and vivado.ETH_PROVIDER in str(e.value) and "\n" not in str(e.value)
+    assert "no_such_provider" in str(e.value) and "\n" not in str(e.value)
 
 
-_ETH_STUB_V = """\
-// Test stand-in for issue 16's PCS/MAC + GTH: the SFP+ ports and a stream loop.
-module eth_stub (
-  (* X_INTERFACE_INFO = "xilinx.com:signal:clock:1.0 aclk CLK" *)
-  (* X_INTERFACE_PARAMETER = "ASSOCIATED_BUSIF s_axis:m_axis" *)
-  input wire aclk,
-  (* X_INTERFACE_INFO = "xilinx.com:signal:reset:1.0 aresetn RST" *)
-  input wire aresetn,
-  (* X_INTERFACE_INFO = "xilinx.com:interface:axis:1.0 s_axis TDATA" *)
-  input wire [63:0] s_axis_tdata,
-  (* X_INTERFACE_INFO = "xilinx.com:interface:axis:1.0 m_axis TDATA" *)
-  output wire [63:0] m_axis_tdata,
-  input wire refclk_p,
-  input wire refclk_n,
-  input wire rx_p,
-  input wire rx_n,
-  output wire tx_p,
-  output wire tx_n,
-  output wire tx_disable,
-  input wire mod_abs,
-  input wire rx_los,
-  input wire tx_fault
-);
-endmodule
-"""
-_ETH_TCL = """\
-proc mcf_eth_connect {tx rx} {
-  add_files -norecurse eth_stub.v
-  create_bd_cell -type module -reference eth_stub eth
-  connect_bd_net [get_bd_pins ps/pl_clk0] [get_bd_pins eth/aclk]
-  connect_bd_net [get_bd_pins rst/peripheral_aresetn] [get_bd_pins eth/aresetn]
-  connect_bd_intf_net [get_bd_intf_pins node/$tx] [get_bd_intf_pins eth/s_axis]
-  connect_bd_intf_net [get_bd_intf_pins eth/m_axis] [get_bd_intf_pins node/$rx]
-  foreach {port pin} {sfp_refclk_p refclk_p sfp_refclk_n refclk_n sfp_rx_p rx_p sfp_rx_n rx_n
-                      sfp_mod_abs mod_abs sfp_rx_los rx_los sfp_tx_fault tx_fault} {
-    create_bd_port -dir I $port
-    connect_bd_net [get_bd_ports $port] [get_bd_pins eth/$pin]
-  }
-  foreach {port pin} {sfp_tx_p tx_p sfp_tx_n tx_n sfp_tx_disable tx_disable} {
-    create_bd_port -dir O $port
-    connect_bd_net [get_bd_pins eth/$pin] [get_bd_ports $port]
-  }
-}
-"""
+def test_sfp_provider_contract(tmp_path):
+    """The flow hands the provider the node's first link, sources its eth.tcl, and refuses a
+    provider that writes none; only port 0 goes to the cage, the others stay looped."""
+    seen = []
 
-
-def _fake_eth():
     def write(out, tx, rx):
-        (Path(out) / "eth_stub.v").write_text(_ETH_STUB_V)
-        (Path(out) / "eth.tcl").write_text(_ETH_TCL)
-        return [Path(out) / "eth_stub.v", Path(out) / "eth.tcl"]
-    return types.SimpleNamespace(write=write)
-
-
-def test_build_tcl_sfp_with_an_eth_provider(tmp_path):
-    out = _project(tmp_path, "sfp", eth_provider=_fake_eth())
-    r = _run_mock(out)
-    assert r.returncode == 0, r.stderr
-    calls = (out / "calls.log").read_text()
-    assert "xxv_ethernet" not in calls and "add_files -fileset constrs_1 -norecurse kr260.xdc" in calls
-    assert "connect_bd_intf_net intf:node/net0_tx intf:eth/s_axis" in calls
-    assert "connect_bd_intf_net intf:node/net1_tx intf:node/net1_rx" in calls  # only port 0 on SFP
-    assert "MCF: network port net0_tx/net0_rx on the SFP+ cage" in r.stdout
-    assert "PACKAGE_PIN Y10 IOSTANDARD LVCMOS33" in (out / "kr260.xdc").read_text()
+        seen.append((tx, rx))
+        (Path(out) / "eth.tcl").write_text("proc mcf_eth_connect {tx rx} {}\n")
+        return [Path(out) / "eth.tcl"]
+    files = vivado.write_project(FakeNode(), vivado.BuildOptions(out=tmp_path / "a", network="sfp"),
+                                 eth_provider=types.SimpleNamespace(write=write))
+    assert seen == [("net0_tx", "net0_rx")] and files["eth0"] == tmp_path / "a" / "eth.tcl"
+    assert "set mcf_net_links {{net0_tx net0_rx} {net1_tx net1_rx}}" in files["params"].read_text()
+    build = files["build"].read_text()
+    assert "source eth.tcl" in build and "mcf_eth_connect $tx $rx" in build
+    with pytest.raises(ValueError, match="did not write eth.tcl"):
+        vivado.write_project(FakeNode(), vivado.BuildOptions(out=tmp_path / "b", network="sfp"),
+                             eth_provider=types.SimpleNamespace(write=lambda out, tx, rx: []))
 
 
 @pytest.mark.parametrize("kw,msg", [({"network": "wifi"}, "network"), ({"jobs": 0}, "jobs"),
@@ -354,14 +309,6 @@ def test_board_build_dry_run_with_the_real_node(tmp_path):
     assert "connect_bd_intf_net intf:node/tx_1 intf:node/rx_1" in calls
     assert "connect_bd_intf_net intf:node/m_axi intf:mem_ic/S00_AXI" in calls
     assert "CONFIG.PSU__SAXIGP2__DATA_WIDTH 64" in calls
-
-
-def test_board_build_sfp_dry_run_is_one_line(tmp_path, capsys):
-    from mcf.sw.cli import main
-    assert main(["board", "build", "--dry-run", "--network", "sfp", "--out", str(tmp_path),
-                 "-p", "data_width=64"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "issue 16" in err and "\n" not in err
 
 
 def test_board_build_without_vivado_is_one_line(tmp_path, capsys, monkeypatch):

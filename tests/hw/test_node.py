@@ -34,6 +34,9 @@ from mcf.sw.driver import NodeFault
 CONFIG = NodeConfig.tiny()
 RAM_BYTES = 1 << 16
 PROG = 0x0000
+#: The PS debug path's bench (and tests/hw/eth/test_eth_node.py): each node's blocks, one slot of
+#: SLOT bytes per kv_id from SRC_BASE; received payloads from DST_BASE in arrival order.
+SRC_BASE, DST_BASE, SLOT = 0x0000, 0x8000, 512
 #: Routes: 1 = node 0 -> node 1, 2 = node 1 -> node 0 (each node: forward on port 0 or deliver).
 ROUTES = [{1: {"port_mask": 1}, 2: {"local": 1}}, {1: {"local": 1}, 2: {"port_mask": 1}}]
 
@@ -291,7 +294,7 @@ async def run_mars_kv_moves(dut):
     programs = lower(pl)
     sends, expect = transfers(programs)
     assert sum(len(v) for v in expect.values()) > 0, "the plan moves no KV: a bench that checks nothing"
-    SRC, DST, SLOT = 0x0000, 0x8000, 512
+    SRC, DST = SRC_BASE, DST_BASE
     nodes = await setup(dut, 3)
     for n in range(2):
         assert len(expect[n]) <= CONFIG.desc_queue_depth, "receiver STOREs must fit the queue up front"
@@ -336,3 +339,84 @@ def test_two_nodes_run_programs(build_dir):
     run_cocotb(LinkedPair(CONFIG), __name__, build_dir,
                testcase=["run_send_recv", "run_faults", "run_mars_kv_moves"],
                params={"seq": 16, "chunk": 4, "budget_tokens": 12})
+
+
+# --- one node runs the tiny model: the runtime's programs on the RTL node ------------------------
+def model_session(factory, prompt_len: int = 4, decode: int = 1):
+    """The PS runtime's session of the tiny model on one node (``mcf.sw.runtime``): MARS plan,
+    lowering, packing; ``factory`` makes its backend."""
+    import numpy as np
+
+    from mcf.sw.golden.weights import random_weights
+    from mcf.sw.models import load_model
+    from mcf.sw.runtime.runtime import Session
+    cfg = load_model("tiny")
+    prompt = [int(t) for t in np.random.default_rng(3).integers(0, cfg.vocab_size, prompt_len)]
+    return Session(cfg, random_weights(cfg, 5), prompt, nodes=1, scheme="mars", decode=decode, group=16,
+                   factory=factory, timeout_s=24 * 3600.0)
+
+
+def model_node_config():
+    """The NodeConfig the runtime asks for (the RTL node of the bench is built from it)."""
+    from mcf.sw.runtime.backend import isa_backend
+    return model_session(isa_backend).node
+
+
+@cocotb.test()
+async def run_tiny_model(dut):
+    """Prefill of 4 prompt tokens and one greedy decode step of the tiny model (2 layers, GQA),
+    lowered by ``mcf.sw.mars.lower`` and driven by the PS runtime through the driver: every
+    step's logits equal the golden fixed-point model's bit for bit, the KV blocks in the node's
+    DDR equal the golden cache, the directory holds the owned block, and the ISA simulator
+    gives the same tokens and logits."""
+    import numpy as np
+
+    from mcf.sim.node_harness import node_backend
+    from mcf.spec import kv
+    from mcf.sw.runtime.backend import isa_backend
+    p = params()
+    dut.rx__0__tvalid.value = 0
+    dut.tx__0__tready.value = 1
+    nodes = await start_nodes(dut, [("s_axil", "m_axi")], p["ram_bytes"], seed=7, pause_p=0.1, poll_cycles=256)
+    factory = node_backend(nodes, CONFIG.clock_hz)
+    s = model_session(factory)
+    assert factory.config == model_node_config(), "the runtime wants another node than the bench built"
+    rep = await s.main()
+    fm, cfg = s.fm, s.model
+    cache = fm.new_cache()
+    want = [fm.forward_x32(s.prompt, cache, logits="last")[0]]
+    for _ in range(s.decode):
+        want.append(fm.forward_x32([int(np.argmax(want[-1]))], cache, logits="last")[0])
+    for k, (st, ref) in enumerate(zip(rep.steps, want)):
+        assert np.array_equal(st.logits, ref), f"step {k} ({st.kind}): logits differ from the golden model"
+    assert rep.tokens == [int(np.argmax(x)) for x in want]
+    pl, lw = s.plan, s.lw
+    assert rep.directory_after_prefill == [list(range(pl.num_chunks))]
+    mem = s.backend.memories[0]
+    starts = np.concatenate([[0], np.cumsum(pl.chunk_tokens)])
+    for b, slot in lw.owned[0]:
+        t = int(pl.chunk_tokens[b])
+        for li in range(cfg.num_layers):
+            raw = mem.fetch(lw.kv_addr(0, slot, li) - lw.bases[0],
+                            kv.block_layer_bytes(t, cfg.head_dim, cfg.num_kv_heads))
+            k4, v4 = kv.unpack_block_layer(raw, t, cfg.head_dim, cfg.num_kv_heads)
+            rows = slice(starts[b], starts[b + 1])
+            for got, ref in ((k4, cache.k[li]), (v4, cache.v[li])):
+                assert all(np.array_equal(g, r[rows]) for g, r in zip(got, ref)), f"KV block {b}, layer {li}"
+    # the ISA simulator runs the same session to the same tokens and logits
+    ref_rep = model_session(isa_backend).run()
+    assert ref_rep.tokens == rep.tokens
+    assert all(np.array_equal(a.logits, b.logits) for a, b in zip(ref_rep.steps, rep.steps))
+    counters = rep.steps[0].counters[0]
+    assert counters["RETIRED_EX"] > 0 and counters["MAC_BEATS"] > 0 and counters["BUSY_GEMM"] > 0
+    cocotb.log.warning(f"tiny model on one RTL node: tokens {rep.tokens}, TTFT {rep.ttft_cycles} cycles, "
+                       f"decode {rep.decode_cycles_per_token} cycles/token")
+
+
+@pytest.mark.cocotb
+def test_one_node_runs_the_tiny_model(build_dir):
+    from mcf.sw.runtime.backend import isa_backend
+    s = model_session(isa_backend)
+    cfg, size = s.node, s.lw.map.size
+    run_cocotb(Node(cfg), __name__, build_dir, testcase="run_tiny_model",
+               params={"ram_bytes": 1 << max(16, (size - 1).bit_length())})

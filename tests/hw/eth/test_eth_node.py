@@ -33,20 +33,19 @@ class EthNodePair(wiring.Component):
     """Node 0 transmits in domain ``lnk0`` (node 1 receives in it), node 1 in ``lnk1``."""
 
     def __init__(self, config: NodeConfig, max_frame: int, ber_window: int):
-        from mcf.hw.axi.full import AXI4Signature
         from mcf.hw.axi.lite import AXI4LiteSignature
+        from mcf.hw.eth.eth_node import EthNode
         from mcf.spec.regmap import ADDR_BITS, DATA_BITS
-        self.config, self.port_args = config, dict(max_frame=max_frame, ber_window=ber_window)
+        self.config = config
+        self.nodes = [EthNode(config, max_frame=max_frame, ber_window=ber_window) for _ in range(2)]
         super().__init__({"axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)).array(2),
-                          "m_axi": Out(AXI4Signature(config.ddr_addr_bits, config.data_width, 1)).array(2)})
+                          "m_axi": Out(self.nodes[0].m_axi.signature).array(2)})
 
     def elaborate(self, platform):
-        from mcf.hw.eth.eth_node import EthNode
         from mcf.sim.eth.link import SerialLink
         m = Module()
         for n in range(2):
-            node = EthNode(self.config, **self.port_args)
-            node = DomainRenamer({"eth_tx": f"lnk{n}", "eth_rx": f"lnk{1 - n}"})(node)
+            node = DomainRenamer({"eth_tx": f"lnk{n}", "eth_rx": f"lnk{1 - n}"})(self.nodes[n])
             m.submodules[f"node{n}"] = node
             wiring.connect(m, wiring.flipped(self.axil[n]), node.s_axil)
             wiring.connect(m, wiring.flipped(self.m_axi[n]), node.m_axi)
@@ -63,7 +62,7 @@ async def run_mars_over_ethernet(dut):
     from mcf.spec import DmaDescriptor, DmaDir, LinkStatus
     from mcf.spec.eth import node_mac
     from mcf.sw.driver import CocotbBackend, Driver
-    from mcf.sw.mars.lower import lower
+    from mcf.sw.mars.metaprog import lower
     from mcf.sw.mars.planner import PlanRequest, plan
     from mcf.sw.mars.profile import load_profile
     from mcf.sw.models import load_model

@@ -111,6 +111,30 @@ def test_doctor_finds_a_wrong_clock_and_link_errors(tmp_path, manager, capsys):
     assert "2 check(s) failed: clock, links" in cap.err
 
 
+def test_doctor_sfp_link(tmp_path, manager, capsys):
+    """--sfp reads ETH_STATUS: link up passes; no module (and so no lock) fails naming it.  The
+    fake's clock stands still (no timing thread: the result does not depend on the machine's
+    load), so the clock check fails beside it."""
+    from mcf.spec.regmap import LinkStatus
+    dev = tmp_path / "mem"
+    node = FakeNode(dev)
+    node.put("ETH_STATUS", (1 << LinkStatus.BLOCK_LOCK) | (1 << LinkStatus.LINK_UP))
+    rc = main(board("doctor", "--sfp", "--interval", "0.05", "--json", dev=dev, mgr=manager("operating")))
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert rc == 2 and out["checks"][-1] == {"check": "sfp", "ok": True,
+                                             "detail": "ETH_STATUS: block_lock, link_up"}, out
+    assert "1 check(s) failed: clock" in cap.err
+    node.put("ETH_STATUS", (1 << LinkStatus.MODULE_ABSENT) | (1 << LinkStatus.RX_LOS))
+    rc = main(board("doctor", "--sfp", "--interval", "0.05", dev=dev, mgr=manager("operating")))
+    cap = capsys.readouterr()
+    line = [l for l in cap.out.splitlines() if " sfp " in l]
+    assert rc == 2 and line[0].startswith("FAIL sfp") and "module_absent, rx_los" in line[0], cap.out
+    assert "2 check(s) failed: clock, sfp" in cap.err
+    rc = main(board("doctor", "--interval", "0.05", dev=dev, mgr=manager("operating")))
+    assert " sfp " not in capsys.readouterr().out        # without --sfp the link is not judged
+
+
 def test_doctor_wrong_design(tmp_path, manager, capsys):
     dev = tmp_path / "mem"
     node = FakeNode(dev)
