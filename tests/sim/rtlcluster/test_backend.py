@@ -67,6 +67,9 @@ def test_cli_refusals_are_one_line(checkpoint, capsys):
 TINY = load_model("tiny")
 TINY_W = random_weights(TINY, 5)
 PROMPT = [int(t) for t in np.random.default_rng(2).integers(0, TINY.vocab_size, 16)]
+#: Bound of a test that may pay the cluster's Verilator build (one per session, ~6 min on an idle
+#: 2-core machine, ~12 min on a loaded one) besides its simulation.
+BUILD_S = 2400
 #: Wall-clock bound of one step (a 2-node prefill simulates in ~30-60 s on a loaded 2-core box).
 STEP_S = 900.0
 
@@ -84,6 +87,7 @@ def _clean(backend):
 
 
 @pytest.mark.cocotb
+@pytest.mark.timeout(BUILD_S)
 @pytest.mark.parametrize("nodes,scheme,chunk,budget_tokens,decode", [
     (2, "mars", 4, 8, 2),
     (4, "mars", 2, 6, 1),
@@ -104,6 +108,7 @@ def test_rtl_cluster_runs_the_tiny_model_bit_exact(rtl_factory, nodes, scheme, c
 
 
 @pytest.mark.cocotb
+@pytest.mark.timeout(BUILD_S)
 def test_mcf_run_rtl_equals_golden_generate(checkpoint, capsys, monkeypatch, verilator_cache):
     """`mcf run --backend rtl --nodes 2` prints the tokens `mcf golden generate --fixed` prints."""
     monkeypatch.setenv("MCF_SIM_CACHE", str(verilator_cache))
@@ -131,6 +136,7 @@ def _first(prog, opcode):
 
 
 @pytest.mark.cocotb
+@pytest.mark.timeout(BUILD_S)
 def test_faults_stop_the_node_and_are_one_line(rtl_factory):
     # an instruction whose DDR range leaves the DMA window: the interconnect's firewall
     s = _session(rtl_factory)
@@ -153,6 +159,7 @@ def test_faults_stop_the_node_and_are_one_line(rtl_factory):
 
 
 @pytest.mark.cocotb
+@pytest.mark.timeout(BUILD_S)
 def test_a_corrupted_packet_is_counted_and_stops_the_receiver(verilator_cache):
     """The switch flips a header bit of node 0's first packet: the receiver's NIC drops and
     counts it (header check), the network fault stops the node, one line names it."""
