@@ -5,3 +5,17 @@ import pytest
 def build_dir(tmp_path):
     """A private build directory per test (pytest-xdist workers never share one)."""
     return tmp_path / "build"
+
+
+@pytest.fixture(scope="session")
+def verilator_cache(tmp_path_factory, worker_id):
+    """Verilator builds shared by the tests of one session (``run_cocotb(..., cache_dir=)``): in
+    pytest's temporary folder of the session, which every xdist worker's lies in; a build is
+    keyed by its Verilog and locked while it is made, so workers share it.  ``MCF_SIM_CACHE``
+    (a folder) keeps them between sessions instead (a developer's repeated runs)."""
+    import os
+    from pathlib import Path
+    if os.environ.get("MCF_SIM_CACHE"):
+        return Path(os.environ["MCF_SIM_CACHE"])
+    base = tmp_path_factory.getbasetemp()
+    return (base if worker_id == "master" else base.parent) / "verilator-cache"

@@ -5,8 +5,9 @@ DDR window (a DMA-memory object: ``write``, ``read``, ``put``, ``fetch``, ``flus
 A backend factory is called as ``factory(nodes, node_config, ddr_bytes, topology)`` and returns
 a ``Backend``.  ``SimBackend`` is the ISA simulator's (``mcf.sw.golden.node``): the functional
 schedule by default, or any costs (the model backend of ``mcf run --backend model`` passes the
-timing model of ``mcf.sim.cluster.isa_model``).  The RTL cluster (``--backend rtl``) and a board
-implement the same interface.
+timing model of ``mcf.sim.cluster.isa_model``).  The RTL cluster (``--backend rtl``,
+``mcf.sim.rtlcluster.backend``) and a board implement the same interface; the RTL one runs the
+whole session in its simulator process (``run_session``).
 
 Optional reports a backend may give (None when it cannot measure them): ``link_bytes()`` (wire
 bytes per directed link), ``kv_course()`` (per node, the (cycle, KV blocks readable) changes of
@@ -33,6 +34,11 @@ class Backend:
     def run(self, coro):
         """Run the runtime's coroutine to completion (an event loop, or the simulator's)."""
         return asyncio.run(coro)
+
+    def run_session(self, session):
+        """Run a whole ``Session`` (its ``main()``) and return its report.  A backend whose
+        nodes live in another process (the RTL cluster's simulator) runs the session there."""
+        return self.run(session.main())
 
     def link_bytes(self) -> dict | None:
         return None

@@ -6,7 +6,7 @@ What it does, on any backend (``mcf.sw.runtime.backend``): quantizes the checkpo
 golden model (``FixedModel``), plans the prefill (``mcf.sw.mars.plan``), lowers the plan to the
 nodes' programs, DDR map and route tables (``mcf.sw.mars.lower``), then drives every node only
 through its ``Driver``: identity check, node id, cluster size and DMA window, route table,
-fault mask, watchdog; writes weights, tables, token ids and programs into each node's DDR (a
+fault mask, watchdog, NIC enable; writes weights, tables, token ids and programs into each node's DDR (a
 DMA-memory object: ``put`` flushes, ``fetch`` invalidates), starts all nodes, waits for all of
 them (bounded, in seconds; a fault or a timeout on any node is one line naming the node, its
 fault cause, what its queues wait on and its error counters), reads the logits of the last
@@ -180,6 +180,7 @@ class Session:
                 await drv.write_route(rid, e)
             await drv.set_fault_mask(NETWORK_FAULTS)
             await drv.set_watchdog(1 << 24)
+            await drv.enable()                   # the NIC takes and sends packets (CONTROL.enable)
             for off, data in image:
                 mem.put(off, data)
 
@@ -274,7 +275,7 @@ class Session:
 
     def run(self) -> RunReport:
         try:
-            return self.backend.run(self.main())
+            return self.backend.run_session(self)
         finally:
             self.backend.close()
 

@@ -30,12 +30,15 @@ def golden(cfg, fm, prompt, decode):
     return logits, cache
 
 
-def check(cfg, weights, prompt, *, nodes, scheme, chunk, budget=None, decode=2, costs=None, group=None):
+def check(cfg, weights, prompt, *, nodes, scheme, chunk, budget=None, decode=2, costs=None, group=None,
+          factory=None, timeout_s=60.0):
+    """Run on ``factory``'s backend (default: the ISA simulator, with ``costs``) and compare."""
     group = group or default_group(cfg)
     fm = FixedModel(cfg, weights, group)
-    factory = (lambda *a: isa_backend(*a, costs=costs)) if costs else isa_backend
+    if factory is None:
+        factory = (lambda *a: isa_backend(*a, costs=costs)) if costs else isa_backend
     s = Session(cfg, weights, prompt, nodes=nodes, scheme=scheme, chunk=chunk, budget=budget, decode=decode,
-                group=group, factory=factory, fixed=fm)
+                group=group, factory=factory, fixed=fm, timeout_s=timeout_s)
     rep = s.run()
     want, cache = golden(cfg, fm, prompt, decode)
     assert [st.kind for st in rep.steps] == ["prefill"] + ["decode"] * decode

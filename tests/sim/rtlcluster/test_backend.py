@@ -1,0 +1,172 @@
+"""The runtime's ``rtl`` backend (sim/rtlcluster/backend.py): the PS runtime drives N RTL Node
+tops (sequencer + execute unit + NIC) through the switch model under Verilator, through the same
+Driver and DDR windows it uses on the ISA simulator.
+
+The strongest evidence: 2-node and 4-node MARS runs of the tiny model give the golden
+fixed-point model's logits and greedy tokens bit for bit, every node's directory and DDR after
+prefill hold exactly its owned blocks' KV equal to the golden cache (``check``, the ISA backend's
+test); `mcf run --backend rtl` prints `mcf golden generate --fixed`'s tokens.  Faults: an
+instruction outside the DMA window, an illegal instruction, a corrupted packet: the node stops
+with the cause, the runtime says so in one line.  A Node top that cannot run programs, and
+options the RTL cluster cannot honour, are refused in one line (never simulated into fake
+results).  One Verilator build (4 node slots) serves every run of the module and the cluster
+bench of test_top.py.
+"""
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+
+from mcf.hw.node import Node
+from mcf.sim.rtlcluster import backend as rtl
+from mcf.spec.isa import Opcode, SeqFault
+from mcf.spec.node import NodeConfig
+from mcf.sw import cli
+from mcf.sw.driver import NodeFault
+from mcf.sw.errors import UserError
+from mcf.sw.golden.weights import random_weights
+from mcf.sw.models import load_model
+from mcf.sw.runtime.runtime import Session
+from tests.sw.runtime.test_runtime import check
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    ck = tmp_path_factory.mktemp("rtl") / "ck"
+    assert cli.main(["golden", "random-checkpoint", "--model", "tiny", "--out", str(ck), "--seed", "4"]) == 0
+    return ck
+
+
+def test_a_node_that_cannot_run_programs_is_refused():
+    """A Node top without sequencer or execute unit cannot run the runtime's programs."""
+    class Bare:                              # what the Node top was before issue 13
+        pass
+    with pytest.raises(UserError, match="no sequencer and no execute unit, so it cannot run"):
+        rtl.check_node(Bare())
+    rtl.check_node(Node(NodeConfig.tiny()))     # today's Node can
+
+
+def _one_line(capsys, argv) -> str:
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mcf: error: --backend rtl") and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_cli_refusals_are_one_line(checkpoint, capsys):
+    base = ["run", "--backend", "rtl", "--checkpoint", str(checkpoint), "--tokens", "1,2,3"]
+    assert "switch" in _one_line(capsys, base + ["--nodes", "2", "--topology", "ring"])
+
+
+# --- end to end: the runtime on the RTL cluster -------------------------------------------------------
+
+TINY = load_model("tiny")
+TINY_W = random_weights(TINY, 5)
+PROMPT = [int(t) for t in np.random.default_rng(2).integers(0, TINY.vocab_size, 16)]
+#: Bound of a test that may pay the cluster's Verilator build (one per session, ~6 min on an idle
+#: 2-core machine, ~12 min on a loaded one) besides its simulation.
+BUILD_S = 2400
+#: Wall-clock bound of one step (a 2-node prefill simulates in ~30-60 s on a loaded 2-core box).
+STEP_S = 900.0
+
+
+@pytest.fixture
+def rtl_factory(verilator_cache):
+    """The rtl backend on the session's Verilator cache (one 4-slot build serves every run)."""
+    return functools.partial(rtl.rtl_backend, cache_dir=verilator_cache, progress=lambda msg: None)
+
+
+def _clean(backend):
+    sw = backend.switch
+    assert sw["dropped"] == sw["corrupted"] == sw["unrouted"] == 0, sw
+    assert sum(sw["packets_out"]) >= sum(sw["packets_in"]), sw      # multicast: one in, several out
+
+
+@pytest.mark.cocotb
+@pytest.mark.timeout(BUILD_S)
+@pytest.mark.parametrize("nodes,scheme,chunk,budget_tokens,decode", [
+    (2, "mars", 4, 8, 2),
+    (4, "mars", 2, 6, 1),
+])
+def test_rtl_cluster_runs_the_tiny_model_bit_exact(rtl_factory, nodes, scheme, chunk, budget_tokens, decode):
+    """The PS runtime on N RTL Node tops (sequencer + execute unit + NIC) through the switch:
+    every step's logits and the greedy tokens equal the golden FixedModel bit for bit; after
+    prefill each node's directory holds exactly its owned blocks and its DDR their KV, equal to
+    the golden cache (``check``, the ISA backend's test)."""
+    budget = None if budget_tokens is None else budget_tokens * int(TINY.kv_token_bytes)
+    rep, s = check(TINY, TINY_W, PROMPT, nodes=nodes, scheme=scheme, chunk=chunk, budget=budget, decode=decode,
+                   group=16, factory=rtl_factory, timeout_s=STEP_S)
+    _clean(s.backend)
+    assert len(rep.link_bytes) == 2 * nodes and all(v > 0 for v in rep.link_bytes.values()), rep.link_bytes
+    if scheme == "mars" and nodes > 2:
+        assert max(rep.replica_factor_per_step) > 1 and rep.replica_factor_per_step[-1] == 1
+    assert rep.ttft_cycles > 0 and all(st.counters[0]["RETIRED_EX"] > 0 for st in rep.steps)
+
+
+@pytest.mark.cocotb
+@pytest.mark.timeout(BUILD_S)
+def test_mcf_run_rtl_equals_golden_generate(checkpoint, capsys, monkeypatch, verilator_cache):
+    """`mcf run --backend rtl --nodes 2` prints the tokens `mcf golden generate --fixed` prints."""
+    monkeypatch.setenv("MCF_SIM_CACHE", str(verilator_cache))
+    prompt = "5,9,200,3,17,33,1,8,90,2"
+    capsys.readouterr()
+    assert cli.main(["golden", "generate", "--checkpoint", str(checkpoint), "--tokens", prompt, "--decode", "1",
+                     "--fixed", "--json"]) == 0
+    golden = json.loads(capsys.readouterr().out)
+    assert cli.main(["run", "--backend", "rtl", "--nodes", "2", "--checkpoint", str(checkpoint), "--tokens", prompt,
+                     "--decode", "1", "--timeout", "900", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["backend"] == "rtl" and out["tokens"] == golden["tokens"] and len(out["tokens"]) == 2
+    assert out["ttft_cycles"] > 0 and out["decode_cycles_per_token"] > 0 and out["link_bytes_total"] > 0
+
+
+# --- faults: counted, the node stops with an error status, the runtime says so in one line --------------
+
+def _session(factory, **kw):
+    return Session(TINY, TINY_W, PROMPT[:8], nodes=2, scheme="mars", chunk=4, decode=0, group=16, factory=factory,
+                   timeout_s=STEP_S, **kw)
+
+
+def _first(prog, opcode):
+    return next(i for i, ins in enumerate(prog) if ins.OPCODE == opcode)
+
+
+@pytest.mark.cocotb
+@pytest.mark.timeout(BUILD_S)
+def test_faults_stop_the_node_and_are_one_line(rtl_factory):
+    # an instruction whose DDR range leaves the DMA window: the interconnect's firewall
+    s = _session(rtl_factory)
+    prog = s.lw.prefill[1]
+    i = _first(prog, Opcode.EMBED)
+    prog[i] = prog[i].replace(ids=0x100)          # below the window (it starts at rtl.PHYS_BASE)
+    with pytest.raises(NodeFault) as e:
+        s.run()
+    assert e.value.cause == SeqFault.OUT_OF_WINDOW and "node 1: fault OUT_OF_WINDOW" in str(e.value)
+    assert "\n" not in str(e.value)
+    # an illegal instruction: a field out of range for this build (EMBED of more than max_tokens)
+    s = _session(rtl_factory)
+    prog = s.lw.prefill[0]
+    i = _first(prog, Opcode.EMBED)
+    prog[i] = prog[i].replace(count=s.node.max_tokens + 1)
+    with pytest.raises(NodeFault) as e:
+        s.run()
+    assert e.value.cause == SeqFault.ILLEGAL_INSTRUCTION and "node 0: fault ILLEGAL_INSTRUCTION" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.cocotb
+@pytest.mark.timeout(BUILD_S)
+def test_a_corrupted_packet_is_counted_and_stops_the_receiver(verilator_cache):
+    """The switch flips a header bit of node 0's first packet: the receiver's NIC drops and
+    counts it (header check), the network fault stops the node, one line names it."""
+    factory = functools.partial(rtl.rtl_backend, cache_dir=verilator_cache, progress=lambda msg: None,
+                                corrupt_at={0: 1})
+    s = _session(factory)
+    with pytest.raises(NodeFault) as e:
+        s.run()
+    assert e.value.cause == SeqFault.NETWORK and "fault NETWORK" in str(e.value) and "\n" not in str(e.value)
+    assert s.backend.switch["corrupted"] == 1
