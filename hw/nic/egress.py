@@ -91,7 +91,8 @@ class EgressPort(wiring.Component):
         is_hdr = Signal()
         with m.If(busy & advance):
             m.d.sync += [sv.eq(1), s_hdr.eq(is_hdr), s_sel.eq(sel), s_last.eq(at_last),
-                         idx.eq(idx + 1), at_last.eq(idx == pre_last), is_hdr.eq(idx < hb - 1)]
+                         idx.eq(idx + 1), at_last.eq(idx == pre_last),
+                         is_hdr.eq(idx < hb - 1 if hb > 1 else 0)]   # (no constant compare at hb = 1)
             if hb > 1:
                 m.d.sync += s_word.eq(hdr.word_select(idx[:(hb - 1).bit_length()], w))
             else:

@@ -200,6 +200,6 @@ def test_tops_without_the_gt_link_are_refused(tmp_path):
 def test_board_build_sfp_with_a_plain_node_is_one_line(tmp_path, capsys):
     from mcf.sw.cli import main
     assert main(["board", "build", "--dry-run", "--network", "sfp", "--block", "node", "--out", str(tmp_path / "o"),
-                 "-p", "data_width=64"]) == 2
+                 "-p", "model=tiny"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("mcf: error:") and "eth_node" in err and "\n" not in err

@@ -295,7 +295,7 @@ def test_board_build_dry_run_with_the_real_node(tmp_path):
     build.tcl passes the strict mock (every network port looped, DMA master on HP0)."""
     from mcf.sw.cli import main
     out = tmp_path / "kr260"
-    assert main(["board", "build", "--dry-run", "--out", str(out), "-p", "data_width=64",
+    assert main(["board", "build", "--dry-run", "--out", str(out), "-p", "model=tiny",
                  "-p", "net_ports=2"]) == 0
     r = subprocess.run(["iverilog", "-g2005", "-s", "mcf_node_top", "-o", str(tmp_path / "a.out"),
                         str(out / "mcf_node.v"), str(out / "mcf_node_top.v")], capture_output=True, text=True)
@@ -314,7 +314,7 @@ def test_board_build_dry_run_with_the_real_node(tmp_path):
 def test_board_build_without_vivado_is_one_line(tmp_path, capsys, monkeypatch):
     from mcf.sw.cli import main
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert main(["board", "build", "--out", str(tmp_path), "-p", "data_width=64"]) == 2
+    assert main(["board", "build", "--out", str(tmp_path), "-p", "model=tiny"]) == 2
     err = capsys.readouterr().err.strip()
     assert "vivado not found" in err and "\n" not in err
     assert not list(tmp_path.iterdir())          # stopped before writing anything

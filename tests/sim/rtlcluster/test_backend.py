@@ -10,7 +10,7 @@ instruction outside the DMA window, an illegal instruction, a corrupted packet: 
 with the cause, the runtime says so in one line.  A Node top that cannot run programs, and
 options the RTL cluster cannot honour, are refused in one line (never simulated into fake
 results).  One Verilator build (4 node slots) serves every run of the module and the cluster
-bench of test_top.py.
+bench of test_cluster_top.py.
 """
 from __future__ import annotations
 
