@@ -32,33 +32,15 @@ import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from mcf.spec.window import PhysWindow
 
-class DmaMemory(ABC):
+
+class DmaMemory(PhysWindow, ABC):
     """A physically contiguous DMA region: ``phys_base``, ``size``, CPU access and cache upkeep."""
+    WHAT = "DMA memory"
 
     phys_base: int
     size: int
-
-    def _range(self, offset: int, n: int) -> tuple[int, int]:
-        offset, n = int(offset), int(n)
-        if n < 0 or offset < 0 or offset + n > self.size:
-            raise ValueError(f"range {offset:#x}+{n:#x} outside the {self.size:#x}-byte DMA memory "
-                             f"at {self.phys_base:#x}")
-        return offset, n
-
-    def _whole(self, offset: int, n: int | None) -> tuple[int, int]:
-        return self._range(offset, self.size - offset if n is None else n)
-
-    def phys(self, offset: int = 0) -> int:
-        """The physical (bus) address of ``offset``, for descriptors."""
-        self._range(offset, 0)
-        return self.phys_base + int(offset)
-
-    def offset_of(self, phys_addr: int) -> int:
-        """The offset of a physical address inside this memory (ValueError outside)."""
-        off = int(phys_addr) - self.phys_base
-        self._range(off, 0)
-        return off
 
     @abstractmethod
     def write(self, offset: int, data: bytes) -> None:

@@ -11,8 +11,12 @@ reads stale bytes here too.  The node reads and writes DDR by physical address
 """
 from __future__ import annotations
 
+from mcf.spec.window import PhysWindow
 
-class SimDdr:
+
+class SimDdr(PhysWindow):
+    WHAT = "DDR"
+
     def __init__(self, size: int, phys_base: int = 0x4000_0000):
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
             raise ValueError(f"DDR size {size!r} must be a positive integer")
@@ -27,25 +31,7 @@ class SimDdr:
     def __repr__(self):
         return f"SimDdr(phys_base={self.phys_base:#x}, size={self.size:#x})"
 
-    def _range(self, offset: int, n: int) -> tuple[int, int]:
-        offset, n = int(offset), int(n)
-        if n < 0 or offset < 0 or offset + n > self.size:
-            raise ValueError(f"range {offset:#x}+{n:#x} outside the {self.size:#x}-byte DDR at {self.phys_base:#x}")
-        return offset, n
-
-    def _whole(self, offset: int, n: int | None) -> tuple[int, int]:
-        return self._range(offset, self.size - offset if n is None else n)
-
-    # --- the PS's side -----------------------------------------------------------------------
-    def phys(self, offset: int = 0) -> int:
-        self._range(offset, 0)
-        return self.phys_base + int(offset)
-
-    def offset_of(self, phys_addr: int) -> int:
-        off = int(phys_addr) - self.phys_base
-        self._range(off, 0)
-        return off
-
+    # --- the PS's side (phys, offset_of: PhysWindow) --------------------------------------
     def write(self, offset: int, data: bytes) -> None:
         o, n = self._range(offset, len(data))
         self._cpu[o:o + n] = data
