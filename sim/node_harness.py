@@ -2,12 +2,12 @@
 its DDR on every HP port, an ``AxiLiteMaster`` as its PS behind the one ``Driver``, random
 pauses on every channel, and helpers to load and run instruction programs.
 
-    nodes = await NodeHarness.start(dut, count=2, prefixes=[("axil__0", "m_axi__0"), ...])
-    await nodes[0].run_program(program, base=PROG)     # write, load_program, start
+    nodes = await start_nodes(dut, [("axil__0", "m_axi__0"), ("axil__1", "m_axi__1")], ram_bytes)
+    await nodes[0].load(program, base=PROG)            # write it, point the sequencer at it
+    await nodes[0].driver.start()
 
-``AxiRamMemory`` is the runtime's DMA memory (``mcf.sw.driver.memory.DmaMemory``) over a node's
-``AxiRam``, and ``node_backend`` makes one RTL node a backend of the PS runtime
-(``mcf.sw.runtime.backend``), so ``Session.main()`` runs on it inside a cocotb test.
+The PS runtime's own runs on RTL nodes (``Session`` with the ``rtl`` backend) go through the
+cluster harness (``mcf.sim.rtlcluster``), which serves one node as well as four.
 """
 from __future__ import annotations
 
@@ -19,33 +19,6 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 from mcf.sim.cocotb_util import pauses, start
 from mcf.spec.isa import encode_program
 from mcf.sw.driver import CocotbBackend, Driver
-from mcf.sw.driver.memory import DmaMemory
-from mcf.sw.runtime.backend import Backend
-
-
-class AxiRamMemory(DmaMemory):
-    """A node's ``AxiRam`` as the runtime's DMA memory: the RAM's address 0 is ``phys_base``
-    (the bus model has no CPU cache: ``flush`` and ``invalidate`` only count)."""
-
-    def __init__(self, ram: AxiRam, size: int, phys_base: int = 0):
-        self.ram, self.size, self.phys_base = ram, int(size), int(phys_base)
-        self.flushes = self.invalidates = 0
-
-    def write(self, offset: int, data: bytes) -> None:
-        o, n = self._range(offset, len(data))
-        self.ram.write(o, bytes(data))
-
-    def read(self, offset: int, n: int) -> bytes:
-        o, n = self._range(offset, n)
-        return bytes(self.ram.read(o, n))
-
-    def flush(self, offset: int = 0, n: int | None = None) -> None:
-        self._whole(offset, n)
-        self.flushes += 1
-
-    def invalidate(self, offset: int = 0, n: int | None = None) -> None:
-        self._whole(offset, n)
-        self.invalidates += 1
 
 
 @dataclass
@@ -87,19 +60,3 @@ async def start_nodes(dut, names: list[tuple[str, str]], ram_bytes: int, seed: i
     await start(dut)
     return nodes
 
-
-def node_backend(nodes: list[RtlNode], clock_hz: int, name: str = "rtl"):
-    """A runtime backend factory over RTL nodes already started (``start_nodes``): the
-    runtime's ``factory(nodes, node_config, ddr_bytes, topology)``; it refuses a cluster size
-    or a DDR larger than the bench built.  ``factory.config`` is the NodeConfig the runtime
-    asked for (the bench checks it is the one its RTL was built from)."""
-    def factory(n, config, ddr_bytes, topology="switch"):
-        if n != len(nodes):
-            raise ValueError(f"the bench has {len(nodes)} RTL nodes, the runtime wants {n}")
-        mems = [AxiRamMemory(node.ram, node.ram.size) for node in nodes]
-        if ddr_bytes > mems[0].size:
-            raise ValueError(f"the runtime needs {ddr_bytes:#x} bytes of DDR, the bench has {mems[0].size:#x}")
-        factory.config = config
-        return Backend(name, [node.driver for node in nodes], mems, clock_hz)
-    factory.config = None
-    return factory

@@ -130,7 +130,7 @@ class RtlBackend(Backend):
         self.progress = progress if progress is not None else (lambda msg: None)
         self._link_bytes = None
         self.switch = None                      # the switch's counters after the run
-        self.sim_seconds = None
+        self.sim_seconds = self.cycles = None   # wall-clock seconds and node cycles the run simulated
 
     def run(self, coro):
         coro.close()
@@ -179,7 +179,7 @@ class RtlBackend(Backend):
             if own:
                 import shutil
                 shutil.rmtree(work, ignore_errors=True)
-        self._link_bytes, self.switch = result["link_bytes"], result["switch"]
+        self._link_bytes, self.switch, self.cycles = result["link_bytes"], result["switch"], result["cycles"]
         for mem, image in zip(self.memories, result["ddr"]):
             mem.device_write(mem.phys_base, image)
             mem.invalidate()

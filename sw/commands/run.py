@@ -16,6 +16,7 @@ BACKENDS = {
 
 
 def register(sub) -> None:
+    from mcf.spec.regmap import WATCHDOG_RESET
     from mcf.sw.cliutil import MAX_BYTES, MAX_NODES, MAX_SEQ, integer, number
     p = sub.add_parser("run", help="run a checkpoint's prompt on N nodes: prefill + greedy decode",
                        description="Quantize a Qwen2 checkpoint, plan and lower its prefill to the nodes' "
@@ -35,6 +36,10 @@ def register(sub) -> None:
     p.add_argument("--group-size", type=integer(1, 1 << 16), help="INT4 weight group size (default: the largest power of "
                                                   "two <= 128 dividing the widths)")
     p.add_argument("--timeout", type=number(0, 1e7, open_lo=True), default=600.0, help="seconds each step may take (default 600)")
+    p.add_argument("--watchdog", type=integer(0, (1 << 32) - 1), default=WATCHDOG_RESET, metavar="CYCLES",
+                   help="cycles without progress (no instruction retired, no DDR or network beat) after which "
+                        f"a node faults WATCHDOG: a lost packet stops the run (default {WATCHDOG_RESET}, the "
+                        "register's reset value; 0: never)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -67,7 +72,7 @@ def run(args) -> int:
     check_golden_memory(cfg, len(tokens) + args.decode, len(tokens))
     report = generate(cfg, weights, tokens, decode=args.decode, nodes=args.nodes, scheme=args.scheme,
                       chunk=args.chunk, budget=args.budget, topology=args.topology, group=args.group_size,
-                      factory=factory, timeout_s=args.timeout)
+                      factory=factory, timeout_s=args.timeout, watchdog=args.watchdog)
     out = report.to_json()
     out["backend"] = args.backend
     if args.json:

@@ -6,7 +6,8 @@ What it does, on any backend (``mcf.sw.runtime.backend``): quantizes the checkpo
 golden model (``FixedModel``), plans the prefill (``mcf.sw.mars.plan``), lowers the plan to the
 nodes' programs, DDR map and route tables (``mcf.sw.mars.lower``), then drives every node only
 through its ``Driver``: identity check, node id, cluster size and DMA window, route table,
-fault mask, watchdog, NIC enable; writes weights, tables, token ids and programs into each node's DDR (a
+fault mask, watchdog (``watchdog`` cycles without progress stop a node: a lost packet ends
+as a WATCHDOG fault within that bound, not on the wall-clock ``timeout_s``), NIC enable; writes weights, tables, token ids and programs into each node's DDR (a
 DMA-memory object: ``put`` flushes, ``fetch`` invalidates), starts all nodes, waits for all of
 them (bounded, in seconds; a fault or a timeout on any node is one line naming the node, its
 fault cause, what its queues wait on and its error counters), reads the logits of the last
@@ -28,7 +29,7 @@ from mcf.spec import isa
 from mcf.spec.isa import PerfCounter, SeqFault
 from mcf.spec.node import NodeConfig
 from mcf.spec.plan import ReplicaState
-from mcf.spec.regmap import NETWORK_FAULTS
+from mcf.spec.regmap import NETWORK_FAULTS, WATCHDOG_RESET
 from mcf.spec.topology import Topology
 from mcf.sw.driver import NodeFault
 from mcf.sw.errors import UserError
@@ -131,7 +132,7 @@ class Session:
     def __init__(self, model: ModelConfig, weights: dict, prompt, *, nodes: int, factory, scheme: str = "mars",
                  chunk: int | None = None, budget: int | None = None, topology: str = "switch", decode: int = 0,
                  group: int | None = None, node: NodeConfig | None = None, timeout_s: float = 60.0,
-                 fixed: FixedModel | None = None):
+                 watchdog: int = WATCHDOG_RESET, fixed: FixedModel | None = None):
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise UserError("no prompt tokens")
@@ -141,7 +142,10 @@ class Session:
             raise UserError(f"decode={decode}: must be >= 0")
         if not timeout_s > 0:
             raise UserError(f"timeout={timeout_s}: must be > 0 seconds")
+        if isinstance(watchdog, bool) or not isinstance(watchdog, int) or not 0 <= watchdog < 1 << 32:
+            raise UserError(f"watchdog={watchdog!r}: cycles in 0 .. 2^32-1 (0: never)")
         self.model, self.prompt, self.decode, self.timeout_s = model, prompt, decode, timeout_s
+        self.watchdog = watchdog
         cfg = node_config(model, nodes, node)
         if group is None:
             group = default_group(model)
@@ -179,7 +183,7 @@ class Session:
             for rid, e in sorted(lw.routes[i].items()):
                 await drv.write_route(rid, e)
             await drv.set_fault_mask(NETWORK_FAULTS)
-            await drv.set_watchdog(1 << 24)
+            await drv.set_watchdog(self.watchdog)
             await drv.enable()                   # the NIC takes and sends packets (CONTROL.enable)
             for off, data in image:
                 mem.put(off, data)

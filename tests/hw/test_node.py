@@ -342,81 +342,53 @@ def test_two_nodes_run_programs(build_dir):
 
 
 # --- one node runs the tiny model: the runtime's programs on the RTL node ------------------------
-def model_session(factory, prompt_len: int = 4, decode: int = 1):
-    """The PS runtime's session of the tiny model on one node (``mcf.sw.runtime``): MARS plan,
-    lowering, packing; ``factory`` makes its backend."""
+#: Bound of the one-node model run: it may pay the session's Verilator build of the cluster (one per
+#: session, shared with tests/sim/rtlcluster; ~6 min on an idle 2-core machine, ~12 min loaded).
+BUILD_S = 2400
+
+
+def tiny_run(prompt_len: int = 4):
+    """The tiny model, its random weights and a prompt of ``prompt_len`` token ids."""
     import numpy as np
 
     from mcf.sw.golden.weights import random_weights
     from mcf.sw.models import load_model
-    from mcf.sw.runtime.runtime import Session
     cfg = load_model("tiny")
-    prompt = [int(t) for t in np.random.default_rng(3).integers(0, cfg.vocab_size, prompt_len)]
-    return Session(cfg, random_weights(cfg, 5), prompt, nodes=1, scheme="mars", decode=decode, group=16,
-                   factory=factory, timeout_s=24 * 3600.0)
-
-
-def model_node_config():
-    """The NodeConfig the runtime asks for (the RTL node of the bench is built from it)."""
-    from mcf.sw.runtime.backend import isa_backend
-    return model_session(isa_backend).node
-
-
-@cocotb.test()
-async def run_tiny_model(dut):
-    """Prefill of 4 prompt tokens and one greedy decode step of the tiny model (2 layers, GQA),
-    lowered by ``mcf.sw.mars.lower`` and driven by the PS runtime through the driver: every
-    step's logits equal the golden fixed-point model's bit for bit, the KV blocks in the node's
-    DDR equal the golden cache, the directory holds the owned block, and the ISA simulator
-    gives the same tokens and logits."""
-    import numpy as np
-
-    from mcf.sim.node_harness import node_backend
-    from mcf.spec import kv
-    from mcf.sw.runtime.backend import isa_backend
-    p = params()
-    dut.rx__0__tvalid.value = 0
-    dut.tx__0__tready.value = 1
-    nodes = await start_nodes(dut, [("s_axil", "m_axi")], p["ram_bytes"], seed=7, pause_p=0.1, poll_cycles=256)
-    factory = node_backend(nodes, CONFIG.clock_hz)
-    s = model_session(factory)
-    assert factory.config == model_node_config(), "the runtime wants another node than the bench built"
-    rep = await s.main()
-    fm, cfg = s.fm, s.model
-    cache = fm.new_cache()
-    want = [fm.forward_x32(s.prompt, cache, logits="last")[0]]
-    for _ in range(s.decode):
-        want.append(fm.forward_x32([int(np.argmax(want[-1]))], cache, logits="last")[0])
-    for k, (st, ref) in enumerate(zip(rep.steps, want)):
-        assert np.array_equal(st.logits, ref), f"step {k} ({st.kind}): logits differ from the golden model"
-    assert rep.tokens == [int(np.argmax(x)) for x in want]
-    pl, lw = s.plan, s.lw
-    assert rep.directory_after_prefill == [list(range(pl.num_chunks))]
-    mem = s.backend.memories[0]
-    starts = np.concatenate([[0], np.cumsum(pl.chunk_tokens)])
-    for b, slot in lw.owned[0]:
-        t = int(pl.chunk_tokens[b])
-        for li in range(cfg.num_layers):
-            raw = mem.fetch(lw.kv_addr(0, slot, li) - lw.bases[0],
-                            kv.block_layer_bytes(t, cfg.head_dim, cfg.num_kv_heads))
-            k4, v4 = kv.unpack_block_layer(raw, t, cfg.head_dim, cfg.num_kv_heads)
-            rows = slice(starts[b], starts[b + 1])
-            for got, ref in ((k4, cache.k[li]), (v4, cache.v[li])):
-                assert all(np.array_equal(g, r[rows]) for g, r in zip(got, ref)), f"KV block {b}, layer {li}"
-    # the ISA simulator runs the same session to the same tokens and logits
-    ref_rep = model_session(isa_backend).run()
-    assert ref_rep.tokens == rep.tokens
-    assert all(np.array_equal(a.logits, b.logits) for a, b in zip(ref_rep.steps, rep.steps))
-    counters = rep.steps[0].counters[0]
-    assert counters["RETIRED_EX"] > 0 and counters["MAC_BEATS"] > 0 and counters["BUSY_GEMM"] > 0
-    cocotb.log.warning(f"tiny model on one RTL node: tokens {rep.tokens}, TTFT {rep.ttft_cycles} cycles, "
-                       f"decode {rep.decode_cycles_per_token} cycles/token")
+    return cfg, random_weights(cfg, 5), [int(t) for t in np.random.default_rng(3).integers(0, cfg.vocab_size,
+                                                                                        prompt_len)]
 
 
 @pytest.mark.cocotb
-def test_one_node_runs_the_tiny_model(build_dir):
+@pytest.mark.timeout(BUILD_S)
+def test_one_node_runs_the_tiny_model(verilator_cache):
+    """Prefill of 4 prompt tokens and one greedy decode step of the tiny model (2 layers, GQA),
+    lowered by ``mcf.sw.mars.lower`` and driven by the PS runtime through the driver on one RTL
+    ``Node`` (Verilator: one slot of the cluster build that tests/sim/rtlcluster shares, DMA window
+    at a non-zero physical base, random pauses on the DDR channels): every step's logits equal the
+    golden fixed-point model's bit for bit, the KV blocks in the node's DDR equal the golden cache,
+    the directory holds the owned block (``check``), and the ISA simulator gives the same tokens
+    and logits."""
+    import functools
+
+    import numpy as np
+
+    from mcf.sim.rtlcluster import backend as rtl
     from mcf.sw.runtime.backend import isa_backend
-    s = model_session(isa_backend)
-    cfg, size = s.node, s.lw.map.size
-    run_cocotb(Node(cfg), __name__, build_dir, testcase="run_tiny_model",
-               params={"ram_bytes": 1 << max(16, (size - 1).bit_length())})
+    from mcf.sw.runtime.runtime import Session
+    from tests.sw.runtime.test_runtime import check
+    cfg, weights, prompt = tiny_run()
+    factory = functools.partial(rtl.rtl_backend, cache_dir=verilator_cache, progress=lambda msg: None,
+                                pause_probability=0.1, seed=7)
+    rep, s = check(cfg, weights, prompt, nodes=1, scheme="mars", chunk=len(prompt), decode=1, group=16,
+                   factory=factory, timeout_s=900.0)
+    assert s.backend.slots == rtl.MIN_SLOTS and s.backend.hw_config == rtl.tiny_cluster_config(), \
+        "the one-node run did not use the cluster build the other RTL runs share"
+    assert rep.directory_after_prefill == [list(range(s.plan.num_chunks))]
+    ref = Session(cfg, weights, prompt, nodes=1, scheme="mars", chunk=len(prompt), decode=1, group=16,
+                  factory=isa_backend).run()           # the ISA simulator runs the same session
+    assert ref.tokens == rep.tokens
+    assert all(np.array_equal(a.logits, b.logits) for a, b in zip(ref.steps, rep.steps))
+    counters = rep.steps[0].counters[0]
+    assert counters["RETIRED_EX"] > 0 and counters["MAC_BEATS"] > 0 and counters["BUSY_GEMM"] > 0
+    print(f"tiny model on one RTL node: tokens {rep.tokens}, TTFT {rep.ttft_cycles} cycles, "
+          f"decode {rep.decode_cycles_per_token} cycles/token")

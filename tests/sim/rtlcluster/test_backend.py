@@ -170,3 +170,33 @@ def test_a_corrupted_packet_is_counted_and_stops_the_receiver(verilator_cache):
         s.run()
     assert e.value.cause == SeqFault.NETWORK and "fault NETWORK" in str(e.value) and "\n" not in str(e.value)
     assert s.backend.switch["corrupted"] == 1
+
+
+#: The watchdog of the dropped-packet run: above every quiet stretch of a clean run of its prompt (a
+#: whole 2-node prefill of 8 tokens takes ~30 k cycles, so no wait in it can be longer), far below the
+#: register's reset value (2^24 cycles: hours of simulation).
+DROP_WATCHDOG = 60_000
+
+
+@pytest.mark.cocotb
+@pytest.mark.timeout(BUILD_S)
+def test_a_dropped_packet_ends_on_the_watchdog(checkpoint, capsys, monkeypatch, verilator_cache):
+    """The switch drops node 0's first packet: a node waits for it, nothing moves, its watchdog
+    (`mcf run --watchdog`, set by the runtime) stops it WATCHDOG within the bound; the drop is
+    counted by the switch and `mcf run --backend rtl` says so in one line, exit 2."""
+    made = []
+
+    def factory(*a, **kw):                  # the CLI's rtl backend, with the switch told to drop
+        made.append(rtl.RtlBackend(*a[:3], cache_dir=verilator_cache, progress=lambda msg: None,
+                                   drop_at={0: 1}))
+        return made[-1]
+    monkeypatch.setattr(rtl, "rtl_backend", factory)
+    capsys.readouterr()
+    assert cli.main(["run", "--backend", "rtl", "--nodes", "2", "--checkpoint", str(checkpoint),
+                     "--tokens", "5,9,200,3,17,33,1,8", "--watchdog", str(DROP_WATCHDOG), "--timeout", "900"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mcf: error: ") and len(err.splitlines()) == 1, err
+    assert "fault WATCHDOG" in err, err
+    (b,) = made
+    assert b.switch["dropped"] == 1 and b.switch["corrupted"] == b.switch["unrouted"] == 0, b.switch
+    assert DROP_WATCHDOG < b.cycles < 100_000 + DROP_WATCHDOG, b.cycles
