@@ -193,7 +193,8 @@ def test_a_dropped_packet_ends_on_the_watchdog(checkpoint, capsys, monkeypatch, 
     monkeypatch.setattr(rtl, "rtl_backend", factory)
     capsys.readouterr()
     assert cli.main(["run", "--backend", "rtl", "--nodes", "2", "--checkpoint", str(checkpoint),
-                     "--tokens", "5,9,200,3,17,33,1,8", "--watchdog", str(DROP_WATCHDOG), "--timeout", "900"]) == 2
+                     "--tokens", "5,9,200,3,17,33,1,8", "--chunk", "4", "--watchdog", str(DROP_WATCHDOG),
+                     "--timeout", "900"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("mcf: error: ") and len(err.splitlines()) == 1, err
     assert "fault WATCHDOG" in err, err
