@@ -9,8 +9,8 @@ test); `mcf run --backend rtl` prints `mcf golden generate --fixed`'s tokens.  F
 instruction outside the DMA window, an illegal instruction, a corrupted packet: the node stops
 with the cause, the runtime says so in one line.  A Node top that cannot run programs, and
 options the RTL cluster cannot honour, are refused in one line (never simulated into fake
-results).  One Verilator build (4 node slots) serves every run of the module and the cluster
-bench of test_cluster_top.py.
+results).  One Verilator build (4 node slots) serves every run of the module and the one-node run
+of tests/hw/test_node.py.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from mcf.sw.driver import NodeFault
 from mcf.sw.errors import UserError
 from mcf.sw.golden.weights import random_weights
 from mcf.sw.models import load_model
+from mcf.sw.runtime.backend import isa_backend
 from mcf.sw.runtime.runtime import Session
 from tests.sw.runtime.test_runtime import check
 
@@ -102,6 +103,9 @@ def test_rtl_cluster_runs_the_tiny_model_bit_exact(rtl_factory, nodes, scheme, c
                    group=16, factory=rtl_factory, timeout_s=STEP_S)
     _clean(s.backend)
     assert len(rep.link_bytes) == 2 * nodes and all(v > 0 for v in rep.link_bytes.values()), rep.link_bytes
+    isa = Session(TINY, TINY_W, PROMPT, nodes=nodes, scheme=scheme, chunk=chunk, budget=budget, decode=decode,
+                  group=16, factory=isa_backend).run()
+    assert rep.link_bytes == isa.link_bytes, "the switch's link counters differ from the bytes the ISA simulator sent"
     if scheme == "mars" and nodes > 2:
         assert max(rep.replica_factor_per_step) > 1 and rep.replica_factor_per_step[-1] == 1
     assert rep.ttft_cycles > 0 and all(st.counters[0]["RETIRED_EX"] > 0 for st in rep.steps)
