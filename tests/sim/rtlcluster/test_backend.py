@@ -176,9 +176,10 @@ def test_a_corrupted_packet_is_counted_and_stops_the_receiver(verilator_cache):
     assert s.backend.switch["corrupted"] == 1
 
 
-#: The watchdog of the dropped-packet run: above every quiet stretch of a clean run of its prompt (a
-#: whole 2-node prefill of 8 tokens takes ~30 k cycles, so no wait in it can be longer), far below the
-#: register's reset value (2^24 cycles: hours of simulation).
+#: The watchdog of the dropped-packet run: above every quiet stretch of a clean run of its prompt (the
+#: whole clean 2-node prefill of these 8 tokens takes 40 291 cycles, `mcf run --backend rtl --nodes 2
+#: --tokens 5,9,200,3,17,33,1,8 --chunk 4`, so no wait in it is longer), far below the register's reset
+#: value (2^24 cycles: hours of simulation).
 DROP_WATCHDOG = 60_000
 
 
@@ -205,3 +206,4 @@ def test_a_dropped_packet_ends_on_the_watchdog(checkpoint, capsys, monkeypatch, 
     (b,) = made
     assert b.switch["dropped"] == 1 and b.switch["corrupted"] == b.switch["unrouted"] == 0, b.switch
     assert DROP_WATCHDOG < b.cycles < 100_000 + DROP_WATCHDOG, b.cycles
+    print(f"dropped packet: stopped at cycle {b.cycles}: {err}")
