@@ -120,6 +120,16 @@ def tiny_cluster_config() -> NodeConfig:
     return build_config(node_config(load_model("tiny"), MIN_SLOTS))
 
 
+def model_profile(profile: str = "kr260"):
+    """``profile`` with the link figures of the RTL cluster's switch (``SwitchTiming``: line
+    rate and latency), so that the model backend and the RTL cluster run the same network and
+    their difference is the nodes' (``mcf bench isa-costs``, the model-vs-RTL test)."""
+    from mcf.sw.mars.profile import load_profile
+    from .switch import SwitchTiming
+    t = SwitchTiming()
+    return load_profile(profile).with_(link_bandwidth_bps=t.link_bps, link_latency_s=t.latency_ns * 1e-9)
+
+
 class RtlBackend(Backend):
     """N RTL nodes under Verilator; see the module docstring."""
 
