@@ -17,16 +17,30 @@ Timing model (a model, not a measurement: ``--backend rtl`` measures):
 
 Every number comes from the node's ``NodeConfig`` and the hardware profile
 (``mcf.sw.mars.profile``), whose calibration fields the RTL benchmarks overwrite; none is typed
-here.  ``ISA_COSTS`` names what the model charges per opcode (docs/node.md).
+here.  ``ISA_COSTS`` names what the model charges per opcode (docs/node.md).  DDR bytes per cycle
+are the profile's sustained rate but at most what the node's AXI4 masters carry (``hp_ports`` x
+one bus word per cycle).
+
+**Calibration** (``mcf bench isa-costs --write``): the execute unit's instructions of each kind
+(the ``BUSY_*`` performance counter they count into) cost ``a x (the cycles above) + b`` with
+``(a, b)`` fitted by least squares (both >= 0) on an RTL cluster run's measured busy cycles per
+node and step against the model's on the same programs (``fit``).  The command writes them to
+``sw/mars/profiles/<profile>-isa-costs.json`` (measured: the run it fitted on is recorded there);
+``model_backend`` uses that file when it exists, the uncalibrated costs otherwise.
 """
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
+
+import numpy as np
 
 from mcf.spec.isa import AttnPass, EmitMode, Opcode, VecOp
 from mcf.spec.node import NodeConfig
 from mcf.sw.golden.node import ClusterSim, UnitCosts
-from mcf.sw.mars.profile import HardwareProfile, load_profile
+from mcf.sw.golden.node.nodesim import BUSY_COUNTER as BUSY_OF
+from mcf.sw.mars.profile import PROFILE_DIR, HardwareProfile, load_profile
 from mcf.sw.runtime.backend import SimBackend
 
 from ..compute.cost import MATRIX_LATENCY, kv_writer_cycles, vector_cycles
@@ -47,11 +61,47 @@ ISA_COSTS = {
 }
 
 
+#: The performance counters the execute unit's instruction kinds count their busy cycles into.
+BUSY_KINDS = sorted({k.name for k in BUSY_OF.values()})
+
+
+def calibration_path(profile: str) -> Path:
+    """Where ``mcf bench isa-costs --write`` keeps the calibration of ``profile``."""
+    return PROFILE_DIR / f"{profile}-isa-costs.json"
+
+
+def load_calibration(profile: str) -> dict | None:
+    """``{busy counter name: (a, b)}`` of ``profile`` (None: not calibrated)."""
+    path = calibration_path(profile)
+    if not path.is_file():
+        return None
+    coef = json.loads(path.read_text())["coefficients"]
+    return {k: (float(a), float(b)) for k, (a, b) in coef.items()}
+
+
+def fit(rows: list) -> tuple[float, float]:
+    """``(a, b)``, both >= 0, minimizing sum (a x model + b x count - measured)^2 over ``rows``
+    of (model cycles, instruction count, measured cycles)."""
+    r = np.asarray(rows, dtype=float).reshape(-1, 3)
+    x, c, y = r[:, 0], r[:, 1], r[:, 2]
+    if not len(r) or not (x.any() or c.any()):
+        return 1.0, 0.0
+    (a, b), *_ = np.linalg.lstsq(np.stack([x, c], 1), y, rcond=None)
+    if b < 0 or not np.isfinite(b):
+        a, b = (x @ y) / (x @ x), 0.0
+    if a < 0 or not np.isfinite(a):
+        a, b = 0.0, max(0.0, (c @ y) / (c @ c)) if c.any() else 0.0
+    return float(a), float(b)
+
+
 class TimingCosts(UnitCosts):
-    def __init__(self, node: NodeConfig, profile: HardwareProfile):
+    def __init__(self, node: NodeConfig, profile: HardwareProfile, calibration: dict | None = None):
         self.node, self.profile = node, profile
+        self.calibration = dict(calibration or {})
         clock = node.clock_hz
-        self.ddr_per_cycle = profile.ddr_Bps / clock
+        # DDR bytes per cycle: the profile's sustained rate, but no more than the node's AXI4
+        # masters carry (one bus word per cycle each)
+        self.ddr_per_cycle = min(profile.ddr_Bps / clock, node.hp_ports * node.data_bytes)
         self.setup = int(profile.dma_setup_cycles)
         self.wire_per_cycle = profile.link_bandwidth_bps / 8 / clock
         self.latency = max(1, round(profile.link_latency_s * clock))
@@ -62,6 +112,15 @@ class TimingCosts(UnitCosts):
         return math.ceil(b / self.ddr_per_cycle) + self.setup if b else 0
 
     def instr(self, cfg: NodeConfig, ex) -> int:
+        cycles = self.structural(cfg, ex)
+        kind = BUSY_OF.get(ex.instr.OPCODE)
+        if kind is None or kind.name not in self.calibration:
+            return cycles
+        a, b = self.calibration[kind.name]
+        return max(1, round(a * cycles + b))
+
+    def structural(self, cfg: NodeConfig, ex) -> int:
+        """The instruction's cycles from the units' costs and DDR bytes (uncalibrated)."""
         ins, w, op = ex.instr, ex.work, ex.instr.OPCODE
         vl, d = cfg.vec_lanes, cfg.head_dim
         if op == Opcode.GEMM:
@@ -99,8 +158,32 @@ class TimingCosts(UnitCosts):
 
 
 def model_backend(nodes: int, node: NodeConfig, ddr_bytes: int, topology: str = "switch",
-                  profile: str | HardwareProfile = "kr260") -> SimBackend:
-    """``nodes`` ISA-simulated nodes under the timing model (a backend of ``mcf.sw.runtime``)."""
+                  profile: str | HardwareProfile = "kr260", calibration: dict | None | str = "auto") -> SimBackend:
+    """``nodes`` ISA-simulated nodes under the timing model (a backend of ``mcf.sw.runtime``);
+    ``calibration`` "auto": the profile's calibration file if there is one, None: uncalibrated."""
     prof = profile if isinstance(profile, HardwareProfile) else load_profile(profile)
-    costs = TimingCosts(node, prof)
+    if calibration == "auto":
+        calibration = load_calibration(prof.name)
+    costs = TimingCosts(node, prof, calibration)
     return SimBackend(ClusterSim(node, nodes, topology, costs=costs, ddr_bytes=ddr_bytes), name="model")
+
+
+def calibration_rows(measured, modelled, programs: list) -> dict:
+    """Per busy counter, rows (model cycles, instruction count, measured cycles), one per node
+    and step, from two reports of the same session's programs (``programs[step][node]``): the
+    measured (RTL) one and the uncalibrated model's."""
+    rows = {k: [] for k in BUSY_KINDS}
+    for got, want, progs in zip(measured.steps, modelled.steps, programs):
+        for n, prog in enumerate(progs):
+            count = dict.fromkeys(BUSY_KINDS, 0)
+            for ins in prog:
+                if ins.OPCODE in BUSY_OF:
+                    count[BUSY_OF[ins.OPCODE].name] += 1
+            for k in BUSY_KINDS:
+                rows[k].append((want.counters[n][k], count[k], got.counters[n][k]))
+    return rows
+
+
+def gap(model: float, measured: float) -> float:
+    """The model's relative deviation from the measurement."""
+    return model / measured - 1.0

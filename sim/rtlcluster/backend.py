@@ -59,10 +59,29 @@ MIN_SLOTS = 4
 BUILD_FLOOR = {"route_entries": 32, "reduce_slots": 2, "softmax_fan_in": 4}
 
 
+#: The model shapes the cluster is built with at least.  The execute unit depends on a model's
+#: shapes only through the widest row it handles (``max(hidden, intermediate, heads x head_dim)``,
+#: ``hw.compute.exec.movers.Geometry``) and through ``head_dim`` (the attention unit and KV
+#: writer are built for one); every other shape (hidden size, head counts, GQA ratio, vocabulary,
+#: tied or untied LM head) is a field of the instructions.  So a build takes these shapes with
+#: the widest row raised to the model's: every model with the same head_dim and no wider row
+#: than the tiny model's runs on the tiny model's build.
+SHAPE_FLOOR = {"hidden_size": 64, "intermediate_size": 128, "num_heads": 4, "num_kv_heads": 2}
+
+
+def widest_row(node: NodeConfig) -> int:
+    """The widest row of ``node``'s model shapes (what the execute unit is sized for)."""
+    return max(node.hidden_size, node.intermediate_size, node.num_heads * node.head_dim)
+
+
 def build_config(node: NodeConfig) -> NodeConfig:
     """The node the cluster is built with for a run lowered for ``node``: its capacities
-    raised to ``BUILD_FLOOR`` (so runs of different sizes and schemes share one build)."""
-    return node.replace(**{k: max(getattr(node, k), v) for k, v in BUILD_FLOOR.items()})
+    raised to ``BUILD_FLOOR`` and its model shapes made ``SHAPE_FLOOR`` with the widest row
+    raised to ``node``'s (so runs of different sizes, schemes and models share one build)."""
+    shapes = dict(SHAPE_FLOOR)
+    floor = max(shapes["hidden_size"], shapes["intermediate_size"], shapes["num_heads"] * node.head_dim)
+    shapes["intermediate_size"] = max(floor, widest_row(node))
+    return node.replace(**{k: max(getattr(node, k), v) for k, v in BUILD_FLOOR.items()}, **shapes)
 
 
 def _cache_dir() -> Path:
@@ -99,6 +118,16 @@ def tiny_cluster_config() -> NodeConfig:
     from mcf.sw.models import load_model
     from mcf.sw.runtime.runtime import node_config
     return build_config(node_config(load_model("tiny"), MIN_SLOTS))
+
+
+def model_profile(profile: str = "kr260"):
+    """``profile`` with the link figures of the RTL cluster's switch (``SwitchTiming``: line
+    rate and latency), so that the model backend and the RTL cluster run the same network and
+    their difference is the nodes' (``mcf bench isa-costs``, the model-vs-RTL test)."""
+    from mcf.sw.mars.profile import load_profile
+    from .switch import SwitchTiming
+    t = SwitchTiming()
+    return load_profile(profile).with_(link_bandwidth_bps=t.link_bps, link_latency_s=t.latency_ns * 1e-9)
 
 
 class RtlBackend(Backend):

@@ -94,6 +94,7 @@ CASES = {
     "packets-zero": (["bench", "nic", "--packets", "0"], "--packets"),
     "repeat-zero": (["bench", "mars-plan", "--repeat", "0"], "--repeat"),
     "frames-zero": (["bench", "eth", "--frames", "0"], "--frames"),
+    "isa-costs-chunks": (["bench", "isa-costs", "--chunks", "2,9"], "--chunks"),
     "repeats-zero": (["kv", "fit", "--repeats", "0"], "repeats"),
     "node-timeout-nan": (["node", "--world", "local", "--nodes", "2", "--timeout", "nan"], "--timeout"),
     "board-base": (["board", "info", "--base", "0x3"], "--base"),

@@ -313,7 +313,7 @@ class NodeSim:
         self.perf[PerfCounter.DDR_RD_BYTES] += w.get("ddr_rd", 0)
         self.perf[PerfCounter.DDR_WR_BYTES] += w.get("ddr_wr", 0)
         self.perf[PerfCounter.MAC_BEATS] += w.get("mac_beats", 0)
-        busy = _BUSY.get(ex.instr.OPCODE)
+        busy = BUSY_COUNTER.get(ex.instr.OPCODE)
         if busy is not None:
             self.perf[busy] += max(1, now - ex.start)
         self.perf[{Queue.EX: PerfCounter.RETIRED_EX, Queue.TX: PerfCounter.RETIRED_TX,
@@ -705,8 +705,9 @@ class NodeSim:
         return f"node {self.node_id}: {self.state}" + (f", {'; '.join(self.waits())}" if self.running else "")
 
 
-_BUSY = {Opcode.GEMM: PerfCounter.BUSY_GEMM, Opcode.VEC: PerfCounter.BUSY_VEC,
-         Opcode.ATTN_Q: PerfCounter.BUSY_ATTN, Opcode.ATTN_KV: PerfCounter.BUSY_ATTN,
-         Opcode.ATTN_EMIT: PerfCounter.BUSY_ATTN, Opcode.KVW: PerfCounter.BUSY_KVW,
-         Opcode.EMBED: PerfCounter.BUSY_EMBED, Opcode.LOAD: PerfCounter.BUSY_LDST,
-         Opcode.STORE: PerfCounter.BUSY_LDST}
+#: The busy counter each execute-unit opcode counts into (the RTL's too).
+BUSY_COUNTER = {Opcode.GEMM: PerfCounter.BUSY_GEMM, Opcode.VEC: PerfCounter.BUSY_VEC,
+                Opcode.ATTN_Q: PerfCounter.BUSY_ATTN, Opcode.ATTN_KV: PerfCounter.BUSY_ATTN,
+                Opcode.ATTN_EMIT: PerfCounter.BUSY_ATTN, Opcode.KVW: PerfCounter.BUSY_KVW,
+                Opcode.EMBED: PerfCounter.BUSY_EMBED, Opcode.LOAD: PerfCounter.BUSY_LDST,
+                Opcode.STORE: PerfCounter.BUSY_LDST}

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from mcf.sim.cluster.isa_model import ETH_OVERHEAD, TimingCosts, model_backend
+from mcf.sim.cluster.isa_model import ETH_OVERHEAD, TimingCosts, fit, model_backend
 from mcf.spec import isa
 from mcf.spec.node import NodeConfig
 from mcf.sw.golden.node import Exec
@@ -23,8 +23,16 @@ def test_costs_come_from_the_node_and_the_profile():
                  src_stride=8, dst=0, dst_stride=8)
     ex = Exec(isa.Queue.EX, 0, g, work={"tokens": 8, "n": 64, "out": 64, "ddr_rd": 2048})
     assert c.instr(node, ex) == 16 * 8 * 8 + 7                 # 16 tiles x 8 beats x 8 tokens + latency
-    ex.work["ddr_rd"] = 10_000_000                             # DDR-bound: bytes at the sustained rate
-    assert c.instr(node, ex) == math.ceil(10_000_000 / (prof.ddr_Bps / node.clock_hz)) + prof.dma_setup_cycles
+    ex.work["ddr_rd"] = 10_000_000                             # DDR-bound: bytes at the sustained rate,
+    rate = min(prof.ddr_Bps / node.clock_hz, node.hp_ports * node.data_bytes)   # at most a bus word per port
+    assert rate == node.data_bytes < prof.ddr_Bps / node.clock_hz              # (the tiny node: one 64-bit port)
+    assert c.instr(node, ex) == math.ceil(10_000_000 / rate) + prof.dma_setup_cycles
+    wide = node.replace(data_width=1024, hp_ports=4)
+    assert TimingCosts(wide, prof).instr(wide, ex) == math.ceil(10_000_000 / (prof.ddr_Bps / node.clock_hz)) \
+        + prof.dma_setup_cycles
+    # calibrated: a x cycles + b for the instruction's busy counter (GEMM), others unchanged
+    cal = TimingCosts(node, prof, {"BUSY_GEMM": (1.5, 10.0), "BUSY_VEC": (9.0, 9.0)})
+    assert cal.instr(node, ex) == round(1.5 * c.instr(node, ex) + 10.0)
     ser, lat = c.link(1040)
     assert ser == math.ceil((1040 + ETH_OVERHEAD) / (prof.link_bandwidth_bps / 8 / node.clock_hz))
     assert lat == round(prof.link_latency_s * node.clock_hz) // 2
@@ -42,3 +50,17 @@ def test_same_tokens_as_the_functional_simulator_more_cycles():
     assert mod.ttft_cycles > 10 * fun.ttft_cycles and mod.decode_cycles_per_token > fun.decode_cycles_per_token
     busy = mod.steps[0].counters[0]
     assert 0 < busy["BUSY_GEMM"] <= busy["CYCLES"] <= mod.ttft_cycles and busy["MAC_BEATS"] > 0
+
+
+def test_fit_recovers_costs_and_keeps_them_non_negative():
+    """The calibration's least squares: exact rows give their (a, b) back; a fit that would make
+    b (or a) negative is redone without it; nothing to fit leaves the costs as they are."""
+    rng = np.random.default_rng(1)
+    x, c = rng.integers(100, 5000, 8), rng.integers(1, 60, 8)
+    a, b = fit(list(zip(x, c, 1.4 * x + 17 * c)))
+    assert abs(a - 1.4) < 1e-9 and abs(b - 17) < 1e-6
+    a, b = fit(list(zip(x, c, 1.2 * x - 30 * c)))            # the best b is negative: b = 0
+    assert b == 0 and a > 0
+    a, b = fit(list(zip(x, c, -1.0 * x + 500 * c)))          # the best a is negative: a = 0
+    assert a == 0 and b > 0
+    assert fit([]) == (1.0, 0.0) and fit([(0, 0, 5)]) == (1.0, 0.0)
