@@ -35,6 +35,10 @@ def register(sub) -> None:
     p.add_argument("--group-size", type=integer(1, 1 << 16), help="INT4 weight group size (default: the largest power of "
                                                   "two <= 128 dividing the widths)")
     p.add_argument("--timeout", type=number(0, 1e7, open_lo=True), default=600.0, help="seconds each step may take (default 600)")
+    p.add_argument("--kv-store", metavar="URL", help="prefix KV tier (mars scheme): a redis:// URL template with "
+                   "{rank}, or one URL per node comma-separated; node r looks up and loads the cached "
+                   "chunks it owns (c mod N) into its DDR where the prefill would write them, prefill "
+                   "starts at the first missing chunk, and the owners store the chunks the run computed")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -67,7 +71,7 @@ def run(args) -> int:
     check_golden_memory(cfg, len(tokens) + args.decode, len(tokens))
     report = generate(cfg, weights, tokens, decode=args.decode, nodes=args.nodes, scheme=args.scheme,
                       chunk=args.chunk, budget=args.budget, topology=args.topology, group=args.group_size,
-                      factory=factory, timeout_s=args.timeout)
+                      factory=factory, timeout_s=args.timeout, kv_store=args.kv_store)
     out = report.to_json()
     out["backend"] = args.backend
     if args.json:
@@ -87,6 +91,11 @@ def run(args) -> int:
     print(f"peak KV bytes per node ({out['kv_bytes_source']}): {out['peak_kv_bytes_per_node']}")
     print(f"replica factor per step (plan): {out['replica_factor_per_step']}")
     print(f"directory after prefill (VALID blocks per node): {out['directory_after_prefill']}")
+    kv = out.get("kv_tier")
+    if kv is not None:
+        print(f"kv tier: {kv['prefix_chunks']} of {kv['full_chunks']} full chunks loaded ({kv['prefix_tokens']} "
+              f"tokens, {kv['loaded_bytes']} bytes, {kv['load_seconds'] * 1e3:.1f} ms; lookup {kv['lookup_status']}, "
+              f"load {kv['load_status']}), {kv['stored_chunks']} stored ({kv['store_status']})")
     mac = [s["counters"] for s in out["steps"][:1]][0]
     print("prefill counters per node: " + "; ".join(
         f"node {i}: {c['RETIRED_EX']} EX, {c['MAC_BEATS']} MAC beats, {c['NET_TX_BYTES']} B sent"
