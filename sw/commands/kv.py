@@ -41,8 +41,11 @@ def register(sub) -> None:
     r.add_argument("--ranks", type=int, default=4, help="ranks W = nodes = servers (default 4)")
     _tier_args(r)
     r.add_argument("--profile", default="kr260", help="hardware profile of the cluster model (default kr260)")
-    r.add_argument("--prefill-rate", type=float, metavar="TOKENS_PER_S",
-                   help="a given constant prefill rate R instead of the cluster model")
+    rate = r.add_mutually_exclusive_group()
+    rate.add_argument("--prefill-rate", type=float, metavar="TOKENS_PER_S",
+                      help="a given constant prefill rate R instead of the cluster model")
+    rate.add_argument("--prefill-from", metavar="FILE.json",
+                      help="R measured by `mcf kv calibrate --out FILE.json` (same model, chunk and ranks)")
     mode = r.add_mutually_exclusive_group()
     mode.add_argument("--async", dest="mode", action="store_const", const="async",
                       help="load outside the cluster's step (default)")
@@ -179,6 +182,26 @@ def prefill_curve(model, profile: str, ranks: int, chunk: int, max_tokens: int, 
                         f"--profile {profile})")
 
 
+def measured_curve(path: str, model: str, ranks: int, chunk: int, max_tokens: int):
+    """R from a file ``mcf kv calibrate --out`` wrote, for the same model, ranks and chunk."""
+    import json
+
+    from mcf.sw.kvtier.costmodel import PrefillCurve
+    try:
+        with open(path) as f:
+            cal = json.load(f)
+        rate, src = float(cal["prefill_rate_tokens_per_s"]), str(cal["cost_model"]["sources"]["R"])
+        got = (cal["model"], int(cal["nodes"]), int(cal["chunk"]))
+    except OSError as e:
+        raise UserError(f"--prefill-from {path}: {e.strerror or e}") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise UserError(f"--prefill-from {path}: not a file of `mcf kv calibrate --out` ({type(e).__name__}: {e})") from None
+    if got != (model, ranks, chunk):
+        raise UserError(f"--prefill-from {path}: measured for model {got[0]} on {got[1]} ranks, chunk {got[2]}; this "
+                        f"replay is model {model} on {ranks} ranks, chunk {chunk}")
+    return PrefillCurve.constant(rate, chunk, max_tokens, src)
+
+
 @contextmanager
 def open_tier(cfg, ranks: int, chunk: int, url: str | None, server_mb: int, io_timeout: float,
               l1_mb: int = 0, cooldown_s: float = 1.0, weights: str = "synthetic"):
@@ -303,7 +326,10 @@ def replay_figures(args) -> dict:
     else:
         requests = read_trace(args.trace, cfg.vocab_size)
         source = f"trace {args.trace}: {len(requests)} requests"
-    curve = prefill_curve(args.model, args.profile, W, args.chunk, max(r.n for r in requests), args.prefill_rate)
+    if args.prefill_from:
+        curve = measured_curve(args.prefill_from, cfg.name, W, args.chunk, max(r.n for r in requests))
+    else:
+        curve = prefill_curve(args.model, args.profile, W, args.chunk, max(r.n for r in requests), args.prefill_rate)
     if args.compare:
         arms = [("no tier", "never", "async"), ("sync", args.policy, "sync"), ("async", args.policy, "async")]
     else:
