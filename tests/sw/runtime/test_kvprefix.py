@@ -26,7 +26,7 @@ def _embeds(session) -> int:
     return sum(ins.OPCODE == Opcode.EMBED for p in session.lw.prefill for ins in p)
 
 
-@pytest.mark.parametrize("nodes,chunk", [(2, 4), (3, 2)])
+@pytest.mark.parametrize("nodes,chunk", [(2, 4), (3, 4)])
 def test_loaded_prefix_equals_the_cold_run(nodes, chunk):
     jitter = lambda *a: isa_backend(*a, costs=JitterCosts(seed=nodes))        # noqa: E731
     kw = dict(nodes=nodes, scheme="mars", chunk=chunk, decode=2, group=16, factory=jitter)
