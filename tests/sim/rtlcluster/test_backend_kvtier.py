@@ -2,7 +2,7 @@
 prompt's prefix stored by one RTL run and loaded by another gives the same tokens and logits bit
 for bit as the cold run, and the loaded run's TTFT (the nodes' CYCLES counters) is smaller.
 
-Run 1 (cold, MARS on 2 RTL nodes) is the runtime's end-to-end check (``check``: logits, tokens,
+Run 1 (cold, MARS on 2 RTL nodes, replicating) is the runtime's end-to-end check (``check``: logits, tokens,
 directories and the KV in every node's DDR equal the golden fixed-point model) and afterwards
 each owner stores the full chunks it computed, read back from its DDR window, on its own
 redis-server (started and stopped by the test).  Run 2 looks the prompt up, each node loads its
@@ -29,13 +29,13 @@ from tests.sw.runtime.test_runtime import check
 @pytest.mark.timeout(BUILD_S)
 def test_prefix_stored_by_one_rtl_run_loads_into_another_bit_exact(verilator_cache):
     factory = functools.partial(rtl.rtl_backend, cache_dir=verilator_cache, progress=lambda msg: None)
-    kw = dict(nodes=2, scheme="mars", chunk=4, budget=8 * int(TINY.kv_token_bytes), decode=1, group=16,
-              factory=factory, timeout_s=STEP_S)
+    kw = dict(nodes=2, scheme="mars", chunk=4, decode=1, group=16, factory=factory, timeout_s=STEP_S)
     prompt = PROMPT[:10]                 # chunks of 4, 4, 2 tokens: 2 full chunks the tier may keep
     with LocalServers(2) as srv:
         store = ",".join(srv.urls)
         cold, s1 = check(TINY, TINY_W, prompt, kv_store=store, **kw)
         _clean(s1.backend)
+        assert cold.replica_factor_per_step == [2, 2, 2, 1]        # the cold plan replicates
         assert cold.kv["prefix_chunks"] == 0 and cold.kv["stored_chunks"] == 2
         assert cold.kv["store_status"] == ["ok", "ok"]
         warm, s2 = check(TINY, TINY_W, prompt, kv_store=store, **kw)
@@ -43,6 +43,7 @@ def test_prefix_stored_by_one_rtl_run_loads_into_another_bit_exact(verilator_cac
     kv = warm.kv
     assert kv["lookup_prefix_chunks"] == kv["prefix_chunks"] == 2 and kv["load_status"] == ["ok", "ok"]
     assert kv["loaded_bytes"] == 2 * kv["chunk_value_bytes"] and kv["stored_chunks"] == 0
+    assert warm.replica_factor_per_step == [1] * 4                 # loaded chunks: owner only
     # no compute for the loaded chunks: one EMBED (chunk 2's), the owners only set the entries
     progs = s2.lw.prefill
     assert sum(ins.OPCODE == Opcode.EMBED for p in progs for ins in p) == 1
