@@ -41,8 +41,11 @@ def register(sub) -> None:
     r.add_argument("--ranks", type=int, default=4, help="ranks W = nodes = servers (default 4)")
     _tier_args(r)
     r.add_argument("--profile", default="kr260", help="hardware profile of the cluster model (default kr260)")
-    r.add_argument("--prefill-rate", type=float, metavar="TOKENS_PER_S",
-                   help="a given constant prefill rate R instead of the cluster model")
+    rate = r.add_mutually_exclusive_group()
+    rate.add_argument("--prefill-rate", type=float, metavar="TOKENS_PER_S",
+                      help="a given constant prefill rate R instead of the cluster model")
+    rate.add_argument("--prefill-from", metavar="FILE.json",
+                      help="R measured by `mcf kv calibrate --out FILE.json` (same model, chunk and ranks)")
     mode = r.add_mutually_exclusive_group()
     mode.add_argument("--async", dest="mode", action="store_const", const="async",
                       help="load outside the cluster's step (default)")
@@ -107,6 +110,28 @@ def register(sub) -> None:
     i.add_argument("--seq", type=int, default=16384, help="prompt length for R (default 16384)")
     i.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     i.set_defaults(func=cmd_info)
+    c = ks.add_parser("calibrate", help="the cost model's terms measured: R from a cold prefill on a backend "
+                      "(RTL cycles by default), B per rank, T0",
+                      description="Run a cold MARS prefill of a random prompt on a cluster backend through the "
+                                  "node runtime (default rtl: N RTL nodes under Verilator, TTFT from their "
+                                  "CYCLES counters) and take R = tokens / TTFT; measure each rank's bandwidth "
+                                  "B_r against live servers and fit T0 there; print s, R, B, B* = s R and the "
+                                  "load-or-recompute choice for the prompt's cached prefix.  --out keeps the "
+                                  "figures for `mcf kv replay --prefill-from`.")
+    c.add_argument("--backend", default="rtl", help="model | isa | rtl: where the prefill runs (default rtl)")
+    c.add_argument("--nodes", type=int, default=2, help="nodes = ranks W (default 2)")
+    c.add_argument("--model", default="tiny", help="model preset, YAML file or checkpoint dir (default tiny; "
+                   "random weights unless a checkpoint)")
+    c.add_argument("--seq", type=int, default=16, help="prompt tokens (default 16)")
+    c.add_argument("--chunk", type=int, default=4, help="tokens per chunk = the MARS chunk size (default 4)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the prompt and the random weights (default 0)")
+    c.add_argument("--timeout", type=float, default=900.0, help="seconds the prefill step may take (default 900)")
+    c.add_argument("--url", help="server URL template with {rank} (default: local redis-server processes)")
+    c.add_argument("--server-mb", type=int, default=64, help="memory limit of each local server, MiB (default 64)")
+    c.add_argument("--io-timeout", type=float, default=1.0, help="socket timeout of every server call, s (default 1.0)")
+    c.add_argument("--out", metavar="FILE.json", help="also write the figures to this file (atomically)")
+    c.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    c.set_defaults(func=cmd_calibrate)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -155,6 +180,26 @@ def prefill_curve(model, profile: str, ranks: int, chunk: int, max_tokens: int, 
                         f"model: SimPy cluster model, MARS on {ranks} x {profile}, {name}, chunk {chunk} "
                         f"(mcf simulate --model {name} --seq {seq} --nodes {ranks} --chunk {chunk} "
                         f"--profile {profile})")
+
+
+def measured_curve(path: str, model: str, ranks: int, chunk: int, max_tokens: int):
+    """R from a file ``mcf kv calibrate --out`` wrote, for the same model, ranks and chunk."""
+    import json
+
+    from mcf.sw.kvtier.costmodel import PrefillCurve
+    try:
+        with open(path) as f:
+            cal = json.load(f)
+        rate, src = float(cal["prefill_rate_tokens_per_s"]), str(cal["cost_model"]["sources"]["R"])
+        got = (cal["model"], int(cal["nodes"]), int(cal["chunk"]))
+    except OSError as e:
+        raise UserError(f"--prefill-from {path}: {e.strerror or e}") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise UserError(f"--prefill-from {path}: not a file of `mcf kv calibrate --out` ({type(e).__name__}: {e})") from None
+    if got != (model, ranks, chunk):
+        raise UserError(f"--prefill-from {path}: measured for model {got[0]} on {got[1]} ranks, chunk {got[2]}; this "
+                        f"replay is model {model} on {ranks} ranks, chunk {chunk}")
+    return PrefillCurve.constant(rate, chunk, max_tokens, src)
 
 
 @contextmanager
@@ -281,7 +326,10 @@ def replay_figures(args) -> dict:
     else:
         requests = read_trace(args.trace, cfg.vocab_size)
         source = f"trace {args.trace}: {len(requests)} requests"
-    curve = prefill_curve(args.model, args.profile, W, args.chunk, max(r.n for r in requests), args.prefill_rate)
+    if args.prefill_from:
+        curve = measured_curve(args.prefill_from, cfg.name, W, args.chunk, max(r.n for r in requests))
+    else:
+        curve = prefill_curve(args.model, args.profile, W, args.chunk, max(r.n for r in requests), args.prefill_rate)
     if args.compare:
         arms = [("no tier", "never", "async"), ("sync", args.policy, "sync"), ("async", args.policy, "async")]
     else:
@@ -414,6 +462,98 @@ def fit_figures(args) -> dict:
            "validation_max_abs_error": max(val) if val else None,
            "validation_median_abs_error": float(np.median(val)) if val else None, "configs": configs}
     return out
+
+
+# --- calibrate -------------------------------------------------------------------------------------
+def cmd_calibrate(args) -> int:
+    out = calibrate_figures(args)
+    if args.out:
+        from mcf.sw.cliutil import write_text
+        write_text(args.out, _dumps(out) + "\n")
+    if args.json:
+        sys.stdout.write(_dumps(out) + "\n")
+        return 0
+    cm = out["cost_model"]
+    print(f"{out['model']} on {out['nodes']} node(s), backend {out['backend']}, chunk {out['chunk']}, "
+          f"{out['seq']} prompt tokens")
+    print(f"  s  = {cm['s_bytes_per_token']:.1f} B/token ({cm['sources']['s']})")
+    print(f"  R  = {out['prefill_rate_tokens_per_s']:.6g} tokens/s ({cm['sources']['R']})")
+    print(f"  B  = {', '.join(f'{b / 1e6:.4g}' for b in cm['bandwidth_Bps_per_rank'])} MB/s per rank "
+          f"({cm['sources']['B']})")
+    print(f"  T0 = {cm['t0_s'] * 1e3:.3g} ms ({cm['sources']['T0']})")
+    print(f"  B* = s R = {out['b_star_Bps'] / 1e6:.4g} MB/s; a hit of the prompt's {out['hit_chunks']} full chunks: "
+          f"load {out['load_s'] * 1e3:.3g} ms vs recompute {out['recompute_s'] * 1e3:.3g} ms -> {out['choice']}")
+    return 0
+
+
+def calibrate_figures(args) -> dict:
+    """The measurement behind ``mcf kv calibrate``: -> the JSON object."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from mcf.sw.commands.run import factory_of
+    from mcf.sw.kvtier.calibrate import fit_on, measure_bandwidth
+    from mcf.sw.kvtier.costmodel import CostModel, PrefillCurve, bytes_per_token
+    from mcf.sw.kvtier.keys import full_chunks, weights_fingerprint
+    from mcf.sw.kvtier.shard import check_mars_layout, check_ranks
+    from mcf.sw.models import load_model
+    from mcf.sw.runtime.runtime import generate
+
+    W = check_ranks(args.nodes)
+    if args.seq < 2 or args.chunk < 1 or args.chunk >= args.seq:
+        raise UserError(f"seq={args.seq}, chunk={args.chunk}: need seq >= 2 and 1 <= chunk < seq (a cached prefix "
+                        f"of at least one full chunk)")
+    if not args.timeout > 0:
+        raise UserError(f"timeout={args.timeout}: must be > 0 s")
+    if args.url is None and args.server_mb < 1:
+        raise UserError(f"server-mb={args.server_mb}: must be >= 1")
+    if not args.io_timeout > 0:
+        raise UserError(f"io-timeout={args.io_timeout}: must be > 0 s")
+    if args.out:
+        from mcf.sw.cliutil import check_output
+        check_output(args.out)
+    factory = factory_of(args.backend)
+    cfg = load_model(args.model)
+    if Path(args.model).is_dir():
+        from mcf.sw.golden.checkpoint import load_checkpoint
+        cfg, weights = load_checkpoint(args.model)
+        wlabel = f"checkpoint {args.model}"
+    else:
+        from mcf.sw.golden.weights import random_weights
+        weights = random_weights(cfg, args.seed)
+        wlabel = f"random weights, seed {args.seed}"
+    prompt = [int(t) for t in np.random.default_rng(args.seed).integers(0, cfg.vocab_size, args.seq)]
+    rep = generate(cfg, weights, prompt, nodes=W, scheme="mars", chunk=args.chunk, decode=0, factory=factory,
+                   timeout_s=args.timeout)
+    check_mars_layout(rep.lowered.plan, args.chunk, W)
+    ttft_s = rep.ttft_cycles / rep.clock_hz
+    rate = args.seq / ttft_s
+    cmd = (f"mcf kv calibrate --backend {args.backend} --nodes {W} --model {args.model} --seq {args.seq} "
+           f"--chunk {args.chunk} --seed {args.seed}")
+    what = {"rtl": "measured: RTL cluster under Verilator, the nodes' CYCLES counters",
+            "isa": "ISA simulator, one cycle per instruction (functional, not a timing)",
+            "model": "model: ISA simulator with the timing model"}.get(args.backend, args.backend)
+    curve = PrefillCurve.constant(rate, args.chunk, args.seq,
+                                  f"{what}: cold MARS prefill of {args.seq} tokens on {W} nodes, TTFT "
+                                  f"{rep.ttft_cycles} cycles at {rep.clock_hz / 1e6:g} MHz ({cmd})")
+    hit = full_chunks(args.seq, args.chunk)
+    with open_tier(cfg, W, args.chunk, args.url, args.server_mb, args.io_timeout,
+                   weights=weights_fingerprint(weights)) as (store, _):
+        B = measure_bandwidth(store, chunks=8, repeats=5)
+        sources = {"s": "model: spec/kv.py chunk value / chunk", "R": curve.source,
+                   "B": "measured: MGET of 8 chunk values per rank, median of 5, this run"}
+        cm = CostModel(bytes_per_token(cfg, args.chunk), args.chunk, store.value_bytes, tuple(B), 0.0, curve,
+                       sources)
+        k = max(hit, 1)
+        cm.t0, _ = fit_on(store, cm.transfer_s, k, repeats=5)
+        sources["T0"] = f"measured: fitted on {W} ranks x {k} chunks, median of 5, this run"
+    return {"model": cfg.name, "weights": wlabel, "backend": args.backend, "nodes": W, "chunk": args.chunk,
+            "seq": args.seq, "ttft_cycles": rep.ttft_cycles, "clock_hz": rep.clock_hz, "prefill_s": ttft_s,
+            "prefill_rate_tokens_per_s": rate, "b_star_Bps": cm.s * rate, "hit_chunks": hit,
+            "load_s": cm.load_s(hit), "recompute_s": cm.recompute_s(hit), "choice": cm.choose(hit),
+            "servers": "embedded" if args.url is None else args.url, "cost_model": cm.describe(),
+            "command": cmd}
 
 
 # --- info ------------------------------------------------------------------------------------------

@@ -40,6 +40,10 @@ def register(sub) -> None:
                    help="cycles without progress (no instruction retired, no DDR or network beat) after which "
                         f"a node faults WATCHDOG: a lost packet stops the run (default {WATCHDOG_RESET}, the "
                         "register's reset value; 0: never)")
+    p.add_argument("--kv-store", metavar="URL", help="prefix KV tier (mars scheme): a redis:// URL template with "
+                   "{rank}, or one URL per node comma-separated; node r looks up and loads the cached "
+                   "chunks it owns (c mod N) into its DDR where the prefill would write them, prefill "
+                   "starts at the first missing chunk, and the owners store the chunks the run computed")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -72,7 +76,8 @@ def run(args) -> int:
     check_golden_memory(cfg, len(tokens) + args.decode, len(tokens))
     report = generate(cfg, weights, tokens, decode=args.decode, nodes=args.nodes, scheme=args.scheme,
                       chunk=args.chunk, budget=args.budget, topology=args.topology, group=args.group_size,
-                      factory=factory, timeout_s=args.timeout, watchdog=args.watchdog)
+                      factory=factory, timeout_s=args.timeout, watchdog=args.watchdog,
+                      kv_store=args.kv_store)
     out = report.to_json()
     out["backend"] = args.backend
     if args.json:
@@ -92,6 +97,11 @@ def run(args) -> int:
     print(f"peak KV bytes per node ({out['kv_bytes_source']}): {out['peak_kv_bytes_per_node']}")
     print(f"replica factor per step (plan): {out['replica_factor_per_step']}")
     print(f"directory after prefill (VALID blocks per node): {out['directory_after_prefill']}")
+    kv = out.get("kv_tier")
+    if kv is not None:
+        print(f"kv tier: {kv['prefix_chunks']} of {kv['full_chunks']} full chunks loaded ({kv['prefix_tokens']} "
+              f"tokens, {kv['loaded_bytes']} bytes, {kv['load_seconds'] * 1e3:.1f} ms; lookup {kv['lookup_status']}, "
+              f"load {kv['load_status']}), {kv['stored_chunks']} stored ({kv['store_status']})")
     mac = [s["counters"] for s in out["steps"][:1]][0]
     print("prefill counters per node: " + "; ".join(
         f"node {i}: {c['RETIRED_EX']} EX, {c['MAC_BEATS']} MAC beats, {c['NET_TX_BYTES']} B sent"

@@ -13,9 +13,10 @@ Implemented today:
 * ``RankMemorySink`` keeps the bytes per rank, as each node's DDR would after the load: chunk c
   on rank c mod W only -- the owner-only layout MARS leaves after prefill.
 
-The node runtime (issue 13) adds a sink whose ``place`` writes the value by DMA into rank's DDR
-at the address the MARS lowering chose for block c, and whose ``commit`` starts the prefill
-program at the first missing chunk.
+The node runtime (``mcf.sw.runtime.kvprefix``, ``mcf run --kv-store``) loads into a
+``RankMemorySink`` and then writes each value through its owner's DDR window into the pool slots
+the lowering gives block c (``Lowered.loaded_kv``), and lowers the prefill to start at the first
+missing chunk.
 """
 from __future__ import annotations
 

@@ -318,6 +318,8 @@ class Lowered:
     topology: Topology
     rgroups: list = field(default_factory=list)      # decode row groups (kv head, first row, rows)
     route_ids_used: int = 0
+    prefix: int = 0                     # chunks loaded before the run (not computed; see ``lower``)
+    slots: dict = field(default_factory=dict)        # (node, block) -> pool slot of its copy
     _decode_cache: dict = field(default_factory=dict)
 
     @property
@@ -333,6 +335,20 @@ class Lowered:
         if step not in self._decode_cache:
             self._decode_cache = {step: _Lowerer(self).decode(step)}
         return self._decode_cache[step]
+
+    def loaded_kv(self, block: int, value: bytes) -> tuple[int, list]:
+        """Where a loaded chunk value (``spec/kv.py``: block layers 0 .. L-1) goes: -> (node,
+        [(address, bytes)] per layer): block ``block``'s pool slot on its owner, the address the
+        prefill's KV writer would have written it to."""
+        if not 0 <= block < self.prefix:
+            raise LoweringError(f"block {block} is not in the loaded prefix (chunks 0 .. {self.prefix - 1})")
+        o = self.plan.compute_node(block)
+        n = self.shapes.block_bytes(int(self.plan.chunk_tokens[block]))
+        if len(value) != self.shapes.L * n:
+            raise LoweringError(f"chunk value of block {block}: {len(value)} bytes, {self.shapes.L} layers x {n} "
+                                f"expected")
+        s = self.slots[(o, block)]
+        return o, [(self.kv_addr(o, s, li), bytes(value[li * n:(li + 1) * n])) for li in range(self.shapes.L)]
 
     def ids_addr(self, node: int, chunk: int | None) -> int:
         """Where chunk ``chunk``'s token ids (int32) go; None: the decode token's."""
@@ -363,10 +379,18 @@ class _Buf:
         self.r.append(h)
 
 
-def lower(plan: Plan, node: NodeConfig, group: int, consts: dict, bases, decode_steps: int = 0) -> Lowered:
+def lower(plan: Plan, node: NodeConfig, group: int, consts: dict, bases, decode_steps: int = 0,
+          prefix: int = 0) -> Lowered:
     """The programs, DDR map and route tables of ``plan`` on nodes built as ``node``, for a model
     quantized with INT4 group size ``group`` (``consts``: ``const_keys``), each node's DDR at
-    ``bases[n]``, with room for ``decode_steps`` decode tokens."""
+    ``bases[n]``, with room for ``decode_steps`` decode tokens.
+
+    ``prefix``: chunks 0 .. prefix-1 are loaded before the run (the prefix KV tier): the PS puts
+    each one's KV into its owner's pool slot (``Lowered.loaded_kv``) and the programs compute
+    nothing for them -- the owner only sets its directory entry VALID, as the prefill would after
+    computing it -- and prefill starts at chunk ``prefix``.  Loaded chunks live on their owners
+    only, so the plan must create them without replicas (``r_step[1 .. prefix] == 1``, e.g. the
+    converged schedule alpha = 0)."""
     model = plan.request.model
     if plan.scheme not in LOWERED_SCHEMES:
         raise LoweringError(f"scheme {plan.scheme}: no node programs (lowered: "
@@ -388,8 +412,17 @@ def lower(plan: Plan, node: NodeConfig, group: int, consts: dict, bases, decode_
         raise LoweringError(f"{plan.num_chunks} chunks exceed the directory's {node.dir_entries} entries")
     if not 0 <= int(consts["eps_n"]) < 1 << 32:
         raise LoweringError(f"model {model.name}: the RMSNorm epsilon constant {consts['eps_n']} does not fit 32 bits")
+    if isinstance(prefix, bool) or not isinstance(prefix, (int, np.integer)) or not 0 <= prefix < plan.num_chunks:
+        raise LoweringError(f"prefix={prefix!r}: loaded chunks must be in [0, {plan.num_chunks}) (prefill computes "
+                            f"at least the last chunk)")
+    if prefix and (np.asarray(plan.r_step[1:prefix + 1]) != 1).any():
+        raise LoweringError(f"plan: a loaded prefix of {prefix} chunks lives on its owners only; the plan "
+                            f"replicates blocks 0 .. {prefix - 1} (replica factors {list(plan.r_step[1:prefix + 1])})")
+    if prefix and (np.asarray(plan.owner[:prefix]) != np.asarray(plan.holder_owner[:prefix])).any():
+        raise LoweringError("plan: a loaded prefix must be held by its final owners (scheme pd moves it)")
     sh = Shapes(model, node, group, chunk)
     low = _Lowerer.prepare(plan, sh, consts, list(bases), decode_steps)
+    low.lw.prefix = int(prefix)
     return low.prefill()
 
 
@@ -432,6 +465,7 @@ class _Lowerer:
                             raise LoweringError(f"plan: step {t}: node {n} frees block {e.block}, which it holds not")
                         free[n].append(s)
         owned = [sorted(live[n].items()) for n in range(N)]
+        slots = dict(slot_of)
         # staging: blocks one step brings straight into its compute node
         stage_max, forwards = 0, False
         fetches = {}
@@ -503,6 +537,7 @@ class _Lowerer:
                      prefill=[], logits_node=plan.compute_node(C - 1), owned=owned,
                      decode_steps=decode_steps, consts=dict(consts), topology=topo)
         lw.rgroups = rgroups
+        lw.slots = slots
         self = cls(lw)
         self.slot_of, self.fetches = slot_of, fetches
         return self
@@ -687,10 +722,17 @@ class _Lowerer:
                     self._lifecycle(state, c, e.kind, e.block, n)
                     dir_(n, e.block, ReplicaState.DRAINING)
             state[(c, o)] = ReplicaState.VALID
-            dir_(o, c, ReplicaState.VALID)
+            valid = dir_(o, c, ReplicaState.VALID)
             if (o, c) not in self.slot_of:
                 raise LoweringError(f"plan: step {c}: node {o} computes chunk {c} but the events give it no copy")
             so = self.slot_of[(o, c)]
+            if c < self.lw.prefix:
+                # loaded: its KV is in the pool slot before start; readers wait for the entry
+                for li in range(L):
+                    self.buf("pool", o, so, li).wrote(valid)
+                for e in by_step.get((c, EventPhase.END), []):
+                    self._end_event(c, e, state, tx_uses, arrived, kvw, tok)
+                continue
             self.embed(o, self.lw.ids_addr(o, c), T, pos0)
             hops = self.fetches[c]
             direct = [blk for blk, _, dsts, _ in hops if dsts[0] == o]

@@ -17,6 +17,11 @@ and starts again.
 It reports the tokens, every step's logits, TTFT and decode cycles (the nodes' CYCLES counters:
 start to done), per-node performance counters, link bytes and the KV each node holds over the
 run (when the backend measures them), and the plan's replica factor per step.
+
+With the prefix KV tier (``kv_store``: one server per node, ``mcf.sw.runtime.kvprefix``) the
+prompt's cached prefix is loaded before the plan, written into the owners' DDR where the prefill
+would have written it, the prefill starts at the first missing chunk, and the chunks the run
+computed are stored after it (``RunReport.kv``).
 """
 from __future__ import annotations
 
@@ -89,6 +94,8 @@ class RunReport:
     link_bytes: dict | None
     directory_after_prefill: list        # per node: blocks VALID after prefill
     lowered: object = field(repr=False, default=None)
+    kv: dict | None = None               # the prefix KV tier's figures (None: no tier)
+    kv_values: dict = field(repr=False, default_factory=dict)   # chunk -> value read after prefill
 
     @property
     def ttft_cycles(self) -> int:
@@ -121,6 +128,7 @@ class RunReport:
             "kv_bytes_plan_per_step": [[int(x) for x in row] for row in self.kv_bytes_plan],
             "replica_factor_per_step": self.replica_factor_per_step,
             "directory_after_prefill": self.directory_after_prefill,
+            "kv_tier": self.kv,
             "steps": [{"kind": s.kind, "cycles": s.cycles, "token": s.token, "ps_seconds": s.ps_seconds,
                        "counters": s.counters} for s in self.steps],
         }
@@ -132,7 +140,7 @@ class Session:
     def __init__(self, model: ModelConfig, weights: dict, prompt, *, nodes: int, factory, scheme: str = "mars",
                  chunk: int | None = None, budget: int | None = None, topology: str = "switch", decode: int = 0,
                  group: int | None = None, node: NodeConfig | None = None, timeout_s: float = 60.0,
-                 watchdog: int = WATCHDOG_RESET, fixed: FixedModel | None = None):
+                 watchdog: int = WATCHDOG_RESET, fixed: FixedModel | None = None, kv_store=None):
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise UserError("no prompt tokens")
@@ -155,8 +163,31 @@ class Session:
         self.consts = pack.consts_of(self.fm)
         if chunk is None:
             chunk = min(cfg.max_tokens, len(prompt))
+        self._tier, self.kv_prefix, loaded = None, 0, {}
+        if kv_store is not None:
+            from .kvprefix import PrefixTier, parse_store
+            if scheme != "mars":
+                raise UserError(f"--kv-store: scheme {scheme}: the tier keeps chunk c on node c mod N, the "
+                                f"layout of the mars scheme")
+            self._tier = PrefixTier(parse_store(kv_store, nodes), model, weights, chunk, group)
+            self.kv_prefix, loaded = self._tier.load(prompt)
+        try:
+            self._prepare(model, prompt, cfg, nodes, factory, scheme, chunk, budget, topology, decode, group, loaded)
+        except BaseException:
+            if self._tier is not None:
+                self._tier.close()
+            raise
+
+    def _prepare(self, model, prompt, cfg, nodes, factory, scheme, chunk, budget, topology, decode, group,
+                 loaded) -> None:
+        # a loaded prefix lives on its owners only: the plan creates no replicas (MARS's converged
+        # schedule, alpha = 0) -- a replica of a loaded chunk would have to be moved there first
         self.plan = plan(PlanRequest(model=model, seq_len=len(prompt), nodes=nodes, profile=load_profile("kr260"),
-                                     scheme=scheme, chunk_size=chunk, budget_bytes=budget, topology=topology))
+                                     scheme=scheme, chunk_size=chunk, budget_bytes=budget, topology=topology,
+                                     alpha=0.0 if self.kv_prefix else None))
+        if self._tier is not None:
+            from mcf.sw.kvtier.shard import check_mars_layout
+            check_mars_layout(self.plan, chunk, nodes)
         # size the route table and the reduction slots from a first lowering, then lower for the
         # backend's DDR
         probe = lower(self.plan, cfg.replace(route_entries=isa.LAYOUTS[isa.Opcode.SEND]["route_id"].max + 1,
@@ -169,8 +200,18 @@ class Session:
                      "(CPU and device views)")
         self.backend = factory(nodes, self.node, probe.map.size, topology)
         self.lw = lower(self.plan, self.node, group, self.consts, [m.phys_base for m in self.backend.memories],
-                        decode)
+                        decode, prefix=self.kv_prefix)
         self.group = group
+        # the loaded chunks: per node [(offset in its DDR window, bytes)], written before start
+        self.kv_writes = [[] for _ in range(nodes)]
+        for c in sorted(loaded):
+            o, parts = self.lw.loaded_kv(c, loaded[c])
+            self.kv_writes[o] += [(addr - self.lw.bases[o], data) for addr, data in parts]
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_tier"] = None            # sockets and threads stay in the PS process
+        return state
 
     # --- driving the nodes ---------------------------------------------------------------------------
     async def configure(self) -> None:
@@ -186,6 +227,8 @@ class Session:
             await drv.set_watchdog(self.watchdog)
             await drv.enable()                   # the NIC takes and sends packets (CONTROL.enable)
             for off, data in image:
+                mem.put(off, data)
+            for off, data in self.kv_writes[i]:       # the loaded prefix, where the prefill writes it
                 mem.put(off, data)
 
     async def run_step(self, kind: str, programs, logits_node: int) -> StepReport:
@@ -236,7 +279,7 @@ class Session:
         lw, N = self.lw, self.lw.nodes
         await self.configure()
         starts = np.concatenate([[0], np.cumsum(self.plan.chunk_tokens)])
-        for c in range(self.plan.num_chunks):
+        for c in range(lw.prefix, self.plan.num_chunks):
             ids = np.asarray(self.prompt[starts[c]:starts[c + 1]], dtype="<i4").tobytes()
             o = self.plan.compute_node(c)
             self.backend.memories[o].put(lw.ids_addr(o, c) - lw.bases[o], ids)
@@ -245,13 +288,34 @@ class Session:
         for i, drv in enumerate(self.backend.drivers):
             d = await drv.read_directory(self.plan.num_chunks)
             directory.append([b for b, st in d.items() if st == ReplicaState.VALID])
+        kv_values = self._computed_chunks() if self.kv_store_wanted else {}
         tokens = [steps[0].token]
         for k in range(self.decode):
             mem = self.backend.memories[DECODE_ROOT]
             mem.put(lw.ids_addr(DECODE_ROOT, None) - lw.bases[DECODE_ROOT], np.array([tokens[-1]], "<i4").tobytes())
             steps.append(await self.run_step("decode", lw.decode_programs(k), DECODE_ROOT))
             tokens.append(steps[-1].token)
-        return self._report(steps, tokens, directory)
+        report = self._report(steps, tokens, directory)
+        report.kv_values = kv_values
+        return report
+
+    def _computed_chunks(self) -> dict:
+        """The full chunks this prefill computed, read back from their owners' DDR windows (each a
+        chunk value: block layers 0 .. L-1, ``spec/kv.py``)."""
+        from .kvprefix import stored_chunks
+        lw, out = self.lw, {}
+        for c in stored_chunks(len(self.prompt), int(self.plan.chunk_size), lw.prefix):
+            o = self.plan.compute_node(c)
+            n = lw.shapes.block_bytes(int(self.plan.chunk_tokens[c]))
+            mem = self.backend.memories[o]
+            out[c] = b"".join(mem.fetch(lw.kv_addr(o, lw.slots[(o, c)], li) - lw.bases[o], n)
+                              for li in range(lw.shapes.L))
+        return out
+
+    @property
+    def kv_store_wanted(self) -> bool:
+        """Whether main() reads the computed chunks back for the tier (set by ``run``)."""
+        return getattr(self, "_kv_store_wanted", False)
 
     def _report(self, steps, tokens, directory) -> RunReport:
         lw, pl = self.lw, self.plan
@@ -278,10 +342,21 @@ class Session:
             link_bytes=self.backend.link_bytes(), directory_after_prefill=directory, lowered=lw)
 
     def run(self) -> RunReport:
+        """Run the session on its backend; with the tier, the owners then store what it computed."""
+        tier = self._tier
+        self._kv_store_wanted = tier is not None
         try:
-            return self.backend.run_session(self)
+            try:
+                report = self.backend.run_session(self)
+            finally:
+                self.backend.close()
+            if tier is not None:
+                tier.save(self.prompt, report.kv_values)
+                report.kv = dict(tier.stats)
+            return report
         finally:
-            self.backend.close()
+            if tier is not None:
+                tier.close()
 
 
 def generate(model: ModelConfig, weights: dict, prompt, **kw) -> RunReport:

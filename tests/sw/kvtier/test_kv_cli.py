@@ -66,6 +66,32 @@ def test_info(capsys):
     assert 10 < out["prefill_rate_tokens_per_s"] < 10_000 and out["b_star_Bps"] < 100e6
 
 
+def test_calibrate_measures_r_from_a_run_and_replay_uses_it(capsys, tmp_path):
+    """R from a cold prefill run through the node runtime (here the model backend: the ISA
+    simulator with the timing model; ``--backend rtl`` is the default and reads the RTL nodes'
+    CYCLES counters -- tests/sim/rtlcluster/test_backend_kvtier.py checks those), not typed in;
+    the replay takes it from the file."""
+    cal = tmp_path / "cal.json"
+    out = run_json(capsys, ["kv", "calibrate", "--backend", "model", "--nodes", "2", "--seq", "12", "--chunk", "4",
+                            "--server-mb", "4", "--json", "--out", str(cal)])
+    assert out["backend"] == "model" and out["ttft_cycles"] > 0 and out["hit_chunks"] == 2
+    assert out["prefill_rate_tokens_per_s"] == pytest.approx(12 * out["clock_hz"] / out["ttft_cycles"])
+    cm = out["cost_model"]
+    assert cm["sources"]["R"].startswith("model: ISA simulator with the timing model: cold MARS prefill of 12 tokens")
+    assert "mcf kv calibrate --backend model" in cm["sources"]["R"] and cm["sources"]["B"].startswith("measured")
+    assert len(cm["bandwidth_Bps_per_rank"]) == 2 and out["b_star_Bps"] == pytest.approx(256 * out[
+        "prefill_rate_tokens_per_s"])
+    assert out["choice"] == ("load" if out["recompute_s"] > out["load_s"] else "recompute")
+    assert json.loads(cal.read_text()) == out
+    rep = run_json(capsys, ["kv", "replay", "--synthetic", "3", "--model", "tiny", "--chunk", "4", "--ranks", "2",
+                            "--server-mb", "4", "--prefix-tokens", "8:16", "--suffix-tokens", "1:4",
+                            "--prefill-from", str(cal), "--t0", "0", "--json"])
+    assert rep["cost_model"]["sources"]["R"] == cm["sources"]["R"]
+    assert rep["cost_model"]["prefill_rate_tokens_per_s_at_max"] == pytest.approx(out["prefill_rate_tokens_per_s"])
+    assert main(["kv", "replay", "--synthetic", "2", *SMALL, "--prefill-from", str(cal)]) == 2
+    assert "measured for model tiny on 2 ranks, chunk 4" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv,match", [
     (["kv", "replay", "--synthetic", "2", *SMALL, "--fault", "kill-rank:9@1"], "rank 9"),
     (["kv", "replay", "--synthetic", "2", *SMALL, "--fault", "oops"], "KIND:RANK@SECONDS"),
@@ -80,6 +106,10 @@ def test_info(capsys):
       "--url", "redis://127.0.0.1:1{rank}"], "does not answer"),
     (["kv", "fit", *SMALL, "--fit-on", "3:8"], "fit-on"),
     (["kv", "info", "--chunk", "0"], "chunk"),
+    (["kv", "replay", "--synthetic", "2", *SMALL, "--prefill-from", "/nonexistent.json"], "No such file"),
+    (["kv", "calibrate", "--backend", "gpu"], "--backend 'gpu'"),
+    (["kv", "calibrate", "--seq", "4", "--chunk", "4"], "chunk < seq"),
+    (["kv", "calibrate", "--nodes", "0"], "ranks=0"),
 ])
 def test_errors_are_one_line(capsys, argv, match):
     assert main(argv) == 2
@@ -88,7 +118,8 @@ def test_errors_are_one_line(capsys, argv, match):
 
 
 def test_help(capsys):
-    for argv in (["kv", "--help"], ["kv", "replay", "--help"], ["kv", "fit", "--help"], ["kv", "info", "--help"]):
+    for argv in (["kv", "--help"], ["kv", "replay", "--help"], ["kv", "fit", "--help"], ["kv", "info", "--help"],
+                 ["kv", "calibrate", "--help"]):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 0

@@ -31,14 +31,15 @@ def golden(cfg, fm, prompt, decode):
 
 
 def check(cfg, weights, prompt, *, nodes, scheme, chunk, budget=None, decode=2, costs=None, group=None,
-          factory=None, timeout_s=60.0):
-    """Run on ``factory``'s backend (default: the ISA simulator, with ``costs``) and compare."""
+          factory=None, timeout_s=60.0, kv_store=None):
+    """Run on ``factory``'s backend (default: the ISA simulator, with ``costs``) and compare
+    (``kv_store``: with the prefix KV tier, ``mcf.sw.runtime.kvprefix``)."""
     group = group or default_group(cfg)
     fm = FixedModel(cfg, weights, group)
     if factory is None:
         factory = (lambda *a: isa_backend(*a, costs=costs)) if costs else isa_backend
     s = Session(cfg, weights, prompt, nodes=nodes, scheme=scheme, chunk=chunk, budget=budget, decode=decode,
-                group=group, factory=factory, fixed=fm, timeout_s=timeout_s)
+                group=group, factory=factory, fixed=fm, timeout_s=timeout_s, kv_store=kv_store)
     rep = s.run()
     want, cache = golden(cfg, fm, prompt, decode)
     assert [st.kind for st in rep.steps] == ["prefill"] + ["decode"] * decode
