@@ -64,6 +64,7 @@ class NodeConfig:
     att_rows: int = 8                # attention unit query rows (GQA group heads x tokens)
     max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes
+    weight_ports: int = 1            # execute unit: GEMM weight loaders, one AXI4 master (HP port) each
     clock_hz: int = PL_CLOCK_HZ
     # --- execute unit (spec/isa.py) --------------------------------------------------------------
     spad_beats: int = 32768          # scratchpad: beats of vec_lanes 32-bit words (+ an exponent each)
@@ -201,6 +202,7 @@ RANGES: dict[str, Range] = {
     "att_rows": Range(1, 256, doc="attention unit query rows"),
     "max_keys": Range(1, 1 << 20, pow2=True, doc="keys per attention state"),
     "kv_lanes": Range(1, 256, doc="KV writer lanes"),
+    "weight_ports": Range(1, MAX_HP_PORTS, pow2=True, doc="GEMM weight loaders (AXI4 masters) of the execute unit"),
     "num_sems": Range(1, NUM_SEMS, doc="semaphores (spec.isa.NUM_SEMS at most)"),
     "seq_queue_depth": Range(2, 1 << 10, pow2=True, doc="instructions per EX / TX / RX queue"),
     "fetch_depth": Range(2, 1 << 10, pow2=True, doc="instructions prefetched"),
