@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import cocotb
 from cocotb.triggers import RisingEdge
-from cocotbext.axi import AxiBus, AxiRamWrite
+from cocotbext.axi import AxiBus, AxiRamWrite, AxiReadBus
 from cocotbext.axi.memory import Memory
 
 
@@ -98,7 +98,8 @@ class _Port:
 
 
 class DdrModel(Memory):
-    """``ports``: AXI4 buses (cocotbext-axi ``AxiBus``) into one memory of ``size`` bytes.
+    """``ports``: AXI4 buses (cocotbext-axi ``AxiBus``; ``write`` None for a read-only port) into one
+    memory of ``size`` bytes.
 
     Statistics: ``read_beats(p)``, ``read_bytes``, ``max_outstanding(p)``, ``latencies(p)``
     (cycles from AR accepted to first beat, per burst), ``cycle``."""
@@ -108,7 +109,7 @@ class DdrModel(Memory):
         self.clock, self.timing = clock, timing
         self.cycle = 0
         self.total_credit = 0.0
-        self.write_ifs = [AxiRamWrite(b.write, clock, reset, mem=self.mem) for b in buses]
+        self.write_ifs = [AxiRamWrite(b.write, clock, reset, mem=self.mem) for b in buses if b.write is not None]
         self.ports = [_Port(b.read.ar, b.read.r, len(b.read.r.rdata) // 8) for b in buses]
         for p in self.ports:
             p.ar.arready.value = 0
@@ -118,7 +119,8 @@ class DdrModel(Memory):
 
     @classmethod
     def from_prefixes(cls, dut, prefixes: list[str], clock, reset, timing: DdrTiming, size: int = 1 << 24):
-        buses = [AxiBus.from_prefix(dut, prefix, bus_separator="__") for prefix in prefixes]
+        buses = [AxiBus.from_prefix(dut, prefix, bus_separator="__") if hasattr(dut, f"{prefix}__awvalid")
+                 else AxiBus(read=AxiReadBus.from_prefix(dut, prefix, bus_separator="__")) for prefix in prefixes]
         return cls(buses, clock, reset, timing, size)
 
     # --- statistics ----------------------------------------------------------------------------------
