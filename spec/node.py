@@ -57,8 +57,10 @@ class NodeConfig:
     fetch_depth: int = 8             # instructions the fetch unit prefetches
     rx_slots: int = 16               # receive-table entries (RECVs posted at once)
     # --- compute engine ----------------------------------------------------------------------------
-    mac_rows: int = 16               # matrix unit: MAC array rows (output rows per weight beat)
-    mac_lanes: int = 16              # matrix unit: MAC array lanes (inputs per row per cycle)
+    # 64 x 32 = 2 048 INT4 x 16-bit MACs per cycle on 1 024 DSP48E2 (two products per slice,
+    # hw/compute/dot_array.py): the K26's 1 248 DSPs less the group-scale multipliers and the rest.
+    mac_rows: int = 64               # matrix unit: MAC array rows (output rows per weight beat)
+    mac_lanes: int = 32              # matrix unit: MAC array lanes (inputs per row per cycle)
     max_tokens: int = 16             # tokens sharing each weight beat (query rows per pass)
     vec_lanes: int = 8               # vector unit lanes
     att_rows: int = 8                # attention unit query rows (GQA group heads x tokens)

@@ -23,7 +23,7 @@ def test_kv_token_bytes_eq1():
 
 
 def test_profile_derived_figures():
-    assert KR260.p_node == pytest.approx(16 * 16 * 2 * 250e6 * 0.90)     # 115.2 GOPS
+    assert KR260.p_node == pytest.approx(64 * 32 * 2 * 250e6 * 0.90)     # 921.6 GOPS (issue 14's array)
     assert KR260.bw_eff == pytest.approx(10e9 / 8 * 0.95)                # 1.1875 GB/s
     assert KR260.ddr_bandwidth_Bps == 8 * 2.4e9                          # 64-bit x 2400 MT/s
     assert KR260.net_ports == 1 and KR260.topology == "switch"
@@ -66,13 +66,19 @@ def test_ring_and_full_volume_closed_forms_eq21_22():
 def test_compute_roofline_single_node_by_hand():
     # tiny: params per layer = 64*64 + 2*64*32 + 64*64 + 3*64*128 = 36864, L = 2.
     # One 16-token chunk on one node: dense 2 * 36864 * 2 * 16 = 2359296 ops, attention
-    # 4 * 2 * 4 * 16 * 16 * 16 = 131072 ops -> 2490368 / 115.2e9 s; the DDR side (36864 B of
-    # weights + 2048 B of KV) takes 2.9 us, so compute bounds it.
+    # 4 * 2 * 4 * 16 * 16 * 16 = 131072 ops -> 2490368 / 921.6e9 s = 2.7 us; the DDR side (36864 B
+    # of weights + 2048 B of KV at 19.2 GB/s x 0.7) takes 2.9 us, so on the 64 x 32 array the
+    # weight read bounds the engine (on the 16 x 16 array, 1/8 of the MACs, compute did) ...
+    ddr = (36864 + 2048) / (19.2e9 * 0.7)
     p = plan(PlanRequest(TINY, 16, 1, KR260, chunk_size=16))
-    assert p.t_comp[0] == pytest.approx(2490368 / 115.2e9)
+    assert 2490368 / 921.6e9 < ddr and p.t_comp[0] == pytest.approx(ddr)
+    # ... and the PS's descriptor pushes bound the chunk: 2 layers x 3 DMA descriptors x
+    # (3 words + the strobe) x 150 ns of AXI-Lite = 3.6 us > 2.9 us.
+    ps = 2 * 3 * 4 * 150e-9
+    assert p.t_ps[0] == pytest.approx(ps) and ps > ddr
     head = 256 * 64 * 0.5 / (19.2e9 * 0.7)         # LM head: weight-read bound
     sync = 8 / 250e6                               # one NIC packet time, no hops on one node
-    assert p.ttft_s == pytest.approx(2490368 / 115.2e9 + head + sync)
+    assert p.ttft_s == pytest.approx(ps + head + sync)
     assert p.comm_bytes == 0
 
 

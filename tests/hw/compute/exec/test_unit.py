@@ -126,9 +126,9 @@ def test_qwen_shapes_elaborate():
     """The unit of the Qwen2.5-1.5B node builds (the lint test converts and lints it)."""
     unit = ExecUnit(NodeConfig.qwen2_5_1_5b())
     matrix = unit.movers["gemm"].matrix
-    assert unit.g.max_n == 8960 and matrix.macs_per_cycle == 256 and matrix.packed
-    # issue 14's array (64 x 32: >= 1000 DSP48E2 for products, two INT4 x 16-bit products each)
-    assert DotArray(64, 32).multipliers == 1024
+    assert unit.g.max_n == 8960 and matrix.macs_per_cycle == 64 * 32 and matrix.packed
+    # issue 14: >= 1000 DSP48E2 for products (two INT4 x 16-bit products each)
+    assert DotArray(matrix.mac_rows, matrix.mac_lanes).multipliers == 1024
 
 
 @pytest.mark.cocotb
