@@ -37,7 +37,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from mcf.spec.node import NodeConfig
+from mcf.spec.node import MODEL_SHAPES, NodeConfig
 
 #: The matrix unit's steady-state bench (module, coroutine), beside the unit's tests.
 UTILIZATION_BENCH = ("tests.hw.compute.test_matrix", "run_utilization")
@@ -47,6 +47,10 @@ LAYER_BENCH = ("tests.hw.compute.exec.test_unit", "run_layer")
 ENGINE_BENCH = ("tests.hw.compute.exec.test_unit", "run_gemm_ops")
 
 NAME = "compute"
+#: The engine bench drives GEMMs only: the unit is elaborated with the node's GEMM path (array, tokens
+#: per weight pass, SPAD, bus, weight ports, loader buffers) and small attention / directory / RoPE
+#: capacities, which no GEMM touches (the full-size unit takes too long to convert and build).
+GEMM_ONLY = {"max_keys": 64, "max_context": 256, "kv_block_keys": 64, "dir_entries": 256}
 #: The profile ``--write-profile`` writes by default.
 PROFILE = Path(__file__).resolve().parents[2] / "sw" / "mars" / "profiles" / "kr260.yaml"
 HELP = "compute engine: MAC utilization (RTL sim), MACs/cycle, cycles per decoder layer"
@@ -251,10 +255,9 @@ def run_engine(args) -> dict:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     model = load_model(args.model)
     base = NodeConfig.tiny() if args.model == "tiny" else NodeConfig()
-    node = NodeConfig.for_model(model, **{k: v for k, v in base.as_dict().items() if k not in
-                                          ("hidden_size", "intermediate_size", "num_heads", "num_kv_heads",
-                                           "head_dim", "weight_ports", "hp_ports")},
-                                weight_ports=args.weight_ports, hp_ports=args.weight_ports)
+    keep = {k: v for k, v in base.as_dict().items() if k not in MODEL_SHAPES}
+    node = NodeConfig.for_model(model, **{**keep, **GEMM_ONLY, "weight_ports": args.weight_ports,
+                                          "hp_ports": args.weight_ports})
     timing = DdrTiming.from_node(node)
     group = min(128, model.hidden_size)
     ops = engine_ops(model, node, args.prefill_rows, args.decode_rows, group)
@@ -276,6 +279,7 @@ def run_engine(args) -> dict:
         "model": model.name, "simulator": args.sim,
         "array": f"{node.mac_rows}x{node.mac_lanes}", "peak_macs_per_cycle": node.mac_rows * node.mac_lanes,
         "max_tokens": node.max_tokens, "weight_ports": node.weight_ports, "data_width": node.data_width,
+        "elaborated_with": {**GEMM_ONLY, "spad_beats": node.spad_beats, "buffer_bytes": node.buffer_bytes},
         "ddr_model": {**timing.as_dict(), "weight_ports_bandwidth": timing.bandwidth(node.weight_ports, node.data_bytes),
                       "max_outstanding_seen": raw["ddr_model"]["max_outstanding"]},
         "prefill": fig["prefill"], "decode": fig["decode"], "ops": fig["ops"],
