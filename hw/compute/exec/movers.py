@@ -699,11 +699,20 @@ class GemmMover(Mover):
             uw.i.valid.eq(b.ldata.tvalid), uw.i.payload.eq(b.ldata.tdata), b.ldata.tready.eq(uw.i.ready),
             us.i.valid.eq(b.in0.valid), us.i.payload.eq(b.in0.payload), b.in0.ready.eq(us.i.ready),
             ub.i.valid.eq(b.in1.valid), ub.i.payload.eq(b.in1.payload), b.in1.ready.eq(ub.i.ready),
-            mx.w.tvalid.eq(uw.o.valid), mx.w.tdata.eq(uw.o.payload), uw.o.ready.eq(mx.w.tready),
             mx.w.tkeep.eq(-1), mx.w.tlast.eq(0),
             mx.scale.valid.eq(us.o.valid), mx.scale.payload.eq(us.o.payload), us.o.ready.eq(mx.scale.ready),
             mx.bias.valid.eq(ub.o.valid), mx.bias.payload.eq(ub.o.payload), ub.o.ready.eq(mx.bias.ready),
         ]
+        # the matrix takes a weight beat on its last token: when one beat is several bus words, a
+        # two-deep queue lets the unpacker gather the next beat meanwhile (else it starts only then)
+        if P * K * W_BITS > g.data_width * g.weight_ports:
+            m.submodules.wq = wq = fifo.SyncFIFOBuffered(width=P * K * W_BITS, depth=2)
+            m.d.comb += [wq.w_en.eq(uw.o.valid), wq.w_data.eq(uw.o.payload), uw.o.ready.eq(wq.w_rdy),
+                         mx.w.tvalid.eq(wq.r_rdy), mx.w.tdata.eq(wq.r_data), wq.r_en.eq(mx.w.tready)]
+            w_ready = wq.r_rdy
+        else:
+            m.d.comb += [mx.w.tvalid.eq(uw.o.valid), mx.w.tdata.eq(uw.o.payload), uw.o.ready.eq(mx.w.tready)]
+            w_ready = uw.o.valid
         # weight descriptors: buffer_bytes at a time, alternating buffers
         wd_addr = Signal(ADDR_BITS)
         wd_left = Signal(COUNT_BITS)
@@ -821,7 +830,7 @@ class GemmMover(Mover):
             m.d.comb += self.done.eq(1)
             m.d.sync += state.eq(S.IDLE)
         m.d.comb += [b.mac.eq(mx.mac),
-                     b.starved.eq((state == S.RUN) & mx.busy & ~mx.mac & (~uw.o.valid | ~us.o.valid))]
+                     b.starved.eq((state == S.RUN) & mx.busy & ~mx.mac & (~w_ready | ~us.o.valid))]
         return m
 
 
