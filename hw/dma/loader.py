@@ -173,8 +173,8 @@ class DmaLoader(wiring.Component):
         last_bank = Signal(max(bl, 1))
         m.d.comb += last_bank.eq((cur.beats - 1)[:bl] if B > 1 else 0)
         for b in range(B):
-            m.d.comb += tail_keep[b * nbytes:(b + 1) * nbytes].eq(
-                Mux(last_bank == b, cur.keep, Mux(last_bank > b, all_ones(nbytes), 0)))
+            beyond = Mux(last_bank > b, all_ones(nbytes), 0) if b < B - 1 else 0   # (no constant compare)
+            m.d.comb += tail_keep[b * nbytes:(b + 1) * nbytes].eq(Mux(last_bank == b, cur.keep, beyond))
         with m.If(advance):
             with m.If(draining):
                 is_last = rptr == last_word

@@ -706,7 +706,7 @@ class GemmMover(Mover):
         # the matrix takes a weight beat on its last token: when one beat is several bus words, a
         # two-deep queue lets the unpacker gather the next beat meanwhile (else it starts only then)
         if P * K * W_BITS > g.data_width * g.weight_ports:
-            m.submodules.wq = wq = fifo.SyncFIFOBuffered(width=P * K * W_BITS, depth=2)
+            m.submodules.wq = wq = fifo.SyncFIFO(width=P * K * W_BITS, depth=2)
             m.d.comb += [wq.w_en.eq(uw.o.valid), wq.w_data.eq(uw.o.payload), uw.o.ready.eq(wq.w_rdy),
                          mx.w.tvalid.eq(wq.r_rdy), mx.w.tdata.eq(wq.r_data), wq.r_en.eq(mx.w.tready)]
             w_ready = wq.r_rdy
