@@ -57,13 +57,16 @@ class NodeConfig:
     fetch_depth: int = 8             # instructions the fetch unit prefetches
     rx_slots: int = 16               # receive-table entries (RECVs posted at once)
     # --- compute engine ----------------------------------------------------------------------------
-    mac_rows: int = 16               # matrix unit: MAC array rows (output rows per weight beat)
-    mac_lanes: int = 16              # matrix unit: MAC array lanes (inputs per row per cycle)
+    # 64 x 32 = 2 048 INT4 x 16-bit MACs per cycle on 1 024 DSP48E2 (two products per slice,
+    # hw/compute/dot_array.py): the K26's 1 248 DSPs less the group-scale multipliers and the rest.
+    mac_rows: int = 64               # matrix unit: MAC array rows (output rows per weight beat)
+    mac_lanes: int = 32              # matrix unit: MAC array lanes (inputs per row per cycle)
     max_tokens: int = 16             # tokens sharing each weight beat (query rows per pass)
     vec_lanes: int = 8               # vector unit lanes
     att_rows: int = 8                # attention unit query rows (GQA group heads x tokens)
     max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes
+    weight_ports: int = 1            # execute unit: GEMM weight loaders, one AXI4 master (HP port) each
     clock_hz: int = PL_CLOCK_HZ
     # --- execute unit (spec/isa.py) --------------------------------------------------------------
     spad_beats: int = 32768          # scratchpad: beats of vec_lanes 32-bit words (+ an exponent each)
@@ -201,6 +204,7 @@ RANGES: dict[str, Range] = {
     "att_rows": Range(1, 256, doc="attention unit query rows"),
     "max_keys": Range(1, 1 << 20, pow2=True, doc="keys per attention state"),
     "kv_lanes": Range(1, 256, doc="KV writer lanes"),
+    "weight_ports": Range(1, MAX_HP_PORTS, pow2=True, doc="GEMM weight loaders (AXI4 masters) of the execute unit"),
     "num_sems": Range(1, NUM_SEMS, doc="semaphores (spec.isa.NUM_SEMS at most)"),
     "seq_queue_depth": Range(2, 1 << 10, pow2=True, doc="instructions per EX / TX / RX queue"),
     "fetch_depth": Range(2, 1 << 10, pow2=True, doc="instructions prefetched"),

@@ -12,10 +12,15 @@ The loader trusts its descriptors: the CSR has already refused zero lengths, add
 outside the DMA window or not bus aligned, buffer indices >= ``buffers`` and LOADs longer
 than ``buffer_bytes`` (``mcf.spec.ErrorCause``).  An R beat with RRESP != OKAY is stored
 anyway and reported once per descriptor on ``resp_error``.
+
+``out_beats`` = B > 1 makes the output B bus beats wide (a wide consumer drains a buffer B
+times faster than one AXI port fills it: the execute unit's weight loaders, one per HP port):
+each buffer is B banks, beat r of a descriptor goes to bank r mod B at word r / B, and ``o``
+carries words of B beats (TKEEP marks the valid bytes of the last, partial word).
 """
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -27,6 +32,7 @@ from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, burst_beats
 from mcf.hw.layouts import DmaDescriptorLayout
 from mcf.hw.registry import ADDR_WIDTH, OUTSTANDING, block
+from mcf.spec.params import Range
 from mcf.spec.regmap import DMA_TAG_BITS
 
 
@@ -37,7 +43,7 @@ class DmaLoader(wiring.Component):
     in its buffer), ``resp_error`` (its read answered SLVERR/DECERR), ``busy``."""
 
     def __init__(self, data_width: int = 128, addr_width: int = 40, buffer_bytes: int = 4096,
-                 buffers: int = 2, max_outstanding: int = 4, id_width: int = 1):
+                 buffers: int = 2, max_outstanding: int = 4, id_width: int = 1, out_beats: int = 1):
         self.bus_log2 = log2_exact(data_width // 8, "data_width / 8")
         log2_exact(buffer_bytes, "buffer_bytes")
         if buffer_bytes < data_width // 8:
@@ -46,13 +52,17 @@ class DmaLoader(wiring.Component):
             raise ValueError(f"buffers={buffers}: must be 2..16")
         if max_outstanding < 1:
             raise ValueError(f"max_outstanding={max_outstanding}: must be >= 1")
+        self.banks_log2 = log2_exact(out_beats, "out_beats")
+        if buffer_bytes < out_beats * data_width // 8:
+            raise ValueError(f"buffer_bytes={buffer_bytes} is smaller than one {out_beats}-beat output word")
         self.data_width, self.buffer_bytes, self.buffers = data_width, buffer_bytes, buffers
+        self.out_beats = out_beats
         self.buffer_beats = buffer_bytes >> self.bus_log2
         self.max_outstanding = max_outstanding
         super().__init__({
             "desc": In(stream.Signature(DmaDescriptorLayout)),
             "m_axi": Out(AXI4Signature(addr_width, data_width, id_width, write=False)),
-            "o": Out(AXIStreamSignature(data_width)),
+            "o": Out(AXIStreamSignature(data_width * out_beats)),
             "done": Out(1),
             "done_tag": Out(DMA_TAG_BITS),
             "resp_error": Out(1),
@@ -116,15 +126,22 @@ class DmaLoader(wiring.Component):
         m.d.comb += job.eq(jobs.r_data)
         wptr = Signal(range(buf_beats))
         bad = Signal()             # an error response in this job so far
-        mems = [Memory(shape=self.data_width, depth=buf_beats, init=[]) for _ in range(nbuf)]
-        wports = [mem.write_port() for mem in mems]
-        rports = [mem.read_port(transparent_for=()) for mem in mems]
-        for i, mem in enumerate(mems):
-            m.submodules[f"buffer{i}"] = mem
+        B, bl = self.out_beats, self.banks_log2
+        word_depth = buf_beats >> bl
+        # mems[i][b]: buffer i, bank b (beat r of a descriptor at word r >> bl of bank r mod B)
+        mems = [[Memory(shape=self.data_width, depth=word_depth, init=[]) for _ in range(B)] for _ in range(nbuf)]
+        for i in range(nbuf):
+            for b, mem in enumerate(mems[i]):
+                m.submodules[f"buffer{i}" if B == 1 else f"buffer{i}_{b}"] = mem
+        wports = [[mem.write_port() for mem in banks] for banks in mems]
+        rports = [[mem.read_port(transparent_for=()) for mem in banks] for banks in mems]
         r_fire = Signal()
         m.d.comb += [axi.rready.eq(jobs.r_rdy), r_fire.eq(axi.rvalid & axi.rready)]
-        for i, wp in enumerate(wports):
-            m.d.comb += [wp.addr.eq(wptr), wp.data.eq(axi.rdata), wp.en.eq(r_fire & (job.buffer == i))]
+        for i in range(nbuf):
+            for b, wp in enumerate(wports[i]):
+                bank_hit = (wptr[:bl] == b) if B > 1 else 1
+                m.d.comb += [wp.addr.eq(wptr[bl:]), wp.data.eq(axi.rdata),
+                             wp.en.eq(r_fire & (job.buffer == i) & bank_hit)]
         m.d.sync += [self.done.eq(0), self.resp_error.eq(0)]
         with m.If(r_fire):
             last = wptr == job.beats - 1
@@ -138,24 +155,34 @@ class DmaLoader(wiring.Component):
         m.d.comb += filled.w_data.eq(jobs.r_data)
 
         # --- drainer: a filled buffer -> o (synchronous read, one output register) ------------
+        # words of B beats: ceil(beats / B); the last word's banks beyond the last beat are not kept
         cur = Signal(job_layout)
         draining = Signal()
-        rptr = Signal(range(buf_beats))
+        rptr = Signal(range(max(word_depth, 2)))
+        last_word = Signal(range(max(word_depth, 2)))
+        m.d.comb += last_word.eq((cur.beats - 1) >> bl)
         out_valid, out_last = Signal(), Signal()
-        out_keep = Signal(nbytes)
+        out_keep = Signal(nbytes * B)
         out_buf = Signal(range(nbuf))
         advance = Signal()
         m.d.comb += advance.eq(~out_valid | self.o.tready)
-        for rp in rports:
-            m.d.comb += [rp.addr.eq(rptr), rp.en.eq(advance)]
+        for banks in rports:
+            for rp in banks:
+                m.d.comb += [rp.addr.eq(rptr), rp.en.eq(advance)]
+        tail_keep = Signal(nbytes * B)     # the last word's TKEEP: full banks, the last beat's keep, none
+        last_bank = Signal(max(bl, 1))
+        m.d.comb += last_bank.eq((cur.beats - 1)[:bl] if B > 1 else 0)
+        for b in range(B):
+            beyond = Mux(last_bank > b, all_ones(nbytes), 0) if b < B - 1 else 0   # (no constant compare)
+            m.d.comb += tail_keep[b * nbytes:(b + 1) * nbytes].eq(Mux(last_bank == b, cur.keep, beyond))
         with m.If(advance):
             with m.If(draining):
-                is_last = rptr == cur.beats - 1
+                is_last = rptr == last_word
                 m.d.sync += [out_valid.eq(1), out_last.eq(is_last), out_buf.eq(cur.buffer),
-                             out_keep.eq(all_ones(nbytes)), rptr.eq(rptr + 1)]
+                             out_keep.eq(all_ones(nbytes * B)), rptr.eq(rptr + 1)]
                 with m.If(is_last):
                     # The read port has its address; the buffer may refill from next cycle.
-                    m.d.sync += [out_keep.eq(cur.keep), draining.eq(0), rptr.eq(0)]
+                    m.d.sync += [out_keep.eq(tail_keep), draining.eq(0), rptr.eq(0)]
                     m.d.comb += release.eq(1 << cur.buffer)
             with m.Else():
                 m.d.sync += out_valid.eq(0)
@@ -163,9 +190,9 @@ class DmaLoader(wiring.Component):
             m.d.comb += filled.r_en.eq(1)
             m.d.sync += [cur.eq(filled.r_data), draining.eq(1), rptr.eq(0)]
 
-        rdata = rports[0].data
+        rdata = Cat(*[p.data for p in rports[0]])
         for i in range(1, nbuf):
-            rdata = Mux(out_buf == i, rports[i].data, rdata)
+            rdata = Mux(out_buf == i, Cat(*[p.data for p in rports[i]]), rdata)
         m.d.comb += [self.o.tvalid.eq(out_valid), self.o.tdata.eq(rdata),
                      self.o.tkeep.eq(out_keep), self.o.tlast.eq(out_last)]
         m.d.comb += self.busy.eq(issuing | claimed.any() | (outstanding != 0) | out_valid)
@@ -173,8 +200,8 @@ class DmaLoader(wiring.Component):
 
 
 @block("dma_loader", "Ping-pong DMA loader: AXI4 read bursts -> two buffers -> AXI-Stream",
-       variants=({"data_width": 64, "buffer_bytes": 1024},),
-       data_width=128, addr_width=40, buffer_bytes=4096, buffers=2, max_outstanding=4,
-       ranges={"addr_width": ADDR_WIDTH, "max_outstanding": OUTSTANDING})
+       variants=({"data_width": 64, "buffer_bytes": 1024}, {"data_width": 64, "buffer_bytes": 512, "out_beats": 2}),
+       data_width=128, addr_width=40, buffer_bytes=4096, buffers=2, max_outstanding=4, out_beats=1,
+       ranges={"addr_width": ADDR_WIDTH, "max_outstanding": OUTSTANDING, "out_beats": Range(1, 4, pow2=True)})
 def _loader(**params):
     return DmaLoader(**params)

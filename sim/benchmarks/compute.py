@@ -12,22 +12,47 @@ of its GEMMs alone), cycles the running mover waited for DDR data.
 
 Utilization = cycles issuing a weight beat x token / cycles from the first issue to the last;
 peak is rows x lanes MACs per cycle.
+
+``--model qwen2.5-1.5b`` (any model but tiny, or ``--engine``): the ENGINE BENCH in RTL (Verilator):
+the execute unit of that model's node (``NodeConfig.for_model``, ``--weight-ports`` weight loaders)
+against the DDR model (``mcf.sim.ddr_model``: the profile's latency, outstanding limit, 19.2 GB/s
+total and one bus beat per cycle per HP port) runs the GEMMs of one layer for a prefill chunk of
+``max_tokens`` tokens and for one decode token, each on a slice of its output rows (``--prefill-rows``,
+``--decode-rows``; the whole matrix when it has fewer), bit-exact against ``fixed.linear``.  Per op:
+the instruction's cycles, MACs, ``mac_utilization`` (MACs / cycles / peak), the steady-state
+utilization over the MAC span, DDR bytes per cycle and their fraction of the DDR model's bandwidth
+for the weight ports.  The whole-layer figures extrapolate each slice to the full matrix (MODEL from
+measured parts: the slice's cycles outside its MAC span, i.e. activation load and pipeline, plus
+the MAC span x full tiles / simulated tiles).  ``--write-profile`` writes ``compute_efficiency``
+(the prefill GEMMs' MACs / extrapolated cycles / peak) and ``ddr_efficiency`` (the decode GEMMs' DDR
+bytes per cycle / the DDR's peak bytes per cycle) into the profile with the command and the date.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import re
 import tempfile
 from pathlib import Path
 
-from mcf.spec.node import NodeConfig
+from mcf.spec.node import MODEL_SHAPES, NodeConfig
 
 #: The matrix unit's steady-state bench (module, coroutine), beside the unit's tests.
 UTILIZATION_BENCH = ("tests.hw.compute.test_matrix", "run_utilization")
 #: The execute unit's decoder-layer bench (module, coroutine).
 LAYER_BENCH = ("tests.hw.compute.exec.test_unit", "run_layer")
+#: The execute unit's GEMM bench against the DDR model (module, coroutine).
+ENGINE_BENCH = ("tests.hw.compute.exec.test_unit", "run_gemm_ops")
 
 NAME = "compute"
+#: The engine bench drives GEMMs only: the unit is elaborated with the node's GEMM path (array, tokens
+#: per weight pass, SPAD, bus, weight ports, loader buffers) and small attention / directory / RoPE
+#: capacities, which no GEMM touches (the full-size unit takes too long to convert and build).
+GEMM_ONLY = {"max_keys": 64, "max_context": 256, "kv_block_keys": 64, "dir_entries": 256}
+#: The profile ``--write-profile`` writes by default.
+PROFILE = Path(__file__).resolve().parents[2] / "sw" / "mars" / "profiles" / "kr260.yaml"
 HELP = "compute engine: MAC utilization (RTL sim), MACs/cycle, cycles per decoder layer"
 
 
@@ -47,6 +72,20 @@ def add_arguments(p) -> None:
     p.add_argument("--context", type=int, default=4096, help="decode context (keys) for the Qwen2.5-1.5B figure (default: %(default)s)")
     p.add_argument("--layer", action=argparse.BooleanOptionalAction, default=True,
                    help="also run one tiny-model decoder layer on the execute unit (RTL, ~1-2 min) (default: on)")
+    p.add_argument("--engine", action="store_true",
+                   help="run the engine bench (implied by --model other than tiny): the execute unit of the model's "
+                        "node, a layer's prefill and decode GEMMs against the DDR model (RTL)")
+    p.add_argument("--weight-ports", type=int, default=4,
+                   help="engine bench: weight loaders / HP ports (NodeConfig.weight_ports) (default: %(default)s)")
+    p.add_argument("--prefill-rows", type=int, default=256,
+                   help="engine bench: output rows simulated per prefill GEMM (default: %(default)s)")
+    p.add_argument("--decode-rows", type=int, default=512,
+                   help="engine bench: output rows simulated per decode GEMM (default: %(default)s)")
+    p.add_argument("--sim", choices=("verilator", "icarus"), default="verilator",
+                   help="engine bench: simulator (default: %(default)s)")
+    p.add_argument("--write-profile", nargs="?", const=str(PROFILE), default=None, metavar="YAML",
+                   help="engine bench: write compute_efficiency and ddr_efficiency into this profile "
+                        f"(default when given without a path: {PROFILE.relative_to(PROFILE.parents[3])})")
 
 
 def layer_figures(report: dict, node: NodeConfig) -> dict:
@@ -84,6 +123,10 @@ def run_layer(node: NodeConfig | None = None, pause: float = 0.0, seed: int = 1)
 
 
 def run(args) -> dict:
+    if args.engine or args.model != "tiny":
+        return run_engine(args)
+    if args.write_profile:
+        raise ValueError("--write-profile needs the engine bench (--model qwen2.5-1.5b or --engine)")
     from mcf.hw.compute.matrix import MatrixUnit
     from mcf.sim.compute import cost
     from mcf.sim.runner import run_cocotb
@@ -140,3 +183,151 @@ def run(args) -> dict:
                                                  "with the measured tile mac_utilization"},
         **({"exec_layer": run_layer()} if args.layer else {}),
     }
+
+
+# --- the engine bench (RTL, DDR model) ------------------------------------------------------------------
+def engine_ops(model, node: NodeConfig, prefill_rows: int, decode_rows: int, group: int) -> list[dict]:
+    """The GEMMs of one decoder layer for a prefill chunk (``max_tokens`` tokens) and one decode
+    token: name, inputs n, simulated tiles, the matrix's full tiles, tokens, group."""
+    h, inter = model.hidden_size, model.intermediate_size
+    qw, kw = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    shapes = [("q", h, qw), ("k", h, kw), ("v", h, kw), ("o", qw, h), ("gate", h, inter), ("up", h, inter),
+              ("down", inter, h)]
+    P = node.mac_rows
+    ops = []
+    for phase, tokens, rows in (("prefill", node.max_tokens, prefill_rows), ("decode", 1, decode_rows)):
+        for name, n, out in shapes:
+            full = -(-out // P)
+            ops.append({"name": f"{phase}:{name}", "phase": phase, "n": n, "tiles": min(full, max(1, rows // P)),
+                        "full_tiles": full, "tokens": tokens, "group": group})
+    return ops
+
+
+def engine_figures(report: dict, node: NodeConfig, timing) -> dict:
+    """The bench's per-op counts -> figures per op and per phase (see the module text)."""
+    peak = node.mac_rows * node.mac_lanes
+    bw = timing.bandwidth(node.weight_ports, node.data_bytes)
+    ops, phases = {}, {}
+    for op in report["ops"]:
+        macs = op["mac_beats"] * node.mac_rows * node.mac_lanes
+        scale = op["full_tiles"] / op["tiles"]
+        other = op["cycles"] - op["mac_span_cycles"]
+        full_cycles = other + op["mac_span_cycles"] * scale
+        ops[op["name"]] = {
+            "n": op["n"], "outputs_simulated": op["tiles"] * node.mac_rows, "tiles": op["tiles"],
+            "full_tiles": op["full_tiles"], "tokens": op["tokens"],
+            "cycles": op["cycles"], "macs": macs, "macs_per_cycle": round(macs / op["cycles"], 2),
+            "mac_utilization": round(macs / op["cycles"] / peak, 4),
+            "steady_mac_utilization": round(macs / op["mac_span_cycles"] / peak, 4),
+            "ddr_bytes_per_cycle": round(op["ddr_read_bytes"] / op["cycles"], 2),
+            "ddr_fraction_of_model": round(op["ddr_read_bytes"] / op["cycles"] / bw, 4),
+            "full_cycles_model": round(full_cycles),
+        }
+        ph = phases.setdefault(op["phase"], {"cycles": 0, "macs": 0, "ddr_read_bytes": 0, "full_cycles": 0.0,
+                                             "full_macs": 0})
+        ph["cycles"] += op["cycles"]
+        ph["macs"] += macs
+        ph["ddr_read_bytes"] += op["ddr_read_bytes"]
+        ph["full_cycles"] += full_cycles
+        ph["full_macs"] += macs * scale
+    out = {}
+    for name, ph in phases.items():
+        out[name] = {
+            "cycles_simulated": ph["cycles"],
+            "macs_per_cycle": round(ph["macs"] / ph["cycles"], 2),
+            "mac_utilization": round(ph["macs"] / ph["cycles"] / peak, 4),
+            "ddr_bytes_per_cycle": round(ph["ddr_read_bytes"] / ph["cycles"], 2),
+            "ddr_fraction_of_model": round(ph["ddr_read_bytes"] / ph["cycles"] / bw, 4),
+            "ddr_fraction_of_peak": round(ph["ddr_read_bytes"] / ph["cycles"] / timing.total_bytes_per_cycle, 4),
+            "layer_gemm_cycles_model": round(ph["full_cycles"]),
+            "layer_mac_utilization_model": round(ph["full_macs"] / ph["full_cycles"] / peak, 4),
+        }
+    return {"ops": ops, **out}
+
+
+def run_engine(args) -> dict:
+    from mcf.hw.compute.exec.unit import ExecUnit
+    from mcf.sim.ddr_model import DdrTiming
+    from mcf.sim.runner import run_cocotb
+    from mcf.sw.models import load_model
+    for name in ("weight_ports", "prefill_rows", "decode_rows"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    model = load_model(args.model)
+    base = NodeConfig.tiny() if args.model == "tiny" else NodeConfig()
+    keep = {k: v for k, v in base.as_dict().items() if k not in MODEL_SHAPES}
+    node = NodeConfig.for_model(model, **{**keep, **GEMM_ONLY, "weight_ports": args.weight_ports,
+                                          "hp_ports": args.weight_ports})
+    timing = DdrTiming.from_node(node)
+    group = min(128, model.hidden_size)
+    ops = engine_ops(model, node, args.prefill_rows, args.decode_rows, group)
+    ram = max(op["tiles"] * node.mac_rows * op["n"] for op in ops) * 2 + (1 << 20)
+    ram_bytes = 1 << (ram - 1).bit_length()
+    from mcf.sim.rtlcluster.backend import _cache_dir
+    with tempfile.TemporaryDirectory(prefix="mcf-bench-engine-") as tmp:
+        report = Path(tmp) / "engine.json"
+        run_cocotb(ExecUnit(node), ENGINE_BENCH[0], Path(tmp) / "build", testcase=ENGINE_BENCH[1], sim=args.sim,
+                   cache_dir=_cache_dir() if args.sim == "verilator" else None,
+                   params={"node": node.as_dict(), "ops": ops, "timing": {
+                       "latency": timing.latency, "outstanding": timing.outstanding,
+                       "port_bytes_per_cycle": timing.port_bytes_per_cycle,
+                       "total_bytes_per_cycle": timing.total_bytes_per_cycle},
+                       "ram_bytes": ram_bytes, "report": str(report), "seed": 1})
+        raw = json.loads(report.read_text())
+    fig = engine_figures(raw, node, timing)
+    out = {
+        "model": model.name, "simulator": args.sim,
+        "array": f"{node.mac_rows}x{node.mac_lanes}", "peak_macs_per_cycle": node.mac_rows * node.mac_lanes,
+        "max_tokens": node.max_tokens, "weight_ports": node.weight_ports, "data_width": node.data_width,
+        "elaborated_with": {**GEMM_ONLY, "spad_beats": node.spad_beats, "buffer_bytes": node.buffer_bytes},
+        "ddr_model": {**timing.as_dict(), "weight_ports_bandwidth": timing.bandwidth(node.weight_ports, node.data_bytes),
+                      "max_outstanding_seen": raw["ddr_model"]["max_outstanding"]},
+        "prefill": fig["prefill"], "decode": fig["decode"], "ops": fig["ops"],
+        "attention": "not simulated by this bench (ATTN at head_dim 128 runs in the unit; no Qwen-sized "
+                     "attention block is driven here yet)",
+        "calibration": {
+            "compute_efficiency": fig["prefill"]["layer_mac_utilization_model"],
+            "compute_efficiency_is": "prefill GEMMs of one layer: MACs / (measured slice cycles extrapolated to "
+                                     "the full matrices) / peak; vector, attention, KV writer not included",
+            "ddr_efficiency": fig["decode"]["ddr_fraction_of_peak"],
+            "ddr_efficiency_is": "decode GEMMs of one layer: DDR bytes read per cycle / the DDR's peak bytes per "
+                                 f"cycle ({timing.total_bytes_per_cycle:.1f}), {node.weight_ports} HP ports",
+        },
+    }
+    if args.write_profile:
+        cmd = (f"mcf bench compute --model {args.model} --weight-ports {args.weight_ports} --prefill-rows "
+               f"{args.prefill_rows} --decode-rows {args.decode_rows} --write-profile")
+        write_profile(Path(args.write_profile), out["calibration"], cmd, model.name, out["array"])
+        out["profile_written"] = str(args.write_profile)
+    return out
+
+
+def write_profile(path: Path, cal: dict, command: str, model: str, array: str,
+                  date: str | None = None) -> None:
+    """Replace ``compute_efficiency`` and ``ddr_efficiency`` (and the comment lines right above
+    each) in the profile YAML at ``path``, keeping every other line; written atomically."""
+    if not path.is_file():
+        raise ValueError(f"--write-profile: {path} is not a file")
+    date = date or datetime.date.today().isoformat()
+    lines = path.read_text().splitlines()
+    notes = {
+        "compute_efficiency": [
+            f"# MEASURED {date} by `{command}`:",
+            f"# {model} on the {array} array, RTL (Verilator) against the DDR model (sim/ddr_model.py):",
+            f"# {cal['compute_efficiency_is']}."],
+        "ddr_efficiency": [
+            f"# MEASURED {date} by `{command}`:",
+            f"# {cal['ddr_efficiency_is']} (the model has no DRAM page/refresh cost)."],
+    }
+    for key, comment in notes.items():
+        at = [i for i, line in enumerate(lines) if re.match(rf"^{key}\s*:", line)]
+        if len(at) != 1:
+            raise ValueError(f"--write-profile: {path} has {len(at)} lines '{key}:' (expected one)")
+        i = at[0]
+        start = i
+        while start > 0 and lines[start - 1].startswith("#") and not lines[start - 1].startswith("# ---"):
+            start -= 1
+        lines[start:i + 1] = comment + [f"{key}: {cal[key]}"]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, path)

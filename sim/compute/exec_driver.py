@@ -1,5 +1,7 @@
 """A cocotb driver for the execute unit (``mcf.hw.compute.exec.unit.ExecUnit``): cocotbext-axi
-``AxiRam`` as DDR on ``m_axi`` with random pauses on every channel, instruction words fed
+``AxiRam`` as DDR on ``m_axi`` with random pauses on every channel (and ``AxiRamRead``s on the same
+memory for the weight ports ``m_axi_w<k>`` of a unit with several), or, with ``timing``, the DDR
+model (``mcf.sim.ddr_model``: latency, outstanding limit, bandwidth caps) on all of them; instruction words fed
 through ``instr`` one at a time (as the sequencer's EX queue does), and the ``done`` /
 ``fault`` strobes, the performance strobes and the cycles per instruction recorded."""
 from __future__ import annotations
@@ -8,9 +10,10 @@ from dataclasses import dataclass, field
 
 import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
-from cocotbext.axi import AxiBus, AxiRam
+from cocotbext.axi import AxiBus, AxiRam, AxiRamRead, AxiReadBus
 
 from mcf.sim.cocotb_util import StreamSource, bounded, pauses, reset_first, start
+from mcf.sim.ddr_model import DdrModel
 from mcf.spec import isa
 
 
@@ -26,20 +29,34 @@ class Outcome:
 class ExecDriver:
     PERF = ("busy_gemm", "busy_vec", "busy_attn", "busy_kvw", "busy_embed", "busy_ldst", "mac_beats", "stall_ex_ddr")
 
-    def __init__(self, dut, ram_bytes: int = 1 << 20, seed: int = 1, pause: float = 0.3):
+    def __init__(self, dut, ram_bytes: int = 1 << 20, seed: int = 1, pause: float = 0.3, timing=None):
         self.dut = dut
+        self.weight_ports = [f"m_axi_w{k}" for k in range(4) if hasattr(dut, f"m_axi_w{k}__arvalid")]
+        self.timing = timing
+        if timing is not None:
+            self.ram = DdrModel.from_prefixes(dut, ["m_axi"] + self.weight_ports, dut.clk, dut.rst, timing,
+                                              size=ram_bytes)
+            return self._common()
         self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=ram_bytes)
+        reads = [AxiRamRead(AxiReadBus.from_prefix(dut, name, bus_separator="__"), dut.clk, dut.rst,
+                            mem=self.ram.mem) for name in self.weight_ports]
         if pause:
-            for i, ch in enumerate((self.ram.write_if.aw_channel, self.ram.write_if.w_channel,
-                                    self.ram.write_if.b_channel, self.ram.read_if.ar_channel,
-                                    self.ram.read_if.r_channel)):
+            channels = (self.ram.write_if.aw_channel, self.ram.write_if.w_channel, self.ram.write_if.b_channel,
+                        self.ram.read_if.ar_channel, self.ram.read_if.r_channel)
+            channels += tuple(ch for r in reads for ch in (r.ar_channel, r.r_channel))
+            for i, ch in enumerate(channels):
                 ch.set_pause_generator(pauses(seed * 10 + i, pause))
+        self._common()
+
+    def _common(self):
+        dut = self.dut
         self.src = StreamSource(dut, "instr", dut.clk)
         dut.dir_wr__en.value = 0
         dut.dir_rd__en.value = 0
         self.events: list[tuple[str, int]] = []
         self.counts = {name: 0 for name in self.PERF}
         self.cycle = 0
+        self.mac_first = self.mac_last = None       # cycles of the first and the last MAC strobe
 
     async def start(self):
         await reset_first(self.dut)
@@ -59,6 +76,10 @@ class ExecDriver:
             for name in self.PERF:
                 if getattr(d, f"perf__{name}").value:
                     self.counts[name] += 1
+            if d.perf__mac_beats.value:
+                if self.mac_first is None:
+                    self.mac_first = self.cycle
+                self.mac_last = self.cycle
 
     async def run(self, ins: isa.Instr, max_cycles: int = 200_000) -> Outcome:
         """Feed one instruction, wait (bounded) for its done or fault strobe."""

@@ -37,6 +37,8 @@ class HardwareProfile:
     ddr_bandwidth_Bps: float
     ddr_efficiency: float
     ddr_capacity_bytes: int
+    ddr_read_latency_s: float   # an HP port's read: AR accepted -> first R beat (sim/ddr_model.py)
+    hp_read_outstanding: int    # read bursts one HP port accepts before ARREADY falls
     kv_budget_bytes: int
     kv_buffer_bytes: int
     net_ports: int
@@ -51,7 +53,7 @@ class HardwareProfile:
 
     def __post_init__(self):
         positive = ("pl_clock_hz", "mac_rows", "mac_lanes", "max_tokens", "ops_per_mac", "ddr_bandwidth_Bps",
-                    "ddr_capacity_bytes", "kv_budget_bytes", "kv_buffer_bytes", "net_ports",
+                    "ddr_capacity_bytes", "ddr_read_latency_s", "hp_read_outstanding", "kv_budget_bytes", "kv_buffer_bytes", "net_ports",
                     "link_bandwidth_bps", "gamma")
         for f in positive:
             v = getattr(self, f)

@@ -332,6 +332,11 @@ def test_construction():
     assert isinstance(node.exec, ExecUnit) and node.exec_ports == ["m_axi"]
     assert node.ic.clients[-1].port == 1          # the execute unit's master on the second HP port
     assert len(NodePair(CONFIG).m_axi) == 2
+    # two weight loaders (NodeConfig.weight_ports): their masters join the interconnect, spread over the HP ports
+    node = Node(CONFIG.replace(hp_ports=2, weight_ports=2))
+    assert node.exec_ports == ["m_axi", "m_axi_w0", "m_axi_w1"]
+    assert [(c.name, c.port, c.write) for c in node.ic.clients[3:]] == [
+        ("ex_m_axi", 1, True), ("ex_m_axi_w0", 0, False), ("ex_m_axi_w1", 1, False)]
 
 
 @pytest.mark.cocotb

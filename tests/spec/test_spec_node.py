@@ -22,7 +22,7 @@ def test_presets_have_the_model_files_shapes(preset, model):
 
 def test_derived_sizes_and_nic_params():
     node = NodeConfig(data_width=64, head_dim=4, nic_buffer_depth=64)
-    assert node.data_bytes == 8 and node.macs_per_cycle == 256 and node.clock_hz == PL_CLOCK_HZ
+    assert node.data_bytes == 8 and node.macs_per_cycle == 64 * 32 and node.clock_hz == PL_CLOCK_HZ
     assert node.nic_params() == {"buffer_depth": 64, "desc_depth": 16, "route_entries": 4096,
                                  "reduce_slots": 4, "reduce_beats": 128, "softmax_fan_in": 4, "state_words": 6}
 

@@ -91,6 +91,7 @@ class Geometry:
     buffer_bytes: int     # each ping-pong buffer of the weight loader
     buffers: int
     fifo_depth: int       # beats of each read stream's FIFO
+    weight_ports: int = 1  # weight loaders (AXI4 masters); their output words are this many bus beats
 
     @classmethod
     def from_config(cls, c: NodeConfig, max_group: int = 128) -> "Geometry":
@@ -100,7 +101,8 @@ class Geometry:
                    kv_lanes=c.kv_lanes, max_n=max_n, max_group=max_group,
                    max_keys=1 << ceil_log2(max(c.max_keys, c.max_context)),
                    kv_block_keys=c.kv_block_keys, dir_entries=c.dir_entries, buffer_bytes=c.buffer_bytes,
-                   buffers=c.buffers, fifo_depth=max(32, 2 * c.buffer_bytes // c.data_bytes))
+                   buffers=c.buffers, fifo_depth=max(32, 2 * c.buffer_bytes // c.data_bytes),
+                   weight_ports=c.weight_ports)
 
     def __post_init__(self):
         bus = self.data_width // 8
@@ -120,6 +122,11 @@ class Geometry:
              f"row width {self.max_n} must be a multiple of vec_lanes and mac_lanes"),
             (_pow2(self.spad_beats), f"spad_beats={self.spad_beats} must be a power of two"),
             (_pow2(self.dir_entries), f"dir_entries={self.dir_entries} must be a power of two"),
+            (_pow2(self.weight_ports) and _divides(self.weight_ports * self.data_width, self.rows * self.lanes * W_BITS),
+             f"weight_ports={self.weight_ports}: a power of two whose {self.weight_ports} bus beats divide or are "
+             f"divided by one weight beat ({self.rows * self.lanes * W_BITS} bits)"),
+            (self.buffer_bytes >= self.weight_ports * bus,
+             f"buffer_bytes={self.buffer_bytes} holds less than one {self.weight_ports}-beat weight word"),
         ]
         for ok, message in rules:
             if not ok:
@@ -159,7 +166,7 @@ class MoverBus(wiring.Signature):
             "req1": Out(stream.Signature(request_layout(ADDR_BITS))),
             "in1": In(stream.Signature(g.data_width)),
             "ldesc": Out(stream.Signature(DmaDescriptorLayout)),
-            "ldata": In(AXIStreamSignature(g.data_width)),
+            "ldata": In(AXIStreamSignature(g.data_width * g.weight_ports)),
             "wdesc": Out(stream.Signature(DmaDescriptorLayout)),
             "wdata": Out(AXIStreamSignature(g.data_width)),
             "wdone": In(1),
@@ -682,7 +689,7 @@ class GemmMover(Mover):
                            | (src_end > g.spad_beats) | (dst_end > g.spad_beats))
 
         # --- the streams: weights (loader), scales (stream 0), bias (stream 1) ----------------------
-        m.submodules.uw = uw = Unpacker(g.data_width, P * K * W_BITS)
+        m.submodules.uw = uw = Unpacker(g.data_width * g.weight_ports, P * K * W_BITS)
         m.submodules.us = us = Unpacker(g.data_width, P * 16)
         m.submodules.ub = ub = Unpacker(g.data_width, P * 32)
         m.d.comb += [
@@ -692,11 +699,20 @@ class GemmMover(Mover):
             uw.i.valid.eq(b.ldata.tvalid), uw.i.payload.eq(b.ldata.tdata), b.ldata.tready.eq(uw.i.ready),
             us.i.valid.eq(b.in0.valid), us.i.payload.eq(b.in0.payload), b.in0.ready.eq(us.i.ready),
             ub.i.valid.eq(b.in1.valid), ub.i.payload.eq(b.in1.payload), b.in1.ready.eq(ub.i.ready),
-            mx.w.tvalid.eq(uw.o.valid), mx.w.tdata.eq(uw.o.payload), uw.o.ready.eq(mx.w.tready),
             mx.w.tkeep.eq(-1), mx.w.tlast.eq(0),
             mx.scale.valid.eq(us.o.valid), mx.scale.payload.eq(us.o.payload), us.o.ready.eq(mx.scale.ready),
             mx.bias.valid.eq(ub.o.valid), mx.bias.payload.eq(ub.o.payload), ub.o.ready.eq(mx.bias.ready),
         ]
+        # the matrix takes a weight beat on its last token: when one beat is several bus words, a
+        # two-deep queue lets the unpacker gather the next beat meanwhile (else it starts only then)
+        if P * K * W_BITS > g.data_width * g.weight_ports:
+            m.submodules.wq = wq = fifo.SyncFIFO(width=P * K * W_BITS, depth=2)
+            m.d.comb += [wq.w_en.eq(uw.o.valid), wq.w_data.eq(uw.o.payload), uw.o.ready.eq(wq.w_rdy),
+                         mx.w.tvalid.eq(wq.r_rdy), mx.w.tdata.eq(wq.r_data), wq.r_en.eq(mx.w.tready)]
+            w_ready = wq.r_rdy
+        else:
+            m.d.comb += [mx.w.tvalid.eq(uw.o.valid), mx.w.tdata.eq(uw.o.payload), uw.o.ready.eq(mx.w.tready)]
+            w_ready = uw.o.valid
         # weight descriptors: buffer_bytes at a time, alternating buffers
         wd_addr = Signal(ADDR_BITS)
         wd_left = Signal(COUNT_BITS)
@@ -814,7 +830,7 @@ class GemmMover(Mover):
             m.d.comb += self.done.eq(1)
             m.d.sync += state.eq(S.IDLE)
         m.d.comb += [b.mac.eq(mx.mac),
-                     b.starved.eq((state == S.RUN) & mx.busy & ~mx.mac & (~uw.o.valid | ~us.o.valid))]
+                     b.starved.eq((state == S.RUN) & mx.busy & ~mx.mac & (~w_ready | ~us.o.valid))]
         return m
 
 

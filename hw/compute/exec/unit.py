@@ -20,7 +20,12 @@ Ports (the sequencer's side, ``docs/node.md``):
   DMA window on the whole address and narrows it).  Reads: ARID 0 = the weight loader (GEMM
   weights, ping-pong buffers), ARID 1 = read stream 0 (GEMM scales, LOAD data, EMBED table rows,
   ATTN K segments), ARID 2 = read stream 1 (GEMM bias, EMBED ids, ATTN V segments); R beats of
-  different IDs may interleave.  Writes (AWID 0): STORE, KVW.  The unit waits for every
+  different IDs may interleave.  Writes (AWID 0): STORE, KVW.
+* ``m_axi_w0`` .. ``m_axi_w<W-1>`` (only when ``NodeConfig.weight_ports`` W > 1): one read-only AXI4
+  master per weight loader; a GEMM's weight descriptors go to loaders 0, 1, .. W - 1 in turn and
+  their packets (words of W bus beats) come back in the same turn, so the weights stream at up to
+  W bus beats per cycle over W HP ports.  ``m_axi`` then carries the read streams (scales, bias,
+  LOAD, EMBED, ATTN) and the writer only.  The unit waits for every
   response it asked for: an interconnect that refuses a transaction must still answer it (or
   reset the unit).
 * ``dir_wr``: the receive engine's directory writes (KV_DRAIN / KV_INVALIDATE): they take the
@@ -45,6 +50,7 @@ from mcf.hw.compute.exec.spad import Scratchpad
 from mcf.hw.compute.exec.streams import ReadStreams
 from mcf.hw.dma.loader import DmaLoader
 from mcf.hw.dma.writer import DmaWriter
+from mcf.hw.layouts import DmaDescriptorLayout
 from mcf.hw.registry import block
 from mcf.spec.params import Choice, Range
 from mcf.spec import isa
@@ -74,10 +80,10 @@ class DirReadSignature(wiring.Signature):
 
 class PerfSignature(wiring.Signature):
     """The performance strobes (the unit's view): ``PERF_BITS`` one bit each, and the DDR bytes
-    moved this cycle."""
+    moved this cycle (on all of the unit's ``ports`` AXI4 masters)."""
 
-    def __init__(self, data_width: int):
-        nbytes = data_width // 8
+    def __init__(self, data_width: int, ports: int = 1):
+        nbytes = data_width // 8 * ports
         super().__init__({**{name: Out(1) for name in PERF_BITS},
                           "ddr_rd_bytes": Out(range(nbytes + 1)), "ddr_wr_bytes": Out(range(nbytes + 1))})
 
@@ -109,9 +115,11 @@ class ExecUnit(wiring.Component):
             "fault": Out(1),
             "fault_cause": Out(FaultCause),
             "m_axi": Out(AXI4Signature(ADDR_BITS, g.data_width, ID_WIDTH)),
+            **({f"m_axi_w{k}": Out(AXI4Signature(ADDR_BITS, g.data_width, 1, write=False))
+                for k in range(g.weight_ports)} if g.weight_ports > 1 else {}),
             "dir_wr": In(DirWriteSignature(g.dir_bits)),
             "dir_rd": In(DirReadSignature(g.dir_bits)),
-            "perf": Out(PerfSignature(g.data_width)),
+            "perf": Out(PerfSignature(g.data_width, 1 + (g.weight_ports if g.weight_ports > 1 else 0))),
             "busy": Out(1),
         })
 
@@ -122,7 +130,14 @@ class ExecUnit(wiring.Component):
         m.submodules.spad = spad = Scratchpad(g.spad_beats, g.vl)
         m.submodules.reader = rd = ReadStreams(2, g.data_width, ADDR_BITS, g.fifo_depth, min(16, g.fifo_depth),
                                                id_base=STREAM_ID_BASE, id_width=ID_WIDTH)
-        m.submodules.loader = ld = DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers)
+        W = g.weight_ports
+        if W == 1:
+            m.submodules.loader = ld = DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers)
+            loaders = [ld]
+        else:
+            loaders = [DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers, out_beats=W) for _ in range(W)]
+            for k, x in enumerate(loaders):
+                m.submodules[f"loader{k}"] = x
         m.submodules.writer = wr = DmaWriter(g.data_width, ADDR_BITS)
         m.submodules.directory = dr = ReplicaDirectory(g.dir_bits)
         names = list(self.movers)
@@ -169,7 +184,8 @@ class ExecUnit(wiring.Component):
                 with m.Default():
                     m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.ILLEGAL_INSTRUCTION),
                                  state.eq(S.IDLE)]
-        with m.If(ld.resp_error | rd.resp_error | wr.resp_error):
+        ld_error = Cat(*[x.resp_error for x in loaders]).any()
+        with m.If(ld_error | rd.resp_error | wr.resp_error):
             m.d.sync += axi_err.eq(1)
         for i, name in enumerate(names):
             mv = self.movers[name]
@@ -178,7 +194,7 @@ class ExecUnit(wiring.Component):
                     m.d.sync += [self.fault.eq(1), self.fault_cause.eq(mv.cause), state.eq(S.IDLE)]
                 with m.Elif(mv.done):
                     m.d.sync += state.eq(S.IDLE)
-                    with m.If(axi_err | ld.resp_error | rd.resp_error | wr.resp_error):
+                    with m.If(axi_err | ld_error | rd.resp_error | wr.resp_error):
                         m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.AXI_ERROR)]
                     with m.Else():
                         m.d.sync += self.done.eq(1)
@@ -207,10 +223,32 @@ class ExecUnit(wiring.Component):
             req, inp = getattr(bus, f"req{s}"), getattr(bus, f"in{s}")
             m.d.comb += [rd.req(s).valid.eq(req.valid), rd.req(s).payload.eq(req.payload), req.ready.eq(rd.req(s).ready),
                          inp.valid.eq(rd.o(s).valid), inp.payload.eq(rd.o(s).payload), rd.o(s).ready.eq(inp.ready)]
+        if W == 1:
+            m.d.comb += [
+                ld.desc.valid.eq(bus.ldesc.valid), ld.desc.payload.eq(bus.ldesc.payload), bus.ldesc.ready.eq(ld.desc.ready),
+                bus.ldata.tvalid.eq(ld.o.tvalid), bus.ldata.tdata.eq(ld.o.tdata), bus.ldata.tkeep.eq(ld.o.tkeep),
+                bus.ldata.tlast.eq(ld.o.tlast), ld.o.tready.eq(bus.ldata.tready),
+            ]
+        else:
+            # weight descriptors in turn to loaders 0 .. W - 1 (each alternating its own buffers); their
+            # packets (W bus beats a word) taken back in the same turn: the mover sees one stream
+            d_sel, o_sel = Signal(range(W)), Signal(range(W))
+            bufs = [Signal(range(g.buffers), name=f"wbuf{k}") for k in range(W)]
+            for k, x in enumerate(loaders):
+                pay = Signal(DmaDescriptorLayout, name=f"wdesc{k}")
+                m.d.comb += [pay.eq(bus.ldesc.payload), pay.buffer.eq(bufs[k]),
+                             x.desc.payload.eq(pay), x.desc.valid.eq(bus.ldesc.valid & (d_sel == k))]
+                with m.If(d_sel == k):
+                    m.d.comb += bus.ldesc.ready.eq(x.desc.ready)
+                    with m.If(bus.ldesc.valid & x.desc.ready):
+                        m.d.sync += [d_sel.eq((k + 1) % W), bufs[k].eq(Mux(bufs[k] == g.buffers - 1, 0, bufs[k] + 1))]
+                with m.If(o_sel == k):
+                    m.d.comb += [bus.ldata.tvalid.eq(x.o.tvalid), bus.ldata.tdata.eq(x.o.tdata),
+                                 bus.ldata.tkeep.eq(x.o.tkeep), bus.ldata.tlast.eq(x.o.tlast),
+                                 x.o.tready.eq(bus.ldata.tready)]
+                    with m.If(x.o.tvalid & bus.ldata.tready & x.o.tlast):
+                        m.d.sync += o_sel.eq((k + 1) % W)
         m.d.comb += [
-            ld.desc.valid.eq(bus.ldesc.valid), ld.desc.payload.eq(bus.ldesc.payload), bus.ldesc.ready.eq(ld.desc.ready),
-            bus.ldata.tvalid.eq(ld.o.tvalid), bus.ldata.tdata.eq(ld.o.tdata), bus.ldata.tkeep.eq(ld.o.tkeep),
-            bus.ldata.tlast.eq(ld.o.tlast), ld.o.tready.eq(bus.ldata.tready),
             wr.desc.valid.eq(bus.wdesc.valid), wr.desc.payload.eq(bus.wdesc.payload), bus.wdesc.ready.eq(wr.desc.ready),
             wr.i.tvalid.eq(bus.wdata.tvalid), wr.i.tdata.eq(bus.wdata.tdata), wr.i.tkeep.eq(bus.wdata.tkeep),
             wr.i.tlast.eq(bus.wdata.tlast), bus.wdata.tready.eq(wr.i.tready),
@@ -227,23 +265,34 @@ class ExecUnit(wiring.Component):
                      dr.rd_en.eq(self.dir_rd.en), dr.rd_block.eq(self.dir_rd.block), self.dir_rd.state.eq(dr.rd_state)]
 
         # --- one AXI4 master: reads of the loader (ID 0) and the streams (IDs 1, 2); the writer ---------
-        la, ra = ld.m_axi, rd.m_axi
-        grant = Signal()            # 0: loader, 1: streams
-        held = Signal()             # an AR is waiting for ARREADY: keep the grant
-        pick = Signal()
-        m.d.comb += pick.eq(Mux(held, grant, Mux(la.arvalid, Mux(ra.arvalid, ~grant, 0), 1)))
-        m.d.sync += [grant.eq(pick), held.eq(axi.arvalid & ~axi.arready)]
-        for name in ("addr", "len", "size", "burst", "lock", "cache", "prot", "qos"):
-            m.d.comb += getattr(axi, f"ar{name}").eq(Mux(pick, getattr(ra, f"ar{name}"), getattr(la, f"ar{name}")))
-        m.d.comb += [axi.arid.eq(Mux(pick, ra.arid, WEIGHT_ID)),
-                     axi.arvalid.eq(Mux(pick, ra.arvalid, la.arvalid)),
-                     la.arready.eq(~pick & axi.arready), ra.arready.eq(pick & axi.arready)]
-        to_loader = axi.rid == WEIGHT_ID
-        for name in ("rdata", "rresp", "rlast"):
-            m.d.comb += [getattr(la, name).eq(getattr(axi, name)), getattr(ra, name).eq(getattr(axi, name))]
-        m.d.comb += [la.rid.eq(0), ra.rid.eq(axi.rid),
-                     la.rvalid.eq(axi.rvalid & to_loader), ra.rvalid.eq(axi.rvalid & ~to_loader),
-                     axi.rready.eq(~axi.rvalid | Mux(to_loader, la.rready, ra.rready))]
+        ra = rd.m_axi
+        if W == 1:
+            la = ld.m_axi
+            grant = Signal()            # 0: loader, 1: streams
+            held = Signal()             # an AR is waiting for ARREADY: keep the grant
+            pick = Signal()
+            m.d.comb += pick.eq(Mux(held, grant, Mux(la.arvalid, Mux(ra.arvalid, ~grant, 0), 1)))
+            m.d.sync += [grant.eq(pick), held.eq(axi.arvalid & ~axi.arready)]
+            for name in ("addr", "len", "size", "burst", "lock", "cache", "prot", "qos"):
+                m.d.comb += getattr(axi, f"ar{name}").eq(Mux(pick, getattr(ra, f"ar{name}"), getattr(la, f"ar{name}")))
+            m.d.comb += [axi.arid.eq(Mux(pick, ra.arid, WEIGHT_ID)),
+                         axi.arvalid.eq(Mux(pick, ra.arvalid, la.arvalid)),
+                         la.arready.eq(~pick & axi.arready), ra.arready.eq(pick & axi.arready)]
+            to_loader = axi.rid == WEIGHT_ID
+            for name in ("rdata", "rresp", "rlast"):
+                m.d.comb += [getattr(la, name).eq(getattr(axi, name)), getattr(ra, name).eq(getattr(axi, name))]
+            m.d.comb += [la.rid.eq(0), ra.rid.eq(axi.rid),
+                         la.rvalid.eq(axi.rvalid & to_loader), ra.rvalid.eq(axi.rvalid & ~to_loader),
+                         axi.rready.eq(~axi.rvalid | Mux(to_loader, la.rready, ra.rready))]
+        else:
+            # m_axi: the read streams and the writer; weight loader k alone on m_axi_w<k>
+            for name in ("addr", "len", "size", "burst", "lock", "cache", "prot", "qos", "id", "valid"):
+                m.d.comb += getattr(axi, f"ar{name}").eq(getattr(ra, f"ar{name}"))
+            for name in ("rdata", "rresp", "rlast", "rid", "rvalid"):
+                m.d.comb += getattr(ra, name).eq(getattr(axi, name))
+            m.d.comb += [ra.arready.eq(axi.arready), axi.rready.eq(ra.rready)]
+            for k, x in enumerate(loaders):
+                wiring.connect(m, x.m_axi, wiring.flipped(getattr(self, f"m_axi_w{k}")))
         wa = wr.m_axi
         for name in ("awaddr", "awlen", "awsize", "awburst", "awlock", "awcache", "awprot", "awqos", "awvalid",
                      "wdata", "wstrb", "wlast", "wvalid", "bready"):
@@ -256,8 +305,10 @@ class ExecUnit(wiring.Component):
         for i, name in enumerate(names):
             if name in BUSY_OF:
                 m.d.comb += getattr(self.perf, BUSY_OF[name]).eq(running & (active == i))
+        rd_ports = [axi] + ([getattr(self, f"m_axi_w{k}") for k in range(W)] if W > 1 else [])
+        rd_beats = [Mux(p.rvalid & p.rready, g.bus_bytes, 0) for p in rd_ports]
         m.d.comb += [self.perf.mac_beats.eq(bus.mac), self.perf.stall_ex_ddr.eq(running & bus.starved),
-                     self.perf.ddr_rd_bytes.eq(Mux(axi.rvalid & axi.rready, g.bus_bytes, 0)),
+                     self.perf.ddr_rd_bytes.eq(sum(rd_beats[1:], rd_beats[0])),
                      self.perf.ddr_wr_bytes.eq(Mux(axi.wvalid & axi.wready, g.bus_bytes, 0))]
         return m
 

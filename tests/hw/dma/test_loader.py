@@ -139,3 +139,21 @@ def test_construction():
 def test_loader_cocotb(case, build_dir):
     run_cocotb(DmaLoader(**LOADER), __name__, build_dir, testcase=f"run_{case}",
                params={**LOADER, "descriptors": 24})
+
+
+def test_wide_construction():
+    """``out_beats``: the output is that many bus beats wide, each buffer that many banks."""
+    ld = DmaLoader(64, buffer_bytes=512, out_beats=2)
+    assert len(ld.o.tdata) == 128 and len(ld.o.tkeep) == 16 and len(ld.m_axi.rdata) == 64
+    with pytest.raises(ValueError, match="out_beats=3: must be a power of two"):
+        DmaLoader(64, out_beats=3)
+    with pytest.raises(ValueError, match="smaller than one 4-beat output word"):
+        DmaLoader(64, buffer_bytes=16, out_beats=4)
+
+
+@pytest.mark.cocotb
+def test_loader_wide_cocotb(build_dir):
+    """The execute unit's weight loader (two beats per output word): random lengths (partial last
+    words and beats) and buffers, all channels paused at random: every packet equals the RAM."""
+    run_cocotb(DmaLoader(**LOADER, out_beats=2), __name__, build_dir, testcase="run_load",
+               params={**LOADER, "descriptors": 24, "seed": 7})

@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +26,68 @@ def test_bench_compute_bad_args():
     out = subprocess.run([sys.executable, "-m", "mcf", "bench", "compute", "--mac-lanes", "6"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--mac-lanes" in out.stderr
+
+
+# --- the engine bench writes the profile ---------------------------------------------------------------
+def _profile_values(path):
+    import yaml
+    d = yaml.safe_load(Path(path).read_text())
+    return d["compute_efficiency"], d["ddr_efficiency"]
+
+
+def test_write_profile_replaces_two_figures_only(tmp_path):
+    """write_profile on a copy of the KR260 profile: the two figures and their comment lines
+    change, every other line stays; twice gives the same file; a profile without the key is refused."""
+    from mcf.sim.benchmarks.compute import PROFILE, write_profile
+    from mcf.sw.mars.profile import load_profile
+    copy = tmp_path / "kr.yaml"
+    copy.write_text(PROFILE.read_text())
+    cal = {"compute_efficiency": 0.8765, "compute_efficiency_is": "what it is", "ddr_efficiency": 0.4321,
+           "ddr_efficiency_is": "bytes over peak"}
+    write_profile(copy, cal, "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
+    once = copy.read_text()
+    assert _profile_values(copy) == (0.8765, 0.4321)
+    assert "# MEASURED 2026-12-01 by `mcf bench compute --engine`:" in once
+    before, after = load_profile(PROFILE).to_dict(), load_profile(copy).to_dict()
+    changed = {k for k in before if before[k] != after[k]} - {"name"}
+    assert changed == {"compute_efficiency", "ddr_efficiency"}
+    kept = [line for line in PROFILE.read_text().splitlines() if not line.startswith("#")
+            and not line.startswith(("compute_efficiency", "ddr_efficiency"))]
+    assert all(line in once.splitlines() for line in kept)
+    write_profile(copy, cal, "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
+    assert copy.read_text() == once
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\n")
+    with pytest.raises(ValueError, match="has 0 lines 'compute_efficiency:'"):
+        write_profile(bad, cal, "c", "m", "a")
+
+
+@pytest.mark.cocotb
+def test_bench_engine_writes_what_it_prints(tmp_path):
+    """A small measurement (the tiny model's node, two weight ports, Icarus) written into a copy of
+    the profile: the figures there are the ones the command printed, and they are plausible."""
+    from mcf.sim.benchmarks.compute import PROFILE
+    copy = tmp_path / "kr.yaml"
+    copy.write_text(PROFILE.read_text())
+    out = subprocess.run([sys.executable, "-m", "mcf", "bench", "compute", "--engine", "--model", "tiny",
+                          "--weight-ports", "2", "--sim", "icarus", "--prefill-rows", "32", "--decode-rows", "64",
+                          "--json", "--write-profile", str(copy)], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    fig = json.loads(out.stdout)
+    cal = fig["calibration"]
+    assert _profile_values(copy) == (cal["compute_efficiency"], cal["ddr_efficiency"])
+    assert 0.5 < fig["prefill"]["mac_utilization"] <= 1 and 0 < fig["decode"]["ddr_fraction_of_model"] <= 1
+    assert fig["ops"]["prefill:q"]["steady_mac_utilization"] >= 0.9
+    assert fig["ddr_model"]["weight_ports_bandwidth"] == 16          # two 64-bit ports, 8 B a cycle each
+
+
+def test_profile_figures_are_the_engine_bench_output():
+    """The repository's profile holds what `mcf bench compute --model qwen2.5-1.5b --write-profile`
+    wrote (its comment names the command), equal to the recorded output of that run
+    (docs/bench/compute-qwen2.5-1.5b.json, the command's --json output)."""
+    from mcf.sim.benchmarks.compute import PROFILE
+    text = PROFILE.read_text()
+    assert text.count("by `mcf bench compute --model qwen2.5-1.5b") == 2
+    rec = json.loads((Path(__file__).resolve().parents[3] / "docs" / "bench" / "compute-qwen2.5-1.5b.json").read_text())
+    cal = rec["calibration"]
+    assert _profile_values(PROFILE) == (cal["compute_efficiency"], cal["ddr_efficiency"])

@@ -1,5 +1,5 @@
 """The execute unit (hw/compute/exec/unit.py) as a whole, cocotb + Icarus, AxiRam as DDR with
-random pauses: ONE DECODER LAYER of the tiny model as an EX program (``mcf.sim.compute.exec_layer``:
+random pauses (two weight ports, ``NodeConfig.weight_ports``): ONE DECODER LAYER of the tiny model as an EX program (``mcf.sim.compute.exec_layer``:
 EMBED, RMSNORM, GEMMs, RoPE, KVW into a KV pool in DDR, gated two-pass attention over every block
 so far, MLP, residuals, STORE) for a prefill chunk of 8 tokens and then one decode token, equal
 to ``FixedModel._layer`` bit for bit, the pool's blocks equal to the golden KV cache's bytes;
@@ -43,9 +43,11 @@ async def run_layer(dut):
     rng = np.random.default_rng(p.get("seed", 1))
     cfg = load_model("tiny")
     model = FixedModel(cfg, random_weights(cfg, seed=p.get("seed", 1)), group_size=32)
-    plan = LayerProgram(model, CFG)
+    node = CFG.replace(weight_ports=p.get("weight_ports", 1))
+    plan = LayerProgram(model, node)
     drv = ExecDriver(dut, ram_bytes=1 << (plan.ddr_bytes - 1).bit_length(), seed=p.get("seed", 1),
                      pause=p.get("pause", 0.2))
+    assert len(drv.weight_ports) == (node.weight_ports if node.weight_ports > 1 else 0)
     for addr, data in plan.image.items():
         drv.ram.write(addr, data)
     await drv.start()
@@ -124,17 +126,72 @@ def test_qwen_shapes_elaborate():
     """The unit of the Qwen2.5-1.5B node builds (the lint test converts and lints it)."""
     unit = ExecUnit(NodeConfig.qwen2_5_1_5b())
     matrix = unit.movers["gemm"].matrix
-    assert unit.g.max_n == 8960 and matrix.macs_per_cycle == 256 and matrix.packed
-    # issue 14's array (64 x 32: >= 1000 DSP48E2 for products, two INT4 x 16-bit products each)
-    assert DotArray(64, 32).multipliers == 1024
+    assert unit.g.max_n == 8960 and matrix.macs_per_cycle == 64 * 32 and matrix.packed
+    # issue 14: >= 1000 DSP48E2 for products (two INT4 x 16-bit products each)
+    assert DotArray(matrix.mac_rows, matrix.mac_lanes).multipliers == 1024
 
 
 @pytest.mark.cocotb
 def test_unit_cocotb(build_dir):
+    """With two weight ports (NodeConfig.weight_ports): the weights of every GEMM spread over two
+    loaders, each on its own AXI4 master, words of two bus beats taken back in turn, every channel
+    paused at random; the one-port unit runs the same layers inside the node benches
+    (tests/hw/test_node.py, tests/sim/rtlcluster) and ``mcf bench compute``."""
     report = build_dir.parent / "layer.json"
-    run_cocotb(ExecUnit(CFG), __name__, build_dir, testcase=["run_layer", "run_axi_errors"],
-               params={"seed": 3, "report": str(report)})
+    unit = ExecUnit(CFG.replace(weight_ports=2))
+    assert [n for n in unit.signature.members if n.startswith("m_axi")] == ["m_axi", "m_axi_w0", "m_axi_w1"]
+    run_cocotb(unit, __name__, build_dir, testcase=["run_layer", "run_axi_errors"],
+               params={"seed": 3, "report": str(report), "weight_ports": 2})
     fig = layer_figures(json.loads(report.read_text()), CFG)       # what `mcf bench compute` prints
     assert fig["prefill"]["instructions"] > 50 and fig["decode"]["cycles"] < fig["prefill"]["cycles"]
     assert 0 < fig["decode"]["mac_utilization"] < fig["prefill"]["mac_utilization"] <= 1
     assert fig["prefill"]["gemm_mac_utilization"] >= fig["prefill"]["mac_utilization"]
+
+
+
+# --- the engine's figures at a model's shapes against the DDR model (``mcf bench compute --model``) -----
+@cocotb.test()
+async def run_gemm_ops(dut):
+    """GEMMs of ``params()["ops"]`` (name, n, tiles, tokens) on the unit of ``params()["node"]``
+    against the DDR model (``params()["timing"]``): random INT4 weights (group G), random BFP
+    activation rows LOADed into the SPAD, the GEMM, its output STOREd and compared with the golden
+    ``fixed.linear`` bit for bit; per op the instruction's cycles, MAC strobes, the cycles from the
+    first MAC strobe to the last, and the DDR bytes read during the GEMM."""
+    from mcf.sim.ddr_model import DdrTiming
+    p = params()
+    node = NodeConfig(**p["node"])
+    vl, P, K = node.vec_lanes, node.mac_rows, node.mac_lanes
+    timing = DdrTiming(**p["timing"])
+    rng = np.random.default_rng(p.get("seed", 1))
+    drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=timing)
+    await drv.start()
+    out = []
+    blob_at, x_at, y_at = 0x100000, 0x40000, 0x80000
+    for op in p["ops"]:
+        n, tiles, tokens, group = op["n"], op["tiles"], op["tokens"], op["group"]
+        w = fx.quantize_weight(rng.standard_normal((tiles * P, n)) * 0.05, group)
+        b = fx.quantize_x32(rng.standard_normal(tiles * P) * 4)
+        blob, lay = ddr.gemm_blob(w, b, P, K)
+        drv.ram.write(blob_at, blob)
+        xm, xe = fx.x32_to_bfp(fx.quantize_x32(rng.standard_normal((tokens, n))))
+        drv.ram.write(x_at, ddr.rows_bytes(xm, vl, xe))
+        await drv.must(isa.Load(ddr=x_at, spad=0, beats=tokens * n // vl, row_beats=n // vl))
+        dst, dst_stride = tokens * n // vl, tiles * P // vl
+        bytes0 = drv.ram.read_bytes
+        drv.mac_first = None
+        res = await drv.must(isa.Gemm(blob=blob_at, n=n, total_tiles=tiles, tile0=0, tiles=tiles, tokens=tokens,
+                                      group_log2=group.bit_length() - 1, w_exp=w.exp, bias=1, src=0,
+                                      src_stride=n // vl, dst=dst, dst_stride=dst_stride),
+                             max_cycles=50_000_000)
+        rd = drv.ram.read_bytes - bytes0
+        span = drv.mac_last - drv.mac_first + 1
+        await drv.must(isa.Store(ddr=y_at, spad=dst, beats=tokens * dst_stride, row_beats=0))
+        got = np.frombuffer(drv.ram.read(y_at, tokens * tiles * P * 4), dtype="<i4").reshape(tokens, -1)
+        assert np.array_equal(got, fx.linear((xm, xe), w, b)), f"{op['name']}: GEMM output differs from fixed.linear"
+        assert res.perf["mac_beats"] == tiles * (n // K) * tokens
+        out.append({**op, "cycles": res.cycles, "mac_beats": res.perf["mac_beats"], "mac_span_cycles": span,
+                    "ddr_read_bytes": rd, "weight_bytes": lay.tiles * lay.w_tile})
+    with open(p["report"], "w") as f:
+        json.dump({"ops": out, "ddr_model": {"read_bytes": drv.ram.read_bytes,
+                                             "max_outstanding": [drv.ram.max_outstanding(k)
+                                                                 for k in range(len(drv.ram.ports))]}}, f)
