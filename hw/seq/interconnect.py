@@ -133,6 +133,44 @@ class AxiInterconnect(wiring.Component):
         m.d.comb += [self.idle.eq(Cat(*idles).all()), self.activity.eq(Cat(*acts).any())]
         return m
 
+    #: AR / AW fields a client's burst carries through the port unchanged.
+    _ADDR_FIELDS = ("addr", "len", "size", "burst", "lock", "cache", "prot", "qos")
+
+    def _address(self, m: Module, p: int, ch: str, ports: list, members: list, in_window, gate=Const(1)):
+        """The AR (``ch="ar"``) or AW (``"aw"``) stage of port ``p``: take one burst from the
+        ``members`` (slots of ``ports``) by round robin, hold it, check it against the window in
+        the next cycle, then offer it to the HP port (when ``gate``) with the ID
+        ``{slot, client ID}``.  Returns ``(hold, held, checked, ok, fire)``; the caller clears
+        ``held`` when it answers a refused burst itself."""
+        hp = self.m_axi[p]
+        n, cid = len(ports), self.max_id
+        layout = data.StructLayout({"addr": self.check_width, "len": 8, "size": 3, "burst": 2, "lock": 1,
+                                    "cache": 4, "prot": 3, "qos": 4, "id": cid, "slot": range(max(n, 2))})
+        hold = Signal(layout, name=f"p{p}_{ch}")
+        held = Signal(name=f"p{p}_{ch}_held")
+        checked = Signal(name=f"p{p}_{ch}_checked")    # the window check result is registered
+        ok = Signal(name=f"p{p}_{ch}_ok")
+        last = Signal(range(max(n, 2)), name=f"p{p}_{ch}_last")
+        reqs = [getattr(ports[k], f"{ch}valid") if k in members else Const(0) for k in range(n)]
+        anyreq, pick = _rr_pick(m, reqs, last)
+        with m.If(~held & anyreq):
+            m.d.sync += [held.eq(1), checked.eq(0), last.eq(pick), hold.slot.eq(pick)]
+            for k in members:
+                with m.If(pick == k):
+                    c = ports[k]
+                    m.d.comb += getattr(c, f"{ch}ready").eq(1)
+                    m.d.sync += [getattr(hold, f).eq(getattr(c, f"{ch}{f}")) for f in self._ADDR_FIELDS + ("id",)]
+        with m.If(held & ~checked):
+            m.d.sync += [checked.eq(1), ok.eq(in_window(hold.addr, hold.len, hold.size))]
+        fire = Signal(name=f"p{p}_{ch}_fire")
+        m.d.comb += [getattr(hp, f"{ch}valid").eq(held & checked & ok & gate),
+                     getattr(hp, f"{ch}id").eq(Cat(hold.id, hold.slot[:_bits(n)])),
+                     fire.eq(getattr(hp, f"{ch}valid") & getattr(hp, f"{ch}ready"))]
+        m.d.comb += [getattr(hp, f"{ch}{f}").eq(getattr(hold, f)) for f in self._ADDR_FIELDS]
+        with m.If(fire):
+            m.d.sync += held.eq(0)
+        return hold, held, checked, ok, fire
+
     # --- one HP port -------------------------------------------------------------------------------
     def _port(self, m: Module, p: int):
         hp = self.m_axi[p]
@@ -164,39 +202,7 @@ class AxiInterconnect(wiring.Component):
 
         # ---------------------------------------------------------------- reads
         if readers:
-            ar_layout = data.StructLayout({"addr": self.check_width, "len": 8, "size": 3, "burst": 2,
-                                           "lock": 1, "cache": 4, "prot": 3, "qos": 4, "id": cid,
-                                           "slot": range(max(n, 2))})
-            hold = Signal(ar_layout, name=f"p{p}_ar")
-            held = Signal(name=f"p{p}_ar_held")
-            checked = Signal(name=f"p{p}_ar_checked")    # the window check result is registered
-            ok = Signal(name=f"p{p}_ar_ok")
-            last = Signal(range(max(n, 2)), name=f"p{p}_ar_last")
-            reqs = [ports[k].arvalid if k in readers else Const(0) for k in range(n)]
-            anyreq, pick = _rr_pick(m, reqs, last)
-            with m.If(~held & anyreq):
-                m.d.sync += [held.eq(1), checked.eq(0), last.eq(pick), hold.slot.eq(pick)]
-                for k in readers:
-                    with m.If(pick == k):
-                        c = ports[k]
-                        m.d.comb += c.arready.eq(1)
-                        m.d.sync += [hold.addr.eq(c.araddr), hold.len.eq(c.arlen), hold.size.eq(c.arsize),
-                                     hold.burst.eq(c.arburst), hold.lock.eq(c.arlock), hold.cache.eq(c.arcache),
-                                     hold.prot.eq(c.arprot), hold.qos.eq(c.arqos), hold.id.eq(c.arid)]
-            with m.If(held & ~checked):
-                m.d.sync += [checked.eq(1), ok.eq(in_window(hold.addr, hold.len, hold.size))]
-            # Issue a good burst.
-            ar_fire = Signal(name=f"p{p}_ar_fire")
-            m.d.comb += [
-                hp.arvalid.eq(held & checked & ok),
-                hp.araddr.eq(hold.addr), hp.arlen.eq(hold.len), hp.arsize.eq(hold.size),
-                hp.arburst.eq(hold.burst), hp.arlock.eq(hold.lock), hp.arcache.eq(hold.cache),
-                hp.arprot.eq(hold.prot), hp.arqos.eq(hold.qos),
-                hp.arid.eq(Cat(hold.id, hold.slot[:sbits])),
-                ar_fire.eq(hp.arvalid & hp.arready),
-            ]
-            with m.If(ar_fire):
-                m.d.sync += held.eq(0)
+            hold, held, checked, ok, ar_fire = self._address(m, p, "ar", ports, readers, in_window)
             # A bad burst: answered here once the port's earlier reads have completed.
             resp_beat = Signal(9, name=f"p{p}_rresp_beat")
             responding = Signal(name=f"p{p}_rresp_active")
@@ -244,42 +250,12 @@ class AxiInterconnect(wiring.Component):
 
         # ---------------------------------------------------------------- writes
         if writers:
-            aw_layout = data.StructLayout({"addr": self.check_width, "len": 8, "size": 3, "burst": 2,
-                                           "lock": 1, "cache": 4, "prot": 3, "qos": 4, "id": cid,
-                                           "slot": range(max(n, 2))})
-            hold = Signal(aw_layout, name=f"p{p}_aw")
-            held = Signal(name=f"p{p}_aw_held")
-            checked = Signal(name=f"p{p}_aw_checked")
-            ok = Signal(name=f"p{p}_aw_ok")
-            last = Signal(range(max(n, 2)), name=f"p{p}_aw_last")
             # W order: the slot of every accepted burst (good ones only; a bad one is handled alone).
             m.submodules[f"p{p}_w_order"] = w_order = fifo.SyncFIFOBuffered(width=max(sbits, 1),
                                                                             depth=self.max_writes)
-            reqs = [ports[k].awvalid if k in writers else Const(0) for k in range(n)]
-            anyreq, pick = _rr_pick(m, reqs, last)
-            with m.If(~held & anyreq):
-                m.d.sync += [held.eq(1), checked.eq(0), last.eq(pick), hold.slot.eq(pick)]
-                for k in writers:
-                    with m.If(pick == k):
-                        c = ports[k]
-                        m.d.comb += c.awready.eq(1)
-                        m.d.sync += [hold.addr.eq(c.awaddr), hold.len.eq(c.awlen), hold.size.eq(c.awsize),
-                                     hold.burst.eq(c.awburst), hold.lock.eq(c.awlock), hold.cache.eq(c.awcache),
-                                     hold.prot.eq(c.awprot), hold.qos.eq(c.awqos), hold.id.eq(c.awid)]
-            with m.If(held & ~checked):
-                m.d.sync += [checked.eq(1), ok.eq(in_window(hold.addr, hold.len, hold.size))]
-            aw_fire = Signal(name=f"p{p}_aw_fire")
-            m.d.comb += [
-                hp.awvalid.eq(held & checked & ok & w_order.w_rdy),
-                hp.awaddr.eq(hold.addr), hp.awlen.eq(hold.len), hp.awsize.eq(hold.size),
-                hp.awburst.eq(hold.burst), hp.awlock.eq(hold.lock), hp.awcache.eq(hold.cache),
-                hp.awprot.eq(hold.prot), hp.awqos.eq(hold.qos),
-                hp.awid.eq(Cat(hold.id, hold.slot[:sbits])),
-                aw_fire.eq(hp.awvalid & hp.awready),
-                w_order.w_data.eq(hold.slot), w_order.w_en.eq(aw_fire),
-            ]
-            with m.If(aw_fire):
-                m.d.sync += held.eq(0)
+            hold, held, checked, ok, aw_fire = self._address(m, p, "aw", ports, writers, in_window,
+                                                             gate=w_order.w_rdy)
+            m.d.comb += [w_order.w_data.eq(hold.slot), w_order.w_en.eq(aw_fire)]
 
             # A bad burst: once every earlier burst has its data and response, take and drop
             # its W beats, then answer one DECERR B.
