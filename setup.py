@@ -17,6 +17,6 @@ for pkg, folder in ROOTS.items():
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"": ["*.yaml", "*.json", "*.tcl", "*.xdc", "*.md", "*.sh"]},
+    package_data={"": ["*.yaml", "*.json", "*.tcl", "*.xdc", "*.md", "*.sh", "*.v"]},
     include_package_data=True,
 )

@@ -65,7 +65,8 @@ class BlockInfo:
         return self.factory(**self.check(overrides))
 
     def verilog(self, **overrides) -> str:
-        return verilog.convert(self.build(**overrides), name=self.name)
+        from mcf.hw.compute.dot_array import with_models
+        return with_models(verilog.convert(self.build(**overrides), name=self.name))
 
 
 _BLOCKS: dict[str, BlockInfo] = {}

@@ -61,6 +61,7 @@ class NodeConfig:
     # hw/compute/dot_array.py): the K26's 1 248 DSPs less the group-scale multipliers and the rest.
     mac_rows: int = 64               # matrix unit: MAC array rows (output rows per weight beat)
     mac_lanes: int = 32              # matrix unit: MAC array lanes (inputs per row per cycle)
+    dsp_primitives: int = 1          # 1: the products are DSP48E2 instances (P cascade; model in sims)
     max_tokens: int = 16             # tokens sharing each weight beat (query rows per pass)
     vec_lanes: int = 8               # vector unit lanes
     att_rows: int = 8                # attention unit query rows (GQA group heads x tokens)
@@ -161,7 +162,7 @@ class NodeConfig:
         base = dict(data_width=64, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
                     seq_queue_depth=4, fetch_depth=4, rx_slots=4,
                     nic_desc_depth=4, route_entries=16, reduce_slots=1, reduce_beats=32, softmax_fan_in=0,
-                    mac_rows=4, mac_lanes=8, max_tokens=8, vec_lanes=8, att_rows=4, max_keys=64, kv_lanes=4,
+                    mac_rows=4, mac_lanes=8, dsp_primitives=0, max_tokens=8, vec_lanes=8, att_rows=4, max_keys=64, kv_lanes=4,
                     spad_beats=2048, kv_block_keys=64, dir_entries=256, max_context=256,
                     hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16)
         return cls(**{**base, **changes})
@@ -199,6 +200,7 @@ RANGES: dict[str, Range] = {
     "softmax_fan_in": Range(2, 16, pow2=True, zero=True, doc="contributions of one SOFTMAX_MERGE"),
     "mac_rows": Range(1, 256, doc="MAC array rows"),
     "mac_lanes": Range(1, 256, pow2=True, doc="MAC array lanes"),
+    "dsp_primitives": Range(0, 1, doc="products as DSP48E2 instances (1) or inferred (0)"),
     "max_tokens": Range(1, 256, pow2=True, doc="tokens per weight pass"),
     "vec_lanes": Range(1, 256, pow2=True, doc="vector unit lanes"),
     "att_rows": Range(1, 256, doc="attention unit query rows"),

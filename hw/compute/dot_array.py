@@ -21,10 +21,20 @@ stays within +-2^20, inside a signed 22-bit field, so
 
 are the two rows' exact partial dot products; the chains of a row are then summed in LUTs.
 ``packed=False`` builds the same pipeline with one 4 x 16-bit product per slice.
+
+``primitive=True`` instantiates each slice as a ``DSP48E2`` (the chain on the dedicated
+PCOUT -> PCIN cascade): Yosys 0.70's ``xilinx_dsp`` packs the post-adder and the P cascade only
+for DSP48E1 (7-series), so on ``-family xcup`` the inferred form leaves every chain adder and P
+register in the fabric.  The instances have the inferred form's timing exactly (A2/B2 register,
+no M register, P register, all on ``en``); simulations read the model ``dsp48e2.v`` (``MODEL``,
+appended by ``with_models``; ``mcf synth`` drops it again), and the tests run the packed array and
+the matrix unit on it against the exact sums and the golden model.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal, signed
+from pathlib import Path
+
+from amaranth import Cat, ClockSignal, Const, Instance, Module, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -39,6 +49,25 @@ PACK_SHIFT = 22
 CHAIN = 4
 #: Widths of the DSP48E2 multiplier inputs and of its P register.
 DSP_A_BITS, DSP_B_BITS, DSP_P_BITS = 27, 18, 48
+
+
+#: The DSP48E2 simulation model (hw/compute/dsp48e2.v) and the line from which ``mcf synth``
+#: drops it from a design's Verilog.
+MODEL = Path(__file__).with_name("dsp48e2.v")
+MODEL_MARK = "// MCF simulation model of the AMD DSP48E2"
+
+
+def with_models(text: str) -> str:
+    """``text`` (a converted design) with the DSP48E2 model appended when it instantiates one."""
+    if "DSP48E2 " not in text or MODEL_MARK in text:
+        return text
+    return text + "\n" + MODEL.read_text()
+
+
+def strip_models(text: str) -> str:
+    """``text`` without the appended simulation models (what synthesis reads)."""
+    i = text.find(MODEL_MARK)
+    return text if i < 0 else text[:i]
 
 
 def pack_pair(w_lo: int, w_hi: int) -> int:
@@ -58,12 +87,14 @@ def split_pair(p: int) -> tuple[int, int]:
 class DotArray(wiring.Component):
     """``rows`` x ``lanes`` INT4 x 16-bit products summed per row; see the module docstring."""
 
-    def __init__(self, rows: int, lanes: int, packed: bool = True):
+    def __init__(self, rows: int, lanes: int, packed: bool = True, primitive: bool = False):
         if rows < 1 or lanes < 1:
             raise ValueError(f"rows={rows}, lanes={lanes}: must be >= 1")
         if packed and rows % 2:
             raise ValueError(f"mac_rows={rows}: packed products need an even number of rows")
-        self.rows, self.lanes, self.packed = rows, lanes, bool(packed)
+        if primitive and not packed:
+            raise ValueError("primitive=True: DSP48E2 instances are built for packed products only")
+        self.rows, self.lanes, self.packed, self.primitive = rows, lanes, bool(packed), bool(primitive)
         self.chain = min(CHAIN, lanes)
         if lanes % self.chain:
             raise ValueError(f"mac_lanes={lanes}: must be a multiple of {self.chain} (the DSP chain)")
@@ -103,10 +134,12 @@ class DotArray(wiring.Component):
 
         # Activations: lane k (chain position c = k % C) c cycles late, then the B register
         # (shared by every multiplier of the lane).
-        acts = []
+        acts, acts_in = [], []
         for k in range(K):
-            a = delayed(self.a[k * MANT_BITS:(k + 1) * MANT_BITS], k % C + 1, f"a{k}")
-            acts.append(a.as_signed())
+            a_in = delayed(self.a[k * MANT_BITS:(k + 1) * MANT_BITS], k % C, f"a{k}")
+            acts_in.append(a_in.as_signed())
+            if not self.primitive:
+                acts.append(delayed(a_in, 1, f"b{k}").as_signed())
 
         if self.packed:
             columns = [(p, (p, p + 1)) for p in range(0, P, 2)]     # (name, rows sharing a slice)
@@ -116,7 +149,7 @@ class DotArray(wiring.Component):
         for col, rows in columns:
             fields = [[] for _ in rows]          # per row: one exact partial sum per chain
             for c0 in range(0, K, C):
-                prev = None
+                prev = pcout = None
                 for k in range(c0, min(c0 + C, K)):
                     c = k - c0
                     raw = delayed(Cat(*[q(r, k) for r in rows]), c, f"w{col}_{k}")
@@ -129,6 +162,10 @@ class DotArray(wiring.Component):
                         value = hi * (1 << PACK_SHIFT) + lo
                     else:
                         value = lo
+                    if self.primitive:
+                        # Fabric: the skew only; the slice holds A2 (the packed operand), B2, P.
+                        prev, pcout = self._slice(m, f"dsp{col}_{k}", value, acts_in[k], pcout)
+                        continue
                     with m.If(en):
                         m.d.sync += wa.eq(value)
                     # The chain's P register: the product plus the previous lane's P (the
@@ -156,9 +193,31 @@ class DotArray(wiring.Component):
                     m.d.sync += self.dots[r].eq(total)
         return m
 
+    def _slice(self, m, name, a, b, pcin):
+        """One DSP48E2: P <= A2 x B2 (+ PCIN unless the first of its chain); returns P, PCOUT."""
+        a30, b18, p = Signal(signed(30), name=f"{name}_a"), Signal(signed(18), name=f"{name}_b"), \
+            Signal(signed(DSP_P_BITS), name=f"{name}_p")
+        pcout = Signal(DSP_P_BITS, name=f"{name}_pcout")
+        m.d.comb += [a30.eq(a), b18.eq(b)]
+        en = self.en
+        m.submodules[name] = Instance(
+            "DSP48E2",
+            p_AREG=1, p_BREG=1, p_MREG=0, p_PREG=1, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
+            p_AMULTSEL="A", p_BMULTSEL="B", p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48",
+            i_CLK=ClockSignal(), i_A=a30, i_B=b18,
+            i_PCIN=Const(0, DSP_P_BITS) if pcin is None else pcin,
+            # W = 0, Z = 0 / PCIN, Y = X = M; ALUMODE 0000: P = Z + W + X + Y + CIN
+            i_OPMODE=Const(0b00_000_0101 if pcin is None else 0b00_001_0101, 9),
+            i_ALUMODE=Const(0, 4), i_INMODE=Const(0, 5), i_CARRYIN=Const(0, 1),
+            i_CEA2=en, i_CEB2=en, i_CEP=en,
+            i_RSTA=Const(0, 1), i_RSTB=Const(0, 1), i_RSTP=Const(0, 1),
+            o_P=p, o_PCOUT=pcout)
+        return p, pcout
+
 
 @block("compute_dot_array", "MAC array products: rows x lanes INT4 x 16-bit, two per DSP48E2 when packed",
-       variants=({"packed": 0},), rows=2, lanes=4, packed=1,
-       ranges={"rows": Range(1, 256), "lanes": Range(1, 256), "packed": Range(0, 1)})
-def _dot_array(rows, lanes, packed):
-    return DotArray(rows, lanes, packed=bool(packed))
+       variants=({"packed": 0, "primitive": 0}, {"primitive": 1}), rows=2, lanes=4, packed=1, primitive=0,
+       ranges={"rows": Range(1, 256), "lanes": Range(1, 256), "packed": Range(0, 1),
+               "primitive": Range(0, 1)})
+def _dot_array(rows, lanes, packed, primitive):
+    return DotArray(rows, lanes, packed=bool(packed), primitive=bool(primitive))

