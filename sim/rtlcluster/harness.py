@@ -36,7 +36,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 from mcf.spec.node import NodeConfig
 from mcf.sw.driver import Driver
 from mcf.sw.driver.cocotb_backend import CocotbBackend
-from mcf.sw.driver.memory import DmaMemory
+from mcf.sw.driver.memory import HostMemory
 
 from .switch import forwarding_table
 
@@ -76,34 +76,13 @@ class PhysicalDdr:
         self.ddr[a:b] = data
 
 
-class SimDmaMemory(DmaMemory):
-    """The runtime's DMA memory over a ``PhysicalDdr`` (``mcf.sw.driver.memory.DmaMemory``): a CPU
-    view apart from DDR, joined by ``flush`` (CPU -> DDR) and ``invalidate`` (DDR -> CPU), as
-    ``HostMemory`` models the board's non-coherent HP port."""
+class SimDmaMemory(HostMemory):
+    """The runtime's DMA memory over a ``PhysicalDdr``: ``HostMemory`` (a CPU view apart from DDR,
+    joined by ``flush`` and ``invalidate``, as on the board's non-coherent HP port) whose DDR is
+    the simulated node's memory."""
 
     def __init__(self, ddr: PhysicalDdr):
-        self._ddr = ddr
-        self.phys_base, self.size = ddr.phys_base, ddr.size
-        self._cpu = bytearray(ddr.size)
-        self.flushes = self.invalidates = 0
-
-    def write(self, offset: int, data: bytes) -> None:
-        o, n = self._range(offset, len(data))
-        self._cpu[o:o + n] = data
-
-    def read(self, offset: int, n: int) -> bytes:
-        o, n = self._range(offset, n)
-        return bytes(self._cpu[o:o + n])
-
-    def flush(self, offset: int = 0, n: int | None = None) -> None:
-        o, n = self._whole(offset, n)
-        self._ddr.ddr[o:o + n] = self._cpu[o:o + n]
-        self.flushes += 1
-
-    def invalidate(self, offset: int = 0, n: int | None = None) -> None:
-        o, n = self._whole(offset, n)
-        self._cpu[o:o + n] = self._ddr.ddr[o:o + n]
-        self.invalidates += 1
+        super().__init__(ddr.size, ddr.phys_base, ddr=ddr.ddr)
 
 
 def _exists(dut, name: str) -> bool:

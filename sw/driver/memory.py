@@ -84,14 +84,16 @@ class DmaMemory(PhysWindow, ABC):
 class HostMemory(DmaMemory):
     """In-process DMA memory with a separate CPU view: ``write``/``read`` touch the CPU's copy,
     ``device_write``/``device_read`` (the PL's DMA, by physical address) touch DDR, and only
-    ``flush``/``invalidate`` move bytes between them.  Counts the maintenance calls."""
+    ``flush``/``invalidate`` move bytes between them.  Counts the maintenance calls.  ``ddr``:
+    the DDR's bytes when they live elsewhere (a simulated DDR's memory, ``size`` bytes); by
+    default its own."""
 
-    def __init__(self, size: int, phys_base: int = 0x7000_0000):
+    def __init__(self, size: int, phys_base: int = 0x7000_0000, ddr=None):
         if size <= 0:
             raise ValueError(f"DMA memory size {size} must be positive")
         self.phys_base, self.size = int(phys_base), int(size)
         self._cpu = bytearray(self.size)
-        self._ddr = bytearray(self.size)
+        self._ddr = bytearray(self.size) if ddr is None else ddr
         self.flushes: list[tuple[int, int]] = []
         self.invalidates: list[tuple[int, int]] = []
 
