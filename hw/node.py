@@ -13,7 +13,8 @@ DMA + packetizer + NIC behind one AXI interconnect with the DDR firewall.
                      │                        │            ▲       │              │
                      │                        └─► PacketMux ◄──────┘              │
                      └──────────────────────► Nic ──► tx[0..P-1]   (local_out ──► RxEngine)
-    DDR ◄═ m_axi (HP ports) ═ AxiInterconnect (firewall) ◄═ fetch, loader, writer, execute unit
+    DDR ◄═ m_axi, m_axi1.. (HP ports) ═ AxiInterconnect (firewall) ◄═ fetch, loader, writer,
+                                                   execute unit (m_axi + weight loaders m_axi_w<k>)
 
 While a program runs (SEQ_CONTROL.start) the sequencer's engines drive the DMA loader, the DMA
 writer and the packetizer.  While none runs, the PS's metadata and descriptor queues do (the
@@ -21,10 +22,12 @@ debug path of earlier nodes): LOAD descriptors stream DDR blocks into the packet
 the next Meta, and delivered data packets take STORE descriptors (see ``mcf.spec.regmap``).
 
 The execute unit (``mcf.hw.compute.exec.unit.ExecUnit``; ``exec_unit``: another factory taking
-the NodeConfig) has its AXI4 master port(s) on the interconnect as clients: its k-th on HP port
-(k + 1) mod ``hp_ports`` (with one HP port everything shares ``m_axi``; with more, the node's own
-fetch / loader / writer keep HP port 0 and the execute unit's weight and KV streams go to the
-others).  ``eth=True`` adds ``eth`` and ``eth_errors`` for a 10GBASE-R port (``EthNode``).  This is the top that
+the NodeConfig) has its AXI4 master port(s) on the interconnect as clients.  Which client is on
+which HP port is ``NodeConfig.ddr_masters`` (one definition, docs/node.md "HP ports"): weight
+loader k on HP port k mod ``hp_ports``, the node's own fetch / loader / writer on HP port 0, the
+execute unit's ``m_axi`` (scales, bias, KV, activations) on the first port no weight loader
+uses, else HP port 1; with one HP port everything shares ``m_axi``.  The DMA-window firewall
+checks every burst of every client on every port.  ``eth=True`` adds ``eth`` and ``eth_errors`` for a 10GBASE-R port (``EthNode``).  This is the top that
 ``mcf board build`` wraps for Vivado; HP port 0 is ``m_axi``, HP port p > 0 ``m_axi<p>``.
 """
 from __future__ import annotations
@@ -52,10 +55,10 @@ from mcf.hw.seq.perf import COUNTER_BITS, PerfCounters
 from mcf.hw.seq.sems import SemEventSignature
 from mcf.hw.seq.sequencer import FAULT_BITS, IssueLayout, Sequencer
 from mcf.spec import REGISTERS, Access, Collective, DmaDir, ErrorCause, Irq, Op, ReduceOp, Stage
-from mcf.spec.isa import DDR_ALIGN, INSTR_BITS, LAYOUTS, SEM_BITS, Opcode, PerfCounter, Queue, SeqFault
+from mcf.spec.isa import MAX_HP_PORTS, DDR_ALIGN, INSTR_BITS, LAYOUTS, SEM_BITS, Opcode, PerfCounter, Queue, SeqFault
 from mcf.spec.node import NodeConfig
 from mcf.spec.packet import KV_ID_BITS, LENGTH_BITS, META, NODE_BITS
-from mcf.spec.params import Choice
+from mcf.spec.params import Choice, Range
 from mcf.spec.plan import REPLICA_STATE_BITS, ReplicaState
 from mcf.spec.regmap import ADDR_BITS, DATA_BITS, DMA_ADDR_BITS, DMA_TAG_BITS, PC_BITS, SEQ_WINDOW
 from mcf.spec.node import RANGES as NODE_RANGES
@@ -645,8 +648,14 @@ class SeqRegisters(wiring.Component):
 
 
 # === the node ====================================================================================
-#: The node's own DDR clients, on HP port 0 (the execute unit's follow).
+#: The node's own DDR clients (interconnect slots 0-2; on HP port 0, ``NodeConfig.ddr_masters``).
 FETCH, LOADER, WRITER = 0, 1, 2
+
+
+def exec_master(port: str) -> str:
+    """The ``NodeConfig.ddr_masters`` name of an execute-unit AXI4 port: ``m_axi`` -> ``exec``,
+    ``m_axi_w<k>`` -> ``weight<k>``."""
+    return "exec" if port == "m_axi" else "weight" + port.removeprefix("m_axi_w")
 
 
 def axi_members(component) -> list[str]:
@@ -676,11 +685,14 @@ class Node(wiring.Component):
         self.packetizer = Packetizer(config.data_width, config.payload_depth, config.meta_queue_depth)
         self.nic = Nic(config.data_width, config.net_ports, **config.nic_params())
         self.exec_ports = axi_members(self.exec)
-        clients = [Client("fetch", write=False), Client("loader", write=False), Client("writer", read=False)]
-        for k, name in enumerate(self.exec_ports):
+        self.hp_of = config.ddr_masters()
+        clients = [Client("fetch", write=False, port=self.hp_of["fetch"]),
+                   Client("loader", write=False, port=self.hp_of["loader"]),
+                   Client("writer", read=False, port=self.hp_of["writer"])]
+        for name in self.exec_ports:
             sig = getattr(self.exec.signature.members[name], "signature")
             clients.append(Client(f"ex_{name}", read=sig.read, write=sig.write, id_width=sig.id_width,
-                                  port=(k + 1) % config.hp_ports, addr_width=sig.addr_width))
+                                  port=self.hp_of[exec_master(name)], addr_width=sig.addr_width))
         self.ic = AxiInterconnect(clients, config.hp_ports, config.ddr_addr_bits, config.data_width)
         axis = AXIStreamSignature(config.data_width)
         members = {
@@ -905,11 +917,13 @@ PRESETS = {"tiny": NodeConfig.tiny, "qwen2.5-1.5b": NodeConfig.qwen2_5_1_5b}
 
 
 @block("node", "one node: registers, sequencer, execute unit, DMA, packetizer, NIC, DDR firewall (Vivado top)",
-       variants=({"model": "tiny"}, {"model": "tiny", "net_ports": 2, "hp_ports": 2}),
-       model="qwen2.5-1.5b", net_ports=1, hp_ports=1,
+       variants=({"model": "tiny"}, {"model": "tiny", "net_ports": 2, "hp_ports": 2, "weight_ports": 2}),
+       model="qwen2.5-1.5b", net_ports=1, hp_ports=0, weight_ports=0,
        ranges={"model": Choice(tuple(PRESETS)), "net_ports": NODE_RANGES["net_ports"],
-               "hp_ports": NODE_RANGES["hp_ports"]})
-def _node(model, net_ports, hp_ports):
+               "hp_ports": Range(1, MAX_HP_PORTS, zero=True, doc="HP ports (0: the preset's)"),
+               "weight_ports": Range(1, MAX_HP_PORTS, pow2=True, zero=True, doc="weight loaders (0: the preset's)")})
+def _node(model, net_ports, hp_ports, weight_ports):
     if model not in PRESETS:
         raise ValueError(f"model={model!r}: one of {', '.join(PRESETS)}")
-    return Node(PRESETS[model](net_ports=net_ports, hp_ports=hp_ports))
+    ports = {k: v for k, v in (("hp_ports", hp_ports), ("weight_ports", weight_ports)) if v}
+    return Node(PRESETS[model](net_ports=net_ports, **ports))

@@ -36,7 +36,7 @@ class NodeConfig:
     """One node's build parameters.  Widths in bits, sizes in bytes, depths in entries."""
     # --- datapath, DDR and network ----------------------------------------------------------------
     data_width: int = 128            # AXI4 (DDR) and AXI-Stream width of the datapath
-    hp_ports: int = 1                # AXI4 masters into the PS DDR (S_AXI_HP*)
+    hp_ports: int = 4                # AXI4 masters into the PS DDR: node port p on S_AXI_HP<p>_FPD (ddr_masters)
     net_ports: int = 1               # network ports (a KR260 has one SFP+ cage)
     ddr_addr_bits: int = 40          # DDR address bits (the PS physical address space)
     buffer_bytes: int = 4096         # each ping-pong buffer of the DMA loader (the longest LOAD)
@@ -67,7 +67,9 @@ class NodeConfig:
     att_rows: int = 8                # attention unit query rows (GQA group heads x tokens)
     max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes
-    weight_ports: int = 1            # execute unit: GEMM weight loaders, one AXI4 master (HP port) each
+    # Decode streams every weight once per token: 4 loaders on the 4 HP ports (16 GB/s of the
+    # DDR4's 19.2; docs/node.md "HP ports") instead of one port's 4 GB/s.
+    weight_ports: int = 4            # execute unit: GEMM weight loaders, one AXI4 master (HP port) each
     clock_hz: int = PL_CLOCK_HZ
     # --- execute unit (spec/isa.py) --------------------------------------------------------------
     spad_beats: int = 32768          # scratchpad: beats of vec_lanes 32-bit words (+ an exponent each)
@@ -127,6 +129,27 @@ class NodeConfig:
     def macs_per_cycle(self) -> int:
         return self.mac_rows * self.mac_lanes
 
+    def ddr_masters(self) -> dict[str, int]:
+        """The node's AXI4 masters into the DDR and the HP port p (``m_axi`` / ``m_axi<p>``, on the
+        KR260 ``S_AXI_HP<p>_FPD``) each is on -- one definition for the Node's interconnect, the
+        board design and the docs:
+
+        * ``weight<k>`` (the execute unit's weight loader k, when ``weight_ports`` > 1): HP port
+          k mod ``hp_ports`` -- with W = ``hp_ports`` each loader has a port to itself apart from
+          the light traffic below;
+        * ``fetch``, ``loader``, ``writer`` (instruction fetch, the TX engine's DMA loader, the RX
+          engine's DMA writer): HP port 0;
+        * ``exec`` (the execute unit's ``m_axi``: GEMM scales and bias, LOAD / STORE, EMBED, the
+          attention's K / V, the KV writer; with W = 1 also the weights): the first port no weight
+          loader uses (W mod ``hp_ports`` when W < ``hp_ports``), else HP port 1 mod ``hp_ports``
+          (not port 0, which carries the node's own clients).
+        """
+        P, W = self.hp_ports, self.weight_ports
+        out = {"fetch": 0, "loader": 0, "writer": 0, "exec": W % P if W < P else 1 % P}
+        if W > 1:
+            out.update({f"weight{k}": k % P for k in range(W)})
+        return out
+
     def nic_params(self) -> dict:
         """Keyword arguments of ``mcf.hw.nic.nic.Nic`` (besides data width and ports)."""
         return {"buffer_depth": self.nic_buffer_depth, "desc_depth": self.nic_desc_depth,
@@ -159,7 +182,7 @@ class NodeConfig:
     def tiny(cls, **changes) -> "NodeConfig":
         """The tiny model's node (``sw/models/tiny.yaml``) with small buffers and a small
         engine, as the unit and two-node benches build it."""
-        base = dict(data_width=64, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
+        base = dict(data_width=64, hp_ports=1, weight_ports=1, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
                     seq_queue_depth=4, fetch_depth=4, rx_slots=4,
                     nic_desc_depth=4, route_entries=16, reduce_slots=1, reduce_beats=32, softmax_fan_in=0,
                     mac_rows=4, mac_lanes=8, dsp_primitives=0, max_tokens=8, vec_lanes=8, att_rows=4, max_keys=64, kv_lanes=4,
@@ -170,7 +193,7 @@ class NodeConfig:
     @classmethod
     def qwen2_5_1_5b(cls, **changes) -> "NodeConfig":
         """Qwen2.5-1.5B's shapes (``sw/models/qwen2.5-1.5b.yaml``) on the KR260 node: the
-        defaults."""
+        defaults (64 x 32 array, 4 weight loaders on the 4 HP ports)."""
         return cls(**changes)
 
 

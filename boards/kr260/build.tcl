@@ -50,9 +50,14 @@ set_property -dict [list \
   CONFIG.PSU__MAXIGP0__DATA_WIDTH $mcf_hpm0_data_width \
   CONFIG.PSU__USE__M_AXI_GP1 {0} \
   CONFIG.PSU__USE__M_AXI_GP2 {0} \
-  CONFIG.PSU__USE__S_AXI_GP2 [expr {[llength $mcf_axi_masters] > 0}] \
-  CONFIG.PSU__SAXIGP2__DATA_WIDTH $mcf_hp_data_width \
   CONFIG.PSU__USE__IRQ0 $mcf_has_irq] $ps
+# The node's HP port p (m_axi, m_axi1, ...: NodeConfig.ddr_masters) on S_AXI_HP<p>_FPD, which the
+# PS configuration calls S_AXI_GP<2 + p>.
+foreach link $mcf_hp_links {
+  set gp [expr {2 + [lindex $link 1]}]
+  set_property -dict [list CONFIG.PSU__USE__S_AXI_GP$gp {1} \
+    CONFIG.PSU__SAXIGP${gp}__DATA_WIDTH $mcf_hp_data_width] $ps
+}
 # The PS makes 1500/n MHz; `mcf board build` derived the clock from that, so anything else here
 # means the preset's PLL differs from what the flow assumes: stop rather than build a design
 # whose node runs at another clock than its wrapper, overlay and docs say.
@@ -76,18 +81,18 @@ connect_bd_net [get_bd_pins rst/peripheral_aresetn] [get_bd_pins node/aresetn] [
 connect_bd_intf_net [get_bd_intf_pins ps/M_AXI_HPM0_FPD] [get_bd_intf_pins ctl_ic/S00_AXI]
 connect_bd_intf_net [get_bd_intf_pins ctl_ic/M00_AXI] [get_bd_intf_pins node/s_axil]
 
-# Node DMA masters -> DDR through HP0 (not cache-coherent: the runtime flushes and invalidates).
-if {[llength $mcf_axi_masters] > 0} {
-  set mem_ic [create_bd_cell -type ip -vlnv xilinx.com:ip:smartconnect mem_ic]
-  set_property -dict [list CONFIG.NUM_SI [llength $mcf_axi_masters] CONFIG.NUM_MI {1}] $mem_ic
-  connect_bd_net $clk [get_bd_pins mem_ic/aclk] [get_bd_pins ps/saxihp0_fpd_aclk]
-  connect_bd_net [get_bd_pins rst/peripheral_aresetn] [get_bd_pins mem_ic/aresetn]
-  set i 0
-  foreach m $mcf_axi_masters {
-    connect_bd_intf_net [get_bd_intf_pins node/$m] [get_bd_intf_pins mem_ic/[format S%02d_AXI $i]]
-    incr i
-  }
-  connect_bd_intf_net [get_bd_intf_pins mem_ic/M00_AXI] [get_bd_intf_pins ps/S_AXI_HP0_FPD]
+# Node DMA masters -> DDR: the node's HP port p straight to S_AXI_HP<p>_FPD through a 1:1
+# SmartConnect (ID / address width adaptation), each port its own 4 GB/s path to the DDR
+# controller (not cache-coherent: the runtime flushes and invalidates).  Weight loader k is on
+# HP port k (NodeConfig.ddr_masters; docs/node.md "HP ports").
+foreach link $mcf_hp_links {
+  lassign $link m p
+  set ic [create_bd_cell -type ip -vlnv xilinx.com:ip:smartconnect mem_ic$p]
+  set_property -dict [list CONFIG.NUM_SI {1} CONFIG.NUM_MI {1}] $ic
+  connect_bd_net $clk [get_bd_pins mem_ic$p/aclk] [get_bd_pins ps/saxihp${p}_fpd_aclk]
+  connect_bd_net [get_bd_pins rst/peripheral_aresetn] [get_bd_pins mem_ic$p/aresetn]
+  connect_bd_intf_net [get_bd_intf_pins node/$m] [get_bd_intf_pins mem_ic$p/S00_AXI]
+  connect_bd_intf_net [get_bd_intf_pins mem_ic$p/M00_AXI] [get_bd_intf_pins ps/S_AXI_HP${p}_FPD]
 }
 
 if {$mcf_has_irq} { connect_bd_net [get_bd_pins node/irq] [get_bd_pins ps/pl_ps_irq0] }
@@ -129,7 +134,7 @@ foreach link $mcf_net_links {
 # The node's registers at the address the runtime and the overlay use.
 assign_bd_address -offset $mcf_regs_base -range $mcf_regs_size \
   -target_address_space [get_bd_addr_spaces ps/Data] [get_bd_addr_segs node/s_axil/reg0] -force
-if {[llength $mcf_axi_masters] > 0} { assign_bd_address }
+if {[llength $mcf_hp_links] > 0} { assign_bd_address }
 validate_bd_design
 # The node's clock rate as the block design propagated it from pl_clk0 (the wrapper states none:
 # the PS's IOPLL/n is 1499.985/n MHz, not a round number).  It must be the flow's PL clock.

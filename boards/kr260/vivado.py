@@ -171,16 +171,36 @@ def _afi_width_code(bits: int) -> int:
     return codes[bits]
 
 
-def overlay_dtsi(clock_hz: int, hp_data_width: int, has_irq: bool, design: str = DESIGN) -> str:
+#: The PS's S_AXI_HP<p>_FPD ports (the KR260 has HP0..HP3; HPC0/1 go through the CCI).
+HP_PORTS = 4
+
+
+def hp_ports_of(axi_masters) -> list[tuple[str, int]]:
+    """The node's AXI4 masters with the HP port each goes to: ``m_axi`` -> S_AXI_HP0_FPD,
+    ``m_axi<p>`` -> S_AXI_HP<p>_FPD (the Node's names; ``NodeConfig.ddr_masters`` decides which
+    of its clients is on which).  ValueError for another name or a fifth port."""
+    links = []
+    for m in axi_masters:
+        p = 0 if m == "m_axi" else int(m[5:]) if m[:5] == "m_axi" and m[5:].isdigit() else None
+        if p is None or not 0 <= p < HP_PORTS:
+            raise ValueError(f"AXI master {m!r}: the KR260 design puts m_axi and m_axi1..m_axi{HP_PORTS - 1} "
+                             f"on S_AXI_HP0..{HP_PORTS - 1}_FPD")
+        links.append((m, p))
+    return sorted(links, key=lambda link: link[1])
+
+
+def overlay_dtsi(clock_hz: int, hp_data_width: int, has_irq: bool, hp_ports=(0,), design: str = DESIGN) -> str:
     """The device-tree overlay that loading the bitstream applies (xmutil/dfx-mgr, fpgautil -o).
 
     It names the bitstream, sets pl_clk0 (zynqmp_clk 71 = PL0_REF) to ``clock_hz`` and the AFI
-    widths of the ports the design uses (config-afi pairs: 4/5 = S_AXI_HP0_FPD read/write, width
-    code 0/1/2 = 128/64/32 bits; 14 = M_AXI_HPM0_FPD, code << 8), and describes the node's
-    register window (and its interrupt) as a generic-uio device."""
+    widths of the ports the design uses (config-afi pairs: 4 + 2p / 5 + 2p = S_AXI_HP<p>_FPD
+    read/write for each HP port p in ``hp_ports``, width code 0/1/2 = 128/64/32 bits;
+    14 = M_AXI_HPM0_FPD, code << 8), and describes the node's register window (and its
+    interrupt) as a generic-uio device."""
     hp = _afi_width_code(hp_data_width)
     hpm0 = _afi_width_code(HPM0_DATA_WIDTH) << 8
-    afi = ", ".join(f"<{i} {v:#x}>" for i, v in [(4, hp), (5, hp), (14, hpm0)])
+    pairs = [(i, hp) for p in sorted(hp_ports) for i in (4 + 2 * p, 5 + 2 * p)] + [(14, hpm0)]
+    afi = ", ".join(f"<{i} {v:#x}>" for i, v in pairs)
     irq = (f"\t\tinterrupt-parent = <&gic>;\n\t\tinterrupts = <0 {IRQ_SPI} 4>;\n" if has_irq else "")
     return (
         "/dts-v1/;\n/plugin/;\n\n"
@@ -250,6 +270,7 @@ def write_project(component: wiring.Component, options: BuildOptions, eth_provid
     if provider is not None and hasattr(provider, "check"):
         provider.check(*links[0])
     axi_masters = sorted({p.bus for p in ports if p.kind == "aximm" and p.bus.startswith("m_")})
+    hp_links = hp_ports_of(axi_masters)
     widths = {p.width for p in ports if p.kind == "aximm" and p.bus in axi_masters and p.signal == "wdata"}
     widths |= {p.width for p in ports if p.kind == "aximm" and p.bus in axi_masters and p.signal == "rdata"}
     if len(widths) > 1:
@@ -284,6 +305,7 @@ def write_project(component: wiring.Component, options: BuildOptions, eth_provid
         f"set mcf_network {options.network}",
         "set mcf_net_links {" + " ".join(f"{{{tx} {rx}}}" for tx, rx in links) + "}",
         f"set mcf_axi_masters {{{' '.join(axi_masters)}}}",
+        "set mcf_hp_links {" + " ".join(f"{{{m} {p}}}" for m, p in hp_links) + "}",
         f"set mcf_hp_data_width {hp_width}",
         f"set mcf_hpm0_data_width {HPM0_DATA_WIDTH}",
         f"set mcf_regs_base {REGS_BASE:#x}",
@@ -293,7 +315,7 @@ def write_project(component: wiring.Component, options: BuildOptions, eth_provid
         ""]))
     shutil.copy(HERE / "build.tcl", files["build"])
     files["xdc"].write_text(platform.xdc(options.network))
-    files["dtsi"].write_text(overlay_dtsi(clock_hz, hp_width, has_irq))
+    files["dtsi"].write_text(overlay_dtsi(clock_hz, hp_width, has_irq, [p for _, p in hp_links]))
     compile_overlay(files["dtsi"], files["dtbo"])
     files["shell"].write_text(json.dumps({"shell_type": "XRNR", "num_slots": "1"}, indent=2) + "\n")
     if provider is not None:

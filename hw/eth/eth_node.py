@@ -37,14 +37,14 @@ class EthNode(wiring.Component):
                  bit_reverse: bool = False, ber_window: int = eth.BER_WINDOW_BLOCKS):
         if config.net_ports != 1:
             raise ValueError(f"net_ports={config.net_ports}: an EthNode has one network port (the SFP+ cage)")
-        if config.hp_ports != 1:
-            raise ValueError(f"hp_ports={config.hp_ports}: an EthNode forwards one AXI4 master into the DDR")
         self.config = config
         self.node = Node(config, eth=True)
+        #: The node's AXI4 masters into the DDR (HP port p: ``m_axi``, ``m_axi1``, ...), forwarded.
+        self.hp_names = ["m_axi" if p == 0 else f"m_axi{p}" for p in range(config.hp_ports)]
         self.port = EthPort(config.data_width, max_frame, bit_reverse, ber_window)
         super().__init__({
             "s_axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)),
-            "m_axi": Out(self.node.m_axi.signature),
+            **{name: Out(self.node.hp(p).signature) for p, name in enumerate(self.hp_names)},
             "irq": Out(1),
             "gt_tx": Out(eth.GT_DATA_BITS), "gt_rx": In(eth.GT_DATA_BITS),
             "sfp_mod_abs": In(1), "sfp_rx_los": In(1), "sfp_tx_fault": In(1), "sfp_tx_disable": Out(1),
@@ -55,7 +55,8 @@ class EthNode(wiring.Component):
         m.submodules.node = node = self.node
         m.submodules.eth = port = self.port
         wiring.connect(m, wiring.flipped(self.s_axil), node.s_axil)
-        wiring.connect(m, wiring.flipped(self.m_axi), node.m_axi)
+        for p, name in enumerate(self.hp_names):
+            wiring.connect(m, wiring.flipped(getattr(self, name)), node.hp(p))
         wiring.connect(m, node.tx[0], port.tx)
         wiring.connect(m, port.rx, node.rx[0])
         wiring.connect(m, node.eth, port.ctl)

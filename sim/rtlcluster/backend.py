@@ -56,7 +56,10 @@ MIN_SLOTS = 4
 #: Capacities the built nodes have at least (a run's lowering sizes them to what it uses, so
 #: each run would otherwise build its own cluster): route table entries, reductions in
 #: progress, SOFTMAX_MERGE fan-in.  Larger tables than a program uses change nothing it does.
-BUILD_FLOOR = {"route_entries": 32, "reduce_slots": 2, "softmax_fan_in": 4}
+#: And two weight loaders on two HP ports (``NodeConfig.weight_ports`` / ``hp_ports``, placed by
+#: ``NodeConfig.ddr_masters``): every RTL run streams its GEMM weights over two AXI4 masters into
+#: two DDR ports, as the KR260 node does over four (the programs do not depend on the ports).
+BUILD_FLOOR = {"route_entries": 32, "reduce_slots": 2, "softmax_fan_in": 4, "weight_ports": 2, "hp_ports": 2}
 
 
 #: The model shapes the cluster is built with at least.  The execute unit depends on a model's

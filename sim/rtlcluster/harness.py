@@ -3,7 +3,9 @@
 Per node k:
 
 * **DDR**: cocotbext-axi ``AxiRam`` on every AXI4 master of the node (``m_axi__k``, and
-  ``m_axi1__k``, ... for further HP ports), all sharing one ``PhysicalDdr``: the node's DMA window
+  ``m_axi1__k``, ... for further HP ports: the shared build has two, weight loader k on HP port
+  k, ``NodeConfig.ddr_masters``), each its own slave with its own pauses, all sharing one
+  ``PhysicalDdr``: the node's DMA window
   ``[phys_base, phys_base + size)`` of its physical address space.  An access outside it reaches
   no memory: the AXI slave answers SLVERR and ``PhysicalDdr.violations`` records it (the node's
   own firewall should never let one through; the harness checks).

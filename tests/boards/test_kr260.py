@@ -172,7 +172,7 @@ def test_build_tcl_loopback(tmp_path):
     assert "create_bd_cell -type module -reference mcf_node_top node" in calls
     assert "CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ 250" in calls
     assert "connect_bd_intf_net intf:ctl_ic/M00_AXI intf:node/s_axil" in calls
-    assert "connect_bd_intf_net intf:node/m_axi intf:mem_ic/S00_AXI" in calls
+    assert "connect_bd_intf_net intf:node/m_axi intf:mem_ic0/S00_AXI" in calls
     for p in ("net0", "net1"):
         assert f"connect_bd_intf_net intf:node/{p}_tx intf:node/{p}_rx" in calls
     assert "connect_bd_net pin:node/irq pin:ps/pl_ps_irq0" in calls
@@ -291,24 +291,61 @@ def test_bad_options(tmp_path, kw, msg):
 
 # --- the command --------------------------------------------------------------------------------
 def test_board_build_dry_run_with_the_real_node(tmp_path):
-    """`mcf board build --dry-run` on the registered node: Vivado inputs that compile, and
-    build.tcl passes the strict mock (every network port looped, DMA master on HP0)."""
+    """`mcf board build --dry-run` on the registered node with two HP ports and two weight
+    loaders: Vivado inputs that compile, and build.tcl passes the strict mock (every network
+    port looped, the node's HP port p on S_AXI_HP<p>_FPD, each through its own SmartConnect)."""
     from mcf.sw.cli import main
     out = tmp_path / "kr260"
     assert main(["board", "build", "--dry-run", "--out", str(out), "-p", "model=tiny",
-                 "-p", "net_ports=2"]) == 0
+                 "-p", "net_ports=2", "-p", "hp_ports=2", "-p", "weight_ports=2"]) == 0
     r = subprocess.run(["iverilog", "-g2005", "-s", "mcf_node_top", "-o", str(tmp_path / "a.out"),
                         str(out / "mcf_node.v"), str(out / "mcf_node_top.v")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     params = (out / "params.tcl").read_text()
-    assert "set mcf_net_links {{tx_0 rx_0} {tx_1 rx_1}}" in params and "set mcf_axi_masters {m_axi}" in params
+    assert "set mcf_net_links {{tx_0 rx_0} {tx_1 rx_1}}" in params and "set mcf_axi_masters {m_axi m_axi1}" in params
+    assert "set mcf_hp_links {{m_axi 0} {m_axi1 1}}" in params
     assert "set mcf_hp_data_width 64" in params
     r = _run_mock(out)
     assert r.returncode == 0, r.stderr
     calls = (out / "calls.log").read_text()
     assert "connect_bd_intf_net intf:node/tx_1 intf:node/rx_1" in calls
-    assert "connect_bd_intf_net intf:node/m_axi intf:mem_ic/S00_AXI" in calls
-    assert "CONFIG.PSU__SAXIGP2__DATA_WIDTH 64" in calls
+    for p in (0, 1):
+        m = "m_axi" if p == 0 else f"m_axi{p}"
+        assert f"connect_bd_intf_net intf:node/{m} intf:mem_ic{p}/S00_AXI" in calls
+        assert f"connect_bd_intf_net intf:mem_ic{p}/M00_AXI intf:ps/S_AXI_HP{p}_FPD" in calls
+        assert f"CONFIG.PSU__USE__S_AXI_GP{2 + p} 1" in calls and f"CONFIG.PSU__SAXIGP{2 + p}__DATA_WIDTH 64" in calls
+    assert "S_AXI_HP2_FPD" not in calls and "mem_ic2" not in calls
+
+
+class FourPortNode(FakeNode):
+    """A node top with four AXI4 masters (the Qwen preset's m_axi, m_axi1 .. m_axi3)."""
+    def __init__(self):
+        read = wiring.Signature({"araddr": Out(40), "arvalid": Out(1), "arready": In(1),
+                                 "rdata": In(128), "rvalid": In(1), "rready": Out(1)})
+        wiring.Component.__init__(self, {
+            "s_axil": In(_lite()), "m_axi": Out(read), **{f"m_axi{p}": Out(read) for p in (1, 2, 3)},
+            "net0_tx": Out(AXIStreamSignature(64)), "net0_rx": In(AXIStreamSignature(64)),
+            "net1_tx": Out(AXIStreamSignature(64)), "net1_rx": In(AXIStreamSignature(64)),
+            "irq": Out(1)})
+
+
+def test_four_hp_ports_go_to_hp0_to_hp3(tmp_path):
+    """The Qwen node's four AXI4 masters: each on its own S_AXI_HP<p>_FPD (mock Vivado), the
+    overlay sets all four ports' AFI widths (config-afi 4..11: HP0..HP3 read / write)."""
+    files = vivado.write_project(FourPortNode(), vivado.BuildOptions(out=tmp_path, jobs=2))
+    assert "set mcf_hp_links {{m_axi 0} {m_axi1 1} {m_axi2 2} {m_axi3 3}}" in files["params"].read_text()
+    back = subprocess.run([_dtc(), "-q", "-I", "dtb", "-O", "dts", str(files["dtbo"])],
+                          capture_output=True, text=True, check=True).stdout
+    assert ("config-afi = <0x04 0x00 0x05 0x00 0x06 0x00 0x07 0x00 0x08 0x00 0x09 0x00 0x0a 0x00 0x0b 0x00 "
+            "0x0e 0x200>") in back
+    r = _run_mock(tmp_path)
+    assert r.returncode == 0, r.stderr
+    calls = (tmp_path / "calls.log").read_text()
+    for p in range(4):
+        assert f"connect_bd_intf_net intf:mem_ic{p}/M00_AXI intf:ps/S_AXI_HP{p}_FPD" in calls
+        assert f"connect_bd_net pin:ps/pl_clk0 pin:mem_ic{p}/aclk pin:ps/saxihp{p}_fpd_aclk" in calls
+    with pytest.raises(ValueError, match="m_axi and m_axi1..m_axi3"):
+        vivado.hp_ports_of(["m_axi", "m_axi4"])
 
 
 def test_board_build_without_vivado_is_one_line(tmp_path, capsys, monkeypatch):

@@ -81,7 +81,12 @@ def test_tops_and_registry_derive_from_the_config():
     assert ControlAndDma(cfg).csr.desc_queue_depth == cfg.desc_queue_depth
     assert len(NicNode(cfg).tx) == cfg.net_ports and NicNode(cfg).config is cfg
     default = NodeConfig()
-    assert registry.get("node").params == {"model": "qwen2.5-1.5b", "net_ports": default.net_ports, "hp_ports": 1}
+    # hp_ports / weight_ports 0: the preset's (the Qwen node: 4 and 4)
+    assert registry.get("node").params == {"model": "qwen2.5-1.5b", "net_ports": default.net_ports, "hp_ports": 0,
+                                           "weight_ports": 0}
+    assert (default.hp_ports, default.weight_ports) == (4, 4) == (NodeConfig.qwen2_5_1_5b().hp_ports,
+                                                                  NodeConfig.qwen2_5_1_5b().weight_ports)
+    assert (NodeConfig.tiny().hp_ports, NodeConfig.tiny().weight_ports) == (1, 1)
     assert registry.get("compute").build().config.mac_rows == NodeConfig.tiny().mac_rows
 
 
@@ -90,3 +95,21 @@ def test_max_payload_is_what_a_loader_buffer_and_a_nic_input_hold():
     assert NodeConfig.tiny().max_payload == 512
     assert NodeConfig.tiny(nic_buffer_depth=16).max_payload == 16 * 8
     assert NodeConfig.tiny(buffer_bytes=256).max_payload == 256
+
+
+@pytest.mark.parametrize("hp,w,expect", [
+    # one HP port: everything on m_axi
+    (1, 1, {"fetch": 0, "loader": 0, "writer": 0, "exec": 0}),
+    (1, 2, {"fetch": 0, "loader": 0, "writer": 0, "exec": 0, "weight0": 0, "weight1": 0}),
+    # the execute unit's m_axi (with W = 1 also the weights) away from the node's own clients
+    (2, 1, {"fetch": 0, "loader": 0, "writer": 0, "exec": 1}),
+    # the RTL cluster's build: one weight loader on each port, the scales / KV port beside loader 1
+    (2, 2, {"fetch": 0, "loader": 0, "writer": 0, "exec": 1, "weight0": 0, "weight1": 1}),
+    # a port of its own for the execute unit's m_axi when one is left
+    (4, 2, {"fetch": 0, "loader": 0, "writer": 0, "exec": 2, "weight0": 0, "weight1": 1}),
+    # the KR260 node: weight loader k on S_AXI_HP<k>_FPD
+    (4, 4, {"fetch": 0, "loader": 0, "writer": 0, "exec": 1, "weight0": 0, "weight1": 1, "weight2": 2, "weight3": 3}),
+])
+def test_ddr_masters_put_each_weight_loader_on_its_own_hp_port(hp, w, expect):
+    assert NodeConfig.tiny(hp_ports=hp, weight_ports=w).ddr_masters() == expect
+
