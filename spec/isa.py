@@ -187,10 +187,14 @@ class PerfCounter(enum.IntEnum):
     HP2_WR_BYTES = 27
     HP3_RD_BYTES = 28
     HP3_WR_BYTES = 29
+    HP4_RD_BYTES = 30     # HP port 4: S_AXI_HPC0_FPD on the KR260
+    HP4_WR_BYTES = 31
 
 
-#: Most AXI4 masters a node has into the DDR (the KR260's PS has four HP ports).
-MAX_HP_PORTS = 4
+#: Most AXI4 masters a node has into the DDR: the KR260's PS takes PL masters on four HP ports
+#: (S_AXI_HP0..3_FPD) and, through its coherent interconnect, two HPC ports; a node uses HP0..3
+#: and HPC0 (its HP port 4; docs/node.md "HP ports").
+MAX_HP_PORTS = 5
 
 
 # --- the layouts ------------------------------------------------------------------------------

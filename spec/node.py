@@ -36,7 +36,7 @@ class NodeConfig:
     """One node's build parameters.  Widths in bits, sizes in bytes, depths in entries."""
     # --- datapath, DDR and network ----------------------------------------------------------------
     data_width: int = 128            # AXI4 (DDR) and AXI-Stream width of the datapath
-    hp_ports: int = 4                # AXI4 masters into the PS DDR: node port p on S_AXI_HP<p>_FPD (ddr_masters)
+    hp_ports: int = 5                # AXI4 masters into the PS DDR: HP0..3, HPC0 (ddr_masters, docs/node.md)
     net_ports: int = 1               # network ports (a KR260 has one SFP+ cage)
     ddr_addr_bits: int = 40          # DDR address bits (the PS physical address space)
     buffer_bytes: int = 4096         # each ping-pong buffer of the DMA loader (the longest LOAD)
@@ -67,8 +67,8 @@ class NodeConfig:
     att_rows: int = 8                # attention unit query rows (GQA group heads x tokens)
     max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes
-    # Decode streams every weight once per token: 4 loaders on the 4 HP ports (16 GB/s of the
-    # DDR4's 19.2; docs/node.md "HP ports") instead of one port's 4 GB/s.
+    # Decode streams every weight once per token: 4 loaders alone on the 4 HP ports (16 GB/s of
+    # the DDR4's 19.2), the execute unit's other reads on HPC0 (docs/node.md "HP ports").
     weight_ports: int = 4            # execute unit: GEMM weight loaders, one AXI4 master (HP port) each
     clock_hz: int = PL_CLOCK_HZ
     # --- execute unit (spec/isa.py) --------------------------------------------------------------
@@ -130,9 +130,9 @@ class NodeConfig:
         return self.mac_rows * self.mac_lanes
 
     def ddr_masters(self) -> dict[str, int]:
-        """The node's AXI4 masters into the DDR and the HP port p (``m_axi`` / ``m_axi<p>``, on the
-        KR260 ``S_AXI_HP<p>_FPD``) each is on -- one definition for the Node's interconnect, the
-        board design and the docs:
+        """The node's AXI4 masters into the DDR and the HP port p (``m_axi`` / ``m_axi<p>``; on the
+        KR260 ``S_AXI_HP<p>_FPD`` for p < 4, ``S_AXI_HPC0_FPD`` for p = 4) each is on -- one
+        definition for the Node's interconnect, the board design and the docs:
 
         * ``weight<k>`` (the execute unit's weight loader k, when ``weight_ports`` > 1): HP port
           k mod ``hp_ports`` -- with W = ``hp_ports`` each loader has a port to itself apart from
@@ -141,8 +141,10 @@ class NodeConfig:
           engine's DMA writer): HP port 0;
         * ``exec`` (the execute unit's ``m_axi``: GEMM scales and bias, LOAD / STORE, EMBED, the
           attention's K / V, the KV writer; with W = 1 also the weights): the first port no weight
-          loader uses (W mod ``hp_ports`` when W < ``hp_ports``), else HP port 1 mod ``hp_ports``
-          (not port 0, which carries the node's own clients).
+          loader uses (W mod ``hp_ports`` when W < ``hp_ports``: the KR260 node's HPC0), else HP
+          port 1 mod ``hp_ports`` (not port 0, which carries the node's own clients).  A GEMM's
+          scales stream beside its weights (1/32 of their bytes at groups of 128): on a weight
+          loader's port they would slow that loader, and the W loaders deliver one word together.
         """
         P, W = self.hp_ports, self.weight_ports
         out = {"fetch": 0, "loader": 0, "writer": 0, "exec": W % P if W < P else 1 % P}
@@ -193,7 +195,7 @@ class NodeConfig:
     @classmethod
     def qwen2_5_1_5b(cls, **changes) -> "NodeConfig":
         """Qwen2.5-1.5B's shapes (``sw/models/qwen2.5-1.5b.yaml``) on the KR260 node: the
-        defaults (64 x 32 array, 4 weight loaders on the 4 HP ports)."""
+        defaults (64 x 32 array, 4 weight loaders on HP0..3, the execute unit's m_axi on HPC0)."""
         return cls(**changes)
 
 
@@ -207,7 +209,7 @@ def _log2_field_max(register: str, field: str) -> int:
 #: elaboration, and the capability registers can report every value they admit.
 RANGES: dict[str, Range] = {
     "data_width": Range(32, 1024, pow2=True, doc="AXI4 / AXI-Stream width, bits"),
-    "hp_ports": Range(1, MAX_HP_PORTS, doc="AXI4 masters into the PS DDR (S_AXI_HP0..3)"),
+    "hp_ports": Range(1, MAX_HP_PORTS, doc="AXI4 masters into the PS DDR (S_AXI_HP0..3_FPD, S_AXI_HPC0_FPD)"),
     "net_ports": Range(1, (1 << REGISTERS["CAPS"].field("net_ports").width) - 1, doc="network ports"),
     "ddr_addr_bits": Range(12, 64, doc="DDR address bits"),
     "buffer_bytes": Range(16, 1 << 20, pow2=True, doc="one ping-pong buffer, bytes"),

@@ -51,10 +51,10 @@ set_property -dict [list \
   CONFIG.PSU__USE__M_AXI_GP1 {0} \
   CONFIG.PSU__USE__M_AXI_GP2 {0} \
   CONFIG.PSU__USE__IRQ0 $mcf_has_irq] $ps
-# The node's HP port p (m_axi, m_axi1, ...: NodeConfig.ddr_masters) on S_AXI_HP<p>_FPD, which the
-# PS configuration calls S_AXI_GP<2 + p>.
+# The node's HP port p (m_axi, m_axi1, ...: NodeConfig.ddr_masters) on its PS port (params.tcl:
+# {master p interface gp clock}; HP0..3 = S_AXI_GP2..5, HPC0 = S_AXI_GP0).
 foreach link $mcf_hp_links {
-  set gp [expr {2 + [lindex $link 1]}]
+  set gp [lindex $link 3]
   set_property -dict [list CONFIG.PSU__USE__S_AXI_GP$gp {1} \
     CONFIG.PSU__SAXIGP${gp}__DATA_WIDTH $mcf_hp_data_width] $ps
 }
@@ -81,18 +81,18 @@ connect_bd_net [get_bd_pins rst/peripheral_aresetn] [get_bd_pins node/aresetn] [
 connect_bd_intf_net [get_bd_intf_pins ps/M_AXI_HPM0_FPD] [get_bd_intf_pins ctl_ic/S00_AXI]
 connect_bd_intf_net [get_bd_intf_pins ctl_ic/M00_AXI] [get_bd_intf_pins node/s_axil]
 
-# Node DMA masters -> DDR: the node's HP port p straight to S_AXI_HP<p>_FPD through a 1:1
-# SmartConnect (ID / address width adaptation), each port its own 4 GB/s path to the DDR
-# controller (not cache-coherent: the runtime flushes and invalidates).  Weight loader k is on
-# HP port k (NodeConfig.ddr_masters; docs/node.md "HP ports").
+# Node DMA masters -> DDR: the node's HP port p straight to its PS port (S_AXI_HP<p>_FPD, p = 4:
+# S_AXI_HPC0_FPD) through a 1:1 SmartConnect (ID / address width adaptation), each its own 4 GB/s
+# path towards the DDR controller (not cache-coherent: the runtime flushes and invalidates).
+# Weight loader k is alone on HP port k (NodeConfig.ddr_masters; docs/node.md "HP ports").
 foreach link $mcf_hp_links {
-  lassign $link m p
+  lassign $link m p intf gp pclk
   set ic [create_bd_cell -type ip -vlnv xilinx.com:ip:smartconnect mem_ic$p]
   set_property -dict [list CONFIG.NUM_SI {1} CONFIG.NUM_MI {1}] $ic
-  connect_bd_net $clk [get_bd_pins mem_ic$p/aclk] [get_bd_pins ps/saxihp${p}_fpd_aclk]
+  connect_bd_net $clk [get_bd_pins mem_ic$p/aclk] [get_bd_pins ps/$pclk]
   connect_bd_net [get_bd_pins rst/peripheral_aresetn] [get_bd_pins mem_ic$p/aresetn]
   connect_bd_intf_net [get_bd_intf_pins node/$m] [get_bd_intf_pins mem_ic$p/S00_AXI]
-  connect_bd_intf_net [get_bd_intf_pins mem_ic$p/M00_AXI] [get_bd_intf_pins ps/S_AXI_HP${p}_FPD]
+  connect_bd_intf_net [get_bd_intf_pins mem_ic$p/M00_AXI] [get_bd_intf_pins ps/$intf]
 }
 
 if {$mcf_has_irq} { connect_bd_net [get_bd_pins node/irq] [get_bd_pins ps/pl_ps_irq0] }

@@ -171,20 +171,33 @@ def _afi_width_code(bits: int) -> int:
     return codes[bits]
 
 
-#: The PS's S_AXI_HP<p>_FPD ports (the KR260 has HP0..HP3; HPC0/1 go through the CCI).
-HP_PORTS = 4
+@dataclass(frozen=True)
+class PsPort:
+    """A PS port that takes a PL AXI4 master: its block-design interface, the PS configuration's
+    S_AXI_GP index (``PSU__USE__S_AXI_GP<n>``, ``PSU__SAXIGP<n>__DATA_WIDTH``), its clock pin and
+    its AFI read / write entries in the overlay's ``config-afi``."""
+    intf: str
+    gp: int
+    clock: str
+    afi: tuple[int, int]
+
+
+#: The node's HP port p -> the KR260 PS port (``NodeConfig.ddr_masters``, docs/node.md "HP ports"):
+#: HP0..HP3 (non-coherent, straight to the DDR controller), then HPC0 (through the CCI, used
+#: non-coherently like the others: the runtime flushes and invalidates).
+PS_PORTS = [PsPort(f"S_AXI_HP{p}_FPD", 2 + p, f"saxihp{p}_fpd_aclk", (4 + 2 * p, 5 + 2 * p)) for p in range(4)] + [
+    PsPort("S_AXI_HPC0_FPD", 0, "saxihpc0_fpd_aclk", (0, 1))]
 
 
 def hp_ports_of(axi_masters) -> list[tuple[str, int]]:
-    """The node's AXI4 masters with the HP port each goes to: ``m_axi`` -> S_AXI_HP0_FPD,
-    ``m_axi<p>`` -> S_AXI_HP<p>_FPD (the Node's names; ``NodeConfig.ddr_masters`` decides which
-    of its clients is on which).  ValueError for another name or a fifth port."""
+    """The node's AXI4 masters with the node HP port each is (``m_axi`` -> 0, ``m_axi<p>`` -> p;
+    ``PS_PORTS[p]`` is where it goes).  ValueError for another name or more ports than the PS has."""
     links = []
     for m in axi_masters:
         p = 0 if m == "m_axi" else int(m[5:]) if m[:5] == "m_axi" and m[5:].isdigit() else None
-        if p is None or not 0 <= p < HP_PORTS:
-            raise ValueError(f"AXI master {m!r}: the KR260 design puts m_axi and m_axi1..m_axi{HP_PORTS - 1} "
-                             f"on S_AXI_HP0..{HP_PORTS - 1}_FPD")
+        if p is None or not 0 <= p < len(PS_PORTS):
+            raise ValueError(f"AXI master {m!r}: the KR260 design takes m_axi and m_axi1..m_axi{len(PS_PORTS) - 1} "
+                             f"({', '.join(pp.intf for pp in PS_PORTS)})")
         links.append((m, p))
     return sorted(links, key=lambda link: link[1])
 
@@ -193,13 +206,13 @@ def overlay_dtsi(clock_hz: int, hp_data_width: int, has_irq: bool, hp_ports=(0,)
     """The device-tree overlay that loading the bitstream applies (xmutil/dfx-mgr, fpgautil -o).
 
     It names the bitstream, sets pl_clk0 (zynqmp_clk 71 = PL0_REF) to ``clock_hz`` and the AFI
-    widths of the ports the design uses (config-afi pairs: 4 + 2p / 5 + 2p = S_AXI_HP<p>_FPD
-    read/write for each HP port p in ``hp_ports``, width code 0/1/2 = 128/64/32 bits;
-    14 = M_AXI_HPM0_FPD, code << 8), and describes the node's register window (and its
-    interrupt) as a generic-uio device."""
+    widths of the ports the design uses (config-afi pairs: ``PS_PORTS[p].afi`` for each node
+    HP port p in ``hp_ports``: 4 + 2p / 5 + 2p = S_AXI_HP<p>_FPD read/write, 0 / 1 = S_AXI_HPC0_FPD;
+    width code 0/1/2 = 128/64/32 bits; 14 = M_AXI_HPM0_FPD, code << 8), and describes the node's
+    register window (and its interrupt) as a generic-uio device."""
     hp = _afi_width_code(hp_data_width)
     hpm0 = _afi_width_code(HPM0_DATA_WIDTH) << 8
-    pairs = [(i, hp) for p in sorted(hp_ports) for i in (4 + 2 * p, 5 + 2 * p)] + [(14, hpm0)]
+    pairs = sorted((i, hp) for p in hp_ports for i in PS_PORTS[p].afi) + [(14, hpm0)]
     afi = ", ".join(f"<{i} {v:#x}>" for i, v in pairs)
     irq = (f"\t\tinterrupt-parent = <&gic>;\n\t\tinterrupts = <0 {IRQ_SPI} 4>;\n" if has_irq else "")
     return (
@@ -305,7 +318,8 @@ def write_project(component: wiring.Component, options: BuildOptions, eth_provid
         f"set mcf_network {options.network}",
         "set mcf_net_links {" + " ".join(f"{{{tx} {rx}}}" for tx, rx in links) + "}",
         f"set mcf_axi_masters {{{' '.join(axi_masters)}}}",
-        "set mcf_hp_links {" + " ".join(f"{{{m} {p}}}" for m, p in hp_links) + "}",
+        "set mcf_hp_links {" + " ".join(f"{{{m} {p} {PS_PORTS[p].intf} {PS_PORTS[p].gp} {PS_PORTS[p].clock}}}"
+                                        for m, p in hp_links) + "}",
         f"set mcf_hp_data_width {hp_width}",
         f"set mcf_hpm0_data_width {HPM0_DATA_WIDTH}",
         f"set mcf_regs_base {REGS_BASE:#x}",

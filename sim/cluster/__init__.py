@@ -93,6 +93,8 @@ class SimRun:
             out.update({"decode_variant": d.variant, "decode_tokens_per_s": d.tokens_per_s,
                         "decode_token_s": d.token_s,
                         "decode_bound_tokens_per_s": d.bound_tokens_per_s,
+                        "decode_root_ddr_bytes_per_token": int(d.root_ddr_bytes_per_token),
+                        "decode_ddr_roofline_fraction": d.ddr_roofline_fraction,
                         "decode_comm_bytes_per_token": int(d.comm_bytes_per_token),
                         "decode_plan_model_tokens_per_s": 1.0 / p.decode_token_s})
         else:

@@ -42,6 +42,9 @@ class DecodeResult:
     comm_bytes_per_token: float
     root_ddr_bytes_per_token: float
     bound_tokens_per_s: float        # DDR/compute roofline of the busiest node, no network
+    #: The root's DDR roofline at the DDR's peak (its bytes per token / ``ddr_bandwidth_Bps``, no
+    #: efficiency) over the simulated token time: issue 14's "one board >= 90 % of its DDR roofline".
+    ddr_roofline_fraction: float = float("nan")
 
 
 def simulate_decode(model, profile, topo, kv_tokens_per_node, variant: str = "kv-stationary",
@@ -158,4 +161,5 @@ def simulate_decode(model, profile, topo, kv_tokens_per_node, variant: str = "kv
     kvmax = kv.max() * model.kv_token_bytes
     bound = max(f / profile.p_node, (w + (kvmax if variant == "tensor-parallel" or N == 1 else 0))
                 / profile.ddr_Bps)
-    return DecodeResult(variant, t, 1.0 / t, net.payload_bytes, nodes[root].ddr_bytes, 1.0 / bound)
+    return DecodeResult(variant, t, 1.0 / t, net.payload_bytes, nodes[root].ddr_bytes, 1.0 / bound,
+                        nodes[root].ddr_bytes / profile.ddr_bandwidth_Bps / t)

@@ -71,7 +71,9 @@ def run(args) -> int:
           f"busiest link {out['max_link_utilization']:.0%}")
     if out.get("decode_tokens_per_s"):
         print(f"  decode ({out['decode_variant']})  {out['decode_tokens_per_s']:.2f} tokens/s "
-              f"(bound {out['decode_bound_tokens_per_s']:.2f})")
+              f"(bound {out['decode_bound_tokens_per_s']:.2f}); the root streams "
+              f"{out['decode_root_ddr_bytes_per_token'] / 1e9:.3f} GB per token: "
+              f"{out['decode_ddr_roofline_fraction']:.2f} of its DDR roofline at the DDR's peak")
     print(f"  simulated in {out['sim_wall_s']:.2f} s", file=sys.stderr)
     return 0
 

@@ -69,6 +69,7 @@ dict set ::ipdb xilinx.com:ip:zynq_ultra_ps_e {
     maxihpm0_fpd_aclk {I clk {[cfg PSU__USE__M_AXI_GP0] == 1}}
     maxihpm1_fpd_aclk {I clk {[cfg PSU__USE__M_AXI_GP1] == 1}}
     maxihpm0_lpd_aclk {I clk {[cfg PSU__USE__M_AXI_GP2] == 1}}
+    saxihpc0_fpd_aclk {I clk {[cfg PSU__USE__S_AXI_GP0] == 1}}
     saxihp0_fpd_aclk {I clk {[cfg PSU__USE__S_AXI_GP2] == 1}}
     saxihp1_fpd_aclk {I clk {[cfg PSU__USE__S_AXI_GP3] == 1}}
     saxihp2_fpd_aclk {I clk {[cfg PSU__USE__S_AXI_GP4] == 1}}
@@ -79,6 +80,7 @@ dict set ::ipdb xilinx.com:ip:zynq_ultra_ps_e {
     M_AXI_HPM0_FPD {Master aximm {[cfg PSU__USE__M_AXI_GP0] == 1}}
     M_AXI_HPM1_FPD {Master aximm {[cfg PSU__USE__M_AXI_GP1] == 1}}
     M_AXI_HPM0_LPD {Master aximm {[cfg PSU__USE__M_AXI_GP2] == 1}}
+    S_AXI_HPC0_FPD {Slave aximm {[cfg PSU__USE__S_AXI_GP0] == 1}}
     S_AXI_HP0_FPD {Slave aximm {[cfg PSU__USE__S_AXI_GP2] == 1}}
     S_AXI_HP1_FPD {Slave aximm {[cfg PSU__USE__S_AXI_GP3] == 1}}
     S_AXI_HP2_FPD {Slave aximm {[cfg PSU__USE__S_AXI_GP4] == 1}}
@@ -91,11 +93,13 @@ dict set ::ipdb xilinx.com:ip:zynq_ultra_ps_e {
     PSU__USE__M_AXI_GP0 1
     PSU__USE__M_AXI_GP1 1
     PSU__USE__M_AXI_GP2 1
+    PSU__USE__S_AXI_GP0 0
     PSU__USE__S_AXI_GP2 0
     PSU__USE__S_AXI_GP3 0
     PSU__USE__S_AXI_GP4 0
     PSU__USE__S_AXI_GP5 0
     PSU__MAXIGP0__DATA_WIDTH 128
+    PSU__SAXIGP0__DATA_WIDTH 128
     PSU__SAXIGP2__DATA_WIDTH 128
     PSU__SAXIGP3__DATA_WIDTH 128
     PSU__SAXIGP4__DATA_WIDTH 128

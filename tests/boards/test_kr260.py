@@ -317,35 +317,43 @@ def test_board_build_dry_run_with_the_real_node(tmp_path):
     assert "S_AXI_HP2_FPD" not in calls and "mem_ic2" not in calls
 
 
-class FourPortNode(FakeNode):
-    """A node top with four AXI4 masters (the Qwen preset's m_axi, m_axi1 .. m_axi3)."""
+class FivePortNode(FakeNode):
+    """A node top with five AXI4 masters (the Qwen preset's m_axi, m_axi1 .. m_axi4)."""
     def __init__(self):
         read = wiring.Signature({"araddr": Out(40), "arvalid": Out(1), "arready": In(1),
                                  "rdata": In(128), "rvalid": In(1), "rready": Out(1)})
         wiring.Component.__init__(self, {
-            "s_axil": In(_lite()), "m_axi": Out(read), **{f"m_axi{p}": Out(read) for p in (1, 2, 3)},
+            "s_axil": In(_lite()), "m_axi": Out(read), **{f"m_axi{p}": Out(read) for p in (1, 2, 3, 4)},
             "net0_tx": Out(AXIStreamSignature(64)), "net0_rx": In(AXIStreamSignature(64)),
             "net1_tx": Out(AXIStreamSignature(64)), "net1_rx": In(AXIStreamSignature(64)),
             "irq": Out(1)})
 
 
-def test_four_hp_ports_go_to_hp0_to_hp3(tmp_path):
-    """The Qwen node's four AXI4 masters: each on its own S_AXI_HP<p>_FPD (mock Vivado), the
-    overlay sets all four ports' AFI widths (config-afi 4..11: HP0..HP3 read / write)."""
-    files = vivado.write_project(FourPortNode(), vivado.BuildOptions(out=tmp_path, jobs=2))
-    assert "set mcf_hp_links {{m_axi 0} {m_axi1 1} {m_axi2 2} {m_axi3 3}}" in files["params"].read_text()
+def test_five_ports_go_to_hp0_to_hp3_and_hpc0(tmp_path):
+    """The Qwen node's five AXI4 masters: m_axi<p> on S_AXI_HP<p>_FPD, m_axi4 on S_AXI_HPC0_FPD,
+    each through its own SmartConnect with the PS port's clock (mock Vivado); the overlay sets the
+    five ports' AFI widths (config-afi 0/1 = HPC0, 4..11 = HP0..HP3 read / write)."""
+    files = vivado.write_project(FivePortNode(), vivado.BuildOptions(out=tmp_path, jobs=2))
+    assert ("set mcf_hp_links {{m_axi 0 S_AXI_HP0_FPD 2 saxihp0_fpd_aclk} {m_axi1 1 S_AXI_HP1_FPD 3 saxihp1_fpd_aclk} "
+            "{m_axi2 2 S_AXI_HP2_FPD 4 saxihp2_fpd_aclk} {m_axi3 3 S_AXI_HP3_FPD 5 saxihp3_fpd_aclk} "
+            "{m_axi4 4 S_AXI_HPC0_FPD 0 saxihpc0_fpd_aclk}}") in files["params"].read_text()
     back = subprocess.run([_dtc(), "-q", "-I", "dtb", "-O", "dts", str(files["dtbo"])],
                           capture_output=True, text=True, check=True).stdout
-    assert ("config-afi = <0x04 0x00 0x05 0x00 0x06 0x00 0x07 0x00 0x08 0x00 0x09 0x00 0x0a 0x00 0x0b 0x00 "
-            "0x0e 0x200>") in back
+    assert ("config-afi = <0x00 0x00 0x01 0x00 0x04 0x00 0x05 0x00 0x06 0x00 0x07 0x00 0x08 0x00 0x09 0x00 "
+            "0x0a 0x00 0x0b 0x00 0x0e 0x200>") in back
     r = _run_mock(tmp_path)
     assert r.returncode == 0, r.stderr
     calls = (tmp_path / "calls.log").read_text()
-    for p in range(4):
-        assert f"connect_bd_intf_net intf:mem_ic{p}/M00_AXI intf:ps/S_AXI_HP{p}_FPD" in calls
-        assert f"connect_bd_net pin:ps/pl_clk0 pin:mem_ic{p}/aclk pin:ps/saxihp{p}_fpd_aclk" in calls
-    with pytest.raises(ValueError, match="m_axi and m_axi1..m_axi3"):
-        vivado.hp_ports_of(["m_axi", "m_axi4"])
+    for p, (intf, gp, clk) in enumerate([("S_AXI_HP0_FPD", 2, "saxihp0_fpd_aclk"), ("S_AXI_HP1_FPD", 3, "saxihp1_fpd_aclk"),
+                                         ("S_AXI_HP2_FPD", 4, "saxihp2_fpd_aclk"), ("S_AXI_HP3_FPD", 5, "saxihp3_fpd_aclk"),
+                                         ("S_AXI_HPC0_FPD", 0, "saxihpc0_fpd_aclk")]):
+        m = "m_axi" if p == 0 else f"m_axi{p}"
+        assert f"connect_bd_intf_net intf:node/{m} intf:mem_ic{p}/S00_AXI" in calls
+        assert f"connect_bd_intf_net intf:mem_ic{p}/M00_AXI intf:ps/{intf}" in calls
+        assert f"connect_bd_net pin:ps/pl_clk0 pin:mem_ic{p}/aclk pin:ps/{clk}" in calls
+        assert f"CONFIG.PSU__USE__S_AXI_GP{gp} 1" in calls
+    with pytest.raises(ValueError, match="m_axi and m_axi1..m_axi4"):
+        vivado.hp_ports_of(["m_axi", "m_axi5"])
 
 
 def test_board_build_without_vivado_is_one_line(tmp_path, capsys, monkeypatch):

@@ -38,7 +38,7 @@ def test_derived_sizes_and_nic_params():
                              "(fits: 0, 2, 4, 8, 16)"),
     (dict(num_heads=3, num_kv_heads=2), "NodeConfig: num_heads=3 is not a multiple of num_kv_heads=2"),
     (dict(clock_hz=2e8), "NodeConfig.clock_hz=200000000.0: must be an integer in [1000000, 1000000000]"),
-    (dict(hp_ports=True), "NodeConfig.hp_ports=True: must be an integer in [1, 4]"),
+    (dict(hp_ports=True), "NodeConfig.hp_ports=True: must be an integer in [1, 5]"),
     (dict(num_sems=33), "NodeConfig.num_sems=33: must be an integer in [1, 32] (fits: 1, 2, 3, ..., 32)"),
     (dict(rx_slots=64), "NodeConfig.rx_slots=64: must be an integer in [1, 63] (fits: 1, 2, 3, ..., 63)"),
     (dict(seq_queue_depth=3), "NodeConfig.seq_queue_depth=3: must be a power of two in [2, 1024] "
@@ -81,10 +81,10 @@ def test_tops_and_registry_derive_from_the_config():
     assert ControlAndDma(cfg).csr.desc_queue_depth == cfg.desc_queue_depth
     assert len(NicNode(cfg).tx) == cfg.net_ports and NicNode(cfg).config is cfg
     default = NodeConfig()
-    # hp_ports / weight_ports 0: the preset's (the Qwen node: 4 and 4)
+    # hp_ports / weight_ports 0: the preset's (the Qwen node: HP0..3 + HPC0, 4 weight loaders)
     assert registry.get("node").params == {"model": "qwen2.5-1.5b", "net_ports": default.net_ports, "hp_ports": 0,
                                            "weight_ports": 0}
-    assert (default.hp_ports, default.weight_ports) == (4, 4) == (NodeConfig.qwen2_5_1_5b().hp_ports,
+    assert (default.hp_ports, default.weight_ports) == (5, 4) == (NodeConfig.qwen2_5_1_5b().hp_ports,
                                                                   NodeConfig.qwen2_5_1_5b().weight_ports)
     assert (NodeConfig.tiny().hp_ports, NodeConfig.tiny().weight_ports) == (1, 1)
     assert registry.get("compute").build().config.mac_rows == NodeConfig.tiny().mac_rows
@@ -107,8 +107,10 @@ def test_max_payload_is_what_a_loader_buffer_and_a_nic_input_hold():
     (2, 2, {"fetch": 0, "loader": 0, "writer": 0, "exec": 1, "weight0": 0, "weight1": 1}),
     # a port of its own for the execute unit's m_axi when one is left
     (4, 2, {"fetch": 0, "loader": 0, "writer": 0, "exec": 2, "weight0": 0, "weight1": 1}),
-    # the KR260 node: weight loader k on S_AXI_HP<k>_FPD
+    # four ports, four loaders: the scales / KV port beside loader 1
     (4, 4, {"fetch": 0, "loader": 0, "writer": 0, "exec": 1, "weight0": 0, "weight1": 1, "weight2": 2, "weight3": 3}),
+    # the KR260 node: weight loader k alone on S_AXI_HP<k>_FPD, the execute unit's m_axi on HPC0
+    (5, 4, {"fetch": 0, "loader": 0, "writer": 0, "exec": 4, "weight0": 0, "weight1": 1, "weight2": 2, "weight3": 3}),
 ])
 def test_ddr_masters_put_each_weight_loader_on_its_own_hp_port(hp, w, expect):
     assert NodeConfig.tiny(hp_ports=hp, weight_ports=w).ddr_masters() == expect

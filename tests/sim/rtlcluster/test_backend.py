@@ -5,7 +5,8 @@ Driver and DDR windows it uses on the ISA simulator.
 The strongest evidence: 2-node and 4-node MARS runs of the tiny model give the golden
 fixed-point model's logits and greedy tokens bit for bit, every node's directory and DDR after
 prefill hold exactly its owned blocks' KV equal to the golden cache (``check``, the ISA backend's
-test); so do 3-node MARS, Ring and Zigzag runs (lean: 8 tokens, prefill), and a `transformers`
+test), each node streaming its GEMM weights over two HP ports (two weight loaders; one run with
+random pauses on every AXI channel of both ports); so do 3-node MARS, Ring and Zigzag runs (lean: 8 tokens, prefill), and a `transformers`
 checkpoint of another shape (GQA 3, untied) on the same build.  The model backend, calibrated
 on another run, gives the 2-node run's TTFT and link bytes within 15 %.  `mcf run --backend rtl`
 prints `mcf golden generate --fixed`'s tokens.  Faults: an
@@ -90,27 +91,48 @@ def _clean(backend):
     assert sum(sw["packets_out"]) >= sum(sw["packets_in"]), sw      # multicast: one in, several out
 
 
+def _weights_on_both_ports(rep, s):
+    """Each node's GEMM weights streamed over both HP ports (the build's two weight loaders,
+    weight loader k on HP port k: ``NodeConfig.ddr_masters``): the prefill program's GEMM weight
+    bytes W (``BlobLayout``: tiles x n x P / 2) split about evenly, loader 0's half on HP0 beside
+    only the fetch unit (32 B per instruction) and the TX engine's DMA loader (the bytes it sent),
+    loader 1's on HP1 beside the execute unit's other reads."""
+    hw = s.backend.hw_config
+    assert (hw.weight_ports, hw.hp_ports) == (2, 2) and hw.ddr_masters()["weight1"] == 1
+    for n, program in enumerate(s.lw.prefill):
+        w = sum(i.tiles * i.n * hw.mac_rows // 2 for i in program if i.OPCODE == Opcode.GEMM)
+        c = rep.steps[0].counters[n]
+        assert c["HP0_RD_BYTES"] + c["HP1_RD_BYTES"] == c["DDR_RD_BYTES"], c
+        on_hp0 = c["HP0_RD_BYTES"] - 32 * len(program) - c["NET_TX_BYTES"]    # weight loader 0's at least
+        assert 0.4 * w <= on_hp0 <= 0.6 * w and c["HP1_RD_BYTES"] >= 0.4 * w, (n, w, c)
+
+
 @pytest.mark.cocotb
 @pytest.mark.timeout(BUILD_S)
-@pytest.mark.parametrize("nodes,scheme,prompt,chunk,budget_tokens,decode", [
-    (2, "mars", 16, 4, 8, 2),
-    (4, "mars", 16, 2, 6, 1),
+@pytest.mark.parametrize("nodes,scheme,prompt,chunk,budget_tokens,decode,pauses", [
+    (2, "mars", 16, 4, 8, 2, 0.0),
+    (4, "mars", 16, 2, 6, 1, 0.0),
     # lean runs of the other node count and the baselines (prefill only: decode is the same
     # KV-stationary machine whatever the prefill scheme, run above)
-    (3, "mars", 8, 2, 4, 0),         # replica factor 3, 3, 2, 1, 1: replicas made and drained
-    (2, "ring", 8, 2, None, 0),      # two chunks per node, forwarded around the ring
-    (3, "zigzag", 8, 2, None, 0),    # owners 0, 1, 2, 1
+    (3, "mars", 8, 2, 4, 0, 0.0),         # replica factor 3, 3, 2, 1, 1: replicas made and drained
+    (2, "ring", 8, 2, None, 0, 0.25),     # two chunks per node, forwarded around the ring; random
+                                          # pauses on every AXI channel of both HP ports' DDR
+    (3, "zigzag", 8, 2, None, 0, 0.0),    # owners 0, 1, 2, 1
 ])
-def test_rtl_cluster_runs_the_tiny_model_bit_exact(rtl_factory, nodes, scheme, prompt, chunk, budget_tokens, decode):
+def test_rtl_cluster_runs_the_tiny_model_bit_exact(rtl_factory, nodes, scheme, prompt, chunk, budget_tokens, decode,
+                                                   pauses):
     """The PS runtime on N RTL Node tops (sequencer + execute unit + NIC) through the switch:
     every step's logits and the greedy tokens equal the golden FixedModel bit for bit; after
     prefill each node's directory holds exactly its owned blocks and its DDR their KV, equal to
     the golden cache (``check``, the ISA backend's test).  MARS on 2, 3 and 4 nodes, Ring and
-    Zigzag: the same RTL, other programs."""
+    Zigzag: the same RTL, other programs.  Every node streams its weights over two HP ports
+    (``_weights_on_both_ports``); one run with random backpressure on them."""
     budget = None if budget_tokens is None else budget_tokens * int(TINY.kv_token_bytes)
+    factory = functools.partial(rtl_factory, pause_probability=pauses) if pauses else rtl_factory
     rep, s = check(TINY, TINY_W, PROMPT[:prompt], nodes=nodes, scheme=scheme, chunk=chunk, budget=budget,
-                   decode=decode, group=16, factory=rtl_factory, timeout_s=STEP_S)
+                   decode=decode, group=16, factory=factory, timeout_s=STEP_S)
     _clean(s.backend)
+    _weights_on_both_ports(rep, s)
     assert len(rep.link_bytes) == 2 * nodes and all(v > 0 for v in rep.link_bytes.values()), rep.link_bytes
     isa = Session(TINY, TINY_W, PROMPT[:prompt], nodes=nodes, scheme=scheme, chunk=chunk, budget=budget, decode=decode,
                   group=16, factory=isa_backend).run()
