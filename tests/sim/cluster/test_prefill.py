@@ -33,21 +33,31 @@ def test_model_figures_are_the_hand_ones():
     assert m.kv_token_bytes == MT and m.params_per_layer == LAYER_PARAMS
 
 
-def test_mars_prefill_ends_in_the_owner_only_layout():
-    # 4096 tokens, B = 256 -> 16 blocks, round-robin owners on 4 nodes: 4 blocks each
-    # On the 16 x 16 engine a 256-token step hides the propagation of its block (eq. 8), so every
-    # replica has arrived by the step's end and the pool equals the plan's memory at each step;
-    # on the 64 x 32 engine the steps are 8x shorter and the replicas land one step later.
+@pytest.mark.parametrize("engine", [dict(mac_rows=16, mac_lanes=16), {}, dict(compute_efficiency=1.0)])
+def test_mars_prefill_ends_in_the_owner_only_layout(engine):
+    # 4096 tokens, B = 256 -> 16 blocks, round-robin owners on 4 nodes: 4 blocks each.
+    # The plan's memory after step c counts the replicas step c propagates (eq. 8: they must be
+    # there before step c + 1 uses them); the model samples each node's pool at its own step end.
+    # On the 16 x 16 engine (and the 64 x 32 at its measured 0.84 efficiency) a 256-token step
+    # outlasts the propagation of its block, so the pool equals the plan at every step; on a
+    # faster engine (64 x 32 at 100 %) nodes 1-3 end step 0 before block 0's replicas land: they
+    # arrive during step 1, within eq. 8's one-step lookahead -- the pool lags the plan by at
+    # most one step, never exceeds the budget, and ends owner-only.
     S, B, N = 4096, 256, 4
     share = 4 * B * MT
-    prof = load_profile("kr260").with_(mac_rows=16, mac_lanes=16)
+    prof = load_profile("kr260").with_(**engine)
     r = run(M, S, N, "mars", prof, chunk=B, budget=2 * share, decode=None)
+    sim, plan = r.prefill.memory_per_step, np.asarray(r.plan.memory)
     assert r.plan.r_step[0] > 1                            # it did replicate early on
-    assert r.prefill.memory_per_step.max() > share         # ... so memory rose above the share
-    assert list(r.prefill.memory_per_step[-1]) == [share] * N
-    # the simulated KV pool follows the plan's memory step by step and stays within the budget
-    assert np.array_equal(r.prefill.memory_per_step, r.plan.memory)
-    assert r.prefill.memory_per_step.max() <= 2 * share
+    assert sim.max() > share                               # ... so memory rose above the share
+    assert list(sim[-1]) == [share] * N
+    assert sim.max() <= 2 * share
+    prev = np.vstack([np.zeros((1, N)), plan[:-1]])
+    assert ((sim >= np.minimum(prev, plan)) & (sim <= np.maximum(prev, plan))).all()
+    if engine.get("compute_efficiency", 0) != 1.0:         # slow enough: the pool is the plan at each step
+        assert np.array_equal(sim, plan)
+    else:
+        assert not np.array_equal(sim, plan)               # the lag this test bounds does occur
 
 
 @pytest.mark.parametrize("chunk_kv,blocks_per_pair", [("plan", lambda C: C * (C - 1) // 2),
