@@ -303,7 +303,8 @@ def test_board_build_dry_run_with_the_real_node(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     params = (out / "params.tcl").read_text()
     assert "set mcf_net_links {{tx_0 rx_0} {tx_1 rx_1}}" in params and "set mcf_axi_masters {m_axi m_axi1}" in params
-    assert "set mcf_hp_links {{m_axi 0} {m_axi1 1}}" in params
+    assert ("set mcf_hp_links {{m_axi 0 S_AXI_HP0_FPD 2 saxihp0_fpd_aclk} {m_axi1 1 S_AXI_HP1_FPD 3 saxihp1_fpd_aclk}}"
+            in params)
     assert "set mcf_hp_data_width 64" in params
     r = _run_mock(out)
     assert r.returncode == 0, r.stderr
