@@ -160,20 +160,29 @@ class FixedModel:
 # --- weight-sharded (tensor-parallel) decoding --------------------------------------------------
 def shard_config(cfg: ModelConfig, nodes: int) -> ModelConfig:
     """The model one of ``nodes`` tensor-parallel shards computes: the same hidden size, 1/N of
-    the heads, KV heads and MLP width (its matrices are the whole model's row / column shards)."""
+    the query heads and of the MLP width, and the KV heads those query heads read: 1/N of them,
+    or (more nodes than KV heads) one, shared by N / H_kv nodes that each compute and cache it
+    (its matrices are the whole model's row / column shards)."""
     import dataclasses
     return dataclasses.replace(cfg, name=f"{cfg.name}/tp{nodes}", num_heads=cfg.num_heads // nodes,
-                               num_kv_heads=cfg.num_kv_heads // nodes,
+                               num_kv_heads=max(1, cfg.num_kv_heads // nodes),
                                intermediate_size=cfg.intermediate_size // nodes)
+
+
+def shard_kv_head(cfg: ModelConfig, nodes: int, n: int) -> int:
+    """The first KV head of shard ``n`` (its query heads' group)."""
+    return n * cfg.num_kv_heads // nodes
 
 
 def check_tensor_parallel(cfg: ModelConfig, nodes: int, group: int) -> None:
     """Refuse (one line) a model that does not split over ``nodes`` shards with group size ``group``."""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise UserError(f"tensor-parallel: nodes={nodes!r} must be a positive integer")
-    if cfg.num_kv_heads % nodes or cfg.intermediate_size % nodes:
-        raise UserError(f"tensor-parallel: model {cfg.name} has {cfg.num_kv_heads} KV heads and intermediate size "
-                        f"{cfg.intermediate_size}: both must divide by the {nodes} node(s) (each holds whole KV heads)")
+    if cfg.num_heads % nodes or cfg.intermediate_size % nodes or (cfg.num_kv_heads % nodes and
+                                                                  nodes % cfg.num_kv_heads):
+        raise UserError(f"tensor-parallel: model {cfg.name} ({cfg.num_heads} heads on {cfg.num_kv_heads} KV heads, "
+                        f"intermediate size {cfg.intermediate_size}) does not split over {nodes} node(s): the heads "
+                        f"and the intermediate size must divide by N, and N divide or be a multiple of the KV heads")
     for what, n in (("num_heads x head_dim", cfg.num_heads * cfg.head_dim), ("intermediate_size", cfg.intermediate_size)):
         if (n // nodes) % group:
             raise UserError(f"tensor-parallel: {what}={n} / {nodes} node(s) = {n // nodes} columns per shard is not a "
@@ -185,8 +194,8 @@ class TensorParallel:
     """The golden model of weight-sharded (Megatron-style) decoding on ``nodes`` nodes, the
     arithmetic the nodes' tensor-parallel programs execute (``mcf.sw.mars.lower_tp``).
 
-    Node n holds query heads [n H/N, (n+1) H/N) with their KV heads [n Hkv/N, ...) and their KV
-    cache, the rows of Q/K/V (and biases), gate and up for them, and the matching *columns* of
+    Node n holds query heads [n H/N, (n+1) H/N) with the KV heads they read and their KV cache
+    (with more nodes than KV heads, N / H_kv nodes compute and cache the same KV head), the rows of Q/K/V (and biases), gate and up for them, and the matching *columns* of
     o_proj and down_proj; embedding, RMSNorm gains and LM head are replicated (the LM head runs on
     node 0 only).  The quantization is the unsharded ``FixedModel``'s (same q, S, E_w): Q/K/V,
     gate, up and attention are per row and head, hence exactly the unsharded values.  o_proj and
@@ -209,7 +218,8 @@ class TensorParallel:
     def _shard(self, n: int) -> FixedModel:
         cfg, sc, d = self.cfg, self.shard_cfg, self.cfg.head_dim
         q0, q1 = n * sc.num_heads * d, (n + 1) * sc.num_heads * d
-        k0, k1 = n * sc.num_kv_heads * d, (n + 1) * sc.num_kv_heads * d
+        kv0 = shard_kv_head(cfg, self.nodes, n)
+        k0, k1 = kv0 * d, (kv0 + sc.num_kv_heads) * d
         i0, i1 = n * sc.intermediate_size, (n + 1) * sc.intermediate_size
         s = FixedModel.__new__(FixedModel)
         s.cfg, s.group_size = sc, self.fm.group_size

@@ -8,10 +8,13 @@ and down_proj -- each a node's program is the narrower model ``shard_config`` wi
 hidden size, so its GEMM blobs, KV blocks and SPAD rows are the MARS lowering's for that shape.
 o_proj and down_proj give each node an X32 partial of the hidden row; the NICs add them
 (``ReduceOp.SUM`` on a REDUCE route towards node 0, which multicasts the sum back), one
-all-reduce per o_proj and per down_proj.  RMSNorm, the residual stream and the embedding are
-replicated (every node embeds the token and keeps the residual); the LM head runs on node 0
-only (replicated weights; it is 1/L of a layer's bytes at the tiny model, ~9 % of Qwen2.5-1.5B's
-per-token weight bytes -- splitting it by vocabulary rows and gathering is the next step).
+all-reduce per o_proj and per down_proj.  RMSNorm, the residual stream and the embedding table are
+replicated (every node embeds the token and keeps the residual).  The LM head is split by
+vocabulary rows (``head_rows``: node n holds rows [n R, (n+1) R), R a multiple of the array's
+rows and of 16): every node computes its logits and sends them to node 0's logits region (a
+gather; per row the result is the unsharded one, so the logits equal the golden model's head on
+the same final-norm row).  At Qwen2.5-1.5B the head is 120 MB of INT4 weights and scales, more
+than 2/3 of a layer stack's share on 4 nodes: replicated, it alone would take a third of a token.
 
 Since the weights are sharded, the prefill is tensor-parallel too: chunk after chunk, every node
 on every chunk, each chunk's KV written into the node's pool slot of that chunk; a decode step
@@ -23,6 +26,7 @@ of piece k is sent only after the sum of piece k - reduce_slots came back).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +60,7 @@ class TPMap:
     ids_slot: int = 0
     head_tiles: int = 0
     piece: int = 0                 # bytes per all-reduce piece
+    head_rows: list = field(default_factory=list)    # per node: its LM head rows (lo, hi)
 
     def off(self, name: str) -> int:
         return self.regions[name][0]
@@ -115,6 +120,18 @@ class TPLowered:
         return self.bases[node] + self.map.off("program")
 
 
+def head_rows(vocab: int, nodes: int, rows: int) -> list:
+    """Each node's LM head rows (lo, hi): R = ceil(vocab / N) rounded up to a multiple of the
+    array's ``rows`` and of 16 (whole tiles; its logits start on a 64-byte boundary)."""
+    unit = math.lcm(rows, 16)
+    R = -(-(-(-vocab // nodes)) // unit) * unit
+    out = [(min(vocab, n * R), min(vocab, (n + 1) * R)) for n in range(nodes)]
+    if any(lo >= hi for lo, hi in out):
+        raise LoweringError(f"tensor-parallel: a vocabulary of {vocab} rows leaves a node without LM head rows "
+                            f"({R} rows per node of {nodes})")
+    return out
+
+
 def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bases, seq_len: int, chunk: int,
              decode_steps: int = 0, topology: str = "switch") -> TPLowered:
     """The tensor-parallel programs of a prompt of ``seq_len`` tokens in chunks of ``chunk`` and
@@ -155,7 +172,9 @@ def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bas
     m.dec_tokens = max(1, decode_steps)
     m.dec_layer = m.dec_tokens * m.dec_block
     m.ids_slot = _pad(4 * node.max_tokens)
-    m.head_tiles = -(-sh.vocab // sh.P)
+    m.head_rows = head_rows(sh.vocab, N, sh.P)
+    R = m.head_rows[0][1] - m.head_rows[0][0]
+    m.head_tiles = -(-R // sh.P)
     m.piece = piece
     a("ids", (C + 1) * m.ids_slot)
     for li in range(sh.L):
@@ -166,7 +185,7 @@ def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bas
             m.gains[f"layers.{li}.{g}"] = a(f"layers.{li}.{g}", 4 * sh.h)
     m.gains["norm"] = a("norm", 4 * sh.h)
     a("embed", sh.vocab * isa.embed_row_bytes(sh.h, sh.group))
-    lay = sh.blob(sh.vocab, sh.h)
+    lay = sh.blob(R, sh.h)
     m.blobs["head"] = (a("head", lay.total_bytes), lay)
     a("rope", (seq_len + m.dec_tokens) * sh.d * 4)
     a("pool", sh.L * m.pool_layer)
@@ -174,7 +193,7 @@ def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bas
     rows = chunk * sh.h * 4
     a("net.part", _pad(rows))
     a("net.sum", _pad(rows))
-    a("logits", m.head_tiles * sh.P * 4 + 4 * sh.vl)
+    a("logits", max(N * R, sh.vocab) * 4 + 4 * sh.vl)
     m.regions = a.regions
     m.size = a.top
     topo = Topology(topology, N)
@@ -290,7 +309,21 @@ class _TPLowerer(_Lowerer):
             for n in range(N):
                 self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
         if head_row is not None:
-            self.head(DECODE_ROOT, head_row)
+            self.head_gather(head_row, stage, seq)
+
+    def head_gather(self, row: int, stage: Stage, seq: int) -> None:
+        """Every node's LM head rows of X row ``row``; the logits gathered at node 0."""
+        b, N, root = self.b, self.N, DECODE_ROOT
+        last = {n: self.head(n, row) for n in range(N)}
+        for n in range(N):
+            if n == root:
+                continue
+            lo, hi = self.map.head_rows[n]
+            tag = b.new_tag()
+            b.recv(root, n, tag, self.region(root, "logits") + 4 * lo, 4 * (hi - lo), credit_route=self.routes.unicast(n))
+            b.send(n, [root], [last[n]], ddr=self.region(n, "logits"), length=4 * (hi - lo), stage=stage,
+                   mop=Op.TENSOR, collective=Collective.UNICAST, reduce_op=ReduceOp.NONE, dst=root,
+                   route_id=self.routes.unicast(root), tag=tag, seq=seq & 0xFFFF)
 
     def _pool_runs(self, n: int, li: int, upto: int) -> list:
         tok = self.lw.chunk_tokens

@@ -59,7 +59,7 @@ SMALL_HIDDEN = 256
 def tp_group(model: ModelConfig, nodes: int) -> int:
     """The default INT4 group size of a tensor-parallel run: ``default_group`` of one shard
     (a node's columns of o_proj and down_proj are whole groups)."""
-    if model.num_kv_heads % nodes or model.intermediate_size % nodes:
+    if model.num_heads % nodes or model.intermediate_size % nodes:
         return default_group(model)          # refused with its reason by TensorParallel
     return default_group(shard_config(model, nodes))
 
@@ -261,7 +261,13 @@ class Session:
         lw = self.lw
         positions = len(self.prompt) + lw.map.dec_tokens
         if self.tp:
-            return [pack.weight_image(self.tpm.shard(i), lw.map, positions) for i in range(lw.nodes)]
+            import copy
+            out = []
+            for i in range(lw.nodes):
+                shard = copy.copy(self.tpm.shard(i))
+                shard.head = self.fm.head.rows(*lw.map.head_rows[i])      # its LM head rows
+                out.append(pack.weight_image(shard, lw.map, positions))
+            return out
         return [pack.weight_image(self.fm, lw.map, positions)] * lw.nodes
 
     def __getstate__(self):

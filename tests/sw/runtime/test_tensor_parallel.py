@@ -5,9 +5,9 @@ by the NICs' SUM.
 The sharded arithmetic is defined once in the golden model (each node's X32 partial rounded by
 its own GEMM, summed with 32-bit wrap-around): with one node it *is* the unsharded FixedModel;
 with more it stays within a small bound of it and picks the same greedy tokens on the tiny
-checkpoint.  The programs on the ISA simulator (N = 1, 2 on the tiny model, N = 4 on a GQA model
-with 4 KV heads) give the TP golden's logits and tokens bit for bit, and each node's DDR holds
-exactly its KV heads' cache.  ``check_tp`` is also the RTL cluster's test
+checkpoint.  The programs on the ISA simulator (N = 1, 2, 4 on the tiny model -- at 4, two nodes
+share each of its 2 KV heads -- and N = 4 on a GQA model with 4 KV heads) give the TP golden's
+logits and tokens bit for bit, and each node's DDR holds exactly its KV heads' cache.  ``check_tp`` is also the RTL cluster's test
 (tests/sim/rtlcluster/test_backend.py)."""
 import dataclasses
 import json
@@ -54,7 +54,7 @@ def check_tp(cfg, weights, prompt, *, nodes, chunk, decode, group, factory=isa_b
     for k, (st, ref) in enumerate(zip(rep.steps, want)):
         assert np.array_equal(st.logits, ref), f"step {k}: logits differ from the TP golden"
     assert rep.tokens == [int(np.argmax(x)) for x in want]
-    lw, d, hkv = s.lw, cfg.head_dim, cfg.num_kv_heads // nodes
+    lw, d, hkv = s.lw, cfg.head_dim, s.lw.shard.num_kv_heads
     starts = np.concatenate([[0], np.cumsum(lw.chunk_tokens)])
     for n in range(nodes):
         mem = s.backend.memories[n]
@@ -76,7 +76,7 @@ def test_one_shard_is_the_fixed_model():
     assert np.array_equal(tp.forward_x32(PROMPT), fm.forward_x32(PROMPT))
 
 
-@pytest.mark.parametrize("cfg,nodes", [(TINY, 2), (GQA4, 2), (GQA4, 4)])
+@pytest.mark.parametrize("cfg,nodes", [(TINY, 2), (TINY, 4), (GQA4, 4)])
 def test_sharded_arithmetic_stays_near_the_unsharded_model(cfg, nodes):
     """Sharding changes only the rounding of o_proj / down_proj (one rounding per shard partial,
     a BFP16 exponent per shard's slice): every position's logits stay within 1/128 of the
@@ -106,6 +106,7 @@ def test_the_nics_sum_is_the_partials_added_in_32_bits():
     (TINY, 2, 4, False),
     (TINY, 2, 3, True),          # uneven chunks, random instruction and link costs
     (GQA4, 4, 4, False),
+    (TINY, 4, 4, False),         # more nodes than KV heads: two nodes compute and cache each KV head
 ])
 def test_isa_tensor_parallel_bit_exact(cfg, nodes, chunk, jitter):
     w = TINY_W if cfg is TINY else random_weights(cfg, 7)
@@ -119,19 +120,21 @@ def test_isa_tensor_parallel_bit_exact(cfg, nodes, chunk, jitter):
 
 def test_each_node_holds_a_shard_of_the_weights():
     """The runtime writes node n's shard: its DDR map's weight regions are 1/N of the whole
-    model's matrices (Q/K/V, o, gate, up, down) on 2 nodes."""
+    model's matrices (Q/K/V, o, gate, up, down) and of the LM head's rows on 2 nodes."""
     s1 = Session(TINY, TINY_W, PROMPT[:4], nodes=1, decode=0, group=32, factory=isa_backend,
                  decode_scheme="tensor-parallel")
     s2 = Session(TINY, TINY_W, PROMPT[:4], nodes=2, decode=0, group=32, factory=isa_backend,
                  decode_scheme="tensor-parallel")
     mat = lambda s: sum(lay.tiles * lay.w_tile for k, (_, lay) in s.lw.map.blobs.items() if k.startswith("layers"))  # noqa: E731
     assert mat(s2) * 2 == mat(s1)
+    assert s2.lw.map.blobs["head"][1].tiles * 2 == s1.lw.map.blobs["head"][1].tiles      # LM head by vocab rows
+    assert s2.lw.map.head_rows == [(0, 128), (128, 256)]
     img = s2.weight_images()
     assert img[0] != img[1]
 
 
 def test_refusals_are_one_line():
-    with pytest.raises(UserError, match="must divide by the 3 node"):
+    with pytest.raises(UserError, match="does not split over 3 node"):
         Session(TINY, TINY_W, PROMPT, nodes=3, factory=isa_backend, decode_scheme="tensor-parallel")
     with pytest.raises(UserError, match="whole number of groups of 64"):
         Session(TINY, TINY_W, PROMPT, nodes=2, group=64, factory=isa_backend, decode_scheme="tensor-parallel")
