@@ -168,3 +168,18 @@ def test_mcf_run_decode_scheme(checkpoint, capsys):
                      "--decode-scheme", "tp"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("mcf: error: --decode-scheme 'tp'") and len(err.splitlines()) == 1
+
+
+def test_bench_tp_decode_extrapolates_what_a_direct_run_gives(capsys):
+    """`mcf bench tp-decode` (the Qwen-scale figure) fits decode cycles over layers, vocabulary and
+    context from 4 probe runs of the TP programs on the cluster model; on the tiny model a direct
+    run at (2 layers, V2, C2) gives the extrapolated cycles (within 2 %)."""
+    capsys.readouterr()
+    assert cli.main(["bench", "tp-decode", "--model", "tiny", "--nodes", "2", "--probe", "64,128,4,12",
+                     "--context", "8", "--check", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    chk = out["check_N2"]
+    assert chk["direct_cycles"] > 0 and abs(chk["error"]) <= 0.02, chk
+    fit = out["fit_N2"]
+    assert fit["layer_at_C1"] > 0 and fit["head_per_vocab_row"] > 0 and fit["layer_per_context_token"] > 0
+    assert out["tokens_per_s_N2"] == round(out["clock_hz"] / out["decode_cycles_per_token_N2"], 2)
