@@ -36,8 +36,7 @@ from mcf.spec.isa import VecOp
 from mcf.spec.node import NodeConfig
 from mcf.spec.packet import Collective, Op, ReduceOp, Stage
 from mcf.spec.topology import Topology
-from mcf.sw.golden.fixed_model import check_tensor_parallel, shard_config
-from mcf.sw.models.config import ModelConfig
+from mcf.sw.models.config import ModelConfig, check_tensor_parallel, shard_config
 from .lower import (DECODE_ROOT, LoweringError, RouteTables, Shapes, _Alloc, _Buf, _Lowerer, _pad, check_model,
                     const_keys, spad_map)
 

@@ -38,7 +38,8 @@ from mcf.spec.regmap import NETWORK_FAULTS, WATCHDOG_RESET
 from mcf.spec.topology import Topology
 from mcf.sw.driver import NodeFault
 from mcf.sw.errors import UserError
-from mcf.sw.golden.fixed_model import FixedModel, TensorParallel, default_group, shard_config
+from mcf.sw.golden.fixed_model import FixedModel, TensorParallel, default_group
+from mcf.sw.models.config import shard_config
 from mcf.sw.mars.lower import DECODE_ROOT, lower
 from mcf.sw.mars.lower_tp import TENSOR_PARALLEL, lower_tp
 from mcf.sw.mars.planner import PlanRequest, plan
