@@ -234,36 +234,56 @@ class _TPLowerer(_Lowerer):
             self.routes.reduce(DECODE_ROOT)
 
     # --- the all-reduce ------------------------------------------------------------------------
-    def all_reduce(self, T: int, stage: Stage, seq: int) -> None:
-        """Every node's SPAD O (T X32 rows of the hidden size) <- the sum over the nodes."""
+    def projection(self, n: int, name: str, T: int, src: int, src_stride: int, tile0: int = 0,
+                   tiles: int | None = None) -> None:
+        """The partial GEMM of o_proj / down_proj (its tiles [tile0, tile0 + tiles)) into SPAD O."""
+        sh = self.sh
+        self.gemm(n, name, name, T, src, src_stride, self.sp["O"] + tile0 * sh.P // sh.vl, sh.hb, bias=False,
+                  tile0=tile0, tiles=tiles)
+
+    def all_reduce(self, T: int, stage: Stage, seq: int, gemm) -> None:
+        """``gemm(n, tile0, tiles)`` emits node n's partial GEMM into SPAD O (T X32 rows of the
+        hidden size); then every node's O <- the sum over the nodes.  With one token and pieces
+        of whole tiles, the GEMM goes piece by piece: piece k's reduction overlaps piece k + 1's
+        GEMM, and only the last piece's network time is exposed."""
         b, sh, sp, N = self.b, self.sh, self.sp, self.N
+        total, piece, W = T * sh.h * 4, self.map.piece, self.lw.node.reduce_slots
+        offs = list(range(0, total, piece)) if N > 1 else [0]
+        unit = math.lcm(sh.P, sh.vl) * 4
+        split = N > 1 and T == 1 and piece % unit == 0 and len(offs) > 1
+        if not split:
+            for n in range(N):
+                gemm(n, 0, None)
         if N == 1:
             return
         root, others = DECODE_ROOT, [n for n in range(N) if n != DECODE_ROOT]
-        total, piece, W = T * sh.h * 4, self.map.piece, self.lw.node.reduce_slots
         route_r, route_b = self.routes.reduce(root), self.routes.broadcast(root)
-        st = {}
-        for n in range(N):
-            pb = self.buf("part", n)
-            st[n] = b.ex(n, isa.Store, pb.write_deps(), ddr=self.region(n, "net.part"), spad=sp["O"],
-                         beats=T * sh.hb, row_beats=0)
-            pb.wrote(st[n])
         got = {n: [] for n in range(N)}        # per node: the arrival of each piece's sum
-        offs = list(range(0, total, piece))
+        st = {}
         for k, off in enumerate(offs):
             ln = min(piece, total - off)
+            for n in range(N):
+                if split:
+                    t0 = off // 4 // sh.P
+                    gemm(n, t0, -(-ln // 4 // sh.P))
+                pb = self.buf("part", n, k)
+                if split or k == 0:
+                    st[n] = b.ex(n, isa.Store, pb.write_deps(), ddr=self.region(n, "net.part") + (off if split else 0),
+                                 spad=sp["O"] + (off // 4 // sh.vl if split else 0),
+                                 beats=-(-ln // 4 // sh.vl) if split else T * sh.hb, row_beats=0)
+                pb.wrote(st[n])
             tag = b.new_tag()
             common = dict(length=ln, stage=stage, mop=Op.TENSOR, collective=Collective.REDUCE,
                           reduce_op=ReduceOp.SUM, dst=root, route_id=route_r, tag=tag, seq=seq & 0xFFFF)
             for n in others:
                 deps = [st[n]] + ([got[n][k - W]] if k >= W else [])
-                self.buf("part", n).read(b.send(n, [root], deps, credits=False,
+                self.buf("part", n, k).read(b.send(n, [root], deps, credits=False,
                                                 ddr=self.region(n, "net.part") + off, **common))
             sb = self.buf("sum", root)
             arr = b.recv(root, root, tag, self.region(root, "net.sum") + off, ln, sb.write_deps() if k == 0 else (),
                          credit_route=None, result_of_reduce=True)
             deps = [st[root], b.posted(arr)] + ([got[root][k - W]] if k >= W else [])
-            self.buf("part", root).read(b.send(root, [root], deps, credits=False,
+            self.buf("part", root, k).read(b.send(root, [root], deps, credits=False,
                                                ddr=self.region(root, "net.part") + off, **common))
             got[root].append(arr)
             tagb = b.new_tag()
@@ -292,8 +312,8 @@ class _TPLowerer(_Lowerer):
                 self.front(n, li, T, seg_of(n, li))
                 self.attention(n, T, pos0, runs_of(n, li))
                 self.vec(n, VecOp.TO_BFP, sh.hq * sh.d, T, sp["A"], sh.qb, sp["A"], sh.qb)
-                self.gemm(n, f"{p}.o_proj", f"{p}.o_proj", T, sp["A"], sh.qb, sp["O"], sh.hb, bias=False)
-            self.all_reduce(T, stage, seq)
+            self.all_reduce(T, stage, seq, lambda n, t0, tiles: self.projection(n, f"{p}.o_proj", T, sp["A"], sh.qb,
+                                                                                t0, tiles))
             for n in range(N):
                 self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
                 self.norm(n, f"{p}.ln2", f"{p}.ln2.g_exp", T, sp["X"])
@@ -303,8 +323,8 @@ class _TPLowerer(_Lowerer):
                 self.vec(n, VecOp.TO_BFP, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib)
                 self.vec(n, VecOp.TO_BFP, sh.inter, T, sp["U"], sh.ib, sp["U"], sh.ib)
                 self.vec(n, VecOp.MUL, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib, b=sp["U"], b_stride=sh.ib)
-                self.gemm(n, f"{p}.down_proj", f"{p}.down_proj", T, sp["G"], sh.ib, sp["O"], sh.hb, bias=False)
-            self.all_reduce(T, stage, seq)
+            self.all_reduce(T, stage, seq, lambda n, t0, tiles: self.projection(n, f"{p}.down_proj", T, sp["G"],
+                                                                                sh.ib, t0, tiles))
             for n in range(N):
                 self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
         if head_row is not None:
