@@ -13,7 +13,8 @@ Timing model (a model, not a measurement: ``--backend rtl`` measures):
 * a link carries a packet's payload + Meta header + Ethernet framing (``ETH_OVERHEAD``) at the
   profile's line rate (``link_bandwidth_bps``) and delivers it ``link_latency_s`` later (one hop
   NIC -> switch -> NIC on the ``switch`` topology: up-link and down-link each take half); the NIC
-  takes ``nic_cycles_per_packet``.
+  takes ``nic_cycles_per_packet``; its reduction engine needs, after the last contribution, its
+  beats (MAX, SUM: folded as they arrive) or every contribution's words (SOFTMAX_MERGE).
 
 Every number comes from the node's ``NodeConfig`` and the hardware profile
 (``mcf.sw.mars.profile``), whose calibration fields the RTL benchmarks overwrite; none is typed
@@ -38,6 +39,7 @@ import numpy as np
 
 from mcf.spec.isa import AttnPass, EmitMode, Opcode, VecOp
 from mcf.spec.node import NodeConfig
+from mcf.spec.packet import ReduceOp
 from mcf.sw.golden.node import ClusterSim, UnitCosts
 from mcf.sw.golden.node.nodesim import BUSY_COUNTER as BUSY_OF
 from mcf.sw.mars.profile import PROFILE_DIR, HardwareProfile, load_profile
@@ -153,7 +155,13 @@ class TimingCosts(UnitCosts):
     def nic_cycles(self) -> int:
         return self.nic
 
-    def reduce_cycles(self, nbytes: int, parts: int) -> int:
+    def reduce_cycles(self, nbytes: int, parts: int, op: int = ReduceOp.SOFTMAX_MERGE) -> int:
+        """The NIC's reduction engine (hw/nic/reduce.py): MAX and SUM fold each contribution
+        into the slot a beat per cycle as it arrives, so after the last one only its beats
+        remain; SOFTMAX_MERGE folds the stored contributions a 32-bit word per cycle once the
+        last is in."""
+        if op in (ReduceOp.MAX, ReduceOp.SUM):
+            return math.ceil(nbytes / self.node.data_bytes) + self.nic
         return parts * math.ceil(nbytes / 4) + self.nic
 
 

@@ -1,6 +1,7 @@
 """``mcf run``: a checkpoint's prompt through the nodes' programs on a cluster backend: prefill
-(MARS, Ring, Zigzag, full replication or PD) and greedy KV-stationary decode, with the tokens,
-TTFT, decode cycles per token, link bytes and the KV each node holds."""
+(MARS, Ring, Zigzag, full replication or PD) and greedy KV-stationary decode, or weight-sharded
+tensor-parallel prefill and decode (``--decode-scheme tensor-parallel``), with the tokens, TTFT,
+decode cycles per token, link bytes and the KV each node holds."""
 from __future__ import annotations
 
 import importlib
@@ -30,6 +31,12 @@ def register(sub) -> None:
     p.add_argument("--tokens", required=True, help="prompt token ids, comma-separated (e.g. 1,2,3)")
     p.add_argument("--decode", type=integer(0, MAX_SEQ), default=0, metavar="K", help="decode steps after prefill (default 0)")
     p.add_argument("--scheme", default="mars", help="mars | ring | zigzag | full | pd (default mars)")
+    p.add_argument("--decode-scheme", default="kv-stationary", metavar="NAME",
+                   help="kv-stationary (default: whole weights on every node, the --scheme prefill, decode with "
+                        "the KV where it was written) | tensor-parallel (each node holds 1/N of the weights -- "
+                        "its heads, KV heads and MLP slice -- and computes every token: prefill chunk by chunk "
+                        "and decode, o_proj and down_proj partial sums added by the NICs' SUM; the names of "
+                        "mcf simulate --decode)")
     p.add_argument("--chunk", type=integer(1, MAX_SEQ), help="chunk size B in tokens (default: the node's max tokens)")
     p.add_argument("--budget", type=integer(1, MAX_BYTES), help="per-node KV budget in bytes (MARS drains replicas to fit)")
     p.add_argument("--topology", default="switch", help="switch | ring | grid | full_mesh (default switch)")
@@ -66,8 +73,11 @@ def run(args) -> int:
     from mcf.sw.golden.checkpoint import load_checkpoint
     from mcf.sw.runtime.runtime import generate
 
+    from mcf.sw.runtime.runtime import DECODE_SCHEMES
     if args.scheme not in ("mars", "ring", "zigzag", "full", "pd"):
         raise UserError(f"--scheme {args.scheme!r}: one of mars, ring, zigzag, full, pd")
+    if args.decode_scheme not in DECODE_SCHEMES:
+        raise UserError(f"--decode-scheme {args.decode_scheme!r}: one of {', '.join(DECODE_SCHEMES)}")
     factory = factory_of(args.backend)
     tokens = parse_tokens(args.tokens)
     if len(tokens) + args.decode > MAX_SEQ:
@@ -77,7 +87,7 @@ def run(args) -> int:
     report = generate(cfg, weights, tokens, decode=args.decode, nodes=args.nodes, scheme=args.scheme,
                       chunk=args.chunk, budget=args.budget, topology=args.topology, group=args.group_size,
                       factory=factory, timeout_s=args.timeout, watchdog=args.watchdog,
-                      kv_store=args.kv_store)
+                      kv_store=args.kv_store, decode_scheme=args.decode_scheme)
     out = report.to_json()
     out["backend"] = args.backend
     if args.json:

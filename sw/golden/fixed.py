@@ -237,6 +237,17 @@ class QLinear:
     def _dense_f64(self, rows) -> np.ndarray:
         return self.q[rows].astype(np.float64) * np.repeat(self.scale[rows].astype(np.float64), self.group, axis=1)
 
+    def rows(self, lo: int, hi: int) -> "QLinear":
+        """Output rows [lo, hi): a row shard (tensor-parallel Q/K/V, gate, up).  The matrix
+        exponent E_w stays the whole matrix's, so every row computes exactly as unsharded."""
+        return QLinear(self.q[lo:hi], self.scale[lo:hi], self.exp, self.group)
+
+    def cols(self, lo: int, hi: int) -> "QLinear":
+        """Inputs [lo, hi) (whole groups): a column shard (tensor-parallel o_proj, down_proj)."""
+        if lo % self.group or hi % self.group:
+            raise ValueError(f"columns [{lo}, {hi}) are not whole groups of {self.group}")
+        return QLinear(self.q[:, lo:hi], self.scale[:, lo // self.group:hi // self.group], self.exp, self.group)
+
 
 def quantize_weight(w: np.ndarray, group: int) -> QLinear:
     """Offline INT4 quantiser (float maths is fine here: it runs on the host, once).

@@ -14,6 +14,7 @@ import numpy as np
 
 from mcf.sw.errors import UserError
 from mcf.sw.models import ModelConfig
+from mcf.sw.models.config import check_tensor_parallel, shard_config, shard_kv_head
 
 from . import fixed as fx
 from .weights import check_weights, lm_head
@@ -155,3 +156,96 @@ class FixedModel:
 
     def forward(self, tokens, cache: FixedKVCache | None = None, logits: str = "all") -> np.ndarray:
         return self.forward_x32(tokens, cache, logits) * 2.0 ** -fx.X_FRAC
+
+
+# --- weight-sharded (tensor-parallel) decoding --------------------------------------------------
+class TensorParallel:
+    """The golden model of weight-sharded (Megatron-style) decoding on ``nodes`` nodes, the
+    arithmetic the nodes' tensor-parallel programs execute (``mcf.sw.mars.lower_tp``).
+
+    Node n holds query heads [n H/N, (n+1) H/N) with the KV heads they read and their KV cache
+    (with more nodes than KV heads, N / H_kv nodes compute and cache the same KV head), the rows of Q/K/V (and biases), gate and up for them, and the matching *columns* of
+    o_proj and down_proj; embedding, RMSNorm gains and LM head are replicated (the LM head runs on
+    node 0 only).  The quantization is the unsharded ``FixedModel``'s (same q, S, E_w): Q/K/V,
+    gate, up and attention are per row and head, hence exactly the unsharded values.  o_proj and
+    down_proj are not: each node converts *its* slice of the row to BFP16 (its own row exponent),
+    its GEMM rounds its partial accumulator once (``fx.linear``), and the NICs add the N X32
+    partials (ReduceOp.SUM: 32-bit two's-complement addition, associative, so the order does not
+    matter) -- ``fx.reduce_sum``.  The residual then adds the sum (saturating), as unsharded.
+
+    ``shard(n)`` is node n's model as a ``FixedModel`` of ``shard_config`` (what the runtime
+    packs into its DDR); ``forward_x32`` runs all shards with one KV cache per shard.  With one
+    node this is ``FixedModel`` exactly."""
+
+    def __init__(self, fm: FixedModel, nodes: int):
+        cfg = fm.cfg
+        check_tensor_parallel(cfg, nodes, fm.group_size)
+        self.fm, self.nodes, self.cfg = fm, nodes, cfg
+        self.shard_cfg = shard_config(cfg, nodes)
+        self.shards = [self._shard(n) for n in range(nodes)]
+
+    def _shard(self, n: int) -> FixedModel:
+        cfg, sc, d = self.cfg, self.shard_cfg, self.cfg.head_dim
+        q0, q1 = n * sc.num_heads * d, (n + 1) * sc.num_heads * d
+        kv0 = shard_kv_head(cfg, self.nodes, n)
+        k0, k1 = kv0 * d, (kv0 + sc.num_kv_heads) * d
+        i0, i1 = n * sc.intermediate_size, (n + 1) * sc.intermediate_size
+        s = FixedModel.__new__(FixedModel)
+        s.cfg, s.group_size = sc, self.fm.group_size
+        s.embed, s.head, s.norm = self.fm.embed, self.fm.head, self.fm.norm
+        s.layers = []
+        for L in self.fm.layers:
+            S = {"ln1": L["ln1"], "ln2": L["ln2"],
+                 "q_proj": L["q_proj"].rows(q0, q1), "q_proj.bias": L["q_proj.bias"][q0:q1],
+                 "k_proj": L["k_proj"].rows(k0, k1), "k_proj.bias": L["k_proj.bias"][k0:k1],
+                 "v_proj": L["v_proj"].rows(k0, k1), "v_proj.bias": L["v_proj.bias"][k0:k1],
+                 "o_proj": L["o_proj"].cols(q0, q1),
+                 "gate_proj": L["gate_proj"].rows(i0, i1), "up_proj": L["up_proj"].rows(i0, i1),
+                 "down_proj": L["down_proj"].cols(i0, i1)}
+            s.layers.append(S)
+        return s
+
+    def shard(self, n: int) -> FixedModel:
+        return self.shards[n]
+
+    def new_cache(self) -> list:
+        return [FixedKVCache() for _ in range(self.nodes)]
+
+    def _layer(self, li: int, x, pos, caches):
+        t = x.shape[0]
+        g = self.shard_cfg.num_heads // self.shard_cfg.num_kv_heads
+        parts = []
+        for s, cache in zip(self.shards, caches):
+            q, k, v = s.attention_inputs(li, x, pos)
+            k_all, v_all = cache.append(li, k, v)
+            att = fx.attention(q, k_all, v_all, pos, np.arange(k_all[0].shape[0]), g)
+            parts.append(fx.linear(fx.x32_to_bfp(att.reshape(t, -1)), s.layers[li]["o_proj"]))
+        x_mid = fx.sat(x + fx.reduce_sum(parts).astype(np.int64), 32)
+        parts = []
+        for s in self.shards:
+            L = s.layers[li]
+            h = fx.rmsnorm(x_mid, *L["ln2"], self.cfg.rms_norm_eps)
+            gate = fx.silu(fx.linear(h, L["gate_proj"]))
+            act = fx.bfp_mul(fx.x32_to_bfp(gate), fx.x32_to_bfp(fx.linear(h, L["up_proj"])))
+            parts.append(fx.linear(act, L["down_proj"]))
+        return fx.sat(x_mid + fx.reduce_sum(parts).astype(np.int64), 32)
+
+    def forward_x32(self, tokens, caches: list | None = None, logits: str = "all") -> np.ndarray:
+        """X32 logits [T, vocab] (``logits="last"``: [1, vocab]) of the new tokens; ``caches``
+        (``new_cache()``) carries the per-shard KV caches between calls."""
+        cfg = self.cfg
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if tokens.size == 0:
+            raise UserError("no tokens given")
+        if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
+            raise UserError(f"token ids must be in [0, {cfg.vocab_size})")
+        caches = caches if caches is not None else self.new_cache()
+        pos = np.arange(caches[0].length, caches[0].length + tokens.size)
+        x = fx.embed(self.fm.embed, tokens)
+        for li in range(cfg.num_layers):
+            x = self._layer(li, x, pos, caches)
+        for c in caches:
+            c.length += tokens.size
+        if logits == "last":
+            x = x[-1:]
+        return fx.linear(fx.rmsnorm(x, *self.fm.norm, cfg.rms_norm_eps), self.fm.head)

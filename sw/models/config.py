@@ -5,6 +5,7 @@ YAML file or a Hugging Face checkpoint directory (its ``config.json``).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import MISSING, asdict, dataclass, fields
@@ -183,3 +184,35 @@ def load_model(spec: str | Path) -> ModelConfig:
         raise UserError(f"unknown model {str(spec)!r}; presets: {', '.join(preset_names())} "
                         "(or give a .yaml file or a checkpoint directory)")
     return ModelConfig.from_dict(yaml.safe_load(preset.read_text()), name=str(spec))
+
+
+# --- weight-sharded (tensor-parallel) shards (mcf.sw.golden.fixed_model.TensorParallel, mcf.sw.mars.lower_tp)
+def shard_config(cfg: ModelConfig, nodes: int) -> ModelConfig:
+    """The model one of ``nodes`` tensor-parallel shards computes: the same hidden size, 1/N of
+    the query heads and of the MLP width, and the KV heads those query heads read: 1/N of them,
+    or (more nodes than KV heads) one, shared by N / H_kv nodes that each compute and cache it
+    (its matrices are the whole model's row / column shards)."""
+    return dataclasses.replace(cfg, name=f"{cfg.name}/tp{nodes}", num_heads=cfg.num_heads // nodes,
+                               num_kv_heads=max(1, cfg.num_kv_heads // nodes),
+                               intermediate_size=cfg.intermediate_size // nodes)
+
+
+def shard_kv_head(cfg: ModelConfig, nodes: int, n: int) -> int:
+    """The first KV head of shard ``n`` (its query heads' group)."""
+    return n * cfg.num_kv_heads // nodes
+
+
+def check_tensor_parallel(cfg: ModelConfig, nodes: int, group: int) -> None:
+    """Refuse (one line) a model that does not split over ``nodes`` shards with group size ``group``."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise UserError(f"tensor-parallel: nodes={nodes!r} must be a positive integer")
+    if cfg.num_heads % nodes or cfg.intermediate_size % nodes or (cfg.num_kv_heads % nodes and
+                                                                  nodes % cfg.num_kv_heads):
+        raise UserError(f"tensor-parallel: model {cfg.name} ({cfg.num_heads} heads on {cfg.num_kv_heads} KV heads, "
+                        f"intermediate size {cfg.intermediate_size}) does not split over {nodes} node(s): the heads "
+                        f"and the intermediate size must divide by N, and N divide or be a multiple of the KV heads")
+    for what, n in (("num_heads x head_dim", cfg.num_heads * cfg.head_dim), ("intermediate_size", cfg.intermediate_size)):
+        if (n // nodes) % group:
+            raise UserError(f"tensor-parallel: {what}={n} / {nodes} node(s) = {n // nodes} columns per shard is not a "
+                            f"whole number of groups of {group} (use --group-size {math.gcd(n // nodes, group)} or "
+                            f"fewer nodes)")

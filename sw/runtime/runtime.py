@@ -38,16 +38,31 @@ from mcf.spec.regmap import NETWORK_FAULTS, WATCHDOG_RESET
 from mcf.spec.topology import Topology
 from mcf.sw.driver import NodeFault
 from mcf.sw.errors import UserError
-from mcf.sw.golden.fixed_model import FixedModel, default_group
+from mcf.sw.golden.fixed_model import FixedModel, TensorParallel, default_group
+from mcf.sw.models.config import shard_config
 from mcf.sw.mars.lower import DECODE_ROOT, lower
+from mcf.sw.mars.lower_tp import TENSOR_PARALLEL, lower_tp
 from mcf.sw.mars.planner import PlanRequest, plan
 from mcf.sw.mars.profile import load_profile
 from mcf.sw.models import ModelConfig
 
 from . import pack
 
+#: Decode schemes of ``Session`` (``mcf run --decode-scheme``): KV-stationary decode after a MARS /
+#: Ring / Zigzag / ... prefill (whole weights on every node), or weight-sharded tensor-parallel
+#: prefill and decode (``mcf.sw.mars.lower_tp``).
+DECODE_SCHEMES = ("kv-stationary", TENSOR_PARALLEL)
+
 #: Models up to this hidden size run on the tiny node's engine and buffers (NodeConfig.tiny).
 SMALL_HIDDEN = 256
+
+
+def tp_group(model: ModelConfig, nodes: int) -> int:
+    """The default INT4 group size of a tensor-parallel run: ``default_group`` of one shard
+    (a node's columns of o_proj and down_proj are whole groups)."""
+    if model.num_heads % nodes or model.intermediate_size % nodes:
+        return default_group(model)          # refused with its reason by TensorParallel
+    return default_group(shard_config(model, nodes))
 
 
 def node_config(model: ModelConfig, nodes: int, base: NodeConfig | None = None) -> NodeConfig:
@@ -140,7 +155,8 @@ class Session:
     def __init__(self, model: ModelConfig, weights: dict, prompt, *, nodes: int, factory, scheme: str = "mars",
                  chunk: int | None = None, budget: int | None = None, topology: str = "switch", decode: int = 0,
                  group: int | None = None, node: NodeConfig | None = None, timeout_s: float = 60.0,
-                 watchdog: int = WATCHDOG_RESET, fixed: FixedModel | None = None, kv_store=None):
+                 watchdog: int = WATCHDOG_RESET, fixed: FixedModel | None = None, kv_store=None,
+                 decode_scheme: str = "kv-stationary"):
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise UserError("no prompt tokens")
@@ -156,7 +172,7 @@ class Session:
         self.watchdog = watchdog
         cfg = node_config(model, nodes, node)
         if group is None:
-            group = default_group(model)
+            group = tp_group(model, nodes) if decode_scheme == TENSOR_PARALLEL else default_group(model)
         self.fm = fixed if fixed is not None else FixedModel(model, weights, group)
         if self.fm.group_size != group:
             raise UserError(f"the fixed model has group size {self.fm.group_size}, not {group}")
@@ -164,6 +180,18 @@ class Session:
         if chunk is None:
             chunk = min(cfg.max_tokens, len(prompt))
         self._tier, self.kv_prefix, loaded = None, 0, {}
+        if decode_scheme not in DECODE_SCHEMES:
+            raise UserError(f"decode scheme {decode_scheme!r}: one of {', '.join(DECODE_SCHEMES)}")
+        self.tp = decode_scheme == TENSOR_PARALLEL
+        if self.tp:
+            if kv_store is not None:
+                raise UserError("--kv-store: the prefix tier keeps whole chunks on their owners (mars scheme); "
+                                "tensor-parallel nodes hold KV heads")
+            if scheme != "mars":
+                raise UserError(f"decode scheme {TENSOR_PARALLEL}: the weights are sharded, so the prefill is "
+                                f"tensor-parallel too; --scheme {scheme} needs whole weights on a node")
+            self._prepare_tp(model, prompt, cfg, nodes, factory, chunk, topology, decode, group)
+            return
         if kv_store is not None:
             from .kvprefix import PrefixTier, parse_store
             if scheme != "mars":
@@ -208,6 +236,41 @@ class Session:
             o, parts = self.lw.loaded_kv(c, loaded[c])
             self.kv_writes[o] += [(addr - self.lw.bases[o], data) for addr, data in parts]
 
+    def _prepare_tp(self, model, prompt, cfg, nodes, factory, chunk, topology, decode, group) -> None:
+        """Tensor-parallel: every node holds 1/N of the weights (``TensorParallel.shard``) and
+        runs every chunk and decode token (``mcf.sw.mars.lower_tp``)."""
+        try:
+            self.tpm = TensorParallel(self.fm, nodes)
+        except UserError as exc:
+            raise UserError(str(exc)) from None
+        self.plan, self.group = None, group
+        probe = lower_tp(model, cfg.replace(route_entries=isa.LAYOUTS[isa.Opcode.SEND]["route_id"].max + 1),
+                         group, self.consts, [0] * nodes, len(prompt), chunk, decode, topology)
+        entries = 1 << max(0, probe.route_ids_used - 1).bit_length()
+        self.node = cfg.replace(route_entries=max(entries, 2))
+        from mcf.sw.cliutil import check_memory
+        check_memory(2 * nodes * probe.map.size, f"{nodes} node(s) x {probe.map.size / 2**20:.0f} MiB of DDR image "
+                     "(CPU and device views)")
+        self.backend = factory(nodes, self.node, probe.map.size, topology)
+        self.lw = lower_tp(model, self.node, group, self.consts, [m.phys_base for m in self.backend.memories],
+                           len(prompt), chunk, decode, topology)
+        self.kv_writes = [[] for _ in range(nodes)]
+
+    def weight_images(self) -> list:
+        """Per node, (offset, bytes) of its weight regions: the whole model on every node, or
+        (tensor-parallel) node n's shard."""
+        lw = self.lw
+        positions = len(self.prompt) + lw.map.dec_tokens
+        if self.tp:
+            import copy
+            out = []
+            for i in range(lw.nodes):
+                shard = copy.copy(self.tpm.shard(i))
+                shard.head = self.fm.head.rows(*lw.map.head_rows[i])      # its LM head rows
+                out.append(pack.weight_image(shard, lw.map, positions))
+            return out
+        return [pack.weight_image(self.fm, lw.map, positions)] * lw.nodes
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_tier"] = None            # sockets and threads stay in the PS process
@@ -216,7 +279,7 @@ class Session:
     # --- driving the nodes ---------------------------------------------------------------------------
     async def configure(self) -> None:
         lw, N = self.lw, self.lw.nodes
-        image = pack.weight_image(self.fm, lw.map, self.plan.request.seq_len + lw.map.dec_tokens)
+        images = self.weight_images()
         for i in range(N):
             drv, mem = self.backend.drivers[i], self.backend.memories[i]
             await drv.check_id()
@@ -226,7 +289,7 @@ class Session:
             await drv.set_fault_mask(NETWORK_FAULTS)
             await drv.set_watchdog(self.watchdog)
             await drv.enable()                   # the NIC takes and sends packets (CONTROL.enable)
-            for off, data in image:
+            for off, data in images[i]:
                 mem.put(off, data)
             for off, data in self.kv_writes[i]:       # the loaded prefix, where the prefill writes it
                 mem.put(off, data)
@@ -276,6 +339,8 @@ class Session:
                                   progress=lambda v: v[1], describe=describe)
 
     async def main(self) -> RunReport:
+        if self.tp:
+            return await self._main_tp()
         lw, N = self.lw, self.lw.nodes
         await self.configure()
         starts = np.concatenate([[0], np.cumsum(self.plan.chunk_tokens)])
@@ -298,6 +363,33 @@ class Session:
         report = self._report(steps, tokens, directory)
         report.kv_values = kv_values
         return report
+
+    async def _main_tp(self) -> RunReport:
+        """Tensor-parallel: every node gets every chunk's and decode token's ids and runs the
+        same step; node 0 holds the logits."""
+        lw, N = self.lw, self.lw.nodes
+        await self.configure()
+        starts = np.concatenate([[0], np.cumsum(lw.chunk_tokens)])
+        for c in range(lw.num_chunks):
+            ids = np.asarray(self.prompt[starts[c]:starts[c + 1]], dtype="<i4").tobytes()
+            for i in range(N):
+                self.backend.memories[i].put(lw.ids_addr(i, c) - lw.bases[i], ids)
+        steps = [await self.run_step("prefill", lw.prefill, lw.logits_node)]
+        tokens = [steps[0].token]
+        for k in range(self.decode):
+            for i in range(N):
+                self.backend.memories[i].put(lw.ids_addr(i, None) - lw.bases[i],
+                                             np.array([tokens[-1]], "<i4").tobytes())
+            steps.append(await self.run_step("decode", lw.decode_programs(k), lw.logits_node))
+            tokens.append(steps[-1].token)
+        sh = lw.shapes
+        kv = [int(sum(sh.L * sh.block_bytes(t) for t in lw.chunk_tokens))] * N
+        return RunReport(
+            backend=self.backend.name, model=self.model.name, scheme=TENSOR_PARALLEL, nodes=N,
+            chunk=int(max(lw.chunk_tokens)), prompt=self.prompt, tokens=[int(t) for t in tokens], steps=steps,
+            clock_hz=self.backend.clock_hz, replica_factor_per_step=[], kv_bytes_course=None,
+            kv_bytes_plan=[kv], link_bytes=self.backend.link_bytes(), directory_after_prefill=[[] for _ in range(N)],
+            lowered=lw)
 
     def _computed_chunks(self) -> dict:
         """The full chunks this prefill computed, read back from their owners' DDR windows (each a

@@ -39,7 +39,8 @@ class UnitCosts:
     def nic_cycles(self) -> int:
         return 1
 
-    def reduce_cycles(self, nbytes: int, parts: int) -> int:
+    def reduce_cycles(self, nbytes: int, parts: int, op: int = 0) -> int:
+        """Cycles from the last contribution's arrival to the result (``op``: its ReduceOp)."""
         return 1
 
 

@@ -123,7 +123,7 @@ class Network:
         payload = reduce_words(parts[0].meta.reduce_op, [p.payload for p in parts], cfg.state_words)
         meta = parts[0].meta.replace(src=self.nodes[node].node_id, op=Op.REDUCE_RESULT)
         result = Packet(meta, payload)
-        self.schedule(now + self.costs.reduce_cycles(len(payload), len(parts)),
+        self.schedule(now + self.costs.reduce_cycles(len(payload), len(parts), int(parts[0].meta.reduce_op)),
                       lambda: self.nic(node, result, self._now(), from_local=False, from_reduce=True))
         waiting, self.reduce_wait[node] = self.reduce_wait[node], []
         for p in waiting:

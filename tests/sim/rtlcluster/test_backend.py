@@ -6,8 +6,10 @@ The strongest evidence: 2-node and 4-node MARS runs of the tiny model give the g
 fixed-point model's logits and greedy tokens bit for bit, every node's directory and DDR after
 prefill hold exactly its owned blocks' KV equal to the golden cache (``check``, the ISA backend's
 test), each node streaming its GEMM weights over two HP ports (two weight loaders; one run with
-random pauses on every AXI channel of both ports); so do 3-node MARS, Ring and Zigzag runs (lean: 8 tokens, prefill), and a `transformers`
-checkpoint of another shape (GQA 3, untied) on the same build.  The model backend, calibrated
+random pauses on every AXI channel of both ports); so do 3-node MARS, Ring and Zigzag runs (lean:
+8 tokens, prefill), a `transformers` checkpoint of another shape (GQA 3, untied) on the same build,
+and 2-node weight-sharded (tensor-parallel) prefill + decode against the TP golden model.  The
+model backend, calibrated
 on another run, gives the 2-node run's TTFT and link bytes within 15 %.  `mcf run --backend rtl`
 prints `mcf golden generate --fixed`'s tokens.  Faults: an
 instruction outside the DMA window, an illegal instruction, a corrupted packet: the node stops
@@ -36,6 +38,7 @@ from mcf.sw.models import load_model
 from mcf.sw.runtime.backend import isa_backend
 from mcf.sw.runtime.runtime import Session
 from tests.sw.runtime.test_runtime import check
+from tests.sw.runtime.test_tensor_parallel import check_tp
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +160,34 @@ def test_mcf_run_rtl_equals_golden_generate(checkpoint, capsys, monkeypatch, ver
     out = json.loads(capsys.readouterr().out)
     assert out["backend"] == "rtl" and out["tokens"] == golden["tokens"] and len(out["tokens"]) == 2
     assert out["ttft_cycles"] > 0 and out["decode_cycles_per_token"] > 0 and out["link_bytes_total"] > 0
+
+
+@pytest.mark.cocotb
+@pytest.mark.timeout(BUILD_S)
+def test_rtl_cluster_runs_tensor_parallel_bit_exact(rtl_factory):
+    """Weight-sharded (tensor-parallel) prefill and decode on 2 RTL nodes, each holding half of
+    the weights (its heads, KV heads and MLP slice): the o_proj and down_proj partials are added
+    by the NICs' SUM reduction (4 pieces per all-reduce in prefill, 2 reductions open at once).
+    Every step's logits and the tokens equal the TP golden model bit for bit, each node's DDR
+    holds its KV heads' cache (``check_tp``, the ISA backend's test), and the switch counted the
+    bytes the ISA simulator sent.  The cluster model on the same programs gives TTFT and decode
+    cycles within 20 % (measured: -12 %, -4 %)."""
+    rep, s = check_tp(TINY, TINY_W, PROMPT[:8], nodes=2, chunk=4, decode=2, group=16, factory=rtl_factory,
+                      timeout_s=STEP_S)
+    _clean(s.backend)
+    isa = Session(TINY, TINY_W, PROMPT[:8], nodes=2, chunk=4, decode=2, group=16, factory=isa_backend,
+                  decode_scheme="tensor-parallel").run()
+    assert rep.link_bytes == isa.link_bytes and all(v > 0 for v in rep.link_bytes.values()), rep.link_bytes
+    assert rep.ttft_cycles > 0 and rep.decode_cycles_per_token > 0
+    # the program-level model (`mcf bench tp-decode`'s) on the same programs, with the switch's link figures
+    from mcf.sim.cluster import isa_model
+    prof = rtl.model_profile()
+    mod = Session(TINY, TINY_W, PROMPT[:8], nodes=2, chunk=4, decode=2, group=16, decode_scheme="tensor-parallel",
+                  factory=lambda *a: isa_model.model_backend(*a, profile=prof)).run()
+    gaps = (mod.ttft_cycles / rep.ttft_cycles - 1, mod.decode_cycles_per_token / rep.decode_cycles_per_token - 1)
+    print(f"TP on 2 RTL nodes: TTFT {rep.ttft_cycles}, decode {rep.decode_cycles_per_token} cycles/token; "
+          f"model gaps {gaps[0]:+.3f}, {gaps[1]:+.3f}")
+    assert all(abs(g) <= 0.2 for g in gaps), gaps
 
 
 # --- faults: counted, the node stops with an error status, the runtime says so in one line --------------

@@ -1,0 +1,372 @@
+"""Tensor-parallel (weight-sharded) lowering: every node holds 1/N of the weights and computes
+every token, on the same instruction set (``mcf.spec.isa``) as the MARS lowering.
+
+Megatron style, the golden model's ``mcf.sw.golden.fixed_model.TensorParallel``: node n holds
+query heads [n H/N, (n+1) H/N), their KV heads and *their KV cache* (the KV is sharded by KV
+head, never sent), the rows of Q/K/V, gate and up for them and the matching columns of o_proj
+and down_proj -- each a node's program is the narrower model ``shard_config`` with the full
+hidden size, so its GEMM blobs, KV blocks and SPAD rows are the MARS lowering's for that shape.
+o_proj and down_proj give each node an X32 partial of the hidden row; the NICs add them
+(``ReduceOp.SUM`` on a REDUCE route towards node 0, which multicasts the sum back), one
+all-reduce per o_proj and per down_proj.  RMSNorm, the residual stream and the embedding table are
+replicated (every node embeds the token and keeps the residual).  The LM head is split by
+vocabulary rows (``head_rows``: node n holds rows [n R, (n+1) R), R a multiple of the array's
+rows and of 16): every node computes its logits and sends them to node 0's logits region (a
+gather; per row the result is the unsharded one, so the logits equal the golden model's head on
+the same final-norm row).  At Qwen2.5-1.5B the head is 120 MB of INT4 weights and scales, more
+than 2/3 of a layer stack's share on 4 nodes: replicated, it alone would take a third of a token.
+
+Since the weights are sharded, the prefill is tensor-parallel too: chunk after chunk, every node
+on every chunk, each chunk's KV written into the node's pool slot of that chunk; a decode step
+is the same program with one token whose KV goes into the decode region.
+
+The all-reduce of T X32 rows (T x hidden x 4 bytes) goes in pieces of at most the NIC's
+reduction payload; at most ``reduce_slots`` pieces are open at a NIC at once (a contribution
+of piece k is sent only after the sum of piece k - reduce_slots came back).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mcf.spec import isa
+from mcf.spec.isa import VecOp
+from mcf.spec.node import NodeConfig
+from mcf.spec.packet import Collective, Op, ReduceOp, Stage
+from mcf.spec.topology import Topology
+from mcf.sw.models.config import ModelConfig, check_tensor_parallel, shard_config
+from .lower import (DECODE_ROOT, LoweringError, RouteTables, Shapes, _Alloc, _Buf, _Lowerer, _pad, check_model,
+                    const_keys, spad_map)
+
+#: The name of this decode scheme (as ``mcf simulate --decode`` names it).
+TENSOR_PARALLEL = "tensor-parallel"
+
+
+@dataclass
+class TPMap:
+    """Byte offsets of a tensor-parallel node's DDR (the same on every node)."""
+    regions: dict = field(default_factory=dict)
+    blobs: dict = field(default_factory=dict)
+    gains: dict = field(default_factory=dict)
+    size: int = 0
+    slot_bytes: int = 0
+    pool_layer: int = 0
+    dec_block: int = 0
+    dec_layer: int = 0
+    dec_tokens: int = 0
+    ids_slot: int = 0
+    head_tiles: int = 0
+    piece: int = 0                 # bytes per all-reduce piece
+    head_rows: list = field(default_factory=list)    # per node: its LM head rows (lo, hi)
+
+    def off(self, name: str) -> int:
+        return self.regions[name][0]
+
+
+@dataclass
+class TPLowered:
+    """What the runtime needs of a tensor-parallel session (cf. ``lower.Lowered``)."""
+    model: ModelConfig
+    shard: ModelConfig
+    node: NodeConfig
+    shapes: Shapes
+    map: TPMap
+    spad: object
+    bases: list
+    routes: list
+    prefill: list
+    chunk_tokens: list
+    decode_steps: int
+    consts: dict
+    topology: Topology
+    logits_node: int = DECODE_ROOT
+    route_ids_used: int = 0
+    reductions_open: int = 0
+    rgroups: list = field(default_factory=list)
+    _decode_cache: dict = field(default_factory=dict)
+
+    plan = None                     # no MARS plan: every node computes every chunk
+
+    @property
+    def nodes(self) -> int:
+        return len(self.bases)
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.chunk_tokens)
+
+    def decode_programs(self, step: int) -> list:
+        if not 0 <= step < self.decode_steps:
+            raise LoweringError(f"decode step {step}: the DDR map holds {self.decode_steps} decode tokens")
+        if step not in self._decode_cache:
+            low = _TPLowerer(self)
+            self._decode_cache = {step: low.decode(step)}
+        return self._decode_cache[step]
+
+    def ids_addr(self, node: int, chunk: int | None) -> int:
+        slot = self.num_chunks if chunk is None else chunk
+        return self.bases[node] + self.map.off("ids") + slot * self.map.ids_slot
+
+    def kv_addr(self, node: int, slot: int, layer: int) -> int:
+        return self.bases[node] + self.map.off("pool") + layer * self.map.pool_layer + slot * self.map.slot_bytes
+
+    def logits_addr(self, node: int) -> int:
+        return self.bases[node] + self.map.off("logits")
+
+    def program_addr(self, node: int) -> int:
+        return self.bases[node] + self.map.off("program")
+
+
+def head_rows(vocab: int, nodes: int, rows: int) -> list:
+    """Each node's LM head rows (lo, hi): R = ceil(vocab / N) rounded up to a multiple of the
+    array's ``rows`` and of 16 (whole tiles; its logits start on a 64-byte boundary)."""
+    unit = math.lcm(rows, 16)
+    R = -(-(-(-vocab // nodes)) // unit) * unit
+    out = [(min(vocab, n * R), min(vocab, (n + 1) * R)) for n in range(nodes)]
+    if any(lo >= hi for lo, hi in out):
+        raise LoweringError(f"tensor-parallel: a vocabulary of {vocab} rows leaves a node without LM head rows "
+                            f"({R} rows per node of {nodes})")
+    return out
+
+
+def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bases, seq_len: int, chunk: int,
+             decode_steps: int = 0, topology: str = "switch") -> TPLowered:
+    """The tensor-parallel programs of a prompt of ``seq_len`` tokens in chunks of ``chunk`` and
+    ``decode_steps`` decode tokens on ``len(bases)`` nodes built as ``node`` (``consts``: the
+    whole model's ``const_keys``; the shards share them)."""
+    N = len(bases)
+    if N < 1:
+        raise LoweringError("tensor-parallel: no nodes")
+    try:
+        check_tensor_parallel(model, N, group)
+    except Exception as exc:
+        raise LoweringError(str(exc)) from None
+    missing = [k for k in const_keys(model) if k not in consts]
+    if missing:
+        raise LoweringError(f"consts: missing {missing[0]}")
+    shard = shard_config(model, N)
+    check_model(shard, node, group)
+    if not 1 <= chunk <= node.max_tokens:
+        raise LoweringError(f"chunk of {chunk} tokens: the node computes 1 .. max_tokens={node.max_tokens} at once")
+    if seq_len < 1:
+        raise LoweringError("tensor-parallel: no prompt tokens")
+    if seq_len + decode_steps > node.max_context:
+        raise LoweringError(f"{seq_len} + {decode_steps} tokens exceed the node's max_context={node.max_context}")
+    if not 0 <= int(consts["eps_n"]) < 1 << 32:
+        raise LoweringError(f"model {model.name}: the RMSNorm epsilon constant {consts['eps_n']} does not fit 32 bits")
+    tok = [min(chunk, seq_len - s) for s in range(0, seq_len, chunk)]
+    sh = Shapes(shard, node, group, chunk)
+    piece = min(node.reduce_payload, node.max_payload) // isa.DDR_ALIGN * isa.DDR_ALIGN
+    if N > 1 and piece < isa.DDR_ALIGN:
+        raise LoweringError(f"tensor-parallel: the NIC's reduction payload ({node.reduce_payload} bytes) is below "
+                            f"one {isa.DDR_ALIGN}-byte piece")
+    C = len(tok)
+    m = TPMap()
+    a = _Alloc(isa.DDR_ALIGN)
+    m.slot_bytes = _pad(sh.block_bytes(chunk))
+    m.pool_layer = C * m.slot_bytes
+    m.dec_block = sh.block_bytes(1)
+    m.dec_tokens = max(1, decode_steps)
+    m.dec_layer = m.dec_tokens * m.dec_block
+    m.ids_slot = _pad(4 * node.max_tokens)
+    m.head_rows = head_rows(sh.vocab, N, sh.P)
+    R = m.head_rows[0][1] - m.head_rows[0][0]
+    m.head_tiles = -(-R // sh.P)
+    m.piece = piece
+    a("ids", (C + 1) * m.ids_slot)
+    for li in range(sh.L):
+        for name, (out, n) in sh.out_dims().items():
+            lay = sh.blob(out, n)
+            m.blobs[f"layers.{li}.{name}"] = (a(f"layers.{li}.{name}", lay.total_bytes), lay)
+        for g in ("ln1", "ln2"):
+            m.gains[f"layers.{li}.{g}"] = a(f"layers.{li}.{g}", 4 * sh.h)
+    m.gains["norm"] = a("norm", 4 * sh.h)
+    a("embed", sh.vocab * isa.embed_row_bytes(sh.h, sh.group))
+    lay = sh.blob(R, sh.h)
+    m.blobs["head"] = (a("head", lay.total_bytes), lay)
+    a("rope", (seq_len + m.dec_tokens) * sh.d * 4)
+    a("pool", sh.L * m.pool_layer)
+    a("decode_kv", sh.L * m.dec_layer)
+    rows = chunk * sh.h * 4
+    a("net.part", _pad(rows))
+    a("net.sum", _pad(rows))
+    a("logits", max(N * R, sh.vocab) * 4 + 4 * sh.vl)
+    m.regions = a.regions
+    m.size = a.top
+    topo = Topology(topology, N)
+    lw = TPLowered(model=model, shard=shard, node=node, shapes=sh, map=m, spad=spad_map(sh, 1, 1),
+                   bases=list(bases), routes=[], prefill=[], chunk_tokens=tok, decode_steps=decode_steps,
+                   consts=dict(consts), topology=topo)
+    lw.reductions_open = min(node.reduce_slots, max(1, -(-rows // piece)))
+    low = _TPLowerer(lw)
+    lw.prefill = low.prefill()
+    lw.routes = low.routes.tables
+    lw.route_ids_used = low.routes.used
+    longest = max(len(p) for p in lw.prefill)
+    if decode_steps:
+        longest = max(longest, max(len(p) for p in lw.decode_programs(0)))
+    if lw.route_ids_used > node.route_entries:
+        raise LoweringError(f"the programs use {lw.route_ids_used} route ids; the node's route table has "
+                            f"route_entries={node.route_entries}")
+    m.regions["program"] = (m.size, longest * isa.INSTR_BYTES)
+    m.size = _pad(m.size + longest * isa.INSTR_BYTES, 4096)
+    return lw
+
+
+class _TPLowerer(_Lowerer):
+    """The MARS lowerer's EX sequences (norm, Q/K/V + KV writer, attention, GEMMs, LM head) on
+    the shard's shapes, with the two all-reduces per layer."""
+
+    def __init__(self, lw: TPLowered):
+        self.lw, self.sh, self.map, self.sp = lw, lw.shapes, lw.map, lw.spad.beats
+        self.plan, self.consts, self.rgroups = None, lw.consts, []
+        self.N = lw.nodes
+        from .builder import Builder
+        self.b = Builder(self.N, lw.node.num_sems)
+        self.routes = RouteTables(lw.topology, max(lw.node.route_entries, 2))
+        self.bufs = {}
+        tok = lw.chunk_tokens
+        self.starts = np.concatenate([[0], np.cumsum(tok)]).astype(np.int64)
+        if self.N > 1:
+            self.routes.broadcast(DECODE_ROOT)
+            self.routes.reduce(DECODE_ROOT)
+
+    # --- the all-reduce ------------------------------------------------------------------------
+    def projection(self, n: int, name: str, T: int, src: int, src_stride: int, tile0: int = 0,
+                   tiles: int | None = None) -> None:
+        """The partial GEMM of o_proj / down_proj (its tiles [tile0, tile0 + tiles)) into SPAD O."""
+        sh = self.sh
+        self.gemm(n, name, name, T, src, src_stride, self.sp["O"] + tile0 * sh.P // sh.vl, sh.hb, bias=False,
+                  tile0=tile0, tiles=tiles)
+
+    def all_reduce(self, T: int, stage: Stage, seq: int, gemm) -> None:
+        """``gemm(n, tile0, tiles)`` emits node n's partial GEMM into SPAD O (T X32 rows of the
+        hidden size); then every node's O <- the sum over the nodes.  With one token and pieces
+        of whole tiles, the GEMM goes piece by piece: piece k's reduction overlaps piece k + 1's
+        GEMM, and only the last piece's network time is exposed."""
+        b, sh, sp, N = self.b, self.sh, self.sp, self.N
+        total, piece, W = T * sh.h * 4, self.map.piece, self.lw.node.reduce_slots
+        offs = list(range(0, total, piece)) if N > 1 else [0]
+        unit = math.lcm(sh.P, sh.vl) * 4
+        split = N > 1 and T == 1 and piece % unit == 0 and len(offs) > 1
+        if not split:
+            for n in range(N):
+                gemm(n, 0, None)
+        if N == 1:
+            return
+        root, others = DECODE_ROOT, [n for n in range(N) if n != DECODE_ROOT]
+        route_r, route_b = self.routes.reduce(root), self.routes.broadcast(root)
+        got = {n: [] for n in range(N)}        # per node: the arrival of each piece's sum
+        st = {}
+        for k, off in enumerate(offs):
+            ln = min(piece, total - off)
+            for n in range(N):
+                if split:
+                    t0 = off // 4 // sh.P
+                    gemm(n, t0, -(-ln // 4 // sh.P))
+                pb = self.buf("part", n, k)
+                if split or k == 0:
+                    st[n] = b.ex(n, isa.Store, pb.write_deps(), ddr=self.region(n, "net.part") + (off if split else 0),
+                                 spad=sp["O"] + (off // 4 // sh.vl if split else 0),
+                                 beats=-(-ln // 4 // sh.vl) if split else T * sh.hb, row_beats=0)
+                pb.wrote(st[n])
+            tag = b.new_tag()
+            common = dict(length=ln, stage=stage, mop=Op.TENSOR, collective=Collective.REDUCE,
+                          reduce_op=ReduceOp.SUM, dst=root, route_id=route_r, tag=tag, seq=seq & 0xFFFF)
+            for n in others:
+                deps = [st[n]] + ([got[n][k - W]] if k >= W else [])
+                self.buf("part", n, k).read(b.send(n, [root], deps, credits=False,
+                                                ddr=self.region(n, "net.part") + off, **common))
+            sb = self.buf("sum", root)
+            arr = b.recv(root, root, tag, self.region(root, "net.sum") + off, ln, sb.write_deps() if k == 0 else (),
+                         credit_route=None, result_of_reduce=True)
+            deps = [st[root], b.posted(arr)] + ([got[root][k - W]] if k >= W else [])
+            self.buf("part", root, k).read(b.send(root, [root], deps, credits=False,
+                                               ddr=self.region(root, "net.part") + off, **common))
+            got[root].append(arr)
+            tagb = b.new_tag()
+            for n in others:
+                nb = self.buf("sum", n)
+                got[n].append(b.recv(n, root, tagb, self.region(n, "net.sum") + off, ln,
+                                     nb.write_deps() if k == 0 else (), credit_route=self.routes.unicast(root)))
+            sb.read(b.send(root, others, [arr], ddr=self.region(root, "net.sum") + off, length=ln, stage=stage,
+                           mop=Op.TENSOR, collective=Collective.MULTICAST, reduce_op=ReduceOp.NONE, dst=root,
+                           route_id=route_b, tag=tagb, seq=seq & 0xFFFF))
+        for n in range(N):
+            nb = self.buf("sum", n)
+            nb.wrote(got[n][-1])
+            nb.read(b.ex(n, isa.Load, got[n], ddr=self.region(n, "net.sum"), spad=sp["O"], beats=T * sh.hb,
+                         row_beats=0))
+
+    # --- one step: T tokens on every node ------------------------------------------------------
+    def step(self, T: int, pos0: int, ids_slot: int | None, seg_of, runs_of, stage: Stage, seq: int,
+             head_row: int | None) -> None:
+        sh, sp, N = self.sh, self.sp, self.N
+        for n in range(N):
+            self.embed(n, self.lw.ids_addr(n, ids_slot), T, pos0)
+        for li in range(sh.L):
+            p = f"layers.{li}"
+            for n in range(N):
+                self.front(n, li, T, seg_of(n, li))
+                self.attention(n, T, pos0, runs_of(n, li))
+                self.vec(n, VecOp.TO_BFP, sh.hq * sh.d, T, sp["A"], sh.qb, sp["A"], sh.qb)
+            self.all_reduce(T, stage, seq, lambda n, t0, tiles: self.projection(n, f"{p}.o_proj", T, sp["A"], sh.qb,
+                                                                                t0, tiles))
+            for n in range(N):
+                self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
+                self.norm(n, f"{p}.ln2", f"{p}.ln2.g_exp", T, sp["X"])
+                self.gemm(n, f"{p}.gate_proj", f"{p}.gate_proj", T, sp["H"], sh.hb, sp["G"], sh.ib, bias=False)
+                self.gemm(n, f"{p}.up_proj", f"{p}.up_proj", T, sp["H"], sh.hb, sp["U"], sh.ib, bias=False)
+                self.vec(n, VecOp.SILU, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib)
+                self.vec(n, VecOp.TO_BFP, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib)
+                self.vec(n, VecOp.TO_BFP, sh.inter, T, sp["U"], sh.ib, sp["U"], sh.ib)
+                self.vec(n, VecOp.MUL, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib, b=sp["U"], b_stride=sh.ib)
+            self.all_reduce(T, stage, seq, lambda n, t0, tiles: self.projection(n, f"{p}.down_proj", T, sp["G"],
+                                                                                sh.ib, t0, tiles))
+            for n in range(N):
+                self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
+        if head_row is not None:
+            self.head_gather(head_row, stage, seq)
+
+    def head_gather(self, row: int, stage: Stage, seq: int) -> None:
+        """Every node's LM head rows of X row ``row``; the logits gathered at node 0."""
+        b, N, root = self.b, self.N, DECODE_ROOT
+        last = {n: self.head(n, row) for n in range(N)}
+        for n in range(N):
+            if n == root:
+                continue
+            lo, hi = self.map.head_rows[n]
+            tag = b.new_tag()
+            b.recv(root, n, tag, self.region(root, "logits") + 4 * lo, 4 * (hi - lo), credit_route=self.routes.unicast(n))
+            b.send(n, [root], [last[n]], ddr=self.region(n, "logits"), length=4 * (hi - lo), stage=stage,
+                   mop=Op.TENSOR, collective=Collective.UNICAST, reduce_op=ReduceOp.NONE, dst=root,
+                   route_id=self.routes.unicast(root), tag=tag, seq=seq & 0xFFFF)
+
+    def _pool_runs(self, n: int, li: int, upto: int) -> list:
+        tok = self.lw.chunk_tokens
+        return self.runs_for([(c, c) for c in range(upto)], lambda s: self.lw.kv_addr(n, s, li), False,
+                             lambda c: tok[c])
+
+    def prefill(self) -> list:
+        tok, C = self.lw.chunk_tokens, self.lw.num_chunks
+        for c in range(C):
+            self.step(tok[c], int(self.starts[c]), c, lambda n, li, c=c: self.lw.kv_addr(n, c, li),
+                      lambda n, li, c=c: self._pool_runs(n, li, c + 1), Stage.PREFILL, c,
+                      tok[c] - 1 if c == C - 1 else None)
+        return self.b.programs()
+
+    def decode(self, step: int) -> list:
+        S = int(self.starts[-1])
+        m = self.map
+
+        def runs(n, li):
+            return self._pool_runs(n, li, self.lw.num_chunks) + [
+                {"addr": self.region(n, "decode_kv") + li * m.dec_layer, "stride": m.dec_block, "n": 1,
+                 "blocks": step + 1, "first_b": 0, "kpos0": S, "bstride": 0, "pstride": 1, "gated": False}]
+
+        self.step(1, S + step, None,
+                  lambda n, li: self.region(n, "decode_kv") + li * m.dec_layer + step * m.dec_block,
+                  runs, Stage.DECODE, step, 0)
+        return self.b.programs()
