@@ -143,6 +143,26 @@ def test_rtl_cluster_runs_the_tiny_model_bit_exact(rtl_factory, nodes, scheme, p
     if scheme == "mars" and nodes > 2:
         assert max(rep.replica_factor_per_step) > 1 and rep.replica_factor_per_step[-1] == 1
     assert rep.ttft_cycles > 0 and all(st.counters[0]["RETIRED_EX"] > 0 for st in rep.steps)
+    if not pauses:
+        _model_within(rep, 0.15, nodes=nodes, scheme=scheme, prompt=PROMPT[:prompt], chunk=chunk, budget=budget,
+                      decode=decode)
+
+
+def _model_within(rep, bound, *, prompt, **kw):
+    """The model backend (``mcf run --backend model``: the profile's ISA costs, calibrated by
+    ``mcf bench isa-costs --write`` on other runs, and the RTL switch's link figures) on the same
+    session: the same link bytes, TTFT and decode cycles per token within ``bound`` of the RTL's."""
+    from mcf.sim.cluster import isa_model
+    prof = rtl.model_profile()
+    mod = Session(TINY, TINY_W, prompt, group=16, **kw,
+                  factory=lambda *a: isa_model.model_backend(*a, profile=prof)).run()
+    assert mod.link_bytes == rep.link_bytes
+    gaps = [mod.ttft_cycles / rep.ttft_cycles - 1]
+    if rep.decode_cycles_per_token:
+        gaps.append(mod.decode_cycles_per_token / rep.decode_cycles_per_token - 1)
+    print(f"RTL TTFT {rep.ttft_cycles}, decode {rep.decode_cycles_per_token} cycles/token; model gaps "
+          + ", ".join(f"{g:+.3f}" for g in gaps))
+    assert all(abs(g) <= bound for g in gaps), gaps
 
 
 @pytest.mark.cocotb
@@ -180,14 +200,7 @@ def test_rtl_cluster_runs_tensor_parallel_bit_exact(rtl_factory):
     assert rep.link_bytes == isa.link_bytes and all(v > 0 for v in rep.link_bytes.values()), rep.link_bytes
     assert rep.ttft_cycles > 0 and rep.decode_cycles_per_token > 0
     # the program-level model (`mcf bench tp-decode`'s) on the same programs, with the switch's link figures
-    from mcf.sim.cluster import isa_model
-    prof = rtl.model_profile()
-    mod = Session(TINY, TINY_W, PROMPT[:8], nodes=2, chunk=4, decode=2, group=16, decode_scheme="tensor-parallel",
-                  factory=lambda *a: isa_model.model_backend(*a, profile=prof)).run()
-    gaps = (mod.ttft_cycles / rep.ttft_cycles - 1, mod.decode_cycles_per_token / rep.decode_cycles_per_token - 1)
-    print(f"TP on 2 RTL nodes: TTFT {rep.ttft_cycles}, decode {rep.decode_cycles_per_token} cycles/token; "
-          f"model gaps {gaps[0]:+.3f}, {gaps[1]:+.3f}")
-    assert all(abs(g) <= 0.2 for g in gaps), gaps
+    _model_within(rep, 0.2, prompt=PROMPT[:8], nodes=2, chunk=4, decode=2, decode_scheme="tensor-parallel")
 
 
 # --- faults: counted, the node stops with an error status, the runtime says so in one line --------------
