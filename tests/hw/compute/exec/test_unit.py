@@ -43,7 +43,7 @@ async def run_layer(dut):
     rng = np.random.default_rng(p.get("seed", 1))
     cfg = load_model("tiny")
     model = FixedModel(cfg, random_weights(cfg, seed=p.get("seed", 1)), group_size=32)
-    node = CFG.replace(weight_ports=p.get("weight_ports", 1))
+    node = CFG.replace(weight_ports=p.get("weight_ports", 1), vec_lanes=p.get("vec_lanes", CFG.vec_lanes))
     plan = LayerProgram(model, node)
     drv = ExecDriver(dut, ram_bytes=1 << (plan.ddr_bytes - 1).bit_length(), seed=p.get("seed", 1),
                      pause=p.get("pause", 0.2))
@@ -107,8 +107,9 @@ async def run_axi_errors(dut):
     assert (await drv.run(isa.Load(ddr=0x8000, spad=0, beats=4, row_beats=0))).fault == SeqFault.AXI_ERROR
     assert (await drv.run(isa.Store(ddr=0x8000, spad=0, beats=4, row_beats=0))).fault == SeqFault.AXI_ERROR
     assert (await drv.run(isa.Kvw(src=0, rows=2, row_stride=2, seg=0x8000))).fault == SeqFault.AXI_ERROR
-    await drv.must(isa.Load(ddr=0x1000, spad=0, beats=8, row_beats=0))
-    await drv.must(isa.Store(ddr=0x2000, spad=0, beats=8, row_beats=0))
+    beats = 256 // (4 * params().get("vec_lanes", CFG.vec_lanes))
+    await drv.must(isa.Load(ddr=0x1000, spad=0, beats=beats, row_beats=0))
+    await drv.must(isa.Store(ddr=0x2000, spad=0, beats=beats, row_beats=0))
     assert drv.ram.read(0x2000, 256) == bytes(range(256))
 
 
@@ -136,12 +137,15 @@ def test_unit_cocotb(build_dir):
     """With two weight ports (NodeConfig.weight_ports): the weights of every GEMM spread over two
     loaders, each on its own AXI4 master, words of two bus beats taken back in turn, every channel
     paused at random; the one-port unit runs the same layers inside the node benches
-    (tests/hw/test_node.py, tests/sim/rtlcluster) and ``mcf bench compute``."""
+    (tests/hw/test_node.py, tests/sim/rtlcluster) and ``mcf bench compute``.  With VL = 4 lanes
+    (half the array's 8): the SPAD in two banks, the GEMM mover filling the token buffer from two
+    beats at a time while the matrix runs, as the Qwen node does (VL 8, 32 lanes, four banks)."""
     report = build_dir.parent / "layer.json"
-    unit = ExecUnit(CFG.replace(weight_ports=2))
+    unit = ExecUnit(CFG.replace(weight_ports=2, vec_lanes=4))
     assert [n for n in unit.signature.members if n.startswith("m_axi")] == ["m_axi", "m_axi_w0", "m_axi_w1"]
+    assert unit.g.spad_banks == 2
     run_cocotb(unit, __name__, build_dir, testcase=["run_layer", "run_axi_errors"],
-               params={"seed": 3, "report": str(report), "weight_ports": 2})
+               params={"seed": 3, "report": str(report), "weight_ports": 2, "vec_lanes": 4})
     fig = layer_figures(json.loads(report.read_text()), CFG)       # what `mcf bench compute` prints
     assert fig["prefill"]["instructions"] > 50 and fig["decode"]["cycles"] < fig["prefill"]["cycles"]
     assert 0 < fig["decode"]["mac_utilization"] < fig["prefill"]["mac_utilization"] <= 1
