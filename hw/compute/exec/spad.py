@@ -80,7 +80,7 @@ class Scratchpad(wiring.Component):
             we = exps.write_port()
             rw, re = words.read_port(), exps.read_port()
             row = self.rd.addr >> lb
-            if B > 1:        # beat a + x of bank i: x = (i - a) mod B, at row (a + x) / B
+            if i < B - 1:    # beat a + x of bank i: x = (i - a) mod B, at row (a + x) / B
                 row = Mux(self.rd.addr[:lb] > i, row + 1, row)
             hit = (wbank == i) if B > 1 else 1
             m.d.comb += [
