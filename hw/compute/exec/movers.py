@@ -818,28 +818,34 @@ class GemmMover(Mover):
         orow = Signal(g.spad_bits + 16)  # dst + otok dst_stride
         with m.If(state == S.CHECK):
             m.d.sync += [ot.eq(0), otok.eq(0), orow.eq(ins.dst)]
+        # output beats through a queue of max_tokens beats: a tile's last group emits a beat per
+        # token per cycle, a beat takes P / VL cycles of SPAD writes; the queue lets the matrix go on
+        # with the next tile meanwhile (without it the array waited ~P / VL x T cycles a tile)
+        m.submodules.oq = oq = fifo.SyncFIFOBuffered(width=P * 32 + 1, depth=TM)
+        m.d.comb += [oq.w_en.eq(mx.o.tvalid), oq.w_data.eq(Cat(mx.o.tdata, mx.o.tlast)), mx.o.tready.eq(oq.w_rdy)]
+        o_valid, o_data, o_last = oq.r_rdy, oq.r_data[:P * 32], oq.r_data[P * 32]
         wr = b.spad_wr
         o_take = Signal()
         if P <= VL:
             r = VL // P
             sub = ot[:_log2(r)] if r > 1 else Const(0, 1)
-            m.d.comb += [wr.addr.eq(orow + (ot >> _log2(r))), wr.data.eq(Cat(*[mx.o.tdata] * r)),
-                         wr.lanes.eq(Mux(mx.o.tvalid, Const((1 << P) - 1, VL) << (sub * P), 0)),
-                         o_take.eq(mx.o.tvalid)]
+            m.d.comb += [wr.addr.eq(orow + (ot >> _log2(r))), wr.data.eq(Cat(*[o_data] * r)),
+                         wr.lanes.eq(Mux(o_valid, Const((1 << P) - 1, VL) << (sub * P), 0)),
+                         o_take.eq(o_valid)]
         else:
             r = P // VL
             part = Signal(range(r))
-            pieces = Array(mx.o.tdata[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
+            pieces = Array(o_data[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
             m.d.comb += [wr.addr.eq(orow + Cat(part, ot)), wr.data.eq(pieces[part]),
-                         wr.lanes.eq(Mux(mx.o.tvalid, (1 << VL) - 1, 0)), o_take.eq(mx.o.tvalid & (part == r - 1))]
-            with m.If(mx.o.tvalid):
+                         wr.lanes.eq(Mux(o_valid, (1 << VL) - 1, 0)), o_take.eq(o_valid & (part == r - 1))]
+            with m.If(o_valid):
                 m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
-        m.d.comb += [wr.exp_en.eq(mx.o.tvalid), wr.exp.eq(0), mx.o.tready.eq(o_take)]
+        m.d.comb += [wr.exp_en.eq(o_valid), wr.exp.eq(0), oq.r_en.eq(o_take)]
         with m.If(o_take):
             m.d.sync += [otok.eq(otok + 1), orow.eq(orow + ins.dst_stride)]
             with m.If(otok == ins.tokens - 1):
                 m.d.sync += [otok.eq(0), orow.eq(ins.dst), ot.eq(ot + 1)]
-            with m.If(mx.o.tlast):
+            with m.If(o_last):
                 m.d.sync += state.eq(S.FINISH)
         with m.If(state == S.FINISH):
             m.d.comb += self.done.eq(1)
