@@ -81,7 +81,10 @@ def write_verilog(component, toplevel: str, build_dir: Path, cache_dir=None) -> 
         if cached.is_file():
             shutil.copyfile(cached, path)
             return path
-    text = component.verilog(toplevel) if hasattr(component, "verilog") else verilog.convert(component, name=toplevel)
+    from mcf.hw.compute.dot_array import with_models
+    # a design with DSP48E2 instances (NodeConfig.dsp_primitives) simulates on the model beside it
+    text = with_models(component.verilog(toplevel) if hasattr(component, "verilog")
+                       else verilog.convert(component, name=toplevel))
     path.write_text(text)
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)

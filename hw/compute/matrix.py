@@ -17,7 +17,10 @@ Weights come on an AXI-Stream (``w``, fed by the ping-pong DMA loader), one grou
 per group on ``scale`` (``rows`` x uint16), one bias beat per row tile on ``bias`` (``rows``
 x int32, only when ``cmd.bias``).  Activations are written into the buffer beforehand through
 ``act`` (address = beat * max_tokens + token; beat = input index / lanes) and ``exp`` (row
-exponents).  ``o`` carries one beat of ``rows`` X32 words per (tile, token), TLAST on the last.
+exponents).  ``streamed=True`` adds ``avail``: the beats 0 .. avail - 1 of every token are in the
+buffer; a command may start before its activations are all there, and the unit issues beat b
+only once b < avail (a loader that writes the buffer beat-major, all tokens of beat 0 first,
+overlaps its load with the first tile's MACs).  ``o`` carries one beat of ``rows`` X32 words per (tile, token), TLAST on the last.
 
 Pipeline: issue (buffer read) -> products (``DotArray.latency`` stages) -> partial
 (read-modify-write per token) -> scale multiply -> accumulate -> requantize -> ``o``.  Only ``o`` can stall it; ``mac`` is high on
@@ -62,7 +65,8 @@ def cmd_layout(max_tokens, max_beats, max_tiles):
 
 class MatrixUnit(wiring.Component):
     def __init__(self, mac_rows: int = 4, mac_lanes: int = 8, max_tokens: int = 8, max_inputs: int = 256,
-                 max_tiles: int = 64, max_group: int = 128, packed: bool = True, primitive: bool = False):
+                 max_tiles: int = 64, max_group: int = 128, packed: bool = True, primitive: bool = False,
+                 streamed: bool = False):
         rows, lanes = mac_rows, mac_lanes
         log2_exact(lanes, "mac_lanes")
         log2_exact(max_tokens, "max_tokens")
@@ -76,7 +80,7 @@ class MatrixUnit(wiring.Component):
         if packed and rows % 2:
             raise ValueError(f"mac_rows={rows}: packed products need an even number of rows")
         self.mac_rows, self.mac_lanes, self.max_tokens, self.packed = rows, lanes, max_tokens, bool(packed)
-        self.primitive = bool(primitive)
+        self.primitive, self.streamed = bool(primitive), bool(streamed)
         self.max_inputs, self.max_tiles = max_inputs, max_tiles
         self.max_group = min(max_group, max_inputs)        # group size G (inputs per scale)
         self.depth = max_inputs // lanes                      # beats per row
@@ -97,6 +101,7 @@ class MatrixUnit(wiring.Component):
             "o": Out(AXIStreamSignature(rows * 32)),
             "busy": Out(1),
             "mac": Out(1),
+            **({"avail": In(range(self.depth + 1))} if streamed else {}),
         })
 
     @property
@@ -141,7 +146,7 @@ class MatrixUnit(wiring.Component):
         need_bias = last_j & last_g & cfg.bias
         fire = Signal()
         m.d.comb += fire.eq(running & adv & self.w.tvalid & (~last_j | self.scale.valid)
-                            & (~need_bias | self.bias.valid))
+                            & (~need_bias | self.bias.valid) & ((beat < self.avail) if self.streamed else 1))
         m.d.comb += [
             self.mac.eq(fire),
             self.w.tready.eq(fire & last_t),

@@ -45,11 +45,15 @@ UTILIZATION_BENCH = ("tests.hw.compute.test_matrix", "run_utilization")
 LAYER_BENCH = ("tests.hw.compute.exec.test_unit", "run_layer")
 #: The execute unit's GEMM bench against the DDR model (module, coroutine).
 ENGINE_BENCH = ("tests.hw.compute.exec.test_unit", "run_gemm_ops")
+#: The execute unit's attention block against the DDR model (same module and build).
+ATTN_BENCH = ("tests.hw.compute.exec.test_unit", "run_attn_ops")
 
 NAME = "compute"
-#: The engine bench drives GEMMs only: the unit is elaborated with the node's GEMM path (array, tokens
-#: per weight pass, SPAD, bus, weight ports, loader buffers) and small attention / directory / RoPE
-#: capacities, which no GEMM touches (the full-size unit takes too long to convert and build).
+#: The engine bench's build: the node's GEMM path (array, tokens per weight pass, SPAD, bus, weight
+#: ports, loader buffers) and the node's attention unit (head_dim, att_rows: its product arrays) but
+#: small capacities -- 256 positions, segments of at most 64 keys, 256 directory entries -- which only
+#: size counters, the segment scale table and the RoPE table (the full-size unit takes too long to
+#: convert and build).  The attention block runs 256 keys in 64-key segments within them.
 GEMM_ONLY = {"max_keys": 64, "max_context": 256, "kv_block_keys": 64, "dir_entries": 256}
 #: The profile ``--write-profile`` writes by default.
 PROFILE = Path(__file__).resolve().parents[2] / "sw" / "mars" / "profiles" / "kr260.yaml"
@@ -81,6 +85,10 @@ def add_arguments(p) -> None:
                    help="engine bench: output rows simulated per prefill GEMM (default: %(default)s)")
     p.add_argument("--decode-rows", type=int, default=512,
                    help="engine bench: output rows simulated per decode GEMM (default: %(default)s)")
+    p.add_argument("--attn-keys", type=int, default=256,
+                   help="engine bench: keys of the attention block (KV of one GQA group in DDR) (default: %(default)s)")
+    p.add_argument("--attention", action=argparse.BooleanOptionalAction, default=True,
+                   help="engine bench: also run one attention block (prefill chunk and decode token) (default: on)")
     p.add_argument("--sim", choices=("verilator", "icarus"), default="verilator",
                    help="engine bench: simulator (default: %(default)s)")
     p.add_argument("--write-profile", nargs="?", const=str(PROFILE), default=None, metavar="YAML",
@@ -245,12 +253,55 @@ def engine_figures(report: dict, node: NodeConfig, timing) -> dict:
     return {"ops": ops, **out}
 
 
+def attention_figures(report: dict, node: NodeConfig) -> dict:
+    """The attention bench's per-op, per-kind counts -> figures: cycles per instruction kind, keys
+    per cycle of each pass, products per cycle and utilization of the unit's two product arrays
+    (the score array, ``att_rows`` x ``head_dim`` INT4 x int16, used by MAX and APPLY alike; the
+    P.V array, ``att_rows`` x ``head_dim`` int32 x INT4, used by APPLY), and the KV bytes read."""
+    from mcf.spec.kv import segment_bytes
+    R, d = node.att_rows, node.head_dim
+    array = R * d
+    out = {}
+    for op in report["ops"]:
+        kinds = op["per_kind"]
+        keys = op["keys"]
+        cycles = sum(k["cycles"] for k in kinds.values())
+        mx, ap = kinds["ATTN_KV:MAX"], kinds["ATTN_KV:APPLY"]
+        jobs = mx["count"]
+        score_products = (mx["rows"] + ap["rows"]) * d * keys        # every key, visible or not
+        pv_products = ap["rows"] * d * keys
+        kv_seg = segment_bytes(op["block_keys"], d) * (keys // op["block_keys"])     # one K (or V) of the run
+        kv_read = mx["ddr_read_bytes"] + ap["ddr_read_bytes"]
+        out[op["name"]] = {
+            "tokens": op["tokens"], "heads": op["heads"], "keys": keys, "visible_keys": op["visible_keys"],
+            "jobs": jobs, "rows_per_job": mx["rows"] // jobs, "cycles": cycles,
+            "cycles_per_instruction": {k: round(v["cycles"] / v["count"], 1) for k, v in sorted(kinds.items())},
+            "cycles_by_kind": {k: v["cycles"] for k, v in sorted(kinds.items())},
+            "max_pass_keys_per_cycle": round(keys * jobs / mx["cycles"], 4),
+            "apply_pass_keys_per_cycle": round(keys * jobs / ap["cycles"], 4),
+            "score_array_products_per_cycle": round(score_products / (mx["cycles"] + ap["cycles"]), 1),
+            "score_array_utilization": round(score_products / (mx["cycles"] + ap["cycles"]) / array, 4),
+            "pv_array_products_per_cycle": round(pv_products / ap["cycles"], 1),
+            "pv_array_utilization": round(pv_products / ap["cycles"] / array, 4),
+            "products_per_cycle": round((score_products + pv_products) / cycles, 1),
+            "product_arrays_utilization": round((score_products + pv_products) / cycles / (2 * array), 4),
+            "kv_bytes_read": kv_read,
+            "kv_bytes_read_per_job": round(kv_read / jobs),
+            "kv_segment_bytes": kv_seg,
+            # K by MAX, K and V by APPLY, for all the group's heads at once: 3 segments' bytes a job
+            "kv_reads_per_job_per_segment": round(kv_read / jobs / (3 * kv_seg), 4),
+            "kv_bytes_if_read_per_head": kv_read * op["heads"],
+            "ddr_bytes_per_cycle_in_passes": round(kv_read / (mx["cycles"] + ap["cycles"]), 2),
+        }
+    return out
+
+
 def run_engine(args) -> dict:
     from mcf.hw.compute.exec.unit import ExecUnit
     from mcf.sim.ddr_model import DdrTiming
     from mcf.sim.runner import run_cocotb
     from mcf.sw.models import load_model
-    for name in ("weight_ports", "prefill_rows", "decode_rows"):
+    for name in ("weight_ports", "prefill_rows", "decode_rows", "attn_keys"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     model = load_model(args.model)
@@ -261,19 +312,28 @@ def run_engine(args) -> dict:
     timing = DdrTiming.from_node(node)
     group = min(128, model.hidden_size)
     ops = engine_ops(model, node, args.prefill_rows, args.decode_rows, group)
+    block_keys = min(node.kv_block_keys, args.attn_keys)
+    if args.attention and (args.attn_keys % block_keys or args.attn_keys > node.max_context
+                           or args.attn_keys < node.max_tokens or node.att_rows < node.group):
+        raise ValueError(f"--attn-keys {args.attn_keys}: a multiple of {block_keys} from {node.max_tokens} to "
+                         f"{node.max_context} (this build's segments and positions; att_rows={node.att_rows} "
+                         f"must hold a GQA group of {node.group})")
     ram = max(op["tiles"] * node.mac_rows * op["n"] for op in ops) * 2 + (1 << 20)
     ram_bytes = 1 << (ram - 1).bit_length()
     from mcf.sim.rtlcluster.backend import _cache_dir
     with tempfile.TemporaryDirectory(prefix="mcf-bench-engine-") as tmp:
-        report = Path(tmp) / "engine.json"
-        run_cocotb(ExecUnit(node), ENGINE_BENCH[0], Path(tmp) / "build", testcase=ENGINE_BENCH[1], sim=args.sim,
+        report, attn_report = Path(tmp) / "engine.json", Path(tmp) / "attention.json"
+        run_cocotb(ExecUnit(node), ENGINE_BENCH[0], Path(tmp) / "build",
+                   testcase=[ENGINE_BENCH[1]] + ([ATTN_BENCH[1]] if args.attention else []), sim=args.sim,
                    cache_dir=_cache_dir() if args.sim == "verilator" else None,
                    params={"node": node.as_dict(), "ops": ops, "timing": {
                        "latency": timing.latency, "outstanding": timing.outstanding,
                        "port_bytes_per_cycle": timing.port_bytes_per_cycle,
                        "total_bytes_per_cycle": timing.total_bytes_per_cycle},
-                       "ram_bytes": ram_bytes, "report": str(report), "seed": 1})
+                       "attn": {"keys": args.attn_keys, "block_keys": block_keys, "tokens": node.max_tokens},
+                       "ram_bytes": ram_bytes, "report": str(report), "attn_report": str(attn_report), "seed": 1})
         raw = json.loads(report.read_text())
+        attn = attention_figures(json.loads(attn_report.read_text()), node) if args.attention else None
     fig = engine_figures(raw, node, timing)
     out = {
         "model": model.name, "simulator": args.sim,
@@ -283,8 +343,12 @@ def run_engine(args) -> dict:
         "ddr_model": {**timing.as_dict(), "weight_ports_bandwidth": timing.bandwidth(node.weight_ports, node.data_bytes),
                       "max_outstanding_seen": raw["ddr_model"]["max_outstanding"]},
         "prefill": fig["prefill"], "decode": fig["decode"], "ops": fig["ops"],
-        "attention": "not simulated by this bench (ATTN at head_dim 128 runs in the unit; no Qwen-sized "
-                     "attention block is driven here yet)",
+        "attention": attn if attn is not None else "not run (--no-attention)",
+        "attention_unit": {"head_dim": node.head_dim, "att_rows": node.att_rows, "gqa_group": node.group,
+                           "score_array_products": node.att_rows * node.head_dim,
+                           "pv_array_products": node.att_rows * node.head_dim,
+                           "score_array_is": "INT4 K x int16 Q mantissas, used by the MAX and the APPLY pass",
+                           "pv_array_is": "int32 p A_v (sat) x INT4 V, used by the APPLY pass"},
         "calibration": {
             "compute_efficiency": fig["prefill"]["layer_mac_utilization_model"],
             "compute_efficiency_is": "prefill GEMMs of one layer: MACs / (measured slice cycles extrapolated to "

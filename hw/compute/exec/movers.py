@@ -146,6 +146,12 @@ class Geometry:
         return self.vl * 32
 
     @property
+    def spad_banks(self) -> int:
+        """SPAD banks (``Scratchpad``): mac_lanes / VL when the array is wider than a SPAD beat,
+        so that the GEMM mover fills one token-buffer word a cycle."""
+        return max(self.lanes // self.vl, 1)
+
+    @property
     def spad_bits(self) -> int:
         return ceil_log2(self.spad_beats)
 
@@ -160,7 +166,7 @@ class MoverBus(wiring.Signature):
     def __init__(self, g: Geometry):
         self.g = g
         super().__init__({
-            "spad_rd": Out(SpadReadSignature(g.spad_beats, g.vl)),
+            "spad_rd": Out(SpadReadSignature(g.spad_beats, g.vl, g.spad_banks)),
             "spad_wr": Out(SpadWriteSignature(g.spad_beats, g.vl)),
             "req0": Out(stream.Signature(request_layout(ADDR_BITS))),
             "in0": In(stream.Signature(g.data_width)),
@@ -231,19 +237,21 @@ class ReadQueue:
     ``issue`` (only when ``room``); the beats come out at ``valid``/``words``/``exp`` and leave
     on ``take``."""
 
-    def __init__(self, m: Module, port, g: Geometry, name: str, depth: int = 4):
-        self.fifo = q = fifo.SyncFIFOBuffered(width=g.beat_bits + EXP_BITS, depth=depth)
+    def __init__(self, m: Module, port, g: Geometry, name: str, depth: int = 4, wide: bool = False):
+        nb = g.spad_banks if wide else 1               # ``wide``: the banks' consecutive beats
+        bits = nb * g.beat_bits
+        self.fifo = q = fifo.SyncFIFOBuffered(width=bits + EXP_BITS, depth=depth)
         m.submodules[name] = q
         self.issue = Signal(name=f"{name}_issue")
         self.addr = Signal(g.spad_bits, name=f"{name}_addr")
         self.room = Signal(name=f"{name}_room")
         inflight = Signal(name=f"{name}_inflight")
         m.d.comb += [self.room.eq(q.level + inflight < depth), port.en.eq(self.issue), port.addr.eq(self.addr),
-                     q.w_en.eq(inflight), q.w_data.eq(Cat(port.data, port.exp))]
+                     q.w_en.eq(inflight), q.w_data.eq(Cat(port.wide if nb > 1 else port.data, port.exp))]
         m.d.sync += inflight.eq(self.issue)
         self.valid, self.take = q.r_rdy, q.r_en
-        self.words = q.r_data[:g.beat_bits]
-        self.exp = q.r_data[g.beat_bits:].as_signed()
+        self.words = q.r_data[:bits]
+        self.exp = q.r_data[bits:].as_signed()
         self.busy = Signal(name=f"{name}_busy")
         m.d.comb += self.busy.eq(inflight | q.r_rdy)
 
@@ -640,7 +648,7 @@ class GemmMover(Mover):
     def __init__(self, g: Geometry):
         super().__init__(g)
         self.matrix = MatrixUnit(g.rows, g.lanes, g.tokens, g.max_n, (1 << 16) - 1, max_group=g.max_group,
-                                 primitive=g.primitive)
+                                 primitive=g.primitive, streamed=True)
 
     def elaborate(self, platform):
         m = Module()
@@ -739,54 +747,59 @@ class GemmMover(Mover):
                              b.req1.valid.eq(ins.bias), ub.cmd.valid.eq(ins.bias)]
                 m.d.sync += [wd_addr.eq(w_addr), wd_left.eq(wt), state.eq(S.ACT)]
 
-        # --- activations: tokens x n / VL SPAD beats -> K-lane buffer words -------------------------
-        rq = ReadQueue(m, b.spad_rd, g, "rq")
-        nb = Signal(16)
-        m.d.comb += nb.eq(ins.n >> vl_log2)
-        ti, bi = Signal(range(TM + 1)), Signal(16)          # issue side
-        rowa = Signal(g.spad_bits + 16)
+        # --- activations: SPAD rows -> K-lane buffer words, beat-major (every token's inputs
+        # 0 .. K - 1, then K .. 2K - 1, ...), while the matrix already runs: it issues buffer beat b
+        # once every token's beat b is in (``avail``), so the load hides under the first tile.  A
+        # read takes max(K / VL, 1) consecutive SPAD beats at once (the SPAD's banks): one buffer
+        # word a cycle when K >= VL; when K < VL a beat gives VL / K words, one a cycle.
+        RB = g.spad_banks                                   # SPAD beats per read
+        rq = ReadQueue(m, b.spad_rd, g, "rq", wide=RB > 1)
+        nb = Signal(16)                                     # reads per row
+        m.d.comb += nb.eq(ins.n >> (vl_log2 + _log2(RB)))
+        ti, bi = Signal(range(TM + 1)), Signal(16)          # issue side: token, read column
+        cola = Signal(g.spad_bits + 16)                     # src + bi RB
+        rowa = Signal(g.spad_bits + 32)                     # cola + ti src_stride
         tc, bc = Signal(range(TM + 1)), Signal(16)          # consume side
+        avail = Signal(range(g.max_n // K + 1))             # buffer beats in for every token
+        issuing = Signal()
         with m.If(state == S.CHECK):
-            m.d.sync += [ti.eq(0), bi.eq(0), rowa.eq(ins.src), tc.eq(0), bc.eq(0)]
+            m.d.sync += [ti.eq(0), bi.eq(0), cola.eq(ins.src), rowa.eq(ins.src), tc.eq(0), bc.eq(0), avail.eq(0),
+                         issuing.eq(1)]
         acting = state == S.ACT
-        m.d.comb += [rq.addr.eq(rowa + bi), rq.issue.eq(acting & rq.room & (ti != ins.tokens))]
+        m.d.comb += [rq.addr.eq(rowa), rq.issue.eq(acting & rq.room & issuing)]
         with m.If(rq.issue):
-            m.d.sync += bi.eq(bi + 1)
-            with m.If(bi == nb - 1):
-                m.d.sync += [bi.eq(0), ti.eq(ti + 1), rowa.eq(rowa + ins.src_stride)]
-        mants = mantissas(rq.words, VL)
+            m.d.sync += [ti.eq(ti + 1), rowa.eq(rowa + ins.src_stride)]
+            with m.If(ti == ins.tokens - 1):
+                m.d.sync += [ti.eq(0), bi.eq(bi + 1), cola.eq(cola + RB), rowa.eq(cola + RB)]
+                with m.If(bi == nb - 1):
+                    m.d.sync += issuing.eq(0)
         tb = max(ceil_log2(TM), 1)
         consumed = Signal()
-        if K == VL:
+        last_tok = tc == ins.tokens - 1
+        if K >= VL:
             m.d.comb += [mx.act.en.eq(acting & rq.valid), mx.act.addr.eq(Cat(tc[:tb], bc) if TM > 1 else bc),
-                         mx.act.data.eq(mants), consumed.eq(acting & rq.valid)]
-        elif K > VL:
-            r = K // VL
-            held = [Signal(VL * MANT_BITS, name=f"act_held{x}") for x in range(r - 1)]
-            j = bc[:_log2(r)]
-            with m.If(acting & rq.valid):
-                for x in range(r - 1):
-                    with m.If(j == x):
-                        m.d.sync += held[x].eq(mants)
-            m.d.comb += [mx.act.en.eq(acting & rq.valid & (j == r - 1)),
-                         mx.act.addr.eq(Cat(tc[:tb], bc >> _log2(r)) if TM > 1 else bc >> _log2(r)),
-                         mx.act.data.eq(Cat(*held, mants)), consumed.eq(acting & rq.valid)]
+                         mx.act.data.eq(mantissas(rq.words, K)), consumed.eq(acting & rq.valid)]
+            with m.If(consumed & last_tok):
+                m.d.sync += avail.eq(bc + 1)
         else:
             r = VL // K
             part = Signal(range(r))
+            mants = mantissas(rq.words, VL)
             pieces = Array(mants[x * K * MANT_BITS:(x + 1) * K * MANT_BITS] for x in range(r))
             addr = Cat(part, bc)
             m.d.comb += [mx.act.en.eq(acting & rq.valid), mx.act.addr.eq(Cat(tc[:tb], addr) if TM > 1 else addr),
                          mx.act.data.eq(pieces[part]), consumed.eq(acting & rq.valid & (part == r - 1))]
             with m.If(acting & rq.valid):
                 m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
+                with m.If(last_tok):
+                    m.d.sync += avail.eq(addr + 1)
         m.d.comb += [rq.take.eq(consumed), mx.exp.en.eq(consumed & (bc == 0)), mx.exp.addr.eq(tc),
-                     mx.exp.data.eq(rq.exp)]
+                     mx.exp.data.eq(rq.exp), mx.avail.eq(avail)]
         with m.If(consumed):
-            m.d.sync += bc.eq(bc + 1)
-            with m.If(bc == nb - 1):
-                m.d.sync += [bc.eq(0), tc.eq(tc + 1)]
-                with m.If(tc == ins.tokens - 1):
+            m.d.sync += tc.eq(tc + 1)
+            with m.If(last_tok):
+                m.d.sync += [tc.eq(0), bc.eq(bc + 1)]
+                with m.If(bc == nb - 1):
                     m.d.sync += state.eq(S.RUN)
 
         # --- the command, then output beats -> SPAD ---------------------------------------------------
@@ -796,7 +809,7 @@ class GemmMover(Mover):
                      mx.cmd.payload.w_exp.eq(ins.w_exp), mx.cmd.payload.bias.eq(ins.bias)]
         with m.If(state == S.CHECK):
             m.d.sync += sent.eq(0)
-        with m.If((state == S.RUN) & ~sent):
+        with m.If(((state == S.ACT) | (state == S.RUN)) & ~sent):
             m.d.comb += mx.cmd.valid.eq(1)
             with m.If(mx.cmd.ready):
                 m.d.sync += sent.eq(1)
@@ -805,28 +818,34 @@ class GemmMover(Mover):
         orow = Signal(g.spad_bits + 16)  # dst + otok dst_stride
         with m.If(state == S.CHECK):
             m.d.sync += [ot.eq(0), otok.eq(0), orow.eq(ins.dst)]
+        # output beats through a queue of max_tokens beats: a tile's last group emits a beat per
+        # token per cycle, a beat takes P / VL cycles of SPAD writes; the queue lets the matrix go on
+        # with the next tile meanwhile (without it the array waited ~P / VL x T cycles a tile)
+        m.submodules.oq = oq = fifo.SyncFIFOBuffered(width=P * 32 + 1, depth=TM)
+        m.d.comb += [oq.w_en.eq(mx.o.tvalid), oq.w_data.eq(Cat(mx.o.tdata, mx.o.tlast)), mx.o.tready.eq(oq.w_rdy)]
+        o_valid, o_data, o_last = oq.r_rdy, oq.r_data[:P * 32], oq.r_data[P * 32]
         wr = b.spad_wr
         o_take = Signal()
         if P <= VL:
             r = VL // P
             sub = ot[:_log2(r)] if r > 1 else Const(0, 1)
-            m.d.comb += [wr.addr.eq(orow + (ot >> _log2(r))), wr.data.eq(Cat(*[mx.o.tdata] * r)),
-                         wr.lanes.eq(Mux(mx.o.tvalid, Const((1 << P) - 1, VL) << (sub * P), 0)),
-                         o_take.eq(mx.o.tvalid)]
+            m.d.comb += [wr.addr.eq(orow + (ot >> _log2(r))), wr.data.eq(Cat(*[o_data] * r)),
+                         wr.lanes.eq(Mux(o_valid, Const((1 << P) - 1, VL) << (sub * P), 0)),
+                         o_take.eq(o_valid)]
         else:
             r = P // VL
             part = Signal(range(r))
-            pieces = Array(mx.o.tdata[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
+            pieces = Array(o_data[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
             m.d.comb += [wr.addr.eq(orow + Cat(part, ot)), wr.data.eq(pieces[part]),
-                         wr.lanes.eq(Mux(mx.o.tvalid, (1 << VL) - 1, 0)), o_take.eq(mx.o.tvalid & (part == r - 1))]
-            with m.If(mx.o.tvalid):
+                         wr.lanes.eq(Mux(o_valid, (1 << VL) - 1, 0)), o_take.eq(o_valid & (part == r - 1))]
+            with m.If(o_valid):
                 m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
-        m.d.comb += [wr.exp_en.eq(mx.o.tvalid), wr.exp.eq(0), mx.o.tready.eq(o_take)]
+        m.d.comb += [wr.exp_en.eq(o_valid), wr.exp.eq(0), oq.r_en.eq(o_take)]
         with m.If(o_take):
             m.d.sync += [otok.eq(otok + 1), orow.eq(orow + ins.dst_stride)]
             with m.If(otok == ins.tokens - 1):
                 m.d.sync += [otok.eq(0), orow.eq(ins.dst), ot.eq(ot + 1)]
-            with m.If(mx.o.tlast):
+            with m.If(o_last):
                 m.d.sync += state.eq(S.FINISH)
         with m.If(state == S.FINISH):
             m.d.comb += self.done.eq(1)

@@ -7,10 +7,18 @@ enable, so a BFP LOAD can set a row's exponent after its words).  Large arrays m
 RAM or UltraRAM: one write port, one read port with one cycle of latency (a simple dual-port
 RAM).  The execute unit runs one instruction at a time, so its movers take these two ports in
 turn.
+
+``banks`` > 1: the beats are interleaved over ``banks`` memories (beat a in bank a mod banks, at
+row a / banks), so one read returns ``banks`` consecutive beats a .. a + banks - 1 at once on
+``rd.wide`` (whatever a's alignment: each bank reads its row, the beats are rotated back into
+order), while ``rd.data`` / ``rd.exp`` stay beat a's.  The GEMM mover fills the MAC array's
+``mac_lanes``-wide token buffer from it at one buffer word per cycle (``mac_lanes / VL`` banks);
+the other movers use beat a only.  Writes stay one beat per cycle (into one bank).  The
+banks together hold what one memory would (same block RAM / UltraRAM count for these depths).
 """
 from __future__ import annotations
 
-from amaranth import Module, signed
+from amaranth import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -24,11 +32,12 @@ WORD_BITS = 32
 
 class SpadReadSignature(wiring.Signature):
     """Reader's view: ``en`` + ``addr`` now, ``data`` + ``exp`` on the next cycle (held while
-    ``en`` is low)."""
+    ``en`` is low); with ``banks`` > 1 also ``wide``, beats addr .. addr + banks - 1."""
 
-    def __init__(self, beats: int, lanes: int):
+    def __init__(self, beats: int, lanes: int, banks: int = 1):
         super().__init__({"en": Out(1), "addr": Out(range(beats)),
-                          "data": In(lanes * WORD_BITS), "exp": In(signed(EXP_BITS))})
+                          "data": In(lanes * WORD_BITS), "exp": In(signed(EXP_BITS)),
+                          **({"wide": In(banks * lanes * WORD_BITS)} if banks > 1 else {})})
 
 
 class SpadWriteSignature(wiring.Signature):
@@ -41,33 +50,57 @@ class SpadWriteSignature(wiring.Signature):
 
 
 class Scratchpad(wiring.Component):
-    def __init__(self, beats: int = 2048, lanes: int = 8):
+    def __init__(self, beats: int = 2048, lanes: int = 8, banks: int = 1):
         if beats < 2 or lanes < 1:
             raise ValueError(f"beats={beats}, lanes={lanes}: need beats >= 2 and lanes >= 1")
-        self.beats, self.lanes = beats, lanes
+        if banks < 1 or banks & (banks - 1) or beats % banks or beats // banks < 2:
+            raise ValueError(f"banks={banks}: a power of two dividing beats={beats} (at least 2 beats a bank)")
+        self.beats, self.lanes, self.banks = beats, lanes, banks
         self.addr_bits = ceil_log2(beats)
         super().__init__({
-            "rd": In(SpadReadSignature(beats, lanes)),
+            "rd": In(SpadReadSignature(beats, lanes, banks)),
             "wr": In(SpadWriteSignature(beats, lanes)),
         })
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.words = words = memory.Memory(shape=self.lanes * WORD_BITS, depth=self.beats, init=[])
-        m.submodules.exps = exps = memory.Memory(shape=signed(EXP_BITS), depth=self.beats, init=[])
-        ww = words.write_port(granularity=WORD_BITS)
-        we = exps.write_port()
-        rw, re = words.read_port(), exps.read_port()
-        m.d.comb += [
-            ww.addr.eq(self.wr.addr), ww.data.eq(self.wr.data), ww.en.eq(self.wr.lanes),
-            we.addr.eq(self.wr.addr), we.data.eq(self.wr.exp), we.en.eq(self.wr.exp_en),
-            rw.addr.eq(self.rd.addr), rw.en.eq(self.rd.en), re.addr.eq(self.rd.addr), re.en.eq(self.rd.en),
-            self.rd.data.eq(rw.data), self.rd.exp.eq(re.data),
-        ]
+        B, lb = self.banks, ceil_log2(self.banks)
+        depth = self.beats // B
+        rd_words, rd_exps = [], []
+        sel = Signal(max(lb, 1))                # addr mod banks of the read in flight
+        with m.If(self.rd.en):
+            m.d.sync += sel.eq(self.rd.addr[:lb] if lb else 0)
+        wbank = self.wr.addr[:lb] if lb else 0
+        for i in range(B):
+            words = memory.Memory(shape=self.lanes * WORD_BITS, depth=depth, init=[])
+            exps = memory.Memory(shape=signed(EXP_BITS), depth=depth, init=[])
+            m.submodules[f"words{i}" if B > 1 else "words"] = words
+            m.submodules[f"exps{i}" if B > 1 else "exps"] = exps
+            ww = words.write_port(granularity=WORD_BITS)
+            we = exps.write_port()
+            rw, re = words.read_port(), exps.read_port()
+            row = self.rd.addr >> lb
+            if i < B - 1:    # beat a + x of bank i: x = (i - a) mod B, at row (a + x) / B
+                row = Mux(self.rd.addr[:lb] > i, row + 1, row)
+            hit = (wbank == i) if B > 1 else 1
+            m.d.comb += [
+                ww.addr.eq(self.wr.addr >> lb), ww.data.eq(self.wr.data), ww.en.eq(Mux(hit, self.wr.lanes, 0)),
+                we.addr.eq(self.wr.addr >> lb), we.data.eq(self.wr.exp), we.en.eq(hit & self.wr.exp_en),
+                rw.addr.eq(row), rw.en.eq(self.rd.en), re.addr.eq(row), re.en.eq(self.rd.en),
+            ]
+            rd_words.append(rw.data)
+            rd_exps.append(re.data)
+        if B == 1:
+            m.d.comb += [self.rd.data.eq(rd_words[0]), self.rd.exp.eq(rd_exps[0])]
+        else:
+            words_of, exps_of = Array(rd_words), Array(rd_exps)
+            beats = [words_of[(sel + x)[:lb]] for x in range(B)]        # beat a + x is in bank (a + x) mod B
+            m.d.comb += [self.rd.data.eq(beats[0]), self.rd.exp.eq(exps_of[sel]), self.rd.wide.eq(Cat(*beats))]
         return m
 
 
-@block("exec_spad", "execute unit scratchpad: beats x (lanes 32-bit words + exponent), 1R1W",
-       beats=2048, lanes=8, ranges={"beats": Range(2, 1 << 20), "lanes": Range(1, 256)})
-def _spad(beats, lanes):
-    return Scratchpad(beats, lanes)
+@block("exec_spad", "execute unit scratchpad: beats x (lanes 32-bit words + exponent), 1R1W, banks interleaved",
+       variants=({"banks": 4},), beats=2048, lanes=8, banks=1,
+       ranges={"beats": Range(2, 1 << 20), "lanes": Range(1, 256), "banks": Range(1, 64, pow2=True)})
+def _spad(beats, lanes, banks):
+    return Scratchpad(beats, lanes, banks)

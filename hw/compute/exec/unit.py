@@ -127,7 +127,7 @@ class ExecUnit(wiring.Component):
         m = Module()
         g = self.g
         axi = self.m_axi
-        m.submodules.spad = spad = Scratchpad(g.spad_beats, g.vl)
+        m.submodules.spad = spad = Scratchpad(g.spad_beats, g.vl, g.spad_banks)
         m.submodules.reader = rd = ReadStreams(2, g.data_width, ADDR_BITS, g.fifo_depth, min(16, g.fifo_depth),
                                                id_base=STREAM_ID_BASE, id_width=ID_WIDTH)
         W = g.weight_ports
@@ -219,6 +219,8 @@ class ExecUnit(wiring.Component):
             spad.wr.lanes.eq(bus.spad_wr.lanes), spad.wr.exp_en.eq(bus.spad_wr.exp_en),
             spad.wr.addr.eq(bus.spad_wr.addr), spad.wr.data.eq(bus.spad_wr.data), spad.wr.exp.eq(bus.spad_wr.exp),
         ]
+        if g.spad_banks > 1:
+            m.d.comb += bus.spad_rd.wide.eq(spad.rd.wide)
         for s in range(2):
             req, inp = getattr(bus, f"req{s}"), getattr(bus, f"in{s}")
             m.d.comb += [rd.req(s).valid.eq(req.valid), rd.req(s).payload.eq(req.payload), req.ready.eq(rd.req(s).ready),

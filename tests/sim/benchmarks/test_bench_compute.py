@@ -65,19 +65,33 @@ def test_write_profile_replaces_two_figures_only(tmp_path):
 @pytest.mark.cocotb
 def test_bench_engine_writes_what_it_prints(tmp_path):
     """A small measurement (the tiny model's node, two weight ports, Icarus) written into a copy of
-    the profile: the figures there are the ones the command printed, and they are plausible."""
+    the profile: the figures there are the ones the command printed, and they are plausible.  The
+    GEMMs' activation load hides under the first tile (per instruction >= 0.75 of the array on
+    8-tile slices; it was ~0.65 with the load before the MACs); the attention block (bit-exact
+    inside the bench) reads each K / V segment once per job of a whole GQA group."""
     from mcf.sim.benchmarks.compute import PROFILE
     copy = tmp_path / "kr.yaml"
     copy.write_text(PROFILE.read_text())
     out = subprocess.run([sys.executable, "-m", "mcf", "bench", "compute", "--engine", "--model", "tiny",
                           "--weight-ports", "2", "--sim", "icarus", "--prefill-rows", "32", "--decode-rows", "64",
-                          "--json", "--write-profile", str(copy)], capture_output=True, text=True, timeout=900)
+                          "--attn-keys", "128", "--json", "--write-profile", str(copy)],
+                         capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     fig = json.loads(out.stdout)
     cal = fig["calibration"]
     assert _profile_values(copy) == (cal["compute_efficiency"], cal["ddr_efficiency"])
     assert 0.5 < fig["prefill"]["mac_utilization"] <= 1 and 0 < fig["decode"]["ddr_fraction_of_model"] <= 1
     assert fig["ops"]["prefill:q"]["steady_mac_utilization"] >= 0.9
+    assert all(op["mac_utilization"] >= 0.75 for name, op in fig["ops"].items() if name.startswith("prefill:"))
+    att = fig["attention"]
+    for name, tokens in (("attn:prefill", 8), ("attn:decode", 1)):
+        a = att[name]
+        # att_rows 4 = 2 tokens x the group's 2 heads a job
+        assert a["tokens"] == tokens and a["heads"] == 2 and a["rows_per_job"] == min(tokens, 2) * 2
+        assert a["jobs"] == -(-tokens // 2) and a["keys"] == 128
+        # K by MAX, K and V by APPLY: three segments' bytes per job, for both heads of the group
+        assert a["kv_reads_per_job_per_segment"] == 1.0 and a["kv_bytes_read"] == a["jobs"] * 3 * a["kv_segment_bytes"]
+        assert 0 < a["score_array_utilization"] <= 1 and 0 < a["pv_array_utilization"] <= 1
     assert fig["ddr_model"]["weight_ports_bandwidth"] == 16          # two 64-bit ports, 8 B a cycle each
 
 

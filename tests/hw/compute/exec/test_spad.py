@@ -44,3 +44,31 @@ def test_construction():
     assert Scratchpad(2048, 8).addr_bits == 11
     with pytest.raises(ValueError, match="^beats=1, lanes=8: need beats >= 2 and lanes >= 1$"):
         Scratchpad(1, 8)
+
+
+def test_banked_reads_return_consecutive_beats():
+    """Four banks: beat a in bank a mod 4; a read at any a returns beats a .. a + 3 on ``wide``
+    (in order, whatever a's alignment) and beat a on ``data`` / ``exp``; writes go to one bank."""
+    B, beats, lanes = 4, 32, 2
+    dut = Scratchpad(beats=beats, lanes=lanes, banks=B)
+    rng = random.Random(2)
+    model = {a: ([rng.getrandbits(32) for _ in range(lanes)], rng.randrange(-128, 128)) for a in range(beats)}
+
+    async def bench(ctx):
+        for a, (words, e) in model.items():
+            ctx.set(dut.wr.addr, a); ctx.set(dut.wr.lanes, (1 << lanes) - 1); ctx.set(dut.wr.exp_en, 1)
+            ctx.set(dut.wr.data, sum(w << (32 * k) for k, w in enumerate(words))); ctx.set(dut.wr.exp, e)
+            await ctx.tick()
+        ctx.set(dut.wr.lanes, 0); ctx.set(dut.wr.exp_en, 0)
+        for a in list(range(beats - B + 1)) + [rng.randrange(beats - B + 1) for _ in range(20)]:
+            ctx.set(dut.rd.en, 1); ctx.set(dut.rd.addr, a)
+            await ctx.tick()
+            ctx.set(dut.rd.en, 0); ctx.set(dut.rd.addr, (a + 3) % beats)
+            await ctx.tick()          # held while en is low
+            beat = [sum(w << (32 * k) for k, w in enumerate(model[a + x][0])) for x in range(B)]
+            assert ctx.get(dut.rd.wide) == sum(v << (32 * lanes * x) for x, v in enumerate(beat)), a
+            assert ctx.get(dut.rd.data) == beat[0] and ctx.get(dut.rd.exp) == model[a][1], a
+
+    simulate(dut, bench)
+    with pytest.raises(ValueError, match="^banks=3: a power of two dividing beats=32"):
+        Scratchpad(32, 2, banks=3)

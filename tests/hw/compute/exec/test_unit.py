@@ -43,7 +43,7 @@ async def run_layer(dut):
     rng = np.random.default_rng(p.get("seed", 1))
     cfg = load_model("tiny")
     model = FixedModel(cfg, random_weights(cfg, seed=p.get("seed", 1)), group_size=32)
-    node = CFG.replace(weight_ports=p.get("weight_ports", 1))
+    node = CFG.replace(weight_ports=p.get("weight_ports", 1), vec_lanes=p.get("vec_lanes", CFG.vec_lanes))
     plan = LayerProgram(model, node)
     drv = ExecDriver(dut, ram_bytes=1 << (plan.ddr_bytes - 1).bit_length(), seed=p.get("seed", 1),
                      pause=p.get("pause", 0.2))
@@ -107,8 +107,9 @@ async def run_axi_errors(dut):
     assert (await drv.run(isa.Load(ddr=0x8000, spad=0, beats=4, row_beats=0))).fault == SeqFault.AXI_ERROR
     assert (await drv.run(isa.Store(ddr=0x8000, spad=0, beats=4, row_beats=0))).fault == SeqFault.AXI_ERROR
     assert (await drv.run(isa.Kvw(src=0, rows=2, row_stride=2, seg=0x8000))).fault == SeqFault.AXI_ERROR
-    await drv.must(isa.Load(ddr=0x1000, spad=0, beats=8, row_beats=0))
-    await drv.must(isa.Store(ddr=0x2000, spad=0, beats=8, row_beats=0))
+    beats = 256 // (4 * params().get("vec_lanes", CFG.vec_lanes))
+    await drv.must(isa.Load(ddr=0x1000, spad=0, beats=beats, row_beats=0))
+    await drv.must(isa.Store(ddr=0x2000, spad=0, beats=beats, row_beats=0))
     assert drv.ram.read(0x2000, 256) == bytes(range(256))
 
 
@@ -136,12 +137,15 @@ def test_unit_cocotb(build_dir):
     """With two weight ports (NodeConfig.weight_ports): the weights of every GEMM spread over two
     loaders, each on its own AXI4 master, words of two bus beats taken back in turn, every channel
     paused at random; the one-port unit runs the same layers inside the node benches
-    (tests/hw/test_node.py, tests/sim/rtlcluster) and ``mcf bench compute``."""
+    (tests/hw/test_node.py, tests/sim/rtlcluster) and ``mcf bench compute``.  With VL = 4 lanes
+    (half the array's 8): the SPAD in two banks, the GEMM mover filling the token buffer from two
+    beats at a time while the matrix runs, as the Qwen node does (VL 8, 32 lanes, four banks)."""
     report = build_dir.parent / "layer.json"
-    unit = ExecUnit(CFG.replace(weight_ports=2))
+    unit = ExecUnit(CFG.replace(weight_ports=2, vec_lanes=4))
     assert [n for n in unit.signature.members if n.startswith("m_axi")] == ["m_axi", "m_axi_w0", "m_axi_w1"]
+    assert unit.g.spad_banks == 2
     run_cocotb(unit, __name__, build_dir, testcase=["run_layer", "run_axi_errors"],
-               params={"seed": 3, "report": str(report), "weight_ports": 2})
+               params={"seed": 3, "report": str(report), "weight_ports": 2, "vec_lanes": 4})
     fig = layer_figures(json.loads(report.read_text()), CFG)       # what `mcf bench compute` prints
     assert fig["prefill"]["instructions"] > 50 and fig["decode"]["cycles"] < fig["prefill"]["cycles"]
     assert 0 < fig["decode"]["mac_utilization"] < fig["prefill"]["mac_utilization"] <= 1
@@ -195,3 +199,76 @@ async def run_gemm_ops(dut):
         json.dump({"ops": out, "ddr_model": {"read_bytes": drv.ram.read_bytes,
                                              "max_outstanding": [drv.ram.max_outstanding(k)
                                                                  for k in range(len(drv.ram.ports))]}}, f)
+
+
+@cocotb.test()
+async def run_attn_ops(dut):
+    """One attention block of one GQA group (``node.group`` query heads on one KV head) against the
+    DDR model: ``keys`` keys of INT4 KV (K and V segments of ``block_keys`` keys in DDR, positions
+    0 .. keys - 1) and the queries of a prefill chunk of ``tokens`` tokens at the last positions, then
+    one decode token (the last position): per job of ``att_rows // group`` tokens x ``group`` heads
+    ATTN_Q QUERY, ATTN_KV MAX over every block, ATTN_KV APPLY over every block, ATTN_EMIT FINAL;
+    the emitted rows equal ``fixed.attention`` bit for bit.  Per instruction kind: count, cycles,
+    DDR bytes read (K is read by both passes, V by APPLY: once per group, not once per head)."""
+    from mcf.sim.ddr_model import DdrTiming
+    from mcf.spec.isa import AttnLoad, AttnPass, EmitMode
+    from mcf.spec.kv import segment_bytes
+    from tests.hw.compute.exec.test_movers import bfp_rows
+    p = params()
+    node = NodeConfig(**p["node"])
+    a = p["attn"]
+    vl, d, heads = node.vec_lanes, node.head_dim, node.group
+    keys, bk = a["keys"], a["block_keys"]
+    per_job = node.att_rows // heads
+    assert per_job >= 1 and keys % bk == 0
+    rng = np.random.default_rng(p.get("seed", 1))
+    drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=DdrTiming(**p["timing"]))
+    await drv.start()
+    nblk = keys // bk
+    seg = isa.pad(segment_bytes(bk, d))
+    kv_at, x_at, y_at = 0x100000, 0x40000, 0x80000
+    blocks = [(fx.quantize_kv(bfp_rows(rng, bk, d)), fx.quantize_kv(bfp_rows(rng, bk, d))) for _ in range(nblk)]
+    for i, (k, v) in enumerate(blocks):
+        drv.ram.write(kv_at + 2 * i * seg, ddr.segment(*k))
+        drv.ram.write(kv_at + (2 * i + 1) * seg, ddr.segment(*v))
+    kvs = [np.concatenate([blk[s][f] for blk in blocks])[:, None] for s in range(2) for f in range(3)]
+    kpos = np.arange(keys)
+    run = dict(seg=kv_at, v_off=seg // isa.DDR_ALIGN, seg_stride=2 * seg // isa.DDR_ALIGN,
+               blocks=nblk, keys=bk, kpos0=0, pos_stride=bk, block0=0, block_stride=0, gated=0)
+    out = []
+    for name, tokens in (("attn:prefill", a["tokens"]), ("attn:decode", 1)):
+        qpos0 = keys - tokens
+        q = fx.prescale_query(bfp_rows(rng, tokens * heads, d), d)
+        drv.ram.write(x_at, ddr.rows_bytes(q[0], vl, q[1]))
+        rb = d // vl                                            # SPAD beats of one head's row
+        await drv.must(isa.Load(ddr=x_at, spad=0, beats=tokens * heads * rb, row_beats=rb))
+        dst = tokens * heads * rb
+        tok_stride = heads * rb
+        kinds = defaultdict(lambda: defaultdict(int))
+        for t0 in range(0, tokens, per_job):
+            nt = min(per_job, tokens - t0)
+            prog = [("ATTN_Q", isa.AttnQ(what=AttnLoad.QUERY, spad=t0 * tok_stride, tokens=nt, heads=heads,
+                                         tok_stride=tok_stride, head_stride=rb, qpos0=qpos0 + t0)),
+                    ("ATTN_KV:MAX", isa.AttnKV(phase=AttnPass.MAX, first=1, **run)),
+                    ("ATTN_KV:APPLY", isa.AttnKV(phase=AttnPass.APPLY, first=1, **run)),
+                    ("ATTN_EMIT", isa.AttnEmit(mode=EmitMode.FINAL, spad=dst + t0 * tok_stride, tokens=nt,
+                                               heads=heads, tok_stride=tok_stride, head_stride=rb))]
+            for kind, ins in prog:
+                bytes0 = drv.ram.read_bytes
+                res = await drv.must(ins, max_cycles=10_000_000)
+                st = kinds[kind]
+                st["count"] += 1
+                st["cycles"] += res.cycles
+                st["ddr_read_bytes"] += drv.ram.read_bytes - bytes0
+                st["rows"] += nt * heads
+        await drv.must(isa.Store(ddr=y_at, spad=dst, beats=tokens * heads * rb, row_beats=0))
+        got = np.frombuffer(drv.ram.read(y_at, tokens * heads * d * 4), dtype="<i4").reshape(tokens, heads, d)
+        qpos = qpos0 + np.arange(tokens)
+        q3 = (q[0].reshape(tokens, heads, d), q[1].reshape(tokens, heads))
+        want = fx.attention(q3, tuple(kvs[:3]), tuple(kvs[3:]), qpos, kpos, heads)
+        assert np.array_equal(got, want), f"{name}: attention rows differ from fixed.attention"
+        out.append({"name": name, "tokens": tokens, "heads": heads, "keys": keys, "block_keys": bk,
+                    "segment_bytes": seg, "visible_keys": int((kpos[None] <= qpos[:, None]).sum()),
+                    "per_kind": {k: dict(v) for k, v in kinds.items()}})
+    with open(p["attn_report"], "w") as f:
+        json.dump({"ops": out}, f)
