@@ -197,11 +197,22 @@ class _Graph:
                 self.ends.append((b, extra, label(i, b)))
 
 
-def _build(mod: dict, names: _Names) -> _Graph:
+def _build(mod: dict, names: _Names, boundaries=frozenset()) -> _Graph:
     g = _Graph()
     for cname, cell in mod.get("cells", {}).items():
         ctype = cell["type"].lstrip("\\")
         if ctype in IGNORED:
+            continue
+        if ctype in boundaries:
+            # A part synthesized on its own (``mcf synth --method blocks``): its pins are timed
+            # as the part's ports are in its own run, at 0 levels (a registered boundary).
+            conn = cell.get("connections", {})
+            for pin, d in cell.get("port_directions", {}).items():
+                lab = (lambda i, b, c=cname, p=pin: f"{c}:{p}")
+                if d == "output":
+                    g.starts(conn.get(pin, []), 0.0, lab)
+                else:
+                    g.end(conn.get(pin, []), 0.0, lab)
             continue
         params = cell.get("parameters", {})
         conn = cell.get("connections", {})
@@ -316,11 +327,13 @@ def _dsp(g: _Graph, cname: str, cell: dict, pins, ins, outs) -> None:
     g.arc(pins(casc), pins([p for p in ("A", "B", "ACIN", "BCIN") if p in ins]), 0.0, "dsp")
 
 
-def analyze(netlist: dict, top: str | None = None, worst: int = 12) -> Depth:
-    """Depth of every timed path of ``top`` (a ``write_json`` netlist after ``synth_xilinx``)."""
+def analyze(netlist: dict, top: str | None = None, worst: int = 12, boundaries=frozenset()) -> Depth:
+    """Depth of every timed path of ``top`` (a ``write_json`` netlist after ``synth_xilinx``);
+    cells of a type in ``boundaries`` (parts synthesized separately, black boxes here) are
+    timed as registered boundaries: their inputs end paths, their outputs start them."""
     mod = _top(netlist, top)
     names = _Names(mod)
-    g = _build(mod, names)
+    g = _build(mod, names, frozenset(b.lstrip("\\") for b in boundaries))
     arrival, pred = _arrivals(g.arcs, g.start)
     pairs: dict[tuple, tuple] = {}
     hist: dict[int, int] = {}

