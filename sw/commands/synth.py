@@ -198,7 +198,11 @@ def run(args) -> int:
     if method == "blocks" and not info.parts:
         raise ValueError(f"block {info.name} lists no parts: use --method whole")
     t0 = time.monotonic()
-    text = info.verilog(**params)
+    from amaranth.back import verilog
+    from mcf.hw.compute.dot_array import with_models
+    component = info.build(**params)
+    config = getattr(component, "config", None)
+    text = with_models(verilog.convert(component, name=info.name))
     convert_s = time.monotonic() - t0
     keep = Path(args.keep) if args.keep else None
     with tempfile.TemporaryDirectory(prefix="mcf-synth-") as tmp:
@@ -220,6 +224,8 @@ def run(args) -> int:
            "method": "whole" if method == "whole" else "sum-of-blocks",
            "resources": figures, "k26": K26, "fit": fit(figures), "cells": cells, "timing": tdict,
            "seconds": seconds}
+    if hasattr(config, "as_dict"):
+        out["config"] = config.as_dict()        # every size the block was elaborated with
     if pieces is not None:
         out["blocks"] = pieces
     if args.write is not None:
@@ -259,6 +265,26 @@ def run(args) -> int:
                   f"  {lv:>6}  {p['seconds']:7.1f}")
     print(format_depth_dict(tdict))
     return 0
+
+
+def markdown(rec: dict) -> str:
+    """The resource table of a ``--method blocks`` record, as docs/timing.md shows it (a test
+    keeps the two equal)."""
+    def fmt(v):
+        return "?" if v is None else f"{v:,g}"
+
+    def row(name, r, t, secs):
+        return (f"| {name} | {fmt(r['LUT'])} | {fmt(r['FF'])} | {fmt(r['BRAM36'])} | {fmt(r['URAM'])} | "
+                f"{fmt(r['DSP'])} | {'?' if t is None else f'{t:g}'} | {secs:,.0f} |")
+    lines = ["| part | LUT | FF | BRAM36 | URAM | DSP | depth (levels) | Yosys s |", "|---|---|---|---|---|---|---|---|"]
+    for p in rec["blocks"]:
+        lines.append(row(f"`{p['part']}`", p["resources"], None if p["timing"] is None else p["timing"]["max_levels"],
+                         p["seconds"]))
+    r, k = rec["resources"], rec["k26"]
+    lines.append(row("**sum**", r, rec["timing"]["max_levels"], sum(p["seconds"] for p in rec["blocks"])))
+    share = [("?" if r[x] is None else f"{100 * r[x] / k[x]:.1f} %") for x in ("LUT", "FF", "BRAM36", "URAM", "DSP")]
+    lines.append(f"| share of the K26 | {' | '.join(share)} | budget {rec['timing']['budget_levels']} | |")
+    return "\n".join(lines) + "\n"
 
 
 def fit(figures: dict) -> dict:

@@ -54,6 +54,32 @@ endmodule
 """
 
 
+def test_sum_of_blocks_in_yosys(tmp_path):
+    """The one real ``--method blocks`` run in make test (two small Yosys runs): a 32-bit DMA
+    writer with its write-data FIFO as a part.  The top's run holds the FIFO as a black box (none
+    of its logic), the part's run holds it; the sums are the runs' sums; the depth is joined at
+    the FIFO's ports."""
+    from mcf.hw import registry
+    from mcf.sw.commands.synth import synthesize_parts
+    text = registry.get("dma_writer").verilog(data_width=32, max_outstanding=2)
+    pieces, cells, t = synthesize_parts("dma_writer", text, ("w_q",), tmp_path, 600, 1, 20)
+    part, top = pieces
+    assert (part["part"], top["part"], top["black_boxes"]) == ("w_q", "(top)", ["w_q"])
+    assert part["finished"] and top["finished"] and part["resources"]["FF"] > 0
+    top_cells = json.loads((tmp_path / "part1" / "netlist.json").read_text())["modules"]["dma_writer"]["cells"]
+    assert [c["type"].lstrip("\\") for c in top_cells.values()].count("dma_writer.w_q") == 1   # a black box
+    assert cells == {k: part_n + top_n for k in cells
+                     for part_n, top_n in [(count_of(tmp_path / "part0", k), count_of(tmp_path / "part1", k))]}
+    joined = [p for p in t["worst_paths"] if p["start"].startswith("w_q:") or p["end"].startswith("w_q:")]
+    assert joined and t["max_levels"] == max(part["timing"]["max_levels"], top["timing"]["max_levels"])
+    assert t["endpoints"] == part["timing"]["endpoints"] + top["timing"]["endpoints"]
+
+
+def count_of(workdir, cell_type):
+    stat = json.loads((workdir / "stat.json").read_text())["modules"]
+    return sum(m["num_cells_by_type"].get(cell_type, 0) for name, m in stat.items() if "blackbox" not in m)
+
+
 def test_split_modules_and_the_plan_of_parts():
     """``--method blocks``: every module once, each run with its own modules and the nearest
     parts below it as black boxes; the top's run holds the rest."""
@@ -96,3 +122,4 @@ def test_a_part_whose_lut_mapping_did_not_finish_leaves_the_luts_unknown():
     f = fit(res)
     assert f["fits"] is False and f["unknown"] == ["LUT"] and f["over"][0].startswith("DSP")
     assert fit({**res, "DSP": 1}) ["fits"] is None
+
