@@ -370,9 +370,15 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
     def one(i, entry):
         root, own, boxes = entry
         t = time.monotonic()
-        syn = synthesize_netlist(root, "".join(modules[n] for n in own), work / f"part{i}", timeout,
-                                 lib="".join(modules[b] for b in boxes), partial=True)
+        try:
+            syn = synthesize_netlist(root, "".join(modules[n] for n in own), work / f"part{i}", timeout,
+                                     lib="".join(modules[b] for b in boxes), partial=True)
+        except OSError as e:        # Yosys refused this part: no figures, the error kept
+            errors[root] = str(e).splitlines()[-1][:300]
+            return None, False, time.monotonic() - t
         return syn.cells, syn.finished, syn.cpu_s if syn.finished else time.monotonic() - t
+
+    errors: dict = {}
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         synths = list(pool.map(lambda a: one(*a), enumerate(plan)))
@@ -404,6 +410,9 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
             piece["timing"] = None
             piece["note"] = (f"LUT mapping (ABC9) did not finish within {timeout:.0f} s: LUTs and depth unknown; "
                              "FF, BRAM36, URAM, DSP as mapped before it")
+        elif root in errors:
+            piece["timing"] = None
+            piece["note"] = f"Yosys failed on this part: {errors[root]}"
         else:
             piece["timing"] = None
             piece["note"] = f"Yosys did not reach LUT mapping within {timeout:.0f} s: no figures"
