@@ -915,10 +915,16 @@ class NodePair(wiring.Component):
 #: The node configurations the registry builds by model name.
 PRESETS = {"tiny": NodeConfig.tiny, "qwen2.5-1.5b": NodeConfig.qwen2_5_1_5b}
 
+#: The instances ``mcf synth node --method blocks`` maps one by one (the Qwen node is too large
+#: for one Yosys run here): the engine's units, the scratchpad, the rest of the execute unit, the
+#: NIC; the rest of the node (registers, sequencer, DMA, packetizer, interconnect) is the top's run.
+NODE_PARTS = ("exec.attn.unit", "exec.gemm.matrix.dot", "exec.gemm.matrix", "exec.vec.vector", "exec.spad",
+              "exec.kvw.kv", "exec", "nic")
+
 
 @block("node", "one node: registers, sequencer, execute unit, DMA, packetizer, NIC, DDR firewall (Vivado top)",
        variants=({"model": "tiny"}, {"model": "tiny", "net_ports": 2, "hp_ports": 2, "weight_ports": 2}),
-       model="qwen2.5-1.5b", net_ports=1, hp_ports=0, weight_ports=0,
+       parts=NODE_PARTS, model="qwen2.5-1.5b", net_ports=1, hp_ports=0, weight_ports=0,
        ranges={"model": Choice(tuple(PRESETS)), "net_ports": NODE_RANGES["net_ports"],
                "hp_ports": Range(1, MAX_HP_PORTS, zero=True, doc="HP ports (0: the preset's)"),
                "weight_ports": Range(1, MAX_HP_PORTS, pow2=True, zero=True, doc="weight loaders (0: the preset's)")})

@@ -42,6 +42,10 @@ class BlockInfo:
     #: Whether the registry lint (tests/hw/test_registry.py) checks the default parameters
     #: too; off for a top whose default only repeats another block's lint at a larger size.
     lint_default: bool = True
+    #: Instances below the top (``exec.attn.unit``) that ``mcf synth --method blocks`` maps one
+    #: by one (each with the parts below it as black boxes), the rest of the top being one more
+    #: run: for a top too large for one Yosys run on this machine.
+    parts: tuple = ()
 
     def range_of(self, name: str) -> Range | None:
         return self.ranges.get(name) or NODE_RANGES.get(name)
@@ -73,13 +77,14 @@ _BLOCKS: dict[str, BlockInfo] = {}
 
 
 def block(name: str, doc: str, variants: tuple = (), ranges: dict | None = None, lint_default: bool = True,
-          **params):
+          parts: tuple = (), **params):
     """Decorator registering a component factory under ``name`` with its default ``params``
-    and the ``ranges`` they may take (``lint_default``: see ``BlockInfo``)."""
+    and the ``ranges`` they may take (``lint_default``, ``parts``: see ``BlockInfo``)."""
     def register(factory):
         if name in _BLOCKS and _BLOCKS[name].factory is not factory:
             raise RuntimeError(f"block {name} registered twice")
-        _BLOCKS[name] = BlockInfo(name, doc, factory, params, variants, dict(ranges or {}), lint_default)
+        _BLOCKS[name] = BlockInfo(name, doc, factory, params, variants, dict(ranges or {}), lint_default,
+                                  tuple(parts))
         return factory
     return register
 

@@ -90,6 +90,9 @@ class Depth:
     endpoints: int                # timed end points (bits)
     histogram: dict = field(default_factory=dict)   # ceil(levels) -> end points
     by_unit: dict = field(default_factory=dict)     # source file / memory -> deepest path ending there
+    #: Per port bit of the top: "out" the levels at which it is ready (None: not timed), "in" the
+    #: levels from it to the deepest register it reaches (None: none) -- a parent's view of it.
+    ports: dict = field(default_factory=dict)
 
     def over(self, budget: float = BUDGET_LEVELS) -> list:
         return [p for p in self.paths if p.levels > budget + 1e-9]
@@ -197,11 +200,27 @@ class _Graph:
                 self.ends.append((b, extra, label(i, b)))
 
 
-def _build(mod: dict, names: _Names) -> _Graph:
+def _build(mod: dict, names: _Names, boundaries=frozenset()) -> _Graph:
     g = _Graph()
     for cname, cell in mod.get("cells", {}).items():
         ctype = cell["type"].lstrip("\\")
         if ctype in IGNORED:
+            continue
+        if ctype in boundaries:
+            # A part synthesized on its own (``mcf synth --method blocks``): its outputs start
+            # paths at the levels its own run found at those ports, its inputs end them with the
+            # levels from those ports to the part's registers (``Depth.ports``).
+            known = boundaries[ctype] or {}
+            conn = cell.get("connections", {})
+            for pin, d in cell.get("port_directions", {}).items():
+                side = known.get("out" if d == "output" else "in", {}).get(pin, [])
+                for i, b in enumerate(conn.get(pin, [])):
+                    lv = side[i] if i < len(side) and side[i] is not None else 0.0
+                    lab = (lambda i, b, c=cname, p=pin: f"{c}:{p}")
+                    if d == "output":
+                        g.starts([b], lv, lab)
+                    else:
+                        g.end([b], lv, lab)
             continue
         params = cell.get("parameters", {})
         conn = cell.get("connections", {})
@@ -316,11 +335,17 @@ def _dsp(g: _Graph, cname: str, cell: dict, pins, ins, outs) -> None:
     g.arc(pins(casc), pins([p for p in ("A", "B", "ACIN", "BCIN") if p in ins]), 0.0, "dsp")
 
 
-def analyze(netlist: dict, top: str | None = None, worst: int = 12) -> Depth:
-    """Depth of every timed path of ``top`` (a ``write_json`` netlist after ``synth_xilinx``)."""
+def analyze(netlist: dict, top: str | None = None, worst: int = 12, boundaries=None) -> Depth:
+    """Depth of every timed path of ``top`` (a ``write_json`` netlist after ``synth_xilinx``).
+    ``boundaries``: cell type -> the ``Depth.ports`` of that part's own run (or None: its pins at
+    0 levels); such cells (parts synthesized separately, black boxes here) join their paths to
+    the parent's at their pins.  A path that enters a part and leaves it again without a register
+    is the one thing this misses (each half is timed, not their sum)."""
     mod = _top(netlist, top)
     names = _Names(mod)
-    g = _build(mod, names)
+    bounds = {k.lstrip("\\"): v for k, v in (boundaries.items() if isinstance(boundaries, dict)
+                                              else ((b, None) for b in boundaries or ()))}
+    g = _build(mod, names, bounds)
     arrival, pred = _arrivals(g.arcs, g.start)
     pairs: dict[tuple, tuple] = {}
     hist: dict[int, int] = {}
@@ -342,7 +367,56 @@ def analyze(netlist: dict, top: str | None = None, worst: int = 12) -> Depth:
             pairs[key] = (levels, bit, start_label, end_label)
     best = heapq.nlargest(worst, pairs.values(), key=lambda t: t[0])
     paths = [_trace(levels, bit, s, e, pred) for levels, bit, s, e in best]
-    return Depth(max((lv for lv, *_ in pairs.values()), default=0.0), paths, timed, hist, by_unit)
+    return Depth(max((lv for lv, *_ in pairs.values()), default=0.0), paths, timed, hist, by_unit,
+                 _port_timing(mod, g, arrival))
+
+
+def _port_timing(mod: dict, g: _Graph, arrival: dict) -> dict:
+    """``Depth.ports``: arrival at each output port bit, levels still to go from each input bit."""
+    fan: dict[int, list] = {}
+    for o, ins in g.arcs.items():
+        for i, cost, _ in ins:
+            fan.setdefault(i, []).append((o, cost))
+    end_extra: dict[int, float] = {}
+    for b, extra, _ in g.ends:
+        end_extra[b] = max(end_extra.get(b, extra), extra)
+    req: dict[int, float | None] = {}
+    busy: set = set()
+
+    def required(root: int):
+        if root in req:
+            return req[root]
+        stack = [(root, 0)]
+        busy.add(root)
+        while stack:
+            bit, i = stack.pop()
+            outs = fan.get(bit, [])
+            if i < len(outs):
+                stack.append((bit, i + 1))
+                nxt = outs[i][0]
+                if nxt in busy:
+                    raise NetlistError(f"combinational loop through net {nxt}")
+                if nxt not in req:
+                    busy.add(nxt)
+                    stack.append((nxt, 0))
+                continue
+            busy.discard(bit)
+            best = end_extra.get(bit)
+            for o, cost in outs:
+                r = req.get(o)
+                if r is not None and (best is None or cost + r > best):
+                    best = cost + r
+            req[bit] = best
+        return req[root]
+
+    out: dict = {"in": {}, "out": {}}
+    for pname, port in mod.get("ports", {}).items():
+        bits = port["bits"]
+        if port["direction"] == "input":
+            out["in"][pname] = [required(b) if isinstance(b, int) else None for b in bits]
+        else:
+            out["out"][pname] = [arrival.get(b) if isinstance(b, int) else None for b in bits]
+    return out
 
 
 def _unit(label: str) -> str:

@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.lite import AXI4LiteSignature
 from mcf.hw.eth.port import EthPort
-from mcf.hw.node import PRESETS, Node
+from mcf.hw.node import NODE_PARTS, PRESETS, Node
 from mcf.hw.registry import block
 from mcf.spec.params import Choice, Range
 from mcf.spec import eth
@@ -71,6 +71,7 @@ class EthNode(wiring.Component):
 
 @block("eth_node", "one node with a 10GBASE-R port on its network port (the --network sfp top)",
        variants=({"model": "tiny", "data_width": 64},), lint_default=False,
+       parts=tuple(f"node.{p}" for p in NODE_PARTS) + ("node", "eth"),
        model="qwen2.5-1.5b", **NodeConfig().fields_of("data_width"), max_frame=eth.MAX_FRAME_BYTES,
        ranges={"model": Choice(tuple(PRESETS)), "max_frame": Range(eth.MIN_FRAME_BYTES, eth.MAX_FRAME_BYTES)})
 def _eth_node(model, data_width, max_frame):

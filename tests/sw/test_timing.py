@@ -77,3 +77,40 @@ def test_combinational_loop_and_unknown_cells_are_refused():
         analyze(module(loop))
     with pytest.raises(NetlistError, match="not in the timing model"):
         analyze(module({"x": cell("MYSTERY", {"I": [3], "O": [4]})}))
+
+
+def test_a_black_box_part_is_a_registered_boundary():
+    """``mcf synth --method blocks``: a part synthesized on its own is a black box in its parent;
+    its inputs end paths and its outputs start them (at 0 levels, as its own run times its ports)."""
+    cells = {"ff_a": cell("FDRE", {"C": [2], "D": [3], "Q": [10]}),
+             "l0": cell("LUT1", {"I0": [10], "O": [11]}),
+             "part": cell("node.exec", {"x": [11], "y": [20]}, {"x": "input", "y": "output"}),
+             "l1": cell("LUT1", {"I0": [20], "O": [21]}), "l2": cell("LUT1", {"I0": [21], "O": [22]}),
+             "ff_b": cell("FDRE", {"C": [2], "D": [22], "Q": [5]})}
+    with pytest.raises(NetlistError, match="not in the timing model"):
+        analyze(module(cells))
+    d = analyze(module(cells, {"a": [10], "b": [5]}), boundaries={"\\node.exec"})
+    assert d.max_levels == 2 and d.endpoints == 2      # part:y -> b (2), a -> part:x (1); ff_a:D is undriven
+    assert (d.paths[0].start, d.paths[0].end) == ("part:y", "b")
+    assert (d.paths[1].start, d.paths[1].end) == ("a", "part:x")
+
+
+def test_a_part_joins_its_parents_paths_at_its_pins():
+    """The part's own run says when its outputs are ready and how deep its inputs go; the parent
+    adds its own levels on both sides of the pins."""
+    part = {"ff": cell("FDRE", {"C": [2], "D": [31], "Q": [32]}),
+            "i0": cell("LUT1", {"I0": [3], "O": [30]}), "i1": cell("LUT1", {"I0": [30], "O": [31]}),
+            "o0": cell("LUT1", {"I0": [32], "O": [33]}), "o1": cell("LUT1", {"I0": [33], "O": [34]}),
+            "o2": cell("LUT1", {"I0": [34], "O": [35]})}
+    ports = {"x": {"direction": "input", "bits": [3]}, "y": {"direction": "output", "bits": [35]},
+             "z": {"direction": "output", "bits": [1]}}
+    own = analyze(module(part, ports=ports))
+    assert own.ports == {"in": {"x": [2.0]}, "out": {"y": [3.0], "z": [None]}}
+    parent = {"ff_a": cell("FDRE", {"C": [2], "D": [3], "Q": [10]}),
+              "l0": cell("LUT1", {"I0": [10], "O": [11]}),
+              "part": cell("top.u", {"x": [11], "y": [20]}, {"x": "input", "y": "output"}),
+              "l1": cell("LUT1", {"I0": [20], "O": [21]}),
+              "ff_b": cell("FDRE", {"C": [2], "D": [21], "Q": [5]})}
+    d = analyze(module(parent, {"a": [10], "b": [5]}), boundaries={"top.u": own.ports})
+    assert d.max_levels == 4 and (d.paths[0].start, d.paths[0].end) == ("part:y", "b")   # 3 + 1
+    assert d.paths[1].levels == 3 and (d.paths[1].start, d.paths[1].end) == ("a", "part:x")  # 1 + 2
