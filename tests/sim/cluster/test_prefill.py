@@ -33,16 +33,20 @@ def test_model_figures_are_the_hand_ones():
     assert m.kv_token_bytes == MT and m.params_per_layer == LAYER_PARAMS
 
 
-@pytest.mark.parametrize("engine", [dict(mac_rows=16, mac_lanes=16), {}, dict(compute_efficiency=1.0)])
-def test_mars_prefill_ends_in_the_owner_only_layout(engine):
+@pytest.mark.parametrize("engine,lags", [(dict(mac_rows=16, mac_lanes=16), False),
+                                         (dict(compute_efficiency=0.84), False),
+                                         ({}, None),
+                                         (dict(compute_efficiency=1.0), True)])
+def test_mars_prefill_ends_in_the_owner_only_layout(engine, lags):
     # 4096 tokens, B = 256 -> 16 blocks, round-robin owners on 4 nodes: 4 blocks each.
     # The plan's memory after step c counts the replicas step c propagates (eq. 8: they must be
     # there before step c + 1 uses them); the model samples each node's pool at its own step end.
-    # On the 16 x 16 engine (and the 64 x 32 at its measured 0.84 efficiency) a 256-token step
-    # outlasts the propagation of its block, so the pool equals the plan at every step; on a
-    # faster engine (64 x 32 at 100 %) nodes 1-3 end step 0 before block 0's replicas land: they
-    # arrive during step 1, within eq. 8's one-step lookahead -- the pool lags the plan by at
-    # most one step, never exceeds the budget, and ends owner-only.
+    # On the 16 x 16 engine (and the 64 x 32 at 0.84 efficiency) a 256-token step outlasts the
+    # propagation of its block, so the pool equals the plan at every step; on a faster engine
+    # (64 x 32 at 100 %) nodes 1-3 end step 0 before block 0's replicas land: they arrive during
+    # step 1, within eq. 8's one-step lookahead -- the pool lags the plan by at most one step,
+    # never exceeds the budget, and ends owner-only.  The profile as measured (``{}``, 0.988 since
+    # the overlapped activation load) is held to the bounds only, whichever side it falls on.
     S, B, N = 4096, 256, 4
     share = 4 * B * MT
     prof = load_profile("kr260").with_(**engine)
@@ -54,9 +58,9 @@ def test_mars_prefill_ends_in_the_owner_only_layout(engine):
     assert sim.max() <= 2 * share
     prev = np.vstack([np.zeros((1, N)), plan[:-1]])
     assert ((sim >= np.minimum(prev, plan)) & (sim <= np.maximum(prev, plan))).all()
-    if engine.get("compute_efficiency", 0) != 1.0:         # slow enough: the pool is the plan at each step
+    if lags is False:                                      # slow enough: the pool is the plan at each step
         assert np.array_equal(sim, plan)
-    else:
+    elif lags:
         assert not np.array_equal(sim, plan)               # the lag this test bounds does occur
 
 

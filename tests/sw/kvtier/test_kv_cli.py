@@ -18,7 +18,11 @@ def run_json(capsys, argv):
 
 def test_replay_compare_with_the_cluster_model(capsys, tmp_path):
     png = tmp_path / "kv.png"
-    out = run_json(capsys, ["kv", "replay", *STREAM, *SMALL, "--ranks", "2", "--compare", "--prime",
+    # prefixes of 1-2K tokens: on the measured 64 x 32 engine a 256-token prefix recomputes in ~1 ms,
+    # as fast as loopback Redis loads it, and the p99 comparison would be noise; at 1-2K recompute
+    # costs ~10 ms a request and the loads win by several times
+    stream = [*STREAM[:STREAM.index("--prefix-tokens")], "--prefix-tokens", "1024:2048", "--suffix-tokens", "4:20"]
+    out = run_json(capsys, ["kv", "replay", *stream, *SMALL, "--ranks", "2", "--compare", "--prime",
                             "--json", "--plot", str(png)])
     assert [a["label"] for a in out["arms"]] == ["no tier", "sync", "async"]
     assert out["cost_model"]["sources"]["R"].startswith("model: SimPy cluster model, MARS on 2 x kr260")
@@ -28,7 +32,7 @@ def test_replay_compare_with_the_cluster_model(capsys, tmp_path):
     assert none["tokens_from_store"] == 0 and none["loads"] == 0
     for a in (sync, asyn):                   # primed: every request has a hit worth loading here
         assert a["loads"] == 16 and a["token_hit_ratio"] > 0.5 and a["fallbacks"] == 0
-        assert a["ttft_p99_s"] < none["ttft_p99_s"]
+        assert a["ttft_p99_s"] < none["ttft_p99_s"] / 2
     assert png.stat().st_size > 10_000 and [f.name for f in tmp_path.iterdir()] == ["kv.png"]
 
 
