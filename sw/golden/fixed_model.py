@@ -17,7 +17,7 @@ from mcf.sw.models import ModelConfig
 from mcf.sw.models.config import check_tensor_parallel, shard_config, shard_kv_head
 
 from . import fixed as fx
-from .weights import check_weights, lm_head
+from .weights import check_weights, lm_head, token_ids
 
 
 @dataclass
@@ -134,11 +134,7 @@ class FixedModel:
         down, x_out) and "embed", "final_norm": the stimuli and expected values of block-level
         RTL benches."""
         cfg = self.cfg
-        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        if tokens.size == 0:
-            raise UserError("no tokens given")
-        if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
-            raise UserError(f"token ids must be in [0, {cfg.vocab_size})")
+        tokens = token_ids(cfg, tokens)
         cache = cache if cache is not None else self.new_cache()
         pos = np.arange(cache.length, cache.length + tokens.size)
         x = fx.embed(self.embed, tokens)
@@ -234,11 +230,7 @@ class TensorParallel:
         """X32 logits [T, vocab] (``logits="last"``: [1, vocab]) of the new tokens; ``caches``
         (``new_cache()``) carries the per-shard KV caches between calls."""
         cfg = self.cfg
-        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        if tokens.size == 0:
-            raise UserError("no tokens given")
-        if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
-            raise UserError(f"token ids must be in [0, {cfg.vocab_size})")
+        tokens = token_ids(cfg, tokens)
         caches = caches if caches is not None else self.new_cache()
         pos = np.arange(caches[0].length, caches[0].length + tokens.size)
         x = fx.embed(self.fm.embed, tokens)

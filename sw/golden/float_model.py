@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mcf.sw.errors import UserError
 from mcf.sw.models import ModelConfig
 
-from .weights import check_weights, lm_head
+from .weights import check_weights, lm_head, token_ids
 
 
 def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
@@ -117,11 +116,7 @@ class FloatModel:
     def forward(self, tokens, cache: KVCache | None = None, logits: str = "all") -> np.ndarray:
         """Logits [T, vocab] for the new tokens (``logits="last"``: [1, vocab])."""
         cfg = self.cfg
-        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        if tokens.size == 0:
-            raise UserError("no tokens given")
-        if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
-            raise UserError(f"token ids must be in [0, {cfg.vocab_size})")
+        tokens = token_ids(cfg, tokens)
         cache = cache if cache is not None else self.new_cache()
         pos = np.arange(cache.length, cache.length + tokens.size)
         cos, sin = rope_cos_sin(cfg, pos)

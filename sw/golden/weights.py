@@ -67,3 +67,14 @@ def random_weights(cfg: ModelConfig, seed: int = 0, std: float = 0.02,
 
 def lm_head(cfg: ModelConfig, weights: dict) -> np.ndarray:
     return weights["model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"]
+
+
+def token_ids(cfg: ModelConfig, tokens) -> np.ndarray:
+    """``tokens`` as a flat int64 array of ids of ``cfg``'s vocabulary; none, or one outside it,
+    is refused in one line (``UserError``)."""
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    if tokens.size == 0:
+        raise UserError("no tokens given")
+    if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
+        raise UserError(f"token ids must be in [0, {cfg.vocab_size})")
+    return tokens

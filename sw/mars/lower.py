@@ -253,6 +253,23 @@ class DdrMap:
         return self.regions[name][0]
 
 
+def place_model(a: _Alloc, m: DdrMap, sh: Shapes, head_rows: int, positions: int) -> None:
+    """The weights and tables every lowering places alike: each layer's GEMM blobs and RMSNorm
+    gains, the final norm's gains, the embedding table, the LM head's blob (``head_rows`` output
+    rows: the vocabulary, or a node's share of it) and the RoPE table of ``positions`` rows."""
+    for li in range(sh.L):
+        for name, (out, n) in sh.out_dims().items():
+            lay = sh.blob(out, n)
+            m.blobs[f"layers.{li}.{name}"] = (a(f"layers.{li}.{name}", lay.total_bytes), lay)
+        for g in ("ln1", "ln2"):
+            m.gains[f"layers.{li}.{g}"] = a(f"layers.{li}.{g}", 4 * sh.h)
+    m.gains["norm"] = a("norm", 4 * sh.h)
+    a("embed", sh.vocab * isa.embed_row_bytes(sh.h, sh.group))
+    lay = sh.blob(head_rows, sh.h)
+    m.blobs["head"] = (a("head", lay.total_bytes), lay)
+    a("rope", positions * sh.d * 4)
+
+
 @dataclass
 class SpadMap:
     beats: dict
@@ -506,17 +523,7 @@ class _Lowerer:
         m.ids_slot = _pad(4 * sh.node.max_tokens)
         m.head_tiles = -(-sh.vocab // sh.P)
         a("ids", (C + 1) * m.ids_slot)
-        for li in range(sh.L):
-            for name, (out, n) in sh.out_dims().items():
-                lay = sh.blob(out, n)
-                m.blobs[f"layers.{li}.{name}"] = (a(f"layers.{li}.{name}", lay.total_bytes), lay)
-            for g in ("ln1", "ln2"):
-                m.gains[f"layers.{li}.{g}"] = a(f"layers.{li}.{g}", 4 * sh.h)
-        m.gains["norm"] = a("norm", 4 * sh.h)
-        a("embed", sh.vocab * isa.embed_row_bytes(sh.h, sh.group))
-        lay = sh.blob(sh.vocab, sh.h)
-        m.blobs["head"] = (a("head", lay.total_bytes), lay)
-        a("rope", (plan.request.seq_len + m.dec_tokens) * sh.d * 4)
+        place_model(a, m, sh, sh.vocab, plan.request.seq_len + m.dec_tokens)
         a("pool", sh.L * m.pool_layer)
         a("decode_kv", sh.L * m.dec_layer)
         a("staging", 2 * m.stage_group)
@@ -621,6 +628,14 @@ class _Lowerer:
         self.vec(n, VecOp.TO_BFP, sh.hq * sh.d, T, sp["A"], sh.qb, sp["A"], sh.qb)
         self.gemm(n, f"{p}.o_proj", f"{p}.o_proj", T, sp["A"], sh.qb, sp["O"], sh.hb, bias=False)
         self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
+        self.mlp_in(n, li, T)
+        self.gemm(n, f"{p}.down_proj", f"{p}.down_proj", T, sp["G"], sh.ib, sp["O"], sh.hb, bias=False)
+        self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
+
+    def mlp_in(self, n: int, li: int, T: int) -> None:
+        """The MLP up to down_proj's input: X -> RMSNorm (ln2) -> H; G = silu(gate H) * (up H), BFP."""
+        sh, sp = self.sh, self.sp
+        p = f"layers.{li}"
         self.norm(n, f"{p}.ln2", f"{p}.ln2.g_exp", T, sp["X"])
         self.gemm(n, f"{p}.gate_proj", f"{p}.gate_proj", T, sp["H"], sh.hb, sp["G"], sh.ib, bias=False)
         self.gemm(n, f"{p}.up_proj", f"{p}.up_proj", T, sp["H"], sh.hb, sp["U"], sh.ib, bias=False)
@@ -628,8 +643,6 @@ class _Lowerer:
         self.vec(n, VecOp.TO_BFP, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib)
         self.vec(n, VecOp.TO_BFP, sh.inter, T, sp["U"], sh.ib, sp["U"], sh.ib)
         self.vec(n, VecOp.MUL, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib, b=sp["U"], b_stride=sh.ib)
-        self.gemm(n, f"{p}.down_proj", f"{p}.down_proj", T, sp["G"], sh.ib, sp["O"], sh.hb, bias=False)
-        self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
 
     def head(self, n: int, row: int) -> Local:
         """Final norm of X row ``row``, the LM head in parts, logits stored to DDR."""

@@ -37,32 +37,20 @@ from mcf.spec.node import NodeConfig
 from mcf.spec.packet import Collective, Op, ReduceOp, Stage
 from mcf.spec.topology import Topology
 from mcf.sw.models.config import ModelConfig, check_tensor_parallel, shard_config
-from .lower import (DECODE_ROOT, LoweringError, RouteTables, Shapes, _Alloc, _Buf, _Lowerer, _pad, check_model,
-                    const_keys, spad_map)
+from .lower import (DECODE_ROOT, DdrMap, LoweringError, RouteTables, Shapes, _Alloc, _Lowerer, _pad,
+                    check_model, const_keys, place_model, spad_map)
 
 #: The name of this decode scheme (as ``mcf simulate --decode`` names it).
 TENSOR_PARALLEL = "tensor-parallel"
 
 
 @dataclass
-class TPMap:
-    """Byte offsets of a tensor-parallel node's DDR (the same on every node)."""
-    regions: dict = field(default_factory=dict)
-    blobs: dict = field(default_factory=dict)
-    gains: dict = field(default_factory=dict)
-    size: int = 0
-    slot_bytes: int = 0
-    pool_layer: int = 0
-    dec_block: int = 0
-    dec_layer: int = 0
-    dec_tokens: int = 0
-    ids_slot: int = 0
-    head_tiles: int = 0
+class TPMap(DdrMap):
+    """Byte offsets of a tensor-parallel node's DDR (the same on every node): the MARS map's
+    fields (no staging, forward or decode-merge regions: ``pool_slots``, ``stage_group`` and
+    ``net`` stay empty) and the all-reduce's piece and each node's LM head rows."""
     piece: int = 0                 # bytes per all-reduce piece
     head_rows: list = field(default_factory=list)    # per node: its LM head rows (lo, hi)
-
-    def off(self, name: str) -> int:
-        return self.regions[name][0]
 
 
 @dataclass
@@ -176,17 +164,7 @@ def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bas
     m.head_tiles = -(-R // sh.P)
     m.piece = piece
     a("ids", (C + 1) * m.ids_slot)
-    for li in range(sh.L):
-        for name, (out, n) in sh.out_dims().items():
-            lay = sh.blob(out, n)
-            m.blobs[f"layers.{li}.{name}"] = (a(f"layers.{li}.{name}", lay.total_bytes), lay)
-        for g in ("ln1", "ln2"):
-            m.gains[f"layers.{li}.{g}"] = a(f"layers.{li}.{g}", 4 * sh.h)
-    m.gains["norm"] = a("norm", 4 * sh.h)
-    a("embed", sh.vocab * isa.embed_row_bytes(sh.h, sh.group))
-    lay = sh.blob(R, sh.h)
-    m.blobs["head"] = (a("head", lay.total_bytes), lay)
-    a("rope", (seq_len + m.dec_tokens) * sh.d * 4)
+    place_model(a, m, sh, R, seq_len + m.dec_tokens)
     a("pool", sh.L * m.pool_layer)
     a("decode_kv", sh.L * m.dec_layer)
     rows = chunk * sh.h * 4
@@ -316,13 +294,7 @@ class _TPLowerer(_Lowerer):
                                                                                 t0, tiles))
             for n in range(N):
                 self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
-                self.norm(n, f"{p}.ln2", f"{p}.ln2.g_exp", T, sp["X"])
-                self.gemm(n, f"{p}.gate_proj", f"{p}.gate_proj", T, sp["H"], sh.hb, sp["G"], sh.ib, bias=False)
-                self.gemm(n, f"{p}.up_proj", f"{p}.up_proj", T, sp["H"], sh.hb, sp["U"], sh.ib, bias=False)
-                self.vec(n, VecOp.SILU, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib)
-                self.vec(n, VecOp.TO_BFP, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib)
-                self.vec(n, VecOp.TO_BFP, sh.inter, T, sp["U"], sh.ib, sp["U"], sh.ib)
-                self.vec(n, VecOp.MUL, sh.inter, T, sp["G"], sh.ib, sp["G"], sh.ib, b=sp["U"], b_stride=sh.ib)
+                self.mlp_in(n, li, T)
             self.all_reduce(T, stage, seq, lambda n, t0, tiles: self.projection(n, f"{p}.down_proj", T, sp["G"],
                                                                                 sh.ib, t0, tiles))
             for n in range(N):
