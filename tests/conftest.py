@@ -1,6 +1,16 @@
 import pytest
 
 
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory):
+    """A tiny-model checkpoint written by ``mcf golden random-checkpoint`` (seed 4), read only by
+    the tests of the session that run commands on it (one per xdist worker)."""
+    from mcf.sw import cli
+    ck = tmp_path_factory.mktemp("tiny-ck") / "ck"
+    assert cli.main(["golden", "random-checkpoint", "--model", "tiny", "--out", str(ck), "--seed", "4"]) == 0
+    return ck
+
+
 @pytest.fixture
 def build_dir(tmp_path):
     """A private build directory per test (pytest-xdist workers never share one)."""

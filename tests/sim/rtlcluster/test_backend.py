@@ -41,13 +41,6 @@ from tests.sw.runtime.test_runtime import check
 from tests.sw.runtime.test_tensor_parallel import check_tp
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    ck = tmp_path_factory.mktemp("rtl") / "ck"
-    assert cli.main(["golden", "random-checkpoint", "--model", "tiny", "--out", str(ck), "--seed", "4"]) == 0
-    return ck
-
-
 def test_a_node_that_cannot_run_programs_is_refused():
     """A Node top without sequencer or execute unit cannot run the runtime's programs."""
     class Bare:                              # what the Node top was before issue 13

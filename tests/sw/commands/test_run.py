@@ -12,13 +12,6 @@ from mcf.sw import cli
 PROMPT = "5,9,200,3,17,33,1,8,90,2"
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    ck = tmp_path_factory.mktemp("run") / "ck"
-    assert cli.main(["golden", "random-checkpoint", "--model", "tiny", "--out", str(ck), "--seed", "4"]) == 0
-    return ck
-
-
 def test_model_backend_tokens_equal_golden_generate(checkpoint, capsys):
     capsys.readouterr()
     assert cli.main(["golden", "generate", "--checkpoint", str(checkpoint), "--tokens", PROMPT, "--decode", "2",

@@ -79,13 +79,6 @@ def test_store_urls():
             parse_store(bad, 2)
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    ck = tmp_path_factory.mktemp("kvrun") / "ck"
-    assert cli.main(["golden", "random-checkpoint", "--model", "tiny", "--out", str(ck), "--seed", "4"]) == 0
-    return ck
-
-
 def test_mcf_run_kv_store(checkpoint, capsys):
     """The same option on the model backend as on the rtl one: the second run loads, same tokens."""
     prompt = "5,9,200,3,17,33,1,8,90,2"

@@ -149,13 +149,6 @@ def test_refusals_are_one_line():
         Session(TINY, TINY_W, PROMPT, nodes=2, factory=isa_backend, decode_scheme="tp")
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    ck = tmp_path_factory.mktemp("tp") / "ck"
-    assert cli.main(["golden", "random-checkpoint", "--model", "tiny", "--out", str(ck), "--seed", "4"]) == 0
-    return ck
-
-
 def test_mcf_run_decode_scheme(checkpoint, capsys):
     """`mcf run --decode-scheme tensor-parallel` on the model backend: the TP golden's tokens,
     modelled cycles; a wrong name is one line."""
