@@ -292,6 +292,11 @@ def attention_figures(report: dict, node: NodeConfig) -> dict:
             "kv_reads_per_job_per_segment": round(kv_read / jobs / (3 * kv_seg), 4),
             "kv_bytes_if_read_per_head": kv_read * op["heads"],
             "ddr_bytes_per_cycle_in_passes": round(kv_read / (mx["cycles"] + ap["cycles"]), 2),
+            # eq. 6's work (QK^T and PV: 2 MACs per dimension per visible (query row, key) pair) per
+            # cycle of the whole block (ATTN_Q, both passes, EMIT), against the MAC array's peak
+            "attention_macs_per_cycle": round(2 * d * op["heads"] * op["visible_keys"] / cycles, 2),
+            "attention_efficiency": round(2 * d * op["heads"] * op["visible_keys"] / cycles
+                                          / (node.mac_rows * node.mac_lanes), 4),
         }
     return out
 
@@ -358,6 +363,12 @@ def run_engine(args) -> dict:
                                  f"cycle ({timing.total_bytes_per_cycle:.1f}), {node.weight_ports} HP ports",
         },
     }
+    if attn is not None:
+        out["calibration"].update({
+            "attention_efficiency": attn["attn:prefill"]["attention_efficiency"],
+            "attention_efficiency_is": "attention of one GQA group over a prefill chunk (attn:prefill): 2 x head_dim "
+                                       "MACs per visible (query row, key) pair / cycles of ATTN_Q, both ATTN_KV passes "
+                                       "and ATTN_EMIT / the MAC array's peak MACs per cycle"})
     if args.write_profile:
         cmd = (f"mcf bench compute --model {args.model} --weight-ports {args.weight_ports} --prefill-rows "
                f"{args.prefill_rows} --decode-rows {args.decode_rows} --write-profile")
@@ -368,8 +379,9 @@ def run_engine(args) -> dict:
 
 def write_profile(path: Path, cal: dict, command: str, model: str, array: str,
                   date: str | None = None) -> None:
-    """Replace ``compute_efficiency`` and ``ddr_efficiency`` (and the comment lines right above
-    each) in the profile YAML at ``path``, keeping every other line; written atomically."""
+    """Replace ``compute_efficiency``, ``ddr_efficiency`` and (when ``cal`` has it: the bench ran
+    the attention block) ``attention_efficiency`` (and the comment lines right above each) in the
+    profile YAML at ``path``, keeping every other line; written atomically."""
     if not path.is_file():
         raise ValueError(f"--write-profile: {path} is not a file")
     date = date or datetime.date.today().isoformat()
@@ -383,6 +395,10 @@ def write_profile(path: Path, cal: dict, command: str, model: str, array: str,
             f"# MEASURED {date} by `{command}`:",
             f"# {cal['ddr_efficiency_is']} (the model has no DRAM page/refresh cost)."],
     }
+    if "attention_efficiency" in cal:
+        notes["attention_efficiency"] = [
+            f"# MEASURED {date} by `{command}`:",
+            f"# {cal['attention_efficiency_is']}."]
     for key, comment in notes.items():
         at = [i for i, line in enumerate(lines) if re.match(rf"^{key}\s*:", line)]
         if len(at) != 1:

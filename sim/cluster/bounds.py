@@ -12,7 +12,8 @@ def prefill_bounds(model, profile, seq: int, nodes: int, chunks: int | None = No
     """Lower bounds (seconds) on the prefill of ``seq`` tokens on ``nodes`` nodes.
 
     * compute: all FLOPs (dense 2 x params x S, causal attention 4 L H_q d x S(S+1)/2, LM head
-      of the first token) over the aggregate sustained engine throughput N x P_node.
+      of the first token) over the aggregate sustained throughput: the dense layers and the head
+      at N x P_node (the MAC array), attention at N x P_attn (the attention unit).
     * ddr: every node that computes streams the layer weights at least once (``ddr_once``); with
       the plan's C chunks, C times (``ddr_chunked``: the dense layers of a chunk need every weight).
     * link: with the query rows spread over all nodes, every node attends to every earlier key,
@@ -24,7 +25,7 @@ def prefill_bounds(model, profile, seq: int, nodes: int, chunks: int | None = No
     attn = costs.attn_flops(model, 1, 1) * S * (S + 1) / 2
     head = costs.head_flops(model)
     flops = dense + attn + head
-    t_compute = flops / (N * profile.p_node)
+    t_compute = ((dense + head) / profile.p_node + attn / profile.p_attn) / N
     w = costs.weight_bytes(model)
     t_ddr_once = (w + costs.head_bytes(model)) / profile.ddr_Bps
     out = {
@@ -50,7 +51,7 @@ def overlap_ratio(model, profile, nodes: int, chunk: int) -> float:
     its communication behind attention, above 1 it is exposed (where replication can pay off).
     """
     t_link = chunk * model.kv_token_bytes / profile.bw_eff
-    t_attn = costs.attn_flops(model, chunk, chunk) / (nodes * profile.p_node)
+    t_attn = costs.attn_flops(model, chunk, chunk) / (nodes * profile.p_attn)
     return t_link / t_attn
 
 

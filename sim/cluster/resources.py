@@ -111,11 +111,12 @@ class Node:
         self.peak_total = 0.0
         self.trace: list = [(0.0, 0.0, 0.0)]      # (time, pool bytes, staging bytes)
 
-    def reserve(self, flops: float, ddr_bytes: float, start: float | None = None) -> float:
+    def reserve(self, flops: float, ddr_bytes: float, start: float | None = None, attn_flops: float = 0.0) -> float:
         """Book one engine operation (roofline of MACs vs DDR streaming) starting no earlier
         than ``start`` (default now; an earlier instant is allowed when the engine was idle,
-        waiting, since then); return its end time."""
-        c, d, fixed = costs.engine_times(self.profile, flops, ddr_bytes)
+        waiting, since then); return its end time.  ``flops`` run on the MAC array,
+        ``attn_flops`` on the attention unit (``costs.engine_times``)."""
+        c, d, fixed = costs.engine_times(self.profile, flops, ddr_bytes, attn_flops)
         start = max(self.env.now if start is None else start, self.engine_free)
         ddr_start = max(start, self.ddr_free) if start >= self.env.now else start
         ddr_end = ddr_start + d
@@ -125,12 +126,12 @@ class Node:
         self.busy_compute += c
         self.busy_engine += end - start
         self.ddr_bytes += ddr_bytes
-        self.flops += flops
+        self.flops += flops + attn_flops
         return end
 
-    def op(self, flops: float, ddr_bytes: float):
+    def op(self, flops: float, ddr_bytes: float, attn_flops: float = 0.0):
         """SimPy process: one engine operation, now."""
-        end = self.reserve(flops, ddr_bytes)
+        end = self.reserve(flops, ddr_bytes, attn_flops=attn_flops)
         yield self.env.timeout(end - self.env.now)
 
     def dma(self, nbytes: float) -> float:

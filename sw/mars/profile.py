@@ -34,6 +34,7 @@ class HardwareProfile:
     max_tokens: int         # query rows the engine takes per weight pass (a prefill tile)
     ops_per_mac: int
     compute_efficiency: float
+    attention_efficiency: float   # attention (QK^T + PV) MACs per cycle / the array's peak, measured
     ddr_bandwidth_Bps: float
     ddr_efficiency: float
     ddr_capacity_bytes: int
@@ -63,7 +64,7 @@ class HardwareProfile:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise UserError(f"profile {self.name}: {f}={v!r} must be a number >= 0")
-        for f in ("compute_efficiency", "ddr_efficiency", "link_efficiency"):
+        for f in ("compute_efficiency", "attention_efficiency", "ddr_efficiency", "link_efficiency"):
             v = getattr(self, f)
             if not isinstance(v, (int, float)) or not 0 < v <= 1:
                 raise UserError(f"profile {self.name}: {f}={v!r} must be in (0, 1]")
@@ -84,6 +85,12 @@ class HardwareProfile:
     def p_node(self) -> float:
         """P_node of eq. 6: sustained ops/s of one node's engine."""
         return self.peak_ops_per_s * self.compute_efficiency
+
+    @property
+    def p_attn(self) -> float:
+        """Sustained ops/s of one node's attention (QK^T and PV, eq. 6's 4 L H_q d per query-key
+        pair): the attention unit's measured rate, in units of the array's peak."""
+        return self.peak_ops_per_s * self.attention_efficiency
 
     @property
     def ddr_Bps(self) -> float:

@@ -56,6 +56,13 @@ def test_write_profile_replaces_two_figures_only(tmp_path):
     assert all(line in once.splitlines() for line in kept)
     write_profile(copy, cal, "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
     assert copy.read_text() == once
+    # a run with the attention block writes its figure too, and only that one more
+    write_profile(copy, {**cal, "attention_efficiency": 0.0123, "attention_efficiency_is": "attention"},
+                  "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
+    after = load_profile(copy).to_dict()
+    assert {k for k in before if before[k] != after[k]} - {"name"} == {"compute_efficiency", "ddr_efficiency",
+                                                                         "attention_efficiency"}
+    assert after["attention_efficiency"] == 0.0123
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")
     with pytest.raises(ValueError, match="has 0 lines 'compute_efficiency:'"):
@@ -101,7 +108,13 @@ def test_profile_figures_are_the_engine_bench_output():
     (docs/bench/compute-qwen2.5-1.5b.json, the command's --json output)."""
     from mcf.sim.benchmarks.compute import PROFILE
     text = PROFILE.read_text()
-    assert text.count("by `mcf bench compute --model qwen2.5-1.5b") == 2
+    assert text.count("by `mcf bench compute --model qwen2.5-1.5b") == 3
     rec = json.loads((Path(__file__).resolve().parents[3] / "docs" / "bench" / "compute-qwen2.5-1.5b.json").read_text())
     cal = rec["calibration"]
     assert _profile_values(PROFILE) == (cal["compute_efficiency"], cal["ddr_efficiency"])
+    import yaml
+    assert yaml.safe_load(PROFILE.read_text())["attention_efficiency"] == cal["attention_efficiency"]
+    prefill = rec["attention"]["attn:prefill"]           # the figure is the attention block's, as measured
+    assert cal["attention_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * prefill["heads"]
+                                                * prefill["visible_keys"] / prefill["cycles"]
+                                                / rec["peak_macs_per_cycle"], 4)
