@@ -51,9 +51,9 @@ from ..compute.cost import MATRIX_LATENCY, kv_writer_cycles, vector_cycles
 ETH_OVERHEAD = 38
 
 ISA_COSTS = {
-    "GEMM": "ceil(out / mac_rows) x ceil(n / mac_lanes) x tokens + matrix latency, or its DDR bytes if slower",
+    "GEMM": "ceil(out / mac_rows) x ceil(n / mac_lanes) x tokens + matrix latency, or its DDR bytes over the weight loaders if slower",
     "VEC": "rows x the vector unit's cycles for n elements on vec_lanes",
-    "ATTN_KV": "keys + 2 (MAX) or + 4 (APPLY) per pass, or its DDR bytes if slower",
+    "ATTN_KV": "keys + 2 (MAX) or + 4 (APPLY) per pass, or its K (and V) bytes over the execute unit's one AXI4 master if slower",
     "ATTN_Q / ATTN_EMIT": "rows x head_dim / vec_lanes (+ rows for FINAL)",
     "KVW": "rows x the KV writer's cycles per row, or its DDR bytes",
     "EMBED": "tokens x n / vec_lanes, or its DDR bytes",
@@ -101,17 +101,21 @@ class TimingCosts(UnitCosts):
         self.node, self.profile = node, profile
         self.calibration = dict(calibration or {})
         clock = node.clock_hz
-        # DDR bytes per cycle: the profile's sustained rate, but no more than the node's AXI4
-        # masters carry (one bus word per cycle each)
+        # DDR bytes per cycle: the profile's sustained rate, but no more than the AXI4 masters an
+        # instruction streams through carry (one bus word per cycle each): a GEMM's weights come
+        # over the weight loaders (NodeConfig.weight_ports, docs/node.md), everything else of the
+        # execute unit (K / V, the KV writer, LOAD / STORE, EMBED) over its one m_axi
         self.ddr_per_cycle = min(profile.ddr_Bps / clock, node.hp_ports * node.data_bytes)
+        self.exec_per_cycle = min(self.ddr_per_cycle, node.data_bytes)
+        self.gemm_per_cycle = min(self.ddr_per_cycle, max(1, node.weight_ports) * node.data_bytes)
         self.setup = int(profile.dma_setup_cycles)
         self.wire_per_cycle = profile.link_bandwidth_bps / 8 / clock
         self.latency = max(1, round(profile.link_latency_s * clock))
         self.nic = max(1, int(profile.nic_cycles_per_packet))
 
-    def _ddr(self, w: dict) -> int:
+    def _ddr(self, w: dict, per_cycle: float) -> int:
         b = w.get("ddr_rd", 0) + w.get("ddr_wr", 0)
-        return math.ceil(b / self.ddr_per_cycle) + self.setup if b else 0
+        return math.ceil(b / per_cycle) + self.setup if b else 0
 
     def instr(self, cfg: NodeConfig, ex) -> int:
         cycles = self.structural(cfg, ex)
@@ -146,7 +150,7 @@ class TimingCosts(UnitCosts):
             return 1
         if op == Opcode.SEND:
             return max(1, unit)
-        return max(1, unit, self._ddr(w))
+        return max(1, unit, self._ddr(w, self.gemm_per_cycle if op == Opcode.GEMM else self.exec_per_cycle))
 
     def link(self, nbytes: int) -> tuple[int, int]:
         ser = math.ceil((nbytes + ETH_OVERHEAD) / self.wire_per_cycle)
