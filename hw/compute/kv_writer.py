@@ -18,20 +18,21 @@ scaled and emitted.
   ``amax`` (four register stages).  The block is complete when its last beat has left that
   pipeline; it is handed over (``A`` copied into ``E`` with its ``amax`` and exponent) once the
   emitter is free.
-* **Emitter**: the scale in five registered steps (``t = amax * RCP7``; ``Ep = bitlen(t) - 8``;
-  ``A = t >> Ep``, ``E``; the reciprocal table read; its data), then the beats of ``E``, one per
-  cycle, shifted out of ``E[0]`` (no multiplexer) through a three-stage quantiser: the product
+* **Emitter**: the scale in four registered steps, free-running from the handed-over
+  ``amax`` (``t = amax * RCP7``; ``Ep = bitlen(t) - 8``; ``A = t >> Ep``, ``E``, the shift;
+  the reciprocal table's word read at ``A - 128``), then the beats of ``E``, one per cycle,
+  shifted out of ``E[0]`` (no multiplexer) through a three-stage quantiser: the product
   ``mant * rcp``; its arithmetic shift by ``7 + Ep``; the rounding ``+ 1 >> 1`` with the 4-bit
   saturation into the output register.  The quantiser stages and the output register advance
   together while the output is empty or taken (one enable: ``~o.valid | o.ready``); each beat
-  carries its own block's shift, scale and ``last``, so the next block's scale is computed
-  while this one drains.  ``E`` is free as soon as its last beat entered the quantiser.
+  carries its own block's shift, scale and ``last``.  ``E`` takes the next block in the cycle
+  its last beat enters the quantiser, so that block's scale is computed while this one drains.
 
-Latency (always-ready streams): the last input beat is accepted at cycle 0, the block is
-handed over at cycle 5, its first output beat is valid at cycle 14 (5 scale + 1 issue + 3
-quantiser stages); one block every ``beats + 5`` cycles in a steady stream (collect
-``beats`` + 4 max stages + the handover), against ``2 * beats + 1`` of the unpipelined
-writer: latency grew by about 13 cycles, throughput did not fall.
+Latency and rate (always-ready streams): the last input beat of a block is accepted at cycle
+0, the block is handed over at cycle 4 and its first output beat is valid at cycle 12; a
+steady stream gives one block every ``beats + 4`` cycles (collect ``beats`` and four max
+stages; the emitter four scale steps and ``beats``), against ``2 * beats + 1`` of the
+unpipelined writer: latency grew by 10 cycles, and the rate is higher for ``beats`` >= 4 (the presets: 4 and 8).
 """
 from __future__ import annotations
 
@@ -157,38 +158,40 @@ class KVWriter(wiring.Component):
         # ================================ emitter ===========================================
         collect, scale, emit = KVWriterState       # COLLECT: waiting for a collected block
         state = Signal(KVWriterState)
-        m.d.comb += handoff.eq(a_done & (state == collect))
+        issue = Signal()
+        eidx = Signal(range(NB))
+        # E is free in COLLECT, or as its last beat enters the quantiser (which has that
+        # block's table word and tags by then: the next scale changes them from h+2 on)
+        m.d.comb += handoff.eq(a_done & ((state == collect) | (issue & (eidx == NB - 1))))
         buf_e = [Signal(W, name=f"e{i}") for i in range(NB)]
         amax_e = Signal(MAG_BITS)
         exp_e = Signal(signed(EXP_BITS))
-        with m.If(handoff):
-            m.d.sync += [amax_e.eq(amax), exp_e.eq(exp_a), state.eq(scale)]
 
-        # scale: h1 t; h2 Ep; h3 A, E, shift; h4 table address (registered A); h5 table data
+        # scale, free-running from amax_e (handover at h): t at h+1; Ep at h+2; A, E and the
+        # shift at h+3; the reciprocal table's word (read at A - 128) at h+4, used from h+5 on
         t1 = Signal(T_BITS)
         m.d.sync += t1.eq(amax_e * fx.RCP7)
         t2 = Signal(T_BITS)
         ep2 = Signal(5)             # 6 <= Ep <= 21 when amax > 0 (unused when amax = 0)
         m.d.sync += [t2.eq(t1), ep2.eq(_bitlen(m, t1, "tlen") - KV_A_BITS)]
-        a_s, ep_s, zero_s = Signal(KV_A_BITS), Signal(5), Signal()
+        a_c = Signal(KV_A_BITS)
+        m.d.comb += a_c.eq(t2 >> ep2)
+        a_s, zero_s = Signal(KV_A_BITS), Signal()
         e_s, sh_s = Signal(signed(EXP_BITS)), Signal(5)
-        m.d.sync += [a_s.eq(t2 >> ep2), ep_s.eq(ep2), zero_s.eq(amax_e == 0),
-                     e_s.eq(ep2 - 16 + exp_e), sh_s.eq(ep2 + 7)]
+        m.d.sync += [a_s.eq(a_c), zero_s.eq(amax_e == 0), e_s.eq(ep2 - 16 + exp_e), sh_s.eq(ep2 + 7)]
         m.submodules.rcp = rcp = memory.Memory(shape=RCP_BITS, depth=128, init=[int(v) for v in fx.KV_RCP_LUT])
         rd = rcp.read_port()
         m.d.comb += [rd.addr.eq(a_s[:KV_A_BITS - 1]), rd.en.eq(1)]     # A - 128: A >= 128 when amax > 0
-        step = Signal(range(5))
+        step = Signal(range(4))
         with m.If(state == scale):
             m.d.sync += step.eq(step + 1)
-            with m.If(step == 4):   # A registered since h3, the table's data valid from h5
+            with m.If(step == 3):
                 m.d.sync += [step.eq(0), state.eq(emit)]
 
         # quantiser: q1 product; q2 shifted by 7 + Ep; q3 (+1) >> 1 saturated -> the output register
         adv = Signal()
         out_v = Signal()
         m.d.comb += adv.eq(~out_v | self.o.ready)
-        issue = Signal()
-        eidx = Signal(range(NB))
         m.d.comb += issue.eq((state == emit) & adv)
         with m.If(issue):
             for i in range(NB - 1):
@@ -198,6 +201,7 @@ class KVWriter(wiring.Component):
                 m.d.sync += [eidx.eq(0), state.eq(collect)]
         with m.If(handoff):
             m.d.sync += [b.eq(a) for a, b in zip(buf_a, buf_e)]
+            m.d.sync += [amax_e.eq(amax), exp_e.eq(exp_a), state.eq(scale)]
 
         Beat = data.StructLayout({"v": 1, "sh": 5, "zero": 1, "a": KV_A_BITS, "e": signed(EXP_BITS), "last": 1})
         tag0 = Signal(Beat)
