@@ -37,11 +37,13 @@ from amaranth.lib.wiring import In, Out
 from mcf.hw.axi.full import BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, AXI4Signature
 from mcf.hw.dma.common import AXCACHE
 from mcf.hw.layouts import InstrHeaderLayout, register_word
+from mcf.hw.registry import block
 from mcf.hw.seq.decode import Decoder
 from mcf.hw.seq.sems import SEM_WIDTH, SemEventSignature, Semaphores
 from mcf.spec import ErrorCause
 from mcf.spec.isa import INSTR_BITS, INSTR_BYTES, SEM_BITS, Opcode, Queue, SeqFault
 from mcf.spec.node import NodeConfig
+from mcf.spec.params import Choice
 from mcf.spec.regmap import DMA_ADDR_BITS, PC_BITS, REGISTERS
 
 
@@ -309,13 +311,31 @@ class Sequencer(wiring.Component):
         taking = []            # (commit, wait_sem) of higher-priority queues this cycle
         sem_value = Signal(SEM_WIDTH)
         waiting = []
+        hdrs = []
         for qi, (q, f) in enumerate(zip(Queue, queues)):
-            head = Signal(IssueLayout, name=f"head_{q.name.lower()}")
             hdr = Signal(InstrHeaderLayout, name=f"hdr_{q.name.lower()}")
-            m.d.comb += [head.eq(f.r_data), hdr.eq(head.word[:InstrHeaderLayout.size])]
+            m.d.comb += hdr.eq(f.r_data[:InstrHeaderLayout.size])
+            hdrs.append(hdr)
+        # A head's wait is checked one cycle ahead, into a register (sem_ok): the semaphore it
+        # names, read this cycle, holds enough, the head stays (no commit of its queue now) and
+        # no take from that semaphore is in flight (one committed now, or one registered in
+        # the semaphores: values do not show either yet).  Increments only raise a value, so
+        # the check stays true.  A head without a wait needs no check.
+        sem_ok = [Signal(name=f"sem_ok_{q.name.lower()}") for q in Queue]
+        for qi, (q, f) in enumerate(zip(Queue, queues)):
+            hdr = hdrs[qi]
             cur = Signal(SEM_WIDTH, name=f"cur_{q.name.lower()}")
             m.d.comb += cur.eq(self._pick(sems.values, hdr.wait_sem))
-            wait_ok = (hdr.wait_cnt == 0) | (cur >= hdr.wait_cnt)
+            in_flight = self._pick([sems.taken[i] for i in range(cfg.num_sems)], hdr.wait_sem)
+            for qj in range(len(queues)):
+                if qj != qi:
+                    in_flight = in_flight | (commit[qj] & (hdrs[qj].wait_cnt != 0) & (hdrs[qj].wait_sem == hdr.wait_sem))
+            m.d.sync += sem_ok[qi].eq(f.r_rdy & ~commit[qi] & (cur >= hdr.wait_cnt) & ~in_flight)
+        for qi, (q, f) in enumerate(zip(Queue, queues)):
+            head = Signal(IssueLayout, name=f"head_{q.name.lower()}")
+            hdr = hdrs[qi]
+            m.d.comb += head.eq(f.r_data)
+            wait_ok = (hdr.wait_cnt == 0) | sem_ok[qi]
             blocked = Const(0)
             for c, s in taking:
                 blocked = blocked | (c & (s == hdr.wait_sem) & (hdr.wait_cnt != 0))
@@ -427,3 +447,12 @@ class Sequencer(wiring.Component):
         width = len(values[0])
         return Cat(*values, Const(0, width)).word_select(
             Mux(index < len(values), index, len(values)), width)
+
+
+@block("seq", "sequencer: fetch, decode, EX / TX / RX queues and issue, semaphores, faults, watchdog",
+       preset="qwen2.5-1.5b", ranges={"preset": Choice(("tiny", "qwen2.5-1.5b"))})
+def _seq(preset):
+    presets = {"tiny": NodeConfig.tiny, "qwen2.5-1.5b": NodeConfig.qwen2_5_1_5b}
+    if preset not in presets:
+        raise ValueError(f"seq: preset {preset!r}; known: {', '.join(presets)}")
+    return Sequencer(presets[preset]())
