@@ -99,17 +99,22 @@ class Fetch(wiring.Component):
         m.d.comb += self.pc.eq(nxt)
 
         # --- burst sizing: min(free space, rest of the program, rest of the 4 KiB page, 256 beats)
+        # In two register steps (free / left / page, then the size k and the go-ahead), used
+        # the cycle after: they are stale only after a start or an issue (which change addr,
+        # nxt, count and reserved), so ``k_ok`` holds the two cycles after either off.
+        # Otherwise the free space can only have grown since (a word pushed leaves its
+        # reservation, one popped frees a place): never more is reserved than there is.
         free = Signal(range(depth + 1))
-        m.d.comb += free.eq(depth - words.level - reserved)
+        m.d.sync += free.eq(depth - words.level - reserved)
         left = Signal(PC_BITS)
-        m.d.comb += left.eq(count - nxt)
+        m.d.sync += left.eq(count - nxt)
         page = Signal(range(BOUNDARY_BYTES // INSTR_BYTES + 1))
-        m.d.comb += page.eq((BOUNDARY_BYTES - addr[:12]) >> instr_log2)
+        m.d.sync += page.eq((BOUNDARY_BYTES - addr[:12]) >> instr_log2)
         cap = min(depth, MAX_BURST_BEATS // B)
         k = Signal(range(cap + 1))
         k1 = Mux(free < left, free, left)
-        k2 = Mux(page < k1, page, k1)
-        m.d.comb += k.eq(Mux(k2 < cap, k2, cap))
+        k2 = Mux(page < cap, page, cap)
+        m.d.comb += k.eq(Mux(k1 < k2, k1, k2))
         # Wait for half the FIFO (or all that remains) so bursts are not one instruction long.
         want = Signal(range(depth + 1))
         half = max(1, depth // 2)
@@ -117,12 +122,15 @@ class Fetch(wiring.Component):
         want2 = Mux(page < want, page, want)
 
         issue = Signal()
-        m.d.comb += issue.eq(active & ~self.start & ~self.stop & ~pending & (k != 0) & (k >= want2))
+        k_q, go_q, k_ok1, k_ok = Signal.like(k), Signal(), Signal(), Signal()
+        m.d.sync += [k_q.eq(k), go_q.eq((k != 0) & (k >= want2)),
+                     k_ok1.eq(~self.start & ~issue), k_ok.eq(k_ok1 & ~self.start & ~issue)]
+        m.d.comb += issue.eq(active & ~self.start & ~self.stop & ~pending & k_ok & go_q)
         with m.If(self.start):
             m.d.sync += [active.eq(1), addr.eq(self.base), nxt.eq(0), count.eq(self.count)]
         with m.Elif(issue):
-            m.d.sync += [pending.eq(1), axi.araddr.eq(addr), axi.arlen.eq(k * B - 1),
-                         addr.eq(addr + (k << instr_log2)), nxt.eq(nxt + k)]
+            m.d.sync += [pending.eq(1), axi.araddr.eq(addr), axi.arlen.eq(k_q * B - 1),
+                         addr.eq(addr + (k_q << instr_log2)), nxt.eq(nxt + k_q)]
         ar_fire = axi.arvalid & axi.arready
         with m.If(ar_fire):
             m.d.sync += pending.eq(0)
@@ -153,7 +161,7 @@ class Fetch(wiring.Component):
         # reserved: + k at issue, - 1 per word pushed
         issued = Signal(range(cap + 1))
         with m.If(issue):
-            m.d.comb += issued.eq(k)
+            m.d.comb += issued.eq(k_q)
         m.d.sync += reserved.eq(reserved + issued - push)
 
         m.d.comb += [self.o.valid.eq(words.r_rdy), self.o.payload.eq(words.r_data), words.r_en.eq(self.o.ready),
@@ -231,7 +239,13 @@ class Sequencer(wiring.Component):
         wiring.connect(m, wiring.flipped(self.m_axi), fetch.m_axi)
         m.d.comb += [sems.clear.eq(clear), self.clear.eq(clear)]
 
-        running, done, fault, pending = Signal(), Signal(), Signal(), Signal()
+        run_q, done, fault, pending = Signal(), Signal(), Signal(), Signal()
+        # Faults are taken in two register steps (below): the cycle after a fault's condition
+        # the program no longer runs (as with the fault taken at once: ``raise_fault`` comes
+        # from registers); the fault's cause and instruction are registered in that cycle.
+        raise_fault = Signal()
+        running = Signal()
+        m.d.comb += running.eq(run_q & ~raise_fault)
         cause, fault_pc = Signal(FAULT_BITS), Signal(PC_BITS)
         ended = Signal()
         dispatched = Signal(PC_BITS)
@@ -255,14 +269,13 @@ class Sequencer(wiring.Component):
                 m.next = "LAUNCH"
             with m.State("LAUNCH"):
                 m.d.comb += [launch.eq(1), fetch.start.eq(1)]
-                m.d.sync += [running.eq(1), done.eq(0), fault.eq(0), cause.eq(SeqFault.NONE), fault_pc.eq(0),
+                m.d.sync += [run_q.eq(1), done.eq(0), fault.eq(0), cause.eq(SeqFault.NONE), fault_pc.eq(0),
                              pending.eq(0), ended.eq(0), dispatched.eq(0), count.eq(self.prog_count)]
                 m.next = "IDLE"
         m.d.comb += [fetch.base.eq(self.prog_base), fetch.count.eq(self.prog_count),
                      fetch.stop.eq(ended | ~running)]
 
         # --- faults (the first wins) --------------------------------------------------------------
-        raise_fault = Signal()
         new_cause = Signal(FAULT_BITS)
         new_pc = Signal(PC_BITS)
 
@@ -317,11 +330,17 @@ class Sequencer(wiring.Component):
             m.d.comb += hdr.eq(f.r_data[:InstrHeaderLayout.size])
             hdrs.append(hdr)
         # A head's wait is checked one cycle ahead, into a register (sem_ok): the semaphore it
-        # names, read this cycle, holds enough, the head stays (no commit of its queue now) and
-        # no take from that semaphore is in flight (one committed now, or one registered in
-        # the semaphores: values do not show either yet).  Increments only raise a value, so
-        # the check stays true.  A head without a wait needs no check.
+        # names, read this cycle, holds enough, the head stays (its queue cannot commit now)
+        # and no take from that semaphore is in flight (one another queue may commit now, or
+        # one registered in the semaphores: values do not show either yet).  Increments only
+        # raise a value, so the check stays true.  A head without a wait needs no check.  The
+        # terms are what a queue *could* commit (``can``, before the same-cycle priority
+        # between queues): never less than what it commits, and one register away.
         sem_ok = [Signal(name=f"sem_ok_{q.name.lower()}") for q in Queue]
+        can = [Signal(name=f"can_{q.name.lower()}") for q in Queue]
+        for qi, (q, f) in enumerate(zip(Queue, queues)):
+            hdr = hdrs[qi]
+            m.d.comb += can[qi].eq(f.r_rdy & (slot[qi] == Slot.EMPTY) & running & ((hdr.wait_cnt == 0) | sem_ok[qi]))
         for qi, (q, f) in enumerate(zip(Queue, queues)):
             hdr = hdrs[qi]
             cur = Signal(SEM_WIDTH, name=f"cur_{q.name.lower()}")
@@ -329,8 +348,8 @@ class Sequencer(wiring.Component):
             in_flight = self._pick([sems.taken[i] for i in range(cfg.num_sems)], hdr.wait_sem)
             for qj in range(len(queues)):
                 if qj != qi:
-                    in_flight = in_flight | (commit[qj] & (hdrs[qj].wait_cnt != 0) & (hdrs[qj].wait_sem == hdr.wait_sem))
-            m.d.sync += sem_ok[qi].eq(f.r_rdy & ~commit[qi] & (cur >= hdr.wait_cnt) & ~in_flight)
+                    in_flight = in_flight | (can[qj] & (hdrs[qj].wait_cnt != 0) & (hdrs[qj].wait_sem == hdr.wait_sem))
+            m.d.sync += sem_ok[qi].eq(f.r_rdy & ~can[qi] & (cur >= hdr.wait_cnt) & ~in_flight)
         for qi, (q, f) in enumerate(zip(Queue, queues)):
             head = Signal(IssueLayout, name=f"head_{q.name.lower()}")
             hdr = hdrs[qi]
@@ -339,8 +358,7 @@ class Sequencer(wiring.Component):
             blocked = Const(0)
             for c, s in taking:
                 blocked = blocked | (c & (s == hdr.wait_sem) & (hdr.wait_cnt != 0))
-            ready = f.r_rdy & (slot[qi] == Slot.EMPTY) & running
-            m.d.comb += commit[qi].eq(ready & wait_ok & ~blocked)
+            m.d.comb += commit[qi].eq(can[qi] & ~blocked)
             # (what the head waits on stays visible after the node stopped: SEQ_WAIT explains a fault)
             waiting.append((f.r_rdy & (slot[qi] == Slot.EMPTY) & ~wait_ok, hdr.wait_sem))
             taking.append((commit[qi], hdr.wait_sem))
@@ -358,7 +376,7 @@ class Sequencer(wiring.Component):
                     m.d.sync += slot[qi].eq(Slot.END)
                 with m.Else():
                     m.d.sync += slot[qi].eq(Slot.OFFER)
-            m.d.comb += self.stall_sem[qi].eq(ready & ~wait_ok)
+            m.d.comb += self.stall_sem[qi].eq(f.r_rdy & (slot[qi] == Slot.EMPTY) & running & ~wait_ok)
             inc = getattr(sems, f"inc{qi}")
             m.d.comb += [inc.valid.eq(complete[qi] & slot_sig[qi]), inc.sem.eq(slot_sem[qi]), inc.amount.eq(1),
                          self.retired[qi].eq(complete[qi])]
@@ -403,7 +421,7 @@ class Sequencer(wiring.Component):
         wiring.connect(m, wiring.flipped(self.rx_credit_inc), sems.inc4)
 
         with m.If(end_done):
-            m.d.sync += [running.eq(0), done.eq(1)]
+            m.d.sync += [run_q.eq(0), done.eq(1)]
         m.d.comb += self.irq_done.eq(end_done)
 
         # --- other faults -------------------------------------------------------------------------
@@ -420,12 +438,22 @@ class Sequencer(wiring.Component):
         sources.append((running & (self.watchdog != 0) & (idle_cycles >= self.watchdog),
                                 SeqFault.WATCHDOG, dispatched))
         sources.append((running & self.abort, SeqFault.ABORTED, dispatched))
-        for cond, c, pc in reversed(sources):
-            with m.If(cond):
-                m.d.comb += [raise_fault.eq(1), new_cause.eq(c), new_pc.eq(pc)]
-        with m.If(raise_fault & ~end_done):
-            m.d.sync += [running.eq(0), fault.eq(1), cause.eq(new_cause), fault_pc.eq(new_pc)]
-        m.d.comb += self.irq_fault.eq(raise_fault & ~end_done)
+        # step 1: every source's condition (unless END completes now), cause and instruction
+        # registered; step 2: the first of them (in the order above) -> fault, cause, fault_pc
+        conds = []
+        for k, (cond, c, pc) in enumerate(sources):
+            cq = Signal(name=f"fault_src{k}")
+            cause_q = Signal(FAULT_BITS, name=f"fault_src{k}_cause")
+            pc_q = Signal(PC_BITS, name=f"fault_src{k}_pc")
+            m.d.sync += [cq.eq(cond & ~end_done), cause_q.eq(c), pc_q.eq(pc)]
+            conds.append((cq, cause_q, pc_q))
+        m.d.comb += raise_fault.eq(Cat(*(cq for cq, _, _ in conds)).any())
+        for cq, c, pc in reversed(conds):
+            with m.If(cq):
+                m.d.comb += [new_cause.eq(c), new_pc.eq(pc)]
+        with m.If(raise_fault):         # (sources are gated by running: never two cycles in a row)
+            m.d.sync += [run_q.eq(0), fault.eq(1), cause.eq(new_cause), fault_pc.eq(new_pc)]
+        m.d.comb += self.irq_fault.eq(raise_fault)
 
         # --- SEQ_WAIT and SEQ_LEVELS words ----------------------------------------------------------
         wreg = REGISTERS["SEQ_WAIT"]
