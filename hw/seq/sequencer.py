@@ -241,8 +241,8 @@ class Sequencer(wiring.Component):
 
         run_q, done, fault, pending = Signal(), Signal(), Signal(), Signal()
         # Faults are taken in two register steps (below): the cycle after a fault's condition
-        # the program no longer runs (as with the fault taken at once: ``raise_fault`` comes
-        # from registers); the fault's cause and instruction are registered in that cycle.
+        # the program no longer runs (as with the fault taken at once: ``raise_fault`` is a
+        # register); the fault's cause and instruction are registered in that cycle.
         raise_fault = Signal()
         running = Signal()
         m.d.comb += running.eq(run_q & ~raise_fault)
@@ -447,7 +447,7 @@ class Sequencer(wiring.Component):
             pc_q = Signal(PC_BITS, name=f"fault_src{k}_pc")
             m.d.sync += [cq.eq(cond & ~end_done), cause_q.eq(c), pc_q.eq(pc)]
             conds.append((cq, cause_q, pc_q))
-        m.d.comb += raise_fault.eq(Cat(*(cq for cq, _, _ in conds)).any())
+        m.d.sync += raise_fault.eq(Cat(*(cond for cond, _, _ in sources)).any() & ~end_done)
         for cq, c, pc in reversed(conds):
             with m.If(cq):
                 m.d.comb += [new_cause.eq(c), new_pc.eq(pc)]
