@@ -321,7 +321,7 @@ class Sequencer(wiring.Component):
         slot_sem = [Signal(SEM_BITS, name=f"slot_sem_{q.name.lower()}") for q in Queue]
         complete = [Signal(name=f"complete_{q.name.lower()}") for q in Queue]
         commit = [Signal(name=f"commit_{q.name.lower()}") for q in Queue]
-        taking = []            # (commit, wait_sem) of higher-priority queues this cycle
+        taking = []            # (can, wait_sem) of higher-priority queues this cycle
         sem_value = Signal(SEM_WIDTH)
         waiting = []
         hdrs = []
@@ -355,13 +355,17 @@ class Sequencer(wiring.Component):
             hdr = hdrs[qi]
             m.d.comb += head.eq(f.r_data)
             wait_ok = (hdr.wait_cnt == 0) | sem_ok[qi]
+            # never two queues take from one semaphore in a cycle: a queue yields to any of
+            # higher priority that could commit on the semaphore it names (``can``, not the
+            # commit: the rule then stays one logic level deep, and it only ever holds back a
+            # queue whose semaphore another one names)
             blocked = Const(0)
             for c, s in taking:
                 blocked = blocked | (c & (s == hdr.wait_sem) & (hdr.wait_cnt != 0))
             m.d.comb += commit[qi].eq(can[qi] & ~blocked)
             # (what the head waits on stays visible after the node stopped: SEQ_WAIT explains a fault)
             waiting.append((f.r_rdy & (slot[qi] == Slot.EMPTY) & ~wait_ok, hdr.wait_sem))
-            taking.append((commit[qi], hdr.wait_sem))
+            taking.append((can[qi], hdr.wait_sem))
             dec_port = getattr(sems, f"dec{qi}")
             m.d.comb += [dec_port.valid.eq(commit[qi] & (hdr.wait_cnt != 0)), dec_port.sem.eq(hdr.wait_sem),
                          dec_port.amount.eq(hdr.wait_cnt), f.r_en.eq(commit[qi])]
