@@ -38,7 +38,7 @@ from mcf.hw.axi.full import BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, AXI4Sig
 from mcf.hw.dma.common import AXCACHE
 from mcf.hw.layouts import InstrHeaderLayout, register_word
 from mcf.hw.registry import block
-from mcf.hw.seq.decode import Decoder
+from mcf.hw.seq.decode import CODES, Decoder, legal_of
 from mcf.hw.seq.sems import SEM_WIDTH, SemEventSignature, Semaphores
 from mcf.spec import ErrorCause
 from mcf.spec.isa import INSTR_BITS, INSTR_BYTES, SEM_BITS, Opcode, Queue, SeqFault
@@ -281,19 +281,33 @@ class Sequencer(wiring.Component):
 
         sources = []          # (condition, cause, pc), highest priority first
 
-        # --- decode stage -------------------------------------------------------------------------
+        # --- pre-decode and decode stages -----------------------------------------------------------
+        # pre-decode (pw): the word with the decoder's per-opcode checks registered; decode (dq):
+        # its queue, END and legality (the checks of its own opcode).  Two register steps for
+        # the 250 MHz budget; words move only while the program runs and has not ended.
+        pw = Signal(IssueLayout)
+        pw_valid, pw_take = Signal(), Signal()
+        pw_legal = Signal(len(CODES))
         dq = Signal(IssueLayout)
         dq_valid, dq_queue, dq_illegal, dq_end = Signal(), Signal(2), Signal(), Signal()
         dq_take = Signal()
-        m.d.comb += [dec.word.eq(fetch.o.payload.word),
-                     fetch.o.ready.eq(running & ~ended & (~dq_valid | dq_take))]
+        m.d.comb += [pw_take.eq(pw_valid & running & ~ended & (~dq_valid | dq_take)),
+                     dec.word.eq(fetch.o.payload.word),
+                     fetch.o.ready.eq(running & ~ended & (~pw_valid | pw_take))]
         with m.If(fetch.o.valid & fetch.o.ready):
-            m.d.sync += [dq_valid.eq(1), dq.eq(fetch.o.payload), dq_queue.eq(dec.queue),
-                         dq_illegal.eq(dec.illegal), dq_end.eq(dec.end)]
+            m.d.sync += [pw_valid.eq(1), pw.eq(fetch.o.payload), pw_legal.eq(dec.legal_codes)]
+        with m.Elif(pw_take):
+            m.d.sync += pw_valid.eq(0)
+        m.submodules.decoder_q = dec_q = Decoder(cfg.num_sems, cfg.ddr_addr_bits)   # queue and END only
+        m.d.comb += dec_q.word.eq(pw.word)
+        pw_legal_op = legal_of(m, dec_q.header.op, pw_legal)
+        with m.If(pw_take):
+            m.d.sync += [dq_valid.eq(1), dq.eq(pw), dq_queue.eq(dec_q.queue),
+                         dq_illegal.eq(~pw_legal_op), dq_end.eq(dec_q.end)]
         with m.Elif(dq_take):
             m.d.sync += dq_valid.eq(0)
         with m.If(clear):
-            m.d.sync += dq_valid.eq(0)
+            m.d.sync += [pw_valid.eq(0), dq_valid.eq(0)]
 
         # --- dispatch ---------------------------------------------------------------------------
         for q, f in zip(Queue, queues):
@@ -309,7 +323,7 @@ class Sequencer(wiring.Component):
                 m.d.sync += ended.eq(1)
         sources.append((running & dq_valid & dq_illegal, SeqFault.ILLEGAL_INSTRUCTION, dq.pc))
         starved = Signal()
-        m.d.comb += starved.eq(running & ~ended & ~dq_valid & ~fetch.o.valid)
+        m.d.comb += starved.eq(running & ~ended & ~dq_valid & ~pw_valid & ~fetch.o.valid)
         sources.append((starved & (dispatched == count) & ~fetch.busy, SeqFault.PROGRAM_OVERRUN, count))
         m.d.comb += self.stall_fetch.eq(starved & (dispatched != count))
 
