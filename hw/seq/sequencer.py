@@ -1,9 +1,9 @@
 """The sequencer (``spec/isa.py``, docs/node.md section 2): fetch, decode, in-order dispatch
 into the EX / TX / RX queues, per-queue issue on semaphores, END, faults and the watchdog.
 
-    fetch FIFO ─► decode (register) ─► EX queue ─► issue ─► ex  (execute unit)
-                                   ├─► TX queue ─► issue ─► tx  (TX engine: SEND, CREDIT)
-                                   └─► RX queue ─► issue ─► rx  (RX engine: RECV)
+    fetch FIFO ─► pre-decode ─► decode ─► EX queue ─► issue ─► ex  (execute unit)
+                  (registers)  (registers) ├─► TX queue ─► issue ─► tx  (TX engine: SEND, CREDIT)
+                                        └─► RX queue ─► issue ─► rx  (RX engine: RECV)
 
 *Dispatch* takes instructions in program order and puts each into its queue (SYNC into the
 one its ``on`` names); an illegal one faults ILLEGAL_INSTRUCTION; after END nothing more is
@@ -23,6 +23,17 @@ take no more): an illegal instruction, PROGRAM_OVERRUN, an execute-unit fault, a
 (out of window, error response), a semaphore overflow, an error counted under a cause
 enabled in ``fault_mask`` (NETWORK), the watchdog (``watchdog`` cycles with nothing retired
 or dispatched and no ``activity``), or ``abort`` (ABORTED).
+
+*Timing* (the 250 MHz budget of docs/timing.md, `mcf synth seq`): the decoder's per-opcode
+checks are registered before the word's own is selected (pre-decode); a queue head's wait is
+checked a cycle ahead into a register (``sem_ok``), against semaphore values that show every
+take (a take in flight makes the check stale); the semaphores' decrements and ``overflow`` are
+registered; a fault's sources are registered, and the cycle after, ``running`` falls (as it
+did with the fault taken at once) while the first source's cause and instruction are
+registered (``fault`` reads one cycle after ``running`` fell); the fetch unit's burst size
+takes two register steps.  Costs: an instruction that waits on a semaphore issues a cycle
+later than the value allows, a word entering an empty pipeline dispatches a cycle later, a
+fetch burst is issued two cycles later.
 
 *Start*: ``start`` waits (``start_pending``) until the datapath is idle, pulses ``clear``
 (this unit's fetch, queues and semaphores and, in the node, the engines are reset) and runs
