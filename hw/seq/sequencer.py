@@ -361,13 +361,7 @@ class Sequencer(wiring.Component):
         # raise a value, so the check stays true.  A head without a wait needs no check.  The
         # terms are what a queue *could* commit (``can``, before the same-cycle priority
         # between queues): never less than what it commits, and one register away.
-        # sem_ok = sem_fits & ~sem_hold, the two halves registered apart (the same function,
-        # fewer levels before each register)
-        sem_fits = [Signal(name=f"sem_fits_{q.name.lower()}") for q in Queue]
-        sem_hold = [Signal(name=f"sem_hold_{q.name.lower()}") for q in Queue]
         sem_ok = [Signal(name=f"sem_ok_{q.name.lower()}") for q in Queue]
-        for qi in range(len(queues)):
-            m.d.comb += sem_ok[qi].eq(sem_fits[qi] & ~sem_hold[qi])
         can = [Signal(name=f"can_{q.name.lower()}") for q in Queue]
         for qi, (q, f) in enumerate(zip(Queue, queues)):
             hdr = hdrs[qi]
@@ -376,13 +370,11 @@ class Sequencer(wiring.Component):
             hdr = hdrs[qi]
             cur = Signal(SEM_WIDTH, name=f"cur_{q.name.lower()}")
             m.d.comb += cur.eq(self._pick(sems.values, hdr.wait_sem))
-            taken = self._pick([sems.taken[i] for i in range(cfg.num_sems)], hdr.wait_sem)
-            m.d.sync += sem_fits[qi].eq(f.r_rdy & (cur >= hdr.wait_cnt) & ~taken)
-            hold = can[qi]
+            in_flight = self._pick([sems.taken[i] for i in range(cfg.num_sems)], hdr.wait_sem)
             for qj in range(len(queues)):
                 if qj != qi:
-                    hold = hold | (can[qj] & (hdrs[qj].wait_cnt != 0) & (hdrs[qj].wait_sem == hdr.wait_sem))
-            m.d.sync += sem_hold[qi].eq(hold)
+                    in_flight = in_flight | (can[qj] & (hdrs[qj].wait_cnt != 0) & (hdrs[qj].wait_sem == hdr.wait_sem))
+            m.d.sync += sem_ok[qi].eq(f.r_rdy & ~can[qi] & (cur >= hdr.wait_cnt) & ~in_flight)
         for qi, (q, f) in enumerate(zip(Queue, queues)):
             head = Signal(IssueLayout, name=f"head_{q.name.lower()}")
             hdr = hdrs[qi]
