@@ -8,25 +8,53 @@ and leaves as the same number of beats on ``o``: ``lanes`` INT4 values plus the 
     amax = max |mant|; t = amax * RCP7; Ep = bitlen(t) - 8; A = t >> Ep
     q = sat4(rshr(mant * KV_RCP_LUT[A - 128], 8 + Ep)); E = Ep - 16 + exp  (all zero: A = E = 0)
 
-The block must be seen whole before its scale is known, so the writer buffers it (``lanes``
-wide registers), then quantizes ``lanes`` values per cycle: 2 * beats + 2 cycles per block,
-one ``lanes`` x (16 x 18) multiplier row.  Overlapping collection with emission (a second
-buffer) would halve that; the projection feeding it produces a KV row every head_dim / rows
-cycles anyway.
+Pipelined for the 250 MHz budget (docs/timing.md, at most 8 LUT levels between registers):
+two halves with a block buffer each, so that one block is collected while the one before is
+scaled and emitted.
+
+* **Collector** (buffer ``A``, ``i.ready`` while it is not full): a beat is written into its
+  place in ``A`` and its |mant| go through a max pipeline: the magnitudes registered, 16 -> 4
+  per group (two compare levels), the group maxima -> the beat's maximum, then the running
+  ``amax`` (four register stages).  The block is complete when its last beat has left that
+  pipeline; it is handed over (``A`` copied into ``E`` with its ``amax`` and exponent) once the
+  emitter is free.
+* **Emitter**: the scale in four registered steps, free-running from the handed-over
+  ``amax`` (``t = amax * RCP7``; ``Ep = bitlen(t) - 8``; ``A = t >> Ep``, ``E``, the shift;
+  the reciprocal table's word read at ``A - 128``), then the beats of ``E``, one per cycle,
+  shifted out of ``E[0]`` (no multiplexer) through a three-stage quantiser: the product
+  ``mant * rcp``; its arithmetic shift by ``7 + Ep``; the rounding ``+ 1 >> 1`` with the 4-bit
+  saturation into the output register.  The quantiser stages and the output register advance
+  together while the output is empty or taken (one enable: ``~o.valid | o.ready``); each beat
+  carries its own block's shift, scale and ``last``.  ``E`` takes the next block in the cycle
+  its last beat enters the quantiser, so that block's scale is computed while this one drains.
+
+Latency and rate (always-ready streams): the last input beat of a block is accepted at cycle
+0, the block is handed over at cycle 4 and its first output beat is valid at cycle 12; a
+steady stream gives one block every ``beats + 4`` cycles (collect ``beats`` and four max
+stages; the emitter four scale steps and ``beats``), against ``2 * beats + 1`` of the
+unpipelined writer: latency grew by 10 cycles, and the rate is higher for ``beats`` >= 4 (the presets: 4 and 8).
 """
 from __future__ import annotations
 
-from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import abs_, bitlen, rshr_pos, sat, write_indexed
+from mcf.hw.arith import write_indexed
 from mcf.hw.compute.common import KVWriterState
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec import fixed as fx
 from mcf.spec.fixed import EXP_BITS, KV_A_BITS, MANT_BITS, W_BITS
+
+#: |mant| of a 16-bit mantissa (|-32768| = 32768 fits 16 unsigned bits).
+MAG_BITS = MANT_BITS
+#: t = amax * RCP7 < 2^16 * 2^14.
+T_BITS = MAG_BITS + fx.RCP7.bit_length()
+#: The reciprocal table's words (round(2^24 / A) <= 2^17).
+RCP_BITS = 18
+#: The product mant * rcp (signed 16 x unsigned 18).
+PROD_BITS = MANT_BITS + RCP_BITS + 1
 
 
 def kv_in_layout(lanes):
@@ -35,6 +63,40 @@ def kv_in_layout(lanes):
 
 def kv_out_layout(lanes):
     return data.StructLayout({"q": lanes * W_BITS, "a": KV_A_BITS, "e": signed(EXP_BITS), "last": 1})
+
+
+def _max(m, a, b, name):
+    out = Signal(len(a), name=name)
+    m.d.comb += out.eq(Mux(a > b, a, b))
+    return out
+
+
+def _max_tree(m, values, name):
+    """Balanced max of ``values`` (comb)."""
+    level = 0
+    while len(values) > 1:
+        values = [_max(m, values[k], values[k + 1], f"{name}_{level}_{k // 2}") if k + 1 < len(values)
+                  else values[k] for k in range(0, len(values), 2)]
+        level += 1
+    return values[0]
+
+
+def _bitlen(m, x, name):
+    """Golden ``bitlen`` of a non-negative value as a balanced priority encoder: per group of 4
+    bits the highest set one, then the highest non-empty group (comb)."""
+    n = Signal(range(len(x) + 1), name=name)
+    groups = [x[k:k + 4] for k in range(0, len(x), 4)]
+    local = []
+    for gi, g in enumerate(groups):
+        v = Signal(range(len(x) + 1), name=f"{name}_g{gi}")
+        for i in range(len(g)):          # later (higher) bits win
+            with m.If(g[i]):
+                m.d.comb += v.eq(gi * 4 + i + 1)
+        local.append(v)
+    for gi, g in enumerate(groups):
+        with m.If(g.any()):
+            m.d.comb += n.eq(local[gi])
+    return n
 
 
 class KVWriter(wiring.Component):
@@ -51,70 +113,123 @@ class KVWriter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         L, NB = self.lanes, self.beats
-        buf_regs = [Signal(L * 16, name=f"buf{i}") for i in range(NB)]
-        buf = Array(buf_regs)
+        W = L * MANT_BITS
+
+        # ================================ collector ==========================================
+        buf_a = [Signal(W, name=f"a{i}") for i in range(NB)]
+        exp_a = Signal(signed(EXP_BITS))
         idx = Signal(range(NB))
-        amax = Signal(17)
-        exp = Signal(signed(8))
+        a_full = Signal()           # every beat of the block is in A
+        a_done = Signal()           # ... and its amax is final
+        handoff = Signal()
+        m.d.comb += self.i.ready.eq(~a_full)
+        accept = self.i.valid & ~a_full
+        end_beat = self.i.payload.last | (idx == NB - 1)
+        with m.If(accept):
+            write_indexed(m, buf_a, idx, self.i.payload.mant)
+            m.d.sync += [exp_a.eq(self.i.payload.exp), idx.eq(idx + 1)]
+            with m.If(end_beat):
+                m.d.sync += [idx.eq(0), a_full.eq(1)]
 
-        m.submodules.rcp = rcp = memory.Memory(shape=18, depth=128, init=[int(v) for v in fx.KV_RCP_LUT])
-        rd = rcp.read_port()
-
-        # Running max of |mant| over the beat being accepted.
-        beat_max = Signal(17)
-        mags = [abs_(m, self.i.payload.mant[k * 16:(k + 1) * 16].as_signed()) for k in range(L)]
-        cur = amax
-        for k, mag in enumerate(mags):
-            nxt = Signal(17, name=f"max{k}")
-            m.d.comb += nxt.eq(Mux(mag > cur, mag, cur))
-            cur = nxt
-        m.d.comb += beat_max.eq(cur)
-
-        # Scale: t = amax * RCP7, Ep = bitlen(t) - 8, A = t >> Ep.
-        t = Signal(31)
-        m.d.comb += t.eq(amax * fx.RCP7)
-        ep = Signal(signed(6))
-        m.d.comb += ep.eq(bitlen(m, t) - fx.KV_A_BITS)
-        a = Signal(8)
-        m.d.comb += a.eq(t >> ep.as_unsigned()[:5])
-        a_r, ep_r, e_r, zero = Signal(8), Signal(5), Signal(signed(8)), Signal()
-        m.d.comb += [rd.addr.eq(a - 128), rd.en.eq(1)]
-
-        # Quantize one beat.
-        qs = []
+        # max pipeline: s1 |mant| registered; s2 groups of 4; s3 the beat; s4 the running amax
+        v1, first1, last1 = Signal(), Signal(), Signal()
+        mags = [Signal(MAG_BITS, name=f"mag{k}") for k in range(L)]
+        m.d.sync += [v1.eq(accept), first1.eq(idx == 0), last1.eq(end_beat)]
         for k in range(L):
-            mk = buf[idx][k * 16:(k + 1) * 16].as_signed()
-            prod = Signal(signed(35), name=f"prod{k}")
-            m.d.comb += prod.eq(mk * rd.data)
-            qs.append(sat(m, rshr_pos(m, prod, ep_r + 8, 36), 4))
+            x = self.i.payload.mant[k * MANT_BITS:(k + 1) * MANT_BITS].as_signed()
+            m.d.sync += mags[k].eq(Mux(x < 0, -x, x))
+        groups = [mags[k:k + 4] for k in range(0, L, 4)]
+        gmax = [Signal(MAG_BITS, name=f"gmax{g}") for g in range(len(groups))]
+        v2, first2, last2 = Signal(), Signal(), Signal()
+        m.d.sync += [v2.eq(v1), first2.eq(first1), last2.eq(last1)]
+        for g, grp in enumerate(groups):
+            m.d.sync += gmax[g].eq(_max_tree(m, grp, f"gm{g}"))
+        bmax = Signal(MAG_BITS)
+        v3, first3, last3 = Signal(), Signal(), Signal()
+        m.d.sync += [v3.eq(v2), first3.eq(first2), last3.eq(last2), bmax.eq(_max_tree(m, gmax, "bm"))]
+        amax = Signal(MAG_BITS)
+        with m.If(v3):
+            m.d.sync += amax.eq(Mux(first3 | (bmax > amax), bmax, amax))
+            with m.If(last3):
+                m.d.sync += a_done.eq(1)
+        with m.If(handoff):
+            m.d.sync += [a_full.eq(0), a_done.eq(0)]
 
-        # Explicit state register (not m.FSM): outputs are plain comb functions of it, which
-        # Icarus evaluates from time 0.
-        collect, scale, emit = KVWriterState
+        # ================================ emitter ===========================================
+        collect, scale, emit = KVWriterState       # COLLECT: waiting for a collected block
         state = Signal(KVWriterState)
-        in_collect, in_emit = Signal(), Signal()
-        m.d.comb += [in_collect.eq(state == collect), in_emit.eq(state == emit)]
+        issue = Signal()
+        eidx = Signal(range(NB))
+        # E is free in COLLECT, or as its last beat enters the quantiser (which has that
+        # block's table word and tags by then: the next scale changes them from h+2 on)
+        m.d.comb += handoff.eq(a_done & ((state == collect) | (issue & (eidx == NB - 1))))
+        buf_e = [Signal(W, name=f"e{i}") for i in range(NB)]
+        amax_e = Signal(MAG_BITS)
+        exp_e = Signal(signed(EXP_BITS))
+
+        # scale, free-running from amax_e (handover at h): t at h+1; Ep at h+2; A, E and the
+        # shift at h+3; the reciprocal table's word (read at A - 128) at h+4, used from h+5 on
+        t1 = Signal(T_BITS)
+        m.d.sync += t1.eq(amax_e * fx.RCP7)
+        t2 = Signal(T_BITS)
+        ep2 = Signal(5)             # 6 <= Ep <= 21 when amax > 0 (unused when amax = 0)
+        m.d.sync += [t2.eq(t1), ep2.eq(_bitlen(m, t1, "tlen") - KV_A_BITS)]
+        a_c = Signal(KV_A_BITS)
+        m.d.comb += a_c.eq(t2 >> ep2)
+        a_s, zero_s = Signal(KV_A_BITS), Signal()
+        e_s, sh_s = Signal(signed(EXP_BITS)), Signal(5)
+        m.d.sync += [a_s.eq(a_c), zero_s.eq(amax_e == 0), e_s.eq(ep2 - 16 + exp_e), sh_s.eq(ep2 + 7)]
+        m.submodules.rcp = rcp = memory.Memory(shape=RCP_BITS, depth=128, init=[int(v) for v in fx.KV_RCP_LUT])
+        rd = rcp.read_port()
+        m.d.comb += [rd.addr.eq(a_s[:KV_A_BITS - 1]), rd.en.eq(1)]     # A - 128: A >= 128 when amax > 0
+        step = Signal(range(4))
+        with m.If(state == scale):
+            m.d.sync += step.eq(step + 1)
+            with m.If(step == 3):
+                m.d.sync += [step.eq(0), state.eq(emit)]
+
+        # quantiser: q1 product; q2 shifted by 7 + Ep; q3 (+1) >> 1 saturated -> the output register
+        adv = Signal()
+        out_v = Signal()
+        m.d.comb += adv.eq(~out_v | self.o.ready)
+        m.d.comb += issue.eq((state == emit) & adv)
+        with m.If(issue):
+            for i in range(NB - 1):
+                m.d.sync += buf_e[i].eq(buf_e[i + 1])
+            m.d.sync += eidx.eq(eidx + 1)
+            with m.If(eidx == NB - 1):
+                m.d.sync += [eidx.eq(0), state.eq(collect)]
+        with m.If(handoff):
+            m.d.sync += [b.eq(a) for a, b in zip(buf_a, buf_e)]
+            m.d.sync += [amax_e.eq(amax), exp_e.eq(exp_a), state.eq(scale)]
+
+        Beat = data.StructLayout({"v": 1, "sh": 5, "zero": 1, "a": KV_A_BITS, "e": signed(EXP_BITS), "last": 1})
+        tag0 = Signal(Beat)
+        m.d.comb += [tag0.v.eq(issue), tag0.sh.eq(sh_s), tag0.zero.eq(zero_s), tag0.a.eq(a_s), tag0.e.eq(e_s),
+                     tag0.last.eq(eidx == NB - 1)]
+        tag1, tag2 = Signal(Beat), Signal(Beat)
+        prods = [Signal(signed(PROD_BITS), name=f"prod{k}") for k in range(L)]
+        shd = [Signal(signed(PROD_BITS), name=f"shd{k}") for k in range(L)]
+        qs = [Signal(signed(W_BITS), name=f"q{k}") for k in range(L)]
+        o_a, o_e, o_last = Signal(KV_A_BITS), Signal(signed(EXP_BITS)), Signal()
+        with m.If(adv):
+            m.d.sync += [tag1.eq(tag0), tag2.eq(tag1), out_v.eq(tag2.v),
+                         o_a.eq(Mux(tag2.zero, 0, tag2.a)), o_e.eq(Mux(tag2.zero, 0, tag2.e)), o_last.eq(tag2.last)]
+            for k in range(L):
+                mk = buf_e[0][k * MANT_BITS:(k + 1) * MANT_BITS].as_signed()
+                m.d.sync += [prods[k].eq(mk * rd.data), shd[k].eq(prods[k] >> tag1.sh)]
+                r = Signal(signed(PROD_BITS + 1), name=f"rnd{k}")
+                m.d.comb += r.eq(shd[k] + 1)
+                z = r >> 1
+                lo, hi = -(1 << (W_BITS - 1)), (1 << (W_BITS - 1)) - 1
+                m.d.sync += qs[k].eq(Mux(tag2.zero, 0, Mux(z > hi, hi, Mux(z < lo, lo, z))))
         m.d.comb += [
-            self.i.ready.eq(in_collect),
-            self.o.valid.eq(in_emit),
-            self.o.payload.q.eq(Mux(zero, 0, Cat(*[q[:4] for q in qs]))),
-            self.o.payload.a.eq(Mux(zero, 0, a_r)),
-            self.o.payload.e.eq(Mux(zero, 0, e_r)),
-            self.o.payload.last.eq(idx == NB - 1),
+            self.o.valid.eq(out_v),
+            self.o.payload.q.eq(Cat(*[q[:W_BITS] for q in qs])),
+            self.o.payload.a.eq(o_a),
+            self.o.payload.e.eq(o_e),
+            self.o.payload.last.eq(o_last),
         ]
-        with m.If(in_collect & self.i.valid):
-            write_indexed(m, buf_regs, idx, self.i.payload.mant)
-            m.d.sync += [amax.eq(beat_max),
-                         exp.eq(self.i.payload.exp), idx.eq(idx + 1)]
-            with m.If(self.i.payload.last | (idx == NB - 1)):
-                m.d.sync += [idx.eq(0), state.eq(scale)]
-        with m.If(state == scale):      # the LUT read (addressed by A) lands next cycle
-            m.d.sync += [a_r.eq(a), ep_r.eq(ep.as_unsigned()[:5]), zero.eq(amax == 0),
-                         e_r.eq(ep - 16 + exp), state.eq(emit)]
-        with m.If(in_emit & self.o.ready):
-            m.d.sync += idx.eq(idx + 1)
-            with m.If(idx == NB - 1):
-                m.d.sync += [idx.eq(0), amax.eq(0), state.eq(collect)]
         return m
 
 

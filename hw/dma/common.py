@@ -31,6 +31,27 @@ def burst_beats(m: Module, addr, remaining, bus_log2: int) -> Signal:
     return n
 
 
+def next_burst(m: Module, addr, remaining, bus_log2: int, changed,
+               max_beats: int = MAX_BURST_BEATS) -> tuple[Signal, Signal, Signal]:
+    """``burst_beats`` registered, for the 250 MHz budget (docs/timing.md): ``(n, last, ok)``
+    -- the next burst's beats, whether it is the transfer's last (``remaining <= cap``, which
+    is ``remaining == n``) and whether both are current.  They are computed from ``addr`` and
+    ``remaining`` of the cycle before, so ``changed`` (a descriptor taken or a burst issued
+    this cycle) makes them stale for the next cycle: ``ok`` is low then, one bubble per burst
+    and per descriptor on the address channel.  ``max_beats`` caps a burst below 256."""
+    page_beats = BOUNDARY_BYTES >> bus_log2
+    to_boundary = Signal(range(page_beats + 1))
+    m.d.comb += to_boundary.eq(page_beats - addr[bus_log2:12])
+    cap = Signal(range(MAX_BURST_BEATS + 1))
+    if page_beats > max_beats:
+        m.d.comb += cap.eq(Mux(to_boundary < max_beats, to_boundary, max_beats))
+    else:
+        m.d.comb += cap.eq(to_boundary)
+    n, last, ok = Signal(range(MAX_BURST_BEATS + 1)), Signal(), Signal()
+    m.d.sync += [n.eq(Mux(remaining < cap, remaining, cap)), last.eq(remaining <= cap), ok.eq(~changed)]
+    return n, last, ok
+
+
 def beats_and_keep(m: Module, length, bus_log2: int):
     """``ceil(length / bus_bytes)`` and the byte mask of the last beat."""
     nbytes = 1 << bus_log2
@@ -50,4 +71,4 @@ def all_ones(width: int) -> Const:
     return Const((1 << width) - 1, width)
 
 
-__all__ = ["AXCACHE", "burst_beats", "beats_and_keep", "all_ones"]
+__all__ = ["AXCACHE", "burst_beats", "next_burst", "beats_and_keep", "all_ones"]

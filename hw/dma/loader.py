@@ -29,7 +29,7 @@ from mcf.hw.arith import log2_exact
 from mcf.hw.axi.full import BURST_INCR, AXI4Signature
 from mcf.hw.axi.lite import Resp
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, burst_beats
+from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, next_burst
 from mcf.hw.layouts import DmaDescriptorLayout
 from mcf.hw.registry import ADDR_WIDTH, OUTSTANDING, block
 from mcf.spec.params import Range
@@ -95,7 +95,8 @@ class DmaLoader(wiring.Component):
         remaining = Signal(len(d_beats))
         issuing = Signal()
         outstanding = Signal(range(self.max_outstanding + 1))
-        n = burst_beats(m, addr, remaining, self.bus_log2)
+        load, ar_fire = Signal(), Signal()
+        n, last_burst, n_ok = next_burst(m, addr, remaining, self.bus_log2, load | ar_fire)
 
         new_job = Signal(job_layout)
         m.d.comb += [new_job.buffer.eq(d_buf), new_job.beats.eq(d_beats), new_job.keep.eq(d_keep),
@@ -103,13 +104,12 @@ class DmaLoader(wiring.Component):
         with m.If(~issuing & jobs.w_rdy & ~claimed.bit_select(d_buf, 1)):
             m.d.comb += self.desc.ready.eq(1)
             with m.If(self.desc.valid):
-                m.d.comb += [jobs.w_en.eq(1), claim.eq(1 << d_buf)]
+                m.d.comb += [jobs.w_en.eq(1), claim.eq(1 << d_buf), load.eq(1)]
                 m.d.sync += [addr.eq(d.addr), remaining.eq(d_beats), issuing.eq(1)]
 
-        ar_fire = Signal()
         r_last_fire = Signal()
         m.d.comb += [
-            axi.arvalid.eq(issuing & (outstanding < self.max_outstanding)),
+            axi.arvalid.eq(issuing & n_ok & (outstanding < self.max_outstanding)),
             axi.araddr.eq(addr), axi.arlen.eq(n - 1), axi.arsize.eq(self.bus_log2),
             axi.arburst.eq(BURST_INCR), axi.arcache.eq(AXCACHE), axi.arid.eq(0),
             ar_fire.eq(axi.arvalid & axi.arready),
@@ -117,7 +117,7 @@ class DmaLoader(wiring.Component):
         ]
         with m.If(ar_fire):
             m.d.sync += [addr.eq(addr + (n << self.bus_log2)), remaining.eq(remaining - n)]
-            with m.If(remaining == n):
+            with m.If(last_burst):
                 m.d.sync += issuing.eq(0)
         m.d.sync += outstanding.eq(outstanding + ar_fire - r_last_fire)
 

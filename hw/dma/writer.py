@@ -20,7 +20,7 @@ from mcf.hw.arith import log2_exact
 from mcf.hw.axi.full import BURST_INCR, MAX_BURST_BEATS, AXI4Signature
 from mcf.hw.axi.lite import Resp
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, burst_beats
+from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, next_burst
 from mcf.hw.layouts import DmaDescriptorLayout
 from mcf.hw.registry import ADDR_WIDTH, OUTSTANDING, block
 from mcf.spec.regmap import DMA_TAG_BITS
@@ -66,20 +66,21 @@ class DmaWriter(wiring.Component):
         tag = Signal(DMA_TAG_BITS)
         issuing = Signal()
         outstanding = Signal(range(depth + 1))
-        n = burst_beats(m, addr, remaining, self.bus_log2)
+        load, aw_fire = Signal(), Signal()
+        n, last_burst, n_ok = next_burst(m, addr, remaining, self.bus_log2, load | aw_fire)
 
         with m.If(~issuing):
             m.d.comb += self.desc.ready.eq(1)
             with m.If(self.desc.valid):
+                m.d.comb += load.eq(1)
                 m.d.sync += [addr.eq(d.addr), remaining.eq(d_beats), keep.eq(d_keep), tag.eq(d.tag),
                              issuing.eq(1)]
 
-        aw_fire, b_fire = Signal(), Signal()
-        last_burst = remaining == n
+        b_fire = Signal()
         burst = Signal(burst_layout)
         resp = Signal(resp_layout)
         m.d.comb += [
-            axi.awvalid.eq(issuing & (outstanding < depth) & w_q.w_rdy & b_q.w_rdy),
+            axi.awvalid.eq(issuing & n_ok & (outstanding < depth) & w_q.w_rdy & b_q.w_rdy),
             axi.awaddr.eq(addr), axi.awlen.eq(n - 1), axi.awsize.eq(self.bus_log2),
             axi.awburst.eq(BURST_INCR), axi.awcache.eq(AXCACHE), axi.awid.eq(0),
             aw_fire.eq(axi.awvalid & axi.awready),

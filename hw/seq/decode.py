@@ -26,9 +26,15 @@ DDR_FIELDS = ("ddr", "ids", "table", "blob", "seg")
 NONZERO = {Opcode.CREDIT: ("count",), Opcode.RECV: ("length",)}
 
 
+#: The opcodes in the order of ``Decoder.legal_codes``.
+CODES = tuple(LAYOUTS)
+
+
 class Decoder(wiring.Component):
     """``word`` in; ``queue`` (``spec.isa.Queue``), ``end``, ``sync`` and ``illegal`` out, and
-    the ``header`` fields."""
+    the ``header`` fields.  ``legal_codes`` (bit k: the word's fields pass opcode ``CODES[k]``'s
+    checks, whatever its opcode) is the deep part: a pipelined user registers it and selects
+    with ``legal_of`` a cycle later (the sequencer, for the 250 MHz budget)."""
 
     def __init__(self, num_sems: int = NUM_SEMS, ddr_addr_bits: int = 40):
         self.num_sems, self.ddr_addr_bits = num_sems, ddr_addr_bits
@@ -39,6 +45,7 @@ class Decoder(wiring.Component):
             "end": Out(1),
             "sync": Out(1),
             "illegal": Out(1),
+            "legal_codes": Out(len(CODES)),
         })
 
     def elaborate(self, platform):
@@ -46,26 +53,29 @@ class Decoder(wiring.Component):
         m.d.comb += self.header.eq(self.word[:InstrHeaderLayout.size])
         op = self.header.op
         ddr_field_limit = self.ddr_addr_bits - (DDR_ALIGN.bit_length() - 1)
-        legal = Signal()
+        for k, code in enumerate(CODES):
+            layout = LAYOUTS[code]
+            view = InstrLayouts[code](self.word)
+            checks = []
+            for f in layout.fields:
+                value = getattr(view, f.name)
+                raw = Value.cast(value)
+                if f.reserved:
+                    checks.append(raw == 0)
+                elif f.enum is not None and f.name != "op":
+                    checks.append(Cat(*(raw == int(v) for v in f.enum)).any())
+                if f.name in LOCAL_SEM_FIELDS and self.num_sems < (1 << f.width):
+                    checks.append(raw < self.num_sems)
+                if f.name in DDR_FIELDS and ddr_field_limit < f.width:
+                    checks.append(raw[ddr_field_limit:] == 0)
+                if f.name in NONZERO.get(code, ()):
+                    checks.append(raw != 0)
+            m.d.comb += self.legal_codes[k].eq(Cat(*checks).all() if checks else Const(1))
+        legal = legal_of(m, op, self.legal_codes)
         with m.Switch(op):
-            for code, layout in LAYOUTS.items():
+            for code in CODES:
                 with m.Case(int(code)):
                     view = InstrLayouts[code](self.word)
-                    checks = []
-                    for f in layout.fields:
-                        value = getattr(view, f.name)
-                        raw = Value.cast(value)
-                        if f.reserved:
-                            checks.append(raw == 0)
-                        elif f.enum is not None and f.name != "op":
-                            checks.append(Cat(*(raw == int(v) for v in f.enum)).any())
-                        if f.name in LOCAL_SEM_FIELDS and self.num_sems < (1 << f.width):
-                            checks.append(raw < self.num_sems)
-                        if f.name in DDR_FIELDS and ddr_field_limit < f.width:
-                            checks.append(raw[ddr_field_limit:] == 0)
-                        if f.name in NONZERO.get(code, ()):
-                            checks.append(raw != 0)
-                    m.d.comb += legal.eq(Cat(*checks).all() if checks else Const(1))
                     if code == Opcode.SYNC:
                         m.d.comb += [self.queue.eq(Value.cast(view.on)), self.sync.eq(1)]
                     else:
@@ -76,4 +86,15 @@ class Decoder(wiring.Component):
         return m
 
 
-__all__ = ["Decoder", "Queue"]
+def legal_of(m, op, legal_codes) -> Signal:
+    """Whether a word with opcode ``op`` whose ``Decoder.legal_codes`` are ``legal_codes`` is
+    legal (0 for an unknown opcode)."""
+    legal = Signal()
+    with m.Switch(op):
+        for k, code in enumerate(CODES):
+            with m.Case(int(code)):
+                m.d.comb += legal.eq(legal_codes[k])
+    return legal
+
+
+__all__ = ["CODES", "Decoder", "Queue", "legal_of"]

@@ -7,8 +7,12 @@ queues take from one semaphore in one cycle).  A sum above ``SEM_MAX`` strobes `
 (the sequencer faults SEM_OVERFLOW).
 
 Increments are pipelined (registered events, then a registered per-semaphore sum), so one
-becomes visible three cycles after its strobe; decrements act at the next clock edge, so a
-value the issue logic reads is never more than it may take.
+becomes visible three cycles after its strobe; decrements are registered too and visible two
+cycles after their strobe (``taken`` says which semaphores a registered decrement is about to
+lower: the issue logic treats a value it read in the cycle of a take or the one after as
+stale, so it never takes more than is there).  ``overflow`` is registered: it strobes the
+cycle after the value saturated.  Every path is a few LUT levels (docs/timing.md): the
+issue's decision never reaches the semaphores' adders in the same cycle.
 """
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ class Semaphores(wiring.Component):
             **{f"inc{k}": In(SemEventSignature(b)) for k, b in enumerate(inc_bits)},
             **{f"dec{k}": In(SemEventSignature(dec_bits)) for k in range(n_dec)},
             "values": Out(SEM_WIDTH).array(num_sems),
+            "taken": Out(num_sems),
             "clear": In(1),
             "overflow": Out(1),
         })
@@ -73,12 +78,20 @@ class Semaphores(wiring.Component):
             for t in terms[1:]:
                 total = total + t
             m.d.sync += sums[i].eq(Mux(self.clear, 0, total))
+        # decrements registered per semaphore (at most one source takes from one semaphore
+        # in a cycle: the issue logic's rule, so the amounts are ORed, not summed)
+        dec_bits = max(len(d.amount) for d in decs)
+        decq = [Signal(dec_bits, name=f"dec{i}_q") for i in range(n)]
+        for i in range(n):
+            amount = 0
+            for d in decs:
+                amount = amount | Mux(d.valid & (d.sem == i), d.amount, 0)
+            m.d.sync += decq[i].eq(Mux(self.clear, 0, amount))
+            m.d.comb += self.taken[i].eq(decq[i] != 0)
         # stage 3: apply sums and decrements
         over = Signal()
         for i in range(n):
-            dec = 0
-            for d in decs:
-                dec = dec + Mux(d.valid & (d.sem == i), d.amount, 0)
+            dec = decq[i]
             nxt = Signal(SEM_WIDTH + sum_bits + 1, name=f"sem{i}_next")
             m.d.comb += nxt.eq(self.values[i] + sums[i] - dec)
             with m.If(self.clear):
@@ -88,5 +101,5 @@ class Semaphores(wiring.Component):
             with m.Else():
                 m.d.sync += self.values[i].eq(nxt)
             over = over | (nxt > SEM_MAX)
-        m.d.comb += self.overflow.eq(over & ~self.clear)
+        m.d.sync += self.overflow.eq(over & ~self.clear)
         return m

@@ -1,9 +1,9 @@
 """The sequencer (``spec/isa.py``, docs/node.md section 2): fetch, decode, in-order dispatch
 into the EX / TX / RX queues, per-queue issue on semaphores, END, faults and the watchdog.
 
-    fetch FIFO ─► decode (register) ─► EX queue ─► issue ─► ex  (execute unit)
-                                   ├─► TX queue ─► issue ─► tx  (TX engine: SEND, CREDIT)
-                                   └─► RX queue ─► issue ─► rx  (RX engine: RECV)
+    fetch FIFO ─► pre-decode ─► decode ─► EX queue ─► issue ─► ex  (execute unit)
+                  (registers)  (registers) ├─► TX queue ─► issue ─► tx  (TX engine: SEND, CREDIT)
+                                        └─► RX queue ─► issue ─► rx  (RX engine: RECV)
 
 *Dispatch* takes instructions in program order and puts each into its queue (SYNC into the
 one its ``on`` names); an illegal one faults ILLEGAL_INSTRUCTION; after END nothing more is
@@ -24,6 +24,17 @@ take no more): an illegal instruction, PROGRAM_OVERRUN, an execute-unit fault, a
 enabled in ``fault_mask`` (NETWORK), the watchdog (``watchdog`` cycles with nothing retired
 or dispatched and no ``activity``), or ``abort`` (ABORTED).
 
+*Timing* (the 250 MHz budget of docs/timing.md, `mcf synth seq`): the decoder's per-opcode
+checks are registered before the word's own is selected (pre-decode); a queue head's wait is
+checked a cycle ahead into a register (``sem_ok``), against semaphore values that show every
+take (a take in flight makes the check stale); the semaphores' decrements and ``overflow`` are
+registered; a fault's sources are registered, and the cycle after, ``running`` falls (as it
+did with the fault taken at once) while the first source's cause and instruction are
+registered (``fault`` reads one cycle after ``running`` fell); the fetch unit's burst size
+takes two register steps.  Costs: an instruction that waits on a semaphore issues a cycle
+later than the value allows, a word entering an empty pipeline dispatches a cycle later, a
+fetch burst is issued two cycles later.
+
 *Start*: ``start`` waits (``start_pending``) until the datapath is idle, pulses ``clear``
 (this unit's fetch, queues and semaphores and, in the node, the engines are reset) and runs
 the program at ``prog_base``.
@@ -37,11 +48,13 @@ from amaranth.lib.wiring import In, Out
 from mcf.hw.axi.full import BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, AXI4Signature
 from mcf.hw.dma.common import AXCACHE
 from mcf.hw.layouts import InstrHeaderLayout, register_word
-from mcf.hw.seq.decode import Decoder
+from mcf.hw.registry import block
+from mcf.hw.seq.decode import CODES, Decoder, legal_of
 from mcf.hw.seq.sems import SEM_WIDTH, SemEventSignature, Semaphores
 from mcf.spec import ErrorCause
 from mcf.spec.isa import INSTR_BITS, INSTR_BYTES, SEM_BITS, Opcode, Queue, SeqFault
 from mcf.spec.node import NodeConfig
+from mcf.spec.params import Choice
 from mcf.spec.regmap import DMA_ADDR_BITS, PC_BITS, REGISTERS
 
 
@@ -97,17 +110,22 @@ class Fetch(wiring.Component):
         m.d.comb += self.pc.eq(nxt)
 
         # --- burst sizing: min(free space, rest of the program, rest of the 4 KiB page, 256 beats)
+        # In two register steps (free / left / page, then the size k and the go-ahead), used
+        # the cycle after: they are stale only after a start or an issue (which change addr,
+        # nxt, count and reserved), so ``k_ok`` holds the two cycles after either off.
+        # Otherwise the free space can only have grown since (a word pushed leaves its
+        # reservation, one popped frees a place): never more is reserved than there is.
         free = Signal(range(depth + 1))
-        m.d.comb += free.eq(depth - words.level - reserved)
+        m.d.sync += free.eq(depth - words.level - reserved)
         left = Signal(PC_BITS)
-        m.d.comb += left.eq(count - nxt)
+        m.d.sync += left.eq(count - nxt)
         page = Signal(range(BOUNDARY_BYTES // INSTR_BYTES + 1))
-        m.d.comb += page.eq((BOUNDARY_BYTES - addr[:12]) >> instr_log2)
+        m.d.sync += page.eq((BOUNDARY_BYTES - addr[:12]) >> instr_log2)
         cap = min(depth, MAX_BURST_BEATS // B)
         k = Signal(range(cap + 1))
         k1 = Mux(free < left, free, left)
-        k2 = Mux(page < k1, page, k1)
-        m.d.comb += k.eq(Mux(k2 < cap, k2, cap))
+        k2 = Mux(page < cap, page, cap)
+        m.d.comb += k.eq(Mux(k1 < k2, k1, k2))
         # Wait for half the FIFO (or all that remains) so bursts are not one instruction long.
         want = Signal(range(depth + 1))
         half = max(1, depth // 2)
@@ -115,12 +133,15 @@ class Fetch(wiring.Component):
         want2 = Mux(page < want, page, want)
 
         issue = Signal()
-        m.d.comb += issue.eq(active & ~self.start & ~self.stop & ~pending & (k != 0) & (k >= want2))
+        k_q, go_q, k_ok1, k_ok = Signal.like(k), Signal(), Signal(), Signal()
+        m.d.sync += [k_q.eq(k), go_q.eq((k != 0) & (k >= want2)),
+                     k_ok1.eq(~self.start & ~issue), k_ok.eq(k_ok1 & ~self.start & ~issue)]
+        m.d.comb += issue.eq(active & ~self.start & ~self.stop & ~pending & k_ok & go_q)
         with m.If(self.start):
             m.d.sync += [active.eq(1), addr.eq(self.base), nxt.eq(0), count.eq(self.count)]
         with m.Elif(issue):
-            m.d.sync += [pending.eq(1), axi.araddr.eq(addr), axi.arlen.eq(k * B - 1),
-                         addr.eq(addr + (k << instr_log2)), nxt.eq(nxt + k)]
+            m.d.sync += [pending.eq(1), axi.araddr.eq(addr), axi.arlen.eq(k_q * B - 1),
+                         addr.eq(addr + (k_q << instr_log2)), nxt.eq(nxt + k_q)]
         ar_fire = axi.arvalid & axi.arready
         with m.If(ar_fire):
             m.d.sync += pending.eq(0)
@@ -151,7 +172,7 @@ class Fetch(wiring.Component):
         # reserved: + k at issue, - 1 per word pushed
         issued = Signal(range(cap + 1))
         with m.If(issue):
-            m.d.comb += issued.eq(k)
+            m.d.comb += issued.eq(k_q)
         m.d.sync += reserved.eq(reserved + issued - push)
 
         m.d.comb += [self.o.valid.eq(words.r_rdy), self.o.payload.eq(words.r_data), words.r_en.eq(self.o.ready),
@@ -229,7 +250,13 @@ class Sequencer(wiring.Component):
         wiring.connect(m, wiring.flipped(self.m_axi), fetch.m_axi)
         m.d.comb += [sems.clear.eq(clear), self.clear.eq(clear)]
 
-        running, done, fault, pending = Signal(), Signal(), Signal(), Signal()
+        run_q, done, fault, pending = Signal(), Signal(), Signal(), Signal()
+        # Faults are taken in two register steps (below): the cycle after a fault's condition
+        # the program no longer runs (as with the fault taken at once: ``raise_fault`` is a
+        # register); the fault's cause and instruction are registered in that cycle.
+        raise_fault = Signal()
+        running = Signal()
+        m.d.comb += running.eq(run_q & ~raise_fault)
         cause, fault_pc = Signal(FAULT_BITS), Signal(PC_BITS)
         ended = Signal()
         dispatched = Signal(PC_BITS)
@@ -253,32 +280,45 @@ class Sequencer(wiring.Component):
                 m.next = "LAUNCH"
             with m.State("LAUNCH"):
                 m.d.comb += [launch.eq(1), fetch.start.eq(1)]
-                m.d.sync += [running.eq(1), done.eq(0), fault.eq(0), cause.eq(SeqFault.NONE), fault_pc.eq(0),
+                m.d.sync += [run_q.eq(1), done.eq(0), fault.eq(0), cause.eq(SeqFault.NONE), fault_pc.eq(0),
                              pending.eq(0), ended.eq(0), dispatched.eq(0), count.eq(self.prog_count)]
                 m.next = "IDLE"
         m.d.comb += [fetch.base.eq(self.prog_base), fetch.count.eq(self.prog_count),
                      fetch.stop.eq(ended | ~running)]
 
         # --- faults (the first wins) --------------------------------------------------------------
-        raise_fault = Signal()
         new_cause = Signal(FAULT_BITS)
         new_pc = Signal(PC_BITS)
 
         sources = []          # (condition, cause, pc), highest priority first
 
-        # --- decode stage -------------------------------------------------------------------------
+        # --- pre-decode and decode stages -----------------------------------------------------------
+        # pre-decode (pw): the word with the decoder's per-opcode checks registered; decode (dq):
+        # its queue, END and legality (the checks of its own opcode).  Two register steps for
+        # the 250 MHz budget; words move only while the program runs and has not ended.
+        pw = Signal(IssueLayout)
+        pw_valid, pw_take = Signal(), Signal()
+        pw_legal = Signal(len(CODES))
         dq = Signal(IssueLayout)
         dq_valid, dq_queue, dq_illegal, dq_end = Signal(), Signal(2), Signal(), Signal()
         dq_take = Signal()
-        m.d.comb += [dec.word.eq(fetch.o.payload.word),
-                     fetch.o.ready.eq(running & ~ended & (~dq_valid | dq_take))]
+        m.d.comb += [pw_take.eq(pw_valid & running & ~ended & (~dq_valid | dq_take)),
+                     dec.word.eq(fetch.o.payload.word),
+                     fetch.o.ready.eq(running & ~ended & (~pw_valid | pw_take))]
         with m.If(fetch.o.valid & fetch.o.ready):
-            m.d.sync += [dq_valid.eq(1), dq.eq(fetch.o.payload), dq_queue.eq(dec.queue),
-                         dq_illegal.eq(dec.illegal), dq_end.eq(dec.end)]
+            m.d.sync += [pw_valid.eq(1), pw.eq(fetch.o.payload), pw_legal.eq(dec.legal_codes)]
+        with m.Elif(pw_take):
+            m.d.sync += pw_valid.eq(0)
+        m.submodules.decoder_q = dec_q = Decoder(cfg.num_sems, cfg.ddr_addr_bits)   # queue and END only
+        m.d.comb += dec_q.word.eq(pw.word)
+        pw_legal_op = legal_of(m, dec_q.header.op, pw_legal)
+        with m.If(pw_take):
+            m.d.sync += [dq_valid.eq(1), dq.eq(pw), dq_queue.eq(dec_q.queue),
+                         dq_illegal.eq(~pw_legal_op), dq_end.eq(dec_q.end)]
         with m.Elif(dq_take):
             m.d.sync += dq_valid.eq(0)
         with m.If(clear):
-            m.d.sync += dq_valid.eq(0)
+            m.d.sync += [pw_valid.eq(0), dq_valid.eq(0)]
 
         # --- dispatch ---------------------------------------------------------------------------
         for q, f in zip(Queue, queues):
@@ -294,7 +334,7 @@ class Sequencer(wiring.Component):
                 m.d.sync += ended.eq(1)
         sources.append((running & dq_valid & dq_illegal, SeqFault.ILLEGAL_INSTRUCTION, dq.pc))
         starved = Signal()
-        m.d.comb += starved.eq(running & ~ended & ~dq_valid & ~fetch.o.valid)
+        m.d.comb += starved.eq(running & ~ended & ~dq_valid & ~pw_valid & ~fetch.o.valid)
         sources.append((starved & (dispatched == count) & ~fetch.busy, SeqFault.PROGRAM_OVERRUN, count))
         m.d.comb += self.stall_fetch.eq(starved & (dispatched != count))
 
@@ -306,24 +346,51 @@ class Sequencer(wiring.Component):
         slot_sem = [Signal(SEM_BITS, name=f"slot_sem_{q.name.lower()}") for q in Queue]
         complete = [Signal(name=f"complete_{q.name.lower()}") for q in Queue]
         commit = [Signal(name=f"commit_{q.name.lower()}") for q in Queue]
-        taking = []            # (commit, wait_sem) of higher-priority queues this cycle
+        taking = []            # (can, wait_sem) of higher-priority queues this cycle
         sem_value = Signal(SEM_WIDTH)
         waiting = []
+        hdrs = []
         for qi, (q, f) in enumerate(zip(Queue, queues)):
-            head = Signal(IssueLayout, name=f"head_{q.name.lower()}")
             hdr = Signal(InstrHeaderLayout, name=f"hdr_{q.name.lower()}")
-            m.d.comb += [head.eq(f.r_data), hdr.eq(head.word[:InstrHeaderLayout.size])]
+            m.d.comb += hdr.eq(f.r_data[:InstrHeaderLayout.size])
+            hdrs.append(hdr)
+        # A head's wait is checked one cycle ahead, into a register (sem_ok): the semaphore it
+        # names, read this cycle, holds enough, the head stays (its queue cannot commit now)
+        # and no take from that semaphore is in flight (one another queue may commit now, or
+        # one registered in the semaphores: values do not show either yet).  Increments only
+        # raise a value, so the check stays true.  A head without a wait needs no check.  The
+        # terms are what a queue *could* commit (``can``, before the same-cycle priority
+        # between queues): never less than what it commits, and one register away.
+        sem_ok = [Signal(name=f"sem_ok_{q.name.lower()}") for q in Queue]
+        can = [Signal(name=f"can_{q.name.lower()}") for q in Queue]
+        for qi, (q, f) in enumerate(zip(Queue, queues)):
+            hdr = hdrs[qi]
+            m.d.comb += can[qi].eq(f.r_rdy & (slot[qi] == Slot.EMPTY) & running & ((hdr.wait_cnt == 0) | sem_ok[qi]))
+        for qi, (q, f) in enumerate(zip(Queue, queues)):
+            hdr = hdrs[qi]
             cur = Signal(SEM_WIDTH, name=f"cur_{q.name.lower()}")
             m.d.comb += cur.eq(self._pick(sems.values, hdr.wait_sem))
-            wait_ok = (hdr.wait_cnt == 0) | (cur >= hdr.wait_cnt)
+            in_flight = self._pick([sems.taken[i] for i in range(cfg.num_sems)], hdr.wait_sem)
+            for qj in range(len(queues)):
+                if qj != qi:
+                    in_flight = in_flight | (can[qj] & (hdrs[qj].wait_cnt != 0) & (hdrs[qj].wait_sem == hdr.wait_sem))
+            m.d.sync += sem_ok[qi].eq(f.r_rdy & ~can[qi] & (cur >= hdr.wait_cnt) & ~in_flight)
+        for qi, (q, f) in enumerate(zip(Queue, queues)):
+            head = Signal(IssueLayout, name=f"head_{q.name.lower()}")
+            hdr = hdrs[qi]
+            m.d.comb += head.eq(f.r_data)
+            wait_ok = (hdr.wait_cnt == 0) | sem_ok[qi]
+            # never two queues take from one semaphore in a cycle: a queue yields to any of
+            # higher priority that could commit on the semaphore it names (``can``, not the
+            # commit: the rule then stays one logic level deep, and it only ever holds back a
+            # queue whose semaphore another one names)
             blocked = Const(0)
             for c, s in taking:
                 blocked = blocked | (c & (s == hdr.wait_sem) & (hdr.wait_cnt != 0))
-            ready = f.r_rdy & (slot[qi] == Slot.EMPTY) & running
-            m.d.comb += commit[qi].eq(ready & wait_ok & ~blocked)
+            m.d.comb += commit[qi].eq(can[qi] & ~blocked)
             # (what the head waits on stays visible after the node stopped: SEQ_WAIT explains a fault)
             waiting.append((f.r_rdy & (slot[qi] == Slot.EMPTY) & ~wait_ok, hdr.wait_sem))
-            taking.append((commit[qi], hdr.wait_sem))
+            taking.append((can[qi], hdr.wait_sem))
             dec_port = getattr(sems, f"dec{qi}")
             m.d.comb += [dec_port.valid.eq(commit[qi] & (hdr.wait_cnt != 0)), dec_port.sem.eq(hdr.wait_sem),
                          dec_port.amount.eq(hdr.wait_cnt), f.r_en.eq(commit[qi])]
@@ -338,7 +405,7 @@ class Sequencer(wiring.Component):
                     m.d.sync += slot[qi].eq(Slot.END)
                 with m.Else():
                     m.d.sync += slot[qi].eq(Slot.OFFER)
-            m.d.comb += self.stall_sem[qi].eq(ready & ~wait_ok)
+            m.d.comb += self.stall_sem[qi].eq(f.r_rdy & (slot[qi] == Slot.EMPTY) & running & ~wait_ok)
             inc = getattr(sems, f"inc{qi}")
             m.d.comb += [inc.valid.eq(complete[qi] & slot_sig[qi]), inc.sem.eq(slot_sem[qi]), inc.amount.eq(1),
                          self.retired[qi].eq(complete[qi])]
@@ -383,7 +450,7 @@ class Sequencer(wiring.Component):
         wiring.connect(m, wiring.flipped(self.rx_credit_inc), sems.inc4)
 
         with m.If(end_done):
-            m.d.sync += [running.eq(0), done.eq(1)]
+            m.d.sync += [run_q.eq(0), done.eq(1)]
         m.d.comb += self.irq_done.eq(end_done)
 
         # --- other faults -------------------------------------------------------------------------
@@ -400,12 +467,22 @@ class Sequencer(wiring.Component):
         sources.append((running & (self.watchdog != 0) & (idle_cycles >= self.watchdog),
                                 SeqFault.WATCHDOG, dispatched))
         sources.append((running & self.abort, SeqFault.ABORTED, dispatched))
-        for cond, c, pc in reversed(sources):
-            with m.If(cond):
-                m.d.comb += [raise_fault.eq(1), new_cause.eq(c), new_pc.eq(pc)]
-        with m.If(raise_fault & ~end_done):
-            m.d.sync += [running.eq(0), fault.eq(1), cause.eq(new_cause), fault_pc.eq(new_pc)]
-        m.d.comb += self.irq_fault.eq(raise_fault & ~end_done)
+        # step 1: every source's condition (unless END completes now), cause and instruction
+        # registered; step 2: the first of them (in the order above) -> fault, cause, fault_pc
+        conds = []
+        for k, (cond, c, pc) in enumerate(sources):
+            cq = Signal(name=f"fault_src{k}")
+            cause_q = Signal(FAULT_BITS, name=f"fault_src{k}_cause")
+            pc_q = Signal(PC_BITS, name=f"fault_src{k}_pc")
+            m.d.sync += [cq.eq(cond & ~end_done), cause_q.eq(c), pc_q.eq(pc)]
+            conds.append((cq, cause_q, pc_q))
+        m.d.sync += raise_fault.eq(Cat(*(cond for cond, _, _ in sources)).any() & ~end_done)
+        for cq, c, pc in reversed(conds):
+            with m.If(cq):
+                m.d.comb += [new_cause.eq(c), new_pc.eq(pc)]
+        with m.If(raise_fault):         # (sources are gated by running: never two cycles in a row)
+            m.d.sync += [run_q.eq(0), fault.eq(1), cause.eq(new_cause), fault_pc.eq(new_pc)]
+        m.d.comb += self.irq_fault.eq(raise_fault)
 
         # --- SEQ_WAIT and SEQ_LEVELS words ----------------------------------------------------------
         wreg = REGISTERS["SEQ_WAIT"]
@@ -427,3 +504,15 @@ class Sequencer(wiring.Component):
         width = len(values[0])
         return Cat(*values, Const(0, width)).word_select(
             Mux(index < len(values), index, len(values)), width)
+
+
+@block("seq", "sequencer: fetch, decode, EX / TX / RX queues and issue, semaphores, faults, watchdog",
+       preset="qwen2.5-1.5b", ranges={"preset": Choice(("tiny", "qwen2.5-1.5b"))},
+       # for `mcf synth seq`; linted inside the node (as a top, its port ``abort`` is a C++ word
+       # to Verilator's lint)
+       lint_default=False)
+def _seq(preset):
+    presets = {"tiny": NodeConfig.tiny, "qwen2.5-1.5b": NodeConfig.qwen2_5_1_5b}
+    if preset not in presets:
+        raise ValueError(f"seq: preset {preset!r}; known: {', '.join(presets)}")
+    return Sequencer(presets[preset]())

@@ -99,7 +99,12 @@ def random_kv_rows(rng, count: int, d: int):
 def kv_blocks(rng, count: int, d: int, lanes: int):
     """(input beats, expected output beats) for the KV writer, as packed ints
     (layouts ``kv_in_layout`` / ``kv_out_layout``: fields LSB first)."""
-    m, e = random_kv_rows(rng, count, d)
+    return kv_beats(*random_kv_rows(rng, count, d), lanes)
+
+
+def kv_beats(m, e, lanes: int):
+    """(input beats, expected output beats) of the KV writer for BFP16 rows (m [count, d], e [count])."""
+    count, d = m.shape
     q, a, big_e = fx.quantize_kv((m, e))
     nb = d // lanes
     beats_in, beats_out = [], []

@@ -30,7 +30,7 @@ from amaranth.utils import ceil_log2
 from mcf.hw.arith import log2_exact
 from mcf.hw.axi.full import BURST_INCR, MAX_BURST_BEATS, AXI4Signature
 from mcf.hw.axi.lite import Resp
-from mcf.hw.dma.common import AXCACHE, burst_beats
+from mcf.hw.dma.common import AXCACHE, next_burst
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 
@@ -239,18 +239,24 @@ class ReadStreams(wiring.Component):
             left = Signal(COUNT_BITS, name=f"left{s}")
             promised = Signal(range(D + 1), name=f"promised{s}")     # FIFO beats + beats in flight
             m.d.comb += req.ready.eq(left == 0)
-            with m.If(req.valid & req.ready):
+            load, issue = Signal(name=f"load{s}"), Signal(name=f"issue{s}")
+            m.d.comb += load.eq(req.valid & req.ready)
+            with m.If(load):
                 m.d.sync += [addr.eq(req.payload.addr), left.eq(req.payload.beats)]
-            n = burst_beats(m, addr, left, lg)
-            nb = Signal(range(MAX_BURST_BEATS + 1), name=f"n{s}")
-            m.d.comb += nb.eq(Mux(n > self.max_burst, self.max_burst, n))
+            # the burst size, then whether it fits, in two register steps (for the 250 MHz
+            # budget): stale for two cycles after a request or an issue of this stream, which
+            # change addr, left and promised; otherwise promised only falls (beats taken), so a
+            # registered "fits" stays true
+            nb, _, ok1 = next_burst(m, addr, left, lg, load | issue, self.max_burst)
+            fits, ok2 = Signal(name=f"fits{s}"), Signal(name=f"ok2_{s}")
+            m.d.sync += [fits.eq((left != 0) & (promised + nb <= D)), ok2.eq(ok1 & ~load & ~issue)]
             want = Signal(name=f"want{s}")
-            m.d.comb += want.eq((left != 0) & (promised + nb <= D))
+            m.d.comb += want.eq(fits & ok2)
             # R beats of this stream into its FIFO (the room was promised at issue)
             m.d.comb += [q.w_en.eq(axi.rvalid & (axi.rid == self.id_base + s)), q.w_data.eq(axi.rdata),
                          out.valid.eq(q.r_rdy), out.payload.eq(q.r_data), q.r_en.eq(out.ready)]
             st.append({"addr": addr, "left": left, "promised": promised, "nb": nb, "want": want,
-                       "taken": out.valid & out.ready})
+                       "taken": out.valid & out.ready, "issue": issue})
 
         # --- arbitration: round robin among the streams that can issue a burst -------------------
         grant = Signal(range(S))
@@ -264,7 +270,7 @@ class ReadStreams(wiring.Component):
         with m.If(picked):
             m.d.sync += [ar_valid.eq(1), rr.eq(Mux(grant == S - 1, 0, grant + 1))]
         for s, x in enumerate(st):
-            issue = Signal(name=f"issue{s}")
+            issue = x["issue"]
             m.d.comb += issue.eq(picked & (grant == s))
             with m.If(issue):
                 m.d.sync += [ar_addr.eq(x["addr"]), ar_len.eq(x["nb"] - 1), ar_id.eq(self.id_base + s),

@@ -45,3 +45,47 @@ def test_quantize_amaranth_sim():
 def test_quantize_cocotb(build_dir, head_dim, lanes):
     run_cocotb(KVWriter(head_dim, lanes), __name__, build_dir,
                testcase="run_quantize", params={"head_dim": head_dim, "lanes": lanes, "blocks": 40})
+
+
+def test_every_scale_exponent_and_the_block_rate():
+    """Blocks whose amax takes every bit length (1 .. 32768: every Ep) and signs, back to back
+    on always-ready streams: bit-exact, and one block every ``beats + 4`` cycles (collect, four
+    max stages) with the first output 12 cycles after the last input beat of the first block
+    (the pipelined writer's rate and latency, docs in kv_writer.py)."""
+    from mcf.sim.amaranth_util import Feed, drive, simulate
+    from mcf.sim.compute.jobs import kv_beats
+    rng = np.random.default_rng(7)
+    d, lanes = 16, 4
+    rows = []
+    for k in range(16):
+        for amax in sorted({1 << k, (1 << (k + 1)) - 1} - {1 << 15, (1 << 16) - 1} | ({32767} if k == 15 else set())):
+            row = rng.integers(-amax, amax + 1, d)
+            row[rng.integers(d)] = amax * rng.choice([-1, 1])
+            rows.append(row)
+    rows.append(np.full(d, -32768))
+    m = np.array(rows, dtype=np.int64)
+    e = rng.integers(-20, 20, len(rows))
+    beats_in, expected = kv_beats(m, e, lanes)
+    dut = KVWriter(head_dim=d, lanes=lanes)
+    got, when = [], []
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+        cycle = [0]
+
+        def sample(ctx):
+            if ctx.get(dut.o.valid):
+                got.append(ctx.get(dut.o.payload.as_value()))
+                when.append(cycle[0])
+            cycle[0] += 1
+            return len(got) == len(expected)
+
+        await drive(ctx, [Feed.of(dut.i, beats_in, raw=True)], sample, 20 * len(expected))
+
+    simulate(dut, bench)
+    assert got == expected
+    nb = dut.beats
+    assert when[0] == (nb - 1) + 12
+    starts = when[::nb]
+    assert all(b - a == nb + 4 for a, b in zip(starts, starts[1:]))
+    assert all(when[i + 1] == when[i] + 1 for i in range(len(when) - 1) if (i + 1) % nb)

@@ -1,7 +1,7 @@
 """The semaphores (hw/seq/sems.py) in the Amaranth simulator against a Python model: random
 increments from several sources in the same cycle (summed), decrements, the pipeline latency
-(an increment is visible three cycles after its strobe, a decrement at the next edge),
-saturation with an ``overflow`` strobe, and ``clear``."""
+(an increment is visible three cycles after its strobe, a decrement two, ``taken`` between),
+saturation with an ``overflow`` strobe the cycle after, and ``clear``."""
 import random
 
 from amaranth.sim import Simulator
@@ -15,7 +15,7 @@ N, INC_BITS = 4, [1, 16, 16]
 def run(schedule, cycles):
     """``schedule[cycle]`` = (incs: list of (source, sem, amount), decs: list of (sem, amount), clear)."""
     dut = Semaphores(N, INC_BITS, n_dec=2)
-    seen, overflow = [], []
+    seen, overflow, taken = [], [], []
 
     async def bench(ctx):
         for cyc in range(cycles):
@@ -37,32 +37,40 @@ def run(schedule, cycles):
             ctx.set(dut.clear, clear)
             seen.append([ctx.get(dut.values[i]) for i in range(N)])
             overflow.append(ctx.get(dut.overflow))
+            taken.append(ctx.get(dut.taken))
             await ctx.tick()
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    return seen, overflow
+    return seen, overflow, taken
 
 
 def model(schedule, cycles):
-    """Values seen at each cycle: increments land 3 edges after their strobe, decrements 1."""
-    vals, pending, out, over = [0] * N, {}, [], []
+    """Values seen at each cycle (increments land 3 edges after their strobe, decrements 2),
+    the overflow strobe (the cycle after the sum passed SEM_MAX) and the taken mask (the
+    cycle after a decrement's strobe)."""
+    vals, pending, taking, out, over, taken = [0] * N, {}, {}, [], [0], []
     for cyc in range(cycles):
         out.append(list(vals))
         incs, decs, clear = schedule.get(cyc, ([], [], 0))
         land = pending.pop(cyc, [0] * N)
-        nxt = [vals[i] + land[i] - sum(a for s, a in decs if s == i) for i in range(N)]
+        dec = taking.pop(cyc, [0] * N)
+        taken.append(sum(1 << i for i in range(N) if dec[i]))
+        nxt = [vals[i] + land[i] - dec[i] for i in range(N)]
         over.append(int(any(v > SEM_MAX for v in nxt)) and not clear)
         vals = [0] * N if clear else [min(v, SEM_MAX) for v in nxt]
         if clear:
-            pending = {}
+            pending, taking = {}, {}
         else:
             row = pending.setdefault(cyc + 2, [0] * N)
             for _, s, a in incs:
                 row[s] += a
-    return out, over
+            row = taking.setdefault(cyc + 1, [0] * N)
+            for s, a in decs:
+                row[s] += a
+    return out, over[:cycles], taken
 
 
 def test_summed_increments_decrements_and_clear():
@@ -77,16 +85,16 @@ def test_summed_increments_decrements_and_clear():
     for cyc in (60, 61, 120):
         schedule[cyc] = (schedule[cyc][0], [(0, 2), (3, 1)], 0)
     schedule[150] = ([], [], 1)
-    got, over = run(schedule, cycles)
-    want, want_over = model(schedule, cycles)
-    assert got == want
+    got, over, taken = run(schedule, cycles)
+    want, want_over, want_taken = model(schedule, cycles)
+    assert got == want and taken == want_taken
     assert not any(over) and not any(want_over)
     assert got[140] != [0] * N and got[152] == [0] * N
 
 
 def test_overflow_saturates_and_strobes():
     schedule = {0: ([(1, 2, 40000), (2, 2, 30000)], [], 0)}
-    got, over = run(schedule, 8)
-    want, want_over = model(schedule, 8)
+    got, over, _ = run(schedule, 8)
+    want, want_over, _ = model(schedule, 8)
     assert got == want and got[-1][2] == SEM_MAX
     assert over == want_over and sum(over) == 1
