@@ -38,8 +38,11 @@ def vector_cycles(op: str, n: int, lanes: int = 1) -> int:
 
 
 def kv_writer_cycles(d: int, lanes: int) -> int:
+    """Cycles between blocks (one head's row of d values on ``lanes`` lanes) the KV writer takes in
+    a steady stream: its beats plus the collector/emitter hand-over (hw/compute/kv_writer.py); a
+    block's own latency after its last beat (12 cycles) overlaps the next block."""
     beats = math.ceil(d / lanes)
-    return 2 * beats + 1
+    return beats + 4
 
 
 def attention_cycles(keys: int, rows: int, d: int, final: bool = True) -> int:
