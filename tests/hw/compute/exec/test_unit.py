@@ -176,7 +176,7 @@ async def run_gemm_ops(dut):
     vl, P, K = node.vec_lanes, node.mac_rows, node.mac_lanes
     timing = DdrTiming(**p["timing"])
     rng = np.random.default_rng(p.get("seed", 1))
-    drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=timing)
+    drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=timing, axi_period_ps=p.get("axi_period_ps"))
     await drv.start()
     out = []
     blob_at, x_at, y_at = 0x100000, 0x40000, 0x80000
@@ -231,7 +231,7 @@ async def run_attn_ops(dut):
     per_job = node.att_rows // heads
     assert per_job >= 1 and keys % bk == 0
     rng = np.random.default_rng(p.get("seed", 1))
-    drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=DdrTiming(**p["timing"]))
+    drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=DdrTiming(**p["timing"]), axi_period_ps=p.get("axi_period_ps"))
     await drv.start()
     nblk = keys // bk
     seg = isa.pad(segment_bytes(bk, d))
