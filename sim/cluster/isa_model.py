@@ -20,7 +20,7 @@ Every number comes from the node's ``NodeConfig`` and the hardware profile
 (``mcf.sw.mars.profile``), whose calibration fields the RTL benchmarks overwrite; none is typed
 here.  ``ISA_COSTS`` names what the model charges per opcode (docs/node.md).  DDR bytes per cycle
 are the profile's sustained rate but at most what the node's AXI4 masters carry (``hp_ports`` x
-one bus word per cycle).
+one bus word per cycle of the port's clock: ``NodeConfig.port_clock_hz``).
 
 **Calibration** (``mcf bench isa-costs --write``): the execute unit's instructions of each kind
 (the ``BUSY_*`` performance counter they count into) cost ``a x (the cycles above) + b`` with
@@ -103,7 +103,9 @@ class TimingCosts(UnitCosts):
         clock = node.clock_hz
         # DDR bytes per cycle: the profile's sustained rate, but no more than the node's AXI4
         # masters carry (one bus word per cycle each)
-        self.ddr_per_cycle = min(profile.ddr_Bps / clock, node.hp_ports * node.data_bytes)
+        # (a port on the weight loaders' own clock, NodeConfig.weight_clock_hz, a word per cycle of that)
+        self.ddr_per_cycle = min(profile.ddr_Bps / clock,
+                                 sum(node.port_clock_hz(p) for p in range(node.hp_ports)) / clock * node.data_bytes)
         self.setup = int(profile.dma_setup_cycles)
         self.wire_per_cycle = profile.link_bandwidth_bps / 8 / clock
         self.latency = max(1, round(profile.link_latency_s * clock))
