@@ -128,14 +128,15 @@ def test_decode_one_node_is_capped_by_weight_streaming():
 def test_one_board_decode_against_its_ddr_roofline():
     """Issue 14: one board's decode token time vs its bytes (all weights, the LM head, 4K tokens of
     KV, by hand) at the DDR4's 19.2 GB/s peak.  The model streams at the measured ddr_efficiency
-    (0.82: four HP ports carry 64 of the DDR's 76.8 B/cycle, measured 63.05), so the fraction is
-    that figure: below the issue's 0.9, capped by the PL-PS ports (docs/node.md "HP ports")."""
+    (0.93: four HP ports at 300 MHz carry 76.8 B per engine cycle, the DDR's peak, which refresh
+    cuts to 73.4; measured 71.6), so the fraction is that figure: at least the issue's 0.9, below
+    what the refreshing DDR can give (docs/node.md "HP ports", docs/compute.md)."""
     prof, m = load_profile("kr260"), load_model(M)
     d = simulate_decode(m, prof, Topology("switch", 1), [4096.0])
     nbytes = (LAYER_PARAMS * L + 151936 * 1536) * 0.5 + 4096 * MT
     assert d.ddr_roofline_fraction == pytest.approx(nbytes / 19.2e9 / d.token_s, rel=1e-6)
     assert d.ddr_roofline_fraction == pytest.approx(_YAML["ddr_efficiency"], rel=2e-3)
-    assert d.ddr_roofline_fraction < 4 * 16 / 76.8          # at most what four 128-bit ports carry
+    assert 0.9 <= d.ddr_roofline_fraction < 1 - 350e-9 / 7.8e-6      # tRFC / tREFI: the DDR refreshes
 
 
 def test_decode_variants_on_four_nodes():
