@@ -27,13 +27,18 @@ which HP port is ``NodeConfig.ddr_masters`` (one definition, docs/node.md "HP po
 loader k on HP port k mod ``hp_ports``, the node's own fetch / loader / writer on HP port 0, the
 execute unit's ``m_axi`` (scales, bias, KV, activations) on the first port no weight loader
 uses, else HP port 1; with one HP port everything shares ``m_axi``.  The DMA-window firewall
-checks every burst of every client on every port.  ``eth=True`` adds ``eth`` and ``eth_errors`` for a 10GBASE-R port (``EthNode``).  This is the top that
+checks every burst of every client on every port.  With a weight clock
+(``NodeConfig.weight_clock_hz``) the weight loaders' masters are in the clock domain ``axi``
+(``axi_clk`` / ``axi_rst`` of the Verilog: the board's pl_clk1), on HP ports 0 .. W-1 of their own
+through a second interconnect in that domain (``wic``: the same firewall, the window synchronized
+into ``axi``; its faults, idle and byte counts crossed back), every other client on HP port W.
+``eth=True`` adds ``eth`` and ``eth_errors`` for a 10GBASE-R port (``EthNode``).  This is the top that
 ``mcf board build`` wraps for Vivado; HP port 0 is ``m_axi``, HP port p > 0 ``m_axi<p>``.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth import Cat, Const, DomainRenamer, Module, Mux, Signal, Value
+from amaranth.lib import cdc, data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import AXI4Signature
@@ -686,14 +691,25 @@ class Node(wiring.Component):
         self.nic = Nic(config.data_width, config.net_ports, **config.nic_params())
         self.exec_ports = axi_members(self.exec)
         self.hp_of = config.ddr_masters()
-        clients = [Client("fetch", write=False, port=self.hp_of["fetch"]),
-                   Client("loader", write=False, port=self.hp_of["loader"]),
-                   Client("writer", read=False, port=self.hp_of["writer"])]
+        # with a weight clock: the weight loaders on HP 0 .. W-1 (``wic``, domain axi), the rest on
+        # the ports after them (``ic``, its port q is HP port W + q)
+        self.weight_domain = bool(config.weight_clock_hz)
+        W = config.weight_ports if self.weight_domain else 0
+        self.first_sync_port = W
+        clients = [Client("fetch", write=False, port=self.hp_of["fetch"] - W),
+                   Client("loader", write=False, port=self.hp_of["loader"] - W),
+                   Client("writer", read=False, port=self.hp_of["writer"] - W)]
+        weight_clients = []
         for name in self.exec_ports:
             sig = getattr(self.exec.signature.members[name], "signature")
-            clients.append(Client(f"ex_{name}", read=sig.read, write=sig.write, id_width=sig.id_width,
-                                  port=self.hp_of[exec_master(name)], addr_width=sig.addr_width))
-        self.ic = AxiInterconnect(clients, config.hp_ports, config.ddr_addr_bits, config.data_width)
+            weight = self.weight_domain and name != "m_axi"
+            (weight_clients if weight else clients).append(Client(
+                f"ex_{name}", read=sig.read, write=sig.write, id_width=sig.id_width,
+                port=self.hp_of[exec_master(name)] - (0 if weight else W), addr_width=sig.addr_width))
+        self.ic = AxiInterconnect(clients, config.hp_ports - W, config.ddr_addr_bits, config.data_width)
+        self.wic = (DomainRenamer({"sync": "axi"})(AxiInterconnect(weight_clients, W, config.ddr_addr_bits,
+                                                                     config.data_width)) if W else None)
+        id_width = max(self.ic.port_id_width + (self.wic.port_id_width if W else []))
         axis = AXIStreamSignature(config.data_width)
         members = {
             "s_axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)),
@@ -702,7 +718,7 @@ class Node(wiring.Component):
             "irq": Out(1),
             **({"eth": Out(EthControlPort()), "eth_errors": In(len(ErrorCause))} if eth else {}),
         }
-        hp_sig = AXI4Signature(config.ddr_addr_bits, config.data_width, max(self.ic.port_id_width))
+        hp_sig = AXI4Signature(config.ddr_addr_bits, config.data_width, id_width)
         for p in range(config.hp_ports):
             members["m_axi" if p == 0 else f"m_axi{p}"] = Out(hp_sig)
         super().__init__(members)
@@ -726,6 +742,8 @@ class Node(wiring.Component):
         m.submodules.local_mux = lmux = PacketMux(cfg.data_width)
         m.submodules.nic = nic = self.nic
         m.submodules.ic = ic = self.ic
+        if self.wic is not None:
+            m.submodules.wic = self.wic
         m.submodules.perf = perf = PerfCounters()
 
         # --- registers ------------------------------------------------------------------------------
@@ -819,13 +837,47 @@ class Node(wiring.Component):
         wiring.connect(m, seq.m_axi, ic.c_fetch)
         wiring.connect(m, ld.m_axi, ic.c_loader)
         wiring.connect(m, wr.m_axi, ic.c_writer)
+        wic, W = self.wic, self.first_sync_port
         for name in self.exec_ports:
-            wiring.connect(m, getattr(ex, name), getattr(ic, f"c_ex_{name}"))
+            on = wic if wic is not None and name != "m_axi" else ic
+            wiring.connect(m, getattr(ex, name), getattr(on, f"c_ex_{name}"))
         for p in range(cfg.hp_ports):
-            wiring.connect(m, ic.m_axi[p], wiring.flipped(self.hp(p)))
+            src = wic.m_axi[p] if p < W else ic.m_axi[p - W]
+            if len(src.arid) == len(self.hp(p).arid):
+                wiring.connect(m, src, wiring.flipped(self.hp(p)))
+            else:           # the two interconnects' IDs differ in width: the port's is the wider
+                for path, member, value in src.signature.flatten(src):
+                    port = getattr(self.hp(p), path[-1])
+                    m.d.comb += (port.eq(value) if member.flow == Out else value.eq(port))
+        # the weight loaders' interconnect (domain axi): the window in (set while the node is idle:
+        # quasi-static), its faults as pulses, its idle as a level and its read beats as a Gray
+        # count out (hp_rd_bytes: bytes per engine cycle of each of its ports)
+        w_oow, w_err, w_idle = Signal(name="w_oow"), Signal(name="w_err"), Signal(name="w_idle", init=1)
+        hp_rd = [None] * cfg.hp_ports
+        if wic is not None:
+            for name in ("window_base", "window_size"):
+                m.submodules[f"wic_{name}"] = cdc.FFSynchronizer(getattr(csr, name), getattr(wic, name), o_domain="axi")
+            for strobe, out in ((wic.oow, w_oow), (wic.resp_err, w_err)):
+                ps = cdc.PulseSynchronizer(i_domain="axi", o_domain="sync")
+                m.submodules[f"wic_{out.name}"] = ps
+                m.d.comb += [ps.i.eq(strobe), out.eq(ps.o)]
+            m.submodules.wic_idle = cdc.FFSynchronizer(wic.idle, w_idle, o_domain="sync", init=1)
+            for p in range(W):
+                beats = Signal(8, name=f"hp{p}_beats")       # R beats of the port, mod 256, in axi
+                m.d.axi += beats.eq(beats + (wic.rd_bytes[p] != 0))
+                gray, seen = Signal(8, name=f"hp{p}_gray"), Signal(8, name=f"hp{p}_gray_s")
+                m.d.axi += gray.eq(beats ^ (beats >> 1))
+                m.submodules[f"hp{p}_count"] = cdc.FFSynchronizer(gray, seen, o_domain="sync")
+                binary = Signal(8, name=f"hp{p}_seen")
+                for b in reversed(range(8)):
+                    m.d.comb += binary[b].eq(seen[b:].xor())
+                last = Signal(8, name=f"hp{p}_last")
+                m.d.sync += last.eq(binary)
+                hp_rd[p] = Signal(range(256 * cfg.data_bytes), name=f"hp{p}_rd_bytes")
+                m.d.comb += hp_rd[p].eq((binary - last)[:8] * cfg.data_bytes)
         ddr_pc = Signal.like(seq.fault_pc)
         ic_client = Mux(ic.oow, ic.oow_client, ic.resp_err_client)
-        with m.Switch(ic_client):
+        with m.Switch(Mux(ic.oow | ic.resp_err, ic_client, len(self.ic.clients))):   # a weight port's: ex
             with m.Case(FETCH):
                 m.d.comb += ddr_pc.eq(seq.fetch_pc)
             with m.Case(LOADER):
@@ -835,23 +887,23 @@ class Node(wiring.Component):
             with m.Default():
                 m.d.comb += ddr_pc.eq(seq.ex_pc)
         m.d.comb += [
-            seq.ddr_fault.eq(ic.oow | ic.resp_err),
-            seq.ddr_fault_cause.eq(Mux(ic.oow, SeqFault.OUT_OF_WINDOW, SeqFault.AXI_ERROR)),
+            seq.ddr_fault.eq(ic.oow | ic.resp_err | w_oow | w_err),
+            seq.ddr_fault_cause.eq(Mux(ic.oow | w_oow, SeqFault.OUT_OF_WINDOW, SeqFault.AXI_ERROR)),
             seq.ddr_fault_pc.eq(ddr_pc),
         ]
 
         # --- errors, idle, activity, interrupts -----------------------------------------------------
         errors = Signal(len(ErrorCause))
-        m.d.comb += errors.eq(nic.errors | rxe.errors | (ic.resp_err << ErrorCause.AXI_RESP_ERROR)
+        m.d.comb += errors.eq(nic.errors | rxe.errors | ((ic.resp_err | w_err) << ErrorCause.AXI_RESP_ERROR)
                               | (self.eth_errors if self.has_eth else 0))
         m.d.comb += [csr.errors.eq(errors), seq.net_errors.eq(errors)]
         pk_empty = (pk.meta_level == 0) & (pk.payload_level == 0)
         engines_idle = ~txe.busy & ~rxe.busy & (rxe.posted == 0) & pk_empty & ~cser.o.tvalid
-        datapath_idle = (engines_idle & ~ld.busy & ~wr.busy & ic.idle & ~csr.meta.valid & ~csr.desc.valid
+        datapath_idle = (engines_idle & ~ld.busy & ~wr.busy & ic.idle & w_idle & ~csr.meta.valid & ~csr.desc.valid
                          & ~ps_stores.r_rdy & ~ps_done.r_rdy & ~seq.fetch_busy)
         m.d.comb += [
             seq.engines_idle.eq(engines_idle), seq.datapath_idle.eq(datapath_idle), sr.idle.eq(datapath_idle),
-            seq.activity.eq(ic.activity | (nic.local_in.tvalid & nic.local_in.tready)
+            seq.activity.eq(ic.activity | ~w_idle | (nic.local_in.tvalid & nic.local_in.tready)
                             | (nic.local_out.tvalid & nic.local_out.tready)),
             csr.busy.eq(ld.busy | wr.busy | txe.busy | rxe.busy),
             csr.rx_packet.eq(rxe.rx_packet),
@@ -872,8 +924,8 @@ class Node(wiring.Component):
         inc[PerfCounter.STALL_RX_SLOT] = rxe.slot_wait
         inc[PerfCounter.NET_TX_BYTES] = txe.bytes
         inc[PerfCounter.NET_RX_BYTES] = rxe.bytes
-        rd = [ic.rd_bytes[p] for p in range(cfg.hp_ports)]
-        wrb = [ic.wr_bytes[p] for p in range(cfg.hp_ports)]
+        rd = [hp_rd[p] if p < W else ic.rd_bytes[p - W] for p in range(cfg.hp_ports)]
+        wrb = [Const(0) if p < W else ic.wr_bytes[p - W] for p in range(cfg.hp_ports)]
         inc[PerfCounter.DDR_RD_BYTES] = sum(rd[1:], rd[0])
         inc[PerfCounter.DDR_WR_BYTES] = sum(wrb[1:], wrb[0])
         for p in range(cfg.hp_ports):

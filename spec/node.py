@@ -29,6 +29,13 @@ from .regmap import REGISTERS
 #: be 187.5).  The board flow derives the PS divisor from it (``mcf.boards.kr260.ps``) and refuses
 #: a rate the PS cannot make; it is written here and nowhere else.
 PL_CLOCK_HZ = 250_000_000
+#: The clock of the execute unit's weight loaders' AXI side and their HP ports (the ``axi`` clock
+#: domain, pl_clk1 = 1500 / 5 MHz): the S_AXI_HP ports run up to 333 MHz (DS925, UG1085 "PS-PL AXI
+#: interfaces"), so four 128-bit ports at 300 MHz carry 4 x 16 B x 300 MHz = 19.2 GB/s, the DDR4's
+#: peak, where at the engine's 250 MHz they carry 16.
+WEIGHT_CLOCK_HZ = 300_000_000
+#: The fastest S_AXI_HP port clock (DS925: 333 MHz).
+HP_PORT_MAX_HZ = 333_333_333
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,10 @@ class NodeConfig:
     # the DDR4's 19.2), the execute unit's other reads on HPC0 (docs/node.md "HP ports").
     weight_ports: int = 4            # execute unit: GEMM weight loaders, one AXI4 master (HP port) each
     clock_hz: int = PL_CLOCK_HZ
+    # The weight loaders' AXI side and their HP ports in their own clock domain (``axi``) at this rate,
+    # crossed into the engine's in the loaders' dual-clock buffers (hw/dma/loader.py); 0: the engine's
+    # clock, no crossing.  The loaders then have the HP ports HP0 .. W-1 to themselves (ddr_masters).
+    weight_clock_hz: int = WEIGHT_CLOCK_HZ
     # --- execute unit (spec/isa.py) --------------------------------------------------------------
     spad_beats: int = 32768          # scratchpad: beats of vec_lanes 32-bit words (+ an exponent each)
     kv_block_keys: int = 2048        # most tokens in one KV segment an ATTN_KV reads (its scale table)
@@ -95,6 +106,10 @@ class NodeConfig:
             if r is None:                 # a field without a declared range: a positive integer
                 r = Range(1, 1 << 62)
             r.check(f"NodeConfig.{f.name}", v)
+        if self.weight_clock_hz and not (self.weight_ports > 1 and self.hp_ports > self.weight_ports):
+            raise SpecError(f"NodeConfig: weight_clock_hz={self.weight_clock_hz} needs weight_ports > 1 and an HP "
+                            f"port besides theirs (hp_ports > weight_ports), not weight_ports={self.weight_ports}, "
+                            f"hp_ports={self.hp_ports}")
         if self.num_heads % self.num_kv_heads:
             raise SpecError(f"NodeConfig: num_heads={self.num_heads} is not a multiple of "
                             f"num_kv_heads={self.num_kv_heads}")
@@ -126,6 +141,20 @@ class NodeConfig:
         return self.reduce_beats * self.data_bytes
 
     @property
+    def weight_clock(self) -> int:
+        """The weight loaders' AXI clock, Hz (``clock_hz`` when ``weight_clock_hz`` is 0)."""
+        return self.weight_clock_hz or self.clock_hz
+
+    @property
+    def weight_ratio(self) -> int:
+        """Bus beats each weight loader hands the engine per engine cycle: the smallest power of
+        two at least ``weight_clock / clock_hz`` (1 without a weight clock)."""
+        r = 1
+        while r * self.clock_hz < self.weight_clock:
+            r *= 2
+        return r
+
+    @property
     def macs_per_cycle(self) -> int:
         return self.mac_rows * self.mac_lanes
 
@@ -138,7 +167,9 @@ class NodeConfig:
           k mod ``hp_ports`` -- with W = ``hp_ports`` each loader has a port to itself apart from
           the light traffic below;
         * ``fetch``, ``loader``, ``writer`` (instruction fetch, the TX engine's DMA loader, the RX
-          engine's DMA writer): HP port 0;
+          engine's DMA writer): HP port 0, or with a weight clock (``weight_clock_hz``) the port of
+          ``exec``: then the weight loaders' ports HP0 .. W-1 carry nothing else and run on their
+          clock (pl_clk1), the others on the engine's;
         * ``exec`` (the execute unit's ``m_axi``: GEMM scales and bias, LOAD / STORE, EMBED, the
           attention's K / V, the KV writer; with W = 1 also the weights): the first port no weight
           loader uses (W mod ``hp_ports`` when W < ``hp_ports``: the KR260 node's HPC0), else HP
@@ -147,10 +178,18 @@ class NodeConfig:
           loader's port they would slow that loader, and the W loaders deliver one word together.
         """
         P, W = self.hp_ports, self.weight_ports
-        out = {"fetch": 0, "loader": 0, "writer": 0, "exec": W % P if W < P else 1 % P}
+        ex = W % P if W < P else 1 % P
+        own = ex if self.weight_clock_hz else 0
+        out = {"fetch": own, "loader": own, "writer": own, "exec": ex}
         if W > 1:
             out.update({f"weight{k}": k % P for k in range(W)})
         return out
+
+    def port_clock_hz(self, p: int) -> int:
+        """The clock of HP port ``p``: ``weight_clock`` for a port of the weight loaders when they
+        have their own clock, else ``clock_hz``."""
+        weights = {v for k, v in self.ddr_masters().items() if k.startswith("weight")}
+        return self.weight_clock if self.weight_clock_hz and p in weights else self.clock_hz
 
     def nic_params(self) -> dict:
         """Keyword arguments of ``mcf.hw.nic.nic.Nic`` (besides data width and ports)."""
@@ -184,7 +223,7 @@ class NodeConfig:
     def tiny(cls, **changes) -> "NodeConfig":
         """The tiny model's node (``sw/models/tiny.yaml``) with small buffers and a small
         engine, as the unit and two-node benches build it."""
-        base = dict(data_width=64, hp_ports=1, weight_ports=1, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
+        base = dict(data_width=64, hp_ports=1, weight_ports=1, weight_clock_hz=0, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
                     seq_queue_depth=4, fetch_depth=4, rx_slots=4,
                     nic_desc_depth=4, route_entries=16, reduce_slots=1, reduce_beats=32, softmax_fan_in=0,
                     mac_rows=4, mac_lanes=8, dsp_primitives=0, max_tokens=8, vec_lanes=8, att_rows=4, max_keys=64, kv_lanes=4,
@@ -241,6 +280,8 @@ RANGES: dict[str, Range] = {
     "dir_entries": Range(1, 1 << 16, pow2=True, doc="replica directory entries"),
     "max_context": Range(1, 1 << 20, doc="positions (ISA position fields are 20 bits)"),
     "clock_hz": Range(1_000_000, 1_000_000_000, doc="PL clock, Hz"),
+    "weight_clock_hz": Range(1_000_000, HP_PORT_MAX_HZ, zero=True,
+                             doc="weight loaders' AXI / HP port clock, Hz (0: the PL clock, no crossing)"),
     "hidden_size": Range(1, 1 << 16),
     "intermediate_size": Range(1, 1 << 18),
     "num_heads": Range(1, 256),

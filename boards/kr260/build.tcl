@@ -65,6 +65,19 @@ set act [get_property CONFIG.PSU__CRL_APB__PL0_REF_CTRL__ACT_FREQMHZ $ps]
 if {abs($act - $mcf_pl_clock_mhz) > 1e-3 * $mcf_pl_clock_mhz} {
   error "MCF: the PS makes pl_clk0 = $act MHz, not $mcf_pl_clock_mhz MHz (divisors $mcf_pl_clock_divisors of IOPLL expected)"
 }
+# The weight loaders' own clock (NodeConfig.weight_clock_hz; 0: none): pl_clk1 = IOPLL / n, the
+# node's axi_clk and the clock of its HP ports mcf_weight_hp_ports (their SmartConnects and the PS
+# ports' saxihp*_aclk), with its own reset bridge.
+if {$mcf_weight_clock_hz} {
+  set_property -dict [list \
+    CONFIG.PSU__FPGA_PL1_ENABLE {1} \
+    CONFIG.PSU__CRL_APB__PL1_REF_CTRL__SRCSEL {IOPLL} \
+    CONFIG.PSU__CRL_APB__PL1_REF_CTRL__FREQMHZ $mcf_weight_clock_mhz] $ps
+  set act [get_property CONFIG.PSU__CRL_APB__PL1_REF_CTRL__ACT_FREQMHZ $ps]
+  if {abs($act - $mcf_weight_clock_mhz) > 1e-3 * $mcf_weight_clock_mhz} {
+    error "MCF: the PS makes pl_clk1 = $act MHz, not $mcf_weight_clock_mhz MHz (divisors $mcf_weight_clock_divisors of IOPLL expected)"
+  }
+}
 
 set node [create_bd_cell -type module -reference mcf_node_top node]
 set rst [create_bd_cell -type ip -vlnv xilinx.com:ip:proc_sys_reset rst]
@@ -76,6 +89,12 @@ connect_bd_net $clk [get_bd_pins rst/slowest_sync_clk] [get_bd_pins node/aclk] \
   [get_bd_pins ps/maxihpm0_fpd_aclk] [get_bd_pins ctl_ic/aclk]
 connect_bd_net [get_bd_pins ps/pl_resetn0] [get_bd_pins rst/ext_reset_in]
 connect_bd_net [get_bd_pins rst/peripheral_aresetn] [get_bd_pins node/aresetn] [get_bd_pins ctl_ic/aresetn]
+if {$mcf_weight_clock_hz} {
+  set wrst [create_bd_cell -type ip -vlnv xilinx.com:ip:proc_sys_reset rst_w]
+  connect_bd_net [get_bd_pins ps/pl_clk1] [get_bd_pins rst_w/slowest_sync_clk] [get_bd_pins node/axi_clk]
+  connect_bd_net [get_bd_pins ps/pl_resetn0] [get_bd_pins rst_w/ext_reset_in]
+  connect_bd_net [get_bd_pins rst_w/peripheral_reset] [get_bd_pins node/axi_rst]
+}
 
 # PS -> node registers (AXI4-Lite through the SmartConnect's protocol conversion).
 connect_bd_intf_net [get_bd_intf_pins ps/M_AXI_HPM0_FPD] [get_bd_intf_pins ctl_ic/S00_AXI]
@@ -89,8 +108,13 @@ foreach link $mcf_hp_links {
   lassign $link m p intf gp pclk
   set ic [create_bd_cell -type ip -vlnv xilinx.com:ip:smartconnect mem_ic$p]
   set_property -dict [list CONFIG.NUM_SI {1} CONFIG.NUM_MI {1}] $ic
-  connect_bd_net $clk [get_bd_pins mem_ic$p/aclk] [get_bd_pins ps/$pclk]
-  connect_bd_net [get_bd_pins rst/peripheral_aresetn] [get_bd_pins mem_ic$p/aresetn]
+  if {$p in $mcf_weight_hp_ports} {
+    connect_bd_net [get_bd_pins ps/pl_clk1] [get_bd_pins mem_ic$p/aclk] [get_bd_pins ps/$pclk]
+    connect_bd_net [get_bd_pins rst_w/peripheral_aresetn] [get_bd_pins mem_ic$p/aresetn]
+  } else {
+    connect_bd_net $clk [get_bd_pins mem_ic$p/aclk] [get_bd_pins ps/$pclk]
+    connect_bd_net [get_bd_pins rst/peripheral_aresetn] [get_bd_pins mem_ic$p/aresetn]
+  }
   connect_bd_intf_net [get_bd_intf_pins node/$m] [get_bd_intf_pins mem_ic$p/S00_AXI]
   connect_bd_intf_net [get_bd_intf_pins mem_ic$p/M00_AXI] [get_bd_intf_pins ps/$intf]
 }
@@ -141,6 +165,13 @@ validate_bd_design
 set node_hz [get_property CONFIG.FREQ_HZ [get_bd_pins node/aclk]]
 if {abs($node_hz - $mcf_pl_clock_hz) > 1e-3 * $mcf_pl_clock_hz} {
   error "MCF: the node's clock is $node_hz Hz, not $mcf_pl_clock_hz Hz"
+}
+if {$mcf_weight_clock_hz} {
+  set w_hz [get_property CONFIG.FREQ_HZ [get_bd_pins node/axi_clk]]
+  if {abs($w_hz - $mcf_weight_clock_hz) > 1e-3 * $mcf_weight_clock_hz} {
+    error "MCF: the weight loaders' clock is $w_hz Hz, not $mcf_weight_clock_hz Hz"
+  }
+  mcf_step "weight loaders' clock $w_hz Hz (pl_clk1, HP ports $mcf_weight_hp_ports)"
 }
 mcf_step "node clock $node_hz Hz (pl_clk0 = IOPLL / [expr {[lindex $mcf_pl_clock_divisors 0] * [lindex $mcf_pl_clock_divisors 1]}])"
 save_bd_design

@@ -85,6 +85,19 @@ def ports_of(component: wiring.Component) -> list[Port]:
     return ports
 
 
+def weight_clock_of(component) -> tuple[int, list[int]]:
+    """The weight loaders' own clock of ``component``'s node (``NodeConfig.weight_clock_hz``; 0:
+    none) and the node HP ports that run on it (``NodeConfig.port_clock_hz``)."""
+    cfg = getattr(component, "config", None)
+    if cfg is None or not getattr(cfg, "weight_clock_hz", 0):
+        return 0, []
+    return cfg.weight_clock_hz, [p for p in range(cfg.hp_ports) if cfg.port_clock_hz(p) != cfg.clock_hz]
+
+
+def _bus_of_port(p: int) -> str:
+    return "m_axi" if p == 0 else f"m_axi{p}"
+
+
 def wrapper_verilog(component: wiring.Component, inner: str = "mcf_node",
                     top: str = "mcf_node_top") -> str:
     """Verilog wrapper: Vivado-style port names, interface attributes, active-low reset.
@@ -96,7 +109,9 @@ def wrapper_verilog(component: wiring.Component, inner: str = "mcf_node",
     249 997 500).  Without it the block design propagates the PS's exact rate; build.tcl then
     checks that rate against ``PL_CLOCK_HZ``."""
     ports = ports_of(component)
-    buses = sorted({p.bus for p in ports if p.kind})
+    w_hz, w_ports = weight_clock_of(component)
+    w_buses = sorted(_bus_of_port(p) for p in w_ports)
+    buses = sorted({p.bus for p in ports if p.kind} - set(w_buses))
     decls = [
         '  (* X_INTERFACE_INFO = "xilinx.com:signal:clock:1.0 aclk CLK" *)',
         '  (* X_INTERFACE_PARAMETER = "ASSOCIATED_BUSIF ' + ":".join(buses)
@@ -107,6 +122,17 @@ def wrapper_verilog(component: wiring.Component, inner: str = "mcf_node",
         "  input wire aresetn,",
     ]
     conns = ["    .clk(aclk),", "    .rst(~aresetn),"]
+    # The weight loaders' clock (NodeConfig.weight_clock_hz, pl_clk1): their HP ports belong to it.
+    if w_buses:
+        decls += [
+            '  (* X_INTERFACE_INFO = "xilinx.com:signal:clock:1.0 axi_clk CLK" *)',
+            '  (* X_INTERFACE_PARAMETER = "ASSOCIATED_BUSIF ' + ":".join(w_buses) + ', ASSOCIATED_RESET axi_rst" *)',
+            "  input wire axi_clk,",
+            '  (* X_INTERFACE_INFO = "xilinx.com:signal:reset:1.0 axi_rst RST" *)',
+            '  (* X_INTERFACE_PARAMETER = "POLARITY ACTIVE_HIGH" *)',
+            "  input wire axi_rst,",
+        ]
+        conns += ["    .axi_clk(axi_clk),", "    .axi_rst(axi_rst),"]
     # Further clock domains of the top (an EthNode's eth_tx / eth_rx: the GT's user clocks),
     # passed through as a clock and an active-high reset each (Amaranth names them <d>_clk/_rst).
     for d in getattr(component, "DOMAINS", ()):
@@ -202,14 +228,16 @@ def hp_ports_of(axi_masters) -> list[tuple[str, int]]:
     return sorted(links, key=lambda link: link[1])
 
 
-def overlay_dtsi(clock_hz: int, hp_data_width: int, has_irq: bool, hp_ports=(0,), design: str = DESIGN) -> str:
+def overlay_dtsi(clock_hz: int, hp_data_width: int, has_irq: bool, hp_ports=(0,), design: str = DESIGN,
+                 weight_clock_hz: int = 0) -> str:
     """The device-tree overlay that loading the bitstream applies (xmutil/dfx-mgr, fpgautil -o).
 
     It names the bitstream, sets pl_clk0 (zynqmp_clk 71 = PL0_REF) to ``clock_hz`` and the AFI
     widths of the ports the design uses (config-afi pairs: ``PS_PORTS[p].afi`` for each node
     HP port p in ``hp_ports``: 4 + 2p / 5 + 2p = S_AXI_HP<p>_FPD read/write, 0 / 1 = S_AXI_HPC0_FPD;
     width code 0/1/2 = 128/64/32 bits; 14 = M_AXI_HPM0_FPD, code << 8), and describes the node's
-    register window (and its interrupt) as a generic-uio device."""
+    register window (and its interrupt) as a generic-uio device.  ``weight_clock_hz``: pl_clk1
+    (zynqmp_clk 72 = PL1_REF) at that rate, the weight loaders' HP ports' clock."""
     hp = _afi_width_code(hp_data_width)
     hpm0 = _afi_width_code(HPM0_DATA_WIDTH) << 8
     pairs = sorted((i, hp) for p in hp_ports for i in PS_PORTS[p].afi) + [(14, hpm0)]
@@ -230,7 +258,11 @@ def overlay_dtsi(clock_hz: int, hp_data_width: int, has_irq: bool, hp_ports=(0,)
         "\t\tclocks = <&zynqmp_clk 71>;\n\t\tassigned-clocks = <&zynqmp_clk 71>;\n"
         f"\t\tassigned-clock-rates = <{int(clock_hz)}>;\n"
         "\t\tclock-output-names = \"fabric_clk\";\n\t};\n\n"
-        f"\tmcf_node: mcf@{REGS_BASE:x} {{\n\t\tcompatible = \"generic-uio\";\n"
+        + ("\tclocking1: clocking1 {\n\t\tcompatible = \"xlnx,fclk\";\n\t\t#clock-cells = <0>;\n"
+           "\t\tclocks = <&zynqmp_clk 72>;\n\t\tassigned-clocks = <&zynqmp_clk 72>;\n"
+           f"\t\tassigned-clock-rates = <{int(weight_clock_hz)}>;\n"
+           "\t\tclock-output-names = \"weight_clk\";\n\t};\n\n" if weight_clock_hz else "")
+        + f"\tmcf_node: mcf@{REGS_BASE:x} {{\n\t\tcompatible = \"generic-uio\";\n"
         f"\t\treg = <0x0 {REGS_BASE:#x} 0x0 {REGS_SIZE:#x}>;\n"
         f"{irq}"
         "\t\tclocks = <&clocking0>;\n\t};\n"
@@ -294,6 +326,8 @@ def write_project(component: wiring.Component, options: BuildOptions, eth_provid
     out.mkdir(parents=True, exist_ok=True)
     clock_hz = int(options.pl_clock_hz)
     div0, div1 = ps_clock_divisor(clock_hz)
+    w_hz, w_ports = weight_clock_of(component)
+    w_div = ps_clock_divisor(w_hz) if w_hz else (0, 0)
     files = {
         "node": out / "mcf_node.v",
         "wrapper": out / "mcf_node_top.v",
@@ -321,6 +355,10 @@ def write_project(component: wiring.Component, options: BuildOptions, eth_provid
         "set mcf_hp_links {" + " ".join(f"{{{m} {p} {PS_PORTS[p].intf} {PS_PORTS[p].gp} {PS_PORTS[p].clock}}}"
                                         for m, p in hp_links) + "}",
         f"set mcf_hp_data_width {hp_width}",
+        f"set mcf_weight_clock_hz {w_hz}",
+        f"set mcf_weight_clock_mhz {w_hz / 1e6:.6g}",
+        f"set mcf_weight_clock_divisors {{{w_div[0]} {w_div[1]}}}",
+        f"set mcf_weight_hp_ports {{{' '.join(str(p) for p in w_ports)}}}",
         f"set mcf_hpm0_data_width {HPM0_DATA_WIDTH}",
         f"set mcf_regs_base {REGS_BASE:#x}",
         f"set mcf_regs_size {REGS_SIZE:#x}",
@@ -328,8 +366,16 @@ def write_project(component: wiring.Component, options: BuildOptions, eth_provid
         f"set mcf_design {DESIGN}",
         ""]))
     shutil.copy(HERE / "build.tcl", files["build"])
-    files["xdc"].write_text(platform.xdc(options.network))
-    files["dtsi"].write_text(overlay_dtsi(clock_hz, hp_width, has_irq, [p for _, p in hp_links]))
+    xdc = platform.xdc(options.network)
+    if w_hz:
+        # the engine (pl_clk0) and the weight loaders' HP ports (pl_clk1) meet only in the loaders'
+        # dual-clock buffers and Amaranth's synchronizers (AsyncFIFO, FFSynchronizer: ASYNC_REG)
+        xdc += ("\n# pl_clk0 (the node) and pl_clk1 (the weight loaders' HP ports, NodeConfig.weight_clock_hz) cross\n"
+                "# only through dual-clock buffers and synchronizers: no timing between them.\n"
+                "set_clock_groups -asynchronous -group [get_clocks clk_pl_0] -group [get_clocks clk_pl_1]\n")
+    files["xdc"].write_text(xdc)
+    files["dtsi"].write_text(overlay_dtsi(clock_hz, hp_width, has_irq, [p for _, p in hp_links],
+                                          weight_clock_hz=w_hz))
     compile_overlay(files["dtsi"], files["dtbo"])
     files["shell"].write_text(json.dumps({"shell_type": "XRNR", "num_slots": "1"}, indent=2) + "\n")
     if provider is not None:

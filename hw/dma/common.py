@@ -32,7 +32,7 @@ def burst_beats(m: Module, addr, remaining, bus_log2: int) -> Signal:
 
 
 def next_burst(m: Module, addr, remaining, bus_log2: int, changed,
-               max_beats: int = MAX_BURST_BEATS) -> tuple[Signal, Signal, Signal]:
+               max_beats: int = MAX_BURST_BEATS, domain: str = "sync") -> tuple[Signal, Signal, Signal]:
     """``burst_beats`` registered, for the 250 MHz budget (docs/timing.md): ``(n, last, ok)``
     -- the next burst's beats, whether it is the transfer's last (``remaining <= cap``, which
     is ``remaining == n``) and whether both are current.  They are computed from ``addr`` and
@@ -48,7 +48,7 @@ def next_burst(m: Module, addr, remaining, bus_log2: int, changed,
     else:
         m.d.comb += cap.eq(to_boundary)
     n, last, ok = Signal(range(MAX_BURST_BEATS + 1)), Signal(), Signal()
-    m.d.sync += [n.eq(Mux(remaining < cap, remaining, cap)), last.eq(remaining <= cap), ok.eq(~changed)]
+    m.d[domain] += [n.eq(Mux(remaining < cap, remaining, cap)), last.eq(remaining <= cap), ok.eq(~changed)]
     return n, last, ok
 
 

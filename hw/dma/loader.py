@@ -17,11 +17,19 @@ anyway and reported once per descriptor on ``resp_error``.
 times faster than one AXI port fills it: the execute unit's weight loaders, one per HP port):
 each buffer is B banks, beat r of a descriptor goes to bank r mod B at word r / B, and ``o``
 carries words of B beats (TKEEP marks the valid bytes of the last, partial word).
+
+``axi_domain`` = D (not ``"sync"``) runs the AXI side in clock domain D (the execute unit's weight
+loaders: HP ports at a faster clock than the engine, ``NodeConfig.weight_clock_hz``): the issuer and
+the receiver in D, the buffers written in D and read in ``sync`` (dual-clock block RAM), and three
+crossings, each an ``AsyncFIFO``: descriptors sync -> D, filled buffers D -> sync (the receiver holds
+RREADY low while it is full), drained buffers sync -> D (their claim released).  ``done`` and
+``resp_error`` then strobe in ``sync`` when the drainer takes the filled buffer (before its first
+word is out).  The AXI master's signals belong to D.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth import Cat, DomainRenamer, Module, Mux, Signal
+from amaranth.lib import cdc, data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -43,7 +51,8 @@ class DmaLoader(wiring.Component):
     in its buffer), ``resp_error`` (its read answered SLVERR/DECERR), ``busy``."""
 
     def __init__(self, data_width: int = 128, addr_width: int = 40, buffer_bytes: int = 4096,
-                 buffers: int = 2, max_outstanding: int = 4, id_width: int = 1, out_beats: int = 1):
+                 buffers: int = 2, max_outstanding: int = 4, id_width: int = 1, out_beats: int = 1,
+                 axi_domain: str = "sync"):
         self.bus_log2 = log2_exact(data_width // 8, "data_width / 8")
         log2_exact(buffer_bytes, "buffer_bytes")
         if buffer_bytes < data_width // 8:
@@ -57,6 +66,7 @@ class DmaLoader(wiring.Component):
             raise ValueError(f"buffer_bytes={buffer_bytes} is smaller than one {out_beats}-beat output word")
         self.data_width, self.buffer_bytes, self.buffers = data_width, buffer_bytes, buffers
         self.out_beats = out_beats
+        self.axi_domain = axi_domain
         self.buffer_beats = buffer_bytes >> self.bus_log2
         self.max_outstanding = max_outstanding
         super().__init__({
@@ -74,20 +84,44 @@ class DmaLoader(wiring.Component):
         axi, nbuf, nbytes = self.m_axi, self.buffers, self.data_width // 8
         buf_beats = self.buffer_beats
 
+        A = self.axi_domain
+        cross = A != "sync"
         job_layout = data.StructLayout({
             "buffer": range(nbuf), "beats": range(buf_beats + 1), "keep": nbytes, "tag": DMA_TAG_BITS})
         # Issuer -> receiver (descriptors whose bursts are out) and receiver -> drainer
         # (filled buffers, in fill order).  At most ``nbuf`` buffers are claimed at once.
-        m.submodules.jobs = jobs = fifo.SyncFIFO(width=job_layout.size, depth=nbuf)
-        m.submodules.filled = filled = fifo.SyncFIFO(width=job_layout.size, depth=nbuf)
+        m.submodules.jobs = jobs = DomainRenamer({"sync": A})(fifo.SyncFIFO(width=job_layout.size, depth=nbuf))
+        if cross:
+            # filled: a job and its error bit, A -> sync; freed: drained buffers, sync -> A
+            depth = max(4, 2 * nbuf)
+            m.submodules.filled = filled = fifo.AsyncFIFO(width=job_layout.size + 1, depth=depth,
+                                                          w_domain=A, r_domain="sync")
+            m.submodules.freed = freed = fifo.AsyncFIFO(width=max(1, (nbuf - 1).bit_length()), depth=depth,
+                                                        w_domain="sync", r_domain=A)
+            m.submodules.descq = descq = fifo.AsyncFIFO(width=DmaDescriptorLayout.size, depth=4,
+                                                        w_domain="sync", r_domain=A)
+            m.d.comb += [descq.w_data.eq(self.desc.payload), descq.w_en.eq(self.desc.valid),
+                         self.desc.ready.eq(descq.w_rdy)]
+            d_valid, d = descq.r_rdy, data.View(DmaDescriptorLayout, descq.r_data)
+            d_take = descq.r_en
+        else:
+            m.submodules.filled = filled = fifo.SyncFIFO(width=job_layout.size, depth=nbuf)
+            d_valid, d, d_take = self.desc.valid, self.desc.payload, self.desc.ready
 
-        claimed = Signal(nbuf)     # buffer owned from issue until drained
+        claimed = Signal(nbuf)     # buffer owned from issue until drained (in A)
         claim = Signal(nbuf)
-        release = Signal(nbuf)
-        m.d.sync += claimed.eq((claimed & ~release) | claim)
+        release = Signal(nbuf)     # in sync: the drainer let it go
+        release_a = Signal(nbuf)   # in A
+        if cross:
+            m.d.comb += [freed.w_en.eq(release.any()), freed.w_data.eq(self._index(release, nbuf)),
+                         freed.r_en.eq(1)]
+            with m.If(freed.r_rdy):
+                m.d.comb += release_a.eq(1 << freed.r_data)
+        else:
+            m.d.comb += release_a.eq(release)
+        m.d[A] += claimed.eq((claimed & ~release_a) | claim)
 
         # --- issuer: descriptors -> AR bursts --------------------------------------------
-        d = self.desc.payload
         d_beats, d_keep = beats_and_keep(m, d.length, self.bus_log2)
         d_buf = Signal(range(nbuf))
         m.d.comb += d_buf.eq(d.buffer)
@@ -96,16 +130,16 @@ class DmaLoader(wiring.Component):
         issuing = Signal()
         outstanding = Signal(range(self.max_outstanding + 1))
         load, ar_fire = Signal(), Signal()
-        n, last_burst, n_ok = next_burst(m, addr, remaining, self.bus_log2, load | ar_fire)
+        n, last_burst, n_ok = next_burst(m, addr, remaining, self.bus_log2, load | ar_fire, domain=A)
 
         new_job = Signal(job_layout)
         m.d.comb += [new_job.buffer.eq(d_buf), new_job.beats.eq(d_beats), new_job.keep.eq(d_keep),
                      new_job.tag.eq(d.tag), jobs.w_data.eq(new_job)]
         with m.If(~issuing & jobs.w_rdy & ~claimed.bit_select(d_buf, 1)):
-            m.d.comb += self.desc.ready.eq(1)
-            with m.If(self.desc.valid):
+            m.d.comb += d_take.eq(1)
+            with m.If(d_valid):
                 m.d.comb += [jobs.w_en.eq(1), claim.eq(1 << d_buf), load.eq(1)]
-                m.d.sync += [addr.eq(d.addr), remaining.eq(d_beats), issuing.eq(1)]
+                m.d[A] += [addr.eq(d.addr), remaining.eq(d_beats), issuing.eq(1)]
 
         r_last_fire = Signal()
         m.d.comb += [
@@ -116,10 +150,10 @@ class DmaLoader(wiring.Component):
             r_last_fire.eq(axi.rvalid & axi.rready & axi.rlast),
         ]
         with m.If(ar_fire):
-            m.d.sync += [addr.eq(addr + (n << self.bus_log2)), remaining.eq(remaining - n)]
+            m.d[A] += [addr.eq(addr + (n << self.bus_log2)), remaining.eq(remaining - n)]
             with m.If(last_burst):
-                m.d.sync += issuing.eq(0)
-        m.d.sync += outstanding.eq(outstanding + ar_fire - r_last_fire)
+                m.d[A] += issuing.eq(0)
+        m.d[A] += outstanding.eq(outstanding + ar_fire - r_last_fire)
 
         # --- receiver: R beats -> the job's buffer ---------------------------------------------
         job = Signal(job_layout)
@@ -133,10 +167,10 @@ class DmaLoader(wiring.Component):
         for i in range(nbuf):
             for b, mem in enumerate(mems[i]):
                 m.submodules[f"buffer{i}" if B == 1 else f"buffer{i}_{b}"] = mem
-        wports = [[mem.write_port() for mem in banks] for banks in mems]
+        wports = [[mem.write_port(domain=A) for mem in banks] for banks in mems]
         rports = [[mem.read_port(transparent_for=()) for mem in banks] for banks in mems]
         r_fire = Signal()
-        m.d.comb += [axi.rready.eq(jobs.r_rdy), r_fire.eq(axi.rvalid & axi.rready)]
+        m.d.comb += [axi.rready.eq(jobs.r_rdy & (filled.w_rdy if cross else 1)), r_fire.eq(axi.rvalid & axi.rready)]
         for i in range(nbuf):
             for b, wp in enumerate(wports[i]):
                 bank_hit = (wptr[:bl] == b) if B > 1 else 1
@@ -146,13 +180,15 @@ class DmaLoader(wiring.Component):
         with m.If(r_fire):
             last = wptr == job.beats - 1
             err = bad | (axi.rresp != Resp.OKAY)
-            m.d.sync += [wptr.eq(wptr + 1), bad.eq(err)]
+            m.d[A] += [wptr.eq(wptr + 1), bad.eq(err)]
             with m.If(last):
-                # The filled FIFO cannot be full: it holds at most the claimed buffers.
+                # The filled FIFO cannot be full: it holds at most the claimed buffers (crossing
+                # clocks, RREADY waits for its room).
                 m.d.comb += [jobs.r_en.eq(1), filled.w_en.eq(1)]
-                m.d.sync += [wptr.eq(0), bad.eq(0), self.done.eq(1), self.done_tag.eq(job.tag),
-                             self.resp_error.eq(err)]
-        m.d.comb += filled.w_data.eq(jobs.r_data)
+                m.d[A] += [wptr.eq(0), bad.eq(0)]
+                if not cross:
+                    m.d.sync += [self.done.eq(1), self.done_tag.eq(job.tag), self.resp_error.eq(err)]
+        m.d.comb += filled.w_data.eq(Cat(jobs.r_data, bad | (axi.rresp != Resp.OKAY)) if cross else jobs.r_data)
 
         # --- drainer: a filled buffer -> o (synchronous read, one output register) ------------
         # words of B beats: ceil(beats / B); the last word's banks beyond the last beat are not kept
@@ -188,15 +224,34 @@ class DmaLoader(wiring.Component):
                 m.d.sync += out_valid.eq(0)
         with m.If(~draining & filled.r_rdy):
             m.d.comb += filled.r_en.eq(1)
-            m.d.sync += [cur.eq(filled.r_data), draining.eq(1), rptr.eq(0)]
+            m.d.sync += [cur.eq(filled.r_data[:job_layout.size]), draining.eq(1), rptr.eq(0)]
+            if cross:
+                taken = data.View(job_layout, filled.r_data[:job_layout.size])
+                m.d.sync += [self.done.eq(1), self.done_tag.eq(taken.tag),
+                             self.resp_error.eq(filled.r_data[job_layout.size])]
 
         rdata = Cat(*[p.data for p in rports[0]])
         for i in range(1, nbuf):
             rdata = Mux(out_buf == i, Cat(*[p.data for p in rports[i]]), rdata)
         m.d.comb += [self.o.tvalid.eq(out_valid), self.o.tdata.eq(rdata),
                      self.o.tkeep.eq(out_keep), self.o.tlast.eq(out_last)]
-        m.d.comb += self.busy.eq(issuing | claimed.any() | (outstanding != 0) | out_valid)
+        a_busy = Signal()
+        m.d.comb += a_busy.eq(issuing | claimed.any() | (outstanding != 0))
+        if cross:
+            a_busy_s = Signal()
+            m.submodules.busy_sync = cdc.FFSynchronizer(a_busy, a_busy_s, o_domain="sync")
+            m.d.comb += self.busy.eq(a_busy_s | descq.w_level.any() | filled.r_rdy | draining | out_valid)
+        else:
+            m.d.comb += self.busy.eq(a_busy | out_valid)
         return m
+
+    @staticmethod
+    def _index(onehot, n: int):
+        """The index of the set bit of a one-hot ``onehot`` of ``n`` bits."""
+        out = 0
+        for i in range(1, n):
+            out = out | Mux(onehot[i], i, 0)
+        return out
 
 
 @block("dma_loader", "Ping-pong DMA loader: AXI4 read bursts -> two buffers -> AXI-Stream",

@@ -81,6 +81,9 @@ def add_arguments(p) -> None:
                         "node, a layer's prefill and decode GEMMs against the DDR model (RTL)")
     p.add_argument("--weight-ports", type=int, default=4,
                    help="engine bench: weight loaders / HP ports (NodeConfig.weight_ports) (default: %(default)s)")
+    p.add_argument("--weight-clock-hz", type=float, default=None,
+                   help="engine bench: the weight loaders' AXI clock, Hz (NodeConfig.weight_clock_hz; 0: the engine's "
+                        "clock) (default: the model node's: 300e6 on the KR260 node, 0 on the tiny one)")
     p.add_argument("--prefill-rows", type=int, default=256,
                    help="engine bench: output rows simulated per prefill GEMM (default: %(default)s)")
     p.add_argument("--decode-rows", type=int, default=512,
@@ -214,7 +217,7 @@ def engine_ops(model, node: NodeConfig, prefill_rows: int, decode_rows: int, gro
 def engine_figures(report: dict, node: NodeConfig, timing) -> dict:
     """The bench's per-op counts -> figures per op and per phase (see the module text)."""
     peak = node.mac_rows * node.mac_lanes
-    bw = timing.bandwidth(node.weight_ports, node.data_bytes)
+    bw = timing.bandwidth(node.weight_ports, node.data_bytes, node.weight_clock / node.clock_hz)
     ops, phases = {}, {}
     for op in report["ops"]:
         macs = op["mac_beats"] * node.mac_rows * node.mac_lanes
@@ -312,9 +315,15 @@ def run_engine(args) -> dict:
     model = load_model(args.model)
     base = NodeConfig.tiny() if args.model == "tiny" else NodeConfig()
     keep = {k: v for k, v in base.as_dict().items() if k not in MODEL_SHAPES}
+    wclk = keep["weight_clock_hz"] if args.weight_clock_hz is None else int(args.weight_clock_hz)
+    if wclk and args.weight_ports < 2:
+        raise ValueError("--weight-clock-hz: the weight loaders' own clock needs --weight-ports >= 2 (or give 0)")
+    # with their own clock the weight loaders have their ports to themselves, the rest one more
     node = NodeConfig.for_model(model, **{**keep, **GEMM_ONLY, "weight_ports": args.weight_ports,
-                                          "hp_ports": args.weight_ports})
+                                          "weight_clock_hz": wclk, "hp_ports": args.weight_ports + bool(wclk)})
     timing = DdrTiming.from_node(node)
+    from mcf.sim.compute.exec_driver import ExecDriver
+    axi_period_ps = round(ExecDriver.PERIOD_PS * node.clock_hz / node.weight_clock) if wclk else None
     group = min(128, model.hidden_size)
     ops = engine_ops(model, node, args.prefill_rows, args.decode_rows, group)
     block_keys = min(node.kv_block_keys, args.attn_keys)
@@ -331,10 +340,11 @@ def run_engine(args) -> dict:
         run_cocotb(ExecUnit(node), ENGINE_BENCH[0], Path(tmp) / "build",
                    testcase=[ENGINE_BENCH[1]] + ([ATTN_BENCH[1]] if args.attention else []), sim=args.sim,
                    cache_dir=_cache_dir() if args.sim == "verilator" else None,
-                   params={"node": node.as_dict(), "ops": ops, "timing": {
+                   params={"node": node.as_dict(), "ops": ops, "axi_period_ps": axi_period_ps, "timing": {
                        "latency": timing.latency, "outstanding": timing.outstanding,
                        "port_bytes_per_cycle": timing.port_bytes_per_cycle,
-                       "total_bytes_per_cycle": timing.total_bytes_per_cycle},
+                       "total_bytes_per_cycle": timing.total_bytes_per_cycle,
+                       "refresh_interval": timing.refresh_interval, "refresh_cycles": timing.refresh_cycles},
                        "attn": {"keys": args.attn_keys, "block_keys": block_keys, "tokens": node.max_tokens},
                        "ram_bytes": ram_bytes, "report": str(report), "attn_report": str(attn_report), "seed": 1})
         raw = json.loads(report.read_text())
@@ -344,8 +354,10 @@ def run_engine(args) -> dict:
         "model": model.name, "simulator": args.sim,
         "array": f"{node.mac_rows}x{node.mac_lanes}", "peak_macs_per_cycle": node.mac_rows * node.mac_lanes,
         "max_tokens": node.max_tokens, "weight_ports": node.weight_ports, "data_width": node.data_width,
+        "clock_hz": node.clock_hz, "weight_clock_hz": node.weight_clock_hz,
         "elaborated_with": {**GEMM_ONLY, "spad_beats": node.spad_beats, "buffer_bytes": node.buffer_bytes},
-        "ddr_model": {**timing.as_dict(), "weight_ports_bandwidth": timing.bandwidth(node.weight_ports, node.data_bytes),
+        "ddr_model": {**timing.as_dict(), "weight_ports_bandwidth": timing.bandwidth(
+                          node.weight_ports, node.data_bytes, node.weight_clock / node.clock_hz),
                       "max_outstanding_seen": raw["ddr_model"]["max_outstanding"]},
         "prefill": fig["prefill"], "decode": fig["decode"], "ops": fig["ops"],
         "attention": attn if attn is not None else "not run (--no-attention)",
@@ -360,7 +372,8 @@ def run_engine(args) -> dict:
                                      "the full matrices) / peak; vector, attention, KV writer not included",
             "ddr_efficiency": fig["decode"]["ddr_fraction_of_peak"],
             "ddr_efficiency_is": "decode GEMMs of one layer: DDR bytes read per cycle / the DDR's peak bytes per "
-                                 f"cycle ({timing.total_bytes_per_cycle:.1f}), {node.weight_ports} HP ports",
+                                 f"cycle ({timing.total_bytes_per_cycle:.1f}), {node.weight_ports} HP ports"
+                                 + (f" at {node.weight_clock / 1e6:g} MHz" if node.weight_clock_hz else ""),
         },
     }
     if attn is not None:
@@ -393,7 +406,7 @@ def write_profile(path: Path, cal: dict, command: str, model: str, array: str,
             f"# {cal['compute_efficiency_is']}."],
         "ddr_efficiency": [
             f"# MEASURED {date} by `{command}`:",
-            f"# {cal['ddr_efficiency_is']} (the model has no DRAM page/refresh cost)."],
+            f"# {cal['ddr_efficiency_is']} (the model refreshes the DRAM, no page/bank timing)."],
     }
     if "attention_efficiency" in cal:
         notes["attention_efficiency"] = [

@@ -35,7 +35,8 @@ def add_arguments(p) -> None:
     p.add_argument("--context", type=integer(1, 1 << 20), default=4096,
                    help="context length of the decoded token (default 4096)")
     p.add_argument("--weight-ports", type=integer(1, 4), default=4,
-                   help="AXI4 masters into the DDR per node (hp_ports = weight_ports; default 4)")
+                   help="weight loaders per node, each alone on an HP port (with the node's weight clock "
+                        "hp_ports = weight_ports + 1, else = weight_ports; default 4)")
     p.add_argument("--probe", default="1024,2048,16,48", metavar="V1,V2,C1,C2",
                    help="vocabulary sizes and context lengths of the probe runs (default 1024,2048,16,48)")
     p.add_argument("--calibrated", action="store_true",
@@ -109,10 +110,14 @@ def run(args) -> dict:
     fms = {g: FixedModel(base, weights, g) for g in groups}
     out = {"model": model.name, "context": args.context, "weight_ports": args.weight_ports,
            "calibrated": bool(args.calibrated), "probe": [V1, V2, C1, C2], "kind": "model",
-           "clock_hz": None}
+           "clock_hz": None, "weight_clock_hz": None}
     for n in nodes:
         g = tp_group(model, n)
-        node = node_config(model, n).replace(hp_ports=args.weight_ports, weight_ports=args.weight_ports)
+        node = node_config(model, n)
+        # the weight loaders alone on their ports; with their own clock the rest on one more
+        node = node.replace(hp_ports=args.weight_ports + (args.weight_ports > 1 and bool(node.weight_clock_hz)),
+                            weight_ports=args.weight_ports,
+                            weight_clock_hz=node.weight_clock_hz if args.weight_ports > 1 else 0)
         node = node.replace(max_context=max(node.max_context, C2 + 2))
         fm = fms[g]
         r1 = decode_cycles(fm, model, node, n, 1, V1, C1, calibration, args.chunk)
@@ -125,6 +130,7 @@ def run(args) -> dict:
         a = r1 - b * V1 - layer
         t = a + b * model.vocab_size + model.num_layers * (layer + l1 * (args.context - C1))
         out["clock_hz"] = node.clock_hz
+        out["weight_clock_hz"] = node.weight_clock_hz
         out[f"group_N{n}"] = g
         out[f"probe_cycles_N{n}"] = [r1, r2, r3, r4]
         out[f"fit_N{n}"] = {"fixed": round(a, 1), "head_per_vocab_row": round(b, 4), "layer_at_C1": round(layer, 1),

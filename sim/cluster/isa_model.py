@@ -20,7 +20,7 @@ Every number comes from the node's ``NodeConfig`` and the hardware profile
 (``mcf.sw.mars.profile``), whose calibration fields the RTL benchmarks overwrite; none is typed
 here.  ``ISA_COSTS`` names what the model charges per opcode (docs/node.md).  DDR bytes per cycle
 are the profile's sustained rate but at most what the node's AXI4 masters carry (``hp_ports`` x
-one bus word per cycle).
+one bus word per cycle of the port's clock: ``NodeConfig.port_clock_hz``).
 
 **Calibration** (``mcf bench isa-costs --write``): the execute unit's instructions of each kind
 (the ``BUSY_*`` performance counter they count into) cost ``a x (the cycles above) + b`` with
@@ -102,12 +102,17 @@ class TimingCosts(UnitCosts):
         self.calibration = dict(calibration or {})
         clock = node.clock_hz
         # DDR bytes per cycle: the profile's sustained rate, but no more than the AXI4 masters an
-        # instruction streams through carry (one bus word per cycle each): a GEMM's weights come
-        # over the weight loaders (NodeConfig.weight_ports, docs/node.md), everything else of the
-        # execute unit (K / V, the KV writer, LOAD / STORE, EMBED) over its one m_axi
-        self.ddr_per_cycle = min(profile.ddr_Bps / clock, node.hp_ports * node.data_bytes)
-        self.exec_per_cycle = min(self.ddr_per_cycle, node.data_bytes)
-        self.gemm_per_cycle = min(self.ddr_per_cycle, max(1, node.weight_ports) * node.data_bytes)
+        # instruction streams through carry (one bus word per cycle of its port's clock each,
+        # NodeConfig.port_clock_hz): a GEMM's weights come over the weight loaders
+        # (NodeConfig.weight_ports, docs/node.md), everything else of the execute unit (K / V, the
+        # KV writer, LOAD / STORE, EMBED) over its one m_axi
+        def carry(ports):
+            return sum(node.port_clock_hz(p) for p in ports) / clock * node.data_bytes
+        masters = node.ddr_masters()
+        self.ddr_per_cycle = min(profile.ddr_Bps / clock, carry(range(node.hp_ports)))
+        self.exec_per_cycle = min(self.ddr_per_cycle, carry([masters["exec"]]))
+        weights = [masters[f"weight{k}"] for k in range(node.weight_ports)] if node.weight_ports > 1 else [masters["exec"]]
+        self.gemm_per_cycle = min(self.ddr_per_cycle, carry(weights))
         self.setup = int(profile.dma_setup_cycles)
         self.wire_per_cycle = profile.link_bandwidth_bps / 8 / clock
         self.latency = max(1, round(profile.link_latency_s * clock))

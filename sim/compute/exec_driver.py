@@ -3,12 +3,16 @@
 memory for the weight ports ``m_axi_w<k>`` of a unit with several), or, with ``timing``, the DDR
 model (``mcf.sim.ddr_model``: latency, outstanding limit, bandwidth caps) on all of them; instruction words fed
 through ``instr`` one at a time (as the sequencer's EX queue does), and the ``done`` /
-``fault`` strobes, the performance strobes and the cycles per instruction recorded."""
+``fault`` strobes, the performance strobes and the cycles per instruction recorded.  A unit whose
+weight loaders have their own clock (``axi_clk`` / ``axi_rst``, ``NodeConfig.weight_clock_hz``)
+gets that clock at ``axi_period_ps`` (the engine's ``clk`` runs at 10 ns) and its weight ports are
+served on it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import cocotb
+from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam, AxiRamRead, AxiReadBus
 
@@ -29,16 +33,27 @@ class Outcome:
 class ExecDriver:
     PERF = ("busy_gemm", "busy_vec", "busy_attn", "busy_kvw", "busy_embed", "busy_ldst", "mac_beats", "stall_ex_ddr")
 
-    def __init__(self, dut, ram_bytes: int = 1 << 20, seed: int = 1, pause: float = 0.3, timing=None):
+    PERIOD_PS = 10_000            # the engine's clock (cocotb_util.start)
+
+    def __init__(self, dut, ram_bytes: int = 1 << 20, seed: int = 1, pause: float = 0.3, timing=None,
+                 axi_period_ps: int | None = None):
         self.dut = dut
-        self.weight_ports = [f"m_axi_w{k}" for k in range(4) if hasattr(dut, f"m_axi_w{k}__arvalid")]
+        self.weight_ports = [f"m_axi_w{k}" for k in range(8) if hasattr(dut, f"m_axi_w{k}__arvalid")]
         self.timing = timing
+        self.axi_period_ps = None
+        w_clk, w_rst = dut.clk, dut.rst
+        if hasattr(dut, "axi_clk"):
+            if not axi_period_ps:
+                raise ValueError("ExecDriver: this unit's weight loaders have their own clock: give axi_period_ps")
+            self.axi_period_ps = int(axi_period_ps) // 2 * 2        # cocotb: an even period
+            w_clk, w_rst = dut.axi_clk, dut.axi_rst
         if timing is not None:
             self.ram = DdrModel.from_prefixes(dut, ["m_axi"] + self.weight_ports, dut.clk, dut.rst, timing,
-                                              size=ram_bytes)
+                                              size=ram_bytes, clocks=[dut.clk] + [w_clk] * len(self.weight_ports),
+                                              period_ps=self.PERIOD_PS)
             return self._common()
         self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=ram_bytes)
-        reads = [AxiRamRead(AxiReadBus.from_prefix(dut, name, bus_separator="__"), dut.clk, dut.rst,
+        reads = [AxiRamRead(AxiReadBus.from_prefix(dut, name, bus_separator="__"), w_clk, w_rst,
                             mem=self.ram.mem) for name in self.weight_ports]
         if pause:
             channels = (self.ram.write_if.aw_channel, self.ram.write_if.w_channel, self.ram.write_if.b_channel,
@@ -59,9 +74,20 @@ class ExecDriver:
         self.mac_first = self.mac_last = None       # cycles of the first and the last MAC strobe
 
     async def start(self):
-        await reset_first(self.dut)
+        d = self.dut
+        if self.axi_period_ps:
+            d.axi_rst.value = 1
+        await reset_first(d)
+        if self.axi_period_ps:
+            cocotb.start_soon(Clock(d.axi_clk, self.axi_period_ps, unit="ps").start())
         cocotb.start_soon(self._monitor())
-        await start(self.dut)
+        await start(d, period_ns=self.PERIOD_PS // 1000)
+        if self.axi_period_ps:
+            for _ in range(2):
+                await RisingEdge(d.axi_clk)
+            d.axi_rst.value = 0
+            for _ in range(4):
+                await RisingEdge(d.clk)
 
     async def _monitor(self):
         d = self.dut

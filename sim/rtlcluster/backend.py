@@ -80,11 +80,14 @@ def widest_row(node: NodeConfig) -> int:
 def build_config(node: NodeConfig) -> NodeConfig:
     """The node the cluster is built with for a run lowered for ``node``: its capacities
     raised to ``BUILD_FLOOR`` and its model shapes made ``SHAPE_FLOOR`` with the widest row
-    raised to ``node``'s (so runs of different sizes, schemes and models share one build)."""
+    raised to ``node``'s (so runs of different sizes, schemes and models share one build).
+    The cluster's harness drives one clock: the weight loaders of its nodes run on it
+    (``weight_clock_hz`` 0; the two-clock loaders are verified in tests/hw/compute/exec)."""
     shapes = dict(SHAPE_FLOOR)
     floor = max(shapes["hidden_size"], shapes["intermediate_size"], shapes["num_heads"] * node.head_dim)
     shapes["intermediate_size"] = max(floor, widest_row(node))
-    return node.replace(**{k: max(getattr(node, k), v) for k, v in BUILD_FLOOR.items()}, **shapes)
+    return node.replace(**{k: max(getattr(node, k), v) for k, v in BUILD_FLOOR.items()}, **shapes,
+                        weight_clock_hz=0)
 
 
 def _cache_dir() -> Path:

@@ -51,6 +51,10 @@ class HardwareProfile:
     nic_cycles_per_packet: int
     dma_setup_cycles: int
     gamma: float = 1.0
+    # DDR4 refresh (sim/ddr_model.py): every ddr_refresh_interval_s (tREFI) the DRAM is busy for
+    # ddr_refresh_s (tRFC) and moves no data; 0: no refresh modelled
+    ddr_refresh_interval_s: float = 0.0
+    ddr_refresh_s: float = 0.0
 
     def __post_init__(self):
         positive = ("pl_clock_hz", "mac_rows", "mac_lanes", "max_tokens", "ops_per_mac", "ddr_bandwidth_Bps",
@@ -60,6 +64,9 @@ class HardwareProfile:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise UserError(f"profile {self.name}: {f}={v!r} must be a positive number")
+        if not 0 <= self.ddr_refresh_s < max(self.ddr_refresh_interval_s, 1e-300) or self.ddr_refresh_interval_s < 0:
+            raise UserError(f"profile {self.name}: ddr_refresh_s={self.ddr_refresh_s!r} must be >= 0 and shorter "
+                            f"than ddr_refresh_interval_s={self.ddr_refresh_interval_s!r}")
         for f in ("link_latency_s", "axi_lite_write_s", "nic_cycles_per_packet", "dma_setup_cycles"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:

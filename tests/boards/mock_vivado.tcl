@@ -66,6 +66,7 @@ dict set ::ipdb xilinx.com:ip:zynq_ultra_ps_e {
   pins {
     pl_clk0 {O clk {[cfg PSU__FPGA_PL0_ENABLE] == 1}}
     pl_resetn0 {O rst {[cfg PSU__FPGA_PL0_ENABLE] == 1}}
+    pl_clk1 {O clk {[cfg PSU__FPGA_PL1_ENABLE] == 1}}
     maxihpm0_fpd_aclk {I clk {[cfg PSU__USE__M_AXI_GP0] == 1}}
     maxihpm1_fpd_aclk {I clk {[cfg PSU__USE__M_AXI_GP1] == 1}}
     maxihpm0_lpd_aclk {I clk {[cfg PSU__USE__M_AXI_GP2] == 1}}
@@ -90,6 +91,9 @@ dict set ::ipdb xilinx.com:ip:zynq_ultra_ps_e {
     PSU__FPGA_PL0_ENABLE 0
     PSU__CRL_APB__PL0_REF_CTRL__SRCSEL IOPLL
     PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ 100
+    PSU__FPGA_PL1_ENABLE 0
+    PSU__CRL_APB__PL1_REF_CTRL__SRCSEL IOPLL
+    PSU__CRL_APB__PL1_REF_CTRL__FREQMHZ 100
     PSU__USE__M_AXI_GP0 1
     PSU__USE__M_AXI_GP1 1
     PSU__USE__M_AXI_GP2 1
@@ -106,7 +110,7 @@ dict set ::ipdb xilinx.com:ip:zynq_ultra_ps_e {
     PSU__SAXIGP5__DATA_WIDTH 128
     PSU__USE__IRQ0 0
   }
-  readonly {PSU__CRL_APB__PL0_REF_CTRL__ACT_FREQMHZ}
+  readonly {PSU__CRL_APB__PL0_REF_CTRL__ACT_FREQMHZ PSU__CRL_APB__PL1_REF_CTRL__ACT_FREQMHZ}
 }
 dict set ::ipdb xilinx.com:ip:proc_sys_reset {
   pins {
@@ -117,7 +121,7 @@ dict set ::ipdb xilinx.com:ip:proc_sys_reset {
     dcm_locked {I opt 1}
     mb_reset {O data 1}
     bus_struct_reset {O data 1}
-    peripheral_reset {O data 1}
+    peripheral_reset {O rst 1}
     interconnect_aresetn {O data 1}
     peripheral_aresetn {O rst 1}
   }
@@ -147,6 +151,7 @@ set ::ip_polarity {
   xilinx.com:ip:zynq_ultra_ps_e/pl_resetn0 ACTIVE_LOW
   xilinx.com:ip:proc_sys_reset/ext_reset_in ACTIVE_LOW
   xilinx.com:ip:proc_sys_reset/peripheral_aresetn ACTIVE_LOW
+  xilinx.com:ip:proc_sys_reset/peripheral_reset ACTIVE_HIGH
   xilinx.com:ip:smartconnect/aresetn ACTIVE_LOW
 }
 proc pin_polarity {cell pin} {
@@ -178,10 +183,10 @@ proc intf_info {cell intf} {
   if {![dict exists $d intfs $intf]} { fail "cell $cell ([dict get $::cells $cell]) has no interface $intf" }
   return [dict get $d intfs $intf]
 }
-proc ps_act_mhz {cell} {
+proc ps_act_mhz {cell {pl 0}} {
   set ::cur_cell $cell
   set pll [env_or MOCK_PS_PLL_MHZ 1499.985]
-  set f [cfg PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ]
+  set f [cfg PSU__CRL_APB__PL${pl}_REF_CTRL__FREQMHZ]
   set n [expr {max(1, round($pll / $f))}]
   return [expr {double($pll) / $n}]
 }
@@ -348,6 +353,7 @@ proc get_property {prop obj} {
     set cell [string range $obj 5 end]
     set name [string range $prop 7 end]
     if {$name eq "PSU__CRL_APB__PL0_REF_CTRL__ACT_FREQMHZ"} { return [ps_act_mhz $cell] }
+    if {$name eq "PSU__CRL_APB__PL1_REF_CTRL__ACT_FREQMHZ"} { return [ps_act_mhz $cell 1] }
     if {![dict exists $::config $cell $name]} { fail "cell $cell has no property $prop" }
     return [dict get $::config $cell $name]
   }
@@ -356,11 +362,13 @@ proc get_property {prop obj} {
     set info [pin_info $cell $pin]
     if {[lindex $info 1] ne "clk"} { fail "$obj is not a clock pin" }
     if {[llength $info] > 3 && [lindex $info 3] ne ""} { return [lindex $info 3] }
-    if {![dict exists $::net_of $obj] || [lsearch [dict get $::nets [dict get $::net_of $obj]] pin:ps/pl_clk0] < 0} {
-      fail "FREQ_HZ of $obj: not driven by a clock the design knows"
+    foreach pl {0 1} {
+      if {[dict exists $::net_of $obj] && [lsearch [dict get $::nets [dict get $::net_of $obj]] pin:ps/pl_clk$pl] >= 0} {
+        if {!$::validated} { fail "FREQ_HZ of $obj read before validate_bd_design propagated it" }
+        return [expr {round([ps_act_mhz ps $pl] * 1e6)}]
+      }
     }
-    if {!$::validated} { fail "FREQ_HZ of $obj read before validate_bd_design propagated it" }
-    return [expr {round([ps_act_mhz ps] * 1e6)}]
+    fail "FREQ_HZ of $obj: not driven by a clock the design knows"
   }
   if {$obj eq "impl_1"} {
     switch -- $prop {
@@ -578,15 +586,16 @@ proc validate_bd_design {} {
       }
     }
   }
-  # Clock frequencies: every net driven by pl_clk0 runs at the PS's actual rate.
-  if {[dict exists $::net_of pin:ps/pl_clk0]} {
-    set hz [expr {round([ps_act_mhz ps] * 1e6)}]
-    foreach ep [dict get $::nets [dict get $::net_of pin:ps/pl_clk0]] {
+  # Clock frequencies: every net driven by pl_clk0 (pl_clk1) runs at the PS's actual rate.
+  foreach pl {0 1} {
+    if {![dict exists $::net_of pin:ps/pl_clk$pl]} continue
+    set hz [expr {round([ps_act_mhz ps $pl] * 1e6)}]
+    foreach ep [dict get $::nets [dict get $::net_of pin:ps/pl_clk$pl]] {
       lassign [split [string range $ep 4 end] /] cell pin
       if {![string match pin:* $ep]} continue
       set info [pin_info $cell $pin]
       if {[llength $info] > 3 && [lindex $info 3] ne "" && abs([lindex $info 3] - $hz) > 1} {
-        fail "\[BD 41-238\] Port/Pin property FREQ_HZ does not match between /$cell/${pin}([lindex $info 3]) and /ps/pl_clk0($hz)"
+        fail "\[BD 41-238\] Port/Pin property FREQ_HZ does not match between /$cell/${pin}([lindex $info 3]) and /ps/pl_clk${pl}($hz)"
       }
     }
   }
@@ -787,6 +796,7 @@ proc check_ip_instances {} {
 set ::bank_voltage {C3 1.8 F8 1.8 E8 1.8 A12 3.3 A10 3.3 J12 3.3 W10 3.3 Y10 3.3 Y9 3.3 AB11 3.3 AC11 3.3}
 proc check_constraints {} {
   set ::clocks {clk_pl_0}
+  if {[dict exists $::net_of pin:ps/pl_clk1]} { lappend ::clocks clk_pl_1 }   ;# the PS's pl_clk1, when used
   set ::gt_pins [concat {*}[dict values $::k26_gth] {*}[dict values $::k26_gth_refclk]]
   set constrained [dict create]
   set locs {}

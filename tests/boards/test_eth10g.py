@@ -118,9 +118,12 @@ def test_sfp_flow_keeps_the_timing_gate(project, env, msg):
      "clk pin /node/eth_tx_clk is not connected"),
     ("eth10g.tcl", "    connect_bd_net [get_bd_ports eth_${d}_rst] [get_bd_pins $node/eth_${d}_rst]\n", "",
      "rst pin /node/eth_tx_rst is not connected"),
-    # miswired: a data pin as a reset, the wrong polarity, a clock port without its reset
+    # miswired: the active-high reset for an active-low one, a data pin as a reset, the wrong
+    # polarity, a clock port without its reset
     ("eth.tcl", "ps/pl_clk0 rst/peripheral_aresetn", "ps/pl_clk0 rst/peripheral_reset",
-     "board port gt_reset_n (type rst) is driven by /rst/peripheral_reset, which is not a reset"),
+     "board port gt_reset_n (ACTIVE_LOW) is driven by /rst/peripheral_reset (ACTIVE_HIGH): polarity differs"),
+    ("eth.tcl", "ps/pl_clk0 rst/peripheral_aresetn", "ps/pl_clk0 rst/mb_reset",
+     "board port gt_reset_n (type rst) is driven by /rst/mb_reset, which is not a reset"),
     ("eth10g.tcl", "CONFIG.POLARITY {ACTIVE_HIGH}", "CONFIG.POLARITY {ACTIVE_LOW}",
      "reset pin /node/eth_tx_rst (ACTIVE_HIGH) is driven by /port/eth_tx_rst (ACTIVE_LOW): polarity differs"),
     ("eth10g.tcl", "CONFIG.POLARITY {ACTIVE_HIGH}", "CONFIG.POLARITY_X {ACTIVE_HIGH}",

@@ -9,6 +9,8 @@ import types
 from pathlib import Path
 
 import pytest
+
+from mcf.spec.node import NodeConfig
 from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -355,6 +357,42 @@ def test_five_ports_go_to_hp0_to_hp3_and_hpc0(tmp_path):
         assert f"CONFIG.PSU__USE__S_AXI_GP{gp} 1" in calls
     with pytest.raises(ValueError, match="m_axi and m_axi1..m_axi4"):
         vivado.hp_ports_of(["m_axi", "m_axi5"])
+
+
+class WeightClockNode(FivePortNode):
+    """The Qwen node's ports and configuration: its weight loaders on HP0..3 at their own clock
+    (NodeConfig.weight_clock_hz = 300 MHz), the rest on HPC0 at the node's 250."""
+    config = NodeConfig()
+
+
+def test_weight_clock_on_pl_clk1(tmp_path):
+    """The weight loaders' HP ports, their SmartConnects and the node's axi_clk on pl_clk1 = IOPLL / 5
+    (300 MHz) with their own reset bridge, HPC0 and the rest on pl_clk0; the wrapper associates the
+    four weight ports with axi_clk; the overlay sets pl_clk1; the two clocks are asynchronous groups."""
+    assert NodeConfig().weight_clock_hz == 300_000_000
+    files = vivado.write_project(WeightClockNode(), vivado.BuildOptions(out=tmp_path, jobs=2))
+    params = files["params"].read_text()
+    assert "set mcf_weight_clock_hz 300000000" in params and "set mcf_weight_hp_ports {0 1 2 3}" in params
+    assert "set mcf_weight_clock_divisors {1 5}" in params
+    wrapper = files["wrapper"].read_text()
+    assert 'ASSOCIATED_BUSIF m_axi:m_axi1:m_axi2:m_axi3, ASSOCIATED_RESET axi_rst' in wrapper
+    assert "ASSOCIATED_BUSIF m_axi4:net0_rx:net0_tx:net1_rx:net1_tx:s_axil, ASSOCIATED_RESET aresetn" in wrapper
+    assert ".axi_clk(axi_clk)" in wrapper and ".axi_rst(axi_rst)" in wrapper
+    assert "set_clock_groups -asynchronous -group [get_clocks clk_pl_0] -group [get_clocks clk_pl_1]" in \
+        files["xdc"].read_text()
+    back = subprocess.run([_dtc(), "-q", "-I", "dtb", "-O", "dts", str(files["dtbo"])],
+                          capture_output=True, text=True, check=True).stdout
+    assert "assigned-clock-rates = <0x11e1a300>" in back and "weight_clk" in back      # 300 000 000
+    r = _run_mock(tmp_path)
+    assert r.returncode == 0, r.stderr
+    calls = (tmp_path / "calls.log").read_text()
+    assert "CONFIG.PSU__FPGA_PL1_ENABLE 1" in calls
+    assert "connect_bd_net pin:ps/pl_clk1 pin:rst_w/slowest_sync_clk pin:node/axi_clk" in calls
+    assert "connect_bd_net pin:rst_w/peripheral_reset pin:node/axi_rst" in calls
+    for p in range(4):
+        assert f"connect_bd_net pin:ps/pl_clk1 pin:mem_ic{p}/aclk pin:ps/saxihp{p}_fpd_aclk" in calls
+        assert f"connect_bd_net pin:rst_w/peripheral_aresetn pin:mem_ic{p}/aresetn" in calls
+    assert "connect_bd_net pin:ps/pl_clk0 pin:mem_ic4/aclk pin:ps/saxihpc0_fpd_aclk" in calls
 
 
 def test_board_build_without_vivado_is_one_line(tmp_path, capsys, monkeypatch):

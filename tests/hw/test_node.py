@@ -337,6 +337,13 @@ def test_construction():
     assert node.exec_ports == ["m_axi", "m_axi_w0", "m_axi_w1"]
     assert [(c.name, c.port, c.write) for c in node.ic.clients[3:]] == [
         ("ex_m_axi", 1, True), ("ex_m_axi_w0", 0, False), ("ex_m_axi_w1", 1, False)]
+    # with their own clock (NodeConfig.weight_clock_hz): the weight loaders alone on HP 0, 1 through the
+    # interconnect of the axi domain, every other client on HP 2 (the first port of ``ic``)
+    node = Node(CONFIG.replace(hp_ports=3, weight_ports=2, weight_clock_hz=300_000_000))
+    assert [(c.name, c.port) for c in node.wic.clients] == [("ex_m_axi_w0", 0), ("ex_m_axi_w1", 1)]
+    assert [(c.name, c.port) for c in node.ic.clients] == [("fetch", 0), ("loader", 0), ("writer", 0),
+                                                           ("ex_m_axi", 0)]
+    assert node.ic.hp_ports == 1 and node.first_sync_port == 2 and len(node.m_axi2.rdata) == 64
 
 
 @pytest.mark.cocotb

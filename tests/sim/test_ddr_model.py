@@ -78,7 +78,7 @@ class Monitor:
 
 
 async def setup(dut, **changes):
-    timing = DdrTiming.from_node(NodeConfig(), **changes)
+    timing = DdrTiming.from_node(NodeConfig(), **{"refresh_interval": 0, "refresh_cycles": 0, **changes})
     await reset_first(dut)
     ddr = DdrModel.from_prefixes(dut, [f"m{p}" for p in range(PORTS)], dut.clk, dut.rst, timing, size=1 << 20)
     masters = [AxiMaster(AxiBus.from_prefix(dut, f"s{p}", bus_separator="__"), dut.clk, dut.rst)
@@ -147,6 +147,24 @@ async def run_total_cap(dut):
     assert rates == [pytest.approx(0.75, abs=0.02)] * 2, rates
 
 
+@cocotb.test()
+async def run_refresh(dut):
+    """The DDR of 1.5 beats per cycle refreshing 100 of every 400 cycles: 0.75 x 0.75 each (plus
+    what the bucket held when a refresh began: at most its cap, ~3.5 beats per 400 cycles)."""
+    timing, ddr, masters, mons = await setup(dut, total_bytes_per_cycle=1.5 * BUS, refresh_interval=400,
+                                             refresh_cycles=100)
+    a = cocotb.start_soon(stream(masters[0], 0, 8))
+    b = cocotb.start_soon(stream(masters[1], 0x20000, 8))
+    await bounded(a, 10_000_000, "port 0")
+    await bounded(b, 10_000_000, "port 1")
+    rates = [m.rate() for m in mons]
+    assert rates == [pytest.approx(0.75 * 0.75 + 3.5 / 400 / 2, abs=0.015)] * 2, rates
+    # every 400 cycles a pause of both ports: the refresh less the few beats the bucket still held
+    beats = sorted(c for m in mons for c in m.beat_cycles)
+    pauses = [b - a for a, b in zip(beats, beats[1:]) if b - a > 90]
+    assert len(pauses) >= (beats[-1] - beats[0]) // 400 - 1 and max(pauses) <= 101, pauses
+
+
 def test_timing_from_profile():
     """Parameters come from the profile (latency, outstanding, DDR peak) and the NodeConfig
     (clock, HP port width): the KR260's 19.2 GB/s at 250 MHz is 76.8 B/cycle, a 128-bit HP port
@@ -154,7 +172,11 @@ def test_timing_from_profile():
     t = DdrTiming.from_node(NodeConfig())
     assert t.total_bytes_per_cycle == pytest.approx(76.8) and t.port_bytes_per_cycle == 16
     assert t.outstanding == 16 and t.latency == 50
-    assert t.bandwidth(4, 16) == 64 and t.bandwidth(8, 16) == pytest.approx(76.8)
+    # DDR4 refresh (data sheet): tREFI 7.8 us, tRFC 350 ns -> 1 950 and 87.5 cycles, 4.5 % of the time
+    assert (t.refresh_interval, t.refresh_cycles) == (pytest.approx(1950), pytest.approx(87.5))
+    assert t.sustained_bytes_per_cycle == pytest.approx(76.8 * (1 - 350 / 7800))
+    # four ports at 250 MHz: 64 B a cycle; at 300 MHz (ratio 1.2) 76.8, more than the DDR sustains
+    assert t.bandwidth(4, 16) == 64 and t.bandwidth(4, 16, 1.2) == pytest.approx(76.8 * (1 - 350 / 7800))
     with pytest.raises(ValueError, match="must be >= 1"):
         DdrTiming(latency=0, outstanding=1, port_bytes_per_cycle=1, total_bytes_per_cycle=1)
 
@@ -162,5 +184,5 @@ def test_timing_from_profile():
 @pytest.mark.cocotb
 def test_ddr_model_cocotb(build_dir):
     run_cocotb(Wires(), __name__, build_dir,
-               testcase=["run_latency_and_data", "run_outstanding", "run_port_cap", "run_total_cap"],
+               testcase=["run_latency_and_data", "run_outstanding", "run_port_cap", "run_total_cap", "run_refresh"],
                params={"port_cap": 8})

@@ -115,3 +115,21 @@ def test_max_payload_is_what_a_loader_buffer_and_a_nic_input_hold():
 def test_ddr_masters_put_each_weight_loader_on_its_own_hp_port(hp, w, expect):
     assert NodeConfig.tiny(hp_ports=hp, weight_ports=w).ddr_masters() == expect
 
+
+
+def test_weight_clock_gives_the_loaders_ports_of_their_own():
+    """The Qwen node's weight loaders on their own 300 MHz clock (HP ports up to 333 MHz): alone on
+    HP0..3, every other client on HPC0 at the engine's 250 MHz; the engine takes 2 bus beats per
+    loader per cycle (1.2 arrive); tiny and one-loader builds have no weight clock."""
+    from mcf.spec.bits import SpecError
+    q = NodeConfig()
+    assert (q.weight_clock_hz, q.clock_hz, q.weight_ratio) == (300_000_000, 250_000_000, 2)
+    assert q.ddr_masters() == {"fetch": 4, "loader": 4, "writer": 4, "exec": 4,
+                               "weight0": 0, "weight1": 1, "weight2": 2, "weight3": 3}
+    assert [q.port_clock_hz(p) for p in range(5)] == [300_000_000] * 4 + [250_000_000]
+    assert (NodeConfig.tiny().weight_clock_hz, NodeConfig.tiny().weight_ratio) == (0, 1)
+    assert NodeConfig.tiny(weight_clock_hz=500_000_000 // 2, hp_ports=3, weight_ports=2).weight_ratio == 1
+    with pytest.raises(SpecError, match="weight_clock_hz=300000000 needs weight_ports > 1"):
+        NodeConfig(weight_ports=4, hp_ports=4)
+    with pytest.raises(SpecError, match="weight_clock_hz"):
+        NodeConfig(weight_clock_hz=400_000_000)        # above the HP ports' 333 MHz

@@ -91,7 +91,9 @@ class Geometry:
     buffer_bytes: int     # each ping-pong buffer of the weight loader
     buffers: int
     fifo_depth: int       # beats of each read stream's FIFO
-    weight_ports: int = 1  # weight loaders (AXI4 masters); their output words are this many bus beats
+    weight_ports: int = 1  # weight loaders (AXI4 masters)
+    weight_ratio: int = 1  # bus beats each loader hands over per cycle (NodeConfig.weight_ratio)
+    weight_cdc: bool = False  # the loaders' AXI side in the ``axi`` clock domain (NodeConfig.weight_clock_hz)
     primitive: bool = False  # the MAC array's products as DSP48E2 instances (hw/compute/dot_array.py)
 
     @classmethod
@@ -103,7 +105,8 @@ class Geometry:
                    max_keys=1 << ceil_log2(max(c.max_keys, c.max_context)),
                    kv_block_keys=c.kv_block_keys, dir_entries=c.dir_entries, buffer_bytes=c.buffer_bytes,
                    buffers=c.buffers, fifo_depth=max(32, 2 * c.buffer_bytes // c.data_bytes),
-                   weight_ports=c.weight_ports, primitive=bool(c.dsp_primitives))
+                   weight_ports=c.weight_ports, weight_ratio=c.weight_ratio, weight_cdc=bool(c.weight_clock_hz),
+                   primitive=bool(c.dsp_primitives))
 
     def __post_init__(self):
         bus = self.data_width // 8
@@ -123,11 +126,13 @@ class Geometry:
              f"row width {self.max_n} must be a multiple of vec_lanes and mac_lanes"),
             (_pow2(self.spad_beats), f"spad_beats={self.spad_beats} must be a power of two"),
             (_pow2(self.dir_entries), f"dir_entries={self.dir_entries} must be a power of two"),
-            (_pow2(self.weight_ports) and _divides(self.weight_ports * self.data_width, self.rows * self.lanes * W_BITS),
-             f"weight_ports={self.weight_ports}: a power of two whose {self.weight_ports} bus beats divide or are "
-             f"divided by one weight beat ({self.rows * self.lanes * W_BITS} bits)"),
-            (self.buffer_bytes >= self.weight_ports * bus,
-             f"buffer_bytes={self.buffer_bytes} holds less than one {self.weight_ports}-beat weight word"),
+            (_pow2(self.weight_ports) and _pow2(self.weight_ratio)
+             and _divides(self.weight_beats * self.data_width, self.rows * self.lanes * W_BITS),
+             f"weight_ports={self.weight_ports}: a power of two whose {self.weight_beats} bus beats (x "
+             f"{self.weight_ratio} a loader) divide or are divided by one weight beat "
+             f"({self.rows * self.lanes * W_BITS} bits)"),
+            (self.buffer_bytes >= self.weight_beats * bus,
+             f"buffer_bytes={self.buffer_bytes} holds less than one {self.weight_beats}-beat weight word"),
         ]
         for ok, message in rules:
             if not ok:
@@ -136,6 +141,11 @@ class Geometry:
     @property
     def bus_bytes(self) -> int:
         return self.data_width // 8
+
+    @property
+    def weight_beats(self) -> int:
+        """Bus beats of one word of the weight stream (``ldata``): every loader's per cycle."""
+        return self.weight_ports * self.weight_ratio
 
     @property
     def bus_log2(self) -> int:
@@ -173,7 +183,7 @@ class MoverBus(wiring.Signature):
             "req1": Out(stream.Signature(request_layout(ADDR_BITS))),
             "in1": In(stream.Signature(g.data_width)),
             "ldesc": Out(stream.Signature(DmaDescriptorLayout)),
-            "ldata": In(AXIStreamSignature(g.data_width * g.weight_ports)),
+            "ldata": In(AXIStreamSignature(g.data_width * g.weight_beats)),
             "wdesc": Out(stream.Signature(DmaDescriptorLayout)),
             "wdata": Out(AXIStreamSignature(g.data_width)),
             "wdone": In(1),
@@ -699,7 +709,7 @@ class GemmMover(Mover):
                            | (src_end > g.spad_beats) | (dst_end > g.spad_beats))
 
         # --- the streams: weights (loader), scales (stream 0), bias (stream 1) ----------------------
-        m.submodules.uw = uw = Unpacker(g.data_width * g.weight_ports, P * K * W_BITS)
+        m.submodules.uw = uw = Unpacker(g.data_width * g.weight_beats, P * K * W_BITS)
         m.submodules.us = us = Unpacker(g.data_width, P * 16)
         m.submodules.ub = ub = Unpacker(g.data_width, P * 32)
         m.d.comb += [
@@ -715,7 +725,7 @@ class GemmMover(Mover):
         ]
         # the matrix takes a weight beat on its last token: when one beat is several bus words, a
         # two-deep queue lets the unpacker gather the next beat meanwhile (else it starts only then)
-        if P * K * W_BITS > g.data_width * g.weight_ports:
+        if P * K * W_BITS > g.data_width * g.weight_beats:
             m.submodules.wq = wq = fifo.SyncFIFO(width=P * K * W_BITS, depth=2)
             m.d.comb += [wq.w_en.eq(uw.o.valid), wq.w_data.eq(uw.o.payload), uw.o.ready.eq(wq.w_rdy),
                          mx.w.tvalid.eq(wq.r_rdy), mx.w.tdata.eq(wq.r_data), wq.r_en.eq(mx.w.tready)]

@@ -25,7 +25,10 @@ Ports (the sequencer's side, ``docs/node.md``):
   master per weight loader; a GEMM's weight descriptors go to loaders 0, 1, .. W - 1 in turn and
   their packets (words of W bus beats) come back in the same turn, so the weights stream at up to
   W bus beats per cycle over W HP ports.  ``m_axi`` then carries the read streams (scales, bias,
-  LOAD, EMBED, ATTN) and the writer only.  The unit waits for every
+  LOAD, EMBED, ATTN) and the writer only.  With a weight clock (``NodeConfig.weight_clock_hz``) the
+  ``m_axi_w<k>`` masters belong to the clock domain ``axi`` (the HP ports' faster clock: ports
+  ``axi_clk`` / ``axi_rst`` of the Verilog) and each loader's dual-clock buffers hand the engine
+  ``weight_ratio`` bus beats per cycle (words of W x ratio beats).  The unit waits for every
   response it asked for: an interconnect that refuses a transaction must still answer it (or
   reset the unit).
 * ``dir_wr``: the receive engine's directory writes (KV_DRAIN / KV_INVALIDATE): they take the
@@ -119,7 +122,7 @@ class ExecUnit(wiring.Component):
                 for k in range(g.weight_ports)} if g.weight_ports > 1 else {}),
             "dir_wr": In(DirWriteSignature(g.dir_bits)),
             "dir_rd": In(DirReadSignature(g.dir_bits)),
-            "perf": Out(PerfSignature(g.data_width, 1 + (g.weight_ports if g.weight_ports > 1 else 0))),
+            "perf": Out(PerfSignature(g.data_width, 1 + (g.weight_beats if g.weight_ports > 1 else 0))),
             "busy": Out(1),
         })
 
@@ -135,7 +138,8 @@ class ExecUnit(wiring.Component):
             m.submodules.loader = ld = DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers)
             loaders = [ld]
         else:
-            loaders = [DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers, out_beats=W) for _ in range(W)]
+            loaders = [DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers, out_beats=g.weight_beats,
+                                 axi_domain="axi" if g.weight_cdc else "sync") for _ in range(W)]
             for k, x in enumerate(loaders):
                 m.submodules[f"loader{k}"] = x
         m.submodules.writer = wr = DmaWriter(g.data_width, ADDR_BITS)
@@ -307,8 +311,13 @@ class ExecUnit(wiring.Component):
         for i, name in enumerate(names):
             if name in BUSY_OF:
                 m.d.comb += getattr(self.perf, BUSY_OF[name]).eq(running & (active == i))
-        rd_ports = [axi] + ([getattr(self, f"m_axi_w{k}") for k in range(W)] if W > 1 else [])
-        rd_beats = [Mux(p.rvalid & p.rready, g.bus_bytes, 0) for p in rd_ports]
+        if g.weight_cdc:       # the weight ports are in ``axi``: count their beats as the engine takes them
+            taken = bus.ldata.tvalid & bus.ldata.tready
+            rd_beats = [Mux(axi.rvalid & axi.rready, g.bus_bytes, 0)] + [
+                Mux(taken & bus.ldata.tkeep[b * g.bus_bytes], g.bus_bytes, 0) for b in range(g.weight_beats)]
+        else:
+            rd_ports = [axi] + ([getattr(self, f"m_axi_w{k}") for k in range(W)] if W > 1 else [])
+            rd_beats = [Mux(p.rvalid & p.rready, g.bus_bytes, 0) for p in rd_ports]
         m.d.comb += [self.perf.mac_beats.eq(bus.mac), self.perf.stall_ex_ddr.eq(running & bus.starved),
                      self.perf.ddr_rd_bytes.eq(sum(rd_beats[1:], rd_beats[0])),
                      self.perf.ddr_wr_bytes.eq(Mux(axi.wvalid & axi.wready, g.bus_bytes, 0))]

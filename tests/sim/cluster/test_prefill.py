@@ -130,8 +130,10 @@ def test_decode_one_node_is_capped_by_weight_streaming():
 def test_one_board_decode_against_its_ddr_roofline():
     """Issue 14: one board's decode token time vs its bytes (all weights, the LM head, 4K tokens of
     KV, by hand) at the DDR4's 19.2 GB/s peak.  Each layer streams its weights at the measured
-    ddr_efficiency, then attends over 4K keys at the attention unit's measured rate
-    (attention_efficiency); the LM head streams last; every engine operation pays the set-up."""
+    ddr_efficiency (0.93: four HP ports at 300 MHz carry 76.8 B per engine cycle, the DDR's peak,
+    which refresh cuts to 73.4; measured 71.6), then attends over 4K keys at the attention unit's
+    measured rate (attention_efficiency); the LM head streams last; every engine operation pays
+    the set-up.  The weights stream at >= 0.9 of the roofline; the token does not (attention)."""
     prof, m = load_profile("kr260"), load_model(M)
     d = simulate_decode(m, prof, Topology("switch", 1), [4096.0])
     nbytes = (LAYER_PARAMS * L + 151936 * 1536) * 0.5 + 4096 * MT
@@ -140,7 +142,8 @@ def test_one_board_decode_against_its_ddr_roofline():
     attention = L * (4 * 12 * 128 * 4096 / P_ATTN + SETUP)  # compute-bound: 4K x 7 KB of KV is < 2 ms of DDR
     head = 151936 * 1536 * 0.5 / DDR + SETUP
     assert d.token_s == pytest.approx(weights + attention + head, rel=1e-9)
-    assert d.ddr_roofline_fraction < _YAML["ddr_efficiency"]   # below the weight streaming's own figure
+    assert 0.9 <= _YAML["ddr_efficiency"] < 1 - 350e-9 / 7.8e-6     # tRFC / tREFI: the DDR refreshes
+    assert d.ddr_roofline_fraction < _YAML["ddr_efficiency"]   # attention: below the weight streaming's own figure
 
 
 def test_decode_variants_on_four_nodes():

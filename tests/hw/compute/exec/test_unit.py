@@ -46,7 +46,7 @@ async def run_layer(dut):
     node = CFG.replace(weight_ports=p.get("weight_ports", 1), vec_lanes=p.get("vec_lanes", CFG.vec_lanes))
     plan = LayerProgram(model, node)
     drv = ExecDriver(dut, ram_bytes=1 << (plan.ddr_bytes - 1).bit_length(), seed=p.get("seed", 1),
-                     pause=p.get("pause", 0.2))
+                     pause=p.get("pause", 0.2), axi_period_ps=p.get("axi_period_ps"))
     assert len(drv.weight_ports) == (node.weight_ports if node.weight_ports > 1 else 0)
     for addr, data in plan.image.items():
         drv.ram.write(addr, data)
@@ -86,7 +86,7 @@ async def run_layer(dut):
 async def run_axi_errors(dut):
     """SLVERR on reads (LOAD) and writes (STORE, KVW): the instruction completes its transfers
     and faults AXI_ERROR; then the unit runs the next instruction normally."""
-    drv = ExecDriver(dut, seed=5)
+    drv = ExecDriver(dut, seed=5, axi_period_ps=params().get("axi_period_ps"))
     await drv.start()
     poison = range(0x8000, 0x9000)
     read_if, write_if = drv.ram.read_if, drv.ram.write_if
@@ -132,20 +132,29 @@ def test_qwen_shapes_elaborate():
     assert DotArray(matrix.mac_rows, matrix.mac_lanes).multipliers == 1024
 
 
+#: The weight loaders' own clock in the cocotb test: the Qwen node's 300 / 250 MHz, so the engine's
+#: 10 ns is ~8.333 ns there (8.334: cocotb's clock wants an even period) (a non-integer ratio: the two clocks' edges drift through every phase).
+AXI_PERIOD_PS = 8_334
+
+
 @pytest.mark.cocotb
 def test_unit_cocotb(build_dir):
-    """With two weight ports (NodeConfig.weight_ports): the weights of every GEMM spread over two
-    loaders, each on its own AXI4 master, words of two bus beats taken back in turn, every channel
-    paused at random; the one-port unit runs the same layers inside the node benches
-    (tests/hw/test_node.py, tests/sim/rtlcluster) and ``mcf bench compute``.  With VL = 4 lanes
-    (half the array's 8): the SPAD in two banks, the GEMM mover filling the token buffer from two
-    beats at a time while the matrix runs, as the Qwen node does (VL 8, 32 lanes, four banks)."""
+    """With two weight ports (NodeConfig.weight_ports) ON THEIR OWN CLOCK (weight_clock_hz, the
+    Qwen node's 300 MHz against the engine's 250): the weights of every GEMM spread over two
+    loaders, each on its own AXI4 master in the ``axi`` domain, crossed in the loaders' dual-clock
+    buffers, words of 2 x 2 bus beats taken back in turn, every channel paused at random; the
+    one-clock units run the same layers inside the node benches (tests/hw/test_node.py: one and two
+    loaders; tests/sim/rtlcluster: two) and ``mcf bench compute``.  With VL = 4 lanes (half the
+    array's 8): the SPAD in two banks, the GEMM mover filling the token buffer from two beats at a
+    time while the matrix runs, as the Qwen node does (VL 8, 32 lanes, four banks)."""
     report = build_dir.parent / "layer.json"
-    unit = ExecUnit(CFG.replace(weight_ports=2, vec_lanes=4))
+    cfg = CFG.replace(weight_ports=2, hp_ports=3, vec_lanes=4, weight_clock_hz=300_000_000)
+    unit = ExecUnit(cfg)
     assert [n for n in unit.signature.members if n.startswith("m_axi")] == ["m_axi", "m_axi_w0", "m_axi_w1"]
-    assert unit.g.spad_banks == 2
+    assert unit.g.spad_banks == 2 and unit.g.weight_beats == 4 and unit.g.weight_cdc
     run_cocotb(unit, __name__, build_dir, testcase=["run_layer", "run_axi_errors"],
-               params={"seed": 3, "report": str(report), "weight_ports": 2, "vec_lanes": 4})
+               params={"seed": 3, "report": str(report), "weight_ports": 2, "vec_lanes": 4,
+                       "axi_period_ps": AXI_PERIOD_PS})
     fig = layer_figures(json.loads(report.read_text()), CFG)       # what `mcf bench compute` prints
     assert fig["prefill"]["instructions"] > 50 and fig["decode"]["cycles"] < fig["prefill"]["cycles"]
     assert 0 < fig["decode"]["mac_utilization"] < fig["prefill"]["mac_utilization"] <= 1
@@ -167,7 +176,7 @@ async def run_gemm_ops(dut):
     vl, P, K = node.vec_lanes, node.mac_rows, node.mac_lanes
     timing = DdrTiming(**p["timing"])
     rng = np.random.default_rng(p.get("seed", 1))
-    drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=timing)
+    drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=timing, axi_period_ps=p.get("axi_period_ps"))
     await drv.start()
     out = []
     blob_at, x_at, y_at = 0x100000, 0x40000, 0x80000
@@ -222,7 +231,7 @@ async def run_attn_ops(dut):
     per_job = node.att_rows // heads
     assert per_job >= 1 and keys % bk == 0
     rng = np.random.default_rng(p.get("seed", 1))
-    drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=DdrTiming(**p["timing"]))
+    drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=DdrTiming(**p["timing"]), axi_period_ps=p.get("axi_period_ps"))
     await drv.start()
     nblk = keys // bk
     seg = isa.pad(segment_bytes(bk, d))
