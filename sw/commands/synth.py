@@ -432,8 +432,11 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
 
     errors: dict = {}
 
+    # Smallest Verilog first: a part that cannot finish in time holds a worker only at the end.
+    order = sorted(range(len(plan)), key=lambda i: sum(len(strip_zero_inits(modules[n])) for n in plan[i][1]))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        synths = list(pool.map(lambda a: one(*a), enumerate(plan)))
+        done = dict(zip(order, pool.map(lambda i: one(i, plan[i]), order)))
+    synths = [done[i] for i in range(len(plan))]
     ports: dict = {}
     depths: dict = {}
     for i, (root, own, boxes) in sorted(enumerate(plan), key=lambda e: -e[1][0].count(".")):
