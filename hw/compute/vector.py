@@ -201,23 +201,28 @@ class VectorUnit(wiring.Component):
         m.d.comb += [upper.eq(i >= half), ar2.addr.eq(Mux(i_nx >= half, i_nx - half, i_nx + half))]
         ps, pmags = [], []
         for k in range(L):
-            ak, a2k = lane(ar.data, k), lane(ar2.data, k)
-            bx, by = lane(br.data, k), lane(br.data[32 * L:], k, 16)
+            ak = lane(ar.data, k)
+            # BFP16 operands (MUL, ROPE, PRESCALE) are int16 mantissas, RoPE's cos / sin and the
+            # RMSNORM gain int16: 16-bit multiplier inputs.  One multiplier per lane serves
+            # RMSNORM (rshr(m r, 14) x gain), MUL (a x b), ROPE (a x cos) and PRESCALE (a x C_M).
+            a16, a2_16 = ak[:16].as_signed(), lane(ar2.data, k)[:16].as_signed()
+            bx16, by = lane(br.data, k)[:16].as_signed(), lane(br.data[32 * L:], k, 16)
+            # |m r| < 2^15 2^16, so rshr(m r, 14) fits 19 bits (sign included)
+            rms_t = rshr_pos(m, mants[k] * r_q, Const(fx.RSQRT_FRAC, 4), 40)
+            mx, my = Signal(signed(20), name=f"mx{k}"), Signal(signed(17), name=f"my{k}")
+            m.d.comb += [mx.eq(Mux(op == VecOp.RMSNORM, rms_t, a16)), my.eq(Mux(op == VecOp.PRESCALE, cfg.cm, bx16))]
+            prod = Signal(signed(37), name=f"prod{k}")
+            m.d.comb += prod.eq(mx * my)
             rope_t = Signal(signed(40), name=f"rope_t{k}")
-            m.d.comb += rope_t.eq(Mux(upper, ak * bx + a2k * by, ak * bx - a2k * by))
-            rms_p = rshr_pos(m, mants[k] * r_q, Const(fx.RSQRT_FRAC, 4), 40) * bx[:16].as_signed()
+            m.d.comb += rope_t.eq(Mux(upper, prod + a2_16 * by, prod - a2_16 * by))
             rope_p = rshr_pos(m, rope_t, Const(fx.ROPE_FRAC, 4), 41)
             p = Signal(signed(P_BITS), name=f"p{k}")
             with m.If(op == VecOp.TO_BFP):
                 m.d.comb += p.eq(ak)
-            with m.Elif(op == VecOp.RMSNORM):
-                m.d.comb += p.eq(rms_p)
-            with m.Elif(op == VecOp.MUL):
-                m.d.comb += p.eq(ak * bx)
             with m.Elif(op == VecOp.ROPE):
                 m.d.comb += p.eq(rope_p)
-            with m.Elif(op == VecOp.PRESCALE):
-                m.d.comb += p.eq(ak * cfg.cm)
+            with m.Elif((op == VecOp.RMSNORM) | (op == VecOp.MUL) | (op == VecOp.PRESCALE)):
+                m.d.comb += p.eq(prod)
             ps.append(p)
             pmags.append(abs_(m, Cat(p, p[-1]).as_signed()))
         mag_p = Signal(P_BITS)
