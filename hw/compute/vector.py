@@ -14,10 +14,16 @@ over two row buffers (the operands) and one of wide products:
 
 Every BFP16 result goes through the same ``normalize`` stage (row max |p|, shift
 sh = max(0, bitlen - 15), mant = sat16(rshr(p, sh)), exp = e + sh), which needs the whole
-row before the first output: load (n / lanes cycles), product pass (n / lanes), emit
-(n / lanes); RMSNORM adds the sum-of-squares pass and the rsqrt LUT.  Exponents travel with the data (``exp`` of the first
-element of a row).  The buffers are read combinationally (distributed RAM); for rows of
-thousands of elements they would be block RAM with a one-cycle read pipeline.
+row before the first output: load (n / lanes cycles), product pass (n / lanes, the row max of
+the products), emit (n / lanes, the products computed again from the operands and
+normalized); RMSNORM adds the sum-of-squares pass and the rsqrt LUT.  Exponents travel with
+the data (``exp`` of the first element of a row).
+
+The operand buffers are block RAM (rows of thousands of elements: Qwen's 8 960): synchronous
+read ports addressed with the index the pass reaches next (``i_nx``), so the beat of index
+``i`` is on the read port in the cycle that uses it and a pass still takes n / lanes cycles.
+A row of one beat (two for RoPE's partner read) waits one cycle after its load, the time
+the block RAM needs to return what was just written.
 """
 from __future__ import annotations
 
@@ -87,12 +93,10 @@ class VectorUnit(wiring.Component):
 
         m.submodules.abuf = abuf = memory.Memory(shape=32 * L, depth=NB, init=[])
         m.submodules.bbuf = bbuf = memory.Memory(shape=48 * L, depth=NB, init=[])
-        m.submodules.pbuf = pbuf = memory.Memory(shape=P_BITS * L, depth=NB, init=[])
-        aw, bw, pw = abuf.write_port(), bbuf.write_port(), pbuf.write_port()
-        ar = abuf.read_port(domain="comb")
-        ar2 = abuf.read_port(domain="comb")       # RoPE: the partner beat
-        br = bbuf.read_port(domain="comb")
-        pr = pbuf.read_port(domain="comb")
+        aw, bw = abuf.write_port(), bbuf.write_port()
+        ar = abuf.read_port()
+        ar2 = abuf.read_port()       # RoPE: the partner beat
+        br = bbuf.read_port()
 
         def lane(word, k, bits=32):
             return word[k * bits:(k + 1) * bits].as_signed()
@@ -110,6 +114,10 @@ class VectorUnit(wiring.Component):
         IDLE, LOAD, SQ, RSQ, PROD, EMIT_N, EMIT_D = VectorState
         state = Signal(VectorState)
         i = Signal(range(NB + 1))
+        i_nx = Signal(range(NB + 1))        # i of the next cycle: the buffers' read address
+        m.d.comb += i_nx.eq(i)
+        m.d.sync += i.eq(i_nx)
+        hold = Signal()                     # one cycle after the load of a row of <= 2 beats
         nb = Signal(range(NB + 1))
         last_i = Signal()
         m.d.comb += [nb.eq(cfg.n >> lb), last_i.eq(i == nb - 1), self.busy.eq(state != IDLE)]
@@ -120,7 +128,8 @@ class VectorUnit(wiring.Component):
 
         m.d.comb += self.cmd.ready.eq(state == IDLE)
         with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [cfg.eq(self.cmd.payload), state.eq(LOAD), i.eq(0), amax_a.eq(0), amax_p.eq(0)]
+            m.d.sync += [cfg.eq(self.cmd.payload), state.eq(LOAD), amax_a.eq(0), amax_p.eq(0)]
+            m.d.comb += i_nx.eq(0)
 
         # --- LOAD: both operands into the buffers; row max |a| ------------------------------
         load_ok = Signal()
@@ -134,14 +143,16 @@ class VectorUnit(wiring.Component):
             mags.append(abs_(m, Cat(xk, xk[31]).as_signed()))
         mag_a = Signal(32)
         m.d.comb += mag_a.eq(tree(mags, vmax))
+        m.d.sync += hold.eq(0)
         with m.If(load_ok):
-            m.d.sync += i.eq(i + 1)
+            m.d.comb += i_nx.eq(i + 1)
             with m.If(mag_a > amax_a):
                 m.d.sync += amax_a.eq(mag_a)
             with m.If(i == 0):
                 m.d.sync += [ea.eq(self.a.payload.exp), eb.eq(self.b.payload.exp)]
             with m.If(last_i):
-                m.d.sync += i.eq(0)
+                m.d.comb += i_nx.eq(0)
+                m.d.sync += hold.eq(nb <= 2)
                 with m.If((op == VecOp.SILU) | (op == VecOp.RESIDUAL)):
                     m.d.sync += state.eq(EMIT_D)
                 with m.Elif(op == VecOp.RMSNORM):
@@ -153,17 +164,19 @@ class VectorUnit(wiring.Component):
         s_sh = Signal(range(33))
         bl_a = bitlen(m, amax_a)
         m.d.comb += s_sh.eq(Mux(bl_a > 15, bl_a - 15, 0))
-        m.d.comb += [ar.addr.eq(i), br.addr.eq(i), pr.addr.eq(i)]
+        m.d.comb += [ar.addr.eq(i_nx), br.addr.eq(i_nx)]
         mants = [sat(m, rshr_pos(m, lane(ar.data, k), s_sh, 33), 16) for k in range(L)]
         sq = Signal(33 + lb)
         m.d.comb += sq.eq(tree([mk * mk for mk in mants], lambda a, b: a + b))
         ss = Signal(48)
         with m.If(state == LOAD):
             m.d.sync += ss.eq(0)
-        with m.If(state == SQ):
-            m.d.sync += [ss.eq(ss + sq), i.eq(i + 1)]
+        with m.If((state == SQ) & ~hold):
+            m.d.sync += ss.eq(ss + sq)
+            m.d.comb += i_nx.eq(i + 1)
             with m.If(last_i):
-                m.d.sync += [i.eq(0), state.eq(RSQ)]
+                m.d.comb += i_nx.eq(0)
+                m.d.sync += state.eq(RSQ)
 
         # rsqrt(v): c = bitlen(v) rounded up to even, idx = rshr(v, c - 10), r = LUT[idx - 256]
         v = Signal(49)
@@ -181,41 +194,46 @@ class VectorUnit(wiring.Component):
         with m.If(state == RSQ):
             m.d.sync += [r_q.eq(Mux(v > 0, rs.data, 0)), k_q.eq(c >> 1), state.eq(PROD)]
 
-        # --- PROD: wide products p_i into pbuf; row max |p| --------------------------------------
+        # --- PROD: wide products p_i; row max |p| (EMIT_N computes them again) ------------------
         half = Signal(range(NB + 1))            # half a RoPE head, in beats
         m.d.comb += half.eq(cfg.n >> (lb + 1))
         upper = Signal()
-        m.d.comb += [upper.eq(i >= half), ar2.addr.eq(Mux(upper, i - half, i + half))]
+        m.d.comb += [upper.eq(i >= half), ar2.addr.eq(Mux(i_nx >= half, i_nx - half, i_nx + half))]
         ps, pmags = [], []
         for k in range(L):
-            ak, a2k = lane(ar.data, k), lane(ar2.data, k)
-            bx, by = lane(br.data, k), lane(br.data[32 * L:], k, 16)
+            ak = lane(ar.data, k)
+            # BFP16 operands (MUL, ROPE, PRESCALE) are int16 mantissas, RoPE's cos / sin and the
+            # RMSNORM gain int16: 16-bit multiplier inputs.  One multiplier per lane serves
+            # RMSNORM (rshr(m r, 14) x gain), MUL (a x b), ROPE (a x cos) and PRESCALE (a x C_M).
+            a16, a2_16 = ak[:16].as_signed(), lane(ar2.data, k)[:16].as_signed()
+            bx16, by = lane(br.data, k)[:16].as_signed(), lane(br.data[32 * L:], k, 16)
+            # |m r| < 2^15 2^16, so rshr(m r, 14) fits 19 bits (sign included)
+            rms_t = rshr_pos(m, mants[k] * r_q, Const(fx.RSQRT_FRAC, 4), 40)
+            mx, my = Signal(signed(20), name=f"mx{k}"), Signal(signed(17), name=f"my{k}")
+            m.d.comb += [mx.eq(Mux(op == VecOp.RMSNORM, rms_t, a16)), my.eq(Mux(op == VecOp.PRESCALE, cfg.cm, bx16))]
+            prod = Signal(signed(37), name=f"prod{k}")
+            m.d.comb += prod.eq(mx * my)
             rope_t = Signal(signed(40), name=f"rope_t{k}")
-            m.d.comb += rope_t.eq(Mux(upper, ak * bx + a2k * by, ak * bx - a2k * by))
-            rms_p = rshr_pos(m, mants[k] * r_q, Const(fx.RSQRT_FRAC, 4), 40) * bx[:16].as_signed()
+            m.d.comb += rope_t.eq(Mux(upper, prod + a2_16 * by, prod - a2_16 * by))
             rope_p = rshr_pos(m, rope_t, Const(fx.ROPE_FRAC, 4), 41)
             p = Signal(signed(P_BITS), name=f"p{k}")
             with m.If(op == VecOp.TO_BFP):
                 m.d.comb += p.eq(ak)
-            with m.Elif(op == VecOp.RMSNORM):
-                m.d.comb += p.eq(rms_p)
-            with m.Elif(op == VecOp.MUL):
-                m.d.comb += p.eq(ak * bx)
             with m.Elif(op == VecOp.ROPE):
                 m.d.comb += p.eq(rope_p)
-            with m.Elif(op == VecOp.PRESCALE):
-                m.d.comb += p.eq(ak * cfg.cm)
+            with m.Elif((op == VecOp.RMSNORM) | (op == VecOp.MUL) | (op == VecOp.PRESCALE)):
+                m.d.comb += p.eq(prod)
             ps.append(p)
             pmags.append(abs_(m, Cat(p, p[-1]).as_signed()))
         mag_p = Signal(P_BITS)
         m.d.comb += mag_p.eq(tree(pmags, vmax))
-        m.d.comb += [pw.en.eq(state == PROD), pw.addr.eq(i), pw.data.eq(Cat(*ps))]
-        with m.If(state == PROD):
-            m.d.sync += i.eq(i + 1)
+        with m.If((state == PROD) & ~hold):
+            m.d.comb += i_nx.eq(i + 1)
             with m.If(mag_p > amax_p):
                 m.d.sync += amax_p.eq(mag_p)
             with m.If(last_i):
-                m.d.sync += [i.eq(0), state.eq(EMIT_N)]
+                m.d.comb += i_nx.eq(0)
+                m.d.sync += state.eq(EMIT_N)
                 with m.If(op == VecOp.TO_BFP):
                     m.d.sync += e_out.eq(-fx.X_FRAC)
                 with m.Elif(op == VecOp.RMSNORM):
@@ -231,7 +249,7 @@ class VectorUnit(wiring.Component):
         bl_p = bitlen(m, amax_p)
         sh_p = Signal(range(P_BITS + 1))
         m.d.comb += sh_p.eq(Mux(bl_p > 15, bl_p - 15, 0))
-        mant_o = [sat(m, rshr_pos(m, lane(pr.data, k, P_BITS), sh_p, P_BITS + 1), 16) for k in range(L)]
+        mant_o = [sat(m, rshr_pos(m, ps[k], sh_p, P_BITS + 1), 16) for k in range(L)]
 
         # --- EMIT_D: SILU and RESIDUAL straight from the operand buffers ------------------------
         nsig = fx.SIGMOID_RANGE << fx.SIGMOID_STEP_BITS
@@ -249,7 +267,7 @@ class VectorUnit(wiring.Component):
             resids.append(sat(m, ak + lane(br.data, k), 32))
 
         emitting = Signal()
-        m.d.comb += emitting.eq((state == EMIT_N) | (state == EMIT_D))
+        m.d.comb += emitting.eq(((state == EMIT_N) | (state == EMIT_D)) & ~hold)
         m.d.comb += [self.o.valid.eq(emitting), self.o.payload.last.eq(last_i)]
         with m.If(state == EMIT_N):
             m.d.comb += [self.o.payload.x.eq(Cat(*[Cat(mk, mk[15].replicate(16)) for mk in mant_o])),
@@ -259,9 +277,10 @@ class VectorUnit(wiring.Component):
         with m.Else():
             m.d.comb += self.o.payload.x.eq(Cat(*resids))
         with m.If(emitting & self.o.ready):
-            m.d.sync += i.eq(i + 1)
+            m.d.comb += i_nx.eq(i + 1)
             with m.If(last_i):
-                m.d.sync += [i.eq(0), state.eq(IDLE)]
+                m.d.comb += i_nx.eq(0)
+                m.d.sync += state.eq(IDLE)
         return m
 
 

