@@ -41,6 +41,7 @@ from amaranth.utils import ceil_log2
 from mcf.hw.arith import bitlen, exp2_rom, log2_exact, rshr, rshr_pos, sat
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
+from mcf.hw.compute.dot_array import CHAIN, DSP_A_BITS, PACK_SHIFT, DotArray
 from mcf.hw.layouts import amaranth_enum
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -84,12 +85,38 @@ class StateWriteSignature(wiring.Signature):
                           "word": Out(range(head_dim + 2)), "data": Out(32)})
 
 
+def default_lanes(head_dim: int) -> int:
+    """Score lanes per row: about head_dim / 8 (at least ``CHAIN``), a divisor of head_dim the
+    DSP chain takes (a multiple of ``CHAIN``, or fewer lanes than one chain)."""
+    want = min(max(CHAIN, head_dim // 8), head_dim)
+    for lanes in range(want, 0, -1):
+        if head_dim % lanes == 0 and (lanes < CHAIN or lanes % CHAIN == 0):
+            return lanes
+    return 1
+
+
+#: Keys held for the score array (two pairs: one scored, one filling); V rows held until P.V.
+K_SLOTS, V_DEPTH = 4, 16
+#: Keys between the score post-processing and P.V (APPLY): the post pipeline plus the w queue.
+W_CREDITS = 4
+
+
 class AttentionUnit(wiring.Component):
-    def __init__(self, head_dim: int = 16, rows: int = 2, max_keys: int = 64):
+    """See the module docstring.  ``lanes`` elements per row per cycle in both product arrays
+    (``default_lanes``): a key pair's scores take head_dim / lanes cycles, one key's P.V as
+    many; ``primitive`` builds the score products as DSP48E2 instances (``DotArray``)."""
+
+    def __init__(self, head_dim: int = 16, rows: int = 2, max_keys: int = 64, lanes: int | None = None,
+                 primitive: bool = False):
         log2_exact(max_keys, "max_keys")
         if rows < 1 or head_dim < 1:
             raise ValueError(f"rows={rows}, head_dim={head_dim}: must be >= 1")
+        lanes = default_lanes(head_dim) if lanes is None else lanes
+        if lanes < 1 or head_dim % lanes or (lanes >= CHAIN and lanes % CHAIN):
+            raise ValueError(f"lanes={lanes}: must divide head_dim={head_dim} and be a multiple of {CHAIN} "
+                             f"(or below it)")
         self.head_dim, self.rows, self.max_keys = head_dim, rows, max_keys
+        self.lanes, self.chunks, self.primitive = lanes, head_dim // lanes, bool(primitive)
         kb = ceil_log2(max_keys)
         # Exact widths: l <= 2^15 keys (+ a loaded int32), |w vq| <= 2^34 per key (+ a loaded int32).
         self.l_width = max(32, 16 + kb) + 2
@@ -105,9 +132,20 @@ class AttentionUnit(wiring.Component):
             "busy": Out(1),
         })
 
+    @property
+    def cycles_per_key(self) -> tuple[float, int]:
+        """Steady-state cycles per key: (MAX, APPLY)."""
+        return max(self.chunks / 2, 1), max(self.chunks, 1)
+
+    @property
+    def multipliers(self) -> int:
+        """DSP48E2 slices of the two product arrays (the score pairs, the P.V digit pairs)."""
+        return self.rows * (self.lanes + 2 * (-(-self.lanes // 2)))
+
     def elaborate(self, platform):
         m = Module()
-        D, R = self.head_dim, self.rows
+        D, R, L, C = self.head_dim, self.rows, self.lanes, self.chunks
+        dotw = MANT_BITS + W_BITS + ceil_log2(D) + 1
 
         qrows = [Signal(q_layout(D), name=f"q{r}") for r in range(R)]
         for r in range(R):
@@ -129,72 +167,260 @@ class AttentionUnit(wiring.Component):
         with m.If(start):
             m.d.sync += [cfg.eq(cp), state.eq(Mux(cp.emit, OUT, PASS))]
 
-        # --- keys: MAX takes k alone, APPLY takes k and v together ---------------------------------
-        fire = Signal()
-        with m.If(state == PASS):
-            with m.If(apply):
-                m.d.comb += [fire.eq(self.k.valid & self.v.valid), self.k.ready.eq(fire), self.v.ready.eq(fire)]
-            with m.Else():
-                m.d.comb += [fire.eq(self.k.valid), self.k.ready.eq(1)]
-        drain = Signal(range(3))
-        with m.If(fire & self.k.payload.last):
-            m.d.sync += [state.eq(DRAIN), drain.eq(0)]
-        with m.If(state == DRAIN):
-            m.d.sync += drain.eq(drain + 1)
-            with m.If(drain == 2):
-                m.d.sync += state.eq(IDLE)
-
-        # --- stage 1: dot products, then the scores (comb) ---------------------------------------
-        k1v = Signal()
-        k1 = Signal(k_layout(D))
-        v1 = Signal(v_layout(D))
-        m.d.sync += [k1v.eq(fire), k1.eq(self.k.payload), v1.eq(self.v.payload)]
-        dot1 = [Signal(signed(MANT_BITS + W_BITS + ceil_log2(D) + 1), name=f"dot{r}") for r in range(R)]
-        for r in range(R):
-            terms = [self.k.payload.q[W_BITS * i:W_BITS * (i + 1)].as_signed()
-                     * qrows[r].mant[MANT_BITS * i:MANT_BITS * (i + 1)].as_signed() for i in range(D)]
-            total = terms[0]
-            for t in terms[1:]:
-                total = total + t
-            m.d.sync += dot1[r].eq(total)
-
         mrow = [Signal(signed(32), name=f"m{r}", init=INT32_MIN) for r in range(R)]
         lacc = [Signal(signed(self.l_width), name=f"l{r}") for r in range(R)]
         oacc = [[Signal(signed(self.o_width), name=f"o{r}_{i}") for i in range(D)] for r in range(R)]
 
-        # --- stage 2 (APPLY): exp2 LUT read; stage 3: p, w and the accumulators -------------------
-        m.submodules.exp2 = exp2 = exp2_rom()
-        a2v = Signal()
-        v2 = Signal(v_layout(D))
-        m.d.sync += [a2v.eq(k1v & apply), v2.eq(v1)]
-        for r in range(R):
-            raw = dot1[r] * k1.a
-            sh = Signal(signed(10), name=f"ssh{r}")
-            m.d.comb += sh.eq(-(qrows[r].exp + k1.e + fx.S_FRAC))
-            s = sat(m, rshr(m, raw, sh, max_left=33), 32)
-            vis = Signal(name=f"vis{r}")
-            m.d.comb += vis.eq(k1.pos <= qrows[r].pos)
-            with m.If(k1v & ~apply & vis & (s > mrow[r])):
-                m.d.sync += mrow[r].eq(s)
+        # --- keys in: K (and V) rows into slots; counters of this pass (mod 2^16) ----------------------
+        acc, sidx, sfree, kdone = (Signal(16, name=n) for n in ("acc", "sidx", "sfree", "kdone"))
+        with m.If(start & ~cp.emit):
+            m.d.sync += [acc.eq(0), sidx.eq(0), sfree.eq(0), kdone.eq(0)]
+        room = Signal()
+        m.d.comb += room.eq(((acc - sfree)[:16] < K_SLOTS) & (~apply | ((acc - kdone)[:16] < V_DEPTH)))
+        fire = Signal()
+        with m.If(state == PASS):
+            with m.If(apply):
+                m.d.comb += [fire.eq(self.k.valid & self.v.valid & room), self.k.ready.eq(fire),
+                             self.v.ready.eq(fire)]
+            with m.Else():
+                m.d.comb += [fire.eq(self.k.valid & room), self.k.ready.eq(room)]
+        slot_layout = data.StructLayout({"q": D * W_BITS, "a": KV_A_BITS, "e": signed(EXP_BITS), "pos": POS_BITS,
+                                         "va": KV_A_BITS, "ve": signed(EXP_BITS)})
+        kslot = [Signal(slot_layout, name=f"kslot{s}") for s in range(K_SLOTS)]
+        kp, vp = self.k.payload, self.v.payload
+        for s in range(K_SLOTS):
+            with m.If(fire & (acc[:2] == s)):
+                m.d.sync += kslot[s].eq(Cat(kp.q, kp.a, kp.e, kp.pos, vp.a, vp.e))
+        m.submodules.vring = vring = memory.Memory(shape=D * W_BITS, depth=V_DEPTH, init=[])
+        vw = vring.write_port()
+        m.d.comb += [vw.en.eq(fire & apply), vw.addr.eq(acc[:4]), vw.data.eq(vp.q)]
+        with m.If(fire):
+            m.d.sync += acc.eq(acc + 1)
+            with m.If(kp.last):
+                m.d.sync += state.eq(DRAIN)
+        draining = state == DRAIN
 
+        # --- scores: a key pair per head_dim / lanes cycles, two INT4 keys per DSP (DotArray) ---------
+        avail = Signal(16)
+        m.d.comb += avail.eq(acc - sidx)
+        rq_n = Signal(range(3))                         # pairs issued, not yet popped by the post
+        s_run, s_c, s_base, s_has2 = Signal(), Signal(range(C)), Signal(2), Signal()
+        s_end = Signal()
+        m.d.comb += s_end.eq(s_run & (s_c == C - 1))
+        issue = Signal()
+        m.d.comb += issue.eq(((avail >= 2) | (draining & (avail == 1))) & (rq_n < 2) & (~s_run | s_end)
+                             & ((state == PASS) | draining))
+        with m.If(s_run):
+            m.d.sync += s_c.eq(s_c + 1)
+            with m.If(s_end):
+                m.d.sync += [s_run.eq(0), s_c.eq(0), sfree.eq(sfree + Mux(s_has2, 2, 1))]
+        with m.If(issue):
+            m.d.sync += [s_run.eq(1), s_c.eq(0), s_base.eq(sidx[:2]), s_has2.eq(avail >= 2),
+                         sidx.eq(sidx + Mux(avail >= 2, 2, 1))]
+        kq = Array(s.q for s in kslot)
+        k0, k1 = kq[s_base], kq[(s_base + 1)[:2]]
+        chunk_bits = L * W_BITS
+        k0c = Array(k0[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[s_c]
+        k1c = Array(k1[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[s_c]
+        arrays = []
+        for r in range(R):
+            m.submodules[f"dots{r}"] = da = DotArray(2, L, packed=True, primitive=self.primitive)
+            qc = Array(qrows[r].mant[c * L * MANT_BITS:(c + 1) * L * MANT_BITS] for c in range(C))[s_c]
+            m.d.comb += [da.en.eq(1), da.w.eq(Cat(k0c, k1c)), da.a.eq(qc)]
+            arrays.append(da)
+        lat = arrays[0].latency
+        tv, tfirst, tlast = Signal(), Signal(), Signal()
+        pv_, pf_, pl_ = s_run, s_c == 0, s_end
+        for i in range(lat):
+            nv, nf, nl = Signal(name=f"tv{i}"), Signal(name=f"tf{i}"), Signal(name=f"tl{i}")
+            m.d.sync += [nv.eq(pv_), nf.eq(pf_), nl.eq(pl_)]
+            pv_, pf_, pl_ = nv, nf, nl
+        m.d.comb += [tv.eq(pv_), tfirst.eq(pf_), tlast.eq(pl_)]
+
+        # two result entries: the pair's key fields at issue, its dots when the last chunk is summed
+        meta_layout = data.StructLayout({"a": KV_A_BITS, "e": signed(EXP_BITS), "pos": POS_BITS,
+                                         "va": KV_A_BITS, "ve": signed(EXP_BITS), "idx": 4})
+        rq_meta = [[Signal(meta_layout, name=f"rq{e}_meta{h}") for h in range(2)] for e in range(2)]
+        rq_has2 = [Signal(name=f"rq{e}_has2") for e in range(2)]
+        rq_full = [Signal(name=f"rq{e}_full") for e in range(2)]
+        rq_dot = [[[Signal(signed(dotw), name=f"rq{e}_dot{r}_{h}") for h in range(2)] for r in range(R)]
+                  for e in range(2)]
+        rq_wm, rq_wd, rq_rd = Signal(), Signal(), Signal()
+        sl = Array(s.as_value() for s in kslot)
+        srcs = [Signal(slot_layout, name=f"issue_key{h}") for h in range(2)]
+        for h in range(2):
+            m.d.comb += srcs[h].eq(sl[(sidx + h)[:2]])
+        for e in range(2):
+            with m.If(issue & (rq_wm == e)):
+                for h in range(2):
+                    src = srcs[h]
+                    m.d.sync += rq_meta[e][h].eq(Cat(src.a, src.e, src.pos, src.va, src.ve, (sidx + h)[:4]))
+                m.d.sync += rq_has2[e].eq(avail >= 2)
+        with m.If(issue):
+            m.d.sync += rq_wm.eq(~rq_wm)
+        sacc = [[Signal(signed(dotw), name=f"sacc{r}_{h}") for h in range(2)] for r in range(R)]
+        for r in range(R):
+            for h in range(2):
+                total = Signal(signed(dotw), name=f"stot{r}_{h}")
+                m.d.comb += total.eq(Mux(tfirst, 0, sacc[r][h]) + arrays[r].dots[h])
+                with m.If(tv):
+                    m.d.sync += sacc[r][h].eq(total)
+                for e in range(2):
+                    with m.If(tv & tlast & (rq_wd == e)):
+                        m.d.sync += rq_dot[e][r][h].eq(total)
+        with m.If(tv & tlast):
+            m.d.sync += rq_wd.eq(~rq_wd)
+
+        # --- post: one key per cycle, s (and in APPLY p, w) per row --------------------------------
+        credit = Signal(range(W_CREDITS + 1))            # APPLY keys in the post or the w queue
+        ph = Signal()
+        head_full = Array(rq_full)[rq_rd]
+        head_has2 = Array(rq_has2)[rq_rd]
+        go = Signal()
+        m.d.comb += go.eq(head_full & (~apply | (credit < W_CREDITS)))
+        pop = Signal()
+        m.d.comb += pop.eq(go & (~head_has2 | ph))
+        with m.If(go):
+            m.d.sync += ph.eq(~pop)
+        with m.If(pop):
+            m.d.sync += rq_rd.eq(~rq_rd)
+        for e in range(2):
+            with m.If(tv & tlast & (rq_wd == e)):
+                m.d.sync += rq_full[e].eq(1)
+            with m.If(pop & (rq_rd == e)):
+                m.d.sync += rq_full[e].eq(0)
+        m.d.sync += rq_n.eq(rq_n + issue - pop)
+
+        # stage 1: the key's fields and dots
+        meta_arr = Array(Array(rq_meta[e][h].as_value() for h in range(2)) for e in range(2))
+        p1v = Signal()
+        p1 = Signal(meta_layout)
+        p1d = [Signal(signed(dotw), name=f"p1d{r}") for r in range(R)]
+        m.d.sync += [p1v.eq(go), p1.eq(meta_arr[rq_rd][ph])]
+        for r in range(R):
+            m.d.sync += p1d[r].eq(Array(Array(rq_dot[e][r][h] for h in range(2)) for e in range(2))[rq_rd][ph])
+
+        def stage(name, value, shape=None):
+            sig = Signal(shape if shape is not None else value.shape(), name=name)
+            m.d.sync += sig.eq(value)
+            return sig
+
+        def carry(prev_v, prev_meta, n):
+            return stage(f"p{n}v", prev_v), stage(f"p{n}m", prev_meta)
+
+        # stage 2: raw = dot A_k; stage 3: the rounding shift; stage 4: s = sat32
+        p2v, p2 = carry(p1v, p1, 2)
+        p3v, p3 = carry(p2v, p2, 3)
+        p4v, p4 = carry(p3v, p3, 4)
+        p5v, p5 = carry(p4v, p4, 5)
+        p6v, p6 = carry(p5v, p5, 6)
+        p7v, p7 = carry(p6v, p6, 7)
+        p8v, p8 = carry(p7v, p7, 8)
+        m.submodules.exp2 = exp2 = exp2_rom()
+        wq_w = [[Signal(signed(32), name=f"wq{e}_w{r}") for r in range(R)] for e in range(W_CREDITS)]
+        wq_idx = [Signal(4, name=f"wq{e}_idx") for e in range(W_CREDITS)]
+        wq_wp, wq_rp = Signal(range(W_CREDITS)), Signal(range(W_CREDITS))
+        wq_n = Signal(range(W_CREDITS + 1))
+        push = Signal()
+        m.d.comb += push.eq(p8v & apply)
+        for r in range(R):
+            raw = stage(f"raw{r}", p1d[r] * p1.a)
+            sh = stage(f"ssh{r}", -(qrows[r].exp + p1.e + fx.S_FRAC), signed(10))
+            vis2 = stage(f"vis2_{r}", p1.pos <= qrows[r].pos)
+            rs = stage(f"rs{r}", rshr(m, raw, sh, max_left=33))
+            vis3 = stage(f"vis3_{r}", vis2)
+            s4 = stage(f"s{r}", sat(m, rs, 32))
+            vis4 = stage(f"vis4_{r}", vis3)
+            with m.If(p4v & ~apply & vis4 & (s4 > mrow[r])):
+                m.d.sync += mrow[r].eq(s4)
             neg = Signal(unsigned(34), name=f"negd{r}")     # m - s >= 0 for a visible key
-            m.d.comb += neg.eq(mrow[r] - s)
+            m.d.comb += neg.eq(mrow[r] - s4)
             y = rshr_pos(m, neg, Const(fx.S_FRAC - fx.EXP_LUT_BITS, 3), 35)
             rp = exp2.read_port()
             m.d.comb += [rp.en.eq(1), rp.addr.eq(y[:fx.EXP_LUT_BITS])]
-            n2, ok2, big2 = Signal(range(64), name=f"n{r}"), Signal(name=f"ok2_{r}"), Signal(name=f"big{r}")
-            m.d.sync += [n2.eq(y[8:14]), big2.eq(y[8:] > fx.P_FRAC), ok2.eq(vis & k1v & apply)]
-            p = Signal(16, name=f"p{r}")
-            m.d.comb += p.eq(Mux(big2 | ~ok2, 0, rshr_pos(m, rp.data.as_unsigned(), n2, 18)))
-            wsh = Signal(signed(10), name=f"wsh{r}")
-            m.d.comb += wsh.eq(fx.P_FRAC - fx.O_FRAC - v2.e)
-            w = sat(m, rshr(m, p * v2.a, wsh, max_left=33), 32)
-            with m.If(a2v):
-                m.d.sync += lacc[r].eq(lacc[r] + p)
-                for i in range(D):
-                    m.d.sync += oacc[r][i].eq(oacc[r][i] + w * v2.q[W_BITS * i:W_BITS * (i + 1)].as_signed())
+            n5 = stage(f"n{r}", y[8:14], range(64))
+            big5 = stage(f"big{r}", y[8:] > fx.P_FRAC)
+            ok5 = stage(f"ok{r}", vis4 & p4v & apply)
+            p6p = stage(f"p{r}", Mux(big5 | ~ok5, 0, rshr_pos(m, rp.data.as_unsigned(), n5, 18)), 16)
+            with m.If(p6v & apply):
+                m.d.sync += lacc[r].eq(lacc[r] + p6p)
+            u7 = stage(f"u{r}", p6p * p6.va)
+            wsh7 = stage(f"wsh{r}", fx.P_FRAC - fx.O_FRAC - p6.ve, signed(10))
+            wr8 = stage(f"wr{r}", rshr(m, u7, wsh7, max_left=33))
+            w9 = sat(m, wr8, 32)
+            for e in range(W_CREDITS):
+                with m.If(push & (wq_wp == e)):
+                    m.d.sync += wq_w[e][r].eq(w9)
+        for e in range(W_CREDITS):
+            with m.If(push & (wq_wp == e)):
+                m.d.sync += wq_idx[e].eq(p8.idx)
+        with m.If(push):
+            m.d.sync += wq_wp.eq(Mux(wq_wp == W_CREDITS - 1, 0, wq_wp + 1))
+        with m.If(p4v & ~apply):
+            m.d.sync += kdone.eq(kdone + 1)
 
-            # resets by a pass's ``first`` and the state loads (never during a pass)
+        # --- P.V: one key per head_dim / lanes cycles; o += w vq as two 16-bit digits of w, each
+        # times two packed INT4 elements per DSP ---------------------------------------------------
+        vr = vring.read_port()
+        pv_run, pv_c = Signal(), Signal(range(C))
+        w_cur = [Signal(31, name=f"wcur{r}") for r in range(R)]
+        v_cur = Signal(D * W_BITS)
+        rd_ok = Signal()
+        pv_end = Signal()
+        m.d.comb += [pv_end.eq(pv_run & (pv_c == C - 1)), vr.en.eq(1), vr.addr.eq(Array(wq_idx)[wq_rp])]
+        pv_go = Signal()
+        m.d.comb += pv_go.eq((wq_n != 0) & rd_ok & (~pv_run | pv_end))
+        m.d.sync += rd_ok.eq((wq_n != 0) & ~pv_go)
+        with m.If(pv_run):
+            m.d.sync += pv_c.eq(pv_c + 1)
+            with m.If(pv_end):
+                m.d.sync += [pv_run.eq(0), pv_c.eq(0)]
+        with m.If(pv_go):
+            m.d.sync += [pv_run.eq(1), pv_c.eq(0), v_cur.eq(vr.data),
+                         wq_rp.eq(Mux(wq_rp == W_CREDITS - 1, 0, wq_rp + 1))]
+            for r in range(R):
+                m.d.sync += w_cur[r].eq(Array(wq_w[e][r] for e in range(W_CREDITS))[wq_rp][:31])
+        m.d.sync += [wq_n.eq(wq_n + push - pv_go), credit.eq(credit + (go & apply) - pv_go)]
+
+        pairs = -(-L // 2)
+        vchunk = Array(v_cur[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[pv_c]
+        a1 = []
+        for t in range(pairs):
+            lo = vchunk[2 * t * W_BITS:(2 * t + 1) * W_BITS].as_signed()
+            hi = vchunk[(2 * t + 1) * W_BITS:(2 * t + 2) * W_BITS].as_signed() if 2 * t + 1 < L else Const(0, 4)
+            a1.append(stage(f"pva{t}", hi * (1 << PACK_SHIFT) + lo, signed(DSP_A_BITS)))
+        q1v, q1c, q1l = stage("pv1v", pv_run), stage("pv1c", pv_c), stage("pv1l", pv_end)
+        q2v, q2c, q2l = stage("pv2v", q1v), stage("pv2c", q1c), stage("pv2l", q1l)
+        q3v, q3c, q3l = stage("pv3v", q2v), stage("pv3c", q2c), stage("pv3l", q2l)
+        for r in range(R):
+            d0 = stage(f"pvd0_{r}", Cat(w_cur[r][:16], Const(0, 1)).as_signed())
+            d1 = stage(f"pvd1_{r}", Cat(w_cur[r][16:31], Const(0, 2)).as_signed())
+            for t in range(pairs):
+                fields = []
+                for g, dg in enumerate((d0, d1)):
+                    prod = stage(f"pvp{r}_{t}_{g}", a1[t] * dg, signed(DSP_A_BITS + 18))
+                    lo_f = prod[:PACK_SHIFT].as_signed()
+                    hi_f = (prod >> PACK_SHIFT) + prod[PACK_SHIFT - 1]
+                    fields.append((lo_f, hi_f))
+                for j in range(2):
+                    lane = 2 * t + j
+                    if lane >= L:
+                        continue
+                    inc = stage(f"pvi{r}_{lane}", fields[0][j] + (fields[1][j] << 16), signed(37))
+                    cur = Array(oacc[r][c * L + lane] for c in range(C))[q3c]
+                    total = Signal(signed(self.o_width), name=f"osum{r}_{lane}")
+                    m.d.comb += total.eq(cur + inc)
+                    for c in range(C):
+                        with m.If(q3v & (q3c == c)):
+                            m.d.sync += oacc[r][c * L + lane].eq(total)
+        with m.If(q3v & q3l):
+            m.d.sync += kdone.eq(kdone + 1)
+
+        with m.If(draining & (kdone == acc)):
+            m.d.sync += state.eq(IDLE)
+
+        # resets by a pass's ``first`` and the state loads (never during a pass)
+        for r in range(R):
             with m.If(reset_m | self.clear):
                 m.d.sync += mrow[r].eq(INT32_MIN)
             with m.If(reset_lo | self.clear):
@@ -209,62 +435,97 @@ class AttentionUnit(wiring.Component):
                         with m.Case(2 + i):
                             m.d.sync += oacc[r][i].eq(self.st.data.as_signed())
 
-        # --- emit: per row finalize(o / l), [m, l, o...] or m ------------------------------------
+        # --- emit: a pipeline of word issue -> lane values -> sat32 -> x rcp -> shift -> out; it
+        # advances while the output register is free or taken ---------------------------------------
         row = Signal(range(R))
         word = Signal(range(D + 2))
-        phase = Signal()          # FINAL: one cycle per row for the reciprocal LUT read
+        ec, el = Signal(range(C)), Signal(range(L))     # o element ec * lanes + el
         final, maxm = Signal(), Signal()
         m.d.comb += [final.eq(cfg.mode == EmitMode.FINAL), maxm.eq(cfg.mode == EmitMode.MAX)]
-        lsat = Array(sat(m, lacc[r], 32) for r in range(R))
-        osat = Array(Array(sat(m, oacc[r][i], 32) for i in range(D)) for r in range(R))
-        msel = Array(mrow)[row]
-        lcur = Signal(signed(32))
-        m.d.comb += lcur.eq(lsat[row])
-        b = Signal(range(33))
-        m.d.comb += b.eq(bitlen(m, lcur[:31]))
+        ovalid, olast = Signal(), Signal()
+        odata = Signal(32)
+        eadv = Signal()
+        m.d.comb += [eadv.eq(~ovalid | self.o.tready), self.o.tvalid.eq(ovalid), self.o.tdata.eq(odata),
+                     self.o.tkeep.eq(0xF), self.o.tlast.eq(olast)]
+        # FINAL: the row's reciprocal, four cycles after the row is selected (free-running stages)
+        prep = Signal(range(5))
+        lsel = Array(sat(m, lacc[r], 32) for r in range(R))
+        la = Signal(signed(32))
+        m.d.sync += la.eq(lsel[row])
+        lb, bb = Signal(signed(32)), Signal(range(33))
+        m.d.sync += [lb.eq(la), bb.eq(bitlen(m, la[:31]))]
         idx = Signal(signed(48))
-        m.d.comb += idx.eq(rshr(m, lcur, b - fx.RCP_IDX_BITS, max_left=10))
+        m.d.comb += idx.eq(rshr(m, lb, bb - fx.RCP_IDX_BITS, max_left=10))
         m.submodules.rcp = rcp = memory.Memory(shape=16, depth=len(fx.RCP_LUT), init=[int(x) for x in fx.RCP_LUT])
         rr = rcp.read_port()
         m.d.comb += [rr.en.eq(1), rr.addr.eq(idx - (1 << (fx.RCP_IDX_BITS - 1)))]
-        fsh = Signal(signed(8))
-        m.d.comb += fsh.eq(b + fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC)
-        rcur = Mux(lcur > 0, rr.data, 0)
-        oidx = Signal(range(D))
-        m.d.comb += oidx.eq(Mux(final, word, word - 2))
-        ocur = osat[row][oidx]
-        fin = sat(m, rshr(m, ocur * rcur, fsh, max_left=33), 32)
-        out_word = Signal(32)
-        with m.If(maxm):
-            m.d.comb += out_word.eq(msel)
-        with m.Elif(final):
-            m.d.comb += out_word.eq(fin)
-        with m.Elif(word == 0):
-            m.d.comb += out_word.eq(msel)
-        with m.Elif(word == 1):
-            m.d.comb += out_word.eq(lcur)
-        with m.Else():
-            m.d.comb += out_word.eq(ocur)
+        fsh_c, pos_c = Signal(signed(8)), Signal()
+        m.d.sync += [fsh_c.eq(bb + fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC),
+                     pos_c.eq(lb > 0)]
+        rcur, fsh = Signal(16), Signal(signed(8))
+        m.d.sync += [rcur.eq(Mux(pos_c, rr.data, 0)), fsh.eq(fsh_c)]
+
+        outing = state == OUT
+        e_done = Signal()
+        ready_row = ~final | (prep == 4)
+        with m.If(outing & final & (prep != 4)):
+            m.d.sync += prep.eq(prep + 1)
+        eissue = Signal()
+        m.d.comb += eissue.eq(outing & ~e_done & ready_row & eadv)
         last_word = Signal()
         m.d.comb += last_word.eq(Mux(maxm, 1, Mux(final, word == D - 1, word == D + 1)))
         last_row = row == cfg.rows - 1
-        emitting = Signal()
-        m.d.comb += emitting.eq((state == OUT) & (~final | phase))
-        m.d.comb += [self.o.tvalid.eq(emitting), self.o.tdata.eq(out_word), self.o.tkeep.eq(0xF),
-                     self.o.tlast.eq(last_word & last_row)]
-        with m.If((state == OUT) & final & ~phase):
-            m.d.sync += phase.eq(1)
-        with m.If(emitting & self.o.tready):
+        is_o = ~maxm & (final | (word >= 2))
+        with m.If(eissue):
             m.d.sync += word.eq(word + 1)
+            with m.If(is_o):
+                m.d.sync += el.eq(el + 1)
+                with m.If(el == L - 1):
+                    m.d.sync += [el.eq(0), ec.eq(ec + 1)]
             with m.If(last_word):
-                m.d.sync += [word.eq(0), row.eq(row + 1), phase.eq(0)]
+                m.d.sync += [word.eq(0), row.eq(row + 1), prep.eq(0), ec.eq(0), el.eq(0)]
                 with m.If(last_row):
-                    m.d.sync += [row.eq(0), state.eq(IDLE)]
+                    m.d.sync += [row.eq(0), e_done.eq(1)]
+        with m.If(ovalid & self.o.tready & olast):
+            m.d.sync += [state.eq(IDLE), e_done.eq(0)]
+
+        KIND_M, KIND_L, KIND_O, KIND_F = range(4)
+        tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "m": 32, "l": 32, "rcp": 16, "fsh": signed(8)})
+        x1 = Signal(tag)
+        lanes1 = [Signal(signed(self.o_width), name=f"elane{j}") for j in range(L)]
+        el1 = Signal(range(L))
+        kind = Mux(maxm | (~final & (word == 0)), KIND_M, Mux(final, KIND_F, Mux(word == 1, KIND_L, KIND_O)))
+        with m.If(eadv):
+            m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
+                         x1.m.eq(Array(mrow)[row]), x1.l.eq(lsel[row]), x1.rcp.eq(rcur), x1.fsh.eq(fsh),
+                         el1.eq(el)]
+            for j in range(L):
+                m.d.sync += lanes1[j].eq(Array(Array(oacc[r][c * L + j] for c in range(C)) for r in range(R))[row][ec])
+        x2, x3, x4 = Signal(tag), Signal(tag), Signal(tag)
+        oc2, oc3, oc4 = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
+        prod3 = Signal(signed(49))
+        sh4 = Signal(signed(49 + 34))
+        with m.If(eadv):
+            m.d.sync += [x2.eq(x1), oc2.eq(sat(m, Array(lanes1)[el1], 32)),
+                         x3.eq(x2), oc3.eq(oc2), prod3.eq(oc2 * x2.rcp.as_unsigned()),
+                         x4.eq(x3), oc4.eq(oc3), sh4.eq(rshr(m, prod3, x3.fsh, max_left=33)),
+                         ovalid.eq(x4.v), olast.eq(x4.last)]
+            with m.Switch(x4.kind):
+                with m.Case(KIND_M):
+                    m.d.sync += odata.eq(x4.m)
+                with m.Case(KIND_L):
+                    m.d.sync += odata.eq(x4.l)
+                with m.Case(KIND_O):
+                    m.d.sync += odata.eq(oc4)
+                with m.Default():
+                    m.d.sync += odata.eq(sat(m, sh4, 32))
         return m
 
 
 @block("compute_attention", "Q.K^T, exp2 softmax state, P.V over streamed KV -> (m, l, o), maxima or rows",
-       variants=({"max_keys": 65536},), head_dim=16, rows=2, max_keys=64,
-       ranges={"head_dim": Range(1, 256), "rows": Range(1, 64), "max_keys": Range(1, 1 << 20, pow2=True)})
-def _attention(head_dim, rows, max_keys):
-    return AttentionUnit(head_dim, rows, max_keys)
+       variants=({"max_keys": 65536}, {"head_dim": 32, "lanes": 8, "primitive": 1}),
+       head_dim=16, rows=2, max_keys=64, lanes=0, primitive=0,
+       ranges={"head_dim": Range(1, 256), "rows": Range(1, 64), "max_keys": Range(1, 1 << 20, pow2=True),
+               "lanes": Range(0, 256), "primitive": Range(0, 1)})
+def _attention(head_dim, rows, max_keys, lanes, primitive):
+    return AttentionUnit(head_dim, rows, max_keys, lanes=lanes or None, primitive=bool(primitive))

@@ -152,6 +152,23 @@ def test_first_resets_only_its_pass():
     dut = AttentionUnit(head_dim=4, rows=1, max_keys=16)
     got = []
 
+    async def until_idle(ctx):
+        for _ in range(100):
+            if not ctx.get(dut.busy):
+                return
+            await ctx.tick()
+        raise AssertionError("unit still busy")
+
+    async def take_words(ctx):
+        for _ in range(40):         # one STATE row: 6 words and the emit pipeline's latency
+            if ctx.get(dut.o.tvalid):
+                got.append(ctx.get(dut.o.tdata))
+                if ctx.get(dut.o.tlast):
+                    await ctx.tick()
+                    return
+            await ctx.tick()
+        raise AssertionError("no TLAST")
+
     async def bench(ctx):
         ctx.set(dut.o.tready, 1)
         for word, value in ((0, 1234), (1, 77), (2, -5), (3, 6), (4, 7), (5, 8)):
@@ -166,23 +183,16 @@ def test_first_resets_only_its_pass():
         ctx.set(dut.k.valid, 1); ctx.set(dut.v.valid, 1)
         await ctx.tick()
         ctx.set(dut.k.valid, 0); ctx.set(dut.v.valid, 0)
-        for _ in range(5):
-            await ctx.tick()
+        await until_idle(ctx)
         await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": EmitMode.STATE, "rows": 1})
-        for _ in range(12):
-            if ctx.get(dut.o.tvalid):
-                got.append(ctx.get(dut.o.tdata))
-            await ctx.tick()
+        await take_words(ctx)
 
         # clear (ATTN_Q QUERY) empties the state
         ctx.set(dut.clear, 1)
         await ctx.tick()
         ctx.set(dut.clear, 0)
         await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": EmitMode.STATE, "rows": 1})
-        for _ in range(12):
-            if ctx.get(dut.o.tvalid):
-                got.append(ctx.get(dut.o.tdata))
-            await ctx.tick()
+        await take_words(ctx)
 
     simulate(dut, bench)
     assert got == [1234, 0, 0, 0, 0, 0] + [fx.INT32_MIN & 0xFFFFFFFF, 0, 0, 0, 0, 0]
