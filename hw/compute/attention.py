@@ -95,6 +95,36 @@ def default_lanes(head_dim: int) -> int:
     return 1
 
 
+def rshr_staged(m, x, s, max_left: int, name: str, en=None) -> Signal:
+    """Golden ``rshr`` (as ``mcf.hw.arith.rshr``) in two register stages: the barrel shifts, then
+    the rounding add and the choice of left or right shift; ``en`` gates both stages."""
+    xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
+    cap = len(xs) + 1
+    neg = Signal(name=f"{name}_neg")
+    m.d.comb += neg.eq(s < 0)
+    sc = Signal(range(cap + 1), name=f"{name}_sc")
+    m.d.comb += sc.eq(Mux(neg, 0, Mux(s > cap, cap, s)))
+    sc1 = Signal(range(cap + 1), name=f"{name}_sc1")
+    m.d.comb += sc1.eq(sc - 1)
+    left = Signal(range(max_left + 1), name=f"{name}_left")
+    m.d.comb += left.eq(Mux(neg, Mux(-s > max_left, max_left, -s), 0))
+    a_x, a_shr = Signal.like(xs, name=f"{name}_x"), Signal(signed(len(xs)), name=f"{name}_shr")
+    a_shl = Signal(signed(len(xs) + max_left + 1), name=f"{name}_shl")
+    a_neg, a_zero = Signal(name=f"{name}_n"), Signal(name=f"{name}_z")
+    out = Signal(signed(len(xs) + max_left + 1), name=name)
+    dom = m.d.sync
+    stmts_a = [a_x.eq(xs), a_shr.eq(xs >> sc1), a_shl.eq(xs << left), a_neg.eq(neg), a_zero.eq(sc == 0)]
+    pre = Signal(signed(len(xs) + 1), name=f"{name}_pre")
+    m.d.comb += pre.eq(a_shr + 1)
+    stmts_b = [out.eq(Mux(a_neg, a_shl, Mux(a_zero, a_x, pre >> 1)))]
+    if en is None:
+        dom += stmts_a + stmts_b
+    else:
+        with m.If(en):
+            dom += stmts_a + stmts_b
+    return out
+
+
 #: Keys held for the score array (two pairs: one scored, one filling); V rows held until P.V.
 K_SLOTS, V_DEPTH = 4, 16
 #: Keys between the score post-processing and P.V (APPLY): the post pipeline plus the w queue.
@@ -169,7 +199,15 @@ class AttentionUnit(wiring.Component):
 
         mrow = [Signal(signed(32), name=f"m{r}", init=INT32_MIN) for r in range(R)]
         lacc = [Signal(signed(self.l_width), name=f"l{r}") for r in range(R)]
-        oacc = [[Signal(signed(self.o_width), name=f"o{r}_{i}") for i in range(D)] for r in range(R)]
+        # o[r][c * lanes + l] in memory (r, l) at address c, a flag per element (0 reads as 0:
+        # ``clear`` and APPLY's ``first`` empty every o in one cycle)
+        omem = [[memory.Memory(shape=signed(self.o_width), depth=C, init=[]) for _ in range(L)] for _ in range(R)]
+        for r in range(R):
+            for j in range(L):
+                m.submodules[f"o{r}_{j}"] = omem[r][j]
+        o_rd = [[omem[r][j].read_port() for j in range(L)] for r in range(R)]
+        o_wr = [[omem[r][j].write_port() for j in range(L)] for r in range(R)]
+        oflag = [[Signal(name=f"of{r}_{i}") for i in range(D)] for r in range(R)]
 
         # --- keys in: K (and V) rows into slots; counters of this pass (mod 2^16) ----------------------
         acc, sidx, sfree, kdone = (Signal(16, name=n) for n in ("acc", "sidx", "sfree", "kdone"))
@@ -311,11 +349,13 @@ class AttentionUnit(wiring.Component):
         # stage 2: raw = dot A_k; stage 3: the rounding shift; stage 4: s = sat32
         p2v, p2 = carry(p1v, p1, 2)
         p3v, p3 = carry(p2v, p2, 3)
-        p4v, p4 = carry(p3v, p3, 4)
+        p3bv, p3b = carry(p3v, p3, "3b")
+        p4v, p4 = carry(p3bv, p3b, 4)
         p5v, p5 = carry(p4v, p4, 5)
         p6v, p6 = carry(p5v, p5, 6)
         p7v, p7 = carry(p6v, p6, 7)
-        p8v, p8 = carry(p7v, p7, 8)
+        p7bv, p7b = carry(p7v, p7, "7b")
+        p8v, p8 = carry(p7bv, p7b, 8)
         m.submodules.exp2 = exp2 = exp2_rom()
         wq_w = [[Signal(signed(32), name=f"wq{e}_w{r}") for r in range(R)] for e in range(W_CREDITS)]
         wq_idx = [Signal(4, name=f"wq{e}_idx") for e in range(W_CREDITS)]
@@ -327,10 +367,9 @@ class AttentionUnit(wiring.Component):
             raw = stage(f"raw{r}", p1d[r] * p1.a)
             sh = stage(f"ssh{r}", -(qrows[r].exp + p1.e + fx.S_FRAC), signed(10))
             vis2 = stage(f"vis2_{r}", p1.pos <= qrows[r].pos)
-            rs = stage(f"rs{r}", rshr(m, raw, sh, max_left=33))
-            vis3 = stage(f"vis3_{r}", vis2)
+            rs = rshr_staged(m, raw, sh, 33, f"rs{r}")
+            vis4 = stage(f"vis4_{r}", stage(f"vis3b_{r}", stage(f"vis3_{r}", vis2)))
             s4 = stage(f"s{r}", sat(m, rs, 32))
-            vis4 = stage(f"vis4_{r}", vis3)
             with m.If(p4v & ~apply & vis4 & (s4 > mrow[r])):
                 m.d.sync += mrow[r].eq(s4)
             neg = Signal(unsigned(34), name=f"negd{r}")     # m - s >= 0 for a visible key
@@ -346,7 +385,7 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += lacc[r].eq(lacc[r] + p6p)
             u7 = stage(f"u{r}", p6p * p6.va)
             wsh7 = stage(f"wsh{r}", fx.P_FRAC - fx.O_FRAC - p6.ve, signed(10))
-            wr8 = stage(f"wr{r}", rshr(m, u7, wsh7, max_left=33))
+            wr8 = rshr_staged(m, u7, wsh7, 33, f"wr{r}")
             w9 = sat(m, wr8, 32)
             for e in range(W_CREDITS):
                 with m.If(push & (wq_wp == e)):
@@ -392,6 +431,15 @@ class AttentionUnit(wiring.Component):
         q1v, q1c, q1l = stage("pv1v", pv_run), stage("pv1c", pv_c), stage("pv1l", pv_end)
         q2v, q2c, q2l = stage("pv2v", q1v), stage("pv2c", q1c), stage("pv2l", q1l)
         q3v, q3c, q3l = stage("pv3v", q2v), stage("pv3c", q2c), stage("pv3l", q2l)
+        outing = state == OUT
+        ec, el = Signal(range(C)), Signal(range(L))     # emit: o element ec * lanes + el
+        eadv = Signal()
+        # st word 2 + i -> (chunk, lane) of element i
+        st_i = Signal(range(D + 2))
+        m.d.comb += st_i.eq(self.st.word - 2)
+        st_c = Array(Const(i // L, range(C)) for i in range(D))[st_i]
+        st_l = Array(Const(i % L, range(L)) for i in range(D))[st_i]
+        st_o = self.st.en & (self.st.word >= 2)
         for r in range(R):
             d0 = stage(f"pvd0_{r}", Cat(w_cur[r][:16], Const(0, 1)).as_signed())
             d1 = stage(f"pvd1_{r}", Cat(w_cur[r][16:31], Const(0, 2)).as_signed())
@@ -407,12 +455,20 @@ class AttentionUnit(wiring.Component):
                     if lane >= L:
                         continue
                     inc = stage(f"pvi{r}_{lane}", fields[0][j] + (fields[1][j] << 16), signed(37))
-                    cur = Array(oacc[r][c * L + lane] for c in range(C))[q3c]
+                    # read o at stage 2, add and write it back at stage 3 (an element comes back
+                    # only head_dim / lanes cycles later)
+                    rd, wr = o_rd[r][lane], o_wr[r][lane]
+                    flags = Array(oflag[r][c * L + lane] for c in range(C))
+                    fl3 = stage(f"pvf{r}_{lane}", flags[q2c])
+                    m.d.comb += [rd.en.eq(Mux(outing, eadv, 1)), rd.addr.eq(Mux(outing, ec, q2c))]
                     total = Signal(signed(self.o_width), name=f"osum{r}_{lane}")
-                    m.d.comb += total.eq(cur + inc)
+                    m.d.comb += total.eq(Mux(fl3, rd.data, 0) + inc)
+                    st_we = st_o & (self.st.row == r) & (st_l == lane)
+                    m.d.comb += [wr.en.eq(q3v | st_we), wr.addr.eq(Mux(st_we, st_c, q3c)),
+                                 wr.data.eq(Mux(st_we, self.st.data.as_signed(), total))]
                     for c in range(C):
-                        with m.If(q3v & (q3c == c)):
-                            m.d.sync += oacc[r][c * L + lane].eq(total)
+                        with m.If(wr.en & (wr.addr == c)):
+                            m.d.sync += oflag[r][c * L + lane].eq(1)
         with m.If(q3v & q3l):
             m.d.sync += kdone.eq(kdone + 1)
 
@@ -424,51 +480,50 @@ class AttentionUnit(wiring.Component):
             with m.If(reset_m | self.clear):
                 m.d.sync += mrow[r].eq(INT32_MIN)
             with m.If(reset_lo | self.clear):
-                m.d.sync += [lacc[r].eq(0)] + [oacc[r][i].eq(0) for i in range(D)]
+                m.d.sync += [lacc[r].eq(0)] + [oflag[r][i].eq(0) for i in range(D)]
             with m.If(self.st.en & (self.st.row == r)):
-                with m.Switch(self.st.word):
-                    with m.Case(0):
-                        m.d.sync += mrow[r].eq(self.st.data)
-                    with m.Case(1):
-                        m.d.sync += lacc[r].eq(self.st.data.as_signed())
-                    for i in range(D):
-                        with m.Case(2 + i):
-                            m.d.sync += oacc[r][i].eq(self.st.data.as_signed())
+                with m.If(self.st.word == 0):
+                    m.d.sync += mrow[r].eq(self.st.data)
+                with m.If(self.st.word == 1):
+                    m.d.sync += lacc[r].eq(self.st.data.as_signed())
 
         # --- emit: a pipeline of word issue -> lane values -> sat32 -> x rcp -> shift -> out; it
         # advances while the output register is free or taken ---------------------------------------
         row = Signal(range(R))
         word = Signal(range(D + 2))
-        ec, el = Signal(range(C)), Signal(range(L))     # o element ec * lanes + el
         final, maxm = Signal(), Signal()
         m.d.comb += [final.eq(cfg.mode == EmitMode.FINAL), maxm.eq(cfg.mode == EmitMode.MAX)]
         ovalid, olast = Signal(), Signal()
         odata = Signal(32)
-        eadv = Signal()
         m.d.comb += [eadv.eq(~ovalid | self.o.tready), self.o.tvalid.eq(ovalid), self.o.tdata.eq(odata),
                      self.o.tkeep.eq(0xF), self.o.tlast.eq(olast)]
-        # FINAL: the row's reciprocal, four cycles after the row is selected (free-running stages)
-        prep = Signal(range(5))
+        # FINAL: the row's reciprocal from free-running stages, PREP cycles after the row is selected
+        PREP = 6
+        prep = Signal(range(PREP + 1))
         lsel = Array(sat(m, lacc[r], 32) for r in range(R))
         la = Signal(signed(32))
         m.d.sync += la.eq(lsel[row])
         lb, bb = Signal(signed(32)), Signal(range(33))
         m.d.sync += [lb.eq(la), bb.eq(bitlen(m, la[:31]))]
-        idx = Signal(signed(48))
-        m.d.comb += idx.eq(rshr(m, lb, bb - fx.RCP_IDX_BITS, max_left=10))
+        bsh = Signal(signed(8))
+        m.d.comb += bsh.eq(bb - fx.RCP_IDX_BITS)
+        idx = rshr_staged(m, lb, bsh, 10, "rcpidx")
+        lc, bc = Signal(signed(32)), Signal(range(33))
+        m.d.sync += [lc.eq(lb), bc.eq(bb)]
+        lc2, bc2 = Signal(signed(32)), Signal(range(33))
+        m.d.sync += [lc2.eq(lc), bc2.eq(bc)]
         m.submodules.rcp = rcp = memory.Memory(shape=16, depth=len(fx.RCP_LUT), init=[int(x) for x in fx.RCP_LUT])
         rr = rcp.read_port()
         m.d.comb += [rr.en.eq(1), rr.addr.eq(idx - (1 << (fx.RCP_IDX_BITS - 1)))]
         fsh_c, pos_c = Signal(signed(8)), Signal()
-        m.d.sync += [fsh_c.eq(bb + fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC),
-                     pos_c.eq(lb > 0)]
+        m.d.sync += [fsh_c.eq(bc2 + fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC),
+                     pos_c.eq(lc2 > 0)]
         rcur, fsh = Signal(16), Signal(signed(8))
         m.d.sync += [rcur.eq(Mux(pos_c, rr.data, 0)), fsh.eq(fsh_c)]
 
-        outing = state == OUT
         e_done = Signal()
-        ready_row = ~final | (prep == 4)
-        with m.If(outing & final & (prep != 4)):
+        ready_row = ~final | (prep == PREP)
+        with m.If(outing & final & (prep != PREP)):
             m.d.sync += prep.eq(prep + 1)
         eissue = Signal()
         m.d.comb += eissue.eq(outing & ~e_done & ready_row & eadv)
@@ -489,36 +544,40 @@ class AttentionUnit(wiring.Component):
         with m.If(ovalid & self.o.tready & olast):
             m.d.sync += [state.eq(IDLE), e_done.eq(0)]
 
+        # issue: the o memories read ec (all rows, all lanes); 1: (row, el) of it; 2: sat32;
+        # 3: x rcp; 4, 5: the rounding shift; out
         KIND_M, KIND_L, KIND_O, KIND_F = range(4)
-        tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "m": 32, "l": 32, "rcp": 16, "fsh": signed(8)})
-        x1 = Signal(tag)
-        lanes1 = [Signal(signed(self.o_width), name=f"elane{j}") for j in range(L)]
-        el1 = Signal(range(L))
+        tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "m": 32, "l": 32, "rcp": 16, "fsh": signed(8),
+                                 "row": range(R), "el": range(L), "flag": 1})
+        x1, x2, x3, x4, x5 = (Signal(tag, name=f"x{i}") for i in range(1, 6))
         kind = Mux(maxm | (~final & (word == 0)), KIND_M, Mux(final, KIND_F, Mux(word == 1, KIND_L, KIND_O)))
+        flag_now = Array(Array(oflag[r][c * L + j] for j in range(L) for c in range(C)) for r in range(R))
+        ov2 = Signal(signed(self.o_width))
+        oc3, oc4, oc5 = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
+        prod4 = Signal(signed(49))
+        lane_data = Array(Array(o_rd[r][j].data for j in range(L)) for r in range(R))
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
                          x1.m.eq(Array(mrow)[row]), x1.l.eq(lsel[row]), x1.rcp.eq(rcur), x1.fsh.eq(fsh),
-                         el1.eq(el)]
-            for j in range(L):
-                m.d.sync += lanes1[j].eq(Array(Array(oacc[r][c * L + j] for c in range(C)) for r in range(R))[row][ec])
-        x2, x3, x4 = Signal(tag), Signal(tag), Signal(tag)
-        oc2, oc3, oc4 = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
-        prod3 = Signal(signed(49))
-        sh4 = Signal(signed(49 + 34))
+                         x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now[row][el * C + ec]),
+                         x2.eq(x1), ov2.eq(Mux(x1.flag, lane_data[x1.row][x1.el], 0)),
+                         x3.eq(x2), oc3.eq(sat(m, ov2, 32)),
+                         x4.eq(x3), oc4.eq(oc3), prod4.eq(oc3 * x3.rcp.as_unsigned()),
+                         x5.eq(x4), oc5.eq(oc4)]
+        sh6 = rshr_staged(m, prod4, x4.fsh, 33, "fin", en=eadv)
+        x6 = Signal(tag)
+        oc6 = Signal(signed(32))
         with m.If(eadv):
-            m.d.sync += [x2.eq(x1), oc2.eq(sat(m, Array(lanes1)[el1], 32)),
-                         x3.eq(x2), oc3.eq(oc2), prod3.eq(oc2 * x2.rcp.as_unsigned()),
-                         x4.eq(x3), oc4.eq(oc3), sh4.eq(rshr(m, prod3, x3.fsh, max_left=33)),
-                         ovalid.eq(x4.v), olast.eq(x4.last)]
-            with m.Switch(x4.kind):
+            m.d.sync += [x6.eq(x5), oc6.eq(oc5), ovalid.eq(x6.v), olast.eq(x6.last)]
+            with m.Switch(x6.kind):
                 with m.Case(KIND_M):
-                    m.d.sync += odata.eq(x4.m)
+                    m.d.sync += odata.eq(x6.m)
                 with m.Case(KIND_L):
-                    m.d.sync += odata.eq(x4.l)
+                    m.d.sync += odata.eq(x6.l)
                 with m.Case(KIND_O):
-                    m.d.sync += odata.eq(oc4)
+                    m.d.sync += odata.eq(oc6)
                 with m.Default():
-                    m.d.sync += odata.eq(sat(m, sh4, 32))
+                    m.d.sync += odata.eq(sat(m, sh6, 32))
         return m
 
 

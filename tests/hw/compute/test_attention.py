@@ -130,6 +130,11 @@ async def run_state_load(dut):
 def test_construction():
     a = AttentionUnit(head_dim=16, rows=2, max_keys=64)
     assert len(a.o.tdata) == 32 and a.l_width == 34 and a.o_width == 44
+    assert (a.lanes, a.chunks) == (4, 4) and a.cycles_per_key == (2, 4)
+    q = AttentionUnit(head_dim=128, rows=6, max_keys=4096)       # the Qwen preset's unit
+    assert (q.lanes, q.chunks, q.cycles_per_key, q.multipliers) == (16, 8, (4, 8), 6 * 32)
+    with pytest.raises(ValueError, match="^lanes=6: must divide head_dim=16"):
+        AttentionUnit(head_dim=16, lanes=6)
     with pytest.raises(ValueError, match="^max_keys=48: must be a power of two$"):
         AttentionUnit(max_keys=48)
     with pytest.raises(ValueError, match="^rows=0, head_dim=16: must be >= 1$"):
@@ -145,6 +150,20 @@ def test_attention_amaranth_sim(final, runs, protocol):
     got_max, got = run_attention(dut, [job])[0]
     assert got_max == job.max_words
     assert got == job.expected
+
+
+@pytest.mark.parametrize("lanes", [8, 4])
+def test_attention_folded_amaranth_sim(lanes):
+    """head_dim 32 folded to 8 (4 chunks a key pair) or 4 lanes (8 chunks): odd key counts (a
+    pair of one key at a run's end), several runs, both emit modes."""
+    rng = np.random.default_rng(11 + lanes)
+    dut = AttentionUnit(head_dim=32, rows=4, max_keys=64, lanes=lanes)
+    assert dut.chunks == 32 // lanes
+    jobs = [attention_job(rng, d=32, group=2, tokens=2, keys=keys, final=final, runs=runs, protocol=protocol)
+            for keys, final, runs, protocol in ((13, True, 2, False), (6, False, 3, True))]
+    for job, (got_max, got) in zip(jobs, run_attention(dut, jobs)):
+        assert got_max == job.max_words
+        assert got == job.expected
 
 
 def test_first_resets_only_its_pass():
@@ -199,7 +218,9 @@ def test_first_resets_only_its_pass():
 
 
 @pytest.mark.cocotb
-def test_attention_cocotb(build_dir):
-    p = dict(head_dim=8, rows=4, max_keys=32)
-    run_cocotb(AttentionUnit(**p), __name__, build_dir, testcase=["run_jobs", "run_state_load"],
-               params={**p, "group": 2, "jobs": 6})
+@pytest.mark.parametrize("p", [dict(head_dim=8, rows=4, max_keys=32), dict(head_dim=32, rows=6, max_keys=32, lanes=8)],
+                         ids=["d8", "d32-lanes8"])
+def test_attention_cocotb(build_dir, p):
+    unit = AttentionUnit(**p)
+    run_cocotb(unit, __name__, build_dir, testcase=["run_jobs", "run_state_load"],
+               params={**p, "group": 2 if p["rows"] == 4 else 6, "jobs": 6})
