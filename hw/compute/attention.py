@@ -126,9 +126,9 @@ def rshr_staged(m, x, s, max_left: int, name: str, en=None) -> Signal:
 
 
 #: Keys held for the score array (two pairs: one scored, one filling); V rows held until P.V.
-K_SLOTS, V_DEPTH = 4, 16
-#: Keys between the score post-processing and P.V (APPLY): the post pipeline plus the w queue.
-W_CREDITS = 4
+K_SLOTS, V_DEPTH = 4, 32
+#: Cycles from a key's entry into the post-processing to its w in the queue for P.V.
+POST_LATENCY = 10
 
 
 class AttentionUnit(wiring.Component):
@@ -231,7 +231,7 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += kslot[s].eq(Cat(kp.q, kp.a, kp.e, kp.pos, vp.a, vp.e))
         m.submodules.vring = vring = memory.Memory(shape=D * W_BITS, depth=V_DEPTH, init=[])
         vw = vring.write_port()
-        m.d.comb += [vw.en.eq(fire & apply), vw.addr.eq(acc[:4]), vw.data.eq(vp.q)]
+        m.d.comb += [vw.en.eq(fire & apply), vw.addr.eq(acc[:5]), vw.data.eq(vp.q)]
         with m.If(fire):
             m.d.sync += acc.eq(acc + 1)
             with m.If(kp.last):
@@ -241,12 +241,15 @@ class AttentionUnit(wiring.Component):
         # --- scores: a key pair per head_dim / lanes cycles, two INT4 keys per DSP (DotArray) ---------
         avail = Signal(16)
         m.d.comb += avail.eq(acc - sidx)
-        rq_n = Signal(range(3))                         # pairs issued, not yet popped by the post
+        arrays = [DotArray(2, L, packed=True, primitive=self.primitive) for _ in range(R)]
+        lat = arrays[0].latency
+        NQ = max(2, -(-(C + lat + 3) // C))            # result entries: the DotArray's latency covered
+        rq_n = Signal(range(NQ + 1))                    # pairs issued, not yet popped by the post
         s_run, s_c, s_base, s_has2 = Signal(), Signal(range(C)), Signal(2), Signal()
         s_end = Signal()
         m.d.comb += s_end.eq(s_run & (s_c == C - 1))
         issue = Signal()
-        m.d.comb += issue.eq(((avail >= 2) | (draining & (avail == 1))) & (rq_n < 2) & (~s_run | s_end)
+        m.d.comb += issue.eq(((avail >= 2) | (draining & (avail == 1))) & (rq_n < NQ) & (~s_run | s_end)
                              & ((state == PASS) | draining))
         with m.If(s_run):
             m.d.sync += s_c.eq(s_c + 1)
@@ -260,13 +263,10 @@ class AttentionUnit(wiring.Component):
         chunk_bits = L * W_BITS
         k0c = Array(k0[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[s_c]
         k1c = Array(k1[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[s_c]
-        arrays = []
         for r in range(R):
-            m.submodules[f"dots{r}"] = da = DotArray(2, L, packed=True, primitive=self.primitive)
+            m.submodules[f"dots{r}"] = da = arrays[r]
             qc = Array(qrows[r].mant[c * L * MANT_BITS:(c + 1) * L * MANT_BITS] for c in range(C))[s_c]
             m.d.comb += [da.en.eq(1), da.w.eq(Cat(k0c, k1c)), da.a.eq(qc)]
-            arrays.append(da)
-        lat = arrays[0].latency
         tv, tfirst, tlast = Signal(), Signal(), Signal()
         pv_, pf_, pl_ = s_run, s_c == 0, s_end
         for i in range(lat):
@@ -277,25 +277,29 @@ class AttentionUnit(wiring.Component):
 
         # two result entries: the pair's key fields at issue, its dots when the last chunk is summed
         meta_layout = data.StructLayout({"a": KV_A_BITS, "e": signed(EXP_BITS), "pos": POS_BITS,
-                                         "va": KV_A_BITS, "ve": signed(EXP_BITS), "idx": 4})
-        rq_meta = [[Signal(meta_layout, name=f"rq{e}_meta{h}") for h in range(2)] for e in range(2)]
-        rq_has2 = [Signal(name=f"rq{e}_has2") for e in range(2)]
-        rq_full = [Signal(name=f"rq{e}_full") for e in range(2)]
+                                         "va": KV_A_BITS, "ve": signed(EXP_BITS), "idx": 5,
+                                         "ap": 1})              # the post: an APPLY key
+        rq_meta = [[Signal(meta_layout, name=f"rq{e}_meta{h}") for h in range(2)] for e in range(NQ)]
+        rq_has2 = [Signal(name=f"rq{e}_has2") for e in range(NQ)]
+        rq_full = [Signal(name=f"rq{e}_full") for e in range(NQ)]
         rq_dot = [[[Signal(signed(dotw), name=f"rq{e}_dot{r}_{h}") for h in range(2)] for r in range(R)]
-                  for e in range(2)]
-        rq_wm, rq_wd, rq_rd = Signal(), Signal(), Signal()
+                  for e in range(NQ)]
+        rq_wm, rq_wd, rq_rd = (Signal(range(NQ), name=n) for n in ("rq_wm", "rq_wd", "rq_rd"))
+
+        def wrap(ptr):
+            return Mux(ptr == NQ - 1, 0, ptr + 1)
         sl = Array(s.as_value() for s in kslot)
         srcs = [Signal(slot_layout, name=f"issue_key{h}") for h in range(2)]
         for h in range(2):
             m.d.comb += srcs[h].eq(sl[(sidx + h)[:2]])
-        for e in range(2):
+        for e in range(NQ):
             with m.If(issue & (rq_wm == e)):
                 for h in range(2):
                     src = srcs[h]
-                    m.d.sync += rq_meta[e][h].eq(Cat(src.a, src.e, src.pos, src.va, src.ve, (sidx + h)[:4]))
+                    m.d.sync += rq_meta[e][h].eq(Cat(src.a, src.e, src.pos, src.va, src.ve, (sidx + h)[:5]))
                 m.d.sync += rq_has2[e].eq(avail >= 2)
         with m.If(issue):
-            m.d.sync += rq_wm.eq(~rq_wm)
+            m.d.sync += rq_wm.eq(wrap(rq_wm))
         sacc = [[Signal(signed(dotw), name=f"sacc{r}_{h}") for h in range(2)] for r in range(R)]
         for r in range(R):
             for h in range(2):
@@ -303,13 +307,14 @@ class AttentionUnit(wiring.Component):
                 m.d.comb += total.eq(Mux(tfirst, 0, sacc[r][h]) + arrays[r].dots[h])
                 with m.If(tv):
                     m.d.sync += sacc[r][h].eq(total)
-                for e in range(2):
+                for e in range(NQ):
                     with m.If(tv & tlast & (rq_wd == e)):
                         m.d.sync += rq_dot[e][r][h].eq(total)
         with m.If(tv & tlast):
-            m.d.sync += rq_wd.eq(~rq_wd)
+            m.d.sync += rq_wd.eq(wrap(rq_wd))
 
         # --- post: one key per cycle, s (and in APPLY p, w) per row --------------------------------
+        W_CREDITS = max(4, -(-(POST_LATENCY + 2) // C) + 2)   # covers the post's latency at one key per C
         credit = Signal(range(W_CREDITS + 1))            # APPLY keys in the post or the w queue
         ph = Signal()
         head_full = Array(rq_full)[rq_rd]
@@ -321,8 +326,8 @@ class AttentionUnit(wiring.Component):
         with m.If(go):
             m.d.sync += ph.eq(~pop)
         with m.If(pop):
-            m.d.sync += rq_rd.eq(~rq_rd)
-        for e in range(2):
+            m.d.sync += rq_rd.eq(wrap(rq_rd))
+        for e in range(NQ):
             with m.If(tv & tlast & (rq_wd == e)):
                 m.d.sync += rq_full[e].eq(1)
             with m.If(pop & (rq_rd == e)):
@@ -330,13 +335,13 @@ class AttentionUnit(wiring.Component):
         m.d.sync += rq_n.eq(rq_n + issue - pop)
 
         # stage 1: the key's fields and dots
-        meta_arr = Array(Array(rq_meta[e][h].as_value() for h in range(2)) for e in range(2))
+        meta_arr = Array(Array(rq_meta[e][h].as_value() for h in range(2)) for e in range(NQ))
         p1v = Signal()
         p1 = Signal(meta_layout)
         p1d = [Signal(signed(dotw), name=f"p1d{r}") for r in range(R)]
-        m.d.sync += [p1v.eq(go), p1.eq(meta_arr[rq_rd][ph])]
+        m.d.sync += [p1v.eq(go), p1.eq(meta_arr[rq_rd][ph]), p1.ap.eq(go & apply)]
         for r in range(R):
-            m.d.sync += p1d[r].eq(Array(Array(rq_dot[e][r][h] for h in range(2)) for e in range(2))[rq_rd][ph])
+            m.d.sync += p1d[r].eq(Array(Array(rq_dot[e][r][h] for h in range(2)) for e in range(NQ))[rq_rd][ph])
 
         def stage(name, value, shape=None):
             sig = Signal(shape if shape is not None else value.shape(), name=name)
@@ -358,11 +363,11 @@ class AttentionUnit(wiring.Component):
         p8v, p8 = carry(p7bv, p7b, 8)
         m.submodules.exp2 = exp2 = exp2_rom()
         wq_w = [[Signal(signed(32), name=f"wq{e}_w{r}") for r in range(R)] for e in range(W_CREDITS)]
-        wq_idx = [Signal(4, name=f"wq{e}_idx") for e in range(W_CREDITS)]
+        wq_idx = [Signal(5, name=f"wq{e}_idx") for e in range(W_CREDITS)]
         wq_wp, wq_rp = Signal(range(W_CREDITS)), Signal(range(W_CREDITS))
         wq_n = Signal(range(W_CREDITS + 1))
         push = Signal()
-        m.d.comb += push.eq(p8v & apply)
+        m.d.comb += push.eq(p8v & p8.ap)
         for r in range(R):
             raw = stage(f"raw{r}", p1d[r] * p1.a)
             sh = stage(f"ssh{r}", -(qrows[r].exp + p1.e + fx.S_FRAC), signed(10))
@@ -370,7 +375,7 @@ class AttentionUnit(wiring.Component):
             rs = rshr_staged(m, raw, sh, 33, f"rs{r}")
             vis4 = stage(f"vis4_{r}", stage(f"vis3b_{r}", stage(f"vis3_{r}", vis2)))
             s4 = stage(f"s{r}", sat(m, rs, 32))
-            with m.If(p4v & ~apply & vis4 & (s4 > mrow[r])):
+            with m.If(p4v & ~p4.ap & vis4 & (s4 > mrow[r])):
                 m.d.sync += mrow[r].eq(s4)
             neg = Signal(unsigned(34), name=f"negd{r}")     # m - s >= 0 for a visible key
             m.d.comb += neg.eq(mrow[r] - s4)
@@ -379,9 +384,9 @@ class AttentionUnit(wiring.Component):
             m.d.comb += [rp.en.eq(1), rp.addr.eq(y[:fx.EXP_LUT_BITS])]
             n5 = stage(f"n{r}", y[8:14], range(64))
             big5 = stage(f"big{r}", y[8:] > fx.P_FRAC)
-            ok5 = stage(f"ok{r}", vis4 & p4v & apply)
+            ok5 = stage(f"ok{r}", vis4 & p4v & p4.ap)
             p6p = stage(f"p{r}", Mux(big5 | ~ok5, 0, rshr_pos(m, rp.data.as_unsigned(), n5, 18)), 16)
-            with m.If(p6v & apply):
+            with m.If(p6v & p6.ap):
                 m.d.sync += lacc[r].eq(lacc[r] + p6p)
             u7 = stage(f"u{r}", p6p * p6.va)
             wsh7 = stage(f"wsh{r}", fx.P_FRAC - fx.O_FRAC - p6.ve, signed(10))
@@ -395,7 +400,7 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += wq_idx[e].eq(p8.idx)
         with m.If(push):
             m.d.sync += wq_wp.eq(Mux(wq_wp == W_CREDITS - 1, 0, wq_wp + 1))
-        with m.If(p4v & ~apply):
+        with m.If(p4v & ~p4.ap):
             m.d.sync += kdone.eq(kdone + 1)
 
         # --- P.V: one key per head_dim / lanes cycles; o += w vq as two 16-bit digits of w, each
@@ -497,12 +502,17 @@ class AttentionUnit(wiring.Component):
         odata = Signal(32)
         m.d.comb += [eadv.eq(~ovalid | self.o.tready), self.o.tvalid.eq(ovalid), self.o.tdata.eq(odata),
                      self.o.tkeep.eq(0xF), self.o.tlast.eq(olast)]
-        # FINAL: the row's reciprocal from free-running stages, PREP cycles after the row is selected
-        PREP = 6
-        prep = Signal(range(PREP + 1))
+        # FINAL: every row's reciprocal ahead of its words, one row per cycle through five stages
+        prow, pdone = Signal(range(R + 1)), Signal(range(R + 1))
+        with m.If(start):
+            m.d.sync += [prow.eq(0), pdone.eq(0)]
+        pgo = Signal()
+        m.d.comb += pgo.eq(outing & final & (prow != cfg.rows))
+        with m.If(pgo):
+            m.d.sync += prow.eq(prow + 1)
         lsel = Array(sat(m, lacc[r], 32) for r in range(R))
         la = Signal(signed(32))
-        m.d.sync += la.eq(lsel[row])
+        m.d.sync += la.eq(lsel[prow[:max(ceil_log2(R), 1)]] if R > 1 else lsel[0])
         lb, bb = Signal(signed(32)), Signal(range(33))
         m.d.sync += [lb.eq(la), bb.eq(bitlen(m, la[:31]))]
         bsh = Signal(signed(8))
@@ -518,13 +528,21 @@ class AttentionUnit(wiring.Component):
         fsh_c, pos_c = Signal(signed(8)), Signal()
         m.d.sync += [fsh_c.eq(bc2 + fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC),
                      pos_c.eq(lc2 > 0)]
-        rcur, fsh = Signal(16), Signal(signed(8))
-        m.d.sync += [rcur.eq(Mux(pos_c, rr.data, 0)), fsh.eq(fsh_c)]
+        pv_tag, pr_tag = pgo, prow
+        for i in range(5):           # la, lb, the two shift stages, the table read
+            nv, nr = Signal(name=f"pt{i}v"), Signal(range(R + 1), name=f"pt{i}r")
+            m.d.sync += [nv.eq(pv_tag), nr.eq(pr_tag)]
+            pv_tag, pr_tag = nv, nr
+        rcs = [Signal(16, name=f"rcp{r}") for r in range(R)]
+        fss = [Signal(signed(8), name=f"fsh{r}") for r in range(R)]
+        for r in range(R):
+            with m.If(pv_tag & (pr_tag == r)):
+                m.d.sync += [rcs[r].eq(Mux(pos_c, rr.data, 0)), fss[r].eq(fsh_c)]
+        with m.If(pv_tag):
+            m.d.sync += pdone.eq(pdone + 1)
 
         e_done = Signal()
-        ready_row = ~final | (prep == PREP)
-        with m.If(outing & final & (prep != PREP)):
-            m.d.sync += prep.eq(prep + 1)
+        ready_row = ~final | (pdone > row)
         eissue = Signal()
         m.d.comb += eissue.eq(outing & ~e_done & ready_row & eadv)
         last_word = Signal()
@@ -538,7 +556,7 @@ class AttentionUnit(wiring.Component):
                 with m.If(el == L - 1):
                     m.d.sync += [el.eq(0), ec.eq(ec + 1)]
             with m.If(last_word):
-                m.d.sync += [word.eq(0), row.eq(row + 1), prep.eq(0), ec.eq(0), el.eq(0)]
+                m.d.sync += [word.eq(0), row.eq(row + 1), ec.eq(0), el.eq(0)]
                 with m.If(last_row):
                     m.d.sync += [row.eq(0), e_done.eq(1)]
         with m.If(ovalid & self.o.tready & olast):
@@ -558,7 +576,7 @@ class AttentionUnit(wiring.Component):
         lane_data = Array(Array(o_rd[r][j].data for j in range(L)) for r in range(R))
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
-                         x1.m.eq(Array(mrow)[row]), x1.l.eq(lsel[row]), x1.rcp.eq(rcur), x1.fsh.eq(fsh),
+                         x1.m.eq(Array(mrow)[row]), x1.l.eq(lsel[row]), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
                          x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now[row][el * C + ec]),
                          x2.eq(x1), ov2.eq(Mux(x1.flag, lane_data[x1.row][x1.el], 0)),
                          x3.eq(x2), oc3.eq(sat(m, ov2, 32)),

@@ -223,4 +223,4 @@ def test_first_resets_only_its_pass():
 def test_attention_cocotb(build_dir, p):
     unit = AttentionUnit(**p)
     run_cocotb(unit, __name__, build_dir, testcase=["run_jobs", "run_state_load"],
-               params={**p, "group": 2 if p["rows"] == 4 else 6, "jobs": 6})
+               params={**p, "group": 2 if p["rows"] == 4 else 6, "jobs": 6 if p["rows"] == 4 else 3})
