@@ -96,39 +96,41 @@ def default_lanes(head_dim: int) -> int:
 
 
 def rshr_staged(m, x, s, max_left: int, name: str, en=None) -> Signal:
-    """Golden ``rshr`` (as ``mcf.hw.arith.rshr``) in two register stages: the barrel shifts, then
-    the rounding add and the choice of left or right shift; ``en`` gates both stages."""
+    """Golden ``rshr`` (as ``mcf.hw.arith.rshr``) in three register stages: the operand and the
+    shift controls, the barrel shifts, then the rounding add and the choice of left or right
+    shift; ``en`` gates every stage."""
     xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
     cap = len(xs) + 1
     neg = Signal(name=f"{name}_neg")
     m.d.comb += neg.eq(s < 0)
     sc = Signal(range(cap + 1), name=f"{name}_sc")
     m.d.comb += sc.eq(Mux(neg, 0, Mux(s > cap, cap, s)))
-    sc1 = Signal(range(cap + 1), name=f"{name}_sc1")
-    m.d.comb += sc1.eq(sc - 1)
     left = Signal(range(max_left + 1), name=f"{name}_left")
     m.d.comb += left.eq(Mux(neg, Mux(-s > max_left, max_left, -s), 0))
+    c_x = Signal.like(xs, name=f"{name}_cx")
+    c_sc1, c_left = Signal(range(cap + 1), name=f"{name}_csc1"), Signal.like(left, name=f"{name}_cleft")
+    c_neg, c_zero = Signal(name=f"{name}_cn"), Signal(name=f"{name}_cz")
     a_x, a_shr = Signal.like(xs, name=f"{name}_x"), Signal(signed(len(xs)), name=f"{name}_shr")
     a_shl = Signal(signed(len(xs) + max_left + 1), name=f"{name}_shl")
     a_neg, a_zero = Signal(name=f"{name}_n"), Signal(name=f"{name}_z")
     out = Signal(signed(len(xs) + max_left + 1), name=name)
-    dom = m.d.sync
-    stmts_a = [a_x.eq(xs), a_shr.eq(xs >> sc1), a_shl.eq(xs << left), a_neg.eq(neg), a_zero.eq(sc == 0)]
     pre = Signal(signed(len(xs) + 1), name=f"{name}_pre")
     m.d.comb += pre.eq(a_shr + 1)
-    stmts_b = [out.eq(Mux(a_neg, a_shl, Mux(a_zero, a_x, pre >> 1)))]
+    stmts = [c_x.eq(xs), c_sc1.eq(sc - 1), c_left.eq(left), c_neg.eq(neg), c_zero.eq(sc == 0),
+             a_x.eq(c_x), a_shr.eq(c_x >> c_sc1), a_shl.eq(c_x << c_left), a_neg.eq(c_neg), a_zero.eq(c_zero),
+             out.eq(Mux(a_neg, a_shl, Mux(a_zero, a_x, pre >> 1)))]
     if en is None:
-        dom += stmts_a + stmts_b
+        m.d.sync += stmts
     else:
         with m.If(en):
-            dom += stmts_a + stmts_b
+            m.d.sync += stmts
     return out
 
 
 #: Keys held for the score array (two pairs: one scored, one filling); V rows held until P.V.
 K_SLOTS, V_DEPTH = 4, 32
 #: Cycles from a key's entry into the post-processing to its w in the queue for P.V.
-POST_LATENCY = 10
+POST_LATENCY = 13
 
 
 class AttentionUnit(wiring.Component):
@@ -351,56 +353,55 @@ class AttentionUnit(wiring.Component):
         def carry(prev_v, prev_meta, n):
             return stage(f"p{n}v", prev_v), stage(f"p{n}m", prev_meta)
 
-        # stage 2: raw = dot A_k; stage 3: the rounding shift; stage 4: s = sat32
-        p2v, p2 = carry(p1v, p1, 2)
-        p3v, p3 = carry(p2v, p2, 3)
-        p3bv, p3b = carry(p3v, p3, "3b")
-        p4v, p4 = carry(p3bv, p3b, 4)
-        p5v, p5 = carry(p4v, p4, 5)
-        p6v, p6 = carry(p5v, p5, 6)
-        p7v, p7 = carry(p6v, p6, 7)
-        p7bv, p7b = carry(p7v, p7, "7b")
-        p8v, p8 = carry(p7bv, p7b, 8)
+        # the post's stages: 2 raw = dot A_k; 3-5 the rounding shift; 6 s = sat32 (MAX: m);
+        # 7 the exp2 index of m - s; 8 the table; 9 p (l += p); 10 p A_v; 11-13 the shift to w
+        pv_, pm_ = {1: p1v}, {1: p1}
+        for i in range(2, POST_LATENCY + 1):
+            pv_[i], pm_[i] = carry(pv_[i - 1], pm_[i - 1], i)
         m.submodules.exp2 = exp2 = exp2_rom()
         wq_w = [[Signal(signed(32), name=f"wq{e}_w{r}") for r in range(R)] for e in range(W_CREDITS)]
         wq_idx = [Signal(5, name=f"wq{e}_idx") for e in range(W_CREDITS)]
         wq_wp, wq_rp = Signal(range(W_CREDITS)), Signal(range(W_CREDITS))
         wq_n = Signal(range(W_CREDITS + 1))
         push = Signal()
-        m.d.comb += push.eq(p8v & p8.ap)
+        last = POST_LATENCY
+        m.d.comb += push.eq(pv_[last] & pm_[last].ap)
         for r in range(R):
             raw = stage(f"raw{r}", p1d[r] * p1.a)
             sh = stage(f"ssh{r}", -(qrows[r].exp + p1.e + fx.S_FRAC), signed(10))
-            vis2 = stage(f"vis2_{r}", p1.pos <= qrows[r].pos)
-            rs = rshr_staged(m, raw, sh, 33, f"rs{r}")
-            vis4 = stage(f"vis4_{r}", stage(f"vis3b_{r}", stage(f"vis3_{r}", vis2)))
-            s4 = stage(f"s{r}", sat(m, rs, 32))
-            with m.If(p4v & ~p4.ap & vis4 & (s4 > mrow[r])):
-                m.d.sync += mrow[r].eq(s4)
+            vis = stage(f"vis2_{r}", p1.pos <= qrows[r].pos)
+            rs = rshr_staged(m, raw, sh, 33, f"rs{r}")                       # at stage 5
+            for i in range(3, 7):
+                vis = stage(f"vis{i}_{r}", vis)
+            s6 = stage(f"s{r}", sat(m, rs, 32))
+            with m.If(pv_[6] & ~pm_[6].ap & vis & (s6 > mrow[r])):
+                m.d.sync += mrow[r].eq(s6)
             neg = Signal(unsigned(34), name=f"negd{r}")     # m - s >= 0 for a visible key
-            m.d.comb += neg.eq(mrow[r] - s4)
+            m.d.comb += neg.eq(mrow[r] - s6)
             y = rshr_pos(m, neg, Const(fx.S_FRAC - fx.EXP_LUT_BITS, 3), 35)
+            addr7 = stage(f"eaddr{r}", y[:fx.EXP_LUT_BITS])
+            n7 = stage(f"n{r}", y[8:14], range(64))
+            big7 = stage(f"big{r}", y[8:] > fx.P_FRAC)
+            ok7 = stage(f"ok{r}", vis & pv_[6] & pm_[6].ap)
             rp = exp2.read_port()
-            m.d.comb += [rp.en.eq(1), rp.addr.eq(y[:fx.EXP_LUT_BITS])]
-            n5 = stage(f"n{r}", y[8:14], range(64))
-            big5 = stage(f"big{r}", y[8:] > fx.P_FRAC)
-            ok5 = stage(f"ok{r}", vis4 & p4v & p4.ap)
-            p6p = stage(f"p{r}", Mux(big5 | ~ok5, 0, rshr_pos(m, rp.data.as_unsigned(), n5, 18)), 16)
-            with m.If(p6v & p6.ap):
-                m.d.sync += lacc[r].eq(lacc[r] + p6p)
-            u7 = stage(f"u{r}", p6p * p6.va)
-            wsh7 = stage(f"wsh{r}", fx.P_FRAC - fx.O_FRAC - p6.ve, signed(10))
-            wr8 = rshr_staged(m, u7, wsh7, 33, f"wr{r}")
-            w9 = sat(m, wr8, 32)
+            m.d.comb += [rp.en.eq(1), rp.addr.eq(addr7)]
+            n8, big8, ok8 = stage(f"n8_{r}", n7), stage(f"big8_{r}", big7), stage(f"ok8_{r}", ok7)
+            p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, rshr_pos(m, rp.data.as_unsigned(), n8, 18)), 16)
+            with m.If(pv_[9] & pm_[9].ap):
+                m.d.sync += lacc[r].eq(lacc[r] + p9)
+            u10 = stage(f"u{r}", p9 * pm_[9].va)
+            wsh10 = stage(f"wsh{r}", fx.P_FRAC - fx.O_FRAC - pm_[9].ve, signed(10))
+            wr13 = rshr_staged(m, u10, wsh10, 33, f"wr{r}")
+            w13 = sat(m, wr13, 32)
             for e in range(W_CREDITS):
                 with m.If(push & (wq_wp == e)):
-                    m.d.sync += wq_w[e][r].eq(w9)
+                    m.d.sync += wq_w[e][r].eq(w13)
         for e in range(W_CREDITS):
             with m.If(push & (wq_wp == e)):
-                m.d.sync += wq_idx[e].eq(p8.idx)
+                m.d.sync += wq_idx[e].eq(pm_[last].idx)
         with m.If(push):
             m.d.sync += wq_wp.eq(Mux(wq_wp == W_CREDITS - 1, 0, wq_wp + 1))
-        with m.If(p4v & ~p4.ap):
+        with m.If(pv_[6] & ~pm_[6].ap):
             m.d.sync += kdone.eq(kdone + 1)
 
         # --- P.V: one key per head_dim / lanes cycles; o += w vq as two 16-bit digits of w, each
@@ -502,7 +503,7 @@ class AttentionUnit(wiring.Component):
         odata = Signal(32)
         m.d.comb += [eadv.eq(~ovalid | self.o.tready), self.o.tvalid.eq(ovalid), self.o.tdata.eq(odata),
                      self.o.tkeep.eq(0xF), self.o.tlast.eq(olast)]
-        # FINAL: every row's reciprocal ahead of its words, one row per cycle through five stages
+        # FINAL: every row's reciprocal ahead of its words, one row per cycle through six stages
         prow, pdone = Signal(range(R + 1)), Signal(range(R + 1))
         with m.If(start):
             m.d.sync += [prow.eq(0), pdone.eq(0)]
@@ -522,14 +523,16 @@ class AttentionUnit(wiring.Component):
         m.d.sync += [lc.eq(lb), bc.eq(bb)]
         lc2, bc2 = Signal(signed(32)), Signal(range(33))
         m.d.sync += [lc2.eq(lc), bc2.eq(bc)]
+        lc3, bc3 = Signal(signed(32)), Signal(range(33))
+        m.d.sync += [lc3.eq(lc2), bc3.eq(bc2)]
         m.submodules.rcp = rcp = memory.Memory(shape=16, depth=len(fx.RCP_LUT), init=[int(x) for x in fx.RCP_LUT])
         rr = rcp.read_port()
         m.d.comb += [rr.en.eq(1), rr.addr.eq(idx - (1 << (fx.RCP_IDX_BITS - 1)))]
         fsh_c, pos_c = Signal(signed(8)), Signal()
-        m.d.sync += [fsh_c.eq(bc2 + fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC),
-                     pos_c.eq(lc2 > 0)]
+        m.d.sync += [fsh_c.eq(bc3 + fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC),
+                     pos_c.eq(lc3 > 0)]
         pv_tag, pr_tag = pgo, prow
-        for i in range(5):           # la, lb, the two shift stages, the table read
+        for i in range(6):           # la, lb, the three shift stages, the table read
             nv, nr = Signal(name=f"pt{i}v"), Signal(range(R + 1), name=f"pt{i}r")
             m.d.sync += [nv.eq(pv_tag), nr.eq(pr_tag)]
             pv_tag, pr_tag = nv, nr
@@ -582,20 +585,20 @@ class AttentionUnit(wiring.Component):
                          x3.eq(x2), oc3.eq(sat(m, ov2, 32)),
                          x4.eq(x3), oc4.eq(oc3), prod4.eq(oc3 * x3.rcp.as_unsigned()),
                          x5.eq(x4), oc5.eq(oc4)]
-        sh6 = rshr_staged(m, prod4, x4.fsh, 33, "fin", en=eadv)
-        x6 = Signal(tag)
-        oc6 = Signal(signed(32))
+        sh7 = rshr_staged(m, prod4, x4.fsh, 33, "fin", en=eadv)
+        x6, x7 = Signal(tag), Signal(tag)
+        oc6, oc7 = Signal(signed(32)), Signal(signed(32))
         with m.If(eadv):
-            m.d.sync += [x6.eq(x5), oc6.eq(oc5), ovalid.eq(x6.v), olast.eq(x6.last)]
-            with m.Switch(x6.kind):
+            m.d.sync += [x6.eq(x5), oc6.eq(oc5), x7.eq(x6), oc7.eq(oc6), ovalid.eq(x7.v), olast.eq(x7.last)]
+            with m.Switch(x7.kind):
                 with m.Case(KIND_M):
-                    m.d.sync += odata.eq(x6.m)
+                    m.d.sync += odata.eq(x7.m)
                 with m.Case(KIND_L):
-                    m.d.sync += odata.eq(x6.l)
+                    m.d.sync += odata.eq(x7.l)
                 with m.Case(KIND_O):
-                    m.d.sync += odata.eq(oc6)
+                    m.d.sync += odata.eq(oc7)
                 with m.Default():
-                    m.d.sync += odata.eq(sat(m, sh6, 32))
+                    m.d.sync += odata.eq(sat(m, sh7, 32))
         return m
 
 
