@@ -188,7 +188,8 @@ class AttentionUnit(wiring.Component):
         state = Signal(AttentionState)
         cfg = Signal(cmd_layout(R))
         apply = Signal()
-        m.d.comb += [apply.eq(cfg.phase == AttnPass.APPLY), self.busy.eq(state != IDLE),
+        pv_busy = Signal()                      # the P.V pipeline holds a product (state loads too)
+        m.d.comb += [apply.eq(cfg.phase == AttnPass.APPLY), self.busy.eq((state != IDLE) | pv_busy),
                      self.cmd.ready.eq(state == IDLE)]
         start = Signal()
         m.d.comb += start.eq(self.cmd.valid & self.cmd.ready)
@@ -408,7 +409,7 @@ class AttentionUnit(wiring.Component):
         # times two packed INT4 elements per DSP ---------------------------------------------------
         vr = vring.read_port()
         pv_run, pv_c = Signal(), Signal(range(C))
-        w_cur = [Signal(31, name=f"wcur{r}") for r in range(R)]
+        w_cur = [Signal(32, name=f"wcur{r}") for r in range(R)]           # w >= 0
         v_cur = Signal(D * W_BITS)
         rd_ok = Signal()
         pv_end = Signal()
@@ -424,31 +425,44 @@ class AttentionUnit(wiring.Component):
             m.d.sync += [pv_run.eq(1), pv_c.eq(0), v_cur.eq(vr.data),
                          wq_rp.eq(Mux(wq_rp == W_CREDITS - 1, 0, wq_rp + 1))]
             for r in range(R):
-                m.d.sync += w_cur[r].eq(Array(wq_w[e][r] for e in range(W_CREDITS))[wq_rp][:31])
+                m.d.sync += w_cur[r].eq(Array(wq_w[e][r] for e in range(W_CREDITS))[wq_rp])
         m.d.sync += [wq_n.eq(wq_n + push - pv_go), credit.eq(credit + (go & apply) - pv_go)]
 
+        # st word 2 + i (ATTN_Q STATE, never during a pass) goes down the same pipeline as one
+        # chunk: w = the word on its row (0 on the others) times a unit INT4 at element i; the
+        # write replaces o[i] and touches no other lane
+        st_i = Signal(range(D + 2))
+        m.d.comb += st_i.eq(self.st.word - 2)
+        st_c = Array(Const(i // L, range(C)) for i in range(D))[st_i]
+        st_l = Array(Const(i % L, range(L)) for i in range(D))[st_i]
+        inj = Signal()
+        m.d.comb += inj.eq(self.st.en & (self.st.word >= 2))
         pairs = -(-L // 2)
         vchunk = Array(v_cur[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[pv_c]
         a1 = []
         for t in range(pairs):
             lo = vchunk[2 * t * W_BITS:(2 * t + 1) * W_BITS].as_signed()
             hi = vchunk[(2 * t + 1) * W_BITS:(2 * t + 2) * W_BITS].as_signed() if 2 * t + 1 < L else Const(0, 4)
-            a1.append(stage(f"pva{t}", hi * (1 << PACK_SHIFT) + lo, signed(DSP_A_BITS)))
-        q1v, q1c, q1l = stage("pv1v", pv_run), stage("pv1c", pv_c), stage("pv1l", pv_end)
-        q2v, q2c, q2l = stage("pv2v", q1v), stage("pv2c", q1c), stage("pv2l", q1l)
-        q3v, q3c, q3l = stage("pv3v", q2v), stage("pv3c", q2c), stage("pv3l", q2l)
+            unit = Mux(st_l == 2 * t, 1, Mux(st_l == 2 * t + 1, 1 << PACK_SHIFT, 0))
+            a1.append(stage(f"pva{t}", Mux(inj, unit, hi * (1 << PACK_SHIFT) + lo), signed(DSP_A_BITS)))
+        kill = Signal()          # ``clear`` or APPLY's ``first`` supersede state words in flight
+        m.d.comb += kill.eq(self.clear | reset_lo)
+        q1v, q1c, q1l = stage("pv1v", pv_run | (inj & ~kill)), stage("pv1c", Mux(inj, st_c, pv_c)), \
+            stage("pv1l", pv_end & ~inj)
+        q1s, q1n, q1r = stage("pv1s", inj), stage("pv1n", st_l), stage("pv1r", self.st.row)
+        q2v, q2c, q2l = stage("pv2v", q1v & ~(q1s & kill)), stage("pv2c", q1c), stage("pv2l", q1l)
+        q2s, q2n, q2r = stage("pv2s", q1s), stage("pv2n", q1n), stage("pv2r", q1r)
+        q3v, q3c, q3l = stage("pv3v", q2v & ~(q2s & kill)), stage("pv3c", q2c), stage("pv3l", q2l)
+        q3s, q3n, q3r = stage("pv3s", q2s), stage("pv3n", q2n), stage("pv3r", q2r)
+        m.d.comb += pv_busy.eq(q1v | q2v | q3v)
         outing = state == OUT
         ec, el = Signal(range(C)), Signal(range(L))     # emit: o element ec * lanes + el
         eadv = Signal()
-        # st word 2 + i -> (chunk, lane) of element i
-        st_i = Signal(range(D + 2))
-        m.d.comb += st_i.eq(self.st.word - 2)
-        st_c = Array(Const(i // L, range(C)) for i in range(D))[st_i]
-        st_l = Array(Const(i % L, range(L)) for i in range(D))[st_i]
-        st_o = self.st.en & (self.st.word >= 2)
         for r in range(R):
-            d0 = stage(f"pvd0_{r}", Cat(w_cur[r][:16], Const(0, 1)).as_signed())
-            d1 = stage(f"pvd1_{r}", Cat(w_cur[r][16:31], Const(0, 2)).as_signed())
+            src = Signal(32, name=f"pvw{r}")
+            m.d.comb += src.eq(Mux(inj, Mux(self.st.row == r, self.st.data, 0), w_cur[r]))
+            d0 = stage(f"pvd0_{r}", Cat(src[:16], Const(0, 1)).as_signed())
+            d1 = stage(f"pvd1_{r}", src[16:32].as_signed(), signed(17))
             for t in range(pairs):
                 fields = []
                 for g, dg in enumerate((d0, d1)):
@@ -465,13 +479,11 @@ class AttentionUnit(wiring.Component):
                     # only head_dim / lanes cycles later)
                     rd, wr = o_rd[r][lane], o_wr[r][lane]
                     flags = Array(oflag[r][c * L + lane] for c in range(C))
-                    fl3 = stage(f"pvf{r}_{lane}", flags[q2c])
+                    fl3 = stage(f"pvf{r}_{lane}", flags[q2c] & ~q2s)
                     m.d.comb += [rd.en.eq(Mux(outing, eadv, 1)), rd.addr.eq(Mux(outing, ec, q2c))]
                     total = Signal(signed(self.o_width), name=f"osum{r}_{lane}")
                     m.d.comb += total.eq(Mux(fl3, rd.data, 0) + inc)
-                    st_we = st_o & (self.st.row == r) & (st_l == lane)
-                    m.d.comb += [wr.en.eq(q3v | st_we), wr.addr.eq(Mux(st_we, st_c, q3c)),
-                                 wr.data.eq(Mux(st_we, self.st.data.as_signed(), total))]
+                    m.d.comb += [wr.en.eq(q3v & (~q3s | ((q3n == lane) & (q3r == r)))), wr.addr.eq(q3c), wr.data.eq(total)]
                     for c in range(C):
                         with m.If(wr.en & (wr.addr == c)):
                             m.d.sync += oflag[r][c * L + lane].eq(1)

@@ -40,6 +40,7 @@ class Bench:
         self.layout = cmd_layout(p["rows"])
         dut.q__en.value = 0
         dut.st__en.value = 0
+        dut.clear.value = 0
 
     async def words(self, what, n):
         frame = await bounded(self.sink.recv(), 200 * n + 10_000, what)
@@ -218,9 +219,10 @@ def test_first_resets_only_its_pass():
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("p", [dict(head_dim=8, rows=4, max_keys=32), dict(head_dim=32, rows=6, max_keys=32, lanes=8)],
-                         ids=["d8", "d32-lanes8"])
+@pytest.mark.parametrize("p", [dict(head_dim=8, rows=4, max_keys=32), dict(head_dim=16, rows=4, max_keys=32)],
+                         ids=["d8", "d16"])
 def test_attention_cocotb(build_dir, p):
+    """Random pauses on K, V and the output at 2 and 4 cycles per key pair (lanes 4)."""
     unit = AttentionUnit(**p)
     run_cocotb(unit, __name__, build_dir, testcase=["run_jobs", "run_state_load"],
-               params={**p, "group": 2 if p["rows"] == 4 else 6, "jobs": 6 if p["rows"] == 4 else 3})
+               params={**p, "group": 2, "jobs": 6 if p["head_dim"] == 8 else 3})
