@@ -27,9 +27,28 @@ over every run (or loads a global maximum, MREF, after a ReduceOp.MAX round: the
 protocol of docs/fixed-point.md section 7.4).  APPLY reads K again beside V: no score buffer,
 whatever the number of keys.
 
-One key per cycle in each pass (rows x head_dim INT4 x int16 products for the scores, rows x
-head_dim int32 x INT4 for P.V); a pass drains in 3 cycles after its last key; an emit takes
-rows x (head_dim + 1) (FINAL), rows x (head_dim + 2) (STATE) or rows (MAX) cycles.
+Folded to the rate the K/V streams deliver keys (``lanes`` = head_dim / 8 by default, ``chunks``
+= head_dim / lanes):
+
+* **scores**: keys are taken in pairs, and each row's ``DotArray(2, lanes)`` (two INT4 x 16-bit
+  products per DSP48E2: the pair's two keys times one q mantissa) sums a chunk of ``lanes``
+  elements of both keys a cycle, a pair in ``chunks`` cycles (MAX: chunks / 2 cycles a key);
+* **post**, one key a cycle through 13 stages: raw = dot A_k, the rounding shift and sat32 (MAX:
+  m), the exp2 index of m - s, the table, p (l += p), p A_v, the shift and sat32 to w;
+* **P.V**, one key per ``chunks`` cycles (APPLY's rate): w as two 16-bit digits, each times two
+  INT4 V elements packed in one DSP operand, so ``lanes`` DSP48E2 a row give ``lanes`` elements
+  a cycle; o[r][c lanes + l] lives in memory (r, l) at address c (synchronous read, read at one
+  stage and written back at the next: an element returns only ``chunks`` cycles later), with a
+  flag per element so that ``clear`` / APPLY's ``first`` empty it in one cycle; a state word
+  (``st``) reaches o through the same pipeline (the word times a unit INT4 on its lane and row);
+* **emit**: a pipeline (the o memories read a chunk, then the row and lane, sat32, x the row's
+  reciprocal, the rounding shift) that stalls on the output; FINAL computes every row's
+  reciprocal ahead, one a cycle.
+
+``k.ready`` falls while the key slots are full; a pass ends when its last key has left the post
+(MAX) or P.V (APPLY).  Cycles, keys always valid and from the command (``sim.compute.cost``):
+MAX 18 + chunks ceil(S / 2) (+2 for an even S, +1 for an odd S > 1), APPLY 30 + chunks (S + 1)
+(+1 for S > 1), FINAL emit rows x head_dim + 16, STATE rows x (head_dim + 2) + 9.
 """
 from __future__ import annotations
 
