@@ -27,9 +27,28 @@ over every run (or loads a global maximum, MREF, after a ReduceOp.MAX round: the
 protocol of docs/fixed-point.md section 7.4).  APPLY reads K again beside V: no score buffer,
 whatever the number of keys.
 
-One key per cycle in each pass (rows x head_dim INT4 x int16 products for the scores, rows x
-head_dim int32 x INT4 for P.V); a pass drains in 3 cycles after its last key; an emit takes
-rows x (head_dim + 1) (FINAL), rows x (head_dim + 2) (STATE) or rows (MAX) cycles.
+Folded to the rate the K/V streams deliver keys (``lanes`` = head_dim / 8 by default, ``chunks``
+= head_dim / lanes):
+
+* **scores**: keys are taken in pairs, and each row's ``DotArray(2, lanes)`` (two INT4 x 16-bit
+  products per DSP48E2: the pair's two keys times one q mantissa) sums a chunk of ``lanes``
+  elements of both keys a cycle, a pair in ``chunks`` cycles (MAX: chunks / 2 cycles a key);
+* **post**, one key a cycle through 13 stages: raw = dot A_k, the rounding shift and sat32 (MAX:
+  m), the exp2 index of m - s, the table, p (l += p), p A_v, the shift and sat32 to w;
+* **P.V**, one key per ``chunks`` cycles (APPLY's rate): w as two 16-bit digits, each times two
+  INT4 V elements packed in one DSP operand, so ``lanes`` DSP48E2 a row give ``lanes`` elements
+  a cycle; o[r][c lanes + l] lives in memory (r, l) at address c (synchronous read, read at one
+  stage and written back at the next: an element returns only ``chunks`` cycles later), with a
+  flag per element so that ``clear`` / APPLY's ``first`` empty it in one cycle; a state word
+  (``st``) reaches o through the same pipeline (the word times a unit INT4 on its lane and row);
+* **emit**: a pipeline (the o memories read a chunk, then the row and lane, sat32, x the row's
+  reciprocal, the rounding shift) that stalls on the output; FINAL computes every row's
+  reciprocal ahead, one a cycle.
+
+``k.ready`` falls while the key slots are full; a pass ends when its last key has left the post
+(MAX) or P.V (APPLY).  Cycles, keys always valid and from the command (``sim.compute.cost``):
+MAX 18 + chunks ceil(S / 2) (+2 for an even S, +1 for an odd S > 1), APPLY 30 + chunks (S + 1)
+(+1 for S > 1), FINAL emit rows x head_dim + 16, STATE rows x (head_dim + 2) + 9.
 """
 from __future__ import annotations
 
@@ -41,6 +60,7 @@ from amaranth.utils import ceil_log2
 from mcf.hw.arith import bitlen, exp2_rom, log2_exact, rshr, rshr_pos, sat
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
+from mcf.hw.compute.dot_array import CHAIN, DSP_A_BITS, PACK_SHIFT, DotArray
 from mcf.hw.layouts import amaranth_enum
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -84,12 +104,70 @@ class StateWriteSignature(wiring.Signature):
                           "word": Out(range(head_dim + 2)), "data": Out(32)})
 
 
+def default_lanes(head_dim: int) -> int:
+    """Score lanes per row: about head_dim / 8 (at least ``CHAIN``), a divisor of head_dim the
+    DSP chain takes (a multiple of ``CHAIN``, or fewer lanes than one chain)."""
+    want = min(max(CHAIN, head_dim // 8), head_dim)
+    for lanes in range(want, 0, -1):
+        if head_dim % lanes == 0 and (lanes < CHAIN or lanes % CHAIN == 0):
+            return lanes
+    return 1
+
+
+def rshr_staged(m, x, s, max_left: int, name: str, en=None) -> Signal:
+    """Golden ``rshr`` (as ``mcf.hw.arith.rshr``) in three register stages: the operand and the
+    shift controls, the barrel shifts, then the rounding add and the choice of left or right
+    shift; ``en`` gates every stage."""
+    xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
+    cap = len(xs) + 1
+    neg = Signal(name=f"{name}_neg")
+    m.d.comb += neg.eq(s < 0)
+    sc = Signal(range(cap + 1), name=f"{name}_sc")
+    m.d.comb += sc.eq(Mux(neg, 0, Mux(s > cap, cap, s)))
+    left = Signal(range(max_left + 1), name=f"{name}_left")
+    m.d.comb += left.eq(Mux(neg, Mux(-s > max_left, max_left, -s), 0))
+    c_x = Signal.like(xs, name=f"{name}_cx")
+    c_sc1, c_left = Signal(range(cap + 1), name=f"{name}_csc1"), Signal.like(left, name=f"{name}_cleft")
+    c_neg, c_zero = Signal(name=f"{name}_cn"), Signal(name=f"{name}_cz")
+    a_x, a_shr = Signal.like(xs, name=f"{name}_x"), Signal(signed(len(xs)), name=f"{name}_shr")
+    a_shl = Signal(signed(len(xs) + max_left + 1), name=f"{name}_shl")
+    a_neg, a_zero = Signal(name=f"{name}_n"), Signal(name=f"{name}_z")
+    out = Signal(signed(len(xs) + max_left + 1), name=name)
+    pre = Signal(signed(len(xs) + 1), name=f"{name}_pre")
+    m.d.comb += pre.eq(a_shr + 1)
+    stmts = [c_x.eq(xs), c_sc1.eq(sc - 1), c_left.eq(left), c_neg.eq(neg), c_zero.eq(sc == 0),
+             a_x.eq(c_x), a_shr.eq(c_x >> c_sc1), a_shl.eq(c_x << c_left), a_neg.eq(c_neg), a_zero.eq(c_zero),
+             out.eq(Mux(a_neg, a_shl, Mux(a_zero, a_x, pre >> 1)))]
+    if en is None:
+        m.d.sync += stmts
+    else:
+        with m.If(en):
+            m.d.sync += stmts
+    return out
+
+
+#: Keys held for the score array (two pairs: one scored, one filling); V rows held until P.V.
+K_SLOTS, V_DEPTH = 4, 32
+#: Cycles from a key's entry into the post-processing to its w in the queue for P.V.
+POST_LATENCY = 13
+
+
 class AttentionUnit(wiring.Component):
-    def __init__(self, head_dim: int = 16, rows: int = 2, max_keys: int = 64):
+    """See the module docstring.  ``lanes`` elements per row per cycle in both product arrays
+    (``default_lanes``): a key pair's scores take head_dim / lanes cycles, one key's P.V as
+    many; ``primitive`` builds the score products as DSP48E2 instances (``DotArray``)."""
+
+    def __init__(self, head_dim: int = 16, rows: int = 2, max_keys: int = 64, lanes: int | None = None,
+                 primitive: bool = False):
         log2_exact(max_keys, "max_keys")
         if rows < 1 or head_dim < 1:
             raise ValueError(f"rows={rows}, head_dim={head_dim}: must be >= 1")
+        lanes = default_lanes(head_dim) if lanes is None else lanes
+        if lanes < 1 or head_dim % lanes or (lanes >= CHAIN and lanes % CHAIN):
+            raise ValueError(f"lanes={lanes}: must divide head_dim={head_dim} and be a multiple of {CHAIN} "
+                             f"(or below it)")
         self.head_dim, self.rows, self.max_keys = head_dim, rows, max_keys
+        self.lanes, self.chunks, self.primitive = lanes, head_dim // lanes, bool(primitive)
         kb = ceil_log2(max_keys)
         # Exact widths: l <= 2^15 keys (+ a loaded int32), |w vq| <= 2^34 per key (+ a loaded int32).
         self.l_width = max(32, 16 + kb) + 2
@@ -105,9 +183,20 @@ class AttentionUnit(wiring.Component):
             "busy": Out(1),
         })
 
+    @property
+    def cycles_per_key(self) -> tuple[float, int]:
+        """Steady-state cycles per key: (MAX, APPLY)."""
+        return max(self.chunks / 2, 1), max(self.chunks, 1)
+
+    @property
+    def multipliers(self) -> int:
+        """DSP48E2 slices of the two product arrays (the score pairs, the P.V digit pairs)."""
+        return self.rows * (self.lanes + 2 * (-(-self.lanes // 2)))
+
     def elaborate(self, platform):
         m = Module()
-        D, R = self.head_dim, self.rows
+        D, R, L, C = self.head_dim, self.rows, self.lanes, self.chunks
+        dotw = MANT_BITS + W_BITS + ceil_log2(D) + 1
 
         qrows = [Signal(q_layout(D), name=f"q{r}") for r in range(R)]
         for r in range(R):
@@ -118,7 +207,8 @@ class AttentionUnit(wiring.Component):
         state = Signal(AttentionState)
         cfg = Signal(cmd_layout(R))
         apply = Signal()
-        m.d.comb += [apply.eq(cfg.phase == AttnPass.APPLY), self.busy.eq(state != IDLE),
+        pv_busy = Signal()                      # the P.V pipeline holds a product (state loads too)
+        m.d.comb += [apply.eq(cfg.phase == AttnPass.APPLY), self.busy.eq((state != IDLE) | pv_busy),
                      self.cmd.ready.eq(state == IDLE)]
         start = Signal()
         m.d.comb += start.eq(self.cmd.valid & self.cmd.ready)
@@ -129,142 +219,424 @@ class AttentionUnit(wiring.Component):
         with m.If(start):
             m.d.sync += [cfg.eq(cp), state.eq(Mux(cp.emit, OUT, PASS))]
 
-        # --- keys: MAX takes k alone, APPLY takes k and v together ---------------------------------
+        mrow = [Signal(signed(32), name=f"m{r}", init=INT32_MIN) for r in range(R)]
+        lacc = [Signal(signed(self.l_width), name=f"l{r}") for r in range(R)]
+        # o[r][c * lanes + l] in memory (r, l) at address c, a flag per element (0 reads as 0:
+        # ``clear`` and APPLY's ``first`` empty every o in one cycle)
+        omem = [[memory.Memory(shape=signed(self.o_width), depth=C, init=[]) for _ in range(L)] for _ in range(R)]
+        for r in range(R):
+            for j in range(L):
+                m.submodules[f"o{r}_{j}"] = omem[r][j]
+        o_rd = [[omem[r][j].read_port() for j in range(L)] for r in range(R)]
+        o_wr = [[omem[r][j].write_port() for j in range(L)] for r in range(R)]
+        oflag = [[Signal(name=f"of{r}_{i}") for i in range(D)] for r in range(R)]
+
+        # --- keys in: K (and V) rows into slots; counters of this pass (mod 2^16) ----------------------
+        acc, sidx, sfree, kdone = (Signal(16, name=n) for n in ("acc", "sidx", "sfree", "kdone"))
+        with m.If(start & ~cp.emit):
+            m.d.sync += [acc.eq(0), sidx.eq(0), sfree.eq(0), kdone.eq(0)]
+        room = Signal()
+        m.d.comb += room.eq(((acc - sfree)[:16] < K_SLOTS) & (~apply | ((acc - kdone)[:16] < V_DEPTH)))
         fire = Signal()
         with m.If(state == PASS):
             with m.If(apply):
-                m.d.comb += [fire.eq(self.k.valid & self.v.valid), self.k.ready.eq(fire), self.v.ready.eq(fire)]
+                m.d.comb += [fire.eq(self.k.valid & self.v.valid & room), self.k.ready.eq(fire),
+                             self.v.ready.eq(fire)]
             with m.Else():
-                m.d.comb += [fire.eq(self.k.valid), self.k.ready.eq(1)]
-        drain = Signal(range(3))
-        with m.If(fire & self.k.payload.last):
-            m.d.sync += [state.eq(DRAIN), drain.eq(0)]
-        with m.If(state == DRAIN):
-            m.d.sync += drain.eq(drain + 1)
-            with m.If(drain == 2):
-                m.d.sync += state.eq(IDLE)
+                m.d.comb += [fire.eq(self.k.valid & room), self.k.ready.eq(room)]
+        slot_layout = data.StructLayout({"q": D * W_BITS, "a": KV_A_BITS, "e": signed(EXP_BITS), "pos": POS_BITS,
+                                         "va": KV_A_BITS, "ve": signed(EXP_BITS)})
+        kslot = [Signal(slot_layout, name=f"kslot{s}") for s in range(K_SLOTS)]
+        kp, vp = self.k.payload, self.v.payload
+        for s in range(K_SLOTS):
+            with m.If(fire & (acc[:2] == s)):
+                m.d.sync += kslot[s].eq(Cat(kp.q, kp.a, kp.e, kp.pos, vp.a, vp.e))
+        m.submodules.vring = vring = memory.Memory(shape=D * W_BITS, depth=V_DEPTH, init=[])
+        vw = vring.write_port()
+        m.d.comb += [vw.en.eq(fire & apply), vw.addr.eq(acc[:5]), vw.data.eq(vp.q)]
+        with m.If(fire):
+            m.d.sync += acc.eq(acc + 1)
+            with m.If(kp.last):
+                m.d.sync += state.eq(DRAIN)
+        draining = state == DRAIN
 
-        # --- stage 1: dot products, then the scores (comb) ---------------------------------------
-        k1v = Signal()
-        k1 = Signal(k_layout(D))
-        v1 = Signal(v_layout(D))
-        m.d.sync += [k1v.eq(fire), k1.eq(self.k.payload), v1.eq(self.v.payload)]
-        dot1 = [Signal(signed(MANT_BITS + W_BITS + ceil_log2(D) + 1), name=f"dot{r}") for r in range(R)]
+        # --- scores: a key pair per head_dim / lanes cycles, two INT4 keys per DSP (DotArray) ---------
+        avail = Signal(16)
+        m.d.comb += avail.eq(acc - sidx)
+        arrays = [DotArray(2, L, packed=True, primitive=self.primitive) for _ in range(R)]
+        lat = arrays[0].latency
+        NQ = max(2, -(-(C + lat + 3) // C))            # result entries: the DotArray's latency covered
+        rq_n = Signal(range(NQ + 1))                    # pairs issued, not yet popped by the post
+        s_run, s_c, s_base, s_has2 = Signal(), Signal(range(C)), Signal(2), Signal()
+        s_end = Signal()
+        m.d.comb += s_end.eq(s_run & (s_c == C - 1))
+        issue = Signal()
+        m.d.comb += issue.eq(((avail >= 2) | (draining & (avail == 1))) & (rq_n < NQ) & (~s_run | s_end)
+                             & ((state == PASS) | draining))
+        with m.If(s_run):
+            m.d.sync += s_c.eq(s_c + 1)
+            with m.If(s_end):
+                m.d.sync += [s_run.eq(0), s_c.eq(0), sfree.eq(sfree + Mux(s_has2, 2, 1))]
+        with m.If(issue):
+            m.d.sync += [s_run.eq(1), s_c.eq(0), s_base.eq(sidx[:2]), s_has2.eq(avail >= 2),
+                         sidx.eq(sidx + Mux(avail >= 2, 2, 1))]
+        kq = Array(s.q for s in kslot)
+        k0, k1 = kq[s_base], kq[(s_base + 1)[:2]]
+        chunk_bits = L * W_BITS
+        k0c = Array(k0[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[s_c]
+        k1c = Array(k1[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[s_c]
         for r in range(R):
-            terms = [self.k.payload.q[W_BITS * i:W_BITS * (i + 1)].as_signed()
-                     * qrows[r].mant[MANT_BITS * i:MANT_BITS * (i + 1)].as_signed() for i in range(D)]
-            total = terms[0]
-            for t in terms[1:]:
-                total = total + t
-            m.d.sync += dot1[r].eq(total)
+            m.submodules[f"dots{r}"] = da = arrays[r]
+            qc = Array(qrows[r].mant[c * L * MANT_BITS:(c + 1) * L * MANT_BITS] for c in range(C))[s_c]
+            m.d.comb += [da.en.eq(1), da.w.eq(Cat(k0c, k1c)), da.a.eq(qc)]
+        tv, tfirst, tlast = Signal(), Signal(), Signal()
+        pv_, pf_, pl_ = s_run, s_c == 0, s_end
+        for i in range(lat):
+            nv, nf, nl = Signal(name=f"tv{i}"), Signal(name=f"tf{i}"), Signal(name=f"tl{i}")
+            m.d.sync += [nv.eq(pv_), nf.eq(pf_), nl.eq(pl_)]
+            pv_, pf_, pl_ = nv, nf, nl
+        m.d.comb += [tv.eq(pv_), tfirst.eq(pf_), tlast.eq(pl_)]
 
-        mrow = [Signal(signed(32), name=f"m{r}", init=INT32_MIN) for r in range(R)]
-        lacc = [Signal(signed(self.l_width), name=f"l{r}") for r in range(R)]
-        oacc = [[Signal(signed(self.o_width), name=f"o{r}_{i}") for i in range(D)] for r in range(R)]
+        # two result entries: the pair's key fields at issue, its dots when the last chunk is summed
+        meta_layout = data.StructLayout({"a": KV_A_BITS, "e": signed(EXP_BITS), "pos": POS_BITS,
+                                         "va": KV_A_BITS, "ve": signed(EXP_BITS), "idx": 5,
+                                         "ap": 1})              # the post: an APPLY key
+        rq_meta = [[Signal(meta_layout, name=f"rq{e}_meta{h}") for h in range(2)] for e in range(NQ)]
+        rq_has2 = [Signal(name=f"rq{e}_has2") for e in range(NQ)]
+        rq_full = [Signal(name=f"rq{e}_full") for e in range(NQ)]
+        rq_dot = [[[Signal(signed(dotw), name=f"rq{e}_dot{r}_{h}") for h in range(2)] for r in range(R)]
+                  for e in range(NQ)]
+        rq_wm, rq_wd, rq_rd = (Signal(range(NQ), name=n) for n in ("rq_wm", "rq_wd", "rq_rd"))
 
-        # --- stage 2 (APPLY): exp2 LUT read; stage 3: p, w and the accumulators -------------------
+        def wrap(ptr):
+            return Mux(ptr == NQ - 1, 0, ptr + 1)
+        sl = Array(s.as_value() for s in kslot)
+        srcs = [Signal(slot_layout, name=f"issue_key{h}") for h in range(2)]
+        for h in range(2):
+            m.d.comb += srcs[h].eq(sl[(sidx + h)[:2]])
+        for e in range(NQ):
+            with m.If(issue & (rq_wm == e)):
+                for h in range(2):
+                    src = srcs[h]
+                    m.d.sync += rq_meta[e][h].eq(Cat(src.a, src.e, src.pos, src.va, src.ve, (sidx + h)[:5]))
+                m.d.sync += rq_has2[e].eq(avail >= 2)
+        with m.If(issue):
+            m.d.sync += rq_wm.eq(wrap(rq_wm))
+        sacc = [[Signal(signed(dotw), name=f"sacc{r}_{h}") for h in range(2)] for r in range(R)]
+        for r in range(R):
+            for h in range(2):
+                total = Signal(signed(dotw), name=f"stot{r}_{h}")
+                m.d.comb += total.eq(Mux(tfirst, 0, sacc[r][h]) + arrays[r].dots[h])
+                with m.If(tv):
+                    m.d.sync += sacc[r][h].eq(total)
+                for e in range(NQ):
+                    with m.If(tv & tlast & (rq_wd == e)):
+                        m.d.sync += rq_dot[e][r][h].eq(total)
+        with m.If(tv & tlast):
+            m.d.sync += rq_wd.eq(wrap(rq_wd))
+
+        # --- post: one key per cycle, s (and in APPLY p, w) per row --------------------------------
+        W_CREDITS = max(4, -(-(POST_LATENCY + 2) // C) + 2)   # covers the post's latency at one key per C
+        credit = Signal(range(W_CREDITS + 1))            # APPLY keys in the post or the w queue
+        ph = Signal()
+        head_full = Array(rq_full)[rq_rd]
+        head_has2 = Array(rq_has2)[rq_rd]
+        go = Signal()
+        m.d.comb += go.eq(head_full & (~apply | (credit < W_CREDITS)))
+        pop = Signal()
+        m.d.comb += pop.eq(go & (~head_has2 | ph))
+        with m.If(go):
+            m.d.sync += ph.eq(~pop)
+        with m.If(pop):
+            m.d.sync += rq_rd.eq(wrap(rq_rd))
+        for e in range(NQ):
+            with m.If(tv & tlast & (rq_wd == e)):
+                m.d.sync += rq_full[e].eq(1)
+            with m.If(pop & (rq_rd == e)):
+                m.d.sync += rq_full[e].eq(0)
+        m.d.sync += rq_n.eq(rq_n + issue - pop)
+
+        # stage 1: the key's fields and dots
+        meta_arr = Array(Array(rq_meta[e][h].as_value() for h in range(2)) for e in range(NQ))
+        p1v = Signal()
+        p1 = Signal(meta_layout)
+        p1d = [Signal(signed(dotw), name=f"p1d{r}") for r in range(R)]
+        m.d.sync += [p1v.eq(go), p1.eq(meta_arr[rq_rd][ph]), p1.ap.eq(go & apply)]
+        for r in range(R):
+            m.d.sync += p1d[r].eq(Array(Array(rq_dot[e][r][h] for h in range(2)) for e in range(NQ))[rq_rd][ph])
+
+        def stage(name, value, shape=None):
+            sig = Signal(shape if shape is not None else value.shape(), name=name)
+            m.d.sync += sig.eq(value)
+            return sig
+
+        def carry(prev_v, prev_meta, n):
+            return stage(f"p{n}v", prev_v), stage(f"p{n}m", prev_meta)
+
+        # the post's stages: 2 raw = dot A_k; 3-5 the rounding shift; 6 s = sat32 (MAX: m);
+        # 7 the exp2 index of m - s; 8 the table; 9 p (l += p); 10 p A_v; 11-13 the shift to w
+        pv_, pm_ = {1: p1v}, {1: p1}
+        for i in range(2, POST_LATENCY + 1):
+            pv_[i], pm_[i] = carry(pv_[i - 1], pm_[i - 1], i)
         m.submodules.exp2 = exp2 = exp2_rom()
-        a2v = Signal()
-        v2 = Signal(v_layout(D))
-        m.d.sync += [a2v.eq(k1v & apply), v2.eq(v1)]
+        wq_w = [[Signal(signed(32), name=f"wq{e}_w{r}") for r in range(R)] for e in range(W_CREDITS)]
+        wq_idx = [Signal(5, name=f"wq{e}_idx") for e in range(W_CREDITS)]
+        wq_wp, wq_rp = Signal(range(W_CREDITS)), Signal(range(W_CREDITS))
+        wq_n = Signal(range(W_CREDITS + 1))
+        push = Signal()
+        last = POST_LATENCY
+        m.d.comb += push.eq(pv_[last] & pm_[last].ap)
         for r in range(R):
-            raw = dot1[r] * k1.a
-            sh = Signal(signed(10), name=f"ssh{r}")
-            m.d.comb += sh.eq(-(qrows[r].exp + k1.e + fx.S_FRAC))
-            s = sat(m, rshr(m, raw, sh, max_left=33), 32)
-            vis = Signal(name=f"vis{r}")
-            m.d.comb += vis.eq(k1.pos <= qrows[r].pos)
-            with m.If(k1v & ~apply & vis & (s > mrow[r])):
-                m.d.sync += mrow[r].eq(s)
-
+            raw = stage(f"raw{r}", p1d[r] * p1.a)
+            sh = stage(f"ssh{r}", -(qrows[r].exp + p1.e + fx.S_FRAC), signed(10))
+            vis = stage(f"vis2_{r}", p1.pos <= qrows[r].pos)
+            rs = rshr_staged(m, raw, sh, 33, f"rs{r}")                       # at stage 5
+            for i in range(3, 7):
+                vis = stage(f"vis{i}_{r}", vis)
+            s6 = stage(f"s{r}", sat(m, rs, 32))
+            with m.If(pv_[6] & ~pm_[6].ap & vis & (s6 > mrow[r])):
+                m.d.sync += mrow[r].eq(s6)
             neg = Signal(unsigned(34), name=f"negd{r}")     # m - s >= 0 for a visible key
-            m.d.comb += neg.eq(mrow[r] - s)
+            m.d.comb += neg.eq(mrow[r] - s6)
             y = rshr_pos(m, neg, Const(fx.S_FRAC - fx.EXP_LUT_BITS, 3), 35)
+            addr7 = stage(f"eaddr{r}", y[:fx.EXP_LUT_BITS])
+            n7 = stage(f"n{r}", y[8:14], range(64))
+            big7 = stage(f"big{r}", y[8:] > fx.P_FRAC)
+            ok7 = stage(f"ok{r}", vis & pv_[6] & pm_[6].ap)
             rp = exp2.read_port()
-            m.d.comb += [rp.en.eq(1), rp.addr.eq(y[:fx.EXP_LUT_BITS])]
-            n2, ok2, big2 = Signal(range(64), name=f"n{r}"), Signal(name=f"ok2_{r}"), Signal(name=f"big{r}")
-            m.d.sync += [n2.eq(y[8:14]), big2.eq(y[8:] > fx.P_FRAC), ok2.eq(vis & k1v & apply)]
-            p = Signal(16, name=f"p{r}")
-            m.d.comb += p.eq(Mux(big2 | ~ok2, 0, rshr_pos(m, rp.data.as_unsigned(), n2, 18)))
-            wsh = Signal(signed(10), name=f"wsh{r}")
-            m.d.comb += wsh.eq(fx.P_FRAC - fx.O_FRAC - v2.e)
-            w = sat(m, rshr(m, p * v2.a, wsh, max_left=33), 32)
-            with m.If(a2v):
-                m.d.sync += lacc[r].eq(lacc[r] + p)
-                for i in range(D):
-                    m.d.sync += oacc[r][i].eq(oacc[r][i] + w * v2.q[W_BITS * i:W_BITS * (i + 1)].as_signed())
+            m.d.comb += [rp.en.eq(1), rp.addr.eq(addr7)]
+            n8, big8, ok8 = stage(f"n8_{r}", n7), stage(f"big8_{r}", big7), stage(f"ok8_{r}", ok7)
+            p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, rshr_pos(m, rp.data.as_unsigned(), n8, 18)), 16)
+            with m.If(pv_[9] & pm_[9].ap):
+                m.d.sync += lacc[r].eq(lacc[r] + p9)
+            u10 = stage(f"u{r}", p9 * pm_[9].va)
+            wsh10 = stage(f"wsh{r}", fx.P_FRAC - fx.O_FRAC - pm_[9].ve, signed(10))
+            wr13 = rshr_staged(m, u10, wsh10, 33, f"wr{r}")
+            w13 = sat(m, wr13, 32)
+            for e in range(W_CREDITS):
+                with m.If(push & (wq_wp == e)):
+                    m.d.sync += wq_w[e][r].eq(w13)
+        for e in range(W_CREDITS):
+            with m.If(push & (wq_wp == e)):
+                m.d.sync += wq_idx[e].eq(pm_[last].idx)
+        with m.If(push):
+            m.d.sync += wq_wp.eq(Mux(wq_wp == W_CREDITS - 1, 0, wq_wp + 1))
+        with m.If(pv_[6] & ~pm_[6].ap):
+            m.d.sync += kdone.eq(kdone + 1)
 
-            # resets by a pass's ``first`` and the state loads (never during a pass)
+        # --- P.V: one key per head_dim / lanes cycles; o += w vq as two 16-bit digits of w, each
+        # times two packed INT4 elements per DSP ---------------------------------------------------
+        vr = vring.read_port()
+        pv_run, pv_c = Signal(), Signal(range(C))
+        w_cur = [Signal(32, name=f"wcur{r}") for r in range(R)]           # w >= 0
+        v_cur = Signal(D * W_BITS)
+        rd_ok = Signal()
+        pv_end = Signal()
+        m.d.comb += [pv_end.eq(pv_run & (pv_c == C - 1)), vr.en.eq(1), vr.addr.eq(Array(wq_idx)[wq_rp])]
+        pv_go = Signal()
+        m.d.comb += pv_go.eq((wq_n != 0) & rd_ok & (~pv_run | pv_end))
+        m.d.sync += rd_ok.eq((wq_n != 0) & ~pv_go)
+        with m.If(pv_run):
+            m.d.sync += pv_c.eq(pv_c + 1)
+            with m.If(pv_end):
+                m.d.sync += [pv_run.eq(0), pv_c.eq(0)]
+        with m.If(pv_go):
+            m.d.sync += [pv_run.eq(1), pv_c.eq(0), v_cur.eq(vr.data),
+                         wq_rp.eq(Mux(wq_rp == W_CREDITS - 1, 0, wq_rp + 1))]
+            for r in range(R):
+                m.d.sync += w_cur[r].eq(Array(wq_w[e][r] for e in range(W_CREDITS))[wq_rp])
+        m.d.sync += [wq_n.eq(wq_n + push - pv_go), credit.eq(credit + (go & apply) - pv_go)]
+
+        # st word 2 + i (ATTN_Q STATE, never during a pass) goes down the same pipeline as one
+        # chunk: w = the word on its row (0 on the others) times a unit INT4 at element i; the
+        # write replaces o[i] and touches no other lane
+        st_i = Signal(range(D + 2))
+        m.d.comb += st_i.eq(self.st.word - 2)
+        st_c = Array(Const(i // L, range(C)) for i in range(D))[st_i]
+        st_l = Array(Const(i % L, range(L)) for i in range(D))[st_i]
+        inj = Signal()
+        m.d.comb += inj.eq(self.st.en & (self.st.word >= 2))
+        pairs = -(-L // 2)
+        vchunk = Array(v_cur[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[pv_c]
+        a1 = []
+        for t in range(pairs):
+            lo = vchunk[2 * t * W_BITS:(2 * t + 1) * W_BITS].as_signed()
+            hi = vchunk[(2 * t + 1) * W_BITS:(2 * t + 2) * W_BITS].as_signed() if 2 * t + 1 < L else Const(0, 4)
+            unit = Mux(st_l == 2 * t, 1, Mux(st_l == 2 * t + 1, 1 << PACK_SHIFT, 0))
+            a1.append(stage(f"pva{t}", Mux(inj, unit, hi * (1 << PACK_SHIFT) + lo), signed(DSP_A_BITS)))
+        kill = Signal()          # ``clear`` or APPLY's ``first`` supersede state words in flight
+        m.d.comb += kill.eq(self.clear | reset_lo)
+        q1v, q1c, q1l = stage("pv1v", pv_run | (inj & ~kill)), stage("pv1c", Mux(inj, st_c, pv_c)), \
+            stage("pv1l", pv_end & ~inj)
+        q1s, q1n, q1r = stage("pv1s", inj), stage("pv1n", st_l), stage("pv1r", self.st.row)
+        q2v, q2c, q2l = stage("pv2v", q1v & ~(q1s & kill)), stage("pv2c", q1c), stage("pv2l", q1l)
+        q2s, q2n, q2r = stage("pv2s", q1s), stage("pv2n", q1n), stage("pv2r", q1r)
+        q3v, q3c, q3l = stage("pv3v", q2v & ~(q2s & kill)), stage("pv3c", q2c), stage("pv3l", q2l)
+        q3s, q3n, q3r = stage("pv3s", q2s), stage("pv3n", q2n), stage("pv3r", q2r)
+        m.d.comb += pv_busy.eq(q1v | q2v | q3v)
+        outing = state == OUT
+        ec, el = Signal(range(C)), Signal(range(L))     # emit: o element ec * lanes + el
+        eadv = Signal()
+        for r in range(R):
+            src = Signal(32, name=f"pvw{r}")
+            m.d.comb += src.eq(Mux(inj, Mux(self.st.row == r, self.st.data, 0), w_cur[r]))
+            d0 = stage(f"pvd0_{r}", Cat(src[:16], Const(0, 1)).as_signed())
+            d1 = stage(f"pvd1_{r}", src[16:32].as_signed(), signed(17))
+            for t in range(pairs):
+                fields = []
+                for g, dg in enumerate((d0, d1)):
+                    prod = stage(f"pvp{r}_{t}_{g}", a1[t] * dg, signed(DSP_A_BITS + 18))
+                    lo_f = prod[:PACK_SHIFT].as_signed()
+                    hi_f = (prod >> PACK_SHIFT) + prod[PACK_SHIFT - 1]
+                    fields.append((lo_f, hi_f))
+                for j in range(2):
+                    lane = 2 * t + j
+                    if lane >= L:
+                        continue
+                    inc = stage(f"pvi{r}_{lane}", fields[0][j] + (fields[1][j] << 16), signed(37))
+                    # read o at stage 2, add and write it back at stage 3 (an element comes back
+                    # only head_dim / lanes cycles later)
+                    rd, wr = o_rd[r][lane], o_wr[r][lane]
+                    flags = Array(oflag[r][c * L + lane] for c in range(C))
+                    fl3 = stage(f"pvf{r}_{lane}", flags[q2c] & ~q2s)
+                    m.d.comb += [rd.en.eq(Mux(outing, eadv, 1)), rd.addr.eq(Mux(outing, ec, q2c))]
+                    total = Signal(signed(self.o_width), name=f"osum{r}_{lane}")
+                    m.d.comb += total.eq(Mux(fl3, rd.data, 0) + inc)
+                    m.d.comb += [wr.en.eq(q3v & (~q3s | ((q3n == lane) & (q3r == r)))), wr.addr.eq(q3c), wr.data.eq(total)]
+                    for c in range(C):
+                        with m.If(wr.en & (wr.addr == c)):
+                            m.d.sync += oflag[r][c * L + lane].eq(1)
+        with m.If(q3v & q3l):
+            m.d.sync += kdone.eq(kdone + 1)
+
+        with m.If(draining & (kdone == acc)):
+            m.d.sync += state.eq(IDLE)
+
+        # resets by a pass's ``first`` and the state loads (never during a pass)
+        for r in range(R):
             with m.If(reset_m | self.clear):
                 m.d.sync += mrow[r].eq(INT32_MIN)
             with m.If(reset_lo | self.clear):
-                m.d.sync += [lacc[r].eq(0)] + [oacc[r][i].eq(0) for i in range(D)]
+                m.d.sync += [lacc[r].eq(0)] + [oflag[r][i].eq(0) for i in range(D)]
             with m.If(self.st.en & (self.st.row == r)):
-                with m.Switch(self.st.word):
-                    with m.Case(0):
-                        m.d.sync += mrow[r].eq(self.st.data)
-                    with m.Case(1):
-                        m.d.sync += lacc[r].eq(self.st.data.as_signed())
-                    for i in range(D):
-                        with m.Case(2 + i):
-                            m.d.sync += oacc[r][i].eq(self.st.data.as_signed())
+                with m.If(self.st.word == 0):
+                    m.d.sync += mrow[r].eq(self.st.data)
+                with m.If(self.st.word == 1):
+                    m.d.sync += lacc[r].eq(self.st.data.as_signed())
 
-        # --- emit: per row finalize(o / l), [m, l, o...] or m ------------------------------------
+        # --- emit: a pipeline of word issue -> lane values -> sat32 -> x rcp -> shift -> out; it
+        # advances while the output register is free or taken ---------------------------------------
         row = Signal(range(R))
         word = Signal(range(D + 2))
-        phase = Signal()          # FINAL: one cycle per row for the reciprocal LUT read
         final, maxm = Signal(), Signal()
         m.d.comb += [final.eq(cfg.mode == EmitMode.FINAL), maxm.eq(cfg.mode == EmitMode.MAX)]
-        lsat = Array(sat(m, lacc[r], 32) for r in range(R))
-        osat = Array(Array(sat(m, oacc[r][i], 32) for i in range(D)) for r in range(R))
-        msel = Array(mrow)[row]
-        lcur = Signal(signed(32))
-        m.d.comb += lcur.eq(lsat[row])
-        b = Signal(range(33))
-        m.d.comb += b.eq(bitlen(m, lcur[:31]))
-        idx = Signal(signed(48))
-        m.d.comb += idx.eq(rshr(m, lcur, b - fx.RCP_IDX_BITS, max_left=10))
+        ovalid, olast = Signal(), Signal()
+        odata = Signal(32)
+        m.d.comb += [eadv.eq(~ovalid | self.o.tready), self.o.tvalid.eq(ovalid), self.o.tdata.eq(odata),
+                     self.o.tkeep.eq(0xF), self.o.tlast.eq(olast)]
+        # FINAL: every row's reciprocal ahead of its words, one row per cycle through six stages
+        prow, pdone = Signal(range(R + 1)), Signal(range(R + 1))
+        with m.If(start):
+            m.d.sync += [prow.eq(0), pdone.eq(0)]
+        pgo = Signal()
+        m.d.comb += pgo.eq(outing & final & (prow != cfg.rows))
+        with m.If(pgo):
+            m.d.sync += prow.eq(prow + 1)
+        lsel = Array(sat(m, lacc[r], 32) for r in range(R))
+        la = Signal(signed(32))
+        m.d.sync += la.eq(lsel[prow[:max(ceil_log2(R), 1)]] if R > 1 else lsel[0])
+        lb, bb = Signal(signed(32)), Signal(range(33))
+        m.d.sync += [lb.eq(la), bb.eq(bitlen(m, la[:31]))]
+        bsh = Signal(signed(8))
+        m.d.comb += bsh.eq(bb - fx.RCP_IDX_BITS)
+        idx = rshr_staged(m, lb, bsh, 10, "rcpidx")
+        lc, bc = Signal(signed(32)), Signal(range(33))
+        m.d.sync += [lc.eq(lb), bc.eq(bb)]
+        lc2, bc2 = Signal(signed(32)), Signal(range(33))
+        m.d.sync += [lc2.eq(lc), bc2.eq(bc)]
+        lc3, bc3 = Signal(signed(32)), Signal(range(33))
+        m.d.sync += [lc3.eq(lc2), bc3.eq(bc2)]
         m.submodules.rcp = rcp = memory.Memory(shape=16, depth=len(fx.RCP_LUT), init=[int(x) for x in fx.RCP_LUT])
         rr = rcp.read_port()
         m.d.comb += [rr.en.eq(1), rr.addr.eq(idx - (1 << (fx.RCP_IDX_BITS - 1)))]
-        fsh = Signal(signed(8))
-        m.d.comb += fsh.eq(b + fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC)
-        rcur = Mux(lcur > 0, rr.data, 0)
-        oidx = Signal(range(D))
-        m.d.comb += oidx.eq(Mux(final, word, word - 2))
-        ocur = osat[row][oidx]
-        fin = sat(m, rshr(m, ocur * rcur, fsh, max_left=33), 32)
-        out_word = Signal(32)
-        with m.If(maxm):
-            m.d.comb += out_word.eq(msel)
-        with m.Elif(final):
-            m.d.comb += out_word.eq(fin)
-        with m.Elif(word == 0):
-            m.d.comb += out_word.eq(msel)
-        with m.Elif(word == 1):
-            m.d.comb += out_word.eq(lcur)
-        with m.Else():
-            m.d.comb += out_word.eq(ocur)
+        fsh_c, pos_c = Signal(signed(8)), Signal()
+        m.d.sync += [fsh_c.eq(bc3 + fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC),
+                     pos_c.eq(lc3 > 0)]
+        pv_tag, pr_tag = pgo, prow
+        for i in range(6):           # la, lb, the three shift stages, the table read
+            nv, nr = Signal(name=f"pt{i}v"), Signal(range(R + 1), name=f"pt{i}r")
+            m.d.sync += [nv.eq(pv_tag), nr.eq(pr_tag)]
+            pv_tag, pr_tag = nv, nr
+        rcs = [Signal(16, name=f"rcp{r}") for r in range(R)]
+        fss = [Signal(signed(8), name=f"fsh{r}") for r in range(R)]
+        for r in range(R):
+            with m.If(pv_tag & (pr_tag == r)):
+                m.d.sync += [rcs[r].eq(Mux(pos_c, rr.data, 0)), fss[r].eq(fsh_c)]
+        with m.If(pv_tag):
+            m.d.sync += pdone.eq(pdone + 1)
+
+        e_done = Signal()
+        ready_row = ~final | (pdone > row)
+        eissue = Signal()
+        m.d.comb += eissue.eq(outing & ~e_done & ready_row & eadv)
         last_word = Signal()
         m.d.comb += last_word.eq(Mux(maxm, 1, Mux(final, word == D - 1, word == D + 1)))
         last_row = row == cfg.rows - 1
-        emitting = Signal()
-        m.d.comb += emitting.eq((state == OUT) & (~final | phase))
-        m.d.comb += [self.o.tvalid.eq(emitting), self.o.tdata.eq(out_word), self.o.tkeep.eq(0xF),
-                     self.o.tlast.eq(last_word & last_row)]
-        with m.If((state == OUT) & final & ~phase):
-            m.d.sync += phase.eq(1)
-        with m.If(emitting & self.o.tready):
+        is_o = ~maxm & (final | (word >= 2))
+        with m.If(eissue):
             m.d.sync += word.eq(word + 1)
+            with m.If(is_o):
+                m.d.sync += el.eq(el + 1)
+                with m.If(el == L - 1):
+                    m.d.sync += [el.eq(0), ec.eq(ec + 1)]
             with m.If(last_word):
-                m.d.sync += [word.eq(0), row.eq(row + 1), phase.eq(0)]
+                m.d.sync += [word.eq(0), row.eq(row + 1), ec.eq(0), el.eq(0)]
                 with m.If(last_row):
-                    m.d.sync += [row.eq(0), state.eq(IDLE)]
+                    m.d.sync += [row.eq(0), e_done.eq(1)]
+        with m.If(ovalid & self.o.tready & olast):
+            m.d.sync += [state.eq(IDLE), e_done.eq(0)]
+
+        # issue: the o memories read ec (all rows, all lanes); 1: (row, el) of it; 2: sat32;
+        # 3: x rcp; 4, 5: the rounding shift; out
+        KIND_M, KIND_L, KIND_O, KIND_F = range(4)
+        tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "m": 32, "l": 32, "rcp": 16, "fsh": signed(8),
+                                 "row": range(R), "el": range(L), "flag": 1})
+        x1, x2, x3, x4, x5 = (Signal(tag, name=f"x{i}") for i in range(1, 6))
+        kind = Mux(maxm | (~final & (word == 0)), KIND_M, Mux(final, KIND_F, Mux(word == 1, KIND_L, KIND_O)))
+        flag_now = Array(Array(oflag[r][c * L + j] for j in range(L) for c in range(C)) for r in range(R))
+        ov2 = Signal(signed(self.o_width))
+        oc3, oc4, oc5 = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
+        prod4 = Signal(signed(49))
+        lane_data = Array(Array(o_rd[r][j].data for j in range(L)) for r in range(R))
+        with m.If(eadv):
+            m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
+                         x1.m.eq(Array(mrow)[row]), x1.l.eq(lsel[row]), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
+                         x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now[row][el * C + ec]),
+                         x2.eq(x1), ov2.eq(Mux(x1.flag, lane_data[x1.row][x1.el], 0)),
+                         x3.eq(x2), oc3.eq(sat(m, ov2, 32)),
+                         x4.eq(x3), oc4.eq(oc3), prod4.eq(oc3 * x3.rcp.as_unsigned()),
+                         x5.eq(x4), oc5.eq(oc4)]
+        sh7 = rshr_staged(m, prod4, x4.fsh, 33, "fin", en=eadv)
+        x6, x7 = Signal(tag), Signal(tag)
+        oc6, oc7 = Signal(signed(32)), Signal(signed(32))
+        with m.If(eadv):
+            m.d.sync += [x6.eq(x5), oc6.eq(oc5), x7.eq(x6), oc7.eq(oc6), ovalid.eq(x7.v), olast.eq(x7.last)]
+            with m.Switch(x7.kind):
+                with m.Case(KIND_M):
+                    m.d.sync += odata.eq(x7.m)
+                with m.Case(KIND_L):
+                    m.d.sync += odata.eq(x7.l)
+                with m.Case(KIND_O):
+                    m.d.sync += odata.eq(oc7)
+                with m.Default():
+                    m.d.sync += odata.eq(sat(m, sh7, 32))
         return m
 
 
 @block("compute_attention", "Q.K^T, exp2 softmax state, P.V over streamed KV -> (m, l, o), maxima or rows",
-       variants=({"max_keys": 65536},), head_dim=16, rows=2, max_keys=64,
-       ranges={"head_dim": Range(1, 256), "rows": Range(1, 64), "max_keys": Range(1, 1 << 20, pow2=True)})
-def _attention(head_dim, rows, max_keys):
-    return AttentionUnit(head_dim, rows, max_keys)
+       variants=({"max_keys": 65536}, {"head_dim": 32, "lanes": 8, "primitive": 1}),
+       head_dim=16, rows=2, max_keys=64, lanes=0, primitive=0,
+       ranges={"head_dim": Range(1, 256), "rows": Range(1, 64), "max_keys": Range(1, 1 << 20, pow2=True),
+               "lanes": Range(0, 256), "primitive": Range(0, 1)})
+def _attention(head_dim, rows, max_keys, lanes, primitive):
+    return AttentionUnit(head_dim, rows, max_keys, lanes=lanes or None, primitive=bool(primitive))

@@ -37,6 +37,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from mcf.hw.compute.attention import default_lanes
 from mcf.spec.node import MODEL_SHAPES, NodeConfig
 
 #: The matrix unit's steady-state bench (module, coroutine), beside the unit's tests.
@@ -259,11 +260,12 @@ def engine_figures(report: dict, node: NodeConfig, timing) -> dict:
 def attention_figures(report: dict, node: NodeConfig) -> dict:
     """The attention bench's per-op, per-kind counts -> figures: cycles per instruction kind, keys
     per cycle of each pass, products per cycle and utilization of the unit's two product arrays
-    (the score array, ``att_rows`` x ``head_dim`` INT4 x int16, used by MAX and APPLY alike; the
-    P.V array, ``att_rows`` x ``head_dim`` int32 x INT4, used by APPLY), and the KV bytes read."""
+    (the score array, ``att_rows`` x 2 ``lanes`` INT4 x int16 a cycle (a key pair), used by MAX and
+    APPLY alike; the P.V array, ``att_rows`` x ``lanes`` int32 x INT4 a cycle, used by APPLY), and
+    the KV bytes read."""
     from mcf.spec.kv import segment_bytes
     R, d = node.att_rows, node.head_dim
-    array = R * d
+    score_array, pv_array = R * 2 * default_lanes(d), R * default_lanes(d)
     out = {}
     for op in report["ops"]:
         kinds = op["per_kind"]
@@ -283,11 +285,11 @@ def attention_figures(report: dict, node: NodeConfig) -> dict:
             "max_pass_keys_per_cycle": round(keys * jobs / mx["cycles"], 4),
             "apply_pass_keys_per_cycle": round(keys * jobs / ap["cycles"], 4),
             "score_array_products_per_cycle": round(score_products / (mx["cycles"] + ap["cycles"]), 1),
-            "score_array_utilization": round(score_products / (mx["cycles"] + ap["cycles"]) / array, 4),
+            "score_array_utilization": round(score_products / (mx["cycles"] + ap["cycles"]) / score_array, 4),
             "pv_array_products_per_cycle": round(pv_products / ap["cycles"], 1),
-            "pv_array_utilization": round(pv_products / ap["cycles"] / array, 4),
+            "pv_array_utilization": round(pv_products / ap["cycles"] / pv_array, 4),
             "products_per_cycle": round((score_products + pv_products) / cycles, 1),
-            "product_arrays_utilization": round((score_products + pv_products) / cycles / (2 * array), 4),
+            "product_arrays_utilization": round((score_products + pv_products) / cycles / (score_array + pv_array), 4),
             "kv_bytes_read": kv_read,
             "kv_bytes_read_per_job": round(kv_read / jobs),
             "kv_segment_bytes": kv_seg,
@@ -362,10 +364,13 @@ def run_engine(args) -> dict:
         "prefill": fig["prefill"], "decode": fig["decode"], "ops": fig["ops"],
         "attention": attn if attn is not None else "not run (--no-attention)",
         "attention_unit": {"head_dim": node.head_dim, "att_rows": node.att_rows, "gqa_group": node.group,
-                           "score_array_products": node.att_rows * node.head_dim,
-                           "pv_array_products": node.att_rows * node.head_dim,
-                           "score_array_is": "INT4 K x int16 Q mantissas, used by the MAX and the APPLY pass",
-                           "pv_array_is": "int32 p A_v (sat) x INT4 V, used by the APPLY pass"},
+                           "lanes": default_lanes(node.head_dim),
+                           "score_array_products": node.att_rows * 2 * default_lanes(node.head_dim),
+                           "pv_array_products": node.att_rows * default_lanes(node.head_dim),
+                           "score_array_is": "INT4 K (a key pair) x int16 Q mantissas, two per DSP48E2, "
+                                             "used by the MAX and the APPLY pass",
+                           "pv_array_is": "int32 p A_v (sat, two 16-bit digits) x INT4 V, two elements per "
+                                          "DSP48E2 and digit, used by the APPLY pass"},
         "calibration": {
             "compute_efficiency": fig["prefill"]["layer_mac_utilization_model"],
             "compute_efficiency_is": "prefill GEMMs of one layer: MACs / (measured slice cycles extrapolated to "

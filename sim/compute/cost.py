@@ -10,6 +10,7 @@ vector work of one row with the GEMM of the next.
 from __future__ import annotations
 
 import math
+from mcf.hw.compute.attention import default_lanes
 from mcf.hw.compute.matrix import MatrixUnit
 from mcf.spec.node import NodeConfig
 
@@ -46,9 +47,15 @@ def kv_writer_cycles(d: int, lanes: int) -> int:
 
 
 def attention_cycles(keys: int, rows: int, d: int, final: bool = True) -> int:
-    """MAX pass and APPLY pass (cmd + keys + 4 until idle again, each) + emit (cmd + rows x
-    (d + 1) final, d + 2 state)."""
-    return 2 * (keys + 5) + 1 + rows * (d + 1 if final else d + 2)
+    """MAX pass, APPLY pass and emit of the attention unit at its default folding (``c`` = d /
+    lanes cycles per key pair's scores and per key's P.V; exact for c >= 4), keys always valid,
+    each from its command: MAX 18 + c ceil(S / 2), + 2 for an even S (the pair's second key, the
+    post's second cycle) or + 1 for an odd S > 1; APPLY 30 + c (S + 1), + 1 for S > 1; emit
+    rows d + 16 (FINAL: the reciprocals computed ahead) or rows (d + 2) + 9 (STATE)."""
+    c = d // default_lanes(d)
+    mx = 18 + c * -(-keys // 2) + (2 if keys % 2 == 0 else int(keys > 1))
+    ap = 30 + c * (keys + 1) + int(keys > 1)
+    return mx + ap + (rows * d + 16 if final else rows * (d + 2) + 9)
 
 
 def layer_cycles(cfg, tokens: int, context: int, node: NodeConfig = NodeConfig(),
@@ -85,7 +92,7 @@ def layer_cycles(cfg, tokens: int, context: int, node: NodeConfig = NodeConfig()
 FORMULA = ("cycles/layer ~= T * P_layer / (mac_rows * mac_lanes * util)  [GEMM, P_layer = weights per layer]"
            " + T * (10 h + 7 inter + (4 Hq + 3 Hkv) * 3 d + 3 Hq d) / vec_lanes  [vector]"
            " + 2 T Hkv (2 d / kv_lanes + 1)  [KV writer]"
-           " + Hkv * ceil(T / (att_rows / group)) * (2 S + att_rows (d + 1) + 11)  [attention]")
+           " + Hkv * ceil(T / (att_rows / group)) * (c (3 S / 2 + 1) + att_rows d + 64)  [attention, c = d / lanes]")
 
 
 def matrix_for(node: NodeConfig, max_inputs: int = 256, max_tiles: int = 64) -> MatrixUnit:

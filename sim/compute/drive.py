@@ -110,7 +110,7 @@ async def attention_sequence(ctx, dut, job) -> tuple[list[int], list[int]]:
                 got.append(ctx.get(dut.o.tdata))
                 return bool(ctx.get(dut.o.tlast))
             return False
-        await drive(ctx, [], sample, 4 * want + 20)
+        await drive(ctx, [], sample, 4 * want + 40)
         return got
 
     for phase in (AttnPass.MAX, AttnPass.APPLY):
@@ -129,7 +129,9 @@ async def attention_sequence(ctx, dut, job) -> tuple[list[int], list[int]]:
             feeds = [Feed.of(dut.k, k_run(job, run, d), raw=True)]
             if phase == AttnPass.APPLY:
                 feeds.append(Feed.of(dut.v, job.v[run[0]:run[1]], raw=True))
-            await drive(ctx, feeds, lambda ctx: not any(f.pending for f in feeds), 4 * (run[1] - run[0]) + 20)
+            per_key = dut.cycles_per_key[1 if phase == AttnPass.APPLY else 0]
+            await drive(ctx, feeds, lambda ctx: not any(f.pending for f in feeds),
+                        int(4 * per_key) * (run[1] - run[0]) + 40)
             while ctx.get(dut.busy):
                 await ctx.tick()
     await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": job.mode, "rows": job.rows})

@@ -1231,7 +1231,7 @@ class AttnMover(Mover):
 
     def __init__(self, g: Geometry):
         super().__init__(g)
-        self.unit = AttentionUnit(g.head_dim, g.att_rows, g.max_keys)
+        self.unit = AttentionUnit(g.head_dim, g.att_rows, g.max_keys, primitive=g.primitive)
 
     def elaborate(self, platform):
         m = Module()

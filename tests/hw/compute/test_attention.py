@@ -40,6 +40,7 @@ class Bench:
         self.layout = cmd_layout(p["rows"])
         dut.q__en.value = 0
         dut.st__en.value = 0
+        dut.clear.value = 0
 
     async def words(self, what, n):
         frame = await bounded(self.sink.recv(), 200 * n + 10_000, what)
@@ -130,6 +131,11 @@ async def run_state_load(dut):
 def test_construction():
     a = AttentionUnit(head_dim=16, rows=2, max_keys=64)
     assert len(a.o.tdata) == 32 and a.l_width == 34 and a.o_width == 44
+    assert (a.lanes, a.chunks) == (4, 4) and a.cycles_per_key == (2, 4)
+    q = AttentionUnit(head_dim=128, rows=6, max_keys=4096)       # the Qwen preset's unit
+    assert (q.lanes, q.chunks, q.cycles_per_key, q.multipliers) == (16, 8, (4, 8), 6 * 32)
+    with pytest.raises(ValueError, match="^lanes=6: must divide head_dim=16"):
+        AttentionUnit(head_dim=16, lanes=6)
     with pytest.raises(ValueError, match="^max_keys=48: must be a power of two$"):
         AttentionUnit(max_keys=48)
     with pytest.raises(ValueError, match="^rows=0, head_dim=16: must be >= 1$"):
@@ -147,10 +153,41 @@ def test_attention_amaranth_sim(final, runs, protocol):
     assert got == job.expected
 
 
+@pytest.mark.parametrize("lanes", [8, 4])
+def test_attention_folded_amaranth_sim(lanes):
+    """head_dim 32 folded to 8 (4 chunks a key pair) or 4 lanes (8 chunks): odd key counts (a
+    pair of one key at a run's end), several runs, both emit modes."""
+    rng = np.random.default_rng(11 + lanes)
+    dut = AttentionUnit(head_dim=32, rows=4, max_keys=64, lanes=lanes)
+    assert dut.chunks == 32 // lanes
+    jobs = [attention_job(rng, d=32, group=2, tokens=2, keys=keys, final=final, runs=runs, protocol=protocol)
+            for keys, final, runs, protocol in ((13, True, 2, False), (6, False, 3, True))]
+    for job, (got_max, got) in zip(jobs, run_attention(dut, jobs)):
+        assert got_max == job.max_words
+        assert got == job.expected
+
+
 def test_first_resets_only_its_pass():
     """APPLY with ``first`` clears l and o but keeps m; ``clear`` empties the whole state."""
     dut = AttentionUnit(head_dim=4, rows=1, max_keys=16)
     got = []
+
+    async def until_idle(ctx):
+        for _ in range(100):
+            if not ctx.get(dut.busy):
+                return
+            await ctx.tick()
+        raise AssertionError("unit still busy")
+
+    async def take_words(ctx):
+        for _ in range(40):         # one STATE row: 6 words and the emit pipeline's latency
+            if ctx.get(dut.o.tvalid):
+                got.append(ctx.get(dut.o.tdata))
+                if ctx.get(dut.o.tlast):
+                    await ctx.tick()
+                    return
+            await ctx.tick()
+        raise AssertionError("no TLAST")
 
     async def bench(ctx):
         ctx.set(dut.o.tready, 1)
@@ -166,30 +203,26 @@ def test_first_resets_only_its_pass():
         ctx.set(dut.k.valid, 1); ctx.set(dut.v.valid, 1)
         await ctx.tick()
         ctx.set(dut.k.valid, 0); ctx.set(dut.v.valid, 0)
-        for _ in range(5):
-            await ctx.tick()
+        await until_idle(ctx)
         await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": EmitMode.STATE, "rows": 1})
-        for _ in range(12):
-            if ctx.get(dut.o.tvalid):
-                got.append(ctx.get(dut.o.tdata))
-            await ctx.tick()
+        await take_words(ctx)
 
         # clear (ATTN_Q QUERY) empties the state
         ctx.set(dut.clear, 1)
         await ctx.tick()
         ctx.set(dut.clear, 0)
         await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": EmitMode.STATE, "rows": 1})
-        for _ in range(12):
-            if ctx.get(dut.o.tvalid):
-                got.append(ctx.get(dut.o.tdata))
-            await ctx.tick()
+        await take_words(ctx)
 
     simulate(dut, bench)
     assert got == [1234, 0, 0, 0, 0, 0] + [fx.INT32_MIN & 0xFFFFFFFF, 0, 0, 0, 0, 0]
 
 
 @pytest.mark.cocotb
-def test_attention_cocotb(build_dir):
-    p = dict(head_dim=8, rows=4, max_keys=32)
-    run_cocotb(AttentionUnit(**p), __name__, build_dir, testcase=["run_jobs", "run_state_load"],
-               params={**p, "group": 2, "jobs": 6})
+@pytest.mark.parametrize("p", [dict(head_dim=8, rows=4, max_keys=32), dict(head_dim=16, rows=4, max_keys=32)],
+                         ids=["d8", "d16"])
+def test_attention_cocotb(build_dir, p):
+    """Random pauses on K, V and the output at 2 and 4 cycles per key pair (lanes 4)."""
+    unit = AttentionUnit(**p)
+    run_cocotb(unit, __name__, build_dir, testcase=["run_jobs", "run_state_load"],
+               params={**p, "group": 2, "jobs": 6 if p["head_dim"] == 8 else 3})

@@ -37,12 +37,14 @@ def test_vector_cycles(op, lanes):
     assert cycles_vector(op, 16, lanes) == cost.vector_cycles(op, 16, lanes)
 
 
-def test_attention_cycles():
-    """MAX pass + APPLY pass over every key (always valid) + FINAL emit, commands back to back."""
+@pytest.mark.parametrize("d,keys", [(16, 10), (32, 11)])
+def test_attention_cycles(d, keys):
+    """MAX pass + APPLY pass over every key (always valid) + FINAL emit, commands back to back,
+    at the default folding (4 and 8 cycles per key pair; an even and an odd number of keys)."""
     from mcf.spec.isa import AttnPass, EmitMode
     rng = np.random.default_rng(2)
-    job = attention_job(rng, d=8, group=2, tokens=2, keys=10, final=True)
-    dut = AttentionUnit(head_dim=8, rows=4, max_keys=16)
+    job = attention_job(rng, d=d, group=2, tokens=2, keys=keys, final=True)
+    dut = AttentionUnit(head_dim=d, rows=4, max_keys=16)
     out = {}
 
     async def bench(ctx):
@@ -51,14 +53,14 @@ def test_attention_cycles():
         cycles = 0
         for phase in (AttnPass.MAX, AttnPass.APPLY):
             await send_command(ctx, dut.cmd, {"emit": 0, "phase": phase, "first": 1, "mode": 0, "rows": 1})
-            feeds = [Feed.of(dut.k, k_run(job, job.runs[0], 8), raw=True), Feed.of(dut.v, job.v, raw=True)]
+            feeds = [Feed.of(dut.k, k_run(job, job.runs[0], d), raw=True), Feed.of(dut.v, job.v, raw=True)]
             cycles += 1 + await drive(ctx, feeds, lambda ctx: not ctx.get(dut.busy), 10_000)
         await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": EmitMode.FINAL, "rows": 4})
         cycles += 1 + await drive(ctx, [], lambda ctx: bool(ctx.get(dut.o.tvalid) and ctx.get(dut.o.tlast)), 10_000)
         out["cycles"] = cycles
 
     simulate(dut, bench)
-    assert out["cycles"] == cost.attention_cycles(10, 4, 8, final=True)
+    assert out["cycles"] == cost.attention_cycles(keys, 4, d, final=True)
 
 
 def test_layer_cycles_tiny_and_qwen():
