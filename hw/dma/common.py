@@ -16,16 +16,22 @@ from mcf.hw.axi.full import BOUNDARY_BYTES, MAX_BURST_BEATS
 AXCACHE = 0b0011
 
 
-def burst_beats(m: Module, addr, remaining, bus_log2: int) -> Signal:
-    """Beats of the next burst: min(remaining, 256, beats left before the 4 KiB boundary)."""
+def _burst_cap(m: Module, addr, bus_log2: int, max_beats: int = MAX_BURST_BEATS) -> Signal:
+    """min(``max_beats``, beats left before the 4 KiB boundary) at ``addr``."""
     page_beats = BOUNDARY_BYTES >> bus_log2
     to_boundary = Signal(range(page_beats + 1))
     m.d.comb += to_boundary.eq(page_beats - addr[bus_log2:12])
     cap = Signal(range(MAX_BURST_BEATS + 1))
-    if page_beats > MAX_BURST_BEATS:
-        m.d.comb += cap.eq(Mux(to_boundary < MAX_BURST_BEATS, to_boundary, MAX_BURST_BEATS))
+    if page_beats > max_beats:
+        m.d.comb += cap.eq(Mux(to_boundary < max_beats, to_boundary, max_beats))
     else:
         m.d.comb += cap.eq(to_boundary)
+    return cap
+
+
+def burst_beats(m: Module, addr, remaining, bus_log2: int) -> Signal:
+    """Beats of the next burst: min(remaining, 256, beats left before the 4 KiB boundary)."""
+    cap = _burst_cap(m, addr, bus_log2)
     n = Signal(range(MAX_BURST_BEATS + 1))
     m.d.comb += n.eq(Mux(remaining < cap, remaining, cap))
     return n
@@ -38,15 +44,10 @@ def next_burst(m: Module, addr, remaining, bus_log2: int, changed,
     is ``remaining == n``) and whether both are current.  They are computed from ``addr`` and
     ``remaining`` of the cycle before, so ``changed`` (a descriptor taken or a burst issued
     this cycle) makes them stale for the next cycle: ``ok`` is low then, one bubble per burst
-    and per descriptor on the address channel.  ``max_beats`` caps a burst below 256."""
-    page_beats = BOUNDARY_BYTES >> bus_log2
-    to_boundary = Signal(range(page_beats + 1))
-    m.d.comb += to_boundary.eq(page_beats - addr[bus_log2:12])
-    cap = Signal(range(MAX_BURST_BEATS + 1))
-    if page_beats > max_beats:
-        m.d.comb += cap.eq(Mux(to_boundary < max_beats, to_boundary, max_beats))
-    else:
-        m.d.comb += cap.eq(to_boundary)
+    and per descriptor on the address channel.  ``max_beats`` caps a burst below 256.
+    ``domain``: the clock domain of ``addr`` and ``remaining`` (a loader's AXI side may run on
+    its own clock)."""
+    cap = _burst_cap(m, addr, bus_log2, max_beats)
     n, last, ok = Signal(range(MAX_BURST_BEATS + 1)), Signal(), Signal()
     m.d[domain] += [n.eq(Mux(remaining < cap, remaining, cap)), last.eq(remaining <= cap), ok.eq(~changed)]
     return n, last, ok
