@@ -48,8 +48,8 @@ LAYER_BENCH = ("tests.hw.compute.exec.test_unit", "run_layer")
 ENGINE_BENCH = ("tests.hw.compute.exec.test_unit", "run_gemm_ops")
 #: The execute unit's attention block against the DDR model (same module and build).
 ATTN_BENCH = ("tests.hw.compute.exec.test_unit", "run_attn_ops")
-#: Attention scores QK^T on the MAC array (GEMM kv = 1) against the DDR model (same build, reused
-#: from the Verilator cache).
+#: Attention scores QK^T on the MAC array (GEMM kv = 1) against the DDR model (same build and run:
+#: the simulation takes both modules).
 QK_BENCH = ("tests.hw.compute.exec.test_scores", "run_qk_ops")
 
 NAME = "compute"
@@ -391,8 +391,10 @@ def run_engine(args) -> dict:
     from mcf.sim.rtlcluster.backend import _cache_dir
     with tempfile.TemporaryDirectory(prefix="mcf-bench-engine-") as tmp:
         report, attn_report = Path(tmp) / "engine.json", Path(tmp) / "attention.json"
-        run_cocotb(ExecUnit(node), ENGINE_BENCH[0], Path(tmp) / "build",
-                   testcase=[ENGINE_BENCH[1]] + ([ATTN_BENCH[1]] if args.attention else []), sim=args.sim,
+        qk_report = Path(tmp) / "qk.json"
+        run_cocotb(ExecUnit(node), [ENGINE_BENCH[0]] + ([QK_BENCH[0]] if args.qk_array else []), Path(tmp) / "build",
+                   testcase=[ENGINE_BENCH[1]] + ([ATTN_BENCH[1]] if args.attention else [])
+                   + ([QK_BENCH[1]] if args.qk_array else []), sim=args.sim,
                    cache_dir=_cache_dir() if args.sim == "verilator" else None,
                    params={"node": node.as_dict(), "ops": ops, "axi_period_ps": axi_period_ps, "timing": {
                        "latency": timing.latency, "outstanding": timing.outstanding,
@@ -400,22 +402,11 @@ def run_engine(args) -> dict:
                        "total_bytes_per_cycle": timing.total_bytes_per_cycle,
                        "refresh_interval": timing.refresh_interval, "refresh_cycles": timing.refresh_cycles},
                        "attn": {"keys": args.attn_keys, "block_keys": block_keys, "tokens": node.max_tokens},
+                       "qk": {"keys": args.qk_keys, "tokens": args.qk_tokens}, "qk_report": str(qk_report),
                        "ram_bytes": ram_bytes, "report": str(report), "attn_report": str(attn_report), "seed": 1})
         raw = json.loads(report.read_text())
         attn = attention_figures(json.loads(attn_report.read_text()), node) if args.attention else None
-        qk = None
-        if args.qk_array:
-            qk_report = Path(tmp) / "qk.json"
-            run_cocotb(ExecUnit(node), QK_BENCH[0], Path(tmp) / "build-qk", testcase=QK_BENCH[1], sim=args.sim,
-                       cache_dir=_cache_dir() if args.sim == "verilator" else None,
-                       params={"node": node.as_dict(), "axi_period_ps": axi_period_ps, "timing": {
-                           "latency": timing.latency, "outstanding": timing.outstanding,
-                           "port_bytes_per_cycle": timing.port_bytes_per_cycle,
-                           "total_bytes_per_cycle": timing.total_bytes_per_cycle,
-                           "refresh_interval": timing.refresh_interval, "refresh_cycles": timing.refresh_cycles},
-                           "qk": {"keys": args.qk_keys, "tokens": args.qk_tokens},
-                           "ram_bytes": ram_bytes, "qk_report": str(qk_report), "seed": 1})
-            qk = qk_figures(json.loads(qk_report.read_text()), node, attn)
+        qk = qk_figures(json.loads(qk_report.read_text()), node, attn) if args.qk_array else None
     fig = engine_figures(raw, node, timing)
     out = {
         "model": model.name, "simulator": args.sim,
