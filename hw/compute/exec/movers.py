@@ -177,7 +177,7 @@ class MoverBus(wiring.Signature):
         self.g = g
         super().__init__({
             "spad_rd": Out(SpadReadSignature(g.spad_beats, g.vl, g.spad_banks)),
-            "spad_wr": Out(SpadWriteSignature(g.spad_beats, g.vl)),
+            "spad_wr": Out(SpadWriteSignature(g.spad_beats, g.vl, g.spad_banks)),
             "req0": Out(stream.Signature(request_layout(ADDR_BITS))),
             "in0": In(stream.Signature(g.data_width)),
             "req1": Out(stream.Signature(request_layout(ADDR_BITS))),
@@ -886,8 +886,28 @@ class GemmMover(Mover):
             pieces = Array(o_data[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
             m.d.comb += [wr.addr.eq(orow + Cat(part, ot)), wr.data.eq(pieces[part]),
                          wr.lanes.eq(Mux(o_valid, (1 << VL) - 1, 0)), o_take.eq(o_valid & (part == r - 1))]
-            with m.If(o_valid):
-                m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
+            B = g.spad_banks
+            if self.has_kv and B > 1 and r % B == 0:
+                # kv: its output (P words a row every head_dim / K weight beats) outruns one SPAD beat a
+                # cycle; rows at bank-aligned dst and dst_stride go B beats at a time (the SPAD's banks)
+                wide = Signal()
+                m.d.comb += wide.eq(kv & (ins.dst[:_log2(B)] == 0) & (ins.dst_stride[:_log2(B)] == 0))
+                rw = r // B
+                wpart = Signal(range(rw))
+                wpieces = Array(o_data[x * B * VL * 32:(x + 1) * B * VL * 32] for x in range(rw))
+                with m.If(wide):
+                    m.d.comb += [wr.wide_en.eq(o_valid), wr.wide.eq(wpieces[wpart]),
+                                 wr.addr.eq(orow + (Cat(Const(0, _log2(B)), wpart, ot) if rw > 1
+                                                    else Cat(Const(0, _log2(B)), ot))),
+                                 o_take.eq(o_valid & (wpart == rw - 1))]
+                    with m.If(o_valid):
+                        m.d.sync += wpart.eq(Mux(wpart == rw - 1, 0, wpart + 1))
+                with m.Else():
+                    with m.If(o_valid):
+                        m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
+            else:
+                with m.If(o_valid):
+                    m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
         m.d.comb += [wr.exp_en.eq(o_valid), wr.exp.eq(0), oq.r_en.eq(o_take)]
         with m.If(o_take):
             m.d.sync += [otok.eq(otok + 1), orow.eq(orow + ins.dst_stride)]

@@ -1,5 +1,7 @@
 """GEMM kv = 1 (attention scores QK^T on the MAC array, hw/compute/exec/movers.py ``GemmMover``)
-on the execute unit of the tiny node, cocotb + Icarus, AxiRam as DDR with random pauses: a K
+on the execute unit of the tiny node with a 16 x 8 array and VL = 4 (so that, as at the Qwen size,
+a tile's P scores of a row span several SPAD beats and go B = 2 banks at a time: the SPAD's wide
+write), cocotb + Icarus, AxiRam as DDR with random pauses: a K
 segment in DDR (``spec/kv.py``, as the KV writer stores it), query rows (token, head) in the SPAD
 at 2-D strides, the scores STOREd and compared with the golden ``fixed.scores`` bit for bit:
 several tiles and a tile sub-range, all-zero keys (A = 0), extreme exponents, saturating scores;
@@ -16,10 +18,38 @@ from mcf.spec.isa import SeqFault
 from mcf.spec.kv import pack_segment
 from mcf.spec.node import NodeConfig
 from mcf.sw.golden import fixed as fx
-from tests.hw.compute.exec.test_movers import VL, Spad, bench, bfp_rows, i32
+from tests.hw.compute.exec.test_movers import bfp_rows, i32
 
-CFG = NodeConfig.tiny()
+CFG = NodeConfig.tiny(mac_rows=16, vec_lanes=4)
+VL = CFG.vec_lanes
 SEG = 0x20000
+
+
+class Spad:
+    """SPAD through DDR at this build's VL: LOAD rows in, STORE rows out."""
+
+    def __init__(self, drv, scratch=0x80000):
+        self.drv, self.scratch = drv, scratch
+
+    async def put(self, spad, values, exps=None):
+        v = np.asarray(values, dtype=np.int64)
+        rows, n = v.shape
+        self.drv.ram.write(self.scratch, ddr.rows_bytes(v, VL, exps))
+        await self.drv.must(isa.Load(ddr=self.scratch, spad=spad, beats=rows * n // VL,
+                                     row_beats=0 if exps is None else n // VL))
+
+    async def get(self, spad, rows, n):
+        await self.drv.must(isa.Store(ddr=self.scratch, spad=spad, beats=rows * n // VL, row_beats=0))
+        return ddr.read_rows(self.drv.ram.read(self.scratch, rows * n * 4), rows, n, VL, False)
+
+
+async def bench(dut):
+    from mcf.sim.cocotb_util import params
+    from mcf.sim.compute.exec_driver import ExecDriver
+    p = params()
+    drv = ExecDriver(dut, seed=p.get("seed", 1))
+    await drv.start()
+    return drv, Spad(drv), np.random.default_rng(p.get("seed", 1))
 
 
 def kv_keys(rng, keys, d, e_max, extreme):
@@ -40,12 +70,12 @@ async def run_scores(dut):
     drv, sp, rng = await bench(dut)
     P, d = CFG.mac_rows, CFG.head_dim
     rb = d // VL                                            # SPAD beats of one head's row
-    cases = [  # tokens, heads, keys, tile0, tiles, extreme
-        (3, 2, 48, 0, 12, False),
-        (2, 4, 48, 8, 4, True),            # a tile sub-range (scale and rows offsets)
-        (1, 8, 32, 0, 8, True),            # decode: one token, 8 heads
+    cases = [  # tokens, heads, keys, tile0, tiles, extreme, dst alignment
+        (3, 2, 64, 0, 4, False, 0),
+        (2, 4, 80, 2, 3, True, 0),         # a tile sub-range (scale and rows offsets)
+        (1, 8, 32, 0, 2, True, 1),         # decode: one token, 8 heads; dst off the banks: beat by beat
     ]
-    for c, (tokens, heads, keys, tile0, tiles, extreme) in enumerate(cases):
+    for c, (tokens, heads, keys, tile0, tiles, extreme, skew) in enumerate(cases):
         # query rows (t, h) at src + t (heads + 1) rb + h rb: a gap row between tokens
         slots = tokens * (heads + 1)
         qm, qe = bfp_rows(rng, slots, d)
@@ -55,7 +85,7 @@ async def run_scores(dut):
         kq, ka, ke = kv_keys(rng, keys, d, int(qe.max()), extreme)
         drv.ram.write(SEG, pack_segment(kq, ka, ke))
         out_beats = tiles * P // VL
-        dst = slots * rb
+        dst = -(-slots * rb // 2) * 2 + skew
         o = await drv.must(isa.Gemm(blob=SEG, n=d, total_tiles=keys // P, tile0=tile0, tiles=tiles, tokens=tokens,
                                     group_log2=0, w_exp=0, bias=0, src=0, src_stride=(heads + 1) * rb, dst=dst,
                                     dst_stride=out_beats, kv=1, heads=heads, head_stride=rb))
@@ -77,13 +107,15 @@ async def run_scores(dut):
     drv.ram.write(0x10000, blob)
     x = bfp_rows(rng, 2, n)
     await sp.put(0, *x)
+    out_beats = lay.tiles * P // VL
     await drv.must(isa.Gemm(blob=0x10000, n=n, total_tiles=lay.tiles, tile0=0, tiles=lay.tiles, tokens=2,
-                            group_log2=5, w_exp=w.exp, bias=0, src=0, src_stride=n // VL, dst=100, dst_stride=1))
-    got, _ = await sp.get(100, 2, out)
-    assert np.array_equal(i32(got), fx.linear(x, w)), "GEMM after kv"
+                            group_log2=5, w_exp=w.exp, bias=0, src=0, src_stride=n // VL, dst=100,
+                            dst_stride=out_beats))
+    got, _ = await sp.get(100, 2, lay.tiles * P)
+    assert np.array_equal(i32(got)[:, :out], fx.linear(x, w)), "GEMM after kv"
     # refused: fields a kv GEMM does not take, rows beyond max tokens, kv fields on an ordinary GEMM
-    kv = dict(blob=SEG, n=d, total_tiles=8, tile0=0, tiles=8, tokens=2, group_log2=0, w_exp=0, bias=0, src=0,
-              src_stride=8, dst=200, dst_stride=4, kv=1, heads=2, head_stride=rb)
+    kv = dict(blob=SEG, n=d, total_tiles=2, tile0=0, tiles=2, tokens=2, group_log2=0, w_exp=0, bias=0, src=0,
+              src_stride=8, dst=200, dst_stride=8, kv=1, heads=2, head_stride=rb)
     for bad in (dict(heads=0), dict(n=2 * d), dict(bias=1), dict(group_log2=4), dict(w_exp=1), dict(tokens=3, heads=3),
                 dict(kv=0, group_log2=4), dict(kv=0, group_log2=4, heads=0)):
         ins = isa.Gemm(**{**kv, **bad})
