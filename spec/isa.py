@@ -262,7 +262,12 @@ _reg(Opcode.EMBED, "Embedding rows: for t < count, id = int32 at ids + 4t; X32 r
 ])
 _reg(Opcode.GEMM, "BFP16 rows x INT4 matrix -> X32 rows (golden linear).  Output word "
                   "(tile - tile0) P + p of token t goes to SPAD word (dst + t dst_stride) VL + "
-                  "(tile - tile0) P + p.", [
+                  "(tile - tile0) P + p.  kv = 1: attention scores (golden scores) on the MAC array: the "
+                  "matrix is a K segment at blob (spec/kv.py) of total_tiles P keys, key p of a tile is "
+                  "output row p (one group G = n = head_dim, scale A_p, its own exponent: "
+                  "s = sat32(rshr(dot A_p, -(e + E_p + 12))), no bias); the activation rows are "
+                  "(t, h) for t < tokens, h < heads at src + t src_stride + h head_stride, row r = t "
+                  "heads + h (tokens x heads <= max tokens) -> SPAD row dst + r dst_stride.", [
     _ddr("blob", "Matrix blob (gemm_blob layout: weights, scales, bias regions)"),
     Field("n", 16, "Inputs (multiple of G; G multiple of the MAC lanes K)."),
     Field("total_tiles", 16, "Tiles of P rows in the blob (ceil(out / P))."),
@@ -276,6 +281,10 @@ _reg(Opcode.GEMM, "BFP16 rows x INT4 matrix -> X32 rows (golden linear).  Output
     Field("src_stride", 16, "Beats between activation rows."),
     _spad("dst", "First output row"),
     Field("dst_stride", 16, "Beats between output rows."),
+    Field("kv", 1, "1: attention scores QK^T over a K segment (then group_log2 = w_exp = bias = 0, "
+                   "n = head_dim)."),
+    Field("heads", 6, "kv: query heads per token (> 0); else 0."),
+    Field("head_stride", 16, "kv: beats between the heads of one token; else 0."),
 ])
 _reg(Opcode.VEC, "For r < rows: op(a row r, b row) -> dst row r, rows of n elements.  The b row of "
                  "row r is b + (r // b_rep) b_stride (b_stride 0: one b row for all).", [
@@ -419,11 +428,13 @@ def _header_defaults():
     return dict(wait_sem=0, wait_cnt=0, sig_sem=0, sig=0)
 
 
-def _make(op: Opcode, name: str, doc: str):
+def _make(op: Opcode, name: str, doc: str, optional: dict | None = None):
+    """The typed instruction of ``op``; ``optional``: operands with a default (fields added
+    later, so that programs written before keep their meaning)."""
     layout = LAYOUTS[op]
     names = [f.name for f in layout.fields if f.name not in ("op", "hres", "res")]
     enums = {f.name: f.enum for f in layout.fields if f.enum is not None and f.name != "op"}
-    defaults = _header_defaults()
+    defaults = {**_header_defaults(), **(optional or {})}
     ns = {"OPCODE": op, "__doc__": doc, "__module__": __name__}
     # header fields default to "no wait, no signal"; operands are required keywords
     for n in names:
@@ -450,7 +461,7 @@ Sync = _make(Opcode.SYNC, "Sync", "SYNC (on: the Queue it runs in)")
 Load = _make(Opcode.LOAD, "Load", "LOAD")
 Store = _make(Opcode.STORE, "Store", "STORE")
 Embed = _make(Opcode.EMBED, "Embed", "EMBED")
-Gemm = _make(Opcode.GEMM, "Gemm", "GEMM")
+Gemm = _make(Opcode.GEMM, "Gemm", "GEMM", optional={"kv": 0, "heads": 0, "head_stride": 0})
 Vec = _make(Opcode.VEC, "Vec", "VEC")
 AttnQ = _make(Opcode.ATTN_Q, "AttnQ", "ATTN_Q")
 AttnKV = _make(Opcode.ATTN_KV, "AttnKV", "ATTN_KV")

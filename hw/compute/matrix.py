@@ -47,9 +47,9 @@ from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray
 from mcf.hw.registry import block
 from mcf.spec.params import Range
-from mcf.spec.fixed import EXP_BITS, MANT_BITS, SCALE_BITS, W_BITS, X_FRAC
+from mcf.spec.fixed import EXP_BITS, MANT_BITS, S_FRAC, SCALE_BITS, W_BITS, X_FRAC
 
-__all__ = ["MatrixUnit", "cmd_layout", "PACK_SHIFT", "CHAIN"]
+__all__ = ["MatrixUnit", "TileReorder", "cmd_layout", "PACK_SHIFT", "CHAIN"]
 
 
 def cmd_layout(max_tokens, max_beats, max_tiles):
@@ -60,6 +60,7 @@ def cmd_layout(max_tokens, max_beats, max_tiles):
         "tiles": range(1, max_tiles + 1),         # out / rows
         "w_exp": signed(EXP_BITS),                # E_w of the matrix
         "bias": 1,                                # add a bias beat per tile
+        "kv": 1,                                  # attention scores: per-row scale A and exponent E
     })
 
 
@@ -226,11 +227,17 @@ class MatrixUnit(wiring.Component):
         s4 = Signal(ctl)
         bias4 = Signal.like(bias1)
         prod4 = [Signal(signed(self.partial_width + SCALE_BITS + 1), name=f"prod{p}") for p in range(P)]
+        # kv: a scale word is A (uint8, low byte) | E (int8, high byte); the multiply takes A
+        kv_a = SCALE_BITS // 2
         for p in range(P):
+            word = scale3[p * SCALE_BITS:(p + 1) * SCALE_BITS]
             with m.If(adv):
-                m.d.sync += prod4[p].eq(ps3[p] * scale3[p * SCALE_BITS:(p + 1) * SCALE_BITS])
+                m.d.sync += prod4[p].eq(ps3[p] * Mux(cfg.kv, word[:kv_a], word))
+        # kv: the row exponents E go down with the data (one group: the tile's scale beat)
+        e4, e5 = Signal(P * kv_a), Signal(P * kv_a)
+        kv_e = Cat(*[scale3[p * SCALE_BITS + kv_a:(p + 1) * SCALE_BITS] for p in range(P)])
         with m.If(adv):
-            m.d.sync += [s4.eq(s3), bias4.eq(bias3)]
+            m.d.sync += [s4.eq(s3), bias4.eq(bias3), e4.eq(kv_e)]
 
         # --- stage 5: accumulate over groups --------------------------------------------------
         s5 = Signal(ctl)
@@ -240,14 +247,17 @@ class MatrixUnit(wiring.Component):
             with m.If(adv):
                 m.d.sync += acc5[p].eq(total)
         with m.If(adv):
-            m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), bias5.eq(bias4)]
+            m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), bias5.eq(bias4), e5.eq(e4)]
 
         # --- stage 6: requantize to X32, add the bias, output register -----------------------
+        # shift E_w - e - X_FRAC; kv (golden ``scores``): per row -(e + E_row + S_FRAC)
         sh = Signal(signed(EXP_BITS + 2))
         m.d.comb += sh.eq(cfg.w_exp - exps[s5.t] - X_FRAC)
         words = []
         for p in range(P):
-            y = sat(m, rshr(m, acc5[p], sh, max_left=33), 32)
+            sh_kv = Signal(signed(EXP_BITS + 2), name=f"sh_kv{p}")
+            m.d.comb += sh_kv.eq(-exps[s5.t] - e5[p * kv_a:(p + 1) * kv_a].as_signed() - S_FRAC)
+            y = sat(m, rshr(m, acc5[p], Mux(cfg.kv, sh_kv, sh), max_left=33), 32)
             yb = sat(m, y + bias5[p * 32:(p + 1) * 32].as_signed(), 32)
             words.append(yb)
         o_data, o_last = Signal(P * 32), Signal()
@@ -255,6 +265,75 @@ class MatrixUnit(wiring.Component):
             m.d.sync += [o_valid.eq(s5.v), o_data.eq(Cat(*words)), o_last.eq(s5.last)]
         m.d.comb += [self.o.tvalid.eq(o_valid), self.o.tdata.eq(o_data), self.o.tlast.eq(o_last),
                      self.o.tkeep.eq(-1)]
+        return m
+
+
+class TileReorder(wiring.Component):
+    """Key-major tiles -> the matrix unit's weight beats (kv mode, attention scores on the array).
+
+    A tile is ``rows`` (P) keys of ``beats`` (J) pieces each; a piece is ``lanes`` (K) INT4
+    elements (K / 2 bytes), piece j of a key = its elements j K .. j K + K - 1.  In: the tile as
+    DDR holds it (``spec/kv.py``: key-major), J beats of P pieces, beat i = keys i A .. i A + A - 1
+    (A = P / J), piece a J + j of the beat = piece j of key i A + a.  Out: J beats of P pieces,
+    beat j = piece j of keys 0 .. P - 1 (the weight beat order of ``spec.isa.BlobLayout``).
+
+    Double-buffered (a tile is read while the next is written) in P banks of one piece x 2 J
+    words (LUT RAM), skewed: piece j of key p lives in bank (p + j A) mod P at word buf J + j.  A
+    written beat (A keys x J pieces) and a read beat (P keys x piece j) then touch each bank once:
+    each side moves a beat a cycle, through a J-way rotation of the banks."""
+
+    def __init__(self, rows: int, lanes: int, beats: int):
+        P, J = rows, beats
+        log2_exact(P, "rows")
+        log2_exact(J, "beats")
+        if J > P:
+            raise ValueError(f"beats={J} > rows={P}: a tile beat would hold less than one key")
+        self.rows, self.lanes, self.beats = P, lanes, J
+        super().__init__({
+            "i": In(stream.Signature(P * lanes * W_BITS)),
+            "o": Out(stream.Signature(P * lanes * W_BITS)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        P, J = self.rows, self.beats
+        A = P // J
+        PB = self.lanes * W_BITS
+        jb = max(ceil_log2(J), 1)
+        pieces_in = [self.i.payload[x * PB:(x + 1) * PB] for x in range(P)]
+        wsel, rsel = Signal(), Signal()
+        wi, rj = Signal(range(J)), Signal(range(J))
+        full = [Signal(name=f"full{b}") for b in range(2)]
+        take = Signal()
+        give = Signal()
+        m.d.comb += [self.i.ready.eq(~Array(full)[wsel]), take.eq(self.i.valid & self.i.ready),
+                     self.o.valid.eq(Array(full)[rsel]), give.eq(self.o.valid & self.o.ready)]
+        outs = []
+        for b in range(P):
+            mem = memory.Memory(shape=PB, depth=2 * J, init=[])
+            m.submodules[f"bank{b}"] = mem
+            wp, rp = mem.write_port(), mem.read_port(domain="comb")
+            a, c = b % A, b // A
+            j = Signal(range(J), name=f"wj{b}")               # the piece of this bank in the written beat
+            m.d.comb += j.eq((c - wi)[:jb] if J > 1 else 0)
+            m.d.comb += [wp.en.eq(take), wp.addr.eq(Cat(j, wsel) if J > 1 else wsel),
+                         wp.data.eq(Array(pieces_in[a * J + x] for x in range(J))[j]),
+                         rp.addr.eq(Cat(rj, rsel) if J > 1 else rsel)]
+            outs.append(rp.data)
+        m.d.comb += self.o.payload.eq(Cat(*[Array(outs[(p + x * A) % P] for x in range(J))[rj] for p in range(P)]))
+        with m.If(take):
+            m.d.sync += wi.eq(wi + 1)
+            with m.If(wi == J - 1):
+                m.d.sync += [wi.eq(0), wsel.eq(~wsel)]
+        with m.If(give):
+            m.d.sync += rj.eq(rj + 1)
+            with m.If(rj == J - 1):
+                m.d.sync += [rj.eq(0), rsel.eq(~rsel)]
+        for b in range(2):
+            with m.If(take & (wi == J - 1) & (wsel == b)):
+                m.d.sync += full[b].eq(1)
+            with m.If(give & (rj == J - 1) & (rsel == b)):
+                m.d.sync += full[b].eq(0)
         return m
 
 

@@ -48,6 +48,9 @@ LAYER_BENCH = ("tests.hw.compute.exec.test_unit", "run_layer")
 ENGINE_BENCH = ("tests.hw.compute.exec.test_unit", "run_gemm_ops")
 #: The execute unit's attention block against the DDR model (same module and build).
 ATTN_BENCH = ("tests.hw.compute.exec.test_unit", "run_attn_ops")
+#: Attention scores QK^T on the MAC array (GEMM kv = 1) against the DDR model (same build and run:
+#: the simulation takes both modules).
+QK_BENCH = ("tests.hw.compute.exec.test_scores", "run_qk_ops")
 
 NAME = "compute"
 #: The engine bench's build: the node's GEMM path (array, tokens per weight pass, SPAD, bus, weight
@@ -93,6 +96,14 @@ def add_arguments(p) -> None:
                    help="engine bench: keys of the attention block (KV of one GQA group in DDR) (default: %(default)s)")
     p.add_argument("--attention", action=argparse.BooleanOptionalAction, default=True,
                    help="engine bench: also run one attention block (prefill chunk and decode token) (default: on)")
+    p.add_argument("--qk-array", action=argparse.BooleanOptionalAction, default=True,
+                   help="engine bench: also run attention scores QK^T on the MAC array (GEMM kv = 1: attn:qk-array) "
+                        "(default: on)")
+    p.add_argument("--qk-keys", type=int, default=2048,
+                   help="engine bench: keys of the attn:qk-array block (one K segment) (default: %(default)s)")
+    p.add_argument("--qk-tokens", type=int, default=2,
+                   help="engine bench: tokens of the attn:qk-array block (rows = tokens x the GQA group) "
+                        "(default: %(default)s)")
     p.add_argument("--sim", choices=("verilator", "icarus"), default="verilator",
                    help="engine bench: simulator (default: %(default)s)")
     p.add_argument("--write-profile", nargs="?", const=str(PROFILE), default=None, metavar="YAML",
@@ -306,12 +317,43 @@ def attention_figures(report: dict, node: NodeConfig) -> dict:
     return out
 
 
+def qk_figures(report: dict, node: NodeConfig, attn: dict | None) -> dict:
+    """The attn:qk-array run (``run_qk_ops``'s report) -> cycles, MACs per cycle and their fraction
+    of the array's peak, scores per cycle; beside it the attention unit's MAX pass of attn:prefill
+    (the same scores, ``rows_per_job`` rows a job) when the attention block ran."""
+    peak = node.mac_rows * node.mac_lanes
+    out = {}
+    for op in report["ops"]:
+        macs = op["mac_beats"] * peak
+        assert macs == op["rows"] * op["head_dim"] * op["keys"]
+        fig = {
+            "tokens": op["tokens"], "heads": op["heads"], "rows": op["rows"], "keys": op["keys"],
+            "head_dim": op["head_dim"], "cycles": op["cycles"], "macs": macs,
+            "macs_per_cycle": round(macs / op["cycles"], 2),
+            "fraction_of_array_peak": round(macs / op["cycles"] / peak, 4),
+            "steady_fraction_of_array_peak": round(macs / op["mac_span_cycles"] / peak, 4),
+            "scores_per_cycle": round(op["rows"] * op["keys"] / op["cycles"], 2),
+            "ddr_bytes_per_cycle": round(op["ddr_read_bytes"] / op["cycles"], 2),
+            "k_segment_bytes": op["segment_bytes"], "ddr_read_bytes": op["ddr_read_bytes"],
+        }
+        if attn is not None and "attn:prefill" in attn:
+            a = attn["attn:prefill"]
+            mx_scores = a["max_pass_keys_per_cycle"] * a["rows_per_job"]
+            fig["beside_attn_prefill_max_pass"] = {
+                "rows_per_job": a["rows_per_job"], "keys_per_cycle": a["max_pass_keys_per_cycle"],
+                "scores_per_cycle": round(mx_scores, 2),
+                "qk_array_speedup_in_scores_per_cycle": round(fig["scores_per_cycle"] / mx_scores, 2),
+                "attention_efficiency": a["attention_efficiency"]}
+        out[op["name"]] = fig
+    return out
+
+
 def run_engine(args) -> dict:
     from mcf.hw.compute.exec.unit import ExecUnit
     from mcf.sim.ddr_model import DdrTiming
     from mcf.sim.runner import run_cocotb
     from mcf.sw.models import load_model
-    for name in ("weight_ports", "prefill_rows", "decode_rows", "attn_keys"):
+    for name in ("weight_ports", "prefill_rows", "decode_rows", "attn_keys", "qk_keys", "qk_tokens"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     model = load_model(args.model)
@@ -334,13 +376,25 @@ def run_engine(args) -> dict:
         raise ValueError(f"--attn-keys {args.attn_keys}: a multiple of {block_keys} from {node.max_tokens} to "
                          f"{node.max_context} (this build's segments and positions; att_rows={node.att_rows} "
                          f"must hold a GQA group of {node.group})")
-    ram = max(op["tiles"] * node.mac_rows * op["n"] for op in ops) * 2 + (1 << 20)
+    if args.qk_array:
+        from mcf.spec.kv import segment_bytes as _seg_bytes
+        rows = args.qk_tokens * node.group
+        spad_need = rows * (node.head_dim + args.qk_keys) // node.vec_lanes
+        if (args.qk_keys % node.mac_rows or rows > node.max_tokens or spad_need > node.spad_beats
+                or args.qk_keys // node.mac_rows >= 1 << 16):
+            raise ValueError(f"--qk-keys {args.qk_keys} / --qk-tokens {args.qk_tokens}: keys a multiple of "
+                             f"{node.mac_rows}, tokens x {node.group} heads <= {node.max_tokens} rows, the rows and "
+                             f"their scores within {node.spad_beats} SPAD beats")
+    ram = max(max(op["tiles"] * node.mac_rows * op["n"] for op in ops) * 2 + (1 << 20),
+              (1 << 20) + (_seg_bytes(args.qk_keys, node.head_dim) if args.qk_array else 0))
     ram_bytes = 1 << (ram - 1).bit_length()
     from mcf.sim.rtlcluster.backend import _cache_dir
     with tempfile.TemporaryDirectory(prefix="mcf-bench-engine-") as tmp:
         report, attn_report = Path(tmp) / "engine.json", Path(tmp) / "attention.json"
-        run_cocotb(ExecUnit(node), ENGINE_BENCH[0], Path(tmp) / "build",
-                   testcase=[ENGINE_BENCH[1]] + ([ATTN_BENCH[1]] if args.attention else []), sim=args.sim,
+        qk_report = Path(tmp) / "qk.json"
+        run_cocotb(ExecUnit(node), [ENGINE_BENCH[0]] + ([QK_BENCH[0]] if args.qk_array else []), Path(tmp) / "build",
+                   testcase=[ENGINE_BENCH[1]] + ([ATTN_BENCH[1]] if args.attention else [])
+                   + ([QK_BENCH[1]] if args.qk_array else []), sim=args.sim,
                    cache_dir=_cache_dir() if args.sim == "verilator" else None,
                    params={"node": node.as_dict(), "ops": ops, "axi_period_ps": axi_period_ps, "timing": {
                        "latency": timing.latency, "outstanding": timing.outstanding,
@@ -348,9 +402,11 @@ def run_engine(args) -> dict:
                        "total_bytes_per_cycle": timing.total_bytes_per_cycle,
                        "refresh_interval": timing.refresh_interval, "refresh_cycles": timing.refresh_cycles},
                        "attn": {"keys": args.attn_keys, "block_keys": block_keys, "tokens": node.max_tokens},
+                       "qk": {"keys": args.qk_keys, "tokens": args.qk_tokens}, "qk_report": str(qk_report),
                        "ram_bytes": ram_bytes, "report": str(report), "attn_report": str(attn_report), "seed": 1})
         raw = json.loads(report.read_text())
         attn = attention_figures(json.loads(attn_report.read_text()), node) if args.attention else None
+        qk = qk_figures(json.loads(qk_report.read_text()), node, attn) if args.qk_array else None
     fig = engine_figures(raw, node, timing)
     out = {
         "model": model.name, "simulator": args.sim,
@@ -363,6 +419,7 @@ def run_engine(args) -> dict:
                       "max_outstanding_seen": raw["ddr_model"]["max_outstanding"]},
         "prefill": fig["prefill"], "decode": fig["decode"], "ops": fig["ops"],
         "attention": attn if attn is not None else "not run (--no-attention)",
+        "attention_scores_on_array": qk if qk is not None else "not run (--no-qk-array)",
         "attention_unit": {"head_dim": node.head_dim, "att_rows": node.att_rows, "gqa_group": node.group,
                            "lanes": default_lanes(node.head_dim),
                            "score_array_products": node.att_rows * 2 * default_lanes(node.head_dim),

@@ -42,7 +42,7 @@ from mcf.hw.compute.attention import AttentionUnit, k_layout, v_layout
 from mcf.hw.compute.exec.spad import SpadReadSignature, SpadWriteSignature
 from mcf.hw.compute.exec.streams import COUNT_BITS, Packer, Unpacker, request_layout
 from mcf.hw.compute.kv_writer import KVWriter
-from mcf.hw.compute.matrix import MatrixUnit
+from mcf.hw.compute.matrix import MatrixUnit, TileReorder
 from mcf.hw.compute.vector import VectorUnit
 from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
 from mcf.spec import isa
@@ -177,7 +177,7 @@ class MoverBus(wiring.Signature):
         self.g = g
         super().__init__({
             "spad_rd": Out(SpadReadSignature(g.spad_beats, g.vl, g.spad_banks)),
-            "spad_wr": Out(SpadWriteSignature(g.spad_beats, g.vl)),
+            "spad_wr": Out(SpadWriteSignature(g.spad_beats, g.vl, g.spad_banks)),
             "req0": Out(stream.Signature(request_layout(ADDR_BITS))),
             "in0": In(stream.Signature(g.data_width)),
             "req1": Out(stream.Signature(request_layout(ADDR_BITS))),
@@ -652,13 +652,23 @@ class GemmMover(Mover):
     """GEMM (golden ``linear``) on the matrix unit.  Regions of the blob (``spec.isa.BlobLayout``)
     from tile0 on: weights through the ping-pong loader (descriptors of ``buffer_bytes``),
     scales on read stream 0, bias on read stream 1; they start streaming while the activation
-    rows load.  Output beat (tile, t) -> words (tile - tile0) P .. + P - 1 of row t."""
+    rows load.  Output beat (tile, t) -> words (tile - tile0) P .. + P - 1 of row t.
+
+    ``kv`` (attention scores, golden ``scores``): the "blob" is a K segment (``spec/kv.py``) of
+    total_tiles x P keys, a tile = P keys; its scale region (one A | E << 8 word per key: a scale
+    beat per tile) on read stream 0, its rows region (key-major) through the loader and a
+    ``TileReorder`` (key-major tiles -> weight beats) into the matrix unit, which takes one group
+    of G = head_dim, S = A and each key's own exponent E.  The activation rows are (token, head):
+    src + t src_stride + h head_stride, row t heads + h.  Built when head_dim <= max_group and
+    head_dim / K <= P (else kv faults)."""
     OPS = (isa.Opcode.GEMM,)
 
     def __init__(self, g: Geometry):
         super().__init__(g)
         self.matrix = MatrixUnit(g.rows, g.lanes, g.tokens, g.max_n, (1 << 16) - 1, max_group=g.max_group,
                                  primitive=g.primitive, streamed=True)
+        self.kv_beats = g.head_dim // g.lanes           # J: weight beats of one key tile
+        self.has_kv = (g.head_dim <= g.max_group and g.head_dim % g.lanes == 0 and 1 <= self.kv_beats <= g.rows)
 
     def elaborate(self, platform):
         m = Module()
@@ -673,20 +683,27 @@ class GemmMover(Mover):
         with m.If(self.start):
             m.d.sync += state.eq(S.SETUP)
 
-        npg = Signal(16)                               # groups per row, n / G
-        m.d.comb += npg.eq(ins.n >> ins.group_log2)
+        kv = Signal()
+        m.d.comb += kv.eq(ins.kv if self.has_kv else 0)
+        heads = Signal(6)                              # activation rows per token (kv: the GQA group)
+        m.d.comb += heads.eq(Mux(kv, ins.heads, 1))
+        npg = Signal(16)                               # groups per row, n / G (kv: one)
+        m.d.comb += npg.eq(Mux(kv, 1, ins.n >> ins.group_log2))
         gmask = Signal(16)
         m.d.comb += gmask.eq((Const(1, 17) << ins.group_log2) - 1)
         t0n, ttn, tn = Signal(32), Signal(32), Signal(32)
         t0g, ttg, tg = Signal(32), Signal(32), Signal(32)
         src_end, dst_end = Signal(40), Signal(40)
+        nrows = Signal(16)                             # activation / output rows: tokens x heads
         out_beats = Signal(17)                         # SPAD beats of one output row
         m.d.comb += out_beats.eq(((ins.tiles << p_log2) + VL - 1) >> vl_log2)
         with m.If(state == S.SETUP):
             m.d.sync += [t0n.eq(ins.tile0 * ins.n), ttn.eq(ins.total_tiles * ins.n), tn.eq(ins.tiles * ins.n),
                          t0g.eq(ins.tile0 * npg), ttg.eq(ins.total_tiles * npg), tg.eq(ins.tiles * npg),
-                         src_end.eq(ins.src + (ins.tokens - 1) * ins.src_stride + (ins.n >> vl_log2)),
-                         dst_end.eq(ins.dst + (ins.tokens - 1) * ins.dst_stride + out_beats),
+                         src_end.eq(ins.src + (ins.tokens - 1) * ins.src_stride + (heads - 1) * ins.head_stride
+                                    + (ins.n >> vl_log2)),
+                         nrows.eq(ins.tokens * heads),
+                         dst_end.eq(ins.dst + (ins.tokens * heads - 1) * ins.dst_stride + out_beats),
                          state.eq(S.CHECK)]
 
         def w_bytes(x):      # x * n * P / 2
@@ -697,14 +714,19 @@ class GemmMover(Mover):
         b0, bt = ins.tile0 << (p_log2 + 2), ins.tiles << (p_log2 + 2)
         blob = ddr_addr(ins.blob)
         w_addr, s_addr, b_addr = Signal(ADDR_BITS), Signal(ADDR_BITS), Signal(ADDR_BITS)
-        m.d.comb += [w_addr.eq(blob + w0), s_addr.eq(blob + pad_up(ttw) + s0),
+        # kv: the segment's scale region (pad(2 keys) bytes) comes first, then its rows
+        m.d.comb += [w_addr.eq(blob + Mux(kv, pad_up(tts), 0) + w0), s_addr.eq(blob + Mux(kv, 0, pad_up(ttw)) + s0),
                      b_addr.eq(blob + pad_up(ttw) + pad_up(tts) + b0)]
         low = (1 << ALIGN_LOG2) - 1
         bad = Signal()
-        m.d.comb += bad.eq((ins.tokens == 0) | (ins.tokens > TM) | (ins.tiles == 0)
+        m.d.comb += bad.eq((ins.tokens == 0) | (nrows > TM) | (ins.tiles == 0)
                            | (ins.tile0 + ins.tiles > ins.total_tiles) | (ins.n == 0) | (ins.n > g.max_n)
-                           | (ins.n[:vl_log2] != 0) | (ins.group_log2 < k_log2)
-                           | (ins.group_log2 > _log2(g.max_group)) | ((ins.n & gmask) != 0)
+                           | (ins.n[:vl_log2] != 0)
+                           | Mux(kv, (ins.heads == 0) | (ins.n != g.head_dim) | (ins.group_log2 != 0)
+                                 | (ins.w_exp != 0) | ins.bias,
+                                 (ins.kv != 0) | (ins.heads != 0) | (ins.head_stride != 0)
+                                 | (ins.group_log2 < k_log2) | (ins.group_log2 > _log2(g.max_group))
+                                 | ((ins.n & gmask) != 0))
                            | ((w0 & low) != 0) | ((s0 & low) != 0) | (ins.bias & ((b0 & low) != 0))
                            | (src_end > g.spad_beats) | (dst_end > g.spad_beats))
 
@@ -723,16 +745,26 @@ class GemmMover(Mover):
             mx.scale.valid.eq(us.o.valid), mx.scale.payload.eq(us.o.payload), us.o.ready.eq(mx.scale.ready),
             mx.bias.valid.eq(ub.o.valid), mx.bias.payload.eq(ub.o.payload), ub.o.ready.eq(mx.bias.ready),
         ]
+        # kv: the unpacked words (P pieces of K nibbles in key-major order) through the tile reorder
+        # buffer; ordinary GEMMs pass it by
+        wv, wdata, wrdy = Signal(), Signal(P * K * W_BITS), Signal()
+        if self.has_kv:
+            m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats)
+            m.d.comb += [ro.i.valid.eq(kv & uw.o.valid), ro.i.payload.eq(uw.o.payload),
+                         wv.eq(Mux(kv, ro.o.valid, uw.o.valid)), wdata.eq(Mux(kv, ro.o.payload, uw.o.payload)),
+                         uw.o.ready.eq(Mux(kv, ro.i.ready, wrdy)), ro.o.ready.eq(kv & wrdy)]
+        else:
+            m.d.comb += [wv.eq(uw.o.valid), wdata.eq(uw.o.payload), uw.o.ready.eq(wrdy)]
         # the matrix takes a weight beat on its last token: when one beat is several bus words, a
         # two-deep queue lets the unpacker gather the next beat meanwhile (else it starts only then)
         if P * K * W_BITS > g.data_width * g.weight_beats:
             m.submodules.wq = wq = fifo.SyncFIFO(width=P * K * W_BITS, depth=2)
-            m.d.comb += [wq.w_en.eq(uw.o.valid), wq.w_data.eq(uw.o.payload), uw.o.ready.eq(wq.w_rdy),
+            m.d.comb += [wq.w_en.eq(wv), wq.w_data.eq(wdata), wrdy.eq(wq.w_rdy),
                          mx.w.tvalid.eq(wq.r_rdy), mx.w.tdata.eq(wq.r_data), wq.r_en.eq(mx.w.tready)]
             w_ready = wq.r_rdy
         else:
-            m.d.comb += [mx.w.tvalid.eq(uw.o.valid), mx.w.tdata.eq(uw.o.payload), uw.o.ready.eq(mx.w.tready)]
-            w_ready = uw.o.valid
+            m.d.comb += [mx.w.tvalid.eq(wv), mx.w.tdata.eq(wdata), wrdy.eq(mx.w.tready)]
+            w_ready = wv
         # weight descriptors: buffer_bytes at a time, alternating buffers
         wd_addr = Signal(ADDR_BITS)
         wd_left = Signal(COUNT_BITS)
@@ -767,25 +799,30 @@ class GemmMover(Mover):
         nb = Signal(16)                                     # reads per row
         m.d.comb += nb.eq(ins.n >> (vl_log2 + _log2(RB)))
         ti, bi = Signal(range(TM + 1)), Signal(16)          # issue side: token, read column
+        hi = Signal(6)                                      # head (kv; else 0)
         cola = Signal(g.spad_bits + 16)                     # src + bi RB
-        rowa = Signal(g.spad_bits + 32)                     # cola + ti src_stride
+        toka = Signal(g.spad_bits + 32)                     # cola + ti src_stride
+        rowa = Signal(g.spad_bits + 32)                     # toka + hi head_stride
         tc, bc = Signal(range(TM + 1)), Signal(16)          # consume side
         avail = Signal(range(g.max_n // K + 1))             # buffer beats in for every token
         issuing = Signal()
         with m.If(state == S.CHECK):
-            m.d.sync += [ti.eq(0), bi.eq(0), cola.eq(ins.src), rowa.eq(ins.src), tc.eq(0), bc.eq(0), avail.eq(0),
-                         issuing.eq(1)]
+            m.d.sync += [ti.eq(0), hi.eq(0), bi.eq(0), cola.eq(ins.src), toka.eq(ins.src), rowa.eq(ins.src), tc.eq(0),
+                         bc.eq(0), avail.eq(0), issuing.eq(1)]
         acting = state == S.ACT
         m.d.comb += [rq.addr.eq(rowa), rq.issue.eq(acting & rq.room & issuing)]
         with m.If(rq.issue):
-            m.d.sync += [ti.eq(ti + 1), rowa.eq(rowa + ins.src_stride)]
-            with m.If(ti == ins.tokens - 1):
-                m.d.sync += [ti.eq(0), bi.eq(bi + 1), cola.eq(cola + RB), rowa.eq(cola + RB)]
-                with m.If(bi == nb - 1):
-                    m.d.sync += issuing.eq(0)
+            with m.If(hi == heads - 1):
+                m.d.sync += [hi.eq(0), ti.eq(ti + 1), toka.eq(toka + ins.src_stride), rowa.eq(toka + ins.src_stride)]
+                with m.If(ti == ins.tokens - 1):
+                    m.d.sync += [ti.eq(0), bi.eq(bi + 1), cola.eq(cola + RB), toka.eq(cola + RB), rowa.eq(cola + RB)]
+                    with m.If(bi == nb - 1):
+                        m.d.sync += issuing.eq(0)
+            with m.Else():
+                m.d.sync += [hi.eq(hi + 1), rowa.eq(rowa + ins.head_stride)]
         tb = max(ceil_log2(TM), 1)
         consumed = Signal()
-        last_tok = tc == ins.tokens - 1
+        last_tok = tc == nrows - 1
         if K >= VL:
             m.d.comb += [mx.act.en.eq(acting & rq.valid), mx.act.addr.eq(Cat(tc[:tb], bc) if TM > 1 else bc),
                          mx.act.data.eq(mantissas(rq.words, K)), consumed.eq(acting & rq.valid)]
@@ -814,9 +851,10 @@ class GemmMover(Mover):
 
         # --- the command, then output beats -> SPAD ---------------------------------------------------
         sent = Signal()
-        m.d.comb += [mx.cmd.payload.tokens.eq(ins.tokens), mx.cmd.payload.group_beats.eq((Const(1, 17) << ins.group_log2) >> k_log2),
+        m.d.comb += [mx.cmd.payload.tokens.eq(nrows),
+                     mx.cmd.payload.group_beats.eq(Mux(kv, ins.n >> k_log2, (Const(1, 17) << ins.group_log2) >> k_log2)),
                      mx.cmd.payload.groups.eq(npg), mx.cmd.payload.tiles.eq(ins.tiles),
-                     mx.cmd.payload.w_exp.eq(ins.w_exp), mx.cmd.payload.bias.eq(ins.bias)]
+                     mx.cmd.payload.w_exp.eq(ins.w_exp), mx.cmd.payload.bias.eq(ins.bias), mx.cmd.payload.kv.eq(kv)]
         with m.If(state == S.CHECK):
             m.d.sync += sent.eq(0)
         with m.If(((state == S.ACT) | (state == S.RUN)) & ~sent):
@@ -848,12 +886,32 @@ class GemmMover(Mover):
             pieces = Array(o_data[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
             m.d.comb += [wr.addr.eq(orow + Cat(part, ot)), wr.data.eq(pieces[part]),
                          wr.lanes.eq(Mux(o_valid, (1 << VL) - 1, 0)), o_take.eq(o_valid & (part == r - 1))]
-            with m.If(o_valid):
-                m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
+            B = g.spad_banks
+            if self.has_kv and B > 1 and r % B == 0:
+                # kv: its output (P words a row every head_dim / K weight beats) outruns one SPAD beat a
+                # cycle; rows at bank-aligned dst and dst_stride go B beats at a time (the SPAD's banks)
+                wide = Signal()
+                m.d.comb += wide.eq(kv & (ins.dst[:_log2(B)] == 0) & (ins.dst_stride[:_log2(B)] == 0))
+                rw = r // B
+                wpart = Signal(range(rw))
+                wpieces = Array(o_data[x * B * VL * 32:(x + 1) * B * VL * 32] for x in range(rw))
+                with m.If(wide):
+                    m.d.comb += [wr.wide_en.eq(o_valid), wr.wide.eq(wpieces[wpart]),
+                                 wr.addr.eq(orow + (Cat(Const(0, _log2(B)), wpart, ot) if rw > 1
+                                                    else Cat(Const(0, _log2(B)), ot))),
+                                 o_take.eq(o_valid & (wpart == rw - 1))]
+                    with m.If(o_valid):
+                        m.d.sync += wpart.eq(Mux(wpart == rw - 1, 0, wpart + 1))
+                with m.Else():
+                    with m.If(o_valid):
+                        m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
+            else:
+                with m.If(o_valid):
+                    m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
         m.d.comb += [wr.exp_en.eq(o_valid), wr.exp.eq(0), oq.r_en.eq(o_take)]
         with m.If(o_take):
             m.d.sync += [otok.eq(otok + 1), orow.eq(orow + ins.dst_stride)]
-            with m.If(otok == ins.tokens - 1):
+            with m.If(otok == nrows - 1):
                 m.d.sync += [otok.eq(0), orow.eq(ins.dst), ot.eq(ot + 1)]
             with m.If(o_last):
                 m.d.sync += state.eq(S.FINISH)

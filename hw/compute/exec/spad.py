@@ -13,8 +13,11 @@ row a / banks), so one read returns ``banks`` consecutive beats a .. a + banks -
 ``rd.wide`` (whatever a's alignment: each bank reads its row, the beats are rotated back into
 order), while ``rd.data`` / ``rd.exp`` stay beat a's.  The GEMM mover fills the MAC array's
 ``mac_lanes``-wide token buffer from it at one buffer word per cycle (``mac_lanes / VL`` banks);
-the other movers use beat a only.  Writes stay one beat per cycle (into one bank).  The
-banks together hold what one memory would (same block RAM / UltraRAM count for these depths).
+the other movers use beat a only.  Writes are one beat per cycle (into one bank), or with
+``wr.wide_en`` ``banks`` beats at once (``wr.addr`` a multiple of ``banks``: beat addr + i from
+``wr.wide[i]`` into bank i, the same ``lanes`` and exponent for each; a GEMM kv writes its scores
+so).  The banks together hold what one memory would (same block RAM / UltraRAM count for these
+depths).
 """
 from __future__ import annotations
 
@@ -42,11 +45,13 @@ class SpadReadSignature(wiring.Signature):
 
 class SpadWriteSignature(wiring.Signature):
     """Writer's view: word ``k`` of beat ``addr`` is written when ``lanes[k]``; the beat's
-    exponent when ``exp_en``."""
+    exponent when ``exp_en``.  With ``banks`` > 1 also ``wide_en`` + ``wide``: beats addr ..
+    addr + banks - 1 (addr a multiple of banks) from ``wide`` instead of beat addr from ``data``."""
 
-    def __init__(self, beats: int, lanes: int):
+    def __init__(self, beats: int, lanes: int, banks: int = 1):
         super().__init__({"lanes": Out(lanes), "exp_en": Out(1), "addr": Out(range(beats)),
-                          "data": Out(lanes * WORD_BITS), "exp": Out(signed(EXP_BITS))})
+                          "data": Out(lanes * WORD_BITS), "exp": Out(signed(EXP_BITS)),
+                          **({"wide_en": Out(1), "wide": Out(banks * lanes * WORD_BITS)} if banks > 1 else {})})
 
 
 class Scratchpad(wiring.Component):
@@ -59,7 +64,7 @@ class Scratchpad(wiring.Component):
         self.addr_bits = ceil_log2(beats)
         super().__init__({
             "rd": In(SpadReadSignature(beats, lanes, banks)),
-            "wr": In(SpadWriteSignature(beats, lanes)),
+            "wr": In(SpadWriteSignature(beats, lanes, banks)),
         })
 
     def elaborate(self, platform):
@@ -82,9 +87,11 @@ class Scratchpad(wiring.Component):
             row = self.rd.addr >> lb
             if i < B - 1:    # beat a + x of bank i: x = (i - a) mod B, at row (a + x) / B
                 row = Mux(self.rd.addr[:lb] > i, row + 1, row)
-            hit = (wbank == i) if B > 1 else 1
+            hit = ((wbank == i) | self.wr.wide_en) if B > 1 else 1
+            wdata = (Mux(self.wr.wide_en, self.wr.wide[i * self.lanes * WORD_BITS:(i + 1) * self.lanes * WORD_BITS],
+                         self.wr.data) if B > 1 else self.wr.data)
             m.d.comb += [
-                ww.addr.eq(self.wr.addr >> lb), ww.data.eq(self.wr.data), ww.en.eq(Mux(hit, self.wr.lanes, 0)),
+                ww.addr.eq(self.wr.addr >> lb), ww.data.eq(wdata), ww.en.eq(Mux(hit, self.wr.lanes, 0)),
                 we.addr.eq(self.wr.addr >> lb), we.data.eq(self.wr.exp), we.en.eq(hit & self.wr.exp_en),
                 rw.addr.eq(row), rw.en.eq(self.rd.en), re.addr.eq(row), re.en.eq(self.rd.en),
             ]

@@ -224,7 +224,8 @@ class ExecUnit(wiring.Component):
             spad.wr.addr.eq(bus.spad_wr.addr), spad.wr.data.eq(bus.spad_wr.data), spad.wr.exp.eq(bus.spad_wr.exp),
         ]
         if g.spad_banks > 1:
-            m.d.comb += bus.spad_rd.wide.eq(spad.rd.wide)
+            m.d.comb += [bus.spad_rd.wide.eq(spad.rd.wide), spad.wr.wide_en.eq(bus.spad_wr.wide_en),
+                         spad.wr.wide.eq(bus.spad_wr.wide)]
         for s in range(2):
             req, inp = getattr(bus, f"req{s}"), getattr(bus, f"in{s}")
             m.d.comb += [rd.req(s).valid.eq(req.valid), rd.req(s).payload.eq(req.payload), req.ready.eq(rd.req(s).ready),

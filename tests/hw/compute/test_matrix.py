@@ -185,3 +185,97 @@ def test_extremes_amaranth_sim(w_exp, e, packed):
     job = pack_linear(m, ex, qw, b, y, 2, 4, 4)
     dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=32, max_tiles=4, packed=packed)
     assert amaranth_run(dut, job) == job.expected
+
+
+# --- kv mode: attention scores QK^T with a per-row scale A and exponent E (golden ``scores``) -----
+def score_job(rng, rows, lanes, max_tokens, r, d, keys, extreme=False):
+    """``r`` query rows (BFP16, prescaled) against ``keys`` INT4 keys (KV4: q, A, E): the matrix
+    unit's traffic in kv mode (one group of G = d, scale word A | E << 8 per key) and the expected
+    beats from ``fixed.scores``."""
+    from mcf.sim.compute.jobs import LinearJob, pack, random_bfp_rows
+    from mcf.sw.golden import fixed as fx
+    m, e = random_bfp_rows(rng, r, d)
+    kq, ka, ke = fx.quantize_kv(random_bfp_rows(rng, keys, d))
+    ka[rng.random(keys) < 0.15] = 0                             # some all-zero keys (A = 0)
+    if extreme:
+        # largest |dot| (mantissa -2^15 against q = -8), A = 255 and left shifts that saturate;
+        # E near both ends.  Golden rshr shifts int64 left unchecked: keep e + E + 12 <= 29.
+        m[0] = -32768
+        kq[: keys // 2] = -8
+        ka[: keys // 2] = 255
+        e[:] = rng.integers(-20, 5, size=r)
+        ke[:] = rng.choice([-128, -100, -40, 0, 12], size=keys)
+        ke[1::4] = 29 - 12 - e.max()
+    s = fx.scores((m[:, None, :], e[:, None]), kq[:, None, :], ka[:, None], ke[:, None], 1)[0]   # [r, keys]
+    job = LinearJob(cmd=dict(tokens=r, group_beats=d // lanes, groups=1, tiles=keys // rows, w_exp=0, bias=0,
+                             kv=1))
+    for beat in range(d // lanes):
+        for tok in range(r):
+            job.act.append((beat * max_tokens + tok, pack(m[tok, beat * lanes:(beat + 1) * lanes], 16)))
+    job.exp = [(tok, int(e[tok]) & 0xFF) for tok in range(r)]
+    for tile in range(keys // rows):
+        k = slice(tile * rows, (tile + 1) * rows)
+        for jb in range(d // lanes):
+            job.w.append(pack(kq[k, jb * lanes:(jb + 1) * lanes], 4))
+        job.scale.append(pack((ka[k] & 0xFF) | ((ke[k] & 0xFF) << 8), 16))
+        for tok in range(r):
+            job.expected.append(pack(s[tok, k], 32))
+    job.macs = r * d * keys
+    return job, s
+
+
+@pytest.mark.parametrize("r,extreme", [(3, False), (4, True)])
+def test_scores_amaranth_sim(r, extreme):
+    """kv mode against ``fixed.scores``: several tiles, A = 0 keys, saturating scores, extreme E;
+    then an ordinary GEMM on the same unit (the mode is per command)."""
+    rng = np.random.default_rng(r)
+    dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=32, max_tiles=8)
+    job, s = score_job(rng, 2, 4, 4, r, 16, 12, extreme)
+    if extreme:
+        assert (np.abs(s) == 2 ** 31 - 1).any() or (s == -2 ** 31).any(), "no saturating score"
+        assert (s == 0).any()
+    lin = linear_job(rng, 2, 4, 4, t=2, n=32, out=4, group=8)
+    assert run_matrix(dut, [job, lin]) == [job.expected, lin.expected]
+
+
+@pytest.mark.parametrize("rows,lanes,beats", [(8, 4, 2), (4, 8, 4), (4, 2, 1)])
+def test_tile_reorder(rows, lanes, beats):
+    """Key-major tiles (spec/kv.py rows) in, BlobLayout weight beats out, random stalls on both
+    sides; the expected beats are the keys' nibbles packed as ``spec.isa.BlobLayout`` says."""
+    from amaranth.sim import Simulator
+    from mcf.hw.compute.matrix import TileReorder
+    from mcf.sim.compute.jobs import pack
+    rng = np.random.default_rng(rows * beats)
+    tiles = 5
+    q = rng.integers(-8, 8, size=(tiles * rows, beats * lanes))          # keys x d
+    from mcf.spec.kv import pack_segment, scale_bytes
+    n = len(q)
+    seg = pack_segment(q, np.zeros(n, int), np.zeros(n, int))
+    flat = np.frombuffer(seg[scale_bytes(n):scale_bytes(n) + n * q.shape[1] // 2], np.uint8)
+    nb = rows * lanes // 2
+    beats_in = [int.from_bytes(flat[i:i + nb].tobytes(), "little") for i in range(0, flat.size, nb)]
+    want = [pack(q[t * rows:(t + 1) * rows, j * lanes:(j + 1) * lanes], 4) for t in range(tiles) for j in range(beats)]
+    dut = TileReorder(rows, lanes, beats)
+    got = []
+
+    async def bench(ctx):
+        i = 0
+        for _ in range(40 * len(want)):
+            offer = i < len(beats_in) and rng.random() < 0.7
+            ctx.set(dut.i.valid, offer)
+            ctx.set(dut.i.payload, beats_in[min(i, len(beats_in) - 1)])
+            ctx.set(dut.o.ready, rng.random() < 0.6)
+            await ctx.delay(1e-9)
+            took = offer and ctx.get(dut.i.ready)
+            if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):
+                got.append(ctx.get(dut.o.payload))
+            await ctx.tick()
+            i += took
+            if len(got) == len(want):
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == want

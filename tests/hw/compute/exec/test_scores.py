@@ -1,0 +1,174 @@
+"""GEMM kv = 1 (attention scores QK^T on the MAC array, hw/compute/exec/movers.py ``GemmMover``)
+on the execute unit of the tiny node with a 16 x 8 array and VL = 4 (so that, as at the Qwen size,
+a tile's P scores of a row span several SPAD beats and go B = 2 banks at a time: the SPAD's wide
+write), cocotb + Icarus, AxiRam as DDR with random pauses: a K
+segment in DDR (``spec/kv.py``, as the KV writer stores it), query rows (token, head) in the SPAD
+at 2-D strides, the scores STOREd and compared with the golden ``fixed.scores`` bit for bit:
+several tiles and a tile sub-range, all-zero keys (A = 0), extreme exponents, saturating scores;
+an ordinary GEMM after it; fields a kv GEMM refuses (ILLEGAL_INSTRUCTION)."""
+import cocotb
+import numpy as np
+import pytest
+
+from mcf.hw.compute.exec.unit import ExecUnit
+from mcf.sim.compute import ddr
+from mcf.sim.runner import run_cocotb
+from mcf.spec import isa
+from mcf.spec.isa import SeqFault
+from mcf.spec.kv import pack_segment
+from mcf.spec.node import NodeConfig
+from mcf.sw.golden import fixed as fx
+from tests.hw.compute.exec.test_movers import bfp_rows, i32
+
+CFG = NodeConfig.tiny(mac_rows=16, vec_lanes=4)
+VL = CFG.vec_lanes
+SEG = 0x20000
+
+
+class Spad:
+    """SPAD through DDR at this build's VL: LOAD rows in, STORE rows out."""
+
+    def __init__(self, drv, scratch=0x80000):
+        self.drv, self.scratch = drv, scratch
+
+    async def put(self, spad, values, exps=None):
+        v = np.asarray(values, dtype=np.int64)
+        rows, n = v.shape
+        self.drv.ram.write(self.scratch, ddr.rows_bytes(v, VL, exps))
+        await self.drv.must(isa.Load(ddr=self.scratch, spad=spad, beats=rows * n // VL,
+                                     row_beats=0 if exps is None else n // VL))
+
+    async def get(self, spad, rows, n):
+        await self.drv.must(isa.Store(ddr=self.scratch, spad=spad, beats=rows * n // VL, row_beats=0))
+        return ddr.read_rows(self.drv.ram.read(self.scratch, rows * n * 4), rows, n, VL, False)
+
+
+async def bench(dut):
+    from mcf.sim.cocotb_util import params
+    from mcf.sim.compute.exec_driver import ExecDriver
+    p = params()
+    drv = ExecDriver(dut, seed=p.get("seed", 1))
+    await drv.start()
+    return drv, Spad(drv), np.random.default_rng(p.get("seed", 1))
+
+
+def kv_keys(rng, keys, d, e_max, extreme):
+    """KV4 keys (q, A, E) with some all-zero keys; ``extreme``: the largest products and A, E at
+    both ends (left shifts kept to e + E + 12 <= 29: golden rshr shifts int64 left unchecked)."""
+    q, a, e = fx.quantize_kv(bfp_rows(rng, keys, d))
+    a[rng.random(keys) < 0.2] = 0
+    if extreme:
+        q[::3], a[::3] = -8, 255
+        e[:] = rng.choice([-128, -90, -30, 0], size=keys)
+        e[::3] = 17 - e_max
+        e[1::3] = -128
+    return q, a, e
+
+
+@cocotb.test()
+async def run_scores(dut):
+    drv, sp, rng = await bench(dut)
+    P, d = CFG.mac_rows, CFG.head_dim
+    rb = d // VL                                            # SPAD beats of one head's row
+    cases = [  # tokens, heads, keys, tile0, tiles, extreme, dst alignment
+        (3, 2, 64, 0, 4, False, 0),
+        (2, 4, 80, 2, 3, True, 0),         # a tile sub-range (scale and rows offsets)
+        (1, 8, 32, 0, 2, True, 1),         # decode: one token, 8 heads; dst off the banks: beat by beat
+    ]
+    for c, (tokens, heads, keys, tile0, tiles, extreme, skew) in enumerate(cases):
+        # query rows (t, h) at src + t (heads + 1) rb + h rb: a gap row between tokens
+        slots = tokens * (heads + 1)
+        qm, qe = bfp_rows(rng, slots, d)
+        if extreme:
+            qm[0] = -32768
+        await sp.put(0, qm, qe)
+        kq, ka, ke = kv_keys(rng, keys, d, int(qe.max()), extreme)
+        drv.ram.write(SEG, pack_segment(kq, ka, ke))
+        out_beats = tiles * P // VL
+        dst = -(-slots * rb // 2) * 2 + skew
+        o = await drv.must(isa.Gemm(blob=SEG, n=d, total_tiles=keys // P, tile0=tile0, tiles=tiles, tokens=tokens,
+                                    group_log2=0, w_exp=0, bias=0, src=0, src_stride=(heads + 1) * rb, dst=dst,
+                                    dst_stride=out_beats, kv=1, heads=heads, head_stride=rb))
+        rows = [t * (heads + 1) + h for t in range(tokens) for h in range(heads)]
+        qm3 = qm[rows].reshape(tokens, heads, d)
+        qe3 = qe[rows].reshape(tokens, heads)
+        k = slice(tile0 * P, (tile0 + tiles) * P)
+        s = fx.scores((qm3, qe3), kq[k, None], ka[k, None], ke[k, None], heads)     # [heads, tokens, keys]
+        want = s.transpose(1, 0, 2).reshape(tokens * heads, tiles * P)           # row t heads + h
+        got, _ = await sp.get(dst, tokens * heads, tiles * P)
+        assert np.array_equal(i32(got), i32(want)), f"case {c}"
+        assert o.perf["mac_beats"] == tiles * (d // CFG.mac_lanes) * tokens * heads, f"case {c}: {o.perf}"
+        if extreme:
+            assert (np.abs(want) >= 2 ** 31 - 1).any() and (want == 0).any(), f"case {c}: not extreme"
+    # an ordinary GEMM after kv ones
+    n, out, group = 32, 8, 32
+    w = fx.quantize_weight(rng.standard_normal((out, n)) * 0.1, group)
+    blob, lay = ddr.gemm_blob(w, None, P, CFG.mac_lanes)
+    drv.ram.write(0x10000, blob)
+    x = bfp_rows(rng, 2, n)
+    await sp.put(0, *x)
+    out_beats = lay.tiles * P // VL
+    await drv.must(isa.Gemm(blob=0x10000, n=n, total_tiles=lay.tiles, tile0=0, tiles=lay.tiles, tokens=2,
+                            group_log2=5, w_exp=w.exp, bias=0, src=0, src_stride=n // VL, dst=100,
+                            dst_stride=out_beats))
+    got, _ = await sp.get(100, 2, lay.tiles * P)
+    assert np.array_equal(i32(got)[:, :out], fx.linear(x, w)), "GEMM after kv"
+    # refused: fields a kv GEMM does not take, rows beyond max tokens, kv fields on an ordinary GEMM
+    kv = dict(blob=SEG, n=d, total_tiles=2, tile0=0, tiles=2, tokens=2, group_log2=0, w_exp=0, bias=0, src=0,
+              src_stride=8, dst=200, dst_stride=8, kv=1, heads=2, head_stride=rb)
+    for bad in (dict(heads=0), dict(n=2 * d), dict(bias=1), dict(group_log2=4), dict(w_exp=1), dict(tokens=3, heads=3),
+                dict(kv=0, group_log2=4), dict(kv=0, group_log2=4, heads=0)):
+        ins = isa.Gemm(**{**kv, **bad})
+        assert (await drv.run(ins)).fault == SeqFault.ILLEGAL_INSTRUCTION, bad
+
+
+@pytest.mark.cocotb
+def test_scores_cocotb(build_dir):
+    run_cocotb(ExecUnit(CFG), __name__, build_dir, testcase=["run_scores"], params={"seed": 5})
+
+
+# --- the rate at a model's shapes against the DDR model (``mcf bench compute --model``: attn:qk-array) -----
+@cocotb.test()
+async def run_qk_ops(dut):
+    """One kv GEMM on the unit of ``params()["node"]`` against the DDR model: ``tokens`` x the
+    node's GQA group query rows (BFP16, LOADed) against one K segment of ``keys`` keys in DDR,
+    the scores STOREd and compared with ``fixed.scores`` bit for bit; the instruction's cycles,
+    MAC strobes, the cycles from the first MAC strobe to the last, the DDR bytes it read."""
+    import json
+    from mcf.sim.compute.exec_driver import ExecDriver
+    from mcf.sim.cocotb_util import params
+    from mcf.sim.ddr_model import DdrTiming
+    from mcf.spec.kv import segment_bytes
+    p = params()
+    node = NodeConfig(**p["node"])
+    q = p["qk"]
+    vl, P, d, heads, tokens, keys = node.vec_lanes, node.mac_rows, node.head_dim, node.group, q["tokens"], q["keys"]
+    rng = np.random.default_rng(p.get("seed", 1))
+    drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=DdrTiming(**p["timing"]), axi_period_ps=p.get("axi_period_ps"))
+    await drv.start()
+    seg_at, x_at, y_at = 0x100000, 0x40000, 0x80000
+    kq, ka, ke = fx.quantize_kv(bfp_rows(rng, keys, d))
+    drv.ram.write(seg_at, pack_segment(kq, ka, ke))
+    qm, qe = fx.prescale_query(bfp_rows(rng, tokens * heads, d), d)
+    rb = d // vl
+    drv.ram.write(x_at, ddr.rows_bytes(qm, vl, qe))
+    await drv.must(isa.Load(ddr=x_at, spad=0, beats=tokens * heads * rb, row_beats=rb))
+    dst, dst_stride = tokens * heads * rb, keys // vl
+    bytes0 = drv.ram.read_bytes
+    drv.mac_first = None
+    res = await drv.must(isa.Gemm(blob=seg_at, n=d, total_tiles=keys // P, tile0=0, tiles=keys // P, tokens=tokens,
+                                  group_log2=0, w_exp=0, bias=0, src=0, src_stride=heads * rb, dst=dst,
+                                  dst_stride=dst_stride, kv=1, heads=heads, head_stride=rb), max_cycles=10_000_000)
+    rd = drv.ram.read_bytes - bytes0
+    span = drv.mac_last - drv.mac_first + 1
+    await drv.must(isa.Store(ddr=y_at, spad=dst, beats=tokens * heads * dst_stride, row_beats=0))
+    got = np.frombuffer(drv.ram.read(y_at, tokens * heads * keys * 4), dtype="<i4").reshape(tokens * heads, keys)
+    s = fx.scores((qm.reshape(tokens, heads, d), qe.reshape(tokens, heads)), kq[:, None], ka[:, None], ke[:, None],
+                  heads)
+    assert np.array_equal(got, s.transpose(1, 0, 2).reshape(tokens * heads, keys)), "kv GEMM differs from fixed.scores"
+    assert res.perf["mac_beats"] == keys // P * (d // node.mac_lanes) * tokens * heads
+    with open(p["qk_report"], "w") as f:
+        json.dump({"ops": [{"name": "attn:qk-array", "tokens": tokens, "heads": heads, "rows": tokens * heads,
+                            "keys": keys, "head_dim": d, "cycles": res.cycles, "mac_beats": res.perf["mac_beats"],
+                            "mac_span_cycles": span, "ddr_read_bytes": rd,
+                            "segment_bytes": segment_bytes(keys, d)}]}, f)
