@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mcf.spec import isa
-from mcf.spec.isa import VecOp
+from mcf.spec.isa import AttnLoad, AttnPass, VecOp
 from mcf.spec.node import NodeConfig
 from mcf.spec.packet import Collective, Op, ReduceOp, Stage
 from mcf.spec.topology import Topology
 from mcf.sw.models.config import ModelConfig, check_tensor_parallel, shard_config
-from .lower import (DECODE_ROOT, DdrMap, LoweringError, RouteTables, Shapes, _Alloc, _Lowerer, _pad,
-                    check_model, const_keys, place_model, spad_map)
+from .lower import (DECODE_ROOT, DdrMap, LoweringError, RouteTables, Shapes, SpadMap, _Alloc, _Lowerer, _lm_unit,
+                    _pad, check_model, const_keys, place_model, spad_map)
 
 #: The name of this decode scheme (as ``mcf simulate --decode`` names it).
 TENSOR_PARALLEL = "tensor-parallel"
@@ -51,6 +51,9 @@ class TPMap(DdrMap):
     ``net`` stay empty) and the all-reduce's piece and each node's LM head rows."""
     piece: int = 0                 # bytes per all-reduce piece
     head_rows: list = field(default_factory=list)    # per node: its LM head rows (lo, hi)
+    replicas: int = 1              # R: nodes sharing a KV head (> 1: decode splits its keys over them)
+    row_groups: list = field(default_factory=list)   # context split: (first row, rows) of a KV group's heads
+    qslot: int = 0                 # context split: bytes of one node's query rows in net.qg
 
 
 @dataclass
@@ -105,6 +108,27 @@ class TPLowered:
 
     def program_addr(self, node: int) -> int:
         return self.bases[node] + self.map.off("program")
+
+
+def _tp_spad(sh: Shapes, rows_part: int, groups: int, extra: dict) -> SpadMap:
+    """``spad_map`` with the regions of ``extra`` (name -> beats) between the activations and
+    the LM head's logits part (which gets what remains)."""
+    sp = spad_map(sh, rows_part, groups)
+    b = dict(sp.beats)
+    top = b["LOGP"]
+    for name, size in extra.items():
+        b[name] = top
+        top += size
+    unit = _lm_unit(sh)
+    total_tiles = -(-sh.vocab // sh.P)
+    room = (sh.node.spad_beats - top) * sh.vl // sh.P
+    part = min(-(-total_tiles // unit) * unit, room // unit * unit)
+    if part < unit:
+        raise LoweringError(f"the node's SPAD ({sh.node.spad_beats} beats of {sh.vl} words) cannot hold a chunk of "
+                            f"{sh.chunk} tokens of model {sh.model.name} and the split decode attention's rows: use "
+                            f"a smaller chunk or a node with more spad_beats")
+    b["LOGP"] = top
+    return SpadMap(b, top + part * sh.P // sh.vl, part)
 
 
 def head_rows(vocab: int, nodes: int, rows: int) -> list:
@@ -171,10 +195,31 @@ def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bas
     a("net.part", _pad(rows))
     a("net.sum", _pad(rows))
     a("logits", max(N * R, sh.vocab) * 4 + 4 * sh.vl)
+    spad = spad_map(sh, 1, 1)
+    # context-split decode attention: the R nodes sharing a KV head each attend to 1/R of the keys
+    # for all of the KV head's query heads (gathered from the R nodes)
+    reps = N // model.num_kv_heads if N > model.num_kv_heads else 1
+    gqa = model.num_heads // model.num_kv_heads
+    rows_part = min(gqa, node.att_rows)
+    rg = [(j0, min(rows_part, gqa - j0)) for j0 in range(0, gqa, rows_part)]
+    mb = -(-rows_part // sh.vl)
+    max_bytes = model.num_kv_heads * len(rg) * mb * sh.vl * 4
+    if reps > 1 and decode_steps and max_bytes <= min(node.reduce_payload, node.max_payload):
+        m.replicas, m.row_groups = reps, rg
+        groups = max(model.num_kv_heads * len(rg), (reps - 1) * len(rg))
+        spad = _tp_spad(sh, rows_part, groups, {"QG": gqa * sh.db, "AG": gqa * sh.db, "SACC": len(rg) * (
+            spad_map(sh, rows_part, 1).beats["sb"])})
+        sb = spad.beats["sb"]
+        m.qslot = _pad(sh.hq * (sh.db + 1) * sh.vl * 4)
+        a("net.qg", reps * m.qslot)
+        a("net.max", _pad(max_bytes))
+        a("net.mres", _pad(max_bytes))
+        a("net.state", len(rg) * sb * sh.vl * 4)
+        a("net.sin", (reps - 1) * len(rg) * sb * sh.vl * 4)
     m.regions = a.regions
     m.size = a.top
     topo = Topology(topology, N)
-    lw = TPLowered(model=model, shard=shard, node=node, shapes=sh, map=m, spad=spad_map(sh, 1, 1),
+    lw = TPLowered(model=model, shard=shard, node=node, shapes=sh, map=m, spad=spad,
                    bases=list(bases), routes=[], prefill=[], chunk_tokens=tok, decode_steps=decode_steps,
                    consts=dict(consts), topology=topo)
     lw.reductions_open = min(node.reduce_slots, max(1, -(-rows // piece)))
@@ -284,12 +329,16 @@ class _TPLowerer(_Lowerer):
         sh, sp, N = self.sh, self.sp, self.N
         for n in range(N):
             self.embed(n, self.lw.ids_addr(n, ids_slot), T, pos0)
+        split = T == 1 and self.map.replicas > 1 and stage == Stage.DECODE
         for li in range(sh.L):
             p = f"layers.{li}"
             for n in range(N):
                 self.front(n, li, T, seg_of(n, li))
-                self.attention(n, T, pos0, runs_of(n, li))
-                self.vec(n, VecOp.TO_BFP, sh.hq * sh.d, T, sp["A"], sh.qb, sp["A"], sh.qb)
+                if not split:
+                    self.attention(n, T, pos0, runs_of(n, li))
+                    self.vec(n, VecOp.TO_BFP, sh.hq * sh.d, T, sp["A"], sh.qb, sp["A"], sh.qb)
+            if split:
+                self.split_attention(pos0, runs_of, li, seq)
             self.all_reduce(T, stage, seq, lambda n, t0, tiles: self.projection(n, f"{p}.o_proj", T, sp["A"], sh.qb,
                                                                                 t0, tiles))
             for n in range(N):
@@ -329,14 +378,170 @@ class _TPLowerer(_Lowerer):
                       tok[c] - 1 if c == C - 1 else None)
         return self.b.programs()
 
+    def key_split(self, step: int) -> list:
+        """Context split: the prompt chunks [lo, hi) each of the R nodes sharing a KV head attends
+        to (contiguous, about 1/R of the S + step + 1 keys each); the last one also attends to the
+        decode tokens."""
+        R, tok = self.map.replicas, self.lw.chunk_tokens
+        K = int(self.starts[-1]) + step + 1
+        cuts = [0]
+        for r in range(1, R):
+            target = r * K / R
+            c = int(np.searchsorted(self.starts[:-1], target, side="left"))
+            cuts.append(max(cuts[-1], min(c, len(tok))))
+        cuts.append(len(tok))
+        return [(cuts[r], cuts[r + 1]) for r in range(R)]
+
+    def split_attention(self, pos: int, runs_of, li: int, seq: int) -> None:
+        """Decode attention with the keys of each KV head split over the R nodes that hold it
+        (docs/fixed-point.md 7.4, bit-exact with the single-node attention): the R nodes gather
+        their KV head's query rows (unicasts); each takes the maximum over its keys for all of
+        them, the NICs reduce the maxima of every KV group at once (ReduceOp.MAX towards node 0,
+        the other groups' rows EMPTY = INT32_MIN from a unit with no keys) and node 0 multicasts M;
+        each node computes its (M, l, o) state over its keys and sends it to the other R - 1 nodes;
+        every node adds the R states in node order (VEC RESIDUAL: with equal m, SOFTMAX_MERGE is
+        the saturating addition of l and o; FINAL reads only l and o) and finalizes its own heads
+        into A (BFP16, as the unsplit path leaves it)."""
+        b, sh, sp, N, m = self.b, self.sh, self.sp, self.N, self.map
+        R, rg, db, d = m.replicas, m.row_groups, sh.db, sh.d
+        hkv = self.lw.model.num_kv_heads
+        mb, sbk = sp["mb"], sp["sb"]
+        nrg = len(rg)
+        root, others = DECODE_ROOT, [x for x in range(N) if x != DECODE_ROOT]
+        group, me = (lambda n: n // R), (lambda n: n % R)
+        mates = lambda n: [group(n) * R + r for r in range(R) if r != me(n)]          # noqa: E731
+        sidx = lambda n, x: me(x) - (me(x) > me(n))                                   # noqa: E731
+        seq &= 0xFFFF
+        sbytes = nrg * sbk * sh.vl * 4
+        # 1. the KV group's query rows: node n's heads go to slot me(n) of every mate's net.qg
+        got_q = {}
+        for n in range(N):
+            qb_ = self.buf("qg", n, me(n))
+            st = b.ex(n, isa.Store, qb_.write_deps(), ddr=self.region(n, "net.qg") + me(n) * m.qslot, spad=sp["Q"],
+                      beats=sh.hq * db, row_beats=db)
+            qb_.wrote(st)
+            got_q[(n, me(n))] = st
+            for x in mates(n):
+                tag = b.new_tag()
+                xb = self.buf("qg", x, me(n))
+                got_q[(x, me(n))] = a = b.recv(x, n, tag, self.region(x, "net.qg") + me(n) * m.qslot,
+                                              sh.hq * (db + 1) * sh.vl * 4, xb.write_deps(),
+                                              credit_route=self.routes.unicast(n))
+                xb.wrote(a)
+                qb_.read(b.send(n, [x], [st], ddr=self.region(n, "net.qg") + me(n) * m.qslot,
+                                length=sh.hq * (db + 1) * sh.vl * 4, stage=Stage.DECODE, mop=Op.QUERY,
+                                collective=Collective.UNICAST, reduce_op=ReduceOp.NONE, dst=x,
+                                route_id=self.routes.unicast(x), tag=tag, seq=seq))
+        # 2. maxima of every KV group's rows (this node's group over its keys, the others EMPTY)
+        route_b, route_r = self.routes.broadcast(root), self.routes.reduce(root)
+        maxlen = hkv * nrg * mb * sh.vl * 4
+        tag_m = b.new_tag()
+        st_max = {}
+        for n in others + [root]:
+            for r in range(R):
+                self.buf("qg", n, r).read(b.ex(n, isa.Load, [got_q[(n, r)]], ddr=self.region(n, "net.qg") + r * m.qslot,
+                                               spad=sp["QG"] + r * sh.hq * db, beats=sh.hq * db, row_beats=db))
+            rn = runs_of(n, li)
+            for k in range(hkv):
+                for i, (j0, rows) in enumerate(rg):
+                    rr = dict(tokens=1, heads=rows, tok_stride=rows * db, head_stride=db)
+                    b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
+                    if k == group(n):
+                        for j, r in enumerate(rn):
+                            self.attn_kv(n, r, 0, AttnPass.MAX, j == 0)
+                    b.ex(n, isa.AttnEmit, mode=isa.EmitMode.MAX, spad=sp["MLOC"] + (k * nrg + i) * mb, **rr)
+            mbuf = self.buf("max", n)
+            st_max[n] = b.ex(n, isa.Store, mbuf.write_deps(), ddr=self.region(n, "net.max"), spad=sp["MLOC"],
+                             beats=hkv * nrg * mb, row_beats=0)
+            mbuf.wrote(st_max[n])
+            if n != root:
+                mbuf.read(b.send(n, [root], [st_max[n]], credits=False, ddr=self.region(n, "net.max"),
+                                 length=maxlen, stage=Stage.DECODE, mop=Op.PARTIAL_STATE,
+                                 collective=Collective.REDUCE, reduce_op=ReduceOp.MAX, dst=root,
+                                 route_id=route_r, tag=tag_m, seq=seq))
+        rb = self.buf("mres", root)
+        arr_m = b.recv(root, root, tag_m, self.region(root, "net.mres"), maxlen, rb.write_deps(),
+                       credit_route=None, result_of_reduce=True)
+        rb.wrote(arr_m)
+        self.buf("max", root).read(b.send(root, [root], [st_max[root], b.posted(arr_m)], credits=False,
+                                          ddr=self.region(root, "net.max"), length=maxlen, stage=Stage.DECODE,
+                                          mop=Op.PARTIAL_STATE, collective=Collective.REDUCE,
+                                          reduce_op=ReduceOp.MAX, dst=root, route_id=route_r, tag=tag_m,
+                                          seq=seq))
+        tag = b.new_tag()
+        arr_b = {root: arr_m}
+        for n in others:
+            nb_ = self.buf("mres", n)
+            arr_b[n] = b.recv(n, root, tag, self.region(n, "net.mres"), maxlen, nb_.write_deps(),
+                              credit_route=self.routes.unicast(root))
+            nb_.wrote(arr_b[n])
+        rb.read(b.send(root, others, [arr_m], ddr=self.region(root, "net.mres"), length=maxlen,
+                       stage=Stage.DECODE, mop=Op.TENSOR, collective=Collective.MULTICAST,
+                       reduce_op=ReduceOp.NONE, dst=root, route_id=route_b, tag=tag, seq=seq))
+        # 3. each node's state over its keys with m = M, sent to its mates
+        got_s = {}
+        for n in range(N):
+            self.buf("mres", n).read(b.ex(n, isa.Load, [arr_b[n]], ddr=self.region(n, "net.mres"),
+                                          spad=sp["MGLOB"], beats=hkv * nrg * mb, row_beats=0))
+            rn = runs_of(n, li)
+            for i, (j0, rows) in enumerate(rg):
+                rr = dict(tokens=1, heads=rows, tok_stride=rows * db, head_stride=db)
+                b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
+                b.ex(n, isa.AttnQ, what=AttnLoad.MREF, spad=sp["MGLOB"] + (group(n) * nrg + i) * mb, qpos0=0, **rr)
+                for j, r in enumerate(rn):
+                    self.attn_kv(n, r, 0, AttnPass.APPLY, j == 0)
+                b.ex(n, isa.AttnEmit, mode=isa.EmitMode.STATE, spad=sp["SLOC"] + i * sbk, **rr)
+            sbuf = self.buf("state", n)
+            st = b.ex(n, isa.Store, sbuf.write_deps(), ddr=self.region(n, "net.state"), spad=sp["SLOC"],
+                      beats=nrg * sbk, row_beats=0)
+            sbuf.wrote(st)
+            for x in mates(n):
+                tag = b.new_tag()
+                xb = self.buf("sin", x, sidx(x, n))
+                got_s[(x, n)] = a = b.recv(x, n, tag, self.region(x, "net.sin") + sidx(x, n) * sbytes, sbytes,
+                                          xb.write_deps(), credit_route=self.routes.unicast(n))
+                xb.wrote(a)
+                sbuf.read(b.send(n, [x], [st], ddr=self.region(n, "net.state"), length=sbytes, stage=Stage.DECODE,
+                                 mop=Op.PARTIAL_STATE, collective=Collective.UNICAST, reduce_op=ReduceOp.NONE,
+                                 dst=x, route_id=self.routes.unicast(x), tag=tag, seq=seq))
+        # 4. the R states added in node order, this node's heads finalized into A
+        for n in range(N):
+            for x in mates(n):
+                self.buf("sin", n, sidx(n, x)).read(
+                    b.ex(n, isa.Load, [got_s[(n, x)]], ddr=self.region(n, "net.sin") + sidx(n, x) * sbytes,
+                         spad=sp["SGLOB"] + sidx(n, x) * nrg * sbk, beats=nrg * sbk, row_beats=0))
+            src = {x: (sp["SLOC"] if x == n else sp["SGLOB"] + sidx(n, x) * nrg * sbk)
+                   for x in range(group(n) * R, (group(n) + 1) * R)}
+            order = sorted(src)
+            for i, (j0, rows) in enumerate(rg):
+                acc = sp["SACC"] + i * sbk
+                for k, x in enumerate(order[1:]):
+                    a0 = src[order[0]] + i * sbk if k == 0 else acc
+                    self.vec(n, VecOp.RESIDUAL, sbk * sh.vl, 1, a0, sbk, acc, sbk, b=src[x] + i * sbk, b_stride=sbk)
+                rr = dict(tokens=1, heads=rows, tok_stride=rows * db, head_stride=db)
+                b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
+                b.ex(n, isa.AttnQ, what=AttnLoad.STATE, spad=acc, qpos0=0, **rr)
+                b.ex(n, isa.AttnEmit, mode=isa.EmitMode.FINAL, spad=sp["AG"] + j0 * db, **rr)
+            self.vec(n, VecOp.TO_BFP, sh.hq * d, 1, sp["AG"] + me(n) * sh.hq * db, sh.qb, sp["A"], sh.qb)
+
     def decode(self, step: int) -> list:
         S = int(self.starts[-1])
         m = self.map
+        split = self.key_split(step) if m.replicas > 1 else None
 
         def runs(n, li):
-            return self._pool_runs(n, li, self.lw.num_chunks) + [
-                {"addr": self.region(n, "decode_kv") + li * m.dec_layer, "stride": m.dec_block, "n": 1,
-                 "blocks": step + 1, "first_b": 0, "kpos0": S, "bstride": 0, "pstride": 1, "gated": False}]
+            if split is None:
+                lo, hi, last = 0, self.lw.num_chunks, True
+            else:
+                (lo, hi), last = split[n % m.replicas], n % m.replicas == m.replicas - 1
+            tok = self.lw.chunk_tokens
+            out = self.runs_for([(c, c) for c in range(lo, hi)], lambda s: self.lw.kv_addr(n, s, li), False,
+                                lambda c: tok[c])
+            if last:
+                out.append({"addr": self.region(n, "decode_kv") + li * m.dec_layer, "stride": m.dec_block, "n": 1,
+                            "blocks": step + 1, "first_b": 0, "kpos0": S, "bstride": 0, "pstride": 1,
+                            "gated": False})
+            return out
 
         self.step(1, S + step, None,
                   lambda n, li: self.region(n, "decode_kv") + li * m.dec_layer + step * m.dec_block,
