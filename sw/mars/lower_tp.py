@@ -281,8 +281,23 @@ class _TPLowerer(_Lowerer):
             return
         root, others = DECODE_ROOT, [n for n in range(N) if n != DECODE_ROOT]
         route_r, route_b = self.routes.reduce(root), self.routes.broadcast(root)
-        got = {n: [] for n in range(N)}        # per node: the arrival of each piece's sum
+        got = {n: [None] * len(offs) for n in range(N)}    # per node: the arrival of each piece's sum
         st = {}
+        pending = []                                       # pieces whose sum the root has not multicast yet
+
+        def multicast(k, arr):
+            """The root multicasts piece k's sum (emitted after piece k + 1's contributions)."""
+            off, ln = offs[k], min(piece, total - offs[k])
+            tagb = b.new_tag()
+            for n in others:
+                nb = self.buf("sum", n)
+                got[n][k] = b.recv(n, root, tagb, self.region(n, "net.sum") + off, ln,
+                                   nb.write_deps() if k == 0 else (), credit_route=self.routes.unicast(root))
+            self.buf("sum", root).read(b.send(root, others, [arr], ddr=self.region(root, "net.sum") + off, length=ln,
+                                              stage=stage, mop=Op.TENSOR, collective=Collective.MULTICAST,
+                                              reduce_op=ReduceOp.NONE, dst=root, route_id=route_b, tag=tagb,
+                                              seq=seq & 0xFFFF))
+
         for k, off in enumerate(offs):
             ln = min(piece, total - off)
             for n in range(N):
@@ -295,6 +310,8 @@ class _TPLowerer(_Lowerer):
                                  spad=sp["O"] + (off // 4 // sh.vl if split else 0),
                                  beats=-(-ln // 4 // sh.vl) if split else T * sh.hb, row_beats=0)
                 pb.wrote(st[n])
+            while pending and pending[0][0] < k:           # one piece behind (at most W: the window)
+                multicast(*pending.pop(0))
             tag = b.new_tag()
             common = dict(length=ln, stage=stage, mop=Op.TENSOR, collective=Collective.REDUCE,
                           reduce_op=ReduceOp.SUM, dst=root, route_id=route_r, tag=tag, seq=seq & 0xFFFF)
@@ -303,20 +320,17 @@ class _TPLowerer(_Lowerer):
                 self.buf("part", n, k).read(b.send(n, [root], deps, credits=False,
                                                 ddr=self.region(n, "net.part") + off, **common))
             sb = self.buf("sum", root)
+            # the sum's arrival counts on a semaphore the root's TX waits on (forward=True), so the
+            # multicast waits in TX and the execute unit goes on with the next piece's GEMM
             arr = b.recv(root, root, tag, self.region(root, "net.sum") + off, ln, sb.write_deps() if k == 0 else (),
-                         credit_route=None, result_of_reduce=True)
+                         credit_route=None, forward=True)
             deps = [st[root], b.posted(arr)] + ([got[root][k - W]] if k >= W else [])
             self.buf("part", root, k).read(b.send(root, [root], deps, credits=False,
                                                ddr=self.region(root, "net.part") + off, **common))
-            got[root].append(arr)
-            tagb = b.new_tag()
-            for n in others:
-                nb = self.buf("sum", n)
-                got[n].append(b.recv(n, root, tagb, self.region(n, "net.sum") + off, ln,
-                                     nb.write_deps() if k == 0 else (), credit_route=self.routes.unicast(root)))
-            sb.read(b.send(root, others, [arr], ddr=self.region(root, "net.sum") + off, length=ln, stage=stage,
-                           mop=Op.TENSOR, collective=Collective.MULTICAST, reduce_op=ReduceOp.NONE, dst=root,
-                           route_id=route_b, tag=tagb, seq=seq & 0xFFFF))
+            got[root][k] = arr
+            pending.append((k, arr))
+        for k, arr in pending:
+            multicast(k, arr)
         for n in range(N):
             nb = self.buf("sum", n)
             nb.wrote(got[n][-1])
