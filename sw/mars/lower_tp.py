@@ -252,9 +252,9 @@ class _TPLowerer(_Lowerer):
         self.bufs = {}
         tok = lw.chunk_tokens
         self.starts = np.concatenate([[0], np.cumsum(tok)]).astype(np.int64)
-        if self.N > 1:
-            self.routes.broadcast(DECODE_ROOT)
-            self.routes.reduce(DECODE_ROOT)
+        for r in range(self.N if self.N > 1 else 0):     # every node sums pieces of the all-reduces
+            self.routes.broadcast(r)
+            self.routes.reduce(r)
 
     # --- the all-reduce ------------------------------------------------------------------------
     def projection(self, n: int, name: str, T: int, src: int, src_stride: int, tile0: int = 0,
@@ -264,42 +264,77 @@ class _TPLowerer(_Lowerer):
         self.gemm(n, name, name, T, src, src_stride, self.sp["O"] + tile0 * sh.P // sh.vl, sh.hb, bias=False,
                   tile0=tile0, tiles=tiles)
 
+    def piece_tiles(self) -> int:
+        """The fewest tiles an all-reduce piece may hold: its GEMM starts on a 64-byte boundary of
+        the o_proj and down_proj blobs' weights and scales, its SPAD rows on a beat and its DDR
+        bytes on a 64-byte boundary."""
+        sh, u = self.sh, 1
+        for name in ("o_proj", "down_proj"):
+            lay = sh.blob(*sh.out_dims()[name])
+            for per in (lay.w_tile, lay.s_tile):
+                u = math.lcm(u, isa.DDR_ALIGN // math.gcd(per, isa.DDR_ALIGN))
+        u = math.lcm(u, isa.DDR_ALIGN // math.gcd(4 * sh.P, isa.DDR_ALIGN))
+        return math.lcm(u, sh.vl // math.gcd(sh.P, sh.vl))
+
     def all_reduce(self, T: int, stage: Stage, seq: int, gemm) -> None:
         """``gemm(n, tile0, tiles)`` emits node n's partial GEMM into SPAD O (T X32 rows of the
-        hidden size); then every node's O <- the sum over the nodes.  With one token and pieces
-        of whole tiles, the GEMM goes piece by piece: piece k's reduction overlaps piece k + 1's
-        GEMM, and only the last piece's network time is exposed."""
+        hidden size); then every node's O <- the sum over the nodes.  A reduce-scatter and an
+        all-gather: piece k is summed at node k mod N (ReduceOp.SUM towards it), which multicasts
+        the sum to the others, so the pieces' traffic spreads over every node's links.  With one
+        token the pieces are whole tiles, about 1/N of the row each, and the GEMM goes piece by
+        piece: piece k's reduction overlaps the next pieces' GEMMs, and only the last piece's
+        network time is exposed."""
         b, sh, sp, N = self.b, self.sh, self.sp, self.N
         total, piece, W = T * sh.h * 4, self.map.piece, self.lw.node.reduce_slots
-        offs = list(range(0, total, piece)) if N > 1 else [0]
-        unit = math.lcm(sh.P, sh.vl) * 4
-        split = N > 1 and T == 1 and piece % unit == 0 and len(offs) > 1
+        unit = self.piece_tiles() * sh.P * 4
+        split = N > 1 and T == 1 and total > unit
+        if split:
+            # about 1/N of the row per piece, and a last piece of one unit: the exposed network
+            # time after the last GEMM is one short round trip
+            units = total // unit
+            per = min(piece // unit, -(-(units - 1) // N)) if units > N + 1 else min(piece // unit, -(-units // N))
+            offs = list(range(0, (units - 1) * unit if units > N + 1 else total, per * unit))
+            if units > N + 1:
+                offs.append((units - 1) * unit)
+            ends = offs[1:] + [total]
+        else:
+            offs = list(range(0, total, piece)) if N > 1 else [0]
+            ends = [min(o + piece, total) for o in offs]
+        split = split and len(offs) > 1
+        if not split and T == 1 and N > 1:
+            offs = list(range(0, total, piece))
+            ends = [min(o + piece, total) for o in offs]
         if not split:
             for n in range(N):
                 gemm(n, 0, None)
         if N == 1:
             return
-        root, others = DECODE_ROOT, [n for n in range(N) if n != DECODE_ROOT]
-        route_r, route_b = self.routes.reduce(root), self.routes.broadcast(root)
-        got = {n: [None] * len(offs) for n in range(N)}    # per node: the arrival of each piece's sum
+        owner = [k % N for k in range(len(offs))]              # where piece k is summed
+        got = {n: [None] * len(offs) for n in range(N)}     # per node: the arrival of each piece's sum
+        first = set()                                       # nodes whose sum buffer took a piece already
         st = {}
-        pending = []                                       # pieces whose sum the root has not multicast yet
+        pending = []                                        # (piece, arrival at its owner): not multicast yet
+
+        def sum_deps(n):
+            if n in first:
+                return ()
+            first.add(n)
+            return self.buf("sum", n).write_deps()
 
         def multicast(k, arr):
-            """The root multicasts piece k's sum (emitted after piece k + 1's contributions)."""
-            off, ln = offs[k], min(piece, total - offs[k])
+            r, off, ln = owner[k], offs[k], ends[k] - offs[k]
+            others = [n for n in range(N) if n != r]
             tagb = b.new_tag()
             for n in others:
-                nb = self.buf("sum", n)
-                got[n][k] = b.recv(n, root, tagb, self.region(n, "net.sum") + off, ln,
-                                   nb.write_deps() if k == 0 else (), credit_route=self.routes.unicast(root))
-            self.buf("sum", root).read(b.send(root, others, [arr], ddr=self.region(root, "net.sum") + off, length=ln,
-                                              stage=stage, mop=Op.TENSOR, collective=Collective.MULTICAST,
-                                              reduce_op=ReduceOp.NONE, dst=root, route_id=route_b, tag=tagb,
-                                              seq=seq & 0xFFFF))
+                got[n][k] = b.recv(n, r, tagb, self.region(n, "net.sum") + off, ln, sum_deps(n),
+                                   credit_route=self.routes.unicast(r))
+            self.buf("sum", r).read(b.send(r, others, [arr], ddr=self.region(r, "net.sum") + off, length=ln,
+                                           stage=stage, mop=Op.TENSOR, collective=Collective.MULTICAST,
+                                           reduce_op=ReduceOp.NONE, dst=r, route_id=self.routes.broadcast(r),
+                                           tag=tagb, seq=seq & 0xFFFF))
 
         for k, off in enumerate(offs):
-            ln = min(piece, total - off)
+            ln, r = ends[k] - off, owner[k]
             for n in range(N):
                 if split:
                     t0 = off // 4 // sh.P
@@ -310,24 +345,27 @@ class _TPLowerer(_Lowerer):
                                  spad=sp["O"] + (off // 4 // sh.vl if split else 0),
                                  beats=-(-ln // 4 // sh.vl) if split else T * sh.hb, row_beats=0)
                 pb.wrote(st[n])
-            while pending and pending[0][0] < k:           # one piece behind (at most W: the window)
+            # the sums of a round of N pieces ago go out first (a NIC holds at most W reductions open)
+            while pending and pending[0][0] <= k - N:
                 multicast(*pending.pop(0))
+            prev = k - W * N                                # the W-th earlier piece summed at r
             tag = b.new_tag()
             common = dict(length=ln, stage=stage, mop=Op.TENSOR, collective=Collective.REDUCE,
-                          reduce_op=ReduceOp.SUM, dst=root, route_id=route_r, tag=tag, seq=seq & 0xFFFF)
-            for n in others:
-                deps = [st[n]] + ([got[n][k - W]] if k >= W else [])
-                self.buf("part", n, k).read(b.send(n, [root], deps, credits=False,
+                          reduce_op=ReduceOp.SUM, dst=r, route_id=self.routes.reduce(r), tag=tag, seq=seq & 0xFFFF)
+            for n in range(N):
+                if n == r:
+                    continue
+                deps = [st[n]] + ([got[n][prev]] if prev >= 0 else [])
+                self.buf("part", n, k).read(b.send(n, [r], deps, credits=False,
                                                 ddr=self.region(n, "net.part") + off, **common))
-            sb = self.buf("sum", root)
-            # the sum's arrival counts on a semaphore the root's TX waits on (forward=True), so the
-            # multicast waits in TX and the execute unit goes on with the next piece's GEMM
-            arr = b.recv(root, root, tag, self.region(root, "net.sum") + off, ln, sb.write_deps() if k == 0 else (),
-                         credit_route=None, forward=True)
-            deps = [st[root], b.posted(arr)] + ([got[root][k - W]] if k >= W else [])
-            self.buf("part", root, k).read(b.send(root, [root], deps, credits=False,
-                                               ddr=self.region(root, "net.part") + off, **common))
-            got[root][k] = arr
+            # the sum's arrival counts on a semaphore the owner's TX waits on (forward=True): its
+            # multicast waits in TX while the execute unit goes on with the next pieces' GEMMs
+            arr = b.recv(r, r, tag, self.region(r, "net.sum") + off, ln, sum_deps(r), credit_route=None,
+                         forward=True)
+            deps = [st[r], b.posted(arr)] + ([got[r][prev]] if prev >= 0 else [])
+            self.buf("part", r, k).read(b.send(r, [r], deps, credits=False,
+                                            ddr=self.region(r, "net.part") + off, **common))
+            got[r][k] = arr
             pending.append((k, arr))
         for k, arr in pending:
             multicast(k, arr)
@@ -346,13 +384,16 @@ class _TPLowerer(_Lowerer):
         split = T == 1 and self.map.replicas > 1 and stage == Stage.DECODE
         for li in range(sh.L):
             p = f"layers.{li}"
+            got_q = {}
             for n in range(N):
+                if split:
+                    self.front_split(n, li, seg_of(n, li), seq, got_q)
+                    continue
                 self.front(n, li, T, seg_of(n, li))
-                if not split:
-                    self.attention(n, T, pos0, runs_of(n, li))
-                    self.vec(n, VecOp.TO_BFP, sh.hq * sh.d, T, sp["A"], sh.qb, sp["A"], sh.qb)
+                self.attention(n, T, pos0, runs_of(n, li))
+                self.vec(n, VecOp.TO_BFP, sh.hq * sh.d, T, sp["A"], sh.qb, sp["A"], sh.qb)
             if split:
-                self.split_attention(pos0, runs_of, li, seq)
+                self.split_attention(pos0, runs_of, li, seq, got_q)
             self.all_reduce(T, stage, seq, lambda n, t0, tiles: self.projection(n, f"{p}.o_proj", T, sp["A"], sh.qb,
                                                                                 t0, tiles))
             for n in range(N):
@@ -406,7 +447,48 @@ class _TPLowerer(_Lowerer):
         cuts.append(len(tok))
         return [(cuts[r], cuts[r + 1]) for r in range(R)]
 
-    def split_attention(self, pos: int, runs_of, li: int, seq: int) -> None:
+    def front_split(self, n: int, li: int, seg_base: int, seq: int, got_q: dict) -> None:
+        """``front`` of one decode token with the query first: RMSNorm, Q (GEMM, RoPE, prescale),
+        then its rows to the KV group's other nodes, then K/V and the KV writer, which hide the
+        query's trip."""
+        sh, sp, b, m = self.sh, self.sp, self.b, self.map
+        R, db, d = m.replicas, sh.db, sh.d
+        p = f"layers.{li}"
+        self.norm(n, f"{p}.ln1", f"{p}.ln1.g_exp", 1, sp["X"])
+        self.gemm(n, f"{p}.q_proj", f"{p}.q_proj", 1, sp["H"], sh.hb, sp["Q"], sh.qb, bias=True)
+        self.vec(n, VecOp.TO_BFP, d, sh.hq, sp["Q"], db, sp["Q"], db)
+        self.vec(n, VecOp.ROPE, d, sh.hq, sp["Q"], db, sp["Q"], db, b=sp["ROPE"], b_stride=db, b_rep=sh.hq, b_pair=1)
+        self.vec(n, VecOp.PRESCALE, d, sh.hq, sp["Q"], db, sp["Q"], db, imm0=self.k("score.cm"),
+                 imm1=self.k("score.ce"))
+        me = n % R
+        mates = [n // R * R + r for r in range(R) if r != me]
+        # the query rows: node n's heads go to slot me of every mate's net.qg
+        qb_ = self.buf("qg", n, me)
+        st = b.ex(n, isa.Store, qb_.write_deps(), ddr=self.region(n, "net.qg") + me * m.qslot, spad=sp["Q"],
+                  beats=sh.hq * db, row_beats=db)
+        qb_.wrote(st)
+        got_q[(n, me)] = st
+        for x in mates:
+            tag = b.new_tag()
+            xb = self.buf("qg", x, me)
+            got_q[(x, me)] = a = b.recv(x, n, tag, self.region(x, "net.qg") + me * m.qslot,
+                                        sh.hq * (db + 1) * sh.vl * 4, xb.write_deps(),
+                                        credit_route=self.routes.unicast(n))
+            xb.wrote(a)
+            qb_.read(b.send(n, [x], [st], ddr=self.region(n, "net.qg") + me * m.qslot,
+                            length=sh.hq * (db + 1) * sh.vl * 4, stage=Stage.DECODE, mop=Op.QUERY,
+                            collective=Collective.UNICAST, reduce_op=ReduceOp.NONE, dst=x,
+                            route_id=self.routes.unicast(x), tag=tag, seq=seq & 0xFFFF))
+        for name, dst in (("k_proj", "K"), ("v_proj", "V")):
+            self.gemm(n, f"{p}.{name}", f"{p}.{name}", 1, sp["H"], sh.hb, sp[dst], sh.kb, bias=True)
+        self.vec(n, VecOp.TO_BFP, d, sh.hkv, sp["K"], db, sp["K"], db)
+        self.vec(n, VecOp.ROPE, d, sh.hkv, sp["K"], db, sp["K"], db, b=sp["ROPE"], b_stride=db, b_rep=sh.hkv, b_pair=1)
+        self.vec(n, VecOp.TO_BFP, d, sh.hkv, sp["V"], db, sp["V"], db)
+        for v, buf in ((False, "K"), (True, "V")):
+            for kvh in range(sh.hkv):
+                b.ex(n, isa.Kvw, src=sp[buf] + kvh * db, rows=1, row_stride=sh.kb, seg=seg_base + sh.seg(1, v, kvh))
+
+    def split_attention(self, pos: int, runs_of, li: int, seq: int, got_q: dict) -> None:
         """Decode attention with the keys of each KV head split over the R nodes that hold it
         (docs/fixed-point.md 7.4, bit-exact with the single-node attention): the R nodes gather
         their KV head's query rows (unicasts); each takes the maximum over its keys for all of
@@ -427,25 +509,6 @@ class _TPLowerer(_Lowerer):
         sidx = lambda n, x: me(x) - (me(x) > me(n))                                   # noqa: E731
         seq &= 0xFFFF
         sbytes = nrg * sbk * sh.vl * 4
-        # 1. the KV group's query rows: node n's heads go to slot me(n) of every mate's net.qg
-        got_q = {}
-        for n in range(N):
-            qb_ = self.buf("qg", n, me(n))
-            st = b.ex(n, isa.Store, qb_.write_deps(), ddr=self.region(n, "net.qg") + me(n) * m.qslot, spad=sp["Q"],
-                      beats=sh.hq * db, row_beats=db)
-            qb_.wrote(st)
-            got_q[(n, me(n))] = st
-            for x in mates(n):
-                tag = b.new_tag()
-                xb = self.buf("qg", x, me(n))
-                got_q[(x, me(n))] = a = b.recv(x, n, tag, self.region(x, "net.qg") + me(n) * m.qslot,
-                                              sh.hq * (db + 1) * sh.vl * 4, xb.write_deps(),
-                                              credit_route=self.routes.unicast(n))
-                xb.wrote(a)
-                qb_.read(b.send(n, [x], [st], ddr=self.region(n, "net.qg") + me(n) * m.qslot,
-                                length=sh.hq * (db + 1) * sh.vl * 4, stage=Stage.DECODE, mop=Op.QUERY,
-                                collective=Collective.UNICAST, reduce_op=ReduceOp.NONE, dst=x,
-                                route_id=self.routes.unicast(x), tag=tag, seq=seq))
         # 2. maxima of every KV group's rows (this node's group over its keys, the others EMPTY)
         route_b, route_r = self.routes.broadcast(root), self.routes.reduce(root)
         maxlen = hkv * nrg * mb * sh.vl * 4

@@ -17,6 +17,7 @@ import pytest
 
 from mcf.spec import kv
 from mcf.spec.isa import Opcode
+from mcf.spec.packet import ReduceOp
 from mcf.sw import cli
 from mcf.sw.errors import UserError
 from mcf.sw.golden import fixed as fx
@@ -30,7 +31,7 @@ from mcf.sw.runtime.runtime import Session, tp_group
 TINY = load_model("tiny")
 TINY_W = random_weights(TINY, 5)
 #: 8 heads on 4 KV heads: splits over 4 nodes (1 KV head each); hidden 128: a decode all-reduce is
-#: 2 pieces of the tiny NIC's 256-byte reduction payload, so its GEMMs go piece by piece.
+#: 512 bytes, summed in 4 pieces of 128 bytes (one at each node), so its GEMMs go piece by piece.
 GQA4 = dataclasses.replace(TINY, name="gqa4", num_heads=8, num_kv_heads=4, hidden_size=128)
 PROMPT = [int(t) for t in np.random.default_rng(2).integers(0, TINY.vocab_size, 16)]
 
@@ -118,9 +119,12 @@ def test_isa_tensor_parallel_bit_exact(cfg, nodes, chunk, jitter):
     assert rep.scheme == "tensor-parallel" and rep.nodes == nodes
     if nodes > 1:          # the partial sums went through the NICs
         assert all(c["NET_TX_BYTES"] > 0 for c in rep.steps[-1].counters)
-    if cfg is GQA4:        # decode: o_proj / down_proj in pieces (the second piece's GEMM starts at a tile > 0)
-        gemms = [i for i in s.lw.decode_programs(1)[0] if i.OPCODE == Opcode.GEMM and i.tile0 > 0]
-        assert len(gemms) == 2 * cfg.num_layers, gemms
+    if cfg is GQA4:        # decode: o_proj / down_proj in N pieces (pieces 1 .. N-1 start at a tile > 0),
+        prog = s.lw.decode_programs(1)            # each summed at another node (REDUCE towards it)
+        gemms = [i for i in prog[0] if i.OPCODE == Opcode.GEMM and i.tile0 > 0]
+        assert len(gemms) == 2 * cfg.num_layers * (nodes - 1), gemms
+        sums = {i.dst for p in prog for i in p if i.OPCODE == Opcode.SEND and i.reduce_op == ReduceOp.SUM}
+        assert sums == set(range(nodes))
 
 
 def test_each_node_holds_a_shard_of_the_weights():
