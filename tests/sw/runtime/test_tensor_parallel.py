@@ -109,8 +109,8 @@ def test_the_nics_sum_is_the_partials_added_in_32_bits():
     (TINY, 2, 4, False),
     (TINY, 2, 3, True),          # uneven chunks, random instruction and link costs
     (GQA4, 4, 4, False),
-    (TINY, 4, 4, False),         # more nodes than KV heads: two nodes compute and cache each KV head
-])
+    (TINY, 4, 4, False),         # more nodes than KV heads: two nodes compute and cache each KV head,
+])                               # and decode splits its keys over them
 def test_isa_tensor_parallel_bit_exact(cfg, nodes, chunk, jitter):
     w = TINY_W if cfg is TINY else random_weights(cfg, 7)
     factory = (lambda *a: isa_backend(*a, costs=JitterCosts(seed=3))) if jitter else isa_backend
@@ -119,6 +119,11 @@ def test_isa_tensor_parallel_bit_exact(cfg, nodes, chunk, jitter):
     assert rep.scheme == "tensor-parallel" and rep.nodes == nodes
     if nodes > 1:          # the partial sums went through the NICs
         assert all(c["NET_TX_BYTES"] > 0 for c in rep.steps[-1].counters)
+    if cfg is TINY and nodes == 4:    # decode: each node attends to about half of its KV head's keys
+        assert s.lw.map.replicas == 2
+        kv = [sum(i.keys * i.blocks for i in p if i.OPCODE == Opcode.ATTN_KV) for p in s.lw.decode_programs(1)]
+        assert kv[0] + kv[1] == kv[2] + kv[3] == 2 * cfg.num_layers * (len(PROMPT) + 2), kv    # MAX + APPLY
+        assert 0 < min(kv) and max(kv) <= 0.7 * (kv[0] + kv[1]), kv
     if cfg is GQA4:        # decode: o_proj / down_proj in N pieces (pieces 1 .. N-1 start at a tile > 0),
         prog = s.lw.decode_programs(1)            # each summed at another node (REDUCE towards it)
         gemms = [i for i in prog[0] if i.OPCODE == Opcode.GEMM and i.tile0 > 0]
