@@ -289,13 +289,15 @@ class _TPLowerer(_Lowerer):
         unit = self.piece_tiles() * sh.P * 4
         split = N > 1 and T == 1 and total > unit
         if split:
-            # about 1/N of the row per piece, and a last piece of one unit: the exposed network
-            # time after the last GEMM is one short round trip
-            units = total // unit
-            per = min(piece // unit, -(-(units - 1) // N)) if units > N + 1 else min(piece // unit, -(-units // N))
-            offs = list(range(0, (units - 1) * unit if units > N + 1 else total, per * unit))
-            if units > N + 1:
-                offs.append((units - 1) * unit)
+            # pieces shrinking towards the end (..., 5, 3, 2, 1 units; at most the NIC's payload):
+            # a piece's round trip overlaps the GEMMs of the pieces after it, and the exposed
+            # network time after the last GEMM is one short round trip
+            units, cap = total // unit, max(1, piece // unit)
+            sizes, size = [], 1
+            while sum(sizes) < units:
+                sizes.insert(0, min(size, units - sum(sizes)))
+                size = min(cap, max(size + 1, -(-size * 3 // 2)))
+            offs = [int(x) * unit for x in np.cumsum([0] + sizes[:-1])]
             ends = offs[1:] + [total]
         else:
             offs = list(range(0, total, piece)) if N > 1 else [0]
