@@ -6,9 +6,9 @@ query heads [n H/N, (n+1) H/N), their KV heads and *their KV cache* (the KV is s
 head, never sent), the rows of Q/K/V, gate and up for them and the matching columns of o_proj
 and down_proj -- each a node's program is the narrower model ``shard_config`` with the full
 hidden size, so its GEMM blobs, KV blocks and SPAD rows are the MARS lowering's for that shape.
-o_proj and down_proj give each node an X32 partial of the hidden row; the NICs add them
-(``ReduceOp.SUM`` on a REDUCE route towards node 0, which multicasts the sum back), one
-all-reduce per o_proj and per down_proj.  RMSNorm, the residual stream and the embedding table are
+o_proj and down_proj give each node an X32 partial of the hidden row; the NICs add them, one
+all-reduce per o_proj and per down_proj: a reduce-scatter and an all-gather (piece k summed by
+``ReduceOp.SUM`` on the REDUCE route towards node k mod N, which multicasts the sum to the others).  RMSNorm, the residual stream and the embedding table are
 replicated (every node embeds the token and keeps the residual).  The LM head is split by
 vocabulary rows (``head_rows``: node n holds rows [n R, (n+1) R), R a multiple of the array's
 rows and of 16): every node computes its logits and sends them to node 0's logits region (a
@@ -20,9 +20,17 @@ Since the weights are sharded, the prefill is tensor-parallel too: chunk after c
 on every chunk, each chunk's KV written into the node's pool slot of that chunk; a decode step
 is the same program with one token whose KV goes into the decode region.
 
+Context-split decode attention: when R = N / H_kv > 1 nodes hold the same KV head (each caches
+all of it), a decode step splits its keys over them (``_TPLowerer.split_attention``): node r of
+the R attends to a contiguous r-th of the prompt's chunks (the last one also to the decode tokens)
+for all the KV head's query heads, gathered from the R nodes; the maxima go through the NICs'
+MAX reduction and each node's (M, l, o) state to the R - 1 others, which add them -- the
+KV-stationary protocol of docs/fixed-point.md 7.4, bit-exact with the single-node attention.
+
 The all-reduce of T X32 rows (T x hidden x 4 bytes) goes in pieces of at most the NIC's
 reduction payload; at most ``reduce_slots`` pieces are open at a NIC at once (a contribution
-of piece k is sent only after the sum of piece k - reduce_slots came back).
+of piece k is sent only after the sum of the reduce_slots-th earlier piece summed at the same
+node came back).  In decode the pieces shrink towards the end and the GEMM goes piece by piece.
 """
 from __future__ import annotations
 
