@@ -8,8 +8,9 @@ and down_proj -- each a node's program is the narrower model ``shard_config`` wi
 hidden size, so its GEMM blobs, KV blocks and SPAD rows are the MARS lowering's for that shape.
 o_proj and down_proj give each node an X32 partial of the hidden row; the NICs add them, one
 all-reduce per o_proj and per down_proj: a reduce-scatter and an all-gather (piece k summed by
-``ReduceOp.SUM`` on the REDUCE route towards node k mod N, which multicasts the sum to the others).  RMSNorm, the residual stream and the embedding table are
-replicated (every node embeds the token and keeps the residual).  The LM head is split by
+``ReduceOp.SUM`` on the REDUCE route towards node k mod N, which multicasts the sum to the
+others).  RMSNorm, the residual stream and the embedding table are replicated (every node embeds
+the token and keeps the residual).  The LM head is split by
 vocabulary rows (``head_rows``: node n holds rows [n R, (n+1) R), R a multiple of the array's
 rows and of 16): every node computes its logits and sends them to node 0's logits region (a
 gather; per row the result is the unsharded one, so the logits equal the golden model's head on
@@ -501,9 +502,10 @@ class _TPLowerer(_Lowerer):
     def split_attention(self, pos: int, runs_of, li: int, seq: int, got_q: dict) -> None:
         """Decode attention with the keys of each KV head split over the R nodes that hold it
         (docs/fixed-point.md 7.4, bit-exact with the single-node attention): the R nodes gather
-        their KV head's query rows (unicasts); each takes the maximum over its keys for all of
-        them, the NICs reduce the maxima of every KV group at once (ReduceOp.MAX towards node 0,
-        the other groups' rows EMPTY = INT32_MIN from a unit with no keys) and node 0 multicasts M;
+        their KV head's query rows (unicasts, ``front_split``); each takes the maximum over its
+        keys for all of them, the NICs reduce the maxima of every KV group at once and at every
+        node (ReduceOp.MAX towards each node; the other groups' rows EMPTY = INT32_MIN from a unit
+        with no keys), which gives every node M;
         each node computes its (M, l, o) state over its keys and sends it to the other R - 1 nodes;
         every node adds the R states in node order (VEC RESIDUAL: with equal m, SOFTMAX_MERGE is
         the saturating addition of l and o; FINAL reads only l and o) and finalizes its own heads
@@ -513,18 +515,17 @@ class _TPLowerer(_Lowerer):
         hkv = self.lw.model.num_kv_heads
         mb, sbk = sp["mb"], sp["sb"]
         nrg = len(rg)
-        root, others = DECODE_ROOT, [x for x in range(N) if x != DECODE_ROOT]
         group, me = (lambda n: n // R), (lambda n: n % R)
         mates = lambda n: [group(n) * R + r for r in range(R) if r != me(n)]          # noqa: E731
         sidx = lambda n, x: me(x) - (me(x) > me(n))                                   # noqa: E731
         seq &= 0xFFFF
         sbytes = nrg * sbk * sh.vl * 4
-        # 2. maxima of every KV group's rows (this node's group over its keys, the others EMPTY)
-        route_b, route_r = self.routes.broadcast(root), self.routes.reduce(root)
+        # 2. maxima of every KV group's rows (this node's group over its keys, the others EMPTY),
+        # reduced at every node at once (each sends its maxima on the REDUCE route towards each
+        # node): one trip, no multicast of the result
         maxlen = hkv * nrg * mb * sh.vl * 4
-        tag_m = b.new_tag()
         st_max = {}
-        for n in others + [root]:
+        for n in range(N):
             for r in range(R):
                 self.buf("qg", n, r).read(b.ex(n, isa.Load, [got_q[(n, r)]], ddr=self.region(n, "net.qg") + r * m.qslot,
                                                spad=sp["QG"] + r * sh.hq * db, beats=sh.hq * db, row_beats=db))
@@ -541,30 +542,19 @@ class _TPLowerer(_Lowerer):
             st_max[n] = b.ex(n, isa.Store, mbuf.write_deps(), ddr=self.region(n, "net.max"), spad=sp["MLOC"],
                              beats=hkv * nrg * mb, row_beats=0)
             mbuf.wrote(st_max[n])
-            if n != root:
-                mbuf.read(b.send(n, [root], [st_max[n]], credits=False, ddr=self.region(n, "net.max"),
-                                 length=maxlen, stage=Stage.DECODE, mop=Op.PARTIAL_STATE,
-                                 collective=Collective.REDUCE, reduce_op=ReduceOp.MAX, dst=root,
-                                 route_id=route_r, tag=tag_m, seq=seq))
-        rb = self.buf("mres", root)
-        arr_m = b.recv(root, root, tag_m, self.region(root, "net.mres"), maxlen, rb.write_deps(),
-                       credit_route=None, result_of_reduce=True)
-        rb.wrote(arr_m)
-        self.buf("max", root).read(b.send(root, [root], [st_max[root], b.posted(arr_m)], credits=False,
-                                          ddr=self.region(root, "net.max"), length=maxlen, stage=Stage.DECODE,
-                                          mop=Op.PARTIAL_STATE, collective=Collective.REDUCE,
-                                          reduce_op=ReduceOp.MAX, dst=root, route_id=route_r, tag=tag_m,
-                                          seq=seq))
-        tag = b.new_tag()
-        arr_b = {root: arr_m}
-        for n in others:
-            nb_ = self.buf("mres", n)
-            arr_b[n] = b.recv(n, root, tag, self.region(n, "net.mres"), maxlen, nb_.write_deps(),
-                              credit_route=self.routes.unicast(root))
-            nb_.wrote(arr_b[n])
-        rb.read(b.send(root, others, [arr_m], ddr=self.region(root, "net.mres"), length=maxlen,
-                       stage=Stage.DECODE, mop=Op.TENSOR, collective=Collective.MULTICAST,
-                       reduce_op=ReduceOp.NONE, dst=root, route_id=route_b, tag=tag, seq=seq))
+        arr_b = {}
+        for r in range(N):
+            tag_m = b.new_tag()
+            rb = self.buf("mres", r)
+            arr_b[r] = b.recv(r, r, tag_m, self.region(r, "net.mres"), maxlen, rb.write_deps(), credit_route=None,
+                              result_of_reduce=True)
+            rb.wrote(arr_b[r])
+            for n in [x for x in range(N) if x != r] + [r]:
+                deps = [st_max[n]] + ([b.posted(arr_b[r])] if n == r else [])
+                self.buf("max", n).read(b.send(n, [r], deps, credits=False, ddr=self.region(n, "net.max"),
+                                               length=maxlen, stage=Stage.DECODE, mop=Op.PARTIAL_STATE,
+                                               collective=Collective.REDUCE, reduce_op=ReduceOp.MAX, dst=r,
+                                               route_id=self.routes.reduce(r), tag=tag_m, seq=seq))
         # 3. each node's state over its keys with m = M, sent to its mates
         got_s = {}
         for n in range(N):
