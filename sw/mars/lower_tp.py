@@ -259,6 +259,7 @@ class _TPLowerer(_Lowerer):
         self.b = Builder(self.N, lw.node.num_sems)
         self.routes = RouteTables(lw.topology, max(lw.node.route_entries, 2))
         self.bufs = {}
+        self.gain_in = {}               # node -> the gains SPAD GAIN holds (EX runs in order)
         tok = lw.chunk_tokens
         self.starts = np.concatenate([[0], np.cumsum(tok)]).astype(np.int64)
         for r in range(self.N if self.N > 1 else 0):     # every node sums pieces of the all-reduces
@@ -285,7 +286,20 @@ class _TPLowerer(_Lowerer):
         u = math.lcm(u, isa.DDR_ALIGN // math.gcd(4 * sh.P, isa.DDR_ALIGN))
         return math.lcm(u, sh.vl // math.gcd(sh.P, sh.vl))
 
-    def all_reduce(self, T: int, stage: Stage, seq: int, gemm) -> None:
+    def norm(self, n, gain_name, g_exp_key, rows, a):
+        """RMSNorm; its gains' LOAD only when SPAD GAIN does not hold them already (the
+        all-reduces load the next norm's gains while their sums are on the way)."""
+        if self.gain_in.get(n) != gain_name:
+            self.load_gain(n, gain_name)
+        self.vec(n, VecOp.RMSNORM, self.sh.h, rows, a, self.sh.hb, self.sp["H"], self.sh.hb, b=self.sp["GAIN"],
+                 imm0=self.k("eps_n"), imm1=self.k(g_exp_key))
+
+    def load_gain(self, n: int, gain_name: str) -> None:
+        self.b.ex(n, isa.Load, ddr=self.base(n) + self.map.gains[gain_name], spad=self.sp["GAIN"], beats=self.sh.hb,
+                  row_beats=0)
+        self.gain_in[n] = gain_name
+
+    def all_reduce(self, T: int, stage: Stage, seq: int, gemm, gain: str | None = None) -> None:
         """``gemm(n, tile0, tiles)`` emits node n's partial GEMM into SPAD O (T X32 rows of the
         hidden size); then every node's O <- the sum over the nodes.  A reduce-scatter and an
         all-gather: piece k is summed at node k mod N (ReduceOp.SUM towards it), which multicasts
@@ -381,6 +395,8 @@ class _TPLowerer(_Lowerer):
         for k, arr in pending:
             multicast(k, arr)
         for n in range(N):
+            if gain is not None:           # the next RMSNorm's gains, while the sum is on the way
+                self.load_gain(n, gain)
             nb = self.buf("sum", n)
             nb.wrote(got[n][-1])
             nb.read(b.ex(n, isa.Load, got[n], ddr=self.region(n, "net.sum"), spad=sp["O"], beats=T * sh.hb,
@@ -406,12 +422,13 @@ class _TPLowerer(_Lowerer):
             if split:
                 self.split_attention(pos0, runs_of, li, seq, got_q)
             self.all_reduce(T, stage, seq, lambda n, t0, tiles: self.projection(n, f"{p}.o_proj", T, sp["A"], sh.qb,
-                                                                                t0, tiles))
+                                                                                t0, tiles), f"{p}.ln2")
             for n in range(N):
                 self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
                 self.mlp_in(n, li, T)
             self.all_reduce(T, stage, seq, lambda n, t0, tiles: self.projection(n, f"{p}.down_proj", T, sp["G"],
-                                                                                sh.ib, t0, tiles))
+                                                                                sh.ib, t0, tiles),
+                            f"layers.{li + 1}.ln1" if li + 1 < sh.L else "norm")
             for n in range(N):
                 self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
         if head_row is not None:
