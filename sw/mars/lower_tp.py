@@ -6,10 +6,11 @@ query heads [n H/N, (n+1) H/N), their KV heads and *their KV cache* (the KV is s
 head, never sent), the rows of Q/K/V, gate and up for them and the matching columns of o_proj
 and down_proj -- each a node's program is the narrower model ``shard_config`` with the full
 hidden size, so its GEMM blobs, KV blocks and SPAD rows are the MARS lowering's for that shape.
-o_proj and down_proj give each node an X32 partial of the hidden row; the NICs add them
-(``ReduceOp.SUM`` on a REDUCE route towards node 0, which multicasts the sum back), one
-all-reduce per o_proj and per down_proj.  RMSNorm, the residual stream and the embedding table are
-replicated (every node embeds the token and keeps the residual).  The LM head is split by
+o_proj and down_proj give each node an X32 partial of the hidden row; the NICs add them, one
+all-reduce per o_proj and per down_proj: a reduce-scatter and an all-gather (piece k summed by
+``ReduceOp.SUM`` on the REDUCE route towards node k mod N, which multicasts the sum to the
+others).  RMSNorm, the residual stream and the embedding table are replicated (every node embeds
+the token and keeps the residual).  The LM head is split by
 vocabulary rows (``head_rows``: node n holds rows [n R, (n+1) R), R a multiple of the array's
 rows and of 16): every node computes its logits and sends them to node 0's logits region (a
 gather; per row the result is the unsharded one, so the logits equal the golden model's head on
@@ -20,9 +21,17 @@ Since the weights are sharded, the prefill is tensor-parallel too: chunk after c
 on every chunk, each chunk's KV written into the node's pool slot of that chunk; a decode step
 is the same program with one token whose KV goes into the decode region.
 
+Context-split decode attention: when R = N / H_kv > 1 nodes hold the same KV head (each caches
+all of it), a decode step splits its keys over them (``_TPLowerer.split_attention``): node r of
+the R attends to a contiguous r-th of the prompt's chunks (the last one also to the decode tokens)
+for all the KV head's query heads, gathered from the R nodes; the maxima go through the NICs'
+MAX reduction and each node's (M, l, o) state to the R - 1 others, which add them -- the
+KV-stationary protocol of docs/fixed-point.md 7.4, bit-exact with the single-node attention.
+
 The all-reduce of T X32 rows (T x hidden x 4 bytes) goes in pieces of at most the NIC's
 reduction payload; at most ``reduce_slots`` pieces are open at a NIC at once (a contribution
-of piece k is sent only after the sum of piece k - reduce_slots came back).
+of piece k is sent only after the sum of the reduce_slots-th earlier piece summed at the same
+node came back).  In decode the pieces shrink towards the end and the GEMM goes piece by piece.
 """
 from __future__ import annotations
 
@@ -32,13 +41,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mcf.spec import isa
-from mcf.spec.isa import VecOp
+from mcf.spec.isa import AttnLoad, AttnPass, VecOp
 from mcf.spec.node import NodeConfig
 from mcf.spec.packet import Collective, Op, ReduceOp, Stage
 from mcf.spec.topology import Topology
 from mcf.sw.models.config import ModelConfig, check_tensor_parallel, shard_config
-from .lower import (DECODE_ROOT, DdrMap, LoweringError, RouteTables, Shapes, _Alloc, _Lowerer, _pad,
-                    check_model, const_keys, place_model, spad_map)
+from .lower import (DECODE_ROOT, DdrMap, LoweringError, RouteTables, Shapes, SpadMap, _Alloc, _Lowerer, _lm_unit,
+                    _pad, check_model, const_keys, place_model, spad_map)
 
 #: The name of this decode scheme (as ``mcf simulate --decode`` names it).
 TENSOR_PARALLEL = "tensor-parallel"
@@ -51,6 +60,9 @@ class TPMap(DdrMap):
     ``net`` stay empty) and the all-reduce's piece and each node's LM head rows."""
     piece: int = 0                 # bytes per all-reduce piece
     head_rows: list = field(default_factory=list)    # per node: its LM head rows (lo, hi)
+    replicas: int = 1              # R: nodes sharing a KV head (> 1: decode splits its keys over them)
+    row_groups: list = field(default_factory=list)   # context split: (first row, rows) of a KV group's heads
+    qslot: int = 0                 # context split: bytes of one node's query rows in net.qg
 
 
 @dataclass
@@ -105,6 +117,27 @@ class TPLowered:
 
     def program_addr(self, node: int) -> int:
         return self.bases[node] + self.map.off("program")
+
+
+def _tp_spad(sh: Shapes, rows_part: int, groups: int, extra: dict) -> SpadMap:
+    """``spad_map`` with the regions of ``extra`` (name -> beats) between the activations and
+    the LM head's logits part (which gets what remains)."""
+    sp = spad_map(sh, rows_part, groups)
+    b = dict(sp.beats)
+    top = b["LOGP"]
+    for name, size in extra.items():
+        b[name] = top
+        top += size
+    unit = _lm_unit(sh)
+    total_tiles = -(-sh.vocab // sh.P)
+    room = (sh.node.spad_beats - top) * sh.vl // sh.P
+    part = min(-(-total_tiles // unit) * unit, room // unit * unit)
+    if part < unit:
+        raise LoweringError(f"the node's SPAD ({sh.node.spad_beats} beats of {sh.vl} words) cannot hold a chunk of "
+                            f"{sh.chunk} tokens of model {sh.model.name} and the split decode attention's rows: use "
+                            f"a smaller chunk or a node with more spad_beats")
+    b["LOGP"] = top
+    return SpadMap(b, top + part * sh.P // sh.vl, part)
 
 
 def head_rows(vocab: int, nodes: int, rows: int) -> list:
@@ -171,10 +204,31 @@ def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bas
     a("net.part", _pad(rows))
     a("net.sum", _pad(rows))
     a("logits", max(N * R, sh.vocab) * 4 + 4 * sh.vl)
+    spad = spad_map(sh, 1, 1)
+    # context-split decode attention: the R nodes sharing a KV head each attend to 1/R of the keys
+    # for all of the KV head's query heads (gathered from the R nodes)
+    reps = N // model.num_kv_heads if N > model.num_kv_heads else 1
+    gqa = model.num_heads // model.num_kv_heads
+    rows_part = min(gqa, node.att_rows)
+    rg = [(j0, min(rows_part, gqa - j0)) for j0 in range(0, gqa, rows_part)]
+    mb = -(-rows_part // sh.vl)
+    max_bytes = model.num_kv_heads * len(rg) * mb * sh.vl * 4
+    if reps > 1 and decode_steps and max_bytes <= min(node.reduce_payload, node.max_payload):
+        m.replicas, m.row_groups = reps, rg
+        groups = max(model.num_kv_heads * len(rg), (reps - 1) * len(rg))
+        spad = _tp_spad(sh, rows_part, groups, {"QG": gqa * sh.db, "AG": gqa * sh.db, "SACC": len(rg) * (
+            spad_map(sh, rows_part, 1).beats["sb"])})
+        sb = spad.beats["sb"]
+        m.qslot = _pad(sh.hq * (sh.db + 1) * sh.vl * 4)
+        a("net.qg", reps * m.qslot)
+        a("net.max", _pad(max_bytes))
+        a("net.mres", _pad(max_bytes))
+        a("net.state", len(rg) * sb * sh.vl * 4)
+        a("net.sin", (reps - 1) * len(rg) * sb * sh.vl * 4)
     m.regions = a.regions
     m.size = a.top
     topo = Topology(topology, N)
-    lw = TPLowered(model=model, shard=shard, node=node, shapes=sh, map=m, spad=spad_map(sh, 1, 1),
+    lw = TPLowered(model=model, shard=shard, node=node, shapes=sh, map=m, spad=spad,
                    bases=list(bases), routes=[], prefill=[], chunk_tokens=tok, decode_steps=decode_steps,
                    consts=dict(consts), topology=topo)
     lw.reductions_open = min(node.reduce_slots, max(1, -(-rows // piece)))
@@ -205,11 +259,12 @@ class _TPLowerer(_Lowerer):
         self.b = Builder(self.N, lw.node.num_sems)
         self.routes = RouteTables(lw.topology, max(lw.node.route_entries, 2))
         self.bufs = {}
+        self.gain_in = {}               # node -> the gains SPAD GAIN holds (EX runs in order)
         tok = lw.chunk_tokens
         self.starts = np.concatenate([[0], np.cumsum(tok)]).astype(np.int64)
-        if self.N > 1:
-            self.routes.broadcast(DECODE_ROOT)
-            self.routes.reduce(DECODE_ROOT)
+        for r in range(self.N if self.N > 1 else 0):     # every node sums pieces of the all-reduces
+            self.routes.broadcast(r)
+            self.routes.reduce(r)
 
     # --- the all-reduce ------------------------------------------------------------------------
     def projection(self, n: int, name: str, T: int, src: int, src_stride: int, tile0: int = 0,
@@ -219,27 +274,92 @@ class _TPLowerer(_Lowerer):
         self.gemm(n, name, name, T, src, src_stride, self.sp["O"] + tile0 * sh.P // sh.vl, sh.hb, bias=False,
                   tile0=tile0, tiles=tiles)
 
-    def all_reduce(self, T: int, stage: Stage, seq: int, gemm) -> None:
+    def piece_tiles(self) -> int:
+        """The fewest tiles an all-reduce piece may hold: its GEMM starts on a 64-byte boundary of
+        the o_proj and down_proj blobs' weights and scales, its SPAD rows on a beat and its DDR
+        bytes on a 64-byte boundary."""
+        sh, u = self.sh, 1
+        for name in ("o_proj", "down_proj"):
+            lay = sh.blob(*sh.out_dims()[name])
+            for per in (lay.w_tile, lay.s_tile):
+                u = math.lcm(u, isa.DDR_ALIGN // math.gcd(per, isa.DDR_ALIGN))
+        u = math.lcm(u, isa.DDR_ALIGN // math.gcd(4 * sh.P, isa.DDR_ALIGN))
+        return math.lcm(u, sh.vl // math.gcd(sh.P, sh.vl))
+
+    def norm(self, n, gain_name, g_exp_key, rows, a):
+        """RMSNorm; its gains' LOAD only when SPAD GAIN does not hold them already (the
+        all-reduces load the next norm's gains while their sums are on the way)."""
+        if self.gain_in.get(n) != gain_name:
+            self.load_gain(n, gain_name)
+        self.vec(n, VecOp.RMSNORM, self.sh.h, rows, a, self.sh.hb, self.sp["H"], self.sh.hb, b=self.sp["GAIN"],
+                 imm0=self.k("eps_n"), imm1=self.k(g_exp_key))
+
+    def load_gain(self, n: int, gain_name: str) -> None:
+        self.b.ex(n, isa.Load, ddr=self.base(n) + self.map.gains[gain_name], spad=self.sp["GAIN"], beats=self.sh.hb,
+                  row_beats=0)
+        self.gain_in[n] = gain_name
+
+    def all_reduce(self, T: int, stage: Stage, seq: int, gemm, gain: str | None = None) -> None:
         """``gemm(n, tile0, tiles)`` emits node n's partial GEMM into SPAD O (T X32 rows of the
-        hidden size); then every node's O <- the sum over the nodes.  With one token and pieces
-        of whole tiles, the GEMM goes piece by piece: piece k's reduction overlaps piece k + 1's
-        GEMM, and only the last piece's network time is exposed."""
+        hidden size); then every node's O <- the sum over the nodes.  A reduce-scatter and an
+        all-gather: piece k is summed at node k mod N (ReduceOp.SUM towards it), which multicasts
+        the sum to the others, so the pieces' traffic spreads over every node's links.  With one
+        token the pieces are whole tiles, about 1/N of the row each, and the GEMM goes piece by
+        piece: piece k's reduction overlaps the next pieces' GEMMs, and only the last piece's
+        network time is exposed."""
         b, sh, sp, N = self.b, self.sh, self.sp, self.N
         total, piece, W = T * sh.h * 4, self.map.piece, self.lw.node.reduce_slots
-        offs = list(range(0, total, piece)) if N > 1 else [0]
-        unit = math.lcm(sh.P, sh.vl) * 4
-        split = N > 1 and T == 1 and piece % unit == 0 and len(offs) > 1
+        unit = self.piece_tiles() * sh.P * 4
+        split = N > 1 and T == 1 and total > unit
+        if split:
+            # pieces shrinking towards the end (..., 5, 3, 2, 1 units; at most the NIC's payload):
+            # a piece's round trip overlaps the GEMMs of the pieces after it, and the exposed
+            # network time after the last GEMM is one short round trip
+            units, cap = total // unit, max(1, piece // unit)
+            sizes, size = [], 1
+            while sum(sizes) < units:
+                sizes.insert(0, min(size, units - sum(sizes)))
+                size = min(cap, max(size + 1, -(-size * 3 // 2)))
+            offs = [int(x) * unit for x in np.cumsum([0] + sizes[:-1])]
+            ends = offs[1:] + [total]
+        else:
+            offs = list(range(0, total, piece)) if N > 1 else [0]
+            ends = [min(o + piece, total) for o in offs]
+        split = split and len(offs) > 1
+        if not split and T == 1 and N > 1:
+            offs = list(range(0, total, piece))
+            ends = [min(o + piece, total) for o in offs]
         if not split:
             for n in range(N):
                 gemm(n, 0, None)
         if N == 1:
             return
-        root, others = DECODE_ROOT, [n for n in range(N) if n != DECODE_ROOT]
-        route_r, route_b = self.routes.reduce(root), self.routes.broadcast(root)
-        got = {n: [] for n in range(N)}        # per node: the arrival of each piece's sum
+        owner = [k % N for k in range(len(offs))]              # where piece k is summed
+        got = {n: [None] * len(offs) for n in range(N)}     # per node: the arrival of each piece's sum
+        first = set()                                       # nodes whose sum buffer took a piece already
         st = {}
+        pending = []                                        # (piece, arrival at its owner): not multicast yet
+
+        def sum_deps(n):
+            if n in first:
+                return ()
+            first.add(n)
+            return self.buf("sum", n).write_deps()
+
+        def multicast(k, arr):
+            r, off, ln = owner[k], offs[k], ends[k] - offs[k]
+            others = [n for n in range(N) if n != r]
+            tagb = b.new_tag()
+            for n in others:
+                got[n][k] = b.recv(n, r, tagb, self.region(n, "net.sum") + off, ln, sum_deps(n),
+                                   credit_route=self.routes.unicast(r))
+            self.buf("sum", r).read(b.send(r, others, [arr], ddr=self.region(r, "net.sum") + off, length=ln,
+                                           stage=stage, mop=Op.TENSOR, collective=Collective.MULTICAST,
+                                           reduce_op=ReduceOp.NONE, dst=r, route_id=self.routes.broadcast(r),
+                                           tag=tagb, seq=seq & 0xFFFF))
+
         for k, off in enumerate(offs):
-            ln = min(piece, total - off)
+            ln, r = ends[k] - off, owner[k]
             for n in range(N):
                 if split:
                     t0 = off // 4 // sh.P
@@ -250,29 +370,33 @@ class _TPLowerer(_Lowerer):
                                  spad=sp["O"] + (off // 4 // sh.vl if split else 0),
                                  beats=-(-ln // 4 // sh.vl) if split else T * sh.hb, row_beats=0)
                 pb.wrote(st[n])
+            # the sums of a round of N pieces ago go out first (a NIC holds at most W reductions open)
+            while pending and pending[0][0] <= k - N:
+                multicast(*pending.pop(0))
+            prev = k - W * N                                # the W-th earlier piece summed at r
             tag = b.new_tag()
             common = dict(length=ln, stage=stage, mop=Op.TENSOR, collective=Collective.REDUCE,
-                          reduce_op=ReduceOp.SUM, dst=root, route_id=route_r, tag=tag, seq=seq & 0xFFFF)
-            for n in others:
-                deps = [st[n]] + ([got[n][k - W]] if k >= W else [])
-                self.buf("part", n, k).read(b.send(n, [root], deps, credits=False,
+                          reduce_op=ReduceOp.SUM, dst=r, route_id=self.routes.reduce(r), tag=tag, seq=seq & 0xFFFF)
+            for n in range(N):
+                if n == r:
+                    continue
+                deps = [st[n]] + ([got[n][prev]] if prev >= 0 else [])
+                self.buf("part", n, k).read(b.send(n, [r], deps, credits=False,
                                                 ddr=self.region(n, "net.part") + off, **common))
-            sb = self.buf("sum", root)
-            arr = b.recv(root, root, tag, self.region(root, "net.sum") + off, ln, sb.write_deps() if k == 0 else (),
-                         credit_route=None, result_of_reduce=True)
-            deps = [st[root], b.posted(arr)] + ([got[root][k - W]] if k >= W else [])
-            self.buf("part", root, k).read(b.send(root, [root], deps, credits=False,
-                                               ddr=self.region(root, "net.part") + off, **common))
-            got[root].append(arr)
-            tagb = b.new_tag()
-            for n in others:
-                nb = self.buf("sum", n)
-                got[n].append(b.recv(n, root, tagb, self.region(n, "net.sum") + off, ln,
-                                     nb.write_deps() if k == 0 else (), credit_route=self.routes.unicast(root)))
-            sb.read(b.send(root, others, [arr], ddr=self.region(root, "net.sum") + off, length=ln, stage=stage,
-                           mop=Op.TENSOR, collective=Collective.MULTICAST, reduce_op=ReduceOp.NONE, dst=root,
-                           route_id=route_b, tag=tagb, seq=seq & 0xFFFF))
+            # the sum's arrival counts on a semaphore the owner's TX waits on (forward=True): its
+            # multicast waits in TX while the execute unit goes on with the next pieces' GEMMs
+            arr = b.recv(r, r, tag, self.region(r, "net.sum") + off, ln, sum_deps(r), credit_route=None,
+                         forward=True)
+            deps = [st[r], b.posted(arr)] + ([got[r][prev]] if prev >= 0 else [])
+            self.buf("part", r, k).read(b.send(r, [r], deps, credits=False,
+                                            ddr=self.region(r, "net.part") + off, **common))
+            got[r][k] = arr
+            pending.append((k, arr))
+        for k, arr in pending:
+            multicast(k, arr)
         for n in range(N):
+            if gain is not None:           # the next RMSNorm's gains, while the sum is on the way
+                self.load_gain(n, gain)
             nb = self.buf("sum", n)
             nb.wrote(got[n][-1])
             nb.read(b.ex(n, isa.Load, got[n], ddr=self.region(n, "net.sum"), spad=sp["O"], beats=T * sh.hb,
@@ -284,19 +408,27 @@ class _TPLowerer(_Lowerer):
         sh, sp, N = self.sh, self.sp, self.N
         for n in range(N):
             self.embed(n, self.lw.ids_addr(n, ids_slot), T, pos0)
+        split = T == 1 and self.map.replicas > 1 and stage == Stage.DECODE
         for li in range(sh.L):
             p = f"layers.{li}"
+            got_q = {}
             for n in range(N):
+                if split:
+                    self.front_split(n, li, seg_of(n, li), seq, got_q)
+                    continue
                 self.front(n, li, T, seg_of(n, li))
                 self.attention(n, T, pos0, runs_of(n, li))
                 self.vec(n, VecOp.TO_BFP, sh.hq * sh.d, T, sp["A"], sh.qb, sp["A"], sh.qb)
+            if split:
+                self.split_attention(pos0, runs_of, li, seq, got_q)
             self.all_reduce(T, stage, seq, lambda n, t0, tiles: self.projection(n, f"{p}.o_proj", T, sp["A"], sh.qb,
-                                                                                t0, tiles))
+                                                                                t0, tiles), f"{p}.ln2")
             for n in range(N):
                 self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
                 self.mlp_in(n, li, T)
             self.all_reduce(T, stage, seq, lambda n, t0, tiles: self.projection(n, f"{p}.down_proj", T, sp["G"],
-                                                                                sh.ib, t0, tiles))
+                                                                                sh.ib, t0, tiles),
+                            f"layers.{li + 1}.ln1" if li + 1 < sh.L else "norm")
             for n in range(N):
                 self.vec(n, VecOp.RESIDUAL, sh.h, T, sp["X"], sh.hb, sp["X"], sh.hb, b=sp["O"], b_stride=sh.hb)
         if head_row is not None:
@@ -329,14 +461,181 @@ class _TPLowerer(_Lowerer):
                       tok[c] - 1 if c == C - 1 else None)
         return self.b.programs()
 
+    def key_split(self, step: int) -> list:
+        """Context split: the prompt chunks [lo, hi) each of the R nodes sharing a KV head attends
+        to (contiguous, about 1/R of the S + step + 1 keys each); the last one also attends to the
+        decode tokens."""
+        R, tok = self.map.replicas, self.lw.chunk_tokens
+        K = int(self.starts[-1]) + step + 1
+        cuts = [0]
+        for r in range(1, R):
+            target = r * K / R
+            c = int(np.searchsorted(self.starts[:-1], target, side="left"))
+            cuts.append(max(cuts[-1], min(c, len(tok))))
+        cuts.append(len(tok))
+        return [(cuts[r], cuts[r + 1]) for r in range(R)]
+
+    def front_split(self, n: int, li: int, seg_base: int, seq: int, got_q: dict) -> None:
+        """``front`` of one decode token with the query first: RMSNorm, Q (GEMM, RoPE, prescale),
+        then its rows to the KV group's other nodes, then K/V and the KV writer, which hide the
+        query's trip."""
+        sh, sp, b, m = self.sh, self.sp, self.b, self.map
+        R, db, d = m.replicas, sh.db, sh.d
+        p = f"layers.{li}"
+        self.norm(n, f"{p}.ln1", f"{p}.ln1.g_exp", 1, sp["X"])
+        self.gemm(n, f"{p}.q_proj", f"{p}.q_proj", 1, sp["H"], sh.hb, sp["Q"], sh.qb, bias=True)
+        self.vec(n, VecOp.TO_BFP, d, sh.hq, sp["Q"], db, sp["Q"], db)
+        self.vec(n, VecOp.ROPE, d, sh.hq, sp["Q"], db, sp["Q"], db, b=sp["ROPE"], b_stride=db, b_rep=sh.hq, b_pair=1)
+        self.vec(n, VecOp.PRESCALE, d, sh.hq, sp["Q"], db, sp["Q"], db, imm0=self.k("score.cm"),
+                 imm1=self.k("score.ce"))
+        me = n % R
+        mates = [n // R * R + r for r in range(R) if r != me]
+        # the query rows: node n's heads go to slot me of every mate's net.qg
+        qb_ = self.buf("qg", n, me)
+        st = b.ex(n, isa.Store, qb_.write_deps(), ddr=self.region(n, "net.qg") + me * m.qslot, spad=sp["Q"],
+                  beats=sh.hq * db, row_beats=db)
+        qb_.wrote(st)
+        got_q[(n, me)] = st
+        for x in mates:
+            tag = b.new_tag()
+            xb = self.buf("qg", x, me)
+            got_q[(x, me)] = a = b.recv(x, n, tag, self.region(x, "net.qg") + me * m.qslot,
+                                        sh.hq * (db + 1) * sh.vl * 4, xb.write_deps(),
+                                        credit_route=self.routes.unicast(n))
+            xb.wrote(a)
+            qb_.read(b.send(n, [x], [st], ddr=self.region(n, "net.qg") + me * m.qslot,
+                            length=sh.hq * (db + 1) * sh.vl * 4, stage=Stage.DECODE, mop=Op.QUERY,
+                            collective=Collective.UNICAST, reduce_op=ReduceOp.NONE, dst=x,
+                            route_id=self.routes.unicast(x), tag=tag, seq=seq & 0xFFFF))
+        for name, dst in (("k_proj", "K"), ("v_proj", "V")):
+            self.gemm(n, f"{p}.{name}", f"{p}.{name}", 1, sp["H"], sh.hb, sp[dst], sh.kb, bias=True)
+        self.vec(n, VecOp.TO_BFP, d, sh.hkv, sp["K"], db, sp["K"], db)
+        self.vec(n, VecOp.ROPE, d, sh.hkv, sp["K"], db, sp["K"], db, b=sp["ROPE"], b_stride=db, b_rep=sh.hkv, b_pair=1)
+        self.vec(n, VecOp.TO_BFP, d, sh.hkv, sp["V"], db, sp["V"], db)
+        for v, buf in ((False, "K"), (True, "V")):
+            for kvh in range(sh.hkv):
+                b.ex(n, isa.Kvw, src=sp[buf] + kvh * db, rows=1, row_stride=sh.kb, seg=seg_base + sh.seg(1, v, kvh))
+
+    def split_attention(self, pos: int, runs_of, li: int, seq: int, got_q: dict) -> None:
+        """Decode attention with the keys of each KV head split over the R nodes that hold it
+        (docs/fixed-point.md 7.4, bit-exact with the single-node attention): the R nodes gather
+        their KV head's query rows (unicasts, ``front_split``); each takes the maximum over its
+        keys for all of them, the NICs reduce the maxima of every KV group at once and at every
+        node (ReduceOp.MAX towards each node; the other groups' rows EMPTY = INT32_MIN from a unit
+        with no keys), which gives every node M;
+        each node computes its (M, l, o) state over its keys and sends it to the other R - 1 nodes;
+        every node adds the R states in node order (VEC RESIDUAL: with equal m, SOFTMAX_MERGE is
+        the saturating addition of l and o; FINAL reads only l and o) and finalizes its own heads
+        into A (BFP16, as the unsplit path leaves it)."""
+        b, sh, sp, N, m = self.b, self.sh, self.sp, self.N, self.map
+        R, rg, db, d = m.replicas, m.row_groups, sh.db, sh.d
+        hkv = self.lw.model.num_kv_heads
+        mb, sbk = sp["mb"], sp["sb"]
+        nrg = len(rg)
+        group, me = (lambda n: n // R), (lambda n: n % R)
+        mates = lambda n: [group(n) * R + r for r in range(R) if r != me(n)]          # noqa: E731
+        sidx = lambda n, x: me(x) - (me(x) > me(n))                                   # noqa: E731
+        seq &= 0xFFFF
+        sbytes = nrg * sbk * sh.vl * 4
+        # 2. maxima of every KV group's rows (this node's group over its keys, the others EMPTY),
+        # reduced at every node at once (each sends its maxima on the REDUCE route towards each
+        # node): one trip, no multicast of the result
+        maxlen = hkv * nrg * mb * sh.vl * 4
+        st_max = {}
+        for n in range(N):
+            for r in range(R):
+                self.buf("qg", n, r).read(b.ex(n, isa.Load, [got_q[(n, r)]], ddr=self.region(n, "net.qg") + r * m.qslot,
+                                               spad=sp["QG"] + r * sh.hq * db, beats=sh.hq * db, row_beats=db))
+            rn = runs_of(n, li)
+            for k in range(hkv):
+                for i, (j0, rows) in enumerate(rg):
+                    rr = dict(tokens=1, heads=rows, tok_stride=rows * db, head_stride=db)
+                    b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
+                    if k == group(n):
+                        for j, r in enumerate(rn):
+                            self.attn_kv(n, r, 0, AttnPass.MAX, j == 0)
+                    b.ex(n, isa.AttnEmit, mode=isa.EmitMode.MAX, spad=sp["MLOC"] + (k * nrg + i) * mb, **rr)
+            mbuf = self.buf("max", n)
+            st_max[n] = b.ex(n, isa.Store, mbuf.write_deps(), ddr=self.region(n, "net.max"), spad=sp["MLOC"],
+                             beats=hkv * nrg * mb, row_beats=0)
+            mbuf.wrote(st_max[n])
+        arr_b = {}
+        for r in range(N):
+            tag_m = b.new_tag()
+            rb = self.buf("mres", r)
+            arr_b[r] = b.recv(r, r, tag_m, self.region(r, "net.mres"), maxlen, rb.write_deps(), credit_route=None,
+                              result_of_reduce=True)
+            rb.wrote(arr_b[r])
+            for n in [x for x in range(N) if x != r] + [r]:
+                deps = [st_max[n]] + ([b.posted(arr_b[r])] if n == r else [])
+                self.buf("max", n).read(b.send(n, [r], deps, credits=False, ddr=self.region(n, "net.max"),
+                                               length=maxlen, stage=Stage.DECODE, mop=Op.PARTIAL_STATE,
+                                               collective=Collective.REDUCE, reduce_op=ReduceOp.MAX, dst=r,
+                                               route_id=self.routes.reduce(r), tag=tag_m, seq=seq))
+        # 3. each node's state over its keys with m = M, sent to its mates
+        got_s = {}
+        for n in range(N):
+            self.buf("mres", n).read(b.ex(n, isa.Load, [arr_b[n]], ddr=self.region(n, "net.mres"),
+                                          spad=sp["MGLOB"], beats=hkv * nrg * mb, row_beats=0))
+            rn = runs_of(n, li)
+            for i, (j0, rows) in enumerate(rg):
+                rr = dict(tokens=1, heads=rows, tok_stride=rows * db, head_stride=db)
+                b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
+                b.ex(n, isa.AttnQ, what=AttnLoad.MREF, spad=sp["MGLOB"] + (group(n) * nrg + i) * mb, qpos0=0, **rr)
+                for j, r in enumerate(rn):
+                    self.attn_kv(n, r, 0, AttnPass.APPLY, j == 0)
+                b.ex(n, isa.AttnEmit, mode=isa.EmitMode.STATE, spad=sp["SLOC"] + i * sbk, **rr)
+            sbuf = self.buf("state", n)
+            st = b.ex(n, isa.Store, sbuf.write_deps(), ddr=self.region(n, "net.state"), spad=sp["SLOC"],
+                      beats=nrg * sbk, row_beats=0)
+            sbuf.wrote(st)
+            for x in mates(n):
+                tag = b.new_tag()
+                xb = self.buf("sin", x, sidx(x, n))
+                got_s[(x, n)] = a = b.recv(x, n, tag, self.region(x, "net.sin") + sidx(x, n) * sbytes, sbytes,
+                                          xb.write_deps(), credit_route=self.routes.unicast(n))
+                xb.wrote(a)
+                sbuf.read(b.send(n, [x], [st], ddr=self.region(n, "net.state"), length=sbytes, stage=Stage.DECODE,
+                                 mop=Op.PARTIAL_STATE, collective=Collective.UNICAST, reduce_op=ReduceOp.NONE,
+                                 dst=x, route_id=self.routes.unicast(x), tag=tag, seq=seq))
+        # 4. the R states added in node order, this node's heads finalized into A
+        for n in range(N):
+            for x in mates(n):
+                self.buf("sin", n, sidx(n, x)).read(
+                    b.ex(n, isa.Load, [got_s[(n, x)]], ddr=self.region(n, "net.sin") + sidx(n, x) * sbytes,
+                         spad=sp["SGLOB"] + sidx(n, x) * nrg * sbk, beats=nrg * sbk, row_beats=0))
+            src = {x: (sp["SLOC"] if x == n else sp["SGLOB"] + sidx(n, x) * nrg * sbk)
+                   for x in range(group(n) * R, (group(n) + 1) * R)}
+            order = sorted(src)
+            for i, (j0, rows) in enumerate(rg):
+                acc = sp["SACC"] + i * sbk
+                for k, x in enumerate(order[1:]):
+                    a0 = src[order[0]] + i * sbk if k == 0 else acc
+                    self.vec(n, VecOp.RESIDUAL, sbk * sh.vl, 1, a0, sbk, acc, sbk, b=src[x] + i * sbk, b_stride=sbk)
+                rr = dict(tokens=1, heads=rows, tok_stride=rows * db, head_stride=db)
+                b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
+                b.ex(n, isa.AttnQ, what=AttnLoad.STATE, spad=acc, qpos0=0, **rr)
+                b.ex(n, isa.AttnEmit, mode=isa.EmitMode.FINAL, spad=sp["AG"] + j0 * db, **rr)
+            self.vec(n, VecOp.TO_BFP, sh.hq * d, 1, sp["AG"] + me(n) * sh.hq * db, sh.qb, sp["A"], sh.qb)
+
     def decode(self, step: int) -> list:
         S = int(self.starts[-1])
         m = self.map
+        split = self.key_split(step) if m.replicas > 1 else None
 
         def runs(n, li):
-            return self._pool_runs(n, li, self.lw.num_chunks) + [
-                {"addr": self.region(n, "decode_kv") + li * m.dec_layer, "stride": m.dec_block, "n": 1,
-                 "blocks": step + 1, "first_b": 0, "kpos0": S, "bstride": 0, "pstride": 1, "gated": False}]
+            if split is None:
+                lo, hi, last = 0, self.lw.num_chunks, True
+            else:
+                (lo, hi), last = split[n % m.replicas], n % m.replicas == m.replicas - 1
+            tok = self.lw.chunk_tokens
+            out = self.runs_for([(c, c) for c in range(lo, hi)], lambda s: self.lw.kv_addr(n, s, li), False,
+                                lambda c: tok[c])
+            if last:
+                out.append({"addr": self.region(n, "decode_kv") + li * m.dec_layer, "stride": m.dec_block, "n": 1,
+                            "blocks": step + 1, "first_b": 0, "kpos0": S, "bstride": 0, "pstride": 1,
+                            "gated": False})
+            return out
 
         self.step(1, S + step, None,
                   lambda n, li: self.region(n, "decode_kv") + li * m.dec_layer + step * m.dec_block,

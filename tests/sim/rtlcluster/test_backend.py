@@ -196,6 +196,20 @@ def test_rtl_cluster_runs_tensor_parallel_bit_exact(rtl_factory):
     _model_within(rep, 0.2, prompt=PROMPT[:8], nodes=2, chunk=4, decode=2, decode_scheme="tensor-parallel")
 
 
+@pytest.mark.slow          # ~1 min on the cached build; the ISA test of the same programs runs in CI
+@pytest.mark.cocotb
+@pytest.mark.timeout(BUILD_S)
+def test_rtl_cluster_splits_the_tensor_parallel_decode_attention(rtl_factory):
+    """Tensor-parallel on 4 RTL nodes (the tiny model's 2 KV heads: two nodes hold each): decode
+    splits each KV head's keys over its two nodes (query rows gathered by unicast, the NICs'
+    MAX reduction, the two (M, l, o) states exchanged and added, docs/fixed-point.md 7.4), and
+    every step's logits and the tokens equal the TP golden model's bit for bit (``check_tp``)."""
+    rep, s = check_tp(TINY, TINY_W, PROMPT[:4], nodes=4, chunk=4, decode=2, group=16, factory=rtl_factory,
+                      timeout_s=STEP_S)
+    _clean(s.backend)
+    assert s.lw.map.replicas == 2 and rep.decode_cycles_per_token > 0
+
+
 # --- faults: counted, the node stops with an error status, the runtime says so in one line --------------
 
 def _session(factory, **kw):

@@ -17,6 +17,7 @@ import pytest
 
 from mcf.spec import kv
 from mcf.spec.isa import Opcode
+from mcf.spec.packet import ReduceOp
 from mcf.sw import cli
 from mcf.sw.errors import UserError
 from mcf.sw.golden import fixed as fx
@@ -30,7 +31,7 @@ from mcf.sw.runtime.runtime import Session, tp_group
 TINY = load_model("tiny")
 TINY_W = random_weights(TINY, 5)
 #: 8 heads on 4 KV heads: splits over 4 nodes (1 KV head each); hidden 128: a decode all-reduce is
-#: 2 pieces of the tiny NIC's 256-byte reduction payload, so its GEMMs go piece by piece.
+#: 512 bytes, summed in pieces at 3 of the nodes, so its GEMMs go piece by piece.
 GQA4 = dataclasses.replace(TINY, name="gqa4", num_heads=8, num_kv_heads=4, hidden_size=128)
 PROMPT = [int(t) for t in np.random.default_rng(2).integers(0, TINY.vocab_size, 16)]
 
@@ -108,8 +109,8 @@ def test_the_nics_sum_is_the_partials_added_in_32_bits():
     (TINY, 2, 4, False),
     (TINY, 2, 3, True),          # uneven chunks, random instruction and link costs
     (GQA4, 4, 4, False),
-    (TINY, 4, 4, False),         # more nodes than KV heads: two nodes compute and cache each KV head
-])
+    (TINY, 4, 4, False),         # more nodes than KV heads: two nodes compute and cache each KV head,
+])                               # and decode splits its keys over them
 def test_isa_tensor_parallel_bit_exact(cfg, nodes, chunk, jitter):
     w = TINY_W if cfg is TINY else random_weights(cfg, 7)
     factory = (lambda *a: isa_backend(*a, costs=JitterCosts(seed=3))) if jitter else isa_backend
@@ -118,9 +119,17 @@ def test_isa_tensor_parallel_bit_exact(cfg, nodes, chunk, jitter):
     assert rep.scheme == "tensor-parallel" and rep.nodes == nodes
     if nodes > 1:          # the partial sums went through the NICs
         assert all(c["NET_TX_BYTES"] > 0 for c in rep.steps[-1].counters)
-    if cfg is GQA4:        # decode: o_proj / down_proj in pieces (the second piece's GEMM starts at a tile > 0)
-        gemms = [i for i in s.lw.decode_programs(1)[0] if i.OPCODE == Opcode.GEMM and i.tile0 > 0]
-        assert len(gemms) == 2 * cfg.num_layers, gemms
+    if cfg is TINY and nodes == 4:    # decode: each node attends to about half of its KV head's keys
+        assert s.lw.map.replicas == 2
+        kv = [sum(i.keys * i.blocks for i in p if i.OPCODE == Opcode.ATTN_KV) for p in s.lw.decode_programs(1)]
+        assert kv[0] + kv[1] == kv[2] + kv[3] == 2 * cfg.num_layers * (len(PROMPT) + 2), kv    # MAX + APPLY
+        assert 0 < min(kv) and max(kv) <= 0.7 * (kv[0] + kv[1]), kv
+    if cfg is GQA4:        # decode: o_proj / down_proj in pieces of 1, 2, 1 units of 128 bytes (the GEMM
+        prog = s.lw.decode_programs(1)    # piece by piece: two start at a tile > 0), summed at nodes 0, 1, 2
+        gemms = [i for i in prog[0] if i.OPCODE == Opcode.GEMM and i.tile0 > 0]
+        assert len(gemms) == 2 * cfg.num_layers * 2, gemms
+        sums = [(i.dst, i.length) for i in prog[1] if i.OPCODE == Opcode.SEND and i.reduce_op == ReduceOp.SUM]
+        assert sums == [(0, 128), (1, 256), (2, 128)] * 2 * cfg.num_layers, sums
 
 
 def test_each_node_holds_a_shard_of_the_weights():
