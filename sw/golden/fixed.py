@@ -69,18 +69,14 @@ _I64_MIN, _I64_MAX = np.int64(np.iinfo(np.int64).min), np.int64(np.iinfo(np.int6
 
 
 def _shl_sat64(x, left):
-    """x << left (0 <= left), saturated to int64: x leaves the range exactly when x > INT64_MAX
-    >> left or x < INT64_MIN >> left (arithmetic shifts: both bounds are exact)."""
-    if np.ndim(left) == 0:
-        left = min(int(left), 63)
-        if left == 0:
-            return x
-        lo, hi = _I64_MIN >> left, _I64_MAX >> left
-    else:
-        left = np.minimum(left, 63)
-        lo, hi = _I64_MIN >> left, _I64_MAX >> left
+    """x << left (0 <= left), saturated to int64: the shift left the range exactly when shifting
+    back does not give x (the int64 shift wraps modulo 2^64; the arithmetic shift back is exact)."""
+    left = np.minimum(left, 63)
     y = x << left
-    return np.where(x > hi, _I64_MAX, np.where(x < lo, _I64_MIN, y))
+    out = (y >> left) != x
+    if out.any():
+        y = np.where(out, np.where(x < 0, _I64_MIN, _I64_MAX), y)
+    return y
 
 
 def bitlen(x):
