@@ -51,7 +51,9 @@ from ..compute.cost import MATRIX_LATENCY, kv_writer_cycles, vector_cycles
 ETH_OVERHEAD = 38
 
 ISA_COSTS = {
-    "GEMM": "ceil(out / mac_rows) x ceil(n / mac_lanes) x tokens + matrix latency, or its DDR bytes over the weight loaders if slower",
+    "GEMM": "ceil(out / mac_rows) x ceil(n / mac_lanes) x tokens + matrix latency, or its DDR bytes over the weight loaders if slower; "
+            "kv = 1: the same with out = keys, n = head_dim, tokens = tokens x heads (rows x head_dim x keys MACs), "
+            "DDR bytes = the keys' K segment bytes (scales + rows)",
     "VEC": "rows x the vector unit's cycles for n elements on vec_lanes",
     "ATTN_KV": "keys + 2 (MAX) or + 4 (APPLY) per pass, or its K (and V) bytes over the execute unit's one AXI4 master if slower",
     "ATTN_Q / ATTN_EMIT": "rows x head_dim / vec_lanes (+ rows for FINAL)",
@@ -135,6 +137,8 @@ class TimingCosts(UnitCosts):
         ins, w, op = ex.instr, ex.work, ex.instr.OPCODE
         vl, d = cfg.vec_lanes, cfg.head_dim
         if op == Opcode.GEMM:
+            # kv = 1 too: the node's work is out = keys, n = head_dim, tokens = query rows,
+            # ddr_rd = the K segment's bytes of those keys (NodeSim._x_gemm_kv)
             unit = math.ceil(w["out"] / cfg.mac_rows) * math.ceil(w["n"] / cfg.mac_lanes) * w["tokens"] + MATRIX_LATENCY
         elif op == Opcode.VEC:
             unit = w["rows"] * vector_cycles(VecOp(w["vop"]).name, w["n"], vl)

@@ -47,7 +47,10 @@ def sat(x, bits: int):
 def rshr(x, s):
     """Round-half-up arithmetic right shift: (x + 2^(s-1)) >> s for s > 0; x << -s for s < 0.
 
-    ``s`` may be an array (broadcast against x).  Shifts beyond 62 give 0 (|x| < 2^61 here)."""
+    ``s`` may be an array (broadcast against x).  Shifts beyond 62 give 0 (|x| < 2^61 here).
+    A left shift whose exact result leaves int64 gives INT64_MIN / INT64_MAX (the exact value
+    saturated to 64 bits), so a caller's satN (N <= 63) of it equals satN of the exact integer
+    (docs/fixed-point.md 1: intermediates are exact); every other result is the exact one."""
     x = np.asarray(x, dtype=np.int64)
     s = np.asarray(s, dtype=np.int64)
     if s.ndim == 0:
@@ -56,10 +59,24 @@ def rshr(x, s):
             return np.zeros_like(x)
         if s > 0:
             return (x + (1 << (s - 1))) >> s
-        return x << (-s)
+        return _shl_sat64(x, -s)
     # (x + 2^(s-1)) >> s == ((x >> (s-1)) + 1) >> 1 for s >= 1 (no wide intermediate)
     down = ((x >> np.clip(s - 1, 0, 62)) + 1) >> 1
-    return np.where(s > 0, down, x << np.clip(-s, 0, 62))
+    return np.where(s > 0, down, _shl_sat64(x, np.clip(-s, 0, 63)))
+
+
+_I64_MIN, _I64_MAX = np.int64(np.iinfo(np.int64).min), np.int64(np.iinfo(np.int64).max)
+
+
+def _shl_sat64(x, left):
+    """x << left (0 <= left), saturated to int64: the shift left the range exactly when shifting
+    back does not give x (the int64 shift wraps modulo 2^64; the arithmetic shift back is exact)."""
+    left = np.minimum(left, 63)
+    y = x << left
+    out = (y >> left) != x
+    if out.any():
+        y = np.where(out, np.where(x < 0, _I64_MIN, _I64_MAX), y)
+    return y
 
 
 def bitlen(x):

@@ -431,8 +431,12 @@ class NodeSim:
         return fx.QLinear(q, s.astype(np.uint16), w_exp, group), b, nbytes
 
     def _x_gemm(self, ins, ex):
+        if ins.kv:
+            return self._x_gemm_kv(ins, ex)
         cfg, vl = self.cfg, self.vl
         g = 1 << ins.group_log2
+        self._check(ins.heads == 0 and ins.head_stride == 0, f"heads={ins.heads}, head_stride="
+                                                             f"{ins.head_stride} on a GEMM without kv")
         self._check(0 < ins.tokens <= cfg.max_tokens, f"tokens={ins.tokens} (max tokens {cfg.max_tokens})")
         self._check(ins.n % vl == 0, f"n={ins.n} is not a multiple of VL={vl}")
         w, bias, nbytes = self.blob_matrix(ins.blob, ins.n, ins.total_tiles, ins.tile0, ins.tiles, g,
@@ -445,6 +449,47 @@ class NodeSim:
         ex.commit = lambda: [c() for c in commits]
         ex.work = {"ddr_rd": nbytes, "tokens": ins.tokens, "n": ins.n, "out": width,
                    "mac_beats": ins.tiles * (ins.n // cfg.mac_lanes) * ins.tokens}
+
+    def _x_gemm_kv(self, ins, ex):
+        """GEMM kv = 1: golden ``scores`` of the (token, head) query rows against keys tile0 P ..
+        (tile0 + tiles) P - 1 of the K segment at blob (spec/kv.py, total_tiles P keys).  Reads
+        what the RTL reads: those keys' scale words and rows."""
+        cfg, vl, d = self.cfg, self.vl, self.cfg.head_dim
+        P = cfg.mac_rows
+        R = ins.tokens * ins.heads
+        self._check(ins.tokens > 0 and ins.heads > 0 and R <= cfg.max_tokens,
+                    f"tokens x heads = {ins.tokens} x {ins.heads} rows (max tokens {cfg.max_tokens})")
+        self._check(ins.n == d and d % vl == 0, f"kv: n={ins.n} (head_dim {d}, VL {vl})")
+        self._check(ins.group_log2 == 0 and ins.w_exp == 0 and ins.bias == 0,
+                    f"kv: group_log2={ins.group_log2}, w_exp={ins.w_exp}, bias={ins.bias} (all must be 0)")
+        self._check(d % cfg.mac_lanes == 0 and d // cfg.mac_lanes <= P,
+                    f"kv: head_dim {d} is not 1 .. {P} beats of {cfg.mac_lanes} MAC lanes")
+        self._check(ins.tiles > 0 and ins.tile0 + ins.tiles <= ins.total_tiles,
+                    f"tiles {ins.tile0}+{ins.tiles} of {ins.total_tiles}")
+        keys, k0, nk = ins.total_tiles * P, ins.tile0 * P, ins.tiles * P
+        s_off, r_off = 2 * k0, k0 * kv.row_bytes(d)
+        for what, off in (("scale", s_off), ("rows", r_off)):
+            self._check(off % DDR_ALIGN == 0, f"tile0={ins.tile0}: kv {what} offset {off} is not a "
+                                              f"multiple of {DDR_ALIGN}")
+        sraw = self.ddr_read(ins.blob + s_off, 2 * nk, "GEMM kv scales")
+        rraw = self.ddr_read(ins.blob + kv.scale_bytes(keys) + r_off, nk * kv.row_bytes(d), "GEMM kv rows")
+        # the tile range as a segment of its own (zero padding): one decoder, spec.kv
+        sub = bytearray(kv.segment_bytes(nk, d))
+        sub[:len(sraw)] = sraw
+        sub[kv.scale_bytes(nk):kv.scale_bytes(nk) + len(rraw)] = rraw
+        kq, ka, ke = kv.unpack_segment(bytes(sub), nk, d, strict=False)
+        mant = np.empty((R, d), np.int64)
+        exps = np.empty(R, np.int64)
+        for t in range(ins.tokens):
+            m, e = self.read_rows(ins.src + t * ins.src_stride, ins.head_stride, ins.heads, d, "GEMM kv src")
+            mant[t * ins.heads:(t + 1) * ins.heads], exps[t * ins.heads:(t + 1) * ins.heads] = _i16(m), e
+        s = fx.scores((mant[:, None, :], exps[:, None]), kq[:, None], ka[:, None], ke[:, None], 1)[0]  # [R, nk]
+        commits = [self.write_words_later((ins.dst + r * ins.dst_stride) * vl, s[r], "GEMM kv dst")
+                   for r in range(R)]
+        ex.commit = lambda: [c() for c in commits]
+        # the timing model's GEMM: R rows x head_dim inputs x nk outputs on the array
+        ex.work = {"ddr_rd": len(sraw) + len(rraw), "tokens": R, "n": d, "out": nk,
+                   "mac_beats": ins.tiles * (d // cfg.mac_lanes) * R}
 
     def _x_vec(self, ins, ex):
         vl, n = self.vl, ins.n

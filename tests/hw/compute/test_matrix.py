@@ -199,13 +199,14 @@ def score_job(rng, rows, lanes, max_tokens, r, d, keys, extreme=False):
     ka[rng.random(keys) < 0.15] = 0                             # some all-zero keys (A = 0)
     if extreme:
         # largest |dot| (mantissa -2^15 against q = -8), A = 255 and left shifts that saturate;
-        # E near both ends.  Golden rshr shifts int64 left unchecked: keep e + E + 12 <= 29.
+        # E near both ends, e + E + 12 up to 29 and past int64 (E = 127: 2^40 x 2^139)
         m[0] = -32768
         kq[: keys // 2] = -8
         ka[: keys // 2] = 255
         e[:] = rng.integers(-20, 5, size=r)
-        ke[:] = rng.choice([-128, -100, -40, 0, 12], size=keys)
-        ke[1::4] = 29 - 12 - e.max()
+        e[-1] = 127
+        ke[:] = rng.choice([-128, -100, -40, 0, 12, 127], size=keys)
+        ke[1::4] = 29 - 12 - e[:-1].max()
     s = fx.scores((m[:, None, :], e[:, None]), kq[:, None, :], ka[:, None], ke[:, None], 1)[0]   # [r, keys]
     job = LinearJob(cmd=dict(tokens=r, group_beats=d // lanes, groups=1, tiles=keys // rows, w_exp=0, bias=0,
                              kv=1))

@@ -6,9 +6,11 @@ import math
 import numpy as np
 
 from mcf.sim.cluster.isa_model import ETH_OVERHEAD, TimingCosts, fit, model_backend
-from mcf.spec import isa
+from mcf.sim.compute.cost import MATRIX_LATENCY
+from mcf.spec import isa, kv
 from mcf.spec.node import NodeConfig
-from mcf.sw.golden.node import Exec
+from mcf.sw.golden import fixed as fx
+from mcf.sw.golden.node import ClusterSim, Exec
 from mcf.sw.golden.weights import random_weights
 from mcf.sw.mars.profile import load_profile
 from mcf.sw.models import load_model
@@ -36,6 +38,35 @@ def test_costs_come_from_the_node_and_the_profile():
     ser, lat = c.link(1040)
     assert ser == math.ceil((1040 + ETH_OVERHEAD) / (prof.link_bandwidth_bps / 8 / node.clock_hz))
     assert lat == round(prof.link_latency_s * node.clock_hz) // 2
+
+
+def test_a_kv_gemm_costs_its_macs_on_the_array_and_its_segment_bytes():
+    """GEMM kv = 1 run by the ISA simulator under the timing model: rows x head_dim x keys MACs
+    on the P x K array, or the K segment's bytes (scale region + rows) over the weight ports."""
+    node, prof = NodeConfig.tiny(), load_profile("kr260")
+    P, K, d, vl = node.mac_rows, node.mac_lanes, node.head_dim, node.vec_lanes
+    costs = TimingCosts(node, prof)
+    rng = np.random.default_rng(3)
+    for tokens, heads, keys in ((2, 2, 64), (1, 4, 256)):
+        c = ClusterSim(node, 1, costs=costs, ddr_bytes=1 << 17)
+        c.open_window()
+        n = c.nodes[0]
+        seg = n.ddr.phys_base + 0x4000
+        n.ddr.device_write(seg, kv.pack_segment(*fx.quantize_kv((rng.integers(-999, 999, (keys, d)),
+                                                                  np.zeros(keys, np.int64)))))
+        rows, rb = tokens * heads, d // vl
+        g = isa.Gemm(blob=seg, n=d, total_tiles=keys // P, tile0=0, tiles=keys // P, tokens=tokens, group_log2=0,
+                     w_exp=0, bias=0, src=0, src_stride=heads * rb, dst=rows * rb, dst_stride=keys // vl, kv=1,
+                     heads=heads, head_stride=rb)
+        c.load_program(0, [g, isa.End()])
+        c.start()
+        assert c.run(max_cycles=1 << 20).ok
+        seg_bytes = kv.segment_bytes(keys, d)
+        assert n.perf[isa.PerfCounter.DDR_RD_BYTES] == seg_bytes
+        array = rows * d * keys // (P * K) + MATRIX_LATENCY
+        ddr = math.ceil(seg_bytes / costs.gemm_per_cycle) + prof.dma_setup_cycles
+        assert n.perf[isa.PerfCounter.BUSY_GEMM] == max(array, ddr), (tokens, heads, keys)
+        assert n.perf[isa.PerfCounter.MAC_BEATS] == rows * d * keys // (P * K)
 
 
 def test_same_tokens_as_the_functional_simulator_more_cycles():

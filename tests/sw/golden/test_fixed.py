@@ -33,6 +33,29 @@ def test_rshr_matches_python(xs, s):
     assert fx.rshr(np.array(xs), s).tolist() == [py_rshr(x, s) for x in xs]
 
 
+def py_rshr64(x: int, s: int) -> int:
+    """The exact rshr saturated to int64 (what fx.rshr returns for every shift)."""
+    return max(-(1 << 63), min((1 << 63) - 1, py_rshr(x, s) if s <= 62 else 0))
+
+
+@given(st.lists(I64, min_size=1, max_size=8), st.lists(st.integers(-140, 64), min_size=8, max_size=8))
+@settings(max_examples=80, deadline=None)
+def test_rshr_left_shifts_saturate_at_int64(xs, ss):
+    """A left shift beyond int64 gives INT64_MIN / MAX (never wraps), scalar and array shifts."""
+    x = np.array(xs)
+    want = [[py_rshr64(v, s) for v in xs] for s in ss]
+    assert [fx.rshr(x, s).tolist() for s in ss] == want
+    assert fx.rshr(x[None, :], np.array(ss)[:, None]).tolist() == want
+
+
+def test_rshr_left_shift_bounds_exactly():
+    top, bot = (1 << 63) - 1, -(1 << 63)
+    assert fx.rshr(np.array([(1 << 40) - 1, 1 << 40, -(1 << 40), -(1 << 40) - 1]), -23).tolist() == \
+        [((1 << 40) - 1) << 23, top, bot, bot]                   # -2^63 itself is exact
+    assert fx.rshr(np.array([1, -1, 0]), -200).tolist() == [top, bot, 0]
+    assert fx.rshr(np.array([1, -1, 0]), np.array([-63, -63, -63])).tolist() == [top, bot, 0]
+
+
 @given(st.lists(st.integers(0, (1 << 62) - 1), min_size=1, max_size=8))
 @settings(max_examples=60, deadline=None)
 def test_bitlen(xs):
@@ -163,6 +186,30 @@ def py_attention_row(qm, qe, kq, ka, ke, vq, va, ve):
     b = l.bit_length()
     r = round(2 ** 24 / py_rshr(l, b - 10))
     return [py_rshr(oc * r, b + 12 - 17) for oc in o]
+
+
+def test_scores_with_extreme_exponents_equal_the_exact_integers(rng):
+    """scores = sat32(rshr(dot A, -(e + E + 12))) with Python integers, including left shifts
+    far past int64 (E = 127 with a large query exponent: the scores saturate, never wrap)."""
+    t, hq, hkv, d, s = 2, 4, 2, 16, 24
+    qm = rng.integers(-32768, 32768, (t, hq, d))
+    qe = rng.choice([-30, -10, 0, 40, 100], size=(t, hq))
+    kq = rng.integers(-8, 8, (s, hkv, d))
+    ka = rng.choice([0, 128, 200, 255], size=(s, hkv))
+    ke = rng.choice([-128, -60, -12, 0, 20, 127], size=(s, hkv))
+    got = fx.scores((qm, qe), kq, ka, ke, hq // hkv)
+    want = np.empty((hq, t, s), dtype=object)
+    wraps = 0
+    for h in range(hq):
+        for i in range(t):
+            for j in range(s):
+                k = h // (hq // hkv)
+                raw = int(sum(int(a) * int(b) for a, b in zip(qm[i, h], kq[j, k]))) * int(ka[j, k])
+                sh = -(int(qe[i, h]) + int(ke[j, k]) + fx.S_FRAC)
+                want[h, i, j] = max(-(1 << 31), min((1 << 31) - 1, py_rshr(raw, sh)))
+                wraps += raw != 0 and abs(py_rshr(raw, sh)) >= 1 << 63      # int64 would wrap here
+    assert got.tolist() == want.tolist()
+    assert wraps > 0 and (got == (1 << 31) - 1).any() and (got == -(1 << 31)).any() and (got == 0).any()
 
 
 def test_attention_matches_scalar_spec(rng):

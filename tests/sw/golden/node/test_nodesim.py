@@ -106,6 +106,41 @@ def test_gemm_equals_golden_linear_with_bias_and_a_tile_range(rng):
     assert r.status == "fault" and n.fault_cause == SeqFault.ILLEGAL_INSTRUCTION and "tile0=2" in r.message
 
 
+def test_gemm_kv_equals_golden_scores_over_a_tile_range(rng):
+    """GEMM kv = 1: rows (t, h) at 2-D strides against keys of a K segment (spec/kv.py), the
+    expected values from fx.scores on the keys themselves (not through the segment bytes)."""
+    c, n = node()
+    base = n.ddr.phys_base
+    P, T, H, total = CFG.mac_rows, 2, 3, 12              # tile0 8: scale offset 64, rows offset 256
+    keys = total * P
+    kq, ka, ke = fx.quantize_kv(bfp(rng, keys, D))
+    ka[rng.random(keys) < 0.2] = 0                          # all-zero keys
+    ke[::5] = -40                                           # small scores, rounded to 0
+    n.ddr.device_write(base + DATA, kv.pack_segment(kq, ka, ke))
+    rb = D // VL
+    qm, qe = bfp(rng, T * (H + 1), D)                       # a gap row between tokens
+    put_rows(n, 0, qm, qe, stride=rb)
+    rows = [t * (H + 1) + h for t in range(T) for h in range(H)]
+    g = dict(blob=base + DATA, n=D, total_tiles=total, tokens=T, group_log2=0, w_exp=0, bias=0, src=0,
+             src_stride=(H + 1) * rb, dst=40, dst_stride=6, kv=1, heads=H, head_stride=rb)
+    for tile0, tiles in ((0, total), (8, 4), (8, 1)):
+        n.perf[:] = 0
+        assert run(c, [isa.Gemm(tile0=tile0, tiles=tiles, **g)]).ok
+        k = slice(tile0 * P, (tile0 + tiles) * P)
+        want = fx.scores((qm[rows].reshape(T, H, D), qe[rows].reshape(T, H)), kq[k, None], ka[k, None],
+                         ke[k, None], H).transpose(1, 0, 2).reshape(T * H, tiles * P)
+        got = np.stack([n.spad.reshape(-1)[(40 + r * 6) * VL:][:tiles * P] for r in range(T * H)])
+        assert np.array_equal(got, want), (tile0, tiles)
+        assert (want != 0).any() and (want == 0).any()
+        assert n.perf[PerfCounter.MAC_BEATS] == tiles * (D // CFG.mac_lanes) * T * H
+    for bad, text in ((dict(tile0=2, tiles=2), "tile0=2"), (dict(tile0=0, tiles=1, heads=0), "rows"),
+                      (dict(tile0=0, tiles=1, heads=CFG.max_tokens), "rows"), (dict(tile0=0, tiles=1, n=2 * D), "n="),
+                      (dict(tile0=0, tiles=1, w_exp=1), "w_exp"), (dict(tile0=0, tiles=1, bias=1), "bias"),
+                      (dict(tile0=0, tiles=1, kv=0, group_log2=4), "heads=")):
+        r = run(c, [isa.Gemm(**{**g, **bad})])
+        assert r.status == "fault" and n.fault_cause == SeqFault.ILLEGAL_INSTRUCTION and text in r.message, bad
+
+
 @pytest.mark.parametrize("vop", list(VecOp))
 def test_vec_equals_golden(vop, rng):
     c, n = node()
