@@ -352,16 +352,18 @@ class ControlRegisters(wiring.Component):
                 elif r.name in store:
                     values[w] = store[r.name]       # (W1P / WO read as 0)
         values = [Cat(v, Const(0, DATA_BITS - len(v))) for v in values]     # narrower sources: 0 above
-        rd_value, rd_kind = Signal(DATA_BITS), Signal(2)
-        m.d.comb += [rd_value.eq(Cat(*values).word_select(ar_addr[:abits], DATA_BITS)),
-                     rd_kind.eq(Mux(ar_addr[abits:] == 0, Cat(*kinds).word_select(ar_addr[:abits], 2), R_SLVERR))]
+        rd_value, rd_kind = Signal(DATA_BITS), Signal(2)     # rd_kind: decoded with AR, registered
+        ar_word = bus.araddr[2:ADDR_BITS]
+        m.d.comb += rd_value.eq(Cat(*values).word_select(ar_addr[:abits], DATA_BITS))
         rvalid, rdata, rresp = Signal(), Signal(DATA_BITS), Signal(2)
         m.d.comb += [bus.rvalid.eq(rvalid), bus.rdata.eq(rdata), bus.rresp.eq(rresp)]
         with m.FSM(name="read"):
             with m.State("IDLE"):
                 m.d.comb += bus.arready.eq(1)
                 with m.If(bus.arvalid):
-                    m.d.sync += ar_addr.eq(bus.araddr[2:])
+                    m.d.sync += [ar_addr.eq(bus.araddr[2:]),
+                                 rd_kind.eq(Mux(ar_word[abits:] == 0, Cat(*kinds).word_select(ar_word[:abits], 2),
+                                                R_SLVERR))]
                     m.next = "DECODE"
             with m.State("DECODE"):
                 m.d.sync += [rvalid.eq(~rd_kind[1]), rresp.eq(Mux(rd_kind == 0, Resp.SLVERR, Resp.OKAY)),
