@@ -603,7 +603,15 @@ class AttentionUnit(wiring.Component):
                                  "row": range(R), "el": range(L), "flag": 1})
         x1, x2, x3, x4, x5 = (Signal(tag, name=f"x{i}") for i in range(1, 6))
         kind = Mux(maxm | (~final & (word == 0)), KIND_M, Mux(final, KIND_F, Mux(word == 1, KIND_L, KIND_O)))
-        flag_now = Array(Array(oflag[r][c * L + j] for j in range(L) for c in range(C)) for r in range(R))
+        # the flag of o element (row, ec * lanes + el): one bit select of the flags laid out at
+        # (row, ec, el) bit fields (a power-of-two mux tree, no index arithmetic)
+        lbits, cbits = len(el), len(ec)
+        flag_bits = [Const(0, 1)] * ((1 << (lbits + cbits)) * (1 << len(row)))
+        for r in range(R):
+            for c in range(C):
+                for j in range(L):
+                    flag_bits[(r << (cbits + lbits)) | (c << lbits) | j] = oflag[r][c * L + j]
+        flag_now = Cat(*flag_bits).bit_select(Cat(el, ec, row), 1)
         ov2 = Signal(signed(self.o_width))
         oc3, oc4, oc5 = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
         prod4 = Signal(signed(49))
@@ -611,7 +619,7 @@ class AttentionUnit(wiring.Component):
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
                          x1.m.eq(Array(mrow)[row]), x1.l.eq(lsel[row]), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
-                         x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now[row][el * C + ec]),
+                         x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now),
                          x2.eq(x1), ov2.eq(Mux(x1.flag, lane_data[x1.row][x1.el], 0)),
                          x3.eq(x2), oc3.eq(sat(m, ov2, 32)),
                          x4.eq(x3), oc4.eq(oc3), prod4.eq(oc3 * x3.rcp.as_unsigned()),

@@ -1,7 +1,7 @@
 """Vector unit: the row-wise operations of a decoder layer, bit-exact with ``mcf.sw.golden.fixed``.
 
 ``lanes`` elements per cycle over a row of ``cmd.n`` elements (``max_n`` at most), in passes
-over two row buffers (the operands) and one of wide products:
+over two row buffers (the operands):
 
   op          golden                  operands (a, b)                      result
   TO_BFP      x32_to_bfp              a = X32                              BFP16 row
@@ -19,19 +19,20 @@ the products), emit (n / lanes, the products computed again from the operands an
 normalized); RMSNORM adds the sum-of-squares pass and the rsqrt LUT.  Exponents travel with
 the data (``exp`` of the first element of a row).
 
-The operand buffers are block RAM (rows of thousands of elements: Qwen's 8 960): synchronous
-read ports addressed with the index the pass reaches next (``i_nx``), so the beat of index
-``i`` is on the read port in the cycle that uses it and a pass still takes n / lanes cycles.
-A row of one beat (two for RoPE's partner read) waits one cycle after its load, the time
-the block RAM needs to return what was just written.
+The operand buffers are block RAM (rows of thousands of elements: Qwen's 8 960) with
+synchronous read ports.  Every pass issues one index a cycle into one 11-stage pipeline of at
+most 8 LUT levels a stage (docs/timing.md; the stages in docs/compute.md, Vector unit) that
+stalls as a whole while the output waits; the output is a register.  The row constants (s, eps
+>> 2s, rsqrt, sh) are registers that settle while a pass drains.  Cycles: ``vector_cycles`` in
+``mcf.sim.compute.cost``.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from mcf.hw.arith import abs_, bitlen, log2_exact, rshr, rshr_pos, sat
+from mcf.hw.arith import abs_, bitlen, log2_exact, sat
 from mcf.hw.compute.common import VectorState
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -87,9 +88,8 @@ class VectorUnit(wiring.Component):
         lb = L.bit_length() - 1
         cfg = Signal(cmd_layout(N))
         op = cfg.op
+        is_ = {o: Signal(name=f"is_{o.name.lower()}") for o in VecOp}   # op decoded once, registered
         uses_b = Signal()
-        m.d.comb += uses_b.eq((op == VecOp.RMSNORM) | (op == VecOp.MUL) | (op == VecOp.ROPE)
-                              | (op == VecOp.RESIDUAL))
 
         m.submodules.abuf = abuf = memory.Memory(shape=32 * L, depth=NB, init=[])
         m.submodules.bbuf = bbuf = memory.Memory(shape=48 * L, depth=NB, init=[])
@@ -101,6 +101,9 @@ class VectorUnit(wiring.Component):
         def lane(word, k, bits=32):
             return word[k * bits:(k + 1) * bits].as_signed()
 
+        def vmax(a, b):
+            return Mux(a > b, a, b)
+
         def tree(values, op2):
             values = list(values)
             while len(values) > 1:
@@ -108,179 +111,302 @@ class VectorUnit(wiring.Component):
                           for i in range(0, len(values), 2)]
             return values[0]
 
-        def vmax(a, b):
-            return Mux(a > b, a, b)
+        def reg(value, name, shape=None):
+            """A pipeline register (no reset) of ``value``: loaded while the passes advance."""
+            r = Signal(shape if shape is not None else value.shape(), name=name, reset_less=True)
+            pipe.append(r.eq(value))
+            return r
+
+        pipe = []                           # every pass register, loaded when ``adv``
+
+        def free(value, name, shape=None):
+            """A register loaded every cycle (the settling chains of the row constants)."""
+            r = Signal(shape if shape is not None else value.shape(), name=name, reset_less=True)
+            m.d.sync += r.eq(value)
+            return r
+
+        def bitlen2(x, name):
+            """bitlen(x) two cycles later: 6-bit groups (one LUT per result bit), then the
+            highest non-zero group."""
+            groups = [(g, x[g:g + 6]) for g in range(0, len(x), 6)]
+            gl = [free(bitlen(m, xg), f"{name}_gl{g}") for g, xg in groups]
+            nz = [free(xg != 0, f"{name}_nz{g}") for g, xg in groups]
+            n = Signal(range(len(x) + 1), name=f"{name}_n")
+            for (g, _), glg, nzg in zip(groups, gl, nz):
+                with m.If(nzg):
+                    m.d.comb += n.eq(g + glg)
+            return free(n, name)
+
+        def shift_amount(s, width, name):
+            """rshr_pos's clamped shift s - 1 and s == 0 for an x of ``width`` bits, registered."""
+            cap = width + 1
+            sc = Signal(range(cap + 1), name=f"{name}_sc")
+            m.d.comb += sc.eq(Mux(s > cap, cap, s))
+            return free(sc - 1, f"{name}_sc1", range(cap + 1)), free(sc == 0, f"{name}_sc0")
+
+        def round_shifted(x, shr, sc0, width):
+            """rshr_pos's second half: x >> (s - 1) is ``shr``; ((shr + 1) >> 1), x for s = 0."""
+            out = Signal(signed(width))
+            pre = Signal(signed(len(shr) + 1))
+            m.d.comb += [pre.eq(shr + 1), out.eq(Mux(sc0, x, pre >> 1))]
+            return out
+
+        def rshr_const(x, s, width):
+            out = Signal(signed(width))
+            m.d.comb += out.eq(((x >> (s - 1)) + 1) >> 1)
+            return out
 
         IDLE, LOAD, SQ, RSQ, PROD, EMIT_N, EMIT_D = VectorState
         state = Signal(VectorState)
-        i = Signal(range(NB + 1))
-        i_nx = Signal(range(NB + 1))        # i of the next cycle: the buffers' read address
-        m.d.comb += i_nx.eq(i)
-        m.d.sync += i.eq(i_nx)
-        hold = Signal()                     # one cycle after the load of a row of <= 2 beats
-        nb = Signal(range(NB + 1))
+        m.d.comb += self.busy.eq(state != IDLE)
+        i = Signal(range(NB + 1))           # the load's write index, then each pass's read index
+        nbm1 = Signal(range(NB))            # beats - 1
+        half = Signal(range(NB + 1))        # half a RoPE head, in beats
         last_i = Signal()
-        m.d.comb += [nb.eq(cfg.n >> lb), last_i.eq(i == nb - 1), self.busy.eq(state != IDLE)]
+        m.d.comb += last_i.eq(i == nbm1)
         ea, eb = Signal(signed(8)), Signal(signed(8))
         amax_a = Signal(32)
         amax_p = Signal(P_BITS)
         e_out = Signal(signed(10))
+        ss = Signal(48)
+        r_q, k_q = Signal(17), Signal(range(32))      # RMSNORM: rsqrt and its exponent
 
         m.d.comb += self.cmd.ready.eq(state == IDLE)
         with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [cfg.eq(self.cmd.payload), state.eq(LOAD), amax_a.eq(0), amax_p.eq(0)]
-            m.d.comb += i_nx.eq(0)
+            pl = self.cmd.payload
+            m.d.sync += [cfg.eq(pl), state.eq(LOAD), amax_a.eq(0), amax_p.eq(0), ss.eq(0), i.eq(0),
+                         nbm1.eq((pl.n >> lb) - 1), half.eq(pl.n >> (lb + 1)),
+                         uses_b.eq((pl.op == VecOp.RMSNORM) | (pl.op == VecOp.MUL) | (pl.op == VecOp.ROPE)
+                                   | (pl.op == VecOp.RESIDUAL))]
+            m.d.sync += [is_[o].eq(pl.op == o) for o in VecOp]
 
-        # --- LOAD: both operands into the buffers; row max |a| ------------------------------
+        # --- LOAD: both operands into the buffers; row max |a| in a 3-stage pipeline -------------
         load_ok = Signal()
-        m.d.comb += load_ok.eq((state == LOAD) & self.a.valid & (~uses_b | self.b.valid))
+        ldrain = Signal()                   # RMSNORM: the row max settles before SQ
+        m.d.comb += load_ok.eq((state == LOAD) & ~ldrain & self.a.valid & (~uses_b | self.b.valid))
         m.d.comb += [self.a.ready.eq(load_ok), self.b.ready.eq(load_ok & uses_b),
                      aw.en.eq(load_ok), aw.addr.eq(i), aw.data.eq(self.a.payload.x),
                      bw.en.eq(load_ok), bw.addr.eq(i), bw.data.eq(Cat(self.b.payload.x, self.b.payload.y))]
-        mags = []
-        for k in range(L):
-            xk = lane(self.a.payload.x, k)
-            mags.append(abs_(m, Cat(xk, xk[31]).as_signed()))
+        lv = Signal(5)                      # the load pipeline's valid bits (the last two: settling)
+        m.d.sync += lv.eq(Cat(load_ok, lv[:-1]))
+        a_in = free(self.a.payload.x, "a_in")
+        mags = [free(abs_(m, Cat(lane(a_in, k), a_in[32 * k + 31]).as_signed())[:32], f"mag_a{k}")
+                for k in range(L)]
+        quarter = [tree(mags[j:j + max(L // 2, 1)], vmax) for j in range(0, L, max(L // 2, 1))]
+        mq = [free(q, f"mag_aq{j}", 32) for j, q in enumerate(quarter)]
         mag_a = Signal(32)
-        m.d.comb += mag_a.eq(tree(mags, vmax))
-        m.d.sync += hold.eq(0)
+        m.d.comb += mag_a.eq(tree(mq, vmax))
+        with m.If(lv[2] & (mag_a > amax_a)):
+            m.d.sync += amax_a.eq(mag_a)
         with m.If(load_ok):
-            m.d.comb += i_nx.eq(i + 1)
-            with m.If(mag_a > amax_a):
-                m.d.sync += amax_a.eq(mag_a)
+            m.d.sync += i.eq(i + 1)
             with m.If(i == 0):
                 m.d.sync += [ea.eq(self.a.payload.exp), eb.eq(self.b.payload.exp)]
             with m.If(last_i):
-                m.d.comb += i_nx.eq(0)
-                m.d.sync += hold.eq(nb <= 2)
-                with m.If((op == VecOp.SILU) | (op == VecOp.RESIDUAL)):
+                m.d.sync += i.eq(0)
+                with m.If(is_[VecOp.SILU] | is_[VecOp.RESIDUAL]):
                     m.d.sync += state.eq(EMIT_D)
-                with m.Elif(op == VecOp.RMSNORM):
-                    m.d.sync += state.eq(SQ)
+                with m.Elif(is_[VecOp.RMSNORM]):
+                    m.d.sync += ldrain.eq(1)
                 with m.Else():
                     m.d.sync += state.eq(PROD)
+        with m.If(ldrain & (lv == 0)):
+            m.d.sync += [ldrain.eq(0), state.eq(SQ)]
 
-        # --- RMSNORM: s = max(0, bitlen(amax) - 15); m_i = sat16(rshr(x_i, s)); ss = sum m_i^2 --
-        s_sh = Signal(range(33))
-        bl_a = bitlen(m, amax_a)
-        m.d.comb += s_sh.eq(Mux(bl_a > 15, bl_a - 15, 0))
-        m.d.comb += [ar.addr.eq(i_nx), br.addr.eq(i_nx)]
-        mants = [sat(m, rshr_pos(m, lane(ar.data, k), s_sh, 33), 16) for k in range(L)]
-        sq = Signal(33 + lb)
-        m.d.comb += sq.eq(tree([mk * mk for mk in mants], lambda a, b: a + b))
-        ss = Signal(48)
-        with m.If(state == LOAD):
-            m.d.sync += ss.eq(0)
-        with m.If((state == SQ) & ~hold):
-            m.d.sync += ss.eq(ss + sq)
-            m.d.comb += i_nx.eq(i + 1)
+        # row constants, settling while the passes run: s = max(0, bitlen(amax_a) - 15) ...
+        bl_a = bitlen2(amax_a, "bl_a")
+        s_sh = free(Mux(bl_a > 15, bl_a - 15, 0), "s_sh", range(33))
+        sc1_a, sc0_a = shift_amount(s_sh, 32, "sa")
+        # ... eps_sh = rshr_pos(eps, 2 s, 34) (RSQ)
+        sc1_e, sc0_e = shift_amount(s_sh * 2, 33, "se")
+        eps33 = Cat(cfg.eps, Const(0, 1)).as_signed()
+        eps_sh = free(round_shifted(free(eps33, "eps33"), free(eps33 >> sc1_e, "eps_shr"),
+                                    free(sc0_e, "se_sc0q"), 34), "eps_sh")
+
+        # --- the passes: issue i, one stall-all pipeline (advances unless the output waits) ---
+        o_valid = Signal()
+        adv = Signal()
+        m.d.comb += adv.eq(~o_valid | self.o.ready)
+        issued = Signal()                   # the pass has issued its last index
+        passing = Signal()
+        m.d.comb += passing.eq((state == SQ) | (state == PROD) | (state == EMIT_N) | (state == EMIT_D))
+        issue = Signal()
+        m.d.comb += issue.eq(passing & ~issued & adv)
+        m.d.comb += [ar.addr.eq(i), br.addr.eq(i), ar2.addr.eq(Mux(i >= half, i - half, i + half)),
+                     ar.en.eq(adv), br.en.eq(adv), ar2.en.eq(adv)]
+        with m.If(issue):
+            m.d.sync += i.eq(i + 1)
             with m.If(last_i):
-                m.d.comb += i_nx.eq(0)
-                m.d.sync += state.eq(RSQ)
+                m.d.sync += [i.eq(0), issued.eq(1)]
+        D = 11
+        v = Signal(D)                       # v[s]: stage s holds a beat (v[0] unused)
+        lastv = Signal(D)
+        upv = Signal(D)
+        pipe += [v.eq(Cat(Const(0, 1), issue, v[1:-1])), lastv.eq(Cat(Const(0, 1), last_i, lastv[1:-1])),
+                 upv.eq(Cat(Const(0, 1), i >= half, upv[1:-1]))]
 
-        # rsqrt(v): c = bitlen(v) rounded up to even, idx = rshr(v, c - 10), r = LUT[idx - 256]
-        v = Signal(49)
-        eps_sh = rshr_pos(m, cfg.eps, s_sh * 2, 34)
-        m.d.comb += v.eq(ss + eps_sh)
-        bv = bitlen(m, v)
-        c = Signal(range(52))
-        m.d.comb += c.eq(bv + bv[0])
-        idx = rshr(m, v, c - fx.RSQRT_IDX_BITS, max_left=10)
+        # stage 2: the buffers' read ports registered
+        a2, q2, bx2, by2 = [], [], [], []
+        for k in range(L):
+            a2.append(reg(lane(ar.data, k), f"a2_{k}"))
+            q2.append(reg(lane(ar2.data, k)[:16].as_signed(), f"q2_{k}"))
+            bx2.append(reg(lane(br.data, k), f"bx2_{k}"))
+            by2.append(reg(lane(br.data[32 * L:], k, 16), f"by2_{k}"))
+        nsig = fx.SIGMOID_RANGE << fx.SIGMOID_STEP_BITS
+        sqs, mx6, my6, q6, by6, a7, silu6, resid6 = [], [], [], [], [], [], [], []
+        for k in range(L):
+            # stage 3: RMSNORM's x >> (s - 1); SiLU's table index
+            a3 = reg(a2[k], f"a3_{k}")
+            shr3 = reg(a2[k] >> sc1_a, f"shr3_{k}", signed(32))
+            sidx = rshr_const(a2[k], fx.X_FRAC - fx.SIGMOID_STEP_BITS, 33)
+            # the sigmoid table, one block RAM per lane (a 1 024-entry table as logic is 9-10
+            # LUT levels deep): read with stage 2's index, its data at stage 3
+            sg_rom = memory.Memory(shape=16, depth=2 * nsig, init=[int(x) for x in fx.SIGMOID_LUT])
+            m.submodules[f"sigmoid{k}"] = sg_rom
+            sg = sg_rom.read_port()
+            m.d.comb += [sg.addr.eq(sidx + nsig), sg.en.eq(adv)]
+            sg_hi3, sg_lo3 = reg(sidx >= nsig, f"sg_hi3_{k}"), reg(sidx < -nsig, f"sg_lo3_{k}")
+            # stage 4: m = sat16(rshr(x, s)); the sigmoid
+            mant4 = reg(sat(m, round_shifted(a3, shr3, sc0_a, 33), 16), f"mant4_{k}")
+            sig4 = reg(Mux(sg_hi3, 1 << fx.P_FRAC, Mux(sg_lo3, 0, sg.data)), f"sig4_{k}", 17)
+            a4 = reg(a3, f"a4_{k}")
+            # stage 5: m^2 (SQ), m r (RMSNORM), the SiLU product in two halves
+            sq5 = reg(mant4 * mant4, f"sq5_{k}", 32)
+            mr5 = reg(mant4 * r_q, f"mr5_{k}", signed(34))
+            sh5 = reg(a4[16:].as_signed() * sig4, f"sh5_{k}", signed(34))
+            sl5 = reg(a4[:16] * sig4, f"sl5_{k}", 33)
+            a5 = reg(a4, f"a5_{k}")
+            bx3 = reg(bx2[k], f"bx3_{k}")
+            bx4 = reg(bx3, f"bx4_{k}")
+            bx5 = reg(bx4, f"bx5_{k}")
+            sqs.append(sq5)
+            # stage 6: the multiplier operands; SiLU and RESIDUAL results
+            t = rshr_const(mr5, fx.RSQRT_FRAC, 40)
+            mx6.append(reg(Mux(is_[VecOp.RMSNORM], t, a5[:16].as_signed()), f"mx6_{k}", signed(20)))
+            my6.append(reg(Mux(is_[VecOp.PRESCALE], cfg.cm, bx5[:16].as_signed()), f"my6_{k}", signed(17)))
+            sprod = Signal(signed(50), name=f"sprod{k}")
+            m.d.comb += sprod.eq((sh5 << 16) + sl5)
+            silu6.append(reg(sat(m, rshr_const(sprod, fx.P_FRAC, 50), 32), f"silu6_{k}"))
+            resid6.append(reg(sat(m, a5 + bx5, 32), f"resid6_{k}"))
+            q = q2[k]
+            by = by2[k]
+            for s in range(3, 7):
+                q = reg(q, f"q{s}_{k}")
+            for s in range(3, 6):
+                by = reg(by, f"by{s}_{k}")
+            q6.append(q)
+            # RoPE: x cos + x' sin (upper half) or x cos - x' sin: the sign on the sin operand
+            by6.append(reg(Mux(upv[5], by, -by), f"by6_{k}", signed(17)))
+            a7.append(reg(reg(a5, f"a6_{k}"), f"a7_{k}"))
+
+        # RMSNORM: the sum of squares (stage 6: pairs of lanes, stage 7: the accumulator)
+        half_l = max(L // 2, 1)
+        sq6 = [reg(tree(sqs[j:j + half_l], lambda a, b: a + b), f"sq6_{j}", 33 + lb)
+               for j in range(0, L, half_l)]
+        with m.If((state == SQ) & v[6]):
+            m.d.sync += ss.eq(ss + tree(sq6, lambda a, b: a + b))
+
+        # rsqrt(v): c = bitlen(v) rounded up to even, idx = rshr(v, c - 10), r = LUT[idx - 256];
+        # a settling chain from ss, read RSQ_CYCLES after the last square
+        vq = free(ss + eps_sh, "v_q", 49)
+        bv = bitlen2(vq, "bv")
+        c = free(bv + bv[0], "c", range(52))
+        sr = Signal(signed(8))
+        m.d.comb += sr.eq(c - fx.RSQRT_IDX_BITS)
+        neg = free(sr < 0, "rs_neg")
+        left = free(Mux(sr < 0, Mux(-sr > 10, 10, -sr), 0), "rs_left", range(11))
+        sc1_r, sc0_r = shift_amount(Mux(sr < 0, 0, sr), 50, "sr")
+        v50 = Cat(vq, Const(0, 1)).as_signed()
+        v50_q = free(v50, "v50_q")
+        shr_v = free(v50_q >> sc1_r, "shr_v", signed(50))
+        shl_v = free(v50_q << left, "shl_v", signed(61))
+        neg_q, sc0_rq = free(neg, "rs_neg_q"), free(sc0_r, "sr_sc0q")
+        v50_qq = free(v50_q, "v50_qq")
+        idx = Signal(signed(61))
+        m.d.comb += idx.eq(Mux(neg_q, shl_v, round_shifted(v50_qq, shr_v, sc0_rq, 50)))
         m.submodules.rsqrt = rs_rom = memory.Memory(shape=16, depth=len(fx.RSQRT_LUT),
                                                     init=[int(x) for x in fx.RSQRT_LUT])
-        rs = rs_rom.read_port(domain="comb")
+        rs = rs_rom.read_port()                 # block RAM: the table's data the cycle after
         m.d.comb += rs.addr.eq(idx - (1 << (fx.RSQRT_IDX_BITS - 2)))
-        r_q, k_q = Signal(17), Signal(range(32))
+        vpos = free(vq != 0, "vpos")
+        RSQ_CYCLES = 8
+        rc = Signal(range(RSQ_CYCLES))
         with m.If(state == RSQ):
-            m.d.sync += [r_q.eq(Mux(v > 0, rs.data, 0)), k_q.eq(c >> 1), state.eq(PROD)]
+            m.d.sync += rc.eq(rc + 1)
+            with m.If(rc == RSQ_CYCLES - 1):
+                m.d.sync += [rc.eq(0), r_q.eq(Mux(vpos, rs.data, 0)), k_q.eq(c >> 1), state.eq(PROD)]
 
-        # --- PROD: wide products p_i; row max |p| (EMIT_N computes them again) ------------------
-        half = Signal(range(NB + 1))            # half a RoPE head, in beats
-        m.d.comb += half.eq(cfg.n >> (lb + 1))
-        upper = Signal()
-        m.d.comb += [upper.eq(i >= half), ar2.addr.eq(Mux(i_nx >= half, i_nx - half, i_nx + half))]
-        ps, pmags = [], []
+        # --- stage 7: the products; stage 8: p; PROD: |p| (9), lanes' max (10), row max (11) ---
+        ps = []
         for k in range(L):
-            ak = lane(ar.data, k)
-            # BFP16 operands (MUL, ROPE, PRESCALE) are int16 mantissas, RoPE's cos / sin and the
-            # RMSNORM gain int16: 16-bit multiplier inputs.  One multiplier per lane serves
-            # RMSNORM (rshr(m r, 14) x gain), MUL (a x b), ROPE (a x cos) and PRESCALE (a x C_M).
-            a16, a2_16 = ak[:16].as_signed(), lane(ar2.data, k)[:16].as_signed()
-            bx16, by = lane(br.data, k)[:16].as_signed(), lane(br.data[32 * L:], k, 16)
-            # |m r| < 2^15 2^16, so rshr(m r, 14) fits 19 bits (sign included)
-            rms_t = rshr_pos(m, mants[k] * r_q, Const(fx.RSQRT_FRAC, 4), 40)
-            mx, my = Signal(signed(20), name=f"mx{k}"), Signal(signed(17), name=f"my{k}")
-            m.d.comb += [mx.eq(Mux(op == VecOp.RMSNORM, rms_t, a16)), my.eq(Mux(op == VecOp.PRESCALE, cfg.cm, bx16))]
-            prod = Signal(signed(37), name=f"prod{k}")
-            m.d.comb += prod.eq(mx * my)
+            prod7 = reg(mx6[k] * my6[k], f"prod7_{k}", signed(37))
+            rp7 = reg(q6[k] * by6[k], f"rp7_{k}", signed(33))
             rope_t = Signal(signed(40), name=f"rope_t{k}")
-            m.d.comb += rope_t.eq(Mux(upper, prod + a2_16 * by, prod - a2_16 * by))
-            rope_p = rshr_pos(m, rope_t, Const(fx.ROPE_FRAC, 4), 41)
+            m.d.comb += rope_t.eq(prod7 + rp7)
             p = Signal(signed(P_BITS), name=f"p{k}")
-            with m.If(op == VecOp.TO_BFP):
-                m.d.comb += p.eq(ak)
-            with m.Elif(op == VecOp.ROPE):
-                m.d.comb += p.eq(rope_p)
-            with m.Elif((op == VecOp.RMSNORM) | (op == VecOp.MUL) | (op == VecOp.PRESCALE)):
-                m.d.comb += p.eq(prod)
-            ps.append(p)
-            pmags.append(abs_(m, Cat(p, p[-1]).as_signed()))
+            with m.If(is_[VecOp.TO_BFP]):
+                m.d.comb += p.eq(a7[k])
+            with m.Elif(is_[VecOp.ROPE]):
+                m.d.comb += p.eq(rshr_const(rope_t, fx.ROPE_FRAC, 41))
+            with m.Else():
+                m.d.comb += p.eq(prod7)
+            ps.append(reg(p, f"p8_{k}"))
+        pmag = [reg(abs_(m, Cat(p, p[-1]).as_signed())[:P_BITS], f"pmag9_{k}") for k, p in enumerate(ps)]
+        pq = [reg(tree(pmag[j:j + half_l], vmax), f"pmag10_{j}", P_BITS) for j in range(0, L, half_l)]
         mag_p = Signal(P_BITS)
-        m.d.comb += mag_p.eq(tree(pmags, vmax))
-        with m.If((state == PROD) & ~hold):
-            m.d.comb += i_nx.eq(i + 1)
-            with m.If(mag_p > amax_p):
-                m.d.sync += amax_p.eq(mag_p)
-            with m.If(last_i):
-                m.d.comb += i_nx.eq(0)
+        m.d.comb += mag_p.eq(tree(pq, vmax))
+        with m.If((state == PROD) & v[10] & (mag_p > amax_p)):
+            m.d.sync += amax_p.eq(mag_p)
+        # normalize: sh = max(0, bitlen(amax p) - 15), settling while PROD drains
+        bl_p = bitlen2(amax_p, "bl_p")
+        sh_p = free(Mux(bl_p > 15, bl_p - 15, 0), "sh_p", range(P_BITS + 1))
+        sc1_p, sc0_p = shift_amount(sh_p, P_BITS, "sp")
+        exp_o = free(e_out + sh_p, "exp_o", signed(EXP_BITS))
+        shr9 = [reg(p >> sc1_p, f"shr9_{k}", signed(P_BITS)) for k, p in enumerate(ps)]
+        p9 = [reg(p, f"p9_{k}") for k, p in enumerate(ps)]
+        mant_o = [sat(m, round_shifted(p9[k], shr9[k], sc0_p, P_BITS + 1), 16) for k in range(L)]
+
+        # --- pass ends ----------------------------------------------------------------------
+        with m.If(issued & (((state == SQ) & (v[1:7] == 0)) | ((state == PROD) & (v[1:11] == 0)))):
+            m.d.sync += issued.eq(0)
+            with m.If(state == SQ):
+                m.d.sync += state.eq(RSQ)
+            with m.Else():
                 m.d.sync += state.eq(EMIT_N)
-                with m.If(op == VecOp.TO_BFP):
+                with m.If(is_[VecOp.TO_BFP]):
                     m.d.sync += e_out.eq(-fx.X_FRAC)
-                with m.Elif(op == VecOp.RMSNORM):
+                with m.Elif(is_[VecOp.RMSNORM]):
                     m.d.sync += e_out.eq(-cfg.gain_exp - k_q)
-                with m.Elif(op == VecOp.MUL):
+                with m.Elif(is_[VecOp.MUL]):
                     m.d.sync += e_out.eq(ea + eb)
-                with m.Elif(op == VecOp.ROPE):
+                with m.Elif(is_[VecOp.ROPE]):
                     m.d.sync += e_out.eq(ea)
-                with m.Elif(op == VecOp.PRESCALE):
+                with m.Elif(is_[VecOp.PRESCALE]):
                     m.d.sync += e_out.eq(ea - cfg.ce)
 
-        # --- EMIT_N: normalize (sh = max(0, bitlen(amax p) - 15)) -------------------------------
-        bl_p = bitlen(m, amax_p)
-        sh_p = Signal(range(P_BITS + 1))
-        m.d.comb += sh_p.eq(Mux(bl_p > 15, bl_p - 15, 0))
-        mant_o = [sat(m, rshr_pos(m, ps[k], sh_p, P_BITS + 1), 16) for k in range(L)]
+        # --- the output register: EMIT_N from stage 9, EMIT_D from stage 6 ----------------------
+        o_x = Signal(32 * L)
+        o_exp = Signal(signed(EXP_BITS))
+        o_last = Signal()
+        emit_n = state == EMIT_N
+        emit_d = state == EMIT_D
+        with m.If(adv):
+            m.d.sync += [o_valid.eq((emit_n & v[9]) | (emit_d & v[6])),
+                         o_last.eq(Mux(emit_n, lastv[9], lastv[6])),
+                         o_exp.eq(Mux(emit_n, exp_o, 0))]
+            with m.If(emit_n):
+                m.d.sync += o_x.eq(Cat(*[Cat(mk, mk[15].replicate(16)) for mk in mant_o]))
+            with m.Elif(is_[VecOp.SILU]):
+                m.d.sync += o_x.eq(Cat(*silu6))
+            with m.Else():
+                m.d.sync += o_x.eq(Cat(*resid6))
+        m.d.comb += [self.o.valid.eq(o_valid), self.o.payload.x.eq(o_x), self.o.payload.exp.eq(o_exp),
+                     self.o.payload.last.eq(o_last)]
+        with m.If(o_valid & self.o.ready & o_last):
+            m.d.sync += [state.eq(IDLE), issued.eq(0)]
 
-        # --- EMIT_D: SILU and RESIDUAL straight from the operand buffers ------------------------
-        nsig = fx.SIGMOID_RANGE << fx.SIGMOID_STEP_BITS
-        m.submodules.sigmoid = sg_rom = memory.Memory(shape=16, depth=2 * nsig,
-                                                      init=[int(x) for x in fx.SIGMOID_LUT])
-        silus, resids = [], []
-        for k in range(L):
-            ak = lane(ar.data, k)
-            sidx = rshr_pos(m, ak, Const(fx.X_FRAC - fx.SIGMOID_STEP_BITS, 4), 33)
-            sg = sg_rom.read_port(domain="comb")
-            m.d.comb += sg.addr.eq(sidx + nsig)
-            sig = Signal(17, name=f"sig{k}")
-            m.d.comb += sig.eq(Mux(sidx >= nsig, 1 << fx.P_FRAC, Mux(sidx < -nsig, 0, sg.data)))
-            silus.append(sat(m, rshr_pos(m, ak * sig, Const(fx.P_FRAC, 4), 50), 32))
-            resids.append(sat(m, ak + lane(br.data, k), 32))
-
-        emitting = Signal()
-        m.d.comb += emitting.eq(((state == EMIT_N) | (state == EMIT_D)) & ~hold)
-        m.d.comb += [self.o.valid.eq(emitting), self.o.payload.last.eq(last_i)]
-        with m.If(state == EMIT_N):
-            m.d.comb += [self.o.payload.x.eq(Cat(*[Cat(mk, mk[15].replicate(16)) for mk in mant_o])),
-                         self.o.payload.exp.eq(e_out + sh_p)]
-        with m.Elif(op == VecOp.SILU):
-            m.d.comb += self.o.payload.x.eq(Cat(*silus))
-        with m.Else():
-            m.d.comb += self.o.payload.x.eq(Cat(*resids))
-        with m.If(emitting & self.o.ready):
-            m.d.comb += i_nx.eq(i + 1)
-            with m.If(last_i):
-                m.d.comb += i_nx.eq(0)
-                m.d.sync += state.eq(IDLE)
+        with m.If(adv):
+            m.d.sync += pipe
         return m
 
 

@@ -36,6 +36,13 @@ from mcf.spec.regmap import (ADDR_BITS, DATA_BITS, DESC_WORDS, DMA_ADDR_BITS, DM
 #: Fields that read back as 0 and act for one cycle when written with 1.
 SELF_CLEARING = {"CONTROL": ("clear_counters",)}
 
+def _reg(m, value, name):
+    """``value`` registered (a read source or check one cycle behind, for the logic depth)."""
+    q = Signal(len(value), name=name)
+    m.d.sync += q.eq(value)
+    return q
+
+
 def _compose(reg: Register, **values):
     """A register word from field signals (RO status words)."""
     word = Signal(DATA_BITS, name=f"{reg.name.lower()}_word")
@@ -165,6 +172,9 @@ class ControlRegisters(wiring.Component):
             ErrorCause.DESC_UNALIGNED: (staged.addr[:self.dma_bus_log2] != 0) if self.dma_bus_log2 else Const(0),
             ErrorCause.DESC_TOO_LONG: (staged.dir.as_value() == int(DmaDir.LOAD)) & (staged.length > (1 << self.dma_buffer_log2)),
         }
+        # registered: the staged words and the window change only by register writes, and a
+        # DESC_PUSH write comes at least two cycles after the last of them (one write in flight)
+        checks = {cause: _reg(m, bad, f"check_{cause.name.lower()}") for cause, bad in checks.items()}
         m.d.comb += desc_q.w_data.eq(staged.as_value())
 
         # --- write channel ---------------------------------------------------------------------
@@ -273,6 +283,7 @@ class ControlRegisters(wiring.Component):
         rsub_events = {"ETH_SEQ_GAPS": self.eth.seq_missing}
         rsub = {}
         for name, sub in subtract.items():
+            sub = _reg(m, sub, f"sub_{name.lower()}_q")      # applied the cycle after the write
             cnt = rsub[name] = Signal(DATA_BITS, name=f"cnt_{name.lower()}")
             left = Signal(DATA_BITS, name=f"left_{name.lower()}")
             total = Signal(DATA_BITS + 1, name=f"total_{name.lower()}")
@@ -301,14 +312,17 @@ class ControlRegisters(wiring.Component):
         m.d.comb += status_parts + p1 + p2 + p3
         cycles = Signal(2 * DATA_BITS)          # free-running: CYCLES_LO/HI measure the clock
         m.d.sync += cycles.eq(cycles + 1)
+        # the composed words are registered (one cycle behind their sources, for the depth of
+        # the read mux; a read decodes at least a cycle after the write it follows)
         ro = {
             "ID": Const(REGISTERS["ID"].reset, DATA_BITS),
             "CYCLES_LO": cycles[:DATA_BITS], "CYCLES_HI": cycles[DATA_BITS:],
             "VERSION": Const(REGISTERS["VERSION"].reset, DATA_BITS),
             "CAPS": Const(self.caps, DATA_BITS),
             "DMA_CAPS": Const(self.dma_caps, DATA_BITS),
-            "STATUS": status, "META_LEVEL": meta_level, "DESC_LEVEL": desc_level, "DESC_DONE": desc_done,
-            "ETH_STATUS": self.eth.status,
+            "STATUS": _reg(m, status, "status_q"), "META_LEVEL": _reg(m, meta_level, "meta_level_q"),
+            "DESC_LEVEL": _reg(m, desc_level, "desc_level_q"), "DESC_DONE": desc_done,
+            "ETH_STATUS": _reg(m, self.eth.status, "eth_status_q"),
             **{f"ERR_{c.name}": cnt for c, cnt in counters.items()},
         }
         for r in regs:
@@ -317,36 +331,51 @@ class ControlRegisters(wiring.Component):
 
         # --- read channel: decode one cycle after AR, ROUTE_DATA waits for the table -------------
         ar_addr = Signal(word_bits)
+        # the word and the kind of every address: one bit select each (a mux tree on the
+        # address bits, no per-register compare), unmapped addresses SLVERR
+        R_SLVERR, R_OK, R_EXTERNAL, R_ROUTE = 0, 1, 2, 3
+        abits = max(r.offset >> 2 for r in regs).bit_length()
+        values = [Const(0, DATA_BITS)] * (1 << abits)
+        kinds = [Const(R_SLVERR, 2)] * (1 << abits)
+        for r in regs:
+            w = r.offset >> 2
+            if r.name in external:
+                kinds[w] = Const(R_EXTERNAL, 2)
+            elif r.name == "ROUTE_DATA":
+                kinds[w] = Const(R_ROUTE, 2)
+            else:
+                kinds[w] = Const(R_OK, 2)
+                if r.access is Access.RO:
+                    values[w] = ro[r.name]
+                elif r.access is Access.RSUB:
+                    values[w] = rsub[r.name]
+                elif r.name in store:
+                    values[w] = store[r.name]       # (W1P / WO read as 0)
+        values = [Cat(v, Const(0, DATA_BITS - len(v))) for v in values]     # narrower sources: 0 above
+        rd_value, rd_kind = Signal(DATA_BITS), Signal(2)     # rd_kind: decoded with AR, registered
+        ar_word = bus.araddr[2:ADDR_BITS]
+        m.d.comb += rd_value.eq(Cat(*values).word_select(ar_addr[:abits], DATA_BITS))
         rvalid, rdata, rresp = Signal(), Signal(DATA_BITS), Signal(2)
         m.d.comb += [bus.rvalid.eq(rvalid), bus.rdata.eq(rdata), bus.rresp.eq(rresp)]
         with m.FSM(name="read"):
             with m.State("IDLE"):
                 m.d.comb += bus.arready.eq(1)
                 with m.If(bus.arvalid):
-                    m.d.sync += ar_addr.eq(bus.araddr[2:])
+                    m.d.sync += [ar_addr.eq(bus.araddr[2:]),
+                                 rd_kind.eq(Mux(ar_word[abits:] == 0, Cat(*kinds).word_select(ar_word[:abits], 2),
+                                                R_SLVERR))]
                     m.next = "DECODE"
             with m.State("DECODE"):
-                m.d.sync += [rvalid.eq(1), rresp.eq(Resp.SLVERR), rdata.eq(0)]
+                m.d.sync += [rvalid.eq(~rd_kind[1]), rresp.eq(Mux(rd_kind == 0, Resp.SLVERR, Resp.OKAY)),
+                             rdata.eq(Mux(rd_kind == R_OK, rd_value, 0))]
                 m.next = "RESP"
-                with m.Switch(ar_addr):
-                    for r in regs:
-                        with m.Case(r.offset >> 2):
-                            if r.name in external:
-                                m.d.comb += self.seq_regs.r_en.eq(1)
-                                m.d.sync += rvalid.eq(0)
-                                m.next = "EXTERNAL"
-                            elif r.name == "ROUTE_DATA":
-                                m.d.comb += self.route.r_en.eq(1)
-                                m.d.sync += rvalid.eq(0)
-                                m.next = "ROUTE"
-                            elif r.access is Access.RO:
-                                m.d.sync += [rresp.eq(Resp.OKAY), rdata.eq(ro[r.name])]
-                            elif r.access is Access.RSUB:
-                                m.d.sync += [rresp.eq(Resp.OKAY), rdata.eq(rsub[r.name])]
-                            elif r.name in store:
-                                m.d.sync += [rresp.eq(Resp.OKAY), rdata.eq(store[r.name])]
-                            else:   # W1P / WO read as 0
-                                m.d.sync += rresp.eq(Resp.OKAY)
+                if self.seq:
+                    with m.If(rd_kind == R_EXTERNAL):
+                        m.d.comb += self.seq_regs.r_en.eq(1)
+                        m.next = "EXTERNAL"
+                with m.If(rd_kind == R_ROUTE):
+                    m.d.comb += self.route.r_en.eq(1)
+                    m.next = "ROUTE"
             with m.State("ROUTE"):
                 m.d.sync += [rvalid.eq(1), rresp.eq(Resp.OKAY), rdata.eq(self.route.r_data)]
                 m.next = "RESP"

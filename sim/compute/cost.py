@@ -28,14 +28,23 @@ def matrix_cycles(node: NodeConfig, tokens: int, n: int, out: int, mac_utilizati
     return issue / mac_utilization + passes * MATRIX_LATENCY
 
 
+#: The vector unit's pipeline (hw/compute/vector.py): cycles a row takes beyond its passes' n / lanes
+#: issue cycles (simulated, tests/sim/compute/test_cost.py) -- SILU, RESIDUAL 7 (the X32 emit);
+#: the ops with a product pass 21 (product pass 11, normalized emit 10); RMSNORM 41 (those 21, the
+#: row max settling after the load 6, the sum of squares 7, rsqrt 8 cycles instead of 1).
+VECTOR_EXTRA = {"SILU": 7, "RESIDUAL": 7, "RMSNORM": 41}
+
+
 def vector_cycles(op: str, n: int, lanes: int = 1) -> int:
-    """cmd + load [+ sum of squares + rsqrt (1)] [+ product pass] + emit, n / lanes beats each."""
+    """cmd + load [+ sum of squares + rsqrt] [+ product pass] + emit, n / lanes beats each, and
+    each pass's pipeline latency (``VECTOR_EXTRA``; 11 + 10 for the ops with a product pass)."""
     b = math.ceil(n / lanes)
+    extra = VECTOR_EXTRA.get(op, 11 + 10)
     if op in ("SILU", "RESIDUAL"):
-        return 1 + 2 * b
+        return 1 + 2 * b + extra
     if op == "RMSNORM":
-        return 2 + 4 * b
-    return 1 + 3 * b
+        return 2 + 4 * b + extra
+    return 1 + 3 * b + extra
 
 
 def kv_writer_cycles(d: int, lanes: int) -> int:

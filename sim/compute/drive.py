@@ -60,7 +60,7 @@ def run_vector(dut, jobs) -> list[list[tuple[int, int, int]]]:
                     got.append((pl.x, pl.exp, pl.last))
                 return bool(got and got[-1][2])
 
-            await drive(ctx, [feed], sample, 8 * len(feed.items) + 20)
+            await drive(ctx, [feed], sample, 8 * len(feed.items) + 80)   # + the passes' pipeline latency
             results.append(vector_elements(got, L))
 
     simulate(dut, bench)
