@@ -34,6 +34,7 @@ import datetime
 import json
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -145,6 +146,10 @@ def run_layer(node: NodeConfig | None = None, pause: float = 0.0, seed: int = 1)
         return layer_figures(json.loads(report.read_text()), node)
 
 
+def _progress(msg: str) -> None:
+    print(f"[bench compute] {msg}", file=sys.stderr, flush=True)
+
+
 def run(args) -> dict:
     if args.engine or args.model != "tiny":
         return run_engine(args)
@@ -164,6 +169,7 @@ def run(args) -> dict:
     tm = 1 << (args.tokens - 1).bit_length()
     params = {"mac_rows": rows, "mac_lanes": lanes, "max_tokens": tm, "max_inputs": args.inputs,
               "max_tiles": args.tiles}
+    _progress(f"building the {rows}x{lanes} matrix unit and measuring one GEMM tile")
     with tempfile.TemporaryDirectory(prefix="mcf-bench-compute-") as tmp:
         report = Path(tmp) / "util.json"
         run_cocotb(MatrixUnit(**params), UTILIZATION_BENCH[0], Path(tmp) / "build",
@@ -180,6 +186,9 @@ def run(args) -> dict:
     qwen = load_model("qwen2.5-1.5b")
     q_prefill = cost.layer_cycles(qwen, tokens=args.chunk, context=args.chunk, node=node, mac_utilization=util)
     q_decode = cost.layer_cycles(qwen, tokens=1, context=args.context, node=node, mac_utilization=util)
+    if args.layer:
+        _progress("running one tiny decoder layer on the execute unit (RTL, ~1-2 min)")
+        layer = run_layer()
     return {
         "mac_utilization": round(util, 4),
         "macs_per_cycle": round(sim["macs_per_cycle"], 2),
@@ -204,7 +213,7 @@ def run(args) -> dict:
                         "compute_efficiency_is": "model: sim/compute/cost.py layer_cycles, Qwen2.5-1.5B "
                                                  f"prefill chunk {args.chunk}, GEMM cycles / layer cycles "
                                                  "with the measured tile mac_utilization"},
-        **({"exec_layer": run_layer()} if args.layer else {}),
+        **({"exec_layer": layer} if args.layer else {}),
     }
 
 
@@ -389,6 +398,9 @@ def run_engine(args) -> dict:
               (1 << 20) + (_seg_bytes(args.qk_keys, node.head_dim) if args.qk_array else 0))
     ram_bytes = 1 << (ram - 1).bit_length()
     from mcf.sim.rtlcluster.backend import _cache_dir
+    blocks = ["GEMMs"] + (["attention"] if args.attention else []) + (["qk-array"] if args.qk_array else [])
+    _progress(f"{model.name}: elaborating the execute unit ({node.mac_rows}x{node.mac_lanes} array) and building it "
+              f"with {args.sim} (minutes; a cached build is reused), then running {', '.join(blocks)}")
     with tempfile.TemporaryDirectory(prefix="mcf-bench-engine-") as tmp:
         report, attn_report = Path(tmp) / "engine.json", Path(tmp) / "attention.json"
         qk_report = Path(tmp) / "qk.json"
@@ -404,6 +416,7 @@ def run_engine(args) -> dict:
                        "attn": {"keys": args.attn_keys, "block_keys": block_keys, "tokens": node.max_tokens},
                        "qk": {"keys": args.qk_keys, "tokens": args.qk_tokens}, "qk_report": str(qk_report),
                        "ram_bytes": ram_bytes, "report": str(report), "attn_report": str(attn_report), "seed": 1})
+        _progress("simulation done")
         raw = json.loads(report.read_text())
         attn = attention_figures(json.loads(attn_report.read_text()), node) if args.attention else None
         qk = qk_figures(json.loads(qk_report.read_text()), node, attn) if args.qk_array else None

@@ -20,6 +20,7 @@ def test_bench_compute_json():
     assert figures["macs_per_cycle"] >= 0.9 * 16
     assert figures["qwen2.5-1.5b"]["cycles_per_layer_decode"] > figures["cycles_per_layer_decode"]
     assert "exec_layer" not in figures        # --no-layer; tests/hw/compute/exec/test_unit.py checks its figures
+    assert "[bench compute] building the 2x8 matrix unit" in out.stderr     # progress, not on stdout
 
 
 def test_bench_compute_bad_args():
@@ -85,6 +86,7 @@ def test_bench_engine_writes_what_it_prints(tmp_path):
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     fig = json.loads(out.stdout)
+    assert "[bench compute] tiny: elaborating the execute unit" in out.stderr
     cal = fig["calibration"]
     assert _profile_values(copy) == (cal["compute_efficiency"], cal["ddr_efficiency"])
     assert 0.5 < fig["prefill"]["mac_utilization"] <= 1 and 0 < fig["decode"]["ddr_fraction_of_model"] <= 1
