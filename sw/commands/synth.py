@@ -158,9 +158,9 @@ MAP_MEMORY = (f"memory_libmap -logic-cost-rom 0.015625 -lib {LUTRAM_LIB} -lib +/
 LUT_MAPS = {"abc9": "&scorr; &sweep; &dc2; &dch -f -r; &ps; &if {W} {D} {R} -v; &mfs",
             "fast": "&if {W} {D} {R} -v"}
 #: A top with more fine gates than this before LUT mapping is mapped with ``LUT_MAPS["fast"]``:
-#: the matrix unit without its product array at Qwen shapes (107 823 gates) did not finish the
-#: default script in 900 s; the execute unit's glue (46 005) did, as did every other part of the
-#: node (docs/timing.md, "Making the parts finish").
+#: the matrix unit without its product array at Qwen shapes (107 823 gates) was still in ABC
+#: after 34 min with the default script and took 75 s of ABC with the fast one; the execute
+#: unit's glue (46 005) and the KV writer (11 826) finish the default (docs/timing.md, round 7).
 FAST_MAP_GATES = 80_000
 
 
