@@ -74,6 +74,9 @@ def register(sub) -> None:
                    help="one Yosys run of the whole block, or one per listed part summed "
                         "(default: blocks for a block that lists parts, e.g. node)")
     p.add_argument("-j", "--jobs", type=_jobs, default=1, help="Yosys runs at once (--method blocks)")
+    p.add_argument("--lut-map", choices=("auto", "abc9", "fast"), default="auto",
+                   help="ABC9 script of the LUT mapping: the fast one over FAST_MAP_GATES fine gates (auto), "
+                        "the default always (abc9) or the fast one always (fast)")
     p.add_argument("--part", action="append", metavar="PART",
                    help="--method blocks: run only this part, with the same black boxes as in the whole "
                         "run ('(top)': the rest of the block; repeatable); its figures, not the block's")
@@ -162,6 +165,8 @@ LUT_MAPS = {"abc9": "&scorr; &sweep; &dc2; &dch -f -r; &ps; &if {W} {D} {R} -v; 
 #: after 34 min with the default script and took 75 s of ABC with the fast one; the execute
 #: unit's glue (46 005) and the KV writer (11 826) finish the default (docs/timing.md, round 7).
 FAST_MAP_GATES = 80_000
+#: ``--lut-map``: the ``fast_gates`` of each choice (``abc9``: never the fast script).
+FAST_GATES = {"auto": FAST_MAP_GATES, "abc9": None, "fast": 0}
 
 
 def lutram_library() -> str:
@@ -406,7 +411,7 @@ def run(args) -> int:
         work = keep or Path(tmp)
         if method == "whole":
             t1 = time.monotonic()
-            syn = synthesize_netlist(info.name, text, work, args.timeout)
+            syn = synthesize_netlist(info.name, text, work, args.timeout, fast_gates=FAST_GATES[args.lut_map])
             figures = count(syn.cells)
             depth = timing.analyze(syn.netlist, info.name, worst=args.paths)
             cells, pieces, tdict = syn.cells, None, depth.as_dict()
@@ -415,7 +420,7 @@ def run(args) -> int:
                        "yosys_cpu": None if syn.cpu_s is None else round(syn.cpu_s, 1)}
         else:
             pieces, cells, tdict = synthesize_parts(info.name, text, info.parts, work, args.timeout,
-                                                    args.jobs, args.paths, only)
+                                                    args.jobs, args.paths, only, FAST_GATES[args.lut_map])
             figures = count(cells, all(p["finished"] for p in pieces))   # None cells: every figure None
             seconds = {"convert": round(convert_s, 1),
                        "yosys": {p["part"]: p["seconds"] for p in pieces}}
@@ -441,7 +446,8 @@ def run(args) -> int:
         model = out["params"].get("model") or out["params"].get("preset")
         dest = Path(args.write) if args.write else BENCH_DIR / f"synth-{info.name}{'-' + model if model else ''}.json"
         cmd = " ".join(["mcf synth", info.name] + [a for k, v in sorted(params.items()) for a in ("-p", f"{k}={v}")]
-                       + [f"--method {method}", f"--paths {args.paths}"])
+                       + [f"--method {method}", f"--paths {args.paths}"]
+                       + ([f"--lut-map {args.lut_map}"] if args.lut_map != "auto" else []))
         write_text(dest, _dumps({**out, "command": cmd, "date": time.strftime("%Y-%m-%d")},
                                 sort_keys=True, indent=1) + "\n")
         out["written"] = str(dest)
@@ -563,12 +569,13 @@ def plan_parts(top: str, modules: dict[str, str], parts: tuple) -> list[tuple[st
 
 
 def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: float, jobs: int, worst: int,
-                     only: tuple = ()):
+                     only: tuple = (), fast_gates: int | None = FAST_MAP_GATES):
     """``--method blocks``: each part and the rest of the top in its own Yosys run; returns
     (per-part figures, summed cells, combined timing).  The timing is walked part by part,
     those below first: a black box joins its parent's paths at the levels its own run found.
     ``only``: just these parts (names as in ``parts``, ``(top)`` for the rest of the top), each
-    with the same black boxes as in the whole plan; the sums and the timing are theirs."""
+    with the same black boxes as in the whole plan; the sums and the timing are theirs.
+    ``fast_gates``: see ``synthesize_netlist``."""
     modules = split_modules(text)
     plan = plan_parts(top, modules, parts)
     names = ["(top)" if root == top else root[len(top) + 1:] for root, _, _ in plan]
@@ -586,7 +593,7 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
         t = time.monotonic()
         try:
             syn = synthesize_netlist(root, "".join(modules[n] for n in own), work / f"part{index[i]}", timeout,
-                                     lib="".join(modules[b] for b in boxes), partial=True)
+                                     lib="".join(modules[b] for b in boxes), partial=True, fast_gates=fast_gates)
         except OSError as e:        # Yosys refused this part: no figures, the error kept
             errors[root] = str(e).splitlines()[-1][:300]
             return None, False, time.monotonic() - t

@@ -122,6 +122,10 @@ def test_part_option_errors(capsys):
     assert "not with --part" in capsys.readouterr().err
     assert main(["synth", "node", "--model", "tiny", "--part", "exec", "--method", "whole"]) == 2
     assert "--part needs --method blocks" in capsys.readouterr().err
+    assert main(["synth", "node", "--lut-map", "abc"]) == 2
+    assert "invalid choice: 'abc'" in capsys.readouterr().err
+    from mcf.sw.commands.synth import FAST_GATES, FAST_MAP_GATES
+    assert FAST_GATES == {"auto": FAST_MAP_GATES, "abc9": None, "fast": 0}
 
 
 def test_the_table_names_each_part_s_lut_mapping():
