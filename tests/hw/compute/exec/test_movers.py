@@ -37,23 +37,24 @@ def i32(x):
 
 
 class Spad:
-    """SPAD through DDR: LOAD rows in, STORE rows out (``scratch`` is a DDR staging area)."""
+    """SPAD through DDR: LOAD rows in, STORE rows out (``scratch`` is a DDR staging area; ``vl``:
+    the build's words per SPAD beat)."""
 
-    def __init__(self, drv, scratch=0x80000):
-        self.drv, self.scratch = drv, scratch
+    def __init__(self, drv, scratch=0x80000, vl=VL):
+        self.drv, self.scratch, self.vl = drv, scratch, vl
 
     async def put(self, spad, values, exps=None):
         v = np.asarray(values, dtype=np.int64)
         rows, n = v.shape
-        self.drv.ram.write(self.scratch, ddr.rows_bytes(v, VL, exps))
-        await self.drv.must(isa.Load(ddr=self.scratch, spad=spad, beats=rows * n // VL,
-                                     row_beats=0 if exps is None else n // VL))
+        self.drv.ram.write(self.scratch, ddr.rows_bytes(v, self.vl, exps))
+        await self.drv.must(isa.Load(ddr=self.scratch, spad=spad, beats=rows * n // self.vl,
+                                     row_beats=0 if exps is None else n // self.vl))
 
     async def get(self, spad, rows, n, bfp=False):
-        await self.drv.must(isa.Store(ddr=self.scratch, spad=spad, beats=rows * n // VL,
-                                      row_beats=n // VL if bfp else 0))
-        nbytes = rows * (n + (VL if bfp else 0)) * 4
-        return ddr.read_rows(self.drv.ram.read(self.scratch, nbytes), rows, n, VL, bfp)
+        await self.drv.must(isa.Store(ddr=self.scratch, spad=spad, beats=rows * n // self.vl,
+                                      row_beats=n // self.vl if bfp else 0))
+        nbytes = rows * (n + (self.vl if bfp else 0)) * 4
+        return ddr.read_rows(self.drv.ram.read(self.scratch, nbytes), rows, n, self.vl, bfp)
 
     async def put_bfp(self, spad, x):
         m, e = x

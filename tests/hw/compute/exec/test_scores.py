@@ -18,29 +18,11 @@ from mcf.spec.isa import SeqFault
 from mcf.spec.kv import pack_segment
 from mcf.spec.node import NodeConfig
 from mcf.sw.golden import fixed as fx
-from tests.hw.compute.exec.test_movers import bfp_rows, i32
+from tests.hw.compute.exec.test_movers import Spad, bfp_rows, i32
 
 CFG = NodeConfig.tiny(mac_rows=16, vec_lanes=4)
 VL = CFG.vec_lanes
 SEG = 0x20000
-
-
-class Spad:
-    """SPAD through DDR at this build's VL: LOAD rows in, STORE rows out."""
-
-    def __init__(self, drv, scratch=0x80000):
-        self.drv, self.scratch = drv, scratch
-
-    async def put(self, spad, values, exps=None):
-        v = np.asarray(values, dtype=np.int64)
-        rows, n = v.shape
-        self.drv.ram.write(self.scratch, ddr.rows_bytes(v, VL, exps))
-        await self.drv.must(isa.Load(ddr=self.scratch, spad=spad, beats=rows * n // VL,
-                                     row_beats=0 if exps is None else n // VL))
-
-    async def get(self, spad, rows, n):
-        await self.drv.must(isa.Store(ddr=self.scratch, spad=spad, beats=rows * n // VL, row_beats=0))
-        return ddr.read_rows(self.drv.ram.read(self.scratch, rows * n * 4), rows, n, VL, False)
 
 
 async def bench(dut):
@@ -49,12 +31,13 @@ async def bench(dut):
     p = params()
     drv = ExecDriver(dut, seed=p.get("seed", 1))
     await drv.start()
-    return drv, Spad(drv), np.random.default_rng(p.get("seed", 1))
+    return drv, Spad(drv, vl=VL), np.random.default_rng(p.get("seed", 1))
 
 
 def kv_keys(rng, keys, d, e_max, extreme):
     """KV4 keys (q, A, E) with some all-zero keys; ``extreme``: the largest products and A, E at
-    both ends (left shifts kept to e + E + 12 <= 29: golden rshr shifts int64 left unchecked)."""
+    both ends (left shifts kept to e + E + 12 <= 29; tests/hw/compute/test_matrix.py takes the
+    matrix unit to E = 127)."""
     q, a, e = fx.quantize_kv(bfp_rows(rng, keys, d))
     a[rng.random(keys) < 0.2] = 0
     if extreme:
