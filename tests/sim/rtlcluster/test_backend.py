@@ -196,8 +196,7 @@ def test_rtl_cluster_runs_tensor_parallel_bit_exact(rtl_factory):
     _model_within(rep, 0.2, prompt=PROMPT[:8], nodes=2, chunk=4, decode=2, decode_scheme="tensor-parallel")
 
 
-@pytest.mark.slow          # ~1 min on the cached build; the ISA test of the same programs runs in CI
-@pytest.mark.cocotb
+@pytest.mark.cocotb          # ~1 min on the cached build: the one RTL run of the context-split path
 @pytest.mark.timeout(BUILD_S)
 def test_rtl_cluster_splits_the_tensor_parallel_decode_attention(rtl_factory):
     """Tensor-parallel on 4 RTL nodes (the tiny model's 2 KV heads: two nodes hold each): decode
