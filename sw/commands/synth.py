@@ -54,6 +54,11 @@ _LUTRAM = {"RAM32M16": 8, "RAM64M8": 8, "RAM32M": 4, "RAM64M": 4, "RAM32X1D": 2,
 _FF = ("FDRE", "FDSE", "FDCE", "FDPE", "LDCE", "LDPE")
 
 
+def _progress(msg: str) -> None:
+    """One line of progress on stderr (stdout keeps the table or the JSON)."""
+    print(f"[mcf synth] {msg}", file=sys.stderr, flush=True)
+
+
 def register(sub) -> None:
     p = sub.add_parser("synth", help="estimate a block's FPGA resources (Yosys synth_xilinx, K26)",
                        description=__doc__.split("\n\n")[1])
@@ -405,8 +410,11 @@ def run(args) -> int:
     from mcf.hw.compute.dot_array import with_models
     component = info.build(**params)
     config = getattr(component, "config", None)
+    _progress(f"{info.name}: converting to Verilog (minutes for a node)")
     text = with_models(verilog.convert(component, name=info.name))
     convert_s = time.monotonic() - t0
+    _progress(f"{info.name}: Verilog in {convert_s:.0f} s; synthesizing ({method}, each Yosys run bounded by "
+              f"--timeout {args.timeout:g} s)")
     keep = Path(args.keep) if args.keep else None
     with tempfile.TemporaryDirectory(prefix="mcf-synth-") as tmp:
         work = keep or Path(tmp)
@@ -592,19 +600,25 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
     def one(i, entry):
         root, own, boxes = entry
         t = time.monotonic()
+        _progress(f"part {names[i]}: started")
         try:
             syn = synthesize_netlist(root, "".join(modules[n] for n in own), work / f"part{index[i]}", timeout,
                                      lib="".join(modules[b] for b in boxes), partial=True, fast_gates=fast_gates)
         except OSError as e:        # Yosys refused this part: no figures, the error kept
             errors[root] = str(e).splitlines()[-1][:300]
+            _progress(f"part {names[i]}: Yosys failed ({errors[root]})")
             return None, False, time.monotonic() - t
         maps[root] = {"script": syn.lut_map, "gates": syn.gates}
         walls[root] = syn.wall_s
+        _progress(f"part {names[i]}: {'done' if syn.finished else 'stopped (LUT mapping unfinished)'} after "
+                  f"{time.monotonic() - t:.0f} s ({len(done_parts) + 1} of {len(plan)})")
+        done_parts.append(root)
         return syn.cells, syn.finished, syn.cpu_s if syn.finished else (syn.stopped_s or time.monotonic() - t)
 
     errors: dict = {}
     maps: dict = {}
     walls: dict = {}
+    done_parts: list = []
 
     # Smallest Verilog first: a part that cannot finish in time holds a worker only at the end.
     order = sorted(range(len(plan)), key=lambda i: sum(len(strip_zero_inits(modules[n])) for n in plan[i][1]))

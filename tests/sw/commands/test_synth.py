@@ -24,7 +24,9 @@ def test_unknown_block(capsys):
 def test_synth_small_block(capsys):
     """A 32-bit writer: some LUTs and FFs, no block RAM (the first yowasp run is slow)."""
     assert main(["synth", "dma_writer", "-p", "data_width=32", "-p", "max_outstanding=2", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert "[mcf synth] dma_writer: converting to Verilog" in cap.err     # progress goes to stderr
     res = out["resources"]
     assert out["block"] == "dma_writer" and out["params"]["data_width"] == 32
     assert 50 < res["LUT"] < 5000 and 50 < res["FF"] < 5000
