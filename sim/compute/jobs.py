@@ -59,6 +59,16 @@ def linear_job(rng, rows, lanes, max_tokens, t, n, out, group, bias=True, w_scal
     return pack_linear(m, e, qw, b, y, rows, lanes, max_tokens)
 
 
+def pack_activations(job: LinearJob, m, e, lanes: int, max_tokens: int) -> None:
+    """BFP16 rows (m [t, n], e [t]) into the matrix unit's activation buffer (address = beat *
+    max_tokens + token) and its row exponents."""
+    t, n = m.shape
+    for beat in range(n // lanes):
+        for tok in range(t):
+            job.act.append((beat * max_tokens + tok, pack(m[tok, beat * lanes:(beat + 1) * lanes], 16)))
+    job.exp = [(tok, int(e[tok]) & 0xFF) for tok in range(t)]
+
+
 def pack_linear(m, e, qw, b, y, rows, lanes, max_tokens) -> LinearJob:
     t, n = m.shape
     out = qw.shape[0]
@@ -66,10 +76,7 @@ def pack_linear(m, e, qw, b, y, rows, lanes, max_tokens) -> LinearJob:
     assert out % rows == 0 and group % lanes == 0 and n % group == 0 and t <= max_tokens
     job = LinearJob(cmd=dict(tokens=t, group_beats=group // lanes, groups=n // group,
                              tiles=out // rows, w_exp=qw.exp, bias=int(b is not None)))
-    for beat in range(n // lanes):
-        for tok in range(t):
-            job.act.append((beat * max_tokens + tok, pack(m[tok, beat * lanes:(beat + 1) * lanes], 16)))
-    job.exp = [(tok, int(e[tok]) & 0xFF) for tok in range(t)]
+    pack_activations(job, m, e, lanes, max_tokens)
     for tile in range(out // rows):
         r = slice(tile * rows, (tile + 1) * rows)
         for gi in range(n // group):

@@ -192,7 +192,7 @@ def score_job(rng, rows, lanes, max_tokens, r, d, keys, extreme=False):
     """``r`` query rows (BFP16, prescaled) against ``keys`` INT4 keys (KV4: q, A, E): the matrix
     unit's traffic in kv mode (one group of G = d, scale word A | E << 8 per key) and the expected
     beats from ``fixed.scores``."""
-    from mcf.sim.compute.jobs import LinearJob, pack, random_bfp_rows
+    from mcf.sim.compute.jobs import LinearJob, pack, pack_activations, random_bfp_rows
     from mcf.sw.golden import fixed as fx
     m, e = random_bfp_rows(rng, r, d)
     kq, ka, ke = fx.quantize_kv(random_bfp_rows(rng, keys, d))
@@ -210,10 +210,7 @@ def score_job(rng, rows, lanes, max_tokens, r, d, keys, extreme=False):
     s = fx.scores((m[:, None, :], e[:, None]), kq[:, None, :], ka[:, None], ke[:, None], 1)[0]   # [r, keys]
     job = LinearJob(cmd=dict(tokens=r, group_beats=d // lanes, groups=1, tiles=keys // rows, w_exp=0, bias=0,
                              kv=1))
-    for beat in range(d // lanes):
-        for tok in range(r):
-            job.act.append((beat * max_tokens + tok, pack(m[tok, beat * lanes:(beat + 1) * lanes], 16)))
-    job.exp = [(tok, int(e[tok]) & 0xFF) for tok in range(r)]
+    pack_activations(job, m, e, lanes, max_tokens)
     for tile in range(keys // rows):
         k = slice(tile * rows, (tile + 1) * rows)
         for jb in range(d // lanes):
