@@ -28,6 +28,10 @@ P_FRAC = 15            # softmax weight p, and sigmoid / exp2 LUT values, Q.15
 S_FRAC = 12            # score fraction bits (log2 units)
 EXP_LUT_BITS = 8       # exp2 LUT: 256 entries over one octave
 O_FRAC = 12            # fraction bits of o in the (m, l, o) state
+#: Largest PV weight w (docs/fixed-point.md section 5.8): 2^31 - 2^15 - 1, so that w splits into two
+#: balanced signed 16-bit digits on the MAC array (docs/attention-array.md).  A V from a
+#: projection gives w < 2^25; only crafted KV bytes reach it.
+W_MAX = (1 << 31) - (1 << 15) - 1
 RCP_IDX_BITS = 10      # reciprocal LUT index: l normalised to [512, 1024]
 RCP_FRAC = 24          # reciprocal LUT: round(2^24 / i)
 KV_A_BITS = 8          # KV scale mantissa A in [128, 255]

@@ -14,7 +14,7 @@ per group) and, per row, a softmax state (m, l, o[head_dim]):
   s = sat32(rshr(dot(q, kq) A_k, -(e_q + E_k + S_FRAC))), m[r] = max(m[r], visible s)
   (``first``: m = INT32_MIN before).  ``AttnPass.APPLY`` takes ``k`` and ``v`` together,
   recomputes each score, p = exp2(s - m[r]) (LUT) on visible keys, l += p,
-  w = sat32(rshr(p A_v, 15 - O_FRAC - E_v)), o += w vq (``first``: l = o = 0 before).
+  w = min(rshr(p A_v, 15 - O_FRAC - E_v), W_MAX), o += w vq (``first``: l = o = 0 before).
 * an **emit** (``cmd.emit = 1``) of rows 0 .. ``cmd.rows`` - 1 on ``o`` (32-bit words, TLAST on
   the last) in ``EmitMode``: FINAL, head_dim X32 words per row (``finalize``, RCP LUT);
   STATE, head_dim + 2 words [m, sat32(l), sat32(o_c) ...] (``encode_state``); MAX, one word m.
@@ -34,7 +34,7 @@ Folded to the rate the K/V streams deliver keys (``lanes`` = head_dim / 8 by def
   products per DSP48E2: the pair's two keys times one q mantissa) sums a chunk of ``lanes``
   elements of both keys a cycle, a pair in ``chunks`` cycles (MAX: chunks / 2 cycles a key);
 * **post**, one key a cycle through 13 stages: raw = dot A_k, the rounding shift and sat32 (MAX:
-  m), the exp2 index of m - s, the table, p (l += p), p A_v, the shift and sat32 to w;
+  m), the exp2 index of m - s, the table, p (l += p), p A_v, the shift and the W_MAX bound to w;
 * **P.V**, one key per ``chunks`` cycles (APPLY's rate): w as two 16-bit digits, each times two
   INT4 V elements packed in one DSP operand, so ``lanes`` DSP48E2 a row give ``lanes`` elements
   a cycle; o[r][c lanes + l] lives in memory (r, l) at address c (synchronous read, read at one
@@ -412,7 +412,8 @@ class AttentionUnit(wiring.Component):
             u10 = stage(f"u{r}", p9 * pm_[9].va)
             wsh10 = stage(f"wsh{r}", fx.P_FRAC - fx.O_FRAC - pm_[9].ve, signed(10))
             wr13 = rshr_staged(m, u10, wsh10, 33, f"wr{r}")
-            w13 = sat(m, wr13, 32)
+            w13 = Signal(32, name=f"w13_{r}")           # w >= 0: the W_MAX bound is its saturation
+            m.d.comb += w13.eq(Mux(wr13 > fx.W_MAX, fx.W_MAX, wr13[:32]))
             for e in range(W_CREDITS):
                 with m.If(push & (wq_wp == e)):
                     m.d.sync += wq_w[e][r].eq(w13)

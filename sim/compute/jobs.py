@@ -149,16 +149,23 @@ def k_run(job: AttentionJob, run: tuple, head_dim: int) -> list:
     return beats
 
 
-def attention_job(rng, d, group, tokens, keys, final=True, protocol=False, runs=1) -> AttentionJob:
+def attention_job(rng, d, group, tokens, keys, final=True, protocol=False, runs=1,
+                  w_bound=False) -> AttentionJob:
     """``group`` query heads of one KV head x ``tokens`` rows against ``keys`` INT4 keys split
     into ``runs`` runs; row r = (token r // group, head r % group).  Expected words from
     ``fixed.scores``, ``fixed.partial_state`` and ``fixed.finalize`` / ``fixed.encode_state``
-    over all the keys at once (one state, whatever the runs)."""
+    over all the keys at once (one state, whatever the runs).  ``w_bound``: crafted V bytes
+    (key 0 at V exponent 60, every other V element 0) so that each row's w_0 is the W_MAX bound
+    and o = (W_MAX, -W_MAX, 0, ...), which 32-bit saturation would not give."""
     R = group * tokens
     qm, qe = random_bfp_rows(rng, R, d)
     q = fx.prescale_query((qm.reshape(tokens, group, d), qe.reshape(tokens, group)), d)
     kq, ka, ke = fx.quantize_kv(random_kv_rows(rng, keys, d))
     vq, va, ve = fx.quantize_kv(random_kv_rows(rng, keys, d))
+    if w_bound:
+        vq[:] = 0
+        vq[0, :2] = (1, -1)
+        va[0], ve[0] = 255, 60
     kq, ka, ke, vq, va, ve = kq[:, None], ka[:, None], ke[:, None], vq[:, None], va[:, None], ve[:, None]
     q_pos = rng.integers(0, keys + 2, size=tokens)
     k_pos = np.arange(keys)

@@ -32,7 +32,7 @@ import numpy as np
 from mcf.spec.fixed import (  # noqa: F401  (re-exported as fixed.NAME)
     X_FRAC, MANT_BITS, W_BITS, SCALE_BITS, GAIN_BITS, RSQRT_IDX_BITS, RSQRT_FRAC, ROPE_FRAC,
     SIGMOID_STEP_BITS, SIGMOID_RANGE, P_FRAC, S_FRAC, EXP_LUT_BITS, O_FRAC, RCP_IDX_BITS,
-    RCP_FRAC, KV_A_BITS, RCP7, WORD_BITS, INT32_MIN, INT32_MAX, M_EMPTY, rsqrt_lut, exp2_lut,
+    RCP_FRAC, KV_A_BITS, W_MAX, RCP7, WORD_BITS, INT32_MIN, INT32_MAX, M_EMPTY, rsqrt_lut, exp2_lut,
     rcp_lut, sigmoid_lut, kv_rcp_lut, RSQRT_LUT, EXP2_LUT, RCP_LUT, SIGMOID_LUT, KV_RCP_LUT,
     round_half_up as _rnd)
 
@@ -388,12 +388,24 @@ def partial_state(s, valid, vq, va, ve, group: int, m_ref=None) -> State:
     """(m, l, o) of queries over a set of keys.
 
     m = max valid score (M_EMPTY if none) unless ``m_ref`` (a shared, larger-or-equal max) is
-    given; p = exp2(s - m) on valid keys; l = sat32(sum p); w = sat32(rshr(p * A_v, 15 - O_FRAC
-    - E_v)); o = sat32(sum_j w_j vq_j)."""
+    given; p = exp2(s - m) on valid keys; l = sat32(sum p); w = min(rshr(p * A_v, 15 - O_FRAC
+    - E_v), W_MAX); o = sat32(sum_j w_j vq_j)."""
     m_loc = np.where(valid.any(axis=-1), np.where(valid, s, INT32_MIN).max(axis=-1), M_EMPTY)
     m = m_loc if m_ref is None else np.asarray(m_ref, dtype=np.int64)
     l, o = state_sums(s, valid, vq, va, ve, group, m)
     return State(m, sat(l, 32), sat(o, 32))
+
+
+def attn_weights(s, valid, va, ve, group: int, m):
+    """The softmax weights of scores ``s`` [Hq, T, S] with row maximum ``m`` [Hq, T]:
+    p = exp2(s - m) on valid keys (0 elsewhere) and the PV weights
+    w = min(rshr(p A_v, 15 - O_FRAC - E_v), W_MAX), both [Hq, T, S] int64 (p >= 0, A_v >= 0, so
+    w >= 0; W_MAX keeps w in two balanced 16-bit digits, docs/fixed-point.md section 5.8)."""
+    hq = s.shape[0]
+    p = np.where(valid, exp2(s - np.asarray(m, dtype=np.int64)[..., None]), 0)
+    kv_of = np.arange(hq) // group
+    w = np.minimum(rshr(p * va.T[kv_of][:, None, :], P_FRAC - O_FRAC - ve.T[kv_of][:, None, :]), W_MAX)
+    return p, w
 
 
 def state_sums(s, valid, vq, va, ve, group: int, m):
@@ -402,10 +414,8 @@ def state_sums(s, valid, vq, va, ve, group: int, m):
     over several KV runs and saturates when it emits)."""
     hq = s.shape[0]
     hkv = vq.shape[1]
-    p = np.where(valid, exp2(s - np.asarray(m, dtype=np.int64)[..., None]), 0)
+    p, w = attn_weights(s, valid, va, ve, group, m)
     l = p.sum(axis=-1)
-    kv_of = np.arange(hq) // group
-    w = sat(rshr(p * va.T[kv_of][:, None, :], P_FRAC - O_FRAC - ve.T[kv_of][:, None, :]), 32)
     bound = float(s.shape[-1]) * (1 << 31) * (1 << (W_BITS - 1))
     t = s.shape[1]
     wg = w.reshape(hkv, group * t, -1)

@@ -153,6 +153,20 @@ def test_attention_amaranth_sim(final, runs, protocol):
     assert got == job.expected
 
 
+def test_attention_w_bound():
+    """w = min(rshr(p A_v, 3 - E_v), W_MAX) (docs/fixed-point.md 5.8): a crafted V key at
+    exponent 60 gives every row o = (W_MAX, -W_MAX, 0, ..) in the emitted state (a 32-bit
+    saturation of w would give 2^31 - 1)."""
+    rng = np.random.default_rng(3)
+    dut = AttentionUnit(head_dim=8, rows=4, max_keys=16)
+    job = attention_job(rng, d=8, group=2, tokens=2, keys=5, final=False, w_bound=True)
+    words = np.array(job.expected, dtype=np.uint32).view(np.int32).reshape(4, 10)
+    assert (words[:, 2] == fx.W_MAX).all() and (words[:, 3] == -fx.W_MAX).all() and not words[:, 4:].any()
+    got_max, got = run_attention(dut, [job])[0]
+    assert got_max == job.max_words
+    assert got == job.expected
+
+
 @pytest.mark.parametrize("lanes", [8, 4])
 def test_attention_folded_amaranth_sim(lanes):
     """head_dim 32 folded to 8 (4 chunks a key pair) or 4 lanes (8 chunks): odd key counts (a
