@@ -596,20 +596,30 @@ class _Lowerer:
         self.vec(n, VecOp.RMSNORM, sh.h, rows, a, sh.hb, sp["H"], sh.hb, b=sp["GAIN"],
                  imm0=self.k("eps_n"), imm1=self.k(g_exp_key))
 
-    def front(self, n: int, li: int, T: int, seg_base: int, deps=()) -> Local:
+    def front(self, n: int, li: int, T: int, seg_base: int, deps=(), after_q=None) -> Local:
         """RMSNorm, Q/K/V, RoPE, prescale, and the KV writer of the T tokens into the block layer at
-        ``seg_base``; returns the last KVW."""
+        ``seg_base``; returns the last KVW.  With ``after_q`` the query comes first: Q's GEMM, RoPE
+        and prescale, then ``after_q()`` (the tensor-parallel split sends the query rows from
+        there), then K and V, whose GEMMs hide the query's trip."""
         sh, sp = self.sh, self.sp
+        d, db = sh.d, sh.db
         p = f"layers.{li}"
         self.norm(n, f"{p}.ln1", f"{p}.ln1.g_exp", T, sp["X"])
-        for name, dst, width in (("q_proj", "Q", sh.qb), ("k_proj", "K", sh.kb), ("v_proj", "V", sh.kb)):
-            self.gemm(n, f"{p}.{name}", f"{p}.{name}", T, sp["H"], sh.hb, sp[dst], width, bias=True)
-        d, db = sh.d, sh.db
+
+        def gemms(names):
+            for name, dst, width in names:
+                self.gemm(n, f"{p}.{name}", f"{p}.{name}", T, sp["H"], sh.hb, sp[dst], width, bias=True)
+
+        kv_proj = (("k_proj", "K", sh.kb), ("v_proj", "V", sh.kb))
+        gemms((("q_proj", "Q", sh.qb),) + (() if after_q else kv_proj))
         self.vec(n, VecOp.TO_BFP, d, T * sh.hq, sp["Q"], db, sp["Q"], db)
         self.vec(n, VecOp.ROPE, d, T * sh.hq, sp["Q"], db, sp["Q"], db, b=sp["ROPE"], b_stride=db,
                  b_rep=sh.hq, b_pair=1)
         self.vec(n, VecOp.PRESCALE, d, T * sh.hq, sp["Q"], db, sp["Q"], db, imm0=self.k("score.cm"),
                  imm1=self.k("score.ce"))
+        if after_q:
+            after_q()
+            gemms(kv_proj)
         self.vec(n, VecOp.TO_BFP, d, T * sh.hkv, sp["K"], db, sp["K"], db)
         self.vec(n, VecOp.ROPE, d, T * sh.hkv, sp["K"], db, sp["K"], db, b=sp["ROPE"], b_stride=db,
                  b_rep=sh.hkv, b_pair=1)

@@ -414,7 +414,8 @@ class _TPLowerer(_Lowerer):
             got_q = {}
             for n in range(N):
                 if split:
-                    self.front_split(n, li, seg_of(n, li), seq, got_q)
+                    # the query first, its rows to the KV group's other nodes while K/V go on
+                    self.front(n, li, 1, seg_of(n, li), after_q=lambda n=n: self.send_query(n, seq, got_q))
                     continue
                 self.front(n, li, T, seg_of(n, li))
                 self.attention(n, T, pos0, runs_of(n, li))
@@ -475,19 +476,11 @@ class _TPLowerer(_Lowerer):
         cuts.append(len(tok))
         return [(cuts[r], cuts[r + 1]) for r in range(R)]
 
-    def front_split(self, n: int, li: int, seg_base: int, seq: int, got_q: dict) -> None:
-        """``front`` of one decode token with the query first: RMSNorm, Q (GEMM, RoPE, prescale),
-        then its rows to the KV group's other nodes, then K/V and the KV writer, which hide the
-        query's trip."""
+    def send_query(self, n: int, seq: int, got_q: dict) -> None:
+        """Node n's query rows (SPAD Q) into slot n mod R of its own and its KV group's other
+        nodes' net.qg; ``got_q[(node, slot)]`` the store or arrival there."""
         sh, sp, b, m = self.sh, self.sp, self.b, self.map
-        R, db, d = m.replicas, sh.db, sh.d
-        p = f"layers.{li}"
-        self.norm(n, f"{p}.ln1", f"{p}.ln1.g_exp", 1, sp["X"])
-        self.gemm(n, f"{p}.q_proj", f"{p}.q_proj", 1, sp["H"], sh.hb, sp["Q"], sh.qb, bias=True)
-        self.vec(n, VecOp.TO_BFP, d, sh.hq, sp["Q"], db, sp["Q"], db)
-        self.vec(n, VecOp.ROPE, d, sh.hq, sp["Q"], db, sp["Q"], db, b=sp["ROPE"], b_stride=db, b_rep=sh.hq, b_pair=1)
-        self.vec(n, VecOp.PRESCALE, d, sh.hq, sp["Q"], db, sp["Q"], db, imm0=self.k("score.cm"),
-                 imm1=self.k("score.ce"))
+        R, db = m.replicas, sh.db
         me = n % R
         mates = [n // R * R + r for r in range(R) if r != me]
         # the query rows: node n's heads go to slot me of every mate's net.qg
@@ -507,22 +500,14 @@ class _TPLowerer(_Lowerer):
                             length=sh.hq * (db + 1) * sh.vl * 4, stage=Stage.DECODE, mop=Op.QUERY,
                             collective=Collective.UNICAST, reduce_op=ReduceOp.NONE, dst=x,
                             route_id=self.routes.unicast(x), tag=tag, seq=seq & 0xFFFF))
-        for name, dst in (("k_proj", "K"), ("v_proj", "V")):
-            self.gemm(n, f"{p}.{name}", f"{p}.{name}", 1, sp["H"], sh.hb, sp[dst], sh.kb, bias=True)
-        self.vec(n, VecOp.TO_BFP, d, sh.hkv, sp["K"], db, sp["K"], db)
-        self.vec(n, VecOp.ROPE, d, sh.hkv, sp["K"], db, sp["K"], db, b=sp["ROPE"], b_stride=db, b_rep=sh.hkv, b_pair=1)
-        self.vec(n, VecOp.TO_BFP, d, sh.hkv, sp["V"], db, sp["V"], db)
-        for v, buf in ((False, "K"), (True, "V")):
-            for kvh in range(sh.hkv):
-                b.ex(n, isa.Kvw, src=sp[buf] + kvh * db, rows=1, row_stride=sh.kb, seg=seg_base + sh.seg(1, v, kvh))
 
     def split_attention(self, pos: int, runs_of, li: int, seq: int, got_q: dict) -> None:
         """Decode attention with the keys of each KV head split over the R nodes that hold it
         (docs/fixed-point.md 7.4, bit-exact with the single-node attention): the R nodes gather
-        their KV head's query rows (unicasts, ``front_split``); each takes the maximum over its
-        keys for all of them, the NICs reduce the maxima of every KV group at once and at every
-        node (ReduceOp.MAX towards each node; the other groups' rows EMPTY = INT32_MIN from a unit
-        with no keys), which gives every node M;
+        their KV head's query rows (unicasts, ``send_query`` from ``front``); each takes the
+        maximum over its keys for all of them, the NICs reduce the maxima of every KV group at once
+        and at every node (ReduceOp.MAX towards each node; the other groups' rows EMPTY = INT32_MIN
+        from a unit with no keys), which gives every node M;
         each node computes its (M, l, o) state over its keys and sends it to the other R - 1 nodes;
         every node adds the R states in node order (VEC RESIDUAL: with equal m, SOFTMAX_MERGE is
         the saturating addition of l and o; FINAL reads only l and o) and finalizes its own heads
