@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 from .bits import SpecError
-from .isa import MAX_HP_PORTS, NUM_SEMS
+from .isa import LAYOUTS, MAX_HP_PORTS, NUM_SEMS, Opcode
 from .packet import MAX_PAYLOAD_BYTES, ROUTE_TABLE_ENTRIES
 from .params import Range
 from .regmap import REGISTERS
@@ -68,6 +68,9 @@ class NodeConfig:
     # hw/compute/dot_array.py): the K26's 1 248 DSPs less the group-scale multipliers and the rest.
     mac_rows: int = 64               # matrix unit: MAC array rows (output rows per weight beat)
     mac_lanes: int = 32              # matrix unit: MAC array lanes (inputs per row per cycle)
+    # matrix unit: the largest weight group G a GEMM takes (group_log2 <= log2 max_group); its
+    # attention scores (GEMM kv = 1, one group of head_dim) are built only when head_dim <= max_group
+    max_group: int = 128
     dsp_primitives: int = 1          # 1: the products are DSP48E2 instances (P cascade; model in sims)
     max_tokens: int = 16             # tokens sharing each weight beat (query rows per pass)
     vec_lanes: int = 8               # vector unit lanes
@@ -110,6 +113,9 @@ class NodeConfig:
             raise SpecError(f"NodeConfig: weight_clock_hz={self.weight_clock_hz} needs weight_ports > 1 and an HP "
                             f"port besides theirs (hp_ports > weight_ports), not weight_ports={self.weight_ports}, "
                             f"hp_ports={self.hp_ports}")
+        if self.max_group < self.mac_lanes:
+            raise SpecError(f"NodeConfig: max_group={self.max_group} must be >= mac_lanes={self.mac_lanes} (a weight "
+                            f"group is whole MAC lanes)")
         if self.num_heads % self.num_kv_heads:
             raise SpecError(f"NodeConfig: num_heads={self.num_heads} is not a multiple of "
                             f"num_kv_heads={self.num_kv_heads}")
@@ -264,6 +270,8 @@ RANGES: dict[str, Range] = {
     "softmax_fan_in": Range(2, 16, pow2=True, zero=True, doc="contributions of one SOFTMAX_MERGE"),
     "mac_rows": Range(1, 256, doc="MAC array rows"),
     "mac_lanes": Range(1, 256, pow2=True, doc="MAC array lanes"),
+    "max_group": Range(1, 1 << LAYOUTS[Opcode.GEMM]["group_log2"].max, pow2=True,
+                       doc="largest GEMM weight group G (>= mac_lanes)"),
     "dsp_primitives": Range(0, 1, doc="products as DSP48E2 instances (1) or inferred (0)"),
     "max_tokens": Range(1, 256, pow2=True, doc="tokens per weight pass"),
     "vec_lanes": Range(1, 256, pow2=True, doc="vector unit lanes"),

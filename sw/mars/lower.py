@@ -161,9 +161,9 @@ def check_model(model: ModelConfig, node: NodeConfig, group: int) -> None:
         raise LoweringError(f"{name}: head_dim={d}, the node's attention unit is built for {node.head_dim}")
     if d % 16 or d % (2 * vl):
         raise LoweringError(f"{name}: head_dim={d} must be a multiple of 16 and of 2 x vec_lanes={2 * vl}")
-    if group < 1 or group & (group - 1) or group % K:
-        raise LoweringError(f"{name}: group size {group} must be a power of two and a multiple of "
-                            f"mac_lanes={K}")
+    if group < 1 or group & (group - 1) or group % K or group > node.max_group:
+        raise LoweringError(f"{name}: group size {group} must be a power of two, a multiple of "
+                            f"mac_lanes={K} and at most max_group={node.max_group}")
     for what, n in (("hidden_size", h), ("num_heads x head_dim", hq * d), ("intermediate_size", inter)):
         if n % group:
             raise LoweringError(f"{name}: group size {group} does not divide {what}={n}")

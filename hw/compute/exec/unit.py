@@ -105,12 +105,12 @@ BUSY_OF = {"gemm": "busy_gemm", "vec": "busy_vec", "attn": "busy_attn", "kvw": "
 
 
 class ExecUnit(wiring.Component):
-    """The execute unit of ``config``'s node (``max_group``: the largest weight group G it
-    takes)."""
+    """The execute unit of ``config``'s node (``NodeConfig.max_group``: the largest weight
+    group G it takes; GEMM kv is built only when head_dim <= max_group)."""
 
-    def __init__(self, config: NodeConfig | None = None, max_group: int = 128):
+    def __init__(self, config: NodeConfig | None = None):
         self.config = config if config is not None else NodeConfig.tiny()
-        self.g = g = Geometry.from_config(self.config, max_group)
+        self.g = g = Geometry.from_config(self.config, self.config.max_group)
         self.movers = {name: cls(g) for name, cls in MOVERS.items()}
         super().__init__({
             "instr": In(stream.Signature(isa.INSTR_BITS)),

@@ -435,6 +435,8 @@ class NodeSim:
             return self._x_gemm_kv(ins, ex)
         cfg, vl = self.cfg, self.vl
         g = 1 << ins.group_log2
+        self._check(g <= cfg.max_group, f"group_log2={ins.group_log2}: G={g} exceeds the matrix unit's "
+                                        f"max_group={cfg.max_group}")
         self._check(ins.heads == 0 and ins.head_stride == 0, f"heads={ins.heads}, head_stride="
                                                              f"{ins.head_stride} on a GEMM without kv")
         self._check(0 < ins.tokens <= cfg.max_tokens, f"tokens={ins.tokens} (max tokens {cfg.max_tokens})")
@@ -453,9 +455,12 @@ class NodeSim:
     def _x_gemm_kv(self, ins, ex):
         """GEMM kv = 1: golden ``scores`` of the (token, head) query rows against keys tile0 P ..
         (tile0 + tiles) P - 1 of the K segment at blob (spec/kv.py, total_tiles P keys).  Reads
-        what the RTL reads: those keys' scale words and rows."""
+        what the RTL reads: those keys' scale words and rows.  The RTL builds it only when
+        head_dim <= max_group (a key is one weight group): else a kv GEMM is illegal."""
         cfg, vl, d = self.cfg, self.vl, self.cfg.head_dim
         P = cfg.mac_rows
+        self._check(d <= cfg.max_group, f"kv: head_dim {d} exceeds the matrix unit's max_group={cfg.max_group} "
+                                        f"(no scores path built)")
         R = ins.tokens * ins.heads
         self._check(ins.tokens > 0 and ins.heads > 0 and R <= cfg.max_tokens,
                     f"tokens x heads = {ins.tokens} x {ins.heads} rows (max tokens {cfg.max_tokens})")

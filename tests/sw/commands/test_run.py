@@ -42,7 +42,7 @@ def test_model_backend_tokens_equal_golden_generate(checkpoint, capsys):
     (["--nodes", "0"], "argument --nodes: 0 is out of range: must be an integer in [1, 256]"),
     (["--tokens", "1,999"], "token ids must be in [0, 256)"),
     (["--chunk", "16", "--tokens", "1,2,3,4,5,6,7,8,9,10,11,12"], "at most max_tokens=8"),
-    (["--group-size", "4"], "group size 4 must be a power of two and a multiple of mac_lanes=8"),
+    (["--group-size", "4"], "group size 4 must be a power of two, a multiple of mac_lanes=8"),
     (["--decode", "-1"], "argument --decode: -1 is out of range"),
 ])
 def test_bad_input_is_one_line(checkpoint, capsys, argv, message):

@@ -82,7 +82,8 @@ def test_a_replica_drained_before_its_holder_reads_it_is_refused():
     (dict(head_dim=24), {}, 16, "head_dim=24 must be a multiple of 16"),
     (dict(num_heads=8, num_kv_heads=1, hidden_size=128), {}, 16, "GQA group 8 exceeds the attention unit's att_rows=4"),
     (dict(intermediate_size=144), dict(mac_rows=32), 16, "intermediate_size=144 must be a multiple of mac_rows=32"),
-    ({}, {}, 4, "group size 4 must be a power of two and a multiple of mac_lanes=8"),
+    ({}, {}, 4, "group size 4 must be a power of two, a multiple of mac_lanes=8 and at most max_group=128"),
+    ({}, dict(max_group=16), 32, "group size 32 must be .* at most max_group=16"),   # the GEMM would fault
     (dict(intermediate_size=136), {}, 16, "group size 16 does not divide intermediate_size=136"),
 ])
 def test_unsupported_shapes_are_refused_in_one_line(change, node, group, message):

@@ -141,6 +141,34 @@ def test_gemm_kv_equals_golden_scores_over_a_tile_range(rng):
         assert r.status == "fault" and n.fault_cause == SeqFault.ILLEGAL_INSTRUCTION and text in r.message, bad
 
 
+def test_gemm_beyond_max_group_is_illegal_as_in_the_rtl(rng):
+    """The execute unit takes weight groups G <= max_group and builds the kv scores path only when
+    head_dim <= max_group (hw GemmMover.has_kv; without it a kv GEMM fails the ordinary GEMM's
+    check kv == 0): ILLEGAL_INSTRUCTION on the node, here too."""
+    from mcf.hw.compute.exec.unit import ExecUnit
+    small = CFG.replace(max_group=8)                        # head_dim 16 > 8
+    assert ExecUnit(CFG).movers["gemm"].has_kv and not ExecUnit(small).movers["gemm"].has_kv
+    P, width, G = CFG.mac_rows, 32, 16
+    kq, ka, ke = fx.quantize_kv(bfp(rng, P, D))
+    w = fx.quantize_weight(rng.standard_normal((P, width)), G)
+    lay = isa.BlobLayout(n=width, tiles=1, rows=P, lanes=CFG.mac_lanes, group=G)
+    for cfg, ok in ((CFG, True), (small, False)):
+        c, n = node(cfg)
+        base = n.ddr.phys_base
+        n.ddr.device_write(base + DATA, kv.pack_segment(kq, ka, ke))
+        n.ddr.device_write(base + 2 * DATA, pack.blob_bytes(w, lay, None))
+        put_rows(n, 0, *bfp(rng, 1, width))
+        scores = isa.Gemm(blob=base + DATA, n=D, total_tiles=1, tile0=0, tiles=1, tokens=1, group_log2=0, w_exp=0,
+                          bias=0, src=0, src_stride=0, dst=40, dst_stride=1, kv=1, heads=1, head_stride=0)
+        linear = isa.Gemm(blob=base + 2 * DATA, n=width, total_tiles=1, tile0=0, tiles=1, tokens=1, group_log2=4,
+                          w_exp=w.exp, bias=0, src=0, src_stride=4, dst=40, dst_stride=1)
+        for ins, text in ((scores, "kv: head_dim 16 exceeds the matrix unit's max_group=8"),
+                          (linear, "G=16 exceeds the matrix unit's max_group=8")):
+            r = run(c, [ins])
+            assert r.ok if ok else (r.status == "fault" and n.fault_cause == SeqFault.ILLEGAL_INSTRUCTION
+                                    and text in r.message), (cfg.max_group, r.message)
+
+
 @pytest.mark.parametrize("vop", list(VecOp))
 def test_vec_equals_golden(vop, rng):
     c, n = node()
