@@ -150,13 +150,16 @@ def k_run(job: AttentionJob, run: tuple, head_dim: int) -> list:
 
 
 def attention_job(rng, d, group, tokens, keys, final=True, protocol=False, runs=1,
-                  w_bound=False) -> AttentionJob:
+                  w_bound=False, v_scales=None) -> AttentionJob:
     """``group`` query heads of one KV head x ``tokens`` rows against ``keys`` INT4 keys split
     into ``runs`` runs; row r = (token r // group, head r % group).  Expected words from
     ``fixed.scores``, ``fixed.partial_state`` and ``fixed.finalize`` / ``fixed.encode_state``
     over all the keys at once (one state, whatever the runs).  ``w_bound``: crafted V bytes
     (key 0 at V exponent 60, every other V element 0) so that each row's w_0 is the W_MAX bound
-    and o = (W_MAX, -W_MAX, 0, ...), which 32-bit saturation would not give."""
+    and o = (W_MAX, -W_MAX, 0, ...), which 32-bit saturation would not give.  ``v_scales``:
+    [(A_v, E_v)] of each of the ``keys`` <= d keys, V key j one-hot (+-1 at element j), every
+    key the same K row and visible to every row (equal scores: p = 2^15 each), so that o[j] =
+    +-w_j shows each key's w = min(rshr(p A_v, 3 - E_v), W_MAX) on its own."""
     R = group * tokens
     qm, qe = random_bfp_rows(rng, R, d)
     q = fx.prescale_query((qm.reshape(tokens, group, d), qe.reshape(tokens, group)), d)
@@ -166,8 +169,14 @@ def attention_job(rng, d, group, tokens, keys, final=True, protocol=False, runs=
         vq[:] = 0
         vq[0, :2] = (1, -1)
         va[0], ve[0] = 255, 60
+    if v_scales is not None:
+        assert len(v_scales) == keys <= d
+        vq[:] = 0
+        vq[np.arange(keys), np.arange(keys)] = np.where(np.arange(keys) % 2, -1, 1)
+        va[:], ve[:] = np.array(v_scales).T
+        kq[:], ka[:], ke[:] = kq[-1], ka[-1], ke[-1]
     kq, ka, ke, vq, va, ve = kq[:, None], ka[:, None], ke[:, None], vq[:, None], va[:, None], ve[:, None]
-    q_pos = rng.integers(0, keys + 2, size=tokens)
+    q_pos = rng.integers(0, keys + 2, size=tokens) if v_scales is None else keys - 1 + np.arange(tokens)
     k_pos = np.arange(keys)
     valid = np.broadcast_to(fx.causal_mask(q_pos, k_pos)[None], (group, tokens, keys))
     s = fx.scores(q, kq, ka, ke, group)

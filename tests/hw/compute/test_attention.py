@@ -167,6 +167,23 @@ def test_attention_w_bound():
     assert got == job.expected
 
 
+def test_attention_w_at_the_v_scale_extremes():
+    """w = min(rshr(p A_v, 3 - E_v), W_MAX) at the ends of E_v and A_v (docs/fixed-point.md
+    5.8): eight one-hot V keys, equal scores (p = 2^15), so o[j] = +-w_j.  E_v = 127 shifts left
+    by 124 (beyond the unit's 33-bit shifter: W_MAX for any A_v > 0, 0 for A_v = 0); E_v = -128
+    shifts right by 131 (0); E_v = -20 / -21 are the last shifts whose rounding gives 1 / 0."""
+    scales = [(255, 127), (0, 127), (255, -128), (0, -128), (255, -20), (255, -21), (1, 127), (200, 1)]
+    w = [fx.W_MAX, 0, 0, 0, 1, 0, fx.W_MAX, 200 << 13]
+    job = attention_job(np.random.default_rng(4), d=8, group=2, tokens=2, keys=8, final=False, v_scales=scales)
+    words = np.array(job.expected, dtype=np.uint32).view(np.int32).reshape(4, 10)
+    assert (words[:, 1] == 8 << 15).all()                                  # l: eight keys of p = 2^15
+    assert (words[:, 2:] == np.array(w) * np.tile([1, -1], 4)).all(), words[:, 2:]
+    dut = AttentionUnit(head_dim=8, rows=4, max_keys=16)
+    got_max, got = run_attention(dut, [job])[0]
+    assert got_max == job.max_words
+    assert got == job.expected
+
+
 @pytest.mark.parametrize("lanes", [8, 4])
 def test_attention_folded_amaranth_sim(lanes):
     """head_dim 32 folded to 8 (4 chunks a key pair) or 4 lanes (8 chunks): odd key counts (a
