@@ -228,10 +228,13 @@ class NodeConfig:
     @classmethod
     def tiny(cls, **changes) -> "NodeConfig":
         """The tiny model's node (``sw/models/tiny.yaml``) with small buffers and a small
-        engine, as the unit and two-node benches build it."""
+        engine, as the unit and two-node benches build it.  Two reduction slots: the MARS
+        decode keeps one softmax-state reduction open per row group, one per KV head here (a
+        contribution finding no slot waits at the head of its NIC input, so the lowering
+        refuses fewer)."""
         base = dict(data_width=64, hp_ports=1, weight_ports=1, weight_clock_hz=0, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
                     seq_queue_depth=4, fetch_depth=4, rx_slots=4,
-                    nic_desc_depth=4, route_entries=16, reduce_slots=1, reduce_beats=32, softmax_fan_in=0,
+                    nic_desc_depth=4, route_entries=16, reduce_slots=2, reduce_beats=32, softmax_fan_in=0,
                     mac_rows=4, mac_lanes=8, dsp_primitives=0, max_tokens=8, vec_lanes=8, att_rows=4, max_keys=64, kv_lanes=4,
                     spad_beats=2048, kv_block_keys=64, dir_entries=256, max_context=256,
                     hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16)

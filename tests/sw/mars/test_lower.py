@@ -132,6 +132,17 @@ def test_programs_keep_the_semaphore_rules(scheme):
     assert lw.route_ids_used <= NODE.route_entries
 
 
+@pytest.mark.parametrize("nodes,scheme", [(2, "mars"), (3, "ring")])
+def test_the_tiny_node_runs_the_tiny_models_decode(nodes, scheme):
+    """NodeConfig.tiny as the runtime takes it (no NIC size raised): the decode's softmax-state
+    reductions (one per row group, open at once) fit its reduction slots."""
+    node = node_config(TINY, nodes)
+    lw = lower(tiny_plan(nodes=nodes, scheme=scheme, budget_tokens=16), node, 16, CONSTS, [0] * nodes,
+               decode_steps=1)
+    assert len(lw.rgroups) == node.reduce_slots == NodeConfig.tiny().reduce_slots == 2
+    check_programs(lw.decode_programs(0), nodes)
+
+
 def test_the_builder_turns_dependencies_into_waits():
     b = Builder(2)
     sems = b.sems
