@@ -11,6 +11,7 @@ FINAL == golden ``finalize``.  Bit for bit.  ``run_softmax`` runs on the same bu
 (``NodeSim``) gives the same SPAD words.  Fields ATTN_SM refuses: ILLEGAL_INSTRUCTION."""
 import cocotb
 import numpy as np
+import pytest
 
 from mcf.sim.compute.cost import softmax_pass_cycles
 from mcf.spec import isa
@@ -156,3 +157,84 @@ def test_softmax_nodesim():
         c2.start()
         r = c2.run(max_cycles=1 << 20)
         assert r.status == "fault" and n2.fault_cause == SeqFault.ILLEGAL_INSTRUCTION, bad
+
+
+# --- the rate (``mcf bench compute``: attn:softmax, and test_softmax_rate below) ----------------
+@cocotb.test()
+async def run_sm_ops(dut):
+    """ATTN_SM MAX then APPLY on the unit of ``params()["node"]`` over ``sm.keys`` keys for
+    ``sm.tokens`` x the GQA group rows (``sm.heads``, default the node's group): score rows (golden
+    scores' range: random int32 with a spread of 2^18) and query rows LOADed, a V segment in DDR
+    (only its scale words are read), with the DDR model when ``timing`` is given; the w rows
+    STOREd and compared with golden ``attn_weights`` bit for bit; the cycles of each pass to
+    ``sm_report`` (JSON)."""
+    import json
+    from mcf.sim.cocotb_util import params
+    from mcf.sim.compute import ddr
+    from mcf.sim.compute.exec_driver import ExecDriver
+    from mcf.sim.ddr_model import DdrTiming
+    p = params()
+    node = NodeConfig(**p["node"])
+    q = p["sm"]
+    vl, d, keys = node.vec_lanes, node.head_dim, q["keys"]
+    heads = q.get("heads", node.group)
+    tokens = q["tokens"]
+    R = tokens * heads
+    rng = np.random.default_rng(p.get("seed", 1))
+    timing = DdrTiming(**p["timing"]) if p.get("timing") else None
+    drv = ExecDriver(dut, ram_bytes=p.get("ram_bytes", 1 << 20), timing=timing, axi_period_ps=p.get("axi_period_ps"),
+                     pause=0.0 if timing else 0.2)
+    await drv.start()
+    v_at, x_at, w_out = 0x40000, 0x10000, 0x80000
+    vq, va, ve = fx.quantize_kv(bfp_rows(rng, keys, d))
+    drv.ram.write(v_at, pack_segment(vq, va, ve))
+    qm, qe = bfp_rows(rng, R, d)
+    rb, sb = d // vl, keys // vl
+    s = rng.integers(-(1 << 18), 1 << 18, size=(R, keys)) + rng.integers(-(1 << 20), 1 << 20, size=(R, 1))
+    drv.ram.write(x_at, ddr.rows_bytes(qm, vl, qe))
+    await drv.must(isa.Load(ddr=x_at, spad=0, beats=R * rb, row_beats=rb))
+    drv.ram.write(x_at, ddr.rows_bytes(s, vl))
+    sc = R * rb
+    await drv.must(isa.Load(ddr=x_at, spad=sc, beats=R * sb, row_beats=0))
+    rows = dict(tokens=tokens, heads=heads, tok_stride=heads * rb, head_stride=rb)
+    out = {}
+    qpos = np.arange(tokens) + keys - tokens         # the last token sees every key, the others fewer
+    await drv.must(isa.AttnQ(what=AttnLoad.QUERY, spad=0, qpos0=int(qpos[0]), **rows))
+    wa = sc + R * sb
+    sm = dict(scores=sc, s_stride=sb, keys=keys, kpos0=0, seg=v_at, w=wa, w_stride=sb, tokens=tokens, heads=heads)
+    for phase in (AttnPass.MAX, AttnPass.APPLY):
+        res = await drv.must(isa.AttnSm(phase=phase, first=1, **sm), max_cycles=10_000_000)
+        out[phase.name] = {"cycles": res.cycles, "stall_ex_ddr": res.perf.get("stall_ex_ddr", 0)}
+    await drv.must(isa.Store(ddr=w_out, spad=wa, beats=R * sb, row_beats=0))
+    got = np.frombuffer(drv.ram.read(w_out, R * keys * 4), dtype="<i4").reshape(R, keys)
+    valid = np.repeat(fx.causal_mask(qpos, np.arange(keys)), heads, axis=0)            # row t heads + h
+    m = np.where(valid, s, fx.INT32_MIN).max(axis=-1)
+    _, w = fx.attn_weights(s[:, None], valid[:, None], va[:, None], ve[:, None], R, m[:, None])
+    assert np.array_equal(got, w[:, 0]), "ATTN_SM w rows differ from attn_weights"
+    with open(p["sm_report"], "w") as f:
+        json.dump({"ops": [{"name": "attn:softmax", "tokens": tokens, "heads": heads, "rows": R, "keys": keys,
+                            "vec_lanes": vl, **{k.lower(): v for k, v in out.items()}}]}, f)
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_softmax_rate(build_dir, tmp_path):
+    """ATTN_SM's rate at 12 rows (2 tokens x a GQA group of 6) and VL = 8 over 512 keys, on a
+    small node with the Qwen node's VL and R / VL = 1.5 (cocotb + Icarus, AxiRam without the DDR
+    model): prints the cycles per key and checks them against the cycle model (sim/compute/cost.py).
+    ``make test`` skips it (slow); run: .venv/bin/python -m pytest -m slow -s -k softmax_rate."""
+    import json
+    from mcf.hw.compute.exec.unit import ExecUnit
+    from mcf.sim.runner import run_cocotb
+    node = NodeConfig.tiny(att_rows=12, max_tokens=16, vec_lanes=8)
+    report = tmp_path / "sm.json"
+    run_cocotb(ExecUnit(node), __name__, build_dir, testcase=["run_sm_ops"],
+               params={"node": node.as_dict(), "sm": {"keys": 512, "tokens": 2, "heads": 6},
+                       "sm_report": str(report), "seed": 2})
+    op = json.loads(report.read_text())["ops"][0]
+    for phase in ("max", "apply"):
+        c = op[phase]["cycles"]
+        model = softmax_pass_cycles(op["keys"], op["rows"], op["vec_lanes"], phase == "apply")
+        print(f"ATTN_SM {phase.upper()}: R = {op['rows']}, VL = {op['vec_lanes']}, {op['keys']} keys: {c} cycles, "
+              f"{c / op['keys']:.3f} cycles a key (model {model})")
+        assert abs(c - model) <= 12, (phase, c, model)
