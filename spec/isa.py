@@ -91,6 +91,8 @@ class Opcode(enum.IntEnum):
     SEND = 13      # TX: DDR bytes -> packets
     CREDIT = 14    # TX: header-only CREDIT packet (remote semaphore increment)
     RECV = 15      # RX: post a receive buffer
+    # --- attention on the MAC array (docs/attention-array.md) ---
+    ATTN_SM = 16   # EX: attention unit: softmax pass (MAX / APPLY) over score rows in SPAD -> w rows
 
 
 class Queue(enum.IntEnum):
@@ -102,7 +104,7 @@ class Queue(enum.IntEnum):
 QUEUE_OF = {Opcode.END: Queue.EX, Opcode.LOAD: Queue.EX, Opcode.STORE: Queue.EX,
             Opcode.EMBED: Queue.EX, Opcode.GEMM: Queue.EX, Opcode.VEC: Queue.EX,
             Opcode.ATTN_Q: Queue.EX, Opcode.ATTN_KV: Queue.EX, Opcode.ATTN_EMIT: Queue.EX,
-            Opcode.KVW: Queue.EX, Opcode.DIR: Queue.EX,
+            Opcode.KVW: Queue.EX, Opcode.DIR: Queue.EX, Opcode.ATTN_SM: Queue.EX,
             Opcode.SEND: Queue.TX, Opcode.CREDIT: Queue.TX, Opcode.RECV: Queue.RX}
 
 
@@ -124,6 +126,7 @@ class AttnLoad(enum.IntEnum):
                    # row's state (m = M_EMPTY, l = o = 0)
     MREF = 1       # m[r] = SPAD word r (a global maximum after a MAX reduction)
     STATE = 2      # (m, l, o) of every row <- STATE words (a merged state, to finalize)
+    O = 3          # o of every row <- R x head_dim int32 words (a PV product, GEMM_PV); m, l untouched
 
 
 class AttnPass(enum.IntEnum):
@@ -310,7 +313,8 @@ _ROWS = [
 ]
 _reg(Opcode.ATTN_Q, "Load the attention unit (AttnLoad).  QUERY: row (t, j) = the BFP16 row at "
                     "spad + t tok_stride + j head_stride (head_dim / VL beats), position qpos0 + t.  "
-                    "MREF: R words from spad.  STATE: R x (head_dim + 2) words from spad.", [
+                    "MREF: R words from spad.  STATE: R x (head_dim + 2) words from spad.  O: R x head_dim "
+                    "words from spad, row after row (o only).", [
     Field("what", 2, "What to load.", enum=AttnLoad),
     _spad("spad", "Source (row (0, 0) or first word)"),
     *_ROWS,
@@ -332,6 +336,27 @@ _reg(Opcode.ATTN_KV, "A pass over a run of `blocks` KV blocks: block i's K segme
     Field("block_stride", 8, "Directory ids between consecutive blocks."),
     Field("gated", 1, "Keys must lie in readable directory blocks (else the node faults)."),
     Field("first", 1, "MAX: reset m first; APPLY: reset l and o first."),
+])
+_reg(Opcode.ATTN_SM, "Softmax pass over score rows in SPAD (the attention unit without its products): "
+                     "row r = t heads + h (R = tokens x heads, the rows of the last ATTN_Q QUERY, whose "
+                     "positions it uses) has key j's int32 score at word j of the row at scores + r "
+                     "s_stride (a GEMM kv score row); key j is at position kpos0 + j and visible to row r "
+                     "iff that is <= the row's position.  MAX: m[r] = max(m[r], visible s) (first: m = "
+                     "INT32_MIN before).  APPLY: p = exp2(s - m[r]) on visible keys, l[r] += p (first: l = "
+                     "0 before; o untouched), w = min(rshr(p A_j, 3 - E_j), W_MAX) (0 if not visible) -> "
+                     "word j of the row at w + r w_stride (golden attn_weights), with key j's V scale "
+                     "word A | E << 8 the 16-bit word at seg + 2 j.", [
+    Field("phase", 1, "Which pass.", enum=AttnPass),
+    Field("first", 1, "MAX: reset m first; APPLY: reset l first."),
+    _spad("scores", "First score row"),
+    Field("s_stride", 16, "Beats between score rows."),
+    Field("keys", 16, "Keys S (> 0, a multiple of VL): key j is word j of each row."),
+    Field("kpos0", POS_BITS, "Position of key 0."),
+    _ddr("seg", "APPLY: key 0's V scale word (a V segment's scale region, spec/kv.py, + 2 k0)"),
+    _spad("w", "APPLY: first w row (S int32 words each)"),
+    Field("w_stride", 16, "APPLY: beats between w rows."),
+    Field("tokens", 10, "Tokens; R = tokens x heads rows (<= the unit's rows)."),
+    Field("heads", 8, "Query heads per token."),
 ])
 _reg(Opcode.ATTN_EMIT, "Write the unit's rows to SPAD (EmitMode).  FINAL: row (t, j) -> spad + t "
                        "tok_stride + j head_stride (head_dim X32 words).  STATE / MAX: R x (head_dim "
@@ -466,6 +491,7 @@ Vec = _make(Opcode.VEC, "Vec", "VEC")
 AttnQ = _make(Opcode.ATTN_Q, "AttnQ", "ATTN_Q")
 AttnKV = _make(Opcode.ATTN_KV, "AttnKV", "ATTN_KV")
 AttnEmit = _make(Opcode.ATTN_EMIT, "AttnEmit", "ATTN_EMIT")
+AttnSm = _make(Opcode.ATTN_SM, "AttnSm", "ATTN_SM")
 Kvw = _make(Opcode.KVW, "Kvw", "KVW")
 Dir = _make(Opcode.DIR, "Dir", "DIR")
 Send = _make(Opcode.SEND, "Send", "SEND")
@@ -474,7 +500,7 @@ Recv = _make(Opcode.RECV, "Recv", "RECV")
 
 CLASSES: dict[Opcode, type] = {c.OPCODE: c for c in
                                (End, Sync, Load, Store, Embed, Gemm, Vec, AttnQ, AttnKV, AttnEmit, Kvw, Dir, Send,
-                                Credit, Recv)}
+                                Credit, Recv, AttnSm)}
 
 
 def decode(word: int) -> Instr:

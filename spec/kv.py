@@ -99,6 +99,15 @@ def pack_segment(q, a, e) -> bytes:
     return scales.tobytes() + body.tobytes()
 
 
+def unpack_scales(data, n: int):
+    """The first ``n`` scale words (A | E << 8, 16 bits little-endian) of ``data`` (a segment's
+    scale region, or a part of it from some key) -> (A int64 [n], E int64 [n])."""
+    raw = np.frombuffer(bytes(data), dtype=np.uint8)
+    if raw.size < 2 * n:
+        raise SpecError(f"KV scales: {raw.size} bytes hold fewer than {n} scale words")
+    return raw[0:2 * n:2].astype(np.int64), raw[1:2 * n:2].astype(np.int8).astype(np.int64)
+
+
 def unpack_segment(data: bytes, n: int, head_dim: int, strict: bool = True):
     """Bytes of one segment -> (q int8 [n, d], A int64 [n], E int64 [n]).  Checks the length
     and (``strict``) that the padding is zero (SpecError otherwise); a reader in hardware
@@ -112,8 +121,7 @@ def unpack_segment(data: bytes, n: int, head_dim: int, strict: bool = True):
     nbytes = n * row_bytes(head_dim)
     if strict and (raw[2 * n:sb].any() or raw[sb + nbytes:].any()):
         raise SpecError("KV segment: non-zero padding")
-    a = raw[0:2 * n:2].astype(np.int64)
-    e = raw[1:2 * n:2].astype(np.int8).astype(np.int64)
+    a, e = unpack_scales(raw[:2 * n], n)
     rows = raw[sb:sb + nbytes].reshape(n, head_dim // 2)
     lo = (rows & 0xF).astype(np.int8)
     hi = (rows >> 4).astype(np.int8)

@@ -15,6 +15,14 @@ per group) and, per row, a softmax state (m, l, o[head_dim]):
   (``first``: m = INT32_MIN before).  ``AttnPass.APPLY`` takes ``k`` and ``v`` together,
   recomputes each score, p = exp2(s - m[r]) (LUT) on visible keys, l += p,
   w = min(rshr(p A_v, 15 - O_FRAC - E_v), W_MAX), o += w vq (``first``: l = o = 0 before).
+* a **pass over streamed scores** (``cmd.src = 1``, ATTN_SM: step 2 of docs/attention-array.md):
+  the scores come in on ``s``, one key a beat (every row's int32 s, the key's position, its V
+  scale (A, E), ``last``) instead of from ``k``; visibility as above.  MAX: m[r] = max(m[r],
+  visible s).  APPLY: p, l += p and w as above, but w leaves on ``w`` (one beat a key, word r =
+  row r's w, 0 where not visible) instead of going into P.V, and o is untouched (``first``
+  resets l only): the array computes P.V (GEMM_PV) and ATTN_Q O loads its o.  The scores enter
+  the post as raw = s with shift 0, so s6 = s; one key a cycle (the w queue holds
+  ``POST_LATENCY`` + 3 keys, distributed RAM), MAX S + 9 cycles, APPLY S + 17 (``w`` ready).
 * an **emit** (``cmd.emit = 1``) of rows 0 .. ``cmd.rows`` - 1 on ``o`` (32-bit words, TLAST on
   the last) in ``EmitMode``: FINAL, head_dim X32 words per row (``finalize``, RCP LUT);
   STATE, head_dim + 2 words [m, sat32(l), sat32(o_c) ...] (``encode_state``); MAX, one word m.
@@ -86,11 +94,20 @@ def v_layout(head_dim):
     return data.StructLayout({"q": head_dim * W_BITS, "a": KV_A_BITS, "e": signed(EXP_BITS)})
 
 
+def s_layout(rows):
+    """One key of a pass over streamed scores (``cmd.src``): its score for every row (word r =
+    row r, int32), its position, the scale (A, E) of its V row (APPLY) and ``last`` on the pass's
+    final key."""
+    return data.StructLayout({"s": rows * 32, "pos": POS_BITS, "va": KV_A_BITS, "ve": signed(EXP_BITS),
+                              "last": 1})
+
+
 def cmd_layout(rows):
     return data.StructLayout({
         "emit": 1,                      # 0: a pass over keys; 1: emit rows
         "phase": AttnPass,              # pass: MAX or APPLY
-        "first": 1,                     # pass: reset m (MAX) or l and o (APPLY) first
+        "first": 1,                     # pass: reset m (MAX) or l and o (APPLY; src: l only) first
+        "src": 1,                       # pass: scores from ``s`` (w out on ``w``), not from ``k``
         "mode": EmitMode,               # emit: FINAL, STATE or MAX
         "rows": range(1, rows + 1),     # emit: rows 0 .. rows - 1
     })
@@ -179,6 +196,8 @@ class AttentionUnit(wiring.Component):
             "cmd": In(stream.Signature(cmd_layout(rows))),
             "k": In(stream.Signature(k_layout(head_dim))),
             "v": In(stream.Signature(v_layout(head_dim))),
+            "s": In(stream.Signature(s_layout(rows))),
+            "w": Out(stream.Signature(rows * 32)),
             "o": Out(AXIStreamSignature(32)),
             "busy": Out(1),
         })
@@ -213,9 +232,10 @@ class AttentionUnit(wiring.Component):
         start = Signal()
         m.d.comb += start.eq(self.cmd.valid & self.cmd.ready)
         cp = self.cmd.payload
-        reset_m, reset_lo = Signal(), Signal()
+        reset_m, reset_l, reset_lo = Signal(), Signal(), Signal()
         m.d.comb += [reset_m.eq(start & ~cp.emit & cp.first & (cp.phase == AttnPass.MAX)),
-                     reset_lo.eq(start & ~cp.emit & cp.first & (cp.phase == AttnPass.APPLY))]
+                     reset_l.eq(start & ~cp.emit & cp.first & (cp.phase == AttnPass.APPLY)),
+                     reset_lo.eq(reset_l & ~cp.src)]         # a pass over streamed scores keeps o
         with m.If(start):
             m.d.sync += [cfg.eq(cp), state.eq(Mux(cp.emit, OUT, PASS))]
 
@@ -231,6 +251,11 @@ class AttentionUnit(wiring.Component):
         o_wr = [[omem[r][j].write_port() for j in range(L)] for r in range(R)]
         oflag = [[Signal(name=f"of{r}_{i}") for i in range(D)] for r in range(R)]
 
+        # APPLY keys in the post or the w queue: the queue covers the post's latency at one key a
+        # cycle (streamed scores) and at one key per C (P.V)
+        W_CREDITS = max(POST_LATENCY + 3, -(-(POST_LATENCY + 2) // C) + 2)
+        credit = Signal(range(W_CREDITS + 1))
+
         # --- keys in: K (and V) rows into slots; counters of this pass (mod 2^16) ----------------------
         acc, sidx, sfree, kdone = (Signal(16, name=n) for n in ("acc", "sidx", "sfree", "kdone"))
         with m.If(start & ~cp.emit):
@@ -238,7 +263,16 @@ class AttentionUnit(wiring.Component):
         room = Signal()
         m.d.comb += room.eq(((acc - sfree)[:16] < K_SLOTS) & (~apply | ((acc - kdone)[:16] < V_DEPTH)))
         fire = Signal()
-        with m.If(state == PASS):
+        smode = cfg.src                   # a pass over streamed scores
+        # streamed scores: a key enters the post at once (APPLY: while a w entry is free)
+        s_fire = Signal()
+        with m.If((state == PASS) & smode):
+            m.d.comb += [self.s.ready.eq(~apply | (credit < W_CREDITS)), s_fire.eq(self.s.valid & self.s.ready)]
+        with m.If(s_fire):
+            m.d.sync += acc.eq(acc + 1)
+            with m.If(self.s.payload.last):
+                m.d.sync += state.eq(DRAIN)
+        with m.If((state == PASS) & ~smode):
             with m.If(apply):
                 m.d.comb += [fire.eq(self.k.valid & self.v.valid & room), self.k.ready.eq(fire),
                              self.v.ready.eq(fire)]
@@ -271,7 +305,7 @@ class AttentionUnit(wiring.Component):
         s_end = Signal()
         m.d.comb += s_end.eq(s_run & (s_c == C - 1))
         issue = Signal()
-        m.d.comb += issue.eq(((avail >= 2) | (draining & (avail == 1))) & (rq_n < NQ) & (~s_run | s_end)
+        m.d.comb += issue.eq(~smode & ((avail >= 2) | (draining & (avail == 1))) & (rq_n < NQ) & (~s_run | s_end)
                              & ((state == PASS) | draining))
         with m.If(s_run):
             m.d.sync += s_c.eq(s_c + 1)
@@ -336,16 +370,14 @@ class AttentionUnit(wiring.Component):
             m.d.sync += rq_wd.eq(wrap(rq_wd))
 
         # --- post: one key per cycle, s (and in APPLY p, w) per row --------------------------------
-        W_CREDITS = max(4, -(-(POST_LATENCY + 2) // C) + 2)   # covers the post's latency at one key per C
-        credit = Signal(range(W_CREDITS + 1))            # APPLY keys in the post or the w queue
         ph = Signal()
         head_full = Array(rq_full)[rq_rd]
         head_has2 = Array(rq_has2)[rq_rd]
-        go = Signal()
-        m.d.comb += go.eq(head_full & (~apply | (credit < W_CREDITS)))
+        go, go_k = Signal(), Signal()
+        m.d.comb += [go_k.eq(head_full & (~apply | (credit < W_CREDITS))), go.eq(go_k | s_fire)]
         pop = Signal()
-        m.d.comb += pop.eq(go & (~head_has2 | ph))
-        with m.If(go):
+        m.d.comb += pop.eq(go_k & (~head_has2 | ph))
+        with m.If(go_k):
             m.d.sync += ph.eq(~pop)
         with m.If(pop):
             m.d.sync += rq_rd.eq(wrap(rq_rd))
@@ -360,10 +392,13 @@ class AttentionUnit(wiring.Component):
         meta_arr = Array(Array(rq_meta[e][h].as_value() for h in range(2)) for e in range(NQ))
         p1v = Signal()
         p1 = Signal(meta_layout)
-        p1d = [Signal(signed(dotw), name=f"p1d{r}") for r in range(R)]
-        m.d.sync += [p1v.eq(go), p1.eq(meta_arr[rq_rd][ph]), p1.ap.eq(go & apply)]
+        p1d = [Signal(signed(max(dotw, 32)), name=f"p1d{r}") for r in range(R)]     # the dot, or s (src)
+        sp = self.s.payload
+        m.d.sync += [p1v.eq(go), p1.eq(Mux(smode, Cat(Const(0, KV_A_BITS + EXP_BITS), sp.pos, sp.va, sp.ve),
+                                           meta_arr[rq_rd][ph])), p1.ap.eq(go & apply)]
         for r in range(R):
-            m.d.sync += p1d[r].eq(Array(Array(rq_dot[e][r][h] for h in range(2)) for e in range(NQ))[rq_rd][ph])
+            m.d.sync += p1d[r].eq(Mux(smode, sp.s[32 * r:32 * (r + 1)].as_signed(),
+                                      Array(Array(rq_dot[e][r][h] for h in range(2)) for e in range(NQ))[rq_rd][ph]))
 
         def stage(name, value, shape=None):
             sig = Signal(shape if shape is not None else value.shape(), name=name)
@@ -379,7 +414,10 @@ class AttentionUnit(wiring.Component):
         for i in range(2, POST_LATENCY + 1):
             pv_[i], pm_[i] = carry(pv_[i - 1], pm_[i - 1], i)
         m.submodules.exp2 = exp2 = exp2_rom()
-        wq_w = [[Signal(signed(32), name=f"wq{e}_w{r}") for r in range(R)] for e in range(W_CREDITS)]
+        # the w queue: W_CREDITS entries of every row's w (distributed RAM, read asynchronously)
+        m.submodules.wq = wq = memory.Memory(shape=R * 32, depth=W_CREDITS, init=[])
+        wq_wr, wq_rd = wq.write_port(), wq.read_port(domain="comb")
+        w13s = [Signal(32, name=f"w13_{r}") for r in range(R)]
         wq_idx = [Signal(5, name=f"wq{e}_idx") for e in range(W_CREDITS)]
         wq_wp, wq_rp = Signal(range(W_CREDITS)), Signal(range(W_CREDITS))
         wq_n = Signal(range(W_CREDITS + 1))
@@ -387,8 +425,9 @@ class AttentionUnit(wiring.Component):
         last = POST_LATENCY
         m.d.comb += push.eq(pv_[last] & pm_[last].ap)
         for r in range(R):
-            raw = stage(f"raw{r}", p1d[r] * p1.a)
-            sh = stage(f"ssh{r}", -(qrows[r].exp + p1.e + fx.S_FRAC), signed(10))
+            # streamed scores go through as raw = s, shift 0: s6 = sat32(s) = s
+            raw = stage(f"raw{r}", Mux(smode, p1d[r], p1d[r] * p1.a))
+            sh = stage(f"ssh{r}", Mux(smode, 0, -(qrows[r].exp + p1.e + fx.S_FRAC)), signed(10))
             vis = stage(f"vis2_{r}", p1.pos <= qrows[r].pos)
             rs = rshr_staged(m, raw, sh, 33, f"rs{r}")                       # at stage 5
             for i in range(3, 7):
@@ -412,11 +451,9 @@ class AttentionUnit(wiring.Component):
             u10 = stage(f"u{r}", p9 * pm_[9].va)
             wsh10 = stage(f"wsh{r}", fx.P_FRAC - fx.O_FRAC - pm_[9].ve, signed(10))
             wr13 = rshr_staged(m, u10, wsh10, 33, f"wr{r}")
-            w13 = Signal(32, name=f"w13_{r}")           # w >= 0: the W_MAX bound is its saturation
-            m.d.comb += w13.eq(Mux(wr13 > fx.W_MAX, fx.W_MAX, wr13[:32]))
-            for e in range(W_CREDITS):
-                with m.If(push & (wq_wp == e)):
-                    m.d.sync += wq_w[e][r].eq(w13)
+            # w >= 0: the W_MAX bound is its saturation
+            m.d.comb += w13s[r].eq(Mux(wr13 > fx.W_MAX, fx.W_MAX, wr13[:32]))
+        m.d.comb += [wq_wr.en.eq(push), wq_wr.addr.eq(wq_wp), wq_wr.data.eq(Cat(*w13s)), wq_rd.addr.eq(wq_rp)]
         for e in range(W_CREDITS):
             with m.If(push & (wq_wp == e)):
                 m.d.sync += wq_idx[e].eq(pm_[last].idx)
@@ -435,7 +472,7 @@ class AttentionUnit(wiring.Component):
         pv_end = Signal()
         m.d.comb += [pv_end.eq(pv_run & (pv_c == C - 1)), vr.en.eq(1), vr.addr.eq(Array(wq_idx)[wq_rp])]
         pv_go = Signal()
-        m.d.comb += pv_go.eq((wq_n != 0) & rd_ok & (~pv_run | pv_end))
+        m.d.comb += pv_go.eq(~smode & (wq_n != 0) & rd_ok & (~pv_run | pv_end))
         m.d.sync += rd_ok.eq((wq_n != 0) & ~pv_go)
         with m.If(pv_run):
             m.d.sync += pv_c.eq(pv_c + 1)
@@ -445,8 +482,14 @@ class AttentionUnit(wiring.Component):
             m.d.sync += [pv_run.eq(1), pv_c.eq(0), v_cur.eq(vr.data),
                          wq_rp.eq(Mux(wq_rp == W_CREDITS - 1, 0, wq_rp + 1))]
             for r in range(R):
-                m.d.sync += w_cur[r].eq(Array(wq_w[e][r] for e in range(W_CREDITS))[wq_rp])
-        m.d.sync += [wq_n.eq(wq_n + push - pv_go), credit.eq(credit + (go & apply) - pv_go)]
+                m.d.sync += w_cur[r].eq(wq_rd.data[32 * r:32 * (r + 1)])
+        # streamed scores: the w queue's head leaves on ``w`` (key after key, word r = row r)
+        w_pop = Signal()
+        m.d.comb += [self.w.valid.eq(smode & (wq_n != 0)), self.w.payload.eq(wq_rd.data),
+                     w_pop.eq(self.w.valid & self.w.ready)]
+        with m.If(w_pop):
+            m.d.sync += [wq_rp.eq(Mux(wq_rp == W_CREDITS - 1, 0, wq_rp + 1)), kdone.eq(kdone + 1)]
+        m.d.sync += [wq_n.eq(wq_n + push - pv_go - w_pop), credit.eq(credit + (go & apply) - pv_go - w_pop)]
 
         # st word 2 + i (ATTN_Q STATE, never during a pass) goes down the same pipeline as one
         # chunk: w = the word on its row (0 on the others) times a unit INT4 at element i; the
@@ -517,8 +560,10 @@ class AttentionUnit(wiring.Component):
         for r in range(R):
             with m.If(reset_m | self.clear):
                 m.d.sync += mrow[r].eq(INT32_MIN)
+            with m.If(reset_l | self.clear):
+                m.d.sync += lacc[r].eq(0)
             with m.If(reset_lo | self.clear):
-                m.d.sync += [lacc[r].eq(0)] + [oflag[r][i].eq(0) for i in range(D)]
+                m.d.sync += [oflag[r][i].eq(0) for i in range(D)]
             with m.If(self.st.en & (self.st.row == r)):
                 with m.If(self.st.word == 0):
                     m.d.sync += mrow[r].eq(self.st.data)

@@ -26,6 +26,11 @@ measured parts: the slice's cycles outside its MAC span, i.e. activation load an
 the MAC span x full tiles / simulated tiles).  ``--write-profile`` writes ``compute_efficiency``
 (the prefill GEMMs' MACs / extrapolated cycles / peak) and ``ddr_efficiency`` (the decode GEMMs' DDR
 bytes per cycle / the DDR's peak bytes per cycle) into the profile with the command and the date.
+
+Beside the GEMMs (same build and run): ``attn:prefill`` / ``attn:decode`` (the attention unit),
+``attn:qk-array`` (QK^T on the array, GEMM kv = 1) and ``attn:softmax`` (``--sm-keys`` keys of one
+token x the GQA group through ATTN_SM MAX and APPLY: score rows in SPAD, V scale words from the DDR
+model, w rows out, bit-exact against ``fixed.attn_weights``): cycles and cycles per key of each pass.
 """
 from __future__ import annotations
 
@@ -52,6 +57,8 @@ ATTN_BENCH = ("tests.hw.compute.exec.test_unit", "run_attn_ops")
 #: Attention scores QK^T on the MAC array (GEMM kv = 1) against the DDR model (same build and run:
 #: the simulation takes both modules).
 QK_BENCH = ("tests.hw.compute.exec.test_scores", "run_qk_ops")
+#: The softmax pass over SPAD score rows (ATTN_SM) against the DDR model (same build and run).
+SM_BENCH = ("tests.hw.compute.exec.test_softmax", "run_sm_ops")
 
 NAME = "compute"
 #: The engine bench's build: the node's GEMM path (array, tokens per weight pass, SPAD, bus, weight
@@ -105,6 +112,11 @@ def add_arguments(p) -> None:
     p.add_argument("--qk-tokens", type=int, default=2,
                    help="engine bench: tokens of the attn:qk-array block (rows = tokens x the GQA group) "
                         "(default: %(default)s)")
+    p.add_argument("--softmax", action=argparse.BooleanOptionalAction, default=True,
+                   help="engine bench: also run the softmax pass over SPAD score rows (ATTN_SM MAX and APPLY: "
+                        "attn:softmax) for one token x the GQA group (default: on)")
+    p.add_argument("--sm-keys", type=int, default=512,
+                   help="engine bench: keys of the attn:softmax block (a multiple of VL) (default: %(default)s)")
     p.add_argument("--sim", choices=("verilator", "icarus"), default="verilator",
                    help="engine bench: simulator (default: %(default)s)")
     p.add_argument("--write-profile", nargs="?", const=str(PROFILE), default=None, metavar="YAML",
@@ -357,12 +369,23 @@ def qk_figures(report: dict, node: NodeConfig, attn: dict | None) -> dict:
     return out
 
 
+def sm_figures(report: dict) -> dict:
+    """The attn:softmax run (``run_sm_ops``'s report) -> cycles and cycles per key of each pass."""
+    out = {}
+    for op in report["ops"]:
+        out[op["name"]] = {
+            "rows": op["rows"], "keys": op["keys"], "vec_lanes": op["vec_lanes"],
+            **{phase: {"cycles": op[phase]["cycles"], "cycles_per_key": round(op[phase]["cycles"] / op["keys"], 3),
+                       "stall_ex_ddr_cycles": op[phase]["stall_ex_ddr"]} for phase in ("max", "apply")}}
+    return out
+
+
 def run_engine(args) -> dict:
     from mcf.hw.compute.exec.unit import ExecUnit
     from mcf.sim.ddr_model import DdrTiming
     from mcf.sim.runner import run_cocotb
     from mcf.sw.models import load_model
-    for name in ("weight_ports", "prefill_rows", "decode_rows", "attn_keys", "qk_keys", "qk_tokens"):
+    for name in ("weight_ports", "prefill_rows", "decode_rows", "attn_keys", "qk_keys", "qk_tokens", "sm_keys"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     model = load_model(args.model)
@@ -398,15 +421,22 @@ def run_engine(args) -> dict:
               (1 << 20) + (_seg_bytes(args.qk_keys, node.head_dim) if args.qk_array else 0))
     ram_bytes = 1 << (ram - 1).bit_length()
     from mcf.sim.rtlcluster.backend import _cache_dir
-    blocks = ["GEMMs"] + (["attention"] if args.attention else []) + (["qk-array"] if args.qk_array else [])
+    softmax = args.softmax and node.group <= node.att_rows
+    if softmax and (args.sm_keys < node.vec_lanes or args.sm_keys % node.vec_lanes
+                    or node.group * (2 * args.sm_keys + node.head_dim) // node.vec_lanes > node.spad_beats):
+        raise ValueError(f"--sm-keys {args.sm_keys}: a positive multiple of {node.vec_lanes} whose {node.group} score "
+                         f"and w rows fit {node.spad_beats} SPAD beats")
+    blocks = ["GEMMs"] + (["attention"] if args.attention else []) + (["qk-array"] if args.qk_array else []) \
+        + (["softmax"] if softmax else [])
     _progress(f"{model.name}: elaborating the execute unit ({node.mac_rows}x{node.mac_lanes} array) and building it "
               f"with {args.sim} (minutes; a cached build is reused), then running {', '.join(blocks)}")
     with tempfile.TemporaryDirectory(prefix="mcf-bench-engine-") as tmp:
         report, attn_report = Path(tmp) / "engine.json", Path(tmp) / "attention.json"
-        qk_report = Path(tmp) / "qk.json"
-        run_cocotb(ExecUnit(node), [ENGINE_BENCH[0]] + ([QK_BENCH[0]] if args.qk_array else []), Path(tmp) / "build",
+        qk_report, sm_report = Path(tmp) / "qk.json", Path(tmp) / "sm.json"
+        run_cocotb(ExecUnit(node), [ENGINE_BENCH[0]] + ([QK_BENCH[0]] if args.qk_array else [])
+                   + ([SM_BENCH[0]] if softmax else []), Path(tmp) / "build",
                    testcase=[ENGINE_BENCH[1]] + ([ATTN_BENCH[1]] if args.attention else [])
-                   + ([QK_BENCH[1]] if args.qk_array else []), sim=args.sim,
+                   + ([QK_BENCH[1]] if args.qk_array else []) + ([SM_BENCH[1]] if softmax else []), sim=args.sim,
                    cache_dir=_cache_dir() if args.sim == "verilator" else None,
                    params={"node": node.as_dict(), "ops": ops, "axi_period_ps": axi_period_ps, "timing": {
                        "latency": timing.latency, "outstanding": timing.outstanding,
@@ -415,11 +445,13 @@ def run_engine(args) -> dict:
                        "refresh_interval": timing.refresh_interval, "refresh_cycles": timing.refresh_cycles},
                        "attn": {"keys": args.attn_keys, "block_keys": block_keys, "tokens": node.max_tokens},
                        "qk": {"keys": args.qk_keys, "tokens": args.qk_tokens}, "qk_report": str(qk_report),
+                       "sm": {"keys": args.sm_keys, "tokens": 1}, "sm_report": str(sm_report),
                        "ram_bytes": ram_bytes, "report": str(report), "attn_report": str(attn_report), "seed": 1})
         _progress("simulation done")
         raw = json.loads(report.read_text())
         attn = attention_figures(json.loads(attn_report.read_text()), node) if args.attention else None
         qk = qk_figures(json.loads(qk_report.read_text()), node, attn) if args.qk_array else None
+        sm = sm_figures(json.loads(sm_report.read_text())) if softmax else None
     fig = engine_figures(raw, node, timing)
     out = {
         "model": model.name, "simulator": args.sim,
@@ -433,6 +465,8 @@ def run_engine(args) -> dict:
         "prefill": fig["prefill"], "decode": fig["decode"], "ops": fig["ops"],
         "attention": attn if attn is not None else "not run (--no-attention)",
         "attention_scores_on_array": qk if qk is not None else "not run (--no-qk-array)",
+        "softmax_pass_on_spad": sm if sm is not None else "not run (--no-softmax, or the GQA group's rows / the "
+                                                           "score and w rows do not fit the unit / SPAD)",
         "attention_unit": {"head_dim": node.head_dim, "att_rows": node.att_rows, "gqa_group": node.group,
                            "lanes": default_lanes(node.head_dim),
                            "score_array_products": node.att_rows * 2 * default_lanes(node.head_dim),

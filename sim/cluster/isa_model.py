@@ -45,7 +45,7 @@ from mcf.sw.golden.node.nodesim import BUSY_COUNTER as BUSY_OF
 from mcf.sw.mars.profile import PROFILE_DIR, HardwareProfile, load_profile
 from mcf.sw.runtime.backend import SimBackend
 
-from ..compute.cost import MATRIX_LATENCY, kv_writer_cycles, vector_cycles
+from ..compute.cost import MATRIX_LATENCY, kv_writer_cycles, softmax_pass_cycles, vector_cycles
 
 #: Ethernet bytes per frame besides the MCF packet: preamble 8, MAC header 14, FCS 4, gap 12.
 ETH_OVERHEAD = 38
@@ -56,6 +56,9 @@ ISA_COSTS = {
             "DDR bytes = the keys' K segment bytes (scales + rows)",
     "VEC": "rows x the vector unit's cycles for n elements on vec_lanes",
     "ATTN_KV": "keys + 2 (MAX) or + 4 (APPLY) per pass, or its K (and V) bytes over the execute unit's one AXI4 master if slower",
+    "ATTN_SM": "ceil(keys / vec_lanes) x max(R, vec_lanes, ceil((R + vec_lanes + 2) / 2)) + 20 (MAX) or + 32 (APPLY) "
+               "(sim/compute/cost.py softmax_pass_cycles: R score beats in and R w beats out per group of vec_lanes "
+               "keys, two transpose buffers; checked against the execute unit's RTL), or its V scale bytes if slower",
     "ATTN_Q / ATTN_EMIT": "rows x head_dim / vec_lanes (+ rows for FINAL)",
     "KVW": "rows x the KV writer's cycles per row, or its DDR bytes",
     "EMBED": "tokens x n / vec_lanes, or its DDR bytes",
@@ -144,6 +147,8 @@ class TimingCosts(UnitCosts):
             unit = w["rows"] * vector_cycles(VecOp(w["vop"]).name, w["n"], vl)
         elif op == Opcode.ATTN_KV:
             unit = w["keys"] + (2 if ins.phase == AttnPass.MAX else 4)
+        elif op == Opcode.ATTN_SM:
+            unit = softmax_pass_cycles(w["keys"], w["rows"], vl, ins.phase == AttnPass.APPLY)
         elif op == Opcode.ATTN_Q:
             unit = w["rows"] * max(1, d // vl)
         elif op == Opcode.ATTN_EMIT:

@@ -67,6 +67,22 @@ def attention_cycles(keys: int, rows: int, d: int, final: bool = True) -> int:
     return mx + ap + (rows * d + 16 if final else rows * (d + 2) + 9)
 
 
+#: ATTN_SM's start beyond its groups (the execute unit in simulation, tests/hw/compute/exec/test_softmax.py):
+#: the decode, the first group's R beats, the unit's post pipeline (MAX 9 cycles, APPLY 17) and, for
+#: APPLY, the first V scale word from DDR and the last group's R w beats written back.
+SOFTMAX_START = {"MAX": 20, "APPLY": 32}
+
+
+def softmax_pass_cycles(keys: int, rows: int, vl: int, apply: bool) -> int:
+    """One ATTN_SM (``hw/compute/exec/movers.py`` ``AttnMover``, the attention unit's streamed
+    scores): per group of VL keys max(R, VL, ceil((R + VL + 2) / 2)) cycles -- R score beats read
+    (one a cycle) into one of two transpose buffers, VL keys into the unit (one a cycle), a buffer
+    refilled only once its keys have left (2 cycles of SPAD read latency); the w rows go back the
+    same way on the write port -- plus ``SOFTMAX_START``."""
+    group = max(rows, vl, -(-(rows + vl + 2) // 2))
+    return -(-keys // vl) * group + SOFTMAX_START["APPLY" if apply else "MAX"]
+
+
 def layer_cycles(cfg, tokens: int, context: int, node: NodeConfig = NodeConfig(),
                  mac_utilization: float = 1.0) -> dict:
     """Cycles of one decoder layer of model ``cfg`` on the engine of ``node``, for ``tokens`` new

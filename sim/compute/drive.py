@@ -153,3 +153,82 @@ def run_attention(dut, jobs) -> list[tuple[list[int], list[int]]]:
 
 def words_to_int32(words: list[int]) -> list[int]:
     return [unpack(w, 32, 1)[0] for w in words]
+
+
+async def softmax_sequence(ctx, dut, job, w_ready=lambda i: True) -> dict:
+    """A ``SoftmaxJob`` the way ATTN_SM / ATTN_Q / ATTN_EMIT run it on the unit: load the query
+    rows (positions) and clear the states (ATTN_Q QUERY); a MAX pass over streamed scores per run (the first with ``first``); emit the
+    maxima; for the decode protocol load the global maxima; an APPLY pass per run (w words
+    collected from ``w``; ``w_ready(i)``: ready in the pass's cycle i); emit STATE (o still 0);
+    load every row's o (state words 2 + c: ATTN_Q O); emit FINAL.  Returns the words and the
+    cycles of each pass (command to idle)."""
+    from mcf.hw.compute.attention import s_layout
+    from mcf.sim.compute.jobs import s_run
+    from mcf.spec.isa import AttnPass, EmitMode
+    R, d = job.rows, dut.head_dim
+    await load_queries(ctx, dut, job)
+    ctx.set(dut.clear, 1)                       # ATTN_Q QUERY empties every state
+    await ctx.tick()
+    ctx.set(dut.clear, 0)
+    ctx.set(dut.o.tready, 1)
+    out = {"w": [], "cycles": {AttnPass.MAX: [], AttnPass.APPLY: []}}
+
+    async def collect(want):
+        got = []
+
+        def sample(ctx):
+            if ctx.get(dut.o.tvalid):
+                got.append(ctx.get(dut.o.tdata))
+                return bool(ctx.get(dut.o.tlast))
+            return False
+        await drive(ctx, [], sample, 4 * want + 40)
+        return got
+
+    async def emit(mode, rows):
+        await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "src": 0, "mode": mode, "rows": rows})
+        return await collect(rows * (d + 2))
+
+    async def write_state(writes):
+        for r, word, value in writes:
+            ctx.set(dut.st.en, 1); ctx.set(dut.st.row, r); ctx.set(dut.st.word, word)
+            ctx.set(dut.st.data, value & 0xFFFFFFFF)
+            await ctx.tick()
+        ctx.set(dut.st.en, 0)
+
+    for phase in (AttnPass.MAX, AttnPass.APPLY):
+        if phase == AttnPass.APPLY:
+            out["max"] = await emit(EmitMode.MAX, R)
+            await write_state([(r, 0, mv) for r, mv in job.mref])
+        for i, run in enumerate(job.runs):
+            await send_command(ctx, dut.cmd, {"emit": 0, "phase": phase, "first": int(i == 0), "src": 1,
+                                              "mode": 0, "rows": 1})
+            feed = Feed.of(dut.s, s_run(job, run, R), raw=True)
+            n = 0
+
+            def sample(ctx):
+                nonlocal n
+                ready = bool(w_ready(n))
+                ctx.set(dut.w.ready, ready)
+                if ready and ctx.get(dut.w.valid):
+                    out["w"].append(ctx.get(dut.w.payload))
+                n += 1
+                return not feed.pending and not ctx.get(dut.busy)
+            cycles = await drive(ctx, [feed], sample, 8 * (run[1] - run[0]) + 60)
+            ctx.set(dut.w.ready, 0)
+            out["cycles"][phase].append(cycles + 1)           # + the command's cycle
+    out["state"] = await emit(EmitMode.STATE, R)
+    await write_state([(r, 2 + c, job.o_words[r][c]) for r in range(R) for c in range(d)])
+    out["final"] = await emit(EmitMode.FINAL, R)
+    return out
+
+
+def run_softmax(dut, jobs, w_ready=lambda i: True) -> list[dict]:
+    """Each ``SoftmaxJob`` -> ``softmax_sequence``'s words and cycles."""
+    results = []
+
+    async def bench(ctx):
+        for job in jobs:
+            results.append(await softmax_sequence(ctx, dut, job, w_ready))
+
+    simulate(dut, bench)
+    return results

@@ -299,3 +299,84 @@ def vector_elements(beats, lanes: int):
         for k, v in enumerate(vals):
             out.append((v, e, int(bool(last) and k == lanes - 1)))
     return out
+
+
+@dataclass
+class SoftmaxJob:
+    """Attention-unit traffic of a softmax pass over streamed scores (``cmd.src``): ``rows``
+    query rows (positions only matter) over keys split in ``runs``; expected values from the
+    golden ``partial_state`` (m), ``attn_weights`` (w), ``state_sums`` (l) and ``finalize``."""
+    rows: int
+    q: list            # (row, packed q_layout)
+    s: list            # packed s_layout beats, one per key, without ``last``
+    runs: list         # (start, stop) key ranges, one pass each
+    max_words: list    # the MAX emit after the MAX passes (local maxima)
+    mref: list         # decode protocol: (row, global M) loaded before APPLY
+    w: list            # per key: the R words of w (unsigned ints)
+    state_words: list  # STATE emit after APPLY, o untouched (0): [m, sat32(l), 0 ...] per row
+    o_words: list      # per row: head_dim int32 words sat32(o) (what GEMM_PV writes) to load
+    final_words: list  # FINAL emit after the o load (unsigned ints)
+
+
+def softmax_job(rng, d, group, tokens, keys, runs=1, protocol=False) -> SoftmaxJob:
+    """``group`` heads x ``tokens`` rows (row r = (token r // group, head r % group)) over
+    ``keys`` keys: golden scores of random Q / K (with some saturated ones), V scales of random
+    V rows; key j at position 2 + j; token 0's rows see no key, the others some or all."""
+    from mcf.spec.fixed import EXP_BITS, KV_A_BITS
+    R = group * tokens
+    qm, qe = random_bfp_rows(rng, R, d)
+    q = fx.prescale_query((qm.reshape(tokens, group, d), qe.reshape(tokens, group)), d)
+    kq, ka, ke = fx.quantize_kv(random_kv_rows(rng, keys, d))
+    vq, va, ve = fx.quantize_kv(random_kv_rows(rng, keys, d))
+    kq, ka, ke, vq, va, ve = kq[:, None], ka[:, None], ke[:, None], vq[:, None], va[:, None], ve[:, None]
+    q_pos = rng.integers(0, keys + 4, size=tokens)
+    q_pos[0] = 1                                          # a row that sees no key
+    k_pos = 2 + np.arange(keys)
+    valid = np.broadcast_to(fx.causal_mask(q_pos, k_pos)[None], (group, tokens, keys))
+    s = fx.scores(q, kq, ka, ke, group).copy()
+    hot = rng.random(s.shape) < 0.05                     # saturated scores, both ends
+    s[hot] = rng.choice([fx.INT32_MIN, fx.INT32_MAX, fx.INT32_MAX - 5], size=int(hot.sum()))
+    local = fx.partial_state(s, valid, vq, va, ve, group).m                    # [Hq, T]
+    m_ref = None
+    if protocol:
+        other = np.where(rng.random(local.shape) < 0.3, fx.M_EMPTY,
+                         local + rng.integers(-4000, 4000, size=local.shape))
+        other = np.where(local == fx.M_EMPTY, rng.integers(-20000, 0, size=local.shape), other)
+        m_ref = np.maximum(local, np.clip(other, fx.INT32_MIN, fx.INT32_MAX))
+    m = local if m_ref is None else m_ref
+    _, w = fx.attn_weights(s, valid, va, ve, group, m)                          # [Hq, T, S]
+    l, _ = fx.state_sums(s, valid, vq, va, ve, group, m)
+    st = fx.partial_state(s, valid, vq, va, ve, group, m_ref=m_ref)
+    final = fx.finalize(st)                                                     # [T, Hq, d]
+
+    def row(a, r):
+        return a[r % group, r // group]
+    qmr, qer = q[0].reshape(R, d), q[1].reshape(R)
+    qpos = np.repeat(q_pos, group)
+    qw = [(r, pack(qmr[r], 16) | ((int(qer[r]) & 0xFF) << (16 * d)) | (int(qpos[r]) << (16 * d + 8)))
+          for r in range(R)]
+    sb = [pack([row(s, r)[j] for r in range(R)], 32) | (int(k_pos[j]) << (32 * R))
+          | (int(va[j, 0]) << (32 * R + POS_BITS)) | ((int(ve[j, 0]) & 0xFF) << (32 * R + POS_BITS + KV_A_BITS))
+          for j in range(keys)]
+    assert EXP_BITS == 8
+    cuts = sorted(rng.choice(np.arange(1, keys), size=min(runs, keys) - 1, replace=False)) if runs > 1 else []
+    bounds = [0, *[int(c) for c in cuts], keys]
+    u32 = 0xFFFFFFFF
+    return SoftmaxJob(
+        rows=R, q=qw, s=sb, runs=list(zip(bounds[:-1], bounds[1:])),
+        max_words=[int(row(local, r)) & u32 for r in range(R)],
+        mref=[(r, int(row(m_ref, r))) for r in range(R)] if protocol else [],
+        w=[[int(row(w, r)[j]) & u32 for r in range(R)] for j in range(keys)],
+        state_words=[x for r in range(R) for x in
+                     [int(row(m, r)) & u32, int(fx.sat(row(l, r), 32)) & u32] + [0] * d],
+        o_words=[[int(x) for x in row(st.o, r)] for r in range(R)],
+        final_words=[int(x) & u32 for r in range(R) for x in final[r // group, r % group]])
+
+
+def s_run(job: SoftmaxJob, run: tuple, rows: int) -> list:
+    """The score beats of one run, ``last`` set on its final key."""
+    from mcf.spec.fixed import EXP_BITS, KV_A_BITS
+    a, b = run
+    beats = list(job.s[a:b])
+    beats[-1] |= 1 << (32 * rows + POS_BITS + KV_A_BITS + EXP_BITS)
+    return beats

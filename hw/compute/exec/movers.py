@@ -1277,6 +1277,7 @@ class AttnState(enum.Enum, shape=4):
     KV = 5          # ATTN_KV: the pass
     EMIT = 6        # ATTN_EMIT: words -> SPAD
     FINISH = 7
+    SM = 8          # ATTN_SM: score rows -> the unit -> w rows
 
 
 class AttnMover(Mover):
@@ -1284,8 +1285,15 @@ class AttnMover(Mover):
     between instructions.  Rows (t, j) are row t heads + j of the unit.  ATTN_KV streams each
     block's K segment on read stream 0 and (APPLY) its V segment on read stream 1, each one
     request for its scale region and one for its rows; a gated run is checked against the
-    directory, block by block, before anything is read."""
-    OPS = (isa.Opcode.ATTN_Q, isa.Opcode.ATTN_KV, isa.Opcode.ATTN_EMIT)
+    directory, block by block, before anything is read.
+
+    ATTN_SM feeds the unit's streamed-score pass (``cmd.src``): per group of VL keys it reads the
+    R rows' beats of the group (row-major, SPAD) into one of two transpose buffers (R beats each)
+    while the unit takes the other's keys, one a cycle, each with all R rows' scores, its position
+    and (APPLY) its V scale word from read stream 1; the unit's w (per key, all rows) fill one of
+    two buffers of R beats while the other is written back, one row's beat a cycle.  So a group
+    takes max(R, VL) cycles: R / VL cycles a key for R >= VL (1.5 at R = 12, VL = 8)."""
+    OPS = (isa.Opcode.ATTN_Q, isa.Opcode.ATTN_KV, isa.Opcode.ATTN_EMIT, isa.Opcode.ATTN_SM)
 
     def __init__(self, g: Geometry):
         super().__init__(g)
@@ -1302,6 +1310,7 @@ class AttnMover(Mover):
         op = self.instr[:6]
         q_ins, kv_ins, e_ins = self.view(isa.Opcode.ATTN_Q), self.view(isa.Opcode.ATTN_KV), self.view(isa.Opcode.ATTN_EMIT)
         is_q, is_kv, is_emit = op == isa.Opcode.ATTN_Q, op == isa.Opcode.ATTN_KV, op == isa.Opcode.ATTN_EMIT
+        sm_ins, is_sm = self.view(isa.Opcode.ATTN_SM), op == isa.Opcode.ATTN_SM
         what = q_ins.what.as_value()
         mode = e_ins.mode.as_value()
         # ATTN_Q and ATTN_EMIT share spad, tokens, heads, tok_stride, head_stride (same offsets)
@@ -1320,23 +1329,38 @@ class AttnMover(Mover):
         nwords = Signal(24)         # MREF / STATE / emitted STATE / MAX words
         per_row = Signal(range(D + 3))
         load_state = is_q & (what == isa.AttnLoad.STATE)
+        load_o = is_q & (what == isa.AttnLoad.O)
         emit_state = is_emit & (mode == isa.EmitMode.STATE)
-        m.d.comb += [per_row.eq(Mux(load_state | emit_state, D + 2, 1)), nwords.eq(rowsf * per_row)]
+        m.d.comb += [per_row.eq(Mux(load_state | emit_state, D + 2, Mux(load_o, D, 1))), nwords.eq(rowsf * per_row)]
         word_end = Signal(48)
         m.d.comb += word_end.eq(q_ins.spad + ((nwords + VL - 1) >> vl_log2))
         rowwise = (is_q & (what == isa.AttnLoad.QUERY)) | (is_emit & (mode == isa.EmitMode.FINAL))
         bad_rows = (q_ins.tokens == 0) | (q_ins.heads == 0) | (rowsf > R)
-        bad_q = bad_rows | (what > isa.AttnLoad.STATE) | Mux(rowwise, row_end > g.spad_beats, word_end > g.spad_beats)
+        bad_q = bad_rows | Mux(rowwise, row_end > g.spad_beats, word_end > g.spad_beats)
         bad_e = bad_rows | (mode > isa.EmitMode.MAX) | Mux(rowwise, row_end > g.spad_beats, word_end > g.spad_beats)
         last_blk = Signal(32)
         m.d.comb += last_blk.eq(kv_ins.block0 + (kv_ins.blocks - 1) * kv_ins.block_stride)
         bad_kv = ((kv_ins.blocks == 0) | (kv_ins.keys == 0) | (kv_ins.keys > g.kv_block_keys)
                   | (kv_ins.gated & (last_blk >= g.dir_entries)))
         go_kv = Signal()
+        # ATTN_SM: R rows, keys a multiple of VL, score (and APPLY: w) rows inside SPAD
+        sm_rows, sm_groups = Signal(18), Signal(16)
+        sm_apply = sm_ins.phase.as_value() == isa.AttnPass.APPLY
+        m.d.comb += [sm_rows.eq(sm_ins.tokens * sm_ins.heads), sm_groups.eq(sm_ins.keys >> vl_log2)]
+        s_end, w_end = Signal(48), Signal(48)
+        m.d.comb += [s_end.eq(sm_ins.scores + (sm_rows - 1) * sm_ins.s_stride + sm_groups),
+                     w_end.eq(sm_ins.w + (sm_rows - 1) * sm_ins.w_stride + sm_groups)]
+        bad_sm = ((sm_ins.tokens == 0) | (sm_ins.heads == 0) | (sm_rows > R) | (sm_ins.keys == 0)
+                  | (sm_ins.keys[:vl_log2] != 0 if vl_log2 else 0) | (s_end > g.spad_beats)
+                  | (sm_apply & (w_end > g.spad_beats)))
         with m.If(state == S.CHECK):
-            with m.If(Mux(is_q, bad_q, Mux(is_emit, bad_e, bad_kv))):
+            with m.If(Mux(is_sm, bad_sm, Mux(is_q, bad_q, Mux(is_emit, bad_e, bad_kv)))):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
+            with m.Elif(is_sm):
+                with m.If(au.cmd.ready):
+                    m.d.comb += [au.cmd.valid.eq(1), au.cmd.payload.src.eq(1)]
+                    m.d.sync += state.eq(S.SM)
             with m.Elif(is_q):
                 m.d.sync += state.eq(Mux(what == isa.AttnLoad.QUERY, S.QUERY, S.WORDS))
                 m.d.comb += au.clear.eq(what == isa.AttnLoad.QUERY)       # QUERY empties every state
@@ -1409,7 +1433,8 @@ class AttnMover(Mover):
             m.d.sync += [wk.eq(0), wrow.eq(0), wword.eq(0), wcount.eq(0)]
         words = Array(rq.words[32 * x:32 * (x + 1)] for x in range(VL))
         with m.If(wording & rq.valid):
-            m.d.comb += [au.st.en.eq(1), au.st.row.eq(wrow), au.st.word.eq(wword), au.st.data.eq(words[wk]),
+            m.d.comb += [au.st.en.eq(1), au.st.row.eq(wrow), au.st.word.eq(Mux(load_o, wword + 2, wword)),
+                         au.st.data.eq(words[wk]),
                          rq.take.eq((wk == VL - 1) | (wcount == nwords - 1))]
             m.d.sync += [wk.eq(wk + 1), wcount.eq(wcount + 1), wword.eq(wword + 1)]
             with m.If(wword == per_row - 1):
@@ -1473,7 +1498,8 @@ class AttnMover(Mover):
         for sr in (ks, vs):
             m.d.comb += [sr.cmd.payload.keys.eq(kv_ins.keys), sr.cmd.payload.blocks.eq(kv_ins.blocks),
                          sr.cmd.payload.kpos0.eq(kv_ins.kpos0), sr.cmd.payload.pos_stride.eq(kv_ins.pos_stride)]
-        m.d.comb += [au.cmd.payload.phase.eq(kv_ins.phase), au.cmd.payload.first.eq(kv_ins.first)]
+        m.d.comb += [au.cmd.payload.phase.eq(Mux(is_sm, sm_ins.phase, kv_ins.phase)),
+                     au.cmd.payload.first.eq(Mux(is_sm, sm_ins.first, kv_ins.first))]
         with m.If(go_kv):
             m.d.comb += [au.cmd.valid.eq(1), ks.cmd.valid.eq(1), vs.cmd.valid.eq(apply)]
         # requests: per block, the K segment's scale region then its rows region (and V's)
@@ -1506,7 +1532,118 @@ class AttnMover(Mover):
         m.d.sync += kv_started.eq(go_kv)
         with m.If((state == S.KV) & ~kv_started & ~au.busy & ~ks.busy & ~vs.busy & (rblk == kv_ins.blocks)):
             m.d.sync += state.eq(S.FINISH)
-        m.d.comb += b.starved.eq((state == S.KV) & au.busy & ~ks.o.valid)
+        kv_starved = (state == S.KV) & au.busy & ~ks.o.valid
+
+        # --- ATTN_SM: score rows -> transpose buffers -> the unit; w -> buffers -> w rows -------------------
+        sming = state == S.SM
+        m.submodules.vsc = vsc = Unpacker(g.data_width, 16)          # key j's V scale word A | E << 8
+        m.d.comb += vsc.cmd.payload.count.eq(sm_ins.keys)
+        sm_req = Signal()                                             # the V scale words are asked for
+        with m.If(state == S.CHECK):
+            m.d.sync += sm_req.eq(0)
+        with m.If(sming & sm_apply & ~sm_req & vsc.cmd.ready):
+            m.d.comb += [b.req1.valid.eq(1), b.req1.payload.addr.eq(ddr_addr(sm_ins.seg)),
+                         b.req1.payload.beats.eq(ceil_beats(sm_ins.keys << 1, g.bus_log2))]
+            with m.If(b.req1.ready):
+                m.d.comb += vsc.cmd.valid.eq(1)
+                m.d.sync += sm_req.eq(1)
+        with m.If(sming):
+            m.d.comb += [vsc.i.valid.eq(b.in1.valid), vsc.i.payload.eq(b.in1.payload), b.in1.ready.eq(vsc.i.ready)]
+        # reads: group gi's R beats into buffer gi mod 2 once it is free
+        tb = [[Signal(VL * 32, name=f"smtb{x}_{r}") for r in range(R)] for x in range(2)]
+        sm_taken, sm_full = Signal(2), Signal(2)         # a buffer holds (or is getting) a group / all of it
+        sm_gi, sm_ri = Signal(16), Signal(range(R + 1))  # group / row being read
+        sm_raddr, sm_rbase = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
+        sm_fsel, sm_fr = Signal(), Signal(range(R + 1))  # buffer / row the next beat lands in
+        with m.If(state == S.CHECK):
+            m.d.sync += [sm_taken.eq(0), sm_full.eq(0), sm_gi.eq(0), sm_ri.eq(0), sm_raddr.eq(sm_ins.scores),
+                         sm_rbase.eq(sm_ins.scores), sm_fsel.eq(0), sm_fr.eq(0)]
+        isel = sm_gi[0]
+        with m.If(sming):
+            m.d.comb += [rq.addr.eq(sm_raddr),
+                         rq.issue.eq(rq.room & (sm_gi != sm_groups) & (~sm_taken.bit_select(isel, 1) | (sm_ri != 0))),
+                         rq.take.eq(rq.valid)]
+            with m.If(rq.issue):
+                m.d.sync += [sm_ri.eq(sm_ri + 1), sm_raddr.eq(sm_raddr + sm_ins.s_stride)]
+                for x in range(2):
+                    with m.If(isel == x):
+                        m.d.sync += sm_taken[x].eq(1)
+                with m.If(sm_ri == sm_rows - 1):
+                    m.d.sync += [sm_ri.eq(0), sm_gi.eq(sm_gi + 1), sm_raddr.eq(sm_rbase + 1), sm_rbase.eq(sm_rbase + 1)]
+            with m.If(rq.valid):
+                for x in range(2):
+                    for r in range(R):
+                        with m.If((sm_fsel == x) & (sm_fr == r)):
+                            m.d.sync += tb[x][r].eq(rq.words)
+                m.d.sync += sm_fr.eq(sm_fr + 1)
+                with m.If(sm_fr == sm_rows - 1):
+                    m.d.sync += [sm_fr.eq(0), sm_fsel.eq(~sm_fsel)]
+                    for x in range(2):
+                        with m.If(sm_fsel == x):
+                            m.d.sync += sm_full[x].eq(1)
+        # keys: key j of the group in buffer sm_esel -> the unit (rows >= R: whatever the buffer
+        # holds; their states are not this program's)
+        sm_esel, sm_j = Signal(), Signal(range(VL))
+        sm_eg = Signal(16)                               # groups sent
+        sm_pos = Signal(isa.POS_BITS)
+        with m.If(state == S.CHECK):
+            m.d.sync += [sm_esel.eq(0), sm_j.eq(0), sm_eg.eq(0), sm_pos.eq(sm_ins.kpos0)]
+        sp = au.s.payload
+        cols = [Array(tb[x][r][32 * j:32 * (j + 1)] for j in range(VL))[sm_j] for x in range(2) for r in range(R)]
+        m.d.comb += [sp.s.eq(Mux(sm_esel, Cat(*cols[R:]), Cat(*cols[:R]))), sp.pos.eq(sm_pos),
+                     sp.va.eq(vsc.o.payload[:8]), sp.ve.eq(vsc.o.payload[8:]),
+                     sp.last.eq((sm_eg == sm_groups - 1) & (sm_j == VL - 1))]
+        s_go = Signal()
+        m.d.comb += [au.s.valid.eq(sming & sm_full.bit_select(sm_esel, 1) & (~sm_apply | vsc.o.valid)),
+                     s_go.eq(au.s.valid & au.s.ready), vsc.o.ready.eq(s_go & sm_apply)]
+        with m.If(s_go):
+            m.d.sync += [sm_j.eq(sm_j + 1), sm_pos.eq(sm_pos + 1)]
+            with m.If(sm_j == VL - 1):
+                m.d.sync += [sm_j.eq(0), sm_eg.eq(sm_eg + 1), sm_esel.eq(~sm_esel)]
+                for x in range(2):
+                    with m.If(sm_esel == x):
+                        m.d.sync += [sm_full[x].eq(0), sm_taken[x].eq(0)]
+        # w: key after key into buffer wsel (word j of each row's beat), then R beats -> SPAD
+        wb = [[Signal(VL * 32, name=f"smwb{x}_{r}") for r in range(R)] for x in range(2)]
+        wfull = Signal(2)
+        w_isel, w_j = Signal(), Signal(range(VL))
+        w_osel, w_r = Signal(), Signal(range(R + 1))
+        w_g = Signal(16)                                  # groups written
+        w_addr, w_base = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
+        with m.If(state == S.CHECK):
+            m.d.sync += [wfull.eq(0), w_isel.eq(0), w_j.eq(0), w_osel.eq(0), w_r.eq(0), w_g.eq(0),
+                         w_addr.eq(sm_ins.w), w_base.eq(sm_ins.w)]
+        m.d.comb += au.w.ready.eq(sming & ~wfull.bit_select(w_isel, 1))
+        with m.If(au.w.valid & au.w.ready):
+            for x in range(2):
+                for r in range(R):
+                    for j in range(VL):
+                        with m.If((w_isel == x) & (w_j == j)):
+                            m.d.sync += wb[x][r][32 * j:32 * (j + 1)].eq(au.w.payload[32 * r:32 * (r + 1)])
+            m.d.sync += w_j.eq(w_j + 1)
+            with m.If(w_j == VL - 1):
+                m.d.sync += [w_j.eq(0), w_isel.eq(~w_isel)]
+                for x in range(2):
+                    with m.If(w_isel == x):
+                        m.d.sync += wfull[x].eq(1)
+        w_rows = Array(Array(wb[x][r] for r in range(R)) for x in range(2))
+        with m.If(sming & wfull.bit_select(w_osel, 1)):
+            m.d.comb += [wr.addr.eq(w_addr), wr.data.eq(w_rows[w_osel][w_r]), wr.exp.eq(0),
+                         wr.lanes.eq((1 << VL) - 1), wr.exp_en.eq(1)]
+            m.d.sync += [w_r.eq(w_r + 1), w_addr.eq(w_addr + sm_ins.w_stride)]
+            with m.If(w_r == sm_rows - 1):
+                m.d.sync += [w_r.eq(0), w_osel.eq(~w_osel), w_g.eq(w_g + 1), w_addr.eq(w_base + 1),
+                             w_base.eq(w_base + 1)]
+                for x in range(2):
+                    with m.If(w_osel == x):
+                        m.d.sync += wfull[x].eq(0)
+        sm_started = Signal()
+        m.d.sync += sm_started.eq(state == S.CHECK)
+        with m.If(sming & ~sm_started & (sm_eg == sm_groups) & ~au.busy & ~rq.busy
+                  & (~sm_apply | ((w_g == sm_groups) & ~vsc.busy))):
+            m.d.sync += state.eq(S.FINISH)
+        # starved: waiting for K (ATTN_KV) or for a V scale word (ATTN_SM APPLY)
+        m.d.comb += b.starved.eq(kv_starved | (sming & sm_apply & sm_full.bit_select(sm_esel, 1) & ~vsc.o.valid))
         with m.If(state == S.FINISH):
             m.d.comb += self.done.eq(1)
             m.d.sync += state.eq(S.IDLE)

@@ -552,6 +552,11 @@ class NodeSim:
 
                 def commit():
                     u.m = words.copy()
+            elif ins.what == AttnLoad.O:
+                words = self.read_words(ins.spad * vl, R * d, "ATTN_Q O").reshape(R, d)
+
+                def commit():
+                    u.o = words.copy()
             else:
                 words = self.read_words(ins.spad * vl, R * (d + 2), "ATTN_Q STATE").reshape(R, d + 2)
 
@@ -600,6 +605,40 @@ class NodeSim:
         ex.commit = commit
         ex.work = {"ddr_rd": seg * ins.blocks * (2 if ins.phase == AttnPass.APPLY else 1),
                    "keys": ins.keys * ins.blocks, "rows": u.rows}
+
+    def _x_attn_sm(self, ins, ex):
+        """ATTN_SM: the softmax pass over score rows in SPAD (golden ``attn_weights``: m, l, w),
+        reading what the RTL reads (score rows; APPLY: the V scale words) and writing w rows."""
+        vl = self.vl
+        u = self.attn
+        R, S = ins.tokens * ins.heads, ins.keys
+        self._check(0 < R <= self.cfg.att_rows, f"tokens x heads = {R} rows (the unit has {self.cfg.att_rows})")
+        self._check(u.rows == R, f"a pass over {R} rows in a unit holding {u.rows}")
+        self._check(S > 0 and S % vl == 0, f"keys={S} (a positive multiple of VL={vl})")
+        s = np.stack([self.read_words((ins.scores + r * ins.s_stride) * vl, S, "ATTN_SM scores")
+                      for r in range(R)])                                          # [R, S]
+        valid = fx.causal_mask(u.pos, ins.kpos0 + np.arange(S))
+        if ins.phase == AttnPass.MAX:
+            m0 = np.full(R, fx.INT32_MIN, np.int64) if ins.first else u.m
+            new_m = np.maximum(m0, np.where(valid, s, fx.INT32_MIN).max(axis=-1))
+
+            def commit():
+                u.m = new_m
+            ex.work = {"keys": S, "rows": R, "sm": 1}
+        else:
+            raw = self.ddr_read(ins.seg, 2 * S, "ATTN_SM V scales")
+            va, ve = kv.unpack_scales(raw, S)
+            p, w = fx.attn_weights(s[:, None], valid[:, None], va[:, None], ve[:, None], R, u.m[:, None])
+            new_l = (0 if ins.first else u.l) + p[:, 0].sum(axis=-1)
+            commits = [self.write_words_later((ins.w + r * ins.w_stride) * vl, w[r, 0], "ATTN_SM w")
+                       for r in range(R)]
+
+            def commit():
+                u.l = new_l
+                for c in commits:
+                    c()
+            ex.work = {"keys": S, "rows": R, "sm": 1, "ddr_rd": len(raw)}
+        ex.commit = commit
 
     def _x_attn_emit(self, ins, ex):
         d, vl = self.cfg.head_dim, self.vl
@@ -758,6 +797,6 @@ class NodeSim:
 #: The busy counter each execute-unit opcode counts into (the RTL's too).
 BUSY_COUNTER = {Opcode.GEMM: PerfCounter.BUSY_GEMM, Opcode.VEC: PerfCounter.BUSY_VEC,
                 Opcode.ATTN_Q: PerfCounter.BUSY_ATTN, Opcode.ATTN_KV: PerfCounter.BUSY_ATTN,
-                Opcode.ATTN_EMIT: PerfCounter.BUSY_ATTN, Opcode.KVW: PerfCounter.BUSY_KVW,
+                Opcode.ATTN_EMIT: PerfCounter.BUSY_ATTN, Opcode.ATTN_SM: PerfCounter.BUSY_ATTN, Opcode.KVW: PerfCounter.BUSY_KVW,
                 Opcode.EMBED: PerfCounter.BUSY_EMBED, Opcode.LOAD: PerfCounter.BUSY_LDST,
                 Opcode.STORE: PerfCounter.BUSY_LDST}

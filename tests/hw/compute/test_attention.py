@@ -257,3 +257,24 @@ def test_attention_cocotb(build_dir, p):
     unit = AttentionUnit(**p)
     run_cocotb(unit, __name__, build_dir, testcase=["run_jobs", "run_state_load"],
                params={**p, "group": 2, "jobs": 6 if p["head_dim"] == 8 else 3})
+
+
+@pytest.mark.parametrize("runs,protocol,stall", [(1, False, False), (3, True, True), (2, False, True)])
+def test_attention_streamed_scores_amaranth_sim(runs, protocol, stall):
+    """The softmax pass over streamed scores (``cmd.src``, ATTN_SM): MAX gives the golden
+    ``partial_state`` m (several runs, saturated scores, rows that see no key), APPLY sends the
+    golden ``attn_weights`` w out key by key (``stall``: ``w`` not ready 2 cycles in 5) and sums
+    ``state_sums``' l, o untouched (0); the decode protocol loads the global maxima between the
+    passes; then o loaded (ATTN_Q O) and FINAL emitted == ``finalize``."""
+    from mcf.sim.compute.drive import run_softmax
+    from mcf.sim.compute.jobs import softmax_job, unpack
+    rng = np.random.default_rng(21 + runs + 4 * protocol)
+    dut = AttentionUnit(head_dim=8, rows=6, max_keys=32)
+    jobs = [softmax_job(rng, d=8, group=3, tokens=2, keys=keys, runs=runs, protocol=protocol)
+            for keys in (19, 7)]
+    results = run_softmax(dut, jobs, (lambda i: i % 5 >= 2) if stall else (lambda i: True))
+    for job, got in zip(jobs, results):
+        assert got["max"] == job.max_words
+        assert [unpack(w, 32, job.rows, signed=False) for w in got["w"]] == job.w
+        assert got["state"] == job.state_words
+        assert got["final"] == job.final_words

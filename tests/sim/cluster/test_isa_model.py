@@ -69,6 +69,33 @@ def test_a_kv_gemm_costs_its_macs_on_the_array_and_its_segment_bytes():
         assert n.perf[isa.PerfCounter.MAC_BEATS] == rows * d * keys // (P * K)
 
 
+def test_attn_sm_costs_its_groups_of_vl_keys():
+    """ATTN_SM run by the ISA simulator under the timing model: ceil(keys / VL) groups of
+    max(R, VL, ceil((R + VL + 2) / 2)) cycles + the start (sim/compute/cost.py, checked against the
+    execute unit's RTL by tests/hw/compute/exec/test_softmax.py); APPLY reads 2 bytes a key."""
+    from mcf.sim.compute.cost import SOFTMAX_START
+    node, prof = NodeConfig.tiny(), load_profile("kr260")
+    vl = node.vec_lanes
+    costs = TimingCosts(node, prof)
+    for tokens, heads, keys in ((1, 2, 64), (2, 2, 256)):
+        c = ClusterSim(node, 1, costs=costs, ddr_bytes=1 << 17)
+        c.open_window()
+        n = c.nodes[0]
+        rows = dict(tokens=tokens, heads=heads, tok_stride=heads * 2, head_stride=2)
+        R = tokens * heads
+        sm = dict(scores=64, s_stride=keys // vl, keys=keys, kpos0=0, seg=n.ddr.phys_base + 0x4000, w=1024,
+                  w_stride=keys // vl, tokens=tokens, heads=heads)
+        c.load_program(0, [isa.AttnQ(what=isa.AttnLoad.QUERY, spad=0, qpos0=keys, **rows),
+                           isa.AttnSm(phase=isa.AttnPass.MAX, first=1, **sm),
+                           isa.AttnSm(phase=isa.AttnPass.APPLY, first=1, **sm), isa.End()])
+        c.start()
+        assert c.run(max_cycles=1 << 20).ok
+        group = max(R, vl, -(-(R + vl + 2) // 2))
+        want = R * (node.head_dim // vl) + 2 * (keys // vl) * group + SOFTMAX_START["MAX"] + SOFTMAX_START["APPLY"]
+        assert n.perf[isa.PerfCounter.BUSY_ATTN] == want, (tokens, heads, keys)
+        assert n.perf[isa.PerfCounter.DDR_RD_BYTES] == 2 * keys
+
+
 def test_same_tokens_as_the_functional_simulator_more_cycles():
     cfg = load_model("tiny")
     w = random_weights(cfg, 8)
