@@ -336,6 +336,8 @@ class MatrixUnit(wiring.Component):
                              o_data.eq(Mux(pv, Mux(cfg.wide, Cat(*lo_w), Cat(*sat_w)), Cat(*words))),
                              o_last.eq(s5.last & ~wide),
                              pend.eq(s5.v & wide), o_hi.eq(Cat(*hi_w)), o_last_hi.eq(s5.last)]
+            with m.Elif(~pend & self.o.tready):     # the beat went, the next waits for ``prev``
+                m.d.sync += o_valid.eq(0)
             with m.If(pend & self.o.tready):
                 m.d.sync += [o_data.eq(o_hi), o_last.eq(o_last_hi), pend.eq(0)]
         m.d.comb += [self.o.tvalid.eq(o_valid), self.o.tdata.eq(o_data), self.o.tlast.eq(o_last),

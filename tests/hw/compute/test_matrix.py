@@ -346,3 +346,42 @@ def test_pv_reorder(rows, lanes, d):
     sim.add_testbench(bench)
     sim.run()
     assert got == want
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_pv_stalls_amaranth_sim(wide):
+    """pv mode with random stalls on the weights, the previous wide values and the output (a
+    beat must leave once, also while the next one waits for ``prev``)."""
+    from mcf.sim.amaranth_util import send_command, simulate, write_port
+    from mcf.sim.compute.jobs import pv_job, pv_weights
+    rng = np.random.default_rng(7 + wide)
+    P, K, TM, d = 4, 8, 8, 16
+    dut = MatrixUnit(mac_rows=P, mac_lanes=K, max_tokens=TM, max_inputs=64, max_tiles=8, pv_tiles=d // P)
+    w, vq, o = pv_weights(rng, 5, 24, d, extreme=True)
+    prev = rng.integers(-(1 << (45 if wide else 28)), 1 << (45 if wide else 28), size=o.shape)
+    job = pv_job(w, vq, o, P, K, TM, prev=prev, wide=wide)
+    got = []
+
+    async def bench(ctx):
+        await write_port(ctx, dut.act, job.act)
+        await send_command(ctx, dut.cmd, job.cmd)
+        wi = pi = 0
+        for _ in range(20 * len(job.w) * 5 + 1000):
+            w_ok = wi < len(job.w) and rng.random() < 0.7
+            p_ok = pi < len(job.prev) and rng.random() < 0.3
+            ctx.set(dut.w.tvalid, w_ok)
+            ctx.set(dut.w.tdata, job.w[min(wi, len(job.w) - 1)])
+            ctx.set(dut.prev.valid, p_ok)
+            ctx.set(dut.prev.payload, job.prev[min(pi, len(job.prev) - 1)])
+            ctx.set(dut.o.tready, rng.random() < 0.7)
+            await ctx.delay(1e-9)
+            wi += w_ok and ctx.get(dut.w.tready)
+            pi += p_ok and ctx.get(dut.prev.ready)
+            if ctx.get(dut.o.tvalid) and ctx.get(dut.o.tready):
+                got.append(ctx.get(dut.o.tdata))
+            await ctx.tick()
+            if len(got) == len(job.expected):
+                break
+
+    simulate(dut, bench)
+    assert got == job.expected
