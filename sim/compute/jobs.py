@@ -102,11 +102,12 @@ def pv_digits(w):
     return hi, w - (hi << 16)
 
 
-def pv_weights(rng, r: int, keys: int, d: int, extreme: bool = False):
+def pv_weights(rng, r: int, keys: int, d: int, extreme: bool = False, scales: bool = False):
     """Random softmax weights of ``r`` rows over ``keys`` V rows, from the golden model: scores,
     a visibility mask, V = quantize_kv(rows), w = ``fx.attn_weights`` and o = ``fx.state_sums``'
     exact o.  ``extreme``: keys at p = 2^15 with A = 255 and a large E (w = W_MAX), invisible
-    keys (w = 0) and V = -8.  Returns (w [r, keys], vq [keys, d], o [r, d]) as int64."""
+    keys (w = 0) and V = -8.  Returns (w [r, keys], vq [keys, d], o [r, d]) as int64; with ``scales``
+    (w, (vq, va, ve), o): the V rows' KV4 triple (what a V segment holds)."""
     s = rng.integers(-(1 << 20), 1 << 20, size=(1, r, keys))
     valid = rng.random((1, r, keys)) < 0.8
     vq, va, ve = fx.quantize_kv(random_kv_rows(rng, keys, d))
@@ -120,7 +121,7 @@ def pv_weights(rng, r: int, keys: int, d: int, extreme: bool = False):
     va, ve = va[:, None], ve[:, None]
     _, w = fx.attn_weights(s, valid, va, ve, 1, m)
     _, o = fx.state_sums(s, valid, vq[:, None, :], va, ve, 1, m)
-    return w[0], vq, o[0]
+    return (w[0], (vq, va[:, 0], ve[:, 0]), o[0]) if scales else (w[0], vq, o[0])
 
 
 def pv_job(w, vq, o, rows: int, lanes: int, max_tokens: int, prev=None, wide: bool = False) -> LinearJob:
