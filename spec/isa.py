@@ -291,6 +291,12 @@ _reg(Opcode.GEMM, "BFP16 rows x INT4 matrix -> X32 rows (golden linear).  Output
 # --- GEMM_PV (attention PV on the MAC array, docs/attention-array.md step 3) ---------------------------
 #: GEMM_PV's weight words are taken as min(w, PV_W_MAX) (fixed.W_MAX: two balanced 16-bit digits).
 PV_W_MAX = W_MAX
+
+
+def gemm_pv_built(rows: int, lanes: int, vl: int, head_dim: int) -> bool:
+    """Whether a node with a rows x lanes MAC array, VL and head_dim builds GEMM_PV (else it is an
+    ILLEGAL_INSTRUCTION): rows and lanes >= VL, rows divides head_dim, head_dim divides rows x lanes."""
+    return rows >= vl and lanes >= vl and head_dim % rows == 0 and (rows * lanes) % head_dim == 0
 _reg(Opcode.GEMM_PV, "Attention PV (golden state_sums' o) on the MAC array: the matrix is V^T of the "
                      "V segment at seg (spec/kv.py, `keys` tokens; its rows region only), rows = "
                      "channels c in tiles of P (tile0 .. tile0 + tiles - 1), inputs = keys.  Row r = "

@@ -676,8 +676,7 @@ class GemmMover(Mover):
         super().__init__(g)
         self.kv_beats = g.head_dim // g.lanes           # J: weight beats of one key tile
         self.has_kv = (g.head_dim <= g.max_group and g.head_dim % g.lanes == 0 and 1 <= self.kv_beats <= g.rows)
-        self.has_pv = (g.rows >= g.vl and g.lanes >= g.vl and g.head_dim % g.rows == 0
-                       and (g.rows * g.lanes) % g.head_dim == 0)
+        self.has_pv = isa.gemm_pv_built(g.rows, g.lanes, g.vl, g.head_dim)
         self.pv_tiles = g.head_dim // g.rows if self.has_pv else 0     # C: channel tiles of head_dim
         self.matrix = MatrixUnit(g.rows, g.lanes, g.tokens, g.max_n, (1 << 16) - 1, max_group=g.max_group,
                                  primitive=g.primitive, streamed=True, pv_tiles=self.pv_tiles)

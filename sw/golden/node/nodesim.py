@@ -500,7 +500,7 @@ class NodeSim:
         P, K = cfg.mac_rows, cfg.mac_lanes
         R = ins.tokens * ins.heads
         max_n = max(cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * d)
-        self._check(P >= vl and K >= vl and d % P == 0 and (P * K) % d == 0,
+        self._check(isa.gemm_pv_built(P, K, vl, d),
                     f"GEMM_PV: not built on a {P} x {K} array with VL {vl} and head_dim {d}")
         self._check(ins.tokens > 0 and ins.heads > 0 and R <= cfg.max_tokens,
                     f"tokens x heads = {ins.tokens} x {ins.heads} rows (max tokens {cfg.max_tokens})")
