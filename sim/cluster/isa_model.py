@@ -58,7 +58,7 @@ ISA_COSTS = {
                "weight beat per tile and key beat, held for both digits of every row) + matrix latency + the last "
                "key beat's drain max(rows x b, tiles x rows x b - (2 tiles - 1) x rows), b = cycles an output "
                "beat takes: P / VL SPAD beats (/ banks when dst is bank-aligned; x 2 wide), acc: at least "
-               "2 P / VL + 1 (its previous wide value); or the V rows' bytes over the weight loaders if slower",
+               "2 P / VL / banks + 1 (its previous wide value); or the V rows' bytes over the weight loaders if slower",
     "VEC": "rows x the vector unit's cycles for n elements on vec_lanes",
     "ATTN_KV": "keys + 2 (MAX) or + 4 (APPLY) per pass, or its K (and V) bytes over the execute unit's one AXI4 master if slower",
     "ATTN_Q / ATTN_EMIT": "rows x head_dim / vec_lanes (+ rows for FINAL)",
@@ -110,13 +110,14 @@ def pv_cycles(cfg: NodeConfig, ins, w: dict) -> int:
     tile; the matrix pipeline; and the drain of the last key beat's outputs, which the array emits
     on its lo passes (a row a cycle) and the mover writes at ``per_beat`` cycles each: P words in P / VL
     SPAD beats, ``spad_banks`` at a time when dst and dst_stride are bank-aligned, twice for the wide
-    value; with acc each needs its previous wide value first, 2 P / VL reads + 1."""
+    value; with acc each needs its previous wide value first, 2 P / VL SPAD beats (``spad_banks``
+    a read) + 1."""
     P, vl, R, tiles = cfg.mac_rows, cfg.vec_lanes, w["tokens"], ins.tiles
     banks = max(cfg.mac_lanes // vl, 1)
     aligned = banks > 1 and (P // vl) % banks == 0 and ins.dst % banks == 0 and ins.dst_stride % banks == 0
     per_beat = max(1, P // vl // (banks if aligned else 1)) * (2 if ins.wide else 1)
-    if ins.acc:
-        per_beat = max(per_beat, 2 * P // vl + 1)
+    if ins.acc:       # the low and the high P words, min(banks, P / VL) SPAD beats a read, then the queue
+        per_beat = max(per_beat, 2 * (P // vl) // min(banks, P // vl) + 1)
     drain = max(R * per_beat, tiles * R * per_beat - (2 * tiles - 1) * R)
     return 2 * R + w["mac_beats"] + MATRIX_LATENCY + drain
 

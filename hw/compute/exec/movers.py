@@ -951,17 +951,19 @@ class GemmMover(Mover):
                 m.d.sync += sent.eq(1)
         # pv acc: the previous wide rows -> ``prev``, after the activations (the read port is free),
         # in the output order (tile, row): per beat the P low words, then the P high words (n_out
-        # words further), P / VL SPAD beats each, shifted into ``pw``; a full ``pw`` goes to a
-        # two-deep queue as P (low, high) pairs
+        # words further), P / VL SPAD beats each, up to ``spad_banks`` of them a read, shifted into
+        # ``pw``; a full ``pw`` goes to a two-deep queue as P (low, high) pairs
         taking = Signal()
         m.d.comb += taking.eq(consumed)
         if self.has_pv:
             PR = P // VL                                    # SPAD beats of P words
+            RU = min(RB, PR)                                # of them per read (the SPAD's banks)
+            NR = PR // RU                                   # reads of P words
             pr_c, pr_r = Signal(16), Signal(range(TM + 1))  # issue side: tile, row
-            pr_h, pr_p = Signal(), Signal(range(PR))       # half (0: low words), beat within it
+            pr_h, pr_p = Signal(), Signal(range(NR))       # half (0: low words), read within it
             pr_base = Signal(g.spad_bits + 16)              # dst + pr_r dst_stride
             pr_on = Signal()
-            pr_n = Signal(range(2 * PR + 1))                # beats in ``pw``
+            pr_n = Signal(range(2 * NR + 1))                # reads in ``pw``
             pw = Signal(2 * P * 32)
             m.submodules.pq = pq = fifo.SyncFIFOBuffered(width=P * WIDE_BITS, depth=2)
             with m.If(state == S.CHECK):
@@ -969,11 +971,11 @@ class GemmMover(Mover):
                              pr_on.eq(pv & pins.acc)]
             prev_rd = (state == S.RUN) & pv
             with m.If(prev_rd):
-                m.d.comb += [rq.addr.eq(pr_base + ((Mux(pr_h, f_tiles, 0) + pr_c) << _log2(PR)) + pr_p),
-                             rq.issue.eq(pr_on & rq.room), taking.eq(rq.valid & (pr_n != 2 * PR))]
+                m.d.comb += [rq.addr.eq(pr_base + ((Mux(pr_h, f_tiles, 0) + pr_c) << _log2(PR)) + (pr_p << _log2(RU))),
+                             rq.issue.eq(pr_on & rq.room), taking.eq(rq.valid & (pr_n != 2 * NR))]
                 with m.If(rq.issue):
                     m.d.sync += pr_p.eq(pr_p + 1)
-                    with m.If(pr_p == PR - 1):
+                    with m.If(pr_p == NR - 1):
                         m.d.sync += [pr_p.eq(0), pr_h.eq(~pr_h)]
                         with m.If(pr_h):
                             m.d.sync += [pr_r.eq(pr_r + 1), pr_base.eq(pr_base + f_dst_stride)]
@@ -982,10 +984,10 @@ class GemmMover(Mover):
                                 with m.If(pr_c == f_tiles - 1):
                                     m.d.sync += pr_on.eq(0)
                 with m.If(taking):
-                    m.d.sync += [pw.eq(Cat(pw[VL * 32:], rq.words[:VL * 32])), pr_n.eq(pr_n + 1)]
+                    m.d.sync += [pw.eq(Cat(pw[RU * VL * 32:], rq.words[:RU * VL * 32])), pr_n.eq(pr_n + 1)]
             m.d.comb += [pq.w_data.eq(Cat(*[Cat(pw[32 * p:32 * (p + 1)], pw[32 * (P + p):32 * (P + p + 1)])
                                             for p in range(P)])),
-                         pq.w_en.eq(pr_n == 2 * PR),
+                         pq.w_en.eq(pr_n == 2 * NR),
                          mx.prev.valid.eq(pq.r_rdy), mx.prev.payload.eq(pq.r_data), pq.r_en.eq(mx.prev.ready)]
             with m.If(pq.w_en & pq.w_rdy):
                 m.d.sync += pr_n.eq(0)
