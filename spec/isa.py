@@ -297,6 +297,8 @@ def gemm_pv_built(rows: int, lanes: int, vl: int, head_dim: int) -> bool:
     """Whether a node with a rows x lanes MAC array, VL and head_dim builds GEMM_PV (else it is an
     ILLEGAL_INSTRUCTION): rows and lanes >= VL, rows divides head_dim, head_dim divides rows x lanes."""
     return rows >= vl and lanes >= vl and head_dim % rows == 0 and (rows * lanes) % head_dim == 0
+
+
 _reg(Opcode.GEMM_PV, "Attention PV (golden state_sums' o) on the MAC array: the matrix is V^T of the "
                      "V segment at seg (spec/kv.py, `keys` tokens; its rows region only), rows = "
                      "channels c in tiles of P (tile0 .. tile0 + tiles - 1), inputs = keys.  Row r = "
@@ -306,8 +308,9 @@ _reg(Opcode.GEMM_PV, "Attention PV (golden state_sums' o) on the MAC array: the 
                      "exactly (+ the previous wide value at dst when acc).  Output element i = (tile "
                      "- tile0) P + p of row r (n_out = tiles P of them) at SPAD row dst + r "
                      "dst_stride: wide = 0: word i = sat32(o); wide = 1: the 64-bit two's complement "
-                     "o, its low word at word i and its high word at word n_out + i.  Reads all its "
-                     "operands before it writes.", [
+                     "o, its low word at word i and its high word at word n_out + i (acc reads "
+                     "that layout at dst; its rows may not overlap: dst_stride >= 2 n_out / VL when "
+                     "rows > 1).  Reads all its operands before it writes.", [
     _ddr("seg", "V segment"),
     Field("keys", 16, "Tokens of the segment (its n; a multiple of the MAC lanes K and of VL, "
                       "2 keys / K <= the activation buffer's beats)."),

@@ -452,7 +452,7 @@ def run_engine(args) -> dict:
         rows = args.pv_tokens * node.group
         max_n = max(node.hidden_size, node.intermediate_size, node.num_heads * node.head_dim)
         if (args.pv_keys % node.mac_lanes or 2 * args.pv_keys > max_n or rows > node.max_tokens
-                or rows * (args.pv_keys + node.head_dim) // node.vec_lanes > node.spad_beats):
+                or rows * (args.pv_keys + 2 * node.head_dim) // node.vec_lanes > node.spad_beats):
             raise ValueError(f"--pv-keys {args.pv_keys} / --pv-tokens {args.pv_tokens}: keys a multiple of "
                              f"{node.mac_lanes} up to {max_n // 2}, tokens x {node.group} heads <= {node.max_tokens} "
                              f"rows, the weight rows and the output within {node.spad_beats} SPAD beats")

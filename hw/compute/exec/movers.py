@@ -726,7 +726,8 @@ class GemmMover(Mover):
         src_end, dst_end = Signal(40), Signal(40)
         nrows = Signal(16)                             # activation / output rows: tokens x heads
         out_beats = Signal(17)                         # SPAD beats of one output row
-        m.d.comb += out_beats.eq((((f_tiles << p_log2) + VL - 1) >> vl_log2) << wide_o)
+        # (pv: the wide layout when it writes it or reads it, acc)
+        m.d.comb += out_beats.eq((((f_tiles << p_log2) + VL - 1) >> vl_log2) << (wide_o | (pv & pins.acc)))
         with m.If(state == S.SETUP):
             m.d.sync += [t0n.eq(ins.tile0 * ins.n), ttn.eq(ins.total_tiles * ins.n), tn.eq(ins.tiles * ins.n),
                          t0g.eq(ins.tile0 * npg), ttg.eq(ins.total_tiles * npg), tg.eq(ins.tiles * npg),
@@ -756,6 +757,7 @@ class GemmMover(Mover):
         m.d.comb += bad_pv.eq((pins.tokens == 0) | (pins.heads == 0) | (nrows > TM) | (pins.tiles == 0)
                               | (pins.tile0 + pins.tiles > C) | (pins.keys == 0) | (pins.keys[:k_log2] != 0)
                               | ((pins.keys << 1) > g.max_n)
+                              | (pins.acc & (nrows > 1) & (pins.dst_stride < out_beats))
                               | (src_end > g.spad_beats) | (dst_end > g.spad_beats))
         bad, bad_gemm = Signal(), Signal()
         m.d.comb += bad.eq(Mux(pv_op, ~pv | bad_pv, bad_gemm))

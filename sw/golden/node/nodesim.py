@@ -508,6 +508,8 @@ class NodeSim:
                     f"channel tiles {ins.tile0}+{ins.tiles} of {d // P}")
         self._check(ins.keys > 0 and ins.keys % K == 0 and 2 * ins.keys <= max_n,
                     f"keys={ins.keys} (a multiple of {K}, at most {max_n // 2})")
+        self._check(not ins.acc or R == 1 or ins.dst_stride >= 2 * ins.tiles * P // vl,
+                    f"acc: dst_stride={ins.dst_stride} overlaps the wide rows ({2 * ins.tiles * P // vl} beats)")
         nbytes = ins.keys * kv.row_bytes(d)
         rraw = self.ddr_read(ins.seg + kv.scale_bytes(ins.keys), nbytes, "GEMM_PV rows")
         sub = bytearray(kv.segment_bytes(ins.keys, d))

@@ -87,7 +87,8 @@ async def run_pv(dut):
     # refused
     ok = dict(seg=SEG[0], keys=k1, tile0=0, tiles=2, tokens=2, heads=3, head_stride=k1 // VL, src=0,
               src_stride=3 * k1 // VL, dst=300, dst_stride=8, acc=0, wide=0)
-    for bad in (dict(keys=12), dict(keys=CFG.intermediate_size), dict(tile0=1), dict(tokens=3), dict(dst=2040)):
+    for bad in (dict(keys=12), dict(keys=CFG.intermediate_size), dict(tile0=1), dict(tokens=3), dict(dst=2040),
+                dict(acc=1, dst=2048 - 6 * 8 + 4), dict(acc=1, dst_stride=4)):
         assert (await drv.run(isa.GemmPv(**{**ok, **bad}))).fault == SeqFault.ILLEGAL_INSTRUCTION, bad
     await drv.must(isa.GemmPv(**ok))
 
@@ -138,8 +139,21 @@ async def run_pv_ops(dut):
     got = np.frombuffer(drv.ram.read(y_at, R * d * 4), dtype="<i4").reshape(R, d)
     assert np.array_equal(got, fx.sat(o, 32)), "GEMM_PV differs from fixed.state_sums"
     assert res.perf["mac_beats"] == (d // P) * 2 * (keys // K) * R
+    ops = [{"name": "attn:pv-array", "tokens": tokens, "heads": heads, "rows": R, "keys": keys, "head_dim": d,
+            "cycles": res.cycles, "mac_beats": res.perf["mac_beats"], "mac_span_cycles": span, "ddr_read_bytes": rd,
+            "segment_bytes": segment_bytes(keys, d)}]
+    # a run of two segments (the same one twice): the first writes the wide o, the second adds it (acc)
+    # and writes sat32 -- the cycles of each
+    for name, acc, wide in (("attn:pv-array:wide", 0, 1), ("attn:pv-array:acc", 1, 0)):
+        bytes0 = drv.ram.read_bytes
+        drv.mac_first = None
+        res = await drv.must(isa.GemmPv(seg=seg_at, keys=keys, tile0=0, tiles=d // P, tokens=tokens, heads=heads,
+                                        head_stride=rb, src=0, src_stride=heads * rb, dst=dst,
+                                        dst_stride=2 * dst_stride, acc=acc, wide=wide), max_cycles=10_000_000)
+        ops.append({**ops[0], "name": name, "cycles": res.cycles, "mac_beats": res.perf["mac_beats"],
+                    "mac_span_cycles": drv.mac_last - drv.mac_first + 1, "ddr_read_bytes": drv.ram.read_bytes - bytes0})
+    await drv.must(isa.Store(ddr=y_at, spad=dst, beats=R * 2 * dst_stride, row_beats=0))
+    got = np.frombuffer(drv.ram.read(y_at, R * 2 * d * 4), dtype="<i4").reshape(R, 2 * d)[:, :d]
+    assert np.array_equal(got, fx.sat(o + o, 32)), "GEMM_PV over a run of two segments (wide, acc) differs"
     with open(p["pv_report"], "w") as f:
-        json.dump({"ops": [{"name": "attn:pv-array", "tokens": tokens, "heads": heads, "rows": R, "keys": keys,
-                            "head_dim": d, "cycles": res.cycles, "mac_beats": res.perf["mac_beats"],
-                            "mac_span_cycles": span, "ddr_read_bytes": rd,
-                            "segment_bytes": segment_bytes(keys, d)}]}, f)
+        json.dump({"ops": ops}, f)

@@ -192,7 +192,9 @@ def test_gemm_pv_equals_golden_state_sums_over_two_segments(rng):
     assert np.array_equal(rows(300, P, P // vl), fx.sat(o[:, P:], 32))
     for bad, text in ((dict(keys=12), "keys="), (dict(keys=cfg.intermediate_size), "keys="),
                       (dict(tiles=0), "channel tiles"), (dict(tile0=1, tiles=2), "channel tiles"),
-                      (dict(heads=0), "rows"), (dict(tokens=3), "rows"), (dict(dst=cfg.spad_beats - 4), "dst")):
+                      (dict(heads=0), "rows"), (dict(tokens=3), "rows"), (dict(dst=cfg.spad_beats - 4), "dst"),
+                      (dict(acc=1, dst=cfg.spad_beats - 6 * 8 + 4, dst_stride=8), "dst"),
+                      (dict(acc=1, dst_stride=4), "overlaps")):
         r = run(c, [isa.GemmPv(**{"tile0": 0, "tiles": 2, **g, **bad})])
         assert r.status == "fault" and n.fault_cause == SeqFault.ILLEGAL_INSTRUCTION and text in r.message, bad
     r = run(node()[0], [isa.GemmPv(tile0=0, tiles=1, **g)])            # the default tiny node: P 4 < VL 8
