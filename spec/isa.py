@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 from .bits import BitLayout, Field, SpecError
-from .fixed import POS_BITS
+from .fixed import POS_BITS, W_MAX
 from .kv import KV_ALIGN
 from .packet import KV_ID_BITS, NODE_BITS, ROUTE_ID_BITS, SEQ_BITS, Collective, Op, ReduceOp, Stage
 from .plan import REPLICA_STATE_BITS, ReplicaState
@@ -93,6 +93,7 @@ class Opcode(enum.IntEnum):
     RECV = 15      # RX: post a receive buffer
     # --- attention on the MAC array (docs/attention-array.md) ---
     ATTN_SM = 16   # EX: attention unit: softmax pass (MAX / APPLY) over score rows in SPAD -> w rows
+    GEMM_PV = 17   # EX: attention PV on the MAC array: softmax weight rows x a V segment -> o rows
 
 
 class Queue(enum.IntEnum):
@@ -104,7 +105,7 @@ class Queue(enum.IntEnum):
 QUEUE_OF = {Opcode.END: Queue.EX, Opcode.LOAD: Queue.EX, Opcode.STORE: Queue.EX,
             Opcode.EMBED: Queue.EX, Opcode.GEMM: Queue.EX, Opcode.VEC: Queue.EX,
             Opcode.ATTN_Q: Queue.EX, Opcode.ATTN_KV: Queue.EX, Opcode.ATTN_EMIT: Queue.EX,
-            Opcode.KVW: Queue.EX, Opcode.DIR: Queue.EX, Opcode.ATTN_SM: Queue.EX,
+            Opcode.KVW: Queue.EX, Opcode.DIR: Queue.EX, Opcode.ATTN_SM: Queue.EX, Opcode.GEMM_PV: Queue.EX,
             Opcode.SEND: Queue.TX, Opcode.CREDIT: Queue.TX, Opcode.RECV: Queue.RX}
 
 
@@ -289,6 +290,46 @@ _reg(Opcode.GEMM, "BFP16 rows x INT4 matrix -> X32 rows (golden linear).  Output
     Field("heads", 6, "kv: query heads per token (> 0); else 0."),
     Field("head_stride", 16, "kv: beats between the heads of one token; else 0."),
 ])
+# --- GEMM_PV (attention PV on the MAC array, docs/attention-array.md step 3) ---------------------------
+#: GEMM_PV's weight words are taken as min(w, PV_W_MAX) (fixed.W_MAX: two balanced 16-bit digits).
+PV_W_MAX = W_MAX
+
+
+def gemm_pv_built(rows: int, lanes: int, vl: int, head_dim: int) -> bool:
+    """Whether a node with a rows x lanes MAC array, VL and head_dim builds GEMM_PV (else it is an
+    ILLEGAL_INSTRUCTION): rows and lanes >= VL, rows divides head_dim, head_dim divides rows x lanes."""
+    return rows >= vl and lanes >= vl and head_dim % rows == 0 and (rows * lanes) % head_dim == 0
+
+
+_reg(Opcode.GEMM_PV, "Attention PV (golden state_sums' o) on the MAC array: the matrix is V^T of the "
+                     "V segment at seg (spec/kv.py, `keys` tokens; its rows region only), rows = "
+                     "channels c in tiles of P (tile0 .. tile0 + tiles - 1), inputs = keys.  Row r = "
+                     "t heads + h (t < tokens, h < heads, tokens x heads <= max tokens) reads `keys` "
+                     "int32 weight words w at SPAD beat src + t src_stride + h head_stride (word j = "
+                     "key j, taken as min(w, PV_W_MAX)) and gives o[r][c] = sum_j w_j q_v[j][c] "
+                     "exactly (+ the previous wide value at dst when acc).  Output element i = (tile "
+                     "- tile0) P + p of row r (n_out = tiles P of them) at SPAD row dst + r "
+                     "dst_stride: wide = 0: word i = sat32(o); wide = 1: the 64-bit two's complement "
+                     "o, its low word at word i and its high word at word n_out + i (acc reads "
+                     "that layout at dst; its rows may not overlap: dst_stride >= 2 n_out / VL when "
+                     "rows > 1).  Reads all its operands before it writes.", [
+    _ddr("seg", "V segment"),
+    Field("keys", 16, "Tokens of the segment (its n; a multiple of the MAC lanes K and of VL, "
+                      "2 keys / K <= the activation buffer's beats)."),
+    Field("tile0", 8, "First channel tile."),
+    Field("tiles", 8, "Channel tiles (> 0, tile0 + tiles <= head_dim / P)."),
+    Field("tokens", 10, "Tokens T (> 0)."),
+    Field("heads", 6, "Query heads per token (> 0; tokens x heads <= max tokens)."),
+    Field("head_stride", 16, "Beats between the weight rows of one token's heads."),
+    _spad("src", "First weight row (keys int32 words)"),
+    Field("src_stride", 16, "Beats between tokens' weight rows."),
+    _spad("dst", "First output row"),
+    Field("dst_stride", 16, "Beats between output rows."),
+    Field("acc", 1, "1: add the previous wide value at dst (wide layout) to o."),
+    Field("wide", 1, "1: write the wide value (2 n_out words a row); 0: sat32 (n_out words)."),
+])
+
+
 _reg(Opcode.VEC, "For r < rows: op(a row r, b row) -> dst row r, rows of n elements.  The b row of "
                  "row r is b + (r // b_rep) b_stride (b_stride 0: one b row for all).", [
     Field("vop", 4, "Operation.", enum=VecOp),
@@ -497,10 +538,11 @@ Dir = _make(Opcode.DIR, "Dir", "DIR")
 Send = _make(Opcode.SEND, "Send", "SEND")
 Credit = _make(Opcode.CREDIT, "Credit", "CREDIT")
 Recv = _make(Opcode.RECV, "Recv", "RECV")
+GemmPv = _make(Opcode.GEMM_PV, "GemmPv", "GEMM_PV")
 
 CLASSES: dict[Opcode, type] = {c.OPCODE: c for c in
                                (End, Sync, Load, Store, Embed, Gemm, Vec, AttnQ, AttnKV, AttnEmit, Kvw, Dir, Send,
-                                Credit, Recv, AttnSm)}
+                                Credit, Recv, AttnSm, GemmPv)}
 
 
 def decode(word: int) -> Instr:

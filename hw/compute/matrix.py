@@ -22,6 +22,19 @@ buffer; a command may start before its activations are all there, and the unit i
 only once b < avail (a loader that writes the buffer beat-major, all tokens of beat 0 first,
 overlaps its load with the first tile's MACs).  ``o`` carries one beat of ``rows`` X32 words per (tile, token), TLAST on the last.
 
+``pv_tiles`` > 0 adds the pv mode (attention PV, golden ``state_sums``' o; docs/attention-array.md
+step 3).  The matrix is V^T: rows = channels (``tiles`` channel tiles of P, at most ``pv_tiles``),
+inputs = keys (``groups`` key beats of K keys: S = groups x K, a multiple of K, at most
+max_inputs / 2 keys).  Each weight w of the activation rows comes as two balanced digits,
+w = hi 2^16 + lo (hi in [0, 2^15), lo in [-2^15, 2^15), from ``w <= W_MAX``), written by the
+producer as two buffer beats: beat 2 b + 0 = the hi digits of key beat b, 2 b + 1 = its lo
+digits.  The loop is key beat -> channel tile -> digit (hi, lo: the same weight beat replayed,
+taken on the lo pass) -> token; the group-scale stage multiplies a hi partial by 2^16 and a lo
+partial by 1 (no scale stream, no requantize); the exact accumulator of (tile, token) is the
+result: + the previous wide value from ``prev`` (P int64 words a beat, in the output order) when
+``cmd.acc``; out as sat32 (one beat) or, ``cmd.wide``, its low then its high 32-bit words (two
+beats).  The accumulator file is then ``pv_tiles`` x max_tokens words deep.
+
 Pipeline: issue (buffer read) -> products (``DotArray.latency`` stages) -> partial
 (read-modify-write per token) -> scale multiply -> accumulate -> requantize -> ``o``.  Only ``o`` can stall it; ``mac`` is high on
 every cycle that issues a weight beat x token (a performance-counter strobe).
@@ -36,7 +49,7 @@ width bits per token).  See docs/compute.md.
 """
 from __future__ import annotations
 
-from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -49,7 +62,13 @@ from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, S_FRAC, SCALE_BITS, W_BITS, X_FRAC
 
-__all__ = ["MatrixUnit", "TileReorder", "cmd_layout", "PACK_SHIFT", "CHAIN"]
+__all__ = ["MatrixUnit", "TileReorder", "PvReorder", "cmd_layout", "PACK_SHIFT", "CHAIN", "PV_DIGIT_SHIFT",
+           "WIDE_BITS"]
+
+#: pv mode: a PV weight w goes in as two balanced digits, w = hi 2^PV_DIGIT_SHIFT + lo.
+PV_DIGIT_SHIFT = 16
+#: pv mode: the wide result (the exact o, two's complement) as two 32-bit words, low then high.
+WIDE_BITS = 64
 
 
 def cmd_layout(max_tokens, max_beats, max_tiles):
@@ -61,14 +80,19 @@ def cmd_layout(max_tokens, max_beats, max_tiles):
         "w_exp": signed(EXP_BITS),                # E_w of the matrix
         "bias": 1,                                # add a bias beat per tile
         "kv": 1,                                  # attention scores: per-row scale A and exponent E
+        "pv": 1,                                  # attention PV: groups = key beats, tiles = channel tiles
+        "acc": 1,                                 # pv: add the previous wide value (``prev``)
+        "wide": 1,                                # pv: emit the wide value (two beats) instead of sat32
     })
 
 
 class MatrixUnit(wiring.Component):
     def __init__(self, mac_rows: int = 4, mac_lanes: int = 8, max_tokens: int = 8, max_inputs: int = 256,
                  max_tiles: int = 64, max_group: int = 128, packed: bool = True, primitive: bool = False,
-                 streamed: bool = False):
+                 streamed: bool = False, pv_tiles: int = 0):
         rows, lanes = mac_rows, mac_lanes
+        if pv_tiles < 0 or (pv_tiles and pv_tiles & (pv_tiles - 1)):
+            raise ValueError(f"pv_tiles={pv_tiles}: must be 0 (no pv mode) or a power of two")
         log2_exact(lanes, "mac_lanes")
         log2_exact(max_tokens, "max_tokens")
         if rows < 1:
@@ -83,6 +107,7 @@ class MatrixUnit(wiring.Component):
         self.mac_rows, self.mac_lanes, self.max_tokens, self.packed = rows, lanes, max_tokens, bool(packed)
         self.primitive, self.streamed = bool(primitive), bool(streamed)
         self.max_inputs, self.max_tiles = max_inputs, max_tiles
+        self.pv_tiles = pv_tiles                              # pv: channel tiles of one command (0: no pv)
         self.max_group = min(max_group, max_inputs)        # group size G (inputs per scale)
         self.depth = max_inputs // lanes                      # beats per row
         # Exact widths: |partial| <= G 2^15 8, |acc| <= (n / G) (2^16 - 1) max|partial|.
@@ -103,6 +128,7 @@ class MatrixUnit(wiring.Component):
             "busy": Out(1),
             "mac": Out(1),
             **({"avail": In(range(self.depth + 1))} if streamed else {}),
+            **({"prev": In(stream.Signature(rows * WIDE_BITS))} if pv_tiles else {}),
         })
 
     @property
@@ -131,34 +157,47 @@ class MatrixUnit(wiring.Component):
         g = Signal(range(self.depth))        # group
         beat = Signal(range(self.depth))     # beat within the row (address)
         tile = Signal(range(self.max_tiles))
+        PT = self.pv_tiles
+        pv = cfg.pv if PT else Const(0, 1)
+        dg = Signal()                        # pv: the digit of the weight beat's pass (0: hi, 1: lo)
+        abeat = Signal(range(self.depth))    # activation buffer beat (pv: 2 key beat + digit)
+        m.d.comb += abeat.eq(Mux(pv, Cat(dg, g), beat))
         m.d.comb += [self.busy.eq(running), self.cmd.ready.eq(~running)]
         with m.If(self.cmd.valid & ~running):
             m.d.sync += [cfg.eq(self.cmd.payload), running.eq(1), t.eq(0), j.eq(0), g.eq(0),
-                         beat.eq(0), tile.eq(0)]
+                         beat.eq(0), tile.eq(0), dg.eq(0)]
 
-        adv = Signal()               # the pipeline moves (only the output register can stall)
+        adv = Signal()               # the pipeline moves (only the output stage can stall it)
         o_valid = Signal()
-        m.d.comb += adv.eq(~o_valid | self.o.tready)
 
         last_t = t == cfg.tokens - 1
         last_j = j == cfg.group_beats - 1
         last_g = g == cfg.groups - 1
         last_tile = tile == cfg.tiles - 1
-        need_bias = last_j & last_g & cfg.bias
+        need_bias = last_j & last_g & cfg.bias & ~pv
         fire = Signal()
-        m.d.comb += fire.eq(running & adv & self.w.tvalid & (~last_j | self.scale.valid)
-                            & (~need_bias | self.bias.valid) & ((beat < self.avail) if self.streamed else 1))
+        m.d.comb += fire.eq(running & adv & self.w.tvalid & (~last_j | pv | self.scale.valid)
+                            & (~need_bias | self.bias.valid) & ((abeat < self.avail) if self.streamed else 1))
         m.d.comb += [
             self.mac.eq(fire),
-            self.w.tready.eq(fire & last_t),
-            self.scale.ready.eq(fire & last_t & last_j),
+            self.w.tready.eq(fire & last_t & (~pv | dg)),        # pv: a weight beat serves both digits
+            self.scale.ready.eq(fire & last_t & last_j & ~pv),
             self.bias.ready.eq(fire & last_t & need_bias),
             rd.en.eq(adv),
-            rd.addr.eq(Cat(t, beat) if TM > 1 else beat),
+            rd.addr.eq(Cat(t, abeat) if TM > 1 else abeat),
         ]
         with m.If(fire):
             m.d.sync += t.eq(t + 1)
-            with m.If(last_t):
+            with m.If(last_t & pv):
+                # pv: tokens, then the digit (hi, lo), then the channel tile, then the key beat
+                m.d.sync += [t.eq(0), dg.eq(~dg)]
+                with m.If(dg):
+                    m.d.sync += tile.eq(tile + 1)
+                    with m.If(last_tile):
+                        m.d.sync += [tile.eq(0), g.eq(g + 1)]
+                        with m.If(last_g):
+                            m.d.sync += running.eq(0)
+            with m.Elif(last_t):
                 m.d.sync += [t.eq(0), j.eq(j + 1), beat.eq(beat + 1)]
                 with m.If(last_j):
                     m.d.sync += [j.eq(0), g.eq(g + 1)]
@@ -167,27 +206,30 @@ class MatrixUnit(wiring.Component):
                         with m.If(last_tile):
                             m.d.sync += running.eq(0)
 
-        # Control carried down the pipeline with the data.
+        # Control carried down the pipeline with the data.  pv: ``hi`` (the digit) and ``tile`` (the
+        # accumulator of a (tile, token): every channel tile's sums live across the key beats).
+        ptb = max(ceil_log2(PT), 1) if PT else 1
         ctl = data.StructLayout({"v": 1, "t": tb, "first_j": 1, "last_j": 1, "first_g": 1,
-                                 "last_g": 1, "last": 1})
+                                 "last_g": 1, "last": 1, "hi": 1, "tile": ptb})
         s1 = Signal(ctl)
         w1 = Signal(P * K * W_BITS)
         scale1, bias1 = Signal(P * SCALE_BITS), Signal(P * 32)
         with m.If(adv):
             m.d.sync += [
-                s1.v.eq(fire), s1.t.eq(t), s1.first_j.eq(j == 0), s1.last_j.eq(last_j),
-                s1.first_g.eq(g == 0), s1.last_g.eq(last_g),
-                s1.last.eq(last_t & last_j & last_g & last_tile),
+                s1.v.eq(fire), s1.t.eq(t), s1.first_j.eq((j == 0) | pv), s1.last_j.eq(last_j | pv),
+                s1.first_g.eq((g == 0) & ~(pv & dg)), s1.last_g.eq(last_g & (~pv | dg)),
+                s1.last.eq(last_t & last_g & last_tile & Mux(pv, dg, last_j)),
+                s1.hi.eq(pv & ~dg), s1.tile.eq(Mux(pv, tile, 0)),
                 w1.eq(self.w.tdata), scale1.eq(self.scale.payload),
                 bias1.eq(Mux(cfg.bias, self.bias.payload, 0)),
             ]
 
-        def token_file(name, width, index, first, terms, we):
+        def token_file(name, width, index, first, terms, we, depth=TM):
             """Per-token running sums of every row, read-modify-write: ``first ? 0 : file[index]``
             plus the row's term, written back when ``we``.  One word of rows x width bits per
             token in a memory with a combinational read port (LUT RAM, not rows x tokens
             registers and their multiplexers)."""
-            mem = memory.Memory(shape=data.ArrayLayout(signed(width), P), depth=max(TM, 2), init=[])
+            mem = memory.Memory(shape=data.ArrayLayout(signed(width), P), depth=max(depth, 2), init=[])
             m.submodules[f"{name}_file"] = mem
             rp, wp = mem.read_port(domain="comb"), mem.write_port()
             m.d.comb += [rp.addr.eq(index), wp.addr.eq(index), wp.en.eq(we)]
@@ -232,7 +274,11 @@ class MatrixUnit(wiring.Component):
         for p in range(P):
             word = scale3[p * SCALE_BITS:(p + 1) * SCALE_BITS]
             with m.If(adv):
-                m.d.sync += prod4[p].eq(ps3[p] * Mux(cfg.kv, word[:kv_a], word))
+                if PT:      # pv: a hi digit's partial x 2^16, a lo digit's x 1 (no scale)
+                    m.d.sync += prod4[p].eq(Mux(pv, Mux(s3.hi, ps3[p] << PV_DIGIT_SHIFT, ps3[p]),
+                                                ps3[p] * Mux(cfg.kv, word[:kv_a], word)))
+                else:
+                    m.d.sync += prod4[p].eq(ps3[p] * Mux(cfg.kv, word[:kv_a], word))
         # kv: the row exponents E go down with the data (one group: the tile's scale beat)
         e4, e5 = Signal(P * kv_a), Signal(P * kv_a)
         kv_e = Cat(*[scale3[p * SCALE_BITS + kv_a:(p + 1) * SCALE_BITS] for p in range(P)])
@@ -243,7 +289,9 @@ class MatrixUnit(wiring.Component):
         s5 = Signal(ctl)
         bias5 = Signal.like(bias1)
         acc5 = [Signal(signed(self.acc_width), name=f"accout{p}") for p in range(P)]
-        for p, total in enumerate(token_file("acc", self.acc_width, s4.t, s4.first_g, prod4, adv & s4.v)):
+        acc_index = Cat(s4.t, s4.tile[:ceil_log2(PT)]) if PT > 1 else s4.t
+        for p, total in enumerate(token_file("acc", self.acc_width, acc_index, s4.first_g, prod4, adv & s4.v,
+                                             depth=(1 << tb) * max(PT, 1))):
             with m.If(adv):
                 m.d.sync += acc5[p].eq(total)
         with m.If(adv):
@@ -261,8 +309,37 @@ class MatrixUnit(wiring.Component):
             yb = sat(m, y + bias5[p * 32:(p + 1) * 32].as_signed(), 32)
             words.append(yb)
         o_data, o_last = Signal(P * 32), Signal()
-        with m.If(adv):
-            m.d.sync += [o_valid.eq(s5.v), o_data.eq(Cat(*words)), o_last.eq(s5.last)]
+        if not PT:
+            m.d.comb += adv.eq(~o_valid | self.o.tready)
+            with m.If(adv):
+                m.d.sync += [o_valid.eq(s5.v), o_data.eq(Cat(*words)), o_last.eq(s5.last)]
+        else:
+            # pv: y = acc (+ the previous wide value, taken from ``prev`` here), exact modulo 2^64;
+            # sat32(y) as one beat, or (wide) the low words, then the high words as a second beat
+            # (the pipeline waits for it: ``pend``)
+            need_prev = s5.v & pv & cfg.acc
+            pend = Signal()
+            o_hi, o_last_hi = Signal(P * 32), Signal()
+            m.d.comb += [adv.eq(~pend & (~o_valid | self.o.tready) & (~need_prev | self.prev.valid)),
+                         self.prev.ready.eq(adv & need_prev)]
+            lo_w, hi_w, sat_w = [], [], []
+            for p in range(P):
+                y = Signal(signed(WIDE_BITS), name=f"pv_y{p}")
+                prev = self.prev.payload[p * WIDE_BITS:(p + 1) * WIDE_BITS].as_signed()
+                m.d.comb += y.eq(acc5[p] + Mux(cfg.acc, prev, 0))
+                lo_w.append(y[:32])
+                hi_w.append(y[32:])
+                sat_w.append(sat(m, y, 32))
+            wide = pv & cfg.wide
+            with m.If(adv):
+                m.d.sync += [o_valid.eq(s5.v),
+                             o_data.eq(Mux(pv, Mux(cfg.wide, Cat(*lo_w), Cat(*sat_w)), Cat(*words))),
+                             o_last.eq(s5.last & ~wide),
+                             pend.eq(s5.v & wide), o_hi.eq(Cat(*hi_w)), o_last_hi.eq(s5.last)]
+            with m.Elif(~pend & self.o.tready):     # the beat went, the next waits for ``prev``
+                m.d.sync += o_valid.eq(0)
+            with m.If(pend & self.o.tready):
+                m.d.sync += [o_data.eq(o_hi), o_last.eq(o_last_hi), pend.eq(0)]
         m.d.comb += [self.o.tvalid.eq(o_valid), self.o.tdata.eq(o_data), self.o.tlast.eq(o_last),
                      self.o.tkeep.eq(-1)]
         return m
@@ -333,6 +410,85 @@ class TileReorder(wiring.Component):
             with m.If(take & (wi == J - 1) & (wsel == b)):
                 m.d.sync += full[b].eq(1)
             with m.If(give & (rj == J - 1) & (rsel == b)):
+                m.d.sync += full[b].eq(0)
+        return m
+
+
+class PvReorder(wiring.Component):
+    """Key-major V rows -> the matrix unit's pv weight beats (V^T: rows = channels, inputs = keys).
+
+    A key group is ``lanes`` (K) keys of ``head_dim`` (d) INT4 channels, and d / P = C channel tiles
+    of ``rows`` (P) channels.  In: the group as DDR holds it (``spec/kv.py`` rows: key-major), C
+    beats of A = P K / d keys, nibble a d + ch of beat i = channel ch of key i A + a.  Out: C
+    beats, beat c = channel tile c: nibble p K + k = channel c P + p of key k (a nibble
+    transpose: the weight beat order of ``spec.isa.BlobLayout`` with rows = channels).
+
+    Double-buffered (a group is read while the next is written) in C banks of one block (A keys
+    x P channels) x 2 C words (LUT RAM), skewed: block (i, c) (keys i A .., channels c P ..) lives
+    in bank (i + c) mod C at word buf C + c.  A written beat (blocks (i, 0 .. C - 1)) and a read
+    beat (blocks (0 .. C - 1, c)) touch each bank once: each side moves a beat a cycle, through a
+    C-way rotation of the banks; the transpose inside a block is wiring."""
+
+    def __init__(self, rows: int, lanes: int, head_dim: int):
+        P, K, d = rows, lanes, head_dim
+        log2_exact(P, "rows")
+        log2_exact(K, "lanes")
+        log2_exact(d, "head_dim")
+        if d % P or (P * K) % d:
+            raise ValueError(f"head_dim={d}: must be a multiple of rows={P} and divide rows x lanes = {P * K}")
+        self.rows, self.lanes, self.head_dim = P, K, d
+        self.tiles = d // P                  # C: channel tiles = beats of a key group
+        self.keys = P * K // d               # A: keys of an input beat
+        super().__init__({
+            "i": In(stream.Signature(P * K * W_BITS)),
+            "o": Out(stream.Signature(P * K * W_BITS)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        P, K, d, C, A = self.rows, self.lanes, self.head_dim, self.tiles, self.keys
+        BB = A * P * W_BITS                  # bits of a block
+        cb = max(ceil_log2(C), 1)
+
+        def nib(value, x):
+            return value[x * W_BITS:(x + 1) * W_BITS]
+
+        # block c of an input beat: keys a < A, channels c P + p, nibble a P + p
+        blocks_in = [Cat(*[nib(self.i.payload, a * d + c * P + p) for a in range(A) for p in range(P)])
+                     for c in range(C)]
+        wsel, rsel = Signal(), Signal()
+        wi, rc = Signal(range(C)), Signal(range(C))
+        full = [Signal(name=f"full{b}") for b in range(2)]
+        take, give = Signal(), Signal()
+        m.d.comb += [self.i.ready.eq(~Array(full)[wsel]), take.eq(self.i.valid & self.i.ready),
+                     self.o.valid.eq(Array(full)[rsel]), give.eq(self.o.valid & self.o.ready)]
+        outs = []
+        for b in range(C):
+            mem = memory.Memory(shape=BB, depth=2 * C, init=[])
+            m.submodules[f"bank{b}"] = mem
+            wp, rp = mem.write_port(), mem.read_port(domain="comb")
+            c = Signal(range(C), name=f"wc{b}")              # the block of this bank in the written beat
+            m.d.comb += c.eq((b - wi)[:cb] if C > 1 else 0)
+            m.d.comb += [wp.en.eq(take), wp.addr.eq(Cat(c, wsel) if C > 1 else wsel),
+                         wp.data.eq(Array(blocks_in)[c] if C > 1 else blocks_in[0]),
+                         rp.addr.eq(Cat(rc, rsel) if C > 1 else rsel)]
+            outs.append(rp.data)
+        # block i of the read beat c is in bank (i + c) mod C; nibble a P + p -> output p K + i A + a
+        blocks_out = [Array(outs[(i + x) % C] for x in range(C))[rc] if C > 1 else outs[0] for i in range(C)]
+        m.d.comb += self.o.payload.eq(Cat(*[nib(blocks_out[k // A], (k % A) * P + p)
+                                            for p in range(P) for k in range(K)]))
+        with m.If(take):
+            m.d.sync += wi.eq(wi + 1)
+            with m.If(wi == C - 1):
+                m.d.sync += [wi.eq(0), wsel.eq(~wsel)]
+        with m.If(give):
+            m.d.sync += rc.eq(rc + 1)
+            with m.If(rc == C - 1):
+                m.d.sync += [rc.eq(0), rsel.eq(~rsel)]
+        for b in range(2):
+            with m.If(take & (wi == C - 1) & (wsel == b)):
+                m.d.sync += full[b].eq(1)
+            with m.If(give & (rc == C - 1) & (rsel == b)):
                 m.d.sync += full[b].eq(0)
         return m
 

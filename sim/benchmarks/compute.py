@@ -59,6 +59,10 @@ ATTN_BENCH = ("tests.hw.compute.exec.test_unit", "run_attn_ops")
 QK_BENCH = ("tests.hw.compute.exec.test_scores", "run_qk_ops")
 #: The softmax pass over SPAD score rows (ATTN_SM) against the DDR model (same build and run).
 SM_BENCH = ("tests.hw.compute.exec.test_softmax", "run_sm_ops")
+#: Attention PV on the MAC array (GEMM_PV) against the DDR model (same build and run).
+PV_BENCH = ("tests.hw.compute.exec.test_pv", "run_pv_ops")
+#: The engine bench's blocks (``--block`` runs only the named ones).
+BLOCKS = ("gemms", "attention", "qk-array", "softmax", "pv-array")
 
 NAME = "compute"
 #: The engine bench's build: the node's GEMM path (array, tokens per weight pass, SPAD, bus, weight
@@ -117,6 +121,16 @@ def add_arguments(p) -> None:
                         "attn:softmax) for one token x the GQA group (default: on)")
     p.add_argument("--sm-keys", type=int, default=512,
                    help="engine bench: keys of the attn:softmax block (a multiple of VL) (default: %(default)s)")
+    p.add_argument("--pv-array", action=argparse.BooleanOptionalAction, default=True,
+                   help="engine bench: also run attention PV on the MAC array (GEMM_PV: attn:pv-array) (default: on)")
+    p.add_argument("--pv-keys", type=int, default=2048,
+                   help="engine bench: keys of the attn:pv-array block (one V segment) (default: %(default)s)")
+    p.add_argument("--pv-tokens", type=int, default=2,
+                   help="engine bench: tokens of the attn:pv-array block (rows = tokens x the GQA group) "
+                        "(default: %(default)s)")
+    p.add_argument("--block", action="append", choices=BLOCKS, default=None,
+                   help="engine bench: run only this block (repeatable; default: every block its switches leave on: "
+                        f"{', '.join(BLOCKS)})")
     p.add_argument("--sim", choices=("verilator", "icarus"), default="verilator",
                    help="engine bench: simulator (default: %(default)s)")
     p.add_argument("--write-profile", nargs="?", const=str(PROFILE), default=None, metavar="YAML",
@@ -380,12 +394,46 @@ def sm_figures(report: dict) -> dict:
     return out
 
 
+def pv_figures(report: dict, node: NodeConfig) -> dict:
+    """The attn:pv-array run (``run_pv_ops``'s report) -> cycles, MACs per cycle and their fraction
+    of the array's peak (a MAC strobe is one weight beat x token of a digit pass: rows x head_dim x
+    keys MACs of PV take twice its strobes, so the peak fraction counts PV MACs / 2 x peak too)."""
+    peak = node.mac_rows * node.mac_lanes
+    out = {}
+    for op in report["ops"]:
+        macs = op["rows"] * op["head_dim"] * op["keys"]         # PV's MACs: o = w V, every (row, key, channel)
+        assert op["mac_beats"] * peak == 2 * macs               # each on the array twice (the hi and the lo digit)
+        out[op["name"]] = {
+            "tokens": op["tokens"], "heads": op["heads"], "rows": op["rows"], "keys": op["keys"],
+            "head_dim": op["head_dim"], "cycles": op["cycles"], "macs": macs,
+            "array_mac_beats": op["mac_beats"],
+            "macs_per_cycle": round(macs / op["cycles"], 2),
+            "fraction_of_array_peak": round(macs / op["cycles"] / peak, 4),
+            "mac_utilization": round(op["mac_beats"] / op["cycles"], 4),
+            "steady_mac_utilization": round(op["mac_beats"] / op["mac_span_cycles"], 4),
+            "keys_per_cycle": round(op["keys"] / op["cycles"], 2),
+            "ddr_bytes_per_cycle": round(op["ddr_read_bytes"] / op["cycles"], 2),
+            "v_segment_bytes": op["segment_bytes"], "ddr_read_bytes": op["ddr_read_bytes"],
+            "macs_are": "PV MACs (rows x head_dim x keys); the array runs each twice (w as two 16-bit digits), "
+                        "so fraction_of_array_peak is at most 0.5 and mac_utilization (array issue cycles / "
+                        "cycles) at most 1",
+        }
+    return out
+
+
 def run_engine(args) -> dict:
     from mcf.hw.compute.exec.unit import ExecUnit
     from mcf.sim.ddr_model import DdrTiming
     from mcf.sim.runner import run_cocotb
     from mcf.sw.models import load_model
-    for name in ("weight_ports", "prefill_rows", "decode_rows", "attn_keys", "qk_keys", "qk_tokens", "sm_keys"):
+    if args.block:
+        if args.write_profile and not {"gemms", "attention"} <= set(args.block):
+            raise ValueError("--write-profile needs the gemms and attention blocks (drop --block)")
+        args.attention, args.qk_array, args.softmax, args.pv_array = (
+            b in args.block for b in ("attention", "qk-array", "softmax", "pv-array"))
+    gemms = not args.block or "gemms" in args.block
+    for name in ("weight_ports", "prefill_rows", "decode_rows", "attn_keys", "qk_keys", "qk_tokens", "sm_keys",
+                 "pv_keys", "pv_tokens"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
     model = load_model(args.model)
@@ -417,8 +465,25 @@ def run_engine(args) -> dict:
             raise ValueError(f"--qk-keys {args.qk_keys} / --qk-tokens {args.qk_tokens}: keys a multiple of "
                              f"{node.mac_rows}, tokens x {node.group} heads <= {node.max_tokens} rows, the rows and "
                              f"their scores within {node.spad_beats} SPAD beats")
+    pv_skipped = None
+    from mcf.spec.isa import gemm_pv_built
+    if args.pv_array and not gemm_pv_built(node.mac_rows, node.mac_lanes, node.vec_lanes, node.head_dim):
+        if args.block:
+            raise ValueError("--block pv-array: this node builds no GEMM_PV (it needs mac_rows, mac_lanes >= "
+                             "vec_lanes and mac_rows | head_dim | mac_rows x mac_lanes)")
+        args.pv_array, pv_skipped = False, "not run (this node builds no GEMM_PV: mac_rows < vec_lanes or the like)"
+    if args.pv_array:
+        rows = args.pv_tokens * node.group
+        max_n = max(node.hidden_size, node.intermediate_size, node.num_heads * node.head_dim)
+        if (args.pv_keys % node.mac_lanes or 2 * args.pv_keys > max_n or rows > node.max_tokens
+                or rows * (args.pv_keys + 2 * node.head_dim) // node.vec_lanes > node.spad_beats):
+            raise ValueError(f"--pv-keys {args.pv_keys} / --pv-tokens {args.pv_tokens}: keys a multiple of "
+                             f"{node.mac_lanes} up to {max_n // 2}, tokens x {node.group} heads <= {node.max_tokens} "
+                             f"rows, the weight rows and the output within {node.spad_beats} SPAD beats")
+    from mcf.spec.kv import segment_bytes as _seg_bytes
     ram = max(max(op["tiles"] * node.mac_rows * op["n"] for op in ops) * 2 + (1 << 20),
-              (1 << 20) + (_seg_bytes(args.qk_keys, node.head_dim) if args.qk_array else 0))
+              (1 << 20) + (_seg_bytes(args.qk_keys, node.head_dim) if args.qk_array else 0),
+              (1 << 20) + (_seg_bytes(args.pv_keys, node.head_dim) if args.pv_array else 0))
     ram_bytes = 1 << (ram - 1).bit_length()
     from mcf.sim.rtlcluster.backend import _cache_dir
     softmax = args.softmax and node.group <= node.att_rows
@@ -426,17 +491,21 @@ def run_engine(args) -> dict:
                     or node.group * (2 * args.sm_keys + node.head_dim) // node.vec_lanes > node.spad_beats):
         raise ValueError(f"--sm-keys {args.sm_keys}: a positive multiple of {node.vec_lanes} whose {node.group} score "
                          f"and w rows fit {node.spad_beats} SPAD beats")
-    blocks = ["GEMMs"] + (["attention"] if args.attention else []) + (["qk-array"] if args.qk_array else []) \
-        + (["softmax"] if softmax else [])
+    blocks = ((["GEMMs"] if gemms else []) + (["attention"] if args.attention else [])
+              + (["qk-array"] if args.qk_array else []) + (["softmax"] if softmax else [])
+              + (["pv-array"] if args.pv_array else []))
+    if not blocks:
+        raise ValueError("no block to run (--block, --no-attention, --no-qk-array, --no-softmax, --no-pv-array)")
     _progress(f"{model.name}: elaborating the execute unit ({node.mac_rows}x{node.mac_lanes} array) and building it "
               f"with {args.sim} (minutes; a cached build is reused), then running {', '.join(blocks)}")
     with tempfile.TemporaryDirectory(prefix="mcf-bench-engine-") as tmp:
         report, attn_report = Path(tmp) / "engine.json", Path(tmp) / "attention.json"
-        qk_report, sm_report = Path(tmp) / "qk.json", Path(tmp) / "sm.json"
+        qk_report, sm_report, pv_report = Path(tmp) / "qk.json", Path(tmp) / "sm.json", Path(tmp) / "pv.json"
         run_cocotb(ExecUnit(node), [ENGINE_BENCH[0]] + ([QK_BENCH[0]] if args.qk_array else [])
-                   + ([SM_BENCH[0]] if softmax else []), Path(tmp) / "build",
-                   testcase=[ENGINE_BENCH[1]] + ([ATTN_BENCH[1]] if args.attention else [])
-                   + ([QK_BENCH[1]] if args.qk_array else []) + ([SM_BENCH[1]] if softmax else []), sim=args.sim,
+                   + ([SM_BENCH[0]] if softmax else []) + ([PV_BENCH[0]] if args.pv_array else []), Path(tmp) / "build",
+                   testcase=([ENGINE_BENCH[1]] if gemms else []) + ([ATTN_BENCH[1]] if args.attention else [])
+                   + ([QK_BENCH[1]] if args.qk_array else []) + ([SM_BENCH[1]] if softmax else [])
+                   + ([PV_BENCH[1]] if args.pv_array else []), sim=args.sim,
                    cache_dir=_cache_dir() if args.sim == "verilator" else None,
                    params={"node": node.as_dict(), "ops": ops, "axi_period_ps": axi_period_ps, "timing": {
                        "latency": timing.latency, "outstanding": timing.outstanding,
@@ -446,12 +515,27 @@ def run_engine(args) -> dict:
                        "attn": {"keys": args.attn_keys, "block_keys": block_keys, "tokens": node.max_tokens},
                        "qk": {"keys": args.qk_keys, "tokens": args.qk_tokens}, "qk_report": str(qk_report),
                        "sm": {"keys": args.sm_keys, "tokens": 1}, "sm_report": str(sm_report),
+                       "pv": {"keys": args.pv_keys, "tokens": args.pv_tokens}, "pv_report": str(pv_report),
                        "ram_bytes": ram_bytes, "report": str(report), "attn_report": str(attn_report), "seed": 1})
         _progress("simulation done")
-        raw = json.loads(report.read_text())
+        raw = json.loads(report.read_text()) if gemms else None
         attn = attention_figures(json.loads(attn_report.read_text()), node) if args.attention else None
         qk = qk_figures(json.loads(qk_report.read_text()), node, attn) if args.qk_array else None
         sm = sm_figures(json.loads(sm_report.read_text())) if softmax else None
+        pv = pv_figures(json.loads(pv_report.read_text()), node) if args.pv_array else None
+    head = {
+        "model": model.name, "simulator": args.sim,
+        "array": f"{node.mac_rows}x{node.mac_lanes}", "peak_macs_per_cycle": node.mac_rows * node.mac_lanes,
+        "max_tokens": node.max_tokens, "weight_ports": node.weight_ports, "data_width": node.data_width,
+        "clock_hz": node.clock_hz, "weight_clock_hz": node.weight_clock_hz,
+        "elaborated_with": {**GEMM_ONLY, "spad_beats": node.spad_beats, "buffer_bytes": node.buffer_bytes},
+    }
+    if not gemms:      # --block without gemms: only the blocks asked for
+        return {**head, "blocks": blocks,
+                **({"attention": attn} if attn is not None else {}),
+                **({"attention_scores_on_array": qk} if qk is not None else {}),
+                **({"softmax_pass_on_spad": sm} if sm is not None else {}),
+                **({"attention_pv_on_array": pv} if pv is not None else {})}
     fig = engine_figures(raw, node, timing)
     out = {
         "model": model.name, "simulator": args.sim,
@@ -467,6 +551,7 @@ def run_engine(args) -> dict:
         "attention_scores_on_array": qk if qk is not None else "not run (--no-qk-array)",
         "softmax_pass_on_spad": sm if sm is not None else "not run (--no-softmax, or the GQA group's rows / the "
                                                            "score and w rows do not fit the unit / SPAD)",
+        "attention_pv_on_array": pv if pv is not None else pv_skipped or "not run (--no-pv-array)",
         "attention_unit": {"head_dim": node.head_dim, "att_rows": node.att_rows, "gqa_group": node.group,
                            "lanes": default_lanes(node.head_dim),
                            "score_array_products": node.att_rows * 2 * default_lanes(node.head_dim),

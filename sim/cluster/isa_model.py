@@ -54,6 +54,11 @@ ISA_COSTS = {
     "GEMM": "ceil(out / mac_rows) x ceil(n / mac_lanes) x tokens + matrix latency, or its DDR bytes over the weight loaders if slower; "
             "kv = 1: the same with out = keys, n = head_dim, tokens = tokens x heads (rows x head_dim x keys MACs), "
             "DDR bytes = the keys' K segment bytes (scales + rows)",
+    "GEMM_PV": "2 x rows (the first key beat's hi and lo digits) + channel tiles x 2 x keys / mac_lanes x rows (a "
+               "weight beat per tile and key beat, held for both digits of every row) + matrix latency + the last "
+               "key beat's drain max(rows x b, tiles x rows x b - (2 tiles - 1) x rows), b = cycles an output "
+               "beat takes: P / VL SPAD beats (/ banks when dst is bank-aligned; x 2 wide), acc: at least "
+               "2 P / VL / banks + 1 (its previous wide value); or the V rows' bytes over the weight loaders if slower",
     "VEC": "rows x the vector unit's cycles for n elements on vec_lanes",
     "ATTN_KV": "keys + 2 (MAX) or + 4 (APPLY) per pass, or its K (and V) bytes over the execute unit's one AXI4 master if slower",
     "ATTN_SM": "ceil(keys / vec_lanes) x max(R, vec_lanes, ceil((R + vec_lanes + 2) / 2)) + 20 (MAX) or + 32 (APPLY) "
@@ -101,6 +106,25 @@ def fit(rows: list) -> tuple[float, float]:
     return float(a), float(b)
 
 
+def pv_cycles(cfg: NodeConfig, ins, w: dict) -> int:
+    """GEMM_PV's execute-unit cycles from the RTL's schedule (hw/compute/exec/movers.py GemmMover):
+    the first key beat's digits (each K-word read is two buffer writes) before the array starts;
+    then one weight beat x row per cycle, every weight beat twice (hi and lo digit) per channel
+    tile; the matrix pipeline; and the drain of the last key beat's outputs, which the array emits
+    on its lo passes (a row a cycle) and the mover writes at ``per_beat`` cycles each: P words in P / VL
+    SPAD beats, ``spad_banks`` at a time when dst and dst_stride are bank-aligned, twice for the wide
+    value; with acc each needs its previous wide value first, 2 P / VL SPAD beats (``spad_banks``
+    a read) + 1."""
+    P, vl, R, tiles = cfg.mac_rows, cfg.vec_lanes, w["tokens"], ins.tiles
+    banks = max(cfg.mac_lanes // vl, 1)
+    aligned = banks > 1 and (P // vl) % banks == 0 and ins.dst % banks == 0 and ins.dst_stride % banks == 0
+    per_beat = max(1, P // vl // (banks if aligned else 1)) * (2 if ins.wide else 1)
+    if ins.acc:       # the low and the high P words, min(banks, P / VL) SPAD beats a read, then the queue
+        per_beat = max(per_beat, 2 * (P // vl) // min(banks, P // vl) + 1)
+    drain = max(R * per_beat, tiles * R * per_beat - (2 * tiles - 1) * R)
+    return 2 * R + w["mac_beats"] + MATRIX_LATENCY + drain
+
+
 class TimingCosts(UnitCosts):
     def __init__(self, node: NodeConfig, profile: HardwareProfile, calibration: dict | None = None):
         self.node, self.profile = node, profile
@@ -143,6 +167,8 @@ class TimingCosts(UnitCosts):
             # kv = 1 too: the node's work is out = keys, n = head_dim, tokens = query rows,
             # ddr_rd = the K segment's bytes of those keys (NodeSim._x_gemm_kv)
             unit = math.ceil(w["out"] / cfg.mac_rows) * math.ceil(w["n"] / cfg.mac_lanes) * w["tokens"] + MATRIX_LATENCY
+        elif op == Opcode.GEMM_PV:
+            unit = pv_cycles(cfg, ins, w)
         elif op == Opcode.VEC:
             unit = w["rows"] * vector_cycles(VecOp(w["vop"]).name, w["n"], vl)
         elif op == Opcode.ATTN_KV:
@@ -164,7 +190,8 @@ class TimingCosts(UnitCosts):
             return 1
         if op == Opcode.SEND:
             return max(1, unit)
-        return max(1, unit, self._ddr(w, self.gemm_per_cycle if op == Opcode.GEMM else self.exec_per_cycle))
+        gemm = op in (Opcode.GEMM, Opcode.GEMM_PV)
+        return max(1, unit, self._ddr(w, self.gemm_per_cycle if gemm else self.exec_per_cycle))
 
     def link(self, nbytes: int) -> tuple[int, int]:
         ser = math.ceil((nbytes + ETH_OVERHEAD) / self.wire_per_cycle)

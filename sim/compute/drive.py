@@ -19,17 +19,19 @@ def run_matrix(dut, jobs) -> list[list[int]]:
             await write_port(ctx, dut.act, job.act)
             await write_port(ctx, dut.exp, job.exp)
             await send_command(ctx, dut.cmd, job.cmd)
-            want = len(job.w) // (job.cmd["group_beats"] * job.cmd["groups"]) * job.cmd["tokens"]
+            want = len(job.expected)
             feeds = [Feed.of(dut.w, job.w), Feed.of(dut.scale, job.scale)]
             if job.bias:
                 feeds.append(Feed.of(dut.bias, job.bias))
+            if job.prev:
+                feeds.append(Feed.of(dut.prev, job.prev))
 
             def sample(ctx):
                 if ctx.get(dut.o.tvalid):
                     got.append(ctx.get(dut.o.tdata))
                 return len(got) == want
 
-            await drive(ctx, feeds, sample, 4 * len(job.w) * job.cmd["tokens"] + 100)
+            await drive(ctx, feeds, sample, 8 * len(job.w) * job.cmd["tokens"] + 100)
             results.append(got)
 
     simulate(dut, bench)

@@ -41,6 +41,7 @@ class LinearJob:
     bias: list = field(default_factory=list)
     expected: list = field(default_factory=list)  # output beats (ints), one per (tile, token)
     macs: int = 0
+    prev: list = field(default_factory=list)      # pv with acc: the previous wide value, a beat per (tile, token)
 
 
 def random_bfp_rows(rng: np.random.Generator, t: int, n: int):
@@ -89,6 +90,70 @@ def pack_linear(m, e, qw, b, y, rows, lanes, max_tokens) -> LinearJob:
         for tok in range(t):
             job.expected.append(pack(y[tok, r], 32))
     job.macs = t * n * out
+    return job
+
+
+def pv_digits(w):
+    """GEMM_PV's activation digits of weight words w (docs/attention-array.md, step 3): the word
+    taken as min(w, W_MAX), then hi = (w + 2^15) >> 16 and lo = w - hi 2^16, both int16
+    (exact for every int32 word up to W_MAX: w = hi 2^16 + lo)."""
+    w = np.minimum(np.asarray(w, dtype=np.int64), fx.W_MAX)
+    hi = (w + (1 << 15)) >> 16
+    return hi, w - (hi << 16)
+
+
+def pv_weights(rng, r: int, keys: int, d: int, extreme: bool = False, scales: bool = False):
+    """Random softmax weights of ``r`` rows over ``keys`` V rows, from the golden model: scores,
+    a visibility mask, V = quantize_kv(rows), w = ``fx.attn_weights`` and o = ``fx.state_sums``'
+    exact o.  ``extreme``: keys at p = 2^15 with A = 255 and a large E (w = W_MAX), invisible
+    keys (w = 0) and V = -8.  Returns (w [r, keys], vq [keys, d], o [r, d]) as int64; with ``scales``
+    (w, (vq, va, ve), o): the V rows' KV4 triple (what a V segment holds)."""
+    s = rng.integers(-(1 << 20), 1 << 20, size=(1, r, keys))
+    valid = rng.random((1, r, keys)) < 0.8
+    vq, va, ve = fx.quantize_kv(random_kv_rows(rng, keys, d))
+    if extreme:
+        vq[: keys // 2] = -8
+        va[::3], ve[::3] = 255, 60              # w = W_MAX where p = 2^15
+        s[:, :, ::3] = 1 << 20                  # the row maximum (p = 2^15) on those keys
+        valid[:, 0, 1::3] = False               # w = 0
+        valid[:, -1, ::3] = False               # a row without W_MAX keys (its o stays inside int32)
+    m = np.where(valid, s, fx.INT32_MIN).max(axis=-1)
+    va, ve = va[:, None], ve[:, None]
+    _, w = fx.attn_weights(s, valid, va, ve, 1, m)
+    _, o = fx.state_sums(s, valid, vq[:, None, :], va, ve, 1, m)
+    return (w[0], (vq, va[:, 0], ve[:, 0]), o[0]) if scales else (w[0], vq, o[0])
+
+
+def pv_job(w, vq, o, rows: int, lanes: int, max_tokens: int, prev=None, wide: bool = False) -> LinearJob:
+    """Matrix-unit traffic of pv mode: o[t] (+ prev[t], exact) = sum_j w[t, j] vq[j] for ``r`` rows
+    of weights w [r, S] over V rows vq [S, d].  Activation beat 2 b + x of token t = digit x (0:
+    hi, 1: lo) of keys b K .. b K + K - 1; weight beats key beat by key beat, channel tile by
+    tile (rows = channels, element p K + k = vq[b K + k, c P + p]); output per (tile, token):
+    sat32, or the wide value as two beats (low words, high words)."""
+    r, S = w.shape
+    d = vq.shape[1]
+    P, K = rows, lanes
+    C = d // P
+    y = o if prev is None else o + prev
+    job = LinearJob(cmd=dict(tokens=r, group_beats=1, groups=S // K, tiles=C, w_exp=0, bias=0, kv=0, pv=1,
+                             acc=int(prev is not None), wide=int(wide)))
+    hi, lo = pv_digits(w)
+    for b in range(S // K):
+        for x, dig in enumerate((hi, lo)):
+            for tok in range(r):
+                job.act.append(((2 * b + x) * max_tokens + tok, pack(dig[tok, b * K:(b + 1) * K], 16)))
+        for c in range(C):
+            job.w.append(pack(vq[b * K:(b + 1) * K, c * P:(c + 1) * P].T, 4))
+    for c in range(C):
+        for tok in range(r):
+            cols = slice(c * P, (c + 1) * P)
+            if prev is not None:
+                job.prev.append(pack(prev[tok, cols], 64))
+            if wide:
+                job.expected += [pack(y[tok, cols], 32), pack(y[tok, cols] >> 32, 32)]
+            else:
+                job.expected.append(pack(fx.sat(y[tok, cols], 32), 32))
+    job.macs = r * S * d
     return job
 
 

@@ -42,7 +42,7 @@ from mcf.hw.compute.attention import AttentionUnit, k_layout, v_layout
 from mcf.hw.compute.exec.spad import SpadReadSignature, SpadWriteSignature
 from mcf.hw.compute.exec.streams import COUNT_BITS, Packer, Unpacker, request_layout
 from mcf.hw.compute.kv_writer import KVWriter
-from mcf.hw.compute.matrix import MatrixUnit, TileReorder
+from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder
 from mcf.hw.compute.vector import VectorUnit
 from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
 from mcf.spec import isa
@@ -660,15 +660,26 @@ class GemmMover(Mover):
     ``TileReorder`` (key-major tiles -> weight beats) into the matrix unit, which takes one group
     of G = head_dim, S = A and each key's own exponent E.  The activation rows are (token, head):
     src + t src_stride + h head_stride, row t heads + h.  Built when head_dim <= max_group and
-    head_dim / K <= P (else kv faults)."""
-    OPS = (isa.Opcode.GEMM,)
+    head_dim / K <= P (else kv faults).
+
+    GEMM_PV (attention PV, golden ``state_sums``' o): the matrix is V^T of a V segment: its rows
+    region (key-major) through the loader and a ``PvReorder`` (K keys -> head_dim / P channel-tile
+    beats; tiles outside tile0 .. tile0 + tiles - 1 are dropped) into the matrix unit's pv mode.
+    The weight rows (token, head) are read like kv activation rows; each K-word read is split into
+    two buffer words, the hi and the lo digits of min(w, W_MAX).  With ``acc`` the previous wide
+    rows at dst stream into the matrix unit's ``prev`` after the activations (beat by beat, in the
+    output order); the output beats (sat32, or the low then the high words) -> SPAD.  Built when
+    P >= VL, K >= VL, P divides head_dim and head_dim divides P K (else GEMM_PV faults)."""
+    OPS = (isa.Opcode.GEMM, isa.Opcode.GEMM_PV)
 
     def __init__(self, g: Geometry):
         super().__init__(g)
-        self.matrix = MatrixUnit(g.rows, g.lanes, g.tokens, g.max_n, (1 << 16) - 1, max_group=g.max_group,
-                                 primitive=g.primitive, streamed=True)
         self.kv_beats = g.head_dim // g.lanes           # J: weight beats of one key tile
         self.has_kv = (g.head_dim <= g.max_group and g.head_dim % g.lanes == 0 and 1 <= self.kv_beats <= g.rows)
+        self.has_pv = isa.gemm_pv_built(g.rows, g.lanes, g.vl, g.head_dim)
+        self.pv_tiles = g.head_dim // g.rows if self.has_pv else 0     # C: channel tiles of head_dim
+        self.matrix = MatrixUnit(g.rows, g.lanes, g.tokens, g.max_n, (1 << 16) - 1, max_group=g.max_group,
+                                 primitive=g.primitive, streamed=True, pv_tiles=self.pv_tiles)
 
     def elaborate(self, platform):
         m = Module()
@@ -683,12 +694,31 @@ class GemmMover(Mover):
         with m.If(self.start):
             m.d.sync += state.eq(S.SETUP)
 
+        pins = self.view(isa.Opcode.GEMM_PV)
+        pv_op = Signal()                               # a GEMM_PV (the GEMM view's fields mean nothing then)
+        m.d.comb += pv_op.eq(self.instr[:6] == int(isa.Opcode.GEMM_PV))
+        pv = Signal()
+        m.d.comb += pv.eq(pv_op if self.has_pv else 0)
+        C = max(self.pv_tiles, 1)
         kv = Signal()
-        m.d.comb += kv.eq(ins.kv if self.has_kv else 0)
-        heads = Signal(6)                              # activation rows per token (kv: the GQA group)
-        m.d.comb += heads.eq(Mux(kv, ins.heads, 1))
-        npg = Signal(16)                               # groups per row, n / G (kv: one)
-        m.d.comb += npg.eq(Mux(kv, 1, ins.n >> ins.group_log2))
+        m.d.comb += kv.eq(ins.kv & ~pv_op if self.has_kv else 0)
+        # the fields both instructions have
+        f_tokens, f_tiles, f_tile0 = Signal(10), Signal(16), Signal(16)
+        f_src, f_src_stride, f_head_stride = Signal(isa.SPAD_BITS), Signal(16), Signal(16)
+        f_dst, f_dst_stride, f_bias = Signal(isa.SPAD_BITS), Signal(16), Signal()
+        f_n = Signal(16)                               # inputs of an activation row (pv: keys)
+        m.d.comb += [f_tokens.eq(Mux(pv, pins.tokens, ins.tokens)), f_tiles.eq(Mux(pv, pins.tiles, ins.tiles)),
+                     f_tile0.eq(Mux(pv, pins.tile0, ins.tile0)), f_src.eq(Mux(pv, pins.src, ins.src)),
+                     f_src_stride.eq(Mux(pv, pins.src_stride, ins.src_stride)),
+                     f_head_stride.eq(Mux(pv, pins.head_stride, ins.head_stride)),
+                     f_dst.eq(Mux(pv, pins.dst, ins.dst)), f_dst_stride.eq(Mux(pv, pins.dst_stride, ins.dst_stride)),
+                     f_bias.eq(ins.bias & ~pv_op), f_n.eq(Mux(pv, pins.keys, ins.n))]
+        heads = Signal(6)                              # activation rows per token (kv, pv: the GQA group)
+        m.d.comb += heads.eq(Mux(pv, pins.heads, Mux(kv, ins.heads, 1)))
+        npg = Signal(16)                               # groups per row, n / G (kv: one; pv: key beats)
+        m.d.comb += npg.eq(Mux(pv, pins.keys >> k_log2, Mux(kv, 1, ins.n >> ins.group_log2)))
+        wide_o = Signal()                              # pv wide: two words (low, high) an element
+        m.d.comb += wide_o.eq(pv & pins.wide)
         gmask = Signal(16)
         m.d.comb += gmask.eq((Const(1, 17) << ins.group_log2) - 1)
         t0n, ttn, tn = Signal(32), Signal(32), Signal(32)
@@ -696,14 +726,15 @@ class GemmMover(Mover):
         src_end, dst_end = Signal(40), Signal(40)
         nrows = Signal(16)                             # activation / output rows: tokens x heads
         out_beats = Signal(17)                         # SPAD beats of one output row
-        m.d.comb += out_beats.eq(((ins.tiles << p_log2) + VL - 1) >> vl_log2)
+        # (pv: the wide layout when it writes it or reads it, acc)
+        m.d.comb += out_beats.eq((((f_tiles << p_log2) + VL - 1) >> vl_log2) << (wide_o | (pv & pins.acc)))
         with m.If(state == S.SETUP):
             m.d.sync += [t0n.eq(ins.tile0 * ins.n), ttn.eq(ins.total_tiles * ins.n), tn.eq(ins.tiles * ins.n),
                          t0g.eq(ins.tile0 * npg), ttg.eq(ins.total_tiles * npg), tg.eq(ins.tiles * npg),
-                         src_end.eq(ins.src + (ins.tokens - 1) * ins.src_stride + (heads - 1) * ins.head_stride
-                                    + (ins.n >> vl_log2)),
-                         nrows.eq(ins.tokens * heads),
-                         dst_end.eq(ins.dst + (ins.tokens * heads - 1) * ins.dst_stride + out_beats),
+                         src_end.eq(f_src + (f_tokens - 1) * f_src_stride + (heads - 1) * f_head_stride
+                                    + (f_n >> vl_log2)),
+                         nrows.eq(f_tokens * heads),
+                         dst_end.eq(f_dst + (f_tokens * heads - 1) * f_dst_stride + out_beats),
                          state.eq(S.CHECK)]
 
         def w_bytes(x):      # x * n * P / 2
@@ -717,9 +748,20 @@ class GemmMover(Mover):
         # kv: the segment's scale region (pad(2 keys) bytes) comes first, then its rows
         m.d.comb += [w_addr.eq(blob + Mux(kv, pad_up(tts), 0) + w0), s_addr.eq(blob + Mux(kv, 0, pad_up(ttw)) + s0),
                      b_addr.eq(blob + pad_up(ttw) + pad_up(tts) + b0)]
+        # pv: the V segment's rows region (after its scale region of pad(2 keys) bytes), all of it
+        pv_addr, pv_bytes = Signal(ADDR_BITS), Signal(32)
+        m.d.comb += [pv_addr.eq(ddr_addr(pins.seg) + pad_up(pins.keys << 1)),
+                     pv_bytes.eq(pins.keys << (_log2(g.head_dim) - 1))]
         low = (1 << ALIGN_LOG2) - 1
-        bad = Signal()
-        m.d.comb += bad.eq((ins.tokens == 0) | (nrows > TM) | (ins.tiles == 0)
+        bad_pv = Signal()
+        m.d.comb += bad_pv.eq((pins.tokens == 0) | (pins.heads == 0) | (nrows > TM) | (pins.tiles == 0)
+                              | (pins.tile0 + pins.tiles > C) | (pins.keys == 0) | (pins.keys[:k_log2] != 0)
+                              | ((pins.keys << 1) > g.max_n)
+                              | (pins.acc & (nrows > 1) & (pins.dst_stride < out_beats))
+                              | (src_end > g.spad_beats) | (dst_end > g.spad_beats))
+        bad, bad_gemm = Signal(), Signal()
+        m.d.comb += bad.eq(Mux(pv_op, ~pv | bad_pv, bad_gemm))
+        m.d.comb += bad_gemm.eq((ins.tokens == 0) | (nrows > TM) | (ins.tiles == 0)
                            | (ins.tile0 + ins.tiles > ins.total_tiles) | (ins.n == 0) | (ins.n > g.max_n)
                            | (ins.n[:vl_log2] != 0)
                            | Mux(kv, (ins.heads == 0) | (ins.n != g.head_dim) | (ins.group_log2 != 0)
@@ -737,7 +779,8 @@ class GemmMover(Mover):
         m.d.comb += [
             b.req0.payload.addr.eq(s_addr), b.req0.payload.beats.eq(ceil_beats(st, g.bus_log2)),
             b.req1.payload.addr.eq(b_addr), b.req1.payload.beats.eq(ceil_beats(bt, g.bus_log2)),
-            uw.cmd.payload.count.eq(tn >> k_log2), us.cmd.payload.count.eq(tg), ub.cmd.payload.count.eq(ins.tiles),
+            uw.cmd.payload.count.eq(Mux(pv, (pins.keys >> k_log2) << _log2(C), tn >> k_log2)),
+            us.cmd.payload.count.eq(tg), ub.cmd.payload.count.eq(ins.tiles),
             uw.i.valid.eq(b.ldata.tvalid), uw.i.payload.eq(b.ldata.tdata), b.ldata.tready.eq(uw.i.ready),
             us.i.valid.eq(b.in0.valid), us.i.payload.eq(b.in0.payload), b.in0.ready.eq(us.i.ready),
             ub.i.valid.eq(b.in1.valid), ub.i.payload.eq(b.in1.payload), b.in1.ready.eq(ub.i.ready),
@@ -748,13 +791,36 @@ class GemmMover(Mover):
         # kv: the unpacked words (P pieces of K nibbles in key-major order) through the tile reorder
         # buffer; ordinary GEMMs pass it by
         wv, wdata, wrdy = Signal(), Signal(P * K * W_BITS), Signal()
+        # pv: the V rows through the pv reorder (V^T beats, channel tile by tile; tiles outside
+        # tile0 .. tile0 + tiles - 1 are dropped); ``wsrc``: what feeds the weight beats
+        wsrc_v, wsrc_d, wsrc_r = Signal(), Signal(P * K * W_BITS), Signal()
+        if self.has_pv:
+            m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim)
+            pc = Signal(range(C))                      # channel tile of the reorder's next beat
+            keep = Signal()
+            m.d.comb += [keep.eq((pc >= pins.tile0) & (pc < pins.tile0 + pins.tiles)),
+                         pro.i.valid.eq(pv & uw.o.valid), pro.i.payload.eq(uw.o.payload),
+                         pro.o.ready.eq(pv & (wrdy | ~keep))]
+            with m.If(pro.o.valid & pro.o.ready):
+                m.d.sync += pc.eq(Mux(pc == C - 1, 0, pc + 1))
+            with m.If(state == S.CHECK):
+                m.d.sync += pc.eq(0)
+            with m.If(pv):
+                m.d.comb += [wv.eq(pro.o.valid & keep), wdata.eq(pro.o.payload), uw.o.ready.eq(pro.i.ready)]
+            with m.Else():
+                m.d.comb += [wsrc_v.eq(uw.o.valid), wsrc_d.eq(uw.o.payload), uw.o.ready.eq(wsrc_r)]
+        else:
+            m.d.comb += [wsrc_v.eq(uw.o.valid), wsrc_d.eq(uw.o.payload), uw.o.ready.eq(wsrc_r)]
         if self.has_kv:
             m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats)
-            m.d.comb += [ro.i.valid.eq(kv & uw.o.valid), ro.i.payload.eq(uw.o.payload),
-                         wv.eq(Mux(kv, ro.o.valid, uw.o.valid)), wdata.eq(Mux(kv, ro.o.payload, uw.o.payload)),
-                         uw.o.ready.eq(Mux(kv, ro.i.ready, wrdy)), ro.o.ready.eq(kv & wrdy)]
+            m.d.comb += [ro.i.valid.eq(kv & wsrc_v), ro.i.payload.eq(wsrc_d),
+                         wsrc_r.eq(Mux(kv, ro.i.ready, wrdy)), ro.o.ready.eq(kv & wrdy)]
+            with m.If(~pv):
+                m.d.comb += [wv.eq(Mux(kv, ro.o.valid, wsrc_v)), wdata.eq(Mux(kv, ro.o.payload, wsrc_d))]
         else:
-            m.d.comb += [wv.eq(uw.o.valid), wdata.eq(uw.o.payload), uw.o.ready.eq(wrdy)]
+            with m.If(~pv):
+                m.d.comb += [wv.eq(wsrc_v), wdata.eq(wsrc_d)]
+            m.d.comb += wsrc_r.eq(wrdy)
         # the matrix takes a weight beat on its last token: when one beat is several bus words, a
         # two-deep queue lets the unpacker gather the next beat meanwhile (else it starts only then)
         if P * K * W_BITS > g.data_width * g.weight_beats:
@@ -785,9 +851,9 @@ class GemmMover(Mover):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
             with m.Elif(go):
-                m.d.comb += [b.req0.valid.eq(1), us.cmd.valid.eq(1), uw.cmd.valid.eq(1),
-                             b.req1.valid.eq(ins.bias), ub.cmd.valid.eq(ins.bias)]
-                m.d.sync += [wd_addr.eq(w_addr), wd_left.eq(wt), state.eq(S.ACT)]
+                m.d.comb += [b.req0.valid.eq(~pv), us.cmd.valid.eq(~pv), uw.cmd.valid.eq(1),
+                             b.req1.valid.eq(f_bias), ub.cmd.valid.eq(f_bias)]
+                m.d.sync += [wd_addr.eq(Mux(pv, pv_addr, w_addr)), wd_left.eq(Mux(pv, pv_bytes, wt)), state.eq(S.ACT)]
 
         # --- activations: SPAD rows -> K-lane buffer words, beat-major (every token's inputs
         # 0 .. K - 1, then K .. 2K - 1, ...), while the matrix already runs: it issues buffer beat b
@@ -797,7 +863,7 @@ class GemmMover(Mover):
         RB = g.spad_banks                                   # SPAD beats per read
         rq = ReadQueue(m, b.spad_rd, g, "rq", wide=RB > 1)
         nb = Signal(16)                                     # reads per row
-        m.d.comb += nb.eq(ins.n >> (vl_log2 + _log2(RB)))
+        m.d.comb += nb.eq(f_n >> (vl_log2 + _log2(RB)))
         ti, bi = Signal(range(TM + 1)), Signal(16)          # issue side: token, read column
         hi = Signal(6)                                      # head (kv; else 0)
         cola = Signal(g.spad_bits + 16)                     # src + bi RB
@@ -807,19 +873,19 @@ class GemmMover(Mover):
         avail = Signal(range(g.max_n // K + 1))             # buffer beats in for every token
         issuing = Signal()
         with m.If(state == S.CHECK):
-            m.d.sync += [ti.eq(0), hi.eq(0), bi.eq(0), cola.eq(ins.src), toka.eq(ins.src), rowa.eq(ins.src), tc.eq(0),
+            m.d.sync += [ti.eq(0), hi.eq(0), bi.eq(0), cola.eq(f_src), toka.eq(f_src), rowa.eq(f_src), tc.eq(0),
                          bc.eq(0), avail.eq(0), issuing.eq(1)]
         acting = state == S.ACT
         m.d.comb += [rq.addr.eq(rowa), rq.issue.eq(acting & rq.room & issuing)]
-        with m.If(rq.issue):
+        with m.If(acting & rq.issue):
             with m.If(hi == heads - 1):
-                m.d.sync += [hi.eq(0), ti.eq(ti + 1), toka.eq(toka + ins.src_stride), rowa.eq(toka + ins.src_stride)]
-                with m.If(ti == ins.tokens - 1):
+                m.d.sync += [hi.eq(0), ti.eq(ti + 1), toka.eq(toka + f_src_stride), rowa.eq(toka + f_src_stride)]
+                with m.If(ti == f_tokens - 1):
                     m.d.sync += [ti.eq(0), bi.eq(bi + 1), cola.eq(cola + RB), toka.eq(cola + RB), rowa.eq(cola + RB)]
                     with m.If(bi == nb - 1):
                         m.d.sync += issuing.eq(0)
             with m.Else():
-                m.d.sync += [hi.eq(hi + 1), rowa.eq(rowa + ins.head_stride)]
+                m.d.sync += [hi.eq(hi + 1), rowa.eq(rowa + f_head_stride)]
         tb = max(ceil_log2(TM), 1)
         consumed = Signal()
         last_tok = tc == nrows - 1
@@ -828,6 +894,27 @@ class GemmMover(Mover):
                          mx.act.data.eq(mantissas(rq.words, K)), consumed.eq(acting & rq.valid)]
             with m.If(consumed & last_tok):
                 m.d.sync += avail.eq(bc + 1)
+            if self.has_pv:
+                # pv: a read of K weight words -> two buffer words, beat 2 bc (hi digits) then 2 bc + 1
+                # (lo digits) of min(w, W_MAX): hi = (w + 2^15) >> 16, lo = w's low 16 bits
+                dph = Signal()
+                his, los = [], []
+                for k in range(K):
+                    wk = rq.words[32 * k:32 * (k + 1)].as_signed()
+                    wc = Signal(signed(32), name=f"pv_w{k}")
+                    m.d.comb += wc.eq(Mux(wk > isa.PV_W_MAX, isa.PV_W_MAX, wk))
+                    his.append((wc + (1 << (MANT_BITS - 1)))[MANT_BITS:2 * MANT_BITS])
+                    los.append(wc[:MANT_BITS])
+                pbeat = Cat(dph, bc)
+                with m.If(pv):
+                    m.d.comb += [mx.act.addr.eq(Cat(tc[:tb], pbeat) if TM > 1 else pbeat),
+                                 mx.act.data.eq(Mux(dph, Cat(*los), Cat(*his))), consumed.eq(acting & rq.valid & dph)]
+                    with m.If(acting & rq.valid):
+                        m.d.sync += dph.eq(~dph)
+                    with m.If(consumed & last_tok):
+                        m.d.sync += avail.eq(pbeat + 1)
+                with m.If(state == S.CHECK):
+                    m.d.sync += dph.eq(0)
         else:
             r = VL // K
             part = Signal(range(r))
@@ -840,7 +927,7 @@ class GemmMover(Mover):
                 m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
                 with m.If(last_tok):
                     m.d.sync += avail.eq(addr + 1)
-        m.d.comb += [rq.take.eq(consumed), mx.exp.en.eq(consumed & (bc == 0)), mx.exp.addr.eq(tc),
+        m.d.comb += [mx.exp.en.eq(consumed & (bc == 0)), mx.exp.addr.eq(tc),
                      mx.exp.data.eq(rq.exp), mx.avail.eq(avail)]
         with m.If(consumed):
             m.d.sync += tc.eq(tc + 1)
@@ -852,20 +939,70 @@ class GemmMover(Mover):
         # --- the command, then output beats -> SPAD ---------------------------------------------------
         sent = Signal()
         m.d.comb += [mx.cmd.payload.tokens.eq(nrows),
-                     mx.cmd.payload.group_beats.eq(Mux(kv, ins.n >> k_log2, (Const(1, 17) << ins.group_log2) >> k_log2)),
-                     mx.cmd.payload.groups.eq(npg), mx.cmd.payload.tiles.eq(ins.tiles),
-                     mx.cmd.payload.w_exp.eq(ins.w_exp), mx.cmd.payload.bias.eq(ins.bias), mx.cmd.payload.kv.eq(kv)]
+                     mx.cmd.payload.group_beats.eq(Mux(pv, 1, Mux(kv, ins.n >> k_log2,
+                                                                  (Const(1, 17) << ins.group_log2) >> k_log2))),
+                     mx.cmd.payload.groups.eq(npg), mx.cmd.payload.tiles.eq(f_tiles),
+                     mx.cmd.payload.w_exp.eq(Mux(pv, 0, ins.w_exp)), mx.cmd.payload.bias.eq(f_bias),
+                     mx.cmd.payload.kv.eq(kv), mx.cmd.payload.pv.eq(pv), mx.cmd.payload.acc.eq(pv & pins.acc),
+                     mx.cmd.payload.wide.eq(wide_o)]
         with m.If(state == S.CHECK):
             m.d.sync += sent.eq(0)
         with m.If(((state == S.ACT) | (state == S.RUN)) & ~sent):
             m.d.comb += mx.cmd.valid.eq(1)
             with m.If(mx.cmd.ready):
                 m.d.sync += sent.eq(1)
+        # pv acc: the previous wide rows -> ``prev``, after the activations (the read port is free),
+        # in the output order (tile, row): per beat the P low words, then the P high words (n_out
+        # words further), P / VL SPAD beats each, up to ``spad_banks`` of them a read, shifted into
+        # ``pw``; a full ``pw`` goes to a two-deep queue as P (low, high) pairs
+        taking = Signal()
+        m.d.comb += taking.eq(consumed)
+        if self.has_pv:
+            PR = P // VL                                    # SPAD beats of P words
+            RU = min(RB, PR)                                # of them per read (the SPAD's banks)
+            NR = PR // RU                                   # reads of P words
+            pr_c, pr_r = Signal(16), Signal(range(TM + 1))  # issue side: tile, row
+            pr_h, pr_p = Signal(), Signal(range(NR))       # half (0: low words), read within it
+            pr_base = Signal(g.spad_bits + 16)              # dst + pr_r dst_stride
+            pr_on = Signal()
+            pr_n = Signal(range(2 * NR + 1))                # reads in ``pw``
+            pw = Signal(2 * P * 32)
+            m.submodules.pq = pq = fifo.SyncFIFOBuffered(width=P * WIDE_BITS, depth=2)
+            with m.If(state == S.CHECK):
+                m.d.sync += [pr_c.eq(0), pr_r.eq(0), pr_h.eq(0), pr_p.eq(0), pr_base.eq(f_dst), pr_n.eq(0),
+                             pr_on.eq(pv & pins.acc)]
+            prev_rd = (state == S.RUN) & pv
+            with m.If(prev_rd):
+                m.d.comb += [rq.addr.eq(pr_base + ((Mux(pr_h, f_tiles, 0) + pr_c) << _log2(PR)) + (pr_p << _log2(RU))),
+                             rq.issue.eq(pr_on & rq.room), taking.eq(rq.valid & (pr_n != 2 * NR))]
+                with m.If(rq.issue):
+                    m.d.sync += pr_p.eq(pr_p + 1)
+                    with m.If(pr_p == NR - 1):
+                        m.d.sync += [pr_p.eq(0), pr_h.eq(~pr_h)]
+                        with m.If(pr_h):
+                            m.d.sync += [pr_r.eq(pr_r + 1), pr_base.eq(pr_base + f_dst_stride)]
+                            with m.If(pr_r == nrows - 1):
+                                m.d.sync += [pr_r.eq(0), pr_base.eq(f_dst), pr_c.eq(pr_c + 1)]
+                                with m.If(pr_c == f_tiles - 1):
+                                    m.d.sync += pr_on.eq(0)
+                with m.If(taking):
+                    m.d.sync += [pw.eq(Cat(pw[RU * VL * 32:], rq.words[:RU * VL * 32])), pr_n.eq(pr_n + 1)]
+            m.d.comb += [pq.w_data.eq(Cat(*[Cat(pw[32 * p:32 * (p + 1)], pw[32 * (P + p):32 * (P + p + 1)])
+                                            for p in range(P)])),
+                         pq.w_en.eq(pr_n == 2 * NR),
+                         mx.prev.valid.eq(pq.r_rdy), mx.prev.payload.eq(pq.r_data), pq.r_en.eq(mx.prev.ready)]
+            with m.If(pq.w_en & pq.w_rdy):
+                m.d.sync += pr_n.eq(0)
+        m.d.comb += rq.take.eq(taking)
+
         ot = Signal(16)                  # output tile (from tile0)
         otok = Signal(range(TM + 1))
         orow = Signal(g.spad_bits + 16)  # dst + otok dst_stride
+        half = Signal()                  # pv wide: the beat of the high words
+        ot_w = Signal(17)                # the output's P-word column: ot, or tiles + ot for the high words
+        m.d.comb += ot_w.eq(Mux(half, f_tiles + ot, ot))
         with m.If(state == S.CHECK):
-            m.d.sync += [ot.eq(0), otok.eq(0), orow.eq(ins.dst)]
+            m.d.sync += [ot.eq(0), otok.eq(0), orow.eq(f_dst), half.eq(0)]
         # output beats through a queue of max_tokens beats: a tile's last group emits a beat per
         # token per cycle, a beat takes P / VL cycles of SPAD writes; the queue lets the matrix go on
         # with the next tile meanwhile (without it the array waited ~P / VL x T cycles a tile)
@@ -877,28 +1014,29 @@ class GemmMover(Mover):
         if P <= VL:
             r = VL // P
             sub = ot[:_log2(r)] if r > 1 else Const(0, 1)
-            m.d.comb += [wr.addr.eq(orow + (ot >> _log2(r))), wr.data.eq(Cat(*[o_data] * r)),
+            m.d.comb += [wr.addr.eq(orow + (ot_w >> _log2(r))), wr.data.eq(Cat(*[o_data] * r)),
                          wr.lanes.eq(Mux(o_valid, Const((1 << P) - 1, VL) << (sub * P), 0)),
                          o_take.eq(o_valid)]
         else:
             r = P // VL
             part = Signal(range(r))
             pieces = Array(o_data[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
-            m.d.comb += [wr.addr.eq(orow + Cat(part, ot)), wr.data.eq(pieces[part]),
+            m.d.comb += [wr.addr.eq(orow + Cat(part, ot_w)), wr.data.eq(pieces[part]),
                          wr.lanes.eq(Mux(o_valid, (1 << VL) - 1, 0)), o_take.eq(o_valid & (part == r - 1))]
             B = g.spad_banks
-            if self.has_kv and B > 1 and r % B == 0:
+            if (self.has_kv or self.has_pv) and B > 1 and r % B == 0:
                 # kv: its output (P words a row every head_dim / K weight beats) outruns one SPAD beat a
-                # cycle; rows at bank-aligned dst and dst_stride go B beats at a time (the SPAD's banks)
+                # cycle; rows at bank-aligned dst and dst_stride go B beats at a time (the SPAD's banks);
+                # pv's last key beat emits its outputs as fast
                 wide = Signal()
-                m.d.comb += wide.eq(kv & (ins.dst[:_log2(B)] == 0) & (ins.dst_stride[:_log2(B)] == 0))
+                m.d.comb += wide.eq((kv | pv) & (f_dst[:_log2(B)] == 0) & (f_dst_stride[:_log2(B)] == 0))
                 rw = r // B
                 wpart = Signal(range(rw))
                 wpieces = Array(o_data[x * B * VL * 32:(x + 1) * B * VL * 32] for x in range(rw))
                 with m.If(wide):
                     m.d.comb += [wr.wide_en.eq(o_valid), wr.wide.eq(wpieces[wpart]),
-                                 wr.addr.eq(orow + (Cat(Const(0, _log2(B)), wpart, ot) if rw > 1
-                                                    else Cat(Const(0, _log2(B)), ot))),
+                                 wr.addr.eq(orow + (Cat(Const(0, _log2(B)), wpart, ot_w) if rw > 1
+                                                    else Cat(Const(0, _log2(B)), ot_w))),
                                  o_take.eq(o_valid & (wpart == rw - 1))]
                     with m.If(o_valid):
                         m.d.sync += wpart.eq(Mux(wpart == rw - 1, 0, wpart + 1))
@@ -910,16 +1048,19 @@ class GemmMover(Mover):
                     m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
         m.d.comb += [wr.exp_en.eq(o_valid), wr.exp.eq(0), oq.r_en.eq(o_take)]
         with m.If(o_take):
-            m.d.sync += [otok.eq(otok + 1), orow.eq(orow + ins.dst_stride)]
-            with m.If(otok == nrows - 1):
-                m.d.sync += [otok.eq(0), orow.eq(ins.dst), ot.eq(ot + 1)]
+            with m.If(wide_o & ~half):
+                m.d.sync += half.eq(1)
+            with m.Else():
+                m.d.sync += [half.eq(0), otok.eq(otok + 1), orow.eq(orow + f_dst_stride)]
+                with m.If(otok == nrows - 1):
+                    m.d.sync += [otok.eq(0), orow.eq(f_dst), ot.eq(ot + 1)]
             with m.If(o_last):
                 m.d.sync += state.eq(S.FINISH)
         with m.If(state == S.FINISH):
             m.d.comb += self.done.eq(1)
             m.d.sync += state.eq(S.IDLE)
         m.d.comb += [b.mac.eq(mx.mac),
-                     b.starved.eq((state == S.RUN) & mx.busy & ~mx.mac & (~w_ready | ~us.o.valid))]
+                     b.starved.eq((state == S.RUN) & mx.busy & ~mx.mac & (~w_ready | (~us.o.valid & ~pv)))]
         return m
 
 

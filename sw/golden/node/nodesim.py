@@ -496,6 +496,46 @@ class NodeSim:
         ex.work = {"ddr_rd": len(sraw) + len(rraw), "tokens": R, "n": d, "out": nk,
                    "mac_beats": ins.tiles * (d // cfg.mac_lanes) * R}
 
+    def _x_gemm_pv(self, ins, ex):
+        """GEMM_PV: o[r] = sum_j min(w_j, W_MAX) q_v[j] (golden ``state_sums``' o, exact) of the
+        (token, head) weight rows over the V segment at seg (its rows region: what the RTL reads),
+        channels tile0 P .. (tile0 + tiles) P - 1; + the previous wide rows at dst when acc (modulo
+        2^64, as the RTL's 64-bit sum); sat32 or wide rows out (spec/isa.py)."""
+        cfg, vl, d = self.cfg, self.vl, self.cfg.head_dim
+        P, K = cfg.mac_rows, cfg.mac_lanes
+        R = ins.tokens * ins.heads
+        max_n = max(cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * d)
+        self._check(isa.gemm_pv_built(P, K, vl, d),
+                    f"GEMM_PV: not built on a {P} x {K} array with VL {vl} and head_dim {d}")
+        self._check(ins.tokens > 0 and ins.heads > 0 and R <= cfg.max_tokens,
+                    f"tokens x heads = {ins.tokens} x {ins.heads} rows (max tokens {cfg.max_tokens})")
+        self._check(ins.tiles > 0 and ins.tile0 + ins.tiles <= d // P,
+                    f"channel tiles {ins.tile0}+{ins.tiles} of {d // P}")
+        self._check(ins.keys > 0 and ins.keys % K == 0 and 2 * ins.keys <= max_n,
+                    f"keys={ins.keys} (a multiple of {K}, at most {max_n // 2})")
+        self._check(not ins.acc or R == 1 or ins.dst_stride >= 2 * ins.tiles * P // vl,
+                    f"acc: dst_stride={ins.dst_stride} overlaps the wide rows ({2 * ins.tiles * P // vl} beats)")
+        nbytes = ins.keys * kv.row_bytes(d)
+        rraw = self.ddr_read(ins.seg + kv.scale_bytes(ins.keys), nbytes, "GEMM_PV rows")
+        sub = bytearray(kv.segment_bytes(ins.keys, d))
+        sub[kv.scale_bytes(ins.keys):kv.scale_bytes(ins.keys) + nbytes] = rraw
+        vq = kv.unpack_segment(bytes(sub), ins.keys, d, strict=False)[0].astype(np.int64)
+        w = np.empty((R, ins.keys), np.int64)
+        for t in range(ins.tokens):
+            w[t * ins.heads:(t + 1) * ins.heads] = self.read_rows(ins.src + t * ins.src_stride, ins.head_stride,
+                                                                  ins.heads, ins.keys, "GEMM_PV src")[0]
+        cols = slice(ins.tile0 * P, (ins.tile0 + ins.tiles) * P)
+        n_out = ins.tiles * P
+        o = np.minimum(_i32(w), fx.W_MAX) @ vq[:, cols]                 # exact: |o| < 2^34 keys
+        if ins.acc:
+            prev = self.read_rows(ins.dst, ins.dst_stride, R, 2 * n_out, "GEMM_PV dst")[0]
+            o = (_i32(prev[:, :n_out]) & 0xFFFFFFFF) + (_i32(prev[:, n_out:]) << 32) + o   # mod 2^64
+        out = np.concatenate([_i32(o), _i32(o >> 32)], axis=1) if ins.wide else fx.sat(o, 32)
+        commit = self.write_rows_later(ins.dst, ins.dst_stride, out, np.zeros(R, np.int64), "GEMM_PV dst")
+        ex.commit = commit
+        ex.work = {"ddr_rd": nbytes, "tokens": R, "keys": ins.keys, "out": n_out, "wide": ins.wide, "acc": ins.acc,
+                   "mac_beats": ins.tiles * 2 * (ins.keys // K) * R}
+
     def _x_vec(self, ins, ex):
         vl, n = self.vl, ins.n
         op = ins.vop
@@ -795,7 +835,7 @@ class NodeSim:
 
 
 #: The busy counter each execute-unit opcode counts into (the RTL's too).
-BUSY_COUNTER = {Opcode.GEMM: PerfCounter.BUSY_GEMM, Opcode.VEC: PerfCounter.BUSY_VEC,
+BUSY_COUNTER = {Opcode.GEMM: PerfCounter.BUSY_GEMM, Opcode.GEMM_PV: PerfCounter.BUSY_GEMM, Opcode.VEC: PerfCounter.BUSY_VEC,
                 Opcode.ATTN_Q: PerfCounter.BUSY_ATTN, Opcode.ATTN_KV: PerfCounter.BUSY_ATTN,
                 Opcode.ATTN_EMIT: PerfCounter.BUSY_ATTN, Opcode.ATTN_SM: PerfCounter.BUSY_ATTN, Opcode.KVW: PerfCounter.BUSY_KVW,
                 Opcode.EMBED: PerfCounter.BUSY_EMBED, Opcode.LOAD: PerfCounter.BUSY_LDST,

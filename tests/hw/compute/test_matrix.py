@@ -277,3 +277,111 @@ def test_tile_reorder(rows, lanes, beats):
     sim.add_testbench(bench)
     sim.run()
     assert got == want
+
+
+# --- pv mode: attention PV on the array, V^T as the matrix, w in two digits (golden ``state_sums``) ----
+@pytest.mark.parametrize("r,keys,acc,wide,extreme", [(3, 16, False, False, True), (4, 24, True, True, True),
+                                                      (2, 8, True, False, False)])
+def test_pv_amaranth_sim(r, keys, acc, wide, extreme):
+    """pv mode against ``fixed.state_sums``' exact o (sat32, or wide with a previous wide value
+    added): w = W_MAX and w = 0 keys, V = -8, several key counts (multiples of K); then an
+    ordinary GEMM on the same unit (the mode is per command)."""
+    from mcf.sim.compute.jobs import pv_job, pv_weights
+    from mcf.sw.golden import fixed as fx
+    rng = np.random.default_rng(keys + r)
+    P, K, TM, d = 2, 4, 4, 8
+    dut = MatrixUnit(mac_rows=P, mac_lanes=K, max_tokens=TM, max_inputs=64, max_tiles=8, pv_tiles=d // P)
+    w, vq, o = pv_weights(rng, r, keys, d, extreme)
+    if extreme:
+        assert (w == fx.W_MAX).any() and (w == 0).any() and (vq == -8).any()
+        assert (np.abs(o) > fx.INT32_MAX).any(), "no o beyond int32"
+    prev = rng.integers(-(1 << (45 if wide else 28)), 1 << (45 if wide else 28), size=o.shape) if acc else None
+    job = pv_job(w, vq, o, P, K, TM, prev=prev, wide=wide)
+    y = o if prev is None else o + prev
+    if not wide:
+        assert (np.abs(y) < fx.INT32_MAX).sum() >= y.size // 4, "too few outputs inside int32"
+    lin = linear_job(rng, P, K, TM, t=2, n=32, out=4, group=8)
+    assert run_matrix(dut, [job, lin]) == [job.expected, lin.expected]
+
+
+@pytest.mark.parametrize("rows,lanes,d", [(4, 8, 16), (2, 4, 8), (4, 4, 4)])
+def test_pv_reorder(rows, lanes, d):
+    """Key-major V rows (spec/kv.py segment rows) in, pv weight beats out (channel tile c: nibble p K
+    + k = channel c P + p of key k), random stalls on both sides."""
+    from amaranth.sim import Simulator
+    from mcf.hw.compute.matrix import PvReorder
+    from mcf.sim.compute.jobs import pack
+    from mcf.spec.kv import pack_segment, scale_bytes
+    rng = np.random.default_rng(rows * d)
+    groups = 5
+    n = groups * lanes
+    q = rng.integers(-8, 8, size=(n, d))
+    seg = pack_segment(q, np.zeros(n, int), np.zeros(n, int))
+    flat = np.frombuffer(seg[scale_bytes(n):scale_bytes(n) + n * d // 2], np.uint8)
+    nb = rows * lanes // 2
+    beats_in = [int.from_bytes(flat[i:i + nb].tobytes(), "little") for i in range(0, flat.size, nb)]
+    want = [pack(q[b * lanes:(b + 1) * lanes, c * rows:(c + 1) * rows].T, 4)
+            for b in range(groups) for c in range(d // rows)]
+    dut = PvReorder(rows, lanes, d)
+    got = []
+
+    async def bench(ctx):
+        i = 0
+        for _ in range(40 * len(want)):
+            offer = i < len(beats_in) and rng.random() < 0.7
+            ctx.set(dut.i.valid, offer)
+            ctx.set(dut.i.payload, beats_in[min(i, len(beats_in) - 1)])
+            ctx.set(dut.o.ready, rng.random() < 0.6)
+            await ctx.delay(1e-9)
+            took = offer and ctx.get(dut.i.ready)
+            if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):
+                got.append(ctx.get(dut.o.payload))
+            await ctx.tick()
+            i += took
+            if len(got) == len(want):
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == want
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_pv_stalls_amaranth_sim(wide):
+    """pv mode with random stalls on the weights, the previous wide values and the output (a
+    beat must leave once, also while the next one waits for ``prev``)."""
+    from mcf.sim.amaranth_util import send_command, simulate, write_port
+    from mcf.sim.compute.jobs import pv_job, pv_weights
+    rng = np.random.default_rng(7 + wide)
+    P, K, TM, d = 4, 8, 8, 16
+    dut = MatrixUnit(mac_rows=P, mac_lanes=K, max_tokens=TM, max_inputs=64, max_tiles=8, pv_tiles=d // P)
+    w, vq, o = pv_weights(rng, 5, 24, d, extreme=True)
+    prev = rng.integers(-(1 << (45 if wide else 28)), 1 << (45 if wide else 28), size=o.shape)
+    job = pv_job(w, vq, o, P, K, TM, prev=prev, wide=wide)
+    got = []
+
+    async def bench(ctx):
+        await write_port(ctx, dut.act, job.act)
+        await send_command(ctx, dut.cmd, job.cmd)
+        wi = pi = 0
+        for _ in range(20 * len(job.w) * 5 + 1000):
+            w_ok = wi < len(job.w) and rng.random() < 0.7
+            p_ok = pi < len(job.prev) and rng.random() < 0.3
+            ctx.set(dut.w.tvalid, w_ok)
+            ctx.set(dut.w.tdata, job.w[min(wi, len(job.w) - 1)])
+            ctx.set(dut.prev.valid, p_ok)
+            ctx.set(dut.prev.payload, job.prev[min(pi, len(job.prev) - 1)])
+            ctx.set(dut.o.tready, rng.random() < 0.7)
+            await ctx.delay(1e-9)
+            wi += w_ok and ctx.get(dut.w.tready)
+            pi += p_ok and ctx.get(dut.prev.ready)
+            if ctx.get(dut.o.tvalid) and ctx.get(dut.o.tready):
+                got.append(ctx.get(dut.o.tdata))
+            await ctx.tick()
+            if len(got) == len(job.expected):
+                break
+
+    simulate(dut, bench)
+    assert got == job.expected

@@ -23,10 +23,17 @@ def test_bench_compute_json():
     assert "[bench compute] building the 2x8 matrix unit" in out.stderr     # progress, not on stdout
 
 
-def test_bench_compute_bad_args():
+def test_bench_compute_bad_args(capsys):
     out = subprocess.run([sys.executable, "-m", "mcf", "bench", "compute", "--mac-lanes", "6"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--mac-lanes" in out.stderr
+    # --block pv-array on a node that builds no GEMM_PV (the tiny node: 4 array rows < VL 8); --write-profile
+    # without the blocks it writes
+    from mcf.sw.cli import main
+    for extra, text in ((["--block", "pv-array"], "builds no GEMM_PV"),
+                        (["--block", "qk-array", "--write-profile"], "--write-profile needs")):
+        assert main(["bench", "compute", "--engine", "--model", "tiny", *extra]) == 2
+        assert text in capsys.readouterr().err
 
 
 # --- the engine bench writes the profile ---------------------------------------------------------------

@@ -96,6 +96,35 @@ def test_attn_sm_costs_its_groups_of_vl_keys():
         assert n.perf[isa.PerfCounter.DDR_RD_BYTES] == 2 * keys
 
 
+def test_gemm_pv_costs_its_schedule_or_its_v_rows_bytes():
+    """GEMM_PV under the timing model, by hand on the 8 x 8 array with VL 4 (2 channel tiles, SPAD
+    banks 2): 2 rows x 2 (the first key beat's digits) + 2 tiles x 2 digits x 8 key beats x 4 rows +
+    latency + the drain (sat32 at a bank-aligned dst: a cycle an output beat, 4 rows; wide with acc:
+    its previous value, 2 reads of 2 banks + 1 = 3 cycles a beat, 2 tiles x 4 rows x 3 - 3 x 4); or the V
+    rows over the weight port."""
+    from mcf.sim.compute.jobs import pv_weights
+    node, prof = NodeConfig.tiny(mac_rows=8, vec_lanes=4), load_profile("kr260")
+    costs = TimingCosts(node, prof)
+    rng = np.random.default_rng(5)
+    c = ClusterSim(node, 1, costs=costs, ddr_bytes=1 << 17)
+    c.open_window()
+    n = c.nodes[0]
+    seg, keys, R = n.ddr.phys_base + 0x4000, 64, 4
+    w, (vq, va, ve), _ = pv_weights(rng, R, keys, node.head_dim, scales=True)
+    n.ddr.device_write(seg, kv.pack_segment(vq, va, ve))
+    n.spad[:R * keys // 4] = w.reshape(-1, 4)
+    ddr = math.ceil(keys * node.head_dim // 2 / costs.gemm_per_cycle) + prof.dma_setup_cycles
+    g = dict(seg=seg, keys=keys, tile0=0, tiles=2, tokens=2, heads=2, head_stride=keys // 4, src=0,
+             src_stride=2 * keys // 4, dst=100, dst_stride=8)
+    for acc, wide, drain in ((0, 0, 4), (1, 1, 2 * 4 * 3 - 3 * 4)):
+        n.perf[:] = 0
+        c.load_program(0, [isa.GemmPv(acc=acc, wide=wide, **g), isa.End()])
+        c.start()
+        assert c.run(max_cycles=1 << 20).ok
+        assert n.perf[isa.PerfCounter.MAC_BEATS] == 2 * 2 * 8 * R
+        assert n.perf[isa.PerfCounter.BUSY_GEMM] == max(2 * R + 128 + MATRIX_LATENCY + drain, ddr), (acc, wide)
+
+
 def test_same_tokens_as_the_functional_simulator_more_cycles():
     cfg = load_model("tiny")
     w = random_weights(cfg, 8)

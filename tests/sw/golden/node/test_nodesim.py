@@ -169,6 +169,66 @@ def test_gemm_beyond_max_group_is_illegal_as_in_the_rtl(rng):
                                     and text in r.message), (cfg.max_group, r.message)
 
 
+def test_gemm_pv_equals_golden_state_sums_over_two_segments(rng):
+    """GEMM_PV over two V segments (spec/kv.py) chained through the wide value (acc), then wide or
+    sat32, and a channel tile sub-range: o from fx.state_sums over all the keys at once (the
+    weights from fx.attn_weights); words above W_MAX count as W_MAX; every refusal."""
+    from mcf.sim.compute.jobs import pv_weights
+    cfg = NodeConfig.tiny(mac_rows=8, vec_lanes=4)        # GEMM_PV needs P >= VL
+    vl, P, K = cfg.vec_lanes, cfg.mac_rows, cfg.mac_lanes
+    c, n = node(cfg)
+    base = n.ddr.phys_base
+    T, H, k1, k2 = 2, 3, 32, 24
+    R = T * H
+
+    def put(at, w, stride):
+        rb = w.shape[1] // vl
+        for t in range(T):
+            for h in range(H):
+                n.spad[at + t * stride + h * rb:at + t * stride + (h + 1) * rb] = w[t * H + h].reshape(rb, vl)
+
+    def rows(at, width, stride):
+        return np.stack([n.spad[at + r * stride:at + r * stride + width // vl].reshape(-1) for r in range(R)])
+
+    for wide in (1, 0):
+        w, (vq, va, ve), o = pv_weights(rng, R, k1 + k2, D, extreme=True, scales=True)
+        w = np.where(w == fx.W_MAX, fx.INT32_MAX, w)
+        segs = (base + DATA, base + DATA + 0x2000)
+        for i, (a, b, at) in enumerate(((0, k1, 0), (k1, k1 + k2, 100))):
+            n.ddr.device_write(segs[i], kv.pack_segment(vq[a:b], va[a:b], ve[a:b]))
+            put(at, w[:, a:b], H * (b - a) // vl + 2)
+        g = dict(tile0=0, tiles=D // P, tokens=T, heads=H, dst=200, dst_stride=2 * D // vl)
+        n.perf[:] = 0
+        assert run(c, [isa.GemmPv(seg=segs[0], keys=k1, head_stride=k1 // vl, src=0, src_stride=H * k1 // vl + 2,
+                                  acc=0, wide=1, **g),
+                       isa.GemmPv(seg=segs[1], keys=k2, head_stride=k2 // vl, src=100,
+                                  src_stride=H * k2 // vl + 2, acc=1, wide=wide, **g)]).ok
+        got = rows(200, 2 * D, 2 * D // vl)
+        if wide:
+            assert np.array_equal((got[:, :D] & 0xFFFFFFFF) + (got[:, D:] << 32), o)
+        else:
+            assert np.array_equal(got[:, :D], fx.sat(o, 32))
+        assert (np.abs(o) > fx.INT32_MAX).any() and (np.abs(o) < fx.INT32_MAX).any()
+        assert n.perf[PerfCounter.MAC_BEATS] == (D // P) * 2 * (k1 + k2) // K * R
+        assert n.perf[PerfCounter.DDR_RD_BYTES] == (k1 + k2) * D // 2
+    g = dict(seg=segs[0], keys=k1, tokens=T, heads=H, head_stride=k1 // vl, src=0, src_stride=H * k1 // vl + 2,
+             dst=300, dst_stride=P // vl, acc=0, wide=0)
+    w, (vq, va, ve), o = pv_weights(rng, R, k1, D, scales=True)
+    n.ddr.device_write(segs[0], kv.pack_segment(vq, va, ve))
+    put(0, w, H * k1 // vl + 2)
+    assert run(c, [isa.GemmPv(tile0=1, tiles=1, **g)]).ok
+    assert np.array_equal(rows(300, P, P // vl), fx.sat(o[:, P:], 32))
+    for bad, text in ((dict(keys=12), "keys="), (dict(keys=cfg.intermediate_size), "keys="),
+                      (dict(tiles=0), "channel tiles"), (dict(tile0=1, tiles=2), "channel tiles"),
+                      (dict(heads=0), "rows"), (dict(tokens=3), "rows"), (dict(dst=cfg.spad_beats - 4), "dst"),
+                      (dict(acc=1, dst=cfg.spad_beats - 6 * 8 + 4, dst_stride=8), "dst"),
+                      (dict(acc=1, dst_stride=4), "overlaps")):
+        r = run(c, [isa.GemmPv(**{"tile0": 0, "tiles": 2, **g, **bad})])
+        assert r.status == "fault" and n.fault_cause == SeqFault.ILLEGAL_INSTRUCTION and text in r.message, bad
+    r = run(node()[0], [isa.GemmPv(tile0=0, tiles=1, **g)])            # the default tiny node: P 4 < VL 8
+    assert r.status == "fault" and "not built" in r.message
+
+
 @pytest.mark.parametrize("vop", list(VecOp))
 def test_vec_equals_golden(vop, rng):
     c, n = node()

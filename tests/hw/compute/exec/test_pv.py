@@ -1,0 +1,159 @@
+"""GEMM_PV (attention PV on the MAC array, hw/compute/exec/movers.py ``GemmMover``) on the execute
+unit of the tiny node with an 8 x 8 array and VL = 4 (head_dim 16 = two channel tiles; a tile's P
+words span two SPAD beats), cocotb + Icarus, AxiRam as DDR with random pauses: V segments in DDR
+(``spec/kv.py``), softmax weight rows w (token, head) in the SPAD at 2-D strides (the rows ATTN_SM
+writes, here from the golden ``fixed.attn_weights``), o STOREd and compared with the golden
+``fixed.state_sums``' exact o bit for bit: two V segments chained through the wide value (acc),
+then wide or sat32; w = W_MAX keys, w words above W_MAX (taken as W_MAX), w = 0, V = -8; a channel
+tile sub-range; fields GEMM_PV refuses (ILLEGAL_INSTRUCTION)."""
+import cocotb
+import numpy as np
+import pytest
+
+from mcf.hw.compute.exec.unit import ExecUnit
+from mcf.sim.compute.jobs import pv_weights
+from mcf.sim.runner import run_cocotb
+from mcf.spec import isa
+from mcf.spec.isa import SeqFault
+from mcf.spec.kv import pack_segment
+from mcf.spec.node import NodeConfig
+from mcf.sw.golden import fixed as fx
+from tests.hw.compute.exec.test_movers import Spad, i32
+
+CFG = NodeConfig.tiny(mac_rows=8, vec_lanes=4)
+VL, P, K, D = CFG.vec_lanes, CFG.mac_rows, CFG.mac_lanes, CFG.head_dim
+SEG = (0x20000, 0x24000)
+
+
+async def put_rows(sp, at, w, tokens, heads, stride):
+    """Weight rows (t, h) -> SPAD at + t stride + h (row beats); zeros in the gaps."""
+    rb = w.shape[1] // VL
+    flat = np.zeros(tokens * stride * VL, np.int64)
+    for t in range(tokens):
+        for h in range(heads):
+            x = (t * stride + h * rb) * VL
+            flat[x:x + w.shape[1]] = w[t * heads + h]
+    await sp.put(at, flat.reshape(-1, VL))
+
+
+def gemm_pv(seg, keys, tokens, heads, src, stride, dst, dst_stride, acc, wide, tile0=0, tiles=D // P):
+    return isa.GemmPv(seg=seg, keys=keys, tile0=tile0, tiles=tiles, tokens=tokens, heads=heads,
+                      head_stride=keys // VL, src=src, src_stride=stride, dst=dst, dst_stride=dst_stride,
+                      acc=acc, wide=wide)
+
+
+@cocotb.test()
+async def run_pv(dut):
+    from mcf.sim.cocotb_util import params
+    from mcf.sim.compute.exec_driver import ExecDriver
+    p = params()
+    drv = ExecDriver(dut, seed=p.get("seed", 1))
+    await drv.start()
+    sp = Spad(drv, vl=VL)
+    rng = np.random.default_rng(p.get("seed", 1))
+    tokens, heads = 2, 3
+    R = tokens * heads
+    k1, k2 = 24, 16                                        # two V segments (multiples of K = 8)
+    for c, wide in enumerate((True, False)):
+        w, (vq, va, ve), o = pv_weights(rng, R, k1 + k2, D, extreme=True, scales=True)
+        assert (w == fx.W_MAX).any() and (w == 0).any() and (vq == -8).any()
+        if c == 0:
+            w = np.where(w == fx.W_MAX, fx.INT32_MAX, w)   # words above W_MAX count as W_MAX
+        cut = [(0, k1), (k1, k1 + k2)]
+        srcs, strides = (0, 100), (heads * k1 // VL + 4, heads * k2 // VL + 2)
+        for i, (a, b) in enumerate(cut):
+            drv.ram.write(SEG[i], pack_segment(vq[a:b], va[a:b], ve[a:b]))
+            await put_rows(sp, srcs[i], w[:, a:b], tokens, heads, strides[i])
+        dst, dstr = 200, 2 * D // VL                          # a wide row: 2 head_dim words
+        res = await drv.must(gemm_pv(SEG[0], k1, tokens, heads, srcs[0], strides[0], dst, dstr, 0, 1))
+        assert res.perf["mac_beats"] == (D // P) * 2 * (k1 // K) * R, res.perf
+        await drv.must(gemm_pv(SEG[1], k2, tokens, heads, srcs[1], strides[1], dst, dstr, 1, int(wide)))
+        got, _ = await sp.get(dst, R, 2 * D)
+        got = np.asarray(got, np.int64)
+        if wide:
+            val = (got[:, :D] & 0xFFFFFFFF) + (got[:, D:] << 32)
+            assert np.array_equal(val, o), f"case {c}: wide o differs from fixed.state_sums"
+            assert (np.abs(o) > fx.INT32_MAX).any()
+        else:
+            assert np.array_equal(i32(got[:, :D]), fx.sat(o, 32)), f"case {c}: sat32 o"
+            assert (np.abs(o) < fx.INT32_MAX).any() and (np.abs(o) > fx.INT32_MAX).any()
+    # a channel tile sub-range (tile 1 of 2), one segment, sat32
+    w, (vq, va, ve), o = pv_weights(rng, R, k1, D, scales=True)
+    drv.ram.write(SEG[0], pack_segment(vq, va, ve))
+    await put_rows(sp, 0, w, tokens, heads, heads * k1 // VL)
+    await drv.must(gemm_pv(SEG[0], k1, tokens, heads, 0, heads * k1 // VL, 300, P // VL, 0, 0, tile0=1, tiles=1))
+    got, _ = await sp.get(300, R, P)
+    assert np.array_equal(i32(got), fx.sat(o[:, P:], 32)), "tile sub-range"
+    # refused
+    ok = dict(seg=SEG[0], keys=k1, tile0=0, tiles=2, tokens=2, heads=3, head_stride=k1 // VL, src=0,
+              src_stride=3 * k1 // VL, dst=300, dst_stride=8, acc=0, wide=0)
+    for bad in (dict(keys=12), dict(keys=CFG.intermediate_size), dict(tile0=1), dict(tokens=3), dict(dst=2040),
+                dict(acc=1, dst=2048 - 6 * 8 + 4), dict(acc=1, dst_stride=4)):
+        assert (await drv.run(isa.GemmPv(**{**ok, **bad}))).fault == SeqFault.ILLEGAL_INSTRUCTION, bad
+    await drv.must(isa.GemmPv(**ok))
+
+
+@pytest.mark.cocotb
+def test_pv_cocotb(build_dir):
+    run_cocotb(ExecUnit(CFG), __name__, build_dir, testcase=["run_pv"], params={"seed": 3})
+
+
+# --- the rate at a model's shapes against the DDR model (``mcf bench compute --model``: attn:pv-array) -----
+@cocotb.test()
+async def run_pv_ops(dut):
+    """One GEMM_PV on the unit of ``params()["node"]`` against the DDR model: ``tokens`` x the node's
+    GQA group weight rows (int32 words, LOADed) over one V segment of ``keys`` keys in DDR, all
+    channel tiles, sat32 rows STOREd and compared with ``fixed.state_sums``' o bit for bit; the
+    instruction's cycles, MAC strobes, the cycles from the first MAC strobe to the last, the DDR
+    bytes it read."""
+    import json
+    from mcf.sim.compute import ddr
+    from mcf.sim.compute.exec_driver import ExecDriver
+    from mcf.sim.cocotb_util import params
+    from mcf.sim.ddr_model import DdrTiming
+    from mcf.spec.kv import segment_bytes
+    p = params()
+    node = NodeConfig(**p["node"])
+    q = p["pv"]
+    vl, P, K, d, heads, tokens, keys = (node.vec_lanes, node.mac_rows, node.mac_lanes, node.head_dim, node.group,
+                                        q["tokens"], q["keys"])
+    R = tokens * heads
+    rng = np.random.default_rng(p.get("seed", 1))
+    drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=DdrTiming(**p["timing"]), axi_period_ps=p.get("axi_period_ps"))
+    await drv.start()
+    seg_at, w_at, y_at = 0x100000, 0x40000, 0x80000
+    w, (vq, va, ve), o = pv_weights(rng, R, keys, d, scales=True)
+    drv.ram.write(seg_at, pack_segment(vq, va, ve))
+    rb = keys // vl
+    drv.ram.write(w_at, ddr.rows_bytes(w, vl))
+    await drv.must(isa.Load(ddr=w_at, spad=0, beats=R * rb, row_beats=0))
+    dst, dst_stride = R * rb, d // vl
+    bytes0 = drv.ram.read_bytes
+    drv.mac_first = None
+    res = await drv.must(isa.GemmPv(seg=seg_at, keys=keys, tile0=0, tiles=d // P, tokens=tokens, heads=heads,
+                                    head_stride=rb, src=0, src_stride=heads * rb, dst=dst, dst_stride=dst_stride,
+                                    acc=0, wide=0), max_cycles=10_000_000)
+    rd = drv.ram.read_bytes - bytes0
+    span = drv.mac_last - drv.mac_first + 1
+    await drv.must(isa.Store(ddr=y_at, spad=dst, beats=R * dst_stride, row_beats=0))
+    got = np.frombuffer(drv.ram.read(y_at, R * d * 4), dtype="<i4").reshape(R, d)
+    assert np.array_equal(got, fx.sat(o, 32)), "GEMM_PV differs from fixed.state_sums"
+    assert res.perf["mac_beats"] == (d // P) * 2 * (keys // K) * R
+    ops = [{"name": "attn:pv-array", "tokens": tokens, "heads": heads, "rows": R, "keys": keys, "head_dim": d,
+            "cycles": res.cycles, "mac_beats": res.perf["mac_beats"], "mac_span_cycles": span, "ddr_read_bytes": rd,
+            "segment_bytes": segment_bytes(keys, d)}]
+    # a run of two segments (the same one twice): the first writes the wide o, the second adds it (acc)
+    # and writes sat32 -- the cycles of each
+    for name, acc, wide in (("attn:pv-array:wide", 0, 1), ("attn:pv-array:acc", 1, 0)):
+        bytes0 = drv.ram.read_bytes
+        drv.mac_first = None
+        res = await drv.must(isa.GemmPv(seg=seg_at, keys=keys, tile0=0, tiles=d // P, tokens=tokens, heads=heads,
+                                        head_stride=rb, src=0, src_stride=heads * rb, dst=dst,
+                                        dst_stride=2 * dst_stride, acc=acc, wide=wide), max_cycles=10_000_000)
+        ops.append({**ops[0], "name": name, "cycles": res.cycles, "mac_beats": res.perf["mac_beats"],
+                    "mac_span_cycles": drv.mac_last - drv.mac_first + 1, "ddr_read_bytes": drv.ram.read_bytes - bytes0})
+    await drv.must(isa.Store(ddr=y_at, spad=dst, beats=R * 2 * dst_stride, row_beats=0))
+    got = np.frombuffer(drv.ram.read(y_at, R * 2 * d * 4), dtype="<i4").reshape(R, 2 * d)[:, :d]
+    assert np.array_equal(got, fx.sat(o + o, 32)), "GEMM_PV over a run of two segments (wide, acc) differs"
+    with open(p["pv_report"], "w") as f:
+        json.dump({"ops": ops}, f)
