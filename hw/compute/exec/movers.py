@@ -97,11 +97,11 @@ class Geometry:
     primitive: bool = False  # the MAC array's products as DSP48E2 instances (hw/compute/dot_array.py)
 
     @classmethod
-    def from_config(cls, c: NodeConfig, max_group: int = 128) -> "Geometry":
+    def from_config(cls, c: NodeConfig) -> "Geometry":
         max_n = max(c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim)
         return cls(vl=c.vec_lanes, data_width=c.data_width, spad_beats=c.spad_beats, rows=c.mac_rows,
                    lanes=c.mac_lanes, tokens=c.max_tokens, att_rows=c.att_rows, head_dim=c.head_dim,
-                   kv_lanes=c.kv_lanes, max_n=max_n, max_group=max_group,
+                   kv_lanes=c.kv_lanes, max_n=max_n, max_group=c.max_group,
                    max_keys=1 << ceil_log2(max(c.max_keys, c.max_context)),
                    kv_block_keys=c.kv_block_keys, dir_entries=c.dir_entries, buffer_bytes=c.buffer_bytes,
                    buffers=c.buffers, fifo_depth=max(32, 2 * c.buffer_bytes // c.data_bytes),

@@ -110,7 +110,7 @@ class ExecUnit(wiring.Component):
 
     def __init__(self, config: NodeConfig | None = None):
         self.config = config if config is not None else NodeConfig.tiny()
-        self.g = g = Geometry.from_config(self.config, self.config.max_group)
+        self.g = g = Geometry.from_config(self.config)
         self.movers = {name: cls(g) for name, cls in MOVERS.items()}
         super().__init__({
             "instr": In(stream.Signature(isa.INSTR_BITS)),
