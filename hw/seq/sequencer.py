@@ -459,9 +459,14 @@ class Sequencer(wiring.Component):
         with m.If(self.ex.valid & self.ex.ready):
             m.d.sync += slot[ex].eq(Slot.BUSY)
         ex_sync = (slot[ex] == Slot.BUSY) & slot_is(ex, Opcode.SYNC)
-        drained = Signal()
-        m.d.comb += drained.eq(~queues[tx].r_rdy & (slot[tx] == Slot.EMPTY) & ~queues[rx].r_rdy
-                               & (slot[rx] == Slot.EMPTY) & self.engines_idle)
+        # ``engines_idle`` comes from the whole node: it enters through a register.  It then
+        # tells of the cycle before, so the TX / RX queues and slots must have been empty in that
+        # cycle too (no instruction was handed to an engine that the register does not show yet).
+        drained, quiet, quiet_q, engines_idle_q = Signal(), Signal(), Signal(), Signal()
+        m.d.comb += quiet.eq(~queues[tx].r_rdy & (slot[tx] == Slot.EMPTY) & ~queues[rx].r_rdy
+                             & (slot[rx] == Slot.EMPTY))
+        m.d.sync += [quiet_q.eq(quiet), engines_idle_q.eq(self.engines_idle)]
+        m.d.comb += drained.eq(quiet & quiet_q & engines_idle_q)
         # The faults of the node's other units (the execute unit, the DDR interconnect, the
         # network's error counters) come from far away: they enter through a register with
         # what they carry (``arm``: the program ran that cycle and END did not complete), and
@@ -507,7 +512,9 @@ class Sequencer(wiring.Component):
         sources.append((running & sems.overflow, SeqFault.SEM_OVERFLOW, dispatched))
         sources.append((running & arm & net_fault, SeqFault.NETWORK, dispatched))
         idle_cycles = Signal(32)
-        progress = Cat(*complete).any() | dq_take | self.activity
+        activity_q = Signal()              # (from the whole node: a register, the watchdog a cycle late)
+        m.d.sync += activity_q.eq(self.activity)
+        progress = Cat(*complete).any() | dq_take | activity_q
         with m.If(~running | progress):
             m.d.sync += idle_cycles.eq(0)
         with m.Else():
