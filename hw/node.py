@@ -744,7 +744,11 @@ class Node(wiring.Component):
         m.submodules.ic = ic = self.ic
         if self.wic is not None:
             m.submodules.wic = self.wic
-        m.submodules.perf = perf = PerfCounters()
+        # the interconnect's byte counts are registered (AxiInterconnect.BYTES_LATENCY); the weight
+        # ports' come through the clock crossing, counted as they arrive
+        m.submodules.perf = perf = PerfCounters(latency={
+            PerfCounter[f"HP{p}_{d}_BYTES"]: AxiInterconnect.BYTES_LATENCY
+            for p in range(self.first_sync_port, cfg.hp_ports) for d in ("RD", "WR")})
 
         # --- registers ------------------------------------------------------------------------------
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
@@ -926,9 +930,7 @@ class Node(wiring.Component):
         inc[PerfCounter.NET_RX_BYTES] = rxe.bytes
         rd = [hp_rd[p] if p < W else ic.rd_bytes[p - W] for p in range(cfg.hp_ports)]
         wrb = [Const(0) if p < W else ic.wr_bytes[p - W] for p in range(cfg.hp_ports)]
-        inc[PerfCounter.DDR_RD_BYTES] = sum(rd[1:], rd[0])
-        inc[PerfCounter.DDR_WR_BYTES] = sum(wrb[1:], wrb[0])
-        for p in range(cfg.hp_ports):
+        for p in range(cfg.hp_ports):          # (DDR_RD_BYTES / DDR_WR_BYTES: their sums, perf.SUMS)
             inc[PerfCounter[f"HP{p}_RD_BYTES"]] = rd[p]
             inc[PerfCounter[f"HP{p}_WR_BYTES"]] = wrb[p]
         for name in PERF_BITS:         # the execute unit's strobes (its DDR bytes are counted above)
