@@ -31,15 +31,17 @@ register (``sem_ok``) from the value it names read into a register the cycle bef
 against every take that value does not show yet; whether two heads name one semaphore is
 registered from the heads of the cycle before (valid for every head that can take); a
 committed head leaves its queue the cycle after (``pop``); the semaphores register their take
-events, decrements and ``overflow``; a fault's sources are registered (the execute unit's,
-the DDR's and the network's already at the port), and the cycle after, ``running`` falls (as
+events, decrements and ``overflow``; ``engines_idle`` and ``activity`` enter through a
+register (END then also needs the TX / RX queues and slots empty the cycle before); a fault's
+sources are registered (the execute unit's, the DDR's and the network's already at the
+port), and the cycle after, ``running`` falls (as
 it did with the fault taken at once) while the first source's cause and instruction are
 registered (``fault`` reads one cycle after ``running`` fell); the fetch unit's burst size
 takes two register steps.  Costs: an instruction that waits on a semaphore issues two cycles
 later than the value allows (three for a head that just arrived, and after a take from the
 same semaphore), a word entering an empty pipeline dispatches a cycle later, a fetch burst is
 issued two cycles later, a fault of the execute unit, the DDR or the network stops the program
-a cycle later.
+a cycle later, END completes a cycle later, the watchdog sees ``activity`` a cycle late.
 
 *Start*: ``start`` waits (``start_pending``) until the datapath is idle, pulses ``clear``
 (this unit's fetch, queues and semaphores and, in the node, the engines are reset) and runs
@@ -374,8 +376,7 @@ class Sequencer(wiring.Component):
         # Two heads naming one semaphore (``same``, per pair of queues) is compared a cycle ahead
         # into a register, from the heads of the cycle before: a head that takes now has
         # ``sem_ok``, so it did not commit in the cycle before and is the head of that cycle
-        # (``stable``); a head that arrived this cycle (not ``stable``) counts as naming the
-        # semaphore of every take of this cycle (its check is then repeated a cycle later).
+        # (``stable``); the check itself needs a ``stable`` head (below).
         sem_ok = [Signal(name=f"sem_ok_{q.name.lower()}") for q in Queue]
         can = [Signal(name=f"can_{q.name.lower()}") for q in Queue]
         waits = [Signal(name=f"waits_{q.name.lower()}") for q in Queue]
