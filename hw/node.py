@@ -328,8 +328,10 @@ class RxEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i), deser.i)
 
         # --- the receive table ------------------------------------------------------------------
+        # ``left``: bytes not yet acknowledged (the completion is an equality against the
+        # acknowledged write's length, no adder before it)
         entry = data.StructLayout({"tag": KV_ID_BITS, "base": DMA_ADDR_BITS, "length": LENGTH_BITS,
-                                   "issued": LENGTH_BITS, "acked": LENGTH_BITS, "done_sem": 5, "pc": PC_BITS})
+                                   "issued": LENGTH_BITS, "left": LENGTH_BITS, "done_sem": 5, "pc": PC_BITS})
         table = [Signal(entry, name=f"entry{i}") for i in range(S)]
         valid = Signal(S)
         m.d.comb += self.posted.eq(sum(valid[i] for i in range(S)))
@@ -338,10 +340,8 @@ class RxEngine(wiring.Component):
         m.submodules.credits = credits = fifo.SyncFIFOBuffered(width=MetaLayout.size, depth=4)
         free = ~valid
         free_any = free.any()
-        free_idx = Signal(range(max(S, 2)))
-        for i in reversed(range(S)):
-            with m.If(free[i]):
-                m.d.comb += free_idx.eq(i)
+        first_free = Signal(S)            # the lowest free entry, one-hot (x & -x: a carry chain)
+        m.d.comb += first_free.eq(free & (~free + 1))
         recv = InstrLayouts[Opcode.RECV](self.instr.payload.word)
         wants_credit = recv.credit
         m.d.comb += self.instr.ready.eq(self.running & free_any & (~wants_credit | credits.w_rdy))
@@ -357,7 +357,7 @@ class RxEngine(wiring.Component):
 
         # --- outstanding DMA writes: {slot, length, ps, tag}, in order -----------------------------
         out_layout = data.StructLayout({"slot": range(max(S, 2)), "length": LENGTH_BITS, "ps": 1,
-                                        "tag": DMA_TAG_BITS})
+                                        "tag": DMA_TAG_BITS, "done_sem": 5})
         m.submodules.outs = outs = fifo.SyncFIFOBuffered(width=out_layout.size, depth=self.outstanding)
         head = Signal(out_layout)
         m.d.comb += head.eq(outs.r_data)
@@ -368,10 +368,12 @@ class RxEngine(wiring.Component):
         match = Signal(S)
         timer = Signal(32)
         slot = Signal(range(max(S, 2)))
-        sel = Signal(entry)
-        for i in range(S):
-            with m.If(slot == i):
-                m.d.comb += sel.eq(table[i])
+        sel = Signal(entry)               # table[slot]: a tree of 2:1 multiplexers on the slot bits
+        level = [t.as_value() for t in table]
+        level += [level[-1]] * ((1 << len(slot)) - len(level))
+        for b in range(len(slot)):
+            level = [Mux(slot[b], level[k + 1], level[k]) for k in range(0, len(level), 2)]
+        m.d.comb += sel.eq(level[0])
         store_d = Signal(DmaDescriptorLayout)
         store_ps, store_tag = Signal(), Signal(DMA_TAG_BITS)
         # One whole signal per cause (a partly driven vector becomes an `always @*` Icarus never runs).
@@ -386,8 +388,9 @@ class RxEngine(wiring.Component):
         assign = Signal()            # a packet's bytes were assigned to slot `slot`
 
         out_entry = Signal(out_layout)
+        out_done_sem = Signal(5)
         m.d.comb += [out_entry.slot.eq(slot), out_entry.length.eq(store_d.length), out_entry.ps.eq(store_ps),
-                     out_entry.tag.eq(store_tag)]
+                     out_entry.tag.eq(store_tag), out_entry.done_sem.eq(out_done_sem)]
         m.d.comb += [self.store.payload.eq(store_d), outs.w_data.eq(out_entry)]
         ps = self.ps_store.payload
         with m.FSM(name="packet") as fsm:
@@ -468,7 +471,7 @@ class RxEngine(wiring.Component):
                     m.d.comb += assign.eq(1)
                     m.d.sync += [store_d.addr.eq(sel.base + sel.issued), store_d.length.eq(hm.length),
                                  raw(store_d.dir).eq(DmaDir.STORE), store_d.buffer.eq(0), store_d.tag.eq(0),
-                                 store_tag.eq(0), store_ps.eq(0), cur_pc.eq(sel.pc)]
+                                 store_tag.eq(0), store_ps.eq(0), cur_pc.eq(sel.pc), out_done_sem.eq(sel.done_sem)]
                     m.next = "STORE"
             with m.State("STORE"):
                 m.d.comb += self.store.valid.eq(1)
@@ -495,22 +498,20 @@ class RxEngine(wiring.Component):
             m.d.comb += [complete.eq(1), self.bytes.eq(head.length)]
 
         # --- table updates (post, assign, acknowledge) ---------------------------------------------
-        done_sem = Signal(5)
         for i in range(S):
             e = table[i]
-            with m.If(post & (free_idx == i)):
+            with m.If(post & first_free[i]):
                 m.d.sync += [valid[i].eq(1), e.tag.eq(recv.tag), e.base.eq(recv.ddr * DDR_ALIGN),
-                             e.length.eq(recv.length), e.issued.eq(0), e.acked.eq(0), e.done_sem.eq(recv.done_sem),
-                             e.pc.eq(self.instr.payload.pc)]
+                             e.length.eq(recv.length), e.issued.eq(0), e.left.eq(recv.length),
+                             e.done_sem.eq(recv.done_sem), e.pc.eq(self.instr.payload.pc)]
             with m.If(assign & (slot == i)):
                 m.d.sync += e.issued.eq(e.issued + hm.length)
             with m.If(complete & (head.slot == i)):
-                acked = e.acked + head.length
-                m.d.sync += e.acked.eq(acked)
-                with m.If(acked == e.length):
+                m.d.sync += e.left.eq(e.left - head.length)
+                with m.If(e.left == head.length):
                     m.d.sync += valid[i].eq(0)
-                    m.d.comb += [self.done_inc.valid.eq(1), done_sem.eq(e.done_sem)]
-        m.d.comb += [self.done_inc.sem.eq(done_sem), self.done_inc.amount.eq(1)]
+                    m.d.comb += self.done_inc.valid.eq(1)
+        m.d.comb += [self.done_inc.sem.eq(head.done_sem), self.done_inc.amount.eq(1)]
         with m.If(self.clear):
             m.d.sync += valid.eq(0)
 
@@ -744,7 +745,11 @@ class Node(wiring.Component):
         m.submodules.ic = ic = self.ic
         if self.wic is not None:
             m.submodules.wic = self.wic
-        m.submodules.perf = perf = PerfCounters()
+        # the interconnect's byte counts are registered (AxiInterconnect.BYTES_LATENCY); the weight
+        # ports' come through the clock crossing, counted as they arrive
+        m.submodules.perf = perf = PerfCounters(latency={
+            PerfCounter[f"HP{p}_{d}_BYTES"]: AxiInterconnect.BYTES_LATENCY
+            for p in range(self.first_sync_port, cfg.hp_ports) for d in ("RD", "WR")})
 
         # --- registers ------------------------------------------------------------------------------
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)
@@ -926,9 +931,7 @@ class Node(wiring.Component):
         inc[PerfCounter.NET_RX_BYTES] = rxe.bytes
         rd = [hp_rd[p] if p < W else ic.rd_bytes[p - W] for p in range(cfg.hp_ports)]
         wrb = [Const(0) if p < W else ic.wr_bytes[p - W] for p in range(cfg.hp_ports)]
-        inc[PerfCounter.DDR_RD_BYTES] = sum(rd[1:], rd[0])
-        inc[PerfCounter.DDR_WR_BYTES] = sum(wrb[1:], wrb[0])
-        for p in range(cfg.hp_ports):
+        for p in range(cfg.hp_ports):          # (DDR_RD_BYTES / DDR_WR_BYTES: their sums, perf.SUMS)
             inc[PerfCounter[f"HP{p}_RD_BYTES"]] = rd[p]
             inc[PerfCounter[f"HP{p}_WR_BYTES"]] = wrb[p]
         for name in PERF_BITS:         # the execute unit's strobes (its DDR bytes are counted above)

@@ -159,6 +159,7 @@ class DmaLoader(wiring.Component):
         job = Signal(job_layout)
         m.d.comb += job.eq(jobs.r_data)
         wptr = Signal(range(buf_beats))
+        wnum = Signal(range(buf_beats + 1), init=1)    # wptr + 1: the last beat is an equality, no subtract
         bad = Signal()             # an error response in this job so far
         B, bl = self.out_beats, self.banks_log2
         word_depth = buf_beats >> bl
@@ -178,14 +179,14 @@ class DmaLoader(wiring.Component):
                              wp.en.eq(r_fire & (job.buffer == i) & bank_hit)]
         m.d.sync += [self.done.eq(0), self.resp_error.eq(0)]
         with m.If(r_fire):
-            last = wptr == job.beats - 1
+            last = wnum == job.beats
             err = bad | (axi.rresp != Resp.OKAY)
-            m.d[A] += [wptr.eq(wptr + 1), bad.eq(err)]
+            m.d[A] += [wptr.eq(wptr + 1), wnum.eq(wnum + 1), bad.eq(err)]
             with m.If(last):
                 # The filled FIFO cannot be full: it holds at most the claimed buffers (crossing
                 # clocks, RREADY waits for its room).
                 m.d.comb += [jobs.r_en.eq(1), filled.w_en.eq(1)]
-                m.d[A] += [wptr.eq(0), bad.eq(0)]
+                m.d[A] += [wptr.eq(0), wnum.eq(1), bad.eq(0)]
                 if not cross:
                     m.d.sync += [self.done.eq(1), self.done_tag.eq(job.tag), self.resp_error.eq(err)]
         m.d.comb += filled.w_data.eq(Cat(jobs.r_data, bad | (axi.rresp != Resp.OKAY)) if cross else jobs.r_data)

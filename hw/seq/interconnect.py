@@ -77,8 +77,13 @@ class AxiInterconnect(wiring.Component):
 
     Outputs: ``oow`` + ``oow_client`` (a burst outside the window was refused),
     ``resp_err`` + ``resp_err_client`` (the DDR answered an error), ``idle`` (no burst in
-    flight on any port), ``rd_bytes[p]`` / ``wr_bytes[p]`` (bytes moved this cycle per port)
-    and ``activity`` (some beat moved)."""
+    flight on any port), ``rd_bytes[p]`` / ``wr_bytes[p]`` (bytes moved per port
+    ``BYTES_LATENCY`` cycles before: the beat's handshake and strobes are registered, then their
+    count, so that a performance counter's adders are nowhere near a client's W path) and
+    ``activity`` (some beat moved)."""
+
+    #: Cycles from a beat to its bytes on ``rd_bytes`` / ``wr_bytes``.
+    BYTES_LATENCY = 2
 
     def __init__(self, clients: list[Client], hp_ports: int = 1, addr_width: int = 40,
                  data_width: int = 128, max_writes: int = 8):
@@ -243,7 +248,8 @@ class AxiInterconnect(wiring.Component):
                     with m.Else():
                         m.d.sync += bad_seen[k].eq(bad_seen[k] | beat_bad)
             m.d.sync += rd_out.eq(rd_out + ar_fire - (r_fire & hp.rlast))
-            m.d.comb += self.rd_bytes[p].eq(Mux(r_fire, nbytes, 0))
+            r_fire_q = Signal(name=f"p{p}_r_fire_q")
+            m.d.sync += [r_fire_q.eq(r_fire), self.rd_bytes[p].eq(Mux(r_fire_q, nbytes, 0))]
             busy_parts += [held, rd_out != 0]
         else:
             r_fire = Const(0)
@@ -305,9 +311,9 @@ class AxiInterconnect(wiring.Component):
                 with m.If(b_fire & (b_slot == k) & (hp.bresp != Resp.OKAY)):
                     m.d.comb += [err.eq(1), err_client.eq(idx[k])]
             m.d.sync += wr_out.eq(wr_out + aw_fire - b_fire)
-            strobes = Signal(range(nbytes + 1), name=f"p{p}_wstrb_bytes")
-            m.d.comb += strobes.eq(sum(hp.wstrb[i] for i in range(nbytes)))
-            m.d.comb += self.wr_bytes[p].eq(Mux(w_fire, strobes, 0))
+            w_strb_q, w_fire_q = Signal(nbytes, name=f"p{p}_wstrb_q"), Signal(name=f"p{p}_w_fire_q")
+            m.d.sync += [w_strb_q.eq(hp.wstrb), w_fire_q.eq(w_fire)]
+            m.d.sync += self.wr_bytes[p].eq(Mux(w_fire_q, sum(w_strb_q[i] for i in range(nbytes)), 0))
             busy_parts += [held, wr_out != 0, w_order.r_rdy]
         else:
             w_fire = Const(0)

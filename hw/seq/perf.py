@@ -1,23 +1,37 @@
 """The node's performance counters (``spec.isa.PerfCounter``): 64 bits each, cleared when a
 program starts, counting while it runs.
 
-Every counter takes an increment per cycle (``inc[c]``, 0 for none: a strobe, or bytes);
-increments are registered once before they are added.  ``value`` is the counter at
-``index`` (registered: valid the cycle after ``index`` is set)."""
+Every counter takes an increment per cycle (``inc[c]``, 0 for none: a strobe, or bytes) and
+counts it if ``enable`` was set in the cycle the increment stands for: ``latency[c]`` cycles
+before it arrives (0: the same cycle; the DDR ports' byte counts come from registers,
+``AxiInterconnect.BYTES_LATENCY``).  Increments are registered once, gated, before they are
+added.  The DDR totals (``SUMS``: DDR_RD_BYTES, DDR_WR_BYTES) are the sums of the HP ports'
+registered increments, registered once more (their own ``inc`` inputs are not used): no adder
+of the totals sees a port's logic in the same cycle.  ``value`` is the counter at ``index``
+(registered: valid the cycle after ``index`` is set)."""
 from __future__ import annotations
 
 from amaranth import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from mcf.spec.isa import PerfCounter
+from mcf.spec.isa import MAX_HP_PORTS, PerfCounter
 
 COUNTER_BITS = 64
 INC_BITS = 16
 
+#: The counters that are the sums of others (the DDR totals of the HP ports' bytes).
+SUMS = {
+    PerfCounter.DDR_RD_BYTES: tuple(PerfCounter[f"HP{p}_RD_BYTES"] for p in range(MAX_HP_PORTS)),
+    PerfCounter.DDR_WR_BYTES: tuple(PerfCounter[f"HP{p}_WR_BYTES"] for p in range(MAX_HP_PORTS)),
+}
+
 
 class PerfCounters(wiring.Component):
-    def __init__(self):
+    def __init__(self, latency: dict | None = None):
+        self.latency = {PerfCounter(c): int(v) for c, v in (latency or {}).items()}
+        if any(v < 0 for v in self.latency.values()):
+            raise ValueError(f"perf counters: latencies must be >= 0: {self.latency}")
         super().__init__({
             "inc": In(INC_BITS).array(len(PerfCounter)),
             "enable": In(1),
@@ -28,15 +42,36 @@ class PerfCounters(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # the enable of k cycles ago
+        en = [self.enable]
+        for k in range(max(self.latency.values(), default=0)):
+            e = Signal(name=f"enable_{k + 1}")
+            m.d.sync += e.eq(en[-1])
+            en.append(e)
+        # stage 1: every increment, gated by the enable of its cycle, registered
+        incs = {}
+        for c in PerfCounter:
+            if c in SUMS:
+                continue
+            inc = Signal(INC_BITS, name=f"inc_{c.name.lower()}")
+            m.d.sync += inc.eq(self.inc[c] & en[self.latency.get(c, 0)].replicate(INC_BITS))
+            with m.If(self.clear):
+                m.d.sync += inc.eq(0)
+            incs[c] = inc
+        # stage 2 of the totals: the sums of the registered increments, registered
+        for c, parts in SUMS.items():
+            inc = Signal(INC_BITS, name=f"inc_{c.name.lower()}")
+            m.d.sync += inc.eq(sum(incs[p] for p in parts))
+            with m.If(self.clear):
+                m.d.sync += inc.eq(0)
+            incs[c] = inc
         counters = []
         for c in PerfCounter:
-            inc = Signal(INC_BITS, name=f"inc_{c.name.lower()}")
             cnt = Signal(COUNTER_BITS, name=f"perf_{c.name.lower()}")
-            m.d.sync += inc.eq(self.inc[c] & self.enable.replicate(INC_BITS))
             with m.If(self.clear):
-                m.d.sync += [cnt.eq(0), inc.eq(0)]
+                m.d.sync += cnt.eq(0)
             with m.Else():
-                m.d.sync += cnt.eq(cnt + inc)
+                m.d.sync += cnt.eq(cnt + incs[c])
             counters.append(cnt)
         with m.Switch(self.index):
             for c, cnt in zip(PerfCounter, counters):
@@ -45,3 +80,4 @@ class PerfCounters(wiring.Component):
             with m.Default():
                 m.d.sync += self.value.eq(0)
         return m
+

@@ -7,10 +7,10 @@ queues take from one semaphore in one cycle).  A sum above ``SEM_MAX`` strobes `
 (the sequencer faults SEM_OVERFLOW).
 
 Increments are pipelined (registered events, then a registered per-semaphore sum), so one
-becomes visible three cycles after its strobe; decrements are registered too and visible two
-cycles after their strobe (``taken`` says which semaphores a registered decrement is about to
-lower: the issue logic treats a value it read in the cycle of a take or the one after as
-stale, so it never takes more than is there).  ``overflow`` is registered: it strobes the
+becomes visible three cycles after its strobe; decrements are registered twice too (the
+events, then per semaphore) and visible three cycles after their strobe (``taken`` says which
+semaphores a registered decrement is about to lower: the issue logic treats a value it read in
+the cycle of a take or the two after as stale, so it never takes more than is there).  ``overflow`` is registered: it strobes the
 cycle after the value saturated.  Every path is a few LUT levels (docs/timing.md): the
 issue's decision never reaches the semaphores' adders in the same cycle.
 """
@@ -78,16 +78,26 @@ class Semaphores(wiring.Component):
             for t in terms[1:]:
                 total = total + t
             m.d.sync += sums[i].eq(Mux(self.clear, 0, total))
-        # decrements registered per semaphore (at most one source takes from one semaphore
-        # in a cycle: the issue logic's rule, so the amounts are ORed, not summed)
+        # decrements: the events registered as they come (the issue decision is a register
+        # away from anything here), then per semaphore (at most one source takes from one
+        # semaphore in a cycle: the issue logic's rule, so the amounts are ORed, not summed)
         dec_bits = max(len(d.amount) for d in decs)
+        dev = []
+        for k, d in enumerate(decs):
+            v, s, a = Signal(name=f"dec{k}_v"), Signal(SEM_BITS, name=f"dec{k}_s"), \
+                Signal(dec_bits, name=f"dec{k}_a")
+            m.d.sync += [v.eq(d.valid & ~self.clear), s.eq(d.sem), a.eq(d.amount)]
+            dev.append((v, s, a))
         decq = [Signal(dec_bits, name=f"dec{i}_q") for i in range(n)]
         for i in range(n):
             amount = 0
-            for d in decs:
-                amount = amount | Mux(d.valid & (d.sem == i), d.amount, 0)
+            pending = 0
+            for v, s, a in dev:
+                hit = v & (s == i)
+                amount = amount | Mux(hit, a, 0)
+                pending = pending | hit
             m.d.sync += decq[i].eq(Mux(self.clear, 0, amount))
-            m.d.comb += self.taken[i].eq(decq[i] != 0)
+            m.d.comb += self.taken[i].eq(pending | (decq[i] != 0))
         # stage 3: apply sums and decrements
         over = Signal()
         for i in range(n):

@@ -25,15 +25,23 @@ enabled in ``fault_mask`` (NETWORK), the watchdog (``watchdog`` cycles with noth
 or dispatched and no ``activity``), or ``abort`` (ABORTED).
 
 *Timing* (the 250 MHz budget of docs/timing.md, `mcf synth seq`): the decoder's per-opcode
-checks are registered before the word's own is selected (pre-decode); a queue head's wait is
-checked a cycle ahead into a register (``sem_ok``), against semaphore values that show every
-take (a take in flight makes the check stale); the semaphores' decrements and ``overflow`` are
-registered; a fault's sources are registered, and the cycle after, ``running`` falls (as it
-did with the fault taken at once) while the first source's cause and instruction are
+checks are registered before the word's own is selected (pre-decode); a queue word carries
+whether it waits (decoded at dispatch); a queue head's wait is checked a cycle ahead into a
+register (``sem_ok``) from the value it names read into a register the cycle before (``cur``),
+against every take that value does not show yet; whether two heads name one semaphore is
+registered from the heads of the cycle before (valid for every head that can take); a
+committed head leaves its queue the cycle after (``pop``); the semaphores register their take
+events, decrements and ``overflow``; ``engines_idle`` and ``activity`` enter through a
+register (END then also needs the TX / RX queues and slots empty the cycle before); a fault's
+sources are registered (the execute unit's, the DDR's and the network's already at the
+port), and the cycle after, ``running`` falls (as
+it did with the fault taken at once) while the first source's cause and instruction are
 registered (``fault`` reads one cycle after ``running`` fell); the fetch unit's burst size
-takes two register steps.  Costs: an instruction that waits on a semaphore issues a cycle
-later than the value allows, a word entering an empty pipeline dispatches a cycle later, a
-fetch burst is issued two cycles later.
+takes two register steps.  Costs: an instruction that waits on a semaphore issues two cycles
+later than the value allows (three for a head that just arrived, and after a take from the
+same semaphore), a word entering an empty pipeline dispatches a cycle later, a fetch burst is
+issued two cycles later, a fault of the execute unit, the DDR or the network stops the program
+a cycle later, END completes a cycle later, the watchdog sees ``activity`` a cycle late.
 
 *Start*: ``start`` waits (``start_pending``) until the datapath is idle, pulses ``clear``
 (this unit's fetch, queues and semaphores and, in the node, the engines are reset) and runs
@@ -117,8 +125,10 @@ class Fetch(wiring.Component):
         # reservation, one popped frees a place): never more is reserved than there is.
         free = Signal(range(depth + 1))
         m.d.sync += free.eq(depth - words.level - reserved)
-        left = Signal(PC_BITS)
-        m.d.sync += left.eq(count - nxt)
+        left = Signal(range(depth + 1))      # the rest of the program, capped at the FIFO's depth
+        rest = Signal(PC_BITS)
+        m.d.comb += rest.eq(count - nxt)
+        m.d.sync += left.eq(Mux(rest > depth, depth, rest))
         page = Signal(range(BOUNDARY_BYTES // INSTR_BYTES + 1))
         m.d.sync += page.eq((BOUNDARY_BYTES - addr[:12]) >> instr_log2)
         cap = min(depth, MAX_BURST_BEATS // B)
@@ -244,7 +254,7 @@ class Sequencer(wiring.Component):
         m.submodules.sems = sems = Semaphores(cfg.num_sems, [1, 1, 1, 1, 16], n_dec=3)
         queues = []
         for q in Queue:
-            f = ResetInserter(clear)(fifo.SyncFIFOBuffered(width=IssueLayout.size, depth=cfg.seq_queue_depth))
+            f = ResetInserter(clear)(fifo.SyncFIFOBuffered(width=IssueLayout.size + 1, depth=cfg.seq_queue_depth))
             m.submodules[f"q_{q.name.lower()}"] = f
             queues.append(f)
         wiring.connect(m, wiring.flipped(self.m_axi), fetch.m_axi)
@@ -300,7 +310,7 @@ class Sequencer(wiring.Component):
         pw_valid, pw_take = Signal(), Signal()
         pw_legal = Signal(len(CODES))
         dq = Signal(IssueLayout)
-        dq_valid, dq_queue, dq_illegal, dq_end = Signal(), Signal(2), Signal(), Signal()
+        dq_valid, dq_queue, dq_illegal, dq_end, dq_waits = Signal(), Signal(2), Signal(), Signal(), Signal()
         dq_take = Signal()
         m.d.comb += [pw_take.eq(pw_valid & running & ~ended & (~dq_valid | dq_take)),
                      dec.word.eq(fetch.o.payload.word),
@@ -314,7 +324,8 @@ class Sequencer(wiring.Component):
         pw_legal_op = legal_of(m, dec_q.header.op, pw_legal)
         with m.If(pw_take):
             m.d.sync += [dq_valid.eq(1), dq.eq(pw), dq_queue.eq(dec_q.queue),
-                         dq_illegal.eq(~pw_legal_op), dq_end.eq(dec_q.end)]
+                         dq_illegal.eq(~pw_legal_op), dq_end.eq(dec_q.end),
+                         dq_waits.eq(dec_q.header.wait_cnt != 0)]
         with m.Elif(dq_take):
             m.d.sync += dq_valid.eq(0)
         with m.If(clear):
@@ -322,7 +333,7 @@ class Sequencer(wiring.Component):
 
         # --- dispatch ---------------------------------------------------------------------------
         for q, f in zip(Queue, queues):
-            m.d.comb += f.w_data.eq(dq)
+            m.d.comb += f.w_data.eq(Cat(dq, dq_waits))      # the word, and whether it waits
         space = Signal()
         m.d.comb += space.eq(Cat(*(f.w_rdy & (dq_queue == int(q)) for q, f in zip(Queue, queues))).any())
         with m.If(running & dq_valid & ~dq_illegal & space):
@@ -346,7 +357,7 @@ class Sequencer(wiring.Component):
         slot_sem = [Signal(SEM_BITS, name=f"slot_sem_{q.name.lower()}") for q in Queue]
         complete = [Signal(name=f"complete_{q.name.lower()}") for q in Queue]
         commit = [Signal(name=f"commit_{q.name.lower()}") for q in Queue]
-        taking = []            # (can, wait_sem) of higher-priority queues this cycle
+        taking = []            # the higher-priority queues
         sem_value = Signal(SEM_WIDTH)
         waiting = []
         hdrs = []
@@ -361,39 +372,62 @@ class Sequencer(wiring.Component):
         # raise a value, so the check stays true.  A head without a wait needs no check.  The
         # terms are what a queue *could* commit (``can``, before the same-cycle priority
         # between queues): never less than what it commits, and one register away.
+        #
+        # Two heads naming one semaphore (``same``, per pair of queues) is compared a cycle ahead
+        # into a register, from the heads of the cycle before: a head that takes now has
+        # ``sem_ok``, so it did not commit in the cycle before and is the head of that cycle
+        # (``stable``); the check itself needs a ``stable`` head (below).
         sem_ok = [Signal(name=f"sem_ok_{q.name.lower()}") for q in Queue]
         can = [Signal(name=f"can_{q.name.lower()}") for q in Queue]
+        waits = [Signal(name=f"waits_{q.name.lower()}") for q in Queue]
+        takes = [Signal(name=f"takes_{q.name.lower()}") for q in Queue]
+        stable = [Signal(name=f"stable_{q.name.lower()}") for q in Queue]
+        pop = [Signal(name=f"pop_{q.name.lower()}") for q in Queue]
+        same = {}
+        for qi in range(len(queues)):
+            for qj in range(qi + 1, len(queues)):
+                same[qi, qj] = same[qj, qi] = s = Signal(name=f"same_sem_{qi}{qj}")
+                m.d.sync += s.eq(hdrs[qi].wait_sem == hdrs[qj].wait_sem)
         for qi, (q, f) in enumerate(zip(Queue, queues)):
             hdr = hdrs[qi]
-            m.d.comb += can[qi].eq(f.r_rdy & (slot[qi] == Slot.EMPTY) & running & ((hdr.wait_cnt == 0) | sem_ok[qi]))
+            m.d.comb += [waits[qi].eq(f.r_data[-1]),
+                         can[qi].eq(f.r_rdy & (slot[qi] == Slot.EMPTY) & running & (~waits[qi] | sem_ok[qi])),
+                         takes[qi].eq(can[qi] & waits[qi])]
+            m.d.sync += [stable[qi].eq(f.r_rdy & ~pop[qi] & ~clear), pop[qi].eq(commit[qi] & ~clear)]
+        # The value the head names is read into a register (``cur``) and compared the cycle
+        # after, when the head is still the same (``stable``): it then misses the takes of the
+        # three cycles before the check (``taken`` now and a cycle ago) and of the check's own.
+        taken_q = Signal(cfg.num_sems)
+        m.d.sync += taken_q.eq(sems.taken)
         for qi, (q, f) in enumerate(zip(Queue, queues)):
             hdr = hdrs[qi]
             cur = Signal(SEM_WIDTH, name=f"cur_{q.name.lower()}")
-            m.d.comb += cur.eq(self._pick(sems.values, hdr.wait_sem))
-            in_flight = self._pick([sems.taken[i] for i in range(cfg.num_sems)], hdr.wait_sem)
+            m.d.sync += cur.eq(self._pick(sems.values, hdr.wait_sem))
+            in_flight = self._pick([sems.taken[i] | taken_q[i] for i in range(cfg.num_sems)], hdr.wait_sem)
             for qj in range(len(queues)):
                 if qj != qi:
-                    in_flight = in_flight | (can[qj] & (hdrs[qj].wait_cnt != 0) & (hdrs[qj].wait_sem == hdr.wait_sem))
-            m.d.sync += sem_ok[qi].eq(f.r_rdy & ~can[qi] & (cur >= hdr.wait_cnt) & ~in_flight)
+                    in_flight = in_flight | (takes[qj] & same[qi, qj])
+            m.d.sync += sem_ok[qi].eq(f.r_rdy & stable[qi] & ~pop[qi] & ~can[qi] & (cur >= hdr.wait_cnt)
+                                      & ~in_flight)
         for qi, (q, f) in enumerate(zip(Queue, queues)):
             head = Signal(IssueLayout, name=f"head_{q.name.lower()}")
             hdr = hdrs[qi]
-            m.d.comb += head.eq(f.r_data)
-            wait_ok = (hdr.wait_cnt == 0) | sem_ok[qi]
+            m.d.comb += head.eq(f.r_data[:IssueLayout.size])
+            wait_ok = ~waits[qi] | sem_ok[qi]
             # never two queues take from one semaphore in a cycle: a queue yields to any of
-            # higher priority that could commit on the semaphore it names (``can``, not the
+            # higher priority that could take from the semaphore it names (``takes``, not the
             # commit: the rule then stays one logic level deep, and it only ever holds back a
-            # queue whose semaphore another one names)
+            # queue whose semaphore another one names; ``same`` is valid for both, above)
             blocked = Const(0)
-            for c, s in taking:
-                blocked = blocked | (c & (s == hdr.wait_sem) & (hdr.wait_cnt != 0))
-            m.d.comb += commit[qi].eq(can[qi] & ~blocked)
+            for qj in taking:
+                blocked = blocked | (takes[qj] & same[qi, qj])
+            m.d.comb += commit[qi].eq(can[qi] & ~(waits[qi] & blocked))
             # (what the head waits on stays visible after the node stopped: SEQ_WAIT explains a fault)
             waiting.append((f.r_rdy & (slot[qi] == Slot.EMPTY) & ~wait_ok, hdr.wait_sem))
-            taking.append((can[qi], hdr.wait_sem))
+            taking.append(qi)
             dec_port = getattr(sems, f"dec{qi}")
-            m.d.comb += [dec_port.valid.eq(commit[qi] & (hdr.wait_cnt != 0)), dec_port.sem.eq(hdr.wait_sem),
-                         dec_port.amount.eq(hdr.wait_cnt), f.r_en.eq(commit[qi])]
+            m.d.comb += [dec_port.valid.eq(commit[qi] & waits[qi]), dec_port.sem.eq(hdr.wait_sem),
+                         dec_port.amount.eq(hdr.wait_cnt), f.r_en.eq(pop[qi])]
             is_sync = hdr.op == int(Opcode.SYNC)
             is_end = hdr.op == int(Opcode.END)
             with m.If(commit[qi]):
@@ -426,13 +460,34 @@ class Sequencer(wiring.Component):
         with m.If(self.ex.valid & self.ex.ready):
             m.d.sync += slot[ex].eq(Slot.BUSY)
         ex_sync = (slot[ex] == Slot.BUSY) & slot_is(ex, Opcode.SYNC)
-        drained = Signal()
-        m.d.comb += drained.eq(~queues[tx].r_rdy & (slot[tx] == Slot.EMPTY) & ~queues[rx].r_rdy
-                               & (slot[rx] == Slot.EMPTY) & self.engines_idle)
+        # ``engines_idle`` comes from the whole node: it enters through a register.  It then
+        # tells of the cycle before, so the TX / RX queues and slots must have been empty in that
+        # cycle too (no instruction was handed to an engine that the register does not show yet).
+        drained, quiet, quiet_q, engines_idle_q = Signal(), Signal(), Signal(), Signal()
+        m.d.comb += quiet.eq(~queues[tx].r_rdy & (slot[tx] == Slot.EMPTY) & ~queues[rx].r_rdy
+                             & (slot[rx] == Slot.EMPTY))
+        m.d.sync += [quiet_q.eq(quiet), engines_idle_q.eq(self.engines_idle)]
+        m.d.comb += drained.eq(quiet & quiet_q & engines_idle_q)
+        # The faults of the node's other units (the execute unit, the DDR interconnect, the
+        # network's error counters) come from far away: they enter through a register with
+        # what they carry (``arm``: the program ran that cycle and END did not complete), and
+        # are then sources like the others, a cycle later.  An END does not complete while an
+        # execute-unit or DDR fault is in that register (a fault of the program's own work seen
+        # before its END completes wins, as without the register); a network error there is
+        # like one that arrived a cycle later (after the END: not the program's fault).
         end_done = Signal()
-        m.d.comb += end_done.eq(running & (slot[ex] == Slot.END) & drained)
+        arm = Signal(name="ext_fault_arm")
+        ext = {name: Signal.like(getattr(self, name), name=f"{name}_q")
+               for name in ("ex_fault", "ex_fault_cause", "ddr_fault", "ddr_fault_cause", "ddr_fault_pc",
+                            "net_errors")}
+        ex_fault_pc = Signal(PC_BITS, name="ex_fault_pc_q")
+        m.d.sync += [arm.eq(running & ~end_done), ex_fault_pc.eq(slot_pc[ex])]
+        m.d.sync += [sig.eq(getattr(self, name)) for name, sig in ext.items()]
+        net_fault = (ext["net_errors"] & self.fault_mask[:len(ErrorCause)]).any()
+        ext_pending = arm & (ext["ex_fault"] | ext["ddr_fault"])
+        m.d.comb += end_done.eq(running & (slot[ex] == Slot.END) & drained & ~ext_pending)
         m.d.comb += complete[ex].eq(ex_sync | ((slot[ex] == Slot.BUSY) & self.ex_done) | end_done)
-        sources.append((running & self.ex_fault, self.ex_fault_cause, slot_pc[ex]))
+        sources.append((running & arm & ext["ex_fault"], ext["ex_fault_cause"], ex_fault_pc))
         # TX
         m.d.comb += [self.tx.valid.eq(slot[tx] == Slot.OFFER), self.tx.payload.word.eq(slot_word[tx]),
                      self.tx.payload.pc.eq(slot_pc[tx])]
@@ -454,12 +509,13 @@ class Sequencer(wiring.Component):
         m.d.comb += self.irq_done.eq(end_done)
 
         # --- other faults -------------------------------------------------------------------------
-        sources.append((running & self.ddr_fault, self.ddr_fault_cause, self.ddr_fault_pc))
+        sources.append((running & arm & ext["ddr_fault"], ext["ddr_fault_cause"], ext["ddr_fault_pc"]))
         sources.append((running & sems.overflow, SeqFault.SEM_OVERFLOW, dispatched))
-        sources.append((running & (self.net_errors & self.fault_mask[:len(ErrorCause)]).any(),
-                                SeqFault.NETWORK, dispatched))
+        sources.append((running & arm & net_fault, SeqFault.NETWORK, dispatched))
         idle_cycles = Signal(32)
-        progress = Cat(*complete).any() | dq_take | self.activity
+        activity_q = Signal()              # (from the whole node: a register, the watchdog a cycle late)
+        m.d.sync += activity_q.eq(self.activity)
+        progress = Cat(*complete).any() | dq_take | activity_q
         with m.If(~running | progress):
             m.d.sync += idle_cycles.eq(0)
         with m.Else():
@@ -500,10 +556,14 @@ class Sequencer(wiring.Component):
 
     @staticmethod
     def _pick(values, index):
-        """values[index] (a balanced multiplexer; 0 beyond the array)."""
+        """values[index]: a balanced tree of 2:1 multiplexers on the index bits, 0 beyond the
+        array (a compare against the length and a select on a 6-bit index mapped 7 LUT levels
+        deep)."""
         width = len(values[0])
-        return Cat(*values, Const(0, width)).word_select(
-            Mux(index < len(values), index, len(values)), width)
+        level = list(values) + [Const(0, width)] * ((1 << len(index)) - len(values))
+        for b in range(len(index)):
+            level = [Mux(index[b], level[k + 1], level[k]) for k in range(0, len(level), 2)]
+        return level[0]
 
 
 @block("seq", "sequencer: fetch, decode, EX / TX / RX queues and issue, semaphores, faults, watchdog",

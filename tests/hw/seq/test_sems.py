@@ -1,6 +1,6 @@
 """The semaphores (hw/seq/sems.py) in the Amaranth simulator against a Python model: random
 increments from several sources in the same cycle (summed), decrements, the pipeline latency
-(an increment is visible three cycles after its strobe, a decrement two, ``taken`` between),
+(an increment or a decrement is visible three cycles after its strobe, ``taken`` between),
 saturation with an ``overflow`` strobe the cycle after, and ``clear``."""
 import random
 
@@ -48,16 +48,17 @@ def run(schedule, cycles):
 
 
 def model(schedule, cycles):
-    """Values seen at each cycle (increments land 3 edges after their strobe, decrements 2),
-    the overflow strobe (the cycle after the sum passed SEM_MAX) and the taken mask (the
-    cycle after a decrement's strobe)."""
+    """Values seen at each cycle (increments and decrements land 3 edges after their strobe),
+    the overflow strobe (the cycle after the sum passed SEM_MAX) and the taken mask (the two
+    cycles after a decrement's strobe)."""
     vals, pending, taking, out, over, taken = [0] * N, {}, {}, [], [0], []
     for cyc in range(cycles):
         out.append(list(vals))
         incs, decs, clear = schedule.get(cyc, ([], [], 0))
         land = pending.pop(cyc, [0] * N)
         dec = taking.pop(cyc, [0] * N)
-        taken.append(sum(1 << i for i in range(N) if dec[i]))
+        after = taking.get(cyc + 1, [0] * N)
+        taken.append(sum(1 << i for i in range(N) if dec[i] or after[i]))
         nxt = [vals[i] + land[i] - dec[i] for i in range(N)]
         over.append(int(any(v > SEM_MAX for v in nxt)) and not clear)
         vals = [0] * N if clear else [min(v, SEM_MAX) for v in nxt]
@@ -67,7 +68,7 @@ def model(schedule, cycles):
             row = pending.setdefault(cyc + 2, [0] * N)
             for _, s, a in incs:
                 row[s] += a
-            row = taking.setdefault(cyc + 1, [0] * N)
+            row = taking.setdefault(cyc + 2, [0] * N)
             for s, a in decs:
                 row[s] += a
     return out, over[:cycles], taken
