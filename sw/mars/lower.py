@@ -188,6 +188,11 @@ ARRAY_COVERS = ("attention = array covers: head_dim <= max_group (GEMM kv built)
                 "min(att_rows, max_tokens) rows; decode tokens' keys (one-token segments) through ATTN_KV")
 
 
+#: The array path's score rows hold every key of an attention when that takes at most 1 / this
+#: of the SPAD; else one segment's (and the APPLY pass runs GEMM kv again).
+SCORE_SPAD_SHARE = 4
+
+
 def array_key_unit(sh: "Shapes") -> int:
     """Keys a KV segment must hold a multiple of for the array path: GEMM kv's tiles of P keys,
     GEMM_PV's key beats of K, ATTN_SM's beats of VL."""
@@ -578,8 +583,8 @@ class _Lowerer:
             attn = (R, sh.chunk, total)
             try:
                 sp = spad_map(sh, rows_part, len(rgroups), attn)
-                if R * total // sh.vl > sh.node.spad_beats // 4:
-                    raise LoweringError("score rows of every key: more than a quarter of the SPAD")
+                if R * total // sh.vl > sh.node.spad_beats // SCORE_SPAD_SHARE:
+                    raise LoweringError("score rows of every key: more than their share of the SPAD")
             except LoweringError:
                 attn = (R, sh.chunk, sh.chunk)
         sp = spad_map(sh, rows_part, len(rgroups), attn)

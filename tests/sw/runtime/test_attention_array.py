@@ -4,11 +4,15 @@
 fixed-point model's logits bit for bit (prefill and decode, 1-4 nodes, MARS and Ring), the
 programs hold the array instructions (the attention unit's ATTN_KV only for the directory check
 and the decode tokens' one-token segments), and what the path cannot run is refused in one line."""
+import importlib
+
 import numpy as np
 import pytest
 
-from mcf.spec.isa import Opcode
+from mcf.spec.isa import Opcode, SeqFault
+from mcf.spec.plan import ReplicaState
 from mcf.spec.node import NodeConfig
+from mcf.sw.driver import NodeFault
 from mcf.sw.errors import UserError
 from mcf.sw.golden.fixed_model import FixedModel
 from mcf.sw.golden.weights import random_weights
@@ -17,10 +21,11 @@ from mcf.sw.runtime.backend import isa_backend
 from mcf.sw.runtime.runtime import Session
 from tests.sw.runtime.test_runtime import golden
 
+lower_mod = importlib.import_module("mcf.sw.mars.lower")
 TINY = load_model("tiny")
 TINY_W = random_weights(TINY, 5)
 FM = FixedModel(TINY, TINY_W, 16)
-PROMPT = [int(t) for t in np.random.default_rng(7).integers(0, TINY.vocab_size, 32)]
+PROMPT = [int(t) for t in np.random.default_rng(7).integers(0, TINY.vocab_size, 64)]
 #: The tiny node with an 8 x 8 array: GEMM_PV needs mac_rows >= vec_lanes (the tiny node's 4 x 8
 #: array builds no GEMM_PV).  Segments of a multiple of lcm(8, 8, 8) = 8 keys.
 ARRAY_NODE = NodeConfig.tiny(mac_rows=8)
@@ -74,3 +79,51 @@ def test_what_the_array_path_cannot_run_is_refused():
     with pytest.raises(UserError, match="tensor-parallel lowering runs attention on the unit only"):
         Session(TINY, TINY_W, PROMPT[:16], nodes=2, decode_scheme="tensor-parallel", factory=isa_backend,
                 node=ARRAY_NODE, attention="array")
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_score_rows_of_one_segment_are_bit_exact(monkeypatch, nodes):
+    """When the scores of every key do not fit the SPAD share, the score rows hold one segment and
+    the APPLY pass computes them again (GEMM kv twice a segment)."""
+    monkeypatch.setattr(lower_mod, "SCORE_SPAD_SHARE", 1 << 20)
+    s, rep = run(PROMPT[:24], nodes=nodes, decode=1)
+    assert s.lw.spad.beats["sk"] == 8
+    want, _ = golden(TINY, FM, PROMPT[:24], 1)
+    for k, (st, ref) in enumerate(zip(rep.steps, want)):
+        assert np.array_equal(st.logits, ref), f"step {k}: logits differ"
+    # per attention (from one ATTN_Q QUERY to the next): a GEMM kv before each ATTN_SM pass, but
+    # for one segment, whose scores fit (MAX and APPLY read the same)
+    seen = set()
+    for prog in s.lw.prefill:
+        g = m = 0
+        for i in prog + [None]:
+            if i is None or (i.OPCODE == Opcode.ATTN_Q and i.what == 0):
+                if m:
+                    assert g == m or (g, m) == (1, 2), (g, m)
+                    seen.add(m // 2)
+                g = m = 0
+            elif i.OPCODE == Opcode.GEMM and i.kv:
+                g += 1
+            elif i.OPCODE == Opcode.ATTN_SM:
+                m += 1
+    assert seen == {1, 2, 3} if nodes == 1 else max(seen) >= 2
+
+
+def test_a_replica_marked_invalid_stops_the_array_reader():
+    """GEMM kv reads no directory: the array path's one-key ATTN_KV check faults UNREADABLE_BLOCK
+    on a replica made INVALID before its holder reads it, as the unit path does."""
+    budget = 24 * int(TINY.kv_token_bytes)
+    s = Session(TINY, TINY_W, PROMPT[:64], nodes=4, scheme="mars", chunk=8, budget=budget, decode=0, group=16,
+                factory=isa_backend, fixed=FM, node=ARRAY_NODE, attention="array")
+    pl = s.plan
+    reads = [(pl.compute_node(c), b) for c in range(pl.num_chunks) for b in range(c)
+             if pl.compute_node(c) in pl.holders(b, c)[1:]]
+    assert reads, "the plan has no replica that its holder reads"
+    victim = reads[0]
+    prog = s.lw.prefill[victim[0]]
+    i = next(i for i, ins in enumerate(prog) if ins.OPCODE == Opcode.DIR and ins.block == victim[1]
+             and ins.state == ReplicaState.VALID)
+    prog[i] = prog[i].replace(state=ReplicaState.INVALID)
+    with pytest.raises(NodeFault) as e:
+        s.run()
+    assert e.value.cause == SeqFault.UNREADABLE_BLOCK
