@@ -337,7 +337,7 @@ def _lm_unit(sh: Shapes) -> int:
 def spad_map(sh: Shapes, rows_part: int, groups: int, attn: tuple | None = None) -> SpadMap:
     """``attn`` (attention = "array"): (rows, segment keys, score keys) -- the score rows (SC,
     ``rows`` x score keys words), the w rows (W, ``rows`` x segment keys) and the wide o rows (OW,
-    ``rows`` x 2 head_dim) of ``_Lowerer.array_attention``."""
+    ``rows`` x 2 head_dim), o rows for ATTN_Q O (OX) and zero words (ZERO) of ``_Lowerer.array_apply``."""
     T, n = sh.chunk, sh.node
     b = {}
     top = 0
@@ -353,7 +353,8 @@ def spad_map(sh: Shapes, rows_part: int, groups: int, attn: tuple | None = None)
     b["mb"], b["sb"] = mb, sb
     if attn is not None:
         R, nseg, sk = attn
-        for name, size in (("SC", R * sk // sh.vl), ("W", R * nseg // sh.vl), ("OW", R * 2 * sh.d // sh.vl)):
+        for name, size in (("SC", R * sk // sh.vl), ("W", R * nseg // sh.vl), ("OW", R * 2 * sh.d // sh.vl),
+                           ("OX", R * sh.d // sh.vl), ("ZERO", R * sh.d // sh.vl)):
             b[name] = top
             top += size
         b["sk"], b["nseg"] = sk, nseg
@@ -517,6 +518,7 @@ class _Lowerer:
         self.b = Builder(self.N, lw.node.num_sems)
         self.routes = RouteTables(lw.topology, lw.node.route_entries)
         self.bufs: dict = {}
+        self.zero_rows: set = set()     # nodes whose program wrote the array path's zero words
 
     # --- preparation: slots, DDR map ------------------------------------------------------------
     @classmethod
@@ -614,8 +616,6 @@ class _Lowerer:
         a("net.state", _pad(m.net["state"]))
         a("net.sres", _pad(m.net["state"]))
         a("logits", m.head_tiles * sh.P * 4 + 4 * sh.vl)
-        if attention == "array":
-            a("attn_o", array_rows(sh) * sh.d * 4)
         m.regions = a.regions
         m.size = a.top
         topo = plan.topology
@@ -883,6 +883,14 @@ class _Lowerer:
             self.array_gate(n, runs, kvh)
             self.b.ex(n, isa.AttnQ, what=AttnLoad.MREF, spad=mref, qpos0=0, **rows)
         R = rows["tokens"] * rows["heads"]
+        if len(segs) > 1 and n not in self.zero_rows:
+            # zero words for the o rows' packing below: an ATTN_SM APPLY over keys after every
+            # query position writes w = 0 (it resets l, which the first APPLY below resets again)
+            after = self.plan.request.seq_len + max(1, self.lw.decode_steps)
+            self.b.ex(n, isa.AttnSm, phase=AttnPass.APPLY, first=1, scores=sp["SC"], s_stride=d // vl, keys=d,
+                      kpos0=after, seg=segs[0]["v"], w=sp["ZERO"], w_stride=d // vl, tokens=rows["tokens"],
+                      heads=rows["heads"])
+            self.zero_rows.add(n)
         wst = sp["nseg"] // vl
         last = len(segs) - 1
         ow_stride = (d if last == 0 else 2 * d) // vl
@@ -896,13 +904,13 @@ class _Lowerer:
                       heads=rows["heads"], head_stride=wst, src=sp["W"], src_stride=rows["heads"] * wst, dst=sp["OW"],
                       dst_stride=ow_stride, acc=int(i > 0), wide=int(i < last))
         if segs:
+            o_rows = sp["OW"]
             if last > 0:
-                # the sat32 rows lie 2 d words apart; ATTN_Q O reads them d apart: through DDR
-                for r in range(R):
-                    self.b.ex(n, isa.Store, ddr=self.region(n, "attn_o") + r * d * 4, spad=sp["OW"] + r * ow_stride,
-                              beats=d // vl, row_beats=0)
-                self.b.ex(n, isa.Load, ddr=self.region(n, "attn_o"), spad=sp["OW"], beats=R * d // vl, row_beats=0)
-            self.b.ex(n, isa.AttnQ, what=AttnLoad.O, spad=sp["OW"], qpos0=0, **rows)
+                # the sat32 rows lie 2 d words apart (the wide rows' stride); ATTN_Q O reads them d
+                # apart: VEC RESIDUAL with a zero row (sat32(o + 0) = o) packs them into OX
+                self.vec(n, VecOp.RESIDUAL, d, R, sp["OW"], ow_stride, sp["OX"], d // vl, b=sp["ZERO"], b_stride=0)
+                o_rows = sp["OX"]
+            self.b.ex(n, isa.AttnQ, what=AttnLoad.O, spad=o_rows, qpos0=0, **rows)
         for k, r in enumerate(tail):
             self.attn_kv(n, r, kvh, AttnPass.APPLY, not segs and k == 0)
 

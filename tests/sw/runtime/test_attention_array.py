@@ -104,7 +104,7 @@ def test_score_rows_of_one_segment_are_bit_exact(monkeypatch, nodes):
                 g = m = 0
             elif i.OPCODE == Opcode.GEMM and i.kv:
                 g += 1
-            elif i.OPCODE == Opcode.ATTN_SM:
+            elif i.OPCODE == Opcode.ATTN_SM and i.w != s.lw.spad.beats["ZERO"]:     # not the zero words
                 m += 1
     assert seen == {1, 2, 3} if nodes == 1 else max(seen) >= 2
 
@@ -127,3 +127,25 @@ def test_a_replica_marked_invalid_stops_the_array_reader():
     with pytest.raises(NodeFault) as e:
         s.run()
     assert e.value.cause == SeqFault.UNREADABLE_BLOCK
+
+
+def test_bench_attention_path_compares_the_two_paths(capsys):
+    """`mcf bench attention-path`: the same prefill and decode lowered both ways on the cluster
+    model; equal logits, the array's cycles in GEMM kv / ATTN_SM / GEMM_PV, the unit's in ATTN_KV,
+    the ratio of the attention instructions' cycles; a prompt of partial chunks is refused."""
+    import json
+    from mcf.sw import cli
+    capsys.readouterr()
+    assert cli.main(["bench", "attention-path", "--model", "tiny", "--prompt", "16", "--chunk", "8", "--decode", "1",
+                     "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["logits_equal"] is True and out["kind"] == "model"
+    u, a = out["unit"], out["array"]
+    assert set(u["prefill_by_kind"]) == {"ATTN_Q", "ATTN_KV", "ATTN_EMIT"}
+    assert all(a["prefill_by_kind"][k] > 0 for k in ("GEMM_KV", "ATTN_SM", "GEMM_PV", "VEC_O"))
+    assert 0 < a["prefill_attention_cycles"] < a["prefill_cycles"]
+    assert out["prefill_attention_ratio_unit_over_array"] == round(u["prefill_attention_cycles"]
+                                                                   / a["prefill_attention_cycles"], 3)
+    assert cli.main(["bench", "attention-path", "--model", "tiny", "--prompt", "12", "--chunk", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mcf: error: --prompt 12") and len(err.splitlines()) == 1
