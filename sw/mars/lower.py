@@ -771,7 +771,7 @@ class _Lowerer:
     def attention(self, n: int, T: int, pos0: int, runs, deps=()) -> Local:
         """Two-pass attention of T query rows (Q) over ``runs`` -> A."""
         sh, sp, d = self.sh, self.sp, self.sh.d
-        array = self.lw.attention == "array"
+        array = getattr(self.lw, "attention", "unit") == "array"
         tpp = max(1, (array_rows(sh) if array else self.lw.node.att_rows) // sh.gqa)
         last = None
         for kvh in range(sh.hkv):
