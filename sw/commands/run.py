@@ -37,6 +37,10 @@ def register(sub) -> None:
                         "its heads, KV heads and MLP slice -- and computes every token: prefill chunk by chunk "
                         "and decode, o_proj and down_proj partial sums added by the NICs' SUM; the names of "
                         "mcf simulate --decode)")
+    p.add_argument("--attention", default="unit", metavar="PATH",
+                   help="unit (default: ATTN_KV passes on the attention unit) | array (scores by GEMM kv on the "
+                        "MAC array, softmax by ATTN_SM, PV by GEMM_PV; kv-stationary only, chunks a multiple of "
+                        "lcm(mac_rows, mac_lanes, vec_lanes) tokens; docs/attention-array.md)")
     p.add_argument("--chunk", type=integer(1, MAX_SEQ), help="chunk size B in tokens (default: the node's max tokens)")
     p.add_argument("--budget", type=integer(1, MAX_BYTES), help="per-node KV budget in bytes (MARS drains replicas to fit)")
     p.add_argument("--topology", default="switch", help="switch | ring | grid | full_mesh (default switch)")
@@ -87,7 +91,7 @@ def run(args) -> int:
     report = generate(cfg, weights, tokens, decode=args.decode, nodes=args.nodes, scheme=args.scheme,
                       chunk=args.chunk, budget=args.budget, topology=args.topology, group=args.group_size,
                       factory=factory, timeout_s=args.timeout, watchdog=args.watchdog,
-                      kv_store=args.kv_store, decode_scheme=args.decode_scheme)
+                      kv_store=args.kv_store, decode_scheme=args.decode_scheme, attention=args.attention)
     out = report.to_json()
     out["backend"] = args.backend
     if args.json:

@@ -51,6 +51,9 @@ from .planner import Plan
 DECODE_ROOT = 0
 #: Schemes the node programs implement (pass-Q decode has no lowering).
 LOWERED_SCHEMES = (Scheme.MARS, Scheme.RING, Scheme.ZIGZAG, Scheme.FULL, Scheme.PD)
+#: Where attention runs: "unit" = ATTN_KV passes on the attention unit; "array" = scores by GEMM kv
+#: on the MAC array, softmax by ATTN_SM, PV by GEMM_PV (docs/attention-array.md step 4).
+ATTENTION_PATHS = ("unit", "array")
 MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -179,6 +182,51 @@ def check_model(model: ModelConfig, node: NodeConfig, group: int) -> None:
         raise LoweringError(f"{name}: vocab_size={model.vocab_size} does not fit EMBED's 20-bit vocab")
 
 
+ARRAY_COVERS = ("attention = array covers: head_dim <= max_group (GEMM kv built) and GEMM_PV built "
+                "(mac_rows, mac_lanes >= vec_lanes, mac_rows | head_dim | mac_rows x mac_lanes); every chunk "
+                "a multiple of lcm(mac_rows, mac_lanes, vec_lanes) tokens; the GQA group at most "
+                "min(att_rows, max_tokens) rows; decode tokens' keys (one-token segments) through ATTN_KV")
+
+
+#: The array path's score rows hold every key of an attention when that takes at most 1 / this
+#: of the SPAD; else one segment's (and the APPLY pass runs GEMM kv again).
+SCORE_SPAD_SHARE = 4
+
+
+def array_key_unit(sh: "Shapes") -> int:
+    """Keys a KV segment must hold a multiple of for the array path: GEMM kv's tiles of P keys,
+    GEMM_PV's key beats of K, ATTN_SM's beats of VL."""
+    return math.lcm(sh.P, sh.K, sh.vl)
+
+
+def array_rows(sh: "Shapes") -> int:
+    """Query rows of one array attention: the attention unit's rows (ATTN_SM) and GEMM kv's /
+    GEMM_PV's tokens x heads (<= max tokens)."""
+    return min(sh.node.att_rows, sh.node.max_tokens)
+
+
+def check_array_attention(sh: "Shapes", chunks: list) -> None:
+    """Refuse (``LoweringError``, one line naming the limit) what attention = "array" cannot run
+    (``ARRAY_COVERS``)."""
+    node, d, u = sh.node, sh.d, array_key_unit(sh)
+    if d > node.max_group:
+        raise LoweringError(f"attention=array: head_dim {d} exceeds max_group={node.max_group} (the node builds "
+                            f"no GEMM kv)")
+    if not isa.gemm_pv_built(sh.P, sh.K, sh.vl, d):
+        raise LoweringError(f"attention=array: a {sh.P} x {sh.K} array with vec_lanes={sh.vl} and head_dim {d} "
+                            f"builds no GEMM_PV (rows, lanes >= vec_lanes, rows | head_dim | rows x lanes)")
+    if sh.gqa > array_rows(sh):
+        raise LoweringError(f"attention=array: GQA group {sh.gqa} exceeds min(att_rows, max_tokens)="
+                            f"{array_rows(sh)} rows")
+    if 2 * max(chunks) > max(node.hidden_size, node.intermediate_size, node.num_heads * d):
+        raise LoweringError(f"attention=array: a chunk of {max(chunks)} keys exceeds GEMM_PV's keys limit")
+    bad = [c for c in chunks if c % u]
+    if bad:
+        raise LoweringError(f"attention=array: a chunk of {bad[0]} tokens; GEMM kv, GEMM_PV and ATTN_SM need KV "
+                            f"segments of a multiple of {u} keys (lcm of mac_rows={sh.P}, mac_lanes={sh.K}, "
+                            f"vec_lanes={sh.vl}): use a chunk size and prompt length that are multiples of {u}")
+
+
 # --------------------------------------------------------------------------------------------
 # Memories
 # --------------------------------------------------------------------------------------------
@@ -286,7 +334,10 @@ def _lm_unit(sh: Shapes) -> int:
     return math.lcm(u, sh.vl // math.gcd(sh.P, sh.vl))
 
 
-def spad_map(sh: Shapes, rows_part: int, groups: int) -> SpadMap:
+def spad_map(sh: Shapes, rows_part: int, groups: int, attn: tuple | None = None) -> SpadMap:
+    """``attn`` (attention = "array"): (rows, segment keys, score keys) -- the score rows (SC,
+    ``rows`` x score keys words), the w rows (W, ``rows`` x segment keys) and the wide o rows (OW,
+    ``rows`` x 2 head_dim), o rows for ATTN_Q O (OX) and zero words (ZERO) of ``_Lowerer.array_apply``."""
     T, n = sh.chunk, sh.node
     b = {}
     top = 0
@@ -300,6 +351,13 @@ def spad_map(sh: Shapes, rows_part: int, groups: int) -> SpadMap:
         b[name] = top
         top += size
     b["mb"], b["sb"] = mb, sb
+    if attn is not None:
+        R, nseg, sk = attn
+        for name, size in (("SC", R * sk // sh.vl), ("W", R * nseg // sh.vl), ("OW", R * 2 * sh.d // sh.vl),
+                           ("OX", R * sh.d // sh.vl), ("ZERO", R * sh.d // sh.vl)):
+            b[name] = top
+            top += size
+        b["sk"], b["nseg"] = sk, nseg
     unit = _lm_unit(sh)
     total_tiles = -(-sh.vocab // sh.P)
     room = (n.spad_beats - top) * sh.vl // sh.P
@@ -337,6 +395,7 @@ class Lowered:
     route_ids_used: int = 0
     prefix: int = 0                     # chunks loaded before the run (not computed; see ``lower``)
     slots: dict = field(default_factory=dict)        # (node, block) -> pool slot of its copy
+    attention: str = "unit"             # ATTENTION_PATHS: ATTN_KV, or GEMM kv / ATTN_SM / GEMM_PV
     _decode_cache: dict = field(default_factory=dict)
 
     @property
@@ -397,7 +456,7 @@ class _Buf:
 
 
 def lower(plan: Plan, node: NodeConfig, group: int, consts: dict, bases, decode_steps: int = 0,
-          prefix: int = 0) -> Lowered:
+          prefix: int = 0, attention: str = "unit") -> Lowered:
     """The programs, DDR map and route tables of ``plan`` on nodes built as ``node``, for a model
     quantized with INT4 group size ``group`` (``consts``: ``const_keys``), each node's DDR at
     ``bases[n]``, with room for ``decode_steps`` decode tokens.
@@ -407,7 +466,9 @@ def lower(plan: Plan, node: NodeConfig, group: int, consts: dict, bases, decode_
     nothing for them -- the owner only sets its directory entry VALID, as the prefill would after
     computing it -- and prefill starts at chunk ``prefix``.  Loaded chunks live on their owners
     only, so the plan must create them without replicas (``r_step[1 .. prefix] == 1``, e.g. the
-    converged schedule alpha = 0)."""
+    converged schedule alpha = 0).
+
+    ``attention``: ``ATTENTION_PATHS`` ("array": ``check_array_attention`` says what it covers)."""
     model = plan.request.model
     if plan.scheme not in LOWERED_SCHEMES:
         raise LoweringError(f"scheme {plan.scheme}: no node programs (lowered: "
@@ -438,7 +499,11 @@ def lower(plan: Plan, node: NodeConfig, group: int, consts: dict, bases, decode_
     if prefix and (np.asarray(plan.owner[:prefix]) != np.asarray(plan.holder_owner[:prefix])).any():
         raise LoweringError("plan: a loaded prefix must be held by its final owners (scheme pd moves it)")
     sh = Shapes(model, node, group, chunk)
-    low = _Lowerer.prepare(plan, sh, consts, list(bases), decode_steps)
+    if attention not in ATTENTION_PATHS:
+        raise LoweringError(f"attention={attention!r}: one of {', '.join(ATTENTION_PATHS)}")
+    if attention == "array":
+        check_array_attention(sh, [int(x) for x in plan.chunk_tokens])
+    low = _Lowerer.prepare(plan, sh, consts, list(bases), decode_steps, attention)
     low.lw.prefix = int(prefix)
     return low.prefill()
 
@@ -453,10 +518,11 @@ class _Lowerer:
         self.b = Builder(self.N, lw.node.num_sems)
         self.routes = RouteTables(lw.topology, lw.node.route_entries)
         self.bufs: dict = {}
+        self.zero_rows: set = set()     # nodes whose program wrote the array path's zero words
 
     # --- preparation: slots, DDR map ------------------------------------------------------------
     @classmethod
-    def prepare(cls, plan: Plan, sh: Shapes, consts, bases, decode_steps) -> "_Lowerer":
+    def prepare(cls, plan: Plan, sh: Shapes, consts, bases, decode_steps, attention="unit") -> "_Lowerer":
         N, C = plan.nodes, plan.num_chunks
         slot_of, frees, live = {}, {}, [dict() for _ in range(N)]
         free = [[] for _ in range(N)]
@@ -510,7 +576,20 @@ class _Lowerer:
             if node.reduce_slots < len(rgroups):
                 raise LoweringError(f"decode keeps {len(rgroups)} reductions open at once; the node's NIC has "
                                     f"reduce_slots={node.reduce_slots}")
-        sp = spad_map(sh, rows_part, len(rgroups))
+        attn = None
+        if attention == "array":
+            # the score rows hold every key of an attention when they fit (one GEMM kv a segment),
+            # else one segment's (the APPLY pass computes the scores again)
+            R, u = array_rows(sh), array_key_unit(sh)
+            total = -(-(plan.request.seq_len + max(1, decode_steps)) // u) * u
+            attn = (R, sh.chunk, total)
+            try:
+                sp = spad_map(sh, rows_part, len(rgroups), attn)
+                if R * total // sh.vl > sh.node.spad_beats // SCORE_SPAD_SHARE:
+                    raise LoweringError("score rows of every key: more than their share of the SPAD")
+            except LoweringError:
+                attn = (R, sh.chunk, sh.chunk)
+        sp = spad_map(sh, rows_part, len(rgroups), attn)
         m = DdrMap()
         a = _Alloc(isa.DDR_ALIGN)
         m.slot_bytes = _pad(sh.block_bytes(sh.chunk))
@@ -545,6 +624,7 @@ class _Lowerer:
                      decode_steps=decode_steps, consts=dict(consts), topology=topo)
         lw.rgroups = rgroups
         lw.slots = slots
+        lw.attention = attention
         self = cls(lw)
         self.slot_of, self.fetches = slot_of, fetches
         return self
@@ -691,7 +771,8 @@ class _Lowerer:
     def attention(self, n: int, T: int, pos0: int, runs, deps=()) -> Local:
         """Two-pass attention of T query rows (Q) over ``runs`` -> A."""
         sh, sp, d = self.sh, self.sp, self.sh.d
-        tpp = max(1, self.lw.node.att_rows // sh.gqa)
+        array = getattr(self.lw, "attention", "unit") == "array"
+        tpp = max(1, (array_rows(sh) if array else self.lw.node.att_rows) // sh.gqa)
         last = None
         for kvh in range(sh.hkv):
             for t0 in range(0, T, tpp):
@@ -700,11 +781,138 @@ class _Lowerer:
                 off = t0 * sh.qb + kvh * sh.gqa * sh.db
                 self.b.ex(n, isa.AttnQ, deps, what=AttnLoad.QUERY, spad=sp["Q"] + off, qpos0=pos0 + t0, **rows)
                 deps = ()
-                for phase in (AttnPass.MAX, AttnPass.APPLY):
-                    for i, r in enumerate(runs):
-                        self.attn_kv(n, r, kvh, phase, i == 0)
+                if array:
+                    self.array_max(n, runs, kvh, sp["Q"] + off, rows)
+                    self.array_apply(n, runs, kvh, sp["Q"] + off, rows)
+                else:
+                    for phase in (AttnPass.MAX, AttnPass.APPLY):
+                        for i, r in enumerate(runs):
+                            self.attn_kv(n, r, kvh, phase, i == 0)
                 last = self.b.ex(n, isa.AttnEmit, mode=isa.EmitMode.FINAL, spad=sp["A"] + off, **rows)
         return last
+
+    # --- attention on the MAC array (attention = "array", docs/attention-array.md step 4) ---------
+    def array_segments(self, runs, kvh):
+        """-> (segments on the array [{k, v, kpos, n, koff}], ``tail`` runs for ATTN_KV, whether
+        the score rows hold every segment's scores).  The decode tokens' one-token segments (runs
+        marked ``tail``) go through ATTN_KV; any other run must hold multiples of
+        ``array_key_unit`` keys."""
+        sh, u = self.sh, array_key_unit(self.sh)
+        segs, tail = [], []
+        for r in runs:
+            if r.get("tail"):
+                tail.append(r)
+                continue
+            if r["n"] % u:
+                raise LoweringError(f"attention=array: a KV block of {r['n']} keys is not a multiple of {u} "
+                                    f"(lcm of mac_rows, mac_lanes, vec_lanes)")
+            seg = kv.segment_bytes(r["n"], sh.d)
+            for i in range(r["blocks"]):
+                a = r["addr"] + i * r["stride"]
+                segs.append({"k": a + kvh * seg, "v": a + (sh.hkv + kvh) * seg, "kpos": r["kpos0"] + i * r["pstride"],
+                             "n": r["n"]})
+        stored = sum(x["n"] for x in segs) <= self.sp["sk"]
+        koff = 0
+        for x in segs:
+            x["koff"] = koff if stored else 0
+            koff += x["n"]
+        return segs, tail, stored
+
+    def array_gate(self, n, runs, kvh):
+        """The directory check of ATTN_KV gated, which GEMM kv lacks: a MAX pass over one key of
+        every gated block (faults UNREADABLE_BLOCK on an INVALID one); its m is discarded (the
+        next ATTN_SM MAX has first = 1, or MREF follows)."""
+        sh = self.sh
+        for r in runs:
+            if r["gated"] and not r.get("tail"):
+                seg = kv.segment_bytes(r["n"], sh.d)
+                self.b.ex(n, isa.AttnKV, phase=AttnPass.MAX, seg=r["addr"] + kvh * seg,
+                          v_off=sh.hkv * seg // isa.DDR_ALIGN, seg_stride=r["stride"] // isa.DDR_ALIGN,
+                          blocks=r["blocks"], keys=1, kpos0=r["kpos0"], pos_stride=r["pstride"], block0=r["first_b"],
+                          block_stride=r["bstride"], gated=1, first=1)
+
+    def array_scores(self, n, x, q, rows):
+        """GEMM kv: the rows' scores against segment x -> SC words koff .. koff + n - 1."""
+        sh, sp = self.sh, self.sp
+        tiles = x["n"] // sh.P
+        return self.b.ex(n, isa.Gemm, blob=x["k"], n=sh.d, total_tiles=tiles, tile0=0, tiles=tiles,
+                         tokens=rows["tokens"], group_log2=0, w_exp=0, bias=0, src=q, src_stride=rows["tok_stride"],
+                         dst=sp["SC"] + x["koff"] // sh.vl, dst_stride=sp["sk"] // sh.vl, kv=1, heads=rows["heads"],
+                         head_stride=rows["head_stride"])
+
+    def array_max(self, n, runs, kvh, q, rows):
+        """m of the rows loaded by ATTN_Q QUERY (q: their SPAD row (0, 0)) over ``runs``: GEMM kv
+        per segment, ATTN_SM MAX over contiguous keys, ATTN_KV MAX over the tail."""
+        sh, sp = self.sh, self.sp
+        segs, tail, stored = self.array_segments(runs, kvh)
+        self.array_gate(n, runs, kvh)
+        first, pend = True, None
+
+        def flush():
+            nonlocal first, pend
+            if pend is not None:
+                self.b.ex(n, isa.AttnSm, phase=AttnPass.MAX, first=int(first), scores=sp["SC"] + pend["koff"] // sh.vl,
+                          s_stride=sp["sk"] // sh.vl, keys=pend["n"], kpos0=pend["kpos"], seg=0, w=0, w_stride=0,
+                          tokens=rows["tokens"], heads=rows["heads"])
+                first, pend = False, None
+
+        for x in segs:
+            self.array_scores(n, x, q, rows)
+            if (stored and pend is not None and pend["kpos"] + pend["n"] == x["kpos"]
+                    and pend["n"] + x["n"] < 1 << 16):
+                pend["n"] += x["n"]
+            else:
+                flush()
+                pend = dict(x)
+            if not stored:
+                flush()
+        flush()
+        for k, r in enumerate(tail):
+            self.attn_kv(n, r, kvh, AttnPass.MAX, first and k == 0)
+
+    def array_apply(self, n, runs, kvh, q, rows, mref=None, rescore=False):
+        """l and o of the rows over ``runs`` with m as it stands (``mref``: first load m from that
+        SPAD word; ``rescore``: the score rows no longer hold the MAX pass's scores): per segment ATTN_SM APPLY (w rows) and GEMM_PV (o wide in OW, the last one
+        sat32), o into the unit (ATTN_Q O), then ATTN_KV APPLY over the tail."""
+        sh, sp, d, vl = self.sh, self.sp, self.sh.d, self.sh.vl
+        segs, tail, stored = self.array_segments(runs, kvh)
+        if rescore and stored:
+            for x in segs:
+                self.array_scores(n, x, q, rows)
+        if mref is not None:
+            self.array_gate(n, runs, kvh)
+            self.b.ex(n, isa.AttnQ, what=AttnLoad.MREF, spad=mref, qpos0=0, **rows)
+        R = rows["tokens"] * rows["heads"]
+        if len(segs) > 1 and n not in self.zero_rows:
+            # zero words for the o rows' packing below: an ATTN_SM APPLY over keys after every
+            # query position writes w = 0 (it resets l, which the first APPLY below resets again)
+            after = self.plan.request.seq_len + max(1, self.lw.decode_steps)
+            self.b.ex(n, isa.AttnSm, phase=AttnPass.APPLY, first=1, scores=sp["SC"], s_stride=d // vl, keys=d,
+                      kpos0=after, seg=segs[0]["v"], w=sp["ZERO"], w_stride=d // vl, tokens=rows["tokens"],
+                      heads=rows["heads"])
+            self.zero_rows.add(n)
+        wst = sp["nseg"] // vl
+        last = len(segs) - 1
+        ow_stride = (d if last == 0 else 2 * d) // vl
+        for i, x in enumerate(segs):
+            if not stored:
+                self.array_scores(n, x, q, rows)
+            self.b.ex(n, isa.AttnSm, phase=AttnPass.APPLY, first=int(i == 0), scores=sp["SC"] + x["koff"] // vl,
+                      s_stride=sp["sk"] // vl, keys=x["n"], kpos0=x["kpos"], seg=x["v"], w=sp["W"], w_stride=wst,
+                      tokens=rows["tokens"], heads=rows["heads"])
+            self.b.ex(n, isa.GemmPv, seg=x["v"], keys=x["n"], tile0=0, tiles=d // sh.P, tokens=rows["tokens"],
+                      heads=rows["heads"], head_stride=wst, src=sp["W"], src_stride=rows["heads"] * wst, dst=sp["OW"],
+                      dst_stride=ow_stride, acc=int(i > 0), wide=int(i < last))
+        if segs:
+            o_rows = sp["OW"]
+            if last > 0:
+                # the sat32 rows lie 2 d words apart (the wide rows' stride); ATTN_Q O reads them d
+                # apart: VEC RESIDUAL with a zero row (sat32(o + 0) = o) packs them into OX
+                self.vec(n, VecOp.RESIDUAL, d, R, sp["OW"], ow_stride, sp["OX"], d // vl, b=sp["ZERO"], b_stride=0)
+                o_rows = sp["OX"]
+            self.b.ex(n, isa.AttnQ, what=AttnLoad.O, spad=o_rows, qpos0=0, **rows)
+        for k, r in enumerate(tail):
+            self.attn_kv(n, r, kvh, AttnPass.APPLY, not segs and k == 0)
 
     def attn_kv(self, n, r, kvh, phase, first):
         sh = self.sh
@@ -943,7 +1151,7 @@ class _Lowerer:
             if n == root:
                 r.append({"addr": self.region(n, "decode_kv") + li * self.map.dec_layer, "stride": self.map.dec_block,
                           "n": 1, "blocks": step + 1, "first_b": 0, "kpos0": S, "bstride": 0, "pstride": 1,
-                          "gated": False})
+                          "gated": False, "tail": True})
             return r
 
         self.embed(root, lw.ids_addr(root, None), 1, pos)
@@ -983,8 +1191,11 @@ class _Lowerer:
                 rn = runs(n, li)
                 for i, (kvh, j0, rows) in enumerate(self.rgroups):
                     rr = dict(tokens=1, heads=rows, tok_stride=sh.qb, head_stride=sh.db)
-                    b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["Q"] + (kvh * sh.gqa + j0) * sh.db, qpos0=pos, **rr)
-                    for k, r in enumerate(rn):
+                    q = sp["Q"] + (kvh * sh.gqa + j0) * sh.db
+                    b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=q, qpos0=pos, **rr)
+                    if self.lw.attention == "array":
+                        self.array_max(n, rn, kvh, q, rr)
+                    for k, r in enumerate(rn if self.lw.attention != "array" else ()):
                         self.attn_kv(n, r, kvh, AttnPass.MAX, k == 0)
                     b.ex(n, isa.AttnEmit, mode=isa.EmitMode.MAX, spad=sp["MLOC"] + i * mb, **rr)
                 mbuf = self.buf("max", n)
@@ -1024,9 +1235,14 @@ class _Lowerer:
                 rn = runs(n, li)
                 for i, (kvh, j0, rows) in enumerate(self.rgroups):
                     rr = dict(tokens=1, heads=rows, tok_stride=sh.qb, head_stride=sh.db)
-                    b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["Q"] + (kvh * sh.gqa + j0) * sh.db, qpos0=pos, **rr)
-                    b.ex(n, isa.AttnQ, what=AttnLoad.MREF, spad=sp["MGLOB"] + i * mb, qpos0=0, **rr)
-                    for k, r in enumerate(rn):
+                    q = sp["Q"] + (kvh * sh.gqa + j0) * sh.db
+                    b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=q, qpos0=pos, **rr)
+                    if self.lw.attention == "array":
+                        # the other row groups' MAX passes used the score rows since: GEMM kv again
+                        self.array_apply(n, rn, kvh, q, rr, mref=sp["MGLOB"] + i * mb, rescore=True)
+                    else:
+                        b.ex(n, isa.AttnQ, what=AttnLoad.MREF, spad=sp["MGLOB"] + i * mb, qpos0=0, **rr)
+                    for k, r in enumerate(rn if self.lw.attention != "array" else ()):
                         self.attn_kv(n, r, kvh, AttnPass.APPLY, k == 0)
                     b.ex(n, isa.AttnEmit, mode=isa.EmitMode.STATE, spad=sp["SLOC"] + i * sbk, **rr)
                 sbuf = self.buf("state", n)

@@ -40,7 +40,7 @@ from mcf.sw.driver import NodeFault
 from mcf.sw.errors import UserError
 from mcf.sw.golden.fixed_model import FixedModel, TensorParallel, default_group
 from mcf.sw.models.config import shard_config
-from mcf.sw.mars.lower import DECODE_ROOT, lower
+from mcf.sw.mars.lower import ATTENTION_PATHS, DECODE_ROOT, lower
 from mcf.sw.mars.lower_tp import TENSOR_PARALLEL, lower_tp
 from mcf.sw.mars.planner import PlanRequest, plan
 from mcf.sw.mars.profile import load_profile
@@ -156,7 +156,7 @@ class Session:
                  chunk: int | None = None, budget: int | None = None, topology: str = "switch", decode: int = 0,
                  group: int | None = None, node: NodeConfig | None = None, timeout_s: float = 60.0,
                  watchdog: int = WATCHDOG_RESET, fixed: FixedModel | None = None, kv_store=None,
-                 decode_scheme: str = "kv-stationary"):
+                 decode_scheme: str = "kv-stationary", attention: str = "unit"):
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise UserError("no prompt tokens")
@@ -183,6 +183,11 @@ class Session:
         if decode_scheme not in DECODE_SCHEMES:
             raise UserError(f"decode scheme {decode_scheme!r}: one of {', '.join(DECODE_SCHEMES)}")
         self.tp = decode_scheme == TENSOR_PARALLEL
+        if attention not in ATTENTION_PATHS:
+            raise UserError(f"attention {attention!r}: one of {', '.join(ATTENTION_PATHS)}")
+        self.attention = attention
+        if self.tp and attention != "unit":
+            raise UserError(f"attention {attention}: the tensor-parallel lowering runs attention on the unit only")
         if self.tp:
             if kv_store is not None:
                 raise UserError("--kv-store: the prefix tier keeps whole chunks on their owners (mars scheme); "
@@ -220,7 +225,7 @@ class Session:
         # backend's DDR
         probe = lower(self.plan, cfg.replace(route_entries=isa.LAYOUTS[isa.Opcode.SEND]["route_id"].max + 1,
                                              reduce_slots=max(cfg.reduce_slots, 64)),
-                      group, self.consts, [0] * nodes, decode)
+                      group, self.consts, [0] * nodes, decode, attention=self.attention)
         entries = 1 << max(0, probe.route_ids_used - 1).bit_length()
         self.node = cfg.replace(route_entries=max(entries, 2), reduce_slots=max(cfg.reduce_slots, len(probe.rgroups)))
         from mcf.sw.cliutil import check_memory      # before the backend allocates its DDR models
@@ -228,7 +233,7 @@ class Session:
                      "(CPU and device views)")
         self.backend = factory(nodes, self.node, probe.map.size, topology)
         self.lw = lower(self.plan, self.node, group, self.consts, [m.phys_base for m in self.backend.memories],
-                        decode, prefix=self.kv_prefix)
+                        decode, prefix=self.kv_prefix, attention=self.attention)
         self.group = group
         # the loaded chunks: per node [(offset in its DDR window, bytes)], written before start
         self.kv_writes = [[] for _ in range(nodes)]

@@ -335,3 +335,24 @@ def test_a_transformers_checkpoint_of_another_shape_runs_on_the_tiny_build(tmp_p
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("mcf: error:") and "GQA group 8" in err \
         and "att_rows=4" in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+@pytest.mark.timeout(BUILD_S)
+def test_rtl_cluster_runs_array_attention_bit_exact(rtl_factory):
+    """attention = "array" (GEMM kv -> ATTN_SM -> GEMM_PV -> ATTN_Q O, docs/attention-array.md
+    step 4) on one RTL node: prefill of two chunks of 8 tokens (the second over two segments: GEMM_PV
+    wide, then acc + sat32, the o rows packed by VEC) and one decode step (its key in a one-token
+    segment through ATTN_KV) give the golden logits bit for bit.  Slow: the tiny node's
+    4 x 8 array builds no GEMM_PV, so this is a Verilator build of its own (mac_rows = 8)."""
+    from tests.sw.runtime.test_attention_array import ARRAY_NODE, FM
+    s = Session(TINY, TINY_W, PROMPT[:16], nodes=1, chunk=8, decode=1, group=16, factory=rtl_factory, fixed=FM,
+                node=ARRAY_NODE, attention="array", timeout_s=STEP_S)
+    rep = s.run()
+    cache = FM.new_cache()
+    want = [FM.forward_x32(PROMPT[:16], cache, logits="last")[0]]
+    want.append(FM.forward_x32([int(np.argmax(want[0]))], cache, logits="last")[0])
+    for k, (st, ref) in enumerate(zip(rep.steps, want)):
+        assert np.array_equal(st.logits, ref), f"step {k}: logits differ"
+    assert any(i.OPCODE == Opcode.GEMM_PV and i.acc for i in s.lw.prefill[0])
