@@ -31,6 +31,7 @@ def test_bench_compute_bad_args(capsys):
     # without the blocks it writes
     from mcf.sw.cli import main
     for extra, text in ((["--block", "pv-array"], "builds no GEMM_PV"),
+                        (["--block", "prefill-array"], "--block prefill-array: this node builds no GEMM_PV"),
                         (["--block", "qk-array", "--write-profile"], "--write-profile needs")):
         assert main(["bench", "compute", "--engine", "--model", "tiny", *extra]) == 2
         assert text in capsys.readouterr().err
@@ -71,6 +72,12 @@ def test_write_profile_replaces_two_figures_only(tmp_path):
     assert {k for k in before if before[k] != after[k]} - {"name"} == {"compute_efficiency", "ddr_efficiency",
                                                                          "attention_efficiency"}
     assert after["attention_efficiency"] == 0.0123
+    # and a run with the prefill-array block its array figure (the path stays the profile's)
+    write_profile(copy, {**cal, "attention_array_efficiency": 0.2345, "attention_array_efficiency_is": "array"},
+                  "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
+    again = load_profile(copy).to_dict()
+    assert {k for k in after if after[k] != again[k]} == {"attention_array_efficiency"}
+    assert again["attention_array_efficiency"] == 0.2345 and again["attention_path"] == "unit"
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")
     with pytest.raises(ValueError, match="has 0 lines 'compute_efficiency:'"):
