@@ -131,13 +131,22 @@ def test_profile_figures_are_the_engine_bench_output():
     (docs/bench/compute-qwen2.5-1.5b.json, the command's --json output)."""
     from mcf.sim.benchmarks.compute import PROFILE
     text = PROFILE.read_text()
-    assert text.count("by `mcf bench compute --model qwen2.5-1.5b") == 3
+    assert text.count("by `mcf bench compute --model qwen2.5-1.5b") == 4
     rec = json.loads((Path(__file__).resolve().parents[3] / "docs" / "bench" / "compute-qwen2.5-1.5b.json").read_text())
     cal = rec["calibration"]
     assert _profile_values(PROFILE) == (cal["compute_efficiency"], cal["ddr_efficiency"])
     import yaml
-    assert yaml.safe_load(PROFILE.read_text())["attention_efficiency"] == cal["attention_efficiency"]
-    prefill = rec["attention"]["attn:prefill"]           # the figure is the attention block's, as measured
+    prof = yaml.safe_load(PROFILE.read_text())
+    assert prof["attention_efficiency"] == cal["attention_efficiency"]
+    assert prof["attention_array_efficiency"] == cal["attention_array_efficiency"]
+    prefill = rec["attention"]["attn:prefill"]
+    arr = rec["attention_on_array"]["attn:prefill-array"]      # the same work as attn:prefill, on the array
+    assert [arr[k] for k in ("tokens", "heads", "keys", "visible_keys", "jobs")] == [
+        prefill[k] for k in ("tokens", "heads", "keys", "visible_keys", "jobs")]
+    assert cal["attention_array_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * arr["heads"]
+                                                      * arr["visible_keys"] / arr["cycles"]
+                                                      / rec["peak_macs_per_cycle"], 4)
+    # the figure is the attention block's, as measured
     assert cal["attention_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * prefill["heads"]
                                                 * prefill["visible_keys"] / prefill["cycles"]
                                                 / rec["peak_macs_per_cycle"], 4)
