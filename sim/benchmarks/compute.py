@@ -30,7 +30,12 @@ bytes per cycle / the DDR's peak bytes per cycle) into the profile with the comm
 Beside the GEMMs (same build and run): ``attn:prefill`` / ``attn:decode`` (the attention unit),
 ``attn:qk-array`` (QK^T on the array, GEMM kv = 1) and ``attn:softmax`` (``--sm-keys`` keys of one
 token x the GQA group through ATTN_SM MAX and APPLY: score rows in SPAD, V scale words from the DDR
-model, w rows out, bit-exact against ``fixed.attn_weights``): cycles and cycles per key of each pass.
+model, w rows out, bit-exact against ``fixed.attn_weights``): cycles and cycles per key of each pass;
+``attn:pv-array`` (GEMM_PV) and ``attn:prefill-array`` (tests/hw/compute/exec/test_attn_array.py:
+attn:prefill's work as the array sequence -- ATTN_Q, GEMM kv, ATTN_SM MAX / APPLY, GEMM_PV, VEC,
+ATTN_Q O, ATTN_EMIT -- bit-exact against ``fixed.attention``: cycles per instruction kind,
+``attention_efficiency`` by attn:prefill's definition, the speed-up over attn:prefill;
+``--write-profile`` writes it as ``attention_array_efficiency``).
 """
 from __future__ import annotations
 
@@ -61,8 +66,11 @@ QK_BENCH = ("tests.hw.compute.exec.test_scores", "run_qk_ops")
 SM_BENCH = ("tests.hw.compute.exec.test_softmax", "run_sm_ops")
 #: Attention PV on the MAC array (GEMM_PV) against the DDR model (same build and run).
 PV_BENCH = ("tests.hw.compute.exec.test_pv", "run_pv_ops")
+#: attn:prefill's work as the array sequence (ATTN_Q, GEMM kv, ATTN_SM, GEMM_PV, ..) against the DDR model
+#: (same build and run).
+ATTN_ARRAY_BENCH = ("tests.hw.compute.exec.test_attn_array", "run_attn_array_ops")
 #: The engine bench's blocks (``--block`` runs only the named ones).
-BLOCKS = ("gemms", "attention", "qk-array", "softmax", "pv-array")
+BLOCKS = ("gemms", "attention", "qk-array", "softmax", "pv-array", "prefill-array")
 
 NAME = "compute"
 #: The engine bench's build: the node's GEMM path (array, tokens per weight pass, SPAD, bus, weight
@@ -128,6 +136,9 @@ def add_arguments(p) -> None:
     p.add_argument("--pv-tokens", type=int, default=2,
                    help="engine bench: tokens of the attn:pv-array block (rows = tokens x the GQA group) "
                         "(default: %(default)s)")
+    p.add_argument("--prefill-array", action=argparse.BooleanOptionalAction, default=True,
+                   help="engine bench: also run attn:prefill's work as the array sequence (ATTN_Q, GEMM kv, ATTN_SM "
+                        "MAX / APPLY, GEMM_PV, ATTN_Q O, ATTN_EMIT: attn:prefill-array) (default: on)")
     p.add_argument("--block", action="append", choices=BLOCKS, default=None,
                    help="engine bench: run only this block (repeatable; default: every block its switches leave on: "
                         f"{', '.join(BLOCKS)})")
@@ -421,16 +432,75 @@ def pv_figures(report: dict, node: NodeConfig) -> dict:
     return out
 
 
+def prefill_array_refusal(node: NodeConfig, keys: int, block_keys: int) -> str | None:
+    """Why attn:prefill-array (attn:prefill's keys in segments of ``block_keys``, jobs of
+    ``att_rows // group`` tokens) cannot run on ``node``'s instructions, or None."""
+    from mcf.spec.isa import gemm_pv_built
+    P, K, vl, d = node.mac_rows, node.mac_lanes, node.vec_lanes, node.head_dim
+    if not gemm_pv_built(P, K, vl, d):
+        return "this node builds no GEMM_PV (it needs mac_rows, mac_lanes >= vec_lanes and mac_rows | head_dim | " \
+               "mac_rows x mac_lanes)"
+    per_job = node.att_rows // node.group
+    max_n = max(node.hidden_size, node.intermediate_size, node.num_heads * node.head_dim)
+    if per_job < 1 or block_keys % P or block_keys % K or 2 * block_keys > max_n:
+        return (f"segments of {block_keys} keys: GEMM kv takes a multiple of {P} keys, GEMM_PV a multiple of {K} up "
+                f"to {max_n // 2}, ATTN_SM a GQA group of {node.group} rows in the unit's {node.att_rows}")
+    R, rb = per_job * node.group, d // vl
+    need = 2 * node.max_tokens * node.group * rb + 2 * R * keys // vl + 3 * R * rb + rb
+    if need > node.spad_beats:
+        return f"the queries, outputs, score, w and o rows ({need} beats) do not fit {node.spad_beats} SPAD beats"
+    return None
+
+
+def attention_array_figures(report: dict, node: NodeConfig, attn: dict | None) -> dict:
+    """The attn:prefill-array run (``run_attn_array_ops``'s report) -> cycles per instruction kind,
+    the attention MACs per cycle and ``attention_efficiency`` (attn:prefill's definition), MAC-array
+    strobes, and beside attn:prefill (same work) the speed-up when the attention block ran."""
+    peak = node.mac_rows * node.mac_lanes
+    d = node.head_dim
+    out = {}
+    for op in report["ops"]:
+        kinds = op["per_kind"]
+        cycles = sum(k["cycles"] for k in kinds.values())
+        macs = 2 * d * op["heads"] * op["visible_keys"]
+        fig = {
+            "tokens": op["tokens"], "heads": op["heads"], "keys": op["keys"], "block_keys": op["block_keys"],
+            "visible_keys": op["visible_keys"], "jobs": op["jobs"], "rows_per_job": op["rows_per_job"],
+            "cycles": cycles,
+            "instructions": {k: v["count"] for k, v in sorted(kinds.items())},
+            "cycles_per_instruction": {k: round(v["cycles"] / v["count"], 1) for k, v in sorted(kinds.items())},
+            "cycles_by_kind": {k: v["cycles"] for k, v in sorted(kinds.items())},
+            "fraction_of_cycles_by_kind": {k: round(v["cycles"] / cycles, 4) for k, v in sorted(kinds.items())},
+            "array_mac_beats": sum(v["mac_beats"] for v in kinds.values()),
+            "array_issue_fraction": round(sum(v["mac_beats"] for v in kinds.values()) / cycles, 4),
+            "ddr_read_bytes": sum(v["ddr_read_bytes"] for v in kinds.values()),
+            "attention_macs_per_cycle": round(macs / cycles, 2),
+            "attention_efficiency": round(macs / cycles / peak, 4),
+            "sequence": "per job: ATTN_Q QUERY; GEMM kv per K segment (scores to SPAD); ATTN_SM MAX per segment; "
+                        "ATTN_SM APPLY per segment (w rows to SPAD); GEMM_PV per V segment (wide, acc + wide, .., "
+                        "acc + sat32); VEC RESIDUAL + a zero row (the sat32 o rows, 2 head_dim words apart as "
+                        "GEMM_PV acc needs, packed to the head_dim apart ATTN_Q O reads); ATTN_Q O; ATTN_EMIT FINAL; "
+                        "one instruction at a time (the EX queue); bit-exact against fixed.attention",
+            "shape": "attn:prefill's: the same keys, segments, positions, jobs and random draws",
+        }
+        if attn is not None and "attn:prefill" in attn:
+            a = attn["attn:prefill"]
+            fig["beside_attn_prefill"] = {"cycles": a["cycles"], "attention_efficiency": a["attention_efficiency"],
+                                          "speedup": round(a["cycles"] / cycles, 2)}
+        out[op["name"]] = fig
+    return out
+
+
 def run_engine(args) -> dict:
     from mcf.hw.compute.exec.unit import ExecUnit
     from mcf.sim.ddr_model import DdrTiming
     from mcf.sim.runner import run_cocotb
     from mcf.sw.models import load_model
     if args.block:
-        if args.write_profile and not {"gemms", "attention"} <= set(args.block):
-            raise ValueError("--write-profile needs the gemms and attention blocks (drop --block)")
-        args.attention, args.qk_array, args.softmax, args.pv_array = (
-            b in args.block for b in ("attention", "qk-array", "softmax", "pv-array"))
+        if args.write_profile and not {"gemms", "attention", "prefill-array"} <= set(args.block):
+            raise ValueError("--write-profile needs the gemms, attention and prefill-array blocks (drop --block)")
+        args.attention, args.qk_array, args.softmax, args.pv_array, args.prefill_array = (
+            b in args.block for b in ("attention", "qk-array", "softmax", "pv-array", "prefill-array"))
     gemms = not args.block or "gemms" in args.block
     for name in ("weight_ports", "prefill_rows", "decode_rows", "attn_keys", "qk_keys", "qk_tokens", "sm_keys",
                  "pv_keys", "pv_tokens"):
@@ -451,7 +521,7 @@ def run_engine(args) -> dict:
     group = min(128, model.hidden_size)
     ops = engine_ops(model, node, args.prefill_rows, args.decode_rows, group)
     block_keys = min(node.kv_block_keys, args.attn_keys)
-    if args.attention and (args.attn_keys % block_keys or args.attn_keys > node.max_context
+    if (args.attention or args.prefill_array) and (args.attn_keys % block_keys or args.attn_keys > node.max_context
                            or args.attn_keys < node.max_tokens or node.att_rows < node.group):
         raise ValueError(f"--attn-keys {args.attn_keys}: a multiple of {block_keys} from {node.max_tokens} to "
                          f"{node.max_context} (this build's segments and positions; att_rows={node.att_rows} "
@@ -480,8 +550,15 @@ def run_engine(args) -> dict:
             raise ValueError(f"--pv-keys {args.pv_keys} / --pv-tokens {args.pv_tokens}: keys a multiple of "
                              f"{node.mac_lanes} up to {max_n // 2}, tokens x {node.group} heads <= {node.max_tokens} "
                              f"rows, the weight rows and the output within {node.spad_beats} SPAD beats")
+    array_skipped = None
+    if args.prefill_array:
+        why = prefill_array_refusal(node, args.attn_keys, block_keys)
+        if why and args.block:
+            raise ValueError(f"--block prefill-array: {why}")
+        if why:
+            args.prefill_array, array_skipped = False, f"not run ({why})"
     from mcf.spec.kv import segment_bytes as _seg_bytes
-    ram = max(max(op["tiles"] * node.mac_rows * op["n"] for op in ops) * 2 + (1 << 20),
+    ram = max((1 << 20) + 2 * (args.attn_keys // block_keys) * (_seg_bytes(block_keys, node.head_dim) + 64),max(op["tiles"] * node.mac_rows * op["n"] for op in ops) * 2 + (1 << 20),
               (1 << 20) + (_seg_bytes(args.qk_keys, node.head_dim) if args.qk_array else 0),
               (1 << 20) + (_seg_bytes(args.pv_keys, node.head_dim) if args.pv_array else 0))
     ram_bytes = 1 << (ram - 1).bit_length()
@@ -493,19 +570,23 @@ def run_engine(args) -> dict:
                          f"and w rows fit {node.spad_beats} SPAD beats")
     blocks = ((["GEMMs"] if gemms else []) + (["attention"] if args.attention else [])
               + (["qk-array"] if args.qk_array else []) + (["softmax"] if softmax else [])
-              + (["pv-array"] if args.pv_array else []))
+              + (["pv-array"] if args.pv_array else []) + (["prefill-array"] if args.prefill_array else []))
     if not blocks:
-        raise ValueError("no block to run (--block, --no-attention, --no-qk-array, --no-softmax, --no-pv-array)")
+        raise ValueError("no block to run (--block, --no-attention, --no-qk-array, --no-softmax, --no-pv-array, "
+                         "--no-prefill-array)")
     _progress(f"{model.name}: elaborating the execute unit ({node.mac_rows}x{node.mac_lanes} array) and building it "
               f"with {args.sim} (minutes; a cached build is reused), then running {', '.join(blocks)}")
     with tempfile.TemporaryDirectory(prefix="mcf-bench-engine-") as tmp:
         report, attn_report = Path(tmp) / "engine.json", Path(tmp) / "attention.json"
         qk_report, sm_report, pv_report = Path(tmp) / "qk.json", Path(tmp) / "sm.json", Path(tmp) / "pv.json"
+        array_report = Path(tmp) / "attn_array.json"
         run_cocotb(ExecUnit(node), [ENGINE_BENCH[0]] + ([QK_BENCH[0]] if args.qk_array else [])
-                   + ([SM_BENCH[0]] if softmax else []) + ([PV_BENCH[0]] if args.pv_array else []), Path(tmp) / "build",
+                   + ([SM_BENCH[0]] if softmax else []) + ([PV_BENCH[0]] if args.pv_array else [])
+                   + ([ATTN_ARRAY_BENCH[0]] if args.prefill_array else []), Path(tmp) / "build",
                    testcase=([ENGINE_BENCH[1]] if gemms else []) + ([ATTN_BENCH[1]] if args.attention else [])
                    + ([QK_BENCH[1]] if args.qk_array else []) + ([SM_BENCH[1]] if softmax else [])
-                   + ([PV_BENCH[1]] if args.pv_array else []), sim=args.sim,
+                   + ([PV_BENCH[1]] if args.pv_array else [])
+                   + ([ATTN_ARRAY_BENCH[1]] if args.prefill_array else []), sim=args.sim,
                    cache_dir=_cache_dir() if args.sim == "verilator" else None,
                    params={"node": node.as_dict(), "ops": ops, "axi_period_ps": axi_period_ps, "timing": {
                        "latency": timing.latency, "outstanding": timing.outstanding,
@@ -516,6 +597,7 @@ def run_engine(args) -> dict:
                        "qk": {"keys": args.qk_keys, "tokens": args.qk_tokens}, "qk_report": str(qk_report),
                        "sm": {"keys": args.sm_keys, "tokens": 1}, "sm_report": str(sm_report),
                        "pv": {"keys": args.pv_keys, "tokens": args.pv_tokens}, "pv_report": str(pv_report),
+                       "attn_array_report": str(array_report),
                        "ram_bytes": ram_bytes, "report": str(report), "attn_report": str(attn_report), "seed": 1})
         _progress("simulation done")
         raw = json.loads(report.read_text()) if gemms else None
@@ -523,6 +605,8 @@ def run_engine(args) -> dict:
         qk = qk_figures(json.loads(qk_report.read_text()), node, attn) if args.qk_array else None
         sm = sm_figures(json.loads(sm_report.read_text())) if softmax else None
         pv = pv_figures(json.loads(pv_report.read_text()), node) if args.pv_array else None
+        arr = (attention_array_figures(json.loads(array_report.read_text()), node, attn)
+               if args.prefill_array else None)
     head = {
         "model": model.name, "simulator": args.sim,
         "array": f"{node.mac_rows}x{node.mac_lanes}", "peak_macs_per_cycle": node.mac_rows * node.mac_lanes,
@@ -535,7 +619,8 @@ def run_engine(args) -> dict:
                 **({"attention": attn} if attn is not None else {}),
                 **({"attention_scores_on_array": qk} if qk is not None else {}),
                 **({"softmax_pass_on_spad": sm} if sm is not None else {}),
-                **({"attention_pv_on_array": pv} if pv is not None else {})}
+                **({"attention_pv_on_array": pv} if pv is not None else {}),
+                **({"attention_on_array": arr} if arr is not None else {})}
     fig = engine_figures(raw, node, timing)
     out = {
         "model": model.name, "simulator": args.sim,
@@ -552,6 +637,7 @@ def run_engine(args) -> dict:
         "softmax_pass_on_spad": sm if sm is not None else "not run (--no-softmax, or the GQA group's rows / the "
                                                            "score and w rows do not fit the unit / SPAD)",
         "attention_pv_on_array": pv if pv is not None else pv_skipped or "not run (--no-pv-array)",
+        "attention_on_array": arr if arr is not None else array_skipped or "not run (--no-prefill-array)",
         "attention_unit": {"head_dim": node.head_dim, "att_rows": node.att_rows, "gqa_group": node.group,
                            "lanes": default_lanes(node.head_dim),
                            "score_array_products": node.att_rows * 2 * default_lanes(node.head_dim),
@@ -576,6 +662,13 @@ def run_engine(args) -> dict:
             "attention_efficiency_is": "attention of one GQA group over a prefill chunk (attn:prefill): 2 x head_dim "
                                        "MACs per visible (query row, key) pair / cycles of ATTN_Q, both ATTN_KV passes "
                                        "and ATTN_EMIT / the MAC array's peak MACs per cycle"})
+    if arr is not None:
+        out["calibration"].update({
+            "attention_array_efficiency": arr["attn:prefill-array"]["attention_efficiency"],
+            "attention_array_efficiency_is": "attn:prefill's work as the array sequence (attn:prefill-array): 2 x "
+                                             "head_dim MACs per visible (query row, key) pair / cycles of ATTN_Q, "
+                                             "GEMM kv, ATTN_SM MAX and APPLY, GEMM_PV, VEC, ATTN_EMIT, one "
+                                             "instruction at a time / the MAC array's peak MACs per cycle"})
     if args.write_profile:
         cmd = (f"mcf bench compute --model {args.model} --weight-ports {args.weight_ports} --prefill-rows "
                f"{args.prefill_rows} --decode-rows {args.decode_rows} --write-profile")
@@ -586,8 +679,8 @@ def run_engine(args) -> dict:
 
 def write_profile(path: Path, cal: dict, command: str, model: str, array: str,
                   date: str | None = None) -> None:
-    """Replace ``compute_efficiency``, ``ddr_efficiency`` and (when ``cal`` has it: the bench ran
-    the attention block) ``attention_efficiency`` (and the comment lines right above each) in the
+    """Replace ``compute_efficiency``, ``ddr_efficiency`` and (when ``cal`` has them: the bench ran
+    the attention / prefill-array block) ``attention_efficiency`` / ``attention_array_efficiency`` (and the comment lines right above each) in the
     profile YAML at ``path``, keeping every other line; written atomically."""
     if not path.is_file():
         raise ValueError(f"--write-profile: {path} is not a file")
@@ -602,10 +695,9 @@ def write_profile(path: Path, cal: dict, command: str, model: str, array: str,
             f"# MEASURED {date} by `{command}`:",
             f"# {cal['ddr_efficiency_is']} (the model refreshes the DRAM, no page/bank timing)."],
     }
-    if "attention_efficiency" in cal:
-        notes["attention_efficiency"] = [
-            f"# MEASURED {date} by `{command}`:",
-            f"# {cal['attention_efficiency_is']}."]
+    for key in ("attention_efficiency", "attention_array_efficiency"):
+        if key in cal:
+            notes[key] = [f"# MEASURED {date} by `{command}`:", f"# {cal[key + '_is']}."]
     for key, comment in notes.items():
         at = [i for i, line in enumerate(lines) if re.match(rf"^{key}\s*:", line)]
         if len(at) != 1:

@@ -102,6 +102,9 @@ def run(args) -> dict:
         figures[f"t1_{s}_n{n}_ttft_s"] = round(j["ttft_s"], 4)
         figures[f"t1_{s}_n{n}_comm_gib"] = round(j["comm_bytes"] / GiB, 4)
 
+    # ---- attention path: the attention unit (as Table 1) and the array sequence --------------------
+    paths = _attention_paths(profile, prof, seq_t1, nodes_t1, figures)
+
     # ---- what-if: an engine fast enough for the paper's 16-node MARS TTFT ---------------------
     b16 = bounds.prefill_bounds(model, prof, 16384, 16)
     scale = max(1, math.ceil(b16["compute_s"] / 0.62))
@@ -239,12 +242,54 @@ def run(args) -> dict:
     # ---- report -----------------------------------------------------------------------------
     md += _report(model, prof, seq_t1, nodes_t1, t1, lengths, f3, f4, f5, f5_lengths, dec, b1, b4,
                   bounds, quick)
+    md += _paths_report(paths, prof, seq_t1, nodes_t1)
     md += _whatif(wi, scale, fast, nodes_t1, quick)
     write_text(out / "report.md", "\n".join(md) + "\n")
     figures["wall_s"] = round(time.perf_counter() - t0, 2)
     figures["report"] = str(out / "report.md")
     _progress(f"wrote {out / 'report.md'} and 4 PNGs in {figures['wall_s']} s")
     return figures
+
+
+#: How the array path is labeled wherever it is printed.
+ARRAY_PATH_LABEL = "array path: measured block attn:prefill-array; the lowering option `attention=array`"
+
+
+def _attention_paths(profile, prof, seq, nodes, figures) -> dict:
+    """MARS TTFT (B = CHUNK_T1) at ``nodes`` with attention on the unit and on the array (the
+    profile's ``attention_efficiency`` / ``attention_array_efficiency``, both measured by
+    ``mcf bench compute``); {} for the array when the profile has no measured array figure."""
+    out = {}
+    for path in ("unit", "array"):
+        if path == "array" and not prof.attention_array_efficiency > 0:
+            figures["attn_array_path"] = "not measured (profile attention_array_efficiency = 0)"
+            continue
+        p = prof.with_(attention_path=path)
+        for n in nodes:
+            _progress(f"attention path {path}: mars N={n} S={seq} B={CHUNK_T1}")
+            j = _sim(p, seq, n, "mars", chunk=CHUNK_T1, decode=None).to_json()
+            out[(path, n)] = j
+            figures[f"attn_{path}_mars_n{n}_ttft_s"] = round(j["ttft_s"], 4)
+    if out:
+        figures["attn_array_path_is"] = ARRAY_PATH_LABEL
+    return out
+
+
+def _paths_report(paths, prof, S, nodes) -> list[str]:
+    md = [f"## Attention path: the attention unit and the MAC array ({S}-token prefill, MARS, B = {CHUNK_T1})", "",
+          f"*unit*: attention at `attention_efficiency` = {prof.attention_efficiency} of the array's peak (attn:prefill, "
+          "the folded attention unit; what the MARS lowering emits by default).  "
+          f"*array* ({ARRAY_PATH_LABEL}): attention at `attention_array_efficiency` = "
+          f"{prof.attention_array_efficiency} (the same work as GEMM kv, ATTN_SM, GEMM_PV, one instruction at a "
+          "time).  Both measured by `mcf bench compute --model qwen2.5-1.5b` (RTL, Verilator, DDR model); the TTFT is "
+          "the cluster model's.", ""]
+    if ("array", nodes[0]) not in paths:
+        return md + ["The profile has no measured `attention_array_efficiency` (0): array path not run.", ""]
+    md += ["| N | TTFT unit (s) | TTFT array (s) | unit / array |", "|---|---|---|---|"]
+    for n in nodes:
+        u, a = paths[("unit", n)]["ttft_s"], paths[("array", n)]["ttft_s"]
+        md.append(f"| {n} | {u:.2f} | {a:.2f} | {_ratio(u, a):.2f} |")
+    return md + [""]
 
 
 def _ratio(a, b):

@@ -11,7 +11,10 @@ profile field / property    used for                                   unit
 ``p_node``                  engine FLOP throughput (MACs x 2 x clock     ops/s
                             x ``compute_efficiency``): dense layers
 ``p_attn``                  attention throughput (MACs x 2 x clock x     ops/s
-                            ``attention_efficiency``): QK^T and PV
+                            the measured efficiency of the profile's
+                            ``attention_path``: ``attention_efficiency``
+                            (unit) or ``attention_array_efficiency``
+                            (array)): QK^T and PV
 ``ddr_Bps``                 DDR streaming (``ddr_bandwidth_Bps`` x       bytes/s
                             ``ddr_efficiency``)
 ``bw_eff``                  link payload rate per port and direction     bytes/s
@@ -105,8 +108,8 @@ def tile_rows(profile, rows: float) -> float:
 def engine_times(profile, flops: float, ddr_bytes: float, attn_flops: float = 0.0) -> tuple[float, float, float]:
     """(compute s, DDR s, fixed s) of one engine operation; the op takes the max of the first
     two (roofline: the ping-pong loader overlaps DDR streaming with the MAC array) plus the
-    fixed set-up cost.  ``flops`` run on the MAC array (``p_node``), ``attn_flops`` on the
-    attention unit (``p_attn``)."""
+    fixed set-up cost.  ``flops`` run on the MAC array (``p_node``), ``attn_flops`` at the
+    attention path's rate (``p_attn``)."""
     return (flops / profile.p_node + attn_flops / profile.p_attn, ddr_bytes / profile.ddr_Bps,
             profile.dma_setup_cycles / profile.pl_clock_hz)
 

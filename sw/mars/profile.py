@@ -19,6 +19,8 @@ from mcf.spec.topology import TOPOLOGIES
 from mcf.sw.errors import UserError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
+#: Attention paths of the cluster model (``HardwareProfile.attention_path``).
+ATTENTION_PATHS = ("unit", "array")
 #: Profile fields that are the node's build parameters: profile field -> NodeConfig field.
 NODE_FIELDS = {"pl_clock_hz": "clock_hz", "mac_rows": "mac_rows", "mac_lanes": "mac_lanes",
                "max_tokens": "max_tokens", "net_ports": "net_ports"}
@@ -55,6 +57,12 @@ class HardwareProfile:
     # ddr_refresh_s (tRFC) and moves no data; 0: no refresh modelled
     ddr_refresh_interval_s: float = 0.0
     ddr_refresh_s: float = 0.0
+    # attention on the MAC array (docs/attention-array.md): the attn:prefill work run as the array
+    # sequence (GEMM kv, ATTN_SM, GEMM_PV), measured like attention_efficiency; 0: not measured
+    attention_array_efficiency: float = 0.0
+    # which path attention takes in the cluster model: "unit" (the attention unit, ATTN_KV: what the
+    # MARS lowering emits by default) or "array" (the lowering option attention=array)
+    attention_path: str = "unit"
 
     def __post_init__(self):
         positive = ("pl_clock_hz", "mac_rows", "mac_lanes", "max_tokens", "ops_per_mac", "ddr_bandwidth_Bps",
@@ -75,6 +83,15 @@ class HardwareProfile:
             v = getattr(self, f)
             if not isinstance(v, (int, float)) or not 0 < v <= 1:
                 raise UserError(f"profile {self.name}: {f}={v!r} must be in (0, 1]")
+        v = self.attention_array_efficiency
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise UserError(f"profile {self.name}: attention_array_efficiency={v!r} must be in [0, 1]")
+        if self.attention_path not in ATTENTION_PATHS:
+            raise UserError(f"profile {self.name}: attention_path={self.attention_path!r}: one of "
+                            f"{', '.join(ATTENTION_PATHS)}")
+        if self.attention_path == "array" and not v > 0:
+            raise UserError(f"profile {self.name}: attention_path=array needs a measured attention_array_efficiency "
+                            "(mcf bench compute --model qwen2.5-1.5b --write-profile)")
         if self.topology not in TOPOLOGIES:
             raise UserError(f"profile {self.name}: unknown topology {self.topology!r}; "
                             f"one of {', '.join(TOPOLOGIES)}")
@@ -94,10 +111,17 @@ class HardwareProfile:
         return self.peak_ops_per_s * self.compute_efficiency
 
     @property
+    def attention_path_efficiency(self) -> float:
+        """The measured attention rate of ``attention_path``, in units of the array's peak:
+        ``attention_efficiency`` (the unit) or ``attention_array_efficiency`` (the array)."""
+        return self.attention_array_efficiency if self.attention_path == "array" else self.attention_efficiency
+
+    @property
     def p_attn(self) -> float:
         """Sustained ops/s of one node's attention (QK^T and PV, eq. 6's 4 L H_q d per query-key
-        pair): the attention unit's measured rate, in units of the array's peak."""
-        return self.peak_ops_per_s * self.attention_efficiency
+        pair): the measured rate of ``attention_path`` (the attention unit, or the array
+        sequence), in units of the array's peak."""
+        return self.peak_ops_per_s * self.attention_path_efficiency
 
     @property
     def ddr_Bps(self) -> float:

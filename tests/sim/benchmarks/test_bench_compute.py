@@ -31,6 +31,7 @@ def test_bench_compute_bad_args(capsys):
     # without the blocks it writes
     from mcf.sw.cli import main
     for extra, text in ((["--block", "pv-array"], "builds no GEMM_PV"),
+                        (["--block", "prefill-array"], "--block prefill-array: this node builds no GEMM_PV"),
                         (["--block", "qk-array", "--write-profile"], "--write-profile needs")):
         assert main(["bench", "compute", "--engine", "--model", "tiny", *extra]) == 2
         assert text in capsys.readouterr().err
@@ -71,6 +72,12 @@ def test_write_profile_replaces_two_figures_only(tmp_path):
     assert {k for k in before if before[k] != after[k]} - {"name"} == {"compute_efficiency", "ddr_efficiency",
                                                                          "attention_efficiency"}
     assert after["attention_efficiency"] == 0.0123
+    # and a run with the prefill-array block its array figure (the path stays the profile's)
+    write_profile(copy, {**cal, "attention_array_efficiency": 0.2345, "attention_array_efficiency_is": "array"},
+                  "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
+    again = load_profile(copy).to_dict()
+    assert {k for k in after if after[k] != again[k]} == {"attention_array_efficiency"}
+    assert again["attention_array_efficiency"] == 0.2345 and again["attention_path"] == "unit"
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")
     with pytest.raises(ValueError, match="has 0 lines 'compute_efficiency:'"):
@@ -124,13 +131,22 @@ def test_profile_figures_are_the_engine_bench_output():
     (docs/bench/compute-qwen2.5-1.5b.json, the command's --json output)."""
     from mcf.sim.benchmarks.compute import PROFILE
     text = PROFILE.read_text()
-    assert text.count("by `mcf bench compute --model qwen2.5-1.5b") == 3
+    assert text.count("by `mcf bench compute --model qwen2.5-1.5b") == 4
     rec = json.loads((Path(__file__).resolve().parents[3] / "docs" / "bench" / "compute-qwen2.5-1.5b.json").read_text())
     cal = rec["calibration"]
     assert _profile_values(PROFILE) == (cal["compute_efficiency"], cal["ddr_efficiency"])
     import yaml
-    assert yaml.safe_load(PROFILE.read_text())["attention_efficiency"] == cal["attention_efficiency"]
-    prefill = rec["attention"]["attn:prefill"]           # the figure is the attention block's, as measured
+    prof = yaml.safe_load(PROFILE.read_text())
+    assert prof["attention_efficiency"] == cal["attention_efficiency"]
+    assert prof["attention_array_efficiency"] == cal["attention_array_efficiency"]
+    prefill = rec["attention"]["attn:prefill"]
+    arr = rec["attention_on_array"]["attn:prefill-array"]      # the same work as attn:prefill, on the array
+    assert [arr[k] for k in ("tokens", "heads", "keys", "visible_keys", "jobs")] == [
+        prefill[k] for k in ("tokens", "heads", "keys", "visible_keys", "jobs")]
+    assert cal["attention_array_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * arr["heads"]
+                                                      * arr["visible_keys"] / arr["cycles"]
+                                                      / rec["peak_macs_per_cycle"], 4)
+    # the figure is the attention block's, as measured
     assert cal["attention_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * prefill["heads"]
                                                 * prefill["visible_keys"] / prefill["cycles"]
                                                 / rec["peak_macs_per_cycle"], 4)

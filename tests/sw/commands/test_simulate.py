@@ -59,3 +59,15 @@ def test_bench_paper_quick_writes_report_and_plots(tmp_path, capsys):
         assert (out / png).stat().st_size > 1000, png
     assert "MARS / Ring" in report and "Roofline" in report and "Table 2" in report
     assert figures["fig4_n4_final_equals_owner_only"] is True
+    # the attention path: the profile's measured unit and array rates, MARS TTFT with each, labeled
+    from mcf.sw.mars.profile import load_profile
+    prof = load_profile("kr260")
+    for n in (2, 4):
+        assert figures[f"attn_unit_mars_n{n}_ttft_s"] == figures[f"t1_mars_n{n}_ttft_s"]   # the unit: Table 1's
+        if prof.attention_array_efficiency > 0:           # attention-bound: the faster path gives the shorter TTFT
+            faster = prof.attention_array_efficiency > prof.attention_efficiency
+            assert (figures[f"attn_array_mars_n{n}_ttft_s"] < figures[f"attn_unit_mars_n{n}_ttft_s"]) == faster
+    if prof.attention_array_efficiency > 0:
+        assert "array path: measured block attn:prefill-array; the lowering option `attention=array`" in report
+    else:
+        assert figures["attn_array_path"].startswith("not measured") and "array path not run" in report

@@ -215,6 +215,21 @@ def test_profile_validation_and_yaml(tmp_path):
             assert "#" in line or lines[i - 1].startswith("#"), line
 
 
+def test_profile_attention_path():
+    """The cluster model's attention path: p_attn is the measured unit rate by default, the measured
+    array rate with attention_path=array; array without a measured figure, or an unknown path, is refused."""
+    unit = KR260.with_(attention_path="unit", attention_array_efficiency=0.2)
+    arr = unit.with_(attention_path="array")
+    assert unit.p_attn == pytest.approx(64 * 32 * 2 * 250e6 * KR260.attention_efficiency)
+    assert arr.p_attn == pytest.approx(64 * 32 * 2 * 250e6 * 0.2) and arr.p_node == unit.p_node
+    with pytest.raises(UserError, match="needs a measured attention_array_efficiency"):
+        KR260.with_(attention_path="array", attention_array_efficiency=0.0)
+    with pytest.raises(UserError, match="attention_path='folded'"):
+        KR260.with_(attention_path="folded")
+    with pytest.raises(UserError, match="attention_array_efficiency"):
+        KR260.with_(attention_array_efficiency=1.5)
+
+
 def test_cli_compare_mode(capsys):
     import json
 

@@ -94,8 +94,25 @@ async def run_pv(dut):
 
 
 @pytest.mark.cocotb
-def test_pv_cocotb(build_dir):
-    run_cocotb(ExecUnit(CFG), __name__, build_dir, testcase=["run_pv"], params={"seed": 3})
+def test_pv_cocotb(build_dir, tmp_path):
+    """GEMM_PV, then on the same build attn:prefill-array at small sizes (tests/hw/compute/exec/
+    test_attn_array.py: 2 tokens x 2 heads over 96 keys in three 32-key segments, one job of 2 tokens,
+    bit-exact against fixed.attention inside the coroutine)."""
+    import json
+    report = tmp_path / "array.json"
+    run_cocotb(ExecUnit(CFG), [__name__, "tests.hw.compute.exec.test_attn_array"], build_dir,
+               testcase=["run_pv", "run_attn_array_ops"],
+               params={"seed": 3, "node": CFG.as_dict(), "attn": {"keys": 96, "block_keys": 32, "tokens": 2},
+                       "attn_array_report": str(report)})
+    op = json.loads(report.read_text())["ops"][0]
+    assert op["jobs"] == 1 and op["rows_per_job"] == 4 and op["visible_keys"] == 95 + 96
+    kinds = op["per_kind"]
+    assert {k: v["count"] for k, v in kinds.items()} == {
+        "ATTN_Q:QUERY": 1, "GEMM:kv": 3, "ATTN_SM:MAX": 3, "ATTN_SM:APPLY": 3, "GEMM_PV": 3, "VEC:RESIDUAL": 1,
+        "ATTN_Q:O": 1, "ATTN_EMIT": 1}
+    # GEMM kv: (32 / P) tiles x (D / K) beats x 4 rows a segment; GEMM_PV: (D / P) x 2 digits x (32 / K) x 4 rows
+    assert kinds["GEMM:kv"]["mac_beats"] == 3 * (32 // P) * (D // K) * 4
+    assert kinds["GEMM_PV"]["mac_beats"] == 3 * (D // P) * 2 * (32 // K) * 4
 
 
 # --- the rate at a model's shapes against the DDR model (``mcf bench compute --model``: attn:pv-array) -----
