@@ -236,11 +236,39 @@ def test_scores_amaranth_sim(r, extreme):
     assert run_matrix(dut, [job, lin]) == [job.expected, lin.expected]
 
 
+def _stream_through(dut, beats_in, n_out: int, rng) -> list:
+    """The beats a reorder buffer (stream ``i`` -> stream ``o``) gives for ``beats_in``, with random
+    valid gaps on its input and random backpressure on its output; stops at ``n_out`` beats."""
+    from amaranth.sim import Simulator
+    got = []
+
+    async def bench(ctx):
+        i = 0
+        for _ in range(40 * n_out):
+            offer = i < len(beats_in) and rng.random() < 0.7
+            ctx.set(dut.i.valid, offer)
+            ctx.set(dut.i.payload, beats_in[min(i, len(beats_in) - 1)])
+            ctx.set(dut.o.ready, rng.random() < 0.6)
+            await ctx.delay(1e-9)
+            took = offer and ctx.get(dut.i.ready)
+            if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):
+                got.append(ctx.get(dut.o.payload))
+            await ctx.tick()
+            i += took
+            if len(got) == n_out:
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return got
+
+
 @pytest.mark.parametrize("rows,lanes,beats", [(8, 4, 2), (4, 8, 4), (4, 2, 1)])
 def test_tile_reorder(rows, lanes, beats):
     """Key-major tiles (spec/kv.py rows) in, BlobLayout weight beats out, random stalls on both
     sides; the expected beats are the keys' nibbles packed as ``spec.isa.BlobLayout`` says."""
-    from amaranth.sim import Simulator
     from mcf.hw.compute.matrix import TileReorder
     from mcf.sim.compute.jobs import pack
     rng = np.random.default_rng(rows * beats)
@@ -254,29 +282,7 @@ def test_tile_reorder(rows, lanes, beats):
     beats_in = [int.from_bytes(flat[i:i + nb].tobytes(), "little") for i in range(0, flat.size, nb)]
     want = [pack(q[t * rows:(t + 1) * rows, j * lanes:(j + 1) * lanes], 4) for t in range(tiles) for j in range(beats)]
     dut = TileReorder(rows, lanes, beats)
-    got = []
-
-    async def bench(ctx):
-        i = 0
-        for _ in range(40 * len(want)):
-            offer = i < len(beats_in) and rng.random() < 0.7
-            ctx.set(dut.i.valid, offer)
-            ctx.set(dut.i.payload, beats_in[min(i, len(beats_in) - 1)])
-            ctx.set(dut.o.ready, rng.random() < 0.6)
-            await ctx.delay(1e-9)
-            took = offer and ctx.get(dut.i.ready)
-            if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):
-                got.append(ctx.get(dut.o.payload))
-            await ctx.tick()
-            i += took
-            if len(got) == len(want):
-                break
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    assert got == want
+    assert _stream_through(dut, beats_in, len(want), rng) == want
 
 
 # --- pv mode: attention PV on the array, V^T as the matrix, w in two digits (golden ``state_sums``) ----
@@ -308,7 +314,6 @@ def test_pv_amaranth_sim(r, keys, acc, wide, extreme):
 def test_pv_reorder(rows, lanes, d):
     """Key-major V rows (spec/kv.py segment rows) in, pv weight beats out (channel tile c: nibble p K
     + k = channel c P + p of key k), random stalls on both sides."""
-    from amaranth.sim import Simulator
     from mcf.hw.compute.matrix import PvReorder
     from mcf.sim.compute.jobs import pack
     from mcf.spec.kv import pack_segment, scale_bytes
@@ -323,29 +328,7 @@ def test_pv_reorder(rows, lanes, d):
     want = [pack(q[b * lanes:(b + 1) * lanes, c * rows:(c + 1) * rows].T, 4)
             for b in range(groups) for c in range(d // rows)]
     dut = PvReorder(rows, lanes, d)
-    got = []
-
-    async def bench(ctx):
-        i = 0
-        for _ in range(40 * len(want)):
-            offer = i < len(beats_in) and rng.random() < 0.7
-            ctx.set(dut.i.valid, offer)
-            ctx.set(dut.i.payload, beats_in[min(i, len(beats_in) - 1)])
-            ctx.set(dut.o.ready, rng.random() < 0.6)
-            await ctx.delay(1e-9)
-            took = offer and ctx.get(dut.i.ready)
-            if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):
-                got.append(ctx.get(dut.o.payload))
-            await ctx.tick()
-            i += took
-            if len(got) == len(want):
-                break
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    assert got == want
+    assert _stream_through(dut, beats_in, len(want), rng) == want
 
 
 @pytest.mark.parametrize("wide", [True, False])
