@@ -93,6 +93,20 @@ async def load_queries(ctx, dut, job) -> None:
     await write_port(ctx, dut.q, job.q)
 
 
+async def collect_frame(ctx, dut, want: int) -> list[int]:
+    """The attention unit's next output frame (``o`` words up to TLAST), within 4 x ``want`` + 40
+    cycles (``o.tready`` is the caller's)."""
+    got = []
+
+    def sample(ctx):
+        if ctx.get(dut.o.tvalid):
+            got.append(ctx.get(dut.o.tdata))
+            return bool(ctx.get(dut.o.tlast))
+        return False
+    await drive(ctx, [], sample, 4 * want + 40)
+    return got
+
+
 async def attention_sequence(ctx, dut, job) -> tuple[list[int], list[int]]:
     """One job the way ATTN_* instructions run it: load the queries; a MAX pass per run (the
     first with ``first``); emit the maxima (EmitMode.MAX); for the decode protocol load the
@@ -105,15 +119,7 @@ async def attention_sequence(ctx, dut, job) -> tuple[list[int], list[int]]:
     outs = []
 
     async def collect(want):
-        got = []
-
-        def sample(ctx):
-            if ctx.get(dut.o.tvalid):
-                got.append(ctx.get(dut.o.tdata))
-                return bool(ctx.get(dut.o.tlast))
-            return False
-        await drive(ctx, [], sample, 4 * want + 40)
-        return got
+        return await collect_frame(ctx, dut, want)
 
     for phase in (AttnPass.MAX, AttnPass.APPLY):
         if phase == AttnPass.APPLY:
@@ -176,15 +182,7 @@ async def softmax_sequence(ctx, dut, job, w_ready=lambda i: True) -> dict:
     out = {"w": [], "cycles": {AttnPass.MAX: [], AttnPass.APPLY: []}}
 
     async def collect(want):
-        got = []
-
-        def sample(ctx):
-            if ctx.get(dut.o.tvalid):
-                got.append(ctx.get(dut.o.tdata))
-                return bool(ctx.get(dut.o.tlast))
-            return False
-        await drive(ctx, [], sample, 4 * want + 40)
-        return got
+        return await collect_frame(ctx, dut, want)
 
     async def emit(mode, rows):
         await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "src": 0, "mode": mode, "rows": rows})
