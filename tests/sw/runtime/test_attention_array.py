@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from mcf.spec.isa import Opcode, SeqFault
-from mcf.spec.plan import ReplicaState
 from mcf.spec.node import NodeConfig
 from mcf.sw.driver import NodeFault
 from mcf.sw.errors import UserError
@@ -19,7 +18,7 @@ from mcf.sw.golden.weights import random_weights
 from mcf.sw.models import load_model
 from mcf.sw.runtime.backend import isa_backend
 from mcf.sw.runtime.runtime import Session
-from tests.sw.runtime.test_runtime import golden
+from tests.sw.runtime.test_runtime import golden, invalidate_a_read_replica
 
 lower_mod = importlib.import_module("mcf.sw.mars.lower")
 TINY = load_model("tiny")
@@ -115,15 +114,7 @@ def test_a_replica_marked_invalid_stops_the_array_reader():
     budget = 24 * int(TINY.kv_token_bytes)
     s = Session(TINY, TINY_W, PROMPT[:64], nodes=4, scheme="mars", chunk=8, budget=budget, decode=0, group=16,
                 factory=isa_backend, fixed=FM, node=ARRAY_NODE, attention="array")
-    pl = s.plan
-    reads = [(pl.compute_node(c), b) for c in range(pl.num_chunks) for b in range(c)
-             if pl.compute_node(c) in pl.holders(b, c)[1:]]
-    assert reads, "the plan has no replica that its holder reads"
-    victim = reads[0]
-    prog = s.lw.prefill[victim[0]]
-    i = next(i for i, ins in enumerate(prog) if ins.OPCODE == Opcode.DIR and ins.block == victim[1]
-             and ins.state == ReplicaState.VALID)
-    prog[i] = prog[i].replace(state=ReplicaState.INVALID)
+    invalidate_a_read_replica(s)
     with pytest.raises(NodeFault) as e:
         s.run()
     assert e.value.cause == SeqFault.UNREADABLE_BLOCK

@@ -124,12 +124,9 @@ def test_checkpoints_written_by_transformers(tmp_path):
         check(cfg, weights, prompt, nodes=nodes, scheme=scheme, chunk=2, decode=2)
 
 
-def test_a_replica_marked_invalid_stops_the_reader():
-    """A program that drops a replica before its holder reads it (its DIR VALID made INVALID):
-    the gated attention faults UNREADABLE_BLOCK and the runtime says so in one line."""
-    budget = 6 * int(TINY.kv_token_bytes)
-    s = Session(TINY, TINY_W, PROMPT, nodes=3, scheme="mars", chunk=2, budget=budget, decode=0, group=16,
-                factory=isa_backend)
+def invalidate_a_read_replica(s) -> tuple[int, int]:
+    """Turn the first DIR VALID of a replica its holder reads into INVALID in ``s``'s prefill
+    programs; returns (that node, the block): its ATTN over the block must fault."""
     pl = s.plan
     reads = [(pl.compute_node(c), b) for c in range(pl.num_chunks) for b in range(c)
              if pl.compute_node(c) in pl.holders(b, c)[1:]]           # a replica its holder reads
@@ -139,6 +136,16 @@ def test_a_replica_marked_invalid_stops_the_reader():
     i = next(i for i, ins in enumerate(prog) if ins.OPCODE == Opcode.DIR and ins.block == victim[1]
              and ins.state == ReplicaState.VALID)
     prog[i] = prog[i].replace(state=ReplicaState.INVALID)
+    return victim
+
+
+def test_a_replica_marked_invalid_stops_the_reader():
+    """A program that drops a replica before its holder reads it (its DIR VALID made INVALID):
+    the gated attention faults UNREADABLE_BLOCK and the runtime says so in one line."""
+    budget = 6 * int(TINY.kv_token_bytes)
+    s = Session(TINY, TINY_W, PROMPT, nodes=3, scheme="mars", chunk=2, budget=budget, decode=0, group=16,
+                factory=isa_backend)
+    victim = invalidate_a_read_replica(s)
     with pytest.raises(NodeFault) as e:
         s.run()
     assert e.value.cause == SeqFault.UNREADABLE_BLOCK
