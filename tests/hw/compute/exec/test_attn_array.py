@@ -22,10 +22,10 @@ import numpy as np
 from mcf.sim.compute import ddr
 from mcf.spec import isa
 from mcf.spec.isa import AttnLoad, AttnPass, EmitMode, VecOp
-from mcf.spec.kv import segment_bytes
 from mcf.spec.node import NodeConfig
 from mcf.sw.golden import fixed as fx
 from tests.hw.compute.exec.test_movers import bfp_rows
+from tests.hw.compute.exec.test_unit import write_kv_blocks
 
 
 def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpos0: int, kv_at: int, seg: int,
@@ -81,14 +81,9 @@ async def run_attn_array_ops(dut):
                      pause=0.0 if timing else 0.2)
     await drv.start()
     nblk = keys // bk
-    seg = isa.pad(segment_bytes(bk, d))
     kv_at, x_at, y_at = 0x100000, 0x40000, 0x80000
     # the draws of run_attn_ops: the same KV and the same prefill queries
-    blocks = [(fx.quantize_kv(bfp_rows(rng, bk, d)), fx.quantize_kv(bfp_rows(rng, bk, d))) for _ in range(nblk)]
-    for i, (k, v) in enumerate(blocks):
-        drv.ram.write(kv_at + 2 * i * seg, ddr.segment(*k))
-        drv.ram.write(kv_at + (2 * i + 1) * seg, ddr.segment(*v))
-    kvs = [np.concatenate([blk[s][f] for blk in blocks])[:, None] for s in range(2) for f in range(3)]
+    seg, kvs = write_kv_blocks(drv, rng, keys, bk, d, kv_at)
     kpos = np.arange(keys)
     qpos0 = keys - tokens
     q = fx.prescale_query(bfp_rows(rng, tokens * heads, d), d)

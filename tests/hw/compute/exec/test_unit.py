@@ -210,6 +210,20 @@ async def run_gemm_ops(dut):
                                                                  for k in range(len(drv.ram.ports))]}}, f)
 
 
+def write_kv_blocks(drv, rng, keys: int, bk: int, d: int, kv_at: int):
+    """keys // bk random KV blocks of bk keys in the driver's RAM: block i's K segment at kv_at + 2 i
+    seg, its V segment one seg further.  Returns (seg, [kq, ka, ke, vq, va, ve] of all the keys, each
+    [keys, 1, ...]: one KV head)."""
+    from mcf.spec.kv import segment_bytes
+    from tests.hw.compute.exec.test_movers import bfp_rows
+    seg = isa.pad(segment_bytes(bk, d))
+    blocks = [(fx.quantize_kv(bfp_rows(rng, bk, d)), fx.quantize_kv(bfp_rows(rng, bk, d))) for _ in range(keys // bk)]
+    for i, (k, v) in enumerate(blocks):
+        drv.ram.write(kv_at + 2 * i * seg, ddr.segment(*k))
+        drv.ram.write(kv_at + (2 * i + 1) * seg, ddr.segment(*v))
+    return seg, [np.concatenate([blk[s][f] for blk in blocks])[:, None] for s in range(2) for f in range(3)]
+
+
 @cocotb.test()
 async def run_attn_ops(dut):
     """One attention block of one GQA group (``node.group`` query heads on one KV head) against the
@@ -221,7 +235,6 @@ async def run_attn_ops(dut):
     DDR bytes read (K is read by both passes, V by APPLY: once per group, not once per head)."""
     from mcf.sim.ddr_model import DdrTiming
     from mcf.spec.isa import AttnLoad, AttnPass, EmitMode
-    from mcf.spec.kv import segment_bytes
     from tests.hw.compute.exec.test_movers import bfp_rows
     p = params()
     node = NodeConfig(**p["node"])
@@ -234,13 +247,8 @@ async def run_attn_ops(dut):
     drv = ExecDriver(dut, ram_bytes=p["ram_bytes"], timing=DdrTiming(**p["timing"]), axi_period_ps=p.get("axi_period_ps"))
     await drv.start()
     nblk = keys // bk
-    seg = isa.pad(segment_bytes(bk, d))
     kv_at, x_at, y_at = 0x100000, 0x40000, 0x80000
-    blocks = [(fx.quantize_kv(bfp_rows(rng, bk, d)), fx.quantize_kv(bfp_rows(rng, bk, d))) for _ in range(nblk)]
-    for i, (k, v) in enumerate(blocks):
-        drv.ram.write(kv_at + 2 * i * seg, ddr.segment(*k))
-        drv.ram.write(kv_at + (2 * i + 1) * seg, ddr.segment(*v))
-    kvs = [np.concatenate([blk[s][f] for blk in blocks])[:, None] for s in range(2) for f in range(3)]
+    seg, kvs = write_kv_blocks(drv, rng, keys, bk, d, kv_at)
     kpos = np.arange(keys)
     run = dict(seg=kv_at, v_off=seg // isa.DDR_ALIGN, seg_stride=2 * seg // isa.DDR_ALIGN,
                blocks=nblk, keys=bk, kpos0=0, pos_stride=bk, block0=0, block_stride=0, gated=0)
