@@ -967,7 +967,8 @@ class GemmMover(Mover):
             pr_on = Signal()
             pr_n = Signal(range(2 * NR + 1))                # reads in ``pw``
             pw = Signal(2 * P * 32)
-            m.submodules.pq = pq = fifo.SyncFIFOBuffered(width=P * WIDE_BITS, depth=2)
+            # depth 3: a buffered FIFO of 2 holds a 1-entry memory, whose address Verilog writes as [-1:0]
+            m.submodules.pq = pq = fifo.SyncFIFOBuffered(width=P * WIDE_BITS, depth=3)
             with m.If(state == S.CHECK):
                 m.d.sync += [pr_c.eq(0), pr_r.eq(0), pr_h.eq(0), pr_p.eq(0), pr_base.eq(f_dst), pr_n.eq(0),
                              pr_on.eq(pv & pins.acc)]
