@@ -93,7 +93,8 @@ class Opcode(enum.IntEnum):
     RECV = 15      # RX: post a receive buffer
     # --- attention on the MAC array (docs/attention-array.md) ---
     ATTN_SM = 16   # EX: attention unit: softmax pass (MAX / APPLY) over score rows in SPAD -> w rows
-    GEMM_PV = 17   # EX: attention PV on the MAC array: softmax weight rows x a V segment -> o rows
+    GEMM_PV = 17   # EX: attention PV on the MAC array: softmax weight rows x a run of V segments -> o rows
+    GEMM_QK = 18   # EX: attention scores QK^T on the MAC array: query rows x a run of K segments -> score rows
 
 
 class Queue(enum.IntEnum):
@@ -106,6 +107,7 @@ QUEUE_OF = {Opcode.END: Queue.EX, Opcode.LOAD: Queue.EX, Opcode.STORE: Queue.EX,
             Opcode.EMBED: Queue.EX, Opcode.GEMM: Queue.EX, Opcode.VEC: Queue.EX,
             Opcode.ATTN_Q: Queue.EX, Opcode.ATTN_KV: Queue.EX, Opcode.ATTN_EMIT: Queue.EX,
             Opcode.KVW: Queue.EX, Opcode.DIR: Queue.EX, Opcode.ATTN_SM: Queue.EX, Opcode.GEMM_PV: Queue.EX,
+            Opcode.GEMM_QK: Queue.EX,
             Opcode.SEND: Queue.TX, Opcode.CREDIT: Queue.TX, Opcode.RECV: Queue.RX}
 
 
@@ -127,7 +129,8 @@ class AttnLoad(enum.IntEnum):
                    # row's state (m = M_EMPTY, l = o = 0)
     MREF = 1       # m[r] = SPAD word r (a global maximum after a MAX reduction)
     STATE = 2      # (m, l, o) of every row <- STATE words (a merged state, to finalize)
-    O = 3          # o of every row <- R x head_dim int32 words (a PV product, GEMM_PV); m, l untouched
+    O = 3          # o of row (t, j) <- head_dim int32 words at spad + t tok_stride + j head_stride (a GEMM_PV
+                   # product); m, l untouched
 
 
 class AttnPass(enum.IntEnum):
@@ -266,12 +269,7 @@ _reg(Opcode.EMBED, "Embedding rows: for t < count, id = int32 at ids + 4t; X32 r
 ])
 _reg(Opcode.GEMM, "BFP16 rows x INT4 matrix -> X32 rows (golden linear).  Output word "
                   "(tile - tile0) P + p of token t goes to SPAD word (dst + t dst_stride) VL + "
-                  "(tile - tile0) P + p.  kv = 1: attention scores (golden scores) on the MAC array: the "
-                  "matrix is a K segment at blob (spec/kv.py) of total_tiles P keys, key p of a tile is "
-                  "output row p (one group G = n = head_dim, scale A_p, its own exponent: "
-                  "s = sat32(rshr(dot A_p, -(e + E_p + 12))), no bias); the activation rows are "
-                  "(t, h) for t < tokens, h < heads at src + t src_stride + h head_stride, row r = t "
-                  "heads + h (tokens x heads <= max tokens) -> SPAD row dst + r dst_stride.", [
+                  "(tile - tile0) P + p.", [
     _ddr("blob", "Matrix blob (gemm_blob layout: weights, scales, bias regions)"),
     Field("n", 16, "Inputs (multiple of G; G multiple of the MAC lanes K)."),
     Field("total_tiles", 16, "Tiles of P rows in the blob (ceil(out / P))."),
@@ -285,10 +283,32 @@ _reg(Opcode.GEMM, "BFP16 rows x INT4 matrix -> X32 rows (golden linear).  Output
     Field("src_stride", 16, "Beats between activation rows."),
     _spad("dst", "First output row"),
     Field("dst_stride", 16, "Beats between output rows."),
-    Field("kv", 1, "1: attention scores QK^T over a K segment (then group_log2 = w_exp = bias = 0, "
-                   "n = head_dim)."),
-    Field("heads", 6, "kv: query heads per token (> 0); else 0."),
-    Field("head_stride", 16, "kv: beats between the heads of one token; else 0."),
+])
+# --- GEMM_QK (attention scores on the MAC array, docs/attention-array.md step 1) -----------------------
+_BLOCK_RUN = "key j of the run is token j mod block_keys of block j // block_keys, whose segment is at "\
+             "seg + (j // block_keys) seg_stride (bytes / 64)"
+_reg(Opcode.GEMM_QK, "Attention scores (golden scores) on the MAC array: the matrix is a run of K "
+                     "segments (spec/kv.py), " + _BLOCK_RUN + "; key p of tile i is key i P + p, "
+                     "output row p of that tile (one group of head_dim, scale A_p, its own exponent: "
+                     "s = sat32(rshr(dot A_p, -(e + E_p + 12))), no bias).  The activation rows are "
+                     "(t, h) for t < tokens, h < heads at src + t src_stride + h head_stride (BFP16, "
+                     "head_dim / VL beats), row r = t heads + h (tokens x heads <= max tokens); score "
+                     "(tile - tile0) P + p of row r -> SPAD word (dst + r dst_stride) VL + (tile - tile0) "
+                     "P + p.  Every key of the tiles computed must lie in a written segment region (the "
+                     "KV pool rounds its blocks up to whole tiles; keys past the last token a program "
+                     "wrote are read as they lie in DDR and must be invisible to every row).", [
+    _ddr("seg", "K segment of the run's first block"),
+    Field("seg_stride", 26, "Bytes / 64 between the K segments of consecutive blocks (any when one block)."),
+    Field("block_keys", 16, "Tokens per block (the segments' n, > 0)."),
+    Field("tile0", 16, "First key tile computed."),
+    Field("tiles", 16, "Key tiles computed (> 0)."),
+    Field("tokens", 10, "Tokens T (> 0)."),
+    Field("heads", 6, "Query heads per token (> 0; tokens x heads <= max tokens)."),
+    Field("head_stride", 16, "Beats between the heads of one token."),
+    _spad("src", "First query row (BFP16, head_dim / VL beats)"),
+    Field("src_stride", 16, "Beats between tokens' query rows."),
+    _spad("dst", "First score row"),
+    Field("dst_stride", 16, "Beats between score rows."),
 ])
 # --- GEMM_PV (attention PV on the MAC array, docs/attention-array.md step 3) ---------------------------
 #: GEMM_PV's weight words are taken as min(w, PV_W_MAX) (fixed.W_MAX: two balanced 16-bit digits).
@@ -301,8 +321,9 @@ def gemm_pv_built(rows: int, lanes: int, vl: int, head_dim: int) -> bool:
     return rows >= vl and lanes >= vl and head_dim % rows == 0 and (rows * lanes) % head_dim == 0
 
 
-_reg(Opcode.GEMM_PV, "Attention PV (golden state_sums' o) on the MAC array: the matrix is V^T of the "
-                     "V segment at seg (spec/kv.py, `keys` tokens; its rows region only), rows = "
+_reg(Opcode.GEMM_PV, "Attention PV (golden state_sums' o) on the MAC array: the matrix is V^T of a "
+                     "run of V segments (spec/kv.py, their rows regions only; block_keys = 0: one "
+                     "segment of `keys` tokens at seg; else " + _BLOCK_RUN + "), rows = "
                      "channels c in tiles of P (tile0 .. tile0 + tiles - 1), inputs = keys.  Row r = "
                      "t heads + h (t < tokens, h < heads, tokens x heads <= max tokens) reads `keys` "
                      "int32 weight words w at SPAD beat src + t src_stride + h head_stride (word j = "
@@ -313,9 +334,9 @@ _reg(Opcode.GEMM_PV, "Attention PV (golden state_sums' o) on the MAC array: the 
                      "o, its low word at word i and its high word at word n_out + i (acc reads "
                      "that layout at dst; its rows may not overlap: dst_stride >= 2 n_out / VL when "
                      "rows > 1).  Reads all its operands before it writes.", [
-    _ddr("seg", "V segment"),
-    Field("keys", 16, "Tokens of the segment (its n; a multiple of the MAC lanes K and of VL, "
-                      "2 keys / K <= the activation buffer's beats)."),
+    _ddr("seg", "V segment (of the run's first block)"),
+    Field("keys", 16, "Keys of the run (a multiple of the MAC lanes K and of VL, 2 keys / K <= the "
+                      "activation buffer's beats; block_keys = 0: the segment's n)."),
     Field("tile0", 8, "First channel tile."),
     Field("tiles", 8, "Channel tiles (> 0, tile0 + tiles <= head_dim / P)."),
     Field("tokens", 10, "Tokens T (> 0)."),
@@ -327,6 +348,8 @@ _reg(Opcode.GEMM_PV, "Attention PV (golden state_sums' o) on the MAC array: the 
     Field("dst_stride", 16, "Beats between output rows."),
     Field("acc", 1, "1: add the previous wide value at dst (wide layout) to o."),
     Field("wide", 1, "1: write the wide value (2 n_out words a row); 0: sat32 (n_out words)."),
+    Field("block_keys", 16, "Tokens per block of the run; 0: one segment of `keys` tokens."),
+    Field("seg_stride", 26, "Bytes / 64 between the V segments of consecutive blocks."),
 ])
 
 
@@ -349,13 +372,13 @@ _reg(Opcode.VEC, "For r < rows: op(a row r, b row) -> dst row r, rows of n eleme
 _ROWS = [
     Field("tokens", 10, "Tokens T_q; the rows are (t, j), R = tokens x heads <= the unit's rows."),
     Field("heads", 8, "Query heads per token (the GQA group)."),
-    Field("tok_stride", 16, "Beats between tokens (QUERY, FINAL)."),
-    Field("head_stride", 16, "Beats between heads of one token (QUERY, FINAL)."),
+    Field("tok_stride", 16, "Beats between tokens (QUERY, O, FINAL)."),
+    Field("head_stride", 16, "Beats between heads of one token (QUERY, O, FINAL)."),
 ]
 _reg(Opcode.ATTN_Q, "Load the attention unit (AttnLoad).  QUERY: row (t, j) = the BFP16 row at "
                     "spad + t tok_stride + j head_stride (head_dim / VL beats), position qpos0 + t.  "
-                    "MREF: R words from spad.  STATE: R x (head_dim + 2) words from spad.  O: R x head_dim "
-                    "words from spad, row after row (o only).", [
+                    "MREF: R words from spad.  STATE: R x (head_dim + 2) words from spad.  O: o of row (t, j) "
+                    "= head_dim int32 words at spad + t tok_stride + j head_stride (m, l untouched).", [
     Field("what", 2, "What to load.", enum=AttnLoad),
     _spad("spad", "Source (row (0, 0) or first word)"),
     *_ROWS,
@@ -386,18 +409,23 @@ _reg(Opcode.ATTN_SM, "Softmax pass over score rows in SPAD (the attention unit w
                      "INT32_MIN before).  APPLY: p = exp2(s - m[r]) on visible keys, l[r] += p (first: l = "
                      "0 before; o untouched), w = min(rshr(p A_j, 3 - E_j), W_MAX) (0 if not visible) -> "
                      "word j of the row at w + r w_stride (golden attn_weights), with key j's V scale "
-                     "word A | E << 8 the 16-bit word at seg + 2 j.", [
+                     "word A | E << 8 the 16-bit word at seg + 2 j (block_keys = 0) or, over a run of "
+                     "V segments, the word of token j mod block_keys in the scale region of the "
+                     "segment at seg + (j // block_keys) seg_stride (bytes / 64).", [
     Field("phase", 1, "Which pass.", enum=AttnPass),
     Field("first", 1, "MAX: reset m first; APPLY: reset l first."),
     _spad("scores", "First score row"),
     Field("s_stride", 16, "Beats between score rows."),
     Field("keys", 16, "Keys S (> 0, a multiple of VL): key j is word j of each row."),
     Field("kpos0", POS_BITS, "Position of key 0."),
-    _ddr("seg", "APPLY: key 0's V scale word (a V segment's scale region, spec/kv.py, + 2 k0)"),
+    _ddr("seg", "APPLY: key 0's V scale word (block_keys = 0: a V segment's scale region, spec/kv.py, "
+                "+ 2 k0; else the V segment of the block that starts with key 0)"),
     _spad("w", "APPLY: first w row (S int32 words each)"),
     Field("w_stride", 16, "APPLY: beats between w rows."),
     Field("tokens", 10, "Tokens; R = tokens x heads rows (<= the unit's rows)."),
     Field("heads", 8, "Query heads per token."),
+    Field("block_keys", 16, "APPLY: tokens per V block of the run; 0: one segment (seg + 2 j)."),
+    Field("seg_stride", 26, "APPLY: bytes / 64 between the V segments of consecutive blocks."),
 ])
 _reg(Opcode.ATTN_EMIT, "Write the unit's rows to SPAD (EmitMode).  FINAL: row (t, j) -> spad + t "
                        "tok_stride + j head_stride (head_dim X32 words).  STATE / MAX: R x (head_dim "
@@ -527,22 +555,23 @@ Sync = _make(Opcode.SYNC, "Sync", "SYNC (on: the Queue it runs in)")
 Load = _make(Opcode.LOAD, "Load", "LOAD")
 Store = _make(Opcode.STORE, "Store", "STORE")
 Embed = _make(Opcode.EMBED, "Embed", "EMBED")
-Gemm = _make(Opcode.GEMM, "Gemm", "GEMM", optional={"kv": 0, "heads": 0, "head_stride": 0})
+Gemm = _make(Opcode.GEMM, "Gemm", "GEMM")
 Vec = _make(Opcode.VEC, "Vec", "VEC")
 AttnQ = _make(Opcode.ATTN_Q, "AttnQ", "ATTN_Q")
 AttnKV = _make(Opcode.ATTN_KV, "AttnKV", "ATTN_KV")
 AttnEmit = _make(Opcode.ATTN_EMIT, "AttnEmit", "ATTN_EMIT")
-AttnSm = _make(Opcode.ATTN_SM, "AttnSm", "ATTN_SM")
+AttnSm = _make(Opcode.ATTN_SM, "AttnSm", "ATTN_SM", optional={"block_keys": 0, "seg_stride": 0})
 Kvw = _make(Opcode.KVW, "Kvw", "KVW")
 Dir = _make(Opcode.DIR, "Dir", "DIR")
 Send = _make(Opcode.SEND, "Send", "SEND")
 Credit = _make(Opcode.CREDIT, "Credit", "CREDIT")
 Recv = _make(Opcode.RECV, "Recv", "RECV")
-GemmPv = _make(Opcode.GEMM_PV, "GemmPv", "GEMM_PV")
+GemmPv = _make(Opcode.GEMM_PV, "GemmPv", "GEMM_PV", optional={"block_keys": 0, "seg_stride": 0})
+GemmQk = _make(Opcode.GEMM_QK, "GemmQk", "GEMM_QK")
 
 CLASSES: dict[Opcode, type] = {c.OPCODE: c for c in
                                (End, Sync, Load, Store, Embed, Gemm, Vec, AttnQ, AttnKV, AttnEmit, Kvw, Dir, Send,
-                                Credit, Recv, AttnSm, GemmPv)}
+                                Credit, Recv, AttnSm, GemmPv, GemmQk)}
 
 
 def decode(word: int) -> Instr:
