@@ -431,14 +431,10 @@ class NodeSim:
         return fx.QLinear(q, s.astype(np.uint16), w_exp, group), b, nbytes
 
     def _x_gemm(self, ins, ex):
-        if ins.kv:
-            return self._x_gemm_kv(ins, ex)
         cfg, vl = self.cfg, self.vl
         g = 1 << ins.group_log2
         self._check(g <= cfg.max_group, f"group_log2={ins.group_log2}: G={g} exceeds the matrix unit's "
                                         f"max_group={cfg.max_group}")
-        self._check(ins.heads == 0 and ins.head_stride == 0, f"heads={ins.heads}, head_stride="
-                                                             f"{ins.head_stride} on a GEMM without kv")
         self._check(0 < ins.tokens <= cfg.max_tokens, f"tokens={ins.tokens} (max tokens {cfg.max_tokens})")
         self._check(ins.n % vl == 0, f"n={ins.n} is not a multiple of VL={vl}")
         w, bias, nbytes = self.blob_matrix(ins.blob, ins.n, ins.total_tiles, ins.tile0, ins.tiles, g,
@@ -452,53 +448,68 @@ class NodeSim:
         ex.work = {"ddr_rd": nbytes, "tokens": ins.tokens, "n": ins.n, "out": width,
                    "mac_beats": ins.tiles * (ins.n // cfg.mac_lanes) * ins.tokens}
 
-    def _x_gemm_kv(self, ins, ex):
-        """GEMM kv = 1: golden ``scores`` of the (token, head) query rows against keys tile0 P ..
-        (tile0 + tiles) P - 1 of the K segment at blob (spec/kv.py, total_tiles P keys).  Reads
-        what the RTL reads: those keys' scale words and rows.  The RTL builds it only when
-        head_dim <= max_group (a key is one weight group): else a kv GEMM is illegal."""
+    def read_run(self, seg: int, block_keys: int, seg_stride: int, k0: int, nk: int, what: str,
+                 scales: bool = True, rows: bool = True):
+        """Keys k0 .. k0 + nk - 1 of a run of KV segments (spec/isa.py GEMM_QK: key j is token
+        j mod block_keys of the segment at seg + (j // block_keys) seg_stride x 64 bytes): -> (q int8
+        [nk, d], A [nk], E [nk], bytes read), reading only what the RTL reads: the keys' scale words
+        (``scales``) and rows (``rows``; else q is zero, and without scales A = E = 0)."""
+        d = self.cfg.head_dim
+        sraw, rraw = bytearray(), bytearray()
+        j = k0
+        while j < k0 + nk:
+            b, t0 = divmod(j, block_keys)
+            t1 = min(block_keys, t0 + k0 + nk - j)
+            a = seg + b * seg_stride * DDR_ALIGN
+            if scales:
+                sraw += self.ddr_read(a + 2 * t0, 2 * (t1 - t0), f"{what} scales")
+            if rows:
+                rraw += self.ddr_read(a + kv.scale_bytes(block_keys) + t0 * kv.row_bytes(d),
+                                      (t1 - t0) * kv.row_bytes(d), f"{what} rows")
+            j += t1 - t0
+        # the keys as a segment of their own (zero padding): one decoder, spec.kv
+        sub = bytearray(kv.segment_bytes(nk, d))
+        sub[:len(sraw)] = sraw
+        sub[kv.scale_bytes(nk):kv.scale_bytes(nk) + len(rraw)] = rraw
+        q, a, e = kv.unpack_segment(bytes(sub), nk, d, strict=False)
+        return q, a, e, len(sraw) + len(rraw)
+
+    def _x_gemm_qk(self, ins, ex):
+        """GEMM_QK: golden ``scores`` of the (token, head) query rows against keys tile0 P ..
+        (tile0 + tiles) P - 1 of a run of K segments (spec/isa.py: key j is token j mod block_keys
+        of the block at seg + (j // block_keys) seg_stride).  Reads what the RTL reads: those keys'
+        scale words and rows.  The RTL builds it only when head_dim <= max_group (a key is one
+        weight group): else GEMM_QK is illegal."""
         cfg, vl, d = self.cfg, self.vl, self.cfg.head_dim
         P = cfg.mac_rows
-        self._check(d <= cfg.max_group, f"kv: head_dim {d} exceeds the matrix unit's max_group={cfg.max_group} "
+        self._check(d <= cfg.max_group, f"head_dim {d} exceeds the matrix unit's max_group={cfg.max_group} "
                                         f"(no scores path built)")
         R = ins.tokens * ins.heads
         self._check(ins.tokens > 0 and ins.heads > 0 and R <= cfg.max_tokens,
                     f"tokens x heads = {ins.tokens} x {ins.heads} rows (max tokens {cfg.max_tokens})")
-        self._check(ins.n == d and d % vl == 0, f"kv: n={ins.n} (head_dim {d}, VL {vl})")
-        self._check(ins.group_log2 == 0 and ins.w_exp == 0 and ins.bias == 0,
-                    f"kv: group_log2={ins.group_log2}, w_exp={ins.w_exp}, bias={ins.bias} (all must be 0)")
-        self._check(d % cfg.mac_lanes == 0 and d // cfg.mac_lanes <= P,
-                    f"kv: head_dim {d} is not 1 .. {P} beats of {cfg.mac_lanes} MAC lanes")
-        self._check(ins.tiles > 0 and ins.tile0 + ins.tiles <= ins.total_tiles,
-                    f"tiles {ins.tile0}+{ins.tiles} of {ins.total_tiles}")
-        keys, k0, nk = ins.total_tiles * P, ins.tile0 * P, ins.tiles * P
-        s_off, r_off = 2 * k0, k0 * kv.row_bytes(d)
-        for what, off in (("scale", s_off), ("rows", r_off)):
-            self._check(off % DDR_ALIGN == 0, f"tile0={ins.tile0}: kv {what} offset {off} is not a "
-                                              f"multiple of {DDR_ALIGN}")
-        sraw = self.ddr_read(ins.blob + s_off, 2 * nk, "GEMM kv scales")
-        rraw = self.ddr_read(ins.blob + kv.scale_bytes(keys) + r_off, nk * kv.row_bytes(d), "GEMM kv rows")
-        # the tile range as a segment of its own (zero padding): one decoder, spec.kv
-        sub = bytearray(kv.segment_bytes(nk, d))
-        sub[:len(sraw)] = sraw
-        sub[kv.scale_bytes(nk):kv.scale_bytes(nk) + len(rraw)] = rraw
-        kq, ka, ke = kv.unpack_segment(bytes(sub), nk, d, strict=False)
+        self._check(d % vl == 0 and d % cfg.mac_lanes == 0 and d // cfg.mac_lanes <= P,
+                    f"head_dim {d} is not 1 .. {P} beats of {cfg.mac_lanes} MAC lanes (VL {vl})")
+        self._check(ins.tiles > 0, f"tiles={ins.tiles}")
+        self._check(ins.block_keys > 0, f"block_keys={ins.block_keys}")
+        k0, nk = ins.tile0 * P, ins.tiles * P
+        kq, ka, ke, nbytes = self.read_run(ins.seg, ins.block_keys, ins.seg_stride, k0, nk, "GEMM_QK")
         mant = np.empty((R, d), np.int64)
         exps = np.empty(R, np.int64)
         for t in range(ins.tokens):
-            m, e = self.read_rows(ins.src + t * ins.src_stride, ins.head_stride, ins.heads, d, "GEMM kv src")
+            m, e = self.read_rows(ins.src + t * ins.src_stride, ins.head_stride, ins.heads, d, "GEMM_QK src")
             mant[t * ins.heads:(t + 1) * ins.heads], exps[t * ins.heads:(t + 1) * ins.heads] = _i16(m), e
         s = fx.scores((mant[:, None, :], exps[:, None]), kq[:, None], ka[:, None], ke[:, None], 1)[0]  # [R, nk]
-        commits = [self.write_words_later((ins.dst + r * ins.dst_stride) * vl, s[r], "GEMM kv dst")
+        commits = [self.write_words_later((ins.dst + r * ins.dst_stride) * vl, s[r], "GEMM_QK dst")
                    for r in range(R)]
         ex.commit = lambda: [c() for c in commits]
         # the timing model's GEMM: R rows x head_dim inputs x nk outputs on the array
-        ex.work = {"ddr_rd": len(sraw) + len(rraw), "tokens": R, "n": d, "out": nk,
+        ex.work = {"ddr_rd": nbytes, "tokens": R, "n": d, "out": nk,
                    "mac_beats": ins.tiles * (d // cfg.mac_lanes) * R}
 
     def _x_gemm_pv(self, ins, ex):
         """GEMM_PV: o[r] = sum_j min(w_j, W_MAX) q_v[j] (golden ``state_sums``' o, exact) of the
-        (token, head) weight rows over the V segment at seg (its rows region: what the RTL reads),
+        (token, head) weight rows over the V segment at seg, or the run of V segments (block_keys,
+        seg_stride: GEMM_QK's key order), their rows regions only (what the RTL reads),
         channels tile0 P .. (tile0 + tiles) P - 1; + the previous wide rows at dst when acc (modulo
         2^64, as the RTL's 64-bit sum); sat32 or wide rows out (spec/isa.py)."""
         cfg, vl, d = self.cfg, self.vl, self.cfg.head_dim
@@ -515,11 +526,10 @@ class NodeSim:
                     f"keys={ins.keys} (a multiple of {K}, at most {max_n // 2})")
         self._check(not ins.acc or R == 1 or ins.dst_stride >= 2 * ins.tiles * P // vl,
                     f"acc: dst_stride={ins.dst_stride} overlaps the wide rows ({2 * ins.tiles * P // vl} beats)")
-        nbytes = ins.keys * kv.row_bytes(d)
-        rraw = self.ddr_read(ins.seg + kv.scale_bytes(ins.keys), nbytes, "GEMM_PV rows")
-        sub = bytearray(kv.segment_bytes(ins.keys, d))
-        sub[kv.scale_bytes(ins.keys):kv.scale_bytes(ins.keys) + nbytes] = rraw
-        vq = kv.unpack_segment(bytes(sub), ins.keys, d, strict=False)[0].astype(np.int64)
+        # block_keys = 0: one segment of `keys` tokens; else a run of blocks (GEMM_QK's key order)
+        bk, stride = (ins.block_keys, ins.seg_stride) if ins.block_keys else (ins.keys, 0)
+        vq, _, _, nbytes = self.read_run(ins.seg, bk, stride, 0, ins.keys, "GEMM_PV", scales=False)
+        vq = vq.astype(np.int64)
         w = np.empty((R, ins.keys), np.int64)
         for t in range(ins.tokens):
             w[t * ins.heads:(t + 1) * ins.heads] = self.read_rows(ins.src + t * ins.src_stride, ins.head_stride,
@@ -593,7 +603,9 @@ class NodeSim:
                 def commit():
                     u.m = words.copy()
             elif ins.what == AttnLoad.O:
-                words = self.read_words(ins.spad * vl, R * d, "ATTN_Q O").reshape(R, d)
+                # o of row (t, j) at spad + t tok_stride + j head_stride (head_dim words)
+                words = np.concatenate([self.read_rows(ins.spad + t * ins.tok_stride, ins.head_stride, ins.heads,
+                                                       d, "ATTN_Q O")[0] for t in range(ins.tokens)])
 
                 def commit():
                     u.o = words.copy()
@@ -666,8 +678,13 @@ class NodeSim:
                 u.m = new_m
             ex.work = {"keys": S, "rows": R, "sm": 1}
         else:
-            raw = self.ddr_read(ins.seg, 2 * S, "ATTN_SM V scales")
-            va, ve = kv.unpack_scales(raw, S)
+            if ins.block_keys:          # a run of V segments: key j's word in block j // block_keys
+                _, va, ve, nraw = self.read_run(ins.seg, ins.block_keys, ins.seg_stride, 0, S, "ATTN_SM V",
+                                                rows=False)
+            else:
+                raw = self.ddr_read(ins.seg, 2 * S, "ATTN_SM V scales")
+                va, ve = kv.unpack_scales(raw, S)
+                nraw = len(raw)
             p, w = fx.attn_weights(s[:, None], valid[:, None], va[:, None], ve[:, None], R, u.m[:, None])
             new_l = (0 if ins.first else u.l) + p[:, 0].sum(axis=-1)
             commits = [self.write_words_later((ins.w + r * ins.w_stride) * vl, w[r, 0], "ATTN_SM w")
@@ -677,7 +694,7 @@ class NodeSim:
                 u.l = new_l
                 for c in commits:
                     c()
-            ex.work = {"keys": S, "rows": R, "sm": 1, "ddr_rd": len(raw)}
+            ex.work = {"keys": S, "rows": R, "sm": 1, "ddr_rd": nraw}
         ex.commit = commit
 
     def _x_attn_emit(self, ins, ex):
@@ -835,7 +852,8 @@ class NodeSim:
 
 
 #: The busy counter each execute-unit opcode counts into (the RTL's too).
-BUSY_COUNTER = {Opcode.GEMM: PerfCounter.BUSY_GEMM, Opcode.GEMM_PV: PerfCounter.BUSY_GEMM, Opcode.VEC: PerfCounter.BUSY_VEC,
+BUSY_COUNTER = {Opcode.GEMM: PerfCounter.BUSY_GEMM, Opcode.GEMM_PV: PerfCounter.BUSY_GEMM,
+                Opcode.GEMM_QK: PerfCounter.BUSY_GEMM, Opcode.VEC: PerfCounter.BUSY_VEC,
                 Opcode.ATTN_Q: PerfCounter.BUSY_ATTN, Opcode.ATTN_KV: PerfCounter.BUSY_ATTN,
                 Opcode.ATTN_EMIT: PerfCounter.BUSY_ATTN, Opcode.ATTN_SM: PerfCounter.BUSY_ATTN, Opcode.KVW: PerfCounter.BUSY_KVW,
                 Opcode.EMBED: PerfCounter.BUSY_EMBED, Opcode.LOAD: PerfCounter.BUSY_LDST,

@@ -106,12 +106,12 @@ def test_gemm_equals_golden_linear_with_bias_and_a_tile_range(rng):
     assert r.status == "fault" and n.fault_cause == SeqFault.ILLEGAL_INSTRUCTION and "tile0=2" in r.message
 
 
-def test_gemm_kv_equals_golden_scores_over_a_tile_range(rng):
-    """GEMM kv = 1: rows (t, h) at 2-D strides against keys of a K segment (spec/kv.py), the
+def test_gemm_qk_equals_golden_scores_over_a_tile_range(rng):
+    """GEMM_QK over one K segment (spec/kv.py; block_keys = its n): rows (t, h) at 2-D strides, the
     expected values from fx.scores on the keys themselves (not through the segment bytes)."""
     c, n = node()
     base = n.ddr.phys_base
-    P, T, H, total = CFG.mac_rows, 2, 3, 12              # tile0 8: scale offset 64, rows offset 256
+    P, T, H, total = CFG.mac_rows, 2, 3, 12
     keys = total * P
     kq, ka, ke = fx.quantize_kv(bfp(rng, keys, D))
     ka[rng.random(keys) < 0.2] = 0                          # all-zero keys
@@ -121,11 +121,11 @@ def test_gemm_kv_equals_golden_scores_over_a_tile_range(rng):
     qm, qe = bfp(rng, T * (H + 1), D)                       # a gap row between tokens
     put_rows(n, 0, qm, qe, stride=rb)
     rows = [t * (H + 1) + h for t in range(T) for h in range(H)]
-    g = dict(blob=base + DATA, n=D, total_tiles=total, tokens=T, group_log2=0, w_exp=0, bias=0, src=0,
-             src_stride=(H + 1) * rb, dst=40, dst_stride=6, kv=1, heads=H, head_stride=rb)
-    for tile0, tiles in ((0, total), (8, 4), (8, 1)):
+    g = dict(seg=base + DATA, seg_stride=0, block_keys=keys, tokens=T, src=0, src_stride=(H + 1) * rb, dst=40,
+             dst_stride=6, heads=H, head_stride=rb)
+    for tile0, tiles in ((0, total), (8, 4), (3, 1)):
         n.perf[:] = 0
-        assert run(c, [isa.Gemm(tile0=tile0, tiles=tiles, **g)]).ok
+        assert run(c, [isa.GemmQk(tile0=tile0, tiles=tiles, **g)]).ok
         k = slice(tile0 * P, (tile0 + tiles) * P)
         want = fx.scores((qm[rows].reshape(T, H, D), qe[rows].reshape(T, H)), kq[k, None], ka[k, None],
                          ke[k, None], H).transpose(1, 0, 2).reshape(T * H, tiles * P)
@@ -133,18 +133,66 @@ def test_gemm_kv_equals_golden_scores_over_a_tile_range(rng):
         assert np.array_equal(got, want), (tile0, tiles)
         assert (want != 0).any() and (want == 0).any()
         assert n.perf[PerfCounter.MAC_BEATS] == tiles * (D // CFG.mac_lanes) * T * H
-    for bad, text in ((dict(tile0=2, tiles=2), "tile0=2"), (dict(tile0=0, tiles=1, heads=0), "rows"),
-                      (dict(tile0=0, tiles=1, heads=CFG.max_tokens), "rows"), (dict(tile0=0, tiles=1, n=2 * D), "n="),
-                      (dict(tile0=0, tiles=1, w_exp=1), "w_exp"), (dict(tile0=0, tiles=1, bias=1), "bias"),
-                      (dict(tile0=0, tiles=1, kv=0, group_log2=4), "heads=")):
-        r = run(c, [isa.Gemm(**{**g, **bad})])
+        assert n.perf[PerfCounter.DDR_RD_BYTES] == tiles * P * (2 + D // 2)
+    for bad, text in ((dict(tiles=0), "tiles="), (dict(heads=0), "rows"), (dict(heads=CFG.max_tokens), "rows"),
+                      (dict(block_keys=0), "block_keys=")):
+        r = run(c, [isa.GemmQk(**{"tile0": 0, "tiles": 1, **g, **bad})])
         assert r.status == "fault" and n.fault_cause == SeqFault.ILLEGAL_INSTRUCTION and text in r.message, bad
 
 
+def test_array_attention_over_a_block_run_equals_golden_attention(rng):
+    """The array sequence over a run of 3 blocks of 5 keys (K and V segments 1 KB apart, fewer keys
+    than a tile): GEMM_QK (2 tiles of 8: key 15 is token 0 of a 4th block, written but beyond every
+    query's position), ATTN_SM MAX / APPLY (the V scale words of each key's block), GEMM_PV over
+    the run (16 keys, sat32 rows 2 beats apart), ATTN_Q O reading those strided rows, ATTN_EMIT
+    FINAL: the golden attention over the 15 keys, bit for bit; the scores against fx.scores, the
+    PV rows against the golden o."""
+    cfg = NodeConfig.tiny(mac_rows=8)                     # GEMM_PV built: P 8 >= VL 8
+    c, n = node(cfg)
+    base = n.ddr.phys_base
+    bk, blocks, S, pad = 5, 3, 15, 16
+    q = fx.prescale_query(bfp(rng, 4, D, (-12, -8)), D)
+    (_, _), k4 = kv_rows(rng, (blocks + 1) * bk)
+    (_, _), v4 = kv_rows(rng, (blocks + 1) * bk)
+    seg = kv.segment_bytes(bk, D)
+    for i in range(blocks + 1):
+        sl = slice(i * bk, (i + 1) * bk)
+        n.ddr.device_write(base + DATA + i * 1024, kv.pack_segment(k4[0][sl], k4[1][sl], k4[2][sl]))
+        n.ddr.device_write(base + DATA + i * 1024 + seg, kv.pack_segment(v4[0][sl], v4[1][sl], v4[2][sl]))
+    put_rows(n, 0, q[0], q[1], stride=2)                  # row (t, j) at 2 (2 t + j)
+    rows = dict(tokens=2, heads=2, tok_stride=4, head_stride=2)
+    run_ = dict(block_keys=bk, seg_stride=1024 // 64)
+    SC, W, OW = 40, 80, 120
+    prog = [isa.AttnQ(what=AttnLoad.QUERY, spad=0, qpos0=13, **rows),
+            isa.GemmQk(seg=base + DATA, tile0=0, tiles=2, tokens=2, heads=2, head_stride=2, src=0, src_stride=4,
+                       dst=SC, dst_stride=pad // VL, **run_)]
+    sm = dict(scores=SC, s_stride=pad // VL, keys=pad, kpos0=0, seg=base + DATA + seg, w=W, w_stride=pad // VL,
+              tokens=2, heads=2, **run_)
+    prog += [isa.AttnSm(phase=AttnPass.MAX, first=1, **sm), isa.AttnSm(phase=AttnPass.APPLY, first=1, **sm),
+             isa.GemmPv(seg=base + DATA + seg, keys=pad, tile0=0, tiles=D // 8, tokens=2, heads=2,
+                        head_stride=pad // VL, src=W, src_stride=2 * pad // VL, dst=OW, dst_stride=2 * D // VL,
+                        acc=0, wide=0, **run_),
+             isa.AttnQ(what=AttnLoad.O, spad=OW, qpos0=0, tokens=2, heads=2, tok_stride=4 * D // VL,
+                       head_stride=2 * D // VL),
+             isa.AttnEmit(mode=EmitMode.FINAL, spad=200, **rows)]
+    r = run(c, prog)
+    assert r.ok, r.message
+    k = tuple(a[:pad] for a in k4)
+    want_s = fx.scores((q[0][:, None], q[1][:, None]), *(a[:, None] for a in k), 1)[0]      # [4, 16]
+    got_s = np.stack([n.spad.reshape(-1)[(SC + i * pad // VL) * VL:][:pad] for i in range(4)])
+    assert np.array_equal(got_s, want_s)
+    qpos, kpos = np.repeat([13, 14], 2), np.arange(S)
+    st = golden_rows(q, tuple(a[:S] for a in k4), tuple(a[:S] for a in v4), qpos, kpos)
+    assert np.array_equal(get_rows(n, OW, 4, D, stride=2 * D // VL)[0], st.o[:, 0])
+    assert np.array_equal(get_rows(n, 200, 4, D, stride=2)[0], fx.finalize(st)[0])
+    # reads: scales + rows of 16 keys (GEMM_QK), V scales (APPLY), V rows (GEMM_PV)
+    assert n.perf[PerfCounter.DDR_RD_BYTES] == pad * (2 + D // 2) + 2 * pad + pad * D // 2
+
+
 def test_gemm_beyond_max_group_is_illegal_as_in_the_rtl(rng):
-    """The execute unit takes weight groups G <= max_group and builds the kv scores path only when
-    head_dim <= max_group (hw GemmMover.has_kv; without it a kv GEMM fails the ordinary GEMM's
-    check kv == 0): ILLEGAL_INSTRUCTION on the node, here too."""
+    """The execute unit takes weight groups G <= max_group and builds the scores path (GEMM_QK)
+    only when head_dim <= max_group (hw GemmMover.has_kv): ILLEGAL_INSTRUCTION on the node, here
+    too."""
     from mcf.hw.compute.exec.unit import ExecUnit
     small = CFG.replace(max_group=8)                        # head_dim 16 > 8
     assert ExecUnit(CFG).movers["gemm"].has_kv and not ExecUnit(small).movers["gemm"].has_kv
@@ -158,11 +206,11 @@ def test_gemm_beyond_max_group_is_illegal_as_in_the_rtl(rng):
         n.ddr.device_write(base + DATA, kv.pack_segment(kq, ka, ke))
         n.ddr.device_write(base + 2 * DATA, pack.blob_bytes(w, lay, None))
         put_rows(n, 0, *bfp(rng, 1, width))
-        scores = isa.Gemm(blob=base + DATA, n=D, total_tiles=1, tile0=0, tiles=1, tokens=1, group_log2=0, w_exp=0,
-                          bias=0, src=0, src_stride=0, dst=40, dst_stride=1, kv=1, heads=1, head_stride=0)
+        scores = isa.GemmQk(seg=base + DATA, seg_stride=0, block_keys=P, tile0=0, tiles=1, tokens=1, heads=1,
+                            head_stride=0, src=0, src_stride=0, dst=40, dst_stride=1)
         linear = isa.Gemm(blob=base + 2 * DATA, n=width, total_tiles=1, tile0=0, tiles=1, tokens=1, group_log2=4,
                           w_exp=w.exp, bias=0, src=0, src_stride=4, dst=40, dst_stride=1)
-        for ins, text in ((scores, "kv: head_dim 16 exceeds the matrix unit's max_group=8"),
+        for ins, text in ((scores, "head_dim 16 exceeds the matrix unit's max_group=8"),
                           (linear, "G=16 exceeds the matrix unit's max_group=8")):
             r = run(c, [ins])
             assert r.ok if ok else (r.status == "fault" and n.fault_cause == SeqFault.ILLEGAL_INSTRUCTION
