@@ -51,19 +51,22 @@ from ..compute.cost import MATRIX_LATENCY, kv_writer_cycles, softmax_pass_cycles
 ETH_OVERHEAD = 38
 
 ISA_COSTS = {
-    "GEMM": "ceil(out / mac_rows) x ceil(n / mac_lanes) x tokens + matrix latency, or its DDR bytes over the weight loaders if slower; "
-            "kv = 1: the same with out = keys, n = head_dim, tokens = tokens x heads (rows x head_dim x keys MACs), "
-            "DDR bytes = the keys' K segment bytes (scales + rows)",
+    "GEMM": "ceil(out / mac_rows) x ceil(n / mac_lanes) x tokens + matrix latency, or its DDR bytes over the weight loaders if slower",
+    "GEMM_QK": "GEMM's cost per tile with out = tiles x mac_rows keys, n = head_dim, tokens = tokens x heads (rows x "
+               "head_dim x keys MACs), DDR bytes = the keys' scale words and rows over the weight loaders; a run of "
+               "blocks (block_keys < the keys) adds no cost beyond those reads",
     "GEMM_PV": "2 x rows (the first key beat's hi and lo digits) + channel tiles x 2 x keys / mac_lanes x rows (a "
                "weight beat per tile and key beat, held for both digits of every row) + matrix latency + the last "
                "key beat's drain max(rows x b, tiles x rows x b - (2 tiles - 1) x rows), b = cycles an output "
                "beat takes: P / VL SPAD beats (/ banks when dst is bank-aligned; x 2 wide), acc: at least "
-               "2 P / VL / banks + 1 (its previous wide value); or the V rows' bytes over the weight loaders if slower",
+               "2 P / VL / banks + 1 (its previous wide value); or the V rows' bytes over the weight loaders if slower "
+               "(a run of blocks: the same, no cost beyond the reads)",
     "VEC": "rows x the vector unit's cycles for n elements on vec_lanes",
     "ATTN_KV": "keys + 2 (MAX) or + 4 (APPLY) per pass, or its K (and V) bytes over the execute unit's one AXI4 master if slower",
     "ATTN_SM": "ceil(keys / vec_lanes) x max(R, vec_lanes, ceil((R + vec_lanes + 2) / 2)) + 20 (MAX) or + 32 (APPLY) "
                "(sim/compute/cost.py softmax_pass_cycles: R score beats in and R w beats out per group of vec_lanes "
-               "keys, two transpose buffers; checked against the execute unit's RTL), or its V scale bytes if slower",
+               "keys, two transpose buffers; checked against the execute unit's RTL), or its V scale bytes if slower "
+               "(APPLY over a run of blocks: the same)",
     "ATTN_Q / ATTN_EMIT": "rows x head_dim / vec_lanes (+ rows for FINAL)",
     "KVW": "rows x the KV writer's cycles per row, or its DDR bytes",
     "EMBED": "tokens x n / vec_lanes, or its DDR bytes",
@@ -163,9 +166,9 @@ class TimingCosts(UnitCosts):
         """The instruction's cycles from the units' costs and DDR bytes (uncalibrated)."""
         ins, w, op = ex.instr, ex.work, ex.instr.OPCODE
         vl, d = cfg.vec_lanes, cfg.head_dim
-        if op == Opcode.GEMM:
-            # kv = 1 too: the node's work is out = keys, n = head_dim, tokens = query rows,
-            # ddr_rd = the K segment's bytes of those keys (NodeSim._x_gemm_kv)
+        if op in (Opcode.GEMM, Opcode.GEMM_QK):
+            # GEMM_QK: the node's work is out = keys, n = head_dim, tokens = query rows, ddr_rd =
+            # the keys' scale words and rows (NodeSim._x_gemm_qk; a run of blocks costs nothing more)
             unit = math.ceil(w["out"] / cfg.mac_rows) * math.ceil(w["n"] / cfg.mac_lanes) * w["tokens"] + MATRIX_LATENCY
         elif op == Opcode.GEMM_PV:
             unit = pv_cycles(cfg, ins, w)
@@ -190,7 +193,7 @@ class TimingCosts(UnitCosts):
             return 1
         if op == Opcode.SEND:
             return max(1, unit)
-        gemm = op in (Opcode.GEMM, Opcode.GEMM_PV)
+        gemm = op in (Opcode.GEMM, Opcode.GEMM_QK, Opcode.GEMM_PV)
         return max(1, unit, self._ddr(w, self.gemm_per_cycle if gemm else self.exec_per_cycle))
 
     def link(self, nbytes: int) -> tuple[int, int]:

@@ -40,9 +40,10 @@ def test_costs_come_from_the_node_and_the_profile():
     assert lat == round(prof.link_latency_s * node.clock_hz) // 2
 
 
-def test_a_kv_gemm_costs_its_macs_on_the_array_and_its_segment_bytes():
-    """GEMM kv = 1 run by the ISA simulator under the timing model: rows x head_dim x keys MACs
-    on the P x K array, or the K segment's bytes (scale region + rows) over the weight ports."""
+def test_gemm_qk_costs_its_macs_on_the_array_and_its_segment_bytes():
+    """GEMM_QK run by the ISA simulator under the timing model: rows x head_dim x keys MACs
+    on the P x K array, or the K segment's bytes (scale region + rows) over the weight ports.  The
+    same keys as a run of 4 blocks cost the same (a run adds nothing beyond its reads)."""
     node, prof = NodeConfig.tiny(), load_profile("kr260")
     P, K, d, vl = node.mac_rows, node.mac_lanes, node.head_dim, node.vec_lanes
     costs = TimingCosts(node, prof)
@@ -55,9 +56,8 @@ def test_a_kv_gemm_costs_its_macs_on_the_array_and_its_segment_bytes():
         n.ddr.device_write(seg, kv.pack_segment(*fx.quantize_kv((rng.integers(-999, 999, (keys, d)),
                                                                   np.zeros(keys, np.int64)))))
         rows, rb = tokens * heads, d // vl
-        g = isa.Gemm(blob=seg, n=d, total_tiles=keys // P, tile0=0, tiles=keys // P, tokens=tokens, group_log2=0,
-                     w_exp=0, bias=0, src=0, src_stride=heads * rb, dst=rows * rb, dst_stride=keys // vl, kv=1,
-                     heads=heads, head_stride=rb)
+        g = isa.GemmQk(seg=seg, seg_stride=0, block_keys=keys, tile0=0, tiles=keys // P, tokens=tokens, src=0,
+                       src_stride=heads * rb, dst=rows * rb, dst_stride=keys // vl, heads=heads, head_stride=rb)
         c.load_program(0, [g, isa.End()])
         c.start()
         assert c.run(max_cycles=1 << 20).ok
@@ -67,6 +67,17 @@ def test_a_kv_gemm_costs_its_macs_on_the_array_and_its_segment_bytes():
         ddr = math.ceil(seg_bytes / costs.gemm_per_cycle) + prof.dma_setup_cycles
         assert n.perf[isa.PerfCounter.BUSY_GEMM] == max(array, ddr), (tokens, heads, keys)
         assert n.perf[isa.PerfCounter.MAC_BEATS] == rows * d * keys // (P * K)
+        busy = int(n.perf[isa.PerfCounter.BUSY_GEMM])
+        q, a, e = kv.unpack_segment(n.ddr.device_read(seg, seg_bytes), keys, d)
+        bk = keys // 4
+        for b in range(4):
+            n.ddr.device_write(seg + 0x4000 + b * 0x1000, kv.pack_segment(q[b * bk:(b + 1) * bk], a[b * bk:(b + 1) * bk],
+                                                                          e[b * bk:(b + 1) * bk]))
+        c.load_program(0, [g.replace(seg=seg + 0x4000, seg_stride=0x1000 // 64, block_keys=bk), isa.End()])
+        c.start()
+        assert c.run(max_cycles=1 << 20).ok
+        assert n.perf[isa.PerfCounter.BUSY_GEMM] == busy
+        assert n.perf[isa.PerfCounter.DDR_RD_BYTES] == keys * (2 + d // 2)
 
 
 def test_attn_sm_costs_its_groups_of_vl_keys():
