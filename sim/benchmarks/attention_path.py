@@ -1,18 +1,14 @@
 """``mcf bench attention-path``: the same prefill and decode lowered with ``attention = "unit"``
-(ATTN_KV passes on the attention unit) and ``"array"`` (GEMM kv -> ATTN_SM -> GEMM_PV,
-docs/attention-array.md step 4), run on the program-level cluster model (the ISA simulator under
-``mcf.sim.cluster.isa_model``'s timing model, uncalibrated unless ``--calibrated``): the cycles of
-the attention instructions of each step, summed over the nodes, and their ratio.  A model, not a
-measurement.
+(ATTN_KV passes on the attention unit) and ``"array"`` (GEMM_QK -> ATTN_SM -> GEMM_PV over runs of
+KV blocks, docs/attention-array.md step 4), run on the program-level cluster model (the ISA
+simulator under ``mcf.sim.cluster.isa_model``'s timing model, uncalibrated unless ``--calibrated``):
+the cycles of the attention instructions of each step, summed over the nodes, and their ratio.  A
+model, not a measurement.
 
-The array path needs KV segments of a multiple of lcm(mac_rows, mac_lanes, vec_lanes) keys (64 on
-the KR260 node), and a segment is one chunk: the KR260 node computes at most max_tokens = 16
-tokens at once, so it cannot run the array path at all.  The bench therefore runs the model's
-attention shapes (head_dim, heads, KV heads; one layer, a small vocabulary and MLP: they do not
-touch attention) on the model's node with max_tokens raised to that unit and a SPAD that holds
-such a chunk (``--chunk``), labelled in the output.  Attention instructions: ATTN_Q, ATTN_KV,
-ATTN_SM, ATTN_EMIT, GEMM kv = 1, GEMM_PV and the array path's VEC that packs the o rows (into OX).
-Both paths' logits are compared (``logits_equal``).
+It runs the model's attention shapes (head_dim, heads, KV heads; one layer, a small vocabulary and
+MLP: they do not touch attention) on the model's own node (the KR260 node for Qwen2.5-1.5B, chunks
+of its max_tokens by default).  Attention instructions: ATTN_Q, ATTN_KV, ATTN_SM, ATTN_EMIT,
+GEMM_QK and GEMM_PV.  Both paths' logits are compared (``logits_equal``).
 """
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ import dataclasses
 import numpy as np
 
 NAME = "attention-path"
-HELP = ("attention on the unit (ATTN_KV) vs on the MAC array (GEMM kv, ATTN_SM, GEMM_PV): modelled cycles of "
+HELP = ("attention on the unit (ATTN_KV) vs on the MAC array (GEMM_QK, ATTN_SM, GEMM_PV): modelled cycles of "
         "the attention instructions of the same prefill and decode, and their ratio")
 
 
@@ -29,26 +25,14 @@ def add_arguments(p) -> None:
     from mcf.sw.cliutil import integer
     p.add_argument("--model", default="qwen2.5-1.5b", help="model whose attention shapes run (default qwen2.5-1.5b)")
     p.add_argument("--prompt", type=integer(1, 1 << 14), default=256, help="prompt tokens (default 256)")
-    p.add_argument("--chunk", type=integer(1, 1 << 10), help="chunk tokens (default: lcm(mac_rows, mac_lanes, vec_lanes))")
+    p.add_argument("--chunk", type=integer(1, 1 << 10), help="chunk tokens (default: the node's max_tokens)")
     p.add_argument("--nodes", type=integer(1, 8), default=1, help="nodes (default 1)")
     p.add_argument("--decode", type=integer(0, 64), default=1, help="decode steps (default 1)")
     p.add_argument("--calibrated", action="store_true", help="apply the profile's ISA-cost calibration")
     p.add_argument("--seed", type=integer(0, 1 << 31), default=1, help="weights and prompt seed (default 1)")
 
 
-ATTN_OPS = ("ATTN_Q", "ATTN_KV", "ATTN_SM", "ATTN_EMIT", "GEMM_PV")
-
-
-def _kind(ins, ox) -> str | None:
-    from mcf.spec.isa import Opcode
-    op = ins.OPCODE
-    if op.name in ATTN_OPS:
-        return op.name
-    if op == Opcode.GEMM and ins.kv:
-        return "GEMM_KV"
-    if op == Opcode.VEC and ox is not None and ins.dst == ox:
-        return "VEC_O"
-    return None
+ATTN_OPS = ("ATTN_Q", "ATTN_KV", "ATTN_SM", "ATTN_EMIT", "GEMM_QK", "GEMM_PV")
 
 
 def attention_cycles(model, node, prompt, *, nodes: int, chunk: int, decode: int, attention: str, fm,
@@ -76,11 +60,10 @@ def attention_cycles(model, node, prompt, *, nodes: int, chunk: int, decode: int
     s = Session(model, None, prompt, nodes=nodes, decode=decode, chunk=chunk, group=fm.group_size, node=node,
                 fixed=fm, timeout_s=3600.0, factory=factory, attention=attention)
     rep = s.run()
-    ox = s.lw.spad.beats.get("OX")
     by: dict = {}
     for ins, c in log:
-        kind = _kind(ins, ox)
-        if kind:
+        kind = ins.OPCODE.name
+        if kind in ATTN_OPS:
             by[kind] = by.get(kind, 0) + int(c)
     return {"tokens": rep.tokens, "logits": [st.logits for st in rep.steps],
             "steps": [{"kind": st.kind, "cycles": int(st.cycles)} for st in rep.steps],
@@ -89,10 +72,8 @@ def attention_cycles(model, node, prompt, *, nodes: int, chunk: int, decode: int
 
 def run(args) -> dict:
     from mcf.sim.cluster.isa_model import load_calibration
-    from mcf.sw.errors import UserError
     from mcf.sw.golden.fixed_model import FixedModel, default_group
     from mcf.sw.golden.weights import random_weights
-    from mcf.sw.mars.lower import Shapes, array_key_unit
     from mcf.sw.models import load_model
     from mcf.sw.runtime.runtime import node_config
 
@@ -103,19 +84,14 @@ def run(args) -> dict:
                                 intermediate_size=width, vocab_size=256)
     node = node_config(model, args.nodes)
     from mcf.spec import isa
+    changes = {}
     if not isa.gemm_pv_built(node.mac_rows, node.mac_lanes, node.vec_lanes, d):
         node = node.replace(mac_rows=node.vec_lanes)        # the tiny node's 4 x 8 array builds no GEMM_PV
-    sh = Shapes(model, node, default_group(model), 1)
-    unit = array_key_unit(sh)
-    chunk = args.chunk or unit
-    if args.prompt % chunk or chunk % unit:
-        raise UserError(f"--prompt {args.prompt} / --chunk {chunk}: the prompt must be whole chunks of a multiple "
-                        f"of {unit} tokens (lcm(mac_rows, mac_lanes, vec_lanes))")
-    # the node computes a chunk of `chunk` tokens at once (KR260: max_tokens 16 < 64) and its SPAD holds one
-    per_token = 5 * width + 4 * model.num_kv_heads * d + 2 * model.intermediate_size
-    spad = 1 << max(15, (2 * chunk * per_token // node.vec_lanes).bit_length())
-    node = node.replace(max_tokens=max(node.max_tokens, chunk), spad_beats=spad,
-                        max_context=max(node.max_context, args.prompt + args.decode + 1))
+        changes["mac_rows"] = node.mac_rows
+    chunk = args.chunk or node.max_tokens
+    if node.max_context < args.prompt + args.decode + 1:
+        node = node.replace(max_context=args.prompt + args.decode + 1)
+        changes["max_context"] = node.max_context
     calibration = load_calibration("kr260") if args.calibrated else None
     group = default_group(model)
     fm = FixedModel(model, random_weights(model, args.seed), group)
@@ -123,7 +99,9 @@ def run(args) -> dict:
     out = {"kind": "model", "model": model.name, "shapes_of": full.name, "head_dim": d, "heads": full.num_heads,
            "kv_heads": full.num_kv_heads, "layers": 1, "prompt": args.prompt, "chunk": chunk, "nodes": args.nodes,
            "decode": args.decode, "calibrated": bool(args.calibrated),
-           "node_changes": {"max_tokens": node.max_tokens, "spad_beats": node.spad_beats, "mac_rows": node.mac_rows}}
+           "node": {"max_tokens": node.max_tokens, "spad_beats": node.spad_beats, "mac_rows": node.mac_rows,
+                    "mac_lanes": node.mac_lanes, "vec_lanes": node.vec_lanes, "att_rows": node.att_rows},
+           "node_changes": changes}
     res = {}
     for path in ("unit", "array"):
         pre = attention_cycles(model, node, prompt, nodes=args.nodes, chunk=chunk, decode=0, attention=path, fm=fm,

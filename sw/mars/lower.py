@@ -51,7 +51,7 @@ from .planner import Plan
 DECODE_ROOT = 0
 #: Schemes the node programs implement (pass-Q decode has no lowering).
 LOWERED_SCHEMES = (Scheme.MARS, Scheme.RING, Scheme.ZIGZAG, Scheme.FULL, Scheme.PD)
-#: Where attention runs: "unit" = ATTN_KV passes on the attention unit; "array" = scores by GEMM kv
+#: Where attention runs: "unit" = ATTN_KV passes on the attention unit; "array" = scores by GEMM_QK
 #: on the MAC array, softmax by ATTN_SM, PV by GEMM_PV (docs/attention-array.md step 4).
 ATTENTION_PATHS = ("unit", "array")
 MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -182,27 +182,44 @@ def check_model(model: ModelConfig, node: NodeConfig, group: int) -> None:
         raise LoweringError(f"{name}: vocab_size={model.vocab_size} does not fit EMBED's 20-bit vocab")
 
 
-ARRAY_COVERS = ("attention = array covers: head_dim <= max_group (GEMM kv built) and GEMM_PV built "
-                "(mac_rows, mac_lanes >= vec_lanes, mac_rows | head_dim | mac_rows x mac_lanes); every chunk "
-                "a multiple of lcm(mac_rows, mac_lanes, vec_lanes) tokens; the GQA group at most "
-                "min(att_rows, max_tokens) rows; decode tokens' keys (one-token segments) through ATTN_KV")
+ARRAY_COVERS = ("attention = array covers: head_dim <= max_group (GEMM_QK built) and GEMM_PV built "
+                "(mac_rows, mac_lanes >= vec_lanes, mac_rows | head_dim | mac_rows x mac_lanes); the GQA group at "
+                "most min(att_rows, max_tokens) rows; a chunk within GEMM_PV's keys; chunks of any size (a run of "
+                "KV blocks is one GEMM_QK / GEMM_PV); decode tokens' keys (one-token segments) and a block of fewer "
+                "than a multiple of vec_lanes keys that later keys follow through ATTN_KV")
 
 
 #: The array path's score rows hold every key of an attention when that takes at most 1 / this
-#: of the SPAD; else one segment's (and the APPLY pass runs GEMM kv again).
+#: of the SPAD; else as many keys as that share holds (and the APPLY pass runs GEMM_QK again).
 SCORE_SPAD_SHARE = 4
 
 
 def array_key_unit(sh: "Shapes") -> int:
-    """Keys a KV segment must hold a multiple of for the array path: GEMM kv's tiles of P keys,
-    GEMM_PV's key beats of K, ATTN_SM's beats of VL."""
+    """The array path's granule of keys: GEMM_QK's tiles of P keys, GEMM_PV's key beats of K,
+    ATTN_SM's beats of VL.  A run of KV blocks is computed in whole granules (the keys past its
+    last one are read from the KV pool's next blocks and are invisible or weighted 0)."""
     return math.lcm(sh.P, sh.K, sh.vl)
 
 
 def array_rows(sh: "Shapes") -> int:
-    """Query rows of one array attention: the attention unit's rows (ATTN_SM) and GEMM kv's /
+    """Query rows of one array attention: the attention unit's rows (ATTN_SM) and GEMM_QK's /
     GEMM_PV's tokens x heads (<= max tokens)."""
     return min(sh.node.att_rows, sh.node.max_tokens)
+
+
+def array_pv_keys(sh: "Shapes") -> int:
+    """GEMM_PV's most keys in one instruction (2 keys / K beats of the activation buffer, max_n
+    words), in whole ``array_key_unit`` granules."""
+    node = sh.node
+    max_n = max(node.hidden_size, node.intermediate_size, node.num_heads * sh.d)
+    u = array_key_unit(sh)
+    return min(max_n // 2, (1 << 16) - 1) // u * u
+
+
+def array_pool_extra(sh: "Shapes") -> int:
+    """Blocks past the last of a run that the array path reads (its last granule's keys): the KV
+    pool and the staging region are allocated that many slots longer."""
+    return -(-(array_key_unit(sh) - 1) // sh.chunk)
 
 
 def check_array_attention(sh: "Shapes", chunks: list) -> None:
@@ -211,20 +228,16 @@ def check_array_attention(sh: "Shapes", chunks: list) -> None:
     node, d, u = sh.node, sh.d, array_key_unit(sh)
     if d > node.max_group:
         raise LoweringError(f"attention=array: head_dim {d} exceeds max_group={node.max_group} (the node builds "
-                            f"no GEMM kv)")
+                            f"no GEMM_QK)")
     if not isa.gemm_pv_built(sh.P, sh.K, sh.vl, d):
         raise LoweringError(f"attention=array: a {sh.P} x {sh.K} array with vec_lanes={sh.vl} and head_dim {d} "
                             f"builds no GEMM_PV (rows, lanes >= vec_lanes, rows | head_dim | rows x lanes)")
     if sh.gqa > array_rows(sh):
         raise LoweringError(f"attention=array: GQA group {sh.gqa} exceeds min(att_rows, max_tokens)="
                             f"{array_rows(sh)} rows")
-    if 2 * max(chunks) > max(node.hidden_size, node.intermediate_size, node.num_heads * d):
-        raise LoweringError(f"attention=array: a chunk of {max(chunks)} keys exceeds GEMM_PV's keys limit")
-    bad = [c for c in chunks if c % u]
-    if bad:
-        raise LoweringError(f"attention=array: a chunk of {bad[0]} tokens; GEMM kv, GEMM_PV and ATTN_SM need KV "
-                            f"segments of a multiple of {u} keys (lcm of mac_rows={sh.P}, mac_lanes={sh.K}, "
-                            f"vec_lanes={sh.vl}): use a chunk size and prompt length that are multiples of {u}")
+    if -(-max(chunks) // u) * u > array_pv_keys(sh):
+        raise LoweringError(f"attention=array: a chunk of {max(chunks)} keys exceeds GEMM_PV's keys limit "
+                            f"({array_pv_keys(sh)})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -335,9 +348,9 @@ def _lm_unit(sh: Shapes) -> int:
 
 
 def spad_map(sh: Shapes, rows_part: int, groups: int, attn: tuple | None = None) -> SpadMap:
-    """``attn`` (attention = "array"): (rows, segment keys, score keys) -- the score rows (SC,
-    ``rows`` x score keys words), the w rows (W, ``rows`` x segment keys) and the wide o rows (OW,
-    ``rows`` x 2 head_dim), o rows for ATTN_Q O (OX) and zero words (ZERO) of ``_Lowerer.array_apply``."""
+    """``attn`` (attention = "array"): (rows, score keys) -- the score rows (SC, ``rows`` x score
+    keys words), the w rows (W, as many) and the wide o rows (OW, ``rows`` x 2 head_dim) of
+    ``_Lowerer.array_apply``."""
     T, n = sh.chunk, sh.node
     b = {}
     top = 0
@@ -352,12 +365,11 @@ def spad_map(sh: Shapes, rows_part: int, groups: int, attn: tuple | None = None)
         top += size
     b["mb"], b["sb"] = mb, sb
     if attn is not None:
-        R, nseg, sk = attn
-        for name, size in (("SC", R * sk // sh.vl), ("W", R * nseg // sh.vl), ("OW", R * 2 * sh.d // sh.vl),
-                           ("OX", R * sh.d // sh.vl), ("ZERO", R * sh.d // sh.vl)):
+        R, sk = attn
+        for name, size in (("SC", R * sk // sh.vl), ("W", R * sk // sh.vl), ("OW", R * 2 * sh.d // sh.vl)):
             b[name] = top
             top += size
-        b["sk"], b["nseg"] = sk, nseg
+        b["sk"] = sk
     unit = _lm_unit(sh)
     total_tiles = -(-sh.vocab // sh.P)
     room = (n.spad_beats - top) * sh.vl // sh.P
@@ -518,7 +530,6 @@ class _Lowerer:
         self.b = Builder(self.N, lw.node.num_sems)
         self.routes = RouteTables(lw.topology, lw.node.route_entries)
         self.bufs: dict = {}
-        self.zero_rows: set = set()     # nodes whose program wrote the array path's zero words
 
     # --- preparation: slots, DDR map ------------------------------------------------------------
     @classmethod
@@ -578,17 +589,18 @@ class _Lowerer:
                                     f"reduce_slots={node.reduce_slots}")
         attn = None
         if attention == "array":
-            # the score rows hold every key of an attention when they fit (one GEMM kv a segment),
-            # else one segment's (the APPLY pass computes the scores again)
+            # the score rows hold every key of an attention when they fit (their share of the
+            # SPAD; one GEMM_QK a run of blocks), else as many granules as the share holds (at least
+            # a chunk's: the APPLY pass computes the scores again)
             R, u = array_rows(sh), array_key_unit(sh)
-            total = -(-(plan.request.seq_len + max(1, decode_steps)) // u) * u
-            attn = (R, sh.chunk, total)
+            total = -(-(plan.request.seq_len + max(1, decode_steps)) // u) * u + u
+            share = sh.node.spad_beats // SCORE_SPAD_SHARE * sh.vl // R // u * u
+            least = -(-sh.chunk // u) * u
+            attn = (R, max(min(total, share), least))
             try:
                 sp = spad_map(sh, rows_part, len(rgroups), attn)
-                if R * total // sh.vl > sh.node.spad_beats // SCORE_SPAD_SHARE:
-                    raise LoweringError("score rows of every key: more than their share of the SPAD")
             except LoweringError:
-                attn = (R, sh.chunk, sh.chunk)
+                attn = (R, least)
         sp = spad_map(sh, rows_part, len(rgroups), attn)
         m = DdrMap()
         a = _Alloc(isa.DDR_ALIGN)
@@ -603,9 +615,11 @@ class _Lowerer:
         m.head_tiles = -(-sh.vocab // sh.P)
         a("ids", (C + 1) * m.ids_slot)
         place_model(a, m, sh, sh.vocab, plan.request.seq_len + m.dec_tokens)
-        a("pool", sh.L * m.pool_layer)
+        # the array path reads a run's blocks in whole granules of keys: slots past the last one
+        extra = array_pool_extra(sh) * m.slot_bytes if attention == "array" else 0
+        a("pool", sh.L * m.pool_layer + extra)
         a("decode_kv", sh.L * m.dec_layer)
-        a("staging", 2 * m.stage_group)
+        a("staging", 2 * m.stage_group + (extra if stage_max else 0))
         a("forward", 2 * m.slot_bytes if forwards else 0)
         mb, sbk = sp.beats["mb"], sp.beats["sb"]
         m.net = {"q": _pad(sh.hq * (sh.db + 1) * sh.vl * 4), "max": len(rgroups) * mb * sh.vl * 4,
@@ -782,8 +796,8 @@ class _Lowerer:
                 self.b.ex(n, isa.AttnQ, deps, what=AttnLoad.QUERY, spad=sp["Q"] + off, qpos0=pos0 + t0, **rows)
                 deps = ()
                 if array:
-                    self.array_max(n, runs, kvh, sp["Q"] + off, rows)
-                    self.array_apply(n, runs, kvh, sp["Q"] + off, rows)
+                    self.array_max(n, runs, kvh, sp["Q"] + off, rows, pos0 + t0 + tp - 1)
+                    self.array_apply(n, runs, kvh, sp["Q"] + off, rows, pos0 + t0 + tp - 1)
                 else:
                     for phase in (AttnPass.MAX, AttnPass.APPLY):
                         for i, r in enumerate(runs):
@@ -792,34 +806,52 @@ class _Lowerer:
         return last
 
     # --- attention on the MAC array (attention = "array", docs/attention-array.md step 4) ---------
-    def array_segments(self, runs, kvh):
-        """-> (segments on the array [{k, v, kpos, n, koff}], ``tail`` runs for ATTN_KV, whether
-        the score rows hold every segment's scores).  The decode tokens' one-token segments (runs
-        marked ``tail``) go through ATTN_KV; any other run must hold multiples of
-        ``array_key_unit`` keys."""
-        sh, u = self.sh, array_key_unit(self.sh)
-        segs, tail = [], []
-        for r in runs:
-            if r.get("tail"):
-                tail.append(r)
-                continue
-            if r["n"] % u:
-                raise LoweringError(f"attention=array: a KV block of {r['n']} keys is not a multiple of {u} "
-                                    f"(lcm of mac_rows, mac_lanes, vec_lanes)")
-            seg = kv.segment_bytes(r["n"], sh.d)
-            for i in range(r["blocks"]):
-                a = r["addr"] + i * r["stride"]
-                segs.append({"k": a + kvh * seg, "v": a + (sh.hkv + kvh) * seg, "kpos": r["kpos0"] + i * r["pstride"],
-                             "n": r["n"]})
-        stored = sum(x["n"] for x in segs) <= self.sp["sk"]
+    def array_segments(self, runs, kvh, qmax):
+        """-> (pieces on the array, ``tail`` runs for ATTN_KV, whether the score rows hold every
+        piece's scores).  A piece is a run of blocks of contiguous positions (one GEMM_QK, ATTN_SM
+        MAX / APPLY and GEMM_PV each): {k, v (the first block's K / V segment), stride (bytes / 64
+        between blocks; 0 for one block: its keys past the block re-read it), bk, n (keys), kpos,
+        koff (its score words), pad_visible (the keys past n have positions some row <= ``qmax``
+        sees)}.  A piece holds the keys of at most ``array_pv_keys`` and, when the score rows do not
+        hold every piece, of ``sk``.  Through ATTN_KV: the decode tokens' one-token segments (runs
+        marked ``tail``) and a piece of n not a multiple of VL whose padding would be visible."""
+        sh, vl, u = self.sh, self.sh.vl, array_key_unit(self.sh)
+        rnd = lambda x: -(-x // u) * u                                     # noqa: E731
+
+        def build(cap):
+            pieces, tail = [], []
+            for r in runs:
+                if r.get("tail"):
+                    tail.append(r)
+                    continue
+                seg = kv.segment_bytes(r["n"], sh.d)
+                contiguous = r["blocks"] == 1 or (r["pstride"] == r["n"] and r["n"] == sh.chunk)
+                per = max(1, cap // r["n"]) if contiguous else 1
+                for i in range(0, r["blocks"], per):
+                    m = min(per, r["blocks"] - i)
+                    addr, nk, kpos = r["addr"] + i * r["stride"], m * r["n"], r["kpos0"] + i * r["pstride"]
+                    pad_visible = kpos + nk <= qmax
+                    if pad_visible and nk % vl:
+                        tail.append({**r, "addr": addr, "blocks": m, "kpos0": kpos,
+                                     "first_b": r["first_b"] + i * r["bstride"]})
+                        continue
+                    pieces.append({"k": addr + kvh * seg, "v": addr + (sh.hkv + kvh) * seg,
+                                   "stride": r["stride"] // isa.DDR_ALIGN if m > 1 else 0, "bk": r["n"], "n": nk,
+                                   "kpos": kpos, "pad_visible": pad_visible})
+            return pieces, tail
+
+        pieces, tail = build(array_pv_keys(sh))
+        stored = sum(rnd(x["n"]) for x in pieces) <= self.sp["sk"]
+        if not stored:
+            pieces, tail = build(min(self.sp["sk"], array_pv_keys(sh)))
         koff = 0
-        for x in segs:
+        for x in pieces:
             x["koff"] = koff if stored else 0
-            koff += x["n"]
-        return segs, tail, stored
+            koff += rnd(x["n"])
+        return pieces, tail, stored
 
     def array_gate(self, n, runs, kvh):
-        """The directory check of ATTN_KV gated, which GEMM kv lacks: a MAX pass over one key of
+        """The directory check of ATTN_KV gated, which GEMM_QK lacks: a MAX pass over one key of
         every gated block (faults UNREADABLE_BLOCK on an INVALID one); its m is discarded (the
         next ATTN_SM MAX has first = 1, or MREF follows)."""
         sh = self.sh
@@ -832,87 +864,75 @@ class _Lowerer:
                           block_stride=r["bstride"], gated=1, first=1)
 
     def array_scores(self, n, x, q, rows):
-        """GEMM kv: the rows' scores against segment x -> SC words koff .. koff + n - 1."""
+        """GEMM_QK: the rows' scores against piece x's keys (whole tiles) -> SC words koff .. ."""
         sh, sp = self.sh, self.sp
-        tiles = x["n"] // sh.P
-        return self.b.ex(n, isa.Gemm, blob=x["k"], n=sh.d, total_tiles=tiles, tile0=0, tiles=tiles,
-                         tokens=rows["tokens"], group_log2=0, w_exp=0, bias=0, src=q, src_stride=rows["tok_stride"],
-                         dst=sp["SC"] + x["koff"] // sh.vl, dst_stride=sp["sk"] // sh.vl, kv=1, heads=rows["heads"],
-                         head_stride=rows["head_stride"])
+        return self.b.ex(n, isa.GemmQk, seg=x["k"], seg_stride=x["stride"], block_keys=x["bk"], tile0=0,
+                         tiles=-(-x["n"] // sh.P), tokens=rows["tokens"], heads=rows["heads"],
+                         head_stride=rows["head_stride"], src=q, src_stride=rows["tok_stride"],
+                         dst=sp["SC"] + x["koff"] // sh.vl, dst_stride=sp["sk"] // sh.vl)
 
-    def array_max(self, n, runs, kvh, q, rows):
-        """m of the rows loaded by ATTN_Q QUERY (q: their SPAD row (0, 0)) over ``runs``: GEMM kv
-        per segment, ATTN_SM MAX over contiguous keys, ATTN_KV MAX over the tail."""
+    def _sm(self, x, keys):
+        """ATTN_SM keys of piece x: n, or rounded up to ``keys`` when the keys past n are invisible."""
+        return x["n"] if x["pad_visible"] else -(-x["n"] // keys) * keys
+
+    def array_max(self, n, runs, kvh, q, rows, qmax):
+        """m of the rows loaded by ATTN_Q QUERY (q: their SPAD row (0, 0); positions up to qmax)
+        over ``runs``: GEMM_QK and ATTN_SM MAX per piece, ATTN_KV MAX over the tail."""
         sh, sp = self.sh, self.sp
-        segs, tail, stored = self.array_segments(runs, kvh)
+        pieces, tail, stored = self.array_segments(runs, kvh, qmax)
         self.array_gate(n, runs, kvh)
-        first, pend = True, None
-
-        def flush():
-            nonlocal first, pend
-            if pend is not None:
-                self.b.ex(n, isa.AttnSm, phase=AttnPass.MAX, first=int(first), scores=sp["SC"] + pend["koff"] // sh.vl,
-                          s_stride=sp["sk"] // sh.vl, keys=pend["n"], kpos0=pend["kpos"], seg=0, w=0, w_stride=0,
-                          tokens=rows["tokens"], heads=rows["heads"])
-                first, pend = False, None
-
-        for x in segs:
+        for i, x in enumerate(pieces):
             self.array_scores(n, x, q, rows)
-            if (stored and pend is not None and pend["kpos"] + pend["n"] == x["kpos"]
-                    and pend["n"] + x["n"] < 1 << 16):
-                pend["n"] += x["n"]
-            else:
-                flush()
-                pend = dict(x)
-            if not stored:
-                flush()
-        flush()
+            self.b.ex(n, isa.AttnSm, phase=AttnPass.MAX, first=int(i == 0), scores=sp["SC"] + x["koff"] // sh.vl,
+                      s_stride=sp["sk"] // sh.vl, keys=self._sm(x, sh.vl), kpos0=x["kpos"], seg=0, w=0, w_stride=0,
+                      tokens=rows["tokens"], heads=rows["heads"])
         for k, r in enumerate(tail):
-            self.attn_kv(n, r, kvh, AttnPass.MAX, first and k == 0)
+            self.attn_kv(n, r, kvh, AttnPass.MAX, not pieces and k == 0)
 
-    def array_apply(self, n, runs, kvh, q, rows, mref=None, rescore=False):
+    def array_apply(self, n, runs, kvh, q, rows, qmax, mref=None, rescore=False):
         """l and o of the rows over ``runs`` with m as it stands (``mref``: first load m from that
-        SPAD word; ``rescore``: the score rows no longer hold the MAX pass's scores): per segment ATTN_SM APPLY (w rows) and GEMM_PV (o wide in OW, the last one
-        sat32), o into the unit (ATTN_Q O), then ATTN_KV APPLY over the tail."""
+        SPAD word; ``rescore``: the score rows no longer hold the MAX pass's scores): per piece
+        ATTN_SM APPLY (w rows in W; the keys up to GEMM_PV's multiple of K get w = 0: the same pass
+        when they are invisible, else one over them at positions after every query) and GEMM_PV
+        over the run (o wide in OW, accumulated, the last one sat32), o into the unit (ATTN_Q O
+        reading GEMM_PV's rows at their stride), then ATTN_KV APPLY over the tail."""
         sh, sp, d, vl = self.sh, self.sp, self.sh.d, self.sh.vl
-        segs, tail, stored = self.array_segments(runs, kvh)
+        pieces, tail, stored = self.array_segments(runs, kvh, qmax)
         if rescore and stored:
-            for x in segs:
+            for x in pieces:
                 self.array_scores(n, x, q, rows)
         if mref is not None:
             self.array_gate(n, runs, kvh)
             self.b.ex(n, isa.AttnQ, what=AttnLoad.MREF, spad=mref, qpos0=0, **rows)
-        R = rows["tokens"] * rows["heads"]
-        if len(segs) > 1 and n not in self.zero_rows:
-            # zero words for the o rows' packing below: an ATTN_SM APPLY over keys after every
-            # query position writes w = 0 (it resets l, which the first APPLY below resets again)
-            after = self.plan.request.seq_len + max(1, self.lw.decode_steps)
-            self.b.ex(n, isa.AttnSm, phase=AttnPass.APPLY, first=1, scores=sp["SC"], s_stride=d // vl, keys=d,
-                      kpos0=after, seg=segs[0]["v"], w=sp["ZERO"], w_stride=d // vl, tokens=rows["tokens"],
-                      heads=rows["heads"])
-            self.zero_rows.add(n)
-        wst = sp["nseg"] // vl
-        last = len(segs) - 1
+        wst = sp["sk"] // vl
+        last = len(pieces) - 1
         ow_stride = (d if last == 0 else 2 * d) // vl
-        for i, x in enumerate(segs):
+        kpv = math.lcm(sh.K, vl)
+        after = self.plan.request.seq_len + max(1, self.lw.decode_steps)
+        for i, x in enumerate(pieces):
             if not stored:
                 self.array_scores(n, x, q, rows)
+            keys = -(-x["n"] // kpv) * kpv
+            sm = dict(s_stride=sp["sk"] // vl, w_stride=wst, tokens=rows["tokens"], heads=rows["heads"],
+                      block_keys=x["bk"], seg_stride=x["stride"])
             self.b.ex(n, isa.AttnSm, phase=AttnPass.APPLY, first=int(i == 0), scores=sp["SC"] + x["koff"] // vl,
-                      s_stride=sp["sk"] // vl, keys=x["n"], kpos0=x["kpos"], seg=x["v"], w=sp["W"], w_stride=wst,
-                      tokens=rows["tokens"], heads=rows["heads"])
-            self.b.ex(n, isa.GemmPv, seg=x["v"], keys=x["n"], tile0=0, tiles=d // sh.P, tokens=rows["tokens"],
+                      keys=self._sm(x, kpv), kpos0=x["kpos"], seg=x["v"], w=sp["W"], **sm)
+            if x["pad_visible"] and keys > x["n"]:
+                # w = 0 for the keys past the piece up to GEMM_PV's multiple of K: invisible positions
+                # (after every query); key n is token 0 of the block after the piece's last
+                self.b.ex(n, isa.AttnSm, phase=AttnPass.APPLY, first=0, scores=sp["SC"] + (x["koff"] + x["n"]) // vl,
+                          keys=keys - x["n"], kpos0=after,
+                          seg=x["v"] + x["n"] // x["bk"] * x["stride"] * isa.DDR_ALIGN, w=sp["W"] + x["n"] // vl, **sm)
+            self.b.ex(n, isa.GemmPv, seg=x["v"], keys=keys, tile0=0, tiles=d // sh.P, tokens=rows["tokens"],
                       heads=rows["heads"], head_stride=wst, src=sp["W"], src_stride=rows["heads"] * wst, dst=sp["OW"],
-                      dst_stride=ow_stride, acc=int(i > 0), wide=int(i < last))
-        if segs:
-            o_rows = sp["OW"]
-            if last > 0:
-                # the sat32 rows lie 2 d words apart (the wide rows' stride); ATTN_Q O reads them d
-                # apart: VEC RESIDUAL with a zero row (sat32(o + 0) = o) packs them into OX
-                self.vec(n, VecOp.RESIDUAL, d, R, sp["OW"], ow_stride, sp["OX"], d // vl, b=sp["ZERO"], b_stride=0)
-                o_rows = sp["OX"]
-            self.b.ex(n, isa.AttnQ, what=AttnLoad.O, spad=o_rows, qpos0=0, **rows)
+                      dst_stride=ow_stride, acc=int(i > 0), wide=int(i < last), block_keys=x["bk"],
+                      seg_stride=x["stride"])
+        if pieces:
+            # o of row (t, h) = GEMM_PV's row t heads + h (its sat32 words at the row's start)
+            self.b.ex(n, isa.AttnQ, what=AttnLoad.O, spad=sp["OW"], qpos0=0, tokens=rows["tokens"],
+                      heads=rows["heads"], tok_stride=rows["heads"] * ow_stride, head_stride=ow_stride)
         for k, r in enumerate(tail):
-            self.attn_kv(n, r, kvh, AttnPass.APPLY, not segs and k == 0)
+            self.attn_kv(n, r, kvh, AttnPass.APPLY, not pieces and k == 0)
 
     def attn_kv(self, n, r, kvh, phase, first):
         sh = self.sh
@@ -1194,7 +1214,7 @@ class _Lowerer:
                     q = sp["Q"] + (kvh * sh.gqa + j0) * sh.db
                     b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=q, qpos0=pos, **rr)
                     if self.lw.attention == "array":
-                        self.array_max(n, rn, kvh, q, rr)
+                        self.array_max(n, rn, kvh, q, rr, pos)
                     for k, r in enumerate(rn if self.lw.attention != "array" else ()):
                         self.attn_kv(n, r, kvh, AttnPass.MAX, k == 0)
                     b.ex(n, isa.AttnEmit, mode=isa.EmitMode.MAX, spad=sp["MLOC"] + i * mb, **rr)
@@ -1238,8 +1258,8 @@ class _Lowerer:
                     q = sp["Q"] + (kvh * sh.gqa + j0) * sh.db
                     b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=q, qpos0=pos, **rr)
                     if self.lw.attention == "array":
-                        # the other row groups' MAX passes used the score rows since: GEMM kv again
-                        self.array_apply(n, rn, kvh, q, rr, mref=sp["MGLOB"] + i * mb, rescore=True)
+                        # the other row groups' MAX passes used the score rows since: GEMM_QK again
+                        self.array_apply(n, rn, kvh, q, rr, pos, mref=sp["MGLOB"] + i * mb, rescore=True)
                     else:
                         b.ex(n, isa.AttnQ, what=AttnLoad.MREF, spad=sp["MGLOB"] + i * mb, qpos0=0, **rr)
                     for k, r in enumerate(rn if self.lw.attention != "array" else ()):

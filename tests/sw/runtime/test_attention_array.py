@@ -1,6 +1,6 @@
-"""attention = "array" (docs/attention-array.md step 4): the MARS lowering runs attention as GEMM kv
-(scores on the MAC array) -> ATTN_SM MAX / APPLY -> GEMM_PV (o, wide across segments) -> ATTN_Q O
--> ATTN_EMIT, with the KV-stationary decode protocol.  The runs on the ISA simulator give the golden
+"""attention = "array" (docs/attention-array.md step 4): the MARS lowering runs attention as GEMM_QK
+(scores on the MAC array over a run of KV blocks) -> ATTN_SM MAX / APPLY -> GEMM_PV (o, wide across
+runs) -> ATTN_Q O (GEMM_PV's rows at their stride) -> ATTN_EMIT, with the KV-stationary decode protocol.  The runs on the ISA simulator give the golden
 fixed-point model's logits bit for bit (prefill and decode, 1-4 nodes, MARS and Ring), the
 programs hold the array instructions (the attention unit's ATTN_KV only for the directory check
 and the decode tokens' one-token segments), and what the path cannot run is refused in one line."""
@@ -9,7 +9,8 @@ import importlib
 import numpy as np
 import pytest
 
-from mcf.spec.isa import Opcode, SeqFault
+from mcf.spec import kv
+from mcf.spec.isa import Opcode, SeqFault, VecOp
 from mcf.spec.node import NodeConfig
 from mcf.sw.driver import NodeFault
 from mcf.sw.errors import UserError
@@ -26,8 +27,10 @@ TINY_W = random_weights(TINY, 5)
 FM = FixedModel(TINY, TINY_W, 16)
 PROMPT = [int(t) for t in np.random.default_rng(7).integers(0, TINY.vocab_size, 64)]
 #: The tiny node with an 8 x 8 array: GEMM_PV needs mac_rows >= vec_lanes (the tiny node's 4 x 8
-#: array builds no GEMM_PV).  Segments of a multiple of lcm(8, 8, 8) = 8 keys.
+#: array builds no GEMM_PV).  Runs in granules of lcm(8, 8, 8) = 8 keys.
 ARRAY_NODE = NodeConfig.tiny(mac_rows=8)
+#: A 16 x 16 array: tiles of 16 keys, GEMM_PV keys a multiple of 16 (a chunk of 8 tokens is half).
+TILE16_NODE = NodeConfig.tiny(mac_rows=16, mac_lanes=16)
 
 
 def run(prompt, *, nodes, scheme="mars", chunk=8, budget=None, decode=2, node=ARRAY_NODE, attention="array"):
@@ -55,8 +58,60 @@ def test_array_attention_is_bit_exact(nodes, scheme, n_tok, budget_tokens):
         got = ops(progs)
         kinds = {i.OPCODE for i in got}
         assert {Opcode.ATTN_SM, Opcode.GEMM_PV} <= kinds
-        assert any(i.OPCODE == Opcode.GEMM and i.kv for i in got)
+        assert any(i.OPCODE == Opcode.GEMM_QK for i in got)
         assert all(i.keys == 1 for i in got if i.OPCODE == Opcode.ATTN_KV)
+        assert not any(i.OPCODE == Opcode.VEC and i.vop == VecOp.RESIDUAL and i.n == TINY.head_dim for i in got)
+
+
+def reads_stay_in_the_kv_regions(lw, steps):
+    """Every block a GEMM_QK, GEMM_PV or ATTN_SM APPLY reads (its keys in whole tiles or as given)
+    lies in the KV pool or the staging region of its node."""
+    P, d = lw.node.mac_rows, lw.node.head_dim
+    for progs in steps:
+        for n, prog in enumerate(progs):
+            regions = [(lw.bases[n] + lw.map.off(r), lw.bases[n] + lw.map.off(r) + lw.map.regions[r][1])
+                       for r in ("pool", "staging")]
+            for i in prog:
+                if i.OPCODE == Opcode.GEMM_QK:
+                    keys = i.tiles * P
+                elif i.OPCODE == Opcode.GEMM_PV or (i.OPCODE == Opcode.ATTN_SM and i.phase == 1):
+                    keys = i.keys
+                else:
+                    continue
+                hi = i.seg + (keys - 1) // i.block_keys * i.seg_stride * 64 + kv.segment_bytes(i.block_keys, d)
+                assert any(a <= i.seg and hi <= b for a, b in regions), (n, i)
+
+
+@pytest.mark.parametrize("nodes,n_tok", [(1, 28), (2, 28), (1, 24)])
+def test_chunks_smaller_than_a_tile_are_bit_exact(nodes, n_tok):
+    """Chunks of 8 tokens on a 16 x 16 array (tiles of 16 keys, GEMM_PV keys a multiple of 16) and a
+    last chunk of 4: a run of blocks is one GEMM_QK over whole tiles (the keys past it read from
+    the KV pool's next blocks or, for one block, its own again: invisible), GEMM_PV over 16-key
+    multiples (keys past the run that a row would see get w = 0 from an ATTN_SM APPLY at positions
+    after every query).  The decode reads the 4-token block, which later keys follow, through
+    ATTN_KV (ATTN_SM works in beats of 8 keys).  24 tokens: the decode's run of the 3 blocks reads
+    a 4th past the last pool slot (allocated)."""
+    s, rep = run(PROMPT[:n_tok], nodes=nodes, node=TILE16_NODE)
+    want, _ = golden(TINY, FM, PROMPT[:n_tok], 2)
+    for k, (st, ref) in enumerate(zip(rep.steps, want)):
+        assert np.array_equal(st.logits, ref), f"step {k}: logits differ"
+    pre, dec = ops(s.lw.prefill), ops(s.lw.decode_programs(0))
+    reads_stay_in_the_kv_regions(s.lw, [s.lw.prefill, s.lw.decode_programs(0), s.lw.decode_programs(1)])
+    assert all(i.keys == 1 for i in pre if i.OPCODE == Opcode.ATTN_KV)
+    assert any(i.OPCODE == Opcode.ATTN_KV and i.keys == 4 for i in dec) == (n_tok == 28)
+    if (nodes, n_tok) == (1, 28):
+        # a run of 3 blocks in one GEMM_QK of 2 tiles; w = 0 keys past it (positions >= 28)
+        assert any(i.OPCODE == Opcode.GEMM_QK and i.tiles == 2 and i.block_keys == 8 and i.seg_stride for i in pre)
+        assert any(i.OPCODE == Opcode.GEMM_PV and i.keys == 32 and i.block_keys == 8 for i in pre)
+        for prog in (pre, dec):
+            assert any(i.OPCODE == Opcode.ATTN_SM and i.kpos0 >= 28 for i in prog)
+        g = 0
+        for i in pre + [None]:
+            if i is None or (i.OPCODE == Opcode.ATTN_Q and i.what == 0):
+                assert g <= 2                   # the full chunks' run, the 4-token block
+                g = 0
+            elif i.OPCODE == Opcode.GEMM_QK:
+                g += 1
 
 
 def test_unit_and_array_agree_and_differ_in_programs():
@@ -69,8 +124,6 @@ def test_unit_and_array_agree_and_differ_in_programs():
 
 
 def test_what_the_array_path_cannot_run_is_refused():
-    with pytest.raises(UserError, match=r"attention=array: a chunk of 4 tokens; .* multiple of 8"):
-        run(PROMPT[:16], nodes=1, chunk=4)
     with pytest.raises(UserError, match=r"attention=array: a 4 x 8 array .* builds no GEMM_PV"):
         run(PROMPT[:16], nodes=1, node=NodeConfig.tiny())
     with pytest.raises(UserError, match="attention 'gemm': one of unit, array"):
@@ -82,15 +135,15 @@ def test_what_the_array_path_cannot_run_is_refused():
 
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_score_rows_of_one_segment_are_bit_exact(monkeypatch, nodes):
-    """When the scores of every key do not fit the SPAD share, the score rows hold one segment and
-    the APPLY pass computes them again (GEMM kv twice a segment)."""
+    """When the scores of every key do not fit the SPAD share, the score rows hold one granule (a
+    block here) and the APPLY pass computes them again (GEMM_QK twice a block)."""
     monkeypatch.setattr(lower_mod, "SCORE_SPAD_SHARE", 1 << 20)
     s, rep = run(PROMPT[:24], nodes=nodes, decode=1)
     assert s.lw.spad.beats["sk"] == 8
     want, _ = golden(TINY, FM, PROMPT[:24], 1)
     for k, (st, ref) in enumerate(zip(rep.steps, want)):
         assert np.array_equal(st.logits, ref), f"step {k}: logits differ"
-    # per attention (from one ATTN_Q QUERY to the next): a GEMM kv before each ATTN_SM pass, but
+    # per attention (from one ATTN_Q QUERY to the next): a GEMM_QK before each ATTN_SM pass, but
     # for one segment, whose scores fit (MAX and APPLY read the same)
     seen = set()
     for prog in s.lw.prefill:
@@ -101,15 +154,15 @@ def test_score_rows_of_one_segment_are_bit_exact(monkeypatch, nodes):
                     assert g == m or (g, m) == (1, 2), (g, m)
                     seen.add(m // 2)
                 g = m = 0
-            elif i.OPCODE == Opcode.GEMM and i.kv:
+            elif i.OPCODE == Opcode.GEMM_QK:
                 g += 1
-            elif i.OPCODE == Opcode.ATTN_SM and i.w != s.lw.spad.beats["ZERO"]:     # not the zero words
+            elif i.OPCODE == Opcode.ATTN_SM:
                 m += 1
     assert seen == {1, 2, 3} if nodes == 1 else max(seen) >= 2
 
 
 def test_a_replica_marked_invalid_stops_the_array_reader():
-    """GEMM kv reads no directory: the array path's one-key ATTN_KV check faults UNREADABLE_BLOCK
+    """GEMM_QK reads no directory: the array path's one-key ATTN_KV check faults UNREADABLE_BLOCK
     on a replica made INVALID before its holder reads it, as the unit path does."""
     budget = 24 * int(TINY.kv_token_bytes)
     s = Session(TINY, TINY_W, PROMPT[:64], nodes=4, scheme="mars", chunk=8, budget=budget, decode=0, group=16,
@@ -122,8 +175,8 @@ def test_a_replica_marked_invalid_stops_the_array_reader():
 
 def test_bench_attention_path_compares_the_two_paths(capsys):
     """`mcf bench attention-path`: the same prefill and decode lowered both ways on the cluster
-    model; equal logits, the array's cycles in GEMM kv / ATTN_SM / GEMM_PV, the unit's in ATTN_KV,
-    the ratio of the attention instructions' cycles; a prompt of partial chunks is refused."""
+    model; equal logits, the array's cycles in GEMM_QK / ATTN_SM / GEMM_PV, the unit's in ATTN_KV,
+    the ratio of the attention instructions' cycles; a chunk the node cannot compute is refused."""
     import json
     from mcf.sw import cli
     capsys.readouterr()
@@ -133,10 +186,10 @@ def test_bench_attention_path_compares_the_two_paths(capsys):
     assert out["logits_equal"] is True and out["kind"] == "model"
     u, a = out["unit"], out["array"]
     assert set(u["prefill_by_kind"]) == {"ATTN_Q", "ATTN_KV", "ATTN_EMIT"}
-    assert all(a["prefill_by_kind"][k] > 0 for k in ("GEMM_KV", "ATTN_SM", "GEMM_PV", "VEC_O"))
+    assert all(a["prefill_by_kind"][k] > 0 for k in ("GEMM_QK", "ATTN_SM", "GEMM_PV"))
     assert 0 < a["prefill_attention_cycles"] < a["prefill_cycles"]
     assert out["prefill_attention_ratio_unit_over_array"] == round(u["prefill_attention_cycles"]
                                                                    / a["prefill_attention_cycles"], 3)
-    assert cli.main(["bench", "attention-path", "--model", "tiny", "--prompt", "12", "--chunk", "8"]) == 2
+    assert cli.main(["bench", "attention-path", "--model", "tiny", "--prompt", "16", "--chunk", "12"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("mcf: error: --prompt 12") and len(err.splitlines()) == 1
+    assert err.startswith("mcf: error:") and "chunk of 12" in err and len(err.splitlines()) == 1
