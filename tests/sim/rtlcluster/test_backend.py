@@ -341,10 +341,11 @@ def test_a_transformers_checkpoint_of_another_shape_runs_on_the_tiny_build(tmp_p
 @pytest.mark.cocotb
 @pytest.mark.timeout(BUILD_S)
 def test_rtl_cluster_runs_array_attention_bit_exact(rtl_factory):
-    """attention = "array" (GEMM kv -> ATTN_SM -> GEMM_PV -> ATTN_Q O, docs/attention-array.md
-    step 4) on one RTL node: prefill of two chunks of 8 tokens (the second over two segments: GEMM_PV
-    wide, then acc + sat32, the o rows packed by VEC) and one decode step (its key in a one-token
-    segment through ATTN_KV) give the golden logits bit for bit.  Slow: the tiny node's
+    """attention = "array" (GEMM_QK -> ATTN_SM -> GEMM_PV -> ATTN_Q O, docs/attention-array.md
+    step 4) on one RTL node: prefill of two chunks of 8 tokens (the second over a run of two
+    blocks: one GEMM_QK and one GEMM_PV with block_keys = 8, ATTN_Q O reading its rows at their
+    stride) and one decode step (its key in a one-token segment through ATTN_KV) give the golden
+    logits bit for bit.  Slow: the tiny node's
     4 x 8 array builds no GEMM_PV, so this is a Verilator build of its own (mac_rows = 8)."""
     from tests.sw.runtime.test_attention_array import ARRAY_NODE, FM
     s = Session(TINY, TINY_W, PROMPT[:16], nodes=1, chunk=8, decode=1, group=16, factory=rtl_factory, fixed=FM,
