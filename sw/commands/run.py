@@ -38,9 +38,9 @@ def register(sub) -> None:
                         "and decode, o_proj and down_proj partial sums added by the NICs' SUM; the names of "
                         "mcf simulate --decode)")
     p.add_argument("--attention", default="unit", metavar="PATH",
-                   help="unit (default: ATTN_KV passes on the attention unit) | array (scores by GEMM kv on the "
-                        "MAC array, softmax by ATTN_SM, PV by GEMM_PV; kv-stationary only, chunks a multiple of "
-                        "lcm(mac_rows, mac_lanes, vec_lanes) tokens; docs/attention-array.md)")
+                   help="unit (default: ATTN_KV passes on the attention unit) | array (scores by GEMM_QK on the "
+                        "MAC array over runs of KV blocks, softmax by ATTN_SM, PV by GEMM_PV; kv-stationary only; "
+                        "docs/attention-array.md)")
     p.add_argument("--chunk", type=integer(1, MAX_SEQ), help="chunk size B in tokens (default: the node's max tokens)")
     p.add_argument("--budget", type=integer(1, MAX_BYTES), help="per-node KV budget in bytes (MARS drains replicas to fit)")
     p.add_argument("--topology", default="switch", help="switch | ring | grid | full_mesh (default switch)")

@@ -407,7 +407,7 @@ class Lowered:
     route_ids_used: int = 0
     prefix: int = 0                     # chunks loaded before the run (not computed; see ``lower``)
     slots: dict = field(default_factory=dict)        # (node, block) -> pool slot of its copy
-    attention: str = "unit"             # ATTENTION_PATHS: ATTN_KV, or GEMM kv / ATTN_SM / GEMM_PV
+    attention: str = "unit"             # ATTENTION_PATHS: ATTN_KV, or GEMM_QK / ATTN_SM / GEMM_PV
     _decode_cache: dict = field(default_factory=dict)
 
     @property
