@@ -979,7 +979,7 @@ NODE_PARTS = ("exec.attn.unit", "exec.gemm.matrix.dot", "exec.gemm.matrix", "exe
 
 @block("node", "one node: registers, sequencer, execute unit, DMA, packetizer, NIC, DDR firewall (Vivado top)",
        variants=({"model": "tiny"}, {"model": "tiny", "net_ports": 2, "hp_ports": 2, "weight_ports": 2}),
-       parts=NODE_PARTS, model="qwen2.5-1.5b", net_ports=1, hp_ports=0, weight_ports=0,
+       parts=NODE_PARTS, icarus_default=False, model="qwen2.5-1.5b", net_ports=1, hp_ports=0, weight_ports=0,
        ranges={"model": Choice(tuple(PRESETS)), "net_ports": NODE_RANGES["net_ports"],
                "hp_ports": Range(1, MAX_HP_PORTS, zero=True, doc="HP ports (0: the preset's)"),
                "weight_ports": Range(1, MAX_HP_PORTS, pow2=True, zero=True, doc="weight loaders (0: the preset's)")})

@@ -46,6 +46,11 @@ class BlockInfo:
     #: by one (each with the parts below it as black boxes), the rest of the top being one more
     #: run: for a top too large for one Yosys run on this machine.
     parts: tuple = ()
+    #: Whether the design of the default parameters is simulated in Icarus (a cocotb bench):
+    #: False for a top too large for Icarus, which only Verilator runs (the Qwen node).  The
+    #: registry lint's iverilog check guards Icarus benches only, so it skips such a default
+    #: (Verilator's lint still runs); the variants are always checked.
+    icarus_default: bool = True
 
     def range_of(self, name: str) -> Range | None:
         return self.ranges.get(name) or NODE_RANGES.get(name)
@@ -77,14 +82,15 @@ _BLOCKS: dict[str, BlockInfo] = {}
 
 
 def block(name: str, doc: str, variants: tuple = (), ranges: dict | None = None, lint_default: bool = True,
-          parts: tuple = (), **params):
+          parts: tuple = (), icarus_default: bool = True, **params):
     """Decorator registering a component factory under ``name`` with its default ``params``
-    and the ``ranges`` they may take (``lint_default``, ``parts``: see ``BlockInfo``)."""
+    and the ``ranges`` they may take (``lint_default``, ``parts``, ``icarus_default``: see
+    ``BlockInfo``)."""
     def register(factory):
         if name in _BLOCKS and _BLOCKS[name].factory is not factory:
             raise RuntimeError(f"block {name} registered twice")
         _BLOCKS[name] = BlockInfo(name, doc, factory, params, variants, dict(ranges or {}), lint_default,
-                                  tuple(parts))
+                                  tuple(parts), icarus_default)
         return factory
     return register
 

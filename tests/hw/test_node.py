@@ -1,78 +1,52 @@
-"""The node top (hw/node.py): construction, instruction programs on two RTL nodes back to back,
-fault cases, and the PS debug path (a MARS plan's KV movement pushed as Metas + descriptors).
+"""The node top (hw/node.py): construction, instruction programs on two RTL nodes of the RTL
+cluster (a switch between them), fault cases, and the PS debug path (a MARS plan's KV movement
+pushed as Metas + descriptors).
 
-Cocotb benches with their pytest runners.  Every node has a cocotbext-axi ``AxiRam`` as DDR
-(random pauses on all five channels) and its PS is ``mcf.sw.driver.Driver`` over an AXI-Lite
-master.  Programs are typed ``spec.isa`` instructions; the expectations come from the
-programs and the bytes the bench wrote (what lands where, how many instructions of each
-queue retire, which semaphores end at zero), never from the RTL.
+Cocotb benches with their pytest runners.  The two-node benches run on two slots of the tiny
+model's cluster build (``mcf.sim.rtlcluster``: Verilator, ``ClusterTop`` of ``MIN_SLOTS`` nodes,
+the build tests/sim/rtlcluster and the one-node model run share): every node has a cocotbext-axi
+``AxiRam`` as DDR on each HP port (random pauses on all five channels, ``ClusterHarness``) and
+its PS is ``mcf.sw.driver.Driver`` over an AXI-Lite master.  Programs are typed ``spec.isa``
+instructions; the expectations come from the programs and the bytes the bench wrote (what lands
+where, how many instructions of each queue retire, which semaphores end at zero), never from the
+RTL.
 """
 import random
 
 import cocotb
 import pytest
-from amaranth import Module
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
-from cocotb.triggers import ClockCycles, FallingEdge, Timer
+from cocotb.triggers import ClockCycles
 
-from mcf.hw.axi.lite import AXI4LiteSignature
 from mcf.hw.compute.exec.unit import ExecUnit
 from mcf.hw.node import Node, NodePair
-from mcf.sim.cocotb_util import bounded, params, start
-from mcf.sim.node_harness import start_nodes
+from mcf.sim.cocotb_util import bounded, params
+from mcf.sim.node_harness import RtlNode
+from mcf.sim.rtlcluster.harness import ClusterHarness
 from mcf.sim.runner import run_cocotb
-from mcf.spec import Collective, DmaDescriptor, DmaDir, ErrorCause, Op, ReduceOp, Stage
+from mcf.spec import Collective, DmaDescriptor, DmaDir, Op, ReduceOp, Stage
 from mcf.spec.isa import (INSTR_BYTES, Credit, End, Gemm, PerfCounter, Queue, Recv, Send, SeqFault, Sync,
                           encode_program)
 from mcf.spec.node import NodeConfig
 from mcf.spec.plan import ReplicaState
-from mcf.spec.regmap import ADDR_BITS, DATA_BITS
 from mcf.sw.driver import NodeFault
 
-#: The two nodes of the benches: the tiny model's node (small buffers, a 16-entry route table).
+#: The tiny model's node (small buffers, a 16-entry route table): construction checks and
+#: tests/hw/eth/test_eth_node.py.  The two-node benches run on the cluster build's node
+#: (``tiny_cluster_config()``: the same node with larger capacities), passed as ``params()["config"]``.
 CONFIG = NodeConfig.tiny()
 RAM_BYTES = 1 << 16
 PROG = 0x0000
 #: The PS debug path's bench (and tests/hw/eth/test_eth_node.py): each node's blocks, one slot of
 #: SLOT bytes per kv_id from SRC_BASE; received payloads from DST_BASE in arrival order.
 SRC_BASE, DST_BASE, SLOT = 0x0000, 0x8000, 512
-#: Routes: 1 = node 0 -> node 1, 2 = node 1 -> node 0 (each node: forward on port 0 or deliver).
+#: Routes: 1 = node 0 -> node 1, 2 = node 1 -> node 0 (each node: forward on port 0 or deliver;
+#: the switch's table comes from them, ``forwarding_table``).
 ROUTES = [{1: {"port_mask": 1}, 2: {"local": 1}}, {1: {"local": 1}, 2: {"port_mask": 1}}]
 
 
-class LinkedPair(wiring.Component):
-    """Two nodes joined port 0 to port 0; ``flip`` inverts bit 0 of every beat node 0 sends
-    while it is high (a corrupted link)."""
-
-    def __init__(self, config: NodeConfig = CONFIG):
-        self.config = config.replace(net_ports=1)
-        self.nodes = [Node(self.config) for _ in range(2)]
-        super().__init__({
-            "axil": In(AXI4LiteSignature(ADDR_BITS, DATA_BITS)).array(2),
-            "m_axi": Out(self.nodes[0].m_axi.signature).array(2),
-            "irq": Out(1).array(2),
-            "flip": In(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        a, b = self.nodes
-        for i, node in enumerate(self.nodes):
-            m.submodules[f"node{i}"] = node
-            wiring.connect(m, wiring.flipped(self.axil[i]), node.s_axil)
-            wiring.connect(m, wiring.flipped(self.m_axi[i]), node.m_axi)
-            m.d.comb += self.irq[i].eq(node.irq)
-        wiring.connect(m, b.tx[0], a.rx[0])
-        m.d.comb += [b.rx[0].tdata.eq(a.tx[0].tdata ^ self.flip), b.rx[0].tkeep.eq(a.tx[0].tkeep),
-                     b.rx[0].tlast.eq(a.tx[0].tlast), b.rx[0].tvalid.eq(a.tx[0].tvalid),
-                     a.tx[0].tready.eq(b.rx[0].tready)]
-        return m
-
-
-def loaded_bytes(length: int) -> int:
+def loaded_bytes(cfg: NodeConfig, length: int) -> int:
     """DDR bytes a SEND of ``length`` reads: whole bus beats of each packet."""
-    mp, nb = CONFIG.max_payload, CONFIG.data_bytes
+    mp, nb = cfg.max_payload, cfg.data_bytes
     sizes = [min(mp, length - k) for k in range(0, length, mp)]
     return sum(-(-s // nb) * nb for s in sizes)
 
@@ -90,11 +64,24 @@ def retired(program) -> dict:
 
 
 async def setup(dut, seed=1):
-    dut.flip.value = 0
-    nodes = await start_nodes(dut, [(f"axil__{i}", f"m_axi__{i}") for i in range(2)], RAM_BYTES, seed=seed)
+    """Two nodes of the cluster top (the other slots idle): DDR window ``[0, RAM_BYTES)``, random
+    pauses on every DDR channel, the switch's table from ``ROUTES``; the harness and the nodes."""
+    h = ClusterHarness(dut, 2, NodeConfig(**params()["config"]), phys_base=0, window_bytes=RAM_BYTES,
+                       pause_probability=0.2, seed=seed)
+    await h.start()
+    await h.configure_switch(ROUTES)
+    nodes = [RtlNode(p.index, p.rams[0], p.driver) for p in h.nodes]
     for n in nodes:
         await n.configure(2, RAM_BYTES, ROUTES[n.index])
-    return nodes
+    return h, nodes
+
+
+def check_switch(h: ClusterHarness, corrupted: int = 0) -> None:
+    """Nothing the bench did not inject happened outside the nodes: no packet dropped or
+    unrouted by the switch, ``corrupted`` corrupted, no DDR access outside a window."""
+    c = h.switch_counters()
+    assert (c["dropped"], c["unrouted"], c["corrupted"]) == (0, 0, corrupted), c
+    assert not h.violations(), h.violations()
 
 
 async def run_all(nodes, programs, timeout_s=120.0):
@@ -128,8 +115,9 @@ def send(**kw):
 async def run_send_recv(dut):
     """RECV with rendezvous credits, multi-packet SENDs, CREDIT instructions, a KV_DRAIN control
     packet, semaphores across the queues and the nodes; DDR, directory, counters checked."""
-    nodes = await setup(dut, params().get("seed", 1))
-    mp = CONFIG.max_payload
+    h, nodes = await setup(dut, params().get("seed", 1))
+    cfg = h.config
+    mp = cfg.max_payload
     L1, L2 = 3 * mp + 100, 64
     SRC1, SRC2, DST1, DST2 = 0x2000, 0x3000, 0x8000, 0x9000
     nodes[0].ram.write(SRC1, payload(1, L1))
@@ -157,7 +145,7 @@ async def run_send_recv(dut):
     assert (await nodes[1].driver.read_directory([5, 6])) == {5: ReplicaState.DRAINING, 6: ReplicaState.INVALID}
     for n, prog in zip(nodes, [sender, receiver]):
         drv = n.driver
-        assert await drv.read_sems() == [0] * CONFIG.num_sems, f"node {n.index}: semaphores left over"
+        assert await drv.read_sems() == [0] * cfg.num_sems, f"node {n.index}: semaphores left over"
         errors = {c: v for c, v in (await drv.read_errors()).items() if v}
         assert not errors, f"node {n.index}: {errors}"
         perf = await drv.read_perf()
@@ -169,16 +157,18 @@ async def run_send_recv(dut):
     p0, p1 = await nodes[0].driver.read_perf(), await nodes[1].driver.read_perf()
     assert p0[PerfCounter.NET_TX_BYTES] == L1 + L2 and p1[PerfCounter.NET_RX_BYTES] == L1 + L2
     assert p1[PerfCounter.DDR_WR_BYTES] == L1 + L2
-    assert p0[PerfCounter.DDR_RD_BYTES] == len(sender) * INSTR_BYTES + loaded_bytes(L1) + loaded_bytes(L2)
+    assert p0[PerfCounter.DDR_RD_BYTES] == (len(sender) * INSTR_BYTES + loaded_bytes(cfg, L1)
+                                            + loaded_bytes(cfg, L2))
     st = await nodes[1].driver.seq_status()
     assert st["done"] and not st["fault"] and st["idle"]
+    check_switch(h)
 
 
 @cocotb.test()
 async def run_faults(dut):
     """Each fault stops the node with its cause and instruction, counted where it is an error,
     reported in one line by the driver; the node then runs a good program again."""
-    nodes = await setup(dut, params().get("seed", 2))
+    h, nodes = await setup(dut, params().get("seed", 2))
     n0, n1 = nodes
     # 1. An illegal instruction: a reserved bit set in the second word.
     words = encode_program([Sync(on=Queue.TX), End()])
@@ -189,7 +179,7 @@ async def run_faults(dut):
     await n0.driver.start()
     await expect_fault(n0, SeqFault.ILLEGAL_INSTRUCTION, pc=1)
     # 2. An EX instruction this build cannot run (tokens beyond its maximum).
-    gemm = Gemm(blob=0x1000, n=64, total_tiles=1, tile0=0, tiles=1, tokens=CONFIG.max_tokens + 1, group_log2=5,
+    gemm = Gemm(blob=0x1000, n=64, total_tiles=1, tile0=0, tiles=1, tokens=h.config.max_tokens + 1, group_log2=5,
                 w_exp=0, bias=0, src=0, src_stride=8, dst=64, dst_stride=8)
     await n0.load([Sync(on=Queue.RX), gemm, End()], PROG)
     await n0.driver.start()
@@ -237,15 +227,16 @@ async def run_faults(dut):
     await n0.driver.start()
     await n0.driver.wait_done(60)
     await expect_fault(n1, SeqFault.SEM_OVERFLOW)
-    # 9. A corrupted header on the link: dropped and counted by node 1's NIC, node 1 stops.
+    # 9. A corrupted header on the link (the switch flips a bit of the next packet node 0 sends):
+    # dropped and counted by node 1's NIC, node 1 stops.
     await n1.load([Sync(on=Queue.EX, wait_sem=9, wait_cnt=1), End()], PROG)
     await n1.driver.start()
     await n0.load([send(ddr=0x2000, length=100, tag=1), End()], PROG)
-    dut.flip.value = 1
+    h.inject(corrupt_at={0: h.switch_counters()["packets_in"][0] + 1})
     await n0.driver.start()
     await n0.driver.wait_done(60)
     msg = await expect_fault(n1, SeqFault.NETWORK)
-    dut.flip.value = 0
+    h.inject(corrupt_at={0: 0})
     assert "BAD_HEADER=1" in msg, msg
     # After all that, both nodes run a transfer again.
     for n in nodes:
@@ -258,6 +249,7 @@ async def run_faults(dut):
     assert n1.ram.read(0xA000, 300) == payload(4, 300)
     for n in nodes:
         assert not {c: v for c, v in (await n.driver.read_errors()).items() if v}
+    check_switch(h, corrupted=1)
 
 
 # --- the PS debug path: a MARS plan's KV movement as Metas and descriptors ----------------------
@@ -295,9 +287,10 @@ async def run_mars_kv_moves(dut):
     sends, expect = transfers(programs)
     assert sum(len(v) for v in expect.values()) > 0, "the plan moves no KV: a bench that checks nothing"
     SRC, DST = SRC_BASE, DST_BASE
-    nodes = await setup(dut, 3)
+    h, nodes = await setup(dut, 3)
+    await h.configure_switch([{p.node: p for p in programs}[n].routes for n in range(2)])   # the plan's routes
     for n in range(2):
-        assert len(expect[n]) <= CONFIG.desc_queue_depth, "receiver STOREs must fit the queue up front"
+        assert len(expect[n]) <= h.config.desc_queue_depth, "receiver STOREs must fit the queue up front"
         for meta in sends[n]:
             if meta.length:
                 nodes[n].ram.write(SRC + meta.kv_id * SLOT, block_bytes(n, meta.kv_id, meta.length))
@@ -324,6 +317,7 @@ async def run_mars_kv_moves(dut):
             assert nodes[n].ram.read(DST + k * SLOT, len(data)) == data, f"node {n}, payload {k}"
         errors = {c: v for c, v in (await nodes[n].driver.read_errors()).items() if v}
         assert not errors, f"node {n}: error counters moved: {errors}"
+    check_switch(h)
 
 
 def test_construction():
@@ -346,17 +340,25 @@ def test_construction():
     assert node.ic.hp_ports == 1 and node.first_sync_port == 2 and len(node.m_axi2.rdata) == 64
 
 
+#: Bound of a run on the cluster build: it may pay the session's Verilator build of the cluster (one
+#: per session, shared with tests/sim/rtlcluster; ~6 min on an idle 2-core machine, ~12 min loaded).
+BUILD_S = 2400
+
+
 @pytest.mark.cocotb
-def test_two_nodes_run_programs(build_dir):
-    run_cocotb(LinkedPair(CONFIG), __name__, build_dir,
+@pytest.mark.timeout(BUILD_S)
+def test_two_nodes_run_programs(build_dir, verilator_cache):
+    """The three benches above on two slots of the tiny model's cluster build (the Verilator build
+    tests/sim/rtlcluster and the one-node model run share: no build of its own)."""
+    from mcf.sim.rtlcluster import backend as rtl
+    from mcf.sim.rtlcluster.top import ClusterTop
+    top = ClusterTop(rtl.MIN_SLOTS, rtl.tiny_cluster_config(), node_class=rtl.node_factory())
+    run_cocotb(top, __name__, build_dir, sim="verilator", cache_dir=verilator_cache,
                testcase=["run_send_recv", "run_faults", "run_mars_kv_moves"],
-               params={"seq": 16, "chunk": 4, "budget_tokens": 12})
+               params={"seq": 16, "chunk": 4, "budget_tokens": 12, "config": top.config.as_dict()})
 
 
 # --- one node runs the tiny model: the runtime's programs on the RTL node ------------------------
-#: Bound of the one-node model run: it may pay the session's Verilator build of the cluster (one per
-#: session, shared with tests/sim/rtlcluster; ~6 min on an idle 2-core machine, ~12 min loaded).
-BUILD_S = 2400
 
 
 def tiny_run(prompt_len: int = 4):

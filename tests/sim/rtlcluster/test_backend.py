@@ -16,7 +16,7 @@ instruction outside the DMA window, an illegal instruction, a corrupted packet: 
 with the cause, the runtime says so in one line.  A Node top that cannot run programs, and
 options the RTL cluster cannot honour, are refused in one line (never simulated into fake
 results).  One Verilator build (4 node slots) serves every run of the module and the one-node run
-of tests/hw/test_node.py.
+and the two-node program benches of tests/hw/test_node.py.
 """
 from __future__ import annotations
 
