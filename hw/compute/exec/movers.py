@@ -722,6 +722,8 @@ class GemmMover(Mover):
         C = max(self.pv_tiles, 1)
         kv = Signal()
         m.d.comb += kv.eq(qk_op if self.has_kv else 0)
+        located = Signal()                             # a GEMM_QK whose first key needs LOCATE
+        m.d.comb += located.eq(kv & (qins.tile0 != 0))
         # the fields all three instructions have
         f_tokens, f_tiles, f_tile0 = Signal(10), Signal(16), Signal(16)
         f_src, f_src_stride, f_head_stride = Signal(isa.SPAD_BITS), Signal(16), Signal(16)
@@ -759,11 +761,12 @@ class GemmMover(Mover):
                                     + (f_n >> vl_log2)),
                          nrows.eq(f_tokens * heads),
                          dst_end.eq(f_dst + (f_tokens * heads - 1) * f_dst_stride + out_beats),
-                         state.eq(Mux(kv, S.LOCATE, S.CHECK))]
-        # GEMM_QK: block b0 = tile0 P // block_keys of the first key, its offset o in it, b0 seg_stride
+                         state.eq(Mux(located, S.LOCATE, S.CHECK))]
+        # GEMM_QK from tile0 > 0: block b0 = tile0 P // block_keys of the first key, its offset o in it,
+        # b0 seg_stride (tile0 = 0: block 0, key 0, no division)
         m.submodules.locate = loc = SerialDivider(16 + p_log2, 16, 26)
-        m.d.comb += [loc.start.eq((state == S.SETUP) & kv), loc.a.eq(qins.tile0 << p_log2), loc.b.eq(qins.block_keys),
-                     loc.m.eq(qins.seg_stride)]
+        m.d.comb += [loc.start.eq((state == S.SETUP) & located), loc.a.eq(qins.tile0 << p_log2),
+                     loc.b.eq(qins.block_keys), loc.m.eq(qins.seg_stride)]
         with m.If((state == S.LOCATE) & loc.done):
             m.d.sync += state.eq(S.CHECK)
 
@@ -786,8 +789,8 @@ class GemmMover(Mover):
         r_o = Signal(16)                               # the first key's offset in its block
         r_seg = Signal(ADDR_BITS)                      # the first key's block
         m.d.comb += [r_bk.eq(Mux(qk_op, qins.block_keys, Mux(pins.block_keys == 0, pins.keys, pins.block_keys))),
-                     r_o.eq(Mux(qk_op, loc.r, 0)),
-                     r_seg.eq(Mux(qk_op, ddr_addr(qins.seg) + (loc.qm << ALIGN_LOG2), ddr_addr(pins.seg)))]
+                     r_o.eq(Mux(located, loc.r, 0)),
+                     r_seg.eq(Mux(qk_op, ddr_addr(qins.seg) + Mux(located, loc.qm << ALIGN_LOG2, 0), ddr_addr(pins.seg)))]
         r_rows = Signal(ADDR_BITS)                     # the first key's row
         r_step = Signal(ADDR_BITS)                     # bytes between blocks
         m.d.comb += [r_rows.eq(r_seg + pad_up(r_bk << 1) + (r_o << row_log2)),
@@ -1754,15 +1757,17 @@ class AttnMover(Mover):
         # --- ATTN_SM: score rows -> transpose buffers -> the unit; w -> buffers -> w rows -------------------
         sming = state == S.SM
         # key j's V scale word A | E << 8: per block of the run (block_keys = 0: one block of every key) a
-        # request for its words and an Unpacker frame of as many words (the frame drops the rest of its
-        # last bus beat), the requests running ahead of the frames
+        # request for its words, the requests running ahead of the Unpacker's frames: one frame of every
+        # key when a block's words are whole bus beats (the blocks' beats then hold the words back to
+        # back), else a frame per block (it drops the rest of the block's last beat; 2 cycles between)
         m.submodules.vsc = vsc = Unpacker(g.data_width, 16)
-        sm_blk = Signal(16)
-        m.d.comb += sm_blk.eq(Mux(sm_ins.block_keys == 0, sm_ins.keys, sm_ins.block_keys))
+        sm_blk, sm_fblk = Signal(16), Signal(16)          # keys a request / a frame takes (blocks whose scale
+        m.d.comb += [sm_blk.eq(Mux(sm_ins.block_keys == 0, sm_ins.keys, sm_ins.block_keys)),   # words are whole
+                     sm_fblk.eq(Mux((sm_blk << 1)[:g.bus_log2] == 0, sm_ins.keys, sm_blk))]     # beats: one frame
         sm_qaddr = Signal(ADDR_BITS)
         sm_qleft, sm_fleft = Signal(16), Signal(16)       # keys still to ask for / to frame
         sm_qn, sm_fn = Signal(16), Signal(16)
-        m.d.comb += [sm_qn.eq(Mux(sm_qleft < sm_blk, sm_qleft, sm_blk)), sm_fn.eq(Mux(sm_fleft < sm_blk, sm_fleft, sm_blk))]
+        m.d.comb += [sm_qn.eq(Mux(sm_qleft < sm_blk, sm_qleft, sm_blk)), sm_fn.eq(Mux(sm_fleft < sm_fblk, sm_fleft, sm_fblk))]
         with m.If(state == S.CHECK):
             m.d.sync += [sm_qaddr.eq(ddr_addr(sm_ins.seg)), sm_qleft.eq(Mux(sm_apply, sm_ins.keys, 0)),
                          sm_fleft.eq(Mux(sm_apply, sm_ins.keys, 0))]

@@ -22,23 +22,12 @@ import numpy as np
 
 from mcf.sim.compute import ddr
 from mcf.spec import isa
-from math import lcm
-
+from mcf.sim.compute.jobs import pv_run_keys
 from mcf.spec.isa import AttnLoad, AttnPass, EmitMode, VecOp
 from mcf.spec.node import NodeConfig
 from mcf.sw.golden import fixed as fx
 from tests.hw.compute.exec.test_movers import bfp_rows
 from tests.hw.compute.exec.test_unit import write_kv_blocks
-
-
-def pv_run_keys(node: NodeConfig, keys: int, bk: int) -> int:
-    """Keys of one GEMM_PV of the sequence: all of them when its activation buffer takes them (2 keys
-    <= max_n), else the most that do and are whole blocks and MAC lane groups (0: none)."""
-    max_n = max(node.hidden_size, node.intermediate_size, node.num_heads * node.head_dim)
-    if 2 * keys <= max_n:
-        return keys
-    step = lcm(bk, node.mac_lanes)
-    return max_n // 2 // step * step
 
 
 def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpos0: int, kv_at: int, seg: int,

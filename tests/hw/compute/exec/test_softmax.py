@@ -1,14 +1,15 @@
 """ATTN_SM (the softmax pass over score rows in SPAD, hw/compute/exec/movers.py ``AttnMover``) and
 ATTN_Q O on the execute unit of the tiny node with VL = 4 and a 16 x 8 array, cocotb + Icarus,
 AxiRam as DDR with random pauses: query rows at 2-D strides in SPAD, a K and a V segment in DDR
-(``spec/kv.py``); GEMM kv = 1 writes the score rows; ATTN_Q QUERY; ATTN_SM MAX over two runs of
+(``spec/kv.py``); GEMM_QK writes the score rows; ATTN_Q QUERY; ATTN_SM MAX over two runs of
 keys (the second from its own score words, key position and V scale word), ATTN_EMIT MAX ==
 golden ``partial_state`` m; ATTN_SM APPLY over the same runs: the w rows == golden
 ``attn_weights`` and (ATTN_EMIT STATE, o untouched = 0) l == golden ``state_sums``' l; then o
 words (what GEMM_PV writes: sat32 of golden ``state_sums``' o) loaded by ATTN_Q O and ATTN_EMIT
 FINAL == golden ``finalize``.  Bit for bit.  Then APPLY again over all the keys with V stored as a
-run of blocks (``block_keys`` 12 and 20: scale words of a block not whole bus beats, the last block
-partial, gaps between the segments): the same w rows.  ``run_softmax`` runs on the same build as GEMM kv's
+run of blocks (``block_keys`` 10: a block's scale words not whole bus beats, a frame per block; 20:
+whole beats, one frame; the last block partial, gaps between the segments): the same w rows.
+``run_softmax`` runs on the same build as GEMM_QK's
 ``run_scores`` (tests/hw/compute/exec/test_scores.py ``test_scores_cocotb``: one build of the unit).  The same program on the golden node simulator
 (``NodeSim``) gives the same SPAD words.  Fields ATTN_SM refuses: ILLEGAL_INSTRUCTION."""
 import cocotb
@@ -118,7 +119,7 @@ async def run_softmax(dut):
     check(g, lambda beat, rows, n: store[beat])
     # APPLY over a run of V blocks (the unit's m is the MAX passes'): the same w rows
     from tests.hw.compute.exec.test_scores import write_run
-    for bk, stride in ((12, 192), (20, 256)):
+    for bk, stride in ((10, 192), (20, 256)):   # 10: a frame per block (20-byte words), 20: one frame
         write_run(drv.ram, VSEG + 0x1000, stride, *g["v"], bk)
         sm = program()[4]
         await drv.must(sm.replace(keys=KEYS, seg=VSEG + 0x1000, w=W2_AT, block_keys=bk,
