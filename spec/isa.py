@@ -285,6 +285,31 @@ _reg(Opcode.GEMM, "BFP16 rows x INT4 matrix -> X32 rows (golden linear).  Output
     Field("dst_stride", 16, "Beats between output rows."),
 ])
 # --- GEMM_QK (attention scores on the MAC array, docs/attention-array.md step 1) -----------------------
+def block_run_ok(block_keys: int, first_key: int, keys: int, head_dim: int, bus_bytes: int, word_bytes: int,
+                 scales: bool = True) -> bool:
+    """Whether the execute unit reads ``keys`` keys of a run of KV blocks from key ``first_key`` on
+    (GEMM_QK: tile0 P and tiles P, with the K scale words; GEMM_PV: 0 and keys, rows only, block_keys =
+    keys when its field is 0).  It streams each block's rows (head_dim / 2 bytes a key) as DMA
+    descriptors and (``scales``) its scale words as read requests, back to back, so: the first key's
+    row and scale word start on a bus beat (``bus_bytes``, data_width / 8), and when the keys span
+    several blocks every block's rows are whole words of the weight stream (``word_bytes`` =
+    weight_ports x weight_ratio x bus bytes: 128 at the KR260 node, 8 at the tiny one), the first
+    block's piece too, and its scale words whole bus beats.  At Qwen2.5-1.5B (64-byte rows, 16-byte
+    beats) that is block_keys a multiple of 8 when a run spans blocks (16-token chunks pass)."""
+    if block_keys < 1:
+        return False
+    row = head_dim // 2
+    o = first_key % block_keys
+    if (o * row) % bus_bytes or (scales and (2 * o) % bus_bytes):
+        return False
+    if o + keys > block_keys:
+        if (block_keys * row) % word_bytes or (o * row) % word_bytes:
+            return False
+        if scales and (2 * block_keys) % bus_bytes:
+            return False
+    return True
+
+
 _BLOCK_RUN = "key j of the run is token j mod block_keys of block j // block_keys, whose segment is at "\
              "seg + (j // block_keys) seg_stride (bytes / 64)"
 _reg(Opcode.GEMM_QK, "Attention scores (golden scores) on the MAC array: the matrix is a run of K "
@@ -296,7 +321,10 @@ _reg(Opcode.GEMM_QK, "Attention scores (golden scores) on the MAC array: the mat
                      "(tile - tile0) P + p of row r -> SPAD word (dst + r dst_stride) VL + (tile - tile0) "
                      "P + p.  Every key of the tiles computed must lie in a written segment region (the "
                      "KV pool rounds its blocks up to whole tiles; keys past the last token a program "
-                     "wrote are read as they lie in DDR and must be invisible to every row).", [
+                     "wrote are read as they lie in DDR and must be invisible to every row).  The execute "
+                     "unit refuses (ILLEGAL_INSTRUCTION) a run that block_run_ok(block_keys, tile0 P, "
+                     "tiles P, head_dim, bus bytes, weight word bytes) rejects: whole bus beats / weight "
+                     "words per block when the tiles span blocks.", [
     _ddr("seg", "K segment of the run's first block"),
     Field("seg_stride", 26, "Bytes / 64 between the K segments of consecutive blocks (any when one block)."),
     Field("block_keys", 16, "Tokens per block (the segments' n, > 0)."),
@@ -333,7 +361,9 @@ _reg(Opcode.GEMM_PV, "Attention PV (golden state_sums' o) on the MAC array: the 
                      "dst_stride: wide = 0: word i = sat32(o); wide = 1: the 64-bit two's complement "
                      "o, its low word at word i and its high word at word n_out + i (acc reads "
                      "that layout at dst; its rows may not overlap: dst_stride >= 2 n_out / VL when "
-                     "rows > 1).  Reads all its operands before it writes.", [
+                     "rows > 1).  Reads all its operands before it writes.  A run the execute unit "
+                     "refuses (ILLEGAL_INSTRUCTION): block_run_ok(block_keys or keys, 0, keys, head_dim, "
+                     "bus bytes, weight word bytes, scales=False) false.", [
     _ddr("seg", "V segment (of the run's first block)"),
     Field("keys", 16, "Keys of the run (a multiple of the MAC lanes K and of VL, 2 keys / K <= the "
                       "activation buffer's beats; block_keys = 0: the segment's n)."),

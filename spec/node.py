@@ -69,7 +69,7 @@ class NodeConfig:
     mac_rows: int = 64               # matrix unit: MAC array rows (output rows per weight beat)
     mac_lanes: int = 32              # matrix unit: MAC array lanes (inputs per row per cycle)
     # matrix unit: the largest weight group G a GEMM takes (group_log2 <= log2 max_group); its
-    # attention scores (GEMM kv = 1, one group of head_dim) are built only when head_dim <= max_group
+    # attention scores (GEMM_QK, one group of head_dim) are built only when head_dim <= max_group
     max_group: int = 128
     dsp_primitives: int = 1          # 1: the products are DSP48E2 instances (P cascade; model in sims)
     max_tokens: int = 16             # tokens sharing each weight beat (query rows per pass)

@@ -28,12 +28,14 @@ the MAC span x full tiles / simulated tiles).  ``--write-profile`` writes ``comp
 bytes per cycle / the DDR's peak bytes per cycle) into the profile with the command and the date.
 
 Beside the GEMMs (same build and run): ``attn:prefill`` / ``attn:decode`` (the attention unit),
-``attn:qk-array`` (QK^T on the array, GEMM kv = 1) and ``attn:softmax`` (``--sm-keys`` keys of one
+``attn:qk-array`` (QK^T on the array, GEMM_QK over one K segment) and ``attn:softmax`` (``--sm-keys`` keys of one
 token x the GQA group through ATTN_SM MAX and APPLY: score rows in SPAD, V scale words from the DDR
 model, w rows out, bit-exact against ``fixed.attn_weights``): cycles and cycles per key of each pass;
 ``attn:pv-array`` (GEMM_PV) and ``attn:prefill-array`` (tests/hw/compute/exec/test_attn_array.py:
-attn:prefill's work as the array sequence -- ATTN_Q, GEMM kv, ATTN_SM MAX / APPLY, GEMM_PV, VEC,
-ATTN_Q O, ATTN_EMIT -- bit-exact against ``fixed.attention``: cycles per instruction kind,
+attn:prefill's work as the array sequence over its KV stored as the KV pool keeps it, blocks of
+max_tokens keys (one chunk) -- per job ATTN_Q, one GEMM_QK, one ATTN_SM MAX and one APPLY over
+the run of blocks, GEMM_PV (one when the keys fit its activation buffer), ATTN_Q O, ATTN_EMIT --
+bit-exact against ``fixed.attention``: cycles per instruction kind,
 ``attention_efficiency`` by attn:prefill's definition, the speed-up over attn:prefill;
 ``--write-profile`` writes it as ``attention_array_efficiency``).
 """
@@ -59,14 +61,14 @@ LAYER_BENCH = ("tests.hw.compute.exec.test_unit", "run_layer")
 ENGINE_BENCH = ("tests.hw.compute.exec.test_unit", "run_gemm_ops")
 #: The execute unit's attention block against the DDR model (same module and build).
 ATTN_BENCH = ("tests.hw.compute.exec.test_unit", "run_attn_ops")
-#: Attention scores QK^T on the MAC array (GEMM kv = 1) against the DDR model (same build and run:
+#: Attention scores QK^T on the MAC array (GEMM_QK) against the DDR model (same build and run:
 #: the simulation takes both modules).
 QK_BENCH = ("tests.hw.compute.exec.test_scores", "run_qk_ops")
 #: The softmax pass over SPAD score rows (ATTN_SM) against the DDR model (same build and run).
 SM_BENCH = ("tests.hw.compute.exec.test_softmax", "run_sm_ops")
 #: Attention PV on the MAC array (GEMM_PV) against the DDR model (same build and run).
 PV_BENCH = ("tests.hw.compute.exec.test_pv", "run_pv_ops")
-#: attn:prefill's work as the array sequence (ATTN_Q, GEMM kv, ATTN_SM, GEMM_PV, ..) against the DDR model
+#: attn:prefill's work as the array sequence (ATTN_Q, GEMM_QK, ATTN_SM, GEMM_PV, ..) against the DDR model
 #: (same build and run).
 ATTN_ARRAY_BENCH = ("tests.hw.compute.exec.test_attn_array", "run_attn_array_ops")
 #: The engine bench's blocks (``--block`` runs only the named ones).
@@ -117,7 +119,7 @@ def add_arguments(p) -> None:
     p.add_argument("--attention", action=argparse.BooleanOptionalAction, default=True,
                    help="engine bench: also run one attention block (prefill chunk and decode token) (default: on)")
     p.add_argument("--qk-array", action=argparse.BooleanOptionalAction, default=True,
-                   help="engine bench: also run attention scores QK^T on the MAC array (GEMM kv = 1: attn:qk-array) "
+                   help="engine bench: also run attention scores QK^T on the MAC array (GEMM_QK: attn:qk-array) "
                         "(default: on)")
     p.add_argument("--qk-keys", type=int, default=2048,
                    help="engine bench: keys of the attn:qk-array block (one K segment) (default: %(default)s)")
@@ -137,7 +139,7 @@ def add_arguments(p) -> None:
                    help="engine bench: tokens of the attn:pv-array block (rows = tokens x the GQA group) "
                         "(default: %(default)s)")
     p.add_argument("--prefill-array", action=argparse.BooleanOptionalAction, default=True,
-                   help="engine bench: also run attn:prefill's work as the array sequence (ATTN_Q, GEMM kv, ATTN_SM "
+                   help="engine bench: also run attn:prefill's work as the array sequence (ATTN_Q, GEMM_QK, ATTN_SM "
                         "MAX / APPLY, GEMM_PV, ATTN_Q O, ATTN_EMIT: attn:prefill-array) (default: on)")
     p.add_argument("--block", action="append", choices=BLOCKS, default=None,
                    help="engine bench: run only this block (repeatable; default: every block its switches leave on: "
@@ -433,18 +435,23 @@ def pv_figures(report: dict, node: NodeConfig) -> dict:
 
 
 def prefill_array_refusal(node: NodeConfig, keys: int, block_keys: int) -> str | None:
-    """Why attn:prefill-array (attn:prefill's keys in segments of ``block_keys``, jobs of
+    """Why attn:prefill-array (attn:prefill's keys in a run of blocks of ``block_keys`` keys, jobs of
     ``att_rows // group`` tokens) cannot run on ``node``'s instructions, or None."""
-    from mcf.spec.isa import gemm_pv_built
+    from mcf.spec.isa import block_run_ok, gemm_pv_built
+    from mcf.sim.compute.jobs import pv_run_keys
     P, K, vl, d = node.mac_rows, node.mac_lanes, node.vec_lanes, node.head_dim
     if not gemm_pv_built(P, K, vl, d):
         return "this node builds no GEMM_PV (it needs mac_rows, mac_lanes >= vec_lanes and mac_rows | head_dim | " \
                "mac_rows x mac_lanes)"
     per_job = node.att_rows // node.group
-    max_n = max(node.hidden_size, node.intermediate_size, node.num_heads * node.head_dim)
-    if per_job < 1 or block_keys % P or block_keys % K or 2 * block_keys > max_n:
-        return (f"segments of {block_keys} keys: GEMM kv takes a multiple of {P} keys, GEMM_PV a multiple of {K} up "
-                f"to {max_n // 2}, ATTN_SM a GQA group of {node.group} rows in the unit's {node.att_rows}")
+    run = pv_run_keys(node, keys, block_keys)
+    bus, word = node.data_width // 8, node.weight_ports * node.weight_ratio * node.data_width // 8
+    if (per_job < 1 or keys % P or keys % K or keys % vl or keys % block_keys or not run
+            or not block_run_ok(block_keys, 0, keys, d, bus, word)
+            or not block_run_ok(block_keys, 0, run, d, bus, word, scales=False)):
+        return (f"{keys} keys in blocks of {block_keys}: GEMM_QK takes whole tiles of {P} keys and runs "
+                f"isa.block_run_ok passes, GEMM_PV a multiple of {K} keys, ATTN_SM a GQA group of {node.group} rows "
+                f"in the unit's {node.att_rows}")
     R, rb = per_job * node.group, d // vl
     need = 2 * node.max_tokens * node.group * rb + 2 * R * keys // vl + 3 * R * rb + rb
     if need > node.spad_beats:
@@ -476,12 +483,13 @@ def attention_array_figures(report: dict, node: NodeConfig, attn: dict | None) -
             "ddr_read_bytes": sum(v["ddr_read_bytes"] for v in kinds.values()),
             "attention_macs_per_cycle": round(macs / cycles, 2),
             "attention_efficiency": round(macs / cycles / peak, 4),
-            "sequence": "per job: ATTN_Q QUERY; GEMM kv per K segment (scores to SPAD); ATTN_SM MAX per segment; "
-                        "ATTN_SM APPLY per segment (w rows to SPAD); GEMM_PV per V segment (wide, acc + wide, .., "
-                        "acc + sat32); VEC RESIDUAL + a zero row (the sat32 o rows, 2 head_dim words apart as "
-                        "GEMM_PV acc needs, packed to the head_dim apart ATTN_Q O reads); ATTN_Q O; ATTN_EMIT FINAL; "
-                        "one instruction at a time (the EX queue); bit-exact against fixed.attention",
-            "shape": "attn:prefill's: the same keys, segments, positions, jobs and random draws",
+            "sequence": "per job, over the run of KV blocks: ATTN_Q QUERY; one GEMM_QK (scores to SPAD); one "
+                        "ATTN_SM MAX; one ATTN_SM APPLY (w rows to SPAD, V scale words block by block); GEMM_PV "
+                        "(one, sat32, when the keys fit its activation buffer; else runs of it, wide / acc, and a "
+                        "VEC RESIDUAL packing the rows); ATTN_Q O; ATTN_EMIT FINAL; one instruction at a time (the "
+                        "EX queue); bit-exact against fixed.attention",
+            "shape": "attn:prefill's: the same keys, positions, jobs and random draws; the KV stored in blocks of "
+                     "block_keys keys (the node's max_tokens: one chunk), segments with their own scale regions",
         }
         if attn is not None and "attn:prefill" in attn:
             a = attn["attn:prefill"]
@@ -551,8 +559,9 @@ def run_engine(args) -> dict:
                              f"{node.mac_lanes} up to {max_n // 2}, tokens x {node.group} heads <= {node.max_tokens} "
                              f"rows, the weight rows and the output within {node.spad_beats} SPAD beats")
     array_skipped = None
+    array_block_keys = node.max_tokens           # the KV pool's blocks: one chunk of max_tokens tokens
     if args.prefill_array:
-        why = prefill_array_refusal(node, args.attn_keys, block_keys)
+        why = prefill_array_refusal(node, args.attn_keys, array_block_keys)
         if why and args.block:
             raise ValueError(f"--block prefill-array: {why}")
         if why:
@@ -593,7 +602,8 @@ def run_engine(args) -> dict:
                        "port_bytes_per_cycle": timing.port_bytes_per_cycle,
                        "total_bytes_per_cycle": timing.total_bytes_per_cycle,
                        "refresh_interval": timing.refresh_interval, "refresh_cycles": timing.refresh_cycles},
-                       "attn": {"keys": args.attn_keys, "block_keys": block_keys, "tokens": node.max_tokens},
+                       "attn": {"keys": args.attn_keys, "block_keys": block_keys, "tokens": node.max_tokens,
+                                "array_block_keys": array_block_keys},
                        "qk": {"keys": args.qk_keys, "tokens": args.qk_tokens}, "qk_report": str(qk_report),
                        "sm": {"keys": args.sm_keys, "tokens": 1}, "sm_report": str(sm_report),
                        "pv": {"keys": args.pv_keys, "tokens": args.pv_tokens}, "pv_report": str(pv_report),
@@ -667,7 +677,7 @@ def run_engine(args) -> dict:
             "attention_array_efficiency": arr["attn:prefill-array"]["attention_efficiency"],
             "attention_array_efficiency_is": "attn:prefill's work as the array sequence (attn:prefill-array): 2 x "
                                              "head_dim MACs per visible (query row, key) pair / cycles of ATTN_Q, "
-                                             "GEMM kv, ATTN_SM MAX and APPLY, GEMM_PV, VEC, ATTN_EMIT, one "
+                                             "GEMM_QK, ATTN_SM MAX and APPLY, GEMM_PV, ATTN_Q O, ATTN_EMIT, one "
                                              "instruction at a time / the MAC array's peak MACs per cycle"})
     if args.write_profile:
         cmd = (f"mcf bench compute --model {args.model} --weight-ports {args.weight_ports} --prefill-rows "

@@ -102,6 +102,18 @@ def pv_digits(w):
     return hi, w - (hi << 16)
 
 
+def pv_run_keys(node, keys: int, block_keys: int) -> int:
+    """Keys of one GEMM_PV over a run of KV blocks of ``block_keys`` keys on ``node`` (a NodeConfig): all
+    ``keys`` when its activation buffer takes them (2 keys <= the widest row), else the most that it takes
+    and that are whole blocks and MAC lane groups (a later run starts on a block; 0: none)."""
+    from math import lcm
+    max_n = max(node.hidden_size, node.intermediate_size, node.num_heads * node.head_dim)
+    if 2 * keys <= max_n:
+        return keys
+    step = lcm(block_keys, node.mac_lanes)
+    return max_n // 2 // step * step
+
+
 def pv_weights(rng, r: int, keys: int, d: int, extreme: bool = False, scales: bool = False):
     """Random softmax weights of ``r`` rows over ``keys`` V rows, from the golden model: scores,
     a visibility mask, V = quantize_kv(rows), w = ``fx.attn_weights`` and o = ``fx.state_sums``'

@@ -279,12 +279,14 @@ def sext16(values, count: int):
 
 class SerialDivider(wiring.Component):
     """Unsigned ``a`` // ``b`` and ``a`` % ``b`` by restoring division, one bit per cycle
-    (``a_bits`` cycles from ``start`` to ``done``; b = 0 gives q = all ones, r = a)."""
+    (``a_bits`` cycles from ``start`` to ``done``; b = 0 gives q = all ones, r = a).  ``m_bits`` > 0:
+    also ``qm`` = q x ``m`` (shift and add on the quotient bits as they come, MSB first)."""
 
-    def __init__(self, a_bits: int, b_bits: int):
-        self.a_bits, self.b_bits = a_bits, b_bits
+    def __init__(self, a_bits: int, b_bits: int, m_bits: int = 0):
+        self.a_bits, self.b_bits, self.m_bits = a_bits, b_bits, m_bits
         super().__init__({"start": In(1), "a": In(a_bits), "b": In(b_bits), "q": Out(a_bits),
-                          "r": Out(b_bits + 1), "done": Out(1)})
+                          "r": Out(b_bits + 1), "done": Out(1),
+                          **({"m": In(m_bits), "qm": Out(a_bits + m_bits)} if m_bits else {})})
 
     def elaborate(self, platform):
         m = Module()
@@ -307,6 +309,14 @@ class SerialDivider(wiring.Component):
             with m.If(i == n - 1):
                 m.d.sync += [busy.eq(0), self.done.eq(1)]
         m.d.comb += [self.q.eq(quo), self.r.eq(rem)]
+        if self.m_bits:
+            acc = Signal(n + self.m_bits)
+            mul = Signal(self.m_bits)
+            with m.If(self.start):
+                m.d.sync += [acc.eq(0), mul.eq(self.m)]
+            with m.Elif(busy):
+                m.d.sync += acc.eq((acc << 1) + Mux(trial >= den, mul, 0))
+            m.d.comb += self.qm.eq(acc)
         return m
 
 
@@ -646,6 +656,7 @@ class GemmState(enum.Enum, shape=3):
     ACT = 3         # activation rows -> the matrix unit's buffer
     RUN = 4         # the matrix unit streams; output beats -> SPAD
     FINISH = 5
+    LOCATE = 6      # GEMM_QK: the block of the first key (tile0 P // block_keys) and its offset
 
 
 class GemmMover(Mover):
@@ -654,23 +665,29 @@ class GemmMover(Mover):
     scales on read stream 0, bias on read stream 1; they start streaming while the activation
     rows load.  Output beat (tile, t) -> words (tile - tile0) P .. + P - 1 of row t.
 
-    ``kv`` (attention scores, golden ``scores``): the "blob" is a K segment (``spec/kv.py``) of
-    total_tiles x P keys, a tile = P keys; its scale region (one A | E << 8 word per key: a scale
-    beat per tile) on read stream 0, its rows region (key-major) through the loader and a
-    ``TileReorder`` (key-major tiles -> weight beats) into the matrix unit, which takes one group
-    of G = head_dim, S = A and each key's own exponent E.  The activation rows are (token, head):
-    src + t src_stride + h head_stride, row t heads + h.  Built when head_dim <= max_group and
-    head_dim / K <= P (else kv faults).
+    GEMM_QK (``kv``: attention scores, golden ``scores``): the matrix is a run of K segments
+    (``spec/kv.py``, ``block_keys`` keys each, block b's at seg + b seg_stride 64), a tile = P keys;
+    the scale words (one A | E << 8 word per key: a scale beat per tile) on read stream 0, one
+    request per block, the rows (key-major) through the loader, one descriptor per block (or per
+    ``buffer_bytes`` of it), and a ``TileReorder`` (key-major tiles -> weight beats) into the matrix
+    unit, which takes one group of G = head_dim, S = A and each key's own exponent E: both streams
+    are the blocks' pieces back to back, so a tile may span blocks and a block many tiles.  The
+    block of the first key tile0 P and its offset come from a serial division (``LOCATE``, about
+    16 + log2 P cycles).  The activation rows are (token, head): src + t src_stride + h head_stride,
+    row t heads + h.  Built when head_dim <= max_group and head_dim / K <= P (else GEMM_QK faults);
+    the run limits of ``spec.isa.gemm_qk_run_ok`` (whole bus beats / loader words per block) are
+    refused too.
 
-    GEMM_PV (attention PV, golden ``state_sums``' o): the matrix is V^T of a V segment: its rows
-    region (key-major) through the loader and a ``PvReorder`` (K keys -> head_dim / P channel-tile
+    GEMM_PV (attention PV, golden ``state_sums``' o): the matrix is V^T of a V segment or of a run
+    of them (``block_keys`` > 0: one descriptor per block's rows region, back to back): the rows
+    (key-major) through the loader and a ``PvReorder`` (K keys -> head_dim / P channel-tile
     beats; tiles outside tile0 .. tile0 + tiles - 1 are dropped) into the matrix unit's pv mode.
     The weight rows (token, head) are read like kv activation rows; each K-word read is split into
     two buffer words, the hi and the lo digits of min(w, W_MAX).  With ``acc`` the previous wide
     rows at dst stream into the matrix unit's ``prev`` after the activations (beat by beat, in the
     output order); the output beats (sat32, or the low then the high words) -> SPAD.  Built when
     P >= VL, K >= VL, P divides head_dim and head_dim divides P K (else GEMM_PV faults)."""
-    OPS = (isa.Opcode.GEMM, isa.Opcode.GEMM_PV)
+    OPS = (isa.Opcode.GEMM, isa.Opcode.GEMM_PV, isa.Opcode.GEMM_QK)
 
     def __init__(self, g: Geometry):
         super().__init__(g)
@@ -695,28 +712,37 @@ class GemmMover(Mover):
             m.d.sync += state.eq(S.SETUP)
 
         pins = self.view(isa.Opcode.GEMM_PV)
+        qins = self.view(isa.Opcode.GEMM_QK)
         pv_op = Signal()                               # a GEMM_PV (the GEMM view's fields mean nothing then)
-        m.d.comb += pv_op.eq(self.instr[:6] == int(isa.Opcode.GEMM_PV))
+        qk_op = Signal()                               # a GEMM_QK
+        m.d.comb += [pv_op.eq(self.instr[:6] == int(isa.Opcode.GEMM_PV)),
+                     qk_op.eq(self.instr[:6] == int(isa.Opcode.GEMM_QK))]
         pv = Signal()
         m.d.comb += pv.eq(pv_op if self.has_pv else 0)
         C = max(self.pv_tiles, 1)
         kv = Signal()
-        m.d.comb += kv.eq(ins.kv & ~pv_op if self.has_kv else 0)
-        # the fields both instructions have
+        m.d.comb += kv.eq(qk_op if self.has_kv else 0)
+        located = Signal()                             # a GEMM_QK whose first key needs LOCATE
+        m.d.comb += located.eq(kv & (qins.tile0 != 0))
+        # the fields all three instructions have
         f_tokens, f_tiles, f_tile0 = Signal(10), Signal(16), Signal(16)
         f_src, f_src_stride, f_head_stride = Signal(isa.SPAD_BITS), Signal(16), Signal(16)
         f_dst, f_dst_stride, f_bias = Signal(isa.SPAD_BITS), Signal(16), Signal()
-        f_n = Signal(16)                               # inputs of an activation row (pv: keys)
-        m.d.comb += [f_tokens.eq(Mux(pv, pins.tokens, ins.tokens)), f_tiles.eq(Mux(pv, pins.tiles, ins.tiles)),
-                     f_tile0.eq(Mux(pv, pins.tile0, ins.tile0)), f_src.eq(Mux(pv, pins.src, ins.src)),
-                     f_src_stride.eq(Mux(pv, pins.src_stride, ins.src_stride)),
-                     f_head_stride.eq(Mux(pv, pins.head_stride, ins.head_stride)),
-                     f_dst.eq(Mux(pv, pins.dst, ins.dst)), f_dst_stride.eq(Mux(pv, pins.dst_stride, ins.dst_stride)),
-                     f_bias.eq(ins.bias & ~pv_op), f_n.eq(Mux(pv, pins.keys, ins.n))]
+        f_n = Signal(16)                               # inputs of an activation row (pv: keys; kv: head_dim)
+
+        def pick(name, gemm):
+            return Mux(pv_op, getattr(pins, name), Mux(qk_op, getattr(qins, name), gemm))
+        m.d.comb += [f_tokens.eq(pick("tokens", ins.tokens)), f_tiles.eq(pick("tiles", ins.tiles)),
+                     f_tile0.eq(pick("tile0", ins.tile0)), f_src.eq(pick("src", ins.src)),
+                     f_src_stride.eq(pick("src_stride", ins.src_stride)),
+                     f_head_stride.eq(pick("head_stride", 0)),
+                     f_dst.eq(pick("dst", ins.dst)), f_dst_stride.eq(pick("dst_stride", ins.dst_stride)),
+                     f_bias.eq(ins.bias & ~pv_op & ~qk_op),
+                     f_n.eq(Mux(pv_op, pins.keys, Mux(qk_op, g.head_dim, ins.n)))]
         heads = Signal(6)                              # activation rows per token (kv, pv: the GQA group)
-        m.d.comb += heads.eq(Mux(pv, pins.heads, Mux(kv, ins.heads, 1)))
+        m.d.comb += heads.eq(Mux(pv_op, pins.heads, Mux(qk_op, qins.heads, 1)))
         npg = Signal(16)                               # groups per row, n / G (kv: one; pv: key beats)
-        m.d.comb += npg.eq(Mux(pv, pins.keys >> k_log2, Mux(kv, 1, ins.n >> ins.group_log2)))
+        m.d.comb += npg.eq(Mux(pv_op, pins.keys >> k_log2, Mux(qk_op, 1, ins.n >> ins.group_log2)))
         wide_o = Signal()                              # pv wide: two words (low, high) an element
         m.d.comb += wide_o.eq(pv & pins.wide)
         gmask = Signal(16)
@@ -729,13 +755,20 @@ class GemmMover(Mover):
         # (pv: the wide layout when it writes it or reads it, acc)
         m.d.comb += out_beats.eq((((f_tiles << p_log2) + VL - 1) >> vl_log2) << (wide_o | (pv & pins.acc)))
         with m.If(state == S.SETUP):
-            m.d.sync += [t0n.eq(ins.tile0 * ins.n), ttn.eq(ins.total_tiles * ins.n), tn.eq(ins.tiles * ins.n),
-                         t0g.eq(ins.tile0 * npg), ttg.eq(ins.total_tiles * npg), tg.eq(ins.tiles * npg),
+            m.d.sync += [t0n.eq(ins.tile0 * ins.n), ttn.eq(ins.total_tiles * ins.n), tn.eq(f_tiles * f_n),
+                         t0g.eq(ins.tile0 * npg), ttg.eq(ins.total_tiles * npg), tg.eq(f_tiles * npg),
                          src_end.eq(f_src + (f_tokens - 1) * f_src_stride + (heads - 1) * f_head_stride
                                     + (f_n >> vl_log2)),
                          nrows.eq(f_tokens * heads),
                          dst_end.eq(f_dst + (f_tokens * heads - 1) * f_dst_stride + out_beats),
-                         state.eq(S.CHECK)]
+                         state.eq(Mux(located, S.LOCATE, S.CHECK))]
+        # GEMM_QK from tile0 > 0: block b0 = tile0 P // block_keys of the first key, its offset o in it,
+        # b0 seg_stride (tile0 = 0: block 0, key 0, no division)
+        m.submodules.locate = loc = SerialDivider(16 + p_log2, 16, 26)
+        m.d.comb += [loc.start.eq((state == S.SETUP) & located), loc.a.eq(qins.tile0 << p_log2),
+                     loc.b.eq(qins.block_keys), loc.m.eq(qins.seg_stride)]
+        with m.If((state == S.LOCATE) & loc.done):
+            m.d.sync += state.eq(S.CHECK)
 
         def w_bytes(x):      # x * n * P / 2
             return (x << p_log2) >> 1
@@ -745,30 +778,52 @@ class GemmMover(Mover):
         b0, bt = ins.tile0 << (p_log2 + 2), ins.tiles << (p_log2 + 2)
         blob = ddr_addr(ins.blob)
         w_addr, s_addr, b_addr = Signal(ADDR_BITS), Signal(ADDR_BITS), Signal(ADDR_BITS)
-        # kv: the segment's scale region (pad(2 keys) bytes) comes first, then its rows
-        m.d.comb += [w_addr.eq(blob + Mux(kv, pad_up(tts), 0) + w0), s_addr.eq(blob + Mux(kv, 0, pad_up(ttw)) + s0),
+        m.d.comb += [w_addr.eq(blob + w0), s_addr.eq(blob + pad_up(ttw) + s0),
                      b_addr.eq(blob + pad_up(ttw) + pad_up(tts) + b0)]
-        # pv: the V segment's rows region (after its scale region of pad(2 keys) bytes), all of it
-        pv_addr, pv_bytes = Signal(ADDR_BITS), Signal(32)
-        m.d.comb += [pv_addr.eq(ddr_addr(pins.seg) + pad_up(pins.keys << 1)),
-                     pv_bytes.eq(pins.keys << (_log2(g.head_dim) - 1))]
+        # block runs (GEMM_QK; GEMM_PV with block_keys > 0): block b's segment at seg + b seg_stride 64, its
+        # scale region (pad(2 block_keys) bytes) first, then its rows (head_dim / 2 bytes a key).  GEMM_QK
+        # starts at key o of block b0 (LOCATE), GEMM_PV at key 0 of block 0.
+        row_log2 = _log2(g.head_dim) - 1
+        word = g.weight_beats * g.bus_bytes            # bytes of one word of the weight stream
+        r_bk = Signal(16)                              # keys per block (PV without a run: all its keys)
+        r_o = Signal(16)                               # the first key's offset in its block
+        r_seg = Signal(ADDR_BITS)                      # the first key's block
+        m.d.comb += [r_bk.eq(Mux(qk_op, qins.block_keys, Mux(pins.block_keys == 0, pins.keys, pins.block_keys))),
+                     r_o.eq(Mux(located, loc.r, 0)),
+                     r_seg.eq(Mux(qk_op, ddr_addr(qins.seg) + Mux(located, loc.qm << ALIGN_LOG2, 0), ddr_addr(pins.seg)))]
+        r_rows = Signal(ADDR_BITS)                     # the first key's row
+        r_step = Signal(ADDR_BITS)                     # bytes between blocks
+        m.d.comb += [r_rows.eq(r_seg + pad_up(r_bk << 1) + (r_o << row_log2)),
+                     r_step.eq(Mux(qk_op, qins.seg_stride, pins.seg_stride) << ALIGN_LOG2)]
+        r_keys = Signal(32)                            # keys read
+        m.d.comb += r_keys.eq(Mux(qk_op, f_tiles << p_log2, pins.keys))
+        multi = Signal()                               # the keys span several blocks
+        m.d.comb += multi.eq(r_o + r_keys > r_bk)
+        # (spec.isa.gemm_qk_run_ok): every descriptor but the last whole loader words, every scale request
+        # but the last whole bus beats, both starting on a bus beat
+        bad_run = Signal()
+        m.d.comb += bad_run.eq((r_bk == 0) | ((r_o << row_log2)[:g.bus_log2] != 0)
+                               | (qk_op & ((r_o << 1)[:g.bus_log2] != 0))
+                               | (multi & (((r_bk << row_log2) & (word - 1)) != 0))
+                               | (multi & (((r_o << row_log2) & (word - 1)) != 0))
+                               | (multi & qk_op & (((r_bk << 1) & (g.bus_bytes - 1)) != 0)))
         low = (1 << ALIGN_LOG2) - 1
         bad_pv = Signal()
         m.d.comb += bad_pv.eq((pins.tokens == 0) | (pins.heads == 0) | (nrows > TM) | (pins.tiles == 0)
                               | (pins.tile0 + pins.tiles > C) | (pins.keys == 0) | (pins.keys[:k_log2] != 0)
                               | ((pins.keys << 1) > g.max_n)
                               | (pins.acc & (nrows > 1) & (pins.dst_stride < out_beats))
+                              | bad_run | (src_end > g.spad_beats) | (dst_end > g.spad_beats))
+        bad_qk = Signal()
+        m.d.comb += bad_qk.eq((qins.tokens == 0) | (qins.heads == 0) | (nrows > TM) | (qins.tiles == 0) | bad_run
                               | (src_end > g.spad_beats) | (dst_end > g.spad_beats))
         bad, bad_gemm = Signal(), Signal()
-        m.d.comb += bad.eq(Mux(pv_op, ~pv | bad_pv, bad_gemm))
+        m.d.comb += bad.eq(Mux(pv_op, ~pv | bad_pv, Mux(qk_op, ~kv | bad_qk, bad_gemm)))
         m.d.comb += bad_gemm.eq((ins.tokens == 0) | (nrows > TM) | (ins.tiles == 0)
                            | (ins.tile0 + ins.tiles > ins.total_tiles) | (ins.n == 0) | (ins.n > g.max_n)
                            | (ins.n[:vl_log2] != 0)
-                           | Mux(kv, (ins.heads == 0) | (ins.n != g.head_dim) | (ins.group_log2 != 0)
-                                 | (ins.w_exp != 0) | ins.bias,
-                                 (ins.kv != 0) | (ins.heads != 0) | (ins.head_stride != 0)
-                                 | (ins.group_log2 < k_log2) | (ins.group_log2 > _log2(g.max_group))
-                                 | ((ins.n & gmask) != 0))
+                           | (ins.group_log2 < k_log2) | (ins.group_log2 > _log2(g.max_group))
+                           | ((ins.n & gmask) != 0)
                            | ((w0 & low) != 0) | ((s0 & low) != 0) | (ins.bias & ((b0 & low) != 0))
                            | (src_end > g.spad_beats) | (dst_end > g.spad_beats))
 
@@ -776,8 +831,14 @@ class GemmMover(Mover):
         m.submodules.uw = uw = Unpacker(g.data_width * g.weight_beats, P * K * W_BITS)
         m.submodules.us = us = Unpacker(g.data_width, P * 16)
         m.submodules.ub = ub = Unpacker(g.data_width, P * 32)
+        # scale requests on stream 0: one (GEMM), or one per block of the run (GEMM_QK): each its block's
+        # scale words from the first key's on (sq_blk bytes), sq_left bytes in all
+        sq_addr, sq_base = Signal(ADDR_BITS), Signal(ADDR_BITS)
+        sq_blk, sq_left = Signal(COUNT_BITS), Signal(COUNT_BITS)
+        sq_len = Signal(COUNT_BITS)
+        m.d.comb += sq_len.eq(Mux(sq_blk < sq_left, sq_blk, sq_left))
         m.d.comb += [
-            b.req0.payload.addr.eq(s_addr), b.req0.payload.beats.eq(ceil_beats(st, g.bus_log2)),
+            b.req0.payload.addr.eq(sq_addr), b.req0.payload.beats.eq(ceil_beats(sq_len, g.bus_log2)),
             b.req1.payload.addr.eq(b_addr), b.req1.payload.beats.eq(ceil_beats(bt, g.bus_log2)),
             uw.cmd.payload.count.eq(Mux(pv, (pins.keys >> k_log2) << _log2(C), tn >> k_log2)),
             us.cmd.payload.count.eq(tg), ub.cmd.payload.count.eq(ins.tiles),
@@ -831,29 +892,46 @@ class GemmMover(Mover):
         else:
             m.d.comb += [mx.w.tvalid.eq(wv), mx.w.tdata.eq(wdata), wrdy.eq(mx.w.tready)]
             w_ready = wv
-        # weight descriptors: buffer_bytes at a time, alternating buffers
-        wd_addr = Signal(ADDR_BITS)
-        wd_left = Signal(COUNT_BITS)
+        # weight descriptors: at most buffer_bytes and never past the end of a block's rows (wd_blk bytes
+        # left in it; a plain GEMM is one block), alternating buffers; a block's end moves to the next
+        # block's rows (wd_base: its segment)
+        wd_addr, wd_base = Signal(ADDR_BITS), Signal(ADDR_BITS)
+        wd_left, wd_blk = Signal(COUNT_BITS), Signal(COUNT_BITS)
         wd_buf = Signal(range(g.buffers))
-        m.d.comb += [b.ldesc.valid.eq(wd_left != 0),
-                     b.ldesc.payload.eq(descriptor(wd_addr, Mux(wd_left > g.buffer_bytes, g.buffer_bytes, wd_left),
-                                                   wd_buf))]
+        wd_len, wd_cut = Signal(COUNT_BITS), Signal(COUNT_BITS)
+        r_step_q, r_skip_q = Signal(ADDR_BITS), Signal(20)          # the run's (registered): block stride,
+        r_blk_q, r_sblk_q = Signal(COUNT_BITS), Signal(18)          # scale region bytes, rows / scale bytes a block
+        m.d.comb += [wd_cut.eq(Mux(wd_blk < wd_left, wd_blk, wd_left)),
+                     wd_len.eq(Mux(wd_cut > g.buffer_bytes, g.buffer_bytes, wd_cut)),
+                     b.ldesc.valid.eq(wd_left != 0), b.ldesc.payload.eq(descriptor(wd_addr, wd_len, wd_buf))]
         with m.If(b.ldesc.valid & b.ldesc.ready):
-            m.d.sync += [wd_addr.eq(wd_addr + g.buffer_bytes),
-                         wd_left.eq(Mux(wd_left > g.buffer_bytes, wd_left - g.buffer_bytes, 0)),
+            m.d.sync += [wd_addr.eq(wd_addr + wd_len), wd_left.eq(wd_left - wd_len), wd_blk.eq(wd_blk - wd_len),
                          wd_buf.eq(Mux(wd_buf == g.buffers - 1, 0, wd_buf + 1))]
+            with m.If(wd_len == wd_blk):
+                m.d.sync += [wd_base.eq(wd_base + r_step_q), wd_addr.eq(wd_base + r_step_q + r_skip_q),
+                             wd_blk.eq(r_blk_q)]
+        m.d.comb += b.req0.valid.eq(sq_left != 0)
+        with m.If(b.req0.valid & b.req0.ready):
+            m.d.sync += [sq_left.eq(sq_left - sq_len), sq_base.eq(sq_base + r_step_q), sq_addr.eq(sq_base + r_step_q),
+                         sq_blk.eq(r_sblk_q)]
 
         go = Signal()
         m.d.comb += go.eq(b.req0.ready & b.req1.ready & uw.cmd.ready & us.cmd.ready & ub.cmd.ready
-                          & (wd_left == 0))
+                          & (wd_left == 0) & (sq_left == 0))
         with m.If(state == S.CHECK):
             with m.If(bad):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
             with m.Elif(go):
-                m.d.comb += [b.req0.valid.eq(~pv), us.cmd.valid.eq(~pv), uw.cmd.valid.eq(1),
-                             b.req1.valid.eq(f_bias), ub.cmd.valid.eq(f_bias)]
-                m.d.sync += [wd_addr.eq(Mux(pv, pv_addr, w_addr)), wd_left.eq(Mux(pv, pv_bytes, wt)), state.eq(S.ACT)]
+                m.d.comb += [us.cmd.valid.eq(~pv), uw.cmd.valid.eq(1), b.req1.valid.eq(f_bias), ub.cmd.valid.eq(f_bias)]
+                run = pv | kv
+                m.d.sync += [wd_addr.eq(Mux(run, r_rows, w_addr)), wd_left.eq(Mux(pv, pins.keys << row_log2, wt)),
+                             wd_blk.eq(Mux(run, (r_bk - r_o) << row_log2, wt)), wd_base.eq(r_seg),
+                             r_step_q.eq(r_step), r_skip_q.eq(pad_up(r_bk << 1)), r_blk_q.eq(r_bk << row_log2),
+                             r_sblk_q.eq(r_bk << 1),
+                             sq_addr.eq(Mux(kv, r_seg + (r_o << 1), s_addr)), sq_base.eq(r_seg),
+                             sq_left.eq(Mux(pv, 0, st)), sq_blk.eq(Mux(kv, (r_bk - r_o) << 1, st)),
+                             state.eq(S.ACT)]
 
         # --- activations: SPAD rows -> K-lane buffer words, beat-major (every token's inputs
         # 0 .. K - 1, then K .. 2K - 1, ...), while the matrix already runs: it issues buffer beat b
@@ -939,10 +1017,10 @@ class GemmMover(Mover):
         # --- the command, then output beats -> SPAD ---------------------------------------------------
         sent = Signal()
         m.d.comb += [mx.cmd.payload.tokens.eq(nrows),
-                     mx.cmd.payload.group_beats.eq(Mux(pv, 1, Mux(kv, ins.n >> k_log2,
+                     mx.cmd.payload.group_beats.eq(Mux(pv, 1, Mux(kv, g.head_dim >> k_log2,
                                                                   (Const(1, 17) << ins.group_log2) >> k_log2))),
                      mx.cmd.payload.groups.eq(npg), mx.cmd.payload.tiles.eq(f_tiles),
-                     mx.cmd.payload.w_exp.eq(Mux(pv, 0, ins.w_exp)), mx.cmd.payload.bias.eq(f_bias),
+                     mx.cmd.payload.w_exp.eq(Mux(pv | kv, 0, ins.w_exp)), mx.cmd.payload.bias.eq(f_bias),
                      mx.cmd.payload.kv.eq(kv), mx.cmd.payload.pv.eq(pv), mx.cmd.payload.acc.eq(pv & pins.acc),
                      mx.cmd.payload.wide.eq(wide_o)]
         with m.If(state == S.CHECK):
@@ -1678,17 +1756,32 @@ class AttnMover(Mover):
 
         # --- ATTN_SM: score rows -> transpose buffers -> the unit; w -> buffers -> w rows -------------------
         sming = state == S.SM
-        m.submodules.vsc = vsc = Unpacker(g.data_width, 16)          # key j's V scale word A | E << 8
-        m.d.comb += vsc.cmd.payload.count.eq(sm_ins.keys)
-        sm_req = Signal()                                             # the V scale words are asked for
+        # key j's V scale word A | E << 8: per block of the run (block_keys = 0: one block of every key) a
+        # request for its words, the requests running ahead of the Unpacker's frames: one frame of every
+        # key when a block's words are whole bus beats (the blocks' beats then hold the words back to
+        # back), else a frame per block (it drops the rest of the block's last beat; 2 cycles between)
+        m.submodules.vsc = vsc = Unpacker(g.data_width, 16)
+        sm_blk, sm_fblk = Signal(16), Signal(16)          # keys a request / a frame takes (blocks whose scale
+        m.d.comb += [sm_blk.eq(Mux(sm_ins.block_keys == 0, sm_ins.keys, sm_ins.block_keys)),   # words are whole
+                     sm_fblk.eq(Mux((sm_blk << 1)[:g.bus_log2] == 0, sm_ins.keys, sm_blk))]     # beats: one frame
+        sm_qaddr = Signal(ADDR_BITS)
+        sm_qleft, sm_fleft = Signal(16), Signal(16)       # keys still to ask for / to frame
+        sm_qn, sm_fn = Signal(16), Signal(16)
+        m.d.comb += [sm_qn.eq(Mux(sm_qleft < sm_blk, sm_qleft, sm_blk)), sm_fn.eq(Mux(sm_fleft < sm_fblk, sm_fleft, sm_fblk))]
         with m.If(state == S.CHECK):
-            m.d.sync += sm_req.eq(0)
-        with m.If(sming & sm_apply & ~sm_req & vsc.cmd.ready):
-            m.d.comb += [b.req1.valid.eq(1), b.req1.payload.addr.eq(ddr_addr(sm_ins.seg)),
-                         b.req1.payload.beats.eq(ceil_beats(sm_ins.keys << 1, g.bus_log2))]
+            m.d.sync += [sm_qaddr.eq(ddr_addr(sm_ins.seg)), sm_qleft.eq(Mux(sm_apply, sm_ins.keys, 0)),
+                         sm_fleft.eq(Mux(sm_apply, sm_ins.keys, 0))]
+        with m.If(sming & (sm_qleft != 0)):
+            m.d.comb += [b.req1.valid.eq(1), b.req1.payload.addr.eq(sm_qaddr),
+                         b.req1.payload.beats.eq(ceil_beats(sm_qn << 1, g.bus_log2))]
             with m.If(b.req1.ready):
-                m.d.comb += vsc.cmd.valid.eq(1)
-                m.d.sync += sm_req.eq(1)
+                m.d.sync += [sm_qleft.eq(sm_qleft - sm_qn),
+                             sm_qaddr.eq(sm_qaddr + Cat(Const(0, ALIGN_LOG2), sm_ins.seg_stride))]
+        m.d.comb += vsc.cmd.payload.count.eq(sm_fn)
+        with m.If(sming & (sm_fleft != 0)):
+            m.d.comb += vsc.cmd.valid.eq(1)
+            with m.If(vsc.cmd.ready):
+                m.d.sync += sm_fleft.eq(sm_fleft - sm_fn)
         with m.If(sming):
             m.d.comb += [vsc.i.valid.eq(b.in1.valid), vsc.i.payload.eq(b.in1.payload), b.in1.ready.eq(vsc.i.ready)]
         # reads: group gi's R beats into buffer gi mod 2 once it is free
@@ -1782,7 +1875,7 @@ class AttnMover(Mover):
         sm_started = Signal()
         m.d.sync += sm_started.eq(state == S.CHECK)
         with m.If(sming & ~sm_started & (sm_eg == sm_groups) & ~au.busy & ~rq.busy
-                  & (~sm_apply | ((w_g == sm_groups) & ~vsc.busy))):
+                  & (~sm_apply | ((w_g == sm_groups) & ~vsc.busy & (sm_fleft == 0)))):
             m.d.sync += state.eq(S.FINISH)
         # starved: waiting for K (ATTN_KV) or for a V scale word (ATTN_SM APPLY)
         m.d.comb += b.starved.eq(kv_starved | (sming & sm_apply & sm_full.bit_select(sm_esel, 1) & ~vsc.o.valid))

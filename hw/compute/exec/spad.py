@@ -15,7 +15,7 @@ order), while ``rd.data`` / ``rd.exp`` stay beat a's.  The GEMM mover fills the 
 ``mac_lanes``-wide token buffer from it at one buffer word per cycle (``mac_lanes / VL`` banks);
 the other movers use beat a only.  Writes are one beat per cycle (into one bank), or with
 ``wr.wide_en`` ``banks`` beats at once (``wr.addr`` a multiple of ``banks``: beat addr + i from
-``wr.wide[i]`` into bank i, the same ``lanes`` and exponent for each; a GEMM kv writes its scores
+``wr.wide[i]`` into bank i, the same ``lanes`` and exponent for each; a GEMM_QK writes its scores
 so).  The banks together hold what one memory would (same block RAM / UltraRAM count for these
 depths).
 """

@@ -106,7 +106,7 @@ BUSY_OF = {"gemm": "busy_gemm", "vec": "busy_vec", "attn": "busy_attn", "kvw": "
 
 class ExecUnit(wiring.Component):
     """The execute unit of ``config``'s node (``NodeConfig.max_group``: the largest weight
-    group G it takes; GEMM kv is built only when head_dim <= max_group)."""
+    group G it takes; GEMM_QK is built only when head_dim <= max_group)."""
 
     def __init__(self, config: NodeConfig | None = None):
         self.config = config if config is not None else NodeConfig.tiny()

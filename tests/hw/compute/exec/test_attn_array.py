@@ -1,14 +1,15 @@
 """Attention of one GQA group as the array sequence (docs/attention-array.md steps 1-3) on the execute
 unit: ``run_attn_array_ops`` is ``mcf bench compute``'s block attn:prefill-array -- the work of
-attn:prefill (tests/hw/compute/exec/test_unit.py ``run_attn_ops``: the same keys, K / V segments of
-``block_keys`` keys, query tokens at the last positions, jobs of ``att_rows // group`` tokens x the
-group's heads, the same random draws) run per job as
+attn:prefill (tests/hw/compute/exec/test_unit.py ``run_attn_ops``: the same keys, query tokens at
+the last positions, jobs of ``att_rows // group`` tokens x the group's heads, the same random
+draws), its KV stored as the KV pool keeps it: blocks of ``array_block_keys`` keys (the node's
+chunk, max_tokens), K and V segments of block i at kv_at + 2 i seg and one seg further.  Per job,
+over the whole run of blocks:
 
-    ATTN_Q QUERY; GEMM kv per K segment (score rows into SPAD); ATTN_SM MAX per segment;
-    ATTN_SM APPLY per segment (w rows into SPAD, V scale words from DDR); GEMM_PV per V segment
-    (wide, acc + wide, .., the last acc + sat32); VEC RESIDUAL (+ a zero row: packs the sat32 o
-    rows, which GEMM_PV's acc keeps 2 head_dim words apart, to the head_dim apart ATTN_Q O reads);
-    ATTN_Q O; ATTN_EMIT FINAL
+    ATTN_Q QUERY; GEMM_QK (score rows into SPAD); ATTN_SM MAX; ATTN_SM APPLY (w rows into SPAD, V
+    scale words block by block); GEMM_PV (sat32 o rows; when the keys exceed one GEMM_PV's
+    activation buffer: runs of them, wide, acc + wide, .., acc + sat32, then VEC RESIDUAL + a zero
+    row packing the rows GEMM_PV's acc keeps 2 head_dim words apart); ATTN_Q O; ATTN_EMIT FINAL
 
 and the emitted rows are compared with ``fixed.attention`` bit for bit (the bench fails on a
 mismatch).  Per instruction kind: count, cycles, MAC strobes, DDR bytes read.  Its test runs it at
@@ -21,6 +22,7 @@ import numpy as np
 
 from mcf.sim.compute import ddr
 from mcf.spec import isa
+from mcf.sim.compute.jobs import pv_run_keys
 from mcf.spec.isa import AttnLoad, AttnPass, EmitMode, VecOp
 from mcf.spec.node import NodeConfig
 from mcf.sw.golden import fixed as fx
@@ -30,39 +32,43 @@ from tests.hw.compute.exec.test_unit import write_kv_blocks
 
 def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpos0: int, kv_at: int, seg: int,
                   q_at: int, out_at: int, sc: int, wa: int, ow: int, oc: int, zero: int) -> list:
-    """(kind, instruction) of one job of ``nt`` tokens x the group (tokens t0 .., positions qpos0 ..):
-    K segment i at kv_at + 2 i seg, V segment i one ``seg`` further (run_attn_ops' layout)."""
+    """(kind, instruction) of one job of ``nt`` tokens x the group (tokens t0 .., positions qpos0 ..)
+    over a run of KV blocks of ``bk`` keys: block i's K segment at kv_at + 2 i seg, its V segment one
+    ``seg`` further."""
     vl, d, heads, P = node.vec_lanes, node.head_dim, node.group, node.mac_rows
-    rb, kb, nblk, R = d // vl, keys // vl, keys // bk, nt * heads
+    rb, kb, R = d // vl, keys // vl, nt * heads
     tok = heads * rb
+    stride = 2 * seg // isa.DDR_ALIGN                        # between consecutive blocks' K (or V) segments
     rows = dict(tokens=nt, heads=heads, tok_stride=tok, head_stride=rb)
-    prog = [("ATTN_Q:QUERY", isa.AttnQ(what=AttnLoad.QUERY, spad=q_at + t0 * tok, qpos0=qpos0 + t0, **rows))]
-    for i in range(nblk):
-        prog.append(("GEMM:kv", isa.Gemm(blob=kv_at + 2 * i * seg, n=d, total_tiles=bk // P, tile0=0, tiles=bk // P,
-                                         tokens=nt, group_log2=0, w_exp=0, bias=0, src=q_at + t0 * tok,
-                                         src_stride=tok, dst=sc + i * bk // vl, dst_stride=kb, kv=1, heads=heads,
-                                         head_stride=rb)))
+    prog = [("ATTN_Q:QUERY", isa.AttnQ(what=AttnLoad.QUERY, spad=q_at + t0 * tok, qpos0=qpos0 + t0, **rows)),
+            ("GEMM_QK", isa.GemmQk(seg=kv_at, seg_stride=stride, block_keys=bk, tile0=0, tiles=-(-keys // P),
+                                   tokens=nt, heads=heads, head_stride=rb, src=q_at + t0 * tok, src_stride=tok,
+                                   dst=sc, dst_stride=kb))]
     for phase in (AttnPass.MAX, AttnPass.APPLY):
-        for i in range(nblk):
-            prog.append((f"ATTN_SM:{phase.name}", isa.AttnSm(
-                phase=phase, first=int(i == 0), scores=sc + i * bk // vl, s_stride=kb, keys=bk, kpos0=i * bk,
-                seg=kv_at + (2 * i + 1) * seg, w=wa + i * bk // vl, w_stride=kb, tokens=nt, heads=heads)))
-    o_stride = 2 * rb if nblk > 1 else rb                    # acc reads the wide rows: 2 d words apart
-    for i in range(nblk):
-        prog.append(("GEMM_PV", isa.GemmPv(seg=kv_at + (2 * i + 1) * seg, keys=bk, tile0=0, tiles=d // P, tokens=nt,
-                                           heads=heads, head_stride=kb, src=wa + i * bk // vl, src_stride=heads * kb,
-                                           dst=ow, dst_stride=o_stride, acc=int(i > 0), wide=int(i < nblk - 1))))
-    if nblk > 1:
+        prog.append((f"ATTN_SM:{phase.name}", isa.AttnSm(
+            phase=phase, first=1, scores=sc, s_stride=kb, keys=keys, kpos0=0, seg=kv_at + seg, w=wa, w_stride=kb,
+            tokens=nt, heads=heads, block_keys=bk, seg_stride=stride)))
+    run = pv_run_keys(node, keys, bk)
+    nrun = -(-keys // run)
+    o_stride = 2 * rb if nrun > 1 else rb                    # acc reads the wide rows: 2 d words apart
+    for i in range(nrun):
+        k0, n = i * run, min(run, keys - i * run)
+        prog.append(("GEMM_PV", isa.GemmPv(seg=kv_at + (2 * (k0 // bk) + 1) * seg, keys=n, tile0=0, tiles=d // P,
+                                           tokens=nt, heads=heads, head_stride=kb, src=wa + k0 // vl,
+                                           src_stride=heads * kb, dst=ow, dst_stride=o_stride, acc=int(i > 0),
+                                           wide=int(i < nrun - 1), block_keys=bk, seg_stride=stride)))
+    if nrun > 1:
         prog.append(("VEC:RESIDUAL", isa.Vec(vop=VecOp.RESIDUAL, n=d, rows=R, a=ow, a_stride=o_stride, b=zero,
                                              b_stride=0, b_rep=1, b_pair=0, dst=oc, dst_stride=rb, imm0=0, imm1=0)))
-    prog.append(("ATTN_Q:O", isa.AttnQ(what=AttnLoad.O, spad=oc if nblk > 1 else ow, qpos0=0, **rows)))
+    prog.append(("ATTN_Q:O", isa.AttnQ(what=AttnLoad.O, spad=oc if nrun > 1 else ow, qpos0=0, **rows)))
     prog.append(("ATTN_EMIT", isa.AttnEmit(mode=EmitMode.FINAL, spad=out_at + t0 * tok, **rows)))
     return prog
 
 
 @cocotb.test()
 async def run_attn_array_ops(dut):
-    """attn:prefill-array on the unit of ``params()["node"]`` (``attn``: keys, block_keys, tokens),
+    """attn:prefill-array on the unit of ``params()["node"]`` (``attn``: keys, block_keys (the draws),
+    array_block_keys (the stored blocks), tokens),
     against the DDR model when ``timing`` is given (else AxiRam with random pauses); the report
     (JSON) to ``attn_array_report``."""
     from mcf.sim.cocotb_util import params
@@ -73,17 +79,17 @@ async def run_attn_array_ops(dut):
     a = p["attn"]
     vl, d, heads = node.vec_lanes, node.head_dim, node.group
     keys, bk, tokens = a["keys"], a["block_keys"], a["tokens"]
+    abk = a.get("array_block_keys", bk)
     per_job = node.att_rows // heads
-    assert per_job >= 1 and keys % bk == 0
+    assert per_job >= 1 and keys % bk == 0 and keys % abk == 0
     rng = np.random.default_rng(p.get("seed", 1))
     timing = DdrTiming(**p["timing"]) if p.get("timing") else None
     drv = ExecDriver(dut, ram_bytes=p.get("ram_bytes", 1 << 21), timing=timing, axi_period_ps=p.get("axi_period_ps"),
                      pause=0.0 if timing else 0.2)
     await drv.start()
-    nblk = keys // bk
     kv_at, x_at, y_at = 0x100000, 0x40000, 0x80000
-    # the draws of run_attn_ops: the same KV and the same prefill queries
-    seg, kvs = write_kv_blocks(drv, rng, keys, bk, d, kv_at)
+    # the draws of run_attn_ops: the same KV (stored in blocks of abk keys) and the same prefill queries
+    seg, kvs = write_kv_blocks(drv, rng, keys, bk, d, kv_at, abk)
     kpos = np.arange(keys)
     qpos0 = keys - tokens
     q = fx.prescale_query(bfp_rows(rng, tokens * heads, d), d)
@@ -104,7 +110,7 @@ async def run_attn_array_ops(dut):
     kinds = defaultdict(lambda: defaultdict(int))
     for t0 in range(0, tokens, per_job):
         nt = min(per_job, tokens - t0)
-        for kind, ins in array_program(node, keys=keys, bk=bk, nt=nt, t0=t0, qpos0=qpos0, kv_at=kv_at, seg=seg,
+        for kind, ins in array_program(node, keys=keys, bk=abk, nt=nt, t0=t0, qpos0=qpos0, kv_at=kv_at, seg=seg,
                                        q_at=q_at, out_at=out_at, sc=sc, wa=wa, ow=ow, oc=oc, zero=zero):
             bytes0 = getattr(drv.ram, "read_bytes", 0)      # counted by the DDR model only
             res = await drv.must(ins, max_cycles=10_000_000)
@@ -120,7 +126,7 @@ async def run_attn_array_ops(dut):
     want = fx.attention(q3, tuple(kvs[:3]), tuple(kvs[3:]), qpos, kpos, heads)
     assert np.array_equal(got, want), "attn:prefill-array: attention rows differ from fixed.attention"
     report = {"ops": [{"name": "attn:prefill-array", "tokens": tokens, "heads": heads, "keys": keys,
-                       "block_keys": bk, "segment_bytes": seg, "jobs": -(-tokens // per_job),
+                       "block_keys": abk, "segment_bytes": seg, "jobs": -(-tokens // per_job),
                        "rows_per_job": min(per_job, tokens) * heads,
                        "visible_keys": int((kpos[None] <= qpos[:, None]).sum()),
                        "per_kind": {k: dict(v) for k, v in kinds.items()}}]}

@@ -5,7 +5,8 @@ words span two SPAD beats), cocotb + Icarus, AxiRam as DDR with random pauses: V
 writes, here from the golden ``fixed.attn_weights``), o STOREd and compared with the golden
 ``fixed.state_sums``' exact o bit for bit: two V segments chained through the wide value (acc),
 then wide or sat32; w = W_MAX keys, w words above W_MAX (taken as W_MAX), w = 0, V = -8; a channel
-tile sub-range; fields GEMM_PV refuses (ILLEGAL_INSTRUCTION)."""
+tile sub-range; runs of V blocks (``block_keys`` 12 and 20, gaps between the segments, the last
+block partial), wide and sat32; fields GEMM_PV refuses (ILLEGAL_INSTRUCTION)."""
 import cocotb
 import numpy as np
 import pytest
@@ -84,6 +85,17 @@ async def run_pv(dut):
     await drv.must(gemm_pv(SEG[0], k1, tokens, heads, 0, heads * k1 // VL, 300, P // VL, 0, 0, tile0=1, tiles=1))
     got, _ = await sp.get(300, R, P)
     assert np.array_equal(i32(got), fx.sat(o[:, P:], 32)), "tile sub-range"
+    # runs of V blocks: 48 keys in blocks of 12 (sat32) and of 20 (20 + 20 + 8, wide), 64-byte gaps
+    from tests.hw.compute.exec.test_scores import write_run
+    w, (vq, va, ve), o = pv_weights(rng, R, 48, D, extreme=True, scales=True)
+    await put_rows(sp, 0, w, tokens, heads, heads * 48 // VL)
+    for bk, stride, wide in ((12, 256, 0), (20, 320, 1)):
+        write_run(drv.ram, SEG[1], stride, vq, va, ve, bk)
+        ins = gemm_pv(SEG[1], 48, tokens, heads, 0, heads * 48 // VL, 400, 2 * D // VL, 0, wide)
+        await drv.must(ins.replace(block_keys=bk, seg_stride=stride // isa.DDR_ALIGN))
+        got = np.asarray((await sp.get(400, R, 2 * D))[0], np.int64)
+        val = (got[:, :D] & 0xFFFFFFFF) + (got[:, D:] << 32) if wide else i32(got[:, :D])
+        assert np.array_equal(val, o if wide else fx.sat(o, 32)), f"blocks of {bk} keys: o differs"
     # refused
     ok = dict(seg=SEG[0], keys=k1, tile0=0, tiles=2, tokens=2, heads=3, head_stride=k1 // VL, src=0,
               src_stride=3 * k1 // VL, dst=300, dst_stride=8, acc=0, wide=0)
@@ -96,23 +108,25 @@ async def run_pv(dut):
 @pytest.mark.cocotb
 def test_pv_cocotb(build_dir, tmp_path):
     """GEMM_PV, then on the same build attn:prefill-array at small sizes (tests/hw/compute/exec/
-    test_attn_array.py: 2 tokens x 2 heads over 96 keys in three 32-key segments, one job of 2 tokens,
-    bit-exact against fixed.attention inside the coroutine)."""
+    test_attn_array.py: 2 tokens x 2 heads over 96 keys stored as 24 blocks of 4 keys, one job of 2
+    tokens: one GEMM_QK over the run, one ATTN_SM MAX and APPLY, two GEMM_PV (64 keys fill the
+    activation buffer) packed by a VEC; bit-exact against fixed.attention inside the coroutine)."""
     import json
     report = tmp_path / "array.json"
     run_cocotb(ExecUnit(CFG), [__name__, "tests.hw.compute.exec.test_attn_array"], build_dir,
                testcase=["run_pv", "run_attn_array_ops"],
-               params={"seed": 3, "node": CFG.as_dict(), "attn": {"keys": 96, "block_keys": 32, "tokens": 2},
+               params={"seed": 3, "node": CFG.as_dict(),
+                       "attn": {"keys": 96, "block_keys": 32, "array_block_keys": 4, "tokens": 2},
                        "attn_array_report": str(report)})
     op = json.loads(report.read_text())["ops"][0]
     assert op["jobs"] == 1 and op["rows_per_job"] == 4 and op["visible_keys"] == 95 + 96
     kinds = op["per_kind"]
     assert {k: v["count"] for k, v in kinds.items()} == {
-        "ATTN_Q:QUERY": 1, "GEMM:kv": 3, "ATTN_SM:MAX": 3, "ATTN_SM:APPLY": 3, "GEMM_PV": 3, "VEC:RESIDUAL": 1,
+        "ATTN_Q:QUERY": 1, "GEMM_QK": 1, "ATTN_SM:MAX": 1, "ATTN_SM:APPLY": 1, "GEMM_PV": 2, "VEC:RESIDUAL": 1,
         "ATTN_Q:O": 1, "ATTN_EMIT": 1}
-    # GEMM kv: (32 / P) tiles x (D / K) beats x 4 rows a segment; GEMM_PV: (D / P) x 2 digits x (32 / K) x 4 rows
-    assert kinds["GEMM:kv"]["mac_beats"] == 3 * (32 // P) * (D // K) * 4
-    assert kinds["GEMM_PV"]["mac_beats"] == 3 * (D // P) * 2 * (32 // K) * 4
+    # GEMM_QK: (96 / P) tiles x (D / K) beats x 4 rows; GEMM_PV: (D / P) x 2 digits x (96 / K) x 4 rows
+    assert kinds["GEMM_QK"]["mac_beats"] == (96 // P) * (D // K) * 4
+    assert kinds["GEMM_PV"]["mac_beats"] == (D // P) * 2 * (96 // K) * 4
 
 
 # --- the rate at a model's shapes against the DDR model (``mcf bench compute --model``: attn:pv-array) -----

@@ -1,12 +1,15 @@
 """ATTN_SM (the softmax pass over score rows in SPAD, hw/compute/exec/movers.py ``AttnMover``) and
 ATTN_Q O on the execute unit of the tiny node with VL = 4 and a 16 x 8 array, cocotb + Icarus,
 AxiRam as DDR with random pauses: query rows at 2-D strides in SPAD, a K and a V segment in DDR
-(``spec/kv.py``); GEMM kv = 1 writes the score rows; ATTN_Q QUERY; ATTN_SM MAX over two runs of
+(``spec/kv.py``); GEMM_QK writes the score rows; ATTN_Q QUERY; ATTN_SM MAX over two runs of
 keys (the second from its own score words, key position and V scale word), ATTN_EMIT MAX ==
 golden ``partial_state`` m; ATTN_SM APPLY over the same runs: the w rows == golden
 ``attn_weights`` and (ATTN_EMIT STATE, o untouched = 0) l == golden ``state_sums``' l; then o
 words (what GEMM_PV writes: sat32 of golden ``state_sums``' o) loaded by ATTN_Q O and ATTN_EMIT
-FINAL == golden ``finalize``.  Bit for bit.  ``run_softmax`` runs on the same build as GEMM kv's
+FINAL == golden ``finalize``.  Bit for bit.  Then APPLY again over all the keys with V stored as a
+run of blocks (``block_keys`` 10: a block's scale words not whole bus beats, a frame per block; 20:
+whole beats, one frame; the last block partial, gaps between the segments): the same w rows.
+``run_softmax`` runs on the same build as GEMM_QK's
 ``run_scores`` (tests/hw/compute/exec/test_scores.py ``test_scores_cocotb``: one build of the unit).  The same program on the golden node simulator
 (``NodeSim``) gives the same SPAD words.  Fields ATTN_SM refuses: ILLEGAL_INSTRUCTION."""
 import cocotb
@@ -27,7 +30,7 @@ KSEG, VSEG = 0x20000, 0x30000
 TOKENS, HEADS, KEYS, CUT = 2, 2, 48, 32          # R = 4 rows (the unit's), keys in runs [0, 32), [32, 48)
 QPOS0, KPOS0 = 30, 0                              # token t at 30 + t sees keys 0 .. 30 + t
 RB = D // VL
-Q_AT, SC_AT, W_AT, O_AT, OUT_AT = 0, 64, 160, 256, 300     # SPAD beats
+Q_AT, SC_AT, W_AT, O_AT, OUT_AT, W2_AT = 0, 64, 160, 256, 300, 400     # SPAD beats
 
 
 def golden(rng):
@@ -72,9 +75,8 @@ def program(base=0):
 
 
 def score_gemm(base=0):
-    return isa.Gemm(blob=base + KSEG, n=D, total_tiles=KEYS // P, tile0=0, tiles=KEYS // P, tokens=TOKENS, group_log2=0,
-                    w_exp=0, bias=0, src=Q_AT, src_stride=HEADS * RB, dst=SC_AT, dst_stride=KEYS // VL, kv=1,
-                    heads=HEADS, head_stride=RB)
+    return isa.GemmQk(seg=base + KSEG, seg_stride=0, block_keys=KEYS, tile0=0, tiles=KEYS // P, tokens=TOKENS,
+                      heads=HEADS, head_stride=RB, src=Q_AT, src_stride=HEADS * RB, dst=SC_AT, dst_stride=KEYS // VL)
 
 
 def check(g, read):
@@ -115,6 +117,15 @@ async def run_softmax(dut):
                           (OUT_AT + 4 + R * (D + 2) // VL, R, D)):
         store[beat] = (await sp.get(beat, rows, n))[0]
     check(g, lambda beat, rows, n: store[beat])
+    # APPLY over a run of V blocks (the unit's m is the MAX passes'): the same w rows
+    from tests.hw.compute.exec.test_scores import write_run
+    for bk, stride in ((10, 192), (20, 256)):   # 10: a frame per block (20-byte words), 20: one frame
+        write_run(drv.ram, VSEG + 0x1000, stride, *g["v"], bk)
+        sm = program()[4]
+        await drv.must(sm.replace(keys=KEYS, seg=VSEG + 0x1000, w=W2_AT, block_keys=bk,
+                                  seg_stride=stride // isa.DDR_ALIGN))
+        got, _ = await sp.get(W2_AT, R, KEYS)
+        assert np.array_equal(i32(got), g["w"]), f"APPLY over blocks of {bk} keys: w rows differ"
     # the cycle model (sim/compute/cost.py, the ISA model's ATTN_SM cost) within 4 cycles (MAX) or 12
     # (APPLY: its V scale words come from DDR with random pauses)
     for phase, runs in cycles.items():

@@ -210,18 +210,23 @@ async def run_gemm_ops(dut):
                                                                  for k in range(len(drv.ram.ports))]}}, f)
 
 
-def write_kv_blocks(drv, rng, keys: int, bk: int, d: int, kv_at: int):
-    """keys // bk random KV blocks of bk keys in the driver's RAM: block i's K segment at kv_at + 2 i
-    seg, its V segment one seg further.  Returns (seg, [kq, ka, ke, vq, va, ve] of all the keys, each
+def write_kv_blocks(drv, rng, keys: int, bk: int, d: int, kv_at: int, store_keys: int | None = None):
+    """keys // bk random KV blocks of bk keys (the draws), stored in the driver's RAM as blocks of
+    ``store_keys`` keys (default bk; it divides keys): stored block i's K segment at kv_at + 2 i seg,
+    its V segment one seg further.  Returns (seg, [kq, ka, ke, vq, va, ve] of all the keys, each
     [keys, 1, ...]: one KV head)."""
     from mcf.spec.kv import segment_bytes
     from tests.hw.compute.exec.test_movers import bfp_rows
-    seg = isa.pad(segment_bytes(bk, d))
+    sk = store_keys or bk
+    assert keys % sk == 0
+    seg = isa.pad(segment_bytes(sk, d))
     blocks = [(fx.quantize_kv(bfp_rows(rng, bk, d)), fx.quantize_kv(bfp_rows(rng, bk, d))) for _ in range(keys // bk)]
-    for i, (k, v) in enumerate(blocks):
-        drv.ram.write(kv_at + 2 * i * seg, ddr.segment(*k))
-        drv.ram.write(kv_at + (2 * i + 1) * seg, ddr.segment(*v))
-    return seg, [np.concatenate([blk[s][f] for blk in blocks])[:, None] for s in range(2) for f in range(3)]
+    kvs = [np.concatenate([blk[s][f] for blk in blocks]) for s in range(2) for f in range(3)]
+    for i in range(keys // sk):
+        k = slice(i * sk, (i + 1) * sk)
+        drv.ram.write(kv_at + 2 * i * seg, ddr.segment(*(x[k] for x in kvs[:3])))
+        drv.ram.write(kv_at + (2 * i + 1) * seg, ddr.segment(*(x[k] for x in kvs[3:])))
+    return seg, [x[:, None] for x in kvs]
 
 
 @cocotb.test()
