@@ -161,6 +161,13 @@ class NodeConfig:
         return r
 
     @property
+    def weight_word_bytes(self) -> int:
+        """Bytes of one word of the weight stream the execute unit's loaders deliver a cycle
+        (weight_ports x weight_ratio bus beats): a run of KV blocks streams whole words of it
+        (``spec.isa.block_run_ok``)."""
+        return self.weight_ports * self.weight_ratio * self.data_bytes
+
+    @property
     def macs_per_cycle(self) -> int:
         return self.mac_rows * self.mac_lanes
 

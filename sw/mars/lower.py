@@ -814,7 +814,8 @@ class _Lowerer:
         koff (its score words), pad_visible (the keys past n have positions some row <= ``qmax``
         sees)}.  A piece holds the keys of at most ``array_pv_keys`` and, when the score rows do not
         hold every piece, of ``sk``.  Through ATTN_KV: the decode tokens' one-token segments (runs
-        marked ``tail``) and a piece of n not a multiple of VL whose padding would be visible."""
+        marked ``tail``), a piece of n not a multiple of VL whose padding would be visible and a piece
+        the execute unit cannot stream (``array_streams``)."""
         sh, vl, u = self.sh, self.sh.vl, array_key_unit(self.sh)
         rnd = lambda x: -(-x // u) * u                                     # noqa: E731
 
@@ -831,7 +832,7 @@ class _Lowerer:
                     m = min(per, r["blocks"] - i)
                     addr, nk, kpos = r["addr"] + i * r["stride"], m * r["n"], r["kpos0"] + i * r["pstride"]
                     pad_visible = kpos + nk <= qmax
-                    if pad_visible and nk % vl:
+                    if (pad_visible and nk % vl) or not self.array_streams(r["n"], nk):
                         tail.append({**r, "addr": addr, "blocks": m, "kpos0": kpos,
                                      "first_b": r["first_b"] + i * r["bstride"]})
                         continue
@@ -849,6 +850,16 @@ class _Lowerer:
             x["koff"] = koff if stored else 0
             koff += rnd(x["n"])
         return pieces, tail, stored
+
+    def array_streams(self, bk: int, nk: int) -> bool:
+        """Whether the execute unit streams a piece of ``nk`` keys in blocks of ``bk`` (GEMM_QK's
+        whole tiles with their scale words, GEMM_PV's whole K-key beats): ``spec.isa.block_run_ok``;
+        a piece it cannot goes through ATTN_KV (the RTL and the golden node refuse it)."""
+        sh, node = self.sh, self.sh.node
+        bus, word = node.data_bytes, node.weight_word_bytes
+        return (isa.block_run_ok(bk, 0, -(-nk // sh.P) * sh.P, sh.d, bus, word)
+                and isa.block_run_ok(bk, 0, -(-nk // math.lcm(sh.K, sh.vl)) * math.lcm(sh.K, sh.vl), sh.d, bus,
+                                     word, scales=False))
 
     def array_gate(self, n, runs, kvh):
         """The directory check of ATTN_KV gated, which GEMM_QK lacks: a MAX pass over one key of

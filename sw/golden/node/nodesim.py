@@ -492,6 +492,9 @@ class NodeSim:
         self._check(ins.tiles > 0, f"tiles={ins.tiles}")
         self._check(ins.block_keys > 0, f"block_keys={ins.block_keys}")
         k0, nk = ins.tile0 * P, ins.tiles * P
+        self._check(isa.block_run_ok(ins.block_keys, k0, nk, d, cfg.data_bytes, cfg.weight_word_bytes),
+                    f"a run of {ins.block_keys}-key blocks from key {k0} ({nk} keys) the loaders cannot stream "
+                    f"(spec.isa.block_run_ok)")
         kq, ka, ke, nbytes = self.read_run(ins.seg, ins.block_keys, ins.seg_stride, k0, nk, "GEMM_QK")
         mant = np.empty((R, d), np.int64)
         exps = np.empty(R, np.int64)
@@ -528,6 +531,8 @@ class NodeSim:
                     f"acc: dst_stride={ins.dst_stride} overlaps the wide rows ({2 * ins.tiles * P // vl} beats)")
         # block_keys = 0: one segment of `keys` tokens; else a run of blocks (GEMM_QK's key order)
         bk, stride = (ins.block_keys, ins.seg_stride) if ins.block_keys else (ins.keys, 0)
+        self._check(isa.block_run_ok(bk, 0, ins.keys, d, cfg.data_bytes, cfg.weight_word_bytes, scales=False),
+                    f"a run of {bk}-key blocks ({ins.keys} keys) the loaders cannot stream (spec.isa.block_run_ok)")
         vq, _, _, nbytes = self.read_run(ins.seg, bk, stride, 0, ins.keys, "GEMM_PV", scales=False)
         vq = vq.astype(np.int64)
         w = np.empty((R, ins.keys), np.int64)

@@ -1,5 +1,7 @@
 """The ISA simulator's node, instruction by instruction (sw/golden/node/nodesim.py): every effect
 against hand-built words or the golden function it must equal, and every fault cause."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -141,16 +143,17 @@ def test_gemm_qk_equals_golden_scores_over_a_tile_range(rng):
 
 
 def test_array_attention_over_a_block_run_equals_golden_attention(rng):
-    """The array sequence over a run of 3 blocks of 5 keys (K and V segments 1 KB apart, fewer keys
-    than a tile): GEMM_QK (2 tiles of 8: key 15 is token 0 of a 4th block, written but beyond every
+    """The array sequence over a run of 3 blocks of 4 keys (K and V segments 1 KB apart, fewer keys
+    than a tile): GEMM_QK (2 tiles of 8: keys 12-15 are a 4th block, written but beyond every
     query's position), ATTN_SM MAX / APPLY (the V scale words of each key's block), GEMM_PV over
     the run (16 keys, sat32 rows 2 beats apart), ATTN_Q O reading those strided rows, ATTN_EMIT
-    FINAL: the golden attention over the 15 keys, bit for bit; the scores against fx.scores, the
-    PV rows against the golden o."""
+    FINAL: the golden attention over the 12 keys, bit for bit; the scores against fx.scores, the
+    PV rows against the golden o.  Blocks of 5 keys (40-byte rows, not whole words of the tiny
+    node's weight stream) are refused as the RTL refuses them (spec.isa.block_run_ok)."""
     cfg = NodeConfig.tiny(mac_rows=8)                     # GEMM_PV built: P 8 >= VL 8
     c, n = node(cfg)
     base = n.ddr.phys_base
-    bk, blocks, S, pad = 5, 3, 15, 16
+    bk, blocks, S, pad = 4, 3, 12, 16
     q = fx.prescale_query(bfp(rng, 4, D, (-12, -8)), D)
     (_, _), k4 = kv_rows(rng, (blocks + 1) * bk)
     (_, _), v4 = kv_rows(rng, (blocks + 1) * bk)
@@ -163,7 +166,7 @@ def test_array_attention_over_a_block_run_equals_golden_attention(rng):
     rows = dict(tokens=2, heads=2, tok_stride=4, head_stride=2)
     run_ = dict(block_keys=bk, seg_stride=1024 // 64)
     SC, W, OW = 40, 80, 120
-    prog = [isa.AttnQ(what=AttnLoad.QUERY, spad=0, qpos0=13, **rows),
+    prog = [isa.AttnQ(what=AttnLoad.QUERY, spad=0, qpos0=10, **rows),
             isa.GemmQk(seg=base + DATA, tile0=0, tiles=2, tokens=2, heads=2, head_stride=2, src=0, src_stride=4,
                        dst=SC, dst_stride=pad // VL, **run_)]
     sm = dict(scores=SC, s_stride=pad // VL, keys=pad, kpos0=0, seg=base + DATA + seg, w=W, w_stride=pad // VL,
@@ -181,12 +184,16 @@ def test_array_attention_over_a_block_run_equals_golden_attention(rng):
     want_s = fx.scores((q[0][:, None], q[1][:, None]), *(a[:, None] for a in k), 1)[0]      # [4, 16]
     got_s = np.stack([n.spad.reshape(-1)[(SC + i * pad // VL) * VL:][:pad] for i in range(4)])
     assert np.array_equal(got_s, want_s)
-    qpos, kpos = np.repeat([13, 14], 2), np.arange(S)
+    qpos, kpos = np.repeat([10, 11], 2), np.arange(S)
     st = golden_rows(q, tuple(a[:S] for a in k4), tuple(a[:S] for a in v4), qpos, kpos)
     assert np.array_equal(get_rows(n, OW, 4, D, stride=2 * D // VL)[0], st.o[:, 0])
     assert np.array_equal(get_rows(n, 200, 4, D, stride=2)[0], fx.finalize(st)[0])
     # reads: scales + rows of 16 keys (GEMM_QK), V scales (APPLY), V rows (GEMM_PV)
     assert n.perf[PerfCounter.DDR_RD_BYTES] == pad * (2 + D // 2) + 2 * pad + pad * D // 2
+    assert not isa.block_run_ok(5, 0, pad, D, cfg.data_bytes, cfg.weight_word_bytes)
+    c, n = node(cfg)
+    r = run(c, [isa.AttnQ(what=AttnLoad.QUERY, spad=0, qpos0=10, **rows), replace(prog[1], block_keys=5)])
+    assert not r.ok and "ILLEGAL_INSTRUCTION" in r.message and "block_run_ok" in r.message
 
 
 def test_gemm_beyond_max_group_is_illegal_as_in_the_rtl(rng):
