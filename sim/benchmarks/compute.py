@@ -32,7 +32,7 @@ Beside the GEMMs (same build and run): ``attn:prefill`` / ``attn:decode`` (the a
 token x the GQA group through ATTN_SM MAX and APPLY: score rows in SPAD, V scale words from the DDR
 model, w rows out, bit-exact against ``fixed.attn_weights``): cycles and cycles per key of each pass;
 ``attn:pv-array`` (GEMM_PV) and ``attn:prefill-array`` (tests/hw/compute/exec/test_attn_array.py:
-attn:prefill's work as the array sequence -- ATTN_Q, GEMM kv, ATTN_SM MAX / APPLY, GEMM_PV, VEC,
+attn:prefill's work as the array sequence -- ATTN_Q, GEMM kv, ATTN_SM MAX / APPLY, GEMM_PV,
 ATTN_Q O, ATTN_EMIT -- bit-exact against ``fixed.attention``: cycles per instruction kind,
 ``attention_efficiency`` by attn:prefill's definition, the speed-up over attn:prefill;
 ``--write-profile`` writes it as ``attention_array_efficiency``).
@@ -446,7 +446,7 @@ def prefill_array_refusal(node: NodeConfig, keys: int, block_keys: int) -> str |
         return (f"segments of {block_keys} keys: GEMM kv takes a multiple of {P} keys, GEMM_PV a multiple of {K} up "
                 f"to {max_n // 2}, ATTN_SM a GQA group of {node.group} rows in the unit's {node.att_rows}")
     R, rb = per_job * node.group, d // vl
-    need = 2 * node.max_tokens * node.group * rb + 2 * R * keys // vl + 3 * R * rb + rb
+    need = 2 * node.max_tokens * node.group * rb + 2 * R * keys // vl + 2 * R * rb
     if need > node.spad_beats:
         return f"the queries, outputs, score, w and o rows ({need} beats) do not fit {node.spad_beats} SPAD beats"
     return None
@@ -478,8 +478,8 @@ def attention_array_figures(report: dict, node: NodeConfig, attn: dict | None) -
             "attention_efficiency": round(macs / cycles / peak, 4),
             "sequence": "per job: ATTN_Q QUERY; GEMM kv per K segment (scores to SPAD); ATTN_SM MAX per segment; "
                         "ATTN_SM APPLY per segment (w rows to SPAD); GEMM_PV per V segment (wide, acc + wide, .., "
-                        "acc + sat32); VEC RESIDUAL + a zero row (the sat32 o rows, 2 head_dim words apart as "
-                        "GEMM_PV acc needs, packed to the head_dim apart ATTN_Q O reads); ATTN_Q O; ATTN_EMIT FINAL; "
+                        "acc + sat32); ATTN_Q O (the sat32 o rows at GEMM_PV's stride, 2 head_dim words apart "
+                        "after an acc); ATTN_EMIT FINAL; "
                         "one instruction at a time (the EX queue); bit-exact against fixed.attention",
             "shape": "attn:prefill's: the same keys, segments, positions, jobs and random draws",
         }
@@ -667,7 +667,7 @@ def run_engine(args) -> dict:
             "attention_array_efficiency": arr["attn:prefill-array"]["attention_efficiency"],
             "attention_array_efficiency_is": "attn:prefill's work as the array sequence (attn:prefill-array): 2 x "
                                              "head_dim MACs per visible (query row, key) pair / cycles of ATTN_Q, "
-                                             "GEMM kv, ATTN_SM MAX and APPLY, GEMM_PV, VEC, ATTN_EMIT, one "
+                                             "GEMM kv, ATTN_SM MAX and APPLY, GEMM_PV, ATTN_Q O, ATTN_EMIT, one "
                                              "instruction at a time / the MAC array's peak MACs per cycle"})
     if args.write_profile:
         cmd = (f"mcf bench compute --model {args.model} --weight-ports {args.weight_ports} --prefill-rows "

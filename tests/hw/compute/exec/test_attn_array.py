@@ -6,9 +6,8 @@ group's heads, the same random draws) run per job as
 
     ATTN_Q QUERY; GEMM kv per K segment (score rows into SPAD); ATTN_SM MAX per segment;
     ATTN_SM APPLY per segment (w rows into SPAD, V scale words from DDR); GEMM_PV per V segment
-    (wide, acc + wide, .., the last acc + sat32); VEC RESIDUAL (+ a zero row: packs the sat32 o
-    rows, which GEMM_PV's acc keeps 2 head_dim words apart, to the head_dim apart ATTN_Q O reads);
-    ATTN_Q O; ATTN_EMIT FINAL
+    (wide, acc + wide, .., the last acc + sat32); ATTN_Q O (the sat32 o rows at GEMM_PV's own
+    stride: 2 head_dim words apart after an acc); ATTN_EMIT FINAL
 
 and the emitted rows are compared with ``fixed.attention`` bit for bit (the bench fails on a
 mismatch).  Per instruction kind: count, cycles, MAC strobes, DDR bytes read.  Its test runs it at
@@ -21,7 +20,7 @@ import numpy as np
 
 from mcf.sim.compute import ddr
 from mcf.spec import isa
-from mcf.spec.isa import AttnLoad, AttnPass, EmitMode, VecOp
+from mcf.spec.isa import AttnLoad, AttnPass, EmitMode
 from mcf.spec.node import NodeConfig
 from mcf.sw.golden import fixed as fx
 from tests.hw.compute.exec.test_movers import bfp_rows
@@ -29,7 +28,7 @@ from tests.hw.compute.exec.test_unit import write_kv_blocks
 
 
 def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpos0: int, kv_at: int, seg: int,
-                  q_at: int, out_at: int, sc: int, wa: int, ow: int, oc: int, zero: int) -> list:
+                  q_at: int, out_at: int, sc: int, wa: int, ow: int) -> list:
     """(kind, instruction) of one job of ``nt`` tokens x the group (tokens t0 .., positions qpos0 ..):
     K segment i at kv_at + 2 i seg, V segment i one ``seg`` further (run_attn_ops' layout)."""
     vl, d, heads, P = node.vec_lanes, node.head_dim, node.group, node.mac_rows
@@ -52,10 +51,8 @@ def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpo
         prog.append(("GEMM_PV", isa.GemmPv(seg=kv_at + (2 * i + 1) * seg, keys=bk, tile0=0, tiles=d // P, tokens=nt,
                                            heads=heads, head_stride=kb, src=wa + i * bk // vl, src_stride=heads * kb,
                                            dst=ow, dst_stride=o_stride, acc=int(i > 0), wide=int(i < nblk - 1))))
-    if nblk > 1:
-        prog.append(("VEC:RESIDUAL", isa.Vec(vop=VecOp.RESIDUAL, n=d, rows=R, a=ow, a_stride=o_stride, b=zero,
-                                             b_stride=0, b_rep=1, b_pair=0, dst=oc, dst_stride=rb, imm0=0, imm1=0)))
-    prog.append(("ATTN_Q:O", isa.AttnQ(what=AttnLoad.O, spad=oc if nblk > 1 else ow, qpos0=0, **rows)))
+    prog.append(("ATTN_Q:O", isa.AttnQ(what=AttnLoad.O, spad=ow, qpos0=0, tokens=nt, heads=heads,
+                                       tok_stride=heads * o_stride, head_stride=o_stride)))
     prog.append(("ATTN_EMIT", isa.AttnEmit(mode=EmitMode.FINAL, spad=out_at + t0 * tok, **rows)))
     return prog
 
@@ -94,18 +91,14 @@ async def run_attn_array_ops(dut):
     sc = out_at + tokens * heads * rb
     wa = sc + R * kb
     ow = wa + R * kb
-    oc = ow + R * 2 * rb
-    zero = oc + R * rb
-    assert zero + rb <= node.spad_beats, "attn:prefill-array: the job's rows do not fit the SPAD"
+    assert ow + R * 2 * rb <= node.spad_beats, "attn:prefill-array: the job's rows do not fit the SPAD"
     drv.ram.write(x_at, ddr.rows_bytes(q[0], vl, q[1]))
     await drv.must(isa.Load(ddr=x_at, spad=q_at, beats=tokens * heads * rb, row_beats=rb))
-    drv.ram.write(y_at, bytes(4 * d))
-    await drv.must(isa.Load(ddr=y_at, spad=zero, beats=rb, row_beats=0))
     kinds = defaultdict(lambda: defaultdict(int))
     for t0 in range(0, tokens, per_job):
         nt = min(per_job, tokens - t0)
         for kind, ins in array_program(node, keys=keys, bk=bk, nt=nt, t0=t0, qpos0=qpos0, kv_at=kv_at, seg=seg,
-                                       q_at=q_at, out_at=out_at, sc=sc, wa=wa, ow=ow, oc=oc, zero=zero):
+                                       q_at=q_at, out_at=out_at, sc=sc, wa=wa, ow=ow):
             bytes0 = getattr(drv.ram, "read_bytes", 0)      # counted by the DDR model only
             res = await drv.must(ins, max_cycles=10_000_000)
             st = kinds[kind]
