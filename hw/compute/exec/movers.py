@@ -1435,7 +1435,11 @@ class AttnMover(Mover):
     while the unit takes the other's keys, one a cycle, each with all R rows' scores, its position
     and (APPLY) its V scale word from read stream 1; the unit's w (per key, all rows) fill one of
     two buffers of R beats while the other is written back, one row's beat a cycle.  So a group
-    takes max(R, VL) cycles: R / VL cycles a key for R >= VL (1.5 at R = 12, VL = 8)."""
+    takes max(R, VL) cycles: R / VL cycles a key for R >= VL (1.5 at R = 12, VL = 8).
+
+    ATTN_Q O reads row (t, j) at spad + t tok_stride + j head_stride a beat a cycle (the QUERY
+    addressing) and hands the unit W = ``out_words(head_dim, VL)`` o words a cycle (``ow``: VL / W
+    slices a beat); ATTN_EMIT FINAL takes W words a transfer into its beats (STATE / MAX: one)."""
     OPS = (isa.Opcode.ATTN_Q, isa.Opcode.ATTN_KV, isa.Opcode.ATTN_EMIT, isa.Opcode.ATTN_SM)
 
     def __init__(self, g: Geometry):

@@ -155,7 +155,7 @@ async def run_o_emit(dut):
     R, rb, kb = tokens * heads, d // vl, keys // vl
     assert R <= node.att_rows
     rng = np.random.default_rng(p.get("seed", 1) + 7)
-    drv = ExecDriver(dut, seed=p.get("seed", 1))
+    drv = ExecDriver(dut, seed=p.get("seed", 1), axi_period_ps=p.get("axi_period_ps"))
     await drv.start()
     sp = Spad(drv, vl=vl)
     qm, qe = bfp_rows(rng, R, d)
