@@ -8,7 +8,8 @@ per group) and, per row, a softmax state (m, l, o[head_dim]):
 * **loads** (no command): ``q`` writes a query row (mantissas, exponent, position); ``clear``
   empties every row's state (m = M_EMPTY, l = o = 0: ATTN_Q QUERY does); ``st`` writes one
   state word of a row, word 0 = m, 1 = l, 2 + c = o[c] (ATTN_Q MREF writes word 0 of each row,
-  ATTN_Q STATE every word).
+  ATTN_Q STATE every word); ``ow`` writes ``words`` (W) consecutive o words of a row a cycle
+  (ATTN_Q O: slice s = o[s W .. s W + W - 1]).
 * a **pass** (``cmd.emit = 0``) over a stream of keys that ends with ``k.last``.  A key is
   *visible* to row r iff its position <= the row's.  ``AttnPass.MAX`` takes ``k`` alone:
   s = sat32(rshr(dot(q, kq) A_k, -(e_q + E_k + S_FRAC))), m[r] = max(m[r], visible s)
@@ -23,9 +24,10 @@ per group) and, per row, a softmax state (m, l, o[head_dim]):
   resets l only): the array computes P.V (GEMM_PV) and ATTN_Q O loads its o.  The scores enter
   the post as raw = s with shift 0, so s6 = s; one key a cycle (the w queue holds
   ``POST_LATENCY`` + 3 keys, distributed RAM), MAX S + 9 cycles, APPLY S + 17 (``w`` ready).
-* an **emit** (``cmd.emit = 1``) of rows 0 .. ``cmd.rows`` - 1 on ``o`` (32-bit words, TLAST on
-  the last) in ``EmitMode``: FINAL, head_dim X32 words per row (``finalize``, RCP LUT);
-  STATE, head_dim + 2 words [m, sat32(l), sat32(o_c) ...] (``encode_state``); MAX, one word m.
+* an **emit** (``cmd.emit = 1``) of rows 0 .. ``cmd.rows`` - 1 on ``o`` (W 32-bit words wide,
+  TLAST on the last) in ``EmitMode``: FINAL, head_dim X32 words per row (``finalize``, RCP LUT),
+  W words a transfer (all kept); STATE, head_dim + 2 words [m, sat32(l), sat32(o_c) ...]
+  (``encode_state``) and MAX, one word m, one word a transfer (word 0, TKEEP 0xF).
 
 l and o stay exact (``max_keys`` sizes them) across passes, so a state summed over several runs
 of KV blocks (several APPLY passes without ``first``) is the golden single sum, saturated to
@@ -49,14 +51,16 @@ Folded to the rate the K/V streams deliver keys (``lanes`` = head_dim / 8 by def
   stage and written back at the next: an element returns only ``chunks`` cycles later), with a
   flag per element so that ``clear`` / APPLY's ``first`` empty it in one cycle; a state word
   (``st``) reaches o through the same pipeline (the word times a unit INT4 on its lane and row);
-* **emit**: a pipeline (the o memories read a chunk, then the row and lane, sat32, x the row's
-  reciprocal, the rounding shift) that stalls on the output; FINAL computes every row's
-  reciprocal ahead, one a cycle.
+* **emit**: a pipeline (the o memories read a chunk, then the row and a group of W lanes, W
+  x sat32, x the row's reciprocal, the rounding shift: W products and shifters) that stalls on
+  the output; FINAL computes every row's reciprocal ahead, one a cycle.  W (``words``) divides
+  ``lanes``, so a slice of W words is one address of W o memories: ``ow`` and FINAL move W words
+  a cycle (``out_words``: gcd(VL, lanes) in the execute unit, 8 at Qwen: one SPAD beat a cycle).
 
 ``k.ready`` falls while the key slots are full; a pass ends when its last key has left the post
 (MAX) or P.V (APPLY).  Cycles, keys always valid and from the command (``sim.compute.cost``):
 MAX 18 + chunks ceil(S / 2) (+2 for an even S, +1 for an odd S > 1), APPLY 30 + chunks (S + 1)
-(+1 for S > 1), FINAL emit rows x head_dim + 16, STATE rows x (head_dim + 2) + 9.
+(+1 for S > 1), FINAL emit rows x head_dim / W + 16, STATE rows x (head_dim + 2) + 9.
 """
 from __future__ import annotations
 
@@ -111,6 +115,22 @@ def cmd_layout(rows):
         "mode": EmitMode,               # emit: FINAL, STATE or MAX
         "rows": range(1, rows + 1),     # emit: rows 0 .. rows - 1
     })
+
+
+class OWriteSignature(wiring.Signature):
+    """``words`` consecutive o elements of one row, o[slice words + k] = word k of ``data``
+    (int32, ATTN_Q O; the producer drives all)."""
+
+    def __init__(self, rows: int, head_dim: int, words: int):
+        super().__init__({"en": Out(1), "row": Out(max(ceil_log2(rows), 1)),
+                          "slice": Out(range(max(head_dim // words, 2))), "data": Out(32 * words)})
+
+
+def out_words(head_dim: int, vl: int, lanes: int | None = None) -> int:
+    """Words a cycle of the unit's o loads (``ow``) and FINAL emit when its host moves ``vl``-word
+    SPAD beats: gcd(vl, lanes), so that a slice of them is one address of ``lanes`` o memories."""
+    import math
+    return math.gcd(vl, default_lanes(head_dim) if lanes is None else lanes)
 
 
 class StateWriteSignature(wiring.Signature):
@@ -172,10 +192,11 @@ POST_LATENCY = 13
 class AttentionUnit(wiring.Component):
     """See the module docstring.  ``lanes`` elements per row per cycle in both product arrays
     (``default_lanes``): a key pair's scores take head_dim / lanes cycles, one key's P.V as
-    many; ``primitive`` builds the score products as DSP48E2 instances (``DotArray``)."""
+    many; ``primitive`` builds the score products as DSP48E2 instances (``DotArray``); ``words``
+    o words a cycle on ``ow`` and in a FINAL emit (a power of two dividing ``lanes``)."""
 
     def __init__(self, head_dim: int = 16, rows: int = 2, max_keys: int = 64, lanes: int | None = None,
-                 primitive: bool = False):
+                 primitive: bool = False, words: int = 1):
         log2_exact(max_keys, "max_keys")
         if rows < 1 or head_dim < 1:
             raise ValueError(f"rows={rows}, head_dim={head_dim}: must be >= 1")
@@ -183,7 +204,9 @@ class AttentionUnit(wiring.Component):
         if lanes < 1 or head_dim % lanes or (lanes >= CHAIN and lanes % CHAIN):
             raise ValueError(f"lanes={lanes}: must divide head_dim={head_dim} and be a multiple of {CHAIN} "
                              f"(or below it)")
-        self.head_dim, self.rows, self.max_keys = head_dim, rows, max_keys
+        if words < 1 or lanes % words or words & (words - 1):
+            raise ValueError(f"words={words}: must be a power of two dividing lanes={lanes}")
+        self.head_dim, self.rows, self.max_keys, self.words = head_dim, rows, max_keys, words
         self.lanes, self.chunks, self.primitive = lanes, head_dim // lanes, bool(primitive)
         kb = ceil_log2(max_keys)
         # Exact widths: l <= 2^15 keys (+ a loaded int32), |w vq| <= 2^34 per key (+ a loaded int32).
@@ -192,13 +215,14 @@ class AttentionUnit(wiring.Component):
         super().__init__({
             "q": In(MemWriteSignature(max(ceil_log2(rows), 1), q_layout(head_dim).size)),
             "st": In(StateWriteSignature(rows, head_dim)),
+            "ow": In(OWriteSignature(rows, head_dim, words)),
             "clear": In(1),
             "cmd": In(stream.Signature(cmd_layout(rows))),
             "k": In(stream.Signature(k_layout(head_dim))),
             "v": In(stream.Signature(v_layout(head_dim))),
             "s": In(stream.Signature(s_layout(rows))),
             "w": Out(stream.Signature(rows * 32)),
-            "o": Out(AXIStreamSignature(32)),
+            "o": Out(AXIStreamSignature(32 * words)),
             "busy": Out(1),
         })
 
@@ -500,6 +524,14 @@ class AttentionUnit(wiring.Component):
         st_l = Array(Const(i % L, range(L)) for i in range(D))[st_i]
         inj = Signal()
         m.d.comb += inj.eq(self.st.en & (self.st.word >= 2))
+        # ow (ATTN_Q O): ``words`` elements of one row a cycle, slice s = elements s W .. s W + W - 1,
+        # address s // (L / W) of the lanes of group s mod (L / W); down the same stages, replacing
+        # the product (no DSP: the words go straight into the write-back adder)
+        W, G = self.words, L // self.words
+        wide = Signal()
+        m.d.comb += wide.eq(self.ow.en)
+        ow_c = Array(Const(x // G, range(C)) for x in range(D // W))[self.ow.slice]
+        ow_g = Array(Const(x % G, range(L)) for x in range(D // W))[self.ow.slice]
         pairs = -(-L // 2)
         vchunk = Array(v_cur[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[pv_c]
         a1 = []
@@ -510,13 +542,17 @@ class AttentionUnit(wiring.Component):
             a1.append(stage(f"pva{t}", Mux(inj, unit, hi * (1 << PACK_SHIFT) + lo), signed(DSP_A_BITS)))
         kill = Signal()          # ``clear`` or APPLY's ``first`` supersede state words in flight
         m.d.comb += kill.eq(self.clear | reset_lo)
-        q1v, q1c, q1l = stage("pv1v", pv_run | (inj & ~kill)), stage("pv1c", Mux(inj, st_c, pv_c)), \
-            stage("pv1l", pv_end & ~inj)
-        q1s, q1n, q1r = stage("pv1s", inj), stage("pv1n", st_l), stage("pv1r", self.st.row)
+        q1v, q1c, q1l = stage("pv1v", pv_run | ((inj | wide) & ~kill)), \
+            stage("pv1c", Mux(wide, ow_c, Mux(inj, st_c, pv_c))), stage("pv1l", pv_end & ~inj & ~wide)
+        q1s, q1n = stage("pv1s", inj | wide), stage("pv1n", Mux(wide, ow_g, st_l))
+        q1r = stage("pv1r", Mux(wide, self.ow.row, self.st.row))
+        q1w, q1d = stage("pv1w", wide), stage("pv1d", self.ow.data)
         q2v, q2c, q2l = stage("pv2v", q1v & ~(q1s & kill)), stage("pv2c", q1c), stage("pv2l", q1l)
         q2s, q2n, q2r = stage("pv2s", q1s), stage("pv2n", q1n), stage("pv2r", q1r)
+        q2w, q2d = stage("pv2w", q1w), stage("pv2d", q1d)
         q3v, q3c, q3l = stage("pv3v", q2v & ~(q2s & kill)), stage("pv3c", q2c), stage("pv3l", q2l)
         q3s, q3n, q3r = stage("pv3s", q2s), stage("pv3n", q2n), stage("pv3r", q2r)
+        q3w, q3d = stage("pv3w", q2w), stage("pv3d", q2d)
         m.d.comb += pv_busy.eq(q1v | q2v | q3v)
         outing = state == OUT
         ec, el = Signal(range(C)), Signal(range(L))     # emit: o element ec * lanes + el
@@ -545,8 +581,11 @@ class AttentionUnit(wiring.Component):
                     fl3 = stage(f"pvf{r}_{lane}", flags[q2c] & ~q2s)
                     m.d.comb += [rd.en.eq(Mux(outing, eadv, 1)), rd.addr.eq(Mux(outing, ec, q2c))]
                     total = Signal(signed(self.o_width), name=f"osum{r}_{lane}")
-                    m.d.comb += total.eq(Mux(fl3, rd.data, 0) + inc)
-                    m.d.comb += [wr.en.eq(q3v & (~q3s | ((q3n == lane) & (q3r == r)))), wr.addr.eq(q3c), wr.data.eq(total)]
+                    k = lane % W
+                    m.d.comb += total.eq(Mux(fl3, rd.data, 0) + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
+                    m.d.comb += [wr.en.eq(q3v & Mux(q3w, (q3n == lane // W) & (q3r == r),
+                                                    ~q3s | ((q3n == lane) & (q3r == r)))),
+                                 wr.addr.eq(q3c), wr.data.eq(total)]
                     for c in range(C):
                         with m.If(wr.en & (wr.addr == c)):
                             m.d.sync += oflag[r][c * L + lane].eq(1)
@@ -577,9 +616,9 @@ class AttentionUnit(wiring.Component):
         final, maxm = Signal(), Signal()
         m.d.comb += [final.eq(cfg.mode == EmitMode.FINAL), maxm.eq(cfg.mode == EmitMode.MAX)]
         ovalid, olast = Signal(), Signal()
-        odata = Signal(32)
+        odata = Signal(32 * W)
         m.d.comb += [eadv.eq(~ovalid | self.o.tready), self.o.tvalid.eq(ovalid), self.o.tdata.eq(odata),
-                     self.o.tkeep.eq(0xF), self.o.tlast.eq(olast)]
+                     self.o.tlast.eq(olast)]
         # FINAL: every row's reciprocal ahead of its words, one row per cycle through six stages
         prow, pdone = Signal(range(R + 1)), Signal(range(R + 1))
         with m.If(start):
@@ -625,15 +664,17 @@ class AttentionUnit(wiring.Component):
         ready_row = ~final | (pdone > row)
         eissue = Signal()
         m.d.comb += eissue.eq(outing & ~e_done & ready_row & eadv)
+        # FINAL: a slice of W words (lanes el .. el + W - 1 of address ec) an issue; STATE / MAX a word
+        wl = ceil_log2(W)
         last_word = Signal()
-        m.d.comb += last_word.eq(Mux(maxm, 1, Mux(final, word == D - 1, word == D + 1)))
+        m.d.comb += last_word.eq(Mux(maxm, 1, Mux(final, word == D - W, word == D + 1)))
         last_row = row == cfg.rows - 1
         is_o = ~maxm & (final | (word >= 2))
         with m.If(eissue):
-            m.d.sync += word.eq(word + 1)
+            m.d.sync += word.eq(word + Mux(final, W, 1))
             with m.If(is_o):
-                m.d.sync += el.eq(el + 1)
-                with m.If(el == L - 1):
+                m.d.sync += el.eq(el + Mux(final, W, 1))
+                with m.If(el == Mux(final, L - W, L - 1)):
                     m.d.sync += [el.eq(0), ec.eq(ec + 1)]
             with m.If(last_word):
                 m.d.sync += [word.eq(0), row.eq(row + 1), ec.eq(0), el.eq(0)]
@@ -642,39 +683,49 @@ class AttentionUnit(wiring.Component):
         with m.If(ovalid & self.o.tready & olast):
             m.d.sync += [state.eq(IDLE), e_done.eq(0)]
 
-        # issue: the o memories read ec (all rows, all lanes); 1: (row, el) of it; 2: sat32;
-        # 3: x rcp; 4, 5: the rounding shift; out
+        # issue: the o memories read ec (all rows, all lanes); 1: (row, the group of el) of it; 2: sat32;
+        # 3: x rcp (W products); 4, 5: the rounding shifts; out (STATE: word el mod W of the group)
         KIND_M, KIND_L, KIND_O, KIND_F = range(4)
         tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "m": 32, "l": 32, "rcp": 16, "fsh": signed(8),
-                                 "row": range(R), "el": range(L), "flag": 1})
+                                 "row": range(R), "el": range(L), "flag": W})
         x1, x2, x3, x4, x5 = (Signal(tag, name=f"x{i}") for i in range(1, 6))
         kind = Mux(maxm | (~final & (word == 0)), KIND_M, Mux(final, KIND_F, Mux(word == 1, KIND_L, KIND_O)))
-        # the flag of o element (row, ec * lanes + el): one bit select of the flags laid out at
-        # (row, ec, el) bit fields (a power-of-two mux tree, no index arithmetic)
-        lbits, cbits = len(el), len(ec)
-        flag_bits = [Const(0, 1)] * ((1 << (lbits + cbits)) * (1 << len(row)))
+        # the flags of the group of o element (row, ec * lanes + el): one word select of the flags laid
+        # out at (row, ec, group) fields of W bits (a power-of-two mux tree, no index arithmetic)
+        gbits, cbits = ceil_log2(G), len(ec)
+        zero_w = Const(0, W)
+        flag_words = [zero_w] * ((1 << (gbits + cbits)) * (1 << len(row)))
         for r in range(R):
             for c in range(C):
-                for j in range(L):
-                    flag_bits[(r << (cbits + lbits)) | (c << lbits) | j] = oflag[r][c * L + j]
-        flag_now = Cat(*flag_bits).bit_select(Cat(el, ec, row), 1)
-        ov2 = Signal(signed(self.o_width))
-        oc3, oc4, oc5 = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
-        prod4 = Signal(signed(49))
-        lane_data = Array(Array(o_rd[r][j].data for j in range(L)) for r in range(R))
+                for gg in range(G):
+                    flag_words[(r << (cbits + gbits)) | (c << gbits) | gg] = Cat(
+                        *(oflag[r][c * L + gg * W + k] for k in range(W)))
+        egrp = el[wl:wl + gbits]
+        flag_now = Cat(*flag_words).word_select(Cat(egrp, ec, row), W)
+        ov2 = [Signal(signed(self.o_width), name=f"ov2_{k}") for k in range(W)]
+        oc3 = [Signal(signed(32), name=f"oc3_{k}") for k in range(W)]
+        prod4 = [Signal(signed(49), name=f"prod4_{k}") for k in range(W)]
+        oc4, oc5 = Signal(signed(32)), Signal(signed(32))
+        x1g = x1.el[wl:wl + gbits]
+        lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(R)) for k in range(W)]
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
                          x1.m.eq(Array(mrow)[row]), x1.l.eq(lsel[row]), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
                          x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now),
-                         x2.eq(x1), ov2.eq(Mux(x1.flag, lane_data[x1.row][x1.el], 0)),
-                         x3.eq(x2), oc3.eq(sat(m, ov2, 32)),
-                         x4.eq(x3), oc4.eq(oc3), prod4.eq(oc3 * x3.rcp.as_unsigned()),
-                         x5.eq(x4), oc5.eq(oc4)]
-        sh7 = rshr_staged(m, prod4, x4.fsh, 33, "fin", en=eadv)
+                         x2.eq(x1), x3.eq(x2), x4.eq(x3), x5.eq(x4),
+                         oc4.eq(Array(oc3)[x3.el[:wl]] if W > 1 else oc3[0]), oc5.eq(oc4)]
+            for k in range(W):
+                m.d.sync += [ov2[k].eq(Mux(x1.flag[k], lane_data[k][x1.row][x1g] if G > 1 else lane_data[k][x1.row][0], 0)),
+                             oc3[k].eq(sat(m, ov2[k], 32)),
+                             prod4[k].eq(oc3[k] * x3.rcp.as_unsigned())]
+        sh7 = [rshr_staged(m, prod4[k], x4.fsh, 33, f"fin{k}", en=eadv) for k in range(W)]
         x6, x7 = Signal(tag), Signal(tag)
         oc6, oc7 = Signal(signed(32)), Signal(signed(32))
+        okeep = Signal(4 * W)
+        m.d.comb += self.o.tkeep.eq(okeep)
         with m.If(eadv):
-            m.d.sync += [x6.eq(x5), oc6.eq(oc5), x7.eq(x6), oc7.eq(oc6), ovalid.eq(x7.v), olast.eq(x7.last)]
+            m.d.sync += [x6.eq(x5), oc6.eq(oc5), x7.eq(x6), oc7.eq(oc6), ovalid.eq(x7.v), olast.eq(x7.last),
+                         okeep.eq(Mux(x7.kind == KIND_F, (1 << (4 * W)) - 1, 0xF))]
             with m.Switch(x7.kind):
                 with m.Case(KIND_M):
                     m.d.sync += odata.eq(x7.m)
@@ -683,14 +734,14 @@ class AttentionUnit(wiring.Component):
                 with m.Case(KIND_O):
                     m.d.sync += odata.eq(oc7)
                 with m.Default():
-                    m.d.sync += odata.eq(sat(m, sh7, 32))
+                    m.d.sync += odata.eq(Cat(*(sat(m, sh7[k], 32) for k in range(W))))
         return m
 
 
 @block("compute_attention", "Q.K^T, exp2 softmax state, P.V over streamed KV -> (m, l, o), maxima or rows",
        variants=({"max_keys": 65536}, {"head_dim": 32, "lanes": 8, "primitive": 1}),
-       head_dim=16, rows=2, max_keys=64, lanes=0, primitive=0,
+       head_dim=16, rows=2, max_keys=64, lanes=0, primitive=0, words=1,
        ranges={"head_dim": Range(1, 256), "rows": Range(1, 64), "max_keys": Range(1, 1 << 20, pow2=True),
-               "lanes": Range(0, 256), "primitive": Range(0, 1)})
-def _attention(head_dim, rows, max_keys, lanes, primitive):
-    return AttentionUnit(head_dim, rows, max_keys, lanes=lanes or None, primitive=bool(primitive))
+               "lanes": Range(0, 256), "primitive": Range(0, 1), "words": Range(1, 256, pow2=True)})
+def _attention(head_dim, rows, max_keys, lanes, primitive, words):
+    return AttentionUnit(head_dim, rows, max_keys, lanes=lanes or None, primitive=bool(primitive), words=words)

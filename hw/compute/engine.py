@@ -12,7 +12,7 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
-from mcf.hw.compute.attention import AttentionUnit
+from mcf.hw.compute.attention import AttentionUnit, out_words
 from mcf.hw.compute.kv_writer import KVWriter
 from mcf.hw.compute.matrix import MatrixUnit
 from mcf.hw.compute.vector import VectorUnit
@@ -37,7 +37,7 @@ class ComputeEngine(wiring.Component):
         self.units = {
             "matrix": MatrixUnit(c.mac_rows, c.mac_lanes, c.max_tokens, max_inputs, max_tiles),
             "vector": VectorUnit(vector_n, c.vec_lanes),
-            "attention": AttentionUnit(c.head_dim, c.att_rows, c.max_keys),
+            "attention": AttentionUnit(c.head_dim, c.att_rows, c.max_keys, words=out_words(c.head_dim, c.vec_lanes)),
             "kv": KVWriter(c.head_dim, c.kv_lanes),
         }
         super().__init__({name: Out(unit.signature) for name, unit in self.units.items()})

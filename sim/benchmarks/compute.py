@@ -34,7 +34,8 @@ model, w rows out, bit-exact against ``fixed.attn_weights``): cycles and cycles 
 ``attn:pv-array`` (GEMM_PV) and ``attn:prefill-array`` (tests/hw/compute/exec/test_attn_array.py:
 attn:prefill's work as the array sequence over its KV stored as the KV pool keeps it, blocks of
 max_tokens keys (one chunk) -- per job ATTN_Q, one GEMM_QK, one ATTN_SM MAX and one APPLY over
-the run of blocks, GEMM_PV (one when the keys fit its activation buffer), ATTN_Q O, ATTN_EMIT --
+the run of blocks, GEMM_PV (one when the keys fit its activation buffer), ATTN_Q O (GEMM_PV's rows at
+their stride), ATTN_EMIT --
 bit-exact against ``fixed.attention``: cycles per instruction kind,
 ``attention_efficiency`` by attn:prefill's definition, the speed-up over attn:prefill;
 ``--write-profile`` writes it as ``attention_array_efficiency``).
@@ -453,7 +454,7 @@ def prefill_array_refusal(node: NodeConfig, keys: int, block_keys: int) -> str |
                 f"isa.block_run_ok passes, GEMM_PV a multiple of {K} keys, ATTN_SM a GQA group of {node.group} rows "
                 f"in the unit's {node.att_rows}")
     R, rb = per_job * node.group, d // vl
-    need = 2 * node.max_tokens * node.group * rb + 2 * R * keys // vl + 3 * R * rb + rb
+    need = 2 * node.max_tokens * node.group * rb + 2 * R * keys // vl + 2 * R * rb
     if need > node.spad_beats:
         return f"the queries, outputs, score, w and o rows ({need} beats) do not fit {node.spad_beats} SPAD beats"
     return None
@@ -485,8 +486,8 @@ def attention_array_figures(report: dict, node: NodeConfig, attn: dict | None) -
             "attention_efficiency": round(macs / cycles / peak, 4),
             "sequence": "per job, over the run of KV blocks: ATTN_Q QUERY; one GEMM_QK (scores to SPAD); one "
                         "ATTN_SM MAX; one ATTN_SM APPLY (w rows to SPAD, V scale words block by block); GEMM_PV "
-                        "(one, sat32, when the keys fit its activation buffer; else runs of it, wide / acc, and a "
-                        "VEC RESIDUAL packing the rows); ATTN_Q O; ATTN_EMIT FINAL; one instruction at a time (the "
+                        "(one, sat32, when the keys fit its activation buffer; else runs of it, wide / acc); ATTN_Q "
+                        "O (GEMM_PV's rows at their own stride); ATTN_EMIT FINAL; one instruction at a time (the "
                         "EX queue); bit-exact against fixed.attention",
             "shape": "attn:prefill's: the same keys, positions, jobs and random draws; the KV stored in blocks of "
                      "block_keys keys (the node's max_tokens: one chunk), segments with their own scale regions",

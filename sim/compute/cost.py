@@ -10,7 +10,7 @@ vector work of one row with the GEMM of the next.
 from __future__ import annotations
 
 import math
-from mcf.hw.compute.attention import default_lanes
+from mcf.hw.compute.attention import default_lanes, out_words
 from mcf.hw.compute.matrix import MatrixUnit
 from mcf.spec.node import NodeConfig
 
@@ -65,6 +65,28 @@ def attention_cycles(keys: int, rows: int, d: int, final: bool = True) -> int:
     mx = 18 + c * -(-keys // 2) + (2 if keys % 2 == 0 else int(keys > 1))
     ap = 30 + c * (keys + 1) + int(keys > 1)
     return mx + ap + (rows * d + 16 if final else rows * (d + 2) + 9)
+
+
+#: ATTN_Q O's and ATTN_EMIT's cycles beyond their words (the execute unit in simulation,
+#: tests/hw/compute/exec/test_softmax.py ``run_o_emit``): O the decode, the SPAD read latency and the
+#: unit's write-back pipeline; FINAL the first row's reciprocal and the emit pipeline; STATE / MAX
+#: the emit pipeline.
+ATTN_O_START, ATTN_EMIT_START = 11, {"FINAL": 19, "STATE": 12, "MAX": 12}
+
+
+def attn_o_cycles(rows: int, d: int, vl: int) -> int:
+    """ATTN_Q O (``AttnMover``): rows x d / W cycles, W = ``out_words(d, vl)`` words a cycle into the
+    unit's o (one SPAD beat a cycle when W = VL) + ``ATTN_O_START``."""
+    return rows * d // out_words(d, vl) + ATTN_O_START
+
+
+def attn_emit_cycles(mode, rows: int, d: int, vl: int) -> int:
+    """ATTN_EMIT: FINAL rows x d / W cycles (W words a transfer, ``out_words``), STATE rows x (d + 2)
+    and MAX rows (a word a cycle), + ``ATTN_EMIT_START``."""
+    from mcf.spec.isa import EmitMode
+    mode = EmitMode(mode)
+    words = {EmitMode.FINAL: rows * d // out_words(d, vl), EmitMode.STATE: rows * (d + 2), EmitMode.MAX: rows}
+    return words[mode] + ATTN_EMIT_START[mode.name]
 
 
 #: ATTN_SM's start beyond its groups (the execute unit in simulation, tests/hw/compute/exec/test_softmax.py):

@@ -94,13 +94,14 @@ async def load_queries(ctx, dut, job) -> None:
 
 
 async def collect_frame(ctx, dut, want: int) -> list[int]:
-    """The attention unit's next output frame (``o`` words up to TLAST), within 4 x ``want`` + 40
-    cycles (``o.tready`` is the caller's)."""
+    """The attention unit's next output frame (``o`` words up to TLAST, the kept 32-bit words of
+    each transfer in order), within 4 x ``want`` + 40 cycles (``o.tready`` is the caller's)."""
     got = []
 
     def sample(ctx):
         if ctx.get(dut.o.tvalid):
-            got.append(ctx.get(dut.o.tdata))
+            data, keep = ctx.get(dut.o.tdata), ctx.get(dut.o.tkeep)
+            got.extend((data >> 32 * k) & 0xFFFFFFFF for k in range(len(dut.o.tkeep) // 4) if (keep >> 4 * k) & 0xF)
             return bool(ctx.get(dut.o.tlast))
         return False
     await drive(ctx, [], sample, 4 * want + 40)
@@ -168,7 +169,7 @@ async def softmax_sequence(ctx, dut, job, w_ready=lambda i: True) -> dict:
     rows (positions) and clear the states (ATTN_Q QUERY); a MAX pass over streamed scores per run (the first with ``first``); emit the
     maxima; for the decode protocol load the global maxima; an APPLY pass per run (w words
     collected from ``w``; ``w_ready(i)``: ready in the pass's cycle i); emit STATE (o still 0);
-    load every row's o (state words 2 + c: ATTN_Q O); emit FINAL.  Returns the words and the
+    load every row's o (``ow``, ``dut.words`` words a cycle: ATTN_Q O); emit FINAL.  Returns the words and the
     cycles of each pass (command to idle)."""
     from mcf.hw.compute.attention import s_layout
     from mcf.sim.compute.jobs import s_run
@@ -217,7 +218,13 @@ async def softmax_sequence(ctx, dut, job, w_ready=lambda i: True) -> dict:
             ctx.set(dut.w.ready, 0)
             out["cycles"][phase].append(cycles + 1)           # + the command's cycle
     out["state"] = await emit(EmitMode.STATE, R)
-    await write_state([(r, 2 + c, job.o_words[r][c]) for r in range(R) for c in range(d)])
+    W = dut.words
+    for r in range(R):
+        for x in range(d // W):
+            ctx.set(dut.ow.en, 1); ctx.set(dut.ow.row, r); ctx.set(dut.ow.slice, x)
+            ctx.set(dut.ow.data, sum((job.o_words[r][x * W + k] & 0xFFFFFFFF) << (32 * k) for k in range(W)))
+            await ctx.tick()
+    ctx.set(dut.ow.en, 0)
     out["final"] = await emit(EmitMode.FINAL, R)
     return out
 

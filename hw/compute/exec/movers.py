@@ -38,7 +38,7 @@ from amaranth.utils import ceil_log2
 
 from mcf.hw.arith import rshr, sat
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.compute.attention import AttentionUnit, k_layout, v_layout
+from mcf.hw.compute.attention import AttentionUnit, k_layout, out_words, v_layout
 from mcf.hw.compute.exec.spad import SpadReadSignature, SpadWriteSignature
 from mcf.hw.compute.exec.streams import COUNT_BITS, Packer, Unpacker, request_layout
 from mcf.hw.compute.kv_writer import KVWriter
@@ -1498,6 +1498,7 @@ class AttnState(enum.Enum, shape=4):
     EMIT = 6        # ATTN_EMIT: words -> SPAD
     FINISH = 7
     SM = 8          # ATTN_SM: score rows -> the unit -> w rows
+    OLOAD = 9       # ATTN_Q O: rows from SPAD -> the unit's o, W words a cycle
 
 
 class AttnMover(Mover):
@@ -1512,12 +1513,17 @@ class AttnMover(Mover):
     while the unit takes the other's keys, one a cycle, each with all R rows' scores, its position
     and (APPLY) its V scale word from read stream 1; the unit's w (per key, all rows) fill one of
     two buffers of R beats while the other is written back, one row's beat a cycle.  So a group
-    takes max(R, VL) cycles: R / VL cycles a key for R >= VL (1.5 at R = 12, VL = 8)."""
+    takes max(R, VL) cycles: R / VL cycles a key for R >= VL (1.5 at R = 12, VL = 8).
+
+    ATTN_Q O reads row (t, j) at spad + t tok_stride + j head_stride a beat a cycle (the QUERY
+    addressing) and hands the unit W = ``out_words(head_dim, VL)`` o words a cycle (``ow``: VL / W
+    slices a beat); ATTN_EMIT FINAL takes W words a transfer into its beats (STATE / MAX: one)."""
     OPS = (isa.Opcode.ATTN_Q, isa.Opcode.ATTN_KV, isa.Opcode.ATTN_EMIT, isa.Opcode.ATTN_SM)
 
     def __init__(self, g: Geometry):
         super().__init__(g)
-        self.unit = AttentionUnit(g.head_dim, g.att_rows, g.max_keys, primitive=g.primitive)
+        self.unit = AttentionUnit(g.head_dim, g.att_rows, g.max_keys, primitive=g.primitive,
+                                  words=out_words(g.head_dim, g.vl))
 
     def elaborate(self, platform):
         m = Module()
@@ -1525,6 +1531,8 @@ class AttnMover(Mover):
         D, VL, R = g.head_dim, g.vl, g.att_rows
         vl_log2, rb = _log2(VL), g.head_dim // g.vl
         m.submodules.unit = au = self.unit
+        W = au.words                 # o words a cycle into the unit (ATTN_Q O) and out of it (FINAL)
+        nt, wl = VL // W, _log2(W)
         m.submodules.kseg = ks = SegmentReader(g)
         m.submodules.vseg = vs = SegmentReader(g)
         op = self.instr[:6]
@@ -1551,10 +1559,10 @@ class AttnMover(Mover):
         load_state = is_q & (what == isa.AttnLoad.STATE)
         load_o = is_q & (what == isa.AttnLoad.O)
         emit_state = is_emit & (mode == isa.EmitMode.STATE)
-        m.d.comb += [per_row.eq(Mux(load_state | emit_state, D + 2, Mux(load_o, D, 1))), nwords.eq(rowsf * per_row)]
+        m.d.comb += [per_row.eq(Mux(load_state | emit_state, D + 2, 1)), nwords.eq(rowsf * per_row)]
         word_end = Signal(48)
         m.d.comb += word_end.eq(q_ins.spad + ((nwords + VL - 1) >> vl_log2))
-        rowwise = (is_q & (what == isa.AttnLoad.QUERY)) | (is_emit & (mode == isa.EmitMode.FINAL))
+        rowwise = (is_q & ((what == isa.AttnLoad.QUERY) | load_o)) | (is_emit & (mode == isa.EmitMode.FINAL))
         bad_rows = (q_ins.tokens == 0) | (q_ins.heads == 0) | (rowsf > R)
         bad_q = bad_rows | Mux(rowwise, row_end > g.spad_beats, word_end > g.spad_beats)
         bad_e = bad_rows | (mode > isa.EmitMode.MAX) | Mux(rowwise, row_end > g.spad_beats, word_end > g.spad_beats)
@@ -1582,7 +1590,7 @@ class AttnMover(Mover):
                     m.d.comb += [au.cmd.valid.eq(1), au.cmd.payload.src.eq(1)]
                     m.d.sync += state.eq(S.SM)
             with m.Elif(is_q):
-                m.d.sync += state.eq(Mux(what == isa.AttnLoad.QUERY, S.QUERY, S.WORDS))
+                m.d.sync += state.eq(Mux(what == isa.AttnLoad.QUERY, S.QUERY, Mux(load_o, S.OLOAD, S.WORDS)))
                 m.d.comb += au.clear.eq(what == isa.AttnLoad.QUERY)       # QUERY empties every state
             with m.Elif(is_emit):
                 with m.If(au.cmd.ready):
@@ -1593,7 +1601,7 @@ class AttnMover(Mover):
                 m.d.sync += state.eq(Mux(kv_ins.gated, S.GATE, S.KV))
                 m.d.comb += go_kv.eq(~kv_ins.gated)
 
-        # --- SPAD reads (QUERY, MREF / STATE) -----------------------------------------------------------
+        # --- SPAD reads (QUERY, O: rows at (tok_stride, head_stride); MREF / STATE: words) -----------------------------------------------------------
         rq = ReadQueue(m, b.spad_rd, g, "rq")
         t_i, h_i, i_i = Signal(range(R + 1)), Signal(range(R + 1)), Signal(range(rb + 1))
         w_i = Signal(24)                                 # word reads: beats issued
@@ -1601,9 +1609,9 @@ class AttnMover(Mover):
         tbase = Signal(g.spad_bits + 20)                 # token t's base
         with m.If(state == S.CHECK):
             m.d.sync += [t_i.eq(0), h_i.eq(0), i_i.eq(0), w_i.eq(0), base.eq(q_ins.spad), tbase.eq(q_ins.spad)]
-        querying, wording = state == S.QUERY, state == S.WORDS
+        querying, wording, oloading = state == S.QUERY, state == S.WORDS, state == S.OLOAD
         nbeats = (nwords + VL - 1) >> vl_log2
-        with m.If(querying):
+        with m.If(querying | oloading):
             m.d.comb += [rq.addr.eq(base + i_i), rq.issue.eq(rq.room & (t_i != q_ins.tokens))]
             with m.If(rq.issue):
                 m.d.sync += i_i.eq(i_i + 1)
@@ -1645,6 +1653,25 @@ class AttnMover(Mover):
         m.d.comb += [qdata.eq(Cat(*held, mantissas(rq.words, VL), Mux(rb == 1, rq.exp, qexp),
                                   q_ins.qpos0 + qt)), au.q.data.eq(qdata)]
 
+        # O: each beat's VL / W slices of W words -> the unit's o (``ow``), one a cycle; done once the
+        # unit's write-back pipeline is empty
+        osub, oslice, orow, osent = Signal(range(max(nt, 2))), Signal(range(D // W + 1)), Signal(range(R + 1)), Signal()
+        with m.If(state == S.CHECK):
+            m.d.sync += [osub.eq(0), oslice.eq(0), orow.eq(0), osent.eq(0)]
+        oslices = Array(rq.words[32 * W * x:32 * W * (x + 1)] for x in range(nt))
+        with m.If(oloading & rq.valid & ~osent):
+            m.d.comb += [au.ow.en.eq(1), au.ow.row.eq(orow), au.ow.slice.eq(oslice), au.ow.data.eq(oslices[osub]),
+                         rq.take.eq(osub == nt - 1)]
+            m.d.sync += [osub.eq(osub + 1), oslice.eq(oslice + 1)]
+            with m.If(osub == nt - 1):
+                m.d.sync += osub.eq(0)
+            with m.If(oslice == D // W - 1):
+                m.d.sync += [oslice.eq(0), orow.eq(orow + 1)]
+                with m.If(orow == rowsf - 1):
+                    m.d.sync += osent.eq(1)
+        with m.If(oloading & osent & ~au.busy):
+            m.d.sync += state.eq(S.FINISH)
+
         # MREF / STATE: words, VL per beat, -> state word (row, word)
         wk = Signal(range(VL))
         wrow, wword = Signal(range(R + 1)), Signal(range(D + 2))
@@ -1653,7 +1680,7 @@ class AttnMover(Mover):
             m.d.sync += [wk.eq(0), wrow.eq(0), wword.eq(0), wcount.eq(0)]
         words = Array(rq.words[32 * x:32 * (x + 1)] for x in range(VL))
         with m.If(wording & rq.valid):
-            m.d.comb += [au.st.en.eq(1), au.st.row.eq(wrow), au.st.word.eq(Mux(load_o, wword + 2, wword)),
+            m.d.comb += [au.st.en.eq(1), au.st.row.eq(wrow), au.st.word.eq(wword),
                          au.st.data.eq(words[wk]),
                          rq.take.eq((wk == VL - 1) | (wcount == nwords - 1))]
             m.d.sync += [wk.eq(wk + 1), wcount.eq(wcount + 1), wword.eq(wword + 1)]
@@ -1674,18 +1701,24 @@ class AttnMover(Mover):
         emitting = state == S.EMIT
         m.d.comb += au.o.tready.eq(emitting)
         wr = b.spad_wr
-        beat_words = Cat(*[Mux(ek == x, au.o.tdata, eheld[x]) for x in range(VL - 1)], au.o.tdata)
-        closes = (ek == VL - 1) | au.o.tlast
+        # FINAL: W words a transfer (beat words ek .. ek + W - 1); STATE / MAX: one (word ek)
         final = mode == isa.EmitMode.FINAL
+        tword = [au.o.tdata[32 * k:32 * (k + 1)] for k in range(W)]
+        takes = [Mux(final, (ek >> wl) == (x >> wl), ek == x) for x in range(VL)]
+        fresh = [Mux(final, tword[x % W], tword[0]) for x in range(VL)]
+        beat_words = Cat(*[Mux(takes[x], fresh[x], eheld[x]) for x in range(VL - 1)], fresh[VL - 1])
+        ek_last = Signal(range(VL))                       # the beat's last word this transfer
+        m.d.comb += ek_last.eq(ek + Mux(final, W - 1, 0))
+        closes = (ek_last == VL - 1) | au.o.tlast
         m.d.comb += [wr.addr.eq(Mux(final, ebase + eb, ebeat)), wr.data.eq(beat_words), wr.exp.eq(0)]
         with m.If(emitting & au.o.tvalid):
-            m.d.sync += ek.eq(ek + 1)
+            m.d.sync += ek.eq(ek_last + 1)
             for x in range(VL - 1):
-                with m.If(ek == x):
-                    m.d.sync += eheld[x].eq(au.o.tdata)
+                with m.If(takes[x]):
+                    m.d.sync += eheld[x].eq(fresh[x])
             with m.If(closes):
                 lanes = Signal(VL)
-                m.d.comb += [lanes.eq((Const(2, VL + 1) << ek) - 1), wr.lanes.eq(lanes), wr.exp_en.eq(1)]
+                m.d.comb += [lanes.eq((Const(2, VL + 1) << ek_last) - 1), wr.lanes.eq(lanes), wr.exp_en.eq(1)]
                 m.d.sync += [ek.eq(0), ebeat.eq(ebeat + 1), eb.eq(eb + 1)]
                 with m.If(eb == rb - 1):
                     m.d.sync += [eb.eq(0), eh.eq(eh + 1), ebase.eq(ebase + e_ins.head_stride)]

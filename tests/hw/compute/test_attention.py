@@ -14,7 +14,7 @@ import pytest
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamSink
 
-from mcf.hw.compute.attention import AttentionUnit, cmd_layout
+from mcf.hw.compute.attention import AttentionUnit, cmd_layout, out_words
 from mcf.sim.amaranth_util import send_command, simulate
 from mcf.sim.cocotb_util import StreamSource, bounded, params, pauses, start, write_port
 from mcf.sim.compute.drive import run_attention
@@ -140,6 +140,11 @@ def test_construction():
         AttentionUnit(max_keys=48)
     with pytest.raises(ValueError, match="^rows=0, head_dim=16: must be >= 1$"):
         AttentionUnit(rows=0)
+    for bad in (3, 8, 0):                                           # W: a power of two dividing lanes = 4
+        with pytest.raises(ValueError, match=f"^words={bad}: must be a power of two dividing lanes=4$"):
+            AttentionUnit(head_dim=16, words=bad)
+    assert len(AttentionUnit(head_dim=16, words=4).o.tdata) == 128
+    assert (out_words(128, 8), out_words(16, 8), out_words(16, 4), out_words(96, 8)) == (8, 4, 4, 4)
 
 
 @pytest.mark.parametrize("final,runs,protocol", [(False, 1, False), (True, 3, False), (True, 2, True),
@@ -259,17 +264,18 @@ def test_attention_cocotb(build_dir, p):
                params={**p, "group": 2, "jobs": 6 if p["head_dim"] == 8 else 3})
 
 
-@pytest.mark.parametrize("runs,protocol,stall", [(1, False, False), (3, True, True), (2, False, True)])
-def test_attention_streamed_scores_amaranth_sim(runs, protocol, stall):
+@pytest.mark.parametrize("runs,protocol,stall,words", [(1, False, False, 1), (3, True, True, 4), (2, False, True, 2)])
+def test_attention_streamed_scores_amaranth_sim(runs, protocol, stall, words):
     """The softmax pass over streamed scores (``cmd.src``, ATTN_SM): MAX gives the golden
     ``partial_state`` m (several runs, saturated scores, rows that see no key), APPLY sends the
     golden ``attn_weights`` w out key by key (``stall``: ``w`` not ready 2 cycles in 5) and sums
     ``state_sums``' l, o untouched (0); the decode protocol loads the global maxima between the
-    passes; then o loaded (ATTN_Q O) and FINAL emitted == ``finalize``."""
+    passes; then o loaded (ATTN_Q O) and FINAL emitted == ``finalize``, ``words`` o words a cycle
+    each way (``ow``, and FINAL's W-word transfers)."""
     from mcf.sim.compute.drive import run_softmax
     from mcf.sim.compute.jobs import softmax_job, unpack
     rng = np.random.default_rng(21 + runs + 4 * protocol)
-    dut = AttentionUnit(head_dim=8, rows=6, max_keys=32)
+    dut = AttentionUnit(head_dim=8, rows=6, max_keys=32, words=words)
     jobs = [softmax_job(rng, d=8, group=3, tokens=2, keys=keys, runs=runs, protocol=protocol)
             for keys in (19, 7)]
     results = run_softmax(dut, jobs, (lambda i: i % 5 >= 2) if stall else (lambda i: True))

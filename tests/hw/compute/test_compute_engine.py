@@ -14,6 +14,7 @@ def test_units_sized_from_the_config():
     assert mu.max_inputs == vu.max_n == widest and mu.max_tiles == widest // 8
     assert (vu.lanes, au.head_dim, au.rows, au.max_keys, kv.lanes) == (4, cfg.head_dim, cfg.att_rows,
                                                                       cfg.max_keys, cfg.kv_lanes)
+    assert au.words == 4                     # o words a cycle: gcd(VL 4, lanes 4), the execute unit's
     assert set(eng.signature.members) == {"matrix", "vector", "attention", "kv"}
 
 

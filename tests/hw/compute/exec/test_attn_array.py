@@ -8,8 +8,8 @@ over the whole run of blocks:
 
     ATTN_Q QUERY; GEMM_QK (score rows into SPAD); ATTN_SM MAX; ATTN_SM APPLY (w rows into SPAD, V
     scale words block by block); GEMM_PV (sat32 o rows; when the keys exceed one GEMM_PV's
-    activation buffer: runs of them, wide, acc + wide, .., acc + sat32, then VEC RESIDUAL + a zero
-    row packing the rows GEMM_PV's acc keeps 2 head_dim words apart); ATTN_Q O; ATTN_EMIT FINAL
+    activation buffer: runs of them, wide, acc + wide, .., acc + sat32); ATTN_Q O (the sat32 o rows
+    at GEMM_PV's own stride: 2 head_dim words apart after an acc); ATTN_EMIT FINAL
 
 and the emitted rows are compared with ``fixed.attention`` bit for bit (the bench fails on a
 mismatch).  Per instruction kind: count, cycles, MAC strobes, DDR bytes read.  Its test runs it at
@@ -23,7 +23,7 @@ import numpy as np
 from mcf.sim.compute import ddr
 from mcf.spec import isa
 from mcf.sim.compute.jobs import pv_run_keys
-from mcf.spec.isa import AttnLoad, AttnPass, EmitMode, VecOp
+from mcf.spec.isa import AttnLoad, AttnPass, EmitMode
 from mcf.spec.node import NodeConfig
 from mcf.sw.golden import fixed as fx
 from tests.hw.compute.exec.test_movers import bfp_rows
@@ -31,7 +31,7 @@ from tests.hw.compute.exec.test_unit import write_kv_blocks
 
 
 def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpos0: int, kv_at: int, seg: int,
-                  q_at: int, out_at: int, sc: int, wa: int, ow: int, oc: int, zero: int) -> list:
+                  q_at: int, out_at: int, sc: int, wa: int, ow: int) -> list:
     """(kind, instruction) of one job of ``nt`` tokens x the group (tokens t0 .., positions qpos0 ..)
     over a run of KV blocks of ``bk`` keys: block i's K segment at kv_at + 2 i seg, its V segment one
     ``seg`` further."""
@@ -57,10 +57,8 @@ def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpo
                                            tokens=nt, heads=heads, head_stride=kb, src=wa + k0 // vl,
                                            src_stride=heads * kb, dst=ow, dst_stride=o_stride, acc=int(i > 0),
                                            wide=int(i < nrun - 1), block_keys=bk, seg_stride=stride)))
-    if nrun > 1:
-        prog.append(("VEC:RESIDUAL", isa.Vec(vop=VecOp.RESIDUAL, n=d, rows=R, a=ow, a_stride=o_stride, b=zero,
-                                             b_stride=0, b_rep=1, b_pair=0, dst=oc, dst_stride=rb, imm0=0, imm1=0)))
-    prog.append(("ATTN_Q:O", isa.AttnQ(what=AttnLoad.O, spad=oc if nrun > 1 else ow, qpos0=0, **rows)))
+    prog.append(("ATTN_Q:O", isa.AttnQ(what=AttnLoad.O, spad=ow, qpos0=0, tokens=nt, heads=heads,
+                                       tok_stride=heads * o_stride, head_stride=o_stride)))
     prog.append(("ATTN_EMIT", isa.AttnEmit(mode=EmitMode.FINAL, spad=out_at + t0 * tok, **rows)))
     return prog
 
@@ -100,18 +98,14 @@ async def run_attn_array_ops(dut):
     sc = out_at + tokens * heads * rb
     wa = sc + R * kb
     ow = wa + R * kb
-    oc = ow + R * 2 * rb
-    zero = oc + R * rb
-    assert zero + rb <= node.spad_beats, "attn:prefill-array: the job's rows do not fit the SPAD"
+    assert ow + R * 2 * rb <= node.spad_beats, "attn:prefill-array: the job's rows do not fit the SPAD"
     drv.ram.write(x_at, ddr.rows_bytes(q[0], vl, q[1]))
     await drv.must(isa.Load(ddr=x_at, spad=q_at, beats=tokens * heads * rb, row_beats=rb))
-    drv.ram.write(y_at, bytes(4 * d))
-    await drv.must(isa.Load(ddr=y_at, spad=zero, beats=rb, row_beats=0))
     kinds = defaultdict(lambda: defaultdict(int))
     for t0 in range(0, tokens, per_job):
         nt = min(per_job, tokens - t0)
         for kind, ins in array_program(node, keys=keys, bk=abk, nt=nt, t0=t0, qpos0=qpos0, kv_at=kv_at, seg=seg,
-                                       q_at=q_at, out_at=out_at, sc=sc, wa=wa, ow=ow, oc=oc, zero=zero):
+                                       q_at=q_at, out_at=out_at, sc=sc, wa=wa, ow=ow):
             bytes0 = getattr(drv.ram, "read_bytes", 0)      # counted by the DDR model only
             res = await drv.must(ins, max_cycles=10_000_000)
             st = kinds[kind]

@@ -110,7 +110,8 @@ def test_pv_cocotb(build_dir, tmp_path):
     """GEMM_PV, then on the same build attn:prefill-array at small sizes (tests/hw/compute/exec/
     test_attn_array.py: 2 tokens x 2 heads over 96 keys stored as 24 blocks of 4 keys, one job of 2
     tokens: one GEMM_QK over the run, one ATTN_SM MAX and APPLY, two GEMM_PV (64 keys fill the
-    activation buffer) packed by a VEC; bit-exact against fixed.attention inside the coroutine)."""
+    activation buffer, wide then acc + sat32), ATTN_Q O reading their rows 2 head_dim words apart;
+    bit-exact against fixed.attention inside the coroutine)."""
     import json
     report = tmp_path / "array.json"
     run_cocotb(ExecUnit(CFG), [__name__, "tests.hw.compute.exec.test_attn_array"], build_dir,
@@ -122,7 +123,7 @@ def test_pv_cocotb(build_dir, tmp_path):
     assert op["jobs"] == 1 and op["rows_per_job"] == 4 and op["visible_keys"] == 95 + 96
     kinds = op["per_kind"]
     assert {k: v["count"] for k, v in kinds.items()} == {
-        "ATTN_Q:QUERY": 1, "GEMM_QK": 1, "ATTN_SM:MAX": 1, "ATTN_SM:APPLY": 1, "GEMM_PV": 2, "VEC:RESIDUAL": 1,
+        "ATTN_Q:QUERY": 1, "GEMM_QK": 1, "ATTN_SM:MAX": 1, "ATTN_SM:APPLY": 1, "GEMM_PV": 2,
         "ATTN_Q:O": 1, "ATTN_EMIT": 1}
     # GEMM_QK: (96 / P) tiles x (D / K) beats x 4 rows; GEMM_PV: (D / P) x 2 digits x (96 / K) x 4 rows
     assert kinds["GEMM_QK"]["mac_beats"] == (96 // P) * (D // K) * 4

@@ -21,7 +21,7 @@ from mcf.spec.kv import pack_segment
 from mcf.spec.node import NodeConfig
 from mcf.sw.golden import fixed as fx
 from tests.hw.compute.exec.test_movers import Spad, bfp_rows, i32
-from tests.hw.compute.exec.test_softmax import run_softmax  # noqa: F401  (ATTN_SM on the same build: one build)
+from tests.hw.compute.exec.test_softmax import run_o_emit, run_softmax  # noqa: F401  (ATTN_SM, O / EMIT on the same build: one build)
 
 CFG = NodeConfig.tiny(mac_rows=16, vec_lanes=4)
 VL = CFG.vec_lanes
@@ -157,8 +157,9 @@ async def run_scores(dut):
 @pytest.mark.cocotb
 def test_scores_cocotb(build_dir):
     """GEMM_QK, and the softmax pass after it (tests/hw/compute/exec/test_softmax.py: ATTN_SM,
-    ATTN_Q O) on the same build of the unit."""
-    run_cocotb(ExecUnit(CFG), __name__, build_dir, testcase=["run_scores", "run_softmax"], params={"seed": 5})
+    ATTN_Q O; ``run_o_emit``: strided O and FINAL rows, their cycles) on the same build of the unit."""
+    run_cocotb(ExecUnit(CFG), __name__, build_dir, testcase=["run_scores", "run_softmax", "run_o_emit"],
+               params={"seed": 5})
 
 
 # --- the rate at a model's shapes against the DDR model (``mcf bench compute --model``: attn:qk-array) -----

@@ -5,8 +5,8 @@ AxiRam as DDR with random pauses: query rows at 2-D strides in SPAD, a K and a V
 keys (the second from its own score words, key position and V scale word), ATTN_EMIT MAX ==
 golden ``partial_state`` m; ATTN_SM APPLY over the same runs: the w rows == golden
 ``attn_weights`` and (ATTN_EMIT STATE, o untouched = 0) l == golden ``state_sums``' l; then o
-words (what GEMM_PV writes: sat32 of golden ``state_sums``' o) loaded by ATTN_Q O and ATTN_EMIT
-FINAL == golden ``finalize``.  Bit for bit.  Then APPLY again over all the keys with V stored as a
+words (what GEMM_PV writes: sat32 of golden ``state_sums``' o, rows 2 RB beats apart) loaded by ATTN_Q O and
+ATTN_EMIT FINAL == golden ``finalize``.  Bit for bit.  Then APPLY again over all the keys with V stored as a
 run of blocks (``block_keys`` 10: a block's scale words not whole bus beats, a frame per block; 20:
 whole beats, one frame; the last block partial, gaps between the segments): the same w rows.
 ``run_softmax`` runs on the same build as GEMM_QK's
@@ -69,9 +69,16 @@ def program(base=0):
         isa.AttnSm(phase=AttnPass.APPLY, first=1, **sm),
         isa.AttnSm(phase=AttnPass.APPLY, first=0, **{**sm, **run2}),
         isa.AttnEmit(mode=EmitMode.STATE, spad=OUT_AT + 4, **rows),
-        isa.AttnQ(what=AttnLoad.O, spad=O_AT, qpos0=0, **rows),
+        isa.AttnQ(what=AttnLoad.O, spad=O_AT, qpos0=0, tokens=TOKENS, heads=HEADS, tok_stride=HEADS * 2 * RB,
+                  head_stride=2 * RB),
         isa.AttnEmit(mode=EmitMode.FINAL, spad=OUT_AT + 4 + R * (D + 2) // VL, **rows),
     ]
+
+
+def o_rows(g):
+    """SPAD words from O_AT: each o row followed by its bitwise complement (the o rows 2 RB beats
+    apart, as GEMM_PV's wide rows lie; ATTN_Q O reads them at that stride)."""
+    return np.concatenate([g["o"], ~g["o"]], axis=1)
 
 
 def score_gemm(base=0):
@@ -103,7 +110,7 @@ async def run_softmax(dut):
     g = golden(rng)
     R = TOKENS * HEADS
     await sp.put(Q_AT, g["qm"], g["qe"])
-    await sp.put(O_AT, g["o"])
+    await sp.put(O_AT, o_rows(g))
     drv.ram.write(KSEG, pack_segment(*g["k"]))
     drv.ram.write(VSEG, pack_segment(*g["v"]))
     await drv.must(score_gemm())
@@ -140,6 +147,86 @@ async def run_softmax(dut):
         assert (await drv.run(sm.replace(**bad))).fault == SeqFault.ILLEGAL_INSTRUCTION, bad
 
 
+@cocotb.test()
+async def run_o_emit(dut):
+    """ATTN_Q O over rows at their own strides and ATTN_EMIT FINAL to strided rows, W words a cycle
+    (``out_words``) each way, on the node of ``params()["node"]`` (default ``CFG``): the scores
+    LOADed (no GEMM), ATTN_Q QUERY and ATTN_SM MAX / APPLY give m and l; o rows (random int32, the
+    extremes included) at head_stride 2 RB + 1, tok_stride heads (2 RB + 1) + 2 among random words;
+    FINAL == golden ``finalize`` at head_stride RB + 2, tok_stride heads (RB + 2) + 3, the words
+    between them untouched; STATE == ``encode_state``; MAX == m.  The cycles of O and the emits against the
+    cycle model (sim/compute/cost.py ``attn_o_cycles``, ``attn_emit_cycles``)."""
+    from mcf.sim.cocotb_util import params
+    from mcf.sim.compute.cost import attn_emit_cycles, attn_o_cycles
+    from mcf.sim.compute.exec_driver import ExecDriver
+    p = params()
+    node = NodeConfig(**p["node"]) if "node" in p else CFG
+    vl, d = node.vec_lanes, node.head_dim
+    tokens, heads, keys = p.get("oe_tokens", 2), p.get("oe_heads", 2), 4 * vl
+    R, rb, kb = tokens * heads, d // vl, keys // vl
+    assert R <= node.att_rows
+    rng = np.random.default_rng(p.get("seed", 1) + 7)
+    drv = ExecDriver(dut, seed=p.get("seed", 1), axi_period_ps=p.get("axi_period_ps"))
+    await drv.start()
+    sp = Spad(drv, vl=vl)
+    qm, qe = bfp_rows(rng, R, d)
+    s = rng.integers(-(1 << 18), 1 << 18, size=(R, keys)) + rng.integers(-(1 << 20), 1 << 20, size=(R, 1))
+    vq, va, ve = fx.quantize_kv(bfp_rows(rng, keys, d))
+    drv.ram.write(VSEG, pack_segment(vq, va, ve))
+    o = rng.integers(-(1 << 31), 1 << 31, size=(R, d))
+    o[0, :3] = (fx.INT32_MIN, (1 << 31) - 1, 0)
+    qa, sa, wa, oa, fa, sta = 0, R * rb, R * (rb + kb), R * (rb + 2 * kb), R * (rb + 2 * kb) + R * (2 * rb + 3), 0
+    hs, ts = 2 * rb + 1, heads * (2 * rb + 1) + 2                 # O rows
+    fhs, fts = rb + 2, heads * (rb + 2) + 3                       # FINAL rows
+    sta = fa + tokens * fts
+    ma = sta + -(-R * (d + 2) // vl)
+    await sp.put(qa, qm, qe)
+    await sp.put(sa, s)
+    region = rng.integers(-(1 << 31), 1 << 31, size=(tokens * ts, vl))  # the O rows among random words
+    for r in range(R):
+        at = (r // heads) * ts + (r % heads) * hs
+        region[at:at + rb] = o[r].reshape(rb, vl)
+    await sp.put(oa, region)
+    fill = rng.integers(-(1 << 31), 1 << 31, size=(tokens * fts, vl))
+    await sp.put(fa, fill)
+    qpos0 = keys - tokens
+    rows = dict(tokens=tokens, heads=heads, tok_stride=heads * rb, head_stride=rb)
+    await drv.must(isa.AttnQ(what=AttnLoad.QUERY, spad=qa, qpos0=qpos0, **rows))
+    sm = dict(scores=sa, s_stride=kb, keys=keys, kpos0=0, seg=VSEG, w=wa, w_stride=kb, tokens=tokens, heads=heads)
+    for phase in (AttnPass.MAX, AttnPass.APPLY):
+        await drv.must(isa.AttnSm(phase=phase, first=1, **sm))
+    cyc = {}
+    cyc["O"] = (await drv.must(isa.AttnQ(what=AttnLoad.O, spad=oa, qpos0=0, tokens=tokens, heads=heads,
+                                         tok_stride=ts, head_stride=hs))).cycles
+    cyc["FINAL"] = (await drv.must(isa.AttnEmit(mode=EmitMode.FINAL, spad=fa, tokens=tokens, heads=heads,
+                                                tok_stride=fts, head_stride=fhs))).cycles
+    cyc["STATE"] = (await drv.must(isa.AttnEmit(mode=EmitMode.STATE, spad=sta, **rows))).cycles
+    cyc["MAX"] = (await drv.must(isa.AttnEmit(mode=EmitMode.MAX, spad=ma, **rows))).cycles
+    # golden: row r = t heads + h at position qpos0 + t, as one query of R heads over one KV head
+    valid = np.repeat(fx.causal_mask(qpos0 + np.arange(tokens), np.arange(keys)), heads, axis=0)
+    m = np.where(valid, s, fx.INT32_MIN).max(axis=-1)
+    l, _ = fx.state_sums(s[:, None], valid[:, None], vq[:, None], va[:, None], ve[:, None], R, m[:, None])
+    st = fx.State(m[:, None], fx.sat(l, 32), o[:, None, :])
+    want_final = fx.finalize(st).reshape(R, d)
+    got = i32((await sp.get(fa, tokens * fts, vl))[0])
+    want = i32(fill.copy())
+    for r in range(R):
+        at = (r // heads) * fts + (r % heads) * fhs
+        want[at:at + rb] = want_final[r].reshape(rb, vl)
+    assert np.array_equal(got, want), "FINAL rows differ from finalize (or a word between them changed)"
+    state = i32((await sp.get(sta, 1, R * (d + 2)))[0]).reshape(R, d + 2)
+    assert np.array_equal(state, fx.encode_state(st).reshape(R, d + 2)), "STATE differs from encode_state"
+    assert np.array_equal(i32((await sp.get(ma, 1, vl))[0])[0, :R], m), "MAX differs from the row maxima"
+    model = {"O": attn_o_cycles(R, d, vl), **{e.name: attn_emit_cycles(e, R, d, vl) for e in EmitMode}}
+    dut._log.info(f"ATTN_Q O / ATTN_EMIT cycles {cyc}, model {model}")
+    if p.get("oe_report"):
+        import json
+        with open(p["oe_report"], "w") as f:
+            json.dump({"rows": R, "head_dim": d, "vec_lanes": vl, "cycles": cyc, "model": model}, f)
+    for k, c in cyc.items():
+        assert abs(c - model[k]) <= 2, f"{k}: {c} cycles, model {model[k]} (all: {cyc})"
+
+
 def test_softmax_nodesim():
     """The same program on the golden node simulator (NodeSim._x_attn_sm, ATTN_Q O)."""
     from mcf.sw.golden.node import ClusterSim
@@ -151,7 +238,7 @@ def test_softmax_nodesim():
     R = TOKENS * HEADS
     n.spad[Q_AT:Q_AT + R * RB] = g["qm"].reshape(-1, VL)
     n.spad_exp[Q_AT:Q_AT + R * RB] = np.repeat(g["qe"], RB)
-    n.spad[O_AT:O_AT + R * RB] = g["o"].reshape(-1, VL)
+    n.spad[O_AT:O_AT + 2 * R * RB] = o_rows(g).reshape(-1, VL)
     n.ddr.device_write(base + KSEG, pack_segment(*g["k"]))
     n.ddr.device_write(base + VSEG, pack_segment(*g["v"]))
     c.load_program(0, [score_gemm(base), *program(base), isa.End()])
@@ -249,3 +336,15 @@ def test_softmax_rate(build_dir, tmp_path):
         print(f"ATTN_SM {phase.upper()}: R = {op['rows']}, VL = {op['vec_lanes']}, {op['keys']} keys: {c} cycles, "
               f"{c / op['keys']:.3f} cycles a key (model {model})")
         assert abs(c - model) <= 12, (phase, c, model)
+
+
+@pytest.mark.slow
+@pytest.mark.cocotb
+def test_o_emit_cocotb(build_dir):
+    """``run_o_emit`` on a node whose VL (8) is twice the unit's lanes (4): W = 4 words a cycle,
+    two slices a SPAD beat each way (the W = VL case runs in ``make test`` on GEMM kv's build,
+    test_scores.py; this one is a build of its own, ~45 s: slow)."""
+    from mcf.hw.compute.exec.unit import ExecUnit
+    from mcf.sim.runner import run_cocotb
+    node = NodeConfig.tiny(mac_rows=16, vec_lanes=8)
+    run_cocotb(ExecUnit(node), __name__, build_dir, testcase=["run_o_emit"], params={"node": node.as_dict(), "seed": 3})
