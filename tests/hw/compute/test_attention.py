@@ -40,6 +40,7 @@ class Bench:
         self.layout = cmd_layout(p["rows"])
         dut.q__en.value = 0
         dut.st__en.value = 0
+        dut.ow__en.value = 0            # the o load port (ATTN_Q O): undriven it is X under Icarus
         dut.clear.value = 0
 
     async def words(self, what, n):
