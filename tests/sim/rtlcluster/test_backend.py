@@ -28,7 +28,7 @@ import pytest
 
 from mcf.hw.node import Node
 from mcf.sim.rtlcluster import backend as rtl
-from mcf.spec.isa import Opcode, SeqFault
+from mcf.spec.isa import AttnLoad, Opcode, SeqFault
 from mcf.spec.node import NodeConfig
 from mcf.sw import cli
 from mcf.sw.driver import NodeFault
@@ -356,4 +356,8 @@ def test_rtl_cluster_runs_array_attention_bit_exact(rtl_factory):
     want.append(FM.forward_x32([int(np.argmax(want[0]))], cache, logits="last")[0])
     for k, (st, ref) in enumerate(zip(rep.steps, want)):
         assert np.array_equal(st.logits, ref), f"step {k}: logits differ"
-    assert any(i.OPCODE == Opcode.GEMM_PV and i.acc for i in s.lw.prefill[0])
+    prog = s.lw.prefill[0]
+    # the second chunk's attention runs over both blocks in one instruction each, and O reads its rows
+    assert any(i.OPCODE == Opcode.GEMM_QK and i.block_keys == 8 and i.tiles * ARRAY_NODE.mac_rows > 8 for i in prog)
+    assert any(i.OPCODE == Opcode.GEMM_PV and i.block_keys == 8 and i.keys > 8 for i in prog)
+    assert any(i.OPCODE == Opcode.ATTN_Q and i.what == AttnLoad.O and i.head_stride for i in prog)
