@@ -434,7 +434,7 @@ _reg(Opcode.ATTN_KV, "A pass over a run of `blocks` KV blocks: block i's K segme
 _reg(Opcode.ATTN_SM, "Softmax pass over score rows in SPAD (the attention unit without its products): "
                      "row r = t heads + h (R = tokens x heads, the rows of the last ATTN_Q QUERY, whose "
                      "positions it uses) has key j's int32 score at word j of the row at scores + r "
-                     "s_stride (a GEMM kv score row); key j is at position kpos0 + j and visible to row r "
+                     "s_stride (a GEMM_QK score row); key j is at position kpos0 + j and visible to row r "
                      "iff that is <= the row's position.  MAX: m[r] = max(m[r], visible s) (first: m = "
                      "INT32_MIN before).  APPLY: p = exp2(s - m[r]) on visible keys, l[r] += p (first: l = "
                      "0 before; o untouched), w = min(rshr(p A_j, 3 - E_j), W_MAX) (0 if not visible) -> "

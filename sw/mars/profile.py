@@ -58,7 +58,7 @@ class HardwareProfile:
     ddr_refresh_interval_s: float = 0.0
     ddr_refresh_s: float = 0.0
     # attention on the MAC array (docs/attention-array.md): the attn:prefill work run as the array
-    # sequence (GEMM kv, ATTN_SM, GEMM_PV), measured like attention_efficiency; 0: not measured
+    # sequence (GEMM_QK, ATTN_SM, GEMM_PV over runs of KV blocks), measured like attention_efficiency; 0: not measured
     attention_array_efficiency: float = 0.0
     # which path attention takes in the cluster model: "unit" (the attention unit, ATTN_KV: what the
     # MARS lowering emits by default) or "array" (the lowering option attention=array)
