@@ -446,7 +446,7 @@ def prefill_array_refusal(node: NodeConfig, keys: int, block_keys: int) -> str |
                "mac_rows x mac_lanes)"
     per_job = node.att_rows // node.group
     run = pv_run_keys(node, keys, block_keys)
-    bus, word = node.data_width // 8, node.weight_ports * node.weight_ratio * node.data_width // 8
+    bus, word = node.data_bytes, node.weight_word_bytes
     if (per_job < 1 or keys % P or keys % K or keys % vl or keys % block_keys or not run
             or not block_run_ok(block_keys, 0, keys, d, bus, word)
             or not block_run_ok(block_keys, 0, run, d, bus, word, scales=False)):
