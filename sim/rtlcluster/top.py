@@ -13,8 +13,9 @@ ports), ``irq__<k>``.  The node's signature decides, so the top follows the node
 The switch's table write port, fault inputs and counters are ports named ``switch_<name>``.
 
 The node is converted to Verilog once (module ``mcf_node``) and instantiated N times
-(``verilog()`` writes both modules into one file): the Verilog, Verilator's C++ and its compile
-stay the size of one node whatever N.
+(``verilog()`` writes both modules into one file), and Verilator builds it once as a
+hierarchical block (``hier_blocks``; without it Verilator 5 writes each instance's code again):
+the Verilog, Verilator's C++ and its compile stay the size of one node whatever N.
 """
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ def _name(factory) -> str:
 
 class ClusterTop(wiring.Component):
     """``nodes`` nodes of ``config`` (one network port each) on one switch of ``timing``."""
+
+    #: Verilator builds these modules once, as hierarchical blocks (``mcf.sim.runner``).
+    hier_blocks = (NODE_MODULE,)
 
     def __init__(self, nodes: int, config: NodeConfig = NodeConfig.tiny(),
                  timing: SwitchTiming = SwitchTiming(), node_class=Node):
