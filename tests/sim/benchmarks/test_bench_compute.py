@@ -96,7 +96,8 @@ def test_bench_engine_writes_what_it_prints(tmp_path):
     copy.write_text(PROFILE.read_text())
     out = subprocess.run([sys.executable, "-m", "mcf", "bench", "compute", "--engine", "--model", "tiny",
                           "--weight-ports", "2", "--sim", "icarus", "--prefill-rows", "32", "--decode-rows", "64",
-                          "--attn-keys", "128", "--json", "--write-profile", str(copy)],
+                          "--attn-keys", "128", "--qk-keys", "256", "--sm-keys", "128", "--json",
+                          "--write-profile", str(copy)],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     fig = json.loads(out.stdout)
@@ -116,13 +117,16 @@ def test_bench_engine_writes_what_it_prints(tmp_path):
         assert a["kv_reads_per_job_per_segment"] == 1.0 and a["kv_bytes_read"] == a["jobs"] * 3 * a["kv_segment_bytes"]
         assert 0 < a["score_array_utilization"] <= 1 and 0 < a["pv_array_utilization"] <= 1
     assert fig["ddr_model"]["weight_ports_bandwidth"] == 16          # two 64-bit ports, 8 B a cycle each
-    # ATTN_SM over 512 keys of one token x 2 heads (bit-exact inside the bench): R = 2 < VL = 8, a key a
+    # ATTN_SM over 128 keys of one token x 2 heads (bit-exact inside the bench): R = 2 < VL = 8, a key a
     # cycle (sim/compute/cost.py); APPLY also waits for its V scale words from the DDR model
     from mcf.sim.compute.cost import softmax_pass_cycles
     sm = fig["softmax_pass_on_spad"]["attn:softmax"]
-    assert (sm["rows"], sm["keys"], sm["vec_lanes"]) == (2, 512, 8)
-    assert abs(sm["max"]["cycles"] - softmax_pass_cycles(512, 2, 8, False)) <= 4
-    assert softmax_pass_cycles(512, 2, 8, True) - 4 <= sm["apply"]["cycles"] <= sm["max"]["cycles"] + 100
+    assert (sm["rows"], sm["keys"], sm["vec_lanes"]) == (2, 128, 8)
+    assert abs(sm["max"]["cycles"] - softmax_pass_cycles(128, 2, 8, False)) <= 4
+    assert softmax_pass_cycles(128, 2, 8, True) - 4 <= sm["apply"]["cycles"] <= sm["max"]["cycles"] + 100
+    # GEMM_QK over one K segment (bit-exact inside the bench): the array near its peak
+    qk = fig["attention_scores_on_array"]["attn:qk-array"]
+    assert qk["keys"] == 256 and qk["steady_fraction_of_array_peak"] >= 0.95 and 0.5 < qk["fraction_of_array_peak"] <= 1
 
 
 def test_profile_figures_are_the_engine_bench_output():
