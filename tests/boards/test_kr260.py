@@ -295,14 +295,20 @@ def test_bad_options(tmp_path, kw, msg):
 def test_board_build_dry_run_with_the_real_node(tmp_path):
     """`mcf board build --dry-run` on the registered node with two HP ports and two weight
     loaders: Vivado inputs that compile, and build.tcl passes the strict mock (every network
-    port looped, the node's HP port p on S_AXI_HP<p>_FPD, each through its own SmartConnect)."""
+    port looped, the node's HP port p on S_AXI_HP<p>_FPD, each through its own SmartConnect).
+    The node's Verilog gets the registry's checks here (Verilator -Wall lint, no dead ``always``):
+    tests/hw/test_registry.py leaves this variant to this test (``LINTED_ELSEWHERE``)."""
     from mcf.sw.cli import main
+    from tests.hw.test_registry import LINTED_ELSEWHERE, lint, no_dead_always
+    assert ("node", {"model": "tiny", "net_ports": 2, "hp_ports": 2, "weight_ports": 2}) in LINTED_ELSEWHERE
     out = tmp_path / "kr260"
     assert main(["board", "build", "--dry-run", "--out", str(out), "-p", "model=tiny",
                  "-p", "net_ports=2", "-p", "hp_ports=2", "-p", "weight_ports=2"]) == 0
     r = subprocess.run(["iverilog", "-g2005", "-s", "mcf_node_top", "-o", str(tmp_path / "a.out"),
                         str(out / "mcf_node.v"), str(out / "mcf_node_top.v")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+    no_dead_always(r.stderr)
+    lint(out / "mcf_node.v", "mcf_node")
     params = (out / "params.tcl").read_text()
     assert "set mcf_net_links {{tx_0 rx_0} {tx_1 rx_1}}" in params and "set mcf_axi_masters {m_axi m_axi1}" in params
     assert ("set mcf_hp_links {{m_axi 0 S_AXI_HP0_FPD 2 saxihp0_fpd_aclk} {m_axi1 1 S_AXI_HP1_FPD 3 saxihp1_fpd_aclk}}"
