@@ -158,7 +158,11 @@ def test_strict_mock_checks_gt_pins_and_clocks(project):
 def test_generated_verilog_compiles_with_the_wizard_ports(sfp_build, tmp_path):
     """mcf_top.v + mcf_eth10g_gt.v + mcf_node_top.v + mcf_node.v compile together with stand-ins of
     the wizard core (exactly the ports the connected instance names), IBUFDS_GTE4 and the block
-    design's wrapper (holding the node as the block design does)."""
+    design's wrapper (holding the node as the block design does).  The node's Verilog gets the
+    registry's checks here (Verilator -Wall lint, no dead ``always``): tests/hw/test_registry.py
+    leaves this variant to this test (``LINTED_ELSEWHERE``)."""
+    from tests.hw.test_registry import LINTED_ELSEWHERE, lint, no_dead_always
+    assert ("eth_node", {"model": "tiny", "data_width": 64}) in LINTED_ELSEWHERE
     if shutil.which("iverilog") is None:
         pytest.fail("iverilog not found: run `make setup`")
     used = re.findall(r"\.(\w+)\(", re.search(r"mcf_gth_10g gth \((.*?)\);", eth10g.GT_WRAPPER_V, re.S).group(1))
@@ -184,6 +188,8 @@ def test_generated_verilog_compiles_with_the_wizard_ports(sfp_build, tmp_path):
     r = subprocess.run(["iverilog", "-g2005", "-s", "mcf_top", "-o", str(tmp_path / "a.out"), *map(str, files)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+    no_dead_always(r.stderr)
+    lint(sfp_build / "mcf_node.v", "mcf_node")
 
 
 def test_tops_without_the_gt_link_are_refused(tmp_path):

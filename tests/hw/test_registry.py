@@ -13,8 +13,10 @@ import pytest
 from mcf.hw import registry
 
 #: Variants whose Verilog another test converts anyway and lints with ``lint`` below (one conversion
-#: less in ``make test``): the KR260 board's node, by tests/boards/test_kr260.py's dry run.
-LINTED_ELSEWHERE = [("node", {"model": "tiny", "net_ports": 2, "hp_ports": 2, "weight_ports": 2})]
+#: less in ``make test``): the KR260 board's node, by tests/boards/test_kr260.py's dry run; the
+#: 10GBASE-R node, by tests/boards/test_eth10g.py's ``--network sfp`` dry run.
+LINTED_ELSEWHERE = [("node", {"model": "tiny", "net_ports": 2, "hp_ports": 2, "weight_ports": 2}),
+                    ("eth_node", {"model": "tiny", "data_width": 64})]
 CASES = [(name, {}) for name, info in registry.blocks().items() if info.lint_default] + [
     (name, variant) for name, info in registry.blocks().items() for variant in info.variants
     if (name, variant) not in LINTED_ELSEWHERE]
