@@ -194,7 +194,8 @@ def test_bench_attention_path_compares_the_two_paths(capsys):
     assert out["logits_equal"] is True and out["kind"] == "model"
     u, a = out["unit"], out["array"]
     assert set(u["prefill_by_kind"]) == {"ATTN_Q", "ATTN_KV", "ATTN_EMIT"}
-    assert all(a["prefill_by_kind"][k] > 0 for k in ("GEMM_QK", "ATTN_SM", "GEMM_PV"))
+    assert all(a["prefill_by_kind"][k] > 0 for k in ("GEMM_QK", "ATTN_SM", "GEMM_PV", "DIR_CHECK"))
+    assert "ATTN_KV" not in a["prefill_by_kind"]                # the directory check is no ATTN_KV pass
     assert 0 < a["prefill_attention_cycles"] < a["prefill_cycles"]
     assert out["prefill_attention_ratio_unit_over_array"] == round(u["prefill_attention_cycles"]
                                                                    / a["prefill_attention_cycles"], 3)
