@@ -44,9 +44,9 @@ directory entry ``kv_id`` to DRAINING / INVALID.
 
 **Faults.**  An illegal instruction (unknown opcode, reserved bits set, a field out of range
 for this node's build), an address outside the DMA window, a token id outside the embedding
-table, a gated ATTN key in an unreadable block, a semaphore overflow, or a counted network
-error whose cause is enabled in FAULT_MASK stops the node with STATUS.fault and the cause;
-nothing hangs (the runtime's waits are bounded and the WATCHDOG register bounds a stall).
+table, a gated ATTN key or a DIR check in an unreadable block, a semaphore overflow, or a
+counted network error whose cause is enabled in FAULT_MASK stops the node with STATUS.fault and
+the cause; nothing hangs (the runtime's waits are bounded and the WATCHDOG register bounds a stall).
 """
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ class SeqFault(enum.IntEnum):
     ILLEGAL_INSTRUCTION = 1   # unknown opcode, reserved bits set, field out of range for this build
     OUT_OF_WINDOW = 2         # an instruction's DDR range leaves the DMA window
     ILLEGAL_TOKEN = 3         # EMBED token id >= vocab
-    UNREADABLE_BLOCK = 4      # gated ATTN over a block the directory marks INVALID
+    UNREADABLE_BLOCK = 4      # gated ATTN_KV or DIR check over a block the directory marks INVALID
     SEM_OVERFLOW = 5          # a semaphore passed SEM_MAX
     PROGRAM_OVERRUN = 6       # PROG_COUNT instructions fetched without END
     NETWORK = 7               # a network error counter whose cause is enabled in FAULT_MASK
@@ -471,11 +471,16 @@ _reg(Opcode.KVW, "BFP16 rows (one token of one KV head each, head_dim elements) 
     Field("row_stride", 16, "Beats between rows."),
     _ddr("seg", "Segment address"),
 ])
-_reg(Opcode.DIR, "directory[block + i stride] = state for i < count.", [
+_reg(Opcode.DIR, "check = 0: directory[block + i stride] = state for i < count.  check = 1: no write; the "
+                 "node faults (UNREADABLE_BLOCK) if any of those entries is unreadable (INVALID: "
+                 "``ReplicaState.readable``, the rule of a gated ATTN_KV), for a pass that reads the blocks "
+                 "without the directory (GEMM_QK, GEMM_PV, ATTN_SM).  Either way an id past the "
+                 "directory (or count = 0) is an ILLEGAL_INSTRUCTION.", [
     Field("block", 16, "First block id."),
     Field("count", 16, "Entries (> 0)."),
     Field("stride", 8, "Ids between entries."),
-    Field("state", REPLICA_STATE_BITS, "New state.", enum=ReplicaState),
+    Field("state", REPLICA_STATE_BITS, "New state (check = 0; ignored when check = 1).", enum=ReplicaState),
+    Field("check", 1, "1: check the entries are readable instead of writing them."),
 ])
 _reg(Opcode.SEND, "Send length bytes at ddr as packets (see the module text); completes when the "
                   "last byte has entered the packetizer.", [
@@ -592,7 +597,7 @@ AttnKV = _make(Opcode.ATTN_KV, "AttnKV", "ATTN_KV")
 AttnEmit = _make(Opcode.ATTN_EMIT, "AttnEmit", "ATTN_EMIT")
 AttnSm = _make(Opcode.ATTN_SM, "AttnSm", "ATTN_SM", optional={"block_keys": 0, "seg_stride": 0})
 Kvw = _make(Opcode.KVW, "Kvw", "KVW")
-Dir = _make(Opcode.DIR, "Dir", "DIR")
+Dir = _make(Opcode.DIR, "Dir", "DIR", optional={"check": 0})
 Send = _make(Opcode.SEND, "Send", "SEND")
 Credit = _make(Opcode.CREDIT, "Credit", "CREDIT")
 Recv = _make(Opcode.RECV, "Recv", "RECV")

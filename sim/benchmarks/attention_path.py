@@ -8,7 +8,8 @@ model, not a measurement.
 It runs the model's attention shapes (head_dim, heads, KV heads; one layer, a small vocabulary and
 MLP: they do not touch attention) on the model's own node (the KR260 node for Qwen2.5-1.5B, chunks
 of its max_tokens by default).  Attention instructions: ATTN_Q, ATTN_KV, ATTN_SM, ATTN_EMIT,
-GEMM_QK and GEMM_PV.  Both paths' logits are compared (``logits_equal``).
+GEMM_QK, GEMM_PV and the array path's directory checks (DIR check = 1, counted as ``DIR_CHECK``).
+Both paths' logits are compared (``logits_equal``).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=integer(0, 1 << 31), default=1, help="weights and prompt seed (default 1)")
 
 
-ATTN_OPS = ("ATTN_Q", "ATTN_KV", "ATTN_SM", "ATTN_EMIT", "GEMM_QK", "GEMM_PV")
+ATTN_OPS = ("ATTN_Q", "ATTN_KV", "ATTN_SM", "ATTN_EMIT", "GEMM_QK", "GEMM_PV", "DIR_CHECK")
 
 
 def attention_cycles(model, node, prompt, *, nodes: int, chunk: int, decode: int, attention: str, fm,
@@ -62,7 +63,7 @@ def attention_cycles(model, node, prompt, *, nodes: int, chunk: int, decode: int
     rep = s.run()
     by: dict = {}
     for ins, c in log:
-        kind = ins.OPCODE.name
+        kind = "DIR_CHECK" if ins.OPCODE.name == "DIR" and ins.check else ins.OPCODE.name
         if kind in ATTN_OPS:
             by[kind] = by.get(kind, 0) + int(c)
     return {"tokens": rep.tokens, "logits": [st.logits for st in rep.steps],

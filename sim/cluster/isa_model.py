@@ -45,8 +45,8 @@ from mcf.sw.golden.node.nodesim import BUSY_COUNTER as BUSY_OF
 from mcf.sw.mars.profile import PROFILE_DIR, HardwareProfile, load_profile
 from mcf.sw.runtime.backend import SimBackend
 
-from ..compute.cost import (MATRIX_LATENCY, attn_emit_cycles, attn_o_cycles, kv_writer_cycles, softmax_pass_cycles,
-                            vector_cycles)
+from ..compute.cost import (MATRIX_LATENCY, attn_emit_cycles, attn_o_cycles, dir_cycles, kv_writer_cycles,
+                            softmax_pass_cycles, vector_cycles)
 
 #: Ethernet bytes per frame besides the MCF packet: preamble 8, MAC header 14, FCS 4, gap 12.
 ETH_OVERHEAD = 38
@@ -73,6 +73,8 @@ ISA_COSTS = {
                           "word a cycle (sim/compute/cost.py attn_o_cycles, attn_emit_cycles)",
     "KVW": "rows x the KV writer's cycles per row, or its DDR bytes",
     "EMBED": "tokens x n / vec_lanes, or its DDR bytes",
+    "DIR": "count + the decode (write) or + the decode and the lookup latency (check): an entry a cycle "
+           "(sim/compute/cost.py dir_cycles)",
     "LOAD / STORE": "bytes / bus bytes, or their DDR time",
     "SEND": "bytes / bus bytes (into the packetizer)",
     "others": "1",
@@ -197,6 +199,8 @@ class TimingCosts(UnitCosts):
             unit = w["rows"] * kv_writer_cycles(d, cfg.kv_lanes)
         elif op == Opcode.EMBED:
             unit = w["tokens"] * math.ceil(w["n"] / vl)
+        elif op == Opcode.DIR:
+            unit = dir_cycles(ins.count, bool(ins.check))
         elif op in (Opcode.LOAD, Opcode.STORE, Opcode.SEND):
             unit = math.ceil((w.get("ddr_rd", 0) + w.get("ddr_wr", 0)) / cfg.data_bytes)
         else:

@@ -105,6 +105,18 @@ def softmax_pass_cycles(keys: int, rows: int, vl: int, apply: bool) -> int:
     return -(-keys // vl) * group + SOFTMAX_START["APPLY" if apply else "MAX"]
 
 
+#: DIR's cycles beyond one a directory entry (the execute unit in simulation,
+#: tests/hw/compute/exec/test_movers.py ``run_attention``): the dispatch and the decode; check also the
+#: last lookup's answer (the directory's read latency).
+DIR_START = {"write": 3, "check": 4}
+
+
+def dir_cycles(count: int, check: bool) -> int:
+    """One DIR (``hw/compute/exec/movers.py`` ``DirMover``): a directory entry a cycle (written, or
+    looked up for check) + ``DIR_START`` (a write waits besides while the receive engine writes)."""
+    return count + DIR_START["check" if check else "write"]
+
+
 def layer_cycles(cfg, tokens: int, context: int, node: NodeConfig = NodeConfig(),
                  mac_utilization: float = 1.0) -> dict:
     """Cycles of one decoder layer of model ``cfg`` on the engine of ``node``, for ``tokens`` new

@@ -862,17 +862,13 @@ class _Lowerer:
                                      word, scales=False))
 
     def array_gate(self, n, runs, kvh):
-        """The directory check of ATTN_KV gated, which GEMM_QK lacks: a MAX pass over one key of
-        every gated block (faults UNREADABLE_BLOCK on an INVALID one); its m is discarded (the
-        next ATTN_SM MAX has first = 1, or MREF follows)."""
-        sh = self.sh
+        """The directory check of ATTN_KV gated, which GEMM_QK, ATTN_SM and GEMM_PV lack: one DIR
+        check per run of gated blocks (faults UNREADABLE_BLOCK on an INVALID one), before the pass
+        reads them.  ``kvh``: the KV head whose pass follows (the check is the same for every head)."""
         for r in runs:
             if r["gated"] and not r.get("tail"):
-                seg = kv.segment_bytes(r["n"], sh.d)
-                self.b.ex(n, isa.AttnKV, phase=AttnPass.MAX, seg=r["addr"] + kvh * seg,
-                          v_off=sh.hkv * seg // isa.DDR_ALIGN, seg_stride=r["stride"] // isa.DDR_ALIGN,
-                          blocks=r["blocks"], keys=1, kpos0=r["kpos0"], pos_stride=r["pstride"], block0=r["first_b"],
-                          block_stride=r["bstride"], gated=1, first=1)
+                self.b.ex(n, isa.Dir, block=r["first_b"], count=r["blocks"], stride=r["bstride"],
+                          state=ReplicaState.INVALID, check=1)
 
     def array_scores(self, n, x, q, rows):
         """GEMM_QK: the rows' scores against piece x's keys (whole tiles) -> SC words koff .. ."""

@@ -8,12 +8,13 @@ refused it) and ``bus``, its view of the resources the execute unit lends the ru
 ``req1``/``in1``), the weight loader (``ldesc``/``ldata``), the DDR writer
 (``wdesc``/``wdata``/``wdone``), the replica directory, and performance strobes.  A mover
 that refuses an instruction (a field out of range for this build: ILLEGAL_INSTRUCTION; an
-embedding id >= vocab: ILLEGAL_TOKEN; a gated ATTN_KV over an unreadable block:
+embedding id >= vocab: ILLEGAL_TOKEN; a gated ATTN_KV or a DIR check over an unreadable block:
 UNREADABLE_BLOCK) does so before it moves anything, so nothing is left in flight.
 
 Movers (``Geometry`` holds the sizes, from a ``NodeConfig``):
 
-* ``DirMover`` (DIR): directory writes, one per cycle when the receive engine does not write.
+* ``DirMover`` (DIR): directory writes, one per cycle when the receive engine does not write, or
+  (check) lookups, one per cycle, faulting UNREADABLE_BLOCK on an unreadable entry.
 * ``LoadStoreMover`` (LOAD, STORE): DDR <-> SPAD beats, plain or BFP rows (the exponent beat
   after each row in DDR).
 * ``EmbedMover`` (EMBED): token ids, then per token the table row's scales and nibbles ->
@@ -322,8 +323,11 @@ class SerialDivider(wiring.Component):
 
 # --- DIR ---------------------------------------------------------------------------------------------
 class DirMover(Mover):
-    """directory[block + i stride] = state for i < count; a write waits while the receive
-    engine writes (``dir_wr_ready``)."""
+    """DIR.  check = 0: directory[block + i stride] = state for i < count, one write a cycle; a
+    write waits while the receive engine writes (``dir_wr_ready``).  check = 1: the entries looked
+    up on the directory's lookup port (the one a gated ATTN_KV uses, ``readable`` its rule), one a
+    cycle, nothing written: UNREADABLE_BLOCK at the first unreadable one, else done after the last.
+    Refused (ILLEGAL_INSTRUCTION) either way: count = 0 or an id past the directory."""
     OPS = (isa.Opcode.DIR,)
 
     def elaborate(self, platform):
@@ -332,21 +336,39 @@ class DirMover(Mover):
         ins = self.view(isa.Opcode.DIR)
         cur = Signal(16)
         left = Signal(16)
-        run = Signal()
+        run = Signal()                 # writing
+        look = Signal()                # checking: lookups issued while issued != count
+        issued = Signal(17)
+        looked = Signal()              # a lookup's answer is on dir_readable this cycle
         last = Signal(25)
-        check = Signal()
-        m.d.comb += [last.eq(ins.block + (ins.count - 1) * ins.stride), self.busy.eq(run | check)]
-        m.d.sync += check.eq(self.start)
-        with m.If(check):
+        decode = Signal()
+        m.d.comb += [last.eq(ins.block + (ins.count - 1) * ins.stride), self.busy.eq(run | look | decode)]
+        m.d.sync += decode.eq(self.start)
+        with m.If(decode):
             with m.If((ins.count == 0) | (last >= g.dir_entries)):
                 self.refuse(m)
             with m.Else():
-                m.d.sync += [cur.eq(ins.block), left.eq(ins.count), run.eq(1)]
+                m.d.sync += [cur.eq(ins.block), left.eq(ins.count), issued.eq(0),
+                             run.eq(~ins.check), look.eq(ins.check)]
+        # write
         m.d.comb += [b.dir_wr_en.eq(run), b.dir_wr_block.eq(cur), b.dir_wr_state.eq(ins.state)]
         with m.If(run & b.dir_wr_ready):
             m.d.sync += [cur.eq(cur + ins.stride), left.eq(left - 1)]
             with m.If(left == 1):
                 m.d.sync += run.eq(0)
+                m.d.comb += self.done.eq(1)
+        # check: lookup i issued at cycle i, answered (``readable``) at cycle i + 1
+        m.d.comb += [b.dir_lookup_en.eq(look & (issued != ins.count)), b.dir_lookup_block.eq(cur)]
+        m.d.sync += looked.eq(b.dir_lookup_en)
+        with m.If(b.dir_lookup_en):
+            m.d.sync += [issued.eq(issued + 1), cur.eq(cur + ins.stride)]
+        with m.If(look & looked):
+            m.d.sync += left.eq(left - 1)
+            with m.If(~b.dir_readable):
+                self.refuse(m, isa.SeqFault.UNREADABLE_BLOCK)
+                m.d.sync += look.eq(0)
+            with m.Elif(left == 1):
+                m.d.sync += look.eq(0)
                 m.d.comb += self.done.eq(1)
         return m
 

@@ -318,7 +318,7 @@ class NodeSim:
             self.perf[busy] += max(1, now - ex.start)
         self.perf[{Queue.EX: PerfCounter.RETIRED_EX, Queue.TX: PerfCounter.RETIRED_TX,
                    Queue.RX: PerfCounter.RETIRED_RX}[q]] += 1
-        if ex.instr.OPCODE == Opcode.DIR:
+        if ex.instr.OPCODE == Opcode.DIR and not ex.instr.check:
             ins = ex.instr
             self.dir_log += [(now, ins.block + i * ins.stride, ins.state) for i in range(ins.count)]
         if ex.instr.sig:
@@ -633,8 +633,7 @@ class NodeSim:
             if ins.gated:
                 blk = ins.block0 + i * ins.block_stride
                 self._check(blk < cfg.dir_entries, f"directory id {blk} (the directory has {cfg.dir_entries})")
-                if self.directory[blk] == ReplicaState.INVALID:
-                    raise Fault(SeqFault.UNREADABLE_BLOCK, f"block {blk} is INVALID in the directory")
+                self._gate(blk)
             a = ins.seg + i * ins.seg_stride * DDR_ALIGN
             ks.append(kv.unpack_segment(self.ddr_read(a, seg, "ATTN_KV K"), ins.keys, d, strict=False))
             if ins.phase == AttnPass.APPLY:
@@ -730,10 +729,22 @@ class NodeSim:
         ex.commit = self.ddr_write_later(ins.seg, data, "KVW")
         ex.work = {"ddr_wr": len(data), "rows": ins.rows}
 
+    def _gate(self, blk: int) -> None:
+        """The readability rule of a gated ATTN_KV and of DIR check: UNREADABLE_BLOCK unless the
+        entry is ``ReplicaState.readable`` (VALID or DRAINING)."""
+        if not ReplicaState(int(self.directory[blk])).readable:
+            raise Fault(SeqFault.UNREADABLE_BLOCK, f"block {blk} is INVALID in the directory")
+
     def _x_dir(self, ins, ex):
+        self._check(ins.count > 0, "DIR count = 0")
         ids = ins.block + ins.stride * np.arange(ins.count)
-        self._check(ins.count > 0 and int(ids.max()) < self.cfg.dir_entries,
+        self._check(int(ids.max()) < self.cfg.dir_entries,
                     f"directory ids {ins.block}..{int(ids.max())} (the directory has {self.cfg.dir_entries})")
+        ex.work = {"count": ins.count}
+        if ins.check:
+            for blk in ids:
+                self._gate(int(blk))
+            return
 
         def commit():
             self.directory[ids] = int(ins.state)

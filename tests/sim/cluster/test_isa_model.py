@@ -40,6 +40,19 @@ def test_costs_come_from_the_node_and_the_profile():
     assert lat == round(prof.link_latency_s * node.clock_hz) // 2
 
 
+def test_dir_costs_an_entry_a_cycle():
+    """DIR: an entry a cycle, written or (check) looked up, + the start the execute unit's RTL takes
+    (sim/compute/cost.py DIR_START, checked by tests/hw/compute/exec/test_movers.py)."""
+    from mcf.sim.compute.cost import DIR_START
+    node = NodeConfig.tiny()
+    c = TimingCosts(node, load_profile("kr260"))
+    for check in (0, 1):
+        d = isa.Dir(block=3, count=5, stride=2, state=isa.ReplicaState.VALID, check=check)
+        ex = Exec(isa.Queue.EX, 0, d, work={"count": 5})
+        assert c.instr(node, ex) == 5 + DIR_START["check" if check else "write"]
+    assert DIR_START["check"] == DIR_START["write"] + 1            # the lookup's read latency
+
+
 def test_gemm_qk_costs_its_macs_on_the_array_and_its_segment_bytes():
     """GEMM_QK run by the ISA simulator under the timing model: rows x head_dim x keys MACs
     on the P x K array, or the K segment's bytes (scale region + rows) over the weight ports.  The

@@ -2,8 +2,9 @@
 (scores on the MAC array over a run of KV blocks) -> ATTN_SM MAX / APPLY -> GEMM_PV (o, wide across
 runs) -> ATTN_Q O (GEMM_PV's rows at their stride) -> ATTN_EMIT, with the KV-stationary decode protocol.  The runs on the ISA simulator give the golden
 fixed-point model's logits bit for bit (prefill and decode, 1-4 nodes, MARS and Ring), the
-programs hold the array instructions (the attention unit's ATTN_KV only for the directory check
-and the decode tokens' one-token segments), and what the path cannot run is refused in one line."""
+programs hold the array instructions (the directory check a DIR check = 1 per run of gated blocks,
+the attention unit's ATTN_KV only for the decode tokens' one-token segments), and what the path
+cannot run is refused in one line."""
 import importlib
 
 import numpy as np
@@ -52,15 +53,18 @@ def test_array_attention_is_bit_exact(nodes, scheme, n_tok, budget_tokens):
     assert [st.kind for st in rep.steps] == ["prefill", "decode", "decode"]
     for k, (st, ref) in enumerate(zip(rep.steps, want)):
         assert np.array_equal(st.logits, ref), f"step {k}: logits differ"
-    # the array path ran: scores, softmax and PV instructions; ATTN_KV only as the directory check
-    # (one key a block, MAX) or over the decode tokens' one-token segments
+    # the array path ran: scores, softmax and PV instructions; the directory check a DIR check over
+    # each run of gated blocks (no ATTN_KV gated); ATTN_KV only over the decode tokens' one-token segments
+    checks = 0
     for progs in (s.lw.prefill, s.lw.decode_programs(1)):
         got = ops(progs)
         kinds = {i.OPCODE for i in got}
         assert {Opcode.ATTN_SM, Opcode.GEMM_PV} <= kinds
         assert any(i.OPCODE == Opcode.GEMM_QK for i in got)
-        assert all(i.keys == 1 for i in got if i.OPCODE == Opcode.ATTN_KV)
+        assert all(i.keys == 1 and not i.gated for i in got if i.OPCODE == Opcode.ATTN_KV)
+        checks += sum(i.OPCODE == Opcode.DIR and i.check for i in got)
         assert not any(i.OPCODE == Opcode.VEC and i.vop == VecOp.RESIDUAL and i.n == TINY.head_dim for i in got)
+    assert checks > 0
 
 
 def reads_stay_in_the_kv_regions(lw, steps):
@@ -162,15 +166,19 @@ def test_score_rows_of_one_segment_are_bit_exact(monkeypatch, nodes):
 
 
 def test_a_replica_marked_invalid_stops_the_array_reader():
-    """GEMM_QK reads no directory: the array path's one-key ATTN_KV check faults UNREADABLE_BLOCK
-    on a replica made INVALID before its holder reads it, as the unit path does."""
+    """GEMM_QK reads no directory: the array path's DIR check faults UNREADABLE_BLOCK on a replica
+    made INVALID before its holder reads it, as the unit path's gated ATTN_KV does."""
     budget = 24 * int(TINY.kv_token_bytes)
     s = Session(TINY, TINY_W, PROMPT[:64], nodes=4, scheme="mars", chunk=8, budget=budget, decode=0, group=16,
                 factory=isa_backend, fixed=FM, node=ARRAY_NODE, attention="array")
-    invalidate_a_read_replica(s)
+    node, block = invalidate_a_read_replica(s)
     with pytest.raises(NodeFault) as e:
         s.run()
     assert e.value.cause == SeqFault.UNREADABLE_BLOCK
+    assert f"node {node}: fault UNREADABLE_BLOCK at instruction " in str(e.value)
+    ins = s.lw.prefill[node][int(str(e.value).split("at instruction ")[1].split(";")[0])]
+    assert ins.OPCODE == Opcode.DIR and ins.check                      # the DIR check faulted, over the block
+    assert block in range(ins.block, ins.block + ins.count * max(1, ins.stride), max(1, ins.stride))
 
 
 def test_bench_attention_path_compares_the_two_paths(capsys):
@@ -186,7 +194,8 @@ def test_bench_attention_path_compares_the_two_paths(capsys):
     assert out["logits_equal"] is True and out["kind"] == "model"
     u, a = out["unit"], out["array"]
     assert set(u["prefill_by_kind"]) == {"ATTN_Q", "ATTN_KV", "ATTN_EMIT"}
-    assert all(a["prefill_by_kind"][k] > 0 for k in ("GEMM_QK", "ATTN_SM", "GEMM_PV"))
+    assert all(a["prefill_by_kind"][k] > 0 for k in ("GEMM_QK", "ATTN_SM", "GEMM_PV", "DIR_CHECK"))
+    assert "ATTN_KV" not in a["prefill_by_kind"]                # the directory check is no ATTN_KV pass
     assert 0 < a["prefill_attention_cycles"] < a["prefill_cycles"]
     assert out["prefill_attention_ratio_unit_over_array"] == round(u["prefill_attention_cycles"]
                                                                    / a["prefill_attention_cycles"], 3)

@@ -134,7 +134,7 @@ def invalidate_a_read_replica(s) -> tuple[int, int]:
     victim = reads[0]
     prog = s.lw.prefill[victim[0]]
     i = next(i for i, ins in enumerate(prog) if ins.OPCODE == Opcode.DIR and ins.block == victim[1]
-             and ins.state == ReplicaState.VALID)
+             and ins.state == ReplicaState.VALID and not ins.check)
     prog[i] = prog[i].replace(state=ReplicaState.INVALID)
     return victim
 

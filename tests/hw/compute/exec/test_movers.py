@@ -10,7 +10,9 @@ every VEC op with b_rep / b_stride 0 / b_pair and an in-place destination; EMBED
 ILLEGAL_TOKEN fault; KVW (the whole segment, padding included); ATTN_Q / ATTN_KV / ATTN_EMIT:
 multi-block runs, a short last run, MAX over several runs, EMIT FINAL / STATE / MAX, MREF and
 STATE loads, gated runs (readable and UNREADABLE_BLOCK) after DIR and receive-engine directory
-writes; refused instructions (ILLEGAL_INSTRUCTION)."""
+writes; DIR check (readable runs pass and write nothing, an INVALID entry faults UNREADABLE_BLOCK;
+its cycles and a write's against sim/compute/cost.py dir_cycles); refused instructions
+(ILLEGAL_INSTRUCTION)."""
 import cocotb
 import numpy as np
 import pytest
@@ -350,11 +352,26 @@ async def run_attention(dut):
     await drv.must(isa.Dir(block=12, count=1, stride=0, state=ReplicaState.INVALID))
     out = await drv.run(isa.AttnKV(phase=AttnPass.APPLY, first=1, **gated))
     assert out.fault == SeqFault.UNREADABLE_BLOCK
+    # DIR check (no write; the readability rule of the gate): 10 VALID, 12 INVALID, 14 DRAINING, 16 never written
+    chk = dict(state=ReplicaState.INVALID, check=1)                      # state: ignored by a check
+    assert (await drv.run(isa.Dir(block=10, count=3, stride=2, **chk))).fault == SeqFault.UNREADABLE_BLOCK
+    await drv.must(isa.Dir(block=12, count=1, stride=0, state=ReplicaState.VALID))
+    cyc = {"check": (await drv.must(isa.Dir(block=10, count=3, stride=2, **chk))).cycles}
+    assert [await drv.dir_read(b) for b in (10, 12, 14, 16)] == [1, 1, 2, 0]   # nothing written
+    for blk, count in ((10, 4), (16, 1)):                                 # the last entry / the only one
+        assert (await drv.run(isa.Dir(block=blk, count=count, stride=2, **chk))).fault == SeqFault.UNREADABLE_BLOCK
+    await drv.must(isa.Dir(block=14, count=1, stride=0, **chk))
+    cyc["write"] = (await drv.must(isa.Dir(block=30, count=5, stride=1, state=ReplicaState.VALID))).cycles
+    from mcf.sim.compute.cost import dir_cycles
+    model = {"check": dir_cycles(3, True), "write": dir_cycles(5, False)}
+    assert cyc == model, f"DIR cycles {cyc}, model {model}"
     # refused: rows beyond the unit, a directory id out of range, keys beyond the scale table
     bad = [isa.AttnQ(what=AttnLoad.QUERY, spad=0, tokens=tokens + 1, heads=heads, tok_stride=1, head_stride=1, qpos0=0),
            isa.AttnKV(phase=AttnPass.MAX, first=1, **{**gated, "block0": CFG.dir_entries - 1}),
            isa.AttnKV(phase=AttnPass.MAX, first=1, **{**kv1, "keys": CFG.kv_block_keys + 1}),
-           isa.Dir(block=CFG.dir_entries - 2, count=2, stride=2, state=ReplicaState.VALID)]
+           isa.Dir(block=CFG.dir_entries - 2, count=2, stride=2, state=ReplicaState.VALID),
+           isa.Dir(block=CFG.dir_entries - 2, count=2, stride=2, state=ReplicaState.VALID, check=1),
+           isa.Dir(block=10, count=0, stride=2, state=ReplicaState.VALID, check=1)]
     for ins in bad:
         assert (await drv.run(ins)).fault == SeqFault.ILLEGAL_INSTRUCTION, ins
 

@@ -448,6 +448,29 @@ def test_the_directory_gates_attention(rng):
     assert run(c, [prog[1], isa.AttnKV(phase=AttnPass.MAX, kpos0=0, first=1, **{**kw, "gated": 0})]).ok
 
 
+def test_dir_check_faults_an_unreadable_run_and_writes_nothing():
+    """DIR check = 1 (the array path's directory check): VALID / DRAINING entries pass and stay as they
+    were, an INVALID one (never written, or written INVALID) faults UNREADABLE_BLOCK naming it; count 0
+    or an id past the directory is an illegal instruction, as for a write."""
+    c, n = node()
+    chk = dict(state=ReplicaState.INVALID, check=1)         # state: ignored by a check
+    writes = [isa.Dir(block=4, count=3, stride=3, state=ReplicaState.VALID),
+              isa.Dir(block=7, count=1, stride=0, state=ReplicaState.DRAINING)]
+    assert run(c, writes + [isa.Dir(block=4, count=3, stride=3, **chk)]).ok
+    assert list(n.directory[[4, 7, 10]]) == [ReplicaState.VALID, ReplicaState.DRAINING, ReplicaState.VALID]
+    assert [e[1] for e in n.dir_log] == [4, 7, 10, 7]           # the writes only
+    for prog, blk in (([isa.Dir(block=4, count=4, stride=3, **chk)], 13),
+                      ([isa.Dir(block=10, count=1, stride=0, state=ReplicaState.INVALID),
+                        isa.Dir(block=4, count=3, stride=3, **chk)], 10)):
+        r = run(c, writes + prog)
+        assert r.status == "fault" and n.fault_cause == SeqFault.UNREADABLE_BLOCK and f"block {blk} " in r.message
+    for bad in (isa.Dir(block=4, count=0, stride=3, **chk), isa.Dir(block=CFG.dir_entries - 2, count=2, stride=2, **chk)):
+        r = run(c, writes + [bad])
+        assert r.status == "fault" and n.fault_cause == SeqFault.ILLEGAL_INSTRUCTION
+    assert isa.decode(isa.Dir(block=4, count=3, stride=3, **chk).encode()).check == 1
+    assert isa.decode(writes[0].encode()).check == 0
+
+
 @pytest.mark.parametrize("program,cause,text", [
     (lambda b: [isa.Load(ddr=b + (1 << 17), spad=0, beats=1, row_beats=0)], SeqFault.OUT_OF_WINDOW, "outside the DMA window"),
     (lambda b: [isa.Load(ddr=b, spad=CFG.spad_beats - 1, beats=2, row_beats=0)], SeqFault.ILLEGAL_INSTRUCTION, "SPAD"),
