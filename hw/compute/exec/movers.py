@@ -36,7 +36,7 @@ from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import rshr, sat
+from mcf.hw.arith import sat
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.attention import AttentionUnit, k_layout, out_words, v_layout
 from mcf.hw.compute.exec.spad import SpadReadSignature, SpadWriteSignature
@@ -532,11 +532,11 @@ class EmbedMover(Mover):
         groups = stage(m, ins.n >> ins.group_log2, "groups", 16)                           # stage 1
         gmask = stage(m, (Const(1, 17) << ins.group_log2) - 1, "gmask", 16)
         beats = stage(m, ins.n >> vl_log2, "beats", 16)
-        p_dst = stage(m, (ins.count - 1) * ins.dst_stride, "p_dst", 30)
+        p_dst = stage(m, stage(m, ins.count - 1, "count_m1", 10) * ins.dst_stride, "p_dst", 30)   # stage 2
         bad = stage(m, (ins.count == 0) | (ins.count > g.tokens) | (ins.n == 0)
                     | (ins.n[:vl_log2] != 0) | (ins.n > g.max_n) | (ins.group_log2 < vl_log2), "bad0")
-        bad = stage(m, bad | ((ins.n & gmask) != 0) | (groups > sdepth)
-                    | (ins.dst + p_dst + beats > g.spad_beats), "bad1")                     # stage 2
+        bad = stage(m, bad | ((ins.n & gmask) != 0) | (groups > sdepth), "bad1")           # stage 2
+        bad = stage(m, bad | (ins.dst + p_dst + beats > g.spad_beats), "bad2")               # stage 3
         nib_bytes = stage(m, pad_up(ins.n >> 1), "nib_bytes", 17)
         row_bytes = stage(m, nib_bytes + pad_up(groups << 1), "row_bytes", 24)              # stage 2
 
@@ -630,24 +630,38 @@ class EmbedMover(Mover):
         # the scale of beat i: group (i VL) >> log2 G
         gshift = stage(m, ins.group_log2 - vl_log2, "gshift", 4)
         m.d.comb += sr.addr.eq(i >> gshift)
-        sh = stage(m, ins.w_exp - X_FRAC, "sh", signed(10))
-        # products registered (pv, paddr), then shifted and saturated into the written beat (wv)
-        pv = Signal()
-        paddr = Signal(g.spad_bits)
+        # golden rshr(x, w_exp - 16) (``hw.arith.rshr`` with max_left 33) with its shift decoded in stages:
+        # right by sc (capped at the product's width + 1) as ((x >> (sc - 1)) + 1) >> 1, or left by ``left``
+        sh = stage(m, ins.w_exp - X_FRAC, "sh", signed(10))                                 # stage 1
+        pw = W_BITS + 17                                                                   # product bits
+        neg = stage(m, sh < 0, "sh_neg")                                                   # stage 2
+        sc = stage(m, Mux(sh < 0, 0, Mux(sh > pw + 1, pw + 1, sh)), "sh_sc", range(pw + 2))
+        sc1 = stage(m, Mux(sh < 0, 0, Mux(sh > pw + 1, pw + 1, sh)) - 1, "sh_sc1", range(pw + 2))
+        left = stage(m, Mux(sh < 0, Mux(-sh > 33, 33, -sh), 0), "sh_left", range(34))
+        # the nibbles and their scale registered (av, aaddr), their products (pv, paddr), shifted (sv, saddr),
+        # then saturated into the written beat (wv)
+        av, pv, sv = Signal(), Signal(), Signal()
+        aaddr, paddr, saddr = Signal(g.spad_bits), Signal(g.spad_bits), Signal(g.spad_bits)
+        a_q = Signal(W_BITS * g.vl)
+        a_s = Signal(16)
         xs = []
-        prods = []
         for k in range(g.vl):
-            q = uq.o.payload[W_BITS * k:W_BITS * (k + 1)].as_signed()
-            prod = Signal(signed(W_BITS + 17), name=f"eprod{k}")
-            prods.append(prod.eq(q * sr.data))
-            xs.append(sat(m, rshr(m, prod, sh, max_left=33), 32))
+            q = a_q[W_BITS * k:W_BITS * (k + 1)].as_signed()
+            prod = Signal(signed(pw), name=f"eprod{k}")
+            m.d.sync += prod.eq(q * a_s)
+            pre = Signal(signed(pw + 1), name=f"epre{k}")
+            m.d.comb += pre.eq((prod >> sc1) + 1)
+            shv = Signal(signed(pw + 33 + 1), name=f"eshift{k}")
+            m.d.sync += shv.eq(Mux(neg, prod << left, Mux(sc == 0, prod, pre >> 1)))
+            xs.append(sat(m, shv, 32))
         wv = Signal()
         waddr = Signal(g.spad_bits)
         wdata = Signal(g.beat_bits)
         m.d.comb += uq.o.ready.eq(rows & (cphase == 3))
-        m.d.sync += [pv.eq(uq.o.valid & uq.o.ready), wv.eq(pv), waddr.eq(paddr), wdata.eq(Cat(*xs))]
+        m.d.sync += [av.eq(uq.o.valid & uq.o.ready), pv.eq(av), paddr.eq(aaddr), sv.eq(pv), saddr.eq(paddr),
+                     wv.eq(sv), waddr.eq(saddr), wdata.eq(Cat(*xs))]
         with m.If(uq.o.valid & uq.o.ready):
-            m.d.sync += [paddr.eq(row + i), i.eq(i + 1), *prods]
+            m.d.sync += [aaddr.eq(row + i), a_q.eq(uq.o.payload), a_s.eq(sr.data), i.eq(i + 1)]
             with m.If(i == beats - 1):
                 m.d.sync += [tc.eq(tc + 1), row.eq(row + ins.dst_stride), cphase.eq(0)]
                 with m.If(tc == ins.count - 1):
@@ -656,7 +670,7 @@ class EmbedMover(Mover):
         m.d.comb += [wr.lanes.eq(Mux(wv, (1 << g.vl) - 1, 0)), wr.exp_en.eq(wv), wr.addr.eq(waddr),
                      wr.data.eq(wdata), wr.exp.eq(0)]
         m.d.comb += b.starved.eq(rows & (((cphase == 1) & ~us.o.valid) | ((cphase == 3) & ~uq.o.valid)))
-        with m.If((state == S.FINISH) & ~pv):          # the last beat is written this cycle
+        with m.If((state == S.FINISH) & ~av & ~pv & ~sv):    # the last beat is written this cycle
             m.d.comb += self.done.eq(1)
             m.d.sync += state.eq(S.IDLE)
         return m
@@ -773,8 +787,10 @@ class GemmMover(Mover):
         out_beats = Signal(17)                         # SPAD beats of one output row
         # (pv: the wide layout when it writes it or reads it, acc)
         m.d.sync += out_beats.eq((((f_tiles << p_log2) + VL - 1) >> vl_log2) << (wide_o | (pv & pins.acc)))  # stage 2
-        p_src = stage(m, (f_tokens - 1) * f_src_stride, "p_src", 27)                         # stage 2
-        p_hd = stage(m, (heads - 1) * f_head_stride, "p_hd", 23)
+        tok_m1 = stage(m, pick("tokens", ins.tokens) - 1, "tok_m1", 10)                     # stage 1
+        heads_m1 = stage(m, Mux(pv_raw, pins.heads, Mux(qk_raw, qins.heads, 1)) - 1, "heads_m1", 6)
+        p_src = stage(m, tok_m1 * f_src_stride, "p_src", 26)                                 # stage 2
+        p_hd = stage(m, heads_m1 * f_head_stride, "p_hd", 22)
         nrows_s = stage(m, f_tokens * heads, "nrows_s", 16)
         nrows_m1 = stage(m, f_tokens * heads - 1, "nrows_m1", 16)
         p_dst = stage(m, nrows_m1 * f_dst_stride, "p_dst", 32)                               # stage 3
@@ -788,7 +804,9 @@ class GemmMover(Mover):
         m.submodules.locate = loc = SerialDivider(16 + p_log2, 16, 26)
         m.d.comb += [loc.start.eq((state == S.SETUP) & located), loc.a.eq(qins.tile0 << p_log2),
                      loc.b.eq(qins.block_keys), loc.m.eq(qins.seg_stride)]
-        with m.If((state == S.LOCATE) & loc.done):
+        loc_done = Signal(2)                           # the run's registers (below) settle in 3 cycles
+        m.d.sync += loc_done.eq(Cat(loc.done, loc_done[0]))
+        with m.If((state == S.LOCATE) & loc_done[1]):
             m.d.sync += state.eq(S.CHECK)
 
         def w_bytes(x):      # x * n * P / 2
@@ -809,21 +827,23 @@ class GemmMover(Mover):
         r_bk = Signal(16)                              # keys per block (PV without a run: all its keys)
         r_o = Signal(16)                               # the first key's offset in its block
         r_seg = Signal(ADDR_BITS)                      # the first key's block
-        m.d.comb += [r_bk.eq(Mux(qk_op, qins.block_keys, Mux(pins.block_keys == 0, pins.keys, pins.block_keys))),
+        # (registered in stages: r_bk 1; r_o, r_seg, r_step, r_keys 2 (LOCATE: 1 after its result); r_rows,
+        # multi 3; bad_run 4 -- CHECK comes at stage 4, or 3 cycles after LOCATE's result)
+        m.d.sync += [r_bk.eq(Mux(qk_raw, qins.block_keys, Mux(pins.block_keys == 0, pins.keys, pins.block_keys))),
                      r_o.eq(Mux(located, loc.r, 0)),
                      r_seg.eq(Mux(qk_op, ddr_addr(qins.seg) + Mux(located, loc.qm << ALIGN_LOG2, 0), ddr_addr(pins.seg)))]
         r_rows = Signal(ADDR_BITS)                     # the first key's row
         r_step = Signal(ADDR_BITS)                     # bytes between blocks
-        m.d.comb += [r_rows.eq(r_seg + pad_up(r_bk << 1) + (r_o << row_log2)),
+        m.d.sync += [r_rows.eq(r_seg + pad_up(r_bk << 1) + (r_o << row_log2)),
                      r_step.eq(Mux(qk_op, qins.seg_stride, pins.seg_stride) << ALIGN_LOG2)]
         r_keys = Signal(32)                            # keys read
-        m.d.comb += r_keys.eq(Mux(qk_op, f_tiles << p_log2, pins.keys))
+        m.d.sync += r_keys.eq(Mux(qk_op, f_tiles << p_log2, pins.keys))
         multi = Signal()                               # the keys span several blocks
-        m.d.comb += multi.eq(r_o + r_keys > r_bk)
+        m.d.sync += multi.eq(r_o + r_keys > r_bk)
         # (spec.isa.gemm_qk_run_ok): every descriptor but the last whole loader words, every scale request
         # but the last whole bus beats, both starting on a bus beat
         bad_run = Signal()
-        m.d.comb += bad_run.eq((r_bk == 0) | ((r_o << row_log2)[:g.bus_log2] != 0)
+        m.d.sync += bad_run.eq((r_bk == 0) | ((r_o << row_log2)[:g.bus_log2] != 0)
                                | (qk_op & ((r_o << 1)[:g.bus_log2] != 0))
                                | (multi & (((r_bk << row_log2) & (word - 1)) != 0))
                                | (multi & (((r_o << row_log2) & (word - 1)) != 0))
@@ -1208,8 +1228,9 @@ class VecMover(Mover):
         with m.If((state == S.DIVIDE) & div_done):
             m.d.sync += state.eq(S.CHECK)
         nb = stage(m, ins.n >> vl_log2, "nb", 16)
-        p_a = stage(m, (ins.rows - 1) * ins.a_stride, "p_a", 32)
-        p_d = stage(m, (ins.rows - 1) * ins.dst_stride, "p_d", 32)
+        rows_m1 = stage(m, ins.rows - 1, "rows_m1", 16)
+        p_a = stage(m, rows_m1 * ins.a_stride, "p_a", 32)                                   # stage 2
+        p_d = stage(m, rows_m1 * ins.dst_stride, "p_d", 32)
         p_b = stage(m, div.q * ins.b_stride, "p_b", 32)
         bad = stage(m, (ins.rows == 0) | (ins.n == 0) | (ins.n[:vl_log2] != 0) | (ins.n > g.max_n)
                     | (vop > V.RESIDUAL) | (ins.b_rep == 0)
@@ -1329,9 +1350,9 @@ class KvwMover(Mover):
             m.d.sync += state.eq(S.CHECK)
         rb = D // VL                                   # SPAD beats per row
         # the decode in stages (``stage``; CHECK sees stage 3)
-        p_row = stage(m, (ins.rows - 1) * ins.row_stride, "p_row", 34)
-        bad = stage(m, (ins.rows == 0) | (ins.rows > g.tokens), "bad0")
-        bad = stage(m, bad | (ins.src + p_row + rb > g.spad_beats), "bad1")                  # stage 2
+        p_row = stage(m, stage(m, ins.rows - 1, "rows_m1", 18) * ins.row_stride, "p_row", 34)   # stage 2
+        bad = stage(m, stage(m, (ins.rows == 0) | (ins.rows > g.tokens), "bad0"), "bad1")
+        bad = stage(m, bad | (ins.src + p_row + rb > g.spad_beats), "bad2")                  # stage 3
         rows_bytes = stage(m, pad_up(ins.rows * (D // 2)), "rows_bytes", 24)
         scale_bytes = stage(m, pad_up(ins.rows << 1), "scale_bytes", 16)
         seg = ddr_addr(ins.seg)
@@ -1579,9 +1600,8 @@ class AttnMover(Mover):
             m.d.sync += state.eq(S.CHECK)
 
         # --- ranges ---------------------------------------------------------------------------------
-        p_tok = stage(m, (q_ins.tokens - 1) * q_ins.tok_stride, "p_tok", 27)
-        p_head = stage(m, (q_ins.heads - 1) * q_ins.head_stride, "p_head", 25)
-        row_end = stage(m, q_ins.spad + p_tok + p_head + rb, "row_end", 28)                # last row's beats end
+        p_tok = stage(m, stage(m, q_ins.tokens - 1, "tok_m1", 10) * q_ins.tok_stride, "p_tok", 26)   # stage 2
+        p_head = stage(m, stage(m, q_ins.heads - 1, "heads_m1", 8) * q_ins.head_stride, "p_head", 24)
         load_o = is_q & (what == isa.AttnLoad.O)
         # MREF / STATE / emitted STATE / MAX words: rows x per_row (D + 2 for a state, else 1)
         big = stage(m, ((op == isa.Opcode.ATTN_Q) & (q_ins.what.as_value() == isa.AttnLoad.STATE))
@@ -1593,13 +1613,12 @@ class AttnMover(Mover):
         word_bad = stage(m, q_ins.spad + ((nwords + VL - 1) >> vl_log2) > g.spad_beats, "word_bad")
         rowwise = (is_q & ((what == isa.AttnLoad.QUERY) | load_o)) | (is_emit & (mode == isa.EmitMode.FINAL))
         bad_rows = stage(m, (q_ins.tokens == 0) | (q_ins.heads == 0) | (rowsf > R), "bad_rows")   # stage 2
-        row_bad = stage(m, row_end > g.spad_beats, "row_bad")                                      # stage 3
+        row_bad = stage(m, q_ins.spad + p_tok + p_head + rb > g.spad_beats, "row_bad")             # stage 3
         bad_q = bad_rows | Mux(rowwise, row_bad, word_bad)
         bad_e = bad_rows | (mode > isa.EmitMode.MAX) | Mux(rowwise, row_bad, word_bad)
-        p_blk = stage(m, (kv_ins.blocks - 1) * kv_ins.block_stride, "p_blk", 24)
-        last_blk = stage(m, kv_ins.block0 + p_blk, "last_blk", 32)
+        p_blk = stage(m, stage(m, kv_ins.blocks - 1, "blocks_m1", 16) * kv_ins.block_stride, "p_blk", 24)  # stage 2
         bad_kv = stage(m, (kv_ins.blocks == 0) | (kv_ins.keys == 0) | (kv_ins.keys > g.kv_block_keys), "bad_kv0")
-        bad_kv = stage(m, bad_kv, "bad_kv1") | stage(m, kv_ins.gated & (last_blk >= g.dir_entries), "bad_blk")
+        bad_kv = stage(m, bad_kv, "bad_kv1") | stage(m, kv_ins.gated & (kv_ins.block0 + p_blk >= g.dir_entries), "bad_blk")
         go_kv = Signal()
         # ATTN_SM: R rows, keys a multiple of VL, score (and APPLY: w) rows inside SPAD
         sm_apply = stage(m, sm_ins.phase.as_value() == isa.AttnPass.APPLY, "sm_apply")
@@ -1828,8 +1847,9 @@ class AttnMover(Mover):
         # back), else a frame per block (it drops the rest of the block's last beat; 2 cycles between)
         m.submodules.vsc = vsc = Unpacker(g.data_width, 16)
         sm_blk, sm_fblk = Signal(16), Signal(16)          # keys a request / a frame takes (blocks whose scale
-        m.d.comb += [sm_blk.eq(Mux(sm_ins.block_keys == 0, sm_ins.keys, sm_ins.block_keys)),   # words are whole
+        m.d.sync += [sm_blk.eq(Mux(sm_ins.block_keys == 0, sm_ins.keys, sm_ins.block_keys)),   # words are whole
                      sm_fblk.eq(Mux((sm_blk << 1)[:g.bus_log2] == 0, sm_ins.keys, sm_blk))]     # beats: one frame
+        # (stages 1 and 2 of the decode)
         sm_qaddr = Signal(ADDR_BITS)
         sm_qleft, sm_fleft = Signal(16), Signal(16)       # keys still to ask for / to frame
         sm_qn, sm_fn = Signal(16), Signal(16)
