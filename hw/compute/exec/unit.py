@@ -9,9 +9,10 @@ the golden model (``mcf.sw.golden.fixed``).
 
 Ports (the sequencer's side, ``docs/node.md``):
 
-* ``instr``: ``lib.stream`` of instruction words, ready only while the unit is idle.  END and
-  SYNC complete at once; an opcode of another queue, reserved bits set or a field out of
-  range for this build fault ILLEGAL_INSTRUCTION.
+* ``instr``: ``lib.stream`` of instruction words, ready only while the unit is idle.  The decode
+  is registered: ``SETUP_CYCLES`` (2) cycles after the word is taken, END and SYNC complete, a
+  mover starts, or an opcode of another queue / reserved bits set fault ILLEGAL_INSTRUCTION (a
+  field out of range for this build: the mover's check, ILLEGAL_INSTRUCTION too).
 * ``done``: one-cycle strobe, the instruction completed (SPAD written, DDR writes
   acknowledged).  ``fault`` + ``fault_cause`` (``spec.isa.SeqFault``): one-cycle strobe, it was
   refused (ILLEGAL_INSTRUCTION, ILLEGAL_TOKEN, UNREADABLE_BLOCK, before anything moved) or DDR
