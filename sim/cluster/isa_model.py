@@ -64,7 +64,7 @@ ISA_COSTS = {
                "(a run of blocks: the same, no cost beyond the reads)",
     "VEC": "rows x the vector unit's cycles for n elements on vec_lanes",
     "ATTN_KV": "keys + 2 (MAX) or + 4 (APPLY) per pass, or its K (and V) bytes over the execute unit's one AXI4 master if slower",
-    "ATTN_SM": "ceil(keys / vec_lanes) x max(R, vec_lanes, ceil((R + vec_lanes + 2) / 2)) + 20 (MAX) or + 32 (APPLY) "
+    "ATTN_SM": "ceil(keys / vec_lanes) x max(R, vec_lanes, ceil((R + vec_lanes + 2) / 2)) + 22 (MAX) or + 34 (APPLY) "
                "(sim/compute/cost.py softmax_pass_cycles: R score beats in and R w beats out per group of vec_lanes "
                "keys, two transpose buffers; checked against the execute unit's RTL), or its V scale bytes if slower "
                "(APPLY over a run of blocks: the same)",

@@ -70,8 +70,9 @@ def attention_cycles(keys: int, rows: int, d: int, final: bool = True) -> int:
 #: ATTN_Q O's and ATTN_EMIT's cycles beyond their words (the execute unit in simulation,
 #: tests/hw/compute/exec/test_softmax.py ``run_o_emit``): O the decode, the SPAD read latency and the
 #: unit's write-back pipeline; FINAL the first row's reciprocal and the emit pipeline; STATE / MAX
-#: the emit pipeline.
-ATTN_O_START, ATTN_EMIT_START = 11, {"FINAL": 19, "STATE": 12, "MAX": 12}
+#: the emit pipeline.  (The decode: the execute unit's ``SETUP_CYCLES`` = 2 of them since its decode
+#: was registered, docs/timing.md.)
+ATTN_O_START, ATTN_EMIT_START = 13, {"FINAL": 21, "STATE": 14, "MAX": 14}
 
 
 def attn_o_cycles(rows: int, d: int, vl: int) -> int:
@@ -90,9 +91,9 @@ def attn_emit_cycles(mode, rows: int, d: int, vl: int) -> int:
 
 
 #: ATTN_SM's start beyond its groups (the execute unit in simulation, tests/hw/compute/exec/test_softmax.py):
-#: the decode, the first group's R beats, the unit's post pipeline (MAX 9 cycles, APPLY 17) and, for
+#: the decode (2 cycles of it the execute unit's ``SETUP_CYCLES``), the first group's R beats, the unit's post pipeline (MAX 9 cycles, APPLY 17) and, for
 #: APPLY, the first V scale word from DDR and the last group's R w beats written back.
-SOFTMAX_START = {"MAX": 20, "APPLY": 32}
+SOFTMAX_START = {"MAX": 22, "APPLY": 34}
 
 
 def softmax_pass_cycles(keys: int, rows: int, vl: int, apply: bool) -> int:

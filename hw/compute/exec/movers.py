@@ -37,7 +37,7 @@ from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import rshr, sat
+from mcf.hw.arith import sat
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.attention import AttentionUnit, k_layout, out_words, v_layout
 from mcf.hw.compute.exec.spad import SpadReadSignature, SpadWriteSignature
@@ -267,6 +267,15 @@ class ReadQueue:
         m.d.comb += self.busy.eq(inflight | q.r_rdy)
 
 
+def stage(m: Module, value, name: str, shape=None) -> Signal:
+    """``value`` registered every cycle (no enable): one stage of an instruction's decode (``shape``:
+    the value's own unless given).  The execute unit holds the instruction word from dispatch to the
+    mover's ``done``, so a stage-k value is valid k cycles after the word (``unit.SETUP_CYCLES``)."""
+    r = Signal(Value.cast(value).shape() if shape is None else shape, name=name)
+    m.d.sync += r.eq(value)
+    return r
+
+
 def mantissas(words, count: int):
     """The low 16 bits of ``count`` 32-bit words (BFP16 mantissas, sign-extended in SPAD)."""
     return Cat(*[words[32 * k:32 * k + MANT_BITS] for k in range(count)])
@@ -404,22 +413,23 @@ class LoadStoreMover(Mover):
         S = LdStState
         state = Signal(S)
         m.d.comb += self.busy.eq(state != S.IDLE)
-        rows = Signal(20)
-        items = Signal(21)                       # SPAD-beat-sized items in DDR
-        m.d.comb += items.eq(ins.beats + rows)
-        nbytes = Signal(COUNT_BITS)
-        m.d.comb += nbytes.eq(items << _log2(4 * g.vl))
-        bus_beats = ceil_beats(nbytes, g.bus_log2)
+        # the sizes in registered steps (``stage``): from the word (plain rows; CHECK sees stage 3) or from
+        # the quotient (BFP rows: rows = div.q, CHECK two cycles after div.done)
+        items = stage(m, ins.beats + Mux(bfp, div.q, 0), "items", 21)       # SPAD-beat-sized items in DDR
+        nbytes = stage(m, items << _log2(4 * g.vl), "nbytes", COUNT_BITS)
+        bus_beats = stage(m, ceil_beats(items << _log2(4 * g.vl), g.bus_log2), "bus_beats", COUNT_BITS)
+        spad_bad = stage(m, (ins.beats == 0) | (ins.spad + ins.beats > g.spad_beats), "spad_bad")
 
         with m.If(self.start):
-            m.d.sync += rows.eq(0)
             with m.If(bfp):
                 m.d.comb += div.start.eq(1)
                 m.d.sync += state.eq(S.DIVIDE)
             with m.Else():
                 m.d.sync += state.eq(S.CHECK)
-        with m.If((state == S.DIVIDE) & div.done):
-            m.d.sync += [rows.eq(div.q), state.eq(S.CHECK)]
+        div_done = Signal()
+        m.d.sync += div_done.eq(div.done)
+        with m.If((state == S.DIVIDE) & div_done):
+            m.d.sync += state.eq(S.CHECK)
             with m.If(div.r != 0):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
@@ -434,7 +444,7 @@ class LoadStoreMover(Mover):
         exp_hold = Signal(signed(EXP_BITS))
         k = Signal(12)
         with m.If(state == S.CHECK):
-            with m.If((ins.beats == 0) | (ins.spad + ins.beats > g.spad_beats)):
+            with m.If(spad_bad):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
             with m.Elif(Mux(store, b.wdesc.ready & pk.cmd.ready, b.req0.ready & up.cmd.ready)):
@@ -540,20 +550,17 @@ class EmbedMover(Mover):
         with m.If(self.start):
             m.d.sync += state.eq(S.CHECK)
 
-        groups = Signal(16)
-        m.d.comb += groups.eq(ins.n >> ins.group_log2)
-        gmask = Signal(16)
-        m.d.comb += gmask.eq((Const(1, 17) << ins.group_log2) - 1)
-        beats = Signal(16)
-        m.d.comb += beats.eq(ins.n >> vl_log2)
-        spad_end = Signal(40)
-        m.d.comb += spad_end.eq(ins.dst + (ins.count - 1) * ins.dst_stride + beats)
-        bad = Signal()
-        m.d.comb += bad.eq((ins.count == 0) | (ins.count > g.tokens) | (ins.n == 0)
-                           | (ins.n[:vl_log2] != 0) | (ins.n > g.max_n) | (ins.group_log2 < vl_log2)
-                           | ((ins.n & gmask) != 0) | (groups > sdepth) | (spad_end > g.spad_beats))
-        row_bytes = Signal(24)
-        m.d.comb += row_bytes.eq(pad_up(ins.n >> 1) + pad_up(groups << 1))
+        # the decode in stages (``stage``; CHECK sees stage 3)
+        groups = stage(m, ins.n >> ins.group_log2, "groups", 16)                           # stage 1
+        gmask = stage(m, (Const(1, 17) << ins.group_log2) - 1, "gmask", 16)
+        beats = stage(m, ins.n >> vl_log2, "beats", 16)
+        p_dst = stage(m, stage(m, ins.count - 1, "count_m1", 10) * ins.dst_stride, "p_dst", 30)   # stage 2
+        bad = stage(m, (ins.count == 0) | (ins.count > g.tokens) | (ins.n == 0)
+                    | (ins.n[:vl_log2] != 0) | (ins.n > g.max_n) | (ins.group_log2 < vl_log2), "bad0")
+        bad = stage(m, bad | ((ins.n & gmask) != 0) | (groups > sdepth), "bad1")           # stage 2
+        bad = stage(m, bad | (ins.dst + p_dst + beats > g.spad_beats), "bad2")               # stage 3
+        nib_bytes = stage(m, pad_up(ins.n >> 1), "nib_bytes", 17)
+        row_bytes = stage(m, nib_bytes + pad_up(groups << 1), "row_bytes", 24)              # stage 2
 
         # --- ids ----------------------------------------------------------------------------------
         m.submodules.uid = uid = Unpacker(g.data_width, 32)
@@ -589,23 +596,28 @@ class EmbedMover(Mover):
                 m.d.sync += state.eq(S.ROWS)
 
         # --- requests: per token the scale region, then the nibbles ---------------------------------
+        # (token treq's row address in two registered steps: ``age`` cycles since treq last moved)
         treq = Signal(range(g.tokens + 1))
         rphase = Signal()
-        row_addr = Signal(ADDR_BITS)
         cur_id = Signal(20)
-        m.d.comb += [cur_id.eq(Array(ids)[treq]), row_addr.eq(ddr_addr(ins.table) + cur_id * row_bytes)]
+        row_off = Signal(44)
+        row_addr, scl_addr = Signal(ADDR_BITS), Signal(ADDR_BITS)
+        age = Signal(2)
+        m.d.comb += cur_id.eq(Array(ids)[treq])
+        m.d.sync += [row_off.eq(cur_id * row_bytes), row_addr.eq(ddr_addr(ins.table) + row_off),
+                     scl_addr.eq(ddr_addr(ins.table) + row_off + nib_bytes), age.eq(Mux(age == 2, 2, age + 1))]
         with m.If(state == S.VERIFY):
-            m.d.sync += [treq.eq(0), rphase.eq(0)]
+            m.d.sync += [treq.eq(0), rphase.eq(0), age.eq(0)]
         m.d.comb += [
-            b.req0.valid.eq((state == S.ROWS) & (treq != ins.count)),
-            b.req0.payload.addr.eq(Mux(rphase, row_addr, row_addr + pad_up(ins.n >> 1))),
+            b.req0.valid.eq((state == S.ROWS) & (treq != ins.count) & (age == 2)),
+            b.req0.payload.addr.eq(Mux(rphase, row_addr, scl_addr)),
             b.req0.payload.beats.eq(Mux(rphase, ceil_beats(ins.n >> 1, g.bus_log2),
                                         ceil_beats(groups << 1, g.bus_log2))),
         ]
         with m.If(b.req0.valid & b.req0.ready):
             m.d.sync += rphase.eq(~rphase)
             with m.If(rphase):
-                m.d.sync += treq.eq(treq + 1)
+                m.d.sync += [treq.eq(treq + 1), age.eq(0)]
 
         # --- consumer: scales into a small table, nibbles -> X32 beats --------------------------------
         m.submodules.us = us = Unpacker(g.data_width, 16)
@@ -638,23 +650,40 @@ class EmbedMover(Mover):
             with m.If(gi == groups - 1):
                 m.d.sync += cphase.eq(2)
         # the scale of beat i: group (i VL) >> log2 G
-        gshift = Signal(4)
-        m.d.comb += [gshift.eq(ins.group_log2 - vl_log2), sr.addr.eq(i >> gshift)]
-        sh = Signal(signed(10))
-        m.d.comb += sh.eq(ins.w_exp - X_FRAC)
+        gshift = stage(m, ins.group_log2 - vl_log2, "gshift", 4)
+        m.d.comb += sr.addr.eq(i >> gshift)
+        # golden rshr(x, w_exp - 16) (``hw.arith.rshr`` with max_left 33) with its shift decoded in stages:
+        # right by sc (capped at the product's width + 1) as ((x >> (sc - 1)) + 1) >> 1, or left by ``left``
+        sh = stage(m, ins.w_exp - X_FRAC, "sh", signed(10))                                 # stage 1
+        pw = W_BITS + 17                                                                   # product bits
+        neg = stage(m, sh < 0, "sh_neg")                                                   # stage 2
+        sc = stage(m, Mux(sh < 0, 0, Mux(sh > pw + 1, pw + 1, sh)), "sh_sc", range(pw + 2))
+        sc1 = stage(m, Mux(sh < 0, 0, Mux(sh > pw + 1, pw + 1, sh)) - 1, "sh_sc1", range(pw + 2))
+        left = stage(m, Mux(sh < 0, Mux(-sh > 33, 33, -sh), 0), "sh_left", range(34))
+        # the nibbles and their scale registered (av, aaddr), their products (pv, paddr), shifted (sv, saddr),
+        # then saturated into the written beat (wv)
+        av, pv, sv = Signal(), Signal(), Signal()
+        aaddr, paddr, saddr = Signal(g.spad_bits), Signal(g.spad_bits), Signal(g.spad_bits)
+        a_q = Signal(W_BITS * g.vl)
+        a_s = Signal(16)
         xs = []
         for k in range(g.vl):
-            q = uq.o.payload[W_BITS * k:W_BITS * (k + 1)].as_signed()
-            prod = Signal(signed(W_BITS + 17), name=f"eprod{k}")
-            m.d.comb += prod.eq(q * sr.data)
-            xs.append(sat(m, rshr(m, prod, sh, max_left=33), 32))
+            q = a_q[W_BITS * k:W_BITS * (k + 1)].as_signed()
+            prod = Signal(signed(pw), name=f"eprod{k}")
+            m.d.sync += prod.eq(q * a_s)
+            pre = Signal(signed(pw + 1), name=f"epre{k}")
+            m.d.comb += pre.eq((prod >> sc1) + 1)
+            shv = Signal(signed(pw + 33 + 1), name=f"eshift{k}")
+            m.d.sync += shv.eq(Mux(neg, prod << left, Mux(sc == 0, prod, pre >> 1)))
+            xs.append(sat(m, shv, 32))
         wv = Signal()
         waddr = Signal(g.spad_bits)
         wdata = Signal(g.beat_bits)
         m.d.comb += uq.o.ready.eq(rows & (cphase == 3))
-        m.d.sync += wv.eq(uq.o.valid & uq.o.ready)
+        m.d.sync += [av.eq(uq.o.valid & uq.o.ready), pv.eq(av), paddr.eq(aaddr), sv.eq(pv), saddr.eq(paddr),
+                     wv.eq(sv), waddr.eq(saddr), wdata.eq(Cat(*xs))]
         with m.If(uq.o.valid & uq.o.ready):
-            m.d.sync += [waddr.eq(row + i), wdata.eq(Cat(*xs)), i.eq(i + 1)]
+            m.d.sync += [aaddr.eq(row + i), a_q.eq(uq.o.payload), a_s.eq(sr.data), i.eq(i + 1)]
             with m.If(i == beats - 1):
                 m.d.sync += [tc.eq(tc + 1), row.eq(row + ins.dst_stride), cphase.eq(0)]
                 with m.If(tc == ins.count - 1):
@@ -663,7 +692,7 @@ class EmbedMover(Mover):
         m.d.comb += [wr.lanes.eq(Mux(wv, (1 << g.vl) - 1, 0)), wr.exp_en.eq(wv), wr.addr.eq(waddr),
                      wr.data.eq(wdata), wr.exp.eq(0)]
         m.d.comb += b.starved.eq(rows & (((cphase == 1) & ~us.o.valid) | ((cphase == 3) & ~uq.o.valid)))
-        with m.If(state == S.FINISH):
+        with m.If((state == S.FINISH) & ~av & ~pv & ~sv):    # the last beat is written this cycle
             m.d.comb += self.done.eq(1)
             m.d.sync += state.eq(S.IDLE)
         return m
@@ -737,8 +766,10 @@ class GemmMover(Mover):
         qins = self.view(isa.Opcode.GEMM_QK)
         pv_op = Signal()                               # a GEMM_PV (the GEMM view's fields mean nothing then)
         qk_op = Signal()                               # a GEMM_QK
-        m.d.comb += [pv_op.eq(self.instr[:6] == int(isa.Opcode.GEMM_PV)),
-                     qk_op.eq(self.instr[:6] == int(isa.Opcode.GEMM_QK))]
+        # the decode in stages (``stage``): the fields as registers (stage 1), their products (2, 3), the
+        # ranges in SETUP (the unit starts a mover SETUP_CYCLES = 2 cycles after the word: SETUP sees stage 3)
+        pv_raw, qk_raw = self.instr[:6] == int(isa.Opcode.GEMM_PV), self.instr[:6] == int(isa.Opcode.GEMM_QK)
+        m.d.sync += [pv_op.eq(pv_raw), qk_op.eq(qk_raw)]
         pv = Signal()
         m.d.comb += pv.eq(pv_op if self.has_pv else 0)
         C = max(self.pv_tiles, 1)
@@ -753,43 +784,51 @@ class GemmMover(Mover):
         f_n = Signal(16)                               # inputs of an activation row (pv: keys; kv: head_dim)
 
         def pick(name, gemm):
-            return Mux(pv_op, getattr(pins, name), Mux(qk_op, getattr(qins, name), gemm))
-        m.d.comb += [f_tokens.eq(pick("tokens", ins.tokens)), f_tiles.eq(pick("tiles", ins.tiles)),
+            return Mux(pv_raw, getattr(pins, name), Mux(qk_raw, getattr(qins, name), gemm))
+        m.d.sync += [f_tokens.eq(pick("tokens", ins.tokens)), f_tiles.eq(pick("tiles", ins.tiles)),
                      f_tile0.eq(pick("tile0", ins.tile0)), f_src.eq(pick("src", ins.src)),
                      f_src_stride.eq(pick("src_stride", ins.src_stride)),
                      f_head_stride.eq(pick("head_stride", 0)),
                      f_dst.eq(pick("dst", ins.dst)), f_dst_stride.eq(pick("dst_stride", ins.dst_stride)),
-                     f_bias.eq(ins.bias & ~pv_op & ~qk_op),
-                     f_n.eq(Mux(pv_op, pins.keys, Mux(qk_op, g.head_dim, ins.n)))]
+                     f_bias.eq(ins.bias & ~pv_raw & ~qk_raw),
+                     f_n.eq(Mux(pv_raw, pins.keys, Mux(qk_raw, g.head_dim, ins.n)))]
         heads = Signal(6)                              # activation rows per token (kv, pv: the GQA group)
-        m.d.comb += heads.eq(Mux(pv_op, pins.heads, Mux(qk_op, qins.heads, 1)))
+        m.d.sync += heads.eq(Mux(pv_raw, pins.heads, Mux(qk_raw, qins.heads, 1)))
         npg = Signal(16)                               # groups per row, n / G (kv: one; pv: key beats)
-        m.d.comb += npg.eq(Mux(pv_op, pins.keys >> k_log2, Mux(qk_op, 1, ins.n >> ins.group_log2)))
+        m.d.sync += npg.eq(Mux(pv_raw, pins.keys >> k_log2, Mux(qk_raw, 1, ins.n >> ins.group_log2)))
         wide_o = Signal()                              # pv wide: two words (low, high) an element
-        m.d.comb += wide_o.eq(pv & pins.wide)
-        gmask = Signal(16)
-        m.d.comb += gmask.eq((Const(1, 17) << ins.group_log2) - 1)
+        m.d.sync += wide_o.eq((pv_raw if self.has_pv else 0) & pins.wide)
+        gmask = stage(m, (Const(1, 17) << ins.group_log2) - 1, "gmask", 16)
         t0n, ttn, tn = Signal(32), Signal(32), Signal(32)
         t0g, ttg, tg = Signal(32), Signal(32), Signal(32)
-        src_end, dst_end = Signal(40), Signal(40)
+        m.d.sync += [t0n.eq(ins.tile0 * ins.n), ttn.eq(ins.total_tiles * ins.n), tn.eq(f_tiles * f_n),    # stage 1, 2
+                     t0g.eq(ins.tile0 * npg), ttg.eq(ins.total_tiles * npg), tg.eq(f_tiles * npg)]        # stage 2
+        src_bad, dst_bad = Signal(), Signal()          # the last activation / output row past the SPAD
         nrows = Signal(16)                             # activation / output rows: tokens x heads
+        nrows_big = Signal()
         out_beats = Signal(17)                         # SPAD beats of one output row
         # (pv: the wide layout when it writes it or reads it, acc)
-        m.d.comb += out_beats.eq((((f_tiles << p_log2) + VL - 1) >> vl_log2) << (wide_o | (pv & pins.acc)))
+        m.d.sync += out_beats.eq((((f_tiles << p_log2) + VL - 1) >> vl_log2) << (wide_o | (pv & pins.acc)))  # stage 2
+        tok_m1 = stage(m, pick("tokens", ins.tokens) - 1, "tok_m1", 10)                     # stage 1
+        heads_m1 = stage(m, Mux(pv_raw, pins.heads, Mux(qk_raw, qins.heads, 1)) - 1, "heads_m1", 6)
+        p_src = stage(m, tok_m1 * f_src_stride, "p_src", 26)                                 # stage 2
+        p_hd = stage(m, heads_m1 * f_head_stride, "p_hd", 22)
+        nrows_s = stage(m, f_tokens * heads, "nrows_s", 16)
+        nrows_m1 = stage(m, f_tokens * heads - 1, "nrows_m1", 16)
+        p_dst = stage(m, nrows_m1 * f_dst_stride, "p_dst", 32)                               # stage 3
         with m.If(state == S.SETUP):
-            m.d.sync += [t0n.eq(ins.tile0 * ins.n), ttn.eq(ins.total_tiles * ins.n), tn.eq(f_tiles * f_n),
-                         t0g.eq(ins.tile0 * npg), ttg.eq(ins.total_tiles * npg), tg.eq(f_tiles * npg),
-                         src_end.eq(f_src + (f_tokens - 1) * f_src_stride + (heads - 1) * f_head_stride
-                                    + (f_n >> vl_log2)),
-                         nrows.eq(f_tokens * heads),
-                         dst_end.eq(f_dst + (f_tokens * heads - 1) * f_dst_stride + out_beats),
+            m.d.sync += [src_bad.eq(f_src + p_src + p_hd + (f_n >> vl_log2) > g.spad_beats),
+                         nrows.eq(nrows_s), nrows_big.eq(nrows_s > TM),
+                         dst_bad.eq(f_dst + p_dst + out_beats > g.spad_beats),
                          state.eq(Mux(located, S.LOCATE, S.CHECK))]
         # GEMM_QK from tile0 > 0: block b0 = tile0 P // block_keys of the first key, its offset o in it,
         # b0 seg_stride (tile0 = 0: block 0, key 0, no division)
         m.submodules.locate = loc = SerialDivider(16 + p_log2, 16, 26)
         m.d.comb += [loc.start.eq((state == S.SETUP) & located), loc.a.eq(qins.tile0 << p_log2),
                      loc.b.eq(qins.block_keys), loc.m.eq(qins.seg_stride)]
-        with m.If((state == S.LOCATE) & loc.done):
+        loc_done = Signal(2)                           # the run's registers (below) settle in 3 cycles
+        m.d.sync += loc_done.eq(Cat(loc.done, loc_done[0]))
+        with m.If((state == S.LOCATE) & loc_done[1]):
             m.d.sync += state.eq(S.CHECK)
 
         def w_bytes(x):      # x * n * P / 2
@@ -800,7 +839,7 @@ class GemmMover(Mover):
         b0, bt = ins.tile0 << (p_log2 + 2), ins.tiles << (p_log2 + 2)
         blob = ddr_addr(ins.blob)
         w_addr, s_addr, b_addr = Signal(ADDR_BITS), Signal(ADDR_BITS), Signal(ADDR_BITS)
-        m.d.comb += [w_addr.eq(blob + w0), s_addr.eq(blob + pad_up(ttw) + s0),
+        m.d.sync += [w_addr.eq(blob + w0), s_addr.eq(blob + pad_up(ttw) + s0),                      # stage 3
                      b_addr.eq(blob + pad_up(ttw) + pad_up(tts) + b0)]
         # block runs (GEMM_QK; GEMM_PV with block_keys > 0): block b's segment at seg + b seg_stride 64, its
         # scale region (pad(2 block_keys) bytes) first, then its rows (head_dim / 2 bytes a key).  GEMM_QK
@@ -810,44 +849,47 @@ class GemmMover(Mover):
         r_bk = Signal(16)                              # keys per block (PV without a run: all its keys)
         r_o = Signal(16)                               # the first key's offset in its block
         r_seg = Signal(ADDR_BITS)                      # the first key's block
-        m.d.comb += [r_bk.eq(Mux(qk_op, qins.block_keys, Mux(pins.block_keys == 0, pins.keys, pins.block_keys))),
+        # (registered in stages: r_bk 1; r_o, r_seg, r_step, r_keys 2 (LOCATE: 1 after its result); r_rows,
+        # multi 3; bad_run 4 -- CHECK comes at stage 4, or 3 cycles after LOCATE's result)
+        m.d.sync += [r_bk.eq(Mux(qk_raw, qins.block_keys, Mux(pins.block_keys == 0, pins.keys, pins.block_keys))),
                      r_o.eq(Mux(located, loc.r, 0)),
                      r_seg.eq(Mux(qk_op, ddr_addr(qins.seg) + Mux(located, loc.qm << ALIGN_LOG2, 0), ddr_addr(pins.seg)))]
         r_rows = Signal(ADDR_BITS)                     # the first key's row
         r_step = Signal(ADDR_BITS)                     # bytes between blocks
-        m.d.comb += [r_rows.eq(r_seg + pad_up(r_bk << 1) + (r_o << row_log2)),
+        m.d.sync += [r_rows.eq(r_seg + pad_up(r_bk << 1) + (r_o << row_log2)),
                      r_step.eq(Mux(qk_op, qins.seg_stride, pins.seg_stride) << ALIGN_LOG2)]
         r_keys = Signal(32)                            # keys read
-        m.d.comb += r_keys.eq(Mux(qk_op, f_tiles << p_log2, pins.keys))
+        m.d.sync += r_keys.eq(Mux(qk_op, f_tiles << p_log2, pins.keys))
         multi = Signal()                               # the keys span several blocks
-        m.d.comb += multi.eq(r_o + r_keys > r_bk)
+        m.d.sync += multi.eq(r_o + r_keys > r_bk)
         # (spec.isa.gemm_qk_run_ok): every descriptor but the last whole loader words, every scale request
         # but the last whole bus beats, both starting on a bus beat
         bad_run = Signal()
-        m.d.comb += bad_run.eq((r_bk == 0) | ((r_o << row_log2)[:g.bus_log2] != 0)
+        m.d.sync += bad_run.eq((r_bk == 0) | ((r_o << row_log2)[:g.bus_log2] != 0)
                                | (qk_op & ((r_o << 1)[:g.bus_log2] != 0))
                                | (multi & (((r_bk << row_log2) & (word - 1)) != 0))
                                | (multi & (((r_o << row_log2) & (word - 1)) != 0))
                                | (multi & qk_op & (((r_bk << 1) & (g.bus_bytes - 1)) != 0)))
         low = (1 << ALIGN_LOG2) - 1
         bad_pv = Signal()
-        m.d.comb += bad_pv.eq((pins.tokens == 0) | (pins.heads == 0) | (nrows > TM) | (pins.tiles == 0)
-                              | (pins.tile0 + pins.tiles > C) | (pins.keys == 0) | (pins.keys[:k_log2] != 0)
-                              | ((pins.keys << 1) > g.max_n)
-                              | (pins.acc & (nrows > 1) & (pins.dst_stride < out_beats))
-                              | bad_run | (src_end > g.spad_beats) | (dst_end > g.spad_beats))
+        pv_static = stage(m, stage(m, (pins.tokens == 0) | (pins.heads == 0) | (pins.tiles == 0)
+                                   | (pins.tile0 + pins.tiles > C) | (pins.keys == 0) | (pins.keys[:k_log2] != 0)
+                                   | ((pins.keys << 1) > g.max_n), "pv_static0"), "pv_static")
+        pv_acc_bad = stage(m, pins.acc & (nrows_s > 1) & (pins.dst_stride < out_beats), "pv_acc_bad")     # stage 3
+        m.d.comb += bad_pv.eq(pv_static | nrows_big | pv_acc_bad | bad_run | src_bad | dst_bad)
         bad_qk = Signal()
-        m.d.comb += bad_qk.eq((qins.tokens == 0) | (qins.heads == 0) | (nrows > TM) | (qins.tiles == 0) | bad_run
-                              | (src_end > g.spad_beats) | (dst_end > g.spad_beats))
+        qk_static = stage(m, (qins.tokens == 0) | (qins.heads == 0) | (qins.tiles == 0), "qk_static")
+        m.d.comb += bad_qk.eq(qk_static | nrows_big | bad_run | src_bad | dst_bad)
         bad, bad_gemm = Signal(), Signal()
         m.d.comb += bad.eq(Mux(pv_op, ~pv | bad_pv, Mux(qk_op, ~kv | bad_qk, bad_gemm)))
-        m.d.comb += bad_gemm.eq((ins.tokens == 0) | (nrows > TM) | (ins.tiles == 0)
-                           | (ins.tile0 + ins.tiles > ins.total_tiles) | (ins.n == 0) | (ins.n > g.max_n)
-                           | (ins.n[:vl_log2] != 0)
-                           | (ins.group_log2 < k_log2) | (ins.group_log2 > _log2(g.max_group))
-                           | ((ins.n & gmask) != 0)
-                           | ((w0 & low) != 0) | ((s0 & low) != 0) | (ins.bias & ((b0 & low) != 0))
-                           | (src_end > g.spad_beats) | (dst_end > g.spad_beats))
+        g_static = stage(m, (ins.tokens == 0) | (ins.tiles == 0)
+                         | (ins.tile0 + ins.tiles > ins.total_tiles) | (ins.n == 0) | (ins.n > g.max_n)
+                         | (ins.n[:vl_log2] != 0)
+                         | (ins.group_log2 < k_log2) | (ins.group_log2 > _log2(g.max_group)), "g_static0")
+        g_static = stage(m, g_static | ((ins.n & gmask) != 0), "g_static")                  # stage 2
+        m.d.comb += bad_gemm.eq(g_static | nrows_big
+                                | ((w0 & low) != 0) | ((s0 & low) != 0) | (ins.bias & ((b0 & low) != 0))
+                                | src_bad | dst_bad)
 
         # --- the streams: weights (loader), scales (stream 0), bias (stream 1) ----------------------
         m.submodules.uw = uw = Unpacker(g.data_width * g.weight_beats, P * K * W_BITS)
@@ -1193,8 +1235,7 @@ class VecMover(Mover):
         ins = self.view(isa.Opcode.VEC)
         V = isa.VecOp
         vop = ins.vop.as_value()
-        uses_b = Signal()
-        m.d.comb += uses_b.eq((vop == V.RMSNORM) | (vop == V.MUL) | (vop == V.ROPE) | (vop == V.RESIDUAL))
+        uses_b = stage(m, (vop == V.RMSNORM) | (vop == V.MUL) | (vop == V.ROPE) | (vop == V.RESIDUAL), "uses_b")
         m.submodules.div = div = SerialDivider(16, 8)
         m.d.comb += [div.a.eq(ins.rows - 1), div.b.eq(ins.b_rep)]
         S = VecState
@@ -1203,19 +1244,21 @@ class VecMover(Mover):
         with m.If(self.start):
             m.d.comb += div.start.eq(1)
             m.d.sync += state.eq(S.DIVIDE)
-        with m.If((state == S.DIVIDE) & div.done):
+        # the last b row's end from the quotient in two registered steps: CHECK two cycles after div.done
+        div_done = Signal()
+        m.d.sync += div_done.eq(div.done)
+        with m.If((state == S.DIVIDE) & div_done):
             m.d.sync += state.eq(S.CHECK)
-        nb = Signal(16)
-        m.d.comb += nb.eq(ins.n >> vl_log2)
-        a_end, b_end, d_end = Signal(40), Signal(40), Signal(40)
-        m.d.comb += [a_end.eq(ins.a + (ins.rows - 1) * ins.a_stride + nb),
-                     b_end.eq(ins.b + div.q * ins.b_stride + nb),
-                     d_end.eq(ins.dst + (ins.rows - 1) * ins.dst_stride + nb)]
-        bad = Signal()
-        m.d.comb += bad.eq((ins.rows == 0) | (ins.n == 0) | (ins.n[:vl_log2] != 0) | (ins.n > g.max_n)
-                           | (vop > V.RESIDUAL) | (ins.b_rep == 0)
-                           | ((vop == V.ROPE) & (ins.n[:vl_log2 + 1] != 0))
-                           | (a_end > g.spad_beats) | (d_end > g.spad_beats) | (uses_b & (b_end > g.spad_beats)))
+        nb = stage(m, ins.n >> vl_log2, "nb", 16)
+        rows_m1 = stage(m, ins.rows - 1, "rows_m1", 16)
+        p_a = stage(m, rows_m1 * ins.a_stride, "p_a", 32)                                   # stage 2
+        p_d = stage(m, rows_m1 * ins.dst_stride, "p_d", 32)
+        p_b = stage(m, div.q * ins.b_stride, "p_b", 32)
+        bad = stage(m, (ins.rows == 0) | (ins.n == 0) | (ins.n[:vl_log2] != 0) | (ins.n > g.max_n)
+                    | (vop > V.RESIDUAL) | (ins.b_rep == 0)
+                    | ((vop == V.ROPE) & (ins.n[:vl_log2 + 1] != 0)), "bad0")
+        bad = (stage(m, bad, "bad1") | stage(m, (ins.a + p_a + nb > g.spad_beats) | (ins.dst + p_d + nb > g.spad_beats), "bad_ad")
+               | (uses_b & stage(m, ins.b + p_b + nb > g.spad_beats, "bad_b")))
 
         r = Signal(16)                     # row
         arow, brow, drow = Signal(40), Signal(40), Signal(40)
@@ -1328,26 +1371,28 @@ class KvwMover(Mover):
         with m.If(self.start):
             m.d.sync += state.eq(S.CHECK)
         rb = D // VL                                   # SPAD beats per row
-        end = Signal(40)
-        m.d.comb += end.eq(ins.src + (ins.rows - 1) * ins.row_stride + rb)
-        rows_bytes = Signal(24)
-        m.d.comb += rows_bytes.eq(pad_up(ins.rows * (D // 2)))
-        scale_bytes = Signal(16)
-        m.d.comb += scale_bytes.eq(pad_up(ins.rows << 1))
+        # the decode in stages (``stage``; CHECK sees stage 3)
+        p_row = stage(m, stage(m, ins.rows - 1, "rows_m1", 18) * ins.row_stride, "p_row", 34)   # stage 2
+        bad = stage(m, stage(m, (ins.rows == 0) | (ins.rows > g.tokens), "bad0"), "bad1")
+        bad = stage(m, bad | (ins.src + p_row + rb > g.spad_beats), "bad2")                  # stage 3
+        rows_bytes = stage(m, pad_up(ins.rows * (D // 2)), "rows_bytes", 24)
+        scale_bytes = stage(m, pad_up(ins.rows << 1), "scale_bytes", 16)
         seg = ddr_addr(ins.seg)
+        rows_at = stage(m, seg + scale_bytes, "rows_at", ADDR_BITS)                          # stage 2
+        nibbles = stage(m, ins.rows * (D // L), "nibbles", 24)
 
         m.submodules.conv = conv = Unpacker(VL * MANT_BITS, L * MANT_BITS)     # SPAD mantissas -> writer lanes
         m.submodules.pq = pq = Packer(L * W_BITS, g.data_width)               # nibbles -> bus beats
         m.submodules.ps = ps = Packer(16, g.data_width)                       # (A, E) -> bus beats
-        m.d.comb += [pq.cmd.payload.count.eq(ins.rows * (D // L)), pq.cmd.payload.beats.eq(rows_bytes >> g.bus_log2),
+        m.d.comb += [pq.cmd.payload.count.eq(nibbles), pq.cmd.payload.beats.eq(rows_bytes >> g.bus_log2),
                      ps.cmd.payload.count.eq(ins.rows), ps.cmd.payload.beats.eq(scale_bytes >> g.bus_log2)]
         wdone = Signal(2)
         with m.If(state == S.CHECK):
-            with m.If((ins.rows == 0) | (ins.rows > g.tokens) | (end > g.spad_beats)):
+            with m.If(bad):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
             with m.Elif(b.wdesc.ready & pq.cmd.ready):
-                m.d.comb += [b.wdesc.valid.eq(1), b.wdesc.payload.eq(descriptor(seg + scale_bytes, rows_bytes)),
+                m.d.comb += [b.wdesc.valid.eq(1), b.wdesc.payload.eq(descriptor(rows_at, rows_bytes)),
                              pq.cmd.valid.eq(1)]
                 m.d.sync += [state.eq(S.ROWS), wdone.eq(0)]
 
@@ -1559,13 +1604,17 @@ class AttnMover(Mover):
         m.submodules.vseg = vs = SegmentReader(g)
         op = self.instr[:6]
         q_ins, kv_ins, e_ins = self.view(isa.Opcode.ATTN_Q), self.view(isa.Opcode.ATTN_KV), self.view(isa.Opcode.ATTN_EMIT)
-        is_q, is_kv, is_emit = op == isa.Opcode.ATTN_Q, op == isa.Opcode.ATTN_KV, op == isa.Opcode.ATTN_EMIT
-        sm_ins, is_sm = self.view(isa.Opcode.ATTN_SM), op == isa.Opcode.ATTN_SM
-        what = q_ins.what.as_value()
-        mode = e_ins.mode.as_value()
+        # the decode in free-running stages (``stage``: valid k cycles after the word; the unit starts a
+        # mover SETUP_CYCLES = 2 cycles after it, so CHECK sees stage 3)
+        is_q, is_kv, is_emit, is_sm = (stage(m, op == o, f"is_{o.name.lower()}")
+                                       for o in (isa.Opcode.ATTN_Q, isa.Opcode.ATTN_KV, isa.Opcode.ATTN_EMIT,
+                                                 isa.Opcode.ATTN_SM))
+        sm_ins = self.view(isa.Opcode.ATTN_SM)
+        what = stage(m, q_ins.what.as_value(), "what")
+        mode = stage(m, e_ins.mode.as_value(), "mode")
         # ATTN_Q and ATTN_EMIT share spad, tokens, heads, tok_stride, head_stride (same offsets)
-        rowsf = Signal(18)
-        m.d.comb += rowsf.eq(q_ins.tokens * q_ins.heads)
+        rowsf = stage(m, q_ins.tokens * q_ins.heads, "rowsf", 18)                          # stage 1
+        rows_m1 = stage(m, q_ins.tokens * q_ins.heads - 1, "rows_m1", 18)                  # stage 1
         S = AttnState
         state = Signal(S)
         m.d.comb += self.busy.eq(state != S.IDLE)
@@ -1573,36 +1622,39 @@ class AttnMover(Mover):
             m.d.sync += state.eq(S.CHECK)
 
         # --- ranges ---------------------------------------------------------------------------------
-        row_end = Signal(48)        # last row's beats end (QUERY, FINAL)
-        m.d.comb += row_end.eq(q_ins.spad + (q_ins.tokens - 1) * q_ins.tok_stride
-                               + (q_ins.heads - 1) * q_ins.head_stride + rb)
-        nwords = Signal(24)         # MREF / STATE / emitted STATE / MAX words
-        per_row = Signal(range(D + 3))
-        load_state = is_q & (what == isa.AttnLoad.STATE)
+        p_tok = stage(m, stage(m, q_ins.tokens - 1, "tok_m1", 10) * q_ins.tok_stride, "p_tok", 26)   # stage 2
+        p_head = stage(m, stage(m, q_ins.heads - 1, "heads_m1", 8) * q_ins.head_stride, "p_head", 24)
         load_o = is_q & (what == isa.AttnLoad.O)
-        emit_state = is_emit & (mode == isa.EmitMode.STATE)
-        m.d.comb += [per_row.eq(Mux(load_state | emit_state, D + 2, 1)), nwords.eq(rowsf * per_row)]
-        word_end = Signal(48)
-        m.d.comb += word_end.eq(q_ins.spad + ((nwords + VL - 1) >> vl_log2))
+        # MREF / STATE / emitted STATE / MAX words: rows x per_row (D + 2 for a state, else 1)
+        big = stage(m, ((op == isa.Opcode.ATTN_Q) & (q_ins.what.as_value() == isa.AttnLoad.STATE))
+                    | ((op == isa.Opcode.ATTN_EMIT) & (e_ins.mode.as_value() == isa.EmitMode.STATE)), "big")
+        per_row = stage(m, Mux(big, D + 2, 1), "per_row", range(D + 3))                    # stage 2
+        nwords = stage(m, Mux(big, rowsf * (D + 2), rowsf), "nwords", 24)                  # stage 2
+        nwords_m1 = stage(m, nwords - 1, "nwords_m1", 24)                                  # stage 3
+        nbeats = stage(m, (nwords + VL - 1) >> vl_log2, "nbeats", 24)                      # stage 3
+        word_bad = stage(m, q_ins.spad + ((nwords + VL - 1) >> vl_log2) > g.spad_beats, "word_bad")
         rowwise = (is_q & ((what == isa.AttnLoad.QUERY) | load_o)) | (is_emit & (mode == isa.EmitMode.FINAL))
-        bad_rows = (q_ins.tokens == 0) | (q_ins.heads == 0) | (rowsf > R)
-        bad_q = bad_rows | Mux(rowwise, row_end > g.spad_beats, word_end > g.spad_beats)
-        bad_e = bad_rows | (mode > isa.EmitMode.MAX) | Mux(rowwise, row_end > g.spad_beats, word_end > g.spad_beats)
-        last_blk = Signal(32)
-        m.d.comb += last_blk.eq(kv_ins.block0 + (kv_ins.blocks - 1) * kv_ins.block_stride)
-        bad_kv = ((kv_ins.blocks == 0) | (kv_ins.keys == 0) | (kv_ins.keys > g.kv_block_keys)
-                  | (kv_ins.gated & (last_blk >= g.dir_entries)))
+        bad_rows = stage(m, (q_ins.tokens == 0) | (q_ins.heads == 0) | (rowsf > R), "bad_rows")   # stage 2
+        row_bad = stage(m, q_ins.spad + p_tok + p_head + rb > g.spad_beats, "row_bad")             # stage 3
+        bad_q = bad_rows | Mux(rowwise, row_bad, word_bad)
+        bad_e = bad_rows | (mode > isa.EmitMode.MAX) | Mux(rowwise, row_bad, word_bad)
+        p_blk = stage(m, stage(m, kv_ins.blocks - 1, "blocks_m1", 16) * kv_ins.block_stride, "p_blk", 24)  # stage 2
+        bad_kv = stage(m, (kv_ins.blocks == 0) | (kv_ins.keys == 0) | (kv_ins.keys > g.kv_block_keys), "bad_kv0")
+        bad_kv = stage(m, bad_kv, "bad_kv1") | stage(m, kv_ins.gated & (kv_ins.block0 + p_blk >= g.dir_entries), "bad_blk")
         go_kv = Signal()
         # ATTN_SM: R rows, keys a multiple of VL, score (and APPLY: w) rows inside SPAD
-        sm_rows, sm_groups = Signal(18), Signal(16)
-        sm_apply = sm_ins.phase.as_value() == isa.AttnPass.APPLY
-        m.d.comb += [sm_rows.eq(sm_ins.tokens * sm_ins.heads), sm_groups.eq(sm_ins.keys >> vl_log2)]
-        s_end, w_end = Signal(48), Signal(48)
-        m.d.comb += [s_end.eq(sm_ins.scores + (sm_rows - 1) * sm_ins.s_stride + sm_groups),
-                     w_end.eq(sm_ins.w + (sm_rows - 1) * sm_ins.w_stride + sm_groups)]
-        bad_sm = ((sm_ins.tokens == 0) | (sm_ins.heads == 0) | (sm_rows > R) | (sm_ins.keys == 0)
-                  | (sm_ins.keys[:vl_log2] != 0 if vl_log2 else 0) | (s_end > g.spad_beats)
-                  | (sm_apply & (w_end > g.spad_beats)))
+        sm_apply = stage(m, sm_ins.phase.as_value() == isa.AttnPass.APPLY, "sm_apply")
+        sm_rows = stage(m, sm_ins.tokens * sm_ins.heads, "sm_rows", 18)                     # stage 1
+        sm_rows_m1 = stage(m, sm_ins.tokens * sm_ins.heads - 1, "sm_rows_m1", 18)           # stage 1
+        sm_groups = stage(m, sm_ins.keys >> vl_log2, "sm_groups", 16)
+        sm_groups_m1 = stage(m, sm_groups - 1, "sm_groups_m1", 16)
+        p_s = stage(m, sm_rows_m1 * sm_ins.s_stride, "p_s", 34)                             # stage 2
+        p_w = stage(m, sm_rows_m1 * sm_ins.w_stride, "p_w", 34)
+        bad_sm = stage(m, stage(m, (sm_ins.tokens == 0) | (sm_ins.heads == 0) | (sm_ins.keys == 0)
+                                | (sm_ins.keys[:vl_log2] != 0 if vl_log2 else 0), "bad_sm0")
+                       | (sm_rows > R), "bad_sm1")                                            # stage 2
+        bad_sm = (stage(m, bad_sm, "bad_sm2") | stage(m, sm_ins.scores + p_s + sm_groups > g.spad_beats, "s_bad")
+                  | (sm_apply & stage(m, sm_ins.w + p_w + sm_groups > g.spad_beats, "w_bad")))      # stage 3
         with m.If(state == S.CHECK):
             with m.If(Mux(is_sm, bad_sm, Mux(is_q, bad_q, Mux(is_emit, bad_e, bad_kv)))):
                 self.refuse(m)
@@ -1632,7 +1684,6 @@ class AttnMover(Mover):
         with m.If(state == S.CHECK):
             m.d.sync += [t_i.eq(0), h_i.eq(0), i_i.eq(0), w_i.eq(0), base.eq(q_ins.spad), tbase.eq(q_ins.spad)]
         querying, wording, oloading = state == S.QUERY, state == S.WORDS, state == S.OLOAD
-        nbeats = (nwords + VL - 1) >> vl_log2
         with m.If(querying | oloading):
             m.d.comb += [rq.addr.eq(base + i_i), rq.issue.eq(rq.room & (t_i != q_ins.tokens))]
             with m.If(rq.issue):
@@ -1669,7 +1720,7 @@ class AttnMover(Mover):
                     m.d.sync += [qb.eq(0), qr.eq(qr + 1), qh.eq(qh + 1)]
                     with m.If(qh == q_ins.heads - 1):
                         m.d.sync += [qh.eq(0), qt.eq(qt + 1)]
-                    with m.If(qr == rowsf - 1):
+                    with m.If(qr == rows_m1):
                         m.d.sync += state.eq(S.FINISH)
         qdata = Signal(au.q.data.shape())
         m.d.comb += [qdata.eq(Cat(*held, mantissas(rq.words, VL), Mux(rb == 1, rq.exp, qexp),
@@ -1689,7 +1740,7 @@ class AttnMover(Mover):
                 m.d.sync += osub.eq(0)
             with m.If(oslice == D // W - 1):
                 m.d.sync += [oslice.eq(0), orow.eq(orow + 1)]
-                with m.If(orow == rowsf - 1):
+                with m.If(orow == rows_m1):
                     m.d.sync += osent.eq(1)
         with m.If(oloading & osent & ~au.busy):
             m.d.sync += state.eq(S.FINISH)
@@ -1704,11 +1755,11 @@ class AttnMover(Mover):
         with m.If(wording & rq.valid):
             m.d.comb += [au.st.en.eq(1), au.st.row.eq(wrow), au.st.word.eq(wword),
                          au.st.data.eq(words[wk]),
-                         rq.take.eq((wk == VL - 1) | (wcount == nwords - 1))]
+                         rq.take.eq((wk == VL - 1) | (wcount == nwords_m1))]
             m.d.sync += [wk.eq(wk + 1), wcount.eq(wcount + 1), wword.eq(wword + 1)]
             with m.If(wword == per_row - 1):
                 m.d.sync += [wword.eq(0), wrow.eq(wrow + 1)]
-            with m.If(wcount == nwords - 1):
+            with m.If(wcount == nwords_m1):
                 m.d.sync += state.eq(S.FINISH)
 
         # --- ATTN_EMIT: words -> beats -> SPAD ---------------------------------------------------------
@@ -1778,16 +1829,16 @@ class AttnMover(Mover):
         with m.If(go_kv):
             m.d.comb += [au.cmd.valid.eq(1), ks.cmd.valid.eq(1), vs.cmd.valid.eq(apply)]
         # requests: per block, the K segment's scale region then its rows region (and V's)
-        scale_b = Signal(20)
-        m.d.comb += scale_b.eq(pad_up(kv_ins.keys << 1))
+        scale_b = stage(m, pad_up(kv_ins.keys << 1), "scale_b", 20)
         kseg = Signal(ADDR_BITS)
         rblk = Signal(17)
         rphase = Signal()
+        vseg = Signal(ADDR_BITS)
         with m.If(go_kv):
-            m.d.sync += [kseg.eq(ddr_addr(kv_ins.seg)), rblk.eq(0), rphase.eq(0)]
-        vseg = kseg + Cat(Const(0, ALIGN_LOG2), kv_ins.v_off)
-        s_beats = ceil_beats(kv_ins.keys << 1, g.bus_log2)
-        r_beats = ceil_beats(kv_ins.keys * (D // 2), g.bus_log2)
+            m.d.sync += [kseg.eq(ddr_addr(kv_ins.seg)), vseg.eq(ddr_addr(kv_ins.seg) + ddr_addr(kv_ins.v_off)),
+                         rblk.eq(0), rphase.eq(0)]
+        s_beats = stage(m, ceil_beats(kv_ins.keys << 1, g.bus_log2), "s_beats", 17)
+        r_beats = stage(m, ceil_beats(kv_ins.keys * (D // 2), g.bus_log2), "r_beats", 24)
         requesting = (state == S.KV) & (rblk != kv_ins.blocks)
         m.d.comb += [b.req0.payload.addr.eq(Mux(rphase, kseg + scale_b, kseg)),
                      b.req0.payload.beats.eq(Mux(rphase, r_beats, s_beats)),
@@ -1797,7 +1848,8 @@ class AttnMover(Mover):
             m.d.comb += [b.req0.valid.eq(1), b.req1.valid.eq(apply)]
             m.d.sync += rphase.eq(~rphase)
             with m.If(rphase):
-                m.d.sync += [rblk.eq(rblk + 1), kseg.eq(kseg + Cat(Const(0, ALIGN_LOG2), kv_ins.seg_stride))]
+                m.d.sync += [rblk.eq(rblk + 1), kseg.eq(kseg + ddr_addr(kv_ins.seg_stride)),
+                             vseg.eq(vseg + ddr_addr(kv_ins.seg_stride))]
         m.d.comb += [ks.i.valid.eq(b.in0.valid), ks.i.payload.eq(b.in0.payload), b.in0.ready.eq(ks.i.ready),
                      vs.i.valid.eq(b.in1.valid), vs.i.payload.eq(b.in1.payload), b.in1.ready.eq(vs.i.ready),
                      au.k.valid.eq(ks.o.valid), au.k.payload.eq(ks.o.payload), ks.o.ready.eq(au.k.ready),
@@ -1817,8 +1869,9 @@ class AttnMover(Mover):
         # back), else a frame per block (it drops the rest of the block's last beat; 2 cycles between)
         m.submodules.vsc = vsc = Unpacker(g.data_width, 16)
         sm_blk, sm_fblk = Signal(16), Signal(16)          # keys a request / a frame takes (blocks whose scale
-        m.d.comb += [sm_blk.eq(Mux(sm_ins.block_keys == 0, sm_ins.keys, sm_ins.block_keys)),   # words are whole
+        m.d.sync += [sm_blk.eq(Mux(sm_ins.block_keys == 0, sm_ins.keys, sm_ins.block_keys)),   # words are whole
                      sm_fblk.eq(Mux((sm_blk << 1)[:g.bus_log2] == 0, sm_ins.keys, sm_blk))]     # beats: one frame
+        # (stages 1 and 2 of the decode)
         sm_qaddr = Signal(ADDR_BITS)
         sm_qleft, sm_fleft = Signal(16), Signal(16)       # keys still to ask for / to frame
         sm_qn, sm_fn = Signal(16), Signal(16)
@@ -1858,7 +1911,7 @@ class AttnMover(Mover):
                 for x in range(2):
                     with m.If(isel == x):
                         m.d.sync += sm_taken[x].eq(1)
-                with m.If(sm_ri == sm_rows - 1):
+                with m.If(sm_ri == sm_rows_m1):
                     m.d.sync += [sm_ri.eq(0), sm_gi.eq(sm_gi + 1), sm_raddr.eq(sm_rbase + 1), sm_rbase.eq(sm_rbase + 1)]
             with m.If(rq.valid):
                 for x in range(2):
@@ -1866,7 +1919,7 @@ class AttnMover(Mover):
                         with m.If((sm_fsel == x) & (sm_fr == r)):
                             m.d.sync += tb[x][r].eq(rq.words)
                 m.d.sync += sm_fr.eq(sm_fr + 1)
-                with m.If(sm_fr == sm_rows - 1):
+                with m.If(sm_fr == sm_rows_m1):
                     m.d.sync += [sm_fr.eq(0), sm_fsel.eq(~sm_fsel)]
                     for x in range(2):
                         with m.If(sm_fsel == x):
@@ -1882,7 +1935,7 @@ class AttnMover(Mover):
         cols = [Array(tb[x][r][32 * j:32 * (j + 1)] for j in range(VL))[sm_j] for x in range(2) for r in range(R)]
         m.d.comb += [sp.s.eq(Mux(sm_esel, Cat(*cols[R:]), Cat(*cols[:R]))), sp.pos.eq(sm_pos),
                      sp.va.eq(vsc.o.payload[:8]), sp.ve.eq(vsc.o.payload[8:]),
-                     sp.last.eq((sm_eg == sm_groups - 1) & (sm_j == VL - 1))]
+                     sp.last.eq((sm_eg == sm_groups_m1) & (sm_j == VL - 1))]
         s_go = Signal()
         m.d.comb += [au.s.valid.eq(sming & sm_full.bit_select(sm_esel, 1) & (~sm_apply | vsc.o.valid)),
                      s_go.eq(au.s.valid & au.s.ready), vsc.o.ready.eq(s_go & sm_apply)]
@@ -1921,7 +1974,7 @@ class AttnMover(Mover):
             m.d.comb += [wr.addr.eq(w_addr), wr.data.eq(w_rows[w_osel][w_r]), wr.exp.eq(0),
                          wr.lanes.eq((1 << VL) - 1), wr.exp_en.eq(1)]
             m.d.sync += [w_r.eq(w_r + 1), w_addr.eq(w_addr + sm_ins.w_stride)]
-            with m.If(w_r == sm_rows - 1):
+            with m.If(w_r == sm_rows_m1):
                 m.d.sync += [w_r.eq(0), w_osel.eq(~w_osel), w_g.eq(w_g + 1), w_addr.eq(w_base + 1),
                              w_base.eq(w_base + 1)]
                 for x in range(2):

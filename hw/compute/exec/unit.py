@@ -9,9 +9,10 @@ the golden model (``mcf.sw.golden.fixed``).
 
 Ports (the sequencer's side, ``docs/node.md``):
 
-* ``instr``: ``lib.stream`` of instruction words, ready only while the unit is idle.  END and
-  SYNC complete at once; an opcode of another queue, reserved bits set or a field out of
-  range for this build fault ILLEGAL_INSTRUCTION.
+* ``instr``: ``lib.stream`` of instruction words, ready only while the unit is idle.  The decode
+  is registered: ``SETUP_CYCLES`` (2) cycles after the word is taken, END and SYNC complete, a
+  mover starts, or an opcode of another queue / reserved bits set fault ILLEGAL_INSTRUCTION (a
+  field out of range for this build: the mover's check, ILLEGAL_INSTRUCTION too).
 * ``done``: one-cycle strobe, the instruction completed (SPAD written, DDR writes
   acknowledged).  ``fault`` + ``fault_cause`` (``spec.isa.SeqFault``): one-cycle strobe, it was
   refused (ILLEGAL_INSTRUCTION, ILLEGAL_TOKEN, UNREADABLE_BLOCK, before anything moved) or DDR
@@ -93,8 +94,16 @@ class PerfSignature(wiring.Signature):
 
 class UnitState(enum.Enum, shape=3):
     IDLE = 0
-    DECODE = 1
+    DECODE = 1      # the word's fields settle into the movers' registered decode (``SETUP_CYCLES``)
     RUN = 2
+    DISPATCH = 3    # the registered decode: END / SYNC complete, a mover starts, or ILLEGAL_INSTRUCTION
+
+
+#: Cycles from the instruction word's register to a mover's ``start`` strobe: the movers register
+#: what they derive from the word (products, sums, range checks) in free-running stages, stage k
+#: valid k cycles after the word, so a mover may use stage ``SETUP_CYCLES + 1`` from the cycle after
+#: ``start`` on (docs/timing.md, the execute unit's glue).  Every EX instruction pays them.
+SETUP_CYCLES = 2
 
 
 #: The movers and the opcodes they run; END and SYNC need none.
@@ -166,28 +175,27 @@ class ExecUnit(wiring.Component):
             v = data.View(LAYOUT[o], word)
             return Cat(*[Value.cast(getattr(v, f.name)) for f in isa.LAYOUTS[o].fields if f.reserved]) == 0
 
+        # the decode, registered: per opcode whether it is this build's and its reserved bits are clear
+        ops = [isa.Opcode.END, isa.Opcode.SYNC] + [o for name in names for o in self.movers[name].OPS]
+        legal = {o: Signal(name=f"legal_{o.name.lower()}") for o in ops}
+        for o in ops:
+            m.d.sync += legal[o].eq((op == int(o)) & reserved_clear(o))
+        wait = Signal(range(SETUP_CYCLES + 1))
+        with m.If(self.instr.valid & self.instr.ready):
+            m.d.sync += wait.eq(SETUP_CYCLES - 1)
         with m.If(state == S.DECODE):
-            m.d.sync += axi_err.eq(0)
-            with m.Switch(op):
-                for o in (isa.Opcode.END, isa.Opcode.SYNC):
-                    with m.Case(int(o)):
-                        with m.If(reserved_clear(o)):
-                            m.d.sync += [self.done.eq(1), state.eq(S.IDLE)]
-                        with m.Else():
-                            m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.ILLEGAL_INSTRUCTION),
-                                         state.eq(S.IDLE)]
-                for i, name in enumerate(names):
-                    for o in self.movers[name].OPS:
-                        with m.Case(int(o)):
-                            with m.If(reserved_clear(o)):
-                                m.d.comb += self.movers[name].start.eq(1)
-                                m.d.sync += [active.eq(i), state.eq(S.RUN)]
-                            with m.Else():
-                                m.d.sync += [self.fault.eq(1),
-                                             self.fault_cause.eq(isa.SeqFault.ILLEGAL_INSTRUCTION), state.eq(S.IDLE)]
-                with m.Default():
-                    m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.ILLEGAL_INSTRUCTION),
-                                 state.eq(S.IDLE)]
+            m.d.sync += [axi_err.eq(0), wait.eq(wait - 1)]
+            with m.If(wait == 0):
+                m.d.sync += state.eq(S.DISPATCH)
+        with m.If(state == S.DISPATCH):
+            with m.If(legal[isa.Opcode.END] | legal[isa.Opcode.SYNC]):
+                m.d.sync += [self.done.eq(1), state.eq(S.IDLE)]
+            for i, name in enumerate(names):
+                with m.Elif(Cat(*[legal[o] for o in self.movers[name].OPS]).any()):
+                    m.d.comb += self.movers[name].start.eq(1)
+                    m.d.sync += [active.eq(i), state.eq(S.RUN)]
+            with m.Else():
+                m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.ILLEGAL_INSTRUCTION), state.eq(S.IDLE)]
         ld_error = Cat(*[x.resp_error for x in loaders]).any()
         with m.If(ld_error | rd.resp_error | wr.resp_error):
             m.d.sync += axi_err.eq(1)
