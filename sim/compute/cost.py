@@ -107,9 +107,9 @@ def softmax_pass_cycles(keys: int, rows: int, vl: int, apply: bool) -> int:
 
 
 #: DIR's cycles beyond one a directory entry (the execute unit in simulation,
-#: tests/hw/compute/exec/test_movers.py ``run_attention``): the dispatch and the decode; check also the
-#: last lookup's answer (the directory's read latency).
-DIR_START = {"write": 3, "check": 4}
+#: tests/hw/compute/exec/test_movers.py ``run_attention``): the dispatch and the decode (2 cycles of it
+#: the execute unit's ``SETUP_CYCLES``); check also the last lookup's answer (the directory's read latency).
+DIR_START = {"write": 5, "check": 6}
 
 
 def dir_cycles(count: int, check: bool) -> int:
