@@ -181,14 +181,19 @@ class MatrixUnit(wiring.Component):
         with m.If(self.cmd.valid & ~running):
             m.d.sync += [cfg.eq(self.cmd.payload), running.eq(1), t.eq(0), j.eq(0), g.eq(0),
                          beat.eq(0), tile.eq(0), dg.eq(0)]
+        # the loop limits less one, registered with the command (the last-index compares without a subtract)
+        limits = {name: Signal(range(1 << len(getattr(cfg, name))), name=f"{name}_m1")
+                  for name in ("tokens", "group_beats", "groups", "tiles")}
+        with m.If(self.cmd.valid & ~running):
+            m.d.sync += [lim.eq(getattr(self.cmd.payload, name) - 1) for name, lim in limits.items()]
 
         adv = Signal()               # the pipeline moves (only the result queue or, pv, ``o`` stalls it)
         o_valid = Signal()
 
-        last_t = t == cfg.tokens - 1
-        last_j = j == cfg.group_beats - 1
-        last_g = g == cfg.groups - 1
-        last_tile = tile == cfg.tiles - 1
+        last_t = t == limits["tokens"]
+        last_j = j == limits["group_beats"]
+        last_g = g == limits["groups"]
+        last_tile = tile == limits["tiles"]
         need_bias = last_j & last_g & cfg.bias & ~pv
         fire = Signal()
         # The group scales and the tile biases wait in queues beside the pipeline (not copied down
@@ -197,8 +202,9 @@ class MatrixUnit(wiring.Component):
         # requantizer's bias add of the tile's last word.  The scale queue never fills: the groups
         # in it are at most one per item of the stages before stage 4 (1 + latency + 1), plus one.
         m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive)
-        m.submodules.scale_q = scale_q = fifo.SyncFIFO(width=P * SCALE_BITS, depth=dot.latency + 3)
-        m.submodules.bias_q = bias_q = fifo.SyncFIFO(width=P * 32, depth=BIAS_DEPTH)
+        # (Both read from a register: a beat is there two cycles after it is taken, long before its use.)
+        m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS, depth=dot.latency + 3)
+        m.submodules.bias_q = bias_q = fifo.SyncFIFOBuffered(width=P * 32, depth=BIAS_DEPTH)
         t0 = t == 0
         take_scale = last_j & ~pv & t0
         take_bias = need_bias & t0
