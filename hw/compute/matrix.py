@@ -348,12 +348,12 @@ class MatrixUnit(wiring.Component):
         dadv = Signal()                 # the requantizer moves (only ``o`` stalls it)
         o_data, o_last = Signal(P * 32), Signal()
         m.d.comb += dadv.eq(~o_valid | self.o.tready)
-        chunk = Signal(range(NC))
+        chunk = Signal(range(max(NC, 2)))      # (one bit at NC = 1: no zero-width vectors in the Verilog)
         take = Signal()                 # the head's rows chunk R .. chunk R + R - 1 enter the requantizer
         m.d.comb += [take.eq(dadv & res_q.r_rdy), res_q.r_en.eq(take & (chunk == NC - 1))]
         with m.If(take):
             m.d.sync += chunk.eq(Mux(chunk == NC - 1, 0, chunk + 1))
-        qctl = data.StructLayout({"v": 1, "c": range(NC), "end": 1, "last": 1, "tile_end": 1})
+        qctl = data.StructLayout({"v": 1, "c": range(max(NC, 2)), "end": 1, "last": 1, "tile_end": 1})
 
         def rq_stage(name, prev_ctl, values):
             """One requantizer register stage: ``values`` (name -> (shape, next value) per row) and
