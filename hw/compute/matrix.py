@@ -36,7 +36,14 @@ result: + the previous wide value from ``prev`` (P int64 words a beat, in the ou
 beats).  The accumulator file is then ``pv_tiles`` x max_tokens words deep.
 
 Pipeline: issue (buffer read) -> products (``DotArray.latency`` stages) -> partial
-(read-modify-write per token) -> scale multiply -> accumulate -> requantize -> ``o``.  Only ``o`` can stall it; ``mac`` is high on
+(read-modify-write per token) -> scale multiply -> accumulate -> result queue -> requantize ->
+``o``.  The group scale and tile bias beats wait in small queues beside it (taken with token 0 of
+the group's / tile's last weight beat).  A tile's last group gives its T finished (tile, token)
+accumulators back to back; they wait in the result queue (``max_tokens`` deep) and the
+requantizer takes ``requant_rows`` (R) rows of the head a cycle through 6 register stages
+(select, shift decode, shift, round, saturate, bias add and saturate) into the output word: a
+beat every P / R cycles, and no stage deeper than a few LUT levels.  Only a full result queue
+stalls the pipeline (pv: ``o`` and ``prev``), only ``o`` the requantizer; ``mac`` is high on
 every cycle that issues a weight beat x token (a performance-counter strobe).
 
 DSP48E2 packing (``packed``, the default): the products are ``dot_array.DotArray``; the ``rows``
@@ -50,7 +57,7 @@ width bits per token).  See docs/compute.md.
 from __future__ import annotations
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
@@ -67,6 +74,8 @@ __all__ = ["MatrixUnit", "TileReorder", "PvReorder", "cmd_layout", "PACK_SHIFT",
 
 #: pv mode: a PV weight w goes in as two balanced digits, w = hi 2^PV_DIGIT_SHIFT + lo.
 PV_DIGIT_SHIFT = 16
+#: tile bias beats waiting between the tile's last issue and its requantizer (the issue waits when full)
+BIAS_DEPTH = 4
 #: pv mode: the wide result (the exact o, two's complement) as two 32-bit words, low then high.
 WIDE_BITS = 64
 
@@ -89,7 +98,7 @@ def cmd_layout(max_tokens, max_beats, max_tiles):
 class MatrixUnit(wiring.Component):
     def __init__(self, mac_rows: int = 4, mac_lanes: int = 8, max_tokens: int = 8, max_inputs: int = 256,
                  max_tiles: int = 64, max_group: int = 128, packed: bool = True, primitive: bool = False,
-                 streamed: bool = False, pv_tiles: int = 0):
+                 streamed: bool = False, pv_tiles: int = 0, requant_rows: int | None = None):
         rows, lanes = mac_rows, mac_lanes
         if pv_tiles < 0 or (pv_tiles and pv_tiles & (pv_tiles - 1)):
             raise ValueError(f"pv_tiles={pv_tiles}: must be 0 (no pv mode) or a power of two")
@@ -104,6 +113,12 @@ class MatrixUnit(wiring.Component):
                              f"({rows * lanes * W_BITS} bits) must be at least 32 bits wide")
         if packed and rows % 2:
             raise ValueError(f"mac_rows={rows}: packed products need an even number of rows")
+        if requant_rows is None:        # about a quarter of the rows: the largest divisor of P <= max(P / 4, 1)
+            requant_rows = max(r for r in range(1, max(rows // 4, 1) + 1) if rows % r == 0)
+        if isinstance(requant_rows, bool) or not isinstance(requant_rows, int) or requant_rows < 1 \
+                or rows % requant_rows:
+            raise ValueError(f"requant_rows={requant_rows}: must divide mac_rows={rows}")
+        self.requant_rows = requant_rows
         self.mac_rows, self.mac_lanes, self.max_tokens, self.packed = rows, lanes, max_tokens, bool(packed)
         self.primitive, self.streamed = bool(primitive), bool(streamed)
         self.max_inputs, self.max_tiles = max_inputs, max_tiles
@@ -166,23 +181,43 @@ class MatrixUnit(wiring.Component):
         with m.If(self.cmd.valid & ~running):
             m.d.sync += [cfg.eq(self.cmd.payload), running.eq(1), t.eq(0), j.eq(0), g.eq(0),
                          beat.eq(0), tile.eq(0), dg.eq(0)]
+        # the loop limits less one, registered with the command (the last-index compares without a subtract)
+        limits = {name: Signal(range(1 << len(getattr(cfg, name))), name=f"{name}_m1")
+                  for name in ("tokens", "group_beats", "groups", "tiles")}
+        with m.If(self.cmd.valid & ~running):
+            m.d.sync += [lim.eq(getattr(self.cmd.payload, name) - 1) for name, lim in limits.items()]
 
-        adv = Signal()               # the pipeline moves (only the output stage can stall it)
+        adv = Signal()               # the pipeline moves (only the result queue or, pv, ``o`` stalls it)
         o_valid = Signal()
 
-        last_t = t == cfg.tokens - 1
-        last_j = j == cfg.group_beats - 1
-        last_g = g == cfg.groups - 1
-        last_tile = tile == cfg.tiles - 1
+        last_t = t == limits["tokens"]
+        last_j = j == limits["group_beats"]
+        last_g = g == limits["groups"]
+        last_tile = tile == limits["tiles"]
         need_bias = last_j & last_g & cfg.bias & ~pv
         fire = Signal()
-        m.d.comb += fire.eq(running & adv & self.w.tvalid & (~last_j | pv | self.scale.valid)
-                            & (~need_bias | self.bias.valid) & ((abeat < self.avail) if self.streamed else 1))
+        # The group scales and the tile biases wait in queues beside the pipeline (not copied down
+        # it): a scale beat from the issue of token 0 of its group's last beat to the multiply of
+        # the group's last token (stage 4), a bias beat from token 0 of its tile's last beat to the
+        # requantizer's bias add of the tile's last word.  The scale queue never fills: the groups
+        # in it are at most one per item of the stages before stage 4 (1 + latency + 1), plus one.
+        m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive)
+        # (Both read from a register: a beat is there two cycles after it is taken, long before its use.)
+        m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS, depth=dot.latency + 3)
+        m.submodules.bias_q = bias_q = fifo.SyncFIFOBuffered(width=P * 32, depth=BIAS_DEPTH)
+        t0 = t == 0
+        take_scale = last_j & ~pv & t0
+        take_bias = need_bias & t0
+        m.d.comb += fire.eq(running & adv & self.w.tvalid & (~take_scale | (self.scale.valid & scale_q.w_rdy))
+                            & (~take_bias | (self.bias.valid & bias_q.w_rdy))
+                            & ((abeat < self.avail) if self.streamed else 1))
         m.d.comb += [
+            scale_q.w_en.eq(self.scale.ready), scale_q.w_data.eq(self.scale.payload),
+            bias_q.w_en.eq(self.bias.ready), bias_q.w_data.eq(self.bias.payload),
             self.mac.eq(fire),
             self.w.tready.eq(fire & last_t & (~pv | dg)),        # pv: a weight beat serves both digits
-            self.scale.ready.eq(fire & last_t & last_j & ~pv),
-            self.bias.ready.eq(fire & last_t & need_bias),
+            self.scale.ready.eq(fire & take_scale),
+            self.bias.ready.eq(fire & take_bias),
             rd.en.eq(adv),
             rd.addr.eq(Cat(t, abeat) if TM > 1 else abeat),
         ]
@@ -210,18 +245,16 @@ class MatrixUnit(wiring.Component):
         # accumulator of a (tile, token): every channel tile's sums live across the key beats).
         ptb = max(ceil_log2(PT), 1) if PT else 1
         ctl = data.StructLayout({"v": 1, "t": tb, "first_j": 1, "last_j": 1, "first_g": 1,
-                                 "last_g": 1, "last": 1, "hi": 1, "tile": ptb})
+                                 "last_g": 1, "last_t": 1, "last": 1, "hi": 1, "tile": ptb})
         s1 = Signal(ctl)
         w1 = Signal(P * K * W_BITS)
-        scale1, bias1 = Signal(P * SCALE_BITS), Signal(P * 32)
         with m.If(adv):
             m.d.sync += [
                 s1.v.eq(fire), s1.t.eq(t), s1.first_j.eq((j == 0) | pv), s1.last_j.eq(last_j | pv),
                 s1.first_g.eq((g == 0) & ~(pv & dg)), s1.last_g.eq(last_g & (~pv | dg)),
                 s1.last.eq(last_t & last_g & last_tile & Mux(pv, dg, last_j)),
-                s1.hi.eq(pv & ~dg), s1.tile.eq(Mux(pv, tile, 0)),
-                w1.eq(self.w.tdata), scale1.eq(self.scale.payload),
-                bias1.eq(Mux(cfg.bias, self.bias.payload, 0)),
+                s1.last_t.eq(last_t), s1.hi.eq(pv & ~dg), s1.tile.eq(Mux(pv, tile, 0)),
+                w1.eq(self.w.tdata),
             ]
 
         def token_file(name, width, index, first, terms, we, depth=TM):
@@ -241,33 +274,31 @@ class MatrixUnit(wiring.Component):
             return totals
 
         # --- stage 2: rows x lanes products and their per-row sums (hw/compute/dot_array.py) ---------
-        # The dot products appear ``latency`` enabled cycles after stage 1; the control, scale
-        # and bias go down the same number of (reset-less, shift-register friendly) stages.
-        m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive)
+        # The dot products appear ``latency`` enabled cycles after stage 1; the control goes down
+        # the same number of stages.
         m.d.comb += [dot.en.eq(adv), dot.w.eq(w1), dot.a.eq(rd.data)]
         dots = [dot.dots[p] for p in range(P)]
-        s2, scale2, bias2 = s1, scale1, bias1
+        s2 = s1
         for i in range(dot.latency):
             ns = Signal(ctl, name=f"s2_{i}")
-            nscale = Signal.like(scale1, name=f"scale2_{i}", reset_less=True)
-            nbias = Signal.like(bias1, name=f"bias2_{i}", reset_less=True)
             with m.If(adv):
-                m.d.sync += [ns.eq(s2), nscale.eq(scale2), nbias.eq(bias2)]
-            s2, scale2, bias2 = ns, nscale, nbias
+                m.d.sync += ns.eq(s2)
+            s2 = ns
 
         # --- stage 3: group partial sums (read-modify-write per token) ----------------------
         s3 = Signal(ctl)
-        scale3, bias3 = Signal.like(scale1), Signal.like(bias1)
         ps3 = [Signal(signed(self.partial_width), name=f"ps{p}") for p in range(P)]
         for p, ps in enumerate(token_file("part", self.partial_width, s2.t, s2.first_j, dots, adv & s2.v)):
             with m.If(adv):
                 m.d.sync += ps3[p].eq(ps)
         with m.If(adv):
-            m.d.sync += [s3.eq(s2), s3.v.eq(s2.v & s2.last_j), scale3.eq(scale2), bias3.eq(bias2)]
+            m.d.sync += [s3.eq(s2), s3.v.eq(s2.v & s2.last_j)]
 
         # --- stage 4: group scale (one uint16 x partial multiply per row and group) ----------
+        # the group's scale beat is the head of ``scale_q`` while its tokens pass; the last one pops it
+        scale3 = scale_q.r_data
+        m.d.comb += scale_q.r_en.eq(adv & s3.v & s3.last_t & ~pv)
         s4 = Signal(ctl)
-        bias4 = Signal.like(bias1)
         prod4 = [Signal(signed(self.partial_width + SCALE_BITS + 1), name=f"prod{p}") for p in range(P)]
         # kv: a scale word is A (uint8, low byte) | E (int8, high byte); the multiply takes A
         kv_a = SCALE_BITS // 2
@@ -283,11 +314,10 @@ class MatrixUnit(wiring.Component):
         e4, e5 = Signal(P * kv_a), Signal(P * kv_a)
         kv_e = Cat(*[scale3[p * SCALE_BITS + kv_a:(p + 1) * SCALE_BITS] for p in range(P)])
         with m.If(adv):
-            m.d.sync += [s4.eq(s3), bias4.eq(bias3), e4.eq(kv_e)]
+            m.d.sync += [s4.eq(s3), e4.eq(kv_e)]
 
         # --- stage 5: accumulate over groups --------------------------------------------------
         s5 = Signal(ctl)
-        bias5 = Signal.like(bias1)
         acc5 = [Signal(signed(self.acc_width), name=f"accout{p}") for p in range(P)]
         acc_index = Cat(s4.t, s4.tile[:ceil_log2(PT)]) if PT > 1 else s4.t
         for p, total in enumerate(token_file("acc", self.acc_width, acc_index, s4.first_g, prod4, adv & s4.v,
@@ -295,32 +325,109 @@ class MatrixUnit(wiring.Component):
             with m.If(adv):
                 m.d.sync += acc5[p].eq(total)
         with m.If(adv):
-            m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), bias5.eq(bias4), e5.eq(e4)]
+            m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), e5.eq(e4)]
 
-        # --- stage 6: requantize to X32, add the bias, output register -----------------------
-        # shift E_w - e - X_FRAC; kv (golden ``scores``): per row -(e + E_row + S_FRAC)
-        sh = Signal(signed(EXP_BITS + 2))
-        m.d.comb += sh.eq(cfg.w_exp - exps[s5.t] - X_FRAC)
-        words = []
-        for p in range(P):
-            sh_kv = Signal(signed(EXP_BITS + 2), name=f"sh_kv{p}")
-            m.d.comb += sh_kv.eq(-exps[s5.t] - e5[p * kv_a:(p + 1) * kv_a].as_signed() - S_FRAC)
-            y = sat(m, rshr(m, acc5[p], Mux(cfg.kv, sh_kv, sh), max_left=33), 32)
-            yb = sat(m, y + bias5[p * 32:(p + 1) * 32].as_signed(), 32)
-            words.append(yb)
+        # --- stage 6: requantize to X32 and add the bias, R = requant_rows rows a cycle -----------
+        # A finished (tile, token) -- P exact accumulators, the shift's common part and the kv row
+        # exponents -- goes into the result queue ``res_q`` (a tile's last group gives T of them back
+        # to back); the requantizer takes the head R rows a cycle through 6 register stages (select,
+        # shift decode, shift, round, saturate, bias add + saturate) into the output word, P / R
+        # cycles a beat.  Shift E_w - e - X_FRAC; kv (golden ``scores``): per row -(e + E_row + S_FRAC).
+        R = self.requant_rows
+        NC = P // R
+        SH = signed(EXP_BITS + 2)
+        sh5 = Signal(SH)                # the shift without the kv row exponent
+        m.d.comb += sh5.eq(Mux(cfg.kv, -exps[s5.t] - S_FRAC, cfg.w_exp - exps[s5.t] - X_FRAC))
+        res = data.StructLayout({"acc": data.ArrayLayout(signed(self.acc_width), P),
+                                 "e": data.ArrayLayout(signed(kv_a), P), "sh": SH, "last": 1, "end": 1})
+        m.submodules.res_q = res_q = fifo.SyncFIFO(width=res.size, depth=max(TM, 2))
+        head = data.View(res, res_q.r_data)
+        m.d.comb += [res_q.w_en.eq(adv & s5.v & ~pv),
+                     res_q.w_data.eq(Cat(*acc5, e5, sh5, s5.last, s5.last_t))]
+
+        dadv = Signal()                 # the requantizer moves (only ``o`` stalls it)
         o_data, o_last = Signal(P * 32), Signal()
+        m.d.comb += dadv.eq(~o_valid | self.o.tready)
+        chunk = Signal(range(max(NC, 2)))      # (one bit at NC = 1: no zero-width vectors in the Verilog)
+        take = Signal()                 # the head's rows chunk R .. chunk R + R - 1 enter the requantizer
+        m.d.comb += [take.eq(dadv & res_q.r_rdy), res_q.r_en.eq(take & (chunk == NC - 1))]
+        with m.If(take):
+            m.d.sync += chunk.eq(Mux(chunk == NC - 1, 0, chunk + 1))
+        qctl = data.StructLayout({"v": 1, "c": range(max(NC, 2)), "end": 1, "last": 1, "tile_end": 1})
+
+        def rq_stage(name, prev_ctl, values):
+            """One requantizer register stage: ``values`` (name -> (shape, next value) per row) and
+            the control, all moving on ``dadv``."""
+            ctl_r = Signal(qctl, name=f"rq_{name}")
+            regs = {}
+            for key, (shape, nexts) in values.items():
+                regs[key] = [Signal(shape, name=f"rq_{name}_{key}{i}") for i in range(R)]
+            with m.If(dadv):
+                m.d.sync += ctl_r.eq(prev_ctl)
+                for key, (shape, nexts) in values.items():
+                    m.d.sync += [r.eq(v) for r, v in zip(regs[key], nexts)]
+            return ctl_r, regs
+
+        # A: the chunk's accumulators and shifts
+        cA = Signal(qctl)
+        last_c = chunk == NC - 1
+        m.d.comb += [cA.v.eq(take), cA.c.eq(chunk), cA.end.eq(last_c), cA.last.eq(head.last & last_c),
+                     cA.tile_end.eq(head.end & last_c)]
+        sel_acc = [Array(head.acc[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.acc[i] for i in range(R)]
+        sel_e = [Array(head.e[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.e[i] for i in range(R)]
+        cA, rA = rq_stage("a", cA, {
+            "acc": (signed(self.acc_width), sel_acc),
+            "sh": (SH, [Mux(cfg.kv, head.sh - e, head.sh) for e in sel_e])})
+        # B: the shift decoded (golden rshr: s > 0 rounds right by min(s, cap), s <= 0 shifts left)
+        max_left = 33
+        cap = self.acc_width + 1
+        dec = {"acc": (signed(self.acc_width), rA["acc"]), "neg": (1, []), "zero": (1, []),
+               "right1": (range(cap), []), "left": (range(max_left + 1), [])}
+        for s in rA["sh"]:
+            dec["neg"][1].append(s < 0)
+            dec["zero"][1].append(s == 0)
+            dec["right1"][1].append(Mux(s > cap, cap, s)[:ceil_log2(cap + 1)] - 1)  # s - 1 (unused at s <= 0)
+            dec["left"][1].append(Mux(s < -max_left, max_left, -s))
+        cB, rB = rq_stage("b", cA, dec)
+        # C: the shift (right by s - 1, or left), D: the rounding ((x >> (s - 1)) + 1) >> 1
+        wide_w = self.acc_width + max_left + 1
+        shifted = []
+        for i in range(R):
+            x = rB["acc"][i]
+            shifted.append(Mux(rB["neg"][i], x << rB["left"][i], Mux(rB["zero"][i], x, x >> rB["right1"][i])))
+        cC, rC = rq_stage("c", cB, {"v": (signed(wide_w), shifted),
+                                    "rnd": (1, [~n & ~z for n, z in zip(rB["neg"], rB["zero"])])})
+        rounded = []
+        for i in range(R):
+            v = rC["v"][i]
+            rounded.append(Mux(rC["rnd"][i], (v[:self.acc_width + 1].as_signed() + 1) >> 1, v))
+        cD, rD = rq_stage("d", cC, {"r": (signed(wide_w), rounded)})
+        # E: saturate, the chunk's bias words (the tile's bias beat, popped after its last word)
+        bias_words = [Array(bias_q.r_data[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC))[cD.c]
+                      if NC > 1 else bias_q.r_data[i * 32:(i + 1) * 32] for i in range(R)]
+        cE, rE = rq_stage("e", cD, {"y": (signed(32), [sat(m, r, 32) for r in rD["r"]]),
+                                    "b": (signed(32), [Mux(cfg.bias, b, 0) for b in bias_words])})
+        m.d.comb += bias_q.r_en.eq(dadv & cD.v & cD.tile_end & cfg.bias)
+        # F: the bias add and its saturation, into the output word
+        words = [sat(m, y + b, 32) for y, b in zip(rE["y"], rE["b"])]
+
         if not PT:
-            m.d.comb += adv.eq(~o_valid | self.o.tready)
-            with m.If(adv):
-                m.d.sync += [o_valid.eq(s5.v), o_data.eq(Cat(*words)), o_last.eq(s5.last)]
-        else:
+            m.d.comb += adv.eq(~s5.v | res_q.w_rdy)
+        with m.If(~pv):
+            with m.If(dadv):
+                m.d.sync += [o_valid.eq(cE.v & cE.end), o_last.eq(cE.last)]
+            for c in range(NC):
+                with m.If(dadv & cE.v & (cE.c == c)):
+                    m.d.sync += o_data[c * R * 32:(c + 1) * R * 32].eq(Cat(*words))
+        if PT:
             # pv: y = acc (+ the previous wide value, taken from ``prev`` here), exact modulo 2^64;
             # sat32(y) as one beat, or (wide) the low words, then the high words as a second beat
-            # (the pipeline waits for it: ``pend``)
+            # (the pipeline waits for it: ``pend``); the whole beat in one cycle
             need_prev = s5.v & pv & cfg.acc
             pend = Signal()
             o_hi, o_last_hi = Signal(P * 32), Signal()
-            m.d.comb += [adv.eq(~pend & (~o_valid | self.o.tready) & (~need_prev | self.prev.valid)),
+            m.d.comb += [adv.eq(Mux(pv, ~pend & (~o_valid | self.o.tready) & (~need_prev | self.prev.valid),
+                                    ~s5.v | res_q.w_rdy)),
                          self.prev.ready.eq(adv & need_prev)]
             lo_w, hi_w, sat_w = [], [], []
             for p in range(P):
@@ -330,16 +437,16 @@ class MatrixUnit(wiring.Component):
                 lo_w.append(y[:32])
                 hi_w.append(y[32:])
                 sat_w.append(sat(m, y, 32))
-            wide = pv & cfg.wide
-            with m.If(adv):
-                m.d.sync += [o_valid.eq(s5.v),
-                             o_data.eq(Mux(pv, Mux(cfg.wide, Cat(*lo_w), Cat(*sat_w)), Cat(*words))),
-                             o_last.eq(s5.last & ~wide),
-                             pend.eq(s5.v & wide), o_hi.eq(Cat(*hi_w)), o_last_hi.eq(s5.last)]
-            with m.Elif(~pend & self.o.tready):     # the beat went, the next waits for ``prev``
-                m.d.sync += o_valid.eq(0)
-            with m.If(pend & self.o.tready):
-                m.d.sync += [o_data.eq(o_hi), o_last.eq(o_last_hi), pend.eq(0)]
+            with m.If(pv):
+                with m.If(adv):
+                    m.d.sync += [o_valid.eq(s5.v),
+                                 o_data.eq(Mux(cfg.wide, Cat(*lo_w), Cat(*sat_w))),
+                                 o_last.eq(s5.last & ~cfg.wide),
+                                 pend.eq(s5.v & cfg.wide), o_hi.eq(Cat(*hi_w)), o_last_hi.eq(s5.last)]
+                with m.Elif(~pend & self.o.tready):     # the beat went, the next waits for ``prev``
+                    m.d.sync += o_valid.eq(0)
+                with m.If(pend & self.o.tready):
+                    m.d.sync += [o_data.eq(o_hi), o_last.eq(o_last_hi), pend.eq(0)]
         m.d.comb += [self.o.tvalid.eq(o_valid), self.o.tdata.eq(o_data), self.o.tlast.eq(o_last),
                      self.o.tkeep.eq(-1)]
         return m

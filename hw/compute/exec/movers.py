@@ -746,8 +746,14 @@ class GemmMover(Mover):
         self.has_kv = (g.head_dim <= g.max_group and g.head_dim % g.lanes == 0 and 1 <= self.kv_beats <= g.rows)
         self.has_pv = isa.gemm_pv_built(g.rows, g.lanes, g.vl, g.head_dim)
         self.pv_tiles = g.head_dim // g.rows if self.has_pv else 0     # C: channel tiles of head_dim
+        # The matrix unit requantizes R rows a cycle (a beat in P / R cycles): R >= VL keeps up with
+        # this mover's SPAD writes of a GEMM beat (P / VL cycles), R >= P / J with a GEMM_QK tile's
+        # issue (J weight beats x T tokens for T beats); the smallest divisor of P that does both.
+        need = max(g.vl, -(-g.rows // self.kv_beats) if self.has_kv else 1)
+        self.requant_rows = min(r for r in range(1, g.rows + 1) if g.rows % r == 0 and r >= min(need, g.rows))
         self.matrix = MatrixUnit(g.rows, g.lanes, g.tokens, g.max_n, (1 << 16) - 1, max_group=g.max_group,
-                                 primitive=g.primitive, streamed=True, pv_tiles=self.pv_tiles)
+                                 primitive=g.primitive, streamed=True, pv_tiles=self.pv_tiles,
+                                 requant_rows=self.requant_rows)
 
     def elaborate(self, platform):
         m = Module()

@@ -168,6 +168,51 @@ def test_utilization_cocotb(build_dir, tmp_path):
     assert figures["mac_utilization"] >= 0.9, figures
 
 
+@pytest.mark.parametrize("tm,t,n,group,rq", [(4, 4, 4, 4, 1), (16, 16, 8, 4, 2)])
+def test_requant_stalls_amaranth_sim(tm, t, n, group, rq):
+    """The requantizer (R = ``requant_rows`` of P rows a cycle) behind long ``o`` stalls: tiles of
+    one or two weight beats, all inputs always valid, so the result queue and the bias queue fill
+    (the issue waits) while ``o`` is held off for 60-cycle stretches; T = 16 tokens: a tile's bias
+    is there before its first token's word.  Against ``fixed.linear`` (``linear_job``)."""
+    from mcf.sim.amaranth_util import send_command, simulate, write_port
+    rng = np.random.default_rng(tm + rq)
+    P, K = 4, 4
+    dut = MatrixUnit(mac_rows=P, mac_lanes=K, max_tokens=tm, max_inputs=16, max_tiles=16, requant_rows=rq)
+    job = linear_job(rng, P, K, tm, t=t, n=n, out=P * 10, group=group)
+    got, waits = [], 0
+
+    async def bench(ctx):
+        nonlocal waits
+        await write_port(ctx, dut.act, job.act)
+        await write_port(ctx, dut.exp, job.exp)
+        await send_command(ctx, dut.cmd, job.cmd)
+        idx = {"w": 0, "scale": 0, "bias": 0}
+        for cyc in range(40 * len(job.expected) * P // rq + 500):
+            ctx.set(dut.w.tvalid, idx["w"] < len(job.w))
+            ctx.set(dut.w.tdata, job.w[min(idx["w"], len(job.w) - 1)])
+            for name in ("scale", "bias"):
+                items = getattr(job, name)
+                ctx.set(getattr(dut, name).valid, idx[name] < len(items))
+                ctx.set(getattr(dut, name).payload, items[min(idx[name], len(items) - 1)])
+            ready = (cyc // 60) % 2 == 1 and rng.random() < 0.8
+            ctx.set(dut.o.tready, ready)
+            await ctx.delay(1e-9)
+            waits += idx["w"] < len(job.w) and not ctx.get(dut.w.tready) and not ctx.get(dut.mac)
+            took = {"w": ctx.get(dut.w.tready), "scale": ctx.get(dut.scale.ready), "bias": ctx.get(dut.bias.ready)}
+            if ctx.get(dut.o.tvalid) and ready:
+                got.append(ctx.get(dut.o.tdata))
+                assert ctx.get(dut.o.tlast) == (len(got) == len(job.expected))
+            await ctx.tick()
+            for name in idx:
+                idx[name] += bool(took[name])
+            if len(got) == len(job.expected):
+                break
+
+    simulate(dut, bench)
+    assert got == job.expected
+    assert waits > 100, "the issue never waited for the requantizer"
+
+
 @pytest.mark.parametrize("w_exp,e,packed", [(0, -10, True), (60, -16, True), (20, -16, True), (20, -16, False)])
 def test_extremes_amaranth_sim(w_exp, e, packed):
     """Largest products and scales, left shifts that saturate and right shifts past the width.
