@@ -1,5 +1,5 @@
 """Amaranth RTL of one MCF node: board-independent and parameterised."""
 
-from . import _fast_meminit
+from . import fast_meminit
 
-_fast_meminit.install()
+fast_meminit.install()

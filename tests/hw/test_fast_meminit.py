@@ -1,10 +1,10 @@
-"""``mcf.hw._fast_meminit``: Amaranth's RTLIL of memories with the fast init writer is the
+"""``mcf.hw.fast_meminit``: Amaranth's RTLIL of memories with the fast init writer is the
 same, byte for byte, as Amaranth's own (zero, signed, wide, struct-shaped and one-bit contents)."""
 from amaranth import Module, Signal, Value, signed
 from amaranth.back import rtlil
 from amaranth.lib import data, memory
 
-from mcf.hw import _fast_meminit
+from mcf.hw import fast_meminit
 
 
 def _design():
@@ -30,15 +30,15 @@ def _design():
 def test_fast_init_is_amaranths_rtlil():
     m, ports = _design()
     fast = rtlil.convert(m, ports=ports)
-    _fast_meminit.uninstall()
+    fast_meminit.uninstall()
     try:
         m, ports = _design()
         slow = rtlil.convert(m, ports=ports)
     finally:
-        _fast_meminit.install()
+        fast_meminit.install()
     assert "$meminit_v2" in slow and fast == slow
 
 
 def test_init_constant_bit_order():
     # row 0 in the low bits, MSB first in the text; negative rows in two's complement
-    assert _fast_meminit.init_constant(4, [1, -1, 0]) == "12'000011110001"
+    assert fast_meminit.init_constant(4, [1, -1, 0]) == "12'000011110001"

@@ -6,7 +6,7 @@ them.  For the Qwen node (the scratchpad's 4 x 8 192 beats of 256 bits, the atte
 the NIC's buffers: ~13 M bits) that was about a quarter of the Verilog conversion's time, for
 nothing but zeros.  ``emit_memory`` below writes the very same RTLIL constant (``<bits>'<MSB ..
 LSB>``, rows from the last to the first) straight from the init words; the output is
-byte-identical (``tests/hw/test_fast_meminit.py`` converts designs both ways and compares).
+byte-identical (``tests/hw/testfast_meminit.py`` converts designs both ways and compares).
 Installed when ``mcf.hw`` is imported."""
 from __future__ import annotations
 
