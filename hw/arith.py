@@ -84,6 +84,16 @@ def abs_(m, x: Value) -> Signal:
     return out
 
 
+def stage(m, value, name: str, shape=None) -> Signal:
+    """``value`` registered every cycle (no enable), in a signal named ``name`` of ``shape`` (the
+    value's own unless given: a layout's view stays a view): one stage of a free-running pipeline."""
+    if shape is None:
+        shape = value.shape() if hasattr(value, "shape") else Value.cast(value).shape()
+    r = Signal(shape, name=name)
+    m.d.sync += r.eq(value)
+    return r
+
+
 def write_indexed(m, signals, index, value, enable=None):
     """``signals[index] <= value`` (sync), one comparator per element: an Array on the left
     would give case statements without a default, which the lint rejects."""

@@ -70,6 +70,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from mcf.hw.arith import bitlen, exp2_rom, log2_exact, rshr, rshr_pos, sat
+from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_A_BITS, PACK_SHIFT, DotArray
@@ -425,9 +426,7 @@ class AttentionUnit(wiring.Component):
                                       Array(Array(rq_dot[e][r][h] for h in range(2)) for e in range(NQ))[rq_rd][ph]))
 
         def stage(name, value, shape=None):
-            sig = Signal(shape if shape is not None else value.shape(), name=name)
-            m.d.sync += sig.eq(value)
-            return sig
+            return arith_stage(m, value, name, shape)
 
         def carry(prev_v, prev_meta, n):
             return stage(f"p{n}v", prev_v), stage(f"p{n}m", prev_meta)

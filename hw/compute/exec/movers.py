@@ -38,6 +38,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from mcf.hw.arith import sat
+# ``stage``: one registered step of an instruction's decode.  The execute unit holds the word from
+# dispatch to the mover's ``done``, so a stage-k value is valid k cycles after it (unit.SETUP_CYCLES).
+from mcf.hw.arith import stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.attention import AttentionUnit, k_layout, out_words, v_layout
 from mcf.hw.compute.exec.spad import SpadReadSignature, SpadWriteSignature
@@ -265,15 +268,6 @@ class ReadQueue:
         self.exp = q.r_data[bits:].as_signed()
         self.busy = Signal(name=f"{name}_busy")
         m.d.comb += self.busy.eq(inflight | q.r_rdy)
-
-
-def stage(m: Module, value, name: str, shape=None) -> Signal:
-    """``value`` registered every cycle (no enable): one stage of an instruction's decode (``shape``:
-    the value's own unless given).  The execute unit holds the instruction word from dispatch to the
-    mover's ``done``, so a stage-k value is valid k cycles after the word (``unit.SETUP_CYCLES``)."""
-    r = Signal(Value.cast(value).shape() if shape is None else shape, name=name)
-    m.d.sync += r.eq(value)
-    return r
 
 
 def mantissas(words, count: int):
