@@ -1,5 +1,6 @@
 """Amaranth RTL of one MCF node: board-independent and parameterised."""
 
-from . import fast_meminit
+from . import fast_meminit, fast_netlist
 
 fast_meminit.install()
+fast_netlist.install()
