@@ -67,17 +67,30 @@ def test_a_registry_block_is_the_same():
     assert fast == slow
 
 
-def _loop():
+def _loop_operators():
     m = Module()
     x, y, z = Signal(4, name="x"), Signal(4, name="y"), Signal(4, name="z")
     m.d.comb += [x.eq(y + z), y.eq(x ^ 1)]
     return m, [z]
 
 
-def test_a_combinational_loop_is_amaranths_error():
+def _loop_switch_and_slice():
+    """Through an assignment list (``m.If``) and a variable slice: per-bit and shared sources."""
+    m = Module()
+    x, y, z = Signal(8, name="x"), Signal(8, name="y"), Signal(3, name="z")
+    with m.If(z[0]):
+        m.d.comb += x[2:6].eq(z)
+    with m.Else():
+        m.d.comb += x.eq(y.bit_select(z, 8))
+    m.d.comb += y.eq(Signal(8, name="w") | x)
+    return m, [z]
+
+
+@pytest.mark.parametrize("design", [_loop_operators, _loop_switch_and_slice])
+def test_a_combinational_loop_is_amaranths_error(design):
     def message():
         with pytest.raises(_nir.CombinationalCycle) as info:
-            m, ports = _loop()
+            m, ports = design()
             rtlil.convert(m, ports=ports)
         return str(info.value)
     fast, slow = _both(message)
