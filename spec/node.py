@@ -75,6 +75,13 @@ class NodeConfig:
     max_tokens: int = 16             # tokens sharing each weight beat (query rows per pass)
     vec_lanes: int = 8               # vector unit lanes
     att_rows: int = 8                # attention unit query rows (GQA group heads x tokens)
+    # attention unit: score / P.V lanes a row (its products: att_rows x 2 x att_lanes DSP48E2; a key
+    # pair's scores and a key's P.V take head_dim / att_lanes cycles); 0: the unit's default,
+    # ``mcf.hw.compute.attention.default_lanes(head_dim)`` (16 at head_dim 128).  The KR260 node runs
+    # attention on the MAC array (attention = "array", docs/attention-array.md): the unit's products
+    # serve only the keys ATTN_KV still takes (decode tokens' one-token segments, a short last
+    # block), so they are folded narrow -- 4 lanes, 64 DSPs instead of 256 (issue 14: the K26's 1 248)
+    att_lanes: int = 4
     max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes
     # Decode streams every weight once per token: 4 loaders alone on the 4 HP ports (16 GB/s of
@@ -116,6 +123,8 @@ class NodeConfig:
         if self.max_group < self.mac_lanes:
             raise SpecError(f"NodeConfig: max_group={self.max_group} must be >= mac_lanes={self.mac_lanes} (a weight "
                             f"group is whole MAC lanes)")
+        if self.att_lanes and self.head_dim % self.att_lanes:
+            raise SpecError(f"NodeConfig: att_lanes={self.att_lanes} does not divide head_dim={self.head_dim}")
         if self.num_heads % self.num_kv_heads:
             raise SpecError(f"NodeConfig: num_heads={self.num_heads} is not a multiple of "
                             f"num_kv_heads={self.num_kv_heads}")
@@ -242,7 +251,7 @@ class NodeConfig:
         base = dict(data_width=64, hp_ports=1, weight_ports=1, weight_clock_hz=0, buffer_bytes=512, payload_depth=64, nic_buffer_depth=64,
                     seq_queue_depth=4, fetch_depth=4, rx_slots=4,
                     nic_desc_depth=4, route_entries=16, reduce_slots=2, reduce_beats=32, softmax_fan_in=0,
-                    mac_rows=4, mac_lanes=8, dsp_primitives=0, max_tokens=8, vec_lanes=8, att_rows=4, max_keys=64, kv_lanes=4,
+                    mac_rows=4, mac_lanes=8, dsp_primitives=0, max_tokens=8, vec_lanes=8, att_rows=4, att_lanes=0, max_keys=64, kv_lanes=4,
                     spad_beats=2048, kv_block_keys=64, dir_entries=256, max_context=256,
                     hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16)
         return cls(**{**base, **changes})
@@ -286,6 +295,8 @@ RANGES: dict[str, Range] = {
     "max_tokens": Range(1, 256, pow2=True, doc="tokens per weight pass"),
     "vec_lanes": Range(1, 256, pow2=True, doc="vector unit lanes"),
     "att_rows": Range(1, 256, doc="attention unit query rows"),
+    "att_lanes": Range(1, 256, pow2=True, zero=True,
+                       doc="attention unit score / P.V lanes a row (0: default_lanes(head_dim); divides head_dim)"),
     "max_keys": Range(1, 1 << 20, pow2=True, doc="keys per attention state"),
     "kv_lanes": Range(1, 256, doc="KV writer lanes"),
     "weight_ports": Range(1, MAX_HP_PORTS, pow2=True, doc="GEMM weight loaders (AXI4 masters) of the execute unit"),

@@ -53,9 +53,13 @@ Folded to the rate the K/V streams deliver keys (``lanes`` = head_dim / 8 by def
   (``st``) reaches o through the same pipeline (the word times a unit INT4 on its lane and row);
 * **emit**: a pipeline (the o memories read a chunk, then the row and a group of W lanes, W
   x sat32, x the row's reciprocal, the rounding shift: W products and shifters) that stalls on
-  the output; FINAL computes every row's reciprocal ahead, one a cycle.  W (``words``) divides
-  ``lanes``, so a slice of W words is one address of W o memories: ``ow`` and FINAL move W words
-  a cycle (``out_words``: gcd(VL, lanes) in the execute unit, 8 at Qwen: one SPAD beat a cycle).
+  the output; FINAL computes every row's reciprocal ahead, one a cycle.  A slice of W (``words``)
+  words is one address of W o memories: ``ow`` and FINAL move W words a cycle (``out_words``:
+  gcd(VL, default lanes) in the execute unit, 8 at Qwen: one SPAD beat a cycle).  W divides
+  ``lanes``, or is a multiple of them: then o lives in ``o_lanes`` = W memories a row, head_dim / W
+  deep, and P.V's chunk c fills lanes (c mod W / lanes) x lanes .. + lanes - 1 of address
+  c // (W / lanes) -- so a unit folded narrow (``NodeConfig.att_lanes``: 4 on the KR260 node, whose
+  attention runs on the MAC array) keeps O and FINAL at a beat a cycle.
 
 ``k.ready`` falls while the key slots are full; a pass ends when its last key has left the post
 (MAX) or P.V (APPLY).  Cycles, keys always valid and from the command (``sim.compute.cost``):
@@ -129,7 +133,9 @@ class OWriteSignature(wiring.Signature):
 
 def out_words(head_dim: int, vl: int, lanes: int | None = None) -> int:
     """Words a cycle of the unit's o loads (``ow``) and FINAL emit when its host moves ``vl``-word
-    SPAD beats: gcd(vl, lanes), so that a slice of them is one address of ``lanes`` o memories."""
+    SPAD beats: gcd(vl, lanes), lanes the default build's (``default_lanes``) unless given -- a unit
+    folded narrower (``NodeConfig.att_lanes``) keeps that rate: its o memories are ``words`` a row
+    when W > lanes (``AttentionUnit.o_lanes``)."""
     import math
     return math.gcd(vl, default_lanes(head_dim) if lanes is None else lanes)
 
@@ -140,6 +146,19 @@ class StateWriteSignature(wiring.Signature):
     def __init__(self, rows: int, head_dim: int):
         super().__init__({"en": Out(1), "row": Out(max(ceil_log2(rows), 1)),
                           "word": Out(range(head_dim + 2)), "data": Out(32)})
+
+
+def unit_lanes(head_dim: int, att_lanes: int = 0) -> int:
+    """The score / P.V lanes of the unit a node builds: ``att_lanes`` (``NodeConfig.att_lanes``), or
+    ``default_lanes`` when 0."""
+    return att_lanes or default_lanes(head_dim)
+
+
+def key_cycles(head_dim: int, lanes: int) -> tuple[float, int]:
+    """The unit's steady-state cycles per key at ``lanes``: (MAX, APPLY) = (max(c / 2, 1), c), c =
+    head_dim / lanes (a key pair's scores in c cycles; a key's P.V in c)."""
+    c = head_dim // lanes
+    return max(c / 2, 1), max(c, 1)
 
 
 def default_lanes(head_dim: int) -> int:
@@ -205,10 +224,14 @@ class AttentionUnit(wiring.Component):
         if lanes < 1 or head_dim % lanes or (lanes >= CHAIN and lanes % CHAIN):
             raise ValueError(f"lanes={lanes}: must divide head_dim={head_dim} and be a multiple of {CHAIN} "
                              f"(or below it)")
-        if words < 1 or lanes % words or words & (words - 1):
-            raise ValueError(f"words={words}: must be a power of two dividing lanes={lanes}")
+        if words < 1 or words & (words - 1) or (lanes % words and (words % lanes or head_dim % words)):
+            raise ValueError(f"words={words}: must be a power of two dividing lanes={lanes} or a multiple of "
+                             f"lanes dividing head_dim={head_dim}")
         self.head_dim, self.rows, self.max_keys, self.words = head_dim, rows, max_keys, words
         self.lanes, self.chunks, self.primitive = lanes, head_dim // lanes, bool(primitive)
+        # o lives in ``o_lanes`` memories a row (max(lanes, words)), ``head_dim / o_lanes`` deep: W
+        # words of a slice are one address; with W > lanes a product chunk fills lanes of them
+        self.o_lanes = max(lanes, words)
         kb = ceil_log2(max_keys)
         # Exact widths: l <= 2^15 keys (+ a loaded int32), |w vq| <= 2^34 per key (+ a loaded int32).
         self.l_width = max(32, 16 + kb) + 2
@@ -229,8 +252,8 @@ class AttentionUnit(wiring.Component):
 
     @property
     def cycles_per_key(self) -> tuple[float, int]:
-        """Steady-state cycles per key: (MAX, APPLY)."""
-        return max(self.chunks / 2, 1), max(self.chunks, 1)
+        """Steady-state cycles per key: (MAX, APPLY) (``key_cycles``)."""
+        return key_cycles(self.head_dim, self.lanes)
 
     @property
     def multipliers(self) -> int:
@@ -240,6 +263,8 @@ class AttentionUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         D, R, L, C = self.head_dim, self.rows, self.lanes, self.chunks
+        Ls = self.o_lanes                       # o memories a row; product chunk c -> address c // K,
+        Cs, K = D // Ls, Ls // L                # memories (c mod K) L .. (c mod K) L + L - 1
         dotw = MANT_BITS + W_BITS + ceil_log2(D) + 1
 
         qrows = [Signal(q_layout(D), name=f"q{r}") for r in range(R)]
@@ -266,14 +291,14 @@ class AttentionUnit(wiring.Component):
 
         mrow = [Signal(signed(32), name=f"m{r}", init=INT32_MIN) for r in range(R)]
         lacc = [Signal(signed(self.l_width), name=f"l{r}") for r in range(R)]
-        # o[r][c * lanes + l] in memory (r, l) at address c, a flag per element (0 reads as 0:
-        # ``clear`` and APPLY's ``first`` empty every o in one cycle)
-        omem = [[memory.Memory(shape=signed(self.o_width), depth=C, init=[]) for _ in range(L)] for _ in range(R)]
+        # o[r][a * Ls + j] in memory (r, j) at address a (Ls = o_lanes; = lanes unless W > lanes), a
+        # flag per element (0 reads as 0: ``clear`` and APPLY's ``first`` empty every o in one cycle)
+        omem = [[memory.Memory(shape=signed(self.o_width), depth=Cs, init=[]) for _ in range(Ls)] for _ in range(R)]
         for r in range(R):
-            for j in range(L):
+            for j in range(Ls):
                 m.submodules[f"o{r}_{j}"] = omem[r][j]
-        o_rd = [[omem[r][j].read_port() for j in range(L)] for r in range(R)]
-        o_wr = [[omem[r][j].write_port() for j in range(L)] for r in range(R)]
+        o_rd = [[omem[r][j].read_port() for j in range(Ls)] for r in range(R)]
+        o_wr = [[omem[r][j].write_port() for j in range(Ls)] for r in range(R)]
         oflag = [[Signal(name=f"of{r}_{i}") for i in range(D)] for r in range(R)]
 
         # APPLY keys in the post or the w queue: the queue covers the post's latency at one key a
@@ -524,13 +549,14 @@ class AttentionUnit(wiring.Component):
         inj = Signal()
         m.d.comb += inj.eq(self.st.en & (self.st.word >= 2))
         # ow (ATTN_Q O): ``words`` elements of one row a cycle, slice s = elements s W .. s W + W - 1,
-        # address s // (L / W) of the lanes of group s mod (L / W); down the same stages, replacing
-        # the product (no DSP: the words go straight into the write-back adder)
-        W, G = self.words, L // self.words
+        # address s // (Ls / W) of the memories of group s mod (Ls / W); down the same stages (as
+        # product chunk K x that address), replacing the product (no DSP: the words go straight into
+        # the write-back adder)
+        W, G = self.words, Ls // self.words
         wide = Signal()
         m.d.comb += wide.eq(self.ow.en)
-        ow_c = Array(Const(x // G, range(C)) for x in range(D // W))[self.ow.slice]
-        ow_g = Array(Const(x % G, range(L)) for x in range(D // W))[self.ow.slice]
+        ow_c = Array(Const(x // G * K, range(C)) for x in range(D // W))[self.ow.slice]
+        ow_g = Array(Const(x % G, range(Ls)) for x in range(D // W))[self.ow.slice]
         pairs = -(-L // 2)
         vchunk = Array(v_cur[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[pv_c]
         a1 = []
@@ -553,8 +579,15 @@ class AttentionUnit(wiring.Component):
         q3s, q3n, q3r = stage("pv3s", q2s), stage("pv3n", q2n), stage("pv3r", q2r)
         q3w, q3d = stage("pv3w", q2w), stage("pv3d", q2d)
         m.d.comb += pv_busy.eq(q1v | q2v | q3v)
+        if K == 1:
+            q2a, q3a, q3b = q2c, q3c, [Const(1)]
+        else:                           # a product chunk's address and memories
+            q2a = Array(Const(c // K, range(Cs)) for c in range(C))[q2c]
+            q3a = Array(Const(c // K, range(Cs)) for c in range(C))[q3c]
+            q3m = Array(Const(c % K, range(K)) for c in range(C))[q3c]
+            q3b = [q3m == b for b in range(K)]
         outing = state == OUT
-        ec, el = Signal(range(C)), Signal(range(L))     # emit: o element ec * lanes + el
+        ec, el = Signal(range(Cs)), Signal(range(Ls))   # emit: o element ec * Ls + el
         eadv = Signal()
         for r in range(R):
             src = Signal(32, name=f"pvw{r}")
@@ -574,20 +607,23 @@ class AttentionUnit(wiring.Component):
                         continue
                     inc = stage(f"pvi{r}_{lane}", fields[0][j] + (fields[1][j] << 16), signed(37))
                     # read o at stage 2, add and write it back at stage 3 (an element comes back
-                    # only head_dim / lanes cycles later)
-                    rd, wr = o_rd[r][lane], o_wr[r][lane]
-                    flags = Array(oflag[r][c * L + lane] for c in range(C))
-                    fl3 = stage(f"pvf{r}_{lane}", flags[q2c] & ~q2s)
-                    m.d.comb += [rd.en.eq(Mux(outing, eadv, 1)), rd.addr.eq(Mux(outing, ec, q2c))]
-                    total = Signal(signed(self.o_width), name=f"osum{r}_{lane}")
-                    k = lane % W
-                    m.d.comb += total.eq(Mux(fl3, rd.data, 0) + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
-                    m.d.comb += [wr.en.eq(q3v & Mux(q3w, (q3n == lane // W) & (q3r == r),
-                                                    ~q3s | ((q3n == lane) & (q3r == r)))),
-                                 wr.addr.eq(q3c), wr.data.eq(total)]
-                    for c in range(C):
-                        with m.If(wr.en & (wr.addr == c)):
-                            m.d.sync += oflag[r][c * L + lane].eq(1)
+                    # only head_dim / lanes cycles later); chunk c's lane goes to memory
+                    # (c mod K) L + lane at address c // K
+                    for b in range(K):
+                        js = b * L + lane
+                        rd, wr = o_rd[r][js], o_wr[r][js]
+                        flags = Array(oflag[r][a * Ls + js] for a in range(Cs))
+                        fl3 = stage(f"pvf{r}_{js}", flags[q2a] & ~q2s)
+                        m.d.comb += [rd.en.eq(Mux(outing, eadv, 1)), rd.addr.eq(Mux(outing, ec, q2a))]
+                        total = Signal(signed(self.o_width), name=f"osum{r}_{js}")
+                        k = js % W
+                        m.d.comb += total.eq(Mux(fl3, rd.data, 0) + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
+                        m.d.comb += [wr.en.eq(q3v & Mux(q3w, (q3n == js // W) & (q3r == r),
+                                                        q3b[b] & (~q3s | ((q3n == lane) & (q3r == r))))),
+                                     wr.addr.eq(q3a), wr.data.eq(total)]
+                        for a in range(Cs):
+                            with m.If(wr.en & (wr.addr == a)):
+                                m.d.sync += oflag[r][a * Ls + js].eq(1)
         with m.If(q3v & q3l):
             m.d.sync += kdone.eq(kdone + 1)
 
@@ -673,7 +709,7 @@ class AttentionUnit(wiring.Component):
             m.d.sync += word.eq(word + Mux(final, W, 1))
             with m.If(is_o):
                 m.d.sync += el.eq(el + Mux(final, W, 1))
-                with m.If(el == Mux(final, L - W, L - 1)):
+                with m.If(el == Mux(final, Ls - W, Ls - 1)):
                     m.d.sync += [el.eq(0), ec.eq(ec + 1)]
             with m.If(last_word):
                 m.d.sync += [word.eq(0), row.eq(row + 1), ec.eq(0), el.eq(0)]
@@ -686,19 +722,19 @@ class AttentionUnit(wiring.Component):
         # 3: x rcp (W products); 4, 5: the rounding shifts; out (STATE: word el mod W of the group)
         KIND_M, KIND_L, KIND_O, KIND_F = range(4)
         tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "m": 32, "l": 32, "rcp": 16, "fsh": signed(8),
-                                 "row": range(R), "el": range(L), "flag": W})
+                                 "row": range(R), "el": range(Ls), "flag": W})
         x1, x2, x3, x4, x5 = (Signal(tag, name=f"x{i}") for i in range(1, 6))
         kind = Mux(maxm | (~final & (word == 0)), KIND_M, Mux(final, KIND_F, Mux(word == 1, KIND_L, KIND_O)))
-        # the flags of the group of o element (row, ec * lanes + el): one word select of the flags laid
+        # the flags of the group of o element (row, ec * Ls + el): one word select of the flags laid
         # out at (row, ec, group) fields of W bits (a power-of-two mux tree, no index arithmetic)
         gbits, cbits = ceil_log2(G), len(ec)
         zero_w = Const(0, W)
         flag_words = [zero_w] * ((1 << (gbits + cbits)) * (1 << len(row)))
         for r in range(R):
-            for c in range(C):
+            for c in range(Cs):
                 for gg in range(G):
                     flag_words[(r << (cbits + gbits)) | (c << gbits) | gg] = Cat(
-                        *(oflag[r][c * L + gg * W + k] for k in range(W)))
+                        *(oflag[r][c * Ls + gg * W + k] for k in range(W)))
         egrp = el[wl:wl + gbits]
         flag_now = Cat(*flag_words).word_select(Cat(egrp, ec, row), W)
         ov2 = [Signal(signed(self.o_width), name=f"ov2_{k}") for k in range(W)]
@@ -738,7 +774,7 @@ class AttentionUnit(wiring.Component):
 
 
 @block("compute_attention", "Q.K^T, exp2 softmax state, P.V over streamed KV -> (m, l, o), maxima or rows",
-       variants=({"max_keys": 65536}, {"head_dim": 32, "lanes": 8, "primitive": 1}),
+       variants=({"max_keys": 65536}, {"head_dim": 32, "lanes": 4, "words": 8, "primitive": 1}),
        head_dim=16, rows=2, max_keys=64, lanes=0, primitive=0, words=1,
        ranges={"head_dim": Range(1, 256), "rows": Range(1, 64), "max_keys": Range(1, 1 << 20, pow2=True),
                "lanes": Range(0, 256), "primitive": Range(0, 1), "words": Range(1, 256, pow2=True)})

@@ -37,7 +37,8 @@ class ComputeEngine(wiring.Component):
         self.units = {
             "matrix": MatrixUnit(c.mac_rows, c.mac_lanes, c.max_tokens, max_inputs, max_tiles),
             "vector": VectorUnit(vector_n, c.vec_lanes),
-            "attention": AttentionUnit(c.head_dim, c.att_rows, c.max_keys, words=out_words(c.head_dim, c.vec_lanes)),
+            "attention": AttentionUnit(c.head_dim, c.att_rows, c.max_keys, lanes=c.att_lanes or None,
+                                       words=out_words(c.head_dim, c.vec_lanes)),
             "kv": KVWriter(c.head_dim, c.kv_lanes),
         }
         super().__init__({name: Out(unit.signature) for name, unit in self.units.items()})

@@ -51,7 +51,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mcf.hw.compute.attention import default_lanes
+from mcf.hw.compute.attention import unit_lanes
 from mcf.spec.node import MODEL_SHAPES, NodeConfig
 
 #: The matrix unit's steady-state bench (module, coroutine), beside the unit's tests.
@@ -325,7 +325,7 @@ def attention_figures(report: dict, node: NodeConfig) -> dict:
     the KV bytes read."""
     from mcf.spec.kv import segment_bytes
     R, d = node.att_rows, node.head_dim
-    score_array, pv_array = R * 2 * default_lanes(d), R * default_lanes(d)
+    score_array, pv_array = R * 2 * unit_lanes(d, node.att_lanes), R * unit_lanes(d, node.att_lanes)
     out = {}
     for op in report["ops"]:
         kinds = op["per_kind"]
@@ -650,9 +650,9 @@ def run_engine(args) -> dict:
         "attention_pv_on_array": pv if pv is not None else pv_skipped or "not run (--no-pv-array)",
         "attention_on_array": arr if arr is not None else array_skipped or "not run (--no-prefill-array)",
         "attention_unit": {"head_dim": node.head_dim, "att_rows": node.att_rows, "gqa_group": node.group,
-                           "lanes": default_lanes(node.head_dim),
-                           "score_array_products": node.att_rows * 2 * default_lanes(node.head_dim),
-                           "pv_array_products": node.att_rows * default_lanes(node.head_dim),
+                           "lanes": unit_lanes(node.head_dim, node.att_lanes),
+                           "score_array_products": node.att_rows * 2 * unit_lanes(node.head_dim, node.att_lanes),
+                           "pv_array_products": node.att_rows * unit_lanes(node.head_dim, node.att_lanes),
                            "score_array_is": "INT4 K (a key pair) x int16 Q mantissas, two per DSP48E2, "
                                              "used by the MAX and the APPLY pass",
                            "pv_array_is": "int32 p A_v (sat, two 16-bit digits) x INT4 V, two elements per "

@@ -45,8 +45,8 @@ from mcf.sw.golden.node.nodesim import BUSY_COUNTER as BUSY_OF
 from mcf.sw.mars.profile import PROFILE_DIR, HardwareProfile, load_profile
 from mcf.sw.runtime.backend import SimBackend
 
-from ..compute.cost import (MATRIX_LATENCY, attn_emit_cycles, attn_o_cycles, dir_cycles, kv_writer_cycles,
-                            softmax_pass_cycles, vector_cycles)
+from ..compute.cost import (MATRIX_LATENCY, attn_emit_cycles, attn_kv_cycles, attn_o_cycles, dir_cycles,
+                            kv_writer_cycles, softmax_pass_cycles, vector_cycles)
 
 #: Ethernet bytes per frame besides the MCF packet: preamble 8, MAC header 14, FCS 4, gap 12.
 ETH_OVERHEAD = 38
@@ -63,7 +63,9 @@ ISA_COSTS = {
                "2 P / VL / banks + 1 (its previous wide value); or the V rows' bytes over the weight loaders if slower "
                "(a run of blocks: the same, no cost beyond the reads)",
     "VEC": "rows x the vector unit's cycles for n elements on vec_lanes",
-    "ATTN_KV": "keys + 2 (MAX) or + 4 (APPLY) per pass, or its K (and V) bytes over the execute unit's one AXI4 master if slower",
+    "ATTN_KV": "keys x the attention unit's cycles a key (MAX c / 2, APPLY c, at least 1; c = head_dim / att_lanes) "
+               "+ 2 (MAX) or + 4 (APPLY) per pass (sim/compute/cost.py attn_kv_cycles), or its K (and V) bytes over "
+               "the execute unit's one AXI4 master if slower",
     "ATTN_SM": "ceil(keys / vec_lanes) x max(R, vec_lanes, ceil((R + vec_lanes + 2) / 2)) + 22 (MAX) or + 34 (APPLY) "
                "(sim/compute/cost.py softmax_pass_cycles: R score beats in and R w beats out per group of vec_lanes "
                "keys, two transpose buffers; checked against the execute unit's RTL), or its V scale bytes if slower "
@@ -180,7 +182,7 @@ class TimingCosts(UnitCosts):
         elif op == Opcode.VEC:
             unit = w["rows"] * vector_cycles(VecOp(w["vop"]).name, w["n"], vl)
         elif op == Opcode.ATTN_KV:
-            unit = w["keys"] + (2 if ins.phase == AttnPass.MAX else 4)
+            unit = attn_kv_cycles(w["keys"], d, cfg.att_lanes, ins.phase == AttnPass.APPLY)
         elif op == Opcode.ATTN_SM:
             unit = softmax_pass_cycles(w["keys"], w["rows"], vl, ins.phase == AttnPass.APPLY)
         elif op == Opcode.ATTN_Q:

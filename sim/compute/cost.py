@@ -10,7 +10,7 @@ vector work of one row with the GEMM of the next.
 from __future__ import annotations
 
 import math
-from mcf.hw.compute.attention import default_lanes, out_words
+from mcf.hw.compute.attention import key_cycles, out_words, unit_lanes
 from mcf.hw.compute.matrix import MatrixUnit
 from mcf.spec.node import NodeConfig
 
@@ -55,16 +55,25 @@ def kv_writer_cycles(d: int, lanes: int) -> int:
     return beats + 4
 
 
-def attention_cycles(keys: int, rows: int, d: int, final: bool = True) -> int:
-    """MAX pass, APPLY pass and emit of the attention unit at its default folding (``c`` = d /
-    lanes cycles per key pair's scores and per key's P.V; exact for c >= 4), keys always valid,
+def attention_cycles(keys: int, rows: int, d: int, final: bool = True, lanes: int = 0) -> int:
+    """MAX pass, APPLY pass and emit of the attention unit at ``lanes`` (``NodeConfig.att_lanes``; 0:
+    its default folding; ``c`` = d / lanes cycles per key pair's scores and per key's P.V; exact
+    for c >= 4), keys always valid,
     each from its command: MAX 18 + c ceil(S / 2), + 2 for an even S (the pair's second key, the
     post's second cycle) or + 1 for an odd S > 1; APPLY 30 + c (S + 1), + 1 for S > 1; emit
     rows d + 16 (FINAL: the reciprocals computed ahead) or rows (d + 2) + 9 (STATE)."""
-    c = d // default_lanes(d)
+    c = d // unit_lanes(d, lanes)
     mx = 18 + c * -(-keys // 2) + (2 if keys % 2 == 0 else int(keys > 1))
     ap = 30 + c * (keys + 1) + int(keys > 1)
     return mx + ap + (rows * d + 16 if final else rows * (d + 2) + 9)
+
+
+def attn_kv_cycles(keys: int, d: int, lanes: int, apply: bool) -> int:
+    """One ATTN_KV pass (the ISA cost model): the execute unit streams a key a cycle at best, + 2
+    (MAX) or + 4 (APPLY); the attention unit takes its keys at its steady rate (``key_cycles`` at
+    ``unit_lanes(d, lanes)``: MAX c / 2, APPLY c cycles a key, c = d / lanes) -- the slower of them."""
+    mx, ap = key_cycles(d, unit_lanes(d, lanes))
+    return math.ceil(keys * (ap if apply else mx)) + (4 if apply else 2)
 
 
 #: ATTN_Q O's and ATTN_EMIT's cycles beyond their words (the execute unit in simulation,
@@ -143,7 +152,7 @@ def layer_cycles(cfg, tokens: int, context: int, node: NodeConfig = NodeConfig()
     kv = T * 2 * hkv * kv_writer_cycles(d, node.kv_lanes)
     tok_per_job = max(1, node.att_rows // group)
     jobs = hkv * math.ceil(T / tok_per_job)
-    att = jobs * attention_cycles(context, min(node.att_rows, group * T), d)
+    att = jobs * attention_cycles(context, min(node.att_rows, group * T), d, lanes=node.att_lanes)
     total = gemm + vec + kv + att
     return {"gemm": round(gemm), "vector": vec, "kv_writer": kv, "attention": att,
             "total": round(total)}

@@ -37,10 +37,11 @@ def register(sub) -> None:
                         "its heads, KV heads and MLP slice -- and computes every token: prefill chunk by chunk "
                         "and decode, o_proj and down_proj partial sums added by the NICs' SUM; the names of "
                         "mcf simulate --decode)")
-    p.add_argument("--attention", default="unit", metavar="PATH",
-                   help="unit (default: ATTN_KV passes on the attention unit) | array (scores by GEMM_QK on the "
-                        "MAC array over runs of KV blocks, softmax by ATTN_SM, PV by GEMM_PV; kv-stationary only; "
-                        "docs/attention-array.md)")
+    p.add_argument("--attention", default="auto", metavar="PATH",
+                   help="auto (default: array where the node and the program are covered -- the KR260 node -- "
+                        "else unit; printed with its reason) | unit (ATTN_KV passes on the attention unit) | array "
+                        "(scores by GEMM_QK on the MAC array over runs of KV blocks, softmax by ATTN_SM, PV by "
+                        "GEMM_PV; kv-stationary only; docs/attention-array.md)")
     p.add_argument("--chunk", type=integer(1, MAX_SEQ), help="chunk size B in tokens (default: the node's max tokens)")
     p.add_argument("--budget", type=integer(1, MAX_BYTES), help="per-node KV budget in bytes (MARS drains replicas to fit)")
     p.add_argument("--topology", default="switch", help="switch | ring | grid | full_mesh (default switch)")
@@ -100,6 +101,7 @@ def run(args) -> int:
     clk = out["clock_hz"]
     print(f"{out['scheme']} on {out['nodes']} node(s), backend {args.backend}, model {out['model']}, "
           f"chunk {out['chunk']}, {len(tokens)} prompt tokens")
+    print(f"attention: {out['attention']} ({out['attention_reason']})")
     print(f"tokens: {','.join(str(t) for t in out['tokens'])}")
     print(f"TTFT: {out['ttft_cycles']} cycles = {out['ttft_s'] * 1e3:.4g} ms at {clk / 1e6:g} MHz")
     if out["decode_cycles_per_token"] is not None:

@@ -54,6 +54,11 @@ LOWERED_SCHEMES = (Scheme.MARS, Scheme.RING, Scheme.ZIGZAG, Scheme.FULL, Scheme.
 #: Where attention runs: "unit" = ATTN_KV passes on the attention unit; "array" = scores by GEMM_QK
 #: on the MAC array, softmax by ATTN_SM, PV by GEMM_PV (docs/attention-array.md step 4).
 ATTENTION_PATHS = ("unit", "array")
+#: What ``attention`` of ``lower`` / ``Session`` / ``mcf run --attention`` takes: a path, or "auto" (the
+#: default): "array" where ``ARRAY_COVERS`` holds for the node and the program (the KR260 node, whose
+#: attention unit is folded narrow for the keys ATTN_KV still takes), "unit" otherwise (the tiny node
+#: builds no GEMM_PV) -- ``choose_attention`` says which and why, in one line.
+ATTENTION_CHOICES = ("auto",) + ATTENTION_PATHS
 MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -240,6 +245,24 @@ def check_array_attention(sh: "Shapes", chunks: list) -> None:
                             f"({array_pv_keys(sh)})")
 
 
+def choose_attention(attention: str, sh: "Shapes", chunks: list) -> tuple[str, str]:
+    """``attention`` (``ATTENTION_CHOICES``) -> (the path, a one-line reason).  "array" asked for
+    and not covered: ``LoweringError`` (``check_array_attention``); "auto": the array where it is
+    covered, else the unit, with what the array path lacks."""
+    if attention not in ATTENTION_CHOICES:
+        raise LoweringError(f"attention={attention!r}: one of {', '.join(ATTENTION_CHOICES)}")
+    if attention != "auto":
+        if attention == "array":
+            check_array_attention(sh, chunks)
+        return attention, f"attention={attention} asked for"
+    try:
+        check_array_attention(sh, chunks)
+    except LoweringError as exc:
+        return "unit", f"auto -> unit: {str(exc).removeprefix('attention=array: ')}"
+    return "array", ("auto -> array: the node builds GEMM_QK and GEMM_PV and the program's GQA group and "
+                     "chunks fit them (ARRAY_COVERS)")
+
+
 # --------------------------------------------------------------------------------------------
 # Memories
 # --------------------------------------------------------------------------------------------
@@ -408,6 +431,7 @@ class Lowered:
     prefix: int = 0                     # chunks loaded before the run (not computed; see ``lower``)
     slots: dict = field(default_factory=dict)        # (node, block) -> pool slot of its copy
     attention: str = "unit"             # ATTENTION_PATHS: ATTN_KV, or GEMM_QK / ATTN_SM / GEMM_PV
+    attention_reason: str = ""          # why that path (``choose_attention``)
     _decode_cache: dict = field(default_factory=dict)
 
     @property
@@ -468,7 +492,7 @@ class _Buf:
 
 
 def lower(plan: Plan, node: NodeConfig, group: int, consts: dict, bases, decode_steps: int = 0,
-          prefix: int = 0, attention: str = "unit") -> Lowered:
+          prefix: int = 0, attention: str = "auto") -> Lowered:
     """The programs, DDR map and route tables of ``plan`` on nodes built as ``node``, for a model
     quantized with INT4 group size ``group`` (``consts``: ``const_keys``), each node's DDR at
     ``bases[n]``, with room for ``decode_steps`` decode tokens.
@@ -480,7 +504,8 @@ def lower(plan: Plan, node: NodeConfig, group: int, consts: dict, bases, decode_
     only, so the plan must create them without replicas (``r_step[1 .. prefix] == 1``, e.g. the
     converged schedule alpha = 0).
 
-    ``attention``: ``ATTENTION_PATHS`` ("array": ``check_array_attention`` says what it covers)."""
+    ``attention``: ``ATTENTION_CHOICES`` ("auto": the array where it is covered, else the unit;
+    ``choose_attention``; the choice and its reason in ``Lowered.attention``, ``attention_reason``)."""
     model = plan.request.model
     if plan.scheme not in LOWERED_SCHEMES:
         raise LoweringError(f"scheme {plan.scheme}: no node programs (lowered: "
@@ -511,12 +536,10 @@ def lower(plan: Plan, node: NodeConfig, group: int, consts: dict, bases, decode_
     if prefix and (np.asarray(plan.owner[:prefix]) != np.asarray(plan.holder_owner[:prefix])).any():
         raise LoweringError("plan: a loaded prefix must be held by its final owners (scheme pd moves it)")
     sh = Shapes(model, node, group, chunk)
-    if attention not in ATTENTION_PATHS:
-        raise LoweringError(f"attention={attention!r}: one of {', '.join(ATTENTION_PATHS)}")
-    if attention == "array":
-        check_array_attention(sh, [int(x) for x in plan.chunk_tokens])
+    attention, reason = choose_attention(attention, sh, [int(x) for x in plan.chunk_tokens])
     low = _Lowerer.prepare(plan, sh, consts, list(bases), decode_steps, attention)
     low.lw.prefix = int(prefix)
+    low.lw.attention_reason = reason
     return low.prefill()
 
 

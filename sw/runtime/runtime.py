@@ -40,7 +40,7 @@ from mcf.sw.driver import NodeFault
 from mcf.sw.errors import UserError
 from mcf.sw.golden.fixed_model import FixedModel, TensorParallel, default_group
 from mcf.sw.models.config import shard_config
-from mcf.sw.mars.lower import ATTENTION_PATHS, DECODE_ROOT, lower
+from mcf.sw.mars.lower import ATTENTION_CHOICES, DECODE_ROOT, lower
 from mcf.sw.mars.lower_tp import TENSOR_PARALLEL, lower_tp
 from mcf.sw.mars.planner import PlanRequest, plan
 from mcf.sw.mars.profile import load_profile
@@ -111,6 +111,8 @@ class RunReport:
     lowered: object = field(repr=False, default=None)
     kv: dict | None = None               # the prefix KV tier's figures (None: no tier)
     kv_values: dict = field(repr=False, default_factory=dict)   # chunk -> value read after prefill
+    attention: str = "unit"              # the attention path the programs run (``choose_attention``)
+    attention_reason: str = ""           # why, in one line
 
     @property
     def ttft_cycles(self) -> int:
@@ -144,6 +146,7 @@ class RunReport:
             "replica_factor_per_step": self.replica_factor_per_step,
             "directory_after_prefill": self.directory_after_prefill,
             "kv_tier": self.kv,
+            "attention": self.attention, "attention_reason": self.attention_reason,
             "steps": [{"kind": s.kind, "cycles": s.cycles, "token": s.token, "ps_seconds": s.ps_seconds,
                        "counters": s.counters} for s in self.steps],
         }
@@ -156,7 +159,7 @@ class Session:
                  chunk: int | None = None, budget: int | None = None, topology: str = "switch", decode: int = 0,
                  group: int | None = None, node: NodeConfig | None = None, timeout_s: float = 60.0,
                  watchdog: int = WATCHDOG_RESET, fixed: FixedModel | None = None, kv_store=None,
-                 decode_scheme: str = "kv-stationary", attention: str = "unit"):
+                 decode_scheme: str = "kv-stationary", attention: str = "auto"):
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise UserError("no prompt tokens")
@@ -183,11 +186,16 @@ class Session:
         if decode_scheme not in DECODE_SCHEMES:
             raise UserError(f"decode scheme {decode_scheme!r}: one of {', '.join(DECODE_SCHEMES)}")
         self.tp = decode_scheme == TENSOR_PARALLEL
-        if attention not in ATTENTION_PATHS:
-            raise UserError(f"attention {attention!r}: one of {', '.join(ATTENTION_PATHS)}")
-        self.attention = attention
-        if self.tp and attention != "unit":
+        if attention not in ATTENTION_CHOICES:
+            raise UserError(f"attention {attention!r}: one of {', '.join(ATTENTION_CHOICES)}")
+        # "auto": the lowering's choice (``choose_attention``), set from the programs below
+        self.attention, self.attention_reason = attention, ""
+        if self.tp and attention == "array":
             raise UserError(f"attention {attention}: the tensor-parallel lowering runs attention on the unit only")
+        if self.tp:
+            self.attention = "unit"
+            self.attention_reason = ("auto -> unit: the tensor-parallel lowering runs attention on the unit only"
+                                     if attention == "auto" else "attention=unit asked for")
         if self.tp:
             if kv_store is not None:
                 raise UserError("--kv-store: the prefix tier keeps whole chunks on their owners (mars scheme); "
@@ -234,6 +242,7 @@ class Session:
         self.backend = factory(nodes, self.node, probe.map.size, topology)
         self.lw = lower(self.plan, self.node, group, self.consts, [m.phys_base for m in self.backend.memories],
                         decode, prefix=self.kv_prefix, attention=self.attention)
+        self.attention, self.attention_reason = self.lw.attention, self.lw.attention_reason
         self.group = group
         # the loaded chunks: per node [(offset in its DDR window, bytes)], written before start
         self.kv_writes = [[] for _ in range(nodes)]
@@ -394,7 +403,7 @@ class Session:
             chunk=int(max(lw.chunk_tokens)), prompt=self.prompt, tokens=[int(t) for t in tokens], steps=steps,
             clock_hz=self.backend.clock_hz, replica_factor_per_step=[], kv_bytes_course=None,
             kv_bytes_plan=[kv], link_bytes=self.backend.link_bytes(), directory_after_prefill=[[] for _ in range(N)],
-            lowered=lw)
+            lowered=lw, attention=self.attention, attention_reason=self.attention_reason)
 
     def _computed_chunks(self) -> dict:
         """The full chunks this prefill computed, read back from their owners' DDR windows (each a
@@ -436,7 +445,8 @@ class Session:
             chunk=int(pl.chunk_size), prompt=self.prompt, tokens=[int(t) for t in tokens], steps=steps,
             clock_hz=self.backend.clock_hz, replica_factor_per_step=[int(x) for x in pl.r_step],
             kv_bytes_course=course, kv_bytes_plan=[[int(x) for x in row] for row in pl.memory],
-            link_bytes=self.backend.link_bytes(), directory_after_prefill=directory, lowered=lw)
+            link_bytes=self.backend.link_bytes(), directory_after_prefill=directory, lowered=lw,
+            attention=self.attention, attention_reason=self.attention_reason)
 
     def run(self) -> RunReport:
         """Run the session on its backend; with the tier, the owners then store what it computed."""

@@ -37,6 +37,8 @@ def test_derived_sizes_and_nic_params():
     (dict(softmax_fan_in=3), "NodeConfig.softmax_fan_in=3: must be 0 or a power of two in [2, 16] "
                              "(fits: 0, 2, 4, 8, 16)"),
     (dict(num_heads=3, num_kv_heads=2), "NodeConfig: num_heads=3 is not a multiple of num_kv_heads=2"),
+    (dict(att_lanes=3), "NodeConfig.att_lanes=3: must be 0 or a power of two in [1, 256] (fits: 0, 1, 2, ..., 256)"),
+    (dict(att_lanes=8, head_dim=4), "NodeConfig: att_lanes=8 does not divide head_dim=4"),
     (dict(clock_hz=2e8), "NodeConfig.clock_hz=200000000.0: must be an integer in [1000000, 1000000000]"),
     (dict(hp_ports=True), "NodeConfig.hp_ports=True: must be an integer in [1, 5]"),
     (dict(num_sems=33), "NodeConfig.num_sems=33: must be an integer in [1, 32] (fits: 1, 2, 3, ..., 32)"),
@@ -133,3 +135,22 @@ def test_weight_clock_gives_the_loaders_ports_of_their_own():
         NodeConfig(weight_ports=4, hp_ports=4)
     with pytest.raises(SpecError, match="weight_clock_hz"):
         NodeConfig(weight_clock_hz=400_000_000)        # above the HP ports' 333 MHz
+
+
+def test_the_kr260_node_folds_its_attention_unit_narrow():
+    """The KR260 node (Qwen2.5-1.5B, attention on the MAC array by default) builds its attention
+    unit at att_lanes = 4 -- 8 rows x (4 score + 4 P.V) = 64 DSP48E2 instead of default_lanes(128) = 16's
+    256 -- and keeps the o load / FINAL emit at a SPAD beat (8 words) a cycle; the tiny node keeps its
+    default (0: default_lanes).  The execute unit's unit and the cost model read the field."""
+    from mcf.hw.compute.attention import default_lanes
+    from mcf.hw.compute.exec.movers import AttnMover, Geometry
+    from mcf.sim.compute.cost import attn_kv_cycles
+    kr, tiny = NodeConfig.qwen2_5_1_5b(), NodeConfig.tiny()
+    assert (kr.att_lanes, tiny.att_lanes, default_lanes(kr.head_dim)) == (4, 0, 16)
+    au = AttnMover(Geometry.from_config(kr)).unit
+    assert (au.lanes, au.chunks, au.words, au.o_lanes, au.multipliers) == (4, 32, 8, 8, 8 * (4 + 4))
+    assert AttnMover(Geometry.from_config(tiny)).unit.lanes == default_lanes(tiny.head_dim)
+    # ATTN_KV: 32 cycles a key in APPLY (P.V of 128 elements on 4 lanes), 16 in MAX (a pair in 32)
+    assert (attn_kv_cycles(5, 128, kr.att_lanes, True), attn_kv_cycles(5, 128, kr.att_lanes, False)) == \
+        (5 * 32 + 4, 5 * 16 + 2)
+    assert attn_kv_cycles(5, 128, 0, True) == 5 * 128 // 16 + 4

@@ -99,6 +99,7 @@ class Geometry:
     weight_ratio: int = 1  # bus beats each loader hands over per cycle (NodeConfig.weight_ratio)
     weight_cdc: bool = False  # the loaders' AXI side in the ``axi`` clock domain (NodeConfig.weight_clock_hz)
     primitive: bool = False  # the MAC array's products as DSP48E2 instances (hw/compute/dot_array.py)
+    att_lanes: int = 0    # attention unit score / P.V lanes (NodeConfig.att_lanes; 0: default_lanes)
 
     @classmethod
     def from_config(cls, c: NodeConfig) -> "Geometry":
@@ -110,7 +111,7 @@ class Geometry:
                    kv_block_keys=c.kv_block_keys, dir_entries=c.dir_entries, buffer_bytes=c.buffer_bytes,
                    buffers=c.buffers, fifo_depth=max(32, 2 * c.buffer_bytes // c.data_bytes),
                    weight_ports=c.weight_ports, weight_ratio=c.weight_ratio, weight_cdc=bool(c.weight_clock_hz),
-                   primitive=bool(c.dsp_primitives))
+                   primitive=bool(c.dsp_primitives), att_lanes=c.att_lanes)
 
     def __post_init__(self):
         bus = self.data_width // 8
@@ -1589,8 +1590,8 @@ class AttnMover(Mover):
 
     def __init__(self, g: Geometry):
         super().__init__(g)
-        self.unit = AttentionUnit(g.head_dim, g.att_rows, g.max_keys, primitive=g.primitive,
-                                  words=out_words(g.head_dim, g.vl))
+        self.unit = AttentionUnit(g.head_dim, g.att_rows, g.max_keys, lanes=g.att_lanes or None,
+                                  primitive=g.primitive, words=out_words(g.head_dim, g.vl))
 
     def elaborate(self, platform):
         m = Module()

@@ -133,17 +133,21 @@ def test_construction():
     a = AttentionUnit(head_dim=16, rows=2, max_keys=64)
     assert len(a.o.tdata) == 32 and a.l_width == 34 and a.o_width == 44
     assert (a.lanes, a.chunks) == (4, 4) and a.cycles_per_key == (2, 4)
-    q = AttentionUnit(head_dim=128, rows=6, max_keys=4096)       # the Qwen preset's unit
+    q = AttentionUnit(head_dim=128, rows=6, max_keys=4096)       # the default folding at head_dim 128
     assert (q.lanes, q.chunks, q.cycles_per_key, q.multipliers) == (16, 8, (4, 8), 6 * 32)
+    n = AttentionUnit(head_dim=128, rows=8, max_keys=4096, lanes=4, words=8)    # the KR260 node's (att_lanes)
+    assert (n.lanes, n.chunks, n.cycles_per_key, n.multipliers, n.o_lanes) == (4, 32, (16, 32), 8 * 8, 8)
     with pytest.raises(ValueError, match="^lanes=6: must divide head_dim=16"):
         AttentionUnit(head_dim=16, lanes=6)
     with pytest.raises(ValueError, match="^max_keys=48: must be a power of two$"):
         AttentionUnit(max_keys=48)
     with pytest.raises(ValueError, match="^rows=0, head_dim=16: must be >= 1$"):
         AttentionUnit(rows=0)
-    for bad in (3, 8, 0):                                           # W: a power of two dividing lanes = 4
-        with pytest.raises(ValueError, match=f"^words={bad}: must be a power of two dividing lanes=4$"):
+    for bad in (3, 32, 0):          # W: a power of two dividing lanes = 4, or a multiple of them dividing 16
+        with pytest.raises(ValueError, match=f"^words={bad}: must be a power of two dividing lanes=4 or a multiple "
+                                             f"of lanes dividing head_dim=16$"):
             AttentionUnit(head_dim=16, words=bad)
+    assert AttentionUnit(head_dim=16, words=8).o_lanes == 8 and AttentionUnit(head_dim=16, words=2).o_lanes == 4
     assert len(AttentionUnit(head_dim=16, words=4).o.tdata) == 128
     assert (out_words(128, 8), out_words(16, 8), out_words(16, 4), out_words(96, 8)) == (8, 4, 4, 4)
 
@@ -193,7 +197,8 @@ def test_attention_w_at_the_v_scale_extremes():
 @pytest.mark.parametrize("lanes", [8, 4])
 def test_attention_folded_amaranth_sim(lanes):
     """head_dim 32 folded to 8 (4 chunks a key pair) or 4 lanes (8 chunks): odd key counts (a
-    pair of one key at a run's end), several runs, both emit modes."""
+    pair of one key at a run's end), several runs, both emit modes.  (Fewer lanes than ``words``, o
+    in W memories a row as on the KR260 node: ``test_attention_cocotb[d8-lanes2-words4]``.)"""
     rng = np.random.default_rng(11 + lanes)
     dut = AttentionUnit(head_dim=32, rows=4, max_keys=64, lanes=lanes)
     assert dut.chunks == 32 // lanes
@@ -256,27 +261,31 @@ def test_first_resets_only_its_pass():
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("p", [dict(head_dim=8, rows=4, max_keys=32), dict(head_dim=16, rows=4, max_keys=32)],
-                         ids=["d8", "d16"])
+@pytest.mark.parametrize("p", [dict(head_dim=8, rows=4, max_keys=32), dict(head_dim=16, rows=4, max_keys=32),
+                               dict(head_dim=8, rows=4, max_keys=32, lanes=2, words=4)],
+                         ids=["d8", "d16", "d8-lanes2-words4"])
 def test_attention_cocotb(build_dir, p):
-    """Random pauses on K, V and the output at 2 and 4 cycles per key pair (lanes 4)."""
+    """Random pauses on K, V and the output at 2 and 4 cycles per key pair (lanes 4), and at 4 on 2
+    lanes with FINAL 4 words a transfer (o in 4 memories a row, a chunk fills 2: state words loaded
+    one by one and P.V written back to the chunk's half)."""
     unit = AttentionUnit(**p)
     run_cocotb(unit, __name__, build_dir, testcase=["run_jobs", "run_state_load"],
-               params={**p, "group": 2, "jobs": 6 if p["head_dim"] == 8 else 3})
+               params={**p, "group": 2, "jobs": 6 if p["head_dim"] == 8 and "lanes" not in p else 3})
 
 
-@pytest.mark.parametrize("runs,protocol,stall,words", [(1, False, False, 1), (3, True, True, 4), (2, False, True, 2)])
-def test_attention_streamed_scores_amaranth_sim(runs, protocol, stall, words):
+@pytest.mark.parametrize("runs,protocol,stall,words,lanes", [(1, False, False, 1, None), (3, True, True, 4, None),
+                                                             (2, False, True, 2, None), (3, True, True, 4, 2)])
+def test_attention_streamed_scores_amaranth_sim(runs, protocol, stall, words, lanes):
     """The softmax pass over streamed scores (``cmd.src``, ATTN_SM): MAX gives the golden
     ``partial_state`` m (several runs, saturated scores, rows that see no key), APPLY sends the
     golden ``attn_weights`` w out key by key (``stall``: ``w`` not ready 2 cycles in 5) and sums
     ``state_sums``' l, o untouched (0); the decode protocol loads the global maxima between the
     passes; then o loaded (ATTN_Q O) and FINAL emitted == ``finalize``, ``words`` o words a cycle
-    each way (``ow``, and FINAL's W-word transfers)."""
+    each way (``ow``, and FINAL's W-word transfers; W = 4 on 2 lanes: o in W memories a row)."""
     from mcf.sim.compute.drive import run_softmax
     from mcf.sim.compute.jobs import softmax_job, unpack
     rng = np.random.default_rng(21 + runs + 4 * protocol)
-    dut = AttentionUnit(head_dim=8, rows=6, max_keys=32, words=words)
+    dut = AttentionUnit(head_dim=8, rows=6, max_keys=32, words=words, lanes=lanes)
     jobs = [softmax_job(rng, d=8, group=3, tokens=2, keys=keys, runs=runs, protocol=protocol)
             for keys in (19, 7)]
     results = run_softmax(dut, jobs, (lambda i: i % 5 >= 2) if stall else (lambda i: True))

@@ -175,3 +175,33 @@ def test_fit_recovers_costs_and_keeps_them_non_negative():
     a, b = fit(list(zip(x, c, -1.0 * x + 500 * c)))          # the best a is negative: a = 0
     assert a == 0 and b > 0
     assert fit([]) == (1.0, 0.0) and fit([(0, 0, 5)]) == (1.0, 0.0)
+
+
+def test_attn_kv_costs_the_attention_units_lanes():
+    """ATTN_KV under the timing model runs at the attention unit's rate on the node's
+    ``att_lanes`` (c = head_dim / lanes: MAX c / 2, APPLY c cycles a key; the unit's
+    ``cycles_per_key``) when that is slower than its reads: the tiny node's unit (default 4 lanes,
+    c = 4) and one folded to 2 lanes (c = 8) over the same 64 keys."""
+    from mcf.hw.compute.attention import AttentionUnit
+    prof = load_profile("kr260")
+    busy = {}
+    for lanes in (0, 2):
+        node = NodeConfig.tiny(att_lanes=lanes)
+        d, keys = node.head_dim, 64
+        c = ClusterSim(node, 1, costs=TimingCosts(node, prof), ddr_bytes=1 << 17)
+        c.open_window()
+        n = c.nodes[0]
+        seg = n.ddr.phys_base + 0x4000
+        n.ddr.device_write(seg, kv.pack_segment(*fx.quantize_kv((np.ones((keys, d), np.int64), np.zeros(keys, np.int64)))))
+        run = dict(seg=seg, v_off=0, seg_stride=0, blocks=1, keys=keys, kpos0=0, pos_stride=0, block0=0,
+                   block_stride=0, gated=0, first=1)
+        c.load_program(0, [isa.AttnQ(what=isa.AttnLoad.QUERY, spad=0, qpos0=keys, tokens=1, heads=2, tok_stride=4,
+                                     head_stride=2),
+                           isa.AttnKV(phase=isa.AttnPass.MAX, **run), isa.AttnKV(phase=isa.AttnPass.APPLY, **run),
+                           isa.End()])
+        c.start()
+        assert c.run(max_cycles=1 << 20).ok
+        mx, ap = AttentionUnit(d, node.att_rows, node.max_keys, lanes=lanes or None).cycles_per_key
+        busy[lanes] = int(n.perf[isa.PerfCounter.BUSY_ATTN])
+        assert busy[lanes] == 2 * (d // node.vec_lanes) + int(keys * mx) + 2 + keys * ap + 4, lanes
+    assert busy[2] - busy[0] == keys * (8 // 2 - 4 // 2) + keys * (8 - 4)

@@ -32,6 +32,9 @@ def test_model_backend_tokens_equal_golden_generate(checkpoint, capsys):
                      "--scheme", "ring", "--chunk", "2"]) == 0
     text = capsys.readouterr().out
     assert "tokens: " in text and "TTFT: " in text and "link bytes" in text
+    # the attention path and why (attention = auto: the tiny checkpoint's node builds no GEMM_PV)
+    assert "attention: unit (auto -> unit: " in text and "builds no GEMM_PV" in text
+    assert out["attention"] == "unit" and out["attention_reason"].startswith("auto -> unit: ")
     assert cli.main(["golden", "generate", "--checkpoint", str(checkpoint), "--tokens", "1,2,3"]) == 0
     assert len(capsys.readouterr().out.strip().split(",")) == 1
 

@@ -161,3 +161,28 @@ def test_the_builder_turns_dependencies_into_waits():
     assert s.queue == Queue.TX
     with pytest.raises(ValueError, match="posted no receive"):
         b.send(1, [0], ddr=0, length=1, stage=0, mop=8, collective=0, reduce_op=0, dst=0, route_id=2, tag=6, seq=0)
+
+
+def test_auto_attention_is_the_array_on_the_kr260_node_and_the_unit_on_tiny():
+    """``attention = "auto"`` (lower / Session / `mcf run` default): the array path where
+    ARRAY_COVERS holds -- Qwen2.5-1.5B on the KR260 node -- the unit where it does not (the tiny
+    node's 4 x 8 array builds no GEMM_PV), each with a one-line reason; explicit choices honoured
+    (an uncovered "array" refused); anything else refused."""
+    from mcf.sw.mars.lower import Shapes, choose_attention
+    qwen = load_model("qwen2.5-1.5b")
+    kr260 = Shapes(qwen, node_config(qwen, 1), 128, 16)
+    path, why = choose_attention("auto", kr260, [16] * 64)
+    assert path == "array" and why.startswith("auto -> array") and "\n" not in why
+    assert choose_attention("unit", kr260, [16] * 64) == ("unit", "attention=unit asked for")
+    assert choose_attention("array", kr260, [16] * 64) == ("array", "attention=array asked for")
+    tiny = Shapes(TINY, NodeConfig.tiny(), 16, 8)
+    path, why = choose_attention("auto", tiny, [8, 8])
+    assert path == "unit" and why.startswith("auto -> unit: a 4 x 8 array") and "builds no GEMM_PV" in why
+    with pytest.raises(LoweringError, match="builds no GEMM_PV"):
+        choose_attention("array", tiny, [8, 8])
+    with pytest.raises(LoweringError, match="attention='gemm': one of auto, unit, array"):
+        choose_attention("gemm", tiny, [8, 8])
+    # the lowering records its choice: tiny (its default node) -> the unit, no GEMM_PV in the programs
+    lw = lower(tiny_plan(nodes=2, budget_tokens=16), NODE, 16, CONSTS, [0, 0])
+    assert (lw.attention, lw.attention_reason.split(":")[0]) == ("unit", "auto -> unit")
+    assert not any(i.OPCODE == Opcode.GEMM_PV for prog in lw.prefill for i in prog)

@@ -127,10 +127,23 @@ def test_unit_and_array_agree_and_differ_in_programs():
     assert any(i.OPCODE == Opcode.ATTN_KV and i.keys > 1 for i in ops(s_u.lw.prefill))
 
 
+def test_auto_runs_the_array_where_covered_and_says_so():
+    """The default (``attention = "auto"``): the array path on a node that builds GEMM_PV (its
+    programs hold GEMM_PV), the unit on the tiny node; the report (``mcf run``) carries the choice and
+    its one-line reason; the same logits either way."""
+    s_a, rep_a = run(PROMPT[:16], nodes=1, decode=0, attention="auto")
+    s_u, rep_u = run(PROMPT[:16], nodes=1, decode=0, node=NodeConfig.tiny(), attention="auto")
+    assert rep_a.attention == "array" and rep_a.to_json()["attention_reason"].startswith("auto -> array")
+    assert any(i.OPCODE == Opcode.GEMM_PV for i in ops(s_a.lw.prefill))
+    assert rep_u.attention == "unit" and "builds no GEMM_PV" in rep_u.to_json()["attention_reason"]
+    assert not any(i.OPCODE == Opcode.GEMM_PV for i in ops(s_u.lw.prefill))
+    assert np.array_equal(rep_a.steps[0].logits, rep_u.steps[0].logits)
+
+
 def test_what_the_array_path_cannot_run_is_refused():
     with pytest.raises(UserError, match=r"attention=array: a 4 x 8 array .* builds no GEMM_PV"):
         run(PROMPT[:16], nodes=1, node=NodeConfig.tiny())
-    with pytest.raises(UserError, match="attention 'gemm': one of unit, array"):
+    with pytest.raises(UserError, match="attention 'gemm': one of auto, unit, array"):
         run(PROMPT[:16], nodes=1, attention="gemm")
     with pytest.raises(UserError, match="tensor-parallel lowering runs attention on the unit only"):
         Session(TINY, TINY_W, PROMPT[:16], nodes=2, decode_scheme="tensor-parallel", factory=isa_backend,
