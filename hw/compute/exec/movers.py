@@ -343,12 +343,16 @@ class DirMover(Mover):
         look = Signal()                # checking: lookups issued while issued != count
         issued = Signal(17)
         looked = Signal()              # a lookup's answer is on dir_readable this cycle
-        last = Signal(25)
         decode = Signal()
-        m.d.comb += [last.eq(ins.block + (ins.count - 1) * ins.stride), self.busy.eq(run | look | decode)]
+        # the range check in stages (``stage``; ``decode``, the cycle after ``start``, sees stage 3): the last
+        # id block + (count - 1) stride past the directory, or count = 0
+        count_m1 = stage(m, ins.count - 1, "count_m1", 16)                                   # stage 1
+        span = stage(m, count_m1 * ins.stride, "span", 24)                                    # stage 2
+        bad = stage(m, (ins.count == 0) | ((ins.block + span) >= g.dir_entries), "bad")      # stage 3
+        m.d.comb += self.busy.eq(run | look | decode)
         m.d.sync += decode.eq(self.start)
         with m.If(decode):
-            with m.If((ins.count == 0) | (last >= g.dir_entries)):
+            with m.If(bad):
                 self.refuse(m)
             with m.Else():
                 m.d.sync += [cur.eq(ins.block), left.eq(ins.count), issued.eq(0),

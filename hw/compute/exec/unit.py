@@ -41,6 +41,9 @@ Ports (the sequencer's side, ``docs/node.md``):
 """
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -161,7 +164,7 @@ class ExecUnit(wiring.Component):
         S = UnitState
         state = Signal(S)
         word = Signal(isa.INSTR_BITS)
-        active = Signal(range(len(names)))
+        owner = Signal(len(names))            # one-hot: mover i runs (it started, state RUN)
         axi_err = Signal()
         op = word[:6]
         m.d.comb += [self.instr.ready.eq(state == S.IDLE), self.busy.eq(state != S.IDLE)]
@@ -193,7 +196,7 @@ class ExecUnit(wiring.Component):
             for i, name in enumerate(names):
                 with m.Elif(Cat(*[legal[o] for o in self.movers[name].OPS]).any()):
                     m.d.comb += self.movers[name].start.eq(1)
-                    m.d.sync += [active.eq(i), state.eq(S.RUN)]
+                    m.d.sync += [owner.eq(1 << i), state.eq(S.RUN)]
             with m.Else():
                 m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.ILLEGAL_INSTRUCTION), state.eq(S.IDLE)]
         ld_error = Cat(*[x.resp_error for x in loaders]).any()
@@ -201,29 +204,34 @@ class ExecUnit(wiring.Component):
             m.d.sync += axi_err.eq(1)
         for i, name in enumerate(names):
             mv = self.movers[name]
-            with m.If((state == S.RUN) & (active == i)):
+            with m.If(owner[i]):
                 with m.If(mv.fault):
-                    m.d.sync += [self.fault.eq(1), self.fault_cause.eq(mv.cause), state.eq(S.IDLE)]
+                    m.d.sync += [self.fault.eq(1), self.fault_cause.eq(mv.cause), state.eq(S.IDLE), owner.eq(0)]
                 with m.Elif(mv.done):
-                    m.d.sync += state.eq(S.IDLE)
+                    m.d.sync += [state.eq(S.IDLE), owner.eq(0)]
                     with m.If(axi_err | ld_error | rd.resp_error | wr.resp_error):
                         m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.AXI_ERROR)]
                     with m.Else():
                         m.d.sync += self.done.eq(1)
 
         # --- the running mover takes the shared resources ----------------------------------------------
+        # (``owner``: one bit a mover, registered at its start, so that each shared signal is an AND-OR of
+        # the movers' values, not a priority chain behind a compare of the state and the mover's index)
         bus = MoverBus(g).create(path=("bus",))
+        terms = {}
         for i, name in enumerate(names):
             local = self.movers[name].bus
-            with m.If((state == S.RUN) & (active == i)):
-                for path, member, value in local.signature.flatten(local):
-                    shared = bus
-                    for p in path:
-                        shared = getattr(shared, p) if isinstance(p, str) else shared[p]
-                    if member.flow == Out:
-                        m.d.comb += shared.eq(value)
-                    else:
-                        m.d.comb += value.eq(shared)
+            for path, member, value in local.signature.flatten(local):
+                shared = bus
+                for p in path:
+                    shared = getattr(shared, p) if isinstance(p, str) else shared[p]
+                if member.flow == Out:
+                    v = Value.cast(value)
+                    terms.setdefault(path, (shared, []))[1].append(v & owner[i].replicate(len(v)))
+                else:
+                    m.d.comb += value.eq(Mux(owner[i], shared, 0))
+        for shared, values in terms.values():
+            m.d.comb += shared.eq(reduce(operator.or_, values))
 
         m.d.comb += [
             spad.rd.en.eq(bus.spad_rd.en), spad.rd.addr.eq(bus.spad_rd.addr),
@@ -319,7 +327,7 @@ class ExecUnit(wiring.Component):
         running = state == S.RUN
         for i, name in enumerate(names):
             if name in BUSY_OF:
-                m.d.comb += getattr(self.perf, BUSY_OF[name]).eq(running & (active == i))
+                m.d.comb += getattr(self.perf, BUSY_OF[name]).eq(owner[i])
         if g.weight_cdc:       # the weight ports are in ``axi``: count their beats as the engine takes them
             taken = bus.ldata.tvalid & bus.ldata.tready
             rd_beats = [Mux(axi.rvalid & axi.rready, g.bus_bytes, 0)] + [
