@@ -402,8 +402,7 @@ class LoadStoreMover(Mover):
         g, b = self.g, self.bus
         ins = self.view(isa.Opcode.LOAD)          # STORE has the same fields
         op = self.instr[:6]
-        store = Signal()
-        m.d.comb += store.eq(op == isa.Opcode.STORE)
+        store = stage(m, op == isa.Opcode.STORE, "store")           # stage 1 (from the decode's CHECK on)
         bfp = ins.row_beats != 0
         m.submodules.div = div = SerialDivider(20, 12)
         m.d.comb += [div.a.eq(ins.beats), div.b.eq(ins.row_beats)]
@@ -601,10 +600,16 @@ class EmbedMover(Mover):
         row_off = Signal(44)
         row_addr, scl_addr = Signal(ADDR_BITS), Signal(ADDR_BITS)
         age = Signal(2)
-        m.d.comb += cur_id.eq(Array(ids)[treq])
-        m.d.sync += [row_off.eq(cur_id * row_bytes), row_addr.eq(ddr_addr(ins.table) + row_off),
+        # (cur_id = ids[treq] as a register, loaded with the id of treq's next value: the product starts from
+        # registers the cycle treq moves, as before; the handshake only picks between two registered-index reads)
+        step = Signal()                                # treq moves on this cycle
+        restart = Signal()                             # treq goes to 0
+        m.d.sync += [cur_id.eq(Mux(restart, ids[0], Mux(step, Array(ids)[treq + 1], Array(ids)[treq]))),
+                     row_off.eq(cur_id * row_bytes),
+                     row_addr.eq(ddr_addr(ins.table) + row_off),
                      scl_addr.eq(ddr_addr(ins.table) + row_off + nib_bytes), age.eq(Mux(age == 2, 2, age + 1))]
         with m.If(state == S.VERIFY):
+            m.d.comb += restart.eq(1)
             m.d.sync += [treq.eq(0), rphase.eq(0), age.eq(0)]
         m.d.comb += [
             b.req0.valid.eq((state == S.ROWS) & (treq != ins.count) & (age == 2)),
@@ -615,6 +620,7 @@ class EmbedMover(Mover):
         with m.If(b.req0.valid & b.req0.ready):
             m.d.sync += rphase.eq(~rphase)
             with m.If(rphase):
+                m.d.comb += step.eq(1)
                 m.d.sync += [treq.eq(treq + 1), age.eq(0)]
 
         # --- consumer: scales into a small table, nibbles -> X32 beats --------------------------------
@@ -779,8 +785,8 @@ class GemmMover(Mover):
         C = max(self.pv_tiles, 1)
         kv = Signal()
         m.d.comb += kv.eq(qk_op if self.has_kv else 0)
-        located = Signal()                             # a GEMM_QK whose first key needs LOCATE
-        m.d.comb += located.eq(kv & (qins.tile0 != 0))
+        # a GEMM_QK whose first key needs LOCATE (stage 1)
+        located = stage(m, (qk_raw if self.has_kv else 0) & (qins.tile0 != 0), "located")
         # the fields all three instructions have
         f_tokens, f_tiles, f_tile0 = Signal(10), Signal(16), Signal(16)
         f_src, f_src_stride, f_head_stride = Signal(isa.SPAD_BITS), Signal(16), Signal(16)
@@ -969,8 +975,10 @@ class GemmMover(Mover):
         wd_len, wd_cut = Signal(COUNT_BITS), Signal(COUNT_BITS)
         r_step_q, r_skip_q = Signal(ADDR_BITS), Signal(20)          # the run's (registered): block stride,
         r_blk_q, r_sblk_q = Signal(COUNT_BITS), Signal(18)          # scale region bytes, rows / scale bytes a block
-        m.d.comb += [wd_cut.eq(Mux(wd_blk < wd_left, wd_blk, wd_left)),
-                     wd_len.eq(Mux(wd_cut > g.buffer_bytes, g.buffer_bytes, wd_cut)),
+        # (min(wd_blk, wd_left, buffer_bytes) from three compares side by side, not two in a row)
+        blk_lt, blk_big, left_big = wd_blk < wd_left, wd_blk > g.buffer_bytes, wd_left > g.buffer_bytes
+        m.d.comb += [wd_cut.eq(Mux(blk_lt, wd_blk, wd_left)),
+                     wd_len.eq(Mux(Mux(blk_lt, blk_big, left_big), g.buffer_bytes, wd_cut)),
                      b.ldesc.valid.eq(wd_left != 0), b.ldesc.payload.eq(descriptor(wd_addr, wd_len, wd_buf))]
         with m.If(b.ldesc.valid & b.ldesc.ready):
             m.d.sync += [wd_addr.eq(wd_addr + wd_len), wd_left.eq(wd_left - wd_len), wd_blk.eq(wd_blk - wd_len),
@@ -1010,6 +1018,7 @@ class GemmMover(Mover):
         rq = ReadQueue(m, b.spad_rd, g, "rq", wide=RB > 1)
         nb = Signal(16)                                     # reads per row
         m.d.comb += nb.eq(f_n >> (vl_log2 + _log2(RB)))
+        nb_m1 = stage(m, nb - 1, "nb_m1", 16)                # stage 2 (used from ACT on)
         ti, bi = Signal(range(TM + 1)), Signal(16)          # issue side: token, read column
         hi = Signal(6)                                      # head (kv; else 0)
         cola = Signal(g.spad_bits + 16)                     # src + bi RB
@@ -1028,7 +1037,7 @@ class GemmMover(Mover):
                 m.d.sync += [hi.eq(0), ti.eq(ti + 1), toka.eq(toka + f_src_stride), rowa.eq(toka + f_src_stride)]
                 with m.If(ti == f_tokens - 1):
                     m.d.sync += [ti.eq(0), bi.eq(bi + 1), cola.eq(cola + RB), toka.eq(cola + RB), rowa.eq(cola + RB)]
-                    with m.If(bi == nb - 1):
+                    with m.If(bi == nb_m1):
                         m.d.sync += issuing.eq(0)
             with m.Else():
                 m.d.sync += [hi.eq(hi + 1), rowa.eq(rowa + f_head_stride)]
@@ -1079,7 +1088,7 @@ class GemmMover(Mover):
             m.d.sync += tc.eq(tc + 1)
             with m.If(last_tok):
                 m.d.sync += [tc.eq(0), bc.eq(bc + 1)]
-                with m.If(bc == nb - 1):
+                with m.If(bc == nb_m1):
                     m.d.sync += state.eq(S.RUN)
 
         # --- the command, then output beats -> SPAD ---------------------------------------------------
