@@ -416,6 +416,8 @@ class LoadStoreMover(Mover):
         nbytes = stage(m, items << _log2(4 * g.vl), "nbytes", COUNT_BITS)
         bus_beats = stage(m, ceil_beats(items << _log2(4 * g.vl), g.bus_log2), "bus_beats", COUNT_BITS)
         spad_bad = stage(m, (ins.beats == 0) | (ins.spad + ins.beats > g.spad_beats), "spad_bad")
+        beats_m1 = stage(m, ins.beats - 1, "beats_m1")                   # (the moves' last-item compares, stage 1)
+        rowb_m1 = stage(m, ins.row_beats - 1, "rowb_m1")
 
         with m.If(self.start):
             with m.If(bfp):
@@ -470,13 +472,13 @@ class LoadStoreMover(Mover):
                 with m.Else():
                     m.d.comb += [wr.lanes.eq(all_lanes), wr.exp_en.eq(~bfp)]
                     m.d.sync += [cur.eq(cur + 1), rb.eq(rb + 1), moved.eq(moved + 1)]
-                    with m.If(~bfp & (moved == ins.beats - 1)):
+                    with m.If(~bfp & (moved == beats_m1)):
                         m.d.comb += self.done.eq(1)
                         m.d.sync += state.eq(S.IDLE)
         with m.If(state == S.EXP):
             m.d.comb += [wr.addr.eq(row0 + k), wr.exp_en.eq(1), wr.exp.eq(exp_hold)]
             m.d.sync += k.eq(k + 1)
-            with m.If(k == ins.row_beats - 1):
+            with m.If(k == rowb_m1):
                 m.d.sync += [row0.eq(cur), rb.eq(0), state.eq(S.MOVE)]
                 with m.If(moved == ins.beats):
                     m.d.comb += self.done.eq(1)
@@ -505,7 +507,7 @@ class LoadStoreMover(Mover):
                 m.d.sync += [moved.eq(moved + 1), rb.eq(rb + 1)]
                 with m.If(rb == 0):
                     m.d.sync += first_exp.eq(rq.exp)
-                with m.If(bfp & (rb == ins.row_beats - 1)):
+                with m.If(bfp & (rb == rowb_m1)):
                     m.d.sync += inject.eq(1)
         m.d.comb += [b.wdata.tvalid.eq(pk.o.valid), b.wdata.tdata.eq(pk.o.payload), pk.o.ready.eq(b.wdata.tready),
                      b.wdata.tkeep.eq(-1)]
@@ -552,6 +554,7 @@ class EmbedMover(Mover):
         gmask = stage(m, (Const(1, 17) << ins.group_log2) - 1, "gmask", 16)
         beats = stage(m, ins.n >> vl_log2, "beats", 16)
         p_dst = stage(m, stage(m, ins.count - 1, "count_m1", 10) * ins.dst_stride, "p_dst", 30)   # stage 2
+        last_t = stage(m, ins.count - 1, "last_t")                                         # stage 1
         bad = stage(m, (ins.count == 0) | (ins.count > g.tokens) | (ins.n == 0)
                     | (ins.n[:vl_log2] != 0) | (ins.n > g.max_n) | (ins.group_log2 < vl_log2), "bad0")
         bad = stage(m, bad | ((ins.n & gmask) != 0) | (groups > sdepth), "bad1")           # stage 2
@@ -583,7 +586,7 @@ class EmbedMover(Mover):
             with m.If(uid.o.payload >= ins.vocab):
                 m.d.sync += badid.eq(1)
             m.d.sync += t.eq(t + 1)
-            with m.If(t == ins.count - 1):
+            with m.If(t == last_t):
                 m.d.sync += state.eq(S.VERIFY)
         with m.If(state == S.VERIFY):
             with m.If(badid):
@@ -690,7 +693,7 @@ class EmbedMover(Mover):
             m.d.sync += [aaddr.eq(row + i), a_q.eq(uq.o.payload), a_s.eq(sr.data), i.eq(i + 1)]
             with m.If(i == beats - 1):
                 m.d.sync += [tc.eq(tc + 1), row.eq(row + ins.dst_stride), cphase.eq(0)]
-                with m.If(tc == ins.count - 1):
+                with m.If(tc == last_t):
                     m.d.sync += state.eq(S.FINISH)
         wr = b.spad_wr
         m.d.comb += [wr.lanes.eq(Mux(wv, (1 << g.vl) - 1, 0)), wr.exp_en.eq(wv), wr.addr.eq(waddr),
@@ -1264,6 +1267,7 @@ class VecMover(Mover):
             m.d.sync += state.eq(S.CHECK)
         nb = stage(m, ins.n >> vl_log2, "nb", 16)
         rows_m1 = stage(m, ins.rows - 1, "rows_m1", 16)
+        last_r = stage(m, ins.rows - 1, "last_r")                                           # stage 1
         p_a = stage(m, rows_m1 * ins.a_stride, "p_a", 32)                                   # stage 2
         p_d = stage(m, rows_m1 * ins.dst_stride, "p_d", 32)
         p_b = stage(m, div.q * ins.b_stride, "p_b", 32)
@@ -1344,7 +1348,7 @@ class VecMover(Mover):
                              arow.eq(arow + ins.a_stride), drow.eq(drow + ins.dst_stride), rep.eq(rep + 1)]
                 with m.If(rep == ins.b_rep - 1):
                     m.d.sync += [rep.eq(0), brow.eq(brow + ins.b_stride)]
-                with m.If(r == ins.rows - 1):
+                with m.If(r == last_r):
                     m.d.sync += state.eq(S.FINISH)
         with m.If(state == S.FINISH):
             m.d.comb += self.done.eq(1)
@@ -1458,14 +1462,15 @@ class KvwMover(Mover):
 
         # the scale region once the rows have left
         si = Signal(range(g.tokens + 1))
+        si_more = Signal()                              # si != rows, as a register
         with m.If(rowing & (to == ins.rows) & ~pq.busy & b.wdesc.ready & ps.cmd.ready):
             m.d.comb += [b.wdesc.valid.eq(1), b.wdesc.payload.eq(descriptor(seg, scale_bytes)),
                          ps.cmd.valid.eq(1)]
-            m.d.sync += [state.eq(S.SCALES), si.eq(0)]
-        m.d.comb += [ps.i.valid.eq((state == S.SCALES) & (si != ins.rows)), ps.i.payload.eq(Array(scales)[si])]
+            m.d.sync += [state.eq(S.SCALES), si.eq(0), si_more.eq(ins.rows != 0)]
+        m.d.comb += [ps.i.valid.eq((state == S.SCALES) & si_more), ps.i.payload.eq(Array(scales)[si])]
         with m.If(ps.i.valid & ps.i.ready):
-            m.d.sync += si.eq(si + 1)
-        with m.If((state == S.SCALES) & (si == ins.rows) & ~ps.busy):
+            m.d.sync += [si.eq(si + 1), si_more.eq(si + 1 != ins.rows)]
+        with m.If((state == S.SCALES) & ~si_more & ~ps.busy):
             m.d.sync += state.eq(S.WAIT)
         with m.If(state == S.ROWS):
             m.d.comb += [b.wdata.tvalid.eq(pq.o.valid), b.wdata.tdata.eq(pq.o.payload), pq.o.ready.eq(b.wdata.tready)]
@@ -1651,7 +1656,8 @@ class AttnMover(Mover):
         row_bad = stage(m, q_ins.spad + p_tok + p_head + rb > g.spad_beats, "row_bad")             # stage 3
         bad_q = bad_rows | Mux(rowwise, row_bad, word_bad)
         bad_e = bad_rows | (mode > isa.EmitMode.MAX) | Mux(rowwise, row_bad, word_bad)
-        p_blk = stage(m, stage(m, kv_ins.blocks - 1, "blocks_m1", 16) * kv_ins.block_stride, "p_blk", 24)  # stage 2
+        blocks_m1 = stage(m, kv_ins.blocks - 1, "blocks_m1", 16)                             # stage 1
+        p_blk = stage(m, blocks_m1 * kv_ins.block_stride, "p_blk", 24)                      # stage 2
         bad_kv = stage(m, (kv_ins.blocks == 0) | (kv_ins.keys == 0) | (kv_ins.keys > g.kv_block_keys), "bad_kv0")
         bad_kv = stage(m, bad_kv, "bad_kv1") | stage(m, kv_ins.gated & (kv_ins.block0 + p_blk >= g.dir_entries), "bad_blk")
         go_kv = Signal()
@@ -1829,7 +1835,7 @@ class AttnMover(Mover):
             with m.If(~b.dir_readable):
                 self.refuse(m, isa.SeqFault.UNREADABLE_BLOCK)
                 m.d.sync += state.eq(S.IDLE)
-            with m.Elif(gk == kv_ins.blocks - 1):
+            with m.Elif(gk == blocks_m1):                 # (blocks = 0 is refused)
                 m.d.sync += state.eq(S.KV)
                 m.d.comb += go_kv.eq(1)
         apply = kv_ins.phase.as_value() == isa.AttnPass.APPLY

@@ -76,13 +76,14 @@ class Unpacker(wiring.Component):
         left = Signal(COUNT_BITS)           # items still to emit in this frame
         run = Signal()
         m.d.comb += [self.busy.eq(run), self.cmd.ready.eq(~run)]
+        last_item = Signal()                # left == 1, as a register
         with m.If(self.cmd.valid & ~run):
-            m.d.sync += [left.eq(self.cmd.payload.count), run.eq(self.cmd.payload.count != 0)]
-        last_item = left == 1
+            m.d.sync += [left.eq(self.cmd.payload.count), run.eq(self.cmd.payload.count != 0),
+                         last_item.eq(self.cmd.payload.count == 1)]
         o_fire = Signal()
         m.d.comb += o_fire.eq(self.o.valid & self.o.ready)
         with m.If(o_fire):
-            m.d.sync += left.eq(left - 1)
+            m.d.sync += [left.eq(left - 1), last_item.eq(left == 2)]
             with m.If(last_item):
                 m.d.sync += run.eq(0)
         if self.in_bits == self.out_bits:
