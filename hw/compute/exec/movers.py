@@ -344,6 +344,7 @@ class DirMover(Mover):
         issued = Signal(17)
         looked = Signal()              # a lookup's answer is on dir_readable this cycle
         decode = Signal()
+        left1 = Signal()               # left == 1, as a register
         # the range check in stages (``stage``; ``decode``, the cycle after ``start``, sees stage 3): the last
         # id block + (count - 1) stride past the directory, or count = 0
         count_m1 = stage(m, ins.count - 1, "count_m1", 16)                                   # stage 1
@@ -355,13 +356,13 @@ class DirMover(Mover):
             with m.If(bad):
                 self.refuse(m)
             with m.Else():
-                m.d.sync += [cur.eq(ins.block), left.eq(ins.count), issued.eq(0),
+                m.d.sync += [cur.eq(ins.block), left.eq(ins.count), left1.eq(ins.count == 1), issued.eq(0),
                              run.eq(~ins.check), look.eq(ins.check)]
         # write
         m.d.comb += [b.dir_wr_en.eq(run), b.dir_wr_block.eq(cur), b.dir_wr_state.eq(ins.state)]
         with m.If(run & b.dir_wr_ready):
-            m.d.sync += [cur.eq(cur + ins.stride), left.eq(left - 1)]
-            with m.If(left == 1):
+            m.d.sync += [cur.eq(cur + ins.stride), left.eq(left - 1), left1.eq(left == 2)]
+            with m.If(left1):
                 m.d.sync += run.eq(0)
                 m.d.comb += self.done.eq(1)
         # check: lookup i issued at cycle i, answered (``readable``) at cycle i + 1
@@ -370,11 +371,11 @@ class DirMover(Mover):
         with m.If(b.dir_lookup_en):
             m.d.sync += [issued.eq(issued + 1), cur.eq(cur + ins.stride)]
         with m.If(look & looked):
-            m.d.sync += left.eq(left - 1)
+            m.d.sync += [left.eq(left - 1), left1.eq(left == 2)]
             with m.If(~b.dir_readable):
                 self.refuse(m, isa.SeqFault.UNREADABLE_BLOCK)
                 m.d.sync += look.eq(0)
-            with m.Elif(left == 1):
+            with m.Elif(left1):
                 m.d.sync += look.eq(0)
                 m.d.comb += self.done.eq(1)
         return m
@@ -403,7 +404,7 @@ class LoadStoreMover(Mover):
         ins = self.view(isa.Opcode.LOAD)          # STORE has the same fields
         op = self.instr[:6]
         store = stage(m, op == isa.Opcode.STORE, "store")           # stage 1 (from the decode's CHECK on)
-        bfp = ins.row_beats != 0
+        bfp = stage(m, ins.row_beats != 0, "bfp")                        # stage 1 (BFP rows)
         m.submodules.div = div = SerialDivider(20, 12)
         m.d.comb += [div.a.eq(ins.beats), div.b.eq(ins.row_beats)]
 
@@ -603,16 +604,16 @@ class EmbedMover(Mover):
         row_off = Signal(44)
         row_addr, scl_addr = Signal(ADDR_BITS), Signal(ADDR_BITS)
         age = Signal(2)
-        # (cur_id = ids[treq] as a register, loaded with the id of treq's next value: the product starts from
-        # registers the cycle treq moves, as before; the handshake only picks between two registered-index reads)
-        step = Signal()                                # treq moves on this cycle
-        restart = Signal()                             # treq goes to 0
-        m.d.sync += [cur_id.eq(Mux(restart, ids[0], Mux(step, Array(ids)[treq + 1], Array(ids)[treq]))),
-                     row_off.eq(cur_id * row_bytes),
+        # (ids[treq] and ids[treq + 1] read into registers, the latter ids[0] in VERIFY: in the cycle treq
+        # has just moved (age 0) the id is the one read ahead, after that the one read at treq)
+        id_now, id_next = Signal(20), Signal(20)
+        m.d.sync += [id_now.eq(Array(ids)[treq]),
+                     id_next.eq(Mux(state == S.VERIFY, ids[0], Array(ids)[treq + 1]))]
+        m.d.comb += cur_id.eq(Mux(age == 0, id_next, id_now))
+        m.d.sync += [row_off.eq(cur_id * row_bytes),
                      row_addr.eq(ddr_addr(ins.table) + row_off),
                      scl_addr.eq(ddr_addr(ins.table) + row_off + nib_bytes), age.eq(Mux(age == 2, 2, age + 1))]
         with m.If(state == S.VERIFY):
-            m.d.comb += restart.eq(1)
             m.d.sync += [treq.eq(0), rphase.eq(0), age.eq(0)]
         m.d.comb += [
             b.req0.valid.eq((state == S.ROWS) & (treq != ins.count) & (age == 2)),
@@ -623,7 +624,6 @@ class EmbedMover(Mover):
         with m.If(b.req0.valid & b.req0.ready):
             m.d.sync += rphase.eq(~rphase)
             with m.If(rphase):
-                m.d.comb += step.eq(1)
                 m.d.sync += [treq.eq(treq + 1), age.eq(0)]
 
         # --- consumer: scales into a small table, nibbles -> X32 beats --------------------------------
