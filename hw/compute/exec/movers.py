@@ -344,21 +344,26 @@ class DirMover(Mover):
         look = Signal()                # checking: lookups issued while issued != count
         issued = Signal(17)
         looked = Signal()              # a lookup's answer is on dir_readable this cycle
-        last = Signal(25)
         decode = Signal()
-        m.d.comb += [last.eq(ins.block + (ins.count - 1) * ins.stride), self.busy.eq(run | look | decode)]
+        left1 = Signal()               # left == 1, as a register
+        # the range check in stages (``stage``; ``decode``, the cycle after ``start``, sees stage 3): the last
+        # id block + (count - 1) stride past the directory, or count = 0
+        count_m1 = stage(m, ins.count - 1, "count_m1", 16)                                   # stage 1
+        span = stage(m, count_m1 * ins.stride, "span", 24)                                    # stage 2
+        bad = stage(m, (ins.count == 0) | ((ins.block + span) >= g.dir_entries), "bad")      # stage 3
+        m.d.comb += self.busy.eq(run | look | decode)
         m.d.sync += decode.eq(self.start)
         with m.If(decode):
-            with m.If((ins.count == 0) | (last >= g.dir_entries)):
+            with m.If(bad):
                 self.refuse(m)
             with m.Else():
-                m.d.sync += [cur.eq(ins.block), left.eq(ins.count), issued.eq(0),
+                m.d.sync += [cur.eq(ins.block), left.eq(ins.count), left1.eq(ins.count == 1), issued.eq(0),
                              run.eq(~ins.check), look.eq(ins.check)]
         # write
         m.d.comb += [b.dir_wr_en.eq(run), b.dir_wr_block.eq(cur), b.dir_wr_state.eq(ins.state)]
         with m.If(run & b.dir_wr_ready):
-            m.d.sync += [cur.eq(cur + ins.stride), left.eq(left - 1)]
-            with m.If(left == 1):
+            m.d.sync += [cur.eq(cur + ins.stride), left.eq(left - 1), left1.eq(left == 2)]
+            with m.If(left1):
                 m.d.sync += run.eq(0)
                 m.d.comb += self.done.eq(1)
         # check: lookup i issued at cycle i, answered (``readable``) at cycle i + 1
@@ -367,11 +372,11 @@ class DirMover(Mover):
         with m.If(b.dir_lookup_en):
             m.d.sync += [issued.eq(issued + 1), cur.eq(cur + ins.stride)]
         with m.If(look & looked):
-            m.d.sync += left.eq(left - 1)
+            m.d.sync += [left.eq(left - 1), left1.eq(left == 2)]
             with m.If(~b.dir_readable):
                 self.refuse(m, isa.SeqFault.UNREADABLE_BLOCK)
                 m.d.sync += look.eq(0)
-            with m.Elif(left == 1):
+            with m.Elif(left1):
                 m.d.sync += look.eq(0)
                 m.d.comb += self.done.eq(1)
         return m
@@ -399,9 +404,8 @@ class LoadStoreMover(Mover):
         g, b = self.g, self.bus
         ins = self.view(isa.Opcode.LOAD)          # STORE has the same fields
         op = self.instr[:6]
-        store = Signal()
-        m.d.comb += store.eq(op == isa.Opcode.STORE)
-        bfp = ins.row_beats != 0
+        store = stage(m, op == isa.Opcode.STORE, "store")           # stage 1 (from the decode's CHECK on)
+        bfp = stage(m, ins.row_beats != 0, "bfp")                        # stage 1 (BFP rows)
         m.submodules.div = div = SerialDivider(20, 12)
         m.d.comb += [div.a.eq(ins.beats), div.b.eq(ins.row_beats)]
 
@@ -414,6 +418,8 @@ class LoadStoreMover(Mover):
         nbytes = stage(m, items << _log2(4 * g.vl), "nbytes", COUNT_BITS)
         bus_beats = stage(m, ceil_beats(items << _log2(4 * g.vl), g.bus_log2), "bus_beats", COUNT_BITS)
         spad_bad = stage(m, (ins.beats == 0) | (ins.spad + ins.beats > g.spad_beats), "spad_bad")
+        beats_m1 = stage(m, ins.beats - 1, "beats_m1")                   # (the moves' last-item compares, stage 1)
+        rowb_m1 = stage(m, ins.row_beats - 1, "rowb_m1")
 
         with m.If(self.start):
             with m.If(bfp):
@@ -468,13 +474,13 @@ class LoadStoreMover(Mover):
                 with m.Else():
                     m.d.comb += [wr.lanes.eq(all_lanes), wr.exp_en.eq(~bfp)]
                     m.d.sync += [cur.eq(cur + 1), rb.eq(rb + 1), moved.eq(moved + 1)]
-                    with m.If(~bfp & (moved == ins.beats - 1)):
+                    with m.If(~bfp & (moved == beats_m1)):
                         m.d.comb += self.done.eq(1)
                         m.d.sync += state.eq(S.IDLE)
         with m.If(state == S.EXP):
             m.d.comb += [wr.addr.eq(row0 + k), wr.exp_en.eq(1), wr.exp.eq(exp_hold)]
             m.d.sync += k.eq(k + 1)
-            with m.If(k == ins.row_beats - 1):
+            with m.If(k == rowb_m1):
                 m.d.sync += [row0.eq(cur), rb.eq(0), state.eq(S.MOVE)]
                 with m.If(moved == ins.beats):
                     m.d.comb += self.done.eq(1)
@@ -503,7 +509,7 @@ class LoadStoreMover(Mover):
                 m.d.sync += [moved.eq(moved + 1), rb.eq(rb + 1)]
                 with m.If(rb == 0):
                     m.d.sync += first_exp.eq(rq.exp)
-                with m.If(bfp & (rb == ins.row_beats - 1)):
+                with m.If(bfp & (rb == rowb_m1)):
                     m.d.sync += inject.eq(1)
         m.d.comb += [b.wdata.tvalid.eq(pk.o.valid), b.wdata.tdata.eq(pk.o.payload), pk.o.ready.eq(b.wdata.tready),
                      b.wdata.tkeep.eq(-1)]
@@ -550,6 +556,7 @@ class EmbedMover(Mover):
         gmask = stage(m, (Const(1, 17) << ins.group_log2) - 1, "gmask", 16)
         beats = stage(m, ins.n >> vl_log2, "beats", 16)
         p_dst = stage(m, stage(m, ins.count - 1, "count_m1", 10) * ins.dst_stride, "p_dst", 30)   # stage 2
+        last_t = stage(m, ins.count - 1, "last_t")                                         # stage 1
         bad = stage(m, (ins.count == 0) | (ins.count > g.tokens) | (ins.n == 0)
                     | (ins.n[:vl_log2] != 0) | (ins.n > g.max_n) | (ins.group_log2 < vl_log2), "bad0")
         bad = stage(m, bad | ((ins.n & gmask) != 0) | (groups > sdepth), "bad1")           # stage 2
@@ -581,7 +588,7 @@ class EmbedMover(Mover):
             with m.If(uid.o.payload >= ins.vocab):
                 m.d.sync += badid.eq(1)
             m.d.sync += t.eq(t + 1)
-            with m.If(t == ins.count - 1):
+            with m.If(t == last_t):
                 m.d.sync += state.eq(S.VERIFY)
         with m.If(state == S.VERIFY):
             with m.If(badid):
@@ -598,8 +605,14 @@ class EmbedMover(Mover):
         row_off = Signal(44)
         row_addr, scl_addr = Signal(ADDR_BITS), Signal(ADDR_BITS)
         age = Signal(2)
-        m.d.comb += cur_id.eq(Array(ids)[treq])
-        m.d.sync += [row_off.eq(cur_id * row_bytes), row_addr.eq(ddr_addr(ins.table) + row_off),
+        # (ids[treq] and ids[treq + 1] read into registers, the latter ids[0] in VERIFY: in the cycle treq
+        # has just moved (age 0) the id is the one read ahead, after that the one read at treq)
+        id_now, id_next = Signal(20), Signal(20)
+        m.d.sync += [id_now.eq(Array(ids)[treq]),
+                     id_next.eq(Mux(state == S.VERIFY, ids[0], Array(ids)[treq + 1]))]
+        m.d.comb += cur_id.eq(Mux(age == 0, id_next, id_now))
+        m.d.sync += [row_off.eq(cur_id * row_bytes),
+                     row_addr.eq(ddr_addr(ins.table) + row_off),
                      scl_addr.eq(ddr_addr(ins.table) + row_off + nib_bytes), age.eq(Mux(age == 2, 2, age + 1))]
         with m.If(state == S.VERIFY):
             m.d.sync += [treq.eq(0), rphase.eq(0), age.eq(0)]
@@ -681,7 +694,7 @@ class EmbedMover(Mover):
             m.d.sync += [aaddr.eq(row + i), a_q.eq(uq.o.payload), a_s.eq(sr.data), i.eq(i + 1)]
             with m.If(i == beats - 1):
                 m.d.sync += [tc.eq(tc + 1), row.eq(row + ins.dst_stride), cphase.eq(0)]
-                with m.If(tc == ins.count - 1):
+                with m.If(tc == last_t):
                     m.d.sync += state.eq(S.FINISH)
         wr = b.spad_wr
         m.d.comb += [wr.lanes.eq(Mux(wv, (1 << g.vl) - 1, 0)), wr.exp_en.eq(wv), wr.addr.eq(waddr),
@@ -776,8 +789,8 @@ class GemmMover(Mover):
         C = max(self.pv_tiles, 1)
         kv = Signal()
         m.d.comb += kv.eq(qk_op if self.has_kv else 0)
-        located = Signal()                             # a GEMM_QK whose first key needs LOCATE
-        m.d.comb += located.eq(kv & (qins.tile0 != 0))
+        # a GEMM_QK whose first key needs LOCATE (stage 1)
+        located = stage(m, (qk_raw if self.has_kv else 0) & (qins.tile0 != 0), "located")
         # the fields all three instructions have
         f_tokens, f_tiles, f_tile0 = Signal(10), Signal(16), Signal(16)
         f_src, f_src_stride, f_head_stride = Signal(isa.SPAD_BITS), Signal(16), Signal(16)
@@ -966,8 +979,10 @@ class GemmMover(Mover):
         wd_len, wd_cut = Signal(COUNT_BITS), Signal(COUNT_BITS)
         r_step_q, r_skip_q = Signal(ADDR_BITS), Signal(20)          # the run's (registered): block stride,
         r_blk_q, r_sblk_q = Signal(COUNT_BITS), Signal(18)          # scale region bytes, rows / scale bytes a block
-        m.d.comb += [wd_cut.eq(Mux(wd_blk < wd_left, wd_blk, wd_left)),
-                     wd_len.eq(Mux(wd_cut > g.buffer_bytes, g.buffer_bytes, wd_cut)),
+        # (min(wd_blk, wd_left, buffer_bytes) from three compares side by side, not two in a row)
+        blk_lt, blk_big, left_big = wd_blk < wd_left, wd_blk > g.buffer_bytes, wd_left > g.buffer_bytes
+        m.d.comb += [wd_cut.eq(Mux(blk_lt, wd_blk, wd_left)),
+                     wd_len.eq(Mux(Mux(blk_lt, blk_big, left_big), g.buffer_bytes, wd_cut)),
                      b.ldesc.valid.eq(wd_left != 0), b.ldesc.payload.eq(descriptor(wd_addr, wd_len, wd_buf))]
         with m.If(b.ldesc.valid & b.ldesc.ready):
             m.d.sync += [wd_addr.eq(wd_addr + wd_len), wd_left.eq(wd_left - wd_len), wd_blk.eq(wd_blk - wd_len),
@@ -1007,6 +1022,7 @@ class GemmMover(Mover):
         rq = ReadQueue(m, b.spad_rd, g, "rq", wide=RB > 1)
         nb = Signal(16)                                     # reads per row
         m.d.comb += nb.eq(f_n >> (vl_log2 + _log2(RB)))
+        nb_m1 = stage(m, nb - 1, "nb_m1", 16)                # stage 2 (used from ACT on)
         ti, bi = Signal(range(TM + 1)), Signal(16)          # issue side: token, read column
         hi = Signal(6)                                      # head (kv; else 0)
         cola = Signal(g.spad_bits + 16)                     # src + bi RB
@@ -1025,7 +1041,7 @@ class GemmMover(Mover):
                 m.d.sync += [hi.eq(0), ti.eq(ti + 1), toka.eq(toka + f_src_stride), rowa.eq(toka + f_src_stride)]
                 with m.If(ti == f_tokens - 1):
                     m.d.sync += [ti.eq(0), bi.eq(bi + 1), cola.eq(cola + RB), toka.eq(cola + RB), rowa.eq(cola + RB)]
-                    with m.If(bi == nb - 1):
+                    with m.If(bi == nb_m1):
                         m.d.sync += issuing.eq(0)
             with m.Else():
                 m.d.sync += [hi.eq(hi + 1), rowa.eq(rowa + f_head_stride)]
@@ -1076,7 +1092,7 @@ class GemmMover(Mover):
             m.d.sync += tc.eq(tc + 1)
             with m.If(last_tok):
                 m.d.sync += [tc.eq(0), bc.eq(bc + 1)]
-                with m.If(bc == nb - 1):
+                with m.If(bc == nb_m1):
                     m.d.sync += state.eq(S.RUN)
 
         # --- the command, then output beats -> SPAD ---------------------------------------------------
@@ -1252,6 +1268,7 @@ class VecMover(Mover):
             m.d.sync += state.eq(S.CHECK)
         nb = stage(m, ins.n >> vl_log2, "nb", 16)
         rows_m1 = stage(m, ins.rows - 1, "rows_m1", 16)
+        last_r = stage(m, ins.rows - 1, "last_r")                                           # stage 1
         p_a = stage(m, rows_m1 * ins.a_stride, "p_a", 32)                                   # stage 2
         p_d = stage(m, rows_m1 * ins.dst_stride, "p_d", 32)
         p_b = stage(m, div.q * ins.b_stride, "p_b", 32)
@@ -1332,7 +1349,7 @@ class VecMover(Mover):
                              arow.eq(arow + ins.a_stride), drow.eq(drow + ins.dst_stride), rep.eq(rep + 1)]
                 with m.If(rep == ins.b_rep - 1):
                     m.d.sync += [rep.eq(0), brow.eq(brow + ins.b_stride)]
-                with m.If(r == ins.rows - 1):
+                with m.If(r == last_r):
                     m.d.sync += state.eq(S.FINISH)
         with m.If(state == S.FINISH):
             m.d.comb += self.done.eq(1)
@@ -1446,14 +1463,15 @@ class KvwMover(Mover):
 
         # the scale region once the rows have left
         si = Signal(range(g.tokens + 1))
+        si_more = Signal()                              # si != rows, as a register
         with m.If(rowing & (to == ins.rows) & ~pq.busy & b.wdesc.ready & ps.cmd.ready):
             m.d.comb += [b.wdesc.valid.eq(1), b.wdesc.payload.eq(descriptor(seg, scale_bytes)),
                          ps.cmd.valid.eq(1)]
-            m.d.sync += [state.eq(S.SCALES), si.eq(0)]
-        m.d.comb += [ps.i.valid.eq((state == S.SCALES) & (si != ins.rows)), ps.i.payload.eq(Array(scales)[si])]
+            m.d.sync += [state.eq(S.SCALES), si.eq(0), si_more.eq(ins.rows != 0)]
+        m.d.comb += [ps.i.valid.eq((state == S.SCALES) & si_more), ps.i.payload.eq(Array(scales)[si])]
         with m.If(ps.i.valid & ps.i.ready):
-            m.d.sync += si.eq(si + 1)
-        with m.If((state == S.SCALES) & (si == ins.rows) & ~ps.busy):
+            m.d.sync += [si.eq(si + 1), si_more.eq(si + 1 != ins.rows)]
+        with m.If((state == S.SCALES) & ~si_more & ~ps.busy):
             m.d.sync += state.eq(S.WAIT)
         with m.If(state == S.ROWS):
             m.d.comb += [b.wdata.tvalid.eq(pq.o.valid), b.wdata.tdata.eq(pq.o.payload), pq.o.ready.eq(b.wdata.tready)]
@@ -1639,7 +1657,8 @@ class AttnMover(Mover):
         row_bad = stage(m, q_ins.spad + p_tok + p_head + rb > g.spad_beats, "row_bad")             # stage 3
         bad_q = bad_rows | Mux(rowwise, row_bad, word_bad)
         bad_e = bad_rows | (mode > isa.EmitMode.MAX) | Mux(rowwise, row_bad, word_bad)
-        p_blk = stage(m, stage(m, kv_ins.blocks - 1, "blocks_m1", 16) * kv_ins.block_stride, "p_blk", 24)  # stage 2
+        blocks_m1 = stage(m, kv_ins.blocks - 1, "blocks_m1", 16)                             # stage 1
+        p_blk = stage(m, blocks_m1 * kv_ins.block_stride, "p_blk", 24)                      # stage 2
         bad_kv = stage(m, (kv_ins.blocks == 0) | (kv_ins.keys == 0) | (kv_ins.keys > g.kv_block_keys), "bad_kv0")
         bad_kv = stage(m, bad_kv, "bad_kv1") | stage(m, kv_ins.gated & (kv_ins.block0 + p_blk >= g.dir_entries), "bad_blk")
         go_kv = Signal()
@@ -1817,7 +1836,7 @@ class AttnMover(Mover):
             with m.If(~b.dir_readable):
                 self.refuse(m, isa.SeqFault.UNREADABLE_BLOCK)
                 m.d.sync += state.eq(S.IDLE)
-            with m.Elif(gk == kv_ins.blocks - 1):
+            with m.Elif(gk == blocks_m1):                 # (blocks = 0 is refused)
                 m.d.sync += state.eq(S.KV)
                 m.d.comb += go_kv.eq(1)
         apply = kv_ins.phase.as_value() == isa.AttnPass.APPLY

@@ -76,13 +76,14 @@ class Unpacker(wiring.Component):
         left = Signal(COUNT_BITS)           # items still to emit in this frame
         run = Signal()
         m.d.comb += [self.busy.eq(run), self.cmd.ready.eq(~run)]
+        last_item = Signal()                # left == 1, as a register
         with m.If(self.cmd.valid & ~run):
-            m.d.sync += [left.eq(self.cmd.payload.count), run.eq(self.cmd.payload.count != 0)]
-        last_item = left == 1
+            m.d.sync += [left.eq(self.cmd.payload.count), run.eq(self.cmd.payload.count != 0),
+                         last_item.eq(self.cmd.payload.count == 1)]
         o_fire = Signal()
         m.d.comb += o_fire.eq(self.o.valid & self.o.ready)
         with m.If(o_fire):
-            m.d.sync += left.eq(left - 1)
+            m.d.sync += [left.eq(left - 1), last_item.eq(left == 2)]
             with m.If(last_item):
                 m.d.sync += run.eq(0)
         if self.in_bits == self.out_bits:
@@ -131,11 +132,12 @@ class Packer(wiring.Component):
         beats = Signal(COUNT_BITS)          # words still to emit
         run = Signal()
         m.d.comb += [self.busy.eq(run), self.cmd.ready.eq(~run)]
+        have = Signal()                     # an item remains in the frame: items != 0, as a register
+        one = Signal()                      # items == 1, as a register
         with m.If(self.cmd.valid & ~run):
             m.d.sync += [items.eq(self.cmd.payload.count), beats.eq(self.cmd.payload.beats),
-                         run.eq(self.cmd.payload.beats != 0)]
-        have = Signal()                     # an item remains in the frame
-        m.d.comb += have.eq(items != 0)
+                         run.eq(self.cmd.payload.beats != 0),
+                         have.eq(self.cmd.payload.count != 0), one.eq(self.cmd.payload.count == 1)]
         o_fire = Signal()
         m.d.comb += o_fire.eq(self.o.valid & self.o.ready)
         with m.If(o_fire):
@@ -145,7 +147,7 @@ class Packer(wiring.Component):
         i_fire = Signal()
         m.d.comb += i_fire.eq(self.i.valid & self.i.ready)
         with m.If(i_fire):
-            m.d.sync += items.eq(items - 1)
+            m.d.sync += [items.eq(items - 1), have.eq(items != 1), one.eq(items == 2)]
         if self.in_bits >= self.out_bits:
             # one item -> n words (padding words are zero)
             k = Signal(range(n))
@@ -160,7 +162,7 @@ class Packer(wiring.Component):
             j = Signal(range(n))
             held = [Signal(self.in_bits, name=f"held{x}") for x in range(n - 1)]
             closes = Signal()
-            m.d.comb += closes.eq((j == n - 1) | (items == 1))
+            m.d.comb += closes.eq((j == n - 1) | one)
             word = Signal(self.out_bits)
             parts = []
             for x in range(n):

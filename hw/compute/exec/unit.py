@@ -41,6 +41,9 @@ Ports (the sequencer's side, ``docs/node.md``):
 """
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -161,7 +164,7 @@ class ExecUnit(wiring.Component):
         S = UnitState
         state = Signal(S)
         word = Signal(isa.INSTR_BITS)
-        active = Signal(range(len(names)))
+        owner = Signal(len(names))            # one-hot: mover i runs (it started, state RUN)
         axi_err = Signal()
         op = word[:6]
         m.d.comb += [self.instr.ready.eq(state == S.IDLE), self.busy.eq(state != S.IDLE)]
@@ -183,47 +186,63 @@ class ExecUnit(wiring.Component):
         wait = Signal(range(SETUP_CYCLES + 1))
         with m.If(self.instr.valid & self.instr.ready):
             m.d.sync += wait.eq(SETUP_CYCLES - 1)
+        # the dispatch, registered in the last DECODE cycle (the legal flags are one-hot: the opcodes differ):
+        # ``go`` one bit a mover (its ``start`` strobe is that register), END / SYNC, or none (ILLEGAL_INSTRUCTION)
+        go = Signal(len(names))
+        go_fin, go_ill = Signal(), Signal()
+        assert SETUP_CYCLES >= 2, "the legal flags (a register of the word) settle in the first DECODE cycle"
+        last_decode = (state == S.DECODE) & (wait == 0)
+        movers_go = [Cat(*[legal[o] for o in self.movers[name].OPS]).any() for name in names]
+        fin = legal[isa.Opcode.END] | legal[isa.Opcode.SYNC]
+        m.d.sync += [go.eq(Mux(last_decode, Cat(*movers_go), 0)), go_fin.eq(last_decode & fin),
+                     go_ill.eq(last_decode & ~fin & ~Cat(*movers_go).any())]
         with m.If(state == S.DECODE):
             m.d.sync += [axi_err.eq(0), wait.eq(wait - 1)]
             with m.If(wait == 0):
                 m.d.sync += state.eq(S.DISPATCH)
-        with m.If(state == S.DISPATCH):
-            with m.If(legal[isa.Opcode.END] | legal[isa.Opcode.SYNC]):
-                m.d.sync += [self.done.eq(1), state.eq(S.IDLE)]
-            for i, name in enumerate(names):
-                with m.Elif(Cat(*[legal[o] for o in self.movers[name].OPS]).any()):
-                    m.d.comb += self.movers[name].start.eq(1)
-                    m.d.sync += [active.eq(i), state.eq(S.RUN)]
-            with m.Else():
-                m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.ILLEGAL_INSTRUCTION), state.eq(S.IDLE)]
+        with m.If(go_fin):
+            m.d.sync += [self.done.eq(1), state.eq(S.IDLE)]
+        with m.If(go_ill):
+            m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.ILLEGAL_INSTRUCTION), state.eq(S.IDLE)]
+        for i, name in enumerate(names):
+            m.d.comb += self.movers[name].start.eq(go[i])
+        with m.If(go.any()):
+            m.d.sync += [owner.eq(go), state.eq(S.RUN)]
         ld_error = Cat(*[x.resp_error for x in loaders]).any()
         with m.If(ld_error | rd.resp_error | wr.resp_error):
             m.d.sync += axi_err.eq(1)
-        for i, name in enumerate(names):
-            mv = self.movers[name]
-            with m.If((state == S.RUN) & (active == i)):
-                with m.If(mv.fault):
-                    m.d.sync += [self.fault.eq(1), self.fault_cause.eq(mv.cause), state.eq(S.IDLE)]
-                with m.Elif(mv.done):
-                    m.d.sync += state.eq(S.IDLE)
-                    with m.If(axi_err | ld_error | rd.resp_error | wr.resp_error):
-                        m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.AXI_ERROR)]
-                    with m.Else():
-                        m.d.sync += self.done.eq(1)
+        # the running mover's end: its fault, cause and done picked by ``owner`` (an AND-OR, not a chain)
+        mv_fault = Cat(*[owner[i] & self.movers[name].fault for i, name in enumerate(names)]).any()
+        mv_done = Cat(*[owner[i] & self.movers[name].done for i, name in enumerate(names)]).any()
+        mv_cause = reduce(operator.or_, [Mux(owner[i], Value.cast(self.movers[name].cause), 0)
+                                         for i, name in enumerate(names)])
+        with m.If(mv_fault):
+            m.d.sync += [self.fault.eq(1), self.fault_cause.eq(mv_cause), state.eq(S.IDLE), owner.eq(0)]
+        with m.Elif(mv_done):
+            m.d.sync += [state.eq(S.IDLE), owner.eq(0)]
+            with m.If(axi_err | ld_error | rd.resp_error | wr.resp_error):
+                m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.AXI_ERROR)]
+            with m.Else():
+                m.d.sync += self.done.eq(1)
 
         # --- the running mover takes the shared resources ----------------------------------------------
+        # (``owner``: one bit a mover, registered at its start, so that each shared signal is an AND-OR of
+        # the movers' values, not a priority chain behind a compare of the state and the mover's index)
         bus = MoverBus(g).create(path=("bus",))
+        terms = {}
         for i, name in enumerate(names):
             local = self.movers[name].bus
-            with m.If((state == S.RUN) & (active == i)):
-                for path, member, value in local.signature.flatten(local):
-                    shared = bus
-                    for p in path:
-                        shared = getattr(shared, p) if isinstance(p, str) else shared[p]
-                    if member.flow == Out:
-                        m.d.comb += shared.eq(value)
-                    else:
-                        m.d.comb += value.eq(shared)
+            for path, member, value in local.signature.flatten(local):
+                shared = bus
+                for p in path:
+                    shared = getattr(shared, p) if isinstance(p, str) else shared[p]
+                if member.flow == Out:
+                    v = Value.cast(value)
+                    terms.setdefault(path, (shared, []))[1].append(v & owner[i].replicate(len(v)))
+                else:
+                    m.d.comb += value.eq(Mux(owner[i], shared, 0))
+        for shared, values in terms.values():
+            m.d.comb += shared.eq(reduce(operator.or_, values))
 
         m.d.comb += [
             spad.rd.en.eq(bus.spad_rd.en), spad.rd.addr.eq(bus.spad_rd.addr),
@@ -319,7 +338,7 @@ class ExecUnit(wiring.Component):
         running = state == S.RUN
         for i, name in enumerate(names):
             if name in BUSY_OF:
-                m.d.comb += getattr(self.perf, BUSY_OF[name]).eq(running & (active == i))
+                m.d.comb += getattr(self.perf, BUSY_OF[name]).eq(owner[i])
         if g.weight_cdc:       # the weight ports are in ``axi``: count their beats as the engine takes them
             taken = bus.ldata.tvalid & bus.ldata.tready
             rd_beats = [Mux(axi.rvalid & axi.rready, g.bus_bytes, 0)] + [
