@@ -74,14 +74,19 @@ def test_hit_slower_than_miss_chooses_recompute(tier):
     cost = calibrate(st, cfg, CHUNK, curve)
     assert cost.choose(8) == "recompute"
     prime(st, reqs)
-    model = run(reqs, st, cost).summary()
+    chosen = run(reqs, st, cost)
+    model = chosen.summary()
     forced = run(reqs, st, cost, policy="always")
     always = forced.summary()
     assert model["loads"] == 0 and model["recomputes"] == 20 and model["tokens_from_store"] == 0
     assert always["loads"] == 20 and always["tokens_from_store"] == 20 * 8 * CHUNK
     # measured: every forced load took longer than the prefill it saved, and TTFT suffered
     assert all(r.load_s > 10 * curve.steps_s(8 * CHUNK) for r in forced.records)
-    assert always["ttft_p50_s"] > model["ttft_p50_s"]
+    # TTFT after the lookup (both runs look up the same keys; a lookup queued behind the run's own
+    # stores on a loaded machine is noise common to both policies, not the decision's cost)
+    def after_lookup_p50(res):
+        return float(np.median([r.ttft_s - r.lookup_s for r in res.records]))
+    assert after_lookup_p50(forced) > after_lookup_p50(chosen)
 
 
 def test_sync_under_hit_heavy_load_vs_async_bounded(tier):
