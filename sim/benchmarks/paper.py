@@ -102,7 +102,7 @@ def run(args) -> dict:
         figures[f"t1_{s}_n{n}_ttft_s"] = round(j["ttft_s"], 4)
         figures[f"t1_{s}_n{n}_comm_gib"] = round(j["comm_bytes"] / GiB, 4)
 
-    # ---- attention path: the attention unit (as Table 1) and the array sequence --------------------
+    # ---- attention path: the attention unit and the array sequence (Table 1: the profile's path) ------
     paths = _attention_paths(profile, prof, seq_t1, nodes_t1, figures)
 
     # ---- what-if: an engine fast enough for the paper's 16-node MARS TTFT ---------------------
@@ -252,7 +252,7 @@ def run(args) -> dict:
 
 
 #: How the array path is labeled wherever it is printed.
-ARRAY_PATH_LABEL = "array path: measured block attn:prefill-array; the lowering option `attention=array`"
+ARRAY_PATH_LABEL = "array path: measured block attn:prefill-array; what `attention=auto` emits on the KR260 node"
 
 
 def _attention_paths(profile, prof, seq, nodes, figures) -> dict:
@@ -278,11 +278,11 @@ def _attention_paths(profile, prof, seq, nodes, figures) -> dict:
 def _paths_report(paths, prof, S, nodes) -> list[str]:
     md = [f"## Attention path: the attention unit and the MAC array ({S}-token prefill, MARS, B = {CHUNK_T1})", "",
           f"*unit*: attention at `attention_efficiency` = {prof.attention_efficiency} of the array's peak (attn:prefill, "
-          "the folded attention unit; what the MARS lowering emits by default).  "
+          "the folded attention unit's ATTN_KV passes; the lowering option `attention=unit`).  "
           f"*array* ({ARRAY_PATH_LABEL}): attention at `attention_array_efficiency` = "
           f"{prof.attention_array_efficiency} (the same work as GEMM kv, ATTN_SM, GEMM_PV, one instruction at a "
           "time).  Both measured by `mcf bench compute --model qwen2.5-1.5b` (RTL, Verilator, DDR model); the TTFT is "
-          "the cluster model's.", ""]
+          f"the cluster model's; the rest of this report takes the profile's path, *{prof.attention_path}*.", ""]
     if ("array", nodes[0]) not in paths:
         return md + ["The profile has no measured `attention_array_efficiency` (0): array path not run.", ""]
     md += ["| N | TTFT unit (s) | TTFT array (s) | unit / array |", "|---|---|---|---|"]
@@ -301,7 +301,7 @@ def _report(model, prof, S, nodes, t1, lengths, f3, f4, f5, f5_lengths, dec, b1,
           f"Model {model.name} (INT4 weights and KV, M_token = {model.kv_token_bytes:.0f} B), hardware "
           f"profile `{prof.name}`: {prof.pl_clock_hz / 1e6:.0f} MHz PL, {prof.mac_rows}x{prof.mac_lanes} MACs "
           f"x {prof.ops_per_mac} ops x {prof.compute_efficiency} efficiency (modelled) = P_node "
-          f"{prof.p_node / 1e9:.1f} GOPS, attention x {prof.attention_efficiency} (measured attention unit) = P_attn "
+          f"{prof.p_node / 1e9:.1f} GOPS, attention x {prof.attention_path_efficiency} (measured, {prof.attention_path} path) = P_attn "
           f"{prof.p_attn / 1e9:.1f} GOPS; DDR {prof.ddr_bandwidth_Bps / 1e9:.1f} GB/s x {prof.ddr_efficiency} = "
           f"{prof.ddr_Bps / 1e9:.2f} GB/s; {prof.net_ports} x {prof.link_bandwidth_bps / 1e9:g} Gb/s port "
           f"(BW_eff {prof.bw_eff / 1e9:.3f} GB/s), tau {prof.link_latency_s * 1e6:g} us, topology "
@@ -367,7 +367,7 @@ def _report(model, prof, S, nodes, t1, lengths, f3, f4, f5, f5_lengths, dec, b1,
                f"{model.head_dim} x 16384 x 16385 / 2) = {b16['flops']:.3g} FLOPs.  16 nodes at "
                f"{prof.p_node / 1e9:.1f} GOPS each for the dense layers ({prof.mac_rows * prof.mac_lanes} INT4 MACs x 2 ops x "
                f"{prof.pl_clock_hz / 1e6:g} MHz x {prof.compute_efficiency}) and {prof.p_attn / 1e9:.1f} GOPS for attention "
-               f"(the attention unit as measured, x {prof.attention_efficiency} of the array's peak) "
+               f"(attention on the {prof.attention_path} path as measured, x {prof.attention_path_efficiency} of the array's peak) "
                f"need at least {b16['compute_s']:.1f} s; "
                f"even with every FLOP on the array at its peak {b16['flops'] / (16 * prof.peak_ops_per_s):.1f} s.  The paper's "
                f"0.62 s would need {need / 1e12:.2f} TOPS per node, {need / prof.peak_ops_per_s:.0f}x the peak "

@@ -13,7 +13,7 @@ def prefill_bounds(model, profile, seq: int, nodes: int, chunks: int | None = No
 
     * compute: all FLOPs (dense 2 x params x S, causal attention 4 L H_q d x S(S+1)/2, LM head
       of the first token) over the aggregate sustained throughput: the dense layers and the head
-      at N x P_node (the MAC array), attention at N x P_attn (the attention unit).
+      at N x P_node (the MAC array), attention at N x P_attn (the profile's attention path).
     * ddr: every node that computes streams the layer weights at least once (``ddr_once``); with
       the plan's C chunks, C times (``ddr_chunked``: the dense layers of a chunk need every weight).
     * link: with the query rows spread over all nodes, every node attends to every earlier key,

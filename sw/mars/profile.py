@@ -60,8 +60,9 @@ class HardwareProfile:
     # attention on the MAC array (docs/attention-array.md): the attn:prefill work run as the array
     # sequence (GEMM_QK, ATTN_SM, GEMM_PV over runs of KV blocks), measured like attention_efficiency; 0: not measured
     attention_array_efficiency: float = 0.0
-    # which path attention takes in the cluster model: "unit" (the attention unit, ATTN_KV: what the
-    # MARS lowering emits by default) or "array" (the lowering option attention=array)
+    # which path attention takes in the cluster model: "unit" (the attention unit, ATTN_KV) or
+    # "array" (GEMM_QK / ATTN_SM / GEMM_PV): a profile names what the lowering's attention=auto
+    # chooses on its node (kr260: array)
     attention_path: str = "unit"
 
     def __post_init__(self):

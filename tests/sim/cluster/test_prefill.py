@@ -24,7 +24,9 @@ L = 28
 # qwen2.5-1.5b --write-profile`): inputs read from the YAML, not from the code under test
 _YAML = yaml.safe_load((Path(__file__).resolve().parents[3] / "sw/mars/profiles/kr260.yaml").read_text())
 P_NODE = 64 * 32 * 2 * 250e6 * _YAML["compute_efficiency"]
-P_ATTN = 64 * 32 * 2 * 250e6 * _YAML["attention_efficiency"]      # the attention unit, measured
+# attention at the measured rate of the profile's path (kr260: "array", the lowering's auto choice)
+P_ATTN = 64 * 32 * 2 * 250e6 * _YAML["attention_array_efficiency" if _YAML["attention_path"] == "array"
+                                     else "attention_efficiency"]
 DDR = 19.2e9 * _YAML["ddr_efficiency"]
 SETUP = 32 / 250e6
 
@@ -37,7 +39,8 @@ def test_model_figures_are_the_hand_ones():
 @pytest.mark.parametrize("engine,lags", [(dict(mac_rows=16, mac_lanes=16), False),
                                          (dict(compute_efficiency=0.84), False),
                                          ({}, None),
-                                         (dict(compute_efficiency=1.0, attention_efficiency=1.0), True)])
+                                         (dict(compute_efficiency=1.0, attention_efficiency=1.0,
+                                               attention_array_efficiency=1.0), True)])
 def test_mars_prefill_ends_in_the_owner_only_layout(engine, lags):
     # 4096 tokens, B = 256 -> 16 blocks, round-robin owners on 4 nodes: 4 blocks each.
     # The plan's memory after step c counts the replicas step c propagates (eq. 8: they must be
@@ -48,7 +51,7 @@ def test_mars_prefill_ends_in_the_owner_only_layout(engine, lags):
     # replicas land: they arrive during
     # step 1, within eq. 8's one-step lookahead -- the pool lags the plan by at most one step,
     # never exceeds the budget, and ends owner-only.  The profile as measured (``{}``: GEMMs at
-    # 0.988, attention at the attention unit's measured rate) is held to the bounds only.
+    # 0.988, attention at its path's measured rate) is held to the bounds only.
     S, B, N = 4096, 256, 4
     share = 4 * B * MT
     prof = load_profile("kr260").with_(**engine)
@@ -131,8 +134,9 @@ def test_one_board_decode_against_its_ddr_roofline():
     """Issue 14: one board's decode token time vs its bytes (all weights, the LM head, 4K tokens of
     KV, by hand) at the DDR4's 19.2 GB/s peak.  Each layer streams its weights at the measured
     ddr_efficiency (0.93: four HP ports at 300 MHz carry 76.8 B per engine cycle, the DDR's peak,
-    which refresh cuts to 73.4; measured 71.6), then attends over 4K keys at the attention unit's
-    measured rate (attention_efficiency); the LM head streams last; every engine operation pays
+    which refresh cuts to 73.4; measured 71.6), then attends over 4K keys at the measured rate of
+    the profile's attention path (kr260: the array's, measured on a prefill chunk: a model for a
+    decode token's 6 query rows); the LM head streams last; every engine operation pays
     the set-up.  The weights stream at >= 0.9 of the roofline; the token does not (attention)."""
     prof, m = load_profile("kr260"), load_model(M)
     d = simulate_decode(m, prof, Topology("switch", 1), [4096.0])

@@ -173,6 +173,9 @@ def test_auto_attention_is_the_array_on_the_kr260_node_and_the_unit_on_tiny():
     kr260 = Shapes(qwen, node_config(qwen, 1), 128, 16)
     path, why = choose_attention("auto", kr260, [16] * 64)
     assert path == "array" and why.startswith("auto -> array") and "\n" not in why
+    # the cluster model's kr260 profile takes the path the lowering takes on that node
+    from mcf.sw.mars.profile import load_profile
+    assert load_profile("kr260").attention_path == path
     assert choose_attention("unit", kr260, [16] * 64) == ("unit", "attention=unit asked for")
     assert choose_attention("array", kr260, [16] * 64) == ("array", "attention=array asked for")
     tiny = Shapes(TINY, NodeConfig.tiny(), 16, 8)

@@ -71,13 +71,15 @@ def test_compute_roofline_single_node_by_hand():
     # One 16-token chunk on one node: dense 2 * 36864 * 2 * 16 = 2359296 ops, attention
     # 4 * 2 * 4 * 16 * 16 * 16 = 131072 ops: dense / P_node (64 x 32 MACs x 2 x 250 MHz x the
     # profile's measured compute_efficiency) + attention / P_attn (the same peak x the measured
-    # attention_efficiency); the DDR side (36864 B of weights + 2048 B of KV at 19.2 GB/s x the
+    # rate of the profile's attention path: attention_array_efficiency for kr260's "array",
+    # attention_efficiency for "unit"); the DDR side (36864 B of weights + 2048 B of KV at 19.2 GB/s x the
     # measured ddr_efficiency) 2.5 us: the slower of the two is the engine's time ...
     eff = yaml.safe_load((Path(__file__).resolve().parents[3] / "sw/mars/profiles/kr260.yaml").read_text())
     ddr_bps = 19.2e9 * eff["ddr_efficiency"]
     ddr = (36864 + 2048) / ddr_bps
+    attn = eff["attention_array_efficiency" if eff["attention_path"] == "array" else "attention_efficiency"]
     comp = (2359296 / (64 * 32 * 2 * 250e6 * eff["compute_efficiency"])
-            + 131072 / (64 * 32 * 2 * 250e6 * eff["attention_efficiency"]))
+            + 131072 / (64 * 32 * 2 * 250e6 * attn))
     p = plan(PlanRequest(TINY, 16, 1, KR260, chunk_size=16))
     assert p.t_comp[0] == pytest.approx(max(comp, ddr))
     # ... the PS's descriptor pushes: 2 layers x 3 DMA descriptors x (3 words + the strobe) x
@@ -129,7 +131,7 @@ def test_eq8_b_star_is_smallest_hiding_chunk():
     cands = chunk_candidates(p.request)
     m, pr = QWEN, KR260
     for B in cands:
-        t_attn = 4 * 28 * 12 * 128 * B * B / (8 * 64 * 32 * 2 * 250e6 * pr.attention_efficiency)
+        t_attn = 4 * 28 * 12 * 128 * B * B / (8 * 64 * 32 * 2 * 250e6 * pr.attention_path_efficiency)
         t_prop = B * 7168 / pr.bw_eff + 2e-6           # switch multicast: one pass, one hop
         if t_attn >= t_prop:
             assert p.b_eq8 == B
