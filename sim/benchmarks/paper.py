@@ -300,7 +300,7 @@ def _report(model, prof, S, nodes, t1, lengths, f3, f4, f5, f5_lengths, dec, b1,
     md = ["# MCF paper evaluation on the cluster model", "",
           f"Model {model.name} (INT4 weights and KV, M_token = {model.kv_token_bytes:.0f} B), hardware "
           f"profile `{prof.name}`: {prof.pl_clock_hz / 1e6:.0f} MHz PL, {prof.mac_rows}x{prof.mac_lanes} MACs "
-          f"x {prof.ops_per_mac} ops x {prof.compute_efficiency} efficiency (modelled) = P_node "
+          f"x {prof.ops_per_mac} ops x {prof.compute_efficiency} efficiency (measured GEMMs) = P_node "
           f"{prof.p_node / 1e9:.1f} GOPS, attention x {prof.attention_path_efficiency} (measured, {prof.attention_path} path) = P_attn "
           f"{prof.p_attn / 1e9:.1f} GOPS; DDR {prof.ddr_bandwidth_Bps / 1e9:.1f} GB/s x {prof.ddr_efficiency} = "
           f"{prof.ddr_Bps / 1e9:.2f} GB/s; {prof.net_ports} x {prof.link_bandwidth_bps / 1e9:g} Gb/s port "
