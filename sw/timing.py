@@ -484,3 +484,144 @@ def _trace(levels, bit, start_label, end_label, pred) -> Path:
         luts += kind == "lut"
         carries += kind == "carry"
     return Path(levels, luts, carries, start_label, end_label)
+
+
+# --- resources per unit --------------------------------------------------------------------------
+#: LUTs taken by each distributed-RAM / shift-register primitive (UltraScale+ library guide).
+LUTRAM_LUTS = {"RAM32M16": 8, "RAM64M8": 8, "RAM32M": 4, "RAM64M": 4, "RAM32X1D": 2, "RAM64X1D": 2,
+               "RAM128X1D": 4, "RAM256X1D": 8, "RAM32X1S": 1, "RAM64X1S": 1, "RAM128X1S": 2,
+               "RAM256X1S": 4, "RAM512X1S": 8, "SRL16E": 1, "SRLC32E": 1, "SRLC16E": 1}
+RESOURCE_KEYS = ("LUT", "LUT_logic", "LUT_memory", "FF", "DSP", "BRAM36", "URAM")
+_FLATTEN = re.compile(r"^\$flatten\\?([\w.$]+?)\.\$")
+
+
+def _cell_unit(cname: str, ctype: str, cell: dict, names: _Names) -> str:
+    """The unit a clocked cell (or memory, DSP, part) belongs to, named as ``_unit`` names the
+    end points of ``analyze``: the instance holding the register / memory, else its source file."""
+    conn = cell.get("connections", {})
+    if ctype in FLOPS or ctype in SRLS:
+        q = [b for p, d in cell.get("port_directions", {}).items() if d == "output" for b in conn.get(p, [])]
+        name = names.get(q[0]) if q and isinstance(q[0], int) else None
+        src = _source(cell)
+        return _unit(name or (f"reg@{src}" if src else f"reg {cname}"))
+    if ctype in LUTRAM_READS or ctype in BRAMS:
+        return _unit(f"{_MEM_INDEX.sub('', cname)}:in")
+    if ctype == "DSP48E2":      # the flattened instance if Yosys kept it in the name, else the file
+        m = _FLATTEN.match(cname)
+        if m:
+            return m.group(1)
+        src = _source(cell)
+        return _unit(f"dsp@{src}" if src else f"dsp {cname}")
+    return cname                # a part mapped on its own (a black box here): its instance
+
+
+def resources(netlist: dict, top: str | None = None, boundaries=()) -> dict:
+    """Resources of ``top`` (a ``write_json`` netlist after ``synth_xilinx``) per unit, the units
+    of ``analyze``'s ``by_unit``: unit -> {LUT, LUT_logic, LUT_memory, FF, DSP, BRAM36, URAM}.
+
+    Clocked cells (flip-flops, shift registers, LUT RAM, block RAM, UltraRAM, DSPs) belong to the
+    unit that holds them.  A combinational cell (LUT, carry chain, wide mux) has no name after
+    LUT mapping: it belongs to the unit of the nearest clocked cell (or output port: ``ports``, or
+    black box ``boundaries``: its instance) its outputs reach, counted in cells on the way; a cell
+    as near to several units is shared equally among them (so the units add up to the block's
+    totals; shares are fractions).  Logic that reaches no end point is ``unconnected``."""
+    mod = _top(netlist, top)
+    names = _Names(mod)
+    bounds = {b.lstrip("\\") for b in boundaries or ()}
+    out: dict[str, dict] = {}
+
+    def add(unit, key, n):
+        r = out.setdefault(unit, dict.fromkeys(RESOURCE_KEYS, 0))
+        r[key] += n
+        if key in ("LUT_logic", "LUT_memory"):
+            r["LUT"] += n
+
+    comb: dict[str, tuple] = {}          # combinational cell -> (LUT count, its output bits)
+    sink_units: dict[int, set] = {}      # bit -> units of the clocked cells / ports it enters
+    readers: dict[int, list] = {}        # bit -> combinational cells it enters
+    for cname, cell in mod.get("cells", {}).items():
+        ctype = cell["type"].lstrip("\\")
+        if ctype in IGNORED:
+            continue
+        conn = cell.get("connections", {})
+        dirs = cell.get("port_directions", {})
+        ins = [b for p, d in dirs.items() if d != "output" and p not in CLOCK_PINS
+               for b in conn.get(p, []) if isinstance(b, int)]
+        if ctype in LUTS or ctype in MUXF or ctype in CARRY:
+            outs = [b for p, d in dirs.items() if d == "output" for b in conn.get(p, []) if isinstance(b, int)]
+            comb[cname] = (1 if ctype in LUTS else 0, outs)
+            for b in ins:
+                readers.setdefault(b, []).append(cname)
+            continue
+        if not (ctype in FLOPS or ctype in SRLS or ctype in LUTRAM_READS or ctype in BRAMS
+                or ctype == "DSP48E2" or ctype in bounds):
+            raise NetlistError(f"cell {cname}: type {ctype} is not in the resource model")
+        unit = _cell_unit(cname, ctype, cell, names)
+        if ctype in FLOPS:
+            add(unit, "FF", 1)
+        elif ctype in SRLS or ctype in LUTRAM_READS:
+            add(unit, "LUT_memory", LUTRAM_LUTS.get(ctype, 1))
+        elif ctype in BRAMS:
+            if ctype.startswith("URAM"):
+                add(unit, "URAM", 1)
+            else:
+                add(unit, "BRAM36", 1 if ctype == "RAMB36E2" else 0.5)
+        elif ctype == "DSP48E2":
+            add(unit, "DSP", 1)
+        else:
+            out.setdefault(unit, dict.fromkeys(RESOURCE_KEYS, 0))
+        for b in ins:
+            sink_units.setdefault(b, set()).add(unit)
+    for port in mod.get("ports", {}).values():
+        if port["direction"] != "input":
+            for b in port["bits"]:
+                if isinstance(b, int):
+                    sink_units.setdefault(b, set()).add("ports")
+    # Breadth first from the end points back through the combinational cells: each cell takes
+    # the units of the nearest end points its outputs reach.
+    driver_of: dict[int, str] = {b: c for c, (_, outs) in comb.items() for b in outs}
+    owner: dict[str, frozenset] = {}
+    frontier: dict[str, set] = {}
+    for b, units in sink_units.items():
+        c = driver_of.get(b)
+        if c is not None:
+            frontier.setdefault(c, set()).update(units)
+    while frontier:
+        for c, units in frontier.items():
+            owner[c] = frozenset(units)
+        nxt: dict[str, set] = {}
+        # the cells feeding this level's cells, not yet owned, take the union of their units
+        for c, units in frontier.items():
+            cell = mod["cells"][c]
+            dirs = cell.get("port_directions", {})
+            for p, d in dirs.items():
+                if d == "output":
+                    continue
+                for b in cell.get("connections", {}).get(p, []):
+                    if not isinstance(b, int):
+                        continue
+                    d_ = driver_of.get(b)
+                    if d_ is not None and d_ not in owner:
+                        nxt.setdefault(d_, set()).update(owner[c])
+        frontier = nxt
+    for c, (luts, _) in comb.items():
+        if not luts:
+            continue
+        units = owner.get(c) or frozenset({"unconnected"})
+        for u in units:
+            add(u, "LUT_logic", luts / len(units))
+    return {u: {k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}
+            for u, r in sorted(out.items(), key=lambda kv: (-kv[1]["LUT"], kv[0]))}
+
+
+def roll_up(by_unit: dict, depth: int = 1) -> dict:
+    """``resources`` summed over the first ``depth`` parts of each unit's instance path
+    (``loader0.descq`` -> ``loader0``; a source file or ``ports`` stays as it is)."""
+    out: dict[str, dict] = {}
+    for unit, r in by_unit.items():
+        key = unit if "/" in unit or unit in ("ports", "top", "unconnected") else ".".join(unit.split(".")[:depth])
+        acc = out.setdefault(key, dict.fromkeys(RESOURCE_KEYS, 0))
+        for k in RESOURCE_KEYS:
+            acc[k] += r[k]
+    return {u: {k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}
+            for u, r in sorted(out.items(), key=lambda kv: (-kv[1]["LUT"], kv[0]))}

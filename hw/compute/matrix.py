@@ -452,6 +452,18 @@ class MatrixUnit(wiring.Component):
         return m
 
 
+def rotate_pieces(word, amount, piece_bits: int, per_key: int):
+    """``word`` (whole keys of ``per_key`` pieces of ``piece_bits``) with each key's pieces rotated
+    up by ``amount``: piece c of a key out = piece (c - amount) mod per_key in."""
+    PB, J = piece_bits, per_key
+    KB = J * PB
+    if len(word) % KB:
+        raise ValueError(f"a {len(word)}-bit word does not hold whole {KB}-bit keys")
+    pieces = [word[x * PB:(x + 1) * PB] for x in range(len(word) // PB)]
+    return Cat(*[Array(pieces[k * J + (c - x) % J] for x in range(J))[amount] if J > 1 else pieces[k]
+                 for k in range(len(word) // KB) for c in range(J)])
+
+
 class TileReorder(wiring.Component):
     """Key-major tiles -> the matrix unit's weight beats (kv mode, attention scores on the array).
 
@@ -464,19 +476,31 @@ class TileReorder(wiring.Component):
     Double-buffered (a tile is read while the next is written) in P banks of one piece x 2 J
     words (LUT RAM), skewed: piece j of key p lives in bank (p + j A) mod P at word buf J + j.  A
     written beat (A keys x J pieces) and a read beat (P keys x piece j) then touch each bank once:
-    each side moves a beat a cycle, through a J-way rotation of the banks."""
+    each side moves a beat a cycle, through a J-way rotation of the banks.
 
-    def __init__(self, rows: int, lanes: int, beats: int):
+    ``prerotated``: the write side's rotation is the feeder's, on its narrower words (``rotate``
+    by ``rot``, the index of the beat being written, before the words are gathered into a beat):
+    bank (a, c) then takes piece c of key a of the beat as it comes (wiring, no multiplexer)."""
+
+    def __init__(self, rows: int, lanes: int, beats: int, prerotated: bool = False):
         P, J = rows, beats
         log2_exact(P, "rows")
         log2_exact(J, "beats")
         if J > P:
             raise ValueError(f"beats={J} > rows={P}: a tile beat would hold less than one key")
         self.rows, self.lanes, self.beats = P, lanes, J
-        super().__init__({
-            "i": In(stream.Signature(P * lanes * W_BITS)),
-            "o": Out(stream.Signature(P * lanes * W_BITS)),
-        })
+        self.prerotated = prerotated
+        ports = {"i": In(stream.Signature(P * lanes * W_BITS)), "o": Out(stream.Signature(P * lanes * W_BITS))}
+        if prerotated:
+            ports["rot"] = Out(range(J))
+        super().__init__(ports)
+
+    @staticmethod
+    def rotate(word, amount, lanes: int, beats: int):
+        """``word`` (whole keys of ``beats`` pieces of ``lanes`` nibbles) with each key's pieces
+        rotated up by ``amount``: piece c of a key out = piece (c - amount) mod beats in (what the
+        write side of a ``prerotated`` reorder expects, ``amount`` its ``rot``)."""
+        return rotate_pieces(word, amount, lanes * W_BITS, beats)
 
     def elaborate(self, platform):
         m = Module()
@@ -501,9 +525,12 @@ class TileReorder(wiring.Component):
             j = Signal(range(J), name=f"wj{b}")               # the piece of this bank in the written beat
             m.d.comb += j.eq((c - wi)[:jb] if J > 1 else 0)
             m.d.comb += [wp.en.eq(take), wp.addr.eq(Cat(j, wsel) if J > 1 else wsel),
-                         wp.data.eq(Array(pieces_in[a * J + x] for x in range(J))[j]),
+                         wp.data.eq(pieces_in[a * J + c] if self.prerotated
+                                    else Array(pieces_in[a * J + x] for x in range(J))[j]),
                          rp.addr.eq(Cat(rj, rsel) if J > 1 else rsel)]
             outs.append(rp.data)
+        if self.prerotated:
+            m.d.comb += self.rot.eq(wi)
         m.d.comb += self.o.payload.eq(Cat(*[Array(outs[(p + x * A) % P] for x in range(J))[rj] for p in range(P)]))
         with m.If(take):
             m.d.sync += wi.eq(wi + 1)
@@ -534,9 +561,18 @@ class PvReorder(wiring.Component):
     x P channels) x 2 C words (LUT RAM), skewed: block (i, c) (keys i A .., channels c P ..) lives
     in bank (i + c) mod C at word buf C + c.  A written beat (blocks (i, 0 .. C - 1)) and a read
     beat (blocks (0 .. C - 1, c)) touch each bank once: each side moves a beat a cycle, through a
-    C-way rotation of the banks; the transpose inside a block is wiring."""
+    C-way rotation of the banks; the transpose inside a block is wiring.
 
-    def __init__(self, rows: int, lanes: int, head_dim: int):
+    ``prerotated``: the write side's rotation is the feeder's, on its narrower words (``rotate``
+    by ``rot``, the index of the beat being written: each key's C channel tiles rotated up by it,
+    which rotates the beat's blocks): bank b then takes block b of the beat as it comes (wiring).
+
+    ``alternates`` = N > 0 adds ``alt`` (N beats) and ``alt_sel``: ``o.payload`` is ``alt[alt_sel
+    - 1]`` when ``alt_sel`` is not 0 (``o.valid`` and ``i`` as ever): the execute unit's choice among
+    the weight beats' sources folded into the read rotation's multiplexer (one C + N-way choice a
+    bit, not a C-way one and then an N + 1-way one)."""
+
+    def __init__(self, rows: int, lanes: int, head_dim: int, alternates: int = 0, prerotated: bool = False):
         P, K, d = rows, lanes, head_dim
         log2_exact(P, "rows")
         log2_exact(K, "lanes")
@@ -546,10 +582,20 @@ class PvReorder(wiring.Component):
         self.rows, self.lanes, self.head_dim = P, K, d
         self.tiles = d // P                  # C: channel tiles = beats of a key group
         self.keys = P * K // d               # A: keys of an input beat
-        super().__init__({
-            "i": In(stream.Signature(P * K * W_BITS)),
-            "o": Out(stream.Signature(P * K * W_BITS)),
-        })
+        self.alternates, self.prerotated = alternates, prerotated
+        ports = {"i": In(stream.Signature(P * K * W_BITS)), "o": Out(stream.Signature(P * K * W_BITS))}
+        if alternates:
+            ports |= {"alt": In(data.ArrayLayout(P * K * W_BITS, alternates)), "alt_sel": In(range(alternates + 1))}
+        if prerotated:
+            ports["rot"] = Out(range(self.tiles))
+        super().__init__(ports)
+
+    @staticmethod
+    def rotate(word, amount, rows: int, head_dim: int):
+        """``word`` (whole keys of ``head_dim`` nibbles) with each key's channel tiles (``rows``
+        nibbles) rotated up by ``amount`` (what the write side of a ``prerotated`` reorder expects,
+        ``amount`` its ``rot``)."""
+        return rotate_pieces(word, amount, rows * W_BITS, head_dim // rows)
 
     def elaborate(self, platform):
         m = Module()
@@ -577,13 +623,26 @@ class PvReorder(wiring.Component):
             c = Signal(range(C), name=f"wc{b}")              # the block of this bank in the written beat
             m.d.comb += c.eq((b - wi)[:cb] if C > 1 else 0)
             m.d.comb += [wp.en.eq(take), wp.addr.eq(Cat(c, wsel) if C > 1 else wsel),
-                         wp.data.eq(Array(blocks_in)[c] if C > 1 else blocks_in[0]),
+                         wp.data.eq(blocks_in[b] if self.prerotated or C == 1 else Array(blocks_in)[c]),
                          rp.addr.eq(Cat(rc, rsel) if C > 1 else rsel)]
             outs.append(rp.data)
+        if self.prerotated:
+            m.d.comb += self.rot.eq(wi)
         # block i of the read beat c is in bank (i + c) mod C; nibble a P + p -> output p K + i A + a
-        blocks_out = [Array(outs[(i + x) % C] for x in range(C))[rc] if C > 1 else outs[0] for i in range(C)]
-        m.d.comb += self.o.payload.eq(Cat(*[nib(blocks_out[k // A], (k % A) * P + p)
-                                            for p in range(P) for k in range(K)]))
+        N = self.alternates
+        if N:
+            # block i's source: bank (i + rc) mod C, or alternate alt_sel - 1 (index C + alt_sel - 1)
+            src = [Signal(range(C + N), name=f"src{i}") for i in range(C)]
+            for i in range(C):
+                m.d.comb += src[i].eq(Mux(self.alt_sel == 0, (i + rc)[:cb] if C > 1 else 0, C - 1 + self.alt_sel))
+            m.d.comb += self.o.payload.eq(Cat(*[
+                Array([nib(outs[x], (k % A) * P + p) for x in range(C)]
+                      + [nib(self.alt[y], p * K + k) for y in range(N)])[src[k // A]]
+                for p in range(P) for k in range(K)]))
+        else:
+            blocks_out = [Array(outs[(i + x) % C] for x in range(C))[rc] if C > 1 else outs[0] for i in range(C)]
+            m.d.comb += self.o.payload.eq(Cat(*[nib(blocks_out[k // A], (k % A) * P + p)
+                                                for p in range(P) for k in range(K)]))
         with m.If(take):
             m.d.sync += wi.eq(wi + 1)
             with m.If(wi == C - 1):

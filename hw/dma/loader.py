@@ -163,20 +163,21 @@ class DmaLoader(wiring.Component):
         bad = Signal()             # an error response in this job so far
         B, bl = self.out_beats, self.banks_log2
         word_depth = buf_beats >> bl
-        # mems[i][b]: buffer i, bank b (beat r of a descriptor at word r >> bl of bank r mod B)
-        mems = [[Memory(shape=self.data_width, depth=word_depth, init=[]) for _ in range(B)] for _ in range(nbuf)]
-        for i in range(nbuf):
-            for b, mem in enumerate(mems[i]):
-                m.submodules[f"buffer{i}" if B == 1 else f"buffer{i}_{b}"] = mem
-        wports = [[mem.write_port(domain=A) for mem in banks] for banks in mems]
-        rports = [[mem.read_port(transparent_for=()) for mem in banks] for banks in mems]
+        # mems[b]: bank b of every buffer (beat r of a descriptor into buffer i at word
+        # i x word_depth + r >> bl of bank r mod B): one memory a bank, not one a buffer and bank,
+        # so a read takes the buffer as address bits, not as a multiplexer after the memories
+        # (and one read register, not one a buffer)
+        mems = [Memory(shape=self.data_width, depth=nbuf * word_depth, init=[]) for _ in range(B)]
+        for b, mem in enumerate(mems):
+            m.submodules["buffer" if B == 1 else f"buffer_{b}"] = mem
+        wports = [mem.write_port(domain=A) for mem in mems]
+        rports = [mem.read_port(transparent_for=()) for mem in mems]
         r_fire = Signal()
         m.d.comb += [axi.rready.eq(jobs.r_rdy & (filled.w_rdy if cross else 1)), r_fire.eq(axi.rvalid & axi.rready)]
-        for i in range(nbuf):
-            for b, wp in enumerate(wports[i]):
-                bank_hit = (wptr[:bl] == b) if B > 1 else 1
-                m.d.comb += [wp.addr.eq(wptr[bl:]), wp.data.eq(axi.rdata),
-                             wp.en.eq(r_fire & (job.buffer == i) & bank_hit)]
+        for b, wp in enumerate(wports):
+            bank_hit = (wptr[:bl] == b) if B > 1 else 1
+            m.d.comb += [wp.addr.eq(Cat(wptr[bl:], job.buffer) if word_depth > 1 else job.buffer), wp.data.eq(axi.rdata),
+                         wp.en.eq(r_fire & bank_hit)]
         m.d.sync += [self.done.eq(0), self.resp_error.eq(0)]
         with m.If(r_fire):
             last = wnum == job.beats
@@ -200,12 +201,10 @@ class DmaLoader(wiring.Component):
         m.d.comb += last_word.eq((cur.beats - 1) >> bl)
         out_valid, out_last = Signal(), Signal()
         out_keep = Signal(nbytes * B)
-        out_buf = Signal(range(nbuf))
         advance = Signal()
         m.d.comb += advance.eq(~out_valid | self.o.tready)
-        for banks in rports:
-            for rp in banks:
-                m.d.comb += [rp.addr.eq(rptr), rp.en.eq(advance)]
+        for rp in rports:
+            m.d.comb += [rp.addr.eq(Cat(rptr, cur.buffer) if word_depth > 1 else cur.buffer), rp.en.eq(advance)]
         tail_keep = Signal(nbytes * B)     # the last word's TKEEP: full banks, the last beat's keep, none
         last_bank = Signal(max(bl, 1))
         m.d.comb += last_bank.eq((cur.beats - 1)[:bl] if B > 1 else 0)
@@ -215,7 +214,7 @@ class DmaLoader(wiring.Component):
         with m.If(advance):
             with m.If(draining):
                 is_last = rptr == last_word
-                m.d.sync += [out_valid.eq(1), out_last.eq(is_last), out_buf.eq(cur.buffer),
+                m.d.sync += [out_valid.eq(1), out_last.eq(is_last),
                              out_keep.eq(all_ones(nbytes * B)), rptr.eq(rptr + 1)]
                 with m.If(is_last):
                     # The read port has its address; the buffer may refill from next cycle.
@@ -231,9 +230,7 @@ class DmaLoader(wiring.Component):
                 m.d.sync += [self.done.eq(1), self.done_tag.eq(taken.tag),
                              self.resp_error.eq(filled.r_data[job_layout.size])]
 
-        rdata = Cat(*[p.data for p in rports[0]])
-        for i in range(1, nbuf):
-            rdata = Mux(out_buf == i, Cat(*[p.data for p in rports[i]]), rdata)
+        rdata = Cat(*[p.data for p in rports])
         m.d.comb += [self.o.tvalid.eq(out_valid), self.o.tdata.eq(rdata),
                      self.o.tkeep.eq(out_keep), self.o.tlast.eq(out_last)]
         a_busy = Signal()

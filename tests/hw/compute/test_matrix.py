@@ -281,7 +281,7 @@ def test_scores_amaranth_sim(r, extreme):
     assert run_matrix(dut, [job, lin]) == [job.expected, lin.expected]
 
 
-def _stream_through(dut, beats_in, n_out: int, rng) -> list:
+def _stream_through(dut, beats_in, n_out: int, rng, fixed=None, feed=None) -> list:
     """The beats a reorder buffer (stream ``i`` -> stream ``o``) gives for ``beats_in``, with random
     valid gaps on its input and random backpressure on its output; stops at ``n_out`` beats."""
     from amaranth.sim import Simulator
@@ -289,10 +289,13 @@ def _stream_through(dut, beats_in, n_out: int, rng) -> list:
 
     async def bench(ctx):
         i = 0
+        for sig, v in fixed or ():
+            ctx.set(sig, v)
         for _ in range(40 * n_out):
             offer = i < len(beats_in) and rng.random() < 0.7
             ctx.set(dut.i.valid, offer)
-            ctx.set(dut.i.payload, beats_in[min(i, len(beats_in) - 1)])
+            beat = beats_in[min(i, len(beats_in) - 1)]
+            ctx.set(dut.i.payload, feed(ctx, beat) if feed else beat)
             ctx.set(dut.o.ready, rng.random() < 0.6)
             await ctx.delay(1e-9)
             took = offer and ctx.get(dut.i.ready)
@@ -328,6 +331,47 @@ def test_tile_reorder(rows, lanes, beats):
     want = [pack(q[t * rows:(t + 1) * rows, j * lanes:(j + 1) * lanes], 4) for t in range(tiles) for j in range(beats)]
     dut = TileReorder(rows, lanes, beats)
     assert _stream_through(dut, beats_in, len(want), rng) == want
+    # prerotated: the feeder rotates each key's pieces up by ``rot`` (the contract, modelled here)
+    pb, kb = lanes * 4, beats * lanes * 4
+
+    def rotated(beat, amount):
+        out = 0
+        for k in range(rows * lanes * 4 // kb):
+            for c in range(beats):
+                piece = (beat >> (k * kb + ((c - amount) % beats) * pb)) & ((1 << pb) - 1)
+                out |= piece << (k * kb + c * pb)
+        return out
+    dut = TileReorder(rows, lanes, beats, prerotated=True)
+    assert _stream_through(dut, beats_in, len(want), np.random.default_rng(rows * beats),
+                           feed=lambda ctx, beat: rotated(beat, ctx.get(dut.rot))) == want
+
+
+@pytest.mark.parametrize("lanes,beats,keys", [(2, 4, 2), (4, 2, 3), (8, 1, 2)])
+def test_tile_reorder_rotate(lanes, beats, keys):
+    """``TileReorder.rotate``: piece c of each key out = piece (c - amount) mod beats in."""
+    from amaranth import Module, Signal
+    from amaranth.sim import Simulator
+    from mcf.hw.compute.matrix import TileReorder
+    pb, kb = lanes * 4, beats * lanes * 4
+    word, amount, out = Signal(keys * kb), Signal(range(max(beats, 2))), Signal(keys * kb)
+    m = Module()
+    m.d.comb += out.eq(TileReorder.rotate(word, amount, lanes, beats))
+    rng = np.random.default_rng(lanes * beats)
+
+    async def bench(ctx):
+        for _ in range(6):
+            pieces = [int(x) for x in rng.integers(0, 1 << pb, size=keys * beats)]
+            for a in range(beats):
+                ctx.set(word, sum(p << (i * pb) for i, p in enumerate(pieces)))
+                ctx.set(amount, a)
+                await ctx.delay(1e-9)
+                want = sum(pieces[k * beats + (c - a) % beats] << (k * kb + c * pb)
+                           for k in range(keys) for c in range(beats))
+                assert ctx.get(out) == want
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
 
 
 # --- pv mode: attention PV on the array, V^T as the matrix, w in two digits (golden ``state_sums``) ----
@@ -374,6 +418,26 @@ def test_pv_reorder(rows, lanes, d):
             for b in range(groups) for c in range(d // rows)]
     dut = PvReorder(rows, lanes, d)
     assert _stream_through(dut, beats_in, len(want), rng) == want
+    # prerotated: the feeder rotates each key's channel tiles (rows nibbles) up by ``rot`` (the contract)
+    tb, kb = rows * 4, d * 4
+
+    def rotated(beat, amount):
+        out = 0
+        for k in range(rows * lanes // d):
+            for c in range(d // rows):
+                tile = (beat >> (k * kb + ((c - amount) % (d // rows)) * tb)) & ((1 << tb) - 1)
+                out |= tile << (k * kb + c * tb)
+        return out
+    dut = PvReorder(rows, lanes, d, prerotated=True)
+    assert _stream_through(dut, beats_in, len(want), np.random.default_rng(rows * d),
+                           feed=lambda ctx, beat: rotated(beat, ctx.get(dut.rot))) == want
+    # with alternates: alt_sel 0 is the reorder's beat, k alternate k - 1 (the same random stalls)
+    alt = [int.from_bytes(rng.bytes(nb), "little") for _ in range(2)]       # beats of rows x lanes nibbles
+    for sel in range(3):
+        dut = PvReorder(rows, lanes, d, alternates=2)
+        got = _stream_through(dut, beats_in, len(want), np.random.default_rng(rows * d),
+                              fixed=[(dut.alt_sel, sel), (dut.alt[0], alt[0]), (dut.alt[1], alt[1])])
+        assert got == (want if sel == 0 else [alt[sel - 1]] * len(want))
 
 
 @pytest.mark.parametrize("wide", [True, False])

@@ -243,3 +243,125 @@ def test_zero_inits_and_black_box_stubs():
     decls = stub.splitlines()[1:-1]               # the ports, nothing else
     assert sorted(line.split()[-1] for line in decls) == ["addr;", "clk;", "d;", "q;", "rst;", "we;"]
     assert [line.split()[0] for line in decls].count("output") == 1
+
+
+def _three_units():
+    """Three named units, each with what it holds known by construction: ``fifo`` a 16 x 28 FIFO
+    (an asynchronous-read memory: 28 / 14 bits = 2 RAM32M16 = 16 LUTs of LUT RAM), ``mul`` a
+    registered 16 x 16 product (one DSP48E2), ``ram`` a 1 024 x 32 memory read synchronously
+    (32 Kbit: one RAMB36 or two RAMB18, 1.0 BRAM36)."""
+    from amaranth import Module, Signal
+    from amaranth.back import verilog
+    from amaranth.lib import fifo, memory, wiring
+    from amaranth.lib.wiring import In, Out
+
+    class Mul(wiring.Component):
+        a: In(16)
+        b: In(16)
+        y: Out(32)
+
+        def elaborate(self, platform):
+            m = Module()
+            ra, rb = Signal(16), Signal(16)
+            m.d.sync += [ra.eq(self.a), rb.eq(self.b), self.y.eq(ra * rb)]
+            return m
+
+    class Ram(wiring.Component):
+        addr: In(10)
+        d: In(32)
+        we: In(1)
+        q: Out(32)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.mem = mem = memory.Memory(shape=32, depth=1024, init=[])
+            w, r = mem.write_port(), mem.read_port(transparent_for=())
+            m.d.comb += [w.addr.eq(self.addr), w.data.eq(self.d), w.en.eq(self.we), r.addr.eq(self.addr),
+                         self.q.eq(r.data)]
+            return m
+
+    class Top(wiring.Component):
+        a: In(16)
+        b: In(16)
+        d: In(32)
+        addr: In(10)
+        ctl: In(3)
+        y: Out(32)
+        q: Out(32)
+        f: Out(28)
+        f_ok: Out(1)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.fifo = q = fifo.SyncFIFO(width=28, depth=16)
+            m.submodules.mul = mul = Mul()
+            m.submodules.ram = ram = Ram()
+            m.d.comb += [mul.a.eq(self.a), mul.b.eq(self.b), self.y.eq(mul.y),
+                         ram.addr.eq(self.addr), ram.d.eq(self.d), ram.we.eq(self.ctl[0]), self.q.eq(ram.q),
+                         q.w_data.eq(self.d[:28]), q.w_en.eq(self.ctl[1]), q.r_en.eq(self.ctl[2]),
+                         self.f.eq(q.r_data), self.f_ok.eq(q.r_rdy)]
+            return m
+    return verilog.convert(Top(), name="units")
+
+
+def _cell(ctype, conns, dirs, src=None):
+    return {"type": ctype, "connections": conns, "port_directions": dirs,
+            "attributes": {"src": src} if src else {}, "parameters": {}}
+
+
+def test_resources_by_unit_of_a_netlist():
+    """``timing.resources`` on a hand-made mapped netlist: a register ``a.r`` fed by two LUTs in a
+    row, a LUT RAM ``b.mem`` whose write data a LUT makes, a DSP of instance ``c``, a LUT feeding
+    both ``a.r`` and ``b.mem`` (shared: half each), a LUT before an output port; a block RAM."""
+    from mcf.sw import timing
+    lut = {"I0": "input", "I1": "input", "O": "output"}
+    cells = {
+        "l1": _cell("LUT2", {"I0": [2], "I1": [3], "O": [10]}, lut),
+        "l2": _cell("LUT2", {"I0": [10], "I1": [3], "O": [11]}, lut),      # l1 -> l2 -> a.r
+        "ff": _cell("FDRE", {"C": [1], "D": [11], "CE": [12], "R": ["0"], "Q": [20]},
+                    {"C": "input", "D": "input", "CE": "input", "R": "input", "Q": "output"}),
+        "ls": _cell("LUT2", {"I0": [2], "I1": [3], "O": [12]}, lut),        # -> a.r CE and b.mem
+        "lm": _cell("LUT2", {"I0": [20], "I1": [2], "O": [13]}, lut),       # -> b.mem data
+        "b.mem.0.0": _cell("RAM32M16", {"WCLK": [1], "DIA": [13, 12], "ADDRA": [2, 3, 2, 3, 2], "DOA": [30, 31]},
+                           {"WCLK": "input", "DIA": "input", "ADDRA": "input", "DOA": "output"}),
+        "$flatten\\c.$mul$top.v:1$2": _cell("DSP48E2", {"CLK": [1], "A": [30], "B": [31], "P": [40]},
+                                           {"CLK": "input", "A": "input", "B": "input", "P": "output"}),
+        "lo": _cell("LUT1", {"I0": [40], "O": [41]}, {"I0": "input", "O": "output"}),   # -> port y
+        "d.ram.0.0": _cell("RAMB18E2", {"CLKARDCLK": [1], "ADDRARDADDR": [2], "DOUTADOUT": [42]},
+                           {"CLKARDCLK": "input", "ADDRARDADDR": "input", "DOUTADOUT": "output"}),
+    }
+    netlist = {"modules": {"t": {"attributes": {"top": "1"}, "cells": cells,
+                                 "ports": {"clk": {"direction": "input", "bits": [1]},
+                                           "x": {"direction": "input", "bits": [2, 3]},
+                                           "y": {"direction": "output", "bits": [41, 42]}},
+                                 "netnames": {"a.r": {"bits": [20]}, "y": {"bits": [41, 42]}}}}}
+    got = timing.resources(netlist, "t")
+    zero = dict.fromkeys(timing.RESOURCE_KEYS, 0)
+    assert got["a"] == {**zero, "LUT": 2.5, "LUT_logic": 2.5, "FF": 1}
+    assert got["b"] == {**zero, "LUT": 9.5, "LUT_logic": 1.5, "LUT_memory": 8}
+    assert got["c"] == {**zero, "DSP": 1}
+    assert got["d"] == {**zero, "BRAM36": 0.5}
+    assert got["ports"] == {**zero, "LUT": 1, "LUT_logic": 1}
+    assert timing.roll_up({"a.x": got["a"], "a.y": got["b"]}) == {"a": {**zero, "LUT": 12, "LUT_logic": 4,
+                                                                          "LUT_memory": 8, "FF": 1}}
+
+
+@pytest.mark.slow
+def test_resources_by_unit(tmp_path):
+    """``timing.resources``: each unit holds its own memory / DSP / block RAM, and the units add up
+    to the block's counts from Yosys's ``stat`` (an independent count)."""
+    from mcf.sw import timing
+    from mcf.sw.commands.synth import format_units, synthesize_netlist
+    syn = synthesize_netlist("units", _three_units(), tmp_path, 600)
+    by_unit = timing.resources(syn.netlist, "units")
+    assert syn.cells.get("RAM32M16") == 2 and syn.cells.get("DSP48E2") == 1     # the mapping is as built
+    assert (by_unit["fifo"]["LUT_memory"], by_unit["fifo"]["DSP"], by_unit["fifo"]["BRAM36"]) == (16, 0, 0)
+    assert by_unit["fifo"]["FF"] > 0 and by_unit["fifo"]["LUT_logic"] > 0      # its pointers and level
+    assert (by_unit["mul"]["DSP"], by_unit["mul"]["LUT_memory"], by_unit["mul"]["BRAM36"]) == (1, 0, 0)
+    assert (by_unit["ram"]["BRAM36"], by_unit["ram"]["DSP"], by_unit["ram"]["LUT_memory"]) == (1.0, 0, 0)
+    total = count(syn.cells)
+    for key in ("LUT_memory", "FF", "DSP", "BRAM36", "URAM"):
+        assert sum(r[key] for r in by_unit.values()) == total[key], key
+    assert abs(sum(r["LUT_logic"] for r in by_unit.values()) - total["LUT_logic"]) < 0.5
+    assert list(timing.roll_up({"a.b": by_unit["fifo"], "a.c": by_unit["mul"]})) == ["a"]
+    assert "fifo" in format_units(by_unit) and format_units({}).startswith("  units: none")
