@@ -74,14 +74,18 @@ class NodeConfig:
     dsp_primitives: int = 1          # 1: the products are DSP48E2 instances (P cascade; model in sims)
     max_tokens: int = 16             # tokens sharing each weight beat (query rows per pass)
     vec_lanes: int = 8               # vector unit lanes
-    att_rows: int = 8                # attention unit query rows (GQA group heads x tokens)
+    # attention unit query rows (GQA group heads x tokens): 6 on the KR260 node, Qwen2.5-1.5B's group
+    # (12 / 2): a job is one token x the group's heads (as at 8: 8 // 6 = 1), and the array path's
+    # rows (min(att_rows, max_tokens)) are the group either way
+    att_rows: int = 6
     # attention unit: score / P.V lanes a row (its products: att_rows x 2 x att_lanes DSP48E2; a key
     # pair's scores and a key's P.V take head_dim / att_lanes cycles); 0: the unit's default,
     # ``mcf.hw.compute.attention.default_lanes(head_dim)`` (16 at head_dim 128).  The KR260 node runs
     # attention on the MAC array (attention = "array", docs/attention-array.md): the unit's products
     # serve only the keys ATTN_KV still takes (decode tokens' one-token segments, a short last
-    # block), so they are folded narrow -- 4 lanes, 64 DSPs instead of 256 (issue 14: the K26's 1 248)
-    att_lanes: int = 4
+    # block), so they are folded narrow -- 2 lanes at 6 rows, 24 DSPs instead of 192 (issue 14: the
+    # K26's 1 248)
+    att_lanes: int = 2
     max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes
     # Decode streams every weight once per token: 4 loaders alone on the 4 HP ports (16 GB/s of

@@ -266,6 +266,9 @@ class AttentionUnit(wiring.Component):
         Ls = self.o_lanes                       # o memories a row; product chunk c -> address c // K,
         Cs, K = D // Ls, Ls // L                # memories (c mod K) L .. (c mod K) L + L - 1
         dotw = MANT_BITS + W_BITS + ceil_log2(D) + 1
+        # a key's dot in fewer bits: |q k| <= 2^15 x 8 = 2^18 an element, |dot| <= D 2^18 < 2^(dot_bits - 1)
+        # (27 at head_dim 128: the post's raw = dot A_k is one 27 x 18 DSP48E2, not two)
+        dot_bits = MANT_BITS + W_BITS + ceil_log2(D)
 
         qrows = [Signal(q_layout(D), name=f"q{r}") for r in range(R)]
         for r in range(R):
@@ -474,7 +477,7 @@ class AttentionUnit(wiring.Component):
         m.d.comb += push.eq(pv_[last] & pm_[last].ap)
         for r in range(R):
             # streamed scores go through as raw = s, shift 0: s6 = sat32(s) = s
-            raw = stage(f"raw{r}", Mux(smode, p1d[r], p1d[r] * p1.a))
+            raw = stage(f"raw{r}", Mux(smode, p1d[r], p1d[r][:dot_bits].as_signed() * p1.a))
             sh = stage(f"ssh{r}", Mux(smode, 0, -(qrows[r].exp + p1.e + fx.S_FRAC)), signed(10))
             vis = stage(f"vis2_{r}", p1.pos <= qrows[r].pos)
             rs = rshr_staged(m, raw, sh, 33, f"rs{r}")                       # at stage 5

@@ -253,7 +253,15 @@ class VectorUnit(wiring.Component):
             bx2.append(reg(lane(br.data, k), f"bx2_{k}"))
             by2.append(reg(lane(br.data[32 * L:], k, 16), f"by2_{k}"))
         nsig = fx.SIGMOID_RANGE << fx.SIGMOID_STEP_BITS
-        sqs, mx6, my6, q6, by6, a7, silu6, resid6 = [], [], [], [], [], [], [], []
+        sqs, mx6, my6, a7, silu6, resid6, rp_x = [], [], [], [], [], [], []
+        # RoPE's partner x' and sin with its sign (x cos + x' sin in the upper half, x cos - x' sin
+        # in the lower) at stage 4, the operands of multiplier M2
+        q4s, by4s = [], []
+        for k in range(L):
+            q3, by3 = reg(q2[k], f"q3_{k}"), reg(by2[k], f"by3_{k}")
+            q4s.append(reg(q3, f"q4_{k}"))
+            by4s.append(reg(Mux(upv[3], by3, -by3), f"by4_{k}", signed(17)))
+        in_sq = free(state == SQ, "in_sq")      # RMSNORM's SQ pass (M1 squares m)
         for k in range(L):
             # stage 3: RMSNORM's x >> (s - 1); SiLU's table index
             a3 = reg(a2[k], f"a3_{k}")
@@ -270,11 +278,23 @@ class VectorUnit(wiring.Component):
             mant4 = reg(sat(m, round_shifted(a3, shr3, sc0_a, 33), 16), f"mant4_{k}")
             sig4 = reg(Mux(sg_hi3, 1 << fx.P_FRAC, Mux(sg_lo3, 0, sg.data)), f"sig4_{k}", 17)
             a4 = reg(a3, f"a4_{k}")
-            # stage 5: m^2 (SQ), m r (RMSNORM), the SiLU product in two halves
-            sq5 = reg(mant4 * mant4, f"sq5_{k}", 32)
-            mr5 = reg(mant4 * r_q, f"mr5_{k}", signed(34))
-            sh5 = reg(a4[16:].as_signed() * sig4, f"sh5_{k}", signed(34))
-            sl5 = reg(a4[:16] * sig4, f"sl5_{k}", 33)
+            # stage 5: two multipliers a lane, each shared by operations that never run at once.
+            # M1: m^2 (RMSNORM's SQ pass), m r (its PROD / EMIT passes), SiLU's high half;
+            # M2: SiLU's low half, RoPE's x' (+-sin) (2 stages early: q4 x by4s, carried to 7)
+            x1 = Signal(signed(16), name=f"m1x{k}")
+            y1 = Signal(signed(18), name=f"m1y{k}")
+            m.d.comb += [x1.eq(Mux(is_[VecOp.SILU], a4[16:].as_signed(), mant4)),
+                         y1.eq(Mux(is_[VecOp.SILU], sig4, Mux(in_sq, mant4, r_q)))]
+            p1_5 = reg(x1 * y1, f"m1p5_{k}", signed(34))
+            x2 = Signal(signed(17), name=f"m2x{k}")
+            y2 = Signal(signed(18), name=f"m2y{k}")
+            m.d.comb += [x2.eq(Mux(is_[VecOp.ROPE], q4s[k], a4[:16])),
+                         y2.eq(Mux(is_[VecOp.ROPE], by4s[k], sig4))]
+            p2_5 = reg(x2 * y2, f"m2p5_{k}", signed(35))
+            sq5 = p1_5[:32]                     # m^2 >= 0, < 2^30
+            mr5 = sh5 = p1_5                    # |m r|, |x_hi sig| < 2^32
+            sl5 = p2_5[:33]                     # x_lo sig >= 0, < 2^31
+            rp_x.append(p2_5)                   # |x' sin| <= 2^30
             a5 = reg(a4, f"a5_{k}")
             bx3 = reg(bx2[k], f"bx3_{k}")
             bx4 = reg(bx3, f"bx4_{k}")
@@ -288,15 +308,6 @@ class VectorUnit(wiring.Component):
             m.d.comb += sprod.eq((sh5 << 16) + sl5)
             silu6.append(reg(sat(m, rshr_const(sprod, fx.P_FRAC, 50), 32), f"silu6_{k}"))
             resid6.append(reg(sat(m, a5 + bx5, 32), f"resid6_{k}"))
-            q = q2[k]
-            by = by2[k]
-            for s in range(3, 7):
-                q = reg(q, f"q{s}_{k}")
-            for s in range(3, 6):
-                by = reg(by, f"by{s}_{k}")
-            q6.append(q)
-            # RoPE: x cos + x' sin (upper half) or x cos - x' sin: the sign on the sin operand
-            by6.append(reg(Mux(upv[5], by, -by), f"by6_{k}", signed(17)))
             a7.append(reg(reg(a5, f"a6_{k}"), f"a7_{k}"))
 
         # RMSNORM: the sum of squares (stage 6: pairs of lanes, stage 7: the accumulator)
@@ -340,7 +351,7 @@ class VectorUnit(wiring.Component):
         ps = []
         for k in range(L):
             prod7 = reg(mx6[k] * my6[k], f"prod7_{k}", signed(37))
-            rp7 = reg(q6[k] * by6[k], f"rp7_{k}", signed(33))
+            rp7 = reg(reg(rp_x[k], f"rp6_{k}", signed(33)), f"rp7_{k}", signed(33))
             rope_t = Signal(signed(40), name=f"rope_t{k}")
             m.d.comb += rope_t.eq(prod7 + rp7)
             p = Signal(signed(P_BITS), name=f"p{k}")

@@ -135,8 +135,8 @@ def test_construction():
     assert (a.lanes, a.chunks) == (4, 4) and a.cycles_per_key == (2, 4)
     q = AttentionUnit(head_dim=128, rows=6, max_keys=4096)       # the default folding at head_dim 128
     assert (q.lanes, q.chunks, q.cycles_per_key, q.multipliers) == (16, 8, (4, 8), 6 * 32)
-    n = AttentionUnit(head_dim=128, rows=8, max_keys=4096, lanes=4, words=8)    # the KR260 node's (att_lanes)
-    assert (n.lanes, n.chunks, n.cycles_per_key, n.multipliers, n.o_lanes) == (4, 32, (16, 32), 8 * 8, 8)
+    n = AttentionUnit(head_dim=128, rows=6, max_keys=4096, lanes=2, words=8)    # the KR260 node's (att_lanes)
+    assert (n.lanes, n.chunks, n.cycles_per_key, n.multipliers, n.o_lanes) == (2, 64, (32, 64), 6 * 4, 8)
     with pytest.raises(ValueError, match="^lanes=6: must divide head_dim=16"):
         AttentionUnit(head_dim=16, lanes=6)
     with pytest.raises(ValueError, match="^max_keys=48: must be a power of two$"):
