@@ -570,7 +570,8 @@ class PvReorder(wiring.Component):
     ``alternates`` = N > 0 adds ``alt`` (N beats) and ``alt_sel``: ``o.payload`` is ``alt[alt_sel
     - 1]`` when ``alt_sel`` is not 0 (``o.valid`` and ``i`` as ever): the execute unit's choice among
     the weight beats' sources folded into the read rotation's multiplexer (one C + N-way choice a
-    bit, not a C-way one and then an N + 1-way one)."""
+    bit, not a C-way one and then an N + 1-way one).  The choice is a register: ``o.payload``
+    follows a change of ``alt_sel`` one cycle later (hold it a cycle before the beats it picks)."""
 
     def __init__(self, rows: int, lanes: int, head_dim: int, alternates: int = 0, prerotated: bool = False):
         P, K, d = rows, lanes, head_dim
@@ -631,10 +632,16 @@ class PvReorder(wiring.Component):
         # block i of the read beat c is in bank (i + c) mod C; nibble a P + p -> output p K + i A + a
         N = self.alternates
         if N:
-            # block i's source: bank (i + rc) mod C, or alternate alt_sel - 1 (index C + alt_sel - 1)
-            src = [Signal(range(C + N), name=f"src{i}") for i in range(C)]
+            # block i's source: bank (i + rc) mod C, or alternate alt_sel - 1 (index C + alt_sel - 1), as
+            # a register decoded the cycle before (from rc's next value): each output bit is then one
+            # (C + N)-way choice by a register (C + N = 4: one LUT6), not one by alt_sel and rc
+            rc_next = Signal(range(C))
+            m.d.comb += rc_next.eq(rc)
+            with m.If(give):
+                m.d.comb += rc_next.eq(Mux(rc == C - 1, 0, rc + 1))
+            src = [Signal(range(C + N), name=f"src{i}", init=i) for i in range(C)]
             for i in range(C):
-                m.d.comb += src[i].eq(Mux(self.alt_sel == 0, (i + rc)[:cb] if C > 1 else 0, C - 1 + self.alt_sel))
+                m.d.sync += src[i].eq(Mux(self.alt_sel == 0, (i + rc_next)[:cb] if C > 1 else 0, C - 1 + self.alt_sel))
             m.d.comb += self.o.payload.eq(Cat(*[
                 Array([nib(outs[x], (k % A) * P + p) for x in range(C)]
                       + [nib(self.alt[y], p * K + k) for y in range(N)])[src[k // A]]

@@ -959,9 +959,11 @@ class GemmMover(Mover):
             with m.If(pv):
                 m.d.comb += [wv.eq(pro.o.valid & keep), uw.o.ready.eq(pro.i.ready)]
             with m.Else():
-                m.d.comb += [wsrc_v.eq(uw.o.valid), wsrc_d.eq(uw.o.payload), uw.o.ready.eq(wsrc_r)]
+                m.d.comb += [wsrc_v.eq(uw.o.valid), uw.o.ready.eq(wsrc_r)]
         else:
-            m.d.comb += [wsrc_v.eq(uw.o.valid), wsrc_d.eq(uw.o.payload), uw.o.ready.eq(wsrc_r)]
+            m.d.comb += [wsrc_v.eq(uw.o.valid), uw.o.ready.eq(wsrc_r)]
+        # the data whatever the mode (only the valids are gated: no AND a bit in front of the tile reorder)
+        m.d.comb += wsrc_d.eq(uw.o.payload)
         if self.has_kv:
             m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv)
             m.d.comb += [ro.i.valid.eq(kv & wsrc_v), ro.i.payload.eq(wsrc_d),

@@ -440,6 +440,57 @@ def test_pv_reorder(rows, lanes, d):
         assert got == (want if sel == 0 else [alt[sel - 1]] * len(want))
 
 
+def test_pv_reorder_alt_sel_registered():
+    """``alt_sel`` is a register: a beat leaving in a cycle is the choice ``alt_sel`` had the cycle
+    before (the reorder's beat for 0, alternate k - 1 for k), with ``alt_sel`` random every cycle
+    and random stalls on both sides; the reorder's beats still come in order, one per give."""
+    from amaranth.sim import Simulator
+    from mcf.hw.compute.matrix import PvReorder
+    from mcf.sim.compute.jobs import pack
+    from mcf.spec.kv import pack_segment, scale_bytes
+    rows, lanes, d, groups = 4, 4, 8, 6
+    rng = np.random.default_rng(11)
+    n = groups * lanes
+    q = rng.integers(-8, 8, size=(n, d))
+    seg = pack_segment(q, np.zeros(n, int), np.zeros(n, int))
+    flat = np.frombuffer(seg[scale_bytes(n):scale_bytes(n) + n * d // 2], np.uint8)
+    nb = rows * lanes // 2
+    beats_in = [int.from_bytes(flat[i:i + nb].tobytes(), "little") for i in range(0, flat.size, nb)]
+    want = [pack(q[b * lanes:(b + 1) * lanes, c * rows:(c + 1) * rows].T, 4)
+            for b in range(groups) for c in range(d // rows)]
+    alt = [int.from_bytes(rng.bytes(nb), "little") for _ in range(2)]
+    dut = PvReorder(rows, lanes, d, alternates=2)
+    got, exp = [], []
+
+    async def bench(ctx):
+        ctx.set(dut.alt[0], alt[0])
+        ctx.set(dut.alt[1], alt[1])
+        i, prev = 0, 0
+        for _ in range(40 * len(want)):
+            offer = i < len(beats_in) and rng.random() < 0.7
+            sel = int(rng.integers(0, 3))
+            ctx.set(dut.i.valid, offer)
+            ctx.set(dut.i.payload, beats_in[min(i, len(beats_in) - 1)])
+            ctx.set(dut.o.ready, rng.random() < 0.6)
+            ctx.set(dut.alt_sel, sel)
+            await ctx.delay(1e-9)
+            took = offer and ctx.get(dut.i.ready)
+            if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):
+                got.append(ctx.get(dut.o.payload))
+                exp.append(want[len(exp)] if prev == 0 else alt[prev - 1])
+            await ctx.tick()
+            i, prev = i + took, sel
+            if len(got) == len(want):
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(got) == len(want) and got == exp
+    assert 0 < sum(g in alt for g in got) < len(got), "both kinds of beat must leave"
+
+
 @pytest.mark.parametrize("wide", [True, False])
 def test_pv_stalls_amaranth_sim(wide):
     """pv mode with random stalls on the weights, the previous wide values and the output (a
