@@ -17,6 +17,7 @@ import pytest
 
 from mcf.spec import kv
 from mcf.spec.isa import Opcode
+from mcf.spec.node import NodeConfig
 from mcf.spec.packet import ReduceOp
 from mcf.sw import cli
 from mcf.sw.errors import UserError
@@ -44,12 +45,13 @@ def tp_golden(tp: TensorParallel, prompt, decode):
     return logits, caches
 
 
-def check_tp(cfg, weights, prompt, *, nodes, chunk, decode, group, factory=isa_backend, timeout_s=60.0):
+def check_tp(cfg, weights, prompt, *, nodes, chunk, decode, group, factory=isa_backend, timeout_s=60.0, node=None,
+             attention="auto"):
     """Run a tensor-parallel session on ``factory``'s backend; every step's logits and the tokens
     equal the TP golden's, and node n's DDR holds its KV heads of every prompt token."""
     fm = FixedModel(cfg, weights, group)
     s = Session(cfg, weights, prompt, nodes=nodes, chunk=chunk, decode=decode, group=group, factory=factory,
-                fixed=fm, timeout_s=timeout_s, decode_scheme="tensor-parallel")
+                fixed=fm, timeout_s=timeout_s, decode_scheme="tensor-parallel", node=node, attention=attention)
     rep = s.run()
     tp = TensorParallel(fm, nodes)
     want, caches = tp_golden(tp, prompt, decode)
@@ -130,6 +132,38 @@ def test_isa_tensor_parallel_bit_exact(cfg, nodes, chunk, jitter):
         assert len(gemms) == 2 * cfg.num_layers * 2, gemms
         sums = [(i.dst, i.length) for i in prog[1] if i.OPCODE == Opcode.SEND and i.reduce_op == ReduceOp.SUM]
         assert sums == [(0, 128), (1, 256), (2, 128)] * 2 * cfg.num_layers, sums
+
+
+#: The tiny node with an 8 x 8 array: it builds GEMM_PV (the tiny node's 4 x 8 array does not).
+ARRAY_NODE = NodeConfig.tiny(mac_rows=8)
+
+
+@pytest.mark.parametrize("nodes,chunk,n_tok", [
+    (1, 8, 24),
+    (2, 8, 24),
+    (4, 8, 24),      # two nodes per KV head: the split decode attention's passes on the array
+    (4, 4, 20),      # the keys split after 3 chunks of 4 (not a multiple of VL = 8): ATTN_KV takes them
+])
+def test_isa_tensor_parallel_array_attention_bit_exact(nodes, chunk, n_tok):
+    """attention = "array" in the tensor-parallel lowering ("auto" on a node that builds GEMM_PV):
+    prefill and decode attention as GEMM_QK / ATTN_SM / GEMM_PV over each node's runs of KV blocks
+    (the split decode's MAX and APPLY passes too, APPLY against the reduced maxima), the decode
+    tokens' keys through ATTN_KV: the TP golden's logits and tokens bit for bit."""
+    prompt = (PROMPT + PROMPT)[:n_tok]
+    rep, s = check_tp(TINY, TINY_W, prompt, nodes=nodes, chunk=chunk, decode=2, group=tp_group(TINY, nodes),
+                      node=ARRAY_NODE)
+    assert rep.attention == "array" and s.lw.attention_reason.startswith("auto -> array")
+    assert s.lw.map.replicas == (2 if nodes == 4 else 1)
+    dec = s.lw.decode_programs(1)
+    for n, prog in enumerate(dec):     # at chunk 4 the first node of a KV head's pair: ATTN_KV only
+        ops = {i.OPCODE for i in prog}
+        assert ({Opcode.GEMM_QK, Opcode.ATTN_SM, Opcode.GEMM_PV} <= ops) == (chunk == 8 or n % 2 == 1), (n, ops)
+    # ATTN_KV takes only the 2 decode tokens' keys of step 1 (MAX and APPLY, every layer and KV head)
+    # and, at chunk 4, the split's first part: 12 keys, not a multiple of VL, that later keys follow
+    assert ARRAY_NODE.vec_lanes == 8
+    kv_keys = sum(i.keys * i.blocks for p in dec for i in p if i.OPCODE == Opcode.ATTN_KV)
+    prompt_kv = 12 if chunk == 4 else 0
+    assert kv_keys == 2 * TINY.num_layers * TINY.num_kv_heads * (2 + prompt_kv), kv_keys
 
 
 def test_each_node_holds_a_shard_of_the_weights():
