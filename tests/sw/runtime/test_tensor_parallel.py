@@ -224,3 +224,5 @@ def test_bench_tp_decode_extrapolates_what_a_direct_run_gives(capsys):
     fit = out["fit_N2"]
     assert fit["layer_at_C1"] > 0 and fit["head_per_vocab_row"] > 0 and fit["layer_per_context_token"] > 0
     assert out["tokens_per_s_N2"] == round(out["clock_hz"] / out["decode_cycles_per_token_N2"], 2)
+    # the tiny node's 4 x 8 array builds no GEMM_PV: "auto" ran the attention unit, and says why
+    assert out["attention_N2"] == "unit" and "builds no GEMM_PV" in out["attention_reason_N2"]
