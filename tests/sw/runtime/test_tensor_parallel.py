@@ -138,22 +138,29 @@ def test_isa_tensor_parallel_bit_exact(cfg, nodes, chunk, jitter):
 ARRAY_NODE = NodeConfig.tiny(mac_rows=8)
 
 
-@pytest.mark.parametrize("nodes,chunk,n_tok", [
-    (1, 8, 24),
-    (2, 8, 24),
-    (4, 8, 24),      # two nodes per KV head: the split decode attention's passes on the array
-    (4, 4, 20),      # the keys split after 3 chunks of 4 (not a multiple of VL = 8): ATTN_KV takes them
+#: 8 heads on 2 KV heads over 4 nodes with att_rows = 2: a KV group's 4 query rows in 2 row groups,
+#: so the split decode's APPLY passes run GEMM_QK again (the later group's MAX pass took the scores).
+GQA4X2 = dataclasses.replace(TINY, name="gqa4x2", num_heads=8, num_kv_heads=2, hidden_size=128)
+
+
+@pytest.mark.parametrize("cfg,nodes,chunk,n_tok,att_rows", [
+    (TINY, 1, 8, 24, 8),
+    (TINY, 4, 8, 24, 8),      # two nodes per KV head: the split decode attention's passes on the array
+    (TINY, 4, 4, 20, 8),      # the keys split after 3 chunks of 4 (not a multiple of VL = 8): ATTN_KV
+    (GQA4X2, 4, 8, 24, 2),    # two row groups per KV head: APPLY rescores
 ])
-def test_isa_tensor_parallel_array_attention_bit_exact(nodes, chunk, n_tok):
+def test_isa_tensor_parallel_array_attention_bit_exact(cfg, nodes, chunk, n_tok, att_rows):
     """attention = "array" in the tensor-parallel lowering ("auto" on a node that builds GEMM_PV):
     prefill and decode attention as GEMM_QK / ATTN_SM / GEMM_PV over each node's runs of KV blocks
     (the split decode's MAX and APPLY passes too, APPLY against the reduced maxima), the decode
     tokens' keys through ATTN_KV: the TP golden's logits and tokens bit for bit."""
     prompt = (PROMPT + PROMPT)[:n_tok]
-    rep, s = check_tp(TINY, TINY_W, prompt, nodes=nodes, chunk=chunk, decode=2, group=tp_group(TINY, nodes),
-                      node=ARRAY_NODE)
+    w = TINY_W if cfg is TINY else random_weights(cfg, 7)
+    rep, s = check_tp(cfg, w, prompt, nodes=nodes, chunk=chunk, decode=2, group=tp_group(cfg, nodes),
+                      node=ARRAY_NODE.replace(att_rows=att_rows))
     assert rep.attention == "array" and s.lw.attention_reason.startswith("auto -> array")
     assert s.lw.map.replicas == (2 if nodes == 4 else 1)
+    assert len(s.lw.map.row_groups) == (2 if cfg is GQA4X2 else 1 if nodes == 4 else 0)
     dec = s.lw.decode_programs(1)
     for n, prog in enumerate(dec):     # at chunk 4 the first node of a KV head's pair: ATTN_KV only
         ops = {i.OPCODE for i in prog}
@@ -163,7 +170,7 @@ def test_isa_tensor_parallel_array_attention_bit_exact(nodes, chunk, n_tok):
     assert ARRAY_NODE.vec_lanes == 8
     kv_keys = sum(i.keys * i.blocks for p in dec for i in p if i.OPCODE == Opcode.ATTN_KV)
     prompt_kv = 12 if chunk == 4 else 0
-    assert kv_keys == 2 * TINY.num_layers * TINY.num_kv_heads * (2 + prompt_kv), kv_keys
+    assert kv_keys == 2 * cfg.num_layers * cfg.num_kv_heads * (2 + prompt_kv) * (2 if cfg is GQA4X2 else 1), kv_keys
 
 
 def test_each_node_holds_a_shard_of_the_weights():
