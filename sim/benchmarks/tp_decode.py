@@ -37,8 +37,10 @@ def add_arguments(p) -> None:
     p.add_argument("--weight-ports", type=integer(1, 4), default=4,
                    help="weight loaders per node, each alone on an HP port (with the node's weight clock "
                         "hp_ports = weight_ports + 1, else = weight_ports; default 4)")
-    p.add_argument("--probe", default="1024,2048,16,48", metavar="V1,V2,C1,C2",
-                   help="vocabulary sizes and context lengths of the probe runs (default 1024,2048,16,48)")
+    p.add_argument("--probe", default="1024,2048,64,192", metavar="V1,V2,C1,C2",
+                   help="vocabulary sizes and context lengths of the probe runs (default 1024,2048,64,192: "
+                        "contexts of whole GEMM_QK tiles of 64 keys, so the context slope counts the array "
+                        "attention path's key reads, which go a tile at a time)")
     p.add_argument("--calibrated", action="store_true",
                    help="apply the profile's ISA-cost calibration (fitted on the tiny RTL build's runs)")
     p.add_argument("--check", action="store_true",
