@@ -37,15 +37,21 @@ def add_arguments(p) -> None:
     p.add_argument("--weight-ports", type=integer(1, 4), default=4,
                    help="weight loaders per node, each alone on an HP port (with the node's weight clock "
                         "hp_ports = weight_ports + 1, else = weight_ports; default 4)")
-    p.add_argument("--probe", default="1024,2048,16,48", metavar="V1,V2,C1,C2",
-                   help="vocabulary sizes and context lengths of the probe runs (default 1024,2048,16,48)")
+    p.add_argument("--probe", default="1024,2048,64,192", metavar="V1,V2,C1,C2",
+                   help="vocabulary sizes and context lengths of the probe runs (default 1024,2048,64,192: "
+                        "contexts of whole GEMM_QK tiles of 64 keys, so the context slope counts the array "
+                        "attention path's key reads, which go a tile at a time)")
     p.add_argument("--calibrated", action="store_true",
                    help="apply the profile's ISA-cost calibration (fitted on the tiny RTL build's runs)")
     p.add_argument("--check", action="store_true",
                    help="also run the model at (2 layers, V2, C2) directly and report the extrapolation's error")
-    p.add_argument("--chunk", type=integer(1, 1 << 16), default=4,
-                   help="prefill chunk of the probe runs (default 4: fits the SPAD of a whole Qwen2.5-1.5B node)")
+    p.add_argument("--chunk", type=integer(1, 1 << 16), default=8,
+                   help="prefill chunk of the probe runs (default 8: fits the SPAD of a whole Qwen2.5-1.5B node; "
+                        "at its widths GEMM_QK streams KV blocks of 8 keys or more, so the array attention path "
+                        "needs chunks of at least 8)")
     p.add_argument("--seed", type=integer(0, 1 << 31), default=1, help="weights seed (default 1)")
+    p.add_argument("--attention", choices=("auto", "unit", "array"), default="auto",
+                   help="the attention path of the programs (default auto: the array where the node builds it)")
 
 
 def _ints(text: str, what: str, count: int | None = None) -> list:
@@ -71,8 +77,10 @@ def _variant(fm, cfg, L: int, V: int):
     return m
 
 
-def decode_cycles(fm, cfg, node, nodes: int, L: int, V: int, context: int, calibration, chunk: int) -> float:
-    """Modelled cycles of the decode step at position ``context`` (a prompt of ``context`` tokens)."""
+def decode_cycles(fm, cfg, node, nodes: int, L: int, V: int, context: int, calibration, chunk: int,
+                  attention: str = "auto", out: dict | None = None) -> float:
+    """Modelled cycles of the decode step at position ``context`` (a prompt of ``context`` tokens);
+    ``out`` gets the attention path the programs ran and why."""
     from mcf.sim.cluster.isa_model import model_backend
     from mcf.sw.runtime.runtime import Session
     m = _variant(fm, cfg, L, V)
@@ -80,8 +88,10 @@ def decode_cycles(fm, cfg, node, nodes: int, L: int, V: int, context: int, calib
     prompt = [int(t) for t in rng.integers(0, V, context)]
     s = Session(m.cfg, None, prompt, nodes=nodes, decode=1, chunk=min(chunk, node.max_tokens, context), group=fm.group_size,
                 node=node, fixed=m, timeout_s=3600.0, decode_scheme="tensor-parallel",
-                factory=lambda *a: model_backend(*a, calibration=calibration))
+                factory=lambda *a: model_backend(*a, calibration=calibration), attention=attention)
     rep = s.run()
+    if out is not None:
+        out["attention"], out["attention_reason"] = s.attention, s.attention_reason
     return float(rep.steps[-1].cycles)
 
 
@@ -120,10 +130,12 @@ def run(args) -> dict:
                             weight_clock_hz=node.weight_clock_hz if args.weight_ports > 1 else 0)
         node = node.replace(max_context=max(node.max_context, C2 + 2))
         fm = fms[g]
-        r1 = decode_cycles(fm, model, node, n, 1, V1, C1, calibration, args.chunk)
-        r2 = decode_cycles(fm, model, node, n, 2, V1, C1, calibration, args.chunk)
-        r3 = decode_cycles(fm, model, node, n, 1, V2, C1, calibration, args.chunk)
-        r4 = decode_cycles(fm, model, node, n, 1, V1, C2, calibration, args.chunk)
+        path = {}
+        r1 = decode_cycles(fm, model, node, n, 1, V1, C1, calibration, args.chunk, args.attention, path)
+        r2 = decode_cycles(fm, model, node, n, 2, V1, C1, calibration, args.chunk, args.attention)
+        r3 = decode_cycles(fm, model, node, n, 1, V2, C1, calibration, args.chunk, args.attention)
+        r4 = decode_cycles(fm, model, node, n, 1, V1, C2, calibration, args.chunk, args.attention)
+        out[f"attention_N{n}"], out[f"attention_reason_N{n}"] = path["attention"], path["attention_reason"]
         layer = r2 - r1
         b = (r3 - r1) / (V2 - V1)
         l1 = (r4 - r1) / (C2 - C1)
@@ -138,7 +150,7 @@ def run(args) -> dict:
         out[f"decode_cycles_per_token_N{n}"] = round(t, 1)
         out[f"tokens_per_s_N{n}"] = round(node.clock_hz / t, 2)
         if args.check:
-            direct = decode_cycles(fm, model, node, n, 2, V2, C2, calibration, args.chunk)
+            direct = decode_cycles(fm, model, node, n, 2, V2, C2, calibration, args.chunk, args.attention)
             pred = a + b * V2 + 2 * (layer + l1 * (C2 - C1))
             out[f"check_N{n}"] = {"direct_cycles": direct, "extrapolated_cycles": round(pred, 1),
                                   "error": round(pred / direct - 1, 5)}

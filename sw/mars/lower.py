@@ -361,6 +361,25 @@ class SpadMap:
     head_part: int          # LM head tiles per GEMM
 
 
+def array_spad(sh: Shapes, keys: int, array: bool, make) -> SpadMap:
+    """``make(attn)`` (a ``spad_map`` of the program's rows) with the array path's score rows when
+    ``array``: they hold every one of the ``keys`` keys of an attention when they fit (their share
+    of the SPAD; one GEMM_QK a run of blocks), else as many granules as the share holds (at least a
+    chunk's: the APPLY pass computes the scores again)."""
+    attn = None
+    if array:
+        R, u = array_rows(sh), array_key_unit(sh)
+        total = -(-keys // u) * u + u
+        share = sh.node.spad_beats // SCORE_SPAD_SHARE * sh.vl // R // u * u
+        least = -(-sh.chunk // u) * u
+        attn = (R, max(min(total, share), least))
+        try:
+            return make(attn)
+        except LoweringError:
+            attn = (R, least)
+    return make(attn)
+
+
 def _lm_unit(sh: Shapes) -> int:
     """Smallest tile count whose blob regions, SPAD beats and logits offsets stay aligned."""
     lay = sh.blob(sh.vocab, sh.h)
@@ -610,21 +629,8 @@ class _Lowerer:
             if node.reduce_slots < len(rgroups):
                 raise LoweringError(f"decode keeps {len(rgroups)} reductions open at once; the node's NIC has "
                                     f"reduce_slots={node.reduce_slots}")
-        attn = None
-        if attention == "array":
-            # the score rows hold every key of an attention when they fit (their share of the
-            # SPAD; one GEMM_QK a run of blocks), else as many granules as the share holds (at least
-            # a chunk's: the APPLY pass computes the scores again)
-            R, u = array_rows(sh), array_key_unit(sh)
-            total = -(-(plan.request.seq_len + max(1, decode_steps)) // u) * u + u
-            share = sh.node.spad_beats // SCORE_SPAD_SHARE * sh.vl // R // u * u
-            least = -(-sh.chunk // u) * u
-            attn = (R, max(min(total, share), least))
-            try:
-                sp = spad_map(sh, rows_part, len(rgroups), attn)
-            except LoweringError:
-                attn = (R, least)
-        sp = spad_map(sh, rows_part, len(rgroups), attn)
+        sp = array_spad(sh, plan.request.seq_len + max(1, decode_steps), attention == "array",
+                        lambda attn: spad_map(sh, rows_part, len(rgroups), attn))
         m = DdrMap()
         a = _Alloc(isa.DDR_ALIGN)
         m.slot_bytes = _pad(sh.block_bytes(sh.chunk))
@@ -938,7 +944,7 @@ class _Lowerer:
         last = len(pieces) - 1
         ow_stride = (d if last == 0 else 2 * d) // vl
         kpv = math.lcm(sh.K, vl)
-        after = self.plan.request.seq_len + max(1, self.lw.decode_steps)
+        after = self.array_after()
         for i, x in enumerate(pieces):
             if not stored:
                 self.array_scores(n, x, q, rows)
@@ -963,6 +969,10 @@ class _Lowerer:
                       heads=rows["heads"], tok_stride=rows["heads"] * ow_stride, head_stride=ow_stride)
         for k, r in enumerate(tail):
             self.attn_kv(n, r, kvh, AttnPass.APPLY, not pieces and k == 0)
+
+    def array_after(self) -> int:
+        """A key position after every query of the program (the w = 0 keys of ``array_apply``)."""
+        return self.plan.request.seq_len + max(1, self.lw.decode_steps)
 
     def attn_kv(self, n, r, kvh, phase, first):
         sh = self.sh

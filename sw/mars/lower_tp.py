@@ -47,7 +47,8 @@ from mcf.spec.packet import Collective, Op, ReduceOp, Stage
 from mcf.spec.topology import Topology
 from mcf.sw.models.config import ModelConfig, check_tensor_parallel, shard_config
 from .lower import (DECODE_ROOT, DdrMap, LoweringError, RouteTables, Shapes, SpadMap, _Alloc, _Lowerer, _lm_unit,
-                    _pad, check_model, const_keys, place_model, spad_map)
+                    _pad, array_pool_extra, array_rows, array_spad, check_model, choose_attention, const_keys,
+                    place_model, spad_map)
 
 #: The name of this decode scheme (as ``mcf simulate --decode`` names it).
 TENSOR_PARALLEL = "tensor-parallel"
@@ -85,6 +86,8 @@ class TPLowered:
     route_ids_used: int = 0
     reductions_open: int = 0
     rgroups: list = field(default_factory=list)
+    attention: str = "unit"             # lower.ATTENTION_PATHS: ATTN_KV, or GEMM_QK / ATTN_SM / GEMM_PV
+    attention_reason: str = ""          # why that path (``choose_attention``)
     _decode_cache: dict = field(default_factory=dict)
 
     plan = None                     # no MARS plan: every node computes every chunk
@@ -119,10 +122,10 @@ class TPLowered:
         return self.bases[node] + self.map.off("program")
 
 
-def _tp_spad(sh: Shapes, rows_part: int, groups: int, extra: dict) -> SpadMap:
-    """``spad_map`` with the regions of ``extra`` (name -> beats) between the activations and
-    the LM head's logits part (which gets what remains)."""
-    sp = spad_map(sh, rows_part, groups)
+def _tp_spad(sh: Shapes, rows_part: int, groups: int, extra: dict, attn: tuple | None = None) -> SpadMap:
+    """``spad_map`` with the regions of ``extra`` (name -> beats) between the activations (and
+    the array path's rows, ``attn``) and the LM head's logits part (which gets what remains)."""
+    sp = spad_map(sh, rows_part, groups, attn)
     b = dict(sp.beats)
     top = b["LOGP"]
     for name, size in extra.items():
@@ -153,10 +156,12 @@ def head_rows(vocab: int, nodes: int, rows: int) -> list:
 
 
 def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bases, seq_len: int, chunk: int,
-             decode_steps: int = 0, topology: str = "switch") -> TPLowered:
+             decode_steps: int = 0, topology: str = "switch", attention: str = "auto") -> TPLowered:
     """The tensor-parallel programs of a prompt of ``seq_len`` tokens in chunks of ``chunk`` and
     ``decode_steps`` decode tokens on ``len(bases)`` nodes built as ``node`` (``consts``: the
-    whole model's ``const_keys``; the shards share them)."""
+    whole model's ``const_keys``; the shards share them).  ``attention``: as ``lower``'s ("auto":
+    the array where the shard's shapes are covered, else the unit; ``choose_attention``; the choice
+    and its reason in ``TPLowered.attention``, ``attention_reason``)."""
     N = len(bases)
     if N < 1:
         raise LoweringError("tensor-parallel: no nodes")
@@ -179,6 +184,9 @@ def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bas
         raise LoweringError(f"model {model.name}: the RMSNorm epsilon constant {consts['eps_n']} does not fit 32 bits")
     tok = [min(chunk, seq_len - s) for s in range(0, seq_len, chunk)]
     sh = Shapes(shard, node, group, chunk)
+    attention, reason = choose_attention(attention, sh, tok)
+    array = attention == "array"
+    keys = seq_len + max(1, decode_steps)
     piece = min(node.reduce_payload, node.max_payload) // isa.DDR_ALIGN * isa.DDR_ALIGN
     if N > 1 and piece < isa.DDR_ALIGN:
         raise LoweringError(f"tensor-parallel: the NIC's reduction payload ({node.reduce_payload} bytes) is below "
@@ -198,26 +206,27 @@ def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bas
     m.piece = piece
     a("ids", (C + 1) * m.ids_slot)
     place_model(a, m, sh, R, seq_len + m.dec_tokens)
-    a("pool", sh.L * m.pool_layer)
+    # the array path reads a run's blocks in whole granules of keys: slots past the last one
+    a("pool", sh.L * m.pool_layer + (array_pool_extra(sh) * m.slot_bytes if array else 0))
     a("decode_kv", sh.L * m.dec_layer)
     rows = chunk * sh.h * 4
     a("net.part", _pad(rows))
     a("net.sum", _pad(rows))
     a("logits", max(N * R, sh.vocab) * 4 + 4 * sh.vl)
-    spad = spad_map(sh, 1, 1)
+    spad = array_spad(sh, keys, array, lambda attn: spad_map(sh, 1, 1, attn))
     # context-split decode attention: the R nodes sharing a KV head each attend to 1/R of the keys
     # for all of the KV head's query heads (gathered from the R nodes)
     reps = N // model.num_kv_heads if N > model.num_kv_heads else 1
     gqa = model.num_heads // model.num_kv_heads
-    rows_part = min(gqa, node.att_rows)
+    rows_part = min(gqa, array_rows(sh) if array else node.att_rows)
     rg = [(j0, min(rows_part, gqa - j0)) for j0 in range(0, gqa, rows_part)]
     mb = -(-rows_part // sh.vl)
     max_bytes = model.num_kv_heads * len(rg) * mb * sh.vl * 4
     if reps > 1 and decode_steps and max_bytes <= min(node.reduce_payload, node.max_payload):
         m.replicas, m.row_groups = reps, rg
         groups = max(model.num_kv_heads * len(rg), (reps - 1) * len(rg))
-        spad = _tp_spad(sh, rows_part, groups, {"QG": gqa * sh.db, "AG": gqa * sh.db, "SACC": len(rg) * (
-            spad_map(sh, rows_part, 1).beats["sb"])})
+        extra = {"QG": gqa * sh.db, "AG": gqa * sh.db, "SACC": len(rg) * spad_map(sh, rows_part, 1).beats["sb"]}
+        spad = array_spad(sh, keys, array, lambda attn: _tp_spad(sh, rows_part, groups, extra, attn))
         sb = spad.beats["sb"]
         m.qslot = _pad(sh.hq * (sh.db + 1) * sh.vl * 4)
         a("net.qg", reps * m.qslot)
@@ -230,7 +239,7 @@ def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bas
     topo = Topology(topology, N)
     lw = TPLowered(model=model, shard=shard, node=node, shapes=sh, map=m, spad=spad,
                    bases=list(bases), routes=[], prefill=[], chunk_tokens=tok, decode_steps=decode_steps,
-                   consts=dict(consts), topology=topo)
+                   consts=dict(consts), topology=topo, attention=attention, attention_reason=reason)
     lw.reductions_open = min(node.reduce_slots, max(1, -(-rows // piece)))
     low = _TPLowerer(lw)
     lw.prefill = low.prefill()
@@ -449,6 +458,10 @@ class _TPLowerer(_Lowerer):
                    mop=Op.TENSOR, collective=Collective.UNICAST, reduce_op=ReduceOp.NONE, dst=root,
                    route_id=self.routes.unicast(root), tag=tag, seq=seq & 0xFFFF)
 
+    def array_after(self) -> int:
+        """A key position after every query (``_Lowerer.array_apply``'s w = 0 keys)."""
+        return int(self.starts[-1]) + max(1, self.lw.decode_steps)
+
     def _pool_runs(self, n: int, li: int, upto: int) -> list:
         tok = self.lw.chunk_tokens
         return self.runs_for([(c, c) for c in range(upto)], lambda s: self.lw.kv_addr(n, s, li), False,
@@ -522,6 +535,7 @@ class _TPLowerer(_Lowerer):
         sidx = lambda n, x: me(x) - (me(x) > me(n))                                   # noqa: E731
         seq &= 0xFFFF
         sbytes = nrg * sbk * sh.vl * 4
+        array = self.lw.attention == "array"
         # 2. maxima of every KV group's rows (this node's group over its keys, the others EMPTY),
         # reduced at every node at once (each sends its maxima on the REDUCE route towards each
         # node): one trip, no multicast of the result
@@ -536,7 +550,9 @@ class _TPLowerer(_Lowerer):
                 for i, (j0, rows) in enumerate(rg):
                     rr = dict(tokens=1, heads=rows, tok_stride=rows * db, head_stride=db)
                     b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
-                    if k == group(n):
+                    if k == group(n) and array:
+                        self.array_max(n, rn, 0, sp["QG"] + j0 * db, rr, pos)
+                    elif k == group(n):
                         for j, r in enumerate(rn):
                             self.attn_kv(n, r, 0, AttnPass.MAX, j == 0)
                     b.ex(n, isa.AttnEmit, mode=isa.EmitMode.MAX, spad=sp["MLOC"] + (k * nrg + i) * mb, **rr)
@@ -566,9 +582,15 @@ class _TPLowerer(_Lowerer):
             for i, (j0, rows) in enumerate(rg):
                 rr = dict(tokens=1, heads=rows, tok_stride=rows * db, head_stride=db)
                 b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
-                b.ex(n, isa.AttnQ, what=AttnLoad.MREF, spad=sp["MGLOB"] + (group(n) * nrg + i) * mb, qpos0=0, **rr)
-                for j, r in enumerate(rn):
-                    self.attn_kv(n, r, 0, AttnPass.APPLY, j == 0)
+                mref = sp["MGLOB"] + (group(n) * nrg + i) * mb
+                if array:
+                    # with more than one row group the later groups' MAX passes used the score
+                    # rows since: GEMM_QK again
+                    self.array_apply(n, rn, 0, sp["QG"] + j0 * db, rr, pos, mref=mref, rescore=nrg > 1)
+                else:
+                    b.ex(n, isa.AttnQ, what=AttnLoad.MREF, spad=mref, qpos0=0, **rr)
+                    for j, r in enumerate(rn):
+                        self.attn_kv(n, r, 0, AttnPass.APPLY, j == 0)
                 b.ex(n, isa.AttnEmit, mode=isa.EmitMode.STATE, spad=sp["SLOC"] + i * sbk, **rr)
             sbuf = self.buf("state", n)
             st = b.ex(n, isa.Store, sbuf.write_deps(), ddr=self.region(n, "net.state"), spad=sp["SLOC"],
@@ -619,7 +641,7 @@ class _TPLowerer(_Lowerer):
             if last:
                 out.append({"addr": self.region(n, "decode_kv") + li * m.dec_layer, "stride": m.dec_block, "n": 1,
                             "blocks": step + 1, "first_b": 0, "kpos0": S, "bstride": 0, "pstride": 1,
-                            "gated": False})
+                            "gated": False, "tail": True})
             return out
 
         self.step(1, S + step, None,

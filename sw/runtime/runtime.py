@@ -190,12 +190,6 @@ class Session:
             raise UserError(f"attention {attention!r}: one of {', '.join(ATTENTION_CHOICES)}")
         # "auto": the lowering's choice (``choose_attention``), set from the programs below
         self.attention, self.attention_reason = attention, ""
-        if self.tp and attention == "array":
-            raise UserError(f"attention {attention}: the tensor-parallel lowering runs attention on the unit only")
-        if self.tp:
-            self.attention = "unit"
-            self.attention_reason = ("auto -> unit: the tensor-parallel lowering runs attention on the unit only"
-                                     if attention == "auto" else "attention=unit asked for")
         if self.tp:
             if kv_store is not None:
                 raise UserError("--kv-store: the prefix tier keeps whole chunks on their owners (mars scheme); "
@@ -259,7 +253,7 @@ class Session:
             raise UserError(str(exc)) from None
         self.plan, self.group = None, group
         probe = lower_tp(model, cfg.replace(route_entries=isa.LAYOUTS[isa.Opcode.SEND]["route_id"].max + 1),
-                         group, self.consts, [0] * nodes, len(prompt), chunk, decode, topology)
+                         group, self.consts, [0] * nodes, len(prompt), chunk, decode, topology, self.attention)
         entries = 1 << max(0, probe.route_ids_used - 1).bit_length()
         self.node = cfg.replace(route_entries=max(entries, 2))
         from mcf.sw.cliutil import check_memory
@@ -267,7 +261,8 @@ class Session:
                      "(CPU and device views)")
         self.backend = factory(nodes, self.node, probe.map.size, topology)
         self.lw = lower_tp(model, self.node, group, self.consts, [m.phys_base for m in self.backend.memories],
-                           len(prompt), chunk, decode, topology)
+                           len(prompt), chunk, decode, topology, self.attention)
+        self.attention, self.attention_reason = self.lw.attention, self.lw.attention_reason
         self.kv_writes = [[] for _ in range(nodes)]
 
     def weight_images(self) -> list:

@@ -145,9 +145,10 @@ def test_what_the_array_path_cannot_run_is_refused():
         run(PROMPT[:16], nodes=1, node=NodeConfig.tiny())
     with pytest.raises(UserError, match="attention 'gemm': one of auto, unit, array"):
         run(PROMPT[:16], nodes=1, attention="gemm")
-    with pytest.raises(UserError, match="tensor-parallel lowering runs attention on the unit only"):
+    # the tensor-parallel lowering: the same choice and refusal (its runs: test_tensor_parallel.py)
+    with pytest.raises(UserError, match=r"attention=array: a 4 x 8 array .* builds no GEMM_PV"):
         Session(TINY, TINY_W, PROMPT[:16], nodes=2, decode_scheme="tensor-parallel", factory=isa_backend,
-                node=ARRAY_NODE, attention="array")
+                node=NodeConfig.tiny(), attention="array")
 
 
 @pytest.mark.parametrize("nodes", [1, 2])

@@ -17,6 +17,7 @@ import pytest
 
 from mcf.spec import kv
 from mcf.spec.isa import Opcode
+from mcf.spec.node import NodeConfig
 from mcf.spec.packet import ReduceOp
 from mcf.sw import cli
 from mcf.sw.errors import UserError
@@ -44,12 +45,13 @@ def tp_golden(tp: TensorParallel, prompt, decode):
     return logits, caches
 
 
-def check_tp(cfg, weights, prompt, *, nodes, chunk, decode, group, factory=isa_backend, timeout_s=60.0):
+def check_tp(cfg, weights, prompt, *, nodes, chunk, decode, group, factory=isa_backend, timeout_s=60.0, node=None,
+             attention="auto"):
     """Run a tensor-parallel session on ``factory``'s backend; every step's logits and the tokens
     equal the TP golden's, and node n's DDR holds its KV heads of every prompt token."""
     fm = FixedModel(cfg, weights, group)
     s = Session(cfg, weights, prompt, nodes=nodes, chunk=chunk, decode=decode, group=group, factory=factory,
-                fixed=fm, timeout_s=timeout_s, decode_scheme="tensor-parallel")
+                fixed=fm, timeout_s=timeout_s, decode_scheme="tensor-parallel", node=node, attention=attention)
     rep = s.run()
     tp = TensorParallel(fm, nodes)
     want, caches = tp_golden(tp, prompt, decode)
@@ -132,6 +134,45 @@ def test_isa_tensor_parallel_bit_exact(cfg, nodes, chunk, jitter):
         assert sums == [(0, 128), (1, 256), (2, 128)] * 2 * cfg.num_layers, sums
 
 
+#: The tiny node with an 8 x 8 array: it builds GEMM_PV (the tiny node's 4 x 8 array does not).
+ARRAY_NODE = NodeConfig.tiny(mac_rows=8)
+
+
+#: 8 heads on 2 KV heads over 4 nodes with att_rows = 2: a KV group's 4 query rows in 2 row groups,
+#: so the split decode's APPLY passes run GEMM_QK again (the later group's MAX pass took the scores).
+GQA4X2 = dataclasses.replace(TINY, name="gqa4x2", num_heads=8, num_kv_heads=2, hidden_size=128)
+
+
+@pytest.mark.parametrize("cfg,nodes,chunk,n_tok,att_rows", [
+    (TINY, 1, 8, 24, 8),
+    (TINY, 4, 8, 24, 8),      # two nodes per KV head: the split decode attention's passes on the array
+    (TINY, 4, 4, 20, 8),      # the keys split after 3 chunks of 4 (not a multiple of VL = 8): ATTN_KV
+    (GQA4X2, 4, 8, 24, 2),    # two row groups per KV head: APPLY rescores
+])
+def test_isa_tensor_parallel_array_attention_bit_exact(cfg, nodes, chunk, n_tok, att_rows):
+    """attention = "array" in the tensor-parallel lowering ("auto" on a node that builds GEMM_PV):
+    prefill and decode attention as GEMM_QK / ATTN_SM / GEMM_PV over each node's runs of KV blocks
+    (the split decode's MAX and APPLY passes too, APPLY against the reduced maxima), the decode
+    tokens' keys through ATTN_KV: the TP golden's logits and tokens bit for bit."""
+    prompt = (PROMPT + PROMPT)[:n_tok]
+    w = TINY_W if cfg is TINY else random_weights(cfg, 7)
+    rep, s = check_tp(cfg, w, prompt, nodes=nodes, chunk=chunk, decode=2, group=tp_group(cfg, nodes),
+                      node=ARRAY_NODE.replace(att_rows=att_rows))
+    assert rep.attention == "array" and s.lw.attention_reason.startswith("auto -> array")
+    assert s.lw.map.replicas == (2 if nodes == 4 else 1)
+    assert len(s.lw.map.row_groups) == (2 if cfg is GQA4X2 else 1 if nodes == 4 else 0)
+    dec = s.lw.decode_programs(1)
+    for n, prog in enumerate(dec):     # at chunk 4 the first node of a KV head's pair: ATTN_KV only
+        ops = {i.OPCODE for i in prog}
+        assert ({Opcode.GEMM_QK, Opcode.ATTN_SM, Opcode.GEMM_PV} <= ops) == (chunk == 8 or n % 2 == 1), (n, ops)
+    # ATTN_KV takes only the 2 decode tokens' keys of step 1 (MAX and APPLY, every layer and KV head)
+    # and, at chunk 4, the split's first part: 12 keys, not a multiple of VL, that later keys follow
+    assert ARRAY_NODE.vec_lanes == 8
+    kv_keys = sum(i.keys * i.blocks for p in dec for i in p if i.OPCODE == Opcode.ATTN_KV)
+    prompt_kv = 12 if chunk == 4 else 0
+    assert kv_keys == 2 * cfg.num_layers * cfg.num_kv_heads * (2 + prompt_kv) * (2 if cfg is GQA4X2 else 1), kv_keys
+
+
 def test_each_node_holds_a_shard_of_the_weights():
     """The runtime writes node n's shard: its DDR map's weight regions are 1/N of the whole
     model's matrices (Q/K/V, o, gate, up, down) and of the LM head's rows on 2 nodes."""
@@ -190,3 +231,5 @@ def test_bench_tp_decode_extrapolates_what_a_direct_run_gives(capsys):
     fit = out["fit_N2"]
     assert fit["layer_at_C1"] > 0 and fit["head_per_vocab_row"] > 0 and fit["layer_per_context_token"] > 0
     assert out["tokens_per_s_N2"] == round(out["clock_hz"] / out["decode_cycles_per_token_N2"], 2)
+    # the tiny node's 4 x 8 array builds no GEMM_PV: "auto" ran the attention unit, and says why
+    assert out["attention_N2"] == "unit" and "builds no GEMM_PV" in out["attention_reason_N2"]
