@@ -399,15 +399,12 @@ def test_pv_amaranth_sim(r, keys, acc, wide, extreme):
     assert run_matrix(dut, [job, lin]) == [job.expected, lin.expected]
 
 
-@pytest.mark.parametrize("rows,lanes,d", [(4, 8, 16), (2, 4, 8), (4, 4, 4)])
-def test_pv_reorder(rows, lanes, d):
-    """Key-major V rows (spec/kv.py segment rows) in, pv weight beats out (channel tile c: nibble p K
-    + k = channel c P + p of key k), random stalls on both sides."""
-    from mcf.hw.compute.matrix import PvReorder
+def _pv_beats(rows, lanes, d, groups, rng):
+    """``groups`` x ``lanes`` random INT4 keys of ``d`` channels as a KV segment's beats of rows x
+    lanes nibbles (the reorder's input, spec packing) and the beats PvReorder must give: per group
+    and channel tile, the group's keys' ``rows`` channels (``pack``)."""
     from mcf.sim.compute.jobs import pack
     from mcf.spec.kv import pack_segment, scale_bytes
-    rng = np.random.default_rng(rows * d)
-    groups = 5
     n = groups * lanes
     q = rng.integers(-8, 8, size=(n, d))
     seg = pack_segment(q, np.zeros(n, int), np.zeros(n, int))
@@ -416,6 +413,17 @@ def test_pv_reorder(rows, lanes, d):
     beats_in = [int.from_bytes(flat[i:i + nb].tobytes(), "little") for i in range(0, flat.size, nb)]
     want = [pack(q[b * lanes:(b + 1) * lanes, c * rows:(c + 1) * rows].T, 4)
             for b in range(groups) for c in range(d // rows)]
+    return beats_in, want
+
+
+@pytest.mark.parametrize("rows,lanes,d", [(4, 8, 16), (2, 4, 8), (4, 4, 4)])
+def test_pv_reorder(rows, lanes, d):
+    """Key-major V rows (spec/kv.py segment rows) in, pv weight beats out (channel tile c: nibble p K
+    + k = channel c P + p of key k), random stalls on both sides."""
+    from mcf.hw.compute.matrix import PvReorder
+    rng = np.random.default_rng(rows * d)
+    beats_in, want = _pv_beats(rows, lanes, d, 5, rng)
+    nb = rows * lanes // 2
     dut = PvReorder(rows, lanes, d)
     assert _stream_through(dut, beats_in, len(want), rng) == want
     # prerotated: the feeder rotates each key's channel tiles (rows nibbles) up by ``rot`` (the contract)
@@ -446,18 +454,10 @@ def test_pv_reorder_alt_sel_registered():
     and random stalls on both sides; the reorder's beats still come in order, one per give."""
     from amaranth.sim import Simulator
     from mcf.hw.compute.matrix import PvReorder
-    from mcf.sim.compute.jobs import pack
-    from mcf.spec.kv import pack_segment, scale_bytes
     rows, lanes, d, groups = 4, 4, 8, 6
     rng = np.random.default_rng(11)
-    n = groups * lanes
-    q = rng.integers(-8, 8, size=(n, d))
-    seg = pack_segment(q, np.zeros(n, int), np.zeros(n, int))
-    flat = np.frombuffer(seg[scale_bytes(n):scale_bytes(n) + n * d // 2], np.uint8)
+    beats_in, want = _pv_beats(rows, lanes, d, groups, rng)
     nb = rows * lanes // 2
-    beats_in = [int.from_bytes(flat[i:i + nb].tobytes(), "little") for i in range(0, flat.size, nb)]
-    want = [pack(q[b * lanes:(b + 1) * lanes, c * rows:(c + 1) * rows].T, 4)
-            for b in range(groups) for c in range(d // rows)]
     alt = [int.from_bytes(rng.bytes(nb), "little") for _ in range(2)]
     dut = PvReorder(rows, lanes, d, alternates=2)
     got, exp = [], []
