@@ -77,7 +77,7 @@ def test_write_profile_replaces_two_figures_only(tmp_path):
                   "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
     again = load_profile(copy).to_dict()
     assert {k for k in after if after[k] != again[k]} == {"attention_array_efficiency"}
-    assert again["attention_array_efficiency"] == 0.2345 and again["attention_path"] == "unit"
+    assert again["attention_array_efficiency"] == 0.2345 and again["attention_path"] == before["attention_path"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")
     with pytest.raises(ValueError, match="has 0 lines 'compute_efficiency:'"):

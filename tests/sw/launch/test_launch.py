@@ -175,9 +175,9 @@ def test_an_unfreed_replica_is_caught():
             new_index = {old: new for new, old in enumerate(keep)}
             prog.sources = {new_index[i]: src for i, src in prog.sources.items()}
             prog.ops[:] = [prog.ops[i] for i in keep]
-    # a plan that replicates (whether MARS replicates depends on the profile's measured rates: the
-    # kr260 profile of 2026-12-01 replicates at this budget, not at the others' 90 tokens)
-    errors = _run_tampered(tamper, seq=256, chunk=32, budget_tokens=120)
+    # a plan that replicates (whether MARS replicates depends on the profile's measured rates: with
+    # the kr260 profile of 2026-12-02, on the array path, chunks of 16 replicate at this budget, 32 do not)
+    errors = _run_tampered(tamper, seq=256, chunk=16, budget_tokens=120)
     assert sum(dropped) > 0, "the plan frees no replica (no KV_INVALIDATE): choose a request whose plan replicates"
     assert any("left in state DRAINING" in str(e) for e in errors), errors
 
