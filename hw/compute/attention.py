@@ -5,7 +5,10 @@ way the instruction set's ATTN_Q / ATTN_KV / ATTN_EMIT say (``spec/isa.py``).
 The unit holds ``rows`` query rows (the GQA group's heads x some tokens: K and V are read once
 per group) and, per row, a softmax state (m, l, o[head_dim]):
 
-* **loads** (no command): ``q`` writes a query row (mantissas, exponent, position); ``clear``
+* **loads** (no command): ``q`` writes ``words`` (W) mantissas of a query row a cycle (slice s =
+  mantissas s W .. s W + W - 1; the row's exponent and position come with slice 0:
+  ``q_slice_layout``, ``q_writes``; the mantissas live in distributed RAM, the score array reads a
+  chunk of every row a cycle); ``clear``
   empties every row's state (m = M_EMPTY, l = o = 0: ATTN_Q QUERY does); ``st`` writes one
   state word of a row, word 0 = m, 1 = l, 2 + c = o[c] (ATTN_Q MREF writes word 0 of each row,
   ATTN_Q STATE every word); ``ow`` writes ``words`` (W) consecutive o words of a row a cycle
@@ -68,7 +71,7 @@ MAX 18 + chunks ceil(S / 2) (+2 for an even S, +1 for an odd S > 1), APPLY 30 + 
 """
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -91,7 +94,34 @@ EmitMode = amaranth_enum(isa.EmitMode, 2)
 
 
 def q_layout(head_dim):
+    """A whole query row (a job's form of it; the unit takes it in slices: ``q_slice_layout``)."""
     return data.StructLayout({"mant": head_dim * MANT_BITS, "exp": signed(EXP_BITS), "pos": POS_BITS})
+
+
+def q_slice_layout(words):
+    """One ``q`` write: ``words`` (W) mantissas of a query row, slice s = mantissas s W .. s W + W - 1;
+    the row's exponent and position are taken from the write of slice 0."""
+    return data.StructLayout({"mant": words * MANT_BITS, "exp": signed(EXP_BITS), "pos": POS_BITS})
+
+
+def q_addr_bits(rows: int, head_dim: int, words: int) -> tuple[int, int]:
+    """The ``q`` port's address = Cat(slice, row): (slice bits, row bits)."""
+    return max(ceil_log2(head_dim // words), 1), max(ceil_log2(rows), 1)
+
+
+def q_writes(rows: int, head_dim: int, words: int, q_rows) -> list:
+    """``(addr, data)`` writes of the ``q`` port that load whole query rows ``q_rows`` = [(row,
+    packed ``q_layout``)]: head_dim / W slices a row (the ATTN_Q QUERY order)."""
+    sb, _ = q_addr_bits(rows, head_dim, words)
+    mb = MANT_BITS * words
+    out = []
+    for row, packed in q_rows:
+        packed = int(packed)
+        tail = packed >> (head_dim * MANT_BITS)                     # exp, pos
+        for s in range(head_dim // words):
+            mant = (packed >> (s * mb)) & ((1 << mb) - 1)
+            out.append(((row << sb) | s, mant | (tail << mb)))
+    return out
 
 
 def k_layout(head_dim):
@@ -174,7 +204,8 @@ def default_lanes(head_dim: int) -> int:
 def rshr_staged(m, x, s, max_left: int, name: str, en=None) -> Signal:
     """Golden ``rshr`` (as ``mcf.hw.arith.rshr``) in three register stages: the operand and the
     shift controls, the barrel shifts, then the rounding add and the choice of left or right
-    shift; ``en`` gates every stage."""
+    shift; ``en`` gates every stage.  The right shift takes 2x by sc (= x >> (sc - 1) for sc >= 1),
+    so (that + 1) >> 1 is rshr(x, sc) for every sc >= 0, no shift (sc = 0) included."""
     xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
     cap = len(xs) + 1
     neg = Signal(name=f"{name}_neg")
@@ -184,17 +215,17 @@ def rshr_staged(m, x, s, max_left: int, name: str, en=None) -> Signal:
     left = Signal(range(max_left + 1), name=f"{name}_left")
     m.d.comb += left.eq(Mux(neg, Mux(-s > max_left, max_left, -s), 0))
     c_x = Signal.like(xs, name=f"{name}_cx")
-    c_sc1, c_left = Signal(range(cap + 1), name=f"{name}_csc1"), Signal.like(left, name=f"{name}_cleft")
-    c_neg, c_zero = Signal(name=f"{name}_cn"), Signal(name=f"{name}_cz")
-    a_x, a_shr = Signal.like(xs, name=f"{name}_x"), Signal(signed(len(xs)), name=f"{name}_shr")
+    c_sc, c_left = Signal(range(cap + 1), name=f"{name}_csc"), Signal.like(left, name=f"{name}_cleft")
+    c_neg = Signal(name=f"{name}_cn")
+    a_shr = Signal(signed(len(xs) + 1), name=f"{name}_shr")
     a_shl = Signal(signed(len(xs) + max_left + 1), name=f"{name}_shl")
-    a_neg, a_zero = Signal(name=f"{name}_n"), Signal(name=f"{name}_z")
+    a_neg = Signal(name=f"{name}_n")
     out = Signal(signed(len(xs) + max_left + 1), name=name)
-    pre = Signal(signed(len(xs) + 1), name=f"{name}_pre")
+    pre = Signal(signed(len(xs) + 2), name=f"{name}_pre")
     m.d.comb += pre.eq(a_shr + 1)
-    stmts = [c_x.eq(xs), c_sc1.eq(sc - 1), c_left.eq(left), c_neg.eq(neg), c_zero.eq(sc == 0),
-             a_x.eq(c_x), a_shr.eq(c_x >> c_sc1), a_shl.eq(c_x << c_left), a_neg.eq(c_neg), a_zero.eq(c_zero),
-             out.eq(Mux(a_neg, a_shl, Mux(a_zero, a_x, pre >> 1)))]
+    stmts = [c_x.eq(xs), c_sc.eq(sc), c_left.eq(left), c_neg.eq(neg),
+             a_shr.eq(Cat(Const(0, 1), c_x).as_signed() >> c_sc), a_shl.eq(c_x << c_left), a_neg.eq(c_neg),
+             out.eq(Mux(a_neg, a_shl, pre >> 1))]
     if en is None:
         m.d.sync += stmts
     else:
@@ -237,7 +268,7 @@ class AttentionUnit(wiring.Component):
         self.l_width = max(32, 16 + kb) + 2
         self.o_width = 38 + kb
         super().__init__({
-            "q": In(MemWriteSignature(max(ceil_log2(rows), 1), q_layout(head_dim).size)),
+            "q": In(MemWriteSignature(sum(q_addr_bits(rows, head_dim, words)), q_slice_layout(words).size)),
             "st": In(StateWriteSignature(rows, head_dim)),
             "ow": In(OWriteSignature(rows, head_dim, words)),
             "clear": In(1),
@@ -270,10 +301,26 @@ class AttentionUnit(wiring.Component):
         # (27 at head_dim 128: the post's raw = dot A_k is one 27 x 18 DSP48E2, not two)
         dot_bits = MANT_BITS + W_BITS + ceil_log2(D)
 
-        qrows = [Signal(q_layout(D), name=f"q{r}") for r in range(R)]
+        # query rows: the mantissas in one memory (distributed RAM, read asynchronously by the score
+        # array: chunk c of every row at once), laid out as o: mantissa a Ls + j of row r at address a,
+        # lane r Ls + j; a q write (slice s, W mantissas) is one granule of address s // (Ls / W).  The
+        # exponent and position in registers (written with slice 0).
+        sb, rb_ = q_addr_bits(R, D, self.words)
+        qd = data.View(q_slice_layout(self.words), self.q.data)
+        q_slice, q_row = self.q.addr[:sb], self.q.addr[sb:sb + rb_]
+        QG = Ls // self.words                   # q / ow granules an address (W = words)
+        m.submodules.qmem = qmem = memory.Memory(shape=R * Ls * MANT_BITS, depth=Cs, init=[])
+        qwp = qmem.write_port(granularity=self.words * MANT_BITS)
+        qrp = qmem.read_port(domain="comb")
+        m.d.comb += [qwp.addr.eq(q_slice // QG if QG > 1 else q_slice), qwp.data.eq(Cat(*([qd.mant] * (R * QG))))]
         for r in range(R):
-            with m.If(self.q.en & (self.q.addr == r)):
-                m.d.sync += qrows[r].eq(self.q.data)
+            for g in range(QG):
+                m.d.comb += qwp.en[r * QG + g].eq(self.q.en & (q_row == r) & ((q_slice % QG == g) if QG > 1 else 1))
+        qexp = [Signal(signed(EXP_BITS), name=f"qexp{r}") for r in range(R)]
+        qpos = [Signal(POS_BITS, name=f"qpos{r}") for r in range(R)]
+        for r in range(R):
+            with m.If(self.q.en & (q_row == r) & (q_slice == 0)):
+                m.d.sync += [qexp[r].eq(qd.exp), qpos[r].eq(qd.pos)]
 
         IDLE, PASS, DRAIN, OUT = AttentionState
         state = Signal(AttentionState)
@@ -367,14 +414,18 @@ class AttentionUnit(wiring.Component):
         with m.If(issue):
             m.d.sync += [s_run.eq(1), s_c.eq(0), s_base.eq(sidx[:2]), s_has2.eq(avail >= 2),
                          sidx.eq(sidx + Mux(avail >= 2, 2, 1))]
-        kq = Array(s.q for s in kslot)
-        k0, k1 = kq[s_base], kq[(s_base + 1)[:2]]
+        # the pair's chunk s_c: each slot's chunk, then the pair (a pass's pairs start at even slots:
+        # sidx goes up by two but for the pass's last odd key)
         chunk_bits = L * W_BITS
-        k0c = Array(k0[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[s_c]
-        k1c = Array(k1[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[s_c]
+        kc = [Array(kslot[t].q[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[s_c] for t in range(K_SLOTS)]
+        k0c, k1c = Mux(s_base[1], kc[2], kc[0]), Mux(s_base[1], kc[3], kc[1])
+        # chunk s_c of every query row: address s_c // K, lanes (s_c mod K) L .. + L - 1 of each row's Ls
+        kb_ = ceil_log2(K)                      # K = Ls / L: a power of two (W and L are, when K > 1)
+        m.d.comb += qrp.addr.eq(s_c[kb_:] if K > 1 else s_c)
         for r in range(R):
             m.submodules[f"dots{r}"] = da = arrays[r]
-            qc = Array(qrows[r].mant[c * L * MANT_BITS:(c + 1) * L * MANT_BITS] for c in range(C))[s_c]
+            qword = qrp.data[r * Ls * MANT_BITS:(r + 1) * Ls * MANT_BITS]
+            qc = qword.word_select(s_c[:kb_], L * MANT_BITS) if K > 1 else qword
             m.d.comb += [da.en.eq(1), da.w.eq(Cat(k0c, k1c)), da.a.eq(qc)]
         tv, tfirst, tlast = Signal(), Signal(), Signal()
         pv_, pf_, pl_ = s_run, s_c == 0, s_end
@@ -478,8 +529,8 @@ class AttentionUnit(wiring.Component):
         for r in range(R):
             # streamed scores go through as raw = s, shift 0: s6 = sat32(s) = s
             raw = stage(f"raw{r}", Mux(smode, p1d[r], p1d[r][:dot_bits].as_signed() * p1.a))
-            sh = stage(f"ssh{r}", Mux(smode, 0, -(qrows[r].exp + p1.e + fx.S_FRAC)), signed(10))
-            vis = stage(f"vis2_{r}", p1.pos <= qrows[r].pos)
+            sh = stage(f"ssh{r}", Mux(smode, 0, -(qexp[r] + p1.e + fx.S_FRAC)), signed(10))
+            vis = stage(f"vis2_{r}", p1.pos <= qpos[r])
             rs = rshr_staged(m, raw, sh, 33, f"rs{r}")                       # at stage 5
             for i in range(3, 7):
                 vis = stage(f"vis{i}_{r}", vis)
@@ -515,13 +566,15 @@ class AttentionUnit(wiring.Component):
 
         # --- P.V: one key per head_dim / lanes cycles; o += w vq as two 16-bit digits of w, each
         # times two packed INT4 elements per DSP ---------------------------------------------------
-        vr = vring.read_port()
+        # the key's V row: read (asynchronously) at its ring slot for the whole of its P.V run, no copy
+        vr = vring.read_port(domain="comb")
         pv_run, pv_c = Signal(), Signal(range(C))
         w_cur = [Signal(32, name=f"wcur{r}") for r in range(R)]           # w >= 0
-        v_cur = Signal(D * W_BITS)
+        v_idx = Signal(5)
+        v_cur = vr.data
         rd_ok = Signal()
         pv_end = Signal()
-        m.d.comb += [pv_end.eq(pv_run & (pv_c == C - 1)), vr.en.eq(1), vr.addr.eq(Array(wq_idx)[wq_rp])]
+        m.d.comb += [pv_end.eq(pv_run & (pv_c == C - 1)), vr.addr.eq(v_idx)]
         pv_go = Signal()
         m.d.comb += pv_go.eq(~smode & (wq_n != 0) & rd_ok & (~pv_run | pv_end))
         m.d.sync += rd_ok.eq((wq_n != 0) & ~pv_go)
@@ -530,7 +583,7 @@ class AttentionUnit(wiring.Component):
             with m.If(pv_end):
                 m.d.sync += [pv_run.eq(0), pv_c.eq(0)]
         with m.If(pv_go):
-            m.d.sync += [pv_run.eq(1), pv_c.eq(0), v_cur.eq(vr.data),
+            m.d.sync += [pv_run.eq(1), pv_c.eq(0), v_idx.eq(Array(wq_idx)[wq_rp]),
                          wq_rp.eq(Mux(wq_rp == W_CREDITS - 1, 0, wq_rp + 1))]
             for r in range(R):
                 m.d.sync += w_cur[r].eq(wq_rd.data[32 * r:32 * (r + 1)])
@@ -673,25 +726,33 @@ class AttentionUnit(wiring.Component):
         bsh = Signal(signed(8))
         m.d.comb += bsh.eq(bb - fx.RCP_IDX_BITS)
         idx = rshr_staged(m, lb, bsh, 10, "rcpidx")
-        lc, bc = Signal(signed(32)), Signal(range(33))
-        m.d.sync += [lc.eq(lb), bc.eq(bb)]
-        lc2, bc2 = Signal(signed(32)), Signal(range(33))
+        # beside the index's three stages: b and whether l > 0 (the reciprocal, else 0)
+        lpb = Signal()
+        m.d.sync += lpb.eq(la > 0)
+        lc, bc = Signal(), Signal(range(33))
+        m.d.sync += [lc.eq(lpb), bc.eq(bb)]
+        lc2, bc2 = Signal(), Signal(range(33))
         m.d.sync += [lc2.eq(lc), bc2.eq(bc)]
-        lc3, bc3 = Signal(signed(32)), Signal(range(33))
+        lc3, bc3 = Signal(), Signal(range(33))
         m.d.sync += [lc3.eq(lc2), bc3.eq(bc2)]
         m.submodules.rcp = rcp = memory.Memory(shape=16, depth=len(fx.RCP_LUT), init=[int(x) for x in fx.RCP_LUT])
         rr = rcp.read_port()
         m.d.comb += [rr.en.eq(1), rr.addr.eq(idx - (1 << (fx.RCP_IDX_BITS - 1)))]
-        fsh_c, pos_c = Signal(signed(8)), Signal()
-        m.d.sync += [fsh_c.eq(bc3 + fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC),
-                     pos_c.eq(lc3 > 0)]
+        # FINAL's shift b + FIN_OFS, b = bitlen(l) in 0 .. 31 (-5 .. 26): a shape that holds just that
+        # range, and a left shift of at most -FIN_OFS (a narrow shifter; o x r = 0 when l <= 0)
+        fin_ofs = fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC
+        fsh_shape = Shape.cast(range(min(fin_ofs, 0), 31 + fin_ofs + 1))
+        fin_left = max(1, -fin_ofs)
+        fsh_c, pos_c = Signal(fsh_shape), Signal()
+        m.d.sync += [fsh_c.eq(bc3 + fin_ofs),
+                     pos_c.eq(lc3)]
         pv_tag, pr_tag = pgo, prow
         for i in range(6):           # la, lb, the three shift stages, the table read
             nv, nr = Signal(name=f"pt{i}v"), Signal(range(R + 1), name=f"pt{i}r")
             m.d.sync += [nv.eq(pv_tag), nr.eq(pr_tag)]
             pv_tag, pr_tag = nv, nr
         rcs = [Signal(16, name=f"rcp{r}") for r in range(R)]
-        fss = [Signal(signed(8), name=f"fsh{r}") for r in range(R)]
+        fss = [Signal(fsh_shape, name=f"fsh{r}") for r in range(R)]
         for r in range(R):
             with m.If(pv_tag & (pr_tag == r)):
                 m.d.sync += [rcs[r].eq(Mux(pos_c, rr.data, 0)), fss[r].eq(fsh_c)]
@@ -724,7 +785,7 @@ class AttentionUnit(wiring.Component):
         # issue: the o memories read ec (all rows, all lanes); 1: (row, the group of el) of it; 2: sat32;
         # 3: x rcp (W products); 4, 5: the rounding shifts; out (STATE: word el mod W of the group)
         KIND_M, KIND_L, KIND_O, KIND_F = range(4)
-        tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "m": 32, "l": 32, "rcp": 16, "fsh": signed(8),
+        tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "ml": 32, "rcp": 16, "fsh": fsh_shape,
                                  "row": range(R), "el": range(Ls), "flag": W})
         x1, x2, x3, x4, x5 = (Signal(tag, name=f"x{i}") for i in range(1, 6))
         kind = Mux(maxm | (~final & (word == 0)), KIND_M, Mux(final, KIND_F, Mux(word == 1, KIND_L, KIND_O)))
@@ -748,7 +809,7 @@ class AttentionUnit(wiring.Component):
         lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(R)) for k in range(W)]
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
-                         x1.m.eq(Array(mrow)[row]), x1.l.eq(lsel[row]), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
+                         x1.ml.eq(Mux(kind == KIND_M, Array(mrow)[row], lsel[row])), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
                          x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now),
                          x2.eq(x1), x3.eq(x2), x4.eq(x3), x5.eq(x4),
                          oc4.eq(Array(oc3)[x3.el[:wl]] if W > 1 else oc3[0]), oc5.eq(oc4)]
@@ -756,7 +817,7 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += [ov2[k].eq(Mux(x1.flag[k], lane_data[k][x1.row][x1g] if G > 1 else lane_data[k][x1.row][0], 0)),
                              oc3[k].eq(sat(m, ov2[k], 32)),
                              prod4[k].eq(oc3[k] * x3.rcp.as_unsigned())]
-        sh7 = [rshr_staged(m, prod4[k], x4.fsh, 33, f"fin{k}", en=eadv) for k in range(W)]
+        sh7 = [rshr_staged(m, prod4[k], x4.fsh, fin_left, f"fin{k}", en=eadv) for k in range(W)]
         x6, x7 = Signal(tag), Signal(tag)
         oc6, oc7 = Signal(signed(32)), Signal(signed(32))
         okeep = Signal(4 * W)
@@ -765,10 +826,8 @@ class AttentionUnit(wiring.Component):
             m.d.sync += [x6.eq(x5), oc6.eq(oc5), x7.eq(x6), oc7.eq(oc6), ovalid.eq(x7.v), olast.eq(x7.last),
                          okeep.eq(Mux(x7.kind == KIND_F, (1 << (4 * W)) - 1, 0xF))]
             with m.Switch(x7.kind):
-                with m.Case(KIND_M):
-                    m.d.sync += odata.eq(x7.m)
-                with m.Case(KIND_L):
-                    m.d.sync += odata.eq(x7.l)
+                with m.Case(KIND_M, KIND_L):             # m or sat32(l), chosen at issue
+                    m.d.sync += odata.eq(x7.ml)
                 with m.Case(KIND_O):
                     m.d.sync += odata.eq(oc7)
                 with m.Default():

@@ -45,8 +45,8 @@ from mcf.sw.golden.node.nodesim import BUSY_COUNTER as BUSY_OF
 from mcf.sw.mars.profile import PROFILE_DIR, HardwareProfile, load_profile
 from mcf.sw.runtime.backend import SimBackend
 
-from ..compute.cost import (MATRIX_LATENCY, attn_emit_cycles, attn_kv_cycles, attn_o_cycles, dir_cycles,
-                            kv_writer_cycles, softmax_pass_cycles, vector_cycles)
+from ..compute.cost import (MATRIX_LATENCY, attn_emit_cycles, attn_kv_cycles, attn_o_cycles, attn_query_cycles,
+                            dir_cycles, kv_writer_cycles, softmax_pass_cycles, vector_cycles)
 
 #: Ethernet bytes per frame besides the MCF packet: preamble 8, MAC header 14, FCS 4, gap 12.
 ETH_OVERHEAD = 38
@@ -70,9 +70,9 @@ ISA_COSTS = {
                "(sim/compute/cost.py softmax_pass_cycles: R score beats in and R w beats out per group of vec_lanes "
                "keys, two transpose buffers; checked against the execute unit's RTL), or its V scale bytes if slower "
                "(APPLY over a run of blocks: the same)",
-    "ATTN_Q / ATTN_EMIT": "QUERY: rows x head_dim / vec_lanes; O and EMIT FINAL: rows x head_dim / W (W = "
-                          "gcd(vec_lanes, kv lanes) words a cycle) + start; MREF, STATE and EMIT STATE / MAX: a "
-                          "word a cycle (sim/compute/cost.py attn_o_cycles, attn_emit_cycles)",
+    "ATTN_Q / ATTN_EMIT": "QUERY: rows x head_dim / W; O and EMIT FINAL: rows x head_dim / W + start (W = "
+                          "gcd(vec_lanes, kv lanes) words a cycle); MREF, STATE and EMIT STATE / MAX: a "
+                          "word a cycle (sim/compute/cost.py attn_query_cycles, attn_o_cycles, attn_emit_cycles)",
     "KVW": "rows x the KV writer's cycles per row, or its DDR bytes",
     "EMBED": "tokens x n / vec_lanes, or its DDR bytes",
     "DIR": "count + the decode (write) or + the decode and the lookup latency (check): an entry a cycle "
@@ -186,13 +186,13 @@ class TimingCosts(UnitCosts):
         elif op == Opcode.ATTN_SM:
             unit = softmax_pass_cycles(w["keys"], w["rows"], vl, ins.phase == AttnPass.APPLY)
         elif op == Opcode.ATTN_Q:
-            # the AttnMover (docs/compute.md): QUERY and O a SPAD beat (O: W words) a cycle, MREF and
+            # the AttnMover (docs/compute.md): QUERY and O W words (a SPAD beat at W = VL) a cycle, MREF and
             # STATE a word a cycle
             what = AttnLoad(ins.what)
             if what == AttnLoad.O:
                 unit = attn_o_cycles(w["rows"], d, vl)
             elif what == AttnLoad.QUERY:
-                unit = w["rows"] * max(1, d // vl)
+                unit = attn_query_cycles(w["rows"], d, vl)
             else:
                 unit = w["rows"] * ((d + 2) if what == AttnLoad.STATE else 1)
         elif op == Opcode.ATTN_EMIT:

@@ -90,6 +90,12 @@ def attn_o_cycles(rows: int, d: int, vl: int) -> int:
     return rows * d // out_words(d, vl) + ATTN_O_START
 
 
+def attn_query_cycles(rows: int, d: int, vl: int) -> int:
+    """ATTN_Q QUERY (``AttnMover``): rows x d / W cycles, W = ``out_words(d, vl)`` mantissas a cycle
+    into the unit's query memory (one SPAD beat a cycle when W = VL, as at Qwen)."""
+    return rows * max(1, d // out_words(d, vl))
+
+
 def attn_emit_cycles(mode, rows: int, d: int, vl: int) -> int:
     """ATTN_EMIT: FINAL rows x d / W cycles (W words a transfer, ``out_words``), STATE rows x (d + 2)
     and MAX rows (a word a cycle), + ``ATTN_EMIT_START``."""

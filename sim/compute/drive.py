@@ -89,8 +89,9 @@ def run_kv_writer(dut, beats_in: list[int], blocks: int) -> list[int]:
 
 
 async def load_queries(ctx, dut, job) -> None:
-    """Write a job's query rows into the attention unit."""
-    await write_port(ctx, dut.q, job.q)
+    """Write a job's query rows into the attention unit (``words`` mantissas a write: ``q_writes``)."""
+    from mcf.hw.compute.attention import q_writes
+    await write_port(ctx, dut.q, q_writes(dut.rows, dut.head_dim, dut.words, job.q))
 
 
 async def collect_frame(ctx, dut, want: int) -> list[int]:

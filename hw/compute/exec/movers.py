@@ -42,7 +42,7 @@ from mcf.hw.arith import sat
 # dispatch to the mover's ``done``, so a stage-k value is valid k cycles after it (unit.SETUP_CYCLES).
 from mcf.hw.arith import stage
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.compute.attention import AttentionUnit, k_layout, out_words, v_layout
+from mcf.hw.compute.attention import AttentionUnit, k_layout, out_words, q_addr_bits, v_layout
 from mcf.hw.compute.exec.spad import SpadReadSignature, SpadWriteSignature
 from mcf.hw.compute.exec.streams import COUNT_BITS, Packer, Unpacker, request_layout
 from mcf.hw.compute.kv_writer import KVWriter
@@ -1627,9 +1627,10 @@ class AttnMover(Mover):
     two buffers of R beats while the other is written back, one row's beat a cycle.  So a group
     takes max(R, VL) cycles: R / VL cycles a key for R >= VL (1.5 at R = 12, VL = 8).
 
-    ATTN_Q O reads row (t, j) at spad + t tok_stride + j head_stride a beat a cycle (the QUERY
-    addressing) and hands the unit W = ``out_words(head_dim, VL)`` o words a cycle (``ow``: VL / W
-    slices a beat); ATTN_EMIT FINAL takes W words a transfer into its beats (STATE / MAX: one)."""
+    ATTN_Q QUERY and O read row (t, j) at spad + t tok_stride + j head_stride a beat a cycle and hand
+    the unit W = ``out_words(head_dim, VL)`` words a cycle (VL / W slices a beat: ``q``, W mantissas,
+    the row's exponent and position with slice 0; ``ow``, W o words); ATTN_EMIT FINAL takes W words a
+    transfer into its beats (STATE / MAX: one)."""
     OPS = (isa.Opcode.ATTN_Q, isa.Opcode.ATTN_KV, isa.Opcode.ATTN_EMIT, isa.Opcode.ATTN_SM)
 
     def __init__(self, g: Geometry):
@@ -1744,50 +1745,36 @@ class AttnMover(Mover):
             with m.If(rq.issue):
                 m.d.sync += w_i.eq(w_i + 1)
 
-        # QUERY: gather head_dim mantissas per row -> the unit's query row
-        qr = Signal(range(R + 1))                        # row being gathered
+        # QUERY and O: each beat's VL / W slices of W words -> the unit's q (W mantissas, the row's
+        # exponent and position with slice 0: ``q_slice_layout``) or o (``ow``), one a cycle; QUERY is
+        # done with its last write, O once the unit's write-back pipeline is empty
         qt, qh = Signal(range(R + 1)), Signal(range(R + 1))
-        qb = Signal(range(rb + 1))
-        held = [Signal(VL * MANT_BITS, name=f"qheld{x}") for x in range(rb - 1)]
-        qexp = Signal(signed(EXP_BITS))
-        with m.If(state == S.CHECK):
-            m.d.sync += [qr.eq(0), qt.eq(0), qh.eq(0), qb.eq(0)]
-        with m.If(querying):
-            m.d.comb += rq.take.eq(rq.valid)
-            with m.If(rq.valid):
-                m.d.sync += qb.eq(qb + 1)
-                for x in range(rb - 1):
-                    with m.If(qb == x):
-                        m.d.sync += held[x].eq(mantissas(rq.words, VL))
-                with m.If(qb == 0):
-                    m.d.sync += qexp.eq(rq.exp)
-                with m.If(qb == rb - 1):
-                    m.d.comb += [au.q.en.eq(1), au.q.addr.eq(qr)]
-                    m.d.sync += [qb.eq(0), qr.eq(qr + 1), qh.eq(qh + 1)]
-                    with m.If(qh == q_ins.heads - 1):
-                        m.d.sync += [qh.eq(0), qt.eq(qt + 1)]
-                    with m.If(qr == rows_m1):
-                        m.d.sync += state.eq(S.FINISH)
-        qdata = Signal(au.q.data.shape())
-        m.d.comb += [qdata.eq(Cat(*held, mantissas(rq.words, VL), Mux(rb == 1, rq.exp, qexp),
-                                  q_ins.qpos0 + qt)), au.q.data.eq(qdata)]
-
-        # O: each beat's VL / W slices of W words -> the unit's o (``ow``), one a cycle; done once the
-        # unit's write-back pipeline is empty
         osub, oslice, orow, osent = Signal(range(max(nt, 2))), Signal(range(D // W + 1)), Signal(range(R + 1)), Signal()
         with m.If(state == S.CHECK):
-            m.d.sync += [osub.eq(0), oslice.eq(0), orow.eq(0), osent.eq(0)]
+            m.d.sync += [qt.eq(0), qh.eq(0), osub.eq(0), oslice.eq(0), orow.eq(0), osent.eq(0)]
         oslices = Array(rq.words[32 * W * x:32 * W * (x + 1)] for x in range(nt))
-        with m.If(oloading & rq.valid & ~osent):
-            m.d.comb += [au.ow.en.eq(1), au.ow.row.eq(orow), au.ow.slice.eq(oslice), au.ow.data.eq(oslices[osub]),
-                         rq.take.eq(osub == nt - 1)]
+        mants = mantissas(rq.words, VL)
+        qslices = Array(mants[MANT_BITS * W * x:MANT_BITS * W * (x + 1)] for x in range(nt))
+        qsb, qrb = q_addr_bits(R, D, W)
+        with m.If((querying | oloading) & rq.valid & ~osent):
+            m.d.comb += rq.take.eq(osub == nt - 1)
             m.d.sync += [osub.eq(osub + 1), oslice.eq(oslice + 1)]
             with m.If(osub == nt - 1):
                 m.d.sync += osub.eq(0)
             with m.If(oslice == D // W - 1):
-                m.d.sync += [oslice.eq(0), orow.eq(orow + 1)]
+                m.d.sync += [oslice.eq(0), orow.eq(orow + 1), qh.eq(qh + 1)]
+                with m.If(qh == q_ins.heads - 1):
+                    m.d.sync += [qh.eq(0), qt.eq(qt + 1)]
                 with m.If(orow == rows_m1):
                     m.d.sync += osent.eq(1)
+                    with m.If(querying):
+                        m.d.sync += state.eq(S.FINISH)
+            with m.If(querying):
+                m.d.comb += [au.q.en.eq(1), au.q.addr.eq(Cat(oslice[:qsb], orow[:qrb])),
+                             au.q.data.eq(Cat(qslices[osub], rq.exp, q_ins.qpos0 + qt))]
+            with m.Else():
+                m.d.comb += [au.ow.en.eq(1), au.ow.row.eq(orow), au.ow.slice.eq(oslice),
+                             au.ow.data.eq(oslices[osub])]
         with m.If(oloading & osent & ~au.busy):
             m.d.sync += state.eq(S.FINISH)
 

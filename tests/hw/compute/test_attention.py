@@ -14,7 +14,7 @@ import pytest
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamSink
 
-from mcf.hw.compute.attention import AttentionUnit, cmd_layout, out_words
+from mcf.hw.compute.attention import AttentionUnit, cmd_layout, out_words, q_writes
 from mcf.sim.amaranth_util import send_command, simulate
 from mcf.sim.cocotb_util import StreamSource, bounded, params, pauses, start, write_port
 from mcf.sim.compute.drive import run_attention
@@ -65,7 +65,7 @@ class Bench:
 
     async def run_job(self, job, n):
         d = self.p["head_dim"]
-        await write_port(self.dut, "q", self.dut.clk, job.q)
+        await write_port(self.dut, "q", self.dut.clk, q_writes(self.p["rows"], d, self.p.get("words", 1), job.q))
         got_max = None
         for phase in (AttnPass.MAX, AttnPass.APPLY):
             if phase == AttnPass.APPLY:

@@ -97,6 +97,7 @@ def test_attn_sm_costs_its_groups_of_vl_keys():
     """ATTN_SM run by the ISA simulator under the timing model: ceil(keys / VL) groups of
     max(R, VL, ceil((R + VL + 2) / 2)) cycles + the start (sim/compute/cost.py, checked against the
     execute unit's RTL by tests/hw/compute/exec/test_softmax.py); APPLY reads 2 bytes a key."""
+    from mcf.hw.compute.attention import out_words
     from mcf.sim.compute.cost import SOFTMAX_START
     node, prof = NodeConfig.tiny(), load_profile("kr260")
     vl = node.vec_lanes
@@ -115,7 +116,9 @@ def test_attn_sm_costs_its_groups_of_vl_keys():
         c.start()
         assert c.run(max_cycles=1 << 20).ok
         group = max(R, vl, -(-(R + vl + 2) // 2))
-        want = R * (node.head_dim // vl) + 2 * (keys // vl) * group + SOFTMAX_START["MAX"] + SOFTMAX_START["APPLY"]
+        # QUERY: W = out_words mantissas a cycle into the unit (4 at tiny: two cycles a SPAD beat of 8)
+        want = (R * (node.head_dim // out_words(node.head_dim, vl)) + 2 * (keys // vl) * group + SOFTMAX_START["MAX"]
+                + SOFTMAX_START["APPLY"])
         assert n.perf[isa.PerfCounter.BUSY_ATTN] == want, (tokens, heads, keys)
         assert n.perf[isa.PerfCounter.DDR_RD_BYTES] == 2 * keys
 
@@ -182,7 +185,7 @@ def test_attn_kv_costs_the_attention_units_lanes():
     ``att_lanes`` (c = head_dim / lanes: MAX c / 2, APPLY c cycles a key; the unit's
     ``cycles_per_key``) when that is slower than its reads: the tiny node's unit (default 4 lanes,
     c = 4) and one folded to 2 lanes (c = 8) over the same 64 keys."""
-    from mcf.hw.compute.attention import AttentionUnit
+    from mcf.hw.compute.attention import AttentionUnit, out_words
     prof = load_profile("kr260")
     busy = {}
     for lanes in (0, 2):
@@ -203,5 +206,5 @@ def test_attn_kv_costs_the_attention_units_lanes():
         assert c.run(max_cycles=1 << 20).ok
         mx, ap = AttentionUnit(d, node.att_rows, node.max_keys, lanes=lanes or None).cycles_per_key
         busy[lanes] = int(n.perf[isa.PerfCounter.BUSY_ATTN])
-        assert busy[lanes] == 2 * (d // node.vec_lanes) + int(keys * mx) + 2 + keys * ap + 4, lanes
+        assert busy[lanes] == 2 * (d // out_words(d, node.vec_lanes)) + int(keys * mx) + 2 + keys * ap + 4, lanes
     assert busy[2] - busy[0] == keys * (8 // 2 - 4 // 2) + keys * (8 - 4)

@@ -5,9 +5,9 @@ import pytest
 from mcf.hw.compute.attention import AttentionUnit
 from mcf.hw.compute.kv_writer import KVWriter
 from mcf.hw.compute.vector import VectorUnit
-from mcf.sim.amaranth_util import Feed, drive, send_command, simulate, write_port
+from mcf.sim.amaranth_util import Feed, drive, send_command, simulate
 from mcf.sim.compute import cost
-from mcf.sim.compute.drive import vector_feed
+from mcf.sim.compute.drive import load_queries, vector_feed
 from mcf.sim.compute.jobs import attention_job, k_run, kv_blocks, vector_job
 from mcf.spec.node import NodeConfig
 from mcf.sw.models import load_model
@@ -48,7 +48,7 @@ def test_attention_cycles(d, keys):
     out = {}
 
     async def bench(ctx):
-        await write_port(ctx, dut.q, job.q)
+        await load_queries(ctx, dut, job)
         ctx.set(dut.o.tready, 1)
         cycles = 0
         for phase in (AttnPass.MAX, AttnPass.APPLY):
