@@ -78,10 +78,47 @@ def test_write_profile_replaces_two_figures_only(tmp_path):
     again = load_profile(copy).to_dict()
     assert {k for k in after if after[k] != again[k]} == {"attention_array_efficiency"}
     assert again["attention_array_efficiency"] == 0.2345 and again["attention_path"] == before["attention_path"]
+    # and a run at two key counts its fit (new lines after attention_array_efficiency the first time)
+    fit = {"attention_array_job_cycles": 321.5, "attention_array_job_cycles_is": "a line",
+           "attention_array_key_cycles": 5.25, "attention_array_key_macs": 1536}
+    write_profile(copy, {**cal, "attention_array_efficiency": 0.2345, "attention_array_efficiency_is": "array",
+                         **fit}, "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
+    fitted = copy.read_text()
+    lines = fitted.splitlines()
+    at = lines.index("attention_array_efficiency: 0.2345")
+    assert lines[at + 1:at + 6] == ["# MEASURED 2026-12-01 by `mcf bench compute --engine`:", "# a line.",
+                                    "attention_array_job_cycles: 321.5", "attention_array_key_cycles: 5.25",
+                                    "attention_array_key_macs: 1536"]
+    third = load_profile(copy).to_dict()
+    assert {k for k in again if again[k] != third[k]} == set(fit) - {"attention_array_job_cycles_is"}
+    write_profile(copy, {**cal, "attention_array_efficiency": 0.2345, "attention_array_efficiency_is": "array",
+                         **fit}, "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
+    assert copy.read_text() == fitted
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")
     with pytest.raises(ValueError, match="has 0 lines 'compute_efficiency:'"):
         write_profile(bad, cal, "c", "m", "a")
+
+
+def test_array_fit_is_the_line_through_the_runs():
+    """attn:array-fit: two runs whose jobs cost 300 + 5.5 x keys cycles (spread over instruction kinds, one
+    kind fixed) give back 300 and 5.5, and the efficiency at 2048 keys is 2 x 128 x 6 x 2048 MACs /
+    (300 + 5.5 x 2048) cycles / 2048 MACs a cycle; runs of one key count, or of two job sizes, are refused."""
+    from mcf.sim.benchmarks.compute import array_fit
+    from mcf.spec.node import NodeConfig
+    node = NodeConfig(mac_rows=64, mac_lanes=32, head_dim=128)
+
+    def op(keys, jobs, rows=6):
+        return {"keys": keys, "jobs": jobs, "rows_per_job": rows,
+                "per_kind": {"ATTN_EMIT": {"cycles": 100 * jobs}, "GEMM_QK": {"cycles": int((200 + 5.5 * keys) * jobs)}}}
+    fit = array_fit([op(256, 16), op(2048, 2)], node)
+    assert (fit["job_cycles"], fit["key_cycles"], fit["key_macs"]) == (300.0, 5.5, 1536)
+    assert fit["by_kind"]["ATTN_EMIT"] == {"job_cycles": 100.0, "key_cycles": 0.0}
+    assert fit["efficiency_at_keys"][2048] == round(1536 * 2048 / (300 + 5.5 * 2048) / 2048, 4)
+    assert fit["residual_cycles"] == [0.0, 0.0]
+    for bad in ([op(256, 16), op(256, 2)], [op(256, 16), op(2048, 2, rows=12)]):
+        with pytest.raises(ValueError, match="attn:array-fit"):
+            array_fit(bad, node)
 
 
 @pytest.mark.cocotb
