@@ -799,7 +799,8 @@ def write_profile(path: Path, cal: dict, command: str, model: str, array: str,
         start = i
         while start > 0 and lines[start - 1].startswith("#") and not lines[start - 1].startswith("# ---"):
             start -= 1
-        lines[start:i + 1] = comment + [f"{key}: {cal[key]}"]
+        tail = "  # attn:array-fit (above)" if key in ("attention_array_key_cycles", "attention_array_key_macs") else ""
+        lines[start:i + 1] = comment + [f"{key}: {cal[key]}{tail}"]
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("\n".join(lines) + "\n")
     os.replace(tmp, path)

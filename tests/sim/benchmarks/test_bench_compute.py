@@ -50,18 +50,25 @@ def test_write_profile_replaces_two_figures_only(tmp_path):
     from mcf.sim.benchmarks.compute import PROFILE, write_profile
     from mcf.sw.mars.profile import load_profile
     copy = tmp_path / "kr.yaml"
-    copy.write_text(PROFILE.read_text())
+    # the profile as it was before its array fit (write_profile puts those lines in)
+    text = PROFILE.read_text().splitlines()
+    at = [i for i, line in enumerate(text) if line.startswith("attention_array_job_cycles")]
+    if at:
+        del text[at[0] - 2:at[0] + 3]                    # its two comment lines and the three fields
+    copy.write_text("\n".join(text) + "\n")
     cal = {"compute_efficiency": 0.8765, "compute_efficiency_is": "what it is", "ddr_efficiency": 0.4321,
            "ddr_efficiency_is": "bytes over peak"}
     write_profile(copy, cal, "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
     once = copy.read_text()
     assert _profile_values(copy) == (0.8765, 0.4321)
     assert "# MEASURED 2026-12-01 by `mcf bench compute --engine`:" in once
-    before, after = load_profile(PROFILE).to_dict(), load_profile(copy).to_dict()
+    before, after = load_profile(PROFILE).with_(attention_array_job_cycles=0.0, attention_array_key_cycles=0.0,
+                                                attention_array_key_macs=0).to_dict(), load_profile(copy).to_dict()
     changed = {k for k in before if before[k] != after[k]} - {"name"}
     assert changed == {"compute_efficiency", "ddr_efficiency"}
     kept = [line for line in PROFILE.read_text().splitlines() if not line.startswith("#")
-            and not line.startswith(("compute_efficiency", "ddr_efficiency"))]
+            and not line.startswith(("compute_efficiency", "ddr_efficiency", "attention_array_job_cycles",
+                                     "attention_array_key_"))]
     assert all(line in once.splitlines() for line in kept)
     write_profile(copy, cal, "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
     assert copy.read_text() == once
@@ -87,8 +94,9 @@ def test_write_profile_replaces_two_figures_only(tmp_path):
     lines = fitted.splitlines()
     at = lines.index("attention_array_efficiency: 0.2345")
     assert lines[at + 1:at + 6] == ["# MEASURED 2026-12-01 by `mcf bench compute --engine`:", "# a line.",
-                                    "attention_array_job_cycles: 321.5", "attention_array_key_cycles: 5.25",
-                                    "attention_array_key_macs: 1536"]
+                                    "attention_array_job_cycles: 321.5",
+                                    "attention_array_key_cycles: 5.25  # attn:array-fit (above)",
+                                    "attention_array_key_macs: 1536  # attn:array-fit (above)"]
     third = load_profile(copy).to_dict()
     assert {k for k in again if again[k] != third[k]} == set(fit) - {"attention_array_job_cycles_is"}
     write_profile(copy, {**cal, "attention_array_efficiency": 0.2345, "attention_array_efficiency_is": "array",
@@ -172,7 +180,7 @@ def test_profile_figures_are_the_engine_bench_output():
     (docs/bench/compute-qwen2.5-1.5b.json, the command's --json output)."""
     from mcf.sim.benchmarks.compute import PROFILE
     text = PROFILE.read_text()
-    assert text.count("by `mcf bench compute --model qwen2.5-1.5b") == 4
+    assert text.count("by `mcf bench compute --model qwen2.5-1.5b") == 5
     rec = json.loads((Path(__file__).resolve().parents[3] / "docs" / "bench" / "compute-qwen2.5-1.5b.json").read_text())
     cal = rec["calibration"]
     assert _profile_values(PROFILE) == (cal["compute_efficiency"], cal["ddr_efficiency"])
@@ -187,6 +195,14 @@ def test_profile_figures_are_the_engine_bench_output():
     assert cal["attention_array_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * arr["heads"]
                                                       * arr["visible_keys"] / arr["cycles"]
                                                       / rec["peak_macs_per_cycle"], 4)
+    # the array's line in the keys: through the two runs' cycles a job, by hand
+    runs = [rec["attention_on_array"][n] for n in ("attn:prefill-array", "attn:prefill-array:2048")]
+    (k0, c0), (k1, c1) = [(r["keys"], r["cycles"] / r["jobs"]) for r in runs]
+    assert runs[1]["rows_per_job"] == arr["rows_per_job"] == 6
+    assert prof["attention_array_key_cycles"] == cal["attention_array_key_cycles"] == round((c1 - c0) / (k1 - k0), 4)
+    assert prof["attention_array_job_cycles"] == cal["attention_array_job_cycles"] == round(
+        c0 - (c1 - c0) / (k1 - k0) * k0, 1)
+    assert prof["attention_array_key_macs"] == cal["attention_array_key_macs"] == 2 * 128 * 6
     # the figure is the attention block's, as measured
     assert cal["attention_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * prefill["heads"]
                                                 * prefill["visible_keys"] / prefill["cycles"]

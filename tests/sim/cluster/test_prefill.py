@@ -46,11 +46,16 @@ def test_model_figures_are_the_hand_ones():
     assert m.kv_token_bytes == MT and m.params_per_layer == LAYER_PARAMS
 
 
-@pytest.mark.parametrize("engine,lags", [(dict(mac_rows=16, mac_lanes=16), False),
+# the array's measured line in the keys is of the 64 x 32 array: an engine of another size or rate
+# takes the one ratio (the line off)
+NO_FIT = dict(attention_array_job_cycles=0.0, attention_array_key_cycles=0.0, attention_array_key_macs=0)
+
+
+@pytest.mark.parametrize("engine,lags", [(dict(mac_rows=16, mac_lanes=16, **NO_FIT), False),
                                          (dict(compute_efficiency=0.84), False),
                                          ({}, None),
                                          (dict(compute_efficiency=1.0, attention_efficiency=1.0,
-                                               attention_array_efficiency=1.0), True)])
+                                               attention_array_efficiency=1.0, **NO_FIT), True)])
 def test_mars_prefill_ends_in_the_owner_only_layout(engine, lags):
     # 4096 tokens, B = 256 -> 16 blocks, round-robin owners on 4 nodes: 4 blocks each.
     # The plan's memory after step c counts the replicas step c propagates (eq. 8: they must be
@@ -193,4 +198,5 @@ def test_executing_the_lowered_programs_moves_what_the_plan_says(scheme, budget)
     assert b.prefill.comm_bytes == a.prefill.comm_bytes == a.plan.comm_bytes
     assert b.prefill.comm_by_kind == a.prefill.comm_by_kind
     assert np.array_equal(b.prefill.memory_per_step, a.prefill.memory_per_step)
-    assert b.prefill.ttft_s == pytest.approx(a.prefill.ttft_s, rel=0.02)
+    # (the array's fixed cycles a job are paid once per op: another grouping of the keys moves the TTFT more)
+    assert b.prefill.ttft_s == pytest.approx(a.prefill.ttft_s, rel=0.05)
