@@ -43,6 +43,7 @@ bit-exact against ``fixed.attention``: cycles per instruction kind,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -142,6 +143,10 @@ def add_arguments(p) -> None:
     p.add_argument("--prefill-array", action=argparse.BooleanOptionalAction, default=True,
                    help="engine bench: also run attn:prefill's work as the array sequence (ATTN_Q, GEMM_QK, ATTN_SM "
                         "MAX / APPLY, GEMM_PV, ATTN_Q O, ATTN_EMIT: attn:prefill-array) (default: on)")
+    p.add_argument("--array-keys", type=int, default=2048,
+                   help="engine bench: keys of attn:prefill-array's second run (two jobs over their own draws, "
+                        "attn:prefill-array:<keys>); with the first (--attn-keys) it gives the fit cycles a job = "
+                        "fixed + per key x keys (attn:array-fit; 0: no second run) (default: %(default)s)")
     p.add_argument("--block", action="append", choices=BLOCKS, default=None,
                    help="engine bench: run only this block (repeatable; default: every block its switches leave on: "
                         f"{', '.join(BLOCKS)})")
@@ -492,12 +497,51 @@ def attention_array_figures(report: dict, node: NodeConfig, attn: dict | None) -
             "shape": "attn:prefill's: the same keys, positions, jobs and random draws; the KV stored in blocks of "
                      "block_keys keys (the node's max_tokens: one chunk), segments with their own scale regions",
         }
-        if attn is not None and "attn:prefill" in attn:
+        if attn is not None and "attn:prefill" in attn and op["name"] == "attn:prefill-array":
             a = attn["attn:prefill"]
             fig["beside_attn_prefill"] = {"cycles": a["cycles"], "attention_efficiency": a["attention_efficiency"],
                                           "speedup": round(a["cycles"] / cycles, 2)}
         out[op["name"]] = fig
+    if len(report["ops"]) > 1:
+        out["attn:array-fit"] = array_fit(report["ops"], node)
     return out
+
+
+def array_fit(ops: list[dict], node: NodeConfig) -> dict:
+    """The least-squares line through the attn:prefill-array runs' cycles a job against their keys (every job
+    of a run spans the whole run of KV blocks, so a run's jobs cost alike): cycles a job = job_cycles +
+    key_cycles x keys, per instruction kind and in all; key_macs = the attention MACs a job does per key
+    (2 x head_dim x its rows).  A MODEL from measured points: the cluster model charges attention with it."""
+    import numpy as np
+    rows = {op["rows_per_job"] for op in ops}
+    if len(rows) != 1 or len({op["keys"] for op in ops}) < 2:
+        raise ValueError(f"attn:array-fit needs runs of one job size at two key counts (got {ops!r:.200})")
+    keys = np.array([op["keys"] for op in ops], float)
+    kinds = sorted({k for op in ops for k in op["per_kind"]})
+
+    def line(per_job):
+        slope, icpt = np.polyfit(keys, np.asarray(per_job, float), 1)
+        return round(float(icpt), 1), round(float(slope), 4)
+    per_job = [sum(v["cycles"] for v in op["per_kind"].values()) / op["jobs"] for op in ops]
+    job, key = line(per_job)
+    by_kind = {}
+    for k in kinds:
+        j, c = line([op["per_kind"].get(k, {}).get("cycles", 0) / op["jobs"] for op in ops])
+        by_kind[k] = {"job_cycles": j, "key_cycles": c}
+    R = rows.pop()
+    key_macs = 2 * node.head_dim * R
+    peak = node.mac_rows * node.mac_lanes
+    return {
+        "keys": [int(k) for k in keys], "rows_per_job": R, "cycles_per_job": [round(c, 1) for c in per_job],
+        "job_cycles": job, "key_cycles": key, "key_macs": key_macs,
+        "residual_cycles": [round(c - (job + key * k), 1) for c, k in zip(per_job, keys)],
+        "by_kind": by_kind,
+        "efficiency_at_keys": {n: round(key_macs * n / (job + key * n) / peak, 4) for n in (256, 2048, 16384)},
+        "efficiency_limit": round(key_macs / key / peak, 4),
+        "is": "cycles of one job (ATTN_Q QUERY .. ATTN_EMIT over a run of KV blocks of keys keys, rows_per_job "
+              "rows) = job_cycles + key_cycles x keys: least squares through the runs' measured cycles a job; "
+              "efficiency = key_macs x keys / cycles / the array's peak MACs per cycle (a MODEL from the fit)",
+    }
 
 
 def run_engine(args) -> dict:
@@ -522,6 +566,8 @@ def run_engine(args) -> dict:
     if wclk and args.weight_ports < 2:
         raise ValueError("--weight-clock-hz: the weight loaders' own clock needs --weight-ports >= 2 (or give 0)")
     # with their own clock the weight loaders have their ports to themselves, the rest one more
+    if args.array_keys < 0:
+        raise ValueError("--array-keys must be >= 0")
     node = NodeConfig.for_model(model, **{**keep, **GEMM_ONLY, "weight_ports": args.weight_ports,
                                           "weight_clock_hz": wclk, "hp_ports": args.weight_ports + bool(wclk)})
     timing = DdrTiming.from_node(node)
@@ -567,10 +613,20 @@ def run_engine(args) -> dict:
             raise ValueError(f"--block prefill-array: {why}")
         if why:
             args.prefill_array, array_skipped = False, f"not run ({why})"
+    longer = args.prefill_array and args.array_keys > 0
+    if longer:
+        why = prefill_array_refusal(node, args.array_keys, array_block_keys)
+        if why or args.array_keys <= args.attn_keys:
+            raise ValueError(f"--array-keys {args.array_keys}: more than --attn-keys {args.attn_keys}"
+                             + (f"; {why}" if why else ""))
+        # positions (and the counters they size) up to the longer run's keys
+        node = dataclasses.replace(node, max_context=max(node.max_context, args.array_keys))
     from mcf.spec.kv import segment_bytes as _seg_bytes
     ram = max((1 << 20) + 2 * (args.attn_keys // block_keys) * (_seg_bytes(block_keys, node.head_dim) + 64),max(op["tiles"] * node.mac_rows * op["n"] for op in ops) * 2 + (1 << 20),
               (1 << 20) + (_seg_bytes(args.qk_keys, node.head_dim) if args.qk_array else 0),
-              (1 << 20) + (_seg_bytes(args.pv_keys, node.head_dim) if args.pv_array else 0))
+              (1 << 20) + (_seg_bytes(args.pv_keys, node.head_dim) if args.pv_array else 0),
+              (1 << 20) + (2 * (args.array_keys // array_block_keys) * (_seg_bytes(array_block_keys, node.head_dim)
+                                                                         + 64) if longer else 0))
     ram_bytes = 1 << (ram - 1).bit_length()
     from mcf.sim.rtlcluster.backend import _cache_dir
     softmax = args.softmax and node.group <= node.att_rows
@@ -604,7 +660,8 @@ def run_engine(args) -> dict:
                        "total_bytes_per_cycle": timing.total_bytes_per_cycle,
                        "refresh_interval": timing.refresh_interval, "refresh_cycles": timing.refresh_cycles},
                        "attn": {"keys": args.attn_keys, "block_keys": block_keys, "tokens": node.max_tokens,
-                                "array_block_keys": array_block_keys},
+                                "array_block_keys": array_block_keys,
+                                "longer": [args.array_keys] if longer else []},
                        "qk": {"keys": args.qk_keys, "tokens": args.qk_tokens}, "qk_report": str(qk_report),
                        "sm": {"keys": args.sm_keys, "tokens": 1}, "sm_report": str(sm_report),
                        "pv": {"keys": args.pv_keys, "tokens": args.pv_tokens}, "pv_report": str(pv_report),
@@ -623,7 +680,8 @@ def run_engine(args) -> dict:
         "array": f"{node.mac_rows}x{node.mac_lanes}", "peak_macs_per_cycle": node.mac_rows * node.mac_lanes,
         "max_tokens": node.max_tokens, "weight_ports": node.weight_ports, "data_width": node.data_width,
         "clock_hz": node.clock_hz, "weight_clock_hz": node.weight_clock_hz,
-        "elaborated_with": {**GEMM_ONLY, "spad_beats": node.spad_beats, "buffer_bytes": node.buffer_bytes},
+        "elaborated_with": {**GEMM_ONLY, "max_context": node.max_context, "spad_beats": node.spad_beats,
+                            "buffer_bytes": node.buffer_bytes},
     }
     if not gemms:      # --block without gemms: only the blocks asked for
         return {**head, "blocks": blocks,
@@ -638,7 +696,8 @@ def run_engine(args) -> dict:
         "array": f"{node.mac_rows}x{node.mac_lanes}", "peak_macs_per_cycle": node.mac_rows * node.mac_lanes,
         "max_tokens": node.max_tokens, "weight_ports": node.weight_ports, "data_width": node.data_width,
         "clock_hz": node.clock_hz, "weight_clock_hz": node.weight_clock_hz,
-        "elaborated_with": {**GEMM_ONLY, "spad_beats": node.spad_beats, "buffer_bytes": node.buffer_bytes},
+        "elaborated_with": {**GEMM_ONLY, "max_context": node.max_context, "spad_beats": node.spad_beats,
+                            "buffer_bytes": node.buffer_bytes},
         "ddr_model": {**timing.as_dict(), "weight_ports_bandwidth": timing.bandwidth(
                           node.weight_ports, node.data_bytes, node.weight_clock / node.clock_hz),
                       "max_outstanding_seen": raw["ddr_model"]["max_outstanding"]},
@@ -675,6 +734,17 @@ def run_engine(args) -> dict:
                                        "and ATTN_EMIT / the MAC array's peak MACs per cycle"})
     if arr is not None:
         out["calibration"].update({
+            **({"attention_array_job_cycles": arr["attn:array-fit"]["job_cycles"],
+                "attention_array_job_cycles_is": "the array sequence's cycles as a line in its keys (attn:array-fit: "
+                                                 "attn:prefill-array at " + " and ".join(
+                                                     str(k) for k in arr["attn:array-fit"]["keys"]) + " keys, "
+                                                 "jobs of " + str(arr["attn:array-fit"]["rows_per_job"]) + " rows): "
+                                                 "cycles of one job = attention_array_job_cycles + "
+                                                 "attention_array_key_cycles x keys; a job does "
+                                                 "attention_array_key_macs MACs per key (2 x head_dim x its rows)",
+                "attention_array_key_cycles": arr["attn:array-fit"]["key_cycles"],
+                "attention_array_key_macs": arr["attn:array-fit"]["key_macs"]}
+               if "attn:array-fit" in arr else {}),
             "attention_array_efficiency": arr["attn:prefill-array"]["attention_efficiency"],
             "attention_array_efficiency_is": "attn:prefill's work as the array sequence (attn:prefill-array): 2 x "
                                              "head_dim MACs per visible (query row, key) pair / cycles of ATTN_Q, "
@@ -682,7 +752,8 @@ def run_engine(args) -> dict:
                                              "instruction at a time / the MAC array's peak MACs per cycle"})
     if args.write_profile:
         cmd = (f"mcf bench compute --model {args.model} --weight-ports {args.weight_ports} --prefill-rows "
-               f"{args.prefill_rows} --decode-rows {args.decode_rows} --write-profile")
+               f"{args.prefill_rows} --decode-rows {args.decode_rows}"
+               + (f" --array-keys {args.array_keys}" if args.array_keys != 2048 else "") + " --write-profile")
         write_profile(Path(args.write_profile), out["calibration"], cmd, model.name, out["array"])
         out["profile_written"] = str(args.write_profile)
     return out
@@ -691,8 +762,10 @@ def run_engine(args) -> dict:
 def write_profile(path: Path, cal: dict, command: str, model: str, array: str,
                   date: str | None = None) -> None:
     """Replace ``compute_efficiency``, ``ddr_efficiency`` and (when ``cal`` has them: the bench ran
-    the attention / prefill-array block) ``attention_efficiency`` / ``attention_array_efficiency`` (and the comment lines right above each) in the
-    profile YAML at ``path``, keeping every other line; written atomically."""
+    the attention / prefill-array block) ``attention_efficiency`` / ``attention_array_efficiency`` and the
+    array fit ``attention_array_job_cycles`` / ``_key_cycles`` / ``_key_macs`` (and the comment lines right
+    above each) in the profile YAML at ``path``, keeping every other line (a fit field the profile lacks
+    goes in after ``attention_array_efficiency``); written atomically."""
     if not path.is_file():
         raise ValueError(f"--write-profile: {path} is not a file")
     date = date or datetime.date.today().isoformat()
@@ -706,18 +779,28 @@ def write_profile(path: Path, cal: dict, command: str, model: str, array: str,
             f"# MEASURED {date} by `{command}`:",
             f"# {cal['ddr_efficiency_is']} (the model refreshes the DRAM, no page/bank timing)."],
     }
-    for key in ("attention_efficiency", "attention_array_efficiency"):
+    for key in ("attention_efficiency", "attention_array_efficiency", "attention_array_job_cycles"):
         if key in cal:
             notes[key] = [f"# MEASURED {date} by `{command}`:", f"# {cal[key + '_is']}."]
+    if "attention_array_job_cycles" in cal:
+        notes["attention_array_key_cycles"] = notes["attention_array_key_macs"] = []
+    after = "attention_array_efficiency"
     for key, comment in notes.items():
         at = [i for i, line in enumerate(lines) if re.match(rf"^{key}\s*:", line)]
+        if not at and key.startswith("attention_array_") and key != after:
+            prev = [i for i, line in enumerate(lines) if re.match(rf"^{after}\s*:", line)]
+            if len(prev) == 1:
+                lines.insert(prev[0] + 1, f"{key}: {cal[key]}")
+                at = [prev[0] + 1]
+        after = key if key.startswith("attention_array_") else after
         if len(at) != 1:
             raise ValueError(f"--write-profile: {path} has {len(at)} lines '{key}:' (expected one)")
         i = at[0]
         start = i
         while start > 0 and lines[start - 1].startswith("#") and not lines[start - 1].startswith("# ---"):
             start -= 1
-        lines[start:i + 1] = comment + [f"{key}: {cal[key]}"]
+        tail = "  # attn:array-fit (above)" if key in ("attention_array_key_cycles", "attention_array_key_macs") else ""
+        lines[start:i + 1] = comment + [f"{key}: {cal[key]}{tail}"]
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("\n".join(lines) + "\n")
     os.replace(tmp, path)

@@ -281,7 +281,8 @@ def _paths_report(paths, prof, S, nodes) -> list[str]:
           "the folded attention unit's ATTN_KV passes; the lowering option `attention=unit`).  "
           f"*array* ({ARRAY_PATH_LABEL}): attention at `attention_array_efficiency` = "
           f"{prof.attention_array_efficiency} (the same work as GEMM kv, ATTN_SM, GEMM_PV, one instruction at a "
-          "time).  Both measured by `mcf bench compute --model qwen2.5-1.5b` (RTL, Verilator, DDR model); the TTFT is "
+          "time)" + (_fit_text(prof.with_(attention_path="array")) if prof.attention_array_key_cycles > 0 else "")
+          + ".  Both measured by `mcf bench compute --model qwen2.5-1.5b` (RTL, Verilator, DDR model); the TTFT is "
           f"the cluster model's; the rest of this report takes the profile's path, *{prof.attention_path}*.", ""]
     if ("array", nodes[0]) not in paths:
         return md + ["The profile has no measured `attention_array_efficiency` (0): array path not run.", ""]
@@ -290,6 +291,15 @@ def _paths_report(paths, prof, S, nodes) -> list[str]:
         u, a = paths[("unit", n)]["ttft_s"], paths[("array", n)]["ttft_s"]
         md.append(f"| {n} | {u:.2f} | {a:.2f} | {_ratio(u, a):.2f} |")
     return md + [""]
+
+
+def _fit_text(prof) -> str:
+    """How the array path is charged when the profile has its measured line in the keys."""
+    return (f"; the cluster model charges the array by its measured line in the keys a job runs over "
+            f"(attn:array-fit: {prof.attention_array_job_cycles:g} + {prof.attention_array_key_cycles:g} x keys "
+            f"cycles a job of {prof.attention_array_key_macs} MACs a key: "
+            + ", ".join(f"{prof.attention_efficiency_at(k):.3f} of the peak at {k}" for k in (256, 2048, 16384))
+            + " keys)")
 
 
 def _ratio(a, b):
@@ -302,7 +312,7 @@ def _report(model, prof, S, nodes, t1, lengths, f3, f4, f5, f5_lengths, dec, b1,
           f"profile `{prof.name}`: {prof.pl_clock_hz / 1e6:.0f} MHz PL, {prof.mac_rows}x{prof.mac_lanes} MACs "
           f"x {prof.ops_per_mac} ops x {prof.compute_efficiency} efficiency (measured GEMMs) = P_node "
           f"{prof.p_node / 1e9:.1f} GOPS, attention x {prof.attention_path_efficiency} (measured, {prof.attention_path} path) = P_attn "
-          f"{prof.p_attn / 1e9:.1f} GOPS; DDR {prof.ddr_bandwidth_Bps / 1e9:.1f} GB/s x {prof.ddr_efficiency} = "
+          f"{prof.p_attn / 1e9:.1f} GOPS" + (_fit_text(prof) if prof.attention_array_fit else "") + "; DDR {prof.ddr_bandwidth_Bps / 1e9:.1f} GB/s x {prof.ddr_efficiency} = "
           f"{prof.ddr_Bps / 1e9:.2f} GB/s; {prof.net_ports} x {prof.link_bandwidth_bps / 1e9:g} Gb/s port "
           f"(BW_eff {prof.bw_eff / 1e9:.3f} GB/s), tau {prof.link_latency_s * 1e6:g} us, topology "
           f"{prof.topology}.  Every number below marked *model* is simulated (SimPy, `mcf.sim.cluster`) by "
@@ -344,7 +354,7 @@ def _report(model, prof, S, nodes, t1, lengths, f3, f4, f5, f5_lengths, dec, b1,
     md += ["", "## Roofline: lower bounds on TTFT", "",
            "Bounds for any execution with perfect overlap and balance (`mcf.sim.cluster.bounds`): "
            "*compute* = ((dense 2 x params x S + LM head) / P_node + causal attention 4 L H_q d x S(S+1)/2 / "
-           "P_attn) / N; *DDR* = one pass over the weights per node / DDR bandwidth; *links* = each node must "
+           "P_attn (on the array with its measured line in the keys: its rate at S keys a job)) / N; *DDR* = one pass over the weights per node / DDR bandwidth; *links* = each node must "
            "receive the (1 - 1/N) x S x M_token bytes of KV it did not produce, through its ports.", "",
            "| N | FLOPs | compute (s) | DDR (s) | links (s) | bound (s) | paper MARS (s) | paper / bound | "
            "model mars / bound | model ring / bound | model zigzag / bound |",

@@ -25,7 +25,8 @@ def prefill_bounds(model, profile, seq: int, nodes: int, chunks: int | None = No
     attn = costs.attn_flops(model, 1, 1) * S * (S + 1) / 2
     head = costs.head_flops(model)
     flops = dense + attn + head
-    t_compute = ((dense + head) / profile.p_node + attn / profile.p_attn) / N
+    # attention at its best rate: jobs over the whole prompt's keys (the array's fixed part a job amortized most)
+    t_compute = ((dense + head) / profile.p_node + float(profile.attention_seconds(attn, S))) / N
     w = costs.weight_bytes(model)
     t_ddr_once = (w + costs.head_bytes(model)) / profile.ddr_Bps
     out = {
@@ -51,7 +52,7 @@ def overlap_ratio(model, profile, nodes: int, chunk: int) -> float:
     its communication behind attention, above 1 it is exposed (where replication can pay off).
     """
     t_link = chunk * model.kv_token_bytes / profile.bw_eff
-    t_attn = costs.attn_flops(model, chunk, chunk) / (nodes * profile.p_attn)
+    t_attn = float(profile.attention_seconds(costs.attn_flops(model, chunk, chunk), chunk)) / nodes
     return t_link / t_attn
 
 

@@ -10,11 +10,14 @@ profile field / property    used for                                   unit
 ==========================  =========================================  ==========================
 ``p_node``                  engine FLOP throughput (MACs x 2 x clock     ops/s
                             x ``compute_efficiency``): dense layers
-``p_attn``                  attention throughput (MACs x 2 x clock x     ops/s
-                            the measured efficiency of the profile's
-                            ``attention_path``: ``attention_efficiency``
-                            (unit) or ``attention_array_efficiency``
-                            (array)): QK^T and PV
+``attention_seconds``       attention time (QK^T and PV): on the array   s
+                            path the measured line in the keys a job
+                            runs over (``attention_array_job_cycles``
+                            + ``_key_cycles`` x keys a job of
+                            ``_key_macs`` MACs per key); without that
+                            fit, or on the unit, at ``p_attn`` (MACs x
+                            2 x clock x ``attention_array_efficiency``
+                            or ``attention_efficiency``)
 ``ddr_Bps``                 DDR streaming (``ddr_bandwidth_Bps`` x       bytes/s
                             ``ddr_efficiency``)
 ``bw_eff``                  link payload rate per port and direction     bytes/s
@@ -105,17 +108,20 @@ def tile_rows(profile, rows: float) -> float:
 
 
 
-def engine_times(profile, flops: float, ddr_bytes: float, attn_flops: float = 0.0) -> tuple[float, float, float]:
+def engine_times(profile, flops: float, ddr_bytes: float, attn_flops: float = 0.0,
+                 attn_keys: float | None = None) -> tuple[float, float, float]:
     """(compute s, DDR s, fixed s) of one engine operation; the op takes the max of the first
     two (roofline: the ping-pong loader overlaps DDR streaming with the MAC array) plus the
-    fixed set-up cost.  ``flops`` run on the MAC array (``p_node``), ``attn_flops`` at the
-    attention path's rate (``p_attn``)."""
-    return (flops / profile.p_node + attn_flops / profile.p_attn, ddr_bytes / profile.ddr_Bps,
-            profile.dma_setup_cycles / profile.pl_clock_hz)
+    fixed set-up cost.  ``flops`` run on the MAC array (``p_node``), ``attn_flops`` on the
+    attention path (``profile.attention_seconds``: on the array, the measured line in the keys
+    ``attn_keys`` its jobs run over; without them, or on the unit, at ``p_attn``)."""
+    return (flops / profile.p_node + float(profile.attention_seconds(attn_flops, attn_keys)),
+            ddr_bytes / profile.ddr_Bps, profile.dma_setup_cycles / profile.pl_clock_hz)
 
 
-def engine_time(profile, flops: float, ddr_bytes: float, attn_flops: float = 0.0) -> float:
-    c, d, f = engine_times(profile, flops, ddr_bytes, attn_flops)
+def engine_time(profile, flops: float, ddr_bytes: float, attn_flops: float = 0.0,
+                attn_keys: float | None = None) -> float:
+    c, d, f = engine_times(profile, flops, ddr_bytes, attn_flops, attn_keys)
     return max(c, d) + f
 
 

@@ -66,7 +66,7 @@ def simulate_decode(model, profile, topo, kv_tokens_per_node, variant: str = "kv
 
     def attn(n):
         t = kv[n]
-        return nodes[n].op(0.0, t * mt_layer, attn_flops=costs.attn_flops(model, 1, t) / L)
+        return nodes[n].op(0.0, t * mt_layer, attn_flops=costs.attn_flops(model, 1, t) / L, attn_keys=t)
 
     def collect(src_list, dst, nbytes, kind):
         """Every src sends nbytes to dst; wait for all."""

@@ -418,7 +418,7 @@ class PrefillSim:
                 self.produced[t].succeed()
             if is_comp:
                 keys = float(self.local_keys[t, n])
-                yield from node.op(0.0, keys * mt, attn_flops=costs.attn_flops(m, rows, keys))
+                yield from node.op(0.0, keys * mt, attn_flops=costs.attn_flops(m, rows, keys), attn_keys=keys)
                 if self.ring:
                     # groups arrive at known times (see _ring_step_proc); the engine, idle while
                     # it waited, takes every group that has arrived when it becomes free, in one op
@@ -432,7 +432,8 @@ class PrefillSim:
                             nbytes += todo[i][1]
                             ntok += todo[i][2]
                             i += 1
-                        vt = node.reserve(0.0, nbytes, start=vt, attn_flops=costs.attn_flops(m, rows, ntok))
+                        vt = node.reserve(0.0, nbytes, start=vt, attn_flops=costs.attn_flops(m, rows, ntok),
+                                          attn_keys=ntok)
                     if vt > env.now:
                         yield env.timeout(vt - env.now)
                     if self.staged[t, n]:
@@ -442,7 +443,7 @@ class PrefillSim:
                     box = self.inbox[t][n]
                     for _ in range(int(self.expect[t, n])):
                         nbytes, ntok = yield box.get()
-                        yield from node.op(0.0, nbytes, attn_flops=costs.attn_flops(m, rows, ntok))
+                        yield from node.op(0.0, nbytes, attn_flops=costs.attn_flops(m, rows, ntok), attn_keys=ntok)
                         node.free(nbytes, staging=True)     # consumed: the staging slot is free
                         self.staged[t, n] -= nbytes
             self.mem_step[t, n] = node.pool

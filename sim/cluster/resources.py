@@ -111,12 +111,13 @@ class Node:
         self.peak_total = 0.0
         self.trace: list = [(0.0, 0.0, 0.0)]      # (time, pool bytes, staging bytes)
 
-    def reserve(self, flops: float, ddr_bytes: float, start: float | None = None, attn_flops: float = 0.0) -> float:
+    def reserve(self, flops: float, ddr_bytes: float, start: float | None = None, attn_flops: float = 0.0,
+                attn_keys: float | None = None) -> float:
         """Book one engine operation (roofline of MACs vs DDR streaming) starting no earlier
         than ``start`` (default now; an earlier instant is allowed when the engine was idle,
         waiting, since then); return its end time.  ``flops`` run on the MAC array,
-        ``attn_flops`` on the attention unit (``costs.engine_times``)."""
-        c, d, fixed = costs.engine_times(self.profile, flops, ddr_bytes, attn_flops)
+        ``attn_flops`` on the attention path, jobs over ``attn_keys`` keys (``costs.engine_times``)."""
+        c, d, fixed = costs.engine_times(self.profile, flops, ddr_bytes, attn_flops, attn_keys)
         start = max(self.env.now if start is None else start, self.engine_free)
         ddr_start = max(start, self.ddr_free) if start >= self.env.now else start
         ddr_end = ddr_start + d
@@ -129,9 +130,9 @@ class Node:
         self.flops += flops + attn_flops
         return end
 
-    def op(self, flops: float, ddr_bytes: float, attn_flops: float = 0.0):
+    def op(self, flops: float, ddr_bytes: float, attn_flops: float = 0.0, attn_keys: float | None = None):
         """SimPy process: one engine operation, now."""
-        end = self.reserve(flops, ddr_bytes, attn_flops=attn_flops)
+        end = self.reserve(flops, ddr_bytes, attn_flops=attn_flops, attn_keys=attn_keys)
         yield self.env.timeout(end - self.env.now)
 
     def dma(self, nbytes: float) -> float:

@@ -545,7 +545,9 @@ def _evaluate(inst: _Instance, r_step: np.ndarray, alpha, path_req: str) -> dict
     attn = 4.0 * L * m.num_heads * m.head_dim * rows * (inst.tok_hist[:-1] + inst.tok)   # eq. 6
     weights = m.params_per_layer * L * m.weight_bytes_per_element
     ddr = weights + inst.H[:-1] + inst.bytes * 2          # weights, history KV, write + read new KV
-    t_comp = np.maximum(dense / prof.p_node + attn / prof.p_attn, ddr / prof.ddr_Bps)
+    # attention on the profile's path: on the array, jobs over the step's keys (history + the new block)
+    t_comp = np.maximum(dense / prof.p_node + prof.attention_seconds(attn, inst.tok_hist[:-1] + inst.tok),
+                        ddr / prof.ddr_Bps)
     t_head = max(2.0 * m.vocab_size * m.hidden_size / prof.p_node,
                  m.vocab_size * m.hidden_size * m.weight_bytes_per_element / prof.ddr_Bps)
 
@@ -685,7 +687,7 @@ def b_eq8(req: PlanRequest, topo: Topology, candidates: list[int]) -> int | None
     m, p = req.model, req.profile
     for B in sorted(candidates):
         r = int(max(1, min(req.nodes, req.nodes * req.budget_bytes // (B * m.kv_token_bytes))))
-        t_attn = 4.0 * m.num_layers * m.num_heads * m.head_dim * B * B / (req.nodes * p.p_attn)
+        t_attn = p.attention_seconds(4.0 * m.num_layers * m.num_heads * m.head_dim * B * B, B) / req.nodes
         hp, dp, _ = _prop_cost("multicast", np.array([r]), topo)
         t_prop = B * m.kv_token_bytes * hp[0] / p.bw_eff + dp[0] * p.link_latency_s
         if t_attn >= req.gamma * t_prop:

@@ -60,6 +60,13 @@ class HardwareProfile:
     # attention on the MAC array (docs/attention-array.md): the attn:prefill work run as the array
     # sequence (GEMM_QK, ATTN_SM, GEMM_PV over runs of KV blocks), measured like attention_efficiency; 0: not measured
     attention_array_efficiency: float = 0.0
+    # the array sequence's cycles as a line in its keys (mcf bench compute, attn:array-fit: attn:prefill-array at
+    # two key counts): one job (ATTN_Q QUERY .. ATTN_EMIT over a run of KV blocks) costs
+    # attention_array_job_cycles + attention_array_key_cycles x keys and does attention_array_key_macs
+    # attention MACs per key; all 0: not measured (the array path then charges attention_array_efficiency)
+    attention_array_job_cycles: float = 0.0
+    attention_array_key_cycles: float = 0.0
+    attention_array_key_macs: int = 0
     # which path attention takes in the cluster model: "unit" (the attention unit, ATTN_KV) or
     # "array" (GEMM_QK / ATTN_SM / GEMM_PV): a profile names what the lowering's attention=auto
     # chooses on its node (kr260: array)
@@ -87,6 +94,11 @@ class HardwareProfile:
         v = self.attention_array_efficiency
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
             raise UserError(f"profile {self.name}: attention_array_efficiency={v!r} must be in [0, 1]")
+        fit = (self.attention_array_job_cycles, self.attention_array_key_cycles, self.attention_array_key_macs)
+        if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not x >= 0 for x in fit) or (
+                any(fit) and not (fit[1] > 0 and fit[2] > 0)):
+            raise UserError(f"profile {self.name}: attention_array_job_cycles / _key_cycles / _key_macs = "
+                            f"{fit!r}: all 0 (not measured), or job_cycles >= 0 and key_cycles, key_macs > 0")
         if self.attention_path not in ATTENTION_PATHS:
             raise UserError(f"profile {self.name}: attention_path={self.attention_path!r}: one of "
                             f"{', '.join(ATTENTION_PATHS)}")
@@ -116,6 +128,31 @@ class HardwareProfile:
         """The measured attention rate of ``attention_path``, in units of the array's peak:
         ``attention_efficiency`` (the unit) or ``attention_array_efficiency`` (the array)."""
         return self.attention_array_efficiency if self.attention_path == "array" else self.attention_efficiency
+
+    @property
+    def attention_array_fit(self) -> bool:
+        """The cluster model charges the array path by the measured line in its keys (attn:array-fit)."""
+        return self.attention_path == "array" and self.attention_array_key_cycles > 0
+
+    def attention_seconds(self, attn_flops, keys=None):
+        """Seconds of one node's attention of ``attn_flops`` (eq. 6's 4 L H_q d per query-key pair) whose
+        jobs each run over ``keys`` keys (a scalar or a NumPy array; None: the path's one ratio).  On the
+        array path with its fit: jobs = attn_flops / ops_per_mac / (attention_array_key_macs x keys), each
+        attention_array_job_cycles + attention_array_key_cycles x keys; else attn_flops / ``p_attn``."""
+        if keys is None or not self.attention_array_fit:
+            return attn_flops / self.p_attn
+        import numpy as np
+        jobs = attn_flops / self.ops_per_mac / self.attention_array_key_macs / np.maximum(keys, 1)
+        return jobs * (self.attention_array_job_cycles + self.attention_array_key_cycles * np.asarray(keys)) \
+            / self.pl_clock_hz
+
+    def attention_efficiency_at(self, keys) -> float:
+        """The attention path's measured rate, in units of the array's peak, for jobs over ``keys`` keys
+        (the fit's; ``attention_path_efficiency`` without one)."""
+        if not self.attention_array_fit:
+            return self.attention_path_efficiency
+        return self.attention_array_key_macs * keys / (
+            self.attention_array_job_cycles + self.attention_array_key_cycles * keys) / (self.mac_rows * self.mac_lanes)
 
     @property
     def p_attn(self) -> float:

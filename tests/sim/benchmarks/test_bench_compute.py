@@ -50,18 +50,25 @@ def test_write_profile_replaces_two_figures_only(tmp_path):
     from mcf.sim.benchmarks.compute import PROFILE, write_profile
     from mcf.sw.mars.profile import load_profile
     copy = tmp_path / "kr.yaml"
-    copy.write_text(PROFILE.read_text())
+    # the profile as it was before its array fit (write_profile puts those lines in)
+    text = PROFILE.read_text().splitlines()
+    at = [i for i, line in enumerate(text) if line.startswith("attention_array_job_cycles")]
+    if at:
+        del text[at[0] - 2:at[0] + 3]                    # its two comment lines and the three fields
+    copy.write_text("\n".join(text) + "\n")
     cal = {"compute_efficiency": 0.8765, "compute_efficiency_is": "what it is", "ddr_efficiency": 0.4321,
            "ddr_efficiency_is": "bytes over peak"}
     write_profile(copy, cal, "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
     once = copy.read_text()
     assert _profile_values(copy) == (0.8765, 0.4321)
     assert "# MEASURED 2026-12-01 by `mcf bench compute --engine`:" in once
-    before, after = load_profile(PROFILE).to_dict(), load_profile(copy).to_dict()
+    before, after = load_profile(PROFILE).with_(attention_array_job_cycles=0.0, attention_array_key_cycles=0.0,
+                                                attention_array_key_macs=0).to_dict(), load_profile(copy).to_dict()
     changed = {k for k in before if before[k] != after[k]} - {"name"}
     assert changed == {"compute_efficiency", "ddr_efficiency"}
     kept = [line for line in PROFILE.read_text().splitlines() if not line.startswith("#")
-            and not line.startswith(("compute_efficiency", "ddr_efficiency"))]
+            and not line.startswith(("compute_efficiency", "ddr_efficiency", "attention_array_job_cycles",
+                                     "attention_array_key_"))]
     assert all(line in once.splitlines() for line in kept)
     write_profile(copy, cal, "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
     assert copy.read_text() == once
@@ -78,10 +85,48 @@ def test_write_profile_replaces_two_figures_only(tmp_path):
     again = load_profile(copy).to_dict()
     assert {k for k in after if after[k] != again[k]} == {"attention_array_efficiency"}
     assert again["attention_array_efficiency"] == 0.2345 and again["attention_path"] == before["attention_path"]
+    # and a run at two key counts its fit (new lines after attention_array_efficiency the first time)
+    fit = {"attention_array_job_cycles": 321.5, "attention_array_job_cycles_is": "a line",
+           "attention_array_key_cycles": 5.25, "attention_array_key_macs": 1536}
+    write_profile(copy, {**cal, "attention_array_efficiency": 0.2345, "attention_array_efficiency_is": "array",
+                         **fit}, "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
+    fitted = copy.read_text()
+    lines = fitted.splitlines()
+    at = lines.index("attention_array_efficiency: 0.2345")
+    assert lines[at + 1:at + 6] == ["# MEASURED 2026-12-01 by `mcf bench compute --engine`:", "# a line.",
+                                    "attention_array_job_cycles: 321.5",
+                                    "attention_array_key_cycles: 5.25  # attn:array-fit (above)",
+                                    "attention_array_key_macs: 1536  # attn:array-fit (above)"]
+    third = load_profile(copy).to_dict()
+    assert {k for k in again if again[k] != third[k]} == set(fit) - {"attention_array_job_cycles_is"}
+    write_profile(copy, {**cal, "attention_array_efficiency": 0.2345, "attention_array_efficiency_is": "array",
+                         **fit}, "mcf bench compute --engine", "m", "4x8", date="2026-12-01")
+    assert copy.read_text() == fitted
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")
     with pytest.raises(ValueError, match="has 0 lines 'compute_efficiency:'"):
         write_profile(bad, cal, "c", "m", "a")
+
+
+def test_array_fit_is_the_line_through_the_runs():
+    """attn:array-fit: two runs whose jobs cost 300 + 5.5 x keys cycles (spread over instruction kinds, one
+    kind fixed) give back 300 and 5.5, and the efficiency at 2048 keys is 2 x 128 x 6 x 2048 MACs /
+    (300 + 5.5 x 2048) cycles / 2048 MACs a cycle; runs of one key count, or of two job sizes, are refused."""
+    from mcf.sim.benchmarks.compute import array_fit
+    from mcf.spec.node import NodeConfig
+    node = NodeConfig(mac_rows=64, mac_lanes=32, head_dim=128)
+
+    def op(keys, jobs, rows=6):
+        return {"keys": keys, "jobs": jobs, "rows_per_job": rows,
+                "per_kind": {"ATTN_EMIT": {"cycles": 100 * jobs}, "GEMM_QK": {"cycles": int((200 + 5.5 * keys) * jobs)}}}
+    fit = array_fit([op(256, 16), op(2048, 2)], node)
+    assert (fit["job_cycles"], fit["key_cycles"], fit["key_macs"]) == (300.0, 5.5, 1536)
+    assert fit["by_kind"]["ATTN_EMIT"] == {"job_cycles": 100.0, "key_cycles": 0.0}
+    assert fit["efficiency_at_keys"][2048] == round(1536 * 2048 / (300 + 5.5 * 2048) / 2048, 4)
+    assert fit["residual_cycles"] == [0.0, 0.0]
+    for bad in ([op(256, 16), op(256, 2)], [op(256, 16), op(2048, 2, rows=12)]):
+        with pytest.raises(ValueError, match="attn:array-fit"):
+            array_fit(bad, node)
 
 
 @pytest.mark.cocotb
@@ -135,7 +180,7 @@ def test_profile_figures_are_the_engine_bench_output():
     (docs/bench/compute-qwen2.5-1.5b.json, the command's --json output)."""
     from mcf.sim.benchmarks.compute import PROFILE
     text = PROFILE.read_text()
-    assert text.count("by `mcf bench compute --model qwen2.5-1.5b") == 4
+    assert text.count("by `mcf bench compute --model qwen2.5-1.5b") == 5
     rec = json.loads((Path(__file__).resolve().parents[3] / "docs" / "bench" / "compute-qwen2.5-1.5b.json").read_text())
     cal = rec["calibration"]
     assert _profile_values(PROFILE) == (cal["compute_efficiency"], cal["ddr_efficiency"])
@@ -150,6 +195,14 @@ def test_profile_figures_are_the_engine_bench_output():
     assert cal["attention_array_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * arr["heads"]
                                                       * arr["visible_keys"] / arr["cycles"]
                                                       / rec["peak_macs_per_cycle"], 4)
+    # the array's line in the keys: through the two runs' cycles a job, by hand
+    runs = [rec["attention_on_array"][n] for n in ("attn:prefill-array", "attn:prefill-array:2048")]
+    (k0, c0), (k1, c1) = [(r["keys"], r["cycles"] / r["jobs"]) for r in runs]
+    assert runs[1]["rows_per_job"] == arr["rows_per_job"] == 6
+    assert prof["attention_array_key_cycles"] == cal["attention_array_key_cycles"] == round((c1 - c0) / (k1 - k0), 4)
+    assert prof["attention_array_job_cycles"] == cal["attention_array_job_cycles"] == round(
+        c0 - (c1 - c0) / (k1 - k0) * k0, 1)
+    assert prof["attention_array_key_macs"] == cal["attention_array_key_macs"] == 2 * 128 * 6
     # the figure is the attention block's, as measured
     assert cal["attention_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * prefill["heads"]
                                                 * prefill["visible_keys"] / prefill["cycles"]

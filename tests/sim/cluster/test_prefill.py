@@ -28,6 +28,16 @@ P_NODE = 64 * 32 * 2 * 250e6 * _YAML["compute_efficiency"]
 P_ATTN = 64 * 32 * 2 * 250e6 * _YAML["attention_array_efficiency" if _YAML["attention_path"] == "array"
                                      else "attention_efficiency"]
 DDR = 19.2e9 * _YAML["ddr_efficiency"]
+
+
+def attn_s(flops, keys):
+    """Seconds of ``flops`` of attention whose jobs run over ``keys`` keys, by hand from the YAML: on the
+    array with its measured line (attn:array-fit), flops / 2 / (key_macs x keys) jobs of job_cycles +
+    key_cycles x keys cycles at 250 MHz; else at P_ATTN."""
+    if _YAML["attention_path"] != "array" or not _YAML.get("attention_array_key_cycles"):
+        return flops / P_ATTN
+    jobs = flops / 2 / (_YAML["attention_array_key_macs"] * keys)
+    return jobs * (_YAML["attention_array_job_cycles"] + _YAML["attention_array_key_cycles"] * keys) / 250e6
 SETUP = 32 / 250e6
 
 
@@ -36,11 +46,16 @@ def test_model_figures_are_the_hand_ones():
     assert m.kv_token_bytes == MT and m.params_per_layer == LAYER_PARAMS
 
 
-@pytest.mark.parametrize("engine,lags", [(dict(mac_rows=16, mac_lanes=16), False),
+# the array's measured line in the keys is of the 64 x 32 array: an engine of another size or rate
+# takes the one ratio (the line off)
+NO_FIT = dict(attention_array_job_cycles=0.0, attention_array_key_cycles=0.0, attention_array_key_macs=0)
+
+
+@pytest.mark.parametrize("engine,lags", [(dict(mac_rows=16, mac_lanes=16, **NO_FIT), False),
                                          (dict(compute_efficiency=0.84), False),
                                          ({}, None),
                                          (dict(compute_efficiency=1.0, attention_efficiency=1.0,
-                                               attention_array_efficiency=1.0), True)])
+                                               attention_array_efficiency=1.0, **NO_FIT), True)])
 def test_mars_prefill_ends_in_the_owner_only_layout(engine, lags):
     # 4096 tokens, B = 256 -> 16 blocks, round-robin owners on 4 nodes: 4 blocks each.
     # The plan's memory after step c counts the replicas step c propagates (eq. 8: they must be
@@ -113,7 +128,7 @@ def test_single_chunk_prefill_is_compute_bound():
     attn = 4 * L * 12 * 128 * rows * 512.5
     head_ddr = 151936 * 1536 * 0.5 / DDR
     r = run(M, 1024, 2, "mars", chunk=1024, decode=None)
-    assert r.prefill.ttft_s == pytest.approx(dense / P_NODE + attn / P_ATTN + head_ddr + 3 * SETUP, rel=1e-9)
+    assert r.prefill.ttft_s == pytest.approx(dense / P_NODE + attn_s(attn, 512.5) + head_ddr + 3 * SETUP, rel=1e-9)
 
 
 def test_pd_hands_the_kv_to_the_decode_group():
@@ -143,7 +158,7 @@ def test_one_board_decode_against_its_ddr_roofline():
     nbytes = (LAYER_PARAMS * L + 151936 * 1536) * 0.5 + 4096 * MT
     assert d.ddr_roofline_fraction == pytest.approx(nbytes / 19.2e9 / d.token_s, rel=1e-6)
     weights = L * (LAYER_PARAMS * 0.5 / DDR + SETUP)
-    attention = L * (4 * 12 * 128 * 4096 / P_ATTN + SETUP)  # compute-bound: 4K x 7 KB of KV is < 2 ms of DDR
+    attention = L * (attn_s(4 * 12 * 128 * 4096, 4096) + SETUP)  # compute-bound: 4K x 7 KB of KV is < 2 ms of DDR
     head = 151936 * 1536 * 0.5 / DDR + SETUP
     assert d.token_s == pytest.approx(weights + attention + head, rel=1e-9)
     assert 0.9 <= _YAML["ddr_efficiency"] < 1 - 350e-9 / 7.8e-6     # tRFC / tREFI: the DDR refreshes
@@ -183,4 +198,5 @@ def test_executing_the_lowered_programs_moves_what_the_plan_says(scheme, budget)
     assert b.prefill.comm_bytes == a.prefill.comm_bytes == a.plan.comm_bytes
     assert b.prefill.comm_by_kind == a.prefill.comm_by_kind
     assert np.array_equal(b.prefill.memory_per_step, a.prefill.memory_per_step)
-    assert b.prefill.ttft_s == pytest.approx(a.prefill.ttft_s, rel=0.02)
+    # (the array's fixed cycles a job are paid once per op: another grouping of the keys moves the TTFT more)
+    assert b.prefill.ttft_s == pytest.approx(a.prefill.ttft_s, rel=0.05)

@@ -78,8 +78,13 @@ def test_compute_roofline_single_node_by_hand():
     ddr_bps = 19.2e9 * eff["ddr_efficiency"]
     ddr = (36864 + 2048) / ddr_bps
     attn = eff["attention_array_efficiency" if eff["attention_path"] == "array" else "attention_efficiency"]
-    comp = (2359296 / (64 * 32 * 2 * 250e6 * eff["compute_efficiency"])
-            + 131072 / (64 * 32 * 2 * 250e6 * attn))
+    comp = 2359296 / (64 * 32 * 2 * 250e6 * eff["compute_efficiency"])
+    if eff["attention_path"] == "array" and eff.get("attention_array_key_cycles"):
+        # the array's measured line: 131072 / 2 MACs in jobs of key_macs MACs per key over 16 keys
+        comp += (131072 / 2 / (eff["attention_array_key_macs"] * 16)
+                 * (eff["attention_array_job_cycles"] + eff["attention_array_key_cycles"] * 16) / 250e6)
+    else:
+        comp += 131072 / (64 * 32 * 2 * 250e6 * attn)
     p = plan(PlanRequest(TINY, 16, 1, KR260, chunk_size=16))
     assert p.t_comp[0] == pytest.approx(max(comp, ddr))
     # ... the PS's descriptor pushes: 2 layers x 3 DMA descriptors x (3 words + the strobe) x
@@ -131,7 +136,12 @@ def test_eq8_b_star_is_smallest_hiding_chunk():
     cands = chunk_candidates(p.request)
     m, pr = QWEN, KR260
     for B in cands:
-        t_attn = 4 * 28 * 12 * 128 * B * B / (8 * 64 * 32 * 2 * 250e6 * pr.attention_path_efficiency)
+        flops = 4 * 28 * 12 * 128 * B * B
+        if pr.attention_path == "array" and pr.attention_array_key_cycles > 0:     # the array's measured line
+            t_attn = (flops / 2 / (pr.attention_array_key_macs * B)
+                      * (pr.attention_array_job_cycles + pr.attention_array_key_cycles * B) / 250e6 / 8)
+        else:
+            t_attn = flops / (8 * 64 * 32 * 2 * 250e6 * pr.attention_path_efficiency)
         t_prop = B * 7168 / pr.bw_eff + 2e-6           # switch multicast: one pass, one hop
         if t_attn >= t_prop:
             assert p.b_eq8 == B
@@ -230,6 +240,33 @@ def test_profile_attention_path():
         KR260.with_(attention_path="folded")
     with pytest.raises(UserError, match="attention_array_efficiency"):
         KR260.with_(attention_array_efficiency=1.5)
+
+
+def test_profile_attention_array_fit():
+    """With the measured line of the array path (attention_array_job_cycles + _key_cycles x keys a job of
+    _key_macs MACs per key), attention's seconds follow the keys a job runs over, by hand: 4 L H_q d x
+    rows x keys FLOPs are rows x L x H_q / 6 jobs of 2 x 128 x 6 MACs per key; without keys, on the unit
+    or without the fit, the one ratio; a half-given fit is refused."""
+    fit = KR260.with_(attention_path="array", attention_array_efficiency=0.2, attention_array_job_cycles=300.0,
+                      attention_array_key_cycles=6.0, attention_array_key_macs=1536)
+    flops = 4.0 * 28 * 12 * 128 * 16 * 2048                     # 16 rows x 2048 keys, Qwen's L, H_q, d
+    jobs = 16 * 28 * 12 / 6
+    assert fit.attention_seconds(flops, 2048) == pytest.approx(jobs * (300 + 6 * 2048) / 250e6)
+    assert fit.attention_efficiency_at(2048) == pytest.approx(1536 * 2048 / (300 + 6 * 2048) / 2048)
+    keys = np.array([256.0, 2048.0])
+    assert fit.attention_seconds(flops * keys / 2048, keys) == pytest.approx(
+        jobs * (300 + 6 * keys) / 250e6)
+    assert fit.attention_seconds(flops) == pytest.approx(flops / (64 * 32 * 2 * 250e6 * 0.2))
+    assert fit.with_(attention_array_job_cycles=0.0, attention_array_key_cycles=0.0,
+                     attention_array_key_macs=0).attention_seconds(flops, 2048) == pytest.approx(
+        flops / (64 * 32 * 2 * 250e6 * 0.2))
+    assert fit.with_(attention_path="unit").attention_seconds(flops, 2048) == pytest.approx(
+        flops / (64 * 32 * 2 * 250e6 * KR260.attention_efficiency))
+    assert fit.attention_seconds(0.0, 0) == 0
+    for bad in (dict(attention_array_key_macs=0), dict(attention_array_key_cycles=0.0),
+                dict(attention_array_job_cycles=-1.0)):
+        with pytest.raises(UserError, match="attention_array_job_cycles"):
+            fit.with_(**bad)
 
 
 def test_cli_compare_mode(capsys):

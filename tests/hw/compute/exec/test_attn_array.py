@@ -63,28 +63,13 @@ def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpo
     return prog
 
 
-@cocotb.test()
-async def run_attn_array_ops(dut):
-    """attn:prefill-array on the unit of ``params()["node"]`` (``attn``: keys, block_keys (the draws),
-    array_block_keys (the stored blocks), tokens),
-    against the DDR model when ``timing`` is given (else AxiRam with random pauses); the report
-    (JSON) to ``attn_array_report``."""
-    from mcf.sim.cocotb_util import params
-    from mcf.sim.compute.exec_driver import ExecDriver
-    from mcf.sim.ddr_model import DdrTiming
-    p = params()
-    node = NodeConfig(**p["node"])
-    a = p["attn"]
+async def _array_op(drv, node: NodeConfig, rng, name: str, *, keys: int, bk: int, abk: int, tokens: int) -> dict:
+    """attn:prefill-array's work over ``keys`` keys (drawn in blocks of ``bk``, stored in blocks of
+    ``abk``) for the queries of ``tokens`` tokens at the last positions: run, compared with
+    ``fixed.attention`` bit for bit; its report entry."""
     vl, d, heads = node.vec_lanes, node.head_dim, node.group
-    keys, bk, tokens = a["keys"], a["block_keys"], a["tokens"]
-    abk = a.get("array_block_keys", bk)
     per_job = node.att_rows // heads
     assert per_job >= 1 and keys % bk == 0 and keys % abk == 0
-    rng = np.random.default_rng(p.get("seed", 1))
-    timing = DdrTiming(**p["timing"]) if p.get("timing") else None
-    drv = ExecDriver(dut, ram_bytes=p.get("ram_bytes", 1 << 21), timing=timing, axi_period_ps=p.get("axi_period_ps"),
-                     pause=0.0 if timing else 0.2)
-    await drv.start()
     kv_at, x_at, y_at = 0x100000, 0x40000, 0x80000
     # the draws of run_attn_ops: the same KV (stored in blocks of abk keys) and the same prefill queries
     seg, kvs = write_kv_blocks(drv, rng, keys, bk, d, kv_at, abk)
@@ -98,7 +83,7 @@ async def run_attn_array_ops(dut):
     sc = out_at + tokens * heads * rb
     wa = sc + R * kb
     ow = wa + R * kb
-    assert ow + R * 2 * rb <= node.spad_beats, "attn:prefill-array: the job's rows do not fit the SPAD"
+    assert ow + R * 2 * rb <= node.spad_beats, f"{name}: the job's rows do not fit the SPAD"
     drv.ram.write(x_at, ddr.rows_bytes(q[0], vl, q[1]))
     await drv.must(isa.Load(ddr=x_at, spad=q_at, beats=tokens * heads * rb, row_beats=rb))
     kinds = defaultdict(lambda: defaultdict(int))
@@ -118,11 +103,37 @@ async def run_attn_array_ops(dut):
     qpos = qpos0 + np.arange(tokens)
     q3 = (q[0].reshape(tokens, heads, d), q[1].reshape(tokens, heads))
     want = fx.attention(q3, tuple(kvs[:3]), tuple(kvs[3:]), qpos, kpos, heads)
-    assert np.array_equal(got, want), "attn:prefill-array: attention rows differ from fixed.attention"
-    report = {"ops": [{"name": "attn:prefill-array", "tokens": tokens, "heads": heads, "keys": keys,
-                       "block_keys": abk, "segment_bytes": seg, "jobs": -(-tokens // per_job),
-                       "rows_per_job": min(per_job, tokens) * heads,
-                       "visible_keys": int((kpos[None] <= qpos[:, None]).sum()),
-                       "per_kind": {k: dict(v) for k, v in kinds.items()}}]}
+    assert np.array_equal(got, want), f"{name}: attention rows differ from fixed.attention"
+    return {"name": name, "tokens": tokens, "heads": heads, "keys": keys, "block_keys": abk, "segment_bytes": seg,
+            "jobs": -(-tokens // per_job), "rows_per_job": min(per_job, tokens) * heads,
+            "visible_keys": int((kpos[None] <= qpos[:, None]).sum()),
+            "per_kind": {k: dict(v) for k, v in kinds.items()}}
+
+
+@cocotb.test()
+async def run_attn_array_ops(dut):
+    """attn:prefill-array on the unit of ``params()["node"]`` (``attn``: keys, block_keys (the draws),
+    array_block_keys (the stored blocks), tokens; ``longer``: more key counts, each run after it as
+    ``attn:prefill-array:<keys>`` for ``longer_tokens`` tokens (default: two jobs) over its own draws),
+    against the DDR model when ``timing`` is given (else AxiRam with random pauses); the report
+    (JSON) to ``attn_array_report``."""
+    from mcf.sim.cocotb_util import params
+    from mcf.sim.compute.exec_driver import ExecDriver
+    from mcf.sim.ddr_model import DdrTiming
+    p = params()
+    node = NodeConfig(**p["node"])
+    a = p["attn"]
+    abk = a.get("array_block_keys", a["block_keys"])
+    rng = np.random.default_rng(p.get("seed", 1))
+    timing = DdrTiming(**p["timing"]) if p.get("timing") else None
+    drv = ExecDriver(dut, ram_bytes=p.get("ram_bytes", 1 << 21), timing=timing, axi_period_ps=p.get("axi_period_ps"),
+                     pause=0.0 if timing else 0.2)
+    await drv.start()
+    ops = [await _array_op(drv, node, rng, "attn:prefill-array", keys=a["keys"], bk=a["block_keys"], abk=abk,
+                           tokens=a["tokens"])]
+    per_job = node.att_rows // node.group
+    for keys in a.get("longer", ()):
+        ops.append(await _array_op(drv, node, rng, f"attn:prefill-array:{keys}", keys=keys, bk=abk, abk=abk,
+                                   tokens=a.get("longer_tokens", 2 * per_job)))
     with open(p["attn_array_report"], "w") as f:
-        json.dump(report, f)
+        json.dump({"ops": ops}, f)
