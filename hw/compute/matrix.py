@@ -201,7 +201,10 @@ class MatrixUnit(wiring.Component):
         # the group's last token (stage 4), a bias beat from token 0 of its tile's last beat to the
         # requantizer's bias add of the tile's last word.  The scale queue never fills: the groups
         # in it are at most one per item of the stages before stage 4 (1 + latency + 1), plus one.
-        m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive)
+        # (``w_early``: the weight beat goes into the array the cycle it is taken, its activations
+        # come from the buffer's read port a cycle later; the array's weight path has the extra
+        # register -- on DSP48E2 instances the pre-adder's, which packs the two rows' weights.)
+        m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive, w_early=True)
         # (Both read from a register: a beat is there two cycles after it is taken, long before its use.)
         m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS, depth=dot.latency + 3)
         m.submodules.bias_q = bias_q = fifo.SyncFIFOBuffered(width=P * 32, depth=BIAS_DEPTH)
@@ -247,14 +250,12 @@ class MatrixUnit(wiring.Component):
         ctl = data.StructLayout({"v": 1, "t": tb, "first_j": 1, "last_j": 1, "first_g": 1,
                                  "last_g": 1, "last_t": 1, "last": 1, "hi": 1, "tile": ptb})
         s1 = Signal(ctl)
-        w1 = Signal(P * K * W_BITS)
         with m.If(adv):
             m.d.sync += [
                 s1.v.eq(fire), s1.t.eq(t), s1.first_j.eq((j == 0) | pv), s1.last_j.eq(last_j | pv),
                 s1.first_g.eq((g == 0) & ~(pv & dg)), s1.last_g.eq(last_g & (~pv | dg)),
                 s1.last.eq(last_t & last_g & last_tile & Mux(pv, dg, last_j)),
                 s1.last_t.eq(last_t), s1.hi.eq(pv & ~dg), s1.tile.eq(Mux(pv, tile, 0)),
-                w1.eq(self.w.tdata),
             ]
 
         def token_file(name, width, index, first, terms, we, depth=TM):
@@ -276,7 +277,7 @@ class MatrixUnit(wiring.Component):
         # --- stage 2: rows x lanes products and their per-row sums (hw/compute/dot_array.py) ---------
         # The dot products appear ``latency`` enabled cycles after stage 1; the control goes down
         # the same number of stages.
-        m.d.comb += [dot.en.eq(adv), dot.w.eq(w1), dot.a.eq(rd.data)]
+        m.d.comb += [dot.en.eq(adv), dot.w.eq(self.w.tdata), dot.a.eq(rd.data)]
         dots = [dot.dots[p] for p in range(P)]
         s2 = s1
         for i in range(dot.latency):
