@@ -28,7 +28,16 @@ for DSP48E1 (7-series), so on ``-family xcup`` the inferred form leaves every ch
 register in the fabric.  The instances have the inferred form's timing exactly (A2/B2 register,
 no M register, P register, all on ``en``); simulations read the model ``dsp48e2.v`` (``MODEL``,
 appended by ``with_models``; ``mcf synth`` drops it again), and the tests run the packed array and
-the matrix unit on it against the exact sums and the golden model.
+the matrix unit on it against the exact sums and the golden model.  Two things the fabric would
+do per slice the instances do inside it:
+
+* the split's borrow: the first slice of a chain adds ``ROUND`` = 2^21 (the W multiplexer's RND
+  constant), so its P' = P + 2^21 = hi 2^22 + (lo + 2^21) with lo + 2^21 in [0, 2^22):
+  hi = P' >> 22 and lo = P'[21:0] with bit 21 inverted (read as signed) -- wiring, no adder;
+* ``w_early`` (the weights come one enabled cycle before their activations): the packing
+  hi 2^22 + lo is the slice's pre-adder (D = lo, A = hi 2^22, both sign-extended: wiring; the AD
+  register is the weights' extra cycle), not a 5-bit adder per slice in the fabric.  Without
+  instances (``primitive=False``) ``w_early`` is one more register on the weights.
 """
 from __future__ import annotations
 
@@ -49,6 +58,8 @@ PACK_SHIFT = 22
 CHAIN = 4
 #: Widths of the DSP48E2 multiplier inputs and of its P register.
 DSP_A_BITS, DSP_B_BITS, DSP_P_BITS = 27, 18, 48
+#: What the first slice of a chain adds (``primitive``): the low field's offset to unsigned.
+ROUND = 1 << (PACK_SHIFT - 1)
 
 
 #: The DSP48E2 simulation model (hw/compute/dsp48e2.v) and the line from which ``mcf synth``
@@ -87,7 +98,8 @@ def split_pair(p: int) -> tuple[int, int]:
 class DotArray(wiring.Component):
     """``rows`` x ``lanes`` INT4 x 16-bit products summed per row; see the module docstring."""
 
-    def __init__(self, rows: int, lanes: int, packed: bool = True, primitive: bool = False):
+    def __init__(self, rows: int, lanes: int, packed: bool = True, primitive: bool = False,
+                 w_early: bool = False):
         if rows < 1 or lanes < 1:
             raise ValueError(f"rows={rows}, lanes={lanes}: must be >= 1")
         if packed and rows % 2:
@@ -95,13 +107,15 @@ class DotArray(wiring.Component):
         if primitive and not packed:
             raise ValueError("primitive=True: DSP48E2 instances are built for packed products only")
         self.rows, self.lanes, self.packed, self.primitive = rows, lanes, bool(packed), bool(primitive)
+        #: the weights ``w`` come one enabled cycle before their activations ``a``
+        self.w_early = bool(w_early)
         self.chain = min(CHAIN, lanes)
         if lanes % self.chain:
             raise ValueError(f"mac_lanes={lanes}: must be a multiple of {self.chain} (the DSP chain)")
         self.chains = -(-lanes // CHAIN)
         self.dot_width = MANT_BITS + W_BITS + ceil_log2(lanes)
-        #: enabled cycles from ``w``/``a`` to ``dots``: the last lane's skew (chain - 1), A/B,
-        #: its P register, the sum over chains.
+        #: enabled cycles from ``a`` (and ``w``, or one more from ``w`` when ``w_early``) to
+        #: ``dots``: the last lane's skew (chain - 1), A/B, its P register, the sum over chains.
         self.latency = self.chain + 2
         super().__init__({
             "en": In(1),
@@ -152,7 +166,8 @@ class DotArray(wiring.Component):
                 prev = pcout = None
                 for k in range(c0, min(c0 + C, K)):
                     c = k - c0
-                    raw = delayed(Cat(*[q(r, k) for r in rows]), c, f"w{col}_{k}")
+                    early = self.w_early and not self.primitive     # (the slice's AD register)
+                    raw = delayed(Cat(*[q(r, k) for r in rows]), c + early, f"w{col}_{k}")
                     lo = raw[:W_BITS].as_signed()
                     # A register: the multiplier operand (27-bit packed pair, or one weight).
                     wa = Signal(signed(DSP_A_BITS if self.packed else W_BITS), name=f"wa{col}_{k}",
@@ -163,8 +178,10 @@ class DotArray(wiring.Component):
                     else:
                         value = lo
                     if self.primitive:
-                        # Fabric: the skew only; the slice holds A2 (the packed operand), B2, P.
-                        prev, pcout = self._slice(m, f"dsp{col}_{k}", value, acts_in[k], pcout)
+                        # Fabric: the skew only; the slice holds A2 (the packed operand) or A2, D
+                        # and AD (the pre-adder packs it: w_early), B2, P.
+                        prev, pcout = self._slice(m, f"dsp{col}_{k}", value, acts_in[k], pcout,
+                                                  pre=(hi * (1 << PACK_SHIFT), lo) if self.w_early else None)
                         continue
                     with m.If(en):
                         m.d.sync += wa.eq(value)
@@ -178,7 +195,10 @@ class DotArray(wiring.Component):
                     with m.If(en):
                         m.d.sync += pr.eq(product if prev is None else product + prev)
                     prev = pr
-                if self.packed:
+                if self.packed and self.primitive:     # P' = P + ROUND: wiring (module docstring)
+                    fields[0].append(Cat(prev[:PACK_SHIFT - 1], ~prev[PACK_SHIFT - 1]).as_signed())
+                    fields[1].append(prev >> PACK_SHIFT)
+                elif self.packed:
                     lo_f = prev[:PACK_SHIFT].as_signed()
                     hi_f = (prev >> PACK_SHIFT) + prev[PACK_SHIFT - 1]
                     fields[0].append(lo_f)
@@ -193,25 +213,35 @@ class DotArray(wiring.Component):
                     m.d.sync += self.dots[r].eq(total)
         return m
 
-    def _slice(self, m, name, a, b, pcin):
-        """One DSP48E2: P <= A2 x B2 (+ PCIN unless the first of its chain); returns P, PCOUT."""
+    def _slice(self, m, name, a, b, pcin, pre=None):
+        """One DSP48E2: P <= A2 x B2 (+ PCIN unless the first of its chain, + ROUND if it is);
+        ``pre`` = (A, D): P <= AD x B2, AD <= A2 + D (the pre-adder, its own register); returns P,
+        PCOUT."""
         a30, b18, p = Signal(signed(30), name=f"{name}_a"), Signal(signed(18), name=f"{name}_b"), \
             Signal(signed(DSP_P_BITS), name=f"{name}_p")
         pcout = Signal(DSP_P_BITS, name=f"{name}_pcout")
-        m.d.comb += [a30.eq(a), b18.eq(b)]
+        m.d.comb += [a30.eq(a if pre is None else pre[0]), b18.eq(b)]
         en = self.en
+        ports = {}
+        if pre is not None:
+            d27 = Signal(signed(DSP_A_BITS), name=f"{name}_d")
+            m.d.comb += d27.eq(pre[1])
+            ports = dict(p_DREG=1, p_ADREG=1, i_D=d27, i_CED=en, i_CEAD=en, i_RSTD=Const(0, 1))
         m.submodules[name] = Instance(
             "DSP48E2",
             p_AREG=1, p_BREG=1, p_MREG=0, p_PREG=1, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
-            p_AMULTSEL="A", p_BMULTSEL="B", p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48",
+            p_AMULTSEL="A" if pre is None else "AD", p_BMULTSEL="B", p_USE_MULT="MULTIPLY",
+            p_USE_SIMD="ONE48", p_INMODEREG=0, p_OPMODEREG=0, p_RND=Const(ROUND, DSP_P_BITS),
             i_CLK=ClockSignal(), i_A=a30, i_B=b18,
             i_PCIN=Const(0, DSP_P_BITS) if pcin is None else pcin,
-            # W = 0, Z = 0 / PCIN, Y = X = M; ALUMODE 0000: P = Z + W + X + Y + CIN
-            i_OPMODE=Const(0b00_000_0101 if pcin is None else 0b00_001_0101, 9),
-            i_ALUMODE=Const(0, 4), i_INMODE=Const(0, 5), i_CARRYIN=Const(0, 1),
+            # W = RND (the first of a chain) / 0, Z = 0 / PCIN, Y = X = M;
+            # ALUMODE 0000: P = Z + W + X + Y + CIN
+            i_OPMODE=Const(0b10_000_0101 if pcin is None else 0b00_001_0101, 9),
+            # INMODE 00100: the multiplier's A operand is D + A2 (the pre-adder), else A2
+            i_ALUMODE=Const(0, 4), i_INMODE=Const(0 if pre is None else 0b00100, 5), i_CARRYIN=Const(0, 1),
             i_CEA2=en, i_CEB2=en, i_CEP=en,
             i_RSTA=Const(0, 1), i_RSTB=Const(0, 1), i_RSTP=Const(0, 1),
-            o_P=p, o_PCOUT=pcout)
+            o_P=p, o_PCOUT=pcout, **ports)
         return p, pcout
 
 

@@ -4,12 +4,15 @@
 //
 // Supported configuration (anything else stops the simulation at time 0 with a message):
 //   A_INPUT = B_INPUT = "DIRECT", AREG = BREG = 1 (the A2 / B2 registers, CEA2 / CEB2, RSTA / RSTB),
-//   MREG = 0, PREG = 1 (CEP, RSTP), AMULTSEL = "A", BMULTSEL = "B", USE_MULT = "MULTIPLY",
-//   USE_SIMD = "ONE48", INMODE = 5'b00000, ALUMODE = 4'b0000, CARRYIN = 0, OPMODE with
-//   W = 00 (0), X = Y = 01 (the multiplier's two partial products: M), Z = 000 (0) or 001 (PCIN).
+//   MREG = 0, PREG = 1 (CEP, RSTP), BMULTSEL = "B", USE_MULT = "MULTIPLY", USE_SIMD = "ONE48",
+//   INMODEREG = OPMODEREG = 0 or 1 (the inputs are constants), ALUMODE = 4'b0000, CARRYIN = 0, and
+//   either AMULTSEL = "A", INMODE = 5'b00000 (the multiplier takes A2), or AMULTSEL = "AD",
+//   DREG = ADREG = 1 (CED, CEAD, RSTD), INMODE = 5'b00100 (the pre-adder: AD <= D + A2);
+//   OPMODE with W = 00 (0) or 10 (RND), X = Y = 01 (the multiplier's two partial products: M),
+//   Z = 000 (0) or 001 (PCIN).
 // Arithmetic (UG579, "ALUMODE 0000: Z + W + X + Y + CIN"):
-//   M = A2[26:0] (signed) x B2 (signed, 18 bits)                     45 bits, sign-extended to 48
-//   P <= Z + M  (mod 2^48)                       PCOUT = P (the dedicated cascade to the next PCIN)
+//   M = A2[26:0] or AD (signed 27 bits) x B2 (signed, 18 bits)         45 bits, sign-extended to 48
+//   P <= Z + W + M  (mod 2^48)                   PCOUT = P (the dedicated cascade to the next PCIN)
 module DSP48E2 #(
     parameter integer AREG = 1,
     parameter integer BREG = 1,
@@ -20,11 +23,17 @@ module DSP48E2 #(
     parameter AMULTSEL = "A",
     parameter BMULTSEL = "B",
     parameter USE_MULT = "MULTIPLY",
-    parameter USE_SIMD = "ONE48"
+    parameter USE_SIMD = "ONE48",
+    parameter integer DREG = 1,
+    parameter integer ADREG = 1,
+    parameter integer INMODEREG = 1,
+    parameter integer OPMODEREG = 1,
+    parameter [47:0] RND = 48'd0
 ) (
     input wire CLK,
     input wire [29:0] A,
     input wire [17:0] B,
+    input wire [26:0] D,
     input wire [47:0] PCIN,
     input wire [8:0] OPMODE,
     input wire [3:0] ALUMODE,
@@ -32,38 +41,50 @@ module DSP48E2 #(
     input wire CARRYIN,
     input wire CEA2,
     input wire CEB2,
+    input wire CED,
+    input wire CEAD,
     input wire CEP,
     input wire RSTA,
     input wire RSTB,
+    input wire RSTD,
     input wire RSTP,
     output wire [47:0] P,
     output wire [47:0] PCOUT
 );
     reg [29:0] a2 = 30'd0;
     reg [17:0] b2 = 18'd0;
+    reg [26:0] d = 27'd0;
+    reg [26:0] ad = 27'd0;
     reg [47:0] p = 48'd0;
-    wire signed [47:0] m = $signed(a2[26:0]) * $signed(b2);
+    wire pre = AMULTSEL == "AD";
+    wire signed [47:0] m = $signed(pre ? ad : a2[26:0]) * $signed(b2);
     wire [47:0] z = OPMODE[6:4] == 3'b001 ? PCIN : 48'd0;
+    wire [47:0] w = OPMODE[8:7] == 2'b10 ? RND : 48'd0;
 
     initial begin
         if (AREG != 1 || BREG != 1 || MREG != 0 || PREG != 1 || A_INPUT != "DIRECT"
-                || B_INPUT != "DIRECT" || AMULTSEL != "A" || BMULTSEL != "B"
-                || USE_MULT != "MULTIPLY" || USE_SIMD != "ONE48") begin
+                || B_INPUT != "DIRECT" || (AMULTSEL != "A" && AMULTSEL != "AD") || BMULTSEL != "B"
+                || USE_MULT != "MULTIPLY" || USE_SIMD != "ONE48" || INMODEREG > 1 || OPMODEREG > 1
+                || (AMULTSEL == "AD" && (DREG != 1 || ADREG != 1))) begin
             $display("DSP48E2 model: unsupported configuration (hw/compute/dsp48e2.v)");
             $finish;
         end
     end
 
     always @(posedge CLK) begin
-        if (OPMODE[8:7] != 2'b00 || OPMODE[3:0] != 4'b0101 || (OPMODE[6:4] != 3'b000
-                && OPMODE[6:4] != 3'b001) || ALUMODE != 4'b0000 || INMODE != 5'b00000
-                || CARRYIN != 1'b0) begin
+        if ((OPMODE[8:7] != 2'b00 && OPMODE[8:7] != 2'b10) || OPMODE[3:0] != 4'b0101
+                || (OPMODE[6:4] != 3'b000 && OPMODE[6:4] != 3'b001) || ALUMODE != 4'b0000
+                || INMODE != (pre ? 5'b00100 : 5'b00000) || CARRYIN != 1'b0) begin
             $display("DSP48E2 model: unsupported OPMODE/ALUMODE/INMODE/CARRYIN");
             $finish;
         end
         if (RSTA) a2 <= 30'd0; else if (CEA2) a2 <= A;
         if (RSTB) b2 <= 18'd0; else if (CEB2) b2 <= B;
-        if (RSTP) p <= 48'd0; else if (CEP) p <= z + m;
+        if (pre) begin
+            if (RSTD) d <= 27'd0; else if (CED) d <= D;
+            if (CEAD) ad <= d + a2[26:0];
+        end
+        if (RSTP) p <= 48'd0; else if (CEP) p <= z + w + m;
     end
 
     assign P = p;

@@ -201,7 +201,10 @@ class MatrixUnit(wiring.Component):
         # the group's last token (stage 4), a bias beat from token 0 of its tile's last beat to the
         # requantizer's bias add of the tile's last word.  The scale queue never fills: the groups
         # in it are at most one per item of the stages before stage 4 (1 + latency + 1), plus one.
-        m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive)
+        # (``w_early``: the weight beat goes into the array the cycle it is taken, its activations
+        # come from the buffer's read port a cycle later; the array's weight path has the extra
+        # register -- on DSP48E2 instances the pre-adder's, which packs the two rows' weights.)
+        m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive, w_early=True)
         # (Both read from a register: a beat is there two cycles after it is taken, long before its use.)
         m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS, depth=dot.latency + 3)
         m.submodules.bias_q = bias_q = fifo.SyncFIFOBuffered(width=P * 32, depth=BIAS_DEPTH)
@@ -247,14 +250,12 @@ class MatrixUnit(wiring.Component):
         ctl = data.StructLayout({"v": 1, "t": tb, "first_j": 1, "last_j": 1, "first_g": 1,
                                  "last_g": 1, "last_t": 1, "last": 1, "hi": 1, "tile": ptb})
         s1 = Signal(ctl)
-        w1 = Signal(P * K * W_BITS)
         with m.If(adv):
             m.d.sync += [
                 s1.v.eq(fire), s1.t.eq(t), s1.first_j.eq((j == 0) | pv), s1.last_j.eq(last_j | pv),
                 s1.first_g.eq((g == 0) & ~(pv & dg)), s1.last_g.eq(last_g & (~pv | dg)),
                 s1.last.eq(last_t & last_g & last_tile & Mux(pv, dg, last_j)),
                 s1.last_t.eq(last_t), s1.hi.eq(pv & ~dg), s1.tile.eq(Mux(pv, tile, 0)),
-                w1.eq(self.w.tdata),
             ]
 
         def token_file(name, width, index, first, terms, we, depth=TM):
@@ -276,7 +277,7 @@ class MatrixUnit(wiring.Component):
         # --- stage 2: rows x lanes products and their per-row sums (hw/compute/dot_array.py) ---------
         # The dot products appear ``latency`` enabled cycles after stage 1; the control goes down
         # the same number of stages.
-        m.d.comb += [dot.en.eq(adv), dot.w.eq(w1), dot.a.eq(rd.data)]
+        m.d.comb += [dot.en.eq(adv), dot.w.eq(self.w.tdata), dot.a.eq(rd.data)]
         dots = [dot.dots[p] for p in range(P)]
         s2 = s1
         for i in range(dot.latency):
@@ -304,12 +305,12 @@ class MatrixUnit(wiring.Component):
         kv_a = SCALE_BITS // 2
         for p in range(P):
             word = scale3[p * SCALE_BITS:(p + 1) * SCALE_BITS]
+            factor = Mux(cfg.kv, word[:kv_a], word)
+            if PT:          # pv: a hi digit's partial x 2^16, a lo digit's x 1 (no scale): the
+                # multiplier's operand (17 bits unsigned: the DSP's 18-bit signed B), not a mux of products
+                factor = Mux(pv, Mux(s3.hi, 1 << PV_DIGIT_SHIFT, 1), factor)
             with m.If(adv):
-                if PT:      # pv: a hi digit's partial x 2^16, a lo digit's x 1 (no scale)
-                    m.d.sync += prod4[p].eq(Mux(pv, Mux(s3.hi, ps3[p] << PV_DIGIT_SHIFT, ps3[p]),
-                                                ps3[p] * Mux(cfg.kv, word[:kv_a], word)))
-                else:
-                    m.d.sync += prod4[p].eq(ps3[p] * Mux(cfg.kv, word[:kv_a], word))
+                m.d.sync += prod4[p].eq(ps3[p] * factor)
         # kv: the row exponents E go down with the data (one group: the tile's scale beat)
         e4, e5 = Signal(P * kv_a), Signal(P * kv_a)
         kv_e = Cat(*[scale3[p * SCALE_BITS + kv_a:(p + 1) * SCALE_BITS] for p in range(P)])
@@ -378,30 +379,37 @@ class MatrixUnit(wiring.Component):
         cA, rA = rq_stage("a", cA, {
             "acc": (signed(self.acc_width), sel_acc),
             "sh": (SH, [Mux(cfg.kv, head.sh - e, head.sh) for e in sel_e])})
-        # B: the shift decoded (golden rshr: s > 0 rounds right by min(s, cap), s <= 0 shifts left)
+        # B: the shift decoded (golden rshr: s > 0 rounds right by min(s, cap); s <= 0 shifts left by
+        # L = min(-s, max_left), saturated at the end): the left shift's overflow is decided from the
+        # accumulator's significant bits, so the shift itself is a 32-bit one (not acc_width + 34 bits).
+        # d = acc ^ its sign: acc fits in 32 - L signed bits iff d[31:] == 0 and q + L <= 31, q the
+        # position of d[:31]'s highest one + 1 (0: none); acc = -1 (q = 0, sign) fits only for L <= 31.
         max_left = 33
         cap = self.acc_width + 1
-        dec = {"acc": (signed(self.acc_width), rA["acc"]), "neg": (1, []), "zero": (1, []),
-               "right1": (range(cap), []), "left": (range(max_left + 1), [])}
-        for s in rA["sh"]:
-            dec["neg"][1].append(s < 0)
-            dec["zero"][1].append(s == 0)
+        AW = self.acc_width
+        dec = {"acc": (signed(AW), rA["acc"]), "left": (1, []), "right1": (range(cap), []),
+               "L": (range(max_left + 1), []), "q": (range(32), []), "hi": (1, [])}
+        for s, x in zip(rA["sh"], rA["acc"]):
+            dec["left"][1].append(s <= 0)
             dec["right1"][1].append(Mux(s > cap, cap, s)[:ceil_log2(cap + 1)] - 1)  # s - 1 (unused at s <= 0)
-            dec["left"][1].append(Mux(s < -max_left, max_left, -s))
+            dec["L"][1].append(Mux(s < -max_left, max_left, -s))
+            q, hi = shl_sat_decode(x)
+            dec["q"][1].append(q)
+            dec["hi"][1].append(hi)
         cB, rB = rq_stage("b", cA, dec)
-        # C: the shift (right by s - 1, or left), D: the rounding ((x >> (s - 1)) + 1) >> 1
-        wide_w = self.acc_width + max_left + 1
+        # C: the shift: right by s - 1 (rounded in D: ((x >> (s - 1)) + 1) >> 1), or left by L into
+        # the saturated 32-bit result (a value E's saturation passes as it is)
         shifted = []
         for i in range(R):
             x = rB["acc"][i]
-            shifted.append(Mux(rB["neg"][i], x << rB["left"][i], Mux(rB["zero"][i], x, x >> rB["right1"][i])))
-        cC, rC = rq_stage("c", cB, {"v": (signed(wide_w), shifted),
-                                    "rnd": (1, [~n & ~z for n, z in zip(rB["neg"], rB["zero"])])})
+            left = shl_sat(x, rB["L"][i], rB["q"][i], rB["hi"][i])
+            shifted.append(Mux(rB["left"][i], left, x >> rB["right1"][i]))
+        cC, rC = rq_stage("c", cB, {"v": (signed(AW), shifted), "rnd": (1, [~n for n in rB["left"]])})
         rounded = []
         for i in range(R):
             v = rC["v"][i]
-            rounded.append(Mux(rC["rnd"][i], (v[:self.acc_width + 1].as_signed() + 1) >> 1, v))
-        cD, rD = rq_stage("d", cC, {"r": (signed(wide_w), rounded)})
+            rounded.append(Mux(rC["rnd"][i], (v + 1) >> 1, v))
+        cD, rD = rq_stage("d", cC, {"r": (signed(AW), rounded)})
         # E: saturate, the chunk's bias words (the tile's bias beat, popped after its last word)
         bias_words = [Array(bias_q.r_data[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC))[cD.c]
                       if NC > 1 else bias_q.r_data[i * 32:(i + 1) * 32] for i in range(R)]
@@ -450,6 +458,33 @@ class MatrixUnit(wiring.Component):
         m.d.comb += [self.o.tvalid.eq(o_valid), self.o.tdata.eq(o_data), self.o.tlast.eq(o_last),
                      self.o.tkeep.eq(-1)]
         return m
+
+
+def shl_sat_decode(x):
+    """The requantizer's left shift, first half: (q, hi) of a signed ``x`` (wider than 32 bits), d =
+    x ^ its sign: q = the position of d[:31]'s highest one + 1 (0: none), hi = d[31:] has a one."""
+    n = len(x)
+    d = x[:n - 1] ^ x[n - 1].replicate(n - 1)
+    return _top_bit(d[:31]), d[31:].any()
+
+
+def shl_sat(x, left, q, hi):
+    """sat32(x << left) (0 <= left) from ``shl_sat_decode``'s (q, hi) of ``x``: x fits in 32 - left
+    signed bits iff not hi and q + left <= 31 (x = -1: q = 0, fits only for left <= 31; x = 0
+    always), so the shift is a 32-bit one."""
+    sign = x[len(x) - 1]
+    over = hi | (((q + left) > 31) & (sign | (q != 0)))
+    return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), (x[:32] << left)[:32].as_signed())
+
+
+def _top_bit(bits):
+    """The position of the highest one of ``bits`` plus one (0: none), as a tree of 2:1 choices
+    (log2 levels, not a chain)."""
+    n = len(bits)
+    if n == 1:
+        return bits[0]
+    h = 1 << (ceil_log2(n) - 1)
+    return Mux(bits[h:].any(), _top_bit(bits[h:]) + h, _top_bit(bits[:h]))
 
 
 def rotate_pieces(word, amount, piece_bits: int, per_key: int):

@@ -10,7 +10,7 @@ from amaranth.sim import Simulator
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
-from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray, pack_pair, split_pair, with_models
+from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, ROUND, DotArray, pack_pair, split_pair, with_models
 from mcf.sim.cocotb_util import params
 from mcf.sim.runner import run_cocotb
 
@@ -21,14 +21,27 @@ EDGES = (-32768, -32767, -16385, -16384, -1, 0, 1, 16383, 16384, 32766, 32767)
 
 def test_pack_arithmetic_exhaustive():
     """The integer identity behind the packing, every INT4 pair x boundary activation, and the
-    worst chain sum: the low field of CHAIN products never leaves its signed 22-bit field."""
+    worst chain sum: the low field of CHAIN products never leaves its signed 22-bit field (and,
+    offset by ROUND, its split is wiring: ``split_round``)."""
     for lo, hi, a in itertools.product(INT4, INT4, EDGES):
         w = pack_pair(lo, hi)
         assert -(1 << 26) <= w < (1 << 26)                    # a 27-bit signed operand
         assert split_pair(w * a) == (lo * a, hi * a)
         assert split_pair(CHAIN * w * a) == (CHAIN * lo * a, CHAIN * hi * a)
+        assert split_round(CHAIN * w * a + ROUND) == (CHAIN * lo * a, CHAIN * hi * a)
     assert CHAIN * 8 * 32768 < 1 << (PACK_SHIFT - 1)          # the chain bound
     assert 2 * CHAIN * 8 * 32768 >= 1 << (PACK_SHIFT - 1)     # twice the chain would not fit
+
+
+def split_round(p):
+    """The primitive array's split of P' = P + ROUND (a 48-bit two's complement word): the low
+    field is P'[21:0] with bit 21 inverted, read as signed; the high field P' >> 22 (no borrow)."""
+    p &= (1 << 48) - 1
+    lo = (p & ((1 << PACK_SHIFT) - 1)) ^ (1 << (PACK_SHIFT - 1))
+    lo -= (lo >> (PACK_SHIFT - 1)) << PACK_SHIFT
+    hi = p >> PACK_SHIFT
+    hi -= (hi >> (47 - PACK_SHIFT)) << (48 - PACK_SHIFT)
+    return lo, hi
 
 
 def vectors(rows, lanes, rng):
@@ -53,16 +66,25 @@ def encode(q, a):
     return w, av
 
 
+def feed(items, i, early):
+    """The ``w`` and ``a`` words of enabled cycle ``i``: item i's (``w_early``: item i's weights,
+    item i - 1's activations)."""
+    last = len(items) - 1
+    return encode(*items[min(i, last)])[0], encode(*items[min(max(i - early, 0), last)])[1]
+
+
 def run_dots(dut, items, stall_every=0):
-    """Feed ``items`` one per enabled cycle (``en`` low every ``stall_every``-th cycle); return the
-    dots of each item, taken ``latency`` enabled cycles later."""
+    """Feed ``items`` one per enabled cycle (``en`` low every ``stall_every``-th cycle; ``w_early``:
+    the weights a cycle ahead); return the dots of each item, taken ``latency`` enabled cycles
+    after its activations."""
     got = []
+    early = int(dut.w_early)
 
     async def bench(ctx):
         fed, cycle, enabled = 0, 0, 0
         while len(got) < len(items):
             en = not (stall_every and cycle % stall_every == stall_every - 1)
-            w, a = encode(*items[min(fed, len(items) - 1)])
+            w, a = feed(items, fed, early)
             ctx.set(dut.w, w)
             ctx.set(dut.a, a)
             ctx.set(dut.en, en)
@@ -71,7 +93,7 @@ def run_dots(dut, items, stall_every=0):
             if en:
                 fed += 1
                 enabled += 1
-                if enabled >= dut.latency:
+                if enabled >= dut.latency + early:
                     got.append([ctx.get(dut.dots[p]) for p in range(dut.rows)])
 
     sim = Simulator(dut)
@@ -81,16 +103,17 @@ def run_dots(dut, items, stall_every=0):
     return got
 
 
-@pytest.mark.parametrize("packed,stall", [(True, 0), (True, 3), (False, 0)])
-def test_dots_exact(packed, stall):
+@pytest.mark.parametrize("packed,stall,early", [(True, 0, 0), (True, 3, 0), (False, 0, 0), (True, 3, 1)])
+def test_dots_exact(packed, stall, early):
     """Packed (two products per multiplier) and unpacked arrays equal the exact sums q @ a for
     every INT4 pair x boundary activation; two chains per row (8 lanes: the low field of one
-    8-lane chain would overflow on the all-extreme vector); ``en`` low freezes the pipeline."""
+    8-lane chain would overflow on the all-extreme vector); ``en`` low freezes the pipeline;
+    ``w_early`` takes the weights a cycle before their activations."""
     rows, lanes = 4, 8
     items = vectors(rows, lanes, np.random.default_rng(7))
     if stall:
         items = items[::4]
-    dut = DotArray(rows, lanes, packed=packed)
+    dut = DotArray(rows, lanes, packed=packed, w_early=bool(early))
     got = run_dots(dut, items, stall)
     for i, ((q, a), dots) in enumerate(zip(items, got)):
         assert dots == [int(x) for x in q @ a], f"item {i}: q={q.tolist()} a={a.tolist()}"
@@ -134,25 +157,25 @@ async def run_dots_model(dut):
     """The packed array on DSP48E2 instances (the model hw/compute/dsp48e2.v) under random ``en``
     pauses: every item's dots equal q @ a, taken ``latency`` enabled cycles after it went in."""
     p = params()
-    rows, lanes, latency = p["rows"], p["lanes"], p["latency"]
+    rows, lanes, latency, early = p["rows"], p["lanes"], p["latency"], p["early"]
     items = vectors(rows, lanes, np.random.default_rng(p["seed"]))[::p["stride"]]
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.rst.value, dut.en.value = 0, 0
     rng = np.random.default_rng(p["seed"] + 1)
     fed = enabled = 0
     expect = []
-    while len(expect) < len(items) + latency:
+    while len(expect) < len(items) + latency + early:
         en = int(rng.random() < 0.75)
-        q, a = items[min(fed, len(items) - 1)]
-        w, av = encode(q, a)
+        w, av = feed(items, fed, early)
         dut.w.value, dut.a.value, dut.en.value = w, av, en
         await RisingEdge(dut.clk)
         await ReadOnly()
         if en:
+            q, a = items[min(fed, len(items) - 1)]
             expect.append([int(x) for x in q @ a])
             fed, enabled = fed + 1, enabled + 1
-            if enabled >= latency:
-                i = enabled - latency
+            if enabled >= latency + early:
+                i = enabled - latency - early
                 word = int(dut.dots.value)
                 width = (len(dut.dots) // rows)
                 got = [((word >> (r * width)) & ((1 << width) - 1)) for r in range(rows)]
@@ -162,12 +185,14 @@ async def run_dots_model(dut):
 
 
 @pytest.mark.cocotb
-def test_dots_on_dsp48e2_model(build_dir):
+@pytest.mark.parametrize("early", [0, 1])
+def test_dots_on_dsp48e2_model(build_dir, early):
     """``primitive=True``: the same exhaustive vectors through DSP48E2 instances (the model
-    hw/compute/dsp48e2.v, Icarus) equal the exact sums."""
-    dut = DotArray(4, 8, primitive=True)
+    hw/compute/dsp48e2.v, Icarus) equal the exact sums; ``w_early``: the packing on the slices'
+    pre-adders, the weights a cycle before their activations."""
+    dut = DotArray(4, 8, primitive=True, w_early=bool(early))
     build_dir.mkdir(parents=True)
     src = build_dir / "dut.v"
     src.write_text(with_models(verilog.convert(dut, name="dut")))
     run_cocotb(src, __name__, build_dir, testcase="run_dots_model",
-               params={"rows": 4, "lanes": 8, "latency": dut.latency, "seed": 5, "stride": 2})
+               params={"rows": 4, "lanes": 8, "latency": dut.latency, "seed": 5, "stride": 2, "early": early})

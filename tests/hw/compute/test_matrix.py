@@ -528,3 +528,35 @@ def test_pv_stalls_amaranth_sim(wide):
 
     simulate(dut, bench)
     assert got == job.expected
+
+
+def test_shl_sat_boundaries():
+    """The requantizer's left shift (``shl_sat``: a 32-bit shift, the overflow from the accumulator's
+    significant bits) equals golden sat32(rshr(x, -left)) for every left 0 .. 33 and x at every power
+    of two of a 49-bit accumulator, one either side, 0 and -1."""
+    from amaranth import Module, Signal, signed
+    from amaranth.sim import Simulator
+    from mcf.hw.compute.matrix import shl_sat, shl_sat_decode
+    from mcf.sw.golden import fixed as fx
+    width = 49
+    xs = sorted({v for k in range(width - 1) for b in (1 << k, -(1 << k))
+                 for v in (b - 1, b, b + 1) if -(1 << (width - 1)) <= v < 1 << (width - 1)} | {0, -1})
+    m = Module()
+    x, left = Signal(signed(width)), Signal(range(34))
+    y = Signal(signed(32))
+    m.d.comb += y.eq(shl_sat(x, left, *shl_sat_decode(x)))
+    bad = []
+
+    async def bench(ctx):
+        for v in xs:
+            ctx.set(x, v)
+            for s in range(34):
+                ctx.set(left, s)
+                want = int(fx.sat(fx.rshr(np.int64(v), -s), 32))
+                if ctx.get(y) != want:
+                    bad.append((v, s, ctx.get(y), want))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not bad, bad[:5]
