@@ -58,6 +58,7 @@ def test_bench_paper_quick_writes_report_and_plots(tmp_path, capsys):
     for png in ("table1.png", "fig3_ttft_vs_length.png", "fig4_memory.png", "fig5_chunk_size.png"):
         assert (out / png).stat().st_size > 1000, png
     assert "MARS / Ring" in report and "Roofline" in report and "Table 2" in report
+    assert "{prof." not in report and "DDR 19.2 GB/s x" in report       # every figure formatted
     assert figures["fig4_n4_final_equals_owner_only"] is True
     # the attention path: the profile's measured unit and array rates, MARS TTFT with each, labeled
     from mcf.sw.mars.profile import load_profile
