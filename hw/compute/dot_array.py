@@ -222,7 +222,8 @@ class DotArray(wiring.Component):
         pcout = Signal(DSP_P_BITS, name=f"{name}_pcout")
         m.d.comb += [a30.eq(a if pre is None else pre[0]), b18.eq(b)]
         en = self.en
-        ports = {}
+        # (without the pre-adder its D port and register tied off: every pin of the model connected)
+        ports = dict(i_D=Const(0, DSP_A_BITS), i_CED=Const(0, 1), i_CEAD=Const(0, 1), i_RSTD=Const(0, 1))
         if pre is not None:
             d27 = Signal(signed(DSP_A_BITS), name=f"{name}_d")
             m.d.comb += d27.eq(pre[1])
