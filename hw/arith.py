@@ -8,6 +8,7 @@ from __future__ import annotations
 from amaranth import Cat, Const, Mux, Signal, signed, unsigned
 from amaranth.hdl import Value
 from amaranth.lib import memory
+from amaranth.utils import ceil_log2
 
 from mcf.spec.fixed import EXP2_LUT, EXP_LUT_BITS, P_FRAC
 
@@ -69,12 +70,20 @@ def rshr(m, x: Value, s: Value, max_left: int) -> Signal:
     return out
 
 
-def bitlen(m, x: Value) -> Signal:
-    """Bits of a non-negative integer (0 -> 0): a priority encoder (golden ``bitlen``)."""
-    n = Signal(range(len(x) + 1))
-    for i in range(len(x)):          # later (higher) bits win
-        with m.If(x[i]):
-            m.d.comb += n.eq(i + 1)
+def top_bit(bits: Value) -> Value:
+    """Golden ``bitlen`` of a non-negative value: the position of its highest one plus one (0 -> 0),
+    as a tree of 2:1 choices on halves (ceil(log2 n) levels, not a priority chain) (comb value)."""
+    n = len(bits)
+    if n == 1:
+        return bits[0]
+    h = 1 << (ceil_log2(n) - 1)
+    return Mux(bits[h:].any(), top_bit(bits[h:]) + h, top_bit(bits[:h]))
+
+
+def bitlen(m, x: Value, name: str | None = None) -> Signal:
+    """``top_bit(x)`` in a signal of ``range(len(x) + 1)`` (comb)."""
+    n = Signal(range(len(x) + 1), name=name)
+    m.d.comb += n.eq(top_bit(x))
     return n
 
 

@@ -40,7 +40,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from mcf.hw.arith import write_indexed
+from mcf.hw.arith import bitlen, write_indexed
 from mcf.hw.compute.common import KVWriterState
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -79,24 +79,6 @@ def _max_tree(m, values, name):
                   else values[k] for k in range(0, len(values), 2)]
         level += 1
     return values[0]
-
-
-def _bitlen(m, x, name):
-    """Golden ``bitlen`` of a non-negative value as a balanced priority encoder: per group of 4
-    bits the highest set one, then the highest non-empty group (comb)."""
-    n = Signal(range(len(x) + 1), name=name)
-    groups = [x[k:k + 4] for k in range(0, len(x), 4)]
-    local = []
-    for gi, g in enumerate(groups):
-        v = Signal(range(len(x) + 1), name=f"{name}_g{gi}")
-        for i in range(len(g)):          # later (higher) bits win
-            with m.If(g[i]):
-                m.d.comb += v.eq(gi * 4 + i + 1)
-        local.append(v)
-    for gi, g in enumerate(groups):
-        with m.If(g.any()):
-            m.d.comb += n.eq(local[gi])
-    return n
 
 
 class KVWriter(wiring.Component):
@@ -173,7 +155,7 @@ class KVWriter(wiring.Component):
         m.d.sync += t1.eq(amax_e * fx.RCP7)
         t2 = Signal(T_BITS)
         ep2 = Signal(5)             # 6 <= Ep <= 21 when amax > 0 (unused when amax = 0)
-        m.d.sync += [t2.eq(t1), ep2.eq(_bitlen(m, t1, "tlen") - KV_A_BITS)]
+        m.d.sync += [t2.eq(t1), ep2.eq(bitlen(m, t1, "tlen") - KV_A_BITS)]
         a_c = Signal(KV_A_BITS)
         m.d.comb += a_c.eq(t2 >> ep2)
         a_s, zero_s = Signal(KV_A_BITS), Signal()

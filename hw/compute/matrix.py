@@ -61,7 +61,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import log2_exact, rshr, sat, write_indexed
+from mcf.hw.arith import log2_exact, rshr, sat, top_bit, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray
@@ -465,7 +465,7 @@ def shl_sat_decode(x):
     x ^ its sign: q = the position of d[:31]'s highest one + 1 (0: none), hi = d[31:] has a one."""
     n = len(x)
     d = x[:n - 1] ^ x[n - 1].replicate(n - 1)
-    return _top_bit(d[:31]), d[31:].any()
+    return top_bit(d[:31]), d[31:].any()
 
 
 def shl_sat(x, left, q, hi):
@@ -475,16 +475,6 @@ def shl_sat(x, left, q, hi):
     sign = x[len(x) - 1]
     over = hi | (((q + left) > 31) & (sign | (q != 0)))
     return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), (x[:32] << left)[:32].as_signed())
-
-
-def _top_bit(bits):
-    """The position of the highest one of ``bits`` plus one (0: none), as a tree of 2:1 choices
-    (log2 levels, not a chain)."""
-    n = len(bits)
-    if n == 1:
-        return bits[0]
-    h = 1 << (ceil_log2(n) - 1)
-    return Mux(bits[h:].any(), _top_bit(bits[h:]) + h, _top_bit(bits[:h]))
 
 
 def rotate_pieces(word, amount, piece_bits: int, per_key: int):

@@ -35,6 +35,26 @@ def test_sat_rshr_bitlen_match_golden():
     simulate(m, bench, clock=False)
 
 
+@pytest.mark.parametrize("width", [1, 3, 6, 31, 40])
+def test_bitlen_every_top_bit_position(width):
+    """bitlen's tree of 2:1 choices at widths that are and are not powers of two: each position of
+    the highest one, alone, with every lower bit set, and with random lower bits."""
+    m = Module()
+    u = Signal(width)
+    n = bitlen(m, u)
+    rng = random.Random(width)
+    values = [0] + [v for k in range(width)
+                    for v in (1 << k, (2 << k) - 1, (1 << k) | rng.randrange(1 << k) if k else 1)]
+
+    async def bench(ctx):
+        for v in values:
+            ctx.set(u, v)
+            await ctx.delay(1e-9)
+            assert ctx.get(n) == int(fx.bitlen(v)), (width, v)
+
+    simulate(m, bench, clock=False)
+
+
 def test_exp2_rom_holds_the_spec_table():
     m = Module()
     m.submodules.rom = rom = exp2_rom()
