@@ -7,7 +7,9 @@ field is never defined twice.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
+import zlib
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -132,3 +134,50 @@ class BitLayout:
                                         f"{f.enum.__name__}") from None
             out[f.name] = v
         return out
+
+
+class _NotSpec(Exception):
+    """An object the fingerprint does not describe (functions, classes other than enums, tables)."""
+
+
+def canonical(obj):
+    """``obj`` as nested tuples of str / int / bool / None: what hardware and software must agree
+    on (names, widths, offsets, encodings, constants), without docs or reset values."""
+    if isinstance(obj, enum.Enum):
+        return (type(obj).__name__, obj.name, canonical(obj.value))
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, type) and issubclass(obj, enum.Enum):
+        return ("enum", obj.__name__, tuple((m.name, canonical(m.value)) for m in obj))
+    if isinstance(obj, Field):
+        return ("field", obj.name, obj.width, obj.signed, obj.const, obj.reserved,
+                obj.enum.__name__ if obj.enum is not None else None)
+    if isinstance(obj, BitLayout):
+        return ("layout", obj.name, obj.total_bits, tuple(canonical(f) for f in obj.fields))
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return (type(obj).__name__,) + tuple((f.name, canonical(getattr(obj, f.name)))
+                                             for f in dataclasses.fields(obj) if f.name not in ("doc", "reset"))
+    if isinstance(obj, (tuple, list, frozenset, set)):
+        items = tuple(canonical(x) for x in obj)
+        return tuple(sorted(items, key=repr)) if isinstance(obj, (set, frozenset)) else items
+    if isinstance(obj, dict):
+        return tuple(sorted(((canonical(k), canonical(v)) for k, v in obj.items()), key=repr))
+    raise _NotSpec(type(obj).__name__)
+
+
+def fingerprint(*namespaces: Mapping) -> int:
+    """CRC-32 of the public constants, enums, layouts and registers of ``namespaces`` (module
+    dicts), names sorted: it changes when an encoding changes and not when a doc does.  Derived
+    tables (NumPy arrays) are left out: they follow from the constants, and their floating-point
+    construction could differ in an ulp between the build machine and the board's A53."""
+    entries = []
+    for ns in namespaces:
+        for name in sorted(ns):
+            # (not an identifier: names a tool put there, e.g. pytest's assertion rewriting's @py_assert)
+            if name.startswith("_") or not name.isidentifier() or name == "SPEC_VERSION":
+                continue
+            try:
+                entries.append((name, canonical(ns[name])))
+            except _NotSpec:
+                continue
+    return zlib.crc32(repr(tuple(entries)).encode())

@@ -19,8 +19,6 @@ from dataclasses import asdict, dataclass
 
 from .bits import BitLayout, Field, SpecError
 
-SPEC_VERSION = 1
-
 #: Node ids are 8 bits: clusters of up to 256 nodes.
 NODE_BITS = 8
 MAX_NODES = 1 << NODE_BITS

@@ -35,12 +35,14 @@ built without one reads 0 there and ignores writes to the MAC table.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .bits import BitLayout, Field, SpecError
 from .eth import MAC_BITS, MAC_TABLE_ENTRIES, SEQ_BITS as LINK_SEQ_BITS
 from .isa import DDR_ALIGN, PerfCounter, SEM_BITS, SEM_MAX, SeqFault
-from .packet import HEADER_BITS, NODE_BITS, ROUTE_ID_BITS, SPEC_VERSION
+from . import eth, fixed, isa, kv, packet, plan
+from .bits import fingerprint
+from .packet import HEADER_BITS, NODE_BITS, ROUTE_ID_BITS
 from .plan import REPLICA_STATE_BITS
 
 DATA_BITS = 32
@@ -357,7 +359,9 @@ _SEQ_REGS = [
 
 _regs = [
     Register("ID", 0x0000, Access.RO, "Identifies an MCF node (ASCII 'MCF1').", reset=ID_VALUE),
-    Register("VERSION", 0x0004, Access.RO, "Wire-format / register-map version.", reset=SPEC_VERSION),
+    Register("VERSION", 0x0004, Access.RO, "Spec fingerprint (``SPEC_VERSION``): CRC-32 of the wire format, "
+             "register map, instruction set, KV and fixed-point formats the bitstream was built from; the "
+             "driver refuses a node whose fingerprint differs from its own."),
     Register("CAPS", 0x0008, Access.RO, "Build parameters of this node's datapath.", (
         _f("data_bytes", 0, 8, "AXI-Stream data width in bytes."),
         _f("net_ports", 8, 4, "Number of network ports."),
@@ -446,4 +450,11 @@ _regs = [
     *_SEQ_REGS,
 ]
 
+#: The spec's fingerprint (``bits.fingerprint``) over every format hardware and software share: the
+#: wire format, the 10GBASE-R framing, the instruction set, KV blocks, fixed-point constants, the
+#: plan vocabulary and this register map (offsets, fields, access; not docs or reset values).  The
+#: VERSION register reads it: a bitstream built from another spec is refused by the driver.
+SPEC_VERSION = fingerprint(vars(packet), vars(eth), vars(isa), vars(kv), vars(fixed), vars(plan), globals(),
+                           {"REGISTERS": _regs})
+_regs = [replace(r, reset=SPEC_VERSION) if r.name == "VERSION" else r for r in _regs]
 REGISTERS = RegisterMap(_regs)

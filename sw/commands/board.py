@@ -136,7 +136,7 @@ def run_doctor(args) -> int:
     drv = _driver(args)
     ident, version = drv.read32("ID"), drv.read32("VERSION")
     if not report("node", ident == ID_VALUE and version == SPEC_VERSION,
-                  f"ID {ident:#010x} (expected {ID_VALUE:#010x}), VERSION {version} (this runtime: {SPEC_VERSION})"
+                  f"ID {ident:#010x} (expected {ID_VALUE:#010x}), VERSION {version:#010x} (this runtime: {SPEC_VERSION:#010x})"
                   f" at {args.base:#x}"):
         return finish()
     c0, t0 = drv.cycles(), time.monotonic()

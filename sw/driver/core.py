@@ -210,8 +210,9 @@ class Driver(SequencerMethods):
             raise DriverError(f"no MCF node here: ID reads {got:#010x}, expected {ID_VALUE:#010x}")
         version = await self.read32("VERSION")
         if version != SPEC_VERSION:
-            raise DriverError(f"the node implements register map / wire format version {version}, "
-                              f"this mcf speaks version {SPEC_VERSION}: build and load a matching bitstream")
+            raise DriverError(f"the node was built from spec {version:#010x}, this mcf is spec {SPEC_VERSION:#010x} "
+                              f"(the VERSION fingerprint of the wire format, registers and instruction set): "
+                              f"build and load a bitstream from this checkout")
         return version
 
     async def configure(self, node_id: int, num_nodes: int, window_base: int | None = None,

@@ -1,9 +1,11 @@
 """The register map: no overlaps, every error cause has a counter, layouts fit their registers."""
+import enum
+
 import pytest
 
 from mcf import spec
 from mcf.spec import REGISTERS, Access, ErrorCause, SpecError
-from mcf.spec.regmap import ERROR_COUNTER_BASE, Register, RegisterMap
+from mcf.spec.regmap import ERROR_COUNTER_BASE, RegField, Register, RegisterMap
 
 
 def test_offsets_unique_and_aligned():
@@ -69,3 +71,28 @@ def test_sequencer_registers_live_in_their_window():
     assert REGISTERS["FAULT_MASK"].reset == sum(1 << int(c) for c in NETWORK_FAULTS)
     # PROG_BASE stores only DDR_ALIGN multiples
     assert REGISTERS["PROG_BASE_LO"].mask == 0xFFFF_FFC0
+
+
+def test_spec_fingerprint_follows_encodings_not_docs():
+    """VERSION reads the spec's fingerprint: it changes when a field's width, an offset, an enum value
+    or a constant changes, not when a doc does; a NumPy table is left out (its float construction
+    may differ in an ulp on the board's A53)."""
+    import numpy as np
+
+    from mcf.spec.bits import BitLayout, Field, fingerprint
+    from mcf.spec.regmap import SPEC_VERSION
+
+    assert REGISTERS["VERSION"].reset == SPEC_VERSION and 0 < SPEC_VERSION < 1 << 32
+
+    def ns(width=8, doc="a", offset=0x10, blue=2, const=5, table=(1, 2)):
+        color = enum.IntEnum("Color", {"RED": 1, "BLUE": blue})
+        return {"L": BitLayout("L", [Field("x", width, doc), Field("y", 32 - width, "b")]),
+                "R": (Register("R", offset, Access.RW, doc, (RegField("f", 0, 4, doc),), reset=7),),
+                "Color": color, "K": const, "T": np.array(table), "_private": 9, "f": len}
+
+    base = fingerprint(ns())
+    assert fingerprint(ns(doc="another doc")) == base
+    assert fingerprint(ns(table=(3, 4))) == base
+    assert fingerprint({**ns(), "@py_assert1": None}) == base      # a tool's name in a module
+    for change in ({"width": 9}, {"offset": 0x14}, {"blue": 3}, {"const": 6}):
+        assert fingerprint(ns(**change)) != base, change

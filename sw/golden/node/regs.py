@@ -13,7 +13,7 @@ from __future__ import annotations
 from mcf.spec import REGISTERS
 from mcf.spec.isa import Opcode, Queue
 from mcf.spec.regmap import ID_VALUE, ErrorCause, Irq
-from mcf.spec.packet import SPEC_VERSION
+from mcf.spec import SPEC_VERSION
 
 from ..nic import RouteEntry
 from .cluster import ClusterSim
