@@ -214,10 +214,12 @@ def _locked(path: Path):
 
 
 def build_key(verilog_text: str, toplevel: str, build_args, waves: bool) -> str:
-    """What a Verilator build depends on: the Verilog, the top, the options, the version."""
+    """What a Verilator build depends on: the Verilog, the top, the options, the versions of
+    Verilator and cocotb, and the make step's overrides (compiler, OPT_FAST / OPT_GLOBAL)."""
+    import cocotb
     h = hashlib.sha256()
     for part in (verilog_text, toplevel, json.dumps(list(build_args)), json.dumps(TIMESCALE),
-                 str(waves), verilator_version()):
+                 str(waves), verilator_version(), cocotb.__version__, json.dumps(_verilator_make_overrides())):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
