@@ -129,13 +129,17 @@ class KVWriter(wiring.Component):
             with m.If(end_beat):
                 m.d.sync += [idx.eq(0), a_full.eq(1)]
 
-        # max pipeline: s1 |mant| registered; s2 groups of 4; s3 the beat; s4 the running amax
+        # max pipeline: s1 the magnitude keys registered; s2 groups of 4; s3 the beat; s4 the
+        # running maximum.  The key of x (sign s) is 2 (x ^ s) + s, i.e. 2 |x| - s: ordered as |x|
+        # (a negative x sits just below the positive one of its magnitude), no negation's adder;
+        # |x| = (key >> 1) + key[0] once, at the handover.
         v1, first1, last1 = Signal(), Signal(), Signal()
         mags = [Signal(MAG_BITS, name=f"mag{k}") for k in range(L)]
         m.d.sync += [v1.eq(accept), first1.eq(idx == 0), last1.eq(end_beat)]
         for k in range(L):
-            x = self.i.payload.mant[k * MANT_BITS:(k + 1) * MANT_BITS].as_signed()
-            m.d.sync += mags[k].eq(Mux(x < 0, -x, x))
+            x = self.i.payload.mant[k * MANT_BITS:(k + 1) * MANT_BITS]
+            sign = x[MANT_BITS - 1]
+            m.d.sync += mags[k].eq(Cat(sign, (x ^ sign.replicate(MANT_BITS))[:MANT_BITS - 1]))
         groups = [mags[k:k + 4] for k in range(0, L, 4)]
         gmax = [Signal(MAG_BITS, name=f"gmax{g}") for g in range(len(groups))]
         v2, first2, last2 = Signal(), Signal(), Signal()
@@ -200,7 +204,7 @@ class KVWriter(wiring.Component):
             with m.If(eidx == NB - 1):
                 m.d.sync += [eidx.eq(0), state.eq(collect)]
         with m.If(handoff):
-            m.d.sync += [cb.eq(~cb), amax_e.eq(amax), exp_e.eq(exp_a), state.eq(scale)]
+            m.d.sync += [cb.eq(~cb), amax_e.eq((amax >> 1) + amax[0]), exp_e.eq(exp_a), state.eq(scale)]
 
         Beat = data.StructLayout({"v": 1, "sh": len(sh_s), "zero": 1, "a": KV_A_BITS, "e": signed(EXP_BITS), "last": 1})
         tag0 = Signal(Beat)
