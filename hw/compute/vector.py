@@ -41,6 +41,7 @@ from mcf.spec.fixed import EXP_BITS
 from mcf.spec.isa import VecOp   # the VEC operations: one definition, the instruction set's
 
 P_BITS = 36      # widest product before normalize: rmsnorm's rshr(m r, 14) * gain
+NORM_BITS = 16   # normalize's rshr(p, sh) lies in [-2^15, 2^15]: 17 bits
 
 
 def cmd_layout(max_n):
@@ -101,8 +102,8 @@ class VectorUnit(wiring.Component):
         def lane(word, k, bits=32):
             return word[k * bits:(k + 1) * bits].as_signed()
 
-        def vmax(a, b):
-            return Mux(a > b, a, b)
+        def vor(a, b):
+            return a | b
 
         def tree(values, op2):
             values = list(values)
@@ -151,6 +152,19 @@ class VectorUnit(wiring.Component):
             m.d.comb += [pre.eq(shr + 1), out.eq(Mux(sc0, x, pre >> 1))]
             return out
 
+        def norm_window(x, s, name):
+            """normalize's rshr(x, s) for a row of max |x| < 2^(15 + s) (s = max(0, bitlen - 15)),
+            first half: (2 x) >> s, which lies in [-2^16, 2^16) (17 bits, registered; 2 x for
+            s = 0, whose rounding gives x back).  ``s`` < 32: five bits of shift."""
+            return reg((Cat(Const(0, 1), x).as_signed() >> s[:5])[:NORM_BITS + 1].as_signed(), name)
+
+        def norm_round(v):
+            """... second half: sat16((v + 1) >> 1), in [-2^15, 2^15] before the clamp (which
+            only ever takes 2^15 to 2^15 - 1)."""
+            r = Signal(signed(NORM_BITS + 2))
+            m.d.comb += r.eq(v + 1)
+            return sat(m, r >> 1, 16)
+
         def rshr_const(x, s, width):
             out = Signal(signed(width))
             m.d.comb += out.eq(((x >> (s - 1)) + 1) >> 1)
@@ -192,12 +206,11 @@ class VectorUnit(wiring.Component):
         a_in = free(self.a.payload.x, "a_in")
         mags = [free(abs_(m, Cat(lane(a_in, k), a_in[32 * k + 31]).as_signed())[:32], f"mag_a{k}")
                 for k in range(L)]
-        quarter = [tree(mags[j:j + max(L // 2, 1)], vmax) for j in range(0, L, max(L // 2, 1))]
+        # only bitlen(max |a|) is used, and that is bitlen(OR |a|): an OR, not a max, of the lanes
+        quarter = [tree(mags[j:j + max(L // 2, 1)], vor) for j in range(0, L, max(L // 2, 1))]
         mq = [free(q, f"mag_aq{j}", 32) for j, q in enumerate(quarter)]
-        mag_a = Signal(32)
-        m.d.comb += mag_a.eq(tree(mq, vmax))
-        with m.If(lv[2] & (mag_a > amax_a)):
-            m.d.sync += amax_a.eq(mag_a)
+        with m.If(lv[2]):
+            m.d.sync += amax_a.eq(tree(mq + [amax_a], vor))
         with m.If(load_ok):
             m.d.sync += i.eq(i + 1)
             with m.If(i == 0):
@@ -215,8 +228,7 @@ class VectorUnit(wiring.Component):
 
         # row constants, settling while the passes run: s = max(0, bitlen(amax_a) - 15) ...
         bl_a = bitlen2(amax_a, "bl_a")
-        s_sh = free(Mux(bl_a > 15, bl_a - 15, 0), "s_sh", range(33))
-        sc1_a, sc0_a = shift_amount(s_sh, 32, "sa")
+        s_sh = free(Mux(bl_a > 15, bl_a - 15, 0), "s_sh", range(33))       # <= 17
         # ... eps_sh = rshr_pos(eps, 2 s, 34) (RSQ)
         sc1_e, sc0_e = shift_amount(s_sh * 2, 33, "se")
         eps33 = Cat(cfg.eps, Const(0, 1)).as_signed()
@@ -265,7 +277,7 @@ class VectorUnit(wiring.Component):
         for k in range(L):
             # stage 3: RMSNORM's x >> (s - 1); SiLU's table index
             a3 = reg(a2[k], f"a3_{k}")
-            shr3 = reg(a2[k] >> sc1_a, f"shr3_{k}", signed(32))
+            v3 = norm_window(a2[k], s_sh, f"v3_{k}")
             sidx = rshr_const(a2[k], fx.X_FRAC - fx.SIGMOID_STEP_BITS, 33)
             # the sigmoid table, one block RAM per lane (a 1 024-entry table as logic is 9-10
             # LUT levels deep): read with stage 2's index, its data at stage 3
@@ -275,7 +287,7 @@ class VectorUnit(wiring.Component):
             m.d.comb += [sg.addr.eq(sidx + nsig), sg.en.eq(adv)]
             sg_hi3, sg_lo3 = reg(sidx >= nsig, f"sg_hi3_{k}"), reg(sidx < -nsig, f"sg_lo3_{k}")
             # stage 4: m = sat16(rshr(x, s)); the sigmoid
-            mant4 = reg(sat(m, round_shifted(a3, shr3, sc0_a, 33), 16), f"mant4_{k}")
+            mant4 = reg(norm_round(v3), f"mant4_{k}")
             sig4 = reg(Mux(sg_hi3, 1 << fx.P_FRAC, Mux(sg_lo3, 0, sg.data)), f"sig4_{k}", 17)
             a4 = reg(a3, f"a4_{k}")
             # stage 5: two multipliers a lane, each shared by operations that never run at once.
@@ -304,9 +316,14 @@ class VectorUnit(wiring.Component):
             t = rshr_const(mr5, fx.RSQRT_FRAC, 40)
             mx6.append(reg(Mux(is_[VecOp.RMSNORM], t, a5[:16].as_signed()), f"mx6_{k}", signed(20)))
             my6.append(reg(Mux(is_[VecOp.PRESCALE], cfg.cm, bx5[:16].as_signed()), f"my6_{k}", signed(17)))
-            sprod = Signal(signed(50), name=f"sprod{k}")
-            m.d.comb += sprod.eq((sh5 << 16) + sl5)
-            silu6.append(reg(sat(m, rshr_const(sprod, fx.P_FRAC, 50), 32), f"silu6_{k}"))
+            # SiLU: rshr(x sig, 15) = ((x sig >> 14) + 1) >> 1, x sig = (x_hi sig << 16) + x_lo sig,
+            # so x sig >> 14 = (x_hi sig << 2) + (x_lo sig >> 14): no adder below bit 14.  Its sat32
+            # never clamps (0 <= sig <= 2^15: |rshr(x sig, 15)| <= |x|), so it has none.
+            sprod14 = Signal(signed(37), name=f"sprod14_{k}")
+            m.d.comb += sprod14.eq((sh5 << (16 - (fx.P_FRAC - 1))) + (sl5 >> (fx.P_FRAC - 1)))
+            silu_r = Signal(signed(33), name=f"silu_r{k}")
+            m.d.comb += silu_r.eq(sprod14[:33] + 1)
+            silu6.append(reg(silu_r[1:33].as_signed(), f"silu6_{k}"))
             resid6.append(reg(sat(m, a5 + bx5, 32), f"resid6_{k}"))
             a7.append(reg(reg(a5, f"a6_{k}"), f"a7_{k}"))
 
@@ -363,19 +380,15 @@ class VectorUnit(wiring.Component):
                 m.d.comb += p.eq(prod7)
             ps.append(reg(p, f"p8_{k}"))
         pmag = [reg(abs_(m, Cat(p, p[-1]).as_signed())[:P_BITS], f"pmag9_{k}") for k, p in enumerate(ps)]
-        pq = [reg(tree(pmag[j:j + half_l], vmax), f"pmag10_{j}", P_BITS) for j in range(0, L, half_l)]
-        mag_p = Signal(P_BITS)
-        m.d.comb += mag_p.eq(tree(pq, vmax))
-        with m.If((state == PROD) & v[10] & (mag_p > amax_p)):
-            m.d.sync += amax_p.eq(mag_p)
+        pq = [reg(tree(pmag[j:j + half_l], vor), f"pmag10_{j}", P_BITS) for j in range(0, L, half_l)]
+        with m.If((state == PROD) & v[10]):
+            m.d.sync += amax_p.eq(tree(pq + [amax_p], vor))
         # normalize: sh = max(0, bitlen(amax p) - 15), settling while PROD drains
         bl_p = bitlen2(amax_p, "bl_p")
-        sh_p = free(Mux(bl_p > 15, bl_p - 15, 0), "sh_p", range(P_BITS + 1))
-        sc1_p, sc0_p = shift_amount(sh_p, P_BITS, "sp")
+        sh_p = free(Mux(bl_p > 15, bl_p - 15, 0), "sh_p", range(P_BITS + 1))     # <= 21
         exp_o = free(e_out + sh_p, "exp_o", signed(EXP_BITS))
-        shr9 = [reg(p >> sc1_p, f"shr9_{k}", signed(P_BITS)) for k, p in enumerate(ps)]
-        p9 = [reg(p, f"p9_{k}") for k, p in enumerate(ps)]
-        mant_o = [sat(m, round_shifted(p9[k], shr9[k], sc0_p, P_BITS + 1), 16) for k in range(L)]
+        v9 = [norm_window(p, sh_p, f"v9_{k}") for k, p in enumerate(ps)]
+        mant_o = [norm_round(v) for v in v9]
 
         # --- pass ends ----------------------------------------------------------------------
         with m.If(issued & (((state == SQ) & (v[1:7] == 0)) | ((state == PROD) & (v[1:11] == 0)))):
