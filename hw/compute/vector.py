@@ -32,7 +32,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from mcf.hw.arith import abs_, bitlen, log2_exact, sat
+from mcf.hw.arith import bitlen, log2_exact, sat
 from mcf.hw.compute.common import VectorState
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -152,6 +152,27 @@ class VectorUnit(wiring.Component):
             m.d.comb += [pre.eq(shr + 1), out.eq(Mux(sc0, x, pre >> 1))]
             return out
 
+        def cneg(x, neg, name):
+            """``-x`` if ``neg`` else ``x`` as (x ^ neg) + neg: the XOR in the adder's own LUTs
+            (one LUT a bit, where a negation and a choice take two); one bit wider than x."""
+            out = Signal(signed(len(x) + 1), name=name)
+            m.d.comb += out.eq((x.as_unsigned() ^ neg.replicate(len(x))).as_signed() + neg)
+            return out
+
+        def abs_bits(x, name):
+            """|x| of a signed x in len(x) unsigned bits (|-2^(n-1)| = 2^(n-1) fits)."""
+            return cneg(x, x[-1], name)[:len(x)]
+
+        def sat_top(x, bits, name):
+            """golden sat(x, bits) of a signed x: clamped when its bits from bits - 1 up are not
+            all its sign (no comparators: x a bit or two wider than the result)."""
+            top = x[bits - 1:]
+            ovf = ~(top.all() | ~top.any())
+            out = Signal(signed(bits), name=name)
+            sign = x[-1]
+            m.d.comb += out.eq(Mux(ovf, Cat((~sign).replicate(bits - 1), sign), x[:bits]))
+            return out
+
         def norm_window(x, s, name):
             """normalize's rshr(x, s) for a row of max |x| < 2^(15 + s) (s = max(0, bitlen - 15)),
             first half: (2 x) >> s, which lies in [-2^16, 2^16) (17 bits, registered; 2 x for
@@ -163,7 +184,7 @@ class VectorUnit(wiring.Component):
             only ever takes 2^15 to 2^15 - 1)."""
             r = Signal(signed(NORM_BITS + 2))
             m.d.comb += r.eq(v + 1)
-            return sat(m, r >> 1, 16)
+            return sat_top(r >> 1, 16, None)
 
         def rshr_const(x, s, width):
             out = Signal(signed(width))
@@ -204,7 +225,7 @@ class VectorUnit(wiring.Component):
         lv = Signal(5)                      # the load pipeline's valid bits (the last two: settling)
         m.d.sync += lv.eq(Cat(load_ok, lv[:-1]))
         a_in = free(self.a.payload.x, "a_in")
-        mags = [free(abs_(m, Cat(lane(a_in, k), a_in[32 * k + 31]).as_signed())[:32], f"mag_a{k}")
+        mags = [free(abs_bits(lane(a_in, k), f"abs_a{k}"), f"mag_a{k}")
                 for k in range(L)]
         # only bitlen(max |a|) is used, and that is bitlen(OR |a|): an OR, not a max, of the lanes
         quarter = [tree(mags[j:j + max(L // 2, 1)], vor) for j in range(0, L, max(L // 2, 1))]
@@ -265,14 +286,14 @@ class VectorUnit(wiring.Component):
             bx2.append(reg(lane(br.data, k), f"bx2_{k}"))
             by2.append(reg(lane(br.data[32 * L:], k, 16), f"by2_{k}"))
         nsig = fx.SIGMOID_RANGE << fx.SIGMOID_STEP_BITS
-        sqs, mx6, my6, a7, silu6, resid6, rp_x = [], [], [], [], [], [], []
+        sqs, mx6, my6, a7, x32_6, rp_x = [], [], [], [], [], []
         # RoPE's partner x' and sin with its sign (x cos + x' sin in the upper half, x cos - x' sin
         # in the lower) at stage 4, the operands of multiplier M2
         q4s, by4s = [], []
         for k in range(L):
             q3, by3 = reg(q2[k], f"q3_{k}"), reg(by2[k], f"by3_{k}")
             q4s.append(reg(q3, f"q4_{k}"))
-            by4s.append(reg(Mux(upv[3], by3, -by3), f"by4_{k}", signed(17)))
+            by4s.append(reg(cneg(by3, ~upv[3], f"nsin{k}"), f"by4_{k}", signed(17)))
         in_sq = free(state == SQ, "in_sq")      # RMSNORM's SQ pass (M1 squares m)
         for k in range(L):
             # stage 3: RMSNORM's x >> (s - 1); SiLU's table index
@@ -323,8 +344,10 @@ class VectorUnit(wiring.Component):
             m.d.comb += sprod14.eq((sh5 << (16 - (fx.P_FRAC - 1))) + (sl5 >> (fx.P_FRAC - 1)))
             silu_r = Signal(signed(33), name=f"silu_r{k}")
             m.d.comb += silu_r.eq(sprod14[:33] + 1)
-            silu6.append(reg(silu_r[1:33].as_signed(), f"silu6_{k}"))
-            resid6.append(reg(sat(m, a5 + bx5, 32), f"resid6_{k}"))
+            rsum = Signal(signed(33), name=f"rsum{k}")
+            m.d.comb += rsum.eq(a5 + bx5)
+            # the X32 result (SiLU or RESIDUAL), chosen here: one register for EMIT_D
+            x32_6.append(reg(Mux(is_[VecOp.SILU], silu_r[1:33], sat_top(rsum, 32, f"rsat{k}")), f"x32_6_{k}", 32))
             a7.append(reg(reg(a5, f"a6_{k}"), f"a7_{k}"))
 
         # RMSNORM: the sum of squares (stage 6: pairs of lanes, stage 7: the accumulator)
@@ -379,7 +402,7 @@ class VectorUnit(wiring.Component):
             with m.Else():
                 m.d.comb += p.eq(prod7)
             ps.append(reg(p, f"p8_{k}"))
-        pmag = [reg(abs_(m, Cat(p, p[-1]).as_signed())[:P_BITS], f"pmag9_{k}") for k, p in enumerate(ps)]
+        pmag = [reg(abs_bits(p, f"abs_p{k}"), f"pmag9_{k}") for k, p in enumerate(ps)]
         pq = [reg(tree(pmag[j:j + half_l], vor), f"pmag10_{j}", P_BITS) for j in range(0, L, half_l)]
         with m.If((state == PROD) & v[10]):
             m.d.sync += amax_p.eq(tree(pq + [amax_p], vor))
@@ -420,10 +443,8 @@ class VectorUnit(wiring.Component):
                          o_exp.eq(Mux(emit_n, exp_o, 0))]
             with m.If(emit_n):
                 m.d.sync += o_x.eq(Cat(*[Cat(mk, mk[15].replicate(16)) for mk in mant_o]))
-            with m.Elif(is_[VecOp.SILU]):
-                m.d.sync += o_x.eq(Cat(*silu6))
             with m.Else():
-                m.d.sync += o_x.eq(Cat(*resid6))
+                m.d.sync += o_x.eq(Cat(*x32_6))
         m.d.comb += [self.o.valid.eq(o_valid), self.o.payload.x.eq(o_x), self.o.payload.exp.eq(o_exp),
                      self.o.payload.last.eq(o_last)]
         with m.If(o_valid & self.o.ready & o_last):

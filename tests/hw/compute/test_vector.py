@@ -111,8 +111,8 @@ def _edge_rows(n):
 
 
 def test_ops_at_the_range_ends_amaranth_sim():
-    """TO_BFP, RMSNORM, SILU and MUL on rows at the ends of the X32 / BFP16 ranges (normalize's
-    and RMSNORM's 17-bit shift windows, SiLU without a clamp) against golden."""
+    """TO_BFP, RMSNORM, SILU, RESIDUAL and MUL on rows at the ends of the X32 / BFP16 ranges (normalize's
+    and RMSNORM's 17-bit shift windows, SiLU without a clamp, RESIDUAL's clamp both ways) against golden."""
     from mcf.sim.compute.jobs import VectorJob
     from mcf.sw.golden import fixed as fx
     n, lanes = 16, 4
@@ -133,6 +133,9 @@ def test_ops_at_the_range_ends_amaranth_sim():
                               [(int(v), int(re[0]), la) for v, la in zip(rm[0], last)]))
         jobs.append(VectorJob(dict(cmd, op=int(VecOp.SILU)), a, zeros,
                               [(int(v), 0, la) for v, la in zip(fx.silu(x), last)]))
+        r = x[::-1].copy()
+        jobs.append(VectorJob(dict(cmd, op=int(VecOp.RESIDUAL)), a, [(int(v), 0, 0) for v in r],
+                              [(int(v), 0, la) for v, la in zip(fx.sat(x + r, 32), last)]))
         bm = rng.choice([-32768, 32767, -1, 1], n)
         pm, pe = fx.bfp_mul((mant, e), (bm[None], np.array([3])))
         jobs.append(VectorJob(dict(cmd, op=int(VecOp.MUL)), [(int(v), int(e[0])) for v in mant[0]],
