@@ -265,8 +265,7 @@ class VectorUnit(wiring.Component):
         m.d.comb += passing.eq((state == SQ) | (state == PROD) | (state == EMIT_N) | (state == EMIT_D))
         issue = Signal()
         m.d.comb += issue.eq(passing & ~issued & adv)
-        m.d.comb += [ar.addr.eq(i), br.addr.eq(i), ar2.addr.eq(Mux(i >= half, i - half, i + half)),
-                     ar.en.eq(adv), br.en.eq(adv), ar2.en.eq(adv)]
+        m.d.comb += [ar.addr.eq(i), ar.en.eq(adv), br.en.eq(adv), ar2.en.eq(adv)]
         with m.If(issue):
             m.d.sync += i.eq(i + 1)
             with m.If(last_i):
@@ -278,20 +277,18 @@ class VectorUnit(wiring.Component):
         pipe += [v.eq(Cat(Const(0, 1), issue, v[1:-1])), lastv.eq(Cat(Const(0, 1), last_i, lastv[1:-1])),
                  upv.eq(Cat(Const(0, 1), i >= half, upv[1:-1]))]
 
-        # stage 2: the buffers' read ports registered
-        a2, q2, bx2, by2 = [], [], [], []
-        for k in range(L):
-            a2.append(reg(lane(ar.data, k), f"a2_{k}"))
-            q2.append(reg(lane(ar2.data, k)[:16].as_signed(), f"q2_{k}"))
-            bx2.append(reg(lane(br.data, k), f"bx2_{k}"))
-            by2.append(reg(lane(br.data[32 * L:], k, 16), f"by2_{k}"))
+        # stage 2: a's read port registered.  b and RoPE's partner are read two stages later
+        # (their addresses, not the words, carried): their ports' data are stage 3's
+        i2 = reg(reg(i, "i1"), "i2")
+        m.d.comb += [br.addr.eq(i2), ar2.addr.eq(Mux(upv[2], i2 - half, i2 + half))]
+        a2 = [reg(lane(ar.data, k), f"a2_{k}") for k in range(L)]
         nsig = fx.SIGMOID_RANGE << fx.SIGMOID_STEP_BITS
         sqs, mx6, my6, a7, x32_6, rp_x = [], [], [], [], [], []
         # RoPE's partner x' and sin with its sign (x cos + x' sin in the upper half, x cos - x' sin
         # in the lower) at stage 4, the operands of multiplier M2
         q4s, by4s = [], []
         for k in range(L):
-            q3, by3 = reg(q2[k], f"q3_{k}"), reg(by2[k], f"by3_{k}")
+            q3, by3 = lane(ar2.data, k)[:16].as_signed(), lane(br.data[32 * L:], k, 16)
             q4s.append(reg(q3, f"q4_{k}"))
             by4s.append(reg(cneg(by3, ~upv[3], f"nsin{k}"), f"by4_{k}", signed(17)))
         in_sq = free(state == SQ, "in_sq")      # RMSNORM's SQ pass (M1 squares m)
@@ -329,7 +326,7 @@ class VectorUnit(wiring.Component):
             sl5 = p2_5[:33]                     # x_lo sig >= 0, < 2^31
             rp_x.append(p2_5)                   # |x' sin| <= 2^30
             a5 = reg(a4, f"a5_{k}")
-            bx3 = reg(bx2[k], f"bx3_{k}")
+            bx3 = lane(br.data, k)
             bx4 = reg(bx3, f"bx4_{k}")
             bx5 = reg(bx4, f"bx5_{k}")
             sqs.append(sq5)
