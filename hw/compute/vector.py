@@ -42,6 +42,7 @@ from mcf.spec.isa import VecOp   # the VEC operations: one definition, the instr
 
 P_BITS = 36      # widest product before normalize: rmsnorm's rshr(m r, 14) * gain
 NORM_BITS = 16   # normalize's rshr(p, sh) lies in [-2^15, 2^15]: 17 bits
+FINE_BITS = 2    # normalize's shift in two steps: by its multiple of 2^FINE_BITS, then by the rest
 
 
 def cmd_layout(max_n):
@@ -175,15 +176,19 @@ class VectorUnit(wiring.Component):
 
         def norm_window(x, s, name):
             """normalize's rshr(x, s) for a row of max |x| < 2^(15 + s) (s = max(0, bitlen - 15)),
-            first half: (2 x) >> s, which lies in [-2^16, 2^16) (17 bits, registered; 2 x for
-            s = 0, whose rounding gives x back).  ``s`` < 32: five bits of shift."""
-            return reg((Cat(Const(0, 1), x).as_signed() >> s[:5])[:NORM_BITS + 1].as_signed(), name)
+            by way of w = (2 x) >> s, which lies in [-2^16, 2^16) (17 bits; 2 x for s = 0, whose
+            rounding gives x back).  ``s`` < 32.  First step (registered): the shift by s's multiple
+            of 2^FINE_BITS, 2^FINE_BITS - 1 bits more than w kept."""
+            coarse = Cat(Const(0, FINE_BITS), s[FINE_BITS:5])
+            return reg((Cat(Const(0, 1), x).as_signed() >> coarse)[:NORM_BITS + (1 << FINE_BITS)].as_signed(), name)
 
-        def norm_round(v):
-            """... second half: sat16((v + 1) >> 1), in [-2^15, 2^15] before the clamp (which
-            only ever takes 2^15 to 2^15 - 1)."""
+        def norm_round(v, s):
+            """... second: w = v >> (s mod 2^FINE_BITS); sat16((w + 1) >> 1), in [-2^15, 2^15] before the
+            clamp (which only ever takes 2^15 to 2^15 - 1)."""
+            w = Signal(signed(NORM_BITS + 1))
+            m.d.comb += w.eq(v >> s[:FINE_BITS])
             r = Signal(signed(NORM_BITS + 2))
-            m.d.comb += r.eq(v + 1)
+            m.d.comb += r.eq(w + 1)
             return sat_top(r >> 1, 16, None)
 
         def rshr_const(x, s, width):
@@ -305,7 +310,7 @@ class VectorUnit(wiring.Component):
             m.d.comb += [sg.addr.eq(sidx + nsig), sg.en.eq(adv)]
             sg_hi3, sg_lo3 = reg(sidx >= nsig, f"sg_hi3_{k}"), reg(sidx < -nsig, f"sg_lo3_{k}")
             # stage 4: m = sat16(rshr(x, s)); the sigmoid
-            mant4 = reg(norm_round(v3), f"mant4_{k}")
+            mant4 = reg(norm_round(v3, s_sh), f"mant4_{k}")
             sig4 = reg(Mux(sg_hi3, 1 << fx.P_FRAC, Mux(sg_lo3, 0, sg.data)), f"sig4_{k}", 17)
             a4 = reg(a3, f"a4_{k}")
             # stage 5: two multipliers a lane, each shared by operations that never run at once.
@@ -408,7 +413,7 @@ class VectorUnit(wiring.Component):
         sh_p = free(Mux(bl_p > 15, bl_p - 15, 0), "sh_p", range(P_BITS + 1))     # <= 21
         exp_o = free(e_out + sh_p, "exp_o", signed(EXP_BITS))
         v9 = [norm_window(p, sh_p, f"v9_{k}") for k, p in enumerate(ps)]
-        mant_o = [norm_round(v) for v in v9]
+        mant_o = [norm_round(v, sh_p) for v in v9]
 
         # --- pass ends ----------------------------------------------------------------------
         with m.If(issued & (((state == SQ) & (v[1:7] == 0)) | ((state == PROD) & (v[1:11] == 0)))):
