@@ -212,7 +212,7 @@ class KVWriter(wiring.Component):
                      tag0.last.eq(eidx == NB - 1)]
         tag1, tag2 = Signal(Beat), Signal(Beat)
         prods = [Signal(signed(PROD_BITS), name=f"prod{k}") for k in range(L)]
-        shd = [Signal(signed(SHD_BITS), name=f"shd{k}") for k in range(L)]
+        shd = [Signal(SHD_BITS + 3, name=f"shd{k}") for k in range(L)]
         lo_bit = 7 + EP_MIN                 # prod >> (7 + Ep): bits [7 + Ep, 7 + Ep + SHD_BITS)
         qs = [Signal(signed(W_BITS), name=f"q{k}") for k in range(L)]
         o_a, o_e, o_last = Signal(KV_A_BITS), Signal(signed(EXP_BITS)), Signal()
@@ -222,9 +222,12 @@ class KVWriter(wiring.Component):
             for k in range(L):
                 mk = rh.data[k * MANT_BITS:(k + 1) * MANT_BITS].as_signed()
                 window = prods[k][lo_bit:lo_bit + EP_MAX - EP_MIN + SHD_BITS]
-                m.d.sync += [prods[k].eq(mk * rd.data), shd[k].eq((window >> tag1.sh)[:SHD_BITS])]
+                # the shift in two steps: by its multiple of 4 (q2), then by the rest (q3)
+                m.d.sync += [prods[k].eq(mk * rd.data), shd[k].eq((window >> Cat(Const(0, 2), tag1.sh[2:]))[:SHD_BITS + 3])]
+                w = Signal(signed(SHD_BITS), name=f"w{k}")
+                m.d.comb += w.eq(shd[k] >> tag2.sh[:2])
                 r = Signal(signed(SHD_BITS + 1), name=f"rnd{k}")
-                m.d.comb += r.eq(shd[k] + 1)
+                m.d.comb += r.eq(w + 1)
                 m.d.sync += qs[k].eq(Mux(tag2.zero, 0, r >> 1))     # in [-7, 7]: no clamp
         m.d.comb += [
             self.o.valid.eq(out_v),
