@@ -308,7 +308,10 @@ class VectorUnit(wiring.Component):
             m.submodules[f"sigmoid{k}"] = sg_rom
             sg = sg_rom.read_port()
             m.d.comb += [sg.addr.eq(sidx + nsig), sg.en.eq(adv)]
-            sg_hi3, sg_lo3 = reg(sidx >= nsig, f"sg_hi3_{k}"), reg(sidx < -nsig, f"sg_lo3_{k}")
+            # idx >= nsig / idx < -nsig (nsig a power of two) from idx >> log2(nsig): no comparators
+            above = sidx[log2_exact(nsig, "nsig"):]
+            sg_hi3 = reg(~sidx[-1] & above.any(), f"sg_hi3_{k}")
+            sg_lo3 = reg(sidx[-1] & ~above.all(), f"sg_lo3_{k}")
             # stage 4: m = sat16(rshr(x, s)); the sigmoid
             mant4 = reg(norm_round(v3, s_sh), f"mant4_{k}")
             sig4 = reg(Mux(sg_hi3, 1 << fx.P_FRAC, Mux(sg_lo3, 0, sg.data)), f"sig4_{k}", 17)

@@ -103,6 +103,9 @@ def _edge_rows(n):
     neighbours (every bit length, so every normalize / RMSNORM shift), and mixed signs."""
     top = [-(1 << 31), (1 << 31) - 1]
     rows = [np.array((top * n)[:n], dtype=np.int64)]
+    edge = 1 << (16 + 3)                 # SiLU's table ends: x = +-8.0, idx = +-512
+    near = [edge, edge - 1, edge - 512, edge - 513, -edge, -edge - 511, -edge - 512, -edge - 513]
+    rows.append(np.array((near * n)[:n], dtype=np.int64))
     for b in (0, 1, 14, 15, 16, 17, 22, 30):
         base = np.array([(1 << b), -(1 << b), (1 << b) - 1, -(1 << b) + 1] * (n // 4), dtype=np.int64)
         rows.append(np.clip(base, -(1 << 31), (1 << 31) - 1))
