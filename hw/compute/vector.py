@@ -397,13 +397,15 @@ class VectorUnit(wiring.Component):
         for k in range(L):
             prod7 = reg(mx6[k] * my6[k], f"prod7_{k}", signed(37))
             rp7 = reg(reg(rp_x[k], f"rp6_{k}", signed(33)), f"rp7_{k}", signed(33))
-            rope_t = Signal(signed(40), name=f"rope_t{k}")
-            m.d.comb += rope_t.eq(prod7 + rp7)
+            # RoPE: x cos and x' (+-sin) of 16-bit operands are each at most 2^30 in magnitude, so
+            # their sum lies in 33 bits (prod7's low 33 bits are x cos)
+            rope_t = Signal(signed(33), name=f"rope_t{k}")
+            m.d.comb += rope_t.eq(prod7[:33].as_signed() + rp7)
             p = Signal(signed(P_BITS), name=f"p{k}")
             with m.If(is_[VecOp.TO_BFP]):
                 m.d.comb += p.eq(a7[k])
             with m.Elif(is_[VecOp.ROPE]):
-                m.d.comb += p.eq(rshr_const(rope_t, fx.ROPE_FRAC, 41))
+                m.d.comb += p.eq(rshr_const(rope_t, fx.ROPE_FRAC, 34))
             with m.Else():
                 m.d.comb += p.eq(prod7)
             ps.append(reg(p, f"p8_{k}"))
