@@ -345,10 +345,10 @@ class VectorUnit(wiring.Component):
             # SiLU: rshr(x sig, 15) = ((x sig >> 14) + 1) >> 1, x sig = (x_hi sig << 16) + x_lo sig,
             # so x sig >> 14 = (x_hi sig << 2) + (x_lo sig >> 14): no adder below bit 14.  Its sat32
             # never clamps (0 <= sig <= 2^15: |rshr(x sig, 15)| <= |x|), so it has none.
-            sprod14 = Signal(signed(37), name=f"sprod14_{k}")
-            m.d.comb += sprod14.eq((sh5 << (16 - (fx.P_FRAC - 1))) + (sl5 >> (fx.P_FRAC - 1)))
+            # the rounding's + 1 rides in the low bits of x_hi sig << 2 (zeros): one adder
+            lo_sh = 16 - (fx.P_FRAC - 1)
             silu_r = Signal(signed(33), name=f"silu_r{k}")
-            m.d.comb += silu_r.eq(sprod14[:33] + 1)
+            m.d.comb += silu_r.eq(Cat(Const(1, lo_sh), sh5)[:33] + (sl5 >> (fx.P_FRAC - 1)))
             rsum = Signal(signed(33), name=f"rsum{k}")
             m.d.comb += rsum.eq(a5 + bx5)
             # the X32 result (SiLU or RESIDUAL), chosen here: one register for EMIT_D
