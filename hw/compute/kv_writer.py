@@ -136,11 +136,14 @@ class KVWriter(wiring.Component):
         v1, first1, last1 = Signal(), Signal(), Signal()
         mags = [Signal(MAG_BITS, name=f"mag{k}") for k in range(L)]
         m.d.sync += [v1.eq(accept), first1.eq(idx == 0), last1.eq(end_beat)]
-        for k in range(L):
-            x = self.i.payload.mant[k * MANT_BITS:(k + 1) * MANT_BITS]
+        for k in range(L):          # the mantissas registered; their keys formed in the compares' LUTs
+            m.d.sync += mags[k].eq(self.i.payload.mant[k * MANT_BITS:(k + 1) * MANT_BITS])
+
+        def key(x):
             sign = x[MANT_BITS - 1]
-            m.d.sync += mags[k].eq(Cat(sign, (x ^ sign.replicate(MANT_BITS))[:MANT_BITS - 1]))
-        groups = [mags[k:k + 4] for k in range(0, L, 4)]
+            return Cat(sign, (x ^ sign.replicate(MANT_BITS))[:MANT_BITS - 1])
+        keys = [key(x) for x in mags]
+        groups = [keys[k:k + 4] for k in range(0, L, 4)]
         gmax = [Signal(MAG_BITS, name=f"gmax{g}") for g in range(len(groups))]
         v2, first2, last2 = Signal(), Signal(), Signal()
         m.d.sync += [v2.eq(v1), first2.eq(first1), last2.eq(last1)]
