@@ -313,7 +313,8 @@ class VectorUnit(wiring.Component):
             sg_hi3 = reg(~sidx[-1] & above.any(), f"sg_hi3_{k}")
             sg_lo3 = reg(sidx[-1] & ~above.all(), f"sg_lo3_{k}")
             # stage 4: m = sat16(rshr(x, s)); the sigmoid
-            mant4 = reg(norm_round(v3, s_sh), f"mant4_{k}")
+            # (SiLU's x_hi in its place: M1's first operand, chosen in the rounding's LUTs)
+            mant4 = reg(Mux(is_[VecOp.SILU], a3[16:], norm_round(v3, s_sh)), f"mant4_{k}", signed(16))
             sig4 = reg(Mux(sg_hi3, 1 << fx.P_FRAC, Mux(sg_lo3, 0, sg.data)), f"sig4_{k}", 17)
             a4 = reg(a3, f"a4_{k}")
             # stage 5: two multipliers a lane, each shared by operations that never run at once.
@@ -321,7 +322,7 @@ class VectorUnit(wiring.Component):
             # M2: SiLU's low half, RoPE's x' (+-sin) (2 stages early: q4 x by4s, carried to 7)
             x1 = Signal(signed(16), name=f"m1x{k}")
             y1 = Signal(signed(18), name=f"m1y{k}")
-            m.d.comb += [x1.eq(Mux(is_[VecOp.SILU], a4[16:].as_signed(), mant4)),
+            m.d.comb += [x1.eq(mant4),
                          y1.eq(Mux(is_[VecOp.SILU], sig4, Mux(in_sq, mant4, r_q)))]
             p1_5 = reg(x1 * y1, f"m1p5_{k}", signed(34))
             x2 = Signal(signed(17), name=f"m2x{k}")
