@@ -32,7 +32,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from mcf.hw.arith import abs_, bitlen, log2_exact, sat
+from mcf.hw.arith import bitlen, log2_exact, sat
 from mcf.hw.compute.common import VectorState
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -41,6 +41,8 @@ from mcf.spec.fixed import EXP_BITS
 from mcf.spec.isa import VecOp   # the VEC operations: one definition, the instruction set's
 
 P_BITS = 36      # widest product before normalize: rmsnorm's rshr(m r, 14) * gain
+NORM_BITS = 16   # normalize's rshr(p, sh) lies in [-2^15, 2^15]: 17 bits
+FINE_BITS = 2    # normalize's shift in two steps: by its multiple of 2^FINE_BITS, then by the rest
 
 
 def cmd_layout(max_n):
@@ -101,8 +103,8 @@ class VectorUnit(wiring.Component):
         def lane(word, k, bits=32):
             return word[k * bits:(k + 1) * bits].as_signed()
 
-        def vmax(a, b):
-            return Mux(a > b, a, b)
+        def vor(a, b):
+            return a | b
 
         def tree(values, op2):
             values = list(values)
@@ -151,6 +153,44 @@ class VectorUnit(wiring.Component):
             m.d.comb += [pre.eq(shr + 1), out.eq(Mux(sc0, x, pre >> 1))]
             return out
 
+        def cneg(x, neg, name):
+            """``-x`` if ``neg`` else ``x`` as (x ^ neg) + neg: the XOR in the adder's own LUTs
+            (one LUT a bit, where a negation and a choice take two); one bit wider than x."""
+            out = Signal(signed(len(x) + 1), name=name)
+            m.d.comb += out.eq((x.as_unsigned() ^ neg.replicate(len(x))).as_signed() + neg)
+            return out
+
+        def abs_bits(x, name):
+            """|x| of a signed x in len(x) unsigned bits (|-2^(n-1)| = 2^(n-1) fits)."""
+            return cneg(x, x[-1], name)[:len(x)]
+
+        def sat_top(x, bits, name):
+            """golden sat(x, bits) of a signed x: clamped when its bits from bits - 1 up are not
+            all its sign (no comparators: x a bit or two wider than the result)."""
+            top = x[bits - 1:]
+            ovf = ~(top.all() | ~top.any())
+            out = Signal(signed(bits), name=name)
+            sign = x[-1]
+            m.d.comb += out.eq(Mux(ovf, Cat((~sign).replicate(bits - 1), sign), x[:bits]))
+            return out
+
+        def norm_window(x, s, name):
+            """normalize's rshr(x, s) for a row of max |x| < 2^(15 + s) (s = max(0, bitlen - 15)),
+            by way of w = (2 x) >> s, which lies in [-2^16, 2^16) (17 bits; 2 x for s = 0, whose
+            rounding gives x back).  ``s`` < 32.  First step (registered): the shift by s's multiple
+            of 2^FINE_BITS, 2^FINE_BITS - 1 bits more than w kept."""
+            coarse = Cat(Const(0, FINE_BITS), s[FINE_BITS:5])
+            return reg((Cat(Const(0, 1), x).as_signed() >> coarse)[:NORM_BITS + (1 << FINE_BITS)].as_signed(), name)
+
+        def norm_round(v, s):
+            """... second: w = v >> (s mod 2^FINE_BITS); sat16((w + 1) >> 1), in [-2^15, 2^15] before the
+            clamp (which only ever takes 2^15 to 2^15 - 1)."""
+            w = Signal(signed(NORM_BITS + 1))
+            m.d.comb += w.eq(v >> s[:FINE_BITS])
+            r = Signal(signed(NORM_BITS + 2))
+            m.d.comb += r.eq(w + 1)
+            return sat_top(r >> 1, 16, None)
+
         def rshr_const(x, s, width):
             out = Signal(signed(width))
             m.d.comb += out.eq(((x >> (s - 1)) + 1) >> 1)
@@ -190,14 +230,13 @@ class VectorUnit(wiring.Component):
         lv = Signal(5)                      # the load pipeline's valid bits (the last two: settling)
         m.d.sync += lv.eq(Cat(load_ok, lv[:-1]))
         a_in = free(self.a.payload.x, "a_in")
-        mags = [free(abs_(m, Cat(lane(a_in, k), a_in[32 * k + 31]).as_signed())[:32], f"mag_a{k}")
+        mags = [free(abs_bits(lane(a_in, k), f"abs_a{k}"), f"mag_a{k}")
                 for k in range(L)]
-        quarter = [tree(mags[j:j + max(L // 2, 1)], vmax) for j in range(0, L, max(L // 2, 1))]
+        # only bitlen(max |a|) is used, and that is bitlen(OR |a|): an OR, not a max, of the lanes
+        quarter = [tree(mags[j:j + max(L // 2, 1)], vor) for j in range(0, L, max(L // 2, 1))]
         mq = [free(q, f"mag_aq{j}", 32) for j, q in enumerate(quarter)]
-        mag_a = Signal(32)
-        m.d.comb += mag_a.eq(tree(mq, vmax))
-        with m.If(lv[2] & (mag_a > amax_a)):
-            m.d.sync += amax_a.eq(mag_a)
+        with m.If(lv[2]):
+            m.d.sync += amax_a.eq(tree(mq + [amax_a], vor))
         with m.If(load_ok):
             m.d.sync += i.eq(i + 1)
             with m.If(i == 0):
@@ -215,8 +254,7 @@ class VectorUnit(wiring.Component):
 
         # row constants, settling while the passes run: s = max(0, bitlen(amax_a) - 15) ...
         bl_a = bitlen2(amax_a, "bl_a")
-        s_sh = free(Mux(bl_a > 15, bl_a - 15, 0), "s_sh", range(33))
-        sc1_a, sc0_a = shift_amount(s_sh, 32, "sa")
+        s_sh = free(Mux(bl_a > 15, bl_a - 15, 0), "s_sh", range(33))       # <= 17
         # ... eps_sh = rshr_pos(eps, 2 s, 34) (RSQ)
         sc1_e, sc0_e = shift_amount(s_sh * 2, 33, "se")
         eps33 = Cat(cfg.eps, Const(0, 1)).as_signed()
@@ -232,8 +270,7 @@ class VectorUnit(wiring.Component):
         m.d.comb += passing.eq((state == SQ) | (state == PROD) | (state == EMIT_N) | (state == EMIT_D))
         issue = Signal()
         m.d.comb += issue.eq(passing & ~issued & adv)
-        m.d.comb += [ar.addr.eq(i), br.addr.eq(i), ar2.addr.eq(Mux(i >= half, i - half, i + half)),
-                     ar.en.eq(adv), br.en.eq(adv), ar2.en.eq(adv)]
+        m.d.comb += [ar.addr.eq(i), ar.en.eq(adv), br.en.eq(adv), ar2.en.eq(adv)]
         with m.If(issue):
             m.d.sync += i.eq(i + 1)
             with m.If(last_i):
@@ -245,27 +282,25 @@ class VectorUnit(wiring.Component):
         pipe += [v.eq(Cat(Const(0, 1), issue, v[1:-1])), lastv.eq(Cat(Const(0, 1), last_i, lastv[1:-1])),
                  upv.eq(Cat(Const(0, 1), i >= half, upv[1:-1]))]
 
-        # stage 2: the buffers' read ports registered
-        a2, q2, bx2, by2 = [], [], [], []
-        for k in range(L):
-            a2.append(reg(lane(ar.data, k), f"a2_{k}"))
-            q2.append(reg(lane(ar2.data, k)[:16].as_signed(), f"q2_{k}"))
-            bx2.append(reg(lane(br.data, k), f"bx2_{k}"))
-            by2.append(reg(lane(br.data[32 * L:], k, 16), f"by2_{k}"))
+        # stage 2: a's read port registered.  b and RoPE's partner are read two stages later
+        # (their addresses, not the words, carried): their ports' data are stage 3's
+        i2 = reg(reg(i, "i1"), "i2")
+        m.d.comb += [br.addr.eq(i2), ar2.addr.eq(Mux(upv[2], i2 - half, i2 + half))]
+        a2 = [reg(lane(ar.data, k), f"a2_{k}") for k in range(L)]
         nsig = fx.SIGMOID_RANGE << fx.SIGMOID_STEP_BITS
-        sqs, mx6, my6, a7, silu6, resid6, rp_x = [], [], [], [], [], [], []
+        sqs, mx6, my6, a7, x32_6, rp_x = [], [], [], [], [], []
         # RoPE's partner x' and sin with its sign (x cos + x' sin in the upper half, x cos - x' sin
         # in the lower) at stage 4, the operands of multiplier M2
         q4s, by4s = [], []
         for k in range(L):
-            q3, by3 = reg(q2[k], f"q3_{k}"), reg(by2[k], f"by3_{k}")
+            q3, by3 = lane(ar2.data, k)[:16].as_signed(), lane(br.data[32 * L:], k, 16)
             q4s.append(reg(q3, f"q4_{k}"))
-            by4s.append(reg(Mux(upv[3], by3, -by3), f"by4_{k}", signed(17)))
+            by4s.append(reg(cneg(by3, ~upv[3], f"nsin{k}"), f"by4_{k}", signed(17)))
         in_sq = free(state == SQ, "in_sq")      # RMSNORM's SQ pass (M1 squares m)
         for k in range(L):
             # stage 3: RMSNORM's x >> (s - 1); SiLU's table index
             a3 = reg(a2[k], f"a3_{k}")
-            shr3 = reg(a2[k] >> sc1_a, f"shr3_{k}", signed(32))
+            v3 = norm_window(a2[k], s_sh, f"v3_{k}")
             sidx = rshr_const(a2[k], fx.X_FRAC - fx.SIGMOID_STEP_BITS, 33)
             # the sigmoid table, one block RAM per lane (a 1 024-entry table as logic is 9-10
             # LUT levels deep): read with stage 2's index, its data at stage 3
@@ -273,9 +308,13 @@ class VectorUnit(wiring.Component):
             m.submodules[f"sigmoid{k}"] = sg_rom
             sg = sg_rom.read_port()
             m.d.comb += [sg.addr.eq(sidx + nsig), sg.en.eq(adv)]
-            sg_hi3, sg_lo3 = reg(sidx >= nsig, f"sg_hi3_{k}"), reg(sidx < -nsig, f"sg_lo3_{k}")
+            # idx >= nsig / idx < -nsig (nsig a power of two) from idx >> log2(nsig): no comparators
+            above = sidx[log2_exact(nsig, "nsig"):]
+            sg_hi3 = reg(~sidx[-1] & above.any(), f"sg_hi3_{k}")
+            sg_lo3 = reg(sidx[-1] & ~above.all(), f"sg_lo3_{k}")
             # stage 4: m = sat16(rshr(x, s)); the sigmoid
-            mant4 = reg(sat(m, round_shifted(a3, shr3, sc0_a, 33), 16), f"mant4_{k}")
+            # (SiLU's x_hi in its place: M1's first operand, chosen in the rounding's LUTs)
+            mant4 = reg(Mux(is_[VecOp.SILU], a3[16:], norm_round(v3, s_sh)), f"mant4_{k}", signed(16))
             sig4 = reg(Mux(sg_hi3, 1 << fx.P_FRAC, Mux(sg_lo3, 0, sg.data)), f"sig4_{k}", 17)
             a4 = reg(a3, f"a4_{k}")
             # stage 5: two multipliers a lane, each shared by operations that never run at once.
@@ -283,7 +322,7 @@ class VectorUnit(wiring.Component):
             # M2: SiLU's low half, RoPE's x' (+-sin) (2 stages early: q4 x by4s, carried to 7)
             x1 = Signal(signed(16), name=f"m1x{k}")
             y1 = Signal(signed(18), name=f"m1y{k}")
-            m.d.comb += [x1.eq(Mux(is_[VecOp.SILU], a4[16:].as_signed(), mant4)),
+            m.d.comb += [x1.eq(mant4),
                          y1.eq(Mux(is_[VecOp.SILU], sig4, Mux(in_sq, mant4, r_q)))]
             p1_5 = reg(x1 * y1, f"m1p5_{k}", signed(34))
             x2 = Signal(signed(17), name=f"m2x{k}")
@@ -296,7 +335,7 @@ class VectorUnit(wiring.Component):
             sl5 = p2_5[:33]                     # x_lo sig >= 0, < 2^31
             rp_x.append(p2_5)                   # |x' sin| <= 2^30
             a5 = reg(a4, f"a5_{k}")
-            bx3 = reg(bx2[k], f"bx3_{k}")
+            bx3 = lane(br.data, k)
             bx4 = reg(bx3, f"bx4_{k}")
             bx5 = reg(bx4, f"bx5_{k}")
             sqs.append(sq5)
@@ -304,10 +343,17 @@ class VectorUnit(wiring.Component):
             t = rshr_const(mr5, fx.RSQRT_FRAC, 40)
             mx6.append(reg(Mux(is_[VecOp.RMSNORM], t, a5[:16].as_signed()), f"mx6_{k}", signed(20)))
             my6.append(reg(Mux(is_[VecOp.PRESCALE], cfg.cm, bx5[:16].as_signed()), f"my6_{k}", signed(17)))
-            sprod = Signal(signed(50), name=f"sprod{k}")
-            m.d.comb += sprod.eq((sh5 << 16) + sl5)
-            silu6.append(reg(sat(m, rshr_const(sprod, fx.P_FRAC, 50), 32), f"silu6_{k}"))
-            resid6.append(reg(sat(m, a5 + bx5, 32), f"resid6_{k}"))
+            # SiLU: rshr(x sig, 15) = ((x sig >> 14) + 1) >> 1, x sig = (x_hi sig << 16) + x_lo sig,
+            # so x sig >> 14 = (x_hi sig << 2) + (x_lo sig >> 14): no adder below bit 14.  Its sat32
+            # never clamps (0 <= sig <= 2^15: |rshr(x sig, 15)| <= |x|), so it has none.
+            # the rounding's + 1 rides in the low bits of x_hi sig << 2 (zeros): one adder
+            lo_sh = 16 - (fx.P_FRAC - 1)
+            silu_r = Signal(signed(33), name=f"silu_r{k}")
+            m.d.comb += silu_r.eq(Cat(Const(1, lo_sh), sh5)[:33] + (sl5 >> (fx.P_FRAC - 1)))
+            rsum = Signal(signed(33), name=f"rsum{k}")
+            m.d.comb += rsum.eq(a5 + bx5)
+            # the X32 result (SiLU or RESIDUAL), chosen here: one register for EMIT_D
+            x32_6.append(reg(Mux(is_[VecOp.SILU], silu_r[1:33], sat_top(rsum, 32, f"rsat{k}")), f"x32_6_{k}", 32))
             a7.append(reg(reg(a5, f"a6_{k}"), f"a7_{k}"))
 
         # RMSNORM: the sum of squares (stage 6: pairs of lanes, stage 7: the accumulator)
@@ -352,30 +398,28 @@ class VectorUnit(wiring.Component):
         for k in range(L):
             prod7 = reg(mx6[k] * my6[k], f"prod7_{k}", signed(37))
             rp7 = reg(reg(rp_x[k], f"rp6_{k}", signed(33)), f"rp7_{k}", signed(33))
-            rope_t = Signal(signed(40), name=f"rope_t{k}")
-            m.d.comb += rope_t.eq(prod7 + rp7)
+            # RoPE: x cos and x' (+-sin) of 16-bit operands are each at most 2^30 in magnitude, so
+            # their sum lies in 33 bits (prod7's low 33 bits are x cos)
+            rope_t = Signal(signed(33), name=f"rope_t{k}")
+            m.d.comb += rope_t.eq(prod7[:33].as_signed() + rp7)
             p = Signal(signed(P_BITS), name=f"p{k}")
             with m.If(is_[VecOp.TO_BFP]):
                 m.d.comb += p.eq(a7[k])
             with m.Elif(is_[VecOp.ROPE]):
-                m.d.comb += p.eq(rshr_const(rope_t, fx.ROPE_FRAC, 41))
+                m.d.comb += p.eq(rshr_const(rope_t, fx.ROPE_FRAC, 34))
             with m.Else():
                 m.d.comb += p.eq(prod7)
             ps.append(reg(p, f"p8_{k}"))
-        pmag = [reg(abs_(m, Cat(p, p[-1]).as_signed())[:P_BITS], f"pmag9_{k}") for k, p in enumerate(ps)]
-        pq = [reg(tree(pmag[j:j + half_l], vmax), f"pmag10_{j}", P_BITS) for j in range(0, L, half_l)]
-        mag_p = Signal(P_BITS)
-        m.d.comb += mag_p.eq(tree(pq, vmax))
-        with m.If((state == PROD) & v[10] & (mag_p > amax_p)):
-            m.d.sync += amax_p.eq(mag_p)
+        pmag = [reg(abs_bits(p, f"abs_p{k}"), f"pmag9_{k}") for k, p in enumerate(ps)]
+        pq = [reg(tree(pmag[j:j + half_l], vor), f"pmag10_{j}", P_BITS) for j in range(0, L, half_l)]
+        with m.If((state == PROD) & v[10]):
+            m.d.sync += amax_p.eq(tree(pq + [amax_p], vor))
         # normalize: sh = max(0, bitlen(amax p) - 15), settling while PROD drains
         bl_p = bitlen2(amax_p, "bl_p")
-        sh_p = free(Mux(bl_p > 15, bl_p - 15, 0), "sh_p", range(P_BITS + 1))
-        sc1_p, sc0_p = shift_amount(sh_p, P_BITS, "sp")
+        sh_p = free(Mux(bl_p > 15, bl_p - 15, 0), "sh_p", range(P_BITS + 1))     # <= 21
         exp_o = free(e_out + sh_p, "exp_o", signed(EXP_BITS))
-        shr9 = [reg(p >> sc1_p, f"shr9_{k}", signed(P_BITS)) for k, p in enumerate(ps)]
-        p9 = [reg(p, f"p9_{k}") for k, p in enumerate(ps)]
-        mant_o = [sat(m, round_shifted(p9[k], shr9[k], sc0_p, P_BITS + 1), 16) for k in range(L)]
+        v9 = [norm_window(p, sh_p, f"v9_{k}") for k, p in enumerate(ps)]
+        mant_o = [norm_round(v, sh_p) for v in v9]
 
         # --- pass ends ----------------------------------------------------------------------
         with m.If(issued & (((state == SQ) & (v[1:7] == 0)) | ((state == PROD) & (v[1:11] == 0)))):
@@ -407,10 +451,8 @@ class VectorUnit(wiring.Component):
                          o_exp.eq(Mux(emit_n, exp_o, 0))]
             with m.If(emit_n):
                 m.d.sync += o_x.eq(Cat(*[Cat(mk, mk[15].replicate(16)) for mk in mant_o]))
-            with m.Elif(is_[VecOp.SILU]):
-                m.d.sync += o_x.eq(Cat(*silu6))
             with m.Else():
-                m.d.sync += o_x.eq(Cat(*resid6))
+                m.d.sync += o_x.eq(Cat(*x32_6))
         m.d.comb += [self.o.valid.eq(o_valid), self.o.payload.x.eq(o_x), self.o.payload.exp.eq(o_exp),
                      self.o.payload.last.eq(o_last)]
         with m.If(o_valid & self.o.ready & o_last):

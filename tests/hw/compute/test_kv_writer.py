@@ -89,3 +89,23 @@ def test_every_scale_exponent_and_the_block_rate():
     starts = when[::nb]
     assert all(b - a == nb + 4 for a, b in zip(starts, starts[1:]))
     assert all(when[i + 1] == when[i] + 1 for i in range(len(when) - 1) if (i + 1) % nb)
+
+
+def test_quantiser_window_covers_every_scale():
+    """The quantiser keeps SHD_BITS bits of mant * rcp >> (7 + Ep) and no 4-bit clamp: for every
+    amax (1 .. 32768) and its extreme mantissas +-amax (the floor shift is monotonic in mant),
+    the golden scale's shifted product fits SHD_BITS signed bits and its rounding lies in [-7, 7],
+    and Ep spans EP_MIN .. EP_MAX (the window's 16 places)."""
+    from mcf.hw.compute.kv_writer import EP_MAX, EP_MIN, SHD_BITS
+    from mcf.spec import fixed as fx
+    from mcf.sw.golden.fixed import bitlen
+    amax = np.arange(1, 32769, dtype=np.int64)
+    t = amax * fx.RCP7
+    ep = bitlen(t) - fx.KV_A_BITS
+    rcp = fx.KV_RCP_LUT[(t >> ep) - 128]
+    s = 7 + ep
+    hi = (np.minimum(amax, 32767) * rcp) >> s
+    lo = (-amax * rcp) >> s
+    assert (ep.min(), ep.max()) == (EP_MIN, EP_MAX)
+    assert lo.min() >= -(1 << (SHD_BITS - 1)) and hi.max() < (1 << (SHD_BITS - 1))
+    assert ((lo + 1) >> 1).min() >= -7 and ((hi + 1) >> 1).max() <= 7

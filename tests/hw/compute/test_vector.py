@@ -96,3 +96,59 @@ def test_op_amaranth_sim(op, lanes):
 def test_ops_cocotb(build_dir, lanes):
     run_cocotb(VectorUnit(max_n=32, lanes=lanes), __name__, build_dir, testcase="run_ops",
                params={"max_n": 32, "jobs": 14, "lanes": lanes})
+
+
+def _edge_rows(n):
+    """X32 rows at the ends of the range: -2^31 and 2^31 - 1, powers of two and their
+    neighbours (every bit length, so every normalize / RMSNORM shift), and mixed signs."""
+    top = [-(1 << 31), (1 << 31) - 1]
+    rows = [np.array((top * n)[:n], dtype=np.int64)]
+    edge = 1 << (16 + 3)                 # SiLU's table ends: x = +-8.0, idx = +-512
+    near = [edge, edge - 1, edge - 512, edge - 513, -edge, -edge - 511, -edge - 512, -edge - 513]
+    rows.append(np.array((near * n)[:n], dtype=np.int64))
+    for b in (0, 15, 16, 30):
+        base = np.array([(1 << b), -(1 << b), (1 << b) - 1, -(1 << b) + 1] * (n // 4), dtype=np.int64)
+        rows.append(np.clip(base, -(1 << 31), (1 << 31) - 1))
+    rows.append(np.array([-(1 << 31)] + [1] * (n - 1), dtype=np.int64))
+    return rows
+
+
+def test_ops_at_the_range_ends_amaranth_sim():
+    """TO_BFP, RMSNORM, SILU, RESIDUAL, ROPE (16-bit table extremes) and MUL on rows at the ends of the X32 / BFP16 ranges (normalize's
+    and RMSNORM's 17-bit shift windows, SiLU without a clamp, RESIDUAL's clamp both ways) against golden."""
+    from mcf.sim.compute.jobs import VectorJob
+    from mcf.sw.golden import fixed as fx
+    n, lanes = 16, 4
+    rng = np.random.default_rng(11)
+    jobs = []
+    for x in _edge_rows(n):
+        cmd = dict(n=n, gain_exp=0, eps=0, cm=0, ce=0)
+        last = [int(i == n - 1) for i in range(n)]
+        a = [(int(v), 0) for v in x]
+        zeros = [(0, 0, 0)] * n
+        mant, e = fx.x32_to_bfp(x[None])
+        jobs.append(VectorJob(dict(cmd, op=int(VecOp.TO_BFP)), a, zeros,
+                              [(int(v), int(e[0]), la) for v, la in zip(mant[0], last)]))
+        gain = np.array([32767, -32768] * (n // 2), dtype=np.int64)
+        eps = fx.eps_constant(n, 1e-6)
+        rm, re = fx.rmsnorm_eps_n(x[None], gain, 0, eps)
+        jobs.append(VectorJob(dict(cmd, op=int(VecOp.RMSNORM), eps=eps), a, [(int(g), 0, 0) for g in gain],
+                              [(int(v), int(re[0]), la) for v, la in zip(rm[0], last)]))
+        jobs.append(VectorJob(dict(cmd, op=int(VecOp.SILU)), a, zeros,
+                              [(int(v), 0, la) for v, la in zip(fx.silu(x), last)]))
+        r = x[::-1].copy()
+        jobs.append(VectorJob(dict(cmd, op=int(VecOp.RESIDUAL)), a, [(int(v), 0, 0) for v in r],
+                              [(int(v), 0, la) for v, la in zip(fx.sat(x + r, 32), last)]))
+        half = n // 2                  # RoPE with the table's extremes (x cos + x' sin up to 2^31)
+        cos = rng.choice([-32768, 32767, 16384], half)[None]
+        sin = rng.choice([-32768, 32767, -16384], half)[None]
+        ym, ye = fx.rope((mant[None], e[None]), cos, sin)
+        jobs.append(VectorJob(dict(cmd, op=int(VecOp.ROPE)), [(int(v), int(e[0])) for v in mant[0]],
+                              [(int(cos[0, i % half]), int(sin[0, i % half]), 0) for i in range(n)],
+                              [(int(v), int(ye[0, 0]), la) for v, la in zip(ym[0, 0], last)]))
+        bm = rng.choice([-32768, 32767, -1, 1], n)
+        pm, pe = fx.bfp_mul((mant, e), (bm[None], np.array([3])))
+        jobs.append(VectorJob(dict(cmd, op=int(VecOp.MUL)), [(int(v), int(e[0])) for v in mant[0]],
+                              [(int(v), 0, 3) for v in bm], [(int(v), int(pe[0]), la) for v, la in zip(pm[0], last)]))
+    dut = VectorUnit(max_n=32, lanes=lanes)
+    assert normalise(amaranth_run(dut, jobs), jobs) == expected(jobs)
