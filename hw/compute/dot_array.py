@@ -38,6 +38,15 @@ do per slice the instances do inside it:
   hi 2^22 + lo is the slice's pre-adder (D = lo, A = hi 2^22, both sign-extended: wiring; the AD
   register is the weights' extra cycle), not a 5-bit adder per slice in the fabric.  Without
   instances (``primitive=False``) ``w_early`` is one more register on the weights.
+
+``w_hold`` (the matrix unit's: a weight beat serves several consecutive items, tokens): ``w`` is
+read only on the enabled cycles ``w_load`` is high, and the array holds that beat for the items
+after it.  The first register of each lane's weight path is clock-enabled by the load (``en &
+w_load``): the skew's first register for lanes 1 .. chain - 1, the multiplier operand itself for
+lane 0 of a chain (the slices' A2 / D: CEA2 / CED), so the lanes keep the beat as the state they
+have anyway; the registers after it stay on ``en`` (a held value delayed is the same value held,
+the same number of enabled cycles later).  No register of the whole beat, no multiplexer in
+front of the array: ``w`` may change as soon as it is loaded.
 """
 from __future__ import annotations
 
@@ -99,7 +108,7 @@ class DotArray(wiring.Component):
     """``rows`` x ``lanes`` INT4 x 16-bit products summed per row; see the module docstring."""
 
     def __init__(self, rows: int, lanes: int, packed: bool = True, primitive: bool = False,
-                 w_early: bool = False):
+                 w_early: bool = False, w_hold: bool = False):
         if rows < 1 or lanes < 1:
             raise ValueError(f"rows={rows}, lanes={lanes}: must be >= 1")
         if packed and rows % 2:
@@ -109,6 +118,8 @@ class DotArray(wiring.Component):
         self.rows, self.lanes, self.packed, self.primitive = rows, lanes, bool(packed), bool(primitive)
         #: the weights ``w`` come one enabled cycle before their activations ``a``
         self.w_early = bool(w_early)
+        #: ``w`` is read when ``w_load`` (and ``en``) and held for the items after it
+        self.w_hold = bool(w_hold)
         self.chain = min(CHAIN, lanes)
         if lanes % self.chain:
             raise ValueError(f"mac_lanes={lanes}: must be a multiple of {self.chain} (the DSP chain)")
@@ -120,6 +131,7 @@ class DotArray(wiring.Component):
         super().__init__({
             "en": In(1),
             "w": In(rows * lanes * W_BITS),
+            **({"w_load": In(1)} if self.w_hold else {}),
             "a": In(lanes * MANT_BITS),
             "dots": Out(data.ArrayLayout(signed(self.dot_width), rows)),
         })
@@ -134,14 +146,18 @@ class DotArray(wiring.Component):
         P, K, C = self.rows, self.lanes, self.chain
         en = self.en
 
-        def delayed(value, n, name):
-            """``value`` after ``n`` enabled registers (reset-less: shift-register friendly)."""
+        def delayed(value, n, name, first=None):
+            """``value`` after ``n`` enabled registers (reset-less: shift-register friendly);
+            ``first``: the first one's enable instead of ``en`` (the weights' load)."""
             for i in range(n):
                 r = Signal.like(value, name=f"{name}_d{i}", reset_less=True)
-                with m.If(en):
+                with m.If(en if i or first is None else first):
                     m.d.sync += r.eq(value)
                 value = r
             return value
+
+        # the enable of a lane's first weight register (w_hold: only when a beat is loaded)
+        load = en & self.w_load if self.w_hold else en
 
         def q(p, k):
             return self.w[(p * K + k) * W_BITS:(p * K + k + 1) * W_BITS]
@@ -167,7 +183,7 @@ class DotArray(wiring.Component):
                 for k in range(c0, min(c0 + C, K)):
                     c = k - c0
                     early = self.w_early and not self.primitive     # (the slice's AD register)
-                    raw = delayed(Cat(*[q(r, k) for r in rows]), c + early, f"w{col}_{k}")
+                    raw = delayed(Cat(*[q(r, k) for r in rows]), c + early, f"w{col}_{k}", first=load)
                     lo = raw[:W_BITS].as_signed()
                     # A register: the multiplier operand (27-bit packed pair, or one weight).
                     wa = Signal(signed(DSP_A_BITS if self.packed else W_BITS), name=f"wa{col}_{k}",
@@ -181,9 +197,10 @@ class DotArray(wiring.Component):
                         # Fabric: the skew only; the slice holds A2 (the packed operand) or A2, D
                         # and AD (the pre-adder packs it: w_early), B2, P.
                         prev, pcout = self._slice(m, f"dsp{col}_{k}", value, acts_in[k], pcout,
-                                                  pre=(hi * (1 << PACK_SHIFT), lo) if self.w_early else None)
+                                                  pre=(hi * (1 << PACK_SHIFT), lo) if self.w_early else None,
+                                                  ce_a=load if c == 0 else en)
                         continue
-                    with m.If(en):
+                    with m.If(load if c + early == 0 else en):
                         m.d.sync += wa.eq(value)
                     # The chain's P register: the product plus the previous lane's P (the
                     # DSP's post-adder on PCIN; no M register, the form Yosys cascades).
@@ -213,21 +230,22 @@ class DotArray(wiring.Component):
                     m.d.sync += self.dots[r].eq(total)
         return m
 
-    def _slice(self, m, name, a, b, pcin, pre=None):
+    def _slice(self, m, name, a, b, pcin, pre=None, ce_a=None):
         """One DSP48E2: P <= A2 x B2 (+ PCIN unless the first of its chain, + ROUND if it is);
-        ``pre`` = (A, D): P <= AD x B2, AD <= A2 + D (the pre-adder, its own register); returns P,
-        PCOUT."""
+        ``pre`` = (A, D): P <= AD x B2, AD <= A2 + D (the pre-adder, its own register); ``ce_a``:
+        the enable of A2 (and D) if not ``en`` (the weights' load); returns P, PCOUT."""
         a30, b18, p = Signal(signed(30), name=f"{name}_a"), Signal(signed(18), name=f"{name}_b"), \
             Signal(signed(DSP_P_BITS), name=f"{name}_p")
         pcout = Signal(DSP_P_BITS, name=f"{name}_pcout")
         m.d.comb += [a30.eq(a if pre is None else pre[0]), b18.eq(b)]
         en = self.en
+        ce_a = en if ce_a is None else ce_a
         # (without the pre-adder its D port and register tied off: every pin of the model connected)
         ports = dict(i_D=Const(0, DSP_A_BITS), i_CED=Const(0, 1), i_CEAD=Const(0, 1), i_RSTD=Const(0, 1))
         if pre is not None:
             d27 = Signal(signed(DSP_A_BITS), name=f"{name}_d")
             m.d.comb += d27.eq(pre[1])
-            ports = dict(p_DREG=1, p_ADREG=1, i_D=d27, i_CED=en, i_CEAD=en, i_RSTD=Const(0, 1))
+            ports = dict(p_DREG=1, p_ADREG=1, i_D=d27, i_CED=ce_a, i_CEAD=en, i_RSTD=Const(0, 1))
         m.submodules[name] = Instance(
             "DSP48E2",
             p_AREG=1, p_BREG=1, p_MREG=0, p_PREG=1, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
@@ -240,7 +258,7 @@ class DotArray(wiring.Component):
             i_OPMODE=Const(0b10_000_0101 if pcin is None else 0b00_001_0101, 9),
             # INMODE 00100: the multiplier's A operand is D + A2 (the pre-adder), else A2
             i_ALUMODE=Const(0, 4), i_INMODE=Const(0 if pre is None else 0b00100, 5), i_CARRYIN=Const(0, 1),
-            i_CEA2=en, i_CEB2=en, i_CEP=en,
+            i_CEA2=ce_a, i_CEB2=en, i_CEP=en,
             i_RSTA=Const(0, 1), i_RSTB=Const(0, 1), i_RSTP=Const(0, 1),
             o_P=p, o_PCOUT=pcout, **ports)
         return p, pcout

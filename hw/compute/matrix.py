@@ -5,7 +5,10 @@ A ``mac_rows`` x ``mac_lanes`` MAC array (``rows`` x ``lanes`` below).  Each wei
 = q[row p, input k]) and
 is held for ``T`` cycles while the activation buffer supplies the same ``lanes`` inputs of
 token 0 .. T-1: a weight is fetched once per tile, whatever the number of tokens (prefill
-reuses it T times; decode, T = 1, needs a beat per cycle).
+reuses it T times; decode, T = 1, needs a beat per cycle).  The unit takes a beat from ``w`` at
+its first issue (token 0) into the product array, whose weight registers hold it for the other
+tokens (``DotArray.w_hold``: no register of the whole beat), so the stream's next beat may arrive
+meanwhile; ``w_wait`` is high while an issue waits for a beat.
 
 Per (row, token) the unit keeps an exact group partial sum and an exact accumulator:
     partial = sum_{i in group} mant[i] q[i]          (int4 x int16 products)
@@ -29,7 +32,7 @@ max_inputs / 2 keys).  Each weight w of the activation rows comes as two balance
 w = hi 2^16 + lo (hi in [0, 2^15), lo in [-2^15, 2^15), from ``w <= W_MAX``), written by the
 producer as two buffer beats: beat 2 b + 0 = the hi digits of key beat b, 2 b + 1 = its lo
 digits.  The loop is key beat -> channel tile -> digit (hi, lo: the same weight beat replayed,
-taken on the lo pass) -> token; the group-scale stage multiplies a hi partial by 2^16 and a lo
+taken at the hi pass's token 0) -> token; the group-scale stage multiplies a hi partial by 2^16 and a lo
 partial by 1 (no scale stream, no requantize); the exact accumulator of (tile, token) is the
 result: + the previous wide value from ``prev`` (P int64 words a beat, in the output order) when
 ``cmd.acc``; out as sat32 (one beat) or, ``cmd.wide``, its low then its high 32-bit words (two
@@ -142,6 +145,7 @@ class MatrixUnit(wiring.Component):
             "o": Out(AXIStreamSignature(rows * 32)),
             "busy": Out(1),
             "mac": Out(1),
+            "w_wait": Out(1),
             **({"avail": In(range(self.depth + 1))} if streamed else {}),
             **({"prev": In(stream.Signature(rows * WIDE_BITS))} if pv_tiles else {}),
         })
@@ -203,22 +207,32 @@ class MatrixUnit(wiring.Component):
         # in it are at most one per item of the stages before stage 4 (1 + latency + 1), plus one.
         # (``w_early``: the weight beat goes into the array the cycle it is taken, its activations
         # come from the buffer's read port a cycle later; the array's weight path has the extra
-        # register -- on DSP48E2 instances the pre-adder's, which packs the two rows' weights.)
-        m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive, w_early=True)
+        # register -- on DSP48E2 instances the pre-adder's, which packs the two rows' weights.
+        # ``w_hold``: the array keeps the beat for its other tokens, see ``take_w``.)
+        m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive, w_early=True,
+                                          w_hold=True)
         # (Both read from a register: a beat is there two cycles after it is taken, long before its use.)
         m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS, depth=dot.latency + 3)
         m.submodules.bias_q = bias_q = fifo.SyncFIFOBuffered(width=P * 32, depth=BIAS_DEPTH)
         t0 = t == 0
         take_scale = last_j & ~pv & t0
         take_bias = need_bias & t0
-        m.d.comb += fire.eq(running & adv & self.w.tvalid & (~take_scale | (self.scale.valid & scale_q.w_rdy))
+        # A weight beat is taken at its first issue (token 0; pv: of the hi digit) into the array, whose
+        # weight registers hold it for the beat's other issues (``DotArray.w_hold``: on DSP48E2
+        # instances the slices' A / D / AD registers and the skew's, clock-enabled by the take): the
+        # stream's next beat may come meanwhile.
+        take_w = Signal()
+        m.d.comb += take_w.eq(t0 & ~(pv & dg))
+        m.d.comb += fire.eq(running & adv & (self.w.tvalid | ~take_w)
+                            & (~take_scale | (self.scale.valid & scale_q.w_rdy))
                             & (~take_bias | (self.bias.valid & bias_q.w_rdy))
                             & ((abeat < self.avail) if self.streamed else 1))
         m.d.comb += [
             scale_q.w_en.eq(self.scale.ready), scale_q.w_data.eq(self.scale.payload),
             bias_q.w_en.eq(self.bias.ready), bias_q.w_data.eq(self.bias.payload),
             self.mac.eq(fire),
-            self.w.tready.eq(fire & last_t & (~pv | dg)),        # pv: a weight beat serves both digits
+            self.w.tready.eq(fire & take_w),                     # pv: a weight beat serves both digits
+            self.w_wait.eq(running & take_w & ~self.w.tvalid),
             self.scale.ready.eq(fire & take_scale),
             self.bias.ready.eq(fire & take_bias),
             rd.en.eq(adv),
@@ -277,7 +291,7 @@ class MatrixUnit(wiring.Component):
         # --- stage 2: rows x lanes products and their per-row sums (hw/compute/dot_array.py) ---------
         # The dot products appear ``latency`` enabled cycles after stage 1; the control goes down
         # the same number of stages.
-        m.d.comb += [dot.en.eq(adv), dot.w.eq(self.w.tdata), dot.a.eq(rd.data)]
+        m.d.comb += [dot.en.eq(adv), dot.w.eq(self.w.tdata), dot.w_load.eq(fire & take_w), dot.a.eq(rd.data)]
         dots = [dot.dots[p] for p in range(P)]
         s2 = s1
         for i in range(dot.latency):
@@ -556,7 +570,11 @@ class TileReorder(wiring.Component):
             outs.append(rp.data)
         if self.prerotated:
             m.d.comb += self.rot.eq(wi)
-        m.d.comb += self.o.payload.eq(Cat(*[Array(outs[(p + x * A) % P] for x in range(J))[rj] for p in range(P)]))
+        # the read rotation as a multiplexer level of its own (``keep``: the LUT mapping takes it as one J-way
+        # choice a bit, not split into the choices behind it, the execute unit's choice of the weight source)
+        rot = Signal(P * self.lanes * W_BITS, attrs={"keep": 1})
+        m.d.comb += [rot.eq(Cat(*[Array(outs[(p + x * A) % P] for x in range(J))[rj] for p in range(P)])),
+                     self.o.payload.eq(rot)]
         with m.If(take):
             m.d.sync += wi.eq(wi + 1)
             with m.If(wi == J - 1):

@@ -927,75 +927,66 @@ class GemmMover(Mover):
             mx.scale.valid.eq(us.o.valid), mx.scale.payload.eq(us.o.payload), us.o.ready.eq(mx.scale.ready),
             mx.bias.valid.eq(ub.o.valid), mx.bias.payload.eq(ub.o.payload), ub.o.ready.eq(mx.bias.ready),
         ]
-        # kv: the unpacked words (P pieces of K nibbles in key-major order) through the tile reorder
-        # buffer; ordinary GEMMs pass it by
-        wv, wdata, wrdy = Signal(), Signal(P * K * W_BITS), Signal()
-        # pv: the V rows through the pv reorder (V^T beats, channel tile by tile; tiles outside
-        # tile0 .. tile0 + tiles - 1 are dropped); ``wsrc``: what feeds the weight beats
-        wsrc_v, wsrc_d, wsrc_r = Signal(), Signal(P * K * W_BITS), Signal()
-        # the reorders' write rotations on the loaders' words, before the unpacker gathers them (a word
-        # of whole keys, a beat of whole words): each key's pieces rotated by the reorder's ``rot`` (the
-        # beat the words are of; 0 in the other modes), instead of the beats (as wide as the weights)
+        # The weight beats' sources: plain GEMM the unpacker's beats; kv the tile reorder's (key-major
+        # tiles -> weight beats); pv the pv reorder's (V^T beats, channel tile by tile; tiles outside
+        # tile0 .. tile0 + tiles - 1 are dropped).  The matrix takes a beat at its first issue and holds it
+        # for the beat's other issues (``MatrixUnit.w``); the reorders hold theirs (double-buffered)
+        # until taken, and plain beats of several loader words go through a two-deep queue (``wq``, LUT RAM,
+        # no choice in front: the unpacker's registers and its last word), so that the unpacker gathers the
+        # next meanwhile (as many beats ahead as before the matrix held its beat).
+        # The three are one choice a bit in front of the matrix (the pv reorder's read multiplexer).
         key_bits, word_bits = g.head_dim * W_BITS, len(b.ldata.tdata)
         whole = word_bits <= P * K * W_BITS and word_bits % key_bits == 0
         pre_kv = self.has_kv and whole and self.kv_beats > 1
         pre_pv = self.has_pv and whole and C > 1
+        plain = ~pv & ~kv
+        plain_d, plain_v, plain_r = Signal(P * K * W_BITS), Signal(), Signal()
+        take = mx.w.tready
+        if P * K * W_BITS > g.data_width * g.weight_beats:
+            m.submodules.wq = wq = fifo.SyncFIFO(width=P * K * W_BITS, depth=2)
+            m.d.comb += [wq.w_en.eq(uw.o.valid & plain), wq.w_data.eq(uw.o.payload), plain_r.eq(wq.w_rdy),
+                         plain_v.eq(wq.r_rdy), plain_d.eq(wq.r_data), wq.r_en.eq(take & plain)]
+        else:
+            m.d.comb += [plain_d.eq(uw.o.payload), plain_v.eq(uw.o.valid), plain_r.eq(take)]
+        wv, wdata = Signal(), Signal(P * K * W_BITS)
+        uw_r = Signal()
+        m.d.comb += [uw_r.eq(plain_r), wv.eq(plain_v), wdata.eq(plain_d)]
+        if self.has_kv:
+            m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv)
+            # the data whatever the mode (only the valids are gated: no AND a bit in front of the tile reorder)
+            m.d.comb += [ro.i.valid.eq(kv & uw.o.valid), ro.i.payload.eq(uw.o.payload), ro.o.ready.eq(kv & take)]
+            with m.If(kv):
+                m.d.comb += [uw_r.eq(ro.i.ready), wv.eq(ro.o.valid)]
+            if not self.has_pv:
+                m.d.comb += wdata.eq(Mux(kv, ro.o.payload, plain_d))
         if self.has_pv:
-            # the weight beat's source (pv: this reorder's beat; kv: the tile reorder's; else the
-            # unpacker's) is chosen in the reorder's read multiplexer (``alt``)
+            # the source choice is made in the pv reorder's read multiplexer (``alt``: 0 the plain beat,
+            # 1 the tile reorder's)
             m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim, alternates=2 if self.has_kv else 1,
                                                       prerotated=pre_pv)
             pc = Signal(range(C))                      # channel tile of the reorder's next beat
-            keep = Signal()
-            m.d.comb += [keep.eq((pc >= pins.tile0) & (pc < pins.tile0 + pins.tiles)),
-                         pro.i.valid.eq(pv & uw.o.valid), pro.i.payload.eq(uw.o.payload),
-                         pro.o.ready.eq(pv & (wrdy | ~keep))]
+            in_tiles = Signal(C)                       # the channel tiles kept (registered: fields of the instruction)
+            m.d.sync += in_tiles.eq(Cat(*[(c >= pins.tile0) & (c < pins.tile0 + pins.tiles) for c in range(C)]))
+            keep = in_tiles.bit_select(pc, 1) if C > 1 else in_tiles[0]
+            m.d.comb += [pro.i.valid.eq(pv & uw.o.valid), pro.i.payload.eq(uw.o.payload),
+                         pro.o.ready.eq(pv & (take | ~keep))]
             with m.If(pro.o.valid & pro.o.ready):
                 m.d.sync += pc.eq(Mux(pc == C - 1, 0, pc + 1))
             with m.If(state == S.CHECK):
                 m.d.sync += pc.eq(0)
-            m.d.comb += [wdata.eq(pro.o.payload), pro.alt[0].eq(uw.o.payload),
+            m.d.comb += [wdata.eq(pro.o.payload), pro.alt[0].eq(plain_d),
                          pro.alt_sel.eq(Mux(pv, 0, Mux(kv, 2, 1)) if self.has_kv else ~pv)]
-            with m.If(pv):
-                m.d.comb += [wv.eq(pro.o.valid & keep), uw.o.ready.eq(pro.i.ready)]
-            with m.Else():
-                m.d.comb += [wsrc_v.eq(uw.o.valid), uw.o.ready.eq(wsrc_r)]
-        else:
-            m.d.comb += [wsrc_v.eq(uw.o.valid), uw.o.ready.eq(wsrc_r)]
-        # the data whatever the mode (only the valids are gated: no AND a bit in front of the tile reorder)
-        m.d.comb += wsrc_d.eq(uw.o.payload)
-        if self.has_kv:
-            m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv)
-            m.d.comb += [ro.i.valid.eq(kv & wsrc_v), ro.i.payload.eq(wsrc_d),
-                         wsrc_r.eq(Mux(kv, ro.i.ready, wrdy)), ro.o.ready.eq(kv & wrdy)]
-            with m.If(~pv):
-                m.d.comb += wv.eq(Mux(kv, ro.o.valid, wsrc_v))
-            if self.has_pv:
+            if self.has_kv:
                 m.d.comb += pro.alt[1].eq(ro.o.payload)
-            else:
-                m.d.comb += wdata.eq(Mux(kv, ro.o.payload, wsrc_d))
-        else:
-            with m.If(~pv):
-                m.d.comb += wv.eq(wsrc_v)
-                if not self.has_pv:
-                    m.d.comb += wdata.eq(wsrc_d)
-            m.d.comb += wsrc_r.eq(wrdy)
+            with m.If(pv):
+                m.d.comb += [uw_r.eq(pro.i.ready), wv.eq(pro.o.valid & keep)]
+        m.d.comb += uw.o.ready.eq(uw_r)
         w_in = b.ldata.tdata
         if pre_kv:
             w_in = TileReorder.rotate(w_in, Mux(kv, ro.rot, 0), K, self.kv_beats)
         if pre_pv:
             w_in = PvReorder.rotate(w_in, Mux(pv, pro.rot, 0), P, g.head_dim)
-        m.d.comb += uw.i.payload.eq(w_in)
-        # the matrix takes a weight beat on its last token: when one beat is several bus words, a
-        # two-deep queue lets the unpacker gather the next beat meanwhile (else it starts only then)
-        if P * K * W_BITS > g.data_width * g.weight_beats:
-            m.submodules.wq = wq = fifo.SyncFIFO(width=P * K * W_BITS, depth=2)
-            m.d.comb += [wq.w_en.eq(wv), wq.w_data.eq(wdata), wrdy.eq(wq.w_rdy),
-                         mx.w.tvalid.eq(wq.r_rdy), mx.w.tdata.eq(wq.r_data), wq.r_en.eq(mx.w.tready)]
-            w_ready = wq.r_rdy
-        else:
-            m.d.comb += [mx.w.tvalid.eq(wv), mx.w.tdata.eq(wdata), wrdy.eq(mx.w.tready)]
-            w_ready = wv
+        m.d.comb += [uw.i.payload.eq(w_in), mx.w.tvalid.eq(wv), mx.w.tdata.eq(wdata)]
         # weight descriptors: at most buffer_bytes and never past the end of a block's rows (wd_blk bytes
         # left in it; a plain GEMM is one block), alternating buffers; a block's end moves to the next
         # block's rows (wd_base: its segment)
@@ -1246,7 +1237,7 @@ class GemmMover(Mover):
             m.d.comb += self.done.eq(1)
             m.d.sync += state.eq(S.IDLE)
         m.d.comb += [b.mac.eq(mx.mac),
-                     b.starved.eq((state == S.RUN) & mx.busy & ~mx.mac & (~w_ready | (~us.o.valid & ~pv)))]
+                     b.starved.eq((state == S.RUN) & mx.busy & ~mx.mac & (mx.w_wait | (~us.o.valid & ~pv)))]
         return m
 
 

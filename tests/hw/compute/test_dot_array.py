@@ -66,28 +66,49 @@ def encode(q, a):
     return w, av
 
 
-def feed(items, i, early):
+def feed(items, i, early, loads=None, rng=None):
     """The ``w`` and ``a`` words of enabled cycle ``i``: item i's (``w_early``: item i's weights,
-    item i - 1's activations)."""
+    item i - 1's activations); ``loads`` (``w_hold``): item i's weights only if it loads them,
+    else random bits (the array must not read them)."""
     last = len(items) - 1
-    return encode(*items[min(i, last)])[0], encode(*items[min(max(i - early, 0), last)])[1]
+    w = encode(*items[min(i, last)])[0]
+    if loads is not None and not (i <= last and loads[i]):
+        bits = items[0][0].size * 4
+        w = int.from_bytes(rng.bytes(bits // 8), "little")
+    return w, encode(*items[min(max(i - early, 0), last)])[1]
 
 
-def run_dots(dut, items, stall_every=0):
+def held(items, rng):
+    """``w_hold``'s items: runs of 1 .. 4 consecutive items (a weight beat's tokens) share their
+    first item's weights, which only that item loads; returns (items, loads)."""
+    out, loads = [], []
+    while len(out) < len(items):
+        q = items[len(out)][0]
+        for t in range(min(int(rng.integers(1, 5)), len(items) - len(out))):
+            out.append((q, items[len(out)][1]))
+            loads.append(t == 0)
+    return out, loads
+
+
+def run_dots(dut, items, stall_every=0, loads=None):
     """Feed ``items`` one per enabled cycle (``en`` low every ``stall_every``-th cycle; ``w_early``:
-    the weights a cycle ahead); return the dots of each item, taken ``latency`` enabled cycles
-    after its activations."""
+    the weights a cycle ahead; ``loads``: ``w_load`` and the items' weights only on the loading
+    items, random bits and loads on disabled cycles); return the dots of each item, taken
+    ``latency`` enabled cycles after its activations."""
     got = []
     early = int(dut.w_early)
+    rng = np.random.default_rng(11)
 
     async def bench(ctx):
         fed, cycle, enabled = 0, 0, 0
         while len(got) < len(items):
             en = not (stall_every and cycle % stall_every == stall_every - 1)
-            w, a = feed(items, fed, early)
+            w, a = feed(items, fed, early, loads if en else [False] * len(items), rng)
             ctx.set(dut.w, w)
             ctx.set(dut.a, a)
             ctx.set(dut.en, en)
+            if loads is not None:
+                ctx.set(dut.w_load, loads[fed] if en and fed < len(loads) else (0 if en else int(rng.integers(0, 2))))
             await ctx.tick()
             cycle += 1
             if en:
@@ -103,18 +124,23 @@ def run_dots(dut, items, stall_every=0):
     return got
 
 
-@pytest.mark.parametrize("packed,stall,early", [(True, 0, 0), (True, 3, 0), (False, 0, 0), (True, 3, 1)])
-def test_dots_exact(packed, stall, early):
+@pytest.mark.parametrize("packed,stall,early,hold", [(True, 0, 0, 0), (True, 3, 0, 0), (False, 0, 0, 0),
+                                                     (True, 3, 1, 0), (True, 3, 1, 1), (False, 3, 0, 1)])
+def test_dots_exact(packed, stall, early, hold):
     """Packed (two products per multiplier) and unpacked arrays equal the exact sums q @ a for
     every INT4 pair x boundary activation; two chains per row (8 lanes: the low field of one
     8-lane chain would overflow on the all-extreme vector); ``en`` low freezes the pipeline;
-    ``w_early`` takes the weights a cycle before their activations."""
+    ``w_early`` takes the weights a cycle before their activations; ``w_hold`` reads a beat only
+    when loaded (random bits on ``w`` otherwise) and keeps it for the items after it."""
     rows, lanes = 4, 8
     items = vectors(rows, lanes, np.random.default_rng(7))
     if stall:
         items = items[::4]
-    dut = DotArray(rows, lanes, packed=packed, w_early=bool(early))
-    got = run_dots(dut, items, stall)
+    loads = None
+    if hold:
+        items, loads = held(items, np.random.default_rng(3))
+    dut = DotArray(rows, lanes, packed=packed, w_early=bool(early), w_hold=bool(hold))
+    got = run_dots(dut, items, stall, loads)
     for i, ((q, a), dots) in enumerate(zip(items, got)):
         assert dots == [int(x) for x in q @ a], f"item {i}: q={q.tolist()} a={a.tolist()}"
 
@@ -159,15 +185,24 @@ async def run_dots_model(dut):
     p = params()
     rows, lanes, latency, early = p["rows"], p["lanes"], p["latency"], p["early"]
     items = vectors(rows, lanes, np.random.default_rng(p["seed"]))[::p["stride"]]
+    loads = None
+    if p["hold"]:
+        items, loads = held(items, np.random.default_rng(p["seed"] + 2))
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.rst.value, dut.en.value = 0, 0
+    if loads is not None:
+        dut.w_load.value = 0
+    for _ in range(2):           # idle edges first: Icarus evaluates the design's combinational blocks
+        await FallingEdge(dut.clk)
     rng = np.random.default_rng(p["seed"] + 1)
     fed = enabled = 0
     expect = []
     while len(expect) < len(items) + latency + early:
         en = int(rng.random() < 0.75)
-        w, av = feed(items, fed, early)
+        w, av = feed(items, fed, early, loads if en else [False] * len(items), rng)
         dut.w.value, dut.a.value, dut.en.value = w, av, en
+        if loads is not None:
+            dut.w_load.value = int(loads[fed]) if en and fed < len(loads) else (0 if en else int(rng.integers(0, 2)))
         await RisingEdge(dut.clk)
         await ReadOnly()
         if en:
@@ -185,14 +220,17 @@ async def run_dots_model(dut):
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("early", [0, 1])
-def test_dots_on_dsp48e2_model(build_dir, early):
+@pytest.mark.parametrize("early,hold", [(0, 0), (1, 0), (1, 1)])
+def test_dots_on_dsp48e2_model(build_dir, early, hold):
     """``primitive=True``: the same exhaustive vectors through DSP48E2 instances (the model
     hw/compute/dsp48e2.v, Icarus) equal the exact sums; ``w_early``: the packing on the slices'
-    pre-adders, the weights a cycle before their activations."""
-    dut = DotArray(4, 8, primitive=True, w_early=bool(early))
+    pre-adders, the weights a cycle before their activations; ``w_hold``: the slices' A2 / D / AD
+    and the skew's registers hold a loaded beat (clock-enabled by the load), ``w`` random bits
+    between loads."""
+    dut = DotArray(4, 8, primitive=True, w_early=bool(early), w_hold=bool(hold))
     build_dir.mkdir(parents=True)
     src = build_dir / "dut.v"
     src.write_text(with_models(verilog.convert(dut, name="dut")))
     run_cocotb(src, __name__, build_dir, testcase="run_dots_model",
-               params={"rows": 4, "lanes": 8, "latency": dut.latency, "seed": 5, "stride": 2, "early": early})
+               params={"rows": 4, "lanes": 8, "latency": dut.latency, "seed": 5, "stride": 2, "early": early,
+                       "hold": hold})
