@@ -485,8 +485,17 @@ def rq_decode(x, s):
 
 
 def rq_window(x, a):
-    """The RQ_WIN-bit window of ``rq_decode``: (x 2^RQ_WIN) >> a, arithmetic (a >= 1)."""
-    return (Cat(Const(0, RQ_WIN), x).as_signed() >> a.as_unsigned())[:RQ_WIN].as_signed()
+    """The RQ_WIN-bit window of ``rq_decode``: (x 2^RQ_WIN) >> a, arithmetic.  A right shifter by the
+    amount's high bits first, two bits (one 4-way choice) a layer, each layer keeping only the bits
+    the later layers can still reach (RQ_WIN + their largest shift): ~200 choices for a 49-bit x,
+    not a full-width layer per amount bit."""
+    a = a.as_unsigned()
+    v = Cat(Const(0, RQ_WIN), x).as_signed()
+    for lo in reversed(range(0, len(a), 2)):
+        n = min(2, len(a) - lo)
+        keep = min(RQ_WIN + (1 << lo) - 1, len(v))        # bits the later layers (shifts < 2^lo) read
+        v = Array((v >> (k << lo))[:keep] for k in range(1 << n))[a[lo:lo + n]].as_signed()
+    return v[:RQ_WIN].as_signed()
 
 
 def rq_sat32(m, r, over, sign):
