@@ -61,7 +61,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import log2_exact, sat, write_indexed
+from mcf.hw.arith import log2_exact, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray
@@ -401,12 +401,12 @@ class MatrixUnit(wiring.Component):
         # E: saturate, the chunk's bias words (the tile's bias beat, popped after its last word)
         bias_words = [Array(bias_q.r_data[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC))[cD.c]
                       if NC > 1 else bias_q.r_data[i * 32:(i + 1) * 32] for i in range(R)]
-        cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(m, r, o, sg) for r, o, sg in
+        cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(r, o, sg) for r, o, sg in
                                                        zip(rD["r"], rD["over"], rD["sign"])]),
                                     "b": (signed(32), [Mux(cfg.bias, b, 0) for b in bias_words])})
         m.d.comb += bias_q.r_en.eq(dadv & cD.v & cD.tile_end & cfg.bias)
         # F: the bias add and its saturation, into the output word
-        words = [sat(m, y + b, 32) for y, b in zip(rE["y"], rE["b"])]
+        words = [sat32(y + b) for y, b in zip(rE["y"], rE["b"])]
 
         # The output word, per chunk c of R words an enable and the next value.  Each bit is one OR of
         # terms (one LUT): the requantizer's word (zero in pv), and in pv y, sat32(y)'s bound, y's high word.
@@ -498,10 +498,17 @@ def rq_window(x, a):
     return v[:RQ_WIN].as_signed()
 
 
-def rq_sat32(m, r, over, sign):
+def sat32(x):
+    """sat32 of a signed ``x`` of more than 32 bits: out of range iff its bits 31 and up are neither
+    all zeros nor all ones (an OR and an AND of them, not two compares against constants)."""
+    top = x[31:]
+    return Mux(top.any() & ~top.all(), Mux(x[len(x) - 1], -(1 << 31), (1 << 31) - 1), x[:32].as_signed())
+
+
+def rq_sat32(r, over, sign):
     """The requantizer's sat32: the (rounded) window ``r``, or the sign's bound when the window
     overflowed (``over``: the exact value has more than RQ_WIN significant bits)."""
-    return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), sat(m, r, 32))
+    return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), sat32(r))
 
 
 def _top_bit(bits):

@@ -547,7 +547,7 @@ def test_requant_shift_boundaries():
     y = Signal(signed(32))
     a, rnd, q = rq_decode(x, s)
     w = Signal(signed(RQ_WIN))
-    m.d.comb += [w.eq(rq_window(x, a)), y.eq(rq_sat32(m, Mux(rnd, (w + 1) >> 1, w), q >= a, x[width - 1]))]
+    m.d.comb += [w.eq(rq_window(x, a)), y.eq(rq_sat32(Mux(rnd, (w + 1) >> 1, w), q >= a, x[width - 1]))]
     shifts = range(-40, 56)
     want = fx.sat(fx.rshr(np.array(xs, dtype=np.int64)[:, None], np.array(shifts)[None, :]), 32)
     bad = []
