@@ -435,21 +435,23 @@ class MatrixUnit(wiring.Component):
             m.d.comb += gword.eq(Mux(pv, 0, Cat(*words)))
             hi_sel = Signal()                   # pv: the second (high) beat of a wide value
             m.d.comb += hi_sel.eq(pv & ~adv)
+            pv_adv = Signal()                   # pv: a low word (or sat32) beat enters
+            m.d.comb += pv_adv.eq(pv & adv)
             hi_w, bits = [], []
             for p in range(P):
                 y = Signal(signed(WIDE_BITS), name=f"pv_y{p}")
                 prev = self.prev.payload[p * WIDE_BITS:(p + 1) * WIDE_BITS].as_signed()
                 m.d.comb += y.eq(acc5[p] + Mux(cfg.acc, prev, 0))
                 hi_w.append(y[32:])
-                over = y[31:].any() & ~y[31:].all()             # y outside int32
-                take_y, bound_lo, bound_31 = (Signal(name=f"pv_{n}{p}") for n in ("y", "blo", "b31"))
-                m.d.comb += [take_y.eq(pv & adv & (cfg.wide | ~over)),      # y's low word (wide, or in range)
-                             bound_lo.eq(pv & adv & ~cfg.wide & over & ~y[WIDE_BITS - 1]),    # 2^31 - 1
-                             bound_31.eq(pv & adv & ~cfg.wide & over & y[WIDE_BITS - 1])]     # -2^31
+                # sat32: y outside int32 (bits 31 and up neither all zeros nor all ones) takes the sign's
+                # bound; the choice is each bit's last level (the 64-bit carry's top bits arrive last)
+                clamp = Signal(name=f"pv_clamp{p}")
+                m.d.comb += clamp.eq(pv_adv & ~cfg.wide & y[31:].any() & ~y[31:].all())
+                sign = y[WIDE_BITS - 1]
                 for k in range(32):
                     x = p * 32 + k
-                    bits.append((take_y & y[k]) | (bound_31 if k == 31 else bound_lo) | (hi_sel & o_hi[x])
-                                | gword[x % (R * 32)])
+                    base = (pv_adv & y[k]) | (hi_sel & o_hi[x]) | gword[x % (R * 32)]
+                    bits.append(Mux(clamp, sign if k == 31 else ~sign, base))
             m.d.comb += o_next.eq(Cat(*bits))
             m.d.comb += [en.eq(Mux(pv, adv | (pend & self.o.tready), ge)) for en, ge in zip(o_en, gemm_en)]
             with m.If(pv):
