@@ -64,7 +64,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import log2_exact, rshr, sat, top_bit, write_indexed
+from mcf.hw.arith import log2_exact, top_bit, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray
@@ -393,55 +393,49 @@ class MatrixUnit(wiring.Component):
         cA, rA = rq_stage("a", cA, {
             "acc": (signed(self.acc_width), sel_acc),
             "sh": (SH, [Mux(cfg.kv, head.sh - e, head.sh) for e in sel_e])})
-        # B: the shift decoded (golden rshr: s > 0 rounds right by min(s, cap); s <= 0 shifts left by
-        # L = min(-s, max_left), saturated at the end): the left shift's overflow is decided from the
-        # accumulator's significant bits, so the shift itself is a 32-bit one (not acc_width + 34 bits).
-        # d = acc ^ its sign: acc fits in 32 - L signed bits iff d[31:] == 0 and q + L <= 31, q the
-        # position of d[:31]'s highest one + 1 (0: none); acc = -1 (q = 0, sign) fits only for L <= 31.
-        max_left = 33
-        cap = self.acc_width + 1
+        # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one 33-bit window of the
+        # accumulator for both directions (``rq_window``), its overflow from the accumulator's
+        # significant bits (``rq_decode``'s q against the window's offset a), the rounding of a right shift.
         AW = self.acc_width
-        dec = {"acc": (signed(AW), rA["acc"]), "left": (1, []), "right1": (range(cap), []),
-               "L": (range(max_left + 1), []), "q": (range(32), []), "hi": (1, [])}
+        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW), []), "rnd": (1, []), "q": (range(AW), [])}
         for s, x in zip(rA["sh"], rA["acc"]):
-            dec["left"][1].append(s <= 0)
-            dec["right1"][1].append(Mux(s > cap, cap, s)[:ceil_log2(cap + 1)] - 1)  # s - 1 (unused at s <= 0)
-            dec["L"][1].append(Mux(s < -max_left, max_left, -s))
-            q, hi = shl_sat_decode(x)
+            a, rnd, q = rq_decode(x, s)
+            dec["a"][1].append(a)
+            dec["rnd"][1].append(rnd)
             dec["q"][1].append(q)
-            dec["hi"][1].append(hi)
         cB, rB = rq_stage("b", cA, dec)
-        # C: the shift: right by s - 1 (rounded in D: ((x >> (s - 1)) + 1) >> 1), or left by L into
-        # the saturated 32-bit result (a value E's saturation passes as it is)
-        shifted = []
-        for i in range(R):
-            x = rB["acc"][i]
-            left = shl_sat(x, rB["L"][i], rB["q"][i], rB["hi"][i])
-            shifted.append(Mux(rB["left"][i], left, x >> rB["right1"][i]))
-        cC, rC = rq_stage("c", cB, {"v": (signed(AW), shifted), "rnd": (1, [~n for n in rB["left"]])})
-        rounded = []
-        for i in range(R):
-            v = rC["v"][i]
-            rounded.append(Mux(rC["rnd"][i], (v + 1) >> 1, v))
-        cD, rD = rq_stage("d", cC, {"r": (signed(AW), rounded)})
+        # C: the window (exact when not over), the overflow and the sign
+        cC, rC = rq_stage("c", cB, {
+            "w": (signed(RQ_WIN), [rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])]),
+            "over": (1, [q >= a for q, a in zip(rB["q"], rB["a"])]),
+            "sign": (1, [x[AW - 1] for x in rB["acc"]]), "rnd": (1, rB["rnd"])})
+        # D: the rounding of a right shift, (w + 1) >> 1
+        cD, rD = rq_stage("d", cC, {"r": (signed(RQ_WIN), [Mux(r, (w + 1) >> 1, w) for w, r in zip(rC["w"], rC["rnd"])]),
+                                    "over": (1, rC["over"]), "sign": (1, rC["sign"])})
         # E: saturate, the chunk's bias words (the tile's bias beat, popped after its last word)
         bias_words = [Array(bias_q.r_data[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC))[cD.c]
                       if NC > 1 else bias_q.r_data[i * 32:(i + 1) * 32] for i in range(R)]
-        cE, rE = rq_stage("e", cD, {"y": (signed(32), [sat(m, r, 32) for r in rD["r"]]),
+        cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(r, o, sg) for r, o, sg in
+                                                       zip(rD["r"], rD["over"], rD["sign"])]),
                                     "b": (signed(32), [Mux(cfg.bias, b, 0) for b in bias_words])})
         m.d.comb += bias_q.r_en.eq(dadv & cD.v & cD.tile_end & cfg.bias)
         # F: the bias add and its saturation, into the output word
-        words = [sat(m, y + b, 32) for y, b in zip(rE["y"], rE["b"])]
+        words = [sat32(y + b) for y, b in zip(rE["y"], rE["b"])]
 
+        # The output word, per chunk c of R words an enable and the next value.  Each bit is one OR of
+        # terms (one LUT): the requantizer's word (zero in pv), and in pv y, sat32(y)'s bound, y's high word.
+        o_next = Signal(P * 32)
+        o_en = [Signal(name=f"o_en{c}") for c in range(NC)]
+        for c in range(NC):
+            with m.If(o_en[c]):
+                m.d.sync += o_data[c * R * 32:(c + 1) * R * 32].eq(o_next[c * R * 32:(c + 1) * R * 32])
+        gemm_en = [dadv & cE.v & (cE.c == c) for c in range(NC)]
+        with m.If(~pv & dadv):
+            m.d.sync += [o_valid.eq(cE.v & cE.end), o_last.eq(cE.last)]
         if not PT:
-            m.d.comb += adv.eq(~s5.v | res_q.w_rdy)
-        with m.If(~pv):
-            with m.If(dadv):
-                m.d.sync += [o_valid.eq(cE.v & cE.end), o_last.eq(cE.last)]
-            for c in range(NC):
-                with m.If(dadv & cE.v & (cE.c == c)):
-                    m.d.sync += o_data[c * R * 32:(c + 1) * R * 32].eq(Cat(*words))
-        if PT:
+            m.d.comb += [adv.eq(~s5.v | res_q.w_rdy), o_next.eq(Cat(*words).replicate(NC))]
+            m.d.comb += [en.eq(ge) for en, ge in zip(o_en, gemm_en)]
+        else:
             # pv: y = acc (+ the previous wide value, taken from ``prev`` here), exact modulo 2^64;
             # sat32(y) as one beat, or (wide) the low words, then the high words as a second beat
             # (the pipeline waits for it: ``pend``); the whole beat in one cycle
@@ -451,44 +445,86 @@ class MatrixUnit(wiring.Component):
             m.d.comb += [adv.eq(Mux(pv, ~pend & (~o_valid | self.o.tready) & (~need_prev | self.prev.valid),
                                     ~s5.v | res_q.w_rdy)),
                          self.prev.ready.eq(adv & need_prev)]
-            lo_w, hi_w, sat_w = [], [], []
+            gword = Signal(R * 32)              # the requantizer's words, zero in pv
+            m.d.comb += gword.eq(Mux(pv, 0, Cat(*words)))
+            hi_sel = Signal()                   # pv: the second (high) beat of a wide value
+            m.d.comb += hi_sel.eq(pv & ~adv)
+            pv_adv = Signal()                   # pv: a low word (or sat32) beat enters
+            m.d.comb += pv_adv.eq(pv & adv)
+            hi_w, bits = [], []
             for p in range(P):
                 y = Signal(signed(WIDE_BITS), name=f"pv_y{p}")
                 prev = self.prev.payload[p * WIDE_BITS:(p + 1) * WIDE_BITS].as_signed()
                 m.d.comb += y.eq(acc5[p] + Mux(cfg.acc, prev, 0))
-                lo_w.append(y[:32])
                 hi_w.append(y[32:])
-                sat_w.append(sat(m, y, 32))
+                # sat32: y outside int32 (bits 31 and up neither all zeros nor all ones) takes the sign's
+                # bound; the choice is each bit's last level (the 64-bit carry's top bits arrive last)
+                clamp = Signal(name=f"pv_clamp{p}")
+                m.d.comb += clamp.eq(pv_adv & ~cfg.wide & y[31:].any() & ~y[31:].all())
+                sign = y[WIDE_BITS - 1]
+                for k in range(32):
+                    x = p * 32 + k
+                    base = (pv_adv & y[k]) | (hi_sel & o_hi[x]) | gword[x % (R * 32)]
+                    bits.append(Mux(clamp, sign if k == 31 else ~sign, base))
+            m.d.comb += o_next.eq(Cat(*bits))
+            m.d.comb += [en.eq(Mux(pv, adv | (pend & self.o.tready), ge)) for en, ge in zip(o_en, gemm_en)]
             with m.If(pv):
                 with m.If(adv):
-                    m.d.sync += [o_valid.eq(s5.v),
-                                 o_data.eq(Mux(cfg.wide, Cat(*lo_w), Cat(*sat_w))),
-                                 o_last.eq(s5.last & ~cfg.wide),
+                    m.d.sync += [o_valid.eq(s5.v), o_last.eq(s5.last & ~cfg.wide),
                                  pend.eq(s5.v & cfg.wide), o_hi.eq(Cat(*hi_w)), o_last_hi.eq(s5.last)]
                 with m.Elif(~pend & self.o.tready):     # the beat went, the next waits for ``prev``
                     m.d.sync += o_valid.eq(0)
                 with m.If(pend & self.o.tready):
-                    m.d.sync += [o_data.eq(o_hi), o_last.eq(o_last_hi), pend.eq(0)]
+                    m.d.sync += [o_last.eq(o_last_hi), pend.eq(0)]
         m.d.comb += [self.o.tvalid.eq(o_valid), self.o.tdata.eq(o_data), self.o.tlast.eq(o_last),
                      self.o.tkeep.eq(-1)]
         return m
 
 
-def shl_sat_decode(x):
-    """The requantizer's left shift, first half: (q, hi) of a signed ``x`` (wider than 32 bits), d =
-    x ^ its sign: q = the position of d[:31]'s highest one + 1 (0: none), hi = d[31:] has a one."""
+#: the requantizer's window: 33 bits of the accumulator (a 32-bit result before its rounding bit)
+RQ_WIN = 33
+#: the longest left shift the requantizer does: x << 32 of any x != 0 leaves int32 (a longer one saturates alike)
+RQ_MAX_LEFT = RQ_WIN - 1
+
+
+def rq_decode(x, s):
+    """The requantizer's shift (golden ``sat32(rshr(x, s))`` of a signed accumulator ``x``), first
+    stage: (a, rnd, q).  Both directions are one window of RQ_WIN bits, x_e = x 2^RQ_WIN >> a: a right
+    shift by s > 0 is ((x >> (s - 1)) + 1) >> 1 (rnd), window a = RQ_WIN - 1 + s (s capped at the width of
+    x: the window is then all sign bits, rounding to 0); a left shift by L = -s >= 0 is x << L, a =
+    RQ_WIN - L (L capped at RQ_MAX_LEFT).  q = the position of the highest one of x ^ its sign, + 1 (0:
+    none): the window holds the exact value iff q <= a - 1 (``rq_window``; else it saturates)."""
     n = len(x)
+    a = Mux(s > 0, (RQ_WIN - 1) + Mux(s > n, n, s), RQ_WIN + Mux(s < -RQ_MAX_LEFT, -RQ_MAX_LEFT, s))
     d = x[:n - 1] ^ x[n - 1].replicate(n - 1)
-    return top_bit(d[:31]), d[31:].any()
+    return a, s > 0, top_bit(d)
 
 
-def shl_sat(x, left, q, hi):
-    """sat32(x << left) (0 <= left) from ``shl_sat_decode``'s (q, hi) of ``x``: x fits in 32 - left
-    signed bits iff not hi and q + left <= 31 (x = -1: q = 0, fits only for left <= 31; x = 0
-    always), so the shift is a 32-bit one."""
-    sign = x[len(x) - 1]
-    over = hi | (((q + left) > 31) & (sign | (q != 0)))
-    return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), (x[:32] << left)[:32].as_signed())
+def rq_window(x, a):
+    """The RQ_WIN-bit window of ``rq_decode``: (x 2^RQ_WIN) >> a, arithmetic.  A right shifter by the
+    amount's high bits first, two bits (one 4-way choice) a layer, each layer keeping only the bits
+    the later layers can still reach (RQ_WIN + their largest shift): ~200 choices for a 49-bit x,
+    not a full-width layer per amount bit."""
+    a = a.as_unsigned()
+    v = Cat(Const(0, RQ_WIN), x).as_signed()
+    for lo in reversed(range(0, len(a), 2)):
+        n = min(2, len(a) - lo)
+        keep = min(RQ_WIN + (1 << lo) - 1, len(v))        # bits the later layers (shifts < 2^lo) read
+        v = Array((v >> (k << lo))[:keep] for k in range(1 << n))[a[lo:lo + n]].as_signed()
+    return v[:RQ_WIN].as_signed()
+
+
+def sat32(x):
+    """sat32 of a signed ``x`` of more than 32 bits: out of range iff its bits 31 and up are neither
+    all zeros nor all ones (an OR and an AND of them, not two compares against constants)."""
+    top = x[31:]
+    return Mux(top.any() & ~top.all(), Mux(x[len(x) - 1], -(1 << 31), (1 << 31) - 1), x[:32].as_signed())
+
+
+def rq_sat32(r, over, sign):
+    """The requantizer's sat32: the (rounded) window ``r``, or the sign's bound when the window
+    overflowed (``over``: the exact value has more than RQ_WIN significant bits)."""
+    return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), sat32(r))
 
 
 def rotate_pieces(word, amount, piece_bits: int, per_key: int):

@@ -530,31 +530,35 @@ def test_pv_stalls_amaranth_sim(wide):
     assert got == job.expected
 
 
-def test_shl_sat_boundaries():
-    """The requantizer's left shift (``shl_sat``: a 32-bit shift, the overflow from the accumulator's
-    significant bits) equals golden sat32(rshr(x, -left)) for every left 0 .. 33 and x at every power
-    of two of a 49-bit accumulator, one either side, 0 and -1."""
-    from amaranth import Module, Signal, signed
+def test_requant_shift_boundaries():
+    """The requantizer's shift (``rq_decode`` -> ``rq_window`` -> rounding -> ``rq_sat32``: one 33-bit
+    window for both directions, the overflow from the accumulator's significant bits) equals golden
+    sat32(rshr(x, s)) for x at every power of two of a 49-bit accumulator, one either side, 0 and
+    -1, at every shift s from -40 (left shifts past the cap) to 55 (right shifts past the width)."""
+    from amaranth import Module, Mux, Signal, signed
     from amaranth.sim import Simulator
-    from mcf.hw.compute.matrix import shl_sat, shl_sat_decode
+    from mcf.hw.compute.matrix import RQ_WIN, rq_decode, rq_sat32, rq_window
     from mcf.sw.golden import fixed as fx
     width = 49
     xs = sorted({v for k in range(width - 1) for b in (1 << k, -(1 << k))
                  for v in (b - 1, b, b + 1) if -(1 << (width - 1)) <= v < 1 << (width - 1)} | {0, -1})
     m = Module()
-    x, left = Signal(signed(width)), Signal(range(34))
+    x, s = Signal(signed(width)), Signal(signed(10))
     y = Signal(signed(32))
-    m.d.comb += y.eq(shl_sat(x, left, *shl_sat_decode(x)))
+    a, rnd, q = rq_decode(x, s)
+    w = Signal(signed(RQ_WIN))
+    m.d.comb += [w.eq(rq_window(x, a)), y.eq(rq_sat32(Mux(rnd, (w + 1) >> 1, w), q >= a, x[width - 1]))]
+    shifts = range(-40, 56)
+    want = fx.sat(fx.rshr(np.array(xs, dtype=np.int64)[:, None], np.array(shifts)[None, :]), 32)
     bad = []
 
     async def bench(ctx):
-        for v in xs:
+        for i, v in enumerate(xs):
             ctx.set(x, v)
-            for s in range(34):
-                ctx.set(left, s)
-                want = int(fx.sat(fx.rshr(np.int64(v), -s), 32))
-                if ctx.get(y) != want:
-                    bad.append((v, s, ctx.get(y), want))
+            for j, sh in enumerate(shifts):
+                ctx.set(s, sh)
+                if ctx.get(y) != want[i, j]:
+                    bad.append((v, sh, ctx.get(y), int(want[i, j])))
 
     sim = Simulator(m)
     sim.add_testbench(bench)
