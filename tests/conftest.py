@@ -57,7 +57,6 @@ LONG_FIRST = [
     "tests/hw/compute/exec/test_pv.py::test_pv_cocotb",                                     # 32
     "tests/hw/compute/test_dot_array.py::test_yosys_maps_packed_pairs_to_dsp48e2",          # 30
     "tests/hw/nic/test_top.py::test_cluster_cocotb[ring]",                                  # 29
-    "tests/hw/test_registry.py::test_lint_and_icarus[exec]",                                # 27
     "tests/hw/test_registry.py::test_lint_and_icarus[compute-{'mac_rows': 16, 'mac_lanes': 16}]",  # 21
     # on the cluster build (the first of them waits for it if the build is not done yet)
     "tests/sim/rtlcluster/test_backend.py::test_rtl_cluster_runs_the_tiny_model_bit_exact[2-mars-16-4-8-2-0.0]",
