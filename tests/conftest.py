@@ -33,17 +33,18 @@ def verilator_cache(tmp_path_factory, worker_id):
 
 #: The longest tests of ``make test`` (seconds on 2 idle cores, fresh-clone CI of 3ea7932), started
 #: before every other test so that the short ones fill the end of the run and no worker idles
-#: while the other finishes a long test.  ``make test`` hands out tests one at a time
-#: (``--maxschedchunk 1``), so every worker takes the next test of this order when it is free;
-#: each keeps one test queued, so the first four go: 0, 1 to one worker, 2, 3 to the other.
-#: The first pays the session's Verilator build of the tiny cluster (make -j on both cores) while
-#: the other worker runs the long tests that need no cluster; the cluster's runs follow once it is
-#: built, so no worker waits on the build's lock (and none converts the cluster's Verilog twice).
-#: A test missing here (renamed, deleted) only loses its place: the rest run in collection order.
+#: while the other finishes a long test.  ``make test`` hands out tests one at a time in this
+#: order (``--dist loadgroup --no-loadscope-reorder``: each test its own unit of work but for the
+#: groups below), each worker keeping two or three queued: the first four go 0, 2 to one worker
+#: and 1, 3 to the other.  The first pays the session's Verilator build of the tiny cluster (make
+#: -j on both cores) while the other worker runs the long tests that need no cluster; the
+#: cluster's runs follow once it is built, so no worker waits on the build's lock (and none
+#: converts the cluster's Verilog twice).  A test missing here (renamed, deleted) only loses its
+#: place: the rest run in collection order.
 LONG_FIRST = [
     "tests/hw/test_node.py::test_two_nodes_run_programs",                                   # 148 (the build)
-    "tests/hw/nic/test_depth.py::test_nic_meets_the_depth_budget",                          # 101
     "tests/hw/test_registry.py::test_lint_and_icarus[node]",                                # 143
+    "tests/hw/nic/test_depth.py::test_nic_meets_the_depth_budget",                          # 101
     "tests/hw/compute/exec/test_unit.py::test_unit_cocotb",                                 # 92
     "tests/hw/eth/test_eth_node.py::test_mars_over_ethernet",                               # 81
     "tests/sim/benchmarks/test_bench_compute.py::test_bench_engine_writes_what_it_prints",  # 57
@@ -72,8 +73,20 @@ LONG_FIRST = [
 ]
 
 
+def _module_fixtures(item) -> bool:
+    """Does ``item`` use a module-scoped fixture (set up once per module and worker)?"""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any(d and d[-1].scope == "module" for d in defs.values())
+
+
+@pytest.hookimpl(tryfirst=True)           # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """``LONG_FIRST`` first, in its order; every other test after them in collection order (a
-    stable sort: tests of one module stay together, so module fixtures are set up once)."""
+    stable sort).  The tests of a module with a module-scoped fixture (the SFP board build of
+    tests/boards/test_eth10g.py: 21 s) form one group (``xdist_group``), run by one worker, so the
+    fixture is set up once, not once per worker."""
     rank = {nodeid: k for k, nodeid in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))
+    for item in items:
+        if item.nodeid not in rank and _module_fixtures(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
