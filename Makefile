@@ -25,13 +25,16 @@ simulators:
 
 # A fixed string-hash seed: Amaranth orders the ports of a design with two clock domains by a set,
 # so each pytest worker would write different Verilog for the same unit and build it again.
+# --dist loadgroup --no-loadscope-reorder: the workers take tests one at a time in the order of
+# tests/conftest.py (LONG_FIRST: the longest first, so the short ones fill the end of the run; the
+# tests of a module with a module-scoped fixture as one group, so one worker sets it up).
 test: setup  ## run the test suite (parallel; exit 5 = no tests collected is a failure)
-	@PYTHONHASHSEED=0 $(PY) -m pytest -n $(JOBS) -m "not slow" $(PYTEST_ARGS); rc=$$?; \
+	@PYTHONHASHSEED=0 $(PY) -m pytest -n $(JOBS) --dist loadgroup --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure" >&2; exit 1; fi; \
 	exit $$rc
 
 test-all: setup  ## run every test, the slow ones too
-	@PYTHONHASHSEED=0 $(PY) -m pytest -n $(JOBS) $(PYTEST_ARGS)
+	@PYTHONHASHSEED=0 $(PY) -m pytest -n $(JOBS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 demo: setup  ## the main job: generate Verilog, run simulations, report what was checked
 	@$(PY) -m mcf demo
