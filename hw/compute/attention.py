@@ -27,6 +27,14 @@ per group) and, per row, a softmax state (m, l, o[head_dim]):
   resets l only): the array computes P.V (GEMM_PV) and ATTN_Q O loads its o.  The scores enter
   the post as raw = s with shift 0, so s6 = s; one key a cycle (the w queue holds
   ``POST_LATENCY`` + 3 keys, distributed RAM), MAX S + 9 cycles, APPLY S + 17 (``w`` ready).
+* **row maxima** (``mx``, no command; ATTN_SM MAX): ``max_words`` (MW) scores of one row a cycle,
+  word j the key at position ``pos`` + j, the first ``count`` of them keys: the words' visibility
+  (as above), a tree of the visible words' maximum (a level a stage), then m[row] = max(m[row], it)
+  (``first``: m = INT32_MIN before); a row's writes may come back to back.  The SPAD's score rows go
+  in as they lie (no transpose; the execute unit reads ``spad_banks`` beats of a row at once: MW =
+  banks x VL = 32 at Qwen), so a MAX over R rows takes R / MW cycles a key (0.19 at R = 6, MW = 32,
+  against one key a cycle through the post); m is final ``max_write_latency`` cycles after the last
+  write.  Cost: MW - 1 32-bit comparators and multiplexers, MW position compares, no DSP.
 * an **emit** (``cmd.emit = 1``) of rows 0 .. ``cmd.rows`` - 1 on ``o`` (W 32-bit words wide,
   TLAST on the last) in ``EmitMode``: FINAL, head_dim X32 words per row (``finalize``, RCP LUT),
   W words a transfer (all kept); STATE, head_dim + 2 words [m, sat32(l), sat32(o_c) ...]
@@ -170,6 +178,21 @@ def out_words(head_dim: int, vl: int, lanes: int | None = None) -> int:
     return math.gcd(vl, default_lanes(head_dim) if lanes is None else lanes)
 
 
+class MaxWriteSignature(wiring.Signature):
+    """Row maxima (ATTN_SM MAX, no command): ``words`` scores of one row, word j = the score of
+    the key at position ``pos`` + j (int32), words j < ``count`` keys (the rest ignored); m[row] =
+    max(m[row], its visible keys' words) (``first``: m = INT32_MIN before; the producer drives all)."""
+
+    def __init__(self, rows: int, words: int):
+        super().__init__({"en": Out(1), "row": Out(max(ceil_log2(rows), 1)), "first": Out(1),
+                          "pos": Out(POS_BITS + 1), "count": Out(range(words + 1)), "data": Out(32 * words)})
+
+
+#: Cycles from an ``mx`` write to its m (the visibility stage, the max tree's levels, the update).
+def max_write_latency(words: int) -> int:
+    return 2 + ceil_log2(words)
+
+
 class StateWriteSignature(wiring.Signature):
     """One state word of one row: word 0 = m, 1 = l, 2 + c = o[c] (the producer drives all)."""
 
@@ -247,7 +270,7 @@ class AttentionUnit(wiring.Component):
     o words a cycle on ``ow`` and in a FINAL emit (a power of two dividing ``lanes``)."""
 
     def __init__(self, head_dim: int = 16, rows: int = 2, max_keys: int = 64, lanes: int | None = None,
-                 primitive: bool = False, words: int = 1):
+                 primitive: bool = False, words: int = 1, max_words: int | None = None):
         log2_exact(max_keys, "max_keys")
         if rows < 1 or head_dim < 1:
             raise ValueError(f"rows={rows}, head_dim={head_dim}: must be >= 1")
@@ -259,6 +282,9 @@ class AttentionUnit(wiring.Component):
             raise ValueError(f"words={words}: must be a power of two dividing lanes={lanes} or a multiple of "
                              f"lanes dividing head_dim={head_dim}")
         self.head_dim, self.rows, self.max_keys, self.words = head_dim, rows, max_keys, words
+        self.max_words = words if max_words is None else max_words
+        if self.max_words < 1:
+            raise ValueError(f"max_words={max_words}: must be >= 1")
         self.lanes, self.chunks, self.primitive = lanes, head_dim // lanes, bool(primitive)
         # o lives in ``o_lanes`` memories a row (max(lanes, words)), ``head_dim / o_lanes`` deep: W
         # words of a slice are one address; with W > lanes a product chunk fills lanes of them
@@ -271,6 +297,7 @@ class AttentionUnit(wiring.Component):
             "q": In(MemWriteSignature(sum(q_addr_bits(rows, head_dim, words)), q_slice_layout(words).size)),
             "st": In(StateWriteSignature(rows, head_dim)),
             "ow": In(OWriteSignature(rows, head_dim, words)),
+            "mx": In(MaxWriteSignature(rows, self.max_words)),
             "clear": In(1),
             "cmd": In(stream.Signature(cmd_layout(rows))),
             "k": In(stream.Signature(k_layout(head_dim))),
@@ -327,7 +354,8 @@ class AttentionUnit(wiring.Component):
         cfg = Signal(cmd_layout(R))
         apply = Signal()
         pv_busy = Signal()                      # the P.V pipeline holds a product (state loads too)
-        m.d.comb += [apply.eq(cfg.phase == AttnPass.APPLY), self.busy.eq((state != IDLE) | pv_busy),
+        mx_any = Signal()                       # the row maxima's pipeline holds a beat
+        m.d.comb += [apply.eq(cfg.phase == AttnPass.APPLY), self.busy.eq((state != IDLE) | pv_busy | mx_any),
                      self.cmd.ready.eq(state == IDLE)]
         start = Signal()
         m.d.comb += start.eq(self.cmd.valid & self.cmd.ready)
@@ -686,6 +714,46 @@ class AttentionUnit(wiring.Component):
         with m.If(draining & (kdone == acc)):
             m.d.sync += state.eq(IDLE)
 
+        # --- row maxima (``mx``: ATTN_SM MAX, a row's beat of MW scores a cycle, no command) -------------
+        # 1: each word's visibility (position pos + j <= the row's); 2 .. : a max tree of the visible
+        # words, a level a stage; last: m[row] = max(m[row] (INT32_MIN on ``first``), the tree's max)
+        MW = self.max_words
+        mxp = self.mx
+        rsel = mxp.row[:max(ceil_log2(R), 1)]
+        qsel = Array(qpos)[rsel] if R > 1 else qpos[0]
+        # pos + j <= the row's position <=> the row's position - pos >= j: one subtraction, MW compares
+        # with constants
+        mxd = Signal(signed(POS_BITS + 2))
+        m.d.comb += mxd.eq(qsel - mxp.pos)
+        lvl = [(stage(f"mxok{j}", mxp.en & (j < mxp.count) & (mxd >= j)),
+                stage(f"mxs{j}", mxp.data[32 * j:32 * (j + 1)].as_signed())) for j in range(MW)]
+        mv, mrw, mfirst = stage("mx1v", mxp.en), stage("mx1r", rsel), stage("mx1f", mxp.first)
+        mx_busy = [mv]
+        n = 0
+        while len(lvl) > 1:
+            nxt = []
+            for i in range(0, len(lvl) - 1, 2):
+                (oa, va), (ob, vb) = lvl[i], lvl[i + 1]
+                pick_a = oa & (~ob | (va > vb))
+                nxt.append((stage(f"mxt{n}_{i // 2}ok", oa | ob),
+                            stage(f"mxt{n}_{i // 2}", Mux(pick_a, va, vb), signed(32))))
+            if len(lvl) % 2:
+                last_ = lvl[-1]
+                nxt.append((stage(f"mxt{n}_{len(lvl) // 2}ok", last_[0]),
+                            stage(f"mxt{n}_{len(lvl) // 2}", last_[1], signed(32))))
+            mv, mrw, mfirst = stage(f"mxt{n}v", mv), stage(f"mxt{n}r", mrw), stage(f"mxt{n}f", mfirst)
+            mx_busy.append(mv)
+            lvl, n = nxt, n + 1
+        tok, tmax = lvl[0]
+        mbase = Signal(signed(32))
+        m.d.comb += mbase.eq(Mux(mfirst, INT32_MIN, Array(mrow)[mrw] if R > 1 else mrow[0]))
+        mnew = Signal(signed(32))
+        m.d.comb += mnew.eq(Mux(tok & (tmax > mbase), tmax, mbase))
+        for r in range(R):
+            with m.If(mv & (mrw == r)):
+                m.d.sync += mrow[r].eq(mnew)
+        m.d.comb += mx_any.eq(Cat(*mx_busy).any())
+
         # resets by a pass's ``first`` and the state loads (never during a pass)
         for r in range(R):
             with m.If(reset_m | self.clear):
@@ -837,8 +905,10 @@ class AttentionUnit(wiring.Component):
 
 @block("compute_attention", "Q.K^T, exp2 softmax state, P.V over streamed KV -> (m, l, o), maxima or rows",
        variants=({"max_keys": 65536}, {"head_dim": 32, "lanes": 4, "words": 8, "primitive": 1}),
-       head_dim=16, rows=2, max_keys=64, lanes=0, primitive=0, words=1,
+       head_dim=16, rows=2, max_keys=64, lanes=0, primitive=0, words=1, max_words=0,
        ranges={"head_dim": Range(1, 256), "rows": Range(1, 64), "max_keys": Range(1, 1 << 20, pow2=True),
-               "lanes": Range(0, 256), "primitive": Range(0, 1), "words": Range(1, 256, pow2=True)})
-def _attention(head_dim, rows, max_keys, lanes, primitive, words):
-    return AttentionUnit(head_dim, rows, max_keys, lanes=lanes or None, primitive=bool(primitive), words=words)
+               "lanes": Range(0, 256), "primitive": Range(0, 1), "words": Range(1, 256, pow2=True),
+               "max_words": Range(0, 256)})
+def _attention(head_dim, rows, max_keys, lanes, primitive, words, max_words):
+    return AttentionUnit(head_dim, rows, max_keys, lanes=lanes or None, primitive=bool(primitive), words=words,
+                         max_words=max_words or None)

@@ -66,10 +66,11 @@ ISA_COSTS = {
     "ATTN_KV": "keys x the attention unit's cycles a key (MAX c / 2, APPLY c, at least 1; c = head_dim / att_lanes) "
                "+ 2 (MAX) or + 4 (APPLY) per pass (sim/compute/cost.py attn_kv_cycles), or its K (and V) bytes over "
                "the execute unit's one AXI4 master if slower",
-    "ATTN_SM": "ceil(keys / vec_lanes) x max(R, vec_lanes, ceil((R + vec_lanes + 2) / 2)) + 22 (MAX) or + 34 (APPLY) "
-               "(sim/compute/cost.py softmax_pass_cycles: R score beats in and R w beats out per group of vec_lanes "
-               "keys, two transpose buffers; checked against the execute unit's RTL), or its V scale bytes if slower "
-               "(APPLY over a run of blocks: the same)",
+    "ATTN_SM": "MAX: ceil(keys / (banks x vec_lanes)) x R + SOFTMAX_START (banks = mac_lanes / vec_lanes SPAD beats "
+               "of a row a cycle into the unit's row maxima); APPLY: ceil(keys / vec_lanes) x max(R, vec_lanes, "
+               "ceil((R + vec_lanes + 2) / 2)) + SOFTMAX_START (R score beats in and R w beats out per group of vec_lanes keys, two transpose "
+               "buffers) (sim/compute/cost.py softmax_pass_cycles, checked against the execute unit's RTL), or its V "
+               "scale bytes if slower (APPLY over a run of blocks: the same)",
     "ATTN_Q / ATTN_EMIT": "QUERY: rows x head_dim / W; O and EMIT FINAL: rows x head_dim / W + start (W = "
                           "gcd(vec_lanes, kv lanes) words a cycle); MREF, STATE and EMIT STATE / MAX: a "
                           "word a cycle (sim/compute/cost.py attn_query_cycles, attn_o_cycles, attn_emit_cycles)",
@@ -184,7 +185,8 @@ class TimingCosts(UnitCosts):
         elif op == Opcode.ATTN_KV:
             unit = attn_kv_cycles(w["keys"], d, cfg.att_lanes, ins.phase == AttnPass.APPLY)
         elif op == Opcode.ATTN_SM:
-            unit = softmax_pass_cycles(w["keys"], w["rows"], vl, ins.phase == AttnPass.APPLY)
+            unit = softmax_pass_cycles(w["keys"], w["rows"], vl, ins.phase == AttnPass.APPLY,
+                                       max(cfg.mac_lanes // vl, 1))
         elif op == Opcode.ATTN_Q:
             # the AttnMover (docs/compute.md): QUERY and O W words (a SPAD beat at W = VL) a cycle, MREF and
             # STATE a word a cycle

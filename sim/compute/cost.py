@@ -10,7 +10,7 @@ vector work of one row with the GEMM of the next.
 from __future__ import annotations
 
 import math
-from mcf.hw.compute.attention import key_cycles, out_words, unit_lanes
+from mcf.hw.compute.attention import key_cycles, max_write_latency, out_words, unit_lanes
 from mcf.hw.compute.matrix import MatrixUnit
 from mcf.spec.node import NodeConfig
 
@@ -106,19 +106,26 @@ def attn_emit_cycles(mode, rows: int, d: int, vl: int) -> int:
 
 
 #: ATTN_SM's start beyond its groups (the execute unit in simulation, tests/hw/compute/exec/test_softmax.py):
-#: the decode (2 cycles of it the execute unit's ``SETUP_CYCLES``), the first group's R beats, the unit's post pipeline (MAX 9 cycles, APPLY 17) and, for
-#: APPLY, the first V scale word from DDR and the last group's R w beats written back.
-SOFTMAX_START = {"MAX": 22, "APPLY": 34}
+#: the decode (2 cycles of it the execute unit's ``SETUP_CYCLES``) and, for MAX, the SPAD read latency (+ the
+#: unit's row-maxima pipeline, ``max_write_latency(banks VL)``: 14 in all at 8 words a read, 16 at Qwen's 32); for APPLY, the
+#: first group's R beats, the unit's post pipeline (17 cycles), the first V scale word from DDR and the last
+#: group's R w beats written back.
+SOFTMAX_START = {"MAX": 9, "APPLY": 34}
 
 
-def softmax_pass_cycles(keys: int, rows: int, vl: int, apply: bool) -> int:
-    """One ATTN_SM (``hw/compute/exec/movers.py`` ``AttnMover``, the attention unit's streamed
-    scores): per group of VL keys max(R, VL, ceil((R + VL + 2) / 2)) cycles -- R score beats read
-    (one a cycle) into one of two transpose buffers, VL keys into the unit (one a cycle), a buffer
-    refilled only once its keys have left (2 cycles of SPAD read latency); the w rows go back the
-    same way on the write port -- plus ``SOFTMAX_START``."""
-    group = max(rows, vl, -(-(rows + vl + 2) // 2))
-    return -(-keys // vl) * group + SOFTMAX_START["APPLY" if apply else "MAX"]
+def softmax_pass_cycles(keys: int, rows: int, vl: int, apply: bool, banks: int = 1) -> int:
+    """One ATTN_SM (``hw/compute/exec/movers.py`` ``AttnMover``): MAX reads each row's scores
+    ``banks`` (the SPAD's, ``spad_banks``: mac_lanes / VL) beats at once, one read a cycle, straight
+    into the attention unit's row maxima (``mx``: banks x VL scores of a row a cycle), so R cycles per
+    banks x VL keys: R / (banks VL) a key (0.19 at R = 6, VL = 8, 4 banks).  APPLY: per
+    group max(R, VL, ceil((R + VL + 2) / 2)) cycles -- R score beats read (one a cycle) into one of
+    two transpose buffers, VL keys into the unit's post (one a cycle), a buffer refilled only once its
+    keys have left (2 cycles of SPAD read latency); the w rows go back the same way on the write port.
+    Plus ``SOFTMAX_START`` (MAX: + ``max_write_latency(banks VL)``)."""
+    groups = -(-keys // vl)
+    if apply:
+        return groups * max(rows, vl, -(-(rows + vl + 2) // 2)) + SOFTMAX_START["APPLY"]
+    return -(-groups // banks) * rows + SOFTMAX_START["MAX"] + max_write_latency(banks * vl)
 
 
 #: DIR's cycles beyond one a directory entry (the execute unit in simulation,

@@ -165,13 +165,49 @@ def words_to_int32(words: list[int]) -> list[int]:
     return [unpack(w, 32, 1)[0] for w in words]
 
 
-async def softmax_sequence(ctx, dut, job, w_ready=lambda i: True) -> dict:
+async def max_beats(ctx, dut, job, runs, order_rng=None) -> int:
+    """The MAX passes of ``runs`` the way ATTN_SM MAX drives the unit: per run, each row's scores in
+    beats of ``dut.max_words`` keys on ``mx`` (the last one's ``count`` short of them, its other words
+    INT32_MAX: ignored, though their positions are visible), ``first`` on each row's
+    first beat of run 0; beats in (beat, row) order, or shuffled by ``order_rng`` (a row's beats back to
+    back too) with an idle cycle now and then.  Returns the cycles from the first write to idle."""
+    from mcf.spec.fixed import INT32_MAX, POS_BITS
+    R, MW = job.rows, dut.max_words
+    u32, pmask = 0xFFFFFFFF, (1 << POS_BITS) - 1
+    cycles = 0
+    for i, (a, b) in enumerate(runs):
+        beats = [(x, r) for x in range(a, b, MW) for r in range(R)]
+        if order_rng is not None:
+            beats = [beats[k] for k in order_rng.permutation(len(beats))]
+        seen = set()
+        for x, r in beats:
+            if order_rng is not None and order_rng.random() < 0.2:
+                ctx.set(dut.mx.en, 0)
+                await ctx.tick()
+                cycles += 1
+            words = [(job.s[j] >> (32 * r)) & u32 if j < b else INT32_MAX for j in range(x, x + MW)]
+            ctx.set(dut.mx.en, 1); ctx.set(dut.mx.row, r); ctx.set(dut.mx.first, int(i == 0 and r not in seen))
+            ctx.set(dut.mx.count, min(MW, b - x))
+            ctx.set(dut.mx.pos, (job.s[x] >> (32 * R)) & pmask)
+            ctx.set(dut.mx.data, sum(w << (32 * k) for k, w in enumerate(words)))
+            seen.add(r)
+            await ctx.tick()
+            cycles += 1
+        ctx.set(dut.mx.en, 0)
+        while ctx.get(dut.busy):
+            await ctx.tick()
+            cycles += 1
+    return cycles
+
+
+async def softmax_sequence(ctx, dut, job, w_ready=lambda i: True, mx_rng=None, mx=False) -> dict:
     """A ``SoftmaxJob`` the way ATTN_SM / ATTN_Q / ATTN_EMIT run it on the unit: load the query
     rows (positions) and clear the states (ATTN_Q QUERY); a MAX pass over streamed scores per run (the first with ``first``); emit the
     maxima; for the decode protocol load the global maxima; an APPLY pass per run (w words
     collected from ``w``; ``w_ready(i)``: ready in the pass's cycle i); emit STATE (o still 0);
     load every row's o (``ow``, ``dut.words`` words a cycle: ATTN_Q O); emit FINAL.  Returns the words and the
-    cycles of each pass (command to idle)."""
+    cycles of each pass (command to idle).  ``mx``: the MAX passes by row beats on ``mx`` instead
+    (``max_beats``, shuffled by ``mx_rng`` if given), as ATTN_SM MAX runs them."""
     from mcf.hw.compute.attention import s_layout
     from mcf.sim.compute.jobs import s_run
     from mcf.spec.isa import AttnPass, EmitMode
@@ -201,6 +237,9 @@ async def softmax_sequence(ctx, dut, job, w_ready=lambda i: True) -> dict:
         if phase == AttnPass.APPLY:
             out["max"] = await emit(EmitMode.MAX, R)
             await write_state([(r, 0, mv) for r, mv in job.mref])
+        if phase == AttnPass.MAX and mx:
+            out["cycles"][phase].append(await max_beats(ctx, dut, job, job.runs, mx_rng))
+            continue
         for i, run in enumerate(job.runs):
             await send_command(ctx, dut.cmd, {"emit": 0, "phase": phase, "first": int(i == 0), "src": 1,
                                               "mode": 0, "rows": 1})
@@ -230,13 +269,13 @@ async def softmax_sequence(ctx, dut, job, w_ready=lambda i: True) -> dict:
     return out
 
 
-def run_softmax(dut, jobs, w_ready=lambda i: True) -> list[dict]:
+def run_softmax(dut, jobs, w_ready=lambda i: True, mx=False, mx_rng=None) -> list[dict]:
     """Each ``SoftmaxJob`` -> ``softmax_sequence``'s words and cycles."""
     results = []
 
     async def bench(ctx):
         for job in jobs:
-            results.append(await softmax_sequence(ctx, dut, job, w_ready))
+            results.append(await softmax_sequence(ctx, dut, job, w_ready, mx_rng, mx))
 
     simulate(dut, bench)
     return results

@@ -1611,7 +1611,11 @@ class AttnMover(Mover):
     request for its scale region and one for its rows; a gated run is checked against the
     directory, block by block, before anything is read.
 
-    ATTN_SM feeds the unit's streamed-score pass (``cmd.src``): per group of VL keys it reads the
+    ATTN_SM MAX reads each row's scores NB = ``spad_banks`` beats (NB VL keys) a read, one read a
+    cycle (the SPAD's wide read), into the unit's row maxima (``mx``: the words as they lie, their
+    row, the first key's position, how many are keys; ``first`` on the first read of each row): R
+    cycles per NB VL keys, R / (NB VL) a key (0.19 at R = 6, VL = 8, NB = 4).
+    ATTN_SM APPLY feeds the unit's streamed-score pass (``cmd.src``): per group of VL keys it reads the
     R rows' beats of the group (row-major, SPAD) into one of two transpose buffers (R beats each)
     while the unit takes the other's keys, one a cycle, each with all R rows' scores, its position
     and (APPLY) its V scale word from read stream 1; the unit's w (per key, all rows) fill one of
@@ -1627,7 +1631,8 @@ class AttnMover(Mover):
     def __init__(self, g: Geometry):
         super().__init__(g)
         self.unit = AttentionUnit(g.head_dim, g.att_rows, g.max_keys, lanes=g.att_lanes or None,
-                                  primitive=g.primitive, words=out_words(g.head_dim, g.vl))
+                                  primitive=g.primitive, words=out_words(g.head_dim, g.vl),
+                                  max_words=g.vl * g.spad_banks)
 
     def elaborate(self, platform):
         m = Module()
@@ -1697,6 +1702,8 @@ class AttnMover(Mover):
             with m.If(Mux(is_sm, bad_sm, Mux(is_q, bad_q, Mux(is_emit, bad_e, bad_kv)))):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
+            with m.Elif(is_sm & ~sm_apply):                # MAX: row beats -> the unit's ``mx``, no command
+                m.d.sync += state.eq(S.SM)
             with m.Elif(is_sm):
                 with m.If(au.cmd.ready):
                     m.d.comb += [au.cmd.valid.eq(1), au.cmd.payload.src.eq(1)]
@@ -1714,7 +1721,9 @@ class AttnMover(Mover):
                 m.d.comb += go_kv.eq(~kv_ins.gated)
 
         # --- SPAD reads (QUERY, O: rows at (tok_stride, head_stride); MREF / STATE: words) -----------------------------------------------------------
-        rq = ReadQueue(m, b.spad_rd, g, "rq")
+        NB = g.spad_banks                                # ATTN_SM MAX: NB beats of a row a read (wide)
+        rq = ReadQueue(m, b.spad_rd, g, "rq", wide=NB > 1)
+        rq_beat = rq.words[:g.beat_bits]                 # beat a (every read but MAX's)
         t_i, h_i, i_i = Signal(range(R + 1)), Signal(range(R + 1)), Signal(range(rb + 1))
         w_i = Signal(24)                                 # word reads: beats issued
         base = Signal(g.spad_bits + 20)                  # (t, j) row base
@@ -1743,8 +1752,8 @@ class AttnMover(Mover):
         osub, oslice, orow, osent = Signal(range(max(nt, 2))), Signal(range(D // W + 1)), Signal(range(R + 1)), Signal()
         with m.If(state == S.CHECK):
             m.d.sync += [qt.eq(0), qh.eq(0), osub.eq(0), oslice.eq(0), orow.eq(0), osent.eq(0)]
-        oslices = Array(rq.words[32 * W * x:32 * W * (x + 1)] for x in range(nt))
-        mants = mantissas(rq.words, VL)
+        oslices = Array(rq_beat[32 * W * x:32 * W * (x + 1)] for x in range(nt))
+        mants = mantissas(rq_beat, VL)
         qslices = Array(mants[MANT_BITS * W * x:MANT_BITS * W * (x + 1)] for x in range(nt))
         qsb, qrb = q_addr_bits(R, D, W)
         with m.If((querying | oloading) & rq.valid & ~osent):
@@ -1775,7 +1784,7 @@ class AttnMover(Mover):
         wcount = Signal(24)
         with m.If(state == S.CHECK):
             m.d.sync += [wk.eq(0), wrow.eq(0), wword.eq(0), wcount.eq(0)]
-        words = Array(rq.words[32 * x:32 * (x + 1)] for x in range(VL))
+        words = Array(rq_beat[32 * x:32 * (x + 1)] for x in range(VL))
         with m.If(wording & rq.valid):
             m.d.comb += [au.st.en.eq(1), au.st.row.eq(wrow), au.st.word.eq(wword),
                          au.st.data.eq(words[wk]),
@@ -1926,22 +1935,37 @@ class AttnMover(Mover):
             m.d.sync += [sm_taken.eq(0), sm_full.eq(0), sm_gi.eq(0), sm_ri.eq(0), sm_raddr.eq(sm_ins.scores),
                          sm_rbase.eq(sm_ins.scores), sm_fsel.eq(0), sm_fr.eq(0)]
         isel = sm_gi[0]
+        sm_mfirst, sm_mpos = Signal(), Signal(isa.POS_BITS + 1)     # MAX: group 0's reads; the read's key 0
+        sm_mg = Signal(16)                                           # MAX: the read's first group
+        with m.If(state == S.CHECK):
+            m.d.sync += [sm_mfirst.eq(sm_ins.first), sm_mpos.eq(sm_ins.kpos0), sm_mg.eq(0)]
         with m.If(sming):
             m.d.comb += [rq.addr.eq(sm_raddr),
-                         rq.issue.eq(rq.room & (sm_gi != sm_groups) & (~sm_taken.bit_select(isel, 1) | (sm_ri != 0))),
+                         rq.issue.eq(rq.room & (sm_gi < sm_groups)
+                                     & (~sm_apply | ~sm_taken.bit_select(isel, 1) | (sm_ri != 0))),
                          rq.take.eq(rq.valid)]
             with m.If(rq.issue):
                 m.d.sync += [sm_ri.eq(sm_ri + 1), sm_raddr.eq(sm_raddr + sm_ins.s_stride)]
                 for x in range(2):
                     with m.If(isel == x):
                         m.d.sync += sm_taken[x].eq(1)
-                with m.If(sm_ri == sm_rows_m1):
-                    m.d.sync += [sm_ri.eq(0), sm_gi.eq(sm_gi + 1), sm_raddr.eq(sm_rbase + 1), sm_rbase.eq(sm_rbase + 1)]
+                with m.If(sm_ri == sm_rows_m1):          # MAX: NB groups a read
+                    step = Mux(sm_apply, 1, NB)
+                    m.d.sync += [sm_ri.eq(0), sm_gi.eq(sm_gi + step), sm_raddr.eq(sm_rbase + step),
+                                 sm_rbase.eq(sm_rbase + step)]
+            with m.If(rq.valid & ~sm_apply):           # MAX: NB beats (row sm_fr, keys sm_mpos ..) -> mx
+                left = Signal(16)                        # the row's groups from this read on
+                m.d.comb += [left.eq(sm_groups - sm_mg),
+                             au.mx.en.eq(1), au.mx.row.eq(sm_fr), au.mx.first.eq(sm_mfirst),
+                             au.mx.pos.eq(sm_mpos), au.mx.data.eq(rq.words),
+                             au.mx.count.eq(Mux(left >= NB, NB * VL, left << vl_log2))]
+                with m.If(sm_fr == sm_rows_m1):
+                    m.d.sync += [sm_mfirst.eq(0), sm_mpos.eq(sm_mpos + NB * VL), sm_mg.eq(sm_mg + NB)]
             with m.If(rq.valid):
                 for x in range(2):
                     for r in range(R):
                         with m.If((sm_fsel == x) & (sm_fr == r)):
-                            m.d.sync += tb[x][r].eq(rq.words)
+                            m.d.sync += tb[x][r].eq(rq_beat)
                 m.d.sync += sm_fr.eq(sm_fr + 1)
                 with m.If(sm_fr == sm_rows_m1):
                     m.d.sync += [sm_fr.eq(0), sm_fsel.eq(~sm_fsel)]
@@ -1961,7 +1985,7 @@ class AttnMover(Mover):
                      sp.va.eq(vsc.o.payload[:8]), sp.ve.eq(vsc.o.payload[8:]),
                      sp.last.eq((sm_eg == sm_groups_m1) & (sm_j == VL - 1))]
         s_go = Signal()
-        m.d.comb += [au.s.valid.eq(sming & sm_full.bit_select(sm_esel, 1) & (~sm_apply | vsc.o.valid)),
+        m.d.comb += [au.s.valid.eq(sming & sm_apply & sm_full.bit_select(sm_esel, 1) & vsc.o.valid),
                      s_go.eq(au.s.valid & au.s.ready), vsc.o.ready.eq(s_go & sm_apply)]
         with m.If(s_go):
             m.d.sync += [sm_j.eq(sm_j + 1), sm_pos.eq(sm_pos + 1)]
@@ -2006,7 +2030,7 @@ class AttnMover(Mover):
                         m.d.sync += wfull[x].eq(0)
         sm_started = Signal()
         m.d.sync += sm_started.eq(state == S.CHECK)
-        with m.If(sming & ~sm_started & (sm_eg == sm_groups) & ~au.busy & ~rq.busy
+        with m.If(sming & ~sm_started & Mux(sm_apply, sm_eg == sm_groups, sm_gi >= sm_groups) & ~au.busy & ~rq.busy
                   & (~sm_apply | ((w_g == sm_groups) & ~vsc.busy & (sm_fleft == 0)))):
             m.d.sync += state.eq(S.FINISH)
         # starved: waiting for K (ATTN_KV) or for a V scale word (ATTN_SM APPLY)

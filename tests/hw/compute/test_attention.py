@@ -294,3 +294,27 @@ def test_attention_streamed_scores_amaranth_sim(runs, protocol, stall, words, la
         assert [unpack(w, 32, job.rows, signed=False) for w in got["w"]] == job.w
         assert got["state"] == job.state_words
         assert got["final"] == job.final_words
+
+
+@pytest.mark.parametrize("max_words,shuffle,protocol", [(8, False, False), (3, True, True)])
+def test_attention_row_maxima_amaranth_sim(max_words, shuffle, protocol):
+    """Row maxima (``mx``, ATTN_SM MAX): each row's scores ``max_words`` keys a beat (the last beat
+    padded) give the golden ``partial_state`` m over several runs (saturated scores, a row that sees
+    no key, a beat half visible); shuffled: a row's beats back to back, idle cycles between; then
+    APPLY over streamed scores, STATE and FINAL as ATTN_SM APPLY / ATTN_EMIT run them.  The maxima
+    take one beat a cycle: a pass's cycles = its beats (+ idles) + ``max_write_latency``."""
+    from mcf.hw.compute.attention import max_write_latency
+    from mcf.sim.compute.drive import run_softmax
+    from mcf.sim.compute.jobs import softmax_job, unpack
+    rng = np.random.default_rng(5 + max_words)
+    dut = AttentionUnit(head_dim=8, rows=6, max_keys=32, words=2, max_words=max_words)
+    jobs = [softmax_job(rng, d=8, group=3, tokens=2, keys=keys, runs=3, protocol=protocol) for keys in (19, 7)]
+    results = run_softmax(dut, jobs, mx=True, mx_rng=rng if shuffle else None)
+    for job, got in zip(jobs, results):
+        assert got["max"] == job.max_words
+        assert [unpack(w, 32, job.rows, signed=False) for w in got["w"]] == job.w
+        assert got["state"] == job.state_words
+        assert got["final"] == job.final_words
+        if not shuffle:                 # per run: its beats, then the pipeline drains
+            want = sum(job.rows * -(-(b - a) // max_words) + max_write_latency(max_words) - 1 for a, b in job.runs)
+            assert got["cycles"][AttnPass.MAX] == [want]

@@ -94,13 +94,16 @@ def test_gemm_qk_costs_its_macs_on_the_array_and_its_segment_bytes():
 
 
 def test_attn_sm_costs_its_groups_of_vl_keys():
-    """ATTN_SM run by the ISA simulator under the timing model: ceil(keys / VL) groups of
-    max(R, VL, ceil((R + VL + 2) / 2)) cycles + the start (sim/compute/cost.py, checked against the
-    execute unit's RTL by tests/hw/compute/exec/test_softmax.py); APPLY reads 2 bytes a key."""
-    from mcf.hw.compute.attention import out_words
+    """ATTN_SM run by the ISA simulator under the timing model: MAX R cycles per banks x VL keys (a
+    row's SPAD beats of them a cycle), APPLY ceil(keys / VL) groups of max(R, VL, ceil((R + VL + 2)
+    / 2)) cycles, + the start
+    (sim/compute/cost.py, checked against the execute unit's RTL by
+    tests/hw/compute/exec/test_softmax.py); APPLY reads 2 bytes a key."""
+    from mcf.hw.compute.attention import max_write_latency, out_words
     from mcf.sim.compute.cost import SOFTMAX_START
     node, prof = NodeConfig.tiny(), load_profile("kr260")
     vl = node.vec_lanes
+    banks = max(node.mac_lanes // vl, 1)              # MAX: a row's ``banks`` SPAD beats a cycle
     costs = TimingCosts(node, prof)
     for tokens, heads, keys in ((1, 2, 64), (2, 2, 256)):
         c = ClusterSim(node, 1, costs=costs, ddr_bytes=1 << 17)
@@ -117,8 +120,9 @@ def test_attn_sm_costs_its_groups_of_vl_keys():
         assert c.run(max_cycles=1 << 20).ok
         group = max(R, vl, -(-(R + vl + 2) // 2))
         # QUERY: W = out_words mantissas a cycle into the unit (4 at tiny: two cycles a SPAD beat of 8)
-        want = (R * (node.head_dim // out_words(node.head_dim, vl)) + 2 * (keys // vl) * group + SOFTMAX_START["MAX"]
-                + SOFTMAX_START["APPLY"])
+        want = (R * (node.head_dim // out_words(node.head_dim, vl)) + (keys // vl) * group
+                + -(-(keys // vl) // banks) * R
+                + SOFTMAX_START["MAX"] + max_write_latency(banks * vl) + SOFTMAX_START["APPLY"])
         assert n.perf[isa.PerfCounter.BUSY_ATTN] == want, (tokens, heads, keys)
         assert n.perf[isa.PerfCounter.DDR_RD_BYTES] == 2 * keys
 
