@@ -41,6 +41,7 @@ class Bench:
         dut.q__en.value = 0
         dut.st__en.value = 0
         dut.ow__en.value = 0            # the o load port (ATTN_Q O): undriven it is X under Icarus
+        dut.mx__en.value = 0            # the row maxima port (ATTN_SM MAX): likewise
         dut.clear.value = 0
 
     async def words(self, what, n):
