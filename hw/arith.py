@@ -35,6 +35,14 @@ def sat(m, x: Value, bits: int) -> Signal:
     return out
 
 
+def sat_top(x: Value, bits: int) -> Value:
+    """Golden ``sat(x, bits)`` of a signed ``x`` wider than ``bits``, without comparators: clamped to
+    the sign's bound when x's bits from bits - 1 up are neither all zeros nor all ones (an OR and an
+    AND of them) (comb value, signed ``bits``)."""
+    top, sign = x[bits - 1:], x[len(x) - 1]
+    return Mux(top.any() & ~top.all(), Cat((~sign).replicate(bits - 1), sign), x[:bits]).as_signed()
+
+
 def rshr_pos(m, x: Value, s: Value, width: int) -> Signal:
     """Round-half-up right shift by a non-negative ``s``: (x + 2^(s-1)) >> s, x for s = 0.
 

@@ -64,7 +64,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import log2_exact, top_bit, write_indexed
+from mcf.hw.arith import log2_exact, sat_top, top_bit, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray
@@ -515,10 +515,8 @@ def rq_window(x, a):
 
 
 def sat32(x):
-    """sat32 of a signed ``x`` of more than 32 bits: out of range iff its bits 31 and up are neither
-    all zeros nor all ones (an OR and an AND of them, not two compares against constants)."""
-    top = x[31:]
-    return Mux(top.any() & ~top.all(), Mux(x[len(x) - 1], -(1 << 31), (1 << 31) - 1), x[:32].as_signed())
+    """sat32 of a signed ``x`` of more than 32 bits (``arith.sat_top``: no compares against constants)."""
+    return sat_top(x, 32)
 
 
 def rq_sat32(r, over, sign):

@@ -33,6 +33,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.arith import bitlen, log2_exact, sat
+from mcf.hw.arith import sat_top as arith_sat_top
 from mcf.hw.compute.common import VectorState
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -167,11 +168,8 @@ class VectorUnit(wiring.Component):
         def sat_top(x, bits, name):
             """golden sat(x, bits) of a signed x: clamped when its bits from bits - 1 up are not
             all its sign (no comparators: x a bit or two wider than the result)."""
-            top = x[bits - 1:]
-            ovf = ~(top.all() | ~top.any())
             out = Signal(signed(bits), name=name)
-            sign = x[-1]
-            m.d.comb += out.eq(Mux(ovf, Cat((~sign).replicate(bits - 1), sign), x[:bits]))
+            m.d.comb += out.eq(arith_sat_top(x, bits))
             return out
 
         def norm_window(x, s, name):
