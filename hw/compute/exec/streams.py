@@ -19,11 +19,17 @@ beats) becomes INCR bursts (at most ``max_burst`` beats, never across 4 KiB) wit
 in order.  A burst is issued only when its beats fit in what the FIFO has not promised yet,
 so RREADY is always high and no stream can block another (R beats of different IDs may
 interleave).  ``resp_error`` strobes for an R beat that is not OKAY.
+
+``PrefetchFIFO(width, depth)``: each stream's FIFO.  The reader's ready reaches only the two
+output registers' enables and their valid bits, one LUT deep (for the 250 MHz budget: the ready
+comes from a mover and, through it, from a unit in another part); the memory's read and level
+move on registered state alone.  Same latency and rate as ``SyncFIFOBuffered``.
 """
 from __future__ import annotations
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
@@ -184,6 +190,48 @@ class Packer(wiring.Component):
         return m
 
 
+class PrefetchFIFO(wiring.Component):
+    """``depth`` words of memory (a power of two; the writer keeps count, ``w_en`` is never
+    refused) in front of two output registers ``e0`` (the head, ``o.payload``) and ``e1``.
+    A word leaves the memory (``moved``) whenever the memory has one and ``e1`` is free, both
+    registered facts, so the memory's pointers and level never see ``o.ready``; with ``e0`` and
+    ``e1`` the reader still takes a word every cycle.  A word written in cycle t is on ``o`` in
+    t + 2 at the earliest, as in ``SyncFIFOBuffered``.  Holds up to depth + 2 words."""
+
+    def __init__(self, width: int, depth: int):
+        log2_exact(depth, "depth")
+        self.width, self.depth = width, depth
+        super().__init__({"w_en": In(1), "w_data": In(width), "o": Out(stream.Signature(width)),
+                          "moved": Out(1), "holds": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        D = self.depth
+        m.submodules.mem = mem = Memory(shape=self.width, depth=D, init=[])
+        wp, rp = mem.write_port(), mem.read_port(domain="comb")
+        produce, consume = Signal(range(D), name="produce"), Signal(range(D), name="consume")
+        level = Signal(range(D + 1))            # words in the memory
+        v0, v1 = Signal(), Signal()             # e0 / e1 hold a word (v1 implies v0)
+        e0, e1 = Signal(self.width), Signal(self.width)
+        move, ready = Signal(), self.o.ready
+        m.d.comb += [wp.addr.eq(produce), wp.data.eq(self.w_data), wp.en.eq(self.w_en), rp.addr.eq(consume),
+                     move.eq((level != 0) & ~v1), self.moved.eq(move),
+                     self.o.valid.eq(v0), self.o.payload.eq(e0), self.holds.eq((level != 0) | v0)]
+        with m.If(self.w_en):
+            m.d.sync += produce.eq(produce + 1)
+        with m.If(move):
+            m.d.sync += consume.eq(consume + 1)
+        m.d.sync += level.eq(level + self.w_en - move)
+        # the head: e1 if it holds a word, else the memory's (don't-care when nothing moves and
+        # e0 stays or falls empty); enabled when e0 is empty or taken
+        with m.If(~v0 | ready):
+            m.d.sync += e0.eq(Mux(v1, e1, rp.data))
+        with m.If(move & ~ready):
+            m.d.sync += e1.eq(rp.data)          # the word behind a head that stays
+        m.d.sync += [v0.eq(v1 | move | (v0 & ~ready)), v1.eq(~ready & (v1 | (v0 & move)))]
+        return m
+
+
 class ReadStreams(wiring.Component):
     """Ports: ``req<s>`` (requests in), ``o<s>`` (bus beats out), ``m_axi`` (AXI4 read
     channels), ``resp_error`` (strobe), ``busy``."""
@@ -235,11 +283,11 @@ class ReadStreams(wiring.Component):
         st = []
         for s in range(S):
             req, out = self.req(s), self.o(s)
-            q = fifo.SyncFIFOBuffered(width=self.data_width, depth=D)
+            q = PrefetchFIFO(self.data_width, D)
             m.submodules[f"fifo{s}"] = q
             addr = Signal(len(axi.araddr), name=f"addr{s}")
             left = Signal(COUNT_BITS, name=f"left{s}")
-            promised = Signal(range(D + 1), name=f"promised{s}")     # FIFO beats + beats in flight
+            promised = Signal(range(D + 1), name=f"promised{s}")     # FIFO memory beats + beats in flight
             m.d.comb += req.ready.eq(left == 0)
             load, issue = Signal(name=f"load{s}"), Signal(name=f"issue{s}")
             m.d.comb += load.eq(req.valid & req.ready)
@@ -254,11 +302,13 @@ class ReadStreams(wiring.Component):
             m.d.sync += [fits.eq((left != 0) & (promised + nb <= D)), ok2.eq(ok1 & ~load & ~issue)]
             want = Signal(name=f"want{s}")
             m.d.comb += want.eq(fits & ok2)
-            # R beats of this stream into its FIFO (the room was promised at issue)
-            m.d.comb += [q.w_en.eq(axi.rvalid & (axi.rid == self.id_base + s)), q.w_data.eq(axi.rdata),
-                         out.valid.eq(q.r_rdy), out.payload.eq(q.r_data), q.r_en.eq(out.ready)]
+            # R beats of this stream into its FIFO's memory (the room was promised at issue); a beat
+            # stops counting when it leaves the memory for the output registers (not when the
+            # reader takes it: the reader's ready stays out of the counter)
+            m.d.comb += [q.w_en.eq(axi.rvalid & (axi.rid == self.id_base + s)), q.w_data.eq(axi.rdata)]
+            wiring.connect(m, q.o, wiring.flipped(out))
             st.append({"addr": addr, "left": left, "promised": promised, "nb": nb, "want": want,
-                       "taken": out.valid & out.ready, "issue": issue})
+                       "taken": q.moved, "issue": issue, "held": q.holds})
 
         # --- arbitration: round robin among the streams that can issue a burst -------------------
         grant = Signal(range(S))
@@ -281,7 +331,8 @@ class ReadStreams(wiring.Component):
 
         m.d.comb += axi.rready.eq(1)
         m.d.sync += self.resp_error.eq(axi.rvalid & (axi.rresp != Resp.OKAY))
-        m.d.comb += self.busy.eq(ar_valid | Cat(*[(x['left'] != 0) | (x['promised'] != 0) for x in st]).any())
+        m.d.comb += self.busy.eq(ar_valid | Cat(*[(x['left'] != 0) | (x['promised'] != 0) | x['held']
+                                                             for x in st]).any())
         return m
 
 
