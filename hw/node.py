@@ -43,7 +43,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axi.lite import AXI4LiteSignature
-from mcf.hw.axis import AXIStreamSignature
+from mcf.hw.axis import AXIStreamSignature, AxisRegister
 from mcf.hw.compute.exec.unit import PERF_BITS, ExecUnit
 from mcf.hw.csr import ControlRegisters, EthControlPort
 from mcf.hw.csr.ports import RegisterBusSignature
@@ -832,7 +832,12 @@ class Node(wiring.Component):
         m.d.comb += cser.payload.tvalid.eq(0)
         wiring.connect(m, cser.o, lmux.a)
         wiring.connect(m, pk.o, lmux.b)
-        wiring.connect(m, lmux.o, nic.local_in)
+        # a register stage into the NIC (issue 14): its ingress decodes the beat from its port
+        # (the deserializer's keep checks, ~8 LUT levels), so the mux and the serializer's
+        # state must not be in front of it in the same cycle; +1 cycle a local packet, no bubble
+        m.submodules.local_reg = lreg = AxisRegister(cfg.data_width)
+        wiring.connect(m, lmux.o, lreg.i)
+        wiring.connect(m, lreg.o, nic.local_in)
         wiring.connect(m, nic.local_out, rxe.i)
         for p in range(self.net_ports):
             wiring.connect(m, wiring.flipped(self.rx[p]), nic.rx[p])
@@ -903,7 +908,7 @@ class Node(wiring.Component):
                               | (self.eth_errors if self.has_eth else 0))
         m.d.comb += [csr.errors.eq(errors), seq.net_errors.eq(errors)]
         pk_empty = (pk.meta_level == 0) & (pk.payload_level == 0)
-        engines_idle = ~txe.busy & ~rxe.busy & (rxe.posted == 0) & pk_empty & ~cser.o.tvalid
+        engines_idle = ~txe.busy & ~rxe.busy & (rxe.posted == 0) & pk_empty & ~cser.o.tvalid & ~lreg.busy
         datapath_idle = (engines_idle & ~ld.busy & ~wr.busy & ic.idle & w_idle & ~csr.meta.valid & ~csr.desc.valid
                          & ~ps_stores.r_rdy & ~ps_done.r_rdy & ~seq.fetch_busy)
         m.d.comb += [
