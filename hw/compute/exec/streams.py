@@ -20,16 +20,13 @@ in order.  A burst is issued only when its beats fit in what the FIFO has not pr
 so RREADY is always high and no stream can block another (R beats of different IDs may
 interleave).  ``resp_error`` strobes for an R beat that is not OKAY.
 
-``PrefetchFIFO(width, depth)``: each stream's FIFO.  The reader's ready reaches only the two
-output registers' enables and their valid bits, one LUT deep (for the 250 MHz budget: the ready
-comes from a mover and, through it, from a unit in another part); the memory's read and level
-move on registered state alone.  Same latency and rate as ``SyncFIFOBuffered``.
+Each stream's FIFO is a ``PrefetchFIFO`` (hw/fifo.py): the reader's ready (from a mover and,
+through it, from a unit in another part) reaches only its output registers, one LUT deep.
 """
 from __future__ import annotations
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
@@ -37,6 +34,7 @@ from mcf.hw.arith import log2_exact
 from mcf.hw.axi.full import BURST_INCR, MAX_BURST_BEATS, AXI4Signature
 from mcf.hw.axi.lite import Resp
 from mcf.hw.dma.common import AXCACHE, next_burst
+from mcf.hw.fifo import PrefetchFIFO
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 
@@ -187,48 +185,6 @@ class Packer(wiring.Component):
                 for x in range(n - 1):
                     with m.If(j == x):
                         m.d.sync += held[x].eq(self.i.payload)
-        return m
-
-
-class PrefetchFIFO(wiring.Component):
-    """``depth`` words of memory (a power of two; the writer keeps count, ``w_en`` is never
-    refused) in front of two output registers ``e0`` (the head, ``o.payload``) and ``e1``.
-    A word leaves the memory (``moved``) whenever the memory has one and ``e1`` is free, both
-    registered facts, so the memory's pointers and level never see ``o.ready``; with ``e0`` and
-    ``e1`` the reader still takes a word every cycle.  A word written in cycle t is on ``o`` in
-    t + 2 at the earliest, as in ``SyncFIFOBuffered``.  Holds up to depth + 2 words."""
-
-    def __init__(self, width: int, depth: int):
-        log2_exact(depth, "depth")
-        self.width, self.depth = width, depth
-        super().__init__({"w_en": In(1), "w_data": In(width), "o": Out(stream.Signature(width)),
-                          "moved": Out(1), "holds": Out(1)})
-
-    def elaborate(self, platform):
-        m = Module()
-        D = self.depth
-        m.submodules.mem = mem = Memory(shape=self.width, depth=D, init=[])
-        wp, rp = mem.write_port(), mem.read_port(domain="comb")
-        produce, consume = Signal(range(D), name="produce"), Signal(range(D), name="consume")
-        level = Signal(range(D + 1))            # words in the memory
-        v0, v1 = Signal(), Signal()             # e0 / e1 hold a word (v1 implies v0)
-        e0, e1 = Signal(self.width), Signal(self.width)
-        move, ready = Signal(), self.o.ready
-        m.d.comb += [wp.addr.eq(produce), wp.data.eq(self.w_data), wp.en.eq(self.w_en), rp.addr.eq(consume),
-                     move.eq((level != 0) & ~v1), self.moved.eq(move),
-                     self.o.valid.eq(v0), self.o.payload.eq(e0), self.holds.eq((level != 0) | v0)]
-        with m.If(self.w_en):
-            m.d.sync += produce.eq(produce + 1)
-        with m.If(move):
-            m.d.sync += consume.eq(consume + 1)
-        m.d.sync += level.eq(level + self.w_en - move)
-        # the head: e1 if it holds a word, else the memory's (don't-care when nothing moves and
-        # e0 stays or falls empty); enabled when e0 is empty or taken
-        with m.If(~v0 | ready):
-            m.d.sync += e0.eq(Mux(v1, e1, rp.data))
-        with m.If(move & ~ready):
-            m.d.sync += e1.eq(rp.data)          # the word behind a head that stays
-        m.d.sync += [v0.eq(v1 | move | (v0 & ~ready)), v1.eq(~ready & (v1 | (v0 & move)))]
         return m
 
 

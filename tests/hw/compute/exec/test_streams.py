@@ -8,10 +8,7 @@ import cocotb
 import pytest
 from cocotbext.axi import AxiRamRead, AxiReadBus
 
-from amaranth import Module
-from amaranth.lib.fifo import SyncFIFOBuffered
-
-from mcf.hw.compute.exec.streams import Packer, PrefetchFIFO, ReadStreams, Unpacker
+from mcf.hw.compute.exec.streams import Packer, ReadStreams, Unpacker
 from mcf.sim.amaranth_util import simulate
 from mcf.sim.cocotb_util import AxiBurstMonitor, StreamSink, StreamSource, bounded, params, pauses, reset_first, start
 from mcf.sim.runner import run_cocotb
@@ -85,43 +82,6 @@ def test_packer_frames_zero_fill(in_bits, out_bits):
         total = sum(v << (i * in_bits) for i, v in enumerate(items))
         want += [(total >> (b * out_bits)) & ((1 << out_bits) - 1) for b in range(beats)]
     assert run_converter(Packer(in_bits, out_bits), frames, 2) == want
-
-
-def test_prefetch_fifo_cycle_exact():
-    """PrefetchFIFO against Amaranth's SyncFIFOBuffered of the same depth, side by side under
-    the same writes (only while the reference has room) and the same random ready, in phases of
-    ready always / often / rarely: the same valid and the same head word in every cycle."""
-    D, W = 8, 16
-    m = Module()
-    m.submodules.dut = dut = PrefetchFIFO(W, D)
-    m.submodules.ref = ref = SyncFIFOBuffered(width=W, depth=D)
-    rng = random.Random(5)
-    seen = {"taken": 0, "full_rate": 0}
-
-    async def bench(ctx):
-        run = 0
-        for cyc in range(3000):
-            p_ready, p_write = [(1.0, 0.9), (0.7, 0.7), (0.2, 0.9), (1.0, 0.3)][(cyc // 150) % 4]
-            w = ctx.get(ref.w_rdy) and rng.random() < p_write
-            data = rng.getrandbits(W)
-            r = rng.random() < p_ready
-            ctx.set(dut.w_en, w)
-            ctx.set(dut.w_data, data)
-            ctx.set(ref.w_en, w)
-            ctx.set(ref.w_data, data)
-            ctx.set(dut.o.ready, r)
-            ctx.set(ref.r_en, r)
-            await ctx.delay(1e-9)
-            assert ctx.get(dut.o.valid) == ctx.get(ref.r_rdy), f"cycle {cyc}: valid"
-            if ctx.get(ref.r_rdy):
-                assert ctx.get(dut.o.payload) == ctx.get(ref.r_data), f"cycle {cyc}: word"
-                seen["taken"] += r
-                run = run + 1 if r else 0
-                seen["full_rate"] = max(seen["full_rate"], run)
-            await ctx.tick()
-
-    simulate(m, bench)
-    assert seen["taken"] > 1000 and seen["full_rate"] >= 20, seen
 
 
 def test_construction():
