@@ -26,7 +26,8 @@ class PrefetchFIFO(wiring.Component):
     depth + 2 words.  ``exact=True`` (depth >= 3): a drop-in for ``SyncFIFOBuffered(depth)``:
     depth - 2 words of memory, ``w_rdy`` (from registers) low exactly when the FIFO holds
     ``depth`` words; valid, data and ``w_rdy`` the same as ``SyncFIFOBuffered``'s in every cycle.
-    ``holds``: a word in the FIFO."""
+    ``holds``: a word in the FIFO; ``level``: the words it holds (as ``SyncFIFOBuffered``'s,
+    exact); ``r_rdy`` / ``r_data`` / ``r_en``: ``o``'s valid / payload / ready."""
 
     def __init__(self, width: int, depth: int, exact: bool = False):
         if depth < (3 if exact else 1):
@@ -34,7 +35,21 @@ class PrefetchFIFO(wiring.Component):
         self.width, self.depth, self.exact = width, depth, exact
         self.mem_depth = depth - 2 if exact else depth
         super().__init__({"w_en": In(1), "w_data": In(width), "o": Out(stream.Signature(width)),
-                          "moved": Out(1), "holds": Out(1), "w_rdy": Out(1)})
+                          "moved": Out(1), "holds": Out(1), "w_rdy": Out(1),
+                          "level": Out(range(self.mem_depth + 3))})
+
+    # ``SyncFIFOBuffered``'s names for the read side
+    @property
+    def r_rdy(self):
+        return self.o.valid
+
+    @property
+    def r_data(self):
+        return self.o.payload
+
+    @property
+    def r_en(self):
+        return self.o.ready
 
     def elaborate(self, platform):
         m = Module()
@@ -51,7 +66,8 @@ class PrefetchFIFO(wiring.Component):
         m.d.comb += [self.w_rdy.eq(~((level == D) & v1) if self.exact else 1), w.eq(self.w_en & self.w_rdy),
                      wp.addr.eq(produce), wp.data.eq(self.w_data), wp.en.eq(w), rp.addr.eq(consume),
                      move.eq((level != 0) & ~v1), self.moved.eq(move),
-                     self.o.valid.eq(v0), self.o.payload.eq(e0), self.holds.eq((level != 0) | v0)]
+                     self.o.valid.eq(v0), self.o.payload.eq(e0), self.holds.eq((level != 0) | v0),
+                     self.level.eq(level + v0 + v1)]
 
         def incr(p):
             return p + 1 if D & (D - 1) == 0 else Mux(p == D - 1, 0, p + 1)
@@ -68,3 +84,18 @@ class PrefetchFIFO(wiring.Component):
             m.d.sync += e1.eq(rp.data)          # the word behind a head that stays
         m.d.sync += [v0.eq(v1 | move | (v0 & ~ready)), v1.eq(~ready & (v1 | (v0 & move)))]
         return m
+
+
+def buffered_fifo(width: int, depth: int):
+    """``PrefetchFIFO(exact=True)`` where the depth allows (>= 3), else ``SyncFIFOBuffered``: the
+    same ports (``w_en``, ``w_data``, ``w_rdy``, ``r_rdy``, ``r_data``, ``r_en``, ``level``) and
+    the same behaviour, cycle for cycle."""
+    if depth >= 3:
+        return PrefetchFIFO(width, depth, exact=True)
+    from amaranth.lib.fifo import SyncFIFOBuffered
+    return SyncFIFOBuffered(width=width, depth=depth)
+
+
+def nonempty(f):
+    """Whether a ``buffered_fifo`` holds a word: ``holds`` (registers, an OR) or ``level != 0``."""
+    return f.holds if isinstance(f, PrefetchFIFO) else f.level != 0

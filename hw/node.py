@@ -44,6 +44,7 @@ from amaranth.lib.wiring import In, Out
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axi.lite import AXI4LiteSignature
 from mcf.hw.axis import AXIStreamSignature, AxisRegister
+from mcf.hw.fifo import PrefetchFIFO, buffered_fifo, nonempty
 from mcf.hw.compute.exec.unit import PERF_BITS, ExecUnit
 from mcf.hw.csr import ControlRegisters, EthControlPort
 from mcf.hw.csr.ports import RegisterBusSignature
@@ -132,8 +133,10 @@ class TxEngine(wiring.Component):
         m = Module()
         cfg = self.config
         # lengths of issued LOADs whose Meta is not decided yet; send/drop marks of loaded packets
-        m.submodules.lens = lens = fifo.SyncFIFOBuffered(width=LENGTH_BITS, depth=self.depth)
-        m.submodules.marks = marks = fifo.SyncFIFOBuffered(width=1, depth=self.depth)
+        # (hw/fifo.py: their levels from registers, so ``own`` below -- and the node's
+        # ``tx_owns`` of the loader behind it -- is not behind a level adder)
+        m.submodules.lens = lens = PrefetchFIFO(LENGTH_BITS, self.depth, exact=True)
+        m.submodules.marks = marks = PrefetchFIFO(1, self.depth, exact=True)
 
         word = Signal(INSTR_BITS)
         send = InstrLayouts[Opcode.SEND](word)
@@ -190,7 +193,7 @@ class TxEngine(wiring.Component):
         m.d.sync += loaded.eq(loaded + self.load_done - loaded_dec)
 
         # --- payload: pass (or drop) each loaded packet per its mark; anything while idle ----------
-        own = (lens.level != 0) | (marks.level != 0) | active
+        own = lens.holds | marks.holds | active
         pass_all = ~own & ~self.running
         i, o = self.payload_in, self.payload_out
         go = marks.r_rdy | pass_all
@@ -202,12 +205,12 @@ class TxEngine(wiring.Component):
             m.d.comb += marks.r_en.eq(1)
 
         # --- completion -------------------------------------------------------------------------
-        finished = active & self.running & (remaining == 0) & (loaded == 0) & (lens.level == 0) & \
-            (marks.level == 0) & Mux(is_send & (send.length != 0), 1, header_only_sent)
+        finished = active & self.running & (remaining == 0) & (loaded == 0) & ~lens.holds & \
+            ~marks.holds & Mux(is_send & (send.length != 0), 1, header_only_sent)
         with m.If(finished):
             m.d.comb += self.done.eq(1)
             m.d.sync += active.eq(0)
-        with m.If(~self.running & (lens.level == 0) & (marks.level == 0) & (loaded == 0)):
+        with m.If(~self.running & ~lens.holds & ~marks.holds & (loaded == 0)):
             m.d.sync += active.eq(0)
         m.d.comb += [
             self.busy.eq(own | (loaded != 0)),
@@ -296,7 +299,8 @@ class DirWriteSignature(wiring.Signature):
 
 class RxEngine(wiring.Component):
     """See the module text.  Other ports: ``errors`` (strobes per ErrorCause), ``busy`` (a
-    packet or a DDR write in flight, or a credit queued), ``posted`` (table entries in use),
+    packet or a DDR write in flight, or a credit queued), ``posted`` (table entries in use;
+    ``has_posted``: any),
     ``bytes`` (payload bytes acknowledged this cycle), ``rx_packet`` (a header arrived),
     ``cur_pc`` (the RECV whose payload is being written), ``running``, ``rx_wait``,
     ``node_id``, ``clear``."""
@@ -317,7 +321,7 @@ class RxEngine(wiring.Component):
             "dir_wr": Out(DirWriteSignature()),
             "errors": Out(len(ErrorCause)),
             "running": In(1), "rx_wait": In(32), "node_id": In(NODE_BITS), "clear": In(1),
-            "busy": Out(1), "posted": Out(8), "slot_wait": Out(1), "bytes": Out(LENGTH_BITS),
+            "busy": Out(1), "posted": Out(8), "has_posted": Out(1), "slot_wait": Out(1), "bytes": Out(LENGTH_BITS),
             "rx_packet": Out(1), "cur_pc": Out(PC_BITS),
         })
 
@@ -337,7 +341,7 @@ class RxEngine(wiring.Component):
         m.d.comb += self.posted.eq(sum(valid[i] for i in range(S)))
 
         # --- posting ----------------------------------------------------------------------------
-        m.submodules.credits = credits = fifo.SyncFIFOBuffered(width=MetaLayout.size, depth=4)
+        m.submodules.credits = credits = buffered_fifo(MetaLayout.size, 4)
         free = ~valid
         free_any = free.any()
         first_free = Signal(S)            # the lowest free entry, one-hot (x & -x: a carry chain)
@@ -358,7 +362,7 @@ class RxEngine(wiring.Component):
         # --- outstanding DMA writes: {slot, length, ps, tag}, in order -----------------------------
         out_layout = data.StructLayout({"slot": range(max(S, 2)), "length": LENGTH_BITS, "ps": 1,
                                         "tag": DMA_TAG_BITS, "done_sem": 5})
-        m.submodules.outs = outs = fifo.SyncFIFOBuffered(width=out_layout.size, depth=self.outstanding)
+        m.submodules.outs = outs = buffered_fifo(out_layout.size, self.outstanding)
         head = Signal(out_layout)
         m.d.comb += head.eq(outs.r_data)
 
@@ -517,7 +521,8 @@ class RxEngine(wiring.Component):
 
         in_packet = Signal()
         m.d.comb += in_packet.eq(~fsm.ongoing("HEADER") | deser.meta.valid)
-        m.d.comb += self.busy.eq(in_packet | outs.r_rdy | (outs.level != 0) | (credits.level != 0))
+        m.d.comb += [self.busy.eq(in_packet | outs.r_rdy | nonempty(outs) | nonempty(credits)),
+                     self.has_posted.eq(valid.any())]
         return m
 
 
@@ -908,7 +913,7 @@ class Node(wiring.Component):
                               | (self.eth_errors if self.has_eth else 0))
         m.d.comb += [csr.errors.eq(errors), seq.net_errors.eq(errors)]
         pk_empty = (pk.meta_level == 0) & (pk.payload_level == 0)
-        engines_idle = ~txe.busy & ~rxe.busy & (rxe.posted == 0) & pk_empty & ~cser.o.tvalid & ~lreg.busy
+        engines_idle = ~txe.busy & ~rxe.busy & ~rxe.has_posted & pk_empty & ~cser.o.tvalid & ~lreg.busy
         datapath_idle = (engines_idle & ~ld.busy & ~wr.busy & ic.idle & w_idle & ~csr.meta.valid & ~csr.desc.valid
                          & ~ps_stores.r_rdy & ~ps_done.r_rdy & ~seq.fetch_busy)
         m.d.comb += [

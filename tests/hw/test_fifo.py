@@ -38,6 +38,7 @@ def test_cycle_exact_with_sync_fifo_buffered(depth, exact):
             assert ctx.get(dut.o.valid) == ctx.get(ref.r_rdy), f"cycle {cyc}: valid"
             if exact:
                 assert ctx.get(dut.w_rdy) == ctx.get(ref.w_rdy), f"cycle {cyc}: w_rdy"
+                assert ctx.get(dut.level) == ctx.get(ref.level), f"cycle {cyc}: level"
                 seen["full"] += not ctx.get(ref.w_rdy)
             if ctx.get(ref.r_rdy):
                 assert ctx.get(dut.o.payload) == ctx.get(ref.r_data), f"cycle {cyc}: word"
