@@ -797,8 +797,13 @@ class Node(wiring.Component):
         ]
 
         # --- the PS's queues (debug path) and the engines onto the DMA engines and the packetizer --
+        # the TX engine owns the loader and the packetizer while a program runs and until it has
+        # finished: registered (issue 14; the ownership fans out into the loader's and the CSR
+        # queues' handshakes).  A cycle late at both ends: the engine gets an instruction only
+        # several cycles after ``running`` rises, and stays busy while a LOAD of its own is out;
+        # the PS's path gets the loader a cycle after the engine is done
         tx_owns = Signal()
-        m.d.comb += tx_owns.eq(running | txe.busy)
+        m.d.sync += tx_owns.eq(running | txe.busy)
         m.submodules.ps_stores = ps_stores = fifo.SyncFIFOBuffered(width=DmaDescriptorLayout.size,
                                                                    depth=cfg.desc_queue_depth)
         ps_is_load = raw(csr.desc.payload.dir) == int(DmaDir.LOAD)
@@ -916,11 +921,14 @@ class Node(wiring.Component):
         engines_idle = ~txe.busy & ~rxe.busy & ~rxe.has_posted & pk_empty & ~cser.o.tvalid & ~lreg.busy
         datapath_idle = (engines_idle & ~ld.busy & ~wr.busy & ic.idle & w_idle & ~csr.meta.valid & ~csr.desc.valid
                          & ~ps_stores.r_rdy & ~ps_done.r_rdy & ~seq.fetch_busy)
+        # the PS's status bits (STATUS.busy, the sequencer's idle) a cycle late: registered
+        idle_q, busy_q = Signal(), Signal()
+        m.d.sync += [idle_q.eq(datapath_idle), busy_q.eq(ld.busy | wr.busy | txe.busy | rxe.busy)]
         m.d.comb += [
-            seq.engines_idle.eq(engines_idle), seq.datapath_idle.eq(datapath_idle), sr.idle.eq(datapath_idle),
+            seq.engines_idle.eq(engines_idle), seq.datapath_idle.eq(datapath_idle), sr.idle.eq(idle_q),
             seq.activity.eq(ic.activity | ~w_idle | (nic.local_in.tvalid & nic.local_in.tready)
                             | (nic.local_out.tvalid & nic.local_out.tready)),
-            csr.busy.eq(ld.busy | wr.busy | txe.busy | rxe.busy),
+            csr.busy.eq(busy_q),
             csr.rx_packet.eq(rxe.rx_packet),
             csr.irq_events.eq((seq.irq_done << Irq.SEQ_DONE) | (seq.irq_fault << Irq.SEQ_FAULT)),
         ]
