@@ -7,6 +7,7 @@ hand-offs use ``amaranth.lib.stream`` instead.
 """
 from __future__ import annotations
 
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -35,3 +36,30 @@ class AXIStreamSignature(wiring.Signature):
 
     def __repr__(self):
         return f"AXIStreamSignature({self.data_width})"
+
+
+class AxisRegister(wiring.Component):
+    """A register stage on an AXI4-Stream (``i`` -> ``o``), both ways: ``o`` comes from
+    registers and ``i.tready`` is a register (``~skid``), so neither side's logic reaches the
+    other's in one cycle.  A beat taken in cycle t is on ``o`` in t + 1; a beat a cycle, no
+    bubbles (the skid register holds the beat taken while ``o`` stalls).  ``busy``: a beat held."""
+
+    def __init__(self, data_width: int):
+        self.data_width = data_width
+        super().__init__({"i": In(AXIStreamSignature(data_width)), "o": Out(AXIStreamSignature(data_width)),
+                          "busy": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i, self.o
+        beat = Cat(i.tdata, i.tkeep, i.tlast)
+        held, skid = Signal(len(beat)), Signal(len(beat))
+        valid, skid_valid = Signal(), Signal()
+        m.d.comb += [Cat(o.tdata, o.tkeep, o.tlast).eq(held), o.tvalid.eq(valid), i.tready.eq(~skid_valid),
+                     self.busy.eq(valid | skid_valid)]
+        with m.If(o.tready | ~valid):           # the output register takes the skid's beat, else the input's
+            m.d.sync += [held.eq(Mux(skid_valid, skid, beat)), valid.eq(skid_valid | i.tvalid),
+                         skid_valid.eq(0)]
+        with m.Elif(i.tvalid & ~skid_valid):    # the output stalls: the input's beat waits in the skid
+            m.d.sync += [skid.eq(beat), skid_valid.eq(1)]
+        return m

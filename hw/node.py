@@ -43,7 +43,8 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axi.lite import AXI4LiteSignature
-from mcf.hw.axis import AXIStreamSignature
+from mcf.hw.axis import AXIStreamSignature, AxisRegister
+from mcf.hw.fifo import PrefetchFIFO, buffered_fifo, nonempty
 from mcf.hw.compute.exec.unit import PERF_BITS, ExecUnit
 from mcf.hw.csr import ControlRegisters, EthControlPort
 from mcf.hw.csr.ports import RegisterBusSignature
@@ -132,8 +133,10 @@ class TxEngine(wiring.Component):
         m = Module()
         cfg = self.config
         # lengths of issued LOADs whose Meta is not decided yet; send/drop marks of loaded packets
-        m.submodules.lens = lens = fifo.SyncFIFOBuffered(width=LENGTH_BITS, depth=self.depth)
-        m.submodules.marks = marks = fifo.SyncFIFOBuffered(width=1, depth=self.depth)
+        # (hw/fifo.py: their levels from registers, so ``own`` below -- and the node's
+        # ``tx_owns`` of the loader behind it -- is not behind a level adder)
+        m.submodules.lens = lens = PrefetchFIFO(LENGTH_BITS, self.depth, exact=True)
+        m.submodules.marks = marks = PrefetchFIFO(1, self.depth, exact=True)
 
         word = Signal(INSTR_BITS)
         send = InstrLayouts[Opcode.SEND](word)
@@ -190,7 +193,7 @@ class TxEngine(wiring.Component):
         m.d.sync += loaded.eq(loaded + self.load_done - loaded_dec)
 
         # --- payload: pass (or drop) each loaded packet per its mark; anything while idle ----------
-        own = (lens.level != 0) | (marks.level != 0) | active
+        own = lens.holds | marks.holds | active
         pass_all = ~own & ~self.running
         i, o = self.payload_in, self.payload_out
         go = marks.r_rdy | pass_all
@@ -202,12 +205,12 @@ class TxEngine(wiring.Component):
             m.d.comb += marks.r_en.eq(1)
 
         # --- completion -------------------------------------------------------------------------
-        finished = active & self.running & (remaining == 0) & (loaded == 0) & (lens.level == 0) & \
-            (marks.level == 0) & Mux(is_send & (send.length != 0), 1, header_only_sent)
+        finished = active & self.running & (remaining == 0) & (loaded == 0) & ~lens.holds & \
+            ~marks.holds & Mux(is_send & (send.length != 0), 1, header_only_sent)
         with m.If(finished):
             m.d.comb += self.done.eq(1)
             m.d.sync += active.eq(0)
-        with m.If(~self.running & (lens.level == 0) & (marks.level == 0) & (loaded == 0)):
+        with m.If(~self.running & ~lens.holds & ~marks.holds & (loaded == 0)):
             m.d.sync += active.eq(0)
         m.d.comb += [
             self.busy.eq(own | (loaded != 0)),
@@ -296,7 +299,8 @@ class DirWriteSignature(wiring.Signature):
 
 class RxEngine(wiring.Component):
     """See the module text.  Other ports: ``errors`` (strobes per ErrorCause), ``busy`` (a
-    packet or a DDR write in flight, or a credit queued), ``posted`` (table entries in use),
+    packet or a DDR write in flight, or a credit queued), ``posted`` (table entries in use;
+    ``has_posted``: any),
     ``bytes`` (payload bytes acknowledged this cycle), ``rx_packet`` (a header arrived),
     ``cur_pc`` (the RECV whose payload is being written), ``running``, ``rx_wait``,
     ``node_id``, ``clear``."""
@@ -317,7 +321,7 @@ class RxEngine(wiring.Component):
             "dir_wr": Out(DirWriteSignature()),
             "errors": Out(len(ErrorCause)),
             "running": In(1), "rx_wait": In(32), "node_id": In(NODE_BITS), "clear": In(1),
-            "busy": Out(1), "posted": Out(8), "slot_wait": Out(1), "bytes": Out(LENGTH_BITS),
+            "busy": Out(1), "posted": Out(8), "has_posted": Out(1), "slot_wait": Out(1), "bytes": Out(LENGTH_BITS),
             "rx_packet": Out(1), "cur_pc": Out(PC_BITS),
         })
 
@@ -337,7 +341,7 @@ class RxEngine(wiring.Component):
         m.d.comb += self.posted.eq(sum(valid[i] for i in range(S)))
 
         # --- posting ----------------------------------------------------------------------------
-        m.submodules.credits = credits = fifo.SyncFIFOBuffered(width=MetaLayout.size, depth=4)
+        m.submodules.credits = credits = buffered_fifo(MetaLayout.size, 4)
         free = ~valid
         free_any = free.any()
         first_free = Signal(S)            # the lowest free entry, one-hot (x & -x: a carry chain)
@@ -358,7 +362,7 @@ class RxEngine(wiring.Component):
         # --- outstanding DMA writes: {slot, length, ps, tag}, in order -----------------------------
         out_layout = data.StructLayout({"slot": range(max(S, 2)), "length": LENGTH_BITS, "ps": 1,
                                         "tag": DMA_TAG_BITS, "done_sem": 5})
-        m.submodules.outs = outs = fifo.SyncFIFOBuffered(width=out_layout.size, depth=self.outstanding)
+        m.submodules.outs = outs = buffered_fifo(out_layout.size, self.outstanding)
         head = Signal(out_layout)
         m.d.comb += head.eq(outs.r_data)
 
@@ -517,7 +521,8 @@ class RxEngine(wiring.Component):
 
         in_packet = Signal()
         m.d.comb += in_packet.eq(~fsm.ongoing("HEADER") | deser.meta.valid)
-        m.d.comb += self.busy.eq(in_packet | outs.r_rdy | (outs.level != 0) | (credits.level != 0))
+        m.d.comb += [self.busy.eq(in_packet | outs.r_rdy | nonempty(outs) | nonempty(credits)),
+                     self.has_posted.eq(valid.any())]
         return m
 
 
@@ -792,8 +797,13 @@ class Node(wiring.Component):
         ]
 
         # --- the PS's queues (debug path) and the engines onto the DMA engines and the packetizer --
+        # the TX engine owns the loader and the packetizer while a program runs and until it has
+        # finished: registered (issue 14; the ownership fans out into the loader's and the CSR
+        # queues' handshakes).  A cycle late at both ends: the engine gets an instruction only
+        # several cycles after ``running`` rises, and stays busy while a LOAD of its own is out;
+        # the PS's path gets the loader a cycle after the engine is done
         tx_owns = Signal()
-        m.d.comb += tx_owns.eq(running | txe.busy)
+        m.d.sync += tx_owns.eq(running | txe.busy)
         m.submodules.ps_stores = ps_stores = fifo.SyncFIFOBuffered(width=DmaDescriptorLayout.size,
                                                                    depth=cfg.desc_queue_depth)
         ps_is_load = raw(csr.desc.payload.dir) == int(DmaDir.LOAD)
@@ -832,7 +842,12 @@ class Node(wiring.Component):
         m.d.comb += cser.payload.tvalid.eq(0)
         wiring.connect(m, cser.o, lmux.a)
         wiring.connect(m, pk.o, lmux.b)
-        wiring.connect(m, lmux.o, nic.local_in)
+        # a register stage into the NIC (issue 14): its ingress decodes the beat from its port
+        # (the deserializer's keep checks, ~8 LUT levels), so the mux and the serializer's
+        # state must not be in front of it in the same cycle; +1 cycle a local packet, no bubble
+        m.submodules.local_reg = lreg = AxisRegister(cfg.data_width)
+        wiring.connect(m, lmux.o, lreg.i)
+        wiring.connect(m, lreg.o, nic.local_in)
         wiring.connect(m, nic.local_out, rxe.i)
         for p in range(self.net_ports):
             wiring.connect(m, wiring.flipped(self.rx[p]), nic.rx[p])
@@ -903,14 +918,17 @@ class Node(wiring.Component):
                               | (self.eth_errors if self.has_eth else 0))
         m.d.comb += [csr.errors.eq(errors), seq.net_errors.eq(errors)]
         pk_empty = (pk.meta_level == 0) & (pk.payload_level == 0)
-        engines_idle = ~txe.busy & ~rxe.busy & (rxe.posted == 0) & pk_empty & ~cser.o.tvalid
+        engines_idle = ~txe.busy & ~rxe.busy & ~rxe.has_posted & pk_empty & ~cser.o.tvalid & ~lreg.busy
         datapath_idle = (engines_idle & ~ld.busy & ~wr.busy & ic.idle & w_idle & ~csr.meta.valid & ~csr.desc.valid
                          & ~ps_stores.r_rdy & ~ps_done.r_rdy & ~seq.fetch_busy)
+        # the PS's status bits (STATUS.busy, the sequencer's idle) a cycle late: registered
+        idle_q, busy_q = Signal(), Signal()
+        m.d.sync += [idle_q.eq(datapath_idle), busy_q.eq(ld.busy | wr.busy | txe.busy | rxe.busy)]
         m.d.comb += [
-            seq.engines_idle.eq(engines_idle), seq.datapath_idle.eq(datapath_idle), sr.idle.eq(datapath_idle),
+            seq.engines_idle.eq(engines_idle), seq.datapath_idle.eq(datapath_idle), sr.idle.eq(idle_q),
             seq.activity.eq(ic.activity | ~w_idle | (nic.local_in.tvalid & nic.local_in.tready)
                             | (nic.local_out.tvalid & nic.local_out.tready)),
-            csr.busy.eq(ld.busy | wr.busy | txe.busy | rxe.busy),
+            csr.busy.eq(busy_q),
             csr.rx_packet.eq(rxe.rx_packet),
             csr.irq_events.eq((seq.irq_done << Irq.SEQ_DONE) | (seq.irq_fault << Irq.SEQ_FAULT)),
         ]

@@ -18,13 +18,14 @@ stores the whole word in the NIC's route table.
 from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Mux, Signal
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.arith import log2_exact
 from mcf.hw.axi.lite import AXI4LiteSignature, Resp
 from mcf.hw.csr.ports import EthControlPort, RegisterBusSignature, RouteTablePort
 from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
+from mcf.hw.fifo import buffered_fifo
 from mcf.hw.registry import block
 from mcf.spec.node import RANGES as NODE_RANGES
 from mcf.spec.params import Range
@@ -130,9 +131,10 @@ class ControlRegisters(wiring.Component):
             return store[reg_name][f.lsb:f.lsb + f.width]
 
         # --- queues ----------------------------------------------------------------------------
-        m.submodules.meta_q = meta_q = fifo.SyncFIFOBuffered(width=HEADER_BITS, depth=self.meta_queue_depth)
-        m.submodules.desc_q = desc_q = fifo.SyncFIFOBuffered(width=DMA_DESCRIPTOR.total_bits,
-                                                             depth=self.desc_queue_depth)
+        # (hw/fifo.py: the consumers' ready -- the TX engine's ownership of the loader and the
+        # packetizer, across the node -- reaches only the queues' output registers)
+        m.submodules.meta_q = meta_q = buffered_fifo(HEADER_BITS, self.meta_queue_depth)
+        m.submodules.desc_q = desc_q = buffered_fifo(DMA_DESCRIPTOR.total_bits, self.desc_queue_depth)
         enable = fld("CONTROL", "enable")
         m.d.comb += [
             self.meta.valid.eq(meta_q.r_rdy & enable), meta_q.r_en.eq(self.meta.ready & enable),

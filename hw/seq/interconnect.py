@@ -25,11 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amaranth import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axi.lite import Resp
+from mcf.hw.fifo import PrefetchFIFO
 from mcf.spec.regmap import DMA_ADDR_BITS
 
 
@@ -257,8 +258,9 @@ class AxiInterconnect(wiring.Component):
         # ---------------------------------------------------------------- writes
         if writers:
             # W order: the slot of every accepted burst (good ones only; a bad one is handled alone).
-            m.submodules[f"p{p}_w_order"] = w_order = fifo.SyncFIFOBuffered(width=max(sbits, 1),
-                                                                            depth=self.max_writes)
+            # (a PrefetchFIFO: the pop at a burst's last W beat, behind the client's WVALID and the
+            # port's WREADY, reaches only its output registers, not a level counter)
+            m.submodules[f"p{p}_w_order"] = w_order = PrefetchFIFO(max(sbits, 1), self.max_writes, exact=True)
             hold, held, checked, ok, aw_fire = self._address(m, p, "aw", ports, writers, in_window,
                                                              gate=w_order.w_rdy)
             m.d.comb += [w_order.w_data.eq(hold.slot), w_order.w_en.eq(aw_fire)]
@@ -267,7 +269,7 @@ class AxiInterconnect(wiring.Component):
             # its W beats, then answer one DECERR B.
             dropping = Signal(name=f"p{p}_w_drop")
             b_pending = Signal(name=f"p{p}_b_pending")
-            with m.If(held & checked & ~ok & ~dropping & ~b_pending & (wr_out == 0) & ~w_order.r_rdy):
+            with m.If(held & checked & ~ok & ~dropping & ~b_pending & (wr_out == 0) & ~w_order.o.valid):
                 m.d.sync += dropping.eq(1)
                 for k in range(n):
                     with m.If(hold.slot == k):
@@ -275,7 +277,7 @@ class AxiInterconnect(wiring.Component):
 
             # W: from the client at the head of the order FIFO (or the one being dropped).
             w_slot = Signal(range(max(n, 2)), name=f"p{p}_w_slot")
-            m.d.comb += w_slot.eq(w_order.r_data)
+            m.d.comb += w_slot.eq(w_order.o.payload)
             w_fire = Signal(name=f"p{p}_w_fire")
             for k in writers:
                 c = ports[k]
@@ -284,12 +286,12 @@ class AxiInterconnect(wiring.Component):
                         m.d.comb += c.wready.eq(1)
                         with m.If(c.wvalid & c.wlast):
                             m.d.sync += [dropping.eq(0), b_pending.eq(1)]
-                with m.Elif(w_order.r_rdy & (w_slot == k)):
+                with m.Elif(w_order.o.valid & (w_slot == k)):
                     m.d.comb += [hp.wvalid.eq(c.wvalid), hp.wdata.eq(c.wdata), hp.wstrb.eq(c.wstrb),
                                  hp.wlast.eq(c.wlast), c.wready.eq(hp.wready)]
             m.d.comb += w_fire.eq(hp.wvalid & hp.wready)
             with m.If(w_fire & hp.wlast):
-                m.d.comb += w_order.r_en.eq(1)
+                m.d.comb += w_order.o.ready.eq(1)
 
             # B: by ID, or the responder's.
             b_slot = Signal(range(max(n, 2)), name=f"p{p}_b_slot")
@@ -314,7 +316,7 @@ class AxiInterconnect(wiring.Component):
             w_strb_q, w_fire_q = Signal(nbytes, name=f"p{p}_wstrb_q"), Signal(name=f"p{p}_w_fire_q")
             m.d.sync += [w_strb_q.eq(hp.wstrb), w_fire_q.eq(w_fire)]
             m.d.sync += self.wr_bytes[p].eq(Mux(w_fire_q, sum(w_strb_q[i] for i in range(nbytes)), 0))
-            busy_parts += [held, wr_out != 0, w_order.r_rdy]
+            busy_parts += [held, wr_out != 0, w_order.o.valid]
         else:
             w_fire = Const(0)
 

@@ -32,7 +32,8 @@ against every take that value does not show yet; whether two heads name one sema
 registered from the heads of the cycle before (valid for every head that can take); a
 committed head leaves its queue the cycle after (``pop``); the semaphores register their take
 events, decrements and ``overflow``; ``engines_idle`` and ``activity`` enter through a
-register (END then also needs the TX / RX queues and slots empty the cycle before); a fault's
+register (END then also needs the TX / RX queues and slots empty the cycle before), and so does
+``datapath_idle`` (a start waiting for it launches a cycle later); a fault's
 sources are registered (the execute unit's, the DDR's and the network's already at the
 port), and the cycle after, ``running`` falls (as
 it did with the fault taken at once) while the first source's cause and instruction are
@@ -281,9 +282,14 @@ class Sequencer(wiring.Component):
             m.d.sync += pending.eq(1)
         with m.If(self.abort & ~running):
             m.d.sync += pending.eq(0)
+        # ``datapath_idle`` comes from the whole node (the engines, DMA, interconnect, the PS's
+        # queues): it enters through a register, like ``engines_idle`` (a start that waits for the
+        # datapath launches a cycle after it went idle)
+        datapath_idle_q = Signal()
+        m.d.sync += datapath_idle_q.eq(self.datapath_idle)
         with m.FSM(name="boot"):
             with m.State("IDLE"):
-                with m.If(pending & ~running & self.datapath_idle & ~self.abort):
+                with m.If(pending & ~running & datapath_idle_q & ~self.abort):
                     m.next = "CLEAR"
             with m.State("CLEAR"):
                 m.d.comb += clear.eq(1)

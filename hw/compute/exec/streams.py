@@ -19,11 +19,14 @@ beats) becomes INCR bursts (at most ``max_burst`` beats, never across 4 KiB) wit
 in order.  A burst is issued only when its beats fit in what the FIFO has not promised yet,
 so RREADY is always high and no stream can block another (R beats of different IDs may
 interleave).  ``resp_error`` strobes for an R beat that is not OKAY.
+
+Each stream's FIFO is a ``PrefetchFIFO`` (hw/fifo.py): the reader's ready (from a mover and,
+through it, from a unit in another part) reaches only its output registers, one LUT deep.
 """
 from __future__ import annotations
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
@@ -31,6 +34,7 @@ from mcf.hw.arith import log2_exact
 from mcf.hw.axi.full import BURST_INCR, MAX_BURST_BEATS, AXI4Signature
 from mcf.hw.axi.lite import Resp
 from mcf.hw.dma.common import AXCACHE, next_burst
+from mcf.hw.fifo import PrefetchFIFO
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 
@@ -235,11 +239,11 @@ class ReadStreams(wiring.Component):
         st = []
         for s in range(S):
             req, out = self.req(s), self.o(s)
-            q = fifo.SyncFIFOBuffered(width=self.data_width, depth=D)
+            q = PrefetchFIFO(self.data_width, D)
             m.submodules[f"fifo{s}"] = q
             addr = Signal(len(axi.araddr), name=f"addr{s}")
             left = Signal(COUNT_BITS, name=f"left{s}")
-            promised = Signal(range(D + 1), name=f"promised{s}")     # FIFO beats + beats in flight
+            promised = Signal(range(D + 1), name=f"promised{s}")     # FIFO memory beats + beats in flight
             m.d.comb += req.ready.eq(left == 0)
             load, issue = Signal(name=f"load{s}"), Signal(name=f"issue{s}")
             m.d.comb += load.eq(req.valid & req.ready)
@@ -254,11 +258,13 @@ class ReadStreams(wiring.Component):
             m.d.sync += [fits.eq((left != 0) & (promised + nb <= D)), ok2.eq(ok1 & ~load & ~issue)]
             want = Signal(name=f"want{s}")
             m.d.comb += want.eq(fits & ok2)
-            # R beats of this stream into its FIFO (the room was promised at issue)
-            m.d.comb += [q.w_en.eq(axi.rvalid & (axi.rid == self.id_base + s)), q.w_data.eq(axi.rdata),
-                         out.valid.eq(q.r_rdy), out.payload.eq(q.r_data), q.r_en.eq(out.ready)]
+            # R beats of this stream into its FIFO's memory (the room was promised at issue); a beat
+            # stops counting when it leaves the memory for the output registers (not when the
+            # reader takes it: the reader's ready stays out of the counter)
+            m.d.comb += [q.w_en.eq(axi.rvalid & (axi.rid == self.id_base + s)), q.w_data.eq(axi.rdata)]
+            wiring.connect(m, q.o, wiring.flipped(out))
             st.append({"addr": addr, "left": left, "promised": promised, "nb": nb, "want": want,
-                       "taken": out.valid & out.ready, "issue": issue})
+                       "taken": q.moved, "issue": issue, "held": q.holds})
 
         # --- arbitration: round robin among the streams that can issue a burst -------------------
         grant = Signal(range(S))
@@ -281,7 +287,8 @@ class ReadStreams(wiring.Component):
 
         m.d.comb += axi.rready.eq(1)
         m.d.sync += self.resp_error.eq(axi.rvalid & (axi.rresp != Resp.OKAY))
-        m.d.comb += self.busy.eq(ar_valid | Cat(*[(x['left'] != 0) | (x['promised'] != 0) for x in st]).any())
+        m.d.comb += self.busy.eq(ar_valid | Cat(*[(x['left'] != 0) | (x['promised'] != 0) | x['held']
+                                                             for x in st]).any())
         return m
 
 

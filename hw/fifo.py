@@ -1,0 +1,101 @@
+"""``PrefetchFIFO``: a FIFO whose reader's ready reaches only its output registers.
+
+Amaranth's ``SyncFIFOBuffered`` reads its memory and counts its level on the reader's
+``r_en``: a ready that comes from far away (another unit, another part of the node) then runs
+on through the FIFO's read logic into its level counter's carry chain in the same cycle (issue
+14's 250 MHz budget, docs/timing.md).  Here the memory's read, pointers and level move on
+registered state alone (a word leaves the memory whenever it has one and the second output
+register is free); the reader's ready drives only the two output registers' enables and valid
+bits, one LUT deep.  Reads are as in ``SyncFIFOBuffered``: a word written in cycle t is on
+``o`` in t + 2 at the earliest, one word a cycle.
+"""
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+
+class PrefetchFIFO(wiring.Component):
+    """``w_en`` / ``w_data`` in, ``o`` (a stream) out, the memory in front of two output
+    registers ``e0`` (the head, ``o.payload``) and ``e1``.
+
+    ``exact=False``: ``depth`` words of memory and no ``w_rdy``: the writer keeps count of the
+    memory's words (``moved`` strobes when one leaves it for the output registers); holds up to
+    depth + 2 words.  ``exact=True`` (depth >= 3): a drop-in for ``SyncFIFOBuffered(depth)``:
+    depth - 2 words of memory, ``w_rdy`` (from registers) low exactly when the FIFO holds
+    ``depth`` words; valid, data and ``w_rdy`` the same as ``SyncFIFOBuffered``'s in every cycle.
+    ``holds``: a word in the FIFO; ``level``: the words it holds (as ``SyncFIFOBuffered``'s,
+    exact); ``r_rdy`` / ``r_data`` / ``r_en``: ``o``'s valid / payload / ready."""
+
+    def __init__(self, width: int, depth: int, exact: bool = False):
+        if depth < (3 if exact else 1):
+            raise ValueError(f"depth={depth}: must be >= {3 if exact else 1}")
+        self.width, self.depth, self.exact = width, depth, exact
+        self.mem_depth = depth - 2 if exact else depth
+        super().__init__({"w_en": In(1), "w_data": In(width), "o": Out(stream.Signature(width)),
+                          "moved": Out(1), "holds": Out(1), "w_rdy": Out(1),
+                          "level": Out(range(self.mem_depth + 3))})
+
+    # ``SyncFIFOBuffered``'s names for the read side
+    @property
+    def r_rdy(self):
+        return self.o.valid
+
+    @property
+    def r_data(self):
+        return self.o.payload
+
+    @property
+    def r_en(self):
+        return self.o.ready
+
+    def elaborate(self, platform):
+        m = Module()
+        D = self.mem_depth
+        m.submodules.mem = mem = Memory(shape=self.width, depth=D, init=[])
+        wp, rp = mem.write_port(), mem.read_port(domain="comb")
+        produce, consume = Signal(range(D), name="produce"), Signal(range(D), name="consume")
+        level = Signal(range(D + 1))            # words in the memory
+        v0, v1 = Signal(), Signal()             # e0 / e1 hold a word (v1 implies v0)
+        e0, e1 = Signal(self.width), Signal(self.width)
+        move, ready, w = Signal(), self.o.ready, Signal()
+        # exact: full when the memory is and e1 holds a word (then e0 does too); with e1 free a
+        # word leaves the memory this cycle, so a write fits
+        m.d.comb += [self.w_rdy.eq(~((level == D) & v1) if self.exact else 1), w.eq(self.w_en & self.w_rdy),
+                     wp.addr.eq(produce), wp.data.eq(self.w_data), wp.en.eq(w), rp.addr.eq(consume),
+                     move.eq((level != 0) & ~v1), self.moved.eq(move),
+                     self.o.valid.eq(v0), self.o.payload.eq(e0), self.holds.eq((level != 0) | v0),
+                     self.level.eq(level + v0 + v1)]
+
+        def incr(p):
+            return p + 1 if D & (D - 1) == 0 else Mux(p == D - 1, 0, p + 1)
+        with m.If(w):
+            m.d.sync += produce.eq(incr(produce))
+        with m.If(move):
+            m.d.sync += consume.eq(incr(consume))
+        m.d.sync += level.eq(level + w - move)
+        # the head: e1 if it holds a word, else the memory's (don't-care when nothing moves and
+        # e0 stays or falls empty); enabled when e0 is empty or taken
+        with m.If(~v0 | ready):
+            m.d.sync += e0.eq(Mux(v1, e1, rp.data))
+        with m.If(move & ~ready):
+            m.d.sync += e1.eq(rp.data)          # the word behind a head that stays
+        m.d.sync += [v0.eq(v1 | move | (v0 & ~ready)), v1.eq(~ready & (v1 | (v0 & move)))]
+        return m
+
+
+def buffered_fifo(width: int, depth: int):
+    """``PrefetchFIFO(exact=True)`` where the depth allows (>= 3), else ``SyncFIFOBuffered``: the
+    same ports (``w_en``, ``w_data``, ``w_rdy``, ``r_rdy``, ``r_data``, ``r_en``, ``level``) and
+    the same behaviour, cycle for cycle."""
+    if depth >= 3:
+        return PrefetchFIFO(width, depth, exact=True)
+    from amaranth.lib.fifo import SyncFIFOBuffered
+    return SyncFIFOBuffered(width=width, depth=depth)
+
+
+def nonempty(f):
+    """Whether a ``buffered_fifo`` holds a word: ``holds`` (registers, an OR) or ``level != 0``."""
+    return f.holds if isinstance(f, PrefetchFIFO) else f.level != 0
