@@ -442,14 +442,14 @@ def pv_figures(report: dict, node: NodeConfig) -> dict:
 
 def prefill_array_refusal(node: NodeConfig, keys: int, block_keys: int) -> str | None:
     """Why attn:prefill-array (attn:prefill's keys in a run of blocks of ``block_keys`` keys, jobs of
-    ``att_rows // group`` tokens) cannot run on ``node``'s instructions, or None."""
+    min(sm_rows, max_tokens) // group tokens: the lowering's) cannot run on ``node``'s instructions, or None."""
     from mcf.spec.isa import block_run_ok, gemm_pv_built
     from mcf.sim.compute.jobs import pv_run_keys
     P, K, vl, d = node.mac_rows, node.mac_lanes, node.vec_lanes, node.head_dim
     if not gemm_pv_built(P, K, vl, d):
         return "this node builds no GEMM_PV (it needs mac_rows, mac_lanes >= vec_lanes and mac_rows | head_dim | " \
                "mac_rows x mac_lanes)"
-    per_job = node.att_rows // node.group
+    per_job = min(node.sm_rows, node.max_tokens) // node.group
     run = pv_run_keys(node, keys, block_keys)
     bus, word = node.data_bytes, node.weight_word_bytes
     if (per_job < 1 or keys % P or keys % K or keys % vl or keys % block_keys or not run
@@ -457,7 +457,7 @@ def prefill_array_refusal(node: NodeConfig, keys: int, block_keys: int) -> str |
             or not block_run_ok(block_keys, 0, run, d, bus, word, scales=False)):
         return (f"{keys} keys in blocks of {block_keys}: GEMM_QK takes whole tiles of {P} keys and runs "
                 f"isa.block_run_ok passes, GEMM_PV a multiple of {K} keys, ATTN_SM a GQA group of {node.group} rows "
-                f"in the unit's {node.att_rows}")
+                f"in the unit's {node.sm_rows} state rows")
     R, rb = per_job * node.group, d // vl
     need = 2 * node.max_tokens * node.group * rb + 2 * R * keys // vl + 2 * R * rb
     if need > node.spad_beats:

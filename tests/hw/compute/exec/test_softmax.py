@@ -140,9 +140,10 @@ async def run_softmax(dut):
             model = softmax_pass_cycles(keys, R, VL, phase == "APPLY", max(CFG.mac_lanes // VL, 1))
             assert abs(c - model) <= (4 if phase == "MAX" else 12), \
                 f"ATTN_SM {phase}: {c} cycles for {keys} keys, model {model} (all: {cycles})"
-    # refused: no keys, keys not a multiple of VL, more rows than the unit's, rows past the SPAD
+    # refused: no keys, keys not a multiple of VL, more rows than the unit's state rows (sm_rows), rows past
+    # the SPAD
     sm = program()[1]
-    for bad in (dict(keys=0), dict(keys=VL + 1), dict(tokens=3), dict(scores=CFG.spad_beats - 2),
+    for bad in (dict(keys=0), dict(keys=VL + 1), dict(tokens=CFG.sm_rows // HEADS + 1), dict(scores=CFG.spad_beats - 2),
                 dict(phase=AttnPass.APPLY, w=CFG.spad_beats - 2)):
         assert (await drv.run(sm.replace(**bad))).fault == SeqFault.ILLEGAL_INSTRUCTION, bad
 
@@ -164,7 +165,7 @@ async def run_o_emit(dut):
     vl, d = node.vec_lanes, node.head_dim
     tokens, heads, keys = p.get("oe_tokens", 2), p.get("oe_heads", 2), 4 * vl
     R, rb, kb = tokens * heads, d // vl, keys // vl
-    assert R <= node.att_rows
+    assert R <= node.sm_rows
     rng = np.random.default_rng(p.get("seed", 1) + 7)
     drv = ExecDriver(dut, seed=p.get("seed", 1), axi_period_ps=p.get("axi_period_ps"))
     await drv.start()
@@ -225,6 +226,18 @@ async def run_o_emit(dut):
             json.dump({"rows": R, "head_dim": d, "vec_lanes": vl, "cycles": cyc, "model": model}, f)
     for k, c in cyc.items():
         assert abs(c - model[k]) <= 2, f"{k}: {c} cycles, model {model[k]} (all: {cyc})"
+    if R > node.att_rows:
+        # rows past att_rows have no products: MREF / STATE over them and ATTN_KV after their QUERY refused
+        for ins in (isa.AttnQ(what=AttnLoad.MREF, spad=ma, qpos0=0, **rows),
+                    isa.AttnQ(what=AttnLoad.STATE, spad=sta, qpos0=0, **rows),
+                    isa.AttnKv(phase=AttnPass.MAX, seg=VSEG, v_off=0, seg_stride=0, blocks=1, keys=vl, kpos0=0,
+                               pos_stride=0, block0=0, block_stride=0, gated=0, first=1)):
+            assert (await drv.run(ins)).fault == SeqFault.ILLEGAL_INSTRUCTION, ins
+        # a QUERY of att_rows rows makes ATTN_KV legal again
+        n_t = node.att_rows // heads
+        await drv.must(isa.AttnQ(what=AttnLoad.QUERY, spad=qa, qpos0=qpos0, **{**rows, "tokens": n_t}))
+        await drv.must(isa.AttnKv(phase=AttnPass.MAX, seg=VSEG, v_off=0, seg_stride=0, blocks=1, keys=vl, kpos0=0,
+                                  pos_stride=0, block0=0, block_stride=0, gated=0, first=1))
 
 
 def test_softmax_nodesim():
