@@ -930,8 +930,7 @@ class AttentionUnit(wiring.Component):
 
 
 @block("compute_attention", "Q.K^T, exp2 softmax state, P.V over streamed KV -> (m, l, o), maxima or rows",
-       variants=({"max_keys": 65536}, {"head_dim": 32, "lanes": 4, "words": 8, "primitive": 1},
-                 {"rows": 4, "prod_rows": 2, "words": 4, "max_words": 8}),
+       variants=({"max_keys": 65536}, {"head_dim": 32, "lanes": 4, "words": 8, "primitive": 1}),
        head_dim=16, rows=2, max_keys=64, lanes=0, primitive=0, words=1, max_words=0, prod_rows=0,
        ranges={"head_dim": Range(1, 256), "rows": Range(1, 64), "max_keys": Range(1, 1 << 20, pow2=True),
                "lanes": Range(0, 256), "primitive": Range(0, 1), "words": Range(1, 256, pow2=True),
