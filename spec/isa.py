@@ -400,7 +400,8 @@ _reg(Opcode.VEC, "For r < rows: op(a row r, b row) -> dst row r, rows of n eleme
     Field("imm1", 16, "RMSNORM: gain exponent E_g. PRESCALE: C_E.", signed=True),
 ])
 _ROWS = [
-    Field("tokens", 10, "Tokens T_q; the rows are (t, j), R = tokens x heads <= the unit's rows."),
+    Field("tokens", 10, "Tokens T_q; the rows are (t, j), R = tokens x heads <= the unit's state rows (sm_rows; "
+                        "MREF, STATE: att_rows, the rows with products)."),
     Field("heads", 8, "Query heads per token (the GQA group)."),
     Field("tok_stride", 16, "Beats between tokens (QUERY, O, FINAL)."),
     Field("head_stride", 16, "Beats between heads of one token (QUERY, O, FINAL)."),
@@ -417,7 +418,8 @@ _reg(Opcode.ATTN_Q, "Load the attention unit (AttnLoad).  QUERY: row (t, j) = th
 _reg(Opcode.ATTN_KV, "A pass over a run of `blocks` KV blocks: block i's K segment at seg + i "
                      "seg_stride 64, its V segment v_off 64 further, `keys` tokens each, key j of "
                      "block i at position kpos0 + i pos_stride + j, directory id block0 + i "
-                     "block_stride.", [
+                     "block_stride.  The last QUERY's rows must be at most att_rows (the rows with "
+                     "products), else ILLEGAL_INSTRUCTION.", [
     Field("phase", 1, "Which pass.", enum=AttnPass),
     _ddr("seg", "K segment of the run's first block"),
     Field("v_off", 26, "V segment = K segment + v_off * 64."),
@@ -452,7 +454,7 @@ _reg(Opcode.ATTN_SM, "Softmax pass over score rows in SPAD (the attention unit w
                 "+ 2 k0; else the V segment of the block that starts with key 0)"),
     _spad("w", "APPLY: first w row (S int32 words each)"),
     Field("w_stride", 16, "APPLY: beats between w rows."),
-    Field("tokens", 10, "Tokens; R = tokens x heads rows (<= the unit's rows)."),
+    Field("tokens", 10, "Tokens; R = tokens x heads rows (<= the unit's state rows, sm_rows)."),
     Field("heads", 8, "Query heads per token."),
     Field("block_keys", 16, "APPLY: tokens per V block of the run; 0: one segment (seg + 2 j)."),
     Field("seg_stride", 26, "APPLY: bytes / 64 between the V segments of consecutive blocks."),

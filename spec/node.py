@@ -75,8 +75,8 @@ class NodeConfig:
     max_tokens: int = 16             # tokens sharing each weight beat (query rows per pass)
     vec_lanes: int = 8               # vector unit lanes
     # attention unit query rows (GQA group heads x tokens): 6 on the KR260 node, Qwen2.5-1.5B's group
-    # (12 / 2): a job is one token x the group's heads (as at 8: 8 // 6 = 1), and the array path's
-    # rows (min(att_rows, max_tokens)) are the group either way
+    # (12 / 2): a unit-path job is one token x the group's heads (as at 8: 8 // 6 = 1); the array
+    # path's rows are min(sm_rows, max_tokens) = 12 (two tokens: ``sm_rows``, state rows only)
     att_rows: int = 6
     # attention unit: score / P.V lanes a row (its products: att_rows x 2 x att_lanes DSP48E2; a key
     # pair's scores and a key's P.V take head_dim / att_lanes cycles); 0: the unit's default,
@@ -147,6 +147,15 @@ class NodeConfig:
     def group(self) -> int:
         """GQA group: query heads per KV head."""
         return self.num_heads // self.num_kv_heads
+
+    @property
+    def sm_rows(self) -> int:
+        """Rows of softmax state (position, m, l, o) the attention unit holds for the array path
+        (ATTN_Q QUERY / O, ATTN_SM, ATTN_EMIT): att_rows x max(1, max_tokens // att_rows) -- as many
+        whole groups of att_rows as GEMM_QK's max_tokens activation rows hold (12 on the KR260 node:
+        jobs of two tokens x the GQA group of 6).  Only the first att_rows rows have query mantissas
+        and products (ATTN_KV, ATTN_Q MREF / STATE: at most att_rows rows)."""
+        return self.att_rows * max(1, self.max_tokens // self.att_rows)
 
     @property
     def max_payload(self) -> int:

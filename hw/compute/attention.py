@@ -40,6 +40,13 @@ per group) and, per row, a softmax state (m, l, o[head_dim]):
   W words a transfer (all kept); STATE, head_dim + 2 words [m, sat32(l), sat32(o_c) ...]
   (``encode_state``) and MAX, one word m, one word a transfer (word 0, TKEEP 0xF).
 
+**Rows without products** (``prod_rows`` < ``rows``): rows prod_rows .. rows - 1 hold a position, m,
+l and o (o memories written by ``ow`` only) and a post lane that takes streamed scores (raw = s, no
+dot A_k product; its p A_v product as the others'), but no query mantissas, no score or P.V
+products: they serve ATTN_SM, ATTN_Q O and the emits (the array path's jobs of two tokens x the GQA
+group on the KR260 node: ``NodeConfig.sm_rows`` = 12 rows, ``att_rows`` = 6 with products).  A pass
+over keys (``cmd.src = 0``) and state words past m and l (``st``) reach the first prod_rows rows only.
+
 l and o stay exact (``max_keys`` sizes them) across passes, so a state summed over several runs
 of KV blocks (several APPLY passes without ``first``) is the golden single sum, saturated to
 32 bits only when it leaves.  The golden softmax uses the row maximum of *all* visible keys (no
@@ -270,10 +277,16 @@ class AttentionUnit(wiring.Component):
     o words a cycle on ``ow`` and in a FINAL emit (a power of two dividing ``lanes``)."""
 
     def __init__(self, head_dim: int = 16, rows: int = 2, max_keys: int = 64, lanes: int | None = None,
-                 primitive: bool = False, words: int = 1, max_words: int | None = None):
+                 primitive: bool = False, words: int = 1, max_words: int | None = None,
+                 prod_rows: int | None = None):
         log2_exact(max_keys, "max_keys")
         if rows < 1 or head_dim < 1:
             raise ValueError(f"rows={rows}, head_dim={head_dim}: must be >= 1")
+        # rows with query mantissas and products (ATTN_KV, state loads); the rest (the array path's
+        # rows, ``NodeConfig.sm_rows``) hold a position, m, l and o and pass streamed scores only
+        self.prod_rows = rows if prod_rows is None else prod_rows
+        if not 1 <= self.prod_rows <= rows:
+            raise ValueError(f"prod_rows={prod_rows}: must be 1 .. rows={rows}")
         lanes = default_lanes(head_dim) if lanes is None else lanes
         if lanes < 1 or head_dim % lanes or (lanes >= CHAIN and lanes % CHAIN):
             raise ValueError(f"lanes={lanes}: must divide head_dim={head_dim} and be a multiple of {CHAIN} "
@@ -316,11 +329,12 @@ class AttentionUnit(wiring.Component):
     @property
     def multipliers(self) -> int:
         """DSP48E2 slices of the two product arrays (the score pairs, the P.V digit pairs)."""
-        return self.rows * (self.lanes + 2 * (-(-self.lanes // 2)))
+        return self.prod_rows * (self.lanes + 2 * (-(-self.lanes // 2)))
 
     def elaborate(self, platform):
         m = Module()
         D, R, L, C = self.head_dim, self.rows, self.lanes, self.chunks
+        PR = self.prod_rows                     # rows 0 .. PR - 1: q mantissas, scores, P.V products
         Ls = self.o_lanes                       # o memories a row; product chunk c -> address c // K,
         Cs, K = D // Ls, Ls // L                # memories (c mod K) L .. (c mod K) L + L - 1
         dotw = MANT_BITS + W_BITS + ceil_log2(D) + 1
@@ -336,18 +350,20 @@ class AttentionUnit(wiring.Component):
         qd = data.View(q_slice_layout(self.words), self.q.data)
         q_slice, q_row = self.q.addr[:sb], self.q.addr[sb:sb + rb_]
         QG = Ls // self.words                   # q / ow granules an address (W = words)
-        m.submodules.qmem = qmem = memory.Memory(shape=R * Ls * MANT_BITS, depth=Cs, init=[])
+        m.submodules.qmem = qmem = memory.Memory(shape=PR * Ls * MANT_BITS, depth=Cs, init=[])
         qwp = qmem.write_port(granularity=self.words * MANT_BITS)
         qrp = qmem.read_port(domain="comb")
-        m.d.comb += [qwp.addr.eq(q_slice // QG if QG > 1 else q_slice), qwp.data.eq(Cat(*([qd.mant] * (R * QG))))]
-        for r in range(R):
+        m.d.comb += [qwp.addr.eq(q_slice // QG if QG > 1 else q_slice), qwp.data.eq(Cat(*([qd.mant] * (PR * QG))))]
+        for r in range(PR):
             for g in range(QG):
                 m.d.comb += qwp.en[r * QG + g].eq(self.q.en & (q_row == r) & ((q_slice % QG == g) if QG > 1 else 1))
-        qexp = [Signal(signed(EXP_BITS), name=f"qexp{r}") for r in range(R)]
+        qexp = [Signal(signed(EXP_BITS), name=f"qexp{r}") for r in range(PR)]
         qpos = [Signal(POS_BITS, name=f"qpos{r}") for r in range(R)]
         for r in range(R):
             with m.If(self.q.en & (q_row == r) & (q_slice == 0)):
-                m.d.sync += [qexp[r].eq(qd.exp), qpos[r].eq(qd.pos)]
+                m.d.sync += qpos[r].eq(qd.pos)
+                if r < PR:
+                    m.d.sync += qexp[r].eq(qd.exp)
 
         IDLE, PASS, DRAIN, OUT = AttentionState
         state = Signal(AttentionState)
@@ -425,7 +441,7 @@ class AttentionUnit(wiring.Component):
         # --- scores: a key pair per head_dim / lanes cycles, two INT4 keys per DSP (DotArray) ---------
         avail = Signal(16)
         m.d.comb += avail.eq(acc - sidx)
-        arrays = [DotArray(2, L, packed=True, primitive=self.primitive) for _ in range(R)]
+        arrays = [DotArray(2, L, packed=True, primitive=self.primitive) for _ in range(PR)]
         lat = arrays[0].latency
         NQ = max(2, -(-(C + lat + 3) // C))            # result entries: the DotArray's latency covered
         rq_n = Signal(range(NQ + 1))                    # pairs issued, not yet popped by the post
@@ -450,7 +466,7 @@ class AttentionUnit(wiring.Component):
         # chunk s_c of every query row: address s_c // K, lanes (s_c mod K) L .. + L - 1 of each row's Ls
         kb_ = ceil_log2(K)                      # K = Ls / L: a power of two (W and L are, when K > 1)
         m.d.comb += qrp.addr.eq(s_c[kb_:] if K > 1 else s_c)
-        for r in range(R):
+        for r in range(PR):
             m.submodules[f"dots{r}"] = da = arrays[r]
             qword = qrp.data[r * Ls * MANT_BITS:(r + 1) * Ls * MANT_BITS]
             qc = qword.word_select(s_c[:kb_], L * MANT_BITS) if K > 1 else qword
@@ -470,7 +486,7 @@ class AttentionUnit(wiring.Component):
         rq_meta = [[Signal(meta_layout, name=f"rq{e}_meta{h}") for h in range(2)] for e in range(NQ)]
         rq_has2 = [Signal(name=f"rq{e}_has2") for e in range(NQ)]
         rq_full = [Signal(name=f"rq{e}_full") for e in range(NQ)]
-        rq_dot = [[[Signal(signed(dotw), name=f"rq{e}_dot{r}_{h}") for h in range(2)] for r in range(R)]
+        rq_dot = [[[Signal(signed(dotw), name=f"rq{e}_dot{r}_{h}") for h in range(2)] for r in range(PR)]
                   for e in range(NQ)]
         rq_wm, rq_wd, rq_rd = (Signal(range(NQ), name=n) for n in ("rq_wm", "rq_wd", "rq_rd"))
 
@@ -488,8 +504,8 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += rq_has2[e].eq(avail >= 2)
         with m.If(issue):
             m.d.sync += rq_wm.eq(wrap(rq_wm))
-        sacc = [[Signal(signed(dotw), name=f"sacc{r}_{h}") for h in range(2)] for r in range(R)]
-        for r in range(R):
+        sacc = [[Signal(signed(dotw), name=f"sacc{r}_{h}") for h in range(2)] for r in range(PR)]
+        for r in range(PR):
             for h in range(2):
                 total = Signal(signed(dotw), name=f"stot{r}_{h}")
                 m.d.comb += total.eq(Mux(tfirst, 0, sacc[r][h]) + arrays[r].dots[h])
@@ -529,8 +545,11 @@ class AttentionUnit(wiring.Component):
         m.d.sync += [p1v.eq(go), p1.eq(Mux(smode, Cat(Const(0, KV_A_BITS + EXP_BITS), sp.pos, sp.va, sp.ve),
                                            meta_arr[rq_rd][ph])), p1.ap.eq(go & apply)]
         for r in range(R):
-            m.d.sync += p1d[r].eq(Mux(smode, sp.s[32 * r:32 * (r + 1)].as_signed(),
-                                      Array(Array(rq_dot[e][r][h] for h in range(2)) for e in range(NQ))[rq_rd][ph]))
+            if r < PR:
+                m.d.sync += p1d[r].eq(Mux(smode, sp.s[32 * r:32 * (r + 1)].as_signed(),
+                                          Array(Array(rq_dot[e][r][h] for h in range(2)) for e in range(NQ))[rq_rd][ph]))
+            else:                       # a row without products: streamed scores only
+                m.d.sync += p1d[r].eq(sp.s[32 * r:32 * (r + 1)].as_signed())
 
         def stage(name, value, shape=None):
             return arith_stage(m, value, name, shape)
@@ -556,10 +575,13 @@ class AttentionUnit(wiring.Component):
         m.d.comb += push.eq(pv_[last] & pm_[last].ap)
         for r in range(R):
             # streamed scores go through as raw = s, shift 0: s6 = sat32(s) = s
-            raw = stage(f"raw{r}", Mux(smode, p1d[r], p1d[r][:dot_bits].as_signed() * p1.a))
-            sh = stage(f"ssh{r}", Mux(smode, 0, -(qexp[r] + p1.e + fx.S_FRAC)), signed(10))
             vis = stage(f"vis2_{r}", p1.pos <= qpos[r])
-            rs = rshr_staged(m, raw, sh, 33, f"rs{r}")                       # at stage 5
+            if r < PR:
+                raw = stage(f"raw{r}", Mux(smode, p1d[r], p1d[r][:dot_bits].as_signed() * p1.a))
+                sh = stage(f"ssh{r}", Mux(smode, 0, -(qexp[r] + p1.e + fx.S_FRAC)), signed(10))
+                rs = rshr_staged(m, raw, sh, 33, f"rs{r}")                   # at stage 5
+            else:                       # the streamed score itself, through as many stages
+                rs = stage(f"rs4_{r}", stage(f"rs3_{r}", stage(f"rs2_{r}", stage(f"raw{r}", p1d[r][:32].as_signed()))))
             for i in range(3, 7):
                 vis = stage(f"vis{i}_{r}", vis)
             s6 = stage(f"s{r}", sat(m, rs, 32))
@@ -597,7 +619,7 @@ class AttentionUnit(wiring.Component):
         # the key's V row: read (asynchronously) at its ring slot for the whole of its P.V run, no copy
         vr = vring.read_port(domain="comb")
         pv_run, pv_c = Signal(), Signal(range(C))
-        w_cur = [Signal(32, name=f"wcur{r}") for r in range(R)]           # w >= 0
+        w_cur = [Signal(32, name=f"wcur{r}") for r in range(PR)]          # w >= 0
         v_idx = Signal(5)
         v_cur = vr.data
         rd_ok = Signal()
@@ -613,7 +635,7 @@ class AttentionUnit(wiring.Component):
         with m.If(pv_go):
             m.d.sync += [pv_run.eq(1), pv_c.eq(0), v_idx.eq(Array(wq_idx)[wq_rp]),
                          wq_rp.eq(Mux(wq_rp == W_CREDITS - 1, 0, wq_rp + 1))]
-            for r in range(R):
+            for r in range(PR):
                 m.d.sync += w_cur[r].eq(wq_rd.data[32 * r:32 * (r + 1)])
         # streamed scores: the w queue's head leaves on ``w`` (key after key, word r = row r)
         w_pop = Signal()
@@ -674,13 +696,15 @@ class AttentionUnit(wiring.Component):
         ec, el = Signal(range(Cs)), Signal(range(Ls))   # emit: o element ec * Ls + el
         eadv = Signal()
         for r in range(R):
-            src = Signal(32, name=f"pvw{r}")
-            m.d.comb += src.eq(Mux(inj, Mux(self.st.row == r, self.st.data, 0), w_cur[r]))
-            d0 = stage(f"pvd0_{r}", Cat(src[:16], Const(0, 1)).as_signed())
-            d1 = stage(f"pvd1_{r}", src[16:32].as_signed(), signed(17))
+            has_p = r < PR              # rows past PR: o only from ``ow`` (no products)
+            if has_p:
+                src = Signal(32, name=f"pvw{r}")
+                m.d.comb += src.eq(Mux(inj, Mux(self.st.row == r, self.st.data, 0), w_cur[r]))
+                d0 = stage(f"pvd0_{r}", Cat(src[:16], Const(0, 1)).as_signed())
+                d1 = stage(f"pvd1_{r}", src[16:32].as_signed(), signed(17))
             for t in range(pairs):
                 fields = []
-                for g, dg in enumerate((d0, d1)):
+                for g, dg in enumerate((d0, d1) if has_p else ()):
                     prod = stage(f"pvp{r}_{t}_{g}", a1[t] * dg, signed(DSP_A_BITS + 18))
                     lo_f = prod[:PACK_SHIFT].as_signed()
                     hi_f = (prod >> PACK_SHIFT) + prod[PACK_SHIFT - 1]
@@ -689,7 +713,8 @@ class AttentionUnit(wiring.Component):
                     lane = 2 * t + j
                     if lane >= L:
                         continue
-                    inc = stage(f"pvi{r}_{lane}", fields[0][j] + (fields[1][j] << 16), signed(37))
+                    inc = (stage(f"pvi{r}_{lane}", fields[0][j] + (fields[1][j] << 16), signed(37)) if has_p
+                           else Const(0, signed(37)))
                     # read o at stage 2, add and write it back at stage 3 (an element comes back
                     # only head_dim / lanes cycles later); chunk c's lane goes to memory
                     # (c mod K) L + lane at address c // K
@@ -702,8 +727,9 @@ class AttentionUnit(wiring.Component):
                         total = Signal(signed(self.o_width), name=f"osum{r}_{js}")
                         k = js % W
                         m.d.comb += total.eq(Mux(fl3, rd.data, 0) + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
-                        m.d.comb += [wr.en.eq(q3v & Mux(q3w, (q3n == js // W) & (q3r == r),
-                                                        q3b[b] & (~q3s | ((q3n == lane) & (q3r == r))))),
+                        ow_hit = (q3n == js // W) & (q3r == r)
+                        m.d.comb += [wr.en.eq(q3v & (Mux(q3w, ow_hit, q3b[b] & (~q3s | ((q3n == lane) & (q3r == r))))
+                                                     if has_p else q3w & ow_hit)),
                                      wr.addr.eq(q3a), wr.data.eq(total)]
                         for a in range(Cs):
                             with m.If(wr.en & (wr.addr == a)):
@@ -905,10 +931,10 @@ class AttentionUnit(wiring.Component):
 
 @block("compute_attention", "Q.K^T, exp2 softmax state, P.V over streamed KV -> (m, l, o), maxima or rows",
        variants=({"max_keys": 65536}, {"head_dim": 32, "lanes": 4, "words": 8, "primitive": 1}),
-       head_dim=16, rows=2, max_keys=64, lanes=0, primitive=0, words=1, max_words=0,
+       head_dim=16, rows=2, max_keys=64, lanes=0, primitive=0, words=1, max_words=0, prod_rows=0,
        ranges={"head_dim": Range(1, 256), "rows": Range(1, 64), "max_keys": Range(1, 1 << 20, pow2=True),
                "lanes": Range(0, 256), "primitive": Range(0, 1), "words": Range(1, 256, pow2=True),
-               "max_words": Range(0, 256)})
-def _attention(head_dim, rows, max_keys, lanes, primitive, words, max_words):
+               "max_words": Range(0, 256), "prod_rows": Range(0, 64)})
+def _attention(head_dim, rows, max_keys, lanes, primitive, words, max_words, prod_rows):
     return AttentionUnit(head_dim, rows, max_keys, lanes=lanes or None, primitive=bool(primitive), words=words,
-                         max_words=max_words or None)
+                         max_words=max_words or None, prod_rows=prod_rows or None)

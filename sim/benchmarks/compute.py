@@ -147,6 +147,10 @@ def add_arguments(p) -> None:
                    help="engine bench: keys of attn:prefill-array's second run (two jobs over their own draws, "
                         "attn:prefill-array:<keys>); with the first (--attn-keys) it gives the fit cycles a job = "
                         "fixed + per key x keys (attn:array-fit; 0: no second run) (default: %(default)s)")
+    p.add_argument("--array-tokens-per-job", type=int, default=0,
+                   help="engine bench: tokens of one attn:prefill-array job (0: the lowering's, min(sm_rows, "
+                        "max_tokens) // the GQA group: 2 on the KR260 node; 1: the jobs of one token before) "
+                        "(default: %(default)s)")
     p.add_argument("--block", action="append", choices=BLOCKS, default=None,
                    help="engine bench: run only this block (repeatable; default: every block its switches leave on: "
                         f"{', '.join(BLOCKS)})")
@@ -442,14 +446,14 @@ def pv_figures(report: dict, node: NodeConfig) -> dict:
 
 def prefill_array_refusal(node: NodeConfig, keys: int, block_keys: int) -> str | None:
     """Why attn:prefill-array (attn:prefill's keys in a run of blocks of ``block_keys`` keys, jobs of
-    ``att_rows // group`` tokens) cannot run on ``node``'s instructions, or None."""
+    min(sm_rows, max_tokens) // group tokens: the lowering's) cannot run on ``node``'s instructions, or None."""
     from mcf.spec.isa import block_run_ok, gemm_pv_built
     from mcf.sim.compute.jobs import pv_run_keys
     P, K, vl, d = node.mac_rows, node.mac_lanes, node.vec_lanes, node.head_dim
     if not gemm_pv_built(P, K, vl, d):
         return "this node builds no GEMM_PV (it needs mac_rows, mac_lanes >= vec_lanes and mac_rows | head_dim | " \
                "mac_rows x mac_lanes)"
-    per_job = node.att_rows // node.group
+    per_job = min(node.sm_rows, node.max_tokens) // node.group
     run = pv_run_keys(node, keys, block_keys)
     bus, word = node.data_bytes, node.weight_word_bytes
     if (per_job < 1 or keys % P or keys % K or keys % vl or keys % block_keys or not run
@@ -457,7 +461,7 @@ def prefill_array_refusal(node: NodeConfig, keys: int, block_keys: int) -> str |
             or not block_run_ok(block_keys, 0, run, d, bus, word, scales=False)):
         return (f"{keys} keys in blocks of {block_keys}: GEMM_QK takes whole tiles of {P} keys and runs "
                 f"isa.block_run_ok passes, GEMM_PV a multiple of {K} keys, ATTN_SM a GQA group of {node.group} rows "
-                f"in the unit's {node.att_rows}")
+                f"in the unit's {node.sm_rows} state rows")
     R, rb = per_job * node.group, d // vl
     need = 2 * node.max_tokens * node.group * rb + 2 * R * keys // vl + 2 * R * rb
     if need > node.spad_beats:
@@ -607,6 +611,9 @@ def run_engine(args) -> dict:
                              f"rows, the weight rows and the output within {node.spad_beats} SPAD beats")
     array_skipped = None
     array_block_keys = node.max_tokens           # the KV pool's blocks: one chunk of max_tokens tokens
+    if args.prefill_array and not 0 <= args.array_tokens_per_job <= min(node.sm_rows, node.max_tokens) // node.group:
+        raise ValueError(f"--array-tokens-per-job {args.array_tokens_per_job}: 0 .. "
+                         f"{min(node.sm_rows, node.max_tokens) // node.group} (the unit's sm_rows={node.sm_rows})")
     if args.prefill_array:
         why = prefill_array_refusal(node, args.attn_keys, array_block_keys)
         if why and args.block:
@@ -660,7 +667,7 @@ def run_engine(args) -> dict:
                        "total_bytes_per_cycle": timing.total_bytes_per_cycle,
                        "refresh_interval": timing.refresh_interval, "refresh_cycles": timing.refresh_cycles},
                        "attn": {"keys": args.attn_keys, "block_keys": block_keys, "tokens": node.max_tokens,
-                                "array_block_keys": array_block_keys,
+                                "array_block_keys": array_block_keys, "tokens_per_job": args.array_tokens_per_job,
                                 "longer": [args.array_keys] if longer else []},
                        "qk": {"keys": args.qk_keys, "tokens": args.qk_tokens}, "qk_report": str(qk_report),
                        "sm": {"keys": args.sm_keys, "tokens": 1}, "sm_report": str(sm_report),

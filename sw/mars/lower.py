@@ -189,7 +189,7 @@ def check_model(model: ModelConfig, node: NodeConfig, group: int) -> None:
 
 ARRAY_COVERS = ("attention = array covers: head_dim <= max_group (GEMM_QK built) and GEMM_PV built "
                 "(mac_rows, mac_lanes >= vec_lanes, mac_rows | head_dim | mac_rows x mac_lanes); the GQA group at "
-                "most min(att_rows, max_tokens) rows; a chunk within GEMM_PV's keys; chunks of any size (a run of "
+                "most min(sm_rows, max_tokens) rows; a chunk within GEMM_PV's keys; chunks of any size (a run of "
                 "KV blocks is one GEMM_QK / GEMM_PV); decode tokens' keys (one-token segments) and a block of fewer "
                 "than a multiple of vec_lanes keys that later keys follow through ATTN_KV")
 
@@ -207,9 +207,11 @@ def array_key_unit(sh: "Shapes") -> int:
 
 
 def array_rows(sh: "Shapes") -> int:
-    """Query rows of one array attention: the attention unit's rows (ATTN_SM) and GEMM_QK's /
-    GEMM_PV's tokens x heads (<= max tokens)."""
-    return min(sh.node.att_rows, sh.node.max_tokens)
+    """Query rows of one array attention: the attention unit's state rows (``NodeConfig.sm_rows``:
+    ATTN_Q QUERY / O, ATTN_SM, ATTN_EMIT) and GEMM_QK's / GEMM_PV's tokens x heads (<= max tokens).
+    A job is array_rows // GQA group tokens (2 on the KR260 node at Qwen2.5-1.5B: K and V stream
+    once per 2 tokens)."""
+    return min(sh.node.sm_rows, sh.node.max_tokens)
 
 
 def array_pv_keys(sh: "Shapes") -> int:
@@ -238,7 +240,7 @@ def check_array_attention(sh: "Shapes", chunks: list) -> None:
         raise LoweringError(f"attention=array: a {sh.P} x {sh.K} array with vec_lanes={sh.vl} and head_dim {d} "
                             f"builds no GEMM_PV (rows, lanes >= vec_lanes, rows | head_dim | rows x lanes)")
     if sh.gqa > array_rows(sh):
-        raise LoweringError(f"attention=array: GQA group {sh.gqa} exceeds min(att_rows, max_tokens)="
+        raise LoweringError(f"attention=array: GQA group {sh.gqa} exceeds min(sm_rows, max_tokens)="
                             f"{array_rows(sh)} rows")
     if -(-max(chunks) // u) * u > array_pv_keys(sh):
         raise LoweringError(f"attention=array: a chunk of {max(chunks)} keys exceeds GEMM_PV's keys limit "

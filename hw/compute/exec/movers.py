@@ -100,6 +100,7 @@ class Geometry:
     weight_cdc: bool = False  # the loaders' AXI side in the ``axi`` clock domain (NodeConfig.weight_clock_hz)
     primitive: bool = False  # the MAC array's products as DSP48E2 instances (hw/compute/dot_array.py)
     att_lanes: int = 0    # attention unit score / P.V lanes (NodeConfig.att_lanes; 0: default_lanes)
+    sm_rows: int = 0      # attention unit state rows (NodeConfig.sm_rows: the array path's; 0: att_rows)
 
     @classmethod
     def from_config(cls, c: NodeConfig) -> "Geometry":
@@ -111,7 +112,7 @@ class Geometry:
                    kv_block_keys=c.kv_block_keys, dir_entries=c.dir_entries, buffer_bytes=c.buffer_bytes,
                    buffers=c.buffers, fifo_depth=max(32, 2 * c.buffer_bytes // c.data_bytes),
                    weight_ports=c.weight_ports, weight_ratio=c.weight_ratio, weight_cdc=bool(c.weight_clock_hz),
-                   primitive=bool(c.dsp_primitives), att_lanes=c.att_lanes)
+                   primitive=bool(c.dsp_primitives), att_lanes=c.att_lanes, sm_rows=c.sm_rows)
 
     def __post_init__(self):
         bus = self.data_width // 8
@@ -1625,19 +1626,23 @@ class AttnMover(Mover):
     ATTN_Q QUERY and O read row (t, j) at spad + t tok_stride + j head_stride a beat a cycle and hand
     the unit W = ``out_words(head_dim, VL)`` words a cycle (VL / W slices a beat: ``q``, W mantissas,
     the row's exponent and position with slice 0; ``ow``, W o words); ATTN_EMIT FINAL takes W words a
-    transfer into its beats (STATE / MAX: one)."""
+    transfer into its beats (STATE / MAX: one).
+
+    The unit holds ``sm_rows`` rows of state (QUERY, O, ATTN_SM, ATTN_EMIT: R <= sm_rows), of which
+    the first ``att_rows`` have query mantissas and products: ATTN_Q MREF / STATE take at most
+    att_rows rows, and ATTN_KV is refused while the last QUERY loaded more."""
     OPS = (isa.Opcode.ATTN_Q, isa.Opcode.ATTN_KV, isa.Opcode.ATTN_EMIT, isa.Opcode.ATTN_SM)
 
     def __init__(self, g: Geometry):
         super().__init__(g)
-        self.unit = AttentionUnit(g.head_dim, g.att_rows, g.max_keys, lanes=g.att_lanes or None,
+        self.unit = AttentionUnit(g.head_dim, g.sm_rows or g.att_rows, g.max_keys, lanes=g.att_lanes or None,
                                   primitive=g.primitive, words=out_words(g.head_dim, g.vl),
-                                  max_words=g.vl * g.spad_banks)
+                                  max_words=g.vl * g.spad_banks, prod_rows=g.att_rows)
 
     def elaborate(self, platform):
         m = Module()
         g, b = self.g, self.bus
-        D, VL, R = g.head_dim, g.vl, g.att_rows
+        D, VL, R, PR = g.head_dim, g.vl, g.sm_rows or g.att_rows, g.att_rows
         vl_log2, rb = _log2(VL), g.head_dim // g.vl
         m.submodules.unit = au = self.unit
         W = au.words                 # o words a cycle into the unit (ATTN_Q O) and out of it (FINAL)
@@ -1678,12 +1683,18 @@ class AttnMover(Mover):
         rowwise = (is_q & ((what == isa.AttnLoad.QUERY) | load_o)) | (is_emit & (mode == isa.EmitMode.FINAL))
         bad_rows = stage(m, (q_ins.tokens == 0) | (q_ins.heads == 0) | (rowsf > R), "bad_rows")   # stage 2
         row_bad = stage(m, q_ins.spad + p_tok + p_head + rb > g.spad_beats, "row_bad")             # stage 3
-        bad_q = bad_rows | Mux(rowwise, row_bad, word_bad)
+        # MREF / STATE write m, l, o of rows with products only (rows < att_rows)
+        prod_only = stage(m, (q_ins.what.as_value() == isa.AttnLoad.MREF) | (q_ins.what.as_value() == isa.AttnLoad.STATE),
+                          "prod_only")
+        bad_prod = stage(m, prod_only & (rowsf > PR), "bad_prod")                                  # stage 2
+        bad_q = bad_rows | bad_prod | Mux(rowwise, row_bad, word_bad)
         bad_e = bad_rows | (mode > isa.EmitMode.MAX) | Mux(rowwise, row_bad, word_bad)
         blocks_m1 = stage(m, kv_ins.blocks - 1, "blocks_m1", 16)                             # stage 1
         p_blk = stage(m, blocks_m1 * kv_ins.block_stride, "p_blk", 24)                      # stage 2
         bad_kv = stage(m, (kv_ins.blocks == 0) | (kv_ins.keys == 0) | (kv_ins.keys > g.kv_block_keys), "bad_kv0")
-        bad_kv = stage(m, bad_kv, "bad_kv1") | stage(m, kv_ins.gated & (kv_ins.block0 + p_blk >= g.dir_entries), "bad_blk")
+        wide_q = Signal()            # the last QUERY loaded rows past att_rows: no ATTN_KV over them
+        bad_kv = (stage(m, bad_kv, "bad_kv1") | stage(m, kv_ins.gated & (kv_ins.block0 + p_blk >= g.dir_entries), "bad_blk")
+                  | wide_q)
         go_kv = Signal()
         # ATTN_SM: R rows, keys a multiple of VL, score (and APPLY: w) rows inside SPAD
         sm_apply = stage(m, sm_ins.phase.as_value() == isa.AttnPass.APPLY, "sm_apply")
@@ -1711,6 +1722,8 @@ class AttnMover(Mover):
             with m.Elif(is_q):
                 m.d.sync += state.eq(Mux(what == isa.AttnLoad.QUERY, S.QUERY, Mux(load_o, S.OLOAD, S.WORDS)))
                 m.d.comb += au.clear.eq(what == isa.AttnLoad.QUERY)       # QUERY empties every state
+                with m.If(what == isa.AttnLoad.QUERY):
+                    m.d.sync += wide_q.eq(rowsf > PR)
             with m.Elif(is_emit):
                 with m.If(au.cmd.ready):
                     m.d.comb += [au.cmd.valid.eq(1), au.cmd.payload.emit.eq(1), au.cmd.payload.mode.eq(mode),

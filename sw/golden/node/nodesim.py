@@ -586,7 +586,9 @@ class NodeSim:
     def _x_attn_q(self, ins, ex):
         cfg, vl, d = self.cfg, self.vl, self.cfg.head_dim
         R = ins.tokens * ins.heads
-        self._check(0 < R <= cfg.att_rows, f"tokens x heads = {R} rows (the unit has {cfg.att_rows})")
+        # sm_rows rows of state; MREF / STATE reach only the att_rows rows with products
+        most = cfg.att_rows if ins.what in (AttnLoad.MREF, AttnLoad.STATE) else cfg.sm_rows
+        self._check(0 < R <= most, f"tokens x heads = {R} rows ({ins.what.name}: the unit has {most})")
         u = self.attn
         if ins.what == AttnLoad.QUERY:
             qm = np.empty((R, d), np.int64)
@@ -626,6 +628,7 @@ class NodeSim:
         cfg, d = self.cfg, self.cfg.head_dim
         u = self.attn
         self._check(u.rows > 0, "no query rows loaded")
+        self._check(u.rows <= cfg.att_rows, f"ATTN_KV over {u.rows} query rows (the unit's products: {cfg.att_rows})")
         self._check(ins.blocks > 0 and ins.keys > 0, f"blocks={ins.blocks}, keys={ins.keys}")
         seg = kv.segment_bytes(ins.keys, d)
         ks, vs, kpos = [], [], []
@@ -668,7 +671,7 @@ class NodeSim:
         vl = self.vl
         u = self.attn
         R, S = ins.tokens * ins.heads, ins.keys
-        self._check(0 < R <= self.cfg.att_rows, f"tokens x heads = {R} rows (the unit has {self.cfg.att_rows})")
+        self._check(0 < R <= self.cfg.sm_rows, f"tokens x heads = {R} rows (the unit has {self.cfg.sm_rows})")
         self._check(u.rows == R, f"a pass over {R} rows in a unit holding {u.rows}")
         self._check(S > 0 and S % vl == 0, f"keys={S} (a positive multiple of VL={vl})")
         s = np.stack([self.read_words((ins.scores + r * ins.s_stride) * vl, S, "ATTN_SM scores")

@@ -144,6 +144,9 @@ def test_construction():
         AttentionUnit(max_keys=48)
     with pytest.raises(ValueError, match="^rows=0, head_dim=16: must be >= 1$"):
         AttentionUnit(rows=0)
+    for bad in (0, 3):
+        with pytest.raises(ValueError, match=f"^prod_rows={bad}: must be 1 .. rows=2$"):
+            AttentionUnit(rows=2, prod_rows=bad)
     for bad in (3, 32, 0):          # W: a power of two dividing lanes = 4, or a multiple of them dividing 16
         with pytest.raises(ValueError, match=f"^words={bad}: must be a power of two dividing lanes=4 or a multiple "
                                              f"of lanes dividing head_dim=16$"):
@@ -274,19 +277,23 @@ def test_attention_cocotb(build_dir, p):
                params={**p, "group": 2, "jobs": 6 if p["head_dim"] == 8 and "lanes" not in p else 3})
 
 
-@pytest.mark.parametrize("runs,protocol,stall,words,lanes", [(1, False, False, 1, None), (3, True, True, 4, None),
-                                                             (2, False, True, 2, None), (3, True, True, 4, 2)])
-def test_attention_streamed_scores_amaranth_sim(runs, protocol, stall, words, lanes):
+@pytest.mark.parametrize("runs,protocol,stall,words,lanes,prod_rows", [
+    (1, False, False, 1, None, None), (3, True, True, 4, None, None), (2, False, True, 2, None, 2),
+    (3, True, True, 4, 2, 3)])
+def test_attention_streamed_scores_amaranth_sim(runs, protocol, stall, words, lanes, prod_rows):
     """The softmax pass over streamed scores (``cmd.src``, ATTN_SM): MAX gives the golden
     ``partial_state`` m (several runs, saturated scores, rows that see no key), APPLY sends the
     golden ``attn_weights`` w out key by key (``stall``: ``w`` not ready 2 cycles in 5) and sums
     ``state_sums``' l, o untouched (0); the decode protocol loads the global maxima between the
     passes; then o loaded (ATTN_Q O) and FINAL emitted == ``finalize``, ``words`` o words a cycle
-    each way (``ow``, and FINAL's W-word transfers; W = 4 on 2 lanes: o in W memories a row)."""
+    each way (``ow``, and FINAL's W-word transfers; W = 4 on 2 lanes: o in W memories a row).
+    ``prod_rows``: only the first rows have query mantissas and products (the array path's state rows
+    past them, ``NodeConfig.sm_rows``): the same values on every row."""
     from mcf.sim.compute.drive import run_softmax
     from mcf.sim.compute.jobs import softmax_job, unpack
     rng = np.random.default_rng(21 + runs + 4 * protocol)
-    dut = AttentionUnit(head_dim=8, rows=6, max_keys=32, words=words, lanes=lanes)
+    dut = AttentionUnit(head_dim=8, rows=6, max_keys=32, words=words, lanes=lanes, prod_rows=prod_rows)
+    assert dut.multipliers == (prod_rows or 6) * (dut.lanes + 2 * (-(-dut.lanes // 2)))
     jobs = [softmax_job(rng, d=8, group=3, tokens=2, keys=keys, runs=runs, protocol=protocol)
             for keys in (19, 7)]
     results = run_softmax(dut, jobs, (lambda i: i % 5 >= 2) if stall else (lambda i: True))

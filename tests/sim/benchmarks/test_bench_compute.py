@@ -32,7 +32,9 @@ def test_bench_compute_bad_args(capsys):
     from mcf.sw.cli import main
     for extra, text in ((["--block", "pv-array"], "builds no GEMM_PV"),
                         (["--block", "prefill-array"], "--block prefill-array: this node builds no GEMM_PV"),
-                        (["--block", "qk-array", "--write-profile"], "--write-profile needs")):
+                        (["--block", "qk-array", "--write-profile"], "--write-profile needs"),
+                        (["--block", "prefill-array", "--array-tokens-per-job", "5"],
+                         "--array-tokens-per-job 5: 0 .. 4 (the unit's sm_rows=8)")):
         assert main(["bench", "compute", "--engine", "--model", "tiny", *extra]) == 2
         assert text in capsys.readouterr().err
 

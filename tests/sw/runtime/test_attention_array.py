@@ -65,6 +65,10 @@ def test_array_attention_is_bit_exact(nodes, scheme, n_tok, budget_tokens):
         checks += sum(i.OPCODE == Opcode.DIR and i.check for i in got)
         assert not any(i.OPCODE == Opcode.VEC and i.vop == VecOp.RESIDUAL and i.n == TINY.head_dim for i in got)
     assert checks > 0
+    # prefill jobs of min(sm_rows, max_tokens) // group tokens: 4 tokens x 2 heads = 8 rows, past the
+    # unit's att_rows = 4 rows with products (NodeConfig.sm_rows)
+    rows = {i.tokens * i.heads for i in ops(s.lw.prefill) if i.OPCODE in (Opcode.ATTN_Q, Opcode.ATTN_SM)}
+    assert rows == {ARRAY_NODE.sm_rows} and ARRAY_NODE.sm_rows == 2 * ARRAY_NODE.att_rows
 
 
 def reads_stay_in_the_kv_regions(lw, steps):

@@ -1,8 +1,9 @@
 """Attention of one GQA group as the array sequence (docs/attention-array.md steps 1-3) on the execute
 unit: ``run_attn_array_ops`` is ``mcf bench compute``'s block attn:prefill-array -- the work of
 attn:prefill (tests/hw/compute/exec/test_unit.py ``run_attn_ops``: the same keys, query tokens at
-the last positions, jobs of ``att_rows // group`` tokens x the group's heads, the same random
-draws), its KV stored as the KV pool keeps it: blocks of ``array_block_keys`` keys (the node's
+the last positions, the same random
+draws) in jobs of ``array_tokens(node)`` tokens x the group's heads (the lowering's: min(sm_rows,
+max_tokens) // group, 2 at Qwen2.5-1.5B on the KR260 node), its KV stored as the KV pool keeps it: blocks of ``array_block_keys`` keys (the node's
 chunk, max_tokens), K and V segments of block i at kv_at + 2 i seg and one seg further.  Per job,
 over the whole run of blocks:
 
@@ -28,6 +29,12 @@ from mcf.spec.node import NodeConfig
 from mcf.sw.golden import fixed as fx
 from tests.hw.compute.exec.test_movers import bfp_rows
 from tests.hw.compute.exec.test_unit import write_kv_blocks
+
+
+def array_tokens(node: NodeConfig) -> int:
+    """Tokens of one array-path job (sw/mars/lower.py ``array_rows`` // the GQA group): the unit's
+    state rows (``NodeConfig.sm_rows``) and GEMM_QK's max_tokens rows bound it."""
+    return min(node.sm_rows, node.max_tokens) // node.group
 
 
 def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpos0: int, kv_at: int, seg: int,
@@ -63,12 +70,12 @@ def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpo
     return prog
 
 
-async def _array_op(drv, node: NodeConfig, rng, name: str, *, keys: int, bk: int, abk: int, tokens: int) -> dict:
+async def _array_op(drv, node: NodeConfig, rng, name: str, *, keys: int, bk: int, abk: int, tokens: int,
+                    per_job: int) -> dict:
     """attn:prefill-array's work over ``keys`` keys (drawn in blocks of ``bk``, stored in blocks of
-    ``abk``) for the queries of ``tokens`` tokens at the last positions: run, compared with
-    ``fixed.attention`` bit for bit; its report entry."""
+    ``abk``) for the queries of ``tokens`` tokens at the last positions in jobs of ``per_job`` tokens:
+    run, compared with ``fixed.attention`` bit for bit; its report entry."""
     vl, d, heads = node.vec_lanes, node.head_dim, node.group
-    per_job = node.att_rows // heads
     assert per_job >= 1 and keys % bk == 0 and keys % abk == 0
     kv_at, x_at, y_at = 0x100000, 0x40000, 0x80000
     # the draws of run_attn_ops: the same KV (stored in blocks of abk keys) and the same prefill queries
@@ -113,8 +120,9 @@ async def _array_op(drv, node: NodeConfig, rng, name: str, *, keys: int, bk: int
 @cocotb.test()
 async def run_attn_array_ops(dut):
     """attn:prefill-array on the unit of ``params()["node"]`` (``attn``: keys, block_keys (the draws),
-    array_block_keys (the stored blocks), tokens; ``longer``: more key counts, each run after it as
-    ``attn:prefill-array:<keys>`` for ``longer_tokens`` tokens (default: two jobs) over its own draws),
+    array_block_keys (the stored blocks), tokens, tokens_per_job (default ``array_tokens``); ``longer``:
+    more key counts, each run after it as ``attn:prefill-array:<keys>`` for ``longer_tokens`` tokens
+    (default: two jobs) over its own draws),
     against the DDR model when ``timing`` is given (else AxiRam with random pauses); the report
     (JSON) to ``attn_array_report``."""
     from mcf.sim.cocotb_util import params
@@ -129,11 +137,11 @@ async def run_attn_array_ops(dut):
     drv = ExecDriver(dut, ram_bytes=p.get("ram_bytes", 1 << 21), timing=timing, axi_period_ps=p.get("axi_period_ps"),
                      pause=0.0 if timing else 0.2)
     await drv.start()
+    per_job = a.get("tokens_per_job") or array_tokens(node)
     ops = [await _array_op(drv, node, rng, "attn:prefill-array", keys=a["keys"], bk=a["block_keys"], abk=abk,
-                           tokens=a["tokens"])]
-    per_job = node.att_rows // node.group
+                           tokens=a["tokens"], per_job=per_job)]
     for keys in a.get("longer", ()):
         ops.append(await _array_op(drv, node, rng, f"attn:prefill-array:{keys}", keys=keys, bk=abk, abk=abk,
-                                   tokens=a.get("longer_tokens", 2 * per_job)))
+                                   tokens=a.get("longer_tokens", 2 * per_job), per_job=per_job))
     with open(p["attn_array_report"], "w") as f:
         json.dump({"ops": ops}, f)

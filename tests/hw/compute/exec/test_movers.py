@@ -365,8 +365,10 @@ async def run_attention(dut):
     from mcf.sim.compute.cost import dir_cycles
     model = {"check": dir_cycles(3, True), "write": dir_cycles(5, False)}
     assert cyc == model, f"DIR cycles {cyc}, model {model}"
-    # refused: rows beyond the unit, a directory id out of range, keys beyond the scale table
-    bad = [isa.AttnQ(what=AttnLoad.QUERY, spad=0, tokens=tokens + 1, heads=heads, tok_stride=1, head_stride=1, qpos0=0),
+    # refused: rows beyond the unit's state rows (sm_rows), a directory id out of range, keys beyond the scale
+    # table
+    bad = [isa.AttnQ(what=AttnLoad.QUERY, spad=0, tokens=CFG.sm_rows // heads + 1, heads=heads, tok_stride=1,
+                     head_stride=1, qpos0=0),
            isa.AttnKV(phase=AttnPass.MAX, first=1, **{**gated, "block0": CFG.dir_entries - 1}),
            isa.AttnKV(phase=AttnPass.MAX, first=1, **{**kv1, "keys": CFG.kv_block_keys + 1}),
            isa.Dir(block=CFG.dir_entries - 2, count=2, stride=2, state=ReplicaState.VALID),

@@ -112,14 +112,15 @@ def test_pv_cocotb(build_dir, tmp_path):
     tokens: one GEMM_QK over the run, one ATTN_SM MAX and APPLY, two GEMM_PV (64 keys fill the
     activation buffer, wide then acc + sat32), ATTN_Q O reading their rows 2 head_dim words apart;
     bit-exact against fixed.attention inside the coroutine); then its longer run (mcf bench compute's
-    second point of attn:array-fit): one job of 2 tokens over 128 keys in blocks of 4, bit-exact too."""
+    second point of attn:array-fit): one job of 4 tokens over 128 keys in blocks of 4 (8 rows: the
+    unit's sm_rows, twice its att_rows), bit-exact too."""
     import json
     report = tmp_path / "array.json"
     run_cocotb(ExecUnit(CFG), [__name__, "tests.hw.compute.exec.test_attn_array"], build_dir,
                testcase=["run_pv", "run_attn_array_ops"],
                params={"seed": 3, "node": CFG.as_dict(),
                        "attn": {"keys": 96, "block_keys": 32, "array_block_keys": 4, "tokens": 2, "longer": [128],
-                                "longer_tokens": 2},
+                                "longer_tokens": 4},
                        "attn_array_report": str(report)})
     ops = json.loads(report.read_text())["ops"]
     op = ops[0]
@@ -131,16 +132,16 @@ def test_pv_cocotb(build_dir, tmp_path):
     # GEMM_QK: (96 / P) tiles x (D / K) beats x 4 rows; GEMM_PV: (D / P) x 2 digits x (96 / K) x 4 rows
     assert kinds["GEMM_QK"]["mac_beats"] == (96 // P) * (D // K) * 4
     assert kinds["GEMM_PV"]["mac_beats"] == (D // P) * 2 * (96 // K) * 4
-    # the longer run: one job of 2 tokens x 2 heads over 128 keys (GEMM_PV in 2 runs of 64), its MACs
-    # as above at 128 keys; a job over more keys takes more cycles
+    # the longer run: one job of 4 tokens x 2 heads over 128 keys (GEMM_PV in 2 runs of 64), its MACs
+    # as above at 128 keys and 8 rows; a job over more keys takes more cycles
     lo = ops[1]
     assert (lo["name"], lo["keys"], lo["jobs"], lo["rows_per_job"], lo["visible_keys"]) == (
-        "attn:prefill-array:128", 128, 1, 4, 127 + 128)
+        "attn:prefill-array:128", 128, 1, 8, 125 + 126 + 127 + 128)
     assert {k: v["count"] for k, v in lo["per_kind"].items()} == {
         "ATTN_Q:QUERY": 1, "GEMM_QK": 1, "ATTN_SM:MAX": 1, "ATTN_SM:APPLY": 1, "GEMM_PV": 2,
         "ATTN_Q:O": 1, "ATTN_EMIT": 1}
-    assert lo["per_kind"]["GEMM_QK"]["mac_beats"] == (128 // P) * (D // K) * 4
-    assert lo["per_kind"]["GEMM_PV"]["mac_beats"] == (D // P) * 2 * (128 // K) * 4
+    assert lo["per_kind"]["GEMM_QK"]["mac_beats"] == (128 // P) * (D // K) * 8
+    assert lo["per_kind"]["GEMM_PV"]["mac_beats"] == (D // P) * 2 * (128 // K) * 8
     cyc = [sum(v["cycles"] for v in o["per_kind"].values()) / o["jobs"] for o in ops]
     assert cyc[1] > cyc[0]
 

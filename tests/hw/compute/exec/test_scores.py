@@ -157,9 +157,10 @@ async def run_scores(dut):
 @pytest.mark.cocotb
 def test_scores_cocotb(build_dir):
     """GEMM_QK, and the softmax pass after it (tests/hw/compute/exec/test_softmax.py: ATTN_SM,
-    ATTN_Q O; ``run_o_emit``: strided O and FINAL rows, their cycles) on the same build of the unit."""
+    ATTN_Q O; ``run_o_emit``: strided O and FINAL rows, their cycles, over 4 tokens x 2 heads = the
+    unit's sm_rows = 8 state rows, twice its att_rows) on the same build of the unit."""
     run_cocotb(ExecUnit(CFG), __name__, build_dir, testcase=["run_scores", "run_softmax", "run_o_emit"],
-               params={"seed": 5})
+               params={"seed": 5, "oe_tokens": 4})
 
 
 # --- the rate at a model's shapes against the DDR model (``mcf bench compute --model``: attn:qk-array) -----

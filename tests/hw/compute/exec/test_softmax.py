@@ -140,9 +140,10 @@ async def run_softmax(dut):
             model = softmax_pass_cycles(keys, R, VL, phase == "APPLY", max(CFG.mac_lanes // VL, 1))
             assert abs(c - model) <= (4 if phase == "MAX" else 12), \
                 f"ATTN_SM {phase}: {c} cycles for {keys} keys, model {model} (all: {cycles})"
-    # refused: no keys, keys not a multiple of VL, more rows than the unit's, rows past the SPAD
+    # refused: no keys, keys not a multiple of VL, more rows than the unit's state rows (sm_rows), rows past
+    # the SPAD
     sm = program()[1]
-    for bad in (dict(keys=0), dict(keys=VL + 1), dict(tokens=3), dict(scores=CFG.spad_beats - 2),
+    for bad in (dict(keys=0), dict(keys=VL + 1), dict(tokens=CFG.sm_rows // HEADS + 1), dict(scores=CFG.spad_beats - 2),
                 dict(phase=AttnPass.APPLY, w=CFG.spad_beats - 2)):
         assert (await drv.run(sm.replace(**bad))).fault == SeqFault.ILLEGAL_INSTRUCTION, bad
 
@@ -164,7 +165,7 @@ async def run_o_emit(dut):
     vl, d = node.vec_lanes, node.head_dim
     tokens, heads, keys = p.get("oe_tokens", 2), p.get("oe_heads", 2), 4 * vl
     R, rb, kb = tokens * heads, d // vl, keys // vl
-    assert R <= node.att_rows
+    assert R <= node.sm_rows
     rng = np.random.default_rng(p.get("seed", 1) + 7)
     drv = ExecDriver(dut, seed=p.get("seed", 1), axi_period_ps=p.get("axi_period_ps"))
     await drv.start()
@@ -216,7 +217,7 @@ async def run_o_emit(dut):
     assert np.array_equal(got, want), "FINAL rows differ from finalize (or a word between them changed)"
     state = i32((await sp.get(sta, 1, R * (d + 2)))[0]).reshape(R, d + 2)
     assert np.array_equal(state, fx.encode_state(st).reshape(R, d + 2)), "STATE differs from encode_state"
-    assert np.array_equal(i32((await sp.get(ma, 1, vl))[0])[0, :R], m), "MAX differs from the row maxima"
+    assert np.array_equal(i32((await sp.get(ma, 1, -(-R // vl) * vl))[0])[0, :R], m), "MAX differs from the row maxima"
     model = {"O": attn_o_cycles(R, d, vl), **{e.name: attn_emit_cycles(e, R, d, vl) for e in EmitMode}}
     dut._log.info(f"ATTN_Q O / ATTN_EMIT cycles {cyc}, model {model}")
     if p.get("oe_report"):
@@ -225,6 +226,18 @@ async def run_o_emit(dut):
             json.dump({"rows": R, "head_dim": d, "vec_lanes": vl, "cycles": cyc, "model": model}, f)
     for k, c in cyc.items():
         assert abs(c - model[k]) <= 2, f"{k}: {c} cycles, model {model[k]} (all: {cyc})"
+    if R > node.att_rows:
+        # rows past att_rows have no products: MREF / STATE over them and ATTN_KV after their QUERY refused
+        for ins in (isa.AttnQ(what=AttnLoad.MREF, spad=ma, qpos0=0, **rows),
+                    isa.AttnQ(what=AttnLoad.STATE, spad=sta, qpos0=0, **rows),
+                    isa.AttnKV(phase=AttnPass.MAX, seg=VSEG, v_off=0, seg_stride=0, blocks=1, keys=vl, kpos0=0,
+                               pos_stride=0, block0=0, block_stride=0, gated=0, first=1)):
+            assert (await drv.run(ins)).fault == SeqFault.ILLEGAL_INSTRUCTION, ins
+        # a QUERY of att_rows rows makes ATTN_KV legal again
+        n_t = node.att_rows // heads
+        await drv.must(isa.AttnQ(what=AttnLoad.QUERY, spad=qa, qpos0=qpos0, **{**rows, "tokens": n_t}))
+        await drv.must(isa.AttnKV(phase=AttnPass.MAX, seg=VSEG, v_off=0, seg_stride=0, blocks=1, keys=vl, kpos0=0,
+                                  pos_stride=0, block0=0, block_stride=0, gated=0, first=1))
 
 
 def test_softmax_nodesim():
@@ -255,6 +268,21 @@ def test_softmax_nodesim():
         c2.start()
         r = c2.run(max_cycles=1 << 20)
         assert r.status == "fault" and n2.fault_cause == SeqFault.ILLEGAL_INSTRUCTION, bad
+    # a QUERY of sm_rows = 8 rows (twice att_rows) is legal; ATTN_KV after it, MREF and STATE over its rows
+    # are not (rows without products), as in the RTL (run_o_emit)
+    wide = dict(tokens=CFG.sm_rows // HEADS, heads=HEADS, tok_stride=HEADS * RB, head_stride=RB)
+    query = isa.AttnQ(what=AttnLoad.QUERY, spad=Q_AT, qpos0=QPOS0, **wide)
+    kv_max = isa.AttnKV(phase=AttnPass.MAX, seg=base + KSEG, v_off=0, seg_stride=0, blocks=1, keys=KEYS, kpos0=0,
+                        pos_stride=0, block0=0, block_stride=0, gated=0, first=1)
+    for prog, ok in (([query], True), ([query, kv_max], False),
+                     ([isa.AttnQ(what=AttnLoad.MREF, spad=O_AT, qpos0=0, **wide)], False),
+                     ([isa.AttnQ(what=AttnLoad.STATE, spad=O_AT, qpos0=0, **wide)], False)):
+        c2 = ClusterSim(CFG, 1, ddr_bytes=1 << 18)
+        c2.open_window()
+        c2.load_program(0, [*prog, isa.End()])
+        c2.start()
+        r = c2.run(max_cycles=1 << 20)
+        assert r.ok if ok else (r.status == "fault" and c2.nodes[0].fault_cause == SeqFault.ILLEGAL_INSTRUCTION), prog
 
 
 # --- the rate (``mcf bench compute``: attn:softmax, and test_softmax_rate below) ----------------
