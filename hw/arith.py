@@ -27,11 +27,12 @@ def exp2_rom() -> memory.Memory:
 
 
 def sat(m, x: Value, bits: int) -> Signal:
-    """Clamp signed ``x`` to ``bits`` bits (golden ``sat``)."""
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    """Clamp ``x`` (signed, or unsigned read as non-negative) to ``bits`` bits signed (golden ``sat``):
+    ``sat_top`` (an OR and an AND of x's bits from bits - 1 up, no compares against constants); a
+    value of at most ``bits`` bits is never clamped."""
     out = Signal(signed(bits))
     x = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
-    m.d.comb += out.eq(Mux(x > hi, hi, Mux(x < lo, lo, x)))
+    m.d.comb += out.eq(sat_top(x, bits) if len(x) > bits else x)
     return out
 
 

@@ -20,7 +20,7 @@ def test_sat_rshr_bitlen_match_golden():
     y_rshr = rshr(m, x, s, max_left=12)
     n = bitlen(m, u)
     rng = random.Random(3)
-    cases = [(v, sh) for v in (0, 1, -1, (1 << 38) - 1, -(1 << 38), 32767, -32768, 32768)
+    cases = [(v, sh) for v in (0, 1, -1, (1 << 38) - 1, -(1 << 38), 32767, -32768, 32768, -32769)
              for sh in (-12, -1, 0, 1, 5, 39, 60)]
     cases += [(rng.randrange(-(1 << 38), 1 << 38), rng.randrange(-12, 63)) for _ in range(300)]
 
@@ -31,6 +31,26 @@ def test_sat_rshr_bitlen_match_golden():
             assert ctx.get(y_sat) == int(fx.sat(v, 16)), v
             assert ctx.get(y_rshr) == int(fx.rshr(np.int64(v), sh)), (v, sh)
             assert ctx.get(n) == int(fx.bitlen(abs(v))), v
+
+    simulate(m, bench, clock=False)
+
+
+def test_sat_unsigned_narrow_and_bounds():
+    """sat of an unsigned value (read as non-negative), of a value no wider than the result (never
+    clamped) and of a signed one at each bound +-1, against golden ``sat``."""
+    m = Module()
+    u, n, x = Signal(20), Signal(signed(12)), Signal(signed(17))
+    y_u, y_n, y_x = sat(m, u, 16), sat(m, n, 16), sat(m, x, 16)
+    cases = [0, 1, 32766, 32767, 32768, 32769, 65535, 65536, 65537, -1, -2048, 2047,
+             -32767, -32768, -32769, -65536, 65535]
+
+    async def bench(ctx):
+        for v in cases:
+            ctx.set(u, v & 0xFFFFF); ctx.set(n, max(-2048, min(2047, v))); ctx.set(x, max(-65536, min(65535, v)))
+            await ctx.delay(1e-9)
+            assert ctx.get(y_u) == int(fx.sat(v & 0xFFFFF, 16)), v
+            assert ctx.get(y_n) == max(-2048, min(2047, v)), v
+            assert ctx.get(y_x) == int(fx.sat(max(-65536, min(65535, v)), 16)), v
 
     simulate(m, bench, clock=False)
 
