@@ -194,10 +194,20 @@ class MatrixUnit(wiring.Component):
         adv = Signal()               # the pipeline moves (only the result queue or, pv, ``o`` stalls it)
         o_valid = Signal()
 
-        last_t = t == limits["tokens"]
-        last_j = j == limits["group_beats"]
-        last_g = g == limits["groups"]
-        last_tile = tile == limits["tiles"]
+        # Each counter's last-index flag a register kept equal to ``counter == limit`` (set with
+        # the counter: its compare against the next value is off the issue's path, which goes on
+        # through ``fire`` into the scale / bias queues' levels and the array's weight load).
+        counters = {"tokens": t, "group_beats": j, "groups": g, "tiles": tile}
+        lasts = {name: Signal(name=f"last_{name}") for name in counters}
+        last_t, last_j, last_g, last_tile = (lasts[n] for n in ("tokens", "group_beats", "groups", "tiles"))
+        with m.If(self.cmd.valid & ~running):
+            m.d.sync += [lasts[name].eq(getattr(self.cmd.payload, name) == 1) for name in counters]
+
+        def restart(name):          # the counter back to 0
+            return lasts[name].eq(limits[name] == 0)
+
+        def step(name):             # the counter to counter + 1
+            return lasts[name].eq(counters[name] + 1 == limits[name])
         need_bias = last_j & last_g & cfg.bias & ~pv
         fire = Signal()
         # The group scales and the tile biases wait in queues beside the pipeline (not copied down
@@ -239,22 +249,22 @@ class MatrixUnit(wiring.Component):
             rd.addr.eq(Cat(t, abeat) if TM > 1 else abeat),
         ]
         with m.If(fire):
-            m.d.sync += t.eq(t + 1)
+            m.d.sync += [t.eq(t + 1), step("tokens")]
             with m.If(last_t & pv):
                 # pv: tokens, then the digit (hi, lo), then the channel tile, then the key beat
-                m.d.sync += [t.eq(0), dg.eq(~dg)]
+                m.d.sync += [t.eq(0), restart("tokens"), dg.eq(~dg)]
                 with m.If(dg):
-                    m.d.sync += tile.eq(tile + 1)
+                    m.d.sync += [tile.eq(tile + 1), step("tiles")]
                     with m.If(last_tile):
-                        m.d.sync += [tile.eq(0), g.eq(g + 1)]
+                        m.d.sync += [tile.eq(0), restart("tiles"), g.eq(g + 1), step("groups")]
                         with m.If(last_g):
                             m.d.sync += running.eq(0)
             with m.Elif(last_t):
-                m.d.sync += [t.eq(0), j.eq(j + 1), beat.eq(beat + 1)]
+                m.d.sync += [t.eq(0), restart("tokens"), j.eq(j + 1), step("group_beats"), beat.eq(beat + 1)]
                 with m.If(last_j):
-                    m.d.sync += [j.eq(0), g.eq(g + 1)]
+                    m.d.sync += [j.eq(0), restart("group_beats"), g.eq(g + 1), step("groups")]
                     with m.If(last_g):
-                        m.d.sync += [g.eq(0), beat.eq(0), tile.eq(tile + 1)]
+                        m.d.sync += [g.eq(0), restart("groups"), beat.eq(0), tile.eq(tile + 1), step("tiles")]
                         with m.If(last_tile):
                             m.d.sync += running.eq(0)
 
