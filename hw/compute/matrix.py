@@ -214,15 +214,17 @@ class MatrixUnit(wiring.Component):
         # it): a scale beat from the issue of token 0 of its group's last beat to the multiply of
         # the group's last token (stage 4), a bias beat from token 0 of its tile's last beat to the
         # requantizer's bias add of the tile's last word.  The scale queue never fills: the groups
-        # in it are at most one per item of the stages before stage 4 (1 + latency + 1), plus one.
+        # in it are at most one per item of the stages before stage 4 (1 + latency + 1), plus two.
         # (``w_early``: the weight beat goes into the array the cycle it is taken, its activations
         # come from the buffer's read port a cycle later; the array's weight path has the extra
         # register -- on DSP48E2 instances the pre-adder's, which packs the two rows' weights.
         # ``w_hold``: the array keeps the beat for its other tokens, see ``take_w``.)
         m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive, w_early=True,
                                           w_hold=True)
-        # (Both read from a register: a beat is there two cycles after it is taken, long before its use.)
-        m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS, depth=dot.latency + 3)
+        # (Both read from a register: a beat is there two cycles after it is taken -- a scale beat three:
+        # it goes into its queue a cycle after its take from a register, off the path of ``fire``, late
+        # in its cycle, into the queue's level logic; one place more for it -- long before its use.)
+        m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS, depth=dot.latency + 4)
         m.submodules.bias_q = bias_q = fifo.SyncFIFOBuffered(width=P * 32, depth=BIAS_DEPTH)
         t0 = t == 0
         take_scale = last_j & ~pv & t0
@@ -233,12 +235,16 @@ class MatrixUnit(wiring.Component):
         # stream's next beat may come meanwhile.
         take_w = Signal()
         m.d.comb += take_w.eq(t0 & ~(pv & dg))
+        scale_we, scale_wd = Signal(name="scale_we"), Signal(P * SCALE_BITS, name="scale_wd")
+        m.d.sync += scale_we.eq(self.scale.ready)
+        with m.If(self.scale.ready):
+            m.d.sync += scale_wd.eq(self.scale.payload)
         m.d.comb += fire.eq(running & adv & (self.w.tvalid | ~take_w)
                             & (~take_scale | (self.scale.valid & scale_q.w_rdy))
                             & (~take_bias | (self.bias.valid & bias_q.w_rdy))
                             & ((abeat < self.avail) if self.streamed else 1))
         m.d.comb += [
-            scale_q.w_en.eq(self.scale.ready), scale_q.w_data.eq(self.scale.payload),
+            scale_q.w_en.eq(scale_we), scale_q.w_data.eq(scale_wd),
             bias_q.w_en.eq(self.bias.ready), bias_q.w_data.eq(self.bias.payload),
             self.mac.eq(fire),
             self.w.tready.eq(fire & take_w),                     # pv: a weight beat serves both digits
