@@ -468,15 +468,10 @@ class MatrixUnit(wiring.Component):
             pv_adv = Signal()                   # pv: a low word (or sat32) beat enters
             m.d.comb += pv_adv.eq(pv & adv)
             hi_w, bits = [], []
-            # (y is zero outside pv: both operands gated by the mode register in the adder's own LUTs,
-            # so the output bit needs no ``pv_adv`` term -- with hi_sel, o_hi, the requantizer's word,
-            # the clamp and the sign, six inputs: one LUT a bit)
-            pv_prev = Signal()
-            m.d.comb += pv_prev.eq(pv & cfg.acc)
             for p in range(P):
                 y = Signal(signed(WIDE_BITS), name=f"pv_y{p}")
                 prev = self.prev.payload[p * WIDE_BITS:(p + 1) * WIDE_BITS].as_signed()
-                m.d.comb += y.eq(Mux(pv, acc5[p], 0) + Mux(pv_prev, prev, 0))
+                m.d.comb += y.eq(acc5[p] + Mux(cfg.acc, prev, 0))
                 hi_w.append(y[32:])
                 # sat32: y outside int32 (bits 31 and up neither all zeros nor all ones) takes the sign's
                 # bound; the choice is each bit's last level (the 64-bit carry's top bits arrive last)
@@ -485,7 +480,7 @@ class MatrixUnit(wiring.Component):
                 sign = y[WIDE_BITS - 1]
                 for k in range(32):
                     x = p * 32 + k
-                    base = Mux(hi_sel, o_hi[x], y[k]) | gword[x % (R * 32)]
+                    base = (pv_adv & y[k]) | (hi_sel & o_hi[x]) | gword[x % (R * 32)]
                     bits.append(Mux(clamp, sign if k == 31 else ~sign, base))
             m.d.comb += o_next.eq(Cat(*bits))
             m.d.comb += [en.eq(Mux(pv, adv | (pend & self.o.tready), ge)) for en, ge in zip(o_en, gemm_en)]
