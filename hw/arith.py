@@ -27,11 +27,12 @@ def exp2_rom() -> memory.Memory:
 
 
 def sat(m, x: Value, bits: int) -> Signal:
-    """Clamp signed ``x`` to ``bits`` bits (golden ``sat``)."""
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    """Clamp ``x`` (signed, or unsigned read as non-negative) to ``bits`` bits signed (golden ``sat``):
+    ``sat_top`` (an OR and an AND of x's bits from bits - 1 up, no compares against constants); a
+    value of at most ``bits`` bits is never clamped."""
     out = Signal(signed(bits))
     x = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
-    m.d.comb += out.eq(Mux(x > hi, hi, Mux(x < lo, lo, x)))
+    m.d.comb += out.eq(sat_top(x, bits) if len(x) > bits else x)
     return out
 
 
@@ -41,6 +42,33 @@ def sat_top(x: Value, bits: int) -> Value:
     AND of them) (comb value, signed ``bits``)."""
     top, sign = x[bits - 1:], x[len(x) - 1]
     return Mux(top.any() & ~top.all(), Cat((~sign).replicate(bits - 1), sign), x[:bits]).as_signed()
+
+
+def add_tree(m, terms, name: str, width: int | None = None) -> Value:
+    """The sum of ``terms`` as a balanced tree of two-input adders, each its own signal kept through
+    synthesis (``keep``): Yosys would otherwise merge a chain of additions into one multi-operand
+    ``$macc`` and build it from full adders in LUTs (two LUTs for every three bits in; an adder on a
+    carry chain reduces two bits with one).  Each adder is one bit wider than its wider operand,
+    at most ``width`` bits (the caller's bound on the sum, which must hold for every partial sum:
+    unsigned terms have unsigned partial sums, so any ``width`` holding the total does) (comb value)."""
+    terms = list(terms)
+    level = 0
+    while len(terms) > 1:
+        nxt = []
+        for i in range(0, len(terms) - 1, 2):
+            a, b = terms[i], terms[i + 1]
+            n = max(len(a) + a.shape().signed * (not b.shape().signed),
+                    len(b) + b.shape().signed * (not a.shape().signed)) + 1
+            shape = signed(min(n, width or n)) if a.shape().signed or b.shape().signed \
+                else unsigned(min(n, width or n))
+            s = Signal(shape, name=f"{name}_{level}_{i // 2}", attrs={"keep": 1})
+            m.d.comb += s.eq(a + b)
+            nxt.append(s)
+        if len(terms) % 2:
+            nxt.append(terms[-1])
+        terms = nxt
+        level += 1
+    return terms[0]
 
 
 def rshr_pos(m, x: Value, s: Value, width: int) -> Signal:

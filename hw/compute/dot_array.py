@@ -57,6 +57,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from mcf.hw.arith import add_tree
 from mcf.hw.registry import block
 from mcf.spec.fixed import MANT_BITS, W_BITS
 from mcf.spec.params import Range
@@ -69,6 +70,8 @@ CHAIN = 4
 DSP_A_BITS, DSP_B_BITS, DSP_P_BITS = 27, 18, 48
 #: What the first slice of a chain adds (``primitive``): the low field's offset to unsigned.
 ROUND = 1 << (PACK_SHIFT - 1)
+#: Signed bits that hold one chain's sum of a row (|q a| <= 2^18, CHAIN of them: <= 2^20).
+FIELD = 22
 
 
 #: The DSP48E2 simulation model (hw/compute/dsp48e2.v) and the line from which ``mcf synth``
@@ -176,6 +179,8 @@ class DotArray(wiring.Component):
         else:
             columns = [(p, (p,)) for p in range(P)]
 
+        # (``primitive``: the low fields summed unsigned when the chains are a power of two)
+        uoffset = self.packed and self.primitive and not self.chains & (self.chains - 1)
         for col, rows in columns:
             fields = [[] for _ in rows]          # per row: one exact partial sum per chain
             for c0 in range(0, K, C):
@@ -212,20 +217,29 @@ class DotArray(wiring.Component):
                     with m.If(en):
                         m.d.sync += pr.eq(product if prev is None else product + prev)
                     prev = pr
+                # Each chain's sum of a row fits FIELD bits signed (|sum| <= CHAIN 2^18 = 2^20): the
+                # fields are read that wide, not as the P register's 48 bits.
+                hi_top = PACK_SHIFT + FIELD
                 if self.packed and self.primitive:     # P' = P + ROUND: wiring (module docstring)
-                    fields[0].append(Cat(prev[:PACK_SHIFT - 1], ~prev[PACK_SHIFT - 1]).as_signed())
-                    fields[1].append(prev >> PACK_SHIFT)
+                    # lo = P'[21:0] - 2^21: unsigned here, the 2^21s taken off the row's total (uoffset)
+                    fields[0].append(prev[:PACK_SHIFT] if uoffset else
+                                     Cat(prev[:PACK_SHIFT - 1], ~prev[PACK_SHIFT - 1]).as_signed())
+                    fields[1].append(prev[PACK_SHIFT:hi_top].as_signed())
                 elif self.packed:
                     lo_f = prev[:PACK_SHIFT].as_signed()
-                    hi_f = (prev >> PACK_SHIFT) + prev[PACK_SHIFT - 1]
+                    hi_f = prev[PACK_SHIFT:hi_top].as_signed() + prev[PACK_SHIFT - 1]
                     fields[0].append(lo_f)
                     fields[1].append(hi_f)
                 else:
-                    fields[0].append(prev)
-            for r, terms in zip(rows, fields):
-                total = terms[0]
-                for t in terms[1:]:
-                    total = total + t
+                    fields[0].append(prev[:FIELD].as_signed())
+            # The chains of a row summed by a tree of adders (``add_tree``: each on a carry chain).
+            for i, (r, terms) in enumerate(zip(rows, fields)):
+                total = add_tree(m, terms, f"rsum{r}", self.dot_width)
+                if i == 0 and uoffset:
+                    # sum of the chains' P'[21:0] = lo + chains 2^21 = lo + 2^(top) in [0, 2^(top + 1)):
+                    # lo is that with its top bit inverted (read as signed)
+                    top = PACK_SHIFT - 1 + ceil_log2(self.chains)
+                    total = Cat(total[:top], ~total[top]).as_signed()
                 with m.If(en):
                     m.d.sync += self.dots[r].eq(total)
         return m

@@ -194,25 +194,37 @@ class MatrixUnit(wiring.Component):
         adv = Signal()               # the pipeline moves (only the result queue or, pv, ``o`` stalls it)
         o_valid = Signal()
 
-        last_t = t == limits["tokens"]
-        last_j = j == limits["group_beats"]
-        last_g = g == limits["groups"]
-        last_tile = tile == limits["tiles"]
+        # Each counter's last-index flag a register kept equal to ``counter == limit`` (set with
+        # the counter: its compare against the next value is off the issue's path, which goes on
+        # through ``fire`` into the scale / bias queues' levels and the array's weight load).
+        counters = {"tokens": t, "group_beats": j, "groups": g, "tiles": tile}
+        lasts = {name: Signal(name=f"last_{name}") for name in counters}
+        last_t, last_j, last_g, last_tile = (lasts[n] for n in ("tokens", "group_beats", "groups", "tiles"))
+        with m.If(self.cmd.valid & ~running):
+            m.d.sync += [lasts[name].eq(getattr(self.cmd.payload, name) == 1) for name in counters]
+
+        def restart(name):          # the counter back to 0
+            return lasts[name].eq(limits[name] == 0)
+
+        def step(name):             # the counter to counter + 1
+            return lasts[name].eq(counters[name] + 1 == limits[name])
         need_bias = last_j & last_g & cfg.bias & ~pv
         fire = Signal()
         # The group scales and the tile biases wait in queues beside the pipeline (not copied down
         # it): a scale beat from the issue of token 0 of its group's last beat to the multiply of
         # the group's last token (stage 4), a bias beat from token 0 of its tile's last beat to the
         # requantizer's bias add of the tile's last word.  The scale queue never fills: the groups
-        # in it are at most one per item of the stages before stage 4 (1 + latency + 1), plus one.
+        # in it are at most one per item of the stages before stage 4 (1 + latency + 1), plus two.
         # (``w_early``: the weight beat goes into the array the cycle it is taken, its activations
         # come from the buffer's read port a cycle later; the array's weight path has the extra
         # register -- on DSP48E2 instances the pre-adder's, which packs the two rows' weights.
         # ``w_hold``: the array keeps the beat for its other tokens, see ``take_w``.)
         m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive, w_early=True,
                                           w_hold=True)
-        # (Both read from a register: a beat is there two cycles after it is taken, long before its use.)
-        m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS, depth=dot.latency + 3)
+        # (Both read from a register: a beat is there two cycles after it is taken -- a scale beat three:
+        # it goes into its queue a cycle after its take from a register, off the path of ``fire``, late
+        # in its cycle, into the queue's level logic; one place more for it -- long before its use.)
+        m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS, depth=dot.latency + 4)
         m.submodules.bias_q = bias_q = fifo.SyncFIFOBuffered(width=P * 32, depth=BIAS_DEPTH)
         t0 = t == 0
         take_scale = last_j & ~pv & t0
@@ -223,12 +235,16 @@ class MatrixUnit(wiring.Component):
         # stream's next beat may come meanwhile.
         take_w = Signal()
         m.d.comb += take_w.eq(t0 & ~(pv & dg))
+        scale_we, scale_wd = Signal(name="scale_we"), Signal(P * SCALE_BITS, name="scale_wd")
+        m.d.sync += scale_we.eq(self.scale.ready)
+        with m.If(self.scale.ready):
+            m.d.sync += scale_wd.eq(self.scale.payload)
         m.d.comb += fire.eq(running & adv & (self.w.tvalid | ~take_w)
                             & (~take_scale | (self.scale.valid & scale_q.w_rdy))
                             & (~take_bias | (self.bias.valid & bias_q.w_rdy))
                             & ((abeat < self.avail) if self.streamed else 1))
         m.d.comb += [
-            scale_q.w_en.eq(self.scale.ready), scale_q.w_data.eq(self.scale.payload),
+            scale_q.w_en.eq(scale_we), scale_q.w_data.eq(scale_wd),
             bias_q.w_en.eq(self.bias.ready), bias_q.w_data.eq(self.bias.payload),
             self.mac.eq(fire),
             self.w.tready.eq(fire & take_w),                     # pv: a weight beat serves both digits
@@ -239,22 +255,22 @@ class MatrixUnit(wiring.Component):
             rd.addr.eq(Cat(t, abeat) if TM > 1 else abeat),
         ]
         with m.If(fire):
-            m.d.sync += t.eq(t + 1)
+            m.d.sync += [t.eq(t + 1), step("tokens")]
             with m.If(last_t & pv):
                 # pv: tokens, then the digit (hi, lo), then the channel tile, then the key beat
-                m.d.sync += [t.eq(0), dg.eq(~dg)]
+                m.d.sync += [t.eq(0), restart("tokens"), dg.eq(~dg)]
                 with m.If(dg):
-                    m.d.sync += tile.eq(tile + 1)
+                    m.d.sync += [tile.eq(tile + 1), step("tiles")]
                     with m.If(last_tile):
-                        m.d.sync += [tile.eq(0), g.eq(g + 1)]
+                        m.d.sync += [tile.eq(0), restart("tiles"), g.eq(g + 1), step("groups")]
                         with m.If(last_g):
                             m.d.sync += running.eq(0)
             with m.Elif(last_t):
-                m.d.sync += [t.eq(0), j.eq(j + 1), beat.eq(beat + 1)]
+                m.d.sync += [t.eq(0), restart("tokens"), j.eq(j + 1), step("group_beats"), beat.eq(beat + 1)]
                 with m.If(last_j):
-                    m.d.sync += [j.eq(0), g.eq(g + 1)]
+                    m.d.sync += [j.eq(0), restart("group_beats"), g.eq(g + 1), step("groups")]
                     with m.If(last_g):
-                        m.d.sync += [g.eq(0), beat.eq(0), tile.eq(tile + 1)]
+                        m.d.sync += [g.eq(0), restart("groups"), beat.eq(0), tile.eq(tile + 1), step("tiles")]
                         with m.If(last_tile):
                             m.d.sync += running.eq(0)
 
