@@ -598,8 +598,11 @@ class TileReorder(wiring.Component):
         full = [Signal(name=f"full{b}") for b in range(2)]
         take = Signal()
         give = Signal()
+        # (n > 1: word g of beat 0 leaves once its keys are in, input words (g + 1) J - 1 and before of the
+        # tile being written: the first beat of a tile one cycle after the tile's last word, not n)
+        early = ((rsel == wsel) & (rj == 0) & (wg > rg)) if n > 1 else 0
         m.d.comb += [self.i.ready.eq(~Array(full)[wsel]), take.eq(self.i.valid & self.i.ready),
-                     self.o.valid.eq(Array(full)[rsel]), give.eq(self.o.valid & self.o.ready)]
+                     self.o.valid.eq(Array(full)[rsel] | early), give.eq(self.o.valid & self.o.ready)]
 
         def addr(j, g, buf):
             return Cat(*([j] if J > 1 else []), *([g] if n > 1 else []), buf)
@@ -669,6 +672,9 @@ class PvReorder(wiring.Component):
     channels) rotated up by it, which rotates the word's blocks): bank b then takes block b of the
     word as it comes (wiring).
 
+    ``skip`` (n > 1): a word given at the start of a beat with ``skip`` high gives the whole beat
+    (its n words leave in one cycle, unread: the execute unit's channel tiles outside the instruction's).
+
     ``alternates`` = N > 0 adds ``alt`` (N words) and ``alt_sel``: ``o.payload`` is ``alt[alt_sel
     - 1]`` when ``alt_sel`` is not 0 (``o.valid`` and ``i`` as ever): the execute unit's choice among
     the weight beats' sources folded into the read rotation's multiplexer (one B + N-way choice a
@@ -698,6 +704,8 @@ class PvReorder(wiring.Component):
             ports |= {"alt": In(data.ArrayLayout(WB, alternates)), "alt_sel": In(range(alternates + 1))}
         if prerotated:
             ports["rot"] = Out(range(self.blocks))
+        if n > 1:
+            ports["skip"] = In(1)
         super().__init__(ports)
 
     @staticmethod
@@ -709,7 +717,7 @@ class PvReorder(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        K, d, B, R = self.lanes, self.head_dim, self.blocks, self.piece
+        K, d, B, R, n = self.lanes, self.head_dim, self.blocks, self.piece, self.words
         E = K // B                           # keys of an input word
         BB = E * R * W_BITS                  # bits of a block
         cb = max(ceil_log2(B), 1)
@@ -726,6 +734,10 @@ class PvReorder(wiring.Component):
         take, give = Signal(), Signal()
         m.d.comb += [self.i.ready.eq(~Array(full)[wsel]), take.eq(self.i.valid & self.i.ready),
                      self.o.valid.eq(Array(full)[rsel]), give.eq(self.o.valid & self.o.ready)]
+        # the read side's step: a word, or (skip) a beat; ``last``: the group's last word or beat
+        skip = self.skip if n > 1 else 0
+        last = Signal()
+        m.d.comb += last.eq(Mux(skip, rc == B - n, rc == B - 1))
         outs = []
         for b in range(B):
             mem = memory.Memory(shape=BB, depth=2 * B, init=[])
@@ -748,7 +760,7 @@ class PvReorder(wiring.Component):
             rc_next = Signal(range(B))
             m.d.comb += rc_next.eq(rc)
             with m.If(give):
-                m.d.comb += rc_next.eq(Mux(rc == B - 1, 0, rc + 1))
+                m.d.comb += rc_next.eq(Mux(last, 0, rc + Mux(skip, n, 1)))
             src = [Signal(range(B + N), name=f"src{i}", init=i) for i in range(B)]
             for i in range(B):
                 m.d.sync += src[i].eq(Mux(self.alt_sel == 0, (i + rc_next)[:cb] if B > 1 else 0, B - 1 + self.alt_sel))
@@ -765,13 +777,13 @@ class PvReorder(wiring.Component):
             with m.If(wi == B - 1):
                 m.d.sync += [wi.eq(0), wsel.eq(~wsel)]
         with m.If(give):
-            m.d.sync += rc.eq(rc + 1)
-            with m.If(rc == B - 1):
+            m.d.sync += rc.eq(rc + Mux(skip, n, 1))
+            with m.If(last):
                 m.d.sync += [rc.eq(0), rsel.eq(~rsel)]
         for b in range(2):
             with m.If(take & (wi == B - 1) & (wsel == b)):
                 m.d.sync += full[b].eq(1)
-            with m.If(give & (rc == B - 1) & (rsel == b)):
+            with m.If(give & last & (rsel == b)):
                 m.d.sync += full[b].eq(0)
         return m
 

@@ -963,11 +963,12 @@ class GemmMover(Mover):
                 in_tiles = Signal(C)                       # the channel tiles kept (registered: fields of the instruction)
                 m.d.sync += in_tiles.eq(Cat(*[(c >= pins.tile0) & (c < pins.tile0 + pins.tiles) for c in range(C)]))
                 keep = in_tiles.bit_select(pc, 1) if C > 1 else in_tiles[0]
+                # a beat of a tile outside the instruction's leaves the reorder in one cycle (``skip``)
                 m.d.comb += [pro.i.valid.eq(pv & uw.o.valid), pro.i.payload.eq(uw.o.payload),
-                             pro.o.ready.eq(pv & (wr | ~keep))]
+                             pro.o.ready.eq(pv & (wr | ~keep)), pro.skip.eq(~keep)]
                 with m.If(pro.o.valid & pro.o.ready):
                     m.d.sync += pw.eq(pw + 1)
-                    with m.If(pw == n - 1):
+                    with m.If((pw == n - 1) | ~keep):
                         m.d.sync += [pw.eq(0), pc.eq(Mux(pc == C - 1, 0, pc + 1))]
                 with m.If(state == S.CHECK):
                     m.d.sync += [pc.eq(0), pw.eq(0)]

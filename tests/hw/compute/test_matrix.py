@@ -626,3 +626,79 @@ def test_requant_shift_boundaries():
     sim.add_testbench(bench)
     sim.run()
     assert not bad, bad[:5]
+
+
+def test_pv_reorder_words_skip():
+    """``skip``: beats given with ``skip`` at their first word leave whole in one cycle, unread; the
+    other beats' words come as before (random beats skipped, random stalls on both sides)."""
+    from amaranth.sim import Simulator
+    from mcf.hw.compute.matrix import PvReorder
+    rows, lanes, d, words, groups = 8, 8, 16, 4, 5
+    rng = np.random.default_rng(23)
+    bits = rows * lanes * 4
+    beats_in, want = _pv_beats(rows, lanes, d, groups, rng)
+    words_in = _words(beats_in, words, bits)
+    skipped = [bool(rng.random() < 0.4) for _ in want]
+    dut = PvReorder(rows, lanes, d, words=words)
+    got, cycles = [], []
+
+    async def bench(ctx):
+        i, beat, w = 0, 0, 0
+        for cyc in range(60 * len(words_in)):
+            offer = i < len(words_in) and rng.random() < 0.7
+            skip = beat < len(want) and skipped[beat]
+            ctx.set(dut.i.valid, offer)
+            ctx.set(dut.i.payload, words_in[min(i, len(words_in) - 1)])
+            ctx.set(dut.skip, skip)
+            ctx.set(dut.o.ready, skip or rng.random() < 0.6)
+            await ctx.delay(1e-9)
+            took = offer and ctx.get(dut.i.ready)
+            if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):
+                if skip:
+                    cycles.append(cyc)
+                    beat += 1
+                else:
+                    got.append(ctx.get(dut.o.payload))
+                    w += 1
+                    if w == words:
+                        w, beat = 0, beat + 1
+            await ctx.tick()
+            i += took
+            if beat == len(want):
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert 0 < len(cycles) < len(want), "some beats and not all must be skipped"
+    assert got == _words([b for b, s in zip(want, skipped) if not s], words, bits)
+
+
+def test_tile_reorder_words_first_beat():
+    """``words``: a tile's beat 0 leaves as its keys come in -- with words offered every cycle and the
+    output always ready, beat 0's last word leaves the cycle after the tile's last word went in."""
+    from amaranth.sim import Simulator
+    from mcf.hw.compute.matrix import TileReorder
+    rows, lanes, beats, words = 16, 8, 2, 4
+    dut = TileReorder(rows, lanes, beats, words=words)
+    log = {"in": [], "out": []}
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+        for cyc in range(3 * beats * words):
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload, cyc)
+            await ctx.delay(1e-9)
+            if ctx.get(dut.i.ready):
+                log["in"].append(cyc)
+            if ctx.get(dut.o.valid):
+                log["out"].append(cyc)
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    last_in = log["in"][beats * words - 1]                 # the first tile's last word
+    assert log["out"][words - 1] == last_in + 1
