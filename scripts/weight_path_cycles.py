@@ -2,7 +2,7 @@
 model (deterministic: no random pauses): GEMMs (inputs x tiles x tokens), GEMM_QK and GEMM_PV
 through the benches of tests/hw/compute/exec (``run_gemm_ops``, ``run_qk_ops``, ``run_pv_ops``,
 each checks its results bit for bit against the golden model).  Writes {node: {op: cycles}} as
-JSON to argv[1].  Run it on two trees (PYTHONPATH) to compare their cycles."""
+JSON to argv[1] (the nodes of argv[2:], default all).  Run it on two trees (PYTHONPATH) to compare their cycles."""
 import json
 import sys
 import tempfile
@@ -16,9 +16,11 @@ from mcf.spec.node import NodeConfig
 NODES = {"P16": NodeConfig.tiny(mac_rows=16, vec_lanes=4), "P8": NodeConfig.tiny(mac_rows=8, vec_lanes=4),
          "P4": NodeConfig.tiny()}
 out = {}
-for name, node in NODES.items():
+for name in sys.argv[2:] or NODES:
+    node = NODES[name]
+    tiles = (1, 4) if node.mac_rows % node.vec_lanes == 0 else (2, 8)     # whole SPAD beats of output
     ops = [{"name": f"gemm:n{n}:t{t}:x{tok}", "n": n, "tiles": t, "tokens": tok, "group": 32}
-           for n in (64, 128) for t in (1, 4) for tok in (1, 2, 4, 8)]
+           for n in (64, 128) for t in tiles for tok in (1, 2, 4, 8)]
     t = DdrTiming.from_node(node)
     timing = {"latency": t.latency, "outstanding": t.outstanding, "port_bytes_per_cycle": t.port_bytes_per_cycle,
               "total_bytes_per_cycle": t.total_bytes_per_cycle, "refresh_interval": t.refresh_interval,
@@ -39,4 +41,4 @@ for name, node in NODES.items():
                     res[op["name"]] = op["cycles"]
         out[name] = res
         print(name, res, flush=True)
-Path(sys.argv[1]).write_text(json.dumps(out, indent=1))
+    Path(sys.argv[1]).write_text(json.dumps(out, indent=1))

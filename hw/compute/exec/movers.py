@@ -948,8 +948,16 @@ class GemmMover(Mover):
             # the array holds it: ``DotArray.w_hold``).  The take frees it: its first word may go in that cycle.
             WB = word_bits
             wv, wd, wr = Signal(), Signal(WB), Signal()       # the chosen source's word; taken by the register
-            m.d.comb += [wv.eq(uw.o.valid), uw.o.ready.eq(wr)]
-            wsrc = uw.o.payload
+            # plain words: through a queue of two beats' words (LUT RAM, as deep as the beat queue it replaces:
+            # the loader's words keep coming while the matrix waits), straight past it when it is empty
+            m.submodules.wq = wq = fifo.SyncFIFO(width=WB, depth=2 * n)
+            plain = ~pv & ~kv
+            direct = Signal()
+            m.d.comb += [direct.eq(~wq.r_rdy & wr),
+                         wv.eq(wq.r_rdy | uw.o.valid), uw.o.ready.eq(direct | wq.w_rdy),
+                         wq.w_en.eq(plain & uw.o.valid & ~direct), wq.w_data.eq(uw.o.payload),
+                         wq.r_en.eq(plain & wr)]
+            wsrc = Mux(wq.r_rdy, wq.r_data, uw.o.payload)
             if self.has_kv:
                 m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv, words=n)
                 m.d.comb += [ro.i.valid.eq(kv & uw.o.valid), ro.i.payload.eq(uw.o.payload), ro.o.ready.eq(kv & wr)]
