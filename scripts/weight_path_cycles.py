@@ -4,6 +4,7 @@ through the benches of tests/hw/compute/exec (``run_gemm_ops``, ``run_qk_ops``, 
 each checks its results bit for bit against the golden model).  Writes {node: {op: cycles}} as
 JSON to argv[1] (the nodes of argv[2:], default all).  Run it on two trees (PYTHONPATH) to compare their cycles."""
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +22,9 @@ for name in sys.argv[2:] or NODES:
     tiles = (1, 4) if node.mac_rows % node.vec_lanes == 0 else (2, 8)     # whole SPAD beats of output
     ops = [{"name": f"gemm:n{n}:t{t}:x{tok}", "n": n, "tiles": t, "tokens": tok, "group": 32}
            for n in (64, 128) for t in tiles for tok in (1, 2, 4, 8)]
+    if os.environ.get("WPC_OPS"):            # "n:tiles:tokens,...": only these GEMMs
+        ops = [{"name": f"gemm:n{n}:t{t}:x{x}", "n": int(n), "tiles": int(t), "tokens": int(x), "group": 32}
+               for n, t, x in (o.split(":") for o in os.environ["WPC_OPS"].split(","))]
     t = DdrTiming.from_node(node)
     timing = {"latency": t.latency, "outstanding": t.outstanding, "port_bytes_per_cycle": t.port_bytes_per_cycle,
               "total_bytes_per_cycle": t.total_bytes_per_cycle, "refresh_interval": t.refresh_interval,
