@@ -955,9 +955,10 @@ class GemmMover(Mover):
             direct = Signal()
             m.d.comb += [direct.eq(~wq.r_rdy & wr),
                          wv.eq(wq.r_rdy | uw.o.valid), uw.o.ready.eq(direct | wq.w_rdy),
-                         wq.w_en.eq(plain & uw.o.valid & ~direct), wq.w_data.eq(uw.o.payload),
+                         wq.w_en.eq(plain & uw.o.valid & ~direct), wq.w_data.eq(b.ldata.tdata),
                          wq.r_en.eq(plain & wr)]
-            wsrc = Mux(wq.r_rdy, wq.r_data, uw.o.payload)
+            # (the loader's word as it comes: the reorders' write rotations, 0 in plain mode, not in its path)
+            wsrc = Mux(wq.r_rdy, wq.r_data, b.ldata.tdata)
             if self.has_kv:
                 m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv, words=n)
                 m.d.comb += [ro.i.valid.eq(kv & uw.o.valid), ro.i.payload.eq(uw.o.payload), ro.o.ready.eq(kv & wr)]
