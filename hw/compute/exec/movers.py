@@ -947,7 +947,9 @@ class GemmMover(Mover):
             # of n words (a clock enable a word): the beat the matrix takes at its first issue (``MatrixUnit.w``;
             # the array holds it: ``DotArray.w_hold``).  The take frees it: its first word may go in that cycle.
             WB = word_bits
-            wv, wd, wr = Signal(), Signal(WB), Signal()       # the chosen source's word; taken by the register
+            # the chosen source's word (``keep``: one choice a bit for the register's n words, not one a word:
+            # measured, the LUT mapping gave each of the 8 192 register bits its own LUT5 of the choice); taken
+            wv, wd, wr = Signal(), Signal(WB, attrs={"keep": 1}), Signal()
             # plain words: through a queue of two beats' words (LUT RAM, as deep as the beat queue it replaces:
             # the loader's words keep coming while the matrix waits), straight past it when it is empty
             m.submodules.wq = wq = fifo.SyncFIFO(width=WB, depth=2 * n)
