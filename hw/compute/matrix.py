@@ -562,24 +562,33 @@ class TileReorder(wiring.Component):
     (A = P / J), piece a J + j of the beat = piece j of key i A + a.  Out: J beats of P pieces,
     beat j = piece j of keys 0 .. P - 1 (the weight beat order of ``spec.isa.BlobLayout``).
 
-    Double-buffered (a tile is read while the next is written) in P banks of one piece x 2 J
-    words (LUT RAM), skewed: piece j of key p lives in bank (p + j A) mod P at word buf J + j.  A
-    written beat (A keys x J pieces) and a read beat (P keys x piece j) then touch each bank once:
-    each side moves a beat a cycle, through a J-way rotation of the banks.
+    ``words`` = n: both sides move words of a beat / n (a beat's words low end first, one a
+    cycle): in, the tile's J n words in order (word w holds keys w E .. w E + E - 1 whole, E =
+    P / (n J): a word must hold whole keys); out, beat j's n words (word g = piece j of keys
+    g P / n ..).  n = 1 is a beat a cycle.
 
-    ``prerotated``: the write side's rotation is the feeder's, on its narrower words (``rotate``
-    by ``rot``, the index of the beat being written, before the words are gathered into a beat):
-    bank (a, c) then takes piece c of key a of the beat as it comes (wiring, no multiplexer)."""
+    Double-buffered (a tile is read while the next is written) in Q = P / n banks of one piece x
+    2 J n words (LUT RAM), skewed: piece j of key p lives in bank (p + j E) mod Q at word (buf, j,
+    p div Q).  A written word (E keys x J pieces) and a read word (Q keys x piece j) then touch
+    each bank once: each side moves a word a cycle, through a J-way rotation of the banks.
 
-    def __init__(self, rows: int, lanes: int, beats: int, prerotated: bool = False):
-        P, J = rows, beats
+    ``prerotated``: the write side's rotation is the feeder's, on its words (``rotate`` by
+    ``rot``, the index of the word being written mod J, before the reorder): bank (a, c) then
+    takes piece c of key a of the word as it comes (wiring, no multiplexer)."""
+
+    def __init__(self, rows: int, lanes: int, beats: int, prerotated: bool = False, words: int = 1):
+        P, J, n = rows, beats, words
         log2_exact(P, "rows")
         log2_exact(J, "beats")
+        log2_exact(n, "words")
         if J > P:
             raise ValueError(f"beats={J} > rows={P}: a tile beat would hold less than one key")
-        self.rows, self.lanes, self.beats = P, lanes, J
+        if P % (n * J):
+            raise ValueError(f"words={n}: a word of {P} / {n} pieces would not hold whole keys of {J} pieces")
+        self.rows, self.lanes, self.beats, self.words = P, lanes, J, n
         self.prerotated = prerotated
-        ports = {"i": In(stream.Signature(P * lanes * W_BITS)), "o": Out(stream.Signature(P * lanes * W_BITS))}
+        WB = P * lanes * W_BITS // n
+        ports = {"i": In(stream.Signature(WB)), "o": Out(stream.Signature(WB))}
         if prerotated:
             ports["rot"] = Out(range(J))
         super().__init__(ports)
@@ -593,50 +602,63 @@ class TileReorder(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        P, J = self.rows, self.beats
-        A = P // J
+        P, J, n = self.rows, self.beats, self.words
+        Q = P // n                          # pieces (banks) of a word
+        E = Q // J                          # keys of an input word
         PB = self.lanes * W_BITS
         jb = max(ceil_log2(J), 1)
-        pieces_in = [self.i.payload[x * PB:(x + 1) * PB] for x in range(P)]
+        pieces_in = [self.i.payload[x * PB:(x + 1) * PB] for x in range(Q)]
         wsel, rsel = Signal(), Signal()
-        wi, rj = Signal(range(J)), Signal(range(J))
+        wi, rj = Signal(range(J)), Signal(range(J))       # write: word mod J; read: the beat
+        wg, rg = Signal(range(n)), Signal(range(n))       # write: word div J; read: the word of the beat
         full = [Signal(name=f"full{b}") for b in range(2)]
         take = Signal()
         give = Signal()
+        # (n > 1: word g of beat 0 leaves once its keys are in, input words (g + 1) J - 1 and before of the
+        # tile being written: the first beat of a tile one cycle after the tile's last word, not n)
+        early = ((rsel == wsel) & (rj == 0) & (wg > rg)) if n > 1 else 0
         m.d.comb += [self.i.ready.eq(~Array(full)[wsel]), take.eq(self.i.valid & self.i.ready),
-                     self.o.valid.eq(Array(full)[rsel]), give.eq(self.o.valid & self.o.ready)]
+                     self.o.valid.eq(Array(full)[rsel] | early), give.eq(self.o.valid & self.o.ready)]
+
+        def addr(j, g, buf):
+            return Cat(*([j] if J > 1 else []), *([g] if n > 1 else []), buf)
+
         outs = []
-        for b in range(P):
-            mem = memory.Memory(shape=PB, depth=2 * J, init=[])
+        for b in range(Q):
+            mem = memory.Memory(shape=PB, depth=2 * J * n, init=[])
             m.submodules[f"bank{b}"] = mem
             wp, rp = mem.write_port(), mem.read_port(domain="comb")
-            a, c = b % A, b // A
-            j = Signal(range(J), name=f"wj{b}")               # the piece of this bank in the written beat
+            a, c = b % E, b // E
+            j = Signal(range(J), name=f"wj{b}")               # the piece of this bank in the written word
             m.d.comb += j.eq((c - wi)[:jb] if J > 1 else 0)
-            m.d.comb += [wp.en.eq(take), wp.addr.eq(Cat(j, wsel) if J > 1 else wsel),
+            m.d.comb += [wp.en.eq(take), wp.addr.eq(addr(j, wg, wsel)),
                          wp.data.eq(pieces_in[a * J + c] if self.prerotated
                                     else Array(pieces_in[a * J + x] for x in range(J))[j]),
-                         rp.addr.eq(Cat(rj, rsel) if J > 1 else rsel)]
+                         rp.addr.eq(addr(rj, rg, rsel))]
             outs.append(rp.data)
         if self.prerotated:
             m.d.comb += self.rot.eq(wi)
         # the read rotation as a multiplexer level of its own (``keep``: the LUT mapping takes it as one J-way
         # choice a bit, not split into the choices behind it, the execute unit's choice of the weight source)
-        rot = Signal(P * self.lanes * W_BITS, attrs={"keep": 1})
-        m.d.comb += [rot.eq(Cat(*[Array(outs[(p + x * A) % P] for x in range(J))[rj] for p in range(P)])),
+        rot = Signal(Q * PB, attrs={"keep": 1})
+        m.d.comb += [rot.eq(Cat(*[Array(outs[(p + x * E) % Q] for x in range(J))[rj] for p in range(Q)])),
                      self.o.payload.eq(rot)]
         with m.If(take):
             m.d.sync += wi.eq(wi + 1)
             with m.If(wi == J - 1):
-                m.d.sync += [wi.eq(0), wsel.eq(~wsel)]
+                m.d.sync += [wi.eq(0), wg.eq(wg + 1)]
+                with m.If(wg == n - 1):
+                    m.d.sync += [wg.eq(0), wsel.eq(~wsel)]
         with m.If(give):
-            m.d.sync += rj.eq(rj + 1)
-            with m.If(rj == J - 1):
-                m.d.sync += [rj.eq(0), rsel.eq(~rsel)]
+            m.d.sync += rg.eq(rg + 1)
+            with m.If(rg == n - 1):
+                m.d.sync += [rg.eq(0), rj.eq(rj + 1)]
+                with m.If(rj == J - 1):
+                    m.d.sync += [rj.eq(0), rsel.eq(~rsel)]
         for b in range(2):
-            with m.If(take & (wi == J - 1) & (wsel == b)):
+            with m.If(take & (wi == J - 1) & (wg == n - 1) & (wsel == b)):
                 m.d.sync += full[b].eq(1)
-            with m.If(give & (rj == J - 1) & (rsel == b)):
+            with m.If(give & (rj == J - 1) & (rg == n - 1) & (rsel == b)):
                 m.d.sync += full[b].eq(0)
         return m
 
@@ -650,111 +672,134 @@ class PvReorder(wiring.Component):
     beats, beat c = channel tile c: nibble p K + k = channel c P + p of key k (a nibble
     transpose: the weight beat order of ``spec.isa.BlobLayout`` with rows = channels).
 
-    Double-buffered (a group is read while the next is written) in C banks of one block (A keys
-    x P channels) x 2 C words (LUT RAM), skewed: block (i, c) (keys i A .., channels c P ..) lives
-    in bank (i + c) mod C at word buf C + c.  A written beat (blocks (i, 0 .. C - 1)) and a read
-    beat (blocks (0 .. C - 1, c)) touch each bank once: each side moves a beat a cycle, through a
-    C-way rotation of the banks; the transpose inside a block is wiring.
+    ``words`` = n: both sides move words of a beat / n (low end first, one a cycle): in, the
+    group's C n words in order (word i = keys i E .. i E + E - 1 whole, E = A / n); out, beat c's
+    n words (word g = channels c P + g R .. + R - 1 of all K keys, R = P / n: nibble r K + k).
+    With B = C n (= d / R = K / E) blocks of E keys x R channels, word i of the input holds
+    blocks (i, 0 .. B - 1) and word b of the output blocks (0 .. B - 1, b).  n = 1 is a beat a cycle.
 
-    ``prerotated``: the write side's rotation is the feeder's, on its narrower words (``rotate``
-    by ``rot``, the index of the beat being written: each key's C channel tiles rotated up by it,
-    which rotates the beat's blocks): bank b then takes block b of the beat as it comes (wiring).
+    Double-buffered (a group is read while the next is written) in B banks of one block x 2 B
+    words (LUT RAM), skewed: block (i, b) lives in bank (i + b) mod B at word buf B + b.  A written
+    word and a read word touch each bank once: each side moves a word a cycle, through a B-way
+    rotation of the banks; the transpose inside a block is wiring.
 
-    ``alternates`` = N > 0 adds ``alt`` (N beats) and ``alt_sel``: ``o.payload`` is ``alt[alt_sel
+    ``prerotated``: the write side's rotation is the feeder's, on its words (``rotate`` by
+    ``rot``, the index of the word being written: each key's B channel pieces (``piece`` = R
+    channels) rotated up by it, which rotates the word's blocks): bank b then takes block b of the
+    word as it comes (wiring).
+
+    ``skip`` (n > 1): a word given at the start of a beat with ``skip`` high gives the whole beat
+    (its n words leave in one cycle, unread: the execute unit's channel tiles outside the instruction's).
+
+    ``alternates`` = N > 0 adds ``alt`` (N words) and ``alt_sel``: ``o.payload`` is ``alt[alt_sel
     - 1]`` when ``alt_sel`` is not 0 (``o.valid`` and ``i`` as ever): the execute unit's choice among
-    the weight beats' sources folded into the read rotation's multiplexer (one C + N-way choice a
-    bit, not a C-way one and then an N + 1-way one).  The choice is a register: ``o.payload``
+    the weight beats' sources folded into the read rotation's multiplexer (one B + N-way choice a
+    bit, not a B-way one and then an N + 1-way one).  The choice is a register: ``o.payload``
     follows a change of ``alt_sel`` one cycle later (hold it a cycle before the beats it picks)."""
 
-    def __init__(self, rows: int, lanes: int, head_dim: int, alternates: int = 0, prerotated: bool = False):
-        P, K, d = rows, lanes, head_dim
+    def __init__(self, rows: int, lanes: int, head_dim: int, alternates: int = 0, prerotated: bool = False,
+                 words: int = 1):
+        P, K, d, n = rows, lanes, head_dim, words
         log2_exact(P, "rows")
         log2_exact(K, "lanes")
         log2_exact(d, "head_dim")
+        log2_exact(n, "words")
         if d % P or (P * K) % d:
             raise ValueError(f"head_dim={d}: must be a multiple of rows={P} and divide rows x lanes = {P * K}")
-        self.rows, self.lanes, self.head_dim = P, K, d
+        if P % n or (P * K // d) % n:
+            raise ValueError(f"words={n}: a word must hold whole keys of {d} channels and whole channels of {K} keys")
+        self.rows, self.lanes, self.head_dim, self.words = P, K, d, n
         self.tiles = d // P                  # C: channel tiles = beats of a key group
         self.keys = P * K // d               # A: keys of an input beat
+        self.piece = P // n                  # R: channels of an output word
+        self.blocks = self.tiles * n         # B: words of a key group (either side)
         self.alternates, self.prerotated = alternates, prerotated
-        ports = {"i": In(stream.Signature(P * K * W_BITS)), "o": Out(stream.Signature(P * K * W_BITS))}
+        WB = P * K * W_BITS // n
+        ports = {"i": In(stream.Signature(WB)), "o": Out(stream.Signature(WB))}
         if alternates:
-            ports |= {"alt": In(data.ArrayLayout(P * K * W_BITS, alternates)), "alt_sel": In(range(alternates + 1))}
+            ports |= {"alt": In(data.ArrayLayout(WB, alternates)), "alt_sel": In(range(alternates + 1))}
         if prerotated:
-            ports["rot"] = Out(range(self.tiles))
+            ports["rot"] = Out(range(self.blocks))
+        if n > 1:
+            ports["skip"] = In(1)
         super().__init__(ports)
 
     @staticmethod
     def rotate(word, amount, rows: int, head_dim: int):
-        """``word`` (whole keys of ``head_dim`` nibbles) with each key's channel tiles (``rows``
-        nibbles) rotated up by ``amount`` (what the write side of a ``prerotated`` reorder expects,
-        ``amount`` its ``rot``)."""
+        """``word`` (whole keys of ``head_dim`` nibbles) with each key's pieces of ``rows``
+        nibbles (a reorder's ``piece``) rotated up by ``amount`` (what the write side of a
+        ``prerotated`` reorder expects, ``amount`` its ``rot``)."""
         return rotate_pieces(word, amount, rows * W_BITS, head_dim // rows)
 
     def elaborate(self, platform):
         m = Module()
-        P, K, d, C, A = self.rows, self.lanes, self.head_dim, self.tiles, self.keys
-        BB = A * P * W_BITS                  # bits of a block
-        cb = max(ceil_log2(C), 1)
+        K, d, B, R, n = self.lanes, self.head_dim, self.blocks, self.piece, self.words
+        E = K // B                           # keys of an input word
+        BB = E * R * W_BITS                  # bits of a block
+        cb = max(ceil_log2(B), 1)
 
         def nib(value, x):
             return value[x * W_BITS:(x + 1) * W_BITS]
 
-        # block c of an input beat: keys a < A, channels c P + p, nibble a P + p
-        blocks_in = [Cat(*[nib(self.i.payload, a * d + c * P + p) for a in range(A) for p in range(P)])
-                     for c in range(C)]
+        # block c of an input word: keys a < E, channels c R + r, nibble a R + r
+        blocks_in = [Cat(*[nib(self.i.payload, a * d + c * R + r) for a in range(E) for r in range(R)])
+                     for c in range(B)]
         wsel, rsel = Signal(), Signal()
-        wi, rc = Signal(range(C)), Signal(range(C))
+        wi, rc = Signal(range(B)), Signal(range(B))
         full = [Signal(name=f"full{b}") for b in range(2)]
         take, give = Signal(), Signal()
         m.d.comb += [self.i.ready.eq(~Array(full)[wsel]), take.eq(self.i.valid & self.i.ready),
                      self.o.valid.eq(Array(full)[rsel]), give.eq(self.o.valid & self.o.ready)]
+        # the read side's step: a word, or (skip) a beat; ``last``: the group's last word or beat
+        skip = self.skip if n > 1 else 0
+        last = Signal()
+        m.d.comb += last.eq(Mux(skip, rc == B - n, rc == B - 1))
         outs = []
-        for b in range(C):
-            mem = memory.Memory(shape=BB, depth=2 * C, init=[])
+        for b in range(B):
+            mem = memory.Memory(shape=BB, depth=2 * B, init=[])
             m.submodules[f"bank{b}"] = mem
             wp, rp = mem.write_port(), mem.read_port(domain="comb")
-            c = Signal(range(C), name=f"wc{b}")              # the block of this bank in the written beat
-            m.d.comb += c.eq((b - wi)[:cb] if C > 1 else 0)
-            m.d.comb += [wp.en.eq(take), wp.addr.eq(Cat(c, wsel) if C > 1 else wsel),
-                         wp.data.eq(blocks_in[b] if self.prerotated or C == 1 else Array(blocks_in)[c]),
-                         rp.addr.eq(Cat(rc, rsel) if C > 1 else rsel)]
+            c = Signal(range(B), name=f"wc{b}")              # the block of this bank in the written word
+            m.d.comb += c.eq((b - wi)[:cb] if B > 1 else 0)
+            m.d.comb += [wp.en.eq(take), wp.addr.eq(Cat(c, wsel) if B > 1 else wsel),
+                         wp.data.eq(blocks_in[b] if self.prerotated or B == 1 else Array(blocks_in)[c]),
+                         rp.addr.eq(Cat(rc, rsel) if B > 1 else rsel)]
             outs.append(rp.data)
         if self.prerotated:
             m.d.comb += self.rot.eq(wi)
-        # block i of the read beat c is in bank (i + c) mod C; nibble a P + p -> output p K + i A + a
+        # block i of the read word c is in bank (i + c) mod B; nibble a R + r -> output r K + i E + a
         N = self.alternates
         if N:
-            # block i's source: bank (i + rc) mod C, or alternate alt_sel - 1 (index C + alt_sel - 1), as
+            # block i's source: bank (i + rc) mod B, or alternate alt_sel - 1 (index B + alt_sel - 1), as
             # a register decoded the cycle before (from rc's next value): each output bit is then one
-            # (C + N)-way choice by a register (C + N = 4: one LUT6), not one by alt_sel and rc
-            rc_next = Signal(range(C))
+            # (B + N)-way choice by a register (B + N = 4: one LUT6), not one by alt_sel and rc
+            rc_next = Signal(range(B))
             m.d.comb += rc_next.eq(rc)
             with m.If(give):
-                m.d.comb += rc_next.eq(Mux(rc == C - 1, 0, rc + 1))
-            src = [Signal(range(C + N), name=f"src{i}", init=i) for i in range(C)]
-            for i in range(C):
-                m.d.sync += src[i].eq(Mux(self.alt_sel == 0, (i + rc_next)[:cb] if C > 1 else 0, C - 1 + self.alt_sel))
+                m.d.comb += rc_next.eq(Mux(last, 0, rc + Mux(skip, n, 1)))
+            src = [Signal(range(B + N), name=f"src{i}", init=i) for i in range(B)]
+            for i in range(B):
+                m.d.sync += src[i].eq(Mux(self.alt_sel == 0, (i + rc_next)[:cb] if B > 1 else 0, B - 1 + self.alt_sel))
             m.d.comb += self.o.payload.eq(Cat(*[
-                Array([nib(outs[x], (k % A) * P + p) for x in range(C)]
-                      + [nib(self.alt[y], p * K + k) for y in range(N)])[src[k // A]]
-                for p in range(P) for k in range(K)]))
+                Array([nib(outs[x], (k % E) * R + r) for x in range(B)]
+                      + [nib(self.alt[y], r * K + k) for y in range(N)])[src[k // E]]
+                for r in range(R) for k in range(K)]))
         else:
-            blocks_out = [Array(outs[(i + x) % C] for x in range(C))[rc] if C > 1 else outs[0] for i in range(C)]
-            m.d.comb += self.o.payload.eq(Cat(*[nib(blocks_out[k // A], (k % A) * P + p)
-                                                for p in range(P) for k in range(K)]))
+            blocks_out = [Array(outs[(i + x) % B] for x in range(B))[rc] if B > 1 else outs[0] for i in range(B)]
+            m.d.comb += self.o.payload.eq(Cat(*[nib(blocks_out[k // E], (k % E) * R + r)
+                                                for r in range(R) for k in range(K)]))
         with m.If(take):
             m.d.sync += wi.eq(wi + 1)
-            with m.If(wi == C - 1):
+            with m.If(wi == B - 1):
                 m.d.sync += [wi.eq(0), wsel.eq(~wsel)]
         with m.If(give):
-            m.d.sync += rc.eq(rc + 1)
-            with m.If(rc == C - 1):
+            m.d.sync += rc.eq(rc + Mux(skip, n, 1))
+            with m.If(last):
                 m.d.sync += [rc.eq(0), rsel.eq(~rsel)]
         for b in range(2):
-            with m.If(take & (wi == C - 1) & (wsel == b)):
+            with m.If(take & (wi == B - 1) & (wsel == b)):
                 m.d.sync += full[b].eq(1)
-            with m.If(give & (rc == C - 1) & (rsel == b)):
+            with m.If(give & last & (rsel == b)):
                 m.d.sync += full[b].eq(0)
         return m
 

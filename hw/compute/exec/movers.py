@@ -907,7 +907,17 @@ class GemmMover(Mover):
                                 | src_bad | dst_bad)
 
         # --- the streams: weights (loader), scales (stream 0), bias (stream 1) ----------------------
-        m.submodules.uw = uw = Unpacker(g.data_width * g.weight_beats, P * K * W_BITS)
+        # The weight path's width: the loader's word when a beat is several of them and the reorders can move
+        # words (``words`` = n > 1: whole keys in a word, a word whole channels of the pv beat), else the beat.
+        BB, word_bits = P * K * W_BITS, g.data_width * g.weight_beats
+        key_bits = g.head_dim * W_BITS
+        whole = word_bits <= BB and word_bits % key_bits == 0
+        n = BB // word_bits if word_bits < BB else 1
+        wmode = (n > 1 and (not self.has_kv or (whole and P % (n * self.kv_beats) == 0))
+                 and (not self.has_pv or (whole and P % n == 0 and (P * K // g.head_dim) % n == 0)))
+        if not wmode:
+            n = 1
+        m.submodules.uw = uw = Unpacker(word_bits, word_bits if wmode else BB)
         m.submodules.us = us = Unpacker(g.data_width, P * 16)
         m.submodules.ub = ub = Unpacker(g.data_width, P * 32)
         # scale requests on stream 0: one (GEMM), or one per block of the run (GEMM_QK): each its block's
@@ -919,7 +929,7 @@ class GemmMover(Mover):
         m.d.comb += [
             b.req0.payload.addr.eq(sq_addr), b.req0.payload.beats.eq(ceil_beats(sq_len, g.bus_log2)),
             b.req1.payload.addr.eq(b_addr), b.req1.payload.beats.eq(ceil_beats(bt, g.bus_log2)),
-            uw.cmd.payload.count.eq(Mux(pv, (pins.keys >> k_log2) << _log2(C), tn >> k_log2)),
+            uw.cmd.payload.count.eq(Mux(pv, (pins.keys >> k_log2) << _log2(C), tn >> k_log2) << _log2(n)),
             us.cmd.payload.count.eq(tg), ub.cmd.payload.count.eq(ins.tiles),
             uw.i.valid.eq(b.ldata.tvalid), b.ldata.tready.eq(uw.i.ready),
             us.i.valid.eq(b.in0.valid), us.i.payload.eq(b.in0.payload), b.in0.ready.eq(us.i.ready),
@@ -928,66 +938,126 @@ class GemmMover(Mover):
             mx.scale.valid.eq(us.o.valid), mx.scale.payload.eq(us.o.payload), us.o.ready.eq(mx.scale.ready),
             mx.bias.valid.eq(ub.o.valid), mx.bias.payload.eq(ub.o.payload), ub.o.ready.eq(mx.bias.ready),
         ]
-        # The weight beats' sources: plain GEMM the unpacker's beats; kv the tile reorder's (key-major
-        # tiles -> weight beats); pv the pv reorder's (V^T beats, channel tile by tile; tiles outside
-        # tile0 .. tile0 + tiles - 1 are dropped).  The matrix takes a beat at its first issue and holds it
-        # for the beat's other issues (``MatrixUnit.w``); the reorders hold theirs (double-buffered)
-        # until taken, and plain beats of several loader words go through a two-deep queue (``wq``, LUT RAM,
-        # no choice in front: the unpacker's registers and its last word), so that the unpacker gathers the
-        # next meanwhile (as many beats ahead as before the matrix held its beat).
-        # The three are one choice a bit in front of the matrix (the pv reorder's read multiplexer).
-        key_bits, word_bits = g.head_dim * W_BITS, len(b.ldata.tdata)
-        whole = word_bits <= P * K * W_BITS and word_bits % key_bits == 0
         pre_kv = self.has_kv and whole and self.kv_beats > 1
-        pre_pv = self.has_pv and whole and C > 1
-        plain = ~pv & ~kv
-        plain_d, plain_v, plain_r = Signal(P * K * W_BITS), Signal(), Signal()
+        pre_pv = self.has_pv and whole and (C > 1 or wmode)
         take = mx.w.tready
-        if P * K * W_BITS > g.data_width * g.weight_beats:
-            m.submodules.wq = wq = fifo.SyncFIFO(width=P * K * W_BITS, depth=2)
-            m.d.comb += [wq.w_en.eq(uw.o.valid & plain), wq.w_data.eq(uw.o.payload), plain_r.eq(wq.w_rdy),
-                         plain_v.eq(wq.r_rdy), plain_d.eq(wq.r_data), wq.r_en.eq(take & plain)]
-        else:
-            m.d.comb += [plain_d.eq(uw.o.payload), plain_v.eq(uw.o.valid), plain_r.eq(take)]
-        wv, wdata = Signal(), Signal(P * K * W_BITS)
-        uw_r = Signal()
-        m.d.comb += [uw_r.eq(plain_r), wv.eq(plain_v), wdata.eq(plain_d)]
-        if self.has_kv:
-            m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv)
-            # the data whatever the mode (only the valids are gated: no AND a bit in front of the tile reorder)
-            m.d.comb += [ro.i.valid.eq(kv & uw.o.valid), ro.i.payload.eq(uw.o.payload), ro.o.ready.eq(kv & take)]
-            with m.If(kv):
-                m.d.comb += [uw_r.eq(ro.i.ready), wv.eq(ro.o.valid)]
-            if not self.has_pv:
-                m.d.comb += wdata.eq(Mux(kv, ro.o.payload, plain_d))
-        if self.has_pv:
-            # the source choice is made in the pv reorder's read multiplexer (``alt``: 0 the plain beat,
-            # 1 the tile reorder's)
-            m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim, alternates=2 if self.has_kv else 1,
-                                                      prerotated=pre_pv)
-            pc = Signal(range(C))                      # channel tile of the reorder's next beat
-            in_tiles = Signal(C)                       # the channel tiles kept (registered: fields of the instruction)
-            m.d.sync += in_tiles.eq(Cat(*[(c >= pins.tile0) & (c < pins.tile0 + pins.tiles) for c in range(C)]))
-            keep = in_tiles.bit_select(pc, 1) if C > 1 else in_tiles[0]
-            m.d.comb += [pro.i.valid.eq(pv & uw.o.valid), pro.i.payload.eq(uw.o.payload),
-                         pro.o.ready.eq(pv & (take | ~keep))]
-            with m.If(pro.o.valid & pro.o.ready):
-                m.d.sync += pc.eq(Mux(pc == C - 1, 0, pc + 1))
-            with m.If(state == S.CHECK):
-                m.d.sync += pc.eq(0)
-            m.d.comb += [wdata.eq(pro.o.payload), pro.alt[0].eq(plain_d),
-                         pro.alt_sel.eq(Mux(pv, 0, Mux(kv, 2, 1)) if self.has_kv else ~pv)]
+        if wmode:
+            # The weight path a loader word wide (n words a beat).  The sources: plain GEMM the loader's words;
+            # kv the tile reorder's, pv the pv reorder's (both move words: ``words``); a word-wide choice of the
+            # three (its selects registers of the instruction) feeds the ONE register of a beat, a deserializer
+            # of n words (a clock enable a word): the beat the matrix takes at its first issue (``MatrixUnit.w``;
+            # the array holds it: ``DotArray.w_hold``).  The take frees it: its first word may go in that cycle.
+            WB = word_bits
+            # the chosen source's word (``keep``: one choice a bit for the register's n words, not one a word:
+            # measured, the LUT mapping gave each of the 8 192 register bits its own LUT5 of the choice); taken
+            wv, wd, wr = Signal(), Signal(WB, attrs={"keep": 1}), Signal()
+            # plain words: through a queue of two beats' words (LUT RAM, as deep as the beat queue it replaces:
+            # the loader's words keep coming while the matrix waits), straight past it when it is empty
+            m.submodules.wq = wq = fifo.SyncFIFO(width=WB, depth=2 * n)
+            plain = ~pv & ~kv
+            direct = Signal()
+            m.d.comb += [direct.eq(~wq.r_rdy & wr),
+                         wv.eq(wq.r_rdy | uw.o.valid), uw.o.ready.eq(direct | wq.w_rdy),
+                         wq.w_en.eq(plain & uw.o.valid & ~direct), wq.w_data.eq(b.ldata.tdata),
+                         wq.r_en.eq(plain & wr)]
+            # (the loader's word as it comes: the reorders' write rotations, 0 in plain mode, not in its path)
+            wsrc = Mux(wq.r_rdy, wq.r_data, b.ldata.tdata)
             if self.has_kv:
-                m.d.comb += pro.alt[1].eq(ro.o.payload)
-            with m.If(pv):
-                m.d.comb += [uw_r.eq(pro.i.ready), wv.eq(pro.o.valid & keep)]
-        m.d.comb += uw.o.ready.eq(uw_r)
+                m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv, words=n)
+                m.d.comb += [ro.i.valid.eq(kv & uw.o.valid), ro.i.payload.eq(uw.o.payload), ro.o.ready.eq(kv & wr)]
+                with m.If(kv):
+                    m.d.comb += [uw.o.ready.eq(ro.i.ready), wv.eq(ro.o.valid)]
+                wsrc = Mux(kv, ro.o.payload, wsrc)
+            if self.has_pv:
+                m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim, prerotated=pre_pv, words=n)
+                pc = Signal(range(C))                      # channel tile of the reorder's next word
+                pw = Signal(range(n))                      # the word of that tile's beat
+                in_tiles = Signal(C)                       # the channel tiles kept (registered: fields of the instruction)
+                m.d.sync += in_tiles.eq(Cat(*[(c >= pins.tile0) & (c < pins.tile0 + pins.tiles) for c in range(C)]))
+                keep = in_tiles.bit_select(pc, 1) if C > 1 else in_tiles[0]
+                # a beat of a tile outside the instruction's leaves the reorder in one cycle (``skip``)
+                m.d.comb += [pro.i.valid.eq(pv & uw.o.valid), pro.i.payload.eq(uw.o.payload),
+                             pro.o.ready.eq(pv & (wr | ~keep)), pro.skip.eq(~keep)]
+                with m.If(pro.o.valid & pro.o.ready):
+                    m.d.sync += pw.eq(pw + 1)
+                    with m.If((pw == n - 1) | ~keep):
+                        m.d.sync += [pw.eq(0), pc.eq(Mux(pc == C - 1, 0, pc + 1))]
+                with m.If(state == S.CHECK):
+                    m.d.sync += [pc.eq(0), pw.eq(0)]
+                with m.If(pv):
+                    m.d.comb += [uw.o.ready.eq(pro.i.ready), wv.eq(pro.o.valid & keep)]
+                wsrc = Mux(pv, pro.o.payload, wsrc)
+            m.d.comb += wd.eq(wsrc)
+            # the deserializer: slot ws takes the next word; full after the n-th, until the matrix takes the beat
+            slots = [Signal(WB, name=f"wslot{x}") for x in range(n)]
+            ws, wfull = Signal(range(n)), Signal()
+            m.d.comb += [wr.eq(~wfull | take), mx.w.tvalid.eq(wfull), mx.w.tdata.eq(Cat(*slots))]
+            with m.If(wv & wr):
+                m.d.sync += ws.eq(ws + 1)
+                for x in range(n):
+                    with m.If(ws == x):
+                        m.d.sync += slots[x].eq(wd)
+            with m.If(wv & wr & (ws == n - 1)):
+                m.d.sync += wfull.eq(1)
+            with m.Elif(take):
+                m.d.sync += wfull.eq(0)
+        else:
+            # The weight beats' sources: plain GEMM the unpacker's beats; kv the tile reorder's (key-major
+            # tiles -> weight beats); pv the pv reorder's (V^T beats, channel tile by tile; tiles outside
+            # tile0 .. tile0 + tiles - 1 are dropped).  The matrix takes a beat at its first issue and holds it
+            # for the beat's other issues (``MatrixUnit.w``); the reorders hold theirs (double-buffered)
+            # until taken, and plain beats of several loader words go through a two-deep queue (``wq``, LUT RAM,
+            # no choice in front: the unpacker's registers and its last word), so that the unpacker gathers the
+            # next meanwhile (as many beats ahead as before the matrix held its beat).
+            # The three are one choice a bit in front of the matrix (the pv reorder's read multiplexer).
+            plain = ~pv & ~kv
+            plain_d, plain_v, plain_r = Signal(P * K * W_BITS), Signal(), Signal()
+            if P * K * W_BITS > g.data_width * g.weight_beats:
+                m.submodules.wq = wq = fifo.SyncFIFO(width=P * K * W_BITS, depth=2)
+                m.d.comb += [wq.w_en.eq(uw.o.valid & plain), wq.w_data.eq(uw.o.payload), plain_r.eq(wq.w_rdy),
+                             plain_v.eq(wq.r_rdy), plain_d.eq(wq.r_data), wq.r_en.eq(take & plain)]
+            else:
+                m.d.comb += [plain_d.eq(uw.o.payload), plain_v.eq(uw.o.valid), plain_r.eq(take)]
+            wv, wdata = Signal(), Signal(P * K * W_BITS)
+            uw_r = Signal()
+            m.d.comb += [uw_r.eq(plain_r), wv.eq(plain_v), wdata.eq(plain_d)]
+            if self.has_kv:
+                m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv)
+                # the data whatever the mode (only the valids are gated: no AND a bit in front of the tile reorder)
+                m.d.comb += [ro.i.valid.eq(kv & uw.o.valid), ro.i.payload.eq(uw.o.payload), ro.o.ready.eq(kv & take)]
+                with m.If(kv):
+                    m.d.comb += [uw_r.eq(ro.i.ready), wv.eq(ro.o.valid)]
+                if not self.has_pv:
+                    m.d.comb += wdata.eq(Mux(kv, ro.o.payload, plain_d))
+            if self.has_pv:
+                # the source choice is made in the pv reorder's read multiplexer (``alt``: 0 the plain beat,
+                # 1 the tile reorder's)
+                m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim, alternates=2 if self.has_kv else 1,
+                                                          prerotated=pre_pv)
+                pc = Signal(range(C))                      # channel tile of the reorder's next beat
+                in_tiles = Signal(C)                       # the channel tiles kept (registered: fields of the instruction)
+                m.d.sync += in_tiles.eq(Cat(*[(c >= pins.tile0) & (c < pins.tile0 + pins.tiles) for c in range(C)]))
+                keep = in_tiles.bit_select(pc, 1) if C > 1 else in_tiles[0]
+                m.d.comb += [pro.i.valid.eq(pv & uw.o.valid), pro.i.payload.eq(uw.o.payload),
+                             pro.o.ready.eq(pv & (take | ~keep))]
+                with m.If(pro.o.valid & pro.o.ready):
+                    m.d.sync += pc.eq(Mux(pc == C - 1, 0, pc + 1))
+                with m.If(state == S.CHECK):
+                    m.d.sync += pc.eq(0)
+                m.d.comb += [wdata.eq(pro.o.payload), pro.alt[0].eq(plain_d),
+                             pro.alt_sel.eq(Mux(pv, 0, Mux(kv, 2, 1)) if self.has_kv else ~pv)]
+                if self.has_kv:
+                    m.d.comb += pro.alt[1].eq(ro.o.payload)
+                with m.If(pv):
+                    m.d.comb += [uw_r.eq(pro.i.ready), wv.eq(pro.o.valid & keep)]
+            m.d.comb += [uw.o.ready.eq(uw_r), mx.w.tvalid.eq(wv), mx.w.tdata.eq(wdata)]
+        # the reorders' write rotations on the loader's words (``prerotated``: wiring at the banks)
         w_in = b.ldata.tdata
         if pre_kv:
             w_in = TileReorder.rotate(w_in, Mux(kv, ro.rot, 0), K, self.kv_beats)
         if pre_pv:
-            w_in = PvReorder.rotate(w_in, Mux(pv, pro.rot, 0), P, g.head_dim)
-        m.d.comb += [uw.i.payload.eq(w_in), mx.w.tvalid.eq(wv), mx.w.tdata.eq(wdata)]
+            w_in = PvReorder.rotate(w_in, Mux(pv, pro.rot, 0), pro.piece, g.head_dim)
+        m.d.comb += uw.i.payload.eq(w_in)
         # weight descriptors: at most buffer_bytes and never past the end of a block's rows (wd_blk bytes
         # left in it; a plain GEMM is one block), alternating buffers; a block's end moves to the next
         # block's rows (wd_base: its segment)

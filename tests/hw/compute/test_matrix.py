@@ -491,6 +491,68 @@ def test_pv_reorder_alt_sel_registered():
     assert 0 < sum(g in alt for g in got) < len(got), "both kinds of beat must leave"
 
 
+def _words(beats, n, bits):
+    """Beats of ``bits`` bits as their ``n`` words, low end first (the reorders' ``words``)."""
+    wb = bits // n
+    return [(b >> (x * wb)) & ((1 << wb) - 1) for b in beats for x in range(n)]
+
+
+def _rotated(word, amount, piece_bits, per_key, keys):
+    """``word``'s keys with their ``per_key`` pieces rotated up by ``amount`` (the feeder's side of a
+    ``prerotated`` reorder, modelled here: piece c out = piece (c - amount) mod per_key in)."""
+    kb, out = piece_bits * per_key, 0
+    for k in range(keys):
+        for c in range(per_key):
+            piece = (word >> (k * kb + ((c - amount) % per_key) * piece_bits)) & ((1 << piece_bits) - 1)
+            out |= piece << (k * kb + c * piece_bits)
+    return out
+
+
+@pytest.mark.parametrize("rows,lanes,beats,words", [(8, 4, 2, 4), (16, 8, 4, 4), (4, 8, 2, 2), (8, 2, 1, 8)])
+def test_tile_reorder_words(rows, lanes, beats, words):
+    """``words``: the tile reorder moving words of a beat / words on both sides gives the beats of
+    ``test_tile_reorder`` as their words (low end first), random stalls; plain and prerotated."""
+    from mcf.hw.compute.matrix import TileReorder
+    from mcf.sim.compute.jobs import pack
+    from mcf.spec.kv import pack_segment, scale_bytes
+    rng = np.random.default_rng(rows * beats + words)
+    tiles, bits = 4, rows * lanes * 4
+    q = rng.integers(-8, 8, size=(tiles * rows, beats * lanes))
+    n = len(q)
+    seg = pack_segment(q, np.zeros(n, int), np.zeros(n, int))
+    flat = np.frombuffer(seg[scale_bytes(n):scale_bytes(n) + n * q.shape[1] // 2], np.uint8)
+    nb = bits // 8
+    beats_in = [int.from_bytes(flat[i:i + nb].tobytes(), "little") for i in range(0, flat.size, nb)]
+    want = _words([pack(q[t * rows:(t + 1) * rows, j * lanes:(j + 1) * lanes], 4)
+                   for t in range(tiles) for j in range(beats)], words, bits)
+    words_in = _words(beats_in, words, bits)
+    dut = TileReorder(rows, lanes, beats, words=words)
+    assert _stream_through(dut, words_in, len(want), rng) == want
+    dut = TileReorder(rows, lanes, beats, prerotated=True, words=words)
+    keys = rows // (words * beats)
+    assert _stream_through(dut, words_in, len(want), rng,
+                           feed=lambda ctx, w: _rotated(w, ctx.get(dut.rot), lanes * 4, beats, keys)) == want
+
+
+@pytest.mark.parametrize("rows,lanes,d,words", [(4, 8, 16, 2), (8, 8, 16, 4), (8, 4, 8, 2), (16, 8, 32, 4)])
+def test_pv_reorder_words(rows, lanes, d, words):
+    """``words``: the pv reorder moving words of a beat / words on both sides gives the beats of
+    ``test_pv_reorder`` as their words (low end first), random stalls; plain and prerotated (each
+    key's pieces of rows / words channels rotated)."""
+    from mcf.hw.compute.matrix import PvReorder
+    rng = np.random.default_rng(rows * d + words)
+    bits = rows * lanes * 4
+    beats_in, want = _pv_beats(rows, lanes, d, 4, rng)
+    words_in, want = _words(beats_in, words, bits), _words(want, words, bits)
+    dut = PvReorder(rows, lanes, d, words=words)
+    assert dut.blocks == d // rows * words
+    assert _stream_through(dut, words_in, len(want), rng) == want
+    dut = PvReorder(rows, lanes, d, prerotated=True, words=words)
+    R, keys = rows // words, rows * lanes // d // words
+    assert _stream_through(dut, words_in, len(want), rng,
+                           feed=lambda ctx, w: _rotated(w, ctx.get(dut.rot), R * 4, d // R, keys)) == want
+
+
 @pytest.mark.parametrize("wide", [True, False])
 def test_pv_stalls_amaranth_sim(wide):
     """pv mode with random stalls on the weights, the previous wide values and the output (a
@@ -564,3 +626,79 @@ def test_requant_shift_boundaries():
     sim.add_testbench(bench)
     sim.run()
     assert not bad, bad[:5]
+
+
+def test_pv_reorder_words_skip():
+    """``skip``: beats given with ``skip`` at their first word leave whole in one cycle, unread; the
+    other beats' words come as before (random beats skipped, random stalls on both sides)."""
+    from amaranth.sim import Simulator
+    from mcf.hw.compute.matrix import PvReorder
+    rows, lanes, d, words, groups = 8, 8, 16, 4, 5
+    rng = np.random.default_rng(23)
+    bits = rows * lanes * 4
+    beats_in, want = _pv_beats(rows, lanes, d, groups, rng)
+    words_in = _words(beats_in, words, bits)
+    skipped = [bool(rng.random() < 0.4) for _ in want]
+    dut = PvReorder(rows, lanes, d, words=words)
+    got, cycles = [], []
+
+    async def bench(ctx):
+        i, beat, w = 0, 0, 0
+        for cyc in range(60 * len(words_in)):
+            offer = i < len(words_in) and rng.random() < 0.7
+            skip = beat < len(want) and skipped[beat]
+            ctx.set(dut.i.valid, offer)
+            ctx.set(dut.i.payload, words_in[min(i, len(words_in) - 1)])
+            ctx.set(dut.skip, skip)
+            ctx.set(dut.o.ready, skip or rng.random() < 0.6)
+            await ctx.delay(1e-9)
+            took = offer and ctx.get(dut.i.ready)
+            if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):
+                if skip:
+                    cycles.append(cyc)
+                    beat += 1
+                else:
+                    got.append(ctx.get(dut.o.payload))
+                    w += 1
+                    if w == words:
+                        w, beat = 0, beat + 1
+            await ctx.tick()
+            i += took
+            if beat == len(want):
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert 0 < len(cycles) < len(want), "some beats and not all must be skipped"
+    assert got == _words([b for b, s in zip(want, skipped) if not s], words, bits)
+
+
+def test_tile_reorder_words_first_beat():
+    """``words``: a tile's beat 0 leaves as its keys come in -- with words offered every cycle and the
+    output always ready, beat 0's last word leaves the cycle after the tile's last word went in."""
+    from amaranth.sim import Simulator
+    from mcf.hw.compute.matrix import TileReorder
+    rows, lanes, beats, words = 16, 8, 2, 4
+    dut = TileReorder(rows, lanes, beats, words=words)
+    log = {"in": [], "out": []}
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+        for cyc in range(3 * beats * words):
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload, cyc)
+            await ctx.delay(1e-9)
+            if ctx.get(dut.i.ready):
+                log["in"].append(cyc)
+            if ctx.get(dut.o.valid):
+                log["out"].append(cyc)
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    last_in = log["in"][beats * words - 1]                 # the first tile's last word
+    assert log["out"][words - 1] == last_in + 1
