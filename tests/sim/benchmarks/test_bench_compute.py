@@ -194,19 +194,21 @@ def test_profile_figures_are_the_engine_bench_output():
     assert prof["attention_array_efficiency"] == cal["attention_array_efficiency"]
     prefill = rec["attention"]["attn:prefill"]
     arr = rec["attention_on_array"]["attn:prefill-array"]      # the same work as attn:prefill, on the array
-    assert [arr[k] for k in ("tokens", "heads", "keys", "visible_keys", "jobs")] == [
-        prefill[k] for k in ("tokens", "heads", "keys", "visible_keys", "jobs")]
+    assert [arr[k] for k in ("tokens", "heads", "keys", "visible_keys")] == [
+        prefill[k] for k in ("tokens", "heads", "keys", "visible_keys")]
+    # the array path's jobs are two tokens x the GQA group of 6 (NodeConfig.sm_rows), the unit's one token
+    assert arr["rows_per_job"] == 12 and arr["jobs"] * 12 == prefill["jobs"] * 6
     assert cal["attention_array_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * arr["heads"]
                                                       * arr["visible_keys"] / arr["cycles"]
                                                       / rec["peak_macs_per_cycle"], 4)
     # the array's line in the keys: through the two runs' cycles a job, by hand
     runs = [rec["attention_on_array"][n] for n in ("attn:prefill-array", "attn:prefill-array:2048")]
     (k0, c0), (k1, c1) = [(r["keys"], r["cycles"] / r["jobs"]) for r in runs]
-    assert runs[1]["rows_per_job"] == arr["rows_per_job"] == 6
+    assert runs[1]["rows_per_job"] == arr["rows_per_job"] == 12
     assert prof["attention_array_key_cycles"] == cal["attention_array_key_cycles"] == round((c1 - c0) / (k1 - k0), 4)
     assert prof["attention_array_job_cycles"] == cal["attention_array_job_cycles"] == round(
         c0 - (c1 - c0) / (k1 - k0) * k0, 1)
-    assert prof["attention_array_key_macs"] == cal["attention_array_key_macs"] == 2 * 128 * 6
+    assert prof["attention_array_key_macs"] == cal["attention_array_key_macs"] == 2 * 128 * 12
     # the figure is the attention block's, as measured
     assert cal["attention_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * prefill["heads"]
                                                 * prefill["visible_keys"] / prefill["cycles"]
