@@ -610,7 +610,8 @@ class TileReorder(wiring.Component):
         pieces_in = [self.i.payload[x * PB:(x + 1) * PB] for x in range(Q)]
         wsel, rsel = Signal(), Signal()
         wi, rj = Signal(range(J)), Signal(range(J))       # write: word mod J; read: the beat
-        wg, rg = Signal(range(n)), Signal(range(n))       # write: word div J; read: the word of the beat
+        # write: word div J; read: the word of the beat (one bit at n = 1, where they stay 0: no zero-width wires)
+        wg, rg = Signal(range(max(n, 2))), Signal(range(max(n, 2)))
         full = [Signal(name=f"full{b}") for b in range(2)]
         take = Signal()
         give = Signal()
