@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 
 import numpy as np
 
@@ -63,6 +64,10 @@ def _ints(text: str, what: str, count: int | None = None) -> list:
     if not out or any(v < 1 for v in out) or (count is not None and len(out) != count):
         raise UserError(f"{what} {text!r}: {count or 'one or more'} positive integers, comma-separated")
     return out
+
+
+def _progress(msg: str) -> None:
+    print(f"[bench tp-decode] {msg}", file=sys.stderr, flush=True)
 
 
 def _variant(fm, cfg, L: int, V: int):
@@ -131,6 +136,8 @@ def run(args) -> dict:
         node = node.replace(max_context=max(node.max_context, C2 + 2))
         fm = fms[g]
         path = {}
+        _progress(f"N={n}: 4 probe programs (L, V, context) = (1, {V1}, {C1}), (2, {V1}, {C1}), (1, {V2}, {C1}), "
+                  f"(1, {V1}, {C2}) on the ISA model{' + a check at (2, %d, %d)' % (V2, C2) if args.check else ''}")
         r1 = decode_cycles(fm, model, node, n, 1, V1, C1, calibration, args.chunk, args.attention, path)
         r2 = decode_cycles(fm, model, node, n, 2, V1, C1, calibration, args.chunk, args.attention)
         r3 = decode_cycles(fm, model, node, n, 1, V2, C1, calibration, args.chunk, args.attention)
@@ -149,6 +156,7 @@ def run(args) -> dict:
                             "layer_per_context_token": round(l1, 4)}
         out[f"decode_cycles_per_token_N{n}"] = round(t, 1)
         out[f"tokens_per_s_N{n}"] = round(node.clock_hz / t, 2)
+        _progress(f"N={n}: {out[f'tokens_per_s_N{n}']} tokens/s (programs, model)")
         if args.check:
             direct = decode_cycles(fm, model, node, n, 2, V2, C2, calibration, args.chunk, args.attention)
             pred = a + b * V2 + 2 * (layer + l1 * (C2 - C1))

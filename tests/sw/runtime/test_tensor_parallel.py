@@ -225,7 +225,10 @@ def test_bench_tp_decode_extrapolates_what_a_direct_run_gives(capsys):
     capsys.readouterr()
     assert cli.main(["bench", "tp-decode", "--model", "tiny", "--nodes", "2", "--probe", "64,128,4,12",
                      "--context", "8", "--check", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    cap = capsys.readouterr()
+    out = json.loads(cap.out.strip().splitlines()[-1])
+    # progress on stderr (a Qwen run takes minutes), one line before and one after each N's probes
+    assert [ln.split(":")[0] for ln in cap.err.splitlines()] == ["[bench tp-decode] N=2"] * 2, cap.err
     chk = out["check_N2"]
     assert chk["direct_cycles"] > 0 and abs(chk["error"]) <= 0.02, chk
     fit = out["fit_N2"]
