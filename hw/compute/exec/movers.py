@@ -168,6 +168,17 @@ class Geometry:
         return max(self.lanes // self.vl, 1)
 
     @property
+    def sm_apply_beats(self) -> int:
+        """ATTN_SM APPLY's group: beats of a row read (and w beats written) at once -- the fewest
+        (a power of two, at most ``spad_banks``) whose VL keys each cover the unit's state rows, so
+        that a group's R reads and R writes take no longer than its keys' post (a key a cycle):
+        2 at R = 12, VL = 8, 4 banks (``sim/compute/cost.py`` ``sm_apply_beats``)."""
+        ab = 1
+        while ab < self.spad_banks and ab * self.vl < (self.sm_rows or self.att_rows):
+            ab *= 2
+        return ab
+
+    @property
     def spad_bits(self) -> int:
         return ceil_log2(self.spad_beats)
 
@@ -1686,12 +1697,14 @@ class AttnMover(Mover):
     cycle (the SPAD's wide read), into the unit's row maxima (``mx``: the words as they lie, their
     row, the first key's position, how many are keys; ``first`` on the first read of each row): R
     cycles per NB VL keys, R / (NB VL) a key (0.19 at R = 6, VL = 8, NB = 4).
-    ATTN_SM APPLY feeds the unit's streamed-score pass (``cmd.src``): per group of VL keys it reads the
-    R rows' beats of the group (row-major, SPAD) into one of two transpose buffers (R beats each)
-    while the unit takes the other's keys, one a cycle, each with all R rows' scores, its position
-    and (APPLY) its V scale word from read stream 1; the unit's w (per key, all rows) fill one of
-    two buffers of R beats while the other is written back, one row's beat a cycle.  So a group
-    takes max(R, VL) cycles: R / VL cycles a key for R >= VL (1.5 at R = 12, VL = 8).
+    ATTN_SM APPLY feeds the unit's streamed-score pass (``cmd.src``): per group of G = AB VL keys
+    (AB = ``Geometry.sm_apply_beats``: 2 at R = 12, VL = 8, 4 banks) it reads the R rows' AB beats of
+    the group (row-major, SPAD, one wide read a row) into one of two transpose buffers (R x G words
+    each) while the unit takes the other's keys, one a cycle, each with all R rows' scores, its
+    position and (APPLY) its V scale word from read stream 1; the unit's w (per key, all rows) fill
+    one of two buffers of R x G words while the other is written back, a row's AB beats a cycle (one
+    wide write, the other banks skipped; AB writes of a beat when w or w_stride is not a multiple of
+    AB).  So a group takes max(R, G) cycles: 1 cycle a key at R = 12, G = 16 (the post's rate).
 
     ATTN_Q QUERY and O read row (t, j) at spad + t tok_stride + j head_stride a beat a cycle and hand
     the unit W = ``out_words(head_dim, VL)`` words a cycle (VL / W slices a beat: ``q``, W mantissas,
@@ -2008,16 +2021,20 @@ class AttnMover(Mover):
                 m.d.sync += sm_fleft.eq(sm_fleft - sm_fn)
         with m.If(sming):
             m.d.comb += [vsc.i.valid.eq(b.in1.valid), vsc.i.payload.eq(b.in1.payload), b.in1.ready.eq(vsc.i.ready)]
-        # reads: group gi's R beats into buffer gi mod 2 once it is free
-        tb = [[Signal(VL * 32, name=f"smtb{x}_{r}") for r in range(R)] for x in range(2)]
+        # APPLY's groups: AB = ``sm_apply_beats`` beats (G = AB VL keys) of each row, one read (the SPAD's
+        # wide read) and one write (wide, the other banks skipped) a row: R cycles per G keys each way
+        AB, G = g.sm_apply_beats, g.sm_apply_beats * VL
+        ab_log2, g_log2 = _log2(AB), _log2(G)
+        # reads: group gi's R rows (AB beats each) into buffer gi mod 2 once it is free
+        tb = [[Signal(G * 32, name=f"smtb{x}_{r}") for r in range(R)] for x in range(2)]
         sm_taken, sm_full = Signal(2), Signal(2)         # a buffer holds (or is getting) a group / all of it
-        sm_gi, sm_ri = Signal(16), Signal(range(R + 1))  # group / row being read
+        sm_gi, sm_ri = Signal(16), Signal(range(R + 1))  # group (its first VL group) / row being read
         sm_raddr, sm_rbase = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
         sm_fsel, sm_fr = Signal(), Signal(range(R + 1))  # buffer / row the next beat lands in
         with m.If(state == S.CHECK):
             m.d.sync += [sm_taken.eq(0), sm_full.eq(0), sm_gi.eq(0), sm_ri.eq(0), sm_raddr.eq(sm_ins.scores),
                          sm_rbase.eq(sm_ins.scores), sm_fsel.eq(0), sm_fr.eq(0)]
-        isel = sm_gi[0]
+        isel = sm_gi[ab_log2]
         sm_mfirst, sm_mpos = Signal(), Signal(isa.POS_BITS + 1)     # MAX: group 0's reads; the read's key 0
         sm_mg = Signal(16)                                           # MAX: the read's first group
         with m.If(state == S.CHECK):
@@ -2032,8 +2049,8 @@ class AttnMover(Mover):
                 for x in range(2):
                     with m.If(isel == x):
                         m.d.sync += sm_taken[x].eq(1)
-                with m.If(sm_ri == sm_rows_m1):          # MAX: NB groups a read
-                    step = Mux(sm_apply, 1, NB)
+                with m.If(sm_ri == sm_rows_m1):          # MAX: NB groups a read, APPLY: AB
+                    step = Mux(sm_apply, AB, NB)
                     m.d.sync += [sm_ri.eq(0), sm_gi.eq(sm_gi + step), sm_raddr.eq(sm_rbase + step),
                                  sm_rbase.eq(sm_rbase + step)]
             with m.If(rq.valid & ~sm_apply):           # MAX: NB beats (row sm_fr, keys sm_mpos ..) -> mx
@@ -2048,7 +2065,7 @@ class AttnMover(Mover):
                 for x in range(2):
                     for r in range(R):
                         with m.If((sm_fsel == x) & (sm_fr == r)):
-                            m.d.sync += tb[x][r].eq(rq_beat)
+                            m.d.sync += tb[x][r].eq(rq.words[:G * 32])
                 m.d.sync += sm_fr.eq(sm_fr + 1)
                 with m.If(sm_fr == sm_rows_m1):
                     m.d.sync += [sm_fr.eq(0), sm_fsel.eq(~sm_fsel)]
@@ -2056,65 +2073,98 @@ class AttnMover(Mover):
                         with m.If(sm_fsel == x):
                             m.d.sync += sm_full[x].eq(1)
         # keys: key j of the group in buffer sm_esel -> the unit (rows >= R: whatever the buffer
-        # holds; their states are not this program's)
-        sm_esel, sm_j = Signal(), Signal(range(VL))
-        sm_eg = Signal(16)                               # groups sent
+        # holds; their states are not this program's); a group's last key: G - 1, or the last key
+        sm_esel, sm_j = Signal(), Signal(range(G))
+        sm_eg = Signal(16)                               # VL groups sent
         sm_pos = Signal(isa.POS_BITS)
         with m.If(state == S.CHECK):
             m.d.sync += [sm_esel.eq(0), sm_j.eq(0), sm_eg.eq(0), sm_pos.eq(sm_ins.kpos0)]
+        sm_jlast = Signal()                              # sm_j is its group's last key
+        sm_final = Signal()                              # .. and the pass's
+        m.d.comb += [sm_final.eq((sm_j[:vl_log2] == VL - 1) & (sm_eg + (sm_j >> vl_log2) == sm_groups_m1)),
+                     sm_jlast.eq((sm_j == G - 1) | sm_final)]
         sp = au.s.payload
-        cols = [Array(tb[x][r][32 * j:32 * (j + 1)] for j in range(VL))[sm_j] for x in range(2) for r in range(R)]
+        cols = [Array(tb[x][r][32 * j:32 * (j + 1)] for j in range(G))[sm_j] for x in range(2) for r in range(R)]
         m.d.comb += [sp.s.eq(Mux(sm_esel, Cat(*cols[R:]), Cat(*cols[:R]))), sp.pos.eq(sm_pos),
-                     sp.va.eq(vsc.o.payload[:8]), sp.ve.eq(vsc.o.payload[8:]),
-                     sp.last.eq((sm_eg == sm_groups_m1) & (sm_j == VL - 1))]
+                     sp.va.eq(vsc.o.payload[:8]), sp.ve.eq(vsc.o.payload[8:]), sp.last.eq(sm_final)]
         s_go = Signal()
         m.d.comb += [au.s.valid.eq(sming & sm_apply & sm_full.bit_select(sm_esel, 1) & vsc.o.valid),
                      s_go.eq(au.s.valid & au.s.ready), vsc.o.ready.eq(s_go & sm_apply)]
         with m.If(s_go):
             m.d.sync += [sm_j.eq(sm_j + 1), sm_pos.eq(sm_pos + 1)]
-            with m.If(sm_j == VL - 1):
-                m.d.sync += [sm_j.eq(0), sm_eg.eq(sm_eg + 1), sm_esel.eq(~sm_esel)]
+            with m.If(sm_jlast):
+                m.d.sync += [sm_j.eq(0), sm_eg.eq(sm_eg + AB), sm_esel.eq(~sm_esel)]
                 for x in range(2):
                     with m.If(sm_esel == x):
                         m.d.sync += [sm_full[x].eq(0), sm_taken[x].eq(0)]
-        # w: key after key into buffer wsel (word j of each row's beat), then R beats -> SPAD
-        wb = [[Signal(VL * 32, name=f"smwb{x}_{r}") for r in range(R)] for x in range(2)]
+        # w: key after key into buffer wsel (word j of each row's AB beats), then R rows -> SPAD: one wide
+        # write a row (AB beats, the banks outside them and past the pass's last beat skipped) when w and
+        # w_stride are multiples of AB, else AB writes of a beat (those past the last beat skipped)
+        wb = [[Signal(G * 32, name=f"smwb{x}_{r}") for r in range(R)] for x in range(2)]
         wfull = Signal(2)
-        w_isel, w_j = Signal(), Signal(range(VL))
+        w_isel, w_j = Signal(), Signal(range(G))
+        w_ig = Signal(16)                                 # VL groups taken
         w_osel, w_r = Signal(), Signal(range(R + 1))
-        w_g = Signal(16)                                  # groups written
+        w_g = Signal(16)                                  # VL groups written
         w_addr, w_base = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
         with m.If(state == S.CHECK):
-            m.d.sync += [wfull.eq(0), w_isel.eq(0), w_j.eq(0), w_osel.eq(0), w_r.eq(0), w_g.eq(0),
+            m.d.sync += [wfull.eq(0), w_isel.eq(0), w_j.eq(0), w_ig.eq(0), w_osel.eq(0), w_r.eq(0), w_g.eq(0),
                          w_addr.eq(sm_ins.w), w_base.eq(sm_ins.w)]
         m.d.comb += au.w.ready.eq(sming & ~wfull.bit_select(w_isel, 1))
         with m.If(au.w.valid & au.w.ready):
             for x in range(2):
                 for r in range(R):
-                    for j in range(VL):
+                    for j in range(G):
                         with m.If((w_isel == x) & (w_j == j)):
                             m.d.sync += wb[x][r][32 * j:32 * (j + 1)].eq(au.w.payload[32 * r:32 * (r + 1)])
             m.d.sync += w_j.eq(w_j + 1)
-            with m.If(w_j == VL - 1):
-                m.d.sync += [w_j.eq(0), w_isel.eq(~w_isel)]
+            with m.If((w_j == G - 1) | ((w_j[:vl_log2] == VL - 1) & (w_ig + (w_j >> vl_log2) == sm_groups_m1))):
+                m.d.sync += [w_j.eq(0), w_isel.eq(~w_isel), w_ig.eq(w_ig + AB)]
                 for x in range(2):
                     with m.If(w_isel == x):
                         m.d.sync += wfull[x].eq(1)
         w_rows = Array(Array(wb[x][r] for r in range(R)) for x in range(2))
+        w_row = w_rows[w_osel][w_r]
+        w_left = Signal(16)                               # VL groups (beats) from this group's on
+        m.d.comb += w_left.eq(sm_groups - w_g)
+        w_rowdone = Signal()                              # this cycle's write ends the row
+        if AB > 1:
+            w_wide = stage(m, (sm_ins.w[:ab_log2] == 0) & (sm_ins.w_stride[:ab_log2] == 0), "w_wide")
+            w_part = Signal(ab_log2)                      # narrow writes: the row's beat
+            with m.If(state == S.CHECK):
+                m.d.sync += w_part.eq(0)
+            parts = Array(w_row[x * VL * 32:(x + 1) * VL * 32] for x in range(AB))
+            pos = w_addr[ab_log2:_log2(NB)]               # the AB beats' place among the banks
+            beats_in = Signal(AB)                         # the group's beats: all, or those left
+            m.d.comb += beats_in.eq(Mux(w_left >= AB, (1 << AB) - 1, (Const(1, AB + 1) << w_left[:ab_log2 + 1]) - 1))
+            m.d.comb += w_rowdone.eq(w_wide | (w_part == AB - 1) | ~beats_in.bit_select(w_part + 1, 1))
+            with m.If(sming & wfull.bit_select(w_osel, 1)):
+                with m.If(w_wide):
+                    m.d.comb += [wr.wide_en.eq(1), wr.wide.eq(Cat(*[w_row] * (NB // AB))),
+                                 wr.wide_skip.eq(~(Cat(beats_in, Const(0, NB - AB)) << (pos * AB)))]
+                m.d.comb += [wr.addr.eq(w_addr + Mux(w_wide, 0, w_part)), wr.data.eq(parts[w_part])]
+                with m.If(~w_rowdone):
+                    m.d.sync += w_part.eq(w_part + 1)
+                with m.Else():
+                    m.d.sync += w_part.eq(0)
+        else:
+            m.d.comb += w_rowdone.eq(1)
+            with m.If(sming & wfull.bit_select(w_osel, 1)):
+                m.d.comb += [wr.addr.eq(w_addr), wr.data.eq(w_row)]
         with m.If(sming & wfull.bit_select(w_osel, 1)):
-            m.d.comb += [wr.addr.eq(w_addr), wr.data.eq(w_rows[w_osel][w_r]), wr.exp.eq(0),
-                         wr.lanes.eq((1 << VL) - 1), wr.exp_en.eq(1)]
-            m.d.sync += [w_r.eq(w_r + 1), w_addr.eq(w_addr + sm_ins.w_stride)]
-            with m.If(w_r == sm_rows_m1):
-                m.d.sync += [w_r.eq(0), w_osel.eq(~w_osel), w_g.eq(w_g + 1), w_addr.eq(w_base + 1),
-                             w_base.eq(w_base + 1)]
-                for x in range(2):
-                    with m.If(w_osel == x):
-                        m.d.sync += wfull[x].eq(0)
+            m.d.comb += [wr.exp.eq(0), wr.lanes.eq((1 << VL) - 1), wr.exp_en.eq(1)]
+            with m.If(w_rowdone):
+                m.d.sync += [w_r.eq(w_r + 1), w_addr.eq(w_addr + sm_ins.w_stride)]
+                with m.If(w_r == sm_rows_m1):
+                    m.d.sync += [w_r.eq(0), w_osel.eq(~w_osel), w_g.eq(w_g + AB), w_addr.eq(w_base + AB),
+                                 w_base.eq(w_base + AB)]
+                    for x in range(2):
+                        with m.If(w_osel == x):
+                            m.d.sync += wfull[x].eq(0)
         sm_started = Signal()
         m.d.sync += sm_started.eq(state == S.CHECK)
-        with m.If(sming & ~sm_started & Mux(sm_apply, sm_eg == sm_groups, sm_gi >= sm_groups) & ~au.busy & ~rq.busy
-                  & (~sm_apply | ((w_g == sm_groups) & ~vsc.busy & (sm_fleft == 0)))):
+        with m.If(sming & ~sm_started & Mux(sm_apply, sm_eg >= sm_groups, sm_gi >= sm_groups) & ~au.busy & ~rq.busy
+                  & (~sm_apply | ((w_g >= sm_groups) & ~vsc.busy & (sm_fleft == 0)))):
             m.d.sync += state.eq(S.FINISH)
         # starved: waiting for K (ATTN_KV) or for a V scale word (ATTN_SM APPLY)
         m.d.comb += b.starved.eq(kv_starved | (sming & sm_apply & sm_full.bit_select(sm_esel, 1) & ~vsc.o.valid))

@@ -252,7 +252,7 @@ class ExecUnit(wiring.Component):
         ]
         if g.spad_banks > 1:
             m.d.comb += [bus.spad_rd.wide.eq(spad.rd.wide), spad.wr.wide_en.eq(bus.spad_wr.wide_en),
-                         spad.wr.wide.eq(bus.spad_wr.wide)]
+                         spad.wr.wide.eq(bus.spad_wr.wide), spad.wr.wide_skip.eq(bus.spad_wr.wide_skip)]
         for s in range(2):
             req, inp = getattr(bus, f"req{s}"), getattr(bus, f"in{s}")
             m.d.comb += [rd.req(s).valid.eq(req.valid), rd.req(s).payload.eq(req.payload), req.ready.eq(rd.req(s).ready),

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from mcf.sim.compute.cost import softmax_pass_cycles
+from mcf.hw.compute.exec.movers import Geometry
 from mcf.spec import isa
 from mcf.spec.isa import AttnLoad, AttnPass, EmitMode, SeqFault
 from mcf.spec.kv import pack_segment
@@ -133,11 +134,24 @@ async def run_softmax(dut):
                                   seg_stride=stride // isa.DDR_ALIGN))
         got, _ = await sp.get(W2_AT, R, KEYS)
         assert np.array_equal(i32(got), g["w"]), f"APPLY over blocks of {bk} keys: w rows differ"
+    # a last group of fewer than sm_apply_beats beats (keys - VL): its w beats alone written, the next
+    # beat of each row untouched; w at an odd beat (a beat a write) and at an even one (wide writes)
+    ab = Geometry.from_config(CFG).sm_apply_beats
+    assert ab == 2
+    for w_at in (W2_AT + 1, W2_AT):
+        fill = rng.integers(-(1 << 31), 1 << 31, size=(R * KEYS // VL, VL))
+        await sp.put(w_at, fill)
+        out = await drv.must(program()[4].replace(keys=KEYS - VL, first=0, w=w_at))
+        got, _ = await sp.get(w_at, R, KEYS)
+        want = i32(fill.reshape(R, KEYS).copy())
+        want[:, :KEYS - VL] = g["w"][:, :KEYS - VL]
+        assert np.array_equal(i32(got), want), f"APPLY of {KEYS - VL} keys, w at {w_at}"
+        cycles["APPLY"].append((KEYS - VL, out.cycles, w_at % ab == 0))
     # the cycle model (sim/compute/cost.py, the ISA model's ATTN_SM cost) within 4 cycles (MAX) or 12
     # (APPLY: its V scale words come from DDR with random pauses)
     for phase, runs in cycles.items():
-        for keys, c in runs:
-            model = softmax_pass_cycles(keys, R, VL, phase == "APPLY", max(CFG.mac_lanes // VL, 1))
+        for keys, c, *wide in runs:
+            model = softmax_pass_cycles(keys, R, VL, phase == "APPLY", max(CFG.mac_lanes // VL, 1), ab, *wide)
             assert abs(c - model) <= (4 if phase == "MAX" else 12), \
                 f"ATTN_SM {phase}: {c} cycles for {keys} keys, model {model} (all: {cycles})"
     # refused: no keys, keys not a multiple of VL, more rows than the unit's state rows (sm_rows), rows past
@@ -361,7 +375,7 @@ def test_softmax_rate(build_dir, tmp_path):
     for phase in ("max", "apply"):
         c = op[phase]["cycles"]
         model = softmax_pass_cycles(op["keys"], op["rows"], op["vec_lanes"], phase == "apply",
-                                    max(node.mac_lanes // op["vec_lanes"], 1))
+                                    max(node.mac_lanes // op["vec_lanes"], 1), Geometry.from_config(node).sm_apply_beats)
         print(f"ATTN_SM {phase.upper()}: R = {op['rows']}, VL = {op['vec_lanes']}, {op['keys']} keys: {c} cycles, "
               f"{c / op['keys']:.3f} cycles a key (model {model})")
         assert abs(c - model) <= 12, (phase, c, model)
