@@ -67,7 +67,7 @@ ISA_COSTS = {
     "ATTN_KV": "keys x the attention unit's cycles a key (MAX c / 2, APPLY c, at least 1; c = head_dim / att_lanes) "
                "+ 2 (MAX) or + 4 (APPLY) per pass (sim/compute/cost.py attn_kv_cycles), or its K (and V) bytes over "
                "the execute unit's one AXI4 master if slower",
-    "ATTN_SM": "MAX: ceil(keys / (banks x vec_lanes)) x R + SOFTMAX_START (banks = mac_lanes / vec_lanes SPAD beats "
+    "ATTN_SM": "MAX with defer: SOFTMAX_START['DEFER'] (its maxima taken as the next GEMM_QK writes); MAX: ceil(keys / (banks x vec_lanes)) x R + SOFTMAX_START (banks = mac_lanes / vec_lanes SPAD beats "
                "of a row a cycle into the unit's row maxima); APPLY: per group of k <= G = AB x vec_lanes keys max(R, k, "
                "ceil((R + k + 2) / 2)) + SOFTMAX_START (R reads of AB score beats in and R wide writes of AB w beats out per group, "
                "two transpose buffers; AB = sm_apply_beats, 2 on the KR260 node; R x AB writes when w or w_stride is not a "
@@ -190,7 +190,7 @@ class TimingCosts(UnitCosts):
             banks = max(cfg.mac_lanes // vl, 1)
             ab = sm_apply_beats(cfg.sm_rows, vl, banks)
             unit = softmax_pass_cycles(w["keys"], w["rows"], vl, ins.phase == AttnPass.APPLY, banks, ab,
-                                       ins.w % ab == 0 and ins.w_stride % ab == 0)
+                                       ins.w % ab == 0 and ins.w_stride % ab == 0, bool(ins.defer))
         elif op == Opcode.ATTN_Q:
             # the AttnMover (docs/compute.md): QUERY and O W words (a SPAD beat at W = VL) a cycle, MREF and
             # STATE a word a cycle

@@ -110,7 +110,7 @@ def attn_emit_cycles(mode, rows: int, d: int, vl: int) -> int:
 #: unit's row-maxima pipeline, ``max_write_latency(banks VL)``: 14 in all at 8 words a read, 16 at Qwen's 32); for APPLY, the
 #: first group's R beats, the unit's post pipeline (17 cycles), the first V scale word from DDR and the last
 #: group's R w beats written back.
-SOFTMAX_START = {"MAX": 9, "APPLY": 34}
+SOFTMAX_START = {"MAX": 9, "APPLY": 34, "DEFER": 5}
 
 
 def sm_apply_beats(sm_rows: int, vl: int, banks: int) -> int:
@@ -124,7 +124,7 @@ def sm_apply_beats(sm_rows: int, vl: int, banks: int) -> int:
 
 
 def softmax_pass_cycles(keys: int, rows: int, vl: int, apply: bool, banks: int = 1, apply_beats: int = 1,
-                        w_wide: bool = True) -> int:
+                        w_wide: bool = True, defer: bool = False) -> int:
     """One ATTN_SM (``hw/compute/exec/movers.py`` ``AttnMover``): MAX reads each row's scores
     ``banks`` (the SPAD's, ``spad_banks``: mac_lanes / VL) beats at once, one read a cycle, straight
     into the attention unit's row maxima (``mx``: banks x VL scores of a row a cycle), so R cycles per
@@ -135,7 +135,11 @@ def softmax_pass_cycles(keys: int, rows: int, vl: int, apply: bool, banks: int =
     a cycle), a buffer refilled only once its keys have left (2 cycles of SPAD read latency); the w
     rows go back the same way on the write port: writes = R (one wide write a row when ``w_wide``:
     the instruction's w and w_stride multiples of apply_beats) or R x the group's beats.
-    Plus ``SOFTMAX_START`` (MAX: + ``max_write_latency(banks VL)``)."""
+    Plus ``SOFTMAX_START`` (MAX: + ``max_write_latency(banks VL)``).  MAX with ``defer`` reads
+    nothing: ``SOFTMAX_START["DEFER"]`` (the decode); the row maxima are taken as the next GEMM_QK
+    writes its score words, within its cycles."""
+    if defer and not apply:
+        return SOFTMAX_START["DEFER"]
     groups = -(-keys // vl)
     if apply:
         ab = apply_beats

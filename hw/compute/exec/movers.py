@@ -766,6 +766,14 @@ class GemmMover(Mover):
         self.has_kv = (g.head_dim <= g.max_group and g.head_dim % g.lanes == 0 and 1 <= self.kv_beats <= g.rows)
         self.has_pv = isa.gemm_pv_built(g.rows, g.lanes, g.vl, g.head_dim)
         self.pv_tiles = g.head_dim // g.rows if self.has_pv else 0     # C: channel tiles of head_dim
+        # GEMM_QK's score words as they go to SPAD (the execute unit hands them to the AttnMover for
+        # an ATTN_SM MAX with defer): ``qk_en`` a write of row ``qk_row``'s words ``qk_key`` .. (up to
+        # spad_banks x VL of them, word 0 first, in ``qk_data``); ``qk_end`` the GEMM_QK's end
+        mw = g.spad_banks * g.vl
+        self.qk_en, self.qk_end = Signal(), Signal()
+        self.qk_row, self.qk_key = Signal(range(g.tokens + 1)), Signal(24)
+        self.qk_data = Signal(mw * 32)
+        self.qk_n = Signal(range(mw + 1))               # words in qk_data
         # The matrix unit requantizes R rows a cycle (a beat in P / R cycles): R >= VL keeps up with
         # this mover's SPAD writes of a GEMM beat (P / VL cycles), R >= P / J with a GEMM_QK tile's
         # issue (J weight beats x T tokens for T beats); the smallest divisor of P that does both.
@@ -1270,18 +1278,24 @@ class GemmMover(Mover):
         o_valid, o_data, o_last = oq.r_rdy, oq.r_data[:P * 32], oq.r_data[P * 32]
         wr = b.spad_wr
         o_take = Signal()
+        m.d.comb += [self.qk_en.eq(kv & o_valid), self.qk_row.eq(otok),
+                     self.qk_end.eq(kv & (state == S.FINISH))]
         if P <= VL:
             r = VL // P
             sub = ot[:_log2(r)] if r > 1 else Const(0, 1)
             m.d.comb += [wr.addr.eq(orow + (ot_w >> _log2(r))), wr.data.eq(Cat(*[o_data] * r)),
                          wr.lanes.eq(Mux(o_valid, Const((1 << P) - 1, VL) << (sub * P), 0)),
-                         o_take.eq(o_valid)]
+                         o_take.eq(o_valid), self.qk_key.eq(ot << p_log2), self.qk_data.eq(o_data),
+                         self.qk_n.eq(P)]
         else:
             r = P // VL
             part = Signal(range(r))
             pieces = Array(o_data[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
-            m.d.comb += [wr.addr.eq(orow + Cat(part, ot_w)), wr.data.eq(pieces[part]),
-                         wr.lanes.eq(Mux(o_valid, (1 << VL) - 1, 0)), o_take.eq(o_valid & (part == r - 1))]
+            piece = Signal(VL * 32)
+            m.d.comb += [piece.eq(pieces[part]), wr.addr.eq(orow + Cat(part, ot_w)), wr.data.eq(piece),
+                         wr.lanes.eq(Mux(o_valid, (1 << VL) - 1, 0)), o_take.eq(o_valid & (part == r - 1)),
+                         self.qk_key.eq((ot << p_log2) | (part << vl_log2)), self.qk_data.eq(piece),
+                         self.qk_n.eq(VL)]
             B = g.spad_banks
             if (self.has_kv or self.has_pv) and B > 1 and r % B == 0:
                 # kv: its output (P words a row every head_dim / K weight beats) outruns one SPAD beat a
@@ -1292,8 +1306,12 @@ class GemmMover(Mover):
                 rw = r // B
                 wpart = Signal(range(rw))
                 wpieces = Array(o_data[x * B * VL * 32:(x + 1) * B * VL * 32] for x in range(rw))
+                wpiece = Signal(B * VL * 32)
+                m.d.comb += wpiece.eq(wpieces[wpart])
                 with m.If(wide):
-                    m.d.comb += [wr.wide_en.eq(o_valid), wr.wide.eq(wpieces[wpart]),
+                    m.d.comb += [wr.wide_en.eq(o_valid), wr.wide.eq(wpiece),
+                                 self.qk_key.eq((ot << p_log2) | (wpart << _log2(B * VL)) if rw > 1 else ot << p_log2),
+                                 self.qk_data.eq(wpiece), self.qk_n.eq(B * VL),
                                  wr.addr.eq(orow + (Cat(Const(0, _log2(B)), wpart, ot_w) if rw > 1
                                                     else Cat(Const(0, _log2(B)), ot_w))),
                                  o_take.eq(o_valid & (wpart == rw - 1))]
@@ -1721,6 +1739,10 @@ class AttnMover(Mover):
         self.unit = AttentionUnit(g.head_dim, g.sm_rows or g.att_rows, g.max_keys, lanes=g.att_lanes or None,
                                   primitive=g.primitive, words=out_words(g.head_dim, g.vl),
                                   max_words=g.vl * g.spad_banks, prod_rows=g.att_rows)
+        mw = g.spad_banks * g.vl                        # GEMM_QK's score words (GemmMover ``qk_*``)
+        self.qk_en, self.qk_end = Signal(), Signal()
+        self.qk_row, self.qk_key = Signal(range(g.tokens + 1)), Signal(24)
+        self.qk_data, self.qk_n = Signal(mw * 32), Signal(range(mw + 1))
 
     def elaborate(self, platform):
         m = Module()
@@ -1792,10 +1814,20 @@ class AttnMover(Mover):
                        | (sm_rows > R), "bad_sm1")                                            # stage 2
         bad_sm = (stage(m, bad_sm, "bad_sm2") | stage(m, sm_ins.scores + p_s + sm_groups > g.spad_beats, "s_bad")
                   | (sm_apply & stage(m, sm_ins.w + p_w + sm_groups > g.spad_beats, "w_bad")))      # stage 3
+        sm_defer = stage(m, sm_ins.defer, "sm_defer")
+        # an ATTN_SM MAX with defer armed: its first, key 0's position, keys, rows, for the next GEMM_QK
+        armed, a_first = Signal(), Signal()
+        a_pos, a_keys, a_rows = Signal(isa.POS_BITS + 1), Signal(16), Signal(range(R + 1))
         with m.If(state == S.CHECK):
-            with m.If(Mux(is_sm, bad_sm, Mux(is_q, bad_q, Mux(is_emit, bad_e, bad_kv)))):
+            # (a deferred MAX's row maxima may still be in the unit's pipeline: every instruction waits)
+            with m.If(au.busy):
+                pass
+            with m.Elif(Mux(is_sm, bad_sm, Mux(is_q, bad_q, Mux(is_emit, bad_e, bad_kv)))):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
+            with m.Elif(is_sm & ~sm_apply & sm_defer):     # MAX with defer: armed, done
+                m.d.sync += [armed.eq(1), a_first.eq(sm_ins.first), a_pos.eq(sm_ins.kpos0), a_keys.eq(sm_ins.keys),
+                             a_rows.eq(sm_rows), state.eq(S.FINISH)]
             with m.Elif(is_sm & ~sm_apply):                # MAX: row beats -> the unit's ``mx``, no command
                 m.d.sync += state.eq(S.SM)
             with m.Elif(is_sm):
@@ -2072,6 +2104,16 @@ class AttnMover(Mover):
                     for x in range(2):
                         with m.If(sm_fsel == x):
                             m.d.sync += sm_full[x].eq(1)
+        # MAX with defer: the next GEMM_QK's score words (row qk_row, keys qk_key .. + qk_n) -> mx
+        qk_key_lo, qk_in = self.qk_key[:16], self.qk_key < a_keys      # keys < 2^16 (the field)
+        qk_left = Signal(17)
+        m.d.comb += qk_left.eq(a_keys - qk_key_lo)
+        with m.If(armed & self.qk_en & (self.qk_row < a_rows) & qk_in):
+            m.d.comb += [au.mx.en.eq(1), au.mx.row.eq(self.qk_row), au.mx.first.eq(a_first & (self.qk_key == 0)),
+                         au.mx.pos.eq(a_pos + qk_key_lo), au.mx.data.eq(self.qk_data),
+                         au.mx.count.eq(Mux(qk_left >= self.qk_n, self.qk_n, qk_left))]
+        with m.If(self.qk_end):
+            m.d.sync += armed.eq(0)
         # keys: key j of the group in buffer sm_esel -> the unit (rows >= R: whatever the buffer
         # holds; their states are not this program's); a group's last key: G - 1, or the last key
         sm_esel, sm_j = Signal(), Signal(range(G))

@@ -147,12 +147,31 @@ async def run_softmax(dut):
         want[:, :KEYS - VL] = g["w"][:, :KEYS - VL]
         assert np.array_equal(i32(got), want), f"APPLY of {KEYS - VL} keys, w at {w_at}"
         cycles["APPLY"].append((KEYS - VL, out.cycles, w_at % ab == 0))
+    # MAX with defer: the next GEMM_QK's score words (no SPAD read): over every key (first), m == golden; then
+    # first = 0 over its words 0 .. 11 as keys at positions 22 .. (those past a row's position invisible; a
+    # last write of fewer keys than words): m = max(m, their visible maxima)
+    rows = dict(tokens=TOKENS, heads=HEADS, tok_stride=HEADS * RB, head_stride=RB)
+    await drv.must(isa.AttnQ(what=AttnLoad.QUERY, spad=Q_AT, qpos0=QPOS0, **rows))
+    dmax = program()[1].replace(keys=KEYS, defer=1)
+    out = await drv.must(dmax)
+    cycles["DEFER"] = [(KEYS, out.cycles)]
+    await drv.must(score_gemm())
+    await drv.must(isa.AttnEmit(mode=EmitMode.MAX, spad=W2_AT, **rows))
+    assert np.array_equal(i32((await sp.get(W2_AT, 1, VL))[0])[0, :R], g["m"]), "deferred MAX: m"
+    await drv.must(dmax.replace(first=0, keys=12, kpos0=22))
+    await drv.must(score_gemm())
+    await drv.must(isa.AttnEmit(mode=EmitMode.MAX, spad=W2_AT, **rows))
+    pos = np.repeat(QPOS0 + np.arange(TOKENS), HEADS)
+    vis = (22 + np.arange(12))[None, :] <= pos[:, None]
+    want = np.maximum(g["m"], np.where(vis, g["s"][:, :12], fx.INT32_MIN).max(axis=-1))
+    assert np.array_equal(i32((await sp.get(W2_AT, 1, VL))[0])[0, :R], want), "deferred MAX, first = 0: m"
     # the cycle model (sim/compute/cost.py, the ISA model's ATTN_SM cost) within 4 cycles (MAX) or 12
     # (APPLY: its V scale words come from DDR with random pauses)
     for phase, runs in cycles.items():
         for keys, c, *wide in runs:
-            model = softmax_pass_cycles(keys, R, VL, phase == "APPLY", max(CFG.mac_lanes // VL, 1), ab, *wide)
-            assert abs(c - model) <= (4 if phase == "MAX" else 12), \
+            model = softmax_pass_cycles(keys, R, VL, phase == "APPLY", max(CFG.mac_lanes // VL, 1), ab, *wide,
+                                        **({"defer": True} if phase == "DEFER" else {}))
+            assert abs(c - model) <= (12 if phase == "APPLY" else 4 if phase == "MAX" else 1), \
                 f"ATTN_SM {phase}: {c} cycles for {keys} keys, model {model} (all: {cycles})"
     # refused: no keys, keys not a multiple of VL, more rows than the unit's state rows (sm_rows), rows past
     # the SPAD
@@ -272,6 +291,18 @@ def test_softmax_nodesim():
     c.start()
     assert c.run(max_cycles=1 << 20).ok
     check(g, lambda beat, rows, n_: n.spad[beat:beat + rows * n_ // VL].reshape(rows, n_))
+    # MAX with defer (as run_softmax): over the next GEMM_QK's words, then first = 0 over words 0 .. 11 at 22 ..
+    rows = dict(tokens=TOKENS, heads=HEADS, tok_stride=HEADS * RB, head_stride=RB)
+    dmax = program(base)[1].replace(keys=KEYS, defer=1)
+    c.load_program(0, [program(base)[0], dmax, score_gemm(base), isa.AttnEmit(mode=EmitMode.MAX, spad=W2_AT, **rows),
+                       dmax.replace(first=0, keys=12, kpos0=22), score_gemm(base),
+                       isa.AttnEmit(mode=EmitMode.MAX, spad=W2_AT + 1, **rows), isa.End()])
+    c.start()
+    assert c.run(max_cycles=1 << 20).ok
+    pos = np.repeat(QPOS0 + np.arange(TOKENS), HEADS)
+    vis = (22 + np.arange(12))[None, :] <= pos[:, None]
+    want = np.maximum(g["m"], np.where(vis, g["s"][:, :12], fx.INT32_MIN).max(axis=-1))
+    assert np.array_equal(n.spad[W2_AT, :R], g["m"]) and np.array_equal(n.spad[W2_AT + 1, :R], want), "deferred MAX"
     # refused like the RTL (and a pass over rows the unit does not hold)
     sm = program(base)[1]
     for bad in (dict(keys=0), dict(keys=VL + 1), dict(tokens=3), dict(tokens=1)):
