@@ -2176,14 +2176,14 @@ class AttnMover(Mover):
             with m.If(state == S.CHECK):
                 m.d.sync += w_part.eq(0)
             parts = Array(w_row[x * VL * 32:(x + 1) * VL * 32] for x in range(AB))
-            pos = w_addr[ab_log2:_log2(NB)]               # the AB beats' place among the banks
+            pos = w_addr[ab_log2:_log2(NB)] if AB < NB else Const(0, 1)      # the AB beats' place among the banks
             beats_in = Signal(AB)                         # the group's beats: all, or those left
             m.d.comb += beats_in.eq(Mux(w_left >= AB, (1 << AB) - 1, (Const(1, AB + 1) << w_left[:ab_log2 + 1]) - 1))
             m.d.comb += w_rowdone.eq(w_wide | (w_part == AB - 1) | ~beats_in.bit_select(w_part + 1, 1))
             with m.If(sming & wfull.bit_select(w_osel, 1)):
                 with m.If(w_wide):
                     m.d.comb += [wr.wide_en.eq(1), wr.wide.eq(Cat(*[w_row] * (NB // AB))),
-                                 wr.wide_skip.eq(~(Cat(beats_in, Const(0, NB - AB)) << (pos * AB)))]
+                                 wr.wide_skip.eq(~(Cat(beats_in, Const(0, NB)) << (pos * AB)))]
                 m.d.comb += [wr.addr.eq(w_addr + Mux(w_wide, 0, w_part)), wr.data.eq(parts[w_part])]
                 with m.If(~w_rowdone):
                     m.d.sync += w_part.eq(w_part + 1)
