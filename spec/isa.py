@@ -443,7 +443,11 @@ _reg(Opcode.ATTN_SM, "Softmax pass over score rows in SPAD (the attention unit w
                      "word j of the row at w + r w_stride (golden attn_weights), with key j's V scale "
                      "word A | E << 8 the 16-bit word at seg + 2 j (block_keys = 0) or, over a run of "
                      "V segments, the word of token j mod block_keys in the scale region of the "
-                     "segment at seg + (j // block_keys) seg_stride (bytes / 64).", [
+                     "segment at seg + (j // block_keys) seg_stride (bytes / 64).  MAX with defer: no "
+                     "SPAD read; the pass takes row r's key j as word j of row r (r < R) the next GEMM_QK "
+                     "writes (its rows in the same order, j < keys and < its tiles x P), the same m as a "
+                     "MAX after that GEMM_QK over its score rows; the fields are checked as without "
+                     "defer (scores, s_stride unused).", [
     Field("phase", 1, "Which pass.", enum=AttnPass),
     Field("first", 1, "MAX: reset m first; APPLY: reset l first."),
     _spad("scores", "First score row"),
@@ -458,6 +462,7 @@ _reg(Opcode.ATTN_SM, "Softmax pass over score rows in SPAD (the attention unit w
     Field("heads", 8, "Query heads per token."),
     Field("block_keys", 16, "APPLY: tokens per V block of the run; 0: one segment (seg + 2 j)."),
     Field("seg_stride", 26, "APPLY: bytes / 64 between the V segments of consecutive blocks."),
+    Field("defer", 1, "MAX: over the score words the next GEMM_QK writes (no SPAD read)."),
 ])
 _reg(Opcode.ATTN_EMIT, "Write the unit's rows to SPAD (EmitMode).  FINAL: row (t, j) -> spad + t "
                        "tok_stride + j head_stride (head_dim X32 words).  STATE / MAX: R x (head_dim "
@@ -597,7 +602,7 @@ Vec = _make(Opcode.VEC, "Vec", "VEC")
 AttnQ = _make(Opcode.ATTN_Q, "AttnQ", "ATTN_Q")
 AttnKV = _make(Opcode.ATTN_KV, "AttnKV", "ATTN_KV")
 AttnEmit = _make(Opcode.ATTN_EMIT, "AttnEmit", "ATTN_EMIT")
-AttnSm = _make(Opcode.ATTN_SM, "AttnSm", "ATTN_SM", optional={"block_keys": 0, "seg_stride": 0})
+AttnSm = _make(Opcode.ATTN_SM, "AttnSm", "ATTN_SM", optional={"block_keys": 0, "seg_stride": 0, "defer": 0})
 Kvw = _make(Opcode.KVW, "Kvw", "KVW")
 Dir = _make(Opcode.DIR, "Dir", "DIR", optional={"check": 0})
 Send = _make(Opcode.SEND, "Send", "SEND")

@@ -33,7 +33,8 @@ token x the GQA group through ATTN_SM MAX and APPLY: score rows in SPAD, V scale
 model, w rows out, bit-exact against ``fixed.attn_weights``): cycles and cycles per key of each pass;
 ``attn:pv-array`` (GEMM_PV) and ``attn:prefill-array`` (tests/hw/compute/exec/test_attn_array.py:
 attn:prefill's work as the array sequence over its KV stored as the KV pool keeps it, blocks of
-max_tokens keys (one chunk) -- per job ATTN_Q, one GEMM_QK, one ATTN_SM MAX and one APPLY over
+max_tokens keys (one chunk) -- per job ATTN_Q, one ATTN_SM MAX with defer (its maxima taken as the
+GEMM_QK after it writes the scores), one GEMM_QK and one APPLY over
 the run of blocks, GEMM_PV (one when the keys fit its activation buffer), ATTN_Q O (GEMM_PV's rows at
 their stride), ATTN_EMIT --
 bit-exact against ``fixed.attention``: cycles per instruction kind,
@@ -493,8 +494,8 @@ def attention_array_figures(report: dict, node: NodeConfig, attn: dict | None) -
             "ddr_read_bytes": sum(v["ddr_read_bytes"] for v in kinds.values()),
             "attention_macs_per_cycle": round(macs / cycles, 2),
             "attention_efficiency": round(macs / cycles / peak, 4),
-            "sequence": "per job, over the run of KV blocks: ATTN_Q QUERY; one GEMM_QK (scores to SPAD); one "
-                        "ATTN_SM MAX; one ATTN_SM APPLY (w rows to SPAD, V scale words block by block); GEMM_PV "
+            "sequence": "per job, over the run of KV blocks: ATTN_Q QUERY; one ATTN_SM MAX with defer; one GEMM_QK "
+                        "(scores to SPAD, their row maxima into the unit's m); one ATTN_SM APPLY (w rows to SPAD, V scale words block by block); GEMM_PV "
                         "(one, sat32, when the keys fit its activation buffer; else runs of it, wide / acc); ATTN_Q "
                         "O (GEMM_PV's rows at their own stride); ATTN_EMIT FINAL; one instruction at a time (the "
                         "EX queue); bit-exact against fixed.attention",

@@ -46,7 +46,8 @@ from mcf.sw.mars.profile import PROFILE_DIR, HardwareProfile, load_profile
 from mcf.sw.runtime.backend import SimBackend
 
 from ..compute.cost import (MATRIX_LATENCY, attn_emit_cycles, attn_kv_cycles, attn_o_cycles, attn_query_cycles,
-                            dir_cycles, kv_writer_cycles, softmax_pass_cycles, vector_cycles)
+                            dir_cycles, kv_writer_cycles, sm_apply_beats, softmax_pass_cycles,
+                            vector_cycles)
 
 #: Ethernet bytes per frame besides the MCF packet: preamble 8, MAC header 14, FCS 4, gap 12.
 ETH_OVERHEAD = 38
@@ -66,10 +67,11 @@ ISA_COSTS = {
     "ATTN_KV": "keys x the attention unit's cycles a key (MAX c / 2, APPLY c, at least 1; c = head_dim / att_lanes) "
                "+ 2 (MAX) or + 4 (APPLY) per pass (sim/compute/cost.py attn_kv_cycles), or its K (and V) bytes over "
                "the execute unit's one AXI4 master if slower",
-    "ATTN_SM": "MAX: ceil(keys / (banks x vec_lanes)) x R + SOFTMAX_START (banks = mac_lanes / vec_lanes SPAD beats "
-               "of a row a cycle into the unit's row maxima); APPLY: ceil(keys / vec_lanes) x max(R, vec_lanes, "
-               "ceil((R + vec_lanes + 2) / 2)) + SOFTMAX_START (R score beats in and R w beats out per group of vec_lanes keys, two transpose "
-               "buffers) (sim/compute/cost.py softmax_pass_cycles, checked against the execute unit's RTL), or its V "
+    "ATTN_SM": "MAX with defer: SOFTMAX_START['DEFER'] (its maxima taken as the next GEMM_QK writes); MAX: ceil(keys / (banks x vec_lanes)) x R + SOFTMAX_START (banks = mac_lanes / vec_lanes SPAD beats "
+               "of a row a cycle into the unit's row maxima); APPLY: per group of k <= G = AB x vec_lanes keys max(R, k, "
+               "ceil((R + k + 2) / 2)) + SOFTMAX_START (R reads of AB score beats in and R wide writes of AB w beats out per group, "
+               "two transpose buffers; AB = sm_apply_beats, 2 on the KR260 node; R x AB writes when w or w_stride is not a "
+               "multiple of AB) (sim/compute/cost.py softmax_pass_cycles, checked against the execute unit's RTL), or its V "
                "scale bytes if slower (APPLY over a run of blocks: the same)",
     "ATTN_Q / ATTN_EMIT": "QUERY: rows x head_dim / W; O and EMIT FINAL: rows x head_dim / W + start (W = "
                           "gcd(vec_lanes, kv lanes) words a cycle); MREF, STATE and EMIT STATE / MAX: a "
@@ -185,8 +187,10 @@ class TimingCosts(UnitCosts):
         elif op == Opcode.ATTN_KV:
             unit = attn_kv_cycles(w["keys"], d, cfg.att_lanes, ins.phase == AttnPass.APPLY)
         elif op == Opcode.ATTN_SM:
-            unit = softmax_pass_cycles(w["keys"], w["rows"], vl, ins.phase == AttnPass.APPLY,
-                                       max(cfg.mac_lanes // vl, 1))
+            banks = max(cfg.mac_lanes // vl, 1)
+            ab = sm_apply_beats(cfg.sm_rows, vl, banks)
+            unit = softmax_pass_cycles(w["keys"], w["rows"], vl, ins.phase == AttnPass.APPLY, banks, ab,
+                                       ins.w % ab == 0 and ins.w_stride % ab == 0, bool(ins.defer))
         elif op == Opcode.ATTN_Q:
             # the AttnMover (docs/compute.md): QUERY and O W words (a SPAD beat at W = VL) a cycle, MREF and
             # STATE a word a cycle

@@ -110,21 +110,45 @@ def attn_emit_cycles(mode, rows: int, d: int, vl: int) -> int:
 #: unit's row-maxima pipeline, ``max_write_latency(banks VL)``: 14 in all at 8 words a read, 16 at Qwen's 32); for APPLY, the
 #: first group's R beats, the unit's post pipeline (17 cycles), the first V scale word from DDR and the last
 #: group's R w beats written back.
-SOFTMAX_START = {"MAX": 9, "APPLY": 34}
+SOFTMAX_START = {"MAX": 9, "APPLY": 34, "DEFER": 5}
 
 
-def softmax_pass_cycles(keys: int, rows: int, vl: int, apply: bool, banks: int = 1) -> int:
+def sm_apply_beats(sm_rows: int, vl: int, banks: int) -> int:
+    """ATTN_SM APPLY's group in SPAD beats a row (``hw/compute/exec/movers.py``
+    ``Geometry.sm_apply_beats``): the fewest, a power of two up to ``banks``, with AB VL >= the
+    unit's state rows (``NodeConfig.sm_rows``): 2 on the KR260 node (12 rows, VL = 8, 4 banks)."""
+    ab = 1
+    while ab < banks and ab * vl < sm_rows:
+        ab *= 2
+    return ab
+
+
+def softmax_pass_cycles(keys: int, rows: int, vl: int, apply: bool, banks: int = 1, apply_beats: int = 1,
+                        w_wide: bool = True, defer: bool = False) -> int:
     """One ATTN_SM (``hw/compute/exec/movers.py`` ``AttnMover``): MAX reads each row's scores
     ``banks`` (the SPAD's, ``spad_banks``: mac_lanes / VL) beats at once, one read a cycle, straight
     into the attention unit's row maxima (``mx``: banks x VL scores of a row a cycle), so R cycles per
-    banks x VL keys: R / (banks VL) a key (0.19 at R = 6, VL = 8, 4 banks).  APPLY: per
-    group max(R, VL, ceil((R + VL + 2) / 2)) cycles -- R score beats read (one a cycle) into one of
-    two transpose buffers, VL keys into the unit's post (one a cycle), a buffer refilled only once its
-    keys have left (2 cycles of SPAD read latency); the w rows go back the same way on the write port.
-    Plus ``SOFTMAX_START`` (MAX: + ``max_write_latency(banks VL)``)."""
+    banks x VL keys: R / (banks VL) a key (0.19 at R = 6, VL = 8, 4 banks).  APPLY: per group of
+    k <= G = ``apply_beats`` x VL keys (``sm_apply_beats``; the last group what is left)
+    max(R, k, ceil((R + k + 2) / 2), writes) cycles -- R reads of the group's beats of a row (one a
+    cycle, the SPAD's wide read) into one of two transpose buffers, k keys into the unit's post (one
+    a cycle), a buffer refilled only once its keys have left (2 cycles of SPAD read latency); the w
+    rows go back the same way on the write port: writes = R (one wide write a row when ``w_wide``:
+    the instruction's w and w_stride multiples of apply_beats) or R x the group's beats.
+    Plus ``SOFTMAX_START`` (MAX: + ``max_write_latency(banks VL)``).  MAX with ``defer`` reads
+    nothing: ``SOFTMAX_START["DEFER"]`` (the decode); the row maxima are taken as the next GEMM_QK
+    writes its score words, within its cycles."""
+    if defer and not apply:
+        return SOFTMAX_START["DEFER"]
     groups = -(-keys // vl)
     if apply:
-        return groups * max(rows, vl, -(-(rows + vl + 2) // 2)) + SOFTMAX_START["APPLY"]
+        ab = apply_beats
+
+        def group(beats: int) -> int:
+            k = beats * vl
+            return max(rows, k, -(-(rows + k + 2) // 2), rows * (1 if w_wide else beats))
+        full, part = divmod(groups, ab)
+        return full * group(ab) + (group(part) if part else 0) + SOFTMAX_START["APPLY"]
     return -(-groups // banks) * rows + SOFTMAX_START["MAX"] + max_write_latency(banks * vl)
 
 

@@ -410,7 +410,9 @@ def spad_map(sh: Shapes, rows_part: int, groups: int, attn: tuple | None = None)
     b["mb"], b["sb"] = mb, sb
     if attn is not None:
         R, sk = attn
+        banks = max(n.mac_lanes // n.vec_lanes, 1)     # the SPAD's: rows at bank-aligned beats go wide
         for name, size in (("SC", R * sk // sh.vl), ("W", R * sk // sh.vl), ("OW", R * 2 * sh.d // sh.vl)):
+            top = _pad(top, banks)
             b[name] = top
             top += size
         b["sk"] = sk
@@ -915,15 +917,17 @@ class _Lowerer:
 
     def array_max(self, n, runs, kvh, q, rows, qmax):
         """m of the rows loaded by ATTN_Q QUERY (q: their SPAD row (0, 0); positions up to qmax)
-        over ``runs``: GEMM_QK and ATTN_SM MAX per piece, ATTN_KV MAX over the tail."""
+        over ``runs``: per piece ATTN_SM MAX with defer, then the GEMM_QK whose score words it takes;
+        ATTN_KV MAX over the tail."""
         sh, sp = self.sh, self.sp
         pieces, tail, stored = self.array_segments(runs, kvh, qmax)
         self.array_gate(n, runs, kvh)
         for i, x in enumerate(pieces):
-            self.array_scores(n, x, q, rows)
+            # the MAX deferred to the GEMM_QK after it: the row maxima taken as the scores are written
             self.b.ex(n, isa.AttnSm, phase=AttnPass.MAX, first=int(i == 0), scores=sp["SC"] + x["koff"] // sh.vl,
                       s_stride=sp["sk"] // sh.vl, keys=self._sm(x, sh.vl), kpos0=x["kpos"], seg=0, w=0, w_stride=0,
-                      tokens=rows["tokens"], heads=rows["heads"])
+                      tokens=rows["tokens"], heads=rows["heads"], defer=1)
+            self.array_scores(n, x, q, rows)
         for k, r in enumerate(tail):
             self.attn_kv(n, r, kvh, AttnPass.MAX, not pieces and k == 0)
 

@@ -168,6 +168,17 @@ class Geometry:
         return max(self.lanes // self.vl, 1)
 
     @property
+    def sm_apply_beats(self) -> int:
+        """ATTN_SM APPLY's group: beats of a row read (and w beats written) at once -- the fewest
+        (a power of two, at most ``spad_banks``) whose VL keys each cover the unit's state rows, so
+        that a group's R reads and R writes take no longer than its keys' post (a key a cycle):
+        2 at R = 12, VL = 8, 4 banks (``sim/compute/cost.py`` ``sm_apply_beats``)."""
+        ab = 1
+        while ab < self.spad_banks and ab * self.vl < (self.sm_rows or self.att_rows):
+            ab *= 2
+        return ab
+
+    @property
     def spad_bits(self) -> int:
         return ceil_log2(self.spad_beats)
 
@@ -755,6 +766,14 @@ class GemmMover(Mover):
         self.has_kv = (g.head_dim <= g.max_group and g.head_dim % g.lanes == 0 and 1 <= self.kv_beats <= g.rows)
         self.has_pv = isa.gemm_pv_built(g.rows, g.lanes, g.vl, g.head_dim)
         self.pv_tiles = g.head_dim // g.rows if self.has_pv else 0     # C: channel tiles of head_dim
+        # GEMM_QK's score words as they go to SPAD (the execute unit hands them to the AttnMover for
+        # an ATTN_SM MAX with defer): ``qk_en`` a write of row ``qk_row``'s words ``qk_key`` .. (up to
+        # spad_banks x VL of them, word 0 first, in ``qk_data``); ``qk_end`` the GEMM_QK's end
+        mw = g.spad_banks * g.vl
+        self.qk_en, self.qk_end = Signal(), Signal()
+        self.qk_row, self.qk_key = Signal(range(g.tokens + 1)), Signal(24)
+        self.qk_data = Signal(mw * 32)
+        self.qk_n = Signal(range(mw + 1))               # words in qk_data
         # The matrix unit requantizes R rows a cycle (a beat in P / R cycles): R >= VL keeps up with
         # this mover's SPAD writes of a GEMM beat (P / VL cycles), R >= P / J with a GEMM_QK tile's
         # issue (J weight beats x T tokens for T beats); the smallest divisor of P that does both.
@@ -1259,18 +1278,24 @@ class GemmMover(Mover):
         o_valid, o_data, o_last = oq.r_rdy, oq.r_data[:P * 32], oq.r_data[P * 32]
         wr = b.spad_wr
         o_take = Signal()
+        m.d.comb += [self.qk_en.eq(kv & o_valid), self.qk_row.eq(otok),
+                     self.qk_end.eq(kv & (state == S.FINISH))]
         if P <= VL:
             r = VL // P
             sub = ot[:_log2(r)] if r > 1 else Const(0, 1)
             m.d.comb += [wr.addr.eq(orow + (ot_w >> _log2(r))), wr.data.eq(Cat(*[o_data] * r)),
                          wr.lanes.eq(Mux(o_valid, Const((1 << P) - 1, VL) << (sub * P), 0)),
-                         o_take.eq(o_valid)]
+                         o_take.eq(o_valid), self.qk_key.eq(ot << p_log2), self.qk_data.eq(o_data),
+                         self.qk_n.eq(P)]
         else:
             r = P // VL
             part = Signal(range(r))
             pieces = Array(o_data[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
-            m.d.comb += [wr.addr.eq(orow + Cat(part, ot_w)), wr.data.eq(pieces[part]),
-                         wr.lanes.eq(Mux(o_valid, (1 << VL) - 1, 0)), o_take.eq(o_valid & (part == r - 1))]
+            piece = Signal(VL * 32)
+            m.d.comb += [piece.eq(pieces[part]), wr.addr.eq(orow + Cat(part, ot_w)), wr.data.eq(piece),
+                         wr.lanes.eq(Mux(o_valid, (1 << VL) - 1, 0)), o_take.eq(o_valid & (part == r - 1)),
+                         self.qk_key.eq((ot << p_log2) | (part << vl_log2)), self.qk_data.eq(piece),
+                         self.qk_n.eq(VL)]
             B = g.spad_banks
             if (self.has_kv or self.has_pv) and B > 1 and r % B == 0:
                 # kv: its output (P words a row every head_dim / K weight beats) outruns one SPAD beat a
@@ -1281,8 +1306,12 @@ class GemmMover(Mover):
                 rw = r // B
                 wpart = Signal(range(rw))
                 wpieces = Array(o_data[x * B * VL * 32:(x + 1) * B * VL * 32] for x in range(rw))
+                wpiece = Signal(B * VL * 32)
+                m.d.comb += wpiece.eq(wpieces[wpart])
                 with m.If(wide):
-                    m.d.comb += [wr.wide_en.eq(o_valid), wr.wide.eq(wpieces[wpart]),
+                    m.d.comb += [wr.wide_en.eq(o_valid), wr.wide.eq(wpiece),
+                                 self.qk_key.eq((ot << p_log2) | (wpart << _log2(B * VL)) if rw > 1 else ot << p_log2),
+                                 self.qk_data.eq(wpiece), self.qk_n.eq(B * VL),
                                  wr.addr.eq(orow + (Cat(Const(0, _log2(B)), wpart, ot_w) if rw > 1
                                                     else Cat(Const(0, _log2(B)), ot_w))),
                                  o_take.eq(o_valid & (wpart == rw - 1))]
@@ -1686,12 +1715,14 @@ class AttnMover(Mover):
     cycle (the SPAD's wide read), into the unit's row maxima (``mx``: the words as they lie, their
     row, the first key's position, how many are keys; ``first`` on the first read of each row): R
     cycles per NB VL keys, R / (NB VL) a key (0.19 at R = 6, VL = 8, NB = 4).
-    ATTN_SM APPLY feeds the unit's streamed-score pass (``cmd.src``): per group of VL keys it reads the
-    R rows' beats of the group (row-major, SPAD) into one of two transpose buffers (R beats each)
-    while the unit takes the other's keys, one a cycle, each with all R rows' scores, its position
-    and (APPLY) its V scale word from read stream 1; the unit's w (per key, all rows) fill one of
-    two buffers of R beats while the other is written back, one row's beat a cycle.  So a group
-    takes max(R, VL) cycles: R / VL cycles a key for R >= VL (1.5 at R = 12, VL = 8).
+    ATTN_SM APPLY feeds the unit's streamed-score pass (``cmd.src``): per group of G = AB VL keys
+    (AB = ``Geometry.sm_apply_beats``: 2 at R = 12, VL = 8, 4 banks) it reads the R rows' AB beats of
+    the group (row-major, SPAD, one wide read a row) into one of two transpose buffers (R x G words
+    each) while the unit takes the other's keys, one a cycle, each with all R rows' scores, its
+    position and (APPLY) its V scale word from read stream 1; the unit's w (per key, all rows) fill
+    one of two buffers of R x G words while the other is written back, a row's AB beats a cycle (one
+    wide write, the other banks skipped; AB writes of a beat when w or w_stride is not a multiple of
+    AB).  So a group takes max(R, G) cycles: 1 cycle a key at R = 12, G = 16 (the post's rate).
 
     ATTN_Q QUERY and O read row (t, j) at spad + t tok_stride + j head_stride a beat a cycle and hand
     the unit W = ``out_words(head_dim, VL)`` words a cycle (VL / W slices a beat: ``q``, W mantissas,
@@ -1708,6 +1739,10 @@ class AttnMover(Mover):
         self.unit = AttentionUnit(g.head_dim, g.sm_rows or g.att_rows, g.max_keys, lanes=g.att_lanes or None,
                                   primitive=g.primitive, words=out_words(g.head_dim, g.vl),
                                   max_words=g.vl * g.spad_banks, prod_rows=g.att_rows)
+        mw = g.spad_banks * g.vl                        # GEMM_QK's score words (GemmMover ``qk_*``)
+        self.qk_en, self.qk_end = Signal(), Signal()
+        self.qk_row, self.qk_key = Signal(range(g.tokens + 1)), Signal(24)
+        self.qk_data, self.qk_n = Signal(mw * 32), Signal(range(mw + 1))
 
     def elaborate(self, platform):
         m = Module()
@@ -1779,10 +1814,20 @@ class AttnMover(Mover):
                        | (sm_rows > R), "bad_sm1")                                            # stage 2
         bad_sm = (stage(m, bad_sm, "bad_sm2") | stage(m, sm_ins.scores + p_s + sm_groups > g.spad_beats, "s_bad")
                   | (sm_apply & stage(m, sm_ins.w + p_w + sm_groups > g.spad_beats, "w_bad")))      # stage 3
+        sm_defer = stage(m, sm_ins.defer, "sm_defer")
+        # an ATTN_SM MAX with defer armed: its first, key 0's position, keys, rows, for the next GEMM_QK
+        armed, a_first = Signal(), Signal()
+        a_pos, a_keys, a_rows = Signal(isa.POS_BITS + 1), Signal(16), Signal(range(R + 1))
         with m.If(state == S.CHECK):
-            with m.If(Mux(is_sm, bad_sm, Mux(is_q, bad_q, Mux(is_emit, bad_e, bad_kv)))):
+            # (a deferred MAX's row maxima may still be in the unit's pipeline: every instruction waits)
+            with m.If(au.busy):
+                pass
+            with m.Elif(Mux(is_sm, bad_sm, Mux(is_q, bad_q, Mux(is_emit, bad_e, bad_kv)))):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
+            with m.Elif(is_sm & ~sm_apply & sm_defer):     # MAX with defer: armed, done
+                m.d.sync += [armed.eq(1), a_first.eq(sm_ins.first), a_pos.eq(sm_ins.kpos0), a_keys.eq(sm_ins.keys),
+                             a_rows.eq(sm_rows), state.eq(S.FINISH)]
             with m.Elif(is_sm & ~sm_apply):                # MAX: row beats -> the unit's ``mx``, no command
                 m.d.sync += state.eq(S.SM)
             with m.Elif(is_sm):
@@ -2008,16 +2053,20 @@ class AttnMover(Mover):
                 m.d.sync += sm_fleft.eq(sm_fleft - sm_fn)
         with m.If(sming):
             m.d.comb += [vsc.i.valid.eq(b.in1.valid), vsc.i.payload.eq(b.in1.payload), b.in1.ready.eq(vsc.i.ready)]
-        # reads: group gi's R beats into buffer gi mod 2 once it is free
-        tb = [[Signal(VL * 32, name=f"smtb{x}_{r}") for r in range(R)] for x in range(2)]
+        # APPLY's groups: AB = ``sm_apply_beats`` beats (G = AB VL keys) of each row, one read (the SPAD's
+        # wide read) and one write (wide, the other banks skipped) a row: R cycles per G keys each way
+        AB, G = g.sm_apply_beats, g.sm_apply_beats * VL
+        ab_log2, g_log2 = _log2(AB), _log2(G)
+        # reads: group gi's R rows (AB beats each) into buffer gi mod 2 once it is free
+        tb = [[Signal(G * 32, name=f"smtb{x}_{r}") for r in range(R)] for x in range(2)]
         sm_taken, sm_full = Signal(2), Signal(2)         # a buffer holds (or is getting) a group / all of it
-        sm_gi, sm_ri = Signal(16), Signal(range(R + 1))  # group / row being read
+        sm_gi, sm_ri = Signal(16), Signal(range(R + 1))  # group (its first VL group) / row being read
         sm_raddr, sm_rbase = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
         sm_fsel, sm_fr = Signal(), Signal(range(R + 1))  # buffer / row the next beat lands in
         with m.If(state == S.CHECK):
             m.d.sync += [sm_taken.eq(0), sm_full.eq(0), sm_gi.eq(0), sm_ri.eq(0), sm_raddr.eq(sm_ins.scores),
                          sm_rbase.eq(sm_ins.scores), sm_fsel.eq(0), sm_fr.eq(0)]
-        isel = sm_gi[0]
+        isel = sm_gi[ab_log2]
         sm_mfirst, sm_mpos = Signal(), Signal(isa.POS_BITS + 1)     # MAX: group 0's reads; the read's key 0
         sm_mg = Signal(16)                                           # MAX: the read's first group
         with m.If(state == S.CHECK):
@@ -2032,8 +2081,8 @@ class AttnMover(Mover):
                 for x in range(2):
                     with m.If(isel == x):
                         m.d.sync += sm_taken[x].eq(1)
-                with m.If(sm_ri == sm_rows_m1):          # MAX: NB groups a read
-                    step = Mux(sm_apply, 1, NB)
+                with m.If(sm_ri == sm_rows_m1):          # MAX: NB groups a read, APPLY: AB
+                    step = Mux(sm_apply, AB, NB)
                     m.d.sync += [sm_ri.eq(0), sm_gi.eq(sm_gi + step), sm_raddr.eq(sm_rbase + step),
                                  sm_rbase.eq(sm_rbase + step)]
             with m.If(rq.valid & ~sm_apply):           # MAX: NB beats (row sm_fr, keys sm_mpos ..) -> mx
@@ -2048,73 +2097,116 @@ class AttnMover(Mover):
                 for x in range(2):
                     for r in range(R):
                         with m.If((sm_fsel == x) & (sm_fr == r)):
-                            m.d.sync += tb[x][r].eq(rq_beat)
+                            m.d.sync += tb[x][r].eq(rq.words[:G * 32])
                 m.d.sync += sm_fr.eq(sm_fr + 1)
                 with m.If(sm_fr == sm_rows_m1):
                     m.d.sync += [sm_fr.eq(0), sm_fsel.eq(~sm_fsel)]
                     for x in range(2):
                         with m.If(sm_fsel == x):
                             m.d.sync += sm_full[x].eq(1)
+        # MAX with defer: the next GEMM_QK's score words (row qk_row, keys qk_key .. + qk_n) -> mx
+        qk_key_lo, qk_in = self.qk_key[:16], self.qk_key < a_keys      # keys < 2^16 (the field)
+        qk_left = Signal(17)
+        m.d.comb += qk_left.eq(a_keys - qk_key_lo)
+        with m.If(armed & self.qk_en & (self.qk_row < a_rows) & qk_in):
+            m.d.comb += [au.mx.en.eq(1), au.mx.row.eq(self.qk_row), au.mx.first.eq(a_first & (self.qk_key == 0)),
+                         au.mx.pos.eq(a_pos + qk_key_lo), au.mx.data.eq(self.qk_data),
+                         au.mx.count.eq(Mux(qk_left >= self.qk_n, self.qk_n, qk_left))]
+        with m.If(self.qk_end):
+            m.d.sync += armed.eq(0)
         # keys: key j of the group in buffer sm_esel -> the unit (rows >= R: whatever the buffer
-        # holds; their states are not this program's)
-        sm_esel, sm_j = Signal(), Signal(range(VL))
-        sm_eg = Signal(16)                               # groups sent
+        # holds; their states are not this program's); a group's last key: G - 1, or the last key
+        sm_esel, sm_j = Signal(), Signal(range(G))
+        sm_eg = Signal(16)                               # VL groups sent
         sm_pos = Signal(isa.POS_BITS)
         with m.If(state == S.CHECK):
             m.d.sync += [sm_esel.eq(0), sm_j.eq(0), sm_eg.eq(0), sm_pos.eq(sm_ins.kpos0)]
+        sm_jlast = Signal()                              # sm_j is its group's last key
+        sm_final = Signal()                              # .. and the pass's
+        m.d.comb += [sm_final.eq((sm_j[:vl_log2] == VL - 1) & (sm_eg + (sm_j >> vl_log2) == sm_groups_m1)),
+                     sm_jlast.eq((sm_j == G - 1) | sm_final)]
         sp = au.s.payload
-        cols = [Array(tb[x][r][32 * j:32 * (j + 1)] for j in range(VL))[sm_j] for x in range(2) for r in range(R)]
+        cols = [Array(tb[x][r][32 * j:32 * (j + 1)] for j in range(G))[sm_j] for x in range(2) for r in range(R)]
         m.d.comb += [sp.s.eq(Mux(sm_esel, Cat(*cols[R:]), Cat(*cols[:R]))), sp.pos.eq(sm_pos),
-                     sp.va.eq(vsc.o.payload[:8]), sp.ve.eq(vsc.o.payload[8:]),
-                     sp.last.eq((sm_eg == sm_groups_m1) & (sm_j == VL - 1))]
+                     sp.va.eq(vsc.o.payload[:8]), sp.ve.eq(vsc.o.payload[8:]), sp.last.eq(sm_final)]
         s_go = Signal()
         m.d.comb += [au.s.valid.eq(sming & sm_apply & sm_full.bit_select(sm_esel, 1) & vsc.o.valid),
                      s_go.eq(au.s.valid & au.s.ready), vsc.o.ready.eq(s_go & sm_apply)]
         with m.If(s_go):
             m.d.sync += [sm_j.eq(sm_j + 1), sm_pos.eq(sm_pos + 1)]
-            with m.If(sm_j == VL - 1):
-                m.d.sync += [sm_j.eq(0), sm_eg.eq(sm_eg + 1), sm_esel.eq(~sm_esel)]
+            with m.If(sm_jlast):
+                m.d.sync += [sm_j.eq(0), sm_eg.eq(sm_eg + AB), sm_esel.eq(~sm_esel)]
                 for x in range(2):
                     with m.If(sm_esel == x):
                         m.d.sync += [sm_full[x].eq(0), sm_taken[x].eq(0)]
-        # w: key after key into buffer wsel (word j of each row's beat), then R beats -> SPAD
-        wb = [[Signal(VL * 32, name=f"smwb{x}_{r}") for r in range(R)] for x in range(2)]
+        # w: key after key into buffer wsel (word j of each row's AB beats), then R rows -> SPAD: one wide
+        # write a row (AB beats, the banks outside them and past the pass's last beat skipped) when w and
+        # w_stride are multiples of AB, else AB writes of a beat (those past the last beat skipped)
+        wb = [[Signal(G * 32, name=f"smwb{x}_{r}") for r in range(R)] for x in range(2)]
         wfull = Signal(2)
-        w_isel, w_j = Signal(), Signal(range(VL))
+        w_isel, w_j = Signal(), Signal(range(G))
+        w_ig = Signal(16)                                 # VL groups taken
         w_osel, w_r = Signal(), Signal(range(R + 1))
-        w_g = Signal(16)                                  # groups written
+        w_g = Signal(16)                                  # VL groups written
         w_addr, w_base = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
         with m.If(state == S.CHECK):
-            m.d.sync += [wfull.eq(0), w_isel.eq(0), w_j.eq(0), w_osel.eq(0), w_r.eq(0), w_g.eq(0),
+            m.d.sync += [wfull.eq(0), w_isel.eq(0), w_j.eq(0), w_ig.eq(0), w_osel.eq(0), w_r.eq(0), w_g.eq(0),
                          w_addr.eq(sm_ins.w), w_base.eq(sm_ins.w)]
         m.d.comb += au.w.ready.eq(sming & ~wfull.bit_select(w_isel, 1))
         with m.If(au.w.valid & au.w.ready):
             for x in range(2):
                 for r in range(R):
-                    for j in range(VL):
+                    for j in range(G):
                         with m.If((w_isel == x) & (w_j == j)):
                             m.d.sync += wb[x][r][32 * j:32 * (j + 1)].eq(au.w.payload[32 * r:32 * (r + 1)])
             m.d.sync += w_j.eq(w_j + 1)
-            with m.If(w_j == VL - 1):
-                m.d.sync += [w_j.eq(0), w_isel.eq(~w_isel)]
+            with m.If((w_j == G - 1) | ((w_j[:vl_log2] == VL - 1) & (w_ig + (w_j >> vl_log2) == sm_groups_m1))):
+                m.d.sync += [w_j.eq(0), w_isel.eq(~w_isel), w_ig.eq(w_ig + AB)]
                 for x in range(2):
                     with m.If(w_isel == x):
                         m.d.sync += wfull[x].eq(1)
         w_rows = Array(Array(wb[x][r] for r in range(R)) for x in range(2))
+        w_row = w_rows[w_osel][w_r]
+        w_left = Signal(16)                               # VL groups (beats) from this group's on
+        m.d.comb += w_left.eq(sm_groups - w_g)
+        w_rowdone = Signal()                              # this cycle's write ends the row
+        if AB > 1:
+            w_wide = stage(m, (sm_ins.w[:ab_log2] == 0) & (sm_ins.w_stride[:ab_log2] == 0), "w_wide")
+            w_part = Signal(ab_log2)                      # narrow writes: the row's beat
+            with m.If(state == S.CHECK):
+                m.d.sync += w_part.eq(0)
+            parts = Array(w_row[x * VL * 32:(x + 1) * VL * 32] for x in range(AB))
+            pos = w_addr[ab_log2:_log2(NB)] if AB < NB else Const(0, 1)      # the AB beats' place among the banks
+            beats_in = Signal(AB)                         # the group's beats: all, or those left
+            m.d.comb += beats_in.eq(Mux(w_left >= AB, (1 << AB) - 1, (Const(1, AB + 1) << w_left[:ab_log2 + 1]) - 1))
+            m.d.comb += w_rowdone.eq(w_wide | (w_part == AB - 1) | ~beats_in.bit_select(w_part + 1, 1))
+            with m.If(sming & wfull.bit_select(w_osel, 1)):
+                with m.If(w_wide):
+                    m.d.comb += [wr.wide_en.eq(1), wr.wide.eq(Cat(*[w_row] * (NB // AB))),
+                                 wr.wide_skip.eq(~(Cat(beats_in, Const(0, NB)) << (pos * AB)))]
+                m.d.comb += [wr.addr.eq(w_addr + Mux(w_wide, 0, w_part)), wr.data.eq(parts[w_part])]
+                with m.If(~w_rowdone):
+                    m.d.sync += w_part.eq(w_part + 1)
+                with m.Else():
+                    m.d.sync += w_part.eq(0)
+        else:
+            m.d.comb += w_rowdone.eq(1)
+            with m.If(sming & wfull.bit_select(w_osel, 1)):
+                m.d.comb += [wr.addr.eq(w_addr), wr.data.eq(w_row)]
         with m.If(sming & wfull.bit_select(w_osel, 1)):
-            m.d.comb += [wr.addr.eq(w_addr), wr.data.eq(w_rows[w_osel][w_r]), wr.exp.eq(0),
-                         wr.lanes.eq((1 << VL) - 1), wr.exp_en.eq(1)]
-            m.d.sync += [w_r.eq(w_r + 1), w_addr.eq(w_addr + sm_ins.w_stride)]
-            with m.If(w_r == sm_rows_m1):
-                m.d.sync += [w_r.eq(0), w_osel.eq(~w_osel), w_g.eq(w_g + 1), w_addr.eq(w_base + 1),
-                             w_base.eq(w_base + 1)]
-                for x in range(2):
-                    with m.If(w_osel == x):
-                        m.d.sync += wfull[x].eq(0)
+            m.d.comb += [wr.exp.eq(0), wr.lanes.eq((1 << VL) - 1), wr.exp_en.eq(1)]
+            with m.If(w_rowdone):
+                m.d.sync += [w_r.eq(w_r + 1), w_addr.eq(w_addr + sm_ins.w_stride)]
+                with m.If(w_r == sm_rows_m1):
+                    m.d.sync += [w_r.eq(0), w_osel.eq(~w_osel), w_g.eq(w_g + AB), w_addr.eq(w_base + AB),
+                                 w_base.eq(w_base + AB)]
+                    for x in range(2):
+                        with m.If(w_osel == x):
+                            m.d.sync += wfull[x].eq(0)
         sm_started = Signal()
         m.d.sync += sm_started.eq(state == S.CHECK)
-        with m.If(sming & ~sm_started & Mux(sm_apply, sm_eg == sm_groups, sm_gi >= sm_groups) & ~au.busy & ~rq.busy
-                  & (~sm_apply | ((w_g == sm_groups) & ~vsc.busy & (sm_fleft == 0)))):
+        with m.If(sming & ~sm_started & Mux(sm_apply, sm_eg >= sm_groups, sm_gi >= sm_groups) & ~au.busy & ~rq.busy
+                  & (~sm_apply | ((w_g >= sm_groups) & ~vsc.busy & (sm_fleft == 0)))):
             m.d.sync += state.eq(S.FINISH)
         # starved: waiting for K (ATTN_KV) or for a V scale word (ATTN_SM APPLY)
         m.d.comb += b.starved.eq(kv_starved | (sming & sm_apply & sm_full.bit_select(sm_esel, 1) & ~vsc.o.valid))

@@ -46,12 +46,14 @@ class SpadReadSignature(wiring.Signature):
 class SpadWriteSignature(wiring.Signature):
     """Writer's view: word ``k`` of beat ``addr`` is written when ``lanes[k]``; the beat's
     exponent when ``exp_en``.  With ``banks`` > 1 also ``wide_en`` + ``wide``: beats addr ..
-    addr + banks - 1 (addr a multiple of banks) from ``wide`` instead of beat addr from ``data``."""
+    addr + banks - 1 (addr a multiple of banks) from ``wide`` instead of beat addr from ``data``,
+    but not the beats of the banks set in ``wide_skip`` (0: all of them)."""
 
     def __init__(self, beats: int, lanes: int, banks: int = 1):
         super().__init__({"lanes": Out(lanes), "exp_en": Out(1), "addr": Out(range(beats)),
                           "data": Out(lanes * WORD_BITS), "exp": Out(signed(EXP_BITS)),
-                          **({"wide_en": Out(1), "wide": Out(banks * lanes * WORD_BITS)} if banks > 1 else {})})
+                          **({"wide_en": Out(1), "wide": Out(banks * lanes * WORD_BITS), "wide_skip": Out(banks)}
+                             if banks > 1 else {})})
 
 
 class Scratchpad(wiring.Component):
@@ -87,7 +89,7 @@ class Scratchpad(wiring.Component):
             row = self.rd.addr >> lb
             if i < B - 1:    # beat a + x of bank i: x = (i - a) mod B, at row (a + x) / B
                 row = Mux(self.rd.addr[:lb] > i, row + 1, row)
-            hit = ((wbank == i) | self.wr.wide_en) if B > 1 else 1
+            hit = Mux(self.wr.wide_en, ~self.wr.wide_skip[i], wbank == i) if B > 1 else 1
             wdata = (Mux(self.wr.wide_en, self.wr.wide[i * self.lanes * WORD_BITS:(i + 1) * self.lanes * WORD_BITS],
                          self.wr.data) if B > 1 else self.wr.data)
             m.d.comb += [

@@ -173,6 +173,10 @@ class ExecUnit(wiring.Component):
             m.d.sync += [word.eq(self.instr.payload), state.eq(S.DECODE)]
         for mv in self.movers.values():
             m.d.comb += mv.instr.eq(word)
+        # GEMM_QK's score words to the attention unit's row maxima (ATTN_SM MAX with defer)
+        gm, am = self.movers["gemm"], self.movers["attn"]
+        m.d.comb += [am.qk_en.eq(gm.qk_en), am.qk_end.eq(gm.qk_end), am.qk_row.eq(gm.qk_row),
+                     am.qk_key.eq(gm.qk_key), am.qk_n.eq(gm.qk_n), am.qk_data.eq(gm.qk_data)]
 
         def reserved_clear(o: isa.Opcode):
             v = data.View(LAYOUT[o], word)
@@ -252,7 +256,7 @@ class ExecUnit(wiring.Component):
         ]
         if g.spad_banks > 1:
             m.d.comb += [bus.spad_rd.wide.eq(spad.rd.wide), spad.wr.wide_en.eq(bus.spad_wr.wide_en),
-                         spad.wr.wide.eq(bus.spad_wr.wide)]
+                         spad.wr.wide.eq(bus.spad_wr.wide), spad.wr.wide_skip.eq(bus.spad_wr.wide_skip)]
         for s in range(2):
             req, inp = getattr(bus, f"req{s}"), getattr(bus, f"in{s}")
             m.d.comb += [rd.req(s).valid.eq(req.valid), rd.req(s).payload.eq(req.payload), req.ready.eq(rd.req(s).ready),

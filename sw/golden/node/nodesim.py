@@ -102,6 +102,7 @@ class NodeSim:
         self.sems = np.zeros(cfg.num_sems, dtype=np.int64)
         self.directory = np.zeros(cfg.dir_entries, dtype=np.int64)
         self.attn = AttnUnit()
+        self.sm_defer = None            # an ATTN_SM MAX with defer: (its instruction, R) until the next GEMM_QK
         self.routes: dict[int, RouteEntry] = {}
         self.prog_base, self.prog_count = 0, 0
         self.fault_mask = sum(1 << int(c) for c in NETWORK_FAULTS)
@@ -504,6 +505,20 @@ class NodeSim:
         s = fx.scores((mant[:, None, :], exps[:, None]), kq[:, None], ka[:, None], ke[:, None], 1)[0]  # [R, nk]
         commits = [self.write_words_later((ins.dst + r * ins.dst_stride) * vl, s[r], "GEMM_QK dst")
                    for r in range(R)]
+        if self.sm_defer is not None:
+            # the ATTN_SM MAX deferred to this GEMM_QK: row r's key j is its score word j (r < the MAX's R)
+            mins, mr = self.sm_defer
+            self.sm_defer = None
+            u, S = self.attn, min(mins.keys, nk)
+            rows = min(mr, R)
+            valid = fx.causal_mask(u.pos[:rows], mins.kpos0 + np.arange(S))
+            m0 = np.full(mr, fx.INT32_MIN, np.int64) if mins.first else np.array(u.m, np.int64)
+            new_m = np.array(u.m, np.int64)          # rows the GEMM_QK does not write keep their m
+            new_m[:rows] = np.maximum(m0[:rows], np.where(valid, s[:rows, :S], fx.INT32_MIN).max(axis=-1))
+
+            def set_m():
+                u.m = new_m
+            commits.append(set_m)
         ex.commit = lambda: [c() for c in commits]
         # the timing model's GEMM: R rows x head_dim inputs x nk outputs on the array
         ex.work = {"ddr_rd": nbytes, "tokens": R, "n": d, "out": nk,
@@ -676,6 +691,11 @@ class NodeSim:
         self._check(S > 0 and S % vl == 0, f"keys={S} (a positive multiple of VL={vl})")
         s = np.stack([self.read_words((ins.scores + r * ins.s_stride) * vl, S, "ATTN_SM scores")
                       for r in range(R)])                                          # [R, S]
+        if ins.phase == AttnPass.MAX and ins.defer:
+            # the pass over the score words of the next GEMM_QK (``_x_gemm_qk``; these are unused)
+            self.sm_defer = (ins, R)
+            ex.work = {"keys": S, "rows": R, "sm": 1, "defer": 1}
+            return
         valid = fx.causal_mask(u.pos, ins.kpos0 + np.arange(S))
         if ins.phase == AttnPass.MAX:
             m0 = np.full(R, fx.INT32_MIN, np.int64) if ins.first else u.m

@@ -212,3 +212,33 @@ def test_attn_kv_costs_the_attention_units_lanes():
         busy[lanes] = int(n.perf[isa.PerfCounter.BUSY_ATTN])
         assert busy[lanes] == 2 * (d // out_words(d, node.vec_lanes)) + int(keys * mx) + 2 + keys * ap + 4, lanes
     assert busy[2] - busy[0] == keys * (8 // 2 - 4 // 2) + keys * (8 - 4)
+
+
+def test_attn_sm_apply_groups_of_two_beats():
+    """APPLY on a node whose SPAD has 2 banks and VL 4 with 8 state rows: groups of 2 beats (8 keys) a
+    row, by hand at R = 8 over 36 keys (4 groups of 8 + one of 4): max(8, 8, 9) = 9 a group with wide w
+    writes (w, w_stride even), 16 (8 rows x 2 one-beat writes) when w is odd; the last group 8 either
+    way: 44 / 72 + 34.  MAX with defer: 5 cycles (no read)."""
+    from mcf.sim.compute.cost import sm_apply_beats, softmax_pass_cycles
+    assert [sm_apply_beats(*a) for a in ((12, 8, 4), (8, 4, 2), (8, 8, 1), (6, 8, 4), (40, 8, 4))] == [2, 2, 1, 1, 4]
+    assert softmax_pass_cycles(36, 8, 4, True, 2, 2) == 44 + 34
+    assert softmax_pass_cycles(36, 8, 4, True, 2, 2, w_wide=False) == 72 + 34
+    assert softmax_pass_cycles(36, 8, 4, False, 2, 2, defer=True) == 5
+    node, prof = NodeConfig.tiny(vec_lanes=4), load_profile("kr260")
+    assert node.sm_rows == 8 and node.mac_lanes // node.vec_lanes == 2
+    costs = TimingCosts(node, prof)
+    busy = []
+    for w, defer in ((1024, 0), (1025, 0), (1024, 1)):
+        c = ClusterSim(node, 1, costs=costs, ddr_bytes=1 << 17)
+        c.open_window()
+        n = c.nodes[0]
+        rows = dict(tokens=4, heads=2, tok_stride=2 * 4, head_stride=4)
+        sm = dict(scores=64, s_stride=10, keys=36, kpos0=0, seg=n.ddr.phys_base + 0x4000, w=w, w_stride=10,
+                  tokens=4, heads=2)
+        c.load_program(0, [isa.AttnQ(what=isa.AttnLoad.QUERY, spad=0, qpos0=36, **rows),
+                           isa.AttnSm(phase=isa.AttnPass.APPLY if not defer else isa.AttnPass.MAX, first=1,
+                                      defer=defer, **sm), isa.End()])
+        c.start()
+        assert c.run(max_cycles=1 << 20).ok
+        busy.append(n.perf[isa.PerfCounter.BUSY_ATTN])
+    assert busy[1] - busy[0] == 72 - 44 and busy[0] - busy[2] == 44 + 34 - 5, busy

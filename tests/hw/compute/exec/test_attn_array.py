@@ -7,7 +7,8 @@ max_tokens) // group, 2 at Qwen2.5-1.5B on the KR260 node), its KV stored as the
 chunk, max_tokens), K and V segments of block i at kv_at + 2 i seg and one seg further.  Per job,
 over the whole run of blocks:
 
-    ATTN_Q QUERY; GEMM_QK (score rows into SPAD); ATTN_SM MAX; ATTN_SM APPLY (w rows into SPAD, V
+    ATTN_Q QUERY; ATTN_SM MAX with defer; GEMM_QK (score rows into SPAD, their row maxima into the
+    unit's m); ATTN_SM APPLY (w rows into SPAD, V
     scale words block by block); GEMM_PV (sat32 o rows; when the keys exceed one GEMM_PV's
     activation buffer: runs of them, wide, acc + wide, .., acc + sat32); ATTN_Q O (the sat32 o rows
     at GEMM_PV's own stride: 2 head_dim words apart after an acc); ATTN_EMIT FINAL
@@ -47,14 +48,17 @@ def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpo
     tok = heads * rb
     stride = 2 * seg // isa.DDR_ALIGN                        # between consecutive blocks' K (or V) segments
     rows = dict(tokens=nt, heads=heads, tok_stride=tok, head_stride=rb)
+    sm = [(f"ATTN_SM:{phase.name}", isa.AttnSm(
+        phase=phase, first=1, scores=sc, s_stride=kb, keys=keys, kpos0=0, seg=kv_at + seg, w=wa, w_stride=kb,
+        tokens=nt, heads=heads, block_keys=bk, seg_stride=stride, defer=int(phase == AttnPass.MAX)))
+        for phase in (AttnPass.MAX, AttnPass.APPLY)]
+    # the MAX (defer) takes its maxima as the GEMM_QK after it writes the scores (the lowering's order)
     prog = [("ATTN_Q:QUERY", isa.AttnQ(what=AttnLoad.QUERY, spad=q_at + t0 * tok, qpos0=qpos0 + t0, **rows)),
+            sm[0],
             ("GEMM_QK", isa.GemmQk(seg=kv_at, seg_stride=stride, block_keys=bk, tile0=0, tiles=-(-keys // P),
                                    tokens=nt, heads=heads, head_stride=rb, src=q_at + t0 * tok, src_stride=tok,
-                                   dst=sc, dst_stride=kb))]
-    for phase in (AttnPass.MAX, AttnPass.APPLY):
-        prog.append((f"ATTN_SM:{phase.name}", isa.AttnSm(
-            phase=phase, first=1, scores=sc, s_stride=kb, keys=keys, kpos0=0, seg=kv_at + seg, w=wa, w_stride=kb,
-            tokens=nt, heads=heads, block_keys=bk, seg_stride=stride)))
+                                   dst=sc, dst_stride=kb)),
+            sm[1]]
     run = pv_run_keys(node, keys, bk)
     nrun = -(-keys // run)
     o_stride = 2 * rb if nrun > 1 else rb                    # acc reads the wide rows: 2 d words apart

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from mcf.sim.compute.cost import softmax_pass_cycles
+from mcf.hw.compute.exec.movers import Geometry
 from mcf.spec import isa
 from mcf.spec.isa import AttnLoad, AttnPass, EmitMode, SeqFault
 from mcf.spec.kv import pack_segment
@@ -133,12 +134,44 @@ async def run_softmax(dut):
                                   seg_stride=stride // isa.DDR_ALIGN))
         got, _ = await sp.get(W2_AT, R, KEYS)
         assert np.array_equal(i32(got), g["w"]), f"APPLY over blocks of {bk} keys: w rows differ"
+    # a last group of fewer than sm_apply_beats beats (keys - VL): its w beats alone written, the next
+    # beat of each row untouched; w at an odd beat (a beat a write) and at an even one (wide writes)
+    ab = Geometry.from_config(CFG).sm_apply_beats
+    assert ab == 2
+    for w_at in (W2_AT + 1, W2_AT):
+        fill = rng.integers(-(1 << 31), 1 << 31, size=(R * KEYS // VL, VL))
+        await sp.put(w_at, fill)
+        out = await drv.must(program()[4].replace(keys=KEYS - VL, first=0, w=w_at))
+        got, _ = await sp.get(w_at, R, KEYS)
+        want = i32(fill.reshape(R, KEYS).copy())
+        want[:, :KEYS - VL] = g["w"][:, :KEYS - VL]
+        assert np.array_equal(i32(got), want), f"APPLY of {KEYS - VL} keys, w at {w_at}"
+        cycles["APPLY"].append((KEYS - VL, out.cycles, w_at % ab == 0))
+    # MAX with defer: the next GEMM_QK's score words (no SPAD read): over every key (first), m == golden; then
+    # first = 0 over its words 0 .. 11 as keys at positions 22 .. (those past a row's position invisible; a
+    # last write of fewer keys than words): m = max(m, their visible maxima)
+    rows = dict(tokens=TOKENS, heads=HEADS, tok_stride=HEADS * RB, head_stride=RB)
+    await drv.must(isa.AttnQ(what=AttnLoad.QUERY, spad=Q_AT, qpos0=QPOS0, **rows))
+    dmax = program()[1].replace(keys=KEYS, defer=1)
+    out = await drv.must(dmax)
+    cycles["DEFER"] = [(KEYS, out.cycles)]
+    await drv.must(score_gemm())
+    await drv.must(isa.AttnEmit(mode=EmitMode.MAX, spad=W2_AT, **rows))
+    assert np.array_equal(i32((await sp.get(W2_AT, 1, VL))[0])[0, :R], g["m"]), "deferred MAX: m"
+    await drv.must(dmax.replace(first=0, keys=12, kpos0=22))
+    await drv.must(score_gemm())
+    await drv.must(isa.AttnEmit(mode=EmitMode.MAX, spad=W2_AT, **rows))
+    pos = np.repeat(QPOS0 + np.arange(TOKENS), HEADS)
+    vis = (22 + np.arange(12))[None, :] <= pos[:, None]
+    want = np.maximum(g["m"], np.where(vis, g["s"][:, :12], fx.INT32_MIN).max(axis=-1))
+    assert np.array_equal(i32((await sp.get(W2_AT, 1, VL))[0])[0, :R], want), "deferred MAX, first = 0: m"
     # the cycle model (sim/compute/cost.py, the ISA model's ATTN_SM cost) within 4 cycles (MAX) or 12
     # (APPLY: its V scale words come from DDR with random pauses)
     for phase, runs in cycles.items():
-        for keys, c in runs:
-            model = softmax_pass_cycles(keys, R, VL, phase == "APPLY", max(CFG.mac_lanes // VL, 1))
-            assert abs(c - model) <= (4 if phase == "MAX" else 12), \
+        for keys, c, *wide in runs:
+            model = softmax_pass_cycles(keys, R, VL, phase == "APPLY", max(CFG.mac_lanes // VL, 1), ab, *wide,
+                                        **({"defer": True} if phase == "DEFER" else {}))
+            assert abs(c - model) <= (12 if phase == "APPLY" else 4 if phase == "MAX" else 1), \
                 f"ATTN_SM {phase}: {c} cycles for {keys} keys, model {model} (all: {cycles})"
     # refused: no keys, keys not a multiple of VL, more rows than the unit's state rows (sm_rows), rows past
     # the SPAD
@@ -258,6 +291,18 @@ def test_softmax_nodesim():
     c.start()
     assert c.run(max_cycles=1 << 20).ok
     check(g, lambda beat, rows, n_: n.spad[beat:beat + rows * n_ // VL].reshape(rows, n_))
+    # MAX with defer (as run_softmax): over the next GEMM_QK's words, then first = 0 over words 0 .. 11 at 22 ..
+    rows = dict(tokens=TOKENS, heads=HEADS, tok_stride=HEADS * RB, head_stride=RB)
+    dmax = program(base)[1].replace(keys=KEYS, defer=1)
+    c.load_program(0, [program(base)[0], dmax, score_gemm(base), isa.AttnEmit(mode=EmitMode.MAX, spad=W2_AT, **rows),
+                       dmax.replace(first=0, keys=12, kpos0=22), score_gemm(base),
+                       isa.AttnEmit(mode=EmitMode.MAX, spad=W2_AT + 1, **rows), isa.End()])
+    c.start()
+    assert c.run(max_cycles=1 << 20).ok
+    pos = np.repeat(QPOS0 + np.arange(TOKENS), HEADS)
+    vis = (22 + np.arange(12))[None, :] <= pos[:, None]
+    want = np.maximum(g["m"], np.where(vis, g["s"][:, :12], fx.INT32_MIN).max(axis=-1))
+    assert np.array_equal(n.spad[W2_AT, :R], g["m"]) and np.array_equal(n.spad[W2_AT + 1, :R], want), "deferred MAX"
     # refused like the RTL (and a pass over rows the unit does not hold)
     sm = program(base)[1]
     for bad in (dict(keys=0), dict(keys=VL + 1), dict(tokens=3), dict(tokens=1)):
@@ -361,7 +406,7 @@ def test_softmax_rate(build_dir, tmp_path):
     for phase in ("max", "apply"):
         c = op[phase]["cycles"]
         model = softmax_pass_cycles(op["keys"], op["rows"], op["vec_lanes"], phase == "apply",
-                                    max(node.mac_lanes // op["vec_lanes"], 1))
+                                    max(node.mac_lanes // op["vec_lanes"], 1), Geometry.from_config(node).sm_apply_beats)
         print(f"ATTN_SM {phase.upper()}: R = {op['rows']}, VL = {op['vec_lanes']}, {op['keys']} keys: {c} cycles, "
               f"{c / op['keys']:.3f} cycles a key (model {model})")
         assert abs(c - model) <= 12, (phase, c, model)
