@@ -46,7 +46,7 @@ from mcf.hw.compute.attention import AttentionUnit, k_layout, out_words, q_addr_
 from mcf.hw.compute.exec.spad import SpadReadSignature, SpadWriteSignature
 from mcf.hw.compute.exec.streams import COUNT_BITS, Packer, Unpacker, request_layout
 from mcf.hw.compute.kv_writer import KVWriter
-from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder
+from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder, rotate_pieces
 from mcf.hw.compute.vector import VectorUnit
 from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
 from mcf.spec import isa
@@ -1053,10 +1053,18 @@ class GemmMover(Mover):
             m.d.comb += [uw.o.ready.eq(uw_r), mx.w.tvalid.eq(wv), mx.w.tdata.eq(wdata)]
         # the reorders' write rotations on the loader's words (``prerotated``: wiring at the banks)
         w_in = b.ldata.tdata
-        if pre_kv:
-            w_in = TileReorder.rotate(w_in, Mux(kv, ro.rot, 0), K, self.kv_beats)
-        if pre_pv:
-            w_in = PvReorder.rotate(w_in, Mux(pv, pro.rot, 0), pro.piece, g.head_dim)
+        if pre_kv and pre_pv and K % pro.piece == 0:
+            # both are rotations of a key's pieces (the tile reorder's of K nibbles, the pv reorder's of R):
+            # one rotation of pieces of R nibbles, by the pv reorder's amount or K / R times the tile reorder's
+            # (never both at once: one radix-4 rotation a bit, not two chained)
+            R = pro.piece
+            w_in = rotate_pieces(w_in, Mux(pv, pro.rot, Mux(kv, ro.rot << _log2(K // R), 0)), R * W_BITS,
+                                 g.head_dim // R, m=m)
+        else:
+            if pre_kv:
+                w_in = TileReorder.rotate(w_in, Mux(kv, ro.rot, 0), K, self.kv_beats)
+            if pre_pv:
+                w_in = PvReorder.rotate(w_in, Mux(pv, pro.rot, 0), pro.piece, g.head_dim)
         m.d.comb += uw.i.payload.eq(w_in)
         # weight descriptors: at most buffer_bytes and never past the end of a block's rows (wd_blk bytes
         # left in it; a plain GEMM is one block), alternating buffers; a block's end moves to the next
