@@ -619,7 +619,7 @@ class EmbedMover(Mover):
         # (cur_id = ids[treq] as a register, read at treq's next value (ids[0] in VERIFY): the multiplier's
         # operand straight from a register, not behind a choice of two read-ahead ids (9.4 levels through it)
         moving = Signal()                      # treq steps this cycle
-        m.d.sync += cur_id.eq(Mux(state == S.VERIFY, ids[0], Array(ids)[Mux(moving, treq + 1, treq)]))
+        m.d.sync += cur_id.eq(Mux(state == S.VERIFY, ids[0], Mux(moving, Array(ids)[treq + 1], Array(ids)[treq])))
         m.d.sync += [row_off.eq(cur_id * row_bytes),
                      row_addr.eq(ddr_addr(ins.table) + row_off),
                      scl_addr.eq(ddr_addr(ins.table) + row_off + nib_bytes), age.eq(Mux(age == 2, 2, age + 1))]
