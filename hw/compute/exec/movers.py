@@ -573,7 +573,11 @@ class EmbedMover(Mover):
         bad = stage(m, bad | ((ins.n & gmask) != 0) | (groups > sdepth), "bad1")           # stage 2
         bad = stage(m, bad | (ins.dst + p_dst + beats > g.spad_beats), "bad2")               # stage 3
         nib_bytes = stage(m, pad_up(ins.n >> 1), "nib_bytes", 17)
-        row_bytes = stage(m, nib_bytes + pad_up(groups << 1), "row_bytes", 24)              # stage 2
+        # (as wide as the largest legal row needs, n <= max_n and G >= VL: the row offset's multiply is then one
+        # DSP, not two and an adder; a refused instruction never multiplies)
+        align = (1 << ALIGN_LOG2) - 1
+        max_row = ((g.max_n // 2 + align) & ~align) + ((2 * (g.max_n // g.vl) + align) & ~align)
+        row_bytes = stage(m, nib_bytes + pad_up(groups << 1), "row_bytes", max_row.bit_length())   # stage 2
 
         # --- ids ----------------------------------------------------------------------------------
         m.submodules.uid = uid = Unpacker(g.data_width, 32)
