@@ -541,16 +541,47 @@ def rq_sat32(r, over, sign):
     return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), sat32(r))
 
 
-def rotate_pieces(word, amount, piece_bits: int, per_key: int):
+def rotate_list(items, amount, sign: int = 1, step: int = 1, m=None, name: str = "rot"):
+    """``items`` (Values of one width, N of them, N a power of 2) rotated by ``amount`` (unsigned):
+    out[x] = items[(x + sign step amount) mod N].  Built as radix-4 stages, a 4-way choice by two
+    bits of ``amount`` a stage (log4 N stages, shared by all outputs), not one N-way choice an
+    output: a rotation by a sum is the rotations by its terms one after another.  Measured on the
+    loader word's write rotations (1 024 bits, 16 pieces a key, ``--lut-map fast``): 4 548 -> 2 180
+    LUT, 6 -> 4 levels (with the tile reorder's rotation merged in); a read rotation behind LUT RAM
+    maps to the same 2 463 LUT either way.  With ``m`` each stage is a signal of its own."""
+    N = len(items)
+    out = list(items)
+    if N == 1:
+        return out
+    log2_exact(N, "items")
+    k = 0
+    while k < len(amount) and (step << k) % N:
+        w = 1 if k + 1 >= len(amount) or not (step << (k + 1)) % N else 2
+        digit = amount[k:k + w]
+        nxt = [Array(out[(x + sign * step * (d << k)) % N] for d in range(1 << w))[digit] for x in range(N)]
+        if m is not None:
+            sig = Signal(len(Cat(*nxt)), name=f"{name}_s{k}")
+            m.d.comb += sig.eq(Cat(*nxt))
+            W = len(sig) // N
+            nxt = [sig[x * W:(x + 1) * W] for x in range(N)]
+        out = nxt
+        k += w
+    return out
+
+
+def rotate_pieces(word, amount, piece_bits: int, per_key: int, m=None):
     """``word`` (whole keys of ``per_key`` pieces of ``piece_bits``) with each key's pieces rotated
-    up by ``amount``: piece c of a key out = piece (c - amount) mod per_key in."""
+    up by ``amount``: piece c of a key out = piece (c - amount) mod per_key in (``rotate_list``'s
+    stages over all keys at once: a key's piece c is the same choice in every key)."""
     PB, J = piece_bits, per_key
     KB = J * PB
     if len(word) % KB:
         raise ValueError(f"a {len(word)}-bit word does not hold whole {KB}-bit keys")
-    pieces = [word[x * PB:(x + 1) * PB] for x in range(len(word) // PB)]
-    return Cat(*[Array(pieces[k * J + (c - x) % J] for x in range(J))[amount] if J > 1 else pieces[k]
-                 for k in range(len(word) // KB) for c in range(J)])
+    keys = len(word) // KB
+    # item c = piece c of every key (the keys side by side): one rotation of J items
+    items = [Cat(*[word[(k * J + c) * PB:(k * J + c + 1) * PB] for k in range(keys)]) for c in range(J)]
+    out = rotate_list(items, amount, sign=-1, m=m, name="rotp")
+    return Cat(*[out[c][k * PB:(k + 1) * PB] for k in range(keys) for c in range(J)])
 
 
 class TileReorder(wiring.Component):
@@ -624,6 +655,9 @@ class TileReorder(wiring.Component):
         def addr(j, g, buf):
             return Cat(*([j] if J > 1 else []), *([g] if n > 1 else []), buf)
 
+        # the write rotation (not ``prerotated``): bank (a, c) takes piece (c - wi) mod J of key a
+        wword = self.i.payload if self.prerotated else rotate_pieces(self.i.payload, wi, PB, J, m=m)
+        wpieces = [wword[x * PB:(x + 1) * PB] for x in range(Q)]
         outs = []
         for b in range(Q):
             mem = memory.Memory(shape=PB, depth=2 * J * n, init=[])
@@ -633,8 +667,7 @@ class TileReorder(wiring.Component):
             j = Signal(range(J), name=f"wj{b}")               # the piece of this bank in the written word
             m.d.comb += j.eq((c - wi)[:jb] if J > 1 else 0)
             m.d.comb += [wp.en.eq(take), wp.addr.eq(addr(j, wg, wsel)),
-                         wp.data.eq(pieces_in[a * J + c] if self.prerotated
-                                    else Array(pieces_in[a * J + x] for x in range(J))[j]),
+                         wp.data.eq(wpieces[a * J + c]),
                          rp.addr.eq(addr(rj, rg, rsel))]
             outs.append(rp.data)
         if self.prerotated:
@@ -642,7 +675,7 @@ class TileReorder(wiring.Component):
         # the read rotation as a multiplexer level of its own (``keep``: the LUT mapping takes it as one J-way
         # choice a bit, not split into the choices behind it, the execute unit's choice of the weight source)
         rot = Signal(Q * PB, attrs={"keep": 1})
-        m.d.comb += [rot.eq(Cat(*[Array(outs[(p + x * E) % Q] for x in range(J))[rj] for p in range(Q)])),
+        m.d.comb += [rot.eq(Cat(*rotate_list(outs, rj, step=E, m=m, name="rrot"))),
                      self.o.payload.eq(rot)]
         with m.If(take):
             m.d.sync += wi.eq(wi + 1)
@@ -755,6 +788,8 @@ class PvReorder(wiring.Component):
         skip = self.skip if n > 1 else 0
         last = Signal()
         m.d.comb += last.eq(Mux(skip, rc == B - n, rc == B - 1))
+        # the write rotation (not ``prerotated``): bank b takes block (b - wi) mod B of the word
+        wblocks = blocks_in if self.prerotated else rotate_list(blocks_in, wi, sign=-1, m=m, name="wrot")
         outs = []
         for b in range(B):
             mem = memory.Memory(shape=BB, depth=2 * B, init=[])
@@ -763,7 +798,7 @@ class PvReorder(wiring.Component):
             c = Signal(range(B), name=f"wc{b}")              # the block of this bank in the written word
             m.d.comb += c.eq((b - wi)[:cb] if B > 1 else 0)
             m.d.comb += [wp.en.eq(take), wp.addr.eq(Cat(c, wsel) if B > 1 else wsel),
-                         wp.data.eq(blocks_in[b] if self.prerotated or B == 1 else Array(blocks_in)[c]),
+                         wp.data.eq(wblocks[b]),
                          rp.addr.eq(Cat(rc, rsel) if B > 1 else rsel)]
             outs.append(rp.data)
         if self.prerotated:
@@ -786,7 +821,7 @@ class PvReorder(wiring.Component):
                       + [nib(self.alt[y], r * K + k) for y in range(N)])[src[k // E]]
                 for r in range(R) for k in range(K)]))
         else:
-            blocks_out = [Array(outs[(i + x) % B] for x in range(B))[rc] if B > 1 else outs[0] for i in range(B)]
+            blocks_out = rotate_list(outs, rc, m=m, name="rrot")
             m.d.comb += self.o.payload.eq(Cat(*[nib(blocks_out[k // E], (k % E) * R + r)
                                                 for r in range(R) for k in range(K)]))
         with m.If(take):
@@ -805,6 +840,15 @@ class PvReorder(wiring.Component):
         return m
 
 
+@block("compute_pv_reorder", "V rows (key-major) -> the matrix unit's P.V weight beats, a word a cycle (LUT-RAM banks)",
+       variants=({"rows": 8, "lanes": 8, "head_dim": 16, "words": 2, "prerotated": 0},),
+       rows=64, lanes=32, head_dim=128, words=8, prerotated=1,
+       ranges={"rows": Range(1, 256, pow2=True), "lanes": Range(1, 256, pow2=True),
+               "head_dim": Range(1, 1024, pow2=True), "words": Range(1, 64, pow2=True), "prerotated": Range(0, 1)})
+def _pv_reorder(rows, lanes, head_dim, words, prerotated):
+    return PvReorder(rows, lanes, head_dim, prerotated=bool(prerotated), words=words)
+
+
 @block("compute_matrix", "INT4 x BFP16 GEMM (MAC array mac_rows x mac_lanes) -> X32",
        variants=({"mac_rows": 8, "mac_lanes": 16}, {"packed": 0}, {"primitive": 1}), mac_rows=4, mac_lanes=8,
        max_tokens=8, max_inputs=256, max_tiles=64, packed=1, primitive=0,
@@ -814,3 +858,4 @@ class PvReorder(wiring.Component):
 def _matrix(mac_rows, mac_lanes, max_tokens, max_inputs, max_tiles, packed, primitive):
     return MatrixUnit(mac_rows, mac_lanes, max_tokens, max_inputs, max_tiles, packed=bool(packed),
                       primitive=bool(primitive))
+

@@ -46,7 +46,7 @@ from mcf.hw.compute.attention import AttentionUnit, k_layout, out_words, q_addr_
 from mcf.hw.compute.exec.spad import SpadReadSignature, SpadWriteSignature
 from mcf.hw.compute.exec.streams import COUNT_BITS, Packer, Unpacker, request_layout
 from mcf.hw.compute.kv_writer import KVWriter
-from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder
+from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder, rotate_pieces
 from mcf.hw.compute.vector import VectorUnit
 from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
 from mcf.spec import isa
@@ -431,6 +431,7 @@ class LoadStoreMover(Mover):
         bus_beats = stage(m, ceil_beats(items << _log2(4 * g.vl), g.bus_log2), "bus_beats", COUNT_BITS)
         spad_bad = stage(m, (ins.beats == 0) | (ins.spad + ins.beats > g.spad_beats), "spad_bad")
         beats_m1 = stage(m, ins.beats - 1, "beats_m1")                   # (the moves' last-item compares, stage 1)
+        beats_m2 = stage(m, ins.beats - 2, "beats_m2")
         rowb_m1 = stage(m, ins.row_beats - 1, "rowb_m1")
 
         with m.If(self.start):
@@ -454,6 +455,12 @@ class LoadStoreMover(Mover):
         row0 = Signal(g.spad_bits + 1)         # first beat of the current row
         rb = Signal(12)                        # beats of the current row so far
         moved = Signal(21)                     # SPAD beats written / read
+        # moved == beats - 1 and moved == beats as registers, set with moved (each a compare of moved before it
+        # steps, not of its new value: the done strobe and the state's next value without a 21-bit compare)
+        mv_last, mv_all = Signal(), Signal()
+        mv_step = Signal()                     # moved steps this cycle
+        with m.If(mv_step):
+            m.d.sync += [mv_all.eq(mv_last), mv_last.eq(moved == beats_m2)]
         exp_hold = Signal(signed(EXP_BITS))
         k = Signal(12)
         with m.If(state == S.CHECK):
@@ -461,7 +468,8 @@ class LoadStoreMover(Mover):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
             with m.Elif(Mux(store, b.wdesc.ready & pk.cmd.ready, b.req0.ready & up.cmd.ready)):
-                m.d.sync += [cur.eq(ins.spad), row0.eq(ins.spad), rb.eq(0), moved.eq(0), state.eq(S.MOVE)]
+                m.d.sync += [cur.eq(ins.spad), row0.eq(ins.spad), rb.eq(0), moved.eq(0), state.eq(S.MOVE),
+                             mv_last.eq(beats_m1 == 0), mv_all.eq(0)]
                 with m.If(store):
                     m.d.comb += [b.wdesc.valid.eq(1), pk.cmd.valid.eq(1)]
                 with m.Else():
@@ -486,7 +494,8 @@ class LoadStoreMover(Mover):
                 with m.Else():
                     m.d.comb += [wr.lanes.eq(all_lanes), wr.exp_en.eq(~bfp)]
                     m.d.sync += [cur.eq(cur + 1), rb.eq(rb + 1), moved.eq(moved + 1)]
-                    with m.If(~bfp & (moved == beats_m1)):
+                    m.d.comb += mv_step.eq(1)
+                    with m.If(~bfp & mv_last):
                         m.d.comb += self.done.eq(1)
                         m.d.sync += state.eq(S.IDLE)
         with m.If(state == S.EXP):
@@ -494,7 +503,7 @@ class LoadStoreMover(Mover):
             m.d.sync += k.eq(k + 1)
             with m.If(k == rowb_m1):
                 m.d.sync += [row0.eq(cur), rb.eq(0), state.eq(S.MOVE)]
-                with m.If(moved == ins.beats):
+                with m.If(mv_all):
                     m.d.comb += self.done.eq(1)
                     m.d.sync += state.eq(S.IDLE)
 
@@ -519,13 +528,14 @@ class LoadStoreMover(Mover):
             m.d.comb += [pk.i.valid.eq(storing & rq.valid), pk.i.payload.eq(rq.words), rq.take.eq(storing & pk.i.ready)]
             with m.If(rq.valid & rq.take):
                 m.d.sync += [moved.eq(moved + 1), rb.eq(rb + 1)]
+                m.d.comb += mv_step.eq(1)
                 with m.If(rb == 0):
                     m.d.sync += first_exp.eq(rq.exp)
                 with m.If(bfp & (rb == rowb_m1)):
                     m.d.sync += inject.eq(1)
         m.d.comb += [b.wdata.tvalid.eq(pk.o.valid), b.wdata.tdata.eq(pk.o.payload), pk.o.ready.eq(b.wdata.tready),
                      b.wdata.tkeep.eq(-1)]
-        with m.If(storing & (moved == ins.beats) & ~inject & ~pk.busy):
+        with m.If(storing & mv_all & ~inject & ~pk.busy):
             m.d.sync += state.eq(S.WAIT)
         with m.If((state == S.WAIT) | storing):
             with m.If(b.wdone):
@@ -574,7 +584,11 @@ class EmbedMover(Mover):
         bad = stage(m, bad | ((ins.n & gmask) != 0) | (groups > sdepth), "bad1")           # stage 2
         bad = stage(m, bad | (ins.dst + p_dst + beats > g.spad_beats), "bad2")               # stage 3
         nib_bytes = stage(m, pad_up(ins.n >> 1), "nib_bytes", 17)
-        row_bytes = stage(m, nib_bytes + pad_up(groups << 1), "row_bytes", 24)              # stage 2
+        # (as wide as the largest legal row needs, n <= max_n and G >= VL: the row offset's multiply is then one
+        # DSP, not two and an adder; a refused instruction never multiplies)
+        align = (1 << ALIGN_LOG2) - 1
+        max_row = ((g.max_n // 2 + align) & ~align) + ((2 * (g.max_n // g.vl) + align) & ~align)
+        row_bytes = stage(m, nib_bytes + pad_up(groups << 1), "row_bytes", max_row.bit_length())   # stage 2
 
         # --- ids ----------------------------------------------------------------------------------
         m.submodules.uid = uid = Unpacker(g.data_width, 32)
@@ -617,12 +631,10 @@ class EmbedMover(Mover):
         row_off = Signal(44)
         row_addr, scl_addr = Signal(ADDR_BITS), Signal(ADDR_BITS)
         age = Signal(2)
-        # (ids[treq] and ids[treq + 1] read into registers, the latter ids[0] in VERIFY: in the cycle treq
-        # has just moved (age 0) the id is the one read ahead, after that the one read at treq)
-        id_now, id_next = Signal(20), Signal(20)
-        m.d.sync += [id_now.eq(Array(ids)[treq]),
-                     id_next.eq(Mux(state == S.VERIFY, ids[0], Array(ids)[treq + 1]))]
-        m.d.comb += cur_id.eq(Mux(age == 0, id_next, id_now))
+        # (cur_id = ids[treq] as a register, read at treq's next value (ids[0] in VERIFY): the multiplier's
+        # operand straight from a register, not behind a choice of two read-ahead ids (9.4 levels through it)
+        moving = Signal()                      # treq steps this cycle
+        m.d.sync += cur_id.eq(Mux(state == S.VERIFY, ids[0], Mux(moving, Array(ids)[treq + 1], Array(ids)[treq])))
         m.d.sync += [row_off.eq(cur_id * row_bytes),
                      row_addr.eq(ddr_addr(ins.table) + row_off),
                      scl_addr.eq(ddr_addr(ins.table) + row_off + nib_bytes), age.eq(Mux(age == 2, 2, age + 1))]
@@ -637,6 +649,7 @@ class EmbedMover(Mover):
         with m.If(b.req0.valid & b.req0.ready):
             m.d.sync += rphase.eq(~rphase)
             with m.If(rphase):
+                m.d.comb += moving.eq(1)
                 m.d.sync += [treq.eq(treq + 1), age.eq(0)]
 
         # --- consumer: scales into a small table, nibbles -> X32 beats --------------------------------
@@ -682,25 +695,32 @@ class EmbedMover(Mover):
         left = stage(m, Mux(sh < 0, Mux(-sh > 33, 33, -sh), 0), "sh_left", range(34))
         # the nibbles and their scale registered (av, aaddr), their products (pv, paddr), shifted (sv, saddr),
         # then saturated into the written beat (wv)
-        av, pv, sv = Signal(), Signal(), Signal()
-        aaddr, paddr, saddr = Signal(g.spad_bits), Signal(g.spad_bits), Signal(g.spad_bits)
-        a_q = Signal(W_BITS * g.vl)
-        a_s = Signal(16)
+        # (and once more (bv, baddr, b_q, b_s) between the scale table's read and the products: the table's
+        # block RAM then has its output register, not 3 levels of read in front of the multipliers; 9 measured)
+        av, bv, pv, sv = Signal(), Signal(), Signal(), Signal()
+        aaddr, baddr, paddr, saddr = Signal(g.spad_bits), Signal(g.spad_bits), Signal(g.spad_bits), Signal(g.spad_bits)
+        a_q, b_q = Signal(W_BITS * g.vl), Signal(W_BITS * g.vl)
+        a_s, b_s = Signal(16), Signal(16)
+        m.d.sync += [b_q.eq(a_q), b_s.eq(a_s)]
         xs = []
         for k in range(g.vl):
-            q = a_q[W_BITS * k:W_BITS * (k + 1)].as_signed()
+            q = b_q[W_BITS * k:W_BITS * (k + 1)].as_signed()
             prod = Signal(signed(pw), name=f"eprod{k}")
-            m.d.sync += prod.eq(q * a_s)
-            pre = Signal(signed(pw + 1), name=f"epre{k}")
-            m.d.comb += pre.eq((prod >> sc1) + 1)
-            shv = Signal(signed(pw + 33 + 1), name=f"eshift{k}")
-            m.d.sync += shv.eq(Mux(neg, prod << left, Mux(sc == 0, prod, pre >> 1)))
-            xs.append(sat(m, shv, 32))
+            m.d.sync += prod.eq(q * b_s)
+            # the shift as (t + c) >> 1: t registered (prod >> (sc - 1) with c = 1 to round, or 2 prod, or
+            # 2 (prod << left) with c = 0), the rounding add after the register, in front of the saturation (the
+            # shift and the add in one cycle measured 8.3 levels)
+            t = Signal(signed(pw + 33 + 2), name=f"eshift{k}")
+            c = Signal(name=f"eround{k}")
+            m.d.sync += [t.eq(Mux(neg, (prod << left) << 1, Mux(sc == 0, prod << 1, prod >> sc1))),
+                         c.eq(~neg & (sc != 0))]
+            xs.append(sat(m, (t + c) >> 1, 32))
         wv = Signal()
         waddr = Signal(g.spad_bits)
         wdata = Signal(g.beat_bits)
         m.d.comb += uq.o.ready.eq(rows & (cphase == 3))
-        m.d.sync += [av.eq(uq.o.valid & uq.o.ready), pv.eq(av), paddr.eq(aaddr), sv.eq(pv), saddr.eq(paddr),
+        m.d.sync += [av.eq(uq.o.valid & uq.o.ready), bv.eq(av), baddr.eq(aaddr), pv.eq(bv), paddr.eq(baddr),
+                     sv.eq(pv), saddr.eq(paddr),
                      wv.eq(sv), waddr.eq(saddr), wdata.eq(Cat(*xs))]
         with m.If(uq.o.valid & uq.o.ready):
             m.d.sync += [aaddr.eq(row + i), a_q.eq(uq.o.payload), a_s.eq(sr.data), i.eq(i + 1)]
@@ -712,7 +732,7 @@ class EmbedMover(Mover):
         m.d.comb += [wr.lanes.eq(Mux(wv, (1 << g.vl) - 1, 0)), wr.exp_en.eq(wv), wr.addr.eq(waddr),
                      wr.data.eq(wdata), wr.exp.eq(0)]
         m.d.comb += b.starved.eq(rows & (((cphase == 1) & ~us.o.valid) | ((cphase == 3) & ~uq.o.valid)))
-        with m.If((state == S.FINISH) & ~av & ~pv & ~sv):    # the last beat is written this cycle
+        with m.If((state == S.FINISH) & ~av & ~bv & ~pv & ~sv):    # the last beat is written this cycle
             m.d.comb += self.done.eq(1)
             m.d.sync += state.eq(S.IDLE)
         return m
@@ -975,8 +995,11 @@ class GemmMover(Mover):
             m.submodules.wq = wq = fifo.SyncFIFO(width=WB, depth=2 * n)
             plain = ~pv & ~kv
             direct = Signal()
+            # (the loader's ready is the queue's room alone: a word goes past only when the queue is empty, which
+            # then has room, so ``direct | w_rdy`` is ``w_rdy``; written so, the matrix's take (``wr``) does not
+            # reach the loaders' ready in the cycle it is given)
             m.d.comb += [direct.eq(~wq.r_rdy & wr),
-                         wv.eq(wq.r_rdy | uw.o.valid), uw.o.ready.eq(direct | wq.w_rdy),
+                         wv.eq(wq.r_rdy | uw.o.valid), uw.o.ready.eq(wq.w_rdy),
                          wq.w_en.eq(plain & uw.o.valid & ~direct), wq.w_data.eq(b.ldata.tdata),
                          wq.r_en.eq(plain & wr)]
             # (the loader's word as it comes: the reorders' write rotations, 0 in plain mode, not in its path)
@@ -1072,10 +1095,18 @@ class GemmMover(Mover):
             m.d.comb += [uw.o.ready.eq(uw_r), mx.w.tvalid.eq(wv), mx.w.tdata.eq(wdata)]
         # the reorders' write rotations on the loader's words (``prerotated``: wiring at the banks)
         w_in = b.ldata.tdata
-        if pre_kv:
-            w_in = TileReorder.rotate(w_in, Mux(kv, ro.rot, 0), K, self.kv_beats)
-        if pre_pv:
-            w_in = PvReorder.rotate(w_in, Mux(pv, pro.rot, 0), pro.piece, g.head_dim)
+        if pre_kv and pre_pv and K % pro.piece == 0:
+            # both are rotations of a key's pieces (the tile reorder's of K nibbles, the pv reorder's of R):
+            # one rotation of pieces of R nibbles, by the pv reorder's amount or K / R times the tile reorder's
+            # (never both at once: one radix-4 rotation a bit, not two chained)
+            R = pro.piece
+            w_in = rotate_pieces(w_in, Mux(pv, pro.rot, Mux(kv, ro.rot << _log2(K // R), 0)), R * W_BITS,
+                                 g.head_dim // R, m=m)
+        else:
+            if pre_kv:
+                w_in = TileReorder.rotate(w_in, Mux(kv, ro.rot, 0), K, self.kv_beats)
+            if pre_pv:
+                w_in = PvReorder.rotate(w_in, Mux(pv, pro.rot, 0), pro.piece, g.head_dim)
         m.d.comb += uw.i.payload.eq(w_in)
         # weight descriptors: at most buffer_bytes and never past the end of a block's rows (wd_blk bytes
         # left in it; a plain GEMM is one block), alternating buffers; a block's end moves to the next
@@ -1094,7 +1125,9 @@ class GemmMover(Mover):
         with m.If(b.ldesc.valid & b.ldesc.ready):
             m.d.sync += [wd_addr.eq(wd_addr + wd_len), wd_left.eq(wd_left - wd_len), wd_blk.eq(wd_blk - wd_len),
                          wd_buf.eq(Mux(wd_buf == g.buffers - 1, 0, wd_buf + 1))]
-            with m.If(wd_len == wd_blk):
+            # wd_len == wd_blk, from the compares beside the minimum's (wd_len is min(wd_blk, wd_left, buffer_bytes)),
+            # not an equality after it (measured 9.1 levels to wd_base / wd_blk)
+            with m.If(~(wd_left < wd_blk) & ~blk_big):
                 m.d.sync += [wd_base.eq(wd_base + r_step_q), wd_addr.eq(wd_base + r_step_q + r_skip_q),
                              wd_blk.eq(r_blk_q)]
         m.d.comb += b.req0.valid.eq(sq_left != 0)

@@ -50,6 +50,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from mcf.hw.axi.full import AXI4Signature
+from mcf.hw.axis import AxisRegister
 from mcf.hw.compute.directory import ReplicaDirectory
 from mcf.hw.compute.exec.movers import (ADDR_BITS, LAYOUT, AttnMover, DirMover, EmbedMover, FaultCause, GemmMover,
                                         Geometry, KvwMover, LoadStoreMover, MoverBus, VecMover)
@@ -286,12 +287,17 @@ class ExecUnit(wiring.Component):
                                  x.o.tready.eq(bus.ldata.tready)]
                     with m.If(x.o.tvalid & bus.ldata.tready & x.o.tlast):
                         m.d.sync += o_sel.eq((k + 1) % W)
+        # the movers' write data into the writer through a register stage both ways (``AxisRegister``): a mover's
+        # packer logic and the owner's AND-OR no longer reach the writer's burst queue in one cycle (measured 10
+        # levels); a store's last beat reaches the writer a cycle later, a beat a cycle as before
+        m.submodules.wd_reg = wd_reg = AxisRegister(g.data_width)
         m.d.comb += [
             wr.desc.valid.eq(bus.wdesc.valid), wr.desc.payload.eq(bus.wdesc.payload), bus.wdesc.ready.eq(wr.desc.ready),
-            wr.i.tvalid.eq(bus.wdata.tvalid), wr.i.tdata.eq(bus.wdata.tdata), wr.i.tkeep.eq(bus.wdata.tkeep),
-            wr.i.tlast.eq(bus.wdata.tlast), bus.wdata.tready.eq(wr.i.tready),
+            wd_reg.i.tvalid.eq(bus.wdata.tvalid), wd_reg.i.tdata.eq(bus.wdata.tdata),
+            wd_reg.i.tkeep.eq(bus.wdata.tkeep), wd_reg.i.tlast.eq(bus.wdata.tlast), bus.wdata.tready.eq(wd_reg.i.tready),
             bus.wdone.eq(wr.done),
         ]
+        wiring.connect(m, wd_reg.o, wr.i)
         # the directory: the receive engine's writes first
         with m.If(self.dir_wr.en):
             m.d.comb += [dr.wr_en.eq(1), dr.wr_block.eq(self.dir_wr.block), dr.wr_state.eq(self.dir_wr.state)]
