@@ -185,11 +185,14 @@ class MatrixUnit(wiring.Component):
         with m.If(self.cmd.valid & ~running):
             m.d.sync += [cfg.eq(self.cmd.payload), running.eq(1), t.eq(0), j.eq(0), g.eq(0),
                          beat.eq(0), tile.eq(0), dg.eq(0)]
-        # the loop limits less one, registered with the command (the last-index compares without a subtract)
+        # the loop limits less one and less two (modulo the field's width), registered with the command:
+        # a counter's next last-index flag is ``counter == limit - 2`` (no adder before the compare)
         limits = {name: Signal(range(1 << len(getattr(cfg, name))), name=f"{name}_m1")
                   for name in ("tokens", "group_beats", "groups", "tiles")}
+        limits2 = {name: Signal(range(1 << len(getattr(cfg, name))), name=f"{name}_m2") for name in limits}
         with m.If(self.cmd.valid & ~running):
             m.d.sync += [lim.eq(getattr(self.cmd.payload, name) - 1) for name, lim in limits.items()]
+            m.d.sync += [lim.eq(getattr(self.cmd.payload, name) - 2) for name, lim in limits2.items()]
 
         adv = Signal()               # the pipeline moves (only the result queue or, pv, ``o`` stalls it)
         o_valid = Signal()
@@ -206,8 +209,8 @@ class MatrixUnit(wiring.Component):
         def restart(name):          # the counter back to 0
             return lasts[name].eq(limits[name] == 0)
 
-        def step(name):             # the counter to counter + 1
-            return lasts[name].eq(counters[name] + 1 == limits[name])
+        def step(name):             # the counter to counter + 1 (a limit of 1 never steps: its limit - 2
+            return lasts[name].eq(counters[name] == limits2[name])  # wraps to a value the counter never has)
         need_bias = last_j & last_g & cfg.bias & ~pv
         fire = Signal()
         # The group scales and the tile biases wait in queues beside the pipeline (not copied down
@@ -474,14 +477,23 @@ class MatrixUnit(wiring.Component):
                 m.d.comb += y.eq(acc5[p] + Mux(cfg.acc, prev, 0))
                 hi_w.append(y[32:])
                 # sat32: y outside int32 (bits 31 and up neither all zeros nor all ones) takes the sign's
-                # bound; the choice is each bit's last level (the 64-bit carry's top bits arrive last)
-                clamp = Signal(name=f"pv_clamp{p}")
-                m.d.comb += clamp.eq(pv_adv & ~cfg.wide & y[31:].any() & ~y[31:].all())
+                # bound, 2^31 - 1 (``c_pos``) or -2^31 (``c_neg``).  Each bound's zeros are the flip-flops'
+                # synchronous reset (FDRE's R: bits 0 .. 30 by c_neg, bit 31 by c_pos), its ones one more
+                # term of the bit's OR: six inputs, one LUT a bit (a choice by the sign was a seventh).
+                over = Signal(name=f"pv_over{p}")
+                m.d.comb += over.eq(pv_adv & ~cfg.wide & y[31:].any() & ~y[31:].all())
                 sign = y[WIDE_BITS - 1]
+                c_pos, c_neg = Signal(name=f"pv_cpos{p}"), Signal(name=f"pv_cneg{p}")
+                m.d.comb += [c_pos.eq(over & ~sign), c_neg.eq(over & sign)]
                 for k in range(32):
                     x = p * 32 + k
                     base = (pv_adv & y[k]) | (hi_sel & o_hi[x]) | gword[x % (R * 32)]
-                    bits.append(Mux(clamp, sign if k == 31 else ~sign, base))
+                    bits.append(base | (c_neg if k == 31 else c_pos))
+                # (after the enables' writes above: the reset wins; it only comes with ``adv``, an enable)
+                with m.If(c_neg):
+                    m.d.sync += o_data[p * 32:p * 32 + 31].eq(0)
+                with m.If(c_pos):
+                    m.d.sync += o_data[p * 32 + 31].eq(0)
             m.d.comb += o_next.eq(Cat(*bits))
             m.d.comb += [en.eq(Mux(pv, adv | (pend & self.o.tready), ge)) for en, ge in zip(o_en, gemm_en)]
             with m.If(pv):
