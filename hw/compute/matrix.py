@@ -349,6 +349,8 @@ class MatrixUnit(wiring.Component):
         kv_e = Cat(*[scale3[p * SCALE_BITS + kv_a:(p + 1) * SCALE_BITS] for p in range(P)])
         with m.If(adv):
             m.d.sync += [s4.eq(s3), e4.eq(kv_e)]
+        with m.If(~cfg.kv):             # (zero outside kv: a synchronous reset, the requantizer subtracts it always)
+            m.d.sync += e4.eq(0)
 
         # --- stage 5: accumulate over groups --------------------------------------------------
         s5 = Signal(ctl)
@@ -411,7 +413,7 @@ class MatrixUnit(wiring.Component):
         sel_e = [Array(head.e[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.e[i] for i in range(R)]
         cA, rA = rq_stage("a", cA, {
             "acc": (signed(self.acc_width), sel_acc),
-            "sh": (SH, [Mux(cfg.kv, head.sh - e, head.sh) for e in sel_e])})
+            "sh": (SH, [head.sh - e for e in sel_e])})          # (e = 0 outside kv)
         # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one 33-bit window of the
         # accumulator for both directions (``rq_window``), its overflow from the accumulator's
         # significant bits (``rq_decode``'s q against the window's offset a), the rounding of a right shift.
@@ -436,7 +438,9 @@ class MatrixUnit(wiring.Component):
                       if NC > 1 else bias_q.r_data[i * 32:(i + 1) * 32] for i in range(R)]
         cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(r, o, sg) for r, o, sg in
                                                        zip(rD["r"], rD["over"], rD["sign"])]),
-                                    "b": (signed(32), [Mux(cfg.bias, b, 0) for b in bias_words])})
+                                    "b": (signed(32), bias_words)})
+        with m.If(~cfg.bias):           # no bias: the words zero (the flip-flops' synchronous reset, not a
+            m.d.sync += [b.eq(0) for b in rE["b"]]   # seventh input of each bit's 4:1 choice)
         m.d.comb += bias_q.r_en.eq(dadv & cD.v & cD.tile_end & cfg.bias)
         # F: the bias add and its saturation, into the output word
         words = [sat32(y + b) for y, b in zip(rE["y"], rE["b"])]
