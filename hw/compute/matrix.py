@@ -468,11 +468,13 @@ class MatrixUnit(wiring.Component):
             m.d.comb += [adv.eq(Mux(pv, ~pend & (~o_valid | self.o.tready) & (~need_prev | self.prev.valid),
                                     ~s5.v | res_q.w_rdy)),
                          self.prev.ready.eq(adv & need_prev)]
-            gword = Signal(R * 32)              # the requantizer's words, zero in pv
+            # (``keep``: the terms below stay signals, so that the mapper builds each output bit as the one
+            # LUT of six of them instead of folding the bounds' decode into every bit)
+            gword = Signal(R * 32, attrs={"keep": 1})   # the requantizer's words, zero in pv
             m.d.comb += gword.eq(Mux(pv, 0, Cat(*words)))
-            hi_sel = Signal()                   # pv: the second (high) beat of a wide value
+            hi_sel = Signal(attrs={"keep": 1})  # pv: the second (high) beat of a wide value
             m.d.comb += hi_sel.eq(pv & ~adv)
-            pv_adv = Signal()                   # pv: a low word (or sat32) beat enters
+            pv_adv = Signal(attrs={"keep": 1})  # pv: a low word (or sat32) beat enters
             m.d.comb += pv_adv.eq(pv & adv)
             hi_w, bits = [], []
             for p in range(P):
@@ -487,7 +489,8 @@ class MatrixUnit(wiring.Component):
                 over = Signal(name=f"pv_over{p}")
                 m.d.comb += over.eq(pv_adv & ~cfg.wide & y[31:].any() & ~y[31:].all())
                 sign = y[WIDE_BITS - 1]
-                c_pos, c_neg = Signal(name=f"pv_cpos{p}"), Signal(name=f"pv_cneg{p}")
+                c_pos = Signal(name=f"pv_cpos{p}", attrs={"keep": 1})
+                c_neg = Signal(name=f"pv_cneg{p}", attrs={"keep": 1})
                 m.d.comb += [c_pos.eq(over & ~sign), c_neg.eq(over & sign)]
                 for k in range(32):
                     x = p * 32 + k
