@@ -468,13 +468,11 @@ class MatrixUnit(wiring.Component):
             m.d.comb += [adv.eq(Mux(pv, ~pend & (~o_valid | self.o.tready) & (~need_prev | self.prev.valid),
                                     ~s5.v | res_q.w_rdy)),
                          self.prev.ready.eq(adv & need_prev)]
-            # (``keep``: the terms below stay signals, so that the mapper builds each output bit as the one
-            # LUT of six of them instead of folding the bounds' decode into every bit)
-            gword = Signal(R * 32, attrs={"keep": 1})   # the requantizer's words, zero in pv
+            gword = Signal(R * 32)              # the requantizer's words, zero in pv
             m.d.comb += gword.eq(Mux(pv, 0, Cat(*words)))
-            hi_sel = Signal(attrs={"keep": 1})  # pv: the second (high) beat of a wide value
+            hi_sel = Signal()                   # pv: the second (high) beat of a wide value
             m.d.comb += hi_sel.eq(pv & ~adv)
-            pv_adv = Signal(attrs={"keep": 1})  # pv: a low word (or sat32) beat enters
+            pv_adv = Signal()                   # pv: a low word (or sat32) beat enters
             m.d.comb += pv_adv.eq(pv & adv)
             hi_w, bits = [], []
             for p in range(P):
@@ -483,24 +481,14 @@ class MatrixUnit(wiring.Component):
                 m.d.comb += y.eq(acc5[p] + Mux(cfg.acc, prev, 0))
                 hi_w.append(y[32:])
                 # sat32: y outside int32 (bits 31 and up neither all zeros nor all ones) takes the sign's
-                # bound, 2^31 - 1 (``c_pos``) or -2^31 (``c_neg``).  Each bound's zeros are the flip-flops'
-                # synchronous reset (FDRE's R: bits 0 .. 30 by c_neg, bit 31 by c_pos), its ones one more
-                # term of the bit's OR: six inputs, one LUT a bit (a choice by the sign was a seventh).
-                over = Signal(name=f"pv_over{p}")
-                m.d.comb += over.eq(pv_adv & ~cfg.wide & y[31:].any() & ~y[31:].all())
+                # bound; the choice is each bit's last level (the 64-bit carry's top bits arrive last)
+                clamp = Signal(name=f"pv_clamp{p}")
+                m.d.comb += clamp.eq(pv_adv & ~cfg.wide & y[31:].any() & ~y[31:].all())
                 sign = y[WIDE_BITS - 1]
-                c_pos = Signal(name=f"pv_cpos{p}", attrs={"keep": 1})
-                c_neg = Signal(name=f"pv_cneg{p}", attrs={"keep": 1})
-                m.d.comb += [c_pos.eq(over & ~sign), c_neg.eq(over & sign)]
                 for k in range(32):
                     x = p * 32 + k
                     base = (pv_adv & y[k]) | (hi_sel & o_hi[x]) | gword[x % (R * 32)]
-                    bits.append(base | (c_neg if k == 31 else c_pos))
-                # (after the enables' writes above: the reset wins; it only comes with ``adv``, an enable)
-                with m.If(c_neg):
-                    m.d.sync += o_data[p * 32:p * 32 + 31].eq(0)
-                with m.If(c_pos):
-                    m.d.sync += o_data[p * 32 + 31].eq(0)
+                    bits.append(Mux(clamp, sign if k == 31 else ~sign, base))
             m.d.comb += o_next.eq(Cat(*bits))
             m.d.comb += [en.eq(Mux(pv, adv | (pend & self.o.tready), ge)) for en, ge in zip(o_en, gemm_en)]
             with m.If(pv):
