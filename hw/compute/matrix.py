@@ -185,11 +185,14 @@ class MatrixUnit(wiring.Component):
         with m.If(self.cmd.valid & ~running):
             m.d.sync += [cfg.eq(self.cmd.payload), running.eq(1), t.eq(0), j.eq(0), g.eq(0),
                          beat.eq(0), tile.eq(0), dg.eq(0)]
-        # the loop limits less one, registered with the command (the last-index compares without a subtract)
+        # the loop limits less one and less two (modulo the field's width), registered with the command:
+        # a counter's next last-index flag is ``counter == limit - 2`` (no adder before the compare)
         limits = {name: Signal(range(1 << len(getattr(cfg, name))), name=f"{name}_m1")
                   for name in ("tokens", "group_beats", "groups", "tiles")}
+        limits2 = {name: Signal(range(1 << len(getattr(cfg, name))), name=f"{name}_m2") for name in limits}
         with m.If(self.cmd.valid & ~running):
             m.d.sync += [lim.eq(getattr(self.cmd.payload, name) - 1) for name, lim in limits.items()]
+            m.d.sync += [lim.eq(getattr(self.cmd.payload, name) - 2) for name, lim in limits2.items()]
 
         adv = Signal()               # the pipeline moves (only the result queue or, pv, ``o`` stalls it)
         o_valid = Signal()
@@ -206,8 +209,8 @@ class MatrixUnit(wiring.Component):
         def restart(name):          # the counter back to 0
             return lasts[name].eq(limits[name] == 0)
 
-        def step(name):             # the counter to counter + 1
-            return lasts[name].eq(counters[name] + 1 == limits[name])
+        def step(name):             # the counter to counter + 1 (a limit of 1 never steps: its limit - 2
+            return lasts[name].eq(counters[name] == limits2[name])  # wraps to a value the counter never has)
         need_bias = last_j & last_g & cfg.bias & ~pv
         fire = Signal()
         # The group scales and the tile biases wait in queues beside the pipeline (not copied down
@@ -346,6 +349,8 @@ class MatrixUnit(wiring.Component):
         kv_e = Cat(*[scale3[p * SCALE_BITS + kv_a:(p + 1) * SCALE_BITS] for p in range(P)])
         with m.If(adv):
             m.d.sync += [s4.eq(s3), e4.eq(kv_e)]
+        with m.If(~cfg.kv):             # (zero outside kv: a synchronous reset, the requantizer subtracts it always)
+            m.d.sync += e4.eq(0)
 
         # --- stage 5: accumulate over groups --------------------------------------------------
         s5 = Signal(ctl)
@@ -408,7 +413,7 @@ class MatrixUnit(wiring.Component):
         sel_e = [Array(head.e[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.e[i] for i in range(R)]
         cA, rA = rq_stage("a", cA, {
             "acc": (signed(self.acc_width), sel_acc),
-            "sh": (SH, [Mux(cfg.kv, head.sh - e, head.sh) for e in sel_e])})
+            "sh": (SH, [head.sh - e for e in sel_e])})          # (e = 0 outside kv)
         # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one 33-bit window of the
         # accumulator for both directions (``rq_window``), its overflow from the accumulator's
         # significant bits (``rq_decode``'s q against the window's offset a), the rounding of a right shift.
@@ -433,7 +438,9 @@ class MatrixUnit(wiring.Component):
                       if NC > 1 else bias_q.r_data[i * 32:(i + 1) * 32] for i in range(R)]
         cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(r, o, sg) for r, o, sg in
                                                        zip(rD["r"], rD["over"], rD["sign"])]),
-                                    "b": (signed(32), [Mux(cfg.bias, b, 0) for b in bias_words])})
+                                    "b": (signed(32), bias_words)})
+        with m.If(~cfg.bias):           # no bias: the words zero (the flip-flops' synchronous reset, not a
+            m.d.sync += [b.eq(0) for b in rE["b"]]   # seventh input of each bit's 4:1 choice)
         m.d.comb += bias_q.r_en.eq(dadv & cD.v & cD.tile_end & cfg.bias)
         # F: the bias add and its saturation, into the output word
         words = [sat32(y + b) for y, b in zip(rE["y"], rE["b"])]

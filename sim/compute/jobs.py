@@ -114,17 +114,17 @@ def pv_run_keys(node, keys: int, block_keys: int) -> int:
     return max_n // 2 // step * step
 
 
-def pv_weights(rng, r: int, keys: int, d: int, extreme: bool = False, scales: bool = False):
+def pv_weights(rng, r: int, keys: int, d: int, extreme: bool = False, scales: bool = False, v_max: int = -8):
     """Random softmax weights of ``r`` rows over ``keys`` V rows, from the golden model: scores,
     a visibility mask, V = quantize_kv(rows), w = ``fx.attn_weights`` and o = ``fx.state_sums``'
     exact o.  ``extreme``: keys at p = 2^15 with A = 255 and a large E (w = W_MAX), invisible
-    keys (w = 0) and V = -8.  Returns (w [r, keys], vq [keys, d], o [r, d]) as int64; with ``scales``
+    keys (w = 0) and V = ``v_max`` (-8: o below int32; 7: above).  Returns (w [r, keys], vq [keys, d], o [r, d]) as int64; with ``scales``
     (w, (vq, va, ve), o): the V rows' KV4 triple (what a V segment holds)."""
     s = rng.integers(-(1 << 20), 1 << 20, size=(1, r, keys))
     valid = rng.random((1, r, keys)) < 0.8
     vq, va, ve = fx.quantize_kv(random_kv_rows(rng, keys, d))
     if extreme:
-        vq[: keys // 2] = -8
+        vq[: keys // 2] = v_max
         va[::3], ve[::3] = 255, 60              # w = W_MAX where p = 2^15
         s[:, :, ::3] = 1 << 20                  # the row maximum (p = 2^15) on those keys
         valid[:, 0, 1::3] = False               # w = 0

@@ -375,21 +375,24 @@ def test_tile_reorder_rotate(lanes, beats, keys):
 
 
 # --- pv mode: attention PV on the array, V^T as the matrix, w in two digits (golden ``state_sums``) ----
-@pytest.mark.parametrize("r,keys,acc,wide,extreme", [(3, 16, False, False, True), (4, 24, True, True, True),
-                                                      (2, 8, True, False, False)])
-def test_pv_amaranth_sim(r, keys, acc, wide, extreme):
+@pytest.mark.parametrize("r,keys,acc,wide,extreme,v_max", [(3, 16, False, False, True, -8),
+                                                            (3, 16, False, False, True, 7),
+                                                            (4, 24, True, True, True, -8),
+                                                            (2, 8, True, False, False, -8)])
+def test_pv_amaranth_sim(r, keys, acc, wide, extreme, v_max):
     """pv mode against ``fixed.state_sums``' exact o (sat32, or wide with a previous wide value
-    added): w = W_MAX and w = 0 keys, V = -8, several key counts (multiples of K); then an
-    ordinary GEMM on the same unit (the mode is per command)."""
+    added): w = W_MAX and w = 0 keys, V = -8 (o below int32) or 7 (above: sat32's other bound),
+    several key counts (multiples of K); then an ordinary GEMM on the same unit (the mode is per
+    command)."""
     from mcf.sim.compute.jobs import pv_job, pv_weights
     from mcf.sw.golden import fixed as fx
     rng = np.random.default_rng(keys + r)
     P, K, TM, d = 2, 4, 4, 8
     dut = MatrixUnit(mac_rows=P, mac_lanes=K, max_tokens=TM, max_inputs=64, max_tiles=8, pv_tiles=d // P)
-    w, vq, o = pv_weights(rng, r, keys, d, extreme)
+    w, vq, o = pv_weights(rng, r, keys, d, extreme, v_max=v_max)
     if extreme:
-        assert (w == fx.W_MAX).any() and (w == 0).any() and (vq == -8).any()
-        assert (np.abs(o) > fx.INT32_MAX).any(), "no o beyond int32"
+        assert (w == fx.W_MAX).any() and (w == 0).any() and (vq == v_max).any()
+        assert ((o > fx.INT32_MAX) if v_max > 0 else (o < fx.INT32_MIN)).any(), "no o beyond int32 that side"
     prev = rng.integers(-(1 << (45 if wide else 28)), 1 << (45 if wide else 28), size=o.shape) if acc else None
     job = pv_job(w, vq, o, P, K, TM, prev=prev, wide=wide)
     y = o if prev is None else o + prev
