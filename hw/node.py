@@ -387,6 +387,7 @@ class RxEngine(wiring.Component):
         has_payload, bad = Signal(), Signal()
         match = Signal(S)
         timer = Signal(32)
+        matched, expired = Signal(), Signal()
         slot = Signal(range(max(S, 2)))
         sel = Signal(entry)               # table[slot]: a tree of 2:1 multiplexers on the slot bits
         level = [t.as_value() for t in table]
@@ -423,8 +424,11 @@ class RxEngine(wiring.Component):
                                  timer.eq(0)]
                     m.next = "LOOKUP"
             with m.State("LOOKUP"):
-                m.d.sync += [match.eq(Cat(*(valid[i] & (table[i].tag == hm.kv_id) for i in range(S)))),
-                             timer.eq(timer + 1)]
+                # (whether any entry matches and whether the wait ran out are registered beside
+                # the match: DECIDE has no OR over the entries and no compare of the timer)
+                hit = Cat(*(valid[i] & (table[i].tag == hm.kv_id) for i in range(S)))
+                m.d.sync += [match.eq(hit), matched.eq(hit.any()), timer.eq(timer + 1),
+                             expired.eq((timer + 1)[:len(timer)] >= self.rx_wait)]
                 m.next = "DECIDE"
             with m.State("DECIDE"):
                 first = Signal(range(max(S, 2)))
@@ -456,10 +460,10 @@ class RxEngine(wiring.Component):
                 with m.Elif(~outs.w_rdy):
                     m.next = "LOOKUP"              # wait for room to track the write
                 with m.Elif(self.running):
-                    with m.If(match.any()):
+                    with m.If(matched):
                         m.d.sync += slot.eq(first)
                         m.next = "CHECK"
-                    with m.Elif(timer >= self.rx_wait):
+                    with m.Elif(expired):
                         m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
                     with m.Else():
                         m.next = "LOOKUP"
@@ -473,7 +477,7 @@ class RxEngine(wiring.Component):
                                          raw(store_d.dir).eq(DmaDir.STORE), store_d.buffer.eq(0),
                                          store_d.tag.eq(ps.tag), store_tag.eq(ps.tag), store_ps.eq(1)]
                             m.next = "STORE"
-                    with m.Elif(timer >= self.rx_wait):
+                    with m.Elif(expired):
                         m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
                     with m.Else():
                         m.next = "LOOKUP"
@@ -923,27 +927,34 @@ class Node(wiring.Component):
                 with m.Default():
                     m.d.comb += pc.eq(seq.ex_pc)
             return pc
-        ddr_pc = Mux(ic.oow, client_pc(ic.oow_client), Mux(ic.resp_err, client_pc(ic.resp_err_client), seq.ex_pc))
+        # an error response enters through a register with its instruction (it is behind the
+        # clients' R / B handshakes): it faults the program and is counted a cycle later
+        resp_err, resp_err_pc = Signal(), Signal.like(seq.fault_pc)
+        m.d.sync += [resp_err.eq(ic.resp_err), resp_err_pc.eq(client_pc(ic.resp_err_client))]
+        ddr_pc = Mux(ic.oow, client_pc(ic.oow_client), Mux(resp_err, resp_err_pc, seq.ex_pc))
         m.d.comb += [
-            seq.ddr_fault.eq(ic.oow | ic.resp_err | w_oow | w_err),
+            seq.ddr_fault.eq(ic.oow | resp_err | w_oow | w_err),
             seq.ddr_fault_cause.eq(Mux(ic.oow | w_oow, SeqFault.OUT_OF_WINDOW, SeqFault.AXI_ERROR)),
             seq.ddr_fault_pc.eq(ddr_pc),
         ]
 
         # --- errors, idle, activity, interrupts -----------------------------------------------------
         errors = Signal(len(ErrorCause))
-        m.d.comb += errors.eq(nic.errors | rxe.errors | ((ic.resp_err | w_err) << ErrorCause.AXI_RESP_ERROR)
+        m.d.comb += errors.eq(nic.errors | rxe.errors | ((resp_err | w_err) << ErrorCause.AXI_RESP_ERROR)
                               | (self.eth_errors if self.has_eth else 0))
         m.d.comb += [csr.errors.eq(errors), seq.net_errors.eq(errors)]
         pk_empty = (pk.meta_level == 0) & (pk.payload_level == 0)
         engines_idle = ~txe.busy & ~rxe.busy & ~rxe.has_posted & pk_empty & ~cser.o.tvalid & ~lreg.busy
-        datapath_idle = (engines_idle & ~ld.busy & ~wr.busy & ic.idle & w_idle & ~csr.meta.valid & ~csr.desc.valid
-                         & ~ps_stores.r_rdy & ~ps_done.r_rdy & ~seq.fetch_busy)
+        # the datapath besides the engines (the sequencer registers both halves and ANDs them)
+        others_idle = (~ld.busy & ~wr.busy & ic.idle & w_idle & ~csr.meta.valid & ~csr.desc.valid
+                       & ~ps_stores.r_rdy & ~ps_done.r_rdy & ~seq.fetch_busy)
         # the PS's status bits (STATUS.busy, the sequencer's idle) a cycle late: registered
-        idle_q, busy_q = Signal(), Signal()
-        m.d.sync += [idle_q.eq(datapath_idle), busy_q.eq(ld.busy | wr.busy | txe.busy | rxe.busy)]
+        engines_idle_q, others_idle_q, busy_q = Signal(), Signal(), Signal()
+        m.d.sync += [engines_idle_q.eq(engines_idle), others_idle_q.eq(others_idle),
+                     busy_q.eq(ld.busy | wr.busy | txe.busy | rxe.busy)]
         m.d.comb += [
-            seq.engines_idle.eq(engines_idle), seq.datapath_idle.eq(datapath_idle), sr.idle.eq(idle_q),
+            seq.engines_idle.eq(engines_idle), seq.datapath_idle.eq(others_idle),
+            sr.idle.eq(engines_idle_q & others_idle_q),
             seq.activity.eq(ic.activity | ~w_idle | (nic.local_in.tvalid & nic.local_in.tready)
                             | (nic.local_out.tvalid & nic.local_out.tready)),
             csr.busy.eq(busy_q),
