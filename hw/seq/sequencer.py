@@ -51,7 +51,7 @@ the program at ``prog_base``.
 from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Mux, ResetInserter, Signal
-from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, AXI4Signature
@@ -109,8 +109,8 @@ class Fetch(wiring.Component):
         axi, depth, B = self.m_axi, self.depth, self.beats
         bus_log2 = (self.data_width // 8).bit_length() - 1
         instr_log2 = INSTR_BYTES.bit_length() - 1
-        # (``buffered_fifo``s here and for the queues: cycle for cycle ``SyncFIFOBuffered``, the
-        # reader's pop not in front of the level's adder; issue 14)
+        # (a ``buffered_fifo``: cycle for cycle ``SyncFIFOBuffered``, the reader's pop -- behind
+        # the queues' levels -- not in front of the level's adder; issue 14)
         m.submodules.words = words = buffered_fifo(FetchedLayout.size, depth)
 
         active = Signal()
@@ -258,7 +258,7 @@ class Sequencer(wiring.Component):
         m.submodules.sems = sems = Semaphores(cfg.num_sems, [1, 1, 1, 1, 16], n_dec=3)
         queues = []
         for q in Queue:
-            f = ResetInserter(clear)(buffered_fifo(IssueLayout.size + 1, cfg.seq_queue_depth))
+            f = ResetInserter(clear)(fifo.SyncFIFOBuffered(width=IssueLayout.size + 1, depth=cfg.seq_queue_depth))
             m.submodules[f"q_{q.name.lower()}"] = f
             queues.append(f)
         wiring.connect(m, wiring.flipped(self.m_axi), fetch.m_axi)
