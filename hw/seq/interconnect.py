@@ -192,22 +192,22 @@ class AxiInterconnect(wiring.Component):
         readers = [k for k, i in enumerate(idx) if self.clients[i].read]
         writers = [k for k, i in enumerate(idx) if self.clients[i].write]
         base = self.window_base
-        # the window's end registered (issue 14: the window is set while no burst is being
-        # checked; a burst checked in the cycle right after a write of it sees the old end)
-        end = Signal(DMA_ADDR_BITS + 1, name=f"p{p}_window_end")
-        m.d.sync += end.eq(base + self.window_size)
+        # the window's end, capped at the top of the HP port's space (no wrap-around when
+        # narrowed), registered (issue 14: the window is set while no burst is being checked; a
+        # burst checked in the cycle right after a write of it sees the old end)
+        end = Signal(max(DMA_ADDR_BITS, self.addr_width) + 1, name=f"p{p}_window_end")
+        window_end = base + self.window_size
+        m.d.sync += end.eq(Mux(window_end > (1 << self.addr_width), 1 << self.addr_width, window_end))
 
         def in_window(addr, length, size):
             nbytes_burst = Signal(range((256 << 7) + 1), name=f"p{p}_burst_bytes")
             m.d.comb += nbytes_burst.eq((length + 1) << size)
-            # the room after ``addr`` (to the window's end, to the top of the HP port's space)
-            # beside the burst's bytes, then one compare each: addr + bytes <= end is
-            # bytes <= end - addr, without the sum in front of the compare
-            w = max(DMA_ADDR_BITS, self.check_width) + 2
-            room, top = Signal(signed(w), name=f"p{p}_window_room"), Signal(signed(w), name=f"p{p}_port_room")
-            m.d.comb += [room.eq(end - addr), top.eq((1 << self.addr_width) - addr)]
-            # inside the window and addressable on the HP port (no wrap-around when narrowed)
-            return (addr >= base) & (nbytes_burst <= room) & (nbytes_burst <= top)
+            # the room after ``addr`` beside the burst's bytes, then one compare: addr + bytes <=
+            # end is bytes <= end - addr, without the sum in front of the compare
+            w = max(DMA_ADDR_BITS, self.addr_width, self.check_width) + 2
+            room = Signal(signed(w), name=f"p{p}_window_room")
+            m.d.comb += room.eq(end - addr)
+            return (addr >= base) & (nbytes_burst <= room)
 
         oow, oow_client = Signal(name=f"p{p}_oow"), Signal(range(len(self.clients)), name=f"p{p}_oow_client")
         err, err_client = Signal(name=f"p{p}_err"), Signal(range(len(self.clients)), name=f"p{p}_err_client")
