@@ -149,24 +149,36 @@ class TxEngine(wiring.Component):
         buf = Signal(range(max(cfg.buffers, 2)))
         loaded = Signal(range(self.depth + 1))   # LOADs complete, Meta not yet decided
 
+        # registered beside the bytes left (issue 14: no compare of the instruction word or of
+        # ``remaining`` in front of the loader's and the packetizer's handshakes): ``has_data``
+        # (a SEND with bytes), ``n`` (the next packet's bytes, min(remaining, max_payload)) and
+        # ``more`` (remaining != 0)
+        has_data, more = Signal(), Signal()
+        n = Signal(LENGTH_BITS)
+
+        def first_packet(length):
+            return Mux(length > self.max_payload, self.max_payload, length)
+
         m.d.comb += self.instr.ready.eq(~active & self.running)
         with m.If(self.instr.valid & self.instr.ready):
             ins = self.instr.payload.word
             is_s = ins[:6] == int(Opcode.SEND)
+            length = InstrLayouts[Opcode.SEND](ins).length
             m.d.sync += [active.eq(1), word.eq(ins), is_send.eq(is_s), header_only_sent.eq(0),
                          addr.eq(InstrLayouts[Opcode.SEND](ins).ddr * DDR_ALIGN),
-                         remaining.eq(Mux(is_s, InstrLayouts[Opcode.SEND](ins).length, 0))]
+                         remaining.eq(Mux(is_s, length, 0)), n.eq(Mux(is_s, first_packet(length), 0)),
+                         has_data.eq(is_s & (length != 0)), more.eq(is_s & (length != 0))]
 
         # --- LOAD descriptors: one per packet -------------------------------------------------------
-        n = Signal(LENGTH_BITS)
-        m.d.comb += n.eq(Mux(remaining > self.max_payload, self.max_payload, remaining))
         d = self.load.payload
         m.d.comb += [d.addr.eq(addr), d.length.eq(n), d.buffer.eq(buf), raw(d.dir).eq(DmaDir.LOAD), d.tag.eq(0),
                      lens.w_data.eq(n)]
-        m.d.comb += self.load.valid.eq(active & is_send & (remaining != 0) & self.running & lens.w_rdy)
+        m.d.comb += self.load.valid.eq(active & is_send & more & self.running & lens.w_rdy)
         with m.If(self.load.valid & self.load.ready):
             m.d.comb += lens.w_en.eq(1)
-            m.d.sync += [addr.eq(addr + n), remaining.eq(remaining - n),
+            left = Signal(LENGTH_BITS)
+            m.d.comb += left.eq(remaining - n)
+            m.d.sync += [addr.eq(addr + n), remaining.eq(left), n.eq(first_packet(left)), more.eq(left != 0),
                          buf.eq(Mux(buf == cfg.buffers - 1, 0, buf + 1))]
 
         # --- Meta for a loaded packet (or a header-only one), or a drop mark after a stop ---------
@@ -176,9 +188,9 @@ class TxEngine(wiring.Component):
             collective=Mux(is_send, raw(send.collective), Collective.UNICAST),
             reduce_op=Mux(is_send, raw(send.reduce_op), ReduceOp.NONE), src=self.node_id,
             dst=Mux(is_send, send.dst, credit.dst), route_id=Mux(is_send, send.route_id, credit.route_id),
-            kv_id=Mux(is_send, send.tag, credit.sem), length=Mux(is_send & (send.length != 0), lens.r_data, 0),
+            kv_id=Mux(is_send, send.tag, credit.sem), length=Mux(has_data, lens.r_data, 0),
             seq=Mux(is_send, send.seq, credit.count)))
-        header_only = active & (~is_send | (send.length == 0)) & ~header_only_sent
+        header_only = active & ~has_data & ~header_only_sent
         with_payload = loaded != 0
         m.d.comb += self.meta.valid.eq(self.running & (header_only | with_payload))
         m.d.comb += marks.w_data.eq(1)
@@ -205,8 +217,8 @@ class TxEngine(wiring.Component):
             m.d.comb += marks.r_en.eq(1)
 
         # --- completion -------------------------------------------------------------------------
-        finished = active & self.running & (remaining == 0) & (loaded == 0) & ~lens.holds & \
-            ~marks.holds & Mux(is_send & (send.length != 0), 1, header_only_sent)
+        finished = active & self.running & ~more & (loaded == 0) & ~lens.holds & \
+            ~marks.holds & (has_data | header_only_sent)
         with m.If(finished):
             m.d.comb += self.done.eq(1)
             m.d.sync += active.eq(0)
@@ -299,8 +311,8 @@ class DirWriteSignature(wiring.Signature):
 
 class RxEngine(wiring.Component):
     """See the module text.  Other ports: ``errors`` (strobes per ErrorCause), ``busy`` (a
-    packet or a DDR write in flight, or a credit queued), ``posted`` (table entries in use;
-    ``has_posted``: any),
+    packet or a DDR write in flight, or a credit queued), ``posted`` (table entries in use, a
+    cycle late; ``has_posted``: any, at once),
     ``bytes`` (payload bytes acknowledged this cycle), ``rx_packet`` (a header arrived),
     ``cur_pc`` (the RECV whose payload is being written), ``running``, ``rx_wait``,
     ``node_id``, ``clear``."""
@@ -332,13 +344,17 @@ class RxEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i), deser.i)
 
         # --- the receive table ------------------------------------------------------------------
-        # ``left``: bytes not yet acknowledged (the completion is an equality against the
-        # acknowledged write's length, no adder before it)
-        entry = data.StructLayout({"tag": KV_ID_BITS, "base": DMA_ADDR_BITS, "length": LENGTH_BITS,
-                                   "issued": LENGTH_BITS, "left": LENGTH_BITS, "done_sem": 5, "pc": PC_BITS})
+        # ``next``: the DDR address of the entry's next byte (base + bytes assigned), ``room``: the
+        # bytes it still expects (length - bytes assigned): the CHECK state compares and hands them
+        # on without an adder.  The write that completes an entry is the one that was assigned its
+        # last byte (the writer acknowledges in order): ``final`` travels with it in ``outs``, so
+        # the acknowledgement frees the entry without a compare (issue 14)
+        entry = data.StructLayout({"tag": KV_ID_BITS, "next": DMA_ADDR_BITS, "room": LENGTH_BITS,
+                                   "done_sem": 5, "pc": PC_BITS})
         table = [Signal(entry, name=f"entry{i}") for i in range(S)]
         valid = Signal(S)
-        m.d.comb += self.posted.eq(sum(valid[i] for i in range(S)))
+        # (registered: SEQ_LEVELS.posted is a cycle late, the popcount is not in the register read)
+        m.d.sync += self.posted.eq(sum(valid[i] for i in range(S)))
 
         # --- posting ----------------------------------------------------------------------------
         m.submodules.credits = credits = buffered_fifo(MetaLayout.size, 4)
@@ -361,7 +377,7 @@ class RxEngine(wiring.Component):
 
         # --- outstanding DMA writes: {slot, length, ps, tag}, in order -----------------------------
         out_layout = data.StructLayout({"slot": range(max(S, 2)), "length": LENGTH_BITS, "ps": 1,
-                                        "tag": DMA_TAG_BITS, "done_sem": 5})
+                                        "tag": DMA_TAG_BITS, "done_sem": 5, "final": 1})
         m.submodules.outs = outs = buffered_fifo(out_layout.size, self.outstanding)
         head = Signal(out_layout)
         m.d.comb += head.eq(outs.r_data)
@@ -371,6 +387,7 @@ class RxEngine(wiring.Component):
         has_payload, bad = Signal(), Signal()
         match = Signal(S)
         timer = Signal(32)
+        matched, expired = Signal(), Signal()
         slot = Signal(range(max(S, 2)))
         sel = Signal(entry)               # table[slot]: a tree of 2:1 multiplexers on the slot bits
         level = [t.as_value() for t in table]
@@ -392,9 +409,9 @@ class RxEngine(wiring.Component):
         assign = Signal()            # a packet's bytes were assigned to slot `slot`
 
         out_entry = Signal(out_layout)
-        out_done_sem = Signal(5)
+        out_done_sem, out_final = Signal(5), Signal()
         m.d.comb += [out_entry.slot.eq(slot), out_entry.length.eq(store_d.length), out_entry.ps.eq(store_ps),
-                     out_entry.tag.eq(store_tag), out_entry.done_sem.eq(out_done_sem)]
+                     out_entry.tag.eq(store_tag), out_entry.done_sem.eq(out_done_sem), out_entry.final.eq(out_final)]
         m.d.comb += [self.store.payload.eq(store_d), outs.w_data.eq(out_entry)]
         ps = self.ps_store.payload
         with m.FSM(name="packet") as fsm:
@@ -407,8 +424,11 @@ class RxEngine(wiring.Component):
                                  timer.eq(0)]
                     m.next = "LOOKUP"
             with m.State("LOOKUP"):
-                m.d.sync += [match.eq(Cat(*(valid[i] & (table[i].tag == hm.kv_id) for i in range(S)))),
-                             timer.eq(timer + 1)]
+                # (whether any entry matches and whether the wait ran out are registered beside
+                # the match: DECIDE has no OR over the entries and no compare of the timer)
+                hit = Cat(*(valid[i] & (table[i].tag == hm.kv_id) for i in range(S)))
+                m.d.sync += [match.eq(hit), matched.eq(hit.any()), timer.eq(timer + 1),
+                             expired.eq((timer + 1)[:len(timer)] >= self.rx_wait)]
                 m.next = "DECIDE"
             with m.State("DECIDE"):
                 first = Signal(range(max(S, 2)))
@@ -440,10 +460,10 @@ class RxEngine(wiring.Component):
                 with m.Elif(~outs.w_rdy):
                     m.next = "LOOKUP"              # wait for room to track the write
                 with m.Elif(self.running):
-                    with m.If(match.any()):
+                    with m.If(matched):
                         m.d.sync += slot.eq(first)
                         m.next = "CHECK"
-                    with m.Elif(timer >= self.rx_wait):
+                    with m.Elif(expired):
                         m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
                     with m.Else():
                         m.next = "LOOKUP"
@@ -457,7 +477,7 @@ class RxEngine(wiring.Component):
                                          raw(store_d.dir).eq(DmaDir.STORE), store_d.buffer.eq(0),
                                          store_d.tag.eq(ps.tag), store_tag.eq(ps.tag), store_ps.eq(1)]
                             m.next = "STORE"
-                    with m.Elif(timer >= self.rx_wait):
+                    with m.Elif(expired):
                         m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
                     with m.Else():
                         m.next = "LOOKUP"
@@ -468,14 +488,15 @@ class RxEngine(wiring.Component):
                         m.next = "HEADER"
             with m.State("CHECK"):
                 # the matched entry: does the packet fit what it still expects?
-                with m.If(sel.issued + hm.length > sel.length):
+                with m.If(hm.length > sel.room):
                     m.d.comb += err[ErrorCause.RX_OVERFLOW].eq(1)
                     m.next = "DRAIN"
                 with m.Else():
                     m.d.comb += assign.eq(1)
-                    m.d.sync += [store_d.addr.eq(sel.base + sel.issued), store_d.length.eq(hm.length),
+                    m.d.sync += [store_d.addr.eq(sel.next), store_d.length.eq(hm.length),
                                  raw(store_d.dir).eq(DmaDir.STORE), store_d.buffer.eq(0), store_d.tag.eq(0),
-                                 store_tag.eq(0), store_ps.eq(0), cur_pc.eq(sel.pc), out_done_sem.eq(sel.done_sem)]
+                                 store_tag.eq(0), store_ps.eq(0), cur_pc.eq(sel.pc), out_done_sem.eq(sel.done_sem),
+                                 out_final.eq(hm.length == sel.room)]
                     m.next = "STORE"
             with m.State("STORE"):
                 m.d.comb += self.store.valid.eq(1)
@@ -505,17 +526,14 @@ class RxEngine(wiring.Component):
         for i in range(S):
             e = table[i]
             with m.If(post & first_free[i]):
-                m.d.sync += [valid[i].eq(1), e.tag.eq(recv.tag), e.base.eq(recv.ddr * DDR_ALIGN),
-                             e.length.eq(recv.length), e.issued.eq(0), e.left.eq(recv.length),
-                             e.done_sem.eq(recv.done_sem), e.pc.eq(self.instr.payload.pc)]
+                m.d.sync += [valid[i].eq(1), e.tag.eq(recv.tag), e.next.eq(recv.ddr * DDR_ALIGN),
+                             e.room.eq(recv.length), e.done_sem.eq(recv.done_sem), e.pc.eq(self.instr.payload.pc)]
             with m.If(assign & (slot == i)):
-                m.d.sync += e.issued.eq(e.issued + hm.length)
-            with m.If(complete & (head.slot == i)):
-                m.d.sync += e.left.eq(e.left - head.length)
-                with m.If(e.left == head.length):
-                    m.d.sync += valid[i].eq(0)
-                    m.d.comb += self.done_inc.valid.eq(1)
-        m.d.comb += [self.done_inc.sem.eq(head.done_sem), self.done_inc.amount.eq(1)]
+                m.d.sync += [e.next.eq(e.next + hm.length), e.room.eq(e.room - hm.length)]
+            with m.If(complete & head.final & (head.slot == i)):
+                m.d.sync += valid[i].eq(0)
+        m.d.comb += [self.done_inc.valid.eq(complete & head.final), self.done_inc.sem.eq(head.done_sem),
+                     self.done_inc.amount.eq(1)]
         with m.If(self.clear):
             m.d.sync += valid.eq(0)
 
@@ -804,8 +822,7 @@ class Node(wiring.Component):
         # the PS's path gets the loader a cycle after the engine is done
         tx_owns = Signal()
         m.d.sync += tx_owns.eq(running | txe.busy)
-        m.submodules.ps_stores = ps_stores = fifo.SyncFIFOBuffered(width=DmaDescriptorLayout.size,
-                                                                   depth=cfg.desc_queue_depth)
+        m.submodules.ps_stores = ps_stores = buffered_fifo(DmaDescriptorLayout.size, cfg.desc_queue_depth)
         ps_is_load = raw(csr.desc.payload.dir) == int(DmaDir.LOAD)
         m.d.comb += [
             ps_stores.w_data.eq(csr.desc.payload.as_value()),
@@ -895,37 +912,49 @@ class Node(wiring.Component):
                 m.d.sync += last.eq(binary)
                 hp_rd[p] = Signal(range(256 * cfg.data_bytes), name=f"hp{p}_rd_bytes")
                 m.d.comb += hp_rd[p].eq((binary - last)[:8] * cfg.data_bytes)
-        ddr_pc = Signal.like(seq.fault_pc)
-        ic_client = Mux(ic.oow, ic.oow_client, ic.resp_err_client)
-        with m.Switch(Mux(ic.oow | ic.resp_err, ic_client, len(self.ic.clients))):   # a weight port's: ex
-            with m.Case(FETCH):
-                m.d.comb += ddr_pc.eq(seq.fetch_pc)
-            with m.Case(LOADER):
-                m.d.comb += ddr_pc.eq(seq.tx_pc)
-            with m.Case(WRITER):
-                m.d.comb += ddr_pc.eq(rxe.cur_pc)
-            with m.Default():
-                m.d.comb += ddr_pc.eq(seq.ex_pc)
+        # the instruction of a DDR fault: its client's; a weight port's: the execute unit's.  Each
+        # client's pc is picked before the strobes choose (issue 14: the strobes come late, behind
+        # the clients' R / B handshakes)
+        def client_pc(client):
+            pc = Signal.like(seq.fault_pc)
+            with m.Switch(client):
+                with m.Case(FETCH):
+                    m.d.comb += pc.eq(seq.fetch_pc)
+                with m.Case(LOADER):
+                    m.d.comb += pc.eq(seq.tx_pc)
+                with m.Case(WRITER):
+                    m.d.comb += pc.eq(rxe.cur_pc)
+                with m.Default():
+                    m.d.comb += pc.eq(seq.ex_pc)
+            return pc
+        # an error response enters through a register with its instruction (it is behind the
+        # clients' R / B handshakes): it faults the program and is counted a cycle later
+        resp_err, resp_err_pc = Signal(), Signal.like(seq.fault_pc)
+        m.d.sync += [resp_err.eq(ic.resp_err), resp_err_pc.eq(client_pc(ic.resp_err_client))]
+        ddr_pc = Mux(ic.oow, client_pc(ic.oow_client), Mux(resp_err, resp_err_pc, seq.ex_pc))
         m.d.comb += [
-            seq.ddr_fault.eq(ic.oow | ic.resp_err | w_oow | w_err),
+            seq.ddr_fault.eq(ic.oow | resp_err | w_oow | w_err),
             seq.ddr_fault_cause.eq(Mux(ic.oow | w_oow, SeqFault.OUT_OF_WINDOW, SeqFault.AXI_ERROR)),
             seq.ddr_fault_pc.eq(ddr_pc),
         ]
 
         # --- errors, idle, activity, interrupts -----------------------------------------------------
         errors = Signal(len(ErrorCause))
-        m.d.comb += errors.eq(nic.errors | rxe.errors | ((ic.resp_err | w_err) << ErrorCause.AXI_RESP_ERROR)
+        m.d.comb += errors.eq(nic.errors | rxe.errors | ((resp_err | w_err) << ErrorCause.AXI_RESP_ERROR)
                               | (self.eth_errors if self.has_eth else 0))
         m.d.comb += [csr.errors.eq(errors), seq.net_errors.eq(errors)]
         pk_empty = (pk.meta_level == 0) & (pk.payload_level == 0)
         engines_idle = ~txe.busy & ~rxe.busy & ~rxe.has_posted & pk_empty & ~cser.o.tvalid & ~lreg.busy
-        datapath_idle = (engines_idle & ~ld.busy & ~wr.busy & ic.idle & w_idle & ~csr.meta.valid & ~csr.desc.valid
-                         & ~ps_stores.r_rdy & ~ps_done.r_rdy & ~seq.fetch_busy)
+        # the datapath besides the engines (the sequencer registers both halves and ANDs them)
+        others_idle = (~ld.busy & ~wr.busy & ic.idle & w_idle & ~csr.meta.valid & ~csr.desc.valid
+                       & ~ps_stores.r_rdy & ~ps_done.r_rdy & ~seq.fetch_busy)
         # the PS's status bits (STATUS.busy, the sequencer's idle) a cycle late: registered
-        idle_q, busy_q = Signal(), Signal()
-        m.d.sync += [idle_q.eq(datapath_idle), busy_q.eq(ld.busy | wr.busy | txe.busy | rxe.busy)]
+        engines_idle_q, others_idle_q, busy_q = Signal(), Signal(), Signal()
+        m.d.sync += [engines_idle_q.eq(engines_idle), others_idle_q.eq(others_idle),
+                     busy_q.eq(ld.busy | wr.busy | txe.busy | rxe.busy)]
         m.d.comb += [
-            seq.engines_idle.eq(engines_idle), seq.datapath_idle.eq(datapath_idle), sr.idle.eq(idle_q),
+            seq.engines_idle.eq(engines_idle), seq.datapath_idle.eq(others_idle),
+            sr.idle.eq(engines_idle_q & others_idle_q),
             seq.activity.eq(ic.activity | ~w_idle | (nic.local_in.tvalid & nic.local_in.tready)
                             | (nic.local_out.tvalid & nic.local_out.tready)),
             csr.busy.eq(busy_q),

@@ -52,7 +52,10 @@ class DmaWriter(wiring.Component):
         axi, nbytes = self.m_axi, self.data_width // 8
         depth = self.max_outstanding
 
-        burst_layout = data.StructLayout({"beats": range(MAX_BURST_BEATS + 1), "last": 1, "keep": nbytes})
+        # a burst's last beat index (and whether it has none) queued, not its beats: WLAST is
+        # an equality with the beat counter, no subtraction before it (issue 14)
+        burst_layout = data.StructLayout({"last_beat": range(MAX_BURST_BEATS), "empty": 1, "last": 1,
+                                          "keep": nbytes})
         resp_layout = data.StructLayout({"last": 1, "tag": DMA_TAG_BITS})
         m.submodules.w_q = w_q = fifo.SyncFIFOBuffered(width=burst_layout.size, depth=depth)
         m.submodules.b_q = b_q = fifo.SyncFIFOBuffered(width=resp_layout.size, depth=depth)
@@ -85,7 +88,7 @@ class DmaWriter(wiring.Component):
             axi.awburst.eq(BURST_INCR), axi.awcache.eq(AXCACHE), axi.awid.eq(0),
             aw_fire.eq(axi.awvalid & axi.awready),
             b_fire.eq(axi.bvalid & axi.bready),
-            burst.beats.eq(n), burst.last.eq(last_burst), burst.keep.eq(keep),
+            burst.last_beat.eq(n - 1), burst.empty.eq(n == 0), burst.last.eq(last_burst), burst.keep.eq(keep),
             resp.last.eq(last_burst), resp.tag.eq(tag),
             w_q.w_data.eq(burst), b_q.w_data.eq(resp),
             w_q.w_en.eq(aw_fire), b_q.w_en.eq(aw_fire),
@@ -100,7 +103,7 @@ class DmaWriter(wiring.Component):
         cur = Signal(burst_layout)
         m.d.comb += cur.eq(w_q.r_data)
         beat = Signal(range(MAX_BURST_BEATS))
-        w_last = beat == cur.beats - 1
+        w_last = (beat == cur.last_beat) & ~cur.empty
         m.d.comb += [
             axi.wvalid.eq(w_q.r_rdy & self.i.tvalid),
             self.i.tready.eq(w_q.r_rdy & axi.wready),

@@ -3,7 +3,8 @@
 The compute engine pushes payload beats and the PS (through the CSR metadata queue) pushes
 headers; both are buffered so that the compute side keeps producing while the NIC
 back-pressures, until a FIFO is full.  Nothing is dropped: a full FIFO de-asserts ready.
-The FIFOs are ``SyncFIFOBuffered`` (``lib.memory`` underneath), so they map to block RAM.
+The payload FIFO is a ``SyncFIFOBuffered`` (``lib.memory`` underneath: block RAM), the headers'
+a ``buffered_fifo`` (the same behaviour, cycle for cycle).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axis import AXIStreamSignature
+from mcf.hw.fifo import buffered_fifo
 from mcf.hw.layouts import MetaLayout
 from mcf.hw.packet.header import HeaderSerializer
 from mcf.hw.registry import block
@@ -45,8 +47,9 @@ class Packetizer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w = self.data_width
-        m.submodules.meta_fifo = meta_fifo = fifo.SyncFIFOBuffered(
-            width=MetaLayout.size, depth=self.meta_depth)
+        # (the headers' queue: a ``buffered_fifo``, the serializer's ready reaches its output
+        # registers only, not its level's adder; issue 14)
+        m.submodules.meta_fifo = meta_fifo = buffered_fifo(MetaLayout.size, self.meta_depth)
         m.submodules.payload_fifo = pay_fifo = fifo.SyncFIFOBuffered(
             width=w + w // 8 + 1, depth=self.payload_depth)
         m.submodules.ser = ser = HeaderSerializer(w)

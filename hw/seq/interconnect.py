@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -131,11 +131,14 @@ class AxiInterconnect(wiring.Component):
             idles.append(idle)
             acts.append(act)
         # One event per cycle is reported (ports rarely fault together; the node stops at the first).
+        # The client is named only with its strobe (without one: the last port's, not behind
+        # the strobes' logic).
         for events, strobe, who in ((oow_ev, self.oow, self.oow_client),
                                     (err_ev, self.resp_err, self.resp_err_client)):
-            for valid, client in reversed(events):
+            m.d.comb += [strobe.eq(Cat(*(valid for valid, _ in events)).any()), who.eq(events[-1][1])]
+            for valid, client in reversed(events[:-1]):
                 with m.If(valid):
-                    m.d.comb += [strobe.eq(1), who.eq(client)]
+                    m.d.comb += who.eq(client)
         m.d.comb += [self.idle.eq(Cat(*idles).all()), self.activity.eq(Cat(*acts).any())]
         return m
 
@@ -189,16 +192,22 @@ class AxiInterconnect(wiring.Component):
         readers = [k for k, i in enumerate(idx) if self.clients[i].read]
         writers = [k for k, i in enumerate(idx) if self.clients[i].write]
         base = self.window_base
-        end = Signal(DMA_ADDR_BITS + 1)
-        m.d.comb += end.eq(base + self.window_size)
+        # the window's end, capped at the top of the HP port's space (no wrap-around when
+        # narrowed), registered (issue 14: the window is set while no burst is being checked; a
+        # burst checked in the cycle right after a write of it sees the old end)
+        end = Signal(max(DMA_ADDR_BITS, self.addr_width) + 1, name=f"p{p}_window_end")
+        window_end = base + self.window_size
+        m.d.sync += end.eq(Mux(window_end > (1 << self.addr_width), 1 << self.addr_width, window_end))
 
         def in_window(addr, length, size):
             nbytes_burst = Signal(range((256 << 7) + 1), name=f"p{p}_burst_bytes")
             m.d.comb += nbytes_burst.eq((length + 1) << size)
-            last = Signal(max(DMA_ADDR_BITS, self.check_width) + 1, name=f"p{p}_burst_end")
-            m.d.comb += last.eq(addr + nbytes_burst)
-            # inside the window and addressable on the HP port (no wrap-around when narrowed)
-            return (addr >= base) & (last <= end) & (last <= (1 << self.addr_width))
+            # the room after ``addr`` beside the burst's bytes, then one compare: addr + bytes <=
+            # end is bytes <= end - addr, without the sum in front of the compare
+            w = max(DMA_ADDR_BITS, self.addr_width, self.check_width) + 2
+            room = Signal(signed(w), name=f"p{p}_window_room")
+            m.d.comb += room.eq(end - addr)
+            return (addr >= base) & (nbytes_burst <= room)
 
         oow, oow_client = Signal(name=f"p{p}_oow"), Signal(range(len(self.clients)), name=f"p{p}_oow_client")
         err, err_client = Signal(name=f"p{p}_err"), Signal(range(len(self.clients)), name=f"p{p}_err_client")
@@ -240,12 +249,17 @@ class AxiInterconnect(wiring.Component):
                         m.d.sync += [responding.eq(0), held.eq(0)]
             m.d.comb += r_fire.eq(hp.rvalid & hp.rready)
             beat_bad = hp.rresp != Resp.OKAY
+            # (the client of the R beat whether or not it errs: the ID's, not behind the beat's
+            # handshake; it names the client only with ``err``)
+            for k in readers:
+                with m.If(r_slot == k):
+                    m.d.comb += err_client.eq(idx[k])
             for k in readers:
                 with m.If(r_fire & (r_slot == k)):
                     with m.If(hp.rlast):
                         m.d.sync += bad_seen[k].eq(0)
                         with m.If(bad_seen[k] | beat_bad):
-                            m.d.comb += [err.eq(1), err_client.eq(idx[k])]
+                            m.d.comb += err.eq(1)
                     with m.Else():
                         m.d.sync += bad_seen[k].eq(bad_seen[k] | beat_bad)
             m.d.sync += rd_out.eq(rd_out + ar_fire - (r_fire & hp.rlast))

@@ -10,8 +10,9 @@ Increments are pipelined (registered events, then a registered per-semaphore sum
 becomes visible three cycles after its strobe; decrements are registered twice too (the
 events, then per semaphore) and visible three cycles after their strobe (``taken`` says which
 semaphores a registered decrement is about to lower: the issue logic treats a value it read in
-the cycle of a take or the two after as stale, so it never takes more than is there).  ``overflow`` is registered: it strobes the
-cycle after the value saturated.  Every path is a few LUT levels (docs/timing.md): the
+the cycle of a take or the two after as stale, so it never takes more than is there).
+``overflow`` is registered (per semaphore, ORed after the registers): it strobes the cycle
+after the value saturated.  Every path is a few LUT levels (docs/timing.md): the
 issue's decision never reaches the semaphores' adders in the same cycle.
 """
 from __future__ import annotations
@@ -98,11 +99,16 @@ class Semaphores(wiring.Component):
                 pending = pending | hit
             m.d.sync += decq[i].eq(Mux(self.clear, 0, amount))
             m.d.comb += self.taken[i].eq(pending | (decq[i] != 0))
-        # stage 3: apply sums and decrements
-        over = Signal()
+        # stage 3: apply sums and decrements; each semaphore's saturation registered on its own
+        # and ORed after the register (``overflow`` still strobes the cycle after: issue 14, the
+        # OR over the semaphores was behind the adders)
+        over = Signal(n)
         for i in range(n):
             dec = decq[i]
-            nxt = Signal(SEM_WIDTH + sum_bits + 1, name=f"sem{i}_next")
+            # value + sum - dec lies in (-2^(w-1), 2^(w-1)) for w = max(SEM_WIDTH, sum_bits) + 2:
+            # w bits hold it, a negative one (never: the issue logic takes only what is there)
+            # reads as above SEM_MAX as with more bits, and the compare looks at few top bits
+            nxt = Signal(max(SEM_WIDTH, sum_bits) + 2, name=f"sem{i}_next")
             m.d.comb += nxt.eq(self.values[i] + sums[i] - dec)
             with m.If(self.clear):
                 m.d.sync += self.values[i].eq(0)
@@ -110,6 +116,6 @@ class Semaphores(wiring.Component):
                 m.d.sync += self.values[i].eq(SEM_MAX)
             with m.Else():
                 m.d.sync += self.values[i].eq(nxt)
-            over = over | (nxt > SEM_MAX)
-        m.d.sync += self.overflow.eq(over & ~self.clear)
+            m.d.sync += over[i].eq((nxt > SEM_MAX) & ~self.clear)
+        m.d.comb += self.overflow.eq(over.any())
         return m

@@ -56,6 +56,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, AXI4Signature
 from mcf.hw.dma.common import AXCACHE
+from mcf.hw.fifo import buffered_fifo
 from mcf.hw.layouts import InstrHeaderLayout, register_word
 from mcf.hw.registry import block
 from mcf.hw.seq.decode import CODES, Decoder, legal_of
@@ -108,7 +109,9 @@ class Fetch(wiring.Component):
         axi, depth, B = self.m_axi, self.depth, self.beats
         bus_log2 = (self.data_width // 8).bit_length() - 1
         instr_log2 = INSTR_BYTES.bit_length() - 1
-        m.submodules.words = words = fifo.SyncFIFOBuffered(width=FetchedLayout.size, depth=depth)
+        # (a ``buffered_fifo``: cycle for cycle ``SyncFIFOBuffered``, the reader's pop -- behind
+        # the queues' levels -- not in front of the level's adder; issue 14)
+        m.submodules.words = words = buffered_fifo(FetchedLayout.size, depth)
 
         active = Signal()
         addr = Signal(self.addr_width)
@@ -221,7 +224,7 @@ class Sequencer(wiring.Component):
             "rx_done_inc": In(SemEventSignature(1)),
             "rx_credit_inc": In(SemEventSignature(16)),
             "engines_idle": In(1),       # TX / RX engines and the execute unit have nothing in flight
-            "datapath_idle": In(1),      # ... and no DMA transfer, packet or DDR burst: a start may go
+            "datapath_idle": In(1),      # no DMA transfer, packet or DDR burst besides: with both a start may go
             "ddr_fault": In(1), "ddr_fault_cause": In(FAULT_BITS), "ddr_fault_pc": In(PC_BITS),
             "net_errors": In(len(ErrorCause)),
             "activity": In(1),
@@ -282,14 +285,15 @@ class Sequencer(wiring.Component):
             m.d.sync += pending.eq(1)
         with m.If(self.abort & ~running):
             m.d.sync += pending.eq(0)
-        # ``datapath_idle`` comes from the whole node (the engines, DMA, interconnect, the PS's
-        # queues): it enters through a register, like ``engines_idle`` (a start that waits for the
-        # datapath launches a cycle after it went idle)
-        datapath_idle_q = Signal()
-        m.d.sync += datapath_idle_q.eq(self.datapath_idle)
+        # ``datapath_idle`` comes from the whole node (DMA, interconnect, the PS's queues) and
+        # ``engines_idle`` from the engines: a start needs both; each enters through a register and
+        # they are ANDed after (issue 14: one AND of the whole datapath was in front of one
+        # register; a start that waits for the datapath launches a cycle after it went idle)
+        datapath_idle_q, engines_idle_b = Signal(), Signal()
+        m.d.sync += [datapath_idle_q.eq(self.datapath_idle), engines_idle_b.eq(self.engines_idle)]
         with m.FSM(name="boot"):
             with m.State("IDLE"):
-                with m.If(pending & ~running & datapath_idle_q & ~self.abort):
+                with m.If(pending & ~running & datapath_idle_q & engines_idle_b & ~self.abort):
                     m.next = "CLEAR"
             with m.State("CLEAR"):
                 m.d.comb += clear.eq(1)
@@ -555,8 +559,10 @@ class Sequencer(wiring.Component):
         parts.update(rx_slot=self.rx_slot_wait, ex_busy=(slot[ex] == Slot.OFFER) | (slot[ex] == Slot.BUSY),
                      tx_busy=(slot[tx] == Slot.OFFER) | (slot[tx] == Slot.BUSY), end=slot[ex] == Slot.END,
                      fetch=starved)
-        m.d.comb += [self.wait.eq(register_word(wreg, **parts)),
-                     self.levels.eq(register_word(REGISTERS["SEQ_LEVELS"], ex=queues[ex].level, tx=queues[tx].level,
+        # SEQ_WAIT a cycle late (registered: the RX engine's slot wait is behind its table's
+        # valid bits, and the word goes into the register read; issue 14)
+        m.d.sync += self.wait.eq(register_word(wreg, **parts))
+        m.d.comb += [self.levels.eq(register_word(REGISTERS["SEQ_LEVELS"], ex=queues[ex].level, tx=queues[tx].level,
                                                   rx=queues[rx].level, posted=self.rx_posted))]
         return m
 
