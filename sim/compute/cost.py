@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from mcf.hw.compute.attention import key_cycles, max_write_latency, out_words, unit_lanes
+from mcf.hw.compute.exec.movers import sm_apply_beats  # noqa: F401 (ATTN_SM APPLY's group, one definition)
 from mcf.hw.compute.matrix import MatrixUnit
 from mcf.spec.node import NodeConfig
 
@@ -111,16 +112,6 @@ def attn_emit_cycles(mode, rows: int, d: int, vl: int) -> int:
 #: first group's R beats, the unit's post pipeline (17 cycles), the first V scale word from DDR and the last
 #: group's R w beats written back.
 SOFTMAX_START = {"MAX": 9, "APPLY": 34, "DEFER": 5}
-
-
-def sm_apply_beats(sm_rows: int, vl: int, banks: int) -> int:
-    """ATTN_SM APPLY's group in SPAD beats a row (``hw/compute/exec/movers.py``
-    ``Geometry.sm_apply_beats``): the fewest, a power of two up to ``banks``, with AB VL >= the
-    unit's state rows (``NodeConfig.sm_rows``): 2 on the KR260 node (12 rows, VL = 8, 4 banks)."""
-    ab = 1
-    while ab < banks and ab * vl < sm_rows:
-        ab *= 2
-    return ab
 
 
 def softmax_pass_cycles(keys: int, rows: int, vl: int, apply: bool, banks: int = 1, apply_beats: int = 1,

@@ -75,6 +75,17 @@ def _divides(a: int, b: int) -> bool:
     return a >= 1 and b >= 1 and (max(a, b) % min(a, b) == 0)
 
 
+def sm_apply_beats(sm_rows: int, vl: int, banks: int) -> int:
+    """ATTN_SM APPLY's group: beats of a row read (and w beats written) at once -- the fewest (a
+    power of two, at most ``banks``, the SPAD's) whose VL keys each cover the unit's ``sm_rows``
+    state rows, so that a group's R reads and R writes take no longer than its keys' post (a key a
+    cycle): 2 at R = 12, VL = 8, 4 banks.  The cost and ISA models use this one definition."""
+    ab = 1
+    while ab < banks and ab * vl < sm_rows:
+        ab *= 2
+    return ab
+
+
 @dataclass(frozen=True)
 class Geometry:
     """The sizes the execute unit is built with (from a ``NodeConfig``)."""
@@ -169,14 +180,8 @@ class Geometry:
 
     @property
     def sm_apply_beats(self) -> int:
-        """ATTN_SM APPLY's group: beats of a row read (and w beats written) at once -- the fewest
-        (a power of two, at most ``spad_banks``) whose VL keys each cover the unit's state rows, so
-        that a group's R reads and R writes take no longer than its keys' post (a key a cycle):
-        2 at R = 12, VL = 8, 4 banks (``sim/compute/cost.py`` ``sm_apply_beats``)."""
-        ab = 1
-        while ab < self.spad_banks and ab * self.vl < (self.sm_rows or self.att_rows):
-            ab *= 2
-        return ab
+        """ATTN_SM APPLY's group in beats a row: ``sm_apply_beats`` (below) of this build."""
+        return sm_apply_beats(self.sm_rows or self.att_rows, self.vl, self.spad_banks)
 
     @property
     def spad_bits(self) -> int:
