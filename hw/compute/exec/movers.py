@@ -46,7 +46,7 @@ from mcf.hw.compute.attention import AttentionUnit, k_layout, out_words, q_addr_
 from mcf.hw.compute.exec.spad import SpadReadSignature, SpadWriteSignature
 from mcf.hw.compute.exec.streams import COUNT_BITS, Packer, Unpacker, request_layout
 from mcf.hw.compute.kv_writer import KVWriter
-from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder, rotate_pieces
+from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder, rotate_list, rotate_pieces
 from mcf.hw.compute.vector import VectorUnit
 from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
 from mcf.spec import isa
@@ -1729,6 +1729,50 @@ class SegmentReader(wiring.Component):
         return m
 
 
+class SkewTranspose(wiring.Component):
+    """Two buffers (``sel``) of ``rows`` x ``cols`` 32-bit words, written a row and read a column a
+    cycle (``rows_in``; else written a column and read a row): the ATTN_SM APPLY transposes.  Word
+    (r, j) lies in LUT-RAM bank (r + j) mod M at address r (+ M ``sel``), M = ``rows`` or ``cols``
+    rounded up to a power of two, so that a row's words and a column's words each lie in M
+    different banks: a write is one word a bank (the row or column rotated by its index, radix-4
+    ``rotate_list``), a read one word a bank rotated back.  Instead of FF arrays whose reads choose
+    a word of ``cols`` (or a row of 2 ``rows``) for every bit.  ``r_data`` is the read of ``r_sel``,
+    ``r_idx`` (combinational: the RAM's asynchronous read); a write lands at the clock edge."""
+
+    def __init__(self, rows: int, cols: int, rows_in: bool):
+        self.rows, self.cols, self.rows_in = rows, cols, rows_in
+        self.M = 1 << ceil_log2(max(rows, cols, 1))
+        wn, rn = (cols, rows) if rows_in else (rows, cols)        # words a write / a read
+        wi, ri = (rows, cols) if rows_in else (cols, rows)        # the write's / read's index range
+        super().__init__({
+            "w_en": In(1), "w_sel": In(1), "w_idx": In(range(wi)), "w_data": In(wn * 32),
+            "r_sel": In(1), "r_idx": In(range(ri)), "r_data": Out(rn * 32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        M, mb = self.M, _log2(self.M)
+        wn = self.cols if self.rows_in else self.rows
+        words = [self.w_data[32 * k:32 * (k + 1)] for k in range(wn)] + [Const(0, 32)] * (M - wn)
+        widx, ridx = Signal(mb, name="widx"), Signal(mb, name="ridx")          # the indices, mb bits
+        m.d.comb += [widx.eq(self.w_idx), ridx.eq(self.r_idx)]
+        wwords = rotate_list(words, widx, sign=-1, m=m, name="wrot")          # bank b: word (b - idx) mod M
+        outs = []
+        for b in range(M):
+            mem = memory.Memory(shape=32, depth=2 * M, init=[])
+            m.submodules[f"bank{b}"] = mem
+            wp, rp = mem.write_port(), mem.read_port(domain="comb")
+            # the row index of bank b's word: the write's / read's own when it is a row, else (b - idx) mod M
+            wrow = widx if self.rows_in else (b - widx)[:mb]
+            rrow = (b - ridx)[:mb] if self.rows_in else ridx
+            m.d.comb += [wp.en.eq(self.w_en), wp.addr.eq(Cat(wrow, self.w_sel)), wp.data.eq(wwords[b]),
+                         rp.addr.eq(Cat(rrow, self.r_sel))]
+            outs.append(rp.data)
+        rn = self.rows if self.rows_in else self.cols
+        m.d.comb += self.r_data.eq(Cat(*rotate_list(outs, ridx, sign=1, m=m, name="rrot")[:rn]))
+        return m
+
+
 class AttnState(enum.Enum, shape=4):
     IDLE = 0
     CHECK = 1
@@ -1756,9 +1800,9 @@ class AttnMover(Mover):
     ATTN_SM APPLY feeds the unit's streamed-score pass (``cmd.src``): per group of G = AB VL keys
     (AB = ``Geometry.sm_apply_beats``: 2 at R = 12, VL = 8, 4 banks) it reads the R rows' AB beats of
     the group (row-major, SPAD, one wide read a row) into one of two transpose buffers (R x G words
-    each) while the unit takes the other's keys, one a cycle, each with all R rows' scores, its
+    each, LUT RAM: ``SkewTranspose``) while the unit takes the other's keys, one a cycle, each with all R rows' scores, its
     position and (APPLY) its V scale word from read stream 1; the unit's w (per key, all rows) fill
-    one of two buffers of R x G words while the other is written back, a row's AB beats a cycle (one
+    one of two buffers of R x G words (``SkewTranspose``) while the other is written back, a row's AB beats a cycle (one
     wide write, the other banks skipped; AB writes of a beat when w or w_stride is not a multiple of
     AB).  So a group takes max(R, G) cycles: 1 cycle a key at R = 12, G = 16 (the post's rate).
 
@@ -2095,8 +2139,9 @@ class AttnMover(Mover):
         # wide read) and one write (wide, the other banks skipped) a row: R cycles per G keys each way
         AB, G = g.sm_apply_beats, g.sm_apply_beats * VL
         ab_log2, g_log2 = _log2(AB), _log2(G)
-        # reads: group gi's R rows (AB beats each) into buffer gi mod 2 once it is free
-        tb = [[Signal(G * 32, name=f"smtb{x}_{r}") for r in range(R)] for x in range(2)]
+        # reads: group gi's R rows (AB beats each) into buffer gi mod 2 once it is free (LUT RAM, a row
+        # written a cycle, a key's column read: ``SkewTranspose``)
+        m.submodules.smtb = tb = SkewTranspose(R, G, rows_in=True)
         sm_taken, sm_full = Signal(2), Signal(2)         # a buffer holds (or is getting) a group / all of it
         sm_gi, sm_ri = Signal(16), Signal(range(R + 1))  # group (its first VL group) / row being read
         sm_raddr, sm_rbase = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
@@ -2131,11 +2176,8 @@ class AttnMover(Mover):
                              au.mx.count.eq(Mux(left >= NB, NB * VL, left << vl_log2))]
                 with m.If(sm_fr == sm_rows_m1):
                     m.d.sync += [sm_mfirst.eq(0), sm_mpos.eq(sm_mpos + NB * VL), sm_mg.eq(sm_mg + NB)]
+            m.d.comb += [tb.w_en.eq(rq.valid), tb.w_sel.eq(sm_fsel), tb.w_idx.eq(sm_fr), tb.w_data.eq(rq.words[:G * 32])]
             with m.If(rq.valid):
-                for x in range(2):
-                    for r in range(R):
-                        with m.If((sm_fsel == x) & (sm_fr == r)):
-                            m.d.sync += tb[x][r].eq(rq.words[:G * 32])
                 m.d.sync += sm_fr.eq(sm_fr + 1)
                 with m.If(sm_fr == sm_rows_m1):
                     m.d.sync += [sm_fr.eq(0), sm_fsel.eq(~sm_fsel)]
@@ -2164,8 +2206,8 @@ class AttnMover(Mover):
         m.d.comb += [sm_final.eq((sm_j[:vl_log2] == VL - 1) & (sm_eg + (sm_j >> vl_log2) == sm_groups_m1)),
                      sm_jlast.eq((sm_j == G - 1) | sm_final)]
         sp = au.s.payload
-        cols = [Array(tb[x][r][32 * j:32 * (j + 1)] for j in range(G))[sm_j] for x in range(2) for r in range(R)]
-        m.d.comb += [sp.s.eq(Mux(sm_esel, Cat(*cols[R:]), Cat(*cols[:R]))), sp.pos.eq(sm_pos),
+        m.d.comb += [tb.r_sel.eq(sm_esel), tb.r_idx.eq(sm_j)]
+        m.d.comb += [sp.s.eq(tb.r_data), sp.pos.eq(sm_pos),
                      sp.va.eq(vsc.o.payload[:8]), sp.ve.eq(vsc.o.payload[8:]), sp.last.eq(sm_final)]
         s_go = Signal()
         m.d.comb += [au.s.valid.eq(sming & sm_apply & sm_full.bit_select(sm_esel, 1) & vsc.o.valid),
@@ -2180,7 +2222,7 @@ class AttnMover(Mover):
         # w: key after key into buffer wsel (word j of each row's AB beats), then R rows -> SPAD: one wide
         # write a row (AB beats, the banks outside them and past the pass's last beat skipped) when w and
         # w_stride are multiples of AB, else AB writes of a beat (those past the last beat skipped)
-        wb = [[Signal(G * 32, name=f"smwb{x}_{r}") for r in range(R)] for x in range(2)]
+        m.submodules.smwb = wb = SkewTranspose(R, G, rows_in=False)      # LUT RAM, a key's column in, a row out
         wfull = Signal(2)
         w_isel, w_j = Signal(), Signal(range(G))
         w_ig = Signal(16)                                 # VL groups taken
@@ -2191,20 +2233,17 @@ class AttnMover(Mover):
             m.d.sync += [wfull.eq(0), w_isel.eq(0), w_j.eq(0), w_ig.eq(0), w_osel.eq(0), w_r.eq(0), w_g.eq(0),
                          w_addr.eq(sm_ins.w), w_base.eq(sm_ins.w)]
         m.d.comb += au.w.ready.eq(sming & ~wfull.bit_select(w_isel, 1))
+        m.d.comb += [wb.w_en.eq(au.w.valid & au.w.ready), wb.w_sel.eq(w_isel), wb.w_idx.eq(w_j),
+                     wb.w_data.eq(au.w.payload)]
         with m.If(au.w.valid & au.w.ready):
-            for x in range(2):
-                for r in range(R):
-                    for j in range(G):
-                        with m.If((w_isel == x) & (w_j == j)):
-                            m.d.sync += wb[x][r][32 * j:32 * (j + 1)].eq(au.w.payload[32 * r:32 * (r + 1)])
             m.d.sync += w_j.eq(w_j + 1)
             with m.If((w_j == G - 1) | ((w_j[:vl_log2] == VL - 1) & (w_ig + (w_j >> vl_log2) == sm_groups_m1))):
                 m.d.sync += [w_j.eq(0), w_isel.eq(~w_isel), w_ig.eq(w_ig + AB)]
                 for x in range(2):
                     with m.If(w_isel == x):
                         m.d.sync += wfull[x].eq(1)
-        w_rows = Array(Array(wb[x][r] for r in range(R)) for x in range(2))
-        w_row = w_rows[w_osel][w_r]
+        m.d.comb += [wb.r_sel.eq(w_osel), wb.r_idx.eq(w_r)]
+        w_row = wb.r_data
         w_left = Signal(16)                               # VL groups (beats) from this group's on
         m.d.comb += w_left.eq(sm_groups - w_g)
         w_rowdone = Signal()                              # this cycle's write ends the row
