@@ -264,6 +264,50 @@ def rshr_staged(m, x, s, max_left: int, name: str, en=None) -> Signal:
     return out
 
 
+def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Signal:
+    """``rshr_staged`` for a caller that saturates the result to ``bits`` bits (golden
+    sat(rshr(x, s), bits)): the same three stages, but the left shift keeps only ``bits`` bits and
+    says apart whether x << left fits them (x's magnitude bits -- x xor its sign -- at positions
+    bits - 1 - left and up all zero), else gives the sign's bound; so a left shift past ``bits`` of
+    a non-zero x saturates whatever ``max_left`` (at most ``bits`` is shifted).  The output's
+    saturation to ``bits`` bits (the caller's) is sat(rshr(x, s), bits) for every s >= -max_left."""
+    xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
+    n = len(xs)
+    cap = n + 1
+    lmax = min(max_left, bits - 1)      # x << (bits - 1) fits iff x is 0 or -1: as x << more
+    neg = Signal(name=f"{name}_neg")
+    m.d.comb += neg.eq(s < 0)
+    sc = Signal(range(cap + 1), name=f"{name}_sc")
+    m.d.comb += sc.eq(Mux(neg, 0, Mux(s > cap, cap, s)))
+    left = Signal(range(lmax + 1), name=f"{name}_left")
+    m.d.comb += left.eq(Mux(neg, Mux(-s > lmax, lmax, -s), 0))
+    c_x = Signal.like(xs, name=f"{name}_cx")
+    c_sc, c_left = Signal(range(cap + 1), name=f"{name}_csc"), Signal.like(left, name=f"{name}_cleft")
+    c_neg = Signal(name=f"{name}_cn")
+    a_shr = Signal(signed(n + 1), name=f"{name}_shr")
+    a_shl = Signal(signed(bits), name=f"{name}_shl")
+    a_neg, a_ovf, a_sgn = Signal(name=f"{name}_n"), Signal(name=f"{name}_ovf"), Signal(name=f"{name}_sg")
+    out = Signal(signed(max(n + 1, bits)), name=name)
+    pre = Signal(signed(n + 2), name=f"{name}_pre")
+    m.d.comb += pre.eq(a_shr + 1)
+    # x << left fits ``bits`` signed bits iff the magnitude bits j >= bits - 1 - left are all 0
+    sign = c_x[n - 1]
+    mag = [c_x[j] ^ sign for j in range(n - 1)]
+    ovf = Cat(*((mag[j] & (c_left >= bits - 1 - j)) if j < bits - 1 else mag[j]
+                for j in range(n - 1) if bits - 1 - j <= lmax)).any()
+    bound = Mux(a_sgn, Const(-(1 << (bits - 1)), signed(bits)), Const((1 << (bits - 1)) - 1, signed(bits)))
+    stmts = [c_x.eq(xs), c_sc.eq(sc), c_left.eq(left), c_neg.eq(neg),
+             a_shr.eq(Cat(Const(0, 1), c_x).as_signed() >> c_sc), a_shl.eq((c_x << c_left)[:bits]), a_neg.eq(c_neg),
+             a_ovf.eq(c_neg & ovf), a_sgn.eq(sign),
+             out.eq(Mux(a_neg, Mux(a_ovf, bound, a_shl), pre >> 1))]
+    if en is None:
+        m.d.sync += stmts
+    else:
+        with m.If(en):
+            m.d.sync += stmts
+    return out
+
+
 #: Keys held for the score array (two pairs: one scored, one filling); V rows held until P.V.
 K_SLOTS, V_DEPTH = 4, 32
 #: Cycles from a key's entry into the post-processing to its w in the queue for P.V.
@@ -579,7 +623,7 @@ class AttentionUnit(wiring.Component):
             if r < PR:
                 raw = stage(f"raw{r}", Mux(smode, p1d[r], p1d[r][:dot_bits].as_signed() * p1.a))
                 sh = stage(f"ssh{r}", Mux(smode, 0, -(qexp[r] + p1.e + fx.S_FRAC)), signed(10))
-                rs = rshr_staged(m, raw, sh, 33, f"rs{r}")                   # at stage 5
+                rs = rshr_sat_staged(m, raw, sh, 33, 32, f"rs{r}")          # at stage 5
             else:                       # the streamed score itself, through as many stages
                 rs = stage(f"rs4_{r}", stage(f"rs3_{r}", stage(f"rs2_{r}", stage(f"raw{r}", p1d[r][:32].as_signed()))))
             for i in range(3, 7):
@@ -602,7 +646,7 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += lacc[r].eq(lacc[r] + p9)
             u10 = stage(f"u{r}", p9 * pm_[9].va)
             wsh10 = stage(f"wsh{r}", fx.P_FRAC - fx.O_FRAC - pm_[9].ve, signed(10))
-            wr13 = rshr_staged(m, u10, wsh10, 33, f"wr{r}")
+            wr13 = rshr_sat_staged(m, u10, wsh10, 33, 32, f"wr{r}")
             # w >= 0: the W_MAX bound is its saturation
             m.d.comb += w13s[r].eq(Mux(wr13 > fx.W_MAX, fx.W_MAX, wr13[:32]))
         m.d.comb += [wq_wr.en.eq(push), wq_wr.addr.eq(wq_wp), wq_wr.data.eq(Cat(*w13s)), wq_rd.addr.eq(wq_rp)]
@@ -721,12 +765,16 @@ class AttentionUnit(wiring.Component):
                     for b in range(K):
                         js = b * L + lane
                         rd, wr = o_rd[r][js], o_wr[r][js]
-                        flags = Array(oflag[r][a * Ls + js] for a in range(Cs))
-                        fl3 = stage(f"pvf{r}_{js}", flags[q2a] & ~q2s)
                         m.d.comb += [rd.en.eq(Mux(outing, eadv, 1)), rd.addr.eq(Mux(outing, ec, q2a))]
                         total = Signal(signed(self.o_width), name=f"osum{r}_{js}")
                         k = js % W
-                        m.d.comb += total.eq(Mux(fl3, rd.data, 0) + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
+                        if has_p:       # o + the product, or a state / ow word (its flag: 0 then)
+                            flags = Array(oflag[r][a * Ls + js] for a in range(Cs))
+                            fl3 = stage(f"pvf{r}_{js}", flags[q2a] & ~q2s)
+                            m.d.comb += total.eq(Mux(fl3, rd.data, 0)
+                                                 + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
+                        else:           # a row without products is written by ``ow`` only: its word
+                            m.d.comb += total.eq(q3d[32 * k:32 * (k + 1)].as_signed())
                         ow_hit = (q3n == js // W) & (q3r == r)
                         m.d.comb += [wr.en.eq(q3v & (Mux(q3w, ow_hit, q3b[b] & (~q3s | ((q3n == lane) & (q3r == r))))
                                                      if has_p else q3w & ow_hit)),
@@ -911,7 +959,7 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += [ov2[k].eq(Mux(x1.flag[k], lane_data[k][x1.row][x1g] if G > 1 else lane_data[k][x1.row][0], 0)),
                              oc3[k].eq(sat(m, ov2[k], 32)),
                              prod4[k].eq(oc3[k] * x3.rcp.as_unsigned())]
-        sh7 = [rshr_staged(m, prod4[k], x4.fsh, fin_left, f"fin{k}", en=eadv) for k in range(W)]
+        sh7 = [rshr_sat_staged(m, prod4[k], x4.fsh, fin_left, 32, f"fin{k}", en=eadv) for k in range(W)]
         x6, x7 = Signal(tag), Signal(tag)
         oc6, oc7 = Signal(signed(32)), Signal(signed(32))
         okeep = Signal(4 * W)
