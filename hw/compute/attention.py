@@ -86,7 +86,7 @@ MAX 18 + chunks ceil(S / 2) (+2 for an even S, +1 for an odd S > 1), APPLY 30 + 
 """
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Shape, Signal, Value, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -273,12 +273,15 @@ def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Si
     saturation to ``bits`` bits (the caller's) is sat(rshr(x, s), bits) for every s >= -max_left."""
     xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
     n = len(xs)
-    cap = n + 1
+    s = Value.cast(s)
+    # the right shift: at most n + 1 (x >> n + 1 is all sign: as a longer one), or s's largest value
+    smax = (1 << (len(s) - 1)) - 1 if s.shape().signed else (1 << len(s)) - 1
+    cap = min(n + 1, smax)
     lmax = min(max_left, bits - 1)      # x << (bits - 1) fits iff x is 0 or -1: as x << more
     neg = Signal(name=f"{name}_neg")
     m.d.comb += neg.eq(s < 0)
     sc = Signal(range(cap + 1), name=f"{name}_sc")
-    m.d.comb += sc.eq(Mux(neg, 0, Mux(s > cap, cap, s)))
+    m.d.comb += sc.eq(Mux(neg, 0, Mux(s > cap, cap, s) if cap < smax else s[:len(sc)]))
     left = Signal(range(lmax + 1), name=f"{name}_left")
     m.d.comb += left.eq(Mux(neg, Mux(-s > lmax, lmax, -s), 0))
     c_x = Signal.like(xs, name=f"{name}_cx")
@@ -429,15 +432,27 @@ class AttentionUnit(wiring.Component):
 
         mrow = [Signal(signed(32), name=f"m{r}", init=INT32_MIN) for r in range(R)]
         lacc = [Signal(signed(self.l_width), name=f"l{r}") for r in range(R)]
-        # o[r][a * Ls + j] in memory (r, j) at address a (Ls = o_lanes; = lanes unless W > lanes), a
-        # flag per element (0 reads as 0: ``clear`` and APPLY's ``first`` empty every o in one cycle)
-        omem = [[memory.Memory(shape=signed(self.o_width), depth=Cs, init=[]) for _ in range(Ls)] for _ in range(R)]
-        for r in range(R):
+        # o[r][a * Ls + j] of a row with products in memory (r, j) at address a (Ls = o_lanes; = lanes
+        # unless W > lanes), a flag per element (0 reads as 0: ``clear`` and APPLY's ``first`` empty
+        # every o in one cycle).  The rows without products (written by ``ow`` only, a row a cycle)
+        # share Ls memories, o[PR + x][a * Ls + j] in memory j at address x Cs + a, a flag per ``ow``
+        # group of W elements.
+        NR, G_ = R - PR, Ls // self.words
+        omem = [[memory.Memory(shape=signed(self.o_width), depth=Cs, init=[]) for _ in range(Ls)] for _ in range(PR)]
+        for r in range(PR):
             for j in range(Ls):
                 m.submodules[f"o{r}_{j}"] = omem[r][j]
-        o_rd = [[omem[r][j].read_port() for j in range(Ls)] for r in range(R)]
-        o_wr = [[omem[r][j].write_port() for j in range(Ls)] for r in range(R)]
-        oflag = [[Signal(name=f"of{r}_{i}") for i in range(D)] for r in range(R)]
+        o_rd = [[omem[r][j].read_port() for j in range(Ls)] for r in range(PR)]
+        o_wr = [[omem[r][j].write_port() for j in range(Ls)] for r in range(PR)]
+        oflag = [[Signal(name=f"of{r}_{i}") for i in range(D)] for r in range(PR)]
+        xflag = [[Signal(name=f"xf{x}_{i}") for i in range(Cs * G_)] for x in range(NR)]
+        oflag += [[xflag[x][(i // Ls) * G_ + (i % Ls) // self.words] for i in range(D)] for x in range(NR)]
+        if NR:
+            xmem = [memory.Memory(shape=signed(self.o_width), depth=NR * Cs, init=[]) for _ in range(Ls)]
+            for j in range(Ls):
+                m.submodules[f"ox_{j}"] = xmem[j]
+            x_rd = [xmem[j].read_port() for j in range(Ls)]
+            x_wr = [xmem[j].write_port() for j in range(Ls)]
 
         # APPLY keys in the post or the w queue: the queue covers the post's latency at one key a
         # cycle (streamed scores) and at one key per C (P.V)
@@ -629,10 +644,11 @@ class AttentionUnit(wiring.Component):
             for i in range(3, 7):
                 vis = stage(f"vis{i}_{r}", vis)
             s6 = stage(f"s{r}", sat(m, rs, 32))
-            with m.If(pv_[6] & ~pm_[6].ap & vis & (s6 > mrow[r])):
-                m.d.sync += mrow[r].eq(s6)
             neg = Signal(unsigned(34), name=f"negd{r}")     # m - s >= 0 for a visible key
             m.d.comb += neg.eq(mrow[r] - s6)
+            # s > m: the sign of m - s (one subtraction for both)
+            with m.If(pv_[6] & ~pm_[6].ap & vis & neg[33]):
+                m.d.sync += mrow[r].eq(s6)
             y = rshr_pos(m, neg, Const(fx.S_FRAC - fx.EXP_LUT_BITS, 3), 35)
             addr7 = stage(f"eaddr{r}", y[:fx.EXP_LUT_BITS])
             n7 = stage(f"n{r}", y[8:14], range(64))
@@ -738,17 +754,16 @@ class AttentionUnit(wiring.Component):
             q3b = [q3m == b for b in range(K)]
         outing = state == OUT
         ec, el = Signal(range(Cs)), Signal(range(Ls))   # emit: o element ec * Ls + el
+        row = Signal(range(R))                          # emit: the row
         eadv = Signal()
-        for r in range(R):
-            has_p = r < PR              # rows past PR: o only from ``ow`` (no products)
-            if has_p:
-                src = Signal(32, name=f"pvw{r}")
-                m.d.comb += src.eq(Mux(inj, Mux(self.st.row == r, self.st.data, 0), w_cur[r]))
-                d0 = stage(f"pvd0_{r}", Cat(src[:16], Const(0, 1)).as_signed())
-                d1 = stage(f"pvd1_{r}", src[16:32].as_signed(), signed(17))
+        for r in range(PR):             # rows past PR: o only from ``ow`` (their shared memories, below)
+            src = Signal(32, name=f"pvw{r}")
+            m.d.comb += src.eq(Mux(inj, Mux(self.st.row == r, self.st.data, 0), w_cur[r]))
+            d0 = stage(f"pvd0_{r}", Cat(src[:16], Const(0, 1)).as_signed())
+            d1 = stage(f"pvd1_{r}", src[16:32].as_signed(), signed(17))
             for t in range(pairs):
                 fields = []
-                for g, dg in enumerate((d0, d1) if has_p else ()):
+                for g, dg in enumerate((d0, d1)):
                     prod = stage(f"pvp{r}_{t}_{g}", a1[t] * dg, signed(DSP_A_BITS + 18))
                     lo_f = prod[:PACK_SHIFT].as_signed()
                     hi_f = (prod >> PACK_SHIFT) + prod[PACK_SHIFT - 1]
@@ -757,31 +772,39 @@ class AttentionUnit(wiring.Component):
                     lane = 2 * t + j
                     if lane >= L:
                         continue
-                    inc = (stage(f"pvi{r}_{lane}", fields[0][j] + (fields[1][j] << 16), signed(37)) if has_p
-                           else Const(0, signed(37)))
+                    inc = stage(f"pvi{r}_{lane}", fields[0][j] + (fields[1][j] << 16), signed(37))
                     # read o at stage 2, add and write it back at stage 3 (an element comes back
                     # only head_dim / lanes cycles later); chunk c's lane goes to memory
                     # (c mod K) L + lane at address c // K
                     for b in range(K):
                         js = b * L + lane
                         rd, wr = o_rd[r][js], o_wr[r][js]
+                        flags = Array(oflag[r][a * Ls + js] for a in range(Cs))
+                        fl3 = stage(f"pvf{r}_{js}", flags[q2a] & ~q2s)
                         m.d.comb += [rd.en.eq(Mux(outing, eadv, 1)), rd.addr.eq(Mux(outing, ec, q2a))]
                         total = Signal(signed(self.o_width), name=f"osum{r}_{js}")
                         k = js % W
-                        if has_p:       # o + the product, or a state / ow word (its flag: 0 then)
-                            flags = Array(oflag[r][a * Ls + js] for a in range(Cs))
-                            fl3 = stage(f"pvf{r}_{js}", flags[q2a] & ~q2s)
-                            m.d.comb += total.eq(Mux(fl3, rd.data, 0)
-                                                 + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
-                        else:           # a row without products is written by ``ow`` only: its word
-                            m.d.comb += total.eq(q3d[32 * k:32 * (k + 1)].as_signed())
+                        # o + the product, or a state / ow word (its flag: 0 then)
+                        m.d.comb += total.eq(Mux(fl3, rd.data, 0) + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
                         ow_hit = (q3n == js // W) & (q3r == r)
-                        m.d.comb += [wr.en.eq(q3v & (Mux(q3w, ow_hit, q3b[b] & (~q3s | ((q3n == lane) & (q3r == r))))
-                                                     if has_p else q3w & ow_hit)),
+                        m.d.comb += [wr.en.eq(q3v & Mux(q3w, ow_hit, q3b[b] & (~q3s | ((q3n == lane) & (q3r == r))))),
                                      wr.addr.eq(q3a), wr.data.eq(total)]
                         for a in range(Cs):
                             with m.If(wr.en & (wr.addr == a)):
                                 m.d.sync += oflag[r][a * Ls + js].eq(1)
+        if NR:                          # the rows without products: an ``ow`` group's words as they come
+            xr = Signal(range(max(NR, 2)))
+            m.d.comb += xr.eq(q3r - PR)
+            for js in range(Ls):
+                k = js % W
+                m.d.comb += [x_rd[js].en.eq(eadv), x_rd[js].addr.eq((row - PR) * Cs + ec),
+                             x_wr[js].en.eq(q3v & q3w & (q3r >= PR) & (q3n == js // W)),
+                             x_wr[js].addr.eq(xr * Cs + q3a), x_wr[js].data.eq(q3d[32 * k:32 * (k + 1)].as_signed())]
+            for x in range(NR):
+                for a in range(Cs):
+                    for gg in range(G_):
+                        with m.If(q3v & q3w & (q3r == PR + x) & (q3a == a) & (q3n == gg)):
+                            m.d.sync += xflag[x][a * G_ + gg].eq(1)
         with m.If(q3v & q3l):
             m.d.sync += kdone.eq(kdone + 1)
 
@@ -835,7 +858,7 @@ class AttentionUnit(wiring.Component):
             with m.If(reset_l | self.clear):
                 m.d.sync += lacc[r].eq(0)
             with m.If(reset_lo | self.clear):
-                m.d.sync += [oflag[r][i].eq(0) for i in range(D)]
+                m.d.sync += [f.eq(0) for f in (oflag[r] if r < PR else xflag[r - PR])]
             with m.If(self.st.en & (self.st.row == r)):
                 with m.If(self.st.word == 0):
                     m.d.sync += mrow[r].eq(self.st.data)
@@ -844,7 +867,6 @@ class AttentionUnit(wiring.Component):
 
         # --- emit: a pipeline of word issue -> lane values -> sat32 -> x rcp -> shift -> out; it
         # advances while the output register is free or taken ---------------------------------------
-        row = Signal(range(R))
         word = Signal(range(D + 2))
         final, maxm = Signal(), Signal()
         m.d.comb += [final.eq(cfg.mode == EmitMode.FINAL), maxm.eq(cfg.mode == EmitMode.MAX)]
@@ -860,9 +882,10 @@ class AttentionUnit(wiring.Component):
         m.d.comb += pgo.eq(outing & final & (prow != cfg.rows))
         with m.If(pgo):
             m.d.sync += prow.eq(prow + 1)
-        lsel = Array(sat(m, lacc[r], 32) for r in range(R))
+        # sat32(l) of a row: the row's l chosen, then saturated (one saturation, not one a row)
+        lsel = Array(lacc)
         la = Signal(signed(32))
-        m.d.sync += la.eq(lsel[prow[:max(ceil_log2(R), 1)]] if R > 1 else lsel[0])
+        m.d.sync += la.eq(sat(m, lsel[prow[:max(ceil_log2(R), 1)]] if R > 1 else lsel[0], 32))
         lb, bb = Signal(signed(32)), Signal(range(33))
         m.d.sync += [lb.eq(la), bb.eq(bitlen(m, la[:31]))]
         bsh = Signal(signed(8))
@@ -948,15 +971,20 @@ class AttentionUnit(wiring.Component):
         prod4 = [Signal(signed(49), name=f"prod4_{k}") for k in range(W)]
         oc4, oc5 = Signal(signed(32)), Signal(signed(32))
         x1g = x1.el[wl:wl + gbits]
-        lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(R)) for k in range(W)]
+        lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(PR)) for k in range(W)]
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
-                         x1.ml.eq(Mux(kind == KIND_M, Array(mrow)[row], lsel[row])), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
+                         x1.ml.eq(Mux(kind == KIND_M, Array(mrow)[row], sat(m, lsel[row], 32))), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
                          x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now),
                          x2.eq(x1), x3.eq(x2), x4.eq(x3), x5.eq(x4),
                          oc4.eq(Array(oc3)[x3.el[:wl]] if W > 1 else oc3[0]), oc5.eq(oc4)]
             for k in range(W):
-                m.d.sync += [ov2[k].eq(Mux(x1.flag[k], lane_data[k][x1.row][x1g] if G > 1 else lane_data[k][x1.row][0], 0)),
+                prow_ = x1.row[:max(ceil_log2(PR), 1)] if PR > 1 else 0
+                lane = lane_data[k][prow_][x1g] if G > 1 else lane_data[k][prow_][0]
+                if NR:                  # the rows without products: their memories' read of (row, ec)
+                    xl = Array(x_rd[gg * W + k].data for gg in range(G))[x1g] if G > 1 else x_rd[k].data
+                    lane = Mux(x1.row >= PR, xl, lane)
+                m.d.sync += [ov2[k].eq(Mux(x1.flag[k], lane, 0)),
                              oc3[k].eq(sat(m, ov2[k], 32)),
                              prod4[k].eq(oc3[k] * x3.rcp.as_unsigned())]
         sh7 = [rshr_sat_staged(m, prod4[k], x4.fsh, fin_left, 32, f"fin{k}", en=eadv) for k in range(W)]
