@@ -293,13 +293,16 @@ def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Si
     out = Signal(signed(max(n + 1, bits)), name=name)
     pre = Signal(signed(n + 2), name=f"{name}_pre")
     m.d.comb += pre.eq(a_shr + 1)
-    # x << left fits ``bits`` signed bits iff the magnitude bits j >= bits - 1 - left are all 0
+    # x << left fits ``bits`` signed bits iff the magnitude bits j >= bits - 1 - left are all 0: the
+    # bits j < bits - 1 that count (left >= bits - 1 - j, i.e. s <= j + 1 - bits) as a mask at stage 1
     sign = c_x[n - 1]
     mag = [c_x[j] ^ sign for j in range(n - 1)]
-    ovf = Cat(*((mag[j] & (c_left >= bits - 1 - j)) if j < bits - 1 else mag[j]
-                for j in range(n - 1) if bits - 1 - j <= lmax)).any()
+    lows = [j for j in range(min(n - 1, bits - 1)) if bits - 1 - j <= lmax]
+    c_mask = Signal(max(len(lows), 1), name=f"{name}_cmask")
+    ovf = Cat(*([mag[j] & c_mask[i] for i, j in enumerate(lows)] + mag[bits - 1:])).any()
     bound = Mux(a_sgn, Const(-(1 << (bits - 1)), signed(bits)), Const((1 << (bits - 1)) - 1, signed(bits)))
     stmts = [c_x.eq(xs), c_sc.eq(sc), c_left.eq(left), c_neg.eq(neg),
+             c_mask.eq(Cat(*(s <= j + 1 - bits for j in lows)) if lows else 0),
              a_shr.eq(Cat(Const(0, 1), c_x).as_signed() >> c_sc), a_shl.eq((c_x << c_left)[:bits]), a_neg.eq(c_neg),
              a_ovf.eq(c_neg & ovf), a_sgn.eq(sign),
              out.eq(Mux(a_neg, Mux(a_ovf, bound, a_shl), pre >> 1))]
@@ -822,7 +825,13 @@ class AttentionUnit(wiring.Component):
         # with constants
         mxd = Signal(signed(POS_BITS + 2))
         m.d.comb += mxd.eq(qsel - mxp.pos)
-        lvl = [(stage(f"mxok{j}", mxp.en & (j < mxp.count) & (mxd >= j)),
+        # mxd >= j for j < MW: mxd >= 0 and (its bits from log2 MW up not all 0, or its low bits >= j)
+        jb = ceil_log2(MW)
+        mx_hi = mxd[jb:len(mxd) - 1].any()
+
+        def mx_ge(j):
+            return ~mxd[-1] & ((mx_hi | (mxd[:jb] >= j)) if jb else 1)
+        lvl = [(stage(f"mxok{j}", mxp.en & (j < mxp.count) & mx_ge(j)),
                 stage(f"mxs{j}", mxp.data[32 * j:32 * (j + 1)].as_signed())) for j in range(MW)]
         mv, mrw, mfirst = stage("mx1v", mxp.en), stage("mx1r", rsel), stage("mx1f", mxp.first)
         mx_busy = [mv]
@@ -953,7 +962,9 @@ class AttentionUnit(wiring.Component):
         tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "ml": 32, "rcp": 16, "fsh": fsh_shape,
                                  "row": range(R), "el": range(Ls), "flag": W})
         x1, x2, x3, x4, x5 = (Signal(tag, name=f"x{i}") for i in range(1, 6))
-        kind = Mux(maxm | (~final & (word == 0)), KIND_M, Mux(final, KIND_F, Mux(word == 1, KIND_L, KIND_O)))
+        is_m = Signal()
+        m.d.comb += is_m.eq(maxm | (~final & (word == 0)))
+        kind = Mux(is_m, KIND_M, Mux(final, KIND_F, Mux(word == 1, KIND_L, KIND_O)))
         # the flags of the group of o element (row, ec * Ls + el): one word select of the flags laid
         # out at (row, ec, group) fields of W bits (a power-of-two mux tree, no index arithmetic)
         gbits, cbits = ceil_log2(G), len(ec)
@@ -974,7 +985,7 @@ class AttentionUnit(wiring.Component):
         lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(PR)) for k in range(W)]
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
-                         x1.ml.eq(Mux(kind == KIND_M, Array(mrow)[row], sat(m, lsel[row], 32))), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
+                         x1.ml.eq(Mux(is_m, Array(mrow)[row], sat(m, lsel[row], 32))), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
                          x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now),
                          x2.eq(x1), x3.eq(x2), x4.eq(x3), x5.eq(x4),
                          oc4.eq(Array(oc3)[x3.el[:wl]] if W > 1 else oc3[0]), oc5.eq(oc4)]
