@@ -830,7 +830,7 @@ class AttentionUnit(wiring.Component):
         mx_hi = mxd[jb:len(mxd) - 1].any()
 
         def mx_ge(j):
-            return ~mxd[-1] & ((mx_hi | (mxd[:jb] >= j)) if jb else 1)
+            return ~mxd[-1] & ((mx_hi | (mxd[:jb] >= j)) if jb and j else 1)
         lvl = [(stage(f"mxok{j}", mxp.en & (j < mxp.count) & mx_ge(j)),
                 stage(f"mxs{j}", mxp.data[32 * j:32 * (j + 1)].as_signed())) for j in range(MW)]
         mv, mrw, mfirst = stage("mx1v", mxp.en), stage("mx1r", rsel), stage("mx1f", mxp.first)
