@@ -41,7 +41,8 @@ per group) and, per row, a softmax state (m, l, o[head_dim]):
   (``encode_state``) and MAX, one word m, one word a transfer (word 0, TKEEP 0xF).
 
 **Rows without products** (``prod_rows`` < ``rows``): rows prod_rows .. rows - 1 hold a position, m,
-l and o (o memories written by ``ow`` only) and a post lane that takes streamed scores (raw = s, no
+l and o (written by ``ow`` only, a row a cycle: all of them in one set of ``o_lanes`` memories, row x
+the row's depth + address, a flag per ``ow`` group) and a post lane that takes streamed scores (raw = s, no
 dot A_k product; its p A_v product as the others'), but no query mantissas, no score or P.V
 products: they serve ATTN_SM, ATTN_Q O and the emits (the array path's jobs of two tokens x the GQA
 group on the KR260 node: ``NodeConfig.sm_rows`` = 12 rows, ``att_rows`` = 6 with products).  A pass
