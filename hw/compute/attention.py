@@ -41,7 +41,8 @@ per group) and, per row, a softmax state (m, l, o[head_dim]):
   (``encode_state``) and MAX, one word m, one word a transfer (word 0, TKEEP 0xF).
 
 **Rows without products** (``prod_rows`` < ``rows``): rows prod_rows .. rows - 1 hold a position, m,
-l and o (o memories written by ``ow`` only) and a post lane that takes streamed scores (raw = s, no
+l and o (written by ``ow`` only, a row a cycle: all of them in one set of ``o_lanes`` memories, row x
+the row's depth + address, a flag per ``ow`` group) and a post lane that takes streamed scores (raw = s, no
 dot A_k product; its p A_v product as the others'), but no query mantissas, no score or P.V
 products: they serve ATTN_SM, ATTN_Q O and the emits (the array path's jobs of two tokens x the GQA
 group on the KR260 node: ``NodeConfig.sm_rows`` = 12 rows, ``att_rows`` = 6 with products).  A pass
@@ -86,7 +87,7 @@ MAX 18 + chunks ceil(S / 2) (+2 for an even S, +1 for an odd S > 1), APPLY 30 + 
 """
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Shape, Signal, Value, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -264,6 +265,56 @@ def rshr_staged(m, x, s, max_left: int, name: str, en=None) -> Signal:
     return out
 
 
+def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Signal:
+    """``rshr_staged`` for a caller that saturates the result to ``bits`` bits (golden
+    sat(rshr(x, s), bits)): the same three stages, but the left shift keeps only ``bits`` bits and
+    says apart whether x << left fits them (x's magnitude bits -- x xor its sign -- at positions
+    bits - 1 - left and up all zero), else gives the sign's bound; so a left shift past ``bits`` of
+    a non-zero x saturates whatever ``max_left`` (at most ``bits`` is shifted).  The output's
+    saturation to ``bits`` bits (the caller's) is sat(rshr(x, s), bits) for every s >= -max_left."""
+    xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
+    n = len(xs)
+    s = Value.cast(s)
+    # the right shift: at most n + 1 (x >> n + 1 is all sign: as a longer one), or s's largest value
+    smax = (1 << (len(s) - 1)) - 1 if s.shape().signed else (1 << len(s)) - 1
+    cap = min(n + 1, smax)
+    lmax = min(max_left, bits - 1)      # x << (bits - 1) fits iff x is 0 or -1: as x << more
+    neg = Signal(name=f"{name}_neg")
+    m.d.comb += neg.eq(s < 0)
+    sc = Signal(range(cap + 1), name=f"{name}_sc")
+    m.d.comb += sc.eq(Mux(neg, 0, Mux(s > cap, cap, s) if cap < smax else s[:len(sc)]))
+    left = Signal(range(lmax + 1), name=f"{name}_left")
+    m.d.comb += left.eq(Mux(neg, Mux(-s > lmax, lmax, -s), 0))
+    c_x = Signal.like(xs, name=f"{name}_cx")
+    c_sc, c_left = Signal(range(cap + 1), name=f"{name}_csc"), Signal.like(left, name=f"{name}_cleft")
+    c_neg = Signal(name=f"{name}_cn")
+    a_shr = Signal(signed(n + 1), name=f"{name}_shr")
+    a_shl = Signal(signed(bits), name=f"{name}_shl")
+    a_neg, a_ovf, a_sgn = Signal(name=f"{name}_n"), Signal(name=f"{name}_ovf"), Signal(name=f"{name}_sg")
+    out = Signal(signed(max(n + 1, bits)), name=name)
+    pre = Signal(signed(n + 2), name=f"{name}_pre")
+    m.d.comb += pre.eq(a_shr + 1)
+    # x << left fits ``bits`` signed bits iff the magnitude bits j >= bits - 1 - left are all 0: the
+    # bits j < bits - 1 that count (left >= bits - 1 - j, i.e. s <= j + 1 - bits) as a mask at stage 1
+    sign = c_x[n - 1]
+    mag = [c_x[j] ^ sign for j in range(n - 1)]
+    lows = [j for j in range(min(n - 1, bits - 1)) if bits - 1 - j <= lmax]
+    c_mask = Signal(max(len(lows), 1), name=f"{name}_cmask")
+    ovf = Cat(*([mag[j] & c_mask[i] for i, j in enumerate(lows)] + mag[bits - 1:])).any()
+    bound = Mux(a_sgn, Const(-(1 << (bits - 1)), signed(bits)), Const((1 << (bits - 1)) - 1, signed(bits)))
+    stmts = [c_x.eq(xs), c_sc.eq(sc), c_left.eq(left), c_neg.eq(neg),
+             c_mask.eq(Cat(*(s <= j + 1 - bits for j in lows)) if lows else 0),
+             a_shr.eq(Cat(Const(0, 1), c_x).as_signed() >> c_sc), a_shl.eq((c_x << c_left)[:bits]), a_neg.eq(c_neg),
+             a_ovf.eq(c_neg & ovf), a_sgn.eq(sign),
+             out.eq(Mux(a_neg, Mux(a_ovf, bound, a_shl), pre >> 1))]
+    if en is None:
+        m.d.sync += stmts
+    else:
+        with m.If(en):
+            m.d.sync += stmts
+    return out
+
+
 #: Keys held for the score array (two pairs: one scored, one filling); V rows held until P.V.
 K_SLOTS, V_DEPTH = 4, 32
 #: Cycles from a key's entry into the post-processing to its w in the queue for P.V.
@@ -385,15 +436,27 @@ class AttentionUnit(wiring.Component):
 
         mrow = [Signal(signed(32), name=f"m{r}", init=INT32_MIN) for r in range(R)]
         lacc = [Signal(signed(self.l_width), name=f"l{r}") for r in range(R)]
-        # o[r][a * Ls + j] in memory (r, j) at address a (Ls = o_lanes; = lanes unless W > lanes), a
-        # flag per element (0 reads as 0: ``clear`` and APPLY's ``first`` empty every o in one cycle)
-        omem = [[memory.Memory(shape=signed(self.o_width), depth=Cs, init=[]) for _ in range(Ls)] for _ in range(R)]
-        for r in range(R):
+        # o[r][a * Ls + j] of a row with products in memory (r, j) at address a (Ls = o_lanes; = lanes
+        # unless W > lanes), a flag per element (0 reads as 0: ``clear`` and APPLY's ``first`` empty
+        # every o in one cycle).  The rows without products (written by ``ow`` only, a row a cycle)
+        # share Ls memories, o[PR + x][a * Ls + j] in memory j at address x Cs + a, a flag per ``ow``
+        # group of W elements.
+        NR, G_ = R - PR, Ls // self.words
+        omem = [[memory.Memory(shape=signed(self.o_width), depth=Cs, init=[]) for _ in range(Ls)] for _ in range(PR)]
+        for r in range(PR):
             for j in range(Ls):
                 m.submodules[f"o{r}_{j}"] = omem[r][j]
-        o_rd = [[omem[r][j].read_port() for j in range(Ls)] for r in range(R)]
-        o_wr = [[omem[r][j].write_port() for j in range(Ls)] for r in range(R)]
-        oflag = [[Signal(name=f"of{r}_{i}") for i in range(D)] for r in range(R)]
+        o_rd = [[omem[r][j].read_port() for j in range(Ls)] for r in range(PR)]
+        o_wr = [[omem[r][j].write_port() for j in range(Ls)] for r in range(PR)]
+        oflag = [[Signal(name=f"of{r}_{i}") for i in range(D)] for r in range(PR)]
+        xflag = [[Signal(name=f"xf{x}_{i}") for i in range(Cs * G_)] for x in range(NR)]
+        oflag += [[xflag[x][(i // Ls) * G_ + (i % Ls) // self.words] for i in range(D)] for x in range(NR)]
+        if NR:
+            xmem = [memory.Memory(shape=signed(self.o_width), depth=NR * Cs, init=[]) for _ in range(Ls)]
+            for j in range(Ls):
+                m.submodules[f"ox_{j}"] = xmem[j]
+            x_rd = [xmem[j].read_port() for j in range(Ls)]
+            x_wr = [xmem[j].write_port() for j in range(Ls)]
 
         # APPLY keys in the post or the w queue: the queue covers the post's latency at one key a
         # cycle (streamed scores) and at one key per C (P.V)
@@ -579,16 +642,17 @@ class AttentionUnit(wiring.Component):
             if r < PR:
                 raw = stage(f"raw{r}", Mux(smode, p1d[r], p1d[r][:dot_bits].as_signed() * p1.a))
                 sh = stage(f"ssh{r}", Mux(smode, 0, -(qexp[r] + p1.e + fx.S_FRAC)), signed(10))
-                rs = rshr_staged(m, raw, sh, 33, f"rs{r}")                   # at stage 5
+                rs = rshr_sat_staged(m, raw, sh, 33, 32, f"rs{r}")          # at stage 5
             else:                       # the streamed score itself, through as many stages
                 rs = stage(f"rs4_{r}", stage(f"rs3_{r}", stage(f"rs2_{r}", stage(f"raw{r}", p1d[r][:32].as_signed()))))
             for i in range(3, 7):
                 vis = stage(f"vis{i}_{r}", vis)
             s6 = stage(f"s{r}", sat(m, rs, 32))
-            with m.If(pv_[6] & ~pm_[6].ap & vis & (s6 > mrow[r])):
-                m.d.sync += mrow[r].eq(s6)
             neg = Signal(unsigned(34), name=f"negd{r}")     # m - s >= 0 for a visible key
             m.d.comb += neg.eq(mrow[r] - s6)
+            # s > m: the sign of m - s (one subtraction for both)
+            with m.If(pv_[6] & ~pm_[6].ap & vis & neg[33]):
+                m.d.sync += mrow[r].eq(s6)
             y = rshr_pos(m, neg, Const(fx.S_FRAC - fx.EXP_LUT_BITS, 3), 35)
             addr7 = stage(f"eaddr{r}", y[:fx.EXP_LUT_BITS])
             n7 = stage(f"n{r}", y[8:14], range(64))
@@ -602,7 +666,7 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += lacc[r].eq(lacc[r] + p9)
             u10 = stage(f"u{r}", p9 * pm_[9].va)
             wsh10 = stage(f"wsh{r}", fx.P_FRAC - fx.O_FRAC - pm_[9].ve, signed(10))
-            wr13 = rshr_staged(m, u10, wsh10, 33, f"wr{r}")
+            wr13 = rshr_sat_staged(m, u10, wsh10, 33, 32, f"wr{r}")
             # w >= 0: the W_MAX bound is its saturation
             m.d.comb += w13s[r].eq(Mux(wr13 > fx.W_MAX, fx.W_MAX, wr13[:32]))
         m.d.comb += [wq_wr.en.eq(push), wq_wr.addr.eq(wq_wp), wq_wr.data.eq(Cat(*w13s)), wq_rd.addr.eq(wq_rp)]
@@ -694,17 +758,16 @@ class AttentionUnit(wiring.Component):
             q3b = [q3m == b for b in range(K)]
         outing = state == OUT
         ec, el = Signal(range(Cs)), Signal(range(Ls))   # emit: o element ec * Ls + el
+        row = Signal(range(R))                          # emit: the row
         eadv = Signal()
-        for r in range(R):
-            has_p = r < PR              # rows past PR: o only from ``ow`` (no products)
-            if has_p:
-                src = Signal(32, name=f"pvw{r}")
-                m.d.comb += src.eq(Mux(inj, Mux(self.st.row == r, self.st.data, 0), w_cur[r]))
-                d0 = stage(f"pvd0_{r}", Cat(src[:16], Const(0, 1)).as_signed())
-                d1 = stage(f"pvd1_{r}", src[16:32].as_signed(), signed(17))
+        for r in range(PR):             # rows past PR: o only from ``ow`` (their shared memories, below)
+            src = Signal(32, name=f"pvw{r}")
+            m.d.comb += src.eq(Mux(inj, Mux(self.st.row == r, self.st.data, 0), w_cur[r]))
+            d0 = stage(f"pvd0_{r}", Cat(src[:16], Const(0, 1)).as_signed())
+            d1 = stage(f"pvd1_{r}", src[16:32].as_signed(), signed(17))
             for t in range(pairs):
                 fields = []
-                for g, dg in enumerate((d0, d1) if has_p else ()):
+                for g, dg in enumerate((d0, d1)):
                     prod = stage(f"pvp{r}_{t}_{g}", a1[t] * dg, signed(DSP_A_BITS + 18))
                     lo_f = prod[:PACK_SHIFT].as_signed()
                     hi_f = (prod >> PACK_SHIFT) + prod[PACK_SHIFT - 1]
@@ -713,8 +776,7 @@ class AttentionUnit(wiring.Component):
                     lane = 2 * t + j
                     if lane >= L:
                         continue
-                    inc = (stage(f"pvi{r}_{lane}", fields[0][j] + (fields[1][j] << 16), signed(37)) if has_p
-                           else Const(0, signed(37)))
+                    inc = stage(f"pvi{r}_{lane}", fields[0][j] + (fields[1][j] << 16), signed(37))
                     # read o at stage 2, add and write it back at stage 3 (an element comes back
                     # only head_dim / lanes cycles later); chunk c's lane goes to memory
                     # (c mod K) L + lane at address c // K
@@ -726,14 +788,27 @@ class AttentionUnit(wiring.Component):
                         m.d.comb += [rd.en.eq(Mux(outing, eadv, 1)), rd.addr.eq(Mux(outing, ec, q2a))]
                         total = Signal(signed(self.o_width), name=f"osum{r}_{js}")
                         k = js % W
+                        # o + the product, or a state / ow word (its flag: 0 then)
                         m.d.comb += total.eq(Mux(fl3, rd.data, 0) + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
                         ow_hit = (q3n == js // W) & (q3r == r)
-                        m.d.comb += [wr.en.eq(q3v & (Mux(q3w, ow_hit, q3b[b] & (~q3s | ((q3n == lane) & (q3r == r))))
-                                                     if has_p else q3w & ow_hit)),
+                        m.d.comb += [wr.en.eq(q3v & Mux(q3w, ow_hit, q3b[b] & (~q3s | ((q3n == lane) & (q3r == r))))),
                                      wr.addr.eq(q3a), wr.data.eq(total)]
                         for a in range(Cs):
                             with m.If(wr.en & (wr.addr == a)):
                                 m.d.sync += oflag[r][a * Ls + js].eq(1)
+        if NR:                          # the rows without products: an ``ow`` group's words as they come
+            xr = Signal(range(max(NR, 2)))
+            m.d.comb += xr.eq(q3r - PR)
+            for js in range(Ls):
+                k = js % W
+                m.d.comb += [x_rd[js].en.eq(eadv), x_rd[js].addr.eq((row - PR) * Cs + ec),
+                             x_wr[js].en.eq(q3v & q3w & (q3r >= PR) & (q3n == js // W)),
+                             x_wr[js].addr.eq(xr * Cs + q3a), x_wr[js].data.eq(q3d[32 * k:32 * (k + 1)].as_signed())]
+            for x in range(NR):
+                for a in range(Cs):
+                    for gg in range(G_):
+                        with m.If(q3v & q3w & (q3r == PR + x) & (q3a == a) & (q3n == gg)):
+                            m.d.sync += xflag[x][a * G_ + gg].eq(1)
         with m.If(q3v & q3l):
             m.d.sync += kdone.eq(kdone + 1)
 
@@ -751,7 +826,13 @@ class AttentionUnit(wiring.Component):
         # with constants
         mxd = Signal(signed(POS_BITS + 2))
         m.d.comb += mxd.eq(qsel - mxp.pos)
-        lvl = [(stage(f"mxok{j}", mxp.en & (j < mxp.count) & (mxd >= j)),
+        # mxd >= j for j < MW: mxd >= 0 and (its bits from log2 MW up not all 0, or its low bits >= j)
+        jb = ceil_log2(MW)
+        mx_hi = mxd[jb:len(mxd) - 1].any()
+
+        def mx_ge(j):
+            return ~mxd[-1] & ((mx_hi | (mxd[:jb] >= j)) if jb and j else 1)
+        lvl = [(stage(f"mxok{j}", mxp.en & (j < mxp.count) & mx_ge(j)),
                 stage(f"mxs{j}", mxp.data[32 * j:32 * (j + 1)].as_signed())) for j in range(MW)]
         mv, mrw, mfirst = stage("mx1v", mxp.en), stage("mx1r", rsel), stage("mx1f", mxp.first)
         mx_busy = [mv]
@@ -787,7 +868,7 @@ class AttentionUnit(wiring.Component):
             with m.If(reset_l | self.clear):
                 m.d.sync += lacc[r].eq(0)
             with m.If(reset_lo | self.clear):
-                m.d.sync += [oflag[r][i].eq(0) for i in range(D)]
+                m.d.sync += [f.eq(0) for f in (oflag[r] if r < PR else xflag[r - PR])]
             with m.If(self.st.en & (self.st.row == r)):
                 with m.If(self.st.word == 0):
                     m.d.sync += mrow[r].eq(self.st.data)
@@ -796,7 +877,6 @@ class AttentionUnit(wiring.Component):
 
         # --- emit: a pipeline of word issue -> lane values -> sat32 -> x rcp -> shift -> out; it
         # advances while the output register is free or taken ---------------------------------------
-        row = Signal(range(R))
         word = Signal(range(D + 2))
         final, maxm = Signal(), Signal()
         m.d.comb += [final.eq(cfg.mode == EmitMode.FINAL), maxm.eq(cfg.mode == EmitMode.MAX)]
@@ -812,9 +892,10 @@ class AttentionUnit(wiring.Component):
         m.d.comb += pgo.eq(outing & final & (prow != cfg.rows))
         with m.If(pgo):
             m.d.sync += prow.eq(prow + 1)
-        lsel = Array(sat(m, lacc[r], 32) for r in range(R))
+        # sat32(l) of a row: the row's l chosen, then saturated (one saturation, not one a row)
+        lsel = Array(lacc)
         la = Signal(signed(32))
-        m.d.sync += la.eq(lsel[prow[:max(ceil_log2(R), 1)]] if R > 1 else lsel[0])
+        m.d.sync += la.eq(sat(m, lsel[prow[:max(ceil_log2(R), 1)]] if R > 1 else lsel[0], 32))
         lb, bb = Signal(signed(32)), Signal(range(33))
         m.d.sync += [lb.eq(la), bb.eq(bitlen(m, la[:31]))]
         bsh = Signal(signed(8))
@@ -882,7 +963,9 @@ class AttentionUnit(wiring.Component):
         tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "ml": 32, "rcp": 16, "fsh": fsh_shape,
                                  "row": range(R), "el": range(Ls), "flag": W})
         x1, x2, x3, x4, x5 = (Signal(tag, name=f"x{i}") for i in range(1, 6))
-        kind = Mux(maxm | (~final & (word == 0)), KIND_M, Mux(final, KIND_F, Mux(word == 1, KIND_L, KIND_O)))
+        is_m = Signal()
+        m.d.comb += is_m.eq(maxm | (~final & (word == 0)))
+        kind = Mux(is_m, KIND_M, Mux(final, KIND_F, Mux(word == 1, KIND_L, KIND_O)))
         # the flags of the group of o element (row, ec * Ls + el): one word select of the flags laid
         # out at (row, ec, group) fields of W bits (a power-of-two mux tree, no index arithmetic)
         gbits, cbits = ceil_log2(G), len(ec)
@@ -900,18 +983,23 @@ class AttentionUnit(wiring.Component):
         prod4 = [Signal(signed(49), name=f"prod4_{k}") for k in range(W)]
         oc4, oc5 = Signal(signed(32)), Signal(signed(32))
         x1g = x1.el[wl:wl + gbits]
-        lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(R)) for k in range(W)]
+        lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(PR)) for k in range(W)]
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
-                         x1.ml.eq(Mux(kind == KIND_M, Array(mrow)[row], lsel[row])), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
+                         x1.ml.eq(Mux(is_m, Array(mrow)[row], sat(m, lsel[row], 32))), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
                          x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now),
                          x2.eq(x1), x3.eq(x2), x4.eq(x3), x5.eq(x4),
                          oc4.eq(Array(oc3)[x3.el[:wl]] if W > 1 else oc3[0]), oc5.eq(oc4)]
             for k in range(W):
-                m.d.sync += [ov2[k].eq(Mux(x1.flag[k], lane_data[k][x1.row][x1g] if G > 1 else lane_data[k][x1.row][0], 0)),
+                prow_ = x1.row[:max(ceil_log2(PR), 1)] if PR > 1 else 0
+                lane = lane_data[k][prow_][x1g] if G > 1 else lane_data[k][prow_][0]
+                if NR:                  # the rows without products: their memories' read of (row, ec)
+                    xl = Array(x_rd[gg * W + k].data for gg in range(G))[x1g] if G > 1 else x_rd[k].data
+                    lane = Mux(x1.row >= PR, xl, lane)
+                m.d.sync += [ov2[k].eq(Mux(x1.flag[k], lane, 0)),
                              oc3[k].eq(sat(m, ov2[k], 32)),
                              prod4[k].eq(oc3[k] * x3.rcp.as_unsigned())]
-        sh7 = [rshr_staged(m, prod4[k], x4.fsh, fin_left, f"fin{k}", en=eadv) for k in range(W)]
+        sh7 = [rshr_sat_staged(m, prod4[k], x4.fsh, fin_left, 32, f"fin{k}", en=eadv) for k in range(W)]
         x6, x7 = Signal(tag), Signal(tag)
         oc6, oc7 = Signal(signed(32)), Signal(signed(32))
         okeep = Signal(4 * W)

@@ -14,7 +14,7 @@ import pytest
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamSink
 
-from mcf.hw.compute.attention import AttentionUnit, cmd_layout, out_words, q_writes
+from mcf.hw.compute.attention import AttentionUnit, cmd_layout, out_words, q_writes, rshr_sat_staged
 from mcf.sim.amaranth_util import send_command, simulate
 from mcf.sim.cocotb_util import StreamSource, bounded, params, pauses, start, write_port
 from mcf.sim.compute.drive import run_attention
@@ -154,6 +154,43 @@ def test_construction():
     assert AttentionUnit(head_dim=16, words=8).o_lanes == 8 and AttentionUnit(head_dim=16, words=2).o_lanes == 4
     assert len(AttentionUnit(head_dim=16, words=4).o.tdata) == 128
     assert (out_words(128, 8), out_words(16, 8), out_words(16, 4), out_words(96, 8)) == (8, 4, 4, 4)
+
+
+@pytest.mark.parametrize("width,signed_x,max_left,s_bits", [(36, True, 33, 10), (24, False, 33, 10), (49, True, 5, 6)])
+def test_rshr_sat_staged(width, signed_x, max_left, s_bits):
+    """The post's and FINAL's shifts (rs, wr, fin: 32-bit left shifts with an overflow flag) against
+    golden sat(rshr(x, s), 32): x at its extremes, 0, +-1, powers of two and random, s over every
+    left shift the caller allows and right shifts past x's width (or up to s's largest, FINAL's
+    6-bit shift); one operand a cycle."""
+    from amaranth import Module, Signal, signed, unsigned
+    from mcf.hw.arith import sat
+    from mcf.sw.golden import fixed as gf
+    rng = np.random.default_rng(width)
+    lo, hi = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if signed_x else (0, (1 << width) - 1)
+    xs = [lo, hi, 0, 1, -1 if signed_x else 2, lo + 1, hi - 1] + [v for k in range(width - 1) for v in
+                                                                   ((1 << k), -(1 << k), (1 << k) - 1, -(1 << k) - 1)
+                                                                   if lo <= v <= hi]
+    xs += [int(v) for v in rng.integers(lo, hi, 64, endpoint=True)]
+    ss = list(range(-max_left, min(width + 3, 1 << (s_bits - 1))))
+    cases = [(x, s) for x in xs for s in ss]
+    cases = [cases[i] for i in rng.choice(len(cases), min(len(cases), 1500), replace=False)]
+    m = Module()
+    x = Signal(signed(width) if signed_x else unsigned(width))
+    s = Signal(signed(s_bits))
+    out = sat(m, rshr_sat_staged(m, x, s, max_left, 32, "t"), 32)
+    got = []
+
+    async def bench(ctx):
+        for i in range(len(cases) + 3):
+            if i < len(cases):
+                ctx.set(x, cases[i][0])
+                ctx.set(s, cases[i][1])
+            await ctx.tick()
+            if i >= 2:
+                got.append(ctx.get(out))
+    simulate(m, bench)
+    want = [int(gf.sat(gf.rshr(xv, sv), 32)) for xv, sv in cases]
+    assert got[:len(cases)] == want
 
 
 @pytest.mark.parametrize("final,runs,protocol", [(False, 1, False), (True, 3, False), (True, 2, True),
