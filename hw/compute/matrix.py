@@ -79,6 +79,9 @@ __all__ = ["MatrixUnit", "TileReorder", "PvReorder", "cmd_layout", "PACK_SHIFT",
 PV_DIGIT_SHIFT = 16
 #: tile bias beats waiting between the tile's last issue and its requantizer (the issue waits when full)
 BIAS_DEPTH = 4
+#: places of the bias / scale queues beyond what they hold: the issue checks their room a cycle
+#: ahead (``go``), before the write of a take still to come (bias) or of two (scale: written a cycle late)
+BIAS_SLACK, SCALE_SLACK = 2, 3
 #: pv mode: the wide result (the exact o, two's complement) as two 32-bit words, low then high.
 WIDE_BITS = 64
 
@@ -211,7 +214,6 @@ class MatrixUnit(wiring.Component):
 
         def step(name):             # the counter to counter + 1 (a limit of 1 never steps: its limit - 2
             return lasts[name].eq(counters[name] == limits2[name])  # wraps to a value the counter never has)
-        need_bias = last_j & last_g & cfg.bias & ~pv
         fire = Signal()
         # The group scales and the tile biases wait in queues beside the pipeline (not copied down
         # it): a scale beat from the issue of token 0 of its group's last beat to the multiply of
@@ -227,30 +229,35 @@ class MatrixUnit(wiring.Component):
         # (Both read from a register: a beat is there two cycles after it is taken -- a scale beat three:
         # it goes into its queue a cycle after its take from a register, off the path of ``fire``, late
         # in its cycle, into the queue's level logic; one place more for it -- long before its use.)
-        m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS, depth=dot.latency + 4)
-        m.submodules.bias_q = bias_q = fifo.SyncFIFOBuffered(width=P * 32, depth=BIAS_DEPTH)
-        t0 = t == 0
-        take_scale = last_j & ~pv & t0
-        take_bias = need_bias & t0
+        # (the queues are SCALE_SLACK / BIAS_SLACK places deeper than they hold: the issue's room checks
+        # are made a cycle ahead, below, against the level before the writes still to come)
+        m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS,
+                                                                depth=dot.latency + 4 + SCALE_SLACK)
+        m.submodules.bias_q = bias_q = fifo.SyncFIFOBuffered(width=P * 32, depth=BIAS_DEPTH + BIAS_SLACK)
+        # The issue's handshakes from registers.  ``go``: every condition of an issue but the weight beat
+        # holds this cycle (running, the pipeline moves, the scale / bias beat it takes is there with room
+        # in its queue, its activations are in), decided the cycle before (``go_next`` below: exact where
+        # it depends on the unit's own state, conservative on the inputs -- a beat that was valid and not
+        # taken stays valid, ``avail`` only grows while a command runs); ``take_w`` / ``take_scale`` /
+        # ``take_bias`` (the issue takes a weight / scale / bias beat) registers kept equal to their
+        # counters' values.  So ``w.tready`` is a register and ``scale.ready`` / ``bias.ready`` one LUT
+        # of registers and ``w.tvalid`` (they leave the unit into the glue's weight path and queues).
         # A weight beat is taken at its first issue (token 0; pv: of the hi digit) into the array, whose
         # weight registers hold it for the beat's other issues (``DotArray.w_hold``: on DSP48E2
         # instances the slices' A / D / AD registers and the skew's, clock-enabled by the take): the
         # stream's next beat may come meanwhile.
-        take_w = Signal()
-        m.d.comb += take_w.eq(t0 & ~(pv & dg))
+        go, w_rdy = Signal(), Signal()
+        take_w, take_scale, take_bias = Signal(init=1), Signal(), Signal()
         scale_we, scale_wd = Signal(name="scale_we"), Signal(P * SCALE_BITS, name="scale_wd")
         m.d.sync += scale_we.eq(self.scale.ready)
         with m.If(self.scale.ready):
             m.d.sync += scale_wd.eq(self.scale.payload)
-        m.d.comb += fire.eq(running & adv & (self.w.tvalid | ~take_w)
-                            & (~take_scale | (self.scale.valid & scale_q.w_rdy))
-                            & (~take_bias | (self.bias.valid & bias_q.w_rdy))
-                            & ((abeat < self.avail) if self.streamed else 1))
+        m.d.comb += fire.eq(go & (self.w.tvalid | ~take_w))
         m.d.comb += [
             scale_q.w_en.eq(scale_we), scale_q.w_data.eq(scale_wd),
             bias_q.w_en.eq(self.bias.ready), bias_q.w_data.eq(self.bias.payload),
             self.mac.eq(fire),
-            self.w.tready.eq(fire & take_w),                     # pv: a weight beat serves both digits
+            self.w.tready.eq(w_rdy),                             # pv: a weight beat serves both digits
             self.w_wait.eq(running & take_w & ~self.w.tvalid),
             self.scale.ready.eq(fire & take_scale),
             self.bias.ready.eq(fire & take_bias),
@@ -501,6 +508,60 @@ class MatrixUnit(wiring.Component):
                     m.d.sync += [o_last.eq(o_last_hi), pend.eq(0)]
         m.d.comb += [self.o.tvalid.eq(o_valid), self.o.tdata.eq(o_data), self.o.tlast.eq(o_last),
                      self.o.tkeep.eq(-1)]
+
+        # --- the issue's handshakes a cycle ahead: ``go``, ``take_w`` / ``take_scale`` / ``take_bias``, w.tready
+        # The pipeline moves next cycle (``adv``).  Exact in GEMM: s5 and the result queue's level after
+        # this cycle.  pv (``o`` and ``prev`` stall it): conservative, the output register empty next
+        # cycle (``o.tready`` next cycle is not known) and ``prev`` valid now and not taken.
+        s5v_n = Signal()
+        m.d.comb += s5v_n.eq(Mux(adv, s4.v & s4.last_g, s5.v))
+        RD = res_q.depth
+        rq_full_n = ~res_q.r_en & ((res_q.level == RD) | ((res_q.level == RD - 1) & res_q.w_en))
+        adv_n = Signal()
+        m.d.comb += adv_n.eq(~s5v_n | ~rq_full_n)
+        if PT:
+            pend_n, ov_n = Signal(), Signal()
+            m.d.comb += [pend_n.eq(Mux(pend & self.o.tready, 0, Mux(adv, s5.v & cfg.wide, pend))),
+                         ov_n.eq(Mux(adv, s5.v, Mux(~pend & self.o.tready, 0, o_valid)))]
+            with m.If(pv):
+                m.d.comb += adv_n.eq(~pend_n & ~ov_n & (~(s5v_n & cfg.acc) | (self.prev.valid & ~self.prev.ready)))
+        # The counters' flags after this cycle's issue (if it fires: functions of registers only)
+        if PT:
+            take_w_f = last_t & (~pv | dg)                       # pv: the digit flips at the tokens' end
+        else:
+            take_w_f = last_t
+        lj_f = Mux(last_j, limits["group_beats"] == 0, j == limits2["group_beats"])       # at the tokens' end
+        lg_f = Mux(last_j, Mux(last_g, limits["groups"] == 0, g == limits2["groups"]), last_g)
+        take_scale_f = last_t & ~pv & lj_f
+        take_bias_f = last_t & ~pv & cfg.bias & lj_f & lg_f
+        final_f = last_t & last_tile & last_g & Mux(pv, dg, last_j)
+        # the activation beat after the issue: the same, the next or (pv) the one before (all in, as this
+        # one is) -- or 0 (a GEMM's next tile: in); only the next needs a compare
+        inc_f = last_t & Mux(pv, ~dg | last_tile, ~(last_j & last_g))
+        if self.streamed:
+            avail_h = abeat < self.avail
+            avail_f = ~inc_f | (abeat + 1 < self.avail)
+        else:
+            avail_h = avail_f = 1
+        s_room = scale_q.level <= scale_q.depth - 4        # (the takes of this cycle and the last still to write)
+        b_room = bias_q.level <= bias_q.depth - 3          # (this cycle's take still to write)
+
+        def cond(ts, tb, sv, bv, av):
+            return (~ts | (sv & s_room)) & (~tb | (bv & b_room)) & av
+        cond_h = cond(take_scale, take_bias, self.scale.valid, self.bias.valid, avail_h)
+        cond_f = cond(take_scale_f, take_bias_f, self.scale.valid & ~take_scale, self.bias.valid & ~take_bias,
+                      avail_f)
+        go_n, take_w_n = Signal(), Signal()
+        m.d.comb += [go_n.eq(running & adv_n & Mux(fire, ~final_f & cond_f, cond_h)),
+                     take_w_n.eq(Mux(fire, take_w_f, take_w))]
+        m.d.sync += [go.eq(go_n), take_w.eq(take_w_n), w_rdy.eq(go_n & take_w_n)]
+        with m.If(fire):
+            m.d.sync += [take_scale.eq(take_scale_f), take_bias.eq(take_bias_f)]
+        pl = self.cmd.payload
+        with m.If(self.cmd.valid & ~running):           # (a command's first issue waits a cycle for ``go``)
+            m.d.sync += [go.eq(0), w_rdy.eq(0), take_w.eq(1),
+                         take_scale.eq((pl.group_beats == 1) & ~(pl.pv if PT else 0)),
+                         take_bias.eq((pl.group_beats == 1) & (pl.groups == 1) & pl.bias & ~(pl.pv if PT else 0))]
         return m
 
 
