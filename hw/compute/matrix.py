@@ -79,9 +79,9 @@ __all__ = ["MatrixUnit", "TileReorder", "PvReorder", "cmd_layout", "PACK_SHIFT",
 
 #: pv mode: a PV weight w goes in as two balanced digits, w = hi 2^PV_DIGIT_SHIFT + lo.
 PV_DIGIT_SHIFT = 16
-#: places of the scale queue beyond what it holds: the issue checks its room a cycle ahead (``go``),
-#: before the writes of two takes still to come (a beat is written a cycle after its take)
-SCALE_SLACK = 3
+#: places of the scale queue beyond the groups in flight (1 + latency + 1, plus two): beats taken ahead
+#: of their issue (``scale.ready`` a register: the queue's room a cycle ahead, two places kept free)
+SCALE_SLACK = 4
 #: pv mode: the wide result (the exact o, two's complement) as two 32-bit words, low then high.
 WIDE_BITS = 64
 
@@ -225,38 +225,37 @@ class MatrixUnit(wiring.Component):
         # ``w_hold``: the array keeps the beat for its other tokens, see ``take_w``.)
         m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive, w_early=True,
                                           w_hold=True)
-        # (Both read from a register: a beat is there two cycles after it is taken -- a scale beat three:
-        # it goes into its queue a cycle after its take from a register, off the path of ``fire``, late
-        # in its cycle, into the queue's level logic; one place more for it -- long before its use.)
-        # (the queue is SCALE_SLACK places deeper than it holds: the issue's room check is made a cycle
-        # ahead, below, against the level before the writes still to come)
+        # The scale queue takes the stream's beats ahead of their issues, whenever it has room
+        # (``scale.ready`` a register, two places kept free for the write of the cycle it is decided
+        # in); ``s_have`` (a register): a beat in it that no issue has claimed yet.  The issue that
+        # starts a group's last beat claims the next; the group's last token pops it at stage 4.
         m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS,
                                                                 depth=dot.latency + 4 + SCALE_SLACK)
         # The issue's handshakes from registers.  ``go``: every condition of an issue but the weight beat
-        # holds this cycle (running, the pipeline moves, the scale beat it takes is there with room in its
-        # queue, its activations are in), decided the cycle before (``go_next`` below: exact where
-        # it depends on the unit's own state, conservative on the inputs -- a beat that was valid and not
-        # taken stays valid, ``avail`` only grows while a command runs); ``take_w`` / ``take_scale`` (the
-        # issue takes a weight / scale beat) registers kept equal to their counters' values.  So
-        # ``w.tready`` is a register and ``scale.ready`` one LUT of registers and ``w.tvalid`` (they leave
-        # the unit into the glue's weight path and queues).
+        # holds this cycle (running, the pipeline moves, the scale beat it claims is in the scale queue,
+        # its activations are in), decided the cycle before (``go_next`` below: exact but for ``avail``
+        # (read a cycle late: it only grows while a command runs) and, pv, ``o`` / ``prev``); ``take_w``
+        # / ``take_scale`` (the issue takes a weight beat / claims a scale beat) registers kept equal to
+        # their counters' values.  So ``w.tready`` and ``scale.ready`` are registers (they leave the unit
+        # into the glue's weight path and queues).
         # A weight beat is taken at its first issue (token 0; pv: of the hi digit) into the array, whose
         # weight registers hold it for the beat's other issues (``DotArray.w_hold``: on DSP48E2
         # instances the slices' A / D / AD registers and the skew's, clock-enabled by the take): the
         # stream's next beat may come meanwhile.
         go, w_rdy = Signal(), Signal()
         take_w, take_scale = Signal(init=1), Signal()
-        scale_we, scale_wd = Signal(name="scale_we"), Signal(P * SCALE_BITS, name="scale_wd")
-        m.d.sync += scale_we.eq(self.scale.ready)
-        with m.If(self.scale.ready):
-            m.d.sync += scale_wd.eq(self.scale.payload)
+        s_rdy, s_have = Signal(), Signal()
+        s_free = Signal(range(scale_q.depth + 1))      # beats in the queue no issue has claimed
+        s_in, s_claim = Signal(), Signal()
+        m.d.sync += s_rdy.eq(scale_q.level <= scale_q.depth - 3)
         m.d.comb += fire.eq(go & (self.w.tvalid | ~take_w))
         m.d.comb += [
-            scale_q.w_en.eq(scale_we), scale_q.w_data.eq(scale_wd),
+            s_in.eq(self.scale.valid & s_rdy), s_claim.eq(fire & take_scale),
+            scale_q.w_en.eq(s_in), scale_q.w_data.eq(self.scale.payload),
             self.mac.eq(fire),
             self.w.tready.eq(w_rdy),                             # pv: a weight beat serves both digits
             self.w_wait.eq(running & take_w & ~self.w.tvalid),
-            self.scale.ready.eq(fire & take_scale),
+            self.scale.ready.eq(s_rdy),
             rd.en.eq(adv),
             rd.addr.eq(Cat(t, abeat) if TM > 1 else abeat),
         ]
@@ -539,9 +538,12 @@ class MatrixUnit(wiring.Component):
             avail_f = ~inc_f | (abeat + 1 < self.avail)
         else:
             avail_h = avail_f = 1
-        s_room = scale_q.level <= scale_q.depth - 4        # (the takes of this cycle and the last still to write)
-        cond_h = (~take_scale | (self.scale.valid & s_room)) & avail_h
-        cond_f = (~take_scale_f | (self.scale.valid & ~take_scale & s_room)) & avail_f
+        # an unclaimed scale beat after this cycle (its take in, its claim out)
+        s_have_n = Signal()
+        m.d.comb += s_have_n.eq(Mux(s_claim, Mux(s_in, s_have, s_free > 1), s_in | s_have))
+        m.d.sync += [s_have.eq(s_have_n), s_free.eq(s_free + s_in - s_claim)]
+        cond_h = (~take_scale | s_have_n) & avail_h
+        cond_f = (~take_scale_f | s_have_n) & avail_f
         go_n, take_w_n = Signal(), Signal()
         m.d.comb += [go_n.eq(running & adv_n & Mux(fire, ~final_f & cond_f, cond_h)),
                      take_w_n.eq(Mux(fire, take_w_f, take_w))]
