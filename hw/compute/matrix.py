@@ -506,13 +506,15 @@ class MatrixUnit(wiring.Component):
                      self.o.tkeep.eq(-1)]
 
         # --- the handshakes a cycle ahead: ``go``, ``take_w`` / ``take_scale``, ``w.tready``
-        # The pipeline moves next cycle (``adv``).  Exact in GEMM: s5 and the result queue's level after
-        # this cycle.  pv (``o`` and ``prev`` stall it): conservative, the output register empty next
-        # cycle (``o.tready`` next cycle is not known) and ``prev`` valid now and not taken.
+        # The pipeline moves next cycle (``adv``).  GEMM: s5 after this cycle and the result queue full
+        # after this cycle's write, not counting its read (conservative by one place: the queue fills
+        # only when ``o`` stalls the requantizer; ``o.tready`` stays off this path).  pv (``o`` and
+        # ``prev`` stall it): conservative, the output register empty next cycle (``o.tready`` next
+        # cycle is not known) and ``prev`` valid now and not taken.
         s5v_n = Signal()
         m.d.comb += s5v_n.eq(Mux(adv, s4.v & s4.last_g, s5.v))
         RD = res_q.depth
-        rq_full_n = ~res_q.r_en & ((res_q.level == RD) | ((res_q.level == RD - 1) & res_q.w_en))
+        rq_full_n = (res_q.level == RD) | ((res_q.level == RD - 1) & res_q.w_en)
         adv_n = Signal()
         m.d.comb += adv_n.eq(~s5v_n | ~rq_full_n)
         if PT:
