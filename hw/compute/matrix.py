@@ -40,13 +40,15 @@ beats).  The accumulator file is then ``pv_tiles`` x max_tokens words deep.
 
 Pipeline: issue (buffer read) -> products (``DotArray.latency`` stages) -> partial
 (read-modify-write per token) -> scale multiply -> accumulate -> result queue -> requantize ->
-``o``.  The group scale and tile bias beats wait in small queues beside it (taken with token 0 of
-the group's / tile's last weight beat).  A tile's last group gives its T finished (tile, token)
+``o``.  The group scale beats wait in a small queue beside it (taken with token 0 of the group's
+last weight beat); a tile's bias beat is taken from ``bias`` by the requantizer (the beat stays in
+the stream's register until the tile's last word: no queue of P x 32 bits).  A tile's last group gives its T finished (tile, token)
 accumulators back to back; they wait in the result queue (``max_tokens`` deep) and the
 requantizer takes ``requant_rows`` (R) rows of the head a cycle through 6 register stages
 (select, shift decode, shift, round, saturate, bias add and saturate) into the output word: a
 beat every P / R cycles, and no stage deeper than a few LUT levels.  Only a full result queue
-stalls the pipeline (pv: ``o`` and ``prev``), only ``o`` the requantizer; ``mac`` is high on
+stalls the pipeline (pv: ``o`` and ``prev``), only ``o`` and a bias beat not there yet the
+requantizer; ``mac`` is high on
 every cycle that issues a weight beat x token (a performance-counter strobe).
 
 DSP48E2 packing (``packed``, the default): the products are ``dot_array.DotArray``; the ``rows``
@@ -77,8 +79,9 @@ __all__ = ["MatrixUnit", "TileReorder", "PvReorder", "cmd_layout", "PACK_SHIFT",
 
 #: pv mode: a PV weight w goes in as two balanced digits, w = hi 2^PV_DIGIT_SHIFT + lo.
 PV_DIGIT_SHIFT = 16
-#: tile bias beats waiting between the tile's last issue and its requantizer (the issue waits when full)
-BIAS_DEPTH = 4
+#: places of the scale queue beyond the groups in flight (1 + latency + 1, plus two): beats taken ahead
+#: of their issue (``scale.ready`` a register: the queue's room a cycle ahead, two places kept free)
+SCALE_SLACK = 4
 #: pv mode: the wide result (the exact o, two's complement) as two 32-bit words, low then high.
 WIDE_BITS = 64
 
@@ -211,12 +214,10 @@ class MatrixUnit(wiring.Component):
 
         def step(name):             # the counter to counter + 1 (a limit of 1 never steps: its limit - 2
             return lasts[name].eq(counters[name] == limits2[name])  # wraps to a value the counter never has)
-        need_bias = last_j & last_g & cfg.bias & ~pv
         fire = Signal()
-        # The group scales and the tile biases wait in queues beside the pipeline (not copied down
-        # it): a scale beat from the issue of token 0 of its group's last beat to the multiply of
-        # the group's last token (stage 4), a bias beat from token 0 of its tile's last beat to the
-        # requantizer's bias add of the tile's last word.  The scale queue never fills: the groups
+        # The group scales wait in a queue beside the pipeline (not copied down it): a scale beat
+        # from the issue of token 0 of its group's last beat to the multiply of the group's last
+        # token (stage 4).  (A tile's bias beat is read by the requantizer from ``bias`` itself.)  The scale queue never fills: the groups
         # in it are at most one per item of the stages before stage 4 (1 + latency + 1), plus two.
         # (``w_early``: the weight beat goes into the array the cycle it is taken, its activations
         # come from the buffer's read port a cycle later; the array's weight path has the extra
@@ -224,36 +225,37 @@ class MatrixUnit(wiring.Component):
         # ``w_hold``: the array keeps the beat for its other tokens, see ``take_w``.)
         m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive, w_early=True,
                                           w_hold=True)
-        # (Both read from a register: a beat is there two cycles after it is taken -- a scale beat three:
-        # it goes into its queue a cycle after its take from a register, off the path of ``fire``, late
-        # in its cycle, into the queue's level logic; one place more for it -- long before its use.)
-        m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS, depth=dot.latency + 4)
-        m.submodules.bias_q = bias_q = fifo.SyncFIFOBuffered(width=P * 32, depth=BIAS_DEPTH)
-        t0 = t == 0
-        take_scale = last_j & ~pv & t0
-        take_bias = need_bias & t0
+        # The scale queue takes the stream's beats ahead of their issues, whenever it has room
+        # (``scale.ready`` a register, two places kept free for the write of the cycle it is decided
+        # in); ``s_have`` (a register): a beat in it that no issue has claimed yet.  The issue that
+        # starts a group's last beat claims the next; the group's last token pops it at stage 4.
+        m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS,
+                                                                depth=dot.latency + 4 + SCALE_SLACK)
+        # The issue's handshakes from registers.  ``go``: every condition of an issue but the weight beat
+        # holds this cycle (running, the pipeline moves, the scale beat it claims is in the scale queue,
+        # its activations are in), decided the cycle before (``go_next`` below: exact but for ``avail``
+        # (read a cycle late: it only grows while a command runs) and, pv, ``o`` / ``prev``); ``take_w``
+        # / ``take_scale`` (the issue takes a weight beat / claims a scale beat) registers kept equal to
+        # their counters' values.  So ``w.tready`` and ``scale.ready`` are registers (they leave the unit
+        # into the glue's weight path and queues).
         # A weight beat is taken at its first issue (token 0; pv: of the hi digit) into the array, whose
         # weight registers hold it for the beat's other issues (``DotArray.w_hold``: on DSP48E2
         # instances the slices' A / D / AD registers and the skew's, clock-enabled by the take): the
         # stream's next beat may come meanwhile.
-        take_w = Signal()
-        m.d.comb += take_w.eq(t0 & ~(pv & dg))
-        scale_we, scale_wd = Signal(name="scale_we"), Signal(P * SCALE_BITS, name="scale_wd")
-        m.d.sync += scale_we.eq(self.scale.ready)
-        with m.If(self.scale.ready):
-            m.d.sync += scale_wd.eq(self.scale.payload)
-        m.d.comb += fire.eq(running & adv & (self.w.tvalid | ~take_w)
-                            & (~take_scale | (self.scale.valid & scale_q.w_rdy))
-                            & (~take_bias | (self.bias.valid & bias_q.w_rdy))
-                            & ((abeat < self.avail) if self.streamed else 1))
+        go, w_rdy = Signal(), Signal()
+        take_w, take_scale = Signal(init=1), Signal()
+        s_rdy, s_have = Signal(), Signal()
+        s_free = Signal(range(scale_q.depth + 1))      # beats in the queue no issue has claimed
+        s_in, s_claim = Signal(), Signal()
+        m.d.sync += s_rdy.eq(scale_q.level <= scale_q.depth - 3)
+        m.d.comb += fire.eq(go & (self.w.tvalid | ~take_w))
         m.d.comb += [
-            scale_q.w_en.eq(scale_we), scale_q.w_data.eq(scale_wd),
-            bias_q.w_en.eq(self.bias.ready), bias_q.w_data.eq(self.bias.payload),
+            s_in.eq(self.scale.valid & s_rdy), s_claim.eq(fire & take_scale),
+            scale_q.w_en.eq(s_in), scale_q.w_data.eq(self.scale.payload),
             self.mac.eq(fire),
-            self.w.tready.eq(fire & take_w),                     # pv: a weight beat serves both digits
+            self.w.tready.eq(w_rdy),                             # pv: a weight beat serves both digits
             self.w_wait.eq(running & take_w & ~self.w.tvalid),
-            self.scale.ready.eq(fire & take_scale),
-            self.bias.ready.eq(fire & take_bias),
+            self.scale.ready.eq(s_rdy),
             rd.en.eq(adv),
             rd.addr.eq(Cat(t, abeat) if TM > 1 else abeat),
         ]
@@ -383,7 +385,6 @@ class MatrixUnit(wiring.Component):
 
         dadv = Signal()                 # the requantizer moves (only ``o`` stalls it)
         o_data, o_last = Signal(P * 32), Signal()
-        m.d.comb += dadv.eq(~o_valid | self.o.tready)
         chunk = Signal(range(max(NC, 2)))      # (one bit at NC = 1: no zero-width vectors in the Verilog)
         take = Signal()                 # the head's rows chunk R .. chunk R + R - 1 enter the requantizer
         m.d.comb += [take.eq(dadv & res_q.r_rdy), res_q.r_en.eq(take & (chunk == NC - 1))]
@@ -434,14 +435,16 @@ class MatrixUnit(wiring.Component):
         cD, rD = rq_stage("d", cC, {"r": (signed(RQ_WIN), [Mux(r, (w + 1) >> 1, w) for w, r in zip(rC["w"], rC["rnd"])]),
                                     "over": (1, rC["over"]), "sign": (1, rC["sign"])})
         # E: saturate, the chunk's bias words (the tile's bias beat, popped after its last word)
-        bias_words = [Array(bias_q.r_data[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC))[cD.c]
-                      if NC > 1 else bias_q.r_data[i * 32:(i + 1) * 32] for i in range(R)]
+        bias_words = [Array(self.bias.payload[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC))[cD.c]
+                      if NC > 1 else self.bias.payload[i * 32:(i + 1) * 32] for i in range(R)]
         cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(r, o, sg) for r, o, sg in
                                                        zip(rD["r"], rD["over"], rD["sign"])]),
                                     "b": (signed(32), bias_words)})
         with m.If(~cfg.bias):           # no bias: the words zero (the flip-flops' synchronous reset, not a
             m.d.sync += [b.eq(0) for b in rE["b"]]   # seventh input of each bit's 4:1 choice)
-        m.d.comb += bias_q.r_en.eq(dadv & cD.v & cD.tile_end & cfg.bias)
+        # (the tile's bias beat is taken from ``bias`` here, its last chunk's; a chunk that needs it waits for it)
+        m.d.comb += [dadv.eq((~o_valid | self.o.tready) & (~(cD.v & cfg.bias) | self.bias.valid)),
+                     self.bias.ready.eq(dadv & cD.v & cD.tile_end & cfg.bias)]
         # F: the bias add and its saturation, into the output word
         words = [sat32(y + b) for y, b in zip(rE["y"], rE["b"])]
 
@@ -501,6 +504,58 @@ class MatrixUnit(wiring.Component):
                     m.d.sync += [o_last.eq(o_last_hi), pend.eq(0)]
         m.d.comb += [self.o.tvalid.eq(o_valid), self.o.tdata.eq(o_data), self.o.tlast.eq(o_last),
                      self.o.tkeep.eq(-1)]
+
+        # --- the issue's handshakes a cycle ahead: ``go``, ``take_w`` / ``take_scale``, ``w.tready``
+        # The pipeline moves next cycle (``adv``).  GEMM: s5 after this cycle and the result queue full
+        # after this cycle's write, not counting its read (conservative by one place: the queue fills
+        # only when ``o`` stalls the requantizer; ``o.tready`` stays off this path).  pv (``o`` and
+        # ``prev`` stall it): conservative, the output register empty next cycle (``o.tready`` next
+        # cycle is not known) and ``prev`` valid now and not taken.
+        s5v_n = Signal()
+        m.d.comb += s5v_n.eq(Mux(adv, s4.v & s4.last_g, s5.v))
+        RD = res_q.depth
+        rq_full_n = (res_q.level == RD) | ((res_q.level == RD - 1) & res_q.w_en)
+        adv_n = Signal()
+        m.d.comb += adv_n.eq(~s5v_n | ~rq_full_n)
+        if PT:
+            pend_n, ov_n = Signal(), Signal()
+            m.d.comb += [pend_n.eq(Mux(pend & self.o.tready, 0, Mux(adv, s5.v & cfg.wide, pend))),
+                         ov_n.eq(Mux(adv, s5.v, Mux(~pend & self.o.tready, 0, o_valid)))]
+            with m.If(pv):
+                m.d.comb += adv_n.eq(~pend_n & ~ov_n & (~(s5v_n & cfg.acc) | (self.prev.valid & ~self.prev.ready)))
+        # The counters' flags after this cycle's issue (if it fires: functions of registers only)
+        if PT:
+            take_w_f = last_t & (~pv | dg)                       # pv: the digit flips at the tokens' end
+        else:
+            take_w_f = last_t
+        lj_f = Mux(last_j, limits["group_beats"] == 0, j == limits2["group_beats"])       # at the tokens' end
+        lg_f = Mux(last_j, Mux(last_g, limits["groups"] == 0, g == limits2["groups"]), last_g)
+        take_scale_f = last_t & ~pv & lj_f
+        final_f = last_t & last_tile & last_g & Mux(pv, dg, last_j)
+        # the activation beat after the issue: the same, the next or (pv) the one before (all in, as this
+        # one is) -- or 0 (a GEMM's next tile: in); only the next needs a compare
+        inc_f = last_t & Mux(pv, ~dg | last_tile, ~(last_j & last_g))
+        if self.streamed:
+            avail_h = abeat < self.avail
+            avail_f = ~inc_f | (abeat + 1 < self.avail)
+        else:
+            avail_h = avail_f = 1
+        # an unclaimed scale beat after this cycle (its take in, its claim out)
+        s_have_n = Signal()
+        m.d.comb += s_have_n.eq(Mux(s_claim, Mux(s_in, s_have, s_free > 1), s_in | s_have))
+        m.d.sync += [s_have.eq(s_have_n), s_free.eq(s_free + s_in - s_claim)]
+        cond_h = (~take_scale | s_have_n) & avail_h
+        cond_f = (~take_scale_f | s_have_n) & avail_f
+        go_n, take_w_n = Signal(), Signal()
+        m.d.comb += [go_n.eq(running & adv_n & Mux(fire, ~final_f & cond_f, cond_h)),
+                     take_w_n.eq(Mux(fire, take_w_f, take_w))]
+        m.d.sync += [go.eq(go_n), take_w.eq(take_w_n), w_rdy.eq(go_n & take_w_n)]
+        with m.If(fire):
+            m.d.sync += take_scale.eq(take_scale_f)
+        pl = self.cmd.payload
+        with m.If(self.cmd.valid & ~running):           # (a command's first issue waits a cycle for ``go``)
+            m.d.sync += [go.eq(0), w_rdy.eq(0), take_w.eq(1),
+                         take_scale.eq((pl.group_beats == 1) & ~(pl.pv if PT else 0))]
         return m
 
 
