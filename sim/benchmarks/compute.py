@@ -32,8 +32,8 @@ Beside the GEMMs (same build and run): ``attn:prefill`` / ``attn:decode`` (the a
 token x the GQA group through ATTN_SM MAX and APPLY: score rows in SPAD, V scale words from the DDR
 model, w rows out, bit-exact against ``fixed.attn_weights``): cycles and cycles per key of each pass;
 ``attn:pv-array`` (GEMM_PV) and ``attn:prefill-array`` (tests/hw/compute/exec/test_attn_array.py:
-attn:prefill's work as the array sequence over its KV stored as the KV pool keeps it, blocks of
-max_tokens keys (one chunk) -- per job ATTN_Q, one ATTN_SM MAX with defer (its maxima taken as the
+attn:prefill's work as the array sequence over its KV stored as the cluster model's KV pool keeps it,
+blocks of the preset's kv_block_keys (2048: one segment a MARS chunk of B = 2048; ``--array-block-keys``) -- per job ATTN_Q, one ATTN_SM MAX with defer (its maxima taken as the
 GEMM_QK after it writes the scores), one GEMM_QK and one APPLY over
 the run of blocks, GEMM_PV (one when the keys fit its activation buffer), ATTN_Q O (GEMM_PV's rows at
 their stride), ATTN_EMIT --
@@ -148,6 +148,11 @@ def add_arguments(p) -> None:
                    help="engine bench: keys of attn:prefill-array's second run (two jobs over their own draws, "
                         "attn:prefill-array:<keys>); with the first (--attn-keys) it gives the fit cycles a job = "
                         "fixed + per key x keys (attn:array-fit; 0: no second run) (default: %(default)s)")
+    p.add_argument("--array-block-keys", type=int, default=0,
+                   help="engine bench: keys of one stored KV block of attn:prefill-array's runs (a run of fewer keys "
+                        "is one block; 0: the preset node's kv_block_keys, 2048 at the KR260 node: one KV segment a "
+                        "chunk of the cluster model's B = 2048 holds; 16 = max_tokens: the MARS lowering's chunks, "
+                        "the layout before round 17) (default: %(default)s)")
     p.add_argument("--array-tokens-per-job", type=int, default=0,
                    help="engine bench: tokens of one attn:prefill-array job (0: the lowering's, min(sm_rows, "
                         "max_tokens) // the GQA group: 2 on the KR260 node; 1: the jobs of one token before) "
@@ -445,6 +450,12 @@ def pv_figures(report: dict, node: NodeConfig) -> dict:
     return out
 
 
+def array_run_block_keys(block_keys: int, keys: int) -> int:
+    """Keys of one stored KV block of an attn:prefill-array run over ``keys`` keys in the KV pool's blocks of
+    ``block_keys`` (``--array-block-keys``): a run of fewer keys is one block (the first keys of one)."""
+    return min(block_keys, keys)
+
+
 def prefill_array_refusal(node: NodeConfig, keys: int, block_keys: int) -> str | None:
     """Why attn:prefill-array (attn:prefill's keys in a run of blocks of ``block_keys`` keys, jobs of
     min(sm_rows, max_tokens) // group tokens: the lowering's) cannot run on ``node``'s instructions, or None."""
@@ -500,7 +511,10 @@ def attention_array_figures(report: dict, node: NodeConfig, attn: dict | None) -
                         "O (GEMM_PV's rows at their own stride); ATTN_EMIT FINAL; one instruction at a time (the "
                         "EX queue); bit-exact against fixed.attention",
             "shape": "attn:prefill's: the same keys, positions, jobs and random draws; the KV stored in blocks of "
-                     "block_keys keys (the node's max_tokens: one chunk), segments with their own scale regions",
+                     "block_keys keys, segments with their own scale regions: the KV pool of the cluster model's MARS "
+                     "plan (chunks of B = 2048 tokens, one segment of up to the preset's kv_block_keys = 2048 keys a "
+                     "block; a run of fewer keys is one block; --array-block-keys); the MARS lowering today emits "
+                     "chunks of at most max_tokens = 16 (blocks of 16 keys: --array-block-keys 16)",
         }
         if attn is not None and "attn:prefill" in attn and op["name"] == "attn:prefill-array":
             a = attn["attn:prefill"]
@@ -537,7 +551,8 @@ def array_fit(ops: list[dict], node: NodeConfig) -> dict:
     key_macs = 2 * node.head_dim * R
     peak = node.mac_rows * node.mac_lanes
     return {
-        "keys": [int(k) for k in keys], "rows_per_job": R, "cycles_per_job": [round(c, 1) for c in per_job],
+        "keys": [int(k) for k in keys], "block_keys": [op.get("block_keys") for op in ops], "rows_per_job": R,
+        "cycles_per_job": [round(c, 1) for c in per_job],
         "job_cycles": job, "key_cycles": key, "key_macs": key_macs,
         "residual_cycles": [round(c - (job + key * k), 1) for c, k in zip(per_job, keys)],
         "by_kind": by_kind,
@@ -611,19 +626,24 @@ def run_engine(args) -> dict:
                              f"{node.mac_lanes} up to {max_n // 2}, tokens x {node.group} heads <= {node.max_tokens} "
                              f"rows, the weight rows and the output within {node.spad_beats} SPAD beats")
     array_skipped = None
-    array_block_keys = node.max_tokens           # the KV pool's blocks: one chunk of max_tokens tokens
+    # the KV pool's blocks as the cluster model's MARS plan keeps them (its chunks of B = 2048 tokens,
+    # sim/benchmarks/paper.py CHUNK_T1, whose TTFT attn:array-fit charges): one segment of the preset node's
+    # kv_block_keys (2048 at the KR260 node) a block; a run of fewer keys is one block (``array_run_block_keys``)
+    if args.array_block_keys < 0:
+        raise ValueError("--array-block-keys must be >= 0")
+    array_block_keys = args.array_block_keys or base.kv_block_keys
     if args.prefill_array and not 0 <= args.array_tokens_per_job <= min(node.sm_rows, node.max_tokens) // node.group:
         raise ValueError(f"--array-tokens-per-job {args.array_tokens_per_job}: 0 .. "
                          f"{min(node.sm_rows, node.max_tokens) // node.group} (the unit's sm_rows={node.sm_rows})")
     if args.prefill_array:
-        why = prefill_array_refusal(node, args.attn_keys, array_block_keys)
+        why = prefill_array_refusal(node, args.attn_keys, array_run_block_keys(array_block_keys, args.attn_keys))
         if why and args.block:
             raise ValueError(f"--block prefill-array: {why}")
         if why:
             args.prefill_array, array_skipped = False, f"not run ({why})"
     longer = args.prefill_array and args.array_keys > 0
     if longer:
-        why = prefill_array_refusal(node, args.array_keys, array_block_keys)
+        why = prefill_array_refusal(node, args.array_keys, array_run_block_keys(array_block_keys, args.array_keys))
         if why or args.array_keys <= args.attn_keys:
             raise ValueError(f"--array-keys {args.array_keys}: more than --attn-keys {args.attn_keys}"
                              + (f"; {why}" if why else ""))
@@ -633,8 +653,9 @@ def run_engine(args) -> dict:
     ram = max((1 << 20) + 2 * (args.attn_keys // block_keys) * (_seg_bytes(block_keys, node.head_dim) + 64),max(op["tiles"] * node.mac_rows * op["n"] for op in ops) * 2 + (1 << 20),
               (1 << 20) + (_seg_bytes(args.qk_keys, node.head_dim) if args.qk_array else 0),
               (1 << 20) + (_seg_bytes(args.pv_keys, node.head_dim) if args.pv_array else 0),
-              (1 << 20) + (2 * (args.array_keys // array_block_keys) * (_seg_bytes(array_block_keys, node.head_dim)
-                                                                         + 64) if longer else 0))
+              (1 << 20) + (2 * (args.array_keys // array_run_block_keys(array_block_keys, args.array_keys))
+                           * (_seg_bytes(array_run_block_keys(array_block_keys, args.array_keys), node.head_dim) + 64)
+                           if longer else 0))
     ram_bytes = 1 << (ram - 1).bit_length()
     from mcf.sim.rtlcluster.backend import _cache_dir
     softmax = args.softmax and node.group <= node.att_rows
@@ -746,7 +767,9 @@ def run_engine(args) -> dict:
                 "attention_array_job_cycles_is": "the array sequence's cycles as a line in its keys (attn:array-fit: "
                                                  "attn:prefill-array at " + " and ".join(
                                                      str(k) for k in arr["attn:array-fit"]["keys"]) + " keys, "
-                                                 "jobs of " + str(arr["attn:array-fit"]["rows_per_job"]) + " rows): "
+                                                 "jobs of " + str(arr["attn:array-fit"]["rows_per_job"]) + " rows, "
+                                                 "the KV in blocks of " + " and ".join(
+                                                     str(k) for k in arr["attn:array-fit"]["block_keys"]) + " keys): "
                                                  "cycles of one job = attention_array_job_cycles + "
                                                  "attention_array_key_cycles x keys; a job does "
                                                  "attention_array_key_macs MACs per key (2 x head_dim x its rows)",

@@ -791,6 +791,10 @@ class GemmMover(Mover):
         self.has_kv = (g.head_dim <= g.max_group and g.head_dim % g.lanes == 0 and 1 <= self.kv_beats <= g.rows)
         self.has_pv = isa.gemm_pv_built(g.rows, g.lanes, g.vl, g.head_dim)
         self.pv_tiles = g.head_dim // g.rows if self.has_pv else 0     # C: channel tiles of head_dim
+        # GEMM_QK's / GEMM_PV's weight descriptors: at most half a loader buffer (and whole loader words), so that
+        # each loader's two buffers hold two of them in flight (the port busy while the other drains) and the
+        # first tile waits for half a buffer, not a whole one (docs/attention-array.md, round 17)
+        self.run_desc_bytes = max(g.buffer_bytes // 2, g.weight_beats * g.bus_bytes)
         # GEMM_QK's score words as they go to SPAD (the execute unit hands them to the AttnMover for
         # an ATTN_SM MAX with defer): ``qk_en`` a write of row ``qk_row``'s words ``qk_key`` .. (up to
         # spad_banks x VL of them, word 0 first, in ``qk_data``); ``qk_end`` the GEMM_QK's end
@@ -1113,19 +1117,24 @@ class GemmMover(Mover):
             if pre_pv:
                 w_in = PvReorder.rotate(w_in, Mux(pv, pro.rot, 0), pro.piece, g.head_dim)
         m.d.comb += uw.i.payload.eq(w_in)
-        # weight descriptors: at most buffer_bytes and never past the end of a block's rows (wd_blk bytes
-        # left in it; a plain GEMM is one block), alternating buffers; a block's end moves to the next
-        # block's rows (wd_base: its segment)
+        # weight descriptors: at most buffer_bytes (GEMM_QK / GEMM_PV: ``run_desc_bytes``, half of it) and never
+        # past the end of a block's rows (wd_blk bytes left in it; a plain GEMM is one block), alternating buffers;
+        # a block's end moves to the next block's rows (wd_base: its segment)
         wd_addr, wd_base = Signal(ADDR_BITS), Signal(ADDR_BITS)
         wd_left, wd_blk = Signal(COUNT_BITS), Signal(COUNT_BITS)
         wd_buf = Signal(range(g.buffers))
         wd_len, wd_cut = Signal(COUNT_BITS), Signal(COUNT_BITS)
         r_step_q, r_skip_q = Signal(ADDR_BITS), Signal(20)          # the run's (registered): block stride,
         r_blk_q, r_sblk_q = Signal(COUNT_BITS), Signal(18)          # scale region bytes, rows / scale bytes a block
-        # (min(wd_blk, wd_left, buffer_bytes) from three compares side by side, not two in a row)
-        blk_lt, blk_big, left_big = wd_blk < wd_left, wd_blk > g.buffer_bytes, wd_left > g.buffer_bytes
+        # (min(wd_blk, wd_left, cap) from three compares side by side, not two in a row; the cap a register's
+        # choice of two constants: run_q, a GEMM_QK / GEMM_PV)
+        run_q = Signal()
+        cap = self.run_desc_bytes
+        blk_lt = wd_blk < wd_left
+        blk_big = Mux(run_q, wd_blk > cap, wd_blk > g.buffer_bytes)
+        left_big = Mux(run_q, wd_left > cap, wd_left > g.buffer_bytes)
         m.d.comb += [wd_cut.eq(Mux(blk_lt, wd_blk, wd_left)),
-                     wd_len.eq(Mux(Mux(blk_lt, blk_big, left_big), g.buffer_bytes, wd_cut)),
+                     wd_len.eq(Mux(Mux(blk_lt, blk_big, left_big), Mux(run_q, cap, g.buffer_bytes), wd_cut)),
                      b.ldesc.valid.eq(wd_left != 0), b.ldesc.payload.eq(descriptor(wd_addr, wd_len, wd_buf))]
         with m.If(b.ldesc.valid & b.ldesc.ready):
             m.d.sync += [wd_addr.eq(wd_addr + wd_len), wd_left.eq(wd_left - wd_len), wd_blk.eq(wd_blk - wd_len),
@@ -1150,7 +1159,8 @@ class GemmMover(Mover):
             with m.Elif(go):
                 m.d.comb += [us.cmd.valid.eq(~pv), uw.cmd.valid.eq(1), b.req1.valid.eq(f_bias), ub.cmd.valid.eq(f_bias)]
                 run = pv | kv
-                m.d.sync += [wd_addr.eq(Mux(run, r_rows, w_addr)), wd_left.eq(Mux(pv, pins.keys << row_log2, wt)),
+                m.d.sync += [run_q.eq(run),
+                             wd_addr.eq(Mux(run, r_rows, w_addr)), wd_left.eq(Mux(pv, pins.keys << row_log2, wt)),
                              wd_blk.eq(Mux(run, (r_bk - r_o) << row_log2, wt)), wd_base.eq(r_seg),
                              r_step_q.eq(r_step), r_skip_q.eq(pad_up(r_bk << 1)), r_blk_q.eq(r_bk << row_log2),
                              r_sblk_q.eq(r_bk << 1),

@@ -183,6 +183,7 @@ def test_profile_figures_are_the_engine_bench_output():
     wrote (its comment names the command), equal to the recorded output of that run
     (docs/bench/compute-qwen2.5-1.5b.json, the command's --json output)."""
     from mcf.sim.benchmarks.compute import PROFILE
+    from mcf.spec.node import NodeConfig
     text = PROFILE.read_text()
     assert text.count("by `mcf bench compute --model qwen2.5-1.5b") == 5
     rec = json.loads((Path(__file__).resolve().parents[3] / "docs" / "bench" / "compute-qwen2.5-1.5b.json").read_text())
@@ -205,6 +206,9 @@ def test_profile_figures_are_the_engine_bench_output():
     runs = [rec["attention_on_array"][n] for n in ("attn:prefill-array", "attn:prefill-array:2048")]
     (k0, c0), (k1, c1) = [(r["keys"], r["cycles"] / r["jobs"]) for r in runs]
     assert runs[1]["rows_per_job"] == arr["rows_per_job"] == 12
+    # the KV as the cluster model's MARS plan keeps it: segments of the preset's kv_block_keys (2048), a run of
+    # fewer keys one block
+    assert [r["block_keys"] for r in runs] == [min(k, NodeConfig().kv_block_keys) for k in (k0, k1)]
     assert prof["attention_array_key_cycles"] == cal["attention_array_key_cycles"] == round((c1 - c0) / (k1 - k0), 4)
     assert prof["attention_array_job_cycles"] == cal["attention_array_job_cycles"] == round(
         c0 - (c1 - c0) / (k1 - k0) * k0, 1)

@@ -3,8 +3,9 @@ unit: ``run_attn_array_ops`` is ``mcf bench compute``'s block attn:prefill-array
 attn:prefill (tests/hw/compute/exec/test_unit.py ``run_attn_ops``: the same keys, query tokens at
 the last positions, the same random
 draws) in jobs of ``array_tokens(node)`` tokens x the group's heads (the lowering's: min(sm_rows,
-max_tokens) // group, 2 at Qwen2.5-1.5B on the KR260 node), its KV stored as the KV pool keeps it: blocks of ``array_block_keys`` keys (the node's
-chunk, max_tokens), K and V segments of block i at kv_at + 2 i seg and one seg further.  Per job,
+max_tokens) // group, 2 at Qwen2.5-1.5B on the KR260 node), its KV stored as the KV pool keeps it: blocks of ``array_block_keys`` keys
+(``mcf bench compute``: the preset's kv_block_keys, the cluster model's chunks of 2048; a run of fewer keys is
+one block), K and V segments of block i at kv_at + 2 i seg and one seg further.  Per job,
 over the whole run of blocks:
 
     ATTN_Q QUERY; ATTN_SM MAX with defer; GEMM_QK (score rows into SPAD, their row maxima into the
@@ -77,9 +78,10 @@ def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpo
 async def _array_op(drv, node: NodeConfig, rng, name: str, *, keys: int, bk: int, abk: int, tokens: int,
                     per_job: int) -> dict:
     """attn:prefill-array's work over ``keys`` keys (drawn in blocks of ``bk``, stored in blocks of
-    ``abk``) for the queries of ``tokens`` tokens at the last positions in jobs of ``per_job`` tokens:
-    run, compared with ``fixed.attention`` bit for bit; its report entry."""
+    ``abk``; a run of fewer keys is one block) for the queries of ``tokens`` tokens at the last positions in
+    jobs of ``per_job`` tokens: run, compared with ``fixed.attention`` bit for bit; its report entry."""
     vl, d, heads = node.vec_lanes, node.head_dim, node.group
+    abk = min(abk, keys)
     assert per_job >= 1 and keys % bk == 0 and keys % abk == 0
     kv_at, x_at, y_at = 0x100000, 0x40000, 0x80000
     # the draws of run_attn_ops: the same KV (stored in blocks of abk keys) and the same prefill queries
