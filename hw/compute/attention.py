@@ -257,12 +257,17 @@ def rshr_staged(m, x, s, max_left: int, name: str, en=None) -> Signal:
     stmts = [c_x.eq(xs), c_sc.eq(sc), c_left.eq(left), c_neg.eq(neg),
              a_shr.eq(Cat(Const(0, 1), c_x).as_signed() >> c_sc), a_shl.eq(c_x << c_left), a_neg.eq(c_neg),
              out.eq(Mux(a_neg, a_shl, pre >> 1))]
+    _sync(m, stmts, en)
+    return out
+
+
+def _sync(m, stmts, en=None):
+    """``stmts`` into the sync domain, under ``en`` when one is given (the staged shifts' enable)."""
     if en is None:
         m.d.sync += stmts
     else:
         with m.If(en):
             m.d.sync += stmts
-    return out
 
 
 def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Signal:
@@ -307,11 +312,7 @@ def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Si
              a_shr.eq(Cat(Const(0, 1), c_x).as_signed() >> c_sc), a_shl.eq((c_x << c_left)[:bits]), a_neg.eq(c_neg),
              a_ovf.eq(c_neg & ovf), a_sgn.eq(sign),
              out.eq(Mux(a_neg, Mux(a_ovf, bound, a_shl), pre >> 1))]
-    if en is None:
-        m.d.sync += stmts
-    else:
-        with m.If(en):
-            m.d.sync += stmts
+    _sync(m, stmts, en)
     return out
 
 
