@@ -131,6 +131,9 @@ class AttnLoad(enum.IntEnum):
     STATE = 2      # (m, l, o) of every row <- STATE words (a merged state, to finalize)
     O = 3          # o of row (t, j) <- head_dim int32 words at spad + t tok_stride + j head_stride (a GEMM_PV
                    # product); m, l untouched
+    ROWS = 4       # R = tokens x heads rows at positions qpos0 + t, every row's state emptied as QUERY does, no
+                   # SPAD read and no query data: the unit holds none until the next QUERY (ATTN_KV, which
+                   # needs it, is refused: ILLEGAL_INSTRUCTION); the array path's rows (GEMM_QK reads them)
 
 
 class AttnPass(enum.IntEnum):
@@ -409,17 +412,18 @@ _ROWS = [
 _reg(Opcode.ATTN_Q, "Load the attention unit (AttnLoad).  QUERY: row (t, j) = the BFP16 row at "
                     "spad + t tok_stride + j head_stride (head_dim / VL beats), position qpos0 + t.  "
                     "MREF: R words from spad.  STATE: R x (head_dim + 2) words from spad.  O: o of row (t, j) "
-                    "= head_dim int32 words at spad + t tok_stride + j head_stride (m, l untouched).", [
-    Field("what", 2, "What to load.", enum=AttnLoad),
+                    "= head_dim int32 words at spad + t tok_stride + j head_stride (m, l untouched).  ROWS: as QUERY "
+                    "without reading SPAD or loading query data (ATTN_KV refused until the next QUERY).", [
+    Field("what", 3, "What to load.", enum=AttnLoad),
     _spad("spad", "Source (row (0, 0) or first word)"),
     *_ROWS,
-    Field("qpos0", POS_BITS, "QUERY: position of the first token."),
+    Field("qpos0", POS_BITS, "QUERY, ROWS: position of the first token."),
 ])
 _reg(Opcode.ATTN_KV, "A pass over a run of `blocks` KV blocks: block i's K segment at seg + i "
                      "seg_stride 64, its V segment v_off 64 further, `keys` tokens each, key j of "
                      "block i at position kpos0 + i pos_stride + j, directory id block0 + i "
                      "block_stride.  The last QUERY's rows must be at most att_rows (the rows with "
-                     "products), else ILLEGAL_INSTRUCTION.", [
+                     "products) and no ROWS after it, else ILLEGAL_INSTRUCTION.", [
     Field("phase", 1, "Which pass.", enum=AttnPass),
     _ddr("seg", "K segment of the run's first block"),
     Field("v_off", 26, "V segment = K segment + v_off * 64."),
@@ -467,7 +471,7 @@ _reg(Opcode.ATTN_SM, "Softmax pass over score rows in SPAD (the attention unit w
 _reg(Opcode.ATTN_EMIT, "Write the unit's rows to SPAD (EmitMode).  FINAL: row (t, j) -> spad + t "
                        "tok_stride + j head_stride (head_dim X32 words).  STATE / MAX: R x (head_dim "
                        "+ 2) / R words from spad, word after word, rows in (t, j) order.", [
-    Field("mode", 2, "What to write.", enum=EmitMode),
+    Field("mode", 3, "What to write (3 bits: ATTN_Q's fields after it at the same offsets).", enum=EmitMode),
     _spad("spad", "Destination"),
     *_ROWS,
 ])

@@ -9,7 +9,8 @@ per group) and, per row, a softmax state (m, l, o[head_dim]):
   mantissas s W .. s W + W - 1; the row's exponent and position come with slice 0:
   ``q_slice_layout``, ``q_writes``; the mantissas live in distributed RAM, the score array reads a
   chunk of every row a cycle); ``clear``
-  empties every row's state (m = M_EMPTY, l = o = 0: ATTN_Q QUERY does); ``st`` writes one
+  empties every row's state (m = M_EMPTY, l = o = 0: ATTN_Q QUERY and ROWS do); ``pw`` writes the
+  position of a range of rows (ATTN_Q ROWS: a token's heads a cycle, no mantissas); ``st`` writes one
   state word of a row, word 0 = m, 1 = l, 2 + c = o[c] (ATTN_Q MREF writes word 0 of each row,
   ATTN_Q STATE every word); ``ow`` writes ``words`` (W) consecutive o words of a row a cycle
   (ATTN_Q O: slice s = o[s W .. s W + W - 1]).
@@ -201,6 +202,15 @@ def max_write_latency(words: int) -> int:
     return 2 + ceil_log2(words)
 
 
+class PosWriteSignature(wiring.Signature):
+    """The position of rows ``lo`` .. ``hi`` - 1 (ATTN_Q ROWS: one token's heads a cycle; their
+    mantissas and exponents untouched; the producer drives all)."""
+
+    def __init__(self, rows: int):
+        super().__init__({"en": Out(1), "lo": Out(range(rows + 1)), "hi": Out(range(rows + 1)),
+                          "pos": Out(POS_BITS)})
+
+
 class StateWriteSignature(wiring.Signature):
     """One state word of one row: word 0 = m, 1 = l, 2 + c = o[c] (the producer drives all)."""
 
@@ -363,6 +373,7 @@ class AttentionUnit(wiring.Component):
             "st": In(StateWriteSignature(rows, head_dim)),
             "ow": In(OWriteSignature(rows, head_dim, words)),
             "mx": In(MaxWriteSignature(rows, self.max_words)),
+            "pw": In(PosWriteSignature(rows)),
             "clear": In(1),
             "cmd": In(stream.Signature(cmd_layout(rows))),
             "k": In(stream.Signature(k_layout(head_dim))),
@@ -416,6 +427,8 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += qpos[r].eq(qd.pos)
                 if r < PR:
                     m.d.sync += qexp[r].eq(qd.exp)
+            with m.If(self.pw.en & (self.pw.lo <= r) & (r < self.pw.hi)):
+                m.d.sync += qpos[r].eq(self.pw.pos)
 
         IDLE, PASS, DRAIN, OUT = AttentionState
         state = Signal(AttentionState)

@@ -505,7 +505,7 @@ def attention_array_figures(report: dict, node: NodeConfig, attn: dict | None) -
             "ddr_read_bytes": sum(v["ddr_read_bytes"] for v in kinds.values()),
             "attention_macs_per_cycle": round(macs / cycles, 2),
             "attention_efficiency": round(macs / cycles / peak, 4),
-            "sequence": "per job, over the run of KV blocks: ATTN_Q QUERY; one ATTN_SM MAX with defer; one GEMM_QK "
+            "sequence": "per job, over the run of KV blocks: ATTN_Q ROWS; one ATTN_SM MAX with defer; one GEMM_QK "
                         "(scores to SPAD, their row maxima into the unit's m); one ATTN_SM APPLY (w rows to SPAD, V scale words block by block); GEMM_PV "
                         "(one, sat32, when the keys fit its activation buffer; else runs of it, wide / acc); ATTN_Q "
                         "O (GEMM_PV's rows at their own stride); ATTN_EMIT FINAL; one instruction at a time (the "
@@ -558,7 +558,7 @@ def array_fit(ops: list[dict], node: NodeConfig) -> dict:
         "by_kind": by_kind,
         "efficiency_at_keys": {n: round(key_macs * n / (job + key * n) / peak, 4) for n in (256, 2048, 16384)},
         "efficiency_limit": round(key_macs / key / peak, 4),
-        "is": "cycles of one job (ATTN_Q QUERY .. ATTN_EMIT over a run of KV blocks of keys keys, rows_per_job "
+        "is": "cycles of one job (ATTN_Q ROWS .. ATTN_EMIT over a run of KV blocks of keys keys, rows_per_job "
               "rows) = job_cycles + key_cycles x keys: least squares through the runs' measured cycles a job; "
               "efficiency = key_macs x keys / cycles / the array's peak MACs per cycle (a MODEL from the fit)",
     }

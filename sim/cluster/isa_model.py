@@ -46,7 +46,7 @@ from mcf.sw.mars.profile import PROFILE_DIR, HardwareProfile, load_profile
 from mcf.sw.runtime.backend import SimBackend
 
 from ..compute.cost import (MATRIX_LATENCY, attn_emit_cycles, attn_kv_cycles, attn_o_cycles, attn_query_cycles,
-                            dir_cycles, kv_writer_cycles, sm_apply_beats, softmax_pass_cycles,
+                            attn_rows_cycles, dir_cycles, kv_writer_cycles, sm_apply_beats, softmax_pass_cycles,
                             vector_cycles)
 
 #: Ethernet bytes per frame besides the MCF packet: preamble 8, MAC header 14, FCS 4, gap 12.
@@ -73,9 +73,10 @@ ISA_COSTS = {
                "two transpose buffers; AB = sm_apply_beats, 2 on the KR260 node; R x AB writes when w or w_stride is not a "
                "multiple of AB) (sim/compute/cost.py softmax_pass_cycles, checked against the execute unit's RTL), or its V "
                "scale bytes if slower (APPLY over a run of blocks: the same)",
-    "ATTN_Q / ATTN_EMIT": "QUERY: rows x head_dim / W; O and EMIT FINAL: rows x head_dim / W + start (W = "
-                          "gcd(vec_lanes, kv lanes) words a cycle); MREF, STATE and EMIT STATE / MAX: a "
-                          "word a cycle (sim/compute/cost.py attn_query_cycles, attn_o_cycles, attn_emit_cycles)",
+    "ATTN_Q / ATTN_EMIT": "QUERY: rows x head_dim / W; ROWS: tokens + start; O and EMIT FINAL: rows x head_dim / W + "
+                          "start (W = gcd(vec_lanes, kv lanes) words a cycle); MREF, STATE and EMIT STATE / MAX: a "
+                          "word a cycle (sim/compute/cost.py attn_query_cycles, attn_rows_cycles, attn_o_cycles, "
+                          "attn_emit_cycles)",
     "KVW": "rows x the KV writer's cycles per row, or its DDR bytes",
     "EMBED": "tokens x n / vec_lanes, or its DDR bytes",
     "DIR": "count + the decode (write) or + the decode and the lookup latency (check): an entry a cycle "
@@ -199,6 +200,8 @@ class TimingCosts(UnitCosts):
                 unit = attn_o_cycles(w["rows"], d, vl)
             elif what == AttnLoad.QUERY:
                 unit = attn_query_cycles(w["rows"], d, vl)
+            elif what == AttnLoad.ROWS:
+                unit = attn_rows_cycles(ins.tokens)
             else:
                 unit = w["rows"] * ((d + 2) if what == AttnLoad.STATE else 1)
         elif op == Opcode.ATTN_EMIT:

@@ -97,6 +97,15 @@ def attn_query_cycles(rows: int, d: int, vl: int) -> int:
     return rows * max(1, d // out_words(d, vl))
 
 
+#: ATTN_Q ROWS beyond its tokens (the execute unit in simulation, tests/hw/compute/exec/test_softmax.py).
+ATTN_ROWS_START = 6
+
+
+def attn_rows_cycles(tokens: int) -> int:
+    """ATTN_Q ROWS (``AttnMover``): no SPAD read, a token's rows' positions a cycle + ``ATTN_ROWS_START``."""
+    return tokens + ATTN_ROWS_START
+
+
 def attn_emit_cycles(mode, rows: int, d: int, vl: int) -> int:
     """ATTN_EMIT: FINAL rows x d / W cycles (W words a transfer, ``out_words``), STATE rows x (d + 2)
     and MAX rows (a word a cycle), + ``ATTN_EMIT_START``."""

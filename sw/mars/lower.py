@@ -826,7 +826,12 @@ class _Lowerer:
                 tp = min(tpp, T - t0)
                 rows = dict(tokens=tp, heads=sh.gqa, tok_stride=sh.qb, head_stride=sh.db)
                 off = t0 * sh.qb + kvh * sh.gqa * sh.db
-                self.b.ex(n, isa.AttnQ, deps, what=AttnLoad.QUERY, spad=sp["Q"] + off, qpos0=pos0 + t0, **rows)
+                # the array path: GEMM_QK reads the query rows from SPAD, so the unit takes only the rows
+                # and positions (ROWS, a cycle a token) unless ATTN_KV passes over a tail (QUERY)
+                what = AttnLoad.QUERY
+                if array and not self.array_segments(runs, kvh, pos0 + t0 + tp - 1)[1]:
+                    what = AttnLoad.ROWS
+                self.b.ex(n, isa.AttnQ, deps, what=what, spad=sp["Q"] + off, qpos0=pos0 + t0, **rows)
                 deps = ()
                 if array:
                     self.array_max(n, runs, kvh, sp["Q"] + off, rows, pos0 + t0 + tp - 1)
@@ -916,7 +921,7 @@ class _Lowerer:
         return x["n"] if x["pad_visible"] else -(-x["n"] // keys) * keys
 
     def array_max(self, n, runs, kvh, q, rows, qmax):
-        """m of the rows loaded by ATTN_Q QUERY (q: their SPAD row (0, 0); positions up to qmax)
+        """m of the rows loaded by ATTN_Q QUERY / ROWS (q: their SPAD row (0, 0); positions up to qmax)
         over ``runs``: per piece ATTN_SM MAX with defer, then the GEMM_QK whose score words it takes;
         ATTN_KV MAX over the tail."""
         sh, sp = self.sh, self.sp

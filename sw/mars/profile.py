@@ -61,7 +61,7 @@ class HardwareProfile:
     # sequence (GEMM_QK, ATTN_SM, GEMM_PV over runs of KV blocks), measured like attention_efficiency; 0: not measured
     attention_array_efficiency: float = 0.0
     # the array sequence's cycles as a line in its keys (mcf bench compute, attn:array-fit: attn:prefill-array at
-    # two key counts): one job (ATTN_Q QUERY .. ATTN_EMIT over a run of KV blocks) costs
+    # two key counts): one job (ATTN_Q ROWS .. ATTN_EMIT over a run of KV blocks) costs
     # attention_array_job_cycles + attention_array_key_cycles x keys and does attention_array_key_macs
     # attention MACs per key; all 0: not measured (the array path then charges attention_array_efficiency)
     attention_array_job_cycles: float = 0.0

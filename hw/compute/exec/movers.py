@@ -1794,6 +1794,7 @@ class AttnState(enum.Enum, shape=4):
     FINISH = 7
     SM = 8          # ATTN_SM: score rows -> the unit -> w rows
     OLOAD = 9       # ATTN_Q O: rows from SPAD -> the unit's o, W words a cycle
+    ROWS = 10       # ATTN_Q ROWS: a token's rows' positions a cycle (no SPAD read)
 
 
 class AttnMover(Mover):
@@ -1819,7 +1820,9 @@ class AttnMover(Mover):
     ATTN_Q QUERY and O read row (t, j) at spad + t tok_stride + j head_stride a beat a cycle and hand
     the unit W = ``out_words(head_dim, VL)`` words a cycle (VL / W slices a beat: ``q``, W mantissas,
     the row's exponent and position with slice 0; ``ow``, W o words); ATTN_EMIT FINAL takes W words a
-    transfer into its beats (STATE / MAX: one).
+    transfer into its beats (STATE / MAX: one).  ATTN_Q ROWS reads nothing: it empties the states as
+    QUERY does and writes the positions of a token's rows a cycle (``pw``: tokens cycles), leaving
+    the query memory as it was, and ATTN_KV is refused after it until the next QUERY.
 
     The unit holds ``sm_rows`` rows of state (QUERY, O, ATTN_SM, ATTN_EMIT: R <= sm_rows), of which
     the first ``att_rows`` have query mantissas and products: ATTN_Q MREF / STATE take at most
@@ -1878,18 +1881,20 @@ class AttnMover(Mover):
         nbeats = stage(m, (nwords + VL - 1) >> vl_log2, "nbeats", 24)                      # stage 3
         word_bad = stage(m, q_ins.spad + ((nwords + VL - 1) >> vl_log2) > g.spad_beats, "word_bad")
         rowwise = (is_q & ((what == isa.AttnLoad.QUERY) | load_o)) | (is_emit & (mode == isa.EmitMode.FINAL))
+        rows_only = what == isa.AttnLoad.ROWS                  # no SPAD read: no range to check
         bad_rows = stage(m, (q_ins.tokens == 0) | (q_ins.heads == 0) | (rowsf > R), "bad_rows")   # stage 2
         row_bad = stage(m, q_ins.spad + p_tok + p_head + rb > g.spad_beats, "row_bad")             # stage 3
         # MREF / STATE write m, l, o of rows with products only (rows < att_rows)
         prod_only = stage(m, (q_ins.what.as_value() == isa.AttnLoad.MREF) | (q_ins.what.as_value() == isa.AttnLoad.STATE),
                           "prod_only")
         bad_prod = stage(m, prod_only & (rowsf > PR), "bad_prod")                                  # stage 2
-        bad_q = bad_rows | bad_prod | Mux(rowwise, row_bad, word_bad)
+        bad_what = stage(m, q_ins.what.as_value() > isa.AttnLoad.ROWS, "bad_what")
+        bad_q = bad_rows | bad_prod | bad_what | (~rows_only & Mux(rowwise, row_bad, word_bad))
         bad_e = bad_rows | (mode > isa.EmitMode.MAX) | Mux(rowwise, row_bad, word_bad)
         blocks_m1 = stage(m, kv_ins.blocks - 1, "blocks_m1", 16)                             # stage 1
         p_blk = stage(m, blocks_m1 * kv_ins.block_stride, "p_blk", 24)                      # stage 2
         bad_kv = stage(m, (kv_ins.blocks == 0) | (kv_ins.keys == 0) | (kv_ins.keys > g.kv_block_keys), "bad_kv0")
-        wide_q = Signal()            # the last QUERY loaded rows past att_rows: no ATTN_KV over them
+        wide_q = Signal()            # the last QUERY loaded rows past att_rows, or ROWS after it: no ATTN_KV
         bad_kv = (stage(m, bad_kv, "bad_kv1") | stage(m, kv_ins.gated & (kv_ins.block0 + p_blk >= g.dir_entries), "bad_blk")
                   | wide_q)
         go_kv = Signal()
@@ -1927,10 +1932,13 @@ class AttnMover(Mover):
                     m.d.comb += [au.cmd.valid.eq(1), au.cmd.payload.src.eq(1)]
                     m.d.sync += state.eq(S.SM)
             with m.Elif(is_q):
-                m.d.sync += state.eq(Mux(what == isa.AttnLoad.QUERY, S.QUERY, Mux(load_o, S.OLOAD, S.WORDS)))
-                m.d.comb += au.clear.eq(what == isa.AttnLoad.QUERY)       # QUERY empties every state
+                m.d.sync += state.eq(Mux(what == isa.AttnLoad.QUERY, S.QUERY,
+                                         Mux(rows_only, S.ROWS, Mux(load_o, S.OLOAD, S.WORDS))))
+                m.d.comb += au.clear.eq((what == isa.AttnLoad.QUERY) | rows_only)   # both empty every state
                 with m.If(what == isa.AttnLoad.QUERY):
                     m.d.sync += wide_q.eq(rowsf > PR)
+                with m.If(rows_only):
+                    m.d.sync += wide_q.eq(1)
             with m.Elif(is_emit):
                 with m.If(au.cmd.ready):
                     m.d.comb += [au.cmd.valid.eq(1), au.cmd.payload.emit.eq(1), au.cmd.payload.mode.eq(mode),
@@ -1997,6 +2005,17 @@ class AttnMover(Mover):
                              au.ow.data.eq(oslices[osub])]
         with m.If(oloading & osent & ~au.busy):
             m.d.sync += state.eq(S.FINISH)
+
+        # ROWS: token t's rows (t heads .. t heads + heads - 1) at position qpos0 + t, a token a cycle
+        rt, rlo = Signal(range(R + 1)), Signal(range(R + 1))
+        with m.If(state == S.CHECK):
+            m.d.sync += [rt.eq(0), rlo.eq(0)]
+        with m.If(state == S.ROWS):
+            m.d.comb += [au.pw.en.eq(1), au.pw.lo.eq(rlo), au.pw.hi.eq(rlo + q_ins.heads),
+                         au.pw.pos.eq(q_ins.qpos0 + rt)]
+            m.d.sync += [rt.eq(rt + 1), rlo.eq(rlo + q_ins.heads)]
+            with m.If(rt == q_ins.tokens - 1):
+                m.d.sync += state.eq(S.FINISH)
 
         # MREF / STATE: words, VL per beat, -> state word (row, word)
         wk = Signal(range(VL))

@@ -617,6 +617,14 @@ class NodeSim:
                 u.rows, u.qm, u.qe, u.pos = R, qm, qe, pos
                 u.m = np.full(R, fx.M_EMPTY, np.int64)
                 u.l, u.o = np.zeros(R, np.int64), np.zeros((R, d), np.int64)
+        elif ins.what == AttnLoad.ROWS:
+            # QUERY's rows, positions and emptied states without query data (none until the next QUERY)
+            pos = np.repeat(ins.qpos0 + np.arange(ins.tokens), ins.heads)
+
+            def commit():
+                u.rows, u.qm, u.qe, u.pos = R, None, None, pos
+                u.m = np.full(R, fx.M_EMPTY, np.int64)
+                u.l, u.o = np.zeros(R, np.int64), np.zeros((R, d), np.int64)
         else:
             self._check(u.rows == R, f"{ins.what.name} of {R} rows into a unit holding {u.rows}")
             if ins.what == AttnLoad.MREF:
@@ -643,6 +651,7 @@ class NodeSim:
         cfg, d = self.cfg, self.cfg.head_dim
         u = self.attn
         self._check(u.rows > 0, "no query rows loaded")
+        self._check(u.qm is not None, "ATTN_KV over rows without query data (ATTN_Q ROWS)")
         self._check(u.rows <= cfg.att_rows, f"ATTN_KV over {u.rows} query rows (the unit's products: {cfg.att_rows})")
         self._check(ins.blocks > 0 and ins.keys > 0, f"blocks={ins.blocks}, keys={ins.keys}")
         seg = kv.segment_bytes(ins.keys, d)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mcf.spec import kv
-from mcf.spec.isa import Opcode, SeqFault, VecOp
+from mcf.spec.isa import AttnLoad, Opcode, SeqFault, VecOp
 from mcf.spec.node import NodeConfig
 from mcf.sw.driver import NodeFault
 from mcf.sw.errors import UserError
@@ -106,6 +106,8 @@ def test_chunks_smaller_than_a_tile_are_bit_exact(nodes, n_tok):
     pre, dec = ops(s.lw.prefill), ops(s.lw.decode_programs(0))
     reads_stay_in_the_kv_regions(s.lw, [s.lw.prefill, s.lw.decode_programs(0), s.lw.decode_programs(1)])
     assert all(i.keys == 1 for i in pre if i.OPCODE == Opcode.ATTN_KV)
+    # ATTN_Q ROWS (no query data) where no ATTN_KV follows (the golden node refuses one after it)
+    assert any(i.OPCODE == Opcode.ATTN_Q and i.what == AttnLoad.ROWS for i in pre)
     assert any(i.OPCODE == Opcode.ATTN_KV and i.keys == 4 for i in dec) == (n_tok == 28)
     if (nodes, n_tok) == (1, 28):
         # a run of 3 blocks in one GEMM_QK of 2 tiles; w = 0 keys past it (positions >= 28)
@@ -115,7 +117,7 @@ def test_chunks_smaller_than_a_tile_are_bit_exact(nodes, n_tok):
             assert any(i.OPCODE == Opcode.ATTN_SM and i.kpos0 >= 28 for i in prog)
         g = 0
         for i in pre + [None]:
-            if i is None or (i.OPCODE == Opcode.ATTN_Q and i.what == 0):
+            if i is None or (i.OPCODE == Opcode.ATTN_Q and i.what in (AttnLoad.QUERY, AttnLoad.ROWS)):
                 assert g <= 2                   # the full chunks' run, the 4-token block
                 g = 0
             elif i.OPCODE == Opcode.GEMM_QK:
@@ -165,13 +167,13 @@ def test_score_rows_of_one_segment_are_bit_exact(monkeypatch, nodes):
     want, _ = golden(TINY, FM, PROMPT[:24], 1)
     for k, (st, ref) in enumerate(zip(rep.steps, want)):
         assert np.array_equal(st.logits, ref), f"step {k}: logits differ"
-    # per attention (from one ATTN_Q QUERY to the next): a GEMM_QK before each ATTN_SM pass, but
+    # per attention (from one ATTN_Q QUERY / ROWS to the next): a GEMM_QK before each ATTN_SM pass, but
     # for one segment, whose scores fit (MAX and APPLY read the same)
     seen = set()
     for prog in s.lw.prefill:
         g = m = 0
         for i in prog + [None]:
-            if i is None or (i.OPCODE == Opcode.ATTN_Q and i.what == 0):
+            if i is None or (i.OPCODE == Opcode.ATTN_Q and i.what in (AttnLoad.QUERY, AttnLoad.ROWS)):
                 if m:
                     assert g == m or (g, m) == (1, 2), (g, m)
                     seen.add(m // 2)

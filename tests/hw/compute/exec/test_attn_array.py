@@ -8,7 +8,8 @@ max_tokens) // group, 2 at Qwen2.5-1.5B on the KR260 node), its KV stored as the
 one block), K and V segments of block i at kv_at + 2 i seg and one seg further.  Per job,
 over the whole run of blocks:
 
-    ATTN_Q QUERY; ATTN_SM MAX with defer; GEMM_QK (score rows into SPAD, their row maxima into the
+    ATTN_Q ROWS (the rows, their positions, emptied states: GEMM_QK reads the query from SPAD); ATTN_SM
+    MAX with defer; GEMM_QK (score rows into SPAD, their row maxima into the
     unit's m); ATTN_SM APPLY (w rows into SPAD, V
     scale words block by block); GEMM_PV (sat32 o rows; when the keys exceed one GEMM_PV's
     activation buffer: runs of them, wide, acc + wide, .., acc + sat32); ATTN_Q O (the sat32 o rows
@@ -54,7 +55,7 @@ def array_program(node: NodeConfig, *, keys: int, bk: int, nt: int, t0: int, qpo
         tokens=nt, heads=heads, block_keys=bk, seg_stride=stride, defer=int(phase == AttnPass.MAX)))
         for phase in (AttnPass.MAX, AttnPass.APPLY)]
     # the MAX (defer) takes its maxima as the GEMM_QK after it writes the scores (the lowering's order)
-    prog = [("ATTN_Q:QUERY", isa.AttnQ(what=AttnLoad.QUERY, spad=q_at + t0 * tok, qpos0=qpos0 + t0, **rows)),
+    prog = [("ATTN_Q:ROWS", isa.AttnQ(what=AttnLoad.ROWS, spad=q_at + t0 * tok, qpos0=qpos0 + t0, **rows)),
             sm[0],
             ("GEMM_QK", isa.GemmQk(seg=kv_at, seg_stride=stride, block_keys=bk, tile0=0, tiles=-(-keys // P),
                                    tokens=nt, heads=heads, head_stride=rb, src=q_at + t0 * tok, src_stride=tok,

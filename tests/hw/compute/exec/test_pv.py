@@ -127,7 +127,7 @@ def test_pv_cocotb(build_dir, tmp_path):
     assert op["jobs"] == 1 and op["rows_per_job"] == 4 and op["visible_keys"] == 95 + 96
     kinds = op["per_kind"]
     assert {k: v["count"] for k, v in kinds.items()} == {
-        "ATTN_Q:QUERY": 1, "GEMM_QK": 1, "ATTN_SM:MAX": 1, "ATTN_SM:APPLY": 1, "GEMM_PV": 2,
+        "ATTN_Q:ROWS": 1, "GEMM_QK": 1, "ATTN_SM:MAX": 1, "ATTN_SM:APPLY": 1, "GEMM_PV": 2,
         "ATTN_Q:O": 1, "ATTN_EMIT": 1}
     # GEMM_QK: (96 / P) tiles x (D / K) beats x 4 rows; GEMM_PV: (D / P) x 2 digits x (96 / K) x 4 rows
     assert kinds["GEMM_QK"]["mac_beats"] == (96 // P) * (D // K) * 4
@@ -138,7 +138,7 @@ def test_pv_cocotb(build_dir, tmp_path):
     assert (lo["name"], lo["keys"], lo["jobs"], lo["rows_per_job"], lo["visible_keys"]) == (
         "attn:prefill-array:128", 128, 1, 8, 125 + 126 + 127 + 128)
     assert {k: v["count"] for k, v in lo["per_kind"].items()} == {
-        "ATTN_Q:QUERY": 1, "GEMM_QK": 1, "ATTN_SM:MAX": 1, "ATTN_SM:APPLY": 1, "GEMM_PV": 2,
+        "ATTN_Q:ROWS": 1, "GEMM_QK": 1, "ATTN_SM:MAX": 1, "ATTN_SM:APPLY": 1, "GEMM_PV": 2,
         "ATTN_Q:O": 1, "ATTN_EMIT": 1}
     assert lo["per_kind"]["GEMM_QK"]["mac_beats"] == (128 // P) * (D // K) * 8
     assert lo["per_kind"]["GEMM_PV"]["mac_beats"] == (D // P) * 2 * (128 // K) * 8

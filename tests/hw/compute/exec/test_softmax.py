@@ -76,6 +76,24 @@ def program(base=0):
     ]
 
 
+def rows_program(base=0):
+    """ATTN_Q ROWS (the array path's load: rows, positions, emptied states, no query data) after a
+    QUERY at other positions: EMIT MAX (every m emptied), a deferred MAX over GEMM_QK's scores (the
+    query from SPAD, the positions ROWS wrote: m == golden), EMIT MAX; ``[1]`` is the ROWS."""
+    rows = dict(tokens=TOKENS, heads=HEADS, tok_stride=HEADS * RB, head_stride=RB)
+    return [isa.AttnQ(what=AttnLoad.QUERY, spad=Q_AT, qpos0=0, **rows),
+            isa.AttnQ(what=AttnLoad.ROWS, spad=CFG.spad_beats - 1, qpos0=QPOS0, **rows),
+            isa.AttnEmit(mode=EmitMode.MAX, spad=W2_AT, **rows),
+            program(base)[1].replace(keys=KEYS, defer=1), score_gemm(base),
+            isa.AttnEmit(mode=EmitMode.MAX, spad=W2_AT + 1, **rows)]
+
+
+def rows_refused(base=0):
+    """ATTN_KV after ROWS (no query data): ILLEGAL_INSTRUCTION."""
+    return isa.AttnKV(phase=AttnPass.MAX, seg=base + KSEG, v_off=0, seg_stride=0, blocks=1, keys=KEYS, kpos0=0,
+                      pos_stride=0, block0=0, block_stride=0, gated=0, first=1)
+
+
 def o_rows(g):
     """SPAD words from O_AT: each o row followed by its bitwise complement (the o rows 2 RB beats
     apart, as GEMM_PV's wide rows lie; ATTN_Q O reads them at that stride)."""
@@ -165,6 +183,16 @@ async def run_softmax(dut):
     vis = (22 + np.arange(12))[None, :] <= pos[:, None]
     want = np.maximum(g["m"], np.where(vis, g["s"][:, :12], fx.INT32_MIN).max(axis=-1))
     assert np.array_equal(i32((await sp.get(W2_AT, 1, VL))[0])[0, :R], want), "deferred MAX, first = 0: m"
+    # ATTN_Q ROWS: a cycle a token and the start (attn_rows_cycles), not a SPAD beat a cycle; then the same m
+    from mcf.sim.compute.cost import attn_rows_cycles
+    for i, ins in enumerate(rows_program()):
+        out = await drv.must(ins)
+        if i == 1:
+            assert out.cycles < 20 and abs(out.cycles - attn_rows_cycles(TOKENS)) <= 1, \
+                f"ATTN_Q ROWS: {out.cycles} cycles (model {attn_rows_cycles(TOKENS)})"
+    got = i32((await sp.get(W2_AT, 2, VL))[0])
+    assert (got[0, :R] == fx.M_EMPTY).all() and np.array_equal(got[1, :R], g["m"]), "ATTN_Q ROWS: m"
+    assert (await drv.run(rows_refused())).fault == SeqFault.ILLEGAL_INSTRUCTION, "ATTN_KV after ROWS"
     # the cycle model (sim/compute/cost.py, the ISA model's ATTN_SM cost) within 4 cycles (MAX) or 12
     # (APPLY: its V scale words come from DDR with random pauses)
     for phase, runs in cycles.items():
@@ -303,6 +331,17 @@ def test_softmax_nodesim():
     vis = (22 + np.arange(12))[None, :] <= pos[:, None]
     want = np.maximum(g["m"], np.where(vis, g["s"][:, :12], fx.INT32_MIN).max(axis=-1))
     assert np.array_equal(n.spad[W2_AT, :R], g["m"]) and np.array_equal(n.spad[W2_AT + 1, :R], want), "deferred MAX"
+    # ATTN_Q ROWS (as run_softmax): m emptied, then the deferred MAX's m at ROWS' positions; ATTN_KV after it refused
+    c.load_program(0, [*rows_program(base), isa.End()])
+    c.start()
+    assert c.run(max_cycles=1 << 20).ok
+    assert (n.spad[W2_AT, :R] == fx.M_EMPTY).all() and np.array_equal(n.spad[W2_AT + 1, :R], g["m"]), "ROWS: m"
+    c2 = ClusterSim(CFG, 1, ddr_bytes=1 << 18)
+    c2.open_window()
+    c2.load_program(0, [*rows_program(base)[:2], rows_refused(base), isa.End()])
+    c2.start()
+    r = c2.run(max_cycles=1 << 20)
+    assert r.status == "fault" and c2.nodes[0].fault_cause == SeqFault.ILLEGAL_INSTRUCTION, "ATTN_KV after ROWS"
     # refused like the RTL (and a pass over rows the unit does not hold)
     sm = program(base)[1]
     for bad in (dict(keys=0), dict(keys=VL + 1), dict(tokens=3), dict(tokens=1)):
