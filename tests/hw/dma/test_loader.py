@@ -122,8 +122,7 @@ async def run_load_resp_error(dut):
 
 
 @pytest.mark.parametrize("kw", [{"data_width": 48}, {"buffer_bytes": 1000}, {"buffers": 1},
-                                {"buffer_bytes": 4, "data_width": 64}, {"max_outstanding": 0},
-                                {"ram_style": "ultra"}])
+                                {"buffer_bytes": 4, "data_width": 64}, {"max_outstanding": 0}])
 def test_loader_bad_parameters(kw):
     with pytest.raises(ValueError):
         DmaLoader(**kw)
@@ -150,15 +149,6 @@ def test_wide_construction():
         DmaLoader(64, out_beats=3)
     with pytest.raises(ValueError, match="smaller than one 4-beat output word"):
         DmaLoader(64, buffer_bytes=16, out_beats=4)
-
-
-def test_ram_style():
-    """``ram_style``: the buffers' memory attribute (the execute unit's loaders: block RAM)."""
-    def attrs(ld):
-        subs = ld.elaborate(None)._named_submodules
-        return [subs[k][0].attrs for k in sorted(subs) if k.startswith("buffer")]
-    assert attrs(DmaLoader(64, buffer_bytes=512, out_beats=2, ram_style="block")) == [{"ram_style": "block"}] * 2
-    assert attrs(DmaLoader(64, buffer_bytes=512)) == [{}]
 
 
 @pytest.mark.cocotb
