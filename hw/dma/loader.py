@@ -25,10 +25,6 @@ crossings, each an ``AsyncFIFO``: descriptors sync -> D, filled buffers D -> syn
 RREADY low while it is full), drained buffers sync -> D (their claim released).  ``done`` and
 ``resp_error`` then strobe in ``sync`` when the drainer takes the filled buffer (before its first
 word is out).  The AXI master's signals belong to D.
-
-``ram_style`` ("block" / "distributed"; None: the tool's choice) is the buffers' memory attribute:
-the read port is synchronous with an enable either way (no output register), so the mapping does not
-change a cycle.  The execute unit's weight loaders ask for block RAM (docs/timing.md, round 18).
 """
 from __future__ import annotations
 
@@ -56,7 +52,7 @@ class DmaLoader(wiring.Component):
 
     def __init__(self, data_width: int = 128, addr_width: int = 40, buffer_bytes: int = 4096,
                  buffers: int = 2, max_outstanding: int = 4, id_width: int = 1, out_beats: int = 1,
-                 axi_domain: str = "sync", ram_style: str | None = None):
+                 axi_domain: str = "sync"):
         self.bus_log2 = log2_exact(data_width // 8, "data_width / 8")
         log2_exact(buffer_bytes, "buffer_bytes")
         if buffer_bytes < data_width // 8:
@@ -71,9 +67,6 @@ class DmaLoader(wiring.Component):
         self.data_width, self.buffer_bytes, self.buffers = data_width, buffer_bytes, buffers
         self.out_beats = out_beats
         self.axi_domain = axi_domain
-        if ram_style not in (None, "block", "distributed"):
-            raise ValueError(f"ram_style={ram_style!r}: must be None, 'block' or 'distributed'")
-        self.ram_style = ram_style
         self.buffer_beats = buffer_bytes >> self.bus_log2
         self.max_outstanding = max_outstanding
         super().__init__({
@@ -174,9 +167,7 @@ class DmaLoader(wiring.Component):
         # i x word_depth + r >> bl of bank r mod B): one memory a bank, not one a buffer and bank,
         # so a read takes the buffer as address bits, not as a multiplexer after the memories
         # (and one read register, not one a buffer)
-        # (``ram_style``: the memories' attribute for Yosys's ``memory_libmap`` and Vivado; None: the tool chooses)
-        attrs = {} if self.ram_style is None else {"ram_style": self.ram_style}
-        mems = [Memory(shape=self.data_width, depth=nbuf * word_depth, init=[], attrs=attrs) for _ in range(B)]
+        mems = [Memory(shape=self.data_width, depth=nbuf * word_depth, init=[]) for _ in range(B)]
         for b, mem in enumerate(mems):
             m.submodules["buffer" if B == 1 else f"buffer_{b}"] = mem
         wports = [mem.write_port(domain=A) for mem in mems]

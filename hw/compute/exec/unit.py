@@ -148,13 +148,11 @@ class ExecUnit(wiring.Component):
                                                id_base=STREAM_ID_BASE, id_width=ID_WIDTH)
         W = g.weight_ports
         if W == 1:
-            m.submodules.loader = ld = DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers, ram_style="block")
+            m.submodules.loader = ld = DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers)
             loaders = [ld]
         else:
-            # the buffers in block RAM (``ram_style``): Yosys's own choice at Qwen shapes was LUT RAM,
-            # ~1.2 K LUT a loader (docs/timing.md, round 18); the read port is the same synchronous one
             loaders = [DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers, out_beats=g.weight_beats,
-                                 axi_domain="axi" if g.weight_cdc else "sync", ram_style="block") for _ in range(W)]
+                                 axi_domain="axi" if g.weight_cdc else "sync") for _ in range(W)]
             for k, x in enumerate(loaders):
                 m.submodules[f"loader{k}"] = x
         m.submodules.writer = wr = DmaWriter(g.data_width, ADDR_BITS)
