@@ -472,8 +472,7 @@ class MatrixUnit(wiring.Component):
             m.d.comb += [adv.eq(Mux(pv, ~pend & (~o_valid | self.o.tready) & (~need_prev | self.prev.valid),
                                     ~s5.v | res_q.w_rdy)),
                          self.prev.ready.eq(adv & need_prev)]
-            gword = Signal(R * 32)              # the requantizer's words (GEMM; a signal: each bit is read NC times)
-            m.d.comb += gword.eq(Cat(*words))
+            gword = Cat(*words)                 # the requantizer's words (GEMM)
             hi_sel = Signal()                   # pv: the second (high) beat of a wide value
             m.d.comb += hi_sel.eq(pv & ~adv)
             pv_adv = Signal()                   # pv: a low word (or sat32) beat enters
