@@ -449,8 +449,8 @@ class MatrixUnit(wiring.Component):
         # F: the bias add and its saturation, into the output word
         words = [sat32(y + b) for y, b in zip(rE["y"], rE["b"])]
 
-        # The output word, per chunk c of R words an enable and the next value.  Each bit is one 4-way
-        # choice (one LUT6): the requantizer's word, and in pv y, sat32(y)'s bound, y's high word.
+        # The output word, per chunk c of R words an enable and the next value.  Each bit is one OR of
+        # terms (one LUT): the requantizer's word (zero in pv), and in pv y, sat32(y)'s bound, y's high word.
         o_next = Signal(P * 32)
         o_en = [Signal(name=f"o_en{c}") for c in range(NC)]
         for c in range(NC):
@@ -472,7 +472,8 @@ class MatrixUnit(wiring.Component):
             m.d.comb += [adv.eq(Mux(pv, ~pend & (~o_valid | self.o.tready) & (~need_prev | self.prev.valid),
                                     ~s5.v | res_q.w_rdy)),
                          self.prev.ready.eq(adv & need_prev)]
-            gword = Cat(*words)                 # the requantizer's words (GEMM)
+            gword = Signal(R * 32)              # the requantizer's words, zero in pv
+            m.d.comb += gword.eq(Mux(pv, 0, Cat(*words)))
             hi_sel = Signal()                   # pv: the second (high) beat of a wide value
             m.d.comb += hi_sel.eq(pv & ~adv)
             pv_adv = Signal()                   # pv: a low word (or sat32) beat enters
@@ -488,15 +489,10 @@ class MatrixUnit(wiring.Component):
                 clamp = Signal(name=f"pv_clamp{p}")
                 m.d.comb += clamp.eq(pv_adv & ~cfg.wide & y[31:].any() & ~y[31:].all())
                 sign = y[WIDE_BITS - 1]
-                # each bit one 4-way choice by two selects (one LUT6 with its 3 words and the bound):
-                # 0 the requantizer's word (GEMM), 1 y (pv, a low or sat32 beat), 2 the held high word (pv's
-                # second beat), 3 the bound (clamp: it implies pv & adv); ``c1`` one signal a row
-                c1 = Signal(name=f"pv_c1_{p}")
-                m.d.comb += c1.eq(hi_sel | clamp)
                 for k in range(32):
                     x = p * 32 + k
-                    bits.append(Array([gword[x % (R * 32)], y[k], o_hi[x], sign if k == 31 else ~sign])[
-                        Cat(pv_adv, c1)])
+                    base = (pv_adv & y[k]) | (hi_sel & o_hi[x]) | gword[x % (R * 32)]
+                    bits.append(Mux(clamp, sign if k == 31 else ~sign, base))
             m.d.comb += o_next.eq(Cat(*bits))
             m.d.comb += [en.eq(Mux(pv, adv | (pend & self.o.tready), ge)) for en, ge in zip(o_en, gemm_en)]
             with m.If(pv):
