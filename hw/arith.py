@@ -116,37 +116,6 @@ def top_bit(bits: Value) -> Value:
     return Mux(bits[h:].any(), top_bit(bits[h:]) + h, top_bit(bits[:h]))
 
 
-def top_bit_flat(bits: Value, seg: int = 4) -> Value:
-    """``top_bit`` (position of the highest one + 1, 0 -> 0) as one flat choice, not a chain of
-    2:1 choices: the result q = seg k + r is split at the multiple of ``seg`` (a power of two), so
-    segment k holds the bits whose q is seg k .. seg k + seg - 1 (bits seg k - 1 .. seg k + seg - 2:
-    its r needs no carry into k).  Each segment's "any" and r are functions of its ``seg`` bits
-    (one LUT each); q is k and r of the highest segment with a one, ORed over the segments' one-hot
-    "highest" flags (a few LUT levels whatever the width, no adder) (comb value)."""
-    n = len(bits)
-    log2_exact(seg, "seg")
-    sb = ceil_log2(seg)
-    segs = []                               # (k, the segment's bits, lowest bit's r)
-    for k in range((n + seg) // seg):
-        lo, hi = max(seg * k - 1, 0), min(seg * k + seg - 1, n)
-        if lo < hi:
-            segs.append((k, bits[lo:hi], (lo + 1) - seg * k))
-    kb = max(ceil_log2(segs[-1][0] + 1), 1)
-    terms = []
-    for x, (k, sb_bits, r0) in enumerate(segs):
-        higher = Cat(*[b for _, b, _ in segs[x + 1:]])
-        top = ~higher.any() if len(higher) else Const(1, 1)
-        if k:
-            top = top & sb_bits.any()
-        r = top_bit(sb_bits)                # 0 (none, only in segment 0) or the highest one's index + 1
-        r = r + (r0 - 1) if r0 != 1 else r  # the segment's q - seg k: r0 - 1 + index + 1 (segment 0: r0 = 1)
-        terms.append(Mux(top, Cat(Value.cast(r)[:sb], Const(k, kb)), 0))
-    out = terms[0]
-    for t in terms[1:]:
-        out = out | t
-    return out
-
-
 def bitlen(m, x: Value, name: str | None = None) -> Signal:
     """``top_bit(x)`` in a signal of ``range(len(x) + 1)`` (comb)."""
     n = Signal(range(len(x) + 1), name=name)

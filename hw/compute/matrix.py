@@ -66,7 +66,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import log2_exact, sat_top, top_bit_flat, write_indexed
+from mcf.hw.arith import log2_exact, sat_top, top_bit, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray
@@ -579,7 +579,7 @@ def rq_decode(x, s):
     n = len(x)
     a = Mux(s > 0, (RQ_WIN - 1) + Mux(s > n, n, s), RQ_WIN + Mux(s < -RQ_MAX_LEFT, -RQ_MAX_LEFT, s))
     d = x[:n - 1] ^ x[n - 1].replicate(n - 1)
-    return a, s > 0, top_bit_flat(d)
+    return a, s > 0, top_bit(d)
 
 
 def rq_window(x, a):
