@@ -380,7 +380,8 @@ class MatrixUnit(wiring.Component):
                                  "e": data.ArrayLayout(signed(kv_a), P), "sh": SH, "last": 1, "end": 1})
         m.submodules.res_q = res_q = fifo.SyncFIFO(width=res.size, depth=max(TM, 2))
         head = data.View(res, res_q.r_data)
-        m.d.comb += [res_q.w_en.eq(adv & s5.v & ~pv),
+        # (adv & s5.v & ~pv, written without ``adv``: its pv terms stay off the queue's level)
+        m.d.comb += [res_q.w_en.eq(s5.v & ~pv & res_q.w_rdy),
                      res_q.w_data.eq(Cat(*acc5, e5, sh5, s5.last, s5.last_t))]
 
         dadv = Signal()                 # the requantizer moves (only ``o`` stalls it)
@@ -518,11 +519,14 @@ class MatrixUnit(wiring.Component):
         adv_n = Signal()
         m.d.comb += adv_n.eq(~s5v_n | ~rq_full_n)
         if PT:
-            pend_n, ov_n = Signal(), Signal()
-            m.d.comb += [pend_n.eq(Mux(pend & self.o.tready, 0, Mux(adv, s5.v & cfg.wide, pend))),
-                         ov_n.eq(Mux(adv, s5.v, Mux(~pend & self.o.tready, 0, o_valid)))]
+            # pv: ``pend`` and the output register empty next cycle, and ``prev`` there for s5's next item
+            # (valid now and not taken).  If the pipeline does not move now, neither will it next cycle
+            # (nothing that stops it goes away: ``pend`` implies ``o`` full, which empties only as
+            # ``pend`` goes, by the second beat); if it moves, s5 takes s4's item, ``o`` takes s5's (and
+            # ``pend`` its wide flag), ``prev`` loses s5's word: so adv, s5 empty, and ``prev`` for s4's
+            # item.  (Written as the registers' function, not through the next values: fewer levels.)
             with m.If(pv):
-                m.d.comb += adv_n.eq(~pend_n & ~ov_n & (~(s5v_n & cfg.acc) | (self.prev.valid & ~self.prev.ready)))
+                m.d.comb += adv_n.eq(adv & ~s5.v & (~(s4.v & s4.last_g & cfg.acc) | self.prev.valid))
         # The counters' flags after this cycle's issue (if it fires: functions of registers only)
         if PT:
             take_w_f = last_t & (~pv | dg)                       # pv: the digit flips at the tokens' end
