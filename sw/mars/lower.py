@@ -1347,7 +1347,7 @@ class _Lowerer:
             for i, (kvh, j0, rows) in enumerate(self.rgroups):
                 rr = dict(tokens=1, heads=rows, tok_stride=sh.qb, head_stride=sh.db)
                 off = (kvh * sh.gqa + j0) * sh.db
-                b.ex(root, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["Q"] + off, qpos0=pos, **rr)
+                b.ex(root, isa.AttnQ, what=AttnLoad.ROWS, spad=0, qpos0=pos, **rr)
                 b.ex(root, isa.AttnQ, what=AttnLoad.STATE, spad=sp["SGLOB"] + i * sbk, qpos0=0, **rr)
                 b.ex(root, isa.AttnEmit, mode=isa.EmitMode.FINAL, spad=sp["A"] + off, **rr)
             self.back(root, li, 1)

@@ -621,7 +621,7 @@ class _TPLowerer(_Lowerer):
                     a0 = src[order[0]] + i * sbk if k == 0 else acc
                     self.vec(n, VecOp.RESIDUAL, sbk * sh.vl, 1, a0, sbk, acc, sbk, b=src[x] + i * sbk, b_stride=sbk)
                 rr = dict(tokens=1, heads=rows, tok_stride=rows * db, head_stride=db)
-                b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
+                b.ex(n, isa.AttnQ, what=AttnLoad.ROWS, spad=0, qpos0=pos, **rr)
                 b.ex(n, isa.AttnQ, what=AttnLoad.STATE, spad=acc, qpos0=0, **rr)
                 b.ex(n, isa.AttnEmit, mode=isa.EmitMode.FINAL, spad=sp["AG"] + j0 * db, **rr)
             self.vec(n, VecOp.TO_BFP, sh.hq * d, 1, sp["AG"] + me(n) * sh.hq * db, sh.qb, sp["A"], sh.qb)
