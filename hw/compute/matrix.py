@@ -66,7 +66,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import log2_exact, sat_top, write_indexed
+from mcf.hw.arith import log2_exact, sat_top, top_bit, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray
@@ -417,19 +417,20 @@ class MatrixUnit(wiring.Component):
             "acc": (signed(self.acc_width), sel_acc),
             "sh": (SH, [head.sh - e for e in sel_e])})          # (e = 0 outside kv)
         # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one 33-bit window of the
-        # accumulator for both directions (``rq_window``) at offset a, the rounding of a right shift.
+        # accumulator for both directions (``rq_window``), its overflow from the accumulator's
+        # significant bits (``rq_decode``'s q against the window's offset a), the rounding of a right shift.
         AW = self.acc_width
-        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW), []), "rnd": (1, [])}
+        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW), []), "rnd": (1, []), "q": (range(AW), [])}
         for s, x in zip(rA["sh"], rA["acc"]):
-            a, rnd = rq_decode(x, s)
+            a, rnd, q = rq_decode(x, s)
             dec["a"][1].append(a)
             dec["rnd"][1].append(rnd)
+            dec["q"][1].append(q)
         cB, rB = rq_stage("b", cA, dec)
-        # C: the window (exact when not over), the overflow (``rq_over``: the accumulator's significant
-        # bits past the window, beside the window from the same registers) and the sign
+        # C: the window (exact when not over), the overflow and the sign
         cC, rC = rq_stage("c", cB, {
             "w": (signed(RQ_WIN), [rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])]),
-            "over": (1, [rq_over(x, a) for x, a in zip(rB["acc"], rB["a"])]),
+            "over": (1, [q >= a for q, a in zip(rB["q"], rB["a"])]),
             "sign": (1, [x[AW - 1] for x in rB["acc"]]), "rnd": (1, rB["rnd"])})
         # D: the rounding of a right shift, (w + 1) >> 1
         cD, rD = rq_stage("d", cC, {"r": (signed(RQ_WIN), [Mux(r, (w + 1) >> 1, w) for w, r in zip(rC["w"], rC["rnd"])]),
@@ -570,25 +571,15 @@ RQ_MAX_LEFT = RQ_WIN - 1
 
 def rq_decode(x, s):
     """The requantizer's shift (golden ``sat32(rshr(x, s))`` of a signed accumulator ``x``), first
-    stage: (a, rnd).  Both directions are one window of RQ_WIN bits, x_e = x 2^RQ_WIN >> a: a right
+    stage: (a, rnd, q).  Both directions are one window of RQ_WIN bits, x_e = x 2^RQ_WIN >> a: a right
     shift by s > 0 is ((x >> (s - 1)) + 1) >> 1 (rnd), window a = RQ_WIN - 1 + s (s capped at the width of
     x: the window is then all sign bits, rounding to 0); a left shift by L = -s >= 0 is x << L, a =
-    RQ_WIN - L (L capped at RQ_MAX_LEFT).  a >= 1 always.  The window holds the exact value unless
-    ``rq_over`` (then it saturates)."""
+    RQ_WIN - L (L capped at RQ_MAX_LEFT).  q = the position of the highest one of x ^ its sign, + 1 (0:
+    none): the window holds the exact value iff q <= a - 1 (``rq_window``; else it saturates)."""
     n = len(x)
     a = Mux(s > 0, (RQ_WIN - 1) + Mux(s > n, n, s), RQ_WIN + Mux(s < -RQ_MAX_LEFT, -RQ_MAX_LEFT, s))
-    return a, s > 0
-
-
-def rq_over(x, a):
-    """The window of ``rq_decode`` at offset a (>= 1) overflows: q >= a, q = the position of the
-    highest one of x ^ its sign, + 1 (0: none) -- i.e. a one of x ^ its sign at a position i >= a - 1.
-    Written as that OR of per-bit terms d_i & (a <= i + 1) (each a function of x_i, the sign and a),
-    not through q: no priority encoder (``top_bit``: 9 LUT levels from the accumulator) before the
-    compare."""
-    n = len(x)
-    a = a.as_unsigned()
-    return Cat(*[(x[i] ^ x[n - 1]) & (a <= i + 1) for i in range(n - 1)]).any()
+    d = x[:n - 1] ^ x[n - 1].replicate(n - 1)
+    return a, s > 0, top_bit(d)
 
 
 def rq_window(x, a):
