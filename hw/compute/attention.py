@@ -516,8 +516,10 @@ class AttentionUnit(wiring.Component):
         draining = state == DRAIN
 
         # --- scores: a key pair per head_dim / lanes cycles, two INT4 keys per DSP (DotArray) ---------
-        avail = Signal(16)
-        m.d.comb += avail.eq(acc - sidx)
+        # avail = acc - sidx (keys in slots, not yet issued: at most K_SLOTS) in a register of its own
+        # (the 16-bit subtraction in front of ``issue`` made sidx -> rq_meta 8.19 levels); acc only
+        # counts ``fire`` outside a pass over streamed scores, where ``issue`` is 0
+        avail = Signal(range(K_SLOTS + 1))
         arrays = [DotArray(2, L, packed=True, primitive=self.primitive) for _ in range(PR)]
         lat = arrays[0].latency
         NQ = max(2, -(-(C + lat + 3) // C))            # result entries: the DotArray's latency covered
@@ -532,14 +534,28 @@ class AttentionUnit(wiring.Component):
             m.d.sync += s_c.eq(s_c + 1)
             with m.If(s_end):
                 m.d.sync += [s_run.eq(0), s_c.eq(0), sfree.eq(sfree + Mux(s_has2, 2, 1))]
+        m.d.sync += avail.eq(avail + fire - Mux(issue, Mux(avail >= 2, 2, 1), 0))
+        with m.If(start & ~cp.emit):
+            m.d.sync += avail.eq(0)
         with m.If(issue):
             m.d.sync += [s_run.eq(1), s_c.eq(0), s_base.eq(sidx[:2]), s_has2.eq(avail >= 2),
                          sidx.eq(sidx + Mux(avail >= 2, 2, 1))]
         # the pair's chunk s_c: each slot's chunk, then the pair (a pass's pairs start at even slots:
         # sidx goes up by two but for the pass's last odd key)
         chunk_bits = L * W_BITS
-        kc = [Array(kslot[t].q[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[s_c] for t in range(K_SLOTS)]
-        k0c, k1c = Mux(s_base[1], kc[2], kc[0]), Mux(s_base[1], kc[3], kc[1])
+        # The pair's chunk for the next cycle chosen a cycle ahead into a register (the chunk choice and
+        # the packing add in front of the DSPs' A pins were 8.06 levels): on ``issue`` chunk 0 of the
+        # pair at sidx, else chunk s_c + 1 of the running pair (whatever it is when the run ends)
+        def chunk_of(c_idx, hi_pair):
+            kc = [Array(kslot[t].q[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[c_idx] if C > 1
+                  else kslot[t].q[:chunk_bits] for t in range(K_SLOTS)]
+            return Cat(Mux(hi_pair, kc[2], kc[0]), Mux(hi_pair, kc[3], kc[1]))
+        s_cn = Signal(range(C))
+        m.d.comb += s_cn.eq(Mux(s_c == C - 1, 0, s_c + 1))
+        kpair = Signal(2 * chunk_bits)
+        m.d.sync += kpair.eq(Mux(issue, Cat(*(kslot[t].q[:chunk_bits] for t in range(K_SLOTS))).word_select(
+            sidx[1], 2 * chunk_bits), chunk_of(s_cn, s_base[1])))
+        k0c, k1c = kpair[:chunk_bits], kpair[chunk_bits:]
         # chunk s_c of every query row: address s_c // K, lanes (s_c mod K) L .. + L - 1 of each row's Ls
         kb_ = ceil_log2(K)                      # K = Ls / L: a power of two (W and L are, when K > 1)
         m.d.comb += qrp.addr.eq(s_c[kb_:] if K > 1 else s_c)
@@ -674,8 +690,16 @@ class AttentionUnit(wiring.Component):
             ok7 = stage(f"ok{r}", vis & pv_[6] & pm_[6].ap)
             rp = exp2.read_port()
             m.d.comb += [rp.en.eq(1), rp.addr.eq(addr7)]
-            n8, big8, ok8 = stage(f"n8_{r}", n7), stage(f"big8_{r}", big7), stage(f"ok8_{r}", ok7)
-            p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, rshr_pos(m, rp.data.as_unsigned(), n8, 18)), 16)
+            big8, ok8 = stage(f"big8_{r}", big7), stage(f"ok8_{r}", ok7)
+            # rshr_pos(table, n) with its shift's controls (n capped, n - 1, n = 0) registered at stage 8
+            # beside the table's read (the path n -> cap -> n - 1 -> shift -> + 1 was 8.25 levels)
+            tx = Cat(rp.data, Const(0, 1)).as_signed()
+            tcap = len(tx) + 1
+            n8c1 = stage(f"n8c{r}", Mux(n7 > tcap, tcap, n7) - 1, range(64))   # wraps at n = 0: unused
+            n8z = stage(f"n8z{r}", n7 == 0)
+            tpre = Signal(signed(len(tx) + 1), name=f"tpre{r}")
+            m.d.comb += tpre.eq((tx >> n8c1) + 1)
+            p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, Mux(n8z, tx, tpre >> 1)), 16)
             with m.If(pv_[9] & pm_[9].ap):
                 m.d.sync += lacc[r].eq(lacc[r] + p9)
             u10 = stage(f"u{r}", p9 * pm_[9].va)
@@ -702,9 +726,13 @@ class AttentionUnit(wiring.Component):
         v_cur = vr.data
         rd_ok = Signal()
         pv_end = Signal()
-        m.d.comb += [pv_end.eq(pv_run & (pv_c == C - 1)), vr.addr.eq(v_idx)]
+        m.d.comb += vr.addr.eq(v_idx)
         pv_go = Signal()
         m.d.comb += pv_go.eq(~smode & (wq_n != 0) & rd_ok & (~pv_run | pv_end))
+        if C > 1:                       # pv_run & (pv_c == C - 1) as a register (pv_c -> credit was 8.06)
+            m.d.sync += pv_end.eq(Mux(pv_go, 0, pv_run & ~pv_end & (pv_c == C - 2)))
+        else:
+            m.d.comb += pv_end.eq(pv_run)
         m.d.sync += rd_ok.eq((wq_n != 0) & ~pv_go)
         with m.If(pv_run):
             m.d.sync += pv_c.eq(pv_c + 1)
@@ -837,18 +865,31 @@ class AttentionUnit(wiring.Component):
         rsel = mxp.row[:max(ceil_log2(R), 1)]
         qsel = Array(qpos)[rsel] if R > 1 else qpos[0]
         # pos + j <= the row's position <=> the row's position - pos >= j: one subtraction, MW compares
-        # with constants
+        # with constants.  The row's position (a choice of R), pos and count are registered at stage 1
+        # and the compares made there, in the tree's first level (MW > 1; the path
+        # qpos -> row choice -> subtraction -> compares -> a word's flag was 9 levels in one stage)
+        late = MW > 1
+        if late:
+            qsel, mpos = stage("mx1q", qsel), stage("mx1p", mxp.pos)
+        else:
+            mpos = mxp.pos
         mxd = Signal(signed(POS_BITS + 2))
-        m.d.comb += mxd.eq(qsel - mxp.pos)
+        m.d.comb += mxd.eq(qsel - mpos)
         # mxd >= j for j < MW: mxd >= 0 and (its bits from log2 MW up not all 0, or its low bits >= j)
         jb = ceil_log2(MW)
         mx_hi = mxd[jb:len(mxd) - 1].any()
 
         def mx_ge(j):
             return ~mxd[-1] & ((mx_hi | (mxd[:jb] >= j)) if jb and j else 1)
-        lvl = [(stage(f"mxok{j}", mxp.en & (j < mxp.count) & mx_ge(j)),
-                stage(f"mxs{j}", mxp.data[32 * j:32 * (j + 1)].as_signed())) for j in range(MW)]
         mv, mrw, mfirst = stage("mx1v", mxp.en), stage("mx1r", rsel), stage("mx1f", mxp.first)
+        lvl = []
+        for j in range(MW):
+            if late:                    # word j a key (en, j < count) registered, its visibility here
+                ok = Signal(name=f"mxok{j}")
+                m.d.comb += ok.eq(stage(f"mx1k{j}", mxp.en & (j < mxp.count)) & mx_ge(j))
+            else:
+                ok = stage(f"mxok{j}", mxp.en & (j < mxp.count) & mx_ge(j))
+            lvl.append((ok, stage(f"mxs{j}", mxp.data[32 * j:32 * (j + 1)].as_signed())))
         mx_busy = [mv]
         n = 0
         while len(lvl) > 1:
@@ -994,7 +1035,13 @@ class AttentionUnit(wiring.Component):
         flag_now = Cat(*flag_words).word_select(Cat(egrp, ec, row), W)
         ov2 = [Signal(signed(self.o_width), name=f"ov2_{k}") for k in range(W)]
         oc3 = [Signal(signed(32), name=f"oc3_{k}") for k in range(W)]
+        # o x rcp as two registered halves (o's low 16 bits, its high 16 bits; a DSP48E2 each, as the
+        # one product was mapped), summed at the shift's first stage (the DSPs' sum in the product's
+        # stage was 8.44 levels)
+        plo4 = [Signal(32, name=f"plo4_{k}") for k in range(W)]
+        phi4 = [Signal(signed(33), name=f"phi4_{k}") for k in range(W)]
         prod4 = [Signal(signed(49), name=f"prod4_{k}") for k in range(W)]
+        m.d.comb += [prod4[k].eq((phi4[k] << 16) + plo4[k]) for k in range(W)]
         oc4, oc5 = Signal(signed(32)), Signal(signed(32))
         x1g = x1.el[wl:wl + gbits]
         lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(PR)) for k in range(W)]
@@ -1012,7 +1059,8 @@ class AttentionUnit(wiring.Component):
                     lane = Mux(x1.row >= PR, xl, lane)
                 m.d.sync += [ov2[k].eq(Mux(x1.flag[k], lane, 0)),
                              oc3[k].eq(sat(m, ov2[k], 32)),
-                             prod4[k].eq(oc3[k] * x3.rcp.as_unsigned())]
+                             plo4[k].eq(oc3[k][:16] * x3.rcp.as_unsigned()),
+                             phi4[k].eq(oc3[k][16:].as_signed() * x3.rcp.as_unsigned())]
         sh7 = [rshr_sat_staged(m, prod4[k], x4.fsh, fin_left, 32, f"fin{k}", en=eadv) for k in range(W)]
         x6, x7 = Signal(tag), Signal(tag)
         oc6, oc7 = Signal(signed(32)), Signal(signed(32))
