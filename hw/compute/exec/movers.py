@@ -278,9 +278,12 @@ class ReadQueue:
         self.addr = Signal(g.spad_bits, name=f"{name}_addr")
         self.room = Signal(name=f"{name}_room")
         inflight = Signal(name=f"{name}_inflight")
-        m.d.comb += [self.room.eq(q.level + inflight < depth), port.en.eq(self.issue), port.addr.eq(self.addr),
+        # beats issued and not yet taken (the FIFO's level + the read in flight), kept as a register: ``room``
+        # one LUT of it, not the FIFO's level sum and a compare in front of every mover's issue (round 19)
+        held = Signal(range(depth + 1), name=f"{name}_held")
+        m.d.comb += [self.room.eq(held != depth), port.en.eq(self.issue), port.addr.eq(self.addr),
                      q.w_en.eq(inflight), q.w_data.eq(Cat(port.wide if nb > 1 else port.data, port.exp))]
-        m.d.sync += inflight.eq(self.issue)
+        m.d.sync += [inflight.eq(self.issue), held.eq(held + self.issue - (q.r_en & q.r_rdy))]
         self.valid, self.take = q.r_rdy, q.r_en
         self.words = q.r_data[:bits]
         self.exp = q.r_data[bits:].as_signed()
@@ -878,6 +881,7 @@ class GemmMover(Mover):
         p_hd = stage(m, heads_m1 * f_head_stride, "p_hd", 22)
         nrows_s = stage(m, f_tokens * heads, "nrows_s", 16)
         nrows_m1 = stage(m, f_tokens * heads - 1, "nrows_m1", 16)
+        tiles_m1 = stage(m, f_tiles - 1, "tiles_m1", 16)                                    # stage 2
         p_dst = stage(m, nrows_m1 * f_dst_stride, "p_dst", 32)                               # stage 3
         with m.If(state == S.SETUP):
             m.d.sync += [src_bad.eq(f_src + p_src + p_hd + (f_n >> vl_log2) > g.spad_beats),
@@ -1192,9 +1196,9 @@ class GemmMover(Mover):
         acting = state == S.ACT
         m.d.comb += [rq.addr.eq(rowa), rq.issue.eq(acting & rq.room & issuing)]
         with m.If(acting & rq.issue):
-            with m.If(hi == heads - 1):
+            with m.If(hi == heads_m1):
                 m.d.sync += [hi.eq(0), ti.eq(ti + 1), toka.eq(toka + f_src_stride), rowa.eq(toka + f_src_stride)]
-                with m.If(ti == f_tokens - 1):
+                with m.If(ti == tok_m1):
                     m.d.sync += [ti.eq(0), bi.eq(bi + 1), cola.eq(cola + RB), toka.eq(cola + RB), rowa.eq(cola + RB)]
                     with m.If(bi == nb_m1):
                         m.d.sync += issuing.eq(0)
@@ -1202,7 +1206,7 @@ class GemmMover(Mover):
                 m.d.sync += [hi.eq(hi + 1), rowa.eq(rowa + f_head_stride)]
         tb = max(ceil_log2(TM), 1)
         consumed = Signal()
-        last_tok = tc == nrows - 1
+        last_tok = tc == nrows_m1                           # (stage registers: no subtraction in front)
         if K >= VL:
             m.d.comb += [mx.act.en.eq(acting & rq.valid), mx.act.addr.eq(Cat(tc[:tb], bc) if TM > 1 else bc),
                          mx.act.data.eq(mantissas(rq.words, K)), consumed.eq(acting & rq.valid)]
@@ -1296,9 +1300,9 @@ class GemmMover(Mover):
                         m.d.sync += [pr_p.eq(0), pr_h.eq(~pr_h)]
                         with m.If(pr_h):
                             m.d.sync += [pr_r.eq(pr_r + 1), pr_base.eq(pr_base + f_dst_stride)]
-                            with m.If(pr_r == nrows - 1):
+                            with m.If(pr_r == nrows_m1):
                                 m.d.sync += [pr_r.eq(0), pr_base.eq(f_dst), pr_c.eq(pr_c + 1)]
-                                with m.If(pr_c == f_tiles - 1):
+                                with m.If(pr_c == tiles_m1):
                                     m.d.sync += pr_on.eq(0)
                 with m.If(taking):
                     m.d.sync += [pw.eq(Cat(pw[RU * VL * 32:], rq.words[:RU * VL * 32])), pr_n.eq(pr_n + 1)]
@@ -1377,7 +1381,7 @@ class GemmMover(Mover):
                 m.d.sync += half.eq(1)
             with m.Else():
                 m.d.sync += [half.eq(0), otok.eq(otok + 1), orow.eq(orow + f_dst_stride)]
-                with m.If(otok == nrows - 1):
+                with m.If(otok == nrows_m1):
                     m.d.sync += [otok.eq(0), orow.eq(f_dst), ot.eq(ot + 1)]
             with m.If(o_last):
                 m.d.sync += state.eq(S.FINISH)
@@ -1869,8 +1873,10 @@ class AttnMover(Mover):
             m.d.sync += state.eq(S.CHECK)
 
         # --- ranges ---------------------------------------------------------------------------------
-        p_tok = stage(m, stage(m, q_ins.tokens - 1, "tok_m1", 10) * q_ins.tok_stride, "p_tok", 26)   # stage 2
-        p_head = stage(m, stage(m, q_ins.heads - 1, "heads_m1", 8) * q_ins.head_stride, "p_head", 24)
+        tok_m1 = stage(m, q_ins.tokens - 1, "tok_m1", 10)                                  # stage 1
+        heads_m1 = stage(m, q_ins.heads - 1, "heads_m1", 8)
+        p_tok = stage(m, tok_m1 * q_ins.tok_stride, "p_tok", 26)                           # stage 2
+        p_head = stage(m, heads_m1 * q_ins.head_stride, "p_head", 24)
         load_o = is_q & (what == isa.AttnLoad.O)
         # MREF / STATE / emitted STATE / MAX words: rows x per_row (D + 2 for a state, else 1)
         big = stage(m, ((op == isa.Opcode.ATTN_Q) & (q_ins.what.as_value() == isa.AttnLoad.STATE))
@@ -1879,6 +1885,7 @@ class AttnMover(Mover):
         nwords = stage(m, Mux(big, rowsf * (D + 2), rowsf), "nwords", 24)                  # stage 2
         nwords_m1 = stage(m, nwords - 1, "nwords_m1", 24)                                  # stage 3
         nbeats = stage(m, (nwords + VL - 1) >> vl_log2, "nbeats", 24)                      # stage 3
+        nbeats_m1 = stage(m, ((nwords + VL - 1) >> vl_log2) - 1, "nbeats_m1", 24)          # stage 3
         word_bad = stage(m, q_ins.spad + ((nwords + VL - 1) >> vl_log2) > g.spad_beats, "word_bad")
         rowwise = (is_q & ((what == isa.AttnLoad.QUERY) | load_o)) | (is_emit & (mode == isa.EmitMode.FINAL))
         rows_only = what == isa.AttnLoad.ROWS                  # no SPAD read: no range to check
@@ -1904,6 +1911,7 @@ class AttnMover(Mover):
         sm_rows_m1 = stage(m, sm_ins.tokens * sm_ins.heads - 1, "sm_rows_m1", 18)           # stage 1
         sm_groups = stage(m, sm_ins.keys >> vl_log2, "sm_groups", 16)
         sm_groups_m1 = stage(m, sm_groups - 1, "sm_groups_m1", 16)
+        sm_groups_m2 = stage(m, sm_groups - 2, "sm_groups_m2", 16)                           # stage 2
         p_s = stage(m, sm_rows_m1 * sm_ins.s_stride, "p_s", 34)                             # stage 2
         p_w = stage(m, sm_rows_m1 * sm_ins.w_stride, "p_w", 34)
         bad_sm = stage(m, stage(m, (sm_ins.tokens == 0) | (sm_ins.heads == 0) | (sm_ins.keys == 0)
@@ -1954,10 +1962,13 @@ class AttnMover(Mover):
         rq_beat = rq.words[:g.beat_bits]                 # beat a (every read but MAX's)
         t_i, h_i, i_i = Signal(range(R + 1)), Signal(range(R + 1)), Signal(range(rb + 1))
         w_i = Signal(24)                                 # word reads: beats issued
+        w_more = Signal()                                # w_i != nbeats, as a register (round 19: nbeats's
+                                                         # compare reached tbase through rq.issue)
         base = Signal(g.spad_bits + 20)                  # (t, j) row base
         tbase = Signal(g.spad_bits + 20)                 # token t's base
         with m.If(state == S.CHECK):
-            m.d.sync += [t_i.eq(0), h_i.eq(0), i_i.eq(0), w_i.eq(0), base.eq(q_ins.spad), tbase.eq(q_ins.spad)]
+            m.d.sync += [t_i.eq(0), h_i.eq(0), i_i.eq(0), w_i.eq(0), base.eq(q_ins.spad), tbase.eq(q_ins.spad),
+                         w_more.eq(nbeats != 0)]
         querying, wording, oloading = state == S.QUERY, state == S.WORDS, state == S.OLOAD
         with m.If(querying | oloading):
             m.d.comb += [rq.addr.eq(base + i_i), rq.issue.eq(rq.room & (t_i != q_ins.tokens))]
@@ -1965,13 +1976,13 @@ class AttnMover(Mover):
                 m.d.sync += i_i.eq(i_i + 1)
                 with m.If(i_i == rb - 1):
                     m.d.sync += [i_i.eq(0), h_i.eq(h_i + 1), base.eq(base + q_ins.head_stride)]
-                    with m.If(h_i == q_ins.heads - 1):
+                    with m.If(h_i == heads_m1):
                         m.d.sync += [h_i.eq(0), t_i.eq(t_i + 1), base.eq(tbase + q_ins.tok_stride),
                                      tbase.eq(tbase + q_ins.tok_stride)]
         with m.If(wording):
-            m.d.comb += [rq.addr.eq(q_ins.spad + w_i), rq.issue.eq(rq.room & (w_i != nbeats))]
+            m.d.comb += [rq.addr.eq(q_ins.spad + w_i), rq.issue.eq(rq.room & w_more)]
             with m.If(rq.issue):
-                m.d.sync += w_i.eq(w_i + 1)
+                m.d.sync += [w_i.eq(w_i + 1), w_more.eq(w_i != nbeats_m1)]
 
         # QUERY and O: each beat's VL / W slices of W words -> the unit's q (W mantissas, the row's
         # exponent and position with slice 0: ``q_slice_layout``) or o (``ow``), one a cycle; QUERY is
@@ -1991,7 +2002,7 @@ class AttnMover(Mover):
                 m.d.sync += osub.eq(0)
             with m.If(oslice == D // W - 1):
                 m.d.sync += [oslice.eq(0), orow.eq(orow + 1), qh.eq(qh + 1)]
-                with m.If(qh == q_ins.heads - 1):
+                with m.If(qh == heads_m1):
                     m.d.sync += [qh.eq(0), qt.eq(qt + 1)]
                 with m.If(orow == rows_m1):
                     m.d.sync += osent.eq(1)
@@ -2014,7 +2025,7 @@ class AttnMover(Mover):
             m.d.comb += [au.pw.en.eq(1), au.pw.lo.eq(rlo), au.pw.hi.eq(rlo + q_ins.heads),
                          au.pw.pos.eq(q_ins.qpos0 + rt)]
             m.d.sync += [rt.eq(rt + 1), rlo.eq(rlo + q_ins.heads)]
-            with m.If(rt == q_ins.tokens - 1):
+            with m.If(rt == tok_m1):
                 m.d.sync += state.eq(S.FINISH)
 
         # MREF / STATE: words, VL per beat, -> state word (row, word)
@@ -2067,7 +2078,7 @@ class AttnMover(Mover):
                 m.d.sync += [ek.eq(0), ebeat.eq(ebeat + 1), eb.eq(eb + 1)]
                 with m.If(eb == rb - 1):
                     m.d.sync += [eb.eq(0), eh.eq(eh + 1), ebase.eq(ebase + e_ins.head_stride)]
-                    with m.If(eh == e_ins.heads - 1):
+                    with m.If(eh == heads_m1):
                         m.d.sync += [eh.eq(0), ebase.eq(etbase + e_ins.tok_stride), etbase.eq(etbase + e_ins.tok_stride)]
             with m.If(au.o.tlast):
                 m.d.sync += state.eq(S.FINISH)
@@ -2175,9 +2186,10 @@ class AttnMover(Mover):
         sm_gi, sm_ri = Signal(16), Signal(range(R + 1))  # group (its first VL group) / row being read
         sm_raddr, sm_rbase = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
         sm_fsel, sm_fr = Signal(), Signal(range(R + 1))  # buffer / row the next beat lands in
+        sm_gmore = Signal()                              # sm_gi < sm_groups, as a register
         with m.If(state == S.CHECK):
             m.d.sync += [sm_taken.eq(0), sm_full.eq(0), sm_gi.eq(0), sm_ri.eq(0), sm_raddr.eq(sm_ins.scores),
-                         sm_rbase.eq(sm_ins.scores), sm_fsel.eq(0), sm_fr.eq(0)]
+                         sm_rbase.eq(sm_ins.scores), sm_fsel.eq(0), sm_fr.eq(0), sm_gmore.eq(sm_groups != 0)]
         isel = sm_gi[ab_log2]
         sm_mfirst, sm_mpos = Signal(), Signal(isa.POS_BITS + 1)     # MAX: group 0's reads; the read's key 0
         sm_mg = Signal(16)                                           # MAX: the read's first group
@@ -2185,7 +2197,7 @@ class AttnMover(Mover):
             m.d.sync += [sm_mfirst.eq(sm_ins.first), sm_mpos.eq(sm_ins.kpos0), sm_mg.eq(0)]
         with m.If(sming):
             m.d.comb += [rq.addr.eq(sm_raddr),
-                         rq.issue.eq(rq.room & (sm_gi < sm_groups)
+                         rq.issue.eq(rq.room & sm_gmore
                                      & (~sm_apply | ~sm_taken.bit_select(isel, 1) | (sm_ri != 0))),
                          rq.take.eq(rq.valid)]
             with m.If(rq.issue):
@@ -2196,7 +2208,7 @@ class AttnMover(Mover):
                 with m.If(sm_ri == sm_rows_m1):          # MAX: NB groups a read, APPLY: AB
                     step = Mux(sm_apply, AB, NB)
                     m.d.sync += [sm_ri.eq(0), sm_gi.eq(sm_gi + step), sm_raddr.eq(sm_rbase + step),
-                                 sm_rbase.eq(sm_rbase + step)]
+                                 sm_rbase.eq(sm_rbase + step), sm_gmore.eq(sm_gi + step < sm_groups)]
             with m.If(rq.valid & ~sm_apply):           # MAX: NB beats (row sm_fr, keys sm_mpos ..) -> mx
                 left = Signal(16)                        # the row's groups from this read on
                 m.d.comb += [left.eq(sm_groups - sm_mg),
@@ -2228,11 +2240,16 @@ class AttnMover(Mover):
         sm_esel, sm_j = Signal(), Signal(range(G))
         sm_eg = Signal(16)                               # VL groups sent
         sm_pos = Signal(isa.POS_BITS)
+        # the VL group of key sm_j (sm_eg + sm_j / VL) and whether it is the pass's last, as registers (round 19:
+        # the sum and its compare were 9 levels from sm_j to sm_eg / sm_full)
+        sm_vg, sm_vlast = Signal(16), Signal()
         with m.If(state == S.CHECK):
-            m.d.sync += [sm_esel.eq(0), sm_j.eq(0), sm_eg.eq(0), sm_pos.eq(sm_ins.kpos0)]
+            m.d.sync += [sm_esel.eq(0), sm_j.eq(0), sm_eg.eq(0), sm_pos.eq(sm_ins.kpos0), sm_vg.eq(0),
+                         sm_vlast.eq(sm_groups_m1 == 0)]
         sm_jlast = Signal()                              # sm_j is its group's last key
         sm_final = Signal()                              # .. and the pass's
-        m.d.comb += [sm_final.eq((sm_j[:vl_log2] == VL - 1) & (sm_eg + (sm_j >> vl_log2) == sm_groups_m1)),
+        sm_vend = Signal()                               # sm_j is its VL group's last key
+        m.d.comb += [sm_vend.eq(sm_j[:vl_log2] == VL - 1), sm_final.eq(sm_vend & sm_vlast),
                      sm_jlast.eq((sm_j == G - 1) | sm_final)]
         sp = au.s.payload
         m.d.comb += [tb.r_sel.eq(sm_esel), tb.r_idx.eq(sm_j)]
@@ -2243,6 +2260,8 @@ class AttnMover(Mover):
                      s_go.eq(au.s.valid & au.s.ready), vsc.o.ready.eq(s_go & sm_apply)]
         with m.If(s_go):
             m.d.sync += [sm_j.eq(sm_j + 1), sm_pos.eq(sm_pos + 1)]
+            with m.If(sm_vend):
+                m.d.sync += [sm_vg.eq(sm_vg + 1), sm_vlast.eq(sm_vg == sm_groups_m2)]
             with m.If(sm_jlast):
                 m.d.sync += [sm_j.eq(0), sm_eg.eq(sm_eg + AB), sm_esel.eq(~sm_esel)]
                 for x in range(2):
@@ -2258,15 +2277,18 @@ class AttnMover(Mover):
         w_osel, w_r = Signal(), Signal(range(R + 1))
         w_g = Signal(16)                                  # VL groups written
         w_addr, w_base = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
+        w_vg, w_vlast = Signal(16), Signal()              # w_ig + w_j / VL, and whether it is the pass's last
         with m.If(state == S.CHECK):
             m.d.sync += [wfull.eq(0), w_isel.eq(0), w_j.eq(0), w_ig.eq(0), w_osel.eq(0), w_r.eq(0), w_g.eq(0),
-                         w_addr.eq(sm_ins.w), w_base.eq(sm_ins.w)]
+                         w_addr.eq(sm_ins.w), w_base.eq(sm_ins.w), w_vg.eq(0), w_vlast.eq(sm_groups_m1 == 0)]
         m.d.comb += au.w.ready.eq(sming & ~wfull.bit_select(w_isel, 1))
         m.d.comb += [wb.w_en.eq(au.w.valid & au.w.ready), wb.w_sel.eq(w_isel), wb.w_idx.eq(w_j),
                      wb.w_data.eq(au.w.payload)]
         with m.If(au.w.valid & au.w.ready):
             m.d.sync += w_j.eq(w_j + 1)
-            with m.If((w_j == G - 1) | ((w_j[:vl_log2] == VL - 1) & (w_ig + (w_j >> vl_log2) == sm_groups_m1))):
+            with m.If(w_j[:vl_log2] == VL - 1):
+                m.d.sync += [w_vg.eq(w_vg + 1), w_vlast.eq(w_vg == sm_groups_m2)]
+            with m.If((w_j == G - 1) | ((w_j[:vl_log2] == VL - 1) & w_vlast)):
                 m.d.sync += [w_j.eq(0), w_isel.eq(~w_isel), w_ig.eq(w_ig + AB)]
                 for x in range(2):
                     with m.If(w_isel == x):
