@@ -77,16 +77,31 @@ def rshr_pos(m, x: Value, s: Value, width: int) -> Signal:
     Written as ((x >> (s-1)) + 1) >> 1, which equals it for s >= 1 and needs neither a
     variable left shift nor a wide adder; shifts past the width of x give 0 or -1 + 1 >> 1 = 0,
     as the golden model's ``rshr`` does for shifts beyond 62."""
-    xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
+    xs = _rshr_pos_operand(x)
+    sc1, zero = rshr_pos_controls(len(xs), s)
+    return rshr_pos_apply(m, xs, sc1, zero, width)
+
+
+def _rshr_pos_operand(x: Value) -> Value:
+    return x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
+
+
+def rshr_pos_controls(x_bits: int, s: Value):
+    """``rshr_pos``'s shift controls for an operand of ``x_bits`` bits (signed, as it takes it): the
+    capped shift minus one (wraps at s = 0, where it is unused) and s = 0.  A caller may register
+    them a stage before ``rshr_pos_apply``."""
+    cap = x_bits + 1
+    sc = Mux(s > cap, cap, s)
+    return (sc - 1)[:len(Const(cap))], sc == 0
+
+
+def rshr_pos_apply(m, x: Value, sc1: Value, zero: Value, width: int) -> Signal:
+    """``rshr_pos`` of ``x`` from its controls (``rshr_pos_controls``)."""
+    xs = _rshr_pos_operand(x)
     out = Signal(signed(width))
-    cap = len(xs) + 1
-    sc = Signal(range(cap + 1))
-    m.d.comb += sc.eq(Mux(s > cap, cap, s))
-    sc1 = Signal(range(cap + 1))
-    m.d.comb += sc1.eq(sc - 1)                  # wraps at s = 0, where it is unused
     pre = Signal(signed(len(xs) + 1))
     m.d.comb += pre.eq((xs >> sc1) + 1)
-    m.d.comb += out.eq(Mux(sc == 0, xs, pre >> 1))
+    m.d.comb += out.eq(Mux(zero, xs, pre >> 1))
     return out
 
 

@@ -93,7 +93,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import bitlen, exp2_rom, log2_exact, rshr, rshr_pos, sat
+from mcf.hw.arith import bitlen, exp2_rom, log2_exact, rshr, rshr_pos, rshr_pos_apply, rshr_pos_controls, sat
 from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
@@ -693,13 +693,9 @@ class AttentionUnit(wiring.Component):
             big8, ok8 = stage(f"big8_{r}", big7), stage(f"ok8_{r}", ok7)
             # rshr_pos(table, n) with its shift's controls (n capped, n - 1, n = 0) registered at stage 8
             # beside the table's read (the path n -> cap -> n - 1 -> shift -> + 1 was 8.25 levels)
-            tx = Cat(rp.data, Const(0, 1)).as_signed()
-            tcap = len(tx) + 1
-            n8c1 = stage(f"n8c{r}", Mux(n7 > tcap, tcap, n7) - 1, range(64))   # wraps at n = 0: unused
-            n8z = stage(f"n8z{r}", n7 == 0)
-            tpre = Signal(signed(len(tx) + 1), name=f"tpre{r}")
-            m.d.comb += tpre.eq((tx >> n8c1) + 1)
-            p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, Mux(n8z, tx, tpre >> 1)), 16)
+            sc1, zero = rshr_pos_controls(len(rp.data) + 1, n7)
+            n8c1, n8z = stage(f"n8c{r}", sc1), stage(f"n8z{r}", zero)
+            p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, rshr_pos_apply(m, rp.data.as_unsigned(), n8c1, n8z, 18)), 16)
             with m.If(pv_[9] & pm_[9].ap):
                 m.d.sync += lacc[r].eq(lacc[r] + p9)
             u10 = stage(f"u{r}", p9 * pm_[9].va)
