@@ -388,6 +388,10 @@ class RxEngine(wiring.Component):
         match = Signal(S)
         timer = Signal(32)
         matched, expired = Signal(), Signal()
+        # the PS's path: whether a STORE descriptor was waiting in LOOKUP and whether the packet is longer,
+        # registered there (round 19: the length compare behind the queue's head was 9 levels to the state);
+        # the head stays until DECIDE takes it
+        ps_seen, ps_over = Signal(), Signal()
         slot = Signal(range(max(S, 2)))
         sel = Signal(entry)               # table[slot]: a tree of 2:1 multiplexers on the slot bits
         level = [t.as_value() for t in table]
@@ -428,7 +432,8 @@ class RxEngine(wiring.Component):
                 # the match: DECIDE has no OR over the entries and no compare of the timer)
                 hit = Cat(*(valid[i] & (table[i].tag == hm.kv_id) for i in range(S)))
                 m.d.sync += [match.eq(hit), matched.eq(hit.any()), timer.eq(timer + 1),
-                             expired.eq((timer + 1)[:len(timer)] >= self.rx_wait)]
+                             expired.eq((timer + 1)[:len(timer)] >= self.rx_wait),
+                             ps_seen.eq(self.ps_store.valid), ps_over.eq(hm.length > self.ps_store.payload.length)]
                 m.next = "DECIDE"
             with m.State("DECIDE"):
                 first = Signal(range(max(S, 2)))
@@ -468,8 +473,8 @@ class RxEngine(wiring.Component):
                     with m.Else():
                         m.next = "LOOKUP"
                 with m.Else():
-                    with m.If(self.ps_store.valid):
-                        with m.If(hm.length > ps.length):
+                    with m.If(ps_seen):
+                        with m.If(ps_over):
                             m.d.comb += [err[ErrorCause.RX_OVERFLOW].eq(1), drop.eq(1)]
                         with m.Else():
                             m.d.comb += self.ps_store.ready.eq(1)
@@ -477,6 +482,8 @@ class RxEngine(wiring.Component):
                                          raw(store_d.dir).eq(DmaDir.STORE), store_d.buffer.eq(0),
                                          store_d.tag.eq(ps.tag), store_tag.eq(ps.tag), store_ps.eq(1)]
                             m.next = "STORE"
+                    with m.Elif(self.ps_store.valid):
+                        m.next = "LOOKUP"          # arrived after LOOKUP: compared there next (never dropped)
                     with m.Elif(expired):
                         m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
                     with m.Else():
