@@ -359,7 +359,10 @@ class RxEngine(wiring.Component):
         # --- posting ----------------------------------------------------------------------------
         m.submodules.credits = credits = buffered_fifo(MetaLayout.size, 4)
         free = ~valid
-        free_any = free.any()
+        # whether an entry is free, registered from the table's next state (issue 14: the OR over
+        # the entries was in front of ``instr.ready`` and so of the sequencer's queue and counters;
+        # the register holds what ``(~valid).any()`` computes, cycle for cycle)
+        free_any = Signal(init=1)
         first_free = Signal(S)            # the lowest free entry, one-hot (x & -x: a carry chain)
         m.d.comb += first_free.eq(free & (~free + 1))
         recv = InstrLayouts[Opcode.RECV](self.instr.payload.word)
@@ -388,6 +391,10 @@ class RxEngine(wiring.Component):
         match = Signal(S)
         timer = Signal(32)
         matched, expired = Signal(), Signal()
+        # the PS's path: whether a STORE descriptor was waiting in LOOKUP and whether the packet is longer,
+        # registered there (round 19: the length compare behind the queue's head was 9 levels to the state);
+        # the head stays until DECIDE takes it
+        ps_seen, ps_over = Signal(), Signal()
         slot = Signal(range(max(S, 2)))
         sel = Signal(entry)               # table[slot]: a tree of 2:1 multiplexers on the slot bits
         level = [t.as_value() for t in table]
@@ -414,6 +421,17 @@ class RxEngine(wiring.Component):
                      out_entry.tag.eq(store_tag), out_entry.done_sem.eq(out_done_sem), out_entry.final.eq(out_final)]
         m.d.comb += [self.store.payload.eq(store_d), outs.w_data.eq(out_entry)]
         ps = self.ps_store.payload
+        # A control packet's directory write and credit, decided in LOOKUP (from the header's
+        # registers) and registered: they strobe in DECIDE as before, from registers (issue 14:
+        # the header's decode was in front of the execute unit's directory write, 14 levels
+        # joined).  LOOKUP always goes on to DECIDE and DECIDE leaves a control packet at once, so
+        # each register is high exactly in the DECIDE the old decode strobed in
+        dir_en, dir_state, credit_v = Signal(), Signal(REPLICA_STATE_BITS), Signal()
+        m.d.sync += [dir_en.eq(0), credit_v.eq(0)]
+        m.d.comb += [self.dir_wr.en.eq(dir_en), self.dir_wr.block.eq(hm.kv_id), self.dir_wr.state.eq(dir_state),
+                     self.credit_inc.valid.eq(credit_v), self.credit_inc.sem.eq(hm.kv_id),
+                     self.credit_inc.amount.eq(hm.seq)]
+        ctl_ok = ~bad & is_control & ~has_payload & (hm.length == 0)
         with m.FSM(name="packet") as fsm:
             with m.State("HEADER"):
                 m.d.comb += deser.meta.ready.eq(1)
@@ -428,7 +446,11 @@ class RxEngine(wiring.Component):
                 # the match: DECIDE has no OR over the entries and no compare of the timer)
                 hit = Cat(*(valid[i] & (table[i].tag == hm.kv_id) for i in range(S)))
                 m.d.sync += [match.eq(hit), matched.eq(hit.any()), timer.eq(timer + 1),
-                             expired.eq((timer + 1)[:len(timer)] >= self.rx_wait)]
+                             expired.eq((timer + 1)[:len(timer)] >= self.rx_wait),
+                             ps_seen.eq(self.ps_store.valid), ps_over.eq(hm.length > self.ps_store.payload.length),
+                             dir_en.eq(ctl_ok & (op != Op.CREDIT) & (hm.kv_id < (1 << DIR_BLOCK_BITS))),
+                             dir_state.eq(Mux(op == Op.KV_DRAIN, int(ReplicaState.DRAINING), int(ReplicaState.INVALID))),
+                             credit_v.eq(ctl_ok & (op == Op.CREDIT) & (hm.kv_id < cfg.num_sems))]
                 m.next = "DECIDE"
             with m.State("DECIDE"):
                 first = Signal(range(max(S, 2)))
@@ -441,18 +463,11 @@ class RxEngine(wiring.Component):
                 with m.Elif(is_control):
                     with m.If(has_payload | (hm.length != 0)):
                         m.d.comb += [err[ErrorCause.RX_BAD_CONTROL].eq(1), drop.eq(1)]
-                    with m.Elif(op == Op.CREDIT):
-                        with m.If(hm.kv_id < cfg.num_sems):
-                            m.d.comb += [self.credit_inc.valid.eq(1), self.credit_inc.sem.eq(hm.kv_id),
-                                         self.credit_inc.amount.eq(hm.seq)]
-                        with m.Else():
+                    with m.Elif(op == Op.CREDIT):       # (the credit: ``credit_v``, decided in LOOKUP)
+                        with m.If(hm.kv_id >= cfg.num_sems):
                             m.d.comb += err[ErrorCause.RX_BAD_CONTROL].eq(1)
-                    with m.Else():
-                        with m.If(hm.kv_id < (1 << DIR_BLOCK_BITS)):
-                            m.d.comb += [self.dir_wr.en.eq(1), self.dir_wr.block.eq(hm.kv_id),
-                                         self.dir_wr.state.eq(Mux(op == Op.KV_DRAIN, int(ReplicaState.DRAINING),
-                                                                  int(ReplicaState.INVALID)))]
-                        with m.Else():
+                    with m.Else():                        # (the directory write: ``dir_en``)
+                        with m.If(hm.kv_id >= (1 << DIR_BLOCK_BITS)):
                             m.d.comb += err[ErrorCause.RX_BAD_CONTROL].eq(1)
                     m.next = "HEADER"
                 with m.Elif(~has_payload):
@@ -468,8 +483,8 @@ class RxEngine(wiring.Component):
                     with m.Else():
                         m.next = "LOOKUP"
                 with m.Else():
-                    with m.If(self.ps_store.valid):
-                        with m.If(hm.length > ps.length):
+                    with m.If(ps_seen):
+                        with m.If(ps_over):
                             m.d.comb += [err[ErrorCause.RX_OVERFLOW].eq(1), drop.eq(1)]
                         with m.Else():
                             m.d.comb += self.ps_store.ready.eq(1)
@@ -477,6 +492,8 @@ class RxEngine(wiring.Component):
                                          raw(store_d.dir).eq(DmaDir.STORE), store_d.buffer.eq(0),
                                          store_d.tag.eq(ps.tag), store_tag.eq(ps.tag), store_ps.eq(1)]
                             m.next = "STORE"
+                    with m.Elif(self.ps_store.valid):
+                        m.next = "LOOKUP"          # arrived after LOOKUP: compared there next (never dropped)
                     with m.Elif(expired):
                         m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
                     with m.Else():
@@ -526,16 +543,17 @@ class RxEngine(wiring.Component):
         for i in range(S):
             e = table[i]
             with m.If(post & first_free[i]):
-                m.d.sync += [valid[i].eq(1), e.tag.eq(recv.tag), e.next.eq(recv.ddr * DDR_ALIGN),
+                m.d.sync += [e.tag.eq(recv.tag), e.next.eq(recv.ddr * DDR_ALIGN),
                              e.room.eq(recv.length), e.done_sem.eq(recv.done_sem), e.pc.eq(self.instr.payload.pc)]
             with m.If(assign & (slot == i)):
                 m.d.sync += [e.next.eq(e.next + hm.length), e.room.eq(e.room - hm.length)]
-            with m.If(complete & head.final & (head.slot == i)):
-                m.d.sync += valid[i].eq(0)
+        valid_nx = Signal(S)
+        posted_bits = Mux(post, first_free, 0)
+        freed_bits = Mux(complete & head.final, Cat(*(head.slot == i for i in range(S))), 0)
+        m.d.comb += valid_nx.eq(Mux(self.clear, 0, (valid | posted_bits) & ~freed_bits))
+        m.d.sync += [valid.eq(valid_nx), free_any.eq(~valid_nx.all())]
         m.d.comb += [self.done_inc.valid.eq(complete & head.final), self.done_inc.sem.eq(head.done_sem),
                      self.done_inc.amount.eq(1)]
-        with m.If(self.clear):
-            m.d.sync += valid.eq(0)
 
         in_packet = Signal()
         m.d.comb += in_packet.eq(~fsm.ongoing("HEADER") | deser.meta.valid)
@@ -865,7 +883,12 @@ class Node(wiring.Component):
         m.submodules.local_reg = lreg = AxisRegister(cfg.data_width)
         wiring.connect(m, lmux.o, lreg.i)
         wiring.connect(m, lreg.o, nic.local_in)
-        wiring.connect(m, nic.local_out, rxe.i)
+        # and one out of it (issue 14): the writer's WREADY (behind the interconnect's W slot) went
+        # through the RX engine and the header deserializer into the NIC's egress handshake, 12
+        # levels joined; +1 cycle a received packet, no bubble
+        m.submodules.rx_reg = rreg = AxisRegister(cfg.data_width)
+        wiring.connect(m, nic.local_out, rreg.i)
+        wiring.connect(m, rreg.o, rxe.i)
         for p in range(self.net_ports):
             wiring.connect(m, wiring.flipped(self.rx[p]), nic.rx[p])
             wiring.connect(m, nic.tx[p], wiring.flipped(self.tx[p]))
@@ -944,7 +967,7 @@ class Node(wiring.Component):
                               | (self.eth_errors if self.has_eth else 0))
         m.d.comb += [csr.errors.eq(errors), seq.net_errors.eq(errors)]
         pk_empty = (pk.meta_level == 0) & (pk.payload_level == 0)
-        engines_idle = ~txe.busy & ~rxe.busy & ~rxe.has_posted & pk_empty & ~cser.o.tvalid & ~lreg.busy
+        engines_idle = ~txe.busy & ~rxe.busy & ~rxe.has_posted & pk_empty & ~cser.o.tvalid & ~lreg.busy & ~rreg.busy
         # the datapath besides the engines (the sequencer registers both halves and ANDs them)
         others_idle = (~ld.busy & ~wr.busy & ic.idle & w_idle & ~csr.meta.valid & ~csr.desc.valid
                        & ~ps_stores.r_rdy & ~ps_done.r_rdy & ~seq.fetch_busy)

@@ -265,10 +265,14 @@ class ControlRegisters(wiring.Component):
         was_empty = Signal(init=1)
         m.d.sync += was_empty.eq(meta_empty)
         irq_set = Signal(len(Irq))
+        # (any error event, registered: IRQ_STATUS.error is set a cycle after the counter moves;
+        # issue 14: the NIC's error strobes came 5 levels deep into the OR and the status bit)
+        error_event = Signal()
+        m.d.sync += error_event.eq(events.any())
         m.d.comb += [
             irq_set[Irq.DESC_DONE].eq(self.desc_done),
             irq_set[Irq.META_QUEUE_EMPTY].eq(meta_empty & ~was_empty),
-            irq_set[Irq.ERROR].eq(events.any()),
+            irq_set[Irq.ERROR].eq(error_event),
             irq_set[Irq.RX_PACKET].eq(self.rx_packet),
         ]
         irq_any = irq_set | (self.irq_events if self.seq else 0)
