@@ -775,7 +775,13 @@ class AttentionUnit(wiring.Component):
             lo = vchunk[2 * t * W_BITS:(2 * t + 1) * W_BITS].as_signed()
             hi = vchunk[(2 * t + 1) * W_BITS:(2 * t + 2) * W_BITS].as_signed() if 2 * t + 1 < L else Const(0, 4)
             unit = Mux(st_l == 2 * t, 1, Mux(st_l == 2 * t + 1, 1 << PACK_SHIFT, 0))
-            a1.append(stage(f"pva{t}", Mux(inj, unit, hi * (1 << PACK_SHIFT) + lo), signed(DSP_A_BITS)))
+            # hi 2^PACK_SHIFT + lo without an adder: lo sign-extended below, hi - (lo < 0) above (a table
+            # of hi and lo's sign: no carry chain; v_idx -> pva0 was 8.06 levels)
+            ub = DSP_A_BITS - PACK_SHIFT
+            hi_m = Array(Const(((v >> 1) - (1 << W_BITS) * (v >> W_BITS)) - (v & 1), signed(ub))
+                         for v in range(1 << (W_BITS + 1)))[Cat(lo[-1], hi.as_unsigned())]
+            packed = Cat(lo, lo[-1].replicate(PACK_SHIFT - W_BITS), hi_m).as_signed()
+            a1.append(stage(f"pva{t}", Mux(inj, unit, packed), signed(DSP_A_BITS)))
         kill = Signal()          # ``clear`` or APPLY's ``first`` supersede state words in flight
         m.d.comb += kill.eq(self.clear | reset_lo)
         q1v, q1c, q1l = stage("pv1v", pv_run | ((inj | wide) & ~kill)), \
