@@ -30,7 +30,8 @@ per group) and, per row, a softmax state (m, l, o[head_dim]):
   ``POST_LATENCY`` + 3 keys, distributed RAM), MAX S + 9 cycles, APPLY S + 17 (``w`` ready).
 * **row maxima** (``mx``, no command; ATTN_SM MAX): ``max_words`` (MW) scores of one row a cycle,
   word j the key at position ``pos`` + j, the first ``count`` of them keys: the words' visibility
-  (as above), a tree of the visible words' maximum (a level a stage), then m[row] = max(m[row], it)
+  (as above), a tree of the visible words' maximum (a level a stage; MW > 2: the visibility and
+  the first level's compares at stage 2, its picks with the second level), then m[row] = max(m[row], it)
   (``first``: m = INT32_MIN before); a row's writes may come back to back.  The SPAD's score rows go
   in as they lie (no transpose; the execute unit reads ``spad_banks`` beats of a row at once: MW =
   banks x VL = 32 at Qwen), so a MAX over R rows takes R / MW cycles a key (0.19 at R = 6, MW = 32,
