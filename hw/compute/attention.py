@@ -30,7 +30,8 @@ per group) and, per row, a softmax state (m, l, o[head_dim]):
   ``POST_LATENCY`` + 3 keys, distributed RAM), MAX S + 9 cycles, APPLY S + 17 (``w`` ready).
 * **row maxima** (``mx``, no command; ATTN_SM MAX): ``max_words`` (MW) scores of one row a cycle,
   word j the key at position ``pos`` + j, the first ``count`` of them keys: the words' visibility
-  (as above), a tree of the visible words' maximum (a level a stage), then m[row] = max(m[row], it)
+  (as above), a tree of the visible words' maximum (a level a stage; MW > 2: the visibility and
+  the first level's compares at stage 2, its picks with the second level), then m[row] = max(m[row], it)
   (``first``: m = INT32_MIN before); a row's writes may come back to back.  The SPAD's score rows go
   in as they lie (no transpose; the execute unit reads ``spad_banks`` beats of a row at once: MW =
   banks x VL = 32 at Qwen), so a MAX over R rows takes R / MW cycles a key (0.19 at R = 6, MW = 32,
@@ -478,11 +479,17 @@ class AttentionUnit(wiring.Component):
         credit = Signal(range(W_CREDITS + 1))
 
         # --- keys in: K (and V) rows into slots; counters of this pass (mod 2^16) ----------------------
-        acc, sidx, sfree, kdone = (Signal(16, name=n) for n in ("acc", "sidx", "sfree", "kdone"))
+        acc, sidx, kdone = (Signal(16, name=n) for n in ("acc", "sidx", "kdone"))
         with m.If(start & ~cp.emit):
-            m.d.sync += [acc.eq(0), sidx.eq(0), sfree.eq(0), kdone.eq(0)]
-        room = Signal()
-        m.d.comb += room.eq(((acc - sfree)[:16] < K_SLOTS) & (~apply | ((acc - kdone)[:16] < V_DEPTH)))
+            m.d.sync += [acc.eq(0), sidx.eq(0), kdone.eq(0)]
+        # k.ready / v.ready from registers: ``kr_max`` (a MAX pass takes a key) and ``kr_app`` (an
+        # APPLY pass takes a key and its V row), each decided a cycle ahead from the next state and
+        # the next values of two small counters (below, after the P.V pipeline): the keys in slots
+        # not yet scored (``n_sl``, <= K_SLOTS) and an APPLY pass's keys not yet through P.V
+        # (``n_v``, <= V_DEPTH); room = n_sl < K_SLOTS and (MAX, or n_v < V_DEPTH).  (The ready was
+        # the 16-bit acc - sfree / acc - kdone and their compares: v.ready -> the glue's FIFO 13.2.)
+        kr_max, kr_app = Signal(), Signal()
+        n_sl, n_v = Signal(range(K_SLOTS + 1)), Signal(range(V_DEPTH + 1))
         fire = Signal()
         smode = cfg.src                   # a pass over streamed scores
         # streamed scores: a key enters the post at once (APPLY: while a w entry is free)
@@ -493,12 +500,9 @@ class AttentionUnit(wiring.Component):
             m.d.sync += acc.eq(acc + 1)
             with m.If(self.s.payload.last):
                 m.d.sync += state.eq(DRAIN)
-        with m.If((state == PASS) & ~smode):
-            with m.If(apply):
-                m.d.comb += [fire.eq(self.k.valid & self.v.valid & room), self.k.ready.eq(fire),
-                             self.v.ready.eq(fire)]
-            with m.Else():
-                m.d.comb += [fire.eq(self.k.valid & room), self.k.ready.eq(room)]
+        kv_app = Signal()
+        m.d.comb += [kv_app.eq(kr_app & self.k.valid & self.v.valid), fire.eq((kr_max & self.k.valid) | kv_app),
+                     self.k.ready.eq(kr_max | kv_app), self.v.ready.eq(kv_app)]
         slot_layout = data.StructLayout({"q": D * W_BITS, "a": KV_A_BITS, "e": signed(EXP_BITS), "pos": POS_BITS,
                                          "va": KV_A_BITS, "ve": signed(EXP_BITS)})
         kslot = [Signal(slot_layout, name=f"kslot{s}") for s in range(K_SLOTS)]
@@ -533,7 +537,7 @@ class AttentionUnit(wiring.Component):
         with m.If(s_run):
             m.d.sync += s_c.eq(s_c + 1)
             with m.If(s_end):
-                m.d.sync += [s_run.eq(0), s_c.eq(0), sfree.eq(sfree + Mux(s_has2, 2, 1))]
+                m.d.sync += [s_run.eq(0), s_c.eq(0)]
         m.d.sync += avail.eq(avail + fire - Mux(issue, Mux(avail >= 2, 2, 1), 0))
         with m.If(start & ~cp.emit):
             m.d.sync += avail.eq(0)
@@ -772,7 +776,13 @@ class AttentionUnit(wiring.Component):
             lo = vchunk[2 * t * W_BITS:(2 * t + 1) * W_BITS].as_signed()
             hi = vchunk[(2 * t + 1) * W_BITS:(2 * t + 2) * W_BITS].as_signed() if 2 * t + 1 < L else Const(0, 4)
             unit = Mux(st_l == 2 * t, 1, Mux(st_l == 2 * t + 1, 1 << PACK_SHIFT, 0))
-            a1.append(stage(f"pva{t}", Mux(inj, unit, hi * (1 << PACK_SHIFT) + lo), signed(DSP_A_BITS)))
+            # hi 2^PACK_SHIFT + lo without an adder: lo sign-extended below, hi - (lo < 0) above (a table
+            # of hi and lo's sign: no carry chain; v_idx -> pva0 was 8.06 levels)
+            ub = DSP_A_BITS - PACK_SHIFT
+            hi_m = Array(Const(((v >> 1) - (1 << W_BITS) * (v >> W_BITS)) - (v & 1), signed(ub))
+                         for v in range(1 << (W_BITS + 1)))[Cat(lo[-1], hi.as_unsigned())]
+            packed = Cat(lo, lo[-1].replicate(PACK_SHIFT - W_BITS), hi_m).as_signed()
+            a1.append(stage(f"pva{t}", Mux(inj, unit, packed), signed(DSP_A_BITS)))
         kill = Signal()          # ``clear`` or APPLY's ``first`` supersede state words in flight
         m.d.comb += kill.eq(self.clear | reset_lo)
         q1v, q1c, q1l = stage("pv1v", pv_run | ((inj | wide) & ~kill)), \
@@ -887,20 +897,36 @@ class AttentionUnit(wiring.Component):
                 ok = stage(f"mxok{j}", mxp.en & (j < mxp.count) & mx_ge(j))
             lvl.append((ok, stage(f"mxs{j}", mxp.data[32 * j:32 * (j + 1)].as_signed())))
         mx_busy = [mv]
+        # With two levels or more (MW > 2), stage 2 registers each word's visibility and value and the
+        # first level's compares (va > vb of each pair, from stage 1's words), and stage 3 makes the
+        # first level's picks and the second level (the picks are two LUT levels): as many stages as
+        # before.  (Visibility, compare and pick in one stage were 8.125 levels: mx1p -> mxt0_#.)
+        split = late and MW > 2
+        gt0 = []
+        if split:
+            gt0 = [stage(f"mx2g{i // 2}", lvl[i][1] > lvl[i + 1][1]) for i in range(0, MW - 1, 2)]
+            lvl = [(stage(f"mx2ok{j}", ok), stage(f"mx2s{j}", v)) for j, (ok, v) in enumerate(lvl)]
+            mv, mrw, mfirst = stage("mx2v", mv), stage("mx2r", mrw), stage("mx2f", mfirst)
+            mx_busy.append(mv)
         n = 0
         while len(lvl) > 1:
             nxt = []
+            comb_ = split and n == 0            # the first level's picks, unregistered (stage 3)
+
+            def out(name, value, shape=None):
+                return value if comb_ else stage(name, value, shape)
             for i in range(0, len(lvl) - 1, 2):
                 (oa, va), (ob, vb) = lvl[i], lvl[i + 1]
-                pick_a = oa & (~ob | (va > vb))
-                nxt.append((stage(f"mxt{n}_{i // 2}ok", oa | ob),
-                            stage(f"mxt{n}_{i // 2}", Mux(pick_a, va, vb), signed(32))))
+                pick_a = oa & (~ob | (gt0[i // 2] if comb_ else va > vb))
+                nxt.append((out(f"mxt{n}_{i // 2}ok", oa | ob),
+                            out(f"mxt{n}_{i // 2}", Mux(pick_a, va, vb), signed(32))))
             if len(lvl) % 2:
                 last_ = lvl[-1]
-                nxt.append((stage(f"mxt{n}_{len(lvl) // 2}ok", last_[0]),
-                            stage(f"mxt{n}_{len(lvl) // 2}", last_[1], signed(32))))
-            mv, mrw, mfirst = stage(f"mxt{n}v", mv), stage(f"mxt{n}r", mrw), stage(f"mxt{n}f", mfirst)
-            mx_busy.append(mv)
+                nxt.append((out(f"mxt{n}_{len(lvl) // 2}ok", last_[0]),
+                            out(f"mxt{n}_{len(lvl) // 2}", last_[1], signed(32))))
+            if not comb_:
+                mv, mrw, mfirst = stage(f"mxt{n}v", mv), stage(f"mxt{n}r", mrw), stage(f"mxt{n}f", mfirst)
+                mx_busy.append(mv)
             lvl, n = nxt, n + 1
         tok, tmax = lvl[0]
         mbase = Signal(signed(32))
@@ -1072,6 +1098,33 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += odata.eq(oc7)
                 with m.Default():
                     m.d.sync += odata.eq(Cat(*(sat(m, sh7[k], 32) for k in range(W))))
+
+        # the readies' registers (see ``kr_max``): n_sl = acc - sfree (keys in, pairs scored) and n_v
+        # = acc - kdone (an APPLY pass's keys in, through P.V: its only kdone) as they are in a pass
+        # over keys (``start`` of a pass empties them), and the next cycle's state, src and phase
+        o_end = Signal()
+        m.d.comb += o_end.eq(ovalid & self.o.tready & olast)
+        n_sl_n, n_v_n = Signal.like(n_sl), Signal.like(n_v)
+        m.d.comb += [n_sl_n.eq(Mux(start & ~cp.emit, 0, n_sl + fire - Mux(s_end, Mux(s_has2, 2, 1), 0))),
+                     n_v_n.eq(Mux(start & ~cp.emit, 0, n_v + (fire & apply) - (q3v & q3l)))]
+        m.d.sync += [n_sl.eq(n_sl_n), n_v.eq(n_v_n)]
+        # n_sl_n < K_SLOTS and n_v_n < V_DEPTH without the counters' adders in front (kr_app -> kr_app
+        # was 8.06 levels): a table of n_sl and its step; n_v's compares (registers only) and its step
+        nsb, nvb = len(n_sl), len(n_v)
+        sl_ok = Array(Const(((n + f - (0 if not e else 2 if h else 1)) % (1 << nsb)) < K_SLOTS, 1)
+                      for h in (0, 1) for e in (0, 1) for f in (0, 1) for n in range(1 << nsb))[
+            Cat(n_sl, fire, s_end, s_has2)]
+        v_up, v_dn = Signal(), Signal()
+        m.d.comb += [v_up.eq((fire & apply) & ~(q3v & q3l)), v_dn.eq(~(fire & apply) & (q3v & q3l))]
+        v_ok = Mux(v_up, (n_v < V_DEPTH - 1) | (n_v == (1 << nvb) - 1),
+                   Mux(v_dn, ((n_v < V_DEPTH) & (n_v != 0)) | (n_v == V_DEPTH), n_v < V_DEPTH))
+        pass_n, smode_n, apply_n, room_n = Signal(), Signal(), Signal(), Signal()
+        m.d.comb += [pass_n.eq(~o_end & Mux(start, ~cp.emit, (state == PASS) & ~(fire & kp.last)
+                                            & ~(s_fire & self.s.payload.last))),
+                     smode_n.eq(Mux(start, cp.src, cfg.src)),
+                     apply_n.eq(Mux(start, cp.phase == AttnPass.APPLY, apply)),
+                     room_n.eq(Mux(start & ~cp.emit, 1, sl_ok & (~apply_n | v_ok)))]
+        m.d.sync += [kr_max.eq(pass_n & ~smode_n & ~apply_n & room_n), kr_app.eq(pass_n & ~smode_n & apply_n & room_n)]
         return m
 
 
