@@ -2262,10 +2262,14 @@ class AttnMover(Mover):
         qk_key_lo, qk_in = self.qk_key[:16], self.qk_key < a_keys      # keys < 2^16 (the field)
         qk_left = Signal(17)
         m.d.comb += qk_left.eq(a_keys - qk_key_lo)
-        with m.If(armed & self.qk_en & (self.qk_row < a_rows) & qk_in):
-            m.d.sync += [mx_r.eq(1), mxr.row.eq(self.qk_row), mxr.first.eq(a_first & (self.qk_key == 0)),
+        # (the words every cycle outside ATTN_SM, only the strobe behind the write's condition: as the
+        # registers' load enable it put 1 314 of the glue's end points at 9 levels)
+        with m.If(~sming):
+            m.d.sync += [mxr.row.eq(self.qk_row), mxr.first.eq(a_first & (self.qk_key == 0)),
                          mxr.pos.eq(a_pos + qk_key_lo), mxr.data.eq(self.qk_data),
                          mxr.count.eq(Mux(qk_left >= self.qk_n, self.qk_n, qk_left))]
+        with m.If(armed & self.qk_en & (self.qk_row < a_rows) & qk_in):
+            m.d.sync += mx_r.eq(1)
         with m.If(self.qk_end):
             m.d.sync += armed.eq(0)
         # keys: key j of the group in buffer sm_esel -> the unit (rows >= R: whatever the buffer
