@@ -585,6 +585,9 @@ class EmbedMover(Mover):
         groups = stage(m, ins.n >> ins.group_log2, "groups", 16)                           # stage 1
         gmask = stage(m, (Const(1, 17) << ins.group_log2) - 1, "gmask", 16)
         beats = stage(m, ins.n >> vl_log2, "beats", 16)
+        # the last group's / beat's index as registers (round 20: gi == groups - 1 was 12 levels to cphase)
+        groups_m1 = stage(m, groups - 1, "groups_m1", 16)                                   # stage 2
+        beats_m1 = stage(m, beats - 1, "beats_m1", 16)
         p_dst = stage(m, stage(m, ins.count - 1, "count_m1", 10) * ins.dst_stride, "p_dst", 30)   # stage 2
         last_t = stage(m, ins.count - 1, "last_t")                                         # stage 1
         bad = stage(m, (ins.count == 0) | (ins.count > g.tokens) | (ins.n == 0)
@@ -688,7 +691,7 @@ class EmbedMover(Mover):
                      sw.data.eq(us.o.payload)]
         with m.If(sw.en):
             m.d.sync += gi.eq(gi + 1)
-            with m.If(gi == groups - 1):
+            with m.If(gi == groups_m1):
                 m.d.sync += cphase.eq(2)
         # the scale of beat i: group (i VL) >> log2 G
         gshift = stage(m, ins.group_log2 - vl_log2, "gshift", 4)
@@ -732,7 +735,7 @@ class EmbedMover(Mover):
                      wv.eq(sv), waddr.eq(saddr), wdata.eq(Cat(*xs))]
         with m.If(uq.o.valid & uq.o.ready):
             m.d.sync += [aaddr.eq(row + i), a_q.eq(uq.o.payload), a_s.eq(sr.data), i.eq(i + 1)]
-            with m.If(i == beats - 1):
+            with m.If(i == beats_m1):
                 m.d.sync += [tc.eq(tc + 1), row.eq(row + ins.dst_stride), cphase.eq(0)]
                 with m.If(tc == last_t):
                     m.d.sync += state.eq(S.FINISH)
@@ -1896,14 +1899,12 @@ class AttnMover(Mover):
                           "prod_only")
         bad_prod = stage(m, prod_only & (rowsf > PR), "bad_prod")                                  # stage 2
         bad_what = stage(m, q_ins.what.as_value() > isa.AttnLoad.ROWS, "bad_what")
-        bad_q = bad_rows | bad_prod | bad_what | (~rows_only & Mux(rowwise, row_bad, word_bad))
-        bad_e = bad_rows | (mode > isa.EmitMode.MAX) | Mux(rowwise, row_bad, word_bad)
         blocks_m1 = stage(m, kv_ins.blocks - 1, "blocks_m1", 16)                             # stage 1
         p_blk = stage(m, blocks_m1 * kv_ins.block_stride, "p_blk", 24)                      # stage 2
         bad_kv = stage(m, (kv_ins.blocks == 0) | (kv_ins.keys == 0) | (kv_ins.keys > g.kv_block_keys), "bad_kv0")
         wide_q = Signal()            # the last QUERY loaded rows past att_rows, or ROWS after it: no ATTN_KV
-        bad_kv = (stage(m, bad_kv, "bad_kv1") | stage(m, kv_ins.gated & (kv_ins.block0 + p_blk >= g.dir_entries), "bad_blk")
-                  | wide_q)
+        bad_kv1 = stage(m, bad_kv, "bad_kv1")                                                 # stage 2
+        bad_blk = stage(m, kv_ins.gated & (kv_ins.block0 + p_blk >= g.dir_entries), "bad_blk")   # stage 3
         go_kv = Signal()
         # ATTN_SM: R rows, keys a multiple of VL, score (and APPLY: w) rows inside SPAD
         sm_apply = stage(m, sm_ins.phase.as_value() == isa.AttnPass.APPLY, "sm_apply")
@@ -1917,17 +1918,45 @@ class AttnMover(Mover):
         bad_sm = stage(m, stage(m, (sm_ins.tokens == 0) | (sm_ins.heads == 0) | (sm_ins.keys == 0)
                                 | (sm_ins.keys[:vl_log2] != 0 if vl_log2 else 0), "bad_sm0")
                        | (sm_rows > R), "bad_sm1")                                            # stage 2
-        bad_sm = (stage(m, bad_sm, "bad_sm2") | stage(m, sm_ins.scores + p_s + sm_groups > g.spad_beats, "s_bad")
-                  | (sm_apply & stage(m, sm_ins.w + p_w + sm_groups > g.spad_beats, "w_bad")))      # stage 3
+        s_bad = stage(m, sm_ins.scores + p_s + sm_groups > g.spad_beats, "s_bad")                # stage 3
+        w_bad = stage(m, sm_ins.w + p_w + sm_groups > g.spad_beats, "w_bad")
+        # CHECK's refusal: the range compares (stage 3) each gated by a flag of the decode, the rest chosen by
+        # opcode a stage ahead (round 20: the choice by opcode, mode and what after the compares was 10-11
+        # levels from ``mode`` to the state and the fault).  ATTN_Q: its rows, products, what, and (but ROWS)
+        # its rows' or words' range; ATTN_EMIT: its rows, mode and range; ATTN_SM: its fields, scores' and
+        # (APPLY) w's range; ATTN_KV: its fields, its blocks (gated), a wide QUERY before it
+        bad_fix = stage(m, Mux(is_sm, bad_sm, Mux(is_q, bad_rows | bad_prod | bad_what,
+                                                  Mux(is_emit, bad_rows | (mode > isa.EmitMode.MAX), bad_kv1))),
+                        "bad_fix")                                                           # stage 3
+        ranged = (is_q & ~rows_only) | is_emit
+        sel_row = stage(m, ranged & rowwise, "sel_row")                                      # stage 2
+        sel_word = stage(m, ranged & ~rowwise, "sel_word")
+        sel_w = stage(m, is_sm & sm_apply, "sel_w")
+        bad = (bad_fix | (sel_row & row_bad) | (sel_word & word_bad) | (is_sm & s_bad) | (sel_w & w_bad)
+               | (is_kv & (bad_blk | wide_q)))
         sm_defer = stage(m, sm_ins.defer, "sm_defer")
         # an ATTN_SM MAX with defer armed: its first, key 0's position, keys, rows, for the next GEMM_QK
         armed, a_first = Signal(), Signal()
         a_pos, a_keys, a_rows = Signal(isa.POS_BITS + 1), Signal(16), Signal(range(R + 1))
+        # the unit's command and ``clear`` from registers (round 20: CHECK's choice by mode / what reached
+        # the unit's accept logic in one cycle, 15 levels): CHECK decides, the unit takes the command (it
+        # is idle: CHECK waited for it) and ``clear`` the next cycle -- the first cycle of SM / EMIT / KV /
+        # QUERY / ROWS, which nothing in the unit reads before (SM and KV end no earlier than their second)
+        cmd_v, clr = Signal(), Signal()
+        cmd_p = Signal(au.cmd.payload.shape())
+        m.d.comb += [au.cmd.valid.eq(cmd_v), au.cmd.payload.eq(cmd_p), au.clear.eq(clr)]
+        m.d.sync += clr.eq(0)
+        with m.If(au.cmd.ready):
+            m.d.sync += cmd_v.eq(0)
+        # the row maxima (``mx``) a cycle later too (registered below): the unit is busy while one is held
+        mx_r = Signal()
+        aubusy = Signal()
+        m.d.comb += aubusy.eq(au.busy | mx_r)
         with m.If(state == S.CHECK):
             # (a deferred MAX's row maxima may still be in the unit's pipeline: every instruction waits)
-            with m.If(au.busy):
+            with m.If(aubusy):
                 pass
-            with m.Elif(Mux(is_sm, bad_sm, Mux(is_q, bad_q, Mux(is_emit, bad_e, bad_kv)))):
+            with m.Elif(bad):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
             with m.Elif(is_sm & ~sm_apply & sm_defer):     # MAX with defer: armed, done
@@ -1936,22 +1965,19 @@ class AttnMover(Mover):
             with m.Elif(is_sm & ~sm_apply):                # MAX: row beats -> the unit's ``mx``, no command
                 m.d.sync += state.eq(S.SM)
             with m.Elif(is_sm):
-                with m.If(au.cmd.ready):
-                    m.d.comb += [au.cmd.valid.eq(1), au.cmd.payload.src.eq(1)]
-                    m.d.sync += state.eq(S.SM)
+                m.d.sync += [cmd_v.eq(1), cmd_p.eq(0), cmd_p.src.eq(1), cmd_p.phase.eq(sm_ins.phase),
+                             cmd_p.first.eq(sm_ins.first), state.eq(S.SM)]
             with m.Elif(is_q):
                 m.d.sync += state.eq(Mux(what == isa.AttnLoad.QUERY, S.QUERY,
                                          Mux(rows_only, S.ROWS, Mux(load_o, S.OLOAD, S.WORDS))))
-                m.d.comb += au.clear.eq((what == isa.AttnLoad.QUERY) | rows_only)   # both empty every state
+                m.d.sync += clr.eq((what == isa.AttnLoad.QUERY) | rows_only)   # both empty every state
                 with m.If(what == isa.AttnLoad.QUERY):
                     m.d.sync += wide_q.eq(rowsf > PR)
                 with m.If(rows_only):
                     m.d.sync += wide_q.eq(1)
             with m.Elif(is_emit):
-                with m.If(au.cmd.ready):
-                    m.d.comb += [au.cmd.valid.eq(1), au.cmd.payload.emit.eq(1), au.cmd.payload.mode.eq(mode),
-                                 au.cmd.payload.rows.eq(rowsf)]
-                    m.d.sync += state.eq(S.EMIT)
+                m.d.sync += [cmd_v.eq(1), cmd_p.eq(0), cmd_p.emit.eq(1), cmd_p.mode.eq(mode), cmd_p.rows.eq(rowsf),
+                             state.eq(S.EMIT)]
             with m.Else():
                 m.d.sync += state.eq(Mux(kv_ins.gated, S.GATE, S.KV))
                 m.d.comb += go_kv.eq(~kv_ins.gated)
@@ -2107,10 +2133,9 @@ class AttnMover(Mover):
         for sr in (ks, vs):
             m.d.comb += [sr.cmd.payload.keys.eq(kv_ins.keys), sr.cmd.payload.blocks.eq(kv_ins.blocks),
                          sr.cmd.payload.kpos0.eq(kv_ins.kpos0), sr.cmd.payload.pos_stride.eq(kv_ins.pos_stride)]
-        m.d.comb += [au.cmd.payload.phase.eq(Mux(is_sm, sm_ins.phase, kv_ins.phase)),
-                     au.cmd.payload.first.eq(Mux(is_sm, sm_ins.first, kv_ins.first))]
         with m.If(go_kv):
-            m.d.comb += [au.cmd.valid.eq(1), ks.cmd.valid.eq(1), vs.cmd.valid.eq(apply)]
+            m.d.comb += [ks.cmd.valid.eq(1), vs.cmd.valid.eq(apply)]
+            m.d.sync += [cmd_v.eq(1), cmd_p.eq(0), cmd_p.phase.eq(kv_ins.phase), cmd_p.first.eq(kv_ins.first)]
         # requests: per block, the K segment's scale region then its rows region (and V's)
         scale_b = stage(m, pad_up(kv_ins.keys << 1), "scale_b", 20)
         kseg = Signal(ADDR_BITS)
@@ -2195,6 +2220,14 @@ class AttnMover(Mover):
         sm_mg = Signal(16)                                           # MAX: the read's first group
         with m.If(state == S.CHECK):
             m.d.sync += [sm_mfirst.eq(sm_ins.first), sm_mpos.eq(sm_ins.kpos0), sm_mg.eq(0)]
+        # the unit's ``mx`` port from registers (round 20: the MAX beats' and the deferred MAX's choice
+        # reached the unit's count / en compares in one cycle, 14.1 levels): a write a cycle later,
+        # ``aubusy`` covering the cycle it is held (CHECK, SM's end wait)
+        mxr = Signal(data.StructLayout({"row": len(au.mx.row), "first": 1, "pos": len(au.mx.pos),
+                                        "count": len(au.mx.count), "data": len(au.mx.data)}))
+        m.d.sync += mx_r.eq(0)
+        m.d.comb += [au.mx.en.eq(mx_r), au.mx.row.eq(mxr.row), au.mx.first.eq(mxr.first), au.mx.pos.eq(mxr.pos),
+                     au.mx.count.eq(mxr.count), au.mx.data.eq(mxr.data)]
         with m.If(sming):
             m.d.comb += [rq.addr.eq(sm_raddr),
                          rq.issue.eq(rq.room & sm_gmore
@@ -2211,10 +2244,10 @@ class AttnMover(Mover):
                                  sm_rbase.eq(sm_rbase + step), sm_gmore.eq(sm_gi + step < sm_groups)]
             with m.If(rq.valid & ~sm_apply):           # MAX: NB beats (row sm_fr, keys sm_mpos ..) -> mx
                 left = Signal(16)                        # the row's groups from this read on
-                m.d.comb += [left.eq(sm_groups - sm_mg),
-                             au.mx.en.eq(1), au.mx.row.eq(sm_fr), au.mx.first.eq(sm_mfirst),
-                             au.mx.pos.eq(sm_mpos), au.mx.data.eq(rq.words),
-                             au.mx.count.eq(Mux(left >= NB, NB * VL, left << vl_log2))]
+                m.d.comb += left.eq(sm_groups - sm_mg)
+                m.d.sync += [mx_r.eq(1), mxr.row.eq(sm_fr), mxr.first.eq(sm_mfirst),
+                             mxr.pos.eq(sm_mpos), mxr.data.eq(rq.words),
+                             mxr.count.eq(Mux(left >= NB, NB * VL, left << vl_log2))]
                 with m.If(sm_fr == sm_rows_m1):
                     m.d.sync += [sm_mfirst.eq(0), sm_mpos.eq(sm_mpos + NB * VL), sm_mg.eq(sm_mg + NB)]
             m.d.comb += [tb.w_en.eq(rq.valid), tb.w_sel.eq(sm_fsel), tb.w_idx.eq(sm_fr), tb.w_data.eq(rq.words[:G * 32])]
@@ -2229,10 +2262,14 @@ class AttnMover(Mover):
         qk_key_lo, qk_in = self.qk_key[:16], self.qk_key < a_keys      # keys < 2^16 (the field)
         qk_left = Signal(17)
         m.d.comb += qk_left.eq(a_keys - qk_key_lo)
+        # (the words every cycle outside ATTN_SM, only the strobe behind the write's condition: as the
+        # registers' load enable it put 1 314 of the glue's end points at 9 levels)
+        with m.If(~sming):
+            m.d.sync += [mxr.row.eq(self.qk_row), mxr.first.eq(a_first & (self.qk_key == 0)),
+                         mxr.pos.eq(a_pos + qk_key_lo), mxr.data.eq(self.qk_data),
+                         mxr.count.eq(Mux(qk_left >= self.qk_n, self.qk_n, qk_left))]
         with m.If(armed & self.qk_en & (self.qk_row < a_rows) & qk_in):
-            m.d.comb += [au.mx.en.eq(1), au.mx.row.eq(self.qk_row), au.mx.first.eq(a_first & (self.qk_key == 0)),
-                         au.mx.pos.eq(a_pos + qk_key_lo), au.mx.data.eq(self.qk_data),
-                         au.mx.count.eq(Mux(qk_left >= self.qk_n, self.qk_n, qk_left))]
+            m.d.sync += mx_r.eq(1)
         with m.If(self.qk_end):
             m.d.sync += armed.eq(0)
         # keys: key j of the group in buffer sm_esel -> the unit (rows >= R: whatever the buffer
@@ -2333,7 +2370,7 @@ class AttnMover(Mover):
                             m.d.sync += wfull[x].eq(0)
         sm_started = Signal()
         m.d.sync += sm_started.eq(state == S.CHECK)
-        with m.If(sming & ~sm_started & Mux(sm_apply, sm_eg >= sm_groups, sm_gi >= sm_groups) & ~au.busy & ~rq.busy
+        with m.If(sming & ~sm_started & Mux(sm_apply, sm_eg >= sm_groups, sm_gi >= sm_groups) & ~aubusy & ~rq.busy
                   & (~sm_apply | ((w_g >= sm_groups) & ~vsc.busy & (sm_fleft == 0)))):
             m.d.sync += state.eq(S.FINISH)
         # starved: waiting for K (ATTN_KV) or for a V scale word (ATTN_SM APPLY)
