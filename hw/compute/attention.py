@@ -879,25 +879,14 @@ class AttentionUnit(wiring.Component):
             qsel, mpos = stage("mx1q", qsel), stage("mx1p", mxp.pos)
         else:
             mpos = mxp.pos
+        mxd = Signal(signed(POS_BITS + 2))
+        m.d.comb += mxd.eq(qsel - mpos)
+        # mxd >= j for j < MW: mxd >= 0 and (its bits from log2 MW up not all 0, or its low bits >= j)
         jb = ceil_log2(MW)
-        if jb:
-            # the row's position - pos = dh 2^jb + dl, dh the high bits' difference and dl the low jb
-            # bits' (|dl| < 2^jb): no wide carry feeds the per-word compares.  For 0 <= j < 2^jb it
-            # is >= j <=> dh >= 2, or dh = 1 and dl >= j - 2^jb, or dh = 0 and dl >= j (dh < 0: never)
-            mxdh = Signal(signed(POS_BITS + 2 - jb))
-            mxdl = Signal(signed(jb + 1))
-            m.d.comb += [mxdh.eq(qsel[jb:] - mpos[jb:]), mxdl.eq(qsel[:jb] - mpos[:jb])]
-            mx_h0, mx_h1 = mxdh == 0, mxdh == 1
-            mx_h2 = ~mxdh[-1] & ~mx_h0 & ~mx_h1
+        mx_hi = mxd[jb:len(mxd) - 1].any()
 
-            def mx_ge(j):
-                return mx_h2 | (mx_h1 & (mxdl >= j - (1 << jb))) | (mx_h0 & (mxdl >= j))
-        else:                           # one word: the row's position - pos >= 0
-            mxd = Signal(signed(POS_BITS + 2))
-            m.d.comb += mxd.eq(qsel - mpos)
-
-            def mx_ge(j):
-                return ~mxd[-1]
+        def mx_ge(j):
+            return ~mxd[-1] & ((mx_hi | (mxd[:jb] >= j)) if jb and j else 1)
         mv, mrw, mfirst = stage("mx1v", mxp.en), stage("mx1r", rsel), stage("mx1f", mxp.first)
         lvl = []
         for j in range(MW):
