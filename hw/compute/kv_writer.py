@@ -12,12 +12,12 @@ Pipelined for the 250 MHz budget (docs/timing.md, at most 8 LUT levels between r
 two halves with a block buffer each (the two banks of one LUT RAM of ``2 x beats`` words), so
 that one block is collected while the one before is scaled and emitted.
 
-* **Collector** (bank ``A``, ``i.ready`` while it is not full): a beat is written into its
-  place in ``A`` and its |mant| go through a max pipeline: the magnitudes registered, 16 -> 4
-  per group (two compare levels), the group maxima -> the beat's maximum, then the running
-  ``amax`` (four register stages).  The block is complete when its last beat has left that
-  pipeline; it is handed over (the banks swap roles: ``A`` becomes ``E``; its ``amax`` and
-  exponent are copied) once the emitter is free.
+* **Collector** (bank ``A``, ``i.ready`` while it is not full): a beat is written into its place in
+  ``A`` and its |mant| go through a max pipeline: the magnitudes registered, 16 -> 4 per group (one
+  compare level: the 6 pairs compared at once, the first largest picked), the group maxima -> the
+  beat's maximum, then the running ``amax`` (four register stages).  The block is complete when its
+  last beat has left that pipeline; it is handed over (the banks swap roles: ``A`` becomes ``E``;
+  its ``amax`` and exponent are copied) once the emitter is free.
 * **Emitter**: the scale in four registered steps, free-running from the handed-over
   ``amax`` (``t = amax * RCP7``; ``Ep = bitlen(t) - 8``; ``A = t >> Ep``, ``E``, the shift;
   the reciprocal table's word read at ``A - 128``), then the beats of ``E``, one per cycle,
@@ -91,6 +91,30 @@ def _max_tree(m, values, name):
     return values[0]
 
 
+def _max_flat(m, values, name):
+    """Max of a few ``values`` (comb) in one compare level: each pair compared once, the first
+    of the largest picked (``values[i] >= values[j]`` for j > i and ``>`` for j < i) and the
+    picks OR-ed -- no compare behind another's mux."""
+    n = len(values)
+    if n == 1:
+        return values[0]
+    ge = {}
+    for i in range(n):
+        for j in range(i + 1, n):
+            ge[i, j] = Signal(name=f"{name}_ge{i}{j}")
+            m.d.comb += ge[i, j].eq(values[i] >= values[j])
+    out = Signal(len(values[0]), name=name)
+    picks = []
+    for i in range(n):
+        sel = Cat(*[ge[i, j] for j in range(i + 1, n)], *[~ge[j, i] for j in range(i)]).all()
+        picks.append(Mux(sel, values[i], 0))
+    acc = picks[0]
+    for p in picks[1:]:
+        acc = acc | p
+    m.d.comb += out.eq(acc)
+    return out
+
+
 class KVWriter(wiring.Component):
     def __init__(self, head_dim: int = 16, lanes: int = 4):
         if lanes < 1 or head_dim % lanes:
@@ -148,7 +172,7 @@ class KVWriter(wiring.Component):
         v2, first2, last2 = Signal(), Signal(), Signal()
         m.d.sync += [v2.eq(v1), first2.eq(first1), last2.eq(last1)]
         for g, grp in enumerate(groups):
-            m.d.sync += gmax[g].eq(_max_tree(m, grp, f"gm{g}"))
+            m.d.sync += gmax[g].eq(_max_flat(m, grp, f"gm{g}"))
         bmax = Signal(MAG_BITS)
         v3, first3, last3 = Signal(), Signal(), Signal()
         m.d.sync += [v3.eq(v2), first3.eq(first2), last3.eq(last2), bmax.eq(_max_tree(m, gmax, "bm"))]
