@@ -1108,22 +1108,12 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [n_sl_n.eq(Mux(start & ~cp.emit, 0, n_sl + fire - Mux(s_end, Mux(s_has2, 2, 1), 0))),
                      n_v_n.eq(Mux(start & ~cp.emit, 0, n_v + (fire & apply) - (q3v & q3l)))]
         m.d.sync += [n_sl.eq(n_sl_n), n_v.eq(n_v_n)]
-        # n_sl_n < K_SLOTS and n_v_n < V_DEPTH without the counters' adders in front (kr_app -> kr_app
-        # was 8.06 levels): a table of n_sl and its step; n_v's compares (registers only) and its step
-        nsb, nvb = len(n_sl), len(n_v)
-        sl_ok = Array(Const(((n + f - (0 if not e else 2 if h else 1)) % (1 << nsb)) < K_SLOTS, 1)
-                      for h in (0, 1) for e in (0, 1) for f in (0, 1) for n in range(1 << nsb))[
-            Cat(n_sl, fire, s_end, s_has2)]
-        v_up, v_dn = Signal(), Signal()
-        m.d.comb += [v_up.eq((fire & apply) & ~(q3v & q3l)), v_dn.eq(~(fire & apply) & (q3v & q3l))]
-        v_ok = Mux(v_up, (n_v < V_DEPTH - 1) | (n_v == (1 << nvb) - 1),
-                   Mux(v_dn, ((n_v < V_DEPTH) & (n_v != 0)) | (n_v == V_DEPTH), n_v < V_DEPTH))
         pass_n, smode_n, apply_n, room_n = Signal(), Signal(), Signal(), Signal()
         m.d.comb += [pass_n.eq(~o_end & Mux(start, ~cp.emit, (state == PASS) & ~(fire & kp.last)
                                             & ~(s_fire & self.s.payload.last))),
                      smode_n.eq(Mux(start, cp.src, cfg.src)),
                      apply_n.eq(Mux(start, cp.phase == AttnPass.APPLY, apply)),
-                     room_n.eq(Mux(start & ~cp.emit, 1, sl_ok & (~apply_n | v_ok)))]
+                     room_n.eq((n_sl_n < K_SLOTS) & (~apply_n | (n_v_n < V_DEPTH)))]
         m.d.sync += [kr_max.eq(pass_n & ~smode_n & ~apply_n & room_n), kr_app.eq(pass_n & ~smode_n & apply_n & room_n)]
         return m
 
