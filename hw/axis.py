@@ -52,14 +52,21 @@ class AxisRegister(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         i, o = self.i, self.o
-        beat = Cat(i.tdata, i.tkeep, i.tlast)
-        held, skid = Signal(len(beat)), Signal(len(beat))
-        valid, skid_valid = Signal(), Signal()
-        m.d.comb += [Cat(o.tdata, o.tkeep, o.tlast).eq(held), o.tvalid.eq(valid), i.tready.eq(~skid_valid),
-                     self.busy.eq(valid | skid_valid)]
-        with m.If(o.tready | ~valid):           # the output register takes the skid's beat, else the input's
-            m.d.sync += [held.eq(Mux(skid_valid, skid, beat)), valid.eq(skid_valid | i.tvalid),
-                         skid_valid.eq(0)]
-        with m.Elif(i.tvalid & ~skid_valid):    # the output stalls: the input's beat waits in the skid
-            m.d.sync += [skid.eq(beat), skid_valid.eq(1)]
+        m.d.comb += self.busy.eq(skid_register(m, i.tvalid, i.tready, Cat(i.tdata, i.tkeep, i.tlast),
+                                               o.tvalid, o.tready, Cat(o.tdata, o.tkeep, o.tlast)))
         return m
+
+
+def skid_register(m: Module, i_valid, i_ready, i_beat, o_valid, o_ready, o_beat, name: str = ""):
+    """The register stage of ``AxisRegister`` on any valid / ready handshake carrying ``i_beat``
+    (a ``Value``; ``o_beat`` the same width): drives ``i_ready``, ``o_valid`` and ``o_beat`` from
+    registers.  Returns ``busy`` (a beat held)."""
+    held, skid = Signal(len(i_beat), name=f"{name}held"), Signal(len(i_beat), name=f"{name}skid")
+    valid, skid_valid = Signal(name=f"{name}valid"), Signal(name=f"{name}skid_valid")
+    m.d.comb += [o_beat.eq(held), o_valid.eq(valid), i_ready.eq(~skid_valid)]
+    with m.If(o_ready | ~valid):           # the output register takes the skid's beat, else the input's
+        m.d.sync += [held.eq(Mux(skid_valid, skid, i_beat)), valid.eq(skid_valid | i_valid),
+                     skid_valid.eq(0)]
+    with m.Elif(i_valid & ~skid_valid):    # the output stalls: the input's beat waits in the skid
+        m.d.sync += [skid.eq(i_beat), skid_valid.eq(1)]
+    return valid | skid_valid

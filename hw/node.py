@@ -43,7 +43,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axi.lite import AXI4LiteSignature
-from mcf.hw.axis import AXIStreamSignature, AxisRegister
+from mcf.hw.axis import AXIStreamSignature, AxisRegister, skid_register
 from mcf.hw.fifo import PrefetchFIFO, buffered_fifo, nonempty
 from mcf.hw.compute.exec.unit import PERF_BITS, ExecUnit
 from mcf.hw.csr import ControlRegisters, EthControlPort
@@ -353,8 +353,12 @@ class RxEngine(wiring.Component):
                                    "done_sem": 5, "pc": PC_BITS})
         table = [Signal(entry, name=f"entry{i}") for i in range(S)]
         valid = Signal(S)
-        # (registered: SEQ_LEVELS.posted is a cycle late, the popcount is not in the register read)
-        m.d.sync += self.posted.eq(sum(valid[i] for i in range(S)))
+        # (registered: SEQ_LEVELS.posted is a cycle late, the popcount is not in the register read;
+        # its adders as a balanced tree, not a chain of S: issue 14)
+        terms = [valid[i] for i in range(S)]
+        while len(terms) > 1:
+            terms = [terms[k] + terms[k + 1] if k + 1 < len(terms) else terms[k] for k in range(0, len(terms), 2)]
+        m.d.sync += self.posted.eq(terms[0])
 
         # --- posting ----------------------------------------------------------------------------
         m.submodules.credits = credits = buffered_fifo(MetaLayout.size, 4)
@@ -817,6 +821,11 @@ class Node(wiring.Component):
                      ex.dir_wr.state.eq(rxe.dir_wr.state),
                      ex.dir_rd.en.eq(sr.dir_rd.en), ex.dir_rd.block.eq(sr.dir_rd.block),
                      sr.dir_rd.state.eq(ex.dir_rd.state)]
+        # SEM_DATA: the semaphore at SEM_INDEX through a register (issue 14: the sequencer's pick
+        # of it was in front of the register read's word mux and the CSR's RDATA; the value a
+        # cycle old, which an AXI-Lite read cannot tell)
+        sem_value_q = Signal.like(seq.sem_value)
+        m.d.sync += sem_value_q.eq(seq.sem_value)
         m.d.comb += [
             txe.node_id.eq(csr.node_id), txe.running.eq(running),
             rxe.node_id.eq(csr.node_id), rxe.running.eq(running), rxe.rx_wait.eq(sr.rx_wait),
@@ -828,7 +837,7 @@ class Node(wiring.Component):
             sr.running.eq(running), sr.done.eq(seq.done), sr.fault.eq(seq.fault),
             sr.start_pending.eq(seq.start_pending), sr.fault_cause.eq(seq.fault_cause), sr.pc.eq(seq.pc),
             sr.fault_pc.eq(seq.fault_pc), sr.wait.eq(seq.wait), sr.levels.eq(seq.levels),
-            sr.sem_value.eq(seq.sem_value), sr.perf_value.eq(perf.value),
+            sr.sem_value.eq(sem_value_q), sr.perf_value.eq(perf.value),
             perf.index.eq(sr.perf_index), perf.clear.eq(seq.clear), perf.enable.eq(running),
         ]
 
@@ -898,9 +907,25 @@ class Node(wiring.Component):
         wiring.connect(m, ld.m_axi, ic.c_loader)
         wiring.connect(m, wr.m_axi, ic.c_writer)
         wic, W = self.wic, self.first_sync_port
+        aw_busy = Const(0)
         for name in self.exec_ports:
             on = wic if wic is not None and name != "m_axi" else ic
-            wiring.connect(m, getattr(ex, name), getattr(on, f"c_ex_{name}"))
+            src, dst = getattr(ex, name), getattr(on, f"c_ex_{name}")
+            if not src.signature.write or on is not ic:
+                wiring.connect(m, src, dst)
+                continue
+            # a register slice on the write address channel (issue 14: the glue's AWVALID went
+            # through the interconnect's round robin back into its AWREADY, 9 levels joined):
+            # AWREADY and the interconnect's AW from registers, +1 cycle a write burst's
+            # address, a burst a cycle; the other channels straight through
+            aw = [f for f in src.signature.members if f.startswith("aw") and f not in ("awvalid", "awready")]
+            for f, member in src.signature.members.items():
+                if not f.startswith("aw"):
+                    a, b = getattr(src, f), getattr(dst, f)
+                    m.d.comb += (b.eq(a) if member.flow == Out else a.eq(b))
+            aw_busy = aw_busy | skid_register(m, src.awvalid, src.awready, Cat(*(getattr(src, f) for f in aw)),
+                                              dst.awvalid, dst.awready, Cat(*(getattr(dst, f) for f in aw)),
+                                              name=f"{name}_aw_")
         for p in range(cfg.hp_ports):
             src = wic.m_axi[p] if p < W else ic.m_axi[p - W]
             if len(src.arid) == len(self.hp(p).arid):
@@ -928,9 +953,11 @@ class Node(wiring.Component):
                 gray, seen = Signal(8, name=f"hp{p}_gray"), Signal(8, name=f"hp{p}_gray_s")
                 m.d.axi += gray.eq(beats ^ (beats >> 1))
                 m.submodules[f"hp{p}_count"] = cdc.FFSynchronizer(gray, seen, o_domain="sync")
+                # (binary: registered, issue 14: the Gray-to-binary XORs were in front of the
+                # difference and the counter's increment register; the counts a cycle later)
                 binary = Signal(8, name=f"hp{p}_seen")
                 for b in reversed(range(8)):
-                    m.d.comb += binary[b].eq(seen[b:].xor())
+                    m.d.sync += binary[b].eq(seen[b:].xor())
                 last = Signal(8, name=f"hp{p}_last")
                 m.d.sync += last.eq(binary)
                 hp_rd[p] = Signal(range(256 * cfg.data_bytes), name=f"hp{p}_rd_bytes")
@@ -965,11 +992,18 @@ class Node(wiring.Component):
         errors = Signal(len(ErrorCause))
         m.d.comb += errors.eq(nic.errors | rxe.errors | ((resp_err | w_err) << ErrorCause.AXI_RESP_ERROR)
                               | (self.eth_errors if self.has_eth else 0))
-        m.d.comb += [csr.errors.eq(errors), seq.net_errors.eq(errors)]
+        # the error counters take the strobes through a register (issue 14: the NIC's strobes come
+        # 5 levels deep into this OR, the CSR's OR with its own strobes and its "any error event"
+        # behind it): every counter moves a cycle later, IRQ_STATUS.error two cycles after the
+        # event, which the PS (an AXI-Lite read is several cycles) cannot tell.  The sequencer
+        # registers them itself (its fault on a network error as before)
+        errors_q = Signal(len(ErrorCause))
+        m.d.sync += errors_q.eq(errors)
+        m.d.comb += [csr.errors.eq(errors_q), seq.net_errors.eq(errors)]
         pk_empty = (pk.meta_level == 0) & (pk.payload_level == 0)
         engines_idle = ~txe.busy & ~rxe.busy & ~rxe.has_posted & pk_empty & ~cser.o.tvalid & ~lreg.busy & ~rreg.busy
         # the datapath besides the engines (the sequencer registers both halves and ANDs them)
-        others_idle = (~ld.busy & ~wr.busy & ic.idle & w_idle & ~csr.meta.valid & ~csr.desc.valid
+        others_idle = (~ld.busy & ~wr.busy & ic.idle & w_idle & ~aw_busy & ~csr.meta.valid & ~csr.desc.valid
                        & ~ps_stores.r_rdy & ~ps_done.r_rdy & ~seq.fetch_busy)
         # the PS's status bits (STATUS.busy, the sequencer's idle) a cycle late: registered
         engines_idle_q, others_idle_q, busy_q = Signal(), Signal(), Signal()

@@ -200,14 +200,17 @@ class AxiInterconnect(wiring.Component):
         m.d.sync += end.eq(Mux(window_end > (1 << self.addr_width), 1 << self.addr_width, window_end))
 
         def in_window(addr, length, size):
-            nbytes_burst = Signal(range((256 << 7) + 1), name=f"p{p}_burst_bytes")
-            m.d.comb += nbytes_burst.eq((length + 1) << size)
+            # the burst's bytes less one, ((len + 1) << size) - 1 = (len << size) | the size's low
+            # ones, without an adder (issue 14: the HP port's ARLEN went through len + 1 into
+            # the check, 8.1 levels)
+            last_byte = Signal(range(256 << 7), name=f"p{p}_burst_last")
+            m.d.comb += last_byte.eq((length << size) | Cat(*(size > i for i in range(7))))
             # the room after ``addr`` beside the burst's bytes, then one compare: addr + bytes <=
-            # end is bytes <= end - addr, without the sum in front of the compare
+            # end is bytes <= end - addr, i.e. bytes - 1 < end - addr, without the sum in front
             w = max(DMA_ADDR_BITS, self.addr_width, self.check_width) + 2
             room = Signal(signed(w), name=f"p{p}_window_room")
             m.d.comb += room.eq(end - addr)
-            return (addr >= base) & (nbytes_burst <= room)
+            return (addr >= base) & (last_byte < room)
 
         oow, oow_client = Signal(name=f"p{p}_oow"), Signal(range(len(self.clients)), name=f"p{p}_oow_client")
         err, err_client = Signal(name=f"p{p}_err"), Signal(range(len(self.clients)), name=f"p{p}_err_client")
@@ -262,7 +265,12 @@ class AxiInterconnect(wiring.Component):
                             m.d.comb += err.eq(1)
                     with m.Else():
                         m.d.sync += bad_seen[k].eq(bad_seen[k] | beat_bad)
-            m.d.sync += rd_out.eq(rd_out + ar_fire - (r_fire & hp.rlast))
+            # (a burst's last beat leaves the count a cycle later, through a register: issue 14,
+            # the client's RREADY went through the R handshake into the count's adder.  The
+            # count is never lower than the bursts in flight: the port idle and a bad burst
+            # answered a cycle later after a read burst)
+            r_done = Signal(name=f"p{p}_r_done")
+            m.d.sync += [r_done.eq(r_fire & hp.rlast), rd_out.eq(rd_out + ar_fire - r_done)]
             r_fire_q = Signal(name=f"p{p}_r_fire_q")
             m.d.sync += [r_fire_q.eq(r_fire), self.rd_bytes[p].eq(Mux(r_fire_q, nbytes, 0))]
             busy_parts += [held, rd_out != 0]

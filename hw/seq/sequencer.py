@@ -136,19 +136,24 @@ class Fetch(wiring.Component):
         page = Signal(range(BOUNDARY_BYTES // INSTR_BYTES + 1))
         m.d.sync += page.eq((BOUNDARY_BYTES - addr[:12]) >> instr_log2)
         cap = min(depth, MAX_BURST_BEATS // B)
+        # k = min(free, left, page, cap), and the go-ahead: k != 0 and k >= min(page, left, half)
+        # (wait for half the FIFO, or all that remains, so bursts are not one instruction long).
+        # Both from compares of the registers side by side, not from the minimums in a row
+        # (issue 14: ``left`` -> two minimums -> the go-ahead's compare was 9 levels): k
+        # >= min(page, left, half) holds iff each term of k does, and left's and page's always do.
         k = Signal(range(cap + 1))
-        k1 = Mux(free < left, free, left)
-        k2 = Mux(page < cap, page, cap)
-        m.d.comb += k.eq(Mux(k1 < k2, k1, k2))
-        # Wait for half the FIFO (or all that remains) so bursts are not one instruction long.
-        want = Signal(range(depth + 1))
         half = max(1, depth // 2)
-        m.d.comb += want.eq(Mux(left < half, left, half))
-        want2 = Mux(page < want, page, want)
+        f_min = (free <= left) & (free <= page) & (free <= cap)
+        l_min = (left <= page) & (left <= cap)
+        p_min = page <= cap
+        m.d.comb += k.eq(Mux(f_min, free, Mux(l_min, left, Mux(p_min, page, cap))))
+        go = ((free != 0) & (left != 0) & (page != 0)
+              & ((free >= page) | (free >= left) | (free >= half))
+              & ((page <= cap) | (left <= cap) | (cap >= half)))
 
         issue = Signal()
         k_q, go_q, k_ok1, k_ok = Signal.like(k), Signal(), Signal(), Signal()
-        m.d.sync += [k_q.eq(k), go_q.eq((k != 0) & (k >= want2)),
+        m.d.sync += [k_q.eq(k), go_q.eq(go),
                      k_ok1.eq(~self.start & ~issue), k_ok.eq(k_ok1 & ~self.start & ~issue)]
         m.d.comb += issue.eq(active & ~self.start & ~self.stop & ~pending & k_ok & go_q)
         with m.If(self.start):
