@@ -894,7 +894,11 @@ class GemmMover(Mover):
         # GEMM_QK from tile0 > 0: block b0 = tile0 P // block_keys of the first key, its offset o in it,
         # b0 seg_stride (tile0 = 0: block 0, key 0, no division)
         m.submodules.locate = loc = SerialDivider(16 + p_log2, 16, 26)
-        m.d.comb += [loc.start.eq((state == S.SETUP) & located), loc.a.eq(qins.tile0 << p_log2),
+        # (SETUP is the cycle after ``start``, a register: the divider's start from a register of it, not from the
+        # state's decode -- round 20: gemm.state -> the divider's qm 10.5)
+        in_setup = Signal()
+        m.d.sync += in_setup.eq(self.start)
+        m.d.comb += [loc.start.eq(in_setup & located), loc.a.eq(qins.tile0 << p_log2),
                      loc.b.eq(qins.block_keys), loc.m.eq(qins.seg_stride)]
         loc_done = Signal(2)                           # the run's registers (below) settle in 3 cycles
         m.d.sync += loc_done.eq(Cat(loc.done, loc_done[0]))
@@ -941,25 +945,24 @@ class GemmMover(Mover):
                                | (multi & (((r_o << row_log2) & (word - 1)) != 0))
                                | (multi & qk_op & (((r_bk << 1) & (g.bus_bytes - 1)) != 0)))
         low = (1 << ALIGN_LOG2) - 1
-        bad_pv = Signal()
         pv_static = stage(m, stage(m, (pins.tokens == 0) | (pins.heads == 0) | (pins.tiles == 0)
                                    | (pins.tile0 + pins.tiles > C) | (pins.keys == 0) | (pins.keys[:k_log2] != 0)
                                    | ((pins.keys << 1) > g.max_n), "pv_static0"), "pv_static")
         pv_acc_bad = stage(m, pins.acc & (nrows_s > 1) & (pins.dst_stride < out_beats), "pv_acc_bad")     # stage 3
-        m.d.comb += bad_pv.eq(pv_static | nrows_big | pv_acc_bad | bad_run | src_bad | dst_bad)
-        bad_qk = Signal()
         qk_static = stage(m, (qins.tokens == 0) | (qins.heads == 0) | (qins.tiles == 0), "qk_static")
-        m.d.comb += bad_qk.eq(qk_static | nrows_big | bad_run | src_bad | dst_bad)
-        bad, bad_gemm = Signal(), Signal()
-        m.d.comb += bad.eq(Mux(pv_op, ~pv | bad_pv, Mux(qk_op, ~kv | bad_qk, bad_gemm)))
         g_static = stage(m, (ins.tokens == 0) | (ins.tiles == 0)
                          | (ins.tile0 + ins.tiles > ins.total_tiles) | (ins.n == 0) | (ins.n > g.max_n)
                          | (ins.n[:vl_log2] != 0)
                          | (ins.group_log2 < k_log2) | (ins.group_log2 > _log2(g.max_group)), "g_static0")
         g_static = stage(m, g_static | ((ins.n & gmask) != 0), "g_static")                  # stage 2
-        m.d.comb += bad_gemm.eq(g_static | nrows_big
-                                | ((w0 & low) != 0) | ((s0 & low) != 0) | (ins.bias & ((b0 & low) != 0))
-                                | src_bad | dst_bad)
+        # CHECK's refusal: the terms of one opcode chosen a stage ahead (``bad_fix``, stage 4), then ORed with
+        # SETUP's and the run's (round 20: the choice by opcode after them, gemm.pv -> the unit's state 11.0)
+        bad_fix = stage(m, Mux(pv_op, ~pv | pv_static | pv_acc_bad,
+                               Mux(qk_op, ~kv | qk_static,
+                                   g_static | ((w0 & low) != 0) | ((s0 & low) != 0) | (ins.bias & ((b0 & low) != 0)))),
+                        "bad_fix")
+        bad = Signal()
+        m.d.comb += bad.eq(bad_fix | nrows_big | src_bad | dst_bad | ((pv_op | qk_op) & bad_run))
 
         # --- the streams: weights (loader), scales (stream 0), bias (stream 1) ----------------------
         # The weight path's width: the loader's word when a beat is several of them and the reorders can move
@@ -1126,31 +1129,56 @@ class GemmMover(Mover):
         m.d.comb += uw.i.payload.eq(w_in)
         # weight descriptors: at most buffer_bytes (GEMM_QK / GEMM_PV: ``run_desc_bytes``, half of it) and never
         # past the end of a block's rows (wd_blk bytes left in it; a plain GEMM is one block), alternating buffers;
-        # a block's end moves to the next block's rows (wd_base: its segment)
-        wd_addr, wd_base = Signal(ADDR_BITS), Signal(ADDR_BITS)
+        # a block's end moves to the next block's rows (wd_naddr: the next block's rows, its segment + the scale
+        # region).  Each descriptor is computed a stage early: wd_len = min(wd_blk, wd_left, cap), its flags
+        # (wd_lt: wd_blk < wd_left, wd_le: wd_blk <= wd_left, wd_end: it ends the block, wd_len == wd_blk) and
+        # the valid (wd_v: wd_left != 0) are registers, loaded in CHECK from stage registers and at each
+        # descriptor taken from the next wd_blk / wd_left (round 20: the compares and the minimum in front of
+        # the payload, the valid and wd_blk / wd_addr, 10 - 12 levels).
+        wd_addr, wd_naddr = Signal(ADDR_BITS), Signal(ADDR_BITS)
         wd_left, wd_blk = Signal(COUNT_BITS), Signal(COUNT_BITS)
         wd_buf = Signal(range(g.buffers))
-        wd_len, wd_cut = Signal(COUNT_BITS), Signal(COUNT_BITS)
-        r_step_q, r_skip_q = Signal(ADDR_BITS), Signal(20)          # the run's (registered): block stride,
-        r_blk_q, r_sblk_q = Signal(COUNT_BITS), Signal(18)          # scale region bytes, rows / scale bytes a block
-        # (min(wd_blk, wd_left, cap) from three compares side by side, not two in a row; the cap a register's
-        # choice of two constants: run_q, a GEMM_QK / GEMM_PV)
-        run_q = Signal()
+        wd_len = Signal(COUNT_BITS)
+        wd_lt, wd_le, wd_end, wd_v = Signal(), Signal(), Signal(), Signal()
+        r_step_q = Signal(ADDR_BITS)                                # the run's (registered): block stride,
+        r_blk_q, r_sblk_q = Signal(COUNT_BITS), Signal(18)          # rows / scale bytes a block
+        rb_big_q = Signal()                                         # r_blk_q > the cap
+        run_q = Signal()                                            # a GEMM_QK / GEMM_PV: the cap run_desc_bytes
         cap = self.run_desc_bytes
-        blk_lt = wd_blk < wd_left
-        blk_big = Mux(run_q, wd_blk > cap, wd_blk > g.buffer_bytes)
-        left_big = Mux(run_q, wd_left > cap, wd_left > g.buffer_bytes)
-        m.d.comb += [wd_cut.eq(Mux(blk_lt, wd_blk, wd_left)),
-                     wd_len.eq(Mux(Mux(blk_lt, blk_big, left_big), Mux(run_q, cap, g.buffer_bytes), wd_cut)),
-                     b.ldesc.valid.eq(wd_left != 0), b.ldesc.payload.eq(descriptor(wd_addr, wd_len, wd_buf))]
+
+        def capped(x, run):          # x > the cap (a choice of two compares with constants)
+            return Mux(run, x > cap, x > g.buffer_bytes)
+
+        def first(blk, left, lt, bbig, lbig, run):
+            """min(blk, left, cap) from compares side by side (not two in a row)"""
+            return Mux(Mux(lt, bbig, lbig), Mux(run, cap, g.buffer_bytes), Mux(lt, blk, left))
+        # CHECK's: the first descriptor from stage registers (stage 3: its blk / left, stage 4: their compares)
+        run_i = pv | kv
+        i_blk = stage(m, Mux(run_i, (r_bk - r_o) << row_log2, wt), "wd_i_blk", COUNT_BITS)
+        i_left = stage(m, Mux(pv, pins.keys << row_log2, wt), "wd_i_left", COUNT_BITS)
+        i_lt = stage(m, i_blk < i_left, "wd_i_lt")
+        i_le = stage(m, i_blk <= i_left, "wd_i_le")
+        i_bbig = stage(m, capped(i_blk, run_i), "wd_i_bbig")
+        i_lbig = stage(m, capped(i_left, run_i), "wd_i_lbig")
+        i_v = stage(m, i_left != 0, "wd_i_v")
+        i_rbig = stage(m, capped(r_bk << row_log2, run_i), "wd_i_rbig")          # stage 2
+        i_naddr = stage(m, r_seg + r_step + pad_up(r_bk << 1), "wd_i_naddr", ADDR_BITS)   # stage 3
+        m.d.comb += [b.ldesc.valid.eq(wd_v), b.ldesc.payload.eq(descriptor(wd_addr, wd_len, wd_buf))]
         with m.If(b.ldesc.valid & b.ldesc.ready):
-            m.d.sync += [wd_addr.eq(wd_addr + wd_len), wd_left.eq(wd_left - wd_len), wd_blk.eq(wd_blk - wd_len),
+            # the next: wd_left - wd_len; wd_blk - wd_len, or a whole block's rows after the block's end (the
+            # compares of the two then those of the old values, the same wd_len gone from both, unless it ended)
+            nl, nbs = wd_left - wd_len, wd_blk - wd_len
+            nb = Mux(wd_end, r_blk_q, nbs)
+            n_lt = Mux(wd_end, r_blk_q < nl, wd_lt)
+            n_le = Mux(wd_end, r_blk_q <= nl, wd_le)
+            n_bbig = Mux(wd_end, rb_big_q, capped(nbs, run_q))
+            n_lbig = capped(nl, run_q)
+            m.d.sync += [wd_addr.eq(Mux(wd_end, wd_naddr, wd_addr + wd_len)), wd_left.eq(nl), wd_blk.eq(nb),
+                         wd_len.eq(first(nb, nl, n_lt, n_bbig, n_lbig, run_q)), wd_lt.eq(n_lt), wd_le.eq(n_le),
+                         wd_end.eq(n_le & ~n_bbig), wd_v.eq(nl != 0),
                          wd_buf.eq(Mux(wd_buf == g.buffers - 1, 0, wd_buf + 1))]
-            # wd_len == wd_blk, from the compares beside the minimum's (wd_len is min(wd_blk, wd_left, buffer_bytes)),
-            # not an equality after it (measured 9.1 levels to wd_base / wd_blk)
-            with m.If(~(wd_left < wd_blk) & ~blk_big):
-                m.d.sync += [wd_base.eq(wd_base + r_step_q), wd_addr.eq(wd_base + r_step_q + r_skip_q),
-                             wd_blk.eq(r_blk_q)]
+            with m.If(wd_end):
+                m.d.sync += wd_naddr.eq(wd_naddr + r_step_q)
         m.d.comb += b.req0.valid.eq(sq_left != 0)
         with m.If(b.req0.valid & b.req0.ready):
             m.d.sync += [sq_left.eq(sq_left - sq_len), sq_base.eq(sq_base + r_step_q), sq_addr.eq(sq_base + r_step_q),
@@ -1158,7 +1186,7 @@ class GemmMover(Mover):
 
         go = Signal()
         m.d.comb += go.eq(b.req0.ready & b.req1.ready & uw.cmd.ready & us.cmd.ready & ub.cmd.ready
-                          & (wd_left == 0) & (sq_left == 0))
+                          & ~wd_v & (sq_left == 0))
         with m.If(state == S.CHECK):
             with m.If(bad):
                 self.refuse(m)
@@ -1167,9 +1195,11 @@ class GemmMover(Mover):
                 m.d.comb += [us.cmd.valid.eq(~pv), uw.cmd.valid.eq(1), b.req1.valid.eq(f_bias), ub.cmd.valid.eq(f_bias)]
                 run = pv | kv
                 m.d.sync += [run_q.eq(run),
-                             wd_addr.eq(Mux(run, r_rows, w_addr)), wd_left.eq(Mux(pv, pins.keys << row_log2, wt)),
-                             wd_blk.eq(Mux(run, (r_bk - r_o) << row_log2, wt)), wd_base.eq(r_seg),
-                             r_step_q.eq(r_step), r_skip_q.eq(pad_up(r_bk << 1)), r_blk_q.eq(r_bk << row_log2),
+                             wd_addr.eq(Mux(run, r_rows, w_addr)), wd_left.eq(i_left), wd_blk.eq(i_blk),
+                             wd_len.eq(first(i_blk, i_left, i_lt, i_bbig, i_lbig, run)), wd_lt.eq(i_lt),
+                             wd_le.eq(i_le), wd_end.eq(i_le & ~i_bbig), wd_v.eq(i_v), rb_big_q.eq(i_rbig),
+                             wd_naddr.eq(i_naddr),
+                             r_step_q.eq(r_step), r_blk_q.eq(r_bk << row_log2),
                              r_sblk_q.eq(r_bk << 1),
                              sq_addr.eq(Mux(kv, r_seg + (r_o << 1), s_addr)), sq_base.eq(r_seg),
                              sq_left.eq(Mux(pv, 0, st)), sq_blk.eq(Mux(kv, (r_bk - r_o) << 1, st)),
@@ -1702,17 +1732,29 @@ class SegmentReader(wiring.Component):
         j = Signal(16)
         pos, bpos = Signal(isa.POS_BITS), Signal(isa.POS_BITS)
         sv = Signal()                              # the output stage holds a key
+        # j == keys - 1 and blk == blocks - 1 as registers (``j_last``, ``b_last``): set where j / blk
+        # start (keys == 1, blocks == 1) and where they count (j == keys - 2, blk == blocks - 2, against
+        # registers of the command), so that no subtraction and compare sit in front of the state
+        # (round 20: cfg -> the compares -> state / blk 11.06, a chain of 8 LUT5 for blk's)
+        keys_m2, blocks_m2 = Signal(17), Signal(17)   # (17 bits: keys / blocks 0 match no j / blk, as before)
+        keys_1 = Signal()                          # keys == 1
+        j_last, b_last = Signal(), Signal()
         m.d.comb += [self.cmd.ready.eq(state == S.IDLE), self.busy.eq((state != S.IDLE) | sv)]
+        # (the run's registers load in every idle cycle: only the state waits for cmd.valid)
+        with m.If(state == S.IDLE):
+            p = self.cmd.payload
+            m.d.sync += [cfg.eq(p), blk.eq(0), pos.eq(p.kpos0), bpos.eq(p.kpos0),
+                         keys_m2.eq(p.keys - 2), blocks_m2.eq(p.blocks - 2), keys_1.eq(p.keys == 1),
+                         b_last.eq(p.blocks == 1)]
         with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [cfg.eq(self.cmd.payload), blk.eq(0), pos.eq(self.cmd.payload.kpos0),
-                         bpos.eq(self.cmd.payload.kpos0), state.eq(S.ARM_S)]
+            m.d.sync += state.eq(S.ARM_S)
         m.d.comb += [us.cmd.payload.count.eq(cfg.keys), ur.cmd.payload.count.eq(cfg.keys)]
         with m.If((state == S.ARM_S) & us.cmd.ready):
             m.d.comb += us.cmd.valid.eq(1)
-            m.d.sync += [state.eq(S.SCALES), j.eq(0)]
+            m.d.sync += [state.eq(S.SCALES), j.eq(0), j_last.eq(keys_1)]
         with m.If((state == S.ARM_R) & ur.cmd.ready):
             m.d.comb += ur.cmd.valid.eq(1)
-            m.d.sync += [state.eq(S.ROWS), j.eq(0)]
+            m.d.sync += [state.eq(S.ROWS), j.eq(0), j_last.eq(keys_1)]
         with m.If(state == S.SCALES):
             m.d.comb += [us.i.valid.eq(self.i.valid), us.i.payload.eq(self.i.payload), self.i.ready.eq(us.i.ready)]
         with m.If(state == S.ROWS):
@@ -1720,8 +1762,8 @@ class SegmentReader(wiring.Component):
         m.d.comb += [us.o.ready.eq(state == S.SCALES), tw.en.eq(us.o.valid & us.o.ready), tw.addr.eq(j),
                      tw.data.eq(us.o.payload)]
         with m.If(tw.en):
-            m.d.sync += j.eq(j + 1)
-            with m.If(j == cfg.keys - 1):
+            m.d.sync += [j.eq(j + 1), j_last.eq(j == keys_m2)]
+            with m.If(j_last):
                 m.d.sync += state.eq(S.ARM_R)
         # rows: one stage that also reads the row's (A, E)
         adv = Signal()
@@ -1732,15 +1774,13 @@ class SegmentReader(wiring.Component):
         s_q = Signal(D * W_BITS)
         s_pos = Signal(isa.POS_BITS)
         s_last = Signal()
-        last_key = (j == cfg.keys - 1)
         with m.If(adv):
-            m.d.sync += [sv.eq(take), s_q.eq(ur.o.payload), s_pos.eq(pos),
-                         s_last.eq(last_key & (blk == cfg.blocks - 1))]
+            m.d.sync += [sv.eq(take), s_q.eq(ur.o.payload), s_pos.eq(pos), s_last.eq(j_last & b_last)]
         with m.If(take):
-            m.d.sync += [j.eq(j + 1), pos.eq(pos + 1)]
-            with m.If(last_key):
+            m.d.sync += [j.eq(j + 1), pos.eq(pos + 1), j_last.eq(j == keys_m2)]
+            with m.If(j_last):
                 m.d.sync += [blk.eq(blk + 1), bpos.eq(bpos + cfg.pos_stride), pos.eq(bpos + cfg.pos_stride),
-                             state.eq(Mux(blk == cfg.blocks - 1, S.IDLE, S.ARM_S))]
+                             b_last.eq(blk == blocks_m2), state.eq(Mux(b_last, S.IDLE, S.ARM_S))]
         m.d.comb += [self.o.valid.eq(sv), self.o.payload.q.eq(s_q), self.o.payload.a.eq(tr.data[:8]),
                      self.o.payload.e.eq(tr.data[8:]), self.o.payload.pos.eq(s_pos), self.o.payload.last.eq(s_last)]
         return m

@@ -244,16 +244,23 @@ class ReadStreams(wiring.Component):
             addr = Signal(len(axi.araddr), name=f"addr{s}")
             left = Signal(COUNT_BITS, name=f"left{s}")
             promised = Signal(range(D + 1), name=f"promised{s}")     # FIFO memory beats + beats in flight
-            m.d.comb += req.ready.eq(left == 0)
+            # the ready is left == 0 as a register (``idle``: a mover's valid may depend on its ready, and
+            # the load on both; round 20: left's zero detect -> the movers -> ``ok2`` 10 levels): cleared by
+            # a request, set by a burst that is the request's last (next_burst's ``last``, current whenever
+            # a burst issues), else left == 0 of this cycle (so a request of 0 beats, which no mover makes,
+            # leaves the stream not ready for one cycle, not none: the payload's zero detect stays out)
+            idle = Signal(init=1, name=f"idle{s}")
+            m.d.comb += req.ready.eq(idle)
             load, issue = Signal(name=f"load{s}"), Signal(name=f"issue{s}")
             m.d.comb += load.eq(req.valid & req.ready)
+            m.d.sync += idle.eq(left == 0)
             with m.If(load):
-                m.d.sync += [addr.eq(req.payload.addr), left.eq(req.payload.beats)]
+                m.d.sync += [addr.eq(req.payload.addr), left.eq(req.payload.beats), idle.eq(0)]
             # the burst size, then whether it fits, in two register steps (for the 250 MHz
             # budget): stale for two cycles after a request or an issue of this stream, which
             # change addr, left and promised; otherwise promised only falls (beats taken), so a
             # registered "fits" stays true
-            nb, _, ok1 = next_burst(m, addr, left, lg, load | issue, self.max_burst)
+            nb, nb_last, ok1 = next_burst(m, addr, left, lg, load | issue, self.max_burst)
             fits, ok2 = Signal(name=f"fits{s}"), Signal(name=f"ok2_{s}")
             m.d.sync += [fits.eq((left != 0) & (promised + nb <= D)), ok2.eq(ok1 & ~load & ~issue)]
             want = Signal(name=f"want{s}")
@@ -264,7 +271,7 @@ class ReadStreams(wiring.Component):
             m.d.comb += [q.w_en.eq(axi.rvalid & (axi.rid == self.id_base + s)), q.w_data.eq(axi.rdata)]
             wiring.connect(m, q.o, wiring.flipped(out))
             st.append({"addr": addr, "left": left, "promised": promised, "nb": nb, "want": want,
-                       "taken": q.moved, "issue": issue, "held": q.holds})
+                       "taken": q.moved, "issue": issue, "held": q.holds, "idle": idle, "last": nb_last})
 
         # --- arbitration: round robin among the streams that can issue a burst -------------------
         grant = Signal(range(S))
@@ -282,12 +289,13 @@ class ReadStreams(wiring.Component):
             m.d.comb += issue.eq(picked & (grant == s))
             with m.If(issue):
                 m.d.sync += [ar_addr.eq(x["addr"]), ar_len.eq(x["nb"] - 1), ar_id.eq(self.id_base + s),
-                             x["addr"].eq(x["addr"] + (x["nb"] << lg)), x["left"].eq(x["left"] - x["nb"])]
+                             x["addr"].eq(x["addr"] + (x["nb"] << lg)), x["left"].eq(x["left"] - x["nb"]),
+                             x["idle"].eq(x["last"])]
             m.d.sync += x["promised"].eq(x["promised"] + Mux(issue, x["nb"], 0) - x["taken"])
 
         m.d.comb += axi.rready.eq(1)
         m.d.sync += self.resp_error.eq(axi.rvalid & (axi.rresp != Resp.OKAY))
-        m.d.comb += self.busy.eq(ar_valid | Cat(*[(x['left'] != 0) | (x['promised'] != 0) | x['held']
+        m.d.comb += self.busy.eq(ar_valid | Cat(*[~x['idle'] | (x['promised'] != 0) | x['held']
                                                              for x in st]).any())
         return m
 
