@@ -216,11 +216,15 @@ class ExecUnit(wiring.Component):
         ld_error = Cat(*[x.resp_error for x in loaders]).any()
         with m.If(ld_error | rd.resp_error | wr.resp_error):
             m.d.sync += axi_err.eq(1)
-        # the running mover's end: its fault, cause and done picked by ``owner`` (an AND-OR, not a chain)
-        mv_fault = Cat(*[owner[i] & self.movers[name].fault for i, name in enumerate(names)]).any()
+        # the running mover's end: its fault, cause and done picked by ``owner`` (an AND-OR, not a chain).
+        # A refusal (the mover's fault strobe: CHECK's range compares, a directory lookup) is registered first
+        # and ends the instruction a cycle later (round 21: from GEMM's CHECK choice by opcode to ``state`` /
+        # ``owner`` 11 levels, from the directory's read to ``fault_cause`` 10); the mover is idle meanwhile
+        mv_fault, mv_cause = Signal(), Signal(FaultCause)
+        m.d.sync += [mv_fault.eq(Cat(*[owner[i] & self.movers[name].fault for i, name in enumerate(names)]).any()),
+                     mv_cause.eq(reduce(operator.or_, [Mux(owner[i], Value.cast(self.movers[name].cause), 0)
+                                                       for i, name in enumerate(names)]))]
         mv_done = Cat(*[owner[i] & self.movers[name].done for i, name in enumerate(names)]).any()
-        mv_cause = reduce(operator.or_, [Mux(owner[i], Value.cast(self.movers[name].cause), 0)
-                                         for i, name in enumerate(names)])
         with m.If(mv_fault):
             m.d.sync += [self.fault.eq(1), self.fault_cause.eq(mv_cause), state.eq(S.IDLE), owner.eq(0)]
         with m.Elif(mv_done):
