@@ -1845,6 +1845,7 @@ class AttnMover(Mover):
         self.qk_en, self.qk_end = Signal(), Signal()
         self.qk_row, self.qk_key = Signal(range(g.tokens + 1)), Signal(24)
         self.qk_data, self.qk_n = Signal(mw * 32), Signal(range(mw + 1))
+        self.prog_start = Signal()       # a program starts (the sequencer's ``clear``): no deferred MAX armed
 
     def elaborate(self, platform):
         m = Module()
@@ -2278,7 +2279,9 @@ class AttnMover(Mover):
                          mxr.count.eq(Mux(qk_left >= self.qk_n, self.qk_n, qk_left))]
         with m.If(armed & self.qk_en & (self.qk_row < a_rows) & qk_in):
             m.d.sync += mx_r.eq(1)
-        with m.If(self.qk_end):
+        # disarmed by the GEMM_QK's end, and by a program's start (round 21: a MAX deferred at the end of a
+        # program, or of one that faulted, wrote the next program's first GEMM_QK's maxima; golden as well)
+        with m.If(self.qk_end | self.prog_start):
             m.d.sync += armed.eq(0)
         # keys: key j of the group in buffer sm_esel -> the unit (rows >= R: whatever the buffer
         # holds; their states are not this program's); a group's last key: G - 1, or the last key

@@ -32,6 +32,8 @@ Ports (the sequencer's side, ``docs/node.md``):
   ``weight_ratio`` bus beats per cycle (words of W x ratio beats).  The unit waits for every
   response it asked for: an interconnect that refuses a transaction must still answer it (or
   reset the unit).
+* ``clear``: a program starts (the sequencer's ``clear``, the datapath idle): a deferred ATTN_SM MAX
+  still armed (no GEMM_QK after it) is dropped.
 * ``dir_wr``: the receive engine's directory writes (KV_DRAIN / KV_INVALIDATE): they take the
   write port first, DIR instructions wait.  ``dir_rd``: the registers' read port (state one
   cycle after ``en``).
@@ -137,6 +139,7 @@ class ExecUnit(wiring.Component):
             "dir_rd": In(DirReadSignature(g.dir_bits)),
             "perf": Out(PerfSignature(g.data_width, 1 + (g.weight_beats if g.weight_ports > 1 else 0))),
             "busy": Out(1),
+            "clear": In(1),
         })
 
     def elaborate(self, platform):
@@ -177,7 +180,8 @@ class ExecUnit(wiring.Component):
         # GEMM_QK's score words to the attention unit's row maxima (ATTN_SM MAX with defer)
         gm, am = self.movers["gemm"], self.movers["attn"]
         m.d.comb += [am.qk_en.eq(gm.qk_en), am.qk_end.eq(gm.qk_end), am.qk_row.eq(gm.qk_row),
-                     am.qk_key.eq(gm.qk_key), am.qk_n.eq(gm.qk_n), am.qk_data.eq(gm.qk_data)]
+                     am.qk_key.eq(gm.qk_key), am.qk_n.eq(gm.qk_n), am.qk_data.eq(gm.qk_data),
+                     am.prog_start.eq(self.clear)]
 
         def reserved_clear(o: isa.Opcode):
             v = data.View(LAYOUT[o], word)
