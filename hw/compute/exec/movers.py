@@ -1890,13 +1890,11 @@ class AttnMover(Mover):
         nwords_m1 = stage(m, nwords - 1, "nwords_m1", 24)                                  # stage 3
         nbeats = stage(m, (nwords + VL - 1) >> vl_log2, "nbeats", 24)                      # stage 3
         nbeats_m1 = stage(m, ((nwords + VL - 1) >> vl_log2) - 1, "nbeats_m1", 24)          # stage 3
-        word_bad_d = q_ins.spad + ((nwords + VL - 1) >> vl_log2) > g.spad_beats              # (stage 2's values)
-        word_bad = stage(m, word_bad_d, "word_bad")
+        word_bad = stage(m, q_ins.spad + ((nwords + VL - 1) >> vl_log2) > g.spad_beats, "word_bad")
         rowwise = (is_q & ((what == isa.AttnLoad.QUERY) | load_o)) | (is_emit & (mode == isa.EmitMode.FINAL))
         rows_only = what == isa.AttnLoad.ROWS                  # no SPAD read: no range to check
         bad_rows = stage(m, (q_ins.tokens == 0) | (q_ins.heads == 0) | (rowsf > R), "bad_rows")   # stage 2
-        row_bad_d = q_ins.spad + p_tok + p_head + rb > g.spad_beats
-        row_bad = stage(m, row_bad_d, "row_bad")                                                 # stage 3
+        row_bad = stage(m, q_ins.spad + p_tok + p_head + rb > g.spad_beats, "row_bad")             # stage 3
         # MREF / STATE write m, l, o of rows with products only (rows < att_rows)
         prod_only = stage(m, (q_ins.what.as_value() == isa.AttnLoad.MREF) | (q_ins.what.as_value() == isa.AttnLoad.STATE),
                           "prod_only")
@@ -1921,10 +1919,8 @@ class AttnMover(Mover):
         bad_sm = stage(m, stage(m, (sm_ins.tokens == 0) | (sm_ins.heads == 0) | (sm_ins.keys == 0)
                                 | (sm_ins.keys[:vl_log2] != 0 if vl_log2 else 0), "bad_sm0")
                        | (sm_rows > R), "bad_sm1")                                            # stage 2
-        s_bad_d = sm_ins.scores + p_s + sm_groups > g.spad_beats
-        w_bad_d = sm_ins.w + p_w + sm_groups > g.spad_beats
-        s_bad = stage(m, s_bad_d, "s_bad")                                                       # stage 3
-        w_bad = stage(m, w_bad_d, "w_bad")
+        s_bad = stage(m, sm_ins.scores + p_s + sm_groups > g.spad_beats, "s_bad")                # stage 3
+        w_bad = stage(m, sm_ins.w + p_w + sm_groups > g.spad_beats, "w_bad")
         # CHECK's refusal: the range compares (stage 3) each gated by a flag of the decode, the rest chosen by
         # opcode a stage ahead (round 20: the choice by opcode, mode and what after the compares was 10-11
         # levels from ``mode`` to the state and the fault).  ATTN_Q: its rows, products, what, and (but ROWS)
@@ -1957,26 +1953,9 @@ class AttnMover(Mover):
         mx_r = Signal()
         aubusy = Signal()
         m.d.comb += aubusy.eq(au.busy | mx_r)
-        # ATTN_EMIT's and ATTN_SM APPLY's command decided a cycle ahead, at ``start`` (round 21: from the CHECK
-        # of round 20 the unit started them a cycle later than before): the refusal from stage 2's values (the
-        # D inputs of CHECK's stage-3 compares: CHECK then refuses nothing of it), the unit idle -- it then
-        # takes the command in CHECK's cycle (nothing else writes it meanwhile); else CHECK decides as below
-        early = Signal()
-        early_emit = is_emit & ~bad_rows & (mode <= isa.EmitMode.MAX) & ~(sel_row & row_bad_d) & ~(sel_word & word_bad_d)
-        early_sm = is_sm & sm_apply & ~bad_sm & ~s_bad_d & ~w_bad_d
-        m.d.sync += early.eq(0)
-        with m.If(self.start & ~aubusy):
-            m.d.sync += early.eq(early_emit | early_sm)
-            with m.If(early_emit):
-                m.d.sync += [cmd_v.eq(1), cmd_p.eq(0), cmd_p.emit.eq(1), cmd_p.mode.eq(mode), cmd_p.rows.eq(rowsf)]
-            with m.Elif(early_sm):
-                m.d.sync += [cmd_v.eq(1), cmd_p.eq(0), cmd_p.src.eq(1), cmd_p.phase.eq(sm_ins.phase),
-                             cmd_p.first.eq(sm_ins.first)]
         with m.If(state == S.CHECK):
             # (a deferred MAX's row maxima may still be in the unit's pipeline: every instruction waits)
-            with m.If(early):                              # the unit takes the command this cycle
-                m.d.sync += state.eq(Mux(is_emit, S.EMIT, S.SM))
-            with m.Elif(aubusy):
+            with m.If(aubusy):
                 pass
             with m.Elif(bad):
                 self.refuse(m)
