@@ -829,7 +829,7 @@ class Node(wiring.Component):
         m.d.comb += [
             txe.node_id.eq(csr.node_id), txe.running.eq(running),
             rxe.node_id.eq(csr.node_id), rxe.running.eq(running), rxe.rx_wait.eq(sr.rx_wait),
-            rxe.clear.eq(seq.clear),
+            rxe.clear.eq(seq.clear), ex.clear.eq(seq.clear),
             seq.rx_slot_wait.eq(rxe.slot_wait), seq.rx_posted.eq(rxe.posted),
             seq.start.eq(sr.start), seq.abort.eq(sr.abort), seq.prog_base.eq(sr.prog_base),
             seq.prog_count.eq(sr.prog_count), seq.fault_mask.eq(sr.fault_mask), seq.watchdog.eq(sr.watchdog),

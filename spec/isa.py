@@ -449,7 +449,8 @@ _reg(Opcode.ATTN_SM, "Softmax pass over score rows in SPAD (the attention unit w
                      "V segments, the word of token j mod block_keys in the scale region of the "
                      "segment at seg + (j // block_keys) seg_stride (bytes / 64).  MAX with defer: no "
                      "SPAD read; the pass takes row r's key j as word j of row r (r < R) the next GEMM_QK "
-                     "writes (its rows in the same order, j < keys and < its tiles x P), the same m as a "
+                     "of the program writes (its rows in the same order, j < keys and < its tiles x P; none: "
+                     "dropped when the next program starts), the same m as a "
                      "MAX after that GEMM_QK over its score rows; the fields are checked as without "
                      "defer (scores, s_stride unused).", [
     Field("phase", 1, "Which pass.", enum=AttnPass),

@@ -68,6 +68,7 @@ class ExecDriver:
         self.src = StreamSource(dut, "instr", dut.clk)
         dut.dir_wr__en.value = 0
         dut.dir_rd__en.value = 0
+        dut.clear.value = 0
         self.events: list[tuple[str, int]] = []
         self.counts = {name: 0 for name in self.PERF}
         self.cycle = 0
@@ -127,6 +128,13 @@ class ExecDriver:
         out = await self.run(ins, max_cycles)
         assert out.fault is None, f"{ins}: fault {out.fault.name}"
         return out
+
+    async def program_start(self):
+        """A program starts: the sequencer's ``clear`` (the unit idle) for a cycle."""
+        d = self.dut
+        d.clear.value = 1
+        await RisingEdge(d.clk)
+        d.clear.value = 0
 
     async def dir_write(self, block: int, state: int):
         d = self.dut

@@ -1885,6 +1885,7 @@ class AttnMover(Mover):
         self.qk_en, self.qk_end = Signal(), Signal()
         self.qk_row, self.qk_key = Signal(range(g.tokens + 1)), Signal(24)
         self.qk_data, self.qk_n = Signal(mw * 32), Signal(range(mw + 1))
+        self.prog_start = Signal()       # a program starts (the sequencer's ``clear``): no deferred MAX armed
 
     def elaborate(self, platform):
         m = Module()
@@ -2112,40 +2113,48 @@ class AttnMover(Mover):
                 m.d.sync += state.eq(S.FINISH)
 
         # --- ATTN_EMIT: words -> beats -> SPAD ---------------------------------------------------------
-        ek = Signal(range(VL))
-        ebeat = Signal(g.spad_bits + 20)                  # next beat (STATE / MAX)
-        ebase, etbase = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
+        # (round 21: the beat's words, its lanes, whether this transfer closes it and the beat's address from
+        # registers -- ``etake`` the words this transfer takes, ``elanes`` the lanes written if it closes the
+        # beat, ``eaddr`` the beat; before, ``mode``'s FINAL choice reached them through ek + W - 1 and its
+        # compare: 11.06 levels to the SPAD's write lanes, 10.06 to eh / etbase)
+        efinal = Signal()                                 # FINAL: W words a transfer, else one
+        etake, elanes = Signal(VL), Signal(VL)
+        eaddr = Signal(g.spad_bits + 20)                  # the beat written (STATE / MAX: spad + i; FINAL:
+        ebase, etbase = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)      # ebase + eb)
         eb, eh = Signal(range(rb + 1)), Signal(range(R + 1))
         eheld = [Signal(32, name=f"eheld{x}") for x in range(VL - 1)]
+        final = mode == isa.EmitMode.FINAL
+        e_first = Mux(final, (1 << W) - 1, 1)            # a beat's first transfer (stage 3, CHECK)
         with m.If(state == S.CHECK):
-            m.d.sync += [ek.eq(0), ebeat.eq(e_ins.spad), ebase.eq(e_ins.spad), etbase.eq(e_ins.spad), eb.eq(0),
-                         eh.eq(0)]
+            m.d.sync += [efinal.eq(final), etake.eq(e_first), elanes.eq(e_first), eaddr.eq(e_ins.spad),
+                         ebase.eq(e_ins.spad), etbase.eq(e_ins.spad), eb.eq(0), eh.eq(0)]
         emitting = state == S.EMIT
         m.d.comb += au.o.tready.eq(emitting)
         wr = b.spad_wr
-        # FINAL: W words a transfer (beat words ek .. ek + W - 1); STATE / MAX: one (word ek)
-        final = mode == isa.EmitMode.FINAL
+        # FINAL: W words a transfer (the beat's words etake); STATE / MAX: one
         tword = [au.o.tdata[32 * k:32 * (k + 1)] for k in range(W)]
-        takes = [Mux(final, (ek >> wl) == (x >> wl), ek == x) for x in range(VL)]
-        fresh = [Mux(final, tword[x % W], tword[0]) for x in range(VL)]
-        beat_words = Cat(*[Mux(takes[x], fresh[x], eheld[x]) for x in range(VL - 1)], fresh[VL - 1])
-        ek_last = Signal(range(VL))                       # the beat's last word this transfer
-        m.d.comb += ek_last.eq(ek + Mux(final, W - 1, 0))
-        closes = (ek_last == VL - 1) | au.o.tlast
-        m.d.comb += [wr.addr.eq(Mux(final, ebase + eb, ebeat)), wr.data.eq(beat_words), wr.exp.eq(0)]
+        fresh = [Mux(efinal, tword[x % W], tword[0]) for x in range(VL)]
+        beat_words = Cat(*[Mux(etake[x], fresh[x], eheld[x]) for x in range(VL - 1)], fresh[VL - 1])
+        closes = elanes[VL - 1] | au.o.tlast
+        m.d.comb += [wr.addr.eq(eaddr), wr.data.eq(beat_words), wr.exp.eq(0)]
         with m.If(emitting & au.o.tvalid):
-            m.d.sync += ek.eq(ek_last + 1)
+            m.d.sync += [etake.eq(Mux(efinal, etake << W, etake << 1)),
+                         elanes.eq(Mux(efinal, Cat(Const((1 << W) - 1, W), elanes), Cat(Const(1, 1), elanes)))]
             for x in range(VL - 1):
-                with m.If(takes[x]):
+                with m.If(etake[x]):
                     m.d.sync += eheld[x].eq(fresh[x])
             with m.If(closes):
-                lanes = Signal(VL)
-                m.d.comb += [lanes.eq((Const(2, VL + 1) << ek_last) - 1), wr.lanes.eq(lanes), wr.exp_en.eq(1)]
-                m.d.sync += [ek.eq(0), ebeat.eq(ebeat + 1), eb.eq(eb + 1)]
+                m.d.comb += [wr.lanes.eq(elanes), wr.exp_en.eq(1)]
+                m.d.sync += [etake.eq(Mux(efinal, (1 << W) - 1, 1)), elanes.eq(Mux(efinal, (1 << W) - 1, 1)),
+                             eaddr.eq(eaddr + 1), eb.eq(eb + 1)]
                 with m.If(eb == rb - 1):
                     m.d.sync += [eb.eq(0), eh.eq(eh + 1), ebase.eq(ebase + e_ins.head_stride)]
+                    with m.If(efinal):
+                        m.d.sync += eaddr.eq(ebase + e_ins.head_stride)
                     with m.If(eh == heads_m1):
                         m.d.sync += [eh.eq(0), ebase.eq(etbase + e_ins.tok_stride), etbase.eq(etbase + e_ins.tok_stride)]
+                        with m.If(efinal):
+                            m.d.sync += eaddr.eq(etbase + e_ins.tok_stride)
             with m.If(au.o.tlast):
                 m.d.sync += state.eq(S.FINISH)
 
@@ -2310,7 +2319,9 @@ class AttnMover(Mover):
                          mxr.count.eq(Mux(qk_left >= self.qk_n, self.qk_n, qk_left))]
         with m.If(armed & self.qk_en & (self.qk_row < a_rows) & qk_in):
             m.d.sync += mx_r.eq(1)
-        with m.If(self.qk_end):
+        # disarmed by the GEMM_QK's end, and by a program's start (round 21: a MAX deferred at the end of a
+        # program, or of one that faulted, wrote the next program's first GEMM_QK's maxima; golden as well)
+        with m.If(self.qk_end | self.prog_start):
             m.d.sync += armed.eq(0)
         # keys: key j of the group in buffer sm_esel -> the unit (rows >= R: whatever the buffer
         # holds; their states are not this program's); a group's last key: G - 1, or the last key

@@ -32,6 +32,8 @@ Ports (the sequencer's side, ``docs/node.md``):
   ``weight_ratio`` bus beats per cycle (words of W x ratio beats).  The unit waits for every
   response it asked for: an interconnect that refuses a transaction must still answer it (or
   reset the unit).
+* ``clear``: a program starts (the sequencer's ``clear``, the datapath idle): a deferred ATTN_SM MAX
+  still armed (no GEMM_QK after it) is dropped.
 * ``dir_wr``: the receive engine's directory writes (KV_DRAIN / KV_INVALIDATE): they take the
   write port first, DIR instructions wait.  ``dir_rd``: the registers' read port (state one
   cycle after ``en``).
@@ -137,6 +139,7 @@ class ExecUnit(wiring.Component):
             "dir_rd": In(DirReadSignature(g.dir_bits)),
             "perf": Out(PerfSignature(g.data_width, 1 + (g.weight_beats if g.weight_ports > 1 else 0))),
             "busy": Out(1),
+            "clear": In(1),
         })
 
     def elaborate(self, platform):
@@ -177,7 +180,8 @@ class ExecUnit(wiring.Component):
         # GEMM_QK's score words to the attention unit's row maxima (ATTN_SM MAX with defer)
         gm, am = self.movers["gemm"], self.movers["attn"]
         m.d.comb += [am.qk_en.eq(gm.qk_en), am.qk_end.eq(gm.qk_end), am.qk_row.eq(gm.qk_row),
-                     am.qk_key.eq(gm.qk_key), am.qk_n.eq(gm.qk_n), am.qk_data.eq(gm.qk_data)]
+                     am.qk_key.eq(gm.qk_key), am.qk_n.eq(gm.qk_n), am.qk_data.eq(gm.qk_data),
+                     am.prog_start.eq(self.clear)]
 
         def reserved_clear(o: isa.Opcode):
             v = data.View(LAYOUT[o], word)
@@ -216,11 +220,15 @@ class ExecUnit(wiring.Component):
         ld_error = Cat(*[x.resp_error for x in loaders]).any()
         with m.If(ld_error | rd.resp_error | wr.resp_error):
             m.d.sync += axi_err.eq(1)
-        # the running mover's end: its fault, cause and done picked by ``owner`` (an AND-OR, not a chain)
-        mv_fault = Cat(*[owner[i] & self.movers[name].fault for i, name in enumerate(names)]).any()
+        # the running mover's end: its fault, cause and done picked by ``owner`` (an AND-OR, not a chain).
+        # A refusal (the mover's fault strobe: CHECK's range compares, a directory lookup) is registered first
+        # and ends the instruction a cycle later (round 21: from GEMM's CHECK choice by opcode to ``state`` /
+        # ``owner`` 11 levels, from the directory's read to ``fault_cause`` 10); the mover is idle meanwhile
+        mv_fault, mv_cause = Signal(), Signal(FaultCause)
+        m.d.sync += [mv_fault.eq(Cat(*[owner[i] & self.movers[name].fault for i, name in enumerate(names)]).any()),
+                     mv_cause.eq(reduce(operator.or_, [Mux(owner[i], Value.cast(self.movers[name].cause), 0)
+                                                       for i, name in enumerate(names)]))]
         mv_done = Cat(*[owner[i] & self.movers[name].done for i, name in enumerate(names)]).any()
-        mv_cause = reduce(operator.or_, [Mux(owner[i], Value.cast(self.movers[name].cause), 0)
-                                         for i, name in enumerate(names)])
         with m.If(mv_fault):
             m.d.sync += [self.fault.eq(1), self.fault_cause.eq(mv_cause), state.eq(S.IDLE), owner.eq(0)]
         with m.Elif(mv_done):

@@ -133,6 +133,7 @@ class NodeSim:
         if self.state == "running":
             raise SimError(f"node {self.node_id}: started while running")
         self._reset_run()
+        self.sm_defer = None            # a MAX deferred by the last program (no GEMM_QK after it) is dropped
         self.sems[:] = 0
         self.perf[:] = 0
         self.state = "running"

@@ -183,6 +183,16 @@ async def run_softmax(dut):
     vis = (22 + np.arange(12))[None, :] <= pos[:, None]
     want = np.maximum(g["m"], np.where(vis, g["s"][:, :12], fx.INT32_MIN).max(axis=-1))
     assert np.array_equal(i32((await sp.get(W2_AT, 1, VL))[0])[0, :R], want), "deferred MAX, first = 0: m"
+    # a MAX deferred at a program's end (no GEMM_QK after it) is dropped when the next program starts: that
+    # program's GEMM_QK (a tile: keys 0 .. P - 1) leaves m as it was (golden NodeSim.start; before round 21 the
+    # stale MAX took its words, first: m = the visible maxima of those keys)
+    await drv.must(dmax)
+    await drv.program_start()
+    await drv.must(score_gemm().replace(tiles=1))
+    await drv.must(isa.AttnEmit(mode=EmitMode.MAX, spad=W2_AT, **rows))
+    stale = np.where((np.arange(P)[None, :] <= pos[:, None]), g["s"][:, :P], fx.INT32_MIN).max(axis=-1)
+    assert not np.array_equal(stale, want)
+    assert np.array_equal(i32((await sp.get(W2_AT, 1, VL))[0])[0, :R], want), "a stale deferred MAX took a GEMM_QK"
     # ATTN_Q ROWS: a cycle a token and the start (attn_rows_cycles), not a SPAD beat a cycle; then the same m
     from mcf.sim.compute.cost import attn_rows_cycles
     for i, ins in enumerate(rows_program()):
@@ -331,6 +341,14 @@ def test_softmax_nodesim():
     vis = (22 + np.arange(12))[None, :] <= pos[:, None]
     want = np.maximum(g["m"], np.where(vis, g["s"][:, :12], fx.INT32_MIN).max(axis=-1))
     assert np.array_equal(n.spad[W2_AT, :R], g["m"]) and np.array_equal(n.spad[W2_AT + 1, :R], want), "deferred MAX"
+    # a MAX deferred at a program's end is dropped when the next starts (as run_softmax): m as it was
+    c.load_program(0, [dmax, isa.End()])
+    c.start()
+    assert c.run(max_cycles=1 << 20).ok
+    c.load_program(0, [score_gemm(base).replace(tiles=1), isa.AttnEmit(mode=EmitMode.MAX, spad=W2_AT, **rows), isa.End()])
+    c.start()
+    assert c.run(max_cycles=1 << 20).ok
+    assert np.array_equal(n.spad[W2_AT, :R], want), "a stale deferred MAX took a GEMM_QK"
     # ATTN_Q ROWS (as run_softmax): m emptied, then the deferred MAX's m at ROWS' positions; ATTN_KV after it refused
     c.load_program(0, [*rows_program(base), isa.End()])
     c.start()
