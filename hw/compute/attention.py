@@ -1005,9 +1005,22 @@ class AttentionUnit(wiring.Component):
         m.d.sync += [lc2.eq(lc), bc2.eq(bc)]
         lc3, bc3 = Signal(), Signal(range(33))
         m.d.sync += [lc3.eq(lc2), bc3.eq(bc2)]
-        m.submodules.rcp = rcp = memory.Memory(shape=16, depth=len(fx.RCP_LUT), init=[int(x) for x in fx.RCP_LUT])
-        rr = rcp.read_port()
-        m.d.comb += [rr.en.eq(1), rr.addr.eq(idx - (1 << (fx.RCP_IDX_BITS - 1)))]
+        # the table at idx - 2^(RCP_IDX_BITS - 1) (idx in 2^9 .. 2^10 where l > 0; else the value is
+        # unused): its two halves at idx's low 8 bits, registered, and the choice by idx's bits 8 and
+        # 10 (idx = 2^10: the last entry) in the next stage beside pos_c (the 10-bit address's table
+        # and its subtraction in one stage were 9 levels: rcpidx -> the read's register)
+        RH = 1 << (fx.RCP_IDX_BITS - 2)
+        assert len(fx.RCP_LUT) == 2 * RH + 1
+        rr_data = []
+        for h in range(2):
+            m.submodules[f"rcp{h}"] = rcp_h = memory.Memory(shape=16, depth=RH,
+                                                           init=[int(x) for x in fx.RCP_LUT[h * RH:(h + 1) * RH]])
+            rr_h = rcp_h.read_port()
+            m.d.comb += [rr_h.en.eq(1), rr_h.addr.eq(idx[:fx.RCP_IDX_BITS - 2])]
+            rr_data.append(rr_h.data)
+        rsel_hi, rsel_top = Signal(name="rcp_hi"), Signal(name="rcp_top")
+        m.d.sync += [rsel_hi.eq(idx[fx.RCP_IDX_BITS - 2]), rsel_top.eq(idx[fx.RCP_IDX_BITS])]
+        rr_val = Mux(rsel_top, int(fx.RCP_LUT[2 * RH]), Mux(rsel_hi, rr_data[1], rr_data[0]))
         # FINAL's shift b + FIN_OFS, b = bitlen(l) in 0 .. 31 (-5 .. 26): a shape that holds just that
         # range, and a left shift of at most -FIN_OFS (a narrow shifter; o x r = 0 when l <= 0)
         fin_ofs = fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC
@@ -1025,7 +1038,7 @@ class AttentionUnit(wiring.Component):
         fss = [Signal(fsh_shape, name=f"fsh{r}") for r in range(R)]
         for r in range(R):
             with m.If(pv_tag & (pr_tag == r)):
-                m.d.sync += [rcs[r].eq(Mux(pos_c, rr.data, 0)), fss[r].eq(fsh_c)]
+                m.d.sync += [rcs[r].eq(Mux(pos_c, rr_val, 0)), fss[r].eq(fsh_c)]
         with m.If(pv_tag):
             m.d.sync += pdone.eq(pdone + 1)
 
