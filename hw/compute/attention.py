@@ -461,12 +461,7 @@ class AttentionUnit(wiring.Component):
         for r in range(PR):
             for j in range(Ls):
                 m.submodules[f"o{r}_{j}"] = omem[r][j]
-        # read asynchronously: P.V's read into registers of its own (``ord#_#``), zeroed by their
-        # synchronous reset where the element's flag is 0, so that the write-back adder's first operand
-        # is a flip-flop (its carry input without a LUT); the emit's (row, group) choice of the read
-        # registered apart (``oe1_#``)
-        o_rd = [[omem[r][j].read_port(domain="comb") for j in range(Ls)] for r in range(PR)]
-        o_rq = [[Signal(signed(self.o_width), name=f"ord{r}_{j}") for j in range(Ls)] for r in range(PR)]
+        o_rd = [[omem[r][j].read_port() for j in range(Ls)] for r in range(PR)]
         o_wr = [[omem[r][j].write_port() for j in range(Ls)] for r in range(PR)]
         oflag = [[Signal(name=f"of{r}_{i}") for i in range(D)] for r in range(PR)]
         xflag = [[Signal(name=f"xf{x}_{i}") for i in range(Cs * G_)] for x in range(NR)]
@@ -837,12 +832,12 @@ class AttentionUnit(wiring.Component):
                         js = b * L + lane
                         rd, wr = o_rd[r][js], o_wr[r][js]
                         flags = Array(oflag[r][a * Ls + js] for a in range(Cs))
-                        m.d.comb += rd.addr.eq(Mux(outing, ec, q2a))
-                        m.d.sync += o_rq[r][js].eq(Mux(flags[q2a] & ~q2s, rd.data, 0))
+                        fl3 = stage(f"pvf{r}_{js}", flags[q2a] & ~q2s)
+                        m.d.comb += [rd.en.eq(Mux(outing, eadv, 1)), rd.addr.eq(Mux(outing, ec, q2a))]
                         total = Signal(signed(self.o_width), name=f"osum{r}_{js}")
                         k = js % W
-                        # o (0 where its flag is 0) + the product, or a state / ow word (its flag: 0 then)
-                        m.d.comb += total.eq(o_rq[r][js] + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
+                        # o + the product, or a state / ow word (its flag: 0 then)
+                        m.d.comb += total.eq(Mux(fl3, rd.data, 0) + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
                         ow_hit = (q3n == js // W) & (q3r == r)
                         m.d.comb += [wr.en.eq(q3v & Mux(q3w, ow_hit, q3b[b] & (~q3s | ((q3n == lane) & (q3r == r))))),
                                      wr.addr.eq(q3a), wr.data.eq(total)]
@@ -1097,13 +1092,7 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [prod4[k].eq((phi4[k] << 16) + plo4[k]) for k in range(W)]
         oc4, oc5 = Signal(signed(32)), Signal(signed(32))
         x1g = x1.el[wl:wl + gbits]
-        # the emit's words: the o memories' read of ec chosen by (row, group) as it is issued
-        oe1 = [Signal(signed(self.o_width), name=f"oe1_{k}") for k in range(W)]
-        prow_n = row[:max(ceil_log2(PR), 1)] if PR > 1 else 0
-        for k in range(W):
-            rd_k = Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(PR))
-            with m.If(eadv):
-                m.d.sync += oe1[k].eq(rd_k[prow_n][egrp] if G > 1 else rd_k[prow_n][0])
+        lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(PR)) for k in range(W)]
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
                          x1.ml.eq(Mux(is_m, Array(mrow)[row], sat(m, lsel[row], 32))), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
@@ -1111,7 +1100,8 @@ class AttentionUnit(wiring.Component):
                          x2.eq(x1), x3.eq(x2), x4.eq(x3), x5.eq(x4),
                          oc4.eq(Array(oc3)[x3.el[:wl]] if W > 1 else oc3[0]), oc5.eq(oc4)]
             for k in range(W):
-                lane = oe1[k]
+                prow_ = x1.row[:max(ceil_log2(PR), 1)] if PR > 1 else 0
+                lane = lane_data[k][prow_][x1g] if G > 1 else lane_data[k][prow_][0]
                 if NR:                  # the rows without products: their memories' read of (row, ec)
                     xl = Array(x_rd[gg * W + k].data for gg in range(G))[x1g] if G > 1 else x_rd[k].data
                     lane = Mux(x1.row >= PR, xl, lane)
