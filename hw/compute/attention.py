@@ -1138,11 +1138,13 @@ class AttentionUnit(wiring.Component):
         # (kr_app -> kr_app was 8.06 levels: fire, the adder, the compare): each counter's compares for
         # every step it can take are registers (``sl_lt[d]`` = n_sl < K_SLOTS - d, ``v_lt[d]`` = n_v <
         # V_DEPTH - d, written from the next values), the cycle's step picks one (the counters stay in
-        # 0 .. K_SLOTS / V_DEPTH: every step keeps them there, so no wrap to model)
-        sl_lt = {d: Signal(init=int(0 < K_SLOTS - d), name=f"sl_lt{d + 2}") for d in (-2, -1, 0, 1)}
-        v_lt = {d: Signal(init=int(0 < V_DEPTH - d), name=f"v_lt{d + 1}") for d in (-1, 0, 1)}
-        m.d.sync += [sl_lt[d].eq(n_sl_n < K_SLOTS - d) for d in sl_lt]
-        m.d.sync += [v_lt[d].eq(n_v_n < V_DEPTH - d) for d in v_lt]
+        # 0 .. K_SLOTS / V_DEPTH: every step keeps them there, so no wrap to model, and a step down
+        # always leaves room: sl_lt[d < 0] and v_lt[-1] are 1, no register)
+        sl_lt = {d: Signal(init=int(0 < K_SLOTS - d), name=f"sl_lt{d}") for d in (0, 1)}
+        v_lt = {d: Signal(init=int(0 < V_DEPTH - d), name=f"v_lt{d}") for d in (0, 1)}
+        m.d.sync += [sl_lt[d].eq(n_sl_n < K_SLOTS - d) for d in (0, 1)]
+        m.d.sync += [v_lt[d].eq(n_v_n < V_DEPTH - d) for d in (0, 1)]
+        sl_lt[-1] = sl_lt[-2] = v_lt[-1] = Const(1)
         v_in, v_out = fire & apply, q3v & q3l
         sl_ok = Mux(fire, Mux(s_end, Mux(s_has2, sl_lt[-1], sl_lt[0]), sl_lt[1]),
                     Mux(s_end, Mux(s_has2, sl_lt[-2], sl_lt[-1]), sl_lt[0]))
