@@ -879,14 +879,27 @@ class AttentionUnit(wiring.Component):
             qsel, mpos = stage("mx1q", qsel), stage("mx1p", mxp.pos)
         else:
             mpos = mxp.pos
-        mxd = Signal(signed(POS_BITS + 2))
-        m.d.comb += mxd.eq(qsel - mpos)
-        # mxd >= j for j < MW: mxd >= 0 and (its bits from log2 MW up not all 0, or its low bits >= j)
+        # mxd = qsel - mpos >= j for j < MW: mxd >= 0 and (mxd >= 2^jb, or its low jb bits >= j)
         jb = ceil_log2(MW)
-        mx_hi = mxd[jb:len(mxd) - 1].any()
+        if late:
+            # the two flags as compares of the registers alone (carry chains, no subtraction before a
+            # zero detect): mxd >= 0 is qsel >= pos, mxd >= 2^jb is qsel >= pos + 2^jb (that sum
+            # registered at stage 1 beside pos); the low bits a jb-bit difference.  (The subtraction,
+            # the OR of its high bits and the compares were 8.125 levels: mx1p -> mx2ok#.)
+            mpos_hi = stage("mx1h", mxp.pos + (1 << jb))
+            mx_ge0, mx_gehi = Signal(), Signal()
+            mx_lo = Signal(jb)
+            m.d.comb += [mx_ge0.eq(qsel >= mpos), mx_gehi.eq(qsel >= mpos_hi), mx_lo.eq(qsel[:jb] - mpos[:jb])]
 
-        def mx_ge(j):
-            return ~mxd[-1] & ((mx_hi | (mxd[:jb] >= j)) if jb and j else 1)
+            def mx_ge(j):
+                return mx_ge0 & ((mx_gehi | (mx_lo >= j)) if j else 1)
+        else:
+            mxd = Signal(signed(POS_BITS + 2))
+            m.d.comb += mxd.eq(qsel - mpos)
+            mx_hi = mxd[jb:len(mxd) - 1].any()
+
+            def mx_ge(j):
+                return ~mxd[-1] & ((mx_hi | (mxd[:jb] >= j)) if jb and j else 1)
         mv, mrw, mfirst = stage("mx1v", mxp.en), stage("mx1r", rsel), stage("mx1f", mxp.first)
         lvl = []
         for j in range(MW):
@@ -987,9 +1000,22 @@ class AttentionUnit(wiring.Component):
         m.d.sync += [lc2.eq(lc), bc2.eq(bc)]
         lc3, bc3 = Signal(), Signal(range(33))
         m.d.sync += [lc3.eq(lc2), bc3.eq(bc2)]
-        m.submodules.rcp = rcp = memory.Memory(shape=16, depth=len(fx.RCP_LUT), init=[int(x) for x in fx.RCP_LUT])
-        rr = rcp.read_port()
-        m.d.comb += [rr.en.eq(1), rr.addr.eq(idx - (1 << (fx.RCP_IDX_BITS - 1)))]
+        # the table at idx - 2^(RCP_IDX_BITS - 1) (idx in 2^9 .. 2^10 where l > 0; else the value is
+        # unused): its two halves at idx's low 8 bits, registered, and the choice by idx's bits 8 and
+        # 10 (idx = 2^10: the last entry) in the next stage beside pos_c (the 10-bit address's table
+        # and its subtraction in one stage were 9 levels: rcpidx -> the read's register)
+        RH = 1 << (fx.RCP_IDX_BITS - 2)
+        assert len(fx.RCP_LUT) == 2 * RH + 1
+        rr_data = []
+        for h in range(2):
+            m.submodules[f"rcp{h}"] = rcp_h = memory.Memory(shape=16, depth=RH,
+                                                           init=[int(x) for x in fx.RCP_LUT[h * RH:(h + 1) * RH]])
+            rr_h = rcp_h.read_port()
+            m.d.comb += [rr_h.en.eq(1), rr_h.addr.eq(idx[:fx.RCP_IDX_BITS - 2])]
+            rr_data.append(rr_h.data)
+        rsel_hi, rsel_top = Signal(name="rcp_hi"), Signal(name="rcp_top")
+        m.d.sync += [rsel_hi.eq(idx[fx.RCP_IDX_BITS - 2]), rsel_top.eq(idx[fx.RCP_IDX_BITS])]
+        rr_val = Mux(rsel_top, int(fx.RCP_LUT[2 * RH]), Mux(rsel_hi, rr_data[1], rr_data[0]))
         # FINAL's shift b + FIN_OFS, b = bitlen(l) in 0 .. 31 (-5 .. 26): a shape that holds just that
         # range, and a left shift of at most -FIN_OFS (a narrow shifter; o x r = 0 when l <= 0)
         fin_ofs = fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC
@@ -1007,7 +1033,7 @@ class AttentionUnit(wiring.Component):
         fss = [Signal(fsh_shape, name=f"fsh{r}") for r in range(R)]
         for r in range(R):
             with m.If(pv_tag & (pr_tag == r)):
-                m.d.sync += [rcs[r].eq(Mux(pos_c, rr.data, 0)), fss[r].eq(fsh_c)]
+                m.d.sync += [rcs[r].eq(Mux(pos_c, rr_val, 0)), fss[r].eq(fsh_c)]
         with m.If(pv_tag):
             m.d.sync += pdone.eq(pdone + 1)
 
@@ -1108,12 +1134,27 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [n_sl_n.eq(Mux(start & ~cp.emit, 0, n_sl + fire - Mux(s_end, Mux(s_has2, 2, 1), 0))),
                      n_v_n.eq(Mux(start & ~cp.emit, 0, n_v + (fire & apply) - (q3v & q3l)))]
         m.d.sync += [n_sl.eq(n_sl_n), n_v.eq(n_v_n)]
+        # n_sl_n < K_SLOTS and n_v_n < V_DEPTH without the adders and compares in front of the readies
+        # (kr_app -> kr_app was 8.06 levels: fire, the adder, the compare): each counter's compares for
+        # every step it can take are registers (``sl_lt[d]`` = n_sl < K_SLOTS - d, ``v_lt[d]`` = n_v <
+        # V_DEPTH - d, written from the next values), the cycle's step picks one (the counters stay in
+        # 0 .. K_SLOTS / V_DEPTH: every step keeps them there, so no wrap to model, and a step down
+        # always leaves room: sl_lt[d < 0] and v_lt[-1] are 1, no register)
+        sl_lt = {d: Signal(init=int(0 < K_SLOTS - d), name=f"sl_lt{d}") for d in (0, 1)}
+        v_lt = {d: Signal(init=int(0 < V_DEPTH - d), name=f"v_lt{d}") for d in (0, 1)}
+        m.d.sync += [sl_lt[d].eq(n_sl_n < K_SLOTS - d) for d in (0, 1)]
+        m.d.sync += [v_lt[d].eq(n_v_n < V_DEPTH - d) for d in (0, 1)]
+        sl_lt[-1] = sl_lt[-2] = v_lt[-1] = Const(1)
+        v_in, v_out = fire & apply, q3v & q3l
+        sl_ok = Mux(fire, Mux(s_end, Mux(s_has2, sl_lt[-1], sl_lt[0]), sl_lt[1]),
+                    Mux(s_end, Mux(s_has2, sl_lt[-2], sl_lt[-1]), sl_lt[0]))
+        v_ok = Mux(v_in, Mux(v_out, v_lt[0], v_lt[1]), Mux(v_out, v_lt[-1], v_lt[0]))
         pass_n, smode_n, apply_n, room_n = Signal(), Signal(), Signal(), Signal()
         m.d.comb += [pass_n.eq(~o_end & Mux(start, ~cp.emit, (state == PASS) & ~(fire & kp.last)
                                             & ~(s_fire & self.s.payload.last))),
                      smode_n.eq(Mux(start, cp.src, cfg.src)),
                      apply_n.eq(Mux(start, cp.phase == AttnPass.APPLY, apply)),
-                     room_n.eq((n_sl_n < K_SLOTS) & (~apply_n | (n_v_n < V_DEPTH)))]
+                     room_n.eq(Mux(start & ~cp.emit, 1, sl_ok & (~apply_n | v_ok)))]
         m.d.sync += [kr_max.eq(pass_n & ~smode_n & ~apply_n & room_n), kr_app.eq(pass_n & ~smode_n & apply_n & room_n)]
         return m
 

@@ -66,7 +66,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import log2_exact, sat_top, top_bit, write_indexed
+from mcf.hw.arith import log2_exact, sat_top, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray
@@ -418,19 +418,20 @@ class MatrixUnit(wiring.Component):
             "sh": (SH, [head.sh - e for e in sel_e])})          # (e = 0 outside kv)
         # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one 33-bit window of the
         # accumulator for both directions (``rq_window``), its overflow from the accumulator's
-        # significant bits (``rq_decode``'s q against the window's offset a), the rounding of a right shift.
+        # significant bits (``rq_decode``'s mask of the window's offset a, registered: ``rq_over`` in C),
+        # the rounding of a right shift.
         AW = self.acc_width
-        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW), []), "rnd": (1, []), "q": (range(AW), [])}
+        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW), []), "rnd": (1, []), "mask": (AW - 1, [])}
         for s, x in zip(rA["sh"], rA["acc"]):
-            a, rnd, q = rq_decode(x, s)
+            a, rnd, mask = rq_decode(x, s)
             dec["a"][1].append(a)
             dec["rnd"][1].append(rnd)
-            dec["q"][1].append(q)
+            dec["mask"][1].append(mask)
         cB, rB = rq_stage("b", cA, dec)
         # C: the window (exact when not over), the overflow and the sign
         cC, rC = rq_stage("c", cB, {
             "w": (signed(RQ_WIN), [rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])]),
-            "over": (1, [q >= a for q, a in zip(rB["q"], rB["a"])]),
+            "over": (1, [rq_over(x, k) for x, k in zip(rB["acc"], rB["mask"])]),
             "sign": (1, [x[AW - 1] for x in rB["acc"]]), "rnd": (1, rB["rnd"])})
         # D: the rounding of a right shift, (w + 1) >> 1
         cD, rD = rq_stage("d", cC, {"r": (signed(RQ_WIN), [Mux(r, (w + 1) >> 1, w) for w, r in zip(rC["w"], rC["rnd"])]),
@@ -571,15 +572,26 @@ RQ_MAX_LEFT = RQ_WIN - 1
 
 def rq_decode(x, s):
     """The requantizer's shift (golden ``sat32(rshr(x, s))`` of a signed accumulator ``x``), first
-    stage: (a, rnd, q).  Both directions are one window of RQ_WIN bits, x_e = x 2^RQ_WIN >> a: a right
+    stage: (a, rnd, mask).  Both directions are one window of RQ_WIN bits, x_e = x 2^RQ_WIN >> a: a right
     shift by s > 0 is ((x >> (s - 1)) + 1) >> 1 (rnd), window a = RQ_WIN - 1 + s (s capped at the width of
     x: the window is then all sign bits, rounding to 0); a left shift by L = -s >= 0 is x << L, a =
-    RQ_WIN - L (L capped at RQ_MAX_LEFT).  q = the position of the highest one of x ^ its sign, + 1 (0:
-    none): the window holds the exact value iff q <= a - 1 (``rq_window``; else it saturates)."""
+    RQ_WIN - L (L capped at RQ_MAX_LEFT).  The window holds the exact value iff q <= a - 1, q = the
+    position of the highest one of d = x ^ its sign, + 1 (``rq_window``; else it saturates): q >= a iff
+    some d_i = 1 with i + 1 >= a, so ``mask`` (len(x) - 1 bits) is that thermometer, mask_i = a <= i + 1,
+    from s alone (``rq_over`` ANDs it with d a stage later; no priority encoder of d).  With RQ_WIN = 33
+    and i <= len(x) - 2: s > 0 gives a <= i + 1 iff s <= i - 31 (the cap of s at len(x) changes no
+    answer: i - 31 < len(x)); s <= 0 iff max(s, -32) <= i - 32, i.e. s <= i - 32.  So mask_i is
+    s <= i - 32 for i < RQ_WIN - 1 (no s > 0 qualifies) and s <= i - 31 from there (every s <= 0 does)."""
     n = len(x)
     a = Mux(s > 0, (RQ_WIN - 1) + Mux(s > n, n, s), RQ_WIN + Mux(s < -RQ_MAX_LEFT, -RQ_MAX_LEFT, s))
-    d = x[:n - 1] ^ x[n - 1].replicate(n - 1)
-    return a, s > 0, top_bit(d)
+    mask = Cat(*[s <= (i - RQ_WIN + 1 if i < RQ_WIN - 1 else i - RQ_WIN + 2) for i in range(n - 1)])
+    return a, s > 0, mask
+
+
+def rq_over(x, mask):
+    """The requantizer's overflow (q >= a of ``rq_decode``): a one of x ^ its sign under ``mask``."""
+    n = len(x)
+    return ((x[:n - 1] ^ x[n - 1].replicate(n - 1)) & mask).any()
 
 
 def rq_window(x, a):

@@ -602,7 +602,7 @@ def test_requant_shift_boundaries():
     -1, at every shift s from -40 (left shifts past the cap) to 55 (right shifts past the width)."""
     from amaranth import Module, Mux, Signal, signed
     from amaranth.sim import Simulator
-    from mcf.hw.compute.matrix import RQ_WIN, rq_decode, rq_sat32, rq_window
+    from mcf.hw.compute.matrix import RQ_WIN, rq_decode, rq_over, rq_sat32, rq_window
     from mcf.sw.golden import fixed as fx
     width = 49
     xs = sorted({v for k in range(width - 1) for b in (1 << k, -(1 << k))
@@ -610,9 +610,9 @@ def test_requant_shift_boundaries():
     m = Module()
     x, s = Signal(signed(width)), Signal(signed(10))
     y = Signal(signed(32))
-    a, rnd, q = rq_decode(x, s)
+    a, rnd, mask = rq_decode(x, s)
     w = Signal(signed(RQ_WIN))
-    m.d.comb += [w.eq(rq_window(x, a)), y.eq(rq_sat32(Mux(rnd, (w + 1) >> 1, w), q >= a, x[width - 1]))]
+    m.d.comb += [w.eq(rq_window(x, a)), y.eq(rq_sat32(Mux(rnd, (w + 1) >> 1, w), rq_over(x, mask), x[width - 1]))]
     shifts = range(-40, 56)
     want = fx.sat(fx.rshr(np.array(xs, dtype=np.int64)[:, None], np.array(shifts)[None, :]), 32)
     bad = []
