@@ -43,6 +43,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axi.lite import AXI4LiteSignature
+from mcf.hw.arith import add_tree
 from mcf.hw.axis import AXIStreamSignature, AxisRegister, skid_register
 from mcf.hw.fifo import PrefetchFIFO, buffered_fifo, nonempty
 from mcf.hw.compute.exec.unit import PERF_BITS, ExecUnit
@@ -355,10 +356,7 @@ class RxEngine(wiring.Component):
         valid = Signal(S)
         # (registered: SEQ_LEVELS.posted is a cycle late, the popcount is not in the register read;
         # its adders as a balanced tree, not a chain of S: issue 14)
-        terms = [valid[i] for i in range(S)]
-        while len(terms) > 1:
-            terms = [terms[k] + terms[k + 1] if k + 1 < len(terms) else terms[k] for k in range(0, len(terms), 2)]
-        m.d.sync += self.posted.eq(terms[0])
+        m.d.sync += self.posted.eq(add_tree(m, [valid[i] for i in range(S)], "posted_sum"))
 
         # --- posting ----------------------------------------------------------------------------
         m.submodules.credits = credits = buffered_fifo(MetaLayout.size, 4)
