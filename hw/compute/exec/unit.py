@@ -111,6 +111,11 @@ class UnitState(enum.Enum, shape=3):
 #: ``start`` on (docs/timing.md, the execute unit's glue).  Every EX instruction pays them.
 SETUP_CYCLES = 2
 
+#: The members of ``MoverBus`` that come back to the movers gated by ``owner``: the handshakes (a mover that
+#: does not own the bus sees no valid, ready or done); the rest (data, payloads, tkeep / tlast) go to every
+#: mover as they are.
+BUS_GATED = frozenset({"valid", "ready", "tvalid", "tready", "wdone", "dir_wr_ready", "dir_readable"})
+
 
 #: The movers and the opcodes they run; END and SYNC need none.
 MOVERS = {"dir": DirMover, "ldst": LoadStoreMover, "embed": EmbedMover, "gemm": GemmMover, "vec": VecMover,
@@ -240,7 +245,11 @@ class ExecUnit(wiring.Component):
 
         # --- the running mover takes the shared resources ----------------------------------------------
         # (``owner``: one bit a mover, registered at its start, so that each shared signal is an AND-OR of
-        # the movers' values, not a priority chain behind a compare of the state and the mover's index)
+        # the movers' values, not a priority chain behind a compare of the state and the mover's index).
+        # What comes back to the movers: only the handshakes are gated by ``owner`` (``BUS_GATED``); the
+        # data (SPAD read words, stream payloads, weight beats) reach every mover as they are -- a mover
+        # takes them only under its own valid / read, and it has none while another owns the bus (no AND
+        # a bit in front of each mover's registers: round 22)
         bus = MoverBus(g).create(path=("bus",))
         terms = {}
         for i, name in enumerate(names):
@@ -252,8 +261,10 @@ class ExecUnit(wiring.Component):
                 if member.flow == Out:
                     v = Value.cast(value)
                     terms.setdefault(path, (shared, []))[1].append(v & owner[i].replicate(len(v)))
-                else:
+                elif path[-1] in BUS_GATED:
                     m.d.comb += value.eq(Mux(owner[i], shared, 0))
+                else:
+                    m.d.comb += value.eq(shared)
         for shared, values in terms.values():
             m.d.comb += shared.eq(reduce(operator.or_, values))
 
