@@ -493,8 +493,9 @@ class LoadStoreMover(Mover):
         m.d.comb += [up.i.valid.eq(b.in0.valid), up.i.payload.eq(b.in0.payload), b.in0.ready.eq(up.i.ready)]
         loading = (state == S.MOVE) & ~store
         m.d.comb += b.starved.eq(loading & ~up.o.valid)
+        m.d.comb += wr.data.eq(up.o.payload)       # whatever the state: only lanes write it
         with m.If(loading):
-            m.d.comb += [up.o.ready.eq(1), wr.addr.eq(cur), wr.data.eq(up.o.payload), wr.exp.eq(0)]
+            m.d.comb += [up.o.ready.eq(1), wr.addr.eq(cur), wr.exp.eq(0)]
             with m.If(up.o.valid):
                 with m.If(bfp & (rb == ins.row_beats)):
                     # the exponent beat of the row: word 0 (int8 range)
@@ -1392,9 +1393,10 @@ class GemmMover(Mover):
                 wpart = Signal(range(rw))
                 wpieces = Array(o_data[x * B * VL * 32:(x + 1) * B * VL * 32] for x in range(rw))
                 wpiece = Signal(B * VL * 32)
-                m.d.comb += wpiece.eq(wpieces[wpart])
+                # the data whatever the mode: only wide_en writes it (no AND a bit in front of the SPAD)
+                m.d.comb += [wpiece.eq(wpieces[wpart]), wr.wide.eq(wpiece)]
                 with m.If(wide):
-                    m.d.comb += [wr.wide_en.eq(o_valid), wr.wide.eq(wpiece),
+                    m.d.comb += [wr.wide_en.eq(o_valid),
                                  self.qk_key.eq((ot << p_log2) | (wpart << _log2(B * VL)) if rw > 1 else ot << p_log2),
                                  self.qk_data.eq(wpiece), self.qk_n.eq(B * VL),
                                  wr.addr.eq(orow + (Cat(Const(0, _log2(B)), wpart, ot_w) if rw > 1
@@ -2396,9 +2398,11 @@ class AttnMover(Mover):
             beats_in = Signal(AB)                         # the group's beats: all, or those left
             m.d.comb += beats_in.eq(Mux(w_left >= AB, (1 << AB) - 1, (Const(1, AB + 1) << w_left[:ab_log2 + 1]) - 1))
             m.d.comb += w_rowdone.eq(w_wide | (w_part == AB - 1) | ~beats_in.bit_select(w_part + 1, 1))
+            # the wide data whatever the state (only wide_en writes it; EMIT has no wide writes)
+            m.d.comb += wr.wide.eq(Cat(*[w_row] * (NB // AB)))
             with m.If(sming & wfull.bit_select(w_osel, 1)):
                 with m.If(w_wide):
-                    m.d.comb += [wr.wide_en.eq(1), wr.wide.eq(Cat(*[w_row] * (NB // AB))),
+                    m.d.comb += [wr.wide_en.eq(1),
                                  wr.wide_skip.eq(~(Cat(beats_in, Const(0, NB)) << (pos * AB)))]
                 m.d.comb += [wr.addr.eq(w_addr + Mux(w_wide, 0, w_part)), wr.data.eq(parts[w_part])]
                 with m.If(~w_rowdone):
