@@ -894,9 +894,11 @@ class GemmMover(Mover):
         p_src = stage(m, tok_m1 * f_src_stride, "p_src", 26)                                 # stage 2
         p_hd = stage(m, heads_m1 * f_head_stride, "p_hd", 22)
         nrows_s = stage(m, f_tokens * heads, "nrows_s", 16)
-        # (tokens - 1) heads + heads - 1: the multiplier's add (a DSP's post-adder), not a subtraction after it
-        # (round 21: the product, then - 1, 8.2 levels); = tokens x heads - 1 whenever tokens and heads > 0 (else refused)
-        nrows_m1 = stage(m, tok_m1 * heads + heads_m1, "nrows_m1", 16)
+        # (tokens - 1) heads + heads - 1 in the low log2(max_tokens) bits: rows - 1 whenever rows <= max_tokens (more
+        # are refused, nrows_big, as are tokens = 0 and heads = 0), a small product in LUTs (4 levels), not an
+        # unregistered DSP and a subtraction after it (round 21: 8.2 levels)
+        nr_w = max(ceil_log2(TM), 1)
+        nrows_m1 = stage(m, (tok_m1[:nr_w] * heads[:nr_w] + heads_m1[:nr_w])[:nr_w], "nrows_m1", 16)
         tiles_m1 = stage(m, f_tiles - 1, "tiles_m1", 16)                                    # stage 2
         p_dst = stage(m, nrows_m1 * f_dst_stride, "p_dst", 32)                               # stage 3
         with m.If(state == S.SETUP):
