@@ -21,7 +21,7 @@ carries words of B beats (TKEEP marks the valid bytes of the last, partial word)
 ``axi_domain`` = D (not ``"sync"``) runs the AXI side in clock domain D (the execute unit's weight
 loaders: HP ports at a faster clock than the engine, ``NodeConfig.weight_clock_hz``): the issuer and
 the receiver in D, the buffers written in D and read in ``sync`` (dual-clock block RAM), and three
-crossings, each an ``AsyncFIFO``: descriptors sync -> D, filled buffers D -> sync (the receiver holds
+crossings, each an ``AsyncQueue`` (hw/dma/common.py): descriptors sync -> D, filled buffers D -> sync (the receiver holds
 RREADY low while it is full), drained buffers sync -> D (their claim released).  ``done`` and
 ``resp_error`` then strobe in ``sync`` when the drainer takes the filled buffer (before its first
 word is out).  The AXI master's signals belong to D.
@@ -37,7 +37,7 @@ from mcf.hw.arith import log2_exact
 from mcf.hw.axi.full import BURST_INCR, AXI4Signature
 from mcf.hw.axi.lite import Resp
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.dma.common import AXCACHE, all_ones, beats_and_keep, next_burst
+from mcf.hw.dma.common import AXCACHE, AsyncQueue, all_ones, beats_and_keep, next_burst
 from mcf.hw.layouts import DmaDescriptorLayout
 from mcf.hw.registry import ADDR_WIDTH, OUTSTANDING, block
 from mcf.spec.params import Range
@@ -94,11 +94,11 @@ class DmaLoader(wiring.Component):
         if cross:
             # filled: a job and its error bit, A -> sync; freed: drained buffers, sync -> A
             depth = max(4, 2 * nbuf)
-            m.submodules.filled = filled = fifo.AsyncFIFO(width=job_layout.size + 1, depth=depth,
+            m.submodules.filled = filled = AsyncQueue(width=job_layout.size + 1, depth=depth,
                                                           w_domain=A, r_domain="sync")
-            m.submodules.freed = freed = fifo.AsyncFIFO(width=max(1, (nbuf - 1).bit_length()), depth=depth,
+            m.submodules.freed = freed = AsyncQueue(width=max(1, (nbuf - 1).bit_length()), depth=depth,
                                                         w_domain="sync", r_domain=A)
-            m.submodules.descq = descq = fifo.AsyncFIFO(width=DmaDescriptorLayout.size, depth=4,
+            m.submodules.descq = descq = AsyncQueue(width=DmaDescriptorLayout.size, depth=4,
                                                         w_domain="sync", r_domain=A)
             m.d.comb += [descq.w_data.eq(self.desc.payload), descq.w_en.eq(self.desc.valid),
                          self.desc.ready.eq(descq.w_rdy)]

@@ -323,12 +323,14 @@ class SerialDivider(wiring.Component):
         num = Signal(n)
         den = Signal(self.b_bits)
         m.d.sync += self.done.eq(0)
+        # (the trial and its compare whatever the state: assigned under ``busy`` they were 0 outside it, which
+        # put ``start`` in front of the compare and the product's add -- round 21: in_setup -> qm 9.6 levels)
+        trial = Signal(self.b_bits + 2)
+        ge = Signal()
+        m.d.comb += [trial.eq(Cat(num[n - 1], rem)), ge.eq(trial >= den)]
         with m.If(self.start):
             m.d.sync += [busy.eq(1), i.eq(0), rem.eq(0), quo.eq(0), num.eq(self.a), den.eq(self.b)]
         with m.Elif(busy):
-            trial = Signal(self.b_bits + 2)
-            m.d.comb += trial.eq(Cat(num[n - 1], rem))
-            ge = trial >= den
             m.d.sync += [num.eq(num << 1), rem.eq(Mux(ge, trial - den, trial)), quo.eq(Cat(ge, quo)),
                          i.eq(i + 1)]
             with m.If(i == n - 1):
@@ -340,7 +342,7 @@ class SerialDivider(wiring.Component):
             with m.If(self.start):
                 m.d.sync += [acc.eq(0), mul.eq(self.m)]
             with m.Elif(busy):
-                m.d.sync += acc.eq((acc << 1) + Mux(trial >= den, mul, 0))
+                m.d.sync += acc.eq((acc << 1) + Mux(ge, mul, 0))
             m.d.comb += self.qm.eq(acc)
         return m
 
@@ -371,14 +373,19 @@ class DirMover(Mover):
         count_m1 = stage(m, ins.count - 1, "count_m1", 16)                                   # stage 1
         span = stage(m, count_m1 * ins.stride, "span", 24)                                    # stage 2
         bad = stage(m, (ins.count == 0) | ((ins.block + span) >= g.dir_entries), "bad")      # stage 3
-        m.d.comb += self.busy.eq(run | look | decode)
+        # check: the first lookup goes out in ``decode`` (the mover has the bus from its start), so each answer
+        # comes a cycle earlier than from ``look`` and the end (``chk_done``) is a register of the last answer,
+        # in the same cycle as before (round 21: the directory's read -> DIR's done -> the unit's end, 10 levels)
+        chk_done = Signal()
+        m.d.sync += chk_done.eq(0)
+        m.d.comb += self.busy.eq(run | look | decode | chk_done)
         m.d.sync += decode.eq(self.start)
         with m.If(decode):
             with m.If(bad):
                 self.refuse(m)
             with m.Else():
-                m.d.sync += [cur.eq(ins.block), left.eq(ins.count), left1.eq(ins.count == 1), issued.eq(0),
-                             run.eq(~ins.check), look.eq(ins.check)]
+                m.d.sync += [cur.eq(Mux(ins.check, ins.block + ins.stride, ins.block)), left.eq(ins.count),
+                             left1.eq(ins.count == 1), issued.eq(ins.check), run.eq(~ins.check), look.eq(ins.check)]
         # write
         m.d.comb += [b.dir_wr_en.eq(run), b.dir_wr_block.eq(cur), b.dir_wr_state.eq(ins.state)]
         with m.If(run & b.dir_wr_ready):
@@ -386,10 +393,13 @@ class DirMover(Mover):
             with m.If(left1):
                 m.d.sync += run.eq(0)
                 m.d.comb += self.done.eq(1)
-        # check: lookup i issued at cycle i, answered (``readable``) at cycle i + 1
-        m.d.comb += [b.dir_lookup_en.eq(look & (issued != ins.count)), b.dir_lookup_block.eq(cur)]
+        # check: lookup i issued at cycle i (lookup 0 in ``decode``), answered (``readable``) at cycle i + 1
+        more = Signal()
+        m.d.comb += [more.eq(look & (issued != ins.count)),
+                     b.dir_lookup_en.eq(more | (decode & ~bad & ins.check)),
+                     b.dir_lookup_block.eq(Mux(decode, ins.block, cur))]
         m.d.sync += looked.eq(b.dir_lookup_en)
-        with m.If(b.dir_lookup_en):
+        with m.If(more):
             m.d.sync += [issued.eq(issued + 1), cur.eq(cur + ins.stride)]
         with m.If(look & looked):
             m.d.sync += [left.eq(left - 1), left1.eq(left == 2)]
@@ -397,8 +407,9 @@ class DirMover(Mover):
                 self.refuse(m, isa.SeqFault.UNREADABLE_BLOCK)
                 m.d.sync += look.eq(0)
             with m.Elif(left1):
-                m.d.sync += look.eq(0)
-                m.d.comb += self.done.eq(1)
+                m.d.sync += [look.eq(0), chk_done.eq(1)]
+        with m.If(chk_done):
+            m.d.comb += self.done.eq(1)
         return m
 
 
@@ -884,7 +895,11 @@ class GemmMover(Mover):
         p_src = stage(m, tok_m1 * f_src_stride, "p_src", 26)                                 # stage 2
         p_hd = stage(m, heads_m1 * f_head_stride, "p_hd", 22)
         nrows_s = stage(m, f_tokens * heads, "nrows_s", 16)
-        nrows_m1 = stage(m, f_tokens * heads - 1, "nrows_m1", 16)
+        # (tokens - 1) heads + heads - 1 in the low log2(max_tokens) bits: rows - 1 whenever rows <= max_tokens (more
+        # are refused, nrows_big, as are tokens = 0 and heads = 0), a small product in LUTs (4 levels), not an
+        # unregistered DSP and a subtraction after it (round 21: 8.2 levels)
+        nr_w = max(ceil_log2(TM), 1)
+        nrows_m1 = stage(m, (tok_m1[:nr_w] * heads[:nr_w] + heads_m1[:nr_w])[:nr_w], "nrows_m1", 16)
         tiles_m1 = stage(m, f_tiles - 1, "tiles_m1", 16)                                    # stage 2
         p_dst = stage(m, nrows_m1 * f_dst_stride, "p_dst", 32)                               # stage 3
         with m.If(state == S.SETUP):
@@ -1164,18 +1179,38 @@ class GemmMover(Mover):
         i_v = stage(m, i_left != 0, "wd_i_v")
         i_rbig = stage(m, capped(r_bk << row_log2, run_i), "wd_i_rbig")          # stage 2
         i_naddr = stage(m, r_seg + r_step + pad_up(r_bk << 1), "wd_i_naddr", ADDR_BITS)   # stage 3
+        # the next descriptor's compares without a subtraction in front (round 21: wd_left - wd_len, then its
+        # compares with r_blk_q and the cap, 9.4 levels): wd_left and wd_blk are also kept less the block's rows
+        # / the cap (``wd_lmr`` = wd_left - r_blk_q, ``wd_lmc`` = wd_left - cap, ``wd_bmc`` = wd_blk - cap,
+        # signed), so that each compare of a next value with them is one of two registers with wd_len
+        SB = signed(COUNT_BITS + 2)
+        capv_i = Mux(run_i, cap, g.buffer_bytes)
+        i_lmr = stage(m, i_left - (r_bk << row_log2), "wd_i_lmr", SB)                      # stage 4
+        i_lmc = stage(m, i_left - capv_i, "wd_i_lmc", SB)
+        i_bmc = stage(m, i_blk - capv_i, "wd_i_bmc", SB)
+        i_rbmc = stage(m, (r_bk << row_log2) - capv_i, "wd_i_rbmc", SB)
+        wd_lmr, wd_lmc, wd_bmc, r_bmc_q = Signal(SB), Signal(SB), Signal(SB), Signal(SB)
         m.d.comb += [b.ldesc.valid.eq(wd_v), b.ldesc.payload.eq(descriptor(wd_addr, wd_len, wd_buf))]
         with m.If(b.ldesc.valid & b.ldesc.ready):
             # the next: wd_left - wd_len; wd_blk - wd_len, or a whole block's rows after the block's end (the
             # compares of the two then those of the old values, the same wd_len gone from both, unless it ended)
+            # (r_blk_q < nl is wd_lmr > wd_len; nl > cap is wd_lmc > wd_len; nbs > cap is wd_bmc > wd_len)
             nl, nbs = wd_left - wd_len, wd_blk - wd_len
             nb = Mux(wd_end, r_blk_q, nbs)
-            n_lt = Mux(wd_end, r_blk_q < nl, wd_lt)
-            n_le = Mux(wd_end, r_blk_q <= nl, wd_le)
-            n_bbig = Mux(wd_end, rb_big_q, capped(nbs, run_q))
-            n_lbig = capped(nl, run_q)
+            n_lt = Mux(wd_end, wd_lmr > wd_len, wd_lt)
+            n_le = Mux(wd_end, wd_lmr >= wd_len, wd_le)
+            n_bbig = Mux(wd_end, rb_big_q, wd_bmc > wd_len)
+            n_lbig = wd_lmc > wd_len
+            m.d.sync += [wd_lmr.eq(wd_lmr - wd_len), wd_lmc.eq(wd_lmc - wd_len),
+                         wd_bmc.eq(Mux(wd_end, r_bmc_q, wd_bmc - wd_len))]
+            # min(nb, nl, cap) as its two halves (``keep``: each one LUT after the compares / the subtractions -- the
+            # cap or not, the smaller of nb and nl -- and one after them; left to the LUT mapping the choice took
+            # five LUTs after the compares, 8.1 levels)
+            n_cap = Signal(attrs={"keep": 1})
+            n_min = Signal(COUNT_BITS, attrs={"keep": 1})
+            m.d.comb += [n_cap.eq(Mux(n_lt, n_bbig, n_lbig)), n_min.eq(Mux(n_lt, nb, nl))]
             m.d.sync += [wd_addr.eq(Mux(wd_end, wd_naddr, wd_addr + wd_len)), wd_left.eq(nl), wd_blk.eq(nb),
-                         wd_len.eq(first(nb, nl, n_lt, n_bbig, n_lbig, run_q)), wd_lt.eq(n_lt), wd_le.eq(n_le),
+                         wd_len.eq(Mux(n_cap, Mux(run_q, cap, g.buffer_bytes), n_min)), wd_lt.eq(n_lt), wd_le.eq(n_le),
                          wd_end.eq(n_le & ~n_bbig), wd_v.eq(nl != 0),
                          wd_buf.eq(Mux(wd_buf == g.buffers - 1, 0, wd_buf + 1))]
             with m.If(wd_end):
@@ -1199,8 +1234,8 @@ class GemmMover(Mover):
                              wd_addr.eq(Mux(run, r_rows, w_addr)), wd_left.eq(i_left), wd_blk.eq(i_blk),
                              wd_len.eq(first(i_blk, i_left, i_lt, i_bbig, i_lbig, run)), wd_lt.eq(i_lt),
                              wd_le.eq(i_le), wd_end.eq(i_le & ~i_bbig), wd_v.eq(i_v), rb_big_q.eq(i_rbig),
-                             wd_naddr.eq(i_naddr),
-                             r_step_q.eq(r_step), r_blk_q.eq(r_bk << row_log2),
+                             wd_naddr.eq(i_naddr), wd_lmr.eq(i_lmr), wd_lmc.eq(i_lmc), wd_bmc.eq(i_bmc),
+                             r_bmc_q.eq(i_rbmc), r_step_q.eq(r_step), r_blk_q.eq(r_bk << row_log2),
                              r_sblk_q.eq(r_bk << 1),
                              sq_addr.eq(Mux(kv, r_seg + (r_o << 1), s_addr)), sq_base.eq(r_seg),
                              sq_left.eq(Mux(pv, 0, st)), sq_blk.eq(Mux(kv, (r_bk - r_o) << 1, st)),

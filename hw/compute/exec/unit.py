@@ -14,7 +14,7 @@ Ports (the sequencer's side, ``docs/node.md``):
   mover starts, or an opcode of another queue / reserved bits set fault ILLEGAL_INSTRUCTION (a
   field out of range for this build: the mover's check, ILLEGAL_INSTRUCTION too).
 * ``done``: one-cycle strobe, the instruction completed (SPAD written, DDR writes
-  acknowledged).  ``fault`` + ``fault_cause`` (``spec.isa.SeqFault``): one-cycle strobe, it was
+  acknowledged).  ``fault`` + ``fault_cause`` (``spec.isa.SeqFault``, valid with ``fault`` only): one-cycle strobe, it was
   refused (ILLEGAL_INSTRUCTION, ILLEGAL_TOKEN, UNREADABLE_BLOCK, before anything moved) or DDR
   answered an error (AXI_ERROR, after the instruction's transfers ended).
 * ``m_axi``: one AXI4 master (``DDR_ADDR_BITS`` = 48-bit addresses: the interconnect checks the
@@ -217,7 +217,7 @@ class ExecUnit(wiring.Component):
         with m.If(go_fin):
             m.d.sync += [self.done.eq(1), state.eq(S.IDLE)]
         with m.If(go_ill):
-            m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.ILLEGAL_INSTRUCTION), state.eq(S.IDLE)]
+            m.d.sync += [self.fault.eq(1), state.eq(S.IDLE)]
         for i, name in enumerate(names):
             m.d.comb += self.movers[name].start.eq(go[i])
         with m.If(go.any()):
@@ -234,12 +234,17 @@ class ExecUnit(wiring.Component):
                      mv_cause.eq(reduce(operator.or_, [Mux(owner[i], Value.cast(self.movers[name].cause), 0)
                                                        for i, name in enumerate(names)]))]
         mv_done = Cat(*[owner[i] & self.movers[name].done for i, name in enumerate(names)]).any()
+        # ``fault_cause`` is read with ``fault`` only: it takes the cause of whichever fault could strobe now (a
+        # refusal's, ILLEGAL_INSTRUCTION, else AXI_ERROR), not waiting for the mover's end (round 21: the
+        # directory's read -> DIR's done -> fault_cause 10 levels)
+        m.d.sync += self.fault_cause.eq(Mux(mv_fault, mv_cause, Mux(go_ill, isa.SeqFault.ILLEGAL_INSTRUCTION,
+                                                                        isa.SeqFault.AXI_ERROR)))
         with m.If(mv_fault):
-            m.d.sync += [self.fault.eq(1), self.fault_cause.eq(mv_cause), state.eq(S.IDLE), owner.eq(0)]
+            m.d.sync += [self.fault.eq(1), state.eq(S.IDLE), owner.eq(0)]
         with m.Elif(mv_done):
             m.d.sync += [state.eq(S.IDLE), owner.eq(0)]
             with m.If(axi_err | ld_error | rd.resp_error | wr.resp_error):
-                m.d.sync += [self.fault.eq(1), self.fault_cause.eq(isa.SeqFault.AXI_ERROR)]
+                m.d.sync += self.fault.eq(1)
             with m.Else():
                 m.d.sync += self.done.eq(1)
 
