@@ -60,7 +60,7 @@ from mcf.hw.registry import block
 from mcf.hw.seq.interconnect import AxiInterconnect, Client
 from mcf.hw.seq.perf import COUNTER_BITS, PerfCounters
 from mcf.hw.seq.sems import SemEventSignature
-from mcf.hw.seq.sequencer import FAULT_BITS, IssueLayout, Sequencer
+from mcf.hw.seq.sequencer import ENGINE_IDLE_PARTS, FAULT_BITS, IssueLayout, Sequencer
 from mcf.spec import REGISTERS, Access, Collective, DmaDir, ErrorCause, Irq, Op, ReduceOp, Stage
 from mcf.spec.isa import MAX_HP_PORTS, DDR_ALIGN, INSTR_BITS, LAYOUTS, SEM_BITS, Opcode, PerfCounter, Queue, SeqFault
 from mcf.spec.node import NodeConfig
@@ -145,20 +145,23 @@ class TxEngine(wiring.Component):
         active = Signal()            # an instruction is being worked on
         is_send = Signal()
         addr = Signal(len(self.load.payload.addr))
-        remaining = Signal(LENGTH_BITS)
         header_only_sent = Signal()
         buf = Signal(range(max(cfg.buffers, 2)))
         loaded = Signal(range(self.depth + 1))   # LOADs complete, Meta not yet decided
 
         # registered beside the bytes left (issue 14: no compare of the instruction word or of
-        # ``remaining`` in front of the loader's and the packetizer's handshakes): ``has_data``
-        # (a SEND with bytes), ``n`` (the next packet's bytes, min(remaining, max_payload)) and
-        # ``more`` (remaining != 0)
-        has_data, more = Signal(), Signal()
-        n = Signal(LENGTH_BITS)
+        # the bytes left in front of the loader's and the packetizer's handshakes): ``has_data``
+        # (a SEND with bytes), ``n`` (the next packet's bytes, min(remaining, max_payload)),
+        # ``more`` (remaining != 0), ``rest`` (remaining - n: the bytes after the next packet) and
+        # ``big`` (rest > max_payload).  A LOAD's update is then a choice of registers and
+        # compares of ``rest`` alone (issue 14: remaining - n, its compare with max_payload and
+        # != 0 behind the loader's handshake were 9 levels)
+        MP = self.max_payload
+        has_data, more, big = Signal(), Signal(), Signal()
+        n, rest = Signal(LENGTH_BITS), Signal(LENGTH_BITS)
 
         def first_packet(length):
-            return Mux(length > self.max_payload, self.max_payload, length)
+            return Mux(length > MP, MP, length)
 
         m.d.comb += self.instr.ready.eq(~active & self.running)
         with m.If(self.instr.valid & self.instr.ready):
@@ -167,7 +170,8 @@ class TxEngine(wiring.Component):
             length = InstrLayouts[Opcode.SEND](ins).length
             m.d.sync += [active.eq(1), word.eq(ins), is_send.eq(is_s), header_only_sent.eq(0),
                          addr.eq(InstrLayouts[Opcode.SEND](ins).ddr * DDR_ALIGN),
-                         remaining.eq(Mux(is_s, length, 0)), n.eq(Mux(is_s, first_packet(length), 0)),
+                         n.eq(Mux(is_s, first_packet(length), 0)),
+                         rest.eq(Mux(is_s & (length > MP), length - MP, 0)), big.eq(is_s & (length > 2 * MP)),
                          has_data.eq(is_s & (length != 0)), more.eq(is_s & (length != 0))]
 
         # --- LOAD descriptors: one per packet -------------------------------------------------------
@@ -177,9 +181,8 @@ class TxEngine(wiring.Component):
         m.d.comb += self.load.valid.eq(active & is_send & more & self.running & lens.w_rdy)
         with m.If(self.load.valid & self.load.ready):
             m.d.comb += lens.w_en.eq(1)
-            left = Signal(LENGTH_BITS)
-            m.d.comb += left.eq(remaining - n)
-            m.d.sync += [addr.eq(addr + n), remaining.eq(left), n.eq(first_packet(left)), more.eq(left != 0),
+            m.d.sync += [addr.eq(addr + n), n.eq(Mux(big, MP, rest)), rest.eq(Mux(big, rest - MP, 0)),
+                         big.eq(rest > 2 * MP), more.eq(rest != 0),
                          buf.eq(Mux(buf == cfg.buffers - 1, 0, buf + 1))]
 
         # --- Meta for a loaded packet (or a header-only one), or a drop mark after a stop ---------
@@ -392,7 +395,10 @@ class RxEngine(wiring.Component):
         has_payload, bad = Signal(), Signal()
         match = Signal(S)
         timer = Signal(32)
-        matched, expired = Signal(), Signal()
+        # ``matched``: whether an entry matches, per group of 8 entries (issue 14: the OR of all the
+        # entries' tag compares in front of one register was 9 levels, mapped as a chain); DECIDE ORs
+        # the groups
+        matched, expired = Signal((S + 7) // 8), Signal()
         # the PS's path: whether a STORE descriptor was waiting in LOOKUP and whether the packet is longer,
         # registered there (round 19: the length compare behind the queue's head was 9 levels to the state);
         # the head stays until DECIDE takes it
@@ -447,7 +453,7 @@ class RxEngine(wiring.Component):
                 # (whether any entry matches and whether the wait ran out are registered beside
                 # the match: DECIDE has no OR over the entries and no compare of the timer)
                 hit = Cat(*(valid[i] & (table[i].tag == hm.kv_id) for i in range(S)))
-                m.d.sync += [match.eq(hit), matched.eq(hit.any()), timer.eq(timer + 1),
+                m.d.sync += [match.eq(hit), matched.eq(Cat(*(hit[k:k + 8].any() for k in range(0, S, 8)))), timer.eq(timer + 1),
                              expired.eq((timer + 1)[:len(timer)] >= self.rx_wait),
                              ps_seen.eq(self.ps_store.valid), ps_over.eq(hm.length > self.ps_store.payload.length),
                              dir_en.eq(ctl_ok & (op != Op.CREDIT) & (hm.kv_id < (1 << DIR_BLOCK_BITS))),
@@ -477,7 +483,7 @@ class RxEngine(wiring.Component):
                 with m.Elif(~outs.w_rdy):
                     m.next = "LOOKUP"              # wait for room to track the write
                 with m.Elif(self.running):
-                    with m.If(matched):
+                    with m.If(matched.any()):
                         m.d.sync += slot.eq(first)
                         m.next = "CHECK"
                     with m.Elif(expired):
@@ -999,17 +1005,22 @@ class Node(wiring.Component):
         m.d.sync += errors_q.eq(errors)
         m.d.comb += [csr.errors.eq(errors_q), seq.net_errors.eq(errors)]
         pk_empty = (pk.meta_level == 0) & (pk.payload_level == 0)
-        engines_idle = ~txe.busy & ~rxe.busy & ~rxe.has_posted & pk_empty & ~cser.o.tvalid & ~lreg.busy & ~rreg.busy
+        # the engines' idle in groups of about equal inputs (~15-20 register bits each), each registered
+        # on its own (here and in the sequencer) and ANDed after (issue 14: the one AND of ~50 bits in
+        # front of a register was mapped as a chain of LUTs, 9 levels): the same value, the same cycle
+        engines_idle = Signal(ENGINE_IDLE_PARTS)
+        m.d.comb += engines_idle.eq(Cat(~txe.busy & ~cser.o.tvalid & ~lreg.busy & ~rreg.busy,
+                                        ~rxe.busy & ~rxe.has_posted, pk_empty))
         # the datapath besides the engines (the sequencer registers both halves and ANDs them)
         others_idle = (~ld.busy & ~wr.busy & ic.idle & w_idle & ~aw_busy & ~csr.meta.valid & ~csr.desc.valid
                        & ~ps_stores.r_rdy & ~ps_done.r_rdy & ~seq.fetch_busy)
         # the PS's status bits (STATUS.busy, the sequencer's idle) a cycle late: registered
-        engines_idle_q, others_idle_q, busy_q = Signal(), Signal(), Signal()
+        engines_idle_q, others_idle_q, busy_q = Signal(ENGINE_IDLE_PARTS), Signal(), Signal()
         m.d.sync += [engines_idle_q.eq(engines_idle), others_idle_q.eq(others_idle),
                      busy_q.eq(ld.busy | wr.busy | txe.busy | rxe.busy)]
         m.d.comb += [
             seq.engines_idle.eq(engines_idle), seq.datapath_idle.eq(others_idle),
-            sr.idle.eq(engines_idle_q & others_idle_q),
+            sr.idle.eq(engines_idle_q.all() & others_idle_q),
             seq.activity.eq(ic.activity | ~w_idle | (nic.local_in.tvalid & nic.local_in.tready)
                             | (nic.local_out.tvalid & nic.local_out.tready)),
             csr.busy.eq(busy_q),

@@ -541,8 +541,20 @@ class MatrixUnit(wiring.Component):
         # one is) -- or 0 (a GEMM's next tile: in); only the next needs a compare
         inc_f = last_t & Mux(pv, ~dg | last_tile, ~(last_j & last_g))
         if self.streamed:
-            avail_h = abeat < self.avail
-            avail_f = ~inc_f | (abeat + 1 < self.avail)
+            # ``abeat`` and ``abeat + 1`` as registers kept equal to them (``ab_q`` / ``ab1_q``, set with
+            # the counters): the compares with ``avail`` have no choice (pv) or adder in front of them
+            ab_q, ab1_q = Signal.like(abeat, name="ab_q"), Signal(len(abeat) + 1, name="ab1_q", init=1)
+            with m.If(self.cmd.valid & ~running):
+                m.d.sync += [ab_q.eq(0), ab1_q.eq(1)]
+            with m.Elif(fire & last_t):
+                with m.If(pv & dg & ~last_tile):                  # pv: the hi digit's beat again
+                    m.d.sync += [ab_q.eq(ab_q - 1), ab1_q.eq(ab_q)]
+                with m.Elif(~pv & last_j & last_g):               # a GEMM's next tile: beat 0
+                    m.d.sync += [ab_q.eq(0), ab1_q.eq(1)]
+                with m.Else():                                    # the next beat
+                    m.d.sync += [ab_q.eq(ab1_q), ab1_q.eq(ab1_q + 1)]
+            avail_h = ab_q < self.avail
+            avail_f = ~inc_f | (ab1_q < self.avail)
         else:
             avail_h = avail_f = 1
         # an unclaimed scale beat after this cycle (its take in, its claim out)

@@ -54,6 +54,9 @@ class Semaphores(wiring.Component):
             **{f"dec{k}": In(SemEventSignature(dec_bits)) for k in range(n_dec)},
             "values": Out(SEM_WIDTH).array(num_sems),
             "taken": Out(num_sems),
+            # what ``taken`` is made of: the registered decrement events (``dec_v`` / ``dec_s``, the
+            # pending ones) and the per-semaphore decrements about to apply (``dec_nz``)
+            "dec_v": Out(n_dec), "dec_s": Out(SEM_BITS).array(n_dec), "dec_nz": Out(num_sems),
             "clear": In(1),
             "overflow": Out(1),
         })
@@ -88,6 +91,7 @@ class Semaphores(wiring.Component):
             v, s, a = Signal(name=f"dec{k}_v"), Signal(SEM_BITS, name=f"dec{k}_s"), \
                 Signal(dec_bits, name=f"dec{k}_a")
             m.d.sync += [v.eq(d.valid & ~self.clear), s.eq(d.sem), a.eq(d.amount)]
+            m.d.comb += [self.dec_v[k].eq(v), self.dec_s[k].eq(s)]
             dev.append((v, s, a))
         decq = [Signal(dec_bits, name=f"dec{i}_q") for i in range(n)]
         for i in range(n):
@@ -98,7 +102,7 @@ class Semaphores(wiring.Component):
                 amount = amount | Mux(hit, a, 0)
                 pending = pending | hit
             m.d.sync += decq[i].eq(Mux(self.clear, 0, amount))
-            m.d.comb += self.taken[i].eq(pending | (decq[i] != 0))
+            m.d.comb += [self.dec_nz[i].eq(decq[i] != 0), self.taken[i].eq(pending | self.dec_nz[i])]
         # stage 3: apply sums and decrements; each semaphore's saturation registered on its own
         # and ORed after the register (``overflow`` still strobes the cycle after: issue 14, the
         # OR over the semaphores was behind the adders)

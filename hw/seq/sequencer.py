@@ -202,6 +202,9 @@ class Fetch(wiring.Component):
 # --- the sequencer -----------------------------------------------------------------------------
 #: Width of a fault cause on the node's internal ports (SEQ_STATUS.fault_cause).
 FAULT_BITS = REGISTERS["SEQ_STATUS"].field("fault_cause").width
+#: ``engines_idle``'s bits: the node's engines in groups, each entering through its own register (issue 14:
+#: one AND of every engine's state in front of one register was 9 LUT levels, mapped as a chain)
+ENGINE_IDLE_PARTS = 3
 #: What the TX and RX engines receive: the instruction word and its index.
 IssueLayout = FetchedLayout
 
@@ -228,7 +231,9 @@ class Sequencer(wiring.Component):
             "rx": Out(stream.Signature(IssueLayout)),
             "rx_done_inc": In(SemEventSignature(1)),
             "rx_credit_inc": In(SemEventSignature(16)),
-            "engines_idle": In(1),       # TX / RX engines and the execute unit have nothing in flight
+            # TX / RX engines and the execute unit have nothing in flight: every bit (the engines in
+            # ENGINE_IDLE_PARTS groups, each registered here and ANDed after the register)
+            "engines_idle": In(ENGINE_IDLE_PARTS),
             "datapath_idle": In(1),      # no DMA transfer, packet or DDR burst besides: with both a start may go
             "ddr_fault": In(1), "ddr_fault_cause": In(FAULT_BITS), "ddr_fault_pc": In(PC_BITS),
             "net_errors": In(len(ErrorCause)),
@@ -294,11 +299,11 @@ class Sequencer(wiring.Component):
         # ``engines_idle`` from the engines: a start needs both; each enters through a register and
         # they are ANDed after (issue 14: one AND of the whole datapath was in front of one
         # register; a start that waits for the datapath launches a cycle after it went idle)
-        datapath_idle_q, engines_idle_b = Signal(), Signal()
+        datapath_idle_q, engines_idle_b = Signal(), Signal(ENGINE_IDLE_PARTS)
         m.d.sync += [datapath_idle_q.eq(self.datapath_idle), engines_idle_b.eq(self.engines_idle)]
         with m.FSM(name="boot"):
             with m.State("IDLE"):
-                with m.If(pending & ~running & datapath_idle_q & engines_idle_b & ~self.abort):
+                with m.If(pending & ~running & datapath_idle_q & engines_idle_b.all() & ~self.abort):
                     m.next = "CLEAR"
             with m.State("CLEAR"):
                 m.d.comb += clear.eq(1)
@@ -412,13 +417,19 @@ class Sequencer(wiring.Component):
         # The value the head names is read into a register (``cur``) and compared the cycle
         # after, when the head is still the same (``stable``): it then misses the takes of the
         # three cycles before the check (``taken`` now and a cycle ago) and of the check's own.
-        taken_q = Signal(cfg.num_sems)
-        m.d.sync += taken_q.eq(sems.taken)
+        # (issue 14: ``taken`` now as its parts -- the registered events compared with the head's
+        # semaphore directly, no pick of them, and the pick of ``dec_nz``; ``taken`` a cycle ago
+        # picked a cycle ago into a register, ``taken_h``: the same head then, as the check needs
+        # ``stable``.  The pick of ``taken`` | its register was 9 levels, mapped as a chain)
         for qi, (q, f) in enumerate(zip(Queue, queues)):
             hdr = hdrs[qi]
             cur = Signal(SEM_WIDTH, name=f"cur_{q.name.lower()}")
-            m.d.sync += cur.eq(self._pick(sems.values, hdr.wait_sem))
-            in_flight = self._pick([sems.taken[i] | taken_q[i] for i in range(cfg.num_sems)], hdr.wait_sem)
+            taken_h = Signal(name=f"taken_h_{q.name.lower()}")
+            m.d.sync += [cur.eq(self._pick(sems.values, hdr.wait_sem)),
+                         taken_h.eq(self._pick(sems.taken, hdr.wait_sem))]
+            in_flight = self._pick(sems.dec_nz, hdr.wait_sem) | taken_h
+            for k in range(len(sems.dec_v)):
+                in_flight = in_flight | (sems.dec_v[k] & (sems.dec_s[k] == hdr.wait_sem))
             for qj in range(len(queues)):
                 if qj != qi:
                     in_flight = in_flight | (takes[qj] & same[qi, qj])
@@ -478,11 +489,11 @@ class Sequencer(wiring.Component):
         # ``engines_idle`` comes from the whole node: it enters through a register.  It then
         # tells of the cycle before, so the TX / RX queues and slots must have been empty in that
         # cycle too (no instruction was handed to an engine that the register does not show yet).
-        drained, quiet, quiet_q, engines_idle_q = Signal(), Signal(), Signal(), Signal()
+        drained, quiet, quiet_q, engines_idle_q = Signal(), Signal(), Signal(), Signal(ENGINE_IDLE_PARTS)
         m.d.comb += quiet.eq(~queues[tx].r_rdy & (slot[tx] == Slot.EMPTY) & ~queues[rx].r_rdy
                              & (slot[rx] == Slot.EMPTY))
         m.d.sync += [quiet_q.eq(quiet), engines_idle_q.eq(self.engines_idle)]
-        m.d.comb += drained.eq(quiet & quiet_q & engines_idle_q)
+        m.d.comb += drained.eq(quiet & quiet_q & engines_idle_q.all())
         # The faults of the node's other units (the execute unit, the DDR interconnect, the
         # network's error counters) come from far away: they enter through a register with
         # what they carry (``arm``: the program ran that cycle and END did not complete), and
