@@ -1924,7 +1924,7 @@ class AttnMover(Mover):
         mode = stage(m, e_ins.mode.as_value(), "mode")
         # ATTN_Q and ATTN_EMIT share spad, tokens, heads, tok_stride, head_stride (same offsets)
         rowsf = stage(m, q_ins.tokens * q_ins.heads, "rowsf", 18)                          # stage 1
-        rows_m1 = stage(m, q_ins.tokens * q_ins.heads - 1, "rows_m1", 18)                  # stage 1
+        rows_m1 = stage(m, rowsf - 1, "rows_m1", 18)                                       # stage 2
         S = AttnState
         state = Signal(S)
         m.d.comb += self.busy.eq(state != S.IDLE)
@@ -1965,17 +1965,21 @@ class AttnMover(Mover):
         # ATTN_SM: R rows, keys a multiple of VL, score (and APPLY: w) rows inside SPAD
         sm_apply = stage(m, sm_ins.phase.as_value() == isa.AttnPass.APPLY, "sm_apply")
         sm_rows = stage(m, sm_ins.tokens * sm_ins.heads, "sm_rows", 18)                     # stage 1
-        sm_rows_m1 = stage(m, sm_ins.tokens * sm_ins.heads - 1, "sm_rows_m1", 18)           # stage 1
+        sm_rows_m1 = stage(m, sm_rows - 1, "sm_rows_m1", 18)                                # stage 2
         sm_groups = stage(m, sm_ins.keys >> vl_log2, "sm_groups", 16)
         sm_groups_m1 = stage(m, sm_groups - 1, "sm_groups_m1", 16)
         sm_groups_m2 = stage(m, sm_groups - 2, "sm_groups_m2", 16)                           # stage 2
-        p_s = stage(m, sm_rows_m1 * sm_ins.s_stride, "p_s", 34)                             # stage 2
-        p_w = stage(m, sm_rows_m1 * sm_ins.w_stride, "p_w", 34)
+        # (the last row's offset (rows - 1) stride as rows x stride with the stride taken off the other side:
+        # round 21, the multiplier (a DSP) and the - 1 behind it in one stage were 8.25 levels to sm_rows_m1)
+        p_s = stage(m, sm_rows * sm_ins.s_stride, "p_s", 34)                                # stage 2
+        p_w = stage(m, sm_rows * sm_ins.w_stride, "p_w", 34)
+        b_s = stage(m, sm_ins.scores + sm_groups - sm_ins.s_stride, "b_s")
+        b_w = stage(m, sm_ins.w + sm_groups - sm_ins.w_stride, "b_w")
         bad_sm = stage(m, stage(m, (sm_ins.tokens == 0) | (sm_ins.heads == 0) | (sm_ins.keys == 0)
                                 | (sm_ins.keys[:vl_log2] != 0 if vl_log2 else 0), "bad_sm0")
                        | (sm_rows > R), "bad_sm1")                                            # stage 2
-        s_bad = stage(m, sm_ins.scores + p_s + sm_groups > g.spad_beats, "s_bad")                # stage 3
-        w_bad = stage(m, sm_ins.w + p_w + sm_groups > g.spad_beats, "w_bad")
+        s_bad = stage(m, b_s + p_s > g.spad_beats, "s_bad")                                     # stage 3
+        w_bad = stage(m, b_w + p_w > g.spad_beats, "w_bad")
         # CHECK's refusal: the range compares (stage 3) each gated by a flag of the decode, the rest chosen by
         # opcode a stage ahead (round 20: the choice by opcode, mode and what after the compares was 10-11
         # levels from ``mode`` to the state and the fault).  ATTN_Q: its rows, products, what, and (but ROWS)
@@ -2020,15 +2024,12 @@ class AttnMover(Mover):
                 m.d.sync += state.eq(S.IDLE)
             with m.Elif(is_sm & ~sm_apply & sm_defer):     # MAX with defer: armed, done
                 m.d.sync += [armed.eq(1), a_first.eq(sm_ins.first), a_pos.eq(sm_ins.kpos0), a_keys.eq(sm_ins.keys),
-                             a_rows.eq(sm_rows), state.eq(S.FINISH)]
+                             a_rows.eq(sm_rows)]
             with m.Elif(is_sm & ~sm_apply):                # MAX: row beats -> the unit's ``mx``, no command
-                m.d.sync += [state.eq(S.SM), sm_on.eq(1)]
+                m.d.sync += sm_on.eq(1)
             with m.Elif(is_sm):
-                m.d.sync += [cmd_v.eq(1), cmd_p.eq(0), cmd_p.src.eq(1), cmd_p.phase.eq(sm_ins.phase),
-                             cmd_p.first.eq(sm_ins.first), state.eq(S.SM), sm_on.eq(1), sm_ap.eq(1)]
+                m.d.sync += [cmd_v.eq(1), sm_on.eq(1), sm_ap.eq(1)]
             with m.Elif(is_q):
-                m.d.sync += state.eq(Mux(what == isa.AttnLoad.QUERY, S.QUERY,
-                                         Mux(rows_only, S.ROWS, Mux(load_o, S.OLOAD, S.WORDS))))
                 m.d.sync += [clr.eq((what == isa.AttnLoad.QUERY) | rows_only),  # both empty every state
                              wd_on.eq((what != isa.AttnLoad.QUERY) & ~rows_only & ~load_o)]
                 with m.If(what == isa.AttnLoad.QUERY):
@@ -2036,11 +2037,26 @@ class AttnMover(Mover):
                 with m.If(rows_only):
                     m.d.sync += wide_q.eq(1)
             with m.Elif(is_emit):
-                m.d.sync += [cmd_v.eq(1), cmd_p.eq(0), cmd_p.emit.eq(1), cmd_p.mode.eq(mode), cmd_p.rows.eq(rowsf),
-                             state.eq(S.EMIT)]
+                m.d.sync += cmd_v.eq(1)
             with m.Else():
-                m.d.sync += state.eq(Mux(kv_ins.gated, S.GATE, S.KV))
                 m.d.comb += go_kv.eq(~kv_ins.gated)
+        # CHECK's next state and the unit's command chosen by opcode a stage ahead (stage 2), taken unless the
+        # unit is busy or the instruction refused; the command loads in every CHECK (and GATE) cycle, ``cmd_v``
+        # is clear then.  (Round 21: the unit's ``busy`` through CHECK's choices to ``state`` 10.0 levels, to
+        # ``cmd_p`` / ``cmd.valid`` 9.0.)
+        chk_to = stage(m, Mux(is_sm, Mux(~sm_apply & sm_defer, S.FINISH, S.SM),
+                              Mux(is_q, Mux(what == isa.AttnLoad.QUERY, S.QUERY,
+                                            Mux(rows_only, S.ROWS, Mux(load_o, S.OLOAD, S.WORDS))),
+                                  Mux(is_emit, S.EMIT, Mux(kv_ins.gated, S.GATE, S.KV)))), "chk_to", S)
+        cmd_sm, cmd_em, cmd_kv = (Signal(au.cmd.payload.shape(), name=f"cmd_{x}") for x in ("sm", "em", "kv"))
+        m.d.comb += [cmd_sm.src.eq(1), cmd_sm.phase.eq(sm_ins.phase), cmd_sm.first.eq(sm_ins.first),
+                     cmd_em.emit.eq(1), cmd_em.mode.eq(mode), cmd_em.rows.eq(rowsf),
+                     cmd_kv.phase.eq(kv_ins.phase), cmd_kv.first.eq(kv_ins.first)]
+        chk_cmd = stage(m, Mux(is_sm, cmd_sm, Mux(is_emit, cmd_em, cmd_kv)), "chk_cmd", au.cmd.payload.shape())
+        with m.If((state == S.CHECK) & ~aubusy & ~bad):
+            m.d.sync += state.eq(chk_to)
+        with m.If((state == S.CHECK) | (state == S.GATE)):
+            m.d.sync += cmd_p.eq(chk_cmd)
 
         # --- SPAD reads (QUERY, O: rows at (tok_stride, head_stride); MREF / STATE: words) -----------------------------------------------------------
         NB = g.spad_banks                                # ATTN_SM MAX: NB beats of a row a read (wide)
@@ -2125,18 +2141,22 @@ class AttnMover(Mover):
         wk = Signal(range(VL))
         wrow, wword = Signal(range(R + 1)), Signal(range(D + 2))
         wcount = Signal(24)
+        # (the last word (wcount == nwords - 1) as a register: round 22, its compare reached the read queue's
+        # count through ``take`` and the state, 10.0 levels from ``nwords_m1``)
+        w_last = Signal()
+        nwords_m2 = stage(m, nwords - 2, "nwords_m2", 24)                                 # stage 3
         with m.If(state == S.CHECK):
-            m.d.sync += [wk.eq(0), wrow.eq(0), wword.eq(0), wcount.eq(0)]
+            m.d.sync += [wk.eq(0), wrow.eq(0), wword.eq(0), wcount.eq(0), w_last.eq(nwords_m1 == 0)]
         words = Array(rq_beat[32 * x:32 * (x + 1)] for x in range(VL))
         # (the row, word and data every cycle, only ``en`` behind the state: the unit reads them only with
         # ``en``; round 21: the state's decode in front of them was 10.0 levels to the unit's ``st.word``)
         m.d.comb += [au.st.row.eq(wrow), au.st.word.eq(wword), au.st.data.eq(words[wk])]
         with m.If(wording & rq.valid):
-            m.d.comb += [au.st.en.eq(1), rq.take.eq((wk == VL - 1) | (wcount == nwords_m1))]
-            m.d.sync += [wk.eq(wk + 1), wcount.eq(wcount + 1), wword.eq(wword + 1)]
+            m.d.comb += [au.st.en.eq(1), rq.take.eq((wk == VL - 1) | w_last)]
+            m.d.sync += [wk.eq(wk + 1), wcount.eq(wcount + 1), w_last.eq(wcount == nwords_m2), wword.eq(wword + 1)]
             with m.If(wword == per_row - 1):
                 m.d.sync += [wword.eq(0), wrow.eq(wrow + 1)]
-            with m.If(wcount == nwords_m1):
+            with m.If(w_last):
                 m.d.sync += [state.eq(S.FINISH), wd_on.eq(0)]
 
         # --- ATTN_EMIT: words -> beats -> SPAD ---------------------------------------------------------
@@ -2212,11 +2232,9 @@ class AttnMover(Mover):
         with m.If(go_kv):
             m.d.comb += [ks.cmd.valid.eq(1), vs.cmd.valid.eq(apply)]
             m.d.sync += cmd_v.eq(1)
-        # (the pass's command and the runs' registers load before ``go_kv``: ATTN_KV's CHECK and GATE cycles, every
-        # cycle out of KV; the unit and the readers read them only from then on.  Round 21: the gate's last
-        # lookup through ``go_kv`` to ``cmd_p`` / ``kseg`` / ``vseg`` was 9.0 levels)
-        with m.If(((state == S.CHECK) & is_kv) | (state == S.GATE)):
-            m.d.sync += [cmd_p.eq(0), cmd_p.phase.eq(kv_ins.phase), cmd_p.first.eq(kv_ins.first)]
+        # (the pass's command (``chk_cmd``, above) and the runs' registers load before ``go_kv``: every cycle out
+        # of KV; the readers read them only from then on.  Round 21: the gate's last lookup through ``go_kv`` to
+        # ``cmd_p`` / ``kseg`` / ``vseg`` was 9.0 levels)
         # requests: per block, the K segment's scale region then its rows region (and V's)
         scale_b = stage(m, pad_up(kv_ins.keys << 1), "scale_b", 20)
         kseg = Signal(ADDR_BITS)
@@ -2267,10 +2285,13 @@ class AttnMover(Mover):
         sm_qaddr = Signal(ADDR_BITS)
         sm_qleft, sm_fleft = Signal(16), Signal(16)       # keys still to ask for / to frame
         sm_qn, sm_fn = Signal(16), Signal(16)
-        m.d.comb += [sm_qn.eq(Mux(sm_qleft < sm_blk, sm_qleft, sm_blk)), sm_fn.eq(Mux(sm_fleft < sm_fblk, sm_fleft, sm_fblk))]
+        # (a frame's keys sm_fn = min(sm_fleft, sm_fblk) a register, set with sm_fleft: round 21, its compare and
+        # choice reached the Unpacker's count registers, 9.06 levels from sm_fblk)
+        m.d.comb += sm_qn.eq(Mux(sm_qleft < sm_blk, sm_qleft, sm_blk))
         with m.If(state == S.CHECK):
             m.d.sync += [sm_qaddr.eq(ddr_addr(sm_ins.seg)), sm_qleft.eq(Mux(sm_apply, sm_ins.keys, 0)),
-                         sm_fleft.eq(Mux(sm_apply, sm_ins.keys, 0))]
+                         sm_fleft.eq(Mux(sm_apply, sm_ins.keys, 0)),
+                         sm_fn.eq(Mux(sm_apply, Mux(sm_ins.keys < sm_fblk, sm_ins.keys, sm_fblk), 0))]
         with m.If(sming & (sm_qleft != 0)):
             m.d.comb += [b.req1.valid.eq(1), b.req1.payload.addr.eq(sm_qaddr),
                          b.req1.payload.beats.eq(ceil_beats(sm_qn << 1, g.bus_log2))]
@@ -2281,7 +2302,9 @@ class AttnMover(Mover):
         with m.If(sming & (sm_fleft != 0)):
             m.d.comb += vsc.cmd.valid.eq(1)
             with m.If(vsc.cmd.ready):
-                m.d.sync += sm_fleft.eq(sm_fleft - sm_fn)
+                f_next = Signal(16)
+                m.d.comb += f_next.eq(sm_fleft - sm_fn)
+                m.d.sync += [sm_fleft.eq(f_next), sm_fn.eq(Mux(f_next < sm_fblk, f_next, sm_fblk))]
         with m.If(sming):
             m.d.comb += [vsc.i.valid.eq(b.in1.valid), vsc.i.payload.eq(b.in1.payload), b.in1.ready.eq(vsc.i.ready)]
         # APPLY's groups: AB = ``sm_apply_beats`` beats (G = AB VL keys) of each row, one read (the SPAD's
@@ -2423,8 +2446,9 @@ class AttnMover(Mover):
                         m.d.sync += wfull[x].eq(1)
         m.d.comb += [wb.r_sel.eq(w_osel), wb.r_idx.eq(w_r)]
         w_row = wb.r_data
-        w_left = Signal(16)                               # VL groups (beats) from this group's on
-        m.d.comb += w_left.eq(sm_groups - w_g)
+        w_left = Signal(16)                               # VL groups (beats) from this group's on: sm_groups - w_g
+        with m.If(state == S.CHECK):                      # as a register (round 21: the subtraction in front of
+            m.d.sync += w_left.eq(sm_groups)              # the row's end and the skipped banks, 8.19 levels)
         w_rowdone = Signal()                              # this cycle's write ends the row
         if AB > 1:
             w_wide = stage(m, (sm_ins.w[:ab_log2] == 0) & (sm_ins.w_stride[:ab_log2] == 0), "w_wide")
@@ -2454,7 +2478,8 @@ class AttnMover(Mover):
             with m.If(w_rowdone):
                 m.d.sync += [w_r.eq(w_r + 1), w_addr.eq(w_addr + sm_ins.w_stride)]
                 with m.If(w_r == sm_rows_m1):
-                    m.d.sync += [w_r.eq(0), w_osel.eq(~w_osel), w_g.eq(w_g + AB), w_addr.eq(w_base + AB),
+                    m.d.sync += [w_r.eq(0), w_osel.eq(~w_osel), w_g.eq(w_g + AB), w_left.eq(w_left - AB),
+                                 w_addr.eq(w_base + AB),
                                  w_base.eq(w_base + AB)]
                     for x in range(2):
                         with m.If(w_osel == x):
