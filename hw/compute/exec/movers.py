@@ -2288,6 +2288,7 @@ class AttnMover(Mover):
         # (a frame's keys sm_fn = min(sm_fleft, sm_fblk) a register, set with sm_fleft: round 21, its compare and
         # choice reached the Unpacker's count registers, 9.06 levels from sm_fblk)
         m.d.comb += sm_qn.eq(Mux(sm_qleft < sm_blk, sm_qleft, sm_blk))
+        sm_fblk2 = stage(m, sm_fblk << 1, "sm_fblk2", 17)                                # stage 3
         with m.If(state == S.CHECK):
             m.d.sync += [sm_qaddr.eq(ddr_addr(sm_ins.seg)), sm_qleft.eq(Mux(sm_apply, sm_ins.keys, 0)),
                          sm_fleft.eq(Mux(sm_apply, sm_ins.keys, 0)),
@@ -2302,9 +2303,11 @@ class AttnMover(Mover):
         with m.If(sming & (sm_fleft != 0)):
             m.d.comb += vsc.cmd.valid.eq(1)
             with m.If(vsc.cmd.ready):
+                # (min(sm_fleft - sm_fn, sm_fblk): every frame but the last takes sm_fblk keys, so the rest is
+                # under sm_fblk when sm_fleft < 2 sm_fblk (after the last it is 0) -- no compare behind the subtraction)
                 f_next = Signal(16)
                 m.d.comb += f_next.eq(sm_fleft - sm_fn)
-                m.d.sync += [sm_fleft.eq(f_next), sm_fn.eq(Mux(f_next < sm_fblk, f_next, sm_fblk))]
+                m.d.sync += [sm_fleft.eq(f_next), sm_fn.eq(Mux(sm_fleft < sm_fblk2, f_next, sm_fblk))]
         with m.If(sming):
             m.d.comb += [vsc.i.valid.eq(b.in1.valid), vsc.i.payload.eq(b.in1.payload), b.in1.ready.eq(vsc.i.ready)]
         # APPLY's groups: AB = ``sm_apply_beats`` beats (G = AB VL keys) of each row, one read (the SPAD's
