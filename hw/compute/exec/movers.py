@@ -37,7 +37,6 @@ from amaranth.lib import data, enum, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import sat
 # ``stage``: one registered step of an instruction's decode.  The execute unit holds the word from
 # dispatch to the mover's ``done``, so a stage-k value is valid k cycles after it (unit.SETUP_CYCLES).
 from mcf.hw.arith import stage
@@ -737,7 +736,7 @@ class EmbedMover(Mover):
             c = Signal(name=f"eround{k}")
             m.d.sync += [t.eq(Mux(neg, (prod << left) << 1, Mux(sc == 0, prod << 1, prod >> sc1))),
                          c.eq(~neg & (sc != 0))]
-            xs.append(sat(m, (t + c) >> 1, 32))
+            xs.append(_round_sat32(m, t, c, k))
         wv = Signal()
         waddr = Signal(g.spad_bits)
         wdata = Signal(g.beat_bits)
@@ -760,6 +759,22 @@ class EmbedMover(Mover):
             m.d.sync += state.eq(S.IDLE)
         return m
 
+
+
+def _round_sat32(m, t: Value, c: Value, k: int) -> Signal:
+    """Golden ``sat((t + c) >> 1, 32)`` of a signed ``t`` (wider than 33 bits) and a bit ``c``, with the
+    clamp decided beside the add, not behind it (round 22: the add's carry into the top bits, then their
+    OR / AND, then the choice was 8.62 levels from ``eshift`` to EMBED's ``wdata``).  The sum's bits from
+    32 up are t's (``hi``) plus the low half's carry ``cy`` = c & t[:32] all ones: they are all zeros or
+    all ones (no clamp) when hi is 0 without the carry, -1 with or without it, or -2 with it; a clamp
+    takes t's sign (the sum's).  The kept value is bits 1 .. 32 of t[:33] + c (comb, signed 32)."""
+    hi = t[32:]
+    cy = c & t[:32].all()
+    keep = (~hi.any() & ~cy) | hi.all() | (~hi[0] & hi[1:].all() & cy)
+    sign = t[-1]
+    out = Signal(signed(32), name=f"eround_out{k}")
+    m.d.comb += out.eq(Mux(keep, (t[:33] + c)[1:33], Cat((~sign).replicate(31), sign)))
+    return out
 
 
 # --- GEMM --------------------------------------------------------------------------------------------
@@ -1946,7 +1961,7 @@ class AttnMover(Mover):
         mode = stage(m, e_ins.mode.as_value(), "mode")
         # ATTN_Q and ATTN_EMIT share spad, tokens, heads, tok_stride, head_stride (same offsets)
         rowsf = stage(m, q_ins.tokens * q_ins.heads, "rowsf", 18)                          # stage 1
-        rows_m1 = stage(m, q_ins.tokens * q_ins.heads - 1, "rows_m1", 18)                  # stage 1
+        rows_m1 = stage(m, rowsf - 1, "rows_m1", 18)                                       # stage 2
         S = AttnState
         state = Signal(S)
         m.d.comb += self.busy.eq(state != S.IDLE)
@@ -1987,17 +2002,21 @@ class AttnMover(Mover):
         # ATTN_SM: R rows, keys a multiple of VL, score (and APPLY: w) rows inside SPAD
         sm_apply = stage(m, sm_ins.phase.as_value() == isa.AttnPass.APPLY, "sm_apply")
         sm_rows = stage(m, sm_ins.tokens * sm_ins.heads, "sm_rows", 18)                     # stage 1
-        sm_rows_m1 = stage(m, sm_ins.tokens * sm_ins.heads - 1, "sm_rows_m1", 18)           # stage 1
+        sm_rows_m1 = stage(m, sm_rows - 1, "sm_rows_m1", 18)                                # stage 2
         sm_groups = stage(m, sm_ins.keys >> vl_log2, "sm_groups", 16)
         sm_groups_m1 = stage(m, sm_groups - 1, "sm_groups_m1", 16)
         sm_groups_m2 = stage(m, sm_groups - 2, "sm_groups_m2", 16)                           # stage 2
-        p_s = stage(m, sm_rows_m1 * sm_ins.s_stride, "p_s", 34)                             # stage 2
-        p_w = stage(m, sm_rows_m1 * sm_ins.w_stride, "p_w", 34)
+        # (the last row's offset (rows - 1) stride as rows x stride with the stride taken off the other side:
+        # round 21, the multiplier (a DSP) and the - 1 behind it in one stage were 8.25 levels to sm_rows_m1)
+        p_s = stage(m, sm_rows * sm_ins.s_stride, "p_s", 34)                                # stage 2
+        p_w = stage(m, sm_rows * sm_ins.w_stride, "p_w", 34)
+        b_s = stage(m, sm_ins.scores + sm_groups - sm_ins.s_stride, "b_s")
+        b_w = stage(m, sm_ins.w + sm_groups - sm_ins.w_stride, "b_w")
         bad_sm = stage(m, stage(m, (sm_ins.tokens == 0) | (sm_ins.heads == 0) | (sm_ins.keys == 0)
                                 | (sm_ins.keys[:vl_log2] != 0 if vl_log2 else 0), "bad_sm0")
                        | (sm_rows > R), "bad_sm1")                                            # stage 2
-        s_bad = stage(m, sm_ins.scores + p_s + sm_groups > g.spad_beats, "s_bad")                # stage 3
-        w_bad = stage(m, sm_ins.w + p_w + sm_groups > g.spad_beats, "w_bad")
+        s_bad = stage(m, b_s + p_s > g.spad_beats, "s_bad")                                     # stage 3
+        w_bad = stage(m, b_w + p_w > g.spad_beats, "w_bad")
         # CHECK's refusal: the range compares (stage 3) each gated by a flag of the decode, the rest chosen by
         # opcode a stage ahead (round 20: the choice by opcode, mode and what after the compares was 10-11
         # levels from ``mode`` to the state and the fault).  ATTN_Q: its rows, products, what, and (but ROWS)
@@ -2030,6 +2049,9 @@ class AttnMover(Mover):
         mx_r = Signal()
         aubusy = Signal()
         m.d.comb += aubusy.eq(au.busy | mx_r)
+        # state SM, SM with APPLY and WORDS as registers of their own (one-hot beside ``state``; round 21: the
+        # state's decode in front of the unit's ``s.valid`` / ``st`` ports, 9.06 / 10.0 levels joined)
+        sm_on, sm_ap, wd_on = Signal(), Signal(), Signal()
         with m.If(state == S.CHECK):
             # (a deferred MAX's row maxima may still be in the unit's pipeline: every instruction waits)
             with m.If(aubusy):
@@ -2039,26 +2061,39 @@ class AttnMover(Mover):
                 m.d.sync += state.eq(S.IDLE)
             with m.Elif(is_sm & ~sm_apply & sm_defer):     # MAX with defer: armed, done
                 m.d.sync += [armed.eq(1), a_first.eq(sm_ins.first), a_pos.eq(sm_ins.kpos0), a_keys.eq(sm_ins.keys),
-                             a_rows.eq(sm_rows), state.eq(S.FINISH)]
+                             a_rows.eq(sm_rows)]
             with m.Elif(is_sm & ~sm_apply):                # MAX: row beats -> the unit's ``mx``, no command
-                m.d.sync += state.eq(S.SM)
+                m.d.sync += sm_on.eq(1)
             with m.Elif(is_sm):
-                m.d.sync += [cmd_v.eq(1), cmd_p.eq(0), cmd_p.src.eq(1), cmd_p.phase.eq(sm_ins.phase),
-                             cmd_p.first.eq(sm_ins.first), state.eq(S.SM)]
+                m.d.sync += [cmd_v.eq(1), sm_on.eq(1), sm_ap.eq(1)]
             with m.Elif(is_q):
-                m.d.sync += state.eq(Mux(what == isa.AttnLoad.QUERY, S.QUERY,
-                                         Mux(rows_only, S.ROWS, Mux(load_o, S.OLOAD, S.WORDS))))
-                m.d.sync += clr.eq((what == isa.AttnLoad.QUERY) | rows_only)   # both empty every state
+                m.d.sync += [clr.eq((what == isa.AttnLoad.QUERY) | rows_only),  # both empty every state
+                             wd_on.eq((what != isa.AttnLoad.QUERY) & ~rows_only & ~load_o)]
                 with m.If(what == isa.AttnLoad.QUERY):
                     m.d.sync += wide_q.eq(rowsf > PR)
                 with m.If(rows_only):
                     m.d.sync += wide_q.eq(1)
             with m.Elif(is_emit):
-                m.d.sync += [cmd_v.eq(1), cmd_p.eq(0), cmd_p.emit.eq(1), cmd_p.mode.eq(mode), cmd_p.rows.eq(rowsf),
-                             state.eq(S.EMIT)]
+                m.d.sync += cmd_v.eq(1)
             with m.Else():
-                m.d.sync += state.eq(Mux(kv_ins.gated, S.GATE, S.KV))
                 m.d.comb += go_kv.eq(~kv_ins.gated)
+        # CHECK's next state and the unit's command chosen by opcode a stage ahead (stage 2), taken unless the
+        # unit is busy or the instruction refused; the command loads in every CHECK (and GATE) cycle, ``cmd_v``
+        # is clear then.  (Round 21: the unit's ``busy`` through CHECK's choices to ``state`` 10.0 levels, to
+        # ``cmd_p`` / ``cmd.valid`` 9.0.)
+        chk_to = stage(m, Mux(is_sm, Mux(~sm_apply & sm_defer, S.FINISH, S.SM),
+                              Mux(is_q, Mux(what == isa.AttnLoad.QUERY, S.QUERY,
+                                            Mux(rows_only, S.ROWS, Mux(load_o, S.OLOAD, S.WORDS))),
+                                  Mux(is_emit, S.EMIT, Mux(kv_ins.gated, S.GATE, S.KV)))), "chk_to", S)
+        cmd_sm, cmd_em, cmd_kv = (Signal(au.cmd.payload.shape(), name=f"cmd_{x}") for x in ("sm", "em", "kv"))
+        m.d.comb += [cmd_sm.src.eq(1), cmd_sm.phase.eq(sm_ins.phase), cmd_sm.first.eq(sm_ins.first),
+                     cmd_em.emit.eq(1), cmd_em.mode.eq(mode), cmd_em.rows.eq(rowsf),
+                     cmd_kv.phase.eq(kv_ins.phase), cmd_kv.first.eq(kv_ins.first)]
+        chk_cmd = stage(m, Mux(is_sm, cmd_sm, Mux(is_emit, cmd_em, cmd_kv)), "chk_cmd", au.cmd.payload.shape())
+        with m.If((state == S.CHECK) & ~aubusy & ~bad):
+            m.d.sync += state.eq(chk_to)
+        with m.If((state == S.CHECK) | (state == S.GATE)):
+            m.d.sync += cmd_p.eq(chk_cmd)
 
         # --- SPAD reads (QUERY, O: rows at (tok_stride, head_stride); MREF / STATE: words) -----------------------------------------------------------
         NB = g.spad_banks                                # ATTN_SM MAX: NB beats of a row a read (wide)
@@ -2070,18 +2105,25 @@ class AttnMover(Mover):
                                                          # compare reached tbase through rq.issue)
         base = Signal(g.spad_bits + 20)                  # (t, j) row base
         tbase = Signal(g.spad_bits + 20)                 # token t's base
+        # (whether a row's beat is left (t_i != tokens), the row's last beat and the token's last head as registers:
+        # round 21: the compares of t_i with the word's ``tokens`` and of h_i with heads - 1, through the issue,
+        # chose the next base: 10.0 levels from the instruction word to ``base`` / ``tbase``)
+        t_more, i_last, h_last = Signal(), Signal(), Signal()
+        heads_m2 = stage(m, heads_m1 - 1, "heads_m2", 8)                                 # stage 2
         with m.If(state == S.CHECK):
             m.d.sync += [t_i.eq(0), h_i.eq(0), i_i.eq(0), w_i.eq(0), base.eq(q_ins.spad), tbase.eq(q_ins.spad),
-                         w_more.eq(nbeats != 0)]
-        querying, wording, oloading = state == S.QUERY, state == S.WORDS, state == S.OLOAD
+                         w_more.eq(nbeats != 0), t_more.eq(1), i_last.eq(rb == 1), h_last.eq(heads_m1 == 0)]
+        querying, wording, oloading = state == S.QUERY, wd_on, state == S.OLOAD
         with m.If(querying | oloading):
-            m.d.comb += [rq.addr.eq(base + i_i), rq.issue.eq(rq.room & (t_i != q_ins.tokens))]
+            m.d.comb += [rq.addr.eq(base + i_i), rq.issue.eq(rq.room & t_more)]
             with m.If(rq.issue):
-                m.d.sync += i_i.eq(i_i + 1)
-                with m.If(i_i == rb - 1):
-                    m.d.sync += [i_i.eq(0), h_i.eq(h_i + 1), base.eq(base + q_ins.head_stride)]
-                    with m.If(h_i == heads_m1):
-                        m.d.sync += [h_i.eq(0), t_i.eq(t_i + 1), base.eq(tbase + q_ins.tok_stride),
+                m.d.sync += [i_i.eq(i_i + 1), i_last.eq(i_i == rb - 2)]
+                with m.If(i_last):
+                    m.d.sync += [i_i.eq(0), i_last.eq(rb == 1), h_i.eq(h_i + 1), h_last.eq(h_i == heads_m2),
+                                 base.eq(base + q_ins.head_stride)]
+                    with m.If(h_last):
+                        m.d.sync += [h_i.eq(0), h_last.eq(heads_m1 == 0), t_i.eq(t_i + 1),
+                                     t_more.eq(t_i != tok_m1), base.eq(tbase + q_ins.tok_stride),
                                      tbase.eq(tbase + q_ins.tok_stride)]
         with m.If(wording):
             m.d.comb += [rq.addr.eq(q_ins.spad + w_i), rq.issue.eq(rq.room & w_more)]
@@ -2136,18 +2178,23 @@ class AttnMover(Mover):
         wk = Signal(range(VL))
         wrow, wword = Signal(range(R + 1)), Signal(range(D + 2))
         wcount = Signal(24)
+        # (the last word (wcount == nwords - 1) as a register: round 22, its compare reached the read queue's
+        # count through ``take`` and the state, 10.0 levels from ``nwords_m1``)
+        w_last = Signal()
+        nwords_m2 = stage(m, nwords - 2, "nwords_m2", 24)                                 # stage 3
         with m.If(state == S.CHECK):
-            m.d.sync += [wk.eq(0), wrow.eq(0), wword.eq(0), wcount.eq(0)]
+            m.d.sync += [wk.eq(0), wrow.eq(0), wword.eq(0), wcount.eq(0), w_last.eq(nwords_m1 == 0)]
         words = Array(rq_beat[32 * x:32 * (x + 1)] for x in range(VL))
+        # (the row, word and data every cycle, only ``en`` behind the state: the unit reads them only with
+        # ``en``; round 21: the state's decode in front of them was 10.0 levels to the unit's ``st.word``)
+        m.d.comb += [au.st.row.eq(wrow), au.st.word.eq(wword), au.st.data.eq(words[wk])]
         with m.If(wording & rq.valid):
-            m.d.comb += [au.st.en.eq(1), au.st.row.eq(wrow), au.st.word.eq(wword),
-                         au.st.data.eq(words[wk]),
-                         rq.take.eq((wk == VL - 1) | (wcount == nwords_m1))]
-            m.d.sync += [wk.eq(wk + 1), wcount.eq(wcount + 1), wword.eq(wword + 1)]
+            m.d.comb += [au.st.en.eq(1), rq.take.eq((wk == VL - 1) | w_last)]
+            m.d.sync += [wk.eq(wk + 1), wcount.eq(wcount + 1), w_last.eq(wcount == nwords_m2), wword.eq(wword + 1)]
             with m.If(wword == per_row - 1):
                 m.d.sync += [wword.eq(0), wrow.eq(wrow + 1)]
-            with m.If(wcount == nwords_m1):
-                m.d.sync += state.eq(S.FINISH)
+            with m.If(w_last):
+                m.d.sync += [state.eq(S.FINISH), wd_on.eq(0)]
 
         # --- ATTN_EMIT: words -> beats -> SPAD ---------------------------------------------------------
         # (round 21: the beat's words, its lanes, whether this transfer closes it and the beat's address from
@@ -2221,19 +2268,25 @@ class AttnMover(Mover):
                          sr.cmd.payload.kpos0.eq(kv_ins.kpos0), sr.cmd.payload.pos_stride.eq(kv_ins.pos_stride)]
         with m.If(go_kv):
             m.d.comb += [ks.cmd.valid.eq(1), vs.cmd.valid.eq(apply)]
-            m.d.sync += [cmd_v.eq(1), cmd_p.eq(0), cmd_p.phase.eq(kv_ins.phase), cmd_p.first.eq(kv_ins.first)]
+            m.d.sync += cmd_v.eq(1)
+        # (the pass's command (``chk_cmd``, above) and the runs' registers load before ``go_kv``: every cycle out
+        # of KV; the readers read them only from then on.  Round 21: the gate's last lookup through ``go_kv`` to
+        # ``cmd_p`` / ``kseg`` / ``vseg`` was 9.0 levels)
         # requests: per block, the K segment's scale region then its rows region (and V's)
         scale_b = stage(m, pad_up(kv_ins.keys << 1), "scale_b", 20)
         kseg = Signal(ADDR_BITS)
         rblk = Signal(17)
         rphase = Signal()
         vseg = Signal(ADDR_BITS)
-        with m.If(go_kv):
+        # (rblk != blocks as a register: round 21, its compare with the word's ``blocks`` reached the read
+        # streams through the requests' valid, 84 end points over 8)
+        r_more = Signal()
+        with m.If(state != S.KV):
             m.d.sync += [kseg.eq(ddr_addr(kv_ins.seg)), vseg.eq(ddr_addr(kv_ins.seg) + ddr_addr(kv_ins.v_off)),
-                         rblk.eq(0), rphase.eq(0)]
+                         rblk.eq(0), rphase.eq(0), r_more.eq(1)]             # (blocks = 0 is refused)
         s_beats = stage(m, ceil_beats(kv_ins.keys << 1, g.bus_log2), "s_beats", 17)
         r_beats = stage(m, ceil_beats(kv_ins.keys * (D // 2), g.bus_log2), "r_beats", 24)
-        requesting = (state == S.KV) & (rblk != kv_ins.blocks)
+        requesting = (state == S.KV) & r_more
         m.d.comb += [b.req0.payload.addr.eq(Mux(rphase, kseg + scale_b, kseg)),
                      b.req0.payload.beats.eq(Mux(rphase, r_beats, s_beats)),
                      b.req1.payload.addr.eq(Mux(rphase, vseg + scale_b, vseg)),
@@ -2242,8 +2295,8 @@ class AttnMover(Mover):
             m.d.comb += [b.req0.valid.eq(1), b.req1.valid.eq(apply)]
             m.d.sync += rphase.eq(~rphase)
             with m.If(rphase):
-                m.d.sync += [rblk.eq(rblk + 1), kseg.eq(kseg + ddr_addr(kv_ins.seg_stride)),
-                             vseg.eq(vseg + ddr_addr(kv_ins.seg_stride))]
+                m.d.sync += [rblk.eq(rblk + 1), r_more.eq(rblk != blocks_m1),
+                             kseg.eq(kseg + ddr_addr(kv_ins.seg_stride)), vseg.eq(vseg + ddr_addr(kv_ins.seg_stride))]
         m.d.comb += [ks.i.valid.eq(b.in0.valid), ks.i.payload.eq(b.in0.payload), b.in0.ready.eq(ks.i.ready),
                      vs.i.valid.eq(b.in1.valid), vs.i.payload.eq(b.in1.payload), b.in1.ready.eq(vs.i.ready),
                      au.k.valid.eq(ks.o.valid), au.k.payload.eq(ks.o.payload), ks.o.ready.eq(au.k.ready),
@@ -2251,12 +2304,12 @@ class AttnMover(Mover):
                      au.v.payload.e.eq(vs.o.payload.e), vs.o.ready.eq(au.v.ready)]
         kv_started = Signal()
         m.d.sync += kv_started.eq(go_kv)
-        with m.If((state == S.KV) & ~kv_started & ~au.busy & ~ks.busy & ~vs.busy & (rblk == kv_ins.blocks)):
+        with m.If((state == S.KV) & ~kv_started & ~au.busy & ~ks.busy & ~vs.busy & ~r_more):
             m.d.sync += state.eq(S.FINISH)
         kv_starved = (state == S.KV) & au.busy & ~ks.o.valid
 
         # --- ATTN_SM: score rows -> transpose buffers -> the unit; w -> buffers -> w rows -------------------
-        sming = state == S.SM
+        sming = sm_on
         # key j's V scale word A | E << 8: per block of the run (block_keys = 0: one block of every key) a
         # request for its words, the requests running ahead of the Unpacker's frames: one frame of every
         # key when a block's words are whole bus beats (the blocks' beats then hold the words back to
@@ -2269,10 +2322,14 @@ class AttnMover(Mover):
         sm_qaddr = Signal(ADDR_BITS)
         sm_qleft, sm_fleft = Signal(16), Signal(16)       # keys still to ask for / to frame
         sm_qn, sm_fn = Signal(16), Signal(16)
-        m.d.comb += [sm_qn.eq(Mux(sm_qleft < sm_blk, sm_qleft, sm_blk)), sm_fn.eq(Mux(sm_fleft < sm_fblk, sm_fleft, sm_fblk))]
+        # (a frame's keys sm_fn = min(sm_fleft, sm_fblk) a register, set with sm_fleft: round 21, its compare and
+        # choice reached the Unpacker's count registers, 9.06 levels from sm_fblk)
+        m.d.comb += sm_qn.eq(Mux(sm_qleft < sm_blk, sm_qleft, sm_blk))
+        sm_fblk2 = stage(m, sm_fblk << 1, "sm_fblk2", 17)                                # stage 3
         with m.If(state == S.CHECK):
             m.d.sync += [sm_qaddr.eq(ddr_addr(sm_ins.seg)), sm_qleft.eq(Mux(sm_apply, sm_ins.keys, 0)),
-                         sm_fleft.eq(Mux(sm_apply, sm_ins.keys, 0))]
+                         sm_fleft.eq(Mux(sm_apply, sm_ins.keys, 0)),
+                         sm_fn.eq(Mux(sm_apply, Mux(sm_ins.keys < sm_fblk, sm_ins.keys, sm_fblk), 0))]
         with m.If(sming & (sm_qleft != 0)):
             m.d.comb += [b.req1.valid.eq(1), b.req1.payload.addr.eq(sm_qaddr),
                          b.req1.payload.beats.eq(ceil_beats(sm_qn << 1, g.bus_log2))]
@@ -2283,7 +2340,11 @@ class AttnMover(Mover):
         with m.If(sming & (sm_fleft != 0)):
             m.d.comb += vsc.cmd.valid.eq(1)
             with m.If(vsc.cmd.ready):
-                m.d.sync += sm_fleft.eq(sm_fleft - sm_fn)
+                # (min(sm_fleft - sm_fn, sm_fblk): every frame but the last takes sm_fblk keys, so the rest is
+                # under sm_fblk when sm_fleft < 2 sm_fblk (after the last it is 0) -- no compare behind the subtraction)
+                f_next = Signal(16)
+                m.d.comb += f_next.eq(sm_fleft - sm_fn)
+                m.d.sync += [sm_fleft.eq(f_next), sm_fn.eq(Mux(sm_fleft < sm_fblk2, f_next, sm_fblk))]
         with m.If(sming):
             m.d.comb += [vsc.i.valid.eq(b.in1.valid), vsc.i.payload.eq(b.in1.payload), b.in1.ready.eq(vsc.i.ready)]
         # APPLY's groups: AB = ``sm_apply_beats`` beats (G = AB VL keys) of each row, one read (the SPAD's
@@ -2310,10 +2371,17 @@ class AttnMover(Mover):
         # reached the unit's count / en compares in one cycle, 14.1 levels): a write a cycle later,
         # ``aubusy`` covering the cycle it is held (CHECK, SM's end wait)
         mxr = Signal(data.StructLayout({"row": len(au.mx.row), "first": 1, "pos": len(au.mx.pos),
-                                        "count": len(au.mx.count), "data": len(au.mx.data)}))
+                                        "data": len(au.mx.data)}))
+        # the count as min(mx_d, mx_n) after the registers (the keys left from the words' first, the words):
+        # the unit registers its words' "j < count" flags at its port.  (Round 21: GEMM_QK's key choice, the
+        # subtraction from the MAX's keys, the compare with qk_n and the choice before the register: 9.19
+        # levels from ``gemm.pv`` to ``mxr``.)
+        mx_d, mx_n = Signal(20), Signal(len(au.mx.count))
+        mx_cnt = Signal(len(au.mx.count))
+        m.d.comb += mx_cnt.eq(Mux(mx_d >= mx_n, mx_n, mx_d))
         m.d.sync += mx_r.eq(0)
         m.d.comb += [au.mx.en.eq(mx_r), au.mx.row.eq(mxr.row), au.mx.first.eq(mxr.first), au.mx.pos.eq(mxr.pos),
-                     au.mx.count.eq(mxr.count), au.mx.data.eq(mxr.data)]
+                     au.mx.count.eq(mx_cnt), au.mx.data.eq(mxr.data)]
         with m.If(sming):
             m.d.comb += [rq.addr.eq(sm_raddr),
                          rq.issue.eq(rq.room & sm_gmore
@@ -2332,8 +2400,7 @@ class AttnMover(Mover):
                 left = Signal(16)                        # the row's groups from this read on
                 m.d.comb += left.eq(sm_groups - sm_mg)
                 m.d.sync += [mx_r.eq(1), mxr.row.eq(sm_fr), mxr.first.eq(sm_mfirst),
-                             mxr.pos.eq(sm_mpos), mxr.data.eq(rq.words),
-                             mxr.count.eq(Mux(left >= NB, NB * VL, left << vl_log2))]
+                             mxr.pos.eq(sm_mpos), mxr.data.eq(rq.words), mx_d.eq(left << vl_log2), mx_n.eq(NB * VL)]
                 with m.If(sm_fr == sm_rows_m1):
                     m.d.sync += [sm_mfirst.eq(0), sm_mpos.eq(sm_mpos + NB * VL), sm_mg.eq(sm_mg + NB)]
             m.d.comb += [tb.w_en.eq(rq.valid), tb.w_sel.eq(sm_fsel), tb.w_idx.eq(sm_fr), tb.w_data.eq(rq.words[:G * 32])]
@@ -2352,8 +2419,7 @@ class AttnMover(Mover):
         # registers' load enable it put 1 314 of the glue's end points at 9 levels)
         with m.If(~sming):
             m.d.sync += [mxr.row.eq(self.qk_row), mxr.first.eq(a_first & (self.qk_key == 0)),
-                         mxr.pos.eq(a_pos + qk_key_lo), mxr.data.eq(self.qk_data),
-                         mxr.count.eq(Mux(qk_left >= self.qk_n, self.qk_n, qk_left))]
+                         mxr.pos.eq(a_pos + qk_key_lo), mxr.data.eq(self.qk_data), mx_d.eq(qk_left), mx_n.eq(self.qk_n)]
         with m.If(armed & self.qk_en & (self.qk_row < a_rows) & qk_in):
             m.d.sync += mx_r.eq(1)
         # disarmed by the GEMM_QK's end, and by a program's start (round 21: a MAX deferred at the end of a
@@ -2381,7 +2447,7 @@ class AttnMover(Mover):
         m.d.comb += [sp.s.eq(tb.r_data), sp.pos.eq(sm_pos),
                      sp.va.eq(vsc.o.payload[:8]), sp.ve.eq(vsc.o.payload[8:]), sp.last.eq(sm_final)]
         s_go = Signal()
-        m.d.comb += [au.s.valid.eq(sming & sm_apply & sm_full.bit_select(sm_esel, 1) & vsc.o.valid),
+        m.d.comb += [au.s.valid.eq(sm_ap & sm_full.bit_select(sm_esel, 1) & vsc.o.valid),
                      s_go.eq(au.s.valid & au.s.ready), vsc.o.ready.eq(s_go & sm_apply)]
         with m.If(s_go):
             m.d.sync += [sm_j.eq(sm_j + 1), sm_pos.eq(sm_pos + 1)]
@@ -2420,8 +2486,9 @@ class AttnMover(Mover):
                         m.d.sync += wfull[x].eq(1)
         m.d.comb += [wb.r_sel.eq(w_osel), wb.r_idx.eq(w_r)]
         w_row = wb.r_data
-        w_left = Signal(16)                               # VL groups (beats) from this group's on
-        m.d.comb += w_left.eq(sm_groups - w_g)
+        w_left = Signal(16)                               # VL groups (beats) from this group's on: sm_groups - w_g
+        with m.If(state == S.CHECK):                      # as a register (round 21: the subtraction in front of
+            m.d.sync += w_left.eq(sm_groups)              # the row's end and the skipped banks, 8.19 levels)
         w_rowdone = Signal()                              # this cycle's write ends the row
         if AB > 1:
             w_wide = stage(m, (sm_ins.w[:ab_log2] == 0) & (sm_ins.w_stride[:ab_log2] == 0), "w_wide")
@@ -2453,7 +2520,8 @@ class AttnMover(Mover):
             with m.If(w_rowdone):
                 m.d.sync += [w_r.eq(w_r + 1), w_addr.eq(w_addr + sm_ins.w_stride)]
                 with m.If(w_r == sm_rows_m1):
-                    m.d.sync += [w_r.eq(0), w_osel.eq(~w_osel), w_g.eq(w_g + AB), w_addr.eq(w_base + AB),
+                    m.d.sync += [w_r.eq(0), w_osel.eq(~w_osel), w_g.eq(w_g + AB), w_left.eq(w_left - AB),
+                                 w_addr.eq(w_base + AB),
                                  w_base.eq(w_base + AB)]
                     for x in range(2):
                         with m.If(w_osel == x):
@@ -2462,9 +2530,9 @@ class AttnMover(Mover):
         m.d.sync += sm_started.eq(state == S.CHECK)
         with m.If(sming & ~sm_started & Mux(sm_apply, sm_eg >= sm_groups, sm_gi >= sm_groups) & ~aubusy & ~rq.busy
                   & (~sm_apply | ((w_g >= sm_groups) & ~vsc.busy & (sm_fleft == 0)))):
-            m.d.sync += state.eq(S.FINISH)
+            m.d.sync += [state.eq(S.FINISH), sm_on.eq(0), sm_ap.eq(0)]
         # starved: waiting for K (ATTN_KV) or for a V scale word (ATTN_SM APPLY)
-        m.d.comb += b.starved.eq(kv_starved | (sming & sm_apply & sm_full.bit_select(sm_esel, 1) & ~vsc.o.valid))
+        m.d.comb += b.starved.eq(kv_starved | (sm_ap & sm_full.bit_select(sm_esel, 1) & ~vsc.o.valid))
         with m.If(state == S.FINISH):
             m.d.comb += self.done.eq(1)
             m.d.sync += state.eq(S.IDLE)

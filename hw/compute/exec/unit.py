@@ -188,15 +188,29 @@ class ExecUnit(wiring.Component):
                      am.qk_key.eq(gm.qk_key), am.qk_n.eq(gm.qk_n), am.qk_data.eq(gm.qk_data),
                      am.prog_start.eq(self.clear)]
 
-        def reserved_clear(o: isa.Opcode):
+        def reserved_fields(o: isa.Opcode) -> list[tuple[int, int]]:
             v = data.View(LAYOUT[o], word)
-            return Cat(*[Value.cast(getattr(v, f.name)) for f in isa.LAYOUTS[o].fields if f.reserved]) == 0
+            return [(sl.start, sl.stop) for sl in (Value.cast(getattr(v, f.name))
+                                                   for f in isa.LAYOUTS[o].fields if f.reserved)]
 
-        # the decode, registered: per opcode whether it is this build's and its reserved bits are clear
+        # the decode, registered: per opcode whether it is this build's and its reserved bits are clear.  The
+        # reserved bits in disjoint segments (between every reserved field's ends, over every opcode), each
+        # segment's "all zeros" a register of the first DECODE cycle, ANDed per opcode in the last (round 21:
+        # each opcode's own OR of up to 233 bits, the fields' shared tails chained: 10.0 levels from the word
+        # to ``legal_attn_emit``)
         ops = [isa.Opcode.END, isa.Opcode.SYNC] + [o for name in names for o in self.movers[name].OPS]
+        fields = {o: reserved_fields(o) for o in ops}
+        rsv = {o: {b for lo, hi in fields[o] for b in range(lo, hi)} for o in ops}
+        cuts = sorted({e for o in ops for f in fields[o] for e in f})
+        segs = [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if any(lo in rsv[o] for o in ops)]
+        seg_z = [Signal(name=f"rsv_z{lo}") for lo, _ in segs]
+        for z, (lo, hi) in zip(seg_z, segs):
+            m.d.sync += z.eq(word[lo:hi] == 0)
+        op_is = {o: Signal(name=f"op_is_{o.name.lower()}") for o in ops}
         legal = {o: Signal(name=f"legal_{o.name.lower()}") for o in ops}
         for o in ops:
-            m.d.sync += legal[o].eq((op == int(o)) & reserved_clear(o))
+            m.d.sync += op_is[o].eq(op == int(o))
+            m.d.comb += legal[o].eq(Cat(op_is[o], *[z for z, (lo, _) in zip(seg_z, segs) if lo in rsv[o]]).all())
         wait = Signal(range(SETUP_CYCLES + 1))
         with m.If(self.instr.valid & self.instr.ready):
             m.d.sync += wait.eq(SETUP_CYCLES - 1)
@@ -204,7 +218,7 @@ class ExecUnit(wiring.Component):
         # ``go`` one bit a mover (its ``start`` strobe is that register), END / SYNC, or none (ILLEGAL_INSTRUCTION)
         go = Signal(len(names))
         go_fin, go_ill = Signal(), Signal()
-        assert SETUP_CYCLES >= 2, "the legal flags (a register of the word) settle in the first DECODE cycle"
+        assert SETUP_CYCLES >= 2, "the legal flags' registers (of the word) settle in the first DECODE cycle"
         last_decode = (state == S.DECODE) & (wait == 0)
         movers_go = [Cat(*[legal[o] for o in self.movers[name].OPS]).any() for name in names]
         fin = legal[isa.Opcode.END] | legal[isa.Opcode.SYNC]
