@@ -2135,8 +2135,12 @@ class AttnMover(Mover):
         # done with its last write, O once the unit's write-back pipeline is empty
         qt, qh = Signal(range(R + 1)), Signal(range(R + 1))
         osub, oslice, orow, osent = Signal(range(max(nt, 2))), Signal(range(D // W + 1)), Signal(range(R + 1)), Signal()
+        # the last row as a register counted down from rows - 1 (round 22: ``orow == rows_m1`` was the glue's
+        # one 10.0-level path, orow -> state)
+        oleft, o_last = Signal(18), Signal()
         with m.If(state == S.CHECK):
-            m.d.sync += [qt.eq(0), qh.eq(0), osub.eq(0), oslice.eq(0), orow.eq(0), osent.eq(0)]
+            m.d.sync += [qt.eq(0), qh.eq(0), osub.eq(0), oslice.eq(0), orow.eq(0), osent.eq(0),
+                         oleft.eq(rows_m1), o_last.eq(rows_m1 == 0)]
         oslices = Array(rq_beat[32 * W * x:32 * W * (x + 1)] for x in range(nt))
         mants = mantissas(rq_beat, VL)
         qslices = Array(mants[MANT_BITS * W * x:MANT_BITS * W * (x + 1)] for x in range(nt))
@@ -2147,10 +2151,11 @@ class AttnMover(Mover):
             with m.If(osub == nt - 1):
                 m.d.sync += osub.eq(0)
             with m.If(oslice == D // W - 1):
-                m.d.sync += [oslice.eq(0), orow.eq(orow + 1), qh.eq(qh + 1)]
+                m.d.sync += [oslice.eq(0), orow.eq(orow + 1), qh.eq(qh + 1), oleft.eq(oleft - 1),
+                             o_last.eq(oleft == 1)]
                 with m.If(qh == heads_m1):
                     m.d.sync += [qh.eq(0), qt.eq(qt + 1)]
-                with m.If(orow == rows_m1):
+                with m.If(o_last):
                     m.d.sync += osent.eq(1)
                     with m.If(querying):
                         m.d.sync += state.eq(S.FINISH)
