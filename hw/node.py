@@ -638,10 +638,15 @@ class SeqRegisters(wiring.Component):
         # --- writes -----------------------------------------------------------------------------
         mask = Signal(DATA_BITS)
         m.d.comb += mask.eq(Cat(*(bus.w_strb[i].replicate(8) for i in range(DATA_BITS // 8))))
+        # the word's bits within the window (``w_en`` pulses for the window's registers only:
+        # ``RegisterBusSignature``; issue 14: the whole address's compare was in front of
+        # SEQ_CONTROL's abort and so of the sequencer's fault)
+        wbits = (len(SEQ_WINDOW) // 4 - 1).bit_length()
+        assert SEQ_WINDOW.start % len(SEQ_WINDOW) == 0, "the sequencer's window must be aligned to its size"
         with m.If(bus.w_en):
-            with m.Switch(bus.w_addr):
+            with m.Switch(bus.w_addr[:wbits]):
                 for r in regs:
-                    with m.Case(r.offset >> 2):
+                    with m.Case((r.offset >> 2) % (1 << wbits)):
                         if r.access is Access.RW:
                             s = store[r.name]
                             m.d.sync += s.eq(((s & ~mask) | (bus.w_data & mask)) & r.mask)

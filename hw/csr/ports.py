@@ -74,7 +74,9 @@ class RegisterBusSignature(wiring.Signature):
     """Registers that another block implements (the sequencer's window), from the register
     block's side (``Out``).  ``addr`` is the register's word index (byte offset / 4).  A
     ``w_en`` pulse writes ``w_data`` under the byte mask ``w_strb``; an ``r_en`` pulse asks for
-    a read, answered by one ``r_valid`` pulse with ``r_data`` one or more cycles later."""
+    a read, answered by one ``r_valid`` pulse with ``r_data`` one or more cycles later.  Both
+    pulse only for an address of one of the window's registers (the register block decodes it),
+    so the implementer may decode the address's bits within the window alone."""
 
     def __init__(self):
         super().__init__({

@@ -182,12 +182,18 @@ class ControlRegisters(wiring.Component):
         # --- write channel ---------------------------------------------------------------------
         aw_held, w_held = Signal(), Signal()
         aw_addr = Signal(ADDR_BITS)
+        # whether the held address is a register of the sequencer's window: decoded as AW is
+        # taken, so the window's write strobe is one AND of registers (issue 14: the decode of
+        # the held address ran on into SEQ_CONTROL's abort and the sequencer's fault, 9 levels)
+        aw_ext = Signal()
         w_data, w_strb = Signal(DATA_BITS), Signal(DATA_BITS // 8)
         bvalid, bresp = Signal(), Signal(2)
         m.d.comb += [bus.awready.eq(~aw_held), bus.wready.eq(~w_held),
                      bus.bvalid.eq(bvalid), bus.bresp.eq(bresp)]
         with m.If(bus.awvalid & bus.awready):
-            m.d.sync += [aw_held.eq(1), aw_addr.eq(bus.awaddr)]
+            m.d.sync += [aw_held.eq(1), aw_addr.eq(bus.awaddr),
+                         aw_ext.eq(Cat(*(bus.awaddr[2:] == r.offset >> 2 for r in regs if r.name in external)).any()
+                                   if external else 0)]
         with m.If(bus.wvalid & bus.wready):
             m.d.sync += [w_held.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
         with m.If(bus.bvalid & bus.bready):
@@ -219,7 +225,7 @@ class ControlRegisters(wiring.Component):
                         if r.access is Access.RO:
                             pass
                         elif r.name in external:
-                            m.d.comb += [w_ok.eq(1), self.seq_regs.w_en.eq(1)]
+                            m.d.comb += w_ok.eq(1)      # (the write strobe: ``aw_ext``, below)
                         elif r.name == "ROUTE_DATA":
                             m.d.comb += [w_ok.eq(1), self.route.w_en.eq(1)]
                         elif r.access is Access.RW:
@@ -234,7 +240,8 @@ class ControlRegisters(wiring.Component):
                             m.d.comb += [w_ok.eq(1), pulse[r.name].eq(written & r.mask)]
         m.d.comb += [self.route.addr.eq(fld("ROUTE_INDEX", "index")), self.route.w_data.eq(w_data)]
         if self.seq:
-            m.d.comb += [self.seq_regs.w_data.eq(w_data), self.seq_regs.w_strb.eq(w_strb)]
+            m.d.comb += [self.seq_regs.w_en.eq(do_write & aw_ext),
+                         self.seq_regs.w_data.eq(w_data), self.seq_regs.w_strb.eq(w_strb)]
 
         w1c_clear = {r.name: Signal(DATA_BITS, name=f"c_{r.name.lower()}")
                      for r in REGISTERS if r.access is Access.W1C}
