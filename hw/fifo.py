@@ -1,4 +1,5 @@
-"""``PrefetchFIFO``: a FIFO whose reader's ready reaches only its output registers.
+"""``PrefetchFIFO``: a FIFO whose reader's ready reaches only its output registers
+(``BlockFIFO``: ``SyncFIFOBuffered`` in block RAM, its level and chosen bits from registers).
 
 Amaranth's ``SyncFIFOBuffered`` reads its memory and counts its level on the reader's
 ``r_en``: a ready that comes from far away (another unit, another part of the node) then runs
@@ -11,7 +12,7 @@ bits, one LUT deep.  Reads are as in ``SyncFIFOBuffered``: a word written in cyc
 """
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -83,6 +84,76 @@ class PrefetchFIFO(wiring.Component):
         with m.If(move & ~ready):
             m.d.sync += e1.eq(rp.data)          # the word behind a head that stays
         m.d.sync += [v0.eq(v1 | move | (v0 & ~ready)), v1.eq(~ready & (v1 | (v0 & move)))]
+        return m
+
+
+class BlockFIFO(wiring.Component):
+    """Amaranth's ``SyncFIFOBuffered(width, depth)``, cycle for cycle (the same ``w_rdy``,
+    ``r_rdy``, ``r_data`` and ``level`` in every cycle), for a deep FIFO in block RAM whose
+    reader's and writer's strobes arrive late (issue 14):
+
+    * the memory's word is on ``r_data`` straight from the block RAM's read, which comes late in
+      the cycle (``mcf.sw.timing.BRAM_START_LEVELS``).  The word's top ``fast`` bits (a packet's
+      TLAST, say) are also kept in a copy in LUT RAM, read with the block RAM's read into a
+      register: on ``r_data`` they come from a flip-flop, for a reader that decides on them;
+    * the memory's level moves to ``level + 1`` or ``level - 1`` held in registers beside it (a
+      multiplexer on the strobes), not through an adder behind them.
+
+    ``depth - 1`` words of memory, the last word in the read's output (as ``SyncFIFOBuffered``)."""
+
+    def __init__(self, width: int, depth: int, fast: int = 0):
+        if depth < 2:
+            raise ValueError(f"depth={depth}: must be >= 2")
+        if not 0 <= fast <= width:
+            raise ValueError(f"fast={fast}: must be in 0 .. width={width}")
+        self.width, self.depth, self.fast = width, depth, fast
+        super().__init__({"w_en": In(1), "w_data": In(width), "w_rdy": Out(1),
+                          "r_en": In(1), "r_data": Out(width), "r_rdy": Out(1),
+                          "level": Out(range(depth + 1))})
+
+    def elaborate(self, platform):
+        m = Module()
+        D, W, F = self.depth - 1, self.width, self.fast
+        level = Signal(range(D + 1), name="inner_level")
+        up, down = Signal.like(level, name="inner_level_p1", init=1), Signal.like(level, name="inner_level_m1")
+        w, r = Signal(), Signal()
+        m.d.comb += [self.w_rdy.eq(level != D), w.eq(self.w_en & self.w_rdy),
+                     r.eq((level != 0) & (~self.r_rdy | self.r_en)),
+                     self.level.eq(level + self.r_rdy)]
+        produce, consume = Signal(range(D), name="produce"), Signal(range(D), name="consume")
+
+        def incr(p):
+            return p + 1 if D & (D - 1) == 0 else Mux(p == D - 1, 0, p + 1)
+        with m.If(w):
+            m.d.sync += produce.eq(incr(produce))
+        with m.If(r):
+            m.d.sync += consume.eq(incr(consume))
+        with m.If(w & ~r):
+            m.d.sync += [level.eq(up), up.eq(up + 1), down.eq(level)]
+        with m.If(r & ~w):
+            m.d.sync += [level.eq(down), up.eq(level), down.eq(down - 1)]
+        with m.If(r):
+            m.d.sync += self.r_rdy.eq(1)
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        slow = []
+        if W - F:
+            m.submodules.storage = mem = Memory(shape=W - F, depth=D, init=[])
+            wp, rp = mem.write_port(), mem.read_port(domain="sync")
+            m.d.comb += [wp.addr.eq(produce), wp.data.eq(self.w_data[:W - F]), wp.en.eq(w),
+                         rp.addr.eq(consume), rp.en.eq(r)]
+            slow = [rp.data]
+        fast = []
+        if F:
+            m.submodules.fast = fmem = Memory(shape=F, depth=D, init=[])
+            fwp, frp = fmem.write_port(), fmem.read_port(domain="comb")
+            head = Signal(F, name="fast_head")
+            m.d.comb += [fwp.addr.eq(produce), fwp.data.eq(self.w_data[W - F:]), fwp.en.eq(w),
+                         frp.addr.eq(consume)]
+            with m.If(r):
+                m.d.sync += head.eq(frp.data)
+            fast = [head]
+        m.d.comb += self.r_data.eq(Cat(*slow, *fast))
         return m
 
 

@@ -3,17 +3,18 @@
 The compute engine pushes payload beats and the PS (through the CSR metadata queue) pushes
 headers; both are buffered so that the compute side keeps producing while the NIC
 back-pressures, until a FIFO is full.  Nothing is dropped: a full FIFO de-asserts ready.
-The payload FIFO is a ``SyncFIFOBuffered`` (``lib.memory`` underneath: block RAM), the headers'
-a ``buffered_fifo`` (the same behaviour, cycle for cycle).
+The payload FIFO is a ``BlockFIFO`` (``SyncFIFOBuffered`` cycle for cycle, in block RAM, TLAST
+also read into a register: the serializer decides on it), the headers' a ``buffered_fifo`` (the
+same behaviour, cycle for cycle).
 """
 from __future__ import annotations
 
 from amaranth import Cat, Module
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.fifo import buffered_fifo
+from mcf.hw.fifo import BlockFIFO, buffered_fifo
 from mcf.hw.layouts import MetaLayout
 from mcf.hw.packet.header import HeaderSerializer
 from mcf.hw.registry import block
@@ -50,8 +51,10 @@ class Packetizer(wiring.Component):
         # (the headers' queue: a ``buffered_fifo``, the serializer's ready reaches its output
         # registers only, not its level's adder; issue 14)
         m.submodules.meta_fifo = meta_fifo = buffered_fifo(MetaLayout.size, self.meta_depth)
-        m.submodules.payload_fifo = pay_fifo = fifo.SyncFIFOBuffered(
-            width=w + w // 8 + 1, depth=self.payload_depth)
+        # (TLAST from a register, not from the block RAM's late read: the serializer's end of a
+        # packet runs on into the headers' queue and its own state; the level without a carry
+        # chain behind the TX engine's valid; issue 14)
+        m.submodules.payload_fifo = pay_fifo = BlockFIFO(w + w // 8 + 1, self.payload_depth, fast=1)
         m.submodules.ser = ser = HeaderSerializer(w)
 
         m.d.comb += [
