@@ -158,8 +158,14 @@ class ControlRegisters(wiring.Component):
                 m.d.sync += cnt.eq(0)
             with m.Elif(events[c] & (cnt != (1 << DATA_BITS) - 1)):   # saturate
                 m.d.sync += cnt.eq(cnt + 1)
+        # whether any counter is not 0: a register set by an event and cleared with the counters
+        # (a counter leaves 0 only by an event and returns to it only by the clear; the OR of
+        # every counter's bits was ~230 LUTs; issue 14)
         any_error = Signal()
-        m.d.comb += any_error.eq(Cat(*(cnt != 0 for cnt in counters.values())).any())
+        with m.If(clear_counters):
+            m.d.sync += any_error.eq(0)
+        with m.Elif(events.any()):
+            m.d.sync += any_error.eq(1)
 
         # --- descriptor validation (combinational on the staged words) ------------------------
         staged = Signal(DmaDescriptorLayout)
