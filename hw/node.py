@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from amaranth import Cat, Const, DomainRenamer, Module, Mux, Signal, Value
 from amaranth.lib import cdc, data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import AXI4Signature
@@ -353,9 +354,24 @@ class RxEngine(wiring.Component):
         # on without an adder.  The write that completes an entry is the one that was assigned its
         # last byte (the writer acknowledges in order): ``final`` travels with it in ``outs``, so
         # the acknowledgement frees the entry without a compare (issue 14)
+        #
+        # The tags are registers (a packet's is compared with every entry's); the rest is read at
+        # ``slot`` only, so it lives in LUT RAM (issue 14's LUTs: registers with two writers, a
+        # post and an assignment, took a multiplexer per bit per entry).  A post and an assignment
+        # can fall in one cycle, so two memories: ``posted`` (written by a post) and ``moved``
+        # (``next`` / ``room`` written by an assignment); ``moved_bits`` says which one holds an
+        # entry's last ``next`` / ``room`` (a live-value table: set by an assignment, cleared by a
+        # post).  Read as the registers were: a write shows the cycle after.
         entry = data.StructLayout({"tag": KV_ID_BITS, "next": DMA_ADDR_BITS, "room": LENGTH_BITS,
                                    "done_sem": 5, "pc": PC_BITS})
-        table = [Signal(entry, name=f"entry{i}") for i in range(S)]
+        posted_l = data.StructLayout({"next": DMA_ADDR_BITS, "room": LENGTH_BITS, "done_sem": 5, "pc": PC_BITS})
+        moved_l = data.StructLayout({"next": DMA_ADDR_BITS, "room": LENGTH_BITS})
+        tags = [Signal(KV_ID_BITS, name=f"tag{i}") for i in range(S)]
+        m.submodules.posted = posted_mem = Memory(shape=posted_l, depth=max(S, 2), init=[])
+        m.submodules.moved = moved_mem = Memory(shape=moved_l, depth=max(S, 2), init=[])
+        posted_w, posted_r = posted_mem.write_port(), posted_mem.read_port(domain="comb")
+        moved_w, moved_r = moved_mem.write_port(), moved_mem.read_port(domain="comb")
+        moved_bits = Signal(S)
         valid = Signal(S)
         # (registered: SEQ_LEVELS.posted is a cycle late, the popcount is not in the register read;
         # its adders as a balanced tree, not a chain of S: issue 14)
@@ -404,12 +420,12 @@ class RxEngine(wiring.Component):
         # the head stays until DECIDE takes it
         ps_seen, ps_over = Signal(), Signal()
         slot = Signal(range(max(S, 2)))
-        sel = Signal(entry)               # table[slot]: a tree of 2:1 multiplexers on the slot bits
-        level = [t.as_value() for t in table]
-        level += [level[-1]] * ((1 << len(slot)) - len(level))
-        for b in range(len(slot)):
-            level = [Mux(slot[b], level[k + 1], level[k]) for k in range(0, len(level), 2)]
-        m.d.comb += sel.eq(level[0])
+        sel = Signal(entry)               # the entry at ``slot`` (its tag is not read: 0)
+        moved_sel = moved_bits.bit_select(slot, 1) if S > 1 else moved_bits[0]
+        m.d.comb += [posted_r.addr.eq(slot), moved_r.addr.eq(slot),
+                     sel.next.eq(Mux(moved_sel, moved_r.data.next, posted_r.data.next)),
+                     sel.room.eq(Mux(moved_sel, moved_r.data.room, posted_r.data.room)),
+                     sel.done_sem.eq(posted_r.data.done_sem), sel.pc.eq(posted_r.data.pc)]
         store_d = Signal(DmaDescriptorLayout)
         store_ps, store_tag = Signal(), Signal(DMA_TAG_BITS)
         # One whole signal per cause (a partly driven vector becomes an `always @*` Icarus never runs).
@@ -452,7 +468,7 @@ class RxEngine(wiring.Component):
             with m.State("LOOKUP"):
                 # (whether any entry matches and whether the wait ran out are registered beside
                 # the match: DECIDE has no OR over the entries and no compare of the timer)
-                hit = Cat(*(valid[i] & (table[i].tag == hm.kv_id) for i in range(S)))
+                hit = Cat(*(valid[i] & (tags[i] == hm.kv_id) for i in range(S)))
                 m.d.sync += [match.eq(hit), matched.eq(Cat(*(hit[k:k + 8].any() for k in range(0, S, 8)))), timer.eq(timer + 1),
                              expired.eq((timer + 1)[:len(timer)] >= self.rx_wait),
                              ps_seen.eq(self.ps_store.valid), ps_over.eq(hm.length > self.ps_store.payload.length),
@@ -548,13 +564,21 @@ class RxEngine(wiring.Component):
             m.d.comb += [complete.eq(1), self.bytes.eq(head.length)]
 
         # --- table updates (post, assign, acknowledge) ---------------------------------------------
+        # a post writes the lowest free entry (its index: the OR of the one-hot's bits), an
+        # assignment the entry at ``slot`` (one adder and one subtractor on ``sel``)
+        free_idx = Signal(range(max(S, 2)))
+        m.d.comb += free_idx.eq(Cat(*(Cat(*(first_free[i] for i in range(S) if i >> b & 1)).any()
+                                      for b in range(len(free_idx)))))
+        m.d.comb += [posted_w.addr.eq(free_idx), posted_w.en.eq(post),
+                     posted_w.data.next.eq(recv.ddr * DDR_ALIGN), posted_w.data.room.eq(recv.length),
+                     posted_w.data.done_sem.eq(recv.done_sem), posted_w.data.pc.eq(self.instr.payload.pc),
+                     moved_w.addr.eq(slot), moved_w.en.eq(assign),
+                     moved_w.data.next.eq(sel.next + hm.length), moved_w.data.room.eq(sel.room - hm.length)]
         for i in range(S):
-            e = table[i]
             with m.If(post & first_free[i]):
-                m.d.sync += [e.tag.eq(recv.tag), e.next.eq(recv.ddr * DDR_ALIGN),
-                             e.room.eq(recv.length), e.done_sem.eq(recv.done_sem), e.pc.eq(self.instr.payload.pc)]
+                m.d.sync += [tags[i].eq(recv.tag), moved_bits[i].eq(0)]
             with m.If(assign & (slot == i)):
-                m.d.sync += [e.next.eq(e.next + hm.length), e.room.eq(e.room - hm.length)]
+                m.d.sync += moved_bits[i].eq(1)
         valid_nx = Signal(S)
         posted_bits = Mux(post, first_free, 0)
         freed_bits = Mux(complete & head.final, Cat(*(head.slot == i for i in range(S))), 0)
