@@ -421,7 +421,9 @@ class RxEngine(wiring.Component):
         ps_seen, ps_over = Signal(), Signal()
         slot = Signal(range(max(S, 2)))
         sel = Signal(entry)               # the entry at ``slot`` (its tag is not read: 0)
-        moved_sel = moved_bits.bit_select(slot, 1) if S > 1 else moved_bits[0]
+        # moved_bits[slot], registered with ``slot`` (from the bits' next state: a post may clear one
+        # in that cycle); CHECK, the one state that reads ``sel``, follows at once
+        moved_nx, moved_sel = Signal(S), Signal()
         m.d.comb += [posted_r.addr.eq(slot), moved_r.addr.eq(slot),
                      sel.next.eq(Mux(moved_sel, moved_r.data.next, posted_r.data.next)),
                      sel.room.eq(Mux(moved_sel, moved_r.data.room, posted_r.data.room)),
@@ -500,7 +502,7 @@ class RxEngine(wiring.Component):
                     m.next = "LOOKUP"              # wait for room to track the write
                 with m.Elif(self.running):
                     with m.If(matched.any()):
-                        m.d.sync += slot.eq(first)
+                        m.d.sync += [slot.eq(first), moved_sel.eq(moved_nx.bit_select(first, 1))]
                         m.next = "CHECK"
                     with m.Elif(expired):
                         m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
@@ -576,9 +578,9 @@ class RxEngine(wiring.Component):
                      moved_w.data.next.eq(sel.next + hm.length), moved_w.data.room.eq(sel.room - hm.length)]
         for i in range(S):
             with m.If(post & first_free[i]):
-                m.d.sync += [tags[i].eq(recv.tag), moved_bits[i].eq(0)]
-            with m.If(assign & (slot == i)):
-                m.d.sync += moved_bits[i].eq(1)
+                m.d.sync += tags[i].eq(recv.tag)
+        m.d.comb += moved_nx.eq((moved_bits & ~Mux(post, first_free, 0)) | Mux(assign, 1 << slot, 0))
+        m.d.sync += moved_bits.eq(moved_nx)
         valid_nx = Signal(S)
         posted_bits = Mux(post, first_free, 0)
         freed_bits = Mux(complete & head.final, Cat(*(head.slot == i for i in range(S))), 0)
