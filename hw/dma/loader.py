@@ -153,7 +153,14 @@ class DmaLoader(wiring.Component):
             m.d[A] += [addr.eq(addr + (n << self.bus_log2)), remaining.eq(remaining - n)]
             with m.If(last_burst):
                 m.d[A] += issuing.eq(0)
-        m.d[A] += outstanding.eq(outstanding + ar_fire - r_last_fire)
+        # (the count moves to registers kept at outstanding +- 1: the last beat's handshake, which
+        # comes back through the interconnect, only selects, no adder behind it; issue 14)
+        out_up = Signal.like(outstanding, name="outstanding_p1", init=1)
+        out_dn = Signal.like(outstanding, name="outstanding_m1")
+        with m.If(ar_fire & ~r_last_fire):
+            m.d[A] += [outstanding.eq(out_up), out_up.eq(out_up + 1), out_dn.eq(outstanding)]
+        with m.If(r_last_fire & ~ar_fire):
+            m.d[A] += [outstanding.eq(out_dn), out_up.eq(outstanding), out_dn.eq(out_dn - 1)]
 
         # --- receiver: R beats -> the job's buffer ---------------------------------------------
         job = Signal(job_layout)
@@ -173,7 +180,12 @@ class DmaLoader(wiring.Component):
         wports = [mem.write_port(domain=A) for mem in mems]
         rports = [mem.read_port(transparent_for=()) for mem in mems]
         r_fire = Signal()
-        m.d.comb += [axi.rready.eq(jobs.r_rdy & (filled.w_rdy if cross else 1)), r_fire.eq(axi.rvalid & axi.rready)]
+        # (``jobs.r_rdy`` -- its level != 0 -- as a register kept from the level's next state: RREADY
+        # goes through the interconnect and back into the last beat's handshake; issue 14)
+        jobs_any = Signal(name="jobs_any")
+        jobs_w, jobs_r = jobs.w_en & jobs.w_rdy, jobs.r_en & jobs.r_rdy
+        m.d[A] += jobs_any.eq(jobs_w | Mux(jobs_r, jobs.level != 1, jobs.level != 0))
+        m.d.comb += [axi.rready.eq(jobs_any & (filled.w_rdy if cross else 1)), r_fire.eq(axi.rvalid & axi.rready)]
         for b, wp in enumerate(wports):
             bank_hit = (wptr[:bl] == b) if B > 1 else 1
             m.d.comb += [wp.addr.eq(Cat(wptr[bl:], job.buffer) if word_depth > 1 else job.buffer), wp.data.eq(axi.rdata),
