@@ -188,18 +188,23 @@ class ControlRegisters(wiring.Component):
         # --- write channel ---------------------------------------------------------------------
         aw_held, w_held = Signal(), Signal()
         aw_addr = Signal(ADDR_BITS)
-        # whether the held address is a register of the sequencer's window: decoded as AW is
-        # taken, so the window's write strobe is one AND of registers (issue 14: the decode of
-        # the held address ran on into SEQ_CONTROL's abort and the sequencer's fault, 9 levels)
-        aw_ext = Signal()
+        # the held address decoded as AW is taken: a flag per writable register (``aw_is``), whether
+        # it is one (``aw_ok``, else SLVERR) and whether it is in the sequencer's window
+        # (``aw_ext``), so every write strobe is an AND of registers (issue 14: the decode of the
+        # held address ran on into SEQ_CONTROL's abort and the sequencer's fault, 9 levels, and
+        # into DESC_PUSH's queue level and the response, 8)
+        writable = [r for r in regs if r.access is not Access.RO]
+        aw_is = {r.name: Signal(name=f"aw_is_{r.name.lower()}") for r in writable}
+        aw_ok, aw_ext = Signal(), Signal()
         w_data, w_strb = Signal(DATA_BITS), Signal(DATA_BITS // 8)
         bvalid, bresp = Signal(), Signal(2)
         m.d.comb += [bus.awready.eq(~aw_held), bus.wready.eq(~w_held),
                      bus.bvalid.eq(bvalid), bus.bresp.eq(bresp)]
         with m.If(bus.awvalid & bus.awready):
-            m.d.sync += [aw_held.eq(1), aw_addr.eq(bus.awaddr),
-                         aw_ext.eq(Cat(*(bus.awaddr[2:] == r.offset >> 2 for r in regs if r.name in external)).any()
-                                   if external else 0)]
+            hit = {r.name: bus.awaddr[2:] == r.offset >> 2 for r in writable}
+            m.d.sync += [aw_held.eq(1), aw_addr.eq(bus.awaddr), aw_ok.eq(Cat(*hit.values()).any()),
+                         aw_ext.eq(Cat(*(hit[n] for n in hit if n in external)).any() if external else 0)]
+            m.d.sync += [aw_is[n].eq(h) for n, h in hit.items()]
         with m.If(bus.wvalid & bus.wready):
             m.d.sync += [w_held.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
         with m.If(bus.bvalid & bus.bready):
@@ -221,29 +226,24 @@ class ControlRegisters(wiring.Component):
             for n in names:
                 m.d.sync += fld(reg_name, n).eq(0)
 
-        w_ok = Signal()
         with m.If(do_write):
             m.d.sync += [aw_held.eq(0), w_held.eq(0), bvalid.eq(1),
-                         bresp.eq(Mux(w_ok, Resp.OKAY, Resp.SLVERR))]
-            with m.Switch(aw_addr[2:]):
-                for r in regs:
-                    with m.Case(r.offset >> 2):
-                        if r.access is Access.RO:
-                            pass
-                        elif r.name in external:
-                            m.d.comb += w_ok.eq(1)      # (the write strobe: ``aw_ext``, below)
-                        elif r.name == "ROUTE_DATA":
-                            m.d.comb += [w_ok.eq(1), self.route.w_en.eq(1)]
-                        elif r.access is Access.RW:
-                            s = store[r.name]
-                            m.d.comb += w_ok.eq(1)
-                            m.d.sync += s.eq(((s & ~byte_mask) | written) & r.mask)
-                        elif r.access is Access.W1C:
-                            m.d.comb += w_ok.eq(1)   # the clear itself is applied with the sets below
-                        elif r.access is Access.RSUB:
-                            m.d.comb += [w_ok.eq(1), subtract[r.name].eq(written)]
-                        else:
-                            m.d.comb += [w_ok.eq(1), pulse[r.name].eq(written & r.mask)]
+                         bresp.eq(Mux(aw_ok, Resp.OKAY, Resp.SLVERR))]
+            for r in writable:
+                with m.If(aw_is[r.name]):
+                    if r.name in external:
+                        pass                        # (the write strobe: ``aw_ext``, below)
+                    elif r.name == "ROUTE_DATA":
+                        m.d.comb += self.route.w_en.eq(1)
+                    elif r.access is Access.RW:
+                        s = store[r.name]
+                        m.d.sync += s.eq(((s & ~byte_mask) | written) & r.mask)
+                    elif r.access is Access.W1C:
+                        pass                        # the clear itself is applied with the sets below
+                    elif r.access is Access.RSUB:
+                        m.d.comb += subtract[r.name].eq(written)
+                    else:
+                        m.d.comb += pulse[r.name].eq(written & r.mask)
         m.d.comb += [self.route.addr.eq(fld("ROUTE_INDEX", "index")), self.route.w_data.eq(w_data)]
         if self.seq:
             m.d.comb += [self.seq_regs.w_en.eq(do_write & aw_ext),
@@ -252,7 +252,7 @@ class ControlRegisters(wiring.Component):
         w1c_clear = {r.name: Signal(DATA_BITS, name=f"c_{r.name.lower()}")
                      for r in REGISTERS if r.access is Access.W1C}
         for name, clr in w1c_clear.items():
-            with m.If(do_write & (aw_addr[2:] == REGISTERS[name].offset >> 2)):
+            with m.If(do_write & (aw_is[name] if name in aw_is else aw_addr[2:] == REGISTERS[name].offset >> 2)):
                 m.d.comb += clr.eq(written)
 
         # --- queue pushes ----------------------------------------------------------------------
