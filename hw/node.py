@@ -440,6 +440,7 @@ class RxEngine(wiring.Component):
         cur_pc = Signal(PC_BITS)
         m.d.comb += self.cur_pc.eq(cur_pc)
         assign = Signal()            # a packet's bytes were assigned to slot `slot`
+        checking = Signal()          # in CHECK
 
         out_entry = Signal(out_layout)
         out_done_sem, out_final = Signal(5), Signal()
@@ -458,6 +459,7 @@ class RxEngine(wiring.Component):
                      self.credit_inc.valid.eq(credit_v), self.credit_inc.sem.eq(hm.kv_id),
                      self.credit_inc.amount.eq(hm.seq)]
         ctl_ok = ~bad & is_control & ~has_payload & (hm.length == 0)
+        is_data, bad_control = Signal(), Signal()      # (DECIDE's header checks, registered in LOOKUP)
         with m.FSM(name="packet") as fsm:
             with m.State("HEADER"):
                 m.d.comb += deser.meta.ready.eq(1)
@@ -476,7 +478,12 @@ class RxEngine(wiring.Component):
                              ps_seen.eq(self.ps_store.valid), ps_over.eq(hm.length > self.ps_store.payload.length),
                              dir_en.eq(ctl_ok & (op != Op.CREDIT) & (hm.kv_id < (1 << DIR_BLOCK_BITS))),
                              dir_state.eq(Mux(op == Op.KV_DRAIN, int(ReplicaState.DRAINING), int(ReplicaState.INVALID))),
-                             credit_v.eq(ctl_ok & (op == Op.CREDIT) & (hm.kv_id < cfg.num_sems))]
+                             credit_v.eq(ctl_ok & (op == Op.CREDIT) & (hm.kv_id < cfg.num_sems)),
+                             is_data.eq(~bad & ~is_control & has_payload),
+                             bad_control.eq(~bad & Mux(is_control, has_payload | (hm.length != 0) |
+                                                       Mux(op == Op.CREDIT, hm.kv_id >= cfg.num_sems,
+                                                           hm.kv_id >= (1 << DIR_BLOCK_BITS)),
+                                                       ~has_payload))]
                 m.next = "DECIDE"
             with m.State("DECIDE"):
                 first = Signal(range(max(S, 2)))
@@ -484,25 +491,22 @@ class RxEngine(wiring.Component):
                     with m.If(match[i]):
                         m.d.comb += first.eq(i)
                 drop = Signal()
-                with m.If(bad):
-                    m.d.comb += drop.eq(1)
-                with m.Elif(is_control):
-                    with m.If(has_payload | (hm.length != 0)):
-                        m.d.comb += [err[ErrorCause.RX_BAD_CONTROL].eq(1), drop.eq(1)]
-                    with m.Elif(op == Op.CREDIT):       # (the credit: ``credit_v``, decided in LOOKUP)
-                        with m.If(hm.kv_id >= cfg.num_sems):
-                            m.d.comb += err[ErrorCause.RX_BAD_CONTROL].eq(1)
-                    with m.Else():                        # (the directory write: ``dir_en``)
-                        with m.If(hm.kv_id >= (1 << DIR_BLOCK_BITS)):
-                            m.d.comb += err[ErrorCause.RX_BAD_CONTROL].eq(1)
-                    m.next = "HEADER"
-                with m.Elif(~has_payload):
-                    m.d.comb += [err[ErrorCause.RX_BAD_CONTROL].eq(1), drop.eq(1)]
+                # a bad packet, a control packet (its directory write / credit: ``dir_en`` /
+                # ``credit_v``) and a data packet without payload end here: decided in LOOKUP from
+                # the header (``is_data``, ``bad_control``; issue 14: the header's checks in front
+                # of the wait for the table, 9 levels to the state), dropped unless a good control
+                with m.If(~is_data):
+                    m.d.comb += err[ErrorCause.RX_BAD_CONTROL].eq(bad_control)
+                    with m.If(has_payload):
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.next = "HEADER"
                 with m.Elif(~outs.w_rdy):
                     m.next = "LOOKUP"              # wait for room to track the write
                 with m.Elif(self.running):
                     with m.If(matched.any()):
-                        m.d.sync += [slot.eq(first), moved_sel.eq(moved_nx.bit_select(first, 1))]
+                        m.d.sync += [slot.eq(first),      # (no CHECK now: moved_nx without it)
+                                     moved_sel.eq((moved_bits & ~Mux(post, first_free, 0)).bit_select(first, 1))]
                         m.next = "CHECK"
                     with m.Elif(expired):
                         m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
@@ -530,6 +534,7 @@ class RxEngine(wiring.Component):
                     with m.Else():
                         m.next = "HEADER"
             with m.State("CHECK"):
+                m.d.comb += checking.eq(1)
                 # the matched entry: does the packet fit what it still expects?
                 with m.If(hm.length > sel.room):
                     m.d.comb += err[ErrorCause.RX_OVERFLOW].eq(1)
@@ -574,18 +579,31 @@ class RxEngine(wiring.Component):
         m.d.comb += [posted_w.addr.eq(free_idx), posted_w.en.eq(post),
                      posted_w.data.next.eq(recv.ddr * DDR_ALIGN), posted_w.data.room.eq(recv.length),
                      posted_w.data.done_sem.eq(recv.done_sem), posted_w.data.pc.eq(self.instr.payload.pc),
-                     moved_w.addr.eq(slot), moved_w.en.eq(assign),
-                     moved_w.data.next.eq(sel.next + hm.length), moved_w.data.room.eq(sel.room - hm.length)]
+                     moved_w.addr.eq(slot), moved_w.en.eq(checking),
+                     moved_w.data.next.eq(Mux(assign, sel.next + hm.length, sel.next)),
+                     moved_w.data.room.eq(Mux(assign, sel.room - hm.length, sel.room))]
         for i in range(S):
             with m.If(post & first_free[i]):
                 m.d.sync += tags[i].eq(recv.tag)
-        m.d.comb += moved_nx.eq((moved_bits & ~Mux(post, first_free, 0)) | Mux(assign, 1 << slot, 0))
+        # (CHECK writes the entry at ``slot`` into ``moved`` whether or not it assigns: the same
+        # values when not, and the live-value bit does not wait for the length check.  A post
+        # to that entry in that cycle -- it was freed after LOOKUP -- wins, unless it assigns:
+        # as with one register per field, where the assignment's ``next`` / ``room`` won)
+        post_bits = Mux(post, first_free, 0)
+        m.d.comb += moved_nx.eq(((moved_bits | Mux(checking, 1 << slot, 0)) & ~post_bits)
+                                | (post_bits & Mux(assign, 1 << slot, 0)))
         m.d.sync += moved_bits.eq(moved_nx)
         valid_nx = Signal(S)
         posted_bits = Mux(post, first_free, 0)
         freed_bits = Mux(complete & head.final, Cat(*(head.slot == i for i in range(S))), 0)
         m.d.comb += valid_nx.eq(Mux(self.clear, 0, (valid | posted_bits) & ~freed_bits))
-        m.d.sync += [valid.eq(valid_nx), free_any.eq(~valid_nx.all())]
+        # ~valid_nx.all() without the post's one-hot: a post fills the lowest free entry, so the
+        # table fills up then if that was the only one (``one_free``, from the registers), and
+        # a freed entry or a clear leaves one free
+        one_free = Signal()
+        m.d.comb += one_free.eq(Cat(*(valid == ((1 << S) - 1) ^ (1 << i) for i in range(S))).any())
+        m.d.sync += [valid.eq(valid_nx),
+                     free_any.eq(self.clear | freed_bits.any() | ~Mux(post, one_free, valid.all()))]
         m.d.comb += [self.done_inc.valid.eq(complete & head.final), self.done_inc.sem.eq(head.done_sem),
                      self.done_inc.amount.eq(1)]
 
