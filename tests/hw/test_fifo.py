@@ -1,5 +1,6 @@
 """hw/fifo.py's PrefetchFIFO against Amaranth's SyncFIFOBuffered, side by side in the Amaranth
-simulator: the same valid and head word in every cycle (and, ``exact``, the same ``w_rdy``)."""
+simulator: the same valid and head word in every cycle (and, ``exact``, the same ``w_rdy``), for
+the combinational and the synchronous (``sync_read``) memory read alike."""
 import random
 
 import pytest
@@ -10,14 +11,17 @@ from mcf.hw.fifo import PrefetchFIFO
 from mcf.sim.amaranth_util import simulate
 
 
-@pytest.mark.parametrize("depth,exact", [(8, False), (3, True), (6, True)])
+@pytest.mark.parametrize("depth,exact", [(8, False), (3, True), (7, True)])
 def test_cycle_exact_with_sync_fifo_buffered(depth, exact):
     """Writes offered at random (``exact``: to both, each takes it on its own ``w_rdy``; else only
     while the reference has room), the same random ready, in phases of ready always / often /
-    rarely and writes often / rarely."""
+    rarely and writes often / rarely.  Each case runs two PrefetchFIFOs, the comb read and the
+    synchronous one (``sync_read``: a wrong read address or a read not transparent for the write
+    fails here)."""
     W = 16
     m = Module()
     m.submodules.dut = dut = PrefetchFIFO(W, depth, exact=exact)
+    m.submodules.dut2 = dut2 = PrefetchFIFO(W, depth, exact=exact, sync_read=True)
     m.submodules.ref = ref = SyncFIFOBuffered(width=W, depth=depth)
     rng = random.Random(depth)
     seen = {"taken": 0, "full_rate": 0, "full": 0}
@@ -31,17 +35,21 @@ def test_cycle_exact_with_sync_fifo_buffered(depth, exact):
                 w = w and ctx.get(ref.w_rdy)
             data = rng.getrandbits(W)
             r = rng.random() < p_ready
-            for x, en in ((dut.w_en, w), (dut.w_data, data), (ref.w_en, w), (ref.w_data, data),
-                          (dut.o.ready, r), (ref.r_en, r)):
+            for x, en in ((ref.w_en, w), (ref.w_data, data), (ref.r_en, r)):
                 ctx.set(x, en)
+            for d in (dut, dut2):
+                for x, en in ((d.w_en, w), (d.w_data, data), (d.o.ready, r)):
+                    ctx.set(x, en)
             await ctx.delay(1e-9)
-            assert ctx.get(dut.o.valid) == ctx.get(ref.r_rdy), f"cycle {cyc}: valid"
-            if exact:
-                assert ctx.get(dut.w_rdy) == ctx.get(ref.w_rdy), f"cycle {cyc}: w_rdy"
-                assert ctx.get(dut.level) == ctx.get(ref.level), f"cycle {cyc}: level"
-                seen["full"] += not ctx.get(ref.w_rdy)
+            for d in (dut, dut2):
+                assert ctx.get(d.o.valid) == ctx.get(ref.r_rdy), f"cycle {cyc}: valid"
+                if exact:
+                    assert ctx.get(d.w_rdy) == ctx.get(ref.w_rdy), f"cycle {cyc}: w_rdy"
+                    assert ctx.get(d.level) == ctx.get(ref.level), f"cycle {cyc}: level"
+                if ctx.get(ref.r_rdy):
+                    assert ctx.get(d.o.payload) == ctx.get(ref.r_data), f"cycle {cyc}: word"
+            seen["full"] += exact and not ctx.get(ref.w_rdy)
             if ctx.get(ref.r_rdy):
-                assert ctx.get(dut.o.payload) == ctx.get(ref.r_data), f"cycle {cyc}: word"
                 seen["taken"] += r
                 run = run + 1 if r else 0
                 seen["full_rate"] = max(seen["full_rate"], run)
