@@ -100,6 +100,36 @@ class PrefetchFIFO(wiring.Component):
         return m
 
 
+class TwoRegisterFIFO(wiring.Component):
+    """``SyncFIFOBuffered(width, depth=2)``, cycle for cycle (the same ports: ``w_en``, ``w_data``,
+    ``w_rdy``, ``r_rdy``, ``r_data``, ``r_en``, ``level``), as two registers with clock enables and
+    no memory: the word written goes into ``mem`` (SyncFIFOBuffered's one-entry memory), from there
+    into the output register ``r_data``; each register loads from one source only, so a wide queue
+    costs flip-flops and no LUT a bit (LUT RAM: ~0.57 LUT a bit).  (Amaranth's depth 2 writes its
+    one-entry memory's address as ``[-1:0]`` in Verilog.)"""
+
+    def __init__(self, width: int):
+        self.width, self.depth = width, 2
+        super().__init__({"w_en": In(1), "w_data": In(width), "w_rdy": Out(1), "r_rdy": Out(1),
+                          "r_data": Out(width), "r_en": In(1), "level": Out(range(3))})
+
+    def elaborate(self, platform):
+        m = Module()
+        mem, held = Signal(self.width), Signal()            # the inner word and whether it is there
+        write, move = Signal(), Signal()
+        m.d.comb += [self.w_rdy.eq(~held), write.eq(self.w_en & ~held),
+                     move.eq(held & (~self.r_rdy | self.r_en)), self.level.eq(held + self.r_rdy)]
+        with m.If(write):
+            m.d.sync += [mem.eq(self.w_data), held.eq(1)]
+        with m.Elif(move):
+            m.d.sync += held.eq(0)
+        with m.If(move):
+            m.d.sync += [self.r_data.eq(mem), self.r_rdy.eq(1)]
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        return m
+
+
 def buffered_fifo(width: int, depth: int):
     """``PrefetchFIFO(exact=True)`` where the depth allows (>= 3), else ``SyncFIFOBuffered``: the
     same ports (``w_en``, ``w_data``, ``w_rdy``, ``r_rdy``, ``r_data``, ``r_en``, ``level``) and

@@ -7,7 +7,7 @@ import pytest
 from amaranth import Module
 from amaranth.lib.fifo import SyncFIFOBuffered
 
-from mcf.hw.fifo import PrefetchFIFO
+from mcf.hw.fifo import PrefetchFIFO, TwoRegisterFIFO
 from mcf.sim.amaranth_util import simulate
 
 
@@ -63,3 +63,33 @@ def test_cycle_exact_with_sync_fifo_buffered(depth, exact):
 def test_depth_refused():
     with pytest.raises(ValueError, match="^depth=2: must be >= 3$"):
         PrefetchFIFO(8, 2, exact=True)
+
+
+def test_two_register_fifo_cycle_exact():
+    """TwoRegisterFIFO against SyncFIFOBuffered(depth=2): random writes and reads, every output
+    compared in every cycle."""
+    W = 16
+    m = Module()
+    m.submodules.dut = dut = TwoRegisterFIFO(W)
+    m.submodules.ref = ref = SyncFIFOBuffered(width=W, depth=2)
+    rng = random.Random(2)
+    seen = {"both": 0, "full": 0}
+
+    async def bench(ctx):
+        for cyc in range(600):
+            p_ready, p_write = [(1.0, 0.9), (0.5, 0.7), (0.2, 0.9)][(cyc // 100) % 3]
+            w, r, data = rng.random() < p_write, rng.random() < p_ready, rng.getrandbits(W)
+            for x, v in ((dut.w_en, w), (dut.w_data, data), (dut.r_en, r),
+                         (ref.w_en, w), (ref.w_data, data), (ref.r_en, r)):
+                ctx.set(x, v)
+            await ctx.delay(1e-9)
+            for name in ("w_rdy", "r_rdy", "level"):
+                assert ctx.get(getattr(dut, name)) == ctx.get(getattr(ref, name)), f"cycle {cyc}: {name}"
+            if ctx.get(ref.r_rdy):
+                assert ctx.get(dut.r_data) == ctx.get(ref.r_data), f"cycle {cyc}: word"
+            seen["both"] += ctx.get(ref.r_rdy) and r and w and ctx.get(ref.w_rdy)
+            seen["full"] += not ctx.get(ref.w_rdy)
+            await ctx.tick()
+
+    simulate(m, bench)
+    assert seen["both"] > 20 and seen["full"] > 100, seen
