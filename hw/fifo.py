@@ -9,6 +9,11 @@ registered state alone (a word leaves the memory whenever it has one and the sec
 register is free); the reader's ready drives only the two output registers' enables and valid
 bits, one LUT deep.  Reads are as in ``SyncFIFOBuffered``: a word written in cycle t is on
 ``o`` in t + 2 at the earliest, one word a cycle.
+
+``sync_read=True`` (deep FIFOs, e.g. the read streams' 512 x 128 bits: issue 14's LUTs): the memory's
+read port is synchronous, addressed with the next cycle's read pointer (``consume`` + ``move``, from
+registers) and transparent for the write port, so its data in every cycle is the combinational
+read's, cycle for cycle; Yosys can then map the memory to block RAM instead of LUT RAM.
 """
 from __future__ import annotations
 
@@ -28,12 +33,13 @@ class PrefetchFIFO(wiring.Component):
     depth - 2 words of memory, ``w_rdy`` (from registers) low exactly when the FIFO holds
     ``depth`` words; valid, data and ``w_rdy`` the same as ``SyncFIFOBuffered``'s in every cycle.
     ``holds``: a word in the FIFO; ``level``: the words it holds (as ``SyncFIFOBuffered``'s,
-    exact); ``r_rdy`` / ``r_data`` / ``r_en``: ``o``'s valid / payload / ready."""
+    exact); ``r_rdy`` / ``r_data`` / ``r_en``: ``o``'s valid / payload / ready.  ``sync_read``: the
+    memory read through a synchronous port (block RAM; the same behaviour, see the module's note)."""
 
-    def __init__(self, width: int, depth: int, exact: bool = False):
+    def __init__(self, width: int, depth: int, exact: bool = False, sync_read: bool = False):
         if depth < (3 if exact else 1):
             raise ValueError(f"depth={depth}: must be >= {3 if exact else 1}")
-        self.width, self.depth, self.exact = width, depth, exact
+        self.width, self.depth, self.exact, self.sync_read = width, depth, exact, sync_read
         self.mem_depth = depth - 2 if exact else depth
         super().__init__({"w_en": In(1), "w_data": In(width), "o": Out(stream.Signature(width)),
                           "moved": Out(1), "holds": Out(1), "w_rdy": Out(1),
@@ -56,7 +62,7 @@ class PrefetchFIFO(wiring.Component):
         m = Module()
         D = self.mem_depth
         m.submodules.mem = mem = Memory(shape=self.width, depth=D, init=[])
-        wp, rp = mem.write_port(), mem.read_port(domain="comb")
+        wp = mem.write_port()
         produce, consume = Signal(range(D), name="produce"), Signal(range(D), name="consume")
         level = Signal(range(D + 1))            # words in the memory
         v0, v1 = Signal(), Signal()             # e0 / e1 hold a word (v1 implies v0)
@@ -65,7 +71,7 @@ class PrefetchFIFO(wiring.Component):
         # exact: full when the memory is and e1 holds a word (then e0 does too); with e1 free a
         # word leaves the memory this cycle, so a write fits
         m.d.comb += [self.w_rdy.eq(~((level == D) & v1) if self.exact else 1), w.eq(self.w_en & self.w_rdy),
-                     wp.addr.eq(produce), wp.data.eq(self.w_data), wp.en.eq(w), rp.addr.eq(consume),
+                     wp.addr.eq(produce), wp.data.eq(self.w_data), wp.en.eq(w),
                      move.eq((level != 0) & ~v1), self.moved.eq(move),
                      self.o.valid.eq(v0), self.o.payload.eq(e0), self.holds.eq((level != 0) | v0),
                      self.level.eq(level + v0 + v1)]
@@ -76,6 +82,14 @@ class PrefetchFIFO(wiring.Component):
             m.d.sync += produce.eq(incr(produce))
         with m.If(move):
             m.d.sync += consume.eq(incr(consume))
+        if self.sync_read:
+            # read at the edge into cycle t what the comb read sees in t: the word at t's consume
+            # (this cycle's, moved on), with the write of t - 1 in it (transparent)
+            rp = mem.read_port(transparent_for=(wp,))
+            m.d.comb += rp.addr.eq(Mux(move, incr(consume), consume))
+        else:
+            rp = mem.read_port(domain="comb")
+            m.d.comb += rp.addr.eq(consume)
         m.d.sync += level.eq(level + w - move)
         # the head: e1 if it holds a word, else the memory's (don't-care when nothing moves and
         # e0 stays or falls empty); enabled when e0 is empty or taken
@@ -154,6 +168,36 @@ class BlockFIFO(wiring.Component):
                 m.d.sync += head.eq(frp.data)
             fast = [head]
         m.d.comb += self.r_data.eq(Cat(*slow, *fast))
+        return m
+
+
+class TwoRegisterFIFO(wiring.Component):
+    """``SyncFIFOBuffered(width, depth=2)``, cycle for cycle (the same ports: ``w_en``, ``w_data``,
+    ``w_rdy``, ``r_rdy``, ``r_data``, ``r_en``, ``level``), as two registers with clock enables and
+    no memory: the word written goes into ``mem`` (SyncFIFOBuffered's one-entry memory), from there
+    into the output register ``r_data``; each register loads from one source only, so a wide queue
+    costs flip-flops and no LUT a bit (LUT RAM: ~0.57 LUT a bit).  (Amaranth's depth 2 writes its
+    one-entry memory's address as ``[-1:0]`` in Verilog.)"""
+
+    def __init__(self, width: int):
+        self.width, self.depth = width, 2
+        super().__init__({"w_en": In(1), "w_data": In(width), "w_rdy": Out(1), "r_rdy": Out(1),
+                          "r_data": Out(width), "r_en": In(1), "level": Out(range(3))})
+
+    def elaborate(self, platform):
+        m = Module()
+        mem, held = Signal(self.width), Signal()            # the inner word and whether it is there
+        write, move = Signal(), Signal()
+        m.d.comb += [self.w_rdy.eq(~held), write.eq(self.w_en & ~held),
+                     move.eq(held & (~self.r_rdy | self.r_en)), self.level.eq(held + self.r_rdy)]
+        with m.If(write):
+            m.d.sync += [mem.eq(self.w_data), held.eq(1)]
+        with m.Elif(move):
+            m.d.sync += held.eq(0)
+        with m.If(move):
+            m.d.sync += [self.r_data.eq(mem), self.r_rdy.eq(1)]
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
         return m
 
 

@@ -467,7 +467,10 @@ class AttentionUnit(wiring.Component):
         xflag = [[Signal(name=f"xf{x}_{i}") for i in range(Cs * G_)] for x in range(NR)]
         oflag += [[xflag[x][(i // Ls) * G_ + (i % Ls) // self.words] for i in range(D)] for x in range(NR)]
         if NR:
-            xmem = [memory.Memory(shape=signed(self.o_width), depth=NR * Cs, init=[]) for _ in range(Ls)]
+            # (block RAM, asked for: NR Cs = 96 words of 53 bits at Qwen, Yosys's own choice was LUT RAM, 3
+            # RAM32M16 deep and a 3-way read choice, ~150 LUT a memory; one BRAM36 each, read synchronously as before)
+            xmem = [memory.Memory(shape=signed(self.o_width), depth=NR * Cs, init=[], attrs={"ram_style": "block"})
+                    for _ in range(Ls)]
             for j in range(Ls):
                 m.submodules[f"ox_{j}"] = xmem[j]
             x_rd = [xmem[j].read_port() for j in range(Ls)]

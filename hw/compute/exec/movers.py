@@ -47,6 +47,7 @@ from mcf.hw.compute.exec.streams import COUNT_BITS, Packer, Unpacker, request_la
 from mcf.hw.compute.kv_writer import KVWriter
 from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder, rotate_list, rotate_pieces
 from mcf.hw.compute.vector import VectorUnit
+from mcf.hw.fifo import TwoRegisterFIFO
 from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
 from mcf.spec import isa
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, W_BITS, X_FRAC
@@ -1369,8 +1370,9 @@ class GemmMover(Mover):
             pr_on = Signal()
             pr_n = Signal(range(2 * NR + 1))                # reads in ``pw``
             pw = Signal(2 * P * 32)
-            # depth 3: a buffered FIFO of 2 holds a 1-entry memory, whose address Verilog writes as [-1:0]
-            m.submodules.pq = pq = fifo.SyncFIFOBuffered(width=P * WIDE_BITS, depth=3)
+            # (two registers, SyncFIFOBuffered(depth=2) cycle for cycle: flip-flops with clock enables, no LUT
+            # a bit; round 22's depth-3 SyncFIFOBuffered was 2 x 4 096 bits of LUT RAM, 2.3 K LUT)
+            m.submodules.pq = pq = TwoRegisterFIFO(P * WIDE_BITS)
             with m.If(state == S.CHECK):
                 m.d.sync += [pr_c.eq(0), pr_r.eq(0), pr_h.eq(0), pr_p.eq(0), pr_base.eq(f_dst), pr_n.eq(0),
                              pr_on.eq(pv & pins.acc)]

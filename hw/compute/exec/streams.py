@@ -21,7 +21,10 @@ so RREADY is always high and no stream can block another (R beats of different I
 interleave).  ``resp_error`` strobes for an R beat that is not OKAY.
 
 Each stream's FIFO is a ``PrefetchFIFO`` (hw/fifo.py): the reader's ready (from a mover and,
-through it, from a unit in another part) reaches only its output registers, one LUT deep.
+through it, from a unit in another part) reaches only its output registers, one LUT deep.  From
+``BLOCK_RAM_DEPTH`` beats on its memory is read through a synchronous port (``sync_read``, the
+same cycles), so it can be block RAM: the Qwen node's 512 x 128 bits, 2 BRAM36 a stream instead
+of ~1.2 K LUT RAM and a ~0.5 K LUT read multiplexer (issue 14).
 """
 from __future__ import annotations
 
@@ -37,6 +40,10 @@ from mcf.hw.dma.common import AXCACHE, next_burst
 from mcf.hw.fifo import PrefetchFIFO
 from mcf.hw.registry import block
 from mcf.spec.params import Range
+
+#: A FIFO of this many beats or more reads its memory synchronously (block RAM); smaller ones
+#: keep the comb read (LUT RAM).
+BLOCK_RAM_DEPTH = 256
 
 #: Items in one frame / beats in one request (a GEMM's weight stream of a 65 535-tile matrix).
 COUNT_BITS = 32
@@ -239,7 +246,7 @@ class ReadStreams(wiring.Component):
         st = []
         for s in range(S):
             req, out = self.req(s), self.o(s)
-            q = PrefetchFIFO(self.data_width, D)
+            q = PrefetchFIFO(self.data_width, D, sync_read=D >= BLOCK_RAM_DEPTH)
             m.submodules[f"fifo{s}"] = q
             addr = Signal(len(axi.araddr), name=f"addr{s}")
             left = Signal(COUNT_BITS, name=f"left{s}")

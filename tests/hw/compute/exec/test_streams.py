@@ -134,5 +134,5 @@ async def run_streams(dut):
 
 @pytest.mark.cocotb
 def test_read_streams_cocotb(build_dir):
-    p = dict(streams=3, data_width=64, addr_width=48, depth=32, max_burst=16, id_base=1)
+    p = dict(streams=3, data_width=64, addr_width=48, depth=256, max_burst=16, id_base=1)
     run_cocotb(ReadStreams(**p), __name__, build_dir, testcase="run_streams", params=p)
