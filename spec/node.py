@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 from .bits import SpecError
-from .isa import LAYOUTS, MAX_HP_PORTS, NUM_SEMS, Opcode
+from .isa import LAYOUTS, MAX_HP_PORTS, NUM_SEMS, Opcode, block_run_ok
+from .kv import KV_ALIGN
 from .packet import MAX_PAYLOAD_BYTES, ROUTE_TABLE_ENTRIES
 from .params import Range
 from .regmap import REGISTERS
@@ -188,6 +189,23 @@ class NodeConfig:
         (weight_ports x weight_ratio bus beats): a run of KV blocks streams whole words of it
         (``spec.isa.block_run_ok``)."""
         return self.weight_ports * self.weight_ratio * self.data_bytes
+
+    @property
+    def decode_block_keys(self) -> int:
+        """Keys of a block of the decode region (``spec.kv``'s decode layout: decode token j is key
+        j mod B of decode block j // B, B this): the fewest, a multiple of vec_lanes (ATTN_SM's
+        beats) and at most max_tokens (one KVW rewrites a block's first keys) and 32 (its scale
+        region is one KV_ALIGN: a segment of n <= B tokens is the first n keys of a B-token one),
+        that a run of several blocks streams (``spec.isa.block_run_ok`` for GEMM_QK and GEMM_PV):
+        8 on the KR260 node (64-byte rows, 16-byte beats, 128-byte weight words) and the tiny one.
+        1 (one-token blocks, the attention unit's ATTN_KV) where none fits."""
+        b = self.vec_lanes
+        while b <= min(self.max_tokens, KV_ALIGN // 2):
+            if all(block_run_ok(b, 0, 2 * b, self.head_dim, self.data_bytes, self.weight_word_bytes, scales=s)
+                   for s in (True, False)):
+                return b
+            b *= 2
+        return 1
 
     @property
     def macs_per_cycle(self) -> int:
