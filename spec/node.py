@@ -83,9 +83,9 @@ class NodeConfig:
     # pair's scores and a key's P.V take head_dim / att_lanes cycles); 0: the unit's default,
     # ``mcf.hw.compute.attention.default_lanes(head_dim)`` (16 at head_dim 128).  The KR260 node runs
     # attention on the MAC array (attention = "array", docs/attention-array.md): the unit's products
-    # serve only the keys ATTN_KV still takes (decode tokens' one-token segments, a short last
-    # block), so they are folded narrow -- 2 lanes at 6 rows, 24 DSPs instead of 192 (issue 14: the
-    # K26's 1 248)
+    # serve only the keys ATTN_KV still takes (a short last prompt block; the decode tokens' keys are
+    # on the array since round 23: ``decode_block_keys``), so they are folded narrow -- 2 lanes at 6
+    # rows, 24 DSPs instead of 192 (issue 14: the K26's 1 248)
     att_lanes: int = 2
     max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes

@@ -780,10 +780,14 @@ class _Lowerer:
             B, row = self.map.dec_keys, self.map.dec_row
             for w, buf in enumerate(("K", "V")):
                 at = win + w * B * row
-                if keep:
-                    self.b.ex(n, isa.Store, ddr=at + j * row, spad=kv_at[buf], beats=sh.kb, row_beats=db)
                 if j:
                     self.b.ex(n, isa.Load, ddr=at, spad=sp[buf], beats=j * sh.kb, row_beats=db)
+                if keep:
+                    # from the token at or before j whose rows start on a DDR_ALIGN boundary (a token's
+                    # rows are whole 32-byte beats: j or j - 1, which the LOAD just brought back)
+                    j0 = j if j * row % isa.DDR_ALIGN == 0 else j - 1
+                    self.b.ex(n, isa.Store, ddr=at + j0 * row, spad=sp[buf] + j0 * sh.kb, beats=(j + 1 - j0) * sh.kb,
+                              row_beats=db)
             rows, seg_tokens = j + 1, B
         last = None
         for v, buf in ((False, "K"), (True, "V")):

@@ -146,20 +146,21 @@ ARRAY_NODE = NodeConfig.tiny(mac_rows=8)
 GQA4X2 = dataclasses.replace(TINY, name="gqa4x2", num_heads=8, num_kv_heads=2, hidden_size=128)
 
 
-@pytest.mark.parametrize("cfg,nodes,chunk,n_tok,att_rows", [
-    (TINY, 1, 8, 24, 8),
-    (TINY, 4, 8, 24, 8),      # two nodes per KV head: the split decode attention's passes on the array
-    (TINY, 4, 4, 20, 8),      # the keys split after 3 chunks of 4 (not a multiple of VL = 8): ATTN_KV
-    (GQA4X2, 4, 8, 24, 2),    # two row groups per KV head: APPLY rescores
+@pytest.mark.parametrize("cfg,nodes,chunk,n_tok,att_rows,decode", [
+    (TINY, 1, 8, 24, 8, 2),
+    (TINY, 4, 8, 24, 8, 3),   # two nodes per KV head: the split decode attention's passes on the array; decode
+                              # token 1's rows (3 beats a token on a node's one KV head) stored from token 0
+    (TINY, 4, 4, 20, 8, 2),   # the keys split after 3 chunks of 4 (not a multiple of VL = 8): ATTN_KV
+    (GQA4X2, 4, 8, 24, 2, 2),  # two row groups per KV head: APPLY rescores
 ])
-def test_isa_tensor_parallel_array_attention_bit_exact(cfg, nodes, chunk, n_tok, att_rows):
+def test_isa_tensor_parallel_array_attention_bit_exact(cfg, nodes, chunk, n_tok, att_rows, decode):
     """attention = "array" in the tensor-parallel lowering ("auto" on a node that builds GEMM_PV):
     prefill and decode attention as GEMM_QK / ATTN_SM / GEMM_PV over each node's runs of KV blocks
     (the split decode's MAX and APPLY passes too, APPLY against the reduced maxima), the decode
     tokens' keys a run of decode blocks on the array too: the TP golden's logits and tokens bit for bit."""
     prompt = (PROMPT + PROMPT)[:n_tok]
     w = TINY_W if cfg is TINY else random_weights(cfg, 7)
-    rep, s = check_tp(cfg, w, prompt, nodes=nodes, chunk=chunk, decode=2, group=tp_group(cfg, nodes),
+    rep, s = check_tp(cfg, w, prompt, nodes=nodes, chunk=chunk, decode=decode, group=tp_group(cfg, nodes),
                       node=ARRAY_NODE.replace(att_rows=att_rows))
     assert rep.attention == "array" and s.lw.attention_reason.startswith("auto -> array")
     assert s.lw.map.replicas == (2 if nodes == 4 else 1)
