@@ -20,6 +20,13 @@ A *block layer* is the KV of ``n`` tokens in one layer: the 2 * H_kv segments in
 K head 0, K head 1, ..., K head H_kv-1, V head 0, ..., V head H_kv-1.  A *chunk value* (what
 the prefix KV tier stores for one chunk) is the chunk's block layers for layers 0 .. L-1,
 concatenated.
+
+The *decode region* holds the decode tokens' KV in blocks of B = ``NodeConfig.decode_block_keys``
+tokens (8 on the KR260 node): decode token j is key j mod B of decode block j // B (a block layer
+of B tokens, ``decode_key``), so the MAC array's GEMM_QK / GEMM_PV read the decode keys as one run
+of blocks.  A decode step rewrites its block's keys 0 .. j mod B as one segment of j mod B + 1
+tokens (B <= KV_ALIGN / 2: its scale region is the B-token one's, so it is the B-token segment's
+first keys); the keys after the current token are never visible to its query.
 """
 from __future__ import annotations
 
@@ -72,6 +79,13 @@ def segment_offset(n: int, head_dim: int, kv_heads: int, v: bool, head: int) -> 
     if not 0 <= head < kv_heads:
         raise SpecError(f"KV segment: head {head} not in [0, {kv_heads})")
     return (int(v) * kv_heads + head) * segment_bytes(n, head_dim)
+
+
+def decode_key(j: int, block_keys: int) -> tuple[int, int]:
+    """Decode token j's place in the decode region: (block, key) = (j // B, j mod B)."""
+    if j < 0 or block_keys < 1:
+        raise SpecError(f"decode token {j} in blocks of {block_keys} keys")
+    return j // block_keys, j % block_keys
 
 
 def pack_segment(q, a, e) -> bytes:

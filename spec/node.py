@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 from .bits import SpecError
-from .isa import LAYOUTS, MAX_HP_PORTS, NUM_SEMS, Opcode
+from .isa import LAYOUTS, MAX_HP_PORTS, NUM_SEMS, Opcode, block_run_ok
+from .kv import KV_ALIGN
 from .packet import MAX_PAYLOAD_BYTES, ROUTE_TABLE_ENTRIES
 from .params import Range
 from .regmap import REGISTERS
@@ -82,9 +83,9 @@ class NodeConfig:
     # pair's scores and a key's P.V take head_dim / att_lanes cycles); 0: the unit's default,
     # ``mcf.hw.compute.attention.default_lanes(head_dim)`` (16 at head_dim 128).  The KR260 node runs
     # attention on the MAC array (attention = "array", docs/attention-array.md): the unit's products
-    # serve only the keys ATTN_KV still takes (decode tokens' one-token segments, a short last
-    # block), so they are folded narrow -- 2 lanes at 6 rows, 24 DSPs instead of 192 (issue 14: the
-    # K26's 1 248)
+    # serve only the keys ATTN_KV still takes (a short last prompt block; the decode tokens' keys are
+    # on the array since round 23: ``decode_block_keys``), so they are folded narrow -- 2 lanes at 6
+    # rows, 24 DSPs instead of 192 (issue 14: the K26's 1 248)
     att_lanes: int = 2
     max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes
@@ -188,6 +189,23 @@ class NodeConfig:
         (weight_ports x weight_ratio bus beats): a run of KV blocks streams whole words of it
         (``spec.isa.block_run_ok``)."""
         return self.weight_ports * self.weight_ratio * self.data_bytes
+
+    @property
+    def decode_block_keys(self) -> int:
+        """Keys of a block of the decode region (``spec.kv``'s decode layout: decode token j is key
+        j mod B of decode block j // B, B this): the fewest, a multiple of vec_lanes (ATTN_SM's
+        beats) and at most max_tokens (one KVW rewrites a block's first keys) and 32 (its scale
+        region is one KV_ALIGN: a segment of n <= B tokens is the first n keys of a B-token one),
+        that a run of several blocks streams (``spec.isa.block_run_ok`` for GEMM_QK and GEMM_PV):
+        8 on the KR260 node (64-byte rows, 16-byte beats, 128-byte weight words) and the tiny one.
+        1 (one-token blocks, the attention unit's ATTN_KV) where none fits."""
+        b = self.vec_lanes
+        while b <= min(self.max_tokens, KV_ALIGN // 2):
+            if all(block_run_ok(b, 0, 2 * b, self.head_dim, self.data_bytes, self.weight_word_bytes, scales=s)
+                   for s in (True, False)):
+                return b
+            b *= 2
+        return 1
 
     @property
     def macs_per_cycle(self) -> int:

@@ -14,7 +14,7 @@
   them, after the node's last send of them), so at the end it holds exactly its owned blocks.
 * **Decode** (``decode_programs``, KV-stationary, one program per node per token): the root
   (node 0) runs the dense layers and writes the new token's KV into its decode region
-  (one-token blocks); per layer it multicasts the query rows, every node computes the maxima of
+  (blocks of ``NodeConfig.decode_block_keys`` tokens, ``spec.kv``'s decode layout); per layer it multicasts the query rows, every node computes the maxima of
   its keys (``ATTN_EMIT`` MAX), the NICs reduce them (ReduceOp.MAX) towards the root, which
   multicasts the result M; every node computes its (m, l, o) state with m = M and the NICs merge
   the states (SOFTMAX_MERGE, folded in node order) towards the root, which finalizes them.  With
@@ -190,8 +190,9 @@ def check_model(model: ModelConfig, node: NodeConfig, group: int) -> None:
 ARRAY_COVERS = ("attention = array covers: head_dim <= max_group (GEMM_QK built) and GEMM_PV built "
                 "(mac_rows, mac_lanes >= vec_lanes, mac_rows | head_dim | mac_rows x mac_lanes); the GQA group at "
                 "most min(sm_rows, max_tokens) rows; a chunk within GEMM_PV's keys; chunks of any size (a run of "
-                "KV blocks is one GEMM_QK / GEMM_PV); decode tokens' keys (one-token segments) and a block of fewer "
-                "than a multiple of vec_lanes keys that later keys follow through ATTN_KV")
+                "KV blocks is one GEMM_QK / GEMM_PV; the decode tokens' keys are a run of decode blocks, spec.kv); a "
+                "block of fewer than a multiple of vec_lanes keys that later keys follow (and decode blocks of one "
+                "key, on a node whose decode_block_keys is 1) through ATTN_KV")
 
 
 #: The array path's score rows hold every key of an attention when that takes at most 1 / this
@@ -327,9 +328,11 @@ class DdrMap:
     slot_bytes: int = 0
     pool_layer: int = 0
     pool_slots: int = 0
-    dec_block: int = 0
+    dec_block: int = 0              # bytes of one decode block layer (dec_keys tokens, spec.kv decode layout)
     dec_layer: int = 0
     dec_tokens: int = 0
+    dec_keys: int = 1               # NodeConfig.decode_block_keys
+    dec_row: int = 0                # bytes of one decode token's K (or V) BFP16 rows in decode_rows
     stage_group: int = 0
     ids_slot: int = 0
     net: dict = field(default_factory=dict)
@@ -337,6 +340,23 @@ class DdrMap:
 
     def off(self, name: str) -> int:
         return self.regions[name][0]
+
+
+def place_decode(a: _Alloc, m: DdrMap, sh: Shapes, decode_steps: int, array: bool) -> None:
+    """The decode region (``spec.kv``'s decode layout: decode token j is key j mod B of block
+    j // B, B = ``NodeConfig.decode_block_keys``; per layer ceil(decode tokens / B) block layers,
+    the array path's whole granules past the last layer's) and ``decode_rows``: per layer the
+    BFP16 K and V rows (LOAD / STORE BFP rows) of a block's tokens so far, from which each step
+    rewrites its block's keys 0 .. j mod B with one KVW (``_Lowerer.front``)."""
+    B = sh.node.decode_block_keys
+    m.dec_keys = B
+    m.dec_block = sh.block_bytes(B)
+    m.dec_tokens = max(1, decode_steps)
+    m.dec_layer = -(-m.dec_tokens // B) * m.dec_block
+    extra = -(-(array_key_unit(sh) - 1) // B) * m.dec_block if array else 0
+    a("decode_kv", sh.L * m.dec_layer + extra)
+    m.dec_row = sh.hkv * (sh.db + 1) * sh.vl * 4
+    a("decode_rows", sh.L * 2 * B * m.dec_row if B > 1 else 0)
 
 
 def place_model(a: _Alloc, m: DdrMap, sh: Shapes, head_rows: int, positions: int) -> None:
@@ -396,12 +416,13 @@ def spad_map(sh: Shapes, rows_part: int, groups: int, attn: tuple | None = None)
     keys words), the w rows (W, as many) and the wide o rows (OW, ``rows`` x 2 head_dim) of
     ``_Lowerer.array_apply``."""
     T, n = sh.chunk, sh.node
+    kT = max(T, n.decode_block_keys)       # K / V rows: a decode step's block of keys (``front``)
     b = {}
     top = 0
     mb = -(-rows_part // sh.vl)
     sb = _pad(-(-rows_part * (sh.d + 2) // sh.vl), max(1, isa.DDR_ALIGN // (4 * sh.vl)))
     for name, size in (("X", T * sh.hb), ("H", T * sh.hb), ("O", T * sh.hb), ("Q", T * sh.qb),
-                       ("A", T * sh.qb), ("K", T * sh.kb), ("V", T * sh.kb), ("G", T * sh.ib),
+                       ("A", T * sh.qb), ("K", kT * sh.kb), ("V", kT * sh.kb), ("G", T * sh.ib),
                        ("U", T * sh.ib), ("GAIN", sh.hb), ("ROPE", T * sh.db),
                        ("MLOC", groups * mb), ("MGLOB", groups * mb), ("SLOC", groups * sb),
                        ("SGLOB", groups * sb)):
@@ -640,18 +661,15 @@ class _Lowerer:
         m.slot_bytes = _pad(sh.block_bytes(sh.chunk))
         m.pool_slots = max(1, max(high))
         m.pool_layer = m.pool_slots * m.slot_bytes
-        m.dec_block = sh.block_bytes(1)
-        m.dec_tokens = max(1, decode_steps)
-        m.dec_layer = m.dec_tokens * m.dec_block
         m.stage_group = max(1, stage_max) * m.slot_bytes
         m.ids_slot = _pad(4 * sh.node.max_tokens)
         m.head_tiles = -(-sh.vocab // sh.P)
         a("ids", (C + 1) * m.ids_slot)
-        place_model(a, m, sh, sh.vocab, plan.request.seq_len + m.dec_tokens)
+        place_model(a, m, sh, sh.vocab, plan.request.seq_len + max(1, decode_steps))
         # the array path reads a run's blocks in whole granules of keys: slots past the last one
         extra = array_pool_extra(sh) * m.slot_bytes if attention == "array" else 0
         a("pool", sh.L * m.pool_layer + extra)
-        a("decode_kv", sh.L * m.dec_layer)
+        place_decode(a, m, sh, decode_steps, attention == "array")
         a("staging", 2 * m.stage_group + (extra if stage_max else 0))
         a("forward", 2 * m.slot_bytes if forwards else 0)
         mb, sbk = sp.beats["mb"], sp.beats["sb"]
@@ -723,22 +741,27 @@ class _Lowerer:
         self.vec(n, VecOp.RMSNORM, sh.h, rows, a, sh.hb, sp["H"], sh.hb, b=sp["GAIN"],
                  imm0=self.k("eps_n"), imm1=self.k(g_exp_key))
 
-    def front(self, n: int, li: int, T: int, seg_base: int, deps=(), after_q=None) -> Local:
+    def front(self, n: int, li: int, T: int, seg_base: int, deps=(), after_q=None, dec=None) -> Local:
         """RMSNorm, Q/K/V, RoPE, prescale, and the KV writer of the T tokens into the block layer at
         ``seg_base``; returns the last KVW.  With ``after_q`` the query comes first: Q's GEMM, RoPE
         and prescale, then ``after_q()`` (the tensor-parallel split sends the query rows from
-        there), then K and V, whose GEMMs hide the query's trip."""
+        there), then K and V, whose GEMMs hide the query's trip.  ``dec`` (a decode token,
+        ``decode_write``): its K / V rows go to SPAD row j (its key in the decode block at
+        ``seg_base``), rows 0 .. j - 1 come back from ``decode_rows`` (and row j goes there while
+        later tokens of the block follow), and one KVW per segment writes keys 0 .. j."""
         sh, sp = self.sh, self.sp
         d, db = sh.d, sh.db
         p = f"layers.{li}"
+        j = dec[0] if dec else 0
+        kv_at = {buf: sp[buf] + j * sh.kb for buf in ("K", "V")}
         self.norm(n, f"{p}.ln1", f"{p}.ln1.g_exp", T, sp["X"])
 
         def gemms(names):
             for name, dst, width in names:
-                self.gemm(n, f"{p}.{name}", f"{p}.{name}", T, sp["H"], sh.hb, sp[dst], width, bias=True)
+                self.gemm(n, f"{p}.{name}", f"{p}.{name}", T, sp["H"], sh.hb, dst, width, bias=True)
 
-        kv_proj = (("k_proj", "K", sh.kb), ("v_proj", "V", sh.kb))
-        gemms((("q_proj", "Q", sh.qb),) + (() if after_q else kv_proj))
+        kv_proj = (("k_proj", kv_at["K"], sh.kb), ("v_proj", kv_at["V"], sh.kb))
+        gemms((("q_proj", sp["Q"], sh.qb),) + (() if after_q else kv_proj))
         self.vec(n, VecOp.TO_BFP, d, T * sh.hq, sp["Q"], db, sp["Q"], db)
         self.vec(n, VecOp.ROPE, d, T * sh.hq, sp["Q"], db, sp["Q"], db, b=sp["ROPE"], b_stride=db,
                  b_rep=sh.hq, b_pair=1)
@@ -747,17 +770,50 @@ class _Lowerer:
         if after_q:
             after_q()
             gemms(kv_proj)
-        self.vec(n, VecOp.TO_BFP, d, T * sh.hkv, sp["K"], db, sp["K"], db)
-        self.vec(n, VecOp.ROPE, d, T * sh.hkv, sp["K"], db, sp["K"], db, b=sp["ROPE"], b_stride=db,
+        self.vec(n, VecOp.TO_BFP, d, T * sh.hkv, kv_at["K"], db, kv_at["K"], db)
+        self.vec(n, VecOp.ROPE, d, T * sh.hkv, kv_at["K"], db, kv_at["K"], db, b=sp["ROPE"], b_stride=db,
                  b_rep=sh.hkv, b_pair=1)
-        self.vec(n, VecOp.TO_BFP, d, T * sh.hkv, sp["V"], db, sp["V"], db)
+        self.vec(n, VecOp.TO_BFP, d, T * sh.hkv, kv_at["V"], db, kv_at["V"], db)
+        rows, seg_tokens = T, T
+        if dec:
+            j, win, keep = dec
+            B, row = self.map.dec_keys, self.map.dec_row
+            for w, buf in enumerate(("K", "V")):
+                at = win + w * B * row
+                if j:
+                    self.b.ex(n, isa.Load, ddr=at, spad=sp[buf], beats=j * sh.kb, row_beats=db)
+                if keep:
+                    # from the token at or before j whose rows start on a DDR_ALIGN boundary (a token's
+                    # rows are whole 32-byte beats: j or j - 1, which the LOAD just brought back)
+                    j0 = j if j * row % isa.DDR_ALIGN == 0 else j - 1
+                    self.b.ex(n, isa.Store, ddr=at + j0 * row, spad=sp[buf] + j0 * sh.kb, beats=(j + 1 - j0) * sh.kb,
+                              row_beats=db)
+            rows, seg_tokens = j + 1, B
         last = None
         for v, buf in ((False, "K"), (True, "V")):
             for kvh in range(sh.hkv):
-                last = self.b.ex(n, isa.Kvw, deps, src=sp[buf] + kvh * db, rows=T, row_stride=sh.kb,
-                                 seg=seg_base + sh.seg(T, v, kvh))
+                last = self.b.ex(n, isa.Kvw, deps, src=sp[buf] + kvh * db, rows=rows, row_stride=sh.kb,
+                                 seg=seg_base + sh.seg(seg_tokens, v, kvh))
                 deps = ()
         return last
+
+    def decode_write(self, n: int, li: int, step: int) -> tuple[int, tuple]:
+        """Where decode token ``step`` of layer ``li`` goes (``spec.kv`` decode layout): -> (its
+        block layer's address, ``front``'s ``dec``: its key j in the block, the layer's
+        ``decode_rows``, whether later tokens of the block follow)."""
+        m = self.map
+        blk, j = kv.decode_key(step, m.dec_keys)
+        base = self.region(n, "decode_kv") + li * m.dec_layer + blk * m.dec_block
+        win = self.region(n, "decode_rows") + li * 2 * m.dec_keys * m.dec_row
+        return base, (j, win, m.dec_keys > 1 and j < m.dec_keys - 1 and step + 1 < self.lw.decode_steps)
+
+    def decode_run(self, n: int, li: int, step: int, kpos0: int) -> dict:
+        """The decode tokens 0 .. step of layer ``li`` as one run of decode blocks (keys past the
+        current token, in its block and in the granules after it, lie past every query: invisible)."""
+        m = self.map
+        return {"addr": self.region(n, "decode_kv") + li * m.dec_layer, "stride": m.dec_block, "n": m.dec_keys,
+                "blocks": step // m.dec_keys + 1, "first_b": 0, "kpos0": kpos0, "bstride": 0,
+                "pstride": m.dec_keys, "gated": False, "decode": True}
 
     def back(self, n: int, li: int, T: int) -> None:
         sh, sp = self.sh, self.sp
@@ -828,9 +884,7 @@ class _Lowerer:
                 off = t0 * sh.qb + kvh * sh.gqa * sh.db
                 # the array path: GEMM_QK reads the query rows from SPAD, so the unit takes only the rows
                 # and positions (ROWS, a cycle a token) unless ATTN_KV passes over a tail (QUERY)
-                what = AttnLoad.QUERY
-                if array and not self.array_segments(runs, kvh, pos0 + t0 + tp - 1)[1]:
-                    what = AttnLoad.ROWS
+                what = self.query_load(runs, kvh, pos0 + t0 + tp - 1)
                 self.b.ex(n, isa.AttnQ, deps, what=what, spad=sp["Q"] + off, qpos0=pos0 + t0, **rows)
                 deps = ()
                 if array:
@@ -843,6 +897,14 @@ class _Lowerer:
                 last = self.b.ex(n, isa.AttnEmit, mode=isa.EmitMode.FINAL, spad=sp["A"] + off, **rows)
         return last
 
+    def query_load(self, runs, kvh, qmax) -> AttnLoad:
+        """What ATTN_Q loads before an attention over ``runs``: on the array path, when no ATTN_KV
+        tail follows, only the rows and positions (ROWS: GEMM_QK reads the query from SPAD), else
+        the query (QUERY)."""
+        if getattr(self.lw, "attention", "unit") == "array" and not self.array_segments(runs, kvh, qmax)[1]:
+            return AttnLoad.ROWS
+        return AttnLoad.QUERY
+
     # --- attention on the MAC array (attention = "array", docs/attention-array.md step 4) ---------
     def array_segments(self, runs, kvh, qmax):
         """-> (pieces on the array, ``tail`` runs for ATTN_KV, whether the score rows hold every
@@ -851,9 +913,10 @@ class _Lowerer:
         between blocks; 0 for one block: its keys past the block re-read it), bk, n (keys), kpos,
         koff (its score words), pad_visible (the keys past n have positions some row <= ``qmax``
         sees)}.  A piece holds the keys of at most ``array_pv_keys`` and, when the score rows do not
-        hold every piece, of ``sk``.  Through ATTN_KV: the decode tokens' one-token segments (runs
-        marked ``tail``), a piece of n not a multiple of VL whose padding would be visible and a piece
-        the execute unit cannot stream (``array_streams``)."""
+        hold every piece, of ``sk``.  The decode tokens' run of decode blocks (``decode_run``) is a
+        piece like any other.  Through ATTN_KV: runs marked ``tail``, a piece of n not a multiple of
+        VL whose padding would be visible and a piece the execute unit cannot stream (``array_streams``:
+        one-key decode blocks where ``NodeConfig.decode_block_keys`` is 1)."""
         sh, vl, u = self.sh, self.sh.vl, array_key_unit(self.sh)
         rnd = lambda x: -(-x // u) * u                                     # noqa: E731
 
@@ -864,7 +927,7 @@ class _Lowerer:
                     tail.append(r)
                     continue
                 seg = kv.segment_bytes(r["n"], sh.d)
-                contiguous = r["blocks"] == 1 or (r["pstride"] == r["n"] and r["n"] == sh.chunk)
+                contiguous = r["blocks"] == 1 or (r["pstride"] == r["n"] and (r["n"] == sh.chunk or r.get("decode")))
                 per = max(1, cap // r["n"]) if contiguous else 1
                 for i in range(0, r["blocks"], per):
                     m = min(per, r["blocks"] - i)
@@ -1220,9 +1283,7 @@ class _Lowerer:
             r = self.runs_for([(blk, s) for blk, s in sorted(lw.owned[n], key=lambda x: x[1])],
                               lambda s: self.pool(n, s, li), True, n_of)
             if n == root:
-                r.append({"addr": self.region(n, "decode_kv") + li * self.map.dec_layer, "stride": self.map.dec_block,
-                          "n": 1, "blocks": step + 1, "first_b": 0, "kpos0": S, "bstride": 0, "pstride": 1,
-                          "gated": False, "tail": True})
+                r.append(self.decode_run(n, li, step, S))
             return r
 
         self.embed(root, lw.ids_addr(root, None), 1, pos)
@@ -1230,7 +1291,8 @@ class _Lowerer:
         qbytes = sh.hq * (sh.db + 1) * sh.vl * 4
         others = [n for n in range(N) if n != root]
         for li in range(sh.L):
-            self.front(root, li, 1, self.region(root, "decode_kv") + li * self.map.dec_layer + step * self.map.dec_block)
+            seg, dec = self.decode_write(root, li, step)
+            self.front(root, li, 1, seg, dec=dec)
             if N == 1:
                 self.attention(root, 1, pos, runs(root, li))
                 self.back(root, li, 1)
@@ -1263,7 +1325,7 @@ class _Lowerer:
                 for i, (kvh, j0, rows) in enumerate(self.rgroups):
                     rr = dict(tokens=1, heads=rows, tok_stride=sh.qb, head_stride=sh.db)
                     q = sp["Q"] + (kvh * sh.gqa + j0) * sh.db
-                    b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=q, qpos0=pos, **rr)
+                    b.ex(n, isa.AttnQ, what=self.query_load(rn, kvh, pos), spad=q, qpos0=pos, **rr)
                     if self.lw.attention == "array":
                         self.array_max(n, rn, kvh, q, rr, pos)
                     for k, r in enumerate(rn if self.lw.attention != "array" else ()):
@@ -1307,7 +1369,7 @@ class _Lowerer:
                 for i, (kvh, j0, rows) in enumerate(self.rgroups):
                     rr = dict(tokens=1, heads=rows, tok_stride=sh.qb, head_stride=sh.db)
                     q = sp["Q"] + (kvh * sh.gqa + j0) * sh.db
-                    b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=q, qpos0=pos, **rr)
+                    b.ex(n, isa.AttnQ, what=self.query_load(rn, kvh, pos), spad=q, qpos0=pos, **rr)
                     if self.lw.attention == "array":
                         # the other row groups' MAX passes used the score rows since: GEMM_QK again
                         self.array_apply(n, rn, kvh, q, rr, pos, mref=sp["MGLOB"] + i * mb, rescore=True)

@@ -48,7 +48,7 @@ from mcf.spec.topology import Topology
 from mcf.sw.models.config import ModelConfig, check_tensor_parallel, shard_config
 from .lower import (DECODE_ROOT, DdrMap, LoweringError, RouteTables, Shapes, SpadMap, _Alloc, _Lowerer, _lm_unit,
                     _pad, array_pool_extra, array_rows, array_spad, check_model, choose_attention, const_keys,
-                    place_model, spad_map)
+                    place_decode, place_model, spad_map)
 
 #: The name of this decode scheme (as ``mcf simulate --decode`` names it).
 TENSOR_PARALLEL = "tensor-parallel"
@@ -196,19 +196,16 @@ def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bas
     a = _Alloc(isa.DDR_ALIGN)
     m.slot_bytes = _pad(sh.block_bytes(chunk))
     m.pool_layer = C * m.slot_bytes
-    m.dec_block = sh.block_bytes(1)
-    m.dec_tokens = max(1, decode_steps)
-    m.dec_layer = m.dec_tokens * m.dec_block
     m.ids_slot = _pad(4 * node.max_tokens)
     m.head_rows = head_rows(sh.vocab, N, sh.P)
     R = m.head_rows[0][1] - m.head_rows[0][0]
     m.head_tiles = -(-R // sh.P)
     m.piece = piece
     a("ids", (C + 1) * m.ids_slot)
-    place_model(a, m, sh, R, seq_len + m.dec_tokens)
+    place_model(a, m, sh, R, seq_len + max(1, decode_steps))
     # the array path reads a run's blocks in whole granules of keys: slots past the last one
     a("pool", sh.L * m.pool_layer + (array_pool_extra(sh) * m.slot_bytes if array else 0))
-    a("decode_kv", sh.L * m.dec_layer)
+    place_decode(a, m, sh, decode_steps, array)
     rows = chunk * sh.h * 4
     a("net.part", _pad(rows))
     a("net.sum", _pad(rows))
@@ -423,11 +420,13 @@ class _TPLowerer(_Lowerer):
             p = f"layers.{li}"
             got_q = {}
             for n in range(N):
+                seg = seg_of(n, li)
+                seg, dec = seg if isinstance(seg, tuple) else (seg, None)      # a decode token: decode_write
                 if split:
                     # the query first, its rows to the KV group's other nodes while K/V go on
-                    self.front(n, li, 1, seg_of(n, li), after_q=lambda n=n: self.send_query(n, seq, got_q))
+                    self.front(n, li, 1, seg, after_q=lambda n=n: self.send_query(n, seq, got_q), dec=dec)
                     continue
-                self.front(n, li, T, seg_of(n, li))
+                self.front(n, li, T, seg, dec=dec)
                 self.attention(n, T, pos0, runs_of(n, li))
                 self.vec(n, VecOp.TO_BFP, sh.hq * sh.d, T, sp["A"], sh.qb, sp["A"], sh.qb)
             if split:
@@ -550,7 +549,8 @@ class _TPLowerer(_Lowerer):
             for k in range(hkv):
                 for i, (j0, rows) in enumerate(rg):
                     rr = dict(tokens=1, heads=rows, tok_stride=rows * db, head_stride=db)
-                    b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
+                    what = self.query_load(rn if k == group(n) else [], 0, pos)
+                    b.ex(n, isa.AttnQ, what=what, spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
                     if k == group(n) and array:
                         self.array_max(n, rn, 0, sp["QG"] + j0 * db, rr, pos)
                     elif k == group(n):
@@ -582,7 +582,7 @@ class _TPLowerer(_Lowerer):
             rn = runs_of(n, li)
             for i, (j0, rows) in enumerate(rg):
                 rr = dict(tokens=1, heads=rows, tok_stride=rows * db, head_stride=db)
-                b.ex(n, isa.AttnQ, what=AttnLoad.QUERY, spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
+                b.ex(n, isa.AttnQ, what=self.query_load(rn, 0, pos), spad=sp["QG"] + j0 * db, qpos0=pos, **rr)
                 mref = sp["MGLOB"] + (group(n) * nrg + i) * mb
                 if array:
                     # with more than one row group the later groups' MAX passes used the score
@@ -640,12 +640,8 @@ class _TPLowerer(_Lowerer):
             out = self.runs_for([(c, c) for c in range(lo, hi)], lambda s: self.lw.kv_addr(n, s, li), False,
                                 lambda c: tok[c])
             if last:
-                out.append({"addr": self.region(n, "decode_kv") + li * m.dec_layer, "stride": m.dec_block, "n": 1,
-                            "blocks": step + 1, "first_b": 0, "kpos0": S, "bstride": 0, "pstride": 1,
-                            "gated": False, "tail": True})
+                out.append(self.decode_run(n, li, step, S))
             return out
 
-        self.step(1, S + step, None,
-                  lambda n, li: self.region(n, "decode_kv") + li * m.dec_layer + step * m.dec_block,
-                  runs, Stage.DECODE, step, 0)
+        self.step(1, S + step, None, lambda n, li: self.decode_write(n, li, step), runs, Stage.DECODE, step, 0)
         return self.b.programs()

@@ -344,8 +344,9 @@ def test_rtl_cluster_runs_array_attention_bit_exact(rtl_factory):
     """attention = "array" (GEMM_QK -> ATTN_SM -> GEMM_PV -> ATTN_Q O, docs/attention-array.md
     step 4) on one RTL node: prefill of two chunks of 8 tokens (the second over a run of two
     blocks: one GEMM_QK and one GEMM_PV with block_keys = 8, ATTN_Q O reading its rows at their
-    stride) and one decode step (its key in a one-token segment through ATTN_KV) give the golden
-    logits bit for bit.  Slow: the tiny node's
+    stride) and one decode step (its key the first of a decode block of 8, spec.kv's decode layout,
+    read by GEMM_QK / GEMM_PV as a piece of its own: no ATTN_KV) give the golden logits bit for bit.
+    Slow: the tiny node's
     4 x 8 array builds no GEMM_PV, so this is a Verilator build of its own (mac_rows = 8)."""
     from tests.sw.runtime.test_attention_array import ARRAY_NODE, FM
     s = Session(TINY, TINY_W, PROMPT[:16], nodes=1, chunk=8, decode=1, group=16, factory=rtl_factory, fixed=FM,
@@ -361,3 +362,8 @@ def test_rtl_cluster_runs_array_attention_bit_exact(rtl_factory):
     assert any(i.OPCODE == Opcode.GEMM_QK and i.block_keys == 8 and i.tiles * ARRAY_NODE.mac_rows > 8 for i in prog)
     assert any(i.OPCODE == Opcode.GEMM_PV and i.block_keys == 8 and i.keys > 8 for i in prog)
     assert any(i.OPCODE == Opcode.ATTN_Q and i.what == AttnLoad.O and i.head_stride for i in prog)
+    dec = s.lw.decode_programs(0)[0]
+    assert not any(i.OPCODE == Opcode.ATTN_KV for i in dec)
+    lo, size = s.lw.map.regions["decode_kv"]
+    assert any(i.OPCODE == Opcode.GEMM_QK and i.block_keys == 8 and 0 <= i.seg - s.lw.bases[0] - lo < size
+               for i in dec)

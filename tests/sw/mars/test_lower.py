@@ -189,3 +189,37 @@ def test_auto_attention_is_the_array_on_the_kr260_node_and_the_unit_on_tiny():
     lw = lower(tiny_plan(nodes=2, budget_tokens=16), NODE, 16, CONSTS, [0, 0])
     assert (lw.attention, lw.attention_reason.split(":")[0]) == ("unit", "auto -> unit")
     assert not any(i.OPCODE == Opcode.GEMM_PV for prog in lw.prefill for i in prog)
+
+
+def test_no_decode_step_emits_attn_kv_on_the_kr260_node():
+    """On the KR260 node (Qwen2.5-1.5B's shapes; attention "auto" -> the array) no decode step's
+    programs hold an ATTN_KV, so the attention unit's product rows serve nothing in decode: the
+    decode tokens' keys are a run of decode blocks of ``NodeConfig.decode_block_keys`` = 8 keys
+    (``spec.kv``'s decode layout) that GEMM_QK / ATTN_SM / GEMM_PV read -- the KV-stationary decode
+    on 1 and 2 nodes, and the tensor-parallel decode on 4 (its split attention: tp-decode's programs),
+    at every step (a decode block's keys 0 .. 7, then the second block).  The shard's decode rows
+    (one KV head: 17 beats a token) are not whole DDR_ALIGN units: the STORE starts a token early."""
+    import dataclasses
+    from mcf.sw.mars.lower_tp import lower_tp
+    full = load_model("qwen2.5-1.5b")        # its attention shapes (as `mcf bench attention-path`)
+    qwen = dataclasses.replace(full, num_layers=1, intermediate_size=full.hidden_size, vocab_size=256)
+    consts = {k: 0 for k in const_keys(qwen)}
+    steps = 10
+
+    def check(lw, nodes):
+        assert lw.attention == "array" and lw.node.decode_block_keys == 8
+        dec = lw.map.off("decode_kv")
+        for step in range(steps):
+            progs = lw.decode_programs(step)
+            assert not any(i.OPCODE == Opcode.ATTN_KV for prog in progs for i in prog), (nodes, step)
+            qk = [i for n, prog in enumerate(progs) for i in prog if i.OPCODE == Opcode.GEMM_QK
+                  and 0 <= i.seg - lw.bases[n] - dec < lw.map.regions["decode_kv"][1]]
+            assert qk and all(i.block_keys == 8 and bool(i.seg_stride) == (step >= 8) for i in qk), (nodes, step)
+            kvw = [i for prog in progs for i in prog if i.OPCODE == Opcode.KVW]
+            assert kvw and all(i.rows == step % 8 + 1 for i in kvw), (nodes, step)
+
+    for nodes in (1, 2):
+        p = plan(PlanRequest(model=qwen, seq_len=32, nodes=nodes, profile=load_profile("kr260"), scheme="mars",
+                             chunk_size=16))
+        check(lower(p, node_config(qwen, nodes), 128, consts, [0] * nodes, decode_steps=steps), nodes)
+    check(lower_tp(qwen, node_config(qwen, 4), 128, consts, [0] * 4, seq_len=32, chunk=16, decode_steps=steps), 4)

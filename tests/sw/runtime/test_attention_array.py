@@ -2,9 +2,9 @@
 (scores on the MAC array over a run of KV blocks) -> ATTN_SM MAX / APPLY -> GEMM_PV (o, wide across
 runs) -> ATTN_Q O (GEMM_PV's rows at their stride) -> ATTN_EMIT, with the KV-stationary decode protocol.  The runs on the ISA simulator give the golden
 fixed-point model's logits bit for bit (prefill and decode, 1-4 nodes, MARS and Ring), the
-programs hold the array instructions (the directory check a DIR check = 1 per run of gated blocks,
-the attention unit's ATTN_KV only for the decode tokens' one-token segments), and what the path
-cannot run is refused in one line."""
+programs hold the array instructions (the directory check a DIR check = 1 per run of gated blocks;
+the decode tokens' keys in blocks of NodeConfig.decode_block_keys read as a run of blocks: no ATTN_KV),
+and what the path cannot run is refused in one line."""
 import importlib
 
 import numpy as np
@@ -44,25 +44,33 @@ def ops(programs):
     return [ins for prog in programs for ins in prog]
 
 
-@pytest.mark.parametrize("nodes,scheme,n_tok,budget_tokens", [
-    (1, "mars", 16, None), (2, "mars", 32, None), (4, "mars", 32, 16), (3, "ring", 24, None)])
-def test_array_attention_is_bit_exact(nodes, scheme, n_tok, budget_tokens):
+@pytest.mark.parametrize("nodes,scheme,n_tok,budget_tokens,decode", [
+    (1, "mars", 16, None, 2), (2, "mars", 32, None, 10), (4, "mars", 32, 16, 2), (3, "ring", 24, None, 2)])
+def test_array_attention_is_bit_exact(nodes, scheme, n_tok, budget_tokens, decode):
+    """decode = 10: the decode tokens' keys fill a decode block of 8 and start a second (one run of
+    two blocks from step 8 on)."""
     budget = budget_tokens * int(TINY.kv_token_bytes) if budget_tokens else None
-    s, rep = run(PROMPT[:n_tok], nodes=nodes, scheme=scheme, budget=budget)
-    want, _ = golden(TINY, FM, PROMPT[:n_tok], 2)
-    assert [st.kind for st in rep.steps] == ["prefill", "decode", "decode"]
+    s, rep = run(PROMPT[:n_tok], nodes=nodes, scheme=scheme, budget=budget, decode=decode)
+    want, _ = golden(TINY, FM, PROMPT[:n_tok], decode)
+    assert [st.kind for st in rep.steps] == ["prefill"] + ["decode"] * decode
     for k, (st, ref) in enumerate(zip(rep.steps, want)):
         assert np.array_equal(st.logits, ref), f"step {k}: logits differ"
     # the array path ran: scores, softmax and PV instructions; the directory check a DIR check over
-    # each run of gated blocks (no ATTN_KV gated); ATTN_KV only over the decode tokens' one-token segments
+    # each run of gated blocks; no ATTN_KV: the decode tokens' keys are a run of decode blocks on the array
     checks = 0
-    for progs in (s.lw.prefill, s.lw.decode_programs(1)):
+    B, dec = ARRAY_NODE.decode_block_keys, s.lw.map.regions["decode_kv"]
+    for progs in (s.lw.prefill, s.lw.decode_programs(1), s.lw.decode_programs(decode - 1)):
         got = ops(progs)
         kinds = {i.OPCODE for i in got}
         assert {Opcode.ATTN_SM, Opcode.GEMM_PV} <= kinds
         assert any(i.OPCODE == Opcode.GEMM_QK for i in got)
-        assert all(i.keys == 1 and not i.gated for i in got if i.OPCODE == Opcode.ATTN_KV)
+        assert Opcode.ATTN_KV not in kinds
         checks += sum(i.OPCODE == Opcode.DIR and i.check for i in got)
+    for step in (1, decode - 1):
+        root = s.lw.decode_programs(step)[0]
+        qk = [i for i in root if i.OPCODE == Opcode.GEMM_QK and 0 <= i.seg - s.lw.bases[0] - dec[0] < dec[1]]
+        assert qk and all(i.block_keys == B and i.tiles * ARRAY_NODE.mac_rows >= step + 1 for i in qk)
+        assert all(bool(i.seg_stride) == (step >= B) for i in qk)
         assert not any(i.OPCODE == Opcode.VEC and i.vop == VecOp.RESIDUAL and i.n == TINY.head_dim for i in got)
     assert checks > 0
     # prefill jobs of min(sm_rows, max_tokens) // group tokens: 4 tokens x 2 heads = 8 rows, past the
@@ -78,7 +86,7 @@ def reads_stay_in_the_kv_regions(lw, steps):
     for progs in steps:
         for n, prog in enumerate(progs):
             regions = [(lw.bases[n] + lw.map.off(r), lw.bases[n] + lw.map.off(r) + lw.map.regions[r][1])
-                       for r in ("pool", "staging")]
+                       for r in ("pool", "staging", "decode_kv")]
             for i in prog:
                 if i.OPCODE == Opcode.GEMM_QK:
                     keys = i.tiles * P

@@ -124,7 +124,10 @@ def test_isa_tensor_parallel_bit_exact(cfg, nodes, chunk, jitter):
     if cfg is TINY and nodes == 4:    # decode: each node attends to about half of its KV head's keys
         assert s.lw.map.replicas == 2
         kv = [sum(i.keys * i.blocks for i in p if i.OPCODE == Opcode.ATTN_KV) for p in s.lw.decode_programs(1)]
-        assert kv[0] + kv[1] == kv[2] + kv[3] == 2 * cfg.num_layers * (len(PROMPT) + 2), kv    # MAX + APPLY
+        # MAX + APPLY over the prompt and the decode tokens' block (spec.kv's decode layout: its keys
+        # past the current token lie after it, invisible)
+        B = s.lw.node.decode_block_keys
+        assert kv[0] + kv[1] == kv[2] + kv[3] == 2 * cfg.num_layers * (len(PROMPT) + B), kv
         assert 0 < min(kv) and max(kv) <= 0.7 * (kv[0] + kv[1]), kv
     if cfg is GQA4:        # decode: o_proj / down_proj in pieces of 1, 2, 1 units of 128 bytes (the GEMM
         prog = s.lw.decode_programs(1)    # piece by piece: two start at a tile > 0), summed at nodes 0, 1, 2
@@ -143,20 +146,21 @@ ARRAY_NODE = NodeConfig.tiny(mac_rows=8)
 GQA4X2 = dataclasses.replace(TINY, name="gqa4x2", num_heads=8, num_kv_heads=2, hidden_size=128)
 
 
-@pytest.mark.parametrize("cfg,nodes,chunk,n_tok,att_rows", [
-    (TINY, 1, 8, 24, 8),
-    (TINY, 4, 8, 24, 8),      # two nodes per KV head: the split decode attention's passes on the array
-    (TINY, 4, 4, 20, 8),      # the keys split after 3 chunks of 4 (not a multiple of VL = 8): ATTN_KV
-    (GQA4X2, 4, 8, 24, 2),    # two row groups per KV head: APPLY rescores
+@pytest.mark.parametrize("cfg,nodes,chunk,n_tok,att_rows,decode", [
+    (TINY, 1, 8, 24, 8, 2),
+    (TINY, 4, 8, 24, 8, 3),   # two nodes per KV head: the split decode attention's passes on the array; decode
+                              # token 1's rows (3 beats a token on a node's one KV head) stored from token 0
+    (TINY, 4, 4, 20, 8, 2),   # the keys split after 3 chunks of 4 (not a multiple of VL = 8): ATTN_KV
+    (GQA4X2, 4, 8, 24, 2, 2),  # two row groups per KV head: APPLY rescores
 ])
-def test_isa_tensor_parallel_array_attention_bit_exact(cfg, nodes, chunk, n_tok, att_rows):
+def test_isa_tensor_parallel_array_attention_bit_exact(cfg, nodes, chunk, n_tok, att_rows, decode):
     """attention = "array" in the tensor-parallel lowering ("auto" on a node that builds GEMM_PV):
     prefill and decode attention as GEMM_QK / ATTN_SM / GEMM_PV over each node's runs of KV blocks
     (the split decode's MAX and APPLY passes too, APPLY against the reduced maxima), the decode
-    tokens' keys through ATTN_KV: the TP golden's logits and tokens bit for bit."""
+    tokens' keys a run of decode blocks on the array too: the TP golden's logits and tokens bit for bit."""
     prompt = (PROMPT + PROMPT)[:n_tok]
     w = TINY_W if cfg is TINY else random_weights(cfg, 7)
-    rep, s = check_tp(cfg, w, prompt, nodes=nodes, chunk=chunk, decode=2, group=tp_group(cfg, nodes),
+    rep, s = check_tp(cfg, w, prompt, nodes=nodes, chunk=chunk, decode=decode, group=tp_group(cfg, nodes),
                       node=ARRAY_NODE.replace(att_rows=att_rows))
     assert rep.attention == "array" and s.lw.attention_reason.startswith("auto -> array")
     assert s.lw.map.replicas == (2 if nodes == 4 else 1)
@@ -165,12 +169,12 @@ def test_isa_tensor_parallel_array_attention_bit_exact(cfg, nodes, chunk, n_tok,
     for n, prog in enumerate(dec):     # at chunk 4 the first node of a KV head's pair: ATTN_KV only
         ops = {i.OPCODE for i in prog}
         assert ({Opcode.GEMM_QK, Opcode.ATTN_SM, Opcode.GEMM_PV} <= ops) == (chunk == 8 or n % 2 == 1), (n, ops)
-    # ATTN_KV takes only the 2 decode tokens' keys of step 1 (MAX and APPLY, every layer and KV head)
-    # and, at chunk 4, the split's first part: 12 keys, not a multiple of VL, that later keys follow
+    # ATTN_KV takes only, at chunk 4, the split's first part (MAX and APPLY, every layer and KV head):
+    # 12 keys, not a multiple of VL, that later keys follow -- never the decode tokens' keys
     assert ARRAY_NODE.vec_lanes == 8
     kv_keys = sum(i.keys * i.blocks for p in dec for i in p if i.OPCODE == Opcode.ATTN_KV)
     prompt_kv = 12 if chunk == 4 else 0
-    assert kv_keys == 2 * cfg.num_layers * cfg.num_kv_heads * (2 + prompt_kv) * (2 if cfg is GQA4X2 else 1), kv_keys
+    assert kv_keys == 2 * cfg.num_layers * cfg.num_kv_heads * prompt_kv * (2 if cfg is GQA4X2 else 1), kv_keys
 
 
 def test_each_node_holds_a_shard_of_the_weights():
