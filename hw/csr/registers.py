@@ -373,7 +373,12 @@ class ControlRegisters(wiring.Component):
         values = [Cat(v, Const(0, DATA_BITS - len(v))) for v in values]     # narrower sources: 0 above
         rd_value, rd_kind = Signal(DATA_BITS), Signal(2)     # rd_kind: decoded with AR, registered
         ar_word = bus.araddr[2:ADDR_BITS]
-        m.d.comb += rd_value.eq(Cat(*values).word_select(ar_addr[:abits], DATA_BITS))
+        # (a balanced tree of 2:1 multiplexers on the address bits, low bits first: issue 14, the
+        # word select was mapped as a chain, 9 levels to ``rdata``)
+        level = list(values)
+        for b in range(abits):
+            level = [Mux(ar_addr[b], level[k + 1], level[k]) for k in range(0, len(level), 2)]
+        m.d.comb += rd_value.eq(level[0])
         rvalid, rdata, rresp = Signal(), Signal(DATA_BITS), Signal(2)
         m.d.comb += [bus.rvalid.eq(rvalid), bus.rdata.eq(rdata), bus.rresp.eq(rresp)]
         with m.FSM(name="read"):

@@ -33,11 +33,18 @@ CODES = tuple(LAYOUTS)
 class Decoder(wiring.Component):
     """``word`` in; ``queue`` (``spec.isa.Queue``), ``end``, ``sync`` and ``illegal`` out, and
     the ``header`` fields.  ``legal_codes`` (bit k: the word's fields pass opcode ``CODES[k]``'s
-    checks, whatever its opcode) is the deep part: a pipelined user registers it and selects
-    with ``legal_of`` a cycle later (the sequencer, for the 250 MHz budget)."""
+    checks, whatever its opcode) is the deep part: a pipelined user registers the checks
+    themselves (``checks``, one bit each), ANDs them per opcode with ``legal_codes_of`` and
+    selects with ``legal_of`` a cycle later (the sequencer, for the 250 MHz budget)."""
 
     def __init__(self, num_sems: int = NUM_SEMS, ddr_addr_bits: int = 40):
         self.num_sems, self.ddr_addr_bits = num_sems, ddr_addr_bits
+        # the checks of every opcode, one bit each: ``groups[k]``, the bits of ``CODES[k]``'s
+        self.groups, n = [], 0
+        for code in CODES:
+            k = len(self._checks(code, None))
+            self.groups.append(list(range(n, n + k)))
+            n += k
         super().__init__({
             "word": In(INSTR_BITS),
             "header": Out(InstrHeaderLayout),
@@ -45,32 +52,42 @@ class Decoder(wiring.Component):
             "end": Out(1),
             "sync": Out(1),
             "illegal": Out(1),
+            "checks": Out(max(n, 1)),
             "legal_codes": Out(len(CODES)),
         })
+
+    def _checks(self, code, word) -> list:
+        """Opcode ``code``'s checks of ``word`` (``None``: only how many)."""
+        layout = LAYOUTS[code]
+        view = InstrLayouts[code](word if word is not None else Const(0, INSTR_BITS))
+        ddr_field_limit = self.ddr_addr_bits - (DDR_ALIGN.bit_length() - 1)
+        checks = []
+        for f in layout.fields:
+            raw = Value.cast(getattr(view, f.name))
+            if f.reserved:
+                checks.append(raw == 0)
+            elif f.enum is not None and f.name != "op":
+                checks.append(Cat(*(raw == int(v) for v in f.enum)).any())
+            if f.name in LOCAL_SEM_FIELDS and self.num_sems < (1 << f.width):
+                checks.append(raw < self.num_sems)
+            if f.name in DDR_FIELDS and ddr_field_limit < f.width:
+                checks.append(raw[ddr_field_limit:] == 0)
+            if f.name in NONZERO.get(code, ()):
+                checks.append(raw != 0)
+        return checks
+
+    def legal_codes_of(self, checks) -> Value:
+        """``legal_codes`` from ``checks`` (the decoder's own, or registered ones)."""
+        return Cat(*(Cat(*(checks[i] for i in g)).all() if g else Const(1) for g in self.groups))
 
     def elaborate(self, platform):
         m = Module()
         m.d.comb += self.header.eq(self.word[:InstrHeaderLayout.size])
         op = self.header.op
-        ddr_field_limit = self.ddr_addr_bits - (DDR_ALIGN.bit_length() - 1)
-        for k, code in enumerate(CODES):
-            layout = LAYOUTS[code]
-            view = InstrLayouts[code](self.word)
-            checks = []
-            for f in layout.fields:
-                value = getattr(view, f.name)
-                raw = Value.cast(value)
-                if f.reserved:
-                    checks.append(raw == 0)
-                elif f.enum is not None and f.name != "op":
-                    checks.append(Cat(*(raw == int(v) for v in f.enum)).any())
-                if f.name in LOCAL_SEM_FIELDS and self.num_sems < (1 << f.width):
-                    checks.append(raw < self.num_sems)
-                if f.name in DDR_FIELDS and ddr_field_limit < f.width:
-                    checks.append(raw[ddr_field_limit:] == 0)
-                if f.name in NONZERO.get(code, ()):
-                    checks.append(raw != 0)
-            m.d.comb += self.legal_codes[k].eq(Cat(*checks).all() if checks else Const(1))
+        bits = [c for code in CODES for c in self._checks(code, self.word)]
+        if bits:
+            m.d.comb += self.checks.eq(Cat(*bits))
+        m.d.comb += self.legal_codes.eq(self.legal_codes_of(self.checks))
         legal = legal_of(m, op, self.legal_codes)
         with m.Switch(op):
             for code in CODES:

@@ -328,7 +328,8 @@ class Sequencer(wiring.Component):
         # the 250 MHz budget; words move only while the program runs and has not ended.
         pw = Signal(IssueLayout)
         pw_valid, pw_take = Signal(), Signal()
-        pw_legal = Signal(len(CODES))
+        pw_checks = Signal(len(dec.checks))        # (the checks registered one by one: issue 14,
+        # their AND per opcode was 9 levels in front of the register)
         dq = Signal(IssueLayout)
         dq_valid, dq_queue, dq_illegal, dq_end, dq_waits = Signal(), Signal(2), Signal(), Signal(), Signal()
         dq_take = Signal()
@@ -336,11 +337,13 @@ class Sequencer(wiring.Component):
                      dec.word.eq(fetch.o.payload.word),
                      fetch.o.ready.eq(running & ~ended & (~pw_valid | pw_take))]
         with m.If(fetch.o.valid & fetch.o.ready):
-            m.d.sync += [pw_valid.eq(1), pw.eq(fetch.o.payload), pw_legal.eq(dec.legal_codes)]
+            m.d.sync += [pw_valid.eq(1), pw.eq(fetch.o.payload), pw_checks.eq(dec.checks)]
         with m.Elif(pw_take):
             m.d.sync += pw_valid.eq(0)
         m.submodules.decoder_q = dec_q = Decoder(cfg.num_sems, cfg.ddr_addr_bits)   # queue and END only
         m.d.comb += dec_q.word.eq(pw.word)
+        pw_legal = Signal(len(CODES))
+        m.d.comb += pw_legal.eq(dec.legal_codes_of(pw_checks))
         pw_legal_op = legal_of(m, dec_q.header.op, pw_legal)
         with m.If(pw_take):
             m.d.sync += [dq_valid.eq(1), dq.eq(pw), dq_queue.eq(dec_q.queue),
