@@ -14,8 +14,9 @@
   them, after the node's last send of them), so at the end it holds exactly its owned blocks.
 * **Decode** (``decode_programs``, KV-stationary, one program per node per token): the root
   (node 0) runs the dense layers and writes the new token's KV into its decode region
-  (blocks of ``NodeConfig.decode_block_keys`` tokens, ``spec.kv``'s decode layout); per layer it multicasts the query rows, every node computes the maxima of
-  its keys (``ATTN_EMIT`` MAX), the NICs reduce them (ReduceOp.MAX) towards the root, which
+  (blocks of ``NodeConfig.decode_block_keys`` tokens, ``spec.kv``'s decode layout); per layer it
+  multicasts the query rows, every node computes the maxima of its keys (``ATTN_EMIT`` MAX), the
+  NICs reduce them (ReduceOp.MAX) towards the root, which
   multicasts the result M; every node computes its (m, l, o) state with m = M and the NICs merge
   the states (SOFTMAX_MERGE, folded in node order) towards the root, which finalizes them.  With
   one node all of this is the local two-pass attention.
