@@ -64,8 +64,8 @@ class Decoder(wiring.Component):
         checks = []
         for f in layout.fields:
             raw = Value.cast(getattr(view, f.name))
-            if f.reserved:       # (in pieces of 36 bits, two LUT levels each: issue 14)
-                checks += [raw[i:i + 36] == 0 for i in range(0, len(raw), 36)]
+            if f.reserved:
+                checks.append(raw == 0)
             elif f.enum is not None and f.name != "op":
                 checks.append(Cat(*(raw == int(v) for v in f.enum)).any())
             if f.name in LOCAL_SEM_FIELDS and self.num_sems < (1 << f.width):
