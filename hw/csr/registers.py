@@ -188,21 +188,21 @@ class ControlRegisters(wiring.Component):
         # --- write channel ---------------------------------------------------------------------
         aw_held, w_held = Signal(), Signal()
         aw_addr = Signal(ADDR_BITS)
-        # the held address decoded as AW is taken: a flag per writable register (``aw_is``; none:
-        # SLVERR) and whether it is in the sequencer's window (``aw_ext``), so every write strobe
-        # is an AND of registers (issue 14: the decode of the held address ran on into
-        # SEQ_CONTROL's abort and the sequencer's fault, 9 levels, and into DESC_PUSH's queue
-        # level and the response, 8)
+        # the held address decoded as AW is taken: a flag per writable register (``aw_is``), whether
+        # it is one (``aw_ok``, else SLVERR) and whether it is in the sequencer's window
+        # (``aw_ext``), so every write strobe is an AND of registers (issue 14: the decode of the
+        # held address ran on into SEQ_CONTROL's abort and the sequencer's fault, 9 levels, and
+        # into DESC_PUSH's queue level and the response, 8)
         writable = [r for r in regs if r.access is not Access.RO]
         aw_is = {r.name: Signal(name=f"aw_is_{r.name.lower()}") for r in writable}
-        aw_ext = Signal()
+        aw_ok, aw_ext = Signal(), Signal()
         w_data, w_strb = Signal(DATA_BITS), Signal(DATA_BITS // 8)
         bvalid, bresp = Signal(), Signal(2)
         m.d.comb += [bus.awready.eq(~aw_held), bus.wready.eq(~w_held),
                      bus.bvalid.eq(bvalid), bus.bresp.eq(bresp)]
         with m.If(bus.awvalid & bus.awready):
             hit = {r.name: bus.awaddr[2:] == r.offset >> 2 for r in writable}
-            m.d.sync += [aw_held.eq(1), aw_addr.eq(bus.awaddr),
+            m.d.sync += [aw_held.eq(1), aw_addr.eq(bus.awaddr), aw_ok.eq(Cat(*hit.values()).any()),
                          aw_ext.eq(Cat(*(hit[n] for n in hit if n in external)).any() if external else 0)]
             m.d.sync += [aw_is[n].eq(h) for n, h in hit.items()]
         with m.If(bus.wvalid & bus.wready):
@@ -228,7 +228,7 @@ class ControlRegisters(wiring.Component):
 
         with m.If(do_write):
             m.d.sync += [aw_held.eq(0), w_held.eq(0), bvalid.eq(1),
-                         bresp.eq(Mux(Cat(*aw_is.values()).any(), Resp.OKAY, Resp.SLVERR))]
+                         bresp.eq(Mux(aw_ok, Resp.OKAY, Resp.SLVERR))]
             for r in writable:
                 with m.If(aw_is[r.name]):
                     if r.name in external:
