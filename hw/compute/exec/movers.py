@@ -47,6 +47,7 @@ from mcf.hw.compute.exec.streams import COUNT_BITS, Packer, Unpacker, request_la
 from mcf.hw.compute.kv_writer import KVWriter
 from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder, rotate_list, rotate_pieces
 from mcf.hw.compute.vector import VectorUnit
+from mcf.hw.fifo import ReadyFIFO
 from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
 from mcf.spec import isa
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, W_BITS, X_FRAC
@@ -1010,13 +1011,15 @@ class GemmMover(Mover):
         m.submodules.us = us = Unpacker(g.data_width, P * 16)
         m.submodules.ub = ub = Unpacker(g.data_width, P * 32)
         # scale requests on stream 0: one (GEMM), or one per block of the run (GEMM_QK): each its block's
-        # scale words from the first key's on (sq_blk bytes), sq_left bytes in all
+        # scale words from the first key's on (the block's bytes: the first block's from key o, the others' all), sq_left
+        # bytes in all.  The next request's length (``sq_len``, the minimum of the two) and beats are registers, set
+        # with sq_left (round 22: the compare, the choice and the round-up add in front of the read stream's count,
+        # 8.19 levels)
         sq_addr, sq_base = Signal(ADDR_BITS), Signal(ADDR_BITS)
-        sq_blk, sq_left = Signal(COUNT_BITS), Signal(COUNT_BITS)
-        sq_len = Signal(COUNT_BITS)
-        m.d.comb += sq_len.eq(Mux(sq_blk < sq_left, sq_blk, sq_left))
+        sq_left = Signal(COUNT_BITS)
+        sq_len, sq_beats = Signal(COUNT_BITS), Signal(COUNT_BITS)
         m.d.comb += [
-            b.req0.payload.addr.eq(sq_addr), b.req0.payload.beats.eq(ceil_beats(sq_len, g.bus_log2)),
+            b.req0.payload.addr.eq(sq_addr), b.req0.payload.beats.eq(sq_beats),
             b.req1.payload.addr.eq(b_addr), b.req1.payload.beats.eq(ceil_beats(bt, g.bus_log2)),
             uw.cmd.payload.count.eq(Mux(pv, (pins.keys >> k_log2) << _log2(C), tn >> k_log2) << _log2(n)),
             us.cmd.payload.count.eq(tg), ub.cmd.payload.count.eq(ins.tiles),
@@ -1194,6 +1197,13 @@ class GemmMover(Mover):
         i_v = stage(m, i_left != 0, "wd_i_v")
         i_rbig = stage(m, capped(r_bk << row_log2, run_i), "wd_i_rbig")          # stage 2
         i_naddr = stage(m, r_seg + r_step + pad_up(r_bk << 1), "wd_i_naddr", ADDR_BITS)   # stage 3
+        # the first scale request's length min(sq_blk, sq_left) and beats (stage 4)
+        i_sqb = stage(m, Mux(kv, (r_bk - r_o) << 1, st), "sq_i_blk", COUNT_BITS)            # stage 3
+        i_sql = stage(m, Mux(pv, 0, st), "sq_i_left", COUNT_BITS)
+        i_sqm = Mux(i_sqb < i_sql, i_sqb, i_sql)
+        i_sqn = stage(m, i_sqm, "sq_i_len", COUNT_BITS)                                      # stage 4
+        i_sqv = stage(m, i_sql != 0, "sq_i_v")
+        i_sqbeats = stage(m, ceil_beats(i_sqm, g.bus_log2), "sq_i_beats", COUNT_BITS)
         # the next descriptor's compares without a subtraction in front (round 21: wd_left - wd_len, then its
         # compares with r_blk_q and the cap, 9.4 levels): wd_left and wd_blk are also kept less the block's rows
         # / the cap (``wd_lmr`` = wd_left - r_blk_q, ``wd_lmc`` = wd_left - cap, ``wd_bmc`` = wd_blk - cap,
@@ -1226,18 +1236,32 @@ class GemmMover(Mover):
             m.d.comb += [n_cap.eq(Mux(n_lt, n_bbig, n_lbig)), n_min.eq(Mux(n_lt, nb, nl))]
             m.d.sync += [wd_addr.eq(Mux(wd_end, wd_naddr, wd_addr + wd_len)), wd_left.eq(nl), wd_blk.eq(nb),
                          wd_len.eq(Mux(n_cap, Mux(run_q, cap, g.buffer_bytes), n_min)), wd_lt.eq(n_lt), wd_le.eq(n_le),
-                         wd_end.eq(n_le & ~n_bbig), wd_v.eq(nl != 0),
+                         wd_end.eq(n_le & ~n_bbig), wd_v.eq(wd_left != wd_len),   # (nl != 0: wd_len <= wd_left)
                          wd_buf.eq(Mux(wd_buf == g.buffers - 1, 0, wd_buf + 1))]
             with m.If(wd_end):
                 m.d.sync += wd_naddr.eq(wd_naddr + r_step_q)
-        m.d.comb += b.req0.valid.eq(sq_left != 0)
+        # (the valid, sq_left != 0, a register too: sq_left != sq_len after a request, sq_len <= sq_left.  The next
+        # length's compare r_sblk_q < sq_left - sq_len as sq_lmb > sq_len, sq_lmb = sq_left - r_sblk_q, and its beats
+        # from sq_lc = sq_left + bus bytes - 1: each a carry from registers, no subtraction in front of a compare or
+        # of the round-up add)
+        sq_more = Signal()
+        sq_lmb = Signal(signed(COUNT_BITS + 2))
+        sq_lc = Signal(COUNT_BITS + 1)
+        r_sbb = Signal(COUNT_BITS)                                  # r_sblk_q's beats
+        sq_nl, sq_nn, sq_nb = Signal(COUNT_BITS), Signal(COUNT_BITS), Signal(COUNT_BITS)
+        sq_full = Signal()                                          # the next request a whole block's
+        m.d.comb += [sq_nl.eq(sq_left - sq_len), sq_full.eq(sq_lmb > sq_len),
+                     sq_nn.eq(Mux(sq_full, r_sblk_q, sq_nl)),
+                     sq_nb.eq(Mux(sq_full, r_sbb, (sq_lc - sq_len) >> g.bus_log2)),
+                     b.req0.valid.eq(sq_more)]
         with m.If(b.req0.valid & b.req0.ready):
-            m.d.sync += [sq_left.eq(sq_left - sq_len), sq_base.eq(sq_base + r_step_q), sq_addr.eq(sq_base + r_step_q),
-                         sq_blk.eq(r_sblk_q)]
+            m.d.sync += [sq_left.eq(sq_nl), sq_base.eq(sq_base + r_step_q), sq_addr.eq(sq_base + r_step_q),
+                         sq_len.eq(sq_nn), sq_beats.eq(sq_nb), sq_more.eq(sq_left != sq_len),
+                         sq_lmb.eq(sq_lmb - sq_len), sq_lc.eq(sq_lc - sq_len)]
 
         go = Signal()
         m.d.comb += go.eq(b.req0.ready & b.req1.ready & uw.cmd.ready & us.cmd.ready & ub.cmd.ready
-                          & ~wd_v & (sq_left == 0))
+                          & ~wd_v & ~sq_more)
         with m.If(state == S.CHECK):
             with m.If(bad):
                 self.refuse(m)
@@ -1253,7 +1277,10 @@ class GemmMover(Mover):
                              r_bmc_q.eq(i_rbmc), r_step_q.eq(r_step), r_blk_q.eq(r_bk << row_log2),
                              r_sblk_q.eq(r_bk << 1),
                              sq_addr.eq(Mux(kv, r_seg + (r_o << 1), s_addr)), sq_base.eq(r_seg),
-                             sq_left.eq(Mux(pv, 0, st)), sq_blk.eq(Mux(kv, (r_bk - r_o) << 1, st)),
+                             sq_left.eq(Mux(pv, 0, st)),
+                             sq_len.eq(i_sqn), sq_beats.eq(i_sqbeats), sq_more.eq(i_sqv),
+                             sq_lmb.eq(i_sql - (r_bk << 1)), sq_lc.eq(i_sql + ((1 << g.bus_log2) - 1)),
+                             r_sbb.eq(ceil_beats(r_bk << 1, g.bus_log2)),
                              state.eq(S.ACT)]
 
         # --- activations: SPAD rows -> K-lane buffer words, beat-major (every token's inputs
@@ -1371,21 +1398,25 @@ class GemmMover(Mover):
             pw = Signal(2 * P * 32)
             # depth 3: a buffered FIFO of 2 holds a 1-entry memory, whose address Verilog writes as [-1:0]
             m.submodules.pq = pq = fifo.SyncFIFOBuffered(width=P * WIDE_BITS, depth=3)
+            # (the read's P-word column, Mux(pr_h, tiles, 0) + pr_c, a register ``pr_col``, set with pr_h / pr_c: the
+            # address one add, pr_p's bits below the column's -- round 22, two adds in front of the SPAD's read
+            # address, 8.25 levels joined)
+            pr_col = Signal(17)
             with m.If(state == S.CHECK):
                 m.d.sync += [pr_c.eq(0), pr_r.eq(0), pr_h.eq(0), pr_p.eq(0), pr_base.eq(f_dst), pr_n.eq(0),
-                             pr_on.eq(pv & pins.acc)]
+                             pr_on.eq(pv & pins.acc), pr_col.eq(0)]
             prev_rd = (state == S.RUN) & pv
             with m.If(prev_rd):
-                m.d.comb += [rq.addr.eq(pr_base + ((Mux(pr_h, f_tiles, 0) + pr_c) << _log2(PR)) + (pr_p << _log2(RU))),
+                m.d.comb += [rq.addr.eq(pr_base + Cat(Const(0, _log2(RU)), pr_p[:_log2(NR)], pr_col)),
                              rq.issue.eq(pr_on & rq.room), taking.eq(rq.valid & (pr_n != 2 * NR))]
                 with m.If(rq.issue):
                     m.d.sync += pr_p.eq(pr_p + 1)
                     with m.If(pr_p == NR - 1):
-                        m.d.sync += [pr_p.eq(0), pr_h.eq(~pr_h)]
+                        m.d.sync += [pr_p.eq(0), pr_h.eq(~pr_h), pr_col.eq(f_tiles + pr_c)]
                         with m.If(pr_h):
-                            m.d.sync += [pr_r.eq(pr_r + 1), pr_base.eq(pr_base + f_dst_stride)]
+                            m.d.sync += [pr_r.eq(pr_r + 1), pr_base.eq(pr_base + f_dst_stride), pr_col.eq(pr_c)]
                             with m.If(pr_r == nrows_m1):
-                                m.d.sync += [pr_r.eq(0), pr_base.eq(f_dst), pr_c.eq(pr_c + 1)]
+                                m.d.sync += [pr_r.eq(0), pr_base.eq(f_dst), pr_c.eq(pr_c + 1), pr_col.eq((pr_c + 1)[:16])]
                                 with m.If(pr_c == tiles_m1):
                                     m.d.sync += pr_on.eq(0)
                 with m.If(taking):
@@ -1403,13 +1434,16 @@ class GemmMover(Mover):
         orow = Signal(g.spad_bits + 16)  # dst + otok dst_stride
         half = Signal()                  # pv wide: the beat of the high words
         ot_w = Signal(17)                # the output's P-word column: ot, or tiles + ot for the high words
-        m.d.comb += ot_w.eq(Mux(half, f_tiles + ot, ot))
+        # (a register, set with ot and half: round 22, the add and the choice in front of the SPAD's write
+        # address, 9.0 levels joined)
         with m.If(state == S.CHECK):
-            m.d.sync += [ot.eq(0), otok.eq(0), orow.eq(f_dst), half.eq(0)]
+            m.d.sync += [ot.eq(0), otok.eq(0), orow.eq(f_dst), half.eq(0), ot_w.eq(0)]
         # output beats through a queue of max_tokens beats: a tile's last group emits a beat per
         # token per cycle, a beat takes P / VL cycles of SPAD writes; the queue lets the matrix go on
         # with the next tile meanwhile (without it the array waited ~P / VL x T cycles a tile)
-        m.submodules.oq = oq = fifo.SyncFIFOBuffered(width=P * 32 + 1, depth=TM)
+        # (``ReadyFIFO``: SyncFIFOBuffered with ``w_rdy`` a register -- the matrix unit's ``o.tready`` reaches 8
+        # levels into it, so the level's compare in front was 9.0 joined)
+        m.submodules.oq = oq = ReadyFIFO(P * 32 + 1, TM)
         m.d.comb += [oq.w_en.eq(mx.o.tvalid), oq.w_data.eq(Cat(mx.o.tdata, mx.o.tlast)), mx.o.tready.eq(oq.w_rdy)]
         o_valid, o_data, o_last = oq.r_rdy, oq.r_data[:P * 32], oq.r_data[P * 32]
         wr = b.spad_wr
@@ -1437,8 +1471,9 @@ class GemmMover(Mover):
                 # kv: its output (P words a row every head_dim / K weight beats) outruns one SPAD beat a
                 # cycle; rows at bank-aligned dst and dst_stride go B beats at a time (the SPAD's banks);
                 # pv's last key beat emits its outputs as fast
-                wide = Signal()
-                m.d.comb += wide.eq((kv | pv) & (f_dst[:_log2(B)] == 0) & (f_dst_stride[:_log2(B)] == 0))
+                # (a stage register, 2: its decode was in front of GEMM_QK's key to the attention mover's
+                # deferred MAX, 8.06 levels from ``pv``)
+                wide = stage(m, (kv | pv) & (f_dst[:_log2(B)] == 0) & (f_dst_stride[:_log2(B)] == 0), "o_wide")
                 rw = r // B
                 wpart = Signal(range(rw))
                 wpieces = Array(o_data[x * B * VL * 32:(x + 1) * B * VL * 32] for x in range(rw))
@@ -1463,11 +1498,11 @@ class GemmMover(Mover):
         m.d.comb += [wr.exp_en.eq(o_valid), wr.exp.eq(0), oq.r_en.eq(o_take)]
         with m.If(o_take):
             with m.If(wide_o & ~half):
-                m.d.sync += half.eq(1)
+                m.d.sync += [half.eq(1), ot_w.eq(f_tiles + ot)]
             with m.Else():
-                m.d.sync += [half.eq(0), otok.eq(otok + 1), orow.eq(orow + f_dst_stride)]
+                m.d.sync += [half.eq(0), otok.eq(otok + 1), orow.eq(orow + f_dst_stride), ot_w.eq(ot)]
                 with m.If(otok == nrows_m1):
-                    m.d.sync += [otok.eq(0), orow.eq(f_dst), ot.eq(ot + 1)]
+                    m.d.sync += [otok.eq(0), orow.eq(f_dst), ot.eq(ot + 1), ot_w.eq((ot + 1)[:16])]
             with m.If(o_last):
                 m.d.sync += state.eq(S.FINISH)
         with m.If(state == S.FINISH):
