@@ -452,6 +452,7 @@ class LoadStoreMover(Mover):
         beats_m1 = stage(m, ins.beats - 1, "beats_m1")                   # (the moves' last-item compares, stage 1)
         beats_m2 = stage(m, ins.beats - 2, "beats_m2")
         rowb_m1 = stage(m, ins.row_beats - 1, "rowb_m1")
+        rowb_m2 = stage(m, ins.row_beats - 2, "rowb_m2")
 
         with m.If(self.start):
             with m.If(bfp):
@@ -482,13 +483,17 @@ class LoadStoreMover(Mover):
             m.d.sync += [mv_all.eq(mv_last), mv_last.eq(moved == beats_m2)]
         exp_hold = Signal(signed(EXP_BITS))
         k = Signal(12)
+        # LOAD's MOVE (state MOVE and not a store), rb == row_beats and k == row_beats - 1 as registers, set
+        # where the state, rb and k change (round 22: the state's decode and the 12-bit compare in front of
+        # the SPAD's write lanes, the read stream's ready and the unit's state, 9.0 levels)
+        ld_on, rb_end, k_last = Signal(), Signal(), Signal()
         with m.If(state == S.CHECK):
             with m.If(spad_bad):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
             with m.Elif(Mux(store, b.wdesc.ready & pk.cmd.ready, b.req0.ready & up.cmd.ready)):
                 m.d.sync += [cur.eq(ins.spad), row0.eq(ins.spad), rb.eq(0), moved.eq(0), state.eq(S.MOVE),
-                             mv_last.eq(beats_m1 == 0), mv_all.eq(0)]
+                             mv_last.eq(beats_m1 == 0), mv_all.eq(0), ld_on.eq(~store), rb_end.eq(~bfp)]
                 with m.If(store):
                     m.d.comb += [b.wdesc.valid.eq(1), pk.cmd.valid.eq(1)]
                 with m.Else():
@@ -502,27 +507,28 @@ class LoadStoreMover(Mover):
         wr = b.spad_wr
         all_lanes = (1 << g.vl) - 1
         m.d.comb += [up.i.valid.eq(b.in0.valid), up.i.payload.eq(b.in0.payload), b.in0.ready.eq(up.i.ready)]
-        loading = (state == S.MOVE) & ~store
+        loading = ld_on
         m.d.comb += b.starved.eq(loading & ~up.o.valid)
         m.d.comb += wr.data.eq(up.o.payload)       # whatever the state: only lanes write it
         with m.If(loading):
             m.d.comb += [up.o.ready.eq(1), wr.addr.eq(cur), wr.exp.eq(0)]
             with m.If(up.o.valid):
-                with m.If(bfp & (rb == ins.row_beats)):
+                with m.If(bfp & rb_end):
                     # the exponent beat of the row: word 0 (int8 range)
-                    m.d.sync += [exp_hold.eq(up.o.payload[:EXP_BITS]), k.eq(0), state.eq(S.EXP)]
+                    m.d.sync += [exp_hold.eq(up.o.payload[:EXP_BITS]), k.eq(0), k_last.eq(rowb_m1 == 0),
+                                 state.eq(S.EXP), ld_on.eq(0)]
                 with m.Else():
                     m.d.comb += [wr.lanes.eq(all_lanes), wr.exp_en.eq(~bfp)]
-                    m.d.sync += [cur.eq(cur + 1), rb.eq(rb + 1), moved.eq(moved + 1)]
+                    m.d.sync += [cur.eq(cur + 1), rb.eq(rb + 1), rb_end.eq(rb == rowb_m1), moved.eq(moved + 1)]
                     m.d.comb += mv_step.eq(1)
                     with m.If(~bfp & mv_last):
                         m.d.comb += self.done.eq(1)
-                        m.d.sync += state.eq(S.IDLE)
+                        m.d.sync += [state.eq(S.IDLE), ld_on.eq(0)]
         with m.If(state == S.EXP):
             m.d.comb += [wr.addr.eq(row0 + k), wr.exp_en.eq(1), wr.exp.eq(exp_hold)]
-            m.d.sync += k.eq(k + 1)
-            with m.If(k == rowb_m1):
-                m.d.sync += [row0.eq(cur), rb.eq(0), state.eq(S.MOVE)]
+            m.d.sync += [k.eq(k + 1), k_last.eq(k == rowb_m2)]
+            with m.If(k_last):
+                m.d.sync += [row0.eq(cur), rb.eq(0), rb_end.eq(~bfp), state.eq(S.MOVE), ld_on.eq(~mv_all)]
                 with m.If(mv_all):
                     m.d.comb += self.done.eq(1)
                     m.d.sync += state.eq(S.IDLE)
@@ -695,11 +701,13 @@ class EmbedMover(Mover):
         with m.If(rows & (cphase == 2) & uq.cmd.ready):
             m.d.comb += uq.cmd.valid.eq(1)
             m.d.sync += [cphase.eq(3), i.eq(0)]
-        with m.If(rows & (cphase == 1)):
+        # (cphase is 0 outside ROWS -- set so in VERIFY, back to 0 with ROWS' last beat -- so phases 1 and 3 need no
+        # decode of the state: round 22, it was in front of the read stream's ready, 9.0 levels to its FIFO)
+        with m.If(cphase == 1):
             m.d.comb += [us.i.valid.eq(b.in0.valid), us.i.payload.eq(b.in0.payload), b.in0.ready.eq(us.i.ready)]
-        with m.If(rows & (cphase == 3)):
+        with m.If(cphase == 3):
             m.d.comb += [uq.i.valid.eq(b.in0.valid), uq.i.payload.eq(b.in0.payload), b.in0.ready.eq(uq.i.ready)]
-        m.d.comb += [us.o.ready.eq(rows & (cphase == 1)), sw.en.eq(us.o.valid & us.o.ready), sw.addr.eq(gi),
+        m.d.comb += [us.o.ready.eq(cphase == 1), sw.en.eq(us.o.valid & us.o.ready), sw.addr.eq(gi),
                      sw.data.eq(us.o.payload)]
         with m.If(sw.en):
             m.d.sync += gi.eq(gi + 1)
@@ -741,7 +749,7 @@ class EmbedMover(Mover):
         wv = Signal()
         waddr = Signal(g.spad_bits)
         wdata = Signal(g.beat_bits)
-        m.d.comb += uq.o.ready.eq(rows & (cphase == 3))
+        m.d.comb += uq.o.ready.eq(cphase == 3)
         m.d.sync += [av.eq(uq.o.valid & uq.o.ready), bv.eq(av), baddr.eq(aaddr), pv.eq(bv), paddr.eq(baddr),
                      sv.eq(pv), saddr.eq(paddr),
                      wv.eq(sv), waddr.eq(saddr), wdata.eq(Cat(*xs))]
@@ -1707,14 +1715,15 @@ class KvwMover(Mover):
         rq = ReadQueue(m, b.spad_rd, g, "rq")
         ti, bi = Signal(range(g.tokens + 1)), Signal(range(rb + 1))
         rowa = Signal(g.spad_bits + 16)
-        with m.If(state == S.CHECK):
-            m.d.sync += [ti.eq(0), bi.eq(0), rowa.eq(ins.src)]
+        rda = Signal(g.spad_bits + 16)                 # rowa + bi, a register (round 22: the add in front of the
+        with m.If(state == S.CHECK):                   # SPAD's read address, 8.19 levels joined)
+            m.d.sync += [ti.eq(0), bi.eq(0), rowa.eq(ins.src), rda.eq(ins.src)]
         rowing = state == S.ROWS
-        m.d.comb += [rq.addr.eq(rowa + bi), rq.issue.eq(rowing & rq.room & (ti != ins.rows))]
+        m.d.comb += [rq.addr.eq(rda), rq.issue.eq(rowing & rq.room & (ti != ins.rows))]
         with m.If(rq.issue):
-            m.d.sync += bi.eq(bi + 1)
+            m.d.sync += [bi.eq(bi + 1), rda.eq(rda + 1)]
             with m.If(bi == rb - 1):
-                m.d.sync += [bi.eq(0), ti.eq(ti + 1), rowa.eq(rowa + ins.row_stride)]
+                m.d.sync += [bi.eq(0), ti.eq(ti + 1), rowa.eq(rowa + ins.row_stride), rda.eq(rowa + ins.row_stride)]
         tc, bc = Signal(range(g.tokens + 1)), Signal(range(rb + 1))
         with m.If(state == S.CHECK):
             m.d.sync += [tc.eq(0), bc.eq(0)]
@@ -1753,13 +1762,17 @@ class KvwMover(Mover):
         # the scale region once the rows have left
         si = Signal(range(g.tokens + 1))
         si_more = Signal()                              # si != rows, as a register
+        # (row si's (A, E) a register, ``sc_q``: row 0's at the region's start, row si + 1's with each taken -- round
+        # 22, the pick of 16 behind si went on through the packer and the owner's AND-OR into the writer's register
+        # stage, 9.0 levels)
+        sc_q = Signal(16)
         with m.If(rowing & (to == ins.rows) & ~pq.busy & b.wdesc.ready & ps.cmd.ready):
             m.d.comb += [b.wdesc.valid.eq(1), b.wdesc.payload.eq(descriptor(seg, scale_bytes)),
                          ps.cmd.valid.eq(1)]
-            m.d.sync += [state.eq(S.SCALES), si.eq(0), si_more.eq(ins.rows != 0)]
-        m.d.comb += [ps.i.valid.eq((state == S.SCALES) & si_more), ps.i.payload.eq(Array(scales)[si])]
+            m.d.sync += [state.eq(S.SCALES), si.eq(0), si_more.eq(ins.rows != 0), sc_q.eq(scales[0])]
+        m.d.comb += [ps.i.valid.eq((state == S.SCALES) & si_more), ps.i.payload.eq(sc_q)]
         with m.If(ps.i.valid & ps.i.ready):
-            m.d.sync += [si.eq(si + 1), si_more.eq(si + 1 != ins.rows)]
+            m.d.sync += [si.eq(si + 1), si_more.eq(si + 1 != ins.rows), sc_q.eq(Array(scales)[si + 1])]
         with m.If((state == S.SCALES) & ~si_more & ~ps.busy):
             m.d.sync += state.eq(S.WAIT)
         with m.If(state == S.ROWS):
