@@ -212,6 +212,9 @@ class MoverBus(wiring.Signature):
             "dir_wr_en": Out(1), "dir_wr_block": Out(g.dir_bits), "dir_wr_state": Out(REPLICA_STATE_BITS),
             "dir_wr_ready": In(1),
             "dir_lookup_en": Out(1), "dir_lookup_block": Out(g.dir_bits), "dir_readable": In(1),
+            # the read streams' valid as they are, not gated by ``owner`` (``in0`` / ``in1``'s are): for a mover's
+            # own running states only
+            "ivalid": In(2),
             "mac": Out(1),
             "starved": Out(1),
         })
@@ -1894,16 +1897,23 @@ class SkewTranspose(wiring.Component):
     different banks: a write is one word a bank (the row or column rotated by its index, radix-4
     ``rotate_list``), a read one word a bank rotated back.  Instead of FF arrays whose reads choose
     a word of ``cols`` (or a row of 2 ``rows``) for every bit.  ``r_data`` is the read of ``r_sel``,
-    ``r_idx`` (combinational: the RAM's asynchronous read); a write lands at the clock edge."""
+    ``r_idx`` (combinational: the RAM's asynchronous read); a write lands at the clock edge.
+    ``r_ahead`` (``rows_in``): ``r_idx_next`` is the next cycle's ``r_idx`` (``r_idx`` a register of it), each
+    bank's read row (bank - r_idx) mod M a register of it: no subtraction between ``r_idx`` and the RAMs.
+    ``r_rot`` (not ``rows_in``): the read row rotated back by ``r_rot`` instead of ``r_idx`` (r_idx + s: the
+    row's words from s on first, s + word < M)."""
 
-    def __init__(self, rows: int, cols: int, rows_in: bool):
+    def __init__(self, rows: int, cols: int, rows_in: bool, r_ahead: bool = False, r_rot: bool = False):
         self.rows, self.cols, self.rows_in = rows, cols, rows_in
+        self.ahead, self.rot_in = r_ahead and rows_in, r_rot and not rows_in
         self.M = 1 << ceil_log2(max(rows, cols, 1))
         wn, rn = (cols, rows) if rows_in else (rows, cols)        # words a write / a read
         wi, ri = (rows, cols) if rows_in else (cols, rows)        # the write's / read's index range
         super().__init__({
             "w_en": In(1), "w_sel": In(1), "w_idx": In(range(wi)), "w_data": In(wn * 32),
             "r_sel": In(1), "r_idx": In(range(ri)), "r_data": Out(rn * 32),
+            **({"r_idx_next": In(range(ri))} if self.ahead else {}),
+            **({"r_rot": In(_log2(self.M))} if self.rot_in else {}),
         })
 
     def elaborate(self, platform):
@@ -1921,12 +1931,17 @@ class SkewTranspose(wiring.Component):
             wp, rp = mem.write_port(), mem.read_port(domain="comb")
             # the row index of bank b's word: the write's / read's own when it is a row, else (b - idx) mod M
             wrow = widx if self.rows_in else (b - widx)[:mb]
-            rrow = (b - ridx)[:mb] if self.rows_in else ridx
+            if self.ahead:
+                rrow = Signal(mb, name=f"rrow{b}", init=b)
+                m.d.sync += rrow.eq((b - self.r_idx_next)[:mb])
+            else:
+                rrow = (b - ridx)[:mb] if self.rows_in else ridx
             m.d.comb += [wp.en.eq(self.w_en), wp.addr.eq(Cat(wrow, self.w_sel)), wp.data.eq(wwords[b]),
                          rp.addr.eq(Cat(rrow, self.r_sel))]
             outs.append(rp.data)
         rn = self.rows if self.rows_in else self.cols
-        m.d.comb += self.r_data.eq(Cat(*rotate_list(outs, ridx, sign=1, m=m, name="rrot")[:rn]))
+        rot = self.r_rot if self.rot_in else ridx
+        m.d.comb += self.r_data.eq(Cat(*rotate_list(outs, rot, sign=1, m=m, name="rrot")[:rn]))
         return m
 
 
@@ -2158,25 +2173,28 @@ class AttnMover(Mover):
         # chose the next base: 10.0 levels from the instruction word to ``base`` / ``tbase``)
         t_more, i_last, h_last = Signal(), Signal(), Signal()
         heads_m2 = stage(m, heads_m1 - 1, "heads_m2", 8)                                 # stage 2
+        # (the read addresses base + i_i and spad + w_i as registers, ``qa`` / ``wa``, set with them)
+        qa, wa = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
         with m.If(state == S.CHECK):
             m.d.sync += [t_i.eq(0), h_i.eq(0), i_i.eq(0), w_i.eq(0), base.eq(q_ins.spad), tbase.eq(q_ins.spad),
-                         w_more.eq(nbeats != 0), t_more.eq(1), i_last.eq(rb == 1), h_last.eq(heads_m1 == 0)]
+                         w_more.eq(nbeats != 0), t_more.eq(1), i_last.eq(rb == 1), h_last.eq(heads_m1 == 0),
+                         qa.eq(q_ins.spad), wa.eq(q_ins.spad)]
         querying, wording, oloading = state == S.QUERY, wd_on, state == S.OLOAD
         with m.If(querying | oloading):
-            m.d.comb += [rq.addr.eq(base + i_i), rq.issue.eq(rq.room & t_more)]
+            m.d.comb += rq.issue.eq(rq.room & t_more)
             with m.If(rq.issue):
-                m.d.sync += [i_i.eq(i_i + 1), i_last.eq(i_i == rb - 2)]
+                m.d.sync += [i_i.eq(i_i + 1), i_last.eq(i_i == rb - 2), qa.eq(qa + 1)]
                 with m.If(i_last):
                     m.d.sync += [i_i.eq(0), i_last.eq(rb == 1), h_i.eq(h_i + 1), h_last.eq(h_i == heads_m2),
-                                 base.eq(base + q_ins.head_stride)]
+                                 base.eq(base + q_ins.head_stride), qa.eq(base + q_ins.head_stride)]
                     with m.If(h_last):
                         m.d.sync += [h_i.eq(0), h_last.eq(heads_m1 == 0), t_i.eq(t_i + 1),
                                      t_more.eq(t_i != tok_m1), base.eq(tbase + q_ins.tok_stride),
-                                     tbase.eq(tbase + q_ins.tok_stride)]
+                                     tbase.eq(tbase + q_ins.tok_stride), qa.eq(tbase + q_ins.tok_stride)]
         with m.If(wording):
-            m.d.comb += [rq.addr.eq(q_ins.spad + w_i), rq.issue.eq(rq.room & w_more)]
+            m.d.comb += rq.issue.eq(rq.room & w_more)
             with m.If(rq.issue):
-                m.d.sync += [w_i.eq(w_i + 1), w_more.eq(w_i != nbeats_m1)]
+                m.d.sync += [w_i.eq(w_i + 1), w_more.eq(w_i != nbeats_m1), wa.eq(wa + 1)]
 
         # QUERY and O: each beat's VL / W slices of W words -> the unit's q (W mantissas, the row's
         # exponent and position with slice 0: ``q_slice_layout``) or o (``ow``), one a cycle; QUERY is
@@ -2186,19 +2204,23 @@ class AttnMover(Mover):
         # the last row as a register counted down from rows - 1 (round 22: ``orow == rows_m1`` was the glue's
         # one 10.0-level path, orow -> state)
         oleft, o_last = Signal(18), Signal()
+        # (and the row's last slice, oslice == D / W - 1: round 22, its compare (a carry) in front of QUERY's end,
+        # 9.0 levels to the state)
+        os_last = Signal()
         with m.If(state == S.CHECK):
             m.d.sync += [qt.eq(0), qh.eq(0), osub.eq(0), oslice.eq(0), orow.eq(0), osent.eq(0),
-                         oleft.eq(rows_m1), o_last.eq(rows_m1 == 0)]
+                         oleft.eq(rows_m1), o_last.eq(rows_m1 == 0), os_last.eq(D // W == 1)]
         oslices = Array(rq_beat[32 * W * x:32 * W * (x + 1)] for x in range(nt))
         mants = mantissas(rq_beat, VL)
         qslices = Array(mants[MANT_BITS * W * x:MANT_BITS * W * (x + 1)] for x in range(nt))
         qsb, qrb = q_addr_bits(R, D, W)
         with m.If((querying | oloading) & rq.valid & ~osent):
             m.d.comb += rq.take.eq(osub == nt - 1)
-            m.d.sync += [osub.eq(osub + 1), oslice.eq(oslice + 1)]
+            m.d.sync += [osub.eq(osub + 1), oslice.eq(oslice + 1),
+                         os_last.eq(Mux(os_last, D // W == 1, oslice == D // W - 2))]
             with m.If(osub == nt - 1):
                 m.d.sync += osub.eq(0)
-            with m.If(oslice == D // W - 1):
+            with m.If(os_last):
                 m.d.sync += [oslice.eq(0), orow.eq(orow + 1), qh.eq(qh + 1), oleft.eq(oleft - 1),
                              o_last.eq(oleft == 1)]
                 with m.If(qh == heads_m1):
@@ -2319,8 +2341,14 @@ class AttnMover(Mover):
         for sr in (ks, vs):
             m.d.comb += [sr.cmd.payload.keys.eq(kv_ins.keys), sr.cmd.payload.blocks.eq(kv_ins.blocks),
                          sr.cmd.payload.kpos0.eq(kv_ins.kpos0), sr.cmd.payload.pos_stride.eq(kv_ins.pos_stride)]
-        with m.If(go_kv):
+        # (the readers take their runs a cycle after ``go_kv``, from its register ``kv_started``: round 22, the
+        # gate's last answer (the directory's block RAM read) through ``go_kv`` to the readers' state, 9.0
+        # levels.  Their first beats come from the requests of KV's first cycles, later than that)
+        kv_started = Signal()
+        m.d.sync += kv_started.eq(go_kv)
+        with m.If(kv_started):
             m.d.comb += [ks.cmd.valid.eq(1), vs.cmd.valid.eq(apply)]
+        with m.If(go_kv):
             m.d.sync += cmd_v.eq(1)
         # (the pass's command (``chk_cmd``, above) and the runs' registers load before ``go_kv``: every cycle out
         # of KV; the readers read them only from then on.  Round 21: the gate's last lookup through ``go_kv`` to
@@ -2355,8 +2383,6 @@ class AttnMover(Mover):
                      au.k.valid.eq(ks.o.valid), au.k.payload.eq(ks.o.payload), ks.o.ready.eq(au.k.ready),
                      au.v.valid.eq(vs.o.valid), au.v.payload.q.eq(vs.o.payload.q), au.v.payload.a.eq(vs.o.payload.a),
                      au.v.payload.e.eq(vs.o.payload.e), vs.o.ready.eq(au.v.ready)]
-        kv_started = Signal()
-        m.d.sync += kv_started.eq(go_kv)
         with m.If((state == S.KV) & ~kv_started & ~au.busy & ~ks.busy & ~vs.busy & ~r_more):
             m.d.sync += state.eq(S.FINISH)
         kv_starved = (state == S.KV) & au.busy & ~ks.o.valid
@@ -2377,17 +2403,34 @@ class AttnMover(Mover):
         sm_qn, sm_fn = Signal(16), Signal(16)
         # (a frame's keys sm_fn = min(sm_fleft, sm_fblk) a register, set with sm_fleft: round 21, its compare and
         # choice reached the Unpacker's count registers, 9.06 levels from sm_fblk)
-        m.d.comb += sm_qn.eq(Mux(sm_qleft < sm_blk, sm_qleft, sm_blk))
+        # (a request's keys sm_qn = min(sm_qleft, sm_blk) and its beats registers, set with sm_qleft: round 22, the
+        # compare, the choice and the round-up add in front of the read stream's count, 8.19 levels)
+        # (every request but the last takes sm_blk keys, so the rest is under sm_blk when sm_qleft < 2 sm_blk; its
+        # beats from sm_qlc = 2 sm_qleft + bus bytes - 1: a carry from registers each)
+        sm_qbeats = Signal(COUNT_BITS)
+        sm_qmore = Signal()                               # sm_qleft != 0
+        sm_qlc = Signal(18)
+        sm_blk2 = stage(m, sm_blk << 1, "sm_blk2", 17)                                  # stage 2
+        sm_blkb = stage(m, ceil_beats(sm_blk << 1, g.bus_log2), "sm_blkb", COUNT_BITS)
+        sm_ql0 = Mux(sm_apply, sm_ins.keys, 0)
         sm_fblk2 = stage(m, sm_fblk << 1, "sm_fblk2", 17)                                # stage 3
         with m.If(state == S.CHECK):
-            m.d.sync += [sm_qaddr.eq(ddr_addr(sm_ins.seg)), sm_qleft.eq(Mux(sm_apply, sm_ins.keys, 0)),
+            m.d.sync += [sm_qaddr.eq(ddr_addr(sm_ins.seg)), sm_qleft.eq(sm_ql0), sm_qmore.eq(sm_ql0 != 0),
+                         sm_qlc.eq((sm_ql0 << 1) + ((1 << g.bus_log2) - 1)),
+                         sm_qn.eq(Mux(sm_ql0 < sm_blk, sm_ql0, sm_blk)),
+                         sm_qbeats.eq(ceil_beats(Mux(sm_ql0 < sm_blk, sm_ql0, sm_blk) << 1, g.bus_log2)),
                          sm_fleft.eq(Mux(sm_apply, sm_ins.keys, 0)),
                          sm_fn.eq(Mux(sm_apply, Mux(sm_ins.keys < sm_fblk, sm_ins.keys, sm_fblk), 0))]
-        with m.If(sming & (sm_qleft != 0)):
+        q_nl, q_nn, q_nb, q_part = Signal(16), Signal(16), Signal(COUNT_BITS), Signal()
+        m.d.comb += [q_nl.eq(sm_qleft - sm_qn), q_part.eq(sm_qleft < sm_blk2),
+                     q_nn.eq(Mux(q_part, q_nl, sm_blk)),
+                     q_nb.eq(Mux(q_part, (sm_qlc - (sm_qn << 1)) >> g.bus_log2, sm_blkb))]
+        with m.If(sming & sm_qmore):
             m.d.comb += [b.req1.valid.eq(1), b.req1.payload.addr.eq(sm_qaddr),
-                         b.req1.payload.beats.eq(ceil_beats(sm_qn << 1, g.bus_log2))]
+                         b.req1.payload.beats.eq(sm_qbeats)]
             with m.If(b.req1.ready):
-                m.d.sync += [sm_qleft.eq(sm_qleft - sm_qn),
+                m.d.sync += [sm_qleft.eq(q_nl), sm_qn.eq(q_nn), sm_qbeats.eq(q_nb), sm_qlc.eq(sm_qlc - (sm_qn << 1)),
+                             sm_qmore.eq(sm_qleft != sm_qn),
                              sm_qaddr.eq(sm_qaddr + Cat(Const(0, ALIGN_LOG2), sm_ins.seg_stride))]
         m.d.comb += vsc.cmd.payload.count.eq(sm_fn)
         with m.If(sming & (sm_fleft != 0)):
@@ -2398,18 +2441,26 @@ class AttnMover(Mover):
                 f_next = Signal(16)
                 m.d.comb += f_next.eq(sm_fleft - sm_fn)
                 m.d.sync += [sm_fleft.eq(f_next), sm_fn.eq(Mux(sm_fleft < sm_fblk2, f_next, sm_fblk))]
+        # (the frames' valid whatever the state: the unpacker runs only in ATTN_SM, where its frames are set; only
+        # the ready to the stream behind it -- one LUT fewer in front of the unit's ``s.valid``)
+        m.d.comb += [vsc.i.valid.eq(b.in1.valid), vsc.i.payload.eq(b.in1.payload)]
         with m.If(sming):
-            m.d.comb += [vsc.i.valid.eq(b.in1.valid), vsc.i.payload.eq(b.in1.payload), b.in1.ready.eq(vsc.i.ready)]
+            m.d.comb += b.in1.ready.eq(vsc.i.ready)
         # APPLY's groups: AB = ``sm_apply_beats`` beats (G = AB VL keys) of each row, one read (the SPAD's
         # wide read) and one write (wide, the other banks skipped) a row: R cycles per G keys each way
         AB, G = g.sm_apply_beats, g.sm_apply_beats * VL
         ab_log2, g_log2 = _log2(AB), _log2(G)
         # reads: group gi's R rows (AB beats each) into buffer gi mod 2 once it is free (LUT RAM, a row
         # written a cycle, a key's column read: ``SkewTranspose``)
-        m.submodules.smtb = tb = SkewTranspose(R, G, rows_in=True)
+        m.submodules.smtb = tb = SkewTranspose(R, G, rows_in=True, r_ahead=True)
         sm_taken, sm_full = Signal(2), Signal(2)         # a buffer holds (or is getting) a group / all of it
+        sm_fill, sm_clr = Signal(2), Signal(2)           # (strobes: a buffer's last row in / its last key out)
+        m.d.sync += sm_full.eq((sm_full | sm_fill) & ~sm_clr)       # (CHECK: 0, below)
         sm_gi, sm_ri = Signal(16), Signal(range(R + 1))  # group (its first VL group) / row being read
         sm_raddr, sm_rbase = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
+        # (the read address by the one-hot SM / WORDS registers whatever the state, else QUERY / O's: only ``issue``
+        # reads it -- round 22, the state's decode in front of the SPAD's read address, 8.19 levels joined)
+        m.d.comb += rq.addr.eq(Mux(sm_on, sm_raddr, Mux(wd_on, wa, qa)))
         sm_fsel, sm_fr = Signal(), Signal(range(R + 1))  # buffer / row the next beat lands in
         sm_gmore = Signal()                              # sm_gi < sm_groups, as a register
         with m.If(state == S.CHECK):
@@ -2436,7 +2487,7 @@ class AttnMover(Mover):
         m.d.comb += [au.mx.en.eq(mx_r), au.mx.row.eq(mxr.row), au.mx.first.eq(mxr.first), au.mx.pos.eq(mxr.pos),
                      au.mx.count.eq(mx_cnt), au.mx.data.eq(mxr.data)]
         with m.If(sming):
-            m.d.comb += [rq.addr.eq(sm_raddr),
+            m.d.comb += [
                          rq.issue.eq(rq.room & sm_gmore
                                      & (~sm_apply | ~sm_taken.bit_select(isel, 1) | (sm_ri != 0))),
                          rq.take.eq(rq.valid)]
@@ -2463,7 +2514,7 @@ class AttnMover(Mover):
                     m.d.sync += [sm_fr.eq(0), sm_fsel.eq(~sm_fsel)]
                     for x in range(2):
                         with m.If(sm_fsel == x):
-                            m.d.sync += sm_full[x].eq(1)
+                            m.d.comb += sm_fill[x].eq(1)
         # MAX with defer: the next GEMM_QK's score words (row qk_row, keys qk_key .. + qk_n) -> mx
         qk_key_lo, qk_in = self.qk_key[:16], self.qk_key < a_keys      # keys < 2^16 (the field)
         qk_left = Signal(17)
@@ -2487,34 +2538,53 @@ class AttnMover(Mover):
         # the VL group of key sm_j (sm_eg + sm_j / VL) and whether it is the pass's last, as registers (round 19:
         # the sum and its compare were 9 levels from sm_j to sm_eg / sm_full)
         sm_vg, sm_vlast = Signal(16), Signal()
+        # the buffer sm_esel is full (``sm_cur``) as a register, set from the next values (round 22: the pick and
+        # the owner's gate of the V scale stream in front of the unit's ``s.valid``, 9.06 levels joined)
+        sm_cur = Signal()
+        m.d.sync += sm_cur.eq(((sm_full | sm_fill) & ~sm_clr).bit_select(sm_esel ^ sm_clr.any(), 1))
+        # sm_j's next value (``sm_j_n``): the key buffer's per-bank read rows are registers of it (``r_ahead``)
+        sm_j_n = Signal(range(G))
+        m.d.comb += sm_j_n.eq(sm_j)
+        m.d.sync += sm_j.eq(sm_j_n)
         with m.If(state == S.CHECK):
-            m.d.sync += [sm_esel.eq(0), sm_j.eq(0), sm_eg.eq(0), sm_pos.eq(sm_ins.kpos0), sm_vg.eq(0),
+            m.d.comb += sm_j_n.eq(0)
+            m.d.sync += [sm_esel.eq(0), sm_cur.eq(0), sm_eg.eq(0), sm_pos.eq(sm_ins.kpos0), sm_vg.eq(0),
                          sm_vlast.eq(sm_groups_m1 == 0)]
         sm_jlast = Signal()                              # sm_j is its group's last key
         sm_final = Signal()                              # .. and the pass's
-        sm_vend = Signal()                               # sm_j is its VL group's last key
-        m.d.comb += [sm_vend.eq(sm_j[:vl_log2] == VL - 1), sm_final.eq(sm_vend & sm_vlast),
+        sm_vend = Signal(init=VL == 1)                   # sm_j is its VL group's last key
+        # (sm_vend a register of sm_j's next value: its compare was in front of the unit's ``s.payload.last``, whose
+        # port reaches 5 levels in: 8.0 joined)
+        m.d.sync += sm_vend.eq(sm_j_n[:vl_log2] == VL - 1)
+        m.d.comb += [sm_final.eq(sm_vend & sm_vlast),
                      sm_jlast.eq((sm_j == G - 1) | sm_final)]
         sp = au.s.payload
-        m.d.comb += [tb.r_sel.eq(sm_esel), tb.r_idx.eq(sm_j)]
+        m.d.comb += [tb.r_sel.eq(sm_esel), tb.r_idx.eq(sm_j), tb.r_idx_next.eq(sm_j_n)]
         m.d.comb += [sp.s.eq(tb.r_data), sp.pos.eq(sm_pos),
                      sp.va.eq(vsc.o.payload[:8]), sp.ve.eq(vsc.o.payload[8:]), sp.last.eq(sm_final)]
         s_go = Signal()
-        m.d.comb += [au.s.valid.eq(sm_ap & sm_full.bit_select(sm_esel, 1) & vsc.o.valid),
+        # (the V scale stream's valid as it is, ``ivalid``: sm_ap holds only while this mover owns the bus, and
+        # vsc.o.valid is vsc.busy and it -- so no owner's gate and no LUT of it shared with others in front of the
+        # unit's ``s.valid``, whose port reaches 6 levels in: round 22, 9.06 levels joined)
+        m.d.comb += [au.s.valid.eq(sm_ap & sm_cur & vsc.busy & b.ivalid[1]),
                      s_go.eq(au.s.valid & au.s.ready), vsc.o.ready.eq(s_go & sm_apply)]
         with m.If(s_go):
-            m.d.sync += [sm_j.eq(sm_j + 1), sm_pos.eq(sm_pos + 1)]
+            m.d.comb += sm_j_n.eq(sm_j + 1)
+            m.d.sync += sm_pos.eq(sm_pos + 1)
             with m.If(sm_vend):
                 m.d.sync += [sm_vg.eq(sm_vg + 1), sm_vlast.eq(sm_vg == sm_groups_m2)]
             with m.If(sm_jlast):
-                m.d.sync += [sm_j.eq(0), sm_eg.eq(sm_eg + AB), sm_esel.eq(~sm_esel)]
+                m.d.comb += sm_j_n.eq(0)
+                m.d.sync += [sm_eg.eq(sm_eg + AB), sm_esel.eq(~sm_esel)]
                 for x in range(2):
                     with m.If(sm_esel == x):
-                        m.d.sync += [sm_full[x].eq(0), sm_taken[x].eq(0)]
+                        m.d.comb += sm_clr[x].eq(1)
+                        m.d.sync += sm_taken[x].eq(0)
         # w: key after key into buffer wsel (word j of each row's AB beats), then R rows -> SPAD: one wide
         # write a row (AB beats, the banks outside them and past the pass's last beat skipped) when w and
         # w_stride are multiples of AB, else AB writes of a beat (those past the last beat skipped)
-        m.submodules.smwb = wb = SkewTranspose(R, G, rows_in=False)      # LUT RAM, a key's column in, a row out
+        m.submodules.smwb = wb = SkewTranspose(R, G, rows_in=False, r_rot=AB > 1)   # LUT RAM: a key's column in,
+                                                                                     # a row out
         wfull = Signal(2)
         w_isel, w_j = Signal(), Signal(range(G))
         w_ig = Signal(16)                                 # VL groups taken
@@ -2548,7 +2618,17 @@ class AttnMover(Mover):
             w_part = Signal(ab_log2)                      # narrow writes: the row's beat
             with m.If(state == S.CHECK):
                 m.d.sync += w_part.eq(0)
-            parts = Array(w_row[x * VL * 32:(x + 1) * VL * 32] for x in range(AB))
+            # narrow writes (w or w_stride not multiples of AB) through the wide port too, when the buffer's banks are
+            # the row's words (M = G): beat w_addr + w_part alone (``wide_skip``), its data the row's beat w_part in
+            # bank (w_addr + w_part) mod NB -- the read rotated back by w_r + s VL, s = -w_addr mod AB, puts beat
+            # (q + s) mod AB in every bank q mod AB (wide writes: s = 0, the row as it is).  No choice of a beat and
+            # no narrow data behind the rotation (round 22: the read, the rotation, the beat's choice, the choice
+            # of EMIT's data and the owner's in front of the SPAD's ``wr.data``, 9.0 levels joined)
+            via_wide = wb.M == G
+            if via_wide:
+                m.d.comb += wb.r_rot.eq(w_r + ((-w_addr)[:ab_log2] << vl_log2))
+            else:
+                m.d.comb += wb.r_rot.eq(w_r + (w_part << vl_log2))
             pos = w_addr[ab_log2:_log2(NB)] if AB < NB else Const(0, 1)      # the AB beats' place among the banks
             beats_in = Signal(AB)                         # the group's beats: all, or those left
             m.d.comb += beats_in.eq(Mux(w_left >= AB, (1 << AB) - 1, (Const(1, AB + 1) << w_left[:ab_log2 + 1]) - 1))
@@ -2559,7 +2639,11 @@ class AttnMover(Mover):
                 with m.If(w_wide):
                     m.d.comb += [wr.wide_en.eq(1),
                                  wr.wide_skip.eq(~(Cat(beats_in, Const(0, NB)) << (pos * AB)))]
-                m.d.comb += [wr.addr.eq(w_addr + Mux(w_wide, 0, w_part)), wr.data.eq(parts[w_part])]
+                if via_wide:
+                    with m.Else():
+                        m.d.comb += [wr.wide_en.eq(1),
+                                     wr.wide_skip.eq(~(Const(1, NB) << (w_addr + w_part)[:_log2(NB)]))]
+                m.d.comb += wr.addr.eq(w_addr + Mux(w_wide, 0, w_part))
                 with m.If(~w_rowdone):
                     m.d.sync += w_part.eq(w_part + 1)
                 with m.Else():
@@ -2567,7 +2651,10 @@ class AttnMover(Mover):
         else:
             m.d.comb += w_rowdone.eq(1)
             with m.If(sming & wfull.bit_select(w_osel, 1)):
-                m.d.comb += [wr.addr.eq(w_addr), wr.data.eq(w_row)]
+                m.d.comb += wr.addr.eq(w_addr)
+        if AB == 1 or not via_wide:
+            with m.If(sm_on):                             # (the data in SM whatever else: only lanes write it)
+                m.d.comb += wr.data.eq(w_row[:VL * 32])
         with m.If(sming & wfull.bit_select(w_osel, 1)):
             m.d.comb += [wr.exp.eq(0), wr.lanes.eq((1 << VL) - 1), wr.exp_en.eq(1)]
             with m.If(w_rowdone):
@@ -2585,7 +2672,7 @@ class AttnMover(Mover):
                   & (~sm_apply | ((w_g >= sm_groups) & ~vsc.busy & (sm_fleft == 0)))):
             m.d.sync += [state.eq(S.FINISH), sm_on.eq(0), sm_ap.eq(0)]
         # starved: waiting for K (ATTN_KV) or for a V scale word (ATTN_SM APPLY)
-        m.d.comb += b.starved.eq(kv_starved | (sm_ap & sm_full.bit_select(sm_esel, 1) & ~vsc.o.valid))
+        m.d.comb += b.starved.eq(kv_starved | (sm_ap & sm_cur & ~(vsc.busy & b.ivalid[1])))
         with m.If(state == S.FINISH):
             m.d.comb += self.done.eq(1)
             m.d.sync += state.eq(S.IDLE)
