@@ -201,6 +201,54 @@ class TwoRegisterFIFO(wiring.Component):
         return m
 
 
+class ReadyFIFO(wiring.Component):
+    """``SyncFIFOBuffered(width, depth)`` (depth >= 2), the same ports and the same behaviour cycle for
+    cycle, with ``w_rdy`` a register of its own (``SyncFIFOBuffered``'s is a compare of its memory's level:
+    a LUT between the level and a writer in another part, whose own logic behind its ready may already
+    fill the cycle -- the matrix unit's ``o.tready``).  Its next value: full (the memory's ``depth - 1``
+    words) after a write with no read of the memory at depth - 2, or when full and not read."""
+
+    def __init__(self, width: int, depth: int):
+        if depth < 2:
+            raise ValueError(f"depth={depth}: must be >= 2")
+        self.width, self.depth = width, depth
+        super().__init__({"w_en": In(1), "w_data": In(width), "w_rdy": Out(1, init=1),
+                          "r_en": In(1), "r_data": Out(width), "r_rdy": Out(1),
+                          "level": Out(range(depth + 1))})
+
+    def elaborate(self, platform):
+        m = Module()
+        D = self.depth - 1                      # the memory's words (the read port's register holds one more)
+        mem = m.submodules.storage = Memory(shape=self.width, depth=D, init=[])
+        wp, rp = mem.write_port(), mem.read_port(domain="sync")
+        produce, consume = Signal(range(D), name="produce"), Signal(range(D), name="consume")
+        inner = Signal(range(D + 1), name="inner_level")
+        do_write = self.w_rdy & self.w_en
+        do_inner_read = Signal()
+        m.d.comb += [do_inner_read.eq((inner != 0) & (~self.r_rdy | self.r_en)),
+                     wp.addr.eq(produce), wp.data.eq(self.w_data), wp.en.eq(do_write),
+                     rp.addr.eq(consume), rp.en.eq(do_inner_read), self.r_data.eq(rp.data),
+                     self.level.eq(inner + self.r_rdy)]
+
+        def incr(p):
+            return p + 1 if D & (D - 1) == 0 else Mux(p == D - 1, 0, p + 1)
+        with m.If(do_write):
+            m.d.sync += produce.eq(incr(produce))
+        with m.If(do_inner_read):
+            m.d.sync += consume.eq(incr(consume))
+        with m.If(do_write & ~do_inner_read):
+            m.d.sync += inner.eq(inner + 1)
+        with m.If(do_inner_read & ~do_write):
+            m.d.sync += inner.eq(inner - 1)
+        with m.If(do_inner_read):
+            m.d.sync += self.r_rdy.eq(1)
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        # w_rdy = inner != D after this cycle's moves
+        m.d.sync += self.w_rdy.eq(~(Mux(self.w_rdy, do_write & (inner == D - 1), 1) & ~do_inner_read))
+        return m
+
+
 def buffered_fifo(width: int, depth: int):
     """``PrefetchFIFO(exact=True)`` where the depth allows (>= 3), else ``SyncFIFOBuffered``: the
     same ports (``w_en``, ``w_data``, ``w_rdy``, ``r_rdy``, ``r_data``, ``r_en``, ``level``) and

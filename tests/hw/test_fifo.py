@@ -1,5 +1,5 @@
 """hw/fifo.py's PrefetchFIFO (the combinational and the synchronous, ``sync_read``, memory read),
-BlockFIFO and TwoRegisterFIFO against Amaranth's SyncFIFOBuffered, side by side in the Amaranth
+BlockFIFO, ReadyFIFO and TwoRegisterFIFO against Amaranth's SyncFIFOBuffered, side by side in the Amaranth
 simulator: the same valid and head word in every cycle (and, ``exact``, the same ``w_rdy`` and
 level)."""
 import random
@@ -8,7 +8,7 @@ import pytest
 from amaranth import Module
 from amaranth.lib.fifo import SyncFIFOBuffered
 
-from mcf.hw.fifo import BlockFIFO, PrefetchFIFO, TwoRegisterFIFO
+from mcf.hw.fifo import BlockFIFO, PrefetchFIFO, ReadyFIFO, TwoRegisterFIFO
 from mcf.sim.amaranth_util import simulate
 
 
@@ -66,6 +66,38 @@ def test_cycle_exact_with_sync_fifo_buffered(depth, exact, kind):
     simulate(m, bench)
     assert seen["taken"] > 500 and seen["full_rate"] >= 20, seen
     assert seen["full"] > 50 or not exact, seen
+
+
+@pytest.mark.parametrize("depth", [2, 5])
+def test_ready_fifo_cycle_exact_with_sync_fifo_buffered(depth):
+    """ReadyFIFO (``w_rdy`` a register) and SyncFIFOBuffered: the same random writes (each taken on its own
+    ``w_rdy``) and reads, in phases of writes often / rarely and reads often / rarely."""
+    W = 16
+    m = Module()
+    m.submodules.dut = dut = ReadyFIFO(W, depth)
+    m.submodules.ref = ref = SyncFIFOBuffered(width=W, depth=depth)
+    rng = random.Random(depth)
+    seen = {"full": 0, "taken": 0}
+
+    async def bench(ctx):
+        for cyc in range(1200):
+            p_ready, p_write = [(1.0, 0.9), (0.7, 0.7), (0.2, 0.9), (1.0, 0.3)][(cyc // 100) % 4]
+            w, data, r = rng.random() < p_write, rng.getrandbits(W), rng.random() < p_ready
+            for f in (dut, ref):
+                ctx.set(f.w_en, w)
+                ctx.set(f.w_data, data)
+                ctx.set(f.r_en, r)
+            await ctx.delay(1e-9)
+            for name in ("w_rdy", "r_rdy", "level"):
+                assert ctx.get(getattr(dut, name)) == ctx.get(getattr(ref, name)), f"cycle {cyc}: {name}"
+            if ctx.get(ref.r_rdy):
+                assert ctx.get(dut.r_data) == ctx.get(ref.r_data), f"cycle {cyc}: word"
+                seen["taken"] += r
+            seen["full"] += not ctx.get(ref.w_rdy)
+            await ctx.tick()
+
+    simulate(m, bench)
+    assert seen["taken"] > 300 and seen["full"] > 50, seen
 
 
 def test_depth_refused():

@@ -47,7 +47,7 @@ from mcf.hw.compute.exec.streams import COUNT_BITS, Packer, Unpacker, request_la
 from mcf.hw.compute.kv_writer import KVWriter
 from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder, rotate_list, rotate_pieces
 from mcf.hw.compute.vector import VectorUnit
-from mcf.hw.fifo import TwoRegisterFIFO
+from mcf.hw.fifo import ReadyFIFO, TwoRegisterFIFO
 from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
 from mcf.spec import isa
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, W_BITS, X_FRAC
@@ -212,6 +212,9 @@ class MoverBus(wiring.Signature):
             "dir_wr_en": Out(1), "dir_wr_block": Out(g.dir_bits), "dir_wr_state": Out(REPLICA_STATE_BITS),
             "dir_wr_ready": In(1),
             "dir_lookup_en": Out(1), "dir_lookup_block": Out(g.dir_bits), "dir_readable": In(1),
+            # the read streams' valid as they are, not gated by ``owner`` (``in0`` / ``in1``'s are): for a mover's
+            # own running states only
+            "ivalid": In(2),
             "mac": Out(1),
             "starved": Out(1),
         })
@@ -452,6 +455,7 @@ class LoadStoreMover(Mover):
         beats_m1 = stage(m, ins.beats - 1, "beats_m1")                   # (the moves' last-item compares, stage 1)
         beats_m2 = stage(m, ins.beats - 2, "beats_m2")
         rowb_m1 = stage(m, ins.row_beats - 1, "rowb_m1")
+        rowb_m2 = stage(m, ins.row_beats - 2, "rowb_m2")
 
         with m.If(self.start):
             with m.If(bfp):
@@ -482,13 +486,17 @@ class LoadStoreMover(Mover):
             m.d.sync += [mv_all.eq(mv_last), mv_last.eq(moved == beats_m2)]
         exp_hold = Signal(signed(EXP_BITS))
         k = Signal(12)
+        # LOAD's MOVE (state MOVE and not a store), rb == row_beats and k == row_beats - 1 as registers, set
+        # where the state, rb and k change (round 22: the state's decode and the 12-bit compare in front of
+        # the SPAD's write lanes, the read stream's ready and the unit's state, 9.0 levels)
+        ld_on, rb_end, k_last = Signal(), Signal(), Signal()
         with m.If(state == S.CHECK):
             with m.If(spad_bad):
                 self.refuse(m)
                 m.d.sync += state.eq(S.IDLE)
             with m.Elif(Mux(store, b.wdesc.ready & pk.cmd.ready, b.req0.ready & up.cmd.ready)):
                 m.d.sync += [cur.eq(ins.spad), row0.eq(ins.spad), rb.eq(0), moved.eq(0), state.eq(S.MOVE),
-                             mv_last.eq(beats_m1 == 0), mv_all.eq(0)]
+                             mv_last.eq(beats_m1 == 0), mv_all.eq(0), ld_on.eq(~store), rb_end.eq(~bfp)]
                 with m.If(store):
                     m.d.comb += [b.wdesc.valid.eq(1), pk.cmd.valid.eq(1)]
                 with m.Else():
@@ -502,27 +510,28 @@ class LoadStoreMover(Mover):
         wr = b.spad_wr
         all_lanes = (1 << g.vl) - 1
         m.d.comb += [up.i.valid.eq(b.in0.valid), up.i.payload.eq(b.in0.payload), b.in0.ready.eq(up.i.ready)]
-        loading = (state == S.MOVE) & ~store
+        loading = ld_on
         m.d.comb += b.starved.eq(loading & ~up.o.valid)
         m.d.comb += wr.data.eq(up.o.payload)       # whatever the state: only lanes write it
         with m.If(loading):
             m.d.comb += [up.o.ready.eq(1), wr.addr.eq(cur), wr.exp.eq(0)]
             with m.If(up.o.valid):
-                with m.If(bfp & (rb == ins.row_beats)):
+                with m.If(bfp & rb_end):
                     # the exponent beat of the row: word 0 (int8 range)
-                    m.d.sync += [exp_hold.eq(up.o.payload[:EXP_BITS]), k.eq(0), state.eq(S.EXP)]
+                    m.d.sync += [exp_hold.eq(up.o.payload[:EXP_BITS]), k.eq(0), k_last.eq(rowb_m1 == 0),
+                                 state.eq(S.EXP), ld_on.eq(0)]
                 with m.Else():
                     m.d.comb += [wr.lanes.eq(all_lanes), wr.exp_en.eq(~bfp)]
-                    m.d.sync += [cur.eq(cur + 1), rb.eq(rb + 1), moved.eq(moved + 1)]
+                    m.d.sync += [cur.eq(cur + 1), rb.eq(rb + 1), rb_end.eq(rb == rowb_m1), moved.eq(moved + 1)]
                     m.d.comb += mv_step.eq(1)
                     with m.If(~bfp & mv_last):
                         m.d.comb += self.done.eq(1)
-                        m.d.sync += state.eq(S.IDLE)
+                        m.d.sync += [state.eq(S.IDLE), ld_on.eq(0)]
         with m.If(state == S.EXP):
             m.d.comb += [wr.addr.eq(row0 + k), wr.exp_en.eq(1), wr.exp.eq(exp_hold)]
-            m.d.sync += k.eq(k + 1)
-            with m.If(k == rowb_m1):
-                m.d.sync += [row0.eq(cur), rb.eq(0), state.eq(S.MOVE)]
+            m.d.sync += [k.eq(k + 1), k_last.eq(k == rowb_m2)]
+            with m.If(k_last):
+                m.d.sync += [row0.eq(cur), rb.eq(0), rb_end.eq(~bfp), state.eq(S.MOVE), ld_on.eq(~mv_all)]
                 with m.If(mv_all):
                     m.d.comb += self.done.eq(1)
                     m.d.sync += state.eq(S.IDLE)
@@ -695,11 +704,13 @@ class EmbedMover(Mover):
         with m.If(rows & (cphase == 2) & uq.cmd.ready):
             m.d.comb += uq.cmd.valid.eq(1)
             m.d.sync += [cphase.eq(3), i.eq(0)]
-        with m.If(rows & (cphase == 1)):
+        # (cphase is 0 outside ROWS -- set so in VERIFY, back to 0 with ROWS' last beat -- so phases 1 and 3 need no
+        # decode of the state: round 22, it was in front of the read stream's ready, 9.0 levels to its FIFO)
+        with m.If(cphase == 1):
             m.d.comb += [us.i.valid.eq(b.in0.valid), us.i.payload.eq(b.in0.payload), b.in0.ready.eq(us.i.ready)]
-        with m.If(rows & (cphase == 3)):
+        with m.If(cphase == 3):
             m.d.comb += [uq.i.valid.eq(b.in0.valid), uq.i.payload.eq(b.in0.payload), b.in0.ready.eq(uq.i.ready)]
-        m.d.comb += [us.o.ready.eq(rows & (cphase == 1)), sw.en.eq(us.o.valid & us.o.ready), sw.addr.eq(gi),
+        m.d.comb += [us.o.ready.eq(cphase == 1), sw.en.eq(us.o.valid & us.o.ready), sw.addr.eq(gi),
                      sw.data.eq(us.o.payload)]
         with m.If(sw.en):
             m.d.sync += gi.eq(gi + 1)
@@ -741,7 +752,7 @@ class EmbedMover(Mover):
         wv = Signal()
         waddr = Signal(g.spad_bits)
         wdata = Signal(g.beat_bits)
-        m.d.comb += uq.o.ready.eq(rows & (cphase == 3))
+        m.d.comb += uq.o.ready.eq(cphase == 3)
         m.d.sync += [av.eq(uq.o.valid & uq.o.ready), bv.eq(av), baddr.eq(aaddr), pv.eq(bv), paddr.eq(baddr),
                      sv.eq(pv), saddr.eq(paddr),
                      wv.eq(sv), waddr.eq(saddr), wdata.eq(Cat(*xs))]
@@ -1011,13 +1022,15 @@ class GemmMover(Mover):
         m.submodules.us = us = Unpacker(g.data_width, P * 16)
         m.submodules.ub = ub = Unpacker(g.data_width, P * 32)
         # scale requests on stream 0: one (GEMM), or one per block of the run (GEMM_QK): each its block's
-        # scale words from the first key's on (sq_blk bytes), sq_left bytes in all
+        # scale words from the first key's on (the block's bytes: the first block's from key o, the others' all), sq_left
+        # bytes in all.  The next request's length (``sq_len``, the minimum of the two) and beats are registers, set
+        # with sq_left (round 22: the compare, the choice and the round-up add in front of the read stream's count,
+        # 8.19 levels)
         sq_addr, sq_base = Signal(ADDR_BITS), Signal(ADDR_BITS)
-        sq_blk, sq_left = Signal(COUNT_BITS), Signal(COUNT_BITS)
-        sq_len = Signal(COUNT_BITS)
-        m.d.comb += sq_len.eq(Mux(sq_blk < sq_left, sq_blk, sq_left))
+        sq_left = Signal(COUNT_BITS)
+        sq_len, sq_beats = Signal(COUNT_BITS), Signal(COUNT_BITS)
         m.d.comb += [
-            b.req0.payload.addr.eq(sq_addr), b.req0.payload.beats.eq(ceil_beats(sq_len, g.bus_log2)),
+            b.req0.payload.addr.eq(sq_addr), b.req0.payload.beats.eq(sq_beats),
             b.req1.payload.addr.eq(b_addr), b.req1.payload.beats.eq(ceil_beats(bt, g.bus_log2)),
             uw.cmd.payload.count.eq(Mux(pv, (pins.keys >> k_log2) << _log2(C), tn >> k_log2) << _log2(n)),
             us.cmd.payload.count.eq(tg), ub.cmd.payload.count.eq(ins.tiles),
@@ -1195,6 +1208,13 @@ class GemmMover(Mover):
         i_v = stage(m, i_left != 0, "wd_i_v")
         i_rbig = stage(m, capped(r_bk << row_log2, run_i), "wd_i_rbig")          # stage 2
         i_naddr = stage(m, r_seg + r_step + pad_up(r_bk << 1), "wd_i_naddr", ADDR_BITS)   # stage 3
+        # the first scale request's length min(sq_blk, sq_left) and beats (stage 4)
+        i_sqb = stage(m, Mux(kv, (r_bk - r_o) << 1, st), "sq_i_blk", COUNT_BITS)            # stage 3
+        i_sql = stage(m, Mux(pv, 0, st), "sq_i_left", COUNT_BITS)
+        i_sqm = Mux(i_sqb < i_sql, i_sqb, i_sql)
+        i_sqn = stage(m, i_sqm, "sq_i_len", COUNT_BITS)                                      # stage 4
+        i_sqv = stage(m, i_sql != 0, "sq_i_v")
+        i_sqbeats = stage(m, ceil_beats(i_sqm, g.bus_log2), "sq_i_beats", COUNT_BITS)
         # the next descriptor's compares without a subtraction in front (round 21: wd_left - wd_len, then its
         # compares with r_blk_q and the cap, 9.4 levels): wd_left and wd_blk are also kept less the block's rows
         # / the cap (``wd_lmr`` = wd_left - r_blk_q, ``wd_lmc`` = wd_left - cap, ``wd_bmc`` = wd_blk - cap,
@@ -1227,18 +1247,32 @@ class GemmMover(Mover):
             m.d.comb += [n_cap.eq(Mux(n_lt, n_bbig, n_lbig)), n_min.eq(Mux(n_lt, nb, nl))]
             m.d.sync += [wd_addr.eq(Mux(wd_end, wd_naddr, wd_addr + wd_len)), wd_left.eq(nl), wd_blk.eq(nb),
                          wd_len.eq(Mux(n_cap, Mux(run_q, cap, g.buffer_bytes), n_min)), wd_lt.eq(n_lt), wd_le.eq(n_le),
-                         wd_end.eq(n_le & ~n_bbig), wd_v.eq(nl != 0),
+                         wd_end.eq(n_le & ~n_bbig), wd_v.eq(wd_left != wd_len),   # (nl != 0: wd_len <= wd_left)
                          wd_buf.eq(Mux(wd_buf == g.buffers - 1, 0, wd_buf + 1))]
             with m.If(wd_end):
                 m.d.sync += wd_naddr.eq(wd_naddr + r_step_q)
-        m.d.comb += b.req0.valid.eq(sq_left != 0)
+        # (the valid, sq_left != 0, a register too: sq_left != sq_len after a request, sq_len <= sq_left.  The next
+        # length's compare r_sblk_q < sq_left - sq_len as sq_lmb > sq_len, sq_lmb = sq_left - r_sblk_q, and its beats
+        # from sq_lc = sq_left + bus bytes - 1: each a carry from registers, no subtraction in front of a compare or
+        # of the round-up add)
+        sq_more = Signal()
+        sq_lmb = Signal(signed(COUNT_BITS + 2))
+        sq_lc = Signal(COUNT_BITS + 1)
+        r_sbb = Signal(COUNT_BITS)                                  # r_sblk_q's beats
+        sq_nl, sq_nn, sq_nb = Signal(COUNT_BITS), Signal(COUNT_BITS), Signal(COUNT_BITS)
+        sq_full = Signal()                                          # the next request a whole block's
+        m.d.comb += [sq_nl.eq(sq_left - sq_len), sq_full.eq(sq_lmb > sq_len),
+                     sq_nn.eq(Mux(sq_full, r_sblk_q, sq_nl)),
+                     sq_nb.eq(Mux(sq_full, r_sbb, (sq_lc - sq_len) >> g.bus_log2)),
+                     b.req0.valid.eq(sq_more)]
         with m.If(b.req0.valid & b.req0.ready):
-            m.d.sync += [sq_left.eq(sq_left - sq_len), sq_base.eq(sq_base + r_step_q), sq_addr.eq(sq_base + r_step_q),
-                         sq_blk.eq(r_sblk_q)]
+            m.d.sync += [sq_left.eq(sq_nl), sq_base.eq(sq_base + r_step_q), sq_addr.eq(sq_base + r_step_q),
+                         sq_len.eq(sq_nn), sq_beats.eq(sq_nb), sq_more.eq(sq_left != sq_len),
+                         sq_lmb.eq(sq_lmb - sq_len), sq_lc.eq(sq_lc - sq_len)]
 
         go = Signal()
         m.d.comb += go.eq(b.req0.ready & b.req1.ready & uw.cmd.ready & us.cmd.ready & ub.cmd.ready
-                          & ~wd_v & (sq_left == 0))
+                          & ~wd_v & ~sq_more)
         with m.If(state == S.CHECK):
             with m.If(bad):
                 self.refuse(m)
@@ -1254,7 +1288,10 @@ class GemmMover(Mover):
                              r_bmc_q.eq(i_rbmc), r_step_q.eq(r_step), r_blk_q.eq(r_bk << row_log2),
                              r_sblk_q.eq(r_bk << 1),
                              sq_addr.eq(Mux(kv, r_seg + (r_o << 1), s_addr)), sq_base.eq(r_seg),
-                             sq_left.eq(Mux(pv, 0, st)), sq_blk.eq(Mux(kv, (r_bk - r_o) << 1, st)),
+                             sq_left.eq(Mux(pv, 0, st)),
+                             sq_len.eq(i_sqn), sq_beats.eq(i_sqbeats), sq_more.eq(i_sqv),
+                             sq_lmb.eq(i_sql - (r_bk << 1)), sq_lc.eq(i_sql + ((1 << g.bus_log2) - 1)),
+                             r_sbb.eq(ceil_beats(r_bk << 1, g.bus_log2)),
                              state.eq(S.ACT)]
 
         # --- activations: SPAD rows -> K-lane buffer words, beat-major (every token's inputs
@@ -1373,21 +1410,25 @@ class GemmMover(Mover):
             # (two registers, SyncFIFOBuffered(depth=2) cycle for cycle: flip-flops with clock enables, no LUT
             # a bit; round 22's depth-3 SyncFIFOBuffered was 2 x 4 096 bits of LUT RAM, 2.3 K LUT)
             m.submodules.pq = pq = TwoRegisterFIFO(P * WIDE_BITS)
+            # (the read's P-word column, Mux(pr_h, tiles, 0) + pr_c, a register ``pr_col``, set with pr_h / pr_c: the
+            # address one add, pr_p's bits below the column's -- round 22, two adds in front of the SPAD's read
+            # address, 8.25 levels joined)
+            pr_col = Signal(17)
             with m.If(state == S.CHECK):
                 m.d.sync += [pr_c.eq(0), pr_r.eq(0), pr_h.eq(0), pr_p.eq(0), pr_base.eq(f_dst), pr_n.eq(0),
-                             pr_on.eq(pv & pins.acc)]
+                             pr_on.eq(pv & pins.acc), pr_col.eq(0)]
             prev_rd = (state == S.RUN) & pv
             with m.If(prev_rd):
-                m.d.comb += [rq.addr.eq(pr_base + ((Mux(pr_h, f_tiles, 0) + pr_c) << _log2(PR)) + (pr_p << _log2(RU))),
+                m.d.comb += [rq.addr.eq(pr_base + Cat(Const(0, _log2(RU)), pr_p[:_log2(NR)], pr_col)),
                              rq.issue.eq(pr_on & rq.room), taking.eq(rq.valid & (pr_n != 2 * NR))]
                 with m.If(rq.issue):
                     m.d.sync += pr_p.eq(pr_p + 1)
                     with m.If(pr_p == NR - 1):
-                        m.d.sync += [pr_p.eq(0), pr_h.eq(~pr_h)]
+                        m.d.sync += [pr_p.eq(0), pr_h.eq(~pr_h), pr_col.eq(f_tiles + pr_c)]
                         with m.If(pr_h):
-                            m.d.sync += [pr_r.eq(pr_r + 1), pr_base.eq(pr_base + f_dst_stride)]
+                            m.d.sync += [pr_r.eq(pr_r + 1), pr_base.eq(pr_base + f_dst_stride), pr_col.eq(pr_c)]
                             with m.If(pr_r == nrows_m1):
-                                m.d.sync += [pr_r.eq(0), pr_base.eq(f_dst), pr_c.eq(pr_c + 1)]
+                                m.d.sync += [pr_r.eq(0), pr_base.eq(f_dst), pr_c.eq(pr_c + 1), pr_col.eq((pr_c + 1)[:16])]
                                 with m.If(pr_c == tiles_m1):
                                     m.d.sync += pr_on.eq(0)
                 with m.If(taking):
@@ -1405,13 +1446,16 @@ class GemmMover(Mover):
         orow = Signal(g.spad_bits + 16)  # dst + otok dst_stride
         half = Signal()                  # pv wide: the beat of the high words
         ot_w = Signal(17)                # the output's P-word column: ot, or tiles + ot for the high words
-        m.d.comb += ot_w.eq(Mux(half, f_tiles + ot, ot))
+        # (a register, set with ot and half: round 22, the add and the choice in front of the SPAD's write
+        # address, 9.0 levels joined)
         with m.If(state == S.CHECK):
-            m.d.sync += [ot.eq(0), otok.eq(0), orow.eq(f_dst), half.eq(0)]
+            m.d.sync += [ot.eq(0), otok.eq(0), orow.eq(f_dst), half.eq(0), ot_w.eq(0)]
         # output beats through a queue of max_tokens beats: a tile's last group emits a beat per
         # token per cycle, a beat takes P / VL cycles of SPAD writes; the queue lets the matrix go on
         # with the next tile meanwhile (without it the array waited ~P / VL x T cycles a tile)
-        m.submodules.oq = oq = fifo.SyncFIFOBuffered(width=P * 32 + 1, depth=TM)
+        # (``ReadyFIFO``: SyncFIFOBuffered with ``w_rdy`` a register -- the matrix unit's ``o.tready`` reaches 8
+        # levels into it, so the level's compare in front was 9.0 joined)
+        m.submodules.oq = oq = ReadyFIFO(P * 32 + 1, TM)
         m.d.comb += [oq.w_en.eq(mx.o.tvalid), oq.w_data.eq(Cat(mx.o.tdata, mx.o.tlast)), mx.o.tready.eq(oq.w_rdy)]
         o_valid, o_data, o_last = oq.r_rdy, oq.r_data[:P * 32], oq.r_data[P * 32]
         wr = b.spad_wr
@@ -1439,8 +1483,9 @@ class GemmMover(Mover):
                 # kv: its output (P words a row every head_dim / K weight beats) outruns one SPAD beat a
                 # cycle; rows at bank-aligned dst and dst_stride go B beats at a time (the SPAD's banks);
                 # pv's last key beat emits its outputs as fast
-                wide = Signal()
-                m.d.comb += wide.eq((kv | pv) & (f_dst[:_log2(B)] == 0) & (f_dst_stride[:_log2(B)] == 0))
+                # (a stage register, 2: its decode was in front of GEMM_QK's key to the attention mover's
+                # deferred MAX, 8.06 levels from ``pv``)
+                wide = stage(m, (kv | pv) & (f_dst[:_log2(B)] == 0) & (f_dst_stride[:_log2(B)] == 0), "o_wide")
                 rw = r // B
                 wpart = Signal(range(rw))
                 wpieces = Array(o_data[x * B * VL * 32:(x + 1) * B * VL * 32] for x in range(rw))
@@ -1465,11 +1510,11 @@ class GemmMover(Mover):
         m.d.comb += [wr.exp_en.eq(o_valid), wr.exp.eq(0), oq.r_en.eq(o_take)]
         with m.If(o_take):
             with m.If(wide_o & ~half):
-                m.d.sync += half.eq(1)
+                m.d.sync += [half.eq(1), ot_w.eq(f_tiles + ot)]
             with m.Else():
-                m.d.sync += [half.eq(0), otok.eq(otok + 1), orow.eq(orow + f_dst_stride)]
+                m.d.sync += [half.eq(0), otok.eq(otok + 1), orow.eq(orow + f_dst_stride), ot_w.eq(ot)]
                 with m.If(otok == nrows_m1):
-                    m.d.sync += [otok.eq(0), orow.eq(f_dst), ot.eq(ot + 1)]
+                    m.d.sync += [otok.eq(0), orow.eq(f_dst), ot.eq(ot + 1), ot_w.eq((ot + 1)[:16])]
             with m.If(o_last):
                 m.d.sync += state.eq(S.FINISH)
         with m.If(state == S.FINISH):
@@ -1674,14 +1719,15 @@ class KvwMover(Mover):
         rq = ReadQueue(m, b.spad_rd, g, "rq")
         ti, bi = Signal(range(g.tokens + 1)), Signal(range(rb + 1))
         rowa = Signal(g.spad_bits + 16)
-        with m.If(state == S.CHECK):
-            m.d.sync += [ti.eq(0), bi.eq(0), rowa.eq(ins.src)]
+        rda = Signal(g.spad_bits + 16)                 # rowa + bi, a register (round 22: the add in front of the
+        with m.If(state == S.CHECK):                   # SPAD's read address, 8.19 levels joined)
+            m.d.sync += [ti.eq(0), bi.eq(0), rowa.eq(ins.src), rda.eq(ins.src)]
         rowing = state == S.ROWS
-        m.d.comb += [rq.addr.eq(rowa + bi), rq.issue.eq(rowing & rq.room & (ti != ins.rows))]
+        m.d.comb += [rq.addr.eq(rda), rq.issue.eq(rowing & rq.room & (ti != ins.rows))]
         with m.If(rq.issue):
-            m.d.sync += bi.eq(bi + 1)
+            m.d.sync += [bi.eq(bi + 1), rda.eq(rda + 1)]
             with m.If(bi == rb - 1):
-                m.d.sync += [bi.eq(0), ti.eq(ti + 1), rowa.eq(rowa + ins.row_stride)]
+                m.d.sync += [bi.eq(0), ti.eq(ti + 1), rowa.eq(rowa + ins.row_stride), rda.eq(rowa + ins.row_stride)]
         tc, bc = Signal(range(g.tokens + 1)), Signal(range(rb + 1))
         with m.If(state == S.CHECK):
             m.d.sync += [tc.eq(0), bc.eq(0)]
@@ -1720,13 +1766,17 @@ class KvwMover(Mover):
         # the scale region once the rows have left
         si = Signal(range(g.tokens + 1))
         si_more = Signal()                              # si != rows, as a register
+        # (row si's (A, E) a register, ``sc_q``: row 0's at the region's start, row si + 1's with each taken -- round
+        # 22, the pick of 16 behind si went on through the packer and the owner's AND-OR into the writer's register
+        # stage, 9.0 levels)
+        sc_q = Signal(16)
         with m.If(rowing & (to == ins.rows) & ~pq.busy & b.wdesc.ready & ps.cmd.ready):
             m.d.comb += [b.wdesc.valid.eq(1), b.wdesc.payload.eq(descriptor(seg, scale_bytes)),
                          ps.cmd.valid.eq(1)]
-            m.d.sync += [state.eq(S.SCALES), si.eq(0), si_more.eq(ins.rows != 0)]
-        m.d.comb += [ps.i.valid.eq((state == S.SCALES) & si_more), ps.i.payload.eq(Array(scales)[si])]
+            m.d.sync += [state.eq(S.SCALES), si.eq(0), si_more.eq(ins.rows != 0), sc_q.eq(scales[0])]
+        m.d.comb += [ps.i.valid.eq((state == S.SCALES) & si_more), ps.i.payload.eq(sc_q)]
         with m.If(ps.i.valid & ps.i.ready):
-            m.d.sync += [si.eq(si + 1), si_more.eq(si + 1 != ins.rows)]
+            m.d.sync += [si.eq(si + 1), si_more.eq(si + 1 != ins.rows), sc_q.eq(Array(scales)[si + 1])]
         with m.If((state == S.SCALES) & ~si_more & ~ps.busy):
             m.d.sync += state.eq(S.WAIT)
         with m.If(state == S.ROWS):
@@ -1848,16 +1898,23 @@ class SkewTranspose(wiring.Component):
     different banks: a write is one word a bank (the row or column rotated by its index, radix-4
     ``rotate_list``), a read one word a bank rotated back.  Instead of FF arrays whose reads choose
     a word of ``cols`` (or a row of 2 ``rows``) for every bit.  ``r_data`` is the read of ``r_sel``,
-    ``r_idx`` (combinational: the RAM's asynchronous read); a write lands at the clock edge."""
+    ``r_idx`` (combinational: the RAM's asynchronous read); a write lands at the clock edge.
+    ``r_ahead`` (``rows_in``): ``r_idx_next`` is the next cycle's ``r_idx`` (``r_idx`` a register of it), each
+    bank's read row (bank - r_idx) mod M a register of it: no subtraction between ``r_idx`` and the RAMs.
+    ``r_rot`` (not ``rows_in``): the read row rotated back by ``r_rot`` instead of ``r_idx`` (r_idx + s: the
+    row's words from s on first, s + word < M)."""
 
-    def __init__(self, rows: int, cols: int, rows_in: bool):
+    def __init__(self, rows: int, cols: int, rows_in: bool, r_ahead: bool = False, r_rot: bool = False):
         self.rows, self.cols, self.rows_in = rows, cols, rows_in
+        self.ahead, self.rot_in = r_ahead and rows_in, r_rot and not rows_in
         self.M = 1 << ceil_log2(max(rows, cols, 1))
         wn, rn = (cols, rows) if rows_in else (rows, cols)        # words a write / a read
         wi, ri = (rows, cols) if rows_in else (cols, rows)        # the write's / read's index range
         super().__init__({
             "w_en": In(1), "w_sel": In(1), "w_idx": In(range(wi)), "w_data": In(wn * 32),
             "r_sel": In(1), "r_idx": In(range(ri)), "r_data": Out(rn * 32),
+            **({"r_idx_next": In(range(ri))} if self.ahead else {}),
+            **({"r_rot": In(_log2(self.M))} if self.rot_in else {}),
         })
 
     def elaborate(self, platform):
@@ -1875,12 +1932,17 @@ class SkewTranspose(wiring.Component):
             wp, rp = mem.write_port(), mem.read_port(domain="comb")
             # the row index of bank b's word: the write's / read's own when it is a row, else (b - idx) mod M
             wrow = widx if self.rows_in else (b - widx)[:mb]
-            rrow = (b - ridx)[:mb] if self.rows_in else ridx
+            if self.ahead:
+                rrow = Signal(mb, name=f"rrow{b}", init=b)
+                m.d.sync += rrow.eq((b - self.r_idx_next)[:mb])
+            else:
+                rrow = (b - ridx)[:mb] if self.rows_in else ridx
             m.d.comb += [wp.en.eq(self.w_en), wp.addr.eq(Cat(wrow, self.w_sel)), wp.data.eq(wwords[b]),
                          rp.addr.eq(Cat(rrow, self.r_sel))]
             outs.append(rp.data)
         rn = self.rows if self.rows_in else self.cols
-        m.d.comb += self.r_data.eq(Cat(*rotate_list(outs, ridx, sign=1, m=m, name="rrot")[:rn]))
+        rot = self.r_rot if self.rot_in else ridx
+        m.d.comb += self.r_data.eq(Cat(*rotate_list(outs, rot, sign=1, m=m, name="rrot")[:rn]))
         return m
 
 
@@ -2112,25 +2174,28 @@ class AttnMover(Mover):
         # chose the next base: 10.0 levels from the instruction word to ``base`` / ``tbase``)
         t_more, i_last, h_last = Signal(), Signal(), Signal()
         heads_m2 = stage(m, heads_m1 - 1, "heads_m2", 8)                                 # stage 2
+        # (the read addresses base + i_i and spad + w_i as registers, ``qa`` / ``wa``, set with them)
+        qa, wa = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
         with m.If(state == S.CHECK):
             m.d.sync += [t_i.eq(0), h_i.eq(0), i_i.eq(0), w_i.eq(0), base.eq(q_ins.spad), tbase.eq(q_ins.spad),
-                         w_more.eq(nbeats != 0), t_more.eq(1), i_last.eq(rb == 1), h_last.eq(heads_m1 == 0)]
+                         w_more.eq(nbeats != 0), t_more.eq(1), i_last.eq(rb == 1), h_last.eq(heads_m1 == 0),
+                         qa.eq(q_ins.spad), wa.eq(q_ins.spad)]
         querying, wording, oloading = state == S.QUERY, wd_on, state == S.OLOAD
         with m.If(querying | oloading):
-            m.d.comb += [rq.addr.eq(base + i_i), rq.issue.eq(rq.room & t_more)]
+            m.d.comb += rq.issue.eq(rq.room & t_more)
             with m.If(rq.issue):
-                m.d.sync += [i_i.eq(i_i + 1), i_last.eq(i_i == rb - 2)]
+                m.d.sync += [i_i.eq(i_i + 1), i_last.eq(i_i == rb - 2), qa.eq(qa + 1)]
                 with m.If(i_last):
                     m.d.sync += [i_i.eq(0), i_last.eq(rb == 1), h_i.eq(h_i + 1), h_last.eq(h_i == heads_m2),
-                                 base.eq(base + q_ins.head_stride)]
+                                 base.eq(base + q_ins.head_stride), qa.eq(base + q_ins.head_stride)]
                     with m.If(h_last):
                         m.d.sync += [h_i.eq(0), h_last.eq(heads_m1 == 0), t_i.eq(t_i + 1),
                                      t_more.eq(t_i != tok_m1), base.eq(tbase + q_ins.tok_stride),
-                                     tbase.eq(tbase + q_ins.tok_stride)]
+                                     tbase.eq(tbase + q_ins.tok_stride), qa.eq(tbase + q_ins.tok_stride)]
         with m.If(wording):
-            m.d.comb += [rq.addr.eq(q_ins.spad + w_i), rq.issue.eq(rq.room & w_more)]
+            m.d.comb += rq.issue.eq(rq.room & w_more)
             with m.If(rq.issue):
-                m.d.sync += [w_i.eq(w_i + 1), w_more.eq(w_i != nbeats_m1)]
+                m.d.sync += [w_i.eq(w_i + 1), w_more.eq(w_i != nbeats_m1), wa.eq(wa + 1)]
 
         # QUERY and O: each beat's VL / W slices of W words -> the unit's q (W mantissas, the row's
         # exponent and position with slice 0: ``q_slice_layout``) or o (``ow``), one a cycle; QUERY is
@@ -2140,19 +2205,23 @@ class AttnMover(Mover):
         # the last row as a register counted down from rows - 1 (round 22: ``orow == rows_m1`` was the glue's
         # one 10.0-level path, orow -> state)
         oleft, o_last = Signal(18), Signal()
+        # (and the row's last slice, oslice == D / W - 1: round 22, its compare (a carry) in front of QUERY's end,
+        # 9.0 levels to the state)
+        os_last = Signal()
         with m.If(state == S.CHECK):
             m.d.sync += [qt.eq(0), qh.eq(0), osub.eq(0), oslice.eq(0), orow.eq(0), osent.eq(0),
-                         oleft.eq(rows_m1), o_last.eq(rows_m1 == 0)]
+                         oleft.eq(rows_m1), o_last.eq(rows_m1 == 0), os_last.eq(D // W == 1)]
         oslices = Array(rq_beat[32 * W * x:32 * W * (x + 1)] for x in range(nt))
         mants = mantissas(rq_beat, VL)
         qslices = Array(mants[MANT_BITS * W * x:MANT_BITS * W * (x + 1)] for x in range(nt))
         qsb, qrb = q_addr_bits(R, D, W)
         with m.If((querying | oloading) & rq.valid & ~osent):
             m.d.comb += rq.take.eq(osub == nt - 1)
-            m.d.sync += [osub.eq(osub + 1), oslice.eq(oslice + 1)]
+            m.d.sync += [osub.eq(osub + 1), oslice.eq(oslice + 1),
+                         os_last.eq(Mux(os_last, D // W == 1, oslice == D // W - 2))]
             with m.If(osub == nt - 1):
                 m.d.sync += osub.eq(0)
-            with m.If(oslice == D // W - 1):
+            with m.If(os_last):
                 m.d.sync += [oslice.eq(0), orow.eq(orow + 1), qh.eq(qh + 1), oleft.eq(oleft - 1),
                              o_last.eq(oleft == 1)]
                 with m.If(qh == heads_m1):
@@ -2273,8 +2342,14 @@ class AttnMover(Mover):
         for sr in (ks, vs):
             m.d.comb += [sr.cmd.payload.keys.eq(kv_ins.keys), sr.cmd.payload.blocks.eq(kv_ins.blocks),
                          sr.cmd.payload.kpos0.eq(kv_ins.kpos0), sr.cmd.payload.pos_stride.eq(kv_ins.pos_stride)]
-        with m.If(go_kv):
+        # (the readers take their runs a cycle after ``go_kv``, from its register ``kv_started``: round 22, the
+        # gate's last answer (the directory's block RAM read) through ``go_kv`` to the readers' state, 9.0
+        # levels.  Their first beats come from the requests of KV's first cycles, later than that)
+        kv_started = Signal()
+        m.d.sync += kv_started.eq(go_kv)
+        with m.If(kv_started):
             m.d.comb += [ks.cmd.valid.eq(1), vs.cmd.valid.eq(apply)]
+        with m.If(go_kv):
             m.d.sync += cmd_v.eq(1)
         # (the pass's command (``chk_cmd``, above) and the runs' registers load before ``go_kv``: every cycle out
         # of KV; the readers read them only from then on.  Round 21: the gate's last lookup through ``go_kv`` to
@@ -2309,8 +2384,6 @@ class AttnMover(Mover):
                      au.k.valid.eq(ks.o.valid), au.k.payload.eq(ks.o.payload), ks.o.ready.eq(au.k.ready),
                      au.v.valid.eq(vs.o.valid), au.v.payload.q.eq(vs.o.payload.q), au.v.payload.a.eq(vs.o.payload.a),
                      au.v.payload.e.eq(vs.o.payload.e), vs.o.ready.eq(au.v.ready)]
-        kv_started = Signal()
-        m.d.sync += kv_started.eq(go_kv)
         with m.If((state == S.KV) & ~kv_started & ~au.busy & ~ks.busy & ~vs.busy & ~r_more):
             m.d.sync += state.eq(S.FINISH)
         kv_starved = (state == S.KV) & au.busy & ~ks.o.valid
@@ -2331,17 +2404,34 @@ class AttnMover(Mover):
         sm_qn, sm_fn = Signal(16), Signal(16)
         # (a frame's keys sm_fn = min(sm_fleft, sm_fblk) a register, set with sm_fleft: round 21, its compare and
         # choice reached the Unpacker's count registers, 9.06 levels from sm_fblk)
-        m.d.comb += sm_qn.eq(Mux(sm_qleft < sm_blk, sm_qleft, sm_blk))
+        # (a request's keys sm_qn = min(sm_qleft, sm_blk) and its beats registers, set with sm_qleft: round 22, the
+        # compare, the choice and the round-up add in front of the read stream's count, 8.19 levels)
+        # (every request but the last takes sm_blk keys, so the rest is under sm_blk when sm_qleft < 2 sm_blk; its
+        # beats from sm_qlc = 2 sm_qleft + bus bytes - 1: a carry from registers each)
+        sm_qbeats = Signal(COUNT_BITS)
+        sm_qmore = Signal()                               # sm_qleft != 0
+        sm_qlc = Signal(18)
+        sm_blk2 = stage(m, sm_blk << 1, "sm_blk2", 17)                                  # stage 2
+        sm_blkb = stage(m, ceil_beats(sm_blk << 1, g.bus_log2), "sm_blkb", COUNT_BITS)
+        sm_ql0 = Mux(sm_apply, sm_ins.keys, 0)
         sm_fblk2 = stage(m, sm_fblk << 1, "sm_fblk2", 17)                                # stage 3
         with m.If(state == S.CHECK):
-            m.d.sync += [sm_qaddr.eq(ddr_addr(sm_ins.seg)), sm_qleft.eq(Mux(sm_apply, sm_ins.keys, 0)),
+            m.d.sync += [sm_qaddr.eq(ddr_addr(sm_ins.seg)), sm_qleft.eq(sm_ql0), sm_qmore.eq(sm_ql0 != 0),
+                         sm_qlc.eq((sm_ql0 << 1) + ((1 << g.bus_log2) - 1)),
+                         sm_qn.eq(Mux(sm_ql0 < sm_blk, sm_ql0, sm_blk)),
+                         sm_qbeats.eq(ceil_beats(Mux(sm_ql0 < sm_blk, sm_ql0, sm_blk) << 1, g.bus_log2)),
                          sm_fleft.eq(Mux(sm_apply, sm_ins.keys, 0)),
                          sm_fn.eq(Mux(sm_apply, Mux(sm_ins.keys < sm_fblk, sm_ins.keys, sm_fblk), 0))]
-        with m.If(sming & (sm_qleft != 0)):
+        q_nl, q_nn, q_nb, q_part = Signal(16), Signal(16), Signal(COUNT_BITS), Signal()
+        m.d.comb += [q_nl.eq(sm_qleft - sm_qn), q_part.eq(sm_qleft < sm_blk2),
+                     q_nn.eq(Mux(q_part, q_nl, sm_blk)),
+                     q_nb.eq(Mux(q_part, (sm_qlc - (sm_qn << 1)) >> g.bus_log2, sm_blkb))]
+        with m.If(sming & sm_qmore):
             m.d.comb += [b.req1.valid.eq(1), b.req1.payload.addr.eq(sm_qaddr),
-                         b.req1.payload.beats.eq(ceil_beats(sm_qn << 1, g.bus_log2))]
+                         b.req1.payload.beats.eq(sm_qbeats)]
             with m.If(b.req1.ready):
-                m.d.sync += [sm_qleft.eq(sm_qleft - sm_qn),
+                m.d.sync += [sm_qleft.eq(q_nl), sm_qn.eq(q_nn), sm_qbeats.eq(q_nb), sm_qlc.eq(sm_qlc - (sm_qn << 1)),
+                             sm_qmore.eq(sm_qleft != sm_qn),
                              sm_qaddr.eq(sm_qaddr + Cat(Const(0, ALIGN_LOG2), sm_ins.seg_stride))]
         m.d.comb += vsc.cmd.payload.count.eq(sm_fn)
         with m.If(sming & (sm_fleft != 0)):
@@ -2352,18 +2442,26 @@ class AttnMover(Mover):
                 f_next = Signal(16)
                 m.d.comb += f_next.eq(sm_fleft - sm_fn)
                 m.d.sync += [sm_fleft.eq(f_next), sm_fn.eq(Mux(sm_fleft < sm_fblk2, f_next, sm_fblk))]
+        # (the frames' valid whatever the state: the unpacker runs only in ATTN_SM, where its frames are set; only
+        # the ready to the stream behind it -- one LUT fewer in front of the unit's ``s.valid``)
+        m.d.comb += [vsc.i.valid.eq(b.in1.valid), vsc.i.payload.eq(b.in1.payload)]
         with m.If(sming):
-            m.d.comb += [vsc.i.valid.eq(b.in1.valid), vsc.i.payload.eq(b.in1.payload), b.in1.ready.eq(vsc.i.ready)]
+            m.d.comb += b.in1.ready.eq(vsc.i.ready)
         # APPLY's groups: AB = ``sm_apply_beats`` beats (G = AB VL keys) of each row, one read (the SPAD's
         # wide read) and one write (wide, the other banks skipped) a row: R cycles per G keys each way
         AB, G = g.sm_apply_beats, g.sm_apply_beats * VL
         ab_log2, g_log2 = _log2(AB), _log2(G)
         # reads: group gi's R rows (AB beats each) into buffer gi mod 2 once it is free (LUT RAM, a row
         # written a cycle, a key's column read: ``SkewTranspose``)
-        m.submodules.smtb = tb = SkewTranspose(R, G, rows_in=True)
+        m.submodules.smtb = tb = SkewTranspose(R, G, rows_in=True, r_ahead=True)
         sm_taken, sm_full = Signal(2), Signal(2)         # a buffer holds (or is getting) a group / all of it
+        sm_fill, sm_clr = Signal(2), Signal(2)           # (strobes: a buffer's last row in / its last key out)
+        m.d.sync += sm_full.eq((sm_full | sm_fill) & ~sm_clr)       # (CHECK: 0, below)
         sm_gi, sm_ri = Signal(16), Signal(range(R + 1))  # group (its first VL group) / row being read
         sm_raddr, sm_rbase = Signal(g.spad_bits + 20), Signal(g.spad_bits + 20)
+        # (the read address by the one-hot SM / WORDS registers whatever the state, else QUERY / O's: only ``issue``
+        # reads it -- round 22, the state's decode in front of the SPAD's read address, 8.19 levels joined)
+        m.d.comb += rq.addr.eq(Mux(sm_on, sm_raddr, Mux(wd_on, wa, qa)))
         sm_fsel, sm_fr = Signal(), Signal(range(R + 1))  # buffer / row the next beat lands in
         sm_gmore = Signal()                              # sm_gi < sm_groups, as a register
         with m.If(state == S.CHECK):
@@ -2390,7 +2488,7 @@ class AttnMover(Mover):
         m.d.comb += [au.mx.en.eq(mx_r), au.mx.row.eq(mxr.row), au.mx.first.eq(mxr.first), au.mx.pos.eq(mxr.pos),
                      au.mx.count.eq(mx_cnt), au.mx.data.eq(mxr.data)]
         with m.If(sming):
-            m.d.comb += [rq.addr.eq(sm_raddr),
+            m.d.comb += [
                          rq.issue.eq(rq.room & sm_gmore
                                      & (~sm_apply | ~sm_taken.bit_select(isel, 1) | (sm_ri != 0))),
                          rq.take.eq(rq.valid)]
@@ -2417,7 +2515,7 @@ class AttnMover(Mover):
                     m.d.sync += [sm_fr.eq(0), sm_fsel.eq(~sm_fsel)]
                     for x in range(2):
                         with m.If(sm_fsel == x):
-                            m.d.sync += sm_full[x].eq(1)
+                            m.d.comb += sm_fill[x].eq(1)
         # MAX with defer: the next GEMM_QK's score words (row qk_row, keys qk_key .. + qk_n) -> mx
         qk_key_lo, qk_in = self.qk_key[:16], self.qk_key < a_keys      # keys < 2^16 (the field)
         qk_left = Signal(17)
@@ -2441,34 +2539,53 @@ class AttnMover(Mover):
         # the VL group of key sm_j (sm_eg + sm_j / VL) and whether it is the pass's last, as registers (round 19:
         # the sum and its compare were 9 levels from sm_j to sm_eg / sm_full)
         sm_vg, sm_vlast = Signal(16), Signal()
+        # the buffer sm_esel is full (``sm_cur``) as a register, set from the next values (round 22: the pick and
+        # the owner's gate of the V scale stream in front of the unit's ``s.valid``, 9.06 levels joined)
+        sm_cur = Signal()
+        m.d.sync += sm_cur.eq(((sm_full | sm_fill) & ~sm_clr).bit_select(sm_esel ^ sm_clr.any(), 1))
+        # sm_j's next value (``sm_j_n``): the key buffer's per-bank read rows are registers of it (``r_ahead``)
+        sm_j_n = Signal(range(G))
+        m.d.comb += sm_j_n.eq(sm_j)
+        m.d.sync += sm_j.eq(sm_j_n)
         with m.If(state == S.CHECK):
-            m.d.sync += [sm_esel.eq(0), sm_j.eq(0), sm_eg.eq(0), sm_pos.eq(sm_ins.kpos0), sm_vg.eq(0),
+            m.d.comb += sm_j_n.eq(0)
+            m.d.sync += [sm_esel.eq(0), sm_cur.eq(0), sm_eg.eq(0), sm_pos.eq(sm_ins.kpos0), sm_vg.eq(0),
                          sm_vlast.eq(sm_groups_m1 == 0)]
         sm_jlast = Signal()                              # sm_j is its group's last key
         sm_final = Signal()                              # .. and the pass's
-        sm_vend = Signal()                               # sm_j is its VL group's last key
-        m.d.comb += [sm_vend.eq(sm_j[:vl_log2] == VL - 1), sm_final.eq(sm_vend & sm_vlast),
+        sm_vend = Signal(init=VL == 1)                   # sm_j is its VL group's last key
+        # (sm_vend a register of sm_j's next value: its compare was in front of the unit's ``s.payload.last``, whose
+        # port reaches 5 levels in: 8.0 joined)
+        m.d.sync += sm_vend.eq(sm_j_n[:vl_log2] == VL - 1)
+        m.d.comb += [sm_final.eq(sm_vend & sm_vlast),
                      sm_jlast.eq((sm_j == G - 1) | sm_final)]
         sp = au.s.payload
-        m.d.comb += [tb.r_sel.eq(sm_esel), tb.r_idx.eq(sm_j)]
+        m.d.comb += [tb.r_sel.eq(sm_esel), tb.r_idx.eq(sm_j), tb.r_idx_next.eq(sm_j_n)]
         m.d.comb += [sp.s.eq(tb.r_data), sp.pos.eq(sm_pos),
                      sp.va.eq(vsc.o.payload[:8]), sp.ve.eq(vsc.o.payload[8:]), sp.last.eq(sm_final)]
         s_go = Signal()
-        m.d.comb += [au.s.valid.eq(sm_ap & sm_full.bit_select(sm_esel, 1) & vsc.o.valid),
+        # (the V scale stream's valid as it is, ``ivalid``: sm_ap holds only while this mover owns the bus, and
+        # vsc.o.valid is vsc.busy and it -- so no owner's gate and no LUT of it shared with others in front of the
+        # unit's ``s.valid``, whose port reaches 6 levels in: round 22, 9.06 levels joined)
+        m.d.comb += [au.s.valid.eq(sm_ap & sm_cur & vsc.busy & b.ivalid[1]),
                      s_go.eq(au.s.valid & au.s.ready), vsc.o.ready.eq(s_go & sm_apply)]
         with m.If(s_go):
-            m.d.sync += [sm_j.eq(sm_j + 1), sm_pos.eq(sm_pos + 1)]
+            m.d.comb += sm_j_n.eq(sm_j + 1)
+            m.d.sync += sm_pos.eq(sm_pos + 1)
             with m.If(sm_vend):
                 m.d.sync += [sm_vg.eq(sm_vg + 1), sm_vlast.eq(sm_vg == sm_groups_m2)]
             with m.If(sm_jlast):
-                m.d.sync += [sm_j.eq(0), sm_eg.eq(sm_eg + AB), sm_esel.eq(~sm_esel)]
+                m.d.comb += sm_j_n.eq(0)
+                m.d.sync += [sm_eg.eq(sm_eg + AB), sm_esel.eq(~sm_esel)]
                 for x in range(2):
                     with m.If(sm_esel == x):
-                        m.d.sync += [sm_full[x].eq(0), sm_taken[x].eq(0)]
+                        m.d.comb += sm_clr[x].eq(1)
+                        m.d.sync += sm_taken[x].eq(0)
         # w: key after key into buffer wsel (word j of each row's AB beats), then R rows -> SPAD: one wide
         # write a row (AB beats, the banks outside them and past the pass's last beat skipped) when w and
         # w_stride are multiples of AB, else AB writes of a beat (those past the last beat skipped)
-        m.submodules.smwb = wb = SkewTranspose(R, G, rows_in=False)      # LUT RAM, a key's column in, a row out
+        m.submodules.smwb = wb = SkewTranspose(R, G, rows_in=False, r_rot=AB > 1)   # LUT RAM: a key's column in,
+                                                                                     # a row out
         wfull = Signal(2)
         w_isel, w_j = Signal(), Signal(range(G))
         w_ig = Signal(16)                                 # VL groups taken
@@ -2502,7 +2619,17 @@ class AttnMover(Mover):
             w_part = Signal(ab_log2)                      # narrow writes: the row's beat
             with m.If(state == S.CHECK):
                 m.d.sync += w_part.eq(0)
-            parts = Array(w_row[x * VL * 32:(x + 1) * VL * 32] for x in range(AB))
+            # narrow writes (w or w_stride not multiples of AB) through the wide port too, when the buffer's banks are
+            # the row's words (M = G): beat w_addr + w_part alone (``wide_skip``), its data the row's beat w_part in
+            # bank (w_addr + w_part) mod NB -- the read rotated back by w_r + s VL, s = -w_addr mod AB, puts beat
+            # (q + s) mod AB in every bank q mod AB (wide writes: s = 0, the row as it is).  No choice of a beat and
+            # no narrow data behind the rotation (round 22: the read, the rotation, the beat's choice, the choice
+            # of EMIT's data and the owner's in front of the SPAD's ``wr.data``, 9.0 levels joined)
+            via_wide = wb.M == G
+            if via_wide:
+                m.d.comb += wb.r_rot.eq(w_r + ((-w_addr)[:ab_log2] << vl_log2))
+            else:
+                m.d.comb += wb.r_rot.eq(w_r + (w_part << vl_log2))
             pos = w_addr[ab_log2:_log2(NB)] if AB < NB else Const(0, 1)      # the AB beats' place among the banks
             beats_in = Signal(AB)                         # the group's beats: all, or those left
             m.d.comb += beats_in.eq(Mux(w_left >= AB, (1 << AB) - 1, (Const(1, AB + 1) << w_left[:ab_log2 + 1]) - 1))
@@ -2513,7 +2640,11 @@ class AttnMover(Mover):
                 with m.If(w_wide):
                     m.d.comb += [wr.wide_en.eq(1),
                                  wr.wide_skip.eq(~(Cat(beats_in, Const(0, NB)) << (pos * AB)))]
-                m.d.comb += [wr.addr.eq(w_addr + Mux(w_wide, 0, w_part)), wr.data.eq(parts[w_part])]
+                if via_wide:
+                    with m.Else():
+                        m.d.comb += [wr.wide_en.eq(1),
+                                     wr.wide_skip.eq(~(Const(1, NB) << (w_addr + w_part)[:_log2(NB)]))]
+                m.d.comb += wr.addr.eq(w_addr + Mux(w_wide, 0, w_part))
                 with m.If(~w_rowdone):
                     m.d.sync += w_part.eq(w_part + 1)
                 with m.Else():
@@ -2521,7 +2652,10 @@ class AttnMover(Mover):
         else:
             m.d.comb += w_rowdone.eq(1)
             with m.If(sming & wfull.bit_select(w_osel, 1)):
-                m.d.comb += [wr.addr.eq(w_addr), wr.data.eq(w_row)]
+                m.d.comb += wr.addr.eq(w_addr)
+        if AB == 1 or not via_wide:
+            with m.If(sm_on):                             # (the data in SM whatever else: only lanes write it)
+                m.d.comb += wr.data.eq(w_row[:VL * 32])
         with m.If(sming & wfull.bit_select(w_osel, 1)):
             m.d.comb += [wr.exp.eq(0), wr.lanes.eq((1 << VL) - 1), wr.exp_en.eq(1)]
             with m.If(w_rowdone):
@@ -2539,7 +2673,7 @@ class AttnMover(Mover):
                   & (~sm_apply | ((w_g >= sm_groups) & ~vsc.busy & (sm_fleft == 0)))):
             m.d.sync += [state.eq(S.FINISH), sm_on.eq(0), sm_ap.eq(0)]
         # starved: waiting for K (ATTN_KV) or for a V scale word (ATTN_SM APPLY)
-        m.d.comb += b.starved.eq(kv_starved | (sm_ap & sm_full.bit_select(sm_esel, 1) & ~vsc.o.valid))
+        m.d.comb += b.starved.eq(kv_starved | (sm_ap & sm_cur & ~(vsc.busy & b.ivalid[1])))
         with m.If(state == S.FINISH):
             m.d.comb += self.done.eq(1)
             m.d.sync += state.eq(S.IDLE)

@@ -102,21 +102,25 @@ class Unpacker(wiring.Component):
                          self.i.ready.eq(run & self.o.ready)]
         elif self.out_bits < self.in_bits:
             # one word -> n items; the word is taken after its last item or the frame's last
-            k = Signal(range(n))
+            # (k == n - 1 as a register, ``k_end``: its compare (a carry) was in front of ``i.ready``, and through the
+            # movers' readies of the read stream's FIFO: round 22, 9.0 levels)
+            k, k_end = Signal(range(n)), Signal()
             parts = Array(self.i.payload[j * self.out_bits:(j + 1) * self.out_bits] for j in range(n))
             m.d.comb += [self.o.valid.eq(run & self.i.valid), self.o.payload.eq(parts[k]),
-                         self.i.ready.eq(o_fire & ((k == n - 1) | last_item))]
+                         self.i.ready.eq(o_fire & (k_end | last_item))]
             with m.If(o_fire):
-                m.d.sync += k.eq(Mux((k == n - 1) | last_item, 0, k + 1))
+                m.d.sync += [k.eq(Mux(k_end | last_item, 0, k + 1)), k_end.eq(~(k_end | last_item) & (k == n - 2))]
         else:
             # n words -> one item: the first n - 1 are held, the n-th completes the item
-            j = Signal(range(n))
+            # (j == n - 1 as a register, ``j_end``: round 22, the compare (a carry) sat in front of ``o.valid``
+            # and, through GEMM's bias queue, of the matrix unit's ``bias.valid``: 9.06 levels joined)
+            j, j_end = Signal(range(n)), Signal()
             held = [Signal(self.in_bits, name=f"held{x}") for x in range(n - 1)]
-            m.d.comb += [self.o.valid.eq(run & self.i.valid & (j == n - 1)),
+            m.d.comb += [self.o.valid.eq(run & self.i.valid & j_end),
                          self.o.payload.eq(Cat(*held, self.i.payload)),
-                         self.i.ready.eq(run & ((j != n - 1) | self.o.ready))]
+                         self.i.ready.eq(run & (~j_end | self.o.ready))]
             with m.If(self.i.valid & self.i.ready):
-                m.d.sync += j.eq(Mux(j == n - 1, 0, j + 1))
+                m.d.sync += [j.eq(Mux(j_end, 0, j + 1)), j_end.eq(~j_end & (j == n - 2))]
                 for x in range(n - 1):
                     with m.If(j == x):
                         m.d.sync += held[x].eq(self.i.payload)

@@ -299,7 +299,8 @@ class ExecUnit(wiring.Component):
         for s in range(2):
             req, inp = getattr(bus, f"req{s}"), getattr(bus, f"in{s}")
             m.d.comb += [rd.req(s).valid.eq(req.valid), rd.req(s).payload.eq(req.payload), req.ready.eq(rd.req(s).ready),
-                         inp.valid.eq(rd.o(s).valid), inp.payload.eq(rd.o(s).payload), rd.o(s).ready.eq(inp.ready)]
+                         inp.valid.eq(rd.o(s).valid), inp.payload.eq(rd.o(s).payload), rd.o(s).ready.eq(inp.ready),
+                         bus.ivalid[s].eq(rd.o(s).valid)]
         if W == 1:
             m.d.comb += [
                 ld.desc.valid.eq(bus.ldesc.valid), ld.desc.payload.eq(bus.ldesc.payload), bus.ldesc.ready.eq(ld.desc.ready),
