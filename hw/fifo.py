@@ -23,6 +23,12 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 
+def _ring_next(p, depth: int):
+    """The pointer after ``p`` in a ring of ``depth`` words (a compare only when depth is not a power
+    of two); the pointers of every FIFO here."""
+    return p + 1 if depth & (depth - 1) == 0 else Mux(p == depth - 1, 0, p + 1)
+
+
 class PrefetchFIFO(wiring.Component):
     """``w_en`` / ``w_data`` in, ``o`` (a stream) out, the memory in front of two output
     registers ``e0`` (the head, ``o.payload``) and ``e1``.
@@ -76,17 +82,15 @@ class PrefetchFIFO(wiring.Component):
                      self.o.valid.eq(v0), self.o.payload.eq(e0), self.holds.eq((level != 0) | v0),
                      self.level.eq(level + v0 + v1)]
 
-        def incr(p):
-            return p + 1 if D & (D - 1) == 0 else Mux(p == D - 1, 0, p + 1)
         with m.If(w):
-            m.d.sync += produce.eq(incr(produce))
+            m.d.sync += produce.eq(_ring_next(produce, D))
         with m.If(move):
-            m.d.sync += consume.eq(incr(consume))
+            m.d.sync += consume.eq(_ring_next(consume, D))
         if self.sync_read:
             # read at the edge into cycle t what the comb read sees in t: the word at t's consume
             # (this cycle's, moved on), with the write of t - 1 in it (transparent)
             rp = mem.read_port(transparent_for=(wp,))
-            m.d.comb += rp.addr.eq(Mux(move, incr(consume), consume))
+            m.d.comb += rp.addr.eq(Mux(move, _ring_next(consume, D), consume))
         else:
             rp = mem.read_port(domain="comb")
             m.d.comb += rp.addr.eq(consume)
@@ -136,12 +140,10 @@ class BlockFIFO(wiring.Component):
                      self.level.eq(level + self.r_rdy)]
         produce, consume = Signal(range(D), name="produce"), Signal(range(D), name="consume")
 
-        def incr(p):
-            return p + 1 if D & (D - 1) == 0 else Mux(p == D - 1, 0, p + 1)
         with m.If(w):
-            m.d.sync += produce.eq(incr(produce))
+            m.d.sync += produce.eq(_ring_next(produce, D))
         with m.If(r):
-            m.d.sync += consume.eq(incr(consume))
+            m.d.sync += consume.eq(_ring_next(consume, D))
         with m.If(w & ~r):
             m.d.sync += [level.eq(up), up.eq(up + 1), down.eq(level)]
         with m.If(r & ~w):
@@ -230,12 +232,10 @@ class ReadyFIFO(wiring.Component):
                      rp.addr.eq(consume), rp.en.eq(do_inner_read), self.r_data.eq(rp.data),
                      self.level.eq(inner + self.r_rdy)]
 
-        def incr(p):
-            return p + 1 if D & (D - 1) == 0 else Mux(p == D - 1, 0, p + 1)
         with m.If(do_write):
-            m.d.sync += produce.eq(incr(produce))
+            m.d.sync += produce.eq(_ring_next(produce, D))
         with m.If(do_inner_read):
-            m.d.sync += consume.eq(incr(consume))
+            m.d.sync += consume.eq(_ring_next(consume, D))
         with m.If(do_write & ~do_inner_read):
             m.d.sync += inner.eq(inner + 1)
         with m.If(do_inner_read & ~do_write):
