@@ -227,6 +227,17 @@ async def run_faults(dut):
     await n0.driver.start()
     await n0.driver.wait_done(60)
     await expect_fault(n1, SeqFault.SEM_OVERFLOW)
+    # 8b. A CREDIT for a semaphore node 1 does not have: dropped, counted (RX_BAD_CONTROL), node 1 stops.
+    await n1.driver.clear_errors()
+    await n1.load([Sync(on=Queue.EX, wait_sem=9, wait_cnt=1), End()], PROG)
+    await n1.driver.start()
+    await n0.load([send(ddr=0, length=0, tag=h.config.num_sems, mop=Op.CREDIT, stage=Stage.CONTROL, seq=1),
+                   End()], PROG)
+    await n0.driver.start()
+    await n0.driver.wait_done(60)
+    msg = await expect_fault(n1, SeqFault.NETWORK)
+    assert "RX_BAD_CONTROL=1" in msg, msg
+    await n1.driver.clear_errors()
     # 9. A corrupted header on the link (the switch flips a bit of the next packet node 0 sends):
     # dropped and counted by node 1's NIC, node 1 stops.
     await n1.load([Sync(on=Queue.EX, wait_sem=9, wait_cnt=1), End()], PROG)
