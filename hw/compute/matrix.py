@@ -479,23 +479,33 @@ class MatrixUnit(wiring.Component):
             m.d.comb += hi_sel.eq(pv & ~adv)
             pv_adv = Signal()                   # pv: a low word (or sat32) beat enters
             m.d.comb += pv_adv.eq(pv & adv)
-            hi_w, bits = [], []
+            hi_w, bits, clamps = [], [], []
             for p in range(P):
                 y = Signal(signed(WIDE_BITS), name=f"pv_y{p}")
                 prev = self.prev.payload[p * WIDE_BITS:(p + 1) * WIDE_BITS].as_signed()
                 m.d.comb += y.eq(acc5[p] + Mux(cfg.acc, prev, 0))
                 hi_w.append(y[32:])
                 # sat32: y outside int32 (bits 31 and up neither all zeros nor all ones) takes the sign's
-                # bound; the choice is each bit's last level (the 64-bit carry's top bits arrive last)
+                # bound.  The bound is a word of ones (the clamp ORed into each bit's next value) with
+                # the bits the sign's bound has zero cleared by the flip-flops' synchronous reset
+                # (``pv_clr``, below): a bit's next value is one OR of terms (one LUT6), no choice after it.
                 clamp = Signal(name=f"pv_clamp{p}")
                 m.d.comb += clamp.eq(pv_adv & ~cfg.wide & y[31:].any() & ~y[31:].all())
-                sign = y[WIDE_BITS - 1]
+                clamps.append((clamp, y[WIDE_BITS - 1]))
                 for k in range(32):
                     x = p * 32 + k
-                    base = (pv_adv & y[k]) | (hi_sel & o_hi[x]) | gword[x % (R * 32)]
-                    bits.append(Mux(clamp, sign if k == 31 else ~sign, base))
+                    bits.append(clamp | (pv_adv & y[k]) | (hi_sel & o_hi[x]) | gword[x % (R * 32)])
             m.d.comb += o_next.eq(Cat(*bits))
             m.d.comb += [en.eq(Mux(pv, adv | (pend & self.o.tready), ge)) for en, ge in zip(o_en, gemm_en)]
+            # the clamp's bound: -2^31 (sign 1) clears bits 0 .. 30, 2^31 - 1 clears bit 31 (a clamp is
+            # pv & adv, so its row's chunk is enabled that cycle; the reset comes after the enable's write)
+            for p, (clamp, sign) in enumerate(clamps):
+                clr_lo, clr_hi = Signal(name=f"pv_clr_lo{p}"), Signal(name=f"pv_clr_hi{p}")
+                m.d.comb += [clr_lo.eq(clamp & sign), clr_hi.eq(clamp & ~sign)]
+                with m.If(clr_lo):
+                    m.d.sync += o_data[p * 32:p * 32 + 31].eq(0)
+                with m.If(clr_hi):
+                    m.d.sync += o_data[p * 32 + 31].eq(0)
             with m.If(pv):
                 with m.If(adv):
                     m.d.sync += [o_valid.eq(s5.v), o_last.eq(s5.last & ~cfg.wide),
