@@ -483,9 +483,10 @@ class MatrixUnit(wiring.Component):
             m.d.comb += gword.eq(Cat(*[s[:32] for s in gsum]))
             govf = [Signal(name=f"rq_f_ovf{i}") for i in range(R)]      # GEMM: sat32 clamps word i
             m.d.comb += [o.eq(s[32] ^ s[31]) for o, s in zip(govf, gsum)]
-            hi_sel = Signal()                   # pv: the second (high) beat of a wide value
+            # (``keep``: these and each row's ``o_ones`` are inputs of every bit's LUT, not folded into it)
+            hi_sel = Signal(attrs={"keep": 1})  # pv: the second (high) beat of a wide value
             m.d.comb += hi_sel.eq(pv & ~adv)
-            pv_adv = Signal()                   # pv: a low word (or sat32) beat enters
+            pv_adv = Signal(attrs={"keep": 1})  # pv: a low word (or sat32) beat enters
             m.d.comb += pv_adv.eq(pv & adv)
             hi_w, bits, clamps = [], [], []
             for p in range(P):
@@ -500,7 +501,7 @@ class MatrixUnit(wiring.Component):
                 clamp = Signal(name=f"pv_clamp{p}")
                 m.d.comb += clamp.eq(pv_adv & ~cfg.wide & y[31:].any() & ~y[31:].all())
                 clamps.append((clamp, y[WIDE_BITS - 1]))
-                force = Signal(name=f"o_ones{p}")       # ones into the row's word: a clamp (pv or GEMM)
+                force = Signal(name=f"o_ones{p}", attrs={"keep": 1})    # ones into the row's word: a clamp
                 m.d.comb += force.eq(clamp | govf[p % R])
                 for k in range(32):
                     x = p * 32 + k
