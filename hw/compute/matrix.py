@@ -442,16 +442,22 @@ class MatrixUnit(wiring.Component):
         cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(r, o, sg) for r, o, sg in
                                                        zip(rD["r"], rD["over"], rD["sign"])]),
                                     "b": (signed(32), bias_words)})
-        with m.If(~cfg.bias):           # no bias: the words zero (the flip-flops' synchronous reset, not a
+        with m.If(~cfg.bias | pv):      # no bias: the words zero (the flip-flops' synchronous reset, not a
             m.d.sync += [b.eq(0) for b in rE["b"]]   # seventh input of each bit's 4:1 choice)
+        with m.If(pv):                  # pv: the requantizer's words zero (the output word's GEMM term, below)
+            m.d.sync += [y.eq(0) for y in rE["y"]]
         # (the tile's bias beat is taken from ``bias`` here, its last chunk's; a chunk that needs it waits for it)
         m.d.comb += [dadv.eq((~o_valid | self.o.tready) & (~(cD.v & cfg.bias) | self.bias.valid)),
                      self.bias.ready.eq(dadv & cD.v & cD.tile_end & cfg.bias)]
-        # F: the bias add and its saturation, into the output word
-        words = [sat32(y + b) for y, b in zip(rE["y"], rE["b"])]
+        # F: the bias add and its saturation, into the output word (pv: the sums zero)
+        gsum = [Signal(signed(33), name=f"rq_f_s{i}") for i in range(R)]
+        m.d.comb += [s.eq(y + b) for s, y, b in zip(gsum, rE["y"], rE["b"])]
+        words = [sat32(s) for s in gsum]
 
         # The output word, per chunk c of R words an enable and the next value.  Each bit is one OR of
-        # terms (one LUT): the requantizer's word (zero in pv), and in pv y, sat32(y)'s bound, y's high word.
+        # terms (one LUT): the requantizer's sum (zero in pv), and in pv y, y's high word; a saturation
+        # (GEMM's sat32 of the bias add, pv's of y) ORs ones into its word and clears the bound's zero bits
+        # by the flip-flops' synchronous reset.
         o_next = Signal(P * 32)
         o_en = [Signal(name=f"o_en{c}") for c in range(NC)]
         for c in range(NC):
@@ -473,29 +479,48 @@ class MatrixUnit(wiring.Component):
             m.d.comb += [adv.eq(Mux(pv, ~pend & (~o_valid | self.o.tready) & (~need_prev | self.prev.valid),
                                     ~s5.v | res_q.w_rdy)),
                          self.prev.ready.eq(adv & need_prev)]
-            gword = Signal(R * 32)              # the requantizer's words, zero in pv
-            m.d.comb += gword.eq(Mux(pv, 0, Cat(*words)))
-            hi_sel = Signal()                   # pv: the second (high) beat of a wide value
+            gword = Signal(R * 32)              # the requantizer's sums (zero in pv) before their sat32
+            m.d.comb += gword.eq(Cat(*[s[:32] for s in gsum]))
+            govf = [Signal(name=f"rq_f_ovf{i}") for i in range(R)]      # GEMM: sat32 clamps word i
+            m.d.comb += [o.eq(s[32] ^ s[31]) for o, s in zip(govf, gsum)]
+            # (``keep``: these and each row's ``o_ones`` are inputs of every bit's LUT, not folded into it)
+            hi_sel = Signal(attrs={"keep": 1})  # pv: the second (high) beat of a wide value
             m.d.comb += hi_sel.eq(pv & ~adv)
-            pv_adv = Signal()                   # pv: a low word (or sat32) beat enters
+            pv_adv = Signal(attrs={"keep": 1})  # pv: a low word (or sat32) beat enters
             m.d.comb += pv_adv.eq(pv & adv)
-            hi_w, bits = [], []
+            hi_w, bits, clamps = [], [], []
             for p in range(P):
                 y = Signal(signed(WIDE_BITS), name=f"pv_y{p}")
                 prev = self.prev.payload[p * WIDE_BITS:(p + 1) * WIDE_BITS].as_signed()
                 m.d.comb += y.eq(acc5[p] + Mux(cfg.acc, prev, 0))
                 hi_w.append(y[32:])
                 # sat32: y outside int32 (bits 31 and up neither all zeros nor all ones) takes the sign's
-                # bound; the choice is each bit's last level (the 64-bit carry's top bits arrive last)
+                # bound.  The bound is a word of ones (the clamp ORed into each bit's next value) with
+                # the bits the sign's bound has zero cleared by the flip-flops' synchronous reset
+                # (``pv_clr``, below): a bit's next value is one OR of terms (one LUT6), no choice after it.
                 clamp = Signal(name=f"pv_clamp{p}")
                 m.d.comb += clamp.eq(pv_adv & ~cfg.wide & y[31:].any() & ~y[31:].all())
-                sign = y[WIDE_BITS - 1]
+                clamps.append((clamp, y[WIDE_BITS - 1]))
+                force = Signal(name=f"o_ones{p}", attrs={"keep": 1})    # ones into the row's word: a clamp
+                m.d.comb += force.eq(clamp | govf[p % R])
                 for k in range(32):
                     x = p * 32 + k
-                    base = (pv_adv & y[k]) | (hi_sel & o_hi[x]) | gword[x % (R * 32)]
-                    bits.append(Mux(clamp, sign if k == 31 else ~sign, base))
+                    bits.append(force | (pv_adv & y[k]) | (hi_sel & o_hi[x]) | gword[x % (R * 32)])
             m.d.comb += o_next.eq(Cat(*bits))
             m.d.comb += [en.eq(Mux(pv, adv | (pend & self.o.tready), ge)) for en, ge in zip(o_en, gemm_en)]
+            # the clamp's bound: -2^31 (sign 1) clears bits 0 .. 30, 2^31 - 1 clears bit 31 (a pv clamp is
+            # pv & adv, so its row's chunk is enabled that cycle; a GEMM one only with its chunk's enable; the
+            # reset comes after the enable's write)
+            for p, (clamp, sign) in enumerate(clamps):
+                i = p % R
+                g_neg = gemm_en[p // R] & govf[i] & gsum[i][32]
+                g_pos = gemm_en[p // R] & govf[i] & ~gsum[i][32]
+                clr_lo, clr_hi = Signal(name=f"o_clr_lo{p}"), Signal(name=f"o_clr_hi{p}")
+                m.d.comb += [clr_lo.eq((clamp & sign) | g_neg), clr_hi.eq((clamp & ~sign) | g_pos)]
+                with m.If(clr_lo):
+                    m.d.sync += o_data[p * 32:p * 32 + 31].eq(0)
+                with m.If(clr_hi):
+                    m.d.sync += o_data[p * 32 + 31].eq(0)
             with m.If(pv):
                 with m.If(adv):
                     m.d.sync += [o_valid.eq(s5.v), o_last.eq(s5.last & ~cfg.wide),

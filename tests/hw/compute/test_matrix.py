@@ -217,6 +217,14 @@ def test_requant_stalls_amaranth_sim(tm, t, n, group, rq):
 def test_extremes_amaranth_sim(w_exp, e, packed):
     """Largest products and scales, left shifts that saturate and right shifts past the width.
     (Not much larger left shifts: golden rshr shifts int64 left unchecked, so acc << 26 wraps.)"""
+    dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=32, max_tiles=4, packed=packed)
+    job = extreme_linear_job(w_exp, e)
+    assert amaranth_run(dut, job) == job.expected
+
+
+def extreme_linear_job(w_exp, e):
+    """A 2 x 4 array's GEMM of the largest products and scales (2 tokens, n 32, 4 outputs, groups of 8)
+    at ``w_exp`` and row exponents ``e``, biases int32's bounds and +-5."""
     from mcf.sim.compute.jobs import pack_linear
     from mcf.sw.golden import fixed as fx
     t, n, out, g = 2, 32, 4, 8
@@ -227,9 +235,7 @@ def test_extremes_amaranth_sim(w_exp, e, packed):
     ex = np.full(t, e, dtype=np.int64)
     b = np.array([fx.INT32_MAX, fx.INT32_MIN, 5, -5])
     y = fx.linear((m, ex), qw, b)
-    job = pack_linear(m, ex, qw, b, y, 2, 4, 4)
-    dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=32, max_tiles=4, packed=packed)
-    assert amaranth_run(dut, job) == job.expected
+    return pack_linear(m, ex, qw, b, y, 2, 4, 4)
 
 
 # --- kv mode: attention scores QK^T with a per-row scale A and exponent E (golden ``scores``) -----
@@ -399,7 +405,10 @@ def test_pv_amaranth_sim(r, keys, acc, wide, extreme, v_max):
     if not wide:
         assert (np.abs(y) < fx.INT32_MAX).sum() >= y.size // 4, "too few outputs inside int32"
     lin = linear_job(rng, P, K, TM, t=2, n=32, out=4, group=8)
-    assert run_matrix(dut, [job, lin]) == [job.expected, lin.expected]
+    # a GEMM whose bias adds saturate both ways before the pv job (its sat32 in the output register's
+    # reset; the requantizer's words out of the pv job's), an ordinary one after it
+    ext = extreme_linear_job(0, -10)
+    assert run_matrix(dut, [ext, job, lin]) == [ext.expected, job.expected, lin.expected]
 
 
 def _pv_beats(rows, lanes, d, groups, rng):
