@@ -695,14 +695,9 @@ class TileReorder(wiring.Component):
 
     ``prerotated``: the write side's rotation is the feeder's, on its words (``rotate`` by
     ``rot``, the index of the word being written mod J, before the reorder): bank (a, c) then
-    takes piece c of key a of the word as it comes (wiring, no multiplexer).
+    takes piece c of key a of the word as it comes (wiring, no multiplexer)."""
 
-    ``rotated`` False: ``o.payload`` is the banks' words unrotated and ``ramt`` the read rotation's
-    amount (the word out = pieces rotated by E ``ramt``): for a ``PvReorder(inject=...)``, whose read
-    rotation then does it."""
-
-    def __init__(self, rows: int, lanes: int, beats: int, prerotated: bool = False, words: int = 1,
-                 rotated: bool = True):
+    def __init__(self, rows: int, lanes: int, beats: int, prerotated: bool = False, words: int = 1):
         P, J, n = rows, beats, words
         log2_exact(P, "rows")
         log2_exact(J, "beats")
@@ -712,13 +707,11 @@ class TileReorder(wiring.Component):
         if P % (n * J):
             raise ValueError(f"words={n}: a word of {P} / {n} pieces would not hold whole keys of {J} pieces")
         self.rows, self.lanes, self.beats, self.words = P, lanes, J, n
-        self.prerotated, self.rotated = prerotated, rotated
+        self.prerotated = prerotated
         WB = P * lanes * W_BITS // n
         ports = {"i": In(stream.Signature(WB)), "o": Out(stream.Signature(WB))}
         if prerotated:
             ports["rot"] = Out(range(J))
-        if not rotated:
-            ports["ramt"] = Out(range(J))
         super().__init__(ports)
 
     @staticmethod
@@ -769,16 +762,11 @@ class TileReorder(wiring.Component):
             outs.append(rp.data)
         if self.prerotated:
             m.d.comb += self.rot.eq(wi)
-        if self.rotated:
-            # the read rotation as a multiplexer level of its own (``keep``: the LUT mapping takes it as one J-way
-            # choice a bit, not split into the choices behind it, the execute unit's choice of the weight source)
-            rot = Signal(Q * PB, attrs={"keep": 1})
-            m.d.comb += [rot.eq(Cat(*rotate_list(outs, rj, step=E, m=m, name="rrot"))),
-                         self.o.payload.eq(rot)]
-        else:
-            # (not ``rotated``: the banks as they read, bank b at piece b, and the rotation's amount: the word out
-            # is ``o.payload``'s pieces rotated by E ``ramt`` (piece x = bank (x + E ramt) mod Q), done elsewhere)
-            m.d.comb += [self.o.payload.eq(Cat(*outs)), self.ramt.eq(rj)]
+        # the read rotation as a multiplexer level of its own (``keep``: the LUT mapping takes it as one J-way
+        # choice a bit, not split into the choices behind it, the execute unit's choice of the weight source)
+        rot = Signal(Q * PB, attrs={"keep": 1})
+        m.d.comb += [rot.eq(Cat(*rotate_list(outs, rj, step=E, m=m, name="rrot"))),
+                     self.o.payload.eq(rot)]
         with m.If(take):
             m.d.sync += wi.eq(wi + 1)
             with m.If(wi == J - 1):
@@ -831,16 +819,10 @@ class PvReorder(wiring.Component):
     - 1]`` when ``alt_sel`` is not 0 (``o.valid`` and ``i`` as ever): the execute unit's choice among
     the weight beats' sources folded into the read rotation's multiplexer (one B + N-way choice a
     bit, not a B-way one and then an N + 1-way one).  The choice is a register: ``o.payload``
-    follows a change of ``alt_sel`` one cycle later (hold it a cycle before the beats it picks).
-
-    ``inject`` = f > 0 (a power of two below B) adds ``inj`` (a word of B blocks), ``inj_sel``, ``inj_amt``
-    and ``o_raw``: the read rotation by rc is one by rc mod f, then one by f (rc div f); with ``inj_sel`` the
-    second takes ``inj`` and ``inj_amt`` instead, and ``o_raw`` (the second's blocks in order, no transpose)
-    is inj rotated by f inj_amt blocks (block x = inj's (x + f inj_amt) mod B): a ``TileReorder(rotated=False)``'s
-    read rotation on this one's last stage.  ``o.valid`` / ``o.ready`` are this reorder's whatever ``inj_sel``."""
+    follows a change of ``alt_sel`` one cycle later (hold it a cycle before the beats it picks)."""
 
     def __init__(self, rows: int, lanes: int, head_dim: int, alternates: int = 0, prerotated: bool = False,
-                 words: int = 1, inject: int = 0):
+                 words: int = 1):
         P, K, d, n = rows, lanes, head_dim, words
         log2_exact(P, "rows")
         log2_exact(K, "lanes")
@@ -856,14 +838,8 @@ class PvReorder(wiring.Component):
         self.piece = P // n                  # R: channels of an output word
         self.blocks = self.tiles * n         # B: words of a key group (either side)
         self.alternates, self.prerotated = alternates, prerotated
-        B = self.blocks
-        if inject and (alternates or inject & (inject - 1) or inject >= B or B % inject):
-            raise ValueError(f"inject={inject}: a power of two below and dividing the {B} blocks, without alternates")
-        self.inject = inject
         WB = P * K * W_BITS // n
         ports = {"i": In(stream.Signature(WB)), "o": Out(stream.Signature(WB))}
-        if inject:
-            ports |= {"inj": In(WB), "inj_sel": In(1), "inj_amt": In(range(B // inject)), "o_raw": Out(WB)}
         if alternates:
             ports |= {"alt": In(data.ArrayLayout(WB, alternates)), "alt_sel": In(range(alternates + 1))}
         if prerotated:
@@ -934,21 +910,6 @@ class PvReorder(wiring.Component):
                 Array([nib(outs[x], (k % E) * R + r) for x in range(B)]
                       + [nib(self.alt[y], r * K + k) for y in range(N)])[src[k // E]]
                 for r in range(R) for k in range(K)]))
-        elif self.inject:
-            # the rotation by rc as one by rc mod f, then one by f (rc div f) -- where ``inj_sel`` puts ``inj``'s
-            # B blocks in place of the first's and ``inj_amt`` in place of rc div f: ``o_raw`` is then inj's
-            # blocks rotated by f inj_amt (a tile reorder's read rotation, ``TileReorder(rotated=False)``), so the
-            # two reorders share the last radix-4 stage of the rotation instead of each having its own
-            f = self.inject
-            lf = ceil_log2(f)
-            low = rotate_list(outs, rc[:lf], m=m, name="rrot_lo") if f > 1 else outs
-            mid = Signal(B * BB, name="rrot_mid")
-            amt = Signal(range(B // f), name="rrot_amt")
-            m.d.comb += [mid.eq(Mux(self.inj_sel, self.inj, Cat(*low))), amt.eq(Mux(self.inj_sel, self.inj_amt, rc[lf:]))]
-            blocks_out = rotate_list([mid[x * BB:(x + 1) * BB] for x in range(B)], amt, step=f, m=m, name="rrot_hi")
-            m.d.comb += [self.o_raw.eq(Cat(*blocks_out)),
-                         self.o.payload.eq(Cat(*[nib(blocks_out[k // E], (k % E) * R + r)
-                                                 for r in range(R) for k in range(K)]))]
         else:
             blocks_out = rotate_list(outs, rc, m=m, name="rrot")
             m.d.comb += self.o.payload.eq(Cat(*[nib(blocks_out[k // E], (k % E) * R + r)

@@ -1070,32 +1070,14 @@ class GemmMover(Mover):
                          wq.r_en.eq(plain & wr)]
             # (the loader's word as it comes: the reorders' write rotations, 0 in plain mode, not in its path)
             wsrc = Mux(wq.r_rdy, wq.r_data, b.ldata.tdata)
-            # kv's read rotation on the pv reorder's (round 24): the tile reorder's pieces (P / n banks of K
-            # nibbles, rotated by E_kv = P / (n J) pieces a beat) are f = E_kv K / (E_pv R) of the pv reorder's
-            # blocks (E_pv keys x R channels), so its rotation is the pv reorder's last stages' (by f blocks a
-            # step): one 2-way choice a bit in front of them (``PvReorder(inject=f)``) instead of a J-way
-            # rotation of its own (the two never run at once)
-            f_inj = 0
-            if self.has_kv and self.has_pv:
-                Bpv = (g.head_dim // P) * n
-                BBpv, PBkv = WB // Bpv, K * W_BITS
-                e_kv = P // n // self.kv_beats
-                f = e_kv * PBkv // BBpv if PBkv % BBpv == 0 else 0
-                if f and not f & (f - 1) and f < Bpv:
-                    f_inj = f
             if self.has_kv:
-                m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv, words=n,
-                                                        rotated=not f_inj)
+                m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv, words=n)
                 m.d.comb += [ro.i.valid.eq(kv & uw.o.valid), ro.i.payload.eq(uw.o.payload), ro.o.ready.eq(kv & wr)]
                 with m.If(kv):
                     m.d.comb += [uw.o.ready.eq(ro.i.ready), wv.eq(ro.o.valid)]
-                if not f_inj:
-                    wsrc = Mux(kv, ro.o.payload, wsrc)
+                wsrc = Mux(kv, ro.o.payload, wsrc)
             if self.has_pv:
-                m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim, prerotated=pre_pv, words=n, inject=f_inj)
-                if f_inj:
-                    m.d.comb += [pro.inj.eq(ro.o.payload), pro.inj_sel.eq(kv), pro.inj_amt.eq(ro.ramt)]
-                    wsrc = Mux(kv, pro.o_raw, wsrc)
+                m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim, prerotated=pre_pv, words=n)
                 pc = Signal(range(C))                      # channel tile of the reorder's next word
                 pw = Signal(range(n))                      # the word of that tile's beat
                 in_tiles = Signal(C)                       # the channel tiles kept (registered: fields of the instruction)
