@@ -733,23 +733,20 @@ class SeqRegisters(wiring.Component):
 
         # DIR_DATA: the directory answers the cycle after en.
         m.d.comb += self.dir_rd.en.eq(bus.r_en)
-        # the word: a one-hot select of the readable registers, decoded as the read is asked
-        # and registered (``r_sel``), then an AND-OR of their words (issue 14: a case statement
-        # on the registered address; the same word in every read, 0 for another address)
         r_pending = Signal()
-        readable = [r for r in regs if r.access is Access.RO or r.name in store]
-        r_sel = Signal(len(readable))
+        r_addr = Signal(len(bus.r_addr))
         m.d.sync += r_pending.eq(bus.r_en)
         with m.If(bus.r_en):
-            m.d.sync += r_sel.eq(Cat(bus.r_addr == (r.offset >> 2) for r in readable))
+            m.d.sync += r_addr.eq(bus.r_addr)
         m.d.comb += bus.r_valid.eq(r_pending)
-        terms = [Cat(w, Const(0, DATA_BITS - len(w))) & r_sel[k].replicate(DATA_BITS)
-                 for k, w in enumerate(ro[r.name] if r.access is Access.RO else store[r.name] for r in readable)]
-        while len(terms) > 1:
-            terms = [terms[k] | terms[k + 1] if k + 1 < len(terms) else terms[k] for k in range(0, len(terms), 2)]
-        m.d.comb += bus.r_data.eq(terms[0])
-        perf_lo = readable.index(REGISTERS["PERF_LO"])
-        with m.If(r_pending & r_sel[perf_lo]):
+        with m.Switch(r_addr):
+            for r in regs:
+                with m.Case(r.offset >> 2):
+                    if r.access is Access.RO:
+                        m.d.comb += bus.r_data.eq(ro[r.name])
+                    elif r.name in store:
+                        m.d.comb += bus.r_data.eq(store[r.name])
+        with m.If(r_pending & (r_addr == REGISTERS["PERF_LO"].offset >> 2)):
             m.d.sync += hi.eq(self.perf_value[32:])
         return m
 
