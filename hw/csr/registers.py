@@ -373,29 +373,25 @@ class ControlRegisters(wiring.Component):
         values = [Cat(v, Const(0, DATA_BITS - len(v))) for v in values]     # narrower sources: 0 above
         rd_value, rd_kind = Signal(DATA_BITS), Signal(2)     # rd_kind: decoded with AR, registered
         ar_word = bus.araddr[2:ADDR_BITS]
-        # the word: a one-hot select of the R_OK words, decoded as AR is taken and registered
-        # (``rd_sel``; none for another kind or an address past the map), then an AND-OR of the
-        # words, a balanced OR tree (issue 14: a tree of 2:1 multiplexers on the address bits,
-        # ~1.0 K LUT; the same word in every read)
-        ok_words = [w for w in range(1 << abits) if kinds[w].value == R_OK]
-        rd_sel = Signal(len(ok_words))
-        terms = [values[w] & rd_sel[k].replicate(DATA_BITS) for k, w in enumerate(ok_words)]
-        while len(terms) > 1:
-            terms = [terms[k] | terms[k + 1] if k + 1 < len(terms) else terms[k] for k in range(0, len(terms), 2)]
-        m.d.comb += rd_value.eq(terms[0] if terms else 0)
+        # (a balanced tree of 2:1 multiplexers on the address bits, low bits first: issue 14, the
+        # word select was mapped as a chain, 9 levels to ``rdata``)
+        level = list(values)
+        for b in range(abits):
+            level = [Mux(ar_addr[b], level[k + 1], level[k]) for k in range(0, len(level), 2)]
+        m.d.comb += rd_value.eq(level[0])
         rvalid, rdata, rresp = Signal(), Signal(DATA_BITS), Signal(2)
         m.d.comb += [bus.rvalid.eq(rvalid), bus.rdata.eq(rdata), bus.rresp.eq(rresp)]
         with m.FSM(name="read"):
             with m.State("IDLE"):
                 m.d.comb += bus.arready.eq(1)
                 with m.If(bus.arvalid):
-                    m.d.sync += [ar_addr.eq(bus.araddr[2:]), rd_sel.eq(Cat(ar_word == w for w in ok_words)),
+                    m.d.sync += [ar_addr.eq(bus.araddr[2:]),
                                  rd_kind.eq(Mux(ar_word[abits:] == 0, Cat(*kinds).word_select(ar_word[:abits], 2),
                                                 R_SLVERR))]
                     m.next = "DECODE"
             with m.State("DECODE"):
                 m.d.sync += [rvalid.eq(~rd_kind[1]), rresp.eq(Mux(rd_kind == 0, Resp.SLVERR, Resp.OKAY)),
-                             rdata.eq(rd_value)]         # (0 unless R_OK: no select)
+                             rdata.eq(Mux(rd_kind == R_OK, rd_value, 0))]
                 m.next = "RESP"
                 if self.seq:
                     with m.If(rd_kind == R_EXTERNAL):
