@@ -11,7 +11,7 @@ of the totals sees a port's logic in the same cycle.  ``value`` is the counter a
 (registered: valid the cycle after ``index`` is set)."""
 from __future__ import annotations
 
-from amaranth import Const, Module, Mux, Signal
+from amaranth import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -73,14 +73,11 @@ class PerfCounters(wiring.Component):
             with m.Else():
                 m.d.sync += cnt.eq(cnt + incs[c])
             counters.append(cnt)
-        # the read: a balanced tree of 2:1 multiplexers on the index's low bits, 0 for an index
-        # past the counters (issue 14: the case statement's decode and OR per bit, ~0.9 K LUT)
-        sel_bits = max(1, (max(int(c) for c in PerfCounter)).bit_length())
-        by_index = [Const(0, COUNTER_BITS)] * (1 << sel_bits)
-        for c, cnt in zip(PerfCounter, counters):
-            by_index[int(c)] = cnt
-        for b in range(sel_bits):
-            by_index = [Mux(self.index[b], by_index[k + 1], by_index[k]) for k in range(0, len(by_index), 2)]
-        m.d.sync += self.value.eq(Mux(self.index[sel_bits:].any(), 0, by_index[0]))
+        with m.Switch(self.index):
+            for c, cnt in zip(PerfCounter, counters):
+                with m.Case(int(c)):
+                    m.d.sync += self.value.eq(cnt)
+            with m.Default():
+                m.d.sync += self.value.eq(0)
         return m
 
