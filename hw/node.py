@@ -415,9 +415,6 @@ class RxEngine(wiring.Component):
         # entries' tag compares in front of one register was 9 levels, mapped as a chain); DECIDE ORs
         # the groups
         matched, expired = Signal((S + 7) // 8), Signal()
-        # ``match``'s lowest entry, one-hot, registered beside it (DECIDE's ``first`` as a select:
-        # the pick of ``moved_bits`` at ``first`` was behind the priority encoder, 8.0-8.19 levels)
-        first_oh = Signal(S)
         # the PS's path: whether a STORE descriptor was waiting in LOOKUP and whether the packet is longer,
         # registered there (round 19: the length compare behind the queue's head was 9 levels to the state);
         # the head stays until DECIDE takes it
@@ -476,7 +473,7 @@ class RxEngine(wiring.Component):
                 # (whether any entry matches and whether the wait ran out are registered beside
                 # the match: DECIDE has no OR over the entries and no compare of the timer)
                 hit = Cat(*(valid[i] & (tags[i] == hm.kv_id) for i in range(S)))
-                m.d.sync += [match.eq(hit), first_oh.eq(hit & (~hit + 1)), matched.eq(Cat(*(hit[k:k + 8].any() for k in range(0, S, 8)))), timer.eq(timer + 1),
+                m.d.sync += [match.eq(hit), matched.eq(Cat(*(hit[k:k + 8].any() for k in range(0, S, 8)))), timer.eq(timer + 1),
                              expired.eq((timer + 1)[:len(timer)] >= self.rx_wait),
                              ps_seen.eq(self.ps_store.valid), ps_over.eq(hm.length > self.ps_store.payload.length),
                              dir_en.eq(ctl_ok & (op != Op.CREDIT) & (hm.kv_id < (1 << DIR_BLOCK_BITS))),
@@ -509,7 +506,7 @@ class RxEngine(wiring.Component):
                 with m.Elif(self.running):
                     with m.If(matched.any()):
                         m.d.sync += [slot.eq(first),      # (no CHECK now: moved_nx without it)
-                                     moved_sel.eq((moved_bits & ~Mux(post, first_free, 0) & first_oh).any())]
+                                     moved_sel.eq((moved_bits & ~Mux(post, first_free, 0)).bit_select(first, 1))]
                         m.next = "CHECK"
                     with m.Elif(expired):
                         m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
