@@ -151,17 +151,14 @@ def _exp2(m: Module, d):
 
 
 def combine(op, acc, new, data_width: int):
-    """Element-wise reduce of two beats of 32-bit little-endian words.  MAX (signed) and SUM
-    share one adder per word (issue 14: a compare and an adder before): a + b, or for MAX
-    a + ~b + 1 = a - b in 33 bits, whose sign says b > a.  The carry-in is an operand's bit 0
-    beside a 1 (one two-operand adder): (2a + 1) + (2b' + c) = 2 (a + b' + c) + 1 - c."""
-    is_max = op == ReduceOp.MAX
+    """Element-wise reduce of two beats of 32-bit little-endian words."""
     lanes = []
     for i in range(data_width // WORD):
         a = acc[i * WORD:(i + 1) * WORD]
-        b = new[i * WORD:(i + 1) * WORD] ^ is_max.replicate(WORD)
-        t = (Cat(Const(1, 1), a, a[WORD - 1]) + Cat(is_max, b, b[WORD - 1]))[1:WORD + 2]
-        lanes.append(Mux(is_max, Mux(t[WORD], new[i * WORD:(i + 1) * WORD], a), t[:WORD]))
+        b = new[i * WORD:(i + 1) * WORD]
+        mx = Mux(a.as_signed() >= b.as_signed(), a, b)
+        sm = (a + b)[:WORD]
+        lanes.append(Mux(op == ReduceOp.MAX, mx, sm))
     return Cat(*lanes)
 
 
