@@ -17,7 +17,7 @@ issue's decision never reaches the semaphores' adders in the same cycle.
 """
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -73,18 +73,8 @@ class Semaphores(wiring.Component):
                 Signal(self.inc_bits[k], name=f"inc{k}_a")
             m.d.sync += [v.eq(ev.valid & ~self.clear), s.eq(ev.sem), a.eq(ev.amount)]
             reg.append((v, s, a))
-        # stage 2: per-semaphore sums, registered
-        sum_bits = max(self.inc_bits) + len(self.inc_bits).bit_length()
-        sums = [Signal(sum_bits, name=f"sum{i}") for i in range(n)]
-        for i in range(n):
-            terms = [Mux(v & (s == i), a, 0) for v, s, a in reg]
-            total = terms[0]
-            for t in terms[1:]:
-                total = total + t
-            m.d.sync += sums[i].eq(Mux(self.clear, 0, total))
         # decrements: the events registered as they come (the issue decision is a register
-        # away from anything here), then per semaphore (at most one source takes from one
-        # semaphore in a cycle: the issue logic's rule, so the amounts are ORed, not summed)
+        # away from anything here)
         dec_bits = max(len(d.amount) for d in decs)
         dev = []
         for k, d in enumerate(decs):
@@ -93,7 +83,20 @@ class Semaphores(wiring.Component):
             m.d.sync += [v.eq(d.valid & ~self.clear), s.eq(d.sem), a.eq(d.amount)]
             m.d.comb += [self.dec_v[k].eq(v), self.dec_s[k].eq(s)]
             dev.append((v, s, a))
-        decq = [Signal(dec_bits, name=f"dec{i}_q") for i in range(n)]
+        # stage 2: per semaphore, the sum of its increments less its decrement, registered
+        # (``net``; at most one source takes from one semaphore in a cycle: the issue logic's
+        # rule, so the decrements' amounts are ORed, not summed), and whether it takes
+        # (``dec_nz``).  The 1-bit increments' count less the decrement is a narrow
+        # difference, then one adder with the wide increments: stage 3 adds one operand to
+        # the value (issue 14: value + sum - decrement was a three-operand adder per
+        # semaphore; the same value in every cycle).
+        sum_bits = max(self.inc_bits) + len(self.inc_bits).bit_length()
+        net_bits = max(sum_bits, dec_bits) + 2
+        nets = [Signal(signed(net_bits), name=f"net{i}") for i in range(n)]
+        dnz = [Signal(name=f"dec{i}_nz") for i in range(n)]
+        narrow = [k for k, b in enumerate(self.inc_bits) if b == 1]
+        wide = [k for k, b in enumerate(self.inc_bits) if b != 1]
+        small_bits = max(len(narrow).bit_length(), dec_bits) + 2
         for i in range(n):
             amount = 0
             pending = 0
@@ -101,19 +104,28 @@ class Semaphores(wiring.Component):
                 hit = v & (s == i)
                 amount = amount | Mux(hit, a, 0)
                 pending = pending | hit
-            m.d.sync += decq[i].eq(Mux(self.clear, 0, amount))
-            m.d.comb += [self.dec_nz[i].eq(decq[i] != 0), self.taken[i].eq(pending | self.dec_nz[i])]
-        # stage 3: apply sums and decrements; each semaphore's saturation registered on its own
+            count = 0
+            for k in narrow:
+                v, s, a = reg[k]
+                count = count + (v & (s == i) & a[0])
+            small = Signal(signed(small_bits), name=f"small{i}")
+            m.d.comb += small.eq(count - amount)
+            total = small
+            for k in wide:
+                v, s, a = reg[k]
+                total = total + Mux(v & (s == i), a, 0)
+            m.d.sync += [nets[i].eq(Mux(self.clear, 0, total)), dnz[i].eq((amount != 0) & ~self.clear)]
+            m.d.comb += [self.dec_nz[i].eq(dnz[i]), self.taken[i].eq(pending | dnz[i])]
+        # stage 3: apply the net change; each semaphore's saturation registered on its own
         # and ORed after the register (``overflow`` still strobes the cycle after: issue 14, the
         # OR over the semaphores was behind the adders)
         over = Signal(n)
         for i in range(n):
-            dec = decq[i]
-            # value + sum - dec lies in (-2^(w-1), 2^(w-1)) for w = max(SEM_WIDTH, sum_bits) + 2:
+            # value + net lies in (-2^(w-1), 2^(w-1)) for w = max(SEM_WIDTH, sum_bits) + 2:
             # w bits hold it, a negative one (never: the issue logic takes only what is there)
             # reads as above SEM_MAX as with more bits, and the compare looks at few top bits
             nxt = Signal(max(SEM_WIDTH, sum_bits) + 2, name=f"sem{i}_next")
-            m.d.comb += nxt.eq(self.values[i] + sums[i] - dec)
+            m.d.comb += nxt.eq(self.values[i] + nets[i])
             with m.If(self.clear):
                 m.d.sync += self.values[i].eq(0)
             with m.Elif(nxt > SEM_MAX):
