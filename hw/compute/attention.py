@@ -1154,9 +1154,15 @@ class AttentionUnit(wiring.Component):
         sl_lt = {d: Signal(init=int(0 < K_SLOTS - d), name=f"sl_lt{d}") for d in (0, 1)}
         v_lt = {d: Signal(init=int(0 < V_DEPTH - d), name=f"v_lt{d}") for d in (0, 1)}
         m.d.sync += [sl_lt[d].eq(n_sl_n < K_SLOTS - d) for d in (0, 1)]
-        m.d.sync += [v_lt[d].eq(n_v_n < V_DEPTH - d) for d in (0, 1)]
-        sl_lt[-1] = sl_lt[-2] = v_lt[-1] = Const(1)
         v_in, v_out = fire & apply, q3v & q3l
+        # v_lt[d] = n_v + v_in - v_out < V_DEPTH - d as n_v's compares with the constants for each step (from
+        # the register, beside the step), the step choosing one: no adder behind ``fire`` (round 24: at
+        # prod_rows = 1, kr_app -> fire -> the adder -> the compare -> v_lt1 was 9.0 levels)
+        for d in (0, 1):
+            m.d.sync += v_lt[d].eq(Mux(start & ~cp.emit, int(0 < V_DEPTH - d),
+                                       Mux(v_in & ~v_out, n_v < V_DEPTH - d - 1,
+                                           Mux(v_out & ~v_in, n_v < V_DEPTH - d + 1, n_v < V_DEPTH - d))))
+        sl_lt[-1] = sl_lt[-2] = v_lt[-1] = Const(1)
         sl_ok = Mux(fire, Mux(s_end, Mux(s_has2, sl_lt[-1], sl_lt[0]), sl_lt[1]),
                     Mux(s_end, Mux(s_has2, sl_lt[-2], sl_lt[-1]), sl_lt[0]))
         v_ok = Mux(v_in, Mux(v_out, v_lt[0], v_lt[1]), Mux(v_out, v_lt[-1], v_lt[0]))
