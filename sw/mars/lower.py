@@ -190,9 +190,10 @@ def check_model(model: ModelConfig, node: NodeConfig, group: int) -> None:
 ARRAY_COVERS = ("attention = array covers: head_dim <= max_group (GEMM_QK built) and GEMM_PV built "
                 "(mac_rows, mac_lanes >= vec_lanes, mac_rows | head_dim | mac_rows x mac_lanes); the GQA group at "
                 "most min(sm_rows, max_tokens) rows; a chunk within GEMM_PV's keys; chunks of any size (a run of "
-                "KV blocks is one GEMM_QK / GEMM_PV; the decode tokens' keys are a run of decode blocks, spec.kv); a "
-                "block of fewer than a multiple of vec_lanes keys that later keys follow (and decode blocks of one "
-                "key, on a node whose decode_block_keys is 1) through ATTN_KV")
+                "KV blocks is one GEMM_QK / GEMM_PV; the decode tokens' keys are a run of decode blocks, spec.kv; a "
+                "short block read as vec_lanes-rounded keys, the keys past it invisible); a block of fewer than a "
+                "multiple of vec_lanes keys that later queries of several positions see (and decode blocks of one "
+                "key, on a node whose decode_block_keys is 1) through ATTN_KV when a job's rows are at most att_rows")
 
 
 #: The array path's score rows hold every key of an attention when that takes at most 1 / this
