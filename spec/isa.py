@@ -403,8 +403,7 @@ _reg(Opcode.VEC, "For r < rows: op(a row r, b row) -> dst row r, rows of n eleme
     Field("imm1", 16, "RMSNORM: gain exponent E_g. PRESCALE: C_E.", signed=True),
 ])
 _ROWS = [
-    Field("tokens", 10, "Tokens T_q; the rows are (t, j), R = tokens x heads <= the unit's state rows (sm_rows; "
-                        "MREF, STATE: att_rows, the rows with products)."),
+    Field("tokens", 10, "Tokens T_q; the rows are (t, j), R = tokens x heads <= the unit's state rows (sm_rows)."),
     Field("heads", 8, "Query heads per token (the GQA group)."),
     Field("tok_stride", 16, "Beats between tokens (QUERY, O, FINAL)."),
     Field("head_stride", 16, "Beats between heads of one token (QUERY, O, FINAL)."),

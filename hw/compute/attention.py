@@ -48,7 +48,8 @@ the row's depth + address, a flag per ``ow`` group) and a post lane that takes s
 dot A_k product; its p A_v product as the others'), but no query mantissas, no score or P.V
 products: they serve ATTN_SM, ATTN_Q O and the emits (the array path's jobs of two tokens x the GQA
 group on the KR260 node: ``NodeConfig.sm_rows`` = 12 rows, ``att_rows`` = 6 with products).  A pass
-over keys (``cmd.src = 0``) and state words past m and l (``st``) reach the first prod_rows rows only.
+over keys (``cmd.src = 0``) reaches the first prod_rows rows only; state words (``st``, ATTN_Q MREF /
+STATE) reach every row (o words past m and l of a row without products go to its memories as ``ow``'s).
 
 l and o stay exact (``max_keys`` sizes them) across passes, so a state summed over several runs
 of KV blocks (several APPLY passes without ``first``) is the golden single sum, saturated to
@@ -792,7 +793,10 @@ class AttentionUnit(wiring.Component):
             stage("pv1c", Mux(wide, ow_c, Mux(inj, st_c, pv_c))), stage("pv1l", pv_end & ~inj & ~wide)
         q1s, q1n = stage("pv1s", inj | wide), stage("pv1n", Mux(wide, ow_g, st_l))
         q1r = stage("pv1r", Mux(wide, self.ow.row, self.st.row))
-        q1w, q1d = stage("pv1w", wide), stage("pv1d", self.ow.data)
+        # (the data: ``ow``'s W words, or a state word in each of the W places: the rows without products
+        # take it into memory st_i mod Ls, word st_i mod W of that group)
+        q1w, q1d = stage("pv1w", wide), stage("pv1d", Mux(self.st.en, self.st.data.replicate(W), self.ow.data)
+                                               if NR else self.ow.data)
         q2v, q2c, q2l = stage("pv2v", q1v & ~(q1s & kill)), stage("pv2c", q1c), stage("pv2l", q1l)
         q2s, q2n, q2r = stage("pv2s", q1s), stage("pv2n", q1n), stage("pv2r", q1r)
         q2w, q2d = stage("pv2w", q1w), stage("pv2d", q1d)
@@ -850,15 +854,19 @@ class AttentionUnit(wiring.Component):
         if NR:                          # the rows without products: an ``ow`` group's words as they come
             xr = Signal(range(max(NR, 2)))
             m.d.comb += xr.eq(q3r - PR)
+            # an ``ow`` group (q3n: the group) or a state word (``st`` words 2 .., q3n: its lane of product chunk
+            # q3c, i.e. memory (q3c mod K) L + q3n): ATTN_Q STATE reaches every state row
+            xw = Signal(Ls)
             for js in range(Ls):
                 k = js % W
-                m.d.comb += [x_rd[js].en.eq(eadv), x_rd[js].addr.eq((row - PR) * Cs + ec),
-                             x_wr[js].en.eq(q3v & q3w & (q3r >= PR) & (q3n == js // W)),
+                m.d.comb += [xw[js].eq(q3v & (q3r >= PR) & Mux(q3w, q3n == js // W, q3s & q3b[js // L] & (q3n == js % L))),
+                             x_rd[js].en.eq(eadv), x_rd[js].addr.eq((row - PR) * Cs + ec),
+                             x_wr[js].en.eq(xw[js]),
                              x_wr[js].addr.eq(xr * Cs + q3a), x_wr[js].data.eq(q3d[32 * k:32 * (k + 1)].as_signed())]
             for x in range(NR):
                 for a in range(Cs):
                     for gg in range(G_):
-                        with m.If(q3v & q3w & (q3r == PR + x) & (q3a == a) & (q3n == gg)):
+                        with m.If(xw[gg * W:(gg + 1) * W].any() & (q3r == PR + x) & (q3a == a)):
                             m.d.sync += xflag[x][a * G_ + gg].eq(1)
         with m.If(q3v & q3l):
             m.d.sync += kdone.eq(kdone + 1)
@@ -1146,9 +1154,15 @@ class AttentionUnit(wiring.Component):
         sl_lt = {d: Signal(init=int(0 < K_SLOTS - d), name=f"sl_lt{d}") for d in (0, 1)}
         v_lt = {d: Signal(init=int(0 < V_DEPTH - d), name=f"v_lt{d}") for d in (0, 1)}
         m.d.sync += [sl_lt[d].eq(n_sl_n < K_SLOTS - d) for d in (0, 1)]
-        m.d.sync += [v_lt[d].eq(n_v_n < V_DEPTH - d) for d in (0, 1)]
-        sl_lt[-1] = sl_lt[-2] = v_lt[-1] = Const(1)
         v_in, v_out = fire & apply, q3v & q3l
+        # v_lt[d] = n_v + v_in - v_out < V_DEPTH - d as n_v's compares with the constants for each step (from
+        # the register, beside the step), the step choosing one: no adder behind ``fire`` (round 24: at
+        # prod_rows = 1, kr_app -> fire -> the adder -> the compare -> v_lt1 was 9.0 levels)
+        for d in (0, 1):
+            m.d.sync += v_lt[d].eq(Mux(start & ~cp.emit, int(0 < V_DEPTH - d),
+                                       Mux(v_in & ~v_out, n_v < V_DEPTH - d - 1,
+                                           Mux(v_out & ~v_in, n_v < V_DEPTH - d + 1, n_v < V_DEPTH - d))))
+        sl_lt[-1] = sl_lt[-2] = v_lt[-1] = Const(1)
         sl_ok = Mux(fire, Mux(s_end, Mux(s_has2, sl_lt[-1], sl_lt[0]), sl_lt[1]),
                     Mux(s_end, Mux(s_has2, sl_lt[-2], sl_lt[-1]), sl_lt[0]))
         v_ok = Mux(v_in, Mux(v_out, v_lt[0], v_lt[1]), Mux(v_out, v_lt[-1], v_lt[0]))

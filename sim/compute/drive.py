@@ -200,14 +200,16 @@ async def max_beats(ctx, dut, job, runs, order_rng=None) -> int:
     return cycles
 
 
-async def softmax_sequence(ctx, dut, job, w_ready=lambda i: True, mx_rng=None, mx=False) -> dict:
+async def softmax_sequence(ctx, dut, job, w_ready=lambda i: True, mx_rng=None, mx=False, reload=False) -> dict:
     """A ``SoftmaxJob`` the way ATTN_SM / ATTN_Q / ATTN_EMIT run it on the unit: load the query
     rows (positions) and clear the states (ATTN_Q QUERY); a MAX pass over streamed scores per run (the first with ``first``); emit the
     maxima; for the decode protocol load the global maxima; an APPLY pass per run (w words
     collected from ``w``; ``w_ready(i)``: ready in the pass's cycle i); emit STATE (o still 0);
     load every row's o (``ow``, ``dut.words`` words a cycle: ATTN_Q O); emit FINAL.  Returns the words and the
     cycles of each pass (command to idle).  ``mx``: the MAX passes by row beats on ``mx`` instead
-    (``max_beats``, shuffled by ``mx_rng`` if given), as ATTN_SM MAX runs them."""
+    (``max_beats``, shuffled by ``mx_rng`` if given), as ATTN_SM MAX runs them.  ``reload``: then every
+    row's state words loaded (ATTN_Q STATE: the emitted state with m + 1 and o's words changed) and emitted
+    as STATE again (``reload``: the words loaded, ``reloaded``: emitted)."""
     from mcf.hw.compute.attention import s_layout
     from mcf.sim.compute.jobs import s_run
     from mcf.spec.isa import AttnPass, EmitMode
@@ -266,16 +268,23 @@ async def softmax_sequence(ctx, dut, job, w_ready=lambda i: True, mx_rng=None, m
             await ctx.tick()
     ctx.set(dut.ow.en, 0)
     out["final"] = await emit(EmitMode.FINAL, R)
+    if reload:                                  # ATTN_Q STATE: every row's words, then emitted again
+        dw = d + 2
+        words = [w if i % dw < 2 else ~w & 0xFFFFFFFF for i, w in enumerate(out["state"])]
+        words = [(w + 1) & 0xFFFFFFFF if i % dw == 0 else w for i, w in enumerate(words)]
+        words[2::dw] = [(o_[0] ^ 0x5A5A5A5A) & 0xFFFFFFFF for o_ in job.o_words]
+        await write_state([(i // dw, i % dw, w) for i, w in enumerate(words)])
+        out["reload"], out["reloaded"] = words, await emit(EmitMode.STATE, R)
     return out
 
 
-def run_softmax(dut, jobs, w_ready=lambda i: True, mx=False, mx_rng=None) -> list[dict]:
+def run_softmax(dut, jobs, w_ready=lambda i: True, mx=False, mx_rng=None, reload=False) -> list[dict]:
     """Each ``SoftmaxJob`` -> ``softmax_sequence``'s words and cycles."""
     results = []
 
     async def bench(ctx):
         for job in jobs:
-            results.append(await softmax_sequence(ctx, dut, job, w_ready, mx_rng, mx))
+            results.append(await softmax_sequence(ctx, dut, job, w_ready, mx_rng, mx, reload))
 
     simulate(dut, bench)
     return results

@@ -155,7 +155,8 @@ SUPPORTED = ("head_dim = the node's head_dim and a multiple of 16 and of 2 x vec
              "64-byte RoPE rows); the INT4 group size G a power of two, a multiple of mac_lanes, dividing "
              "hidden_size, num_heads x head_dim and intermediate_size; hidden_size, num_heads x head_dim, "
              "num_kv_heads x head_dim and intermediate_size multiples of mac_rows and vec_lanes (whole "
-             "tiles and beats); the GQA group (num_heads / num_kv_heads) at most att_rows; vocab_size < 2^20; "
+             "tiles and beats); the GQA group (num_heads / num_kv_heads) at most att_rows on the attention unit's path "
+             "(the array's: ARRAY_COVERS); vocab_size < 2^20; "
              "chunk <= max_tokens; prompt + decode tokens <= max_context; a chunk's activations within "
              "spad_beats")
 
@@ -182,8 +183,6 @@ def check_model(model: ModelConfig, node: NodeConfig, group: int) -> None:
             raise LoweringError(f"{name}: {what}={n} must be a multiple of mac_rows={P} and vec_lanes={vl}")
         if n >= 1 << 16:
             raise LoweringError(f"{name}: {what}={n} does not fit the instructions' 16-bit widths")
-    if hq // hkv > node.att_rows:
-        raise LoweringError(f"{name}: GQA group {hq // hkv} exceeds the attention unit's att_rows={node.att_rows}")
     if model.vocab_size >= 1 << 20:
         raise LoweringError(f"{name}: vocab_size={model.vocab_size} does not fit EMBED's 20-bit vocab")
 
@@ -191,9 +190,10 @@ def check_model(model: ModelConfig, node: NodeConfig, group: int) -> None:
 ARRAY_COVERS = ("attention = array covers: head_dim <= max_group (GEMM_QK built) and GEMM_PV built "
                 "(mac_rows, mac_lanes >= vec_lanes, mac_rows | head_dim | mac_rows x mac_lanes); the GQA group at "
                 "most min(sm_rows, max_tokens) rows; a chunk within GEMM_PV's keys; chunks of any size (a run of "
-                "KV blocks is one GEMM_QK / GEMM_PV; the decode tokens' keys are a run of decode blocks, spec.kv); a "
-                "block of fewer than a multiple of vec_lanes keys that later keys follow (and decode blocks of one "
-                "key, on a node whose decode_block_keys is 1) through ATTN_KV")
+                "KV blocks is one GEMM_QK / GEMM_PV; the decode tokens' keys are a run of decode blocks, spec.kv; a "
+                "short block read as vec_lanes-rounded keys, the keys past it invisible); a block of fewer than a "
+                "multiple of vec_lanes keys that later queries of several positions see (and decode blocks of one "
+                "key, on a node whose decode_block_keys is 1) through ATTN_KV when a job's rows are at most att_rows")
 
 
 #: The array path's score rows hold every key of an attention when that takes at most 1 / this
@@ -258,13 +258,25 @@ def choose_attention(attention: str, sh: "Shapes", chunks: list) -> tuple[str, s
     if attention != "auto":
         if attention == "array":
             check_array_attention(sh, chunks)
+        else:
+            check_unit_attention(sh)
         return attention, f"attention={attention} asked for"
     try:
         check_array_attention(sh, chunks)
     except LoweringError as exc:
+        check_unit_attention(sh)
         return "unit", f"auto -> unit: {str(exc).removeprefix('attention=array: ')}"
     return "array", ("auto -> array: the node builds GEMM_QK and GEMM_PV and the program's GQA group and "
                      "chunks fit them (ARRAY_COVERS)")
+
+
+def check_unit_attention(sh: "Shapes") -> None:
+    """Refuse what the attention unit's path (ATTN_KV over a job of att_rows // group tokens) cannot
+    run: a GQA group of more than att_rows rows (the rows with products).  The array path's rule is
+    ``check_array_attention``'s (the group within min(sm_rows, max_tokens))."""
+    if sh.gqa > sh.node.att_rows:
+        raise LoweringError(f"model {sh.model.name}: GQA group {sh.gqa} exceeds the attention unit's "
+                            f"att_rows={sh.node.att_rows}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -640,7 +652,10 @@ class _Lowerer:
         # NIC limits of the decode reductions
         node = sh.node
         row_bytes = (sh.d + 2) * 4
-        rows_part = min(sh.gqa, node.att_rows, node.reduce_payload // row_bytes, node.max_payload // row_bytes)
+        # a row group's state comes back through ATTN_Q MREF / STATE, which reach every state row: the array
+        # path's rows (array_rows), the unit path's att_rows (its ATTN_KV's)
+        rows_part = min(sh.gqa, array_rows(sh) if attention == "array" else node.att_rows,
+                        node.reduce_payload // row_bytes, node.max_payload // row_bytes)
         if N > 1 and rows_part < 1:
             raise LoweringError(f"a softmax state row ({row_bytes} bytes) exceeds the NIC's reduction payload "
                                 f"({node.reduce_payload} bytes)")
@@ -885,12 +900,12 @@ class _Lowerer:
                 off = t0 * sh.qb + kvh * sh.gqa * sh.db
                 # the array path: GEMM_QK reads the query rows from SPAD, so the unit takes only the rows
                 # and positions (ROWS, a cycle a token) unless ATTN_KV passes over a tail (QUERY)
-                what = self.query_load(runs, kvh, pos0 + t0 + tp - 1)
+                what = self.query_load(runs, kvh, pos0 + t0 + tp - 1, pos0 + t0)
                 self.b.ex(n, isa.AttnQ, deps, what=what, spad=sp["Q"] + off, qpos0=pos0 + t0, **rows)
                 deps = ()
                 if array:
-                    self.array_max(n, runs, kvh, sp["Q"] + off, rows, pos0 + t0 + tp - 1)
-                    self.array_apply(n, runs, kvh, sp["Q"] + off, rows, pos0 + t0 + tp - 1)
+                    self.array_max(n, runs, kvh, sp["Q"] + off, rows, pos0 + t0 + tp - 1, pos0 + t0)
+                    self.array_apply(n, runs, kvh, sp["Q"] + off, rows, pos0 + t0 + tp - 1, qmin=pos0 + t0)
                 else:
                     for phase in (AttnPass.MAX, AttnPass.APPLY):
                         for i, r in enumerate(runs):
@@ -898,16 +913,16 @@ class _Lowerer:
                 last = self.b.ex(n, isa.AttnEmit, mode=isa.EmitMode.FINAL, spad=sp["A"] + off, **rows)
         return last
 
-    def query_load(self, runs, kvh, qmax) -> AttnLoad:
+    def query_load(self, runs, kvh, qmax, qmin=None) -> AttnLoad:
         """What ATTN_Q loads before an attention over ``runs``: on the array path, when no ATTN_KV
         tail follows, only the rows and positions (ROWS: GEMM_QK reads the query from SPAD), else
         the query (QUERY)."""
-        if getattr(self.lw, "attention", "unit") == "array" and not self.array_segments(runs, kvh, qmax)[1]:
+        if getattr(self.lw, "attention", "unit") == "array" and not self.array_segments(runs, kvh, qmax, qmin)[1]:
             return AttnLoad.ROWS
         return AttnLoad.QUERY
 
     # --- attention on the MAC array (attention = "array", docs/attention-array.md step 4) ---------
-    def array_segments(self, runs, kvh, qmax):
+    def array_segments(self, runs, kvh, qmax, qmin=None):
         """-> (pieces on the array, ``tail`` runs for ATTN_KV, whether the score rows hold every
         piece's scores).  A piece is a run of blocks of contiguous positions (one GEMM_QK, ATTN_SM
         MAX / APPLY and GEMM_PV each): {k, v (the first block's K / V segment), stride (bytes / 64
@@ -916,9 +931,11 @@ class _Lowerer:
         sees)}.  A piece holds the keys of at most ``array_pv_keys`` and, when the score rows do not
         hold every piece, of ``sk``.  The decode tokens' run of decode blocks (``decode_run``) is a
         piece like any other.  Through ATTN_KV: runs marked ``tail``, a piece of n not a multiple of
-        VL whose padding would be visible and a piece the execute unit cannot stream (``array_streams``:
-        one-key decode blocks where ``NodeConfig.decode_block_keys`` is 1)."""
+        VL whose padding would be visible to rows of several positions (``qmin``: the rows' first position,
+        None: every row at qmax) and a piece the execute unit cannot stream (``array_streams``: one-key decode
+        blocks where ``NodeConfig.decode_block_keys`` is 1)."""
         sh, vl, u = self.sh, self.sh.vl, array_key_unit(self.sh)
+        one_pos = qmin is None or qmin == qmax
         rnd = lambda x: -(-x // u) * u                                     # noqa: E731
 
         def build(cap):
@@ -934,12 +951,21 @@ class _Lowerer:
                     m = min(per, r["blocks"] - i)
                     addr, nk, kpos = r["addr"] + i * r["stride"], m * r["n"], r["kpos0"] + i * r["pstride"]
                     pad_visible = kpos + nk <= qmax
-                    if (pad_visible and nk % vl) or not self.array_streams(r["n"], nk):
+                    bk = r["n"]
+                    if m == 1 and nk % vl and not self.array_streams(bk, nk):
+                        # one block of fewer than a multiple of VL keys (a short last prompt chunk): read as a
+                        # block of VL-rounded keys (``padded_block``; the keys past n are never visible)
+                        bk = self.padded_block(r, nk)
+                    if pad_visible and nk % vl and one_pos:
+                        # every row at position qmax (a decode token): ATTN_SM sees the keys at qmax - nk + 1
+                        # .. qmax (all visible, as at kpos .. kpos + nk - 1 <= qmax), the padding after qmax
+                        kpos, pad_visible = qmax - nk + 1, False
+                    if (pad_visible and nk % vl) or not bk or not self.array_streams(bk, nk):
                         tail.append({**r, "addr": addr, "blocks": m, "kpos0": kpos,
                                      "first_b": r["first_b"] + i * r["bstride"]})
                         continue
                     pieces.append({"k": addr + kvh * seg, "v": addr + (sh.hkv + kvh) * seg,
-                                   "stride": r["stride"] // isa.DDR_ALIGN if m > 1 else 0, "bk": r["n"], "n": nk,
+                                   "stride": r["stride"] // isa.DDR_ALIGN if m > 1 else 0, "bk": bk, "n": nk,
                                    "kpos": kpos, "pad_visible": pad_visible})
             return pieces, tail
 
@@ -952,6 +978,19 @@ class _Lowerer:
             x["koff"] = koff if stored else 0
             koff += rnd(x["n"])
         return pieces, tail, stored
+
+    def padded_block(self, r, nk) -> int:
+        """A block of ``r["n"]`` keys read as one of B = n rounded up to VL (0: none): a segment of n
+        keys is the B-key one's first keys when their scale regions are one size (``spec.kv``), and a
+        block layer read as B keys stays in its slot (the keys past n: the next segment's bytes, or the
+        slot's; invisible to every query, their w 0)."""
+        sh = self.sh
+        n, B = r["n"], -(-r["n"] // sh.vl) * sh.vl
+        if B > sh.chunk or kv.scale_bytes(B) != kv.scale_bytes(n):
+            return 0
+        if (2 * sh.hkv - 1) * kv.segment_bytes(n, sh.d) + kv.segment_bytes(B, sh.d) > r["stride"]:
+            return 0
+        return B
 
     def array_streams(self, bk: int, nk: int) -> bool:
         """Whether the execute unit streams a piece of ``nk`` keys in blocks of ``bk`` (GEMM_QK's
@@ -984,12 +1023,18 @@ class _Lowerer:
         """ATTN_SM keys of piece x: n, or rounded up to ``keys`` when the keys past n are invisible."""
         return x["n"] if x["pad_visible"] else -(-x["n"] // keys) * keys
 
-    def array_max(self, n, runs, kvh, q, rows, qmax):
+    def array_max(self, n, runs, kvh, q, rows, qmax, qmin=None):
         """m of the rows loaded by ATTN_Q QUERY / ROWS (q: their SPAD row (0, 0); positions up to qmax)
         over ``runs``: per piece ATTN_SM MAX with defer, then the GEMM_QK whose score words it takes;
         ATTN_KV MAX over the tail."""
         sh, sp = self.sh, self.sp
-        pieces, tail, stored = self.array_segments(runs, kvh, qmax)
+        pieces, tail, stored = self.array_segments(runs, kvh, qmax, qmin)
+        if tail and rows["tokens"] * rows["heads"] > sh.node.att_rows:
+            r = tail[0]
+            raise LoweringError(f"attention=array: a run of {r['blocks']} block(s) of {r['n']} keys that the array "
+                                f"cannot read goes through ATTN_KV, whose rows are at most att_rows="
+                                f"{sh.node.att_rows} (a job holds {rows['tokens'] * rows['heads']}); use a chunk "
+                                f"that is a multiple of vec_lanes={sh.vl}")
         self.array_gate(n, runs, kvh)
         for i, x in enumerate(pieces):
             # the MAX deferred to the GEMM_QK after it: the row maxima taken as the scores are written
@@ -1000,7 +1045,7 @@ class _Lowerer:
         for k, r in enumerate(tail):
             self.attn_kv(n, r, kvh, AttnPass.MAX, not pieces and k == 0)
 
-    def array_apply(self, n, runs, kvh, q, rows, qmax, mref=None, rescore=False):
+    def array_apply(self, n, runs, kvh, q, rows, qmax, mref=None, rescore=False, qmin=None):
         """l and o of the rows over ``runs`` with m as it stands (``mref``: first load m from that
         SPAD word; ``rescore``: the score rows no longer hold the MAX pass's scores): per piece
         ATTN_SM APPLY (w rows in W; the keys up to GEMM_PV's multiple of K get w = 0: the same pass
@@ -1008,7 +1053,7 @@ class _Lowerer:
         over the run (o wide in OW, accumulated, the last one sat32), o into the unit (ATTN_Q O
         reading GEMM_PV's rows at their stride), then ATTN_KV APPLY over the tail."""
         sh, sp, d, vl = self.sh, self.sp, self.sh.d, self.sh.vl
-        pieces, tail, stored = self.array_segments(runs, kvh, qmax)
+        pieces, tail, stored = self.array_segments(runs, kvh, qmax, qmin)
         if rescore and stored:
             for x in pieces:
                 self.array_scores(n, x, q, rows)

@@ -215,8 +215,9 @@ def lower_tp(model: ModelConfig, node: NodeConfig, group: int, consts: dict, bas
     # for all of the KV head's query heads (gathered from the R nodes)
     reps = N // model.num_kv_heads if N > model.num_kv_heads else 1
     gqa = model.num_heads // model.num_kv_heads
-    # a row group's state comes back through ATTN_Q MREF / STATE: rows with products (att_rows)
-    rows_part = min(gqa, node.att_rows, array_rows(sh) if array else node.att_rows)
+    # a row group's state comes back through ATTN_Q MREF / STATE, which reach every state row: one row group
+    # per KV head on the array path (array_rows), rows with products (att_rows) on the unit's
+    rows_part = min(gqa, array_rows(sh) if array else node.att_rows)
     rg = [(j0, min(rows_part, gqa - j0)) for j0 in range(0, gqa, rows_part)]
     mb = -(-rows_part // sh.vl)
     max_bytes = model.num_kv_heads * len(rg) * mb * sh.vl * 4

@@ -1989,9 +1989,9 @@ class AttnMover(Mover):
     QUERY does and writes the positions of a token's rows a cycle (``pw``: tokens cycles), leaving
     the query memory as it was, and ATTN_KV is refused after it until the next QUERY.
 
-    The unit holds ``sm_rows`` rows of state (QUERY, O, ATTN_SM, ATTN_EMIT: R <= sm_rows), of which
-    the first ``att_rows`` have query mantissas and products: ATTN_Q MREF / STATE take at most
-    att_rows rows, and ATTN_KV is refused while the last QUERY loaded more."""
+    The unit holds ``sm_rows`` rows of state (QUERY, O, MREF, STATE, ATTN_SM, ATTN_EMIT: R <= sm_rows),
+    of which the first ``att_rows`` have query mantissas and products: ATTN_KV is refused while the
+    last QUERY loaded more."""
     OPS = (isa.Opcode.ATTN_Q, isa.Opcode.ATTN_KV, isa.Opcode.ATTN_EMIT, isa.Opcode.ATTN_SM)
 
     def __init__(self, g: Geometry):
@@ -2053,10 +2053,6 @@ class AttnMover(Mover):
         rows_only = what == isa.AttnLoad.ROWS                  # no SPAD read: no range to check
         bad_rows = stage(m, (q_ins.tokens == 0) | (q_ins.heads == 0) | (rowsf > R), "bad_rows")   # stage 2
         row_bad = stage(m, q_ins.spad + p_tok + p_head + rb > g.spad_beats, "row_bad")             # stage 3
-        # MREF / STATE write m, l, o of rows with products only (rows < att_rows)
-        prod_only = stage(m, (q_ins.what.as_value() == isa.AttnLoad.MREF) | (q_ins.what.as_value() == isa.AttnLoad.STATE),
-                          "prod_only")
-        bad_prod = stage(m, prod_only & (rowsf > PR), "bad_prod")                                  # stage 2
         bad_what = stage(m, q_ins.what.as_value() > isa.AttnLoad.ROWS, "bad_what")
         blocks_m1 = stage(m, kv_ins.blocks - 1, "blocks_m1", 16)                             # stage 1
         p_blk = stage(m, blocks_m1 * kv_ins.block_stride, "p_blk", 24)                      # stage 2
@@ -2088,7 +2084,7 @@ class AttnMover(Mover):
         # levels from ``mode`` to the state and the fault).  ATTN_Q: its rows, products, what, and (but ROWS)
         # its rows' or words' range; ATTN_EMIT: its rows, mode and range; ATTN_SM: its fields, scores' and
         # (APPLY) w's range; ATTN_KV: its fields, its blocks (gated), a wide QUERY before it
-        bad_fix = stage(m, Mux(is_sm, bad_sm, Mux(is_q, bad_rows | bad_prod | bad_what,
+        bad_fix = stage(m, Mux(is_sm, bad_sm, Mux(is_q, bad_rows | bad_what,
                                                   Mux(is_emit, bad_rows | (mode > isa.EmitMode.MAX), bad_kv1))),
                         "bad_fix")                                                           # stage 3
         ranged = (is_q & ~rows_only) | is_emit

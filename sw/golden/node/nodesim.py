@@ -602,8 +602,8 @@ class NodeSim:
     def _x_attn_q(self, ins, ex):
         cfg, vl, d = self.cfg, self.vl, self.cfg.head_dim
         R = ins.tokens * ins.heads
-        # sm_rows rows of state; MREF / STATE reach only the att_rows rows with products
-        most = cfg.att_rows if ins.what in (AttnLoad.MREF, AttnLoad.STATE) else cfg.sm_rows
+        # sm_rows rows of state (MREF / STATE too: the rows without products hold m, l and o)
+        most = cfg.sm_rows
         self._check(0 < R <= most, f"tokens x heads = {R} rows ({ins.what.name}: the unit has {most})")
         u = self.attn
         if ins.what == AttnLoad.QUERY:

@@ -325,7 +325,8 @@ def test_attention_streamed_scores_amaranth_sim(runs, protocol, stall, words, la
     passes; then o loaded (ATTN_Q O) and FINAL emitted == ``finalize``, ``words`` o words a cycle
     each way (``ow``, and FINAL's W-word transfers; W = 4 on 2 lanes: o in W memories a row).
     ``prod_rows``: only the first rows have query mantissas and products (the array path's state rows
-    past them, ``NodeConfig.sm_rows``): the same values on every row."""
+    past them, ``NodeConfig.sm_rows``): the same values on every row.  Then every row's state loaded word
+    by word (ATTN_Q STATE, the rows without products too) and emitted as STATE unchanged."""
     from mcf.sim.compute.drive import run_softmax
     from mcf.sim.compute.jobs import softmax_job, unpack
     rng = np.random.default_rng(21 + runs + 4 * protocol)
@@ -333,8 +334,9 @@ def test_attention_streamed_scores_amaranth_sim(runs, protocol, stall, words, la
     assert dut.multipliers == (prod_rows or 6) * (dut.lanes + 2 * (-(-dut.lanes // 2)))
     jobs = [softmax_job(rng, d=8, group=3, tokens=2, keys=keys, runs=runs, protocol=protocol)
             for keys in (19, 7)]
-    results = run_softmax(dut, jobs, (lambda i: i % 5 >= 2) if stall else (lambda i: True))
+    results = run_softmax(dut, jobs, (lambda i: i % 5 >= 2) if stall else (lambda i: True), reload=True)
     for job, got in zip(jobs, results):
+        assert got["reloaded"] == got["reload"], "ATTN_Q STATE: the words loaded are not emitted"
         assert got["max"] == job.max_words
         assert [unpack(w, 32, job.rows, signed=False) for w in got["w"]] == job.w
         assert got["state"] == job.state_words

@@ -87,9 +87,13 @@ def test_a_replica_drained_before_its_holder_reads_it_is_refused():
     (dict(intermediate_size=136), {}, 16, "group size 16 does not divide intermediate_size=136"),
 ])
 def test_unsupported_shapes_are_refused_in_one_line(change, node, group, message):
+    """(The GQA group's limit is the attention path's: ``choose_attention``, after ``check_model``.)"""
+    from mcf.sw.mars.lower import Shapes, choose_attention
     cfg = ModelConfig(**{**TINY.to_dict(), **change})
+    n = NodeConfig.tiny(head_dim=cfg.head_dim, **node)
     with pytest.raises(LoweringError, match=message):
-        check_model(cfg, NodeConfig.tiny(head_dim=cfg.head_dim, **node), group)
+        check_model(cfg, n, group)
+        choose_attention("auto", Shapes(cfg, n, group, 8), [8])
 
 
 def test_sizes_beyond_the_node_are_refused():
@@ -198,7 +202,8 @@ def test_no_decode_step_emits_attn_kv_on_the_kr260_node():
     (``spec.kv``'s decode layout) that GEMM_QK / ATTN_SM / GEMM_PV read -- the KV-stationary decode
     on 1 and 2 nodes, and the tensor-parallel decode on 4 (its split attention: tp-decode's programs),
     at every step (a decode block's keys 0 .. 7, then the second block).  The shard's decode rows
-    (one KV head: 17 beats a token) are not whole DDR_ALIGN units: the STORE starts a token early."""
+    (one KV head: 17 beats a token) are not whole DDR_ALIGN units: the STORE starts a token early.
+    Nor does a prompt of 37 tokens (a short last chunk) on either."""
     import dataclasses
     from mcf.sw.mars.lower_tp import lower_tp
     full = load_model("qwen2.5-1.5b")        # its attention shapes (as `mcf bench attention-path`)
@@ -223,3 +228,14 @@ def test_no_decode_step_emits_attn_kv_on_the_kr260_node():
                              chunk_size=16))
         check(lower(p, node_config(qwen, nodes), 128, consts, [0] * nodes, decode_steps=steps), nodes)
     check(lower_tp(qwen, node_config(qwen, 4), 128, consts, [0] * 4, seq_len=32, chunk=16, decode_steps=steps), 4)
+    # a prompt of 37 tokens: its last chunk of 5 keys (not a multiple of VL = 8) is read by GEMM_QK / GEMM_PV as
+    # a block of 8 whose keys past the prompt are invisible (in decode: at positions after the token), so
+    # neither the prefill nor a decode step holds an ATTN_KV
+    for lw in [lower(plan(PlanRequest(model=qwen, seq_len=37, nodes=nodes, profile=load_profile("kr260"),
+                                      scheme="mars", chunk_size=16)), node_config(qwen, nodes), 128, consts,
+                     [0] * nodes, decode_steps=2) for nodes in (1, 2)] + \
+            [lower_tp(qwen, node_config(qwen, 4), 128, consts, [0] * 4, seq_len=37, chunk=16, decode_steps=2)]:
+        progs = [lw.prefill, lw.decode_programs(0), lw.decode_programs(1)]
+        assert not any(i.OPCODE == Opcode.ATTN_KV for pr in progs for prog in pr for i in prog)
+        assert any(i.OPCODE == Opcode.GEMM_QK and i.block_keys == 8 and not i.seg_stride
+                   for pr in progs for prog in pr for i in prog)

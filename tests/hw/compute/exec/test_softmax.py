@@ -298,12 +298,23 @@ async def run_o_emit(dut):
     for k, c in cyc.items():
         assert abs(c - model[k]) <= 2, f"{k}: {c} cycles, model {model[k]} (all: {cyc})"
     if R > node.att_rows:
-        # rows past att_rows have no products: MREF / STATE over them and ATTN_KV after their QUERY refused
-        for ins in (isa.AttnQ(what=AttnLoad.MREF, spad=ma, qpos0=0, **rows),
-                    isa.AttnQ(what=AttnLoad.STATE, spad=sta, qpos0=0, **rows),
-                    isa.AttnKV(phase=AttnPass.MAX, seg=VSEG, v_off=0, seg_stride=0, blocks=1, keys=vl, kpos0=0,
-                               pos_stride=0, block0=0, block_stride=0, gated=0, first=1)):
-            assert (await drv.run(ins)).fault == SeqFault.ILLEGAL_INSTRUCTION, ins
+        # rows past att_rows have no products, but MREF / STATE reach them (their m, l, o): a state of new
+        # words loaded over every row (STATE) is emitted unchanged, then new maxima (MREF) emitted by MAX
+        st3 = fx.State(m[:, None] // 2, fx.sat(l, 32) // 2, ~o[:, None, :])
+        words3 = fx.encode_state(st3).reshape(-1)
+        await sp.put(sta, np.concatenate([words3, np.zeros(-len(words3) % vl, np.int64)]).reshape(-1, vl))
+        await drv.must(isa.AttnQ(what=AttnLoad.STATE, spad=sta, qpos0=0, **rows))
+        await drv.must(isa.AttnEmit(mode=EmitMode.STATE, spad=sta, **rows))
+        assert np.array_equal(i32((await sp.get(sta, 1, R * (d + 2)))[0]).reshape(-1), words3), "STATE over every row"
+        m3 = rng.integers(-(1 << 30), 1 << 30, size=-(-R // vl) * vl)
+        await sp.put(ma, m3.reshape(-1, vl))
+        await drv.must(isa.AttnQ(what=AttnLoad.MREF, spad=ma, qpos0=0, **rows))
+        await drv.must(isa.AttnEmit(mode=EmitMode.MAX, spad=ma, **rows))
+        assert np.array_equal(i32((await sp.get(ma, 1, -(-R // vl) * vl))[0])[0, :R], m3[:R]), "MREF over every row"
+        # ATTN_KV after their QUERY refused
+        ins = isa.AttnKV(phase=AttnPass.MAX, seg=VSEG, v_off=0, seg_stride=0, blocks=1, keys=vl, kpos0=0,
+                         pos_stride=0, block0=0, block_stride=0, gated=0, first=1)
+        assert (await drv.run(ins)).fault == SeqFault.ILLEGAL_INSTRUCTION, ins
         # a QUERY of att_rows rows makes ATTN_KV legal again
         n_t = node.att_rows // heads
         await drv.must(isa.AttnQ(what=AttnLoad.QUERY, spad=qa, qpos0=qpos0, **{**rows, "tokens": n_t}))
@@ -370,15 +381,15 @@ def test_softmax_nodesim():
         c2.start()
         r = c2.run(max_cycles=1 << 20)
         assert r.status == "fault" and n2.fault_cause == SeqFault.ILLEGAL_INSTRUCTION, bad
-    # a QUERY of sm_rows = 8 rows (twice att_rows) is legal; ATTN_KV after it, MREF and STATE over its rows
-    # are not (rows without products), as in the RTL (run_o_emit)
+    # a QUERY of sm_rows = 8 rows (twice att_rows) is legal, and MREF and STATE over its rows; ATTN_KV after it
+    # is not (rows without products), as in the RTL (run_o_emit)
     wide = dict(tokens=CFG.sm_rows // HEADS, heads=HEADS, tok_stride=HEADS * RB, head_stride=RB)
     query = isa.AttnQ(what=AttnLoad.QUERY, spad=Q_AT, qpos0=QPOS0, **wide)
     kv_max = isa.AttnKV(phase=AttnPass.MAX, seg=base + KSEG, v_off=0, seg_stride=0, blocks=1, keys=KEYS, kpos0=0,
                         pos_stride=0, block0=0, block_stride=0, gated=0, first=1)
     for prog, ok in (([query], True), ([query, kv_max], False),
-                     ([isa.AttnQ(what=AttnLoad.MREF, spad=O_AT, qpos0=0, **wide)], False),
-                     ([isa.AttnQ(what=AttnLoad.STATE, spad=O_AT, qpos0=0, **wide)], False)):
+                     ([query, isa.AttnQ(what=AttnLoad.MREF, spad=O_AT, qpos0=0, **wide)], True),
+                     ([query, isa.AttnQ(what=AttnLoad.STATE, spad=O_AT, qpos0=0, **wide)], True)):
         c2 = ClusterSim(CFG, 1, ddr_bytes=1 << 18)
         c2.open_window()
         c2.load_program(0, [*prog, isa.End()])
