@@ -75,17 +75,18 @@ class NodeConfig:
     dsp_primitives: int = 1          # 1: the products are DSP48E2 instances (P cascade; model in sims)
     max_tokens: int = 16             # tokens sharing each weight beat (query rows per pass)
     vec_lanes: int = 8               # vector unit lanes
-    # attention unit query rows (GQA group heads x tokens): 6 on the KR260 node, Qwen2.5-1.5B's group
-    # (12 / 2): a unit-path job is one token x the group's heads (as at 8: 8 // 6 = 1); the array
-    # path's rows are min(sm_rows, max_tokens) = 12 (two tokens: ``sm_rows``, state rows only)
-    att_rows: int = 6
+    # attention unit rows with query mantissas and products (ATTN_KV's rows; a unit-path job is
+    # att_rows // group tokens x the GQA group's heads).  1 on the KR260 node: it runs attention on the
+    # MAC array (the array path's rows are min(sm_rows, max_tokens) = 12, state rows: two tokens x
+    # Qwen2.5-1.5B's group of 6) and no ATTN_KV of its programs has more than one row (round 24)
+    att_rows: int = 1
     # attention unit: score / P.V lanes a row (its products: att_rows x 2 x att_lanes DSP48E2; a key
     # pair's scores and a key's P.V take head_dim / att_lanes cycles); 0: the unit's default,
     # ``mcf.hw.compute.attention.default_lanes(head_dim)`` (16 at head_dim 128).  The KR260 node runs
-    # attention on the MAC array (attention = "array", docs/attention-array.md): the unit's products
-    # serve only the keys ATTN_KV still takes (a short last prompt block; the decode tokens' keys are
-    # on the array since round 23: ``decode_block_keys``), so they are folded narrow -- 2 lanes at 6
-    # rows, 24 DSPs instead of 192 (issue 14: the K26's 1 248)
+    # attention on the MAC array (attention = "array", docs/attention-array.md): no program of its
+    # emits ATTN_KV (the decode tokens' keys since round 23: ``decode_block_keys``; a short last
+    # prompt block since round 24), so the products are folded narrow -- 2 lanes at 1 row (issue 14:
+    # the K26's 1 248 DSPs)
     att_lanes: int = 2
     max_keys: int = 4096             # attention unit keys per job
     kv_lanes: int = 16               # KV block writer lanes
@@ -152,11 +153,13 @@ class NodeConfig:
     @property
     def sm_rows(self) -> int:
         """Rows of softmax state (position, m, l, o) the attention unit holds for the array path
-        (ATTN_Q QUERY / O, ATTN_SM, ATTN_EMIT): att_rows x max(1, max_tokens // att_rows) -- as many
-        whole groups of att_rows as GEMM_QK's max_tokens activation rows hold (12 on the KR260 node:
-        jobs of two tokens x the GQA group of 6).  Only the first att_rows rows have query mantissas
-        and products (ATTN_KV, ATTN_Q MREF / STATE: at most att_rows rows)."""
-        return self.att_rows * max(1, self.max_tokens // self.att_rows)
+        (ATTN_Q QUERY / O / MREF / STATE, ATTN_SM, ATTN_EMIT): g x max(1, max_tokens // g), g =
+        max(att_rows, the GQA group) -- as many whole groups as GEMM_QK's max_tokens activation rows
+        hold (12 on the KR260 node: jobs of two tokens x the GQA group of 6).  Only the first att_rows
+        rows have query mantissas and products (ATTN_KV).  (Round 24: g was att_rows; at att_rows 1
+        that would be 16 rows, 4 of them no job uses.)"""
+        g = max(self.att_rows, self.group)
+        return g * max(1, self.max_tokens // g)
 
     @property
     def max_payload(self) -> int:

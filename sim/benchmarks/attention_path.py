@@ -104,14 +104,20 @@ def run(args) -> dict:
                     "mac_lanes": node.mac_lanes, "vec_lanes": node.vec_lanes, "att_rows": node.att_rows},
            "node_changes": changes}
     res = {}
+    # the unit's path needs the GQA group within att_rows (1 on the KR260 node since round 24, whose
+    # programs run attention on the array): it runs on the node with att_rows = the group
+    unit_node = node.replace(att_rows=max(node.att_rows, full.num_heads // full.num_kv_heads))
+    if unit_node != node:
+        changes["unit_att_rows"] = unit_node.att_rows
     for path in ("unit", "array"):
-        pre = attention_cycles(model, node, prompt, nodes=args.nodes, chunk=chunk, decode=0, attention=path, fm=fm,
+        pnode = unit_node if path == "unit" else node
+        pre = attention_cycles(model, pnode, prompt, nodes=args.nodes, chunk=chunk, decode=0, attention=path, fm=fm,
                                calibration=calibration)
         res[path] = pre
         r = {"prefill_attention_cycles": pre["attention_cycles"], "prefill_by_kind": pre["by_kind"],
              "prefill_cycles": pre["steps"][0]["cycles"]}
         if args.decode:
-            both = attention_cycles(model, node, prompt, nodes=args.nodes, chunk=chunk, decode=args.decode,
+            both = attention_cycles(model, pnode, prompt, nodes=args.nodes, chunk=chunk, decode=args.decode,
                                     attention=path, fm=fm, calibration=calibration)
             res[path + "_decode"] = both
             r["decode_attention_cycles_per_token"] = round((both["attention_cycles"] - pre["attention_cycles"])

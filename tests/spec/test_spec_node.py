@@ -139,20 +139,21 @@ def test_weight_clock_gives_the_loaders_ports_of_their_own():
 
 def test_the_kr260_node_folds_its_attention_unit_narrow():
     """The KR260 node (Qwen2.5-1.5B, attention on the MAC array by default) builds its attention
-    unit at att_lanes = 2 and att_rows = 6 (the GQA group) -- 6 rows x (2 score + 2 P.V) = 24 DSP48E2
-    instead of default_lanes(128) = 16's 192 -- and keeps the o load / FINAL emit at a SPAD beat (8
-    words) a cycle; the tiny node keeps its default (0: default_lanes).  The execute unit's unit and
-    the cost model read the field.  Its state rows (``sm_rows``) are 2 x att_rows = 12: the array
-    path's jobs of two tokens."""
+    unit at att_lanes = 2 and att_rows = 1 (round 24: no program of its emits ATTN_KV) -- 1 row x (2 score
+    + 2 P.V) = 4 DSP48E2 instead of 6 x default_lanes(128) = 16's 192 -- and keeps the o load / FINAL emit
+    at a SPAD beat (8 words) a cycle; the tiny node keeps its default (0: default_lanes).  The execute
+    unit's unit and the cost model read the field.  Its state rows (``sm_rows``) are 2 x the GQA group
+    = 12: the array path's jobs of two tokens."""
     from mcf.hw.compute.attention import default_lanes
     from mcf.hw.compute.exec.movers import AttnMover, Geometry
     from mcf.sim.compute.cost import attn_kv_cycles
     kr, tiny = NodeConfig.qwen2_5_1_5b(), NodeConfig.tiny()
-    assert (kr.att_lanes, kr.att_rows, kr.group, tiny.att_lanes, default_lanes(kr.head_dim)) == (2, 6, 6, 0, 16)
+    assert (kr.att_lanes, kr.att_rows, kr.group, tiny.att_lanes, default_lanes(kr.head_dim)) == (2, 1, 6, 0, 16)
+    assert (kr.sm_rows, tiny.sm_rows, NodeConfig.tiny(att_rows=1).sm_rows) == (12, 8, 8)
     au = AttnMover(Geometry.from_config(kr)).unit
     # state rows for the array path's jobs of 2 tokens x 6 heads (sm_rows), products on att_rows of them
     assert (au.rows, au.prod_rows, au.lanes, au.chunks, au.words, au.o_lanes, au.multipliers) == (
-        12, 6, 2, 64, 8, 8, 6 * (2 + 2))
+        12, 1, 2, 64, 8, 8, 1 * (2 + 2))
     assert AttnMover(Geometry.from_config(tiny)).unit.lanes == default_lanes(tiny.head_dim)
     # ATTN_KV: 64 cycles a key in APPLY (P.V of 128 elements on 2 lanes), 32 in MAX (a pair in 64)
     assert (attn_kv_cycles(5, 128, kr.att_lanes, True), attn_kv_cycles(5, 128, kr.att_lanes, False)) == \

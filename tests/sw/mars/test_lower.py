@@ -180,7 +180,11 @@ def test_auto_attention_is_the_array_on_the_kr260_node_and_the_unit_on_tiny():
     # the cluster model's kr260 profile takes the path the lowering takes on that node
     from mcf.sw.mars.profile import load_profile
     assert load_profile("kr260").attention_path == path
-    assert choose_attention("unit", kr260, [16] * 64) == ("unit", "attention=unit asked for")
+    # the unit's path needs the GQA group within att_rows (1 on the KR260 node); the array's within its state rows
+    with pytest.raises(LoweringError, match="GQA group 6 exceeds the attention unit's att_rows=1"):
+        choose_attention("unit", kr260, [16] * 64)
+    assert choose_attention("unit", Shapes(qwen, node_config(qwen, 1).replace(att_rows=6), 128, 16),
+                            [16] * 64) == ("unit", "attention=unit asked for")
     assert choose_attention("array", kr260, [16] * 64) == ("array", "attention=array asked for")
     tiny = Shapes(TINY, NodeConfig.tiny(), 16, 8)
     path, why = choose_attention("auto", tiny, [8, 8])
@@ -230,7 +234,8 @@ def test_no_decode_step_emits_attn_kv_on_the_kr260_node():
     check(lower_tp(qwen, node_config(qwen, 4), 128, consts, [0] * 4, seq_len=32, chunk=16, decode_steps=steps), 4)
     # a prompt of 37 tokens: its last chunk of 5 keys (not a multiple of VL = 8) is read by GEMM_QK / GEMM_PV as
     # a block of 8 whose keys past the prompt are invisible (in decode: at positions after the token), so
-    # neither the prefill nor a decode step holds an ATTN_KV
+    # neither the prefill nor a decode step holds an ATTN_KV (the node's att_rows = 1 admits none of their jobs)
+    assert node_config(qwen, 1).att_rows == 1
     for lw in [lower(plan(PlanRequest(model=qwen, seq_len=37, nodes=nodes, profile=load_profile("kr260"),
                                       scheme="mars", chunk_size=16)), node_config(qwen, nodes), 128, consts,
                      [0] * nodes, decode_steps=2) for nodes in (1, 2)] + \
