@@ -952,7 +952,10 @@ class AttentionUnit(wiring.Component):
         for r in range(R):
             with m.If(mv & (mrw == r)):
                 m.d.sync += mrow[r].eq(mnew)
-        m.d.comb += mx_any.eq(Cat(*mx_busy).any())
+        # (``mx_any`` a register: the stages' valids shift one a cycle, so any of them holds a beat now iff ``en`` or
+        # one of the stages before the last did a cycle ago -- one input of ``busy``, not one a stage: round 24,
+        # the OR was 3.0 levels to the port, 9.0 joined through the mover's CHECK)
+        m.d.sync += mx_any.eq(Cat(mxp.en, *mx_busy[:-1]).any())
 
         # resets by a pass's ``first`` and the state loads (never during a pass)
         for r in range(R):
