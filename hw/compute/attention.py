@@ -383,6 +383,9 @@ class AttentionUnit(wiring.Component):
             "w": Out(stream.Signature(rows * 32)),
             "o": Out(AXIStreamSignature(32 * words)),
             "busy": Out(1),
+            # (``kr_app`` itself, a register: v.ready == v_room & k.valid & v.valid -- for a producer whose
+            # readies must not wait for the unit's AND of the two valids, round 24)
+            "v_room": Out(1),
         })
 
     @property
@@ -505,7 +508,7 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += state.eq(DRAIN)
         kv_app = Signal()
         m.d.comb += [kv_app.eq(kr_app & self.k.valid & self.v.valid), fire.eq((kr_max & self.k.valid) | kv_app),
-                     self.k.ready.eq(kr_max | kv_app), self.v.ready.eq(kv_app)]
+                     self.k.ready.eq(kr_max | kv_app), self.v.ready.eq(kv_app), self.v_room.eq(kr_app)]
         slot_layout = data.StructLayout({"q": D * W_BITS, "a": KV_A_BITS, "e": signed(EXP_BITS), "pos": POS_BITS,
                                          "va": KV_A_BITS, "ve": signed(EXP_BITS)})
         kslot = [Signal(slot_layout, name=f"kslot{s}") for s in range(K_SLOTS)]

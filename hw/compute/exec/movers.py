@@ -2383,7 +2383,11 @@ class AttnMover(Mover):
                      vs.i.valid.eq(b.in1.valid), vs.i.payload.eq(b.in1.payload), b.in1.ready.eq(vs.i.ready),
                      au.k.valid.eq(ks.o.valid), au.k.payload.eq(ks.o.payload), ks.o.ready.eq(au.k.ready),
                      au.v.valid.eq(vs.o.valid), au.v.payload.q.eq(vs.o.payload.q), au.v.payload.a.eq(vs.o.payload.a),
-                     au.v.payload.e.eq(vs.o.payload.e), vs.o.ready.eq(au.v.ready)]
+                     au.v.payload.e.eq(vs.o.payload.e),
+                     # (au.v.ready from the unit's register ``v_room`` and the two streams' valids, registers
+                     # here: round 24, the unit's AND of them -- 1.0 level -- then the V reader, the bus and the
+                     # read stream FIFO's valid were 9.0 levels joined)
+                     vs.o.ready.eq(au.v_room & ks.o.valid & vs.o.valid)]
         with m.If((state == S.KV) & ~kv_started & ~au.busy & ~ks.busy & ~vs.busy & ~r_more):
             m.d.sync += state.eq(S.FINISH)
         kv_starved = (state == S.KV) & au.busy & ~ks.o.valid
