@@ -540,14 +540,11 @@ class LoadStoreMover(Mover):
         rq = ReadQueue(m, b.spad_rd, g, "rq")
         issued = Signal(21)
         storing = (state == S.MOVE) & store
-        # (the read address spad + issued a register, ``st_addr``, set with ``issued``: round 24, the instruction
-        # word -> the add -> the owner's AND-OR -> the SPAD's read address, 8.19 levels joined in one glue run)
-        st_addr = Signal(len(rq.addr))
         with m.If(state == S.CHECK):
-            m.d.sync += [issued.eq(0), st_addr.eq(ins.spad)]
-        m.d.comb += [rq.addr.eq(st_addr), rq.issue.eq(storing & rq.room & (issued != ins.beats))]
+            m.d.sync += issued.eq(0)
+        m.d.comb += [rq.addr.eq(ins.spad + issued), rq.issue.eq(storing & rq.room & (issued != ins.beats))]
         with m.If(rq.issue):
-            m.d.sync += [issued.eq(issued + 1), st_addr.eq(st_addr + 1)]
+            m.d.sync += issued.eq(issued + 1)
         first_exp = Signal(signed(EXP_BITS))
         exp_word = Signal(signed(32))
         m.d.comb += exp_word.eq(first_exp)
