@@ -384,6 +384,9 @@ class AttentionUnit(wiring.Component):
             "w": Out(stream.Signature(rows * 32)),
             "o": Out(AXIStreamSignature(32 * words)),
             "busy": Out(1),
+            # (``kr_app`` itself, a register: v.ready == v_room & k.valid & v.valid -- for a producer whose
+            # readies must not wait for the unit's AND of the two valids, round 24)
+            "v_room": Out(1),
         })
 
     @property
@@ -506,7 +509,7 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += state.eq(DRAIN)
         kv_app = Signal()
         m.d.comb += [kv_app.eq(kr_app & self.k.valid & self.v.valid), fire.eq((kr_max & self.k.valid) | kv_app),
-                     self.k.ready.eq(kr_max | kv_app), self.v.ready.eq(kv_app)]
+                     self.k.ready.eq(kr_max | kv_app), self.v.ready.eq(kv_app), self.v_room.eq(kr_app)]
         slot_layout = data.StructLayout({"q": D * W_BITS, "a": KV_A_BITS, "e": signed(EXP_BITS), "pos": POS_BITS,
                                          "va": KV_A_BITS, "ve": signed(EXP_BITS)})
         kslot = [Signal(slot_layout, name=f"kslot{s}") for s in range(K_SLOTS)]
@@ -960,7 +963,10 @@ class AttentionUnit(wiring.Component):
         for r in range(R):
             with m.If(mv & (mrw == r)):
                 m.d.sync += mrow[r].eq(mnew)
-        m.d.comb += mx_any.eq(Cat(*mx_busy).any())
+        # (``mx_any`` a register: the stages' valids shift one a cycle, so any of them holds a beat now iff ``en`` or
+        # one of the stages before the last did a cycle ago -- one input of ``busy``, not one a stage: round 24,
+        # the OR was 3.0 levels to the port, 9.0 joined through the mover's CHECK)
+        m.d.sync += mx_any.eq(Cat(mxp.en, *mx_busy[:-1]).any())
 
         # resets by a pass's ``first`` and the state loads (never during a pass)
         for r in range(R):

@@ -140,8 +140,12 @@ async def attention_sequence(ctx, dut, job) -> tuple[list[int], list[int]]:
             if phase == AttnPass.APPLY:
                 feeds.append(Feed.of(dut.v, job.v[run[0]:run[1]], raw=True))
             per_key = dut.cycles_per_key[1 if phase == AttnPass.APPLY else 0]
-            await drive(ctx, feeds, lambda ctx: not any(f.pending for f in feeds),
-                        int(4 * per_key) * (run[1] - run[0]) + 40)
+
+            def done(ctx, feeds=feeds):
+                # v.ready is v_room & k.valid & v.valid (the exec mover makes it so from ``v_room``)
+                assert ctx.get(dut.v.ready) == (ctx.get(dut.v_room) & ctx.get(dut.k.valid) & ctx.get(dut.v.valid))
+                return not any(f.pending for f in feeds)
+            await drive(ctx, feeds, done, int(4 * per_key) * (run[1] - run[0]) + 40)
             while ctx.get(dut.busy):
                 await ctx.tick()
     await send_command(ctx, dut.cmd, {"emit": 1, "phase": 0, "first": 0, "mode": job.mode, "rows": job.rows})

@@ -2381,7 +2381,11 @@ class AttnMover(Mover):
                      vs.i.valid.eq(b.in1.valid), vs.i.payload.eq(b.in1.payload), b.in1.ready.eq(vs.i.ready),
                      au.k.valid.eq(ks.o.valid), au.k.payload.eq(ks.o.payload), ks.o.ready.eq(au.k.ready),
                      au.v.valid.eq(vs.o.valid), au.v.payload.q.eq(vs.o.payload.q), au.v.payload.a.eq(vs.o.payload.a),
-                     au.v.payload.e.eq(vs.o.payload.e), vs.o.ready.eq(au.v.ready)]
+                     au.v.payload.e.eq(vs.o.payload.e),
+                     # (au.v.ready from the unit's register ``v_room`` and the two streams' valids, registers
+                     # here: round 24, the unit's AND of them -- 1.0 level -- then the V reader, the bus and the
+                     # read stream FIFO's valid were 9.0 levels joined)
+                     vs.o.ready.eq(au.v_room & ks.o.valid & vs.o.valid)]
         with m.If((state == S.KV) & ~kv_started & ~au.busy & ~ks.busy & ~vs.busy & ~r_more):
             m.d.sync += state.eq(S.FINISH)
         kv_starved = (state == S.KV) & au.busy & ~ks.o.valid
@@ -2475,13 +2479,15 @@ class AttnMover(Mover):
         # ``aubusy`` covering the cycle it is held (CHECK, SM's end wait)
         mxr = Signal(data.StructLayout({"row": len(au.mx.row), "first": 1, "pos": len(au.mx.pos),
                                         "data": len(au.mx.data)}))
-        # the count as min(mx_d, mx_n) after the registers (the keys left from the words' first, the words):
-        # the unit registers its words' "j < count" flags at its port.  (Round 21: GEMM_QK's key choice, the
-        # subtraction from the MAX's keys, the compare with qk_n and the choice before the register: 9.19
-        # levels from ``gemm.pv`` to ``mxr``.)
-        mx_d, mx_n = Signal(20), Signal(len(au.mx.count))
+        # the count min(d, n) (d the keys left from the words' first, n the words) a register: ``mx_min``.  (Round 21:
+        # GEMM_QK's key choice, the subtraction, the compare with qk_n and the choice before the register were 9.19
+        # levels from ``gemm.pv`` to ``mxr``, so the compare moved after registers of d and n; round 24: there, in
+        # front of the unit's "j < count" flags (6.0 levels in), 9.06 joined -- and the qk path to them is 4.19 now.)
         mx_cnt = Signal(len(au.mx.count))
-        m.d.comb += mx_cnt.eq(Mux(mx_d >= mx_n, mx_n, mx_d))
+
+        def mx_min(d, n):                               # (d in 20 bits, n in the count's, as the registers were)
+            d, n = Value.cast(d)[:20], Value.cast(n)[:len(mx_cnt)]
+            return Mux(d >= n, n, d)
         m.d.sync += mx_r.eq(0)
         m.d.comb += [au.mx.en.eq(mx_r), au.mx.row.eq(mxr.row), au.mx.first.eq(mxr.first), au.mx.pos.eq(mxr.pos),
                      au.mx.count.eq(mx_cnt), au.mx.data.eq(mxr.data)]
@@ -2503,7 +2509,7 @@ class AttnMover(Mover):
                 left = Signal(16)                        # the row's groups from this read on
                 m.d.comb += left.eq(sm_groups - sm_mg)
                 m.d.sync += [mx_r.eq(1), mxr.row.eq(sm_fr), mxr.first.eq(sm_mfirst),
-                             mxr.pos.eq(sm_mpos), mxr.data.eq(rq.words), mx_d.eq(left << vl_log2), mx_n.eq(NB * VL)]
+                             mxr.pos.eq(sm_mpos), mxr.data.eq(rq.words), mx_cnt.eq(mx_min(left << vl_log2, NB * VL))]
                 with m.If(sm_fr == sm_rows_m1):
                     m.d.sync += [sm_mfirst.eq(0), sm_mpos.eq(sm_mpos + NB * VL), sm_mg.eq(sm_mg + NB)]
             m.d.comb += [tb.w_en.eq(rq.valid), tb.w_sel.eq(sm_fsel), tb.w_idx.eq(sm_fr), tb.w_data.eq(rq.words[:G * 32])]
@@ -2522,7 +2528,7 @@ class AttnMover(Mover):
         # registers' load enable it put 1 314 of the glue's end points at 9 levels)
         with m.If(~sming):
             m.d.sync += [mxr.row.eq(self.qk_row), mxr.first.eq(a_first & (self.qk_key == 0)),
-                         mxr.pos.eq(a_pos + qk_key_lo), mxr.data.eq(self.qk_data), mx_d.eq(qk_left), mx_n.eq(self.qk_n)]
+                         mxr.pos.eq(a_pos + qk_key_lo), mxr.data.eq(self.qk_data), mx_cnt.eq(mx_min(qk_left, self.qk_n))]
         with m.If(armed & self.qk_en & (self.qk_row < a_rows) & qk_in):
             m.d.sync += mx_r.eq(1)
         # disarmed by the GEMM_QK's end, and by a program's start (round 21: a MAX deferred at the end of a
