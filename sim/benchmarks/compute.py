@@ -27,7 +27,8 @@ the MAC span x full tiles / simulated tiles).  ``--write-profile`` writes ``comp
 (the prefill GEMMs' MACs / extrapolated cycles / peak) and ``ddr_efficiency`` (the decode GEMMs' DDR
 bytes per cycle / the DDR's peak bytes per cycle) into the profile with the command and the date.
 
-Beside the GEMMs (same build and run): ``attn:prefill`` / ``attn:decode`` (the attention unit),
+Beside the GEMMs (same build and run): ``attn:prefill`` / ``attn:decode`` (the attention unit; on a build of its
+own with att_rows = the GQA group when the node's att_rows is smaller, 1 on the KR260 node: ``node_changes``),
 ``attn:qk-array`` (QK^T on the array, GEMM_QK over one K segment) and ``attn:softmax`` (``--sm-keys`` keys of one
 token x the GQA group through ATTN_SM MAX and APPLY: score rows in SPAD, V scale words from the DDR
 model, w rows out, bit-exact against ``fixed.attn_weights``): cycles and cycles per key of each pass;
