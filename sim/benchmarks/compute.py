@@ -27,7 +27,8 @@ the MAC span x full tiles / simulated tiles).  ``--write-profile`` writes ``comp
 (the prefill GEMMs' MACs / extrapolated cycles / peak) and ``ddr_efficiency`` (the decode GEMMs' DDR
 bytes per cycle / the DDR's peak bytes per cycle) into the profile with the command and the date.
 
-Beside the GEMMs (same build and run): ``attn:prefill`` / ``attn:decode`` (the attention unit),
+Beside the GEMMs (same build and run): ``attn:prefill`` / ``attn:decode`` (the attention unit; on a build of its
+own with att_rows = the GQA group when the node's att_rows is smaller, 1 on the KR260 node: ``node_changes``),
 ``attn:qk-array`` (QK^T on the array, GEMM_QK over one K segment) and ``attn:softmax`` (``--sm-keys`` keys of one
 token x the GQA group through ATTN_SM MAX and APPLY: score rows in SPAD, V scale words from the DDR
 model, w rows out, bit-exact against ``fixed.attn_weights``): cycles and cycles per key of each pass;
@@ -597,10 +598,9 @@ def run_engine(args) -> dict:
     ops = engine_ops(model, node, args.prefill_rows, args.decode_rows, group)
     block_keys = min(node.kv_block_keys, args.attn_keys)
     if (args.attention or args.prefill_array) and (args.attn_keys % block_keys or args.attn_keys > node.max_context
-                           or args.attn_keys < node.max_tokens or node.att_rows < node.group):
+                           or args.attn_keys < node.max_tokens):
         raise ValueError(f"--attn-keys {args.attn_keys}: a multiple of {block_keys} from {node.max_tokens} to "
-                         f"{node.max_context} (this build's segments and positions; att_rows={node.att_rows} "
-                         f"must hold a GQA group of {node.group})")
+                         f"{node.max_context} (this build's segments and positions)")
     if args.qk_array:
         from mcf.spec.kv import segment_bytes as _seg_bytes
         rows = args.qk_tokens * node.group
@@ -658,7 +658,13 @@ def run_engine(args) -> dict:
                            if longer else 0))
     ram_bytes = 1 << (ram - 1).bit_length()
     from mcf.sim.rtlcluster.backend import _cache_dir
-    softmax = args.softmax and node.group <= node.att_rows
+    softmax = args.softmax and node.group <= node.sm_rows
+    # the attention block (the unit's path: ATTN_KV over a job of att_rows // group tokens) needs the GQA group
+    # within att_rows (1 on the KR260 node since round 24, whose programs run attention on the array): it runs
+    # on a build of its own, the node with att_rows = the group (as ``mcf bench attention-path``'s unit path);
+    # every other block runs on the node's own build
+    unit_node = node.replace(att_rows=max(node.att_rows, node.group)) if args.attention else None
+    unit_own_build = unit_node is not None and unit_node != node
     if softmax and (args.sm_keys < node.vec_lanes or args.sm_keys % node.vec_lanes
                     or node.group * (2 * args.sm_keys + node.head_dim) // node.vec_lanes > node.spad_beats):
         raise ValueError(f"--sm-keys {args.sm_keys}: a positive multiple of {node.vec_lanes} whose {node.group} score "
@@ -675,15 +681,7 @@ def run_engine(args) -> dict:
         report, attn_report = Path(tmp) / "engine.json", Path(tmp) / "attention.json"
         qk_report, sm_report, pv_report = Path(tmp) / "qk.json", Path(tmp) / "sm.json", Path(tmp) / "pv.json"
         array_report = Path(tmp) / "attn_array.json"
-        run_cocotb(ExecUnit(node), [ENGINE_BENCH[0]] + ([QK_BENCH[0]] if args.qk_array else [])
-                   + ([SM_BENCH[0]] if softmax else []) + ([PV_BENCH[0]] if args.pv_array else [])
-                   + ([ATTN_ARRAY_BENCH[0]] if args.prefill_array else []), Path(tmp) / "build",
-                   testcase=([ENGINE_BENCH[1]] if gemms else []) + ([ATTN_BENCH[1]] if args.attention else [])
-                   + ([QK_BENCH[1]] if args.qk_array else []) + ([SM_BENCH[1]] if softmax else [])
-                   + ([PV_BENCH[1]] if args.pv_array else [])
-                   + ([ATTN_ARRAY_BENCH[1]] if args.prefill_array else []), sim=args.sim,
-                   cache_dir=_cache_dir() if args.sim == "verilator" else None,
-                   params={"node": node.as_dict(), "ops": ops, "axi_period_ps": axi_period_ps, "timing": {
+        params = {"ops": ops, "axi_period_ps": axi_period_ps, "timing": {
                        "latency": timing.latency, "outstanding": timing.outstanding,
                        "port_bytes_per_cycle": timing.port_bytes_per_cycle,
                        "total_bytes_per_cycle": timing.total_bytes_per_cycle,
@@ -695,10 +693,25 @@ def run_engine(args) -> dict:
                        "sm": {"keys": args.sm_keys, "tokens": 1}, "sm_report": str(sm_report),
                        "pv": {"keys": args.pv_keys, "tokens": args.pv_tokens}, "pv_report": str(pv_report),
                        "attn_array_report": str(array_report),
-                       "ram_bytes": ram_bytes, "report": str(report), "attn_report": str(attn_report), "seed": 1})
+                       "ram_bytes": ram_bytes, "report": str(report), "attn_report": str(attn_report), "seed": 1}
+        cases = (([ENGINE_BENCH[1]] if gemms else []) + ([ATTN_BENCH[1]] if args.attention and not unit_own_build else [])
+                 + ([QK_BENCH[1]] if args.qk_array else []) + ([SM_BENCH[1]] if softmax else [])
+                 + ([PV_BENCH[1]] if args.pv_array else []) + ([ATTN_ARRAY_BENCH[1]] if args.prefill_array else []))
+        if cases:
+            run_cocotb(ExecUnit(node), [ENGINE_BENCH[0]] + ([QK_BENCH[0]] if args.qk_array else [])
+                       + ([SM_BENCH[0]] if softmax else []) + ([PV_BENCH[0]] if args.pv_array else [])
+                       + ([ATTN_ARRAY_BENCH[0]] if args.prefill_array else []), Path(tmp) / "build",
+                       testcase=cases, sim=args.sim, cache_dir=_cache_dir() if args.sim == "verilator" else None,
+                       params={"node": node.as_dict(), **params})
+        if unit_own_build:
+            _progress(f"the attention block on its own build: the node with att_rows = {unit_node.att_rows} "
+                      f"(the GQA group; the node's att_rows = {node.att_rows})")
+            run_cocotb(ExecUnit(unit_node), [ENGINE_BENCH[0]], Path(tmp) / "build-unit", testcase=[ATTN_BENCH[1]],
+                       sim=args.sim, cache_dir=_cache_dir() if args.sim == "verilator" else None,
+                       params={"node": unit_node.as_dict(), **params})
         _progress("simulation done")
         raw = json.loads(report.read_text()) if gemms else None
-        attn = attention_figures(json.loads(attn_report.read_text()), node) if args.attention else None
+        attn = attention_figures(json.loads(attn_report.read_text()), unit_node) if args.attention else None
         qk = qk_figures(json.loads(qk_report.read_text()), node, attn) if args.qk_array else None
         sm = sm_figures(json.loads(sm_report.read_text())) if softmax else None
         pv = pv_figures(json.loads(pv_report.read_text()), node) if args.pv_array else None
@@ -711,6 +724,8 @@ def run_engine(args) -> dict:
         "clock_hz": node.clock_hz, "weight_clock_hz": node.weight_clock_hz,
         "elaborated_with": {**GEMM_ONLY, "max_context": node.max_context, "spad_beats": node.spad_beats,
                             "buffer_bytes": node.buffer_bytes},
+        "att_rows": node.att_rows,
+        **({"node_changes": {"unit_att_rows": unit_node.att_rows}} if unit_own_build else {}),
     }
     if not gemms:      # --block without gemms: only the blocks asked for
         return {**head, "blocks": blocks,
@@ -720,6 +735,7 @@ def run_engine(args) -> dict:
                 **({"attention_pv_on_array": pv} if pv is not None else {}),
                 **({"attention_on_array": arr} if arr is not None else {})}
     fig = engine_figures(raw, node, timing)
+    un = unit_node or node
     out = {
         "model": model.name, "simulator": args.sim,
         "array": f"{node.mac_rows}x{node.mac_lanes}", "peak_macs_per_cycle": node.mac_rows * node.mac_lanes,
@@ -727,6 +743,8 @@ def run_engine(args) -> dict:
         "clock_hz": node.clock_hz, "weight_clock_hz": node.weight_clock_hz,
         "elaborated_with": {**GEMM_ONLY, "max_context": node.max_context, "spad_beats": node.spad_beats,
                             "buffer_bytes": node.buffer_bytes},
+        "att_rows": node.att_rows,
+        **({"node_changes": {"unit_att_rows": unit_node.att_rows}} if unit_own_build else {}),
         "ddr_model": {**timing.as_dict(), "weight_ports_bandwidth": timing.bandwidth(
                           node.weight_ports, node.data_bytes, node.weight_clock / node.clock_hz),
                       "max_outstanding_seen": raw["ddr_model"]["max_outstanding"]},
@@ -737,10 +755,11 @@ def run_engine(args) -> dict:
                                                            "score and w rows do not fit the unit / SPAD)",
         "attention_pv_on_array": pv if pv is not None else pv_skipped or "not run (--no-pv-array)",
         "attention_on_array": arr if arr is not None else array_skipped or "not run (--no-prefill-array)",
-        "attention_unit": {"head_dim": node.head_dim, "att_rows": node.att_rows, "gqa_group": node.group,
-                           "lanes": unit_lanes(node.head_dim, node.att_lanes),
-                           "score_array_products": node.att_rows * 2 * unit_lanes(node.head_dim, node.att_lanes),
-                           "pv_array_products": node.att_rows * unit_lanes(node.head_dim, node.att_lanes),
+        # the unit the attention block ran on (att_rows = the group when the node's own has fewer: node_changes)
+        "attention_unit": {"head_dim": un.head_dim, "att_rows": un.att_rows, "gqa_group": un.group,
+                           "lanes": unit_lanes(un.head_dim, un.att_lanes),
+                           "score_array_products": un.att_rows * 2 * unit_lanes(un.head_dim, un.att_lanes),
+                           "pv_array_products": un.att_rows * unit_lanes(un.head_dim, un.att_lanes),
                            "score_array_is": "INT4 K (a key pair) x int16 Q mantissas, two per DSP48E2, "
                                              "used by the MAX and the APPLY pass",
                            "pv_array_is": "int32 p A_v (sat, two 16-bit digits) x INT4 V, two elements per "

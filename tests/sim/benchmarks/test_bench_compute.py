@@ -197,22 +197,32 @@ def test_profile_figures_are_the_engine_bench_output():
     arr = rec["attention_on_array"]["attn:prefill-array"]      # the same work as attn:prefill, on the array
     assert [arr[k] for k in ("tokens", "heads", "keys", "visible_keys")] == [
         prefill[k] for k in ("tokens", "heads", "keys", "visible_keys")]
-    # the array path's jobs are two tokens x the GQA group of 6 (NodeConfig.sm_rows), the unit's one token
-    assert arr["rows_per_job"] == 12 and arr["jobs"] * 12 == prefill["jobs"] * 6
+    # measured on the preset node (the bench's: NodeConfig's non-shape fields for the model): the array path's jobs
+    # min(sm_rows, max_tokens) // group tokens x the GQA group (12 rows on the KR260 node); the unit's block on
+    # the node with att_rows = the group where the preset's has fewer (node_changes), jobs of att_rows rows
+    from mcf.spec.node import MODEL_SHAPES
+    from mcf.sw.models import load_model
+    node = NodeConfig.for_model(load_model("qwen2.5-1.5b"),
+                                **{k: v for k, v in NodeConfig().as_dict().items() if k not in MODEL_SHAPES})
+    rows, unit_rows = min(node.sm_rows, node.max_tokens) // node.group * node.group, max(node.att_rows, node.group)
+    assert rec["att_rows"] == node.att_rows and rec["attention_unit"]["att_rows"] == unit_rows
+    assert rec.get("node_changes", {}).get("unit_att_rows", node.att_rows) == unit_rows
+    assert arr["rows_per_job"] == rows and prefill["rows_per_job"] == unit_rows
+    assert arr["jobs"] * rows == prefill["jobs"] * unit_rows
     assert cal["attention_array_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * arr["heads"]
                                                       * arr["visible_keys"] / arr["cycles"]
                                                       / rec["peak_macs_per_cycle"], 4)
     # the array's line in the keys: through the two runs' cycles a job, by hand
     runs = [rec["attention_on_array"][n] for n in ("attn:prefill-array", "attn:prefill-array:2048")]
     (k0, c0), (k1, c1) = [(r["keys"], r["cycles"] / r["jobs"]) for r in runs]
-    assert runs[1]["rows_per_job"] == arr["rows_per_job"] == 12
+    assert runs[1]["rows_per_job"] == arr["rows_per_job"] == rows
     # the KV as the cluster model's MARS plan keeps it: segments of the preset's kv_block_keys (2048), a run of
     # fewer keys one block
     assert [r["block_keys"] for r in runs] == [min(k, NodeConfig().kv_block_keys) for k in (k0, k1)]
     assert prof["attention_array_key_cycles"] == cal["attention_array_key_cycles"] == round((c1 - c0) / (k1 - k0), 4)
     assert prof["attention_array_job_cycles"] == cal["attention_array_job_cycles"] == round(
         c0 - (c1 - c0) / (k1 - k0) * k0, 1)
-    assert prof["attention_array_key_macs"] == cal["attention_array_key_macs"] == 2 * 128 * 12
+    assert prof["attention_array_key_macs"] == cal["attention_array_key_macs"] == 2 * node.head_dim * rows
     # the figure is the attention block's, as measured
     assert cal["attention_efficiency"] == round(2 * rec["attention_unit"]["head_dim"] * prefill["heads"]
                                                 * prefill["visible_keys"] / prefill["cycles"]
