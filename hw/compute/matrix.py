@@ -229,8 +229,11 @@ class MatrixUnit(wiring.Component):
         # (``scale.ready`` a register, two places kept free for the write of the cycle it is decided
         # in); ``s_have`` (a register): a beat in it that no issue has claimed yet.  The issue that
         # starts a group's last beat claims the next; the group's last token pops it at stage 4.
-        m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS,
-                                                                depth=dot.latency + 4 + SCALE_SLACK)
+        # (a queue of SQ places, as ``fifo.SyncFIFOBuffered``: SQ - 1 in LUT RAM and the head's registers,
+        # built here: the head's registers hold the multiplier's operand, see stage 4)
+        SQ = dot.latency + 4 + SCALE_SLACK
+        m.submodules.scale_q = sq_mem = memory.Memory(shape=P * SCALE_BITS, depth=SQ - 1, init=[])
+        sq_level = Signal(range(SQ + 1))
         # The issue's handshakes from registers.  ``go``: every condition of an issue but the weight beat
         # holds this cycle (running, the pipeline moves, the scale beat it claims is in the scale queue,
         # its activations are in), decided the cycle before (``go_next`` below: exact but for ``avail``
@@ -245,13 +248,12 @@ class MatrixUnit(wiring.Component):
         go, w_rdy = Signal(), Signal()
         take_w, take_scale = Signal(init=1), Signal()
         s_rdy, s_have = Signal(), Signal()
-        s_free = Signal(range(scale_q.depth + 1))      # beats in the queue no issue has claimed
+        s_free = Signal(range(SQ + 1))      # beats in the queue no issue has claimed
         s_in, s_claim = Signal(), Signal()
-        m.d.sync += s_rdy.eq(scale_q.level <= scale_q.depth - 3)
+        m.d.sync += s_rdy.eq(sq_level <= SQ - 3)
         m.d.comb += fire.eq(go & (self.w.tvalid | ~take_w))
         m.d.comb += [
             s_in.eq(self.scale.valid & s_rdy), s_claim.eq(fire & take_scale),
-            scale_q.w_en.eq(s_in), scale_q.w_data.eq(self.scale.payload),
             self.mac.eq(fire),
             self.w.tready.eq(w_rdy),                             # pv: a weight beat serves both digits
             self.w_wait.eq(running & take_w & ~self.w.tvalid),
@@ -315,11 +317,13 @@ class MatrixUnit(wiring.Component):
         m.d.comb += [dot.en.eq(adv), dot.w.eq(self.w.tdata), dot.w_load.eq(fire & take_w), dot.a.eq(rd.data)]
         dots = [dot.dots[p] for p in range(P)]
         s2 = s1
+        s2_v = []
         for i in range(dot.latency):
             ns = Signal(ctl, name=f"s2_{i}")
             with m.If(adv):
                 m.d.sync += ns.eq(s2)
             s2 = ns
+            s2_v.append(ns.v)
 
         # --- stage 3: group partial sums (read-modify-write per token) ----------------------
         s3 = Signal(ctl)
@@ -331,24 +335,60 @@ class MatrixUnit(wiring.Component):
             m.d.sync += [s3.eq(s2), s3.v.eq(s2.v & s2.last_j)]
 
         # --- stage 4: group scale (one uint16 x partial multiply per row and group) ----------
-        # the group's scale beat is the head of ``scale_q`` while its tokens pass; the last one pops it
-        scale3 = scale_q.r_data
-        m.d.comb += scale_q.r_en.eq(adv & s3.v & s3.last_t & ~pv)
+        # The group's scale beat is the head of the scale queue while its tokens pass; the last one pops it.
+        # The head is two registers: ``sq_f`` the multiplier's operand (the beat's words; kv: its A bytes
+        # only, the E bytes' flip-flops held at zero by their synchronous reset; pv: all zero), ``sq_e`` the
+        # beat's high bytes (kv: E).  So the operand needs no choice a bit.  The reset goes by the running
+        # command (``cfg``), so a beat enters the head only for the command that uses it: not in pv (no
+        # scale beats), and not after the command's last group (a later command's beat waits in the LUT
+        # RAM until that command runs: loaded then, its first multiply is 1 + latency + 1 cycles on).
+        kv_a = SCALE_BITS // 2
+        sq_w, sq_r = sq_mem.write_port(), sq_mem.read_port(domain="comb")
+        sq_f = Signal(P * SCALE_BITS)
+        sq_e = Signal(P * kv_a)
+        produce, consume = Signal(range(SQ - 1)), Signal(range(SQ - 1))
+        in_level = Signal(range(SQ))            # beats in the LUT RAM
+        sq_head = Signal()                      # a beat in the head's registers
+        sq_pop, sq_load = Signal(), Signal()
+        m.d.comb += [sq_pop.eq(adv & s3.v & s3.last_t & ~pv),
+                     sq_level.eq(in_level + sq_head),
+                     sq_w.addr.eq(produce), sq_w.data.eq(self.scale.payload), sq_w.en.eq(s_in),
+                     sq_r.addr.eq(consume),
+                     sq_load.eq((in_level != 0) & (~sq_head | sq_pop) & ~pv & ~(sq_pop & s3.last)
+                                & (running | s1.v | Cat(*s2_v).any() | s3.v))]
+
+        def incr(x):
+            return Mux(x == SQ - 2, 0, x + 1)
+        with m.If(s_in):
+            m.d.sync += produce.eq(incr(produce))
+        with m.If(sq_load):
+            m.d.sync += [consume.eq(incr(consume)), sq_head.eq(1), sq_f.eq(sq_r.data),
+                         sq_e.eq(Cat(*[sq_r.data[p * SCALE_BITS + kv_a:(p + 1) * SCALE_BITS] for p in range(P)]))]
+        with m.Elif(sq_pop):
+            m.d.sync += sq_head.eq(0)
+        with m.If(s_in & ~sq_load):
+            m.d.sync += in_level.eq(in_level + 1)
+        with m.If(sq_load & ~s_in):
+            m.d.sync += in_level.eq(in_level - 1)
+        with m.If(cfg.kv):
+            m.d.sync += [sq_f[p * SCALE_BITS + kv_a:(p + 1) * SCALE_BITS].eq(0) for p in range(P)]
+        if PT:
+            with m.If(pv):
+                m.d.sync += sq_f.eq(0)
         s4 = Signal(ctl)
         prod4 = [Signal(signed(self.partial_width + SCALE_BITS + 1), name=f"prod{p}") for p in range(P)]
-        # kv: a scale word is A (uint8, low byte) | E (int8, high byte); the multiply takes A
-        kv_a = SCALE_BITS // 2
+        if PT:          # pv: a hi digit's partial x 2^16, a lo digit's x 1 (no scale): the multiplier's
+            # operand (17 bits unsigned: the DSP's 18-bit signed B), the head's zero words ORed with them
+            pv_lo, pv_hi = Signal(), Signal()
+            m.d.comb += [pv_lo.eq(pv & ~s3.hi), pv_hi.eq(pv & s3.hi)]
         for p in range(P):
-            word = scale3[p * SCALE_BITS:(p + 1) * SCALE_BITS]
-            factor = Mux(cfg.kv, word[:kv_a], word)
-            if PT:          # pv: a hi digit's partial x 2^16, a lo digit's x 1 (no scale): the
-                # multiplier's operand (17 bits unsigned: the DSP's 18-bit signed B), not a mux of products
-                factor = Mux(pv, Mux(s3.hi, 1 << PV_DIGIT_SHIFT, 1), factor)
+            word = sq_f[p * SCALE_BITS:(p + 1) * SCALE_BITS]
+            factor = Cat(word[0] | pv_lo, word[1:], pv_hi) if PT else word
             with m.If(adv):
                 m.d.sync += prod4[p].eq(ps3[p] * factor)
         # kv: the row exponents E go down with the data (one group: the tile's scale beat)
         e4, e5 = Signal(P * kv_a), Signal(P * kv_a)
-        kv_e = Cat(*[scale3[p * SCALE_BITS + kv_a:(p + 1) * SCALE_BITS] for p in range(P)])
+        kv_e = sq_e
         with m.If(adv):
             m.d.sync += [s4.eq(s3), e4.eq(kv_e)]
         with m.If(~cfg.kv):             # (zero outside kv: a synchronous reset, the requantizer subtracts it always)
