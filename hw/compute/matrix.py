@@ -674,14 +674,17 @@ def rq_over(x, mask):
 def rq_window(x, a):
     """The RQ_WIN-bit window of ``rq_decode``: (x 2^RQ_WIN) >> a, arithmetic.  A right shifter by the
     amount's high bits first, two bits (one 4-way choice) a layer, each layer keeping only the bits
-    the later layers can still reach (RQ_WIN + their largest shift): ~200 choices for a 49-bit x,
-    not a full-width layer per amount bit."""
+    the later layers can still reach (RQ_WIN + their largest shift): ~170 choices for a 49-bit x,
+    not a full-width layer per amount bit.  An odd amount width leaves its lowest bit to the last
+    layer (a 2-way choice of RQ_WIN bits, not of the widest layer's)."""
     a = a.as_unsigned()
     v = Cat(Const(0, RQ_WIN), x).as_signed()
-    for lo in reversed(range(0, len(a), 2)):
-        n = min(2, len(a) - lo)
+    top = len(a)
+    while top > 0:
+        lo = max(top - 2, 0)
         keep = min(RQ_WIN + (1 << lo) - 1, len(v))        # bits the later layers (shifts < 2^lo) read
-        v = Array((v >> (k << lo))[:keep] for k in range(1 << n))[a[lo:lo + n]].as_signed()
+        v = Array((v >> (k << lo))[:keep] for k in range(1 << (top - lo)))[a[lo:top]].as_signed()
+        top = lo
     return v[:RQ_WIN].as_signed()
 
 
