@@ -456,12 +456,13 @@ class MatrixUnit(wiring.Component):
         cA, rA = rq_stage("a", cA, {
             "acc": (signed(self.acc_width), sel_acc),
             "sh": (SH, [head.sh - e for e in sel_e])})          # (e = 0 outside kv)
-        # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one 33-bit window of the
-        # accumulator for both directions (``rq_window``), its overflow from the accumulator's
-        # significant bits (``rq_decode``'s mask of the window's offset a, registered: ``rq_over`` in C),
-        # the rounding of a right shift.
+        # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one window of the
+        # accumulator for both directions (``rq_window``: 33 bits and, below them, a right shift's
+        # rounding bit), its overflow from the accumulator's significant bits (``rq_decode``'s mask,
+        # registered: ``rq_over`` in C), whether the shift rounds.
         AW = self.acc_width
-        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW), []), "rnd": (1, []), "mask": (AW - 1, [])}
+        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW + 1), []), "rnd": (1, []),
+               "mask": (AW - 1, [])}
         for s, x in zip(rA["sh"], rA["acc"]):
             a, rnd, mask = rq_decode(x, s)
             dec["a"][1].append(a)
@@ -470,28 +471,30 @@ class MatrixUnit(wiring.Component):
         cB, rB = rq_stage("b", cA, dec)
         # C: the window (exact when not over), the overflow and the sign
         cC, rC = rq_stage("c", cB, {
-            "w": (signed(RQ_WIN), [rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])]),
+            "w": (signed(RQ_WIN + 1), [rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])]),
             "over": (1, [rq_over(x, k) for x, k in zip(rB["acc"], rB["mask"])]),
             "sign": (1, [x[AW - 1] for x in rB["acc"]]), "rnd": (1, rB["rnd"])})
-        # D: the rounding of a right shift, (w + 1) >> 1
-        cD, rD = rq_stage("d", cC, {"r": (signed(RQ_WIN), [Mux(r, (w + 1) >> 1, w) for w, r in zip(rC["w"], rC["rnd"])]),
+        # D: the window t and a right shift's rounding increment c (added in F, as the bias add's carry)
+        cD, rD = rq_stage("d", cC, {"t": (signed(RQ_WIN), [w[1:] for w in rC["w"]]),
+                                    "c": (1, [w[0] & r for w, r in zip(rC["w"], rC["rnd"])]),
                                     "over": (1, rC["over"]), "sign": (1, rC["sign"])})
         # E: saturate, the chunk's bias words (the tile's bias beat, popped after its last word)
         bias_words = [Array(self.bias.payload[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC))[cD.c]
                       if NC > 1 else self.bias.payload[i * 32:(i + 1) * 32] for i in range(R)]
-        cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(r, o, sg) for r, o, sg in
-                                                       zip(rD["r"], rD["over"], rD["sign"])]),
+        cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(t, o, sg) for t, o, sg in
+                                                       zip(rD["t"], rD["over"], rD["sign"])]),
+                                    "c": (1, [rq_carry(t, c, o) for t, c, o in zip(rD["t"], rD["c"], rD["over"])]),
                                     "b": (signed(32), bias_words)})
         with m.If(~cfg.bias | pv):      # no bias: the words zero (the flip-flops' synchronous reset, not a
             m.d.sync += [b.eq(0) for b in rE["b"]]   # seventh input of each bit's 4:1 choice)
         with m.If(pv):                  # pv: the requantizer's words zero (the output word's GEMM term, below)
-            m.d.sync += [y.eq(0) for y in rE["y"]]
+            m.d.sync += [y.eq(0) for y in rE["y"] + rE["c"]]
         # (the tile's bias beat is taken from ``bias`` here, its last chunk's; a chunk that needs it waits for it)
         m.d.comb += [dadv.eq((~o_valid | self.o.tready) & (~(cD.v & cfg.bias) | self.bias.valid)),
                      self.bias.ready.eq(dadv & cD.v & cD.tile_end & cfg.bias)]
         # F: the bias add and its saturation, into the output word (pv: the sums zero)
         gsum = [Signal(signed(33), name=f"rq_f_s{i}") for i in range(R)]
-        m.d.comb += [s.eq(y + b) for s, y, b in zip(gsum, rE["y"], rE["b"])]
+        m.d.comb += [s.eq(rq_add(y, c, b)) for s, y, c, b in zip(gsum, rE["y"], rE["c"], rE["b"])]
         words = [sat32(s) for s in gsum]
 
         # The output word, per chunk c of R words an enable and the next value.  Each bit is one OR of
@@ -649,7 +652,8 @@ RQ_MAX_LEFT = RQ_WIN - 1
 
 def rq_decode(x, s):
     """The requantizer's shift (golden ``sat32(rshr(x, s))`` of a signed accumulator ``x``), first
-    stage: (a, rnd, mask).  Both directions are one window of RQ_WIN bits, x_e = x 2^RQ_WIN >> a: a right
+    stage: (a + 1 if s > 0 else a, rnd, mask): the offset of ``rq_window``'s RQ_WIN + 1 bits, the rest below.
+    Both directions are one window of RQ_WIN bits, x_e = x 2^RQ_WIN >> a: a right
     shift by s > 0 is ((x >> (s - 1)) + 1) >> 1 (rnd), window a = RQ_WIN - 1 + s (s capped at the width of
     x: the window is then all sign bits, rounding to 0); a left shift by L = -s >= 0 is x << L, a =
     RQ_WIN - L (L capped at RQ_MAX_LEFT).  The window holds the exact value iff q <= a - 1, q = the
@@ -660,9 +664,9 @@ def rq_decode(x, s):
     answer: i - 31 < len(x)); s <= 0 iff max(s, -32) <= i - 32, i.e. s <= i - 32.  So mask_i is
     s <= i - 32 for i < RQ_WIN - 1 (no s > 0 qualifies) and s <= i - 31 from there (every s <= 0 does)."""
     n = len(x)
-    a = Mux(s > 0, (RQ_WIN - 1) + Mux(s > n, n, s), RQ_WIN + Mux(s < -RQ_MAX_LEFT, -RQ_MAX_LEFT, s))
+    a1 = RQ_WIN + Mux(s > n, n, Mux(s < -RQ_MAX_LEFT, -RQ_MAX_LEFT, s))
     mask = Cat(*[s <= (i - RQ_WIN + 1 if i < RQ_WIN - 1 else i - RQ_WIN + 2) for i in range(n - 1)])
-    return a, s > 0, mask
+    return a1, s > 0, mask
 
 
 def rq_over(x, mask):
@@ -671,21 +675,23 @@ def rq_over(x, mask):
     return ((x[:n - 1] ^ x[n - 1].replicate(n - 1)) & mask).any()
 
 
-def rq_window(x, a):
-    """The RQ_WIN-bit window of ``rq_decode``: (x 2^RQ_WIN) >> a, arithmetic.  A right shifter by the
+def rq_window(x, a, win: int = RQ_WIN + 1):
+    """``win`` bits of (x 2^win) >> a, arithmetic: with ``rq_decode``'s offset, bits 1 .. RQ_WIN the
+    window t (the exact value when not over: x << L, or x >> s for a right shift), bit 0 the bit
+    below it (a right shift's rounding: ((x >> (s - 1)) + 1) >> 1 = t + bit 0).  A right shifter by the
     amount's high bits first, two bits (one 4-way choice) a layer, each layer keeping only the bits
     the later layers can still reach (RQ_WIN + their largest shift): ~170 choices for a 49-bit x,
     not a full-width layer per amount bit.  An odd amount width leaves its lowest bit to the last
     layer (a 2-way choice of RQ_WIN bits, not of the widest layer's)."""
     a = a.as_unsigned()
-    v = Cat(Const(0, RQ_WIN), x).as_signed()
+    v = Cat(Const(0, win), x).as_signed()
     top = len(a)
     while top > 0:
         lo = max(top - 2, 0)
-        keep = min(RQ_WIN + (1 << lo) - 1, len(v))        # bits the later layers (shifts < 2^lo) read
+        keep = min(win + (1 << lo) - 1, len(v))           # bits the later layers (shifts < 2^lo) read
         v = Array((v >> (k << lo))[:keep] for k in range(1 << (top - lo)))[a[lo:top]].as_signed()
         top = lo
-    return v[:RQ_WIN].as_signed()
+    return v[:win].as_signed()
 
 
 def sat32(x):
@@ -693,10 +699,23 @@ def sat32(x):
     return sat_top(x, 32)
 
 
-def rq_sat32(r, over, sign):
-    """The requantizer's sat32: the (rounded) window ``r``, or the sign's bound when the window
-    overflowed (``over``: the exact value has more than RQ_WIN significant bits)."""
-    return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), sat32(r))
+def rq_sat32(t, over, sign):
+    """The requantizer's sat32 before its rounding increment: the window ``t``, or the sign's bound when
+    the window overflowed (``over``: the exact value has more than RQ_WIN significant bits).  A right
+    shift's t is in int32 when not over (x fits in RQ_WIN - 1 + s bits), so its t + 1 leaves int32 only
+    as 2^31 (``rq_carry``)."""
+    return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), sat32(t))
+
+
+def rq_carry(t, c, over):
+    """The rounding increment ``c`` that ``rq_sat32``'s word takes: none when over (the bound) or when
+    t + 1 = 2^31 (sat32 keeps 2^31 - 1)."""
+    return c & ~over & (t != (1 << 31) - 1)
+
+
+def rq_add(y, c, b):
+    """y + c + b (33 bits, exact) with the one-bit c as the adder's carry in: (2 y + c + 2 b + 1) >> 1."""
+    return ((Cat(c, y).as_signed() + Cat(Const(1, 1), b).as_signed()) >> 1)[:33].as_signed()
 
 
 def rotate_list(items, amount, sign: int = 1, step: int = 1, m=None, name: str = "rot"):
