@@ -295,11 +295,11 @@ class MatrixUnit(wiring.Component):
                 s1.last_t.eq(last_t), s1.hi.eq(pv & ~dg), s1.tile.eq(Mux(pv, tile, 0)),
             ]
 
-        def token_file(name, width, index, first, terms, we, depth=TM):
-            """Per-token running sums of every row, read-modify-write: ``first ? 0 : file[index]``
-            plus the row's term, written back when ``we``.  One word of rows x width bits per
-            token in a memory with a combinational read port (LUT RAM, not rows x tokens
-            registers and their multiplexers)."""
+        def token_file(name, width, index, first, terms, we, depth=TM, init=None):
+            """Per-token running sums of every row, read-modify-write: ``first ? init : file[index]``
+            (``init`` a row's start value, else 0) plus the row's term, written back when ``we``.  One
+            word of rows x width bits per token in a memory with a combinational read port (LUT RAM,
+            not rows x tokens registers and their multiplexers)."""
             mem = memory.Memory(shape=data.ArrayLayout(signed(width), P), depth=max(depth, 2), init=[])
             m.submodules[f"{name}_file"] = mem
             rp, wp = mem.read_port(domain="comb"), mem.write_port()
@@ -307,7 +307,8 @@ class MatrixUnit(wiring.Component):
             totals = []
             for p in range(P):
                 total = Signal(signed(width), name=f"{name}_sum{p}")
-                m.d.comb += [total.eq(Mux(first, 0, rp.data[p]) + terms[p]), wp.data[p].eq(total)]
+                m.d.comb += [total.eq(Mux(first, 0 if init is None else init[p], rp.data[p]) + terms[p]),
+                             wp.data[p].eq(total)]
                 totals.append(total)
             return totals
 
@@ -386,28 +387,33 @@ class MatrixUnit(wiring.Component):
             factor = Cat(word[0] | pv_lo, word[1:], pv_hi) if PT else word
             with m.If(adv):
                 m.d.sync += prod4[p].eq(ps3[p] * factor)
-        # kv: the row exponents E go down with the data (one group: the tile's scale beat)
-        e4, e5 = Signal(P * kv_a), Signal(P * kv_a)
-        kv_e = sq_e
+        # kv: the row exponents E go down with the data (one group: the tile's scale beat), then in the
+        # accumulator's top bits: acc' = acc + E 2^KS (E's start value of the sum, below).  kv's |acc| <
+        # G 2^18 255 < 2^(partial_width + 6) <= 2^(KS - 1) (one group, acc_width >= partial_width + 17), so
+        # acc is acc' sign-extended from bit KS - 1 and E = acc'[KS:] + acc'[KS - 1] (|E 2^KS| <= 2^(AW - 2)).
+        AW = self.acc_width
+        KS = AW - kv_a - 1
+        e4 = Signal(P * kv_a)
         with m.If(adv):
-            m.d.sync += [s4.eq(s3), e4.eq(kv_e)]
-        with m.If(~cfg.kv):             # (zero outside kv: a synchronous reset, the requantizer subtracts it always)
+            m.d.sync += [s4.eq(s3), e4.eq(sq_e)]
+        with m.If(~cfg.kv):             # (zero outside kv: a synchronous reset, the sums start at 0)
             m.d.sync += e4.eq(0)
+        acc_init = [Cat(Const(0, KS), e4[p * kv_a:(p + 1) * kv_a].as_signed()).as_signed() for p in range(P)]
 
         # --- stage 5: accumulate over groups --------------------------------------------------
         s5 = Signal(ctl)
         acc5 = [Signal(signed(self.acc_width), name=f"accout{p}") for p in range(P)]
         acc_index = Cat(s4.t, s4.tile[:ceil_log2(PT)]) if PT > 1 else s4.t
         for p, total in enumerate(token_file("acc", self.acc_width, acc_index, s4.first_g, prod4, adv & s4.v,
-                                             depth=(1 << tb) * max(PT, 1))):
+                                             depth=(1 << tb) * max(PT, 1), init=acc_init)):
             with m.If(adv):
                 m.d.sync += acc5[p].eq(total)
         with m.If(adv):
-            m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), e5.eq(e4)]
+            m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g)]
 
         # --- stage 6: requantize to X32 and add the bias, R = requant_rows rows a cycle -----------
-        # A finished (tile, token) -- P exact accumulators, the shift's common part and the kv row
-        # exponents -- goes into the result queue ``res_q`` (a tile's last group gives T of them back
+        # A finished (tile, token) -- P exact accumulators (kv: with the row exponents in their top bits)
+        # and the shift's common part -- goes into the result queue ``res_q`` (a tile's last group gives T of them back
         # to back); the requantizer takes the head R rows a cycle through 6 register stages (select,
         # shift decode, shift, round, saturate, bias add + saturate) into the output word, P / R
         # cycles a beat.  Shift E_w - e - X_FRAC; kv (golden ``scores``): per row -(e + E_row + S_FRAC).
@@ -416,13 +422,12 @@ class MatrixUnit(wiring.Component):
         SH = signed(EXP_BITS + 2)
         sh5 = Signal(SH)                # the shift without the kv row exponent
         m.d.comb += sh5.eq(Mux(cfg.kv, -exps[s5.t] - S_FRAC, cfg.w_exp - exps[s5.t] - X_FRAC))
-        res = data.StructLayout({"acc": data.ArrayLayout(signed(self.acc_width), P),
-                                 "e": data.ArrayLayout(signed(kv_a), P), "sh": SH, "last": 1, "end": 1})
+        res = data.StructLayout({"acc": data.ArrayLayout(signed(self.acc_width), P), "sh": SH, "last": 1, "end": 1})
         m.submodules.res_q = res_q = fifo.SyncFIFO(width=res.size, depth=max(TM, 2))
         head = data.View(res, res_q.r_data)
         # (adv & s5.v & ~pv, written without ``adv``: its pv terms stay off the queue's level)
         m.d.comb += [res_q.w_en.eq(s5.v & ~pv & res_q.w_rdy),
-                     res_q.w_data.eq(Cat(*acc5, e5, sh5, s5.last, s5.last_t))]
+                     res_q.w_data.eq(Cat(*acc5, sh5, s5.last, s5.last_t))]
 
         dadv = Signal()                 # the requantizer moves (only ``o`` stalls it)
         o_data, o_last = Signal(P * 32), Signal()
@@ -452,15 +457,18 @@ class MatrixUnit(wiring.Component):
         m.d.comb += [cA.v.eq(take), cA.c.eq(chunk), cA.end.eq(last_c), cA.last.eq(head.last & last_c),
                      cA.tile_end.eq(head.end & last_c)]
         sel_acc = [Array(head.acc[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.acc[i] for i in range(R)]
-        sel_e = [Array(head.e[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.e[i] for i in range(R)]
+        # kv: acc = acc' sign-extended from bit KS - 1, the shift sh - E = sh - acc'[KS:] - acc'[KS - 1] (the
+        # bit as the adder's borrow: (2 sh + ~b + 2 ~E + 1) >> 1); else acc' and sh
+        kv_hi = [Mux(cfg.kv, x[KS:], 0).as_signed() for x in sel_acc]
+        kv_b = [cfg.kv & x[KS - 1] for x in sel_acc]
         cA, rA = rq_stage("a", cA, {
-            "acc": (signed(self.acc_width), sel_acc),
-            "sh": (SH, [head.sh - e for e in sel_e])})          # (e = 0 outside kv)
+            "acc": (signed(AW), [Cat(x[:KS], Mux(cfg.kv, x[KS - 1].replicate(AW - KS), x[KS:])) for x in sel_acc]),
+            "sh": (SH, [(Cat(~b, head.sh).as_signed() + Cat(Const(1, 1), ~e).as_signed()) >> 1
+                        for e, b in zip(kv_hi, kv_b)])})
         # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one window of the
         # accumulator for both directions (``rq_window``: 33 bits and, below them, a right shift's
         # rounding bit), its overflow from the accumulator's significant bits (``rq_decode``'s mask,
         # registered: ``rq_over`` in C), whether the shift rounds.
-        AW = self.acc_width
         dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW + 1), []), "rnd": (1, []),
                "mask": (AW - 1, [])}
         for s, x in zip(rA["sh"], rA["acc"]):
