@@ -229,8 +229,11 @@ class MatrixUnit(wiring.Component):
         # (``scale.ready`` a register, two places kept free for the write of the cycle it is decided
         # in); ``s_have`` (a register): a beat in it that no issue has claimed yet.  The issue that
         # starts a group's last beat claims the next; the group's last token pops it at stage 4.
-        m.submodules.scale_q = scale_q = fifo.SyncFIFOBuffered(width=P * SCALE_BITS,
-                                                                depth=dot.latency + 4 + SCALE_SLACK)
+        # (a queue of SQ places, as ``fifo.SyncFIFOBuffered``: SQ - 1 in LUT RAM and the head's registers,
+        # built here: the head's registers hold the multiplier's operand, see stage 4)
+        SQ = dot.latency + 4 + SCALE_SLACK
+        m.submodules.scale_q = sq_mem = memory.Memory(shape=P * SCALE_BITS, depth=SQ - 1, init=[])
+        sq_level = Signal(range(SQ + 1))
         # The issue's handshakes from registers.  ``go``: every condition of an issue but the weight beat
         # holds this cycle (running, the pipeline moves, the scale beat it claims is in the scale queue,
         # its activations are in), decided the cycle before (``go_next`` below: exact but for ``avail``
@@ -245,13 +248,12 @@ class MatrixUnit(wiring.Component):
         go, w_rdy = Signal(), Signal()
         take_w, take_scale = Signal(init=1), Signal()
         s_rdy, s_have = Signal(), Signal()
-        s_free = Signal(range(scale_q.depth + 1))      # beats in the queue no issue has claimed
+        s_free = Signal(range(SQ + 1))      # beats in the queue no issue has claimed
         s_in, s_claim = Signal(), Signal()
-        m.d.sync += s_rdy.eq(scale_q.level <= scale_q.depth - 3)
+        m.d.sync += s_rdy.eq(sq_level <= SQ - 3)
         m.d.comb += fire.eq(go & (self.w.tvalid | ~take_w))
         m.d.comb += [
             s_in.eq(self.scale.valid & s_rdy), s_claim.eq(fire & take_scale),
-            scale_q.w_en.eq(s_in), scale_q.w_data.eq(self.scale.payload),
             self.mac.eq(fire),
             self.w.tready.eq(w_rdy),                             # pv: a weight beat serves both digits
             self.w_wait.eq(running & take_w & ~self.w.tvalid),
@@ -293,11 +295,11 @@ class MatrixUnit(wiring.Component):
                 s1.last_t.eq(last_t), s1.hi.eq(pv & ~dg), s1.tile.eq(Mux(pv, tile, 0)),
             ]
 
-        def token_file(name, width, index, first, terms, we, depth=TM):
-            """Per-token running sums of every row, read-modify-write: ``first ? 0 : file[index]``
-            plus the row's term, written back when ``we``.  One word of rows x width bits per
-            token in a memory with a combinational read port (LUT RAM, not rows x tokens
-            registers and their multiplexers)."""
+        def token_file(name, width, index, first, terms, we, depth=TM, init=None):
+            """Per-token running sums of every row, read-modify-write: ``first ? init : file[index]``
+            (``init`` a row's start value, else 0) plus the row's term, written back when ``we``.  One
+            word of rows x width bits per token in a memory with a combinational read port (LUT RAM,
+            not rows x tokens registers and their multiplexers)."""
             mem = memory.Memory(shape=data.ArrayLayout(signed(width), P), depth=max(depth, 2), init=[])
             m.submodules[f"{name}_file"] = mem
             rp, wp = mem.read_port(domain="comb"), mem.write_port()
@@ -305,7 +307,8 @@ class MatrixUnit(wiring.Component):
             totals = []
             for p in range(P):
                 total = Signal(signed(width), name=f"{name}_sum{p}")
-                m.d.comb += [total.eq(Mux(first, 0, rp.data[p]) + terms[p]), wp.data[p].eq(total)]
+                m.d.comb += [total.eq(Mux(first, 0 if init is None else init[p], rp.data[p]) + terms[p]),
+                             wp.data[p].eq(total)]
                 totals.append(total)
             return totals
 
@@ -315,11 +318,13 @@ class MatrixUnit(wiring.Component):
         m.d.comb += [dot.en.eq(adv), dot.w.eq(self.w.tdata), dot.w_load.eq(fire & take_w), dot.a.eq(rd.data)]
         dots = [dot.dots[p] for p in range(P)]
         s2 = s1
+        s2_v = []
         for i in range(dot.latency):
             ns = Signal(ctl, name=f"s2_{i}")
             with m.If(adv):
                 m.d.sync += ns.eq(s2)
             s2 = ns
+            s2_v.append(ns.v)
 
         # --- stage 3: group partial sums (read-modify-write per token) ----------------------
         s3 = Signal(ctl)
@@ -331,43 +336,84 @@ class MatrixUnit(wiring.Component):
             m.d.sync += [s3.eq(s2), s3.v.eq(s2.v & s2.last_j)]
 
         # --- stage 4: group scale (one uint16 x partial multiply per row and group) ----------
-        # the group's scale beat is the head of ``scale_q`` while its tokens pass; the last one pops it
-        scale3 = scale_q.r_data
-        m.d.comb += scale_q.r_en.eq(adv & s3.v & s3.last_t & ~pv)
+        # The group's scale beat is the head of the scale queue while its tokens pass; the last one pops it.
+        # The head is two registers: ``sq_f`` the multiplier's operand (the beat's words; kv: its A bytes
+        # only, the E bytes' flip-flops held at zero by their synchronous reset; pv: all zero), ``sq_e`` the
+        # beat's high bytes (kv: E).  So the operand needs no choice a bit.  The reset goes by the running
+        # command (``cfg``), so a beat enters the head only for the command that uses it: not in pv (no
+        # scale beats), and not after the command's last group (a later command's beat waits in the LUT
+        # RAM until that command runs: loaded then, its first multiply is 1 + latency + 1 cycles on).
+        kv_a = SCALE_BITS // 2
+        sq_w, sq_r = sq_mem.write_port(), sq_mem.read_port(domain="comb")
+        sq_f = Signal(P * SCALE_BITS)
+        sq_e = Signal(P * kv_a)
+        produce, consume = Signal(range(SQ - 1)), Signal(range(SQ - 1))
+        in_level = Signal(range(SQ))            # beats in the LUT RAM
+        sq_head = Signal()                      # a beat in the head's registers
+        sq_pop, sq_load = Signal(), Signal()
+        m.d.comb += [sq_pop.eq(adv & s3.v & s3.last_t & ~pv),
+                     sq_level.eq(in_level + sq_head),
+                     sq_w.addr.eq(produce), sq_w.data.eq(self.scale.payload), sq_w.en.eq(s_in),
+                     sq_r.addr.eq(consume),
+                     sq_load.eq((in_level != 0) & (~sq_head | sq_pop) & ~pv & ~(sq_pop & s3.last)
+                                & (running | s1.v | Cat(*s2_v).any() | s3.v))]
+
+        def incr(x):
+            return Mux(x == SQ - 2, 0, x + 1)
+        with m.If(s_in):
+            m.d.sync += produce.eq(incr(produce))
+        with m.If(sq_load):
+            m.d.sync += [consume.eq(incr(consume)), sq_head.eq(1), sq_f.eq(sq_r.data),
+                         sq_e.eq(Cat(*[sq_r.data[p * SCALE_BITS + kv_a:(p + 1) * SCALE_BITS] for p in range(P)]))]
+        with m.Elif(sq_pop):
+            m.d.sync += sq_head.eq(0)
+        with m.If(s_in & ~sq_load):
+            m.d.sync += in_level.eq(in_level + 1)
+        with m.If(sq_load & ~s_in):
+            m.d.sync += in_level.eq(in_level - 1)
+        with m.If(cfg.kv):
+            m.d.sync += [sq_f[p * SCALE_BITS + kv_a:(p + 1) * SCALE_BITS].eq(0) for p in range(P)]
+        if PT:
+            with m.If(pv):
+                m.d.sync += sq_f.eq(0)
         s4 = Signal(ctl)
         prod4 = [Signal(signed(self.partial_width + SCALE_BITS + 1), name=f"prod{p}") for p in range(P)]
-        # kv: a scale word is A (uint8, low byte) | E (int8, high byte); the multiply takes A
-        kv_a = SCALE_BITS // 2
+        if PT:          # pv: a hi digit's partial x 2^16, a lo digit's x 1 (no scale): the multiplier's
+            # operand (17 bits unsigned: the DSP's 18-bit signed B), the head's zero words ORed with them
+            pv_lo, pv_hi = Signal(), Signal()
+            m.d.comb += [pv_lo.eq(pv & ~s3.hi), pv_hi.eq(pv & s3.hi)]
         for p in range(P):
-            word = scale3[p * SCALE_BITS:(p + 1) * SCALE_BITS]
-            factor = Mux(cfg.kv, word[:kv_a], word)
-            if PT:          # pv: a hi digit's partial x 2^16, a lo digit's x 1 (no scale): the
-                # multiplier's operand (17 bits unsigned: the DSP's 18-bit signed B), not a mux of products
-                factor = Mux(pv, Mux(s3.hi, 1 << PV_DIGIT_SHIFT, 1), factor)
+            word = sq_f[p * SCALE_BITS:(p + 1) * SCALE_BITS]
+            factor = Cat(word[0] | pv_lo, word[1:], pv_hi) if PT else word
             with m.If(adv):
                 m.d.sync += prod4[p].eq(ps3[p] * factor)
-        # kv: the row exponents E go down with the data (one group: the tile's scale beat)
-        e4, e5 = Signal(P * kv_a), Signal(P * kv_a)
-        kv_e = Cat(*[scale3[p * SCALE_BITS + kv_a:(p + 1) * SCALE_BITS] for p in range(P)])
+        # kv: the row exponents E go down with the data (one group: the tile's scale beat), then in the
+        # accumulator's top bits: acc' = acc + E 2^KS (E's start value of the sum, below).  kv's |acc| <
+        # G 2^18 255 < 2^(partial_width + 6) <= 2^(KS - 1) (one group, acc_width >= partial_width + 17), so
+        # acc is acc' sign-extended from bit KS - 1 and E = acc'[KS:] + acc'[KS - 1] (|E 2^KS| <= 2^(AW - 2)).
+        AW = self.acc_width
+        KS = AW - kv_a - 1
+        e4 = Signal(P * kv_a)
         with m.If(adv):
-            m.d.sync += [s4.eq(s3), e4.eq(kv_e)]
-        with m.If(~cfg.kv):             # (zero outside kv: a synchronous reset, the requantizer subtracts it always)
+            m.d.sync += [s4.eq(s3), e4.eq(sq_e)]
+        with m.If(~cfg.kv):             # (zero outside kv: a synchronous reset, the sums start at 0)
             m.d.sync += e4.eq(0)
+        acc_init = [Cat(Const(0, KS), e4[p * kv_a:(p + 1) * kv_a].as_signed()).as_signed() for p in range(P)]
 
         # --- stage 5: accumulate over groups --------------------------------------------------
         s5 = Signal(ctl)
         acc5 = [Signal(signed(self.acc_width), name=f"accout{p}") for p in range(P)]
         acc_index = Cat(s4.t, s4.tile[:ceil_log2(PT)]) if PT > 1 else s4.t
         for p, total in enumerate(token_file("acc", self.acc_width, acc_index, s4.first_g, prod4, adv & s4.v,
-                                             depth=(1 << tb) * max(PT, 1))):
+                                             depth=(1 << tb) * max(PT, 1), init=acc_init)):
             with m.If(adv):
                 m.d.sync += acc5[p].eq(total)
         with m.If(adv):
-            m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), e5.eq(e4)]
+            m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g)]
 
         # --- stage 6: requantize to X32 and add the bias, R = requant_rows rows a cycle -----------
-        # A finished (tile, token) -- P exact accumulators, the shift's common part and the kv row
-        # exponents -- goes into the result queue ``res_q`` (a tile's last group gives T of them back
+        # A finished (tile, token) -- P exact accumulators (kv: with the row exponents in their top bits)
+        # and the shift's common part -- goes into the result queue ``res_q`` (a tile's last group gives T of them back
         # to back); the requantizer takes the head R rows a cycle through 6 register stages (select,
         # shift decode, shift, round, saturate, bias add + saturate) into the output word, P / R
         # cycles a beat.  Shift E_w - e - X_FRAC; kv (golden ``scores``): per row -(e + E_row + S_FRAC).
@@ -376,13 +422,12 @@ class MatrixUnit(wiring.Component):
         SH = signed(EXP_BITS + 2)
         sh5 = Signal(SH)                # the shift without the kv row exponent
         m.d.comb += sh5.eq(Mux(cfg.kv, -exps[s5.t] - S_FRAC, cfg.w_exp - exps[s5.t] - X_FRAC))
-        res = data.StructLayout({"acc": data.ArrayLayout(signed(self.acc_width), P),
-                                 "e": data.ArrayLayout(signed(kv_a), P), "sh": SH, "last": 1, "end": 1})
+        res = data.StructLayout({"acc": data.ArrayLayout(signed(self.acc_width), P), "sh": SH, "last": 1, "end": 1})
         m.submodules.res_q = res_q = fifo.SyncFIFO(width=res.size, depth=max(TM, 2))
         head = data.View(res, res_q.r_data)
         # (adv & s5.v & ~pv, written without ``adv``: its pv terms stay off the queue's level)
         m.d.comb += [res_q.w_en.eq(s5.v & ~pv & res_q.w_rdy),
-                     res_q.w_data.eq(Cat(*acc5, e5, sh5, s5.last, s5.last_t))]
+                     res_q.w_data.eq(Cat(*acc5, sh5, s5.last, s5.last_t))]
 
         dadv = Signal()                 # the requantizer moves (only ``o`` stalls it)
         o_data, o_last = Signal(P * 32), Signal()
@@ -412,16 +457,20 @@ class MatrixUnit(wiring.Component):
         m.d.comb += [cA.v.eq(take), cA.c.eq(chunk), cA.end.eq(last_c), cA.last.eq(head.last & last_c),
                      cA.tile_end.eq(head.end & last_c)]
         sel_acc = [Array(head.acc[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.acc[i] for i in range(R)]
-        sel_e = [Array(head.e[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.e[i] for i in range(R)]
+        # kv: acc = acc' sign-extended from bit KS - 1, the shift sh - E = sh - acc'[KS:] - acc'[KS - 1] (the
+        # bit as the adder's borrow: (2 sh + ~b + 2 ~E + 1) >> 1); else acc' and sh
+        kv_hi = [Mux(cfg.kv, x[KS:], 0).as_signed() for x in sel_acc]
+        kv_b = [cfg.kv & x[KS - 1] for x in sel_acc]
         cA, rA = rq_stage("a", cA, {
-            "acc": (signed(self.acc_width), sel_acc),
-            "sh": (SH, [head.sh - e for e in sel_e])})          # (e = 0 outside kv)
-        # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one 33-bit window of the
-        # accumulator for both directions (``rq_window``), its overflow from the accumulator's
-        # significant bits (``rq_decode``'s mask of the window's offset a, registered: ``rq_over`` in C),
-        # the rounding of a right shift.
-        AW = self.acc_width
-        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW), []), "rnd": (1, []), "mask": (AW - 1, [])}
+            "acc": (signed(AW), [Cat(x[:KS], Mux(cfg.kv, x[KS - 1].replicate(AW - KS), x[KS:])) for x in sel_acc]),
+            "sh": (SH, [(Cat(~b, head.sh).as_signed() + Cat(Const(1, 1), ~e).as_signed()) >> 1
+                        for e, b in zip(kv_hi, kv_b)])})
+        # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one window of the
+        # accumulator for both directions (``rq_window``: 33 bits and, below them, a right shift's
+        # rounding bit), its overflow from the accumulator's significant bits (``rq_decode``'s mask,
+        # registered: ``rq_over`` in C), whether the shift rounds.
+        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW + 1), []), "rnd": (1, []),
+               "mask": (AW - 1, [])}
         for s, x in zip(rA["sh"], rA["acc"]):
             a, rnd, mask = rq_decode(x, s)
             dec["a"][1].append(a)
@@ -430,28 +479,30 @@ class MatrixUnit(wiring.Component):
         cB, rB = rq_stage("b", cA, dec)
         # C: the window (exact when not over), the overflow and the sign
         cC, rC = rq_stage("c", cB, {
-            "w": (signed(RQ_WIN), [rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])]),
+            "w": (signed(RQ_WIN + 1), [rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])]),
             "over": (1, [rq_over(x, k) for x, k in zip(rB["acc"], rB["mask"])]),
             "sign": (1, [x[AW - 1] for x in rB["acc"]]), "rnd": (1, rB["rnd"])})
-        # D: the rounding of a right shift, (w + 1) >> 1
-        cD, rD = rq_stage("d", cC, {"r": (signed(RQ_WIN), [Mux(r, (w + 1) >> 1, w) for w, r in zip(rC["w"], rC["rnd"])]),
+        # D: the window t and a right shift's rounding increment c (added in F, as the bias add's carry)
+        cD, rD = rq_stage("d", cC, {"t": (signed(RQ_WIN), [w[1:] for w in rC["w"]]),
+                                    "c": (1, [w[0] & r for w, r in zip(rC["w"], rC["rnd"])]),
                                     "over": (1, rC["over"]), "sign": (1, rC["sign"])})
         # E: saturate, the chunk's bias words (the tile's bias beat, popped after its last word)
         bias_words = [Array(self.bias.payload[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC))[cD.c]
                       if NC > 1 else self.bias.payload[i * 32:(i + 1) * 32] for i in range(R)]
-        cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(r, o, sg) for r, o, sg in
-                                                       zip(rD["r"], rD["over"], rD["sign"])]),
+        cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(t, o, sg) for t, o, sg in
+                                                       zip(rD["t"], rD["over"], rD["sign"])]),
+                                    "c": (1, [rq_carry(t, c, o) for t, c, o in zip(rD["t"], rD["c"], rD["over"])]),
                                     "b": (signed(32), bias_words)})
         with m.If(~cfg.bias | pv):      # no bias: the words zero (the flip-flops' synchronous reset, not a
             m.d.sync += [b.eq(0) for b in rE["b"]]   # seventh input of each bit's 4:1 choice)
         with m.If(pv):                  # pv: the requantizer's words zero (the output word's GEMM term, below)
-            m.d.sync += [y.eq(0) for y in rE["y"]]
+            m.d.sync += [y.eq(0) for y in rE["y"] + rE["c"]]
         # (the tile's bias beat is taken from ``bias`` here, its last chunk's; a chunk that needs it waits for it)
         m.d.comb += [dadv.eq((~o_valid | self.o.tready) & (~(cD.v & cfg.bias) | self.bias.valid)),
                      self.bias.ready.eq(dadv & cD.v & cD.tile_end & cfg.bias)]
         # F: the bias add and its saturation, into the output word (pv: the sums zero)
         gsum = [Signal(signed(33), name=f"rq_f_s{i}") for i in range(R)]
-        m.d.comb += [s.eq(y + b) for s, y, b in zip(gsum, rE["y"], rE["b"])]
+        m.d.comb += [s.eq(rq_add(y, c, b)) for s, y, c, b in zip(gsum, rE["y"], rE["c"], rE["b"])]
         words = [sat32(s) for s in gsum]
 
         # The output word, per chunk c of R words an enable and the next value.  Each bit is one OR of
@@ -609,7 +660,8 @@ RQ_MAX_LEFT = RQ_WIN - 1
 
 def rq_decode(x, s):
     """The requantizer's shift (golden ``sat32(rshr(x, s))`` of a signed accumulator ``x``), first
-    stage: (a, rnd, mask).  Both directions are one window of RQ_WIN bits, x_e = x 2^RQ_WIN >> a: a right
+    stage: (a + 1 if s > 0 else a, rnd, mask): the offset of ``rq_window``'s RQ_WIN + 1 bits, the rest below.
+    Both directions are one window of RQ_WIN bits, x_e = x 2^RQ_WIN >> a: a right
     shift by s > 0 is ((x >> (s - 1)) + 1) >> 1 (rnd), window a = RQ_WIN - 1 + s (s capped at the width of
     x: the window is then all sign bits, rounding to 0); a left shift by L = -s >= 0 is x << L, a =
     RQ_WIN - L (L capped at RQ_MAX_LEFT).  The window holds the exact value iff q <= a - 1, q = the
@@ -620,9 +672,9 @@ def rq_decode(x, s):
     answer: i - 31 < len(x)); s <= 0 iff max(s, -32) <= i - 32, i.e. s <= i - 32.  So mask_i is
     s <= i - 32 for i < RQ_WIN - 1 (no s > 0 qualifies) and s <= i - 31 from there (every s <= 0 does)."""
     n = len(x)
-    a = Mux(s > 0, (RQ_WIN - 1) + Mux(s > n, n, s), RQ_WIN + Mux(s < -RQ_MAX_LEFT, -RQ_MAX_LEFT, s))
+    a1 = RQ_WIN + Mux(s > n, n, Mux(s < -RQ_MAX_LEFT, -RQ_MAX_LEFT, s))
     mask = Cat(*[s <= (i - RQ_WIN + 1 if i < RQ_WIN - 1 else i - RQ_WIN + 2) for i in range(n - 1)])
-    return a, s > 0, mask
+    return a1, s > 0, mask
 
 
 def rq_over(x, mask):
@@ -631,18 +683,23 @@ def rq_over(x, mask):
     return ((x[:n - 1] ^ x[n - 1].replicate(n - 1)) & mask).any()
 
 
-def rq_window(x, a):
-    """The RQ_WIN-bit window of ``rq_decode``: (x 2^RQ_WIN) >> a, arithmetic.  A right shifter by the
+def rq_window(x, a, win: int = RQ_WIN + 1):
+    """``win`` bits of (x 2^win) >> a, arithmetic: with ``rq_decode``'s offset, bits 1 .. RQ_WIN the
+    window t (the exact value when not over: x << L, or x >> s for a right shift), bit 0 the bit
+    below it (a right shift's rounding: ((x >> (s - 1)) + 1) >> 1 = t + bit 0).  A right shifter by the
     amount's high bits first, two bits (one 4-way choice) a layer, each layer keeping only the bits
-    the later layers can still reach (RQ_WIN + their largest shift): ~200 choices for a 49-bit x,
-    not a full-width layer per amount bit."""
+    the later layers can still reach (RQ_WIN + their largest shift): ~170 choices for a 49-bit x,
+    not a full-width layer per amount bit.  An odd amount width leaves its lowest bit to the last
+    layer (a 2-way choice of RQ_WIN bits, not of the widest layer's)."""
     a = a.as_unsigned()
-    v = Cat(Const(0, RQ_WIN), x).as_signed()
-    for lo in reversed(range(0, len(a), 2)):
-        n = min(2, len(a) - lo)
-        keep = min(RQ_WIN + (1 << lo) - 1, len(v))        # bits the later layers (shifts < 2^lo) read
-        v = Array((v >> (k << lo))[:keep] for k in range(1 << n))[a[lo:lo + n]].as_signed()
-    return v[:RQ_WIN].as_signed()
+    v = Cat(Const(0, win), x).as_signed()
+    top = len(a)
+    while top > 0:
+        lo = max(top - 2, 0)
+        keep = min(win + (1 << lo) - 1, len(v))           # bits the later layers (shifts < 2^lo) read
+        v = Array((v >> (k << lo))[:keep] for k in range(1 << (top - lo)))[a[lo:top]].as_signed()
+        top = lo
+    return v[:win].as_signed()
 
 
 def sat32(x):
@@ -650,10 +707,23 @@ def sat32(x):
     return sat_top(x, 32)
 
 
-def rq_sat32(r, over, sign):
-    """The requantizer's sat32: the (rounded) window ``r``, or the sign's bound when the window
-    overflowed (``over``: the exact value has more than RQ_WIN significant bits)."""
-    return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), sat32(r))
+def rq_sat32(t, over, sign):
+    """The requantizer's sat32 before its rounding increment: the window ``t``, or the sign's bound when
+    the window overflowed (``over``: the exact value has more than RQ_WIN significant bits).  A right
+    shift's t is in int32 when not over (x fits in RQ_WIN - 1 + s bits), so its t + 1 leaves int32 only
+    as 2^31 (``rq_carry``)."""
+    return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), sat32(t))
+
+
+def rq_carry(t, c, over):
+    """The rounding increment ``c`` that ``rq_sat32``'s word takes: none when over (the bound) or when
+    t + 1 = 2^31 (sat32 keeps 2^31 - 1)."""
+    return c & ~over & (t != (1 << 31) - 1)
+
+
+def rq_add(y, c, b):
+    """y + c + b (33 bits, exact) with the one-bit c as the adder's carry in: (2 y + c + 2 b + 1) >> 1."""
+    return ((Cat(c, y).as_signed() + Cat(Const(1, 1), b).as_signed()) >> 1)[:33].as_signed()
 
 
 def rotate_list(items, amount, sign: int = 1, step: int = 1, m=None, name: str = "rot"):

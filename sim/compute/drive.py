@@ -8,8 +8,10 @@ from mcf.sim.amaranth_util import Feed, drive, send_command, simulate, write_por
 from mcf.sim.compute.jobs import k_run, unpack, vector_beats, vector_elements
 
 
-def run_matrix(dut, jobs) -> list[list[int]]:
-    """Each ``LinearJob`` -> its output beats (ints), always-valid streams, always-ready output."""
+def run_matrix(dut, jobs, scale_ahead: int = 0) -> list[list[int]]:
+    """Each ``LinearJob`` -> its output beats (ints), always-valid streams, always-ready output.
+    ``scale_ahead``: up to that many of a job's scale beats go in before its command (as the glue's
+    scale mover may send them)."""
     results = []
 
     async def bench(ctx):
@@ -18,9 +20,13 @@ def run_matrix(dut, jobs) -> list[list[int]]:
             got = []
             await write_port(ctx, dut.act, job.act)
             await write_port(ctx, dut.exp, job.exp)
+            scale = Feed.of(dut.scale, job.scale)
+            ahead = min(scale_ahead, len(job.scale))
+            if ahead:
+                await drive(ctx, [scale], lambda ctx: scale.index >= ahead, 10 * ahead)
             await send_command(ctx, dut.cmd, job.cmd)
             want = len(job.expected)
-            feeds = [Feed.of(dut.w, job.w), Feed.of(dut.scale, job.scale)]
+            feeds = [Feed.of(dut.w, job.w), scale]
             if job.bias:
                 feeds.append(Feed.of(dut.bias, job.bias))
             if job.prev:

@@ -276,7 +276,8 @@ def score_job(rng, rows, lanes, max_tokens, r, d, keys, extreme=False):
 @pytest.mark.parametrize("r,extreme", [(3, False), (4, True)])
 def test_scores_amaranth_sim(r, extreme):
     """kv mode against ``fixed.scores``: several tiles, A = 0 keys, saturating scores, extreme E;
-    then an ordinary GEMM on the same unit (the mode is per command)."""
+    then an ordinary GEMM on the same unit (the mode is per command), its first scale beats sent
+    before its command."""
     rng = np.random.default_rng(r)
     dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=32, max_tiles=8)
     job, s = score_job(rng, 2, 4, 4, r, 16, 12, extreme)
@@ -284,7 +285,8 @@ def test_scores_amaranth_sim(r, extreme):
         assert (np.abs(s) == 2 ** 31 - 1).any() or (s == -2 ** 31).any(), "no saturating score"
         assert (s == 0).any()
     lin = linear_job(rng, 2, 4, 4, t=2, n=32, out=4, group=8)
-    assert run_matrix(dut, [job, lin]) == [job.expected, lin.expected]
+    # (each job's first scale beats in the queue before its command: the kv job's mode must not reach them)
+    assert run_matrix(dut, [job, lin], scale_ahead=2) == [job.expected, lin.expected]
 
 
 def _stream_through(dut, beats_in, n_out: int, rng, fixed=None, feed=None) -> list:
@@ -406,9 +408,10 @@ def test_pv_amaranth_sim(r, keys, acc, wide, extreme, v_max):
         assert (np.abs(y) < fx.INT32_MAX).sum() >= y.size // 4, "too few outputs inside int32"
     lin = linear_job(rng, P, K, TM, t=2, n=32, out=4, group=8)
     # a GEMM whose bias adds saturate both ways before the pv job (its sat32 in the output register's
-    # reset; the requantizer's words out of the pv job's), an ordinary one after it
+    # reset; the requantizer's words out of the pv job's), an ordinary one (its rounding carries left in
+    # the requantizer: out of the pv job's too) before and after it
     ext = extreme_linear_job(0, -10)
-    assert run_matrix(dut, [ext, job, lin]) == [ext.expected, job.expected, lin.expected]
+    assert run_matrix(dut, [ext, lin, job, lin]) == [ext.expected, lin.expected, job.expected, lin.expected]
 
 
 def _pv_beats(rows, lanes, d, groups, rng):
@@ -605,23 +608,26 @@ def test_pv_stalls_amaranth_sim(wide):
 
 
 def test_requant_shift_boundaries():
-    """The requantizer's shift (``rq_decode`` -> ``rq_window`` -> rounding -> ``rq_sat32``: one 33-bit
-    window for both directions, the overflow from the accumulator's significant bits) equals golden
-    sat32(rshr(x, s)) for x at every power of two of a 49-bit accumulator, one either side, 0 and
-    -1, at every shift s from -40 (left shifts past the cap) to 55 (right shifts past the width)."""
-    from amaranth import Module, Mux, Signal, signed
+    """The requantizer's shift (``rq_decode`` -> ``rq_window`` -> ``rq_sat32`` / ``rq_carry``, then the bias
+    add's y + c + b: one window for both directions, the overflow from the accumulator's significant
+    bits, a right shift's rounding as the bias add's carry c): y + c equals golden sat32(rshr(x, s)) for x
+    at every power of two of a 49-bit accumulator, one either side, 0 and -1, at every shift s from -40
+    (left shifts past the cap) to 55 (right shifts past the width)."""
+    from amaranth import Module, Signal, signed
     from amaranth.sim import Simulator
-    from mcf.hw.compute.matrix import RQ_WIN, rq_decode, rq_over, rq_sat32, rq_window
+    from mcf.hw.compute.matrix import RQ_WIN, rq_carry, rq_decode, rq_over, rq_sat32, rq_window
     from mcf.sw.golden import fixed as fx
     width = 49
     xs = sorted({v for k in range(width - 1) for b in (1 << k, -(1 << k))
                  for v in (b - 1, b, b + 1) if -(1 << (width - 1)) <= v < 1 << (width - 1)} | {0, -1})
     m = Module()
     x, s = Signal(signed(width)), Signal(signed(10))
-    y = Signal(signed(32))
+    y, c = Signal(signed(32)), Signal()
     a, rnd, mask = rq_decode(x, s)
-    w = Signal(signed(RQ_WIN))
-    m.d.comb += [w.eq(rq_window(x, a)), y.eq(rq_sat32(Mux(rnd, (w + 1) >> 1, w), rq_over(x, mask), x[width - 1]))]
+    w, t = Signal(signed(RQ_WIN + 1)), Signal(signed(RQ_WIN))
+    over = rq_over(x, mask)
+    m.d.comb += [w.eq(rq_window(x, a)), t.eq(w[1:]), y.eq(rq_sat32(t, over, x[width - 1])),
+                 c.eq(rq_carry(t, w[0] & rnd, over))]
     shifts = range(-40, 56)
     want = fx.sat(fx.rshr(np.array(xs, dtype=np.int64)[:, None], np.array(shifts)[None, :]), 32)
     bad = []
@@ -631,8 +637,9 @@ def test_requant_shift_boundaries():
             ctx.set(x, v)
             for j, sh in enumerate(shifts):
                 ctx.set(s, sh)
-                if ctx.get(y) != want[i, j]:
-                    bad.append((v, sh, ctx.get(y), int(want[i, j])))
+                got = ctx.get(y) + ctx.get(c)           # the bias add's y + c + b: exact
+                if got != want[i, j]:
+                    bad.append((v, sh, got, int(want[i, j])))
 
     sim = Simulator(m)
     sim.add_testbench(bench)
