@@ -543,18 +543,16 @@ class AttentionUnit(wiring.Component):
         NQ = max(2, -(-(C + lat + 3) // C))            # result entries: the DotArray's latency covered
         rq_n = Signal(range(NQ + 1))                    # pairs issued, not yet popped by the post
         s_run, s_c, s_base, s_has2 = Signal(), Signal(range(C)), Signal(2), Signal()
-        # s_end = s_run & (s_c == C - 1) and s_c1 = s_c + 1 (the next chunk) as registers kept beside s_c (the
-        # compare and the increment in front of ``issue`` and the pair's chunk choice were 8.0 levels at
-        # prod_rows = 1: s_c -> avail, kpair, sl_lt1)
+        # s_end = s_run & (s_c == C - 1) as a register kept beside s_c (as ``pv_end``: the compare in front of
+        # ``issue`` was 8.0 levels at prod_rows = 1: s_c -> avail, sl_lt1)
         s_end = Signal()
-        s_c1 = Signal(range(C + 1), init=1)
         issue = Signal()
         m.d.comb += issue.eq(~smode & ((avail >= 2) | (draining & (avail == 1))) & (rq_n < NQ) & (~s_run | s_end)
                              & ((state == PASS) | draining))
         with m.If(s_run):
-            m.d.sync += [s_c.eq(s_c + 1), s_c1.eq(s_c1 + 1)]
+            m.d.sync += s_c.eq(s_c + 1)
             with m.If(s_end):
-                m.d.sync += [s_run.eq(0), s_c.eq(0), s_c1.eq(1)]
+                m.d.sync += [s_run.eq(0), s_c.eq(0)]
         if C > 1:
             m.d.sync += s_end.eq(Mux(issue, 0, s_run & ~s_end & (s_c == C - 2)))
         else:
@@ -563,7 +561,7 @@ class AttentionUnit(wiring.Component):
         with m.If(start & ~cp.emit):
             m.d.sync += avail.eq(0)
         with m.If(issue):
-            m.d.sync += [s_run.eq(1), s_c.eq(0), s_c1.eq(1), s_base.eq(sidx[:2]), s_has2.eq(avail >= 2),
+            m.d.sync += [s_run.eq(1), s_c.eq(0), s_base.eq(sidx[:2]), s_has2.eq(avail >= 2),
                          sidx.eq(sidx + Mux(avail >= 2, 2, 1))]
         # the pair's chunk s_c: each slot's chunk, then the pair (a pass's pairs start at even slots:
         # sidx goes up by two but for the pass's last odd key)
@@ -575,7 +573,7 @@ class AttentionUnit(wiring.Component):
                   else kslot[t].q[:chunk_bits] for t in range(K_SLOTS)]
             return Cat(Mux(hi_pair, kc[2], kc[0]), Mux(hi_pair, kc[3], kc[1]))
         s_cn = Signal(range(C))
-        m.d.comb += s_cn.eq(s_c1[:len(s_cn)])   # (C at the run's end: 0 when C is a power of two, as before)
+        m.d.comb += s_cn.eq(Mux(s_end, 0, s_c + 1))
         kpair = Signal(2 * chunk_bits)
         m.d.sync += kpair.eq(Mux(issue, Cat(*(kslot[t].q[:chunk_bits] for t in range(K_SLOTS))).word_select(
             sidx[1], 2 * chunk_bits), chunk_of(s_cn, s_base[1])))
@@ -709,7 +707,11 @@ class AttentionUnit(wiring.Component):
             y = rshr_pos(m, neg, Const(fx.S_FRAC - fx.EXP_LUT_BITS, 3), 35)
             addr7 = stage(f"eaddr{r}", y[:fx.EXP_LUT_BITS])
             n7 = stage(f"n{r}", y[8:14], range(64))
-            big7 = stage(f"big{r}", y[8:] > fx.P_FRAC)
+            # y >> 8 > P_FRAC, i.e. y = (neg + 2^(sh - 1)) >> sh >= (P_FRAC + 1) << 8, as neg against a constant
+            # (no OR of the rounding adder's 23 high bits; the adder keeps y's low 14 bits: round 25)
+            sh_y = fx.S_FRAC - fx.EXP_LUT_BITS
+            assert sh_y >= 1
+            big7 = stage(f"big{r}", neg >= (((fx.P_FRAC + 1) << fx.EXP_LUT_BITS) << sh_y) - (1 << (sh_y - 1)))
             ok7 = stage(f"ok{r}", vis & pv_[6] & pm_[6].ap)
             rp = exp2.read_port()
             m.d.comb += [rp.en.eq(1), rp.addr.eq(addr7)]
@@ -1121,14 +1123,23 @@ class AttentionUnit(wiring.Component):
         # out at (row, ec, group) fields of W bits (a power-of-two mux tree, no index arithmetic)
         gbits, cbits = ceil_log2(G), len(ec)
         zero_w = Const(0, W)
-        flag_words = [zero_w] * ((1 << (gbits + cbits)) * (1 << len(row)))
-        for r in range(R):
+        prb = ceil_log2(PR)
+        flag_words = [zero_w] * ((1 << (gbits + cbits)) * (1 << prb))
+        for r in range(PR):
             for c in range(Cs):
                 for gg in range(G):
                     flag_words[(r << (cbits + gbits)) | (c << gbits) | gg] = Cat(
                         *(oflag[r][c * Ls + gg * W + k] for k in range(W)))
         egrp = el[wl:wl + gbits]
-        flag_now = Cat(*flag_words).word_select(Cat(egrp, ec, row), W)
+        flag_now = Cat(*flag_words).word_select(Cat(egrp, ec, row[:prb]), W)
+        if NR:
+            # a row without products has one flag a group (its W words): one bit chosen, not W (round 25)
+            xbits = [Const(0, 1)] * ((1 << (gbits + cbits)) * (1 << len(row)))
+            for x in range(NR):
+                for c in range(Cs):
+                    for gg in range(G):
+                        xbits[((PR + x) << (cbits + gbits)) | (c << gbits) | gg] = xflag[x][c * G_ + gg]
+            flag_now = Mux(row >= PR, Cat(*xbits).bit_select(Cat(egrp, ec, row), 1).replicate(W), flag_now)
         ov2 = [Signal(signed(self.o_width), name=f"ov2_{k}") for k in range(W)]
         oc3 = [Signal(signed(32), name=f"oc3_{k}") for k in range(W)]
         # o x rcp as two registered halves (o's low 16 bits, its high 16 bits; a DSP48E2 each, as the
@@ -1176,8 +1187,6 @@ class AttentionUnit(wiring.Component):
         # the readies' registers (see ``kr_max``): n_sl = acc - sfree (keys in, pairs scored) and n_v
         # = acc - kdone (an APPLY pass's keys in, through P.V: its only kdone) as they are in a pass
         # over keys (``start`` of a pass empties them), and the next cycle's state, src and phase
-        o_end = Signal()
-        m.d.comb += o_end.eq(ovalid & self.o.tready & olast)
         n_sl_n, n_v_n = Signal.like(n_sl), Signal.like(n_v)
         m.d.comb += [n_sl_n.eq(Mux(start & ~cp.emit, 0, n_sl + fire - Mux(s_end, Mux(s_has2, 2, 1), 0))),
                      n_v_n.eq(Mux(start & ~cp.emit, 0, n_v + (fire & apply) - (q3v & q3l)))]
@@ -1203,13 +1212,14 @@ class AttentionUnit(wiring.Component):
         sl_ok = Mux(fire, Mux(s_end, Mux(s_has2, sl_lt[-1], sl_lt[0]), sl_lt[1]),
                     Mux(s_end, Mux(s_has2, sl_lt[-2], sl_lt[-1]), sl_lt[0]))
         v_ok = Mux(v_in, Mux(v_out, v_lt[0], v_lt[1]), Mux(v_out, v_lt[-1], v_lt[0]))
-        pass_n, smode_n, apply_n, room_n = Signal(), Signal(), Signal(), Signal()
-        m.d.comb += [pass_n.eq(~o_end & Mux(start, ~cp.emit, (state == PASS) & ~(fire & kp.last)
-                                            & ~(s_fire & self.s.payload.last))),
-                     smode_n.eq(Mux(start, cp.src, cfg.src)),
-                     apply_n.eq(Mux(start, cp.phase == AttnPass.APPLY, apply)),
-                     room_n.eq(Mux(start & ~cp.emit, 1, sl_ok & (~apply_n | v_ok)))]
-        m.d.sync += [kr_max.eq(pass_n & ~smode_n & ~apply_n & room_n), kr_app.eq(pass_n & ~smode_n & apply_n & room_n)]
+        # a pass over keys next cycle: a command's, or this one's if its last key does not enter now; its room.
+        # ``start`` chooses last (round 25: at prod_rows = 1 it was spread through the terms, state -> cmd.ready ->
+        # start -> kr_app 8.0 levels).  Left out as they never count: an emit's end (in OUT only) and a
+        # streamed score's ``last`` (a pass over streamed scores takes no keys)
+        run_ok = Signal()
+        m.d.comb += run_ok.eq((state == PASS) & ~cfg.src & ~(fire & kp.last) & sl_ok)
+        m.d.sync += [kr_max.eq(Mux(start, ~cp.emit & ~cp.src & (cp.phase == AttnPass.MAX), run_ok & ~apply)),
+                     kr_app.eq(Mux(start, ~cp.emit & ~cp.src & (cp.phase == AttnPass.APPLY), run_ok & apply & v_ok))]
         return m
 
 
