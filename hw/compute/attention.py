@@ -707,11 +707,7 @@ class AttentionUnit(wiring.Component):
             y = rshr_pos(m, neg, Const(fx.S_FRAC - fx.EXP_LUT_BITS, 3), 35)
             addr7 = stage(f"eaddr{r}", y[:fx.EXP_LUT_BITS])
             n7 = stage(f"n{r}", y[8:14], range(64))
-            # y >> 8 > P_FRAC, i.e. y = (neg + 2^(sh - 1)) >> sh >= (P_FRAC + 1) << 8, as neg against a constant
-            # (no OR of the rounding adder's 23 high bits; the adder keeps y's low 14 bits: round 25)
-            sh_y = fx.S_FRAC - fx.EXP_LUT_BITS
-            assert sh_y >= 1
-            big7 = stage(f"big{r}", neg >= (((fx.P_FRAC + 1) << fx.EXP_LUT_BITS) << sh_y) - (1 << (sh_y - 1)))
+            big7 = stage(f"big{r}", y[8:] > fx.P_FRAC)
             ok7 = stage(f"ok{r}", vis & pv_[6] & pm_[6].ap)
             rp = exp2.read_port()
             m.d.comb += [rp.en.eq(1), rp.addr.eq(addr7)]
@@ -1123,23 +1119,14 @@ class AttentionUnit(wiring.Component):
         # out at (row, ec, group) fields of W bits (a power-of-two mux tree, no index arithmetic)
         gbits, cbits = ceil_log2(G), len(ec)
         zero_w = Const(0, W)
-        prb = ceil_log2(PR)
-        flag_words = [zero_w] * ((1 << (gbits + cbits)) * (1 << prb))
-        for r in range(PR):
+        flag_words = [zero_w] * ((1 << (gbits + cbits)) * (1 << len(row)))
+        for r in range(R):
             for c in range(Cs):
                 for gg in range(G):
                     flag_words[(r << (cbits + gbits)) | (c << gbits) | gg] = Cat(
                         *(oflag[r][c * Ls + gg * W + k] for k in range(W)))
         egrp = el[wl:wl + gbits]
-        flag_now = Cat(*flag_words).word_select(Cat(egrp, ec, row[:prb]), W)
-        if NR:
-            # a row without products has one flag a group (its W words): one bit chosen, not W (round 25)
-            xbits = [Const(0, 1)] * ((1 << (gbits + cbits)) * (1 << len(row)))
-            for x in range(NR):
-                for c in range(Cs):
-                    for gg in range(G):
-                        xbits[((PR + x) << (cbits + gbits)) | (c << gbits) | gg] = xflag[x][c * G_ + gg]
-            flag_now = Mux(row >= PR, Cat(*xbits).bit_select(Cat(egrp, ec, row), 1).replicate(W), flag_now)
+        flag_now = Cat(*flag_words).word_select(Cat(egrp, ec, row), W)
         ov2 = [Signal(signed(self.o_width), name=f"ov2_{k}") for k in range(W)]
         oc3 = [Signal(signed(32), name=f"oc3_{k}") for k in range(W)]
         # o x rcp as two registered halves (o's low 16 bits, its high 16 bits; a DSP48E2 each, as the
