@@ -1031,7 +1031,12 @@ class AttentionUnit(wiring.Component):
         # sat32(l) of a row: the row's l chosen, then saturated (one saturation, not one a row)
         lsel = Array(lacc)
         la = Signal(signed(32))
-        m.d.sync += la.eq(sat(m, lsel[prow[:max(ceil_log2(R), 1)]] if R > 1 else lsel[0], 32))
+        # (one choice of l and one saturation for both of its readers: FINAL's reciprocals (row prow) and
+        # STATE's word 1 (row ``row``, chosen at issue below); each reads it only in its own mode: round 25)
+        l_sat = Signal(signed(32))
+        rb = max(ceil_log2(R), 1)
+        m.d.comb += l_sat.eq(sat(m, lsel[Mux(final, prow[:rb], row)] if R > 1 else lsel[0], 32))
+        m.d.sync += la.eq(l_sat)
         lb, bb = Signal(signed(32)), Signal(range(33))
         m.d.sync += [lb.eq(la), bb.eq(bitlen(m, la[:31]))]
         bsh = Signal(signed(8))
@@ -1141,7 +1146,7 @@ class AttentionUnit(wiring.Component):
         lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(PR)) for k in range(W)]
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
-                         x1.ml.eq(Mux(is_m, Array(mrow)[row], sat(m, lsel[row], 32))), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
+                         x1.ml.eq(Mux(is_m, Array(mrow)[row], l_sat)), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
                          x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now),
                          x2.eq(x1), x3.eq(x2), x4.eq(x3), x5.eq(x4),
                          oc4.eq(Array(oc3)[x3.el[:wl]] if W > 1 else oc3[0]), oc5.eq(oc4)]
