@@ -517,9 +517,16 @@ class AttentionUnit(wiring.Component):
         for s in range(K_SLOTS):
             with m.If(fire & (acc[:2] == s)):
                 m.d.sync += kslot[s].eq(Cat(kp.q, kp.a, kp.e, kp.pos, vp.a, vp.e))
-        m.submodules.vring = vring = memory.Memory(shape=D * W_BITS, depth=V_DEPTH, init=[])
-        vw = vring.write_port()
-        m.d.comb += [vw.en.eq(fire & apply), vw.addr.eq(acc[:5]), vw.data.eq(vp.q)]
+        # the V rows' ring: chunk 0 in a memory of its own (``vring0``, read at the next P.V run's slot a
+        # cycle ahead), chunks 1 .. C - 1 in ``vring`` (read at the running key's slot)
+        chunk_bits = L * W_BITS
+        m.submodules.vring0 = vring0 = memory.Memory(shape=chunk_bits, depth=V_DEPTH, init=[])
+        vw0 = vring0.write_port()
+        m.d.comb += [vw0.en.eq(fire & apply), vw0.addr.eq(acc[:5]), vw0.data.eq(vp.q[:chunk_bits])]
+        if C > 1:
+            m.submodules.vring = vring = memory.Memory(shape=(C - 1) * chunk_bits, depth=V_DEPTH, init=[])
+            vw = vring.write_port()
+            m.d.comb += [vw.en.eq(fire & apply), vw.addr.eq(acc[:5]), vw.data.eq(vp.q[chunk_bits:])]
         with m.If(fire):
             m.d.sync += acc.eq(acc + 1)
             with m.If(kp.last):
@@ -536,8 +543,9 @@ class AttentionUnit(wiring.Component):
         NQ = max(2, -(-(C + lat + 3) // C))            # result entries: the DotArray's latency covered
         rq_n = Signal(range(NQ + 1))                    # pairs issued, not yet popped by the post
         s_run, s_c, s_base, s_has2 = Signal(), Signal(range(C)), Signal(2), Signal()
+        # s_end = s_run & (s_c == C - 1) as a register kept beside s_c (as ``pv_end``: the compare in front of
+        # ``issue`` was 8.0 levels at prod_rows = 1: s_c -> avail, sl_lt1)
         s_end = Signal()
-        m.d.comb += s_end.eq(s_run & (s_c == C - 1))
         issue = Signal()
         m.d.comb += issue.eq(~smode & ((avail >= 2) | (draining & (avail == 1))) & (rq_n < NQ) & (~s_run | s_end)
                              & ((state == PASS) | draining))
@@ -545,6 +553,10 @@ class AttentionUnit(wiring.Component):
             m.d.sync += s_c.eq(s_c + 1)
             with m.If(s_end):
                 m.d.sync += [s_run.eq(0), s_c.eq(0)]
+        if C > 1:
+            m.d.sync += s_end.eq(Mux(issue, 0, s_run & ~s_end & (s_c == C - 2)))
+        else:
+            m.d.comb += s_end.eq(s_run)
         m.d.sync += avail.eq(avail + fire - Mux(issue, Mux(avail >= 2, 2, 1), 0))
         with m.If(start & ~cp.emit):
             m.d.sync += avail.eq(0)
@@ -553,7 +565,6 @@ class AttentionUnit(wiring.Component):
                          sidx.eq(sidx + Mux(avail >= 2, 2, 1))]
         # the pair's chunk s_c: each slot's chunk, then the pair (a pass's pairs start at even slots:
         # sidx goes up by two but for the pass's last odd key)
-        chunk_bits = L * W_BITS
         # The pair's chunk for the next cycle chosen a cycle ahead into a register (the chunk choice and
         # the packing add in front of the DSPs' A pins were 8.06 levels): on ``issue`` chunk 0 of the
         # pair at sidx, else chunk s_c + 1 of the running pair (whatever it is when the run ends)
@@ -562,7 +573,7 @@ class AttentionUnit(wiring.Component):
                   else kslot[t].q[:chunk_bits] for t in range(K_SLOTS)]
             return Cat(Mux(hi_pair, kc[2], kc[0]), Mux(hi_pair, kc[3], kc[1]))
         s_cn = Signal(range(C))
-        m.d.comb += s_cn.eq(Mux(s_c == C - 1, 0, s_c + 1))
+        m.d.comb += s_cn.eq(Mux(s_end, 0, s_c + 1))
         kpair = Signal(2 * chunk_bits)
         m.d.sync += kpair.eq(Mux(issue, Cat(*(kslot[t].q[:chunk_bits] for t in range(K_SLOTS))).word_select(
             sidx[1], 2 * chunk_bits), chunk_of(s_cn, s_base[1])))
@@ -585,7 +596,7 @@ class AttentionUnit(wiring.Component):
 
         # two result entries: the pair's key fields at issue, its dots when the last chunk is summed
         meta_layout = data.StructLayout({"a": KV_A_BITS, "e": signed(EXP_BITS), "pos": POS_BITS,
-                                         "va": KV_A_BITS, "ve": signed(EXP_BITS), "idx": 5,
+                                         "va": KV_A_BITS, "ve": signed(EXP_BITS),
                                          "ap": 1})              # the post: an APPLY key
         rq_meta = [[Signal(meta_layout, name=f"rq{e}_meta{h}") for h in range(2)] for e in range(NQ)]
         rq_has2 = [Signal(name=f"rq{e}_has2") for e in range(NQ)]
@@ -604,7 +615,7 @@ class AttentionUnit(wiring.Component):
             with m.If(issue & (rq_wm == e)):
                 for h in range(2):
                     src = srcs[h]
-                    m.d.sync += rq_meta[e][h].eq(Cat(src.a, src.e, src.pos, src.va, src.ve, (sidx + h)[:5]))
+                    m.d.sync += rq_meta[e][h].eq(Cat(src.a, src.e, src.pos, src.va, src.ve))
                 m.d.sync += rq_has2[e].eq(avail >= 2)
         with m.If(issue):
             m.d.sync += rq_wm.eq(wrap(rq_wm))
@@ -671,7 +682,6 @@ class AttentionUnit(wiring.Component):
         m.submodules.wq = wq = memory.Memory(shape=R * 32, depth=W_CREDITS, init=[])
         wq_wr, wq_rd = wq.write_port(), wq.read_port(domain="comb")
         w13s = [Signal(32, name=f"w13_{r}") for r in range(R)]
-        wq_idx = [Signal(5, name=f"wq{e}_idx") for e in range(W_CREDITS)]
         wq_wp, wq_rp = Signal(range(W_CREDITS)), Signal(range(W_CREDITS))
         wq_n = Signal(range(W_CREDITS + 1))
         push = Signal()
@@ -715,9 +725,6 @@ class AttentionUnit(wiring.Component):
             # w >= 0: the W_MAX bound is its saturation
             m.d.comb += w13s[r].eq(Mux(wr13 > fx.W_MAX, fx.W_MAX, wr13[:32]))
         m.d.comb += [wq_wr.en.eq(push), wq_wr.addr.eq(wq_wp), wq_wr.data.eq(Cat(*w13s)), wq_rd.addr.eq(wq_rp)]
-        for e in range(W_CREDITS):
-            with m.If(push & (wq_wp == e)):
-                m.d.sync += wq_idx[e].eq(pm_[last].idx)
         with m.If(push):
             m.d.sync += wq_wp.eq(Mux(wq_wp == W_CREDITS - 1, 0, wq_wp + 1))
         with m.If(pv_[6] & ~pm_[6].ap):
@@ -725,15 +732,15 @@ class AttentionUnit(wiring.Component):
 
         # --- P.V: one key per head_dim / lanes cycles; o += w vq as two 16-bit digits of w, each
         # times two packed INT4 elements per DSP ---------------------------------------------------
-        # the key's V row: read (asynchronously) at its ring slot for the whole of its P.V run, no copy
-        vr = vring.read_port(domain="comb")
+        # the key's V row: read (asynchronously) at its ring slot for the whole of its P.V run, no copy.
+        # The runs take an APPLY pass's keys in order (the post keeps the pairs' order, a pair's keys one
+        # after the other), so the n-th run's slot is n mod V_DEPTH: a counter (``v_nidx``, the next run's
+        # slot; a pass's start empties it), not the key's index carried through the post and the w queue
         pv_run, pv_c = Signal(), Signal(range(C))
         w_cur = [Signal(32, name=f"wcur{r}") for r in range(PR)]          # w >= 0
-        v_idx = Signal(5)
-        v_cur = vr.data
+        v_idx, v_nidx = Signal(5), Signal(5)
         rd_ok = Signal()
         pv_end = Signal()
-        m.d.comb += vr.addr.eq(v_idx)
         pv_go = Signal()
         m.d.comb += pv_go.eq(~smode & (wq_n != 0) & rd_ok & (~pv_run | pv_end))
         if C > 1:                       # pv_run & (pv_c == C - 1) as a register (pv_c -> credit was 8.06)
@@ -746,10 +753,32 @@ class AttentionUnit(wiring.Component):
             with m.If(pv_end):
                 m.d.sync += [pv_run.eq(0), pv_c.eq(0)]
         with m.If(pv_go):
-            m.d.sync += [pv_run.eq(1), pv_c.eq(0), v_idx.eq(Array(wq_idx)[wq_rp]),
+            m.d.sync += [pv_run.eq(1), pv_c.eq(0), v_idx.eq(v_nidx), v_nidx.eq(v_nidx + 1),
                          wq_rp.eq(Mux(wq_rp == W_CREDITS - 1, 0, wq_rp + 1))]
             for r in range(PR):
                 m.d.sync += w_cur[r].eq(wq_rd.data[32 * r:32 * (r + 1)])
+        with m.If(start & ~cp.emit):
+            m.d.sync += v_nidx.eq(0)
+        # the V chunk of the next cycle's product chosen a cycle ahead into a register (``vch``): on
+        # ``pv_go`` chunk 0 of the next run's row (``vring0`` at v_nidx), else chunk pv_c + 1 of the running
+        # one (``pv_c1``, kept beside pv_c; whatever it is when the run ends).  (The ring's read, the
+        # chunk choice and the packing table in one stage were 9.0 levels at prod_rows = 1: v_idx -> pva0.)
+        vch = Signal(chunk_bits)
+        vr0 = vring0.read_port(domain="comb")
+        m.d.comb += vr0.addr.eq(v_nidx)
+        if C > 1:
+            vr = vring.read_port(domain="comb")
+            m.d.comb += vr.addr.eq(v_idx)
+            pv_c1 = Signal(range(C + 1), init=1)
+            with m.If(pv_run):
+                m.d.sync += pv_c1.eq(pv_c1 + 1)
+            with m.If(pv_go | pv_end):
+                m.d.sync += pv_c1.eq(1)
+            nxt_c = Array([Const(0, chunk_bits)] + [vr.data[(c - 1) * chunk_bits:c * chunk_bits]
+                                                     for c in range(1, C)])[pv_c1[:ceil_log2(C)]]
+            m.d.sync += vch.eq(Mux(pv_go, vr0.data, nxt_c))
+        else:
+            m.d.sync += vch.eq(vr0.data)
         # streamed scores: the w queue's head leaves on ``w`` (key after key, word r = row r)
         w_pop = Signal()
         m.d.comb += [self.w.valid.eq(smode & (wq_n != 0)), self.w.payload.eq(wq_rd.data),
@@ -777,7 +806,7 @@ class AttentionUnit(wiring.Component):
         ow_c = Array(Const(x // G * K, range(C)) for x in range(D // W))[self.ow.slice]
         ow_g = Array(Const(x % G, range(Ls)) for x in range(D // W))[self.ow.slice]
         pairs = -(-L // 2)
-        vchunk = Array(v_cur[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[pv_c]
+        vchunk = vch
         a1 = []
         for t in range(pairs):
             lo = vchunk[2 * t * W_BITS:(2 * t + 1) * W_BITS].as_signed()
@@ -1002,7 +1031,12 @@ class AttentionUnit(wiring.Component):
         # sat32(l) of a row: the row's l chosen, then saturated (one saturation, not one a row)
         lsel = Array(lacc)
         la = Signal(signed(32))
-        m.d.sync += la.eq(sat(m, lsel[prow[:max(ceil_log2(R), 1)]] if R > 1 else lsel[0], 32))
+        # (one choice of l and one saturation for both of its readers: FINAL's reciprocals (row prow) and
+        # STATE's word 1 (row ``row``, chosen at issue below); each reads it only in its own mode: round 25)
+        l_sat = Signal(signed(32))
+        rb = max(ceil_log2(R), 1)
+        m.d.comb += l_sat.eq(sat(m, lsel[Mux(final, prow[:rb], row)] if R > 1 else lsel[0], 32))
+        m.d.sync += la.eq(l_sat)
         lb, bb = Signal(signed(32)), Signal(range(33))
         m.d.sync += [lb.eq(la), bb.eq(bitlen(m, la[:31]))]
         bsh = Signal(signed(8))
@@ -1112,7 +1146,7 @@ class AttentionUnit(wiring.Component):
         lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(PR)) for k in range(W)]
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
-                         x1.ml.eq(Mux(is_m, Array(mrow)[row], sat(m, lsel[row], 32))), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
+                         x1.ml.eq(Mux(is_m, Array(mrow)[row], l_sat)), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
                          x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now),
                          x2.eq(x1), x3.eq(x2), x4.eq(x3), x5.eq(x4),
                          oc4.eq(Array(oc3)[x3.el[:wl]] if W > 1 else oc3[0]), oc5.eq(oc4)]
@@ -1145,8 +1179,6 @@ class AttentionUnit(wiring.Component):
         # the readies' registers (see ``kr_max``): n_sl = acc - sfree (keys in, pairs scored) and n_v
         # = acc - kdone (an APPLY pass's keys in, through P.V: its only kdone) as they are in a pass
         # over keys (``start`` of a pass empties them), and the next cycle's state, src and phase
-        o_end = Signal()
-        m.d.comb += o_end.eq(ovalid & self.o.tready & olast)
         n_sl_n, n_v_n = Signal.like(n_sl), Signal.like(n_v)
         m.d.comb += [n_sl_n.eq(Mux(start & ~cp.emit, 0, n_sl + fire - Mux(s_end, Mux(s_has2, 2, 1), 0))),
                      n_v_n.eq(Mux(start & ~cp.emit, 0, n_v + (fire & apply) - (q3v & q3l)))]
@@ -1172,13 +1204,14 @@ class AttentionUnit(wiring.Component):
         sl_ok = Mux(fire, Mux(s_end, Mux(s_has2, sl_lt[-1], sl_lt[0]), sl_lt[1]),
                     Mux(s_end, Mux(s_has2, sl_lt[-2], sl_lt[-1]), sl_lt[0]))
         v_ok = Mux(v_in, Mux(v_out, v_lt[0], v_lt[1]), Mux(v_out, v_lt[-1], v_lt[0]))
-        pass_n, smode_n, apply_n, room_n = Signal(), Signal(), Signal(), Signal()
-        m.d.comb += [pass_n.eq(~o_end & Mux(start, ~cp.emit, (state == PASS) & ~(fire & kp.last)
-                                            & ~(s_fire & self.s.payload.last))),
-                     smode_n.eq(Mux(start, cp.src, cfg.src)),
-                     apply_n.eq(Mux(start, cp.phase == AttnPass.APPLY, apply)),
-                     room_n.eq(Mux(start & ~cp.emit, 1, sl_ok & (~apply_n | v_ok)))]
-        m.d.sync += [kr_max.eq(pass_n & ~smode_n & ~apply_n & room_n), kr_app.eq(pass_n & ~smode_n & apply_n & room_n)]
+        # a pass over keys next cycle: a command's, or this one's if its last key does not enter now; its room.
+        # ``start`` chooses last (round 25: at prod_rows = 1 it was spread through the terms, state -> cmd.ready ->
+        # start -> kr_app 8.0 levels).  Left out as they never count: an emit's end (in OUT only) and a
+        # streamed score's ``last`` (a pass over streamed scores takes no keys)
+        run_ok = Signal()
+        m.d.comb += run_ok.eq((state == PASS) & ~cfg.src & ~(fire & kp.last) & sl_ok)
+        m.d.sync += [kr_max.eq(Mux(start, ~cp.emit & ~cp.src & (cp.phase == AttnPass.MAX), run_ok & ~apply)),
+                     kr_app.eq(Mux(start, ~cp.emit & ~cp.src & (cp.phase == AttnPass.APPLY), run_ok & apply & v_ok))]
         return m
 
 
