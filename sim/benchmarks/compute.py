@@ -737,14 +737,7 @@ def run_engine(args) -> dict:
     fig = engine_figures(raw, node, timing)
     un = unit_node or node
     out = {
-        "model": model.name, "simulator": args.sim,
-        "array": f"{node.mac_rows}x{node.mac_lanes}", "peak_macs_per_cycle": node.mac_rows * node.mac_lanes,
-        "max_tokens": node.max_tokens, "weight_ports": node.weight_ports, "data_width": node.data_width,
-        "clock_hz": node.clock_hz, "weight_clock_hz": node.weight_clock_hz,
-        "elaborated_with": {**GEMM_ONLY, "max_context": node.max_context, "spad_beats": node.spad_beats,
-                            "buffer_bytes": node.buffer_bytes},
-        "att_rows": node.att_rows,
-        **({"node_changes": {"unit_att_rows": unit_node.att_rows}} if unit_own_build else {}),
+        **head,
         "ddr_model": {**timing.as_dict(), "weight_ports_bandwidth": timing.bandwidth(
                           node.weight_ports, node.data_bytes, node.weight_clock / node.clock_hz),
                       "max_outstanding_seen": raw["ddr_model"]["max_outstanding"]},
