@@ -44,13 +44,15 @@ def sat_top(x: Value, bits: int) -> Value:
     return Mux(top.any() & ~top.all(), Cat((~sign).replicate(bits - 1), sign), x[:bits]).as_signed()
 
 
-def add_tree(m, terms, name: str, width: int | None = None) -> Value:
+def add_tree(m, terms, name: str, width: int | None = None, carry: bool = False) -> Value:
     """The sum of ``terms`` as a balanced tree of two-input adders, each its own signal kept through
     synthesis (``keep``): Yosys would otherwise merge a chain of additions into one multi-operand
     ``$macc`` and build it from full adders in LUTs (two LUTs for every three bits in; an adder on a
     carry chain reduces two bits with one).  Each adder is one bit wider than its wider operand,
     at most ``width`` bits (the caller's bound on the sum, which must hold for every partial sum:
-    unsigned terms have unsigned partial sums, so any ``width`` holding the total does) (comb value)."""
+    unsigned terms have unsigned partial sums, so any ``width`` holding the total does) (comb value).
+    ``carry``: every adder adds one more, its carry in (the sum is the terms' + len(terms) - 1):
+    ((2 a + 1) + (2 b + 1)) >> 1, the same carry chain one bit longer."""
     terms = list(terms)
     level = 0
     while len(terms) > 1:
@@ -61,8 +63,14 @@ def add_tree(m, terms, name: str, width: int | None = None) -> Value:
                     len(b) + b.shape().signed * (not a.shape().signed)) + 1
             shape = signed(min(n, width or n)) if a.shape().signed or b.shape().signed \
                 else unsigned(min(n, width or n))
-            s = Signal(shape, name=f"{name}_{level}_{i // 2}", attrs={"keep": 1})
-            m.d.comb += s.eq(a + b)
+            if carry:
+                wide = Signal(signed(shape.width + 1) if shape.signed else unsigned(shape.width + 1), name=f"{name}_{level}_{i // 2}c", attrs={"keep": 1})
+                odd = [Cat(Const(1, 1), x).as_signed() if x.shape().signed else Cat(Const(1, 1), x) for x in (a, b)]
+                m.d.comb += wide.eq(odd[0] + odd[1])
+                s = wide[1:].as_signed() if shape.signed else wide[1:]
+            else:
+                s = Signal(shape, name=f"{name}_{level}_{i // 2}", attrs={"keep": 1})
+                m.d.comb += s.eq(a + b)
             nxt.append(s)
         if len(terms) % 2:
             nxt.append(terms[-1])

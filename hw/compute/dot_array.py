@@ -39,6 +39,18 @@ do per slice the instances do inside it:
   register is the weights' extra cycle), not a 5-bit adder per slice in the fabric.  Without
   instances (``primitive=False``) ``w_early`` is one more register on the weights.
 
+**Joined chains** (``joined``, on instances: the matrix unit's array at Qwen, 32 lanes): the chains
+go in pairs, the first one's P into the second one's last slice through its C port (W = C, no C
+register), the second chain's lanes one cycle later still (its skew 1 .. CHAIN), so one field sum
+covers 2 ``CHAIN`` = 8 lanes and the fabric's tree after the array adds half as many terms (a row
+of 32 lanes: 3 adders, not 7), for one more cycle of latency.  An 8-lane low sum lies in
+[-2^21 + 64, 2^21] (2^21 only when every q = -8 and every a = -32768): one past a signed 22-bit
+field, so the pair's first slice adds ``ROUND_JOINED`` = 2^21 - 1 instead of 2^21, which puts
+lo + 2^21 - 1 in [63, 2^22): the split stays wiring, the high field (up to 2^21, ``JOINED_FIELD``
+= 23 bits) exact.  The row's n low fields are then each one short; the tree's n - 1 adders take
+one each as their carry in, and the last one is the consumer's: a low row's (even row's) ``dots``
+are q @ a - ``lo_carry`` (the matrix unit's partial-sum adders add it as their carry in).
+
 ``w_hold`` (the matrix unit's: a weight beat serves several consecutive items, tokens): ``w`` is
 read only on the enabled cycles ``w_load`` is high, and the array holds that beat for the items
 after it.  The first register of each lane's weight path is clock-enabled by the load (``en &
@@ -72,6 +84,11 @@ DSP_A_BITS, DSP_B_BITS, DSP_P_BITS = 27, 18, 48
 ROUND = 1 << (PACK_SHIFT - 1)
 #: Signed bits that hold one chain's sum of a row (|q a| <= 2^18, CHAIN of them: <= 2^20).
 FIELD = 22
+#: A joined pair's high field (its sum reaches 2 CHAIN 2^18 = 2^21: one bit more than FIELD).
+JOINED_FIELD = FIELD + 1
+#: What a joined pair's first slice adds: the low field's offset to unsigned, one short of ROUND
+#: (the pair's low sum lies in [-2^21 + 64, 2^21]: plus 2^21 - 1 it is in [63, 2^22)).
+ROUND_JOINED = ROUND - 1
 
 
 #: The DSP48E2 simulation model (hw/compute/dsp48e2.v) and the line from which ``mcf synth``
@@ -111,7 +128,7 @@ class DotArray(wiring.Component):
     """``rows`` x ``lanes`` INT4 x 16-bit products summed per row; see the module docstring."""
 
     def __init__(self, rows: int, lanes: int, packed: bool = True, primitive: bool = False,
-                 w_early: bool = False, w_hold: bool = False):
+                 w_early: bool = False, w_hold: bool = False, joined: bool = False):
         if rows < 1 or lanes < 1:
             raise ValueError(f"rows={rows}, lanes={lanes}: must be >= 1")
         if packed and rows % 2:
@@ -126,11 +143,24 @@ class DotArray(wiring.Component):
         self.chain = min(CHAIN, lanes)
         if lanes % self.chain:
             raise ValueError(f"mac_lanes={lanes}: must be a multiple of {self.chain} (the DSP chain)")
-        self.chains = -(-lanes // CHAIN)
+        #: chains in pairs, the first one's P into the second one's last slice (its C port): one
+        #: field sum of 2 ``CHAIN`` lanes (``JOINED_FIELD`` wide), half the fabric's adders
+        self.joined = bool(joined)
+        if self.joined and not (self.primitive and lanes % (2 * CHAIN) == 0):
+            raise ValueError(f"joined chains need DSP48E2 instances (primitive) and lanes={lanes} a multiple "
+                             f"of {2 * CHAIN}")
+        #: lanes summed inside the DSPs for one field (a chain, or a joined pair of chains)
+        self.span = self.chain * (2 if self.joined else 1)
+        #: field sums per row (the terms of the fabric's adder tree)
+        self.chains = -(-lanes // self.span)
+        #: what the low rows' (even rows') dots lack when ``joined``: 1, their consumer's carry in
+        #: (the module docstring, "Joined chains"); 0 otherwise.  The high rows' are exact.
+        self.lo_carry = int(self.joined)
         self.dot_width = MANT_BITS + W_BITS + ceil_log2(lanes)
         #: enabled cycles from ``a`` (and ``w``, or one more from ``w`` when ``w_early``) to
-        #: ``dots``: the last lane's skew (chain - 1), A/B, its P register, the sum over chains.
-        self.latency = self.chain + 2
+        #: ``dots``: the last lane's skew (chain - 1, one more for a joined pair's second chain),
+        #: A/B, its P register, the sum over chains.
+        self.latency = self.chain + 2 + self.joined
         super().__init__({
             "en": In(1),
             "w": In(rows * lanes * W_BITS),
@@ -168,8 +198,10 @@ class DotArray(wiring.Component):
         # Activations: lane k (chain position c = k % C) c cycles late, then the B register
         # (shared by every multiplier of the lane).
         acts, acts_in = [], []
+        J = self.joined
         for k in range(K):
-            a_in = delayed(self.a[k * MANT_BITS:(k + 1) * MANT_BITS], k % C, f"a{k}")
+            # (joined: the second chain of a pair one cycle later still, behind the first's P)
+            a_in = delayed(self.a[k * MANT_BITS:(k + 1) * MANT_BITS], k % C + (J and (k // C) % 2), f"a{k}")
             acts_in.append(a_in.as_signed())
             if not self.primitive:
                 acts.append(delayed(a_in, 1, f"b{k}").as_signed())
@@ -184,9 +216,13 @@ class DotArray(wiring.Component):
         for col, rows in columns:
             fields = [[] for _ in rows]          # per row: one exact partial sum per chain
             for c0 in range(0, K, C):
-                prev = pcout = None
+                second = J and (c0 // C) % 2     # the second chain of a joined pair
+                if not second:
+                    prev = None
+                joins = prev if second else None  # the first chain's P, into this one's last slice
+                pcout = None
                 for k in range(c0, min(c0 + C, K)):
-                    c = k - c0
+                    c = k - c0 + second
                     early = self.w_early and not self.primitive     # (the slice's AD register)
                     raw = delayed(Cat(*[q(r, k) for r in rows]), c + early, f"w{col}_{k}", first=load)
                     lo = raw[:W_BITS].as_signed()
@@ -201,9 +237,13 @@ class DotArray(wiring.Component):
                     if self.primitive:
                         # Fabric: the skew only; the slice holds A2 (the packed operand) or A2, D
                         # and AD (the pre-adder packs it: w_early), B2, P.
+                        last = k == min(c0 + C, K) - 1
                         prev, pcout = self._slice(m, f"dsp{col}_{k}", value, acts_in[k], pcout,
                                                   pre=(hi * (1 << PACK_SHIFT), lo) if self.w_early else None,
-                                                  ce_a=load if c == 0 else en)
+                                                  ce_a=load if c == 0 else en,
+                                                  rnd=(None if second else ROUND_JOINED if J else ROUND)
+                                                  if k == c0 else None,
+                                                  c=joins if second and last else None)
                         continue
                     with m.If(load if c + early == 0 else en):
                         m.d.sync += wa.eq(value)
@@ -217,9 +257,12 @@ class DotArray(wiring.Component):
                     with m.If(en):
                         m.d.sync += pr.eq(product if prev is None else product + prev)
                     prev = pr
+                if J and not second:
+                    continue                     # the pair's sum leaves its second chain
                 # Each chain's sum of a row fits FIELD bits signed (|sum| <= CHAIN 2^18 = 2^20): the
-                # fields are read that wide, not as the P register's 48 bits.
-                hi_top = PACK_SHIFT + FIELD
+                # fields are read that wide, not as the P register's 48 bits (a joined pair's high
+                # field JOINED_FIELD: its sum reaches 2 CHAIN 2^18 = 2^21).
+                hi_top = PACK_SHIFT + (JOINED_FIELD if J else FIELD)
                 if self.packed and self.primitive:     # P' = P + ROUND: wiring (module docstring)
                     # lo = P'[21:0] - 2^21: unsigned here, the 2^21s taken off the row's total (uoffset)
                     fields[0].append(prev[:PACK_SHIFT] if uoffset else
@@ -234,7 +277,8 @@ class DotArray(wiring.Component):
                     fields[0].append(prev[:FIELD].as_signed())
             # The chains of a row summed by a tree of adders (``add_tree``: each on a carry chain).
             for i, (r, terms) in enumerate(zip(rows, fields)):
-                total = add_tree(m, terms, f"rsum{r}", self.dot_width)
+                # (joined: the low row's adders each carry one in, chains - 1 of the chains' ones)
+                total = add_tree(m, terms, f"rsum{r}", self.dot_width, carry=J and i == 0)
                 if i == 0 and uoffset:
                     # sum of the chains' P'[21:0] = lo + chains 2^21 = lo + 2^(top) in [0, 2^(top + 1)):
                     # lo is that with its top bit inverted (read as signed)
@@ -244,8 +288,9 @@ class DotArray(wiring.Component):
                     m.d.sync += self.dots[r].eq(total)
         return m
 
-    def _slice(self, m, name, a, b, pcin, pre=None, ce_a=None):
-        """One DSP48E2: P <= A2 x B2 (+ PCIN unless the first of its chain, + ROUND if it is);
+    def _slice(self, m, name, a, b, pcin, pre=None, ce_a=None, rnd=None, c=None):
+        """One DSP48E2: P <= A2 x B2 (+ PCIN unless the first of its chain) + W, W = ``rnd`` (the
+        RND constant) or ``c`` (its C port, not registered: a joined pair's first P) or 0;
         ``pre`` = (A, D): P <= AD x B2, AD <= A2 + D (the pre-adder, its own register); ``ce_a``:
         the enable of A2 (and D) if not ``en`` (the weights' load); returns P, PCOUT."""
         a30, b18, p = Signal(signed(30), name=f"{name}_a"), Signal(signed(18), name=f"{name}_b"), \
@@ -260,16 +305,21 @@ class DotArray(wiring.Component):
             d27 = Signal(signed(DSP_A_BITS), name=f"{name}_d")
             m.d.comb += d27.eq(pre[1])
             ports = dict(p_DREG=1, p_ADREG=1, i_D=d27, i_CED=ce_a, i_CEAD=en, i_RSTD=Const(0, 1))
+        assert rnd is None or c is None
+        w_sel = 0b10 if rnd is not None else 0b11 if c is not None else 0b00
+        c48 = Signal(DSP_P_BITS, name=f"{name}_c")
+        m.d.comb += c48.eq(0 if c is None else c)
         m.submodules[name] = Instance(
             "DSP48E2",
             p_AREG=1, p_BREG=1, p_MREG=0, p_PREG=1, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
             p_AMULTSEL="A" if pre is None else "AD", p_BMULTSEL="B", p_USE_MULT="MULTIPLY",
-            p_USE_SIMD="ONE48", p_INMODEREG=0, p_OPMODEREG=0, p_RND=Const(ROUND, DSP_P_BITS),
-            i_CLK=ClockSignal(), i_A=a30, i_B=b18,
+            p_USE_SIMD="ONE48", p_INMODEREG=0, p_OPMODEREG=0, p_CREG=0,
+            p_RND=Const(ROUND if rnd is None else rnd, DSP_P_BITS),
+            i_CLK=ClockSignal(), i_A=a30, i_B=b18, i_C=c48,
             i_PCIN=Const(0, DSP_P_BITS) if pcin is None else pcin,
-            # W = RND (the first of a chain) / 0, Z = 0 / PCIN, Y = X = M;
+            # W = RND (the first of a chain) / C (a joined pair's last) / 0, Z = 0 / PCIN, Y = X = M;
             # ALUMODE 0000: P = Z + W + X + Y + CIN
-            i_OPMODE=Const(0b10_000_0101 if pcin is None else 0b00_001_0101, 9),
+            i_OPMODE=Const((w_sel << 7) | (0b000_0101 if pcin is None else 0b001_0101), 9),
             # INMODE 00100: the multiplier's A operand is D + A2 (the pre-adder), else A2
             i_ALUMODE=Const(0, 4), i_INMODE=Const(0 if pre is None else 0b00100, 5), i_CARRYIN=Const(0, 1),
             i_CEA2=ce_a, i_CEB2=en, i_CEP=en,

@@ -8,11 +8,13 @@
 //   INMODEREG = OPMODEREG = 0 or 1 (the inputs are constants), ALUMODE = 4'b0000, CARRYIN = 0, and
 //   either AMULTSEL = "A", INMODE = 5'b00000 (the multiplier takes A2), or AMULTSEL = "AD",
 //   DREG = ADREG = 1 (CED, CEAD, RSTD), INMODE = 5'b00100 (the pre-adder: AD <= D + A2);
-//   OPMODE with W = 00 (0) or 10 (RND), X = Y = 01 (the multiplier's two partial products: M),
+//   CREG = 0 (C goes straight to the W multiplexer),
+//   OPMODE with W = 00 (0), 10 (RND) or 11 (C), X = Y = 01 (the multiplier's two partial products: M),
 //   Z = 000 (0) or 001 (PCIN).
 // Arithmetic (UG579, "ALUMODE 0000: Z + W + X + Y + CIN"):
 //   M = A2[26:0] or AD (signed 27 bits) x B2 (signed, 18 bits)         45 bits, sign-extended to 48
 //   P <= Z + W + M  (mod 2^48)                   PCOUT = P (the dedicated cascade to the next PCIN)
+//   (W = 0, RND or C: OPMODE[8:7] = 00, 10, 11)
 module DSP48E2 #(
     parameter integer AREG = 1,
     parameter integer BREG = 1,
@@ -28,12 +30,14 @@ module DSP48E2 #(
     parameter integer ADREG = 1,
     parameter integer INMODEREG = 1,
     parameter integer OPMODEREG = 1,
+    parameter integer CREG = 1,
     parameter [47:0] RND = 48'd0
 ) (
     input wire CLK,
     input wire [29:0] A,
     input wire [17:0] B,
     input wire [26:0] D,
+    input wire [47:0] C,
     input wire [47:0] PCIN,
     input wire [8:0] OPMODE,
     input wire [3:0] ALUMODE,
@@ -59,12 +63,12 @@ module DSP48E2 #(
     wire pre = AMULTSEL == "AD";
     wire signed [47:0] m = $signed(pre ? ad : a2[26:0]) * $signed(b2);
     wire [47:0] z = OPMODE[6:4] == 3'b001 ? PCIN : 48'd0;
-    wire [47:0] w = OPMODE[8:7] == 2'b10 ? RND : 48'd0;
+    wire [47:0] w = OPMODE[8:7] == 2'b10 ? RND : OPMODE[8:7] == 2'b11 ? C : 48'd0;
 
     initial begin
         if (AREG != 1 || BREG != 1 || MREG != 0 || PREG != 1 || A_INPUT != "DIRECT"
                 || B_INPUT != "DIRECT" || (AMULTSEL != "A" && AMULTSEL != "AD") || BMULTSEL != "B"
-                || USE_MULT != "MULTIPLY" || USE_SIMD != "ONE48" || INMODEREG > 1 || OPMODEREG > 1
+                || USE_MULT != "MULTIPLY" || USE_SIMD != "ONE48" || INMODEREG > 1 || OPMODEREG > 1 || CREG != 0
                 || (AMULTSEL == "AD" && (DREG != 1 || ADREG != 1))) begin
             $display("DSP48E2 model: unsupported configuration (hw/compute/dsp48e2.v)");
             $finish;
@@ -72,7 +76,7 @@ module DSP48E2 #(
     end
 
     always @(posedge CLK) begin
-        if ((OPMODE[8:7] != 2'b00 && OPMODE[8:7] != 2'b10) || OPMODE[3:0] != 4'b0101
+        if (OPMODE[8:7] == 2'b01 || OPMODE[3:0] != 4'b0101
                 || (OPMODE[6:4] != 3'b000 && OPMODE[6:4] != 3'b001) || ALUMODE != 4'b0000
                 || INMODE != (pre ? 5'b00100 : 5'b00000) || CARRYIN != 1'b0) begin
             $display("DSP48E2 model: unsupported OPMODE/ALUMODE/INMODE/CARRYIN");

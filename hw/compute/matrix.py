@@ -223,8 +223,11 @@ class MatrixUnit(wiring.Component):
         # come from the buffer's read port a cycle later; the array's weight path has the extra
         # register -- on DSP48E2 instances the pre-adder's, which packs the two rows' weights.
         # ``w_hold``: the array keeps the beat for its other tokens, see ``take_w``.)
+        # (On DSP48E2 instances the chains are joined in pairs where the lanes allow it: half the
+        # fabric's adders after the array; its low rows' dots then lack one, which the partial
+        # sums' adders below take as their carry in.)
         m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive, w_early=True,
-                                          w_hold=True)
+                                          w_hold=True, joined=self.primitive and K % (2 * CHAIN) == 0)
         # The scale queue takes the stream's beats ahead of their issues, whenever it has room
         # (``scale.ready`` a register, two places kept free for the write of the cycle it is decided
         # in); ``s_have`` (a register): a beat in it that no issue has claimed yet.  The issue that
@@ -295,11 +298,12 @@ class MatrixUnit(wiring.Component):
                 s1.last_t.eq(last_t), s1.hi.eq(pv & ~dg), s1.tile.eq(Mux(pv, tile, 0)),
             ]
 
-        def token_file(name, width, index, first, terms, we, depth=TM, init=None):
+        def token_file(name, width, index, first, terms, we, depth=TM, init=None, carry=()):
             """Per-token running sums of every row, read-modify-write: ``first ? init : file[index]``
             (``init`` a row's start value, else 0) plus the row's term, written back when ``we``.  One
             word of rows x width bits per token in a memory with a combinational read port (LUT RAM,
-            not rows x tokens registers and their multiplexers)."""
+            not rows x tokens registers and their multiplexers).  ``carry``: the rows whose adder
+            adds one more (its carry in: ((2 x + 1) + (2 t + 1)) >> 1)."""
             mem = memory.Memory(shape=data.ArrayLayout(signed(width), P), depth=max(depth, 2), init=[])
             m.submodules[f"{name}_file"] = mem
             rp, wp = mem.read_port(domain="comb"), mem.write_port()
@@ -307,8 +311,14 @@ class MatrixUnit(wiring.Component):
             totals = []
             for p in range(P):
                 total = Signal(signed(width), name=f"{name}_sum{p}")
-                m.d.comb += [total.eq(Mux(first, 0 if init is None else init[p], rp.data[p]) + terms[p]),
-                             wp.data[p].eq(total)]
+                x = Mux(first, 0 if init is None else init[p], rp.data[p])
+                if p in carry:
+                    odd = Signal(signed(width + 1), name=f"{name}_sum{p}c")
+                    m.d.comb += [odd.eq(Cat(Const(1, 1), x).as_signed() + Cat(Const(1, 1), terms[p]).as_signed()),
+                                 total.eq(odd[1:])]
+                else:
+                    m.d.comb += total.eq(x + terms[p])
+                m.d.comb += wp.data[p].eq(total)
                 totals.append(total)
             return totals
 
@@ -329,7 +339,10 @@ class MatrixUnit(wiring.Component):
         # --- stage 3: group partial sums (read-modify-write per token) ----------------------
         s3 = Signal(ctl)
         ps3 = [Signal(signed(self.partial_width), name=f"ps{p}") for p in range(P)]
-        for p, ps in enumerate(token_file("part", self.partial_width, s2.t, s2.first_j, dots, adv & s2.v)):
+        # (the dots' low rows lack ``dot.lo_carry``: each adds it as its carry in)
+        lo_rows = range(0, P, 2) if dot.lo_carry else ()
+        for p, ps in enumerate(token_file("part", self.partial_width, s2.t, s2.first_j, dots, adv & s2.v,
+                                          carry=lo_rows)):
             with m.If(adv):
                 m.d.sync += ps3[p].eq(ps)
         with m.If(adv):

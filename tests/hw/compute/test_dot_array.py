@@ -10,7 +10,8 @@ from amaranth.sim import Simulator
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
-from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, ROUND, DotArray, pack_pair, split_pair, with_models
+from mcf.hw.compute.dot_array import (CHAIN, PACK_SHIFT, ROUND, ROUND_JOINED, DotArray, pack_pair, split_pair,
+                                      with_models)
 from mcf.sim.cocotb_util import params
 from mcf.sim.runner import run_cocotb
 
@@ -31,6 +32,22 @@ def test_pack_arithmetic_exhaustive():
         assert split_round(CHAIN * w * a + ROUND) == (CHAIN * lo * a, CHAIN * hi * a)
     assert CHAIN * 8 * 32768 < 1 << (PACK_SHIFT - 1)          # the chain bound
     assert 2 * CHAIN * 8 * 32768 >= 1 << (PACK_SHIFT - 1)     # twice the chain would not fit
+
+
+def test_joined_pair_bounds():
+    """A joined pair (2 CHAIN lanes in one field): its low sum reaches exactly 2^21 (every q = -8,
+    every a = -32768), one past a signed 22-bit field, and its least is -2^21 + 64; offset by
+    ROUND_JOINED = 2^21 - 1 it lies in [63, 2^22) for every pair of extreme lanes, so the split is
+    still wiring (the high field one bit wider), and the pair's low field is one short of lo + 2^21."""
+    n = 2 * CHAIN
+    prods = sorted({q * a for q in INT4 for a in EDGES})
+    lo_min, lo_max = n * prods[0], n * prods[-1]
+    assert (lo_min, lo_max) == (-(1 << 21) + 64, 1 << 21)
+    assert ROUND_JOINED == (1 << 21) - 1
+    for lo, hi, a in itertools.product(INT4, INT4, EDGES):
+        p = n * pack_pair(lo, hi) * a + ROUND_JOINED
+        assert 0 <= (p & ((1 << PACK_SHIFT) - 1)) == n * lo * a + ROUND_JOINED < 1 << PACK_SHIFT
+        assert p >> PACK_SHIFT == n * hi * a and -(1 << 22) <= n * hi * a < 1 << 22
 
 
 def split_round(p):
@@ -147,7 +164,13 @@ def test_dots_exact(packed, stall, early, hold):
 
 def test_construction():
     d = DotArray(64, 32)
-    assert (d.multipliers, d.latency, d.dot_width) == (1024, CHAIN + 2, 25)
+    assert (d.multipliers, d.latency, d.dot_width, d.lo_carry) == (1024, CHAIN + 2, 25, 0)
+    j = DotArray(64, 32, primitive=True, joined=True)
+    assert (j.multipliers, j.latency, j.chains, j.lo_carry) == (1024, CHAIN + 3, 4, 1)
+    with pytest.raises(ValueError, match="joined chains need"):
+        DotArray(2, 8, joined=True)
+    with pytest.raises(ValueError, match="joined chains need"):
+        DotArray(2, 12, primitive=True, joined=True)
     assert DotArray(64, 32, packed=False).multipliers == 2048
     with pytest.raises(ValueError, match="even number of rows"):
         DotArray(3, 4)
@@ -184,6 +207,7 @@ async def run_dots_model(dut):
     pauses: every item's dots equal q @ a, taken ``latency`` enabled cycles after it went in."""
     p = params()
     rows, lanes, latency, early = p["rows"], p["lanes"], p["latency"], p["early"]
+    short = [p["lo_carry"] * (1 - r % 2) for r in range(rows)]     # what the low rows' dots lack
     items = vectors(rows, lanes, np.random.default_rng(p["seed"]))[::p["stride"]]
     loads = None
     if p["hold"]:
@@ -207,7 +231,7 @@ async def run_dots_model(dut):
         await ReadOnly()
         if en:
             q, a = items[min(fed, len(items) - 1)]
-            expect.append([int(x) for x in q @ a])
+            expect.append([int(x) - s for x, s in zip(q @ a, short)])
             fed, enabled = fed + 1, enabled + 1
             if enabled >= latency + early:
                 i = enabled - latency - early
@@ -220,17 +244,20 @@ async def run_dots_model(dut):
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("early,hold", [(0, 0), (1, 0), (1, 1)])
-def test_dots_on_dsp48e2_model(build_dir, early, hold):
+@pytest.mark.parametrize("early,hold,lanes,joined", [(0, 0, 8, 0), (1, 0, 8, 0), (1, 1, 8, 0), (1, 1, 16, 1),
+                                                    (0, 0, 24, 1)])
+def test_dots_on_dsp48e2_model(build_dir, early, hold, lanes, joined):
     """``primitive=True``: the same exhaustive vectors through DSP48E2 instances (the model
     hw/compute/dsp48e2.v, Icarus) equal the exact sums; ``w_early``: the packing on the slices'
     pre-adders, the weights a cycle before their activations; ``w_hold``: the slices' A2 / D / AD
     and the skew's registers hold a loaded beat (clock-enabled by the load), ``w`` random bits
-    between loads."""
-    dut = DotArray(4, 8, primitive=True, w_early=bool(early), w_hold=bool(hold))
+    between loads.  ``joined``: chains in pairs (the first's P into the second's last slice, its C
+    port), 8-lane fields (the all-extreme vectors reach the pair's corner, 2^21), two and three
+    pairs a row (the low fields summed unsigned, and signed); the low rows' dots one short."""
+    dut = DotArray(4, lanes, primitive=True, w_early=bool(early), w_hold=bool(hold), joined=bool(joined))
     build_dir.mkdir(parents=True)
     src = build_dir / "dut.v"
     src.write_text(with_models(verilog.convert(dut, name="dut")))
     run_cocotb(src, __name__, build_dir, testcase="run_dots_model",
-               params={"rows": 4, "lanes": 8, "latency": dut.latency, "seed": 5, "stride": 2, "early": early,
-                       "hold": hold})
+               params={"rows": 4, "lanes": lanes, "latency": dut.latency, "seed": 5, "stride": 2, "early": early,
+                       "hold": hold, "lo_carry": dut.lo_carry})
