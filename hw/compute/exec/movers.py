@@ -540,11 +540,15 @@ class LoadStoreMover(Mover):
         rq = ReadQueue(m, b.spad_rd, g, "rq")
         issued = Signal(21)
         storing = (state == S.MOVE) & store
+        # the read address ins.spad + issued kept as a register, ``st_addr``, set and stepped with ``issued`` (round
+        # 26: the word -> the add -> the owner's AND-OR in front of the SPAD's ``rd.addr``, 8.19 levels joined); the
+        # SPAD reads it only under ``rd.en`` (``issue``, in MOVE, where it equals ins.spad + issued)
+        st_addr = Signal(g.spad_bits)
         with m.If(state == S.CHECK):
-            m.d.sync += issued.eq(0)
-        m.d.comb += [rq.addr.eq(ins.spad + issued), rq.issue.eq(storing & rq.room & (issued != ins.beats))]
+            m.d.sync += [issued.eq(0), st_addr.eq(ins.spad)]
+        m.d.comb += [rq.addr.eq(st_addr), rq.issue.eq(storing & rq.room & (issued != ins.beats))]
         with m.If(rq.issue):
-            m.d.sync += issued.eq(issued + 1)
+            m.d.sync += [issued.eq(issued + 1), st_addr.eq(st_addr + 1)]
         first_exp = Signal(signed(EXP_BITS))
         exp_word = Signal(signed(32))
         m.d.comb += exp_word.eq(first_exp)
@@ -1788,7 +1792,9 @@ class KvwMover(Mover):
         m.d.comb += b.wdata.tkeep.eq(-1)
         with m.If(b.wdone):
             m.d.sync += wdone.eq(wdone + 1)
-        with m.If((state == S.WAIT) & (wdone + b.wdone == 2)):
+        # (wdone + b.wdone == 2 as a choice on the 2-bit count, no add: round 26, owner -> b.wdone -> the add's carry
+        # -> done -> the unit's ``state`` 9.0 levels)
+        with m.If((state == S.WAIT) & Mux(b.wdone, wdone == 1, wdone == 2)):
             m.d.comb += self.done.eq(1)
             m.d.sync += state.eq(S.IDLE)
         return m
