@@ -328,43 +328,25 @@ def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Si
     return out
 
 
-def rshr_biased_staged(m, x, k, bias: int, bits: int, name: str, en=None) -> Signal:
-    """Golden ``sat(rshr(x, k - bias), bits)`` for an unsigned ``k`` (a shift biased by ``bias``: left
-    ``bias`` .. right) as one rounding right shift of x << ``bias`` by k, in ``rshr_staged``'s three
-    stages (x and k; the shift of a = 2 (x << bias) by k; + 1 and >> 1): no left shifter and no
-    choice of the two.  For k <= bias the + 1 falls below the shifted zeros (x << (bias - k)); for
-    k > bias it is the rounding.  Only a's low ``bits`` + 2 bits are shifted out; beside them whether
-    a's bits from ``bits`` + 1 up all equal its sign (x's magnitude bits -- x xor its sign -- at
-    positions ``bits`` + 1 + k - bias - 1 and up all zero: a mask of k at stage 1, as
-    ``rshr_sat_staged``'s), else the result is the sign's bound.  The output (``bits`` + 2 bits, the
-    caller saturates to ``bits``) saturated to ``bits`` bits is sat(rshr(x, k - bias), bits)."""
+def rshr_biased_staged(m, x, k, bias: int, name: str, en=None) -> Signal:
+    """Golden ``rshr(x, k - bias)`` for an unsigned ``k`` (a shift biased by ``bias``: left ``bias``
+    .. right) as one rounding right shift of x << ``bias`` by k, in ``rshr_staged``'s three stages
+    (x and k; the shift of 2 (x << bias) by k; + 1 and >> 1): no left shifter, no choice of the two,
+    no saturation check -- the result exact, n + bias + 1 bits (the caller saturates).  For k <= bias
+    the + 1 falls below the shifted zeros (x << (bias - k)); for k > bias it is the rounding."""
     xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
     k = Value.cast(k)
     n = len(xs)
-    N = n + bias + 1                     # a = 2 (x << bias) >> k: N bits
-    lo = bits + 2                        # a's low bits kept
-    assert lo - 1 >= bias + 1, "the fit test counts only x's bits (none of the zeros below them)"
-    cap = N                              # shifts from here on give -1 (then (-1 + 1) >> 1 = 0) or 0
+    cap = n + bias + 1                   # shifts from here on give -1 (then (-1 + 1) >> 1 = 0) or 0
     kmax = (1 << len(k)) - 1
     c_x = Signal.like(xs, name=f"{name}_cx")
     c_k = Signal(range(min(kmax, cap) + 1), name=f"{name}_ck")
-    # a's bit j >= lo - 1 is z[j + k] (z = Cat(0 x (bias + 1), x), sign beyond): its bits from lo - 1
-    # up equal the sign iff z's magnitude bits t >= lo - 1 + k are 0 (t < N - 1: x's bits t - bias - 1)
-    ts = [t for t in range(max(lo - 1, bias + 1), N - 1) if t - (lo - 1) <= kmax]
-    c_mask = Signal(max(len(ts), 1), name=f"{name}_cmask")
-    sign = c_x[n - 1]
-    fits = ~Cat(*((c_x[t - bias - 1] ^ sign) & c_mask[i] for i, t in enumerate(ts))).any() if ts else Const(1)
-    a_lo = Signal(signed(lo), name=f"{name}_shr")
-    a_fit, a_sgn = Signal(name=f"{name}_fit"), Signal(name=f"{name}_sg")
-    out = Signal(signed(lo), name=name)
-    pre = Signal(signed(lo + 1), name=f"{name}_pre")
-    m.d.comb += pre.eq(a_lo + 1)
-    bound = Mux(a_sgn, Const(-(1 << (bits - 1)), signed(lo)), Const((1 << (bits - 1)) - 1, signed(lo)))
+    a_shr = Signal(signed(n + bias + 1), name=f"{name}_shr")
+    out = Signal(signed(n + bias + 1), name=name)
+    pre = Signal(signed(n + bias + 2), name=f"{name}_pre")
+    m.d.comb += pre.eq(a_shr + 1)
     stmts = [c_x.eq(xs), c_k.eq(Mux(k > cap, cap, k) if kmax > cap else k),
-             c_mask.eq(Cat(*(k <= t - (lo - 1) for t in ts)) if ts else 0),
-             a_lo.eq((Cat(Const(0, bias + 1), c_x).as_signed() >> c_k)[:lo]),
-             a_fit.eq(fits), a_sgn.eq(sign),
-             out.eq(Mux(a_fit, pre >> 1, bound))]
+             a_shr.eq(Cat(Const(0, bias + 1), c_x).as_signed() >> c_k), out.eq(pre >> 1)]
     _sync(m, stmts, en)
     return out
 
@@ -1202,7 +1184,7 @@ class AttentionUnit(wiring.Component):
                              oc3[k].eq(sat(m, ov2[k], 32)),
                              plo4[k].eq(oc3[k][:16] * x3.rcp.as_unsigned()),
                              phi4[k].eq(oc3[k][16:].as_signed() * x3.rcp.as_unsigned())]
-        sh7 = [rshr_biased_staged(m, prod4[k], x4.fsh, fin_left, 32, f"fin{k}", en=eadv) for k in range(W)]
+        sh7 = [rshr_biased_staged(m, prod4[k], x4.fsh, fin_left, f"fin{k}", en=eadv) for k in range(W)]
         x6, x7 = Signal(tag), Signal(tag)
         oc6, oc7 = Signal(signed(32)), Signal(signed(32))
         okeep = Signal(4 * W)
