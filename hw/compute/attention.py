@@ -743,8 +743,11 @@ class AttentionUnit(wiring.Component):
             with m.If(pv_[9] & pm_[9].ap):
                 m.d.sync += lacc[r].eq(lacc[r] + p9)
             u10 = stage(f"u{r}", p9 * pm_[9].va)
-            wsh10 = stage(f"wsh{r}", fx.P_FRAC - fx.O_FRAC - pm_[9].ve, signed(10))
-            wr13 = rshr_sat_staged(m, u10, wsh10, 33, 32, f"wr{r}")
+            # rshr(u, 3 - E_v) as one right shift of u << 31 by k = 3 - E_v + 31 (rshr_biased_staged),
+            # k < 0 (a left shift past 31) as k = 0: u << 31 > W_MAX as any longer shift of u > 0 is
+            wk = fx.P_FRAC - fx.O_FRAC + 31 - pm_[9].ve
+            wsh10 = stage(f"wsh{r}", Mux(wk < 0, 0, Mux(wk > 63, 63, wk)), range(64))
+            wr13 = rshr_biased_staged(m, u10, wsh10, 31, f"wr{r}")
             # w >= 0: the W_MAX bound is its saturation
             m.d.comb += w13s[r].eq(Mux(wr13 > fx.W_MAX, fx.W_MAX, wr13[:32]))
         m.d.comb += [wq_wr.en.eq(push), wq_wr.addr.eq(wq_wp), wq_wr.data.eq(Cat(*w13s)), wq_rd.addr.eq(wq_rp)]
