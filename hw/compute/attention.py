@@ -328,6 +328,29 @@ def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Si
     return out
 
 
+def rshr_biased_staged(m, x, k, bias: int, name: str, en=None) -> Signal:
+    """Golden ``rshr(x, k - bias)`` for an unsigned ``k`` (a shift biased by ``bias``: left ``bias``
+    .. right) as one rounding right shift of x << ``bias`` by k, in ``rshr_staged``'s three stages
+    (x and k; the shift of 2 (x << bias) by k; + 1 and >> 1): no left shifter, no choice of the two,
+    no saturation check -- the result exact, n + bias + 1 bits (the caller saturates).  For k <= bias
+    the + 1 falls below the shifted zeros (x << (bias - k)); for k > bias it is the rounding."""
+    xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
+    k = Value.cast(k)
+    n = len(xs)
+    cap = n + bias + 1                   # shifts from here on give -1 (then (-1 + 1) >> 1 = 0) or 0
+    kmax = (1 << len(k)) - 1
+    c_x = Signal.like(xs, name=f"{name}_cx")
+    c_k = Signal(range(min(kmax, cap) + 1), name=f"{name}_ck")
+    a_shr = Signal(signed(n + bias + 1), name=f"{name}_shr")
+    out = Signal(signed(n + bias + 1), name=name)
+    pre = Signal(signed(n + bias + 2), name=f"{name}_pre")
+    m.d.comb += pre.eq(a_shr + 1)
+    stmts = [c_x.eq(xs), c_k.eq(Mux(k > cap, cap, k) if kmax > cap else k),
+             a_shr.eq(Cat(Const(0, bias + 1), c_x).as_signed() >> c_k), out.eq(pre >> 1)]
+    _sync(m, stmts, en)
+    return out
+
+
 #: Keys held for the score array (two pairs: one scored, one filling); V rows held until P.V.
 K_SLOTS, V_DEPTH = 4, 32
 #: Cycles from a key's entry into the post-processing to its w in the queue for P.V.
@@ -720,8 +743,11 @@ class AttentionUnit(wiring.Component):
             with m.If(pv_[9] & pm_[9].ap):
                 m.d.sync += lacc[r].eq(lacc[r] + p9)
             u10 = stage(f"u{r}", p9 * pm_[9].va)
-            wsh10 = stage(f"wsh{r}", fx.P_FRAC - fx.O_FRAC - pm_[9].ve, signed(10))
-            wr13 = rshr_sat_staged(m, u10, wsh10, 33, 32, f"wr{r}")
+            # rshr(u, 3 - E_v) as one right shift of u << 31 by k = 3 - E_v + 31 (rshr_biased_staged),
+            # k < 0 (a left shift past 31) as k = 0: u << 31 > W_MAX as any longer shift of u > 0 is
+            wk = fx.P_FRAC - fx.O_FRAC + 31 - pm_[9].ve
+            wsh10 = stage(f"wsh{r}", Mux(wk < 0, 0, Mux(wk > 63, 63, wk)), range(64))
+            wr13 = rshr_biased_staged(m, u10, wsh10, 31, f"wr{r}")
             # w >= 0: the W_MAX bound is its saturation
             m.d.comb += w13s[r].eq(Mux(wr13 > fx.W_MAX, fx.W_MAX, wr13[:32]))
         m.d.comb += [wq_wr.en.eq(push), wq_wr.addr.eq(wq_wp), wq_wr.data.eq(Cat(*w13s)), wq_rd.addr.eq(wq_rp)]
@@ -1070,10 +1096,11 @@ class AttentionUnit(wiring.Component):
         # FINAL's shift b + FIN_OFS, b = bitlen(l) in 0 .. 31 (-5 .. 26): a shape that holds just that
         # range, and a left shift of at most -FIN_OFS (a narrow shifter; o x r = 0 when l <= 0)
         fin_ofs = fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC
-        fsh_shape = Shape.cast(range(min(fin_ofs, 0), 31 + fin_ofs + 1))
-        fin_left = max(1, -fin_ofs)
+        # as k = that + fin_left (0 .. 31 at -5: bc itself), one shift of o x r << fin_left by k
+        fin_left = max(0, -fin_ofs)
+        fsh_shape = Shape.cast(range(31 + fin_ofs + fin_left + 1))
         fsh_c, pos_c = Signal(fsh_shape), Signal()
-        m.d.sync += [fsh_c.eq(bc3 + fin_ofs),
+        m.d.sync += [fsh_c.eq(bc3 + (fin_ofs + fin_left)),
                      pos_c.eq(lc3)]
         pv_tag, pr_tag = pgo, prow
         for i in range(6):           # la, lb, the three shift stages, the table read
@@ -1160,7 +1187,7 @@ class AttentionUnit(wiring.Component):
                              oc3[k].eq(sat(m, ov2[k], 32)),
                              plo4[k].eq(oc3[k][:16] * x3.rcp.as_unsigned()),
                              phi4[k].eq(oc3[k][16:].as_signed() * x3.rcp.as_unsigned())]
-        sh7 = [rshr_sat_staged(m, prod4[k], x4.fsh, fin_left, 32, f"fin{k}", en=eadv) for k in range(W)]
+        sh7 = [rshr_biased_staged(m, prod4[k], x4.fsh, fin_left, f"fin{k}", en=eadv) for k in range(W)]
         x6, x7 = Signal(tag), Signal(tag)
         oc6, oc7 = Signal(signed(32)), Signal(signed(32))
         okeep = Signal(4 * W)
