@@ -266,7 +266,8 @@ class DotArray(wiring.Component):
             p_AMULTSEL="A" if pre is None else "AD", p_BMULTSEL="B", p_USE_MULT="MULTIPLY",
             p_USE_SIMD="ONE48", p_INMODEREG=0, p_OPMODEREG=0, p_RND=Const(ROUND, DSP_P_BITS),
             i_CLK=ClockSignal(), i_A=a30, i_B=b18,
-            i_PCIN=Const(0, DSP_P_BITS) if pcin is None else pcin,
+            i_PCIN=Const(0, DSP_P_BITS) if pcin is None else pcin, i_C=Const(0, DSP_P_BITS),
+            i_CEM=Const(0, 1), i_RSTM=Const(0, 1),
             # W = RND (the first of a chain) / 0, Z = 0 / PCIN, Y = X = M;
             # ALUMODE 0000: P = Z + W + X + Y + CIN
             i_OPMODE=Const(0b10_000_0101 if pcin is None else 0b00_001_0101, 9),
