@@ -408,6 +408,9 @@ class MatrixUnit(wiring.Component):
         # (C47 == C46)) from the C bits 48..46 the add used (registers).
         if AW > DSP_P_BITS + 1 or self.partial_width + SCALE_BITS + 1 > DSP_P_BITS - 2:
             raise ValueError(f"acc_width={AW}: the DSP accumulator holds at most {DSP_P_BITS + 1} bits")
+        if self.primitive and self.partial_width > 27:
+            raise ValueError(f"max_group={self.max_group}: the partial ({self.partial_width} bits) is the "
+                             "slice's 27-bit multiplier operand")
         s5 = Signal(ctl)
         acc_depth = (1 << tb) * max(PT, 1)
         acc_mem = memory.Memory(shape=data.ArrayLayout(signed(AW), P), depth=max(acc_depth, 2), init=[])
