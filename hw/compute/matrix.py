@@ -406,65 +406,85 @@ class MatrixUnit(wiring.Component):
         # accumulator's bit 48 (acc_width 49) is the fabric's: |M| < 2^46, so the sum crosses a multiple
         # of 2^48 only from C[47:46] = 11 to P[47:46] = 00 or back, and r48 = C48 ^ ((C47 ^ P47) &
         # (C47 == C46)) from the C bits 48..46 the add used (registers).
-        if AW > DSP_P_BITS + 1 or self.partial_width + SCALE_BITS + 1 > DSP_P_BITS - 2:
-            raise ValueError(f"acc_width={AW}: the DSP accumulator holds at most {DSP_P_BITS + 1} bits")
-        if self.primitive and self.partial_width > 27:
-            raise ValueError(f"max_group={self.max_group}: the partial ({self.partial_width} bits) is the "
-                             "slice's 27-bit multiplier operand")
+        # (bits 48 and up in general: C's top bits plus one when the add wraps up, minus one when down.)
+        # Where the slice does not fit (a product of more than 46 bits, or a partial wider than the
+        # multiplier's 27-bit operand), the fabric's read-modify-write of the file (``token_file``).
+        PWD = self.partial_width + SCALE_BITS + 1
+        in_dsp = PWD <= DSP_P_BITS - 2 and (not self.primitive or self.partial_width <= 27)
         s5 = Signal(ctl)
-        acc_depth = (1 << tb) * max(PT, 1)
-        acc_mem = memory.Memory(shape=data.ArrayLayout(signed(AW), P), depth=max(acc_depth, 2), init=[])
-        m.submodules.acc_file = acc_mem
-        acc_rp, acc_wp = acc_mem.read_port(domain="comb"), acc_mem.write_port()
+        if not in_dsp:
+            acc5 = [Signal(signed(AW), name=f"accout{p}") for p in range(P)]
+            prod4 = [Signal(signed(PWD), name=f"prod{p}") for p in range(P)]
+            with m.If(adv):
+                m.d.sync += [x.eq(ps3[p] * factors[p]) for p, x in enumerate(prod4)]
+            acc_index = Cat(s4.t, s4.tile[:ceil_log2(PT)]) if PT > 1 else s4.t
+            for p, total in enumerate(token_file("acc", AW, acc_index, s4.first_g, prod4, adv & s4.v,
+                                                 depth=(1 << tb) * max(PT, 1))):
+                with m.If(adv):
+                    m.d.sync += acc5[p].eq(total)
+            with m.If(adv):
+                m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g)]
+        else:
+            acc_depth = (1 << tb) * max(PT, 1)
+            acc_mem = memory.Memory(shape=data.ArrayLayout(signed(AW), P), depth=max(acc_depth, 2), init=[])
+            m.submodules.acc_file = acc_mem
+            acc_rp, acc_wp = acc_mem.read_port(domain="comb"), acc_mem.write_port()
 
-        def acc_idx(st):
-            return Cat(st.t, st.tile[:ceil_log2(PT)]) if PT > 1 else st.t
-        w5 = Signal()                                   # P holds an item to write into the file
-        w5_idx = Signal.like(acc_idx(s4), name="w5_idx")
-        z_c, z_nz = Signal(), Signal()                  # the OPMODE's Z: C (z_c), P (z_nz & ~z_c), 0
-        with m.If(adv):
-            fwd_next = s4.v & (acc_idx(s4) == acc_idx(s3))
-            m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), w5.eq(s4.v), w5_idx.eq(acc_idx(s4)),
-                         z_c.eq(~s3.first_g & ~fwd_next), z_nz.eq(~s3.first_g)]
-        m.d.comb += [acc_rp.addr.eq(acc_idx(s4)), acc_wp.addr.eq(w5_idx), acc_wp.en.eq(w5)]
-        PW = min(AW, DSP_P_BITS)
-        acc5, acc5_q = [], []           # the accumulators (raw: the file's, pv's), as the result queue takes them
+            def acc_idx(st):
+                return Cat(st.t, st.tile[:ceil_log2(PT)]) if PT > 1 else st.t
+            w5 = Signal()                                   # P holds an item to write into the file
+            w5_idx = Signal.like(acc_idx(s4), name="w5_idx")
+            z_c, z_nz = Signal(), Signal()                  # the OPMODE's Z: C (z_c), P (z_nz & ~z_c), 0
+            with m.If(adv):
+                fwd_next = s4.v & (acc_idx(s4) == acc_idx(s3))
+                m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), w5.eq(s4.v), w5_idx.eq(acc_idx(s4)),
+                             z_c.eq(~s3.first_g & ~fwd_next), z_nz.eq(~s3.first_g)]
+            m.d.comb += [acc_rp.addr.eq(acc_idx(s4)), acc_wp.addr.eq(w5_idx), acc_wp.en.eq(w5)]
+            acc5 = []                       # the accumulators (the file's, pv's)
+            for p in range(P):
+                pr = Signal(DSP_P_BITS, name=f"acc_p{p}")
+                cword = acc_rp.data[p].as_unsigned()[:DSP_P_BITS]
+                if self.primitive:
+                    a30, b18 = Signal(signed(30), name=f"acc_a{p}"), Signal(signed(18), name=f"acc_b{p}")
+                    m.d.comb += [a30.eq(ps3[p]), b18.eq(factors[p])]
+                    m.submodules[f"acc_dsp{p}"] = Instance(
+                        "DSP48E2",
+                        p_AREG=0, p_BREG=0, p_MREG=1, p_PREG=1, p_CREG=0, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
+                        p_AMULTSEL="A", p_BMULTSEL="B", p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48",
+                        p_INMODEREG=0, p_OPMODEREG=0,
+                        i_CLK=ClockSignal(), i_A=a30, i_B=b18, i_C=cword, i_D=Const(0, 27),
+                        i_PCIN=Const(0, DSP_P_BITS),
+                        # W = 0, Z = 0 / P / C, Y = X = M; ALUMODE 0000: P = Z + W + X + Y + CIN
+                        i_OPMODE=Cat(Const(0b0101, 4), z_c, z_nz, Const(0, 3)),
+                        i_ALUMODE=Const(0, 4), i_INMODE=Const(0, 5), i_CARRYIN=Const(0, 1),
+                        i_CEA2=Const(0, 1), i_CEB2=Const(0, 1), i_CED=Const(0, 1), i_CEAD=Const(0, 1),
+                        i_CEM=adv, i_CEP=adv, i_RSTA=Const(0, 1), i_RSTB=Const(0, 1), i_RSTD=Const(0, 1),
+                        i_RSTM=Const(0, 1), i_RSTP=Const(0, 1), o_P=pr)
+                else:               # the same registers in the fabric (what the instance does)
+                    mr = Signal(signed(self.partial_width + SCALE_BITS + 1), name=f"prod{p}")
+                    with m.If(adv):
+                        m.d.sync += [mr.eq(ps3[p] * factors[p]),
+                                     pr.eq(Mux(z_nz, Mux(z_c, cword, pr), 0) + mr)]
+                raw = Signal(signed(AW), name=f"accout{p}")
+                if AW == DSP_P_BITS + 1:
+                    ct = Signal(3, name=f"acc_ct{p}")       # the add's C bits 46, 47, 48
+                    with m.If(adv):
+                        m.d.sync += ct.eq(Mux(z_nz, Mux(z_c, acc_rp.data[p][46:], Cat(pr[46:48], raw[48])), 0))
+                    m.d.comb += raw.eq(Cat(pr, ct[2] ^ ((ct[1] ^ pr[47]) & ~(ct[1] ^ ct[0]))))
+                elif AW > DSP_P_BITS:
+                    ct = Signal(AW - 46, name=f"acc_ct{p}")  # the add's C bits 46 and up
+                    with m.If(adv):
+                        m.d.sync += ct.eq(Mux(z_nz, Mux(z_c, acc_rp.data[p][46:], Cat(pr[46:48], raw[48:])), 0))
+                    up, down = ct[1] & ct[0] & ~pr[47], ~ct[1] & ~ct[0] & pr[47]
+                    m.d.comb += raw.eq(Cat(pr, ct[2:] + up - down))
+                else:
+                    m.d.comb += raw.eq(pr[:AW])
+                m.d.comb += acc_wp.data[p].eq(raw)
+                acc5.append(raw)
+        acc5_q = []                     # as the result queue takes them: kv's E in the top bits
         for p in range(P):
-            pr = Signal(DSP_P_BITS, name=f"acc_p{p}")
-            cword = acc_rp.data[p].as_unsigned()[:DSP_P_BITS]
-            if self.primitive:
-                a30, b18 = Signal(signed(30), name=f"acc_a{p}"), Signal(signed(18), name=f"acc_b{p}")
-                m.d.comb += [a30.eq(ps3[p]), b18.eq(factors[p])]
-                m.submodules[f"acc_dsp{p}"] = Instance(
-                    "DSP48E2",
-                    p_AREG=0, p_BREG=0, p_MREG=1, p_PREG=1, p_CREG=0, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
-                    p_AMULTSEL="A", p_BMULTSEL="B", p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48",
-                    p_INMODEREG=0, p_OPMODEREG=0,
-                    i_CLK=ClockSignal(), i_A=a30, i_B=b18, i_C=cword, i_D=Const(0, 27),
-                    i_PCIN=Const(0, DSP_P_BITS),
-                    # W = 0, Z = 0 / P / C, Y = X = M; ALUMODE 0000: P = Z + W + X + Y + CIN
-                    i_OPMODE=Cat(Const(0b0101, 4), z_c, z_nz, Const(0, 3)),
-                    i_ALUMODE=Const(0, 4), i_INMODE=Const(0, 5), i_CARRYIN=Const(0, 1),
-                    i_CEA2=Const(0, 1), i_CEB2=Const(0, 1), i_CED=Const(0, 1), i_CEAD=Const(0, 1),
-                    i_CEM=adv, i_CEP=adv, i_RSTA=Const(0, 1), i_RSTB=Const(0, 1), i_RSTD=Const(0, 1),
-                    i_RSTM=Const(0, 1), i_RSTP=Const(0, 1), o_P=pr)
-            else:               # the same registers in the fabric (what the instance does)
-                mr = Signal(signed(self.partial_width + SCALE_BITS + 1), name=f"prod{p}")
-                with m.If(adv):
-                    m.d.sync += [mr.eq(ps3[p] * factors[p]),
-                                 pr.eq(Mux(z_nz, Mux(z_c, cword, pr), 0) + mr)]
-            raw = Signal(signed(AW), name=f"accout{p}")
-            if AW > DSP_P_BITS:
-                ct = Signal(3, name=f"acc_ct{p}")       # the add's C bits 46, 47, 48
-                with m.If(adv):
-                    m.d.sync += ct.eq(Mux(z_nz, Mux(z_c, acc_rp.data[p][AW - 3:], Cat(pr[46:48], raw[48])), 0))
-                m.d.comb += raw.eq(Cat(pr, ct[2] ^ ((ct[1] ^ pr[47]) & ~(ct[1] ^ ct[0]))))
-            else:
-                m.d.comb += raw.eq(pr[:AW])
-            m.d.comb += acc_wp.data[p].eq(raw)
-            acc5.append(raw)
             q = Signal(signed(AW), name=f"accq{p}")
-            m.d.comb += q.eq(Cat(raw[:KS], Mux(cfg.kv, e5[p * kv_a:(p + 1) * kv_a].as_signed(), raw[KS:])))
+            m.d.comb += q.eq(Cat(acc5[p][:KS], Mux(cfg.kv, e5[p * kv_a:(p + 1) * kv_a].as_signed(), acc5[p][KS:])))
             acc5_q.append(q)
 
         # --- stage 6: requantize to X32 and add the bias, R = requant_rows rows a cycle -----------

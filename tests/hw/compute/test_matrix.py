@@ -235,15 +235,18 @@ def test_extremes_amaranth_sim(w_exp, e, packed):
     assert amaranth_run(dut, job) == job.expected
 
 
-@pytest.mark.parametrize("t,group", [(1, 4), (2, 4), (1, 8)])
-def test_acc_feedback_amaranth_sim(t, group):
+@pytest.mark.parametrize("t,group,max_inputs,max_group,aw", [(1, 4, 16384, 128, 49), (2, 4, 16384, 128, 49),
+                                                             (1, 8, 16384, 128, 49), (1, 4, 32768, 128, 50),
+                                                             (1, 4, 2048, 1024, 47)])
+def test_acc_feedback_amaranth_sim(t, group, max_inputs, max_group, aw):
     """The accumulator (the slices' P = M + Z, the file written from P a cycle later) at acc_width 49
-    (max_inputs 16 384: bit 48 in the fabric): one-beat groups at T = 1 read a word the cycle after
-    its add (the P feedback), at T = 2 a cycle after its write; random signs, so the sums cross zero
-    (the 48-bit add wraps, bit 48 flips).  Against ``fixed.linear``."""
+    (max_inputs 16 384: bit 48 in the fabric) and 50 (bits 48, 49): one-beat groups at T = 1 read a word
+    the cycle after its add (the P feedback), at T = 2 a cycle after its write; random signs, so the sums
+    cross zero (the 48-bit add wraps, the top bits follow).  max_group 1 024: products of 47 bits, the
+    fabric's read-modify-write instead.  Against ``fixed.linear``."""
     rng = np.random.default_rng(10 * t + group)
-    dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=16384, max_tiles=4)
-    assert dut.acc_width == 49
+    dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=max_inputs, max_tiles=4, max_group=max_group)
+    assert dut.acc_width == aw
     jobs = [linear_job(rng, 2, 4, 4, t=t, n=64, out=4, group=group, w_scale=2.0 ** -k) for k in (0, 6)]
     assert run_matrix(dut, jobs) == [j.expected for j in jobs]
 
