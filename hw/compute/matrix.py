@@ -459,7 +459,8 @@ class MatrixUnit(wiring.Component):
                         i_ALUMODE=Const(0, 4), i_INMODE=Const(0, 5), i_CARRYIN=Const(0, 1),
                         i_CEA2=Const(0, 1), i_CEB2=Const(0, 1), i_CED=Const(0, 1), i_CEAD=Const(0, 1),
                         i_CEM=adv, i_CEP=adv, i_RSTA=Const(0, 1), i_RSTB=Const(0, 1), i_RSTD=Const(0, 1),
-                        i_RSTM=Const(0, 1), i_RSTP=Const(0, 1), o_P=pr)
+                        i_RSTM=Const(0, 1), i_RSTP=Const(0, 1), o_P=pr,
+                        o_PCOUT=Signal(DSP_P_BITS, name=f"acc_pcout{p}"))    # (unused: every pin connected)
                 else:               # the same registers in the fabric (what the instance does)
                     mr = Signal(signed(self.partial_width + SCALE_BITS + 1), name=f"prod{p}")
                     with m.If(adv):
