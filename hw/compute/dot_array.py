@@ -316,7 +316,7 @@ class DotArray(wiring.Component):
             p_USE_SIMD="ONE48", p_INMODEREG=0, p_OPMODEREG=0, p_CREG=0,
             p_RND=Const(ROUND if rnd is None else rnd, DSP_P_BITS),
             i_CLK=ClockSignal(), i_A=a30, i_B=b18, i_C=c48,
-            i_PCIN=Const(0, DSP_P_BITS) if pcin is None else pcin,
+            i_PCIN=Const(0, DSP_P_BITS) if pcin is None else pcin, i_CEM=Const(0, 1), i_RSTM=Const(0, 1),
             # W = RND (the first of a chain) / C (a joined pair's last) / 0, Z = 0 / PCIN, Y = X = M;
             # ALUMODE 0000: P = Z + W + X + Y + CIN
             i_OPMODE=Const((w_sel << 7) | (0b000_0101 if pcin is None else 0b001_0101), 9),

@@ -3,23 +3,24 @@
 // map the instances onto their own DSP48E2 primitive.)
 //
 // Supported configuration (anything else stops the simulation at time 0 with a message):
-//   A_INPUT = B_INPUT = "DIRECT", AREG = BREG = 1 (the A2 / B2 registers, CEA2 / CEB2, RSTA / RSTB),
-//   MREG = 0, PREG = 1 (CEP, RSTP), BMULTSEL = "B", USE_MULT = "MULTIPLY", USE_SIMD = "ONE48",
+//   A_INPUT = B_INPUT = "DIRECT", AREG, BREG = 1 (the A2 / B2 registers, CEA2 / CEB2, RSTA / RSTB) or
+//   0 (A / B straight into the multiplier), MREG = 0 or 1 (the M register, CEM, RSTM), PREG = 1 (CEP,
+//   RSTP), BMULTSEL = "B", USE_MULT = "MULTIPLY", USE_SIMD = "ONE48", the C port unregistered (CREG = 0),
 //   INMODEREG = OPMODEREG = 0 or 1 (the inputs are constants), ALUMODE = 4'b0000, CARRYIN = 0, and
 //   either AMULTSEL = "A", INMODE = 5'b00000 (the multiplier takes A2), or AMULTSEL = "AD",
 //   DREG = ADREG = 1 (CED, CEAD, RSTD), INMODE = 5'b00100 (the pre-adder: AD <= D + A2);
-//   CREG = 0 (C goes straight to the W multiplexer),
 //   OPMODE with W = 00 (0), 10 (RND) or 11 (C), X = Y = 01 (the multiplier's two partial products: M),
-//   Z = 000 (0) or 001 (PCIN).
+//   Z = 000 (0), 001 (PCIN), 010 (P: the accumulator's feedback) or 011 (C).
 // Arithmetic (UG579, "ALUMODE 0000: Z + W + X + Y + CIN"):
 //   M = A2[26:0] or AD (signed 27 bits) x B2 (signed, 18 bits)         45 bits, sign-extended to 48
+//   (A / B for AREG / BREG = 0; MREG = 1: M the register of that product, on CEM)
 //   P <= Z + W + M  (mod 2^48)                   PCOUT = P (the dedicated cascade to the next PCIN)
-//   (W = 0, RND or C: OPMODE[8:7] = 00, 10, 11)
 module DSP48E2 #(
     parameter integer AREG = 1,
     parameter integer BREG = 1,
     parameter integer MREG = 1,
     parameter integer PREG = 1,
+    parameter integer CREG = 0,
     parameter A_INPUT = "DIRECT",
     parameter B_INPUT = "DIRECT",
     parameter AMULTSEL = "A",
@@ -30,15 +31,14 @@ module DSP48E2 #(
     parameter integer ADREG = 1,
     parameter integer INMODEREG = 1,
     parameter integer OPMODEREG = 1,
-    parameter integer CREG = 1,
     parameter [47:0] RND = 48'd0
 ) (
     input wire CLK,
     input wire [29:0] A,
     input wire [17:0] B,
     input wire [26:0] D,
-    input wire [47:0] C,
     input wire [47:0] PCIN,
+    input wire [47:0] C,
     input wire [8:0] OPMODE,
     input wire [3:0] ALUMODE,
     input wire [4:0] INMODE,
@@ -47,10 +47,12 @@ module DSP48E2 #(
     input wire CEB2,
     input wire CED,
     input wire CEAD,
+    input wire CEM,
     input wire CEP,
     input wire RSTA,
     input wire RSTB,
     input wire RSTD,
+    input wire RSTM,
     input wire RSTP,
     output wire [47:0] P,
     output wire [47:0] PCOUT
@@ -60,15 +62,20 @@ module DSP48E2 #(
     reg [26:0] d = 27'd0;
     reg [26:0] ad = 27'd0;
     reg [47:0] p = 48'd0;
+    reg [47:0] mr = 48'd0;
     wire pre = AMULTSEL == "AD";
-    wire signed [47:0] m = $signed(pre ? ad : a2[26:0]) * $signed(b2);
-    wire [47:0] z = OPMODE[6:4] == 3'b001 ? PCIN : 48'd0;
+    wire [26:0] am = pre ? ad : (AREG ? a2[26:0] : A[26:0]);
+    wire [17:0] bm = BREG ? b2 : B;
+    wire signed [47:0] mu = $signed(am) * $signed(bm);
+    wire [47:0] m = MREG ? mr : mu;
+    wire [47:0] z = OPMODE[6:4] == 3'b001 ? PCIN : OPMODE[6:4] == 3'b010 ? p
+                  : OPMODE[6:4] == 3'b011 ? C : 48'd0;
     wire [47:0] w = OPMODE[8:7] == 2'b10 ? RND : OPMODE[8:7] == 2'b11 ? C : 48'd0;
 
     initial begin
-        if (AREG != 1 || BREG != 1 || MREG != 0 || PREG != 1 || A_INPUT != "DIRECT"
+        if (AREG > 1 || BREG > 1 || MREG > 1 || PREG != 1 || CREG != 0 || A_INPUT != "DIRECT"
                 || B_INPUT != "DIRECT" || (AMULTSEL != "A" && AMULTSEL != "AD") || BMULTSEL != "B"
-                || USE_MULT != "MULTIPLY" || USE_SIMD != "ONE48" || INMODEREG > 1 || OPMODEREG > 1 || CREG != 0
+                || USE_MULT != "MULTIPLY" || USE_SIMD != "ONE48" || INMODEREG > 1 || OPMODEREG > 1
                 || (AMULTSEL == "AD" && (DREG != 1 || ADREG != 1))) begin
             $display("DSP48E2 model: unsupported configuration (hw/compute/dsp48e2.v)");
             $finish;
@@ -77,7 +84,7 @@ module DSP48E2 #(
 
     always @(posedge CLK) begin
         if (OPMODE[8:7] == 2'b01 || OPMODE[3:0] != 4'b0101
-                || (OPMODE[6:4] != 3'b000 && OPMODE[6:4] != 3'b001) || ALUMODE != 4'b0000
+                || OPMODE[6] != 1'b0 || ALUMODE != 4'b0000
                 || INMODE != (pre ? 5'b00100 : 5'b00000) || CARRYIN != 1'b0) begin
             $display("DSP48E2 model: unsupported OPMODE/ALUMODE/INMODE/CARRYIN");
             $finish;
@@ -88,6 +95,7 @@ module DSP48E2 #(
             if (RSTD) d <= 27'd0; else if (CED) d <= D;
             if (CEAD) ad <= d + a2[26:0];
         end
+        if (RSTM) mr <= 48'd0; else if (CEM) mr <= mu;
         if (RSTP) p <= 48'd0; else if (CEP) p <= z + w + m;
     end
 

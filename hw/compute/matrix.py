@@ -61,7 +61,7 @@ width bits per token).  See docs/compute.md.
 """
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -69,7 +69,7 @@ from amaranth.utils import ceil_log2
 from mcf.hw.arith import log2_exact, sat_top, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
-from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, DotArray
+from mcf.hw.compute.dot_array import CHAIN, DSP_P_BITS, PACK_SHIFT, DotArray
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, S_FRAC, SCALE_BITS, W_BITS, X_FRAC
@@ -390,39 +390,116 @@ class MatrixUnit(wiring.Component):
             with m.If(pv):
                 m.d.sync += sq_f.eq(0)
         s4 = Signal(ctl)
-        prod4 = [Signal(signed(self.partial_width + SCALE_BITS + 1), name=f"prod{p}") for p in range(P)]
         if PT:          # pv: a hi digit's partial x 2^16, a lo digit's x 1 (no scale): the multiplier's
             # operand (17 bits unsigned: the DSP's 18-bit signed B), the head's zero words ORed with them
             pv_lo, pv_hi = Signal(), Signal()
             m.d.comb += [pv_lo.eq(pv & ~s3.hi), pv_hi.eq(pv & s3.hi)]
+        factors = []
         for p in range(P):
             word = sq_f[p * SCALE_BITS:(p + 1) * SCALE_BITS]
-            factor = Cat(word[0] | pv_lo, word[1:], pv_hi) if PT else word
-            with m.If(adv):
-                m.d.sync += prod4[p].eq(ps3[p] * factor)
-        # kv: the row exponents E go down with the data (one group: the tile's scale beat), then in the
-        # accumulator's top bits: acc' = acc + E 2^KS (E's start value of the sum, below).  kv's |acc| <
-        # G 2^18 255 < 2^(partial_width + 6) <= 2^(KS - 1) (one group, acc_width >= partial_width + 17), so
-        # acc is acc' sign-extended from bit KS - 1 and E = acc'[KS:] + acc'[KS - 1] (|E 2^KS| <= 2^(AW - 2)).
+            factors.append(Cat(word[0] | pv_lo, word[1:], pv_hi) if PT else word)
+        # kv: the row exponents E go down with the data (one group: the tile's scale beat) and replace the
+        # accumulator's top bits in the result queue: acc' = acc's bits below KS, E (signed) from bit KS up.
+        # kv's |acc| < G 2^18 255 < 2^(partial_width + 6) <= 2^(KS - 1) (one group, acc_width >=
+        # partial_width + 17), so acc is acc' sign-extended from bit KS - 1 and E = acc'[KS:].
         AW = self.acc_width
         KS = AW - kv_a - 1
-        e4 = Signal(P * kv_a)
+        e4, e5 = Signal(P * kv_a), Signal(P * kv_a)
         with m.If(adv):
-            m.d.sync += [s4.eq(s3), e4.eq(sq_e)]
-        with m.If(~cfg.kv):             # (zero outside kv: a synchronous reset, the sums start at 0)
+            m.d.sync += [s4.eq(s3), e4.eq(sq_e), e5.eq(e4)]
+        with m.If(~cfg.kv):             # (zero outside kv: a synchronous reset)
             m.d.sync += e4.eq(0)
-        acc_init = [Cat(Const(0, KS), e4[p * kv_a:(p + 1) * kv_a].as_signed()).as_signed() for p in range(P)]
 
-        # --- stage 5: accumulate over groups --------------------------------------------------
+        # --- stages 4 and 5: group scale and accumulate over groups, one DSP48E2 a row --------------
+        # M = partial x factor (the slice's M register, stage 4), then P = M + Z (its P register, stage
+        # 5): Z = 0 at a (tile, token)'s first group, else its accumulator -- the file's word (the C port,
+        # the file read at stage 4) or, when the previous item was the same word (its write into the file
+        # lands this cycle), P itself (the feedback).  The Z choice is the slice's OPMODE (two registers),
+        # not a LUT a bit.  The file is written from P a cycle after the add.  The slice adds 48 bits; the
+        # accumulator's bit 48 (acc_width 49) is the fabric's: |M| < 2^46, so the sum crosses a multiple
+        # of 2^48 only from C[47:46] = 11 to P[47:46] = 00 or back, and r48 = C48 ^ ((C47 ^ P47) &
+        # (C47 == C46)) from the C bits 48..46 the add used (registers).
+        # (bits 48 and up in general: C's top bits plus one when the add wraps up, minus one when down.)
+        # Where the slice does not fit (a product of more than 46 bits, or a partial wider than the
+        # multiplier's 27-bit operand), the fabric's read-modify-write of the file (``token_file``).
+        PWD = self.partial_width + SCALE_BITS + 1
+        in_dsp = PWD <= DSP_P_BITS - 2 and (not self.primitive or self.partial_width <= 27)
         s5 = Signal(ctl)
-        acc5 = [Signal(signed(self.acc_width), name=f"accout{p}") for p in range(P)]
-        acc_index = Cat(s4.t, s4.tile[:ceil_log2(PT)]) if PT > 1 else s4.t
-        for p, total in enumerate(token_file("acc", self.acc_width, acc_index, s4.first_g, prod4, adv & s4.v,
-                                             depth=(1 << tb) * max(PT, 1), init=acc_init)):
+        if not in_dsp:
+            acc5 = [Signal(signed(AW), name=f"accout{p}") for p in range(P)]
+            prod4 = [Signal(signed(PWD), name=f"prod{p}") for p in range(P)]
             with m.If(adv):
-                m.d.sync += acc5[p].eq(total)
-        with m.If(adv):
-            m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g)]
+                m.d.sync += [x.eq(ps3[p] * factors[p]) for p, x in enumerate(prod4)]
+            acc_index = Cat(s4.t, s4.tile[:ceil_log2(PT)]) if PT > 1 else s4.t
+            for p, total in enumerate(token_file("acc", AW, acc_index, s4.first_g, prod4, adv & s4.v,
+                                                 depth=(1 << tb) * max(PT, 1))):
+                with m.If(adv):
+                    m.d.sync += acc5[p].eq(total)
+            with m.If(adv):
+                m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g)]
+        else:
+            acc_depth = (1 << tb) * max(PT, 1)
+            acc_mem = memory.Memory(shape=data.ArrayLayout(signed(AW), P), depth=max(acc_depth, 2), init=[])
+            m.submodules.acc_file = acc_mem
+            acc_rp, acc_wp = acc_mem.read_port(domain="comb"), acc_mem.write_port()
+
+            def acc_idx(st):
+                return Cat(st.t, st.tile[:ceil_log2(PT)]) if PT > 1 else st.t
+            w5 = Signal()                                   # P holds an item to write into the file
+            w5_idx = Signal.like(acc_idx(s4), name="w5_idx")
+            z_c, z_nz = Signal(), Signal()                  # the OPMODE's Z: C (z_c), P (z_nz & ~z_c), 0
+            with m.If(adv):
+                fwd_next = s4.v & (acc_idx(s4) == acc_idx(s3))
+                m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), w5.eq(s4.v), w5_idx.eq(acc_idx(s4)),
+                             z_c.eq(~s3.first_g & ~fwd_next), z_nz.eq(~s3.first_g)]
+            m.d.comb += [acc_rp.addr.eq(acc_idx(s4)), acc_wp.addr.eq(w5_idx), acc_wp.en.eq(w5)]
+            acc5 = []                       # the accumulators (the file's, pv's)
+            for p in range(P):
+                pr = Signal(DSP_P_BITS, name=f"acc_p{p}")
+                cword = acc_rp.data[p].as_unsigned()[:DSP_P_BITS]
+                if self.primitive:
+                    a30, b18 = Signal(signed(30), name=f"acc_a{p}"), Signal(signed(18), name=f"acc_b{p}")
+                    m.d.comb += [a30.eq(ps3[p]), b18.eq(factors[p])]
+                    m.submodules[f"acc_dsp{p}"] = Instance(
+                        "DSP48E2",
+                        p_AREG=0, p_BREG=0, p_MREG=1, p_PREG=1, p_CREG=0, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
+                        p_AMULTSEL="A", p_BMULTSEL="B", p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48",
+                        p_INMODEREG=0, p_OPMODEREG=0,
+                        i_CLK=ClockSignal(), i_A=a30, i_B=b18, i_C=cword, i_D=Const(0, 27),
+                        i_PCIN=Const(0, DSP_P_BITS),
+                        # W = 0, Z = 0 / P / C, Y = X = M; ALUMODE 0000: P = Z + W + X + Y + CIN
+                        i_OPMODE=Cat(Const(0b0101, 4), z_c, z_nz, Const(0, 3)),
+                        i_ALUMODE=Const(0, 4), i_INMODE=Const(0, 5), i_CARRYIN=Const(0, 1),
+                        i_CEA2=Const(0, 1), i_CEB2=Const(0, 1), i_CED=Const(0, 1), i_CEAD=Const(0, 1),
+                        i_CEM=adv, i_CEP=adv, i_RSTA=Const(0, 1), i_RSTB=Const(0, 1), i_RSTD=Const(0, 1),
+                        i_RSTM=Const(0, 1), i_RSTP=Const(0, 1), o_P=pr,
+                        o_PCOUT=Signal(DSP_P_BITS, name=f"acc_pcout{p}"))    # (unused: every pin connected)
+                else:               # the same registers in the fabric (what the instance does)
+                    mr = Signal(signed(self.partial_width + SCALE_BITS + 1), name=f"prod{p}")
+                    with m.If(adv):
+                        m.d.sync += [mr.eq(ps3[p] * factors[p]),
+                                     pr.eq(Mux(z_nz, Mux(z_c, cword, pr), 0) + mr)]
+                raw = Signal(signed(AW), name=f"accout{p}")
+                if AW == DSP_P_BITS + 1:
+                    ct = Signal(3, name=f"acc_ct{p}")       # the add's C bits 46, 47, 48
+                    with m.If(adv):
+                        m.d.sync += ct.eq(Mux(z_nz, Mux(z_c, acc_rp.data[p][46:], Cat(pr[46:48], raw[48])), 0))
+                    m.d.comb += raw.eq(Cat(pr, ct[2] ^ ((ct[1] ^ pr[47]) & ~(ct[1] ^ ct[0]))))
+                elif AW > DSP_P_BITS:
+                    ct = Signal(AW - 46, name=f"acc_ct{p}")  # the add's C bits 46 and up
+                    with m.If(adv):
+                        m.d.sync += ct.eq(Mux(z_nz, Mux(z_c, acc_rp.data[p][46:], Cat(pr[46:48], raw[48:])), 0))
+                    up, down = ct[1] & ct[0] & ~pr[47], ~ct[1] & ~ct[0] & pr[47]
+                    m.d.comb += raw.eq(Cat(pr, ct[2:] + up - down))
+                else:
+                    m.d.comb += raw.eq(pr[:AW])
+                m.d.comb += acc_wp.data[p].eq(raw)
+                acc5.append(raw)
+        acc5_q = []                     # as the result queue takes them: kv's E in the top bits
+        for p in range(P):
+            q = Signal(signed(AW), name=f"accq{p}")
+            m.d.comb += q.eq(Cat(acc5[p][:KS], Mux(cfg.kv, e5[p * kv_a:(p + 1) * kv_a].as_signed(), acc5[p][KS:])))
+            acc5_q.append(q)
 
         # --- stage 6: requantize to X32 and add the bias, R = requant_rows rows a cycle -----------
         # A finished (tile, token) -- P exact accumulators (kv: with the row exponents in their top bits)
@@ -440,7 +517,7 @@ class MatrixUnit(wiring.Component):
         head = data.View(res, res_q.r_data)
         # (adv & s5.v & ~pv, written without ``adv``: its pv terms stay off the queue's level)
         m.d.comb += [res_q.w_en.eq(s5.v & ~pv & res_q.w_rdy),
-                     res_q.w_data.eq(Cat(*acc5, sh5, s5.last, s5.last_t))]
+                     res_q.w_data.eq(Cat(*acc5_q, sh5, s5.last, s5.last_t))]
 
         dadv = Signal()                 # the requantizer moves (only ``o`` stalls it)
         o_data, o_last = Signal(P * 32), Signal()
@@ -470,14 +547,11 @@ class MatrixUnit(wiring.Component):
         m.d.comb += [cA.v.eq(take), cA.c.eq(chunk), cA.end.eq(last_c), cA.last.eq(head.last & last_c),
                      cA.tile_end.eq(head.end & last_c)]
         sel_acc = [Array(head.acc[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.acc[i] for i in range(R)]
-        # kv: acc = acc' sign-extended from bit KS - 1, the shift sh - E = sh - acc'[KS:] - acc'[KS - 1] (the
-        # bit as the adder's borrow: (2 sh + ~b + 2 ~E + 1) >> 1); else acc' and sh
+        # kv: acc = acc' sign-extended from bit KS - 1, the shift sh - E = sh - acc'[KS:]; else acc' and sh
         kv_hi = [Mux(cfg.kv, x[KS:], 0).as_signed() for x in sel_acc]
-        kv_b = [cfg.kv & x[KS - 1] for x in sel_acc]
         cA, rA = rq_stage("a", cA, {
             "acc": (signed(AW), [Cat(x[:KS], Mux(cfg.kv, x[KS - 1].replicate(AW - KS), x[KS:])) for x in sel_acc]),
-            "sh": (SH, [(Cat(~b, head.sh).as_signed() + Cat(Const(1, 1), ~e).as_signed()) >> 1
-                        for e, b in zip(kv_hi, kv_b)])})
+            "sh": (SH, [head.sh - e for e in kv_hi])})
         # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one window of the
         # accumulator for both directions (``rq_window``: 33 bits and, below them, a right shift's
         # rounding bit), its overflow from the accumulator's significant bits (``rq_decode``'s mask,

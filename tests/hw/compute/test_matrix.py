@@ -161,6 +161,19 @@ def test_linear_cocotb_on_dsp48e2_model(build_dir):
 
 
 @pytest.mark.cocotb
+def test_linear_cocotb_on_dsp48e2_model_t1(build_dir):
+    """As above at max_tokens 2 (T = 1 or 2, groups of one or two beats, under backpressure): the
+    accumulator slices' P feedback (one-beat groups at T = 1) and their file writes during stalls."""
+    from amaranth.back import verilog
+    from mcf.hw.compute.dot_array import with_models
+    p = {**PARAMS, "max_tokens": 2, "mac_lanes": 8, "max_inputs": 64}
+    build_dir.mkdir(parents=True)
+    src = build_dir / "dut.v"
+    src.write_text(with_models(verilog.convert(MatrixUnit(**p, primitive=True), name="dut")))
+    run_cocotb(src, __name__, build_dir, testcase="run_linear", params={**p, "jobs": 8, "seed": 5})
+
+
+@pytest.mark.cocotb
 def test_utilization_cocotb(build_dir, tmp_path):
     import json
     report = tmp_path / "util.json"
@@ -221,6 +234,42 @@ def test_extremes_amaranth_sim(w_exp, e, packed):
     (Not much larger left shifts: golden rshr shifts int64 left unchecked, so acc << 26 wraps.)"""
     dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=32, max_tiles=4, packed=packed)
     job = extreme_linear_job(w_exp, e)
+    assert amaranth_run(dut, job) == job.expected
+
+
+@pytest.mark.parametrize("t,group,max_inputs,max_group,aw", [(1, 4, 16384, 128, 49), (2, 4, 16384, 128, 49),
+                                                             (1, 8, 16384, 128, 49), (1, 4, 32768, 128, 50),
+                                                             (1, 4, 2048, 1024, 47)])
+def test_acc_feedback_amaranth_sim(t, group, max_inputs, max_group, aw):
+    """The accumulator (the slices' P = M + Z, the file written from P a cycle later) at acc_width 49
+    (max_inputs 16 384: bit 48 in the fabric) and 50 (bits 48, 49): one-beat groups at T = 1 read a word
+    the cycle after its add (the P feedback), at T = 2 a cycle after its write; random signs, so the sums
+    cross zero (the 48-bit add wraps, the top bits follow).  max_group 1 024: products of 47 bits, the
+    fabric's read-modify-write instead.  Against ``fixed.linear``."""
+    rng = np.random.default_rng(10 * t + group)
+    dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=max_inputs, max_tiles=4, max_group=max_group)
+    assert dut.acc_width == aw
+    jobs = [linear_job(rng, 2, 4, 4, t=t, n=64, out=4, group=group, w_scale=2.0 ** -k) for k in (0, 6)]
+    assert run_matrix(dut, jobs) == [j.expected for j in jobs]
+
+
+def test_acc_bit48_amaranth_sim():
+    """The accumulator past 2^47 (n = 16 384 of the largest products and scales: acc up to 2^48 - 2^32):
+    bit 48 when the 48-bit add crosses 2^47 (no wrap: C[47:46] = 01 -> 10), back, and below -2^47;
+    a right shift of 18 so the words read the top bits.  Against ``fixed.linear``."""
+    from mcf.sim.compute.jobs import pack_linear
+    from mcf.sw.golden import fixed as fx
+    t, n, out, g, K = 2, 16384, 2, 128, 16
+    dut = MatrixUnit(mac_rows=2, mac_lanes=K, max_tokens=4, max_inputs=n, max_tiles=1)
+    assert dut.acc_width == 49
+    m = np.full((t, n), -32768, dtype=np.int64)
+    m[1, n // 2:] = 32767                       # token 1: up to ~2^47, then back down
+    qw = fx.QLinear(np.full((out, n), -8, dtype=np.int8), np.full((out, n // g), 65535, dtype=np.uint16), 20, g)
+    qw.q[1] = 7
+    ex = np.full(t, -14, dtype=np.int64)
+    y = fx.linear((m, ex), qw, None)
+    assert (np.abs(y) < fx.INT32_MAX).all() and (np.abs(y) > 1 << 28).any()
+    job = pack_linear(m, ex, qw, None, y, 2, K, 4)
     assert amaranth_run(dut, job) == job.expected
 
 
@@ -388,7 +437,8 @@ def test_tile_reorder_rotate(lanes, beats, keys):
 @pytest.mark.parametrize("r,keys,acc,wide,extreme,v_max", [(3, 16, False, False, True, -8),
                                                             (3, 16, False, False, True, 7),
                                                             (4, 24, True, True, True, -8),
-                                                            (2, 8, True, False, False, -8)])
+                                                            (2, 8, True, False, False, -8),
+                                                            (1, 16, True, True, False, 7)])
 def test_pv_amaranth_sim(r, keys, acc, wide, extreme, v_max):
     """pv mode against ``fixed.state_sums``' exact o (sat32, or wide with a previous wide value
     added): w = W_MAX and w = 0 keys, V = -8 (o below int32) or 7 (above: sat32's other bound),
