@@ -5,7 +5,7 @@ primitives of the compute units, each the RTL twin of one of ``mcf.sw.golden.fix
 the result value."""
 from __future__ import annotations
 
-from amaranth import Cat, Const, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Mux, Shape, Signal, signed, unsigned
 from amaranth.hdl import Value
 from amaranth.lib import memory
 from amaranth.utils import ceil_log2
@@ -44,6 +44,17 @@ def sat_top(x: Value, bits: int) -> Value:
     return Mux(top.any() & ~top.all(), Cat((~sign).replicate(bits - 1), sign), x[:bits]).as_signed()
 
 
+def add_plus_one(m, a: Value, b: Value, shape, name: str, keep: bool = False) -> Value:
+    """a + b + 1 as one adder (``shape`` wide): ((2 a + 1) + (2 b + 1)) >> 1, the one as the carry
+    chain's carry in, the chain one bit longer (a signal ``name``, kept through synthesis if ``keep``)."""
+    shape = Shape.cast(shape)
+    wide = Signal(signed(shape.width + 1) if shape.signed else unsigned(shape.width + 1), name=name,
+                  attrs={"keep": 1} if keep else {})
+    odd = [Cat(Const(1, 1), x).as_signed() if x.shape().signed else Cat(Const(1, 1), x) for x in (a, b)]
+    m.d.comb += wide.eq(odd[0] + odd[1])
+    return wide[1:].as_signed() if shape.signed else wide[1:]
+
+
 def add_tree(m, terms, name: str, width: int | None = None, carry: bool = False) -> Value:
     """The sum of ``terms`` as a balanced tree of two-input adders, each its own signal kept through
     synthesis (``keep``): Yosys would otherwise merge a chain of additions into one multi-operand
@@ -51,8 +62,8 @@ def add_tree(m, terms, name: str, width: int | None = None, carry: bool = False)
     carry chain reduces two bits with one).  Each adder is one bit wider than its wider operand,
     at most ``width`` bits (the caller's bound on the sum, which must hold for every partial sum:
     unsigned terms have unsigned partial sums, so any ``width`` holding the total does) (comb value).
-    ``carry``: every adder adds one more, its carry in (the sum is the terms' + len(terms) - 1):
-    ((2 a + 1) + (2 b + 1)) >> 1, the same carry chain one bit longer."""
+    ``carry``: every adder adds one more, its carry in (``add_plus_one``; the sum is the terms' +
+    len(terms) - 1)."""
     terms = list(terms)
     level = 0
     while len(terms) > 1:
@@ -64,10 +75,7 @@ def add_tree(m, terms, name: str, width: int | None = None, carry: bool = False)
             shape = signed(min(n, width or n)) if a.shape().signed or b.shape().signed \
                 else unsigned(min(n, width or n))
             if carry:
-                wide = Signal(signed(shape.width + 1) if shape.signed else unsigned(shape.width + 1), name=f"{name}_{level}_{i // 2}c", attrs={"keep": 1})
-                odd = [Cat(Const(1, 1), x).as_signed() if x.shape().signed else Cat(Const(1, 1), x) for x in (a, b)]
-                m.d.comb += wide.eq(odd[0] + odd[1])
-                s = wide[1:].as_signed() if shape.signed else wide[1:]
+                s = add_plus_one(m, a, b, shape, f"{name}_{level}_{i // 2}c", keep=True)
             else:
                 s = Signal(shape, name=f"{name}_{level}_{i // 2}", attrs={"keep": 1})
                 m.d.comb += s.eq(a + b)

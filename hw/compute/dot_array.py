@@ -307,15 +307,13 @@ class DotArray(wiring.Component):
             ports = dict(p_DREG=1, p_ADREG=1, i_D=d27, i_CED=ce_a, i_CEAD=en, i_RSTD=Const(0, 1))
         assert rnd is None or c is None
         w_sel = 0b10 if rnd is not None else 0b11 if c is not None else 0b00
-        c48 = Signal(DSP_P_BITS, name=f"{name}_c")
-        m.d.comb += c48.eq(0 if c is None else c)
         m.submodules[name] = Instance(
             "DSP48E2",
             p_AREG=1, p_BREG=1, p_MREG=0, p_PREG=1, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
             p_AMULTSEL="A" if pre is None else "AD", p_BMULTSEL="B", p_USE_MULT="MULTIPLY",
             p_USE_SIMD="ONE48", p_INMODEREG=0, p_OPMODEREG=0, p_CREG=0,
             p_RND=Const(ROUND if rnd is None else rnd, DSP_P_BITS),
-            i_CLK=ClockSignal(), i_A=a30, i_B=b18, i_C=c48,
+            i_CLK=ClockSignal(), i_A=a30, i_B=b18, i_C=Const(0, DSP_P_BITS) if c is None else c,
             i_PCIN=Const(0, DSP_P_BITS) if pcin is None else pcin, i_CEM=Const(0, 1), i_RSTM=Const(0, 1),
             # W = RND (the first of a chain) / C (a joined pair's last) / 0, Z = 0 / PCIN, Y = X = M;
             # ALUMODE 0000: P = Z + W + X + Y + CIN

@@ -66,7 +66,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import log2_exact, sat_top, write_indexed
+from mcf.hw.arith import add_plus_one, log2_exact, sat_top, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_P_BITS, PACK_SHIFT, DotArray
@@ -303,7 +303,7 @@ class MatrixUnit(wiring.Component):
             (``init`` a row's start value, else 0) plus the row's term, written back when ``we``.  One
             word of rows x width bits per token in a memory with a combinational read port (LUT RAM,
             not rows x tokens registers and their multiplexers).  ``carry``: the rows whose adder
-            adds one more (its carry in: ((2 x + 1) + (2 t + 1)) >> 1)."""
+            adds one more (its carry in: ``arith.add_plus_one``)."""
             mem = memory.Memory(shape=data.ArrayLayout(signed(width), P), depth=max(depth, 2), init=[])
             m.submodules[f"{name}_file"] = mem
             rp, wp = mem.read_port(domain="comb"), mem.write_port()
@@ -312,12 +312,8 @@ class MatrixUnit(wiring.Component):
             for p in range(P):
                 total = Signal(signed(width), name=f"{name}_sum{p}")
                 x = Mux(first, 0 if init is None else init[p], rp.data[p])
-                if p in carry:
-                    odd = Signal(signed(width + 1), name=f"{name}_sum{p}c")
-                    m.d.comb += [odd.eq(Cat(Const(1, 1), x).as_signed() + Cat(Const(1, 1), terms[p]).as_signed()),
-                                 total.eq(odd[1:])]
-                else:
-                    m.d.comb += total.eq(x + terms[p])
+                m.d.comb += total.eq(add_plus_one(m, x, terms[p], signed(width), f"{name}_sum{p}c")
+                                     if p in carry else x + terms[p])
                 m.d.comb += wp.data[p].eq(total)
                 totals.append(total)
             return totals
