@@ -15,7 +15,8 @@ bursts in order, each burst's beats from its own client.
 **Firewall**: every burst is checked against the DMA window (``window_base`` ..
 ``window_base + window_size``) before it is issued.  A burst outside it never reaches the
 HP port: the port stops taking new bursts, waits until its earlier ones have completed, and
-answers the bad one itself with DECERR (read: ``len + 1`` zero beats; write: the client's W
+answers the bad one itself with DECERR (read: ``len + 1`` beats, their data undefined -- the
+HP port's R data lines as they are; write: the client's W
 beats are taken and dropped, then one B) so that the client finishes; ``oow`` strobes once
 with the client's index.  An error response from the DDR (SLVERR / DECERR) strobes
 ``resp_err`` once per burst.
@@ -238,11 +239,16 @@ class AxiInterconnect(wiring.Component):
             bad_seen = Signal(n, name=f"p{p}_r_bad")
             for k in readers:
                 c = ports[k]
+                # R data: the HP port's lines in every cycle, a refused burst's beats too (their
+                # data is not defined: DECERR; every client counts the error and no client keeps
+                # such a beat's data as valid).  Round 26: zeroing them cost a LUT per data bit of
+                # every reader (~0.6 K in the top).
+                m.d.comb += c.rdata.eq(hp.rdata)
                 with m.If(responding):
-                    m.d.comb += [c.rvalid.eq(hold.slot == k), c.rdata.eq(0), c.rresp.eq(Resp.DECERR),
+                    m.d.comb += [c.rvalid.eq(hold.slot == k), c.rresp.eq(Resp.DECERR),
                                  c.rid.eq(hold.id), c.rlast.eq(resp_beat == hold.len)]
                 with m.Else():
-                    m.d.comb += [c.rvalid.eq(hp.rvalid & (r_slot == k)), c.rdata.eq(hp.rdata),
+                    m.d.comb += [c.rvalid.eq(hp.rvalid & (r_slot == k)),
                                  c.rresp.eq(hp.rresp), c.rlast.eq(hp.rlast), c.rid.eq(hp.rid[:cid])]
                     with m.If(r_slot == k):
                         m.d.comb += hp.rready.eq(c.rready)
