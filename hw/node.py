@@ -422,8 +422,14 @@ class RxEngine(wiring.Component):
         slot = Signal(range(max(S, 2)))
         sel = Signal(entry)               # the entry at ``slot`` (its tag is not read: 0)
         # moved_bits[slot], registered with ``slot`` (from the bits' next state: a post may clear one
-        # in that cycle); CHECK, the one state that reads ``sel``, follows at once
+        # in that cycle); CHECK, the one state that reads ``sel``, follows at once.  (Round 27: as
+        # two registers, ``ms_keep`` = the bit before that cycle and ``ms_hit`` = that cycle's post
+        # wrote the entry, both from prefix ORs / ANDs of registers and without the post's
+        # carry-chain one-hot or ``first``'s encoder: one register was mapped at 8 to 8.19 levels
+        # from ``valid``.  ``moved_sel`` is one LUT of the two, beside the LUT RAMs' read at ``slot``)
         moved_nx, moved_sel = Signal(S), Signal()
+        ms_keep, ms_hit = Signal(), Signal()
+        m.d.comb += moved_sel.eq(ms_keep & ~ms_hit)
         m.d.comb += [posted_r.addr.eq(slot), moved_r.addr.eq(slot),
                      sel.next.eq(Mux(moved_sel, moved_r.data.next, posted_r.data.next)),
                      sel.room.eq(Mux(moved_sel, moved_r.data.room, posted_r.data.room)),
@@ -505,8 +511,12 @@ class RxEngine(wiring.Component):
                     m.next = "LOOKUP"              # wait for room to track the write
                 with m.Elif(self.running):
                     with m.If(matched.any()):
-                        m.d.sync += [slot.eq(first),      # (no CHECK now: moved_nx without it)
-                                     moved_sel.eq((moved_bits & ~Mux(post, first_free, 0)).bit_select(first, 1))]
+                        # (no CHECK now: moved_nx without it.  ``first_oh``: match's lowest bit; a
+                        # post writes the lowest free entry, ~valid[i] with valid[:i] all set)
+                        first_oh = Cat(*((match[i] & ~match[:i].any()) if i else match[0] for i in range(S)))
+                        low_free = Cat(*((~valid[i] & valid[:i].all()) if i else ~valid[0] for i in range(S)))
+                        m.d.sync += [slot.eq(first), ms_keep.eq((moved_bits & first_oh).any()),
+                                     ms_hit.eq(post & (low_free & first_oh).any())]
                         m.next = "CHECK"
                     with m.Elif(expired):
                         m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]

@@ -17,7 +17,7 @@ stores the whole word in the NIC's route table.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -370,15 +370,31 @@ class ControlRegisters(wiring.Component):
                     values[w] = rsub[r.name]
                 elif r.name in store:
                     values[w] = store[r.name]       # (W1P / WO read as 0)
+        sourced = {r.offset >> 2 for r in regs if r.access is Access.RO and r.name not in external
+                   or r.access is Access.RSUB or r.name in store}
         values = [Cat(v, Const(0, DATA_BITS - len(v))) for v in values]     # narrower sources: 0 above
-        rd_value, rd_kind = Signal(DATA_BITS), Signal(2)     # rd_kind: decoded with AR, registered
+        rd_kind = Signal(2)                 # decoded with AR, registered
         ar_word = bus.araddr[2:ADDR_BITS]
-        # (a balanced tree of 2:1 multiplexers on the address bits, low bits first: issue 14, the
-        # word select was mapped as a chain, 9 levels to ``rdata``)
-        level = list(values)
-        for b in range(abits):
-            level = [Mux(ar_addr[b], level[k + 1], level[k]) for k in range(0, len(level), 2)]
-        m.d.comb += rd_value.eq(level[0])
+        # The word in two steps (round 27: the one-cycle select, a 2:1 tree over the 8 word bits into
+        # ``rdata``, was mapped at 8 to 9 levels from ``ar_addr`` as the logic around it changed): in
+        # DECODE each group of 64 words (the address's low 6 bits: a balanced tree of 2:1
+        # multiplexers, low bits first) is registered in ``rd_part``; SELECT picks the group by the
+        # high bits.  The values are sampled in DECODE as before; the R beat comes a cycle later
+        # (AXI4-Lite leaves R's latency to the slave; ROUTE_DATA and the sequencer's window as before)
+        lo_bits = min(abits, 6)
+        parts = []
+        for g in range(1 << (abits - lo_bits)):
+            level = values[g << lo_bits:(g + 1) << lo_bits]
+            if not any(w >> lo_bits == g for w in sourced):
+                parts.append(Const(0, DATA_BITS))          # (a group without a readable word)
+                continue
+            for b in range(lo_bits):
+                level = [Mux(ar_addr[b], level[k + 1], level[k]) for k in range(0, len(level), 2)]
+            part = Signal(DATA_BITS, name=f"rd_part{g}")
+            m.d.sync += part.eq(level[0])
+            parts.append(part)
+        rd_value = Signal(DATA_BITS)
+        m.d.comb += rd_value.eq(Array(parts)[ar_addr[lo_bits:abits]] if len(parts) > 1 else parts[0])
         rvalid, rdata, rresp = Signal(), Signal(DATA_BITS), Signal(2)
         m.d.comb += [bus.rvalid.eq(rvalid), bus.rdata.eq(rdata), bus.rresp.eq(rresp)]
         with m.FSM(name="read"):
@@ -390,9 +406,7 @@ class ControlRegisters(wiring.Component):
                                                 R_SLVERR))]
                     m.next = "DECODE"
             with m.State("DECODE"):
-                m.d.sync += [rvalid.eq(~rd_kind[1]), rresp.eq(Mux(rd_kind == 0, Resp.SLVERR, Resp.OKAY)),
-                             rdata.eq(Mux(rd_kind == R_OK, rd_value, 0))]
-                m.next = "RESP"
+                m.next = "SELECT"
                 if self.seq:
                     with m.If(rd_kind == R_EXTERNAL):
                         m.d.comb += self.seq_regs.r_en.eq(1)
@@ -400,6 +414,10 @@ class ControlRegisters(wiring.Component):
                 with m.If(rd_kind == R_ROUTE):
                     m.d.comb += self.route.r_en.eq(1)
                     m.next = "ROUTE"
+            with m.State("SELECT"):
+                m.d.sync += [rvalid.eq(~rd_kind[1]), rresp.eq(Mux(rd_kind == R_SLVERR, Resp.SLVERR, Resp.OKAY)),
+                             rdata.eq(Mux(rd_kind == R_OK, rd_value, 0))]
+                m.next = "RESP"
             with m.State("ROUTE"):
                 m.d.sync += [rvalid.eq(1), rresp.eq(Resp.OKAY), rdata.eq(self.route.r_data)]
                 m.next = "RESP"
