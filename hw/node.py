@@ -314,6 +314,16 @@ class DirWriteSignature(wiring.Signature):
         return "DirWriteSignature()"
 
 
+def _lowest_has(g, p):
+    """Whether some bit i has ``g[i]`` and every bit below it ``p`` (``g`` and ``p`` never both
+    set in a bit): the carry out of a ripple over the bits in reverse order, one carry chain.
+    (Round 27: ``x & -x`` picked at an index, or prefix ORs, were mapped 8 to 9 levels deep.)"""
+    n = len(g)
+    x = Cat(*((g[i] | p[i]) for i in reversed(range(n))))
+    y = Cat(*(g[i] for i in reversed(range(n))))
+    return (x + y)[n]
+
+
 class RxEngine(wiring.Component):
     """See the module text.  Other ports: ``errors`` (strobes per ErrorCause), ``busy`` (a
     packet or a DDR write in flight, or a credit queued), ``posted`` (table entries in use, a
@@ -511,12 +521,13 @@ class RxEngine(wiring.Component):
                     m.next = "LOOKUP"              # wait for room to track the write
                 with m.Elif(self.running):
                     with m.If(matched.any()):
-                        # (no CHECK now: moved_nx without it.  ``first_oh``: match's lowest bit; a
-                        # post writes the lowest free entry, ~valid[i] with valid[:i] all set)
-                        first_oh = Cat(*((match[i] & ~match[:i].any()) if i else match[0] for i in range(S)))
-                        low_free = Cat(*((~valid[i] & valid[:i].all()) if i else ~valid[0] for i in range(S)))
-                        m.d.sync += [slot.eq(first), ms_keep.eq((moved_bits & first_oh).any()),
-                                     ms_hit.eq(post & (low_free & first_oh).any())]
+                        # (no CHECK now: moved_nx without it.)  moved_bits[first]: a bit i with
+                        # match[i] & moved_bits[i] and no match below; the post wrote ``first``:
+                        # a bit i with match[i] & ~valid[i] (the lowest free entry) and every
+                        # entry below valid and not matched
+                        m.d.sync += [slot.eq(first),
+                                     ms_keep.eq(_lowest_has(match & moved_bits, ~match)),
+                                     ms_hit.eq(post & _lowest_has(match & ~valid, valid & ~match))]
                         m.next = "CHECK"
                     with m.Elif(expired):
                         m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
