@@ -506,54 +506,53 @@ class RxEngine(wiring.Component):
                 for i in reversed(range(S)):
                     with m.If(match[i]):
                         m.d.comb += first.eq(i)
-                drop = Signal()
                 # a bad packet, a control packet (its directory write / credit: ``dir_en`` /
                 # ``credit_v``) and a data packet without payload end here: decided in LOOKUP from
                 # the header (``is_data``, ``bad_control``; issue 14: the header's checks in front
-                # of the wait for the table, 9 levels to the state), dropped unless a good control
-                with m.If(~is_data):
-                    m.d.comb += err[ErrorCause.RX_BAD_CONTROL].eq(bad_control)
+                # of the wait for the table, 9 levels to the state), dropped unless a good control.
+                # A data packet waits (LOOKUP) while ``outs`` has no room; running, it goes to
+                # CHECK if an entry matches, else is dropped once the wait ran out; stopped, it
+                # goes to the PS's STORE descriptor seen in LOOKUP (dropped if longer), else waits
+                # (a descriptor that arrived after LOOKUP is compared there next: never dropped)
+                # or is dropped once the wait ran out.  (Round 27: the outcomes as flat terms --
+                # ``leave`` (the packet ends here: DRAIN or HEADER), ``go_check``, ``go_store`` --
+                # not a tree of branches: abc9 mapped the tree as a chain of LUT2s, ``running`` ->
+                # the state 8 to 9 levels)
+                ok, m_any = Signal(), Signal()
+                unexpected, overflow, go_check, go_store, leave = Signal(), Signal(), Signal(), Signal(), Signal()
+                m.d.comb += [ok.eq(is_data & outs.w_rdy), m_any.eq(matched.any()),
+                             unexpected.eq(ok & expired & Mux(self.running, ~m_any, ~ps_seen & ~self.ps_store.valid)),
+                             overflow.eq(ok & ~self.running & ps_seen & ps_over),
+                             go_check.eq(ok & self.running & m_any),
+                             go_store.eq(ok & ~self.running & ps_seen & ~ps_over),
+                             leave.eq(~is_data | unexpected | overflow),
+                             err[ErrorCause.RX_BAD_CONTROL].eq(~is_data & bad_control),
+                             err[ErrorCause.RX_UNEXPECTED].eq(unexpected),
+                             err[ErrorCause.RX_OVERFLOW].eq(overflow),
+                             self.ps_store.ready.eq(go_store)]
+                with m.If(go_check):
+                    # (no CHECK now: moved_nx without it.)  moved_bits[first]: a bit i with
+                    # match[i] & moved_bits[i] and no match below; the post wrote ``first``:
+                    # a bit i with match[i] & ~valid[i] (the lowest free entry) and every
+                    # entry below valid and not matched
+                    m.d.sync += [slot.eq(first),
+                                 ms_keep.eq(_lowest_has(match & moved_bits, ~match)),
+                                 ms_hit.eq(post & _lowest_has(match & ~valid, valid & ~match))]
+                with m.If(go_store):
+                    m.d.sync += [store_d.addr.eq(ps.addr), store_d.length.eq(hm.length),
+                                 raw(store_d.dir).eq(DmaDir.STORE), store_d.buffer.eq(0),
+                                 store_d.tag.eq(ps.tag), store_tag.eq(ps.tag), store_ps.eq(1)]
+                with m.If(leave):
                     with m.If(has_payload):
                         m.next = "DRAIN"
                     with m.Else():
                         m.next = "HEADER"
-                with m.Elif(~outs.w_rdy):
-                    m.next = "LOOKUP"              # wait for room to track the write
-                with m.Elif(self.running):
-                    with m.If(matched.any()):
-                        # (no CHECK now: moved_nx without it.)  moved_bits[first]: a bit i with
-                        # match[i] & moved_bits[i] and no match below; the post wrote ``first``:
-                        # a bit i with match[i] & ~valid[i] (the lowest free entry) and every
-                        # entry below valid and not matched
-                        m.d.sync += [slot.eq(first),
-                                     ms_keep.eq(_lowest_has(match & moved_bits, ~match)),
-                                     ms_hit.eq(post & _lowest_has(match & ~valid, valid & ~match))]
-                        m.next = "CHECK"
-                    with m.Elif(expired):
-                        m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
-                    with m.Else():
-                        m.next = "LOOKUP"
+                with m.Elif(go_check):
+                    m.next = "CHECK"
+                with m.Elif(go_store):
+                    m.next = "STORE"
                 with m.Else():
-                    with m.If(ps_seen):
-                        with m.If(ps_over):
-                            m.d.comb += [err[ErrorCause.RX_OVERFLOW].eq(1), drop.eq(1)]
-                        with m.Else():
-                            m.d.comb += self.ps_store.ready.eq(1)
-                            m.d.sync += [store_d.addr.eq(ps.addr), store_d.length.eq(hm.length),
-                                         raw(store_d.dir).eq(DmaDir.STORE), store_d.buffer.eq(0),
-                                         store_d.tag.eq(ps.tag), store_tag.eq(ps.tag), store_ps.eq(1)]
-                            m.next = "STORE"
-                    with m.Elif(self.ps_store.valid):
-                        m.next = "LOOKUP"          # arrived after LOOKUP: compared there next (never dropped)
-                    with m.Elif(expired):
-                        m.d.comb += [err[ErrorCause.RX_UNEXPECTED].eq(1), drop.eq(1)]
-                    with m.Else():
-                        m.next = "LOOKUP"
-                with m.If(drop):
-                    with m.If(has_payload):
-                        m.next = "DRAIN"
-                    with m.Else():
-                        m.next = "HEADER"
+                    m.next = "LOOKUP"
             with m.State("CHECK"):
                 m.d.comb += checking.eq(1)
                 # the matched entry: does the packet fit what it still expects?
