@@ -30,6 +30,10 @@ NONZERO = {Opcode.CREDIT: ("count",), Opcode.RECV: ("length",)}
 CODES = tuple(LAYOUTS)
 
 
+#: A reserved field's zero check is split on the word's aligned slices of this many bits.
+RES_PIECE = 32
+
+
 class Decoder(wiring.Component):
     """``word`` in; ``queue`` (``spec.isa.Queue``), ``end``, ``sync`` and ``illegal`` out, and
     the ``header`` fields.  ``legal_codes`` (bit k: the word's fields pass opcode ``CODES[k]``'s
@@ -62,10 +66,19 @@ class Decoder(wiring.Component):
         view = InstrLayouts[code](word if word is not None else Const(0, INSTR_BITS))
         ddr_field_limit = self.ddr_addr_bits - (DDR_ALIGN.bit_length() - 1)
         checks = []
+        off = 0                     # the field's first bit in the word
         for f in layout.fields:
             raw = Value.cast(getattr(view, f.name))
             if f.reserved:
-                checks.append(raw == 0)
+                # (round 27: in pieces on the word's aligned RES_PIECE-bit slices, the same
+                # pieces for every opcode: the reserved tails all end at the word's top, and their
+                # zero checks, one per opcode, were mapped as one chain shared across opcodes,
+                # ``seq.word`` -> ``pw_checks`` 8 to 9 levels; ANDed per opcode a cycle later)
+                lo = off
+                while lo < off + f.width:
+                    hi = min((lo // RES_PIECE + 1) * RES_PIECE, off + f.width)
+                    checks.append(raw[lo - off:hi - off] == 0)
+                    lo = hi
             elif f.enum is not None and f.name != "op":
                 checks.append(Cat(*(raw == int(v) for v in f.enum)).any())
             if f.name in LOCAL_SEM_FIELDS and self.num_sems < (1 << f.width):
@@ -74,6 +87,7 @@ class Decoder(wiring.Component):
                 checks.append(raw[ddr_field_limit:] == 0)
             if f.name in NONZERO.get(code, ()):
                 checks.append(raw != 0)
+            off += f.width
         return checks
 
     def legal_codes_of(self, checks) -> Value:
