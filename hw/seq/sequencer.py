@@ -424,11 +424,18 @@ class Sequencer(wiring.Component):
         # semaphore directly, no pick of them, and the pick of ``dec_nz``; ``taken`` a cycle ago
         # picked a cycle ago into a register, ``taken_h``: the same head then, as the check needs
         # ``stable``.  The pick of ``taken`` | its register was 9 levels, mapped as a chain)
+        # (issue 14: ``cur`` only meets ``wait_cnt``, 6 bits: a value's bits above those are
+        # seen as one "not below 64" bit per semaphore, ``hi``, so each queue picks 7 bits of
+        # 32 semaphores, not 16; the compare's answer is the same)
+        cnt_bits = len(hdrs[0].wait_cnt)
+        hi = [Signal(name=f"sem_hi{i}") for i in range(len(sems.values))]
+        m.d.comb += [h.eq(v[cnt_bits:].any()) for h, v in zip(hi, sems.values)]
+        lows = [Cat(v[:cnt_bits], h) for v, h in zip(sems.values, hi)]
         for qi, (q, f) in enumerate(zip(Queue, queues)):
             hdr = hdrs[qi]
-            cur = Signal(SEM_WIDTH, name=f"cur_{q.name.lower()}")
+            cur = Signal(cnt_bits + 1, name=f"cur_{q.name.lower()}")
             taken_h = Signal(name=f"taken_h_{q.name.lower()}")
-            m.d.sync += [cur.eq(self._pick(sems.values, hdr.wait_sem)),
+            m.d.sync += [cur.eq(self._pick(lows, hdr.wait_sem)),
                          taken_h.eq(self._pick(sems.taken, hdr.wait_sem))]
             in_flight = self._pick(sems.dec_nz, hdr.wait_sem) | taken_h
             for k in range(len(sems.dec_v)):

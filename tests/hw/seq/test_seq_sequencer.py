@@ -211,10 +211,11 @@ def test_dispatch_order_and_semaphores_across_queues():
 def test_simultaneous_increments_are_summed():
     prog = [Sync(on=Queue.EX, wait_sem=5, wait_cnt=42, sig=1, sig_sem=6), End()]
     b = Bench(prog)
-    b.events = {60: [("done", 5, 1), ("credit", 5, 41)]}
+    # (128: above the 6-bit wait count, its low bits 0 -- the issue's "not below 64" bit)
+    b.events = {60: [("done", 5, 1), ("credit", 5, 127)]}
     b.run()
     assert b.status["done"], b.status
-    assert b.sems[5] == 0 and b.sems[6] == 1
+    assert b.sems[5] == 128 - 42 and b.sems[6] == 1
     # one short: the SYNC never issues, the watchdog stops the node
     b = Bench(prog)
     b.events = {60: [("done", 5, 1), ("credit", 5, 40)]}
