@@ -287,13 +287,16 @@ class MatrixUnit(wiring.Component):
         # Control carried down the pipeline with the data.  pv: ``hi`` (the digit) and ``tile`` (the
         # accumulator of a (tile, token): every channel tile's sums live across the key beats).
         ptb = max(ceil_log2(PT), 1) if PT else 1
-        ctl = data.StructLayout({"v": 1, "t": tb, "first_j": 1, "last_j": 1, "first_g": 1,
+        ctl = data.StructLayout({"v": 1, "t": tb, "last_j": 1, "first_g": 1,
                                  "last_g": 1, "last_t": 1, "last": 1, "hi": 1, "tile": ptb})
         s1 = Signal(ctl)
         with m.If(adv):
             m.d.sync += [
-                s1.v.eq(fire), s1.t.eq(t), s1.first_j.eq((j == 0) | pv), s1.last_j.eq(last_j | pv),
-                s1.first_g.eq((g == 0) & ~(pv & dg)), s1.last_g.eq(last_g & (~pv | dg)),
+                # (round 27: first_g / last_g are the (tile, token)'s first / last beat: its group's and
+                # its beat's -- every beat goes into the accumulator, see stage 3)
+                s1.v.eq(fire), s1.t.eq(t), s1.last_j.eq(last_j | pv),
+                s1.first_g.eq((g == 0) & ((j == 0) | pv) & ~(pv & dg)),
+                s1.last_g.eq(last_g & Mux(pv, dg, last_j)),
                 s1.last.eq(last_t & last_g & last_tile & Mux(pv, dg, last_j)),
                 s1.last_t.eq(last_t), s1.hi.eq(pv & ~dg), s1.tile.eq(Mux(pv, tile, 0)),
             ]
@@ -332,17 +335,20 @@ class MatrixUnit(wiring.Component):
             s2 = ns
             s2_v.append(ns.v)
 
-        # --- stage 3: group partial sums (read-modify-write per token) ----------------------
+        # --- stage 3: the dots, registered --------------------------------------------------
+        # (round 27: no group partial sums.  Every beat's dot is scaled and accumulated: S sum_j dot_j =
+        # sum_j S dot_j, the same exact integer, and every prefix of it is within the accumulator's bound
+        # (|acc| <= n 2^18 (2^16 - 1)).  The partial file (LUT RAM) and its 64 adders are gone; the group's
+        # scale beat is claimed at the group's first beat (``take_scale``) and held in the queue's head
+        # until its last beat's last token.)
         s3 = Signal(ctl)
-        ps3 = [Signal(signed(self.partial_width), name=f"ps{p}") for p in range(P)]
-        # (the dots' low rows lack ``dot.lo_carry``: each adds it as its carry in)
-        lo_rows = range(0, P, 2) if dot.lo_carry else ()
-        for p, ps in enumerate(token_file("part", self.partial_width, s2.t, s2.first_j, dots, adv & s2.v,
-                                          carry=lo_rows)):
+        ps3 = [Signal(signed(self.dot_width), name=f"ps{p}") for p in range(P)]
+        # (the dots' low rows lack ``dot.lo_carry``: added here)
+        for p in range(P):
             with m.If(adv):
-                m.d.sync += ps3[p].eq(ps)
+                m.d.sync += ps3[p].eq(dots[p] + dot.lo_carry if dot.lo_carry and p % 2 == 0 else dots[p])
         with m.If(adv):
-            m.d.sync += [s3.eq(s2), s3.v.eq(s2.v & s2.last_j)]
+            m.d.sync += s3.eq(s2)
 
         # --- stage 4: group scale (one uint16 x partial multiply per row and group) ----------
         # The group's scale beat is the head of the scale queue while its tokens pass; the last one pops it.
@@ -360,7 +366,7 @@ class MatrixUnit(wiring.Component):
         in_level = Signal(range(SQ))            # beats in the LUT RAM
         sq_head = Signal()                      # a beat in the head's registers
         sq_pop, sq_load = Signal(), Signal()
-        m.d.comb += [sq_pop.eq(adv & s3.v & s3.last_t & ~pv),
+        m.d.comb += [sq_pop.eq(adv & s3.v & s3.last_j & s3.last_t & ~pv),
                      sq_level.eq(in_level + sq_head),
                      sq_w.addr.eq(produce), sq_w.data.eq(self.scale.payload), sq_w.en.eq(s_in),
                      sq_r.addr.eq(consume),
@@ -692,9 +698,8 @@ class MatrixUnit(wiring.Component):
             take_w_f = last_t & (~pv | dg)                       # pv: the digit flips at the tokens' end
         else:
             take_w_f = last_t
-        lj_f = Mux(last_j, limits["group_beats"] == 0, j == limits2["group_beats"])       # at the tokens' end
         lg_f = Mux(last_j, Mux(last_g, limits["groups"] == 0, g == limits2["groups"]), last_g)
-        take_scale_f = last_t & ~pv & lj_f
+        take_scale_f = last_t & ~pv & last_j              # the next issue starts a group (round 27)
         final_f = last_t & last_tile & last_g & Mux(pv, dg, last_j)
         # the activation beat after the issue: the same, the next or (pv) the one before (all in, as this
         # one is) -- or 0 (a GEMM's next tile: in); only the next needs a compare
@@ -731,7 +736,7 @@ class MatrixUnit(wiring.Component):
         pl = self.cmd.payload
         with m.If(self.cmd.valid & ~running):           # (a command's first issue waits a cycle for ``go``)
             m.d.sync += [go.eq(0), w_rdy.eq(0), take_w.eq(1),
-                         take_scale.eq((pl.group_beats == 1) & ~(pl.pv if PT else 0))]
+                         take_scale.eq(~(pl.pv if PT else 0))]
         return m
 
 
