@@ -10,9 +10,10 @@ its first issue (token 0) into the product array, whose weight registers hold it
 tokens (``DotArray.w_hold``: no register of the whole beat), so the stream's next beat may arrive
 meanwhile; ``w_wait`` is high while an issue waits for a beat.
 
-Per (row, token) the unit keeps an exact group partial sum and an exact accumulator:
-    partial = sum_{i in group} mant[i] q[i]          (int4 x int16 products)
-    acc    += S[row, group] * partial                (once per group, one multiplier per row)
+Per (row, token) the unit keeps an exact accumulator of every beat's scaled dot product:
+    dot     = sum_{i in beat} mant[i] q[i]          (int4 x int16 products, ``lanes`` of them)
+    acc    += S[row, group] * dot                   (once per beat, one multiplier per row)
+(= sum over groups of S times the group's partial sum, the same exact integer)
     y       = sat32(sat32(rshr(acc, E_w - exp[t] - 16)) + bias)
 which is ``fixed.linear`` bit for bit (its accumulator is the same exact integer).
 
@@ -38,10 +39,9 @@ result: + the previous wide value from ``prev`` (P int64 words a beat, in the ou
 ``cmd.acc``; out as sat32 (one beat) or, ``cmd.wide``, its low then its high 32-bit words (two
 beats).  The accumulator file is then ``pv_tiles`` x max_tokens words deep.
 
-Pipeline: issue (buffer read) -> products (``DotArray.latency`` stages) -> partial
-(read-modify-write per token) -> scale multiply -> accumulate -> result queue -> requantize ->
-``o``.  The group scale beats wait in a small queue beside it (taken with token 0 of the group's
-last weight beat); a tile's bias beat is taken from ``bias`` by the requantizer (the beat stays in
+Pipeline: issue (buffer read) -> products (``DotArray.latency`` stages) -> dots -> scale
+multiply -> accumulate -> result queue -> requantize -> ``o``.  The group scale beats wait in a
+small queue beside it (claimed with token 0 of the group's first weight beat); a tile's bias beat is taken from ``bias`` by the requantizer (the beat stays in
 the stream's register until the tile's last word: no queue of P x 32 bits).  A tile's last group gives its T finished (tile, token)
 accumulators back to back; they wait in the result queue (``max_tokens`` deep) and the
 requantizer takes ``requant_rows`` (R) rows of the head a cycle through 6 register stages
@@ -56,7 +56,7 @@ products of one activation element share the 16-bit operand, so two INT4 weights
 rows share one 27 x 18 multiplier, ``(w_hi 2^22 + w_lo) a = w_hi a 2^22 + w_lo a``; the products
 of 4 lanes are summed in a systolic DSP chain before the two fields are split (the low one read
 as signed, the high one given its borrow back): rows x lanes / 2 multipliers, ``packed=False``
-one per product.  The per-token partial sums and accumulators are LUT RAM (one word of rows x
+one per product.  The per-token accumulators are LUT RAM (one word of rows x
 width bits per token).  See docs/compute.md.
 """
 from __future__ import annotations
@@ -216,22 +216,22 @@ class MatrixUnit(wiring.Component):
             return lasts[name].eq(counters[name] == limits2[name])  # wraps to a value the counter never has)
         fire = Signal()
         # The group scales wait in a queue beside the pipeline (not copied down it): a scale beat
-        # from the issue of token 0 of its group's last beat to the multiply of the group's last
-        # token (stage 4).  (A tile's bias beat is read by the requantizer from ``bias`` itself.)  The scale queue never fills: the groups
+        # from the issue of token 0 of its group's first beat to the multiply of the group's last
+        # beat's last token (stage 4).  (A tile's bias beat is read by the requantizer from ``bias`` itself.)  The scale queue never fills: the groups
         # in it are at most one per item of the stages before stage 4 (1 + latency + 1), plus two.
         # (``w_early``: the weight beat goes into the array the cycle it is taken, its activations
         # come from the buffer's read port a cycle later; the array's weight path has the extra
         # register -- on DSP48E2 instances the pre-adder's, which packs the two rows' weights.
         # ``w_hold``: the array keeps the beat for its other tokens, see ``take_w``.)
         # (On DSP48E2 instances the chains are joined in pairs where the lanes allow it: half the
-        # fabric's adders after the array; its low rows' dots then lack one, which the partial
-        # sums' adders below take as their carry in.)
+        # fabric's adders after the array; its low rows' dots then lack one, added at stage 3.)
         m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive, w_early=True,
                                           w_hold=True, joined=self.primitive and K % (2 * CHAIN) == 0)
         # The scale queue takes the stream's beats ahead of their issues, whenever it has room
         # (``scale.ready`` a register, two places kept free for the write of the cycle it is decided
         # in); ``s_have`` (a register): a beat in it that no issue has claimed yet.  The issue that
-        # starts a group's last beat claims the next; the group's last token pops it at stage 4.
+        # starts a group's first beat claims the next (round 27: every beat is scaled, see stage 3); the
+        # group's last beat's last token pops it at stage 4.
         # (a queue of SQ places, as ``fifo.SyncFIFOBuffered``: SQ - 1 in LUT RAM and the head's registers,
         # built here: the head's registers hold the multiplier's operand, see stage 4)
         SQ = dot.latency + 4 + SCALE_SLACK
@@ -350,7 +350,7 @@ class MatrixUnit(wiring.Component):
         with m.If(adv):
             m.d.sync += s3.eq(s2)
 
-        # --- stage 4: group scale (one uint16 x partial multiply per row and group) ----------
+        # --- stage 4: group scale (one uint16 x dot multiply per row and beat) ----------------
         # The group's scale beat is the head of the scale queue while its tokens pass; the last one pops it.
         # The head is two registers: ``sq_f`` the multiplier's operand (the beat's words; kv: its A bytes
         # only, the E bytes' flip-flops held at zero by their synchronous reset; pv: all zero), ``sq_e`` the
@@ -698,7 +698,6 @@ class MatrixUnit(wiring.Component):
             take_w_f = last_t & (~pv | dg)                       # pv: the digit flips at the tokens' end
         else:
             take_w_f = last_t
-        lg_f = Mux(last_j, Mux(last_g, limits["groups"] == 0, g == limits2["groups"]), last_g)
         take_scale_f = last_t & ~pv & last_j              # the next issue starts a group (round 27)
         final_f = last_t & last_tile & last_g & Mux(pv, dg, last_j)
         # the activation beat after the issue: the same, the next or (pv) the one before (all in, as this

@@ -148,8 +148,8 @@ def test_linear_cocotb(build_dir):
 def test_linear_cocotb_on_dsp48e2_model(build_dir):
     """The unit as the Qwen node builds it (products on DSP48E2 instances, the model
     hw/compute/dsp48e2.v in Icarus) against ``fixed.linear``: 8 lanes, two chains joined into one
-    field (``DotArray.joined``), so the low rows' partial sums take the array's missing one as
-    their adders' carry in (without it this fails)."""
+    field (``DotArray.joined``), so the low rows' dots take the array's missing one at the unit's
+    stage 3 (without it this fails)."""
     from amaranth.back import verilog
     from mcf.hw.compute.dot_array import with_models
     p = {**PARAMS, "mac_lanes": 8, "max_inputs": 64}
