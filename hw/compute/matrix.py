@@ -400,12 +400,10 @@ class MatrixUnit(wiring.Component):
         for p in range(P):
             word = sq_f[p * SCALE_BITS:(p + 1) * SCALE_BITS]
             factors.append(Cat(word[0] | pv_lo, word[1:], pv_hi) if PT else word)
-        # kv: the row exponents E go down with the data (one group: the tile's scale beat) and replace the
-        # accumulator's top bits in the result queue: acc' = acc's bits below KS, E (signed) from bit KS up.
-        # kv's |acc| < G 2^18 255 < 2^(partial_width + 6) <= 2^(KS - 1) (one group, acc_width >=
-        # partial_width + 17), so acc is acc' sign-extended from bit KS - 1 and E = acc'[KS:].
+        # kv: the row exponents E go down with the data (one group: the tile's scale beat) into the result
+        # queue's field ``e`` (round 27: not in the accumulator's top bits -- that choice was a LUT a bit
+        # of 9 a row before the queue, and the requantizer's sign extension; the field is ~300 LUT RAM).
         AW = self.acc_width
-        KS = AW - kv_a - 1
         e4, e5 = Signal(P * kv_a), Signal(P * kv_a)
         with m.If(adv):
             m.d.sync += [s4.eq(s3), e4.eq(sq_e), e5.eq(e4)]
@@ -497,11 +495,6 @@ class MatrixUnit(wiring.Component):
                     m.d.comb += raw.eq(pr[:AW])
                 m.d.comb += acc_wp.data[p].eq(raw)
                 acc5.append(raw)
-        acc5_q = []                     # as the result queue takes them: kv's E in the top bits
-        for p in range(P):
-            q = Signal(signed(AW), name=f"accq{p}")
-            m.d.comb += q.eq(Cat(acc5[p][:KS], Mux(cfg.kv, e5[p * kv_a:(p + 1) * kv_a].as_signed(), acc5[p][KS:])))
-            acc5_q.append(q)
 
         # --- stage 6: requantize to X32 and add the bias, R = requant_rows rows a cycle -----------
         # A finished (tile, token) -- P exact accumulators (kv: with the row exponents in their top bits)
@@ -514,12 +507,13 @@ class MatrixUnit(wiring.Component):
         SH = signed(EXP_BITS + 2)
         sh5 = Signal(SH)                # the shift without the kv row exponent
         m.d.comb += sh5.eq(Mux(cfg.kv, -exps[s5.t] - S_FRAC, cfg.w_exp - exps[s5.t] - X_FRAC))
-        res = data.StructLayout({"acc": data.ArrayLayout(signed(self.acc_width), P), "sh": SH, "last": 1, "end": 1})
+        res = data.StructLayout({"acc": data.ArrayLayout(signed(self.acc_width), P),
+                                 "e": data.ArrayLayout(signed(kv_a), P), "sh": SH, "last": 1, "end": 1})
         m.submodules.res_q = res_q = fifo.SyncFIFO(width=res.size, depth=max(TM, 2))
         head = data.View(res, res_q.r_data)
         # (adv & s5.v & ~pv, written without ``adv``: its pv terms stay off the queue's level)
         m.d.comb += [res_q.w_en.eq(s5.v & ~pv & res_q.w_rdy),
-                     res_q.w_data.eq(Cat(*acc5_q, sh5, s5.last, s5.last_t))]
+                     res_q.w_data.eq(Cat(*acc5, e5, sh5, s5.last, s5.last_t))]
 
         dadv = Signal()                 # the requantizer moves (only ``o`` stalls it)
         o_data, o_last = Signal(P * 32), Signal()
@@ -549,11 +543,13 @@ class MatrixUnit(wiring.Component):
         m.d.comb += [cA.v.eq(take), cA.c.eq(chunk), cA.end.eq(last_c), cA.last.eq(head.last & last_c),
                      cA.tile_end.eq(head.end & last_c)]
         sel_acc = [Array(head.acc[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.acc[i] for i in range(R)]
-        # kv: acc = acc' sign-extended from bit KS - 1, the shift sh - E = sh - acc'[KS:]; else acc' and sh
-        kv_hi = [Mux(cfg.kv, x[KS:], 0).as_signed() for x in sel_acc]
+        # kv: the shift sh - E (E zero outside kv: ``e4``'s reset; the Mux for a kv command's last E
+        # still in ``e5`` as the next command starts)
+        sel_e = [Array(head.e[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.e[i] for i in range(R)]
+        kv_e = [Mux(cfg.kv, e, 0).as_signed() for e in sel_e]
         cA, rA = rq_stage("a", cA, {
-            "acc": (signed(AW), [Cat(x[:KS], Mux(cfg.kv, x[KS - 1].replicate(AW - KS), x[KS:])) for x in sel_acc]),
-            "sh": (SH, [head.sh - e for e in kv_hi])})
+            "acc": (signed(AW), sel_acc),
+            "sh": (SH, [head.sh - e for e in kv_e])})
         # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one window of the
         # accumulator for both directions (``rq_window``: 33 bits and, below them, a right shift's
         # rounding bit), its overflow from the accumulator's significant bits (``rq_decode``'s mask,
