@@ -571,23 +571,27 @@ class MatrixUnit(wiring.Component):
         cD, rD = rq_stage("d", cC, {"t": (signed(RQ_WIN), [w[1:] for w in rC["w"]]),
                                     "c": (1, [w[0] & r for w, r in zip(rC["w"], rC["rnd"])]),
                                     "over": (1, rC["over"]), "sign": (1, rC["sign"])})
-        # E: saturate, the chunk's bias words (the tile's bias beat, popped after its last word)
+        # E: saturate (round 27: the word t's low 32 bits, whether it saturates and the bound's sign, as
+        # registers -- the bound's choice is in F, each bit's input of the bias add's LUT, not a LUT a bit
+        # here), the chunk's bias words (the tile's bias beat, popped after its last word)
+        sats = [rq_sat_split(t, o, sg) for t, o, sg in zip(rD["t"], rD["over"], rD["sign"])]
         bias_words = [Array(self.bias.payload[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC))[cD.c]
                       if NC > 1 else self.bias.payload[i * 32:(i + 1) * 32] for i in range(R)]
-        cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(t, o, sg) for t, o, sg in
-                                                       zip(rD["t"], rD["over"], rD["sign"])]),
+        cE, rE = rq_stage("e", cD, {"y": (signed(32), [y for y, _, _ in sats]),
+                                    "sat": (1, [st for _, st, _ in sats]), "sgn": (1, [sg for _, _, sg in sats]),
                                     "c": (1, [rq_carry(t, c, o) for t, c, o in zip(rD["t"], rD["c"], rD["over"])]),
                                     "b": (signed(32), bias_words)})
         with m.If(~cfg.bias | pv):      # no bias: the words zero (the flip-flops' synchronous reset, not a
             m.d.sync += [b.eq(0) for b in rE["b"]]   # seventh input of each bit's 4:1 choice)
         with m.If(pv):                  # pv: the requantizer's words zero (the output word's GEMM term, below)
-            m.d.sync += [y.eq(0) for y in rE["y"] + rE["c"]]
+            m.d.sync += [y.eq(0) for y in rE["y"] + rE["c"] + rE["sat"]]
         # (the tile's bias beat is taken from ``bias`` here, its last chunk's; a chunk that needs it waits for it)
         m.d.comb += [dadv.eq((~o_valid | self.o.tready) & (~(cD.v & cfg.bias) | self.bias.valid)),
                      self.bias.ready.eq(dadv & cD.v & cD.tile_end & cfg.bias)]
         # F: the bias add and its saturation, into the output word (pv: the sums zero)
         gsum = [Signal(signed(33), name=f"rq_f_s{i}") for i in range(R)]
-        m.d.comb += [s.eq(rq_add(y, c, b)) for s, y, c, b in zip(gsum, rE["y"], rE["c"], rE["b"])]
+        m.d.comb += [s.eq(rq_add(rq_bound(y, st, sg), c, b))
+                     for s, y, st, sg, c, b in zip(gsum, rE["y"], rE["sat"], rE["sgn"], rE["c"], rE["b"])]
         words = [sat32(s) for s in gsum]
 
         # The output word, per chunk c of R words an enable and the next value.  Each bit is one OR of
@@ -795,7 +799,18 @@ def rq_sat32(t, over, sign):
     the window overflowed (``over``: the exact value has more than RQ_WIN significant bits).  A right
     shift's t is in int32 when not over (x fits in RQ_WIN - 1 + s bits), so its t + 1 leaves int32 only
     as 2^31 (``rq_carry``)."""
-    return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), sat32(t))
+    return rq_bound(*rq_sat_split(t, over, sign))
+
+
+def rq_sat_split(t, over, sign):
+    """``rq_sat32`` in two parts (round 27): (t's low 32 bits, whether the word saturates -- over, or t
+    outside int32 --, the bound's sign), registered; ``rq_bound`` makes the word of them."""
+    return t[:32], over | (t[31] ^ t[32]), Mux(over, sign, t[32])
+
+
+def rq_bound(y, sat, sign):
+    """The word of ``rq_sat_split``'s parts: ``y``, or the sign's bound (-2^31, 2^31 - 1) when ``sat``."""
+    return Mux(sat, Cat((~sign).replicate(31), sign), y.as_unsigned()).as_signed()
 
 
 def rq_carry(t, c, over):
