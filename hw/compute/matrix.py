@@ -497,7 +497,7 @@ class MatrixUnit(wiring.Component):
                 acc5.append(raw)
 
         # --- stage 6: requantize to X32 and add the bias, R = requant_rows rows a cycle -----------
-        # A finished (tile, token) -- P exact accumulators (kv: with the row exponents in their top bits)
+        # A finished (tile, token) -- P exact accumulators (kv: with the row exponents E beside them, round 27)
         # and the shift's common part -- goes into the result queue ``res_q`` (a tile's last group gives T of them back
         # to back); the requantizer takes the head R rows a cycle through 6 register stages (select,
         # shift decode, shift, round, saturate, bias add + saturate) into the output word, P / R
