@@ -10,9 +10,10 @@ its first issue (token 0) into the product array, whose weight registers hold it
 tokens (``DotArray.w_hold``: no register of the whole beat), so the stream's next beat may arrive
 meanwhile; ``w_wait`` is high while an issue waits for a beat.
 
-Per (row, token) the unit keeps an exact group partial sum and an exact accumulator:
-    partial = sum_{i in group} mant[i] q[i]          (int4 x int16 products)
-    acc    += S[row, group] * partial                (once per group, one multiplier per row)
+Per (row, token) the unit keeps an exact accumulator of every beat's scaled dot product:
+    dot     = sum_{i in beat} mant[i] q[i]          (int4 x int16 products, ``lanes`` of them)
+    acc    += S[row, group] * dot                   (once per beat, one multiplier per row)
+(= sum over groups of S times the group's partial sum, the same exact integer)
     y       = sat32(sat32(rshr(acc, E_w - exp[t] - 16)) + bias)
 which is ``fixed.linear`` bit for bit (its accumulator is the same exact integer).
 
@@ -38,10 +39,9 @@ result: + the previous wide value from ``prev`` (P int64 words a beat, in the ou
 ``cmd.acc``; out as sat32 (one beat) or, ``cmd.wide``, its low then its high 32-bit words (two
 beats).  The accumulator file is then ``pv_tiles`` x max_tokens words deep.
 
-Pipeline: issue (buffer read) -> products (``DotArray.latency`` stages) -> partial
-(read-modify-write per token) -> scale multiply -> accumulate -> result queue -> requantize ->
-``o``.  The group scale beats wait in a small queue beside it (taken with token 0 of the group's
-last weight beat); a tile's bias beat is taken from ``bias`` by the requantizer (the beat stays in
+Pipeline: issue (buffer read) -> products (``DotArray.latency`` stages) -> dots -> scale
+multiply -> accumulate -> result queue -> requantize -> ``o``.  The group scale beats wait in a
+small queue beside it (claimed with token 0 of the group's first weight beat); a tile's bias beat is taken from ``bias`` by the requantizer (the beat stays in
 the stream's register until the tile's last word: no queue of P x 32 bits).  A tile's last group gives its T finished (tile, token)
 accumulators back to back; they wait in the result queue (``max_tokens`` deep) and the
 requantizer takes ``requant_rows`` (R) rows of the head a cycle through 6 register stages
@@ -56,7 +56,7 @@ products of one activation element share the 16-bit operand, so two INT4 weights
 rows share one 27 x 18 multiplier, ``(w_hi 2^22 + w_lo) a = w_hi a 2^22 + w_lo a``; the products
 of 4 lanes are summed in a systolic DSP chain before the two fields are split (the low one read
 as signed, the high one given its borrow back): rows x lanes / 2 multipliers, ``packed=False``
-one per product.  The per-token partial sums and accumulators are LUT RAM (one word of rows x
+one per product.  The per-token accumulators are LUT RAM (one word of rows x
 width bits per token).  See docs/compute.md.
 """
 from __future__ import annotations
@@ -216,22 +216,22 @@ class MatrixUnit(wiring.Component):
             return lasts[name].eq(counters[name] == limits2[name])  # wraps to a value the counter never has)
         fire = Signal()
         # The group scales wait in a queue beside the pipeline (not copied down it): a scale beat
-        # from the issue of token 0 of its group's last beat to the multiply of the group's last
-        # token (stage 4).  (A tile's bias beat is read by the requantizer from ``bias`` itself.)  The scale queue never fills: the groups
+        # from the issue of token 0 of its group's first beat to the multiply of the group's last
+        # beat's last token (stage 4).  (A tile's bias beat is read by the requantizer from ``bias`` itself.)  The scale queue never fills: the groups
         # in it are at most one per item of the stages before stage 4 (1 + latency + 1), plus two.
         # (``w_early``: the weight beat goes into the array the cycle it is taken, its activations
         # come from the buffer's read port a cycle later; the array's weight path has the extra
         # register -- on DSP48E2 instances the pre-adder's, which packs the two rows' weights.
         # ``w_hold``: the array keeps the beat for its other tokens, see ``take_w``.)
         # (On DSP48E2 instances the chains are joined in pairs where the lanes allow it: half the
-        # fabric's adders after the array; its low rows' dots then lack one, which the partial
-        # sums' adders below take as their carry in.)
+        # fabric's adders after the array; its low rows' dots then lack one, added at stage 3.)
         m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive, w_early=True,
                                           w_hold=True, joined=self.primitive and K % (2 * CHAIN) == 0)
         # The scale queue takes the stream's beats ahead of their issues, whenever it has room
         # (``scale.ready`` a register, two places kept free for the write of the cycle it is decided
         # in); ``s_have`` (a register): a beat in it that no issue has claimed yet.  The issue that
-        # starts a group's last beat claims the next; the group's last token pops it at stage 4.
+        # starts a group's first beat claims the next (round 27: every beat is scaled, see stage 3); the
+        # group's last beat's last token pops it at stage 4.
         # (a queue of SQ places, as ``fifo.SyncFIFOBuffered``: SQ - 1 in LUT RAM and the head's registers,
         # built here: the head's registers hold the multiplier's operand, see stage 4)
         SQ = dot.latency + 4 + SCALE_SLACK
@@ -287,13 +287,16 @@ class MatrixUnit(wiring.Component):
         # Control carried down the pipeline with the data.  pv: ``hi`` (the digit) and ``tile`` (the
         # accumulator of a (tile, token): every channel tile's sums live across the key beats).
         ptb = max(ceil_log2(PT), 1) if PT else 1
-        ctl = data.StructLayout({"v": 1, "t": tb, "first_j": 1, "last_j": 1, "first_g": 1,
+        ctl = data.StructLayout({"v": 1, "t": tb, "last_j": 1, "first_g": 1,
                                  "last_g": 1, "last_t": 1, "last": 1, "hi": 1, "tile": ptb})
         s1 = Signal(ctl)
         with m.If(adv):
             m.d.sync += [
-                s1.v.eq(fire), s1.t.eq(t), s1.first_j.eq((j == 0) | pv), s1.last_j.eq(last_j | pv),
-                s1.first_g.eq((g == 0) & ~(pv & dg)), s1.last_g.eq(last_g & (~pv | dg)),
+                # (round 27: first_g / last_g are the (tile, token)'s first / last beat: its group's and
+                # its beat's -- every beat goes into the accumulator, see stage 3)
+                s1.v.eq(fire), s1.t.eq(t), s1.last_j.eq(last_j | pv),
+                s1.first_g.eq((g == 0) & ((j == 0) | pv) & ~(pv & dg)),
+                s1.last_g.eq(last_g & Mux(pv, dg, last_j)),
                 s1.last.eq(last_t & last_g & last_tile & Mux(pv, dg, last_j)),
                 s1.last_t.eq(last_t), s1.hi.eq(pv & ~dg), s1.tile.eq(Mux(pv, tile, 0)),
             ]
@@ -332,19 +335,22 @@ class MatrixUnit(wiring.Component):
             s2 = ns
             s2_v.append(ns.v)
 
-        # --- stage 3: group partial sums (read-modify-write per token) ----------------------
+        # --- stage 3: the dots, registered --------------------------------------------------
+        # (round 27: no group partial sums.  Every beat's dot is scaled and accumulated: S sum_j dot_j =
+        # sum_j S dot_j, the same exact integer, and every prefix of it is within the accumulator's bound
+        # (|acc| <= n 2^18 (2^16 - 1)).  The partial file (LUT RAM) and its 64 adders are gone; the group's
+        # scale beat is claimed at the group's first beat (``take_scale``) and held in the queue's head
+        # until its last beat's last token.)
         s3 = Signal(ctl)
-        ps3 = [Signal(signed(self.partial_width), name=f"ps{p}") for p in range(P)]
-        # (the dots' low rows lack ``dot.lo_carry``: each adds it as its carry in)
-        lo_rows = range(0, P, 2) if dot.lo_carry else ()
-        for p, ps in enumerate(token_file("part", self.partial_width, s2.t, s2.first_j, dots, adv & s2.v,
-                                          carry=lo_rows)):
+        ps3 = [Signal(signed(self.dot_width), name=f"ps{p}") for p in range(P)]
+        # (the dots' low rows lack ``dot.lo_carry``: added here)
+        for p in range(P):
             with m.If(adv):
-                m.d.sync += ps3[p].eq(ps)
+                m.d.sync += ps3[p].eq(dots[p] + dot.lo_carry if dot.lo_carry and p % 2 == 0 else dots[p])
         with m.If(adv):
-            m.d.sync += [s3.eq(s2), s3.v.eq(s2.v & s2.last_j)]
+            m.d.sync += s3.eq(s2)
 
-        # --- stage 4: group scale (one uint16 x partial multiply per row and group) ----------
+        # --- stage 4: group scale (one uint16 x dot multiply per row and beat) ----------------
         # The group's scale beat is the head of the scale queue while its tokens pass; the last one pops it.
         # The head is two registers: ``sq_f`` the multiplier's operand (the beat's words; kv: its A bytes
         # only, the E bytes' flip-flops held at zero by their synchronous reset; pv: all zero), ``sq_e`` the
@@ -360,7 +366,7 @@ class MatrixUnit(wiring.Component):
         in_level = Signal(range(SQ))            # beats in the LUT RAM
         sq_head = Signal()                      # a beat in the head's registers
         sq_pop, sq_load = Signal(), Signal()
-        m.d.comb += [sq_pop.eq(adv & s3.v & s3.last_t & ~pv),
+        m.d.comb += [sq_pop.eq(adv & s3.v & s3.last_j & s3.last_t & ~pv),
                      sq_level.eq(in_level + sq_head),
                      sq_w.addr.eq(produce), sq_w.data.eq(self.scale.payload), sq_w.en.eq(s_in),
                      sq_r.addr.eq(consume),
@@ -394,12 +400,10 @@ class MatrixUnit(wiring.Component):
         for p in range(P):
             word = sq_f[p * SCALE_BITS:(p + 1) * SCALE_BITS]
             factors.append(Cat(word[0] | pv_lo, word[1:], pv_hi) if PT else word)
-        # kv: the row exponents E go down with the data (one group: the tile's scale beat) and replace the
-        # accumulator's top bits in the result queue: acc' = acc's bits below KS, E (signed) from bit KS up.
-        # kv's |acc| < G 2^18 255 < 2^(partial_width + 6) <= 2^(KS - 1) (one group, acc_width >=
-        # partial_width + 17), so acc is acc' sign-extended from bit KS - 1 and E = acc'[KS:].
+        # kv: the row exponents E go down with the data (one group: the tile's scale beat) into the result
+        # queue's field ``e`` (round 27: not in the accumulator's top bits -- that choice was a LUT a bit
+        # of 9 a row before the queue, and the requantizer's sign extension; the field is ~300 LUT RAM).
         AW = self.acc_width
-        KS = AW - kv_a - 1
         e4, e5 = Signal(P * kv_a), Signal(P * kv_a)
         with m.If(adv):
             m.d.sync += [s4.eq(s3), e4.eq(sq_e), e5.eq(e4)]
@@ -491,14 +495,9 @@ class MatrixUnit(wiring.Component):
                     m.d.comb += raw.eq(pr[:AW])
                 m.d.comb += acc_wp.data[p].eq(raw)
                 acc5.append(raw)
-        acc5_q = []                     # as the result queue takes them: kv's E in the top bits
-        for p in range(P):
-            q = Signal(signed(AW), name=f"accq{p}")
-            m.d.comb += q.eq(Cat(acc5[p][:KS], Mux(cfg.kv, e5[p * kv_a:(p + 1) * kv_a].as_signed(), acc5[p][KS:])))
-            acc5_q.append(q)
 
         # --- stage 6: requantize to X32 and add the bias, R = requant_rows rows a cycle -----------
-        # A finished (tile, token) -- P exact accumulators (kv: with the row exponents in their top bits)
+        # A finished (tile, token) -- P exact accumulators (kv: with the row exponents E beside them, round 27)
         # and the shift's common part -- goes into the result queue ``res_q`` (a tile's last group gives T of them back
         # to back); the requantizer takes the head R rows a cycle through 6 register stages (select,
         # shift decode, shift, round, saturate, bias add + saturate) into the output word, P / R
@@ -508,12 +507,13 @@ class MatrixUnit(wiring.Component):
         SH = signed(EXP_BITS + 2)
         sh5 = Signal(SH)                # the shift without the kv row exponent
         m.d.comb += sh5.eq(Mux(cfg.kv, -exps[s5.t] - S_FRAC, cfg.w_exp - exps[s5.t] - X_FRAC))
-        res = data.StructLayout({"acc": data.ArrayLayout(signed(self.acc_width), P), "sh": SH, "last": 1, "end": 1})
+        res = data.StructLayout({"acc": data.ArrayLayout(signed(self.acc_width), P),
+                                 "e": data.ArrayLayout(signed(kv_a), P), "sh": SH, "last": 1, "end": 1})
         m.submodules.res_q = res_q = fifo.SyncFIFO(width=res.size, depth=max(TM, 2))
         head = data.View(res, res_q.r_data)
         # (adv & s5.v & ~pv, written without ``adv``: its pv terms stay off the queue's level)
         m.d.comb += [res_q.w_en.eq(s5.v & ~pv & res_q.w_rdy),
-                     res_q.w_data.eq(Cat(*acc5_q, sh5, s5.last, s5.last_t))]
+                     res_q.w_data.eq(Cat(*acc5, e5, sh5, s5.last, s5.last_t))]
 
         dadv = Signal()                 # the requantizer moves (only ``o`` stalls it)
         o_data, o_last = Signal(P * 32), Signal()
@@ -543,11 +543,13 @@ class MatrixUnit(wiring.Component):
         m.d.comb += [cA.v.eq(take), cA.c.eq(chunk), cA.end.eq(last_c), cA.last.eq(head.last & last_c),
                      cA.tile_end.eq(head.end & last_c)]
         sel_acc = [Array(head.acc[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.acc[i] for i in range(R)]
-        # kv: acc = acc' sign-extended from bit KS - 1, the shift sh - E = sh - acc'[KS:]; else acc' and sh
-        kv_hi = [Mux(cfg.kv, x[KS:], 0).as_signed() for x in sel_acc]
+        # kv: the shift sh - E (E zero outside kv: ``e4``'s reset; the Mux for a kv command's last E
+        # still in ``e5`` as the next command starts)
+        sel_e = [Array(head.e[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.e[i] for i in range(R)]
+        kv_e = [Mux(cfg.kv, e, 0).as_signed() for e in sel_e]
         cA, rA = rq_stage("a", cA, {
-            "acc": (signed(AW), [Cat(x[:KS], Mux(cfg.kv, x[KS - 1].replicate(AW - KS), x[KS:])) for x in sel_acc]),
-            "sh": (SH, [head.sh - e for e in kv_hi])})
+            "acc": (signed(AW), sel_acc),
+            "sh": (SH, [head.sh - e for e in kv_e])})
         # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one window of the
         # accumulator for both directions (``rq_window``: 33 bits and, below them, a right shift's
         # rounding bit), its overflow from the accumulator's significant bits (``rq_decode``'s mask,
@@ -569,23 +571,27 @@ class MatrixUnit(wiring.Component):
         cD, rD = rq_stage("d", cC, {"t": (signed(RQ_WIN), [w[1:] for w in rC["w"]]),
                                     "c": (1, [w[0] & r for w, r in zip(rC["w"], rC["rnd"])]),
                                     "over": (1, rC["over"]), "sign": (1, rC["sign"])})
-        # E: saturate, the chunk's bias words (the tile's bias beat, popped after its last word)
+        # E: saturate (round 27: the word t's low 32 bits, whether it saturates and the bound's sign, as
+        # registers -- the bound's choice is in F, each bit's input of the bias add's LUT, not a LUT a bit
+        # here), the chunk's bias words (the tile's bias beat, popped after its last word)
+        sats = [rq_sat_split(t, o, sg) for t, o, sg in zip(rD["t"], rD["over"], rD["sign"])]
         bias_words = [Array(self.bias.payload[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC))[cD.c]
                       if NC > 1 else self.bias.payload[i * 32:(i + 1) * 32] for i in range(R)]
-        cE, rE = rq_stage("e", cD, {"y": (signed(32), [rq_sat32(t, o, sg) for t, o, sg in
-                                                       zip(rD["t"], rD["over"], rD["sign"])]),
+        cE, rE = rq_stage("e", cD, {"y": (signed(32), [y for y, _, _ in sats]),
+                                    "sat": (1, [st for _, st, _ in sats]), "sgn": (1, [sg for _, _, sg in sats]),
                                     "c": (1, [rq_carry(t, c, o) for t, c, o in zip(rD["t"], rD["c"], rD["over"])]),
                                     "b": (signed(32), bias_words)})
         with m.If(~cfg.bias | pv):      # no bias: the words zero (the flip-flops' synchronous reset, not a
             m.d.sync += [b.eq(0) for b in rE["b"]]   # seventh input of each bit's 4:1 choice)
         with m.If(pv):                  # pv: the requantizer's words zero (the output word's GEMM term, below)
-            m.d.sync += [y.eq(0) for y in rE["y"] + rE["c"]]
+            m.d.sync += [y.eq(0) for y in rE["y"] + rE["c"] + rE["sat"]]
         # (the tile's bias beat is taken from ``bias`` here, its last chunk's; a chunk that needs it waits for it)
         m.d.comb += [dadv.eq((~o_valid | self.o.tready) & (~(cD.v & cfg.bias) | self.bias.valid)),
                      self.bias.ready.eq(dadv & cD.v & cD.tile_end & cfg.bias)]
         # F: the bias add and its saturation, into the output word (pv: the sums zero)
         gsum = [Signal(signed(33), name=f"rq_f_s{i}") for i in range(R)]
-        m.d.comb += [s.eq(rq_add(y, c, b)) for s, y, c, b in zip(gsum, rE["y"], rE["c"], rE["b"])]
+        m.d.comb += [s.eq(rq_add(rq_bound(y, st, sg), c, b))
+                     for s, y, st, sg, c, b in zip(gsum, rE["y"], rE["sat"], rE["sgn"], rE["c"], rE["b"])]
         words = [sat32(s) for s in gsum]
 
         # The output word, per chunk c of R words an enable and the next value.  Each bit is one OR of
@@ -692,9 +698,7 @@ class MatrixUnit(wiring.Component):
             take_w_f = last_t & (~pv | dg)                       # pv: the digit flips at the tokens' end
         else:
             take_w_f = last_t
-        lj_f = Mux(last_j, limits["group_beats"] == 0, j == limits2["group_beats"])       # at the tokens' end
-        lg_f = Mux(last_j, Mux(last_g, limits["groups"] == 0, g == limits2["groups"]), last_g)
-        take_scale_f = last_t & ~pv & lj_f
+        take_scale_f = last_t & ~pv & last_j              # the next issue starts a group (round 27)
         final_f = last_t & last_tile & last_g & Mux(pv, dg, last_j)
         # the activation beat after the issue: the same, the next or (pv) the one before (all in, as this
         # one is) -- or 0 (a GEMM's next tile: in); only the next needs a compare
@@ -731,7 +735,7 @@ class MatrixUnit(wiring.Component):
         pl = self.cmd.payload
         with m.If(self.cmd.valid & ~running):           # (a command's first issue waits a cycle for ``go``)
             m.d.sync += [go.eq(0), w_rdy.eq(0), take_w.eq(1),
-                         take_scale.eq((pl.group_beats == 1) & ~(pl.pv if PT else 0))]
+                         take_scale.eq(~(pl.pv if PT else 0))]
         return m
 
 
@@ -795,7 +799,18 @@ def rq_sat32(t, over, sign):
     the window overflowed (``over``: the exact value has more than RQ_WIN significant bits).  A right
     shift's t is in int32 when not over (x fits in RQ_WIN - 1 + s bits), so its t + 1 leaves int32 only
     as 2^31 (``rq_carry``)."""
-    return Mux(over, Mux(sign, -(1 << 31), (1 << 31) - 1), sat32(t))
+    return rq_bound(*rq_sat_split(t, over, sign))
+
+
+def rq_sat_split(t, over, sign):
+    """``rq_sat32`` in two parts (round 27): (t's low 32 bits, whether the word saturates -- over, or t
+    outside int32 --, the bound's sign), registered; ``rq_bound`` makes the word of them."""
+    return t[:32], over | (t[31] ^ t[32]), Mux(over, sign, t[32])
+
+
+def rq_bound(y, sat, sign):
+    """The word of ``rq_sat_split``'s parts: ``y``, or the sign's bound (-2^31, 2^31 - 1) when ``sat``."""
+    return Mux(sat, Cat((~sign).replicate(31), sign), y.as_unsigned()).as_signed()
 
 
 def rq_carry(t, c, over):

@@ -148,8 +148,8 @@ def test_linear_cocotb(build_dir):
 def test_linear_cocotb_on_dsp48e2_model(build_dir):
     """The unit as the Qwen node builds it (products on DSP48E2 instances, the model
     hw/compute/dsp48e2.v in Icarus) against ``fixed.linear``: 8 lanes, two chains joined into one
-    field (``DotArray.joined``), so the low rows' partial sums take the array's missing one as
-    their adders' carry in (without it this fails)."""
+    field (``DotArray.joined``), so the low rows' dots take the array's missing one at the unit's
+    stage 3 (without it this fails)."""
     from amaranth.back import verilog
     from mcf.hw.compute.dot_array import with_models
     p = {**PARAMS, "mac_lanes": 8, "max_inputs": 64}
@@ -251,6 +251,54 @@ def test_acc_feedback_amaranth_sim(t, group, max_inputs, max_group, aw):
     assert dut.acc_width == aw
     jobs = [linear_job(rng, 2, 4, 4, t=t, n=64, out=4, group=group, w_scale=2.0 ** -k) for k in (0, 6)]
     assert run_matrix(dut, jobs) == [j.expected for j in jobs]
+
+
+@pytest.mark.parametrize("t,group,gap", [(1, 8, 13), (2, 16, 11), (1, 16, 17), (1, 4, 3)])
+def test_slow_scale_amaranth_sim(t, group, gap):
+    """Every beat of a group is scaled and accumulated (round 27: no partial sums), so a group's scale
+    beat must be in the queue's head from its first beat on: the issue claims it at the group's first
+    beat.  The scale stream here offers a beat only every ``gap`` cycles, longer than the issue's way to
+    the multiply (groups of 2 and 4 beats at T = 1, 2: the weights would run ahead of it); the three
+    multi-beat cases fail with the claim at the group's last beat (the pre-round-27 issue)."""
+    from mcf.sim.amaranth_util import Feed, drive, send_command, simulate, write_port as mem_write
+
+    class Slow(Feed):           # valid one cycle in ``gap`` (``drive`` moves a feed on ready & pending)
+        cycle, off = 0, False
+
+        @property
+        def pending(self):
+            return self.index < len(self.items) and not self.off
+
+        def present(self, ctx):
+            Slow.cycle += 1
+            self.off = bool(Slow.cycle % gap)
+            super().present(ctx)
+            if self.off:
+                ctx.set(self.valid, 0)
+
+    rng = np.random.default_rng(gap)
+    dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=64, max_tiles=4, max_group=16)
+    jobs = [linear_job(rng, 2, 4, 4, t=t, n=64, out=4, group=group) for _ in range(2)]
+    results = []
+
+    async def bench(ctx):
+        ctx.set(dut.o.tready, 1)
+        for job in jobs:
+            got = []
+            await mem_write(ctx, dut.act, job.act)
+            await mem_write(ctx, dut.exp, job.exp)
+            await send_command(ctx, dut.cmd, job.cmd)
+            scale = Slow(dut.scale.valid, dut.scale.ready, dut.scale.payload, list(job.scale))
+            feeds = [Feed.of(dut.w, job.w), scale] + ([Feed.of(dut.bias, job.bias)] if job.bias else [])
+
+            def sample(ctx):
+                if ctx.get(dut.o.tvalid):
+                    got.append(ctx.get(dut.o.tdata))
+                return len(got) == len(job.expected)
+            await drive(ctx, feeds, sample, 20 * gap * len(job.w) * job.cmd["tokens"] + 200)
+            results.append(got)
+    simulate(dut, bench)
+    assert results == [j.expected for j in jobs]
 
 
 def test_acc_bit48_amaranth_sim():
