@@ -1478,8 +1478,9 @@ class GemmMover(Mover):
         else:
             r = P // VL
             part = Signal(range(r))
+            pieces = Array(o_data[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
             piece = Signal(VL * 32)
-            m.d.comb += [wr.addr.eq(orow + Cat(part, ot_w)), wr.data.eq(piece),
+            m.d.comb += [piece.eq(pieces[part]), wr.addr.eq(orow + Cat(part, ot_w)), wr.data.eq(piece),
                          wr.lanes.eq(Mux(o_valid, (1 << VL) - 1, 0)), o_take.eq(o_valid & (part == r - 1)),
                          self.qk_key.eq((ot << p_log2) | (part << vl_log2)), self.qk_data.eq(piece),
                          self.qk_n.eq(VL)]
@@ -1492,26 +1493,24 @@ class GemmMover(Mover):
                 # deferred MAX, 8.06 levels from ``pv``)
                 wide = stage(m, (kv | pv) & (f_dst[:_log2(B)] == 0) & (f_dst_stride[:_log2(B)] == 0), "o_wide")
                 rw = r // B
-                # (round 27: ONE counter for both widths, ``part``, stepping by B when wide (its low bits then stay
-                # 0): the wide write's piece is wpieces[part // B] either way and the narrow one piece part % B
-                # of it, a B-way choice of the wide piece's bits (one LUT6 a bit) behind the 2-way one the wide
-                # port needs anyway, not an r-way choice of its own; the address and the key the same sums as
-                # the narrow ones, no choice by width -- before, wpart and part: 768 LUT for the 8-way piece)
+                wpart = Signal(range(rw))
                 wpieces = Array(o_data[x * B * VL * 32:(x + 1) * B * VL * 32] for x in range(rw))
                 wpiece = Signal(B * VL * 32)
-                bpieces = Array(wpiece[x * VL * 32:(x + 1) * VL * 32] for x in range(B))
                 # the data whatever the mode: only wide_en writes it (no AND a bit in front of the SPAD)
-                m.d.comb += [wpiece.eq(wpieces[part[_log2(B):]] if rw > 1 else o_data[:B * VL * 32]),
-                             wr.wide.eq(wpiece), piece.eq(bpieces[part[:_log2(B)]])]
+                m.d.comb += [wpiece.eq(wpieces[wpart]), wr.wide.eq(wpiece)]
                 with m.If(wide):
-                    m.d.comb += [wr.wide_en.eq(o_valid), self.qk_data.eq(wpiece), self.qk_n.eq(B * VL),
-                                 o_take.eq(o_valid & (part == r - B))]
-                with m.If(o_valid):
-                    # (r a power of two: part + 1 / + B wraps to 0 after the row's last piece)
-                    m.d.sync += part.eq(part + Mux(wide, B, 1))
+                    m.d.comb += [wr.wide_en.eq(o_valid),
+                                 self.qk_key.eq((ot << p_log2) | (wpart << _log2(B * VL)) if rw > 1 else ot << p_log2),
+                                 self.qk_data.eq(wpiece), self.qk_n.eq(B * VL),
+                                 wr.addr.eq(orow + (Cat(Const(0, _log2(B)), wpart, ot_w) if rw > 1
+                                                    else Cat(Const(0, _log2(B)), ot_w))),
+                                 o_take.eq(o_valid & (wpart == rw - 1))]
+                    with m.If(o_valid):
+                        m.d.sync += wpart.eq(Mux(wpart == rw - 1, 0, wpart + 1))
+                with m.Else():
+                    with m.If(o_valid):
+                        m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
             else:
-                pieces = Array(o_data[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
-                m.d.comb += piece.eq(pieces[part])
                 with m.If(o_valid):
                     m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
         m.d.comb += [wr.exp_en.eq(o_valid), wr.exp.eq(0), oq.r_en.eq(o_take)]
