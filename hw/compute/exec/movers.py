@@ -1493,22 +1493,23 @@ class GemmMover(Mover):
                 # deferred MAX, 8.06 levels from ``pv``)
                 wide = stage(m, (kv | pv) & (f_dst[:_log2(B)] == 0) & (f_dst_stride[:_log2(B)] == 0), "o_wide")
                 rw = r // B
-                # (round 27: ONE counter for both widths, ``part``, stepping by B when wide (its low bits then stay
-                # 0): the wide piece wpieces[part // B], the address and the score key the narrow sums, no choice
-                # by width -- before, a counter ``wpart`` of its own and those choices)
+                wpart = Signal(range(rw))
                 wpieces = Array(o_data[x * B * VL * 32:(x + 1) * B * VL * 32] for x in range(rw))
                 wpiece = Signal(B * VL * 32)
                 # the data whatever the mode: only wide_en writes it (no AND a bit in front of the SPAD)
-                # (its choice by part & wide: narrow, the data of piece 0 as before, not following part)
-                m.d.comb += [wpiece.eq(wpieces[part[_log2(B):] & wide.replicate(_log2(rw))] if rw > 1
-                                       else o_data[:B * VL * 32]),
-                             wr.wide.eq(wpiece)]
+                m.d.comb += [wpiece.eq(wpieces[wpart]), wr.wide.eq(wpiece)]
                 with m.If(wide):
-                    m.d.comb += [wr.wide_en.eq(o_valid), self.qk_data.eq(wpiece), self.qk_n.eq(B * VL),
-                                 o_take.eq(o_valid & (part == r - B))]
-                with m.If(o_valid):
-                    # (r a power of two: part + 1 / + B wraps to 0 after the row's last piece)
-                    m.d.sync += part.eq(part + Mux(wide, B, 1))
+                    m.d.comb += [wr.wide_en.eq(o_valid),
+                                 self.qk_key.eq((ot << p_log2) | (wpart << _log2(B * VL)) if rw > 1 else ot << p_log2),
+                                 self.qk_data.eq(wpiece), self.qk_n.eq(B * VL),
+                                 wr.addr.eq(orow + (Cat(Const(0, _log2(B)), wpart, ot_w) if rw > 1
+                                                    else Cat(Const(0, _log2(B)), ot_w))),
+                                 o_take.eq(o_valid & (wpart == rw - 1))]
+                    with m.If(o_valid):
+                        m.d.sync += wpart.eq(Mux(wpart == rw - 1, 0, wpart + 1))
+                with m.Else():
+                    with m.If(o_valid):
+                        m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
             else:
                 with m.If(o_valid):
                     m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
