@@ -117,6 +117,17 @@ SETUP_CYCLES = 2
 BUS_GATED = frozenset({"valid", "ready", "tvalid", "tready", "wdone", "dir_wr_ready", "dir_readable"})
 
 
+#: The SPAD port members that the SPAD reads only under an enable of the same port (``wr.lanes`` / ``exp_en`` /
+#: ``wide_en``, ``rd.en``), and the movers that drive them: these take the owner's value by a chain of choices on
+#: its ``owner`` bits, the last mover's unconditioned (whatever they are while no mover writes / reads, the SPAD
+#: ignores them), not an AND a mover and an OR (round 27: the AND-OR in front of the SPAD's ports, ~4 K LUT)
+SPAD_DATA = {("spad_wr", "data"): ("ldst", "embed", "vec", "attn", "gemm"),
+             ("spad_wr", "exp"): ("ldst", "embed", "vec", "attn", "gemm"),
+             ("spad_wr", "addr"): ("ldst", "embed", "vec", "attn", "gemm"),
+             ("spad_wr", "wide"): ("attn", "gemm"),
+             ("spad_wr", "wide_skip"): ("attn", "gemm"),
+             ("spad_rd", "addr"): ("ldst", "vec", "kvw", "attn", "gemm")}
+
 #: The movers and the opcodes they run; END and SYNC need none.
 MOVERS = {"dir": DirMover, "ldst": LoadStoreMover, "embed": EmbedMover, "gemm": GemmMover, "vec": VecMover,
           "attn": AttnMover, "kvw": KvwMover}
@@ -279,13 +290,23 @@ class ExecUnit(wiring.Component):
                     shared = getattr(shared, p) if isinstance(p, str) else shared[p]
                 if member.flow == Out:
                     v = Value.cast(value)
-                    terms.setdefault(path, (shared, []))[1].append(v & owner[i].replicate(len(v)))
+                    if name in SPAD_DATA.get(path, ()):
+                        terms.setdefault(path, (shared, []))[1].append((SPAD_DATA[path].index(name), owner[i], v))
+                    else:
+                        terms.setdefault(path, (shared, []))[1].append(v & owner[i].replicate(len(v)))
                 elif path[-1] in BUS_GATED:
                     m.d.comb += value.eq(Mux(owner[i], shared, 0))
                 else:
                     m.d.comb += value.eq(shared)
         for shared, values in terms.values():
-            m.d.comb += shared.eq(reduce(operator.or_, values))
+            chain = sorted(x for x in values if isinstance(x, tuple))
+            ored = [x for x in values if not isinstance(x, tuple)]
+            if chain:       # a SPAD data member: the listed movers' chain (the others drive none: constant 0)
+                picked = chain[-1][2]
+                for _, own, v in reversed(chain[:-1]):
+                    picked = Mux(own, v, picked)
+                ored.append(picked)
+            m.d.comb += shared.eq(reduce(operator.or_, ored))
 
         m.d.comb += [
             spad.rd.en.eq(bus.spad_rd.en), spad.rd.addr.eq(bus.spad_rd.addr),
