@@ -120,13 +120,15 @@ BUS_GATED = frozenset({"valid", "ready", "tvalid", "tready", "wdone", "dir_wr_re
 #: The SPAD port members that the SPAD reads only under an enable of the same port (``wr.lanes`` / ``exp_en`` /
 #: ``wide_en``, ``rd.en``), and the movers that drive them: these take the owner's value by a chain of choices on
 #: its ``owner`` bits, the last mover's unconditioned (whatever they are while no mover writes / reads, the SPAD
-#: ignores them), not an AND a mover and an OR (round 27: the AND-OR in front of the SPAD's ports, ~4 K LUT)
+#: ignores them), not an AND a mover and an OR (round 27: the AND-OR in front of the SPAD's ports, ~4 K LUT).
+#: The first movers' values are the chain's outer choices: the addresses that are sums in their movers first
+#: (GEMM's, ATTN's write address, VEC's and GEMM's read address), one LUT in front of the SPAD, the registers after
 SPAD_DATA = {("spad_wr", "data"): ("ldst", "embed", "vec", "attn", "gemm"),
              ("spad_wr", "exp"): ("ldst", "embed", "vec", "attn", "gemm"),
-             ("spad_wr", "addr"): ("ldst", "embed", "vec", "attn", "gemm"),
+             ("spad_wr", "addr"): ("gemm", "attn", "vec", "ldst", "embed"),
              ("spad_wr", "wide"): ("attn", "gemm"),
              ("spad_wr", "wide_skip"): ("attn", "gemm"),
-             ("spad_rd", "addr"): ("ldst", "vec", "kvw", "attn", "gemm")}
+             ("spad_rd", "addr"): ("vec", "gemm", "attn", "ldst", "kvw")}
 
 #: The movers and the opcodes they run; END and SYNC need none.
 MOVERS = {"dir": DirMover, "ldst": LoadStoreMover, "embed": EmbedMover, "gemm": GemmMover, "vec": VecMover,
