@@ -118,17 +118,31 @@ BUS_GATED = frozenset({"valid", "ready", "tvalid", "tready", "wdone", "dir_wr_re
 
 
 #: The SPAD port members that the SPAD reads only under an enable of the same port (``wr.lanes`` / ``exp_en`` /
-#: ``wide_en``, ``rd.en``), and the movers that drive them: these take the owner's value by a chain of choices on
-#: its ``owner`` bits, the last mover's unconditioned (whatever they are while no mover writes / reads, the SPAD
-#: ignores them), not an AND a mover and an OR (round 27: the AND-OR in front of the SPAD's ports, ~4 K LUT).
-#: The first movers' values are the chain's outer choices: the addresses that are sums in their movers first
-#: (GEMM's, ATTN's write address, VEC's and GEMM's read address), one LUT in front of the SPAD, the registers after
+#: ``wide_en``, ``rd.en``), and the movers that drive them: these take the owner's value by choices on ``spad_sel``
+#: (a register of the running mover's ``SPAD_CODE``, set with ``owner``), a binary tree with no choice for a code
+#: no driver has -- whatever they are while no mover writes / reads, the SPAD ignores them -- not an AND a mover and
+#: an OR (round 27: the AND-OR in front of the SPAD's ports, ~4 K LUT: the narrow data's five writers a 4:1 choice
+#: of LDST / EMBED / VEC / ATTN in one LUT and GEMM's beside it).  The other movers drive none of them (constant 0).
+SPAD_CODE = {"ldst": 0, "embed": 1, "vec": 2, "attn": 3, "gemm": 4, "kvw": 5}
 SPAD_DATA = {("spad_wr", "data"): ("ldst", "embed", "vec", "attn", "gemm"),
              ("spad_wr", "exp"): ("ldst", "embed", "vec", "attn", "gemm"),
-             ("spad_wr", "addr"): ("gemm", "attn", "vec", "ldst", "embed"),
+             ("spad_wr", "addr"): ("ldst", "embed", "vec", "attn", "gemm"),
              ("spad_wr", "wide"): ("attn", "gemm"),
              ("spad_wr", "wide_skip"): ("attn", "gemm"),
-             ("spad_rd", "addr"): ("vec", "gemm", "attn", "ldst", "kvw")}
+             ("spad_rd", "addr"): ("ldst", "vec", "kvw", "attn", "gemm")}
+
+
+def code_tree(sel, values: dict, bit: int):
+    """``values`` (code -> value) chosen by the bits ``bit`` .. 0 of ``sel``; a half with no code is not a choice."""
+    if bit < 0:
+        (v,) = values.values()
+        return v
+    hi = {c: v for c, v in values.items() if c >> bit & 1}
+    lo = {c: v for c, v in values.items() if not c >> bit & 1}
+    if not hi or not lo:
+        return code_tree(sel, hi or lo, bit - 1)
+    return Mux(sel[bit], code_tree(sel, hi, bit - 1), code_tree(sel, lo, bit - 1))
+
 
 #: The movers and the opcodes they run; END and SYNC need none.
 MOVERS = {"dir": DirMover, "ldst": LoadStoreMover, "embed": EmbedMover, "gemm": GemmMover, "vec": VecMover,
@@ -283,6 +297,10 @@ class ExecUnit(wiring.Component):
         # takes them only under its own valid / read, and it has none while another owns the bus (no AND
         # a bit in front of each mover's registers: round 22)
         bus = MoverBus(g).create(path=("bus",))
+        spad_sel = Signal(range(max(SPAD_CODE.values()) + 1))
+        with m.If(go.any()):
+            m.d.sync += spad_sel.eq(reduce(operator.or_, [Mux(go[i], SPAD_CODE.get(name, 0), 0)
+                                                          for i, name in enumerate(names)]))
         terms = {}
         for i, name in enumerate(names):
             local = self.movers[name].bus
@@ -293,7 +311,7 @@ class ExecUnit(wiring.Component):
                 if member.flow == Out:
                     v = Value.cast(value)
                     if name in SPAD_DATA.get(path, ()):
-                        terms.setdefault(path, (shared, []))[1].append((SPAD_DATA[path].index(name), owner[i], v))
+                        terms.setdefault(path, (shared, []))[1].append((SPAD_CODE[name], v))
                     else:
                         terms.setdefault(path, (shared, []))[1].append(v & owner[i].replicate(len(v)))
                 elif path[-1] in BUS_GATED:
@@ -301,13 +319,10 @@ class ExecUnit(wiring.Component):
                 else:
                     m.d.comb += value.eq(shared)
         for shared, values in terms.values():
-            chain = sorted(x for x in values if isinstance(x, tuple))
+            coded = dict(x for x in values if isinstance(x, tuple))
             ored = [x for x in values if not isinstance(x, tuple)]
-            if chain:       # a SPAD data member: the listed movers' chain (the others drive none: constant 0)
-                picked = chain[-1][2]
-                for _, own, v in reversed(chain[:-1]):
-                    picked = Mux(own, v, picked)
-                ored.append(picked)
+            if coded:       # a SPAD data member: its drivers' choice by ``spad_sel``
+                ored.append(code_tree(spad_sel, coded, len(spad_sel) - 1))
             m.d.comb += shared.eq(reduce(operator.or_, ored))
 
         m.d.comb += [
