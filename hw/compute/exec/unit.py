@@ -118,18 +118,22 @@ BUS_GATED = frozenset({"valid", "ready", "tvalid", "tready", "wdone", "dir_wr_re
 
 
 #: The SPAD port members that the SPAD reads only under an enable of the same port (``wr.lanes`` / ``exp_en`` /
-#: ``wide_en``, ``rd.en``), and the movers that drive them: these take the owner's value by choices on ``spad_sel``
-#: (a register of the running mover's ``SPAD_CODE``, set with ``owner``), a binary tree with no choice for a code
-#: no driver has -- whatever they are while no mover writes / reads, the SPAD ignores them -- not an AND a mover and
-#: an OR (round 27: the AND-OR in front of the SPAD's ports, ~4 K LUT: the narrow data's five writers a 4:1 choice
-#: of LDST / EMBED / VEC / ATTN in one LUT and GEMM's beside it).  The other movers drive none of them (constant 0).
+#: ``wide_en``, ``rd.en``), and the movers that drive them (the others drive none: constant 0).  Whatever they are
+#: while no mover writes / reads, the SPAD ignores them, so they take the owner's value by choices, not an AND a
+#: mover and an OR (round 27: the AND-OR in front of the SPAD's ports, ~4 K LUT):
+#: * ``SPAD_DATA``: by ``spad_sel`` (a register of the running mover's ``SPAD_CODE``, set with ``owner``), a binary
+#:   tree with no choice for a code no driver has: the narrow data's LDST / EMBED / VEC / ATTN one 4:1 choice in a
+#:   LUT, GEMM's beside it;
+#: * ``SPAD_CHAIN`` (the addresses): a chain of choices on the ``owner`` bits, the last mover's unconditioned, the
+#:   first movers' values one LUT in front of the SPAD: the addresses that are sums in their movers (GEMM's and ATTN's
+#:   write address, VEC's and GEMM's read address) first (ATTN's inside the 4:1 choice: 9.0 levels joined).
 SPAD_CODE = {"ldst": 0, "embed": 1, "vec": 2, "attn": 3, "gemm": 4, "kvw": 5}
 SPAD_DATA = {("spad_wr", "data"): ("ldst", "embed", "vec", "attn", "gemm"),
              ("spad_wr", "exp"): ("ldst", "embed", "vec", "attn", "gemm"),
-             ("spad_wr", "addr"): ("ldst", "embed", "vec", "attn", "gemm"),
              ("spad_wr", "wide"): ("attn", "gemm"),
-             ("spad_wr", "wide_skip"): ("attn", "gemm"),
-             ("spad_rd", "addr"): ("ldst", "vec", "kvw", "attn", "gemm")}
+             ("spad_wr", "wide_skip"): ("attn", "gemm")}
+SPAD_CHAIN = {("spad_wr", "addr"): ("gemm", "attn", "vec", "ldst", "embed"),
+              ("spad_rd", "addr"): ("vec", "gemm", "attn", "ldst", "kvw")}
 
 
 def code_tree(sel, values: dict, bit: int):
@@ -311,7 +315,9 @@ class ExecUnit(wiring.Component):
                 if member.flow == Out:
                     v = Value.cast(value)
                     if name in SPAD_DATA.get(path, ()):
-                        terms.setdefault(path, (shared, []))[1].append((SPAD_CODE[name], v))
+                        terms.setdefault(path, (shared, []))[1].append(("code", SPAD_CODE[name], v))
+                    elif name in SPAD_CHAIN.get(path, ()):
+                        terms.setdefault(path, (shared, []))[1].append(("chain", SPAD_CHAIN[path].index(name), (owner[i], v)))
                     else:
                         terms.setdefault(path, (shared, []))[1].append(v & owner[i].replicate(len(v)))
                 elif path[-1] in BUS_GATED:
@@ -319,10 +325,17 @@ class ExecUnit(wiring.Component):
                 else:
                     m.d.comb += value.eq(shared)
         for shared, values in terms.values():
-            coded = dict(x for x in values if isinstance(x, tuple))
+            coded = {c: v for kind, c, v in (x for x in values if isinstance(x, tuple)) if kind == "code"}
+            chain = [ov for _, _, ov in sorted((x for x in values if isinstance(x, tuple) and x[0] == "chain"),
+                                               key=lambda x: x[1])]
             ored = [x for x in values if not isinstance(x, tuple)]
             if coded:       # a SPAD data member: its drivers' choice by ``spad_sel``
                 ored.append(code_tree(spad_sel, coded, len(spad_sel) - 1))
+            if chain:       # a SPAD address: the chain on ``owner``, its first movers outermost
+                picked = chain[-1][1]
+                for own, v in reversed(chain[:-1]):
+                    picked = Mux(own, v, picked)
+                ored.append(picked)
             m.d.comb += shared.eq(reduce(operator.or_, ored))
 
         m.d.comb += [
