@@ -129,10 +129,10 @@ BUS_GATED = frozenset({"valid", "ready", "tvalid", "tready", "wdone", "dir_wr_re
 #:   write address, VEC's and GEMM's read address) first (ATTN's inside the 4:1 choice: 9.0 levels joined).
 SPAD_CODE = {"ldst": 0, "embed": 1, "vec": 2, "attn": 3, "gemm": 4, "kvw": 5}
 SPAD_DATA = {("spad_wr", "data"): ("ldst", "embed", "vec", "attn", "gemm"),
-             ("spad_wr", "exp"): ("ldst", "embed", "vec", "attn", "gemm"),
-             ("spad_wr", "wide"): ("attn", "gemm"),
-             ("spad_wr", "wide_skip"): ("attn", "gemm")}
-SPAD_CHAIN = {("spad_wr", "addr"): ("gemm", "attn", "vec", "ldst", "embed"),
+             ("spad_wr", "exp"): ("ldst", "embed", "vec", "attn", "gemm")}
+SPAD_CHAIN = {("spad_wr", "wide"): ("attn", "gemm"),
+              ("spad_wr", "wide_skip"): ("attn", "gemm"),
+              ("spad_wr", "addr"): ("gemm", "attn", "vec", "ldst", "embed"),
               ("spad_rd", "addr"): ("vec", "gemm", "attn", "ldst", "kvw")}
 
 
