@@ -124,9 +124,10 @@ BUS_GATED = frozenset({"valid", "ready", "tvalid", "tready", "wdone", "dir_wr_re
 #: * ``SPAD_DATA``: by ``spad_sel`` (a register of the running mover's ``SPAD_CODE``, set with ``owner``), a binary
 #:   tree with no choice for a code no driver has: the narrow data's LDST / EMBED / VEC / ATTN one 4:1 choice in a
 #:   LUT, GEMM's beside it;
-#: * ``SPAD_CHAIN`` (the addresses): a chain of choices on the ``owner`` bits, the last mover's unconditioned, the
-#:   first movers' values one LUT in front of the SPAD: the addresses that are sums in their movers (GEMM's and ATTN's
-#:   write address, VEC's and GEMM's read address) first (ATTN's inside the 4:1 choice: 9.0 levels joined).
+#: * ``SPAD_CHAIN`` (the addresses, the wide data of its two writers): a chain of choices on the ``owner`` bits, the
+#:   last mover's unconditioned, the first movers' values one LUT in front of the SPAD: the addresses that are sums in
+#:   their movers (GEMM's and ATTN's write address, VEC's and GEMM's read address) first (in the tree ATTN's write
+#:   address is inside the 4:1 choice: 9.0 levels joined).
 SPAD_CODE = {"ldst": 0, "embed": 1, "vec": 2, "attn": 3, "gemm": 4, "kvw": 5}
 SPAD_DATA = {("spad_wr", "data"): ("ldst", "embed", "vec", "attn", "gemm"),
              ("spad_wr", "exp"): ("ldst", "embed", "vec", "attn", "gemm")}
