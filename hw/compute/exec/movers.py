@@ -527,9 +527,12 @@ class LoadStoreMover(Mover):
                     with m.If(~bfp & mv_last):
                         m.d.comb += self.done.eq(1)
                         m.d.sync += [state.eq(S.IDLE), ld_on.eq(0)]
+        # the exponent's write address is ``row0`` itself, stepped through the row (it is reloaded with ``cur`` at the
+        # row's end; nothing else reads it in EXP) -- not row0 + k (round 27: the add in front of the owner's choice
+        # and the SPAD's ``wr.addr``, 9.0 levels joined)
         with m.If(state == S.EXP):
-            m.d.comb += [wr.addr.eq(row0 + k), wr.exp_en.eq(1), wr.exp.eq(exp_hold)]
-            m.d.sync += [k.eq(k + 1), k_last.eq(k == rowb_m2)]
+            m.d.comb += [wr.addr.eq(row0), wr.exp_en.eq(1), wr.exp.eq(exp_hold)]
+            m.d.sync += [k.eq(k + 1), k_last.eq(k == rowb_m2), row0.eq(row0 + 1)]
             with m.If(k_last):
                 m.d.sync += [row0.eq(cur), rb.eq(0), rb_end.eq(~bfp), state.eq(S.MOVE), ld_on.eq(~mv_all)]
                 with m.If(mv_all):

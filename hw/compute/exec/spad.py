@@ -86,9 +86,9 @@ class Scratchpad(wiring.Component):
             ww = words.write_port(granularity=WORD_BITS)
             we = exps.write_port()
             rw, re = words.read_port(), exps.read_port()
-            row = self.rd.addr >> lb
-            if i < B - 1:    # beat a + x of bank i: x = (i - a) mod B, at row (a + x) / B
-                row = Mux(self.rd.addr[:lb] > i, row + 1, row)
+            # beat a + x of bank i: x = (i - a) mod B, at row (a + x) / B = (a + B - 1 - i) / B -- one add of a
+            # constant, no compare and choice after it (round 27: the SPAD's 3.2 levels behind ``rd.addr``)
+            row = ((self.rd.addr + (B - 1 - i)) >> lb)[:ceil_log2(depth)] if i < B - 1 else self.rd.addr >> lb
             hit = Mux(self.wr.wide_en, ~self.wr.wide_skip[i], wbank == i) if B > 1 else 1
             wdata = (Mux(self.wr.wide_en, self.wr.wide[i * self.lanes * WORD_BITS:(i + 1) * self.lanes * WORD_BITS],
                          self.wr.data) if B > 1 else self.wr.data)

@@ -117,6 +117,38 @@ SETUP_CYCLES = 2
 BUS_GATED = frozenset({"valid", "ready", "tvalid", "tready", "wdone", "dir_wr_ready", "dir_readable"})
 
 
+#: The SPAD port members that the SPAD reads only under an enable of the same port (``wr.lanes`` / ``exp_en`` /
+#: ``wide_en``, ``rd.en``), and the movers that drive them (the others drive none: constant 0).  Whatever they are
+#: while no mover writes / reads, the SPAD ignores them, so they take the owner's value by choices, not an AND a
+#: mover and an OR (round 27: the AND-OR in front of the SPAD's ports, ~4 K LUT):
+#: * ``SPAD_DATA``: by ``spad_sel`` (a register of the running mover's ``SPAD_CODE``, set with ``owner``), a binary
+#:   tree with no choice for a code no driver has: the narrow data's LDST / EMBED / VEC / ATTN one 4:1 choice in a
+#:   LUT, GEMM's beside it;
+#: * ``SPAD_CHAIN`` (the addresses, the wide data of its two writers): a chain of choices on the ``owner`` bits, the
+#:   last mover's unconditioned, the first movers' values one LUT in front of the SPAD: the addresses that are sums in
+#:   their movers (GEMM's and ATTN's write address, VEC's and GEMM's read address) first (in the tree ATTN's write
+#:   address is inside the 4:1 choice: 9.0 levels joined).
+SPAD_CODE = {"ldst": 0, "embed": 1, "vec": 2, "attn": 3, "gemm": 4, "kvw": 5}
+SPAD_DATA = {("spad_wr", "data"): ("ldst", "embed", "vec", "attn", "gemm"),
+             ("spad_wr", "exp"): ("ldst", "embed", "vec", "attn", "gemm")}
+SPAD_CHAIN = {("spad_wr", "wide"): ("attn", "gemm"),
+              ("spad_wr", "wide_skip"): ("attn", "gemm"),
+              ("spad_wr", "addr"): ("gemm", "attn", "vec", "ldst", "embed"),
+              ("spad_rd", "addr"): ("vec", "gemm", "attn", "ldst", "kvw")}
+
+
+def code_tree(sel, values: dict, bit: int):
+    """``values`` (code -> value) chosen by the bits ``bit`` .. 0 of ``sel``; a half with no code is not a choice."""
+    if bit < 0:
+        (v,) = values.values()
+        return v
+    hi = {c: v for c, v in values.items() if c >> bit & 1}
+    lo = {c: v for c, v in values.items() if not c >> bit & 1}
+    if not hi or not lo:
+        return code_tree(sel, hi or lo, bit - 1)
+    return Mux(sel[bit], code_tree(sel, hi, bit - 1), code_tree(sel, lo, bit - 1))
+
+
 #: The movers and the opcodes they run; END and SYNC need none.
 MOVERS = {"dir": DirMover, "ldst": LoadStoreMover, "embed": EmbedMover, "gemm": GemmMover, "vec": VecMover,
           "attn": AttnMover, "kvw": KvwMover}
@@ -270,6 +302,10 @@ class ExecUnit(wiring.Component):
         # takes them only under its own valid / read, and it has none while another owns the bus (no AND
         # a bit in front of each mover's registers: round 22)
         bus = MoverBus(g).create(path=("bus",))
+        spad_sel = Signal(range(max(SPAD_CODE.values()) + 1))
+        with m.If(go.any()):
+            m.d.sync += spad_sel.eq(reduce(operator.or_, [Mux(go[i], SPAD_CODE.get(name, 0), 0)
+                                                          for i, name in enumerate(names)]))
         terms = {}
         for i, name in enumerate(names):
             local = self.movers[name].bus
@@ -279,13 +315,29 @@ class ExecUnit(wiring.Component):
                     shared = getattr(shared, p) if isinstance(p, str) else shared[p]
                 if member.flow == Out:
                     v = Value.cast(value)
-                    terms.setdefault(path, (shared, []))[1].append(v & owner[i].replicate(len(v)))
+                    if name in SPAD_DATA.get(path, ()):
+                        terms.setdefault(path, (shared, []))[1].append(("code", SPAD_CODE[name], v))
+                    elif name in SPAD_CHAIN.get(path, ()):
+                        terms.setdefault(path, (shared, []))[1].append(("chain", SPAD_CHAIN[path].index(name), (owner[i], v)))
+                    else:
+                        terms.setdefault(path, (shared, []))[1].append(v & owner[i].replicate(len(v)))
                 elif path[-1] in BUS_GATED:
                     m.d.comb += value.eq(Mux(owner[i], shared, 0))
                 else:
                     m.d.comb += value.eq(shared)
         for shared, values in terms.values():
-            m.d.comb += shared.eq(reduce(operator.or_, values))
+            coded = {c: v for kind, c, v in (x for x in values if isinstance(x, tuple)) if kind == "code"}
+            chain = [ov for _, _, ov in sorted((x for x in values if isinstance(x, tuple) and x[0] == "chain"),
+                                               key=lambda x: x[1])]
+            ored = [x for x in values if not isinstance(x, tuple)]
+            if coded:       # a SPAD data member: its drivers' choice by ``spad_sel``
+                ored.append(code_tree(spad_sel, coded, len(spad_sel) - 1))
+            if chain:       # a SPAD address: the chain on ``owner``, its first movers outermost
+                picked = chain[-1][1]
+                for own, v in reversed(chain[:-1]):
+                    picked = Mux(own, v, picked)
+                ored.append(picked)
+            m.d.comb += shared.eq(reduce(operator.or_, ored))
 
         m.d.comb += [
             spad.rd.en.eq(bus.spad_rd.en), spad.rd.addr.eq(bus.spad_rd.addr),
