@@ -8,10 +8,11 @@ from mcf.sim.amaranth_util import Feed, drive, send_command, simulate, write_por
 from mcf.sim.compute.jobs import k_run, unpack, vector_beats, vector_elements
 
 
-def run_matrix(dut, jobs, scale_ahead: int = 0) -> list[list[int]]:
+def run_matrix(dut, jobs, scale_ahead: int = 0, scale_feed=None, slack: int = 1) -> list[list[int]]:
     """Each ``LinearJob`` -> its output beats (ints), always-valid streams, always-ready output.
     ``scale_ahead``: up to that many of a job's scale beats go in before its command (as the glue's
-    scale mover may send them)."""
+    scale mover may send them).  ``scale_feed(beats)``: the scale stream's ``Feed`` of a job's beats
+    (default: always valid); a slower one needs ``slack`` times the cycle bound."""
     results = []
 
     async def bench(ctx):
@@ -20,7 +21,7 @@ def run_matrix(dut, jobs, scale_ahead: int = 0) -> list[list[int]]:
             got = []
             await write_port(ctx, dut.act, job.act)
             await write_port(ctx, dut.exp, job.exp)
-            scale = Feed.of(dut.scale, job.scale)
+            scale = scale_feed(list(job.scale)) if scale_feed else Feed.of(dut.scale, job.scale)
             ahead = min(scale_ahead, len(job.scale))
             if ahead:
                 await drive(ctx, [scale], lambda ctx: scale.index >= ahead, 10 * ahead)
@@ -37,7 +38,7 @@ def run_matrix(dut, jobs, scale_ahead: int = 0) -> list[list[int]]:
                     got.append(ctx.get(dut.o.tdata))
                 return len(got) == want
 
-            await drive(ctx, feeds, sample, 8 * len(job.w) * job.cmd["tokens"] + 100)
+            await drive(ctx, feeds, sample, slack * (8 * len(job.w) * job.cmd["tokens"] + 100))
             results.append(got)
 
     simulate(dut, bench)

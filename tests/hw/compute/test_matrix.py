@@ -260,7 +260,7 @@ def test_slow_scale_amaranth_sim(t, group, gap):
     beat.  The scale stream here offers a beat only every ``gap`` cycles, longer than the issue's way to
     the multiply (groups of 2 and 4 beats at T = 1, 2: the weights would run ahead of it); the three
     multi-beat cases fail with the claim at the group's last beat (the pre-round-27 issue)."""
-    from mcf.sim.amaranth_util import Feed, drive, send_command, simulate, write_port as mem_write
+    from mcf.sim.amaranth_util import Feed
 
     class Slow(Feed):           # valid one cycle in ``gap`` (``drive`` moves a feed on ready & pending)
         cycle, off = 0, False
@@ -279,25 +279,8 @@ def test_slow_scale_amaranth_sim(t, group, gap):
     rng = np.random.default_rng(gap)
     dut = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=64, max_tiles=4, max_group=16)
     jobs = [linear_job(rng, 2, 4, 4, t=t, n=64, out=4, group=group) for _ in range(2)]
-    results = []
-
-    async def bench(ctx):
-        ctx.set(dut.o.tready, 1)
-        for job in jobs:
-            got = []
-            await mem_write(ctx, dut.act, job.act)
-            await mem_write(ctx, dut.exp, job.exp)
-            await send_command(ctx, dut.cmd, job.cmd)
-            scale = Slow(dut.scale.valid, dut.scale.ready, dut.scale.payload, list(job.scale))
-            feeds = [Feed.of(dut.w, job.w), scale] + ([Feed.of(dut.bias, job.bias)] if job.bias else [])
-
-            def sample(ctx):
-                if ctx.get(dut.o.tvalid):
-                    got.append(ctx.get(dut.o.tdata))
-                return len(got) == len(job.expected)
-            await drive(ctx, feeds, sample, 20 * gap * len(job.w) * job.cmd["tokens"] + 200)
-            results.append(got)
-    simulate(dut, bench)
+    results = run_matrix(dut, jobs, scale_feed=lambda beats: Slow(dut.scale.valid, dut.scale.ready,
+                                                                  dut.scale.payload, beats), slack=3 * gap)
     assert results == [j.expected for j in jobs]
 
 
