@@ -83,39 +83,62 @@ class Semaphores(wiring.Component):
             m.d.sync += [v.eq(d.valid & ~self.clear), s.eq(d.sem), a.eq(d.amount)]
             m.d.comb += [self.dec_v[k].eq(v), self.dec_s[k].eq(s)]
             dev.append((v, s, a))
-        # stage 2: per semaphore, the sum of its increments less its decrement, registered
-        # (``net``; at most one source takes from one semaphore in a cycle: the issue logic's
-        # rule, so the decrements' amounts are ORed, not summed), and whether it takes
-        # (``dec_nz``).  The 1-bit increments' count less the decrement is a narrow
-        # difference, then one adder with the wide increments: stage 3 adds one operand to
-        # the value (issue 14: value + sum - decrement was a three-operand adder per
-        # semaphore; the same value in every cycle).
+        # stage 2: per semaphore, the sum of its 1-bit increments less its decrement (``small``:
+        # at most one source takes from one semaphore in a cycle, the issue logic's rule, so the
+        # decrements' amounts are ORed, not summed), and whether it takes (``dec_nz``).
         sum_bits = max(self.inc_bits) + len(self.inc_bits).bit_length()
         net_bits = max(sum_bits, dec_bits) + 2
-        nets = [Signal(signed(net_bits), name=f"net{i}") for i in range(n)]
-        dnz = [Signal(name=f"dec{i}_nz") for i in range(n)]
         narrow = [k for k, b in enumerate(self.inc_bits) if b == 1]
         wide = [k for k, b in enumerate(self.inc_bits) if b != 1]
         small_bits = max(len(narrow).bit_length(), dec_bits) + 2
-        for i in range(n):
-            amount = 0
-            pending = 0
+        dnz = [Signal(name=f"dec{i}_nz") for i in range(n)]
+
+        def small_of(hits):
+            """The 1-bit increments' count less the decrement of the semaphore each source's
+            ``hits(v, s)`` names."""
+            amount, pending, count = 0, 0, 0
             for v, s, a in dev:
-                hit = v & (s == i)
+                hit = hits(v, s)
                 amount = amount | Mux(hit, a, 0)
                 pending = pending | hit
-            count = 0
             for k in narrow:
                 v, s, a = reg[k]
-                count = count + (v & (s == i) & a[0])
-            small = Signal(signed(small_bits), name=f"small{i}")
-            m.d.comb += small.eq(count - amount)
-            total = small
-            for k in wide:
-                v, s, a = reg[k]
-                total = total + Mux(v & (s == i), a, 0)
-            m.d.sync += [nets[i].eq(Mux(self.clear, 0, total)), dnz[i].eq((amount != 0) & ~self.clear)]
+                count = count + (hits(v, s) & a[0])
+            return count - amount, amount, pending
+
+        ops = []
+        if len(wide) == 1:
+            # One wide source (the node's: CREDIT's 16-bit increment): round 28 (tp28), its
+            # amount is added once, to its own semaphore's ``small`` (``wsum``, one adder, the
+            # sources' semaphores compared with the wide one's), and each semaphore registers
+            # ``small`` and whether the wide source hit it (``whit``); stage 3 adds ``wsum`` or
+            # ``small``, a choice that maps into the value adder's LUTs.  The same operand as
+            # small + (hit ? amount : 0) per semaphore (a per-semaphore 18-bit adder before, 32
+            # of them): the same value in every cycle.
+            wv, ws, wa = reg[wide[0]]
+            wsmall, _, _ = small_of(lambda v, s: v & (s == ws))
+            wsum = Signal(signed(net_bits), name="wsum")
+            m.d.sync += wsum.eq(wa + wsmall)
+        for i in range(n):
+            small, amount, pending = small_of(lambda v, s: v & (s == i))
+            m.d.sync += dnz[i].eq((amount != 0) & ~self.clear)
             m.d.comb += [self.dec_nz[i].eq(dnz[i]), self.taken[i].eq(pending | dnz[i])]
+            if len(wide) == 1:
+                small_q = Signal(signed(small_bits), name=f"small{i}")
+                whit = Signal(name=f"whit{i}")
+                m.d.sync += [small_q.eq(Mux(self.clear, 0, small)), whit.eq(wv & (ws == i) & ~self.clear)]
+                ops.append(Mux(whit, wsum, small_q))
+            else:
+                # the general form (more than one wide source, the tests' shapes): the net change
+                # registered per semaphore (issue 14: value + sum - decrement was a
+                # three-operand adder per semaphore; the same value in every cycle)
+                total = small
+                for k in wide:
+                    v, s, a = reg[k]
+                    total = total + Mux(v & (s == i), a, 0)
+                net = Signal(signed(net_bits), name=f"net{i}")
+                m.d.sync += net.eq(Mux(self.clear, 0, total))
+                ops.append(net)
         # stage 3: apply the net change; each semaphore's saturation registered on its own
         # and ORed after the register (``overflow`` still strobes the cycle after: issue 14, the
         # OR over the semaphores was behind the adders)
@@ -125,7 +148,7 @@ class Semaphores(wiring.Component):
             # w bits hold it, a negative one (never: the issue logic takes only what is there)
             # reads as above SEM_MAX as with more bits, and the compare looks at few top bits
             nxt = Signal(max(SEM_WIDTH, sum_bits) + 2, name=f"sem{i}_next")
-            m.d.comb += nxt.eq(self.values[i] + nets[i])
+            m.d.comb += nxt.eq(self.values[i] + ops[i])
             with m.If(self.clear):
                 m.d.sync += self.values[i].eq(0)
             with m.Elif(nxt > SEM_MAX):

@@ -1,26 +1,31 @@
 """The semaphores (hw/seq/sems.py) in the Amaranth simulator against a Python model: random
 increments from several sources in the same cycle (summed), decrements, the pipeline latency
 (an increment or a decrement is visible three cycles after its strobe, ``taken`` between),
-saturation with an ``overflow`` strobe the cycle after, and ``clear``."""
+saturation with an ``overflow`` strobe the cycle after, and ``clear``.  Two shapes: two wide
+sources (the per-semaphore net adder) and the node's one wide source (round 28: its amount added
+once, to its semaphore's own change, ``wsum``)."""
 import random
 
+import pytest
 from amaranth.sim import Simulator
 
 from mcf.hw.seq.sems import Semaphores
 from mcf.spec.isa import SEM_MAX
 
 N, INC_BITS = 4, [1, 16, 16]
+#: The node's shape: 1-bit increments and one wide one (hw/seq/sequencer.py: [1, 1, 1, 1, 16]).
+ONE_WIDE = [1, 1, 16]
 
 
-def run(schedule, cycles):
+def run(schedule, cycles, inc_bits=INC_BITS):
     """``schedule[cycle]`` = (incs: list of (source, sem, amount), decs: list of (sem, amount), clear)."""
-    dut = Semaphores(N, INC_BITS, n_dec=2)
+    dut = Semaphores(N, inc_bits, n_dec=2)
     seen, overflow, taken = [], [], []
 
     async def bench(ctx):
         for cyc in range(cycles):
             incs, decs, clear = schedule.get(cyc, ([], [], 0))
-            for k in range(len(INC_BITS)):
+            for k in range(len(inc_bits)):
                 ctx.set(getattr(dut, f"inc{k}").valid, 0)
             for k in range(2):
                 ctx.set(getattr(dut, f"dec{k}").valid, 0)
@@ -74,19 +79,22 @@ def model(schedule, cycles):
     return out, over[:cycles], taken
 
 
-def test_summed_increments_decrements_and_clear():
+@pytest.mark.parametrize("inc_bits", [INC_BITS, ONE_WIDE])
+def test_summed_increments_decrements_and_clear(inc_bits):
     rng = random.Random(5)
     cycles, schedule, model_vals = 200, {}, [0] * N
     for cyc in range(0, 180):
-        incs = [(k, rng.randrange(N), rng.randrange(1, 3) if k == 0 else rng.randrange(1, 40))
-                for k in range(len(INC_BITS)) if rng.random() < 0.5]
-        incs = [(k, s, min(a, 1) if k == 0 else a) for k, s, a in incs]
+        incs = [(k, rng.randrange(N), 1 if b == 1 else rng.randrange(1, 40))
+                for k, b in enumerate(inc_bits) if rng.random() < 0.5]
         schedule[cyc] = (incs, [], 0)
     # decrements that never take more than is there (what the issue logic guarantees): two sems
     for cyc in (60, 61, 120):
         schedule[cyc] = (schedule[cyc][0], [(0, 2), (3, 1)], 0)
+    # every source and a decrement on one semaphore in one cycle (the wide amount's sum with
+    # the semaphore's own change)
+    schedule[100] = ([(k, 3, 1 if b == 1 else 37) for k, b in enumerate(inc_bits)], [(3, 5)], 0)
     schedule[150] = ([], [], 1)
-    got, over, taken = run(schedule, cycles)
+    got, over, taken = run(schedule, cycles, inc_bits)
     want, want_over, want_taken = model(schedule, cycles)
     assert got == want and taken == want_taken
     assert not any(over) and not any(want_over)
@@ -98,4 +106,15 @@ def test_overflow_saturates_and_strobes():
     got, over, _ = run(schedule, 8)
     want, want_over, _ = model(schedule, 8)
     assert got == want and got[-1][2] == SEM_MAX
+    assert over == want_over and sum(over) == 1
+
+
+def test_overflow_one_wide_source():
+    """The node's shape: the wide amount, the 1-bit ones and a decrement on one semaphore in
+    one cycle pass SEM_MAX (the sum 65 534 + 2 - 1 + 1 is above it); a decrement alone does not."""
+    schedule = {0: ([(2, 1, 65534)], [], 0), 3: ([(0, 1, 1), (1, 1, 1), (2, 1, 2)], [(1, 1)], 0),
+                10: ([(2, 2, 65535)], [(2, 0)], 0), 14: ([(0, 2, 1), (2, 2, 1)], [(2, 3)], 0)}
+    got, over, _ = run(schedule, 20, ONE_WIDE)
+    want, want_over, _ = model(schedule, 20)
+    assert got == want and got[8][1] == SEM_MAX and got[-1][2] == SEM_MAX - 1
     assert over == want_over and sum(over) == 1
