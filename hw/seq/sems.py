@@ -71,48 +71,40 @@ class Semaphores(wiring.Component):
         for k, ev in enumerate(incs):
             v, s, a = Signal(name=f"inc{k}_v"), Signal(SEM_BITS, name=f"inc{k}_s"), \
                 Signal(self.inc_bits[k], name=f"inc{k}_a")
-            # (a 1-bit amount is folded into the valid bit, round 28: each semaphore's hit of
-            # the source is then one LUT of the valid and the semaphore's 5 bits)
-            lit = ev.amount[0] if self.inc_bits[k] == 1 else 1
-            m.d.sync += [v.eq(ev.valid & lit & ~self.clear), s.eq(ev.sem), a.eq(ev.amount)]
+            m.d.sync += [v.eq(ev.valid & ~self.clear), s.eq(ev.sem), a.eq(ev.amount)]
             reg.append((v, s, a))
         # decrements: the events registered as they come (the issue decision is a register
         # away from anything here)
         dec_bits = max(len(d.amount) for d in decs)
-        dev, anz = [], []
+        dev = []
         for k, d in enumerate(decs):
             v, s, a = Signal(name=f"dec{k}_v"), Signal(SEM_BITS, name=f"dec{k}_s"), \
                 Signal(dec_bits, name=f"dec{k}_a")
-            nz = Signal(name=f"dec{k}_anz")     # a decrement that takes something (for ``dec_nz``)
-            m.d.sync += [v.eq(d.valid & ~self.clear), s.eq(d.sem), a.eq(d.amount),
-                         nz.eq(d.valid & (d.amount != 0) & ~self.clear)]
+            m.d.sync += [v.eq(d.valid & ~self.clear), s.eq(d.sem), a.eq(d.amount)]
             m.d.comb += [self.dec_v[k].eq(v), self.dec_s[k].eq(s)]
             dev.append((v, s, a))
-            anz.append(nz)
         # stage 2: per semaphore, the sum of its 1-bit increments less its decrement (``small``:
         # at most one source takes from one semaphore in a cycle, the issue logic's rule, so the
         # decrements' amounts are ORed, not summed), and whether it takes (``dec_nz``).
-        # (widths from the bounds, round 28: a cycle's net change lies in [-dec_max, inc_max])
-        inc_max, dec_max = sum((1 << b) - 1 for b in self.inc_bits), (1 << dec_bits) - 1
-        net_bits = max(inc_max.bit_length(), dec_max.bit_length()) + 1
+        sum_bits = max(self.inc_bits) + len(self.inc_bits).bit_length()
+        net_bits = max(sum_bits, dec_bits) + 2
         narrow = [k for k, b in enumerate(self.inc_bits) if b == 1]
         wide = [k for k, b in enumerate(self.inc_bits) if b != 1]
-        small_bits = max(len(narrow).bit_length(), dec_bits) + 1
+        small_bits = max(len(narrow).bit_length(), dec_bits) + 2
         dnz = [Signal(name=f"dec{i}_nz") for i in range(n)]
 
         def small_of(hits):
             """The 1-bit increments' count less the decrement of the semaphore each source's
             ``hits(v, s)`` names."""
-            amount, pending, takes, count = 0, 0, 0, 0
-            for (v, s, a), nz in zip(dev, anz):
+            amount, pending, count = 0, 0, 0
+            for v, s, a in dev:
                 hit = hits(v, s)
                 amount = amount | Mux(hit, a, 0)
                 pending = pending | hit
-                takes = takes | (hit & nz)      # = amount != 0 (one LUT of the hits)
             for k in narrow:
                 v, s, a = reg[k]
-                count = count + hits(v, s)      # (``v`` has the 1-bit amount in it)
-            return count - amount, takes, pending
+                count = count + (hits(v, s) & a[0])
+            return count - amount, amount, pending
 
         ops = []
         if len(wide) == 1:
@@ -128,8 +120,8 @@ class Semaphores(wiring.Component):
             wsum = Signal(signed(net_bits), name="wsum")
             m.d.sync += wsum.eq(wa + wsmall)
         for i in range(n):
-            small, takes, pending = small_of(lambda v, s: v & (s == i))
-            m.d.sync += dnz[i].eq(takes & ~self.clear)
+            small, amount, pending = small_of(lambda v, s: v & (s == i))
+            m.d.sync += dnz[i].eq((amount != 0) & ~self.clear)
             m.d.comb += [self.dec_nz[i].eq(dnz[i]), self.taken[i].eq(pending | dnz[i])]
             if len(wide) == 1:
                 small_q = Signal(signed(small_bits), name=f"small{i}")
@@ -152,12 +144,10 @@ class Semaphores(wiring.Component):
         # OR over the semaphores was behind the adders)
         over = Signal(n)
         for i in range(n):
-            # value + net lies in [-dec_max, SEM_MAX + inc_max]: w bits hold the positive ones,
-            # and a negative one (never: the issue logic takes only what is there) reads as
-            # 2^w - dec_max or more, above SEM_MAX as with more bits; the compare looks at the
-            # top w - 16 bits (round 28: w = 18 at the node, the adder 3 bits narrower)
-            nxt_bits = max((SEM_MAX + inc_max).bit_length(), ((1 << SEM_WIDTH) + dec_max).bit_length())
-            nxt = Signal(nxt_bits, name=f"sem{i}_next")
+            # value + net lies in (-2^(w-1), 2^(w-1)) for w = max(SEM_WIDTH, sum_bits) + 2:
+            # w bits hold it, a negative one (never: the issue logic takes only what is there)
+            # reads as above SEM_MAX as with more bits, and the compare looks at few top bits
+            nxt = Signal(max(SEM_WIDTH, sum_bits) + 2, name=f"sem{i}_next")
             m.d.comb += nxt.eq(self.values[i] + ops[i])
             with m.If(self.clear):
                 m.d.sync += self.values[i].eq(0)
