@@ -40,12 +40,14 @@ def desc_layout(n_out: int, depth: int) -> data.StructLayout:
 
 class BufferReadSignature(wiring.Signature):
     """A read port into an ingress packet buffer, seen from the reader (1 cycle latency;
-    ``en`` low holds ``data``)."""
+    ``en`` low holds ``data``; ``en`` with ``zero``: ``data`` becomes 0, a word of the buffer's
+    memory never written -- round 28: the egress ORs its inputs' words instead of choosing one)."""
 
     def __init__(self, data_width: int, depth: int):
         super().__init__({
             "addr": Out(range(depth)),
             "en": Out(1),
+            "zero": Out(1),
             "data": In(beat_layout(data_width)),
         })
 

@@ -79,7 +79,6 @@ class EgressPort(wiring.Component):
         sv = Signal()
         s_hdr = Signal()
         s_last = Signal()
-        s_sel = Signal(range(n))
         s_word = Signal(w)
         advance = Signal()
         m.d.comb += advance.eq(~sv | self.o.tready)
@@ -90,18 +89,20 @@ class EgressPort(wiring.Component):
         at_last = Signal()
         is_hdr = Signal()
         with m.If(busy & advance):
-            m.d.sync += [sv.eq(1), s_hdr.eq(is_hdr), s_sel.eq(sel), s_last.eq(at_last),
+            m.d.sync += [sv.eq(1), s_hdr.eq(is_hdr), s_last.eq(at_last),
                          idx.eq(idx + 1), at_last.eq(idx == pre_last),
                          is_hdr.eq(idx < hb - 1 if hb > 1 else 0)]   # (no constant compare at hb = 1)
-            if hb > 1:
-                m.d.sync += s_word.eq(hdr.word_select(idx[:(hb - 1).bit_length()], w))
-            else:
-                m.d.sync += s_word.eq(hdr)
+            # the output word is the OR of s_word and the inputs' read registers: each edge that
+            # moves a beat reads the selected input's word and zeroes the other inputs' registers
+            # (and all of them for a header beat, s_word 0 for a payload beat).  Round 28: the
+            # inputs' words were chosen by the beat's input (a 6:1 choice per bit, ~1.6 LUT); the OR is
+            # one LUT6 per bit at five inputs.  The same tdata / tkeep in every cycle (the
+            # registers hold between beats as before).
             with m.If(~is_hdr):
                 m.d.sync += ptr.eq(ptr + 1)
             for i in range(n):
-                with m.If(sel == i):
-                    m.d.comb += [self.rd[i].addr.eq(ptr), self.rd[i].en.eq(~is_hdr)]
+                m.d.comb += [self.rd[i].addr.eq(ptr), self.rd[i].en.eq(1),
+                             self.rd[i].zero.eq(is_hdr | (sel != i))]
             with m.If(at_last):
                 m.d.comb += issue_last.eq(1)
                 m.d.sync += busy.eq(0)
@@ -110,6 +111,15 @@ class EgressPort(wiring.Component):
                         m.d.comb += self.done[i].eq(1)
         with m.Elif(advance):
             m.d.sync += sv.eq(0)
+        # s_word: zeroed by a reset ahead of its enable (the flip-flop's own reset; a zero under
+        # the enable was a LUT per bit)
+        with m.If(busy & advance & ~is_hdr):
+            m.d.sync += s_word.eq(0)
+        with m.Elif(busy & advance):
+            if hb > 1:
+                m.d.sync += s_word.eq(hdr.word_select(idx[:(hb - 1).bit_length()], w))
+            else:
+                m.d.sync += s_word.eq(hdr)
 
         # Arbitration, registered: ``grant_q`` is the pick among last cycle's requests.  Masked
         # from the requests: the input in service (its request falls the cycle after its
@@ -137,19 +147,18 @@ class EgressPort(wiring.Component):
                                  at_last.eq(hb - 1 + h.nbeats == 0),
                                  hdr.eq(Cat(h.meta.as_value(), Const(0, hb * w - HEADER_BITS)))]
 
-        rdata = self.rd[0].data
-        for i in range(1, n):
-            rdata = _mux_view(s_sel == i, self.rd[i].data, rdata)
         m.d.comb += [
             self.o.tvalid.eq(sv),
             self.o.tlast.eq(s_last),
-            self.o.tdata.eq(Mux(s_hdr, s_word, rdata.data)),
-            self.o.tkeep.eq(Mux(s_hdr, (1 << w // 8) - 1, rdata.keep)),
+            self.o.tdata.eq(s_word | _or(self.rd[i].data.data for i in range(n))),
+            self.o.tkeep.eq(s_hdr.replicate(w // 8) | _or(self.rd[i].data.keep for i in range(n))),
         ]
         return m
 
 
-def _mux_view(sel, a, b):
-    """Mux of two layout views (as raw bits, re-viewed)."""
-    from amaranth.lib import data
-    return data.View(a.shape(), Mux(sel, a.as_value(), b.as_value()))
+def _or(values):
+    """The OR of several values."""
+    out = 0
+    for v in values:
+        out = out | v
+    return out

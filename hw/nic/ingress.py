@@ -80,11 +80,18 @@ class IngressPort(wiring.Component):
 
         m.submodules.deser = deser = HeaderDeserializer(w)
         wiring.connect(m, wiring.flipped(self.i), deser.i)
-        m.submodules.mem = mem = Memory(shape=beat_layout(w), depth=depth, init=[])
+        # A word never written reads 0 for a reader's ``zero`` (round 28: the egress ORs its
+        # inputs' words): the upper half of a power-of-two buffer of at most 256 words (a 512 x 36
+        # block RAM holds it at no cost; the address's top bit is ``zero``), else one word more.
+        if depth & (depth - 1) == 0 and depth <= 256:
+            mem_depth, zaddr = 2 * depth, (lambda a, z: Cat(a[:abits], z))
+        else:
+            mem_depth, zaddr = depth + 1, (lambda a, z: Mux(z, depth, a))
+        m.submodules.mem = mem = Memory(shape=beat_layout(w), depth=mem_depth, init=[])
         wp = mem.write_port()
         for k in range(self.n_out):
             rp = mem.read_port()
-            m.d.comb += [rp.addr.eq(self.rd[k].addr), rp.en.eq(self.rd[k].en),
+            m.d.comb += [rp.addr.eq(zaddr(self.rd[k].addr, self.rd[k].zero)), rp.en.eq(self.rd[k].en),
                          self.rd[k].data.eq(rp.data)]
         m.submodules.descs = descs = fifo.SyncFIFOBuffered(
             width=self.desc_layout.size, depth=self.desc_depth)

@@ -132,6 +132,7 @@ class Nic(wiring.Component):
             for i in range(n_in):
                 m.d.comb += [eg.heads[i].eq(ing[i].head),
                              ing[i].rd[j].addr.eq(eg.rd[i].addr), ing[i].rd[j].en.eq(eg.rd[i].en),
+                             ing[i].rd[j].zero.eq(eg.rd[i].zero),
                              eg.rd[i].data.eq(ing[i].rd[j].data)]
         for i in range(n_in):
             m.d.comb += ing[i].done.eq(Cat(egs[j].done[i] for j in range(n_out)))
