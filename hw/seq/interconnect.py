@@ -211,13 +211,7 @@ class AxiInterconnect(wiring.Component):
             w = max(DMA_ADDR_BITS, self.addr_width, self.check_width) + 2
             room = Signal(signed(w), name=f"p{p}_window_room")
             m.d.comb += room.eq(end - addr)
-            # last_byte < room with last_byte below 2^k: room's top bits non-negative and not all
-            # zero, or all zero and its low k bits above last_byte (round 28: a compare over room's
-            # w bits was a LUT a bit; the same answer for every room)
-            k = len(last_byte)
-            room_hi = room[k:].as_signed()
-            fits = ~room_hi[-1] & ((room_hi != 0) | (room[:k] > last_byte))
-            return (addr >= base) & fits
+            return (addr >= base) & (last_byte < room)
 
         oow, oow_client = Signal(name=f"p{p}_oow"), Signal(range(len(self.clients)), name=f"p{p}_oow_client")
         err, err_client = Signal(name=f"p{p}_err"), Signal(range(len(self.clients)), name=f"p{p}_err_client")
