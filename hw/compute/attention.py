@@ -95,7 +95,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import bitlen, exp2_rom, log2_exact, rshr, rshr_pos, rshr_pos_apply, rshr_pos_controls, sat
+from mcf.hw.arith import bitlen, log2_exact, rshr, rshr_pos, rshr_pos_apply, rshr_pos_controls, sat
 from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
@@ -700,7 +700,16 @@ class AttentionUnit(wiring.Component):
         pv_, pm_ = {1: p1v}, {1: p1}
         for i in range(2, POST_LATENCY + 1):
             pv_[i], pm_[i] = carry(pv_[i - 1], pm_[i - 1], i)
-        m.submodules.exp2 = exp2 = exp2_rom()
+        # the exp2 table in block RAM, one for every two rows (a port each; round 28: 12 tables in LUTs were
+        # ~1 260 LUT at rows 12; 6 RAMB18 instead).  The read is addressed by stage 7's index itself (the RAM's
+        # address register in place of ``eaddr``) and its data registered in the fabric at stage 8 (``e8_#``):
+        # the RAM's clock-to-out ends in a register, the stages and every cycle as before
+        exp2s = []
+        for r2 in range(0, R, 2):
+            rom = memory.Memory(shape=fx.P_FRAC + 1, depth=1 << fx.EXP_LUT_BITS, init=[int(x) for x in fx.EXP2_LUT],
+                                attrs={"ram_style": "block"})
+            m.submodules[f"exp2_{r2 // 2}"] = rom
+            exp2s += [rom, rom]
         # the w queue: W_CREDITS entries of every row's w (distributed RAM, read asynchronously)
         m.submodules.wq = wq = memory.Memory(shape=R * 32, depth=W_CREDITS, init=[])
         wq_wr, wq_rd = wq.write_port(), wq.read_port(domain="comb")
@@ -728,18 +737,18 @@ class AttentionUnit(wiring.Component):
             with m.If(pv_[6] & ~pm_[6].ap & vis & neg[33]):
                 m.d.sync += mrow[r].eq(s6)
             y = rshr_pos(m, neg, Const(fx.S_FRAC - fx.EXP_LUT_BITS, 3), 35)
-            addr7 = stage(f"eaddr{r}", y[:fx.EXP_LUT_BITS])
             n7 = stage(f"n{r}", y[8:14], range(64))
             big7 = stage(f"big{r}", y[8:] > fx.P_FRAC)
             ok7 = stage(f"ok{r}", vis & pv_[6] & pm_[6].ap)
-            rp = exp2.read_port()
-            m.d.comb += [rp.en.eq(1), rp.addr.eq(addr7)]
+            rp = exp2s[r].read_port()
+            m.d.comb += [rp.en.eq(1), rp.addr.eq(y[:fx.EXP_LUT_BITS])]
+            e8 = stage(f"e8_{r}", rp.data)
             big8, ok8 = stage(f"big8_{r}", big7), stage(f"ok8_{r}", ok7)
             # rshr_pos(table, n) with its shift's controls (n capped, n - 1, n = 0) registered at stage 8
             # beside the table's read (the path n -> cap -> n - 1 -> shift -> + 1 was 8.25 levels)
-            sc1, zero = rshr_pos_controls(len(rp.data) + 1, n7)
+            sc1, zero = rshr_pos_controls(len(e8) + 1, n7)
             n8c1, n8z = stage(f"n8c{r}", sc1), stage(f"n8z{r}", zero)
-            p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, rshr_pos_apply(m, rp.data.as_unsigned(), n8c1, n8z, 18)), 16)
+            p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, rshr_pos_apply(m, e8.as_unsigned(), n8c1, n8z, 18)), 16)
             with m.If(pv_[9] & pm_[9].ap):
                 m.d.sync += lacc[r].eq(lacc[r] + p9)
             u10 = stage(f"u{r}", p9 * pm_[9].va)
