@@ -355,6 +355,12 @@ def rshr_biased_staged(m, x, k, bias: int, name: str, en=None) -> Signal:
 K_SLOTS, V_DEPTH = 4, 32
 #: Cycles from a key's entry into the post-processing to its w in the queue for P.V.
 POST_LATENCY = 13
+#: Bits of p A_v (p <= 2^P_FRAC, the exp2 table's largest entry; A_v < 2^KV_A_BITS).
+U_BITS = fx.P_FRAC + KV_A_BITS
+assert max(fx.EXP2_LUT) == 1 << fx.P_FRAC and (1 << fx.P_FRAC) * ((1 << KV_A_BITS) - 1) < 1 << U_BITS
+#: Bits of FINAL's sat32(o) x rcp (signed): |o| <= 2^31, rcp <= 2^P_FRAC (the table's largest entry, 2^24 / 2^9).
+FIN_X_BITS = 32 + fx.P_FRAC
+assert max(fx.RCP_LUT) == 1 << fx.P_FRAC
 
 
 class AttentionUnit(wiring.Component):
@@ -751,7 +757,9 @@ class AttentionUnit(wiring.Component):
             p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, rshr_pos_apply(m, e8.as_unsigned(), n8c1, n8z, 18)), 16)
             with m.If(pv_[9] & pm_[9].ap):
                 m.d.sync += lacc[r].eq(lacc[r] + p9)
-            u10 = stage(f"u{r}", p9 * pm_[9].va)
+            # p A_v in U_BITS: p <= EXP2_LUT[0] = 2^P_FRAC, A_v < 2^KV_A_BITS, so p A_v < 2^(P_FRAC + KV_A_BITS)
+            # (round 28: the product's 24th bit is never set; the w shift's input a bit narrower)
+            u10 = stage(f"u{r}", p9 * pm_[9].va, U_BITS)
             # rshr(u, 3 - E_v) as one right shift of u << 31 by k = 3 - E_v + 31 (rshr_biased_staged),
             # k < 0 (a left shift past 31) as k = 0: u << 31 > W_MAX as any longer shift of u > 0 is
             wk = fx.P_FRAC - fx.O_FRAC + 31 - pm_[9].ve
@@ -1175,7 +1183,8 @@ class AttentionUnit(wiring.Component):
         # stage was 8.44 levels)
         plo4 = [Signal(32, name=f"plo4_{k}") for k in range(W)]
         phi4 = [Signal(signed(33), name=f"phi4_{k}") for k in range(W)]
-        prod4 = [Signal(signed(49), name=f"prod4_{k}") for k in range(W)]
+        # (FIN_X_BITS = 47, not the halves' 49: |sat32(o) x rcp| <= 2^46; round 28: FINAL's shift a bit narrower)
+        prod4 = [Signal(signed(FIN_X_BITS), name=f"prod4_{k}") for k in range(W)]
         m.d.comb += [prod4[k].eq((phi4[k] << 16) + plo4[k]) for k in range(W)]
         oc4, oc5 = Signal(signed(32)), Signal(signed(32))
         x1g = x1.el[wl:wl + gbits]
