@@ -1095,21 +1095,18 @@ class AttentionUnit(wiring.Component):
         lc3, bc3 = Signal(), Signal(range(33))
         m.d.sync += [lc3.eq(lc2), bc3.eq(bc2)]
         # the table at idx - 2^(RCP_IDX_BITS - 1) (idx in 2^9 .. 2^10 where l > 0; else the value is
-        # unused): its two halves at idx's low 8 bits, registered, and the choice by idx's bits 8 and
-        # 10 (idx = 2^10: the last entry) in the next stage beside pos_c (the 10-bit address's table
-        # and its subtraction in one stage were 9 levels: rcpidx -> the read's register)
-        RH = 1 << (fx.RCP_IDX_BITS - 2)
-        assert len(fx.RCP_LUT) == 2 * RH + 1
-        rr_data = []
-        for h in range(2):
-            m.submodules[f"rcp{h}"] = rcp_h = memory.Memory(shape=16, depth=RH,
-                                                           init=[int(x) for x in fx.RCP_LUT[h * RH:(h + 1) * RH]])
-            rr_h = rcp_h.read_port()
-            m.d.comb += [rr_h.en.eq(1), rr_h.addr.eq(idx[:fx.RCP_IDX_BITS - 2])]
-            rr_data.append(rr_h.data)
-        rsel_hi, rsel_top = Signal(name="rcp_hi"), Signal(name="rcp_top")
-        m.d.sync += [rsel_hi.eq(idx[fx.RCP_IDX_BITS - 2]), rsel_top.eq(idx[fx.RCP_IDX_BITS])]
-        rr_val = Mux(rsel_top, int(fx.RCP_LUT[2 * RH]), Mux(rsel_hi, rr_data[1], rr_data[0]))
+        # unused): entries 0 .. 2^9 - 1 in a block RAM at idx's low 9 bits (round 28: its two halves in
+        # LUTs were ~230 LUT; a RAMB18 now), and the choice by idx's bit 10 (idx = 2^10: the last entry)
+        # in the next stage beside pos_c (the RAM's clock-to-out, that choice and pos_c's into ``rcp#``)
+        RH = 1 << (fx.RCP_IDX_BITS - 1)
+        assert len(fx.RCP_LUT) == RH + 1
+        m.submodules.rcp = rcp_t = memory.Memory(shape=16, depth=RH, init=[int(x) for x in fx.RCP_LUT[:RH]],
+                                                 attrs={"ram_style": "block"})
+        rr = rcp_t.read_port()
+        m.d.comb += [rr.en.eq(1), rr.addr.eq(idx[:fx.RCP_IDX_BITS - 1])]
+        rsel_top = Signal(name="rcp_top")
+        m.d.sync += rsel_top.eq(idx[fx.RCP_IDX_BITS])
+        rr_val = Mux(rsel_top, int(fx.RCP_LUT[RH]), rr.data)
         # FINAL's shift b + FIN_OFS, b = bitlen(l) in 0 .. 31 (-5 .. 26): a shape that holds just that
         # range, and a left shift of at most -FIN_OFS (a narrow shifter; o x r = 0 when l <= 0)
         fin_ofs = fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC
