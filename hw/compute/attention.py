@@ -95,7 +95,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import bitlen, log2_exact, rshr, rshr_pos, rshr_pos_apply, rshr_pos_controls, sat
+from mcf.hw.arith import bitlen, log2_exact, rshr, rshr_pos, sat
 from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
@@ -355,6 +355,12 @@ def rshr_biased_staged(m, x, k, bias: int, name: str, en=None) -> Signal:
 K_SLOTS, V_DEPTH = 4, 32
 #: Cycles from a key's entry into the post-processing to its w in the queue for P.V.
 POST_LATENCY = 13
+#: The exp2 table shifted by the exponent's low EXP2_SH_LOW bits (its RAMB18 is 1 K deep): entry
+#: (l, f) = (T[f] >> l) | T[f]'s bit l - 1 (l > 0) << (P_FRAC + 1); rshr(T[f], l) = that's sum.
+EXP2_SH_LOW = 2
+EXP2_SH_BITS = fx.P_FRAC + 2
+EXP2_SHIFTED = [(int(t) >> l) | ((int(t) >> (l - 1) & 1 if l else 0) << (fx.P_FRAC + 1))
+                for l in range(1 << EXP2_SH_LOW) for t in fx.EXP2_LUT]
 #: Bits of p A_v (p <= 2^P_FRAC, the exp2 table's largest entry; A_v < 2^KV_A_BITS).
 U_BITS = fx.P_FRAC + KV_A_BITS
 assert max(fx.EXP2_LUT) == 1 << fx.P_FRAC and (1 << fx.P_FRAC) * ((1 << KV_A_BITS) - 1) < 1 << U_BITS
@@ -709,10 +715,12 @@ class AttentionUnit(wiring.Component):
         # the exp2 table in block RAM, one for every two rows (a port each; round 28: 12 tables in LUTs were
         # ~1 260 LUT at rows 12; 6 RAMB18 instead).  The read is addressed by stage 7's index itself (the RAM's
         # address register in place of ``eaddr``) and its data registered in the fabric at stage 8 (``e8_#``):
-        # the RAM's clock-to-out ends in a register, the stages and every cycle as before
+        # the RAM's clock-to-out ends in a register, the stages and every cycle as before.  The RAMB18's
+        # 1 K x 18 holds the table shifted by the exponent's two low bits (``exp2_shifted``): p's shift a
+        # choice of four, not sixteen
         exp2s = []
         for r2 in range(0, R, 2):
-            rom = memory.Memory(shape=fx.P_FRAC + 1, depth=1 << fx.EXP_LUT_BITS, init=[int(x) for x in fx.EXP2_LUT],
+            rom = memory.Memory(shape=EXP2_SH_BITS, depth=len(EXP2_SHIFTED), init=EXP2_SHIFTED,
                                 attrs={"ram_style": "block"})
             m.submodules[f"exp2_{r2 // 2}"] = rom
             exp2s += [rom, rom]
@@ -743,18 +751,20 @@ class AttentionUnit(wiring.Component):
             with m.If(pv_[6] & ~pm_[6].ap & vis & neg[33]):
                 m.d.sync += mrow[r].eq(s6)
             y = rshr_pos(m, neg, Const(fx.S_FRAC - fx.EXP_LUT_BITS, 3), 35)
-            n7 = stage(f"n{r}", y[8:14], range(64))
+            # p = rshr(T[f], n), n = 4 h + l (n <= P_FRAC; else 0): the RAM at (l, f) gives z = T[f] >> l and
+            # T[f]'s bit l - 1 (0 at l = 0), so p = (z >> 4 h) + (h ? z's bit 4 h - 1 : that bit)
+            lb = EXP2_SH_LOW
             big7 = stage(f"big{r}", y[8:] > fx.P_FRAC)
+            h7 = stage(f"nh{r}", y[8 + lb:8 + lb + 2])
             ok7 = stage(f"ok{r}", vis & pv_[6] & pm_[6].ap)
             rp = exp2s[r].read_port()
-            m.d.comb += [rp.en.eq(1), rp.addr.eq(y[:fx.EXP_LUT_BITS])]
+            m.d.comb += [rp.en.eq(1), rp.addr.eq(y[:fx.EXP_LUT_BITS + lb])]
             e8 = stage(f"e8_{r}", rp.data)
-            big8, ok8 = stage(f"big8_{r}", big7), stage(f"ok8_{r}", ok7)
-            # rshr_pos(table, n) with its shift's controls (n capped, n - 1, n = 0) registered at stage 8
-            # beside the table's read (the path n -> cap -> n - 1 -> shift -> + 1 was 8.25 levels)
-            sc1, zero = rshr_pos_controls(len(e8) + 1, n7)
-            n8c1, n8z = stage(f"n8c{r}", sc1), stage(f"n8z{r}", zero)
-            p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, rshr_pos_apply(m, e8.as_unsigned(), n8c1, n8z, 18)), 16)
+            big8, ok8, h8 = stage(f"big8_{r}", big7), stage(f"ok8_{r}", ok7), stage(f"n8h{r}", h7)
+            z8, b8 = e8[:fx.P_FRAC + 1], e8[fx.P_FRAC + 1]
+            zs = Array(z8 >> (4 * h) for h in range(4))[h8]
+            rb8 = Array([b8] + [z8[4 * h - 1] for h in range(1, 4)])[h8]
+            p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, zs + rb8), 16)
             with m.If(pv_[9] & pm_[9].ap):
                 m.d.sync += lacc[r].eq(lacc[r] + p9)
             # p A_v in U_BITS: p <= EXP2_LUT[0] = 2^P_FRAC, A_v < 2^KV_A_BITS, so p A_v < 2^(P_FRAC + KV_A_BITS)
