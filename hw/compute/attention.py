@@ -328,16 +328,16 @@ def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Si
     return out
 
 
-def rshr_biased_staged(m, x, k, bias: int, name: str, en=None) -> Signal:
-    """Golden ``rshr(x, k - bias)`` for an unsigned ``k`` (a shift biased by ``bias``: left ``bias``
-    .. right) as one rounding right shift of x << ``bias`` by k, in ``rshr_staged``'s three stages
-    (x and k; the shift of 2 (x << bias) by k; + 1 and >> 1): no left shifter, no choice of the two,
-    no saturation check -- the result exact, n + bias + 1 bits (the caller saturates).  For k <= bias
-    the + 1 falls below the shifted zeros (x << (bias - k)); for k > bias it is the rounding."""
+def rshr_biased_staged(m, x, k, bias: int, name: str, en=None, step: int = 0) -> Signal:
+    """Golden ``rshr(x, k 2^step - bias)`` for an unsigned ``k`` (a shift biased by ``bias``: left ``bias``
+    .. right; ``step``: k counts 2^step bits) as one rounding right shift of x << ``bias`` by k 2^step, in
+    ``rshr_staged``'s three stages (x and k; the shift of 2 (x << bias); + 1 and >> 1): no left shifter, no
+    choice of the two, no saturation check -- the result exact, n + bias + 1 bits (the caller saturates).
+    For k 2^step <= bias the + 1 falls below the shifted zeros; past bias it is the rounding."""
     xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
     k = Value.cast(k)
     n = len(xs)
-    cap = n + bias + 1                   # shifts from here on give -1 (then (-1 + 1) >> 1 = 0) or 0
+    cap = -(-(n + bias + 1) // (1 << step))     # shifts from here on give -1 (then (-1 + 1) >> 1 = 0) or 0
     kmax = (1 << len(k)) - 1
     c_x = Signal.like(xs, name=f"{name}_cx")
     c_k = Signal(range(min(kmax, cap) + 1), name=f"{name}_ck")
@@ -346,7 +346,8 @@ def rshr_biased_staged(m, x, k, bias: int, name: str, en=None) -> Signal:
     pre = Signal(signed(n + bias + 2), name=f"{name}_pre")
     m.d.comb += pre.eq(a_shr + 1)
     stmts = [c_x.eq(xs), c_k.eq(Mux(k > cap, cap, k) if kmax > cap else k),
-             a_shr.eq(Cat(Const(0, bias + 1), c_x).as_signed() >> c_k), out.eq(pre >> 1)]
+             a_shr.eq(Cat(Const(0, bias + 1), c_x).as_signed() >> (Cat(Const(0, step), c_k) if step else c_k)),
+             out.eq(pre >> 1)]
     _sync(m, stmts, en)
     return out
 
@@ -366,6 +367,9 @@ U_BITS = fx.P_FRAC + KV_A_BITS
 assert max(fx.EXP2_LUT) == 1 << fx.P_FRAC and (1 << fx.P_FRAC) * ((1 << KV_A_BITS) - 1) < 1 << U_BITS
 #: Bits of FINAL's sat32(o) x rcp (signed): |o| <= 2^31, rcp <= 2^P_FRAC (the table's largest entry, 2^24 / 2^9).
 FIN_X_BITS = 32 + fx.P_FRAC
+#: FINAL's shift in steps of 2^FIN_STEP: the row's reciprocal is kept shifted left by c (0 .. 2^FIN_STEP - 1)
+#: so that the shift of o x (r << c) is a multiple of 2^FIN_STEP (rshr(x, s) = rshr(x 2^c, s + c), exact).
+FIN_STEP = 2
 assert max(fx.RCP_LUT) == 1 << fx.P_FRAC
 
 
@@ -1122,20 +1126,28 @@ class AttentionUnit(wiring.Component):
         fin_ofs = fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC
         # as k = that + fin_left (0 .. 31 at -5: bc itself), one shift of o x r << fin_left by k
         fin_left = max(0, -fin_ofs)
-        fsh_shape = Shape.cast(range(31 + fin_ofs + fin_left + 1))
-        fsh_c, pos_c = Signal(fsh_shape), Signal()
-        m.d.sync += [fsh_c.eq(bc3 + (fin_ofs + fin_left)),
+        # (round 28) s = b + FIN_OFS as s + c, a multiple of 2^FIN_STEP, with c = -s mod 2^FIN_STEP on the
+        # reciprocal (r << c, once a row here, not in the words' shifters): the shifters take (s + c + fin_bias)
+        # / 2^FIN_STEP, 0 .. 8 at -5 (a choice of 9, not 32), of o x (r << c) << fin_bias
+        fstep = 1 << FIN_STEP
+        fin_bias = fstep * (fin_left // fstep)
+        fsh_shape = Shape.cast(range((31 + fin_ofs + fstep - 1 + fin_bias) // fstep + 1))
+        fsh_c, fc_c, pos_c = Signal(fsh_shape), Signal(FIN_STEP), Signal()
+        fcv = Signal(FIN_STEP)
+        m.d.comb += fcv.eq(-(bc3 + fin_ofs))
+        m.d.sync += [fsh_c.eq((bc3 + fin_ofs + fcv + fin_bias) >> FIN_STEP), fc_c.eq(fcv),
                      pos_c.eq(lc3)]
         pv_tag, pr_tag = pgo, prow
         for i in range(6):           # la, lb, the three shift stages, the table read
             nv, nr = Signal(name=f"pt{i}v"), Signal(range(R + 1), name=f"pt{i}r")
             m.d.sync += [nv.eq(pv_tag), nr.eq(pr_tag)]
             pv_tag, pr_tag = nv, nr
-        rcs = [Signal(16, name=f"rcp{r}") for r in range(R)]
+        rcp_bits = 16 + fstep - 1
+        rcs = [Signal(rcp_bits, name=f"rcp{r}") for r in range(R)]
         fss = [Signal(fsh_shape, name=f"fsh{r}") for r in range(R)]
         for r in range(R):
             with m.If(pv_tag & (pr_tag == r)):
-                m.d.sync += [rcs[r].eq(Mux(pos_c, rr_val, 0)), fss[r].eq(fsh_c)]
+                m.d.sync += [rcs[r].eq(Mux(pos_c, rr_val << fc_c, 0)), fss[r].eq(fsh_c)]
         with m.If(pv_tag):
             m.d.sync += pdone.eq(pdone + 1)
 
@@ -1165,7 +1177,7 @@ class AttentionUnit(wiring.Component):
         # issue: the o memories read ec (all rows, all lanes); 1: (row, the group of el) of it; 2: sat32;
         # 3: x rcp (W products); 4, 5: the rounding shifts; out (STATE: word el mod W of the group)
         KIND_M, KIND_L, KIND_O, KIND_F = range(4)
-        tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "ml": 32, "rcp": 16, "fsh": fsh_shape,
+        tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "ml": 32, "rcp": rcp_bits, "fsh": fsh_shape,
                                  "row": range(R), "el": range(Ls), "flag": W})
         x1, x2, x3, x4, x5 = (Signal(tag, name=f"x{i}") for i in range(1, 6))
         is_m = Signal()
@@ -1188,10 +1200,11 @@ class AttentionUnit(wiring.Component):
         # o x rcp as two registered halves (o's low 16 bits, its high 16 bits; a DSP48E2 each, as the
         # one product was mapped), summed at the shift's first stage (the DSPs' sum in the product's
         # stage was 8.44 levels)
-        plo4 = [Signal(32, name=f"plo4_{k}") for k in range(W)]
-        phi4 = [Signal(signed(33), name=f"phi4_{k}") for k in range(W)]
-        # (FIN_X_BITS = 47, not the halves' 49: |sat32(o) x rcp| <= 2^46; round 28: FINAL's shift a bit narrower)
-        prod4 = [Signal(signed(FIN_X_BITS), name=f"prod4_{k}") for k in range(W)]
+        plo4 = [Signal(16 + rcp_bits, name=f"plo4_{k}") for k in range(W)]
+        phi4 = [Signal(signed(17 + rcp_bits), name=f"phi4_{k}") for k in range(W)]
+        # (FIN_X_BITS = 47, not the halves' 49: |sat32(o) x rcp| <= 2^46; round 28: FINAL's shift a bit narrower;
+        # + c's bits, the reciprocal shifted left by c)
+        prod4 = [Signal(signed(FIN_X_BITS + fstep - 1), name=f"prod4_{k}") for k in range(W)]
         m.d.comb += [prod4[k].eq((phi4[k] << 16) + plo4[k]) for k in range(W)]
         oc4, oc5 = Signal(signed(32)), Signal(signed(32))
         x1g = x1.el[wl:wl + gbits]
@@ -1212,7 +1225,7 @@ class AttentionUnit(wiring.Component):
                              oc3[k].eq(sat(m, ov2[k], 32)),
                              plo4[k].eq(oc3[k][:16] * x3.rcp.as_unsigned()),
                              phi4[k].eq(oc3[k][16:].as_signed() * x3.rcp.as_unsigned())]
-        sh7 = [rshr_biased_staged(m, prod4[k], x4.fsh, fin_left, f"fin{k}", en=eadv) for k in range(W)]
+        sh7 = [rshr_biased_staged(m, prod4[k], x4.fsh, fin_bias, f"fin{k}", en=eadv, step=FIN_STEP) for k in range(W)]
         x6, x7 = Signal(tag), Signal(tag)
         oc6, oc7 = Signal(signed(32)), Signal(signed(32))
         okeep = Signal(4 * W)
