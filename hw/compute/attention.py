@@ -95,7 +95,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from mcf.hw.arith import bitlen, exp2_rom, log2_exact, rshr, rshr_pos, rshr_pos_apply, rshr_pos_controls, sat
+from mcf.hw.arith import bitlen, log2_exact, rshr, rshr_pos, sat
 from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
@@ -328,16 +328,16 @@ def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Si
     return out
 
 
-def rshr_biased_staged(m, x, k, bias: int, name: str, en=None) -> Signal:
-    """Golden ``rshr(x, k - bias)`` for an unsigned ``k`` (a shift biased by ``bias``: left ``bias``
-    .. right) as one rounding right shift of x << ``bias`` by k, in ``rshr_staged``'s three stages
-    (x and k; the shift of 2 (x << bias) by k; + 1 and >> 1): no left shifter, no choice of the two,
-    no saturation check -- the result exact, n + bias + 1 bits (the caller saturates).  For k <= bias
-    the + 1 falls below the shifted zeros (x << (bias - k)); for k > bias it is the rounding."""
+def rshr_biased_staged(m, x, k, bias: int, name: str, en=None, step: int = 0) -> Signal:
+    """Golden ``rshr(x, k 2^step - bias)`` for an unsigned ``k`` (a shift biased by ``bias``: left ``bias``
+    .. right; ``step``: k counts 2^step bits) as one rounding right shift of x << ``bias`` by k 2^step, in
+    ``rshr_staged``'s three stages (x and k; the shift of 2 (x << bias); + 1 and >> 1): no left shifter, no
+    choice of the two, no saturation check -- the result exact, n + bias + 1 bits (the caller saturates).
+    For k 2^step <= bias the + 1 falls below the shifted zeros; past bias it is the rounding."""
     xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
     k = Value.cast(k)
     n = len(xs)
-    cap = n + bias + 1                   # shifts from here on give -1 (then (-1 + 1) >> 1 = 0) or 0
+    cap = -(-(n + bias + 1) // (1 << step))     # shifts from here on give -1 (then (-1 + 1) >> 1 = 0) or 0
     kmax = (1 << len(k)) - 1
     c_x = Signal.like(xs, name=f"{name}_cx")
     c_k = Signal(range(min(kmax, cap) + 1), name=f"{name}_ck")
@@ -346,7 +346,8 @@ def rshr_biased_staged(m, x, k, bias: int, name: str, en=None) -> Signal:
     pre = Signal(signed(n + bias + 2), name=f"{name}_pre")
     m.d.comb += pre.eq(a_shr + 1)
     stmts = [c_x.eq(xs), c_k.eq(Mux(k > cap, cap, k) if kmax > cap else k),
-             a_shr.eq(Cat(Const(0, bias + 1), c_x).as_signed() >> c_k), out.eq(pre >> 1)]
+             a_shr.eq(Cat(Const(0, bias + 1), c_x).as_signed() >> (Cat(Const(0, step), c_k) if step else c_k)),
+             out.eq(pre >> 1)]
     _sync(m, stmts, en)
     return out
 
@@ -355,6 +356,21 @@ def rshr_biased_staged(m, x, k, bias: int, name: str, en=None) -> Signal:
 K_SLOTS, V_DEPTH = 4, 32
 #: Cycles from a key's entry into the post-processing to its w in the queue for P.V.
 POST_LATENCY = 13
+#: The exp2 table shifted by the exponent's low EXP2_SH_LOW bits (its RAMB18 is 1 K deep): entry
+#: (l, f) = (T[f] >> l) | T[f]'s bit l - 1 (l > 0) << (P_FRAC + 1); rshr(T[f], l) = that's sum.
+EXP2_SH_LOW = 2
+EXP2_SH_BITS = fx.P_FRAC + 2
+EXP2_SHIFTED = [(int(t) >> l) | ((int(t) >> (l - 1) & 1 if l else 0) << (fx.P_FRAC + 1))
+                for l in range(1 << EXP2_SH_LOW) for t in fx.EXP2_LUT]
+#: Bits of p A_v (p <= 2^P_FRAC, the exp2 table's largest entry; A_v < 2^KV_A_BITS).
+U_BITS = fx.P_FRAC + KV_A_BITS
+assert max(fx.EXP2_LUT) == 1 << fx.P_FRAC and (1 << fx.P_FRAC) * ((1 << KV_A_BITS) - 1) < 1 << U_BITS
+#: Bits of FINAL's sat32(o) x rcp (signed): |o| <= 2^31, rcp <= 2^P_FRAC (the table's largest entry, 2^24 / 2^9).
+FIN_X_BITS = 32 + fx.P_FRAC
+#: FINAL's shift in steps of 2^FIN_STEP: the row's reciprocal is kept shifted left by c (0 .. 2^FIN_STEP - 1)
+#: so that the shift of o x (r << c) is a multiple of 2^FIN_STEP (rshr(x, s) = rshr(x 2^c, s + c), exact).
+FIN_STEP = 2
+assert max(fx.RCP_LUT) == 1 << fx.P_FRAC
 
 
 class AttentionUnit(wiring.Component):
@@ -700,7 +716,18 @@ class AttentionUnit(wiring.Component):
         pv_, pm_ = {1: p1v}, {1: p1}
         for i in range(2, POST_LATENCY + 1):
             pv_[i], pm_[i] = carry(pv_[i - 1], pm_[i - 1], i)
-        m.submodules.exp2 = exp2 = exp2_rom()
+        # the exp2 table in block RAM, one for every two rows (a port each; round 28: 12 tables in LUTs were
+        # ~1 260 LUT at rows 12; 6 RAMB18 instead).  The read is addressed by stage 7's index itself (the RAM's
+        # address register in place of ``eaddr``) and its data registered in the fabric at stage 8 (``e8_#``):
+        # the RAM's clock-to-out ends in a register, the stages and every cycle as before.  The RAMB18's
+        # 1 K x 18 holds the table shifted by the exponent's two low bits (``exp2_shifted``): p's shift a
+        # choice of four, not sixteen
+        exp2s = []
+        for r2 in range(0, R, 2):
+            rom = memory.Memory(shape=EXP2_SH_BITS, depth=len(EXP2_SHIFTED), init=EXP2_SHIFTED,
+                                attrs={"ram_style": "block"})
+            m.submodules[f"exp2_{r2 // 2}"] = rom
+            exp2s += [rom, rom]
         # the w queue: W_CREDITS entries of every row's w (distributed RAM, read asynchronously)
         m.submodules.wq = wq = memory.Memory(shape=R * 32, depth=W_CREDITS, init=[])
         wq_wr, wq_rd = wq.write_port(), wq.read_port(domain="comb")
@@ -728,21 +755,25 @@ class AttentionUnit(wiring.Component):
             with m.If(pv_[6] & ~pm_[6].ap & vis & neg[33]):
                 m.d.sync += mrow[r].eq(s6)
             y = rshr_pos(m, neg, Const(fx.S_FRAC - fx.EXP_LUT_BITS, 3), 35)
-            addr7 = stage(f"eaddr{r}", y[:fx.EXP_LUT_BITS])
-            n7 = stage(f"n{r}", y[8:14], range(64))
+            # p = rshr(T[f], n), n = 4 h + l (n <= P_FRAC; else 0): the RAM at (l, f) gives z = T[f] >> l and
+            # T[f]'s bit l - 1 (0 at l = 0), so p = (z >> 4 h) + (h ? z's bit 4 h - 1 : that bit)
+            lb = EXP2_SH_LOW
             big7 = stage(f"big{r}", y[8:] > fx.P_FRAC)
+            h7 = stage(f"nh{r}", y[8 + lb:8 + lb + 2])
             ok7 = stage(f"ok{r}", vis & pv_[6] & pm_[6].ap)
-            rp = exp2.read_port()
-            m.d.comb += [rp.en.eq(1), rp.addr.eq(addr7)]
-            big8, ok8 = stage(f"big8_{r}", big7), stage(f"ok8_{r}", ok7)
-            # rshr_pos(table, n) with its shift's controls (n capped, n - 1, n = 0) registered at stage 8
-            # beside the table's read (the path n -> cap -> n - 1 -> shift -> + 1 was 8.25 levels)
-            sc1, zero = rshr_pos_controls(len(rp.data) + 1, n7)
-            n8c1, n8z = stage(f"n8c{r}", sc1), stage(f"n8z{r}", zero)
-            p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, rshr_pos_apply(m, rp.data.as_unsigned(), n8c1, n8z, 18)), 16)
+            rp = exp2s[r].read_port()
+            m.d.comb += [rp.en.eq(1), rp.addr.eq(y[:fx.EXP_LUT_BITS + lb])]
+            e8 = stage(f"e8_{r}", rp.data)
+            big8, ok8, h8 = stage(f"big8_{r}", big7), stage(f"ok8_{r}", ok7), stage(f"n8h{r}", h7)
+            z8, b8 = e8[:fx.P_FRAC + 1], e8[fx.P_FRAC + 1]
+            zs = Array(z8 >> (4 * h) for h in range(4))[h8]
+            rb8 = Array([b8] + [z8[4 * h - 1] for h in range(1, 4)])[h8]
+            p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, zs + rb8), 16)
             with m.If(pv_[9] & pm_[9].ap):
                 m.d.sync += lacc[r].eq(lacc[r] + p9)
-            u10 = stage(f"u{r}", p9 * pm_[9].va)
+            # p A_v in U_BITS: p <= EXP2_LUT[0] = 2^P_FRAC, A_v < 2^KV_A_BITS, so p A_v < 2^(P_FRAC + KV_A_BITS)
+            # (round 28: the product's 24th bit is never set; the w shift's input a bit narrower)
+            u10 = stage(f"u{r}", p9 * pm_[9].va, U_BITS)
             # rshr(u, 3 - E_v) as one right shift of u << 31 by k = 3 - E_v + 31 (rshr_biased_staged),
             # k < 0 (a left shift past 31) as k = 0: u << 31 > W_MAX as any longer shift of u > 0 is
             wk = fx.P_FRAC - fx.O_FRAC + 31 - pm_[9].ve
@@ -1078,40 +1109,45 @@ class AttentionUnit(wiring.Component):
         lc3, bc3 = Signal(), Signal(range(33))
         m.d.sync += [lc3.eq(lc2), bc3.eq(bc2)]
         # the table at idx - 2^(RCP_IDX_BITS - 1) (idx in 2^9 .. 2^10 where l > 0; else the value is
-        # unused): its two halves at idx's low 8 bits, registered, and the choice by idx's bits 8 and
-        # 10 (idx = 2^10: the last entry) in the next stage beside pos_c (the 10-bit address's table
-        # and its subtraction in one stage were 9 levels: rcpidx -> the read's register)
-        RH = 1 << (fx.RCP_IDX_BITS - 2)
-        assert len(fx.RCP_LUT) == 2 * RH + 1
-        rr_data = []
-        for h in range(2):
-            m.submodules[f"rcp{h}"] = rcp_h = memory.Memory(shape=16, depth=RH,
-                                                           init=[int(x) for x in fx.RCP_LUT[h * RH:(h + 1) * RH]])
-            rr_h = rcp_h.read_port()
-            m.d.comb += [rr_h.en.eq(1), rr_h.addr.eq(idx[:fx.RCP_IDX_BITS - 2])]
-            rr_data.append(rr_h.data)
-        rsel_hi, rsel_top = Signal(name="rcp_hi"), Signal(name="rcp_top")
-        m.d.sync += [rsel_hi.eq(idx[fx.RCP_IDX_BITS - 2]), rsel_top.eq(idx[fx.RCP_IDX_BITS])]
-        rr_val = Mux(rsel_top, int(fx.RCP_LUT[2 * RH]), Mux(rsel_hi, rr_data[1], rr_data[0]))
+        # unused): entries 0 .. 2^9 - 1 in a block RAM at idx's low 9 bits (round 28: its two halves in
+        # LUTs were ~230 LUT; a RAMB18 now), and the choice by idx's bit 10 (idx = 2^10: the last entry)
+        # in the next stage beside pos_c (the RAM's clock-to-out, that choice and pos_c's into ``rcp#``)
+        RH = 1 << (fx.RCP_IDX_BITS - 1)
+        assert len(fx.RCP_LUT) == RH + 1
+        m.submodules.rcp = rcp_t = memory.Memory(shape=16, depth=RH, init=[int(x) for x in fx.RCP_LUT[:RH]],
+                                                 attrs={"ram_style": "block"})
+        rr = rcp_t.read_port()
+        m.d.comb += [rr.en.eq(1), rr.addr.eq(idx[:fx.RCP_IDX_BITS - 1])]
+        rsel_top = Signal(name="rcp_top")
+        m.d.sync += rsel_top.eq(idx[fx.RCP_IDX_BITS])
+        rr_val = Mux(rsel_top, int(fx.RCP_LUT[RH]), rr.data)
         # FINAL's shift b + FIN_OFS, b = bitlen(l) in 0 .. 31 (-5 .. 26): a shape that holds just that
         # range, and a left shift of at most -FIN_OFS (a narrow shifter; o x r = 0 when l <= 0)
         fin_ofs = fx.O_FRAC + fx.RCP_FRAC - fx.P_FRAC - fx.RCP_IDX_BITS - fx.X_FRAC
         # as k = that + fin_left (0 .. 31 at -5: bc itself), one shift of o x r << fin_left by k
         fin_left = max(0, -fin_ofs)
-        fsh_shape = Shape.cast(range(31 + fin_ofs + fin_left + 1))
-        fsh_c, pos_c = Signal(fsh_shape), Signal()
-        m.d.sync += [fsh_c.eq(bc3 + (fin_ofs + fin_left)),
+        # (round 28) s = b + FIN_OFS as s + c, a multiple of 2^FIN_STEP, with c = -s mod 2^FIN_STEP on the
+        # reciprocal (r << c, once a row here, not in the words' shifters): the shifters take (s + c + fin_bias)
+        # / 2^FIN_STEP, 0 .. 8 at -5 (a choice of 9, not 32), of o x (r << c) << fin_bias
+        fstep = 1 << FIN_STEP
+        fin_bias = fstep * (fin_left // fstep)
+        fsh_shape = Shape.cast(range((31 + fin_ofs + fstep - 1 + fin_bias) // fstep + 1))
+        fsh_c, fc_c, pos_c = Signal(fsh_shape), Signal(FIN_STEP), Signal()
+        fcv = Signal(FIN_STEP)
+        m.d.comb += fcv.eq(-(bc3 + fin_ofs))
+        m.d.sync += [fsh_c.eq((bc3 + fin_ofs + fcv + fin_bias) >> FIN_STEP), fc_c.eq(fcv),
                      pos_c.eq(lc3)]
         pv_tag, pr_tag = pgo, prow
         for i in range(6):           # la, lb, the three shift stages, the table read
             nv, nr = Signal(name=f"pt{i}v"), Signal(range(R + 1), name=f"pt{i}r")
             m.d.sync += [nv.eq(pv_tag), nr.eq(pr_tag)]
             pv_tag, pr_tag = nv, nr
-        rcs = [Signal(16, name=f"rcp{r}") for r in range(R)]
+        rcp_bits = 16 + fstep - 1
+        rcs = [Signal(rcp_bits, name=f"rcp{r}") for r in range(R)]
         fss = [Signal(fsh_shape, name=f"fsh{r}") for r in range(R)]
         for r in range(R):
             with m.If(pv_tag & (pr_tag == r)):
-                m.d.sync += [rcs[r].eq(Mux(pos_c, rr_val, 0)), fss[r].eq(fsh_c)]
+                m.d.sync += [rcs[r].eq(Mux(pos_c, rr_val << fc_c, 0)), fss[r].eq(fsh_c)]
         with m.If(pv_tag):
             m.d.sync += pdone.eq(pdone + 1)
 
@@ -1141,7 +1177,7 @@ class AttentionUnit(wiring.Component):
         # issue: the o memories read ec (all rows, all lanes); 1: (row, the group of el) of it; 2: sat32;
         # 3: x rcp (W products); 4, 5: the rounding shifts; out (STATE: word el mod W of the group)
         KIND_M, KIND_L, KIND_O, KIND_F = range(4)
-        tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "ml": 32, "rcp": 16, "fsh": fsh_shape,
+        tag = data.StructLayout({"v": 1, "kind": 2, "last": 1, "ml": 32, "rcp": rcp_bits, "fsh": fsh_shape,
                                  "row": range(R), "el": range(Ls), "flag": W})
         x1, x2, x3, x4, x5 = (Signal(tag, name=f"x{i}") for i in range(1, 6))
         is_m = Signal()
@@ -1164,9 +1200,11 @@ class AttentionUnit(wiring.Component):
         # o x rcp as two registered halves (o's low 16 bits, its high 16 bits; a DSP48E2 each, as the
         # one product was mapped), summed at the shift's first stage (the DSPs' sum in the product's
         # stage was 8.44 levels)
-        plo4 = [Signal(32, name=f"plo4_{k}") for k in range(W)]
-        phi4 = [Signal(signed(33), name=f"phi4_{k}") for k in range(W)]
-        prod4 = [Signal(signed(49), name=f"prod4_{k}") for k in range(W)]
+        plo4 = [Signal(16 + rcp_bits, name=f"plo4_{k}") for k in range(W)]
+        phi4 = [Signal(signed(17 + rcp_bits), name=f"phi4_{k}") for k in range(W)]
+        # (FIN_X_BITS = 47, not the halves' 49: |sat32(o) x rcp| <= 2^46; round 28: FINAL's shift a bit narrower;
+        # + c's bits, the reciprocal shifted left by c)
+        prod4 = [Signal(signed(FIN_X_BITS + fstep - 1), name=f"prod4_{k}") for k in range(W)]
         m.d.comb += [prod4[k].eq((phi4[k] << 16) + plo4[k]) for k in range(W)]
         oc4, oc5 = Signal(signed(32)), Signal(signed(32))
         x1g = x1.el[wl:wl + gbits]
@@ -1187,7 +1225,7 @@ class AttentionUnit(wiring.Component):
                              oc3[k].eq(sat(m, ov2[k], 32)),
                              plo4[k].eq(oc3[k][:16] * x3.rcp.as_unsigned()),
                              phi4[k].eq(oc3[k][16:].as_signed() * x3.rcp.as_unsigned())]
-        sh7 = [rshr_biased_staged(m, prod4[k], x4.fsh, fin_left, f"fin{k}", en=eadv) for k in range(W)]
+        sh7 = [rshr_biased_staged(m, prod4[k], x4.fsh, fin_bias, f"fin{k}", en=eadv, step=FIN_STEP) for k in range(W)]
         x6, x7 = Signal(tag), Signal(tag)
         oc6, oc7 = Signal(signed(32)), Signal(signed(32))
         okeep = Signal(4 * W)
