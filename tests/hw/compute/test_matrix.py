@@ -707,9 +707,11 @@ def test_requant_shift_boundaries(width):
     m = Module()
     x, s = Signal(signed(width)), Signal(signed(10))
     y, c = Signal(signed(32)), Signal()
-    a, rnd, thr = rq_decode(x, s)
+    a, rnd, code = rq_decode(x, s)
     w, t = Signal(signed(RQ_WIN + 1)), Signal(signed(RQ_WIN))
-    over = rq_over(x, thr)
+    # (signals, as the unit's registers: the simulator would repeat the code's expression in every use)
+    code_s, over = Signal(len(code)), Signal()
+    m.d.comb += [code_s.eq(code), over.eq(rq_over(x, code_s))]
     m.d.comb += [w.eq(rq_window(x, a)), t.eq(w[1:]), y.eq(rq_sat32(t, over, x[width - 1])),
                  c.eq(rq_carry(t, w[0] & rnd, over))]
     shifts = range(-40, 56)
