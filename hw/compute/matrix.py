@@ -552,20 +552,20 @@ class MatrixUnit(wiring.Component):
             "sh": (SH, [head.sh - e for e in kv_e])})
         # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one window of the
         # accumulator for both directions (``rq_window``: 33 bits and, below them, a right shift's
-        # rounding bit), its overflow from the accumulator's significant bits (``rq_decode``'s mask,
-        # registered: ``rq_over`` in C), whether the shift rounds.
+        # rounding bit), its overflow from the accumulator's significant bits (``rq_decode``'s threshold by
+        # groups, registered: ``rq_over`` in C; round 28), whether the shift rounds.
         dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW + 1), []), "rnd": (1, []),
-               "mask": (AW - 1, [])}
+               "over": (rq_over_bits(AW), [])}
         for s, x in zip(rA["sh"], rA["acc"]):
-            a, rnd, mask = rq_decode(x, s)
+            a, rnd, code = rq_decode(x, s)
             dec["a"][1].append(a)
             dec["rnd"][1].append(rnd)
-            dec["mask"][1].append(mask)
+            dec["over"][1].append(code)
         cB, rB = rq_stage("b", cA, dec)
         # C: the window (exact when not over), the overflow and the sign
         cC, rC = rq_stage("c", cB, {
             "w": (signed(RQ_WIN + 1), [rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])]),
-            "over": (1, [rq_over(x, k) for x, k in zip(rB["acc"], rB["mask"])]),
+            "over": (1, [rq_over(x, k) for x, k in zip(rB["acc"], rB["over"])]),
             "sign": (1, [x[AW - 1] for x in rB["acc"]]), "rnd": (1, rB["rnd"])})
         # D: the window t and a right shift's rounding increment c (added in F, as the bias add's carry)
         cD, rD = rq_stage("d", cC, {"t": (signed(RQ_WIN), [w[1:] for w in rC["w"]]),
@@ -747,27 +747,67 @@ RQ_MAX_LEFT = RQ_WIN - 1
 
 def rq_decode(x, s):
     """The requantizer's shift (golden ``sat32(rshr(x, s))`` of a signed accumulator ``x``), first
-    stage: (a + 1 if s > 0 else a, rnd, mask): the offset of ``rq_window``'s RQ_WIN + 1 bits, the rest below.
+    stage: (a + 1 if s > 0 else a, rnd, code): the offset of ``rq_window``'s RQ_WIN + 1 bits, the rest below.
     Both directions are one window of RQ_WIN bits, x_e = x 2^RQ_WIN >> a: a right
     shift by s > 0 is ((x >> (s - 1)) + 1) >> 1 (rnd), window a = RQ_WIN - 1 + s (s capped at the width of
     x: the window is then all sign bits, rounding to 0); a left shift by L = -s >= 0 is x << L, a =
     RQ_WIN - L (L capped at RQ_MAX_LEFT).  The window holds the exact value iff q <= a - 1, q = the
     position of the highest one of d = x ^ its sign, + 1 (``rq_window``; else it saturates): q >= a iff
-    some d_i = 1 with i + 1 >= a, so ``mask`` (len(x) - 1 bits) is that thermometer, mask_i = a <= i + 1,
-    from s alone (``rq_over`` ANDs it with d a stage later; no priority encoder of d).  With RQ_WIN = 33
-    and i <= len(x) - 2: s > 0 gives a <= i + 1 iff s <= i - 31 (the cap of s at len(x) changes no
-    answer: i - 31 < len(x)); s <= 0 iff max(s, -32) <= i - 32, i.e. s <= i - 32.  So mask_i is
-    s <= i - 32 for i < RQ_WIN - 1 (no s > 0 qualifies) and s <= i - 31 from there (every s <= 0 does)."""
+    some d_i = 1 with i + 1 >= a, i.e. i >= thr.  With RQ_WIN = 33 and i <= len(x) - 2: s > 0 gives
+    a <= i + 1 iff i >= s + 31 (the cap of s at len(x) changes no answer); s <= 0 iff i >= max(s, -32) + 32.
+    So thr = s + 32 - rnd, clamped to [0, 2^k - 1] (``rq_thr_bits``: 2^k - 1 > len(x) - 2, a clamped high
+    thr is above every i, as the unclamped one), registered as ``rq_over_code``.  (round 28: the threshold by
+    groups of d -- not a thermometer of len(x) - 1 bits registered a row, whose decode and AND-OR were ~100
+    LUT a row.)"""
     n = len(x)
     a1 = RQ_WIN + Mux(s > n, n, Mux(s < -RQ_MAX_LEFT, -RQ_MAX_LEFT, s))
-    mask = Cat(*[s <= (i - RQ_WIN + 1 if i < RQ_WIN - 1 else i - RQ_WIN + 2) for i in range(n - 1)])
-    return a1, s > 0, mask
+    rnd = s > 0
+    # s + 32 - rnd as one adder, ~rnd its carry in: (2 s + ~rnd + 63) >> 1
+    t = (Cat(~rnd, s).as_signed() + (2 * (RQ_WIN - 2) + 1)) >> 1
+    k = rq_thr_bits(n)
+    thr = Mux(t[len(t) - 1], 0, Mux(t[k:].any(), (1 << k) - 1, t[:k]))
+    return a1, rnd, rq_over_code(thr, n)
 
 
-def rq_over(x, mask):
-    """The requantizer's overflow (q >= a of ``rq_decode``): a one of x ^ its sign under ``mask``."""
+def rq_thr_bits(n):
+    """The width of ``rq_decode``'s threshold for an ``n``-bit accumulator: 2^k - 1 above every position of d."""
+    return ceil_log2(n)
+
+
+#: the overflow's groups of d (``rq_over``): 2^RQ_GROUP_BITS bits each
+RQ_GROUP_BITS = 3
+
+
+def rq_over_bits(n):
+    """The width of ``rq_over_code`` for an ``n``-bit accumulator: two bits a group of d, a thermometer of a group."""
+    return 2 * -(-(n - 1) // (1 << RQ_GROUP_BITS)) + (1 << RQ_GROUP_BITS)
+
+
+def rq_over_code(thr, n):
+    """The threshold as ``rq_over`` reads it (registered: no compare in its stage): per group g of d, whether
+    it lies wholly above thr's group (``gt``) and whether it is thr's group (``eq``); per position k of a
+    group, whether it is at or above thr's low bits (``ge``, a thermometer)."""
+    gb = RQ_GROUP_BITS
+    th, tl = thr[gb:], thr[:gb]
+    groups = -(-(n - 1) // (1 << gb))
+    return Cat(*[th < g for g in range(groups)], *[th == g for g in range(groups)],
+               *[tl <= k for k in range(1 << gb)])
+
+
+def rq_over(x, code):
+    """The requantizer's overflow (q >= a of ``rq_decode``): a one of d = x ^ its sign at a position
+    i >= thr (``rq_over_code``): in a group wholly above thr's group, or at or above thr's low bits in thr's
+    own group."""
     n = len(x)
-    return ((x[:n - 1] ^ x[n - 1].replicate(n - 1)) & mask).any()
+    d = x[:n - 1] ^ x[n - 1].replicate(n - 1)
+    gb = RQ_GROUP_BITS
+    groups = -(-(n - 1) // (1 << gb))
+    gt, eq, ge = code[:groups], code[groups:2 * groups], code[2 * groups:]
+    terms = []
+    for g in range(groups):
+        bits = d[g << gb:(g + 1) << gb]
+        terms.append((gt[g] & bits.any()) | (eq[g] & Cat(*[b & ge[k] for k, b in enumerate(bits)]).any()))
+    return Cat(*terms).any()
 
 
 def rq_window(x, a, win: int = RQ_WIN + 1):

@@ -690,25 +690,28 @@ def test_pv_stalls_amaranth_sim(wide):
     assert got == job.expected
 
 
-def test_requant_shift_boundaries():
+@pytest.mark.parametrize("width", [49, 33])
+def test_requant_shift_boundaries(width):
     """The requantizer's shift (``rq_decode`` -> ``rq_window`` -> ``rq_sat32`` / ``rq_carry``, then the bias
     add's y + c + b: one window for both directions, the overflow from the accumulator's significant
     bits, a right shift's rounding as the bias add's carry c): y + c equals golden sat32(rshr(x, s)) for x
     at every power of two of a 49-bit accumulator, one either side, 0 and -1, at every shift s from -40
-    (left shifts past the cap) to 55 (right shifts past the width)."""
+    (left shifts past the cap) to 55 (right shifts past the width); also a 33-bit one (round 28: d's 32
+    positions a power of two, the overflow threshold's clamp ``rq_thr_bits``)."""
     from amaranth import Module, Signal, signed
     from amaranth.sim import Simulator
     from mcf.hw.compute.matrix import RQ_WIN, rq_carry, rq_decode, rq_over, rq_sat32, rq_window
     from mcf.sw.golden import fixed as fx
-    width = 49
     xs = sorted({v for k in range(width - 1) for b in (1 << k, -(1 << k))
                  for v in (b - 1, b, b + 1) if -(1 << (width - 1)) <= v < 1 << (width - 1)} | {0, -1})
     m = Module()
     x, s = Signal(signed(width)), Signal(signed(10))
     y, c = Signal(signed(32)), Signal()
-    a, rnd, mask = rq_decode(x, s)
+    a, rnd, code = rq_decode(x, s)
     w, t = Signal(signed(RQ_WIN + 1)), Signal(signed(RQ_WIN))
-    over = rq_over(x, mask)
+    # (signals, as the unit's registers: the simulator would repeat the code's expression in every use)
+    code_s, over = Signal(len(code)), Signal()
+    m.d.comb += [code_s.eq(code), over.eq(rq_over(x, code_s))]
     m.d.comb += [w.eq(rq_window(x, a)), t.eq(w[1:]), y.eq(rq_sat32(t, over, x[width - 1])),
                  c.eq(rq_carry(t, w[0] & rnd, over))]
     shifts = range(-40, 56)
