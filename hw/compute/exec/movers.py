@@ -49,6 +49,7 @@ from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder,
 from mcf.hw.compute.vector import VectorUnit
 from mcf.hw.fifo import ReadyFIFO, TwoRegisterFIFO
 from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
+from mcf.hw.lut import mux4
 from mcf.spec import isa
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, W_BITS, X_FRAC
 from mcf.spec.kv import KV_ALIGN
@@ -110,6 +111,7 @@ class Geometry:
     weight_ratio: int = 1  # bus beats each loader hands over per cycle (NodeConfig.weight_ratio)
     weight_cdc: bool = False  # the loaders' AXI side in the ``axi`` clock domain (NodeConfig.weight_clock_hz)
     primitive: bool = False  # the MAC array's products as DSP48E2 instances (hw/compute/dot_array.py)
+    lut_primitive: bool = False  # the glue's radix-4 rotations / 4:1 choices as LUT6 instances (hw/lut.py)
     att_lanes: int = 0    # attention unit score / P.V lanes (NodeConfig.att_lanes; 0: default_lanes)
     sm_rows: int = 0      # attention unit state rows (NodeConfig.sm_rows: the array path's; 0: att_rows)
 
@@ -123,7 +125,9 @@ class Geometry:
                    kv_block_keys=c.kv_block_keys, dir_entries=c.dir_entries, buffer_bytes=c.buffer_bytes,
                    buffers=c.buffers, fifo_depth=max(32, 2 * c.buffer_bytes // c.data_bytes),
                    weight_ports=c.weight_ports, weight_ratio=c.weight_ratio, weight_cdc=bool(c.weight_clock_hz),
-                   primitive=bool(c.dsp_primitives), att_lanes=c.att_lanes, sm_rows=c.sm_rows)
+                   primitive=bool(c.dsp_primitives), att_lanes=c.att_lanes, sm_rows=c.sm_rows,
+                   # (round 28: the node's instances, LUT6 with DSP48E2; the tiny / pysim configs build neither)
+                   lut_primitive=bool(c.dsp_primitives))
 
     def __post_init__(self):
         bus = self.data_width // 8
@@ -1078,13 +1082,15 @@ class GemmMover(Mover):
             # (the loader's word as it comes: the reorders' write rotations, 0 in plain mode, not in its path)
             wsrc = Mux(wq.r_rdy, wq.r_data, b.ldata.tdata)
             if self.has_kv:
-                m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv, words=n)
+                m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv, words=n,
+                                                        primitive=g.lut_primitive)
                 m.d.comb += [ro.i.valid.eq(kv & uw.o.valid), ro.i.payload.eq(uw.o.payload), ro.o.ready.eq(kv & wr)]
                 with m.If(kv):
                     m.d.comb += [uw.o.ready.eq(ro.i.ready), wv.eq(ro.o.valid)]
                 wsrc = Mux(kv, ro.o.payload, wsrc)
             if self.has_pv:
-                m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim, prerotated=pre_pv, words=n)
+                m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim, prerotated=pre_pv, words=n,
+                                                          primitive=g.lut_primitive)
                 pc = Signal(range(C))                      # channel tile of the reorder's next word
                 pw = Signal(range(n))                      # the word of that tile's beat
                 in_tiles = Signal(C)                       # the channel tiles kept (registered: fields of the instruction)
@@ -1102,6 +1108,11 @@ class GemmMover(Mover):
                 with m.If(pv):
                     m.d.comb += [uw.o.ready.eq(pro.i.ready), wv.eq(pro.o.valid & keep)]
                 wsrc = Mux(pv, pro.o.payload, wsrc)
+            if self.has_kv and self.has_pv and g.lut_primitive:
+                # (round 28) the same four-way choice as one LUT6 a bit by an encoded select (ABC9 maps the
+                # inferred chain of choices at ~1.5 LUT a bit)
+                wsrc = mux4(m, Mux(pv, 0, Mux(kv, 1, Mux(wq.r_rdy, 2, 3))),
+                            [pro.o.payload, ro.o.payload, wq.r_data, b.ldata.tdata], primitive=True, name="wsrc")
             m.d.comb += wd.eq(wsrc)
             # the deserializer: slot ws takes the next word; full after the n-th, until the matrix takes the beat
             slots = [Signal(WB, name=f"wslot{x}") for x in range(n)]
@@ -1174,7 +1185,7 @@ class GemmMover(Mover):
             # (never both at once: one radix-4 rotation a bit, not two chained)
             R = pro.piece
             w_in = rotate_pieces(w_in, Mux(pv, pro.rot, Mux(kv, ro.rot << _log2(K // R), 0)), R * W_BITS,
-                                 g.head_dim // R, m=m)
+                                 g.head_dim // R, m=m, primitive=g.lut_primitive)
         else:
             if pre_kv:
                 w_in = TileReorder.rotate(w_in, Mux(kv, ro.rot, 0), K, self.kv_beats)
