@@ -1924,10 +1924,12 @@ class SkewTranspose(wiring.Component):
     ``r_ahead`` (``rows_in``): ``r_idx_next`` is the next cycle's ``r_idx`` (``r_idx`` a register of it), each
     bank's read row (bank - r_idx) mod M a register of it: no subtraction between ``r_idx`` and the RAMs.
     ``r_rot`` (not ``rows_in``): the read row rotated back by ``r_rot`` instead of ``r_idx`` (r_idx + s: the
-    row's words from s on first, s + word < M)."""
+    row's words from s on first, s + word < M).  ``primitive`` (round 28): the rotations' radix-4 stages as
+    LUT6 instances (``rotate_list``)."""
 
-    def __init__(self, rows: int, cols: int, rows_in: bool, r_ahead: bool = False, r_rot: bool = False):
-        self.rows, self.cols, self.rows_in = rows, cols, rows_in
+    def __init__(self, rows: int, cols: int, rows_in: bool, r_ahead: bool = False, r_rot: bool = False,
+                 primitive: bool = False):
+        self.rows, self.cols, self.rows_in, self.primitive = rows, cols, rows_in, bool(primitive)
         self.ahead, self.rot_in = r_ahead and rows_in, r_rot and not rows_in
         self.M = 1 << ceil_log2(max(rows, cols, 1))
         wn, rn = (cols, rows) if rows_in else (rows, cols)        # words a write / a read
@@ -1946,7 +1948,8 @@ class SkewTranspose(wiring.Component):
         words = [self.w_data[32 * k:32 * (k + 1)] for k in range(wn)] + [Const(0, 32)] * (M - wn)
         widx, ridx = Signal(mb, name="widx"), Signal(mb, name="ridx")          # the indices, mb bits
         m.d.comb += [widx.eq(self.w_idx), ridx.eq(self.r_idx)]
-        wwords = rotate_list(words, widx, sign=-1, m=m, name="wrot")          # bank b: word (b - idx) mod M
+        wwords = rotate_list(words, widx, sign=-1, m=m, name="wrot",          # bank b: word (b - idx) mod M
+                             primitive=self.primitive)
         outs = []
         for b in range(M):
             mem = memory.Memory(shape=32, depth=2 * M, init=[])
@@ -1964,7 +1967,8 @@ class SkewTranspose(wiring.Component):
             outs.append(rp.data)
         rn = self.rows if self.rows_in else self.cols
         rot = self.r_rot if self.rot_in else ridx
-        m.d.comb += self.r_data.eq(Cat(*rotate_list(outs, rot, sign=1, m=m, name="rrot")[:rn]))
+        rout = rotate_list(outs, rot, sign=1, m=m, name="rrot", primitive=self.primitive)
+        m.d.comb += self.r_data.eq(Cat(*rout[:rn]))
         return m
 
 
@@ -2475,7 +2479,7 @@ class AttnMover(Mover):
         ab_log2, g_log2 = _log2(AB), _log2(G)
         # reads: group gi's R rows (AB beats each) into buffer gi mod 2 once it is free (LUT RAM, a row
         # written a cycle, a key's column read: ``SkewTranspose``)
-        m.submodules.smtb = tb = SkewTranspose(R, G, rows_in=True, r_ahead=True)
+        m.submodules.smtb = tb = SkewTranspose(R, G, rows_in=True, r_ahead=True, primitive=g.lut_primitive)
         sm_taken, sm_full = Signal(2), Signal(2)         # a buffer holds (or is getting) a group / all of it
         sm_fill, sm_clr = Signal(2), Signal(2)           # (strobes: a buffer's last row in / its last key out)
         m.d.sync += sm_full.eq((sm_full | sm_fill) & ~sm_clr)       # (CHECK: 0, below)
@@ -2608,8 +2612,8 @@ class AttnMover(Mover):
         # w: key after key into buffer wsel (word j of each row's AB beats), then R rows -> SPAD: one wide
         # write a row (AB beats, the banks outside them and past the pass's last beat skipped) when w and
         # w_stride are multiples of AB, else AB writes of a beat (those past the last beat skipped)
-        m.submodules.smwb = wb = SkewTranspose(R, G, rows_in=False, r_rot=AB > 1)   # LUT RAM: a key's column in,
-                                                                                     # a row out
+        m.submodules.smwb = wb = SkewTranspose(R, G, rows_in=False, r_rot=AB > 1,   # LUT RAM: a key's column in,
+                                               primitive=g.lut_primitive)           # a row out
         wfull = Signal(2)
         w_isel, w_j = Signal(), Signal(range(G))
         w_ig = Signal(16)                                 # VL groups taken
