@@ -155,3 +155,24 @@ def test_rotate_pieces_on_lut6(tmp_path):
         return rotate_pieces(stim[4:4 + 2 * 16 * 3], stim[:4], 3, 16, m=m, primitive=primitive), stim[0]
     bad, fires = _run(tmp_path, _Pair(4 + 2 * 16 * 3, build))
     assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("rows,cols,rows_in", [(12, 16, 1), (12, 16, 0), (4, 8, 0)])
+def test_skew_transpose_equals_the_plain_build(tmp_path, rows, cols, rows_in):
+    """ATTN_SM's transposes (a row or a column a cycle through LUT-RAM banks; 12 rows: padded words
+    and unread outputs of the rotations), random writes and reads."""
+    from mcf.hw.compute.exec.movers import SkewTranspose
+
+    def build(m, stim, primitive):
+        dut = SkewTranspose(rows, cols, rows_in=bool(rows_in), r_ahead=bool(rows_in), r_rot=not rows_in,
+                            primitive=primitive)
+        m.submodules["prim" if primitive else "plain"] = dut
+        ins = [dut.w_en, dut.w_sel, dut.w_idx, dut.r_sel, dut.r_idx, dut.w_data]
+        ins += [dut.r_idx_next] if rows_in else [dut.r_rot]
+        at = 0
+        for v in ins:
+            m.d.comb += v.eq(stim[at:at + len(v)])
+            at += len(v)
+        return dut.r_data, stim[0]
+    bad, fires = _run(tmp_path, _Pair(16 + 32 * max(rows, cols) + 24, build))
+    assert bad == 0 and fires > 0
