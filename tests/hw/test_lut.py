@@ -176,3 +176,21 @@ def test_skew_transpose_equals_the_plain_build(tmp_path, rows, cols, rows_in):
         return dut.r_data, stim[0]
     bad, fires = _run(tmp_path, _Pair(16 + 32 * max(rows, cols) + 24, build))
     assert bad == 0 and fires > 0
+
+
+def test_spad_wide_read_equals_the_plain_build(tmp_path):
+    """The SPAD's wide read rotation (4 banks) on LUT6: random writes (narrow and wide) and reads."""
+    from mcf.hw.compute.exec.spad import Scratchpad
+
+    def build(m, stim, primitive):
+        dut = Scratchpad(32, 2, 4, primitive=primitive)
+        m.submodules["prim" if primitive else "plain"] = dut
+        ins = [dut.rd.en, dut.rd.addr, dut.wr.lanes, dut.wr.exp_en, dut.wr.addr, dut.wr.exp, dut.wr.wide_en,
+               dut.wr.wide_skip, dut.wr.data, dut.wr.wide]
+        at = 0
+        for v in ins:
+            m.d.comb += v.eq(stim[at:at + len(v)])
+            at += len(v)
+        return Cat(dut.rd.data, dut.rd.exp, dut.rd.wide), stim[0]
+    bad, fires = _run(tmp_path, _Pair(40 + 5 * 64, build))
+    assert bad == 0 and fires > 0
