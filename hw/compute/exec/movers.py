@@ -1438,10 +1438,13 @@ class GemmMover(Mover):
                 m.d.sync += [pr_c.eq(0), pr_r.eq(0), pr_h.eq(0), pr_p.eq(0), pr_base.eq(f_dst), pr_n.eq(0),
                              pr_on.eq(pv & pins.acc), pr_col.eq(0)]
             prev_rd = (state == S.RUN) & pv
+            pr_issue = pr_on & rq.room
             with m.If(prev_rd):
                 m.d.comb += [rq.addr.eq(pr_base + Cat(Const(0, _log2(RU)), pr_p[:_log2(NR)], pr_col)),
-                             rq.issue.eq(pr_on & rq.room), taking.eq(rq.valid & (pr_n != 2 * NR))]
-                with m.If(rq.issue):
+                             rq.issue.eq(pr_issue), taking.eq(rq.valid & (pr_n != 2 * NR))]
+                # (round 28: the counters step on this branch's own issue, not on ``rq.issue``, the choice of it
+                # with ACT's: state -> pr_on / pr_r was 9.0 levels in the glue's mapping after the LUT6 rotations)
+                with m.If(pr_issue):
                     m.d.sync += pr_p.eq(pr_p + 1)
                     with m.If(pr_p == NR - 1):
                         m.d.sync += [pr_p.eq(0), pr_h.eq(~pr_h), pr_col.eq(f_tiles + pr_c)]
@@ -1875,27 +1878,31 @@ class SegmentReader(wiring.Component):
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += state.eq(S.ARM_S)
         m.d.comb += [us.cmd.payload.count.eq(cfg.keys), ur.cmd.payload.count.eq(cfg.keys)]
+        # state == SCALES / ROWS as flip-flops of their own, set and cleared with the state (round 28: the stream's
+        # ready and the take from one register, not a decode of the state; the reader's state -> the attention
+        # unit's V stream valid was 9.0 levels in the glue's mapping after the LUT6 rotations)
+        in_s, in_r = Signal(), Signal()
         with m.If((state == S.ARM_S) & us.cmd.ready):
             m.d.comb += us.cmd.valid.eq(1)
-            m.d.sync += [state.eq(S.SCALES), j.eq(0), j_last.eq(keys_1)]
+            m.d.sync += [state.eq(S.SCALES), in_s.eq(1), j.eq(0), j_last.eq(keys_1)]
         with m.If((state == S.ARM_R) & ur.cmd.ready):
             m.d.comb += ur.cmd.valid.eq(1)
-            m.d.sync += [state.eq(S.ROWS), j.eq(0), j_last.eq(keys_1)]
-        with m.If(state == S.SCALES):
+            m.d.sync += [state.eq(S.ROWS), in_r.eq(1), j.eq(0), j_last.eq(keys_1)]
+        with m.If(in_s):
             m.d.comb += [us.i.valid.eq(self.i.valid), us.i.payload.eq(self.i.payload), self.i.ready.eq(us.i.ready)]
-        with m.If(state == S.ROWS):
+        with m.If(in_r):
             m.d.comb += [ur.i.valid.eq(self.i.valid), ur.i.payload.eq(self.i.payload), self.i.ready.eq(ur.i.ready)]
-        m.d.comb += [us.o.ready.eq(state == S.SCALES), tw.en.eq(us.o.valid & us.o.ready), tw.addr.eq(j),
+        m.d.comb += [us.o.ready.eq(in_s), tw.en.eq(us.o.valid & us.o.ready), tw.addr.eq(j),
                      tw.data.eq(us.o.payload)]
         with m.If(tw.en):
             m.d.sync += [j.eq(j + 1), j_last.eq(j == keys_m2)]
             with m.If(j_last):
-                m.d.sync += state.eq(S.ARM_R)
+                m.d.sync += [state.eq(S.ARM_R), in_s.eq(0)]
         # rows: one stage that also reads the row's (A, E)
         adv = Signal()
         m.d.comb += adv.eq(~sv | self.o.ready)
         take = Signal()
-        m.d.comb += [take.eq((state == S.ROWS) & ur.o.valid & adv), ur.o.ready.eq(take),
+        m.d.comb += [take.eq(in_r & ur.o.valid & adv), ur.o.ready.eq(take),
                      tr.en.eq(adv), tr.addr.eq(j)]
         s_q = Signal(D * W_BITS)
         s_pos = Signal(isa.POS_BITS)
@@ -1906,7 +1913,7 @@ class SegmentReader(wiring.Component):
             m.d.sync += [j.eq(j + 1), pos.eq(pos + 1), j_last.eq(j == keys_m2)]
             with m.If(j_last):
                 m.d.sync += [blk.eq(blk + 1), bpos.eq(bpos + cfg.pos_stride), pos.eq(bpos + cfg.pos_stride),
-                             b_last.eq(blk == blocks_m2), state.eq(Mux(b_last, S.IDLE, S.ARM_S))]
+                             b_last.eq(blk == blocks_m2), state.eq(Mux(b_last, S.IDLE, S.ARM_S)), in_r.eq(0)]
         m.d.comb += [self.o.valid.eq(sv), self.o.payload.q.eq(s_q), self.o.payload.a.eq(tr.data[:8]),
                      self.o.payload.e.eq(tr.data[8:]), self.o.payload.pos.eq(s_pos), self.o.payload.last.eq(s_last)]
         return m
