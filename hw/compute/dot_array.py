@@ -98,16 +98,21 @@ MODEL_MARK = "// MCF simulation model of the AMD DSP48E2"
 
 
 def with_models(text: str) -> str:
-    """``text`` (a converted design) with the DSP48E2 model appended when it instantiates one."""
-    if "DSP48E2 " not in text or MODEL_MARK in text:
-        return text
-    return text + "\n" + MODEL.read_text()
+    """``text`` (a converted design) with the DSP48E2 model appended when it instantiates one, and
+    the LUT6's (``mcf.hw.lut``, round 28) when it instantiates one."""
+    from mcf.hw import lut
+    if "DSP48E2 " in text and MODEL_MARK not in text:
+        text = text + "\n" + MODEL.read_text()
+    if "LUT6 " in text and lut.MODEL_MARK not in text:
+        text = text + "\n" + lut.MODEL.read_text()
+    return text
 
 
 def strip_models(text: str) -> str:
-    """``text`` without the appended simulation models (what synthesis reads)."""
-    i = text.find(MODEL_MARK)
-    return text if i < 0 else text[:i]
+    """``text`` without the appended simulation models (what synthesis reads): cut at the first one."""
+    from mcf.hw import lut
+    cuts = [i for i in (text.find(MODEL_MARK), text.find(lut.MODEL_MARK)) if i >= 0]
+    return text[:min(cuts)] if cuts else text
 
 
 def pack_pair(w_lo: int, w_hi: int) -> int:

@@ -864,23 +864,33 @@ def rq_add(y, c, b):
     return ((Cat(c, y).as_signed() + Cat(Const(1, 1), b).as_signed()) >> 1)[:33].as_signed()
 
 
-def rotate_list(items, amount, sign: int = 1, step: int = 1, m=None, name: str = "rot"):
+def rotate_list(items, amount, sign: int = 1, step: int = 1, m=None, name: str = "rot", primitive: bool = False):
     """``items`` (Values of one width, N of them, N a power of 2) rotated by ``amount`` (unsigned):
     out[x] = items[(x + sign step amount) mod N].  Built as radix-4 stages, a 4-way choice by two
     bits of ``amount`` a stage (log4 N stages, shared by all outputs), not one N-way choice an
     output: a rotation by a sum is the rotations by its terms one after another.  Measured on the
     loader word's write rotations (1 024 bits, 16 pieces a key, ``--lut-map fast``): 4 548 -> 2 180
     LUT, 6 -> 4 levels (with the tile reorder's rotation merged in); a read rotation behind LUT RAM
-    maps to the same 2 463 LUT either way.  With ``m`` each stage is a signal of its own."""
+    maps to the same 2 463 LUT either way.  With ``m`` each stage is a signal of its own.
+    ``primitive`` (needs ``m``; round 28): each radix-4 stage one LUT6 instance a bit (``mcf.hw.lut.mux4``:
+    ABC9 maps an inferred 4:1 choice at ~1.5 LUT a bit); a 2-way stage stays a plain choice."""
     N = len(items)
     out = list(items)
     if N == 1:
         return out
     log2_exact(N, "items")
+    if primitive and m is None:
+        raise ValueError("rotate_list: primitive stages need the module (m)")
+    from mcf.hw.lut import mux4
     k = 0
     while k < len(amount) and (step << k) % N:
         w = 1 if k + 1 >= len(amount) or not (step << (k + 1)) % N else 2
         digit = amount[k:k + w]
+        if primitive and w == 2:
+            out = [mux4(m, digit, [out[(x + sign * step * (d << k)) % N] for d in range(4)], primitive=True,
+                        name=f"{name}_s{k}_{x}") for x in range(N)]
+            k += w
+            continue
         nxt = [Array(out[(x + sign * step * (d << k)) % N] for d in range(1 << w))[digit] for x in range(N)]
         if m is not None:
             sig = Signal(len(Cat(*nxt)), name=f"{name}_s{k}")
@@ -892,10 +902,11 @@ def rotate_list(items, amount, sign: int = 1, step: int = 1, m=None, name: str =
     return out
 
 
-def rotate_pieces(word, amount, piece_bits: int, per_key: int, m=None):
+def rotate_pieces(word, amount, piece_bits: int, per_key: int, m=None, primitive: bool = False):
     """``word`` (whole keys of ``per_key`` pieces of ``piece_bits``) with each key's pieces rotated
     up by ``amount``: piece c of a key out = piece (c - amount) mod per_key in (``rotate_list``'s
-    stages over all keys at once: a key's piece c is the same choice in every key)."""
+    stages over all keys at once: a key's piece c is the same choice in every key; ``primitive``:
+    its LUT6 stages)."""
     PB, J = piece_bits, per_key
     KB = J * PB
     if len(word) % KB:
@@ -903,7 +914,7 @@ def rotate_pieces(word, amount, piece_bits: int, per_key: int, m=None):
     keys = len(word) // KB
     # item c = piece c of every key (the keys side by side): one rotation of J items
     items = [Cat(*[word[(k * J + c) * PB:(k * J + c + 1) * PB] for k in range(keys)]) for c in range(J)]
-    out = rotate_list(items, amount, sign=-1, m=m, name="rotp")
+    out = rotate_list(items, amount, sign=-1, m=m, name="rotp", primitive=primitive)
     return Cat(*[out[c][k * PB:(k + 1) * PB] for k in range(keys) for c in range(J)])
 
 
@@ -928,9 +939,12 @@ class TileReorder(wiring.Component):
 
     ``prerotated``: the write side's rotation is the feeder's, on its words (``rotate`` by
     ``rot``, the index of the word being written mod J, before the reorder): bank (a, c) then
-    takes piece c of key a of the word as it comes (wiring, no multiplexer)."""
+    takes piece c of key a of the word as it comes (wiring, no multiplexer).
 
-    def __init__(self, rows: int, lanes: int, beats: int, prerotated: bool = False, words: int = 1):
+    ``primitive`` (round 28): the rotations' radix-4 stages as LUT6 instances (``rotate_list``)."""
+
+    def __init__(self, rows: int, lanes: int, beats: int, prerotated: bool = False, words: int = 1,
+                 primitive: bool = False):
         P, J, n = rows, beats, words
         log2_exact(P, "rows")
         log2_exact(J, "beats")
@@ -940,7 +954,7 @@ class TileReorder(wiring.Component):
         if P % (n * J):
             raise ValueError(f"words={n}: a word of {P} / {n} pieces would not hold whole keys of {J} pieces")
         self.rows, self.lanes, self.beats, self.words = P, lanes, J, n
-        self.prerotated = prerotated
+        self.prerotated, self.primitive = prerotated, bool(primitive)
         WB = P * lanes * W_BITS // n
         ports = {"i": In(stream.Signature(WB)), "o": Out(stream.Signature(WB))}
         if prerotated:
@@ -979,7 +993,8 @@ class TileReorder(wiring.Component):
             return Cat(*([j] if J > 1 else []), *([g] if n > 1 else []), buf)
 
         # the write rotation (not ``prerotated``): bank (a, c) takes piece (c - wi) mod J of key a
-        wword = self.i.payload if self.prerotated else rotate_pieces(self.i.payload, wi, PB, J, m=m)
+        wword = (self.i.payload if self.prerotated
+                 else rotate_pieces(self.i.payload, wi, PB, J, m=m, primitive=self.primitive))
         wpieces = [wword[x * PB:(x + 1) * PB] for x in range(Q)]
         outs = []
         for b in range(Q):
@@ -998,7 +1013,7 @@ class TileReorder(wiring.Component):
         # the read rotation as a multiplexer level of its own (``keep``: the LUT mapping takes it as one J-way
         # choice a bit, not split into the choices behind it, the execute unit's choice of the weight source)
         rot = Signal(Q * PB, attrs={"keep": 1})
-        m.d.comb += [rot.eq(Cat(*rotate_list(outs, rj, step=E, m=m, name="rrot"))),
+        m.d.comb += [rot.eq(Cat(*rotate_list(outs, rj, step=E, m=m, name="rrot", primitive=self.primitive))),
                      self.o.payload.eq(rot)]
         with m.If(take):
             m.d.sync += wi.eq(wi + 1)
@@ -1052,10 +1067,12 @@ class PvReorder(wiring.Component):
     - 1]`` when ``alt_sel`` is not 0 (``o.valid`` and ``i`` as ever): the execute unit's choice among
     the weight beats' sources folded into the read rotation's multiplexer (one B + N-way choice a
     bit, not a B-way one and then an N + 1-way one).  The choice is a register: ``o.payload``
-    follows a change of ``alt_sel`` one cycle later (hold it a cycle before the beats it picks)."""
+    follows a change of ``alt_sel`` one cycle later (hold it a cycle before the beats it picks).
+
+    ``primitive`` (round 28): the rotations' radix-4 stages as LUT6 instances (``rotate_list``)."""
 
     def __init__(self, rows: int, lanes: int, head_dim: int, alternates: int = 0, prerotated: bool = False,
-                 words: int = 1):
+                 words: int = 1, primitive: bool = False):
         P, K, d, n = rows, lanes, head_dim, words
         log2_exact(P, "rows")
         log2_exact(K, "lanes")
@@ -1070,7 +1087,7 @@ class PvReorder(wiring.Component):
         self.keys = P * K // d               # A: keys of an input beat
         self.piece = P // n                  # R: channels of an output word
         self.blocks = self.tiles * n         # B: words of a key group (either side)
-        self.alternates, self.prerotated = alternates, prerotated
+        self.alternates, self.prerotated, self.primitive = alternates, prerotated, bool(primitive)
         WB = P * K * W_BITS // n
         ports = {"i": In(stream.Signature(WB)), "o": Out(stream.Signature(WB))}
         if alternates:
@@ -1112,7 +1129,8 @@ class PvReorder(wiring.Component):
         last = Signal()
         m.d.comb += last.eq(Mux(skip, rc == B - n, rc == B - 1))
         # the write rotation (not ``prerotated``): bank b takes block (b - wi) mod B of the word
-        wblocks = blocks_in if self.prerotated else rotate_list(blocks_in, wi, sign=-1, m=m, name="wrot")
+        wblocks = (blocks_in if self.prerotated
+                   else rotate_list(blocks_in, wi, sign=-1, m=m, name="wrot", primitive=self.primitive))
         outs = []
         for b in range(B):
             mem = memory.Memory(shape=BB, depth=2 * B, init=[])
@@ -1144,7 +1162,7 @@ class PvReorder(wiring.Component):
                       + [nib(self.alt[y], r * K + k) for y in range(N)])[src[k // E]]
                 for r in range(R) for k in range(K)]))
         else:
-            blocks_out = rotate_list(outs, rc, m=m, name="rrot")
+            blocks_out = rotate_list(outs, rc, m=m, name="rrot", primitive=self.primitive)
             m.d.comb += self.o.payload.eq(Cat(*[nib(blocks_out[k // E], (k % E) * R + r)
                                                 for r in range(R) for k in range(K)]))
         with m.If(take):

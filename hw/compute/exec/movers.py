@@ -49,6 +49,7 @@ from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder,
 from mcf.hw.compute.vector import VectorUnit
 from mcf.hw.fifo import ReadyFIFO, TwoRegisterFIFO
 from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
+from mcf.hw.lut import mux4
 from mcf.spec import isa
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, W_BITS, X_FRAC
 from mcf.spec.kv import KV_ALIGN
@@ -110,6 +111,7 @@ class Geometry:
     weight_ratio: int = 1  # bus beats each loader hands over per cycle (NodeConfig.weight_ratio)
     weight_cdc: bool = False  # the loaders' AXI side in the ``axi`` clock domain (NodeConfig.weight_clock_hz)
     primitive: bool = False  # the MAC array's products as DSP48E2 instances (hw/compute/dot_array.py)
+    lut_primitive: bool = False  # the glue's radix-4 rotations / 4:1 choices as LUT6 instances (hw/lut.py)
     att_lanes: int = 0    # attention unit score / P.V lanes (NodeConfig.att_lanes; 0: default_lanes)
     sm_rows: int = 0      # attention unit state rows (NodeConfig.sm_rows: the array path's; 0: att_rows)
 
@@ -123,7 +125,9 @@ class Geometry:
                    kv_block_keys=c.kv_block_keys, dir_entries=c.dir_entries, buffer_bytes=c.buffer_bytes,
                    buffers=c.buffers, fifo_depth=max(32, 2 * c.buffer_bytes // c.data_bytes),
                    weight_ports=c.weight_ports, weight_ratio=c.weight_ratio, weight_cdc=bool(c.weight_clock_hz),
-                   primitive=bool(c.dsp_primitives), att_lanes=c.att_lanes, sm_rows=c.sm_rows)
+                   primitive=bool(c.dsp_primitives), att_lanes=c.att_lanes, sm_rows=c.sm_rows,
+                   # (round 28: the node's instances, LUT6 with DSP48E2; the tiny / pysim configs build neither)
+                   lut_primitive=bool(c.dsp_primitives))
 
     def __post_init__(self):
         bus = self.data_width // 8
@@ -1078,13 +1082,15 @@ class GemmMover(Mover):
             # (the loader's word as it comes: the reorders' write rotations, 0 in plain mode, not in its path)
             wsrc = Mux(wq.r_rdy, wq.r_data, b.ldata.tdata)
             if self.has_kv:
-                m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv, words=n)
+                m.submodules.reorder = ro = TileReorder(P, K, self.kv_beats, prerotated=pre_kv, words=n,
+                                                        primitive=g.lut_primitive)
                 m.d.comb += [ro.i.valid.eq(kv & uw.o.valid), ro.i.payload.eq(uw.o.payload), ro.o.ready.eq(kv & wr)]
                 with m.If(kv):
                     m.d.comb += [uw.o.ready.eq(ro.i.ready), wv.eq(ro.o.valid)]
                 wsrc = Mux(kv, ro.o.payload, wsrc)
             if self.has_pv:
-                m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim, prerotated=pre_pv, words=n)
+                m.submodules.pv_reorder = pro = PvReorder(P, K, g.head_dim, prerotated=pre_pv, words=n,
+                                                          primitive=g.lut_primitive)
                 pc = Signal(range(C))                      # channel tile of the reorder's next word
                 pw = Signal(range(n))                      # the word of that tile's beat
                 in_tiles = Signal(C)                       # the channel tiles kept (registered: fields of the instruction)
@@ -1102,6 +1108,11 @@ class GemmMover(Mover):
                 with m.If(pv):
                     m.d.comb += [uw.o.ready.eq(pro.i.ready), wv.eq(pro.o.valid & keep)]
                 wsrc = Mux(pv, pro.o.payload, wsrc)
+            if self.has_kv and self.has_pv and g.lut_primitive:
+                # (round 28) the same four-way choice as one LUT6 a bit by an encoded select (ABC9 maps the
+                # inferred chain of choices at ~1.5 LUT a bit)
+                wsrc = mux4(m, Mux(pv, 0, Mux(kv, 1, Mux(wq.r_rdy, 2, 3))),
+                            [pro.o.payload, ro.o.payload, wq.r_data, b.ldata.tdata], primitive=True, name="wsrc")
             m.d.comb += wd.eq(wsrc)
             # the deserializer: slot ws takes the next word; full after the n-th, until the matrix takes the beat
             slots = [Signal(WB, name=f"wslot{x}") for x in range(n)]
@@ -1174,7 +1185,7 @@ class GemmMover(Mover):
             # (never both at once: one radix-4 rotation a bit, not two chained)
             R = pro.piece
             w_in = rotate_pieces(w_in, Mux(pv, pro.rot, Mux(kv, ro.rot << _log2(K // R), 0)), R * W_BITS,
-                                 g.head_dim // R, m=m)
+                                 g.head_dim // R, m=m, primitive=g.lut_primitive)
         else:
             if pre_kv:
                 w_in = TileReorder.rotate(w_in, Mux(kv, ro.rot, 0), K, self.kv_beats)
@@ -1427,10 +1438,13 @@ class GemmMover(Mover):
                 m.d.sync += [pr_c.eq(0), pr_r.eq(0), pr_h.eq(0), pr_p.eq(0), pr_base.eq(f_dst), pr_n.eq(0),
                              pr_on.eq(pv & pins.acc), pr_col.eq(0)]
             prev_rd = (state == S.RUN) & pv
+            pr_issue = pr_on & rq.room
             with m.If(prev_rd):
                 m.d.comb += [rq.addr.eq(pr_base + Cat(Const(0, _log2(RU)), pr_p[:_log2(NR)], pr_col)),
-                             rq.issue.eq(pr_on & rq.room), taking.eq(rq.valid & (pr_n != 2 * NR))]
-                with m.If(rq.issue):
+                             rq.issue.eq(pr_issue), taking.eq(rq.valid & (pr_n != 2 * NR))]
+                # (round 28: the counters step on this branch's own issue, not on ``rq.issue``, the choice of it
+                # with ACT's: state -> pr_on / pr_r was 9.0 levels in the glue's mapping after the LUT6 rotations)
+                with m.If(pr_issue):
                     m.d.sync += pr_p.eq(pr_p + 1)
                     with m.If(pr_p == NR - 1):
                         m.d.sync += [pr_p.eq(0), pr_h.eq(~pr_h), pr_col.eq(f_tiles + pr_c)]
@@ -1864,27 +1878,31 @@ class SegmentReader(wiring.Component):
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += state.eq(S.ARM_S)
         m.d.comb += [us.cmd.payload.count.eq(cfg.keys), ur.cmd.payload.count.eq(cfg.keys)]
+        # state == SCALES / ROWS as flip-flops of their own, set and cleared with the state (round 28: the stream's
+        # ready and the take from one register, not a decode of the state; the reader's state -> the attention
+        # unit's V stream valid was 9.0 levels in the glue's mapping after the LUT6 rotations)
+        in_s, in_r = Signal(), Signal()
         with m.If((state == S.ARM_S) & us.cmd.ready):
             m.d.comb += us.cmd.valid.eq(1)
-            m.d.sync += [state.eq(S.SCALES), j.eq(0), j_last.eq(keys_1)]
+            m.d.sync += [state.eq(S.SCALES), in_s.eq(1), j.eq(0), j_last.eq(keys_1)]
         with m.If((state == S.ARM_R) & ur.cmd.ready):
             m.d.comb += ur.cmd.valid.eq(1)
-            m.d.sync += [state.eq(S.ROWS), j.eq(0), j_last.eq(keys_1)]
-        with m.If(state == S.SCALES):
+            m.d.sync += [state.eq(S.ROWS), in_r.eq(1), j.eq(0), j_last.eq(keys_1)]
+        with m.If(in_s):
             m.d.comb += [us.i.valid.eq(self.i.valid), us.i.payload.eq(self.i.payload), self.i.ready.eq(us.i.ready)]
-        with m.If(state == S.ROWS):
+        with m.If(in_r):
             m.d.comb += [ur.i.valid.eq(self.i.valid), ur.i.payload.eq(self.i.payload), self.i.ready.eq(ur.i.ready)]
-        m.d.comb += [us.o.ready.eq(state == S.SCALES), tw.en.eq(us.o.valid & us.o.ready), tw.addr.eq(j),
+        m.d.comb += [us.o.ready.eq(in_s), tw.en.eq(us.o.valid & us.o.ready), tw.addr.eq(j),
                      tw.data.eq(us.o.payload)]
         with m.If(tw.en):
             m.d.sync += [j.eq(j + 1), j_last.eq(j == keys_m2)]
             with m.If(j_last):
-                m.d.sync += state.eq(S.ARM_R)
+                m.d.sync += [state.eq(S.ARM_R), in_s.eq(0)]
         # rows: one stage that also reads the row's (A, E)
         adv = Signal()
         m.d.comb += adv.eq(~sv | self.o.ready)
         take = Signal()
-        m.d.comb += [take.eq((state == S.ROWS) & ur.o.valid & adv), ur.o.ready.eq(take),
+        m.d.comb += [take.eq(in_r & ur.o.valid & adv), ur.o.ready.eq(take),
                      tr.en.eq(adv), tr.addr.eq(j)]
         s_q = Signal(D * W_BITS)
         s_pos = Signal(isa.POS_BITS)
@@ -1895,7 +1913,7 @@ class SegmentReader(wiring.Component):
             m.d.sync += [j.eq(j + 1), pos.eq(pos + 1), j_last.eq(j == keys_m2)]
             with m.If(j_last):
                 m.d.sync += [blk.eq(blk + 1), bpos.eq(bpos + cfg.pos_stride), pos.eq(bpos + cfg.pos_stride),
-                             b_last.eq(blk == blocks_m2), state.eq(Mux(b_last, S.IDLE, S.ARM_S))]
+                             b_last.eq(blk == blocks_m2), state.eq(Mux(b_last, S.IDLE, S.ARM_S)), in_r.eq(0)]
         m.d.comb += [self.o.valid.eq(sv), self.o.payload.q.eq(s_q), self.o.payload.a.eq(tr.data[:8]),
                      self.o.payload.e.eq(tr.data[8:]), self.o.payload.pos.eq(s_pos), self.o.payload.last.eq(s_last)]
         return m
@@ -1913,10 +1931,12 @@ class SkewTranspose(wiring.Component):
     ``r_ahead`` (``rows_in``): ``r_idx_next`` is the next cycle's ``r_idx`` (``r_idx`` a register of it), each
     bank's read row (bank - r_idx) mod M a register of it: no subtraction between ``r_idx`` and the RAMs.
     ``r_rot`` (not ``rows_in``): the read row rotated back by ``r_rot`` instead of ``r_idx`` (r_idx + s: the
-    row's words from s on first, s + word < M)."""
+    row's words from s on first, s + word < M).  ``primitive`` (round 28): the rotations' radix-4 stages as
+    LUT6 instances (``rotate_list``)."""
 
-    def __init__(self, rows: int, cols: int, rows_in: bool, r_ahead: bool = False, r_rot: bool = False):
-        self.rows, self.cols, self.rows_in = rows, cols, rows_in
+    def __init__(self, rows: int, cols: int, rows_in: bool, r_ahead: bool = False, r_rot: bool = False,
+                 primitive: bool = False):
+        self.rows, self.cols, self.rows_in, self.primitive = rows, cols, rows_in, bool(primitive)
         self.ahead, self.rot_in = r_ahead and rows_in, r_rot and not rows_in
         self.M = 1 << ceil_log2(max(rows, cols, 1))
         wn, rn = (cols, rows) if rows_in else (rows, cols)        # words a write / a read
@@ -1935,7 +1955,8 @@ class SkewTranspose(wiring.Component):
         words = [self.w_data[32 * k:32 * (k + 1)] for k in range(wn)] + [Const(0, 32)] * (M - wn)
         widx, ridx = Signal(mb, name="widx"), Signal(mb, name="ridx")          # the indices, mb bits
         m.d.comb += [widx.eq(self.w_idx), ridx.eq(self.r_idx)]
-        wwords = rotate_list(words, widx, sign=-1, m=m, name="wrot")          # bank b: word (b - idx) mod M
+        wwords = rotate_list(words, widx, sign=-1, m=m, name="wrot",          # bank b: word (b - idx) mod M
+                             primitive=self.primitive)
         outs = []
         for b in range(M):
             mem = memory.Memory(shape=32, depth=2 * M, init=[])
@@ -1953,7 +1974,8 @@ class SkewTranspose(wiring.Component):
             outs.append(rp.data)
         rn = self.rows if self.rows_in else self.cols
         rot = self.r_rot if self.rot_in else ridx
-        m.d.comb += self.r_data.eq(Cat(*rotate_list(outs, rot, sign=1, m=m, name="rrot")[:rn]))
+        rout = rotate_list(outs, rot, sign=1, m=m, name="rrot", primitive=self.primitive)
+        m.d.comb += self.r_data.eq(Cat(*rout[:rn]))
         return m
 
 
@@ -2464,7 +2486,7 @@ class AttnMover(Mover):
         ab_log2, g_log2 = _log2(AB), _log2(G)
         # reads: group gi's R rows (AB beats each) into buffer gi mod 2 once it is free (LUT RAM, a row
         # written a cycle, a key's column read: ``SkewTranspose``)
-        m.submodules.smtb = tb = SkewTranspose(R, G, rows_in=True, r_ahead=True)
+        m.submodules.smtb = tb = SkewTranspose(R, G, rows_in=True, r_ahead=True, primitive=g.lut_primitive)
         sm_taken, sm_full = Signal(2), Signal(2)         # a buffer holds (or is getting) a group / all of it
         sm_fill, sm_clr = Signal(2), Signal(2)           # (strobes: a buffer's last row in / its last key out)
         m.d.sync += sm_full.eq((sm_full | sm_fill) & ~sm_clr)       # (CHECK: 0, below)
@@ -2597,8 +2619,8 @@ class AttnMover(Mover):
         # w: key after key into buffer wsel (word j of each row's AB beats), then R rows -> SPAD: one wide
         # write a row (AB beats, the banks outside them and past the pass's last beat skipped) when w and
         # w_stride are multiples of AB, else AB writes of a beat (those past the last beat skipped)
-        m.submodules.smwb = wb = SkewTranspose(R, G, rows_in=False, r_rot=AB > 1)   # LUT RAM: a key's column in,
-                                                                                     # a row out
+        m.submodules.smwb = wb = SkewTranspose(R, G, rows_in=False, r_rot=AB > 1,   # LUT RAM: a key's column in,
+                                               primitive=g.lut_primitive)           # a row out
         wfull = Signal(2)
         w_isel, w_j = Signal(), Signal(range(G))
         w_ig = Signal(16)                                 # VL groups taken

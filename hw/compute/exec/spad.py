@@ -17,7 +17,8 @@ the other movers use beat a only.  Writes are one beat per cycle (into one bank)
 ``wr.wide_en`` ``banks`` beats at once (``wr.addr`` a multiple of ``banks``: beat addr + i from
 ``wr.wide[i]`` into bank i, the same ``lanes`` and exponent for each; a GEMM_QK writes its scores
 so).  The banks together hold what one memory would (same block RAM / UltraRAM count for these
-depths).
+depths).  ``primitive`` (round 28): the wide read's rotation (4 banks: one 4:1 choice a bit) as LUT6
+instances (``mcf.hw.lut.mux4``; the node's build).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from mcf.hw.lut import mux4
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS
@@ -57,12 +59,12 @@ class SpadWriteSignature(wiring.Signature):
 
 
 class Scratchpad(wiring.Component):
-    def __init__(self, beats: int = 2048, lanes: int = 8, banks: int = 1):
+    def __init__(self, beats: int = 2048, lanes: int = 8, banks: int = 1, primitive: bool = False):
         if beats < 2 or lanes < 1:
             raise ValueError(f"beats={beats}, lanes={lanes}: need beats >= 2 and lanes >= 1")
         if banks < 1 or banks & (banks - 1) or beats % banks or beats // banks < 2:
             raise ValueError(f"banks={banks}: a power of two dividing beats={beats} (at least 2 beats a bank)")
-        self.beats, self.lanes, self.banks = beats, lanes, banks
+        self.beats, self.lanes, self.banks, self.primitive = beats, lanes, banks, bool(primitive)
         self.addr_bits = ceil_log2(beats)
         super().__init__({
             "rd": In(SpadReadSignature(beats, lanes, banks)),
@@ -103,7 +105,11 @@ class Scratchpad(wiring.Component):
             m.d.comb += [self.rd.data.eq(rd_words[0]), self.rd.exp.eq(rd_exps[0])]
         else:
             words_of, exps_of = Array(rd_words), Array(rd_exps)
-            beats = [words_of[(sel + x)[:lb]] for x in range(B)]        # beat a + x is in bank (a + x) mod B
+            if self.primitive and B == 4:
+                beats = [mux4(m, sel, [rd_words[(x + d) % B] for d in range(B)], primitive=True, name=f"rot{x}")
+                         for x in range(B)]
+            else:
+                beats = [words_of[(sel + x)[:lb]] for x in range(B)]    # beat a + x is in bank (a + x) mod B
             m.d.comb += [self.rd.data.eq(beats[0]), self.rd.exp.eq(exps_of[sel]), self.rd.wide.eq(Cat(*beats))]
         return m
 

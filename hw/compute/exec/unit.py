@@ -183,7 +183,7 @@ class ExecUnit(wiring.Component):
         m = Module()
         g = self.g
         axi = self.m_axi
-        m.submodules.spad = spad = Scratchpad(g.spad_beats, g.vl, g.spad_banks)
+        m.submodules.spad = spad = Scratchpad(g.spad_beats, g.vl, g.spad_banks, primitive=g.lut_primitive)
         m.submodules.reader = rd = ReadStreams(2, g.data_width, ADDR_BITS, g.fifo_depth, min(16, g.fifo_depth),
                                                id_base=STREAM_ID_BASE, id_width=ID_WIDTH)
         W = g.weight_ports

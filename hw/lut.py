@@ -1,0 +1,46 @@
+"""The glue's 4:1 choices as LUT6 instances (round 28, gl28).
+
+ABC9's area model (a LUT3 .. LUT5 costs 3, a LUT6 5) maps a 4:1 choice of a wide word as a LUT3
+shared by two outputs and a LUT5 an output (~1.5 LUT a bit) rather than one LUT6 a bit; measured on
+a 16-way rotation of 1 024 bits (two radix-4 stages): 2 432 LUT inferred, 2 048 LUT6 instantiated
+(Yosys keeps an instance as it is).  ``mux4`` builds a word's 4:1 choice either way: one
+``LUT6`` instance a bit (``primitive``: I0, I1 the select, I2 .. I5 the four data bits; one logic
+level) or Amaranth's plain choice (the Python simulator cannot run an instance).
+
+Simulations read the model ``lut6.v`` (``MODEL``), appended to a design's Verilog by
+``dot_array.with_models`` beside the DSP48E2's; ``mcf synth`` drops it again (``strip_models``:
+everything from the first model's mark on), so Yosys maps the instances onto its own LUT6 cell."""
+
+from pathlib import Path
+
+from amaranth.hdl import Array, Const, Instance, Signal
+
+__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "mux4"]
+
+#: The LUT6 simulation model (hw/lut6.v) and its first line (where ``mcf synth`` cuts).
+MODEL = Path(__file__).with_name("lut6.v")
+MODEL_MARK = "// MCF simulation model of the AMD LUT6"
+
+#: A LUT6's INIT for O = (I2, I3, I4, I5)[I0 + 2 I1]: bit a of INIT is the output at inputs a
+#: (I0 its low bit), i.e. bit (2 + (a mod 4)) of a.
+MUX4_INIT = sum(1 << a for a in range(64) if (a >> (2 + (a & 3))) & 1)
+
+
+def mux4(m, sel, items, primitive: bool = False, name: str = "mux4"):
+    """``items[sel]``: four Values of one width, ``sel`` two bits.  ``primitive``: a Signal driven by
+    one LUT6 instance a bit (instances ``{name}_{bit}`` in ``m``); else the plain choice."""
+    if len(items) != 4:
+        raise ValueError(f"mux4 takes 4 items, not {len(items)}")
+    if not primitive:
+        return Array(items)[sel]
+    width = len(items[0])
+    if any(len(v) != width for v in items):
+        raise ValueError("mux4: the items differ in width")
+    s = Signal(2, name=f"{name}_sel")
+    o = Signal(width, name=name)
+    m.d.comb += s.eq(sel)
+    for b in range(width):
+        m.submodules[f"{name}_{b}"] = Instance(
+            "LUT6", p_INIT=Const(MUX4_INIT, 64), i_I0=s[0], i_I1=s[1],
+            i_I2=items[0][b], i_I3=items[1][b], i_I4=items[2][b], i_I5=items[3][b], o_O=o[b])
+    return o

@@ -1,0 +1,196 @@
+"""hw/lut.py (round 28): the LUT6-instance builds of a 4:1 choice, of ``rotate_list`` / ``rotate_pieces``
+and of the reorders equal their plain (Mux) builds in Verilog simulation (Icarus, the LUT6 model
+hw/lut6.v appended by ``with_models``): both builds side by side in one design, the same random inputs
+every cycle, their outputs compared every cycle; and ``mcf synth``'s ``strip_models`` drops the model."""
+
+import shutil
+import subprocess
+
+import pytest
+from amaranth import Cat, Elaboratable, Module, Signal
+from amaranth.back import verilog
+
+from mcf.hw import lut
+from mcf.hw.compute.dot_array import MODEL_MARK, strip_models, with_models
+
+pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs Icarus Verilog")
+
+CYCLES = 600
+
+
+class _Pair(Elaboratable):
+    """``build(m, stim, primitive)`` -> (its outputs, a "fired" bit) twice, primitive and plain, on the
+    same ``stim``; ``diff`` (registered) is high after a cycle in which the outputs differed."""
+
+    def __init__(self, stim_bits, build):
+        self.stim, self.diff, self.fired = Signal(stim_bits, name="stim"), Signal(name="diff"), Signal(name="fired")
+        self.build = build
+
+    def elaborate(self, platform):
+        m = Module()
+        a, fa = self.build(m, self.stim, True)
+        b, fb = self.build(m, self.stim, False)
+        m.d.sync += [self.diff.eq((a != b) | (fa != fb)), self.fired.eq(fa)]
+        return m
+
+
+def _run(tmp_path, pair):
+    """Icarus: ``CYCLES`` cycles of random ``stim`` (reset for the first two); the cycles that differed,
+    and the cycles ``fired`` was high."""
+    W = len(pair.stim)
+    src = tmp_path / "dut.v"
+    src.write_text(with_models(verilog.convert(pair, name="dut", ports=[pair.stim, pair.diff, pair.fired])))
+    text = src.read_text()
+    assert (lut.MODEL_MARK in text) == ("LUT6 #(" in text)       # (a 2-way rotation alone: no instance)
+    tb = tmp_path / "tb.v"
+    tb.write_text(f"""
+module tb;
+  reg clk = 0, rst = 1;
+  reg [{W - 1}:0] stim = 0;
+  wire diff, fired;
+  integer i, c, bad = 0, fires = 0;
+  dut u(.clk(clk), .rst(rst), .stim(stim), .diff(diff), .fired(fired));
+  initial begin
+    for (c = 0; c < {CYCLES}; c = c + 1) begin
+      for (i = 0; i < {W}; i = i + 32) stim[i +: 32] = $random;
+      if (c == 2) rst = 0;
+      #1 clk = 1; #1 clk = 0;
+      if (!rst && diff) bad = bad + 1;
+      if (!rst && fired) fires = fires + 1;
+    end
+    $display("RESULT %0d %0d", bad, fires);
+    $finish;
+  end
+endmodule
+""")
+    exe = tmp_path / "sim.vvp"
+    subprocess.run(["iverilog", "-g2012", "-o", str(exe), str(tb), str(src)], check=True, capture_output=True)
+    out = subprocess.run(["vvp", "-n", str(exe)], check=True, capture_output=True, text=True).stdout
+    bad, fires = (int(x) for x in out.split("RESULT")[1].split())
+    return bad, fires
+
+
+def test_mux4_init_is_a_choice():
+    """INIT bit a = data input (a mod 4) of the LUT6's address a (I0, I1 the select, I2 .. I5 the data)."""
+    for a in range(64):
+        assert (lut.MUX4_INIT >> a) & 1 == (a >> (2 + (a & 3))) & 1
+    assert lut.MUX4_INIT == 0xFEDCBA9876543210
+
+
+def test_models_appended_and_stripped():
+    """``with_models`` appends the LUT6 model once to a design with an instance; ``strip_models`` cuts at
+    the first model (either order of the DSP48E2's and the LUT6's)."""
+    design = "module top; LUT6 #(.INIT(64'h0)) u (.O(), .I0(), .I1(), .I2(), .I3(), .I4(), .I5()); endmodule\n"
+    text = with_models(design)
+    assert lut.MODEL_MARK in text and MODEL_MARK not in text and with_models(text) == text
+    assert strip_models(text) == design + "\n"
+    both = with_models(design + "// DSP48E2 u2 ();\n")
+    assert MODEL_MARK in both and lut.MODEL_MARK in both
+    assert "module LUT6" not in strip_models(both) and "module DSP48E2" not in strip_models(both)
+    assert with_models("module x; endmodule") == "module x; endmodule"
+
+
+@pytest.mark.parametrize("width", [1, 7])
+def test_mux4_equals_the_plain_choice(tmp_path, width):
+    def build(m, stim, primitive):
+        sel, items = stim[:2], [stim[2 + k * width:2 + (k + 1) * width] for k in range(4)]
+        return lut.mux4(m, sel, items, primitive=primitive, name="mx"), stim[0]
+    bad, fires = _run(tmp_path, _Pair(2 + 4 * width, build))
+    assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("N,bits,sign,step,amount_bits", [(16, 3, 1, 1, 4), (8, 2, -1, 1, 3), (8, 5, 1, 2, 2),
+                                                         (64, 1, -1, 1, 6), (4, 4, 1, 1, 1)])
+def test_rotate_list_equals_the_plain_build(tmp_path, N, bits, sign, step, amount_bits):
+    """Radix-4 stages as LUT6, a 2-way stage (odd log2 N) plain, a shorter amount, a step."""
+    from mcf.hw.compute.matrix import rotate_list
+
+    def build(m, stim, primitive):
+        amount = stim[:amount_bits]
+        items = [stim[amount_bits + x * bits:amount_bits + (x + 1) * bits] for x in range(N)]
+        name = "p" if primitive else "q"
+        return Cat(*rotate_list(items, amount, sign=sign, step=step, m=m, name=name, primitive=primitive)), stim[0]
+    bad, fires = _run(tmp_path, _Pair(amount_bits + N * bits, build))
+    assert bad == 0 and fires > 0
+
+
+def _stream_pair(make):
+    """A reorder's two builds on the same random stream inputs (valid, payload, ready, ...): the
+    outputs compared; fired = a beat taken on the out side."""
+    def build(m, stim, primitive):
+        dut = make(primitive)
+        m.submodules["prim" if primitive else "plain"] = dut
+        WB = len(dut.i.payload)
+        m.d.comb += [dut.i.valid.eq(stim[0]), dut.o.ready.eq(stim[1]), dut.i.payload.eq(stim[8:8 + WB])]
+        if hasattr(dut, "skip"):
+            m.d.comb += dut.skip.eq(stim[2] & stim[3] & stim[4])
+        outs = [dut.o.payload, dut.o.valid, dut.i.ready] + ([dut.rot] if hasattr(dut, "rot") else [])
+        return Cat(*outs), dut.o.valid & dut.o.ready
+    return build
+
+
+@pytest.mark.parametrize("rows,lanes,beats,words,pre", [(8, 4, 4, 2, 0), (16, 2, 16, 1, 0), (16, 2, 16, 1, 1)])
+def test_tile_reorder_equals_the_plain_build(tmp_path, rows, lanes, beats, words, pre):
+    from mcf.hw.compute.matrix import TileReorder
+    make = (lambda p: TileReorder(rows, lanes, beats, prerotated=bool(pre), words=words, primitive=p))
+    WB = rows * lanes * 4 // words
+    bad, fires = _run(tmp_path, _Pair(8 + WB, _stream_pair(make)))
+    assert bad == 0 and fires > 20
+
+
+@pytest.mark.parametrize("rows,lanes,head_dim,words", [(8, 8, 16, 2), (4, 16, 16, 4), (8, 8, 16, 1)])
+def test_pv_reorder_equals_the_plain_build(tmp_path, rows, lanes, head_dim, words):
+    from mcf.hw.compute.matrix import PvReorder
+    make = (lambda p: PvReorder(rows, lanes, head_dim, words=words, primitive=p))
+    WB = rows * lanes * 4 // words
+    bad, fires = _run(tmp_path, _Pair(8 + WB, _stream_pair(make)))
+    assert bad == 0 and fires > 20
+
+
+def test_rotate_pieces_on_lut6(tmp_path):
+    """The GEMM mover's shared write rotation (``rotate_pieces``: 16 pieces a key, two keys)."""
+    from mcf.hw.compute.matrix import rotate_pieces
+
+    def build(m, stim, primitive):
+        return rotate_pieces(stim[4:4 + 2 * 16 * 3], stim[:4], 3, 16, m=m, primitive=primitive), stim[0]
+    bad, fires = _run(tmp_path, _Pair(4 + 2 * 16 * 3, build))
+    assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("rows,cols,rows_in", [(12, 16, 1), (12, 16, 0), (4, 8, 0)])
+def test_skew_transpose_equals_the_plain_build(tmp_path, rows, cols, rows_in):
+    """ATTN_SM's transposes (a row or a column a cycle through LUT-RAM banks; 12 rows: padded words
+    and unread outputs of the rotations), random writes and reads."""
+    from mcf.hw.compute.exec.movers import SkewTranspose
+
+    def build(m, stim, primitive):
+        dut = SkewTranspose(rows, cols, rows_in=bool(rows_in), r_ahead=bool(rows_in), r_rot=not rows_in,
+                            primitive=primitive)
+        m.submodules["prim" if primitive else "plain"] = dut
+        ins = [dut.w_en, dut.w_sel, dut.w_idx, dut.r_sel, dut.r_idx, dut.w_data]
+        ins += [dut.r_idx_next] if rows_in else [dut.r_rot]
+        at = 0
+        for v in ins:
+            m.d.comb += v.eq(stim[at:at + len(v)])
+            at += len(v)
+        return dut.r_data, stim[0]
+    bad, fires = _run(tmp_path, _Pair(16 + 32 * max(rows, cols) + 24, build))
+    assert bad == 0 and fires > 0
+
+
+def test_spad_wide_read_equals_the_plain_build(tmp_path):
+    """The SPAD's wide read rotation (4 banks) on LUT6: random writes (narrow and wide) and reads."""
+    from mcf.hw.compute.exec.spad import Scratchpad
+
+    def build(m, stim, primitive):
+        dut = Scratchpad(32, 2, 4, primitive=primitive)
+        m.submodules["prim" if primitive else "plain"] = dut
+        ins = [dut.rd.en, dut.rd.addr, dut.wr.lanes, dut.wr.exp_en, dut.wr.addr, dut.wr.exp, dut.wr.wide_en,
+               dut.wr.wide_skip, dut.wr.data, dut.wr.wide]
+        at = 0
+        for v in ins:
+            m.d.comb += v.eq(stim[at:at + len(v)])
+            at += len(v)
+        return Cat(dut.rd.data, dut.rd.exp, dut.rd.wide), stim[0]
+    bad, fires = _run(tmp_path, _Pair(40 + 5 * 64, build))
+    assert bad == 0 and fires > 0
