@@ -790,8 +790,10 @@ def rq_over_code(thr, n):
     gb = RQ_GROUP_BITS
     th, tl = thr[gb:], thr[:gb]
     groups = -(-(n - 1) // (1 << gb))
-    return Cat(*[th < g for g in range(groups)], *[th == g for g in range(groups)],
-               *[tl <= k for k in range(1 << gb)])
+    # (the compares known at elaboration -- th < 0, tl <= 2^gb - 1 -- as constants: Verilator's lint refuses
+    # constant comparisons)
+    return Cat(*[th < g if g else Const(0, 1) for g in range(groups)], *[th == g for g in range(groups)],
+               *[tl <= k if k < (1 << gb) - 1 else Const(1, 1) for k in range(1 << gb)])
 
 
 def rq_over(x, code):
