@@ -328,12 +328,42 @@ def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Si
     return out
 
 
-def rshr_biased_staged(m, x, k, bias: int, name: str, en=None, step: int = 0) -> Signal:
+def _shr_layers(m, x, low: int, k, step: int, name: str):
+    """``Cat(low zeros, x) >> (k 2^step)`` (arithmetic, x signed) as radix-4 layers of LUT6 4:1 choices (``mcf.hw.lut.mux4``, one
+    instance a bit a layer; a last single bit of k a plain 2:1 choice).  A bit whose four choices are one
+    and the same bit (the sign past the top, the zeros below x << bias) is passed on, not instantiated."""
+    from mcf.hw.lut import mux4
+    zero = Const(0, 1)
+    bits = [zero] * low + [x[b] for b in range(len(x))]
+    W = len(bits)
+    for j in range(0, len(k), 2):
+        unit = 1 << (j + step)
+        nsel = min(2, len(k) - j)
+        ways = 1 << nsel
+        choices = [[bits[min(b + i * unit, W - 1)] for i in range(ways)] for b in range(W)]
+        live = [b for b in range(W) if any(c is not choices[b][0] for c in choices[b])]
+        nxt = [choices[b][0] for b in range(W)]
+        if live:
+            items = [Cat(*(choices[b][i] for b in live)) for i in range(ways)]
+            if nsel == 2:
+                out = mux4(m, k[j:j + 2], items, primitive=True, name=f"{name}_m{j // 2}")
+            else:
+                out = Signal(len(live), name=f"{name}_m{j // 2}")
+                m.d.comb += out.eq(Mux(k[j], items[1], items[0]))
+            for i, b in enumerate(live):
+                nxt[b] = out[i]
+        bits = nxt
+    return Cat(*bits)
+
+
+def rshr_biased_staged(m, x, k, bias: int, name: str, en=None, step: int = 0, primitive: bool = False) -> Signal:
     """Golden ``rshr(x, k 2^step - bias)`` for an unsigned ``k`` (a shift biased by ``bias``: left ``bias``
     .. right; ``step``: k counts 2^step bits) as one rounding right shift of x << ``bias`` by k 2^step, in
     ``rshr_staged``'s three stages (x and k; the shift of 2 (x << bias); + 1 and >> 1): no left shifter, no
     choice of the two, no saturation check -- the result exact, n + bias + 1 bits (the caller saturates).
-    For k 2^step <= bias the + 1 falls below the shifted zeros; past bias it is the rounding."""
+    For k 2^step <= bias the + 1 falls below the shifted zeros; past bias it is the rounding.
+    ``primitive`` (round 28b): the shift as radix-4 layers of LUT6 instances (``_shr_layers``; ABC9 maps
+    a wide 4:1 choice at ~1.5 LUT a bit), else Amaranth's shift (the Python simulator's build)."""
     xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
     k = Value.cast(k)
     n = len(xs)
@@ -346,7 +376,8 @@ def rshr_biased_staged(m, x, k, bias: int, name: str, en=None, step: int = 0) ->
     pre = Signal(signed(n + bias + 2), name=f"{name}_pre")
     m.d.comb += pre.eq(a_shr + 1)
     stmts = [c_x.eq(xs), c_k.eq(Mux(k > cap, cap, k) if kmax > cap else k),
-             a_shr.eq(Cat(Const(0, bias + 1), c_x).as_signed() >> (Cat(Const(0, step), c_k) if step else c_k)),
+             a_shr.eq(_shr_layers(m, c_x, bias + 1, c_k, step, f"{name}_l").as_signed() if primitive
+                      else Cat(Const(0, bias + 1), c_x).as_signed() >> (Cat(Const(0, step), c_k) if step else c_k)),
              out.eq(pre >> 1)]
     _sync(m, stmts, en)
     return out
@@ -1225,7 +1256,8 @@ class AttentionUnit(wiring.Component):
                              oc3[k].eq(sat(m, ov2[k], 32)),
                              plo4[k].eq(oc3[k][:16] * x3.rcp.as_unsigned()),
                              phi4[k].eq(oc3[k][16:].as_signed() * x3.rcp.as_unsigned())]
-        sh7 = [rshr_biased_staged(m, prod4[k], x4.fsh, fin_bias, f"fin{k}", en=eadv, step=FIN_STEP) for k in range(W)]
+        sh7 = [rshr_biased_staged(m, prod4[k], x4.fsh, fin_bias, f"fin{k}", en=eadv, step=FIN_STEP,
+                                  primitive=self.primitive) for k in range(W)]
         x6, x7 = Signal(tag), Signal(tag)
         oc6, oc7 = Signal(signed(32)), Signal(signed(32))
         okeep = Signal(4 * W)

@@ -8,13 +8,16 @@ APPLY pass per run, then every row emitted as final X32 rows or (m, l, o) state 
 split over several runs must give the single golden state.  The bench puts random pauses on K,
 V and the output; ``run_state_load`` loads whole (m, l, o) states and finalizes them.
 """
+import shutil
+
 import cocotb
 import numpy as np
 import pytest
 from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamSink
 
-from mcf.hw.compute.attention import AttentionUnit, cmd_layout, out_words, q_writes, rshr_sat_staged
+from mcf.hw.compute.attention import (AttentionUnit, cmd_layout, out_words, q_writes, rshr_biased_staged,
+                                      rshr_sat_staged)
 from mcf.sim.amaranth_util import send_command, simulate
 from mcf.sim.cocotb_util import StreamSource, bounded, params, pauses, start, write_port
 from mcf.sim.compute.drive import run_attention
@@ -365,3 +368,21 @@ def test_attention_row_maxima_amaranth_sim(max_words, shuffle, protocol):
         if not shuffle:                 # per run: its beats, then the pipeline drains
             want = sum(job.rows * -(-(b - a) // max_words) + max_write_latency(max_words) - 1 for a, b in job.runs)
             assert got["cycles"][AttnPass.MAX] == [want]
+
+
+@pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs Icarus Verilog")
+@pytest.mark.parametrize("width,bias,step,k_bits", [(47, 4, 2, 4), (23, 31, 0, 6), (10, 1, 1, 3), (12, 0, 2, 5)],
+                         ids=["fin", "wr", "odd-k", "k-past-cap"])
+def test_rshr_biased_staged_lut6_equals_the_plain_build(tmp_path, width, bias, step, k_bits):
+    """(round 28b) ``rshr_biased_staged``'s shift as LUT6 4:1 layers (``primitive``, the node's build)
+    against its plain build (the Python simulator's, checked against golden above and in every unit
+    test) in Icarus: both on the same random x and k every cycle (FINAL's 47 bits in steps of 4; the rows'
+    w shift; an odd number of k's bits; k past the clamp), their outputs compared every cycle."""
+    from tests.hw.test_lut import _Pair, _run
+
+    def build(m, stim, primitive):
+        x, k = stim[:width].as_signed(), stim[width:width + k_bits]
+        out = rshr_biased_staged(m, x, k, bias, "p" if primitive else "q", step=step, primitive=primitive)
+        return out, out[0]
+    bad, fires = _run(tmp_path, _Pair(width + k_bits, build))
+    assert bad == 0 and fires > 0
