@@ -70,6 +70,7 @@ from mcf.hw.arith import add_plus_one, log2_exact, sat_top, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_P_BITS, PACK_SHIFT, DotArray
+from mcf.hw.lut import mux4
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, S_FRAC, SCALE_BITS, W_BITS, X_FRAC
@@ -198,6 +199,10 @@ class MatrixUnit(wiring.Component):
             m.d.sync += [lim.eq(getattr(self.cmd.payload, name) - 2) for name, lim in limits2.items()]
 
         adv = Signal()               # the pipeline moves (only the result queue or, pv, ``o`` stalls it)
+        # ``adv`` outside pv (only the result queue stalls it).  (round 28b: the scale queue's pop is never
+        # in pv, so it reads this one -- neither ``pv``'s choice nor ``o.tready`` on the path into its
+        # level, which went to 9 levels when ABC9 remapped the unit)
+        adv_g = Signal()
         o_valid = Signal()
 
         # Each counter's last-index flag a register kept equal to ``counter == limit`` (set with
@@ -366,7 +371,7 @@ class MatrixUnit(wiring.Component):
         in_level = Signal(range(SQ))            # beats in the LUT RAM
         sq_head = Signal()                      # a beat in the head's registers
         sq_pop, sq_load = Signal(), Signal()
-        m.d.comb += [sq_pop.eq(adv & s3.v & s3.last_j & s3.last_t & ~pv),
+        m.d.comb += [sq_pop.eq(adv_g & s3.v & s3.last_j & s3.last_t & ~pv),
                      sq_level.eq(in_level + sq_head),
                      sq_w.addr.eq(produce), sq_w.data.eq(self.scale.payload), sq_w.en.eq(s_in),
                      sq_r.addr.eq(consume),
@@ -516,6 +521,7 @@ class MatrixUnit(wiring.Component):
                      res_q.w_data.eq(Cat(*acc5, e5, sh5, s5.last, s5.last_t))]
 
         dadv = Signal()                 # the requantizer moves (only ``o`` stalls it)
+        m.d.comb += adv_g.eq(~s5.v | res_q.w_rdy)
         o_data, o_last = Signal(P * 32), Signal()
         chunk = Signal(range(max(NC, 2)))      # (one bit at NC = 1: no zero-width vectors in the Verilog)
         take = Signal()                 # the head's rows chunk R .. chunk R + R - 1 enter the requantizer
@@ -542,7 +548,14 @@ class MatrixUnit(wiring.Component):
         last_c = chunk == NC - 1
         m.d.comb += [cA.v.eq(take), cA.c.eq(chunk), cA.end.eq(last_c), cA.last.eq(head.last & last_c),
                      cA.tile_end.eq(head.end & last_c)]
-        sel_acc = [Array(head.acc[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.acc[i] for i in range(R)]
+        # (round 28b: a 4-way chunk choice -- NC = 4 in the node -- one LUT6 instance a bit when primitive,
+        # ``mcf.hw.lut.mux4``; measured: ABC9 had mapped these at a LUT a bit already, so no LUT either way)
+        def chunk_pick(items, sel, name):
+            if NC == 4:
+                return mux4(m, sel, items, primitive=self.primitive, name=name)
+            return Array(items)[sel]
+        sel_acc = [chunk_pick([head.acc[c * R + i] for c in range(NC)], chunk, f"rq_asel{i}") if NC > 1
+                   else head.acc[i] for i in range(R)]
         # kv: the shift sh - E (E zero outside kv: ``e4``'s reset; the Mux for a kv command's last E
         # still in ``e5`` as the next command starts)
         sel_e = [Array(head.e[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.e[i] for i in range(R)]
@@ -564,7 +577,8 @@ class MatrixUnit(wiring.Component):
         cB, rB = rq_stage("b", cA, dec)
         # C: the window (exact when not over), the overflow and the sign
         cC, rC = rq_stage("c", cB, {
-            "w": (signed(RQ_WIN + 1), [rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])]),
+            "w": (signed(RQ_WIN + 1), [rq_window(x, a, m=m, primitive=self.primitive, name=f"rq_win{i}")
+                                       for i, (x, a) in enumerate(zip(rB["acc"], rB["a"]))]),
             "over": (1, [rq_over(x, k) for x, k in zip(rB["acc"], rB["over"])]),
             "sign": (1, [x[AW - 1] for x in rB["acc"]]), "rnd": (1, rB["rnd"])})
         # D: the window t and a right shift's rounding increment c (added in F, as the bias add's carry)
@@ -575,7 +589,8 @@ class MatrixUnit(wiring.Component):
         # registers -- the bound's choice is in F, each bit's input of the bias add's LUT, not a LUT a bit
         # here), the chunk's bias words (the tile's bias beat, popped after its last word)
         sats = [rq_sat_split(t, o, sg) for t, o, sg in zip(rD["t"], rD["over"], rD["sign"])]
-        bias_words = [Array(self.bias.payload[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC))[cD.c]
+        bias_words = [chunk_pick([self.bias.payload[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC)],
+                                 cD.c, f"rq_bsel{i}")
                       if NC > 1 else self.bias.payload[i * 32:(i + 1) * 32] for i in range(R)]
         cE, rE = rq_stage("e", cD, {"y": (signed(32), [y for y, _, _ in sats]),
                                     "sat": (1, [st for _, st, _ in sats]), "sgn": (1, [sg for _, _, sg in sats]),
@@ -607,7 +622,7 @@ class MatrixUnit(wiring.Component):
         with m.If(~pv & dadv):
             m.d.sync += [o_valid.eq(cE.v & cE.end), o_last.eq(cE.last)]
         if not PT:
-            m.d.comb += [adv.eq(~s5.v | res_q.w_rdy), o_next.eq(Cat(*words).replicate(NC))]
+            m.d.comb += [adv.eq(adv_g), o_next.eq(Cat(*words).replicate(NC))]
             m.d.comb += [en.eq(ge) for en, ge in zip(o_en, gemm_en)]
         else:
             # pv: y = acc (+ the previous wide value, taken from ``prev`` here), exact modulo 2^64;
@@ -617,7 +632,7 @@ class MatrixUnit(wiring.Component):
             pend = Signal()
             o_hi, o_last_hi = Signal(P * 32), Signal()
             m.d.comb += [adv.eq(Mux(pv, ~pend & (~o_valid | self.o.tready) & (~need_prev | self.prev.valid),
-                                    ~s5.v | res_q.w_rdy)),
+                                    adv_g)),
                          self.prev.ready.eq(adv & need_prev)]
             gword = Signal(R * 32)              # the requantizer's sums (zero in pv) before their sat32
             m.d.comb += gword.eq(Cat(*[s[:32] for s in gsum]))
@@ -812,21 +827,30 @@ def rq_over(x, code):
     return Cat(*terms).any()
 
 
-def rq_window(x, a, win: int = RQ_WIN + 1):
+def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name: str = "rq_win"):
     """``win`` bits of (x 2^win) >> a, arithmetic: with ``rq_decode``'s offset, bits 1 .. RQ_WIN the
     window t (the exact value when not over: x << L, or x >> s for a right shift), bit 0 the bit
     below it (a right shift's rounding: ((x >> (s - 1)) + 1) >> 1 = t + bit 0).  A right shifter by the
     amount's high bits first, two bits (one 4-way choice) a layer, each layer keeping only the bits
     the later layers can still reach (RQ_WIN + their largest shift): ~170 choices for a 49-bit x,
     not a full-width layer per amount bit.  An odd amount width leaves its lowest bit to the last
-    layer (a 2-way choice of RQ_WIN bits, not of the widest layer's)."""
+    layer (a 2-way choice of RQ_WIN bits, not of the widest layer's).  ``primitive`` (needs ``m``; round
+    28b): each 4-way layer one LUT6 instance a bit (``mcf.hw.lut.mux4``), not ABC9's ~1.5 LUT a bit."""
+    if primitive and m is None:
+        raise ValueError("rq_window: primitive layers need the module (m)")
     a = a.as_unsigned()
     v = Cat(Const(0, win), x).as_signed()
     top = len(a)
     while top > 0:
         lo = max(top - 2, 0)
         keep = min(win + (1 << lo) - 1, len(v))           # bits the later layers (shifts < 2^lo) read
-        v = Array((v >> (k << lo))[:keep] for k in range(1 << (top - lo)))[a[lo:top]].as_signed()
+        items = [(v >> (k << lo))[:keep] for k in range(1 << (top - lo))]
+        if primitive and len(items) == 4:       # (zero-extended to one width, as the Array's choice)
+            width = max(len(it) for it in items)
+            items = [Cat(it, Const(0, width - len(it))) for it in items]
+            v = mux4(m, a[lo:top], items, primitive=True, name=f"{name}_l{lo}").as_signed()
+        else:
+            v = Array(items)[a[lo:top]].as_signed()
         top = lo
     return v[:win].as_signed()
 

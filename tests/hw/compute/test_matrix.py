@@ -174,6 +174,34 @@ def test_linear_cocotb_on_dsp48e2_model_t1(build_dir):
 
 
 @pytest.mark.cocotb
+def test_linear_cocotb_on_lut6_chunks(build_dir):
+    """As above with 4 chunks of requantizer rows (mac_rows 4, requant_rows 1: NC = 4, as the node's
+    16 of 64): the chunk choices of the accumulators and bias words as LUT6 instances (round 28b; the
+    model hw/lut6.v in Icarus) against ``fixed.linear``."""
+    from amaranth.back import verilog
+    from mcf.hw.compute.dot_array import with_models
+    p = {**PARAMS, "mac_rows": 4, "mac_lanes": 8, "max_inputs": 64}
+    build_dir.mkdir(parents=True)
+    src = build_dir / "dut.v"
+    src.write_text(with_models(verilog.convert(MatrixUnit(**p, primitive=True, requant_rows=1), name="dut")))
+    assert "rq_asel0_0 " in src.read_text() and "rq_bsel0_0 " in src.read_text()
+    run_cocotb(src, __name__, build_dir, testcase="run_linear", params={**p, "jobs": 4, "seed": 7})
+
+
+def test_rq_window_on_lut6(tmp_path):
+    """``rq_window``'s 4-way layers as LUT6 instances (round 28b) equal the plain build in Icarus: a
+    49-bit accumulator, every 7-bit offset (random, both builds on the same inputs every cycle)."""
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import rq_window
+
+    def build(m, stim, primitive):
+        return rq_window(stim[7:56].as_signed(), stim[:7], m=m, primitive=primitive,
+                         name="p" if primitive else "q"), stim[0]
+    bad, fires = _run(tmp_path, _Pair(56, build))
+    assert bad == 0 and fires > 0
+
+
+@pytest.mark.cocotb
 def test_utilization_cocotb(build_dir, tmp_path):
     import json
     report = tmp_path / "util.json"
