@@ -801,7 +801,8 @@ class Node(wiring.Component):
         self.data_width, self.net_ports = config.data_width, config.net_ports
         self.csr = ControlRegisters(config.meta_queue_depth, config.desc_queue_depth, config.data_bytes,
                                     config.net_ports, dma_bus_bytes=config.data_bytes,
-                                    dma_buffers=config.buffers, dma_buffer_bytes=config.buffer_bytes, seq=True)
+                                    dma_buffers=config.buffers, dma_buffer_bytes=config.buffer_bytes, seq=True,
+                                    primitive=bool(config.dsp_primitives))     # (round 28b: LUT6 choices)
         self.exec = (exec_unit or ExecUnit)(config)
         self.seq = Sequencer(config)
         self.loader = DmaLoader(config.data_width, config.ddr_addr_bits, config.buffer_bytes, config.buffers)
@@ -867,7 +868,8 @@ class Node(wiring.Component):
         # ports' come through the clock crossing, counted as they arrive
         m.submodules.perf = perf = PerfCounters(latency={
             PerfCounter[f"HP{p}_{d}_BYTES"]: AxiInterconnect.BYTES_LATENCY
-            for p in range(self.first_sync_port, cfg.hp_ports) for d in ("RD", "WR")})
+            for p in range(self.first_sync_port, cfg.hp_ports) for d in ("RD", "WR")},
+            primitive=bool(cfg.dsp_primitives))     # (round 28b: PERF's read choice as LUT6 instances)
 
         # --- registers ------------------------------------------------------------------------------
         wiring.connect(m, wiring.flipped(self.s_axil), csr.s_axil)

@@ -35,6 +35,7 @@ from amaranth.lib.wiring import In, Out
 from mcf.hw.arith import bitlen, log2_exact, sat
 from mcf.hw.arith import sat_top as arith_sat_top
 from mcf.hw.compute.common import VectorState
+from mcf.hw.lut import mux4
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec import fixed as fx
@@ -44,6 +45,23 @@ from mcf.spec.isa import VecOp   # the VEC operations: one definition, the instr
 P_BITS = 36      # widest product before normalize: rmsnorm's rshr(m r, 14) * gain
 NORM_BITS = 16   # normalize's rshr(p, sh) lies in [-2^15, 2^15]: 17 bits
 FINE_BITS = 2    # normalize's shift in two steps: by its multiple of 2^FINE_BITS, then by the rest
+COARSE_BITS = 5 - FINE_BITS     # the first step's amount: s[FINE_BITS:5] (s < 32)
+
+
+def coarse_shift(m, x, s, width: int, primitive: bool = False, name: str = "cs"):
+    """``(x >> (s << FINE_BITS))[:width]`` of a signed ``x`` (``s`` COARSE_BITS = 3 bits: an 8-way
+    choice a bit).  ``primitive`` (round 28b, vt28b): ABC9 maps the 8-way choice at ~3 LUT a bit; as
+    a 2-way choice by s's top bit over ``width`` + 3 * 2^FINE_BITS bits, then a 4:1 choice a bit
+    (hw/lut.py's LUT6 instances) by its two low bits, it takes ~1 + 1.6 (the 2-way layer's bits
+    are shared by the 4:1 choices of 4 output bits)."""
+    if not primitive:
+        return (x >> Cat(Const(0, FINE_BITS), s))[:width]
+    step = 1 << FINE_BITS
+    half = step << 2                    # the top bit's shift
+    ext = Cat(x, x[-1].replicate(half + width))     # x sign-extended: every bit index below is in range
+    t = Signal(width + 3 * step, name=f"{name}_t")
+    m.d.comb += t.eq(Mux(s[2], ext[half:half + len(t)], ext[:len(t)]))
+    return mux4(m, s[:2], [t[k * step:k * step + width] for k in range(4)], primitive=True, name=name)
 
 
 def cmd_layout(max_n):
@@ -71,8 +89,9 @@ class VectorUnit(wiring.Component):
     """``lanes`` elements per beat and per cycle on every pass (row lengths, and half a RoPE
     head, must be multiples of ``lanes``); element k of a beat is bits [32k +: 32] of ``x``."""
 
-    def __init__(self, max_n: int = 128, lanes: int = 1):
+    def __init__(self, max_n: int = 128, lanes: int = 1, primitive: bool = False):
         log2_exact(lanes, "lanes")
+        self.primitive = primitive      # normalize's coarse shifts as LUT6 instances (round 28b)
         if max_n % lanes:
             raise ValueError(f"lanes={lanes} does not divide max_n={max_n}")
         self.max_n, self.lanes = max_n, lanes
@@ -177,8 +196,9 @@ class VectorUnit(wiring.Component):
             by way of w = (2 x) >> s, which lies in [-2^16, 2^16) (17 bits; 2 x for s = 0, whose
             rounding gives x back).  ``s`` < 32.  First step (registered): the shift by s's multiple
             of 2^FINE_BITS, 2^FINE_BITS - 1 bits more than w kept."""
-            coarse = Cat(Const(0, FINE_BITS), s[FINE_BITS:5])
-            return reg((Cat(Const(0, 1), x).as_signed() >> coarse)[:NORM_BITS + (1 << FINE_BITS)].as_signed(), name)
+            v = coarse_shift(m, Cat(Const(0, 1), x).as_signed(), s[FINE_BITS:5], NORM_BITS + (1 << FINE_BITS),
+                             self.primitive, f"{name}_cs")
+            return reg(v.as_signed(), name)
 
         def norm_round(v, s):
             """... second: w = v >> (s mod 2^FINE_BITS); sat16((w + 1) >> 1), in [-2^15, 2^15] before the

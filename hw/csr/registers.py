@@ -26,6 +26,7 @@ from mcf.hw.axi.lite import AXI4LiteSignature, Resp
 from mcf.hw.csr.ports import EthControlPort, RegisterBusSignature, RouteTablePort
 from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
 from mcf.hw.fifo import buffered_fifo
+from mcf.hw.lut import mux4
 from mcf.hw.registry import block
 from mcf.spec.node import RANGES as NODE_RANGES
 from mcf.spec.params import Range
@@ -78,8 +79,9 @@ class ControlRegisters(wiring.Component):
 
     def __init__(self, meta_queue_depth: int = 16, desc_queue_depth: int = 16, data_bytes: int = 8,
                  net_ports: int = 2, dma_bus_bytes: int = 16, dma_buffers: int = 2,
-                 dma_buffer_bytes: int = 4096, seq: bool = False):
+                 dma_buffer_bytes: int = 4096, seq: bool = False, primitive: bool = False):
         self.seq = seq
+        self.primitive = primitive      # the read word's group choice as LUT6 instances (round 28b)
         self.meta_queue_log2 = log2_exact(meta_queue_depth, "meta_queue_depth")
         self.desc_queue_log2 = log2_exact(desc_queue_depth, "desc_queue_depth")
         self.dma_bus_log2 = log2_exact(dma_bus_bytes, "dma_bus_bytes")
@@ -394,7 +396,17 @@ class ControlRegisters(wiring.Component):
             m.d.sync += part.eq(level[0])
             parts.append(part)
         rd_value = Signal(DATA_BITS)
-        m.d.comb += rd_value.eq(Array(parts)[ar_addr[lo_bits:abits]] if len(parts) > 1 else parts[0])
+        gsel = ar_addr[lo_bits:abits]
+        used = 0
+        if self.primitive:
+            # (round 28b, vt28b) the group choice as radix-4 layers of 4:1 LUT6 instances (hw/lut.py; a
+            # quartet without a readable word stays 0): ABC9 mapped it with ``rdata``'s choices at ~9 LUT a bit
+            while len(parts) >= 4 and len(parts) % 4 == 0:
+                parts = [Const(0, DATA_BITS) if all(isinstance(p, Const) for p in parts[k:k + 4]) else
+                         mux4(m, gsel[used:used + 2], parts[k:k + 4], primitive=True, name=f"rd_group{used}_{k // 4}")
+                         for k in range(0, len(parts), 4)]
+                used += 2
+        m.d.comb += rd_value.eq(Array(parts)[gsel[used:]] if len(parts) > 1 else parts[0])
         rvalid, rdata, rresp = Signal(), Signal(DATA_BITS), Signal(2)
         m.d.comb += [bus.rvalid.eq(rvalid), bus.rdata.eq(rdata), bus.rresp.eq(rresp)]
         with m.FSM(name="read"):

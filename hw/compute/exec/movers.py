@@ -1566,7 +1566,7 @@ class VecMover(Mover):
 
     def __init__(self, g: Geometry):
         super().__init__(g)
-        self.vector = VectorUnit(g.max_n, g.vl)
+        self.vector = VectorUnit(g.max_n, g.vl, primitive=g.lut_primitive)
 
     def elaborate(self, platform):
         m = Module()

@@ -152,3 +152,21 @@ def test_ops_at_the_range_ends_amaranth_sim():
                               [(int(v), 0, 3) for v in bm], [(int(v), int(pe[0]), la) for v, la in zip(pm[0], last)]))
     dut = VectorUnit(max_n=32, lanes=lanes)
     assert normalise(amaranth_run(dut, jobs), jobs) == expected(jobs)
+
+
+@pytest.mark.parametrize("xbits", [33, 37])
+def test_coarse_shift_lut6_equals_the_plain_build(tmp_path, xbits):
+    """normalize's coarse shift (round 28b): the node's build (a 2-way layer, then hw/lut.py's 4:1
+    LUT6 instances) equals the plain shift in Icarus, for v3's (33-bit) and v9's (37-bit) operands."""
+    import shutil
+    if shutil.which("iverilog") is None:
+        pytest.skip("needs Icarus Verilog")
+    from mcf.hw.compute.vector import COARSE_BITS, FINE_BITS, NORM_BITS, coarse_shift
+    from tests.hw.test_lut import _Pair, _run
+
+    def build(m, stim, primitive):
+        s, x = stim[:COARSE_BITS], stim[COARSE_BITS:COARSE_BITS + xbits].as_signed()
+        name = "p" if primitive else "q"
+        return coarse_shift(m, x, s, NORM_BITS + (1 << FINE_BITS), primitive, name), stim[0]
+    bad, fires = _run(tmp_path, _Pair(COARSE_BITS + xbits, build))
+    assert bad == 0 and fires > 0

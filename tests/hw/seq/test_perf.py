@@ -6,6 +6,7 @@ the counters reads 0."""
 import random
 
 import pytest
+from amaranth import Cat
 from amaranth.sim import Simulator
 
 from mcf.hw.seq.perf import SUMS, PerfCounters
@@ -63,3 +64,25 @@ def test_counts_enable_clear_and_read(latency):
     assert got["counts"] == want + [0]
     assert len(dut.value) == 64
     assert got["cleared"] == [0] * (n + 1)
+
+
+def test_perf_read_lut6_equals_the_plain_build(tmp_path):
+    """Round 28b: the node's build of ``value`` (4:1 LUT6 instance layers, hw/lut.py) equals the plain
+    Switch in Icarus: both on the same random increments, enable, clear (1 cycle in 8) and index."""
+    import shutil
+    if shutil.which("iverilog") is None:
+        pytest.skip("needs Icarus Verilog")
+    from tests.hw.test_lut import _Pair, _run
+    n, inc_bits = len(PerfCounter), 16
+
+    def build(m, stim, primitive):
+        m.submodules[f"perf{int(primitive)}"] = pc = PerfCounters(
+            latency={PerfCounter.HP1_RD_BYTES: 2}, primitive=primitive)
+        m.d.comb += [pc.inc[c].eq(stim[c * inc_bits:(c + 1) * inc_bits]) for c in range(n)]
+        o = n * inc_bits
+        # index: 6 random bits (a quarter of them past the counters), the top two of 8 set rarely
+        m.d.comb += [pc.enable.eq(stim[o]), pc.clear.eq(stim[o + 1:o + 4].all()),
+                     pc.index.eq(Cat(stim[o + 4:o + 10], stim[o + 10:o + 14].all(), 0))]
+        return pc.value, stim[o + 4] & (pc.value != 0)
+    bad, fires = _run(tmp_path, _Pair(n * inc_bits + 14, build))
+    assert bad == 0 and fires > 0
