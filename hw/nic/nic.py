@@ -21,6 +21,7 @@ from mcf import spec
 from mcf.spec import packet as wire
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.csr.ports import RouteTablePort
+from mcf.hw.layouts import RouteEntryLayout
 from mcf.hw.nic.common import ROUTE_WORD_BITS
 from mcf.hw.nic.egress import EgressPort
 from mcf.hw.nic.ingress import N_CAUSES, IngressPort
@@ -92,7 +93,14 @@ class Nic(wiring.Component):
         RESULT = P + 1                # input: reduction results
 
         # --- route table: written/read by the register block, read by every ingress ----
-        m.submodules.routes = routes = Memory(shape=ROUTE_WORD_BITS, depth=self.route_entries, init=[])
+        # (round 29: in UltraRAM -- a 4 096 x 72 block holds a copy of the full table, where block
+        # RAM takes four 4 096 x 9 a copy, and the table is copied per read port: the CSR's and one
+        # an ingress; the block RAM it frees holds the weight loaders' buffers, LUT RAM before.
+        # The reduction engine reads only ``fan_in``: a copy of that field alone, one 4 096 x 9
+        # block RAM, not a fifth UltraRAM -- the K26's 80 % allows 51)
+        big = self.route_entries * ROUTE_WORD_BITS > 36 * 1024
+        m.submodules.routes = routes = Memory(shape=ROUTE_WORD_BITS, depth=self.route_entries, init=[],
+                                              attrs={"ram_style": "ultra"} if big else {})
         abits = (self.route_entries - 1).bit_length()
         wp = routes.write_port()
         in_table = (self.route.addr >> abits) == 0 if abits < wire.ROUTE_ID_BITS else 1
@@ -105,6 +113,17 @@ class Nic(wiring.Component):
         def lookup_port(iface):
             rp = routes.read_port()
             m.d.comb += [rp.addr.eq(iface.addr[:abits]), iface.entry.eq(rp.data)]
+
+        def fan_in_port(iface):
+            """A look-up of ``fan_in`` alone (the other fields read 0)."""
+            if not big:
+                return lookup_port(iface)
+            field = RouteEntryLayout["fan_in"]
+            m.submodules.route_fan_in = fan = Memory(shape=field.shape, depth=self.route_entries, init=[])
+            fwp, rp = fan.write_port(), fan.read_port()
+            m.d.comb += [fwp.addr.eq(wp.addr), fwp.en.eq(wp.en),
+                         fwp.data.eq(wp.data[field.offset:field.offset + field.width]),
+                         rp.addr.eq(iface.addr[:abits]), iface.entry.fan_in.eq(rp.data)]
 
         # --- ingress -------------------------------------------------------------------
         ing = []
@@ -151,7 +170,7 @@ class Nic(wiring.Component):
         wiring.connect(m, rdes.meta, red.meta)
         wiring.connect(m, rdes.o, red.payload)
         m.d.comb += red.node_id.eq(self.node_id)
-        lookup_port(red.lookup)
+        fan_in_port(red.lookup)     # (it reads only the fan-in)
         # Only a contribution that has a slot (an open one with its key, or a free one) is
         # sent, and no other until it is placed: the engine never holds the egress waiting
         # for a slot, so contributions of other reductions keep moving.  (Once placed, the

@@ -246,6 +246,12 @@ class ReduceEngine(wiring.Component):
             st_wp = store.write_port()
             st_ra = store.read_port()     # fold pass 1: the lowest-src contribution
             st_rb = store.read_port()     # every pass: the next contribution in src order
+            # (round 29: the write and ``st_ra`` on one address -- the write's outside FOLD, st_ra's in
+            # it -- so Yosys makes them one read/write port: one true dual-port copy of the store
+            # (8 BRAM36 at Qwen), not one a read port (2 x 15).  st_ra always reads: its word is
+            # used only the cycle after a FOLD read; a block RAM port has one enable for both)
+            st_wa, st_aa, st_fold = Signal.like(st_wp.addr), Signal.like(st_ra.addr), Signal()
+            m.d.comb += [st_wp.addr.eq(Mux(st_fold, st_aa, st_wa)), st_ra.addr.eq(st_wp.addr), st_ra.en.eq(1)]
             s_src = [[Signal(8, name=f"s_src{i}_{a}") for a in range(F)] for i in range(S)]
             csrc = [Signal(8, name=f"csrc{a}") for a in range(F)]     # registered in FIN
             # order[r] = the arrival index with rank r (rank = arrivals with a lower src),
@@ -362,7 +368,7 @@ class ReduceEngine(wiring.Component):
                              wp.data.eq(Mux(last["first"], mx6, _sat32_sum(m, ra6, rb6)).replicate(L)),
                              wp.en.eq(1 << lane if lbits else 1)]
             # Store writes (contribution arrivals).
-            m.d.comb += [st_wp.addr.eq(Cat(p_k, count[:fbits], cur)), st_wp.data.eq(p_data)]
+            m.d.comb += [st_wa.eq(Cat(p_k, count[:fbits], cur)), st_wp.data.eq(p_data)]
             with m.If(p_v & is_softmax):
                 m.d.comb += st_wp.en.eq(1)
             first_region = order[0]
@@ -430,7 +436,7 @@ class ReduceEngine(wiring.Component):
                     m.next = "FOLD"
                 with m.State("FOLD"):
                     beat_j = j[lbits:][:kbits]
-                    m.d.comb += [st_ra.en.eq(1), st_ra.addr.eq(Cat(beat_j, first_region[:fbits], cur)),
+                    m.d.comb += [st_fold.eq(1), st_aa.eq(Cat(beat_j, first_region[:fbits], cur)),
                                  st_rb.en.eq(1), st_rb.addr.eq(Cat(beat_j, next_region[:fbits], cur)),
                                  rp.en.eq(1), rp.addr.eq(Cat(beat_j, cur))]
                     with m.If(j < nwords):
