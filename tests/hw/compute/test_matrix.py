@@ -201,6 +201,45 @@ def test_rq_window_on_lut6(tmp_path):
     assert bad == 0 and fires > 0
 
 
+def test_o_bit_on_lut6(tmp_path):
+    """The pv build's output bit (``o_bit``) as one LUT6 instance (round 29) equals the plain OR of terms in
+    Icarus (the model hw/lut6.v): 8 bits, random terms every cycle, both builds on the same inputs; and its
+    INIT is the OR of terms at each of the 64 addresses."""
+    from amaranth import Cat
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import O_OR_INIT, o_bit
+    for a in range(64):
+        want = (a & 1) | ((a >> 1) & (a >> 2) & 1) | ((a >> 3) & (a >> 4) & 1) | ((a >> 5) & 1)
+        assert (O_OR_INIT >> a) & 1 == want
+
+    def build(m, stim, primitive):
+        bits = [o_bit(m, *stim[6 * i:6 * i + 6], primitive=primitive, name=f"{'p' if primitive else 'q'}{i}")
+                for i in range(8)]
+        return Cat(*bits), stim[0]
+    bad, fires = _run(tmp_path, _Pair(48, build))
+    assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("seed_bits", [4, 6])
+def test_o_ones_on_lut6(tmp_path, seed_bits):
+    """A row's saturations (``o_ones``: pv's clamp of y's 33 top bits, GEMM's overflow) as the LUT6 tree
+    (round 29) equal the plain build in Icarus: the top bits a sign with rare flips (each bit flips when
+    ``seed_bits`` random bits are all one), so "all equal" and a single differing bit anywhere both occur."""
+    from amaranth import Cat
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import o_ones
+    n = 33
+
+    def build(m, stim, primitive):
+        flips = [Cat(*[stim[1 + j * n + k] for j in range(seed_bits)]).all() for k in range(n)]
+        top = Cat(*[stim[0] ^ f for f in flips])
+        en, ovf = stim[1 + seed_bits * n], stim[2 + seed_bits * n] & stim[3 + seed_bits * n]
+        ones, clamp = o_ones(m, top, en, ovf, primitive=primitive, name="p" if primitive else "q")
+        return Cat(ones, clamp), en & ~clamp
+    bad, fires = _run(tmp_path, _Pair(4 + seed_bits * n, build))
+    assert bad == 0 and fires > 0
+
+
 @pytest.mark.cocotb
 def test_utilization_cocotb(build_dir, tmp_path):
     import json
