@@ -87,6 +87,81 @@ SCALE_SLACK = 4
 WIDE_BITS = 64
 
 
+def lut6_init(fn):
+    """A LUT6's INIT for ``fn(i0, .., i5)`` (0 / 1 each): bit a is the output at inputs a (I0 its low bit)."""
+    return sum(1 << a for a in range(64) if fn(*((a >> k) & 1 for k in range(6))))
+
+
+def lut6(m, fn, ins, name):
+    """One LUT6 instance (``{name}_lut`` in ``m``) of ``fn`` over up to 6 one-bit Values (the rest tied to
+    0); the model hw/lut6.v in simulation.  (round 29: a hard boundary -- ABC9 keeps an instance as it is)"""
+    if len(ins) > 6:
+        raise ValueError(f"lut6 takes at most 6 inputs, not {len(ins)}")
+    ins = list(ins) + [Const(0, 1)] * (6 - len(ins))
+    o = Signal(name=name)
+    m.submodules[f"{name}_lut"] = Instance("LUT6", p_INIT=Const(lut6_init(fn), 64), o_O=o,
+                                           **{f"i_I{k}": v for k, v in enumerate(ins)})
+    return o
+
+
+def _o_or(ones, y_en, y, hi_en, hi, g):
+    return ones | (y_en & y) | (hi_en & hi) | g
+
+
+#: ``o_bit``'s LUT6: O = I0 | (I1 & I2) | (I3 & I4) | I5.
+O_OR_INIT = lut6_init(_o_or)
+
+
+def o_bit(m, ones, y_en, y, hi_en, hi, g, primitive: bool = False, name: str = "o_next"):
+    """A bit of the pv build's output word (round 29): ``ones | (y_en & y) | (hi_en & hi) | g`` -- a
+    saturation's ones, pv's y bit, pv's high word, GEMM's sum bit.  ``primitive``: one LUT6 instance
+    (``lut6``), so ABC9 cannot fold the terms' late cones into the bit (it had, at ~2.4 LUT a bit); else
+    the plain expression."""
+    if not primitive:
+        return _o_or(ones, y_en, y, hi_en, hi, g)
+    return lut6(m, _o_or, [ones, y_en, y, hi_en, hi, g], name)
+
+
+def o_ones(m, top, en, ovf, primitive: bool = False, name: str = "o_ones"):
+    """A row's saturations (round 29): (ones, clamp), clamp = ``en`` and ``top`` (y's bits 31 and up: 33, or
+    fewer with ``pv_keys``) not all equal (pv's sat32 of y), ones = clamp | ``ovf`` (GEMM's bias add
+    overflows).  ``primitive``, 33 bits:
+    the "not all equal" of bits 0 .. 30 as six LUT6 (6 bits each, one shared with the next), their OR as
+    one, and ``ones`` as one over it, bits 30 .. 32, ``en`` and ``ovf``: three levels after ``top`` (ABC9
+    had made five, with ``o_bit`` over 8 levels); clamp (the clears' input) stays a plain expression.
+    (Plain: ``ones`` a Signal kept for ABC9, as before.)"""
+    clamp = Signal(name=f"{name}_clamp")
+    ne3 = lambda a, b, c: int(not (a == b == c))
+    if not primitive:
+        ones = Signal(name=name, attrs={"keep": 1})
+        m.d.comb += [clamp.eq(en & top.any() & ~top.all()), ones.eq(clamp | ovf)]
+        return ones, clamp
+    n = len(top)
+    spans = [list(range(s, min(s + 6, n))) for s in range(0, n - 1, 5)]   # one bit shared with the next
+    if len(spans) <= 4:         # (round 29, y narrowed: two levels, the groups into the ones' LUT)
+        groups = [lut6(m, lambda *b, w=len(sp): int(0 < sum(b[:w]) < w), [top[k] for k in sp],
+                       f"{name}_ne{j}") for j, sp in enumerate(spans)]
+        ones = lut6(m, lambda e, o, *g: o | (e & any(g)), [en, ovf, *groups], name)
+        m.d.comb += clamp.eq(en & Cat(*groups).any())
+        return ones, clamp
+    if len(spans) <= 6:         # (y narrowed to 53 .. 63 bits: the groups' OR, then the ones)
+        groups = [lut6(m, lambda *b, w=len(sp): int(0 < sum(b[:w]) < w), [top[k] for k in sp],
+                       f"{name}_ne{j}") for j, sp in enumerate(spans)]
+        ne = lut6(m, lambda *b: int(any(b)), groups, f"{name}_ne")
+        ones = lut6(m, lambda a, e, o, *_: o | (e & a), [ne, en, ovf], name)
+        m.d.comb += clamp.eq(en & ne)
+        return ones, clamp
+    if len(spans) != 7 or len(spans[-1]) != 3:
+        raise ValueError(f"o_ones: {n} bits, the LUT6 tree is for at most 33")
+    groups = [lut6(m, lambda *b: int(0 < sum(b) < 6), [top[k] for k in sp], f"{name}_ne{j}")
+              for j, sp in enumerate(spans[:6])]
+    ne = lut6(m, lambda *b: int(any(b)), groups, f"{name}_ne")
+    ones = lut6(m, lambda a, t0, t1, t2, e, o: o | (e & (a | ne3(t0, t1, t2))),
+                [ne, top[30], top[31], top[32], en, ovf], name)
+    m.d.comb += clamp.eq(en & (ne | ~((top[30] == top[31]) & (top[31] == top[32]))))
+    return ones, clamp
+
+
 def cmd_layout(max_tokens, max_beats, max_tiles):
     return data.StructLayout({
         "tokens": range(1, max_tokens + 1),       # T
@@ -105,7 +180,7 @@ def cmd_layout(max_tokens, max_beats, max_tiles):
 class MatrixUnit(wiring.Component):
     def __init__(self, mac_rows: int = 4, mac_lanes: int = 8, max_tokens: int = 8, max_inputs: int = 256,
                  max_tiles: int = 64, max_group: int = 128, packed: bool = True, primitive: bool = False,
-                 streamed: bool = False, pv_tiles: int = 0, requant_rows: int | None = None):
+                 streamed: bool = False, pv_tiles: int = 0, requant_rows: int | None = None, pv_keys: int = 0):
         rows, lanes = mac_rows, mac_lanes
         if pv_tiles < 0 or (pv_tiles and pv_tiles & (pv_tiles - 1)):
             raise ValueError(f"pv_tiles={pv_tiles}: must be 0 (no pv mode) or a power of two")
@@ -130,6 +205,12 @@ class MatrixUnit(wiring.Component):
         self.primitive, self.streamed = bool(primitive), bool(streamed)
         self.max_inputs, self.max_tiles = max_inputs, max_tiles
         self.pv_tiles = pv_tiles                              # pv: channel tiles of one command (0: no pv)
+        # pv: the most keys one sum covers over its commands (``prev``: the glue's longest context; 0: no
+        # bound).  |w v| < 2^31 2^3, so |y| < pv_keys 2^34: y's significant bits (round 29), 64 without a bound
+        if pv_keys < 0:
+            raise ValueError(f"pv_keys={pv_keys}: must be >= 0")
+        self.pv_bits = (min(WIDE_BITS, max(33, ceil_log2(pv_keys) + 31 + W_BITS)) if pv_keys
+                        else WIDE_BITS)
         self.max_group = min(max_group, max_inputs)        # group size G (inputs per scale)
         self.depth = max_inputs // lanes                      # beats per row
         # Exact widths: |partial| <= G 2^15 8, |acc| <= (n / G) (2^16 - 1) max|partial|.
@@ -643,24 +724,32 @@ class MatrixUnit(wiring.Component):
             m.d.comb += hi_sel.eq(pv & ~adv)
             pv_adv = Signal(attrs={"keep": 1})  # pv: a low word (or sat32) beat enters
             m.d.comb += pv_adv.eq(pv & adv)
+            pv_sat = Signal()                   # pv: a sat32 (not wide) beat enters
+            m.d.comb += pv_sat.eq(pv_adv & ~cfg.wide)
             hi_w, bits, clamps = [], [], []
             for p in range(P):
-                y = Signal(signed(WIDE_BITS), name=f"pv_y{p}")
-                prev = self.prev.payload[p * WIDE_BITS:(p + 1) * WIDE_BITS].as_signed()
+                # (round 29: y on its ``pv_bits`` significant bits; the wide value's top bits copies of
+                # its sign -- the same 64-bit word for every y within the bound)
+                YB = self.pv_bits
+                y = Signal(signed(YB), name=f"pv_y{p}")
+                prev = self.prev.payload[p * WIDE_BITS:p * WIDE_BITS + YB].as_signed()
                 m.d.comb += y.eq(acc5[p] + Mux(cfg.acc, prev, 0))
-                hi_w.append(y[32:])
+                hi_w.append(Cat(y[32:], y[YB - 1].replicate(WIDE_BITS - YB)))
                 # sat32: y outside int32 (bits 31 and up neither all zeros nor all ones) takes the sign's
                 # bound.  The bound is a word of ones (the clamp ORed into each bit's next value) with
                 # the bits the sign's bound has zero cleared by the flip-flops' synchronous reset
                 # (``pv_clr``, below): a bit's next value is one OR of terms (one LUT6), no choice after it.
-                clamp = Signal(name=f"pv_clamp{p}")
-                m.d.comb += clamp.eq(pv_adv & ~cfg.wide & y[31:].any() & ~y[31:].all())
-                clamps.append((clamp, y[WIDE_BITS - 1]))
-                force = Signal(name=f"o_ones{p}", attrs={"keep": 1})    # ones into the row's word: a clamp
-                m.d.comb += force.eq(clamp | govf[p % R])
+                # (round 29: ``primitive``, the clamp's "not all equal" and the row's ones as LUT6 instances:
+                # ``o_ones``)
+                # ones into the row's word: a clamp, or GEMM's overflow of the row's requantizer word
+                force, clamp = o_ones(m, y[31:], pv_sat, govf[p % R], primitive=self.primitive, name=f"o_ones{p}")
+                clamps.append((clamp, y[YB - 1]))
                 for k in range(32):
                     x = p * 32 + k
-                    bits.append(force | (pv_adv & y[k]) | (hi_sel & o_hi[x]) | gword[x % (R * 32)])
+                    # (round 29: ``primitive``, one LUT6 instance a bit -- the hard boundary ABC9 lacked: it
+                    # folded the late ``o_ones`` and its pieces into every bit's LUT, ~2.4 LUT a bit)
+                    bits.append(o_bit(m, force, pv_adv, y[k], hi_sel, o_hi[x], gword[x % (R * 32)],
+                                      primitive=self.primitive, name=f"o_next{x}"))
             m.d.comb += o_next.eq(Cat(*bits))
             m.d.comb += [en.eq(Mux(pv, adv | (pend & self.o.tready), ge)) for en, ge in zip(o_en, gemm_en)]
             # the clamp's bound: -2^31 (sign 1) clears bits 0 .. 30, 2^31 - 1 clears bit 31 (a pv clamp is

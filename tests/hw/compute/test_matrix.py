@@ -201,6 +201,45 @@ def test_rq_window_on_lut6(tmp_path):
     assert bad == 0 and fires > 0
 
 
+def test_o_bit_on_lut6(tmp_path):
+    """The pv build's output bit (``o_bit``) as one LUT6 instance (round 29) equals the plain OR of terms in
+    Icarus (the model hw/lut6.v): 8 bits, random terms every cycle, both builds on the same inputs; and its
+    INIT is the OR of terms at each of the 64 addresses."""
+    from amaranth import Cat
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import O_OR_INIT, o_bit
+    for a in range(64):
+        want = (a & 1) | ((a >> 1) & (a >> 2) & 1) | ((a >> 3) & (a >> 4) & 1) | ((a >> 5) & 1)
+        assert (O_OR_INIT >> a) & 1 == want
+
+    def build(m, stim, primitive):
+        bits = [o_bit(m, *stim[6 * i:6 * i + 6], primitive=primitive, name=f"{'p' if primitive else 'q'}{i}")
+                for i in range(8)]
+        return Cat(*bits), stim[0]
+    bad, fires = _run(tmp_path, _Pair(48, build))
+    assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("n,seed_bits", [(33, 4), (33, 6), (19, 4), (16, 3), (21, 4), (24, 4), (30, 4)])
+def test_o_ones_on_lut6(tmp_path, n, seed_bits):
+    """A row's saturations (``o_ones``: pv's clamp of y's top bits -- 33, or 19 with y on 50 bits, the node's
+    ``pv_keys`` --, GEMM's overflow) as the LUT6 tree (round 29) equal the plain build in Icarus: the top bits
+    a sign with rare flips (each bit flips when ``seed_bits`` random bits are all one), so "all equal" and a
+    single differing bit anywhere both occur."""
+    from amaranth import Cat
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import o_ones
+
+    def build(m, stim, primitive):
+        flips = [Cat(*[stim[1 + j * n + k] for j in range(seed_bits)]).all() for k in range(n)]
+        top = Cat(*[stim[0] ^ f for f in flips])
+        en, ovf = stim[1 + seed_bits * n], stim[2 + seed_bits * n] & stim[3 + seed_bits * n]
+        ones, clamp = o_ones(m, top, en, ovf, primitive=primitive, name="p" if primitive else "q")
+        return Cat(ones, clamp), en & ~clamp
+    bad, fires = _run(tmp_path, _Pair(4 + seed_bits * n, build))
+    assert bad == 0 and fires > 0
+
+
 @pytest.mark.cocotb
 def test_utilization_cocotb(build_dir, tmp_path):
     import json
@@ -493,12 +532,15 @@ def test_tile_reorder_rotate(lanes, beats, keys):
 
 
 # --- pv mode: attention PV on the array, V^T as the matrix, w in two digits (golden ``state_sums``) ----
-@pytest.mark.parametrize("r,keys,acc,wide,extreme,v_max", [(3, 16, False, False, True, -8),
-                                                            (3, 16, False, False, True, 7),
-                                                            (4, 24, True, True, True, -8),
-                                                            (2, 8, True, False, False, -8),
-                                                            (1, 16, True, True, False, 7)])
-def test_pv_amaranth_sim(r, keys, acc, wide, extreme, v_max):
+@pytest.mark.parametrize("r,keys,acc,wide,extreme,v_max,pv_keys", [(3, 16, False, False, True, -8, 0),
+                                                                    (3, 16, False, False, True, 7, 0),
+                                                                    (4, 24, True, True, True, -8, 0),
+                                                                    (2, 8, True, False, False, -8, 0),
+                                                                    (1, 16, True, True, False, 7, 0),
+                                                                    (4, 24, True, True, True, -8, 4096),
+                                                                    (3, 16, True, False, True, 7, 64),
+                                                                    (3, 16, False, False, True, -8, 64)])
+def test_pv_amaranth_sim(r, keys, acc, wide, extreme, v_max, pv_keys):
     """pv mode against ``fixed.state_sums``' exact o (sat32, or wide with a previous wide value
     added): w = W_MAX and w = 0 keys, V = -8 (o below int32) or 7 (above: sat32's other bound),
     several key counts (multiples of K); then an ordinary GEMM on the same unit (the mode is per
@@ -507,7 +549,10 @@ def test_pv_amaranth_sim(r, keys, acc, wide, extreme, v_max):
     from mcf.sw.golden import fixed as fx
     rng = np.random.default_rng(keys + r)
     P, K, TM, d = 2, 4, 4, 8
-    dut = MatrixUnit(mac_rows=P, mac_lanes=K, max_tokens=TM, max_inputs=64, max_tiles=8, pv_tiles=d // P)
+    # (``pv_keys``, round 29: y on its significant bits, ceil_log2(pv_keys) + 35: 47 at 4 096, 41 at 64 -- the
+    # previous wide values below the bound, as the glue's sums of at most pv_keys keys are)
+    dut = MatrixUnit(mac_rows=P, mac_lanes=K, max_tokens=TM, max_inputs=64, max_tiles=8, pv_tiles=d // P,
+                     pv_keys=pv_keys)
     w, vq, o = pv_weights(rng, r, keys, d, extreme, v_max=v_max)
     if extreme:
         assert (w == fx.W_MAX).any() and (w == 0).any() and (vq == v_max).any()
@@ -523,6 +568,21 @@ def test_pv_amaranth_sim(r, keys, acc, wide, extreme, v_max):
     # the requantizer: out of the pv job's too) before and after it
     ext = extreme_linear_job(0, -10)
     assert run_matrix(dut, [ext, lin, job, lin]) == [ext.expected, lin.expected, job.expected, lin.expected]
+
+
+@pytest.mark.parametrize("pv_keys", [1, 64, 4096, 32768, 1 << 29, 1 << 30])
+def test_pv_bits_bound(pv_keys):
+    """``pv_bits`` (round 29) holds a sum of pv_keys products w v at either extreme (w <= W_MAX, v in
+    [-8, 7]), and at least y's 33 bits that sat32 reads; 64 (modulo 2^64, as without a bound) at most."""
+    from mcf.sw.golden import fixed as fx
+    YB = MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=64, max_tiles=8, pv_tiles=4,
+                    pv_keys=pv_keys).pv_bits
+    assert 33 <= YB <= 64
+    if YB < 64:
+        assert -(1 << (YB - 1)) <= pv_keys * fx.W_MAX * -8 and pv_keys * fx.W_MAX * 7 < 1 << (YB - 1)
+    assert MatrixUnit(mac_rows=2, mac_lanes=4, max_tokens=4, max_inputs=64, max_tiles=8, pv_tiles=4).pv_bits == 64
+    if pv_keys == 32768:
+        assert YB == 50
 
 
 def _pv_beats(rows, lanes, d, groups, rng):
