@@ -328,20 +328,25 @@ def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Si
     return out
 
 
-def _shr_layers(m, x, low: int, k, step: int, name: str):
+def _shr_layers(m, x, low: int, k, step: int, name: str, nonneg: bool = False, out_bits: int | None = None):
     """``Cat(low zeros, x) >> (k 2^step)`` (arithmetic, x signed) as radix-4 layers of LUT6 4:1 choices (``mcf.hw.lut.mux4``, one
     instance a bit a layer; a last single bit of k a plain 2:1 choice).  A bit whose four choices are one
-    and the same bit (the sign past the top, the zeros below x << bias) is passed on, not instantiated."""
+    and the same bit (the sign past the top, the zeros below x << bias) is passed on, not instantiated.
+    ``nonneg`` (round 29): x's sign bit is known 0 (an unsigned x widened), so it is the zeros' bit: the
+    choices that only read zeros past the top are passed on too.  ``out_bits`` (round 29): only the
+    result's low ``out_bits`` bits, each layer's bits that none of them reads not instantiated."""
     from mcf.hw.lut import mux4
     zero = Const(0, 1)
-    bits = [zero] * low + [x[b] for b in range(len(x))]
+    bits = [zero] * low + [x[b] for b in range(len(x) - 1)] + [zero if nonneg else x[len(x) - 1]]
     W = len(bits)
-    for j in range(0, len(k), 2):
-        unit = 1 << (j + step)
-        nsel = min(2, len(k) - j)
-        ways = 1 << nsel
+    layers = [(1 << (j + step), 1 << min(2, len(k) - j)) for j in range(0, len(k), 2)]
+    need = [set(range(min(W, out_bits if out_bits is not None else W)))]
+    for unit, ways in reversed(layers[1:]):
+        need.insert(0, {min(b + i * unit, W - 1) for b in need[0] for i in range(ways)})
+    for (unit, ways), needed, j in zip(layers, need, range(0, len(k), 2)):
+        nsel = ways.bit_length() - 1
         choices = [[bits[min(b + i * unit, W - 1)] for i in range(ways)] for b in range(W)]
-        live = [b for b in range(W) if any(c is not choices[b][0] for c in choices[b])]
+        live = [b for b in range(W) if b in needed and any(c is not choices[b][0] for c in choices[b])]
         nxt = [choices[b][0] for b in range(W)]
         if live:
             items = [Cat(*(choices[b][i] for b in live)) for i in range(ways)]
@@ -353,17 +358,26 @@ def _shr_layers(m, x, low: int, k, step: int, name: str):
             for i, b in enumerate(live):
                 nxt[b] = out[i]
         bits = nxt
-    return Cat(*bits)
+    return Cat(*bits[:len(need[-1])])
 
 
-def rshr_biased_staged(m, x, k, bias: int, name: str, en=None, step: int = 0, primitive: bool = False) -> Signal:
+def rshr_biased_staged(m, x, k, bias: int, name: str, en=None, step: int = 0, primitive: bool = False,
+                       bound: int | None = None) -> Signal:
     """Golden ``rshr(x, k 2^step - bias)`` for an unsigned ``k`` (a shift biased by ``bias``: left ``bias``
     .. right; ``step``: k counts 2^step bits) as one rounding right shift of x << ``bias`` by k 2^step, in
     ``rshr_staged``'s three stages (x and k; the shift of 2 (x << bias); + 1 and >> 1): no left shifter, no
     choice of the two, no saturation check -- the result exact, n + bias + 1 bits (the caller saturates).
     For k 2^step <= bias the + 1 falls below the shifted zeros; past bias it is the rounding.
     ``primitive`` (round 28b): the shift as radix-4 layers of LUT6 instances (``_shr_layers``; ABC9 maps
-    a wide 4:1 choice at ~1.5 LUT a bit), else Amaranth's shift (the Python simulator's build)."""
+    a wide 4:1 choice at ~1.5 LUT a bit), else Amaranth's shift (the Python simulator's build).
+    ``bound`` (round 29; x unsigned): the result min(rshr(...), bound), unsigned in bound's bits, its bound
+    taken at the output register (result > bound iff the shift > 2 bound, a compare of the shift's register
+    beside the + 1: the register's constant for the flag is its synchronous set / reset, no choice after).
+    The shift is then kept to its low B = bitlen(2 bound) bits, beside a flag of its bits from B up (x >=
+    2^(B - bias - 1 + k 2^step): x's bits from there up, one OR a k, chosen by k), so the layers' bits
+    that only feed bits from B up are not built."""
+    if bound is not None and x.shape().signed:
+        raise ValueError("rshr_biased_staged: a bound for an unsigned x only")
     xs = x if x.shape().signed else Cat(x, Const(0, 1)).as_signed()
     k = Value.cast(k)
     n = len(xs)
@@ -371,14 +385,29 @@ def rshr_biased_staged(m, x, k, bias: int, name: str, en=None, step: int = 0, pr
     kmax = (1 << len(k)) - 1
     c_x = Signal.like(xs, name=f"{name}_cx")
     c_k = Signal(range(min(kmax, cap) + 1), name=f"{name}_ck")
-    a_shr = Signal(signed(n + bias + 1), name=f"{name}_shr")
-    out = Signal(signed(n + bias + 1), name=name)
-    pre = Signal(signed(n + bias + 2), name=f"{name}_pre")
-    m.d.comb += pre.eq(a_shr + 1)
-    stmts = [c_x.eq(xs), c_k.eq(Mux(k > cap, cap, k) if kmax > cap else k),
-             a_shr.eq(_shr_layers(m, c_x, bias + 1, c_k, step, f"{name}_l").as_signed() if primitive
-                      else Cat(Const(0, bias + 1), c_x).as_signed() >> (Cat(Const(0, step), c_k) if step else c_k)),
-             out.eq(pre >> 1)]
+    B = n + bias + 1 if bound is None else (2 * bound).bit_length()
+    shifted = (_shr_layers(m, c_x, bias + 1, c_k, step, f"{name}_l", nonneg=not x.shape().signed,
+                           out_bits=B).as_signed() if primitive
+               else Cat(Const(0, bias + 1), c_x).as_signed() >> (Cat(Const(0, step), c_k) if step else c_k))
+    stmts = [c_x.eq(xs), c_k.eq(Mux(k > cap, cap, k) if kmax > cap else k)]
+    if bound is None:
+        a_shr = Signal(signed(B), name=f"{name}_shr")
+        out = Signal(signed(B), name=name)
+        pre = Signal(signed(B + 1), name=f"{name}_pre")
+        m.d.comb += pre.eq(a_shr + 1)
+        stmts += [a_shr.eq(shifted), out.eq(pre >> 1)]
+    else:
+        a_lo, a_hi = Signal(B, name=f"{name}_shr"), Signal(name=f"{name}_hi")
+        out = Signal(bound.bit_length(), name=name)
+        pre = Signal(B + 1, name=f"{name}_pre")
+        m.d.comb += pre.eq(a_lo + 1)
+        xu = c_x[:n - 1]
+
+        def hi_at(kk):              # the shift >= 2^B: x >= 2^e, e = B - bias - 1 + kk 2^step
+            e = max(B - bias - 1 + (kk << step), 0)
+            return xu[e:].any() if e < len(xu) else Const(0, 1)
+        stmts += [a_lo.eq(shifted[:B]), a_hi.eq(Array(hi_at(kk) for kk in range(min(kmax, cap) + 1))[c_k]),
+                  out.eq(Mux(a_hi | (a_lo > 2 * bound), bound, (pre >> 1)[:len(out)]))]
     _sync(m, stmts, en)
     return out
 
@@ -396,6 +425,12 @@ EXP2_SHIFTED = [(int(t) >> l) | ((int(t) >> (l - 1) & 1 if l else 0) << (fx.P_FR
 #: Bits of p A_v (p <= 2^P_FRAC, the exp2 table's largest entry; A_v < 2^KV_A_BITS).
 U_BITS = fx.P_FRAC + KV_A_BITS
 assert max(fx.EXP2_LUT) == 1 << fx.P_FRAC and (1 << fx.P_FRAC) * ((1 << KV_A_BITS) - 1) < 1 << U_BITS
+#: The rows' w shift (round 29): rshr(u, 3 - E_v) as a right shift of u << W_BIAS by k = W_K0 - E_v in
+#: steps of 2^W_STEP (u << c, c = (E_v - W_K0) mod 2^W_STEP), at most W_KMAX steps: past it the result is 0
+#: (the right shift past u 2^c's 26 bits and the rounding bit).
+W_BIAS, W_STEP = 31, 2
+W_K0 = fx.P_FRAC - fx.O_FRAC + W_BIAS
+W_KMAX = -(-(U_BITS + (1 << W_STEP) - 1 + 1 + W_BIAS + 1) // (1 << W_STEP))
 #: Bits of FINAL's sat32(o) x rcp (signed): |o| <= 2^31, rcp <= 2^P_FRAC (the table's largest entry, 2^24 / 2^9).
 FIN_X_BITS = 32 + fx.P_FRAC
 #: FINAL's shift in steps of 2^FIN_STEP: the row's reciprocal is kept shifted left by c (0 .. 2^FIN_STEP - 1)
@@ -802,16 +837,28 @@ class AttentionUnit(wiring.Component):
             p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, zs + rb8), 16)
             with m.If(pv_[9] & pm_[9].ap):
                 m.d.sync += lacc[r].eq(lacc[r] + p9)
-            # p A_v in U_BITS: p <= EXP2_LUT[0] = 2^P_FRAC, A_v < 2^KV_A_BITS, so p A_v < 2^(P_FRAC + KV_A_BITS)
-            # (round 28: the product's 24th bit is never set; the w shift's input a bit narrower)
-            u10 = stage(f"u{r}", p9 * pm_[9].va, U_BITS)
-            # rshr(u, 3 - E_v) as one right shift of u << 31 by k = 3 - E_v + 31 (rshr_biased_staged),
-            # k < 0 (a left shift past 31) as k = 0: u << 31 > W_MAX as any longer shift of u > 0 is
-            wk = fx.P_FRAC - fx.O_FRAC + 31 - pm_[9].ve
-            wsh10 = stage(f"wsh{r}", Mux(wk < 0, 0, Mux(wk > 63, 63, wk)), range(64))
-            wr13 = rshr_biased_staged(m, u10, wsh10, 31, f"wr{r}")
-            # w >= 0: the W_MAX bound is its saturation
-            m.d.comb += w13s[r].eq(Mux(wr13 > fx.W_MAX, fx.W_MAX, wr13[:32]))
+            # rshr(u, 3 - E_v) as one right shift of u << W_BIAS by k = 3 - E_v + W_BIAS (rshr_biased_staged),
+            # in steps of 2^W_STEP (round 29, FINAL's step): rshr(u, s) = rshr(u 2^c, s + c) exactly, so with
+            # d = E_v - W_K0 = -k, c = d mod 2^W_STEP on A_v (A_v << c at stage 9, one DSP as before) the shift
+            # is k4 = (k + c) / 2^W_STEP = -(d >> W_STEP) steps (0 .. 15, not 0 .. 63: two LUT6 4:1 layers
+            # in the node's build).  k4 < 0 (a left shift past W_BIAS) as 0: u << W_BIAS > W_MAX as any
+            # longer shift of u > 0 is
+            d8 = Signal(signed(EXP_BITS + 1), name=f"wd{r}")
+            m.d.comb += d8.eq(pm_[8].ve - W_K0)
+            vas9 = stage(f"vas{r}", pm_[8].va << d8[:W_STEP], KV_A_BITS + (1 << W_STEP) - 1)
+            # p A_v 2^c in U_BITS + 3: p <= EXP2_LUT[0] = 2^P_FRAC, A_v < 2^KV_A_BITS (round 28: the
+            # product's 24th bit is never set)
+            u10 = stage(f"u{r}", p9 * vas9, U_BITS + (1 << W_STEP) - 1)
+            d9 = Signal(signed(EXP_BITS + 1), name=f"wd9_{r}")
+            m.d.comb += d9.eq(pm_[9].ve - W_K0)
+            wk4 = Signal(signed(EXP_BITS + 1 - W_STEP + 1), name=f"wk{r}")
+            m.d.comb += wk4.eq(-(d9 >> W_STEP))
+            wsh10 = stage(f"wsh{r}", Mux(wk4 < 0, 0, Mux(wk4 > W_KMAX, W_KMAX, wk4)), range(W_KMAX + 1))
+            # w >= 0: the W_MAX bound is its saturation, at the shift's output register (round 29: the 32-bit
+            # choice after it, in front of the w queue, was ~48 LUT a row with its 59-bit compare)
+            wr13 = rshr_biased_staged(m, u10, wsh10, W_BIAS, f"wr{r}", step=W_STEP, primitive=self.primitive,
+                                      bound=fx.W_MAX)
+            m.d.comb += w13s[r].eq(wr13)
         m.d.comb += [wq_wr.en.eq(push), wq_wr.addr.eq(wq_wp), wq_wr.data.eq(Cat(*w13s)), wq_rd.addr.eq(wq_rp)]
         with m.If(push):
             m.d.sync += wq_wp.eq(Mux(wq_wp == W_CREDITS - 1, 0, wq_wp + 1))

@@ -371,18 +371,25 @@ def test_attention_row_maxima_amaranth_sim(max_words, shuffle, protocol):
 
 
 @pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs Icarus Verilog")
-@pytest.mark.parametrize("width,bias,step,k_bits", [(47, 4, 2, 4), (23, 31, 0, 6), (10, 1, 1, 3), (12, 0, 2, 5)],
-                         ids=["fin", "wr", "odd-k", "k-past-cap"])
-def test_rshr_biased_staged_lut6_equals_the_plain_build(tmp_path, width, bias, step, k_bits):
+@pytest.mark.parametrize("width,bias,step,k_bits,signed_x,bound",
+                         [(47, 4, 2, 4, True, None), (23, 31, 0, 6, True, None), (10, 1, 1, 3, True, None),
+                          (12, 0, 2, 5, True, None), (26, 31, 2, 4, False, fx.W_MAX), (9, 3, 1, 3, False, None),
+                          (9, 3, 1, 3, False, 300)],
+                         ids=["fin", "wr-step1", "odd-k", "k-past-cap", "wr", "unsigned-odd-k", "unsigned-bound"])
+def test_rshr_biased_staged_lut6_equals_the_plain_build(tmp_path, width, bias, step, k_bits, signed_x, bound):
     """(round 28b) ``rshr_biased_staged``'s shift as LUT6 4:1 layers (``primitive``, the node's build)
     against its plain build (the Python simulator's, checked against golden above and in every unit
-    test) in Icarus: both on the same random x and k every cycle (FINAL's 47 bits in steps of 4; the rows'
-    w shift; an odd number of k's bits; k past the clamp), their outputs compared every cycle."""
+    test) in Icarus: both on the same random x and k every cycle (FINAL's 47 bits in steps of 4; a w
+    shift in steps of 1; an odd number of k's bits; k past the clamp; round 29: the rows' w shift, an
+    unsigned 26-bit u 2^c in steps of 4 bounded by W_MAX, whose zero sign the layers pass on and whose
+    bits past the bound's they do not build), their outputs compared every cycle."""
     from tests.hw.test_lut import _Pair, _run
 
     def build(m, stim, primitive):
-        x, k = stim[:width].as_signed(), stim[width:width + k_bits]
-        out = rshr_biased_staged(m, x, k, bias, "p" if primitive else "q", step=step, primitive=primitive)
+        x, k = stim[:width], stim[width:width + k_bits]
+        x = x.as_signed() if signed_x else x
+        out = rshr_biased_staged(m, x, k, bias, "p" if primitive else "q", step=step, primitive=primitive,
+                                 bound=bound)
         return out, out[0]
     bad, fires = _run(tmp_path, _Pair(width + k_bits, build))
     assert bad == 0 and fires > 0
