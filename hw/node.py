@@ -804,7 +804,7 @@ class Node(wiring.Component):
                                     dma_buffers=config.buffers, dma_buffer_bytes=config.buffer_bytes, seq=True,
                                     primitive=bool(config.dsp_primitives))     # (round 28b: LUT6 choices)
         self.exec = (exec_unit or ExecUnit)(config)
-        self.seq = Sequencer(config)
+        self.seq = Sequencer(config, primitive=bool(config.dsp_primitives))    # (round 29: LUT6 picks)
         self.loader = DmaLoader(config.data_width, config.ddr_addr_bits, config.buffer_bytes, config.buffers)
         self.writer = DmaWriter(config.data_width, config.ddr_addr_bits)
         self.packetizer = Packetizer(config.data_width, config.payload_depth, config.meta_queue_depth)
