@@ -50,6 +50,7 @@ from mcf.hw.fifo import PrefetchFIFO, buffered_fifo, nonempty
 from mcf.hw.compute.exec.unit import PERF_BITS, ExecUnit
 from mcf.hw.csr import ControlRegisters, EthControlPort
 from mcf.hw.csr.ports import RegisterBusSignature
+from mcf.hw.csr.registers import write_bytes
 from mcf.hw.dma.loader import DmaLoader
 from mcf.hw.dma.writer import DmaWriter
 from mcf.hw.layouts import DmaDescriptorLayout, InstrLayouts, MetaLayout, register_word
@@ -727,8 +728,6 @@ class SeqRegisters(wiring.Component):
             return store[name][f.lsb:f.lsb + f.width]
 
         # --- writes -----------------------------------------------------------------------------
-        mask = Signal(DATA_BITS)
-        m.d.comb += mask.eq(Cat(*(bus.w_strb[i].replicate(8) for i in range(DATA_BITS // 8))))
         # the word's bits within the window (``w_en`` pulses for the window's registers only:
         # ``RegisterBusSignature``; issue 14: the whole address's compare was in front of
         # SEQ_CONTROL's abort and so of the sequencer's fault)
@@ -738,9 +737,8 @@ class SeqRegisters(wiring.Component):
             with m.Switch(bus.w_addr[:wbits]):
                 for r in regs:
                     with m.Case((r.offset >> 2) % (1 << wbits)):
-                        if r.access is Access.RW:
-                            s = store[r.name]
-                            m.d.sync += s.eq(((s & ~mask) | (bus.w_data & mask)) & r.mask)
+                        if r.access is Access.RW:      # (round 29: an enable a byte, ``write_bytes``)
+                            write_bytes(m, store[r.name], bus.w_data, bus.w_strb, r.mask, r.reset)
                         elif r.name == "SEQ_CONTROL":
                             c = REGISTERS["SEQ_CONTROL"]
                             m.d.comb += [self.start.eq(bus.w_data[c.field("start").lsb]),
