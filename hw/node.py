@@ -37,7 +37,7 @@ into ``axi``; its faults, idle and byte counts crossed back), every other client
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, DomainRenamer, Module, Mux, Signal, Value
+from amaranth import Cat, Const, DomainRenamer, Instance, Module, Mux, Signal, Value
 from amaranth.lib import cdc, data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -50,6 +50,7 @@ from mcf.hw.fifo import PrefetchFIFO, buffered_fifo, nonempty
 from mcf.hw.compute.exec.unit import PERF_BITS, ExecUnit
 from mcf.hw.csr import ControlRegisters, EthControlPort
 from mcf.hw.csr.ports import RegisterBusSignature
+from mcf.hw.csr.registers import write_bytes
 from mcf.hw.dma.loader import DmaLoader
 from mcf.hw.dma.writer import DmaWriter
 from mcf.hw.layouts import DmaDescriptorLayout, InstrLayouts, MetaLayout, register_word
@@ -324,6 +325,31 @@ def _lowest_has(g, p):
     return (x + y)[n]
 
 
+#: A LUT6's INIT for O = (I0 == I1) & (I2 == I3) & (I4 == I5): three bit pairs equal (round 29).
+EQ3_INIT = sum(1 << a for a in range(64) if all((a >> 2 * k & 1) == (a >> 2 * k + 1 & 1) for k in range(3)))
+
+
+def equal(m, a, b, primitive: bool = False, name: str = "eq"):
+    """``a == b`` (one width).  ``primitive`` (the node's build, round 29): a LUT6 instance
+    (``EQ3_INIT``, the model hw/lut6.v) per three bit pairs and their AND plain -- ABC9 mapped the RX
+    engine's 24-bit tag compares at ~20 LUT an entry (its area model takes smaller LUTs), 8 LUT6 +
+    the AND here; else the plain compare."""
+    if len(a) != len(b):
+        raise ValueError(f"equal: widths {len(a)} and {len(b)}")
+    if not primitive:
+        return a == b
+    outs = []
+    for k in range(0, len(a), 3):
+        pairs = [(a[i], b[i]) for i in range(k, min(k + 3, len(a)))]
+        pairs += [(Const(0, 1), Const(0, 1))] * (3 - len(pairs))
+        o = Signal(name=f"{name}_{k // 3}")
+        m.submodules[f"{name}_{k // 3}"] = Instance(
+            "LUT6", p_INIT=Const(EQ3_INIT, 64), o_O=o,
+            **{f"i_I{2 * j + h}": pairs[j][h] for j in range(3) for h in range(2)})
+        outs.append(o)
+    return Cat(*outs).all()
+
+
 class RxEngine(wiring.Component):
     """See the module text.  Other ports: ``errors`` (strobes per ErrorCause), ``busy`` (a
     packet or a DDR write in flight, or a credit queued), ``posted`` (table entries in use, a
@@ -488,7 +514,9 @@ class RxEngine(wiring.Component):
             with m.State("LOOKUP"):
                 # (whether any entry matches and whether the wait ran out are registered beside
                 # the match: DECIDE has no OR over the entries and no compare of the timer)
-                hit = Cat(*(valid[i] & (tags[i] == hm.kv_id) for i in range(S)))
+                # (round 29: the compares as LUT6 instances in the node's build, ``equal``)
+                hit = Cat(*(valid[i] & equal(m, tags[i], hm.kv_id, bool(cfg.dsp_primitives), f"tag{i}_eq")
+                            for i in range(S)))
                 m.d.sync += [match.eq(hit), matched.eq(Cat(*(hit[k:k + 8].any() for k in range(0, S, 8)))), timer.eq(timer + 1),
                              expired.eq((timer + 1)[:len(timer)] >= self.rx_wait),
                              ps_seen.eq(self.ps_store.valid), ps_over.eq(hm.length > self.ps_store.payload.length),
@@ -700,8 +728,6 @@ class SeqRegisters(wiring.Component):
             return store[name][f.lsb:f.lsb + f.width]
 
         # --- writes -----------------------------------------------------------------------------
-        mask = Signal(DATA_BITS)
-        m.d.comb += mask.eq(Cat(*(bus.w_strb[i].replicate(8) for i in range(DATA_BITS // 8))))
         # the word's bits within the window (``w_en`` pulses for the window's registers only:
         # ``RegisterBusSignature``; issue 14: the whole address's compare was in front of
         # SEQ_CONTROL's abort and so of the sequencer's fault)
@@ -711,9 +737,8 @@ class SeqRegisters(wiring.Component):
             with m.Switch(bus.w_addr[:wbits]):
                 for r in regs:
                     with m.Case((r.offset >> 2) % (1 << wbits)):
-                        if r.access is Access.RW:
-                            s = store[r.name]
-                            m.d.sync += s.eq(((s & ~mask) | (bus.w_data & mask)) & r.mask)
+                        if r.access is Access.RW:      # (round 29: an enable a byte, ``write_bytes``)
+                            write_bytes(m, store[r.name], bus.w_data, bus.w_strb, r.mask, r.reset)
                         elif r.name == "SEQ_CONTROL":
                             c = REGISTERS["SEQ_CONTROL"]
                             m.d.comb += [self.start.eq(bus.w_data[c.field("start").lsb]),
@@ -804,7 +829,7 @@ class Node(wiring.Component):
                                     dma_buffers=config.buffers, dma_buffer_bytes=config.buffer_bytes, seq=True,
                                     primitive=bool(config.dsp_primitives))     # (round 28b: LUT6 choices)
         self.exec = (exec_unit or ExecUnit)(config)
-        self.seq = Sequencer(config)
+        self.seq = Sequencer(config, primitive=bool(config.dsp_primitives))    # (round 29: LUT6 picks)
         self.loader = DmaLoader(config.data_width, config.ddr_addr_bits, config.buffer_bytes, config.buffers)
         self.writer = DmaWriter(config.data_width, config.ddr_addr_bits)
         self.packetizer = Packetizer(config.data_width, config.payload_depth, config.meta_queue_depth)

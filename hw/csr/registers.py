@@ -45,6 +45,20 @@ def _reg(m, value, name):
     return q
 
 
+def write_bytes(m, store, data, strb, mask: int, reset: int):
+    """``store`` = ((store & ~bytes) | (data & bytes)) & mask, the bytes those of ``strb``; under the
+    write's condition.  (Round 29: as an enable a byte, the flip-flops taking ``data`` straight -- a
+    LUT a byte, where the merge with the old word was a LUT a bit; the same value in every cycle.
+    A reset value outside ``mask`` keeps the merge: a write clears those bits in every byte.)"""
+    if reset & ~mask:
+        bm = Cat(*(strb[i].replicate(8) for i in range(len(strb))))
+        m.d.sync += store.eq(((store & ~bm) | (data & bm)) & mask)
+        return
+    for i in range(len(strb)):
+        with m.If(strb[i]):
+            m.d.sync += store[8 * i:8 * i + 8].eq(data[8 * i:8 * i + 8] & (mask >> 8 * i & 0xFF))
+
+
 def _compose(reg: Register, **values):
     """A register word from field signals (RO status words)."""
     word = Signal(DATA_BITS, name=f"{reg.name.lower()}_word")
@@ -237,7 +251,11 @@ class ControlRegisters(wiring.Component):
                         pass                        # (the write strobe: ``aw_ext``, below)
                     elif r.name == "ROUTE_DATA":
                         m.d.comb += self.route.w_en.eq(1)
+                    elif r.access is Access.RW and r.name not in SELF_CLEARING:
+                        write_bytes(m, store[r.name], w_data, w_strb, r.mask, r.reset)
                     elif r.access is Access.RW:
+                        # (a self-clearing field in a byte not written stays for the cycle, as the
+                        # whole word's assignment overrides the clear: the merge kept)
                         s = store[r.name]
                         m.d.sync += s.eq(((s & ~byte_mask) | written) & r.mask)
                     elif r.access is Access.W1C:

@@ -115,8 +115,21 @@ class Semaphores(wiring.Component):
             # ``small``, a choice that maps into the value adder's LUTs.  The same operand as
             # small + (hit ? amount : 0) per semaphore (a per-semaphore 18-bit adder before, 32
             # of them): the same value in every cycle.
+            # (round 29: whether each other source names the wide one's semaphore is compared in
+            # stage 1, from the ports, into a register (``wsame``): the same bit as the registered
+            # sems' compare, and the compare is no longer in front of ``wsum``'s adder -- ABC9
+            # mapped ``dec2_s -> wsum`` at 8.25 levels when the top's other logic changed)
             wv, ws, wa = reg[wide[0]]
-            wsmall, _, _ = small_of(lambda v, s: v & (s == ws))
+            wide_ev = incs[wide[0]]
+            wsame = {}
+            for src in [s_ for k, (_, s_, _) in enumerate(reg) if k != wide[0]] + [s_ for _, s_, _ in dev]:
+                wsame[id(src)] = Signal(name=f"wsame_{src.name}")
+            for k, ev in enumerate(incs):
+                if k != wide[0]:
+                    m.d.sync += wsame[id(reg[k][1])].eq(ev.sem == wide_ev.sem)
+            for k, d in enumerate(decs):
+                m.d.sync += wsame[id(dev[k][1])].eq(d.sem == wide_ev.sem)
+            wsmall, _, _ = small_of(lambda v, s: v & wsame[id(s)])
             wsum = Signal(signed(net_bits), name="wsum")
             m.d.sync += wsum.eq(wa + wsmall)
         for i in range(n):

@@ -56,8 +56,9 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.axi.full import BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, AXI4Signature
 from mcf.hw.dma.common import AXCACHE
-from mcf.hw.fifo import buffered_fifo
+from mcf.hw.fifo import BlockFIFO
 from mcf.hw.layouts import InstrHeaderLayout, register_word
+from mcf.hw.lut import mux4
 from mcf.hw.registry import block
 from mcf.hw.seq.decode import CODES, Decoder, legal_of
 from mcf.hw.seq.sems import SEM_WIDTH, SemEventSignature, Semaphores
@@ -109,9 +110,11 @@ class Fetch(wiring.Component):
         axi, depth, B = self.m_axi, self.depth, self.beats
         bus_log2 = (self.data_width // 8).bit_length() - 1
         instr_log2 = INSTR_BYTES.bit_length() - 1
-        # (a ``buffered_fifo``: cycle for cycle ``SyncFIFOBuffered``, the reader's pop -- behind
-        # the queues' levels -- not in front of the level's adder; issue 14)
-        m.submodules.words = words = buffered_fifo(FetchedLayout.size, depth)
+        # (a ``BlockFIFO``: cycle for cycle ``SyncFIFOBuffered``, the reader's pop -- behind the
+        # queues' levels -- not in front of the level's adder (issue 14); round 29: its word comes
+        # straight from the memory's read register, where ``buffered_fifo``'s head chose between
+        # its second register and the memory, a LUT a bit of the 280-bit word)
+        m.submodules.words = words = BlockFIFO(FetchedLayout.size, depth)
 
         active = Signal()
         addr = Signal(self.addr_width)
@@ -218,8 +221,11 @@ class Slot(enum.Enum, shape=2):
 
 
 class Sequencer(wiring.Component):
-    def __init__(self, config: NodeConfig = NodeConfig()):
+    def __init__(self, config: NodeConfig = NodeConfig(), primitive: bool = False):
         self.config = config
+        # (round 29) the picks of a semaphore's value by an index (the queue heads' ``cur``,
+        # SEM_DATA's value) as LUT6 4:1 layers (``pick``); the node's build only
+        self.primitive = primitive
         self.fetch = Fetch(config.data_width, config.ddr_addr_bits, config.fetch_depth)
         super().__init__({
             "m_axi": Out(self.fetch.m_axi.signature),
@@ -435,7 +441,7 @@ class Sequencer(wiring.Component):
             hdr = hdrs[qi]
             cur = Signal(cnt_bits + 1, name=f"cur_{q.name.lower()}")
             taken_h = Signal(name=f"taken_h_{q.name.lower()}")
-            m.d.sync += [cur.eq(self._pick(lows, hdr.wait_sem)),
+            m.d.sync += [cur.eq(pick(m, lows, hdr.wait_sem, self.primitive, f"cur_{q.name.lower()}_pick")),
                          taken_h.eq(self._pick(sems.taken, hdr.wait_sem))]
             in_flight = self._pick(sems.dec_nz, hdr.wait_sem) | taken_h
             for k in range(len(sems.dec_v)):
@@ -483,7 +489,7 @@ class Sequencer(wiring.Component):
                 m.d.sync += slot[qi].eq(Slot.EMPTY)
             with m.If(clear):
                 m.d.sync += slot[qi].eq(Slot.EMPTY)
-        m.d.comb += [self.sem_value.eq(self._pick(sems.values, self.sem_index)),
+        m.d.comb += [self.sem_value.eq(pick(m, sems.values, self.sem_index, self.primitive, "sem_value_pick")),
                      self.ex_pc.eq(slot_pc[int(Queue.EX)]), self.tx_pc.eq(slot_pc[int(Queue.TX)])]
 
         # SYNC: the slot is BUSY with a SYNC word -> complete at once.
@@ -597,11 +603,25 @@ class Sequencer(wiring.Component):
         """values[index]: a balanced tree of 2:1 multiplexers on the index bits, 0 beyond the
         array (a compare against the length and a select on a 6-bit index mapped 7 LUT levels
         deep)."""
-        width = len(values[0])
-        level = list(values) + [Const(0, width)] * ((1 << len(index)) - len(values))
-        for b in range(len(index)):
-            level = [Mux(index[b], level[k + 1], level[k]) for k in range(0, len(level), 2)]
-        return level[0]
+        return pick(None, values, index)
+
+
+def pick(m, values, index, primitive: bool = False, name: str = "pick"):
+    """values[index], 0 beyond the array: a balanced tree of 2:1 multiplexers on the index bits,
+    low bits first.  ``primitive`` (the node's build, round 29): the index's low bit pairs as
+    radix-4 layers of LUT6 instances (``mcf.hw.lut.mux4``, one LUT6 a bit of a 4:1 choice, where
+    ABC9 maps a wide 4:1 at ~1.5 LUT a bit), an odd top bit plain; the same choice."""
+    width = len(values[0])
+    level = list(values) + [Const(0, width)] * ((1 << len(index)) - len(values))
+    b = 0
+    while primitive and len(index) - b >= 2:
+        level = [Const(0, width) if all(isinstance(v, Const) for v in level[k:k + 4]) else
+                 mux4(m, index[b:b + 2], level[k:k + 4], primitive=True, name=f"{name}{b}_{k // 4}")
+                 for k in range(0, len(level), 4)]
+        b += 2
+    for bit in range(b, len(index)):
+        level = [Mux(index[bit], level[k + 1], level[k]) for k in range(0, len(level), 2)]
+    return level[0]
 
 
 @block("seq", "sequencer: fetch, decode, EX / TX / RX queues and issue, semaphores, faults, watchdog",
