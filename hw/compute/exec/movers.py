@@ -476,8 +476,9 @@ class LoadStoreMover(Mover):
                 m.d.sync += state.eq(S.IDLE)
 
         # --- LOAD: bus beats -> SPAD beats ---------------------------------------------------------
-        m.submodules.unpack = up = Unpacker(g.data_width, g.beat_bits)
-        m.submodules.pack = pk = Packer(g.beat_bits, g.data_width)
+        # (the streams' counters as wide as their counts: round 29)
+        m.submodules.unpack = up = Unpacker(g.data_width, g.beat_bits, count_bits=len(items))
+        m.submodules.pack = pk = Packer(g.beat_bits, g.data_width, count_bits=len(items), beats_bits=len(bus_beats))
         cur = Signal(g.spad_bits + 1)          # next SPAD beat
         row0 = Signal(g.spad_bits + 1)         # first beat of the current row
         rb = Signal(12)                        # beats of the current row so far
@@ -634,7 +635,7 @@ class EmbedMover(Mover):
         row_bytes = stage(m, nib_bytes + pad_up(groups << 1), "row_bytes", max_row.bit_length())   # stage 2
 
         # --- ids ----------------------------------------------------------------------------------
-        m.submodules.uid = uid = Unpacker(g.data_width, 32)
+        m.submodules.uid = uid = Unpacker(g.data_width, 32, count_bits=len(ins.count))
         ids = [Signal(32, name=f"id{t}") for t in range(g.tokens)]
         t = Signal(range(g.tokens + 1))
         badid = Signal()
@@ -696,8 +697,8 @@ class EmbedMover(Mover):
                 m.d.sync += [treq.eq(treq + 1), age.eq(0)]
 
         # --- consumer: scales into a small table, nibbles -> X32 beats --------------------------------
-        m.submodules.us = us = Unpacker(g.data_width, 16)
-        m.submodules.uq = uq = Unpacker(g.data_width, 4 * g.vl)
+        m.submodules.us = us = Unpacker(g.data_width, 16, count_bits=len(groups))
+        m.submodules.uq = uq = Unpacker(g.data_width, 4 * g.vl, count_bits=len(beats))
         m.submodules.smem = smem = memory.Memory(shape=16, depth=sdepth, init=[])
         sw, sr = smem.write_port(), smem.read_port(domain="comb")
         cphase = Signal(range(4))        # 0: arm scales, 1: scales, 2: arm nibbles, 3: nibbles
@@ -759,7 +760,7 @@ class EmbedMover(Mover):
             # shift and the add in one cycle measured 8.3 levels)
             t = Signal(signed(pw + 33 + 2), name=f"eshift{k}")
             c = Signal(name=f"eround{k}")
-            m.d.sync += [t.eq(prod.shift_left(35) >> sha),
+            m.d.sync += [t.eq(_embed_shift(m, prod, sha, g.lut_primitive, f"esh{k}")),
                          c.eq(~neg & (sc != 0))]
             xs.append(_round_sat32(m, t, c, k))
         wv = Signal()
@@ -784,6 +785,34 @@ class EmbedMover(Mover):
             m.d.sync += state.eq(S.IDLE)
         return m
 
+
+
+def _embed_shift(m, prod: Value, sha: Value, primitive: bool, name: str) -> Value:
+    """EMBED's ``(prod << 35) >> sha`` (arithmetic, ``prod`` signed).  ``primitive`` (round 29): as radix-4 layers
+    of LUT6 4:1 choices (``mux4``, sha's bits two at a time, the low ones first), a bit whose four choices are one
+    and the same (the zeros below prod << 35, its sign past the top) passed on, not instantiated: 23 + 35 + 55 LUT6
+    a lane of 56 bits where ABC9 mapped the shift at ~138; else Amaranth's shift."""
+    if not primitive:
+        return prod.shift_left(35) >> sha
+    zero = Const(0, 1)
+    bits = [zero] * 35 + [prod[b] for b in range(len(prod))]
+    W = len(bits)
+    for j in range(0, len(sha), 2):
+        unit, ways = 1 << j, 1 << min(2, len(sha) - j)
+        choices = [[bits[min(b + i * unit, W - 1)] for i in range(ways)] for b in range(W)]
+        live = [b for b in range(W) if any(c is not choices[b][0] for c in choices[b])]
+        nxt = [choices[b][0] for b in range(W)]
+        if live:
+            items = [Cat(*(choices[b][i] for b in live)) for i in range(ways)]
+            if ways == 4:
+                out = mux4(m, sha[j:j + 2], items, primitive=True, name=f"{name}_m{j // 2}")
+            else:
+                out = Signal(len(live), name=f"{name}_m{j // 2}")
+                m.d.comb += out.eq(Mux(sha[j], items[1], items[0]))
+            for i, b in enumerate(live):
+                nxt[b] = out[i]
+        bits = nxt
+    return Cat(*bits).as_signed()
 
 
 def _round_sat32(m, t: Value, c: Value, k: int) -> Signal:
@@ -868,7 +897,10 @@ class GemmMover(Mover):
         self.requant_rows = min(r for r in range(1, g.rows + 1) if g.rows % r == 0 and r >= min(need, g.rows))
         self.matrix = MatrixUnit(g.rows, g.lanes, g.tokens, g.max_n, (1 << 16) - 1, max_group=g.max_group,
                                  primitive=g.primitive, streamed=True, pv_tiles=self.pv_tiles,
-                                 requant_rows=self.requant_rows)
+                                 requant_rows=self.requant_rows,
+                                 # (round 29) pv's y = acc + prev on its significant bits: a GEMM_PV chain
+                                 # sums at most max_keys keys (mx29: -1 150 LUT at the Qwen node, measured)
+                                 pv_keys=g.max_keys)
 
     def elaborate(self, platform):
         m = Module()
@@ -1033,7 +1065,7 @@ class GemmMover(Mover):
             n = 1
         m.submodules.uw = uw = Unpacker(word_bits, word_bits if wmode else BB)
         m.submodules.us = us = Unpacker(g.data_width, P * 16)
-        m.submodules.ub = ub = Unpacker(g.data_width, P * 32)
+        m.submodules.ub = ub = Unpacker(g.data_width, P * 32, count_bits=len(ins.tiles))
         # scale requests on stream 0: one (GEMM), or one per block of the run (GEMM_QK): each its block's
         # scale words from the first key's on (the block's bytes: the first block's from key o, the others' all), sq_left
         # bytes in all.  The next request's length (``sq_len``, the minimum of the two) and beats are registers, set
@@ -1723,9 +1755,13 @@ class KvwMover(Mover):
         rows_at = stage(m, seg + scale_bytes, "rows_at", ADDR_BITS)                          # stage 2
         nibbles = stage(m, ins.rows * (D // L), "nibbles", 24)
 
-        m.submodules.conv = conv = Unpacker(VL * MANT_BITS, L * MANT_BITS)     # SPAD mantissas -> writer lanes
-        m.submodules.pq = pq = Packer(L * W_BITS, g.data_width)               # nibbles -> bus beats
-        m.submodules.ps = ps = Packer(16, g.data_width)                       # (A, E) -> bus beats
+        # (the streams' counters as wide as their counts: round 29)
+        m.submodules.conv = conv = Unpacker(VL * MANT_BITS, L * MANT_BITS,    # SPAD mantissas -> writer lanes
+                                            count_bits=(D // L).bit_length())
+        m.submodules.pq = pq = Packer(L * W_BITS, g.data_width,               # nibbles -> bus beats
+                                      count_bits=len(nibbles), beats_bits=len(rows_bytes) - g.bus_log2)
+        m.submodules.ps = ps = Packer(16, g.data_width,                       # (A, E) -> bus beats
+                                      count_bits=len(ins.rows), beats_bits=len(scale_bytes) - g.bus_log2)
         m.d.comb += [pq.cmd.payload.count.eq(nibbles), pq.cmd.payload.beats.eq(rows_bytes >> g.bus_log2),
                      ps.cmd.payload.count.eq(ins.rows), ps.cmd.payload.beats.eq(scale_bytes >> g.bus_log2)]
         wdone = Signal(2)
@@ -1850,11 +1886,12 @@ class SegmentReader(wiring.Component):
         m = Module()
         g = self.g
         D = g.head_dim
-        m.submodules.us = us = Unpacker(g.data_width, 16)
-        m.submodules.ur = ur = Unpacker(g.data_width, D * W_BITS)
+        cfg = Signal(run_layout())
+        # (the streams' counters as wide as their counts, cfg.keys: round 29)
+        m.submodules.us = us = Unpacker(g.data_width, 16, count_bits=len(cfg.keys))
+        m.submodules.ur = ur = Unpacker(g.data_width, D * W_BITS, count_bits=len(cfg.keys))
         m.submodules.table = table = memory.Memory(shape=16, depth=g.kv_block_keys, init=[])
         tw, tr = table.write_port(), table.read_port()
-        cfg = Signal(run_layout())
         S = SegState
         state = Signal(S)
         blk = Signal(16)
@@ -2427,7 +2464,7 @@ class AttnMover(Mover):
         # request for its words, the requests running ahead of the Unpacker's frames: one frame of every
         # key when a block's words are whole bus beats (the blocks' beats then hold the words back to
         # back), else a frame per block (it drops the rest of the block's last beat; 2 cycles between)
-        m.submodules.vsc = vsc = Unpacker(g.data_width, 16)
+        m.submodules.vsc = vsc = Unpacker(g.data_width, 16, count_bits=16)     # (sm_fn's 16 bits: round 29)
         sm_blk, sm_fblk = Signal(16), Signal(16)          # keys a request / a frame takes (blocks whose scale
         m.d.sync += [sm_blk.eq(Mux(sm_ins.block_keys == 0, sm_ins.keys, sm_ins.block_keys)),   # words are whole
                      sm_fblk.eq(Mux((sm_blk << 1)[:g.bus_log2] == 0, sm_ins.keys, sm_blk))]     # beats: one frame
@@ -2540,7 +2577,7 @@ class AttnMover(Mover):
                 left = Signal(16)                        # the row's groups from this read on
                 m.d.comb += left.eq(sm_groups - sm_mg)
                 m.d.sync += [mx_r.eq(1), mxr.row.eq(sm_fr), mxr.first.eq(sm_mfirst),
-                             mxr.pos.eq(sm_mpos), mxr.data.eq(rq.words), mx_cnt.eq(mx_min(left << vl_log2, NB * VL))]
+                             mxr.pos.eq(sm_mpos), mx_cnt.eq(mx_min(left << vl_log2, NB * VL))]
                 with m.If(sm_fr == sm_rows_m1):
                     m.d.sync += [sm_mfirst.eq(0), sm_mpos.eq(sm_mpos + NB * VL), sm_mg.eq(sm_mg + NB)]
             m.d.comb += [tb.w_en.eq(rq.valid), tb.w_sel.eq(sm_fsel), tb.w_idx.eq(sm_fr), tb.w_data.eq(rq.words[:G * 32])]
@@ -2559,7 +2596,11 @@ class AttnMover(Mover):
         # registers' load enable it put 1 314 of the glue's end points at 9 levels)
         with m.If(~sming):
             m.d.sync += [mxr.row.eq(self.qk_row), mxr.first.eq(a_first & (self.qk_key == 0)),
-                         mxr.pos.eq(a_pos + qk_key_lo), mxr.data.eq(self.qk_data), mx_cnt.eq(mx_min(qk_left, self.qk_n))]
+                         mxr.pos.eq(a_pos + qk_key_lo), mx_cnt.eq(mx_min(qk_left, self.qk_n))]
+        # the words every cycle, ATTN_SM's read or GEMM_QK's (round 29: they were held outside a MAX beat, a
+        # choice of three and a load enable, ~2 LUT a bit of 1 024; the unit reads them only behind ``en``, mx_r,
+        # which is set only in the cycle the words it goes with are loaded: one LUT3 a bit)
+        m.d.sync += mxr.data.eq(Mux(sming, rq.words, self.qk_data))
         with m.If(armed & self.qk_en & (self.qk_row < a_rows) & qk_in):
             m.d.sync += mx_r.eq(1)
         # disarmed by the GEMM_QK's end, and by a program's start (round 21: a MAX deferred at the end of a

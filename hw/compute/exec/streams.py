@@ -69,10 +69,12 @@ def _ratio(in_bits: int, out_bits: int) -> int:
 
 
 class Unpacker(wiring.Component):
-    """``i`` words -> ``o`` items, ``cmd.count`` items per frame (see the module text)."""
+    """``i`` words -> ``o`` items, ``cmd.count`` items per frame (see the module text).  ``count_bits``: the
+    width of the count its user drives (its source's; the payload's upper bits then 0): the items left, which
+    only count down from it, in that many flip-flops (round 29: a 32-bit down counter a stream, ~2 LUT a bit)."""
 
-    def __init__(self, in_bits: int, out_bits: int):
-        self.in_bits, self.out_bits = in_bits, out_bits
+    def __init__(self, in_bits: int, out_bits: int, count_bits: int = COUNT_BITS):
+        self.in_bits, self.out_bits, self.count_bits = in_bits, out_bits, count_bits
         self.ratio = _ratio(in_bits, out_bits)
         super().__init__({
             "cmd": In(stream.Signature(frame_layout())),
@@ -84,7 +86,7 @@ class Unpacker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.ratio
-        left = Signal(COUNT_BITS)           # items still to emit in this frame
+        left = Signal(self.count_bits)      # items still to emit in this frame
         run = Signal()
         m.d.comb += [self.busy.eq(run), self.cmd.ready.eq(~run)]
         last_item = Signal()                # left == 1, as a register
@@ -128,10 +130,12 @@ class Unpacker(wiring.Component):
 
 
 class Packer(wiring.Component):
-    """``i`` items -> ``o`` words: ``cmd.count`` items, then zeros up to ``cmd.beats`` words."""
+    """``i`` items -> ``o`` words: ``cmd.count`` items, then zeros up to ``cmd.beats`` words.  ``count_bits`` /
+    ``beats_bits``: the widths of the count / beats its user drives (as ``Unpacker``'s ``count_bits``: round 29)."""
 
-    def __init__(self, in_bits: int, out_bits: int):
+    def __init__(self, in_bits: int, out_bits: int, count_bits: int = COUNT_BITS, beats_bits: int = COUNT_BITS):
         self.in_bits, self.out_bits = in_bits, out_bits
+        self.count_bits, self.beats_bits = count_bits, beats_bits
         self.ratio = _ratio(in_bits, out_bits)
         super().__init__({
             "cmd": In(stream.Signature(pack_frame_layout())),
@@ -143,8 +147,8 @@ class Packer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.ratio
-        items = Signal(COUNT_BITS)          # items still to take
-        beats = Signal(COUNT_BITS)          # words still to emit
+        items = Signal(self.count_bits)     # items still to take
+        beats = Signal(self.beats_bits)     # words still to emit
         run = Signal()
         m.d.comb += [self.busy.eq(run), self.cmd.ready.eq(~run)]
         have = Signal()                     # an item remains in the frame: items != 0, as a register

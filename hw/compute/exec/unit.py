@@ -61,6 +61,7 @@ from mcf.hw.compute.exec.streams import ReadStreams
 from mcf.hw.dma.loader import DmaLoader
 from mcf.hw.dma.writer import DmaWriter
 from mcf.hw.layouts import DmaDescriptorLayout
+from mcf.hw.lut import mux4
 from mcf.hw.registry import block
 from mcf.spec.params import Choice, Range
 from mcf.spec import isa
@@ -137,16 +138,22 @@ SPAD_CHAIN = {("spad_wr", "wide"): ("attn", "gemm"),
               ("spad_rd", "addr"): ("vec", "gemm", "attn", "ldst", "kvw")}
 
 
-def code_tree(sel, values: dict, bit: int):
-    """``values`` (code -> value) chosen by the bits ``bit`` .. 0 of ``sel``; a half with no code is not a choice."""
+def code_tree(sel, values: dict, bit: int, m=None, primitive: bool = False, name: str = "code"):
+    """``values`` (code -> value) chosen by the bits ``bit`` .. 0 of ``sel``; a half with no code is not a choice.
+    ``primitive`` (round 29, the node's build): a full 4:1 choice by bits 1 .. 0 as one LUT6 a bit (``mux4`` in
+    ``m``, instances named from ``name``; ABC9 mapped the inferred 4:1 at ~1.5 LUT a bit)."""
     if bit < 0:
         (v,) = values.values()
         return v
     hi = {c: v for c, v in values.items() if c >> bit & 1}
     lo = {c: v for c, v in values.items() if not c >> bit & 1}
     if not hi or not lo:
-        return code_tree(sel, hi or lo, bit - 1)
-    return Mux(sel[bit], code_tree(sel, hi, bit - 1), code_tree(sel, lo, bit - 1))
+        return code_tree(sel, hi or lo, bit - 1, m, primitive, name)
+    if primitive and bit == 1 and len(values) == 4:
+        return mux4(m, sel[:2], [Value.cast(v) for _, v in sorted(values.items(), key=lambda cv: cv[0] & 3)],
+                    primitive=True, name=name)
+    return Mux(sel[bit], code_tree(sel, hi, bit - 1, m, primitive, f"{name}h"),
+               code_tree(sel, lo, bit - 1, m, primitive, f"{name}l"))
 
 
 #: The movers and the opcodes they run; END and SYNC need none.
@@ -325,13 +332,14 @@ class ExecUnit(wiring.Component):
                     m.d.comb += value.eq(Mux(owner[i], shared, 0))
                 else:
                     m.d.comb += value.eq(shared)
-        for shared, values in terms.values():
+        for path, (shared, values) in terms.items():
             coded = {c: v for kind, c, v in (x for x in values if isinstance(x, tuple)) if kind == "code"}
             chain = [ov for _, _, ov in sorted((x for x in values if isinstance(x, tuple) and x[0] == "chain"),
                                                key=lambda x: x[1])]
             ored = [x for x in values if not isinstance(x, tuple)]
             if coded:       # a SPAD data member: its drivers' choice by ``spad_sel``
-                ored.append(code_tree(spad_sel, coded, len(spad_sel) - 1))
+                ored.append(code_tree(spad_sel, coded, len(spad_sel) - 1, m, g.lut_primitive,
+                                      "_".join(str(p) for p in path)))
             if chain:       # a SPAD address: the chain on ``owner``, its first movers outermost
                 picked = chain[-1][1]
                 for own, v in reversed(chain[:-1]):
