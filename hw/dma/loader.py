@@ -18,6 +18,9 @@ times faster than one AXI port fills it: the execute unit's weight loaders, one 
 each buffer is B banks, beat r of a descriptor goes to bank r mod B at word r / B, and ``o``
 carries words of B beats (TKEEP marks the valid bytes of the last, partial word).
 
+``ram_style`` (``"block"``, ``"distributed"``, ...; ``""``: the synthesizer's choice) is the
+buffers' memory attribute (the execute unit's weight loaders at the Qwen node: block RAM).
+
 ``axi_domain`` = D (not ``"sync"``) runs the AXI side in clock domain D (the execute unit's weight
 loaders: HP ports at a faster clock than the engine, ``NodeConfig.weight_clock_hz``): the issuer and
 the receiver in D, the buffers written in D and read in ``sync`` (dual-clock block RAM), and three
@@ -52,7 +55,7 @@ class DmaLoader(wiring.Component):
 
     def __init__(self, data_width: int = 128, addr_width: int = 40, buffer_bytes: int = 4096,
                  buffers: int = 2, max_outstanding: int = 4, id_width: int = 1, out_beats: int = 1,
-                 axi_domain: str = "sync"):
+                 axi_domain: str = "sync", ram_style: str = ""):
         self.bus_log2 = log2_exact(data_width // 8, "data_width / 8")
         log2_exact(buffer_bytes, "buffer_bytes")
         if buffer_bytes < data_width // 8:
@@ -67,6 +70,7 @@ class DmaLoader(wiring.Component):
         self.data_width, self.buffer_bytes, self.buffers = data_width, buffer_bytes, buffers
         self.out_beats = out_beats
         self.axi_domain = axi_domain
+        self.ram_style = ram_style
         self.buffer_beats = buffer_bytes >> self.bus_log2
         self.max_outstanding = max_outstanding
         super().__init__({
@@ -174,7 +178,10 @@ class DmaLoader(wiring.Component):
         # i x word_depth + r >> bl of bank r mod B): one memory a bank, not one a buffer and bank,
         # so a read takes the buffer as address bits, not as a multiplexer after the memories
         # (and one read register, not one a buffer)
-        mems = [Memory(shape=self.data_width, depth=nbuf * word_depth, init=[]) for _ in range(B)]
+        # (round 29: ``ram_style`` "block" puts them in block RAM where Yosys's cost would take LUT RAM
+        # for shallow banks -- 64 x 128 at the node, two BRAM36 a bank; the read is registered either way)
+        attrs = {"ram_style": self.ram_style} if self.ram_style else {}
+        mems = [Memory(shape=self.data_width, depth=nbuf * word_depth, init=[], attrs=attrs) for _ in range(B)]
         for b, mem in enumerate(mems):
             m.submodules["buffer" if B == 1 else f"buffer_{b}"] = mem
         wports = [mem.write_port(domain=A) for mem in mems]

@@ -71,6 +71,12 @@ from mcf.spec.plan import REPLICA_STATE_BITS
 #: AXI IDs on ``m_axi``.
 WEIGHT_ID, STREAM_ID_BASE = 0, 1
 ID_WIDTH = 2
+#: Weight loaders whose buffers are block RAM at the node (``Geometry.primitive``; round 29), the first
+#: ones; LUT RAM otherwise (1 216 LUT a loader at Qwen).  A loader's word is ``weight_beats`` = 8 bus
+#: beats read a cycle (its packet drains at one word a cycle), so its buffers are 8 banks of 64 x 128:
+#: 16 BRAM36 (each used to 1/8 of its depth).  The NIC's route table in UltraRAM and its store's one
+#: copy freed 19.5; the K26's 80 % holds one loader.
+BRAM_LOADERS = 1
 #: The perf strobes that are single bits (``spec.isa.PerfCounter`` names, lower case).
 PERF_BITS = ("busy_gemm", "busy_vec", "busy_attn", "busy_kvw", "busy_embed", "busy_ldst", "mac_beats", "stall_ex_ddr")
 
@@ -199,7 +205,8 @@ class ExecUnit(wiring.Component):
             loaders = [ld]
         else:
             loaders = [DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers, out_beats=g.weight_beats,
-                                 axi_domain="axi" if g.weight_cdc else "sync") for _ in range(W)]
+                                 axi_domain="axi" if g.weight_cdc else "sync",
+                                 ram_style="block" if g.primitive and k < BRAM_LOADERS else "") for k in range(W)]
             for k, x in enumerate(loaders):
                 m.submodules[f"loader{k}"] = x
         m.submodules.writer = wr = DmaWriter(g.data_width, ADDR_BITS)
