@@ -5,7 +5,9 @@ shared by two outputs and a LUT5 an output (~1.5 LUT a bit) rather than one LUT6
 a 16-way rotation of 1 024 bits (two radix-4 stages): 2 432 LUT inferred, 2 048 LUT6 instantiated
 (Yosys keeps an instance as it is).  ``mux4`` builds a word's 4:1 choice either way: one
 ``LUT6`` instance a bit (``primitive``: I0, I1 the select, I2 .. I5 the four data bits; one logic
-level) or Amaranth's plain choice (the Python simulator cannot run an instance).
+level) or Amaranth's plain choice (the Python simulator cannot run an instance).  ``shr_layers`` (round
+29: one definition for the attention unit's shifts and EMBED's) builds a wide shift by a variable amount as
+radix-4 layers of those choices.
 
 Simulations read the model ``lut6.v`` (``MODEL``), appended to a design's Verilog by
 ``dot_array.with_models`` beside the DSP48E2's; ``mcf synth`` drops it again (``strip_models``:
@@ -13,9 +15,9 @@ everything from the first model's mark on), so Yosys maps the instances onto its
 
 from pathlib import Path
 
-from amaranth.hdl import Array, Const, Instance, Signal
+from amaranth.hdl import Array, Cat, Const, Instance, Mux, Signal
 
-__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "mux4"]
+__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "mux4", "shr_layers"]
 
 #: The LUT6 simulation model (hw/lut6.v) and its first line (where ``mcf synth`` cuts).
 MODEL = Path(__file__).with_name("lut6.v")
@@ -44,3 +46,35 @@ def mux4(m, sel, items, primitive: bool = False, name: str = "mux4"):
             "LUT6", p_INIT=Const(MUX4_INIT, 64), i_I0=s[0], i_I1=s[1],
             i_I2=items[0][b], i_I3=items[1][b], i_I4=items[2][b], i_I5=items[3][b], o_O=o[b])
     return o
+
+
+def shr_layers(m, x, low: int, k, step: int, name: str, nonneg: bool = False, out_bits: int | None = None):
+    """``Cat(low zeros, x) >> (k 2^step)`` (arithmetic, x signed) as radix-4 layers of LUT6 4:1 choices (``mux4``, one
+    instance a bit a layer; a last single bit of k a plain 2:1 choice).  A bit whose four choices are one
+    and the same bit (the sign past the top, the zeros below x << bias) is passed on, not instantiated.
+    ``nonneg`` (round 29): x's sign bit is known 0 (an unsigned x widened), so it is the zeros' bit: the
+    choices that only read zeros past the top are passed on too.  ``out_bits`` (round 29): only the
+    result's low ``out_bits`` bits, each layer's bits that none of them reads not instantiated."""
+    zero = Const(0, 1)
+    bits = [zero] * low + [x[b] for b in range(len(x) - 1)] + [zero if nonneg else x[len(x) - 1]]
+    W = len(bits)
+    layers = [(1 << (j + step), 1 << min(2, len(k) - j)) for j in range(0, len(k), 2)]
+    need = [set(range(min(W, out_bits if out_bits is not None else W)))]
+    for unit, ways in reversed(layers[1:]):
+        need.insert(0, {min(b + i * unit, W - 1) for b in need[0] for i in range(ways)})
+    for (unit, ways), needed, j in zip(layers, need, range(0, len(k), 2)):
+        nsel = ways.bit_length() - 1
+        choices = [[bits[min(b + i * unit, W - 1)] for i in range(ways)] for b in range(W)]
+        live = [b for b in range(W) if b in needed and any(c is not choices[b][0] for c in choices[b])]
+        nxt = [choices[b][0] for b in range(W)]
+        if live:
+            items = [Cat(*(choices[b][i] for b in live)) for i in range(ways)]
+            if nsel == 2:
+                out = mux4(m, k[j:j + 2], items, primitive=True, name=f"{name}_m{j // 2}")
+            else:
+                out = Signal(len(live), name=f"{name}_m{j // 2}")
+                m.d.comb += out.eq(Mux(k[j], items[1], items[0]))
+            for i, b in enumerate(live):
+                nxt[b] = out[i]
+        bits = nxt
+    return Cat(*bits[:len(need[-1])])

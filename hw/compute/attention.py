@@ -100,6 +100,7 @@ from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_A_BITS, PACK_SHIFT, DotArray
+from mcf.hw.lut import shr_layers
 from mcf.hw.layouts import amaranth_enum
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -328,39 +329,6 @@ def rshr_sat_staged(m, x, s, max_left: int, bits: int, name: str, en=None) -> Si
     return out
 
 
-def _shr_layers(m, x, low: int, k, step: int, name: str, nonneg: bool = False, out_bits: int | None = None):
-    """``Cat(low zeros, x) >> (k 2^step)`` (arithmetic, x signed) as radix-4 layers of LUT6 4:1 choices (``mcf.hw.lut.mux4``, one
-    instance a bit a layer; a last single bit of k a plain 2:1 choice).  A bit whose four choices are one
-    and the same bit (the sign past the top, the zeros below x << bias) is passed on, not instantiated.
-    ``nonneg`` (round 29): x's sign bit is known 0 (an unsigned x widened), so it is the zeros' bit: the
-    choices that only read zeros past the top are passed on too.  ``out_bits`` (round 29): only the
-    result's low ``out_bits`` bits, each layer's bits that none of them reads not instantiated."""
-    from mcf.hw.lut import mux4
-    zero = Const(0, 1)
-    bits = [zero] * low + [x[b] for b in range(len(x) - 1)] + [zero if nonneg else x[len(x) - 1]]
-    W = len(bits)
-    layers = [(1 << (j + step), 1 << min(2, len(k) - j)) for j in range(0, len(k), 2)]
-    need = [set(range(min(W, out_bits if out_bits is not None else W)))]
-    for unit, ways in reversed(layers[1:]):
-        need.insert(0, {min(b + i * unit, W - 1) for b in need[0] for i in range(ways)})
-    for (unit, ways), needed, j in zip(layers, need, range(0, len(k), 2)):
-        nsel = ways.bit_length() - 1
-        choices = [[bits[min(b + i * unit, W - 1)] for i in range(ways)] for b in range(W)]
-        live = [b for b in range(W) if b in needed and any(c is not choices[b][0] for c in choices[b])]
-        nxt = [choices[b][0] for b in range(W)]
-        if live:
-            items = [Cat(*(choices[b][i] for b in live)) for i in range(ways)]
-            if nsel == 2:
-                out = mux4(m, k[j:j + 2], items, primitive=True, name=f"{name}_m{j // 2}")
-            else:
-                out = Signal(len(live), name=f"{name}_m{j // 2}")
-                m.d.comb += out.eq(Mux(k[j], items[1], items[0]))
-            for i, b in enumerate(live):
-                nxt[b] = out[i]
-        bits = nxt
-    return Cat(*bits[:len(need[-1])])
-
-
 def rshr_biased_staged(m, x, k, bias: int, name: str, en=None, step: int = 0, primitive: bool = False,
                        bound: int | None = None) -> Signal:
     """Golden ``rshr(x, k 2^step - bias)`` for an unsigned ``k`` (a shift biased by ``bias``: left ``bias``
@@ -368,7 +336,7 @@ def rshr_biased_staged(m, x, k, bias: int, name: str, en=None, step: int = 0, pr
     ``rshr_staged``'s three stages (x and k; the shift of 2 (x << bias); + 1 and >> 1): no left shifter, no
     choice of the two, no saturation check -- the result exact, n + bias + 1 bits (the caller saturates).
     For k 2^step <= bias the + 1 falls below the shifted zeros; past bias it is the rounding.
-    ``primitive`` (round 28b): the shift as radix-4 layers of LUT6 instances (``_shr_layers``; ABC9 maps
+    ``primitive`` (round 28b): the shift as radix-4 layers of LUT6 instances (``mcf.hw.lut.shr_layers``; ABC9 maps
     a wide 4:1 choice at ~1.5 LUT a bit), else Amaranth's shift (the Python simulator's build).
     ``bound`` (round 29; x unsigned): the result min(rshr(...), bound), unsigned in bound's bits, its bound
     taken at the output register (result > bound iff the shift > 2 bound, a compare of the shift's register
@@ -386,7 +354,7 @@ def rshr_biased_staged(m, x, k, bias: int, name: str, en=None, step: int = 0, pr
     c_x = Signal.like(xs, name=f"{name}_cx")
     c_k = Signal(range(min(kmax, cap) + 1), name=f"{name}_ck")
     B = n + bias + 1 if bound is None else (2 * bound).bit_length()
-    shifted = (_shr_layers(m, c_x, bias + 1, c_k, step, f"{name}_l", nonneg=not x.shape().signed,
+    shifted = (shr_layers(m, c_x, bias + 1, c_k, step, f"{name}_l", nonneg=not x.shape().signed,
                            out_bits=B).as_signed() if primitive
                else Cat(Const(0, bias + 1), c_x).as_signed() >> (Cat(Const(0, step), c_k) if step else c_k))
     stmts = [c_x.eq(xs), c_k.eq(Mux(k > cap, cap, k) if kmax > cap else k)]

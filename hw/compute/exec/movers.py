@@ -49,7 +49,7 @@ from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder,
 from mcf.hw.compute.vector import VectorUnit
 from mcf.hw.fifo import ReadyFIFO, TwoRegisterFIFO
 from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
-from mcf.hw.lut import mux4
+from mcf.hw.lut import mux4, shr_layers
 from mcf.spec import isa
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, W_BITS, X_FRAC
 from mcf.spec.kv import KV_ALIGN
@@ -789,30 +789,12 @@ class EmbedMover(Mover):
 
 def _embed_shift(m, prod: Value, sha: Value, primitive: bool, name: str) -> Value:
     """EMBED's ``(prod << 35) >> sha`` (arithmetic, ``prod`` signed).  ``primitive`` (round 29): as radix-4 layers
-    of LUT6 4:1 choices (``mux4``, sha's bits two at a time, the low ones first), a bit whose four choices are one
-    and the same (the zeros below prod << 35, its sign past the top) passed on, not instantiated: 23 + 35 + 55 LUT6
+    of LUT6 4:1 choices (``mcf.hw.lut.shr_layers``, sha's bits two at a time, the low ones first), a bit whose four
+    choices are one and the same (the zeros below prod << 35, its sign past the top) passed on, not instantiated: 23 + 35 + 55 LUT6
     a lane of 56 bits where ABC9 mapped the shift at ~138; else Amaranth's shift."""
     if not primitive:
         return prod.shift_left(35) >> sha
-    zero = Const(0, 1)
-    bits = [zero] * 35 + [prod[b] for b in range(len(prod))]
-    W = len(bits)
-    for j in range(0, len(sha), 2):
-        unit, ways = 1 << j, 1 << min(2, len(sha) - j)
-        choices = [[bits[min(b + i * unit, W - 1)] for i in range(ways)] for b in range(W)]
-        live = [b for b in range(W) if any(c is not choices[b][0] for c in choices[b])]
-        nxt = [choices[b][0] for b in range(W)]
-        if live:
-            items = [Cat(*(choices[b][i] for b in live)) for i in range(ways)]
-            if ways == 4:
-                out = mux4(m, sha[j:j + 2], items, primitive=True, name=f"{name}_m{j // 2}")
-            else:
-                out = Signal(len(live), name=f"{name}_m{j // 2}")
-                m.d.comb += out.eq(Mux(sha[j], items[1], items[0]))
-            for i, b in enumerate(live):
-                nxt[b] = out[i]
-        bits = nxt
-    return Cat(*bits).as_signed()
+    return shr_layers(m, prod, 35, sha, 0, name).as_signed()
 
 
 def _round_sat32(m, t: Value, c: Value, k: int) -> Signal:
