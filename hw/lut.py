@@ -17,7 +17,7 @@ from pathlib import Path
 
 from amaranth.hdl import Array, Cat, Const, Instance, Mux, Signal
 
-__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "mux4", "shr_layers"]
+__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "lut6", "lut6_init", "mux4", "shr_layers"]
 
 #: The LUT6 simulation model (hw/lut6.v) and its first line (where ``mcf synth`` cuts).
 MODEL = Path(__file__).with_name("lut6.v")
@@ -26,6 +26,25 @@ MODEL_MARK = "// MCF simulation model of the AMD LUT6"
 #: A LUT6's INIT for O = (I2, I3, I4, I5)[I0 + 2 I1]: bit a of INIT is the output at inputs a
 #: (I0 its low bit), i.e. bit (2 + (a mod 4)) of a.
 MUX4_INIT = sum(1 << a for a in range(64) if (a >> (2 + (a & 3))) & 1)
+
+
+def lut6_init(fn):
+    """A LUT6's INIT for ``fn(i0, .., i5)`` (0 / 1 each): bit a is the output at inputs a (I0 its low bit)."""
+    return sum(1 << a for a in range(64) if fn(*((a >> k) & 1 for k in range(6))))
+
+
+def lut6(m, fn, ins, name, cell: str | None = None):
+    """One LUT6 instance of ``fn`` over up to 6 one-bit Values (the rest tied to 0), its output the
+    Signal ``name``, the instance ``cell`` in ``m`` (``{name}_lut`` by default); the model hw/lut6.v in
+    simulation.  (round 29: a hard boundary -- ABC9 keeps an instance as it is; one builder for the
+    matrix unit's output bits and the RX engine's compares)"""
+    if len(ins) > 6:
+        raise ValueError(f"lut6 takes at most 6 inputs, not {len(ins)}")
+    ins = list(ins) + [Const(0, 1)] * (6 - len(ins))
+    o = Signal(name=name)
+    m.submodules[cell or f"{name}_lut"] = Instance("LUT6", p_INIT=Const(lut6_init(fn), 64), o_O=o,
+                                                   **{f"i_I{k}": v for k, v in enumerate(ins)})
+    return o
 
 
 def mux4(m, sel, items, primitive: bool = False, name: str = "mux4"):

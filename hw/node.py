@@ -37,7 +37,7 @@ into ``axi``; its faults, idle and byte counts crossed back), every other client
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, DomainRenamer, Instance, Module, Mux, Signal, Value
+from amaranth import Cat, Const, DomainRenamer, Module, Mux, Signal, Value
 from amaranth.lib import cdc, data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -47,6 +47,7 @@ from mcf.hw.axi.lite import AXI4LiteSignature
 from mcf.hw.arith import add_tree
 from mcf.hw.axis import AXIStreamSignature, AxisRegister, skid_register
 from mcf.hw.fifo import PrefetchFIFO, buffered_fifo, nonempty
+from mcf.hw.lut import lut6, lut6_init
 from mcf.hw.compute.exec.unit import PERF_BITS, ExecUnit
 from mcf.hw.csr import ControlRegisters, EthControlPort
 from mcf.hw.csr.ports import RegisterBusSignature
@@ -326,7 +327,11 @@ def _lowest_has(g, p):
 
 
 #: A LUT6's INIT for O = (I0 == I1) & (I2 == I3) & (I4 == I5): three bit pairs equal (round 29).
-EQ3_INIT = sum(1 << a for a in range(64) if all((a >> 2 * k & 1) == (a >> 2 * k + 1 & 1) for k in range(3)))
+def _eq3(a0, b0, a1, b1, a2, b2):
+    return int(a0 == b0 and a1 == b1 and a2 == b2)
+
+
+EQ3_INIT = lut6_init(_eq3)
 
 
 def equal(m, a, b, primitive: bool = False, name: str = "eq"):
@@ -342,11 +347,7 @@ def equal(m, a, b, primitive: bool = False, name: str = "eq"):
     for k in range(0, len(a), 3):
         pairs = [(a[i], b[i]) for i in range(k, min(k + 3, len(a)))]
         pairs += [(Const(0, 1), Const(0, 1))] * (3 - len(pairs))
-        o = Signal(name=f"{name}_{k // 3}")
-        m.submodules[f"{name}_{k // 3}"] = Instance(
-            "LUT6", p_INIT=Const(EQ3_INIT, 64), o_O=o,
-            **{f"i_I{2 * j + h}": pairs[j][h] for j in range(3) for h in range(2)})
-        outs.append(o)
+        outs.append(lut6(m, _eq3, [v for pair in pairs for v in pair], f"{name}_{k // 3}", cell=f"{name}_{k // 3}"))
     return Cat(*outs).all()
 
 

@@ -70,7 +70,7 @@ from mcf.hw.arith import add_plus_one, log2_exact, sat_top, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_P_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import mux4
+from mcf.hw.lut import lut6, lut6_init, mux4
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, S_FRAC, SCALE_BITS, W_BITS, X_FRAC
@@ -85,23 +85,6 @@ PV_DIGIT_SHIFT = 16
 SCALE_SLACK = 4
 #: pv mode: the wide result (the exact o, two's complement) as two 32-bit words, low then high.
 WIDE_BITS = 64
-
-
-def lut6_init(fn):
-    """A LUT6's INIT for ``fn(i0, .., i5)`` (0 / 1 each): bit a is the output at inputs a (I0 its low bit)."""
-    return sum(1 << a for a in range(64) if fn(*((a >> k) & 1 for k in range(6))))
-
-
-def lut6(m, fn, ins, name):
-    """One LUT6 instance (``{name}_lut`` in ``m``) of ``fn`` over up to 6 one-bit Values (the rest tied to
-    0); the model hw/lut6.v in simulation.  (round 29: a hard boundary -- ABC9 keeps an instance as it is)"""
-    if len(ins) > 6:
-        raise ValueError(f"lut6 takes at most 6 inputs, not {len(ins)}")
-    ins = list(ins) + [Const(0, 1)] * (6 - len(ins))
-    o = Signal(name=name)
-    m.submodules[f"{name}_lut"] = Instance("LUT6", p_INIT=Const(lut6_init(fn), 64), o_O=o,
-                                           **{f"i_I{k}": v for k, v in enumerate(ins)})
-    return o
 
 
 def _o_or(ones, y_en, y, hi_en, hi, g):
@@ -996,7 +979,6 @@ def rotate_list(items, amount, sign: int = 1, step: int = 1, m=None, name: str =
     log2_exact(N, "items")
     if primitive and m is None:
         raise ValueError("rotate_list: primitive stages need the module (m)")
-    from mcf.hw.lut import mux4
     k = 0
     while k < len(amount) and (step << k) % N:
         w = 1 if k + 1 >= len(amount) or not (step << (k + 1)) % N else 2
