@@ -55,7 +55,7 @@ def add_plus_one(m, a: Value, b: Value, shape, name: str, keep: bool = False) ->
     return wide[1:].as_signed() if shape.signed else wide[1:]
 
 
-def add_tree(m, terms, name: str, width: int | None = None, carry: bool = False) -> Value:
+def add_tree(m, terms, name: str, width: int | None = None, carry: bool = False, primitive: bool = False) -> Value:
     """The sum of ``terms`` as a balanced tree of two-input adders, each its own signal kept through
     synthesis (``keep``): Yosys would otherwise merge a chain of additions into one multi-operand
     ``$macc`` and build it from full adders in LUTs (two LUTs for every three bits in; an adder on a
@@ -63,9 +63,31 @@ def add_tree(m, terms, name: str, width: int | None = None, carry: bool = False)
     at most ``width`` bits (the caller's bound on the sum, which must hold for every partial sum:
     unsigned terms have unsigned partial sums, so any ``width`` holding the total does) (comb value).
     ``carry``: every adder adds one more, its carry in (``add_plus_one``; the sum is the terms' +
-    len(terms) - 1)."""
+    len(terms) - 1).  ``primitive`` (round 30): the tree takes three terms an adder where it can
+    (``mcf.hw.lut.add3``: a LUT6_2 and the carry chain a bit, one LUT a bit for three bits in; a carry
+    adds two there), two where one pair is left."""
     terms = list(terms)
     level = 0
+    if primitive:
+        from mcf.hw.lut import add3
+        while len(terms) > 1:
+            nxt, i = [], 0
+            while i < len(terms):
+                group = terms[i:i + 3]
+                if len(group) == 3:
+                    signed_ = any(x.shape().signed for x in group)
+                    n = max(len(x) + (signed_ and not x.shape().signed) for x in group) + 2
+                    n = min(n, width or n)
+                    nxt.append(add3(m, *group, signed(n) if signed_ else unsigned(n), f"{name}_{level}_{i // 3}t",
+                                    primitive=True, cin=2 if carry else 0))
+                elif len(group) == 2:
+                    nxt.append(add_tree(m, group, f"{name}_{level}_{i // 3}", width, carry))
+                else:
+                    nxt.append(group[0])
+                i += len(group)
+            terms = nxt
+            level += 1
+        return terms[0]
     while len(terms) > 1:
         nxt = []
         for i in range(0, len(terms) - 1, 2):

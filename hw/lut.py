@@ -7,7 +7,8 @@ a 16-way rotation of 1 024 bits (two radix-4 stages): 2 432 LUT inferred, 2 048 
 ``LUT6`` instance a bit (``primitive``: I0, I1 the select, I2 .. I5 the four data bits; one logic
 level) or Amaranth's plain choice (the Python simulator cannot run an instance).  ``shr_layers`` (round
 29: one definition for the attention unit's shifts and EMBED's) builds a wide shift by a variable amount as
-radix-4 layers of those choices.
+radix-4 layers of those choices.  ``add3`` (round 30) is a three-input adder at one LUT a bit: a LUT6_2
+and the carry chain (CARRY4) a bit, where Yosys builds a + b + c from full adders and a second adder.
 
 Simulations read the model ``lut6.v`` (``MODEL``), appended to a design's Verilog by
 ``dot_array.with_models`` beside the DSP48E2's; ``mcf synth`` drops it again (``strip_models``:
@@ -17,7 +18,10 @@ from pathlib import Path
 
 from amaranth.hdl import Array, Cat, Const, Instance, Mux, Signal
 
-__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "lut6", "lut6_init", "mux4", "shr_layers"]
+__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "lut6", "lut6_init", "mux4", "shr_layers"]
+
+#: The cells hw/lut6.v models (``with_models`` appends it when a design instantiates one).
+MODEL_CELLS = ("LUT6", "LUT6_2", "CARRY4")
 
 #: The LUT6 simulation model (hw/lut6.v) and its first line (where ``mcf synth`` cuts).
 MODEL = Path(__file__).with_name("lut6.v")
@@ -97,3 +101,52 @@ def shr_layers(m, x, low: int, k, step: int, name: str, nonneg: bool = False, ou
                 nxt[b] = out[i]
         bits = nxt
     return Cat(*bits[:len(need[-1])])
+
+
+#: add3's LUT6_2 (I5 = 1): O6 = I0 ^ I1 ^ I2 ^ I3 (the carry chain's propagate: the three bits' sum
+#: bit and the bit below's carry-save carry), O5 = maj(I0, I1, I2) (this bit's carry-save carry).
+ADD3_INIT = (sum(1 << (32 + a) for a in range(32) if bin(a & 15).count("1") & 1)
+             | sum(1 << a for a in range(32) if bin(a & 7).count("1") >= 2))
+
+
+def add3(m, a, b, c, shape, name: str, primitive: bool = False, cin: int = 0):
+    """a + b + c + ``cin`` (0, 1 or 2) in ``shape`` (the caller's bound: the sum must fit it), a Signal
+    ``name``.  ``primitive`` (round 30): one LUT6_2 a bit and a CARRY4 chain -- the carry-save form
+    s_i = a_i ^ b_i ^ c_i, k_i = maj(a_i, b_i, c_i) added as s + 2 k on the chain: bit i's LUT gives the
+    propagate s_i ^ k_(i-1) from its three bits and the bit below's k (that LUT's O5), whose k is also
+    the chain's DI; the two carries in are the chain's CYINIT and k_(-1).  Two LUT levels (k ripples one
+    LUT) and the chain, one LUT a bit; Yosys maps the plain a + b + c at ~2 LUT a bit.  Else the plain
+    sum (a signal kept through synthesis)."""
+    from amaranth import Shape, signed as _signed   # (local: this module's other users need neither)
+    shape = Shape.cast(shape)
+    o = Signal(shape, name=name, attrs={} if primitive else {"keep": 1})
+    if cin not in (0, 1, 2):
+        raise ValueError(f"add3: cin={cin} must be 0, 1 or 2")
+    if not primitive:
+        m.d.comb += o.eq(a + b + c + cin)
+        return o
+    n = shape.width
+    ops = []
+    for x in (a, b, c):
+        x = x.as_signed() if x.shape().signed else x
+        w = Signal(_signed(n) if x.shape().signed else n, name=f"{name}_op{len(ops)}")
+        m.d.comb += w.eq(x)                  # extended (or cut) to the sum's width
+        ops.append(w)
+    prop, k = Signal(n, name=f"{name}_p"), Signal(n, name=f"{name}_k")
+    k_in = Cat(Const(cin >= 2, 1), k[:n - 1])
+    for i in range(n):
+        m.submodules[f"{name}_l{i}"] = Instance(
+            "LUT6_2", p_INIT=Const(ADD3_INIT, 64), i_I0=ops[0][i], i_I1=ops[1][i], i_I2=ops[2][i], i_I3=k_in[i],
+            i_I4=Const(0, 1), i_I5=Const(1, 1), o_O6=prop[i], o_O5=k[i])
+    total = Signal(4 * ((n + 3) // 4), name=f"{name}_sum")
+    carry = Const(0, 1)
+    padded_p = Cat(prop, Const(0, len(total) - n))
+    padded_k = Cat(k_in, Const(0, len(total) - n))
+    for j in range(0, n, 4):
+        co = Signal(4, name=f"{name}_co{j // 4}")
+        m.submodules[f"{name}_c{j // 4}"] = Instance(
+            "CARRY4", i_CI=carry, i_CYINIT=Const(cin >= 1, 1) if j == 0 else Const(0, 1),
+            i_DI=padded_k[j:j + 4], i_S=padded_p[j:j + 4], o_O=total[j:j + 4], o_CO=co)
+        carry = co[3]
+    m.d.comb += o.eq(total[:n])
+    return o

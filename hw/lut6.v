@@ -7,3 +7,28 @@ module LUT6 #(parameter [63:0] INIT = 64'h0) (
 );
     assign O = INIT[{I5, I4, I3, I2, I1, I0}];
 endmodule
+
+// LUT6_2 (UG974): O6 = INIT[{I5, I4, I3, I2, I1, I0}], O5 = INIT[{1'b0, I4, I3, I2, I1, I0}].
+module LUT6_2 #(parameter [63:0] INIT = 64'h0) (
+    output O6, output O5,
+    input I0, input I1, input I2, input I3, input I4, input I5
+);
+    assign O6 = INIT[{I5, I4, I3, I2, I1, I0}];
+    assign O5 = INIT[{1'b0, I4, I3, I2, I1, I0}];
+endmodule
+
+// CARRY4 (UG974): CO[i] = S[i] ? carry into bit i : DI[i], O[i] = S[i] ^ carry into bit i, the carry into bit 0
+// CI | CYINIT.
+module CARRY4 (
+    output [3:0] CO, output [3:0] O,
+    input CI, input CYINIT, input [3:0] DI, input [3:0] S
+);
+    wire [4:0] c;
+    assign c[0] = CI | CYINIT;
+    genvar i;
+    generate for (i = 0; i < 4; i = i + 1) begin : bit_
+        assign c[i + 1] = S[i] ? c[i] : DI[i];
+    end endgenerate
+    assign CO = c[4:1];
+    assign O = S ^ c[3:0];
+endmodule

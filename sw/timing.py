@@ -177,6 +177,30 @@ def _group(label: str) -> str:
     return f"{name}:{_INDEX.sub('', pin)}" if pin else name
 
 
+def _lut_arcs(ctype: str, params: dict, outs: list, ins: list):
+    """A LUT's arcs: (output pin, the input pins its function reads).  A timer takes a LUT's arcs from
+    its function (its INIT): an input that no output value depends on has no arc to it -- a LUT6_2's
+    O5 reads I0 .. I4 of INIT's low half only (``mcf.hw.lut.add3``: bit i's O5, the carry-save carry,
+    does not depend on its I3, the bit below's, so the carries do not ripple through the LUTs).
+    Without an INIT (or one that cannot be read): every input."""
+    init = params.get("INIT")
+    try:
+        init = int(init, 2) if isinstance(init, str) else int(init)
+    except (TypeError, ValueError):
+        init = None
+    pins_in = sorted((p for p in ins if re.fullmatch(r"I\d", p)), key=lambda p: int(p[1:]))
+    if init is None or len(pins_in) != len(ins) or ctype == "INV":
+        return [(o, ins) for o in outs]
+    arcs = []
+    for o in outs:
+        n = 5 if (ctype == "LUT6_2" and o == "O5") else len(pins_in)
+        size = 1 << n
+        used = [p for p in pins_in if int(p[1:]) < n
+                and any(((init >> a) ^ (init >> (a ^ (1 << int(p[1:]))))) & 1 for a in range(size))]
+        arcs.append((o, used))
+    return arcs
+
+
 class _Graph:
     def __init__(self):
         self.arcs: dict[int, list] = {}    # out bit -> [(in bit, cost, kind)]
@@ -235,7 +259,8 @@ def _build(mod: dict, names: _Names, boundaries=frozenset()) -> _Graph:
             return lambda i, b, s=suffix: f"{cname}:{s}[{i}]" if len(conn.get(s, [])) > 1 else f"{cname}:{s}"
 
         if ctype in LUTS:
-            g.arc(pins(outs), pins(ins), 1.0, "lut")
+            for out, used in _lut_arcs(ctype, params, outs, ins):
+                g.arc(pins([out]), pins(used), 1.0, "lut")
         elif ctype in MUXF:
             g.arc(pins(outs), pins(ins), MUXF_LEVELS, "mux")
         elif ctype in CARRY:

@@ -103,7 +103,7 @@ def with_models(text: str) -> str:
     from mcf.hw import lut
     if "DSP48E2 " in text and MODEL_MARK not in text:
         text = text + "\n" + MODEL.read_text()
-    if "LUT6 " in text and lut.MODEL_MARK not in text:
+    if any(f"{cell} " in text for cell in lut.MODEL_CELLS) and lut.MODEL_MARK not in text:
         text = text + "\n" + lut.MODEL.read_text()
     return text
 
@@ -280,10 +280,12 @@ class DotArray(wiring.Component):
                     fields[1].append(hi_f)
                 else:
                     fields[0].append(prev[:FIELD].as_signed())
-            # The chains of a row summed by a tree of adders (``add_tree``: each on a carry chain).
+            # The chains of a row summed by a tree of adders (``add_tree``: each on a carry chain; on
+            # instances (round 30) three terms an adder, ``mcf.hw.lut.add3``: a row of 4 chains two adders
+            # at one LUT a bit, not three).
             for i, (r, terms) in enumerate(zip(rows, fields)):
                 # (joined: the low row's adders each carry one in, chains - 1 of the chains' ones)
-                total = add_tree(m, terms, f"rsum{r}", self.dot_width, carry=J and i == 0)
+                total = add_tree(m, terms, f"rsum{r}", self.dot_width, carry=J and i == 0, primitive=self.primitive)
                 if i == 0 and uoffset:
                     # sum of the chains' P'[21:0] = lo + chains 2^21 = lo + 2^(top) in [0, 2^(top + 1)):
                     # lo is that with its top bit inverted (read as signed)

@@ -118,8 +118,8 @@ def count(cells: dict[str, int], finished: bool = True) -> dict:
         return dict.fromkeys(("LUT", "LUT_logic", "LUT_memory", "FF", "BRAM36", "URAM", "DSP"))
     if not finished:
         return {**count(cells), "LUT": None, "LUT_logic": None}
-    # INV is a LUT1 after mapping.
-    lut_logic = sum(n for t, n in cells.items() if (t.startswith("LUT") and t[3:].isdigit()) or t == "INV")
+    # INV is a LUT1 after mapping; a LUT6_2 (two outputs of one LUT6 site: ``mcf.hw.lut.add3``) one LUT.
+    lut_logic = sum(n for t, n in cells.items() if t in timing.LUTS)
     lut_mem = sum(_LUTRAM[t] * n for t, n in cells.items() if t in _LUTRAM)
     bram = cells.get("RAMB36E2", 0) + cells.get("RAMB18E2", 0) / 2
     return {

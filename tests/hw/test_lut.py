@@ -1,5 +1,6 @@
 """hw/lut.py (round 28): the LUT6-instance builds of a 4:1 choice, of ``rotate_list`` / ``rotate_pieces``
-and of the reorders equal their plain (Mux) builds in Verilog simulation (Icarus, the LUT6 model
+and of the reorders, and (round 30) the three-input adder ``add3`` (LUT6_2 + CARRY4) and ``add_tree`` on it,
+equal their plain (Mux, +) builds in Verilog simulation (Icarus, the LUT6 model
 hw/lut6.v appended by ``with_models``): both builds side by side in one design, the same random inputs
 every cycle, their outputs compared every cycle; and ``mcf synth``'s ``strip_models`` drops the model."""
 
@@ -41,7 +42,8 @@ def _run(tmp_path, pair):
     src = tmp_path / "dut.v"
     src.write_text(with_models(verilog.convert(pair, name="dut", ports=[pair.stim, pair.diff, pair.fired])))
     text = src.read_text()
-    assert (lut.MODEL_MARK in text) == ("LUT6 #(" in text)       # (a 2-way rotation alone: no instance)
+    assert (lut.MODEL_MARK in text) == any(f"{c} #(" in text or f"{c} " in text.split(lut.MODEL_MARK)[0]
+                                           for c in lut.MODEL_CELLS)   # (a 2-way rotation alone: no instance)
     tb = tmp_path / "tb.v"
     tb.write_text(f"""
 module tb;
@@ -194,3 +196,42 @@ def test_spad_wide_read_equals_the_plain_build(tmp_path):
         return Cat(dut.rd.data, dut.rd.exp, dut.rd.wide), stim[0]
     bad, fires = _run(tmp_path, _Pair(40 + 5 * 64, build))
     assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("wa,wb,wc,sa,sb,sc,n,cin", [(7, 5, 9, 1, 0, 1, 12, 0), (7, 5, 9, 1, 0, 1, 12, 2),
+                                                     (8, 8, 8, 0, 0, 0, 10, 1), (22, 22, 22, 1, 1, 1, 24, 2),
+                                                     (3, 3, 3, 1, 1, 1, 5, 0)])
+def test_add3_equals_the_plain_sum(tmp_path, wa, wb, wc, sa, sb, sc, n, cin):
+    """``add3`` (round 30: a LUT6_2 and the carry chain a bit) against Amaranth's a + b + c + cin: signed
+    and unsigned terms of different widths, the sum's width the bound (n bits hold every sum here), the
+    carries in; a width not a multiple of 4 (the chain's last CARRY4 part used)."""
+    from amaranth import signed as _s, unsigned as _u
+
+    def build(m, stim, primitive):
+        a, b, c = stim[1:1 + wa], stim[1 + wa:1 + wa + wb], stim[1 + wa + wb:1 + wa + wb + wc]
+        a, b, c = (x.as_signed() if sg else x for x, sg in ((a, sa), (b, sb), (c, sc)))
+        shape = _s(n) if (sa or sb or sc) else _u(n)
+        return lut.add3(m, a, b, c, shape, "t" if primitive else "u", primitive=primitive, cin=cin), stim[0]
+    bad, fires = _run(tmp_path, _Pair(1 + wa + wb + wc, build))
+    assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("terms,width,carry", [(4, 22, True), (4, 22, False), (5, 9, True), (3, 23, False), (7, 6, True)])
+def test_add_tree_on_add3_equals_the_plain_tree(tmp_path, terms, width, carry):
+    """``add_tree(primitive=True)`` (three terms an adder; the dot array's row sums) against the plain tree
+    of two-input adders: signed terms, the carries in (every adder's, len(terms) - 1 in all)."""
+    from mcf.hw.arith import add_tree
+
+    def build(m, stim, primitive):
+        ts = [stim[1 + k * width:1 + (k + 1) * width].as_signed() for k in range(terms)]
+        total = add_tree(m, ts, "t" if primitive else "u", width + 3, carry=carry, primitive=primitive)
+        return total, stim[0]
+    bad, fires = _run(tmp_path, _Pair(1 + terms * width, build))
+    assert bad == 0 and fires > 0
+
+
+def test_add3_init():
+    """add3's LUT6_2: O6 (I5 = 1) the parity of I0 .. I3, O5 the majority of I0 .. I2 (neither reads I4)."""
+    for a in range(32):
+        assert (lut.ADD3_INIT >> (32 + a)) & 1 == bin(a & 15).count("1") % 2
+        assert (lut.ADD3_INIT >> a) & 1 == (bin(a & 7).count("1") >= 2)

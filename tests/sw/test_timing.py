@@ -114,3 +114,37 @@ def test_a_part_joins_its_parents_paths_at_its_pins():
     d = analyze(module(parent, {"a": [10], "b": [5]}), boundaries={"top.u": own.ports})
     assert d.max_levels == 4 and (d.paths[0].start, d.paths[0].end) == ("part:y", "b")   # 3 + 1
     assert d.paths[1].levels == 3 and (d.paths[1].start, d.paths[1].end) == ("a", "part:x")  # 1 + 2
+
+
+def test_a_lut_has_arcs_only_from_the_inputs_its_function_reads():
+    """Round 30: a LUT's arcs come from its INIT.  A chain of LUT6_2 whose O5 feeds the next one's I3
+    (``mcf.hw.lut.add3``'s carry-save carries) does not ripple: O5 (add3's INIT: the majority of I0 .. I2)
+    reads no I3, so each bit is one LUT from the registers, and O6 (which reads I3) two.  A LUT2 whose
+    INIT ignores I1 has no arc from it; without an INIT every input counts."""
+    from mcf.hw.lut import ADD3_INIT
+    init = format(ADD3_INIT, "064b")
+    cells = {f"ff{i}": cell("FDRE", {"C": [2], "D": [3], "Q": [10 + i]}) for i in range(3)}
+    k = [1]                                                    # the first bit's I3: a constant
+    for i in range(6):
+        cells[f"l{i}"] = cell("LUT6_2", {"I0": [10], "I1": [11], "I2": [12], "I3": k[-1:], "I4": ["0"], "I5": ["1"],
+                                         "O5": [100 + i], "O6": [200 + i]}, INIT=init)
+        k = [100 + i]
+        cells[f"q{i}"] = cell("FDRE", {"C": [2], "D": [200 + i], "Q": [300 + i]})
+    d = analyze(module(cells))
+    assert d.max_levels == 2
+    # the same chain read without the function (the old model): the O5s ripple, 6 LUTs deep
+    for i in range(6):
+        del cells[f"l{i}"]["parameters"]["INIT"]
+    assert analyze(module(cells)).max_levels == 6
+    # a LUT2 at the end of a 3-LUT chain whose INIT reads only I1 (bit a of 1100 is a's I1: O = I1), I1 a
+    # register: one level, not three
+    cells = chain(3)
+    cells["ff_c"] = cell("FDRE", {"C": [2], "D": [3], "Q": [4]})
+    assert analyze(module(cells)).max_levels == 3
+    cells["lut2"]["parameters"]["INIT"] = "1100"
+    assert analyze(module(cells)).max_levels == 1
+
+
+def test_lut6_2_counts_one_lut():
+    from mcf.sw.commands.synth import count
+    assert count({"LUT6_2": 10, "LUT2": 3, "INV": 1, "CARRY4": 4})["LUT"] == 14
