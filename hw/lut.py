@@ -18,7 +18,7 @@ from pathlib import Path
 
 from amaranth.hdl import Array, Cat, Const, Instance, Mux, Signal
 
-__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "lut6", "lut6_init", "mux4", "shr_layers"]
+__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "equal", "lut6", "lut6_init", "mux4", "shr_layers"]
 
 #: The cells hw/lut6.v models (``with_models`` appends it when a design instantiates one).
 MODEL_CELLS = ("LUT6", "LUT6_2", "CARRY4")
@@ -49,6 +49,30 @@ def lut6(m, fn, ins, name, cell: str | None = None):
     m.submodules[cell or f"{name}_lut"] = Instance("LUT6", p_INIT=Const(lut6_init(fn), 64), o_O=o,
                                                    **{f"i_I{k}": v for k, v in enumerate(ins)})
     return o
+
+
+def _eq3(a0, b0, a1, b1, a2, b2):
+    return int(a0 == b0 and a1 == b1 and a2 == b2)
+
+
+EQ3_INIT = lut6_init(_eq3)
+
+
+def equal(m, a, b, primitive: bool = False, name: str = "eq"):
+    """``a == b`` (one width).  ``primitive`` (the node's build, round 29): a LUT6 instance
+    (``EQ3_INIT``, the model hw/lut6.v) per three bit pairs and their AND plain -- ABC9 mapped the RX
+    engine's 24-bit tag compares at ~20 LUT an entry (its area model takes smaller LUTs), 8 LUT6 +
+    the AND here; else the plain compare.  (Round 30: here, from hw/node.py, for the NIC's slot keys too.)"""
+    if len(a) != len(b):
+        raise ValueError(f"equal: widths {len(a)} and {len(b)}")
+    if not primitive:
+        return a == b
+    outs = []
+    for k in range(0, len(a), 3):
+        pairs = [(a[i], b[i]) for i in range(k, min(k + 3, len(a)))]
+        pairs += [(Const(0, 1), Const(0, 1))] * (3 - len(pairs))
+        outs.append(lut6(m, _eq3, [v for pair in pairs for v in pair], f"{name}_{k // 3}", cell=f"{name}_{k // 3}"))
+    return Cat(*outs).all()
 
 
 def mux4(m, sel, items, primitive: bool = False, name: str = "mux4"):

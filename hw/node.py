@@ -47,7 +47,7 @@ from mcf.hw.axi.lite import AXI4LiteSignature
 from mcf.hw.arith import add_tree
 from mcf.hw.axis import AXIStreamSignature, AxisRegister, skid_register
 from mcf.hw.fifo import PrefetchFIFO, buffered_fifo, nonempty
-from mcf.hw.lut import lut6, lut6_init
+from mcf.hw.lut import equal
 from mcf.hw.compute.exec.unit import PERF_BITS, ExecUnit
 from mcf.hw.csr import ControlRegisters, EthControlPort
 from mcf.hw.csr.ports import RegisterBusSignature
@@ -327,30 +327,6 @@ def _lowest_has(g, p):
 
 
 #: A LUT6's INIT for O = (I0 == I1) & (I2 == I3) & (I4 == I5): three bit pairs equal (round 29).
-def _eq3(a0, b0, a1, b1, a2, b2):
-    return int(a0 == b0 and a1 == b1 and a2 == b2)
-
-
-EQ3_INIT = lut6_init(_eq3)
-
-
-def equal(m, a, b, primitive: bool = False, name: str = "eq"):
-    """``a == b`` (one width).  ``primitive`` (the node's build, round 29): a LUT6 instance
-    (``EQ3_INIT``, the model hw/lut6.v) per three bit pairs and their AND plain -- ABC9 mapped the RX
-    engine's 24-bit tag compares at ~20 LUT an entry (its area model takes smaller LUTs), 8 LUT6 +
-    the AND here; else the plain compare."""
-    if len(a) != len(b):
-        raise ValueError(f"equal: widths {len(a)} and {len(b)}")
-    if not primitive:
-        return a == b
-    outs = []
-    for k in range(0, len(a), 3):
-        pairs = [(a[i], b[i]) for i in range(k, min(k + 3, len(a)))]
-        pairs += [(Const(0, 1), Const(0, 1))] * (3 - len(pairs))
-        outs.append(lut6(m, _eq3, [v for pair in pairs for v in pair], f"{name}_{k // 3}", cell=f"{name}_{k // 3}"))
-    return Cat(*outs).all()
-
-
 class RxEngine(wiring.Component):
     """See the module text.  Other ports: ``errors`` (strobes per ErrorCause), ``busy`` (a
     packet or a DDR write in flight, or a credit queued), ``posted`` (table entries in use, a
@@ -834,7 +810,8 @@ class Node(wiring.Component):
         self.loader = DmaLoader(config.data_width, config.ddr_addr_bits, config.buffer_bytes, config.buffers)
         self.writer = DmaWriter(config.data_width, config.ddr_addr_bits)
         self.packetizer = Packetizer(config.data_width, config.payload_depth, config.meta_queue_depth)
-        self.nic = Nic(config.data_width, config.net_ports, **config.nic_params())
+        self.nic = Nic(config.data_width, config.net_ports, **config.nic_params(),
+                       primitive=bool(config.dsp_primitives))     # (round 30: the slot key compares as LUT6)
         self.exec_ports = axi_members(self.exec)
         self.hp_of = config.ddr_masters()
         # with a weight clock: the weight loaders on HP 0 .. W-1 (``wic``, domain axi), the rest on

@@ -46,7 +46,7 @@ class Nic(wiring.Component):
     def __init__(self, data_width: int = 64, net_ports: int = 3, buffer_depth: int = 256,
                  desc_depth: int = 16, route_entries: int = spec.ROUTE_TABLE_ENTRIES,
                  reduce_slots: int = 4, reduce_beats: int = 128, softmax_fan_in: int = 4,
-                 state_words: int = 130):
+                 state_words: int = 130, primitive: bool = False):
         if not 1 <= route_entries <= spec.ROUTE_TABLE_ENTRIES or route_entries & (route_entries - 1):
             raise ValueError(f"route_entries={route_entries}: a power of two <= {spec.ROUTE_TABLE_ENTRIES}")
         self.data_width = data_width
@@ -58,6 +58,7 @@ class Nic(wiring.Component):
         self.reduce_beats = reduce_beats
         self.softmax_fan_in = softmax_fan_in
         self.state_words = state_words
+        self.primitive = primitive          # (round 30, the node's build) the slot key compares as LUT6 instances
         for name, v in (("buffer_depth", buffer_depth), ("reduce_beats", reduce_beats)):
             if v < 2 or v & (v - 1):
                 raise ValueError(f"{name}={v}: must be a power of two >= 2")
@@ -165,7 +166,7 @@ class Nic(wiring.Component):
         # --- reduction engine --------------------------------------------------------------
         m.submodules.reduce_deser = rdes = HeaderDeserializer(w)
         m.submodules.reduce = red = ReduceEngine(w, self.reduce_slots, self.reduce_beats,
-                                                      self.softmax_fan_in, self.state_words)
+                                                      self.softmax_fan_in, self.state_words, self.primitive)
         wiring.connect(m, egs[REDUCE].o, rdes.i)
         wiring.connect(m, rdes.meta, red.meta)
         wiring.connect(m, rdes.o, red.payload)
@@ -192,7 +193,8 @@ class Nic(wiring.Component):
         m.d.sync += slot_valid_q.eq(red.slot_valid)
         slots_same = red.slot_valid == slot_valid_q
         for i in range(n_in):
-            has_slot = Cat(red.slot_valid[s] & same_key(red.slot_meta[s], ing[i].head.meta)
+            has_slot = Cat(red.slot_valid[s] & same_key(red.slot_meta[s], ing[i].head.meta, m, self.primitive,
+                                                        f"slot{s}_in{i}_eq")
                            for s in range(self.reduce_slots)).any()
             slot_ok_q = Signal(name=f"slot_ok_q{i}")
             head_same = Signal(name=f"head_same{i}")

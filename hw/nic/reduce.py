@@ -36,6 +36,7 @@ from mcf import spec
 from mcf.spec import packet as wire
 from mcf.hw.arith import exp2_rom
 from mcf.hw.axis import AXIStreamSignature
+from mcf.hw.lut import equal
 from mcf.hw.layouts import MetaLayout
 from mcf.hw.layouts import Op as HwOp
 from mcf.hw.nic.common import RouteLookupSignature, last_keep, payload_beats, raw
@@ -48,8 +49,14 @@ from mcf.spec.fixed import EXP_LUT_BITS, P_FRAC, S_FRAC
 WORD = REDUCE_WORD_BITS
 
 
-def same_key(a, b):
-    """Two headers belong to the same reduction."""
+def same_key(a, b, m=None, primitive: bool = False, name: str = "key"):
+    """Two headers belong to the same reduction.  ``primitive`` (round 30, the node's build): the key's
+    fields as one compare of LUT6 instances, three bit pairs each (``mcf.hw.lut.equal``; ABC9 mapped the
+    NIC's 3 inputs x 4 slots of ~60-bit compares at ~64 LUT each), in module ``m``."""
+    def key(h):
+        return Cat(h.route_id, h.seq, h.kv_id, h.length, raw(h.reduce_op))
+    if primitive:
+        return equal(m, key(a), key(b), primitive=True, name=name)
     return ((a.route_id == b.route_id) & (a.seq == b.seq) & (a.kv_id == b.kv_id)
             & (a.length == b.length) & (raw(a.reduce_op) == raw(b.reduce_op)))
 
@@ -164,7 +171,7 @@ def combine(op, acc, new, data_width: int):
 
 class ReduceEngine(wiring.Component):
     def __init__(self, data_width: int = 64, slots: int = 4, max_beats: int = 64,
-                 softmax_fan_in: int = 4, state_words: int = 130):
+                 softmax_fan_in: int = 4, state_words: int = 130, primitive: bool = False):
         if data_width % WORD:
             raise ValueError(f"data_width={data_width}: reductions need whole {WORD}-bit words")
         if max_beats < 1 or max_beats & (max_beats - 1):
@@ -178,6 +185,7 @@ class ReduceEngine(wiring.Component):
         self.max_beats = max_beats
         self.softmax_fan_in = softmax_fan_in
         self.state_words = state_words
+        self.primitive = primitive          # (round 30) the slot key compares as LUT6 instances
         super().__init__({
             "meta": In(stream.Signature(ParsedHeaderLayout)),
             "payload": In(AXIStreamSignature(data_width)),
@@ -234,7 +242,8 @@ class ReduceEngine(wiring.Component):
         m.d.comb += [inm.eq(self.meta.payload.meta), self.lookup.addr.eq(inm.route_id)]
         match = Signal(S)
         free = Signal(S)
-        m.d.sync += [match.eq(Cat(s_valid[i] & same_key(s_meta[i], inm) for i in range(S))),
+        m.d.sync += [match.eq(Cat(s_valid[i] & same_key(s_meta[i], inm, m, self.primitive, f"match{i}_eq")
+                                  for i in range(S))),
                      free.eq(~s_valid)]
         pick = Signal(range(max(S, 2)))
         for i in reversed(range(S)):
