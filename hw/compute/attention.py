@@ -100,7 +100,7 @@ from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_A_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import shr_layers
+from mcf.hw.lut import mux4, shr_layers
 from mcf.hw.layouts import amaranth_enum
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -527,6 +527,7 @@ class AttentionUnit(wiring.Component):
             m.d.sync += [cfg.eq(cp), state.eq(Mux(cp.emit, OUT, PASS))]
 
         mrow = [Signal(signed(32), name=f"m{r}", init=INT32_MIN) for r in range(R)]
+        m_s6 = {}                       # row -> (the pass's write of s into m, s)
         lacc = [Signal(signed(self.l_width), name=f"l{r}") for r in range(R)]
         # o[r][a * Ls + j] of a row with products in memory (r, j) at address a (Ls = o_lanes; = lanes
         # unless W > lanes), a flag per element (0 reads as 0: ``clear`` and APPLY's ``first`` empty
@@ -786,8 +787,7 @@ class AttentionUnit(wiring.Component):
             neg = Signal(unsigned(34), name=f"negd{r}")     # m - s >= 0 for a visible key
             m.d.comb += neg.eq(mrow[r] - s6)
             # s > m: the sign of m - s (one subtraction for both)
-            with m.If(pv_[6] & ~pm_[6].ap & vis & neg[33]):
-                m.d.sync += mrow[r].eq(s6)
+            m_s6[r] = (pv_[6] & ~pm_[6].ap & vis & neg[33], s6)
             y = rshr_pos(m, neg, Const(fx.S_FRAC - fx.EXP_LUT_BITS, 3), 35)
             # p = rshr(T[f], n), n = 4 h + l (n <= P_FRAC; else 0): the RAM at (l, f) gives z = T[f] >> l and
             # T[f]'s bit l - 1 (0 at l = 0), so p = (z >> 4 h) + (h ? z's bit 4 h - 1 : that bit)
@@ -1092,25 +1092,44 @@ class AttentionUnit(wiring.Component):
         m.d.comb += mbase.eq(Mux(mfirst, INT32_MIN, Array(mrow)[mrw] if R > 1 else mrow[0]))
         mnew = Signal(signed(32))
         m.d.comb += mnew.eq(Mux(tok & (tmax > mbase), tmax, mbase))
-        for r in range(R):
-            with m.If(mv & (mrw == r)):
-                m.d.sync += mrow[r].eq(mnew)
+        # (the row's writes: below, with the resets and the state loads)
         # (``mx_any`` a register: the stages' valids shift one a cycle, so any of them holds a beat now iff ``en`` or
         # one of the stages before the last did a cycle ago -- one input of ``busy``, not one a stage: round 24,
         # the OR was 3.0 levels to the port, 9.0 joined through the mover's CHECK)
         m.d.sync += mx_any.eq(Cat(mxp.en, *mx_busy[:-1]).any())
 
-        # resets by a pass's ``first`` and the state loads (never during a pass)
+        # a row's m: the pass's online maximum (s > m), the MAX tree's (``mnew``), resets by a pass's ``first``
+        # and the state loads (never during a pass), in that priority (the last one wins)
         for r in range(R):
-            with m.If(reset_m | self.clear):
-                m.d.sync += mrow[r].eq(INT32_MIN)
+            s6_hit, s6 = m_s6[r]
+            new_hit, reset_hit = mv & (mrw == r), reset_m | self.clear
+            st_hit = self.st.en & (self.st.row == r) & (self.st.word == 0)
+            if self.primitive:
+                # (round 30) the four sources as one LUT6 a bit (``mux4``) by a select encoded from the row's
+                # conditions, the write a clock enable: ABC9 mapped the priority chain at ~3.6 LUT a bit
+                # (1 394 LUT for 12 rows of 32 bits)
+                sel = Signal(2, name=f"m{r}_sel")
+                m.d.comb += sel.eq(Mux(st_hit, 2, Mux(reset_hit, 3, Mux(new_hit, 1, 0))))
+                nxt = mux4(m, sel, [s6.as_unsigned(), mnew.as_unsigned(), self.st.data[:32],
+                                    Const(INT32_MIN & 0xFFFFFFFF, 32)], primitive=True, name=f"m{r}_next")
+                with m.If(s6_hit | new_hit | reset_hit | st_hit):
+                    m.d.sync += mrow[r].eq(nxt)
+            else:
+                with m.If(s6_hit):
+                    m.d.sync += mrow[r].eq(s6)
+                with m.If(new_hit):
+                    m.d.sync += mrow[r].eq(mnew)
+                with m.If(reset_hit):
+                    m.d.sync += mrow[r].eq(INT32_MIN)
+                with m.If(st_hit):
+                    m.d.sync += mrow[r].eq(self.st.data)
+        # the other rows' states: resets by a pass's ``first`` and the state loads
+        for r in range(R):
             with m.If(reset_l | self.clear):
                 m.d.sync += lacc[r].eq(0)
             with m.If(reset_lo | self.clear):
                 m.d.sync += [f.eq(0) for f in (oflag[r] if r < PR else xflag[r - PR])]
             with m.If(self.st.en & (self.st.row == r)):
-                with m.If(self.st.word == 0):
-                    m.d.sync += mrow[r].eq(self.st.data)
                 with m.If(self.st.word == 1):
                     m.d.sync += lacc[r].eq(self.st.data.as_signed())
 
