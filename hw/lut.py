@@ -156,8 +156,10 @@ def add3(m, a, b, c, shape, name: str, primitive: bool = False, cin: int = 0):
         w = Signal(_signed(n) if x.shape().signed else n, name=f"{name}_op{len(ops)}")
         m.d.comb += w.eq(x)                  # extended (or cut) to the sum's width
         ops.append(w)
-    prop, k = Signal(n, name=f"{name}_p"), Signal(n, name=f"{name}_k")
-    k_in = Cat(Const(cin >= 2, 1), k[:n - 1])
+    # (the carries one signal a bit: bit i's LUT reads bit i - 1's, and a vector read by its own bits is a
+    # combinational loop to Verilator's scheduler, UNOPTFLAT)
+    prop, k = Signal(n, name=f"{name}_p"), [Signal(name=f"{name}_k{i}") for i in range(n)]
+    k_in = [Const(cin >= 2, 1)] + k[:n - 1]
     for i in range(n):
         m.submodules[f"{name}_l{i}"] = Instance(
             "LUT6_2", p_INIT=Const(ADD3_INIT, 64), i_I0=ops[0][i], i_I1=ops[1][i], i_I2=ops[2][i], i_I3=k_in[i],
@@ -165,7 +167,7 @@ def add3(m, a, b, c, shape, name: str, primitive: bool = False, cin: int = 0):
     total = Signal(4 * ((n + 3) // 4), name=f"{name}_sum")
     carry = Const(0, 1)
     padded_p = Cat(prop, Const(0, len(total) - n))
-    padded_k = Cat(k_in, Const(0, len(total) - n))
+    padded_k = Cat(*k_in, Const(0, len(total) - n))
     for j in range(0, n, 4):
         co = Signal(4, name=f"{name}_co{j // 4}")
         m.submodules[f"{name}_c{j // 4}"] = Instance(

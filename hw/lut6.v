@@ -18,17 +18,16 @@ module LUT6_2 #(parameter [63:0] INIT = 64'h0) (
 endmodule
 
 // CARRY4 (UG974): CO[i] = S[i] ? carry into bit i : DI[i], O[i] = S[i] ^ carry into bit i, the carry into bit 0
-// CI | CYINIT.
+// CI | CYINIT.  (One wire a carry: a vector read by its own bits is a loop to Verilator, UNOPTFLAT.)
 module CARRY4 (
     output [3:0] CO, output [3:0] O,
     input CI, input CYINIT, input [3:0] DI, input [3:0] S
 );
-    wire [4:0] c;
-    assign c[0] = CI | CYINIT;
-    genvar i;
-    generate for (i = 0; i < 4; i = i + 1) begin : bit_
-        assign c[i + 1] = S[i] ? c[i] : DI[i];
-    end endgenerate
-    assign CO = c[4:1];
-    assign O = S ^ c[3:0];
+    wire c0 = CI | CYINIT;
+    wire c1 = S[0] ? c0 : DI[0];
+    wire c2 = S[1] ? c1 : DI[1];
+    wire c3 = S[2] ? c2 : DI[2];
+    wire c4 = S[3] ? c3 : DI[3];
+    assign CO = {c4, c3, c2, c1};
+    assign O = S ^ {c3, c2, c1, c0};
 endmodule
