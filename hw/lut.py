@@ -8,7 +8,8 @@ a 16-way rotation of 1 024 bits (two radix-4 stages): 2 432 LUT inferred, 2 048 
 level) or Amaranth's plain choice (the Python simulator cannot run an instance).  ``shr_layers`` (round
 29: one definition for the attention unit's shifts and EMBED's) builds a wide shift by a variable amount as
 radix-4 layers of those choices.  ``add3`` (round 30) is a three-input adder at one LUT a bit: a LUT6_2
-and the carry chain (CARRY4) a bit, where Yosys builds a + b + c from full adders and a second adder.
+and the carry chain (CARRY4) a bit, where Yosys builds a + b + c from full adders and a second adder;
+``greater`` a compare at half a LUT a bit (two bit pairs a LUT6_2 on the chain).
 
 Simulations read the model ``lut6.v`` (``MODEL``), appended to a design's Verilog by
 ``dot_array.with_models`` beside the DSP48E2's; ``mcf synth`` drops it again (``strip_models``:
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from amaranth.hdl import Array, Cat, Const, Instance, Mux, Signal
 
-__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "equal", "lut6", "lut6_init", "mux4", "shr_layers"]
+__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "equal", "greater", "lut6", "lut6_init", "mux4", "shr_layers"]
 
 #: The cells hw/lut6.v models (``with_models`` appends it when a design instantiates one).
 MODEL_CELLS = ("LUT6", "LUT6_2", "CARRY4")
@@ -175,4 +176,56 @@ def add3(m, a, b, c, shape, name: str, primitive: bool = False, cin: int = 0):
             i_DI=padded_k[j:j + 4], i_S=padded_p[j:j + 4], o_O=total[j:j + 4], o_CO=co)
         carry = co[3]
     m.d.comb += o.eq(total[:n])
+    return o
+
+
+def greater(m, a, b, name: str, primitive: bool = False):
+    """``a > b`` (one width, both signed or both unsigned), a Signal ``name``.  ``primitive`` (round 30):
+    two bit pairs a LUT -- a LUT6_2 per pair of bits, O6 their equality (the carry chain's propagate), O5
+    a's pair above b's (its DI; the top pair's sign bits inverted when signed) -- and a CARRY4 chain from
+    the low pair up: half a LUT a bit, where Yosys's compare (a subtraction on the chain) takes one.
+    Else the plain compare."""
+    if len(a) != len(b) or a.shape().signed != b.shape().signed:
+        raise ValueError(f"greater: {a.shape()} and {b.shape()}")
+    o = Signal(name=name)
+    if not primitive:
+        m.d.comb += o.eq(a > b)
+        return o
+    n, sgn = len(a), a.shape().signed
+    ua, ub = a.as_unsigned(), b.as_unsigned()
+    pairs = (n + 1) // 2
+    eqs, gts = Signal(pairs, name=f"{name}_eq"), Signal(pairs, name=f"{name}_gt")
+    for j in range(pairs):
+        lo, hi = 2 * j, min(2 * j + 1, n - 1)
+        top = sgn and hi == n - 1
+        if hi == lo:                                  # a single top bit: I1, I3 tied low
+            ins = [ua[lo], Const(0, 1), ub[lo], Const(0, 1)]
+        else:
+            ins = [ua[lo], ua[hi], ub[lo], ub[hi]]
+
+        def value(x0, x1, inv):                       # the pair's value (its top bit inverted: signed)
+            return x0 + 2 * (x1 ^ inv) if hi != lo else x0 ^ inv
+
+        init = 0
+        for x in range(32):                            # I0 .. I4 (I4 tied low), I5 = 1
+            i0, i1, i2, i3 = (x >> 0) & 1, (x >> 1) & 1, (x >> 2) & 1, (x >> 3) & 1
+            va, vb = value(i0, i1, int(top)), value(i2, i3, int(top))
+            init |= int(va == vb) << (32 + x)
+            init |= int(va > vb) << x
+        m.submodules[f"{name}_l{j}"] = Instance(
+            "LUT6_2", p_INIT=Const(init, 64), i_I0=ins[0], i_I1=ins[1], i_I2=ins[2], i_I3=ins[3],
+            i_I4=Const(0, 1), i_I5=Const(1, 1), o_O6=eqs[j], o_O5=gts[j])
+    n4 = 4 * ((pairs + 3) // 4)
+    s_, di = Cat(eqs, Const(0, n4 - pairs)), Cat(gts, Const(0, n4 - pairs))
+    carry = Const(0, 1)
+    cos = []
+    for j in range(0, pairs, 4):
+        co = Signal(4, name=f"{name}_co{j // 4}")
+        m.submodules[f"{name}_c{j // 4}"] = Instance(
+            "CARRY4", i_CI=carry, i_CYINIT=Const(0, 1), i_DI=di[j:j + 4], i_S=s_[j:j + 4],
+            o_O=Signal(4, name=f"{name}_o{j // 4}"), o_CO=co)
+        carry = co[3]
+        cos.append(co)
+    last = pairs - 1
+    m.d.comb += o.eq(cos[last // 4][last % 4])
     return o

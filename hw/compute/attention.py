@@ -100,7 +100,7 @@ from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_A_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import mux4, shr_layers
+from mcf.hw.lut import greater, mux4, shr_layers
 from mcf.hw.layouts import amaranth_enum
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -1063,7 +1063,8 @@ class AttentionUnit(wiring.Component):
         split = late and MW > 2
         gt0 = []
         if split:
-            gt0 = [stage(f"mx2g{i // 2}", lvl[i][1] > lvl[i + 1][1]) for i in range(0, MW - 1, 2)]
+            gt0 = [stage(f"mx2g{i // 2}", greater(m, lvl[i][1], lvl[i + 1][1], f"mx1gt{i // 2}", self.primitive))
+                   for i in range(0, MW - 1, 2)]
             lvl = [(stage(f"mx2ok{j}", ok), stage(f"mx2s{j}", v)) for j, (ok, v) in enumerate(lvl)]
             mv, mrw, mfirst = stage("mx2v", mv), stage("mx2r", mrw), stage("mx2f", mfirst)
             mx_busy.append(mv)
@@ -1076,7 +1077,8 @@ class AttentionUnit(wiring.Component):
                 return value if comb_ else stage(name, value, shape)
             for i in range(0, len(lvl) - 1, 2):
                 (oa, va), (ob, vb) = lvl[i], lvl[i + 1]
-                pick_a = oa & (~ob | (gt0[i // 2] if comb_ else va > vb))
+                # (round 30: the compares at half a LUT a bit on the node, ``greater``)
+                pick_a = oa & (~ob | (gt0[i // 2] if comb_ else greater(m, va, vb, f"mxt{n}_{i // 2}gt", self.primitive)))
                 nxt.append((out(f"mxt{n}_{i // 2}ok", oa | ob),
                             out(f"mxt{n}_{i // 2}", Mux(pick_a, va, vb), signed(32))))
             if len(lvl) % 2:
@@ -1091,7 +1093,7 @@ class AttentionUnit(wiring.Component):
         mbase = Signal(signed(32))
         m.d.comb += mbase.eq(Mux(mfirst, INT32_MIN, Array(mrow)[mrw] if R > 1 else mrow[0]))
         mnew = Signal(signed(32))
-        m.d.comb += mnew.eq(Mux(tok & (tmax > mbase), tmax, mbase))
+        m.d.comb += mnew.eq(Mux(tok & greater(m, tmax, mbase, "mnew_gt", self.primitive), tmax, mbase))
         # (the row's writes: below, with the resets and the state loads)
         # (``mx_any`` a register: the stages' valids shift one a cycle, so any of them holds a beat now iff ``en`` or
         # one of the stages before the last did a cycle ago -- one input of ``busy``, not one a stage: round 24,

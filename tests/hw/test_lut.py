@@ -235,3 +235,22 @@ def test_add3_init():
     for a in range(32):
         assert (lut.ADD3_INIT >> (32 + a)) & 1 == bin(a & 15).count("1") % 2
         assert (lut.ADD3_INIT >> a) & 1 == (bin(a & 7).count("1") >= 2)
+
+
+@pytest.mark.parametrize("width,sgn", [(32, 1), (32, 0), (7, 1), (5, 0), (1, 0), (2, 1)])
+def test_greater_equals_the_plain_compare(tmp_path, width, sgn):
+    """``greater`` (round 30: two bit pairs a LUT6_2 on a CARRY4 chain) against Amaranth's a > b: random
+    words, b = a, and b = a with one bit flipped (the compare's hard cases: every pair equal but one)."""
+    from amaranth import Const, Mux
+
+    def build(m, stim, primitive):
+        a = stim[1:1 + width]
+        rand, flip, mode = stim[1 + width:1 + 2 * width], stim[1 + 2 * width:7 + 2 * width], stim[7 + 2 * width:9 + 2 * width]
+        one = (Const(1, width) << flip)[:width]
+        b = Mux(mode == 0, rand, Mux(mode == 1, a ^ one, a))
+        bs = Signal(width, name="b" + ("p" if primitive else "q"))
+        m.d.comb += bs.eq(b)
+        aa, bb = (a.as_signed(), bs.as_signed()) if sgn else (a, bs)
+        return lut.greater(m, aa, bb, "g" if primitive else "h", primitive=primitive), stim[0]
+    bad, fires = _run(tmp_path, _Pair(9 + 2 * width, build))
+    assert bad == 0 and fires > 0
