@@ -47,6 +47,53 @@ from mcf.spec.params import Range
 from mcf.spec.regmap import DMA_TAG_BITS
 
 
+def issuer(m: Module, axi, A: str, d, d_valid, d_take, nbuf: int, jobs, job_layout, claimed, claim,
+           bus_log2: int, max_outstanding: int):
+    """A loader's issuer (in domain ``A``): a descriptor ``d`` (``d_valid`` / ``d_take``) whose buffer
+    is not ``claimed`` claims it (``claim``), queues its job on ``jobs`` and goes out as INCR read
+    bursts on ``axi``, at most ``max_outstanding`` in flight.  Returns (issuing, outstanding).
+    (round 30: shared by DmaLoader and WeightLoaders)"""
+    d_beats, d_keep = beats_and_keep(m, d.length, bus_log2)
+    d_buf = Signal(range(nbuf))
+    m.d.comb += d_buf.eq(d.buffer)
+    addr = Signal(len(axi.araddr))
+    remaining = Signal(len(d_beats))
+    issuing = Signal()
+    outstanding = Signal(range(max_outstanding + 1))
+    load, ar_fire = Signal(), Signal()
+    n, last_burst, n_ok = next_burst(m, addr, remaining, bus_log2, load | ar_fire, domain=A)
+
+    new_job = Signal(job_layout)
+    m.d.comb += [new_job.buffer.eq(d_buf), new_job.beats.eq(d_beats), new_job.keep.eq(d_keep),
+                 new_job.tag.eq(d.tag), jobs.w_data.eq(new_job)]
+    with m.If(~issuing & jobs.w_rdy & ~claimed.bit_select(d_buf, 1)):
+        m.d.comb += d_take.eq(1)
+        with m.If(d_valid):
+            m.d.comb += [jobs.w_en.eq(1), claim.eq(1 << d_buf), load.eq(1)]
+            m.d[A] += [addr.eq(d.addr), remaining.eq(d_beats), issuing.eq(1)]
+
+    r_last_fire = Signal()
+    m.d.comb += [
+        axi.arvalid.eq(issuing & n_ok & (outstanding < max_outstanding)),
+        axi.araddr.eq(addr), axi.arlen.eq(n - 1), axi.arsize.eq(bus_log2),
+        axi.arburst.eq(BURST_INCR), axi.arcache.eq(AXCACHE), axi.arid.eq(0),
+        ar_fire.eq(axi.arvalid & axi.arready),
+        r_last_fire.eq(axi.rvalid & axi.rready & axi.rlast),
+    ]
+    with m.If(ar_fire):
+        m.d[A] += [addr.eq(addr + (n << bus_log2)), remaining.eq(remaining - n)]
+        with m.If(last_burst):
+            m.d[A] += issuing.eq(0)
+    # (the count moves to registers kept at outstanding +- 1: the last beat's handshake, which
+    # comes back through the interconnect, only selects, no adder behind it; issue 14)
+    out_up = Signal.like(outstanding, name="outstanding_p1", init=1)
+    out_dn = Signal.like(outstanding, name="outstanding_m1")
+    with m.If(ar_fire & ~r_last_fire):
+        m.d[A] += [outstanding.eq(out_up), out_up.eq(out_up + 1), out_dn.eq(outstanding)]
+    with m.If(r_last_fire & ~ar_fire):
+        m.d[A] += [outstanding.eq(out_dn), out_up.eq(outstanding), out_dn.eq(out_dn - 1)]
+    return issuing, outstanding
+
 
 class DmaLoader(wiring.Component):
     """Ports: ``desc`` (LOAD descriptors in), ``m_axi`` (AXI4 read channels), ``o`` (buffer
@@ -126,45 +173,8 @@ class DmaLoader(wiring.Component):
         m.d[A] += claimed.eq((claimed & ~release_a) | claim)
 
         # --- issuer: descriptors -> AR bursts --------------------------------------------
-        d_beats, d_keep = beats_and_keep(m, d.length, self.bus_log2)
-        d_buf = Signal(range(nbuf))
-        m.d.comb += d_buf.eq(d.buffer)
-        addr = Signal(len(axi.araddr))
-        remaining = Signal(len(d_beats))
-        issuing = Signal()
-        outstanding = Signal(range(self.max_outstanding + 1))
-        load, ar_fire = Signal(), Signal()
-        n, last_burst, n_ok = next_burst(m, addr, remaining, self.bus_log2, load | ar_fire, domain=A)
-
-        new_job = Signal(job_layout)
-        m.d.comb += [new_job.buffer.eq(d_buf), new_job.beats.eq(d_beats), new_job.keep.eq(d_keep),
-                     new_job.tag.eq(d.tag), jobs.w_data.eq(new_job)]
-        with m.If(~issuing & jobs.w_rdy & ~claimed.bit_select(d_buf, 1)):
-            m.d.comb += d_take.eq(1)
-            with m.If(d_valid):
-                m.d.comb += [jobs.w_en.eq(1), claim.eq(1 << d_buf), load.eq(1)]
-                m.d[A] += [addr.eq(d.addr), remaining.eq(d_beats), issuing.eq(1)]
-
-        r_last_fire = Signal()
-        m.d.comb += [
-            axi.arvalid.eq(issuing & n_ok & (outstanding < self.max_outstanding)),
-            axi.araddr.eq(addr), axi.arlen.eq(n - 1), axi.arsize.eq(self.bus_log2),
-            axi.arburst.eq(BURST_INCR), axi.arcache.eq(AXCACHE), axi.arid.eq(0),
-            ar_fire.eq(axi.arvalid & axi.arready),
-            r_last_fire.eq(axi.rvalid & axi.rready & axi.rlast),
-        ]
-        with m.If(ar_fire):
-            m.d[A] += [addr.eq(addr + (n << self.bus_log2)), remaining.eq(remaining - n)]
-            with m.If(last_burst):
-                m.d[A] += issuing.eq(0)
-        # (the count moves to registers kept at outstanding +- 1: the last beat's handshake, which
-        # comes back through the interconnect, only selects, no adder behind it; issue 14)
-        out_up = Signal.like(outstanding, name="outstanding_p1", init=1)
-        out_dn = Signal.like(outstanding, name="outstanding_m1")
-        with m.If(ar_fire & ~r_last_fire):
-            m.d[A] += [outstanding.eq(out_up), out_up.eq(out_up + 1), out_dn.eq(outstanding)]
-        with m.If(r_last_fire & ~ar_fire):
-            m.d[A] += [outstanding.eq(out_dn), out_up.eq(outstanding), out_dn.eq(out_dn - 1)]
+        issuing, outstanding = issuer(m, axi, A, d, d_valid, d_take, nbuf, jobs, job_layout, claimed, claim,
+                                      self.bus_log2, self.max_outstanding)
 
         # --- receiver: R beats -> the job's buffer ---------------------------------------------
         job = Signal(job_layout)

@@ -28,7 +28,7 @@ Ports (the sequencer's side, ``docs/node.md``):
   W bus beats per cycle over W HP ports.  ``m_axi`` then carries the read streams (scales, bias,
   LOAD, EMBED, ATTN) and the writer only.  With a weight clock (``NodeConfig.weight_clock_hz``) the
   ``m_axi_w<k>`` masters belong to the clock domain ``axi`` (the HP ports' faster clock: ports
-  ``axi_clk`` / ``axi_rst`` of the Verilog) and each loader's dual-clock buffers hand the engine
+  ``axi_clk`` / ``axi_rst`` of the Verilog) and the loaders' dual-clock buffer (``WeightLoaders``) hands the engine
   ``weight_ratio`` bus beats per cycle (words of W x ratio beats).  The unit waits for every
   response it asked for: an interconnect that refuses a transaction must still answer it (or
   reset the unit).
@@ -59,8 +59,8 @@ from mcf.hw.compute.exec.movers import (ADDR_BITS, LAYOUT, AttnMover, DirMover, 
 from mcf.hw.compute.exec.spad import Scratchpad
 from mcf.hw.compute.exec.streams import ReadStreams
 from mcf.hw.dma.loader import DmaLoader
+from mcf.hw.dma.weights import WeightLoaders
 from mcf.hw.dma.writer import DmaWriter
-from mcf.hw.layouts import DmaDescriptorLayout
 from mcf.hw.lut import mux4
 from mcf.hw.registry import block
 from mcf.spec.params import Choice, Range
@@ -71,12 +71,6 @@ from mcf.spec.plan import REPLICA_STATE_BITS
 #: AXI IDs on ``m_axi``.
 WEIGHT_ID, STREAM_ID_BASE = 0, 1
 ID_WIDTH = 2
-#: Weight loaders whose buffers are block RAM at the node (``Geometry.primitive``; round 29), the first
-#: ones; LUT RAM otherwise (1 216 LUT a loader at Qwen).  A loader's word is ``weight_beats`` = 8 bus
-#: beats read a cycle (its packet drains at one word a cycle), so its buffers are 8 banks of 64 x 128:
-#: 16 BRAM36 (each used to 1/8 of its depth).  The NIC's route table in UltraRAM and its store's one
-#: copy freed 19.5; the K26's 80 % holds one loader.
-BRAM_LOADERS = 1
 #: The perf strobes that are single bits (``spec.isa.PerfCounter`` names, lower case).
 PERF_BITS = ("busy_gemm", "busy_vec", "busy_attn", "busy_kvw", "busy_embed", "busy_ldst", "mac_beats", "stall_ex_ddr")
 
@@ -202,13 +196,15 @@ class ExecUnit(wiring.Component):
         W = g.weight_ports
         if W == 1:
             m.submodules.loader = ld = DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers)
-            loaders = [ld]
         else:
-            loaders = [DmaLoader(g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers, out_beats=g.weight_beats,
-                                 axi_domain="axi" if g.weight_cdc else "sync",
-                                 ram_style="block" if g.primitive and k < BRAM_LOADERS else "") for k in range(W)]
-            for k, x in enumerate(loaders):
-                m.submodules[f"loader{k}"] = x
+            # (round 30: the W loaders share ONE buffer memory, block RAM at the node, and one drainer (their
+            # packets were drained in turn anyway); was W DmaLoaders, 3 of 4 in LUT RAM, and a W:1 choice of
+            # their outputs)
+            m.submodules.loaders = ld = WeightLoaders(W, g.data_width, ADDR_BITS, g.buffer_bytes, g.buffers,
+                                                      out_beats=g.weight_beats,
+                                                      axi_domain="axi" if g.weight_cdc else "sync",
+                                                      ram_style="block" if g.primitive else "",
+                                                      primitive=g.lut_primitive)
         m.submodules.writer = wr = DmaWriter(g.data_width, ADDR_BITS)
         m.submodules.directory = dr = ReplicaDirectory(g.dir_bits)
         names = list(self.movers)
@@ -282,8 +278,7 @@ class ExecUnit(wiring.Component):
             m.d.comb += self.movers[name].start.eq(go[i])
         with m.If(go.any()):
             m.d.sync += [owner.eq(go), state.eq(S.RUN)]
-        ld_error = Cat(*[x.resp_error for x in loaders]).any()
-        with m.If(ld_error | rd.resp_error | wr.resp_error):
+        with m.If(ld.resp_error | rd.resp_error | wr.resp_error):
             m.d.sync += axi_err.eq(1)
         # the running mover's end: its fault, cause and done picked by ``owner`` (an AND-OR, not a chain).
         # A refusal (the mover's fault strobe: CHECK's range compares, a directory lookup) is registered first
@@ -303,7 +298,7 @@ class ExecUnit(wiring.Component):
             m.d.sync += [self.fault.eq(1), state.eq(S.IDLE), owner.eq(0)]
         with m.Elif(mv_done):
             m.d.sync += [state.eq(S.IDLE), owner.eq(0)]
-            with m.If(axi_err | ld_error | rd.resp_error | wr.resp_error):
+            with m.If(axi_err | ld.resp_error | rd.resp_error | wr.resp_error):
                 m.d.sync += self.fault.eq(1)
             with m.Else():
                 m.d.sync += self.done.eq(1)
@@ -368,31 +363,13 @@ class ExecUnit(wiring.Component):
             m.d.comb += [rd.req(s).valid.eq(req.valid), rd.req(s).payload.eq(req.payload), req.ready.eq(rd.req(s).ready),
                          inp.valid.eq(rd.o(s).valid), inp.payload.eq(rd.o(s).payload), rd.o(s).ready.eq(inp.ready),
                          bus.ivalid[s].eq(rd.o(s).valid)]
-        if W == 1:
-            m.d.comb += [
-                ld.desc.valid.eq(bus.ldesc.valid), ld.desc.payload.eq(bus.ldesc.payload), bus.ldesc.ready.eq(ld.desc.ready),
-                bus.ldata.tvalid.eq(ld.o.tvalid), bus.ldata.tdata.eq(ld.o.tdata), bus.ldata.tkeep.eq(ld.o.tkeep),
-                bus.ldata.tlast.eq(ld.o.tlast), ld.o.tready.eq(bus.ldata.tready),
-            ]
-        else:
-            # weight descriptors in turn to loaders 0 .. W - 1 (each alternating its own buffers); their
-            # packets (W bus beats a word) taken back in the same turn: the mover sees one stream
-            d_sel, o_sel = Signal(range(W)), Signal(range(W))
-            bufs = [Signal(range(g.buffers), name=f"wbuf{k}") for k in range(W)]
-            for k, x in enumerate(loaders):
-                pay = Signal(DmaDescriptorLayout, name=f"wdesc{k}")
-                m.d.comb += [pay.eq(bus.ldesc.payload), pay.buffer.eq(bufs[k]),
-                             x.desc.payload.eq(pay), x.desc.valid.eq(bus.ldesc.valid & (d_sel == k))]
-                with m.If(d_sel == k):
-                    m.d.comb += bus.ldesc.ready.eq(x.desc.ready)
-                    with m.If(bus.ldesc.valid & x.desc.ready):
-                        m.d.sync += [d_sel.eq((k + 1) % W), bufs[k].eq(Mux(bufs[k] == g.buffers - 1, 0, bufs[k] + 1))]
-                with m.If(o_sel == k):
-                    m.d.comb += [bus.ldata.tvalid.eq(x.o.tvalid), bus.ldata.tdata.eq(x.o.tdata),
-                                 bus.ldata.tkeep.eq(x.o.tkeep), bus.ldata.tlast.eq(x.o.tlast),
-                                 x.o.tready.eq(bus.ldata.tready)]
-                    with m.If(x.o.tvalid & bus.ldata.tready & x.o.tlast):
-                        m.d.sync += o_sel.eq((k + 1) % W)
+        # (round 30: with W > 1 the descriptors are dealt to the fronts in turn and their packets taken back
+        # in turn inside WeightLoaders: the mover sees one stream either way)
+        m.d.comb += [
+            ld.desc.valid.eq(bus.ldesc.valid), ld.desc.payload.eq(bus.ldesc.payload), bus.ldesc.ready.eq(ld.desc.ready),
+            bus.ldata.tvalid.eq(ld.o.tvalid), bus.ldata.tdata.eq(ld.o.tdata), bus.ldata.tkeep.eq(ld.o.tkeep),
+            bus.ldata.tlast.eq(ld.o.tlast), ld.o.tready.eq(bus.ldata.tready),
+        ]
         # the movers' write data into the writer through a register stage both ways (``AxisRegister``): a mover's
         # packer logic and the owner's AND-OR no longer reach the writer's burst queue in one cycle (measured 10
         # levels); a store's last beat reaches the writer a cycle later, a beat a cycle as before
@@ -441,8 +418,8 @@ class ExecUnit(wiring.Component):
             for name in ("rdata", "rresp", "rlast", "rid", "rvalid"):
                 m.d.comb += getattr(ra, name).eq(getattr(axi, name))
             m.d.comb += [ra.arready.eq(axi.arready), axi.rready.eq(ra.rready)]
-            for k, x in enumerate(loaders):
-                wiring.connect(m, x.m_axi, wiring.flipped(getattr(self, f"m_axi_w{k}")))
+            for k in range(W):
+                wiring.connect(m, getattr(ld, f"m_axi{k}"), wiring.flipped(getattr(self, f"m_axi_w{k}")))
         wa = wr.m_axi
         for name in ("awaddr", "awlen", "awsize", "awburst", "awlock", "awcache", "awprot", "awqos", "awvalid",
                      "wdata", "wstrb", "wlast", "wvalid", "bready"):
