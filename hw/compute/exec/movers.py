@@ -1529,15 +1529,22 @@ class GemmMover(Mover):
                 wpiece = Signal(B * VL * 32)
                 # the data whatever the mode: only wide_en writes it (no AND a bit in front of the SPAD)
                 m.d.comb += [wpiece.eq(wpieces[wpart]), wr.wide.eq(wpiece)]
+                # (round 30) the score words for ATTN_SM's deferred MAX: the narrow piece's words, then the wide
+                # piece's others, whatever the mode -- wide, ``part`` follows ``wpart`` (B ``part``s a ``wpart``), so
+                # that the piece is the wide piece's first VL words; narrow, the words past VL are past ``qk_n`` (the
+                # MAX's count: ignored).  ``mxr``'s choice of them was one of three a bit (the piece, the wide piece
+                # and its own read), ~2 LUT a bit of 1 024: now one of two (~1)
+                m.d.comb += self.qk_data.eq(Cat(piece, wpiece[VL * 32:]))
                 with m.If(wide):
                     m.d.comb += [wr.wide_en.eq(o_valid),
                                  self.qk_key.eq((ot << p_log2) | (wpart << _log2(B * VL)) if rw > 1 else ot << p_log2),
-                                 self.qk_data.eq(wpiece), self.qk_n.eq(B * VL),
+                                 self.qk_n.eq(B * VL),
                                  wr.addr.eq(orow + (Cat(Const(0, _log2(B)), wpart, ot_w) if rw > 1
                                                     else Cat(Const(0, _log2(B)), ot_w))),
                                  o_take.eq(o_valid & (wpart == rw - 1))]
                     with m.If(o_valid):
-                        m.d.sync += wpart.eq(Mux(wpart == rw - 1, 0, wpart + 1))
+                        wnext = Mux(wpart == rw - 1, 0, wpart + 1)
+                        m.d.sync += [wpart.eq(wnext), part.eq(Cat(Const(0, _log2(B)), wnext)[:len(part)])]
                 with m.Else():
                     with m.If(o_valid):
                         m.d.sync += part.eq(Mux(part == r - 1, 0, part + 1))
