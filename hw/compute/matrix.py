@@ -639,12 +639,16 @@ class MatrixUnit(wiring.Component):
             dec["rnd"][1].append(rnd)
             dec["over"][1].append(code)
         cB, rB = rq_stage("b", cA, dec)
-        # C: the window (exact when not over), the overflow and the sign
+        # C: the window (exact when not over), the overflow and the sign.  (round 30: ``primitive``, the
+        # window's last layers on two DSP48E2 slices a row, their P registers the stage's: ``rq_window_dsp``)
         cC, rC = rq_stage("c", cB, {
-            "w": (signed(RQ_WIN + 1), [rq_window(x, a, m=m, primitive=self.primitive, name=f"rq_win{i}")
-                                       for i, (x, a) in enumerate(zip(rB["acc"], rB["a"]))]),
+            **({} if self.primitive else {"w": (signed(RQ_WIN + 1), [
+                rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])])}),
             "over": (1, [rq_over(x, k) for x, k in zip(rB["acc"], rB["over"])]),
             "sign": (1, [x[AW - 1] for x in rB["acc"]]), "rnd": (1, rB["rnd"])})
+        if self.primitive:
+            rC["w"] = [rq_window_dsp(m, x, a, dadv, name=f"rq_win{i}")
+                       for i, (x, a) in enumerate(zip(rB["acc"], rB["a"]))]
         # D: the window t and a right shift's rounding increment c (added in F, as the bias add's carry)
         cD, rD = rq_stage("d", cC, {"t": (signed(RQ_WIN), [w[1:] for w in rC["w"]]),
                                     "c": (1, [w[0] & r for w, r in zip(rC["w"], rC["rnd"])]),
@@ -899,7 +903,7 @@ def rq_over(x, code):
     return Cat(*terms).any()
 
 
-def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name: str = "rq_win"):
+def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name: str = "rq_win", stop: int = 0):
     """``win`` bits of (x 2^win) >> a, arithmetic: with ``rq_decode``'s offset, bits 1 .. RQ_WIN the
     window t (the exact value when not over: x << L, or x >> s for a right shift), bit 0 the bit
     below it (a right shift's rounding: ((x >> (s - 1)) + 1) >> 1 = t + bit 0).  A right shifter by the
@@ -907,14 +911,16 @@ def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name
     the later layers can still reach (RQ_WIN + their largest shift): ~170 choices for a 49-bit x,
     not a full-width layer per amount bit.  An odd amount width leaves its lowest bit to the last
     layer (a 2-way choice of RQ_WIN bits, not of the widest layer's).  ``primitive`` (needs ``m``; round
-    28b): each 4-way layer one LUT6 instance a bit (``mcf.hw.lut.mux4``), not ABC9's ~1.5 LUT a bit."""
+    28b): each 4-way layer one LUT6 instance a bit (``mcf.hw.lut.mux4``), not ABC9's ~1.5 LUT a bit.
+    ``stop`` > 0 (round 30, ``rq_window_dsp``): only the layers of a's bits ``stop`` and up, the
+    ``win + 2^stop - 1`` bits of (x 2^win) >> (a without its low ``stop`` bits) the rest of the shift reads."""
     if primitive and m is None:
         raise ValueError("rq_window: primitive layers need the module (m)")
     a = a.as_unsigned()
     v = Cat(Const(0, win), x).as_signed()
     top = len(a)
-    while top > 0:
-        lo = max(top - 2, 0)
+    while top > stop:
+        lo = max(top - 2, stop)
         keep = min(win + (1 << lo) - 1, len(v))           # bits the later layers (shifts < 2^lo) read
         items = [(v >> (k << lo))[:keep] for k in range(1 << (top - lo))]
         if primitive and len(items) == 4:       # (zero-extended to one width, as the Array's choice)
@@ -924,7 +930,47 @@ def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name
         else:
             v = Array(items)[a[lo:top]].as_signed()
         top = lo
-    return v[:win].as_signed()
+    return v[:win + (1 << stop) - 1].as_signed()
+
+
+#: (round 30) ``rq_window_dsp``: the offset's low bits whose shift is a multiply by a power of two
+RQ_DSP_FINE = 3
+
+
+def rq_window_dsp(m, x, a, en, name: str = "rq_wdsp"):
+    """``rq_window(x, a)`` registered on ``en`` (the requantizer's stage C), its last shift layers on two
+    DSP48E2 multipliers (round 30): the LUT6 layers of a's bits RQ_DSP_FINE and up (``rq_window``'s
+    ``stop``: RQ_WIN + 2^F bits, F = RQ_DSP_FINE), then each half of the window (RQ_WIN + 1 = 2 H bits) is
+    bits 2^F - 1 .. of (its 2^F - 1 + H bits of that) x 2^(2^F - 1 - a mod 2^F): a multiply by a power of two,
+    the slice's P register the stage's.  The layers of a's low bits (~110 LUT6 a row for a 49-bit x) become
+    the two slices and a one-hot decode of 2^F bits.  (No M register: the stage's latency stays one cycle;
+    the path is the two LUT6 layers and the slice's 2 x ``DSP_HALF_LEVELS``, 8 levels.)"""
+    F = 1 << RQ_DSP_FINE
+    H = (RQ_WIN + 1) // 2
+    a = a.as_unsigned()
+    u = rq_window(x, a, m=m, primitive=True, name=name, stop=RQ_DSP_FINE)
+    f = a[:RQ_DSP_FINE]
+    mult = Signal(18, name=f"{name}_b")             # 2^(F - 1 - f): one-hot, the slices' B
+    m.d.comb += mult.eq(Cat(*[f == F - 1 - k for k in range(F)]))
+    halves = []
+    for h in range(2):
+        piece = u.as_unsigned()[h * H:h * H + H + F - 1]        # (unsigned: only bits F - 1 .. of the product are read)
+        pr = Signal(48, name=f"{name}_p{h}")
+        m.submodules[f"{name}_dsp{h}"] = Instance(
+            "DSP48E2",
+            p_AREG=0, p_BREG=0, p_MREG=0, p_PREG=1, p_CREG=0, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
+            p_AMULTSEL="A", p_BMULTSEL="B", p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48",
+            p_INMODEREG=0, p_OPMODEREG=0,
+            i_CLK=ClockSignal(), i_A=Cat(piece, Const(0, 30 - len(piece))), i_B=mult, i_C=Const(0, 48),
+            i_D=Const(0, 27), i_PCIN=Const(0, 48),
+            # W = 0, Z = 0, Y = X = M: P = M
+            i_OPMODE=Const(0b000000101, 9), i_ALUMODE=Const(0, 4), i_INMODE=Const(0, 5), i_CARRYIN=Const(0, 1),
+            i_CEA2=Const(0, 1), i_CEB2=Const(0, 1), i_CED=Const(0, 1), i_CEAD=Const(0, 1),
+            i_CEM=Const(0, 1), i_CEP=en, i_RSTA=Const(0, 1), i_RSTB=Const(0, 1), i_RSTD=Const(0, 1),
+            i_RSTM=Const(0, 1), i_RSTP=Const(0, 1), o_P=pr,
+            o_PCOUT=Signal(48, name=f"{name}_pcout{h}"))       # (unused: every pin connected)
+        halves.append(pr[F - 1:F - 1 + H])
+    return Cat(*halves).as_signed()
 
 
 def sat32(x):

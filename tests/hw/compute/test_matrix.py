@@ -201,6 +201,26 @@ def test_rq_window_on_lut6(tmp_path):
     assert bad == 0 and fires > 0
 
 
+def test_rq_window_on_dsp48e2(tmp_path):
+    """``rq_window_dsp`` (round 30: the window's low layers on two DSP48E2 slices, the model
+    hw/compute/dsp48e2.v) equals the plain ``rq_window`` registered, in Icarus: a 49-bit accumulator, every
+    7-bit offset (random, both on the same inputs every cycle, the register's enable random too)."""
+    from amaranth import Signal, signed
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import RQ_WIN, rq_window, rq_window_dsp
+
+    def build(m, stim, primitive):
+        x, a, en = stim[7:56].as_signed(), stim[:7], stim[56]
+        if primitive:
+            return rq_window_dsp(m, x, a, en, name="p"), stim[0]
+        w = Signal(signed(RQ_WIN + 1), reset_less=True)     # (as the slices' P: no reset)
+        with m.If(en):
+            m.d.sync += w.eq(rq_window(x, a))
+        return w, stim[0]
+    bad, fires = _run(tmp_path, _Pair(57, build))
+    assert bad == 0 and fires > 0
+
+
 def test_o_bit_on_lut6(tmp_path):
     """The pv build's output bit (``o_bit``) as one LUT6 instance (round 29) equals the plain OR of terms in
     Icarus (the model hw/lut6.v): 8 bits, random terms every cycle, both builds on the same inputs; and its
