@@ -631,24 +631,25 @@ class MatrixUnit(wiring.Component):
         # accumulator for both directions (``rq_window``: 33 bits and, below them, a right shift's
         # rounding bit), its overflow from the accumulator's significant bits (``rq_decode``'s threshold by
         # groups, registered: ``rq_over`` in C; round 28), whether the shift rounds.
-        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW + 1), []), "rnd": (1, []),
-               "over": (rq_over_bits(AW), [])}
+        # (round 30: no threshold code here -- ``rq_over_win`` reads a and the window's coarse layers in C)
+        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW + 1), []), "rnd": (1, [])}
         for s, x in zip(rA["sh"], rA["acc"]):
-            a, rnd, code = rq_decode(x, s)
+            a, rnd, _ = rq_decode(x, s)
             dec["a"][1].append(a)
             dec["rnd"][1].append(rnd)
-            dec["over"][1].append(code)
         cB, rB = rq_stage("b", cA, dec)
         # C: the window (exact when not over), the overflow and the sign.  (round 30: ``primitive``, the
-        # window's last layers on two DSP48E2 slices a row, their P registers the stage's: ``rq_window_dsp``)
+        # window's last layers on two DSP48E2 slices a row, their P registers the stage's: ``rq_window_dsp``;
+        # the overflow from the window's coarse layers ``u``: ``rq_over_win``)
+        us = [rq_window(x, a, m=m, primitive=self.primitive, name=f"rq_win{i}", stop=RQ_DSP_FINE)
+              for i, (x, a) in enumerate(zip(rB["acc"], rB["a"]))]
         cC, rC = rq_stage("c", cB, {
             **({} if self.primitive else {"w": (signed(RQ_WIN + 1), [
                 rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])])}),
-            "over": (1, [rq_over(x, k) for x, k in zip(rB["acc"], rB["over"])]),
+            "over": (1, [rq_over_win(x, u, a, r) for x, u, a, r in zip(rB["acc"], us, rB["a"], rB["rnd"])]),
             "sign": (1, [x[AW - 1] for x in rB["acc"]]), "rnd": (1, rB["rnd"])})
         if self.primitive:
-            rC["w"] = [rq_window_dsp(m, x, a, dadv, name=f"rq_win{i}")
-                       for i, (x, a) in enumerate(zip(rB["acc"], rB["a"]))]
+            rC["w"] = [rq_window_dsp(m, u, a, dadv, name=f"rq_win{i}") for i, (u, a) in enumerate(zip(us, rB["a"]))]
         # D: the window t and a right shift's rounding increment c (added in F, as the bias add's carry)
         cD, rD = rq_stage("d", cC, {"t": (signed(RQ_WIN), [w[1:] for w in rC["w"]]),
                                     "c": (1, [w[0] & r for w, r in zip(rC["w"], rC["rnd"])]),
@@ -869,11 +870,6 @@ def rq_thr_bits(n):
 RQ_GROUP_BITS = 3
 
 
-def rq_over_bits(n):
-    """The width of ``rq_over_code`` for an ``n``-bit accumulator: two bits a group of d, a thermometer of a group."""
-    return 2 * -(-(n - 1) // (1 << RQ_GROUP_BITS)) + (1 << RQ_GROUP_BITS)
-
-
 def rq_over_code(thr, n):
     """The threshold as ``rq_over`` reads it (registered: no compare in its stage): per group g of d, whether
     it lies wholly above thr's group (``gt``) and whether it is thr's group (``eq``); per position k of a
@@ -937,9 +933,9 @@ def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name
 RQ_DSP_FINE = 3
 
 
-def rq_window_dsp(m, x, a, en, name: str = "rq_wdsp"):
+def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp"):
     """``rq_window(x, a)`` registered on ``en`` (the requantizer's stage C), its last shift layers on two
-    DSP48E2 multipliers (round 30): the LUT6 layers of a's bits RQ_DSP_FINE and up (``rq_window``'s
+    DSP48E2 multipliers (round 30): ``u`` the LUT6 layers of a's bits RQ_DSP_FINE and up (``rq_window``'s
     ``stop``: RQ_WIN + 2^F bits, F = RQ_DSP_FINE), then each half of the window (RQ_WIN + 1 = 2 H bits) is
     bits 2^F - 1 .. of (its 2^F - 1 + H bits of that) x 2^(2^F - 1 - a mod 2^F): a multiply by a power of two,
     the slice's P register the stage's.  The layers of a's low bits (~110 LUT6 a row for a 49-bit x) become
@@ -947,9 +943,7 @@ def rq_window_dsp(m, x, a, en, name: str = "rq_wdsp"):
     the path is the two LUT6 layers and the slice's 2 x ``DSP_HALF_LEVELS``, 8 levels.)"""
     F = 1 << RQ_DSP_FINE
     H = (RQ_WIN + 1) // 2
-    a = a.as_unsigned()
-    u = rq_window(x, a, m=m, primitive=True, name=name, stop=RQ_DSP_FINE)
-    f = a[:RQ_DSP_FINE]
+    f = a.as_unsigned()[:RQ_DSP_FINE]
     mult = Signal(18, name=f"{name}_b")             # 2^(F - 1 - f): one-hot, the slices' B
     m.d.comb += mult.eq(Cat(*[f == F - 1 - k for k in range(F)]))
     halves = []
@@ -971,6 +965,37 @@ def rq_window_dsp(m, x, a, en, name: str = "rq_wdsp"):
             o_PCOUT=Signal(48, name=f"{name}_pcout{h}"))       # (unused: every pin connected)
         halves.append(pr[F - 1:F - 1 + H])
     return Cat(*halves).as_signed()
+
+
+def rq_over_win(x, u, a, rnd):
+    """``rq_over`` (round 30) from ``u`` = ``rq_window(x, a, stop=RQ_DSP_FINE)`` (the window's coarse layers,
+    there anyway), a and rnd (``rq_decode``'s), not from a threshold code registered a stage before: the
+    positions i >= thr of d = x ^ its sign are, with thr = a - 1 - rnd (``rq_decode``'s, clamps included, for
+    every i <= len(x) - 2), those of u's top bits from RQ_WIN - 1 + (a mod F) - rnd (F = 2^RQ_DSP_FINE; at
+    most F + 1 bits, each a LUT6 of the bit, the sign, a mod F and rnd) and those of x from c + F - 1 on, c = a
+    without its low bits: groups of F bits of d at fixed places, a group counting when c <= its start - F + 1
+    (a compare of a's high bits).  (rq_over's code was ~22 LUT and flip-flops a row at stage B, its terms ~49.)"""
+    n = len(x)
+    F = 1 << RQ_DSP_FINE
+    W = RQ_WIN + 1
+    a = a.as_unsigned()
+    f, q = a[:RQ_DSP_FINE], a[RQ_DSP_FINE:]
+    sign = x[n - 1]
+    near = []
+    for k in range(W - 2, W + F - 1):             # u bit k counts iff k >= W - 1 + f - rnd, i.e. f <= t + rnd
+        t = k - W + 1
+        if t >= F - 1:
+            cond = Const(1, 1)
+        else:
+            cond = (f <= t if t >= 0 else Const(0, 1)) | (rnd & (f == t + 1))
+        near.append((u[k] ^ sign) & cond)
+    far = []
+    g = 0
+    while g * F + F - 1 <= n - 2:                 # d's bits g F + F - 1 .. g F + 2 F - 2: counts iff c <= g F
+        lo, hi = g * F + F - 1, min(g * F + 2 * F - 1, n - 1)
+        far.append((x[lo:hi] ^ sign.replicate(hi - lo)).any() & (q <= g if g else q == 0))
+        g += 1
+    return Cat(*near, *far).any()
 
 
 def sat32(x):

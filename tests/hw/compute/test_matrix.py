@@ -207,12 +207,13 @@ def test_rq_window_on_dsp48e2(tmp_path):
     7-bit offset (random, both on the same inputs every cycle, the register's enable random too)."""
     from amaranth import Signal, signed
     from tests.hw.test_lut import _Pair, _run
-    from mcf.hw.compute.matrix import RQ_WIN, rq_window, rq_window_dsp
+    from mcf.hw.compute.matrix import RQ_DSP_FINE, RQ_WIN, rq_window, rq_window_dsp
 
     def build(m, stim, primitive):
         x, a, en = stim[7:56].as_signed(), stim[:7], stim[56]
         if primitive:
-            return rq_window_dsp(m, x, a, en, name="p"), stim[0]
+            u = rq_window(x, a, m=m, primitive=True, name="p", stop=RQ_DSP_FINE)
+            return rq_window_dsp(m, u, a, en, name="p"), stim[0]
         w = Signal(signed(RQ_WIN + 1), reset_less=True)     # (as the slices' P: no reset)
         with m.If(en):
             m.d.sync += w.eq(rq_window(x, a))
@@ -805,10 +806,12 @@ def test_requant_shift_boundaries(width):
     bits, a right shift's rounding as the bias add's carry c): y + c equals golden sat32(rshr(x, s)) for x
     at every power of two of a 49-bit accumulator, one either side, 0 and -1, at every shift s from -40
     (left shifts past the cap) to 55 (right shifts past the width); also a 33-bit one (round 28: d's 32
-    positions a power of two, the overflow threshold's clamp ``rq_thr_bits``)."""
+    positions a power of two, the overflow threshold's clamp ``rq_thr_bits``).  And (round 30) ``rq_over_win``
+    (the overflow from the window's coarse layers) equals ``rq_over`` at every one of them."""
     from amaranth import Module, Signal, signed
     from amaranth.sim import Simulator
-    from mcf.hw.compute.matrix import RQ_WIN, rq_carry, rq_decode, rq_over, rq_sat32, rq_window
+    from mcf.hw.compute.matrix import (RQ_DSP_FINE, RQ_WIN, rq_carry, rq_decode, rq_over, rq_over_win, rq_sat32,
+                                       rq_window)
     from mcf.sw.golden import fixed as fx
     xs = sorted({v for k in range(width - 1) for b in (1 << k, -(1 << k))
                  for v in (b - 1, b, b + 1) if -(1 << (width - 1)) <= v < 1 << (width - 1)} | {0, -1})
@@ -820,6 +823,9 @@ def test_requant_shift_boundaries(width):
     # (signals, as the unit's registers: the simulator would repeat the code's expression in every use)
     code_s, over = Signal(len(code)), Signal()
     m.d.comb += [code_s.eq(code), over.eq(rq_over(x, code_s))]
+    a_s, rnd_s, u, over_w = Signal(len(a)), Signal(), Signal(RQ_WIN + (1 << RQ_DSP_FINE)), Signal()
+    m.d.comb += [a_s.eq(a), rnd_s.eq(rnd), u.eq(rq_window(x, a_s, stop=RQ_DSP_FINE)),
+                 over_w.eq(rq_over_win(x, u, a_s, rnd_s))]
     m.d.comb += [w.eq(rq_window(x, a)), t.eq(w[1:]), y.eq(rq_sat32(t, over, x[width - 1])),
                  c.eq(rq_carry(t, w[0] & rnd, over))]
     shifts = range(-40, 56)
@@ -832,8 +838,8 @@ def test_requant_shift_boundaries(width):
             for j, sh in enumerate(shifts):
                 ctx.set(s, sh)
                 got = ctx.get(y) + ctx.get(c)           # the bias add's y + c + b: exact
-                if got != want[i, j]:
-                    bad.append((v, sh, got, int(want[i, j])))
+                if got != want[i, j] or ctx.get(over_w) != ctx.get(over):
+                    bad.append((v, sh, got, int(want[i, j]), ctx.get(over_w), ctx.get(over)))
 
     sim = Simulator(m)
     sim.add_testbench(bench)
