@@ -631,20 +631,25 @@ class MatrixUnit(wiring.Component):
         # accumulator for both directions (``rq_window``: 33 bits and, below them, a right shift's
         # rounding bit), its overflow from the accumulator's significant bits (``rq_decode``'s threshold by
         # groups, registered: ``rq_over`` in C; round 28), whether the shift rounds.
-        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW + 1), []), "rnd": (1, []),
-               "over": (rq_over_bits(AW), [])}
+        # (round 30: no threshold code here -- ``rq_over_win`` reads a and the window's coarse layers in C)
+        dec = {"acc": (signed(AW), rA["acc"]), "a": (range(RQ_WIN + AW + 1), []), "rnd": (1, [])}
         for s, x in zip(rA["sh"], rA["acc"]):
-            a, rnd, code = rq_decode(x, s)
+            a, rnd, _ = rq_decode(x, s)
             dec["a"][1].append(a)
             dec["rnd"][1].append(rnd)
-            dec["over"][1].append(code)
         cB, rB = rq_stage("b", cA, dec)
-        # C: the window (exact when not over), the overflow and the sign
+        # C: the window (exact when not over), the overflow and the sign.  (round 30: ``primitive``, the
+        # window's last layers on two DSP48E2 slices a row, their P registers the stage's: ``rq_window_dsp``;
+        # the overflow from the window's coarse layers ``u``: ``rq_over_win``)
+        us = [rq_window(x, a, m=m, primitive=self.primitive, name=f"rq_win{i}", stop=RQ_DSP_FINE)
+              for i, (x, a) in enumerate(zip(rB["acc"], rB["a"]))]
         cC, rC = rq_stage("c", cB, {
-            "w": (signed(RQ_WIN + 1), [rq_window(x, a, m=m, primitive=self.primitive, name=f"rq_win{i}")
-                                       for i, (x, a) in enumerate(zip(rB["acc"], rB["a"]))]),
-            "over": (1, [rq_over(x, k) for x, k in zip(rB["acc"], rB["over"])]),
+            **({} if self.primitive else {"w": (signed(RQ_WIN + 1), [
+                rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])])}),
+            "over": (1, [rq_over_win(x, u, a, r) for x, u, a, r in zip(rB["acc"], us, rB["a"], rB["rnd"])]),
             "sign": (1, [x[AW - 1] for x in rB["acc"]]), "rnd": (1, rB["rnd"])})
+        if self.primitive:
+            rC["w"] = [rq_window_dsp(m, u, a, dadv, name=f"rq_win{i}") for i, (u, a) in enumerate(zip(us, rB["a"]))]
         # D: the window t and a right shift's rounding increment c (added in F, as the bias add's carry)
         cD, rD = rq_stage("d", cC, {"t": (signed(RQ_WIN), [w[1:] for w in rC["w"]]),
                                     "c": (1, [w[0] & r for w, r in zip(rC["w"], rC["rnd"])]),
@@ -865,11 +870,6 @@ def rq_thr_bits(n):
 RQ_GROUP_BITS = 3
 
 
-def rq_over_bits(n):
-    """The width of ``rq_over_code`` for an ``n``-bit accumulator: two bits a group of d, a thermometer of a group."""
-    return 2 * -(-(n - 1) // (1 << RQ_GROUP_BITS)) + (1 << RQ_GROUP_BITS)
-
-
 def rq_over_code(thr, n):
     """The threshold as ``rq_over`` reads it (registered: no compare in its stage): per group g of d, whether
     it lies wholly above thr's group (``gt``) and whether it is thr's group (``eq``); per position k of a
@@ -899,7 +899,7 @@ def rq_over(x, code):
     return Cat(*terms).any()
 
 
-def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name: str = "rq_win"):
+def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name: str = "rq_win", stop: int = 0):
     """``win`` bits of (x 2^win) >> a, arithmetic: with ``rq_decode``'s offset, bits 1 .. RQ_WIN the
     window t (the exact value when not over: x << L, or x >> s for a right shift), bit 0 the bit
     below it (a right shift's rounding: ((x >> (s - 1)) + 1) >> 1 = t + bit 0).  A right shifter by the
@@ -907,14 +907,16 @@ def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name
     the later layers can still reach (RQ_WIN + their largest shift): ~170 choices for a 49-bit x,
     not a full-width layer per amount bit.  An odd amount width leaves its lowest bit to the last
     layer (a 2-way choice of RQ_WIN bits, not of the widest layer's).  ``primitive`` (needs ``m``; round
-    28b): each 4-way layer one LUT6 instance a bit (``mcf.hw.lut.mux4``), not ABC9's ~1.5 LUT a bit."""
+    28b): each 4-way layer one LUT6 instance a bit (``mcf.hw.lut.mux4``), not ABC9's ~1.5 LUT a bit.
+    ``stop`` > 0 (round 30, ``rq_window_dsp``): only the layers of a's bits ``stop`` and up, the
+    ``win + 2^stop - 1`` bits of (x 2^win) >> (a without its low ``stop`` bits) the rest of the shift reads."""
     if primitive and m is None:
         raise ValueError("rq_window: primitive layers need the module (m)")
     a = a.as_unsigned()
     v = Cat(Const(0, win), x).as_signed()
     top = len(a)
-    while top > 0:
-        lo = max(top - 2, 0)
+    while top > stop:
+        lo = max(top - 2, stop)
         keep = min(win + (1 << lo) - 1, len(v))           # bits the later layers (shifts < 2^lo) read
         items = [(v >> (k << lo))[:keep] for k in range(1 << (top - lo))]
         if primitive and len(items) == 4:       # (zero-extended to one width, as the Array's choice)
@@ -924,7 +926,76 @@ def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name
         else:
             v = Array(items)[a[lo:top]].as_signed()
         top = lo
-    return v[:win].as_signed()
+    return v[:win + (1 << stop) - 1].as_signed()
+
+
+#: (round 30) ``rq_window_dsp``: the offset's low bits whose shift is a multiply by a power of two
+RQ_DSP_FINE = 3
+
+
+def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp"):
+    """``rq_window(x, a)`` registered on ``en`` (the requantizer's stage C), its last shift layers on two
+    DSP48E2 multipliers (round 30): ``u`` the LUT6 layers of a's bits RQ_DSP_FINE and up (``rq_window``'s
+    ``stop``: RQ_WIN + 2^F bits, F = RQ_DSP_FINE), then each half of the window (RQ_WIN + 1 = 2 H bits) is
+    bits 2^F - 1 .. of (its 2^F - 1 + H bits of that) x 2^(2^F - 1 - a mod 2^F): a multiply by a power of two,
+    the slice's P register the stage's.  The layers of a's low bits (~110 LUT6 a row for a 49-bit x) become
+    the two slices and a one-hot decode of 2^F bits.  (No M register: the stage's latency stays one cycle;
+    the path is the two LUT6 layers and the slice's 2 x ``DSP_HALF_LEVELS``, 8 levels.)"""
+    F = 1 << RQ_DSP_FINE
+    H = (RQ_WIN + 1) // 2
+    f = a.as_unsigned()[:RQ_DSP_FINE]
+    mult = Signal(18, name=f"{name}_b")             # 2^(F - 1 - f): one-hot, the slices' B
+    m.d.comb += mult.eq(Cat(*[f == F - 1 - k for k in range(F)]))
+    halves = []
+    for h in range(2):
+        piece = u.as_unsigned()[h * H:h * H + H + F - 1]        # (unsigned: only bits F - 1 .. of the product are read)
+        pr = Signal(48, name=f"{name}_p{h}")
+        m.submodules[f"{name}_dsp{h}"] = Instance(
+            "DSP48E2",
+            p_AREG=0, p_BREG=0, p_MREG=0, p_PREG=1, p_CREG=0, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
+            p_AMULTSEL="A", p_BMULTSEL="B", p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48",
+            p_INMODEREG=0, p_OPMODEREG=0,
+            i_CLK=ClockSignal(), i_A=Cat(piece, Const(0, 30 - len(piece))), i_B=mult, i_C=Const(0, 48),
+            i_D=Const(0, 27), i_PCIN=Const(0, 48),
+            # W = 0, Z = 0, Y = X = M: P = M
+            i_OPMODE=Const(0b000000101, 9), i_ALUMODE=Const(0, 4), i_INMODE=Const(0, 5), i_CARRYIN=Const(0, 1),
+            i_CEA2=Const(0, 1), i_CEB2=Const(0, 1), i_CED=Const(0, 1), i_CEAD=Const(0, 1),
+            i_CEM=Const(0, 1), i_CEP=en, i_RSTA=Const(0, 1), i_RSTB=Const(0, 1), i_RSTD=Const(0, 1),
+            i_RSTM=Const(0, 1), i_RSTP=Const(0, 1), o_P=pr,
+            o_PCOUT=Signal(48, name=f"{name}_pcout{h}"))       # (unused: every pin connected)
+        halves.append(pr[F - 1:F - 1 + H])
+    return Cat(*halves).as_signed()
+
+
+def rq_over_win(x, u, a, rnd):
+    """``rq_over`` (round 30) from ``u`` = ``rq_window(x, a, stop=RQ_DSP_FINE)`` (the window's coarse layers,
+    there anyway), a and rnd (``rq_decode``'s), not from a threshold code registered a stage before: the
+    positions i >= thr of d = x ^ its sign are, with thr = a - 1 - rnd (``rq_decode``'s, clamps included, for
+    every i <= len(x) - 2), those of u's top bits from RQ_WIN - 1 + (a mod F) - rnd (F = 2^RQ_DSP_FINE; at
+    most F + 1 bits, each a LUT6 of the bit, the sign, a mod F and rnd) and those of x from c + F - 1 on, c = a
+    without its low bits: groups of F bits of d at fixed places, a group counting when c <= its start - F + 1
+    (a compare of a's high bits).  (rq_over's code was ~22 LUT and flip-flops a row at stage B, its terms ~49.)"""
+    n = len(x)
+    F = 1 << RQ_DSP_FINE
+    W = RQ_WIN + 1
+    a = a.as_unsigned()
+    f, q = a[:RQ_DSP_FINE], a[RQ_DSP_FINE:]
+    sign = x[n - 1]
+    near = []
+    for k in range(W - 2, W + F - 1):             # u bit k counts iff k >= W - 1 + f - rnd, i.e. f <= t + rnd
+        t = k - W + 1
+        if t >= F - 1:
+            cond = Const(1, 1)
+        else:
+            cond = (f <= t if t >= 0 else Const(0, 1)) | (rnd & (f == t + 1))
+        near.append((u[k] ^ sign) & cond)
+    far = []
+    g = 0
+    while g * F + F - 1 <= n - 2:                 # d's bits g F + F - 1 .. g F + 2 F - 2: counts iff c <= g F
+        lo, hi = g * F + F - 1, min(g * F + 2 * F - 1, n - 1)
+        far.append((x[lo:hi] ^ sign.replicate(hi - lo)).any() & (q <= g if g else q == 0))
+        g += 1
+    return Cat(*near, *far).any()
 
 
 def sat32(x):

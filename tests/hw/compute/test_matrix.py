@@ -201,6 +201,27 @@ def test_rq_window_on_lut6(tmp_path):
     assert bad == 0 and fires > 0
 
 
+def test_rq_window_on_dsp48e2(tmp_path):
+    """``rq_window_dsp`` (round 30: the window's low layers on two DSP48E2 slices, the model
+    hw/compute/dsp48e2.v) equals the plain ``rq_window`` registered, in Icarus: a 49-bit accumulator, every
+    7-bit offset (random, both on the same inputs every cycle, the register's enable random too)."""
+    from amaranth import Signal, signed
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import RQ_DSP_FINE, RQ_WIN, rq_window, rq_window_dsp
+
+    def build(m, stim, primitive):
+        x, a, en = stim[7:56].as_signed(), stim[:7], stim[56]
+        if primitive:
+            u = rq_window(x, a, m=m, primitive=True, name="p", stop=RQ_DSP_FINE)
+            return rq_window_dsp(m, u, a, en, name="p"), stim[0]
+        w = Signal(signed(RQ_WIN + 1), reset_less=True)     # (as the slices' P: no reset)
+        with m.If(en):
+            m.d.sync += w.eq(rq_window(x, a))
+        return w, stim[0]
+    bad, fires = _run(tmp_path, _Pair(57, build))
+    assert bad == 0 and fires > 0
+
+
 def test_o_bit_on_lut6(tmp_path):
     """The pv build's output bit (``o_bit``) as one LUT6 instance (round 29) equals the plain OR of terms in
     Icarus (the model hw/lut6.v): 8 bits, random terms every cycle, both builds on the same inputs; and its
@@ -785,10 +806,12 @@ def test_requant_shift_boundaries(width):
     bits, a right shift's rounding as the bias add's carry c): y + c equals golden sat32(rshr(x, s)) for x
     at every power of two of a 49-bit accumulator, one either side, 0 and -1, at every shift s from -40
     (left shifts past the cap) to 55 (right shifts past the width); also a 33-bit one (round 28: d's 32
-    positions a power of two, the overflow threshold's clamp ``rq_thr_bits``)."""
+    positions a power of two, the overflow threshold's clamp ``rq_thr_bits``).  And (round 30) ``rq_over_win``
+    (the overflow from the window's coarse layers) equals ``rq_over`` at every one of them."""
     from amaranth import Module, Signal, signed
     from amaranth.sim import Simulator
-    from mcf.hw.compute.matrix import RQ_WIN, rq_carry, rq_decode, rq_over, rq_sat32, rq_window
+    from mcf.hw.compute.matrix import (RQ_DSP_FINE, RQ_WIN, rq_carry, rq_decode, rq_over, rq_over_win, rq_sat32,
+                                       rq_window)
     from mcf.sw.golden import fixed as fx
     xs = sorted({v for k in range(width - 1) for b in (1 << k, -(1 << k))
                  for v in (b - 1, b, b + 1) if -(1 << (width - 1)) <= v < 1 << (width - 1)} | {0, -1})
@@ -800,6 +823,9 @@ def test_requant_shift_boundaries(width):
     # (signals, as the unit's registers: the simulator would repeat the code's expression in every use)
     code_s, over = Signal(len(code)), Signal()
     m.d.comb += [code_s.eq(code), over.eq(rq_over(x, code_s))]
+    a_s, rnd_s, u, over_w = Signal(len(a)), Signal(), Signal(RQ_WIN + (1 << RQ_DSP_FINE)), Signal()
+    m.d.comb += [a_s.eq(a), rnd_s.eq(rnd), u.eq(rq_window(x, a_s, stop=RQ_DSP_FINE)),
+                 over_w.eq(rq_over_win(x, u, a_s, rnd_s))]
     m.d.comb += [w.eq(rq_window(x, a)), t.eq(w[1:]), y.eq(rq_sat32(t, over, x[width - 1])),
                  c.eq(rq_carry(t, w[0] & rnd, over))]
     shifts = range(-40, 56)
@@ -812,8 +838,8 @@ def test_requant_shift_boundaries(width):
             for j, sh in enumerate(shifts):
                 ctx.set(s, sh)
                 got = ctx.get(y) + ctx.get(c)           # the bias add's y + c + b: exact
-                if got != want[i, j]:
-                    bad.append((v, sh, got, int(want[i, j])))
+                if got != want[i, j] or ctx.get(over_w) != ctx.get(over):
+                    bad.append((v, sh, got, int(want[i, j]), ctx.get(over_w), ctx.get(over)))
 
     sim = Simulator(m)
     sim.add_testbench(bench)
