@@ -19,7 +19,7 @@ from pathlib import Path
 
 from amaranth.hdl import Array, Cat, Const, Instance, Mux, Signal
 
-__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "equal", "greater", "lut6", "lut6_init", "mux4", "shr_layers"]
+__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "add_load", "equal", "greater", "lut6", "lut6_init", "mux4", "shr_layers"]
 
 #: The cells hw/lut6.v models (``with_models`` appends it when a design instantiates one).
 MODEL_CELLS = ("LUT6", "LUT6_2", "CARRY4")
@@ -228,4 +228,52 @@ def greater(m, a, b, name: str, primitive: bool = False):
         cos.append(co)
     last = pairs - 1
     m.d.comb += o.eq(cos[last // 4][last % 4])
+    return o
+
+
+def add_load(m, a, b, d, load, shape, name: str, primitive: bool = False):
+    """``load ? d : a + b`` in ``shape`` (the caller's bound), a Signal ``name``.  ``primitive`` (round 30b): one
+    LUT6_2 a bit on a CARRY4 chain -- the chain adds x + y with x = load ? d : a and y = load ? 0 : b, bit i's
+    LUT giving the propagate x_i ^ y_i (O6, from a_i, b_i, d_i, load) and x_i (O5, the chain's DI) -- where
+    ABC9 maps the adder and the load's choice at ~1.7 LUT a bit (the attention unit's row sums ``l#``).
+    Else the plain choice of the sum."""
+    from amaranth import Shape, signed as _signed
+    shape = Shape.cast(shape)
+    o = Signal(shape, name=name)
+    if not primitive:
+        m.d.comb += o.eq(Mux(load, d, a + b))
+        return o
+    n = shape.width
+    ops = []
+    for k, x in enumerate((a, b, d)):
+        w = Signal(_signed(n) if x.shape().signed else n, name=f"{name}_op{k}")
+        m.d.comb += w.eq(x)                  # extended (or cut) to the sum's width
+        ops.append(w)
+    ld = Signal(name=f"{name}_ld")
+    m.d.comb += ld.eq(load)
+
+    def fn(i0, i1, i2, i3):                  # I0 a_i, I1 b_i, I2 d_i, I3 load
+        x = i2 if i3 else i0
+        y = 0 if i3 else i1
+        return x ^ y, x
+    init = 0
+    for v in range(32):
+        o6, o5 = fn(v & 1, (v >> 1) & 1, (v >> 2) & 1, (v >> 3) & 1)
+        init |= (o6 << (32 + v)) | (o5 << v)
+    prop, di = Signal(n, name=f"{name}_p"), Signal(n, name=f"{name}_x")
+    for i in range(n):
+        m.submodules[f"{name}_l{i}"] = Instance(
+            "LUT6_2", p_INIT=Const(init, 64), i_I0=ops[0][i], i_I1=ops[1][i], i_I2=ops[2][i], i_I3=ld,
+            i_I4=Const(0, 1), i_I5=Const(1, 1), o_O6=prop[i], o_O5=di[i])
+    n4 = 4 * ((n + 3) // 4)
+    total = Signal(n4, name=f"{name}_sum")
+    s_, di_ = Cat(prop, Const(0, n4 - n)), Cat(di, Const(0, n4 - n))
+    carry = Const(0, 1)
+    for j in range(0, n, 4):
+        co = Signal(4, name=f"{name}_co{j // 4}")
+        m.submodules[f"{name}_c{j // 4}"] = Instance(
+            "CARRY4", i_CI=carry, i_CYINIT=Const(0, 1), i_DI=di_[j:j + 4], i_S=s_[j:j + 4],
+            o_O=total[j:j + 4], o_CO=co)
+        carry = co[3]
+    m.d.comb += o.eq(total[:n])
     return o

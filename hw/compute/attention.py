@@ -100,7 +100,7 @@ from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_A_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import greater, mux4, shr_layers
+from mcf.hw.lut import add_load, greater, mux4, shr_layers
 from mcf.hw.layouts import amaranth_enum
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -528,6 +528,7 @@ class AttentionUnit(wiring.Component):
 
         mrow = [Signal(signed(32), name=f"m{r}", init=INT32_MIN) for r in range(R)]
         m_s6 = {}                       # row -> (the pass's write of s into m, s)
+        l_p9 = {}                       # row -> APPLY's p, added into l
         lacc = [Signal(signed(self.l_width), name=f"l{r}") for r in range(R)]
         # o[r][a * Ls + j] of a row with products in memory (r, j) at address a (Ls = o_lanes; = lanes
         # unless W > lanes), a flag per element (0 reads as 0: ``clear`` and APPLY's ``first`` empty
@@ -803,8 +804,7 @@ class AttentionUnit(wiring.Component):
             zs = Array(z8 >> (4 * h) for h in range(4))[h8]
             rb8 = Array([b8] + [z8[4 * h - 1] for h in range(1, 4)])[h8]
             p9 = stage(f"p{r}", Mux(big8 | ~ok8, 0, zs + rb8), 16)
-            with m.If(pv_[9] & pm_[9].ap):
-                m.d.sync += lacc[r].eq(lacc[r] + p9)
+            l_p9[r] = p9                 # (the row's sum: written below, with its reset and state load)
             # rshr(u, 3 - E_v) as one right shift of u << W_BIAS by k = 3 - E_v + W_BIAS (rshr_biased_staged),
             # in steps of 2^W_STEP (round 29, FINAL's step): rshr(u, s) = rshr(u 2^c, s + c) exactly, so with
             # d = E_v - W_K0 = -k, c = d mod 2^W_STEP on A_v (A_v << c at stage 9, one DSP as before) the shift
@@ -1125,15 +1125,31 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += mrow[r].eq(INT32_MIN)
                 with m.If(st_hit):
                     m.d.sync += mrow[r].eq(self.st.data)
-        # the other rows' states: resets by a pass's ``first`` and the state loads
+        # a row's l: APPLY's sum (l + p), reset by a pass's ``first``, the state load, in that priority
         for r in range(R):
-            with m.If(reset_l | self.clear):
-                m.d.sync += lacc[r].eq(0)
+            ap_hit, reset_hit = pv_[9] & pm_[9].ap, reset_l | self.clear
+            st_hit = self.st.en & (self.st.row == r) & (self.st.word == 1)
+            if self.primitive:
+                # (round 30b) the sum and the load's choice as one LUT6_2 a bit on the carry chain (``add_load``),
+                # the reset the flip-flops' synchronous reset (below a load), the write a clock enable: ABC9
+                # mapped them at ~1.7 LUT a bit (``l#`` 675 LUT, 12 rows of 34 bits)
+                nxt = add_load(m, lacc[r], l_p9[r], self.st.data.as_signed(), st_hit, signed(self.l_width),
+                               f"l{r}_next", primitive=True)
+                with m.If(ap_hit | st_hit):
+                    m.d.sync += lacc[r].eq(nxt)
+                with m.If(reset_hit & ~st_hit):
+                    m.d.sync += lacc[r].eq(0)
+            else:
+                with m.If(ap_hit):
+                    m.d.sync += lacc[r].eq(lacc[r] + l_p9[r])
+                with m.If(reset_hit):
+                    m.d.sync += lacc[r].eq(0)
+                with m.If(st_hit):
+                    m.d.sync += lacc[r].eq(self.st.data.as_signed())
+        # the other rows' states: the o flags' resets by a pass's ``first``
+        for r in range(R):
             with m.If(reset_lo | self.clear):
                 m.d.sync += [f.eq(0) for f in (oflag[r] if r < PR else xflag[r - PR])]
-            with m.If(self.st.en & (self.st.row == r)):
-                with m.If(self.st.word == 1):
-                    m.d.sync += lacc[r].eq(self.st.data.as_signed())
 
         # --- emit: a pipeline of word issue -> lane values -> sat32 -> x rcp -> shift -> out; it
         # advances while the output register is free or taken ---------------------------------------

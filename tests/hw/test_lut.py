@@ -254,3 +254,18 @@ def test_greater_equals_the_plain_compare(tmp_path, width, sgn):
         return lut.greater(m, aa, bb, "g" if primitive else "h", primitive=primitive), stim[0]
     bad, fires = _run(tmp_path, _Pair(9 + 2 * width, build))
     assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("wa,wb,wd,n", [(34, 16, 32, 34), (9, 5, 7, 10), (3, 3, 3, 3)])
+def test_add_load_equals_the_plain_choice(tmp_path, wa, wb, wd, n):
+    """``add_load`` (round 30b: load ? d : a + b, one LUT6_2 a bit on the carry chain) against Amaranth's
+    choice of the sum: signed a and d, unsigned b, the load at random, the sum wrapping at n bits."""
+    from amaranth import signed as _s
+
+    def build(m, stim, primitive):
+        a = stim[2:2 + wa].as_signed()
+        b = stim[2 + wa:2 + wa + wb]
+        d = stim[2 + wa + wb:2 + wa + wb + wd].as_signed()
+        return lut.add_load(m, a, b, d, stim[1], _s(n), "t" if primitive else "u", primitive=primitive), stim[0]
+    bad, fires = _run(tmp_path, _Pair(2 + wa + wb + wd, build))
+    assert bad == 0 and fires > 0
