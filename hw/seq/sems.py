@@ -192,41 +192,49 @@ class Semaphores(wiring.Component):
     def _apply_primitive(self, m, ops, over, width):
         """Stage 3 as instances (round 30b: ~2 LUT a value bit inferred -- the operand choice's LUT on the
         chain, then a LUT choosing 0 / SEM_MAX / the sum -- now one): value + (whit ? wsum : small) on a
-        CARRY4 chain, ``width`` bits, one LUT6_2 a bit that also takes the operand choice and ``clear``
+        CARRY4 chain of SEM_WIDTH bits, one LUT6_2 a bit that also takes the operand choice and ``clear``
         (the sum is 0 when ``clear``); saturation is the flip-flops' synchronous set (FDSE S: SEM_MAX is
-        all ones in SEM_WIDTH bits), the sum above SEM_MAX, so no LUT after the chain but that compare.
-        The domain's reset goes the way of ``clear`` (the value registers are reset-less: with the reset
-        on the flip-flops' R, Yosys left the set as a LUT a bit, measured 1 024 LUT for the 512 bits).
-        The same value in every cycle as the plain build (tests/hw/seq/test_sems.py, Icarus)."""
-        assert SEM_MAX == (1 << SEM_WIDTH) - 1
-        n4 = 4 * ((width + 3) // 4)
+        all ones in SEM_WIDTH bits).  The sum's bits above SEM_WIDTH (``width`` bits in all) are the
+        operand's plus the chain's carry out, nonzero (above SEM_MAX, or negative) unless the operand's
+        are all zeros and no carry, or all ones and a carry: one LUT a semaphore (``wsum``'s two cases
+        shared), not a LUT6_2 a bit.  The domain's reset goes the way of ``clear`` (the value registers
+        are reset-less: with the reset on the flip-flops' R, Yosys left the set as a LUT a bit, measured
+        1 024 LUT for the 512 bits).  The same value in every cycle as the plain build
+        (tests/hw/seq/test_sems.py, Icarus)."""
+        assert SEM_MAX == (1 << SEM_WIDTH) - 1 and SEM_WIDTH % 4 == 0
         zero = Signal(name="sems_zero")
         m.d.comb += zero.eq(self.clear | ResetSignal("sync"))
-        for i, (whit, wsum, small_q) in enumerate(ops):
+        wsum = ops[0][1]                                             # one wide source: one ``wsum``
+        wide = Signal(signed(width), name="sems_wsum")
+        m.d.comb += wide.eq(wsum)                                    # sign-extended (or cut) to the sum's
+        w_zero, w_ones = Signal(name="sems_wsum_hi_zero"), Signal(name="sems_wsum_hi_ones")
+        m.d.comb += [w_zero.eq(~wide[SEM_WIDTH:].any()), w_ones.eq(wide[SEM_WIDTH:].all())]
+        for i, (whit, wsum_i, small_q) in enumerate(ops):
+            assert wsum_i is wsum and len(small_q) <= SEM_WIDTH and small_q.shape().signed
             value = Signal(SEM_WIDTH, name=f"sem{i}_value", reset_less=True)
             m.d.comb += self.values[i].eq(value)
-            wide = Signal(signed(width), name=f"sem{i}_w")
-            small = Signal(signed(width), name=f"sem{i}_s")
-            m.d.comb += [wide.eq(wsum), small.eq(small_q)]          # sign-extended (or cut) to the sum's
-            prop, di = Signal(width, name=f"sem{i}_p"), Signal(width, name=f"sem{i}_di")
-            for b in range(width):
-                vb = value[b] if b < SEM_WIDTH else Const(0, 1)
+            small = Signal(signed(SEM_WIDTH), name=f"sem{i}_s")
+            m.d.comb += small.eq(small_q)                            # sign-extended
+            prop, di = Signal(SEM_WIDTH, name=f"sem{i}_p"), Signal(SEM_WIDTH, name=f"sem{i}_di")
+            for b in range(SEM_WIDTH):
                 m.submodules[f"sem{i}_l{b}"] = Instance(
-                    "LUT6_2", p_INIT=Const(self.ADD_INIT, 64), i_I0=vb, i_I1=whit, i_I2=wide[b], i_I3=small[b],
-                    i_I4=zero, i_I5=Const(1, 1), o_O6=prop[b], o_O5=di[b])
-            total = Signal(n4, name=f"sem{i}_next")
+                    "LUT6_2", p_INIT=Const(self.ADD_INIT, 64), i_I0=value[b], i_I1=whit, i_I2=wide[b],
+                    i_I3=small[b], i_I4=zero, i_I5=Const(1, 1), o_O6=prop[b], o_O5=di[b])
+            total = Signal(SEM_WIDTH, name=f"sem{i}_next")
             carry = Const(0, 1)
-            ps, ds = Cat(prop, Const(0, n4 - width)), Cat(di, Const(0, n4 - width))
-            for j in range(0, width, 4):
+            for j in range(0, SEM_WIDTH, 4):
                 co = Signal(4, name=f"sem{i}_co{j // 4}")
                 m.submodules[f"sem{i}_c{j // 4}"] = Instance(
-                    "CARRY4", i_CI=carry, i_CYINIT=Const(0, 1), i_DI=ds[j:j + 4], i_S=ps[j:j + 4],
+                    "CARRY4", i_CI=carry, i_CYINIT=Const(0, 1), i_DI=di[j:j + 4], i_S=prop[j:j + 4],
                     o_O=total[j:j + 4], o_CO=co)
                 carry = co[3]
+            # the operand's high bits: wsum's, or small's sign repeated
+            hi_zero = Mux(whit, w_zero, ~small[-1])
+            hi_ones = Mux(whit, w_ones, small[-1])
             sat = Signal(name=f"sem{i}_sat")
-            m.d.comb += sat.eq(total[SEM_WIDTH:width].any() & ~zero)
+            m.d.comb += sat.eq(~((hi_zero & ~carry) | (hi_ones & carry)) & ~zero)
             with m.If(sat):
                 m.d.sync += value.eq(SEM_MAX)
             with m.Else():
-                m.d.sync += value.eq(total[:SEM_WIDTH])
+                m.d.sync += value.eq(total)
             m.d.sync += over[i].eq(sat)
