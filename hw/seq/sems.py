@@ -17,7 +17,7 @@ issue's decision never reaches the semaphores' adders in the same cycle.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, Instance, Module, Mux, ResetSignal, Signal, signed
+from amaranth import Const, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
