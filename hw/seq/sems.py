@@ -17,7 +17,7 @@ issue's decision never reaches the semaphores' adders in the same cycle.
 """
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal, signed
+from amaranth import Const, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -47,8 +47,11 @@ class Semaphores(wiring.Component):
     """``inc[k]`` (``inc_bits[k]``-bit amounts) and ``dec[k]`` (6-bit amounts) events in;
     ``values[i]`` out; ``clear`` zeroes everything; ``overflow`` strobes."""
 
-    def __init__(self, num_sems: int, inc_bits: list[int], n_dec: int, dec_bits: int = 6):
+    def __init__(self, num_sems: int, inc_bits: list[int], n_dec: int, dec_bits: int = 6,
+                 primitive: bool = False):
         self.num_sems, self.inc_bits, self.n_dec = num_sems, list(inc_bits), n_dec
+        # the value adders as LUT6_2 + CARRY4 instances (round 30b; the node's build, one wide source)
+        self.primitive = primitive and sum(b != 1 for b in inc_bits) == 1
         super().__init__({
             **{f"inc{k}": In(SemEventSignature(b)) for k, b in enumerate(inc_bits)},
             **{f"dec{k}": In(SemEventSignature(dec_bits)) for k in range(n_dec)},
@@ -140,7 +143,7 @@ class Semaphores(wiring.Component):
                 small_q = Signal(signed(small_bits), name=f"small{i}")
                 whit = Signal(name=f"whit{i}")
                 m.d.sync += [small_q.eq(Mux(self.clear, 0, small)), whit.eq(wv & (ws == i) & ~self.clear)]
-                ops.append(Mux(whit, wsum, small_q))
+                ops.append((whit, wsum, small_q))
             else:
                 # the general form (more than one wide source, the tests' shapes): the net change
                 # registered per semaphore (issue 14: value + sum - decrement was a
@@ -156,7 +159,14 @@ class Semaphores(wiring.Component):
         # and ORed after the register (``overflow`` still strobes the cycle after: issue 14, the
         # OR over the semaphores was behind the adders)
         over = Signal(n)
+        if self.primitive:
+            self._apply_primitive(m, ops, over, max(SEM_WIDTH, sum_bits) + 2)
+            m.d.comb += self.overflow.eq(over.any())
+            return m
         for i in range(n):
+            if isinstance(ops[i], tuple):
+                whit, wsum, small_q = ops[i]
+                ops[i] = Mux(whit, wsum, small_q)
             # value + net lies in (-2^(w-1), 2^(w-1)) for w = max(SEM_WIDTH, sum_bits) + 2:
             # w bits hold it, a negative one (never: the issue logic takes only what is there)
             # reads as above SEM_MAX as with more bits, and the compare looks at few top bits
@@ -171,3 +181,60 @@ class Semaphores(wiring.Component):
             m.d.sync += over[i].eq((nxt > SEM_MAX) & ~self.clear)
         m.d.comb += self.overflow.eq(over.any())
         return m
+
+    #: The value adder's LUT6_2 a bit (round 30b): I0 the value's bit, I1 ``whit``, I2 ``wsum``'s bit,
+    #: I3 ``small``'s bit, I4 ``clear`` or the reset, I5 = 1; O6 the carry chain's propagate (both
+    #: operands zeroed by I4), O5 its DI (the value's bit, zeroed by I4).
+    ADD_INIT = (sum(1 << (32 + a) for a in range(32)
+                    if not (a >> 4) & 1 and ((a & 1) ^ ((a >> 2) & 1 if (a >> 1) & 1 else (a >> 3) & 1)))
+                | sum(1 << a for a in range(32) if (a & 1) and not (a >> 4) & 1))
+
+    def _apply_primitive(self, m, ops, over, width):
+        """Stage 3 as instances (round 30b: ~2 LUT a value bit inferred -- the operand choice's LUT on the
+        chain, then a LUT choosing 0 / SEM_MAX / the sum -- now one): value + (whit ? wsum : small) on a
+        CARRY4 chain of SEM_WIDTH bits, one LUT6_2 a bit that also takes the operand choice and ``clear``
+        (the sum is 0 when ``clear``); saturation is the flip-flops' synchronous set (FDSE S: SEM_MAX is
+        all ones in SEM_WIDTH bits).  The sum's bits above SEM_WIDTH (``width`` bits in all) are the
+        operand's plus the chain's carry out, nonzero (above SEM_MAX, or negative) unless the operand's
+        are all zeros and no carry, or all ones and a carry: one LUT a semaphore (``wsum``'s two cases
+        shared), not a LUT6_2 a bit.  The domain's reset goes the way of ``clear`` (the value registers
+        are reset-less: with the reset on the flip-flops' R, Yosys left the set as a LUT a bit, measured
+        1 024 LUT for the 512 bits).  The same value in every cycle as the plain build
+        (tests/hw/seq/test_sems.py, Icarus)."""
+        assert SEM_MAX == (1 << SEM_WIDTH) - 1 and SEM_WIDTH % 4 == 0
+        zero = Signal(name="sems_zero")
+        m.d.comb += zero.eq(self.clear | ResetSignal("sync"))
+        wsum = ops[0][1]                                             # one wide source: one ``wsum``
+        wide = Signal(signed(width), name="sems_wsum")
+        m.d.comb += wide.eq(wsum)                                    # sign-extended (or cut) to the sum's
+        w_zero, w_ones = Signal(name="sems_wsum_hi_zero"), Signal(name="sems_wsum_hi_ones")
+        m.d.comb += [w_zero.eq(~wide[SEM_WIDTH:].any()), w_ones.eq(wide[SEM_WIDTH:].all())]
+        for i, (whit, wsum_i, small_q) in enumerate(ops):
+            assert wsum_i is wsum and len(small_q) <= SEM_WIDTH and small_q.shape().signed
+            value = Signal(SEM_WIDTH, name=f"sem{i}_value", reset_less=True)
+            m.d.comb += self.values[i].eq(value)
+            small = Signal(signed(SEM_WIDTH), name=f"sem{i}_s")
+            m.d.comb += small.eq(small_q)                            # sign-extended
+            prop, di = Signal(SEM_WIDTH, name=f"sem{i}_p"), Signal(SEM_WIDTH, name=f"sem{i}_di")
+            for b in range(SEM_WIDTH):
+                m.submodules[f"sem{i}_l{b}"] = Instance(
+                    "LUT6_2", p_INIT=Const(self.ADD_INIT, 64), i_I0=value[b], i_I1=whit, i_I2=wide[b],
+                    i_I3=small[b], i_I4=zero, i_I5=Const(1, 1), o_O6=prop[b], o_O5=di[b])
+            total = Signal(SEM_WIDTH, name=f"sem{i}_next")
+            carry = Const(0, 1)
+            for j in range(0, SEM_WIDTH, 4):
+                co = Signal(4, name=f"sem{i}_co{j // 4}")
+                m.submodules[f"sem{i}_c{j // 4}"] = Instance(
+                    "CARRY4", i_CI=carry, i_CYINIT=Const(0, 1), i_DI=di[j:j + 4], i_S=prop[j:j + 4],
+                    o_O=total[j:j + 4], o_CO=co)
+                carry = co[3]
+            # the operand's high bits: wsum's, or small's sign repeated
+            hi_zero = Mux(whit, w_zero, ~small[-1])
+            hi_ones = Mux(whit, w_ones, small[-1])
+            sat = Signal(name=f"sem{i}_sat")
+            m.d.comb += sat.eq(~((hi_zero & ~carry) | (hi_ones & carry)) & ~zero)
+            with m.If(sat):
+                m.d.sync += value.eq(SEM_MAX)
+            with m.Else():
+                m.d.sync += value.eq(total)
+            m.d.sync += over[i].eq(sat)

@@ -271,7 +271,8 @@ class Sequencer(wiring.Component):
         clear = Signal()
         m.submodules.fetch = fetch = ResetInserter(clear)(self.fetch)
         m.submodules.decoder = dec = Decoder(cfg.num_sems, cfg.ddr_addr_bits)
-        m.submodules.sems = sems = Semaphores(cfg.num_sems, [1, 1, 1, 1, 16], n_dec=3)
+        m.submodules.sems = sems = Semaphores(cfg.num_sems, [1, 1, 1, 1, 16], n_dec=3,
+                                              primitive=self.primitive)   # (round 30b: adders as LUT6_2)
         queues = []
         for q in Queue:
             f = ResetInserter(clear)(fifo.SyncFIFOBuffered(width=IssueLayout.size + 1, depth=cfg.seq_queue_depth))

@@ -7,6 +7,7 @@ once, to its semaphore's own change, ``wsum``)."""
 import random
 
 import pytest
+from amaranth import Signal
 from amaranth.sim import Simulator
 
 from mcf.hw.seq.sems import Semaphores
@@ -118,3 +119,46 @@ def test_overflow_one_wide_source():
     want, want_over, _ = model(schedule, 20)
     assert got == want and got[8][1] == SEM_MAX and got[-1][2] == SEM_MAX - 1
     assert over == want_over and sum(over) == 1
+
+
+def test_primitive_equals_the_plain_build(tmp_path):
+    """Round 30b: the node's shape (four 1-bit sources, one 16-bit, three decrements) with the value
+    adders as LUT6_2 + CARRY4 instances against the plain build, in Icarus (hw/lut6.v): random events
+    every cycle (the wide one rare, at times 2^16 - 1 with the others on its semaphore; ``clear`` rarer), the values, ``taken`` and ``overflow`` compared
+    every cycle; some cycles saturate (fired: ``overflow``).  Both clocked from the 17th cycle on (a
+    clock gated on the falling edge): the LUT model is X-pessimistic, the values' registers are
+    reset-less, and a register whose next value Icarus has not yet evaluated reads X after the first
+    edges -- an X once in a value stays there in the model."""
+    from amaranth import Cat, ClockDomain, ClockSignal, Const, DomainRenamer, Mux, ResetSignal
+
+    from tests.hw.test_lut import _Pair, _run
+
+    def build(m, stim, primitive):
+        tag = "p" if primitive else "q"
+        hold, run = Signal(5, name=f"hold_{tag}"), Signal(name=f"run_{tag}")
+        m.d.sync += hold.eq(hold + (hold != 16))
+        m.domains += [ClockDomain(f"d{tag}"), ClockDomain(f"n{tag}", clk_edge="neg")]
+        m.d.comb += [ClockSignal(f"d{tag}").eq(ClockSignal() & run), ResetSignal(f"d{tag}").eq(ResetSignal()),
+                     ClockSignal(f"n{tag}").eq(ClockSignal()), ResetSignal(f"n{tag}").eq(ResetSignal())]
+        m.d[f"n{tag}"] += run.eq(hold == 16)
+        dut = Semaphores(32, [1, 1, 1, 1, 16], n_dec=3, primitive=primitive)
+        m.submodules["prim" if primitive else "plain"] = DomainRenamer(f"d{tag}")(dut)
+        at, near = 8, stim[150] & stim[151]
+        for k in range(5):
+            port = getattr(dut, f"inc{k}")
+            amount, sem = stim[at + 5:at + 5 + len(port.amount)], stim[at:at + 5]
+            if k == 4:                                # at times 2^16 - 1, the 1-bit ones on its semaphore
+                amount = Mux(near, Const(-1, 16), amount)  # (wsum's bit 16 set)
+            else:
+                sem = Mux(near, stim[32:37], sem)
+            m.d.comb += [port.valid.eq(stim[k] & (stim[5] | (k < 4))), port.sem.eq(sem), port.amount.eq(amount)]
+            at += 5 + len(port.amount)
+        for k in range(3):
+            port = getattr(dut, f"dec{k}")
+            m.d.comb += [port.valid.eq(stim[at] & stim[at + 1]), port.sem.eq(stim[at + 2:at + 7]),
+                         port.amount.eq(stim[at + 7:at + 13])]
+            at += 13
+        m.d.comb += dut.clear.eq(stim[6] & stim[7] & stim[at] & stim[at + 1] & stim[at + 2])
+        return Cat(*dut.values, dut.taken, dut.overflow), dut.overflow
+    bad, fires = _run(tmp_path, _Pair(160, build))
+    assert bad == 0 and fires > 0
