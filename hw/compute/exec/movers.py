@@ -678,7 +678,14 @@ class EmbedMover(Mover):
         # (cur_id = ids[treq] as a register, read at treq's next value (ids[0] in VERIFY): the multiplier's
         # operand straight from a register, not behind a choice of two read-ahead ids (9.4 levels through it)
         moving = Signal()                      # treq steps this cycle
-        m.d.sync += cur_id.eq(Mux(state == S.VERIFY, ids[0], Mux(moving, Array(ids)[treq + 1], Array(ids)[treq])))
+        # (round 30b: held when treq does not move -- ids[treq] is cur_id then, the ids are written only in IDS --
+        # and the step ``moving`` (the request's ready through the bus) and VERIFY the selects of one 4:1 choice,
+        # a LUT6 a bit in the node's build: abc9 had put ``moving`` in front of the read-ahead's 16-way choice,
+        # 9.0 levels from the instruction word)
+        id_next = Signal(20)
+        m.d.comb += id_next.eq(Array(ids)[treq + 1])
+        m.d.sync += cur_id.eq(mux4(m, Cat(moving, state == S.VERIFY), [cur_id, id_next, ids[0][:20], ids[0][:20]],
+                                   primitive=g.lut_primitive, name="cur_id_n"))
         m.d.sync += [row_off.eq(cur_id * row_bytes),
                      row_addr.eq(ddr_addr(ins.table) + row_off),
                      scl_addr.eq(ddr_addr(ins.table) + row_off + nib_bytes), age.eq(Mux(age == 2, 2, age + 1))]
@@ -2384,14 +2391,19 @@ class AttnMover(Mover):
         m.d.sync += looked.eq(b.dir_lookup_en)
         with m.If(b.dir_lookup_en):
             m.d.sync += [gi.eq(gi + 1), gblk.eq(gblk + kv_ins.block_stride)]
+        # (round 30b: the refusal's IDLE is the state register's last choice, ``gate_bad`` at the elaborate's
+        # end: the answer (the directory's block RAM read, gated by the bus) reaches ``state`` through one
+        # choice, not the KV step's and every other state's -- 9.0 levels once abc9 remapped it (gl30))
+        gate_bad = Signal()
         with m.If(gating & looked):
             m.d.sync += gk.eq(gk + 1)
             with m.If(~b.dir_readable):
                 self.refuse(m, isa.SeqFault.UNREADABLE_BLOCK)
-                m.d.sync += state.eq(S.IDLE)
+                m.d.comb += gate_bad.eq(1)
             with m.Elif(gk == blocks_m1):                 # (blocks = 0 is refused)
-                m.d.sync += state.eq(S.KV)
                 m.d.comb += go_kv.eq(1)
+            with m.If(gk == blocks_m1):
+                m.d.sync += state.eq(S.KV)
         apply = kv_ins.phase.as_value() == isa.AttnPass.APPLY
         # go_kv: the pass command and both segment readers' runs (the unit and readers are idle)
         for sr in (ks, vs):
@@ -2522,6 +2534,10 @@ class AttnMover(Mover):
         # reads it -- round 22, the state's decode in front of the SPAD's read address, 8.19 levels joined)
         m.d.comb += rq.addr.eq(Mux(sm_on, sm_raddr, Mux(wd_on, wa, qa)))
         sm_fsel, sm_fr = Signal(), Signal(range(R + 1))  # buffer / row the next beat lands in
+        # (round 30b: the transpose's write data / row / buffer whatever the state, only ``w_en`` behind ATTN_SM
+        # below: the banks' contents are the same, and the data's AND with ``sming`` in front of the write
+        # rotation is gone)
+        m.d.comb += [tb.w_sel.eq(sm_fsel), tb.w_idx.eq(sm_fr), tb.w_data.eq(rq.words[:G * 32])]
         sm_gmore = Signal()                              # sm_gi < sm_groups, as a register
         with m.If(state == S.CHECK):
             m.d.sync += [sm_taken.eq(0), sm_full.eq(0), sm_gi.eq(0), sm_ri.eq(0), sm_raddr.eq(sm_ins.scores),
@@ -2569,7 +2585,7 @@ class AttnMover(Mover):
                              mxr.pos.eq(sm_mpos), mx_cnt.eq(mx_min(left << vl_log2, NB * VL))]
                 with m.If(sm_fr == sm_rows_m1):
                     m.d.sync += [sm_mfirst.eq(0), sm_mpos.eq(sm_mpos + NB * VL), sm_mg.eq(sm_mg + NB)]
-            m.d.comb += [tb.w_en.eq(rq.valid), tb.w_sel.eq(sm_fsel), tb.w_idx.eq(sm_fr), tb.w_data.eq(rq.words[:G * 32])]
+            m.d.comb += tb.w_en.eq(rq.valid)
             with m.If(rq.valid):
                 m.d.sync += sm_fr.eq(sm_fr + 1)
                 with m.If(sm_fr == sm_rows_m1):
@@ -2741,5 +2757,7 @@ class AttnMover(Mover):
         m.d.comb += b.starved.eq(kv_starved | (sm_ap & sm_cur & ~(vsc.busy & b.ivalid[1])))
         with m.If(state == S.FINISH):
             m.d.comb += self.done.eq(1)
+            m.d.sync += state.eq(S.IDLE)
+        with m.If(gate_bad):                              # (last: see ``gate_bad``)
             m.d.sync += state.eq(S.IDLE)
         return m
