@@ -19,7 +19,7 @@ from pathlib import Path
 
 from amaranth.hdl import Array, Cat, Const, Instance, Mux, Signal
 
-__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "add_load", "equal", "greater", "lut6", "lut6_init", "mux4", "shr_layers"]
+__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "add_load", "carry_chain", "equal", "greater", "lut6", "lut6_init", "mux4", "shr_layers"]
 
 #: The cells hw/lut6.v models (``with_models`` appends it when a design instantiates one).
 MODEL_CELLS = ("LUT6", "LUT6_2", "CARRY4")
@@ -128,6 +128,26 @@ def shr_layers(m, x, low: int, k, step: int, name: str, nonneg: bool = False, ou
     return Cat(*bits[:len(need[-1])])
 
 
+def carry_chain(m, s, di, name: str, cyinit: int = 0):
+    """A CARRY4 chain over ``len(s)`` bits (round 30b: one builder for add3, greater, add_load and the
+    semaphores' adders): bit i's select ``s[i]`` (the propagate), data ``di[i]`` (the generate), the carry
+    into bit 0 ``cyinit``; instances ``{name}_c<j>``, carries ``{name}_co<j>``.  Returns (the sum bits
+    O = s ^ the carry into each bit, a Signal ``{name}_sum``; the carry out of the last bit)."""
+    n = len(s)
+    n4 = 4 * ((n + 3) // 4)
+    s_, di_ = Cat(s, Const(0, n4 - n)), Cat(di, Const(0, n4 - n))
+    total = Signal(n4, name=f"{name}_sum")
+    carry, cos = Const(0, 1), []
+    for j in range(0, n, 4):
+        co = Signal(4, name=f"{name}_co{j // 4}")
+        m.submodules[f"{name}_c{j // 4}"] = Instance(
+            "CARRY4", i_CI=carry, i_CYINIT=Const(cyinit, 1) if j == 0 else Const(0, 1),
+            i_DI=di_[j:j + 4], i_S=s_[j:j + 4], o_O=total[j:j + 4], o_CO=co)
+        carry = co[3]
+        cos.append(co)
+    return total[:n], cos[(n - 1) // 4][(n - 1) % 4]
+
+
 #: add3's LUT6_2 (I5 = 1): O6 = I0 ^ I1 ^ I2 ^ I3 (the carry chain's propagate: the three bits' sum
 #: bit and the bit below's carry-save carry), O5 = maj(I0, I1, I2) (this bit's carry-save carry).
 ADD3_INIT = (sum(1 << (32 + a) for a in range(32) if bin(a & 15).count("1") & 1)
@@ -165,17 +185,8 @@ def add3(m, a, b, c, shape, name: str, primitive: bool = False, cin: int = 0):
         m.submodules[f"{name}_l{i}"] = Instance(
             "LUT6_2", p_INIT=Const(ADD3_INIT, 64), i_I0=ops[0][i], i_I1=ops[1][i], i_I2=ops[2][i], i_I3=k_in[i],
             i_I4=Const(0, 1), i_I5=Const(1, 1), o_O6=prop[i], o_O5=k[i])
-    total = Signal(4 * ((n + 3) // 4), name=f"{name}_sum")
-    carry = Const(0, 1)
-    padded_p = Cat(prop, Const(0, len(total) - n))
-    padded_k = Cat(*k_in, Const(0, len(total) - n))
-    for j in range(0, n, 4):
-        co = Signal(4, name=f"{name}_co{j // 4}")
-        m.submodules[f"{name}_c{j // 4}"] = Instance(
-            "CARRY4", i_CI=carry, i_CYINIT=Const(cin >= 1, 1) if j == 0 else Const(0, 1),
-            i_DI=padded_k[j:j + 4], i_S=padded_p[j:j + 4], o_O=total[j:j + 4], o_CO=co)
-        carry = co[3]
-    m.d.comb += o.eq(total[:n])
+    total, _ = carry_chain(m, prop, Cat(*k_in), name, cyinit=int(cin >= 1))
+    m.d.comb += o.eq(total)
     return o
 
 
@@ -215,19 +226,8 @@ def greater(m, a, b, name: str, primitive: bool = False):
         m.submodules[f"{name}_l{j}"] = Instance(
             "LUT6_2", p_INIT=Const(init, 64), i_I0=ins[0], i_I1=ins[1], i_I2=ins[2], i_I3=ins[3],
             i_I4=Const(0, 1), i_I5=Const(1, 1), o_O6=eqs[j], o_O5=gts[j])
-    n4 = 4 * ((pairs + 3) // 4)
-    s_, di = Cat(eqs, Const(0, n4 - pairs)), Cat(gts, Const(0, n4 - pairs))
-    carry = Const(0, 1)
-    cos = []
-    for j in range(0, pairs, 4):
-        co = Signal(4, name=f"{name}_co{j // 4}")
-        m.submodules[f"{name}_c{j // 4}"] = Instance(
-            "CARRY4", i_CI=carry, i_CYINIT=Const(0, 1), i_DI=di[j:j + 4], i_S=s_[j:j + 4],
-            o_O=Signal(4, name=f"{name}_o{j // 4}"), o_CO=co)
-        carry = co[3]
-        cos.append(co)
-    last = pairs - 1
-    m.d.comb += o.eq(cos[last // 4][last % 4])
+    _, above = carry_chain(m, eqs, gts, name)
+    m.d.comb += o.eq(above)
     return o
 
 
@@ -265,15 +265,6 @@ def add_load(m, a, b, d, load, shape, name: str, primitive: bool = False):
         m.submodules[f"{name}_l{i}"] = Instance(
             "LUT6_2", p_INIT=Const(init, 64), i_I0=ops[0][i], i_I1=ops[1][i], i_I2=ops[2][i], i_I3=ld,
             i_I4=Const(0, 1), i_I5=Const(1, 1), o_O6=prop[i], o_O5=di[i])
-    n4 = 4 * ((n + 3) // 4)
-    total = Signal(n4, name=f"{name}_sum")
-    s_, di_ = Cat(prop, Const(0, n4 - n)), Cat(di, Const(0, n4 - n))
-    carry = Const(0, 1)
-    for j in range(0, n, 4):
-        co = Signal(4, name=f"{name}_co{j // 4}")
-        m.submodules[f"{name}_c{j // 4}"] = Instance(
-            "CARRY4", i_CI=carry, i_CYINIT=Const(0, 1), i_DI=di_[j:j + 4], i_S=s_[j:j + 4],
-            o_O=total[j:j + 4], o_CO=co)
-        carry = co[3]
-    m.d.comb += o.eq(total[:n])
+    total, _ = carry_chain(m, prop, di, name)
+    m.d.comb += o.eq(total)
     return o

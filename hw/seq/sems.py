@@ -21,6 +21,7 @@ from amaranth import Const, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from mcf.hw.lut import carry_chain
 from mcf.spec.isa import SEM_BITS, SEM_MAX
 
 SEM_WIDTH = SEM_MAX.bit_length()
@@ -220,14 +221,7 @@ class Semaphores(wiring.Component):
                 m.submodules[f"sem{i}_l{b}"] = Instance(
                     "LUT6_2", p_INIT=Const(self.ADD_INIT, 64), i_I0=value[b], i_I1=whit, i_I2=wide[b],
                     i_I3=small[b], i_I4=zero, i_I5=Const(1, 1), o_O6=prop[b], o_O5=di[b])
-            total = Signal(SEM_WIDTH, name=f"sem{i}_next")
-            carry = Const(0, 1)
-            for j in range(0, SEM_WIDTH, 4):
-                co = Signal(4, name=f"sem{i}_co{j // 4}")
-                m.submodules[f"sem{i}_c{j // 4}"] = Instance(
-                    "CARRY4", i_CI=carry, i_CYINIT=Const(0, 1), i_DI=di[j:j + 4], i_S=prop[j:j + 4],
-                    o_O=total[j:j + 4], o_CO=co)
-                carry = co[3]
+            total, carry = carry_chain(m, prop, di, f"sem{i}")
             # the operand's high bits: wsum's, or small's sign repeated
             hi_zero = Mux(whit, w_zero, ~small[-1])
             hi_ones = Mux(whit, w_ones, small[-1])
