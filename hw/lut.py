@@ -17,7 +17,7 @@ everything from the first model's mark on), so Yosys maps the instances onto its
 
 from pathlib import Path
 
-from amaranth.hdl import Array, Cat, Const, Instance, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Instance, Mux, Shape, Signal, signed
 
 __all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "add_load", "carry_chain", "equal", "greater", "lut6", "lut6_init", "mux4", "shr_layers"]
 
@@ -148,6 +148,17 @@ def carry_chain(m, s, di, name: str, cyinit: int = 0):
     return total[:n], cos[(n - 1) // 4][(n - 1) % 4]
 
 
+def _widen(m, values, n: int, name: str):
+    """Each of ``values`` extended (or cut) to ``n`` bits, its sign kept: Signals ``{name}_op<k>`` (the
+    operands of add3 / add_load, a bit each per LUT)."""
+    ops = []
+    for k, x in enumerate(values):
+        w = Signal(signed(n) if x.shape().signed else n, name=f"{name}_op{k}")
+        m.d.comb += w.eq(x)
+        ops.append(w)
+    return ops
+
+
 #: add3's LUT6_2 (I5 = 1): O6 = I0 ^ I1 ^ I2 ^ I3 (the carry chain's propagate: the three bits' sum
 #: bit and the bit below's carry-save carry), O5 = maj(I0, I1, I2) (this bit's carry-save carry).
 ADD3_INIT = (sum(1 << (32 + a) for a in range(32) if bin(a & 15).count("1") & 1)
@@ -162,7 +173,6 @@ def add3(m, a, b, c, shape, name: str, primitive: bool = False, cin: int = 0):
     the chain's DI; the two carries in are the chain's CYINIT and k_(-1).  Two LUT levels (k ripples one
     LUT) and the chain, one LUT a bit; Yosys maps the plain a + b + c at ~2 LUT a bit.  Else the plain
     sum (a signal kept through synthesis)."""
-    from amaranth import Shape, signed as _signed   # (local: this module's other users need neither)
     shape = Shape.cast(shape)
     o = Signal(shape, name=name, attrs={} if primitive else {"keep": 1})
     if cin not in (0, 1, 2):
@@ -171,12 +181,7 @@ def add3(m, a, b, c, shape, name: str, primitive: bool = False, cin: int = 0):
         m.d.comb += o.eq(a + b + c + cin)
         return o
     n = shape.width
-    ops = []
-    for x in (a, b, c):
-        x = x.as_signed() if x.shape().signed else x
-        w = Signal(_signed(n) if x.shape().signed else n, name=f"{name}_op{len(ops)}")
-        m.d.comb += w.eq(x)                  # extended (or cut) to the sum's width
-        ops.append(w)
+    ops = _widen(m, (a, b, c), n, name)
     # (the carries one signal a bit: bit i's LUT reads bit i - 1's, and a vector read by its own bits is a
     # combinational loop to Verilator's scheduler, UNOPTFLAT)
     prop, k = Signal(n, name=f"{name}_p"), [Signal(name=f"{name}_k{i}") for i in range(n)]
@@ -237,18 +242,13 @@ def add_load(m, a, b, d, load, shape, name: str, primitive: bool = False):
     LUT giving the propagate x_i ^ y_i (O6, from a_i, b_i, d_i, load) and x_i (O5, the chain's DI) -- where
     ABC9 maps the adder and the load's choice at ~1.7 LUT a bit (the attention unit's row sums ``l#``).
     Else the plain choice of the sum."""
-    from amaranth import Shape, signed as _signed
     shape = Shape.cast(shape)
     o = Signal(shape, name=name)
     if not primitive:
         m.d.comb += o.eq(Mux(load, d, a + b))
         return o
     n = shape.width
-    ops = []
-    for k, x in enumerate((a, b, d)):
-        w = Signal(_signed(n) if x.shape().signed else n, name=f"{name}_op{k}")
-        m.d.comb += w.eq(x)                  # extended (or cut) to the sum's width
-        ops.append(w)
+    ops = _widen(m, (a, b, d), n, name)
     ld = Signal(name=f"{name}_ld")
     m.d.comb += ld.eq(load)
 
