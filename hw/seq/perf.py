@@ -8,13 +8,16 @@ before it arrives (0: the same cycle; the DDR ports' byte counts come from regis
 added.  The DDR totals (``SUMS``: DDR_RD_BYTES, DDR_WR_BYTES) are the sums of the HP ports'
 registered increments, registered once more (their own ``inc`` inputs are not used): no adder
 of the totals sees a port's logic in the same cycle.  ``value`` is the counter at ``index``
-(registered: valid the cycle after ``index`` is set).  ``primitive`` (the node's build, round 28b): that
-choice as radix-4 layers of LUT6 instances (``mcf.hw.lut.mux4``: one LUT6 a bit of a 4:1 choice, where
-ABC9 maps a wide choice at ~1.5 LUT a bit per 4:1), the last two words and the out-of-range zero plain."""
+(registered: valid the cycle after ``index`` is set).  ``primitive`` (the node's build, round 31): each
+counter's low ``LO_BITS`` in flip-flops, the rest in LUT RAM brought up to date one counter a cycle
+(``_split``), read the same in every cycle; the choice of the low words as radix-4 layers of LUT6
+instances (round 28b, ``mcf.hw.lut.mux4``: one LUT6 a bit of a 4:1 choice, where ABC9 maps a wide choice
+at ~1.5 LUT a bit per 4:1), the last two words and the out-of-range zero plain."""
 from __future__ import annotations
 
-from amaranth import Array, Module, Mux, Signal
+from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.lut import mux4
@@ -22,6 +25,10 @@ from mcf.spec.isa import MAX_HP_PORTS, PerfCounter
 
 COUNTER_BITS = 64
 INC_BITS = 16
+#: (round 31, ``primitive``) a counter's low bits in flip-flops; the high ones in LUT RAM, one counter
+#: a cycle brought up to date in turn (every ``len(PerfCounter)`` cycles).  The low bits' carry waits
+#: in a flag until then: it must not come twice in that time, (32 + 1) x (2^16 - 1) < 2^22.
+LO_BITS = 22
 
 #: The counters that are the sums of others (the DDR totals of the HP ports' bytes).
 SUMS = {
@@ -69,6 +76,8 @@ class PerfCounters(wiring.Component):
             with m.If(self.clear):
                 m.d.sync += inc.eq(0)
             incs[c] = inc
+        if self.primitive:
+            return self._split(m, incs)
         counters = []
         for c in PerfCounter:
             cnt = Signal(COUNTER_BITS, name=f"perf_{c.name.lower()}")
@@ -77,26 +86,55 @@ class PerfCounters(wiring.Component):
             with m.Else():
                 m.d.sync += cnt.eq(cnt + incs[c])
             counters.append(cnt)
-        if not self.primitive:
-            with m.Switch(self.index):
-                for c, cnt in zip(PerfCounter, counters):
-                    with m.Case(int(c)):
-                        m.d.sync += self.value.eq(cnt)
-                with m.Default():
-                    m.d.sync += self.value.eq(0)
-            return m
-        # (round 28b, vt28b) the 32-way choice of 64 bits in ABC9's own mapping took ~14 LUT a bit: as
-        # 4:1 LUT6 layers by the index's low bits (32 -> 8 -> 2 words: 10 LUT6 a bit, two levels), then
-        # the last 2:1 and the zero for an index past the counters in one LUT a bit
-        level, used = counters, 0
+        with m.Switch(self.index):
+            for c, cnt in zip(PerfCounter, counters):
+                with m.Case(int(c)):
+                    m.d.sync += self.value.eq(cnt)
+            with m.Default():
+                m.d.sync += self.value.eq(0)
+        return m
+
+    def _split(self, m, incs):
+        """The node's build (round 31): every counter ``hi * 2^LO_BITS + lo`` with ``lo`` in flip-flops
+        and its carry out in ``pend``, ``hi`` (the other 42 bits) in LUT RAM; a pointer visits one counter a
+        cycle and writes ``hi + pend`` back (its carry, if one comes in that cycle, in ``pend`` again).
+        ``valid``: ``hi`` written since the last clear (the RAM is not cleared; a carry needs 2^22 /
+        (2^16 - 1) > 32 cycles after a clear, so ``pend`` is 0 while ``valid`` is 0).  ``value`` the same in
+        every cycle as the plain build's 64-bit counters: ``(hi + pend) : lo`` at ``index``, the choice
+        of 32 x 24 bits (``lo``, ``pend``, ``valid``) as 4:1 LUT6 layers (round 28b: ABC9 mapped the
+        32-way choice of 64 bits at ~14 LUT a bit, ``mux4`` layers 11) and ``hi`` from the RAM's read."""
+        n = len(PerfCounter)
+        if (n + 1) * ((1 << INC_BITS) - 1) >= 1 << LO_BITS or n & (n - 1):
+            raise NotImplementedError(f"perf counters: {n} counters of {INC_BITS}-bit increments, LO_BITS {LO_BITS}")
+        hi_bits, abits = COUNTER_BITS - LO_BITS, (n - 1).bit_length()
+        ptr = Signal(abits, name="svc_ptr")
+        m.d.sync += ptr.eq(ptr + 1)
+        m.submodules.hi = hi = Memory(shape=hi_bits, depth=n, init=[])
+        hw, hr_svc, hr = hi.write_port(), hi.read_port(domain="comb"), hi.read_port(domain="comb")
+        words, pend_v, valid_v = [], Signal(n, name="pend"), Signal(n, name="valid")
+        for c in PerfCounter:
+            lo = Signal(LO_BITS, name=f"lo_{c.name.lower()}")
+            total = Signal(LO_BITS + 1, name=f"lo_sum_{c.name.lower()}")
+            here = ptr == int(c)
+            m.d.comb += total.eq(lo + incs[c])
+            m.d.sync += [lo.eq(total[:LO_BITS]), pend_v[c].eq(total[LO_BITS] | pend_v[c] & ~here),
+                         valid_v[c].eq(valid_v[c] | here)]
+            with m.If(self.clear):
+                m.d.sync += [lo.eq(0), pend_v[c].eq(0), valid_v[c].eq(0)]
+            words.append(Cat(lo, pend_v[c], valid_v[c]))
+        # the visit: hi[ptr] + its carry (0 where not valid: pend is 0 there)
+        m.d.comb += [hr_svc.addr.eq(ptr), hw.addr.eq(ptr), hw.en.eq(1),
+                     hw.data.eq(Mux(valid_v.bit_select(ptr, 1), hr_svc.data + pend_v.bit_select(ptr, 1), 0))]
+        # the read at ``index``: the 24-bit words as radix-4 layers, the last 2:1 and the range plain
+        level, used = words, 0
         while len(level) >= 4 and len(level) % 4 == 0:
             level = [mux4(m, self.index[used:used + 2], level[k:k + 4], primitive=True, name=f"pv{used}_{k // 4}")
                      for k in range(0, len(level), 4)]
             used += 2
-        if len(level) != len(counters) >> used or len(level) > 1 << (len(self.index) - used):
-            raise NotImplementedError(f"perf counters: {len(counters)} not 4^k x 2^j")
         sel = self.index[used:]
-        last = Array(level)[sel] if len(level) > 1 else level[0]
-        m.d.sync += self.value.eq(Mux(sel < len(level), last, 0))
+        last = Array(level)[sel[:abits - used]] if len(level) > 1 else level[0]
+        in_range = sel[abits - used:] == 0
+        lo_q, pend_q, valid_q = last[:LO_BITS], last[LO_BITS], last[LO_BITS + 1]
+        m.d.comb += hr.addr.eq(self.index[:abits])
+        m.d.sync += self.value.eq(Mux(in_range, Cat(lo_q, Mux(valid_q, hr.data + pend_q, 0)), 0))
         return m
-

@@ -17,11 +17,11 @@ issue's decision never reaches the semaphores' adders in the same cycle.
 """
 from __future__ import annotations
 
-from amaranth import Const, Instance, Module, Mux, ResetSignal, Signal, signed
+from amaranth import Array, Cat, Const, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from mcf.hw.lut import carry_chain
+from mcf.hw.lut import add3, carry_chain
 from mcf.spec.isa import SEM_BITS, SEM_MAX
 
 SEM_WIDTH = SEM_MAX.bit_length()
@@ -133,9 +133,21 @@ class Semaphores(wiring.Component):
                     m.d.sync += wsame[id(reg[k][1])].eq(ev.sem == wide_ev.sem)
             for k, d in enumerate(decs):
                 m.d.sync += wsame[id(dev[k][1])].eq(d.sem == wide_ev.sem)
-            wsmall, _, _ = small_of(lambda v, s: v & wsame[id(s)])
+            wsmall, wamount, _ = small_of(lambda v, s: v & wsame[id(s)])
             wsum = Signal(signed(net_bits), name="wsum")
-            m.d.sync += wsum.eq(wa + wsmall)
+            if self.primitive and len(narrow) <= 6:
+                # (round 31) wa + count - amount as one three-input adder (``add3``: wa + count + ~amount
+                # + 1, one LUT6_2 a bit and one chain), the count of the 1-bit increments a lookup (a
+                # LUT a bit, no adder): ABC9 mapped count's adders and the two chains at 8.25 levels
+                # from ``wsame`` / ``inc#_v`` when the top's other logic changed (perf's counters)
+                hits = [wsame[id(reg[k][1])] & reg[k][0] & reg[k][2][0] for k in narrow]
+                pop = Signal(len(narrow).bit_length(), name="wsum_count")
+                m.d.comb += pop.eq(Array(Const(bin(x).count("1"), len(pop)) for x in range(1 << len(hits)))[Cat(*hits)])
+                amount_w, not_amount = Signal(net_bits, name="wsum_amount"), Signal(net_bits, name="wsum_not_amount")
+                m.d.comb += [amount_w.eq(wamount), not_amount.eq(~amount_w)]
+                m.d.sync += wsum.eq(add3(m, wa, pop, not_amount, signed(net_bits), "wsum_add", True, cin=1))
+            else:
+                m.d.sync += wsum.eq(wa + wsmall)
         for i in range(n):
             small, amount, pending = small_of(lambda v, s: v & (s == i))
             m.d.sync += dnz[i].eq((amount != 0) & ~self.clear)
