@@ -98,34 +98,35 @@ class PerfCounters(wiring.Component):
         """The node's build (round 31): every counter ``hi * 2^LO_BITS + lo`` with ``lo`` in flip-flops
         and its carry out in ``pend``, ``hi`` (the other 42 bits) in LUT RAM; a pointer visits one counter a
         cycle and writes ``hi + pend`` back (its carry, if one comes in that cycle, in ``pend`` again).
-        ``valid``: ``hi`` written since the last clear (the RAM is not cleared; a carry needs 2^22 /
-        (2^16 - 1) > 32 cycles after a clear, so ``pend`` is 0 while ``valid`` is 0).  ``value`` the same in
-        every cycle as the plain build's 64-bit counters: ``(hi + pend) : lo`` at ``index``, the choice
-        of 32 x 24 bits (``lo``, ``pend``, ``valid``) as 4:1 LUT6 layers (round 28b: ABC9 mapped the
-        32-way choice of 64 bits at ~14 LUT a bit, ``mux4`` layers 11) and ``hi`` from the RAM's read."""
+        A clear restarts the pointer at 0: ``hi`` of a counter the pointer has not reached since (not
+        ``swept`` and at or past it) reads as 0 (the RAM is not cleared; a carry needs 2^22 / (2^16 - 1)
+        > 32 cycles after a clear, so ``pend`` is 0 there).  ``value`` the same in every cycle as the
+        plain build's 64-bit counters: ``(hi + pend) : lo`` at ``index``, the choice of 32 x 23 bits
+        (``lo``, ``pend``) as 4:1 LUT6 layers (round 28b: ABC9 mapped the 32-way choice of 64 bits at ~14
+        LUT a bit, ``mux4`` layers 11) and ``hi`` from the RAM's read."""
         n = len(PerfCounter)
         if (n + 1) * ((1 << INC_BITS) - 1) >= 1 << LO_BITS or n & (n - 1):
             raise NotImplementedError(f"perf counters: {n} counters of {INC_BITS}-bit increments, LO_BITS {LO_BITS}")
         hi_bits, abits = COUNTER_BITS - LO_BITS, (n - 1).bit_length()
-        ptr = Signal(abits, name="svc_ptr")
-        m.d.sync += ptr.eq(ptr + 1)
+        ptr, swept = Signal(abits, name="svc_ptr"), Signal(name="swept")
+        m.d.sync += [ptr.eq(ptr + 1), swept.eq(swept | (ptr == n - 1))]
+        with m.If(self.clear):
+            m.d.sync += [ptr.eq(0), swept.eq(0)]
         m.submodules.hi = hi = Memory(shape=hi_bits, depth=n, init=[])
         hw, hr_svc, hr = hi.write_port(), hi.read_port(domain="comb"), hi.read_port(domain="comb")
-        words, pend_v, valid_v = [], Signal(n, name="pend"), Signal(n, name="valid")
+        words, pend_v = [], Signal(n, name="pend")
         for c in PerfCounter:
             lo = Signal(LO_BITS, name=f"lo_{c.name.lower()}")
             total = Signal(LO_BITS + 1, name=f"lo_sum_{c.name.lower()}")
-            here = ptr == int(c)
             m.d.comb += total.eq(lo + incs[c])
-            m.d.sync += [lo.eq(total[:LO_BITS]), pend_v[c].eq(total[LO_BITS] | pend_v[c] & ~here),
-                         valid_v[c].eq(valid_v[c] | here)]
+            m.d.sync += [lo.eq(total[:LO_BITS]), pend_v[c].eq(total[LO_BITS] | pend_v[c] & (ptr != int(c)))]
             with m.If(self.clear):
-                m.d.sync += [lo.eq(0), pend_v[c].eq(0), valid_v[c].eq(0)]
-            words.append(Cat(lo, pend_v[c], valid_v[c]))
-        # the visit: hi[ptr] + its carry (0 where not valid: pend is 0 there)
+                m.d.sync += [lo.eq(0), pend_v[c].eq(0)]
+            words.append(Cat(lo, pend_v[c]))
+        # the visit: hi[ptr] + its carry (0 before the sweep: pend is 0 there)
         m.d.comb += [hr_svc.addr.eq(ptr), hw.addr.eq(ptr), hw.en.eq(1),
-                     hw.data.eq(Mux(valid_v.bit_select(ptr, 1), hr_svc.data + pend_v.bit_select(ptr, 1), 0))]
-        # the read at ``index``: the 24-bit words as radix-4 layers, the last 2:1 and the range plain
+                     hw.data.eq(Mux(swept, hr_svc.data + pend_v.bit_select(ptr, 1), 0))]
+        # the read at ``index``: the 23-bit words as radix-4 layers, the last 2:1 and the range plain
         level, used = words, 0
         while len(level) >= 4 and len(level) % 4 == 0:
             level = [mux4(m, self.index[used:used + 2], level[k:k + 4], primitive=True, name=f"pv{used}_{k // 4}")
@@ -134,7 +135,8 @@ class PerfCounters(wiring.Component):
         sel = self.index[used:]
         last = Array(level)[sel[:abits - used]] if len(level) > 1 else level[0]
         in_range = sel[abits - used:] == 0
-        lo_q, pend_q, valid_q = last[:LO_BITS], last[LO_BITS], last[LO_BITS + 1]
+        lo_q, pend_q = last[:LO_BITS], last[LO_BITS]
+        valid_q = swept | (self.index[:abits] < ptr)
         m.d.comb += hr.addr.eq(self.index[:abits])
         m.d.sync += self.value.eq(Mux(in_range, Cat(lo_q, Mux(valid_q, hr.data + pend_q, 0)), 0))
         return m
