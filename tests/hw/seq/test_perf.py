@@ -66,42 +66,21 @@ def test_counts_enable_clear_and_read(latency):
     assert got["cleared"] == [0] * (n + 1)
 
 
-def test_perf_read_lut6_equals_the_plain_build(tmp_path):
-    """Round 28b: the node's build of ``value`` (4:1 LUT6 instance layers, hw/lut.py) equals the plain
-    Switch in Icarus: both on the same random increments, enable, clear (1 cycle in 8) and index."""
-    import shutil
-    if shutil.which("iverilog") is None:
-        pytest.skip("needs Icarus Verilog")
-    from tests.hw.test_lut import _Pair, _run
-    n, inc_bits = len(PerfCounter), 16
-
-    def build(m, stim, primitive):
-        m.submodules[f"perf{int(primitive)}"] = pc = PerfCounters(
-            latency={PerfCounter.HP1_RD_BYTES: 2}, primitive=primitive)
-        m.d.comb += [pc.inc[c].eq(stim[c * inc_bits:(c + 1) * inc_bits]) for c in range(n)]
-        o = n * inc_bits
-        # index: 6 random bits (a quarter of them past the counters), the top two of 8 set rarely
-        m.d.comb += [pc.enable.eq(stim[o]), pc.clear.eq(stim[o + 1:o + 4].all()),
-                     pc.index.eq(Cat(stim[o + 4:o + 10], stim[o + 10:o + 14].all(), 0))]
-        return pc.value, stim[o + 4] & (pc.value != 0)
-    bad, fires = _run(tmp_path, _Pair(n * inc_bits + 14, build))
-    assert bad == 0 and fires > 0
-
-
-def test_perf_split_counters_equal_the_plain_build(tmp_path, monkeypatch):
-    """Round 31: the node's counters (low 22 bits in flip-flops, the high ones in LUT RAM brought up to
-    date one counter a cycle, ``LO_BITS``) read the same as the plain 64-bit ones in Icarus, every
-    cycle of 4 000: random 16-bit increments, enable 3 cycles in 4, clear 1 cycle in 256 (the low bits
-    carry ~3 times a counter between clears; after a clear the RAM's stale words are read while the
-    pointer sweeps), the index within the counters but 1 in 16 past them; ``fired``: a read with the
-    high bits set."""
+@pytest.mark.parametrize("cycles,clear_bits", [(600, 3), (4000, 8)])
+def test_perf_split_counters_equal_the_plain_build(tmp_path, monkeypatch, cycles, clear_bits):
+    """The node's build equals the plain one in Icarus, every cycle: round 28b's read choice (4:1 LUT6
+    instance layers, hw/lut.py) and round 31's counters (low 22 bits in flip-flops, the high ones in
+    LUT RAM brought up to date one counter a cycle, ``LO_BITS``).  Random 16-bit increments, enable 3
+    cycles in 4, the index within the counters but 1 in 16 past them, clear 1 cycle in 2^clear_bits: in
+    8, or in 256 over 4 000 cycles (the low bits carry ~3 times a counter between clears; after a clear
+    the RAM's stale words are read while the pointer sweeps; ``fired``: a read with the high bits set)."""
     import shutil
     if shutil.which("iverilog") is None:
         pytest.skip("needs Icarus Verilog")
     import tests.hw.test_lut
     from mcf.hw.seq.perf import LO_BITS
     from tests.hw.test_lut import _Pair, _run
-    monkeypatch.setattr(tests.hw.test_lut, "CYCLES", 4000)
+    monkeypatch.setattr(tests.hw.test_lut, "CYCLES", cycles)
     n, inc_bits = len(PerfCounter), 16
 
     def build(m, stim, primitive):
@@ -109,8 +88,8 @@ def test_perf_split_counters_equal_the_plain_build(tmp_path, monkeypatch):
             latency={PerfCounter.HP1_RD_BYTES: 2}, primitive=primitive)
         m.d.comb += [pc.inc[c].eq(stim[c * inc_bits:(c + 1) * inc_bits]) for c in range(n)]
         o = n * inc_bits
-        m.d.comb += [pc.enable.eq(stim[o:o + 2].any()), pc.clear.eq(stim[o + 2:o + 10].all()),
+        m.d.comb += [pc.enable.eq(stim[o:o + 2].any()), pc.clear.eq(stim[o + 2:o + 2 + clear_bits].all()),
                      pc.index.eq(Cat(stim[o + 10:o + 15], stim[o + 15:o + 19].all(), stim[o + 19:o + 23].all(), 0))]
-        return pc.value, pc.value[LO_BITS:] != 0
+        return pc.value, pc.value[LO_BITS if clear_bits > 3 else 0:] != 0
     bad, fires = _run(tmp_path, _Pair(n * inc_bits + 23, build))
     assert bad == 0 and fires > 0
