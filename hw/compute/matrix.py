@@ -61,7 +61,8 @@ width bits per token).  See docs/compute.md.
 """
 from __future__ import annotations
 
-from amaranth import Array, Cat, ClockSignal, Const, Instance, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import (Array, Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Shape, Signal, signed,
+                      unsigned)
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -747,7 +748,9 @@ class MatrixUnit(wiring.Component):
             # (the pipeline waits for it: ``pend``); the whole beat in one cycle
             need_prev = s5.v & pv & cfg.acc
             pend = Signal()
-            o_hi, o_last_hi = Signal(P * 32), Signal()
+            # (round 31: ``o_hi`` zero outside its beat, cleared by the flip-flops' synchronous reset -- with the
+            # domain's own reset as one signal: a second reset beside it was a LUT a bit)
+            o_hi, o_last_hi = Signal(P * 32, reset_less=True), Signal()
             m.d.comb += [adv.eq(Mux(pv, ~pend & (~o_valid | self.o.tready) & (~need_prev | self.prev.valid),
                                     adv_g)),
                          self.prev.ready.eq(adv & need_prev)]
@@ -809,7 +812,9 @@ class MatrixUnit(wiring.Component):
                 with m.Elif(~pend & self.o.tready):     # the beat went, the next waits for ``prev``
                     m.d.sync += o_valid.eq(0)
                 with m.If(pend & self.o.tready):
-                    m.d.sync += [o_last.eq(o_last_hi), pend.eq(0), o_hi.eq(0)]
+                    m.d.sync += [o_last.eq(o_last_hi), pend.eq(0)]
+            with m.If(ResetSignal() | (pend & self.o.tready)):
+                m.d.sync += o_hi.eq(0)
         m.d.comb += [self.o.tvalid.eq(o_valid), self.o.tdata.eq(o_data), self.o.tlast.eq(o_last),
                      self.o.tkeep.eq(-1)]
 
