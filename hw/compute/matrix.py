@@ -953,6 +953,47 @@ def rq_over(x, code):
     return Cat(*terms).any()
 
 
+def mux4_shared(m, sel, choices, name: str):
+    """One bit per entry of ``choices`` (four one-bit Values each, Python objects: one object a signal, a
+    ``Const`` folded into the INIT), the one ``sel`` (two bits) picks (round 31): a bit whose four are one
+    object is that object; two bits whose choices together read at most three signals are one LUT6_2
+    instance (I0, I1 the select, I2 .. I4 the signals; O6 the first bit, O5 the second), the rest a LUT6
+    each.  A shifter's first layer reads the same few bits of x and its constants (zeros below x, the
+    sign above) across bits a layer's step apart: about half a LUT a bit, not one."""
+    s = Signal(2, name=f"{name}_sel")
+    m.d.comb += s.eq(sel)
+    sigs = lambda chs: list({id(c): c for ch in chs for c in ch if not isinstance(c, Const)}.values())
+    n = len(choices)
+    outs, done = [None] * n, [False] * n
+
+    def fn(ch, ins):                       # the bit's function of (s0, s1, ins...)
+        idx = {id(c): i for i, c in enumerate(ins)}
+        return lambda s0, s1, *v: (lambda c: c.value if isinstance(c, Const) else v[idx[id(c)]])(ch[s0 + 2 * s1])
+    for j in range(n):
+        if done[j]:
+            continue
+        done[j] = True
+        if all(c is choices[j][0] for c in choices[j]):
+            outs[j] = choices[j][0]
+            continue
+        partner = next((i for i in range(j + 1, n) if not done[i] and not all(c is choices[i][0] for c in choices[i])
+                        and len(sigs([choices[j], choices[i]])) <= 3), None)
+        if partner is None:
+            ins = sigs([choices[j]])
+            outs[j] = lut6(m, lambda s0, s1, *v, f=fn(choices[j], ins): f(s0, s1, *v), [s[0], s[1], *ins],
+                           f"{name}_{j}", cell=f"{name}_{j}")
+            continue
+        done[partner] = True
+        ins = sigs([choices[j], choices[partner]])
+        f6, f5 = fn(choices[j], ins), fn(choices[partner], ins)
+        outs[j], outs[partner] = Signal(name=f"{name}_{j}"), Signal(name=f"{name}_{partner}")
+        pad = [Const(0, 1)] * (3 - len(ins))
+        _lut6_2(m, _lut6_2_init(lambda s0, s1, *v: f6(s0, s1, *v[:len(ins)]),
+                                lambda s0, s1, *v: f5(s0, s1, *v[:len(ins)])),
+                [s[0], s[1], *ins, *pad], outs[j], outs[partner], f"{name}_{j}")
+    return outs
+
+
 def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name: str = "rq_win", stop: int = 0):
     """``win`` bits of (x 2^win) >> a, arithmetic: with ``rq_decode``'s offset, bits 1 .. RQ_WIN the
     window t (the exact value when not over: x << L, or x >> s for a right shift), bit 0 the bit
@@ -973,7 +1014,20 @@ def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name
         lo = max(top - 2, stop)
         keep = min(win + (1 << lo) - 1, len(v))           # bits the later layers (shifts < 2^lo) read
         items = [(v >> (k << lo))[:keep] for k in range(1 << (top - lo))]
-        if primitive and len(items) == 4:       # (zero-extended to one width, as the Array's choice)
+        if primitive and len(items) == 4 and top == len(a):
+            # (round 31: the first layer reads x's bits themselves, each choice one of few: ``mux4_shared``)
+            zero, xb = Const(0, 1), [x[i] for i in range(len(x))]
+            vb = [zero] * win + xb
+            width = max(len(it) for it in items)
+
+            def bit(k, j):                      # bit j of items[k], zero-extended to ``width``
+                s = k << lo
+                if j >= min(keep, len(v >> s)):
+                    return zero
+                return vb[j + s] if j + s < len(vb) else xb[-1]
+            v = Cat(*mux4_shared(m, a[lo:top], [[bit(k, j) for k in range(4)] for j in range(width)],
+                                 f"{name}_l{lo}")).as_signed()
+        elif primitive and len(items) == 4:     # (zero-extended to one width, as the Array's choice)
             width = max(len(it) for it in items)
             items = [Cat(it, Const(0, width - len(it))) for it in items]
             v = mux4(m, a[lo:top], items, primitive=True, name=f"{name}_l{lo}").as_signed()
