@@ -61,7 +61,8 @@ width bits per token).  See docs/compute.md.
 """
 from __future__ import annotations
 
-from amaranth import Array, Cat, ClockSignal, Const, Instance, Module, Mux, Signal, signed, unsigned
+from amaranth import (Array, Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Shape, Signal, signed,
+                      unsigned)
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -70,7 +71,7 @@ from mcf.hw.arith import add_plus_one, log2_exact, sat_top, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_P_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import lut6, lut6_init, mux4
+from mcf.hw.lut import carry_chain, lut6, lut6_init, mux4
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, S_FRAC, SCALE_BITS, W_BITS, X_FRAC
@@ -87,22 +88,70 @@ SCALE_SLACK = 4
 WIDE_BITS = 64
 
 
-def _o_or(ones, y_en, y, hi_en, hi, g):
-    return ones | (y_en & y) | (hi_en & hi) | g
+def _lut6_2_init(o6, o5):
+    """A LUT6_2's INIT (I5 = 1): O6 = ``o6(i0, .., i4)``, O5 = ``o5(i0, .., i4)`` (each 0 / 1)."""
+    return lut6_init(lambda *i: o6(*i[:5]) if i[5] else o5(*i[:5]))
 
 
-#: ``o_bit``'s LUT6: O = I0 | (I1 & I2) | (I3 & I4) | I5.
-O_OR_INIT = lut6_init(_o_or)
+def _lut6_2(m, init, ins, o6, o5, name):
+    """One LUT6_2 instance ``name`` in ``m`` over up to 5 one-bit Values (the rest tied to 0), I5 = 1."""
+    ins = list(ins) + [Const(0, 1)] * (5 - len(ins))
+    m.submodules[name] = Instance("LUT6_2", p_INIT=Const(init, 64), i_I5=Const(1, 1), o_O6=o6, o_O5=o5,
+                                  **{f"i_I{k}": v for k, v in enumerate(ins)})
 
 
-def o_bit(m, ones, y_en, y, hi_en, hi, g, primitive: bool = False, name: str = "o_next"):
-    """A bit of the pv build's output word (round 29): ``ones | (y_en & y) | (hi_en & hi) | g`` -- a
-    saturation's ones, pv's y bit, pv's high word, GEMM's sum bit.  ``primitive``: one LUT6 instance
-    (``lut6``), so ABC9 cannot fold the terms' late cones into the bit (it had, at ~2.4 LUT a bit); else
-    the plain expression."""
+#: ``o_bits``' LUT6_2: two bits of one row, O6 = I0 | I1 | I2, O5 = I0 | I3 | I4 (the row's ones, a bit's y
+#: and GEMM's sum bit each).
+O_OR2_INIT = _lut6_2_init(lambda o, y0, g0, y1, g1: o | y0 | g0, lambda o, y0, g0, y1, g1: o | y1 | g1)
+
+
+def o_bits(m, ones, ys, gs, primitive: bool = False, name: str = "o_next"):
+    """Bits of one row of the pv build's output word: ``ones | y_k | g_k`` -- the row's saturation ones, pv's
+    y bit (``pv_y``: y, or in the high beat the high word; zero in GEMM), GEMM's sum bit.  ``primitive`` (round
+    31): two bits a LUT6_2 instance (the row's ones shared), half a LUT a bit; round 29's LUT6 a bit had six
+    inputs (pv's y and high word gated there).  Else the plain ORs."""
     if not primitive:
-        return _o_or(ones, y_en, y, hi_en, hi, g)
-    return lut6(m, _o_or, [ones, y_en, y, hi_en, hi, g], name)
+        return [ones | y | g for y, g in zip(ys, gs)]
+    if len(ys) % 2:
+        raise ValueError(f"o_bits: {len(ys)} bits, pairs only")
+    outs = [Signal(name=f"{name}{k}") for k in range(len(ys))]
+    for k in range(0, len(ys), 2):
+        _lut6_2(m, O_OR2_INIT, [ones, ys[k], gs[k], ys[k + 1], gs[k + 1]], outs[k], outs[k + 1], f"{name}{k}_lut")
+    return outs
+
+
+def _pv_y_fn(a, b, d, en, ld):
+    """``pv_y``'s bit: (propagate, generate) of x + y, x = ld ? d : a, y = ld ? 0 : en & b."""
+    x = d if ld else a
+    return x ^ (0 if ld else en & b), x
+
+
+#: ``pv_y``'s LUT6_2: I0 acc, I1 prev, I2 the high word's bit, I3 ``cmd.acc``, I4 load; O6 the propagate, O5 the DI.
+PV_Y_INIT = _lut6_2_init(lambda *i: _pv_y_fn(*i)[0], lambda *i: _pv_y_fn(*i)[1])
+
+
+def pv_y(m, acc, prev, en, hi, load, shape, primitive: bool = False, name: str = "pv_y"):
+    """pv's y (round 31): ``load ? hi : acc + (en ? prev : 0)`` in ``shape`` (y's ``pv_bits``, modulo 2^n),
+    a Signal ``name``: the sum, or in the high beat of a wide value (and in GEMM: ``hi`` zero there) the high
+    word, so the output bit reads one term for both (``o_bits``).  ``primitive``: one LUT6_2 a bit on a
+    CARRY4 chain (``carry_chain``; ``hw/lut.py``'s ``add_load`` with the operand's enable as a fifth input),
+    where the add was a LUT a bit and the choice was in each output bit's LUT.  Else the plain choice."""
+    shape = Shape.cast(shape)
+    o = Signal(shape, name=name)
+    if not primitive:
+        m.d.comb += o.eq(Mux(load, hi, acc + Mux(en, prev, 0)))
+        return o
+    n = shape.width
+    ops = [Signal(n, name=f"{name}_op{k}") for k in range(3)]
+    m.d.comb += [w.eq(x) for w, x in zip(ops, (acc, prev, hi))]
+    ctl = Signal(2, name=f"{name}_ctl")
+    m.d.comb += ctl.eq(Cat(en, load))
+    prop, di = Signal(n, name=f"{name}_p"), Signal(n, name=f"{name}_x")
+    for i in range(n):
+        _lut6_2(m, PV_Y_INIT, [ops[0][i], ops[1][i], ops[2][i], ctl[0], ctl[1]], prop[i], di[i], f"{name}_l{i}")
+    total, _ = carry_chain(m, prop, di, name)
+    m.d.comb += o.eq(total)
+    return o
 
 
 def o_ones(m, top, en, ovf, primitive: bool = False, name: str = "o_ones"):
@@ -699,7 +748,9 @@ class MatrixUnit(wiring.Component):
             # (the pipeline waits for it: ``pend``); the whole beat in one cycle
             need_prev = s5.v & pv & cfg.acc
             pend = Signal()
-            o_hi, o_last_hi = Signal(P * 32), Signal()
+            # (round 31: ``o_hi`` zero outside its beat, cleared by the flip-flops' synchronous reset -- with the
+            # domain's own reset as one signal: a second reset beside it was a LUT a bit)
+            o_hi, o_last_hi = Signal(P * 32, reset_less=True), Signal()
             m.d.comb += [adv.eq(Mux(pv, ~pend & (~o_valid | self.o.tready) & (~need_prev | self.prev.valid),
                                     adv_g)),
                          self.prev.ready.eq(adv & need_prev)]
@@ -707,37 +758,36 @@ class MatrixUnit(wiring.Component):
             m.d.comb += gword.eq(Cat(*[s[:32] for s in gsum]))
             govf = [Signal(name=f"rq_f_ovf{i}") for i in range(R)]      # GEMM: sat32 clamps word i
             m.d.comb += [o.eq(s[32] ^ s[31]) for o, s in zip(govf, gsum)]
-            # (``keep``: these and each row's ``o_ones`` are inputs of every bit's LUT, not folded into it)
-            hi_sel = Signal(attrs={"keep": 1})  # pv: the second (high) beat of a wide value
-            m.d.comb += hi_sel.eq(pv & ~adv)
             pv_adv = Signal(attrs={"keep": 1})  # pv: a low word (or sat32) beat enters
             m.d.comb += pv_adv.eq(pv & adv)
             pv_sat = Signal()                   # pv: a sat32 (not wide) beat enters
             m.d.comb += pv_sat.eq(pv_adv & ~cfg.wide)
+            # (round 31: y's adder gives the high word in the high beat -- ``pend`` -- and zero in GEMM (``o_hi``
+            # zero outside its beat): the output bit's terms are the row's ones, that and GEMM's sum bit,
+            # ``o_bits``, two a LUT6_2; the choice is y's adder's LUT6_2, ``pv_y``, from registers only)
+            y_load = Signal()
+            m.d.comb += y_load.eq(~pv | pend)
             hi_w, bits, clamps = [], [], []
             for p in range(P):
                 # (round 29: y on its ``pv_bits`` significant bits; the wide value's top bits copies of
                 # its sign -- the same 64-bit word for every y within the bound)
                 YB = self.pv_bits
-                y = Signal(signed(YB), name=f"pv_y{p}")
                 prev = self.prev.payload[p * WIDE_BITS:p * WIDE_BITS + YB].as_signed()
-                m.d.comb += y.eq(acc5[p] + Mux(cfg.acc, prev, 0))
+                y = pv_y(m, acc5[p], prev, cfg.acc, o_hi[p * 32:(p + 1) * 32], y_load, signed(YB),
+                         primitive=self.primitive, name=f"pv_y{p}")
                 hi_w.append(Cat(y[32:], y[YB - 1].replicate(WIDE_BITS - YB)))
                 # sat32: y outside int32 (bits 31 and up neither all zeros nor all ones) takes the sign's
                 # bound.  The bound is a word of ones (the clamp ORed into each bit's next value) with
                 # the bits the sign's bound has zero cleared by the flip-flops' synchronous reset
-                # (``pv_clr``, below): a bit's next value is one OR of terms (one LUT6), no choice after it.
+                # (``pv_clr``, below): a bit's next value is one OR of terms, no choice after it.
                 # (round 29: ``primitive``, the clamp's "not all equal" and the row's ones as LUT6 instances:
                 # ``o_ones``)
                 # ones into the row's word: a clamp, or GEMM's overflow of the row's requantizer word
                 force, clamp = o_ones(m, y[31:], pv_sat, govf[p % R], primitive=self.primitive, name=f"o_ones{p}")
                 clamps.append((clamp, y[YB - 1]))
-                for k in range(32):
-                    x = p * 32 + k
-                    # (round 29: ``primitive``, one LUT6 instance a bit -- the hard boundary ABC9 lacked: it
-                    # folded the late ``o_ones`` and its pieces into every bit's LUT, ~2.4 LUT a bit)
-                    bits.append(o_bit(m, force, pv_adv, y[k], hi_sel, o_hi[x], gword[x % (R * 32)],
-                                      primitive=self.primitive, name=f"o_next{x}"))
+                bits += o_bits(m, force, [y[k] for k in range(32)],
+                               [gword[(p * 32 + k) % (R * 32)] for k in range(32)],
+                               primitive=self.primitive, name=f"o_next{p}_")
             m.d.comb += o_next.eq(Cat(*bits))
             m.d.comb += [en.eq(Mux(pv, adv | (pend & self.o.tready), ge)) for en, ge in zip(o_en, gemm_en)]
             # the clamp's bound: -2^31 (sign 1) clears bits 0 .. 30, 2^31 - 1 clears bit 31 (a pv clamp is
@@ -756,11 +806,15 @@ class MatrixUnit(wiring.Component):
             with m.If(pv):
                 with m.If(adv):
                     m.d.sync += [o_valid.eq(s5.v), o_last.eq(s5.last & ~cfg.wide),
-                                 pend.eq(s5.v & cfg.wide), o_hi.eq(Cat(*hi_w)), o_last_hi.eq(s5.last)]
+                                 pend.eq(s5.v & cfg.wide), o_last_hi.eq(s5.last)]
+                    with m.If(s5.v & cfg.wide):         # (round 31: else zero, as ``pv_y`` reads it)
+                        m.d.sync += o_hi.eq(Cat(*hi_w))
                 with m.Elif(~pend & self.o.tready):     # the beat went, the next waits for ``prev``
                     m.d.sync += o_valid.eq(0)
                 with m.If(pend & self.o.tready):
                     m.d.sync += [o_last.eq(o_last_hi), pend.eq(0)]
+            with m.If(ResetSignal() | (pend & self.o.tready)):
+                m.d.sync += o_hi.eq(0)
         m.d.comb += [self.o.tvalid.eq(o_valid), self.o.tdata.eq(o_data), self.o.tlast.eq(o_last),
                      self.o.tkeep.eq(-1)]
 
@@ -899,6 +953,47 @@ def rq_over(x, code):
     return Cat(*terms).any()
 
 
+def mux4_shared(m, sel, choices, name: str):
+    """One bit per entry of ``choices`` (four one-bit Values each, Python objects: one object a signal, a
+    ``Const`` folded into the INIT), the one ``sel`` (two bits) picks (round 31): a bit whose four are one
+    object is that object; two bits whose choices together read at most three signals are one LUT6_2
+    instance (I0, I1 the select, I2 .. I4 the signals; O6 the first bit, O5 the second), the rest a LUT6
+    each.  A shifter's first layer reads the same few bits of x and its constants (zeros below x, the
+    sign above) across bits a layer's step apart: about half a LUT a bit, not one."""
+    s = Signal(2, name=f"{name}_sel")
+    m.d.comb += s.eq(sel)
+    sigs = lambda chs: list({id(c): c for ch in chs for c in ch if not isinstance(c, Const)}.values())
+    n = len(choices)
+    outs, done = [None] * n, [False] * n
+
+    def fn(ch, ins):                       # the bit's function of (s0, s1, ins...)
+        idx = {id(c): i for i, c in enumerate(ins)}
+        return lambda s0, s1, *v: (lambda c: c.value if isinstance(c, Const) else v[idx[id(c)]])(ch[s0 + 2 * s1])
+    for j in range(n):
+        if done[j]:
+            continue
+        done[j] = True
+        if all(c is choices[j][0] for c in choices[j]):
+            outs[j] = choices[j][0]
+            continue
+        partner = next((i for i in range(j + 1, n) if not done[i] and not all(c is choices[i][0] for c in choices[i])
+                        and len(sigs([choices[j], choices[i]])) <= 3), None)
+        if partner is None:
+            ins = sigs([choices[j]])
+            outs[j] = lut6(m, lambda s0, s1, *v, f=fn(choices[j], ins): f(s0, s1, *v), [s[0], s[1], *ins],
+                           f"{name}_{j}", cell=f"{name}_{j}")
+            continue
+        done[partner] = True
+        ins = sigs([choices[j], choices[partner]])
+        f6, f5 = fn(choices[j], ins), fn(choices[partner], ins)
+        outs[j], outs[partner] = Signal(name=f"{name}_{j}"), Signal(name=f"{name}_{partner}")
+        pad = [Const(0, 1)] * (3 - len(ins))
+        _lut6_2(m, _lut6_2_init(lambda s0, s1, *v: f6(s0, s1, *v[:len(ins)]),
+                                lambda s0, s1, *v: f5(s0, s1, *v[:len(ins)])),
+                [s[0], s[1], *ins, *pad], outs[j], outs[partner], f"{name}_{j}")
+    return outs
+
+
 def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name: str = "rq_win", stop: int = 0):
     """``win`` bits of (x 2^win) >> a, arithmetic: with ``rq_decode``'s offset, bits 1 .. RQ_WIN the
     window t (the exact value when not over: x << L, or x >> s for a right shift), bit 0 the bit
@@ -919,7 +1014,20 @@ def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name
         lo = max(top - 2, stop)
         keep = min(win + (1 << lo) - 1, len(v))           # bits the later layers (shifts < 2^lo) read
         items = [(v >> (k << lo))[:keep] for k in range(1 << (top - lo))]
-        if primitive and len(items) == 4:       # (zero-extended to one width, as the Array's choice)
+        if primitive and len(items) == 4 and top == len(a):
+            # (round 31: the first layer reads x's bits themselves, each choice one of few: ``mux4_shared``)
+            zero, xb = Const(0, 1), [x[i] for i in range(len(x))]
+            vb = [zero] * win + xb
+            width = max(len(it) for it in items)
+
+            def bit(k, j):                      # bit j of items[k], zero-extended to ``width``
+                s = k << lo
+                if j >= min(keep, len(v >> s)):
+                    return zero
+                return vb[j + s] if j + s < len(vb) else xb[-1]
+            v = Cat(*mux4_shared(m, a[lo:top], [[bit(k, j) for k in range(4)] for j in range(width)],
+                                 f"{name}_l{lo}")).as_signed()
+        elif primitive and len(items) == 4:     # (zero-extended to one width, as the Array's choice)
             width = max(len(it) for it in items)
             items = [Cat(it, Const(0, width - len(it))) for it in items]
             v = mux4(m, a[lo:top], items, primitive=True, name=f"{name}_l{lo}").as_signed()

@@ -222,22 +222,44 @@ def test_rq_window_on_dsp48e2(tmp_path):
     assert bad == 0 and fires > 0
 
 
-def test_o_bit_on_lut6(tmp_path):
-    """The pv build's output bit (``o_bit``) as one LUT6 instance (round 29) equals the plain OR of terms in
-    Icarus (the model hw/lut6.v): 8 bits, random terms every cycle, both builds on the same inputs; and its
-    INIT is the OR of terms at each of the 64 addresses."""
+def test_o_bits_on_lut6_2(tmp_path):
+    """The pv build's output bits (``o_bits``, round 31: two bits of a row a LUT6_2 instance, the row's ones
+    shared) equal the plain ORs in Icarus (the model hw/lut6.v): a row of 8 bits, random terms every cycle,
+    both builds on the same inputs; and the INIT's two halves are the ORs at each of the 32 addresses."""
     from amaranth import Cat
     from tests.hw.test_lut import _Pair, _run
-    from mcf.hw.compute.matrix import O_OR_INIT, o_bit
-    for a in range(64):
-        want = (a & 1) | ((a >> 1) & (a >> 2) & 1) | ((a >> 3) & (a >> 4) & 1) | ((a >> 5) & 1)
-        assert (O_OR_INIT >> a) & 1 == want
+    from mcf.hw.compute.matrix import O_OR2_INIT, o_bits
+    for a in range(32):
+        assert (O_OR2_INIT >> (32 + a)) & 1 == (a & 1) | ((a >> 1) & 1) | ((a >> 2) & 1)
+        assert (O_OR2_INIT >> a) & 1 == (a & 1) | ((a >> 3) & 1) | ((a >> 4) & 1)
 
     def build(m, stim, primitive):
-        bits = [o_bit(m, *stim[6 * i:6 * i + 6], primitive=primitive, name=f"{'p' if primitive else 'q'}{i}")
-                for i in range(8)]
-        return Cat(*bits), stim[0]
-    bad, fires = _run(tmp_path, _Pair(48, build))
+        ones = stim[0] & stim[1] & stim[2]              # (rare: the ys and gs show through)
+        bits = o_bits(m, ones, [stim[3 + k] for k in range(8)], [stim[11 + k] & stim[19 + k] for k in range(8)],
+                      primitive=primitive, name="p" if primitive else "q")
+        return Cat(*bits), ones
+    bad, fires = _run(tmp_path, _Pair(27, build))
+    assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("n", [50, 64, 41])
+def test_pv_y_on_carry_chain(tmp_path, n):
+    """pv's y (``pv_y``, round 31: load ? hi : acc + (en ? prev : 0), a LUT6_2 a bit on a CARRY4 chain)
+    equals the plain build in Icarus: a 49-bit acc, an n-bit prev (y's ``pv_bits``), a 32-bit high word;
+    half the cycles prev is acc's complement with a few bits flipped, so carries ripple far up the chain."""
+    from amaranth import Cat, Mux, signed
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import pv_y
+
+    def build(m, stim, primitive):
+        acc = stim[0:49].as_signed()
+        flips = Cat(*[stim[49 + k] & stim[49 + n + k] & stim[49 + 2 * n + k] for k in range(n)])
+        far = (~acc.as_signed() ^ flips.as_signed())[:n]
+        prev = Mux(stim[49 + 3 * n], far, stim[49:49 + n]).as_signed()
+        hi, en, load = stim[50 + 3 * n:82 + 3 * n], stim[82 + 3 * n], stim[83 + 3 * n]
+        y = pv_y(m, acc, prev, en, hi, load, signed(n), primitive=primitive, name="p" if primitive else "q")
+        return y, load
+    bad, fires = _run(tmp_path, _Pair(84 + 3 * n, build))
     assert bad == 0 and fires > 0
 
 
