@@ -203,7 +203,7 @@ class MoverBus(wiring.Signature):
         self.g = g
         super().__init__({
             "spad_rd": Out(SpadReadSignature(g.spad_beats, g.vl, g.spad_banks)),
-            "spad_wr": Out(SpadWriteSignature(g.spad_beats, g.vl, g.spad_banks)),
+            "spad_wr": Out(SpadWriteSignature(g.spad_beats, g.vl, g.spad_banks, alt=True)),
             "req0": Out(stream.Signature(request_layout(ADDR_BITS))),
             "in0": In(stream.Signature(g.data_width)),
             "req1": Out(stream.Signature(request_layout(ADDR_BITS))),
@@ -1345,17 +1345,21 @@ class GemmMover(Mover):
         nb = Signal(16)                                     # reads per row
         m.d.comb += nb.eq(f_n >> (vl_log2 + _log2(RB)))
         nb_m1 = stage(m, nb - 1, "nb_m1", 16)                # stage 2 (used from ACT on)
+        nb_m2 = stage(m, nb - 2, "nb_m2", 16)
         ti, bi = Signal(range(TM + 1)), Signal(16)          # issue side: token, read column
         hi = Signal(6)                                      # head (kv; else 0)
         cola = Signal(g.spad_bits + 16)                     # src + bi RB
         toka = Signal(g.spad_bits + 32)                     # cola + ti src_stride
         rowa = Signal(g.spad_bits + 32)                     # toka + hi head_stride
         tc, bc = Signal(range(TM + 1)), Signal(16)          # consume side
+        # (round 31) bc == nb_m1 as a register, set with bc (bc + 1 == nb_m1 is bc == nb_m2): the compare was in
+        # front of the state's step to RUN, behind the consume strobe (9.0 levels after an abc9 remap)
+        bc_last = Signal()
         avail = Signal(range(g.max_n // K + 1))             # buffer beats in for every token
         issuing = Signal()
         with m.If(state == S.CHECK):
             m.d.sync += [ti.eq(0), hi.eq(0), bi.eq(0), cola.eq(f_src), toka.eq(f_src), rowa.eq(f_src), tc.eq(0),
-                         bc.eq(0), avail.eq(0), issuing.eq(1)]
+                         bc.eq(0), bc_last.eq(nb_m1 == 0), avail.eq(0), issuing.eq(1)]
         acting = state == S.ACT
         m.d.comb += [rq.addr.eq(rowa), rq.issue.eq(acting & rq.room & issuing)]
         with m.If(acting & rq.issue):
@@ -1413,8 +1417,8 @@ class GemmMover(Mover):
         with m.If(consumed):
             m.d.sync += tc.eq(tc + 1)
             with m.If(last_tok):
-                m.d.sync += [tc.eq(0), bc.eq(bc + 1)]
-                with m.If(bc == nb_m1):
+                m.d.sync += [tc.eq(0), bc.eq(bc + 1), bc_last.eq(bc == nb_m2)]
+                with m.If(bc_last):
                     m.d.sync += state.eq(S.RUN)
 
         # --- the command, then output beats -> SPAD ---------------------------------------------------
@@ -1534,8 +1538,16 @@ class GemmMover(Mover):
                 wpart = Signal(range(rw))
                 wpieces = Array(o_data[x * B * VL * 32:(x + 1) * B * VL * 32] for x in range(rw))
                 wpiece = Signal(B * VL * 32)
-                # the data whatever the mode: only wide_en writes it (no AND a bit in front of the SPAD)
-                m.d.comb += [wpiece.eq(wpieces[wpart]), wr.wide.eq(wpiece)]
+                # the data whatever the mode: only wide_en writes it (no AND a bit in front of the SPAD).  (round 31)
+                # the even pieces on ``wide``, the odd ones on ``wide_alt`` (``wpart``'s low bit its enable): their
+                # 2:1 choice is one input more of the execute unit's 4:1 choice of the SPAD's data, no LUT of its own
+                m.d.comb += wpiece.eq(wpieces[wpart])
+                if rw > 1:
+                    ps = [o_data[x * B * VL * 32:(x + 1) * B * VL * 32] for x in range(rw)]
+                    eo = [Array(ps[x::2])[wpart[1:]] if rw > 2 else ps[x] for x in range(2)]
+                    m.d.comb += [wr.wide.eq(eo[0]), wr.wide_alt.eq(eo[1]), wr.wide_alt_en.eq(wpart[0])]
+                else:
+                    m.d.comb += wr.wide.eq(wpiece)
                 # (round 30) the score words for ATTN_SM's deferred MAX: the narrow piece's words, then the wide
                 # piece's others, whatever the mode -- wide, ``part`` follows ``wpart`` (B ``part``s a ``wpart``), so
                 # that the piece is the wide piece's first VL words; narrow, the words past VL are past ``qk_n`` (the

@@ -19,6 +19,11 @@ the other movers use beat a only.  Writes are one beat per cycle (into one bank)
 so).  The banks together hold what one memory would (same block RAM / UltraRAM count for these
 depths).  ``primitive`` (round 28): the wide read's rotation (4 banks: one 4:1 choice a bit) as LUT6
 instances (``mcf.hw.lut.mux4``; the node's build).
+
+``placed`` (round 31, the execute unit's build, ``banks`` > 1): ``wr.wide`` is every write's data, a narrow
+write's beat in (at least) the slice of its bank, ``wr.data`` not read: the writer's choice of its data places it
+(``unit.spad_wide_data``: one 4:1 choice a bit), not a 2:1 choice of ``wide`` and ``data`` a bank in front of the
+memories (round 30b: the glue's 2:1 of the wide writers, its choice of the narrow data and this one, ~2.5 K LUT).
 """
 from __future__ import annotations
 
@@ -49,22 +54,30 @@ class SpadWriteSignature(wiring.Signature):
     """Writer's view: word ``k`` of beat ``addr`` is written when ``lanes[k]``; the beat's
     exponent when ``exp_en``.  With ``banks`` > 1 also ``wide_en`` + ``wide``: beats addr ..
     addr + banks - 1 (addr a multiple of banks) from ``wide`` instead of beat addr from ``data``,
-    but not the beats of the banks set in ``wide_skip`` (0: all of them)."""
+    but not the beats of the banks set in ``wide_skip`` (0: all of them).
 
-    def __init__(self, beats: int, lanes: int, banks: int = 1):
+    ``alt`` (round 31, the movers' bus, ``banks`` > 1): also ``wide_alt`` + ``wide_alt_en``, a second wide word that
+    is the wide data instead of ``wide`` while ``wide_alt_en`` (GEMM's two output pieces: the 2:1 choice of them
+    goes into the execute unit's choice of the SPAD's data, ``unit.spad_wide_data``)."""
+
+    def __init__(self, beats: int, lanes: int, banks: int = 1, alt: bool = False):
         super().__init__({"lanes": Out(lanes), "exp_en": Out(1), "addr": Out(range(beats)),
                           "data": Out(lanes * WORD_BITS), "exp": Out(signed(EXP_BITS)),
                           **({"wide_en": Out(1), "wide": Out(banks * lanes * WORD_BITS), "wide_skip": Out(banks)}
-                             if banks > 1 else {})})
+                             if banks > 1 else {}),
+                          **({"wide_alt": Out(banks * lanes * WORD_BITS), "wide_alt_en": Out(1)}
+                             if banks > 1 and alt else {})})
 
 
 class Scratchpad(wiring.Component):
-    def __init__(self, beats: int = 2048, lanes: int = 8, banks: int = 1, primitive: bool = False):
+    def __init__(self, beats: int = 2048, lanes: int = 8, banks: int = 1, primitive: bool = False,
+                 placed: bool = False):
         if beats < 2 or lanes < 1:
             raise ValueError(f"beats={beats}, lanes={lanes}: need beats >= 2 and lanes >= 1")
         if banks < 1 or banks & (banks - 1) or beats % banks or beats // banks < 2:
             raise ValueError(f"banks={banks}: a power of two dividing beats={beats} (at least 2 beats a bank)")
         self.beats, self.lanes, self.banks, self.primitive = beats, lanes, banks, bool(primitive)
+        self.placed = bool(placed) and banks > 1
         self.addr_bits = ceil_log2(beats)
         super().__init__({
             "rd": In(SpadReadSignature(beats, lanes, banks)),
@@ -92,8 +105,8 @@ class Scratchpad(wiring.Component):
             # constant, no compare and choice after it (round 27: the SPAD's 3.2 levels behind ``rd.addr``)
             row = ((self.rd.addr + (B - 1 - i)) >> lb)[:ceil_log2(depth)] if i < B - 1 else self.rd.addr >> lb
             hit = Mux(self.wr.wide_en, ~self.wr.wide_skip[i], wbank == i) if B > 1 else 1
-            wdata = (Mux(self.wr.wide_en, self.wr.wide[i * self.lanes * WORD_BITS:(i + 1) * self.lanes * WORD_BITS],
-                         self.wr.data) if B > 1 else self.wr.data)
+            wide = self.wr.wide[i * self.lanes * WORD_BITS:(i + 1) * self.lanes * WORD_BITS] if B > 1 else None
+            wdata = wide if self.placed else Mux(self.wr.wide_en, wide, self.wr.data) if B > 1 else self.wr.data
             m.d.comb += [
                 ww.addr.eq(self.wr.addr >> lb), ww.data.eq(wdata), ww.en.eq(Mux(hit, self.wr.lanes, 0)),
                 we.addr.eq(self.wr.addr >> lb), we.data.eq(self.wr.exp), we.en.eq(hit & self.wr.exp_en),

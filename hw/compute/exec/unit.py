@@ -129,7 +129,11 @@ BUS_GATED = frozenset({"valid", "ready", "tvalid", "tready", "wdone", "dir_wr_re
 #:   last mover's unconditioned, the first movers' values one LUT in front of the SPAD: the addresses that are sums in
 #:   their movers (GEMM's and ATTN's write address, VEC's and GEMM's read address) first (in the tree ATTN's write
 #:   address is inside the 4:1 choice: 9.0 levels joined).
+#: (round 31) With banks > 1 the write data (``data``, ``wide``, ``wide_alt``) are not these choices: one 4:1 a bit
+#: of the wide writers' words and the narrow beat (``spad_wide_data``) into the SPAD's one write-data bus.
 SPAD_CODE = {"ldst": 0, "embed": 1, "vec": 2, "attn": 3, "gemm": 4, "kvw": 5}
+#: (round 31) the writer of the wide data's second word (``wide_alt``; its ``wide_alt_en`` an AND-OR as ever)
+SPAD_ALT = {("spad_wr", "wide_alt"): ("gemm",)}
 SPAD_DATA = {("spad_wr", "data"): ("ldst", "embed", "vec", "attn", "gemm"),
              ("spad_wr", "exp"): ("ldst", "embed", "vec", "attn", "gemm")}
 SPAD_CHAIN = {("spad_wr", "wide"): ("attn", "gemm"),
@@ -154,6 +158,27 @@ def code_tree(sel, values: dict, bit: int, m=None, primitive: bool = False, name
                     primitive=True, name=name)
     return Mux(sel[bit], code_tree(sel, hi, bit - 1, m, primitive, f"{name}h"),
                code_tree(sel, lo, bit - 1, m, primitive, f"{name}l"))
+
+
+def spad_wide_data(m, sel, wide_en, data: dict, wide: dict, alt, alt_en, banks: int, primitive: bool = False,
+                   name: str = "spad_wd"):
+    """(round 31) The SPAD's one write-data bus (``Scratchpad(placed=True)``, ``banks`` > 1): bank i's slice is the
+    wide writer's (``wide``: code -> its wide data, two writers whose codes differ in ``sel``'s top bit; the top
+    one's ``alt`` instead while ``alt_en``: GEMM's odd pieces) while ``wide_en``, else the narrow beat (``data``:
+    code -> its beat, ``code_tree``; the same in every slice: the SPAD writes the bank of the address).  A slice's
+    bit is one 4:1 choice (a LUT6 in the node's build: ``mux4``; its select from ``wide_en``, the top bit and
+    ``alt_en``, shared) of the three wide words' bits and the narrow beat's, not GEMM's 2:1 of its pieces and the
+    writers' 2:1 (one LUT5) and the SPAD's 2:1 of wide and narrow a bank (round 30b: ~2 K LUT)."""
+    top = len(sel) - 1
+    (wlo,), (whi,) = ([c for c in wide if not c >> top & 1], [c for c in wide if c >> top & 1])
+    bw = len(Value.cast(wide[wlo])) // banks
+    narrow = code_tree(sel, {c: Value.cast(v) for c, v in data.items()}, top, m, primitive, f"{name}n")
+    hi = sel[top] & wide_en
+    pick = Signal(2, name=f"{name}_pick")            # 0 wide[wlo], 1 wide[whi], 2 alt, 3 the narrow beat
+    m.d.comb += pick.eq(Cat(~wide_en | (hi & ~alt_en), ~wide_en | (hi & alt_en)))
+    words = [Value.cast(wide[wlo]), Value.cast(wide[whi]), Value.cast(alt)]
+    return Cat(*[mux4(m, pick, [w[i * bw:(i + 1) * bw] for w in words] + [narrow], primitive=primitive,
+                      name=f"{name}{i}") for i in range(banks)])
 
 
 #: The movers and the opcodes they run; END and SYNC need none.
@@ -190,7 +215,10 @@ class ExecUnit(wiring.Component):
         m = Module()
         g = self.g
         axi = self.m_axi
-        m.submodules.spad = spad = Scratchpad(g.spad_beats, g.vl, g.spad_banks, primitive=g.lut_primitive)
+        # (round 31) banks > 1: the SPAD's write data placed here (``spad_wide_data``), its ``wr.data`` unread
+        placed = g.spad_banks > 1
+        m.submodules.spad = spad = Scratchpad(g.spad_beats, g.vl, g.spad_banks, primitive=g.lut_primitive,
+                                              placed=placed)
         m.submodules.reader = rd = ReadStreams(2, g.data_width, ADDR_BITS, g.fifo_depth, min(16, g.fifo_depth),
                                                id_base=STREAM_ID_BASE, id_width=ID_WIDTH)
         W = g.weight_ports
@@ -316,6 +344,7 @@ class ExecUnit(wiring.Component):
             m.d.sync += spad_sel.eq(reduce(operator.or_, [Mux(go[i], SPAD_CODE.get(name, 0), 0)
                                                           for i, name in enumerate(names)]))
         terms = {}
+        wdata = {"data": {}, "wide": {}, "wide_alt": {}}    # placed: the SPAD's write data of its writers by code
         for i, name in enumerate(names):
             local = self.movers[name].bus
             for path, member, value in local.signature.flatten(local):
@@ -324,7 +353,10 @@ class ExecUnit(wiring.Component):
                     shared = getattr(shared, p) if isinstance(p, str) else shared[p]
                 if member.flow == Out:
                     v = Value.cast(value)
-                    if name in SPAD_DATA.get(path, ()):
+                    if placed and path in (("spad_wr", "data"), ("spad_wr", "wide"), ("spad_wr", "wide_alt")):
+                        if name in SPAD_DATA.get(path, ()) + SPAD_CHAIN.get(path, ()) + SPAD_ALT.get(path, ()):
+                            wdata[path[-1]][SPAD_CODE[name]] = v
+                    elif name in SPAD_DATA.get(path, ()):
                         terms.setdefault(path, (shared, []))[1].append(("code", SPAD_CODE[name], v))
                     elif name in SPAD_CHAIN.get(path, ()):
                         terms.setdefault(path, (shared, []))[1].append(("chain", SPAD_CHAIN[path].index(name), (owner[i], v)))
@@ -353,11 +385,16 @@ class ExecUnit(wiring.Component):
             spad.rd.en.eq(bus.spad_rd.en), spad.rd.addr.eq(bus.spad_rd.addr),
             bus.spad_rd.data.eq(spad.rd.data), bus.spad_rd.exp.eq(spad.rd.exp),
             spad.wr.lanes.eq(bus.spad_wr.lanes), spad.wr.exp_en.eq(bus.spad_wr.exp_en),
-            spad.wr.addr.eq(bus.spad_wr.addr), spad.wr.data.eq(bus.spad_wr.data), spad.wr.exp.eq(bus.spad_wr.exp),
+            spad.wr.addr.eq(bus.spad_wr.addr), spad.wr.exp.eq(bus.spad_wr.exp),
         ]
-        if g.spad_banks > 1:
+        if placed:
             m.d.comb += [bus.spad_rd.wide.eq(spad.rd.wide), spad.wr.wide_en.eq(bus.spad_wr.wide_en),
-                         spad.wr.wide.eq(bus.spad_wr.wide), spad.wr.wide_skip.eq(bus.spad_wr.wide_skip)]
+                         spad.wr.wide.eq(spad_wide_data(m, spad_sel, bus.spad_wr.wide_en, wdata["data"], wdata["wide"],
+                                                        *wdata["wide_alt"].values(), bus.spad_wr.wide_alt_en,
+                                                        g.spad_banks, g.lut_primitive)),
+                         spad.wr.wide_skip.eq(bus.spad_wr.wide_skip)]
+        else:
+            m.d.comb += spad.wr.data.eq(bus.spad_wr.data)
         for s in range(2):
             req, inp = getattr(bus, f"req{s}"), getattr(bus, f"in{s}")
             m.d.comb += [rd.req(s).valid.eq(req.valid), rd.req(s).payload.eq(req.payload), req.ready.eq(rd.req(s).ready),

@@ -40,3 +40,24 @@ def test_code_tree_lut6_equals_the_plain_build(tmp_path, codes):
         return out, out[0]
     bad, fires = _run(tmp_path, _Pair(3 + width * len(codes), build))
     assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("banks", [4, 2])
+def test_spad_wide_data_lut6_equals_the_plain_build(tmp_path, banks):
+    """(round 31) ``spad_wide_data`` (the SPAD's one write-data bus: the wide writers' slices, GEMM's second word, or
+    the narrow beat of the codes 0 .. 4, by ``spad_sel``, ``wide_en`` and ``wide_alt_en``): its 4:1 choices as LUT6
+    (the node's build) against the plain choices; random selects (codes no writer has too) and values."""
+    from mcf.hw.compute.exec.unit import spad_wide_data
+    from tests.hw.test_lut import _Pair, _run
+    width, codes = 6, (0, 1, 2, 3, 4)
+
+    def build(m, stim, primitive):
+        sel, wide_en, alt_en = stim[:3], stim[3], stim[4]
+        at = 5 + width * len(codes)
+        data = {c: stim[5 + width * i:5 + width * (i + 1)] for i, c in enumerate(codes)}
+        ww = [stim[at + width * banks * x:at + width * banks * (x + 1)] for x in range(3)]
+        out = spad_wide_data(m, sel, wide_en, data, {3: ww[0], 4: ww[1]}, ww[2], alt_en, banks, primitive,
+                             "p" if primitive else "q")
+        return out, out[0]
+    bad, fires = _run(tmp_path, _Pair(5 + width * len(codes) + 3 * width * banks, build))
+    assert bad == 0 and fires > 0

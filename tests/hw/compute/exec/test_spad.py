@@ -85,19 +85,27 @@ def test_wide_writes_skip_banks():
     for _ in range(40):
         a, skip, e = rng.randrange(beats // B) * B, rng.randrange(1 << B), rng.randrange(-128, 128)
         data = [[rng.getrandbits(32) for _ in range(lanes)] for _ in range(B)]
-        writes.append((a, skip, e, data))
+        writes.append((a, True, skip, e, (1 << lanes) - 1, data))
         for x in range(B):
             if not skip >> x & 1:
                 model[a + x] = (data[x], e)
+    _write_then_read_back(dut, writes, model, rng)
+
+
+def _write_then_read_back(dut, writes, model, rng):
+    """The writes (addr, wide_en, wide_skip, exp, lanes, the banks' words: on ``wide``; random ``data``), one a
+    cycle, then every beat read back against ``model`` (beat -> (words, exp))."""
+    B, lanes = dut.banks, dut.lanes
 
     async def bench(ctx):
-        for a, skip, e, data in writes:
-            ctx.set(dut.wr.addr, a); ctx.set(dut.wr.lanes, (1 << lanes) - 1); ctx.set(dut.wr.exp_en, 1)
-            ctx.set(dut.wr.wide_en, 1); ctx.set(dut.wr.wide_skip, skip); ctx.set(dut.wr.exp, e)
+        for a, wide, skip, e, lmask, data in writes:
+            ctx.set(dut.wr.addr, a); ctx.set(dut.wr.lanes, lmask); ctx.set(dut.wr.exp_en, 1)
+            ctx.set(dut.wr.wide_en, wide); ctx.set(dut.wr.wide_skip, skip); ctx.set(dut.wr.exp, e)
+            ctx.set(dut.wr.data, rng.getrandbits(32 * lanes))
             ctx.set(dut.wr.wide, sum(w << (32 * (x * lanes + k)) for x in range(B) for k, w in enumerate(data[x])))
             await ctx.tick()
         ctx.set(dut.wr.lanes, 0); ctx.set(dut.wr.exp_en, 0); ctx.set(dut.wr.wide_en, 0)
-        for a in range(beats):
+        for a in range(dut.beats):
             ctx.set(dut.rd.en, 1); ctx.set(dut.rd.addr, a)
             await ctx.tick()
             ctx.set(dut.rd.en, 0)
@@ -107,3 +115,27 @@ def test_wide_writes_skip_banks():
             assert ctx.get(dut.rd.exp) == e, a
 
     simulate(dut, bench)
+
+
+def test_placed_writes_take_the_bank_slice():
+    """(round 31) ``placed``: every write's data on ``wide`` -- a narrow write (``wide_en`` low) takes the slice of
+    its address's bank (random words in the other slices, unwritten), a wide one every bank's but those skipped;
+    ``data`` is not read (random).  Mixed random writes, then every beat read back."""
+    B, beats, lanes = 4, 32, 2
+    dut = Scratchpad(beats=beats, lanes=lanes, banks=B, placed=True)
+    rng = random.Random(4)
+    model = {a: ([0] * lanes, 0) for a in range(beats)}
+    writes = []
+    for _ in range(80):
+        wide, e, lmask = rng.random() < 0.5, rng.randrange(-128, 128), rng.randrange(1, 1 << lanes)
+        a = rng.randrange(beats // B) * B if wide else rng.randrange(beats)
+        skip = rng.randrange(1 << B) if wide else 0
+        data = [[rng.getrandbits(32) for _ in range(lanes)] for _ in range(B)]
+        writes.append((a, wide, skip, e, lmask, data))
+        for x in (range(B) if wide else [a % B]):
+            if not skip >> x & 1:
+                addr = a + x if wide else a
+                old = model[addr][0]
+                model[addr] = ([data[x][k] if lmask >> k & 1 else old[k] for k in range(lanes)], e)
+
+    _write_then_read_back(dut, writes, model, rng)
