@@ -12,14 +12,14 @@ and the carry chain (CARRY4) a bit, where Yosys builds a + b + c from full adder
 ``greater`` a compare at half a LUT a bit (two bit pairs a LUT6_2 on the chain).
 
 Simulations read the model ``lut6.v`` (``MODEL``), appended to a design's Verilog by
-``dot_array.with_models`` beside the DSP48E2's; ``mcf synth`` drops it again (``strip_models``:
+``mcf.hw.primitives.with_models`` beside the DSP48E2's; ``mcf synth`` drops it (``strip_models``:
 everything from the first model's mark on), so Yosys maps the instances onto its own LUT6 cell."""
 
 from pathlib import Path
 
 from amaranth.hdl import Array, Cat, Const, Instance, Mux, Shape, Signal, signed
 
-__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "add_load", "carry_chain", "equal", "greater", "lut6", "lut6_init", "mux4", "shr_layers"]
+__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "add_load", "carry_chain", "equal", "greater", "lut6", "lut6_2", "lut6_2_init", "lut6_init", "mux4", "mux4_shared", "shr_layers"]
 
 #: The cells hw/lut6.v models (``with_models`` appends it when a design instantiates one).
 MODEL_CELLS = ("LUT6", "LUT6_2", "CARRY4")
@@ -268,3 +268,56 @@ def add_load(m, a, b, d, load, shape, name: str, primitive: bool = False):
     total, _ = carry_chain(m, prop, di, name)
     m.d.comb += o.eq(total)
     return o
+
+
+def lut6_2_init(o6, o5):
+    """A LUT6_2's INIT (I5 = 1): O6 = ``o6(i0, .., i4)``, O5 = ``o5(i0, .., i4)`` (each 0 / 1)."""
+    return lut6_init(lambda *i: o6(*i[:5]) if i[5] else o5(*i[:5]))
+
+
+def lut6_2(m, init, ins, o6, o5, name):
+    """One LUT6_2 instance ``name`` in ``m`` over up to 5 one-bit Values (the rest tied to 0), I5 = 1."""
+    ins = list(ins) + [Const(0, 1)] * (5 - len(ins))
+    m.submodules[name] = Instance("LUT6_2", p_INIT=Const(init, 64), i_I5=Const(1, 1), o_O6=o6, o_O5=o5,
+                                  **{f"i_I{k}": v for k, v in enumerate(ins)})
+
+
+def mux4_shared(m, sel, choices, name: str):
+    """One bit per entry of ``choices`` (four one-bit Values each, Python objects: one object a signal, a
+    ``Const`` folded into the INIT), the one ``sel`` (two bits) picks (round 31): a bit whose four are one
+    object is that object; two bits whose choices together read at most three signals are one LUT6_2
+    instance (I0, I1 the select, I2 .. I4 the signals; O6 the first bit, O5 the second), the rest a LUT6
+    each.  A shifter's first layer reads the same few bits of x and its constants (zeros below x, the
+    sign above) across bits a layer's step apart: about half a LUT a bit, not one."""
+    s = Signal(2, name=f"{name}_sel")
+    m.d.comb += s.eq(sel)
+    sigs = lambda chs: list({id(c): c for ch in chs for c in ch if not isinstance(c, Const)}.values())
+    n = len(choices)
+    outs, done = [None] * n, [False] * n
+
+    def fn(ch, ins):                       # the bit's function of (s0, s1, ins...)
+        idx = {id(c): i for i, c in enumerate(ins)}
+        return lambda s0, s1, *v: (lambda c: c.value if isinstance(c, Const) else v[idx[id(c)]])(ch[s0 + 2 * s1])
+    for j in range(n):
+        if done[j]:
+            continue
+        done[j] = True
+        if all(c is choices[j][0] for c in choices[j]):
+            outs[j] = choices[j][0]
+            continue
+        partner = next((i for i in range(j + 1, n) if not done[i] and not all(c is choices[i][0] for c in choices[i])
+                        and len(sigs([choices[j], choices[i]])) <= 3), None)
+        if partner is None:
+            ins = sigs([choices[j]])
+            outs[j] = lut6(m, lambda s0, s1, *v, f=fn(choices[j], ins): f(s0, s1, *v), [s[0], s[1], *ins],
+                           f"{name}_{j}", cell=f"{name}_{j}")
+            continue
+        done[partner] = True
+        ins = sigs([choices[j], choices[partner]])
+        f6, f5 = fn(choices[j], ins), fn(choices[partner], ins)
+        outs[j], outs[partner] = Signal(name=f"{name}_{j}"), Signal(name=f"{name}_{partner}")
+        pad = [Const(0, 1)] * (3 - len(ins))
+        lut6_2(m, lut6_2_init(lambda s0, s1, *v: f6(s0, s1, *v[:len(ins)]),
+                                lambda s0, s1, *v: f5(s0, s1, *v[:len(ins)])),
+                [s[0], s[1], *ins, *pad], outs[j], outs[partner], f"{name}_{j}")
+    return outs

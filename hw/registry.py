@@ -74,7 +74,7 @@ class BlockInfo:
         return self.factory(**self.check(overrides))
 
     def verilog(self, **overrides) -> str:
-        from mcf.hw.compute.dot_array import with_models
+        from mcf.hw.primitives import with_models
         return with_models(verilog.convert(self.build(**overrides), name=self.name))
 
 

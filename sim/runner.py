@@ -81,7 +81,7 @@ def write_verilog(component, toplevel: str, build_dir: Path, cache_dir=None) -> 
         if cached.is_file():
             shutil.copyfile(cached, path)
             return path
-    from mcf.hw.compute.dot_array import with_models
+    from mcf.hw.primitives import with_models
     # a design with DSP48E2 instances (NodeConfig.dsp_primitives) simulates on the model beside it
     text = with_models(component.verilog(toplevel) if hasattr(component, "verilog")
                        else verilog.convert(component, name=toplevel))

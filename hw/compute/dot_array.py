@@ -27,7 +27,7 @@ PCOUT -> PCIN cascade): Yosys 0.70's ``xilinx_dsp`` packs the post-adder and the
 for DSP48E1 (7-series), so on ``-family xcup`` the inferred form leaves every chain adder and P
 register in the fabric.  The instances have the inferred form's timing exactly (A2/B2 register,
 no M register, P register, all on ``en``); simulations read the model ``dsp48e2.v`` (``MODEL``,
-appended by ``with_models``; ``mcf synth`` drops it again), and the tests run the packed array and
+appended by ``mcf.hw.primitives.with_models``; ``mcf synth`` drops it again), and the tests run the packed array and
 the matrix unit on it against the exact sums and the golden model.  Two things the fabric would
 do per slice the instances do inside it:
 
@@ -92,27 +92,9 @@ ROUND_JOINED = ROUND - 1
 
 
 #: The DSP48E2 simulation model (hw/compute/dsp48e2.v) and the line from which ``mcf synth``
-#: drops it from a design's Verilog.
+#: drops it from a design's Verilog (``mcf.hw.primitives``).
 MODEL = Path(__file__).with_name("dsp48e2.v")
 MODEL_MARK = "// MCF simulation model of the AMD DSP48E2"
-
-
-def with_models(text: str) -> str:
-    """``text`` (a converted design) with the DSP48E2 model appended when it instantiates one, and
-    the LUT6's (``mcf.hw.lut``, round 28) when it instantiates one."""
-    from mcf.hw import lut
-    if "DSP48E2 " in text and MODEL_MARK not in text:
-        text = text + "\n" + MODEL.read_text()
-    if any(f"{cell} " in text for cell in lut.MODEL_CELLS) and lut.MODEL_MARK not in text:
-        text = text + "\n" + lut.MODEL.read_text()
-    return text
-
-
-def strip_models(text: str) -> str:
-    """``text`` without the appended simulation models (what synthesis reads): cut at the first one."""
-    from mcf.hw import lut
-    cuts = [i for i in (text.find(MODEL_MARK), text.find(lut.MODEL_MARK)) if i >= 0]
-    return text[:min(cuts)] if cuts else text
 
 
 def pack_pair(w_lo: int, w_hi: int) -> int:

@@ -71,7 +71,7 @@ from mcf.hw.arith import add_plus_one, log2_exact, sat_top, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_P_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import carry_chain, lut6, lut6_init, mux4
+from mcf.hw.lut import carry_chain, lut6, lut6_2, lut6_2_init, mux4, mux4_shared
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, S_FRAC, SCALE_BITS, W_BITS, X_FRAC
@@ -88,21 +88,9 @@ SCALE_SLACK = 4
 WIDE_BITS = 64
 
 
-def _lut6_2_init(o6, o5):
-    """A LUT6_2's INIT (I5 = 1): O6 = ``o6(i0, .., i4)``, O5 = ``o5(i0, .., i4)`` (each 0 / 1)."""
-    return lut6_init(lambda *i: o6(*i[:5]) if i[5] else o5(*i[:5]))
-
-
-def _lut6_2(m, init, ins, o6, o5, name):
-    """One LUT6_2 instance ``name`` in ``m`` over up to 5 one-bit Values (the rest tied to 0), I5 = 1."""
-    ins = list(ins) + [Const(0, 1)] * (5 - len(ins))
-    m.submodules[name] = Instance("LUT6_2", p_INIT=Const(init, 64), i_I5=Const(1, 1), o_O6=o6, o_O5=o5,
-                                  **{f"i_I{k}": v for k, v in enumerate(ins)})
-
-
 #: ``o_bits``' LUT6_2: two bits of one row, O6 = I0 | I1 | I2, O5 = I0 | I3 | I4 (the row's ones, a bit's y
 #: and GEMM's sum bit each).
-O_OR2_INIT = _lut6_2_init(lambda o, y0, g0, y1, g1: o | y0 | g0, lambda o, y0, g0, y1, g1: o | y1 | g1)
+O_OR2_INIT = lut6_2_init(lambda o, y0, g0, y1, g1: o | y0 | g0, lambda o, y0, g0, y1, g1: o | y1 | g1)
 
 
 def o_bits(m, ones, ys, gs, primitive: bool = False, name: str = "o_next"):
@@ -116,7 +104,7 @@ def o_bits(m, ones, ys, gs, primitive: bool = False, name: str = "o_next"):
         raise ValueError(f"o_bits: {len(ys)} bits, pairs only")
     outs = [Signal(name=f"{name}{k}") for k in range(len(ys))]
     for k in range(0, len(ys), 2):
-        _lut6_2(m, O_OR2_INIT, [ones, ys[k], gs[k], ys[k + 1], gs[k + 1]], outs[k], outs[k + 1], f"{name}{k}_lut")
+        lut6_2(m, O_OR2_INIT, [ones, ys[k], gs[k], ys[k + 1], gs[k + 1]], outs[k], outs[k + 1], f"{name}{k}_lut")
     return outs
 
 
@@ -127,7 +115,7 @@ def _pv_y_fn(a, b, d, en, ld):
 
 
 #: ``pv_y``'s LUT6_2: I0 acc, I1 prev, I2 the high word's bit, I3 ``cmd.acc``, I4 load; O6 the propagate, O5 the DI.
-PV_Y_INIT = _lut6_2_init(lambda *i: _pv_y_fn(*i)[0], lambda *i: _pv_y_fn(*i)[1])
+PV_Y_INIT = lut6_2_init(lambda *i: _pv_y_fn(*i)[0], lambda *i: _pv_y_fn(*i)[1])
 
 
 def pv_y(m, acc, prev, en, hi, load, shape, primitive: bool = False, name: str = "pv_y"):
@@ -148,7 +136,7 @@ def pv_y(m, acc, prev, en, hi, load, shape, primitive: bool = False, name: str =
     m.d.comb += ctl.eq(Cat(en, load))
     prop, di = Signal(n, name=f"{name}_p"), Signal(n, name=f"{name}_x")
     for i in range(n):
-        _lut6_2(m, PV_Y_INIT, [ops[0][i], ops[1][i], ops[2][i], ctl[0], ctl[1]], prop[i], di[i], f"{name}_l{i}")
+        lut6_2(m, PV_Y_INIT, [ops[0][i], ops[1][i], ops[2][i], ctl[0], ctl[1]], prop[i], di[i], f"{name}_l{i}")
     total, _ = carry_chain(m, prop, di, name)
     m.d.comb += o.eq(total)
     return o
@@ -951,47 +939,6 @@ def rq_over(x, code):
         bits = d[g << gb:(g + 1) << gb]
         terms.append((gt[g] & bits.any()) | (eq[g] & Cat(*[b & ge[k] for k, b in enumerate(bits)]).any()))
     return Cat(*terms).any()
-
-
-def mux4_shared(m, sel, choices, name: str):
-    """One bit per entry of ``choices`` (four one-bit Values each, Python objects: one object a signal, a
-    ``Const`` folded into the INIT), the one ``sel`` (two bits) picks (round 31): a bit whose four are one
-    object is that object; two bits whose choices together read at most three signals are one LUT6_2
-    instance (I0, I1 the select, I2 .. I4 the signals; O6 the first bit, O5 the second), the rest a LUT6
-    each.  A shifter's first layer reads the same few bits of x and its constants (zeros below x, the
-    sign above) across bits a layer's step apart: about half a LUT a bit, not one."""
-    s = Signal(2, name=f"{name}_sel")
-    m.d.comb += s.eq(sel)
-    sigs = lambda chs: list({id(c): c for ch in chs for c in ch if not isinstance(c, Const)}.values())
-    n = len(choices)
-    outs, done = [None] * n, [False] * n
-
-    def fn(ch, ins):                       # the bit's function of (s0, s1, ins...)
-        idx = {id(c): i for i, c in enumerate(ins)}
-        return lambda s0, s1, *v: (lambda c: c.value if isinstance(c, Const) else v[idx[id(c)]])(ch[s0 + 2 * s1])
-    for j in range(n):
-        if done[j]:
-            continue
-        done[j] = True
-        if all(c is choices[j][0] for c in choices[j]):
-            outs[j] = choices[j][0]
-            continue
-        partner = next((i for i in range(j + 1, n) if not done[i] and not all(c is choices[i][0] for c in choices[i])
-                        and len(sigs([choices[j], choices[i]])) <= 3), None)
-        if partner is None:
-            ins = sigs([choices[j]])
-            outs[j] = lut6(m, lambda s0, s1, *v, f=fn(choices[j], ins): f(s0, s1, *v), [s[0], s[1], *ins],
-                           f"{name}_{j}", cell=f"{name}_{j}")
-            continue
-        done[partner] = True
-        ins = sigs([choices[j], choices[partner]])
-        f6, f5 = fn(choices[j], ins), fn(choices[partner], ins)
-        outs[j], outs[partner] = Signal(name=f"{name}_{j}"), Signal(name=f"{name}_{partner}")
-        pad = [Const(0, 1)] * (3 - len(ins))
-        _lut6_2(m, _lut6_2_init(lambda s0, s1, *v: f6(s0, s1, *v[:len(ins)]),
-                                lambda s0, s1, *v: f5(s0, s1, *v[:len(ins)])),
-                [s[0], s[1], *ins, *pad], outs[j], outs[partner], f"{name}_{j}")
-    return outs
 
 
 def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name: str = "rq_win", stop: int = 0):

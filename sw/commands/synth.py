@@ -208,7 +208,7 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
     (``map.ys``), with ABC9's fast script when the top has more than ``fast_gates`` fine gates
     before it (None: never).  ``timeout`` bounds both together.  A folder that holds a finished
     first run of the same inputs goes on from it (``--keep``)."""
-    from mcf.hw.compute.dot_array import strip_models
+    from mcf.hw.primitives import strip_models
     workdir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
     verilog = strip_zero_inits(strip_models(verilog))          # Yosys maps DSP48E2 itself
@@ -454,7 +454,7 @@ def run(args) -> int:
                              f"{', '.join(info.parts)}, (top))")
     t0 = time.monotonic()
     from amaranth.back import verilog
-    from mcf.hw.compute.dot_array import with_models
+    from mcf.hw.primitives import with_models
     component = info.build(**params)
     config = getattr(component, "config", None)
     _progress(f"{info.name}: converting to Verilog (minutes for a node)")
@@ -612,7 +612,7 @@ _MODULE = re.compile(r"^module (\\\S+|[A-Za-z_][\w$]*)", re.M)
 def split_modules(text: str) -> dict[str, str]:
     """Amaranth's Verilog by module: name (without Verilog's escape) -> its text, with the
     attribute lines before it."""
-    from mcf.hw.compute.dot_array import strip_models
+    from mcf.hw.primitives import strip_models
     text = strip_models(text)
     out: dict[str, str] = {}
     start = 0

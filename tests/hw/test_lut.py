@@ -8,11 +8,12 @@ import shutil
 import subprocess
 
 import pytest
-from amaranth import Cat, Elaboratable, Module, Signal
+from amaranth import Array, Cat, Const, Elaboratable, Module, Signal
 from amaranth.back import verilog
 
 from mcf.hw import lut
-from mcf.hw.compute.dot_array import MODEL_MARK, strip_models, with_models
+from mcf.hw.compute.dot_array import MODEL_MARK
+from mcf.hw.primitives import strip_models, with_models
 
 pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs Icarus Verilog")
 
@@ -99,6 +100,31 @@ def test_mux4_equals_the_plain_choice(tmp_path, width):
         return lut.mux4(m, sel, items, primitive=primitive, name="mx"), stim[0]
     bad, fires = _run(tmp_path, _Pair(2 + 4 * width, build))
     assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("step", [1, 2, 8])
+def test_mux4_shared_equals_the_plain_choice(tmp_path, step):
+    """(round 31, mx31's ``mux4_shared``) a shifter's first layer: bit j of x >> (k step), k = sel, x's sign
+    above its top; the bits whose four choices read at most three signals pair up in LUT6_2 instances."""
+    W = 12
+    seen = {}
+
+    def build(m, stim, primitive):
+        sel, xs = stim[:2], [stim[2 + i] for i in range(W)]           # one object a bit (mux4_shared: by identity)
+        sign = xs[-1]
+        choices = [[xs[j + k * step] if j + k * step < W else sign for k in range(4)] for j in range(W)]
+        choices[0][3] = Const(1, 1)                                     # a constant folded into the INIT
+        if primitive:
+            out = Cat(*lut.mux4_shared(m, sel, choices, "ms"))
+        else:
+            out = Cat(*[Array(ch)[sel] for ch in choices])
+        return out, out.any()
+    pair = _Pair(2 + W, build)
+    text = verilog.convert(pair, name="dut", ports=[pair.stim, pair.diff, pair.fired])
+    seen["pairs"] = text.count("LUT6_2 #(")
+    assert seen["pairs"] >= (2 if step > 1 else 1)                     # some bits share a LUT6_2
+    bad, fires = _run(tmp_path, pair)
+    assert bad == 0 and fires > CYCLES // 2
 
 
 @pytest.mark.parametrize("N,bits,sign,step,amount_bits", [(16, 3, 1, 1, 4), (8, 2, -1, 1, 3), (8, 5, 1, 2, 2),

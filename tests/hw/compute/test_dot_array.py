@@ -10,8 +10,8 @@ from amaranth.sim import Simulator
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
-from mcf.hw.compute.dot_array import (CHAIN, PACK_SHIFT, ROUND, ROUND_JOINED, DotArray, pack_pair, split_pair,
-                                      with_models)
+from mcf.hw.compute.dot_array import CHAIN, PACK_SHIFT, ROUND, ROUND_JOINED, DotArray, pack_pair, split_pair
+from mcf.hw.primitives import with_models
 from mcf.sim.cocotb_util import params
 from mcf.sim.runner import run_cocotb
 

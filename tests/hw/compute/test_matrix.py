@@ -151,7 +151,7 @@ def test_linear_cocotb_on_dsp48e2_model(build_dir):
     field (``DotArray.joined``), so the low rows' dots take the array's missing one at the unit's
     stage 3 (without it this fails)."""
     from amaranth.back import verilog
-    from mcf.hw.compute.dot_array import with_models
+    from mcf.hw.primitives import with_models
     p = {**PARAMS, "mac_lanes": 8, "max_inputs": 64}
     build_dir.mkdir(parents=True)
     src = build_dir / "dut.v"
@@ -165,7 +165,7 @@ def test_linear_cocotb_on_dsp48e2_model_t1(build_dir):
     """As above at max_tokens 2 (T = 1 or 2, groups of one or two beats, under backpressure): the
     accumulator slices' P feedback (one-beat groups at T = 1) and their file writes during stalls."""
     from amaranth.back import verilog
-    from mcf.hw.compute.dot_array import with_models
+    from mcf.hw.primitives import with_models
     p = {**PARAMS, "max_tokens": 2, "mac_lanes": 8, "max_inputs": 64}
     build_dir.mkdir(parents=True)
     src = build_dir / "dut.v"
@@ -179,7 +179,7 @@ def test_linear_cocotb_on_lut6_chunks(build_dir):
     16 of 64): the chunk choices of the accumulators and bias words as LUT6 instances (round 28b; the
     model hw/lut6.v in Icarus) against ``fixed.linear``."""
     from amaranth.back import verilog
-    from mcf.hw.compute.dot_array import with_models
+    from mcf.hw.primitives import with_models
     p = {**PARAMS, "mac_rows": 4, "mac_lanes": 8, "max_inputs": 64}
     build_dir.mkdir(parents=True)
     src = build_dir / "dut.v"
