@@ -2,7 +2,7 @@
 and of the reorders, and (round 30) the three-input adder ``add3`` (LUT6_2 + CARRY4) and ``add_tree`` on it,
 equal their plain (Mux, +) builds in Verilog simulation (Icarus, the LUT6 model
 hw/lut6.v appended by ``with_models``): both builds side by side in one design, the same random inputs
-every cycle, their outputs compared every cycle; and ``mcf synth``'s ``strip_models`` drops the model."""
+every cycle, their outputs compared every cycle."""
 
 import shutil
 import subprocess
@@ -12,8 +12,7 @@ from amaranth import Array, Cat, Const, Elaboratable, Module, Signal
 from amaranth.back import verilog
 
 from mcf.hw import lut
-from mcf.hw.compute.dot_array import MODEL_MARK
-from mcf.hw.primitives import strip_models, with_models
+from mcf.hw.primitives import with_models
 
 pytestmark = pytest.mark.skipif(shutil.which("iverilog") is None, reason="needs Icarus Verilog")
 
@@ -78,19 +77,6 @@ def test_mux4_init_is_a_choice():
     for a in range(64):
         assert (lut.MUX4_INIT >> a) & 1 == (a >> (2 + (a & 3))) & 1
     assert lut.MUX4_INIT == 0xFEDCBA9876543210
-
-
-def test_models_appended_and_stripped():
-    """``with_models`` appends the LUT6 model once to a design with an instance; ``strip_models`` cuts at
-    the first model (either order of the DSP48E2's and the LUT6's)."""
-    design = "module top; LUT6 #(.INIT(64'h0)) u (.O(), .I0(), .I1(), .I2(), .I3(), .I4(), .I5()); endmodule\n"
-    text = with_models(design)
-    assert lut.MODEL_MARK in text and MODEL_MARK not in text and with_models(text) == text
-    assert strip_models(text) == design + "\n"
-    both = with_models(design + "// DSP48E2 u2 ();\n")
-    assert MODEL_MARK in both and lut.MODEL_MARK in both
-    assert "module LUT6" not in strip_models(both) and "module DSP48E2" not in strip_models(both)
-    assert with_models("module x; endmodule") == "module x; endmodule"
 
 
 @pytest.mark.parametrize("width", [1, 7])

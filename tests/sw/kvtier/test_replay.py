@@ -109,7 +109,9 @@ def test_sync_under_hit_heavy_load_vs_async_bounded(tier):
     sync = run(reqs, st, cost, mode="sync", deadline=20 * load, link=link)
     asyn = run(reqs, st, cost, mode="async", deadline=20 * load, link=link)
     s, a = sync.summary(), asyn.summary()
-    assert s["rho"] > 1.2 and a["rho"] > 1.2
+    # (the claim is rho > 1; the measured rate of the arrivals comes out below the 1.3 asked for when the
+    # machine is loaded -- 1.19 in one fresh-clone CI -- so 1.1 is the margin, not 1.2)
+    assert s["rho"] > 1.1 and a["rho"] > 1.1
     assert s["completed"] == a["completed"] == 48
 
     def quarters(res):
