@@ -829,9 +829,12 @@ class Node(wiring.Component):
             (weight_clients if weight else clients).append(Client(
                 f"ex_{name}", read=sig.read, write=sig.write, id_width=sig.id_width,
                 port=self.hp_of[exec_master(name)] - (0 if weight else W), addr_width=sig.addr_width))
-        self.ic = AxiInterconnect(clients, config.hp_ports - W, config.ddr_addr_bits, config.data_width)
+        # (round 31b: every client's bursts are of the bus's width, ``full_width``)
+        self.ic = AxiInterconnect(clients, config.hp_ports - W, config.ddr_addr_bits, config.data_width,
+                                  full_width=True)
         self.wic = (DomainRenamer({"sync": "axi"})(AxiInterconnect(weight_clients, W, config.ddr_addr_bits,
-                                                                     config.data_width)) if W else None)
+                                                                     config.data_width, full_width=True))
+                    if W else None)
         id_width = max(self.ic.port_id_width + (self.wic.port_id_width if W else []))
         axis = AXIStreamSignature(config.data_width)
         members = {

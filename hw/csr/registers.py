@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.arith import log2_exact
@@ -34,6 +35,11 @@ from mcf.spec import DMA_DESCRIPTOR, REGISTERS, Access, DmaDir, ErrorCause, Irq
 from mcf.spec.packet import HEADER_BITS, NODE_BITS
 from mcf.spec.regmap import (ADDR_BITS, DATA_BITS, DESC_WORDS, DMA_ADDR_BITS, DMA_TAG_BITS, META_WORDS,
                              SEQ_WINDOW)
+
+#: (round 31b, ``primitive``) an error counter's low bits in flip-flops, the high ones in LUT RAM, one
+#: counter a cycle brought up to date in turn (every 2^5 cycles): a carry waits in a flag until then and
+#: must not come twice in that time (one event a cycle: 2^5 + 1 < 2^6).
+ERR_LO_BITS = 6
 
 #: Fields that read back as 0 and act for one cycle when written with 1.
 SELF_CLEARING = {"CONTROL": ("clear_counters",)}
@@ -93,9 +99,15 @@ class ControlRegisters(wiring.Component):
 
     def __init__(self, meta_queue_depth: int = 16, desc_queue_depth: int = 16, data_bytes: int = 8,
                  net_ports: int = 2, dma_bus_bytes: int = 16, dma_buffers: int = 2,
-                 dma_buffer_bytes: int = 4096, seq: bool = False, primitive: bool = False):
+                 dma_buffer_bytes: int = 4096, seq: bool = False, primitive: bool = False,
+                 err_bits: int = DATA_BITS):
         self.seq = seq
         self.primitive = primitive      # the read word's group choice as LUT6 instances (round 28b)
+        # the error counters' width (saturating at 2^err_bits - 1): DATA_BITS, narrower only for a test
+        # that reaches the saturation (round 31b)
+        if not ERR_LO_BITS + 2 <= err_bits <= DATA_BITS:
+            raise ValueError(f"err_bits {err_bits}: {ERR_LO_BITS + 2} .. {DATA_BITS}")
+        self.err_bits = err_bits
         self.meta_queue_log2 = log2_exact(meta_queue_depth, "meta_queue_depth")
         self.desc_queue_log2 = log2_exact(desc_queue_depth, "desc_queue_depth")
         self.dma_bus_log2 = log2_exact(dma_bus_bytes, "dma_bus_bytes")
@@ -168,12 +180,15 @@ class ControlRegisters(wiring.Component):
         events = Signal(len(ErrorCause))
         m.d.comb += events.eq(self.errors | Cat(*strobe.values()))
         clear_counters = fld("CONTROL", "clear_counters")
-        counters = {c: Signal(DATA_BITS, name=f"err_{c.name.lower()}") for c in ErrorCause}
-        for c, cnt in counters.items():
-            with m.If(clear_counters):
-                m.d.sync += cnt.eq(0)
-            with m.Elif(events[c] & (cnt != (1 << DATA_BITS) - 1)):   # saturate
-                m.d.sync += cnt.eq(cnt + 1)
+        if self.primitive:
+            counters, err_hi = self._err_split(m, events, clear_counters)
+        else:
+            counters, err_hi = {c: Signal(self.err_bits, name=f"err_{c.name.lower()}") for c in ErrorCause}, None
+            for c, cnt in counters.items():
+                with m.If(clear_counters):
+                    m.d.sync += cnt.eq(0)
+                with m.Elif(events[c] & (cnt != (1 << self.err_bits) - 1)):   # saturate
+                    m.d.sync += cnt.eq(cnt + 1)
         # whether any counter is not 0: a register set by an event and cleared with the counters
         # (a counter leaves 0 only by an event and returns to it only by the clear; the OR of
         # every counter's bits was ~230 LUTs; issue 14)
@@ -424,7 +439,8 @@ class ControlRegisters(wiring.Component):
                          mux4(m, gsel[used:used + 2], parts[k:k + 4], primitive=True, name=f"rd_group{used}_{k // 4}")
                          for k in range(0, len(parts), 4)]
                 used += 2
-        m.d.comb += rd_value.eq(Array(parts)[gsel[used:]] if len(parts) > 1 else parts[0])
+        m.d.comb += rd_value.eq((Array(parts)[gsel[used:]] if len(parts) > 1 else parts[0])
+                                | (err_hi(m, ar_addr) if err_hi else 0))
         rvalid, rdata, rresp = Signal(), Signal(DATA_BITS), Signal(2)
         m.d.comb += [bus.rvalid.eq(rvalid), bus.rdata.eq(rdata), bus.rresp.eq(rresp)]
         with m.FSM(name="read"):
@@ -470,6 +486,64 @@ class ControlRegisters(wiring.Component):
             self.num_nodes.eq(fld("NUM_NODES", "num_nodes")),
         ]
         return m
+
+    def _err_split(self, m, events, clear):
+        """The node's build (round 31b, hw/seq/perf.py's ``_split`` for +1 events that saturate): every
+        error counter ``hi * 2^ERR_LO_BITS + lo``, ``lo`` and its carry out (``pend``) in flip-flops, ``hi``
+        in LUT RAM (32 words); a pointer visits one counter a cycle and writes ``hi + pend`` back.  A clear
+        restarts the pointer: ``hi`` of a counter not visited since reads as 0 (``pend`` is 0 there: a carry
+        takes 2^6 events).  The saturation stays exact: each visit keeps whether the written ``hi`` is all
+        ones (``top``), and an event is dropped when ``top`` and ``lo`` all ones (2^err_bits - 1); ``pend``
+        is 0 then, as ``lo`` cannot come from 0 (the carry) to all ones, 2^6 - 1 events, before the visit
+        (2^5 cycles at most).  Returns the counters' low
+        words (the read's source: zeros above) and a function giving the read's high bits (registered in
+        the read's DECODE cycle, as the low words' ``rd_part``): the same value every cycle as the plain
+        counters (the cost: the 26 x 32-bit counters and their choice, ~260 + ~280 LUT; issue 14)."""
+        n, lo_bits = len(ErrorCause), ERR_LO_BITS
+        abits = (n - 1).bit_length()
+        if ((1 << abits) + 1 >= (1 << lo_bits) - 1) or REGISTERS[f"ERR_{ErrorCause(0).name}"].offset & (4 << abits) - 1:
+            raise NotImplementedError(f"error counters: {n} counters, ERR_LO_BITS {lo_bits}")
+        hi_bits = self.err_bits - lo_bits
+        hi_max = (1 << hi_bits) - 1
+        ptr, swept = Signal(abits, name="err_ptr"), Signal(name="err_swept")
+        m.d.sync += [ptr.eq(ptr + 1), swept.eq(swept | (ptr == (1 << abits) - 1))]
+        m.submodules.err_hi = hi = Memory(shape=hi_bits, depth=1 << abits, init=[])
+        hw, hr_svc, hr = hi.write_port(), hi.read_port(domain="comb"), hi.read_port(domain="comb")
+        pend, top = Signal(n, name="err_pend"), Signal(n, name="err_top")
+        p_svc = Signal(name="err_pend_svc")
+        m.d.comb += [p_svc.eq(pend.bit_select(ptr, 1)), hr_svc.addr.eq(ptr), hw.addr.eq(ptr), hw.en.eq(1),
+                     hw.data.eq(Mux(swept, hr_svc.data + p_svc, 0))]
+        # whether the written word is all ones, from the read (two compares beside the adder, not behind it)
+        eq = [Signal(name=f"err_hi_max{k}") for k in range(2)]      # hi == max - k
+        m.d.comb += [e.eq(hr_svc.data == hi_max - k) for k, e in enumerate(eq)]
+        top_w = Signal(name="err_top_w")
+        m.d.comb += top_w.eq(swept & Mux(p_svc, eq[1], eq[0]))
+        counters = {}
+        for c in ErrorCause:
+            lo = Signal(lo_bits, name=f"err_lo_{c.name.lower()}")
+            full = Signal(name=f"err_full_{c.name.lower()}")        # the counter at 2^err_bits - 1
+            total = Signal(lo_bits + 1, name=f"err_sum_{c.name.lower()}")
+            visit = ptr == int(c)
+            m.d.comb += [full.eq(lo.all() & top[c]), total.eq(lo + (events[c] & ~full))]
+            m.d.sync += [lo.eq(total[:lo_bits]), pend[c].eq(total[lo_bits] | pend[c] & ~visit)]
+            with m.If(visit):
+                m.d.sync += top[c].eq(top_w)
+            counters[c] = lo
+        with m.If(clear):
+            m.d.sync += [ptr.eq(0), swept.eq(0), pend.eq(0), top.eq(0)]
+            m.d.sync += [lo.eq(0) for lo in counters.values()]
+
+        def read_hi(m, word):
+            """``(hi + pend) << ERR_LO_BITS`` of the error counter at ``word`` (0 for another word), registered."""
+            first = REGISTERS[f"ERR_{ErrorCause(0).name}"].offset >> 2
+            index = word[:abits]
+            is_err = (word[abits:] == first >> abits) & (index < n)
+            valid = is_err & (swept | (index < ptr))
+            value = Signal(self.err_bits, name="err_hi_q")
+            m.d.comb += hr.addr.eq(index)
+            m.d.sync += value.eq(Mux(valid, Cat(Const(0, lo_bits), hr.data + pend.bit_select(index, 1)), 0))
+            return value
+        return counters, read_hi
 
 
 @block("csr", "AXI4-Lite control/status registers, route-table port, metadata and DMA queues",

@@ -88,7 +88,7 @@ class AxiInterconnect(wiring.Component):
     BYTES_LATENCY = 2
 
     def __init__(self, clients: list[Client], hp_ports: int = 1, addr_width: int = 40,
-                 data_width: int = 128, max_writes: int = 8):
+                 data_width: int = 128, max_writes: int = 8, full_width: bool = False):
         if not clients:
             raise ValueError("an interconnect needs at least one client")
         names = [c.name for c in clients]
@@ -100,6 +100,12 @@ class AxiInterconnect(wiring.Component):
         self.clients, self.hp_ports = list(clients), hp_ports
         self.addr_width, self.data_width, self.max_writes = addr_width, data_width, max_writes
         self.bus_log2 = (data_width // 8).bit_length() - 1
+        #: (round 31b) every client's bursts are of the bus's width (AxSIZE = ``bus_log2``: the node's
+        #: clients, the sequencer's fetch, the DMA loader and writer, the execute unit's streams and
+        #: weight loaders): the window check and the HP port's AxSIZE use the constant, the clients'
+        #: AxSIZE lines are not read (issue 14: the check's shift of the length by the held size,
+        #: ~30 LUT a channel)
+        self.full_width = full_width
         #: Addresses are held and checked at the widest client's width, issued at ``addr_width``.
         self.check_width = max([addr_width] + [c.addr_width or addr_width for c in clients])
         self.on_port = [[i for i, c in enumerate(clients) if c.port == p] for p in range(hp_ports)]
@@ -171,12 +177,15 @@ class AxiInterconnect(wiring.Component):
                     m.d.comb += getattr(c, f"{ch}ready").eq(1)
                     m.d.sync += [getattr(hold, f).eq(getattr(c, f"{ch}{f}")) for f in self._ADDR_FIELDS + ("id",)]
         with m.If(held & ~checked):
-            m.d.sync += [checked.eq(1), ok.eq(in_window(hold.addr, hold.len, hold.size))]
+            m.d.sync += [checked.eq(1), ok.eq(in_window(hold.addr, hold.len, self.bus_log2 if self.full_width
+                                                        else hold.size))]
         fire = Signal(name=f"p{p}_{ch}_fire")
         m.d.comb += [getattr(hp, f"{ch}valid").eq(held & checked & ok & gate),
                      getattr(hp, f"{ch}id").eq(Cat(hold.id, hold.slot[:_bits(n)])),
                      fire.eq(getattr(hp, f"{ch}valid") & getattr(hp, f"{ch}ready"))]
         m.d.comb += [getattr(hp, f"{ch}{f}").eq(getattr(hold, f)) for f in self._ADDR_FIELDS]
+        if self.full_width:
+            m.d.comb += getattr(hp, f"{ch}size").eq(self.bus_log2)
         with m.If(fire):
             m.d.sync += held.eq(0)
         return hold, held, checked, ok, fire
@@ -205,7 +214,10 @@ class AxiInterconnect(wiring.Component):
             # ones, without an adder (issue 14: the HP port's ARLEN went through len + 1 into
             # the check, 8.1 levels)
             last_byte = Signal(range(256 << 7), name=f"p{p}_burst_last")
-            m.d.comb += last_byte.eq((length << size) | Cat(*(size > i for i in range(7))))
+            if isinstance(size, int):       # (``full_width``: the length's bits above the size's ones)
+                m.d.comb += last_byte.eq(Cat(Const((1 << size) - 1, size), length))
+            else:
+                m.d.comb += last_byte.eq((length << size) | Cat(*(size > i for i in range(7))))
             # the room after ``addr`` beside the burst's bytes, then one compare: addr + bytes <=
             # end is bytes <= end - addr, i.e. bytes - 1 < end - addr, without the sum in front
             w = max(DMA_ADDR_BITS, self.addr_width, self.check_width) + 2

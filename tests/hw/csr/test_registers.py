@@ -542,3 +542,48 @@ def test_read_choice_lut6_equals_the_plain_build(tmp_path):
         return Cat(*outs), csr.s_axil.rvalid & csr.s_axil.rready & (csr.s_axil.rdata != 0)
     bad, fires = _run(tmp_path, _Pair(width + 11, build))
     assert bad == 0 and fires > 0
+
+
+def test_error_counters_split_equal_the_plain_build(tmp_path, monkeypatch):
+    """Round 31b: the node's error counters (low bits in flip-flops, the rest in LUT RAM visited in turn)
+    equal the plain ones in Icarus, narrowed to 8 bits (2 bits in the RAM) so they saturate: both builds
+    on the same random inputs every cycle, the error strobes at 63/64 per cause (a counter saturates in
+    ~260 cycles; runs of 63 events in a row, so a carry just after a counter's visit can bring it to all
+    ones before the next), half the reads at an ERR_* word, 1/16 of the writes at CONTROL (a clear of the
+    counters ~1 in 1 000 cycles), every output (the read data) compared every cycle over 20 000 cycles."""
+    import shutil
+    if shutil.which("iverilog") is None:
+        pytest.skip("needs Icarus Verilog")
+    from amaranth import Cat, Const, Mux
+    from amaranth.lib import wiring
+    from tests.hw import test_lut
+    from tests.hw.test_lut import _Pair, _run
+    monkeypatch.setattr(test_lut, "CYCLES", 20_000)
+    err0, control = REGISTERS[f"ERR_{ErrorCause(0).name}"].offset, REGISTERS["CONTROL"].offset
+
+    def ports(csr):
+        ins, outs = [], []
+        for path, member, value in csr.signature.flatten(csr):
+            (ins if member.flow is wiring.In else outs).append(value)
+        return ins, outs
+
+    ins, _ = ports(ControlRegisters(seq=True, err_bits=8))
+    n = len(ErrorCause)
+    width = sum(len(v) for v in ins)
+
+    def build(m, stim, primitive):
+        m.submodules[f"csr{int(primitive)}"] = csr = ControlRegisters(seq=True, primitive=primitive, err_bits=8)
+        ins, outs = ports(csr)
+        m.d.comb += Cat(*ins).eq(stim[:width])
+        x = stim[width:]
+        bus = csr.s_axil
+        m.d.comb += [
+            bus.araddr.eq(Mux(x[0], err0 + (x[1:6] << 2), Cat(x[6:17], Const(0, len(bus.araddr) - 11)))),
+            bus.awaddr.eq(Mux(x[17:21].all(), control, Cat(x[23:34], Const(0, len(bus.awaddr) - 11)))),
+            csr.errors.eq(~(x[34:34 + n] & x[34 + n:34 + 2 * n] & x[34 + 2 * n:34 + 3 * n] & x[34 + 3 * n:34 + 4 * n]
+                            & x[34 + 4 * n:34 + 5 * n] & x[34 + 5 * n:34 + 6 * n])),    # 63/64 a cycle
+        ]
+        # (fired: a read of 255, a saturated counter)
+        return Cat(*outs), bus.rvalid & bus.rready & (bus.rdata == 0xFF)
+    bad, fires = _run(tmp_path, _Pair(width + 34 + 6 * n, build))
+    assert bad == 0 and fires > 0

@@ -3,6 +3,7 @@ two clients on one HP port (a reader with a 48-bit address, a writer), a DDR mod
 Bursts inside the DMA window reach the DDR and their data / responses go back to the client
 that asked; a burst outside it (or beyond the HP port's address bits) never reaches the DDR,
 is answered DECERR to its client, and strobes ``oow`` with the client's index."""
+import pytest
 from amaranth.sim import Simulator
 
 from mcf.hw.axi.lite import Resp
@@ -11,9 +12,10 @@ from mcf.hw.seq.interconnect import AxiInterconnect, Client
 DW, NB = 64, 8
 
 
-def test_firewall_and_routing():
+@pytest.mark.parametrize("full_width", [False, True])   # (round 31b: the bursts here are of the bus's width)
+def test_firewall_and_routing(full_width):
     ic = AxiInterconnect([Client("rd", write=False, id_width=2, addr_width=48), Client("wr", read=False)],
-                         hp_ports=1, addr_width=20, data_width=DW)
+                         hp_ports=1, addr_width=20, data_width=DW, full_width=full_width)
     rd, wr, hp = ic.c_rd, ic.c_wr, ic.m_axi[0]
     ddr = {a: a * 3 + 1 for a in range(0, 1 << 12, NB)}
     log = {"hp_ar": [], "hp_aw": [], "rd": [], "b": [], "oow": []}
