@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import types
 
-from amaranth import Cat, Const, Value
+from amaranth import Cat, Const, Value, signed
 from amaranth.lib import data
 from amaranth.lib import enum as aenum
 
@@ -26,10 +26,11 @@ def amaranth_enum(py_enum: type[enum.IntEnum], width: int) -> type[aenum.Enum]:
 
 
 def struct_layout(layout: BitLayout) -> data.StructLayout:
-    """The ``StructLayout`` of a spec ``BitLayout`` (same order, same widths, LSB first)."""
+    """The ``StructLayout`` of a spec ``BitLayout`` (same order, same widths, LSB first; a field the spec
+    calls signed is ``signed`` here: round 31b, EMBED's ``w_exp`` had reached its mover unsigned)."""
     members = {}
     for f in layout.fields:
-        members[f.name] = amaranth_enum(f.enum, f.width) if f.enum else f.width
+        members[f.name] = amaranth_enum(f.enum, f.width) if f.enum else signed(f.width) if f.signed else f.width
     result = data.StructLayout(members)
     assert result.size == layout.total_bits
     return result

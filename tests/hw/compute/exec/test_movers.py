@@ -209,12 +209,16 @@ async def run_vec(dut):
 @cocotb.test()
 async def run_embed(dut):
     """EMBED rows of a W4 table (G = 16 and 32) -> X32, the matrix exponent moved so that the products are
-    shifted right (by 9, rounding) and left (by 5); an id >= vocab faults before any table read."""
+    shifted right (by 9, rounding) and left (by 5); (round 31b) not shifted, shifted right by the product's width
+    and past it (zeros) and left by 16 (w_exp 0: saturated), and negative w_exp (-1, -24: the instruction's signed
+    field, round 31b); an id >= vocab faults before any table read."""
     drv, sp, rng = await bench(dut)
-    for group, n, e_off in ((16, 64, 8), (32, 32, -6)):
+    for group, n, e_off, to in ((16, 64, 8, None), (32, 32, -6, None), (16, 32, 0, 0), (16, 32, 0, 21),
+                                (16, 32, 0, 25), (32, 32, 0, -16),
+                                (16, 32, 0, -1 - fx.X_FRAC), (32, 32, 0, -24 - fx.X_FRAC)):
         vocab = 40
         w = fx.quantize_weight(rng.standard_normal((vocab, n)), group)
-        w = fx.QLinear(w.q, w.scale, w.exp + e_off, group)
+        w = fx.QLinear(w.q, w.scale, w.exp + e_off if to is None else fx.X_FRAC + to, group)
         drv.ram.write(0x20000, ddr.embed_table(w))
         ids = rng.integers(0, vocab, size=5)
         drv.ram.write(0x1F000, ddr.words_bytes(ids))
