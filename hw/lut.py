@@ -236,35 +236,41 @@ def greater(m, a, b, name: str, primitive: bool = False):
     return o
 
 
-def add_load(m, a, b, d, load, shape, name: str, primitive: bool = False):
-    """``load ? d : a + b`` in ``shape`` (the caller's bound), a Signal ``name``.  ``primitive`` (round 30b): one
-    LUT6_2 a bit on a CARRY4 chain -- the chain adds x + y with x = load ? d : a and y = load ? 0 : b, bit i's
-    LUT giving the propagate x_i ^ y_i (O6, from a_i, b_i, d_i, load) and x_i (O5, the chain's DI) -- where
-    ABC9 maps the adder and the load's choice at ~1.7 LUT a bit (the attention unit's row sums ``l#``).
+def add_load(m, a, b, d, load, shape, name: str, primitive: bool = False, en=None):
+    """``load ? d : a + (en ? b : 0)`` in ``shape`` (the caller's bound), a Signal ``name`` (``en`` None: b
+    always).  ``primitive`` (round 30b): one LUT6_2 a bit on a CARRY4 chain -- the chain adds x + y with x =
+    load ? d : a and y = load ? 0 : en & b, bit i's LUT giving the propagate x_i ^ y_i (O6, from a_i, b_i, d_i,
+    load and en) and x_i (O5, the chain's DI) -- where ABC9 maps the adder and the load's choice at ~1.7 LUT a
+    bit (the attention unit's row sums ``l#``; round 31, with ``en``: the matrix unit's pv y, ``pv_y``).
     Else the plain choice of the sum."""
     shape = Shape.cast(shape)
     o = Signal(shape, name=name)
     if not primitive:
-        m.d.comb += o.eq(Mux(load, d, a + b))
+        m.d.comb += o.eq(Mux(load, d, a + (b if en is None else Mux(en, b, 0))))
         return o
     n = shape.width
     ops = _widen(m, (a, b, d), n, name)
     ld = Signal(name=f"{name}_ld")
     m.d.comb += ld.eq(load)
+    if en is None:
+        gate = Const(0, 1)
+    else:
+        gate = Signal(name=f"{name}_en")
+        m.d.comb += gate.eq(en)
 
-    def fn(i0, i1, i2, i3):                  # I0 a_i, I1 b_i, I2 d_i, I3 load
+    def fn(i0, i1, i2, i3, i4):              # I0 a_i, I1 b_i, I2 d_i, I3 load, I4 en (without en: not read)
         x = i2 if i3 else i0
-        y = 0 if i3 else i1
+        y = 0 if i3 else i1 & (i4 if en is not None else 1)
         return x ^ y, x
     init = 0
     for v in range(32):
-        o6, o5 = fn(v & 1, (v >> 1) & 1, (v >> 2) & 1, (v >> 3) & 1)
+        o6, o5 = fn(*((v >> k) & 1 for k in range(5)))
         init |= (o6 << (32 + v)) | (o5 << v)
     prop, di = Signal(n, name=f"{name}_p"), Signal(n, name=f"{name}_x")
     for i in range(n):
         m.submodules[f"{name}_l{i}"] = Instance(
             "LUT6_2", p_INIT=Const(init, 64), i_I0=ops[0][i], i_I1=ops[1][i], i_I2=ops[2][i], i_I3=ld,
-            i_I4=Const(0, 1), i_I5=Const(1, 1), o_O6=prop[i], o_O5=di[i])
+            i_I4=gate, i_I5=Const(1, 1), o_O6=prop[i], o_O5=di[i])
     total, _ = carry_chain(m, prop, di, name)
     m.d.comb += o.eq(total)
     return o

@@ -71,7 +71,7 @@ from mcf.hw.arith import add_plus_one, log2_exact, sat_top, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_P_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import carry_chain, lut6, lut6_2, lut6_2_init, mux4, mux4_shared
+from mcf.hw.lut import add_load, lut6, lut6_2, lut6_2_init, mux4, mux4_shared
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, S_FRAC, SCALE_BITS, W_BITS, X_FRAC
@@ -95,7 +95,7 @@ O_OR2_INIT = lut6_2_init(lambda o, y0, g0, y1, g1: o | y0 | g0, lambda o, y0, g0
 
 def o_bits(m, ones, ys, gs, primitive: bool = False, name: str = "o_next"):
     """Bits of one row of the pv build's output word: ``ones | y_k | g_k`` -- the row's saturation ones, pv's
-    y bit (``pv_y``: y, or in the high beat the high word; zero in GEMM), GEMM's sum bit.  ``primitive`` (round
+    y bit (``pv_y#``: y, or in the high beat the high word; zero in GEMM), GEMM's sum bit.  ``primitive`` (round
     31): two bits a LUT6_2 instance (the row's ones shared), half a LUT a bit; round 29's LUT6 a bit had six
     inputs (pv's y and high word gated there).  Else the plain ORs."""
     if not primitive:
@@ -106,40 +106,6 @@ def o_bits(m, ones, ys, gs, primitive: bool = False, name: str = "o_next"):
     for k in range(0, len(ys), 2):
         lut6_2(m, O_OR2_INIT, [ones, ys[k], gs[k], ys[k + 1], gs[k + 1]], outs[k], outs[k + 1], f"{name}{k}_lut")
     return outs
-
-
-def _pv_y_fn(a, b, d, en, ld):
-    """``pv_y``'s bit: (propagate, generate) of x + y, x = ld ? d : a, y = ld ? 0 : en & b."""
-    x = d if ld else a
-    return x ^ (0 if ld else en & b), x
-
-
-#: ``pv_y``'s LUT6_2: I0 acc, I1 prev, I2 the high word's bit, I3 ``cmd.acc``, I4 load; O6 the propagate, O5 the DI.
-PV_Y_INIT = lut6_2_init(lambda *i: _pv_y_fn(*i)[0], lambda *i: _pv_y_fn(*i)[1])
-
-
-def pv_y(m, acc, prev, en, hi, load, shape, primitive: bool = False, name: str = "pv_y"):
-    """pv's y (round 31): ``load ? hi : acc + (en ? prev : 0)`` in ``shape`` (y's ``pv_bits``, modulo 2^n),
-    a Signal ``name``: the sum, or in the high beat of a wide value (and in GEMM: ``hi`` zero there) the high
-    word, so the output bit reads one term for both (``o_bits``).  ``primitive``: one LUT6_2 a bit on a
-    CARRY4 chain (``carry_chain``; ``hw/lut.py``'s ``add_load`` with the operand's enable as a fifth input),
-    where the add was a LUT a bit and the choice was in each output bit's LUT.  Else the plain choice."""
-    shape = Shape.cast(shape)
-    o = Signal(shape, name=name)
-    if not primitive:
-        m.d.comb += o.eq(Mux(load, hi, acc + Mux(en, prev, 0)))
-        return o
-    n = shape.width
-    ops = [Signal(n, name=f"{name}_op{k}") for k in range(3)]
-    m.d.comb += [w.eq(x) for w, x in zip(ops, (acc, prev, hi))]
-    ctl = Signal(2, name=f"{name}_ctl")
-    m.d.comb += ctl.eq(Cat(en, load))
-    prop, di = Signal(n, name=f"{name}_p"), Signal(n, name=f"{name}_x")
-    for i in range(n):
-        lut6_2(m, PV_Y_INIT, [ops[0][i], ops[1][i], ops[2][i], ctl[0], ctl[1]], prop[i], di[i], f"{name}_l{i}")
-    total, _ = carry_chain(m, prop, di, name)
-    m.d.comb += o.eq(total)
-    return o
 
 
 def o_ones(m, top, en, ovf, primitive: bool = False, name: str = "o_ones"):
@@ -752,7 +718,7 @@ class MatrixUnit(wiring.Component):
             m.d.comb += pv_sat.eq(pv_adv & ~cfg.wide)
             # (round 31: y's adder gives the high word in the high beat -- ``pend`` -- and zero in GEMM (``o_hi``
             # zero outside its beat): the output bit's terms are the row's ones, that and GEMM's sum bit,
-            # ``o_bits``, two a LUT6_2; the choice is y's adder's LUT6_2, ``pv_y``, from registers only)
+            # ``o_bits``, two a LUT6_2; the choice is in y's adder's LUT6_2, ``add_load`` with ``en``, from registers only)
             y_load = Signal()
             m.d.comb += y_load.eq(~pv | pend)
             hi_w, bits, clamps = [], [], []
@@ -761,8 +727,8 @@ class MatrixUnit(wiring.Component):
                 # its sign -- the same 64-bit word for every y within the bound)
                 YB = self.pv_bits
                 prev = self.prev.payload[p * WIDE_BITS:p * WIDE_BITS + YB].as_signed()
-                y = pv_y(m, acc5[p], prev, cfg.acc, o_hi[p * 32:(p + 1) * 32], y_load, signed(YB),
-                         primitive=self.primitive, name=f"pv_y{p}")
+                y = add_load(m, acc5[p], prev, o_hi[p * 32:(p + 1) * 32], y_load, signed(YB), f"pv_y{p}",
+                             primitive=self.primitive, en=cfg.acc)
                 hi_w.append(Cat(y[32:], y[YB - 1].replicate(WIDE_BITS - YB)))
                 # sat32: y outside int32 (bits 31 and up neither all zeros nor all ones) takes the sign's
                 # bound.  The bound is a word of ones (the clamp ORed into each bit's next value) with
@@ -795,7 +761,7 @@ class MatrixUnit(wiring.Component):
                 with m.If(adv):
                     m.d.sync += [o_valid.eq(s5.v), o_last.eq(s5.last & ~cfg.wide),
                                  pend.eq(s5.v & cfg.wide), o_last_hi.eq(s5.last)]
-                    with m.If(s5.v & cfg.wide):         # (round 31: else zero, as ``pv_y`` reads it)
+                    with m.If(s5.v & cfg.wide):         # (round 31: else zero, as y's add_load reads it)
                         m.d.sync += o_hi.eq(Cat(*hi_w))
                 with m.Elif(~pend & self.o.tready):     # the beat went, the next waits for ``prev``
                     m.d.sync += o_valid.eq(0)

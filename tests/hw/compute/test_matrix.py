@@ -244,12 +244,12 @@ def test_o_bits_on_lut6_2(tmp_path):
 
 @pytest.mark.parametrize("n", [50, 64, 41])
 def test_pv_y_on_carry_chain(tmp_path, n):
-    """pv's y (``pv_y``, round 31: load ? hi : acc + (en ? prev : 0), a LUT6_2 a bit on a CARRY4 chain)
+    """pv's y (round 31: ``add_load`` with ``en``, load ? hi : acc + (en ? prev : 0), a LUT6_2 a bit on a CARRY4 chain)
     equals the plain build in Icarus: a 49-bit acc, an n-bit prev (y's ``pv_bits``), a 32-bit high word;
     half the cycles prev is acc's complement with a few bits flipped, so carries ripple far up the chain."""
     from amaranth import Cat, Mux, signed
     from tests.hw.test_lut import _Pair, _run
-    from mcf.hw.compute.matrix import pv_y
+    from mcf.hw.lut import add_load
 
     def build(m, stim, primitive):
         acc = stim[0:49].as_signed()
@@ -257,7 +257,7 @@ def test_pv_y_on_carry_chain(tmp_path, n):
         far = (~acc.as_signed() ^ flips.as_signed())[:n]
         prev = Mux(stim[49 + 3 * n], far, stim[49:49 + n]).as_signed()
         hi, en, load = stim[50 + 3 * n:82 + 3 * n], stim[82 + 3 * n], stim[83 + 3 * n]
-        y = pv_y(m, acc, prev, en, hi, load, signed(n), primitive=primitive, name="p" if primitive else "q")
+        y = add_load(m, acc, prev, hi, load, signed(n), "p" if primitive else "q", primitive=primitive, en=en)
         return y, load
     bad, fires = _run(tmp_path, _Pair(84 + 3 * n, build))
     assert bad == 0 and fires > 0
