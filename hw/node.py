@@ -738,13 +738,19 @@ class SeqRegisters(wiring.Component):
             return word
 
         hi = Signal(32)
+        # SEQ_LEVELS as it was in the read's request cycle (round 32: the queues' levels come from
+        # adders behind their output registers; that carry, the window's choice and the CSR's read
+        # choice in one cycle were mapped at 9 levels when abc9 remapped the top)
+        levels = Signal(32, name="levels_q")
+        with m.If(bus.r_en):
+            m.d.sync += levels.eq(self.levels)
         ro = {
             "SEQ_CAPS": Const(self.caps, DATA_BITS),
             "SEQ_STATUS": compose("SEQ_STATUS", running=self.running, done=self.done, fault=self.fault,
                                   idle=self.idle, start_pending=self.start_pending, fault_cause=self.fault_cause),
             "SEQ_PC": compose("SEQ_PC", pc=self.pc),
             "SEQ_FAULT_PC": compose("SEQ_FAULT_PC", pc=self.fault_pc),
-            "SEQ_WAIT": self.wait, "SEQ_LEVELS": self.levels,
+            "SEQ_WAIT": self.wait, "SEQ_LEVELS": levels,
             "SEM_DATA": compose("SEM_DATA", value=self.sem_value),
             "DIR_DATA": compose("DIR_DATA", state=self.dir_rd.state),
             "PERF_LO": self.perf_value[:32], "PERF_HI": hi,

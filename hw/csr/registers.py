@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf.hw.arith import log2_exact
@@ -29,6 +28,7 @@ from mcf.hw.layouts import DmaDescriptorLayout, MetaLayout
 from mcf.hw.fifo import buffered_fifo
 from mcf.hw.lut import mux4
 from mcf.hw.registry import block
+from mcf.hw.seq.perf import swept_counters
 from mcf.spec.node import RANGES as NODE_RANGES
 from mcf.spec.params import Range
 from mcf.spec import DMA_DESCRIPTOR, REGISTERS, Access, DmaDir, ErrorCause, Irq
@@ -488,60 +488,28 @@ class ControlRegisters(wiring.Component):
         return m
 
     def _err_split(self, m, events, clear):
-        """The node's build (round 31b, hw/seq/perf.py's ``_split`` for +1 events that saturate): every
-        error counter ``hi * 2^ERR_LO_BITS + lo``, ``lo`` and its carry out (``pend``) in flip-flops, ``hi``
-        in LUT RAM (32 words); a pointer visits one counter a cycle and writes ``hi + pend`` back.  A clear
-        restarts the pointer: ``hi`` of a counter not visited since reads as 0 (``pend`` is 0 there: a carry
-        takes 2^6 events).  The saturation stays exact: each visit keeps whether the written ``hi`` is all
-        ones (``top``), and an event is dropped when ``top`` and ``lo`` all ones (2^err_bits - 1); ``pend``
-        is 0 then, as ``lo`` cannot come from 0 (the carry) to all ones, 2^6 - 1 events, before the visit
-        (2^5 cycles at most).  Returns the counters' low
-        words (the read's source: zeros above) and a function giving the read's high bits (registered in
-        the read's DECODE cycle, as the low words' ``rd_part``): the same value every cycle as the plain
-        counters (the cost: the 26 x 32-bit counters and their choice, ~260 + ~280 LUT; issue 14)."""
-        n, lo_bits = len(ErrorCause), ERR_LO_BITS
+        """The node's build (round 31b): every error counter ``hi * 2^ERR_LO_BITS + lo`` (hw/seq/perf.py's
+        ``swept_counters`` with ``saturate``: ``lo`` and its carry in flip-flops, ``hi`` in LUT RAM visited
+        one counter a cycle, the saturation at 2^err_bits - 1 exact).  Returns the counters' low words (the
+        read's source: zeros above) and a function giving the read's high bits (registered in the read's
+        DECODE cycle, as the low words' ``rd_part``): the same value every cycle as the plain counters (the
+        cost: the 26 x 32-bit counters and their choice, ~260 + ~280 LUT; issue 14)."""
+        n = len(ErrorCause)
         abits = (n - 1).bit_length()
-        if ((1 << abits) + 1 >= (1 << lo_bits) - 1) or REGISTERS[f"ERR_{ErrorCause(0).name}"].offset & (4 << abits) - 1:
-            raise NotImplementedError(f"error counters: {n} counters, ERR_LO_BITS {lo_bits}")
-        hi_bits = self.err_bits - lo_bits
-        hi_max = (1 << hi_bits) - 1
-        ptr, swept = Signal(abits, name="err_ptr"), Signal(name="err_swept")
-        m.d.sync += [ptr.eq(ptr + 1), swept.eq(swept | (ptr == (1 << abits) - 1))]
-        m.submodules.err_hi = hi = Memory(shape=hi_bits, depth=1 << abits, init=[])
-        hw, hr_svc, hr = hi.write_port(), hi.read_port(domain="comb"), hi.read_port(domain="comb")
-        pend, top = Signal(n, name="err_pend"), Signal(n, name="err_top")
-        p_svc = Signal(name="err_pend_svc")
-        m.d.comb += [p_svc.eq(pend.bit_select(ptr, 1)), hr_svc.addr.eq(ptr), hw.addr.eq(ptr), hw.en.eq(1),
-                     hw.data.eq(Mux(swept, hr_svc.data + p_svc, 0))]
-        # whether the written word is all ones, from the read (two compares beside the adder, not behind it)
-        eq = [Signal(name=f"err_hi_max{k}") for k in range(2)]      # hi == max - k
-        m.d.comb += [e.eq(hr_svc.data == hi_max - k) for k, e in enumerate(eq)]
-        top_w = Signal(name="err_top_w")
-        m.d.comb += top_w.eq(swept & Mux(p_svc, eq[1], eq[0]))
-        counters = {}
-        for c in ErrorCause:
-            lo = Signal(lo_bits, name=f"err_lo_{c.name.lower()}")
-            full = Signal(name=f"err_full_{c.name.lower()}")        # the counter at 2^err_bits - 1
-            total = Signal(lo_bits + 1, name=f"err_sum_{c.name.lower()}")
-            visit = ptr == int(c)
-            m.d.comb += [full.eq(lo.all() & top[c]), total.eq(lo + (events[c] & ~full))]
-            m.d.sync += [lo.eq(total[:lo_bits]), pend[c].eq(total[lo_bits] | pend[c] & ~visit)]
-            with m.If(visit):
-                m.d.sync += top[c].eq(top_w)
-            counters[c] = lo
-        with m.If(clear):
-            m.d.sync += [ptr.eq(0), swept.eq(0), pend.eq(0), top.eq(0)]
-            m.d.sync += [lo.eq(0) for lo in counters.values()]
+        if REGISTERS[f"ERR_{ErrorCause(0).name}"].offset & (4 << abits) - 1:
+            raise NotImplementedError(f"error counters: the first not at a multiple of {1 << abits} words")
+        sc = swept_counters(m, [events[c] for c in ErrorCause], clear, lo_bits=ERR_LO_BITS,
+                            total_bits=self.err_bits, inc_bits=1, saturate=True,
+                            names=[c.name.lower() for c in ErrorCause], prefix="err_")
+        counters = dict(zip(ErrorCause, sc.lo))
 
         def read_hi(m, word):
             """``(hi + pend) << ERR_LO_BITS`` of the error counter at ``word`` (0 for another word), registered."""
             first = REGISTERS[f"ERR_{ErrorCause(0).name}"].offset >> 2
             index = word[:abits]
             is_err = (word[abits:] == first >> abits) & (index < n)
-            valid = is_err & (swept | (index < ptr))
             value = Signal(self.err_bits, name="err_hi_q")
-            m.d.comb += hr.addr.eq(index)
-            m.d.sync += value.eq(Mux(valid, Cat(Const(0, lo_bits), hr.data + pend.bit_select(index, 1)), 0))
+            m.d.sync += value.eq(sc.read_hi(index, guard=is_err, shift=ERR_LO_BITS))
             return value
         return counters, read_hi
 

@@ -15,7 +15,7 @@ instances (round 28b, ``mcf.hw.lut.mux4``: one LUT6 a bit of a 4:1 choice, where
 at ~1.5 LUT a bit per 4:1), the last two words and the out-of-range zero plain."""
 from __future__ import annotations
 
-from amaranth import Array, Cat, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -95,37 +95,19 @@ class PerfCounters(wiring.Component):
         return m
 
     def _split(self, m, incs):
-        """The node's build (round 31): every counter ``hi * 2^LO_BITS + lo`` with ``lo`` in flip-flops
-        and its carry out in ``pend``, ``hi`` (the other 42 bits) in LUT RAM; a pointer visits one counter a
-        cycle and writes ``hi + pend`` back (its carry, if one comes in that cycle, in ``pend`` again).
-        A clear restarts the pointer at 0: ``hi`` of a counter the pointer has not reached since (not
-        ``swept`` and at or past it) reads as 0 (the RAM is not cleared; a carry needs 2^22 / (2^16 - 1)
-        > 32 cycles after a clear, so ``pend`` is 0 there).  ``value`` the same in every cycle as the
-        plain build's 64-bit counters: ``(hi + pend) : lo`` at ``index``, the choice of 32 x 23 bits
-        (``lo``, ``pend``) as 4:1 LUT6 layers (round 28b: ABC9 mapped the 32-way choice of 64 bits at ~14
-        LUT a bit, ``mux4`` layers 11) and ``hi`` from the RAM's read."""
+        """The node's build (round 31): every counter ``hi * 2^LO_BITS + lo`` (``swept_counters``: ``lo``
+        and its carry ``pend`` in flip-flops, ``hi`` (the other 42 bits) in LUT RAM visited one counter a
+        cycle).  ``value`` the same in every cycle as the plain build's 64-bit counters: ``(hi + pend) :
+        lo`` at ``index``, the choice of 32 x 23 bits (``lo``, ``pend``) as 4:1 LUT6 layers (round 28b:
+        ABC9 mapped the 32-way choice of 64 bits at ~14 LUT a bit, ``mux4`` layers 11) and ``hi`` from the
+        RAM's read."""
         n = len(PerfCounter)
-        if (n + 1) * ((1 << INC_BITS) - 1) >= 1 << LO_BITS or n & (n - 1):
-            raise NotImplementedError(f"perf counters: {n} counters of {INC_BITS}-bit increments, LO_BITS {LO_BITS}")
-        hi_bits, abits = COUNTER_BITS - LO_BITS, (n - 1).bit_length()
-        ptr, swept = Signal(abits, name="svc_ptr"), Signal(name="swept")
-        m.d.sync += [ptr.eq(ptr + 1), swept.eq(swept | (ptr == n - 1))]
-        with m.If(self.clear):
-            m.d.sync += [ptr.eq(0), swept.eq(0)]
-        m.submodules.hi = hi = Memory(shape=hi_bits, depth=n, init=[])
-        hw, hr_svc, hr = hi.write_port(), hi.read_port(domain="comb"), hi.read_port(domain="comb")
-        words, pend_v = [], Signal(n, name="pend")
-        for c in PerfCounter:
-            lo = Signal(LO_BITS, name=f"lo_{c.name.lower()}")
-            total = Signal(LO_BITS + 1, name=f"lo_sum_{c.name.lower()}")
-            m.d.comb += total.eq(lo + incs[c])
-            m.d.sync += [lo.eq(total[:LO_BITS]), pend_v[c].eq(total[LO_BITS] | pend_v[c] & (ptr != int(c)))]
-            with m.If(self.clear):
-                m.d.sync += [lo.eq(0), pend_v[c].eq(0)]
-            words.append(Cat(lo, pend_v[c]))
-        # the visit: hi[ptr] + its carry (0 before the sweep: pend is 0 there)
-        m.d.comb += [hr_svc.addr.eq(ptr), hw.addr.eq(ptr), hw.en.eq(1),
-                     hw.data.eq(Mux(swept, hr_svc.data + pend_v.bit_select(ptr, 1), 0))]
+        if n & (n - 1):
+            raise NotImplementedError(f"perf counters: {n} counters, not a power of 2")
+        abits = (n - 1).bit_length()
+        sc = swept_counters(m, [incs[c] for c in PerfCounter], self.clear, lo_bits=LO_BITS,
+                            total_bits=COUNTER_BITS, inc_bits=INC_BITS, names=[c.name.lower() for c in PerfCounter])
+        words = [Cat(lo, sc.pend[k]) for k, lo in enumerate(sc.lo)]
         # the read at ``index``: the 23-bit words as radix-4 layers, the last 2:1 and the range plain
         level, used = words, 0
         while len(level) >= 4 and len(level) % 4 == 0:
@@ -136,7 +118,81 @@ class PerfCounters(wiring.Component):
         last = Array(level)[sel[:abits - used]] if len(level) > 1 else level[0]
         in_range = sel[abits - used:] == 0
         lo_q, pend_q = last[:LO_BITS], last[LO_BITS]
-        valid_q = swept | (self.index[:abits] < ptr)
-        m.d.comb += hr.addr.eq(self.index[:abits])
-        m.d.sync += self.value.eq(Mux(in_range, Cat(lo_q, Mux(valid_q, hr.data + pend_q, 0)), 0))
+        m.d.sync += self.value.eq(Mux(in_range, Cat(lo_q, sc.read_hi(self.index[:abits], pend_q)), 0))
         return m
+
+
+class SweptCounters:
+    """What ``swept_counters`` built: ``lo`` (a counter's low bits, flip-flops), ``pend`` (their carries
+    waiting for the visit, a bit a counter) and ``read_hi(index, pend_bit=None)`` (``hi + pend`` of the
+    counter at ``index``, combinational; 0 for one not visited since a clear)."""
+
+    def __init__(self, lo, pend, read_hi):
+        self.lo, self.pend, self.read_hi = lo, pend, read_hi
+
+
+def swept_counters(m, incs, clear, *, lo_bits, total_bits, inc_bits, saturate=False, names=None, prefix=""):
+    """Counters of ``total_bits`` as ``hi * 2^lo_bits + lo`` (round 31 PERF, round 31b the CSR's error
+    counters; one builder since round 32): ``lo`` and its carry out (``pend``) in flip-flops, ``hi`` in LUT
+    RAM (2^abits words, one write port, two reads).  A pointer visits one counter a cycle and writes ``hi +
+    pend`` back (a carry coming in that cycle waits in ``pend`` again); a carry cannot come twice before the
+    visit: (2^abits + 1) x (2^inc_bits - 1) < 2^lo_bits.  ``clear`` zeroes ``lo`` / ``pend`` and restarts the
+    pointer; the RAM is not cleared: ``hi`` of a counter the pointer has not reached since (not ``swept`` and
+    at or past it) reads as 0 (its ``pend`` is 0 there, a carry taking more cycles than the sweep).
+
+    ``saturate`` (+1 events, ``inc_bits`` 1): a counter stops at 2^total_bits - 1, exact: each visit keeps
+    whether the written ``hi`` is all ones (``top``, from the RAM's read beside the adder, not behind it),
+    and an event is dropped when ``top`` and ``lo`` is all ones; ``pend`` is 0 then, as ``lo`` cannot come
+    from 0 (the carry) to all ones, 2^lo_bits - 1 events, before the visit (2^abits + 1 < 2^lo_bits - 1)."""
+    n = len(incs)
+    abits = (n - 1).bit_length()
+    depth = 1 << abits
+    if saturate and inc_bits != 1:
+        raise NotImplementedError(f"swept counters: saturating needs +1 events, not {inc_bits}-bit increments")
+    if (depth + 1) * ((1 << inc_bits) - 1) >= (1 << lo_bits) - saturate:
+        raise NotImplementedError(f"swept counters: {n} counters of {inc_bits}-bit increments, {lo_bits} low bits")
+    names = names or [str(k) for k in range(n)]
+    hi_bits = total_bits - lo_bits
+    ptr, swept = Signal(abits, name=f"{prefix}svc_ptr"), Signal(name=f"{prefix}swept")
+    m.d.sync += [ptr.eq(ptr + 1), swept.eq(swept | (ptr == depth - 1))]
+    with m.If(clear):
+        m.d.sync += [ptr.eq(0), swept.eq(0)]
+    m.submodules[f"{prefix}hi"] = hi = Memory(shape=hi_bits, depth=depth, init=[])
+    hw, hr_svc, hr = hi.write_port(), hi.read_port(domain="comb"), hi.read_port(domain="comb")
+    pend = Signal(n, name=f"{prefix}pend")
+    p_svc = pend.bit_select(ptr, 1)
+    if saturate:
+        top, top_w = Signal(n, name=f"{prefix}top"), Signal(name=f"{prefix}top_w")
+    los = []
+    for k, (inc, name) in enumerate(zip(incs, names)):
+        lo = Signal(lo_bits, name=f"{prefix}lo_{name}")
+        total = Signal(lo_bits + 1, name=f"{prefix}lo_sum_{name}")
+        if saturate:
+            full = Signal(name=f"{prefix}full_{name}")               # the counter at 2^total_bits - 1
+            m.d.comb += [full.eq(lo.all() & top[k]), total.eq(lo + (inc & ~full))]
+            with m.If(ptr == k):
+                m.d.sync += top[k].eq(top_w)
+        else:
+            m.d.comb += total.eq(lo + inc)
+        m.d.sync += [lo.eq(total[:lo_bits]), pend[k].eq(total[lo_bits] | pend[k] & (ptr != k))]
+        with m.If(clear):
+            m.d.sync += [lo.eq(0), pend[k].eq(0)] + ([top[k].eq(0)] if saturate else [])
+        los.append(lo)
+    # the visit: hi[ptr] + its carry (0 before the sweep: pend is 0 there)
+    m.d.comb += [hr_svc.addr.eq(ptr), hw.addr.eq(ptr), hw.en.eq(1), hw.data.eq(Mux(swept, hr_svc.data + p_svc, 0))]
+    if saturate:
+        # whether the written word is all ones, from the read (two compares beside the adder, not behind it)
+        eq = [Signal(name=f"{prefix}hi_max{k}") for k in range(2)]      # hi == max - k
+        m.d.comb += [e.eq(hr_svc.data == (1 << hi_bits) - 1 - k) for k, e in enumerate(eq)]
+        m.d.comb += top_w.eq(swept & Mux(p_svc, eq[1], eq[0]))
+
+    def read_hi(index, pend_bit=None, guard=None, shift=0):
+        """``(hi + pend) << shift`` of the counter at ``index`` (``pend_bit`` if the caller chose it
+        already), 0 for one not visited since a clear or without ``guard``; combinational (the callers
+        register it)."""
+        m.d.comb += hr.addr.eq(index)
+        p = pend.bit_select(index, 1) if pend_bit is None else pend_bit
+        valid = swept | (index < ptr)
+        word = hr.data + p
+        return Mux(valid if guard is None else guard & valid, Cat(Const(0, shift), word) if shift else word, 0)
+    return SweptCounters(los, pend, read_hi)
