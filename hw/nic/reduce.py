@@ -36,7 +36,7 @@ from mcf import spec
 from mcf.spec import packet as wire
 from mcf.hw.arith import exp2_rom
 from mcf.hw.axis import AXIStreamSignature
-from mcf.hw.lut import equal
+from mcf.hw.lut import carry_chain, equal, greater, lut6_2, lut6_2_init
 from mcf.hw.layouts import MetaLayout
 from mcf.hw.layouts import Op as HwOp
 from mcf.hw.nic.common import RouteLookupSignature, last_keep, payload_beats, raw
@@ -169,6 +169,49 @@ def combine(op, acc, new, data_width: int):
     return Cat(*lanes)
 
 
+def _acc_x(new, acc, alt, c0, c1):
+    """The accumulator write's first operand for the code ``c1 c0`` (``combine_write``)."""
+    return (new, new, acc, alt)[2 * c1 + c0]
+
+
+#: ``combine_write``'s LUT6_2 a bit: I0 new, I1 acc, I2 the softmax word, I3 / I4 the code (00 new, 01 new + acc,
+#: 10 acc, 11 the softmax word); O6 the chain's propagate x ^ y (y = acc for 01, else 0), O5 x (its DI).
+ACC_W_INIT = lut6_2_init(lambda n, a, s, c0, c1: _acc_x(n, a, s, c0, c1) ^ (a & (2 * c1 + c0 == 1)),
+                         lambda n, a, s, c0, c1: _acc_x(n, a, s, c0, c1))
+
+
+def combine_write(m, op, first, acc, new, data_width: int, primitive: bool = False, name: str = "acc_w",
+                  alt=None, alt_v=None):
+    """The accumulator's write word: ``new`` for a reduction's first beat, else ``combine``; ``alt`` (a
+    32-bit word, every lane) when ``alt_v`` (the softmax fold's write).  ``primitive`` (round 32, the node's
+    build): a lane's 32 bits on a CARRY4 chain, one LUT6_2 a bit (``ACC_W_INIT``: the operand's choice among
+    new, acc and ``alt`` and the sum's y) beside the signed compare acc >= new as ``greater`` (half a LUT a
+    bit), where ABC9 mapped the compare, the sum and the choices at ~5 LUT a bit (``reduce.acc`` 662 at
+    Qwen's 128 bits).  The same word either way."""
+    lanes = data_width // WORD
+    if not primitive:
+        word = Mux(first, new, combine(op, acc, new, data_width))
+        return word if alt is None else Mux(alt_v, alt.replicate(lanes), word)
+    alt, alt_v = (Const(0, WORD), Const(0, 1)) if alt is None else (alt, alt_v)
+    c0, alt_w = Signal(name=f"{name}_c0"), Signal(WORD, name=f"{name}_alt")
+    m.d.comb += [c0.eq(alt_v | ~first & (op != ReduceOp.MAX)), alt_w.eq(alt)]
+    is_max = Signal(name=f"{name}_is_max")
+    m.d.comb += is_max.eq(~first & (op == ReduceOp.MAX))
+    out = []
+    for i in range(lanes):
+        a = acc[i * WORD:(i + 1) * WORD]
+        b = new[i * WORD:(i + 1) * WORD]
+        b_above = greater(m, b.as_signed(), a.as_signed(), f"{name}_gt{i}", primitive=True)   # not a >= b
+        c1 = Signal(name=f"{name}_c1_{i}")
+        m.d.comb += c1.eq(alt_v | is_max & ~b_above)
+        prop, di = Signal(WORD, name=f"{name}_p{i}"), Signal(WORD, name=f"{name}_x{i}")
+        for j in range(WORD):
+            lut6_2(m, ACC_W_INIT, [b[j], a[j], alt_w[j], c0, c1], prop[j], di[j], f"{name}_l{i}_{j}")
+        total, _ = carry_chain(m, prop, di, f"{name}_s{i}")
+        out.append(total)
+    return Cat(*out)
+
+
 class ReduceEngine(wiring.Component):
     def __init__(self, data_width: int = 64, slots: int = 4, max_beats: int = 64,
                  softmax_fan_in: int = 4, state_words: int = 130, primitive: bool = False):
@@ -185,7 +228,9 @@ class ReduceEngine(wiring.Component):
         self.max_beats = max_beats
         self.softmax_fan_in = softmax_fan_in
         self.state_words = state_words
-        self.primitive = primitive          # (round 30) the slot key compares as LUT6 instances
+        # (round 30) the slot key compares as LUT6 instances; (round 32) the accumulator's write word
+        # (``combine_write``) as LUT6_2 + CARRY4
+        self.primitive = primitive
         super().__init__({
             "meta": In(stream.Signature(ParsedHeaderLayout)),
             "payload": In(AXIStreamSignature(data_width)),
@@ -289,8 +334,10 @@ class ReduceEngine(wiring.Component):
         m.d.sync += [q_v.eq(p_v & ~is_softmax), q_k.eq(p_k), q_first.eq(p_first), q_data.eq(p_data),
                      q_acc.eq(rp.data)]
         with m.If(q_v):
-            m.d.comb += [wp.en.eq(-1), wp.addr.eq(Cat(q_k, cur)),
-                         wp.data.eq(Mux(q_first, q_data, combine(cop, q_acc, q_data, w)))]
+            m.d.comb += [wp.en.eq(-1), wp.addr.eq(Cat(q_k, cur))]
+            if not self.primitive:
+                m.d.comb += wp.data.eq(combine_write(m, cop, q_first, q_acc, q_data, w))
+        sm_word, sm_v = None, None          # the softmax fold's write (``primitive``: one choice with the above)
         m.d.sync += p_v.eq(0)
 
         # Emit pipeline (read register = output stage, clocked by ``advance``).
@@ -372,10 +419,11 @@ class ReduceEngine(wiring.Component):
                          rb6.eq(((pbh5 << LO) + pbl5 + half) >> P_FRAC)]
             last = stage[FOLD_LATENCY - 1]
             lane = last["j"][:lbits] if lbits else Const(0, 1)
+            sm_word, sm_v = Mux(last["first"], mx6, _sat32_sum(m, ra6, rb6)), last["v"]
             with m.If(last["v"]):
-                m.d.comb += [wp.addr.eq(Cat(last["j"][lbits:][:kbits], cur)),
-                             wp.data.eq(Mux(last["first"], mx6, _sat32_sum(m, ra6, rb6)).replicate(L)),
-                             wp.en.eq(1 << lane if lbits else 1)]
+                m.d.comb += [wp.addr.eq(Cat(last["j"][lbits:][:kbits], cur)), wp.en.eq(1 << lane if lbits else 1)]
+                if not self.primitive:
+                    m.d.comb += wp.data.eq(sm_word.replicate(L))
             # Store writes (contribution arrivals).
             m.d.comb += [st_wa.eq(Cat(p_k, count[:fbits], cur)), st_wp.data.eq(p_data)]
             with m.If(p_v & is_softmax):
@@ -385,6 +433,9 @@ class ReduceEngine(wiring.Component):
             for r in range(1, F):
                 with m.If(fpass == r):
                     m.d.comb += next_region.eq(order[r])
+        if self.primitive:
+            # the write word when either writes (its enables above; the softmax fold's has priority)
+            m.d.comb += wp.data.eq(combine_write(m, cop, q_first, q_acc, q_data, w, True, alt=sm_word, alt_v=sm_v))
 
         with m.FSM():
             with m.State("IDLE"):

@@ -3,7 +3,7 @@ import random
 
 import numpy as np
 import pytest
-from amaranth import Module, Mux, Signal
+from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
@@ -69,3 +69,31 @@ def test_softmax_merge_matches_golden():
 def test_bad_params(kw):
     with pytest.raises(ValueError):
         ReduceEngine(**kw)
+
+
+def test_combine_write_primitive_equals_the_plain_build(tmp_path):
+    """Round 32: the accumulator's write word as LUT6_2 + CARRY4 and ``greater`` instances (the node's build)
+    equals the plain ``Mux(first, new, combine(...))`` (or the softmax fold's word) in Icarus (hw/lut6.v's
+    models), every cycle: random ops (MAX, SUM, the others), first beats 1 in 4, the softmax word 1 in 4, and
+    a lane of ``new`` half the time ``acc``'s with its low bits or its sign flipped (equal words, near ties,
+    sign changes)."""
+    import shutil
+    if shutil.which("iverilog") is None:
+        pytest.skip("needs Icarus Verilog")
+    from amaranth import Cat
+    from mcf.hw.nic.reduce import WORD, combine_write
+    from tests.hw.test_lut import _Pair, _run
+    w = 2 * WORD
+
+    def build(m, stim, primitive):
+        op, first, alt_v, near = stim[:2], stim[2] & stim[3], stim[4] & stim[5], stim[6:6 + w // WORD]
+        acc, raw, alt = stim[8:8 + w], stim[8 + w:8 + 2 * w], stim[8 + 2 * w:8 + 2 * w + WORD]
+        flips = stim[8 + 2 * w + WORD:8 + 2 * w + WORD + 3]
+        new = Cat(*(Mux(near[i], acc[i * WORD:(i + 1) * WORD] ^ Cat(flips[:2], Const(0, WORD - 3), flips[2]),
+                        raw[i * WORD:(i + 1) * WORD]) for i in range(w // WORD)))
+        out = Signal(w, name="out_p" if primitive else "out_q")
+        m.d.comb += out.eq(combine_write(m, op, first, acc, new, w, primitive, "cw_p" if primitive else "cw_q",
+                                         alt=alt, alt_v=alt_v))
+        return out, (op == 1) & ~alt_v
+    bad, fires = _run(tmp_path, _Pair(8 + 2 * w + WORD + 3, build))
+    assert bad == 0 and fires > 0
