@@ -88,6 +88,28 @@ def test_mux4_equals_the_plain_choice(tmp_path, width):
     assert bad == 0 and fires > 0
 
 
+@pytest.mark.parametrize("n,width", [(8, 3), (16, 2), (32, 5)])
+def test_muxf_equals_the_plain_choice(tmp_path, n, width):
+    """(round 32) 4:1 LUT6 under MUXF7 / F8 / F9: the same choice as the plain build, n / 4 LUT6 a bit."""
+    k = n.bit_length() - 1
+
+    def build(m, stim, primitive):
+        sel, items = stim[:k], [stim[k + i * width:k + (i + 1) * width] for i in range(n)]
+        return lut.muxf(m, sel, items, primitive=primitive, name="mf"), stim[0]
+    pair = _Pair(k + n * width, build)
+    text = verilog.convert(pair, name="dut", ports=[pair.stim, pair.diff, pair.fired])
+    assert text.count("LUT6 #(") == n // 4 * width
+    assert [text.count(f"MUXF{f} ") for f in (7, 8, 9)] == [(n // 8 >> i) * width if n >> (3 + i) else 0
+                                                            for i in range(3)]
+    bad, fires = _run(tmp_path, pair)
+    assert bad == 0 and fires > 0
+
+
+def test_muxf_refuses_other_sizes():
+    with pytest.raises(ValueError, match="8, 16 or 32"):
+        lut.muxf(Module(), Signal(2), [Signal(1)] * 4, primitive=True)
+
+
 @pytest.mark.parametrize("step", [1, 2, 8])
 def test_mux4_shared_equals_the_plain_choice(tmp_path, step):
     """(round 31, mx31's ``mux4_shared``) a shifter's first layer: bit j of x >> (k step), k = sel, x's sign
