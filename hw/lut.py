@@ -19,7 +19,7 @@ from pathlib import Path
 
 from amaranth.hdl import Array, Cat, Const, Instance, Mux, Shape, Signal, signed
 
-__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "add_load", "carry_chain", "equal", "greater", "lut6", "lut6_2", "lut6_2_init", "lut6_init", "mux4", "mux4_shared", "muxf", "shr_layers"]
+__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "add_load", "carry_chain", "equal", "greater", "lut6", "lut6_2", "lut6_2_init", "lut6_init", "mux4", "mux4_shared", "muxf", "pick", "shr_layers"]
 
 #: The cells hw/lut6.v models (``with_models`` appends it when a design instantiates one).
 MODEL_CELLS = ("LUT6", "LUT6_2", "CARRY4", "MUXF7", "MUXF8", "MUXF9")
@@ -135,6 +135,31 @@ def muxf(m, sel, items, primitive: bool = False, name: str = "muxf"):
                 up.append(x)
             level = up
     return o
+
+
+def pick(m, values, index, primitive: bool = False, name: str = "pick"):
+    """values[index], 0 beyond the array: a balanced tree of 2:1 multiplexers on the index bits,
+    low bits first.  ``primitive`` (the node's build, round 29): the index's low bit pairs as
+    radix-4 layers of LUT6 instances (``mcf.hw.lut.mux4``, one LUT6 a bit of a 4:1 choice, where
+    ABC9 maps a wide 4:1 at ~1.5 LUT a bit), an odd top bit plain; the same choice.  (Round 32: the
+    first three to five index bits one ``mcf.hw.lut.muxf`` a group, 4:1 LUT6 under the slice's MUXF7 /
+    F8 / F9: a 16-way choice 4 LUT a bit, not 5.)"""
+    width = len(values[0])
+    level = list(values) + [Const(0, width)] * ((1 << len(index)) - len(values))
+    b = 0
+    if primitive and len(index) >= 3:
+        b = min(len(index), 5)
+        level = [Const(0, width) if all(isinstance(v, Const) for v in level[k:k + (1 << b)]) else
+                 muxf(m, index[:b], level[k:k + (1 << b)], primitive=True, name=f"{name}f_{k >> b}")
+                 for k in range(0, len(level), 1 << b)]
+    while primitive and len(index) - b >= 2:
+        level = [Const(0, width) if all(isinstance(v, Const) for v in level[k:k + 4]) else
+                 mux4(m, index[b:b + 2], level[k:k + 4], primitive=True, name=f"{name}{b}_{k // 4}")
+                 for k in range(0, len(level), 4)]
+        b += 2
+    for bit in range(b, len(index)):
+        level = [Mux(index[bit], level[k + 1], level[k]) for k in range(0, len(level), 2)]
+    return level[0]
 
 
 def shr_layers(m, x, low: int, k, step: int, name: str, nonneg: bool = False, out_bits: int | None = None):

@@ -100,7 +100,7 @@ from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_A_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import add_load, greater, mux4, shr_layers
+from mcf.hw.lut import add_load, greater, mux4, pick, shr_layers
 from mcf.hw.layouts import amaranth_enum
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -644,6 +644,12 @@ class AttentionUnit(wiring.Component):
         # the packing add in front of the DSPs' A pins were 8.06 levels): on ``issue`` chunk 0 of the
         # pair at sidx, else chunk s_c + 1 of the running pair (whatever it is when the run ends)
         def chunk_of(c_idx, hi_pair):
+            if self.primitive and C >= 8:
+                # (round 32) each key of the pair: one choice of the 2 C chunks of its two slots by (c_idx,
+                # hi_pair), ``pick``'s 4:1 LUT6 under MUXF7 / F8 / F9 (C = 64: 33 LUT a bit, where the C-way
+                # choices took ~21 a slot and the pair's 2:1 one more)
+                return Cat(*(pick(m, [kslot[t].q[c * chunk_bits:(c + 1) * chunk_bits] for t in (h, h + 2)
+                                      for c in range(C)], Cat(c_idx, hi_pair), True, f"kp{h}_pick") for h in range(2)))
             kc = [Array(kslot[t].q[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[c_idx] if C > 1
                   else kslot[t].q[:chunk_bits] for t in range(K_SLOTS)]
             return Cat(Mux(hi_pair, kc[2], kc[0]), Mux(hi_pair, kc[3], kc[1]))

@@ -105,6 +105,21 @@ def test_muxf_equals_the_plain_choice(tmp_path, n, width):
     assert bad == 0 and fires > 0
 
 
+@pytest.mark.parametrize("n,bits,index_bits", [(32, 7, 5), (32, 16, 5), (20, 3, 5), (16, 2, 4), (40, 2, 6),
+                                                 (20, 2, 6), (128, 1, 7), (6, 3, 3), (4, 3, 2), (3, 2, 2)])
+def test_pick_equals_the_plain_build(tmp_path, n, bits, index_bits):
+    """``pick`` (round 29, the sequencer's; here since round 32): the LUT6 / MUXF build (the first 3 .. 5
+    index bits ``muxf`` a group, then radix-4 layers, an odd top bit plain) equals the plain 2:1 tree: the
+    queue heads' ``cur`` (32 values of 7 bits), SEM_DATA's value (16 bits), shorter arrays (0 beyond them,
+    a group of constants only), a 64- and a 128-way choice, a 4-way one (no MUXF)."""
+    def build(m, stim, primitive):
+        index = stim[:index_bits]
+        values = [stim[index_bits + k * bits:index_bits + (k + 1) * bits] for k in range(n)]
+        return lut.pick(m, values, index, primitive, f"pk{int(primitive)}"), stim[0]
+    bad, fires = _run(tmp_path, _Pair(index_bits + n * bits, build))
+    assert bad == 0 and fires > 0
+
+
 def test_muxf_refuses_other_sizes():
     with pytest.raises(ValueError, match="8, 16 or 32"):
         lut.muxf(Module(), Signal(2), [Signal(1)] * 4, primitive=True)
