@@ -476,6 +476,16 @@ class AttentionUnit(wiring.Component):
         m = Module()
         D, R, L, C = self.head_dim, self.rows, self.lanes, self.chunks
         PR = self.prod_rows                     # rows 0 .. PR - 1: q mantissas, scores, P.V products
+
+        def row_pick(values, idx, name):
+            """values[idx] of the R rows' (round 32: the node's build at R >= 8 ``mcf.hw.lut.pick``, 4:1 LUT6
+            under MUXF7 / F8, 0 past the rows; else the plain choice)"""
+            if R == 1:
+                return values[0]
+            if self.primitive and R >= 8:
+                v = pick(m, values, idx[:ceil_log2(R)], True, name)
+                return v.as_signed() if values[0].shape().signed else v
+            return Array(values)[idx]
         Ls = self.o_lanes                       # o memories a row; product chunk c -> address c // K,
         Cs, K = D // Ls, Ls // L                # memories (c mod K) L .. (c mod K) L + L - 1
         dotw = MANT_BITS + W_BITS + ceil_log2(D) + 1
@@ -1021,7 +1031,7 @@ class AttentionUnit(wiring.Component):
         MW = self.max_words
         mxp = self.mx
         rsel = mxp.row[:max(ceil_log2(R), 1)]
-        qsel = Array(qpos)[rsel] if R > 1 else qpos[0]
+        qsel = row_pick(qpos, rsel, "qsel_pick")
         # pos + j <= the row's position <=> the row's position - pos >= j: one subtraction, MW compares
         # with constants.  The row's position (a choice of R), pos and count are registered at stage 1
         # and the compares made there, in the tree's first level (MW > 1; the path
@@ -1097,7 +1107,7 @@ class AttentionUnit(wiring.Component):
             lvl, n = nxt, n + 1
         tok, tmax = lvl[0]
         mbase = Signal(signed(32))
-        m.d.comb += mbase.eq(Mux(mfirst, INT32_MIN, Array(mrow)[mrw] if R > 1 else mrow[0]))
+        m.d.comb += mbase.eq(Mux(mfirst, INT32_MIN, row_pick(mrow, mrw, "mbase_pick")))
         mnew = Signal(signed(32))
         m.d.comb += mnew.eq(Mux(tok & greater(m, tmax, mbase, "mnew_gt", self.primitive), tmax, mbase))
         # (the row's writes: below, with the resets and the state loads)
@@ -1175,13 +1185,12 @@ class AttentionUnit(wiring.Component):
         with m.If(pgo):
             m.d.sync += prow.eq(prow + 1)
         # sat32(l) of a row: the row's l chosen, then saturated (one saturation, not one a row)
-        lsel = Array(lacc)
         la = Signal(signed(32))
         # (one choice of l and one saturation for both of its readers: FINAL's reciprocals (row prow) and
         # STATE's word 1 (row ``row``, chosen at issue below); each reads it only in its own mode: round 25)
         l_sat = Signal(signed(32))
         rb = max(ceil_log2(R), 1)
-        m.d.comb += l_sat.eq(sat(m, lsel[Mux(final, prow[:rb], row)] if R > 1 else lsel[0], 32))
+        m.d.comb += l_sat.eq(sat(m, row_pick(lacc, Mux(final, prow[:rb], row), "lsel_pick"), 32))
         m.d.sync += la.eq(l_sat)
         lb, bb = Signal(signed(32)), Signal(range(33))
         m.d.sync += [lb.eq(la), bb.eq(bitlen(m, la[:31]))]
@@ -1300,7 +1309,8 @@ class AttentionUnit(wiring.Component):
         lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(PR)) for k in range(W)]
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
-                         x1.ml.eq(Mux(is_m, Array(mrow)[row], l_sat)), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
+                         x1.ml.eq(Mux(is_m, row_pick(mrow, row, "ml_pick"), l_sat)), x1.rcp.eq(row_pick(rcs, row, "rcp_pick")),
+                         x1.fsh.eq(row_pick(fss, row, "fsh_pick")),
                          x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now),
                          x2.eq(x1), x3.eq(x2), x4.eq(x3), x5.eq(x4),
                          oc4.eq(Array(oc3)[x3.el[:wl]] if W > 1 else oc3[0]), oc5.eq(oc4)]

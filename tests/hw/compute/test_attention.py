@@ -307,8 +307,8 @@ def test_first_resets_only_its_pass():
 @pytest.mark.cocotb
 @pytest.mark.parametrize("p", [dict(head_dim=8, rows=4, max_keys=32), dict(head_dim=16, rows=4, max_keys=32),
                                dict(head_dim=8, rows=4, max_keys=32, lanes=2, words=4),
-                               dict(head_dim=16, rows=4, max_keys=32, lanes=2, primitive=True)],
-                         ids=["d8", "d16", "d8-lanes2-words4", "d16-lanes2-primitive"])
+                               dict(head_dim=16, rows=8, max_keys=32, lanes=2, primitive=True)],
+                         ids=["d8", "d16", "d8-lanes2-words4", "d16-rows8-lanes2-primitive"])
 def test_attention_cocotb(build_dir, p):
     """Random pauses on K, V and the output at 2 and 4 cycles per key pair (lanes 4), and at 4 on 2
     lanes with FINAL 4 words a transfer (o in 4 memories a row, a chunk fills 2: state words loaded
