@@ -19,10 +19,10 @@ from pathlib import Path
 
 from amaranth.hdl import Array, Cat, Const, Instance, Mux, Shape, Signal, signed
 
-__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "add_load", "carry_chain", "equal", "greater", "lut6", "lut6_2", "lut6_2_init", "lut6_init", "mux4", "mux4_shared", "shr_layers"]
+__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "add_load", "carry_chain", "equal", "greater", "lut6", "lut6_2", "lut6_2_init", "lut6_init", "mux4", "mux4_shared", "muxf", "pick", "shr_layers"]
 
 #: The cells hw/lut6.v models (``with_models`` appends it when a design instantiates one).
-MODEL_CELLS = ("LUT6", "LUT6_2", "CARRY4")
+MODEL_CELLS = ("LUT6", "LUT6_2", "CARRY4", "MUXF7", "MUXF8", "MUXF9")
 
 #: The LUT6 simulation model (hw/lut6.v) and its first line (where ``mcf synth`` cuts).
 MODEL = Path(__file__).with_name("lut6.v")
@@ -94,6 +94,72 @@ def mux4(m, sel, items, primitive: bool = False, name: str = "mux4"):
             "LUT6", p_INIT=Const(MUX4_INIT, 64), i_I0=s[0], i_I1=s[1],
             i_I2=items[0][b], i_I3=items[1][b], i_I4=items[2][b], i_I5=items[3][b], o_O=o[b])
     return o
+
+
+#: The slice's wide-function multiplexers above a LUT6's 4:1, by the select bit they take (sel[2], [3], [4]).
+MUXF_CELLS = ("MUXF7", "MUXF8", "MUXF9")
+
+
+def muxf(m, sel, items, primitive: bool = False, name: str = "muxf"):
+    """``items[sel]``: 8, 16 or 32 Values of one width, ``sel`` 3, 4 or 5 bits (round 32).  ``primitive``:
+    a Signal a bit built as a slice builds a wide choice -- 4:1 LUT6 instances on ``sel[:2]`` (``mux4``'s
+    INIT), their outputs paired by MUXF7 cells on ``sel[2]``, those by MUXF8 on ``sel[3]``, by MUXF9 on
+    ``sel[4]`` (instances ``{name}_{bit}_{k}``, ``{name}_{bit}_f{7,8,9}_{k}``): 2, 4 or 8 LUT a bit (the
+    MUXF cells are not LUTs; a quarter of a level each in ``mcf.sw.timing``), where ``mux4`` layers take 3,
+    5 or 11 (their top 2:1 a LUT of its own) and ABC9 more; else the plain choice."""
+    n = len(items)
+    if n not in (8, 16, 32) or len(sel) != n.bit_length() - 1:
+        raise ValueError(f"muxf takes 8, 16 or 32 items and the select's bits, not {n} and {len(sel)}")
+    if not primitive:
+        return Array(items)[sel]
+    width = len(items[0])
+    if any(len(v) != width for v in items):
+        raise ValueError("muxf: the items differ in width")
+    s = Signal(len(sel), name=f"{name}_sel")
+    o = Signal(width, name=name)
+    m.d.comb += s.eq(sel)
+    for b in range(width):
+        level = []
+        for k in range(n // 4):
+            x = Signal(name=f"{name}_{b}_{k}")
+            m.submodules[f"{name}_{b}_{k}"] = Instance(
+                "LUT6", p_INIT=Const(MUX4_INIT, 64), i_I0=s[0], i_I1=s[1], i_I2=items[4 * k][b],
+                i_I3=items[4 * k + 1][b], i_I4=items[4 * k + 2][b], i_I5=items[4 * k + 3][b], o_O=x)
+            level.append(x)
+        for depth, cell in enumerate(MUXF_CELLS[:len(sel) - 2]):
+            up = []
+            for k in range(0, len(level), 2):
+                x = Signal(name=f"{name}_{b}_f{7 + depth}_{k // 2}") if len(level) > 2 else o[b]
+                m.submodules[f"{name}_{b}_f{7 + depth}_{k // 2}"] = Instance(
+                    cell, i_I0=level[k], i_I1=level[k + 1], i_S=s[2 + depth], o_O=x)
+                up.append(x)
+            level = up
+    return o
+
+
+def pick(m, values, index, primitive: bool = False, name: str = "pick"):
+    """values[index], 0 beyond the array: a balanced tree of 2:1 multiplexers on the index bits,
+    low bits first.  ``primitive`` (the node's build, round 29): the index's low bit pairs as
+    radix-4 layers of LUT6 instances (``mcf.hw.lut.mux4``, one LUT6 a bit of a 4:1 choice, where
+    ABC9 maps a wide 4:1 at ~1.5 LUT a bit), an odd top bit plain; the same choice.  (Round 32: the
+    first three to five index bits one ``mcf.hw.lut.muxf`` a group, 4:1 LUT6 under the slice's MUXF7 /
+    F8 / F9: a 16-way choice 4 LUT a bit, not 5.)"""
+    width = len(values[0])
+    level = list(values) + [Const(0, width)] * ((1 << len(index)) - len(values))
+    b = 0
+    if primitive and len(index) >= 3:
+        b = min(len(index), 5)
+        level = [Const(0, width) if all(isinstance(v, Const) for v in level[k:k + (1 << b)]) else
+                 muxf(m, index[:b], level[k:k + (1 << b)], primitive=True, name=f"{name}f_{k >> b}")
+                 for k in range(0, len(level), 1 << b)]
+    while primitive and len(index) - b >= 2:
+        level = [Const(0, width) if all(isinstance(v, Const) for v in level[k:k + 4]) else
+                 mux4(m, index[b:b + 2], level[k:k + 4], primitive=True, name=f"{name}{b}_{k // 4}")
+                 for k in range(0, len(level), 4)]
+        b += 2
+    for bit in range(b, len(index)):
+        level = [Mux(index[bit], level[k + 1], level[k]) for k in range(0, len(level), 2)]
+    return level[0]
 
 
 def shr_layers(m, x, low: int, k, step: int, name: str, nonneg: bool = False, out_bits: int | None = None):

@@ -31,3 +31,17 @@ module CARRY4 (
     assign CO = {c4, c3, c2, c1};
     assign O = S ^ {c3, c2, c1, c0};
 endmodule
+
+// MUXF7 / MUXF8 / MUXF9 (UG974): O = S ? I1 : I0, the slice's wide-function multiplexers (two LUT6
+// outputs, two MUXF7 outputs, two MUXF8 outputs).
+module MUXF7 (output O, input I0, input I1, input S);
+    assign O = S ? I1 : I0;
+endmodule
+
+module MUXF8 (output O, input I0, input I1, input S);
+    assign O = S ? I1 : I0;
+endmodule
+
+module MUXF9 (output O, input I0, input I1, input S);
+    assign O = S ? I1 : I0;
+endmodule

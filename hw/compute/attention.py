@@ -100,7 +100,7 @@ from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_A_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import add_load, greater, mux4, shr_layers
+from mcf.hw.lut import add_load, greater, mux4, pick, shr_layers
 from mcf.hw.layouts import amaranth_enum
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -476,6 +476,16 @@ class AttentionUnit(wiring.Component):
         m = Module()
         D, R, L, C = self.head_dim, self.rows, self.lanes, self.chunks
         PR = self.prod_rows                     # rows 0 .. PR - 1: q mantissas, scores, P.V products
+
+        def row_pick(values, idx, name):
+            """values[idx] of the R rows' (round 32: the node's build at R >= 8 ``mcf.hw.lut.pick``, 4:1 LUT6
+            under MUXF7 / F8, 0 past the rows; else the plain choice)"""
+            if R == 1:
+                return values[0]
+            if self.primitive and R >= 8:
+                v = pick(m, values, idx[:ceil_log2(R)], True, name)
+                return v.as_signed() if values[0].shape().signed else v
+            return Array(values)[idx]
         Ls = self.o_lanes                       # o memories a row; product chunk c -> address c // K,
         Cs, K = D // Ls, Ls // L                # memories (c mod K) L .. (c mod K) L + L - 1
         dotw = MANT_BITS + W_BITS + ceil_log2(D) + 1
@@ -644,6 +654,12 @@ class AttentionUnit(wiring.Component):
         # the packing add in front of the DSPs' A pins were 8.06 levels): on ``issue`` chunk 0 of the
         # pair at sidx, else chunk s_c + 1 of the running pair (whatever it is when the run ends)
         def chunk_of(c_idx, hi_pair):
+            if self.primitive and C >= 8:
+                # (round 32) each key of the pair: one choice of the 2 C chunks of its two slots by (c_idx,
+                # hi_pair), ``pick``'s 4:1 LUT6 under MUXF7 / F8 / F9 (C = 64: 33 LUT a bit, where the C-way
+                # choices took ~21 a slot and the pair's 2:1 one more)
+                return Cat(*(pick(m, [kslot[t].q[c * chunk_bits:(c + 1) * chunk_bits] for t in (h, h + 2)
+                                      for c in range(C)], Cat(c_idx, hi_pair), True, f"kp{h}_pick") for h in range(2)))
             kc = [Array(kslot[t].q[c * chunk_bits:(c + 1) * chunk_bits] for c in range(C))[c_idx] if C > 1
                   else kslot[t].q[:chunk_bits] for t in range(K_SLOTS)]
             return Cat(Mux(hi_pair, kc[2], kc[0]), Mux(hi_pair, kc[3], kc[1]))
@@ -1015,7 +1031,7 @@ class AttentionUnit(wiring.Component):
         MW = self.max_words
         mxp = self.mx
         rsel = mxp.row[:max(ceil_log2(R), 1)]
-        qsel = Array(qpos)[rsel] if R > 1 else qpos[0]
+        qsel = row_pick(qpos, rsel, "qsel_pick")
         # pos + j <= the row's position <=> the row's position - pos >= j: one subtraction, MW compares
         # with constants.  The row's position (a choice of R), pos and count are registered at stage 1
         # and the compares made there, in the tree's first level (MW > 1; the path
@@ -1091,7 +1107,7 @@ class AttentionUnit(wiring.Component):
             lvl, n = nxt, n + 1
         tok, tmax = lvl[0]
         mbase = Signal(signed(32))
-        m.d.comb += mbase.eq(Mux(mfirst, INT32_MIN, Array(mrow)[mrw] if R > 1 else mrow[0]))
+        m.d.comb += mbase.eq(Mux(mfirst, INT32_MIN, row_pick(mrow, mrw, "mbase_pick")))
         mnew = Signal(signed(32))
         m.d.comb += mnew.eq(Mux(tok & greater(m, tmax, mbase, "mnew_gt", self.primitive), tmax, mbase))
         # (the row's writes: below, with the resets and the state loads)
@@ -1169,13 +1185,12 @@ class AttentionUnit(wiring.Component):
         with m.If(pgo):
             m.d.sync += prow.eq(prow + 1)
         # sat32(l) of a row: the row's l chosen, then saturated (one saturation, not one a row)
-        lsel = Array(lacc)
         la = Signal(signed(32))
         # (one choice of l and one saturation for both of its readers: FINAL's reciprocals (row prow) and
         # STATE's word 1 (row ``row``, chosen at issue below); each reads it only in its own mode: round 25)
         l_sat = Signal(signed(32))
         rb = max(ceil_log2(R), 1)
-        m.d.comb += l_sat.eq(sat(m, lsel[Mux(final, prow[:rb], row)] if R > 1 else lsel[0], 32))
+        m.d.comb += l_sat.eq(sat(m, row_pick(lacc, Mux(final, prow[:rb], row), "lsel_pick"), 32))
         m.d.sync += la.eq(l_sat)
         lb, bb = Signal(signed(32)), Signal(range(33))
         m.d.sync += [lb.eq(la), bb.eq(bitlen(m, la[:31]))]
@@ -1294,7 +1309,8 @@ class AttentionUnit(wiring.Component):
         lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(PR)) for k in range(W)]
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
-                         x1.ml.eq(Mux(is_m, Array(mrow)[row], l_sat)), x1.rcp.eq(Array(rcs)[row]), x1.fsh.eq(Array(fss)[row]),
+                         x1.ml.eq(Mux(is_m, row_pick(mrow, row, "ml_pick"), l_sat)), x1.rcp.eq(row_pick(rcs, row, "rcp_pick")),
+                         x1.fsh.eq(row_pick(fss, row, "fsh_pick")),
                          x1.row.eq(row), x1.el.eq(el), x1.flag.eq(flag_now),
                          x2.eq(x1), x3.eq(x2), x4.eq(x3), x5.eq(x4),
                          oc4.eq(Array(oc3)[x3.el[:wl]] if W > 1 else oc3[0]), oc5.eq(oc4)]

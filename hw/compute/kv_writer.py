@@ -44,6 +44,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf.hw.arith import bitlen
 from mcf.hw.compute.common import KVWriterState
+from mcf.hw.lut import greater, mux4
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec import fixed as fx
@@ -91,10 +92,13 @@ def _max_tree(m, values, name):
     return values[0]
 
 
-def _max_flat(m, values, name):
+def _max_flat(m, values, name, primitive: bool = False):
     """Max of a few ``values`` (comb) in one compare level: each pair compared once, the first
     of the largest picked (``values[i] >= values[j]`` for j > i and ``>`` for j < i) and the
-    picks OR-ed -- no compare behind another's mux."""
+    picks OR-ed -- no compare behind another's mux.  ``primitive`` (the node's build, round 32):
+    each compare ``mcf.hw.lut.greater`` (half a LUT a bit on the carry chain, not one), and four
+    values' pick one 4:1 LUT6 a bit (``mux4``) by the winner's index (two LUTs of the six
+    compares), not the one-hot AND-OR (two LUTs a bit)."""
     n = len(values)
     if n == 1:
         return values[0]
@@ -102,24 +106,29 @@ def _max_flat(m, values, name):
     for i in range(n):
         for j in range(i + 1, n):
             ge[i, j] = Signal(name=f"{name}_ge{i}{j}")
-            m.d.comb += ge[i, j].eq(values[i] >= values[j])
+            if primitive:       # values[i] >= values[j]: not values[j] > values[i]
+                m.d.comb += ge[i, j].eq(~greater(m, values[j], values[i], f"{name}_gt{j}{i}", True))
+            else:
+                m.d.comb += ge[i, j].eq(values[i] >= values[j])
     out = Signal(len(values[0]), name=name)
-    picks = []
-    for i in range(n):
-        sel = Cat(*[ge[i, j] for j in range(i + 1, n)], *[~ge[j, i] for j in range(i)]).all()
-        picks.append(Mux(sel, values[i], 0))
-    acc = picks[0]
-    for p in picks[1:]:
-        acc = acc | p
+    sels = [Cat(*[ge[i, j] for j in range(i + 1, n)], *[~ge[j, i] for j in range(i)]).all() for i in range(n)]
+    if primitive and n == 4:
+        idx = Signal(2, name=f"{name}_idx")
+        m.d.comb += idx.eq(Mux(sels[0], 0, Mux(sels[1], 1, Mux(sels[2], 2, 3))))
+        m.d.comb += out.eq(mux4(m, idx, values, True, f"{name}_pick"))
+        return out
+    acc = Mux(sels[0], values[0], 0)
+    for i in range(1, n):
+        acc = acc | Mux(sels[i], values[i], 0)
     m.d.comb += out.eq(acc)
     return out
 
 
 class KVWriter(wiring.Component):
-    def __init__(self, head_dim: int = 16, lanes: int = 4):
+    def __init__(self, head_dim: int = 16, lanes: int = 4, primitive: bool = False):
         if lanes < 1 or head_dim % lanes:
             raise ValueError(f"lanes={lanes} does not divide head_dim={head_dim}")
-        self.head_dim, self.lanes = head_dim, lanes
+        self.head_dim, self.lanes, self.primitive = head_dim, lanes, bool(primitive)
         self.beats = head_dim // lanes
         super().__init__({
             "i": In(stream.Signature(kv_in_layout(lanes))),
@@ -172,13 +181,15 @@ class KVWriter(wiring.Component):
         v2, first2, last2 = Signal(), Signal(), Signal()
         m.d.sync += [v2.eq(v1), first2.eq(first1), last2.eq(last1)]
         for g, grp in enumerate(groups):
-            m.d.sync += gmax[g].eq(_max_flat(m, grp, f"gm{g}"))
+            m.d.sync += gmax[g].eq(_max_flat(m, grp, f"gm{g}", self.primitive))
         bmax = Signal(MAG_BITS)
         v3, first3, last3 = Signal(), Signal(), Signal()
-        m.d.sync += [v3.eq(v2), first3.eq(first2), last3.eq(last2), bmax.eq(_max_tree(m, gmax, "bm"))]
+        # (round 32: the node's four groups in one flat level too, ``greater`` and a 4:1 LUT6 a bit)
+        bm = (_max_flat(m, gmax, "bm", True) if self.primitive and len(gmax) == 4 else _max_tree(m, gmax, "bm"))
+        m.d.sync += [v3.eq(v2), first3.eq(first2), last3.eq(last2), bmax.eq(bm)]
         amax = Signal(MAG_BITS)
         with m.If(v3):
-            m.d.sync += amax.eq(Mux(first3 | (bmax > amax), bmax, amax))
+            m.d.sync += amax.eq(Mux(first3 | greater(m, bmax, amax, "amax_gt", self.primitive), bmax, amax))
             with m.If(last3):
                 m.d.sync += a_done.eq(1)
         with m.If(handoff):
@@ -267,7 +278,8 @@ class KVWriter(wiring.Component):
 
 
 @block("compute_kv_writer", "BFP16 K/V rows -> INT4 KV blocks with per-block scale",
-       variants=({"head_dim": 128, "lanes": 16},), head_dim=16, lanes=4,
-       ranges={"head_dim": Range(1, 1024), "lanes": Range(1, 256)})
-def _kv_writer(head_dim, lanes):
-    return KVWriter(head_dim, lanes)
+       variants=({"head_dim": 128, "lanes": 16}, {"head_dim": 128, "lanes": 16, "primitive": 1}),
+       head_dim=16, lanes=4, primitive=0,
+       ranges={"head_dim": Range(1, 1024), "lanes": Range(1, 256), "primitive": Range(0, 1)})
+def _kv_writer(head_dim, lanes, primitive):
+    return KVWriter(head_dim, lanes, primitive=bool(primitive))

@@ -35,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 from mcf.hw.arith import bitlen, log2_exact, sat
 from mcf.hw.arith import sat_top as arith_sat_top
 from mcf.hw.compute.common import VectorState
-from mcf.hw.lut import mux4
+from mcf.hw.lut import muxf
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec import fixed as fx
@@ -52,16 +52,15 @@ def coarse_shift(m, x, s, width: int, primitive: bool = False, name: str = "cs")
     """``(x >> (s << FINE_BITS))[:width]`` of a signed ``x`` (``s`` COARSE_BITS = 3 bits: an 8-way
     choice a bit).  ``primitive`` (round 28b, vt28b): ABC9 maps the 8-way choice at ~3 LUT a bit; as
     a 2-way choice by s's top bit over ``width`` + 3 * 2^FINE_BITS bits, then a 4:1 choice a bit
-    (hw/lut.py's LUT6 instances) by its two low bits, it takes ~1 + 1.6 (the 2-way layer's bits
-    are shared by the 4:1 choices of 4 output bits)."""
+    (hw/lut.py's LUT6 instances) by its two low bits, it took ~1 + 1.6 (the 2-way layer's bits
+    are shared by the 4:1 choices of 4 output bits); since round 32 ``mcf.hw.lut.muxf``, 2."""
     if not primitive:
         return (x >> Cat(Const(0, FINE_BITS), s))[:width]
     step = 1 << FINE_BITS
-    half = step << 2                    # the top bit's shift
-    ext = Cat(x, x[-1].replicate(half + width))     # x sign-extended: every bit index below is in range
-    t = Signal(width + 3 * step, name=f"{name}_t")
-    m.d.comb += t.eq(Mux(s[2], ext[half:half + len(t)], ext[:len(t)]))
-    return mux4(m, s[:2], [t[k * step:k * step + width] for k in range(4)], primitive=True, name=name)
+    ext = Cat(x, x[-1].replicate(8 * step + width))     # x sign-extended: every bit index below is in range
+    # (round 32) the 8-way choice as two 4:1 LUT6 under a MUXF7 a bit (``muxf``): 2 LUT a bit, where round
+    # 28b's 2-way layer and 4:1 took ~2.6
+    return muxf(m, s, [ext[k * step:k * step + width] for k in range(8)], primitive=True, name=name)
 
 
 def cmd_layout(max_n):

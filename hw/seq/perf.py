@@ -10,17 +10,17 @@ registered increments, registered once more (their own ``inc`` inputs are not us
 of the totals sees a port's logic in the same cycle.  ``value`` is the counter at ``index``
 (registered: valid the cycle after ``index`` is set).  ``primitive`` (the node's build, round 31): each
 counter's low ``LO_BITS`` in flip-flops, the rest in LUT RAM brought up to date one counter a cycle
-(``_split``), read the same in every cycle; the choice of the low words as radix-4 layers of LUT6
-instances (round 28b, ``mcf.hw.lut.mux4``: one LUT6 a bit of a 4:1 choice, where ABC9 maps a wide choice
-at ~1.5 LUT a bit per 4:1), the last two words and the out-of-range zero plain."""
+(``_split``), read the same in every cycle; the choice of the low words as ``mcf.hw.lut.pick`` builds it
+(round 32: 4:1 LUT6 instances under the slice's MUXF7 / F8 / F9; round 28b had radix-4 LUT6 layers, where
+ABC9 maps a wide choice at ~1.5 LUT a bit per 4:1), the out-of-range zero plain."""
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from mcf.hw.lut import mux4
+from mcf.hw.lut import pick
 from mcf.spec.isa import MAX_HP_PORTS, PerfCounter
 
 COUNTER_BITS = 64
@@ -98,9 +98,9 @@ class PerfCounters(wiring.Component):
         """The node's build (round 31): every counter ``hi * 2^LO_BITS + lo`` (``swept_counters``: ``lo``
         and its carry ``pend`` in flip-flops, ``hi`` (the other 42 bits) in LUT RAM visited one counter a
         cycle).  ``value`` the same in every cycle as the plain build's 64-bit counters: ``(hi + pend) :
-        lo`` at ``index``, the choice of 32 x 23 bits (``lo``, ``pend``) as 4:1 LUT6 layers (round 28b:
-        ABC9 mapped the 32-way choice of 64 bits at ~14 LUT a bit, ``mux4`` layers 11) and ``hi`` from the
-        RAM's read."""
+        lo`` at ``index``, the choice of 32 x 23 bits (``lo``, ``pend``) by ``pick`` (round 28b: ABC9 mapped
+        the 32-way choice of 64 bits at ~14 LUT a bit, ``mux4`` layers 11; round 32: 8 under MUXF cells) and
+        ``hi`` from the RAM's read."""
         n = len(PerfCounter)
         if n & (n - 1):
             raise NotImplementedError(f"perf counters: {n} counters, not a power of 2")
@@ -108,15 +108,10 @@ class PerfCounters(wiring.Component):
         sc = swept_counters(m, [incs[c] for c in PerfCounter], self.clear, lo_bits=LO_BITS,
                             total_bits=COUNTER_BITS, inc_bits=INC_BITS, names=[c.name.lower() for c in PerfCounter])
         words = [Cat(lo, sc.pend[k]) for k, lo in enumerate(sc.lo)]
-        # the read at ``index``: the 23-bit words as radix-4 layers, the last 2:1 and the range plain
-        level, used = words, 0
-        while len(level) >= 4 and len(level) % 4 == 0:
-            level = [mux4(m, self.index[used:used + 2], level[k:k + 4], primitive=True, name=f"pv{used}_{k // 4}")
-                     for k in range(0, len(level), 4)]
-            used += 2
-        sel = self.index[used:]
-        last = Array(level)[sel[:abits - used]] if len(level) > 1 else level[0]
-        in_range = sel[abits - used:] == 0
+        # the read at ``index``: the 23-bit words' choice as ``pick`` builds it (round 32: 4:1 LUT6 under
+        # MUXF7 / F8 / F9, 8 LUT a bit of the 32, where radix-4 layers and a 2:1 took 11), the range plain
+        last = pick(m, words, self.index[:abits], primitive=True, name="pv")
+        in_range = self.index[abits:] == 0
         lo_q, pend_q = last[:LO_BITS], last[LO_BITS]
         m.d.sync += self.value.eq(Mux(in_range, Cat(lo_q, sc.read_hi(self.index[:abits], pend_q)), 0))
         return m

@@ -58,7 +58,7 @@ from mcf.hw.axi.full import BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, AXI4Sig
 from mcf.hw.dma.common import AXCACHE
 from mcf.hw.fifo import BlockFIFO
 from mcf.hw.layouts import InstrHeaderLayout, register_word
-from mcf.hw.lut import mux4
+from mcf.hw.lut import pick
 from mcf.hw.registry import block
 from mcf.hw.seq.decode import CODES, Decoder, legal_of
 from mcf.hw.seq.sems import SEM_WIDTH, SemEventSignature, Semaphores
@@ -605,24 +605,6 @@ class Sequencer(wiring.Component):
         array (a compare against the length and a select on a 6-bit index mapped 7 LUT levels
         deep)."""
         return pick(None, values, index)
-
-
-def pick(m, values, index, primitive: bool = False, name: str = "pick"):
-    """values[index], 0 beyond the array: a balanced tree of 2:1 multiplexers on the index bits,
-    low bits first.  ``primitive`` (the node's build, round 29): the index's low bit pairs as
-    radix-4 layers of LUT6 instances (``mcf.hw.lut.mux4``, one LUT6 a bit of a 4:1 choice, where
-    ABC9 maps a wide 4:1 at ~1.5 LUT a bit), an odd top bit plain; the same choice."""
-    width = len(values[0])
-    level = list(values) + [Const(0, width)] * ((1 << len(index)) - len(values))
-    b = 0
-    while primitive and len(index) - b >= 2:
-        level = [Const(0, width) if all(isinstance(v, Const) for v in level[k:k + 4]) else
-                 mux4(m, index[b:b + 2], level[k:k + 4], primitive=True, name=f"{name}{b}_{k // 4}")
-                 for k in range(0, len(level), 4)]
-        b += 2
-    for bit in range(b, len(index)):
-        level = [Mux(index[bit], level[k + 1], level[k]) for k in range(0, len(level), 2)]
-    return level[0]
 
 
 @block("seq", "sequencer: fetch, decode, EX / TX / RX queues and issue, semaphores, faults, watchdog",

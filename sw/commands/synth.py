@@ -152,12 +152,24 @@ class Synthesis:
 
 #: The LUT-RAM library the runs use (in the run's folder): Yosys's own for UltraScale, corrected.
 LUTRAM_LIB = "lutrams_xcu.txt"
+#: The UltraRAM depth cascade (round 32; in the run's folder): a library type of two URAM288s
+#: cascaded in depth and its map (``sw/commands/yosys``).  Yosys 0.70 maps a memory deeper than
+#: 4 096 words onto separate URAMs and a fabric multiplexer a bit (the SPAD's 8 192-deep banks:
+#: 1 024 LUT3); the blocks cascade with the choice inside them, as Vivado infers them (UG573).
+URAM_CASCADE_LIB, URAM_CASCADE_MAP = "urams_cascade.txt", "urams_cascade_map.v"
 #: What ``synth_xilinx -family xcup -uram`` runs as its ``map_memory`` step (Yosys 0.70, shown by
-#: ``echo on``), with the LUT-RAM library read from the run's folder instead of Yosys's share.
+#: ``echo on``), with the LUT-RAM library read from the run's folder instead of Yosys's share and
+#: the UltraRAM cascade beside Yosys's URAM library and map.
 MAP_MEMORY = (f"memory_libmap -logic-cost-rom 0.015625 -lib {LUTRAM_LIB} -lib +/xilinx/brams_xc4v.txt "
-              "-D HAS_SIZE_36 -D HAS_MIXWIDTH_SDP -D HAS_ADDRCE -lib +/xilinx/urams.txt\n"
+              f"-D HAS_SIZE_36 -D HAS_MIXWIDTH_SDP -D HAS_ADDRCE -lib {URAM_CASCADE_LIB} -lib +/xilinx/urams.txt\n"
               "techmap -map +/xilinx/lutrams_xc5v_map.v\ntechmap -map +/xilinx/brams_xcu_map.v\n"
-              "techmap -map +/xilinx/urams_map.v\n")
+              f"techmap -map +/xilinx/urams_map.v -map {URAM_CASCADE_MAP}\n")
+
+
+def uram_cascade() -> dict[str, str]:
+    """The UltraRAM cascade's library and map (file name -> text), written into each run's folder."""
+    here = Path(__file__).with_name("yosys")
+    return {name: (here / name).read_text() for name in (URAM_CASCADE_LIB, URAM_CASCADE_MAP)}
 #: The ABC9 scripts of the LUT mapping: Yosys 0.70's ``abc9.script.default`` and its
 #: ``abc9.script.default.fast`` (given as the ``abc9.script`` scratchpad value: setting
 #: ``abc9.fast`` changed nothing in Yosys 0.70).  ABC9 puts in ``{W}`` (synth_xilinx's wire
@@ -224,7 +236,7 @@ def synthesize_netlist(name: str, verilog: str, workdir: Path, timeout: float = 
     read_lib = "read_verilog -lib lib.v\n" if lib else ""
     front = (f"{read_lib}read_verilog top.v\n{synth} -run :map_memory\n{MAP_MEMORY}{synth} -run map_ffram:map_luts\n"
              f"tee -q -o stat_pre.json stat -json\nwrite_rtlil pre_luts.il\n")
-    inputs = {"top.v": verilog, "lib.v": lib, LUTRAM_LIB: lutram_library(), "front.ys": front}
+    inputs = {"top.v": verilog, "lib.v": lib, LUTRAM_LIB: lutram_library(), **uram_cascade(), "front.ys": front}
     stopped = workdir / "stopped_s"
     pre = workdir / "stat_pre.json"
 

@@ -88,6 +88,43 @@ def test_mux4_equals_the_plain_choice(tmp_path, width):
     assert bad == 0 and fires > 0
 
 
+@pytest.mark.parametrize("n,width", [(8, 3), (16, 2), (32, 5)])
+def test_muxf_equals_the_plain_choice(tmp_path, n, width):
+    """(round 32) 4:1 LUT6 under MUXF7 / F8 / F9: the same choice as the plain build, n / 4 LUT6 a bit."""
+    k = n.bit_length() - 1
+
+    def build(m, stim, primitive):
+        sel, items = stim[:k], [stim[k + i * width:k + (i + 1) * width] for i in range(n)]
+        return lut.muxf(m, sel, items, primitive=primitive, name="mf"), stim[0]
+    pair = _Pair(k + n * width, build)
+    text = verilog.convert(pair, name="dut", ports=[pair.stim, pair.diff, pair.fired])
+    assert text.count("LUT6 #(") == n // 4 * width
+    assert [text.count(f"MUXF{f} ") for f in (7, 8, 9)] == [(n // 8 >> i) * width if n >> (3 + i) else 0
+                                                            for i in range(3)]
+    bad, fires = _run(tmp_path, pair)
+    assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("n,bits,index_bits", [(32, 7, 5), (32, 16, 5), (20, 3, 5), (16, 2, 4), (40, 2, 6),
+                                                 (20, 2, 6), (128, 1, 7), (6, 3, 3), (4, 3, 2), (3, 2, 2)])
+def test_pick_equals_the_plain_build(tmp_path, n, bits, index_bits):
+    """``pick`` (round 29, the sequencer's; here since round 32): the LUT6 / MUXF build (the first 3 .. 5
+    index bits ``muxf`` a group, then radix-4 layers, an odd top bit plain) equals the plain 2:1 tree: the
+    queue heads' ``cur`` (32 values of 7 bits), SEM_DATA's value (16 bits), shorter arrays (0 beyond them,
+    a group of constants only), a 64- and a 128-way choice, a 4-way one (no MUXF)."""
+    def build(m, stim, primitive):
+        index = stim[:index_bits]
+        values = [stim[index_bits + k * bits:index_bits + (k + 1) * bits] for k in range(n)]
+        return lut.pick(m, values, index, primitive, f"pk{int(primitive)}"), stim[0]
+    bad, fires = _run(tmp_path, _Pair(index_bits + n * bits, build))
+    assert bad == 0 and fires > 0
+
+
+def test_muxf_refuses_other_sizes():
+    with pytest.raises(ValueError, match="8, 16 or 32"):
+        lut.muxf(Module(), Signal(2), [Signal(1)] * 4, primitive=True)
+
+
 @pytest.mark.parametrize("step", [1, 2, 8])
 def test_mux4_shared_equals_the_plain_choice(tmp_path, step):
     """(round 31, mx31's ``mux4_shared``) a shifter's first layer: bit j of x >> (k step), k = sel, x's sign

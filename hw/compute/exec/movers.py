@@ -1739,7 +1739,7 @@ class KvwMover(Mover):
 
     def __init__(self, g: Geometry):
         super().__init__(g)
-        self.kv = KVWriter(g.head_dim, g.kv_lanes)
+        self.kv = KVWriter(g.head_dim, g.kv_lanes, primitive=g.lut_primitive)
 
     def elaborate(self, platform):
         m = Module()

@@ -306,15 +306,17 @@ def test_first_resets_only_its_pass():
 
 @pytest.mark.cocotb
 @pytest.mark.parametrize("p", [dict(head_dim=8, rows=4, max_keys=32), dict(head_dim=16, rows=4, max_keys=32),
-                               dict(head_dim=8, rows=4, max_keys=32, lanes=2, words=4)],
-                         ids=["d8", "d16", "d8-lanes2-words4"])
+                               dict(head_dim=8, rows=4, max_keys=32, lanes=2, words=4),
+                               dict(head_dim=16, rows=8, max_keys=32, lanes=2, primitive=True)],
+                         ids=["d8", "d16", "d8-lanes2-words4", "d16-rows8-lanes2-primitive"])
 def test_attention_cocotb(build_dir, p):
     """Random pauses on K, V and the output at 2 and 4 cycles per key pair (lanes 4), and at 4 on 2
     lanes with FINAL 4 words a transfer (o in 4 memories a row, a chunk fills 2: state words loaded
     one by one and P.V written back to the chunk's half)."""
     unit = AttentionUnit(**p)
     run_cocotb(unit, __name__, build_dir, testcase=["run_jobs", "run_state_load"],
-               params={**p, "group": 2, "jobs": 6 if p["head_dim"] == 8 and "lanes" not in p else 3})
+               params={**p, "group": 2, "jobs": 6 if p["head_dim"] == 8 and "lanes" not in p else 3},
+               sim="verilator" if p.get("primitive") else "icarus")
 
 
 @pytest.mark.parametrize("runs,protocol,stall,words,lanes,prod_rows", [
@@ -395,7 +397,8 @@ def test_rshr_biased_staged_lut6_equals_the_plain_build(tmp_path, width, bias, s
     assert bad == 0 and fires > 0
 
 
-@pytest.mark.parametrize("p", [dict(head_dim=32, lanes=4, words=8, rows=4, max_keys=64)])
+@pytest.mark.parametrize("p", [dict(head_dim=32, lanes=4, words=8, rows=4, max_keys=64),
+                               dict(head_dim=64, lanes=2, words=8, rows=2, max_keys=64)])
 def test_unit_on_lut6_equals_the_plain_build(tmp_path, p):
     """(round 30) The unit's primitive build (the node's: DSP48E2 and LUT6 instances, e.g. the rows' m
     written through one 4:1 LUT6 a bit) against its plain build in Icarus, side by side on the same random

@@ -41,9 +41,11 @@ def test_quantize_amaranth_sim():
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("head_dim,lanes", [(16, 4), (16, 16)])
-def test_quantize_cocotb(build_dir, head_dim, lanes):
-    run_cocotb(KVWriter(head_dim, lanes), __name__, build_dir,
+@pytest.mark.parametrize("head_dim,lanes,primitive", [(16, 4, False), (16, 16, False), (32, 16, True)])
+def test_quantize_cocotb(build_dir, head_dim, lanes, primitive):
+    """Against the golden quantizer; ``primitive`` (round 32): the node's build, its maxima on LUT6_2 compares
+    (``greater``) and 4:1 LUT6 picks (the four groups of four lanes and the beat's four groups)."""
+    run_cocotb(KVWriter(head_dim, lanes, primitive=primitive), __name__, build_dir,
                testcase="run_quantize", params={"head_dim": head_dim, "lanes": lanes, "blocks": 40})
 
 

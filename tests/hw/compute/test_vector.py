@@ -156,8 +156,8 @@ def test_ops_at_the_range_ends_amaranth_sim():
 
 @pytest.mark.parametrize("xbits", [33, 37])
 def test_coarse_shift_lut6_equals_the_plain_build(tmp_path, xbits):
-    """normalize's coarse shift (round 28b): the node's build (a 2-way layer, then hw/lut.py's 4:1
-    LUT6 instances) equals the plain shift in Icarus, for v3's (33-bit) and v9's (37-bit) operands."""
+    """normalize's coarse shift (round 28b; round 32: hw/lut.py's ``muxf``, 4:1 LUT6 under a MUXF7): the
+    node's build equals the plain shift in Icarus, for v3's (33-bit) and v9's (37-bit) operands."""
     import shutil
     if shutil.which("iverilog") is None:
         pytest.skip("needs Icarus Verilog")

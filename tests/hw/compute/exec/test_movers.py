@@ -112,16 +112,19 @@ async def run_load_store(dut):
 
 @cocotb.test()
 async def run_gemm(dut):
-    """GEMMs on the 4 x 8 array: a tile sub-range, partial SPAD beats, bias or not, G 32 / 64."""
+    """GEMMs on the 4 x 8 array: a tile sub-range, partial SPAD beats, bias or not, G 32 / 64, and weights
+    large enough for a negative w_exp (the instruction's signed field, round 32)."""
     drv, sp, rng = await bench(dut)
     P, K = CFG.mac_rows, CFG.mac_lanes
-    cases = [  # n, out, group, tokens, tile0, tiles, bias
-        (64, 32, 32, 3, 4, 3, True),       # sub-range, 12 words: a half-written beat
-        (64, 16, 64, 8, 0, 4, False),
-        (128, 8, 32, 1, 0, 2, True),       # decode: one token
+    cases = [  # n, out, group, tokens, tile0, tiles, bias, weight scale
+        (64, 32, 32, 3, 4, 3, True, 0.1),       # sub-range, 12 words: a half-written beat
+        (64, 16, 64, 8, 0, 4, False, 0.1),
+        (128, 8, 32, 1, 0, 2, True, 0.1),       # decode: one token
+        (64, 8, 32, 2, 0, 2, True, 1e6),        # w_exp -4
     ]
-    for c, (n, out, group, tokens, tile0, tiles, bias) in enumerate(cases):
-        w = fx.quantize_weight(rng.standard_normal((out, n)) * 0.1, group)
+    for c, (n, out, group, tokens, tile0, tiles, bias, scale) in enumerate(cases):
+        w = fx.quantize_weight(rng.standard_normal((out, n)) * scale, group)
+        assert (w.exp < 0) == (scale > 1)
         b = fx.quantize_x32(rng.standard_normal(out) * 4) if bias else None
         blob, lay = ddr.gemm_blob(w, b, P, K)
         drv.ram.write(0x10000, blob)
