@@ -148,6 +148,27 @@ def o_ones(m, top, en, ovf, primitive: bool = False, name: str = "o_ones"):
     return ones, clamp
 
 
+#: ``mux2_pairs``' LUT6_2: two bits' 2:1 choice, I0 the select, (I1, I2) and (I3, I4) the bits' (chosen, else)
+MUX2_PAIR_INIT = lut6_2_init(lambda s, c0, f0, c1, f1: c0 if s else f0, lambda s, c0, f0, c1, f1: c1 if s else f1)
+
+
+def mux2_pairs(m, sel, ones, zeros, primitive: bool = False, name: str = "mux2"):
+    """``sel ? ones : zeros`` bit by bit (round 32: the accumulator's top C bits for the next add, the
+    file's word or P's own bits fed back).  ``primitive``: two bits a
+    LUT6_2 instance (the select shared), half a LUT a bit where ABC9 maps a LUT3 a bit; an odd last bit a
+    plain choice.  Else the plain choice."""
+    if not primitive:
+        return Mux(sel, ones, zeros)
+    n = len(ones)
+    outs = [Signal(name=f"{name}{k}") for k in range(n)]
+    for k in range(0, n - 1, 2):
+        lut6_2(m, MUX2_PAIR_INIT, [sel, ones[k], zeros[k], ones[k + 1], zeros[k + 1]], outs[k], outs[k + 1],
+               f"{name}{k}_lut")
+    if n % 2:
+        m.d.comb += outs[-1].eq(Mux(sel, ones[-1], zeros[-1]))
+    return Cat(*outs)
+
+
 def cmd_layout(max_tokens, max_beats, max_tiles):
     return data.StructLayout({
         "tokens": range(1, max_tokens + 1),       # T
@@ -520,10 +541,11 @@ class MatrixUnit(wiring.Component):
             w5 = Signal()                                   # P holds an item to write into the file
             w5_idx = Signal.like(acc_idx(s4), name="w5_idx")
             z_c, z_nz = Signal(), Signal()                  # the OPMODE's Z: C (z_c), P (z_nz & ~z_c), 0
+            acc_z = Signal()                                # the add into P (s5's item) had Z != 0
             with m.If(adv):
                 fwd_next = s4.v & (acc_idx(s4) == acc_idx(s3))
                 m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), w5.eq(s4.v), w5_idx.eq(acc_idx(s4)),
-                             z_c.eq(~s3.first_g & ~fwd_next), z_nz.eq(~s3.first_g)]
+                             z_c.eq(~s3.first_g & ~fwd_next), z_nz.eq(~s3.first_g), acc_z.eq(z_nz)]
             m.d.comb += [acc_rp.addr.eq(acc_idx(s4)), acc_wp.addr.eq(w5_idx), acc_wp.en.eq(w5)]
             acc5 = []                       # the accumulators (the file's, pv's)
             for p in range(P):
@@ -553,10 +575,15 @@ class MatrixUnit(wiring.Component):
                                      pr.eq(Mux(z_nz, Mux(z_c, cword, pr), 0) + mr)]
                 raw = Signal(signed(AW), name=f"accout{p}")
                 if AW == DSP_P_BITS + 1:
-                    ct = Signal(3, name=f"acc_ct{p}")       # the add's C bits 46, 47, 48
+                    # (round 32: the add's C bits without Z = 0's zeros -- ``acc_z``, one flip-flop for the
+                    # unit, says Z was 0, and bit 48 then reads C as zeros: ct's next value a 2:1 choice,
+                    # bits 46 and 47 one LUT6_2 (``mux2_pairs``), not a LUT a bit of four inputs)
+                    ct = Signal(3, name=f"acc_ct{p}")       # the add's C bits 46, 47, 48 (when acc_z)
                     with m.If(adv):
-                        m.d.sync += ct.eq(Mux(z_nz, Mux(z_c, acc_rp.data[p][46:], Cat(pr[46:48], raw[48])), 0))
-                    m.d.comb += raw.eq(Cat(pr, ct[2] ^ ((ct[1] ^ pr[47]) & ~(ct[1] ^ ct[0]))))
+                        m.d.sync += ct.eq(mux2_pairs(m, z_c, acc_rp.data[p].as_unsigned()[46:],
+                                                     Cat(pr[46:48], raw[48]), self.primitive, f"acc_ctn{p}"))
+                    c46, c47, c48 = (Mux(acc_z, ct[k], 0) for k in range(3))
+                    m.d.comb += raw.eq(Cat(pr, c48 ^ ((c47 ^ pr[47]) & ~(c47 ^ c46))))
                 elif AW > DSP_P_BITS:
                     ct = Signal(AW - 46, name=f"acc_ct{p}")  # the add's C bits 46 and up
                     with m.If(adv):
@@ -966,7 +993,12 @@ def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp"):
     H = (RQ_WIN + 1) // 2
     f = a.as_unsigned()[:RQ_DSP_FINE]
     mult = Signal(18, name=f"{name}_b")             # 2^(F - 1 - f): one-hot, the slices' B
-    m.d.comb += mult.eq(Cat(*[f == F - 1 - k for k in range(F)]))
+    # (round 32: two of its bits a LUT6_2 instance, both functions of f's three bits)
+    def val(i):                                     # f from the LUT's I0 .. I2
+        return i[0] | i[1] << 1 | i[2] << 2
+    for k in range(0, F, 2):
+        lut6_2(m, lut6_2_init(lambda *i, k=k: int(val(i) == F - 1 - k), lambda *i, k=k: int(val(i) == F - 2 - k)),
+               [f[0], f[1], f[2]], mult[k], mult[k + 1], f"{name}_oh{k}")
     halves = []
     for h in range(2):
         piece = u.as_unsigned()[h * H:h * H + H + F - 1]        # (unsigned: only bits F - 1 .. of the product are read)
