@@ -148,13 +148,16 @@ def o_ones(m, top, en, ovf, primitive: bool = False, name: str = "o_ones"):
     return ones, clamp
 
 
+#: a URAM288's depth at its 72-bit width (round 32: the activation buffer's two fields)
+URAM_DEPTH = 4096
+
 #: ``mux2_pairs``' LUT6_2: two bits' 2:1 choice, I0 the select, (I1, I2) and (I3, I4) the bits' (chosen, else)
 MUX2_PAIR_INIT = lut6_2_init(lambda s, c0, f0, c1, f1: c0 if s else f0, lambda s, c0, f0, c1, f1: c1 if s else f1)
 
 
 def mux2_pairs(m, sel, ones, zeros, primitive: bool = False, name: str = "mux2"):
     """``sel ? ones : zeros`` bit by bit (round 32: the accumulator's top C bits for the next add, the
-    file's word or P's own bits fed back).  ``primitive``: two bits a
+    file's word or P's own bits fed back; the activation buffer's two fields).  ``primitive``: two bits a
     LUT6_2 instance (the select shared), half a LUT a bit where ABC9 maps a LUT3 a bit; an odd last bit a
     plain choice.  Else the plain choice."""
     if not primitive:
@@ -252,10 +255,30 @@ class MatrixUnit(wiring.Component):
         tb = max(ceil_log2(TM), 1)
 
         # --- activation buffer and row exponents -------------------------------------------
-        m.submodules.abuf = abuf = memory.Memory(shape=K * MANT_BITS, depth=self.depth * TM, init=[])
-        wr = abuf.write_port()
-        rd = abuf.read_port()
-        m.d.comb += [wr.en.eq(self.act.en), wr.addr.eq(self.act.addr), wr.data.eq(self.act.data)]
+        AB, ADEPTH = K * MANT_BITS, self.depth * TM
+        a_raddr = Signal(range(ADEPTH), name="a_raddr")
+        if self.primitive and URAM_DEPTH < ADEPTH <= 2 * URAM_DEPTH:
+            # (round 32: a buffer deeper than a URAM is, as Yosys maps it, two fields of one URAM word, a
+            # word's high address bit choosing the field -- written here so: two fields, a write enable each,
+            # and the read's 2:1 choice of them two bits a LUT6_2 (``mux2_pairs``), not ABC9's LUT3 a bit)
+            ab = ceil_log2(URAM_DEPTH)
+            m.submodules.abuf = abuf = memory.Memory(shape=2 * AB, depth=URAM_DEPTH, init=[])
+            wr = abuf.write_port(granularity=AB)
+            rd = abuf.read_port()
+            hi_w = self.act.addr[ab]
+            a_hi = Signal()                                 # the read's field (the read port's enable)
+            with m.If(rd.en):
+                m.d.sync += a_hi.eq(a_raddr[ab])
+            m.d.comb += [wr.en.eq(Cat(self.act.en & ~hi_w, self.act.en & hi_w)), wr.addr.eq(self.act.addr[:ab]),
+                         wr.data.eq(self.act.data.replicate(2)), rd.addr.eq(a_raddr[:ab])]
+            a_data = mux2_pairs(m, a_hi, rd.data[AB:], rd.data[:AB], primitive=True, name="a_pick")
+        else:
+            m.submodules.abuf = abuf = memory.Memory(shape=AB, depth=ADEPTH, init=[])
+            wr = abuf.write_port()
+            rd = abuf.read_port()
+            m.d.comb += [wr.en.eq(self.act.en), wr.addr.eq(self.act.addr), wr.data.eq(self.act.data),
+                         rd.addr.eq(a_raddr)]
+            a_data = rd.data
         exp_regs = [Signal(signed(EXP_BITS), name=f"exp{t}") for t in range(TM)]
         exps = Array(exp_regs)
         write_indexed(m, exp_regs, self.exp.addr, self.exp.data, self.exp.en)
@@ -355,7 +378,7 @@ class MatrixUnit(wiring.Component):
             self.w_wait.eq(running & take_w & ~self.w.tvalid),
             self.scale.ready.eq(s_rdy),
             rd.en.eq(adv),
-            rd.addr.eq(Cat(t, abeat) if TM > 1 else abeat),
+            a_raddr.eq(Cat(t, abeat) if TM > 1 else abeat),
         ]
         with m.If(fire):
             m.d.sync += [t.eq(t + 1), step("tokens")]
@@ -417,7 +440,7 @@ class MatrixUnit(wiring.Component):
         # --- stage 2: rows x lanes products and their per-row sums (hw/compute/dot_array.py) ---------
         # The dot products appear ``latency`` enabled cycles after stage 1; the control goes down
         # the same number of stages.
-        m.d.comb += [dot.en.eq(adv), dot.w.eq(self.w.tdata), dot.w_load.eq(fire & take_w), dot.a.eq(rd.data)]
+        m.d.comb += [dot.en.eq(adv), dot.w.eq(self.w.tdata), dot.w_load.eq(fire & take_w), dot.a.eq(a_data)]
         dots = [dot.dots[p] for p in range(P)]
         s2 = s1
         s2_v = []

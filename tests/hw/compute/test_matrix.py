@@ -188,6 +188,23 @@ def test_linear_cocotb_on_lut6_chunks(build_dir):
     run_cocotb(src, __name__, build_dir, testcase="run_linear", params={**p, "jobs": 4, "seed": 7})
 
 
+@pytest.mark.cocotb
+def test_linear_cocotb_on_abuf_fields(build_dir, monkeypatch):
+    """As above with the activation buffer deeper than a URAM (round 32: two fields of one word, the read's
+    choice two bits a LUT6_2, ``mux2_pairs``; the model hw/lut6.v in Icarus), at a URAM depth of 16 here
+    (32 buffer words: addresses 16 .. 31 in the high field) against ``fixed.linear``."""
+    from amaranth.back import verilog
+    from mcf.hw.compute import matrix
+    from mcf.hw.primitives import with_models
+    monkeypatch.setattr(matrix, "URAM_DEPTH", 16)
+    p = {**PARAMS, "mac_lanes": 8, "max_inputs": 64}
+    build_dir.mkdir(parents=True)
+    src = build_dir / "dut.v"
+    src.write_text(with_models(verilog.convert(MatrixUnit(**p, primitive=True), name="dut")))
+    assert "a_pick0_lut " in src.read_text()
+    run_cocotb(src, __name__, build_dir, testcase="run_linear", params={**p, "jobs": 6, "seed": 9})
+
+
 def test_rq_window_on_lut6(tmp_path):
     """``rq_window``'s 4-way layers as LUT6 instances (round 28b) equal the plain build in Icarus: a
     49-bit accumulator, every 7-bit offset (random, both builds on the same inputs every cycle)."""
@@ -245,7 +262,7 @@ def test_o_bits_on_lut6_2(tmp_path):
 @pytest.mark.parametrize("n", [3, 4])
 def test_mux2_pairs_on_lut6_2(tmp_path, n):
     """``mux2_pairs`` (round 32: two bits' 2:1 choice a LUT6_2 instance, the select shared; the accumulator's
-    top C bits) equals the plain choice in Icarus (the model hw/lut6.v), an odd last bit
+    top C bits, the activation buffer's fields) equals the plain choice in Icarus (the model hw/lut6.v), an odd last bit
     plain; and the INIT's two halves are the choices at each of the 32 addresses."""
     from tests.hw.test_lut import _Pair, _run
     from mcf.hw.compute.matrix import MUX2_PAIR_INIT, mux2_pairs
