@@ -148,6 +148,30 @@ def o_ones(m, top, en, ovf, primitive: bool = False, name: str = "o_ones"):
     return ones, clamp
 
 
+#: a URAM288's depth at its 72-bit width (round 32: the activation buffer's two fields)
+URAM_DEPTH = 4096
+
+#: ``mux2_pairs``' LUT6_2: two bits' 2:1 choice, I0 the select, (I1, I2) and (I3, I4) the bits' (chosen, else)
+MUX2_PAIR_INIT = lut6_2_init(lambda s, c0, f0, c1, f1: c0 if s else f0, lambda s, c0, f0, c1, f1: c1 if s else f1)
+
+
+def mux2_pairs(m, sel, ones, zeros, primitive: bool = False, name: str = "mux2"):
+    """``sel ? ones : zeros`` bit by bit (round 32: the accumulator's top C bits for the next add, the
+    file's word or P's own bits fed back; the activation buffer's two fields).  ``primitive``: two bits a
+    LUT6_2 instance (the select shared), half a LUT a bit where ABC9 maps a LUT3 a bit; an odd last bit a
+    plain choice.  Else the plain choice."""
+    if not primitive:
+        return Mux(sel, ones, zeros)
+    n = len(ones)
+    outs = [Signal(name=f"{name}{k}") for k in range(n)]
+    for k in range(0, n - 1, 2):
+        lut6_2(m, MUX2_PAIR_INIT, [sel, ones[k], zeros[k], ones[k + 1], zeros[k + 1]], outs[k], outs[k + 1],
+               f"{name}{k}_lut")
+    if n % 2:
+        m.d.comb += outs[-1].eq(Mux(sel, ones[-1], zeros[-1]))
+    return Cat(*outs)
+
+
 def cmd_layout(max_tokens, max_beats, max_tiles):
     return data.StructLayout({
         "tokens": range(1, max_tokens + 1),       # T
@@ -231,10 +255,30 @@ class MatrixUnit(wiring.Component):
         tb = max(ceil_log2(TM), 1)
 
         # --- activation buffer and row exponents -------------------------------------------
-        m.submodules.abuf = abuf = memory.Memory(shape=K * MANT_BITS, depth=self.depth * TM, init=[])
-        wr = abuf.write_port()
-        rd = abuf.read_port()
-        m.d.comb += [wr.en.eq(self.act.en), wr.addr.eq(self.act.addr), wr.data.eq(self.act.data)]
+        AB, ADEPTH = K * MANT_BITS, self.depth * TM
+        a_raddr = Signal(range(ADEPTH), name="a_raddr")
+        if self.primitive and URAM_DEPTH < ADEPTH <= 2 * URAM_DEPTH:
+            # (round 32: a buffer deeper than a URAM is, as Yosys maps it, two fields of one URAM word, a
+            # word's high address bit choosing the field -- written here so: two fields, a write enable each,
+            # and the read's 2:1 choice of them two bits a LUT6_2 (``mux2_pairs``), not ABC9's LUT3 a bit)
+            ab = ceil_log2(URAM_DEPTH)
+            m.submodules.abuf = abuf = memory.Memory(shape=2 * AB, depth=URAM_DEPTH, init=[])
+            wr = abuf.write_port(granularity=AB)
+            rd = abuf.read_port()
+            hi_w = self.act.addr[ab]
+            a_hi = Signal()                                 # the read's field (the read port's enable)
+            with m.If(rd.en):
+                m.d.sync += a_hi.eq(a_raddr[ab])
+            m.d.comb += [wr.en.eq(Cat(self.act.en & ~hi_w, self.act.en & hi_w)), wr.addr.eq(self.act.addr[:ab]),
+                         wr.data.eq(self.act.data.replicate(2)), rd.addr.eq(a_raddr[:ab])]
+            a_data = mux2_pairs(m, a_hi, rd.data[AB:], rd.data[:AB], primitive=True, name="a_pick")
+        else:
+            m.submodules.abuf = abuf = memory.Memory(shape=AB, depth=ADEPTH, init=[])
+            wr = abuf.write_port()
+            rd = abuf.read_port()
+            m.d.comb += [wr.en.eq(self.act.en), wr.addr.eq(self.act.addr), wr.data.eq(self.act.data),
+                         rd.addr.eq(a_raddr)]
+            a_data = rd.data
         exp_regs = [Signal(signed(EXP_BITS), name=f"exp{t}") for t in range(TM)]
         exps = Array(exp_regs)
         write_indexed(m, exp_regs, self.exp.addr, self.exp.data, self.exp.en)
@@ -334,7 +378,7 @@ class MatrixUnit(wiring.Component):
             self.w_wait.eq(running & take_w & ~self.w.tvalid),
             self.scale.ready.eq(s_rdy),
             rd.en.eq(adv),
-            rd.addr.eq(Cat(t, abeat) if TM > 1 else abeat),
+            a_raddr.eq(Cat(t, abeat) if TM > 1 else abeat),
         ]
         with m.If(fire):
             m.d.sync += [t.eq(t + 1), step("tokens")]
@@ -396,7 +440,7 @@ class MatrixUnit(wiring.Component):
         # --- stage 2: rows x lanes products and their per-row sums (hw/compute/dot_array.py) ---------
         # The dot products appear ``latency`` enabled cycles after stage 1; the control goes down
         # the same number of stages.
-        m.d.comb += [dot.en.eq(adv), dot.w.eq(self.w.tdata), dot.w_load.eq(fire & take_w), dot.a.eq(rd.data)]
+        m.d.comb += [dot.en.eq(adv), dot.w.eq(self.w.tdata), dot.w_load.eq(fire & take_w), dot.a.eq(a_data)]
         dots = [dot.dots[p] for p in range(P)]
         s2 = s1
         s2_v = []
@@ -520,10 +564,11 @@ class MatrixUnit(wiring.Component):
             w5 = Signal()                                   # P holds an item to write into the file
             w5_idx = Signal.like(acc_idx(s4), name="w5_idx")
             z_c, z_nz = Signal(), Signal()                  # the OPMODE's Z: C (z_c), P (z_nz & ~z_c), 0
+            acc_z = Signal()                                # the add into P (s5's item) had Z != 0
             with m.If(adv):
                 fwd_next = s4.v & (acc_idx(s4) == acc_idx(s3))
                 m.d.sync += [s5.eq(s4), s5.v.eq(s4.v & s4.last_g), w5.eq(s4.v), w5_idx.eq(acc_idx(s4)),
-                             z_c.eq(~s3.first_g & ~fwd_next), z_nz.eq(~s3.first_g)]
+                             z_c.eq(~s3.first_g & ~fwd_next), z_nz.eq(~s3.first_g), acc_z.eq(z_nz)]
             m.d.comb += [acc_rp.addr.eq(acc_idx(s4)), acc_wp.addr.eq(w5_idx), acc_wp.en.eq(w5)]
             acc5 = []                       # the accumulators (the file's, pv's)
             for p in range(P):
@@ -553,10 +598,15 @@ class MatrixUnit(wiring.Component):
                                      pr.eq(Mux(z_nz, Mux(z_c, cword, pr), 0) + mr)]
                 raw = Signal(signed(AW), name=f"accout{p}")
                 if AW == DSP_P_BITS + 1:
-                    ct = Signal(3, name=f"acc_ct{p}")       # the add's C bits 46, 47, 48
+                    # (round 32: the add's C bits without Z = 0's zeros -- ``acc_z``, one flip-flop for the
+                    # unit, says Z was 0, and bit 48 then reads C as zeros: ct's next value a 2:1 choice,
+                    # bits 46 and 47 one LUT6_2 (``mux2_pairs``), not a LUT a bit of four inputs)
+                    ct = Signal(3, name=f"acc_ct{p}")       # the add's C bits 46, 47, 48 (when acc_z)
                     with m.If(adv):
-                        m.d.sync += ct.eq(Mux(z_nz, Mux(z_c, acc_rp.data[p][46:], Cat(pr[46:48], raw[48])), 0))
-                    m.d.comb += raw.eq(Cat(pr, ct[2] ^ ((ct[1] ^ pr[47]) & ~(ct[1] ^ ct[0]))))
+                        m.d.sync += ct.eq(mux2_pairs(m, z_c, acc_rp.data[p].as_unsigned()[46:],
+                                                     Cat(pr[46:48], raw[48]), self.primitive, f"acc_ctn{p}"))
+                    c46, c47, c48 = (Mux(acc_z, ct[k], 0) for k in range(3))
+                    m.d.comb += raw.eq(Cat(pr, c48 ^ ((c47 ^ pr[47]) & ~(c47 ^ c46))))
                 elif AW > DSP_P_BITS:
                     ct = Signal(AW - 46, name=f"acc_ct{p}")  # the add's C bits 46 and up
                     with m.If(adv):
@@ -966,7 +1016,12 @@ def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp"):
     H = (RQ_WIN + 1) // 2
     f = a.as_unsigned()[:RQ_DSP_FINE]
     mult = Signal(18, name=f"{name}_b")             # 2^(F - 1 - f): one-hot, the slices' B
-    m.d.comb += mult.eq(Cat(*[f == F - 1 - k for k in range(F)]))
+    # (round 32: two of its bits a LUT6_2 instance, both functions of f's three bits)
+    def val(i):                                     # f from the LUT's I0 .. I2
+        return i[0] | i[1] << 1 | i[2] << 2
+    for k in range(0, F, 2):
+        lut6_2(m, lut6_2_init(lambda *i, k=k: int(val(i) == F - 1 - k), lambda *i, k=k: int(val(i) == F - 2 - k)),
+               [f[0], f[1], f[2]], mult[k], mult[k + 1], f"{name}_oh{k}")
     halves = []
     for h in range(2):
         piece = u.as_unsigned()[h * H:h * H + H + F - 1]        # (unsigned: only bits F - 1 .. of the product are read)

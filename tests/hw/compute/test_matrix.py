@@ -144,18 +144,24 @@ def test_linear_cocotb(build_dir):
                testcase="run_linear", params={**PARAMS, "jobs": 5})
 
 
+def _primitive_src(build_dir, p, **kw):
+    """The unit as the Qwen node builds it (``primitive``, the models of hw/primitives.py) in build_dir/dut.v."""
+    from amaranth.back import verilog
+    from mcf.hw.primitives import with_models
+    build_dir.mkdir(parents=True)
+    src = build_dir / "dut.v"
+    src.write_text(with_models(verilog.convert(MatrixUnit(**p, primitive=True, **kw), name="dut")))
+    return src
+
+
 @pytest.mark.cocotb
 def test_linear_cocotb_on_dsp48e2_model(build_dir):
     """The unit as the Qwen node builds it (products on DSP48E2 instances, the model
     hw/compute/dsp48e2.v in Icarus) against ``fixed.linear``: 8 lanes, two chains joined into one
     field (``DotArray.joined``), so the low rows' dots take the array's missing one at the unit's
     stage 3 (without it this fails)."""
-    from amaranth.back import verilog
-    from mcf.hw.primitives import with_models
     p = {**PARAMS, "mac_lanes": 8, "max_inputs": 64}
-    build_dir.mkdir(parents=True)
-    src = build_dir / "dut.v"
-    src.write_text(with_models(verilog.convert(MatrixUnit(**p, primitive=True), name="dut")))
+    src = _primitive_src(build_dir, p)
     assert "DSP48E2 " in src.read_text()
     run_cocotb(src, __name__, build_dir, testcase="run_linear", params={**p, "jobs": 4, "seed": 3})
 
@@ -164,12 +170,8 @@ def test_linear_cocotb_on_dsp48e2_model(build_dir):
 def test_linear_cocotb_on_dsp48e2_model_t1(build_dir):
     """As above at max_tokens 2 (T = 1 or 2, groups of one or two beats, under backpressure): the
     accumulator slices' P feedback (one-beat groups at T = 1) and their file writes during stalls."""
-    from amaranth.back import verilog
-    from mcf.hw.primitives import with_models
     p = {**PARAMS, "max_tokens": 2, "mac_lanes": 8, "max_inputs": 64}
-    build_dir.mkdir(parents=True)
-    src = build_dir / "dut.v"
-    src.write_text(with_models(verilog.convert(MatrixUnit(**p, primitive=True), name="dut")))
+    src = _primitive_src(build_dir, p)
     run_cocotb(src, __name__, build_dir, testcase="run_linear", params={**p, "jobs": 8, "seed": 5})
 
 
@@ -178,14 +180,23 @@ def test_linear_cocotb_on_lut6_chunks(build_dir):
     """As above with 4 chunks of requantizer rows (mac_rows 4, requant_rows 1: NC = 4, as the node's
     16 of 64): the chunk choices of the accumulators and bias words as LUT6 instances (round 28b; the
     model hw/lut6.v in Icarus) against ``fixed.linear``."""
-    from amaranth.back import verilog
-    from mcf.hw.primitives import with_models
     p = {**PARAMS, "mac_rows": 4, "mac_lanes": 8, "max_inputs": 64}
-    build_dir.mkdir(parents=True)
-    src = build_dir / "dut.v"
-    src.write_text(with_models(verilog.convert(MatrixUnit(**p, primitive=True, requant_rows=1), name="dut")))
+    src = _primitive_src(build_dir, p, requant_rows=1)
     assert "rq_asel0_0 " in src.read_text() and "rq_bsel0_0 " in src.read_text()
     run_cocotb(src, __name__, build_dir, testcase="run_linear", params={**p, "jobs": 4, "seed": 7})
+
+
+@pytest.mark.cocotb
+def test_linear_cocotb_on_abuf_fields(build_dir, monkeypatch):
+    """As above with the activation buffer deeper than a URAM (round 32: two fields of one word, the read's
+    choice two bits a LUT6_2, ``mux2_pairs``; the model hw/lut6.v in Icarus), at a URAM depth of 16 here
+    (32 buffer words: addresses 16 .. 31 in the high field) against ``fixed.linear``."""
+    from mcf.hw.compute import matrix
+    monkeypatch.setattr(matrix, "URAM_DEPTH", 16)
+    p = {**PARAMS, "mac_lanes": 8, "max_inputs": 64}
+    src = _primitive_src(build_dir, p)
+    assert "a_pick0_lut " in src.read_text()
+    run_cocotb(src, __name__, build_dir, testcase="run_linear", params={**p, "jobs": 6, "seed": 9})
 
 
 def test_rq_window_on_lut6(tmp_path):
@@ -239,6 +250,25 @@ def test_o_bits_on_lut6_2(tmp_path):
                       primitive=primitive, name="p" if primitive else "q")
         return Cat(*bits), ones
     bad, fires = _run(tmp_path, _Pair(27, build))
+    assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_mux2_pairs_on_lut6_2(tmp_path, n):
+    """``mux2_pairs`` (round 32: two bits' 2:1 choice a LUT6_2 instance, the select shared; the accumulator's
+    top C bits, the activation buffer's fields) equals the plain choice in Icarus (the model hw/lut6.v), an odd last bit
+    plain; and the INIT's two halves are the choices at each of the 32 addresses."""
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import MUX2_PAIR_INIT, mux2_pairs
+    for a in range(32):
+        bit = lambda k: (a >> k) & 1
+        assert (MUX2_PAIR_INIT >> (32 + a)) & 1 == (bit(1) if bit(0) else bit(2))
+        assert (MUX2_PAIR_INIT >> a) & 1 == (bit(3) if bit(0) else bit(4))
+
+    def build(m, stim, primitive):
+        z_c, cs, fs = stim[0], stim[1:1 + n], stim[1 + n:1 + 2 * n]
+        return mux2_pairs(m, z_c, cs, fs, primitive=primitive, name="p" if primitive else "q"), z_c
+    bad, fires = _run(tmp_path, _Pair(1 + 2 * n, build))
     assert bad == 0 and fires > 0
 
 
