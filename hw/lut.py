@@ -19,7 +19,7 @@ from pathlib import Path
 
 from amaranth.hdl import Array, Cat, Const, Instance, Mux, Shape, Signal, signed
 
-__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "add_load", "carry_chain", "equal", "greater", "lut6", "lut6_2", "lut6_2_init", "lut6_init", "mux4", "mux4_shared", "muxf", "pick", "shr_layers"]
+__all__ = ["MODEL", "MODEL_MARK", "MUX4_INIT", "MODEL_CELLS", "add3", "add_load", "carry_chain", "equal", "greater", "lut6", "lut6_2", "lut6_2_init", "lut6_init", "MUX2_PAIR_INIT", "mux2_pairs", "mux4", "mux4_shared", "muxf", "pick", "shr_layers"]
 
 #: The cells hw/lut6.v models (``with_models`` appends it when a design instantiates one).
 MODEL_CELLS = ("LUT6", "LUT6_2", "CARRY4", "MUXF7", "MUXF8", "MUXF9")
@@ -393,3 +393,24 @@ def mux4_shared(m, sel, choices, name: str):
                                 lambda s0, s1, *v: f5(s0, s1, *v[:len(ins)])),
                 [s[0], s[1], *ins, *pad], outs[j], outs[partner], f"{name}_{j}")
     return outs
+
+
+#: ``mux2_pairs``' LUT6_2: two bits' 2:1 choice, I0 the select, (I1, I2) and (I3, I4) the bits' (chosen, else)
+MUX2_PAIR_INIT = lut6_2_init(lambda s, c0, f0, c1, f1: c0 if s else f0, lambda s, c0, f0, c1, f1: c1 if s else f1)
+
+
+def mux2_pairs(m, sel, ones, zeros, primitive: bool = False, name: str = "mux2"):
+    """``sel ? ones : zeros`` bit by bit (round 32, mx32: the matrix unit's accumulator top C bits for the
+    next add, the file's word or P's own bits fed back; its activation buffer's two fields).  ``primitive``: two bits a
+    LUT6_2 instance (the select shared), half a LUT a bit where ABC9 maps a LUT3 a bit; an odd last bit a
+    plain choice.  Else the plain choice."""
+    if not primitive:
+        return Mux(sel, ones, zeros)
+    n = len(ones)
+    outs = [Signal(name=f"{name}{k}") for k in range(n)]
+    for k in range(0, n - 1, 2):
+        lut6_2(m, MUX2_PAIR_INIT, [sel, ones[k], zeros[k], ones[k + 1], zeros[k + 1]], outs[k], outs[k + 1],
+               f"{name}{k}_lut")
+    if n % 2:
+        m.d.comb += outs[-1].eq(Mux(sel, ones[-1], zeros[-1]))
+    return Cat(*outs)

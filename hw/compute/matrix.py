@@ -71,7 +71,7 @@ from mcf.hw.arith import add_plus_one, log2_exact, sat_top, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_P_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import add_load, lut6, lut6_2, lut6_2_init, mux4, mux4_shared
+from mcf.hw.lut import add_load, lut6, lut6_2, lut6_2_init, mux2_pairs, mux4, mux4_shared
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, S_FRAC, SCALE_BITS, W_BITS, X_FRAC
@@ -150,27 +150,6 @@ def o_ones(m, top, en, ovf, primitive: bool = False, name: str = "o_ones"):
 
 #: a URAM288's depth at its 72-bit width (round 32: the activation buffer's two fields)
 URAM_DEPTH = 4096
-
-#: ``mux2_pairs``' LUT6_2: two bits' 2:1 choice, I0 the select, (I1, I2) and (I3, I4) the bits' (chosen, else)
-MUX2_PAIR_INIT = lut6_2_init(lambda s, c0, f0, c1, f1: c0 if s else f0, lambda s, c0, f0, c1, f1: c1 if s else f1)
-
-
-def mux2_pairs(m, sel, ones, zeros, primitive: bool = False, name: str = "mux2"):
-    """``sel ? ones : zeros`` bit by bit (round 32: the accumulator's top C bits for the next add, the
-    file's word or P's own bits fed back; the activation buffer's two fields).  ``primitive``: two bits a
-    LUT6_2 instance (the select shared), half a LUT a bit where ABC9 maps a LUT3 a bit; an odd last bit a
-    plain choice.  Else the plain choice."""
-    if not primitive:
-        return Mux(sel, ones, zeros)
-    n = len(ones)
-    outs = [Signal(name=f"{name}{k}") for k in range(n)]
-    for k in range(0, n - 1, 2):
-        lut6_2(m, MUX2_PAIR_INIT, [sel, ones[k], zeros[k], ones[k + 1], zeros[k + 1]], outs[k], outs[k + 1],
-               f"{name}{k}_lut")
-    if n % 2:
-        m.d.comb += outs[-1].eq(Mux(sel, ones[-1], zeros[-1]))
-    return Cat(*outs)
-
 
 def cmd_layout(max_tokens, max_beats, max_tiles):
     return data.StructLayout({

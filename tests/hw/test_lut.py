@@ -318,3 +318,20 @@ def test_add_load_equals_the_plain_choice(tmp_path, wa, wb, wd, n):
         return lut.add_load(m, a, b, d, stim[1], _s(n), "t" if primitive else "u", primitive=primitive), stim[0]
     bad, fires = _run(tmp_path, _Pair(2 + wa + wb + wd, build))
     assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_mux2_pairs_on_lut6_2(tmp_path, n):
+    """``mux2_pairs`` (round 32: two bits' 2:1 choice a LUT6_2 instance, the select shared; the accumulator's
+    top C bits, the activation buffer's fields) equals the plain choice in Icarus (the model hw/lut6.v), an odd last bit
+    plain; and the INIT's two halves are the choices at each of the 32 addresses."""
+    for a in range(32):
+        bit = lambda k: (a >> k) & 1
+        assert (lut.MUX2_PAIR_INIT >> (32 + a)) & 1 == (bit(1) if bit(0) else bit(2))
+        assert (lut.MUX2_PAIR_INIT >> a) & 1 == (bit(3) if bit(0) else bit(4))
+
+    def build(m, stim, primitive):
+        z_c, cs, fs = stim[0], stim[1:1 + n], stim[1 + n:1 + 2 * n]
+        return lut.mux2_pairs(m, z_c, cs, fs, primitive=primitive, name="p" if primitive else "q"), z_c
+    bad, fires = _run(tmp_path, _Pair(1 + 2 * n, build))
+    assert bad == 0 and fires > 0

@@ -253,25 +253,6 @@ def test_o_bits_on_lut6_2(tmp_path):
     assert bad == 0 and fires > 0
 
 
-@pytest.mark.parametrize("n", [3, 4])
-def test_mux2_pairs_on_lut6_2(tmp_path, n):
-    """``mux2_pairs`` (round 32: two bits' 2:1 choice a LUT6_2 instance, the select shared; the accumulator's
-    top C bits, the activation buffer's fields) equals the plain choice in Icarus (the model hw/lut6.v), an odd last bit
-    plain; and the INIT's two halves are the choices at each of the 32 addresses."""
-    from tests.hw.test_lut import _Pair, _run
-    from mcf.hw.compute.matrix import MUX2_PAIR_INIT, mux2_pairs
-    for a in range(32):
-        bit = lambda k: (a >> k) & 1
-        assert (MUX2_PAIR_INIT >> (32 + a)) & 1 == (bit(1) if bit(0) else bit(2))
-        assert (MUX2_PAIR_INIT >> a) & 1 == (bit(3) if bit(0) else bit(4))
-
-    def build(m, stim, primitive):
-        z_c, cs, fs = stim[0], stim[1:1 + n], stim[1 + n:1 + 2 * n]
-        return mux2_pairs(m, z_c, cs, fs, primitive=primitive, name="p" if primitive else "q"), z_c
-    bad, fires = _run(tmp_path, _Pair(1 + 2 * n, build))
-    assert bad == 0 and fires > 0
-
-
 @pytest.mark.parametrize("n", [50, 64, 41])
 def test_pv_y_on_carry_chain(tmp_path, n):
     """pv's y (round 31: ``add_load`` with ``en``, load ? hi : acc + (en ? prev : 0), a LUT6_2 a bit on a CARRY4 chain)
