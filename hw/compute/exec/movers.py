@@ -748,6 +748,14 @@ class EmbedMover(Mover):
         # prod << (left + 1) = (prod << 35) >> (34 - left), prod << 1 at sc = 0, prod >> (sc - 1) = (prod << 35) >> (34 + sc)
         # (round 24: a left and a right barrel shifter and a choice of three a lane before, ~0.6 K LUT more)
         sha = stage(m, Mux(sh < -33, 1, Mux(sh > pw + 1, pw + 35, sh + 34)), "sh_a", range(pw + 36))
+        # (round 32) the clamp's overflow from the product and a mask of the shift, not from the shifted value's top
+        # 23 bits (their shifter layers and their all-equal test, ~30 LUT a lane): only a left shift by L (sha 34 - L)
+        # overflows int32 (a right one's result is within the product's width), iff a bit of prod << L at or above
+        # bit 31 differs from prod's sign -- with d = Cat(sign, prod[:pw - 1] ^ sign) (d[0]: the zero shifted in below
+        # prod, which differs from a negative sign), iff d[i] for an i >= sha - 2: (d & omask) != 0, omask[i] the
+        # instruction's sha <= i + 2 (no bit for a right shift, nor for a left one by L <= 11, sha >= 23)
+        omask = stage(m, Cat(*[Mux(sh < -33, 1, Mux(sh > pw + 1, 0, sh + 34 <= i + 2)) for i in range(pw)]),
+                      "sh_omask", pw)                                                          # stage 2
         # the nibbles and their scale registered (av, aaddr), their products (pv, paddr), shifted (sv, saddr),
         # then saturated into the written beat (wv)
         # (and once more (bv, baddr, b_q, b_s) between the scale table's read and the products: the table's
@@ -765,11 +773,13 @@ class EmbedMover(Mover):
             # the shift as (t + c) >> 1: t registered ((prod << 35) >> sh_a: prod >> (sc - 1) with c = 1 to round, or
             # 2 prod, or 2 (prod << left) with c = 0), the rounding add after the register, in front of the saturation (the
             # shift and the add in one cycle measured 8.3 levels)
-            t = Signal(signed(pw + 33 + 2), name=f"eshift{k}")
-            c = Signal(name=f"eround{k}")
-            m.d.sync += [t.eq(_embed_shift(m, prod, sha, g.lut_primitive, f"esh{k}")),
-                         c.eq(~neg & (sc != 0))]
-            xs.append(_round_sat32(m, t, c, k))
+            # (round 32: t's low 33 bits only, the ones the sum reads; the overflow and the sign registered beside them)
+            t = Signal(33, name=f"eshift{k}")
+            c, ovf, sign = Signal(name=f"eround{k}"), Signal(name=f"eovf{k}"), Signal(name=f"esign{k}")
+            d = Cat(prod[pw - 1], prod[:pw - 1] ^ prod[pw - 1].replicate(pw - 1))
+            m.d.sync += [t.eq(_embed_shift(m, prod, sha, g.lut_primitive, f"esh{k}", out_bits=33)),
+                         c.eq(~neg & (sc != 0)), ovf.eq((d & omask).any()), sign.eq(prod[pw - 1])]
+            xs.append(_round_sat32(m, t, c, ovf, sign, k))
         wv = Signal()
         waddr = Signal(g.spad_bits)
         wdata = Signal(g.beat_bits)
@@ -794,29 +804,27 @@ class EmbedMover(Mover):
 
 
 
-def _embed_shift(m, prod: Value, sha: Value, primitive: bool, name: str) -> Value:
-    """EMBED's ``(prod << 35) >> sha`` (arithmetic, ``prod`` signed).  ``primitive`` (round 29): as radix-4 layers
-    of LUT6 4:1 choices (``mcf.hw.lut.shr_layers``, sha's bits two at a time, the low ones first), a bit whose four
-    choices are one and the same (the zeros below prod << 35, its sign past the top) passed on, not instantiated: 23 + 35 + 55 LUT6
-    a lane of 56 bits where ABC9 mapped the shift at ~138; else Amaranth's shift."""
+def _embed_shift(m, prod: Value, sha: Value, primitive: bool, name: str, out_bits: int | None = None) -> Value:
+    """EMBED's ``(prod << 35) >> sha`` (arithmetic, ``prod`` signed), or its low ``out_bits`` bits (round 32: 33, the
+    ones the rounding sum reads; unsigned then).  ``primitive`` (round 29): as radix-4 layers of LUT6 4:1 choices
+    (``mcf.hw.lut.shr_layers``, sha's bits two at a time, the low ones first), a bit whose four choices are one and the
+    same (the zeros below prod << 35, its sign past the top) passed on, not instantiated: 23 + 35 + 55 LUT6 a lane of
+    56 bits (23 + 35 + 33 of 33 bits) where ABC9 mapped the shift at ~138; else Amaranth's shift."""
     if not primitive:
-        return prod.shift_left(35) >> sha
-    return shr_layers(m, prod, 35, sha, 0, name).as_signed()
+        full = prod.shift_left(35) >> sha
+        return full if out_bits is None else full[:out_bits]
+    out = shr_layers(m, prod, 35, sha, 0, name, out_bits=out_bits)
+    return out.as_signed() if out_bits is None else out
 
 
-def _round_sat32(m, t: Value, c: Value, k: int) -> Signal:
-    """Golden ``sat((t + c) >> 1, 32)`` of a signed ``t`` (wider than 33 bits) and a bit ``c``, with the
-    clamp decided beside the add, not behind it (round 22: the add's carry into the top bits, then their
-    OR / AND, then the choice was 8.62 levels from ``eshift`` to EMBED's ``wdata``).  The sum's bits from
-    32 up are t's (``hi``) plus the low half's carry ``cy`` = c & t[:32] all ones: they are all zeros or
-    all ones (no clamp) when hi is 0 without the carry, -1 with or without it, or -2 with it; a clamp
-    takes t's sign (the sum's).  The kept value is bits 1 .. 32 of t[:33] + c (comb, signed 32)."""
-    hi = t[32:]
-    cy = c & t[:32].all()
-    keep = (~hi.any() & ~cy) | hi.all() | (~hi[0] & hi[1:].all() & cy)
-    sign = t[-1]
+def _round_sat32(m, t: Value, c: Value, ovf: Value, sign: Value, k: int) -> Signal:
+    """Golden ``sat((t + c) >> 1, 32)``: bits 1 .. 32 of t[:33] + c, or (``ovf``) the bound of ``sign`` (comb, signed 32).
+    (round 32: the overflow known beside t -- only a left shift's, whose ``c`` is 0 -- so the bound is the sum's
+    operand, not a choice behind the sum: with c = 0 the sum is its operand.  One LUT a bit in front of the add's
+    carry chain; round 22's clamp from t's top bits and the sum's carry, ~55 LUT a lane with its choice, gone)"""
+    bound = Cat(Const(0, 1), (~sign).replicate(31), sign)
     out = Signal(signed(32), name=f"eround_out{k}")
-    m.d.comb += out.eq(Mux(keep, (t[:33] + c)[1:33], Cat((~sign).replicate(31), sign)))
+    m.d.comb += out.eq((Mux(ovf, bound, t[:33]) + c)[1:33])
     return out
 
 

@@ -11,16 +11,16 @@ from mcf.spec.fixed import W_BITS
 PW = W_BITS + 17                    # EMBED's product bits (``EmbedMover``)
 
 
-@pytest.mark.parametrize("sha_bits", [6, 5])
-def test_embed_shift_lut6_equals_the_plain_build(tmp_path, sha_bits):
+@pytest.mark.parametrize("sha_bits, out_bits", [(6, None), (5, None), (6, 33)])
+def test_embed_shift_lut6_equals_the_plain_build(tmp_path, sha_bits, out_bits):
     """EMBED's ``(prod << 35) >> sha``: random prod and sha (all of sha's values, past its clamp 1 .. 56 too; an odd
-    count of sha's bits: a last 2:1 layer)."""
+    count of sha's bits: a last 2:1 layer); (round 32) its low 33 bits only, the node's build."""
     from tests.hw.test_lut import _Pair, _run
 
     def build(m, stim, primitive):
         prod, sha = stim[:PW].as_signed(), stim[PW:PW + sha_bits]
-        out = _embed_shift(m, prod, sha, primitive, "p" if primitive else "q")
-        return out, out[40]
+        out = _embed_shift(m, prod, sha, primitive, "p" if primitive else "q", out_bits=out_bits)
+        return out, out[40 if out_bits is None else 30]
     bad, fires = _run(tmp_path, _Pair(PW + sha_bits, build))
     assert bad == 0 and fires > 0
 
