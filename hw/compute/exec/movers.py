@@ -49,7 +49,7 @@ from mcf.hw.compute.matrix import WIDE_BITS, MatrixUnit, PvReorder, TileReorder,
 from mcf.hw.compute.vector import VectorUnit
 from mcf.hw.fifo import ReadyFIFO, TwoRegisterFIFO
 from mcf.hw.layouts import DmaDescriptorLayout, amaranth_enum, struct_layout
-from mcf.hw.lut import mux4, shr_layers
+from mcf.hw.lut import mux4, muxf, shr_layers
 from mcf.spec import isa
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, W_BITS, X_FRAC
 from mcf.spec.kv import KV_ALIGN
@@ -1530,7 +1530,10 @@ class GemmMover(Mover):
             part = Signal(range(r))
             pieces = Array(o_data[x * VL * 32:(x + 1) * VL * 32] for x in range(r))
             piece = Signal(VL * 32)
-            m.d.comb += [piece.eq(pieces[part]), wr.addr.eq(orow + Cat(part, ot_w)), wr.data.eq(piece),
+            # (round 32) the node's r = 8 pieces: two 4:1 LUT6 under a MUXF7 a bit (``muxf``), not ABC9's ~3 LUT
+            pick_piece = (muxf(m, part, [o_data[x * VL * 32:(x + 1) * VL * 32] for x in range(r)], True, "o_piece")
+                          if g.lut_primitive and r in (8, 16, 32) else pieces[part])
+            m.d.comb += [piece.eq(pick_piece), wr.addr.eq(orow + Cat(part, ot_w)), wr.data.eq(piece),
                          wr.lanes.eq(Mux(o_valid, (1 << VL) - 1, 0)), o_take.eq(o_valid & (part == r - 1)),
                          self.qk_key.eq((ot << p_log2) | (part << vl_log2)), self.qk_data.eq(piece),
                          self.qk_n.eq(VL)]
