@@ -2326,13 +2326,17 @@ class AttnMover(Mover):
 
         # ROWS: token t's rows (t heads .. t heads + heads - 1) at position qpos0 + t, a token a cycle
         rt, rlo = Signal(range(R + 1)), Signal(range(R + 1))
+        # (round 32: rt == tok_m1 as a register, ``rt_last``, like ``w_last`` below: its compare was one of the
+        # state register's 9.0 levels once abc9 remapped the glue)
+        rt_last = Signal()
+        tok_m2 = stage(m, tok_m1 - 1, "tok_m2", 10)                                       # stage 2
         with m.If(state == S.CHECK):
-            m.d.sync += [rt.eq(0), rlo.eq(0)]
+            m.d.sync += [rt.eq(0), rlo.eq(0), rt_last.eq(tok_m1 == 0)]
         with m.If(state == S.ROWS):
             m.d.comb += [au.pw.en.eq(1), au.pw.lo.eq(rlo), au.pw.hi.eq(rlo + q_ins.heads),
                          au.pw.pos.eq(q_ins.qpos0 + rt)]
-            m.d.sync += [rt.eq(rt + 1), rlo.eq(rlo + q_ins.heads)]
-            with m.If(rt == tok_m1):
+            m.d.sync += [rt.eq(rt + 1), rlo.eq(rlo + q_ins.heads), rt_last.eq(rt == tok_m2)]
+            with m.If(rt_last):
                 m.d.sync += state.eq(S.FINISH)
 
         # MREF / STATE: words, VL per beat, -> state word (row, word)
