@@ -836,10 +836,13 @@ class Node(wiring.Component):
                 f"ex_{name}", read=sig.read, write=sig.write, id_width=sig.id_width,
                 port=self.hp_of[exec_master(name)] - (0 if weight else W), addr_width=sig.addr_width))
         # (round 31b: every client's bursts are of the bus's width, ``full_width``)
+        # (round 33: the window checks on LUT6_2 / CARRY4 instances with ``dsp_primitives``)
+        prim = bool(config.dsp_primitives)
         self.ic = AxiInterconnect(clients, config.hp_ports - W, config.ddr_addr_bits, config.data_width,
-                                  full_width=True)
+                                  full_width=True, primitive=prim)
         self.wic = (DomainRenamer({"sync": "axi"})(AxiInterconnect(weight_clients, W, config.ddr_addr_bits,
-                                                                     config.data_width, full_width=True))
+                                                                     config.data_width, full_width=True,
+                                                                     primitive=prim))
                     if W else None)
         id_width = max(self.ic.port_id_width + (self.wic.port_id_width if W else []))
         axis = AXIStreamSignature(config.data_width)

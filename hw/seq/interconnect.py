@@ -32,6 +32,7 @@ from amaranth.lib.wiring import In, Out
 from mcf.hw.axi.full import AXI4Signature
 from mcf.hw.axi.lite import Resp
 from mcf.hw.fifo import PrefetchFIFO
+from mcf.hw.lut import add3, greater
 from mcf.spec.regmap import DMA_ADDR_BITS
 
 
@@ -73,6 +74,33 @@ def _rr_pick(m: Module, requests: list, last) -> tuple[Signal, Signal]:
     return anyreq, pick
 
 
+def window_ok(m: Module, addr, last_byte, base, end, primitive: bool = False, name: str = "win"):
+    """Whether a burst's bytes ``addr`` .. ``addr + last_byte`` lie in the window ``base`` .. ``end - 1``
+    (all unsigned): ``addr >= base`` and ``addr + last_byte < end``, a Signal ``name``.  Plain: ``addr >= base``
+    and ``last_byte < end - addr`` (a subtraction, then a compare: two carry chains beside the first compare).
+    ``primitive`` (round 33): ``addr >= base`` as ``mcf.hw.lut.greater`` (half a LUT a bit) and the sign of
+    ``addr + last_byte + ~end + 1`` as one ``add3`` (a LUT6_2 and the carry chain a bit): ~1.5 LUT a bit of the
+    address where Yosys's form took ~3 (``wic.p#_ar_ok`` 113 LUT a port)."""
+    ok = Signal(name=name)
+    if not primitive:
+        w = max(len(addr), len(end), len(last_byte)) + 2
+        room = Signal(signed(w), name=f"{name}_room")
+        m.d.comb += [room.eq(end - addr), ok.eq((addr >= base) & (last_byte < room))]
+        return ok
+    wc = max(len(addr), len(base))
+    ua, ub = Signal(wc, name=f"{name}_a"), Signal(wc, name=f"{name}_b")
+    m.d.comb += [ua.eq(addr), ub.eq(base)]
+    below = greater(m, ub, ua, f"{name}_lo", primitive=True)           # base > addr
+    # addr + last_byte - end in n bits (two's complement: ~end + 1; |the difference| < 2^(n - 1))
+    n = max(len(addr), len(end), len(last_byte)) + 2
+    wend = Signal(n, name=f"{name}_end")            # (widened first: ~ of the narrower word is not -end - 1)
+    m.d.comb += wend.eq(end)
+    nend = ~wend
+    diff = add3(m, addr.as_unsigned(), last_byte.as_unsigned(), nend, signed(n), f"{name}_d", primitive=True, cin=1)
+    m.d.comb += ok.eq(~below & diff[n - 1])
+    return ok
+
+
 class AxiInterconnect(wiring.Component):
     """``clients``: list of ``Client``; ``hp_ports``: AXI4 masters to the DDR
     (``m_axi[p]``); ``max_writes``: write bursts in flight per port.
@@ -88,7 +116,7 @@ class AxiInterconnect(wiring.Component):
     BYTES_LATENCY = 2
 
     def __init__(self, clients: list[Client], hp_ports: int = 1, addr_width: int = 40,
-                 data_width: int = 128, max_writes: int = 8, full_width: bool = False):
+                 data_width: int = 128, max_writes: int = 8, full_width: bool = False, primitive: bool = False):
         if not clients:
             raise ValueError("an interconnect needs at least one client")
         names = [c.name for c in clients]
@@ -106,6 +134,9 @@ class AxiInterconnect(wiring.Component):
         #: AxSIZE lines are not read (issue 14: the check's shift of the length by the held size,
         #: ~30 LUT a channel)
         self.full_width = full_width
+        #: (round 33) the window check on LUT6_2 / CARRY4 instances (``window_ok``): the node's builds
+        #: with ``dsp_primitives``
+        self.primitive = bool(primitive)
         #: Addresses are held and checked at the widest client's width, issued at ``addr_width``.
         self.check_width = max([addr_width] + [c.addr_width or addr_width for c in clients])
         self.on_port = [[i for i, c in enumerate(clients) if c.port == p] for p in range(hp_ports)]
@@ -176,9 +207,11 @@ class AxiInterconnect(wiring.Component):
                     c = ports[k]
                     m.d.comb += getattr(c, f"{ch}ready").eq(1)
                     m.d.sync += [getattr(hold, f).eq(getattr(c, f"{ch}{f}")) for f in self._ADDR_FIELDS + ("id",)]
+        # (the check outside the ``If``: its signals' comb assignments would otherwise be gated by it, an AND a
+        # bit in front of the check -- round 33)
+        win = in_window(hold.addr, hold.len, self.bus_log2 if self.full_width else hold.size, ch)
         with m.If(held & ~checked):
-            m.d.sync += [checked.eq(1), ok.eq(in_window(hold.addr, hold.len, self.bus_log2 if self.full_width
-                                                        else hold.size))]
+            m.d.sync += [checked.eq(1), ok.eq(win)]
         fire = Signal(name=f"p{p}_{ch}_fire")
         m.d.comb += [getattr(hp, f"{ch}valid").eq(held & checked & ok & gate),
                      getattr(hp, f"{ch}id").eq(Cat(hold.id, hold.slot[:_bits(n)])),
@@ -209,7 +242,7 @@ class AxiInterconnect(wiring.Component):
         window_end = base + self.window_size
         m.d.sync += end.eq(Mux(window_end > (1 << self.addr_width), 1 << self.addr_width, window_end))
 
-        def in_window(addr, length, size):
+        def in_window(addr, length, size, ch):
             # the burst's bytes less one, ((len + 1) << size) - 1 = (len << size) | the size's low
             # ones, without an adder (issue 14: the HP port's ARLEN went through len + 1 into
             # the check, 8.1 levels)
@@ -218,12 +251,8 @@ class AxiInterconnect(wiring.Component):
                 m.d.comb += last_byte.eq(Cat(Const((1 << size) - 1, size), length))
             else:
                 m.d.comb += last_byte.eq((length << size) | Cat(*(size > i for i in range(7))))
-            # the room after ``addr`` beside the burst's bytes, then one compare: addr + bytes <=
-            # end is bytes <= end - addr, i.e. bytes - 1 < end - addr, without the sum in front
-            w = max(DMA_ADDR_BITS, self.addr_width, self.check_width) + 2
-            room = Signal(signed(w), name=f"p{p}_window_room")
-            m.d.comb += room.eq(end - addr)
-            return (addr >= base) & (last_byte < room)
+            # addr + bytes <= end, i.e. bytes - 1 < end - addr (``window_ok``), without the sum in front
+            return window_ok(m, addr, last_byte, base, end, self.primitive, f"p{p}_{ch}_win")
 
         oow, oow_client = Signal(name=f"p{p}_oow"), Signal(range(len(self.clients)), name=f"p{p}_oow_client")
         err, err_client = Signal(name=f"p{p}_err"), Signal(range(len(self.clients)), name=f"p{p}_err_client")

@@ -140,3 +140,28 @@ def test_firewall_and_routing(full_width):
     sim.add_testbench(bench)
     sim.run_until(2e-5)          # (bounded: a hang fails the checks below)
     assert log.get("finished") and len(log["oow"]) == 4, log
+
+
+@pytest.mark.parametrize("aw,ew,bw", [(40, 49, 48), (12, 14, 12)])
+def test_window_ok_primitive_equals_the_plain_check(tmp_path, aw, ew, bw):
+    """Round 33: the window check on ``greater`` + ``add3`` instances (the node's build) equals the plain
+    ``addr >= base and last_byte < end - addr`` in Icarus (hw/lut6.v's models), every cycle: random words, and
+    (3 in 4 cycles) ``base`` and ``end`` a small signed step from ``addr`` / ``addr + last_byte`` -- the
+    bounds' hard cases: equal, one below, one above."""
+    import shutil
+    if shutil.which("iverilog") is None:
+        pytest.skip("needs Icarus Verilog")
+    from amaranth import Mux, Signal
+    from mcf.hw.seq.interconnect import window_ok
+    from tests.hw.test_lut import _Pair, _run
+    lw = 15
+
+    def build(m, stim, primitive):
+        mode, d1, d2 = stim[0:2], stim[2:5].as_signed(), stim[5:8].as_signed()
+        addr, last = stim[8:8 + aw], stim[8 + aw:8 + aw + lw]
+        rb, re = stim[8 + aw + lw:8 + aw + lw + bw], stim[8 + aw + lw + bw:8 + aw + lw + bw + ew]
+        base, end = Signal(bw, name="b" + "pq"[primitive]), Signal(ew, name="e" + "pq"[primitive])
+        m.d.comb += [base.eq(Mux(mode == 0, rb, addr + d1)), end.eq(Mux(mode == 0, re, addr + last + 1 + d2))]
+        return window_ok(m, addr, last, base, end, primitive, "w" + "pq"[primitive]), stim[0] | stim[1]
+    bad, fires = _run(tmp_path, _Pair(8 + aw + lw + bw + ew, build))
+    assert bad == 0 and fires > 0
