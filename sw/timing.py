@@ -41,6 +41,9 @@ BUDGET_LEVELS = int((1e9 / PL_CLOCK_HZ - OVERHEAD_NS) / LEVEL_NS)
 BRAM_START_LEVELS = 3.0
 #: A DSP48E2's multiplier (or its ALU + output) without the pipeline register between them.
 DSP_HALF_LEVELS = 3.0
+#: Its pre-adder (AD = A + D, 27 bits) without the AD register, in front of the multiplier (round 33: the
+#: matrix unit's accumulator slices): half the multiplier's count.
+DSP_PREADD_LEVELS = DSP_HALF_LEVELS / 2
 #: Each further CARRY4 of a ripple (CI -> CO): 4 bits of carry.
 CARRY4_HOP = 1 / 16
 MUXF_LEVELS = 0.25
@@ -323,9 +326,12 @@ def _dsp(g: _Graph, cname: str, cell: dict, pins, ins, outs) -> None:
     control = [p for p in ins if p not in product and p not in alu]
     # Levels from each input pin to the P register (or to the P pins if there is none).
     to_p = {}
+    # (an unregistered pre-adder: the A / D pins that are not registered go through it too)
+    pre = (str(params.get("AMULTSEL", "")).strip().strip('"').strip().upper() == "AD" and _param(params, "ADREG", 1) == 0)
     for p in product:
         registered = reg_of.get(p[0], 0) >= 1
-        to_p[p] = 0.0 if registered else (DSP_HALF_LEVELS if mreg else 2 * DSP_HALF_LEVELS)
+        to_p[p] = 0.0 if registered else ((DSP_HALF_LEVELS if mreg else 2 * DSP_HALF_LEVELS)
+                                          + (DSP_PREADD_LEVELS if pre and p in ("A", "D") else 0.0))
     for p in alu:
         to_p[p] = 0.0 if (p == "C" and reg_of["C"]) else DSP_HALF_LEVELS / 2
     p_out = [p for p in outs if p in ("P", "PCOUT", "CARRYOUT", "CARRYCASCOUT", "MULTSIGNOUT",

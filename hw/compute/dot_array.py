@@ -115,7 +115,7 @@ class DotArray(wiring.Component):
     """``rows`` x ``lanes`` INT4 x 16-bit products summed per row; see the module docstring."""
 
     def __init__(self, rows: int, lanes: int, packed: bool = True, primitive: bool = False,
-                 w_early: bool = False, w_hold: bool = False, joined: bool = False):
+                 w_early: bool = False, w_hold: bool = False, joined: bool = False, split: bool = False):
         if rows < 1 or lanes < 1:
             raise ValueError(f"rows={rows}, lanes={lanes}: must be >= 1")
         if packed and rows % 2:
@@ -140,9 +140,16 @@ class DotArray(wiring.Component):
         self.span = self.chain * (2 if self.joined else 1)
         #: field sums per row (the terms of the fabric's adder tree)
         self.chains = -(-lanes // self.span)
+        #: (round 33) a row's last field sum leaves beside the others' sum, on ``dots_b``: the consumer adds
+        #: the two (the matrix unit: its accumulator slice's pre-adder, AD = A + D), not a fabric adder here
+        self.split = bool(split)
+        if self.split and not (self.primitive and self.chains >= 2):
+            raise ValueError(f"split: needs DSP48E2 instances (primitive) and two field sums a row or more "
+                             f"(lanes={lanes})")
         #: what the low rows' (even rows') dots lack when ``joined``: 1, their consumer's carry in
-        #: (the module docstring, "Joined chains"); 0 otherwise.  The high rows' are exact.
-        self.lo_carry = int(self.joined)
+        #: (the module docstring, "Joined chains"), 2 with ``split`` (``dots + dots_b``: the tree's carries
+        #: in are one adder's fewer); 0 otherwise.  The high rows' are exact.
+        self.lo_carry = (2 if self.split else 1) if self.joined else 0
         self.dot_width = MANT_BITS + W_BITS + ceil_log2(lanes)
         #: enabled cycles from ``a`` (and ``w``, or one more from ``w`` when ``w_early``) to
         #: ``dots``: the last lane's skew (chain - 1, one more for a joined pair's second chain),
@@ -154,6 +161,8 @@ class DotArray(wiring.Component):
             **({"w_load": In(1)} if self.w_hold else {}),
             "a": In(lanes * MANT_BITS),
             "dots": Out(data.ArrayLayout(signed(self.dot_width), rows)),
+            # (``split``: a row's dot is dots + dots_b)
+            **({"dots_b": Out(data.ArrayLayout(signed(self.dot_width), rows))} if self.split else {}),
         })
 
     @property
@@ -266,13 +275,19 @@ class DotArray(wiring.Component):
             # instances (round 30) three terms an adder, ``mcf.hw.lut.add3``: a row of 4 chains two adders
             # at one LUT a bit, not three).
             for i, (r, terms) in enumerate(zip(rows, fields)):
+                if self.split:          # (round 33) the last field sum leaves as it is, on ``dots_b``
+                    with m.If(en):
+                        m.d.sync += self.dots_b[r].eq(terms[-1])
+                    terms = terms[:-1]
                 # (joined: the low row's adders each carry one in, chains - 1 of the chains' ones)
                 total = add_tree(m, terms, f"rsum{r}", self.dot_width, carry=J and i == 0, primitive=self.primitive)
                 if i == 0 and uoffset:
                     # sum of the chains' P'[21:0] = lo + chains 2^21 = lo + 2^(top) in [0, 2^(top + 1)):
                     # lo is that with its top bit inverted (read as signed)
+                    # (``split``: the others' sum, in [0, 2^(top + 1)) as well, less 2^top: dots + dots_b = lo)
                     top = PACK_SHIFT - 1 + ceil_log2(self.chains)
-                    total = Cat(total[:top], ~total[top]).as_signed()
+                    t = Cat(total.as_unsigned(), Const(0, max(top + 1 - len(total), 0)))
+                    total = Cat(t[:top], ~t[top]).as_signed()
                 with m.If(en):
                     m.d.sync += self.dots[r].eq(total)
         return m

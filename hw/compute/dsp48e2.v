@@ -8,11 +8,12 @@
 //   RSTP), BMULTSEL = "B", USE_MULT = "MULTIPLY", USE_SIMD = "ONE48", the C port unregistered (CREG = 0),
 //   INMODEREG = OPMODEREG = 0 or 1 (the inputs are constants), ALUMODE = 4'b0000, CARRYIN = 0, and
 //   either AMULTSEL = "A", INMODE = 5'b00000 (the multiplier takes A2), or AMULTSEL = "AD",
-//   DREG = ADREG = 1 (CED, CEAD, RSTD), INMODE = 5'b00100 (the pre-adder: AD <= D + A2);
+//   DREG = 1 (CED, RSTD), INMODE = 5'b00100 (the pre-adder: D + A2, or D + A when AREG = 0), ADREG = 1
+//   (its register AD, CEAD) or 0 (the sum straight into the multiplier);
 //   OPMODE with W = 00 (0), 10 (RND) or 11 (C), X = Y = 01 (the multiplier's two partial products: M),
 //   Z = 000 (0), 001 (PCIN), 010 (P: the accumulator's feedback) or 011 (C).
 // Arithmetic (UG579, "ALUMODE 0000: Z + W + X + Y + CIN"):
-//   M = A2[26:0] or AD (signed 27 bits) x B2 (signed, 18 bits)         45 bits, sign-extended to 48
+//   M = A2[26:0] or AD (or D + A2 unregistered) (signed 27 bits) x B2 (signed, 18 bits)   45 bits, sign-extended to 48
 //   (A / B for AREG / BREG = 0; MREG = 1: M the register of that product, on CEM)
 //   P <= Z + W + M  (mod 2^48)                   PCOUT = P (the dedicated cascade to the next PCIN)
 module DSP48E2 #(
@@ -64,7 +65,8 @@ module DSP48E2 #(
     reg [47:0] p = 48'd0;
     reg [47:0] mr = 48'd0;
     wire pre = AMULTSEL == "AD";
-    wire [26:0] am = pre ? ad : (AREG ? a2[26:0] : A[26:0]);
+    wire [26:0] aa = AREG ? a2[26:0] : A[26:0];
+    wire [26:0] am = pre ? (ADREG ? ad : d + aa) : aa;
     wire [17:0] bm = BREG ? b2 : B;
     wire signed [47:0] mu = $signed(am) * $signed(bm);
     wire [47:0] m = MREG ? mr : mu;
@@ -76,7 +78,7 @@ module DSP48E2 #(
         if (AREG > 1 || BREG > 1 || MREG > 1 || PREG != 1 || CREG != 0 || A_INPUT != "DIRECT"
                 || B_INPUT != "DIRECT" || (AMULTSEL != "A" && AMULTSEL != "AD") || BMULTSEL != "B"
                 || USE_MULT != "MULTIPLY" || USE_SIMD != "ONE48" || INMODEREG > 1 || OPMODEREG > 1
-                || (AMULTSEL == "AD" && (DREG != 1 || ADREG != 1))) begin
+                || (AMULTSEL == "AD" && (DREG != 1 || ADREG > 1))) begin
             $display("DSP48E2 model: unsupported configuration (hw/compute/dsp48e2.v)");
             $finish;
         end
@@ -93,7 +95,7 @@ module DSP48E2 #(
         if (RSTB) b2 <= 18'd0; else if (CEB2) b2 <= B;
         if (pre) begin
             if (RSTD) d <= 27'd0; else if (CED) d <= D;
-            if (CEAD) ad <= d + a2[26:0];
+            if (CEAD) ad <= d + aa;
         end
         if (RSTM) mr <= 48'd0; else if (CEM) mr <= mu;
         if (RSTP) p <= 48'd0; else if (CEP) p <= z + w + m;

@@ -320,8 +320,15 @@ class MatrixUnit(wiring.Component):
         # ``w_hold``: the array keeps the beat for its other tokens, see ``take_w``.)
         # (On DSP48E2 instances the chains are joined in pairs where the lanes allow it: half the
         # fabric's adders after the array; its low rows' dots then lack one, added at stage 3.)
+        # (round 33: on instances, with the accumulator on its slice (``in_dsp``, stage 4), a row's last field
+        # sum leaves the array beside the others' sum (``DotArray.split``) and the slice's pre-adder adds the
+        # two (AD = A + D, its D register the stage-3 register of the second): one fabric adder a row fewer)
+        joined = self.primitive and K % (2 * CHAIN) == 0
+        PWD = self.partial_width + SCALE_BITS + 1
+        in_dsp = PWD <= DSP_P_BITS - 2 and (not self.primitive or self.partial_width <= 27)
+        split = joined and K // (2 * CHAIN) >= 2 and in_dsp and self.packed and self.dot_width + 1 <= 27
         m.submodules.dot = dot = DotArray(P, K, packed=self.packed, primitive=self.primitive, w_early=True,
-                                          w_hold=True, joined=self.primitive and K % (2 * CHAIN) == 0)
+                                          w_hold=True, joined=joined, split=split)
         # The scale queue takes the stream's beats ahead of their issues, whenever it has room
         # (``scale.ready`` a register, two places kept free for the write of the cycle it is decided
         # in); ``s_have`` (a register): a beat in it that no issue has claimed yet.  The issue that
@@ -517,8 +524,6 @@ class MatrixUnit(wiring.Component):
         # (bits 48 and up in general: C's top bits plus one when the add wraps up, minus one when down.)
         # Where the slice does not fit (a product of more than 46 bits, or a partial wider than the
         # multiplier's 27-bit operand), the fabric's read-modify-write of the file (``token_file``).
-        PWD = self.partial_width + SCALE_BITS + 1
-        in_dsp = PWD <= DSP_P_BITS - 2 and (not self.primitive or self.partial_width <= 27)
         s5 = Signal(ctl)
         if not in_dsp:
             acc5 = [Signal(signed(AW), name=f"accout{p}") for p in range(P)]
@@ -556,20 +561,28 @@ class MatrixUnit(wiring.Component):
                 if self.primitive:
                     a30, b18 = Signal(signed(30), name=f"acc_a{p}"), Signal(signed(18), name=f"acc_b{p}")
                     m.d.comb += [a30.eq(ps3[p]), b18.eq(factors[p])]
+                    # (``split``: the multiplier's operand is AD = A + D, D the array's second sum of the row
+                    # through the slice's D register (stage 3, on ``adv``), the pre-adder not registered)
+                    pre = {}
+                    if split:
+                        d27 = Signal(signed(27), name=f"acc_d{p}")
+                        m.d.comb += d27.eq(dot.dots_b[p])
+                        pre = dict(p_AMULTSEL="AD", p_DREG=1, p_ADREG=0, i_D=d27, i_CED=adv, i_INMODE=Const(0b00100, 5))
                     m.submodules[f"acc_dsp{p}"] = Instance(
                         "DSP48E2",
                         p_AREG=0, p_BREG=0, p_MREG=1, p_PREG=1, p_CREG=0, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
-                        p_AMULTSEL="A", p_BMULTSEL="B", p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48",
+                        p_BMULTSEL="B", p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48",
                         p_INMODEREG=0, p_OPMODEREG=0,
-                        i_CLK=ClockSignal(), i_A=a30, i_B=b18, i_C=cword, i_D=Const(0, 27),
+                        i_CLK=ClockSignal(), i_A=a30, i_B=b18, i_C=cword,
                         i_PCIN=Const(0, DSP_P_BITS),
                         # W = 0, Z = 0 / P / C, Y = X = M; ALUMODE 0000: P = Z + W + X + Y + CIN
                         i_OPMODE=Cat(Const(0b0101, 4), z_c, z_nz, Const(0, 3)),
-                        i_ALUMODE=Const(0, 4), i_INMODE=Const(0, 5), i_CARRYIN=Const(0, 1),
-                        i_CEA2=Const(0, 1), i_CEB2=Const(0, 1), i_CED=Const(0, 1), i_CEAD=Const(0, 1),
+                        i_ALUMODE=Const(0, 4), i_CARRYIN=Const(0, 1),
+                        i_CEA2=Const(0, 1), i_CEB2=Const(0, 1), i_CEAD=Const(0, 1),
                         i_CEM=adv, i_CEP=adv, i_RSTA=Const(0, 1), i_RSTB=Const(0, 1), i_RSTD=Const(0, 1),
                         i_RSTM=Const(0, 1), i_RSTP=Const(0, 1), o_P=pr,
-                        o_PCOUT=Signal(DSP_P_BITS, name=f"acc_pcout{p}"))    # (unused: every pin connected)
+                        o_PCOUT=Signal(DSP_P_BITS, name=f"acc_pcout{p}"),    # (unused: every pin connected)
+                        **(pre or dict(p_AMULTSEL="A", i_D=Const(0, 27), i_CED=Const(0, 1), i_INMODE=Const(0, 5))))
                 else:               # the same registers in the fabric (what the instance does)
                     mr = Signal(signed(self.partial_width + SCALE_BITS + 1), name=f"prod{p}")
                     with m.If(adv):

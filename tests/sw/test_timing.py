@@ -57,6 +57,23 @@ def test_block_ram_without_output_register_starts_late():
     assert analyze(module(bram(1))).max_levels == 1
 
 
+def test_dsp_input_through_an_unregistered_pre_adder_costs_more():
+    """Round 33: a DSP48E2's A pin, not registered, into the multiplier (M register): the multiplier's half
+    (DSP_HALF_LEVELS); through the pre-adder without its AD register (AMULTSEL "AD", ADREG 0) half as much
+    again (DSP_PREADD_LEVELS); a registered D pin ends at its register."""
+    def dsp(**params):
+        return {"ff": cell("FDRE", {"C": [2], "D": [3], "Q": [10]}),
+                "lut": cell("LUT1", {"I0": [10], "O": [11]}),
+                "dsp": cell("DSP48E2", {"CLK": [2], "A": [11], "D": [12], "P": [20]},
+                            {"CLK": "input", "A": "input", "D": "input", "P": "output"},
+                            AREG=0, DREG=1, MREG=1, PREG=1, **params),
+                "ffd": cell("FDRE", {"C": [2], "D": [4], "Q": [12]})}
+    plain = analyze(module(dsp(AMULTSEL="A", ADREG=1))).max_levels
+    assert plain == pytest.approx(1 + timing.DSP_HALF_LEVELS)
+    assert analyze(module(dsp(AMULTSEL="AD", ADREG=1))).max_levels == pytest.approx(plain)
+    assert analyze(module(dsp(AMULTSEL="AD", ADREG=0))).max_levels == pytest.approx(plain + timing.DSP_PREADD_LEVELS)
+
+
 def test_ports_are_start_and_end_points():
     cells = {"lut": cell("LUT2", {"I0": [3], "I1": [4], "O": [6]})}
     ports = {"x": {"direction": "input", "bits": [3, 4]}, "y": {"direction": "output", "bits": [6]}}

@@ -235,29 +235,38 @@ async def run_dots_model(dut):
             fed, enabled = fed + 1, enabled + 1
             if enabled >= latency + early:
                 i = enabled - latency - early
-                word = int(dut.dots.value)
                 width = (len(dut.dots) // rows)
-                got = [((word >> (r * width)) & ((1 << width) - 1)) for r in range(rows)]
-                got = [g - (1 << width) if g >> (width - 1) else g for g in got]
+
+                def words(port):
+                    word = int(port.value)
+                    got = [((word >> (r * width)) & ((1 << width) - 1)) for r in range(rows)]
+                    return [g - (1 << width) if g >> (width - 1) else g for g in got]
+                got = words(dut.dots)
+                if p["split"]:              # (round 33) a row's dot is dots + dots_b
+                    got = [x + y for x, y in zip(got, words(dut.dots_b))]
                 assert got == expect[i], f"item {i}: q={items[i][0].tolist()} a={items[i][1].tolist()}"
         await FallingEdge(dut.clk)
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("early,hold,lanes,joined", [(0, 0, 8, 0), (1, 0, 8, 0), (1, 1, 8, 0), (1, 1, 16, 1),
-                                                    (0, 0, 24, 1)])
-def test_dots_on_dsp48e2_model(build_dir, early, hold, lanes, joined):
+@pytest.mark.parametrize("early,hold,lanes,joined,split", [(0, 0, 8, 0, 0), (1, 0, 8, 0, 0), (1, 1, 8, 0, 0),
+                                                          (1, 1, 16, 1, 0), (0, 0, 24, 1, 0), (1, 1, 32, 1, 1),
+                                                          (1, 1, 16, 1, 1), (0, 0, 24, 1, 1), (1, 0, 16, 0, 1)])
+def test_dots_on_dsp48e2_model(build_dir, early, hold, lanes, joined, split):
     """``primitive=True``: the same exhaustive vectors through DSP48E2 instances (the model
     hw/compute/dsp48e2.v, Icarus) equal the exact sums; ``w_early``: the packing on the slices'
     pre-adders, the weights a cycle before their activations; ``w_hold``: the slices' A2 / D / AD
     and the skew's registers hold a loaded beat (clock-enabled by the load), ``w`` random bits
     between loads.  ``joined``: chains in pairs (the first's P into the second's last slice, its C
     port), 8-lane fields (the all-extreme vectors reach the pair's corner, 2^21), two and three
-    pairs a row (the low fields summed unsigned, and signed); the low rows' dots one short."""
-    dut = DotArray(4, lanes, primitive=True, w_early=bool(early), w_hold=bool(hold), joined=bool(joined))
+    pairs a row (the low fields summed unsigned, and signed); the low rows' dots one short.  ``split``
+    (round 33, the node's matrix): a row's last field sum on ``dots_b``, dots + dots_b the row's dot (two
+    short with ``joined``): four, two and three pairs a row, and unjoined chains."""
+    dut = DotArray(4, lanes, primitive=True, w_early=bool(early), w_hold=bool(hold), joined=bool(joined),
+                   split=bool(split))
     build_dir.mkdir(parents=True)
     src = build_dir / "dut.v"
     src.write_text(with_models(verilog.convert(dut, name="dut")))
     run_cocotb(src, __name__, build_dir, testcase="run_dots_model",
                params={"rows": 4, "lanes": lanes, "latency": dut.latency, "seed": 5, "stride": 2, "early": early,
-                       "hold": hold, "lo_carry": dut.lo_carry})
+                       "hold": hold, "lo_carry": dut.lo_carry, "split": split})
