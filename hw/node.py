@@ -479,6 +479,8 @@ class RxEngine(wiring.Component):
                      self.credit_inc.amount.eq(hm.seq)]
         ctl_ok = ~bad & is_control & ~has_payload & (hm.length == 0)
         is_data, bad_control = Signal(), Signal()      # (DECIDE's header checks, registered in LOOKUP)
+        # (the payload's lines whatever the state, only the handshake in FORWARD: round 33, as the deserializer's)
+        m.d.comb += [self.o.tdata.eq(deser.o.tdata), self.o.tkeep.eq(deser.o.tkeep), self.o.tlast.eq(deser.o.tlast)]
         with m.FSM(name="packet") as fsm:
             with m.State("HEADER"):
                 m.d.comb += deser.meta.ready.eq(1)
@@ -578,8 +580,7 @@ class RxEngine(wiring.Component):
                     m.next = "FORWARD"
             with m.State("FORWARD"):
                 b = deser.o
-                m.d.comb += [self.o.tdata.eq(b.tdata), self.o.tkeep.eq(b.tkeep), self.o.tlast.eq(b.tlast),
-                             self.o.tvalid.eq(b.tvalid), b.tready.eq(self.o.tready)]
+                m.d.comb += [self.o.tvalid.eq(b.tvalid), b.tready.eq(self.o.tready)]
                 with m.If(b.tvalid & b.tready & b.tlast):
                     m.next = "HEADER"
             with m.State("DRAIN"):
