@@ -980,13 +980,13 @@ class Node(wiring.Component):
         # a register stage into the NIC (issue 14): its ingress decodes the beat from its port
         # (the deserializer's keep checks, ~8 LUT levels), so the mux and the serializer's
         # state must not be in front of it in the same cycle; +1 cycle a local packet, no bubble
-        m.submodules.local_reg = lreg = AxisRegister(cfg.data_width)
+        m.submodules.local_reg = lreg = AxisRegister(cfg.data_width, primitive=bool(cfg.dsp_primitives))
         wiring.connect(m, lmux.o, lreg.i)
         wiring.connect(m, lreg.o, nic.local_in)
         # and one out of it (issue 14): the writer's WREADY (behind the interconnect's W slot) went
         # through the RX engine and the header deserializer into the NIC's egress handshake, 12
         # levels joined; +1 cycle a received packet, no bubble
-        m.submodules.rx_reg = rreg = AxisRegister(cfg.data_width)
+        m.submodules.rx_reg = rreg = AxisRegister(cfg.data_width, primitive=bool(cfg.dsp_primitives))
         wiring.connect(m, nic.local_out, rreg.i)
         wiring.connect(m, rreg.o, rxe.i)
         for p in range(self.net_ports):

@@ -66,3 +66,25 @@ def test_register_stage():
     assert got == beats
     assert out_at[0] == taken_at[0] + 1
     assert out_at[:150] == [c + 1 for c in taken_at[:150]]     # ready always high: no bubble
+
+
+def test_skid_register_primitive_equals_the_plain_build(tmp_path):
+    """Round 33: ``skid_register(primitive=True)`` (the output register's choice two bits a LUT6_2, the node's
+    AXI-Stream register stages) against the plain build in Icarus (hw/lut6.v's model), every cycle: random
+    input valid and output ready (stalls fill the skid), random beats of an odd width (the last bit's plain
+    choice); its output beat, valid and input ready compared."""
+    import shutil
+    if shutil.which("iverilog") is None:
+        pytest.skip("needs Icarus Verilog")
+    from amaranth import Cat, Signal
+    from mcf.hw.axis import skid_register
+    from tests.hw.test_lut import _Pair, _run
+    w = 13
+
+    def build(m, stim, primitive):
+        tag = "p" if primitive else "q"
+        i_ready, o_valid, o_beat = Signal(name=f"ir{tag}"), Signal(name=f"ov{tag}"), Signal(w, name=f"ob{tag}")
+        skid_register(m, stim[0], i_ready, stim[2:2 + w], o_valid, stim[1], o_beat, f"s{tag}_", primitive)
+        return Cat(o_beat, o_valid, i_ready), o_valid & stim[1]
+    bad, fires = _run(tmp_path, _Pair(2 + w, build))
+    assert bad == 0 and fires > 0
