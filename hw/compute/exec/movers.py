@@ -725,10 +725,13 @@ class EmbedMover(Mover):
             m.d.sync += [cphase.eq(3), i.eq(0)]
         # (cphase is 0 outside ROWS -- set so in VERIFY, back to 0 with ROWS' last beat -- so phases 1 and 3 need no
         # decode of the state: round 22, it was in front of the read stream's ready, 9.0 levels to its FIFO)
+        # (round 33: the payloads whatever the phase, only the handshakes gated -- under the ``If`` they were zero
+        # outside it, an AND a bit in front of the unpackers' memory writes)
+        m.d.comb += [us.i.payload.eq(b.in0.payload), uq.i.payload.eq(b.in0.payload)]
         with m.If(cphase == 1):
-            m.d.comb += [us.i.valid.eq(b.in0.valid), us.i.payload.eq(b.in0.payload), b.in0.ready.eq(us.i.ready)]
+            m.d.comb += [us.i.valid.eq(b.in0.valid), b.in0.ready.eq(us.i.ready)]
         with m.If(cphase == 3):
-            m.d.comb += [uq.i.valid.eq(b.in0.valid), uq.i.payload.eq(b.in0.payload), b.in0.ready.eq(uq.i.ready)]
+            m.d.comb += [uq.i.valid.eq(b.in0.valid), b.in0.ready.eq(uq.i.ready)]
         m.d.comb += [us.o.ready.eq(cphase == 1), sw.en.eq(us.o.valid & us.o.ready), sw.addr.eq(gi),
                      sw.data.eq(us.o.payload)]
         with m.If(sw.en):
@@ -1944,10 +1947,12 @@ class SegmentReader(wiring.Component):
         with m.If((state == S.ARM_R) & ur.cmd.ready):
             m.d.comb += ur.cmd.valid.eq(1)
             m.d.sync += [state.eq(S.ROWS), in_r.eq(1), j.eq(0), j_last.eq(keys_1)]
+        # (round 33: the payloads whatever the phase, only the handshakes gated, as above)
+        m.d.comb += [us.i.payload.eq(self.i.payload), ur.i.payload.eq(self.i.payload)]
         with m.If(in_s):
-            m.d.comb += [us.i.valid.eq(self.i.valid), us.i.payload.eq(self.i.payload), self.i.ready.eq(us.i.ready)]
+            m.d.comb += [us.i.valid.eq(self.i.valid), self.i.ready.eq(us.i.ready)]
         with m.If(in_r):
-            m.d.comb += [ur.i.valid.eq(self.i.valid), ur.i.payload.eq(self.i.payload), self.i.ready.eq(ur.i.ready)]
+            m.d.comb += [ur.i.valid.eq(self.i.valid), self.i.ready.eq(ur.i.ready)]
         m.d.comb += [us.o.ready.eq(in_s), tw.en.eq(us.o.valid & us.o.ready), tw.addr.eq(j),
                      tw.data.eq(us.o.payload)]
         with m.If(tw.en):
