@@ -1016,7 +1016,7 @@ class Node(wiring.Component):
                     m.d.comb += (b.eq(a) if member.flow == Out else a.eq(b))
             aw_busy = aw_busy | skid_register(m, src.awvalid, src.awready, Cat(*(getattr(src, f) for f in aw)),
                                               dst.awvalid, dst.awready, Cat(*(getattr(dst, f) for f in aw)),
-                                              name=f"{name}_aw_")
+                                              name=f"{name}_aw_", primitive=bool(cfg.dsp_primitives))
         for p in range(cfg.hp_ports):
             src = wic.m_axi[p] if p < W else ic.m_axi[p - W]
             if len(src.arid) == len(self.hp(p).arid):
