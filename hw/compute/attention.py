@@ -100,7 +100,7 @@ from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_A_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import add_load, greater, mux4, pick, shr_layers
+from mcf.hw.lut import add_load, greater, mux2_pairs, mux4, pick, shr_layers
 from mcf.hw.layouts import amaranth_enum
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -1077,11 +1077,18 @@ class AttentionUnit(wiring.Component):
         # first level's picks and the second level (the picks are two LUT levels): as many stages as
         # before.  (Visibility, compare and pick in one stage were 8.125 levels: mx1p -> mxt0_#.)
         split = late and MW > 2
-        gt0 = []
+        pick0 = []
         if split:
-            gt0 = [stage(f"mx2g{i // 2}", greater(m, lvl[i][1], lvl[i + 1][1], f"mx1gt{i // 2}", self.primitive))
-                   for i in range(0, MW - 1, 2)]
-            lvl = [(stage(f"mx2ok{j}", ok), stage(f"mx2s{j}", v)) for j, (ok, v) in enumerate(lvl)]
+            # (round 33, au33) stage 2 registers a word that is not visible as INT32_MIN (its flip-flops'
+            # synchronous set / reset) and the first level's pick itself (a visible, b not or below); the
+            # levels' values are then the maxima of their visible words, INT32_MIN where none is, so a
+            # level past the first picks by the compare alone and every pick is a 2:1 choice of two bits a
+            # LUT6_2 on the node (``mux2_pairs``; the picks with the flags were a LUT a bit, ``mxt#_#``
+            # 1 248 LUT).  Where none is visible the tree's flag (``tok``) still says so.
+            pick0 = [stage(f"mx2g{i // 2}", lvl[i][0] & (~lvl[i + 1][0] | greater(
+                m, lvl[i][1], lvl[i + 1][1], f"mx1gt{i // 2}", self.primitive))) for i in range(0, MW - 1, 2)]
+            lvl = [(stage(f"mx2ok{j}", ok), stage(f"mx2s{j}", Mux(ok, v, INT32_MIN), signed(32)))
+                   for j, (ok, v) in enumerate(lvl)]
             mv, mrw, mfirst = stage("mx2v", mv), stage("mx2r", mrw), stage("mx2f", mfirst)
             mx_busy.append(mv)
         n = 0
@@ -1094,9 +1101,15 @@ class AttentionUnit(wiring.Component):
             for i in range(0, len(lvl) - 1, 2):
                 (oa, va), (ob, vb) = lvl[i], lvl[i + 1]
                 # (round 30: the compares at half a LUT a bit on the node, ``greater``)
-                pick_a = oa & (~ob | (gt0[i // 2] if comb_ else greater(m, va, vb, f"mxt{n}_{i // 2}gt", self.primitive)))
-                nxt.append((out(f"mxt{n}_{i // 2}ok", oa | ob),
-                            out(f"mxt{n}_{i // 2}", Mux(pick_a, va, vb), signed(32))))
+                if comb_:
+                    pick_a = pick0[i // 2]
+                elif split:
+                    pick_a = greater(m, va, vb, f"mxt{n}_{i // 2}gt", self.primitive)
+                else:
+                    pick_a = oa & (~ob | greater(m, va, vb, f"mxt{n}_{i // 2}gt", self.primitive))
+                v = mux2_pairs(m, pick_a, va.as_unsigned(), vb.as_unsigned(), self.primitive and split,
+                               f"mxt{n}_{i // 2}m")
+                nxt.append((out(f"mxt{n}_{i // 2}ok", oa | ob), out(f"mxt{n}_{i // 2}", v.as_signed(), signed(32))))
             if len(lvl) % 2:
                 last_ = lvl[-1]
                 nxt.append((out(f"mxt{n}_{len(lvl) // 2}ok", last_[0]),
