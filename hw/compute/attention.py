@@ -992,10 +992,14 @@ class AttentionUnit(wiring.Component):
                         flags = Array(oflag[r][a * Ls + js] for a in range(Cs))
                         fl3 = stage(f"pvf{r}_{js}", flags[q2a] & ~q2s)
                         m.d.comb += [rd.en.eq(Mux(outing, eadv, 1)), rd.addr.eq(Mux(outing, ec, q2a))]
-                        total = Signal(signed(self.o_width), name=f"osum{r}_{js}")
                         k = js % W
-                        # o + the product, or a state / ow word (its flag: 0 then)
-                        m.d.comb += total.eq(Mux(fl3, rd.data, 0) + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
+                        # o + the product, or a state / ow word (its flag: 0 then).  (round 33, au33: as
+                        # q3w ? the word : the product + (fl3 ? o : 0) -- the same, fl3 being 0 under every
+                        # state / ow word (q3w implies q3s, and fl3 is registered with ~q2s) -- one LUT6_2 a
+                        # bit on the carry chain on the node (``add_load``), where ABC9 mapped the two choices
+                        # and the sum at ~2.3 LUT a bit: ``o#_#`` 757 logic LUT)
+                        total = add_load(m, inc, rd.data, q3d[32 * k:32 * (k + 1)].as_signed(), q3w,
+                                         signed(self.o_width), f"osum{r}_{js}", primitive=self.primitive, en=fl3)
                         ow_hit = (q3n == js // W) & (q3r == r)
                         m.d.comb += [wr.en.eq(q3v & Mux(q3w, ow_hit, q3b[b] & (~q3s | ((q3n == lane) & (q3r == r))))),
                                      wr.addr.eq(q3a), wr.data.eq(total)]
