@@ -35,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 from mcf.hw.arith import bitlen, log2_exact, sat
 from mcf.hw.arith import sat_top as arith_sat_top
 from mcf.hw.compute.common import VectorState
-from mcf.hw.lut import muxf
+from mcf.hw.lut import mux2_pairs, muxf
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec import fixed as fx
@@ -139,6 +139,15 @@ class VectorUnit(wiring.Component):
             return r
 
         pipe = []                           # every pass register, loaded when ``adv``
+
+        def choose(sel, one, zero, shape, name):
+            """``Mux(sel, one, zero)`` in ``shape`` (round 33, au33): on the node two bits a LUT6_2 (``mux2_pairs``,
+            the select shared), where ABC9 maps a LUT3 a bit: the multipliers' 2:1 operands (``dsp@`` 409,
+            ``my#_#`` 129 LUT)"""
+            ops = [Signal(shape, name=f"{name}_{t}") for t in "10"]
+            m.d.comb += [ops[0].eq(one), ops[1].eq(zero)]
+            v = mux2_pairs(m, sel, ops[0].as_unsigned(), ops[1].as_unsigned(), self.primitive, name)
+            return v.as_signed() if shape.signed else v
 
         def free(value, name, shape=None):
             """A register loaded every cycle (the settling chains of the row constants)."""
@@ -344,8 +353,8 @@ class VectorUnit(wiring.Component):
             p1_5 = reg(x1 * y1, f"m1p5_{k}", signed(34))
             x2 = Signal(signed(17), name=f"m2x{k}")
             y2 = Signal(signed(18), name=f"m2y{k}")
-            m.d.comb += [x2.eq(Mux(is_[VecOp.ROPE], q4s[k], a4[:16])),
-                         y2.eq(Mux(is_[VecOp.ROPE], by4s[k], sig4))]
+            m.d.comb += [x2.eq(choose(is_[VecOp.ROPE], q4s[k], a4[:16], signed(17), f"m2xs{k}")),
+                         y2.eq(choose(is_[VecOp.ROPE], by4s[k], sig4, signed(18), f"m2ys{k}"))]
             p2_5 = reg(x2 * y2, f"m2p5_{k}", signed(35))
             sq5 = p1_5[:32]                     # m^2 >= 0, < 2^30
             mr5 = sh5 = p1_5                    # |m r|, |x_hi sig| < 2^32
@@ -359,7 +368,8 @@ class VectorUnit(wiring.Component):
             # stage 6: the multiplier operands; SiLU and RESIDUAL results
             t = rshr_const(mr5, fx.RSQRT_FRAC, 40)
             mx6.append(reg(Mux(is_[VecOp.RMSNORM], t, a5[:16].as_signed()), f"mx6_{k}", signed(20)))
-            my6.append(reg(Mux(is_[VecOp.PRESCALE], cfg.cm, bx5[:16].as_signed()), f"my6_{k}", signed(17)))
+            my6.append(reg(choose(is_[VecOp.PRESCALE], cfg.cm, bx5[:16].as_signed(), signed(17), f"my6s{k}"),
+                           f"my6_{k}", signed(17)))
             # SiLU: rshr(x sig, 15) = ((x sig >> 14) + 1) >> 1, x sig = (x_hi sig << 16) + x_lo sig,
             # so x sig >> 14 = (x_hi sig << 2) + (x_lo sig >> 14): no adder below bit 14.  Its sat32
             # never clamps (0 <= sig <= 2^15: |rshr(x sig, 15)| <= |x|), so it has none.
