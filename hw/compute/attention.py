@@ -946,7 +946,9 @@ class AttentionUnit(wiring.Component):
         q1r = stage("pv1r", Mux(wide, self.ow.row, self.st.row))
         # (the data: ``ow``'s W words, or a state word in each of the W places: the rows without products
         # take it into memory st_i mod Ls, word st_i mod W of that group)
-        q1w, q1d = stage("pv1w", wide), stage("pv1d", Mux(self.st.en, self.st.data.replicate(W), self.ow.data)
+        # (round 33, au33: the choice two bits a LUT6_2 on the node, ``mux2_pairs``: ``pv#d`` 256 LUT, one a bit)
+        q1w, q1d = stage("pv1w", wide), stage("pv1d", mux2_pairs(m, self.st.en, self.st.data.replicate(W),
+                                                                  self.ow.data, self.primitive, "pv0d")
                                                if NR else self.ow.data)
         q2v, q2c, q2l = stage("pv2v", q1v & ~(q1s & kill)), stage("pv2c", q1c), stage("pv2l", q1l)
         q2s, q2n, q2r = stage("pv2s", q1s), stage("pv2n", q1n), stage("pv2r", q1r)
@@ -1323,6 +1325,8 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [prod4[k].eq((phi4[k] << 16) + plo4[k]) for k in range(W)]
         oc4, oc5 = Signal(signed(32)), Signal(signed(32))
         x1g = x1.el[wl:wl + gbits]
+        x1_nr = Signal(name="x1_nr")                    # the row is one without products
+        m.d.comb += x1_nr.eq(x1.row >= PR)
         lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(PR)) for k in range(W)]
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
@@ -1335,12 +1339,21 @@ class AttentionUnit(wiring.Component):
                 prow_ = x1.row[:max(ceil_log2(PR), 1)] if PR > 1 else 0
                 lane = lane_data[k][prow_][x1g] if G > 1 else lane_data[k][prow_][0]
                 if NR:                  # the rows without products: their memories' read of (row, ec)
+                    # (round 33, au33: two bits a LUT6_2 on the node, ``mux2_pairs``, and the flag's 0 the
+                    # flip-flops' synchronous reset, below: ABC9 mapped the choice and the flag at a LUT a bit,
+                    # ``ov#_#`` 425 LUT)
                     xl = Array(x_rd[gg * W + k].data for gg in range(G))[x1g] if G > 1 else x_rd[k].data
-                    lane = Mux(x1.row >= PR, xl, lane)
-                m.d.sync += [ov2[k].eq(Mux(x1.flag[k], lane, 0)),
+                    lane = mux2_pairs(m, x1_nr, xl.as_unsigned(), lane.as_unsigned(), self.primitive,
+                                      f"ov1_{k}").as_signed()
+                m.d.sync += [ov2[k].eq(lane),
                              oc3[k].eq(sat(m, ov2[k], 32)),
                              plo4[k].eq(oc3[k][:16] * x3.rcp.as_unsigned()),
                              phi4[k].eq(oc3[k][16:].as_signed() * x3.rcp.as_unsigned())]
+        # o's word without its flag: 0 (the reset above the enable, so that it is the flip-flops' R: as the
+        # enable's choice Yosys kept it in a LUT a bit)
+        for k in range(W):
+            with m.If(eadv & ~x1.flag[k]):
+                m.d.sync += ov2[k].eq(0)
         sh7 = [rshr_biased_staged(m, prod4[k], x4.fsh, fin_bias, f"fin{k}", en=eadv, step=FIN_STEP,
                                   primitive=self.primitive) for k in range(W)]
         x6, x7 = Signal(tag), Signal(tag)
