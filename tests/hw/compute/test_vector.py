@@ -181,24 +181,9 @@ def test_unit_on_lut6_equals_the_plain_build(tmp_path, lanes):
     import shutil
     if shutil.which("iverilog") is None:
         pytest.skip("needs Icarus Verilog")
-    from amaranth import Cat, Value
-    from amaranth.lib.wiring import In
+    from tests.hw.compute.test_attention import unit_pair
     from tests.hw.test_lut import _Pair, _run
-    probe = VectorUnit(max_n=32, lanes=lanes)
-    probe._MustUse__silence = True          # (only its ports' widths are read)
-    ins = [len(Value.cast(v)) for _, mb, v in probe.signature.flatten(probe) if mb.flow == In]
-
-    def build(m, stim, primitive):
-        dut = VectorUnit(max_n=32, lanes=lanes, primitive=primitive)
-        m.submodules["prim" if primitive else "plain"] = dut
-        at, outs = 0, []
-        for _, mb, v in dut.signature.flatten(dut):
-            v = Value.cast(v)
-            if mb.flow == In:
-                m.d.comb += v.eq(stim[at:at + len(v)])
-                at += len(v)
-            else:
-                outs.append(v)
-        return Cat(*outs), dut.o.valid & dut.o.ready
-    bad, fires = _run(tmp_path, _Pair(sum(ins), build))
+    bits, build = unit_pair(lambda primitive: VectorUnit(max_n=32, lanes=lanes, primitive=primitive),
+                            lambda dut: dut.o.valid & dut.o.ready)
+    bad, fires = _run(tmp_path, _Pair(bits, build))
     assert bad == 0 and fires > 0
