@@ -100,7 +100,7 @@ from mcf.hw.arith import stage as arith_stage
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import AttentionState, MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_A_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import add_load, greater, mux4, pick, shr_layers
+from mcf.hw.lut import add_load, greater, mux2_pairs, mux4, pick, shr_layers
 from mcf.hw.layouts import amaranth_enum
 from mcf.hw.registry import block
 from mcf.spec.params import Range
@@ -946,7 +946,9 @@ class AttentionUnit(wiring.Component):
         q1r = stage("pv1r", Mux(wide, self.ow.row, self.st.row))
         # (the data: ``ow``'s W words, or a state word in each of the W places: the rows without products
         # take it into memory st_i mod Ls, word st_i mod W of that group)
-        q1w, q1d = stage("pv1w", wide), stage("pv1d", Mux(self.st.en, self.st.data.replicate(W), self.ow.data)
+        # (round 33, au33: the choice two bits a LUT6_2 on the node, ``mux2_pairs``: ``pv#d`` 256 LUT, one a bit)
+        q1w, q1d = stage("pv1w", wide), stage("pv1d", mux2_pairs(m, self.st.en, self.st.data.replicate(W),
+                                                                  self.ow.data, self.primitive, "pv0d")
                                                if NR else self.ow.data)
         q2v, q2c, q2l = stage("pv2v", q1v & ~(q1s & kill)), stage("pv2c", q1c), stage("pv2l", q1l)
         q2s, q2n, q2r = stage("pv2s", q1s), stage("pv2n", q1n), stage("pv2r", q1r)
@@ -992,10 +994,14 @@ class AttentionUnit(wiring.Component):
                         flags = Array(oflag[r][a * Ls + js] for a in range(Cs))
                         fl3 = stage(f"pvf{r}_{js}", flags[q2a] & ~q2s)
                         m.d.comb += [rd.en.eq(Mux(outing, eadv, 1)), rd.addr.eq(Mux(outing, ec, q2a))]
-                        total = Signal(signed(self.o_width), name=f"osum{r}_{js}")
                         k = js % W
-                        # o + the product, or a state / ow word (its flag: 0 then)
-                        m.d.comb += total.eq(Mux(fl3, rd.data, 0) + Mux(q3w, q3d[32 * k:32 * (k + 1)].as_signed(), inc))
+                        # o + the product, or a state / ow word (its flag: 0 then).  (round 33, au33: as
+                        # q3w ? the word : the product + (fl3 ? o : 0) -- the same, fl3 being 0 under every
+                        # state / ow word (q3w implies q3s, and fl3 is registered with ~q2s) -- one LUT6_2 a
+                        # bit on the carry chain on the node (``add_load``), where ABC9 mapped the two choices
+                        # and the sum at ~2.3 LUT a bit: ``o#_#`` 757 logic LUT)
+                        total = add_load(m, inc, rd.data, q3d[32 * k:32 * (k + 1)].as_signed(), q3w,
+                                         signed(self.o_width), f"osum{r}_{js}", primitive=self.primitive, en=fl3)
                         ow_hit = (q3n == js // W) & (q3r == r)
                         m.d.comb += [wr.en.eq(q3v & Mux(q3w, ow_hit, q3b[b] & (~q3s | ((q3n == lane) & (q3r == r))))),
                                      wr.addr.eq(q3a), wr.data.eq(total)]
@@ -1077,11 +1083,18 @@ class AttentionUnit(wiring.Component):
         # first level's picks and the second level (the picks are two LUT levels): as many stages as
         # before.  (Visibility, compare and pick in one stage were 8.125 levels: mx1p -> mxt0_#.)
         split = late and MW > 2
-        gt0 = []
+        pick0 = []
         if split:
-            gt0 = [stage(f"mx2g{i // 2}", greater(m, lvl[i][1], lvl[i + 1][1], f"mx1gt{i // 2}", self.primitive))
-                   for i in range(0, MW - 1, 2)]
-            lvl = [(stage(f"mx2ok{j}", ok), stage(f"mx2s{j}", v)) for j, (ok, v) in enumerate(lvl)]
+            # (round 33, au33) stage 2 registers a word that is not visible as INT32_MIN (its flip-flops'
+            # synchronous set / reset) and the first level's pick itself (a visible, b not or below); the
+            # levels' values are then the maxima of their visible words, INT32_MIN where none is, so a
+            # level past the first picks by the compare alone and every pick is a 2:1 choice of two bits a
+            # LUT6_2 on the node (``mux2_pairs``; the picks with the flags were a LUT a bit, ``mxt#_#``
+            # 1 248 LUT).  Where none is visible the tree's flag (``tok``) still says so.
+            pick0 = [stage(f"mx2g{i // 2}", lvl[i][0] & (~lvl[i + 1][0] | greater(
+                m, lvl[i][1], lvl[i + 1][1], f"mx1gt{i // 2}", self.primitive))) for i in range(0, MW - 1, 2)]
+            lvl = [(stage(f"mx2ok{j}", ok), stage(f"mx2s{j}", Mux(ok, v, INT32_MIN), signed(32)))
+                   for j, (ok, v) in enumerate(lvl)]
             mv, mrw, mfirst = stage("mx2v", mv), stage("mx2r", mrw), stage("mx2f", mfirst)
             mx_busy.append(mv)
         n = 0
@@ -1094,9 +1107,15 @@ class AttentionUnit(wiring.Component):
             for i in range(0, len(lvl) - 1, 2):
                 (oa, va), (ob, vb) = lvl[i], lvl[i + 1]
                 # (round 30: the compares at half a LUT a bit on the node, ``greater``)
-                pick_a = oa & (~ob | (gt0[i // 2] if comb_ else greater(m, va, vb, f"mxt{n}_{i // 2}gt", self.primitive)))
-                nxt.append((out(f"mxt{n}_{i // 2}ok", oa | ob),
-                            out(f"mxt{n}_{i // 2}", Mux(pick_a, va, vb), signed(32))))
+                if comb_:
+                    pick_a = pick0[i // 2]
+                elif split:
+                    pick_a = greater(m, va, vb, f"mxt{n}_{i // 2}gt", self.primitive)
+                else:
+                    pick_a = oa & (~ob | greater(m, va, vb, f"mxt{n}_{i // 2}gt", self.primitive))
+                v = mux2_pairs(m, pick_a, va.as_unsigned(), vb.as_unsigned(), self.primitive and split,
+                               f"mxt{n}_{i // 2}m")
+                nxt.append((out(f"mxt{n}_{i // 2}ok", oa | ob), out(f"mxt{n}_{i // 2}", v.as_signed(), signed(32))))
             if len(lvl) % 2:
                 last_ = lvl[-1]
                 nxt.append((out(f"mxt{n}_{len(lvl) // 2}ok", last_[0]),
@@ -1306,6 +1325,8 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [prod4[k].eq((phi4[k] << 16) + plo4[k]) for k in range(W)]
         oc4, oc5 = Signal(signed(32)), Signal(signed(32))
         x1g = x1.el[wl:wl + gbits]
+        x1_nr = Signal(name="x1_nr")                    # the row is one without products
+        m.d.comb += x1_nr.eq(x1.row >= PR)
         lane_data = [Array(Array(o_rd[r][gg * W + k].data for gg in range(G)) for r in range(PR)) for k in range(W)]
         with m.If(eadv):
             m.d.sync += [x1.v.eq(eissue), x1.kind.eq(kind), x1.last.eq(last_word & last_row),
@@ -1318,12 +1339,21 @@ class AttentionUnit(wiring.Component):
                 prow_ = x1.row[:max(ceil_log2(PR), 1)] if PR > 1 else 0
                 lane = lane_data[k][prow_][x1g] if G > 1 else lane_data[k][prow_][0]
                 if NR:                  # the rows without products: their memories' read of (row, ec)
+                    # (round 33, au33: two bits a LUT6_2 on the node, ``mux2_pairs``, and the flag's 0 the
+                    # flip-flops' synchronous reset, below: ABC9 mapped the choice and the flag at a LUT a bit,
+                    # ``ov#_#`` 425 LUT)
                     xl = Array(x_rd[gg * W + k].data for gg in range(G))[x1g] if G > 1 else x_rd[k].data
-                    lane = Mux(x1.row >= PR, xl, lane)
-                m.d.sync += [ov2[k].eq(Mux(x1.flag[k], lane, 0)),
+                    lane = mux2_pairs(m, x1_nr, xl.as_unsigned(), lane.as_unsigned(), self.primitive,
+                                      f"ov1_{k}").as_signed()
+                m.d.sync += [ov2[k].eq(lane),
                              oc3[k].eq(sat(m, ov2[k], 32)),
                              plo4[k].eq(oc3[k][:16] * x3.rcp.as_unsigned()),
                              phi4[k].eq(oc3[k][16:].as_signed() * x3.rcp.as_unsigned())]
+        # o's word without its flag: 0 (the reset above the enable, so that it is the flip-flops' R: as the
+        # enable's choice Yosys kept it in a LUT a bit)
+        for k in range(W):
+            with m.If(eadv & ~x1.flag[k]):
+                m.d.sync += ov2[k].eq(0)
         sh7 = [rshr_biased_staged(m, prod4[k], x4.fsh, fin_bias, f"fin{k}", en=eadv, step=FIN_STEP,
                                   primitive=self.primitive) for k in range(W)]
         x6, x7 = Signal(tag), Signal(tag)

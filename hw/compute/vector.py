@@ -35,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 from mcf.hw.arith import bitlen, log2_exact, sat
 from mcf.hw.arith import sat_top as arith_sat_top
 from mcf.hw.compute.common import VectorState
-from mcf.hw.lut import muxf
+from mcf.hw.lut import carry_chain, lut6_2, lut6_2_init, mux2_pairs, muxf
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec import fixed as fx
@@ -139,6 +139,39 @@ class VectorUnit(wiring.Component):
             return r
 
         pipe = []                           # every pass register, loaded when ``adv``
+
+        def choose(sel, one, zero, shape, name):
+            """``Mux(sel, one, zero)`` in ``shape`` (round 33, au33): on the node two bits a LUT6_2 (``mux2_pairs``,
+            the select shared), where ABC9 maps a LUT3 a bit: the multipliers' 2:1 operands (``dsp@`` 409,
+            ``my#_#`` 129 LUT)"""
+            ops = [Signal(shape, name=f"{name}_{t}") for t in "10"]
+            m.d.comb += [ops[0].eq(one), ops[1].eq(zero)]
+            v = mux2_pairs(m, sel, ops[0].as_unsigned(), ops[1].as_unsigned(), self.primitive, name)
+            return v.as_signed() if shape.signed else v
+
+        def silu_or_sum(silu, h, l, a, b, name):
+            """``silu ? (h + l)[1:33] : sat32(a + b)`` (h, l unsigned, a, b signed 32; round 33, au33): SiLU's and
+            RESIDUAL's sums on one carry chain of 34 bits, RESIDUAL's operands a bit up (2 a + 2 b: its sum is
+            bits 1 .. 33, SiLU's bits 1 .. 32), bit i's LUT6_2 choosing both operands' bits by ``silu`` (O6 the
+            propagate, O5 the DI), then sat32 two bits a LUT6_2 (``mux2_pairs`` by the overflow: the sum's bits 32
+            and 33 differ): ~51 LUT a lane, where ABC9 mapped the two adders, the clamp and the choice at ~82
+            (``x#_#_#`` 656)"""
+            n = 34
+            ops = [Signal(n, name=f"{name}_{t}") for t in ("h", "l", "a", "b")]
+            m.d.comb += [ops[0].eq(h), ops[1].eq(l), ops[2].eq(Cat(Const(0, 1), a.as_signed()).as_signed()),
+                         ops[3].eq(Cat(Const(0, 1), b.as_signed()).as_signed())]
+            sel = Signal(name=f"{name}_sel")
+            m.d.comb += sel.eq(silu)
+            init = lut6_2_init(lambda s_, h_, l_, a_, b_: (h_ if s_ else a_) ^ (l_ if s_ else b_),
+                               lambda s_, h_, l_, a_, b_: h_ if s_ else a_)
+            prop, di = Signal(n, name=f"{name}_p"), Signal(n, name=f"{name}_x")
+            for i in range(n):
+                lut6_2(m, init, [sel, ops[0][i], ops[1][i], ops[2][i], ops[3][i]], prop[i], di[i], f"{name}_l{i}")
+            total, _ = carry_chain(m, prop, di, name)
+            # the clamp (RESIDUAL only): bits 32 and 33 differ -> the bound of bit 33's sign
+            ovf, sign = Signal(name=f"{name}_ovf"), total[33]
+            m.d.comb += ovf.eq(~sel & (total[32] ^ sign))
+            return mux2_pairs(m, ovf, Cat((~sign).replicate(31), sign), total[1:33], True, f"{name}_sat")
 
         def free(value, name, shape=None):
             """A register loaded every cycle (the settling chains of the row constants)."""
@@ -344,8 +377,8 @@ class VectorUnit(wiring.Component):
             p1_5 = reg(x1 * y1, f"m1p5_{k}", signed(34))
             x2 = Signal(signed(17), name=f"m2x{k}")
             y2 = Signal(signed(18), name=f"m2y{k}")
-            m.d.comb += [x2.eq(Mux(is_[VecOp.ROPE], q4s[k], a4[:16])),
-                         y2.eq(Mux(is_[VecOp.ROPE], by4s[k], sig4))]
+            m.d.comb += [x2.eq(choose(is_[VecOp.ROPE], q4s[k], a4[:16], signed(17), f"m2xs{k}")),
+                         y2.eq(choose(is_[VecOp.ROPE], by4s[k], sig4, signed(18), f"m2ys{k}"))]
             p2_5 = reg(x2 * y2, f"m2p5_{k}", signed(35))
             sq5 = p1_5[:32]                     # m^2 >= 0, < 2^30
             mr5 = sh5 = p1_5                    # |m r|, |x_hi sig| < 2^32
@@ -359,7 +392,8 @@ class VectorUnit(wiring.Component):
             # stage 6: the multiplier operands; SiLU and RESIDUAL results
             t = rshr_const(mr5, fx.RSQRT_FRAC, 40)
             mx6.append(reg(Mux(is_[VecOp.RMSNORM], t, a5[:16].as_signed()), f"mx6_{k}", signed(20)))
-            my6.append(reg(Mux(is_[VecOp.PRESCALE], cfg.cm, bx5[:16].as_signed()), f"my6_{k}", signed(17)))
+            my6.append(reg(choose(is_[VecOp.PRESCALE], cfg.cm, bx5[:16].as_signed(), signed(17), f"my6s{k}"),
+                           f"my6_{k}", signed(17)))
             # SiLU: rshr(x sig, 15) = ((x sig >> 14) + 1) >> 1, x sig = (x_hi sig << 16) + x_lo sig,
             # so x sig >> 14 = (x_hi sig << 2) + (x_lo sig >> 14): no adder below bit 14.  Its sat32
             # never clamps (0 <= sig <= 2^15: |rshr(x sig, 15)| <= |x|), so it has none.
@@ -370,7 +404,12 @@ class VectorUnit(wiring.Component):
             rsum = Signal(signed(33), name=f"rsum{k}")
             m.d.comb += rsum.eq(a5 + bx5)
             # the X32 result (SiLU or RESIDUAL), chosen here: one register for EMIT_D
-            x32_6.append(reg(Mux(is_[VecOp.SILU], silu_r[1:33], sat_top(rsum, 32, f"rsat{k}")), f"x32_6_{k}", 32))
+            if self.primitive:
+                x32 = silu_or_sum(is_[VecOp.SILU], Cat(Const(1, lo_sh), sh5)[:33], sl5 >> (fx.P_FRAC - 1),
+                                  a5, bx5, f"x32s{k}")
+            else:
+                x32 = Mux(is_[VecOp.SILU], silu_r[1:33], sat_top(rsum, 32, f"rsat{k}"))
+            x32_6.append(reg(x32, f"x32_6_{k}", 32))
             a7.append(reg(reg(a5, f"a6_{k}"), f"a7_{k}"))
 
         # RMSNORM: the sum of squares (stage 6: pairs of lanes, stage 7: the accumulator)

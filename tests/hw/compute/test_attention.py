@@ -397,22 +397,18 @@ def test_rshr_biased_staged_lut6_equals_the_plain_build(tmp_path, width, bias, s
     assert bad == 0 and fires > 0
 
 
-@pytest.mark.parametrize("p", [dict(head_dim=32, lanes=4, words=8, rows=4, max_keys=64),
-                               dict(head_dim=64, lanes=2, words=8, rows=2, max_keys=64)])
-def test_unit_on_lut6_equals_the_plain_build(tmp_path, p):
-    """(round 30) The unit's primitive build (the node's: DSP48E2 and LUT6 instances, e.g. the rows' m
-    written through one 4:1 LUT6 a bit) against its plain build in Icarus, side by side on the same random
-    inputs every cycle (every input port: commands, K / V / score beats, state loads, clear), every output
-    compared every cycle; fired: an output beat taken."""
+def unit_pair(make, fired):
+    """(round 33: the attention and vector units' pair tests) A component's primitive and plain builds for
+    ``tests.hw.test_lut._Pair``: (the stimulus bits, ``build``), every input port driven from the stimulus, the
+    outputs concatenated; ``make(primitive)`` the component, ``fired(dut)`` an output beat taken."""
     from amaranth import Cat, Value
     from amaranth.lib.wiring import In
-    from tests.hw.test_lut import _Pair, _run
-    probe = AttentionUnit(**p)
+    probe = make(False)
     probe._MustUse__silence = True          # (only its ports' widths are read)
-    ins = [len(Value.cast(v)) for _, mb, v in probe.signature.flatten(probe) if mb.flow == In]
+    bits = sum(len(Value.cast(v)) for _, mb, v in probe.signature.flatten(probe) if mb.flow == In)
 
     def build(m, stim, primitive):
-        dut = AttentionUnit(**p, primitive=primitive)
+        dut = make(primitive)
         m.submodules["prim" if primitive else "plain"] = dut
         at, outs = 0, []
         for _, mb, v in dut.signature.flatten(dut):
@@ -422,6 +418,19 @@ def test_unit_on_lut6_equals_the_plain_build(tmp_path, p):
                 at += len(v)
             else:
                 outs.append(v)
-        return Cat(*outs), dut.o.tvalid & dut.o.tready
-    bad, fires = _run(tmp_path, _Pair(sum(ins), build))
+        return Cat(*outs), fired(dut)
+    return bits, build
+
+
+@pytest.mark.parametrize("p", [dict(head_dim=32, lanes=4, words=8, rows=4, max_keys=64),
+                               dict(head_dim=64, lanes=2, words=8, rows=2, max_keys=64)])
+def test_unit_on_lut6_equals_the_plain_build(tmp_path, p):
+    """(round 30) The unit's primitive build (the node's: DSP48E2 and LUT6 instances, e.g. the rows' m
+    written through one 4:1 LUT6 a bit) against its plain build in Icarus, side by side on the same random
+    inputs every cycle (every input port: commands, K / V / score beats, state loads, clear), every output
+    compared every cycle; fired: an output beat taken."""
+    from tests.hw.test_lut import _Pair, _run
+    bits, build = unit_pair(lambda primitive: AttentionUnit(**p, primitive=primitive),
+                            lambda dut: dut.o.tvalid & dut.o.tready)
+    bad, fires = _run(tmp_path, _Pair(bits, build))
     assert bad == 0 and fires > 0

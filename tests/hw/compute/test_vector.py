@@ -170,3 +170,20 @@ def test_coarse_shift_lut6_equals_the_plain_build(tmp_path, xbits):
         return coarse_shift(m, x, s, NORM_BITS + (1 << FINE_BITS), primitive, name), stim[0]
     bad, fires = _run(tmp_path, _Pair(COARSE_BITS + xbits, build))
     assert bad == 0 and fires > 0
+
+
+@pytest.mark.parametrize("lanes", [2, 8])
+def test_unit_on_lut6_equals_the_plain_build(tmp_path, lanes):
+    """(round 33) The unit's node build (``primitive``: the coarse shifts under MUXF7, the multipliers' 2:1
+    operands two bits a LUT6_2) against its plain build in Icarus, side by side on the same random inputs every
+    cycle (every input port: commands, a / b beats, the output's ready), every output compared every cycle;
+    fired: an output beat taken."""
+    import shutil
+    if shutil.which("iverilog") is None:
+        pytest.skip("needs Icarus Verilog")
+    from tests.hw.compute.test_attention import unit_pair
+    from tests.hw.test_lut import _Pair, _run
+    bits, build = unit_pair(lambda primitive: VectorUnit(max_n=32, lanes=lanes, primitive=primitive),
+                            lambda dut: dut.o.valid & dut.o.ready)
+    bad, fires = _run(tmp_path, _Pair(bits, build))
+    assert bad == 0 and fires > 0
