@@ -2316,11 +2316,15 @@ class AttnMover(Mover):
                     with m.If(querying):
                         m.d.sync += state.eq(S.FINISH)
             with m.If(querying):
-                m.d.comb += [au.q.en.eq(1), au.q.addr.eq(Cat(oslice[:qsb], orow[:qrb])),
-                             au.q.data.eq(Cat(qslices[osub], rq.exp, q_ins.qpos0 + qt))]
+                m.d.comb += au.q.en.eq(1)
             with m.Else():
-                m.d.comb += [au.ow.en.eq(1), au.ow.row.eq(orow), au.ow.slice.eq(oslice),
-                             au.ow.data.eq(oslices[osub])]
+                m.d.comb += au.ow.en.eq(1)
+        # (round 33) the unit's q / ow addresses and data whatever the state: it reads them only under their
+        # ``en`` (its query memory's write, the row registers; ``pv1w`` chooses ``ow``'s words), so no AND with
+        # the state a bit in front of its ports (~400 LUT2)
+        m.d.comb += [au.q.addr.eq(Cat(oslice[:qsb], orow[:qrb])),
+                     au.q.data.eq(Cat(qslices[osub], rq.exp, q_ins.qpos0 + qt)),
+                     au.ow.row.eq(orow), au.ow.slice.eq(oslice), au.ow.data.eq(oslices[osub])]
         with m.If(oloading & osent & ~au.busy):
             m.d.sync += state.eq(S.FINISH)
 
@@ -2332,9 +2336,10 @@ class AttnMover(Mover):
         tok_m2 = stage(m, tok_m1 - 1, "tok_m2", 10)                                       # stage 2
         with m.If(state == S.CHECK):
             m.d.sync += [rt.eq(0), rlo.eq(0), rt_last.eq(tok_m1 == 0)]
+        # (round 33) the rows' bounds and position whatever the state (the unit reads them only under ``pw.en``)
+        m.d.comb += [au.pw.lo.eq(rlo), au.pw.hi.eq(rlo + q_ins.heads), au.pw.pos.eq(q_ins.qpos0 + rt)]
         with m.If(state == S.ROWS):
-            m.d.comb += [au.pw.en.eq(1), au.pw.lo.eq(rlo), au.pw.hi.eq(rlo + q_ins.heads),
-                         au.pw.pos.eq(q_ins.qpos0 + rt)]
+            m.d.comb += au.pw.en.eq(1)
             m.d.sync += [rt.eq(rt + 1), rlo.eq(rlo + q_ins.heads), rt_last.eq(rt == tok_m2)]
             with m.If(rt_last):
                 m.d.sync += state.eq(S.FINISH)
