@@ -71,7 +71,7 @@ from mcf.hw.arith import add_plus_one, log2_exact, sat_top, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_P_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import add_load, lut6, lut6_2, lut6_2_init, mux2_pairs, mux4, mux4_shared
+from mcf.hw.lut import add_load, carry_chain, lut6, lut6_2, lut6_2_init, mux2_pairs, mux4, mux4_shared
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, S_FRAC, SCALE_BITS, W_BITS, X_FRAC
@@ -689,25 +689,30 @@ class MatrixUnit(wiring.Component):
         # E: saturate (round 27: the word t's low 32 bits, whether it saturates and the bound's sign, as
         # registers -- the bound's choice is in F, each bit's input of the bias add's LUT, not a LUT a bit
         # here), the chunk's bias words (the tile's bias beat, popped after its last word)
+        # (round 33: the bound as y zeroed -- the flip-flops' synchronous reset -- and two fill bits a row, the
+        # bound's ones: the bias add's propagates read y, b and one fill bit, two bits a LUT6_2, ``rq_add_fill``)
         sats = [rq_sat_split(t, o, sg) for t, o, sg in zip(rD["t"], rD["over"], rD["sign"])]
         bias_words = [chunk_pick([self.bias.payload[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC)],
                                  cD.c, f"rq_bsel{i}")
                       if NC > 1 else self.bias.payload[i * 32:(i + 1) * 32] for i in range(R)]
         cE, rE = rq_stage("e", cD, {"y": (signed(32), [y for y, _, _ in sats]),
-                                    "sat": (1, [st for _, st, _ in sats]), "sgn": (1, [sg for _, _, sg in sats]),
+                                    "fl": (1, [st & ~sg for _, st, sg in sats]), "fh": (1, [st & sg for _, st, sg in sats]),
                                     "c": (1, [rq_carry(t, c, o) for t, c, o in zip(rD["t"], rD["c"], rD["over"])]),
                                     "b": (signed(32), bias_words)})
         with m.If(~cfg.bias | pv):      # no bias: the words zero (the flip-flops' synchronous reset, not a
             m.d.sync += [b.eq(0) for b in rE["b"]]   # seventh input of each bit's 4:1 choice)
+        for y, (_, st, _) in zip(rE["y"], sats):
+            with m.If(dadv & st):       # a saturating word's y zero (its bound is the fill bits)
+                m.d.sync += y.eq(0)
         with m.If(pv):                  # pv: the requantizer's words zero (the output word's GEMM term, below)
-            m.d.sync += [y.eq(0) for y in rE["y"] + rE["c"] + rE["sat"]]
+            m.d.sync += [y.eq(0) for y in rE["y"] + rE["c"] + rE["fl"] + rE["fh"]]
         # (the tile's bias beat is taken from ``bias`` here, its last chunk's; a chunk that needs it waits for it)
         m.d.comb += [dadv.eq((~o_valid | self.o.tready) & (~(cD.v & cfg.bias) | self.bias.valid)),
                      self.bias.ready.eq(dadv & cD.v & cD.tile_end & cfg.bias)]
         # F: the bias add and its saturation, into the output word (pv: the sums zero)
         gsum = [Signal(signed(33), name=f"rq_f_s{i}") for i in range(R)]
-        m.d.comb += [s.eq(rq_add(rq_bound(y, st, sg), c, b))
-                     for s, y, st, sg, c, b in zip(gsum, rE["y"], rE["sat"], rE["sgn"], rE["c"], rE["b"])]
+        m.d.comb += [s.eq(rq_add_fill(m, y, fl, fh, c, b, primitive=self.primitive, name=f"rq_f_add{i}"))
+                     for i, (s, y, fl, fh, c, b) in enumerate(zip(gsum, rE["y"], rE["fl"], rE["fh"], rE["c"], rE["b"]))]
         words = [sat32(s) for s in gsum]
 
         # The output word, per chunk c of R words an enable and the next value.  Each bit is one OR of
@@ -1086,6 +1091,32 @@ def rq_carry(t, c, over):
 def rq_add(y, c, b):
     """y + c + b (33 bits, exact) with the one-bit c as the adder's carry in: (2 y + c + 2 b + 1) >> 1."""
     return ((Cat(c, y).as_signed() + Cat(Const(1, 1), b).as_signed()) >> 1)[:33].as_signed()
+
+
+#: ``rq_add_fill``'s LUT6_2: two bits' propagates, O6 = I0 ^ I1 ^ I4, O5 = I2 ^ I3 ^ I4 (y_k, b_k, y_k+1,
+#: b_k+1, the bound's fill bit).
+RQ_FILL2_INIT = lut6_2_init(lambda y0, b0, y1, b1, f: y0 ^ b0 ^ f, lambda y0, b0, y1, b1, f: y1 ^ b1 ^ f)
+
+
+def rq_add_fill(m, y, fill_lo, fill_hi, c, b, primitive: bool = False, name: str = "rq_add"):
+    """The bias add of the requantizer's word (round 33): ``rq_add`` of the word w = y ^ (fill_hi, fill_lo x 31)
+    -- ``y`` zero when the word saturates (its flip-flops' synchronous reset) and the bound's ones its fill
+    bits (fill_lo: 2^31 - 1's bits 0 .. 30, fill_hi: -2^31's bit 31), so w = ``rq_bound``'s word.  A 33-bit
+    signed Value.  ``primitive``: the chain's propagates two bits a LUT6_2 (bits 0 .. 29: y, b and fill_lo;
+    bits 30 and 31 a LUT6 each; the sign extension's propagate is bit 31's), its generates b's bits and, below
+    bit 0, c (propagate 0: the carry into bit 0 is c), on a CARRY4 chain (``carry_chain``): ~17 LUT a row where
+    the bound's choice (sat, sign and y a bit) made it a LUT4 a bit, 33.  Else the plain sum."""
+    w = Cat(y[:31] ^ fill_lo.replicate(31), y[31] ^ fill_hi).as_signed()
+    if not primitive:
+        return rq_add(w, c, b)
+    prop = [Signal(name=f"{name}_p{k}") for k in range(32)]
+    for k in range(0, 30, 2):
+        lut6_2(m, RQ_FILL2_INIT, [y[k], b[k], y[k + 1], b[k + 1], fill_lo], prop[k], prop[k + 1], f"{name}_l{k}")
+    m.d.comb += prop[30].eq(lut6(m, lambda y0, b0, f, *_: y0 ^ b0 ^ f, [y[30], b[30], fill_lo], f"{name}_p30x"))
+    m.d.comb += prop[31].eq(lut6(m, lambda y0, b0, f, *_: y0 ^ b0 ^ f, [y[31], b[31], fill_hi], f"{name}_p31x"))
+    bu = b.as_unsigned()
+    total, _ = carry_chain(m, Cat(Const(0, 1), *prop, prop[31]), Cat(c, bu, bu[31]), name)
+    return total[1:34].as_signed()
 
 
 def rotate_list(items, amount, sign: int = 1, step: int = 1, m=None, name: str = "rot", primitive: bool = False):

@@ -274,6 +274,25 @@ def test_pv_y_on_carry_chain(tmp_path, n):
     assert bad == 0 and fires > 0
 
 
+def test_rq_add_fill_on_carry_chain(tmp_path):
+    """The requantizer's bias add (round 33: ``rq_add_fill``, the propagates two bits a LUT6_2 on a CARRY4 chain,
+    the carry in as bit 0's generate) equals the plain build in Icarus: random y, b, c and fill bits; half the
+    cycles b is ~y with rare flips (the carry ripples the whole chain), a quarter y zero (a saturating word)."""
+    from amaranth import Cat, Mux
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import rq_add_fill
+
+    def build(m, stim, primitive):
+        y0, b0 = stim[0:32], stim[32:64]
+        flips = Cat(*[stim[64 + k] & stim[96 + k] & stim[128 + k] for k in range(32)])
+        y = Mux(stim[160] & stim[161], 0, y0).as_signed()
+        b = Mux(stim[162], ~y0 ^ flips, b0).as_signed()
+        c, fl, fh = stim[163], stim[164] & stim[165], stim[166] & stim[167]
+        return rq_add_fill(m, y, fl, fh, c, b, primitive=primitive, name="p" if primitive else "q"), c
+    bad, fires = _run(tmp_path, _Pair(168, build))
+    assert bad == 0 and fires > 0
+
+
 @pytest.mark.parametrize("n,seed_bits", [(33, 4), (33, 6), (19, 4), (16, 3), (21, 4), (24, 4), (30, 4)])
 def test_o_ones_on_lut6(tmp_path, n, seed_bits):
     """A row's saturations (``o_ones``: pv's clamp of y's top bits -- 33, or 19 with y on 50 bits, the node's
