@@ -654,11 +654,13 @@ class MatrixUnit(wiring.Component):
                    else head.acc[i] for i in range(R)]
         # kv: the shift sh - E (E zero outside kv: ``e4``'s reset; the Mux for a kv command's last E
         # still in ``e5`` as the next command starts)
-        sel_e = [Array(head.e[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.e[i] for i in range(R)]
-        kv_e = [Mux(cfg.kv, e, 0).as_signed() for e in sel_e]
+        # (round 33: primitive, E's chunk choice one LUT6 a bit and sh - E's propagates two bits a LUT6_2, ``rq_sub_e``)
+        sel_e = [(chunk_pick([head.e[c * R + i] for c in range(NC)], chunk, f"rq_esel{i}") if self.primitive
+                  else Array(head.e[c * R + i] for c in range(NC))[chunk]) if NC > 1 else head.e[i] for i in range(R)]
         cA, rA = rq_stage("a", cA, {
             "acc": (signed(AW), sel_acc),
-            "sh": (SH, [head.sh - e for e in kv_e])})
+            "sh": (SH, [rq_sub_e(m, head.sh, e, cfg.kv, primitive=self.primitive, name=f"rq_a_sub{i}")
+                        for i, e in enumerate(sel_e)])})
         # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one window of the
         # accumulator for both directions (``rq_window``: 33 bits and, below them, a right shift's
         # rounding bit), its overflow from the accumulator's significant bits (``rq_decode``'s threshold by
@@ -1091,6 +1093,32 @@ def rq_carry(t, c, over):
 def rq_add(y, c, b):
     """y + c + b (33 bits, exact) with the one-bit c as the adder's carry in: (2 y + c + 2 b + 1) >> 1."""
     return ((Cat(c, y).as_signed() + Cat(Const(1, 1), b).as_signed()) >> 1)[:33].as_signed()
+
+
+#: ``rq_sub_e``'s LUT6_2: two bits' propagates of sh + ~(kv & e), O6 = I0 ^ ~(I4 & I1), O5 = I2 ^ ~(I4 & I3)
+#: (sh_k, e_k, sh_k+1, e_k+1, kv).
+RQ_SUB2_INIT = lut6_2_init(lambda s0, e0, s1, e1, kv: s0 ^ 1 ^ (kv & e0), lambda s0, e0, s1, e1, kv: s1 ^ 1 ^ (kv & e1))
+
+
+def rq_sub_e(m, sh, e, kv, primitive: bool = False, name: str = "rq_sub"):
+    """The requantizer's row shift sh - (kv ? e : 0) (round 33), a Value of ``sh``'s shape (modulo its width):
+    the shift's common part less the row's kv exponent.  ``primitive``: sh + ~(kv & e) + 1 on a CARRY4 chain
+    (``carry_chain``), the propagates two bits a LUT6_2 (sh's bits, e's sign-extended, kv), the generates sh's
+    bits: half a LUT a bit, where ABC9 made a LUT3 a bit.  Else the plain difference."""
+    n = len(sh)
+    if not primitive:
+        return (sh - Mux(kv, e, 0).as_signed())[:n].as_signed()
+    es = e.as_signed()
+    eb = [es[min(k, len(e) - 1)] for k in range(n)]
+    prop = [Signal(name=f"{name}_p{k}") for k in range(n)]
+    for k in range(0, n, 2):
+        if k + 1 < n:
+            lut6_2(m, RQ_SUB2_INIT, [sh[k], eb[k], sh[k + 1], eb[k + 1], kv], prop[k], prop[k + 1], f"{name}_l{k}")
+        else:
+            m.d.comb += prop[k].eq(lut6(m, lambda s0, e0, s1, e1, kv, *_: s0 ^ 1 ^ (kv & e0),
+                                        [sh[k], eb[k], Const(0, 1), Const(0, 1), kv], f"{name}_p{k}x"))
+    total, _ = carry_chain(m, Cat(*prop), sh.as_unsigned(), name, cyinit=1)
+    return total.as_signed()
 
 
 #: ``rq_add_fill``'s LUT6_2: two bits' propagates, O6 = I0 ^ I1 ^ I4, O5 = I2 ^ I3 ^ I4 (y_k, b_k, y_k+1,

@@ -274,6 +274,22 @@ def test_pv_y_on_carry_chain(tmp_path, n):
     assert bad == 0 and fires > 0
 
 
+def test_rq_sub_e_on_carry_chain(tmp_path):
+    """The requantizer's row shift sh - (kv ? E : 0) (round 33: ``rq_sub_e``, two bits' propagates a LUT6_2 on a
+    CARRY4 chain) equals the plain build in Icarus: a 10-bit sh, an 8-bit signed E, random kv (with E near
+    sh's complement a quarter of the cycles, carries ripple)."""
+    from amaranth import Mux
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import rq_sub_e
+
+    def build(m, stim, primitive):
+        sh = stim[0:10].as_signed()
+        e = Mux(stim[18] & stim[19], stim[0:8] ^ (stim[20] & stim[21] & stim[22]), stim[10:18]).as_signed()
+        return rq_sub_e(m, sh, e, stim[23], primitive=primitive, name="p" if primitive else "q"), stim[23]
+    bad, fires = _run(tmp_path, _Pair(24, build))
+    assert bad == 0 and fires > 0
+
+
 def test_rq_add_fill_on_carry_chain(tmp_path):
     """The requantizer's bias add (round 33: ``rq_add_fill``, the propagates two bits a LUT6_2 on a CARRY4 chain,
     the carry in as bit 0's generate) equals the plain build in Icarus: random y, b, c and fill bits; half the
