@@ -680,14 +680,19 @@ class MatrixUnit(wiring.Component):
         cC, rC = rq_stage("c", cB, {
             **({} if self.primitive else {"w": (signed(RQ_WIN + 1), [
                 rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])])}),
-            "over": (1, [rq_over_win(x, u, a, r) for x, u, a, r in zip(rB["acc"], us, rB["a"], rB["rnd"])]),
+            "over": (1, [rq_over_win(x, u, a, r, near_terms=not self.primitive)
+                         for x, u, a, r in zip(rB["acc"], us, rB["a"], rB["rnd"])]),
             "sign": (1, [x[AW - 1] for x in rB["acc"]]), "rnd": (1, rB["rnd"])})
+        over_c = rC["over"]
         if self.primitive:
-            rC["w"] = [rq_window_dsp(m, u, a, dadv, name=f"rq_win{i}") for i, (u, a) in enumerate(zip(us, rB["a"]))]
+            # (round 33: the overflow's near terms from the high slice's bits above the window, at stage D)
+            wt = [rq_window_dsp(m, u, a, dadv, name=f"rq_win{i}", top=True) for i, (u, a) in enumerate(zip(us, rB["a"]))]
+            rC["w"] = [w for w, _ in wt]
+            over_c = [o | rq_over_near(w, t, sg, r) for o, (w, t), sg, r in zip(rC["over"], wt, rC["sign"], rC["rnd"])]
         # D: the window t and a right shift's rounding increment c (added in F, as the bias add's carry)
         cD, rD = rq_stage("d", cC, {"t": (signed(RQ_WIN), [w[1:] for w in rC["w"]]),
                                     "c": (1, [w[0] & r for w, r in zip(rC["w"], rC["rnd"])]),
-                                    "over": (1, rC["over"]), "sign": (1, rC["sign"])})
+                                    "over": (1, over_c), "sign": (1, rC["sign"])})
         # E: saturate (round 27: the word t's low 32 bits, whether it saturates and the bound's sign, as
         # registers -- the bound's choice is in F, each bit's input of the bias add's LUT, not a LUT a bit
         # here), the chunk's bias words (the tile's bias beat, popped after its last word)
@@ -990,14 +995,17 @@ def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name
 RQ_DSP_FINE = 3
 
 
-def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp"):
+def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp", top: bool = False):
     """``rq_window(x, a)`` registered on ``en`` (the requantizer's stage C), its last shift layers on two
     DSP48E2 multipliers (round 30): ``u`` the LUT6 layers of a's bits RQ_DSP_FINE and up (``rq_window``'s
     ``stop``: RQ_WIN + 2^F bits, F = RQ_DSP_FINE), then each half of the window (RQ_WIN + 1 = 2 H bits) is
     bits 2^F - 1 .. of (its 2^F - 1 + H bits of that) x 2^(2^F - 1 - a mod 2^F): a multiply by a power of two,
     the slice's P register the stage's.  The layers of a's low bits (~110 LUT6 a row for a 49-bit x) become
     the two slices and a one-hot decode of 2^F bits.  (No M register: the stage's latency stays one cycle;
-    the path is the two LUT6 layers and the slice's 2 x ``DSP_HALF_LEVELS``, 8 levels.)"""
+    the path is the two LUT6 layers and the slice's 2 x ``DSP_HALF_LEVELS``, 8 levels.)
+    (round 33: the high half's piece sign-extended -- u's top bit -- into A's spare bits: its product's 2^F - 1
+    bits above the window are u's bits above it, then copies of u's top bit; ``top``: (the window, those bits),
+    ``rq_over_near``'s input.)"""
     F = 1 << RQ_DSP_FINE
     H = (RQ_WIN + 1) // 2
     f = a.as_unsigned()[:RQ_DSP_FINE]
@@ -1017,7 +1025,8 @@ def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp"):
             p_AREG=0, p_BREG=0, p_MREG=0, p_PREG=1, p_CREG=0, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
             p_AMULTSEL="A", p_BMULTSEL="B", p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48",
             p_INMODEREG=0, p_OPMODEREG=0,
-            i_CLK=ClockSignal(), i_A=Cat(piece, Const(0, 30 - len(piece))), i_B=mult, i_C=Const(0, 48),
+            i_CLK=ClockSignal(), i_A=Cat(piece, (piece[-1] if h else Const(0, 1)).replicate(30 - len(piece))),
+            i_B=mult, i_C=Const(0, 48),
             i_D=Const(0, 27), i_PCIN=Const(0, 48),
             # W = 0, Z = 0, Y = X = M: P = M
             i_OPMODE=Const(0b000000101, 9), i_ALUMODE=Const(0, 4), i_INMODE=Const(0, 5), i_CARRYIN=Const(0, 1),
@@ -1026,17 +1035,29 @@ def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp"):
             i_RSTM=Const(0, 1), i_RSTP=Const(0, 1), o_P=pr,
             o_PCOUT=Signal(48, name=f"{name}_pcout{h}"))       # (unused: every pin connected)
         halves.append(pr[F - 1:F - 1 + H])
-    return Cat(*halves).as_signed()
+    w = Cat(*halves).as_signed()
+    return (w, pr[F - 1 + H:2 * F - 2 + H]) if top else w
 
 
-def rq_over_win(x, u, a, rnd):
+def rq_over_near(w, top, sign, rnd):
+    """``rq_over_win``'s near terms (round 33) from ``rq_window_dsp``'s registers: u's bit k counts iff k >= RQ_WIN
+    + f - rnd (f = a mod 2^F), and the high slice's product holds u's bit RQ_WIN + f - 1 + j at its bit 2^F - 2 + H
+    + j (j = 0, 1: the window's top two bits, ``w``'s) and the bits above it, then copies of u's top bit (its A
+    sign-extended; u's top bit always counts) in ``top``: the same positions for every f -- the window's top
+    bit, the one below it when ``rnd``, and ``top``, each against the sign.  A stage later than the far terms
+    (stage D's ``over``): no LUT of f a term."""
+    return ((top ^ sign.replicate(len(top))).any() | (w[-1] ^ sign) | (rnd & (w[-2] ^ sign)))
+
+
+def rq_over_win(x, u, a, rnd, near_terms: bool = True):
     """``rq_over`` (round 30) from ``u`` = ``rq_window(x, a, stop=RQ_DSP_FINE)`` (the window's coarse layers,
     there anyway), a and rnd (``rq_decode``'s), not from a threshold code registered a stage before: the
     positions i >= thr of d = x ^ its sign are, with thr = a - 1 - rnd (``rq_decode``'s, clamps included, for
     every i <= len(x) - 2), those of u's top bits from RQ_WIN - 1 + (a mod F) - rnd (F = 2^RQ_DSP_FINE; at
     most F + 1 bits, each a LUT6 of the bit, the sign, a mod F and rnd) and those of x from c + F - 1 on, c = a
     without its low bits: groups of F bits of d at fixed places, a group counting when c <= its start - F + 1
-    (a compare of a's high bits).  (rq_over's code was ~22 LUT and flip-flops a row at stage B, its terms ~49.)"""
+    (a compare of a's high bits).  (rq_over's code was ~22 LUT and flip-flops a row at stage B, its terms ~49.)
+    ``near_terms`` False (round 33): the far terms only (the near ones from the slices: ``rq_over_near``)."""
     n = len(x)
     F = 1 << RQ_DSP_FINE
     W = RQ_WIN + 1
@@ -1051,6 +1072,8 @@ def rq_over_win(x, u, a, rnd):
         else:
             cond = (f <= t if t >= 0 else Const(0, 1)) | (rnd & (f == t + 1))
         near.append((u[k] ^ sign) & cond)
+    if not near_terms:
+        near = []
     far = []
     g = 0
     while g * F + F - 1 <= n - 2:                 # d's bits g F + F - 1 .. g F + 2 F - 2: counts iff c <= g F

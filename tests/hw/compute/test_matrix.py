@@ -233,6 +233,40 @@ def test_rq_window_on_dsp48e2(tmp_path):
     assert bad == 0 and fires > 0
 
 
+def test_rq_over_near_on_dsp48e2(tmp_path):
+    """The requantizer's overflow with its near terms from the high slice's bits above the window (round 33:
+    ``rq_window_dsp(top=True)`` + ``rq_over_near`` a stage later, ``rq_over_win(near_terms=False)`` at stage C)
+    equals the plain ``rq_over_win`` registered, in Icarus (the model hw/compute/dsp48e2.v): a 49-bit
+    accumulator arithmetically shifted right (a quarter of the cycles by a random amount, else its top bit near the
+    window's top), random 7-bit offsets and
+    rnd, the stage's enable random; the window compared too."""
+    from amaranth import Cat, Mux, Signal, signed
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import RQ_DSP_FINE, RQ_WIN, rq_over_near, rq_over_win, rq_window, rq_window_dsp
+
+    def build(m, stim, primitive):
+        x, amt = Signal(signed(49), name="xp" if primitive else "xq"), Signal(signed(9), name="ap" if primitive else "aq")
+        # (three cycles in four x's top significant bit near the window's top, a - 8 .. a + 7: the near terms' edge)
+        m.d.comb += [amt.eq(40 - stim[:7] + stim[58:62]),
+                     x.eq(stim[7:56].as_signed() >> Mux(stim[62] & stim[63], stim[58:64], Mux(amt < 0, 0, amt[:8])))]
+        a, en, rnd = stim[:7], stim[56], stim[57]
+        if primitive:
+            u = rq_window(x, a, m=m, primitive=True, name="p", stop=RQ_DSP_FINE)
+            w, top = rq_window_dsp(m, u, a, en, name="p", top=True)
+            far, sign, rr = (Signal(reset_less=True, name=f"p_{k}") for k in ("far", "sign", "rnd"))
+            with m.If(en):
+                m.d.sync += [far.eq(rq_over_win(x, u, a, rnd, near_terms=False)), sign.eq(x[48]), rr.eq(rnd)]
+            over = far | rq_over_near(w, top, sign, rr)
+            return Cat(w, over), over
+        w = Signal(signed(RQ_WIN + 1), reset_less=True)
+        over = Signal(reset_less=True)
+        with m.If(en):
+            m.d.sync += [w.eq(rq_window(x, a)), over.eq(rq_over_win(x, rq_window(x, a, stop=RQ_DSP_FINE), a, rnd))]
+        return Cat(w, over), over
+    bad, fires = _run(tmp_path, _Pair(64, build))
+    assert bad == 0 and fires > 0
+
+
 def test_o_bits_on_lut6_2(tmp_path):
     """The pv build's output bits (``o_bits``, round 31: two bits of a row a LUT6_2 instance, the row's ones
     shared) equal the plain ORs in Icarus (the model hw/lut6.v): a row of 8 bits, random terms every cycle,
