@@ -688,7 +688,8 @@ class MatrixUnit(wiring.Component):
             # (round 33: the overflow's near terms from the high slice's bits above the window, at stage D)
             wt = [rq_window_dsp(m, u, a, dadv, name=f"rq_win{i}", top=True) for i, (u, a) in enumerate(zip(us, rB["a"]))]
             rC["w"] = [w for w, _ in wt]
-            over_c = [o | rq_over_near(w, t, sg, r) for o, (w, t), sg, r in zip(rC["over"], wt, rC["sign"], rC["rnd"])]
+            over_c = [o | rq_over_near(w, t, sg, r, m=m, primitive=True, name=f"rq_near{i}")
+                      for i, (o, (w, t), sg, r) in enumerate(zip(rC["over"], wt, rC["sign"], rC["rnd"]))]
         # D: the window t and a right shift's rounding increment c (added in F, as the bias add's carry)
         cD, rD = rq_stage("d", cC, {"t": (signed(RQ_WIN), [w[1:] for w in rC["w"]]),
                                     "c": (1, [w[0] & r for w, r in zip(rC["w"], rC["rnd"])]),
@@ -1039,14 +1040,19 @@ def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp", top: bool = False):
     return (w, pr[F - 1 + H:2 * F - 2 + H]) if top else w
 
 
-def rq_over_near(w, top, sign, rnd):
+def rq_over_near(w, top, sign, rnd, m=None, primitive: bool = False, name: str = "rq_near"):
     """``rq_over_win``'s near terms (round 33) from ``rq_window_dsp``'s registers: u's bit k counts iff k >= RQ_WIN
     + f - rnd (f = a mod 2^F), and the high slice's product holds u's bit RQ_WIN + f - 1 + j at its bit 2^F - 2 + H
     + j (j = 0, 1: the window's top two bits, ``w``'s) and the bits above it, then copies of u's top bit (its A
     sign-extended; u's top bit always counts) in ``top``: the same positions for every f -- the window's top
     bit, the one below it when ``rnd``, and ``top``, each against the sign.  A stage later than the far terms
-    (stage D's ``over``): no LUT of f a term."""
-    return ((top ^ sign.replicate(len(top))).any() | (w[-1] ^ sign) | (rnd & (w[-2] ^ sign)))
+    (stage D's ``over``): no LUT of f a term.  ``primitive`` (2^F - 1 = 7 bits of ``top``): two LUT6 instances
+    (ABC9 made ~4 LUTs of the terms), ORed into the far terms by the caller."""
+    if not primitive or len(top) != 7:
+        return ((top ^ sign.replicate(len(top))).any() | (w[-1] ^ sign) | (rnd & (w[-2] ^ sign)))
+    lo = lut6(m, lambda s, *t: int(any(b != s for b in t)), [sign, *top[:5]], f"{name}_lo")
+    return lut6(m, lambda s, t5, t6, w1, w2, r: int(t5 != s or t6 != s or w1 != s or (r and w2 != s)),
+                [sign, top[5], top[6], w[-1], w[-2], rnd], f"{name}_hi") | lo
 
 
 def rq_over_win(x, u, a, rnd, near_terms: bool = True):

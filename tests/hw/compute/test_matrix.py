@@ -246,8 +246,8 @@ def test_rq_over_near_on_dsp48e2(tmp_path):
 
     def build(m, stim, primitive):
         x, amt = Signal(signed(49), name="xp" if primitive else "xq"), Signal(signed(9), name="ap" if primitive else "aq")
-        # (three cycles in four x's top significant bit near the window's top, a - 8 .. a + 7: the near terms' edge)
-        m.d.comb += [amt.eq(40 - stim[:7] + stim[58:62]),
+        # (three cycles in four x's top significant bit near the window's top, at a - 2 .. a + 8: the near terms' edge)
+        m.d.comb += [amt.eq(46 - stim[:7] + Mux(stim[61], stim[58:60], -stim[58:61])),
                      x.eq(stim[7:56].as_signed() >> Mux(stim[62] & stim[63], stim[58:64], Mux(amt < 0, 0, amt[:8])))]
         a, en, rnd = stim[:7], stim[56], stim[57]
         if primitive:
@@ -256,7 +256,7 @@ def test_rq_over_near_on_dsp48e2(tmp_path):
             far, sign, rr = (Signal(reset_less=True, name=f"p_{k}") for k in ("far", "sign", "rnd"))
             with m.If(en):
                 m.d.sync += [far.eq(rq_over_win(x, u, a, rnd, near_terms=False)), sign.eq(x[48]), rr.eq(rnd)]
-            over = far | rq_over_near(w, top, sign, rr)
+            over = far | rq_over_near(w, top, sign, rr, m=m, primitive=True, name="p_near")
             return Cat(w, over), over
         w = Signal(signed(RQ_WIN + 1), reset_less=True)
         over = Signal(reset_less=True)
