@@ -237,19 +237,26 @@ def test_rq_over_near_on_dsp48e2(tmp_path):
     """The requantizer's overflow with its near terms from the high slice's bits above the window (round 33:
     ``rq_window_dsp(top=True)`` + ``rq_over_near`` a stage later, ``rq_over_win(near_terms=False)`` at stage C)
     equals the plain ``rq_over_win`` registered, in Icarus (the model hw/compute/dsp48e2.v): a 49-bit
-    accumulator arithmetically shifted right (a quarter of the cycles by a random amount, else its top bit near the
-    window's top), random 7-bit offsets and
+    accumulator (a sign with one bit flipped near the window's top, or shifted right: its top bit there or a
+    random amount), random 7-bit offsets and
     rnd, the stage's enable random; the window compared too."""
-    from amaranth import Cat, Mux, Signal, signed
+    from amaranth import Cat, Const, Mux, Signal, signed
     from tests.hw.test_lut import _Pair, _run
     from mcf.hw.compute.matrix import RQ_DSP_FINE, RQ_WIN, rq_over_near, rq_over_win, rq_window, rq_window_dsp
 
     def build(m, stim, primitive):
-        x, amt = Signal(signed(49), name="xp" if primitive else "xq"), Signal(signed(9), name="ap" if primitive else "aq")
-        # (three cycles in four x's top significant bit near the window's top, at a - 2 .. a + 8: the near terms' edge)
-        m.d.comb += [amt.eq(46 - stim[:7] + Mux(stim[61], stim[58:60], -stim[58:61])),
-                     x.eq(stim[7:56].as_signed() >> Mux(stim[62] & stim[63], stim[58:64], Mux(amt < 0, 0, amt[:8])))]
-        a, en, rnd = stim[:7], stim[56], stim[57]
+        sfx = "p" if primitive else "q"
+        x, amt = Signal(signed(49), name=f"x{sfx}"), Signal(signed(9), name=f"a{sfx}")
+        en, rnd = stim[56], stim[57]
+        a = Signal(7, name=f"off{sfx}")             # (half the flipped-bit cycles a mod 8 = 0: every top bit counts)
+        m.d.comb += a.eq(Cat(stim[:3] & Mux(stim[63] & stim[62], 0, 7), stim[3:7]))
+        pos, one = Signal(signed(9), name=f"pos{sfx}"), Signal(49, name=f"one{sfx}")
+        # (a quarter of the cycles x's top significant bit near the window's top, at a - 2 .. a + 8; a half the
+        # sign with one bit flipped at a - 4 .. a + 11, every place of the near terms' edge; else a random shift)
+        m.d.comb += [amt.eq(46 - a + Mux(stim[61], stim[58:60], -stim[58:61])),
+                     pos.eq(a - 4 + stim[58:62]), one.eq(Const(1, 49) << Mux(pos < 0, 0, pos[:7])),
+                     x.eq(Mux(stim[63], (stim[7].replicate(49) ^ Mux(pos > 48, 0, one)).as_signed(),
+                              stim[7:56].as_signed() >> Mux(stim[62], stim[58:64], Mux(amt < 0, 0, amt[:8]))))]
         if primitive:
             u = rq_window(x, a, m=m, primitive=True, name="p", stop=RQ_DSP_FINE)
             w, top = rq_window_dsp(m, u, a, en, name="p", top=True)
