@@ -71,7 +71,7 @@ from mcf.hw.arith import add_plus_one, log2_exact, sat_top, write_indexed
 from mcf.hw.axis import AXIStreamSignature
 from mcf.hw.compute.common import MemWriteSignature
 from mcf.hw.compute.dot_array import CHAIN, DSP_P_BITS, PACK_SHIFT, DotArray
-from mcf.hw.lut import add_load, lut6, lut6_2, lut6_2_init, mux2_pairs, mux4, mux4_shared
+from mcf.hw.lut import add_load, carry_chain, lut6, lut6_2, lut6_2_init, mux2_pairs, mux4, mux4_shared
 from mcf.hw.registry import block
 from mcf.spec.params import Range
 from mcf.spec.fixed import EXP_BITS, MANT_BITS, S_FRAC, SCALE_BITS, W_BITS, X_FRAC
@@ -667,11 +667,13 @@ class MatrixUnit(wiring.Component):
                    else head.acc[i] for i in range(R)]
         # kv: the shift sh - E (E zero outside kv: ``e4``'s reset; the Mux for a kv command's last E
         # still in ``e5`` as the next command starts)
-        sel_e = [Array(head.e[c * R + i] for c in range(NC))[chunk] if NC > 1 else head.e[i] for i in range(R)]
-        kv_e = [Mux(cfg.kv, e, 0).as_signed() for e in sel_e]
+        # (round 33: primitive, E's chunk choice one LUT6 a bit and sh - E's propagates two bits a LUT6_2, ``rq_sub_e``)
+        sel_e = [(chunk_pick([head.e[c * R + i] for c in range(NC)], chunk, f"rq_esel{i}") if self.primitive
+                  else Array(head.e[c * R + i] for c in range(NC))[chunk]) if NC > 1 else head.e[i] for i in range(R)]
         cA, rA = rq_stage("a", cA, {
             "acc": (signed(AW), sel_acc),
-            "sh": (SH, [head.sh - e for e in kv_e])})
+            "sh": (SH, [rq_sub_e(m, head.sh, e, cfg.kv, primitive=self.primitive, name=f"rq_a_sub{i}")
+                        for i, e in enumerate(sel_e)])})
         # B: the shift decoded (golden sat32(rshr(acc, s)), docs/compute.md): one window of the
         # accumulator for both directions (``rq_window``: 33 bits and, below them, a right shift's
         # rounding bit), its overflow from the accumulator's significant bits (``rq_decode``'s threshold by
@@ -691,36 +693,47 @@ class MatrixUnit(wiring.Component):
         cC, rC = rq_stage("c", cB, {
             **({} if self.primitive else {"w": (signed(RQ_WIN + 1), [
                 rq_window(x, a) for x, a in zip(rB["acc"], rB["a"])])}),
-            "over": (1, [rq_over_win(x, u, a, r) for x, u, a, r in zip(rB["acc"], us, rB["a"], rB["rnd"])]),
+            "over": (1, [rq_over_win(x, u, a, r, near_terms=not self.primitive)
+                         for x, u, a, r in zip(rB["acc"], us, rB["a"], rB["rnd"])]),
             "sign": (1, [x[AW - 1] for x in rB["acc"]]), "rnd": (1, rB["rnd"])})
+        over_c = rC["over"]
         if self.primitive:
-            rC["w"] = [rq_window_dsp(m, u, a, dadv, name=f"rq_win{i}") for i, (u, a) in enumerate(zip(us, rB["a"]))]
+            # (round 33: the overflow's near terms from the high slice's bits above the window, at stage D)
+            wt = [rq_window_dsp(m, u, a, dadv, name=f"rq_win{i}", top=True) for i, (u, a) in enumerate(zip(us, rB["a"]))]
+            rC["w"] = [w for w, _ in wt]
+            over_c = [o | rq_over_near(w, t, sg, r, m=m, primitive=True, name=f"rq_near{i}")
+                      for i, (o, (w, t), sg, r) in enumerate(zip(rC["over"], wt, rC["sign"], rC["rnd"]))]
         # D: the window t and a right shift's rounding increment c (added in F, as the bias add's carry)
         cD, rD = rq_stage("d", cC, {"t": (signed(RQ_WIN), [w[1:] for w in rC["w"]]),
                                     "c": (1, [w[0] & r for w, r in zip(rC["w"], rC["rnd"])]),
-                                    "over": (1, rC["over"]), "sign": (1, rC["sign"])})
+                                    "over": (1, over_c), "sign": (1, rC["sign"])})
         # E: saturate (round 27: the word t's low 32 bits, whether it saturates and the bound's sign, as
         # registers -- the bound's choice is in F, each bit's input of the bias add's LUT, not a LUT a bit
         # here), the chunk's bias words (the tile's bias beat, popped after its last word)
+        # (round 33: the bound as y zeroed -- the flip-flops' synchronous reset -- and two fill bits a row, the
+        # bound's ones: the bias add's propagates read y, b and one fill bit, two bits a LUT6_2, ``rq_add_fill``)
         sats = [rq_sat_split(t, o, sg) for t, o, sg in zip(rD["t"], rD["over"], rD["sign"])]
         bias_words = [chunk_pick([self.bias.payload[(c * R + i) * 32:(c * R + i + 1) * 32] for c in range(NC)],
                                  cD.c, f"rq_bsel{i}")
                       if NC > 1 else self.bias.payload[i * 32:(i + 1) * 32] for i in range(R)]
         cE, rE = rq_stage("e", cD, {"y": (signed(32), [y for y, _, _ in sats]),
-                                    "sat": (1, [st for _, st, _ in sats]), "sgn": (1, [sg for _, _, sg in sats]),
+                                    "fl": (1, [st & ~sg for _, st, sg in sats]), "fh": (1, [st & sg for _, st, sg in sats]),
                                     "c": (1, [rq_carry(t, c, o) for t, c, o in zip(rD["t"], rD["c"], rD["over"])]),
                                     "b": (signed(32), bias_words)})
         with m.If(~cfg.bias | pv):      # no bias: the words zero (the flip-flops' synchronous reset, not a
             m.d.sync += [b.eq(0) for b in rE["b"]]   # seventh input of each bit's 4:1 choice)
+        for y, (_, st, _) in zip(rE["y"], sats):
+            with m.If(dadv & st):       # a saturating word's y zero (its bound is the fill bits)
+                m.d.sync += y.eq(0)
         with m.If(pv):                  # pv: the requantizer's words zero (the output word's GEMM term, below)
-            m.d.sync += [y.eq(0) for y in rE["y"] + rE["c"] + rE["sat"]]
+            m.d.sync += [y.eq(0) for y in rE["y"] + rE["c"] + rE["fl"] + rE["fh"]]
         # (the tile's bias beat is taken from ``bias`` here, its last chunk's; a chunk that needs it waits for it)
         m.d.comb += [dadv.eq((~o_valid | self.o.tready) & (~(cD.v & cfg.bias) | self.bias.valid)),
                      self.bias.ready.eq(dadv & cD.v & cD.tile_end & cfg.bias)]
         # F: the bias add and its saturation, into the output word (pv: the sums zero)
         gsum = [Signal(signed(33), name=f"rq_f_s{i}") for i in range(R)]
-        m.d.comb += [s.eq(rq_add(rq_bound(y, st, sg), c, b))
-                     for s, y, st, sg, c, b in zip(gsum, rE["y"], rE["sat"], rE["sgn"], rE["c"], rE["b"])]
+        m.d.comb += [s.eq(rq_add_fill(m, y, fl, fh, c, b, primitive=self.primitive, name=f"rq_f_add{i}"))
+                     for i, (s, y, fl, fh, c, b) in enumerate(zip(gsum, rE["y"], rE["fl"], rE["fh"], rE["c"], rE["b"]))]
         words = [sat32(s) for s in gsum]
 
         # The output word, per chunk c of R words an enable and the next value.  Each bit is one OR of
@@ -996,14 +1009,17 @@ def rq_window(x, a, win: int = RQ_WIN + 1, m=None, primitive: bool = False, name
 RQ_DSP_FINE = 3
 
 
-def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp"):
+def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp", top: bool = False):
     """``rq_window(x, a)`` registered on ``en`` (the requantizer's stage C), its last shift layers on two
     DSP48E2 multipliers (round 30): ``u`` the LUT6 layers of a's bits RQ_DSP_FINE and up (``rq_window``'s
     ``stop``: RQ_WIN + 2^F bits, F = RQ_DSP_FINE), then each half of the window (RQ_WIN + 1 = 2 H bits) is
     bits 2^F - 1 .. of (its 2^F - 1 + H bits of that) x 2^(2^F - 1 - a mod 2^F): a multiply by a power of two,
     the slice's P register the stage's.  The layers of a's low bits (~110 LUT6 a row for a 49-bit x) become
     the two slices and a one-hot decode of 2^F bits.  (No M register: the stage's latency stays one cycle;
-    the path is the two LUT6 layers and the slice's 2 x ``DSP_HALF_LEVELS``, 8 levels.)"""
+    the path is the two LUT6 layers and the slice's 2 x ``DSP_HALF_LEVELS``, 8 levels.)
+    (round 33: the high half's piece sign-extended -- u's top bit -- into A's spare bits: its product's 2^F - 1
+    bits above the window are u's bits above it, then copies of u's top bit; ``top``: (the window, those bits),
+    ``rq_over_near``'s input.)"""
     F = 1 << RQ_DSP_FINE
     H = (RQ_WIN + 1) // 2
     f = a.as_unsigned()[:RQ_DSP_FINE]
@@ -1023,7 +1039,8 @@ def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp"):
             p_AREG=0, p_BREG=0, p_MREG=0, p_PREG=1, p_CREG=0, p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
             p_AMULTSEL="A", p_BMULTSEL="B", p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48",
             p_INMODEREG=0, p_OPMODEREG=0,
-            i_CLK=ClockSignal(), i_A=Cat(piece, Const(0, 30 - len(piece))), i_B=mult, i_C=Const(0, 48),
+            i_CLK=ClockSignal(), i_A=Cat(piece, (piece[-1] if h else Const(0, 1)).replicate(30 - len(piece))),
+            i_B=mult, i_C=Const(0, 48),
             i_D=Const(0, 27), i_PCIN=Const(0, 48),
             # W = 0, Z = 0, Y = X = M: P = M
             i_OPMODE=Const(0b000000101, 9), i_ALUMODE=Const(0, 4), i_INMODE=Const(0, 5), i_CARRYIN=Const(0, 1),
@@ -1032,17 +1049,34 @@ def rq_window_dsp(m, u, a, en, name: str = "rq_wdsp"):
             i_RSTM=Const(0, 1), i_RSTP=Const(0, 1), o_P=pr,
             o_PCOUT=Signal(48, name=f"{name}_pcout{h}"))       # (unused: every pin connected)
         halves.append(pr[F - 1:F - 1 + H])
-    return Cat(*halves).as_signed()
+    w = Cat(*halves).as_signed()
+    return (w, pr[F - 1 + H:2 * F - 2 + H]) if top else w
 
 
-def rq_over_win(x, u, a, rnd):
+def rq_over_near(w, top, sign, rnd, m=None, primitive: bool = False, name: str = "rq_near"):
+    """``rq_over_win``'s near terms (round 33) from ``rq_window_dsp``'s registers: u's bit k counts iff k >= RQ_WIN
+    + f - rnd (f = a mod 2^F), and the high slice's product holds u's bit RQ_WIN + f - 1 + j at its bit 2^F - 2 + H
+    + j (j = 0, 1: the window's top two bits, ``w``'s) and the bits above it, then copies of u's top bit (its A
+    sign-extended; u's top bit always counts) in ``top``: the same positions for every f -- the window's top
+    bit, the one below it when ``rnd``, and ``top``, each against the sign.  A stage later than the far terms
+    (stage D's ``over``): no LUT of f a term.  ``primitive`` (2^F - 1 = 7 bits of ``top``): two LUT6 instances
+    (ABC9 made ~4 LUTs of the terms), ORed into the far terms by the caller."""
+    if not primitive or len(top) != 7:
+        return ((top ^ sign.replicate(len(top))).any() | (w[-1] ^ sign) | (rnd & (w[-2] ^ sign)))
+    lo = lut6(m, lambda s, *t: int(any(b != s for b in t)), [sign, *top[:5]], f"{name}_lo")
+    return lut6(m, lambda s, t5, t6, w1, w2, r: int(t5 != s or t6 != s or w1 != s or (r and w2 != s)),
+                [sign, top[5], top[6], w[-1], w[-2], rnd], f"{name}_hi") | lo
+
+
+def rq_over_win(x, u, a, rnd, near_terms: bool = True):
     """``rq_over`` (round 30) from ``u`` = ``rq_window(x, a, stop=RQ_DSP_FINE)`` (the window's coarse layers,
     there anyway), a and rnd (``rq_decode``'s), not from a threshold code registered a stage before: the
     positions i >= thr of d = x ^ its sign are, with thr = a - 1 - rnd (``rq_decode``'s, clamps included, for
     every i <= len(x) - 2), those of u's top bits from RQ_WIN - 1 + (a mod F) - rnd (F = 2^RQ_DSP_FINE; at
     most F + 1 bits, each a LUT6 of the bit, the sign, a mod F and rnd) and those of x from c + F - 1 on, c = a
     without its low bits: groups of F bits of d at fixed places, a group counting when c <= its start - F + 1
-    (a compare of a's high bits).  (rq_over's code was ~22 LUT and flip-flops a row at stage B, its terms ~49.)"""
+    (a compare of a's high bits).  (rq_over's code was ~22 LUT and flip-flops a row at stage B, its terms ~49.)
+    ``near_terms`` False (round 33): the far terms only (the near ones from the slices: ``rq_over_near``)."""
     n = len(x)
     F = 1 << RQ_DSP_FINE
     W = RQ_WIN + 1
@@ -1057,6 +1091,8 @@ def rq_over_win(x, u, a, rnd):
         else:
             cond = (f <= t if t >= 0 else Const(0, 1)) | (rnd & (f == t + 1))
         near.append((u[k] ^ sign) & cond)
+    if not near_terms:
+        near = []
     far = []
     g = 0
     while g * F + F - 1 <= n - 2:                 # d's bits g F + F - 1 .. g F + 2 F - 2: counts iff c <= g F
@@ -1099,6 +1135,58 @@ def rq_carry(t, c, over):
 def rq_add(y, c, b):
     """y + c + b (33 bits, exact) with the one-bit c as the adder's carry in: (2 y + c + 2 b + 1) >> 1."""
     return ((Cat(c, y).as_signed() + Cat(Const(1, 1), b).as_signed()) >> 1)[:33].as_signed()
+
+
+#: ``rq_sub_e``'s LUT6_2: two bits' propagates of sh + ~(kv & e), O6 = I0 ^ ~(I4 & I1), O5 = I2 ^ ~(I4 & I3)
+#: (sh_k, e_k, sh_k+1, e_k+1, kv).
+RQ_SUB2_INIT = lut6_2_init(lambda s0, e0, s1, e1, kv: s0 ^ 1 ^ (kv & e0), lambda s0, e0, s1, e1, kv: s1 ^ 1 ^ (kv & e1))
+
+
+def rq_sub_e(m, sh, e, kv, primitive: bool = False, name: str = "rq_sub"):
+    """The requantizer's row shift sh - (kv ? e : 0) (round 33), a Value of ``sh``'s shape (modulo its width):
+    the shift's common part less the row's kv exponent.  ``primitive``: sh + ~(kv & e) + 1 on a CARRY4 chain
+    (``carry_chain``), the propagates two bits a LUT6_2 (sh's bits, e's sign-extended, kv), the generates sh's
+    bits: half a LUT a bit, where ABC9 made a LUT3 a bit.  Else the plain difference."""
+    n = len(sh)
+    if not primitive:
+        return (sh - Mux(kv, e, 0).as_signed())[:n].as_signed()
+    es = e.as_signed()
+    eb = [es[min(k, len(e) - 1)] for k in range(n)]
+    prop = [Signal(name=f"{name}_p{k}") for k in range(n)]
+    for k in range(0, n, 2):
+        if k + 1 < n:
+            lut6_2(m, RQ_SUB2_INIT, [sh[k], eb[k], sh[k + 1], eb[k + 1], kv], prop[k], prop[k + 1], f"{name}_l{k}")
+        else:
+            m.d.comb += prop[k].eq(lut6(m, lambda s0, e0, s1, e1, kv, *_: s0 ^ 1 ^ (kv & e0),
+                                        [sh[k], eb[k], Const(0, 1), Const(0, 1), kv], f"{name}_p{k}x"))
+    total, _ = carry_chain(m, Cat(*prop), sh.as_unsigned(), name, cyinit=1)
+    return total.as_signed()
+
+
+#: ``rq_add_fill``'s LUT6_2: two bits' propagates, O6 = I0 ^ I1 ^ I4, O5 = I2 ^ I3 ^ I4 (y_k, b_k, y_k+1,
+#: b_k+1, the bound's fill bit).
+RQ_FILL2_INIT = lut6_2_init(lambda y0, b0, y1, b1, f: y0 ^ b0 ^ f, lambda y0, b0, y1, b1, f: y1 ^ b1 ^ f)
+
+
+def rq_add_fill(m, y, fill_lo, fill_hi, c, b, primitive: bool = False, name: str = "rq_add"):
+    """The bias add of the requantizer's word (round 33): ``rq_add`` of the word w = y ^ (fill_hi, fill_lo x 31)
+    -- ``y`` zero when the word saturates (its flip-flops' synchronous reset) and the bound's ones its fill
+    bits (fill_lo: 2^31 - 1's bits 0 .. 30, fill_hi: -2^31's bit 31), so w = ``rq_bound``'s word.  A 33-bit
+    signed Value.  ``primitive``: the chain's propagates two bits a LUT6_2 (bits 0 .. 29: y, b and fill_lo;
+    bits 30 and 31 a LUT6 each; the sign extension's propagate is bit 31's), its generates b's bits and, below
+    bit 0, c (propagate 0: the carry into bit 0 is c), on a CARRY4 chain (``carry_chain``): ~17 LUT a row where
+    the bound's choice (sat, sign and y a bit) made it a LUT4 a bit, 33.  Else the plain sum."""
+    w = Cat(y[:31] ^ fill_lo.replicate(31), y[31] ^ fill_hi).as_signed()
+    if not primitive:
+        return rq_add(w, c, b)
+    prop = [Signal(name=f"{name}_p{k}") for k in range(32)]
+    for k in range(0, 30, 2):
+        lut6_2(m, RQ_FILL2_INIT, [y[k], b[k], y[k + 1], b[k + 1], fill_lo], prop[k], prop[k + 1], f"{name}_l{k}")
+    m.d.comb += prop[30].eq(lut6(m, lambda y0, b0, f, *_: y0 ^ b0 ^ f, [y[30], b[30], fill_lo], f"{name}_p30x"))
+    m.d.comb += prop[31].eq(lut6(m, lambda y0, b0, f, *_: y0 ^ b0 ^ f, [y[31], b[31], fill_hi], f"{name}_p31x"))
+    bu = b.as_unsigned()
+    total, _ = carry_chain(m, Cat(Const(0, 1), *prop, prop[31]), Cat(c, bu, bu[31]), name)
+    return total[1:34].as_signed()
 
 
 def rotate_list(items, amount, sign: int = 1, step: int = 1, m=None, name: str = "rot", primitive: bool = False):

@@ -244,6 +244,47 @@ def test_rq_window_on_dsp48e2(tmp_path):
     assert bad == 0 and fires > 0
 
 
+def test_rq_over_near_on_dsp48e2(tmp_path):
+    """The requantizer's overflow with its near terms from the high slice's bits above the window (round 33:
+    ``rq_window_dsp(top=True)`` + ``rq_over_near`` a stage later, ``rq_over_win(near_terms=False)`` at stage C)
+    equals the plain ``rq_over_win`` registered, in Icarus (the model hw/compute/dsp48e2.v): a 49-bit
+    accumulator (a sign with one bit flipped near the window's top, or shifted right: its top bit there or a
+    random amount), random 7-bit offsets and
+    rnd, the stage's enable random; the window compared too."""
+    from amaranth import Cat, Const, Mux, Signal, signed
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import RQ_DSP_FINE, RQ_WIN, rq_over_near, rq_over_win, rq_window, rq_window_dsp
+
+    def build(m, stim, primitive):
+        sfx = "p" if primitive else "q"
+        x, amt = Signal(signed(49), name=f"x{sfx}"), Signal(signed(9), name=f"a{sfx}")
+        en, rnd = stim[56], stim[57]
+        a = Signal(7, name=f"off{sfx}")             # (half the flipped-bit cycles a mod 8 = 0: every top bit counts)
+        m.d.comb += a.eq(Cat(stim[:3] & Mux(stim[63] & stim[62], 0, 7), stim[3:7]))
+        pos, one = Signal(signed(9), name=f"pos{sfx}"), Signal(49, name=f"one{sfx}")
+        # (a quarter of the cycles x's top significant bit near the window's top, at a - 2 .. a + 8; a half the
+        # sign with one bit flipped at a - 4 .. a + 11, every place of the near terms' edge; else a random shift)
+        m.d.comb += [amt.eq(46 - a + Mux(stim[61], stim[58:60], -stim[58:61])),
+                     pos.eq(a - 4 + stim[58:62]), one.eq(Const(1, 49) << Mux(pos < 0, 0, pos[:7])),
+                     x.eq(Mux(stim[63], (stim[7].replicate(49) ^ Mux(pos > 48, 0, one)).as_signed(),
+                              stim[7:56].as_signed() >> Mux(stim[62], stim[58:64], Mux(amt < 0, 0, amt[:8]))))]
+        if primitive:
+            u = rq_window(x, a, m=m, primitive=True, name="p", stop=RQ_DSP_FINE)
+            w, top = rq_window_dsp(m, u, a, en, name="p", top=True)
+            far, sign, rr = (Signal(reset_less=True, name=f"p_{k}") for k in ("far", "sign", "rnd"))
+            with m.If(en):
+                m.d.sync += [far.eq(rq_over_win(x, u, a, rnd, near_terms=False)), sign.eq(x[48]), rr.eq(rnd)]
+            over = far | rq_over_near(w, top, sign, rr, m=m, primitive=True, name="p_near")
+            return Cat(w, over), over
+        w = Signal(signed(RQ_WIN + 1), reset_less=True)
+        over = Signal(reset_less=True)
+        with m.If(en):
+            m.d.sync += [w.eq(rq_window(x, a)), over.eq(rq_over_win(x, rq_window(x, a, stop=RQ_DSP_FINE), a, rnd))]
+        return Cat(w, over), over
+    bad, fires = _run(tmp_path, _Pair(64, build))
+    assert bad == 0 and fires > 0
+
+
 def test_o_bits_on_lut6_2(tmp_path):
     """The pv build's output bits (``o_bits``, round 31: two bits of a row a LUT6_2 instance, the row's ones
     shared) equal the plain ORs in Icarus (the model hw/lut6.v): a row of 8 bits, random terms every cycle,
@@ -282,6 +323,41 @@ def test_pv_y_on_carry_chain(tmp_path, n):
         y = add_load(m, acc, prev, hi, load, signed(n), "p" if primitive else "q", primitive=primitive, en=en)
         return y, load
     bad, fires = _run(tmp_path, _Pair(84 + 3 * n, build))
+    assert bad == 0 and fires > 0
+
+
+def test_rq_sub_e_on_carry_chain(tmp_path):
+    """The requantizer's row shift sh - (kv ? E : 0) (round 33: ``rq_sub_e``, two bits' propagates a LUT6_2 on a
+    CARRY4 chain) equals the plain build in Icarus: a 10-bit sh, an 8-bit signed E, random kv (with E near
+    sh's complement a quarter of the cycles, carries ripple)."""
+    from amaranth import Mux
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import rq_sub_e
+
+    def build(m, stim, primitive):
+        sh = stim[0:10].as_signed()
+        e = Mux(stim[18] & stim[19], stim[0:8] ^ (stim[20] & stim[21] & stim[22]), stim[10:18]).as_signed()
+        return rq_sub_e(m, sh, e, stim[23], primitive=primitive, name="p" if primitive else "q"), stim[23]
+    bad, fires = _run(tmp_path, _Pair(24, build))
+    assert bad == 0 and fires > 0
+
+
+def test_rq_add_fill_on_carry_chain(tmp_path):
+    """The requantizer's bias add (round 33: ``rq_add_fill``, the propagates two bits a LUT6_2 on a CARRY4 chain,
+    the carry in as bit 0's generate) equals the plain build in Icarus: random y, b, c and fill bits; half the
+    cycles b is ~y with rare flips (the carry ripples the whole chain), a quarter y zero (a saturating word)."""
+    from amaranth import Cat, Mux
+    from tests.hw.test_lut import _Pair, _run
+    from mcf.hw.compute.matrix import rq_add_fill
+
+    def build(m, stim, primitive):
+        y0, b0 = stim[0:32], stim[32:64]
+        flips = Cat(*[stim[64 + k] & stim[96 + k] & stim[128 + k] for k in range(32)])
+        y = Mux(stim[160] & stim[161], 0, y0).as_signed()
+        b = Mux(stim[162], ~y0 ^ flips, b0).as_signed()
+        c, fl, fh = stim[163], stim[164] & stim[165], stim[166] & stim[167]
+        return rq_add_fill(m, y, fl, fh, c, b, primitive=primitive, name="p" if primitive else "q"), c
+    bad, fires = _run(tmp_path, _Pair(168, build))
     assert bad == 0 and fires > 0
 
 
