@@ -410,7 +410,9 @@ class ExecUnit(wiring.Component):
         # the movers' write data into the writer through a register stage both ways (``AxisRegister``): a mover's
         # packer logic and the owner's AND-OR no longer reach the writer's burst queue in one cycle (measured 10
         # levels); a store's last beat reaches the writer a cycle later, a beat a cycle as before
-        m.submodules.wd_reg = wd_reg = AxisRegister(g.data_width, primitive=g.lut_primitive)
+        # (plain, not on LUT6_2 pairs: ABC folds the output choice into the movers' write-data cone; as an
+        # instance it is a level of its own, kvw.state -> wd_reg.held at 9.0 in round 33's record run)
+        m.submodules.wd_reg = wd_reg = AxisRegister(g.data_width)
         m.d.comb += [
             wr.desc.valid.eq(bus.wdesc.valid), wr.desc.payload.eq(bus.wdesc.payload), bus.wdesc.ready.eq(wr.desc.ready),
             wd_reg.i.tvalid.eq(bus.wdata.tvalid), wd_reg.i.tdata.eq(bus.wdata.tdata),
