@@ -7,7 +7,7 @@ hand-offs use ``amaranth.lib.stream`` instead.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 

@@ -79,8 +79,8 @@ def window_ok(m: Module, addr, last_byte, base, end, primitive: bool = False, na
     (all unsigned): ``addr >= base`` and ``addr + last_byte < end``, a Signal ``name``.  Plain: ``addr >= base``
     and ``last_byte < end - addr`` (a subtraction, then a compare: two carry chains beside the first compare).
     ``primitive`` (round 33): ``addr >= base`` as ``mcf.hw.lut.greater`` (half a LUT a bit) and the sign of
-    ``addr + last_byte + ~end + 1`` as one ``add3`` (a LUT6_2 and the carry chain a bit): ~1.5 LUT a bit of the
-    address where Yosys's form took ~3 (``wic.p#_ar_ok`` 113 LUT a port)."""
+    ``addr + last_byte + ~end + 1`` as one ``add3`` (a LUT6_2 and the carry chain a bit); measured on the node,
+    ``wic.p#_ar_ok`` 113 -> 88 LUT a port (the gated form before round 33 113)."""
     ok = Signal(name=name)
     if not primitive:
         w = max(len(addr), len(end), len(last_byte)) + 2
